@@ -1,0 +1,102 @@
+// What pdkv needs to know about a model, and the per-engine settings that change its geometry.
+// A ModelDesc is small and plain on purpose: presets (presets.hpp) and Hugging Face config.json
+// parsing (hf_config.hpp) both produce one, and everything else derives from it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pdkv::core {
+
+// Kinds of Mamba-like (SSM / linear-attention) layers. Only Mamba1, Mamba2 and Gdn have a
+// conv-state split rule; the others exist so a model can be described and then rejected with
+// a clear UnsupportedMambaType error instead of being misread.
+enum class MambaType : int32_t {
+  None = 0,       // pure attention model
+  Mamba1 = 1,     // Jamba: conv [x], temporal (d_inner/TP, d_state)
+  Mamba2 = 2,     // Nemotron-H, Falcon-H1, Granite-4.0-H, Zamba2: conv [x | B | C]
+  Gdn = 3,        // gated delta net (Qwen3-Next, Qwen3.5): conv [Q | K | V]
+  ShortConv = 4,  // LFM2 (unsupported for transfer)
+  Linear = 5,     // lightning / linear attention (unsupported for transfer)
+  Kda = 6,        // Kimi delta attention (unsupported for transfer)
+};
+
+const char* mamba_type_name(MambaType t) noexcept;
+
+// Layout of the Mamba conv state inside a page. Only DS (dim-first: (dim, rows)) keeps each
+// projection contiguous, which the 3-read transfer needs.
+enum class ConvLayout : int32_t { DS = 0, SD = 1 };
+
+// Prefix-cache mode of the Mamba state ("none" | "align" | "all" in vLLM).
+enum class MambaCacheMode : int32_t { None = 0, Align = 1, All = 2 };
+
+struct AttentionDesc {
+  uint32_t num_kv_heads = 0;  // total KV heads K (MLA: 1)
+  uint32_t head_size = 0;     // K head dim (MLA: kv_lora_rank + qk_rope_head_dim)
+  uint32_t head_size_v = 0;   // V head dim (MLA: 0, the latent holds both)
+  bool use_mla = false;       // MLA: one latent "head", replicated on every rank
+  uint32_t sliding_window = 0;  // 0: full attention
+};
+
+struct MambaDesc {
+  MambaType type = MambaType::None;
+  // Mamba2: mamba heads / head dim.  GDN: value heads Hv / value head dim dv.  Mamba1: unused.
+  uint32_t num_heads = 0;
+  uint32_t head_dim = 0;
+  // Mamba1/Mamba2: d_state.  GDN: key head dim dk.
+  uint32_t d_state = 0;
+  // Mamba2: n_groups (B and C are per group).  GDN: key heads Hk.  Mamba1: unused.
+  uint32_t n_groups = 0;
+  // Mamba1 only: d_inner (Mamba2 and GDN derive the inner size from heads x head_dim; using
+  // expand x hidden there is a classic mistake: Nemotron-Nano-9B-v2 has 128*80=10240, not 8960).
+  uint64_t d_inner = 0;
+  uint32_t conv_kernel = 0;       // d_conv; the conv state keeps conv_kernel - 1 (+spec) rows
+  uint32_t chunk_size = 0;        // model chunk size for "all" cache mode; 0 means 2048
+  bool conv_rows_include_spec = false;  // NemotronH Mamba2 and GDN add speculative tokens
+};
+
+// Layer kinds, one char per layer in ModelDesc::layer_pattern.
+constexpr char kLayerAttention = '*';
+constexpr char kLayerMamba = 'M';
+constexpr char kLayerParallel = 'P';  // attention AND Mamba in the same layer (Falcon-H1)
+constexpr char kLayerOther = '-';     // MLP / MoE only, no KV state
+
+struct ModelDesc {
+  std::string name;    // e.g. "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+  std::string source;  // where the numbers come from (for presets: the published config)
+  AttentionDesc attention;
+  MambaDesc mamba;
+  uint32_t dtype_bytes = 2;            // model dtype (torch_dtype)
+  uint32_t default_ssm_dtype_bytes = 0;  // what the engine picks for an "auto" SSM state dtype
+  std::string layer_pattern;           // see kLayer*; empty means "unknown"
+
+  uint32_t num_attention_layers() const;  // '*' and 'P'
+  uint32_t num_mamba_layers() const;      // 'M' and 'P'
+  bool is_hybrid() const { return mamba.type != MambaType::None; }
+};
+
+// Throws InvalidArgument naming the first field that makes no sense (zero heads, ...).
+void validate_model(const ModelDesc& m);
+
+// Settings of one engine (P or D) that change the geometry. Byte sizes of 0 mean "auto".
+struct EngineConfig {
+  uint32_t tp_size = 1;
+  uint32_t kv_cache_dtype_bytes = 0;    // 0: model dtype
+  uint32_t conv_state_dtype_bytes = 0;  // 0: model dtype
+  uint32_t ssm_state_dtype_bytes = 0;   // 0: model default (default_ssm_dtype_bytes or conv dtype)
+  uint32_t num_speculative_tokens = 0;
+  uint32_t user_block_size = 0;         // --block-size; 0: not set
+  // Attention backend: the preferred block size and the kernel block sizes it supports.
+  uint32_t preferred_block_size = 16;
+  std::vector<uint32_t> kernel_block_sizes = {};  // explicit supported sizes, or empty with:
+  uint32_t kernel_block_multiple_of = 16;         // MultipleOf(n) (FlashAttention, Triton)
+  MambaCacheMode cache_mode = MambaCacheMode::None;
+  ConvLayout conv_layout = ConvLayout::DS;
+};
+
+// Byte size of a dtype name ("bfloat16", "bf16", "float16", "fp8", "float32", "auto" -> 0).
+// Throws NotFound naming the string.
+uint32_t dtype_bytes_from_name(const std::string& name);
+
+}  // namespace pdkv::core

@@ -1,0 +1,90 @@
+#include "pdkv/core/model.hpp"
+
+#include <algorithm>
+
+#include "pdkv/core/error.hpp"
+
+namespace pdkv::core {
+
+const char* mamba_type_name(MambaType t) noexcept {
+  switch (t) {
+    case MambaType::None: return "none";
+    case MambaType::Mamba1: return "mamba1";
+    case MambaType::Mamba2: return "mamba2";
+    case MambaType::Gdn: return "gdn";
+    case MambaType::ShortConv: return "short_conv";
+    case MambaType::Linear: return "linear";
+    case MambaType::Kda: return "kda";
+  }
+  return "unknown";
+}
+
+uint32_t ModelDesc::num_attention_layers() const {
+  return static_cast<uint32_t>(std::count_if(layer_pattern.begin(), layer_pattern.end(), [](char c) {
+    return c == kLayerAttention || c == kLayerParallel;
+  }));
+}
+
+uint32_t ModelDesc::num_mamba_layers() const {
+  return static_cast<uint32_t>(std::count_if(layer_pattern.begin(), layer_pattern.end(), [](char c) {
+    return c == kLayerMamba || c == kLayerParallel;
+  }));
+}
+
+static std::string field(const ModelDesc& m, const char* name, uint64_t v) {
+  return "model '" + m.name + "': " + name + " = " + std::to_string(v);
+}
+
+void validate_model(const ModelDesc& m) {
+  const auto& a = m.attention;
+  require(a.num_kv_heads > 0, Status::InvalidArgument,
+          field(m, "attention.num_kv_heads", a.num_kv_heads) + " must be > 0");
+  require(a.head_size > 0, Status::InvalidArgument,
+          field(m, "attention.head_size", a.head_size) + " must be > 0");
+  if (a.use_mla) {
+    require(a.num_kv_heads == 1, Status::InvalidArgument,
+            field(m, "attention.num_kv_heads", a.num_kv_heads) + " must be 1 for MLA");
+  }
+  require(m.dtype_bytes > 0 && m.dtype_bytes <= 8, Status::InvalidArgument,
+          field(m, "dtype_bytes", m.dtype_bytes) + " must be 1..8");
+  for (char c : m.layer_pattern) {
+    require(c == kLayerAttention || c == kLayerMamba || c == kLayerParallel || c == kLayerOther,
+            Status::InvalidArgument,
+            "model '" + m.name + "': layer_pattern has unknown layer kind '" + std::string(1, c) +
+                "' (expected '*', 'M', 'P' or '-')");
+  }
+  const auto& mb = m.mamba;
+  if (mb.type == MambaType::None) return;
+  require(mb.conv_kernel >= 2, Status::InvalidArgument,
+          field(m, "mamba.conv_kernel", mb.conv_kernel) + " must be >= 2");
+  switch (mb.type) {
+    case MambaType::Mamba1:
+      require(mb.d_inner > 0, Status::InvalidArgument, field(m, "mamba.d_inner", mb.d_inner) + " must be > 0");
+      require(mb.d_state > 0, Status::InvalidArgument, field(m, "mamba.d_state", mb.d_state) + " must be > 0");
+      break;
+    case MambaType::Mamba2:
+    case MambaType::Gdn:
+      require(mb.num_heads > 0, Status::InvalidArgument, field(m, "mamba.num_heads", mb.num_heads) + " must be > 0");
+      require(mb.head_dim > 0, Status::InvalidArgument, field(m, "mamba.head_dim", mb.head_dim) + " must be > 0");
+      require(mb.d_state > 0, Status::InvalidArgument, field(m, "mamba.d_state", mb.d_state) + " must be > 0");
+      require(mb.n_groups > 0, Status::InvalidArgument, field(m, "mamba.n_groups", mb.n_groups) + " must be > 0");
+      break;
+    default:
+      break;  // described, but rejected by the split derivation with UnsupportedMambaType
+  }
+}
+
+uint32_t dtype_bytes_from_name(const std::string& name) {
+  std::string n = name;
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (n == "auto") return 0;
+  if (n == "bfloat16" || n == "bf16" || n == "float16" || n == "fp16" || n == "half") return 2;
+  if (n == "float32" || n == "fp32" || n == "float") return 4;
+  if (n == "fp8" || n == "fp8_e4m3" || n == "fp8_e5m2" || n == "float8_e4m3fn" || n == "int8" || n == "uint8")
+    return 1;
+  if (n == "float64" || n == "fp64") return 8;
+  fail(Status::NotFound, "unknown dtype '" + name +
+                             "' (expected one of auto, bfloat16, float16, float32, fp8, int8)");
+}
+
+}  // namespace pdkv::core
