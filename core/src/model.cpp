@@ -74,6 +74,20 @@ void validate_model(const ModelDesc& m) {
   }
 }
 
+uint32_t resolved_kv_dtype_bytes(const ModelDesc& m, const EngineConfig& e) {
+  return e.kv_cache_dtype_bytes != 0 ? e.kv_cache_dtype_bytes : m.dtype_bytes;
+}
+
+uint32_t resolved_conv_dtype_bytes(const ModelDesc& m, const EngineConfig& e) {
+  return e.conv_state_dtype_bytes != 0 ? e.conv_state_dtype_bytes : m.dtype_bytes;
+}
+
+uint32_t resolved_ssm_dtype_bytes(const ModelDesc& m, const EngineConfig& e) {
+  if (e.ssm_state_dtype_bytes != 0) return e.ssm_state_dtype_bytes;
+  if (m.default_ssm_dtype_bytes != 0) return m.default_ssm_dtype_bytes;
+  return resolved_conv_dtype_bytes(m, e);
+}
+
 uint32_t dtype_bytes_from_name(const std::string& name) {
   std::string n = name;
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });

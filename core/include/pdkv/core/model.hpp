@@ -95,6 +95,13 @@ struct EngineConfig {
   ConvLayout conv_layout = ConvLayout::DS;
 };
 
+// Dtype resolution ("auto" rules). KV cache: engine value or model dtype. Conv state: engine value
+// or model dtype. SSM temporal state: engine value, else the model's default (NemotronH and
+// Qwen3.5 default to float32), else the conv-state dtype.
+uint32_t resolved_kv_dtype_bytes(const ModelDesc& m, const EngineConfig& e);
+uint32_t resolved_conv_dtype_bytes(const ModelDesc& m, const EngineConfig& e);
+uint32_t resolved_ssm_dtype_bytes(const ModelDesc& m, const EngineConfig& e);
+
 // Byte size of a dtype name ("bfloat16", "bf16", "float16", "fp8", "float32", "auto" -> 0).
 // Throws NotFound naming the string.
 uint32_t dtype_bytes_from_name(const std::string& name);
