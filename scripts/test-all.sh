@@ -1,8 +1,55 @@
 #!/usr/bin/env bash
-# Builds pdkv and runs every test suite. Used by .ci/run and by developers.
+# Builds pdkv and runs every test suite: C++ core (GoogleTest), C API (Catch2), header checks,
+# the same suites under AddressSanitizer + UndefinedBehaviorSanitizer, bounded fuzzing, the
+# install/consumer check, and the Rust, Go and Python bindings (all on the shared conformance
+# vectors). Used by .ci/run. Exits non-zero on the first failing stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 JOBS=${JOBS:-$(nproc)}
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+
+stage() { echo; echo "==== $* ===="; }
+
+stage "release build + ctest"
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/release -j "$JOBS"
 ctest --test-dir build/release --output-on-failure -j "$JOBS"
+
+stage "ASan + UBSan build + ctest"
+cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPDKV_SANITIZE=ON -DPDKV_BUILD_BENCH=OFF >/dev/null
+cmake --build build/asan -j "$JOBS"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build/asan --output-on-failure -j "$JOBS"
+
+if [ -f fuzz/CMakeLists.txt ]; then
+  stage "fuzzing (${FUZZ_SECONDS}s per target)"
+  bash scripts/fuzz.sh "$FUZZ_SECONDS"
+fi
+
+stage "install + find_package/pkg-config consumer"
+bash scripts/check-install.sh build/release
+
+export PDKV_LIBRARY="$ROOT/build/release/capi/libpdkv.so"
+export LD_LIBRARY_PATH="$ROOT/build/release/capi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+if [ -f rust/Cargo.toml ]; then
+  stage "Rust bindings (cargo test, clippy)"
+  (cd rust && PDKV_LIB_DIR="$ROOT/build/release/capi" cargo test --offline --workspace \
+     && PDKV_LIB_DIR="$ROOT/build/release/capi" cargo clippy --offline --workspace --all-targets -- -D warnings)
+fi
+
+if [ -f go/go.mod ]; then
+  stage "Go bindings (go vet, go test)"
+  (cd go && CGO_CFLAGS="-I$ROOT/capi/include" CGO_LDFLAGS="-L$ROOT/build/release/capi -lpdkv" \
+     GOFLAGS=-mod=mod GOPROXY=off go vet ./... \
+   && CGO_CFLAGS="-I$ROOT/capi/include" CGO_LDFLAGS="-L$ROOT/build/release/capi -lpdkv" \
+     GOFLAGS=-mod=mod GOPROXY=off go test ./...)
+fi
+
+if [ -d python/pdkv ]; then
+  stage "Python bindings (pytest)"
+  (cd python && /usr/bin/python3 -m pytest -q tests)
+fi
+
+stage "all suites passed"
