@@ -1,0 +1,100 @@
+// What one engine (one TP rank of a P or D instance) tells its peer in the handshake, and the
+// binary wire format for it. This is pdkv's counterpart of vLLM's NixlAgentMetadata
+// (vllm-semantics.md §1), extended with what the validation in handshake.hpp needs: the logical
+// block size, per-token attention bytes, total KV heads, prefix caching and a model fingerprint.
+//
+// Wire format (version 1.0), all integers little-endian:
+//   header  (16 B): "PDKV" | u16 major | u16 minor | u32 payload_len | u32 crc32c(payload)
+//   payload       : fields in the order of EngineMetadata below (see engine_metadata.cpp).
+// A reader accepts any minor version of its major and ignores payload bytes after the fields it
+// knows only when the sender's minor is newer (fields are only ever appended within a major).
+//
+// The bytes come from the network: decode() never reads outside the buffer, never allocates from
+// an unchecked count, and rejects out-of-range fields, so a decoded value is always safe to plan
+// with. Implemented in core/src/engine_metadata.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pdkv/core/descriptor.hpp"
+#include "pdkv/core/error.hpp"
+#include "pdkv/core/model.hpp"
+
+namespace pdkv::core {
+
+// Attention KV layout of a kernel block. HND keeps each head's tokens contiguous, which is
+// what splitting a block by heads (heterogeneous TP) needs.
+enum class KvLayout : uint8_t { HND = 0, NHD = 1 };
+const char* kv_layout_name(KvLayout l) noexcept;
+
+enum class RegionKind : uint8_t { Attention = 0, Mamba = 1 };
+const char* region_kind_name(RegionKind k) noexcept;
+
+// One registered KV tensor. Under HMA one tensor is shared by an attention and a Mamba layer;
+// kind/layer describe the first layer that uses it (vLLM deduplicates regions in layer order).
+struct MetadataRegion {
+  Region region;                          // base, kernel block_len, kernel num_blocks
+  RegionKind kind = RegionKind::Attention;
+  uint32_t layer = 0;                     // model layer index of the first user
+  friend bool operator==(const MetadataRegion& a, const MetadataRegion& b) {
+    return a.region.base == b.region.base && a.region.block_len == b.region.block_len &&
+           a.region.num_blocks == b.region.num_blocks && a.kind == b.kind && a.layer == b.layer;
+  }
+};
+
+struct EngineMetadata {
+  std::string engine_id;                  // non-empty UTF-8, at most kMaxEngineIdBytes
+  uint32_t tp_size = 1;
+  uint32_t tp_rank = 0;                   // < tp_size
+  KvLayout kv_layout = KvLayout::HND;
+  ConvLayout conv_layout = ConvLayout::DS;
+  uint32_t logical_block_size = 16;       // tokens per logical (HMA) block
+  uint32_t kernel_block_size = 16;        // tokens per kernel block
+  uint32_t physical_blocks_per_logical = 1;  // logical / kernel ("ppl")
+  uint64_t num_kernel_blocks = 0;         // kernel blocks per region (vLLM num_blocks)
+  std::vector<MetadataRegion> regions;
+  // Mamba state per rank per logical block (all zero / empty for pure attention models).
+  MambaType mamba_type = MambaType::None;
+  uint64_t conv_bytes = 0;                // sum of conv_projection_bytes
+  uint64_t ssm_bytes = 0;                 // temporal state
+  std::vector<uint64_t> conv_projection_bytes;  // DS page order: [x|B|C], [Q|K|V] or [x]
+  uint64_t attention_bytes_per_token = 0; // per rank: heads_per_rank*(head_size+head_size_v)*dtype
+  bool use_mla = false;
+  uint32_t total_kv_heads = 1;            // model-wide K (MLA: 1)
+  bool prefix_caching = false;
+  MambaCacheMode cache_mode = MambaCacheMode::None;
+  uint64_t model_fingerprint = 0;         // fingerprint.hpp
+
+  bool is_hybrid() const { return mamba_type != MambaType::None; }
+  friend bool operator==(const EngineMetadata&, const EngineMetadata&) = default;
+};
+
+inline constexpr uint16_t kMetadataMajorVersion = 1;
+inline constexpr uint16_t kMetadataMinorVersion = 0;
+inline constexpr size_t kMetadataHeaderBytes = 16;
+inline constexpr size_t kMaxEngineIdBytes = 256;
+inline constexpr size_t kMaxRegions = 1u << 16;        // far above any real model's layer count
+inline constexpr size_t kMaxConvProjections = 3;
+
+// Checks every field's range and the internal consistency the wire format promises (rank < size,
+// logical = kernel * ppl, conv bytes = sum of projections, regions inside the address space,
+// Mamba page inside the logical page, ...). Throws Error(`status`, message naming the field and
+// value): encode() uses InvalidArgument, decode() uses Parse (OutOfBounds for address ranges).
+void check_metadata(const EngineMetadata& m, Status status);
+
+// Serialises `m` (check_metadata first). Deterministic: equal metadata give equal bytes.
+std::vector<uint8_t> encode(const EngineMetadata& m);
+
+// Parses bytes received from a peer. Errors: Parse (truncated, wrong magic, unknown major version,
+// payload length mismatch, bad UTF-8, absurd counts, out-of-range fields), Checksum (CRC32C
+// mismatch), OutOfBounds (a region or page that would leave its memory). Messages name the field.
+EngineMetadata decode(std::span<const uint8_t> bytes);
+
+// CRC-32C (Castagnoli, reflected, init/xorout 0xFFFFFFFF); crc32c("123456789") == 0xE3069283.
+uint32_t crc32c(std::span<const uint8_t> bytes) noexcept;
+
+}  // namespace pdkv::core

@@ -1,0 +1,50 @@
+// Handshake validation: can a local engine rank and a remote engine rank exchange KV / Mamba
+// state? Re-derives vLLM's _validate_remote_agent_handshake (vllm-semantics.md §5) but reports
+// EVERY problem at once, each with both values and the fix, and accepts what pdkv supports beyond
+// vLLM:
+//  * heterogeneous physical_blocks_per_logical WITH prefix caching (vLLM raises RuntimeError
+//    "Prefix caching with heterogeneous physical_blocks_per_logical is not supported", §6.3 bug 3;
+//    pdkv aligns transfers by token offset instead of front-trimming block lists);
+//  * P and D kernel block sizes that are not multiples of each other (vLLM needs
+//    local % remote == 0, "Only nP < nD supported"), including hybrids (vLLM < 07-28: "HMA does
+//    not support different remote block size yet");
+//  * hybrid block lengths are validated too (vLLM skips them for hybrids, §5 / §11).
+// "local" is the engine running the check (D when pulling); the rules are symmetric except
+// where the vLLM rule is phrased with tp_ratio (local_tp vs remote_tp).
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pdkv/core/engine_metadata.hpp"
+#include "pdkv/core/error.hpp"
+
+namespace pdkv::core {
+
+struct Incompatibility {
+  Status status = Status::Incompatible;  // TpNotDivisible, HeadsNotDivisible, UnsupportedLayout, ...
+  std::string field;                     // metadata field, e.g. "kv_layout", "regions[3].num_blocks"
+  std::string local_value;
+  std::string remote_value;
+  std::string message;                   // what is wrong, naming the values
+  std::string fix;                       // what the operator can change
+};
+
+// "<STATUS> <field>: <message> (local: <v>, remote: <v>). Fix: <fix>"
+std::string to_string(const Incompatibility& item);
+
+// Every incompatibility between `local` and `remote` (empty: the pair can be served). Both inputs
+// must have passed check_metadata (decode() guarantees it for remote bytes).
+std::vector<Incompatibility> validate_pair(const EngineMetadata& local, const EngineMetadata& remote);
+
+// Throws Error(Incompatible) whose message joins every item of validate_pair with "; ".
+void require_compatible(const EngineMetadata& local, const EngineMetadata& remote);
+
+// The ranks of ONE remote engine (as gathered by handshakes with several of its ranks) must agree
+// with each other: engine id, TP size, block counts (vLLM: dst_num_blocks[engine] ==
+// meta.num_blocks), region count, geometry; and their tp_ranks must be distinct. Items compare
+// ranks[0] ("local_value") with the offending rank ("remote_value").
+std::vector<Incompatibility> validate_engine_ranks(std::span<const EngineMetadata> ranks);
+
+}  // namespace pdkv::core

@@ -1,0 +1,457 @@
+// Binary encoding of EngineMetadata (format in engine_metadata.hpp) and its range checks.
+// Decoding treats the input as hostile: every read is bounds-checked against the payload, counts
+// are checked against the bytes that remain before anything is allocated, enum bytes are checked
+// before they are cast, and the decoded struct goes through the same check_metadata() as encode().
+#include "pdkv/core/engine_metadata.hpp"
+
+#include <array>
+#include <cstring>
+#include <string>
+
+#include "pdkv/core/error.hpp"
+
+namespace pdkv::core {
+namespace {
+
+constexpr std::array<uint8_t, 4> kMagic = {'P', 'D', 'K', 'V'};
+constexpr uint32_t kMaxTpSize = 1u << 16;  // sanity bound; real deployments use <= 64
+constexpr size_t kRegionWireBytes = 8 + 8 + 8 + 1 + 4;
+constexpr uint8_t kFlagMla = 1u << 0;
+constexpr uint8_t kFlagPrefixCaching = 1u << 1;
+constexpr uint8_t kKnownFlags = kFlagMla | kFlagPrefixCaching;
+
+std::string q(const std::string& field) { return "metadata field '" + field + "'"; }
+
+// ---- CRC-32C table, built at compile time (no mutable global state). ----
+constexpr std::array<uint32_t, 256> make_crc32c_table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : (c >> 1);
+    t[i] = c;
+  }
+  return t;
+}
+constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
+
+// Strict RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. Also rejects
+// control characters because engine ids end up in log lines and error messages.
+bool valid_utf8_printable(const std::string& s, size_t* bad_at) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    unsigned char c = p[i];
+    size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7F) break;
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1Fu;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0Fu;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07u;
+    } else {
+      break;
+    }
+    if (i + len > n) break;
+    bool ok = true;
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) ok = false;
+      cp = (cp << 6) | (p[i + k] & 0x3Fu);
+    }
+    static constexpr uint32_t kMinForLen[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (!ok || cp < kMinForLen[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) break;
+    i += len;
+  }
+  *bad_at = i;
+  return i == n;
+}
+
+// ---- Writer / Reader: explicit little-endian, independent of host byte order. ----
+class Writer {
+ public:
+  void u8(uint8_t v) { out_.push_back(v); }
+  void u16(uint16_t v) { le(v, 2); }
+  void u32(uint32_t v) { le(v, 4); }
+  void u64(uint64_t v) { le(v, 8); }
+  void bytes(const std::string& s) { out_.insert(out_.end(), s.begin(), s.end()); }
+  std::vector<uint8_t>& out() { return out_; }
+
+ private:
+  void le(uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  std::vector<uint8_t> out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::span<const uint8_t> b) : b_(b) {}
+  size_t remaining() const { return b_.size() - pos_; }
+  uint8_t u8(const std::string& f) { return static_cast<uint8_t>(le(f, 1)); }
+  uint16_t u16(const std::string& f) { return static_cast<uint16_t>(le(f, 2)); }
+  uint32_t u32(const std::string& f) { return static_cast<uint32_t>(le(f, 4)); }
+  uint64_t u64(const std::string& f) { return le(f, 8); }
+  std::string str(size_t n, const std::string& f) {
+    need(n, f);
+    std::string s(reinterpret_cast<const char*>(b_.data() + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  // Fails before the caller allocates: `count` items of `item_bytes` must fit in what is left.
+  void need_items(uint64_t count, size_t item_bytes, const std::string& f) {
+    if (count > remaining() / item_bytes) {
+      fail(Status::Parse, q(f) + " claims " + std::to_string(count) + " entries of " +
+                              std::to_string(item_bytes) + " bytes, but only " +
+                              std::to_string(remaining()) + " payload bytes remain at offset " +
+                              std::to_string(pos_) + " (corrupt or truncated metadata)");
+    }
+  }
+
+ private:
+  void need(size_t n, const std::string& f) {
+    if (n > remaining()) {
+      fail(Status::Parse, "metadata truncated: " + q(f) + " needs " + std::to_string(n) +
+                              " bytes at payload offset " + std::to_string(pos_) + ", only " +
+                              std::to_string(remaining()) + " left");
+    }
+  }
+  uint64_t le(const std::string& f, int n) {
+    need(static_cast<size_t>(n), f);
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(b_[pos_ + i]) << (8 * i);
+    pos_ += static_cast<size_t>(n);
+    return v;
+  }
+  std::span<const uint8_t> b_;
+  size_t pos_ = 0;
+};
+
+uint32_t read_le32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+
+// Enum bytes from the wire are range-checked before the cast (an out-of-range enum is UB-free
+// but would silently flow into switch statements downstream).
+template <typename E>
+E checked_enum(uint64_t raw, uint64_t max, const std::string& field) {
+  if (raw > max) {
+    fail(Status::Parse, q(field) + " has unknown value " + std::to_string(raw) + " (known: 0.." +
+                            std::to_string(max) + "); the peer may run a newer pdkv");
+  }
+  return static_cast<E>(raw);
+}
+
+std::string hex(uint32_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s = "0x";
+  for (int i = 7; i >= 0; --i) s.push_back(kDigits[(v >> (4 * i)) & 0xF]);
+  return s;
+}
+
+}  // namespace
+
+const char* kv_layout_name(KvLayout l) noexcept {
+  switch (l) {
+    case KvLayout::HND: return "HND";
+    case KvLayout::NHD: return "NHD";
+  }
+  return "unknown";
+}
+
+const char* region_kind_name(RegionKind k) noexcept {
+  switch (k) {
+    case RegionKind::Attention: return "attention";
+    case RegionKind::Mamba: return "mamba";
+  }
+  return "unknown";
+}
+
+uint32_t crc32c(std::span<const uint8_t> bytes) noexcept {
+  uint32_t c = 0xFFFFFFFFu;
+  for (uint8_t b : bytes) c = kCrc32cTable[(c ^ b) & 0xFFu] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+void check_metadata(const EngineMetadata& m, Status status) {
+  auto bad = [&](const std::string& field, const std::string& what) {
+    fail(status, q(field) + " " + what);
+  };
+  auto num = [](uint64_t v) { return std::to_string(v); };
+
+  if (m.engine_id.empty()) bad("engine_id", "is empty; every engine needs a unique id");
+  if (m.engine_id.size() > kMaxEngineIdBytes) {
+    bad("engine_id", "is " + num(m.engine_id.size()) + " bytes, more than the limit of " +
+                         num(kMaxEngineIdBytes));
+  }
+  size_t bad_at = 0;
+  if (!valid_utf8_printable(m.engine_id, &bad_at)) {
+    bad("engine_id", "is not printable UTF-8 (invalid byte " +
+                         num(static_cast<uint8_t>(m.engine_id[bad_at])) + " at offset " +
+                         num(bad_at) + ")");
+  }
+  if (m.tp_size == 0 || m.tp_size > kMaxTpSize) {
+    bad("tp_size", "= " + num(m.tp_size) + " is out of range 1.." + num(kMaxTpSize));
+  }
+  if (m.tp_rank >= m.tp_size) {
+    bad("tp_rank", "= " + num(m.tp_rank) + " must be < tp_size " + num(m.tp_size));
+  }
+  if (static_cast<uint8_t>(m.kv_layout) > 1) bad("kv_layout", "has unknown value");
+  if (static_cast<int32_t>(m.conv_layout) < 0 || static_cast<int32_t>(m.conv_layout) > 1) {
+    bad("conv_layout", "has unknown value " + std::to_string(static_cast<int32_t>(m.conv_layout)));
+  }
+  if (m.kernel_block_size == 0) bad("kernel_block_size", "= 0; it must be at least 1 token");
+  if (m.physical_blocks_per_logical == 0) bad("physical_blocks_per_logical", "= 0; must be >= 1");
+  if (static_cast<uint64_t>(m.kernel_block_size) * m.physical_blocks_per_logical !=
+      m.logical_block_size) {
+    bad("logical_block_size", "= " + num(m.logical_block_size) + " is not kernel_block_size " +
+                                  num(m.kernel_block_size) + " * physical_blocks_per_logical " +
+                                  num(m.physical_blocks_per_logical));
+  }
+  if (m.num_kernel_blocks == 0) bad("num_kernel_blocks", "= 0; an engine needs KV blocks");
+  if (m.num_kernel_blocks % m.physical_blocks_per_logical != 0) {
+    bad("num_kernel_blocks", "= " + num(m.num_kernel_blocks) +
+                                 " is not a whole number of logical blocks (ppl " +
+                                 num(m.physical_blocks_per_logical) + ")");
+  }
+  const auto type = static_cast<int32_t>(m.mamba_type);
+  if (type < 0 || type > static_cast<int32_t>(MambaType::Kda)) {
+    bad("mamba_type", "has unknown value " + std::to_string(type));
+  }
+  const auto mode = static_cast<int32_t>(m.cache_mode);
+  if (mode < 0 || mode > static_cast<int32_t>(MambaCacheMode::All)) {
+    bad("cache_mode", "has unknown value " + std::to_string(mode));
+  }
+  if (m.total_kv_heads == 0) bad("total_kv_heads", "= 0; must be >= 1");
+  if (m.use_mla && m.total_kv_heads != 1) {
+    bad("total_kv_heads", "= " + num(m.total_kv_heads) + " but MLA has exactly 1 latent head");
+  }
+
+  // Mamba sizes: absent for pure attention, internally consistent for hybrids.
+  if (!m.is_hybrid()) {
+    if (m.conv_bytes != 0 || m.ssm_bytes != 0 || !m.conv_projection_bytes.empty()) {
+      bad("conv_bytes", "= " + num(m.conv_bytes) + " / ssm_bytes = " + num(m.ssm_bytes) +
+                            " are set but mamba_type is none");
+    }
+  } else {
+    size_t np = m.conv_projection_bytes.size();
+    size_t want = m.mamba_type == MambaType::Mamba1 ? 1
+                  : (m.mamba_type == MambaType::Mamba2 || m.mamba_type == MambaType::Gdn) ? 3
+                                                                                           : 0;
+    if (np == 0 || np > kMaxConvProjections || (want != 0 && np != want)) {
+      bad("conv_projection_bytes", "has " + num(np) + " entries; " +
+                                       std::string(mamba_type_name(m.mamba_type)) + " needs " +
+                                       (want ? num(want) : std::string("1..3")));
+    }
+    uint64_t sum = 0;
+    for (size_t i = 0; i < np; ++i) {
+      uint64_t p = m.conv_projection_bytes[i];
+      if (p == 0) bad("conv_projection_bytes[" + num(i) + "]", "= 0; projections are non-empty");
+      if (__builtin_add_overflow(sum, p, &sum)) {
+        bad("conv_projection_bytes", "sum overflows 64 bits");
+      }
+    }
+    if (sum != m.conv_bytes) {
+      bad("conv_bytes", "= " + num(m.conv_bytes) + " differs from the sum of conv_projection_bytes " +
+                            num(sum));
+    }
+    if (m.ssm_bytes == 0 && want != 0) bad("ssm_bytes", "= 0 for a " +
+                                               std::string(mamba_type_name(m.mamba_type)) + " model");
+  }
+
+  if (m.regions.empty()) bad("regions", "is empty; an engine registers at least one KV tensor");
+  if (m.regions.size() > kMaxRegions) {
+    bad("regions", "has " + num(m.regions.size()) + " entries, more than the limit " +
+                       num(kMaxRegions));
+  }
+  for (size_t i = 0; i < m.regions.size(); ++i) {
+    const MetadataRegion& r = m.regions[i];
+    const std::string f = "regions[" + num(i) + "]";
+    if (static_cast<uint8_t>(r.kind) > 1) bad(f + ".kind", "has unknown value");
+    if (r.region.block_len == 0) bad(f + ".block_len", "= 0; a kernel page has bytes");
+    uint64_t len = 0;
+    uint64_t end = 0;
+    if (__builtin_mul_overflow(r.region.block_len, r.region.num_blocks, &len) ||
+        __builtin_add_overflow(r.region.base, len, &end)) {
+      fail(Status::OutOfBounds,
+           q(f) + " base " + num(r.region.base) + " + block_len " + num(r.region.block_len) +
+               " * num_blocks " + num(r.region.num_blocks) + " runs past the 64-bit address space");
+    }
+    if (r.kind == RegionKind::Attention && m.attention_bytes_per_token == 0) {
+      bad("attention_bytes_per_token", "= 0 but " + f + " is an attention region");
+    }
+    if (r.kind == RegionKind::Mamba) {
+      if (!m.is_hybrid()) bad(f + ".kind", "is mamba but mamba_type is none");
+      // One Mamba state lives in one logical page (block_len * ppl); a bigger state would make
+      // every Mamba read spill into the next block.
+      uint64_t page = 0;
+      uint64_t state = 0;
+      if (__builtin_mul_overflow(r.region.block_len, m.physical_blocks_per_logical, &page) ||
+          __builtin_add_overflow(m.conv_bytes, m.ssm_bytes, &state) || state > page) {
+        fail(Status::OutOfBounds,
+             q(f) + ": Mamba state conv_bytes " + num(m.conv_bytes) + " + ssm_bytes " +
+                 num(m.ssm_bytes) + " does not fit in the logical page block_len " +
+                 num(r.region.block_len) + " * physical_blocks_per_logical " +
+                 num(m.physical_blocks_per_logical));
+      }
+    }
+  }
+}
+
+std::vector<uint8_t> encode(const EngineMetadata& m) {
+  check_metadata(m, Status::InvalidArgument);
+  Writer w;
+  for (uint8_t c : kMagic) w.u8(c);
+  w.u16(kMetadataMajorVersion);
+  w.u16(kMetadataMinorVersion);
+  w.u32(0);  // payload length, patched below
+  w.u32(0);  // checksum, patched below
+
+  w.u16(static_cast<uint16_t>(m.engine_id.size()));
+  w.bytes(m.engine_id);
+  w.u32(m.tp_size);
+  w.u32(m.tp_rank);
+  w.u8(static_cast<uint8_t>(m.kv_layout));
+  w.u8(static_cast<uint8_t>(m.conv_layout));
+  w.u32(m.logical_block_size);
+  w.u32(m.kernel_block_size);
+  w.u32(m.physical_blocks_per_logical);
+  w.u64(m.num_kernel_blocks);
+  w.u8(static_cast<uint8_t>(m.mamba_type));
+  w.u64(m.conv_bytes);
+  w.u64(m.ssm_bytes);
+  w.u8(static_cast<uint8_t>(m.conv_projection_bytes.size()));
+  for (uint64_t p : m.conv_projection_bytes) w.u64(p);
+  w.u64(m.attention_bytes_per_token);
+  w.u8(static_cast<uint8_t>((m.use_mla ? kFlagMla : 0) | (m.prefix_caching ? kFlagPrefixCaching : 0)));
+  w.u32(m.total_kv_heads);
+  w.u8(static_cast<uint8_t>(m.cache_mode));
+  w.u64(m.model_fingerprint);
+  w.u32(static_cast<uint32_t>(m.regions.size()));
+  for (const MetadataRegion& r : m.regions) {
+    w.u64(r.region.base);
+    w.u64(r.region.block_len);
+    w.u64(r.region.num_blocks);
+    w.u8(static_cast<uint8_t>(r.kind));
+    w.u32(r.layer);
+  }
+
+  std::vector<uint8_t>& out = w.out();
+  const size_t payload_len = out.size() - kMetadataHeaderBytes;  // bounded by kMaxRegions
+  const uint32_t crc =
+      crc32c(std::span<const uint8_t>(out.data() + kMetadataHeaderBytes, payload_len));
+  for (int i = 0; i < 4; ++i) {
+    out[8 + i] = static_cast<uint8_t>(payload_len >> (8 * i));
+    out[12 + i] = static_cast<uint8_t>(crc >> (8 * i));
+  }
+  return std::move(out);
+}
+
+EngineMetadata decode(std::span<const uint8_t> bytes) {
+  if (bytes.size() < kMetadataHeaderBytes) {
+    fail(Status::Parse, "metadata truncated: " + std::to_string(bytes.size()) +
+                            " bytes, the header alone needs " +
+                            std::to_string(kMetadataHeaderBytes));
+  }
+  if (std::memcmp(bytes.data(), kMagic.data(), kMagic.size()) != 0) {
+    fail(Status::Parse, "metadata magic is " + hex(read_le32(bytes.data())) +
+                            ", expected \"PDKV\" (" + hex(read_le32(kMagic.data())) +
+                            "); the peer is not speaking the pdkv handshake");
+  }
+  const uint16_t major = static_cast<uint16_t>(bytes[4] | bytes[5] << 8);
+  const uint16_t minor = static_cast<uint16_t>(bytes[6] | bytes[7] << 8);
+  if (major != kMetadataMajorVersion) {
+    fail(Status::Parse, "metadata format major version " + std::to_string(major) +
+                            " is not supported (this pdkv reads " +
+                            std::to_string(kMetadataMajorVersion) +
+                            "); run the same pdkv major version on P and D");
+  }
+  const uint32_t payload_len = read_le32(bytes.data() + 8);
+  const size_t actual = bytes.size() - kMetadataHeaderBytes;
+  if (payload_len != actual) {
+    fail(Status::Parse, "metadata payload_len " + std::to_string(payload_len) + " but " +
+                            std::to_string(actual) + " payload bytes were received");
+  }
+  const std::span<const uint8_t> payload = bytes.subspan(kMetadataHeaderBytes);
+  const uint32_t want_crc = read_le32(bytes.data() + 12);
+  const uint32_t got_crc = crc32c(payload);
+  if (want_crc != got_crc) {
+    fail(Status::Checksum, "metadata checksum mismatch: header says " + hex(want_crc) +
+                               ", payload hashes to " + hex(got_crc) +
+                               " (corrupted in transit)");
+  }
+
+  Reader r(payload);
+  EngineMetadata m;
+  const uint16_t id_len = r.u16("engine_id.length");
+  if (id_len > kMaxEngineIdBytes) {
+    fail(Status::Parse, q("engine_id") + " length " + std::to_string(id_len) +
+                            " exceeds the limit " + std::to_string(kMaxEngineIdBytes));
+  }
+  m.engine_id = r.str(id_len, "engine_id");
+  m.tp_size = r.u32("tp_size");
+  m.tp_rank = r.u32("tp_rank");
+  m.kv_layout = checked_enum<KvLayout>(r.u8("kv_layout"), 1, "kv_layout");
+  m.conv_layout = checked_enum<ConvLayout>(r.u8("conv_layout"), 1, "conv_layout");
+  m.logical_block_size = r.u32("logical_block_size");
+  m.kernel_block_size = r.u32("kernel_block_size");
+  m.physical_blocks_per_logical = r.u32("physical_blocks_per_logical");
+  m.num_kernel_blocks = r.u64("num_kernel_blocks");
+  m.mamba_type = checked_enum<MambaType>(r.u8("mamba_type"),
+                                         static_cast<uint64_t>(MambaType::Kda), "mamba_type");
+  m.conv_bytes = r.u64("conv_bytes");
+  m.ssm_bytes = r.u64("ssm_bytes");
+  const uint8_t np = r.u8("conv_projection_bytes.count");
+  if (np > kMaxConvProjections) {
+    fail(Status::Parse, q("conv_projection_bytes") + " count " + std::to_string(np) +
+                            " exceeds the limit " + std::to_string(kMaxConvProjections));
+  }
+  for (uint8_t i = 0; i < np; ++i) {
+    m.conv_projection_bytes.push_back(r.u64("conv_projection_bytes[" + std::to_string(i) + "]"));
+  }
+  m.attention_bytes_per_token = r.u64("attention_bytes_per_token");
+  const uint8_t flags = r.u8("flags");
+  if ((flags & ~kKnownFlags) != 0) {
+    fail(Status::Parse, q("flags") + " = " + std::to_string(flags) + " sets unknown bits " +
+                            std::to_string(flags & ~kKnownFlags));
+  }
+  m.use_mla = (flags & kFlagMla) != 0;
+  m.prefix_caching = (flags & kFlagPrefixCaching) != 0;
+  m.total_kv_heads = r.u32("total_kv_heads");
+  m.cache_mode = checked_enum<MambaCacheMode>(
+      r.u8("cache_mode"), static_cast<uint64_t>(MambaCacheMode::All), "cache_mode");
+  m.model_fingerprint = r.u64("model_fingerprint");
+  const uint32_t nregions = r.u32("regions.count");
+  if (nregions > kMaxRegions) {
+    fail(Status::Parse, q("regions") + " count " + std::to_string(nregions) +
+                            " exceeds the limit " + std::to_string(kMaxRegions));
+  }
+  r.need_items(nregions, kRegionWireBytes, "regions");
+  m.regions.reserve(nregions);  // safe: bounded by the bytes actually present
+  for (uint32_t i = 0; i < nregions; ++i) {
+    const std::string f = "regions[" + std::to_string(i) + "]";
+    MetadataRegion reg;
+    reg.region.base = r.u64(f + ".base");
+    reg.region.block_len = r.u64(f + ".block_len");
+    reg.region.num_blocks = r.u64(f + ".num_blocks");
+    reg.kind = checked_enum<RegionKind>(r.u8(f + ".kind"), 1, f + ".kind");
+    reg.layer = r.u32(f + ".layer");
+    m.regions.push_back(reg);
+  }
+  // Newer minors append fields we do not know yet; within our own minor, extra bytes mean
+  // the sender and we disagree about the layout.
+  if (r.remaining() != 0 && minor <= kMetadataMinorVersion) {
+    fail(Status::Parse, "metadata has " + std::to_string(r.remaining()) +
+                            " unexpected trailing payload bytes for format version " +
+                            std::to_string(major) + "." + std::to_string(minor));
+  }
+  check_metadata(m, Status::Parse);
+  return m;
+}
+
+}  // namespace pdkv::core

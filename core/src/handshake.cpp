@@ -1,0 +1,327 @@
+// Handshake rules (vllm-semantics.md §5), each producing its own Incompatibility so an operator
+// fixes a deployment in one round instead of one restart per error.
+#include "pdkv/core/handshake.hpp"
+
+#include <cstdio>
+#include <set>
+
+namespace pdkv::core {
+namespace {
+
+__extension__ typedef unsigned __int128 u128;  // exact products of u64 byte counts and u32 factors
+
+std::string num(uint64_t v) { return std::to_string(v); }
+std::string yes_no(bool b) { return b ? "on" : "off"; }
+std::string hex64(uint64_t v) {
+  char buf[19];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+class Items {
+ public:
+  void add(Status s, std::string field, std::string lv, std::string rv, std::string msg,
+           std::string fix) {
+    items_.push_back({s, std::move(field), std::move(lv), std::move(rv), std::move(msg),
+                      std::move(fix)});
+  }
+  std::vector<Incompatibility> take() { return std::move(items_); }
+
+ private:
+  std::vector<Incompatibility> items_;
+};
+
+bool divides_either_way(uint32_t a, uint32_t b) { return a % b == 0 || b % a == 0; }
+
+// KV heads one rank holds: K/tp, or 1 replicated head when tp > K (vLLM: max(1, K // tp)).
+uint32_t heads_per_rank(const EngineMetadata& m) {
+  if (m.use_mla) return 1;
+  return m.total_kv_heads >= m.tp_size ? m.total_kv_heads / m.tp_size : 1;
+}
+
+bool has_kind(const EngineMetadata& m, RegionKind k) {
+  for (const auto& r : m.regions)
+    if (r.kind == k) return true;
+  return false;
+}
+
+bool transferable_mamba_type(MambaType t) {
+  return t == MambaType::Mamba1 || t == MambaType::Mamba2 || t == MambaType::Gdn;
+}
+
+// Rules that look at one side only; `side` is "local" or "remote".
+void check_one_side(const EngineMetadata& m, const char* side, Items& out) {
+  const bool local = std::string(side) == "local";
+  auto lv = [&](const std::string& v) { return local ? v : std::string(); };
+  auto rv = [&](const std::string& v) { return local ? std::string() : v; };
+  const std::string who = std::string(side) + " engine '" + m.engine_id + "'";
+
+  // GQA placement needs K % tp == 0 (sharded heads) or tp % K == 0 (replicated heads).
+  if (!m.use_mla) {
+    const uint32_t k = m.total_kv_heads;
+    const uint32_t tp = m.tp_size;
+    if ((tp <= k && k % tp != 0) || (tp > k && tp % k != 0)) {
+      out.add(Status::HeadsNotDivisible, "tp_size", lv(num(tp)), rv(num(tp)),
+              who + ": tp_size " + num(tp) + " and total_kv_heads " + num(k) +
+                  " do not divide each other, so KV heads cannot be placed on ranks",
+              "use a tp_size that divides " + num(k) + " or is a multiple of it");
+    }
+  }
+  if (m.is_hybrid() && !transferable_mamba_type(m.mamba_type)) {
+    out.add(Status::UnsupportedMambaType, "mamba_type", lv(mamba_type_name(m.mamba_type)),
+            rv(mamba_type_name(m.mamba_type)),
+            who + ": Mamba type " + mamba_type_name(m.mamba_type) +
+                " has no conv-state split rule, its state cannot be transferred",
+            "only Mamba1, Mamba2 and GDN hybrids can be disaggregated; serve this model without P/D");
+  }
+  if (m.is_hybrid() && m.conv_layout != ConvLayout::DS) {
+    out.add(Status::UnsupportedLayout, "conv_layout", lv("SD"), rv("SD"),
+            who + " stores the Mamba conv state as SD; the per-projection transfer needs DS so "
+                  "each projection is one contiguous range",
+            "set VLLM_SSM_CONV_STATE_LAYOUT=DS on the " + std::string(side) + " engine");
+  }
+  // vLLM sends one num_blocks per engine; every region must hold exactly that many kernel blocks.
+  for (size_t i = 0; i < m.regions.size(); ++i) {
+    const auto& r = m.regions[i];
+    if (r.region.num_blocks != m.num_kernel_blocks) {
+      out.add(Status::Incompatible, "regions[" + num(i) + "].num_blocks",
+              lv(num(r.region.num_blocks)), rv(num(r.region.num_blocks)),
+              who + ": region " + num(i) + " has " + num(r.region.num_blocks) +
+                  " kernel blocks but the engine advertises num_kernel_blocks " +
+                  num(m.num_kernel_blocks),
+              "register every KV tensor with the same number of blocks");
+      break;  // one item per side: the rest are the same misregistration
+    }
+  }
+  // A kernel page is kernel_block_size tokens of attention_bytes_per_token (HMA pads the Mamba
+  // page up to it, so this holds for hybrids as well). A mismatch means the block_len the peer
+  // would address with is not the page the tensor really has.
+  for (size_t i = 0; i < m.regions.size(); ++i) {
+    const auto& r = m.regions[i];
+    if (r.kind != RegionKind::Attention) continue;
+    const u128 expect = static_cast<u128>(m.kernel_block_size) * m.attention_bytes_per_token;
+    if (expect != r.region.block_len) {
+      const std::string e = expect > UINT64_MAX ? std::string("> 2^64")
+                                                : num(static_cast<uint64_t>(expect));
+      out.add(Status::Incompatible, "regions[" + num(i) + "].block_len",
+              lv(num(r.region.block_len)), rv(num(r.region.block_len)),
+              who + ": attention region " + num(i) + " block_len " + num(r.region.block_len) +
+                  " != kernel_block_size " + num(m.kernel_block_size) +
+                  " * attention_bytes_per_token " + num(m.attention_bytes_per_token) + " = " + e,
+              "advertise the kernel page size actually registered");
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+std::string to_string(const Incompatibility& it) {
+  std::string s = std::string(status_name(it.status)) + " " + it.field + ": " + it.message;
+  if (!it.local_value.empty() || !it.remote_value.empty()) {
+    s += " (local: " + (it.local_value.empty() ? std::string("-") : it.local_value) +
+         ", remote: " + (it.remote_value.empty() ? std::string("-") : it.remote_value) + ")";
+  }
+  if (!it.fix.empty()) s += ". Fix: " + it.fix;
+  return s;
+}
+
+std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const EngineMetadata& r) {
+  Items out;
+
+  if (l.engine_id == r.engine_id) {
+    out.add(Status::Incompatible, "engine_id", l.engine_id, r.engine_id,
+            "both sides report engine id '" + l.engine_id +
+                "'; a P/D pair needs two distinct engines",
+            "give the prefill and decode instances different engine ids");
+  }
+
+  // ---- model identity ----
+  if (l.model_fingerprint != r.model_fingerprint) {
+    out.add(Status::Incompatible, "model_fingerprint", hex64(l.model_fingerprint),
+            hex64(r.model_fingerprint),
+            "the engines serve models with different geometry (fingerprint " +
+                hex64(l.model_fingerprint) + " vs " + hex64(r.model_fingerprint) + ")",
+            "serve the same model (same heads, head sizes, Mamba config, layer pattern) on P and D");
+  }
+  if (l.use_mla != r.use_mla) {
+    out.add(Status::Incompatible, "use_mla", yes_no(l.use_mla), yes_no(r.use_mla),
+            "one side uses MLA (one replicated latent head) and the other does not",
+            "use the same attention type (and model) on P and D");
+  }
+  if (l.total_kv_heads != r.total_kv_heads) {
+    out.add(Status::Incompatible, "total_kv_heads", num(l.total_kv_heads), num(r.total_kv_heads),
+            "total KV heads differ (" + num(l.total_kv_heads) + " vs " + num(r.total_kv_heads) +
+                "), so head ranges cannot be matched",
+            "serve the same model on P and D");
+  }
+  if (l.mamba_type != r.mamba_type) {
+    out.add(Status::Incompatible, "mamba_type", mamba_type_name(l.mamba_type),
+            mamba_type_name(r.mamba_type),
+            std::string("Mamba layer types differ (") + mamba_type_name(l.mamba_type) + " vs " +
+                mamba_type_name(r.mamba_type) + ")",
+            "serve the same model on P and D");
+  }
+
+  // ---- TP ----
+  const bool tp_ok = divides_either_way(l.tp_size, r.tp_size);
+  if (!tp_ok) {
+    out.add(Status::TpNotDivisible, "tp_size", num(l.tp_size), num(r.tp_size),
+            "local tp_size " + num(l.tp_size) + " and remote tp_size " + num(r.tp_size) +
+                " do not divide each other",
+            "choose TP sizes where one is a multiple of the other (e.g. 2 and 4)");
+  }
+  check_one_side(l, "local", out);
+  check_one_side(r, "remote", out);
+
+  // ---- layouts ----
+  const bool heads_split = !l.use_mla && !r.use_mla && heads_per_rank(l) != heads_per_rank(r);
+  if (!l.use_mla && !r.use_mla && l.kv_layout != r.kv_layout) {
+    out.add(Status::UnsupportedLayout, "kv_layout", kv_layout_name(l.kv_layout),
+            kv_layout_name(r.kv_layout),
+            std::string("KV cache layouts differ (") + kv_layout_name(l.kv_layout) + " vs " +
+                kv_layout_name(r.kv_layout) + "); pdkv does not permute blocks on receive",
+            "use the same KV cache layout on both engines, HND for heterogeneous TP");
+  } else if (heads_split && l.kv_layout != KvLayout::HND) {
+    // vLLM checks this only when the remote is not replicated; pdkv checks whenever the two
+    // sides hold a different number of heads per rank, because the local split into head
+    // slices (P_TP > D_TP) is just as non-contiguous under NHD.
+    out.add(Status::UnsupportedLayout, "kv_layout", kv_layout_name(l.kv_layout),
+            kv_layout_name(r.kv_layout),
+            "heterogeneous TP splits blocks by head (" + num(heads_per_rank(l)) + " vs " +
+                num(heads_per_rank(r)) + " KV heads per rank), which needs contiguous heads",
+            "use the HND KV cache layout on both engines");
+  }
+
+  // vLLM rejects (assert) P_TP > D_TP with replicated P heads for pure attention models: only one
+  // P rank per distinct head is read, and the others would never be told their blocks are free.
+  if (tp_ok && !l.use_mla && !l.is_hybrid() && !r.is_hybrid() && r.tp_size > l.tp_size &&
+      r.tp_size > r.total_kv_heads) {
+    out.add(Status::Incompatible, "tp_size", num(l.tp_size), num(r.tp_size),
+            "remote tp_size " + num(r.tp_size) + " > local tp_size " + num(l.tp_size) +
+                " with replicated remote KV heads (" + num(r.total_kv_heads) +
+                " heads): duplicate remote ranks would never be read or released",
+            "use a remote tp_size <= " + num(r.total_kv_heads) +
+                " or a local tp_size >= the remote one");
+  }
+
+  // ---- regions ----
+  if (l.regions.size() != r.regions.size()) {
+    out.add(Status::Incompatible, "regions", num(l.regions.size()), num(r.regions.size()),
+            "region counts differ (" + num(l.regions.size()) + " vs " + num(r.regions.size()) +
+                "); regions are matched by index",
+            "run the same model with the same KV cache grouping (HMA on/off) on both engines");
+  } else {
+    size_t mismatches = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < l.regions.size(); ++i) {
+      if (l.regions[i].kind != r.regions[i].kind) {
+        if (mismatches++ == 0) first = i;
+      }
+    }
+    if (mismatches != 0) {
+      out.add(Status::Incompatible, "regions[" + num(first) + "].kind",
+              region_kind_name(l.regions[first].kind), region_kind_name(r.regions[first].kind),
+              num(mismatches) + " regions differ in kind, first at index " + num(first),
+              "run the same model with the same KV cache grouping on both engines");
+    }
+  }
+
+  // ---- byte sizes against the head ratio (#45879, expressed per token) ----
+  // vLLM: remote block_len == local block_len * rheads / lheads / bsr. Per token this is
+  // remote_a * lheads == local_a * rheads, which also holds across different block sizes.
+  if (has_kind(l, RegionKind::Attention) && has_kind(r, RegionKind::Attention) &&
+      l.use_mla == r.use_mla && l.total_kv_heads == r.total_kv_heads) {
+    const uint32_t lh = heads_per_rank(l);
+    const uint32_t rh = heads_per_rank(r);
+    if (static_cast<u128>(l.attention_bytes_per_token) * rh !=
+        static_cast<u128>(r.attention_bytes_per_token) * lh) {
+      out.add(Status::Incompatible, "attention_bytes_per_token",
+              num(l.attention_bytes_per_token), num(r.attention_bytes_per_token),
+              "attention bytes per token do not follow the head ratio (local " + num(lh) +
+                  " heads/rank, remote " + num(rh) + " heads/rank; vLLM #45879 block_len rule)",
+              "use the same KV cache dtype and attention backend page format on both engines");
+    }
+  }
+  if (l.is_hybrid() && l.mamba_type == r.mamba_type) {
+    // The temporal state is always head-sharded: ssm_bytes * tp is TP-invariant.
+    if (static_cast<u128>(l.ssm_bytes) * l.tp_size != static_cast<u128>(r.ssm_bytes) * r.tp_size) {
+      out.add(Status::Incompatible, "ssm_bytes", num(l.ssm_bytes), num(r.ssm_bytes),
+              "SSM state bytes do not scale with TP (local " + num(l.ssm_bytes) + " * tp " +
+                  num(l.tp_size) + " != remote " + num(r.ssm_bytes) + " * tp " + num(r.tp_size) + ")",
+              "use the same --mamba-ssm-cache-dtype on both engines");
+    }
+    if (l.conv_projection_bytes.size() != r.conv_projection_bytes.size()) {
+      out.add(Status::Incompatible, "conv_projection_bytes",
+              num(l.conv_projection_bytes.size()), num(r.conv_projection_bytes.size()),
+              "the engines split the conv state into different numbers of projections",
+              "serve the same model on P and D");
+    } else {
+      // Mamba2 B/C may be replicated (n_groups < TP, #55208), so only x is checked there.
+      const size_t n = l.mamba_type == MambaType::Mamba2 ? 1 : l.conv_projection_bytes.size();
+      for (size_t j = 0; j < n; ++j) {
+        const uint64_t a = l.conv_projection_bytes[j];
+        const uint64_t b = r.conv_projection_bytes[j];
+        if (static_cast<u128>(a) * l.tp_size != static_cast<u128>(b) * r.tp_size) {
+          out.add(Status::Incompatible, "conv_projection_bytes[" + num(j) + "]", num(a), num(b),
+                  "conv projection " + num(j) + " bytes do not scale with TP (local " + num(a) +
+                      " * tp " + num(l.tp_size) + " != remote " + num(b) + " * tp " +
+                      num(r.tp_size) + ")",
+                  "use the same --mamba-cache-dtype and speculative token count on both engines");
+        }
+      }
+    }
+  }
+  // Accepted on purpose (see header): physical_blocks_per_logical differing with prefix caching
+  // on, and kernel block sizes that are not multiples of each other.
+  return out.take();
+}
+
+void require_compatible(const EngineMetadata& local, const EngineMetadata& remote) {
+  const auto items = validate_pair(local, remote);
+  if (items.empty()) return;
+  std::string msg = "engines '" + local.engine_id + "' (local) and '" + remote.engine_id +
+                    "' (remote) are incompatible: " + num(items.size()) + " problem(s): ";
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) msg += "; ";
+    msg += to_string(items[i]);
+  }
+  fail(Status::Incompatible, msg);
+}
+
+std::vector<Incompatibility> validate_engine_ranks(std::span<const EngineMetadata> ranks) {
+  Items out;
+  if (ranks.empty()) return out.take();
+  const EngineMetadata& a = ranks[0];
+  std::set<uint32_t> seen;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const EngineMetadata& b = ranks[i];
+    const std::string who = "rank entry " + num(i) + " (tp_rank " + num(b.tp_rank) + ")";
+    if (!seen.insert(b.tp_rank).second) {
+      out.add(Status::Incompatible, "tp_rank", "", num(b.tp_rank),
+              who + " repeats a tp_rank already handshaked", "handshake each remote rank once");
+    }
+    if (i == 0) continue;
+    auto differ = [&](const char* field, const std::string& va, const std::string& vb,
+                      const std::string& fix) {
+      if (va != vb) {
+        out.add(Status::Incompatible, field, va, vb,
+                who + " disagrees with rank entry 0 on " + field + " (" + va + " vs " + vb + ")",
+                fix);
+      }
+    };
+    differ("engine_id", a.engine_id, b.engine_id, "handshake ranks of one engine together");
+    differ("tp_size", num(a.tp_size), num(b.tp_size), "restart the remote engine consistently");
+    differ("num_kernel_blocks", num(a.num_kernel_blocks), num(b.num_kernel_blocks),
+           "give every rank of an engine the same KV cache size (gpu_memory_utilization)");
+    differ("regions", num(a.regions.size()), num(b.regions.size()),
+           "restart the remote engine consistently");
+    differ("physical_blocks_per_logical", num(a.physical_blocks_per_logical),
+           num(b.physical_blocks_per_logical), "restart the remote engine consistently");
+    differ("model_fingerprint", hex64(a.model_fingerprint), hex64(b.model_fingerprint),
+           "serve one model per engine");
+  }
+  return out.take();
+}
+
+}  // namespace pdkv::core
