@@ -1,0 +1,87 @@
+// Prefix-cache trimming (vllm-semantics.md §6.3): after D's own prefix-cache hit, which tokens /
+// states D still needs from P, and where they live in both block tables.
+//
+// vLLM pairs *block counts* (x[-n:] tails and front-trims) and breaks whenever counts and tokens
+// disagree: a group with 0 local blocks reads the whole remote list (x[-0:]), SSM lists with
+// placeholder nulls or several positions trip asserts, and different blocks-per-logical on P and
+// D pair the wrong blocks. pdkv pairs *token positions* instead: every attention token D is
+// missing is mapped to (local block, offset) and (remote block, offset), so any two block sizes
+// work, and every Mamba state is paired by the token count it represents.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "pdkv/core/block_ids.hpp"
+#include "pdkv/core/model.hpp"
+#include "pdkv/core/zero_ranges.hpp"
+
+namespace pdkv::core {
+
+// num_tokens tokens copied from remote_block (from token offset remote_token_begin) into
+// local_block (from local_token_begin). A run never crosses a block boundary on either side.
+struct TokenRun {
+  uint64_t local_block = 0;
+  uint64_t local_token_begin = 0;
+  uint64_t remote_block = 0;
+  uint64_t remote_token_begin = 0;
+  uint64_t num_tokens = 0;
+  friend bool operator==(const TokenRun&, const TokenRun&) = default;
+};
+
+// One whole Mamba state copied from remote_block into local_block; `tokens` is the number of
+// prompt tokens the state has consumed (the same on both sides, by construction).
+struct StatePair {
+  uint64_t local_block = 0;
+  uint64_t remote_block = 0;
+  uint64_t tokens = 0;
+  friend bool operator==(const StatePair&, const StatePair&) = default;
+};
+
+// One group's inputs. Attention kinds use KERNEL block ids of each side (expanded with that
+// side's own blocks-per-logical); Mamba groups use logical ids, exchange-clipped (exchange_clip.hpp)
+// exactly once, with 0 as the null placeholder.
+struct GroupTrimInput {
+  GroupKind kind = GroupKind::Attention;
+  MambaCacheMode cache_mode = MambaCacheMode::None;  // Mamba groups only
+  std::vector<uint64_t> local_blocks;   // D blocks still to fill (after D's prefix hit)
+  std::vector<uint64_t> remote_blocks;  // P blocks of the request
+  // Tokens per block on each side: the kernel block size for attention kinds, the Mamba block
+  // size (tokens per state checkpoint) for Mamba "all" mode; unused by single-state modes.
+  uint64_t local_tokens_per_block = 0;
+  uint64_t remote_tokens_per_block = 0;
+  uint64_t remote_computed_tokens = 0;  // prompt tokens P computed (N-1 rule already applied)
+  uint64_t local_hit_tokens = 0;        // tokens D already holds (its prefix-cache hit)
+  uint64_t sliding_window = 0;          // SlidingWindow groups: window in tokens
+  // Block-table index of local_blocks[0]. Default: local_hit_tokens / local_tokens_per_block
+  // (the unhashed blocks start at the block holding the first missing token).
+  std::optional<uint64_t> local_first_block;
+  // Block-table index of remote_blocks[0]: 0 unless the list was clipped at the front (SWA).
+  uint64_t remote_first_block = 0;
+};
+
+struct GroupTrim {
+  GroupKind kind = GroupKind::Attention;
+  std::vector<TokenRun> runs;     // attention kinds, in token order
+  std::vector<StatePair> states;  // Mamba groups, in position order
+  // Attention kinds: tokens of listed local blocks that D neither holds nor receives (a
+  // partly-covered tail block, blocks past P's tokens, SWA tokens outside the window): zero them.
+  std::vector<ZeroRange> zero;
+  // Mamba: listed local slots that no remote state can fill (a checkpoint P never took, e.g.
+  // different Mamba block sizes in "all" mode). The engine must not publish them as cache hits.
+  std::vector<uint64_t> unfilled_states;
+
+  bool transfers_nothing() const { return runs.empty() && states.empty(); }
+  uint64_t transferred_tokens() const;
+};
+
+// Trims one group. Errors: InvalidArgument (zero tokens_per_block where needed), Coverage (a
+// token or the final state D needs has no local slot or no remote source, naming the token,
+// the block index and the list bounds), Overflow.
+GroupTrim trim_group(const GroupTrimInput& in);
+
+// Trims every group; errors are prefixed with "group <i> (<kind>)".
+std::vector<GroupTrim> trim_prefix(const std::vector<GroupTrimInput>& groups);
+
+}  // namespace pdkv::core
