@@ -1,0 +1,270 @@
+// vLLM-compatible conv/SSM views (vllm-semantics.md §4) with exact numbers, pdkv's reads for
+// the same pairs, and the #55208 case where the two disagree.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "pdkv/core/error.hpp"
+#include "pdkv/core/mamba_split.hpp"
+#include "pdkv/core/mamba_state.hpp"
+
+using namespace pdkv::core;
+
+namespace {
+
+ModelDesc mamba2(const char* name, uint32_t heads, uint32_t head_dim, uint32_t d_state,
+                 uint32_t n_groups, uint32_t ssm_default) {
+  ModelDesc m;
+  m.name = name;
+  m.mamba.type = MambaType::Mamba2;
+  m.mamba.num_heads = heads;
+  m.mamba.head_dim = head_dim;
+  m.mamba.d_state = d_state;
+  m.mamba.n_groups = n_groups;
+  m.mamba.conv_kernel = 4;
+  m.dtype_bytes = 2;
+  m.default_ssm_dtype_bytes = ssm_default;
+  return m;
+}
+ModelDesc nemotron3_nano() { return mamba2("nemotron-3-nano-30b", 64, 64, 128, 8, 4); }
+ModelDesc falcon_h1_05b() { return mamba2("falcon-h1-0.5b", 24, 64, 128, 1, 0); }
+ModelDesc qwen3_next() {
+  ModelDesc m;
+  m.name = "qwen3-next";
+  m.mamba.type = MambaType::Gdn;
+  m.mamba.num_heads = 32;
+  m.mamba.head_dim = 128;
+  m.mamba.n_groups = 16;
+  m.mamba.d_state = 128;
+  m.mamba.conv_kernel = 4;
+  m.dtype_bytes = 2;
+  return m;
+}
+ModelDesc jamba() {
+  ModelDesc m;
+  m.name = "jamba";
+  m.mamba.type = MambaType::Mamba1;
+  m.mamba.d_inner = 8192;
+  m.mamba.d_state = 16;
+  m.mamba.conv_kernel = 4;
+  m.dtype_bytes = 2;
+  return m;
+}
+
+MambaState state(const ModelDesc& m, uint32_t tp) {
+  EngineConfig e;
+  e.tp_size = tp;
+  return derive_mamba_state(m, e);
+}
+
+template <class F>
+Status status_of(F&& f, std::string* msg) {
+  try {
+    f();
+  } catch (const Error& e) {
+    *msg = e.what();
+    return e.status();
+  }
+  return Status::Ok;
+}
+
+}  // namespace
+
+TEST(MambaSplit, PhysicalBlocksPerLogical) {
+  EXPECT_EQ(compute_physical_blocks_per_logical(36864, 2097152, 8192), 261u);
+  EXPECT_EQ(compute_physical_blocks_per_logical(18432, 1048576, 4096), 261u);
+  EXPECT_EQ(compute_physical_blocks_per_logical(9216, 524288, 4096), 131u);
+  EXPECT_EQ(compute_physical_blocks_per_logical(4096, 4096, 4096), 2u);
+  std::string msg;
+  EXPECT_EQ(status_of([] { compute_physical_blocks_per_logical(1, 1, 0); }, &msg),
+            Status::InvalidArgument);
+  EXPECT_EQ(status_of([] { compute_physical_blocks_per_logical(~uint64_t{0}, 1, 1); }, &msg),
+            Status::Overflow);
+}
+
+TEST(MambaSplit, LocalConvOffsets) {
+  EXPECT_EQ(local_conv_offsets(state(nemotron3_nano(), 2)),
+            (std::vector<MambaByteRange>{{0, 12288}, {12288, 3072}, {15360, 3072}}));
+  EXPECT_EQ(local_conv_offsets(state(qwen3_next(), 1)),
+            (std::vector<MambaByteRange>{{0, 12288}, {12288, 12288}, {24576, 24576}}));
+  EXPECT_EQ(local_conv_offsets(state(jamba(), 2)), (std::vector<MambaByteRange>{{0, 24576}}));
+}
+
+TEST(MambaSplit, RemoteConvOffsetsPositiveRatio) {
+  // D TP2 <- P TP1: P page is x 24576 | B 6144 | C 6144; D rank 1 reads the second halves.
+  const MambaState d = state(nemotron3_nano(), 2);
+  EXPECT_EQ(remote_conv_offsets(d, 0, 2),
+            (std::vector<MambaByteRange>{{0, 12288}, {24576, 3072}, {30720, 3072}}));
+  EXPECT_EQ(remote_conv_offsets(d, 1, 2),
+            (std::vector<MambaByteRange>{{12288, 12288}, {27648, 3072}, {33792, 3072}}));
+  // Homogeneous TP reads the projections where they are.
+  EXPECT_EQ(remote_conv_offsets(d, 1, 1), local_conv_offsets(d));
+  // GDN D TP4 <- P TP2, rank 3 (lo = 1): Q/K/V of 3072/3072/6144 B locally.
+  const MambaState g = state(qwen3_next(), 4);
+  EXPECT_EQ(remote_conv_offsets(g, 3, 2),
+            (std::vector<MambaByteRange>{{3072, 3072}, {9216, 3072}, {18432, 6144}}));
+}
+
+TEST(MambaSplit, RemoteConvOffsetsNegativeRatio) {
+  // D TP1 <- P TP2: each P projection is half the local one, read whole.
+  const MambaState d = state(nemotron3_nano(), 1);
+  EXPECT_EQ(remote_conv_offsets(d, 0, -2),
+            (std::vector<MambaByteRange>{{0, 12288}, {12288, 3072}, {15360, 3072}}));
+  std::string msg;
+  EXPECT_EQ(status_of([&] { remote_conv_offsets(d, 0, 0); }, &msg), Status::InvalidArgument);
+  EXPECT_NE(msg.find("tp_ratio 0"), std::string::npos);
+  // 3 rows * 2 B * 128 channels = 768 B does not split into 1024 shards.
+  EXPECT_EQ(status_of([&] { remote_conv_offsets(state(falcon_h1_05b(), 1), 0, -1024); }, &msg),
+            Status::InvalidArgument);
+  EXPECT_NE(msg.find("768"), std::string::npos) << msg;
+}
+
+TEST(MambaSplit, SsmReadRange) {
+  const MambaState d2 = state(nemotron3_nano(), 2);
+  EXPECT_EQ(ssm_read_range(d2, 36864, 2097152, 1, 2), (MambaByteRange{36864 + 1048576, 1048576}));
+  EXPECT_EQ(ssm_read_range(d2, 36864, 2097152, 0, 2), (MambaByteRange{36864, 1048576}));
+  const MambaState d1 = state(nemotron3_nano(), 1);
+  EXPECT_EQ(ssm_read_range(d1, 18432, 1048576, 0, -2), (MambaByteRange{18432, 1048576}));
+  std::string msg;
+  EXPECT_EQ(status_of([&] { ssm_read_range(d1, 0, 0, 0, 0); }, &msg), Status::InvalidArgument);
+}
+
+TEST(MambaSplit, ReadsForShardedGroupsMatchVllm) {
+  // Nemotron-3-Nano, D TP2 rank 1 <- P TP1: four reads from P rank 0.
+  const MambaState p = state(nemotron3_nano(), 1);
+  const MambaState d = state(nemotron3_nano(), 2);
+  const std::vector<MambaRead> want = {
+      {0, "x", 12288, 0, 12288},
+      {0, "B", 27648, 12288, 3072},
+      {0, "C", 33792, 15360, 3072},
+      {0, "ssm", 36864 + 1048576, 18432, 1048576},
+  };
+  EXPECT_EQ(mamba_reads(p, d, 1), want);
+  EXPECT_EQ(vllm_mamba_reads(p, d, 1), want);
+  // D TP1 <- P TP2: one read per part per P rank, placed at p_idx * chunk locally.
+  const std::vector<MambaRead> want_neg = {
+      {0, "x", 0, 0, 12288},          {1, "x", 0, 12288, 12288},
+      {0, "B", 12288, 24576, 3072},   {1, "B", 12288, 27648, 3072},
+      {0, "C", 15360, 30720, 3072},   {1, "C", 15360, 33792, 3072},
+      {0, "ssm", 18432, 36864, 1048576}, {1, "ssm", 18432, 36864 + 1048576, 1048576},
+  };
+  EXPECT_EQ(mamba_reads(d, p, 0), want_neg);
+  EXPECT_EQ(vllm_mamba_reads(d, p, 0), want_neg);
+  EXPECT_EQ(mamba_source_ranks(want_neg), (std::vector<uint32_t>{0, 1}));
+}
+
+TEST(MambaSplit, GdnAndMamba1Reads) {
+  // Qwen3-Next D TP2 rank 0 <- P TP1 (bf16 ssm 1 MiB at TP1).
+  const MambaState p = state(qwen3_next(), 1);
+  const MambaState d = state(qwen3_next(), 2);
+  const std::vector<MambaRead> want = {
+      {0, "Q", 0, 0, 6144},
+      {0, "K", 12288, 6144, 6144},
+      {0, "V", 24576, 12288, 12288},
+      {0, "ssm", 49152, 24576, 524288},
+  };
+  EXPECT_EQ(mamba_reads(p, d, 0), want);
+  EXPECT_EQ(vllm_mamba_reads(p, d, 0), want);
+  // Jamba D TP2 rank 1 <- P TP1: conv [x] and (d_inner/TP, d_state) temporal.
+  const std::vector<MambaRead> jw = {{0, "x", 24576, 0, 24576},
+                                     {0, "ssm", 49152 + 131072, 24576, 131072}};
+  EXPECT_EQ(mamba_reads(state(jamba(), 1), state(jamba(), 2), 1), jw);
+  EXPECT_EQ(vllm_mamba_reads(state(jamba(), 1), state(jamba(), 2), 1), jw);
+}
+
+// vLLM bug #55208: Falcon-H1-0.5B (n_groups = 1), P TP1 -> D TP2. The single group is
+// replicated on both D ranks, but vLLM scales B/C by tp_ratio as if they were sharded.
+TEST(MambaSplit, Issue55208ReplicatedGroupsVllmWrongPdkvRight) {
+  const MambaState p = state(falcon_h1_05b(), 1);  // x 9216 | B 768 | C 768 | ssm 393216
+  const MambaState d = state(falcon_h1_05b(), 2);  // x 4608 | B 768 | C 768 | ssm 196608
+  ASSERT_EQ(p.projections[1].offset, 9216u);
+  ASSERT_EQ(p.projections[2].offset, 9984u);
+  ASSERT_EQ(p.conv_bytes, 10752u);
+
+  const std::vector<MambaRead> vllm = vllm_mamba_reads(p, d, 1);
+  ASSERT_EQ(vllm.size(), 4u);
+  EXPECT_EQ(vllm[1], (MambaRead{0, "B", 9984, 4608, 768}));   // that is P's C
+  EXPECT_EQ(vllm[2], (MambaRead{0, "C", 11520, 5376, 768}));  // inside P's temporal state
+  EXPECT_GE(vllm[2].remote_offset, p.conv_bytes);
+
+  const std::vector<MambaRead> pdkv = mamba_reads(p, d, 1);
+  const std::vector<MambaRead> want = {
+      {0, "x", 4608, 0, 4608},
+      {0, "B", 9216, 4608, 768},  // P's B, offset 0 of the projection
+      {0, "C", 9984, 5376, 768},  // P's C
+      {0, "ssm", 10752 + 196608, 6144, 196608},
+  };
+  EXPECT_EQ(pdkv, want);
+  // Rank 0 too: vLLM's C for rank 0 starts at P's temporal state.
+  EXPECT_EQ(vllm_mamba_reads(p, d, 0)[2], (MambaRead{0, "C", 10752, 5376, 768}));
+  EXPECT_EQ(mamba_reads(p, d, 0)[2], (MambaRead{0, "C", 9984, 5376, 768}));
+
+  // Simulate the bytes: fill P's page with its byte offsets' owner labels and copy.
+  auto p_label = [&](uint64_t off) -> std::string {
+    if (off < 9216) return "x";
+    if (off < 9984) return "B";
+    if (off < 10752) return "C";
+    return "ssm";
+  };
+  for (const MambaRead& r : vllm) {
+    if (r.part == "B" || r.part == "C") EXPECT_NE(p_label(r.remote_offset), r.part);
+  }
+  for (const MambaRead& r : pdkv) {
+    EXPECT_EQ(p_label(r.remote_offset), r.part);
+    EXPECT_EQ(p_label(r.remote_offset + r.length - 1), r.part);
+  }
+}
+
+TEST(MambaSplit, ReplicatedGroupReadFromTheRankHoldingDsHeads) {
+  // Nemotron-H-8B-like n_groups 8, P TP16 -> D TP1: group g is on P ranks 2g and 2g+1; pdkv
+  // reads it from 2g (the rank holding D's first head of the group), once.
+  const ModelDesc m = mamba2("g8", 128, 64, 128, 8, 4);
+  const MambaState p = state(m, 16);
+  const MambaState d = state(m, 1);
+  const std::vector<MambaRead> reads = mamba_reads(p, d, 0);
+  uint32_t b_reads = 0;
+  for (const MambaRead& r : reads) {
+    if (r.part != "B") continue;
+    EXPECT_EQ(r.p_rank % 2, 0u);
+    EXPECT_EQ(r.remote_offset, p.projections[1].offset);
+    EXPECT_EQ(r.local_offset, d.projections[1].offset + (r.p_rank / 2) * p.projections[1].bytes);
+    EXPECT_EQ(r.length, p.projections[1].bytes);
+    ++b_reads;
+  }
+  EXPECT_EQ(b_reads, 8u);
+}
+
+TEST(MambaSplit, ReadErrors) {
+  std::string msg;
+  const MambaState p = state(nemotron3_nano(), 1);
+  const MambaState d = state(nemotron3_nano(), 2);
+  EXPECT_EQ(status_of([&] { mamba_reads(p, d, 2); }, &msg), Status::InvalidArgument);
+  EXPECT_NE(msg.find("decode rank 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tp_size 2"), std::string::npos) << msg;
+  EXPECT_EQ(status_of([&] { vllm_mamba_reads(p, d, 5); }, &msg), Status::InvalidArgument);
+
+  EXPECT_EQ(status_of([&] { mamba_reads(state(qwen3_next(), 1), d, 0); }, &msg),
+            Status::Incompatible);
+  EXPECT_NE(msg.find("gdn"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mamba2"), std::string::npos) << msg;
+
+  EngineConfig fp32;
+  fp32.tp_size = 2;
+  fp32.conv_state_dtype_bytes = 4;
+  EXPECT_EQ(status_of([&] { mamba_reads(p, derive_mamba_state(nemotron3_nano(), fp32), 0); }, &msg),
+            Status::Incompatible);
+  EXPECT_NE(msg.find("conv dtype bytes is 2 on prefill but 4 on decode"), std::string::npos) << msg;
+
+  EXPECT_EQ(status_of([&] { mamba_reads(state(mamba2("other", 64, 64, 128, 4, 4), 1), d, 0); },
+                      &msg),
+            Status::Incompatible);
+  EXPECT_NE(msg.find("projection B channels is 512 on prefill but 1024"), std::string::npos) << msg;
+
+  // vLLM's formulas need divisible TP sizes: 24 heads run on TP 3 and TP 2, which do not divide.
+  const ModelDesc f = mamba2("h24", 24, 64, 128, 1, 0);
+  EXPECT_EQ(status_of([&] { vllm_mamba_reads(state(f, 3), state(f, 2), 0); }, &msg),
+            Status::TpNotDivisible);
+  // pdkv's ownership derivation does not: D TP2 rank 1 <- P TP3 takes heads 12..23 from P 1, 2.
+  const std::vector<MambaRead> odd = mamba_reads(state(f, 3), state(f, 2), 1);
+  EXPECT_EQ(mamba_source_ranks(odd), (std::vector<uint32_t>{1, 2}));
+}
