@@ -28,3 +28,4 @@ PDKV_API pdkv_status_t pdkv_handshake_target_ranks(uint32_t local_tp, uint32_t l
 }
 
 }  // extern "C"
+

@@ -1,0 +1,61 @@
+#include "engine_config.hpp"
+
+#include <string>
+
+#include "boundary.hpp"
+#include "pdkv/core/backends.hpp"
+
+namespace core = pdkv::core;
+
+namespace pdkv::capi {
+namespace {
+
+constexpr size_t kEngineConfigMinSize = sizeof(pdkv_engine_config_t);
+
+[[noreturn]] void bad_enum(const char* field, int32_t v, const char* expected) {
+  core::fail(core::Status::InvalidArgument, std::string("pdkv_engine_config_t.") + field + " = " +
+                                                std::to_string(v) + " is not valid (expected " + expected + ")");
+}
+
+}  // namespace
+
+EngineSettings engine_from_c(const pdkv_engine_config_t& c, const core::ModelDesc& model) {
+  require_struct_size(c.struct_size, kEngineConfigMinSize, sizeof(pdkv_engine_config_t), "pdkv_engine_config_t");
+  EngineSettings s;
+  core::EngineConfig& e = s.engine;
+  e.tp_size = c.tp_size;
+  e.kv_cache_dtype_bytes = c.kv_cache_dtype_bytes;
+  e.conv_state_dtype_bytes = c.conv_state_dtype_bytes;
+  e.ssm_state_dtype_bytes = c.ssm_state_dtype_bytes;
+  e.num_speculative_tokens = c.num_speculative_tokens;
+  e.user_block_size = c.user_block_size;
+  s.options.user_mamba_block_size = c.user_mamba_block_size;
+
+  if (c.mamba_cache_mode < PDKV_MAMBA_CACHE_NONE || c.mamba_cache_mode > PDKV_MAMBA_CACHE_ALL) {
+    bad_enum("mamba_cache_mode", c.mamba_cache_mode, "a pdkv_mamba_cache_mode_t: 0 none, 1 align, 2 all");
+  }
+  e.cache_mode = static_cast<core::MambaCacheMode>(c.mamba_cache_mode);
+  if (c.conv_layout != PDKV_CONV_LAYOUT_DS && c.conv_layout != PDKV_CONV_LAYOUT_SD) {
+    bad_enum("conv_layout", c.conv_layout, "a pdkv_conv_layout_t: 0 DS, 1 SD");
+  }
+  e.conv_layout = static_cast<core::ConvLayout>(c.conv_layout);
+
+  if (c.attention_backend == PDKV_BACKEND_CUSTOM) {
+    e.preferred_block_size = c.preferred_block_size;
+    e.kernel_block_multiple_of = c.kernel_block_multiple_of;
+    if (c.num_kernel_block_sizes > 0) {
+      require_non_null(c.kernel_block_sizes, "pdkv_engine_config_t.kernel_block_sizes");
+      e.kernel_block_sizes.assign(c.kernel_block_sizes, c.kernel_block_sizes + c.num_kernel_block_sizes);
+    }
+  } else {
+    if (c.attention_backend < PDKV_BACKEND_FLASH_ATTN || c.attention_backend > PDKV_BACKEND_FLASHINFER_MLA) {
+      bad_enum("attention_backend", c.attention_backend, "a pdkv_attention_backend_t: 0..5 or 100 custom");
+    }
+    const auto b = static_cast<core::Backend>(c.attention_backend);
+    core::check_backend_for_model(model, b);
+    core::apply_backend(e, b);
+  }
+  return s;
+}
+
+}  // namespace pdkv::capi
