@@ -1,0 +1,369 @@
+// EngineMetadata wire format: round trips, the header layout, and one test per corruption class
+// (truncation, magic, version, length, checksum, absurd counts, strings, address overflow, field
+// ranges), plus exhaustive truncation/bit-flip sweeps and a seeded random-mutation property.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "pdkv/core/engine_metadata.hpp"
+
+using namespace pdkv::core;
+
+namespace {
+
+// Nemotron-3-Nano-30B at TP2 with fp8 KV (vllm-semantics.md §4 test values): conv 18432 =
+// x 12288 + B 3072 + C 3072, ssm 1048576, kernel page 4096 = 16 tokens * 256 B, ppl 261.
+EngineMetadata nemotron_tp2(uint32_t rank = 0) {
+  EngineMetadata m;
+  m.engine_id = "prefill-0";
+  m.tp_size = 2;
+  m.tp_rank = rank;
+  m.kernel_block_size = 16;
+  m.physical_blocks_per_logical = 261;
+  m.logical_block_size = 16 * 261;
+  m.num_kernel_blocks = 261 * 100;
+  m.mamba_type = MambaType::Mamba2;
+  m.conv_projection_bytes = {12288, 3072, 3072};
+  m.conv_bytes = 18432;
+  m.ssm_bytes = 1048576;
+  m.attention_bytes_per_token = 256;
+  m.total_kv_heads = 2;
+  m.prefix_caching = true;
+  m.cache_mode = MambaCacheMode::Align;
+  m.model_fingerprint = 0x85f1d3f73a3e02c8ull;
+  for (uint32_t i = 0; i < 4; ++i) {
+    MetadataRegion r;
+    r.region = {(uint64_t{i} + 1) << 32, 4096, m.num_kernel_blocks};
+    r.kind = i % 2 == 0 ? RegionKind::Mamba : RegionKind::Attention;
+    r.layer = i * 2;
+    m.regions.push_back(r);
+  }
+  return m;
+}
+
+EngineMetadata llama_mla() {
+  EngineMetadata m;
+  m.engine_id = "decode-\xC3\xA9\xE2\x82\xAC";  // "decode-é€": multi-byte UTF-8 is fine
+  m.tp_size = 8;
+  m.tp_rank = 7;
+  m.kv_layout = KvLayout::NHD;
+  m.kernel_block_size = 64;
+  m.logical_block_size = 64;
+  m.num_kernel_blocks = 5000;
+  m.attention_bytes_per_token = 1152;
+  m.use_mla = true;
+  m.total_kv_heads = 1;
+  m.regions.push_back({{0x7f0000000000, 64 * 1152, 5000}, RegionKind::Attention, 0});
+  return m;
+}
+
+// Wire offsets (payload-relative) for an engine id of `id_len` bytes and `np` projections.
+struct Offsets {
+  size_t id_len, np;
+  size_t tp_size() const { return 2 + id_len; }
+  size_t tp_rank() const { return tp_size() + 4; }
+  size_t kv_layout() const { return tp_rank() + 4; }
+  size_t kernel_block_size() const { return kv_layout() + 2 + 4; }
+  size_t mamba_type() const { return kernel_block_size() + 4 + 4 + 8; }
+  size_t flags() const { return mamba_type() + 1 + 8 + 8 + 1 + 8 * np + 8; }
+  size_t regions_count() const { return flags() + 1 + 4 + 1 + 8; }
+  size_t region(size_t i) const { return regions_count() + 4 + 29 * i; }
+};
+Offsets offsets_of(const EngineMetadata& m) {
+  return {m.engine_id.size(), m.conv_projection_bytes.size()};
+}
+
+// Recomputes payload length and CRC so a corruption reaches the field parser.
+void reseal(std::vector<uint8_t>& b) {
+  const uint32_t len = static_cast<uint32_t>(b.size() - kMetadataHeaderBytes);
+  const uint32_t crc = crc32c(std::span<const uint8_t>(b).subspan(kMetadataHeaderBytes));
+  for (int i = 0; i < 4; ++i) {
+    b[8 + i] = static_cast<uint8_t>(len >> (8 * i));
+    b[12 + i] = static_cast<uint8_t>(crc >> (8 * i));
+  }
+}
+void put_le(std::vector<uint8_t>& b, size_t payload_off, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) b[kMetadataHeaderBytes + payload_off + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+// Decodes and expects an Error with `status` whose message contains every `needle`.
+void expect_error(const std::vector<uint8_t>& b, Status status,
+                  std::initializer_list<std::string> needles) {
+  try {
+    decode(b);
+    FAIL() << "decode accepted corrupt bytes; expected " << status_name(status);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    for (const auto& n : needles) {
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
+          << "message lacks '" << n << "': " << e.what();
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Crc32c, StandardCheckValues) {
+  const std::string s = "123456789";
+  EXPECT_EQ(crc32c(std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size())), 0xE3069283u);
+  EXPECT_EQ(crc32c({}), 0u);
+  const std::vector<uint8_t> zeros(32, 0);  // RFC 3720 B.4 test vector
+  EXPECT_EQ(crc32c(zeros), 0x8A9136AAu);
+}
+
+TEST(EngineMetadata, RoundTripHybridAndMla) {
+  for (const EngineMetadata& m : {nemotron_tp2(1), llama_mla()}) {
+    const auto bytes = encode(m);
+    EXPECT_EQ(decode(bytes), m);
+    EXPECT_EQ(encode(decode(bytes)), bytes);
+  }
+}
+
+TEST(EngineMetadata, HeaderLayoutAndSize) {
+  const EngineMetadata m = nemotron_tp2();
+  const auto b = encode(m);
+  ASSERT_GE(b.size(), kMetadataHeaderBytes);
+  EXPECT_EQ(std::string(b.begin(), b.begin() + 4), "PDKV");
+  EXPECT_EQ(b[4] | b[5] << 8, 1);  // major
+  EXPECT_EQ(b[6] | b[7] << 8, 0);  // minor
+  // payload: 2+9 id, 8 tp, 2 layouts, 12 block sizes, 8 blocks, 1 type, 16 sizes, 1+24 proj,
+  // 8 attn, 1 flags, 4 heads, 1 mode, 8 fp, 4 + 4*29 regions = 225
+  EXPECT_EQ(b.size(), kMetadataHeaderBytes + 225);
+  EXPECT_EQ(uint32_t(b[8] | b[9] << 8 | b[10] << 16 | b[11] << 24), 225u);
+  // spot-check a field at its documented offset: tp_size = 2 at payload offset 11
+  EXPECT_EQ(b[kMetadataHeaderBytes + offsets_of(m).tp_size()], 2);
+}
+
+TEST(EngineMetadata, TruncatedAtEveryLength) {
+  const auto full = encode(nemotron_tp2());
+  for (size_t n = 0; n < full.size(); ++n) {
+    std::vector<uint8_t> cut(full.begin(), full.begin() + n);
+    try {
+      decode(cut);
+      FAIL() << "accepted a " << n << "-byte prefix";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::Parse) << n << ": " << e.what();
+    }
+  }
+  expect_error({'P', 'D'}, Status::Parse, {"truncated", "2 bytes"});
+}
+
+// Truncated payload with a valid header: the field reader must stop at the buffer end.
+TEST(EngineMetadata, TruncatedPayloadNamesField) {
+  auto b = encode(nemotron_tp2());
+  const Offsets o = offsets_of(nemotron_tp2());
+  b.resize(kMetadataHeaderBytes + o.region(2) + 3);  // inside regions[2].base
+  reseal(b);
+  expect_error(b, Status::Parse, {"truncated", "'regions"});
+  auto b2 = encode(nemotron_tp2());
+  b2.resize(kMetadataHeaderBytes + o.tp_rank() + 1);
+  reseal(b2);
+  expect_error(b2, Status::Parse, {"'tp_rank'", "needs 4 bytes", "only 1 left"});
+}
+
+TEST(EngineMetadata, WrongMagic) {
+  auto b = encode(nemotron_tp2());
+  b[0] = 'X';
+  expect_error(b, Status::Parse, {"magic", "PDKV"});
+}
+
+TEST(EngineMetadata, UnknownMajorVersion) {
+  auto b = encode(nemotron_tp2());
+  b[4] = 2;
+  expect_error(b, Status::Parse, {"major version 2", "reads 1"});
+}
+
+TEST(EngineMetadata, NewerMinorMayAppendFieldsSameMinorMayNot) {
+  auto b = encode(nemotron_tp2());
+  b.push_back(0xAB);
+  b.push_back(0xCD);
+  reseal(b);
+  expect_error(b, Status::Parse, {"2 unexpected trailing payload bytes", "1.0"});
+  b[6] = 1;  // minor 1: fields we do not know yet are appended, skip them
+  EXPECT_EQ(decode(b), nemotron_tp2());
+}
+
+TEST(EngineMetadata, PayloadLengthMismatch) {
+  auto b = encode(nemotron_tp2());
+  b[8] = static_cast<uint8_t>(b[8] + 1);
+  expect_error(b, Status::Parse, {"payload_len 226", "225 payload bytes"});
+}
+
+TEST(EngineMetadata, ChecksumDetectsEveryPayloadBitFlip) {
+  const auto good = encode(nemotron_tp2());
+  for (size_t i = kMetadataHeaderBytes; i < good.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      auto b = good;
+      b[i] ^= static_cast<uint8_t>(1u << bit);
+      try {
+        decode(b);
+        FAIL() << "flip of byte " << i << " bit " << bit << " not detected";
+      } catch (const Error& e) {
+        ASSERT_EQ(e.status(), Status::Checksum) << e.what();
+      }
+    }
+  }
+  auto b = good;
+  b[12] ^= 1;  // the stored CRC itself
+  expect_error(b, Status::Checksum, {"checksum mismatch", "0x"});
+}
+
+TEST(EngineMetadata, AbsurdRegionCountIsRejectedBeforeAllocating) {
+  const EngineMetadata m = nemotron_tp2();
+  const Offsets o = offsets_of(m);
+  auto b = encode(m);
+  put_le(b, o.regions_count(), 0xFFFFFFFFu, 4);
+  reseal(b);
+  expect_error(b, Status::Parse, {"'regions'", "4294967295", "limit 65536"});
+  put_le(b, o.regions_count(), 60000, 4);  // under the limit but needs 1.7 MB in a 241 B buffer
+  reseal(b);
+  expect_error(b, Status::Parse, {"claims 60000 entries of 29 bytes", "116 payload bytes remain"});
+}
+
+TEST(EngineMetadata, AbsurdProjectionCount) {
+  const EngineMetadata m = nemotron_tp2();
+  auto b = encode(m);
+  b[kMetadataHeaderBytes + offsets_of(m).mamba_type() + 17] = 200;
+  reseal(b);
+  expect_error(b, Status::Parse, {"'conv_projection_bytes' count 200", "limit 3"});
+}
+
+TEST(EngineMetadata, EngineIdMustBeShortPrintableUtf8) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"p\xC0\xAF", "invalid byte 192 at offset 1"},       // overlong '/'
+      {"p\xED\xA0\x80", "invalid byte 237 at offset 1"},   // UTF-16 surrogate
+      {"\x80xyz", "invalid byte 128 at offset 0"},         // lone continuation byte
+      {"ab\xE2\x82", "invalid byte 226 at offset 2"},      // truncated sequence
+      {"p\xF4\x90\x80\x80", "invalid byte 244"},           // above U+10FFFF
+      {"a\nb", "invalid byte 10 at offset 1"},             // control character
+  };
+  for (const auto& [id, needle] : bad) {
+    EngineMetadata m = nemotron_tp2();
+    m.engine_id = "prefill-0";
+    auto b = encode(m);
+    // replace the 9-byte id with `id`, keeping everything after it
+    std::vector<uint8_t> out(b.begin(), b.begin() + kMetadataHeaderBytes);
+    out.push_back(static_cast<uint8_t>(id.size()));
+    out.push_back(0);
+    out.insert(out.end(), id.begin(), id.end());
+    out.insert(out.end(), b.begin() + kMetadataHeaderBytes + 2 + 9, b.end());
+    reseal(out);
+    expect_error(out, Status::Parse, {"'engine_id'", "not printable UTF-8", needle});
+  }
+  auto b = encode(nemotron_tp2());
+  put_le(b, 0, 300, 2);  // id length 300 > 256
+  reseal(b);
+  expect_error(b, Status::Parse, {"'engine_id' length 300", "limit 256"});
+}
+
+TEST(EngineMetadata, RegionOverflowingAddressSpace) {
+  const EngineMetadata m = nemotron_tp2();
+  auto b = encode(m);
+  put_le(b, offsets_of(m).region(1), 0xFFFFFFFFFFFF0000ull, 8);  // base near 2^64
+  reseal(b);
+  expect_error(b, Status::OutOfBounds,
+               {"regions[1]", "base 18446744073709486080", "block_len 4096", "num_blocks 26100"});
+}
+
+TEST(EngineMetadata, FieldRanges) {
+  const EngineMetadata m = nemotron_tp2();
+  const Offsets o = offsets_of(m);
+  struct Case {
+    size_t off;
+    uint64_t value;
+    int width;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases = {
+      {o.tp_rank(), 2, 4, {"'tp_rank' = 2 must be < tp_size 2"}},
+      {o.tp_size(), 0, 4, {"'tp_size' = 0"}},
+      {o.kernel_block_size(), 0, 4, {"'kernel_block_size' = 0"}},
+      {o.kernel_block_size(), 32, 4, {"logical_block_size' = 4176", "kernel_block_size 32"}},
+      {o.kv_layout(), 7, 1, {"'kv_layout' has unknown value 7"}},
+      {o.kv_layout() + 1, 2, 1, {"'conv_layout' has unknown value 2"}},
+      {o.mamba_type(), 9, 1, {"'mamba_type' has unknown value 9"}},
+      {o.mamba_type(), 1, 1, {"'conv_projection_bytes' has 3 entries", "mamba1 needs 1"}},
+      {o.mamba_type() + 1, 18433, 8, {"'conv_bytes' = 18433", "sum of conv_projection_bytes 18432"}},
+      {o.flags(), 0x84, 1, {"'flags' = 132 sets unknown bits 132"}},
+      {o.flags(), 0x01, 1, {"'total_kv_heads' = 2 but MLA"}},
+      {o.region(0) + 24, 5, 1, {"'regions[0].kind' has unknown value 5"}},
+      {o.region(3) + 8, 0, 8, {"'regions[3].block_len' = 0"}},
+  };
+  for (const Case& c : cases) {
+    auto b = encode(m);
+    put_le(b, c.off, c.value, c.width);
+    reseal(b);
+    try {
+      decode(b);
+      FAIL() << "accepted " << c.needles[0];
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::Parse) << e.what();
+      for (const auto& n : c.needles) {
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+TEST(EngineMetadata, MambaStateMustFitTheLogicalPage) {
+  EngineMetadata m = nemotron_tp2();
+  m.ssm_bytes = 4096 * 261;  // conv + ssm > block_len * ppl
+  try {
+    encode(m);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::OutOfBounds);
+    EXPECT_NE(std::string(e.what()).find("block_len 4096 * physical_blocks_per_logical 261"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(EngineMetadata, EncodeRejectsInvalidMetadata) {
+  EngineMetadata m = nemotron_tp2();
+  m.tp_rank = 5;
+  try {
+    encode(m);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("tp_rank' = 5 must be < tp_size 2"), std::string::npos);
+  }
+  m = nemotron_tp2();
+  m.regions.clear();
+  EXPECT_THROW(encode(m), Error);
+  m = llama_mla();
+  m.conv_bytes = 10;  // Mamba sizes on a pure attention engine
+  EXPECT_THROW(encode(m), Error);
+}
+
+// Property: any mutation of a valid encoding (resealed so it passes the checksum) either fails
+// with Parse/OutOfBounds or decodes to metadata that re-encodes to exactly the same bytes.
+TEST(EngineMetadata, RandomMutationsFailCleanlyOrRoundTrip) {
+  std::mt19937_64 rng(12345);
+  const std::vector<std::vector<uint8_t>> seeds = {encode(nemotron_tp2()), encode(llama_mla())};
+  size_t accepted = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    auto b = seeds[iter % 2];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t pos = kMetadataHeaderBytes + rng() % (b.size() - kMetadataHeaderBytes);
+      switch (rng() % 3) {
+        case 0: b[pos] = static_cast<uint8_t>(rng()); break;
+        case 1: b.erase(b.begin() + static_cast<long>(pos)); break;
+        default: b.insert(b.begin() + static_cast<long>(pos), static_cast<uint8_t>(rng())); break;
+      }
+    }
+    reseal(b);
+    try {
+      const EngineMetadata m = decode(b);
+      ++accepted;
+      ASSERT_EQ(encode(m), b) << "iteration " << iter;
+    } catch (const Error& e) {
+      ASSERT_TRUE(e.status() == Status::Parse || e.status() == Status::OutOfBounds)
+          << status_name(e.status()) << ": " << e.what();
+    }
+  }
+  EXPECT_GT(accepted, 0u);  // the property is not vacuous: some mutations stay valid
+}
