@@ -41,7 +41,8 @@ struct StatePair {
 
 // One group's inputs. Attention kinds use KERNEL block ids of each side (expanded with that
 // side's own blocks-per-logical); Mamba groups use logical ids, exchange-clipped (exchange_clip.hpp)
-// exactly once, with 0 as the null placeholder.
+// exactly once. Id 0 is the null block on both kinds: a needed attention token that maps to it is
+// a Coverage error (vLLM's logical null block 0 expands to kernel ids 0..ppl-1; only 0 is checked).
 struct GroupTrimInput {
   GroupKind kind = GroupKind::Attention;
   MambaCacheMode cache_mode = MambaCacheMode::None;  // Mamba groups only
