@@ -141,14 +141,14 @@ typedef struct pdkv_model_desc {
 PDKV_API pdkv_status_t pdkv_model_new(const pdkv_model_desc_t *desc, pdkv_model_t **out,
                                       pdkv_error_t **err);
 
-/* Creates a model from a built-in preset (see pdkv_preset_count). The name is matched exactly
- * (e.g. "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"). Errors: NULL_POINTER (name, out),
+/* Creates a model from a built-in preset (see pdkv_preset_count), by short name or Hugging Face
+ * repo id, case-insensitive ("nemotron-3-nano-30b", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"). Errors: NULL_POINTER (name, out),
  * NOT_FOUND (message names the preset). *out owned by the caller. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_model_from_preset(const char *name, pdkv_model_t **out,
                                               pdkv_error_t **err);
 
 /* Reads a Hugging Face config.json file at `path` and derives the model from it. `name` (may be
- * NULL) is stored as the model name; NULL uses the path. Errors: NULL_POINTER (path, out),
+ * NULL) is stored as the model name; NULL keeps the config's "_name_or_path", else the path. Errors: NULL_POINTER (path, out),
  * IO (the path cannot be read; message names it), PARSE (malformed JSON or missing keys),
  * UNSUPPORTED_MAMBA_TYPE. *out owned by the caller. Thread-safe (reads the file). */
 PDKV_API pdkv_status_t pdkv_model_from_hf_config_file(const char *path, const char *name,
@@ -184,11 +184,12 @@ PDKV_API const char *pdkv_mamba_type_name(int32_t mamba_type);
 /* Number of built-in model presets. Never fails. Thread-safe. */
 PDKV_API size_t pdkv_preset_count(void);
 
-/* Name and source of preset `index` (< pdkv_preset_count()). Strings are static storage.
- * Either out pointer may be NULL (not written). Errors: OUT_OF_BOUNDS (index and count in the
- * message). Thread-safe. */
-PDKV_API pdkv_status_t pdkv_preset_at(size_t index, const char **name, const char **source,
-                                      pdkv_error_t **err);
+/* Preset `index` (< pdkv_preset_count()): short name (e.g. "nemotron-3-nano-30b"), Hugging Face
+ * repo id (accepted by pdkv_model_from_preset as an alias) and the source of its numbers.
+ * Strings are static storage. Any out pointer may be NULL (not written). Errors: OUT_OF_BOUNDS
+ * (index and count in the message). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_preset_at(size_t index, const char **name, const char **hf_name,
+                                      const char **source, pdkv_error_t **err);
 
 /* ---- TP topology ------------------------------------------------------------------- */
 
