@@ -1,0 +1,359 @@
+#include "pdkv/core/hf_config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <limits>
+#include <string>
+
+#include "pdkv/core/checked_math.hpp"
+#include "pdkv/core/error.hpp"
+
+namespace pdkv::core {
+
+namespace {
+
+using nlohmann::json;
+
+// A JSON object plus what error messages need to point at it.
+struct Cfg {
+  const json& obj;
+  std::string origin;
+  std::string prefix;  // "" or "text_config."
+
+  std::string where(const char* key) const { return "'" + prefix + key + "' in " + origin; }
+
+  bool has(const char* key) const { return obj.contains(key) && !obj.at(key).is_null(); }
+
+  uint32_t u32(const char* key) const {
+    if (!has(key)) fail(Status::NotFound, "missing key " + where(key));
+    return to_u32(obj.at(key), key);
+  }
+  uint32_t u32_or(const char* key, uint32_t fallback) const { return has(key) ? u32(key) : fallback; }
+
+  uint32_t to_u32(const json& v, const char* key) const {
+    if (!v.is_number_integer()) {
+      fail(Status::InvalidArgument, "key " + where(key) + " must be a non-negative integer, got " + v.dump());
+    }
+    if (v.is_number_unsigned()) {
+      const auto u = v.get<uint64_t>();
+      if (u <= std::numeric_limits<uint32_t>::max()) return static_cast<uint32_t>(u);
+    }
+    fail(Status::InvalidArgument, "key " + where(key) + " = " + v.dump() + " is out of range (0..4294967295)");
+  }
+
+  double number(const char* key) const {
+    if (!has(key)) fail(Status::NotFound, "missing key " + where(key));
+    const json& v = obj.at(key);
+    if (!v.is_number()) fail(Status::InvalidArgument, "key " + where(key) + " must be a number, got " + v.dump());
+    return v.get<double>();
+  }
+
+  std::string str(const char* key) const {
+    if (!has(key)) fail(Status::NotFound, "missing key " + where(key));
+    const json& v = obj.at(key);
+    if (!v.is_string()) fail(Status::InvalidArgument, "key " + where(key) + " must be a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+
+  const json& array(const char* key) const {
+    if (!has(key)) fail(Status::NotFound, "missing key " + where(key));
+    const json& v = obj.at(key);
+    if (!v.is_array()) fail(Status::InvalidArgument, "key " + where(key) + " must be an array, got " + v.dump());
+    return v;
+  }
+};
+
+uint32_t dtype_key_bytes(const Cfg& c, const char* key) {
+  const std::string name = c.str(key);
+  try {
+    return dtype_bytes_from_name(name);
+  } catch (const Error&) {
+    fail(Status::InvalidArgument, "key " + c.where(key) + " = \"" + name +
+                                      "\" is not a known dtype (bfloat16, float16, float32, ...)");
+  }
+}
+
+// Model dtype under vLLM's --dtype auto: the config's torch_dtype (newer transformers: dtype),
+// except that float32 checkpoints (and configs without a dtype, which torch treats as float32)
+// are served in 16 bits.
+uint32_t model_dtype_bytes(const Cfg& c) {
+  const char* key = c.has("dtype") ? "dtype" : c.has("torch_dtype") ? "torch_dtype" : nullptr;
+  if (key == nullptr) return 2;
+  const uint32_t b = dtype_key_bytes(c, key);
+  return (b == 0 || b == 4) ? 2 : b;
+}
+
+uint32_t head_dim_or_hidden_over_heads(const Cfg& c) {
+  if (c.has("head_dim")) return c.u32("head_dim");
+  const uint32_t heads = c.u32("num_attention_heads");
+  if (heads == 0) fail(Status::InvalidArgument, "key " + c.where("num_attention_heads") + " = 0 must be > 0");
+  return c.u32("hidden_size") / heads;
+}
+
+void gqa_attention(const Cfg& c, ModelDesc& m) {
+  m.attention.num_kv_heads = c.u32_or("num_key_value_heads", c.u32("num_attention_heads"));
+  m.attention.head_size = head_dim_or_hidden_over_heads(c);
+  m.attention.head_size_v = m.attention.head_size;
+  m.attention.sliding_window = c.has("sliding_window") && c.obj.at("sliding_window").is_number_integer()
+                                   ? c.u32("sliding_window")
+                                   : 0;
+}
+
+// vLLM's MambaMixer2 takes the conv "x" width as an explicit intermediate size, while pdkv's
+// Mamba2 derives it as heads * head_dim. They agree on every published checkpoint; refuse the
+// config loudly instead of silently mis-sizing the conv state when they do not.
+void require_inner_matches(const Cfg& c, uint64_t inner, const char* inner_from, const MambaDesc& mb) {
+  const uint64_t heads_x_dim = uint64_t{mb.num_heads} * mb.head_dim;
+  if (inner != heads_x_dim) {
+    fail(Status::InvalidArgument, c.origin + ": Mamba2 intermediate size " + std::to_string(inner) + " (" +
+                                      inner_from + ") differs from mamba heads * head dim = " +
+                                      std::to_string(mb.num_heads) + " * " + std::to_string(mb.head_dim) + " = " +
+                                      std::to_string(heads_x_dim) + "; pdkv cannot describe this layer");
+  }
+}
+
+std::string pattern_from_interval(uint32_t layers, uint32_t interval, const Cfg& c) {
+  if (interval == 0) fail(Status::InvalidArgument, "key " + c.where("full_attention_interval") + " = 0 must be > 0");
+  std::string p(layers, kLayerMamba);
+  for (uint32_t i = 0; i < layers; ++i) {
+    if ((i + 1) % interval == 0) p[i] = kLayerAttention;
+  }
+  return p;
+}
+
+// layer_types: one string per layer. `attention_names` / `mamba_names` map them to kinds.
+std::string pattern_from_layer_types(const Cfg& c, std::initializer_list<const char*> attention_names,
+                                     std::initializer_list<const char*> mamba_names) {
+  std::string p;
+  size_t i = 0;
+  for (const json& t : c.array("layer_types")) {
+    if (!t.is_string()) {
+      fail(Status::InvalidArgument, "key " + c.where("layer_types") + "[" + std::to_string(i) +
+                                        "] must be a string, got " + t.dump());
+    }
+    const std::string s = t.get<std::string>();
+    char kind = 0;
+    for (const char* a : attention_names) if (s == a) kind = kLayerAttention;
+    for (const char* mname : mamba_names) if (s == mname) kind = kLayerMamba;
+    if (kind == 0) {
+      fail(Status::InvalidArgument, "key " + c.where("layer_types") + "[" + std::to_string(i) + "] = \"" + s +
+                                        "\" is not a known layer type");
+    }
+    p += kind;
+    ++i;
+  }
+  return p;
+}
+
+ModelDesc nemotron_h(const Cfg& c, ModelDesc m) {
+  gqa_attention(c, m);
+  auto& mb = m.mamba;
+  mb.type = MambaType::Mamba2;
+  mb.num_heads = c.u32("mamba_num_heads");
+  mb.head_dim = c.u32("mamba_head_dim");
+  mb.d_state = c.u32("ssm_state_size");
+  mb.n_groups = c.u32("n_groups");
+  mb.conv_kernel = c.u32("conv_kernel");
+  mb.chunk_size = c.u32_or("chunk_size", 0);
+  mb.conv_rows_include_spec = true;
+  // Absent key -> float32 (vLLM #39032); present -> what it names (#29978).
+  m.default_ssm_dtype_bytes = c.has("mamba_ssm_cache_dtype") ? dtype_key_bytes(c, "mamba_ssm_cache_dtype") : 4;
+  if (m.default_ssm_dtype_bytes == 0) m.default_ssm_dtype_bytes = 4;
+  std::string p = c.str("hybrid_override_pattern");
+  for (size_t i = 0; i < p.size(); ++i) {
+    switch (p[i]) {
+      case 'M': case '*': case '-': break;
+      case 'E': p[i] = kLayerOther; break;  // MoE layer: no KV state
+      default:
+        fail(Status::InvalidArgument, "key " + c.where("hybrid_override_pattern") + " has unknown layer kind '" +
+                                          std::string(1, p[i]) + "' at index " + std::to_string(i) +
+                                          " (expected M, *, - or E)");
+    }
+  }
+  m.layer_pattern = p;
+  return m;
+}
+
+// Qwen3-Next and Qwen3.5/3.6: gated delta net + gated full attention.
+ModelDesc qwen_gdn(const Cfg& c, ModelDesc m, bool ssm_dtype_from_config) {
+  gqa_attention(c, m);
+  auto& mb = m.mamba;
+  mb.type = MambaType::Gdn;
+  mb.num_heads = c.u32("linear_num_value_heads");
+  mb.head_dim = c.u32("linear_value_head_dim");
+  mb.d_state = c.u32("linear_key_head_dim");
+  mb.n_groups = c.u32("linear_num_key_heads");
+  mb.conv_kernel = c.u32("linear_conv_kernel_dim");
+  mb.conv_rows_include_spec = true;
+  if (ssm_dtype_from_config) {
+    // Qwen3.5 hook (#34200/#34489): text_config.mamba_ssm_dtype; released checkpoints say float32.
+    m.default_ssm_dtype_bytes = c.has("mamba_ssm_dtype") ? dtype_key_bytes(c, "mamba_ssm_dtype") : 4;
+  }  // Qwen3-Next: no hook, SSM state in the model dtype (0 = auto).
+  if (c.has("layer_types")) {
+    m.layer_pattern = pattern_from_layer_types(c, {"full_attention"}, {"linear_attention"});
+  } else {
+    m.layer_pattern = pattern_from_interval(c.u32("num_hidden_layers"), c.u32_or("full_attention_interval", 4), c);
+  }
+  return m;
+}
+
+ModelDesc falcon_h1(const Cfg& c, ModelDesc m) {
+  gqa_attention(c, m);
+  auto& mb = m.mamba;
+  mb.type = MambaType::Mamba2;
+  mb.num_heads = c.u32("mamba_n_heads");
+  mb.head_dim = c.u32("mamba_d_head");
+  mb.d_state = c.u32("mamba_d_state");
+  mb.n_groups = c.u32("mamba_n_groups");
+  mb.conv_kernel = c.u32("mamba_d_conv");
+  mb.chunk_size = c.u32_or("mamba_chunk_size", 0);
+  mb.conv_rows_include_spec = false;  // Falcon-H1 passes no num_spec
+  if (c.has("mamba_d_ssm")) {
+    require_inner_matches(c, c.u32("mamba_d_ssm"), "mamba_d_ssm", mb);
+  } else {
+    const double inner = c.number("mamba_expand") * c.u32("hidden_size");
+    require_inner_matches(c, static_cast<uint64_t>(inner), "mamba_expand * hidden_size", mb);
+  }
+  m.layer_pattern = std::string(c.u32("num_hidden_layers"), kLayerParallel);
+  return m;
+}
+
+ModelDesc jamba(const Cfg& c, ModelDesc m) {
+  gqa_attention(c, m);
+  auto& mb = m.mamba;
+  mb.type = MambaType::Mamba1;
+  mb.d_state = c.u32("mamba_d_state");
+  mb.conv_kernel = c.u32("mamba_d_conv");
+  mb.d_inner = mul_checked(c.u32("mamba_expand"), c.u32("hidden_size"), "jamba mamba_expand * hidden_size");
+  mb.conv_rows_include_spec = false;
+  const uint32_t layers = c.u32("num_hidden_layers");
+  const uint32_t period = c.u32("attn_layer_period");
+  const uint32_t offset = c.u32("attn_layer_offset");
+  if (period == 0) fail(Status::InvalidArgument, "key " + c.where("attn_layer_period") + " = 0 must be > 0");
+  std::string p(layers, kLayerMamba);
+  for (uint32_t i = 0; i < layers; ++i) {
+    if (i % period == offset) p[i] = kLayerAttention;
+  }
+  m.layer_pattern = p;
+  return m;
+}
+
+ModelDesc granite_hybrid(const Cfg& c, ModelDesc m) {
+  gqa_attention(c, m);
+  auto& mb = m.mamba;
+  mb.type = MambaType::Mamba2;
+  mb.num_heads = c.u32("mamba_n_heads");
+  mb.head_dim = c.u32("mamba_d_head");
+  mb.d_state = c.u32("mamba_d_state");
+  mb.n_groups = c.u32("mamba_n_groups");
+  mb.conv_kernel = c.u32("mamba_d_conv");
+  mb.chunk_size = c.u32_or("mamba_chunk_size", 0);
+  mb.conv_rows_include_spec = false;  // Granite passes no num_spec
+  const double inner = c.number("mamba_expand") * c.u32("hidden_size");
+  require_inner_matches(c, static_cast<uint64_t>(inner), "mamba_expand * hidden_size", mb);
+  m.layer_pattern = pattern_from_layer_types(c, {"attention"}, {"mamba"});
+  return m;
+}
+
+void mla_attention(const Cfg& c, ModelDesc& m) {
+  // One latent "head" (kv_lora_rank + qk_rope_head_dim), no separate V, the same on every rank.
+  m.attention.num_kv_heads = 1;
+  m.attention.head_size = c.u32("kv_lora_rank") + c.u32("qk_rope_head_dim");
+  m.attention.head_size_v = 0;
+  m.attention.use_mla = true;
+}
+
+ModelDesc kimi(const Cfg& c, ModelDesc m) {
+  mla_attention(c, m);
+  if (!c.has("linear_attn_config")) fail(Status::NotFound, "missing key " + c.where("linear_attn_config"));
+  if (!c.obj.at("linear_attn_config").is_object()) {
+    fail(Status::InvalidArgument, "key " + c.where("linear_attn_config") + " must be an object");
+  }
+  const Cfg la{c.obj.at("linear_attn_config"), c.origin, c.prefix + "linear_attn_config."};
+  auto& mb = m.mamba;
+  mb.type = MambaType::Kda;
+  mb.num_heads = la.u32("num_heads");
+  mb.head_dim = la.u32("head_dim");
+  mb.d_state = mb.head_dim;
+  mb.conv_kernel = la.u32("short_conv_kernel_size");
+  mb.conv_rows_include_spec = true;
+  m.default_ssm_dtype_bytes = 4;  // KDA recurrent state is always float32
+  const uint32_t layers = c.u32("num_hidden_layers");
+  std::string p(layers, kLayerOther);
+  auto mark = [&](const char* key, char kind) {
+    size_t i = 0;
+    for (const json& v : la.array(key)) {
+      const uint32_t one_based = la.to_u32(v, key);
+      if (one_based == 0 || one_based > layers) {
+        fail(Status::InvalidArgument, "key " + la.where(key) + "[" + std::to_string(i) + "] = " +
+                                          std::to_string(one_based) + " is not a 1-based layer index <= " +
+                                          std::to_string(layers));
+      }
+      p[one_based - 1] = kind;
+      ++i;
+    }
+  };
+  mark("kda_layers", kLayerMamba);
+  mark("full_attn_layers", kLayerAttention);
+  m.layer_pattern = p;
+  return m;
+}
+
+ModelDesc pure_attention(const Cfg& c, ModelDesc m) {
+  if (c.has("kv_lora_rank")) {
+    mla_attention(c, m);
+  } else {
+    gqa_attention(c, m);
+  }
+  m.layer_pattern = std::string(c.u32("num_hidden_layers"), kLayerAttention);
+  return m;
+}
+
+}  // namespace
+
+ModelDesc model_from_hf_config(std::string_view json_text, std::string_view origin) {
+  const std::string org(origin);
+  json root;
+  try {
+    root = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::parse_error& e) {
+    fail(Status::Parse, org + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  }
+  if (!root.is_object()) fail(Status::Parse, org + ": config.json must be a JSON object, got " + root.type_name());
+
+  const Cfg top{root, org, ""};
+  const std::string model_type = top.str("model_type");
+
+  ModelDesc m;
+  m.name = top.has("_name_or_path") && root.at("_name_or_path").is_string()
+               ? root.at("_name_or_path").get<std::string>()
+               : org;
+  m.source = "config.json: " + org;
+
+  if (model_type == "qwen3_5" || model_type == "qwen3_5_moe" || model_type == "qwen3_5_text" ||
+      model_type == "qwen3_5_moe_text") {
+    // Multimodal wrapper: the language model's keys live under text_config.
+    if (top.has("text_config")) {
+      if (!root.at("text_config").is_object()) {
+        fail(Status::InvalidArgument, "key 'text_config' in " + org + " must be an object");
+      }
+      const Cfg text{root.at("text_config"), org, "text_config."};
+      m.dtype_bytes = text.has("dtype") || text.has("torch_dtype") ? model_dtype_bytes(text) : model_dtype_bytes(top);
+      return qwen_gdn(text, m, true);
+    }
+    m.dtype_bytes = model_dtype_bytes(top);
+    return qwen_gdn(top, m, true);
+  }
+
+  m.dtype_bytes = model_dtype_bytes(top);
+  if (model_type == "nemotron_h") return nemotron_h(top, m);
+  if (model_type == "qwen3_next") return qwen_gdn(top, m, false);
+  if (model_type == "falcon_h1") return falcon_h1(top, m);
+  if (model_type == "jamba") return jamba(top, m);
+  if (model_type == "granitemoehybrid") return granite_hybrid(top, m);
+  if (model_type == "kimi_linear") return kimi(top, m);
+  // Anything else is read as a pure-attention model (llama, mistral, qwen2/3, deepseek MLA, ...).
+  return pure_attention(top, m);
+}
+
+}  // namespace pdkv::core

@@ -1,0 +1,198 @@
+// config.json parsing: the published configs under tests/data/hf_configs parse to exactly the
+// presets, and every error path names the offending key and origin.
+#include "pdkv/core/hf_config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "pdkv/core/error.hpp"
+#include "pdkv/core/geometry.hpp"
+#include "pdkv/core/presets.hpp"
+
+using namespace pdkv::core;
+
+namespace {
+
+std::string read_config(const std::string& file) {
+  std::ifstream in(std::string(PDKV_SOURCE_DIR) + "/tests/data/hf_configs/" + file);
+  EXPECT_TRUE(in.good()) << file;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Everything but name/source must equal the preset.
+void expect_same_geometry_inputs(const ModelDesc& a, const ModelDesc& b, const std::string& what) {
+  EXPECT_EQ(a.attention.num_kv_heads, b.attention.num_kv_heads) << what;
+  EXPECT_EQ(a.attention.head_size, b.attention.head_size) << what;
+  EXPECT_EQ(a.attention.head_size_v, b.attention.head_size_v) << what;
+  EXPECT_EQ(a.attention.use_mla, b.attention.use_mla) << what;
+  EXPECT_EQ(a.attention.sliding_window, b.attention.sliding_window) << what;
+  EXPECT_EQ(a.mamba.type, b.mamba.type) << what;
+  EXPECT_EQ(a.mamba.num_heads, b.mamba.num_heads) << what;
+  EXPECT_EQ(a.mamba.head_dim, b.mamba.head_dim) << what;
+  EXPECT_EQ(a.mamba.d_state, b.mamba.d_state) << what;
+  EXPECT_EQ(a.mamba.n_groups, b.mamba.n_groups) << what;
+  EXPECT_EQ(a.mamba.d_inner, b.mamba.d_inner) << what;
+  EXPECT_EQ(a.mamba.conv_kernel, b.mamba.conv_kernel) << what;
+  EXPECT_EQ(a.mamba.chunk_size, b.mamba.chunk_size) << what;
+  EXPECT_EQ(a.mamba.conv_rows_include_spec, b.mamba.conv_rows_include_spec) << what;
+  EXPECT_EQ(a.dtype_bytes, b.dtype_bytes) << what;
+  EXPECT_EQ(a.default_ssm_dtype_bytes, b.default_ssm_dtype_bytes) << what;
+  EXPECT_EQ(a.layer_pattern, b.layer_pattern) << what;
+}
+
+Error error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  return Error(Status::Ok, "no error");
+}
+
+}  // namespace
+
+TEST(HfConfig, PublishedConfigsEqualPresets) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json", "nemotron-3-nano-30b"},
+      {"Nemotron-H-8B-Base-8K.json", "nemotron-h-8b"},
+      {"NVIDIA-Nemotron-Nano-9B-v2.json", "nemotron-nano-9b-v2"},
+      {"Qwen3-Next-80B-A3B-Instruct.json", "qwen3-next-80b"},
+      {"Qwen3.5-27B.json", "qwen3.5-27b"},
+      {"Qwen3.5-35B-A3B.json", "qwen3.5-35b-a3b"},
+      {"Qwen3.5-397B-A17B.json", "qwen3.5-397b-a17b"},
+      {"Falcon-H1-0.5B-Instruct.json", "falcon-h1-0.5b"},
+      {"Jamba-v0.1.json", "jamba-v0.1"},
+      {"Kimi-Linear-48B-A3B-Instruct.json", "kimi-linear-48b"},
+  };
+  for (const auto& [file, preset] : cases) {
+    const ModelDesc parsed = model_from_hf_config(read_config(file), file);
+    expect_same_geometry_inputs(parsed, preset_model(preset), file);
+    EXPECT_EQ(parsed.name, file);  // no _name_or_path: the origin names it
+  }
+}
+
+TEST(HfConfig, ParsedNemotronGivesTheWorkedExample) {
+  const ModelDesc m = model_from_hf_config(read_config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"), "n3");
+  EngineConfig e;
+  e.tp_size = 2;
+  const auto g = derive_geometry(m, e);
+  EXPECT_EQ(g.mamba.conv_bytes, 18432u);
+  EXPECT_EQ(g.mamba.ssm_bytes, 1048576u);
+  EXPECT_EQ(g.block_size, 2096u);
+}
+
+TEST(HfConfig, SsmDtypeKeys) {
+  std::string n3 = read_config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json");
+  const auto pos = n3.find("\"float32\"");
+  ASSERT_NE(pos, std::string::npos);
+  std::string bf16 = n3;
+  bf16.replace(pos, 9, "\"bfloat16\"");
+  EXPECT_EQ(model_from_hf_config(bf16, "x").default_ssm_dtype_bytes, 2u);
+  // Absent key: vLLM's float32 default for NemotronH.
+  auto j = nlohmann::json::parse(n3);
+  j.erase("mamba_ssm_cache_dtype");
+  EXPECT_EQ(model_from_hf_config(j.dump(), "x").default_ssm_dtype_bytes, 4u);
+}
+
+TEST(HfConfig, GraniteLayerTypesAndPureAttention) {
+  // Synthetic Granite-4.0-H-like config (the published values lack mamba_n_heads/d_head/groups).
+  nlohmann::json g = {{"model_type", "granitemoehybrid"}, {"num_hidden_layers", 4}, {"hidden_size", 4096},
+                      {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"mamba_n_heads", 128},
+                      {"mamba_d_head", 64}, {"mamba_d_state", 128}, {"mamba_n_groups", 1}, {"mamba_d_conv", 4},
+                      {"mamba_expand", 2}, {"torch_dtype", "bfloat16"},
+                      {"layer_types", {"mamba", "mamba", "attention", "mamba"}}};
+  const ModelDesc m = model_from_hf_config(g.dump(), "granite");
+  EXPECT_EQ(m.layer_pattern, "MM*M");
+  EXPECT_EQ(m.attention.head_size, 128u);
+  EXPECT_EQ(m.mamba.type, MambaType::Mamba2);
+  EXPECT_FALSE(m.mamba.conv_rows_include_spec);
+  g["mamba_expand"] = 1;  // 4096 != 128*64
+  const Error e = error_of([&] { model_from_hf_config(g.dump(), "granite"); });
+  EXPECT_EQ(e.status(), Status::InvalidArgument);
+  EXPECT_NE(std::string(e.what()).find("4096"), std::string::npos);
+  EXPECT_NE(std::string(e.what()).find("8192"), std::string::npos);
+
+  nlohmann::json llama = {{"model_type", "llama"}, {"num_hidden_layers", 32}, {"hidden_size", 4096},
+                          {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"torch_dtype", "float16"}};
+  const ModelDesc l = model_from_hf_config(llama.dump(), "llama");
+  EXPECT_FALSE(l.is_hybrid());
+  EXPECT_EQ(l.attention.num_kv_heads, 8u);
+  EXPECT_EQ(l.attention.head_size, 128u);
+  EXPECT_EQ(l.layer_pattern, std::string(32, '*'));
+  llama["torch_dtype"] = "float32";  // served in 16 bits under --dtype auto
+  EXPECT_EQ(model_from_hf_config(llama.dump(), "llama").dtype_bytes, 2u);
+  nlohmann::json ds = {{"model_type", "deepseek_v3"}, {"num_hidden_layers", 2}, {"kv_lora_rank", 512},
+                       {"qk_rope_head_dim", 64}, {"torch_dtype", "bfloat16"}};
+  const ModelDesc d = model_from_hf_config(ds.dump(), "ds");
+  EXPECT_TRUE(d.attention.use_mla);
+  EXPECT_EQ(d.attention.head_size, 576u);
+}
+
+TEST(HfConfig, KimiIsDescribedThenRejected) {
+  const ModelDesc m = model_from_hf_config(read_config("Kimi-Linear-48B-A3B-Instruct.json"), "kimi");
+  EngineConfig e;
+  EXPECT_EQ(error_of([&] { derive_geometry(m, e); }).status(), Status::UnsupportedMambaType);
+}
+
+TEST(HfConfig, Errors) {
+  Error e = error_of([] { model_from_hf_config("{\"model_type\": \"llama\",, }", "bad.json"); });
+  EXPECT_EQ(e.status(), Status::Parse);
+  EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos);
+  EXPECT_NE(std::string(e.what()).find("byte 24"), std::string::npos) << e.what();
+
+  e = error_of([] { model_from_hf_config("[1,2]", "arr.json"); });
+  EXPECT_EQ(e.status(), Status::Parse);
+
+  e = error_of([] { model_from_hf_config("{}", "empty.json"); });
+  EXPECT_EQ(e.status(), Status::NotFound);
+  EXPECT_NE(std::string(e.what()).find("'model_type' in empty.json"), std::string::npos) << e.what();
+
+  auto j = nlohmann::json::parse(read_config("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"));
+  j.erase("mamba_head_dim");
+  e = error_of([&] { model_from_hf_config(j.dump(), "n3.json"); });
+  EXPECT_EQ(e.status(), Status::NotFound);
+  EXPECT_NE(std::string(e.what()).find("'mamba_head_dim' in n3.json"), std::string::npos) << e.what();
+
+  j["mamba_head_dim"] = "64";
+  e = error_of([&] { model_from_hf_config(j.dump(), "n3.json"); });
+  EXPECT_EQ(e.status(), Status::InvalidArgument);
+  EXPECT_NE(std::string(e.what()).find("mamba_head_dim"), std::string::npos);
+  EXPECT_NE(std::string(e.what()).find("\"64\""), std::string::npos) << e.what();
+
+  j["mamba_head_dim"] = -1;
+  e = error_of([&] { model_from_hf_config(j.dump(), "n3.json"); });
+  EXPECT_EQ(e.status(), Status::InvalidArgument);
+  EXPECT_NE(std::string(e.what()).find("-1"), std::string::npos) << e.what();
+
+  j["mamba_head_dim"] = 64;
+  j["hybrid_override_pattern"] = "MX*";
+  e = error_of([&] { model_from_hf_config(j.dump(), "n3.json"); });
+  EXPECT_EQ(e.status(), Status::InvalidArgument);
+  EXPECT_NE(std::string(e.what()).find("'X'"), std::string::npos) << e.what();
+
+  j["hybrid_override_pattern"] = "M*";
+  j["torch_dtype"] = "bfloat17";
+  e = error_of([&] { model_from_hf_config(j.dump(), "n3.json"); });
+  EXPECT_EQ(e.status(), Status::InvalidArgument);
+  EXPECT_NE(std::string(e.what()).find("bfloat17"), std::string::npos) << e.what();
+
+  auto q = nlohmann::json::parse(read_config("Qwen3.5-27B.json"));
+  q["text_config"].erase("linear_num_key_heads");
+  e = error_of([&] { model_from_hf_config(q.dump(), "q35.json"); });
+  EXPECT_EQ(e.status(), Status::NotFound);
+  EXPECT_NE(std::string(e.what()).find("'text_config.linear_num_key_heads' in q35.json"), std::string::npos)
+      << e.what();
+
+  auto f = nlohmann::json::parse(read_config("Falcon-H1-0.5B-Instruct.json"));
+  f.erase("mamba_d_ssm");  // expand*hidden = 2048 != 24*64 = 1536
+  e = error_of([&] { model_from_hf_config(f.dump(), "falcon.json"); });
+  EXPECT_EQ(e.status(), Status::InvalidArgument);
+  EXPECT_NE(std::string(e.what()).find("2048"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("1536"), std::string::npos) << e.what();
+}
