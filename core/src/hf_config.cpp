@@ -94,9 +94,11 @@ void gqa_attention(const Cfg& c, ModelDesc& m) {
   m.attention.num_kv_heads = c.u32_or("num_key_value_heads", c.u32("num_attention_heads"));
   m.attention.head_size = head_dim_or_hidden_over_heads(c);
   m.attention.head_size_v = m.attention.head_size;
-  m.attention.sliding_window = c.has("sliding_window") && c.obj.at("sliding_window").is_number_integer()
-                                   ? c.u32("sliding_window")
-                                   : 0;
+  // Qwen2-style configs carry a sliding_window value that is switched off by use_sliding_window.
+  const bool swa_off = c.has("use_sliding_window") && c.obj.at("use_sliding_window") == false;
+  m.attention.sliding_window =
+      !swa_off && c.has("sliding_window") && c.obj.at("sliding_window").is_number_integer() ? c.u32("sliding_window")
+                                                                                             : 0;
 }
 
 // vLLM's MambaMixer2 takes the conv "x" width as an explicit intermediate size, while pdkv's

@@ -329,3 +329,51 @@ TEST(Geometry, PropertiesOverPresetsTpAndBackends) {
   }
   EXPECT_GT(checked, 300);
 }
+
+TEST(Backends, NamesAndApply) {
+  EXPECT_EQ(backend_from_name("flash_attn"), Backend::FlashAttention);
+  EXPECT_EQ(backend_from_name("FLASH_ATTN"), Backend::FlashAttention);
+  EXPECT_EQ(backend_from_name("triton_attn"), Backend::Triton);
+  EXPECT_EQ(backend_from_name("FlashInfer"), Backend::FlashInfer);
+  EXPECT_EQ(backend_from_name("flashmla"), Backend::FlashMLA);
+  EXPECT_EQ(backend_from_name("cutlass_mla"), Backend::CutlassMLA);
+  EXPECT_EQ(backend_from_name("flashinfer_mla"), Backend::FlashInferMLA);
+  try {
+    backend_from_name("xformers");
+    FAIL() << "expected NotFound";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::NotFound);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("xformers"), std::string::npos);
+    for (const auto& b : backends()) EXPECT_NE(msg.find(b.name), std::string::npos) << b.name;
+  }
+  for (const auto& b : backends()) EXPECT_EQ(backend_from_name(backend_name(b.backend)), b.backend);
+
+  EngineConfig e;
+  apply_backend(e, Backend::CutlassMLA);
+  EXPECT_EQ(e.preferred_block_size, 128u);
+  EXPECT_EQ(min_kernel_block_size(e), 128u);
+  EXPECT_TRUE(kernel_block_size_supported(e, 128));
+  EXPECT_FALSE(kernel_block_size_supported(e, 256));
+  apply_backend(e, Backend::FlashInferMLA);
+  EXPECT_EQ(e.preferred_block_size, 32u);
+  EXPECT_EQ(min_kernel_block_size(e), 32u);
+  apply_backend(e, Backend::FlashMLA);
+  EXPECT_EQ(e.preferred_block_size, 64u);
+  EXPECT_EQ(min_kernel_block_size(e), 64u);
+  apply_backend(e, Backend::Triton);  // back to MultipleOf(16): the explicit list is cleared
+  EXPECT_TRUE(e.kernel_block_sizes.empty());
+  EXPECT_EQ(min_kernel_block_size(e), 16u);
+  EXPECT_TRUE(kernel_block_size_supported(e, 2096));
+  EXPECT_FALSE(kernel_block_size_supported(e, 24));
+  apply_backend(e, Backend::FlashInfer);
+  EXPECT_EQ(e.preferred_block_size, 16u);
+  EXPECT_TRUE(kernel_block_size_supported(e, 64));
+  EXPECT_FALSE(kernel_block_size_supported(e, 128));
+
+  EXPECT_NO_THROW(check_backend_for_model(preset_model("qwen3-next-80b"), Backend::FlashInfer));
+  EXPECT_EQ(status_of([] { check_backend_for_model(preset_model("qwen3-next-80b"), Backend::FlashMLA); }),
+            Status::Incompatible);
+  EXPECT_EQ(status_of([] { check_backend_for_model(preset_model("kimi-linear-48b"), Backend::FlashAttention); }),
+            Status::Incompatible);
+}
