@@ -2,8 +2,10 @@
 // descriptors per P rank, local split chunks, descriptor ids, and every error path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
+#include "pdkv/core/checked_math.hpp"
 #include "pdkv/core/error.hpp"
 #include "pdkv/core/mamba_descriptors.hpp"
 #include "pdkv/core/mamba_split.hpp"
@@ -185,4 +187,49 @@ TEST(MambaDescriptors, Errors) {
                       &msg),
             Status::OutOfBounds);
   EXPECT_NE(msg.find("decode page"), std::string::npos) << msg;
+}
+
+// Sweep: for every TP pair and D rank, the split descriptors of all source P ranks tile each
+// local logical page's state bytes exactly once, and each one pairs with a remote descriptor of
+// the same length inside the P region.
+TEST(MambaDescriptors, SplitDescriptorsTileEveryLocalPage) {
+  for (const ModelDesc& m : {nemotron3_nano(), falcon_h1_05b()}) {
+    for (uint32_t ptp : {1u, 2u, 4u, 8u}) {
+      for (uint32_t dtp : {1u, 2u, 4u, 8u}) {
+        const MambaState p = state(m, ptp);
+        const MambaState d = state(m, dtp);
+        const uint64_t d_ppl = ceil_div(d.page_bytes(), 4096), p_ppl = ceil_div(p.page_bytes(), 2048);
+        const std::vector<Region> local = {{kBase0, 4096, d_ppl * 3}};
+        const std::vector<Region> remote = {{kBase1, 2048, p_ppl * 3}};
+        for (uint32_t rank = 0; rank < dtp; ++rank) {
+          const std::vector<MambaRead> reads = mamba_reads(p, d, rank);
+          std::vector<Descriptor> all;
+          for (uint32_t src : mamba_source_ranks(reads)) {
+            const auto l = mamba_local_split_descriptors(local, d_ppl, d, reads, src);
+            const auto r = mamba_remote_descriptors(remote, p_ppl, p, reads, src);
+            ASSERT_EQ(l.size(), r.size());
+            for (size_t j = 0; j < l.size(); ++j) {
+              EXPECT_EQ(l[j].len, r[j].len);
+              EXPECT_GE(r[j].addr, kBase1);
+              EXPECT_LE(r[j].addr + r[j].len, kBase1 + 2048 * p_ppl * 3);
+            }
+            all.insert(all.end(), l.begin(), l.end());
+          }
+          std::sort(all.begin(), all.end(),
+                    [](const Descriptor& a, const Descriptor& b) { return a.addr < b.addr; });
+          uint64_t page = 0, cursor = kBase0;
+          for (const Descriptor& x : all) {
+            if (cursor == kBase0 + page * 4096 * d_ppl + d.page_bytes()) {
+              ++page;  // this page's state is complete; the next starts after the padding
+              cursor = kBase0 + page * 4096 * d_ppl;
+            }
+            ASSERT_EQ(x.addr, cursor) << m.name << " P" << ptp << " D" << dtp << " r" << rank;
+            cursor += x.len;
+          }
+          EXPECT_EQ(page, 2u);
+          EXPECT_EQ(cursor, kBase0 + 2 * 4096 * d_ppl + d.page_bytes());
+        }
+      }
+    }
+  }
 }
