@@ -437,7 +437,8 @@ PDKV_API pdkv_status_t pdkv_geometry_log_line(const pdkv_geometry_t *geometry, s
 PDKV_API void pdkv_geometry_free(pdkv_geometry_t *geometry);
 
 /* vLLM's block_size_ratio = local_kernel_bs / remote_kernel_bs. Errors: NULL_POINTER (out),
- * INCOMPATIBLE (a zero size, or the remote block does not divide the local one; names both).
+ * INVALID_ARGUMENT (a zero size), INCOMPATIBLE (the remote block does not divide the local one;
+ * names both).
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_block_size_ratio(uint64_t local_kernel_block_size,
                                              uint64_t remote_kernel_block_size, uint64_t *out,
