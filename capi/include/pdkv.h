@@ -530,6 +530,103 @@ PDKV_API pdkv_status_t pdkv_mamba_read_list_source_ranks(const pdkv_mamba_read_l
 /* Frees a read list. NULL is allowed. */
 PDKV_API void pdkv_mamba_read_list_free(pdkv_mamba_read_list_t *list);
 
+/* ---- Descriptors ------------------------------------------------------------------- */
+
+/* One registered KV tensor of an engine: num_blocks kernel blocks of block_len bytes at base.
+ * A Mamba region holds num_blocks / ppl logical pages of block_len * ppl bytes. Element layout
+ * fixed for the major version. */
+typedef struct pdkv_region {
+  uint64_t base;
+  uint64_t block_len;
+  uint64_t num_blocks;
+} pdkv_region_t;
+
+/* One contiguous transfer unit: (addr, len). Element layout fixed for the major version. */
+typedef struct pdkv_descriptor {
+  uint64_t addr;
+  uint64_t len;
+} pdkv_descriptor_t;
+
+/* An immutable list of descriptors. */
+typedef struct pdkv_descriptor_list pdkv_descriptor_list_t;
+
+/* The descriptors: *items points to *count entries owned by the list, valid until
+ * pdkv_descriptor_list_free (NULL when *count is 0). Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_descriptor_list_items(const pdkv_descriptor_list_t *list,
+                                                  const pdkv_descriptor_t **items, size_t *count,
+                                                  pdkv_error_t **err);
+
+/* Frees a descriptor list. NULL is allowed. */
+PDKV_API void pdkv_descriptor_list_free(pdkv_descriptor_list_t *list);
+
+/* In every builder below: region arrays are read, not retained (regions may be NULL only when
+ * the count is 0); *out is owned by the caller (pdkv_descriptor_list_free); all are
+ * thread-safe; NULL_POINTER names the argument; address arithmetic that would pass 2^64 is
+ * OVERFLOW. */
+
+/* Local attention descriptors, region-major: region i, block b < num_blocks*bsr gives
+ * (base_i + b*block_len_i/bsr, block_len_i/bsr). bsr = pdkv_block_size_ratio (1 when equal).
+ * Errors: INVALID_ARGUMENT (bsr 0 or not dividing block_len). */
+PDKV_API pdkv_status_t pdkv_attention_local_descriptors(const pdkv_region_t *regions,
+                                                        size_t num_regions,
+                                                        uint32_t block_size_ratio,
+                                                        pdkv_descriptor_list_t **out,
+                                                        pdkv_error_t **err);
+
+/* Remote attention descriptors in one P rank's regions for the local rank of `mapping`:
+ * addr = rbase_i + offset + b*remote_block_len_i, len = (L_i/bsr)/reads. Errors: INCOMPATIBLE
+ * (region counts, block lengths that do not match the head ratio, head-sharded reads with
+ * bsr > 1), OUT_OF_BOUNDS. */
+PDKV_API pdkv_status_t pdkv_attention_remote_descriptors(const pdkv_region_t *local_regions,
+                                                         size_t num_local_regions,
+                                                         const pdkv_region_t *remote_regions,
+                                                         size_t num_remote_regions,
+                                                         const pdkv_tp_mapping_t *mapping,
+                                                         uint32_t block_size_ratio,
+                                                         pdkv_descriptor_list_t **out,
+                                                         pdkv_error_t **err);
+
+/* The local split handle for remote rank `p_rank` (D_TP < P_TP): each local attention
+ * descriptor (from pdkv_attention_local_descriptors) cut to that rank's head slot. Errors:
+ * INVALID_ARGUMENT (tp_ratio > 0, or p_rank is not a source rank of the mapping), INCOMPATIBLE
+ * (head-sharded with bsr > 1). */
+PDKV_API pdkv_status_t pdkv_attention_split_descriptors(const pdkv_descriptor_list_t *local_attention,
+                                                        const pdkv_tp_mapping_t *mapping,
+                                                        uint32_t block_size_ratio, uint32_t p_rank,
+                                                        pdkv_descriptor_list_t **out,
+                                                        pdkv_error_t **err);
+
+/* The engine's full local Mamba descriptors as registered: per region, all logical blocks of
+ * each conv projection, then of the ssm state. `geometry` is this engine's; ppl its physical
+ * blocks per logical block. Errors: INVALID_ARGUMENT (ppl 0, num_blocks % ppl != 0),
+ * OUT_OF_BOUNDS (the state does not fit in block_len*ppl), UNSUPPORTED_MAMBA_TYPE. */
+PDKV_API pdkv_status_t pdkv_mamba_local_descriptors(const pdkv_region_t *regions,
+                                                    size_t num_regions, uint64_t ppl,
+                                                    const pdkv_geometry_t *geometry,
+                                                    pdkv_descriptor_list_t **out,
+                                                    pdkv_error_t **err);
+
+/* Descriptors in P rank `p_rank`'s Mamba regions for the reads of `reads` whose p_rank
+ * matches (empty when it supplies nothing). p_geometry is the P engine's. Errors: as
+ * pdkv_mamba_local_descriptors, plus OUT_OF_BOUNDS for a read leaving the P page. */
+PDKV_API pdkv_status_t pdkv_mamba_remote_descriptors(const pdkv_region_t *p_regions,
+                                                     size_t num_p_regions, uint64_t p_ppl,
+                                                     const pdkv_geometry_t *p_geometry,
+                                                     const pdkv_mamba_read_list_t *reads,
+                                                     uint32_t p_rank,
+                                                     pdkv_descriptor_list_t **out,
+                                                     pdkv_error_t **err);
+
+/* The D rank's local destinations matching pdkv_mamba_remote_descriptors(..., p_rank) one to
+ * one. d_geometry is the D engine's. Errors: as pdkv_mamba_local_descriptors. */
+PDKV_API pdkv_status_t pdkv_mamba_local_split_descriptors(const pdkv_region_t *d_regions,
+                                                          size_t num_d_regions, uint64_t d_ppl,
+                                                          const pdkv_geometry_t *d_geometry,
+                                                          const pdkv_mamba_read_list_t *reads,
+                                                          uint32_t p_rank,
+                                                          pdkv_descriptor_list_t **out,
+                                                          pdkv_error_t **err);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -35,3 +35,9 @@ struct pdkv_mamba_read_list {
   std::vector<pdkv_mamba_read_t> c_reads;
   std::vector<uint32_t> source_ranks;
 };
+
+#include "pdkv/core/descriptor.hpp"
+
+struct pdkv_descriptor_list {
+  std::vector<pdkv_descriptor_t> items;
+};
