@@ -56,3 +56,9 @@ echo "bindgen: $header OK ($(echo "$out" | grep -c 'pub fn pdkv_') functions)"
 ]=])
 add_test(NAME capi_header_bindgen COMMAND sh ${PDKV_BINDGEN_CHECK} ${PDKV_HEADER_DIR}/pdkv.h)
 set_tests_properties(capi_header_bindgen PROPERTIES SKIP_RETURN_CODE 77)
+
+# (c) capi_example_plan: the C example runs end to end and prints the worked D TP2 block size.
+if(TARGET example_plan_example)
+  add_test(NAME capi_example_plan COMMAND example_plan_example nemotron-3-nano-30b 4 2)
+  set_tests_properties(capi_example_plan PROPERTIES PASS_REGULAR_EXPRESSION "block size 2096 tokens")
+endif()
