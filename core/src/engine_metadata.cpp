@@ -201,7 +201,9 @@ void check_metadata(const EngineMetadata& m, Status status) {
   if (m.tp_rank >= m.tp_size) {
     bad("tp_rank", "= " + num(m.tp_rank) + " must be < tp_size " + num(m.tp_size));
   }
-  if (static_cast<uint8_t>(m.kv_layout) > 1) bad("kv_layout", "has unknown value");
+  if (static_cast<uint8_t>(m.kv_layout) > 1) {
+    bad("kv_layout", "has unknown value " + num(static_cast<uint8_t>(m.kv_layout)));
+  }
   if (static_cast<int32_t>(m.conv_layout) < 0 || static_cast<int32_t>(m.conv_layout) > 1) {
     bad("conv_layout", "has unknown value " + std::to_string(static_cast<int32_t>(m.conv_layout)));
   }
@@ -272,7 +274,9 @@ void check_metadata(const EngineMetadata& m, Status status) {
   for (size_t i = 0; i < m.regions.size(); ++i) {
     const MetadataRegion& r = m.regions[i];
     const std::string f = "regions[" + num(i) + "]";
-    if (static_cast<uint8_t>(r.kind) > 1) bad(f + ".kind", "has unknown value");
+    if (static_cast<uint8_t>(r.kind) > 1) {
+      bad(f + ".kind", "has unknown value " + num(static_cast<uint8_t>(r.kind)));
+    }
     if (r.region.block_len == 0) bad(f + ".block_len", "= 0; a kernel page has bytes");
     uint64_t len = 0;
     uint64_t end = 0;
