@@ -1,0 +1,133 @@
+// Transfer-plan compilation: one request's complete, validated list of byte reads a decode (D)
+// rank issues against each prefill (P) rank, plus the notifications and the receive-side zeroing
+// (vllm-semantics.md §3, §6). It joins the pieces the other headers derive:
+//   prefix_trim  -> which tokens / Mamba states D still needs and where they live on both sides,
+//   tp_topology  -> which P ranks hold which KV heads, who is notified,
+//   attention_reads / mamba_reads -> which bytes of a P block / page feed which bytes of D's,
+// into (local region, local offset, remote region, remote offset, length) reads relative to the
+// region bases, coalesced where contiguous on both sides.
+//
+// A compiled plan is validated before it is returned: every byte D needs is written exactly once
+// and no read leaves a registered region on either side. vLLM trusted its descriptor counts and
+// once reported a request ready after moving 64 KiB of a 256 KiB block (issue #52516); a plan
+// that cannot cover its blocks is an error here, never a silent partial transfer.
+//
+// Attention layout: HND with K/V packed in the content dim, so a kernel block is
+// heads x tokens x bytes_per_token_per_head. A token run that is not a whole block on both sides
+// becomes one piece per head (this is how P and D block sizes that are not multiples of each other
+// are served); a whole-block run of a head slice stays one piece. A Mamba state pair becomes the
+// mamba_reads pieces at page stride block_len * ppl of each side.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pdkv/core/engine_metadata.hpp"
+#include "pdkv/core/mamba_state.hpp"
+#include "pdkv/core/prefix_trim.hpp"
+#include "pdkv/core/tp_topology.hpp"
+
+namespace pdkv::core {
+
+// Everything about one (D rank, P engine) pair that does not change per request. Build it once
+// after the handshake.
+struct PlanContext {
+  EngineMetadata local;                 // the D rank (reader)
+  std::vector<EngineMetadata> remote;   // P ranks of ONE engine, any order; every rank read
+  TpMapping mapping;                    // compute_tp_mapping(local=D, remote=P)
+  // Per-rank Mamba states (derive_mamba_state) of D's and P's TP size; required when a group is
+  // Mamba, checked against the metadata's conv/ssm bytes.
+  std::optional<MambaState> local_mamba;
+  std::optional<MambaState> remote_mamba;
+};
+
+// One KV-cache group of the request.
+struct PlanGroup {
+  // Kind, cache mode, D's block ids still to fill, P's block ids, hit / computed tokens (see
+  // prefix_trim.hpp). Tokens per block left at 0 are filled from the metadata: the kernel block
+  // size for attention kinds, the logical block size for Mamba "all" mode. Non-zero values must
+  // agree with the metadata for attention kinds (the byte geometry depends on them).
+  GroupTrimInput trim;
+  // Region indices used by the group's layers. Under vLLM's HMA every region is shared by one
+  // layer of every group, so empty means "all regions".
+  std::vector<uint32_t> regions;
+};
+
+// One read in bytes relative to the region bases: D's [local_offset, +length) of local_region
+// receives P's [remote_offset, +length) of remote_region.
+struct PlanRead {
+  uint32_t local_region = 0;
+  uint64_t local_offset = 0;
+  uint32_t remote_region = 0;
+  uint64_t remote_offset = 0;
+  uint64_t length = 0;
+  friend bool operator==(const PlanRead&, const PlanRead&) = default;
+};
+
+// All reads D issues against one P rank, in issue order.
+struct RankReads {
+  uint32_t p_rank = 0;
+  std::vector<PlanRead> reads;
+  uint64_t bytes = 0;
+};
+
+// Receive-side work for one group: zero these token ranges in every listed region (attention
+// kinds) and never publish these Mamba slots as cache hits.
+struct GroupZero {
+  uint32_t group = 0;
+  GroupKind kind = GroupKind::Attention;
+  std::vector<uint32_t> regions;        // resolved (never empty when the group has regions)
+  std::vector<ZeroRange> zero;          // kernel block + token range, D side
+  std::vector<uint64_t> unfilled_states;
+};
+
+struct PlanStats {
+  uint64_t pieces_before_coalescing = 0;
+  uint64_t pieces_after_coalescing = 0;
+  uint64_t bytes = 0;            // total bytes moved
+  uint64_t attention_bytes = 0;
+  uint64_t mamba_bytes = 0;
+};
+
+struct TransferPlan {
+  uint32_t d_rank = 0;
+  uint32_t d_tp = 1;
+  uint32_t p_tp = 1;
+  std::vector<RankReads> ranks;         // ascending p_rank; only ranks with at least one read
+  // P ranks D notifies after its reads (every handshake target, read or not; tp_topology.hpp)
+  // and how many notifications each P rank waits for per request.
+  std::vector<uint32_t> notify_ranks;
+  uint32_t notifications_per_p_rank = 1;
+  std::vector<GroupZero> zero;          // one entry per group, in group order
+  PlanStats stats;
+
+  bool empty() const { return ranks.empty(); }  // a full prefix hit: notify only
+};
+
+// Compiles and validates one request's plan. Errors:
+//  InvalidArgument - inconsistent context (mapping vs metadata ranks / sizes, missing Mamba
+//                    states, a region index out of range, tokens_per_block disagreeing with
+//                    the metadata), naming the values;
+//  NotFound        - a P rank the plan reads from has no metadata in ctx.remote;
+//  Incompatible    - P and D geometry that cannot describe the same model (region counts,
+//                    block_len vs kernel block size x bytes per token, head ratios);
+//  Coverage        - from prefix trimming, or when the reads would not write every needed D byte
+//                    exactly once (names region, offset, length);
+//  OutOfBounds     - a read would leave a registered region (names region, offset, length, size);
+//  Overflow.
+TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<PlanGroup>& groups);
+
+// The plan's coverage and bounds check, usable on its own (e.g. on a plan that was edited or
+// deserialised): the D bytes the plan must write are recomputed from the groups (prefix trimming
+// and the D rank's own head / state layout, independently of the reads) and compared with the
+// union of the plan's local ranges. Throws Coverage (overlap, missing or unexpected bytes,
+// naming region, offset and length) or OutOfBounds (naming side, region, offset, length, size).
+void validate_transfer_plan(const TransferPlan& plan, const PlanContext& ctx,
+                            const std::vector<PlanGroup>& groups);
+
+// A human-readable JSON dump for debugging (stable key order, one object per read).
+std::string plan_to_json(const TransferPlan& plan);
+
+}  // namespace pdkv::core

@@ -1,0 +1,51 @@
+// Debug dump of a TransferPlan as JSON (transfer_plan.hpp).
+#include <nlohmann/json.hpp>
+
+#include "pdkv/core/block_ids.hpp"
+#include "pdkv/core/transfer_plan.hpp"
+
+namespace pdkv::core {
+
+std::string plan_to_json(const TransferPlan& plan) {
+  using nlohmann::ordered_json;
+  ordered_json j;
+  j["d_rank"] = plan.d_rank;
+  j["d_tp"] = plan.d_tp;
+  j["p_tp"] = plan.p_tp;
+  j["notify_ranks"] = plan.notify_ranks;
+  j["notifications_per_p_rank"] = plan.notifications_per_p_rank;
+  ordered_json ranks = ordered_json::array();
+  for (const RankReads& rr : plan.ranks) {
+    ordered_json reads = ordered_json::array();
+    for (const PlanRead& r : rr.reads) {
+      reads.push_back({{"local_region", r.local_region},
+                       {"local_offset", r.local_offset},
+                       {"remote_region", r.remote_region},
+                       {"remote_offset", r.remote_offset},
+                       {"length", r.length}});
+    }
+    ranks.push_back({{"p_rank", rr.p_rank}, {"bytes", rr.bytes}, {"reads", std::move(reads)}});
+  }
+  j["ranks"] = std::move(ranks);
+  ordered_json zero = ordered_json::array();
+  for (const GroupZero& z : plan.zero) {
+    ordered_json ranges = ordered_json::array();
+    for (const ZeroRange& r : z.zero) {
+      ranges.push_back({{"block", r.block}, {"token_begin", r.token_begin}, {"token_end", r.token_end}});
+    }
+    zero.push_back({{"group", z.group},
+                    {"kind", group_kind_name(z.kind)},
+                    {"regions", z.regions},
+                    {"zero", std::move(ranges)},
+                    {"unfilled_states", z.unfilled_states}});
+  }
+  j["zero"] = std::move(zero);
+  j["stats"] = {{"pieces_before_coalescing", plan.stats.pieces_before_coalescing},
+                {"pieces_after_coalescing", plan.stats.pieces_after_coalescing},
+                {"bytes", plan.stats.bytes},
+                {"attention_bytes", plan.stats.attention_bytes},
+                {"mamba_bytes", plan.stats.mamba_bytes}};
+  return j.dump(2);
+}
+
+}  // namespace pdkv::core
