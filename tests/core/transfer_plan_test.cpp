@@ -1,0 +1,438 @@
+// Transfer-plan compilation: hand-computed small plans (homogeneous TP, D_TP > P_TP head slices,
+// P_TP > D_TP slots with every SSM shard, Nemotron-3-Nano P TP4 -> D TP2 with block sizes 1056 /
+// 2096, a full attention hit with Mamba still moving, MLA), the validation errors (#52516's
+// partial block, overlaps, out-of-bounds ids, missing P metadata) and the JSON dump.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "pdkv/core/geometry.hpp"
+#include "pdkv/core/mamba_split.hpp"
+#include "pdkv/core/metadata_from_geometry.hpp"
+#include "pdkv/core/presets.hpp"
+#include "pdkv/core/transfer_plan.hpp"
+
+using namespace pdkv::core;
+
+namespace {
+
+// Pure attention: K heads of head_size (+ the same for V), 1-byte dtype, so a head costs
+// 2*head_size bytes per token.
+ModelDesc attention_model(uint32_t k, uint32_t head_size, bool mla = false) {
+  ModelDesc m;
+  m.name = mla ? "tiny-mla" : "tiny-gqa";
+  m.attention.num_kv_heads = k;
+  m.attention.head_size = head_size;
+  m.attention.head_size_v = mla ? 0 : head_size;
+  m.attention.use_mla = mla;
+  m.dtype_bytes = 1;
+  return m;
+}
+
+// Tiny Mamba2 hybrid: K=4 heads of 4+4 bytes per token; Mamba2 4 heads x 2 x d_state 2, 4 groups,
+// conv kernel 2 (one row), 1-byte dtypes. TP1: x 8 | B 8 | C 8 | ssm 16 = 40 B; TP2: half.
+ModelDesc tiny_hybrid() {
+  ModelDesc m = attention_model(4, 4);
+  m.name = "tiny-hybrid";
+  m.mamba.type = MambaType::Mamba2;
+  m.mamba.num_heads = 4;
+  m.mamba.head_dim = 2;
+  m.mamba.d_state = 2;
+  m.mamba.n_groups = 4;
+  m.mamba.conv_kernel = 2;
+  m.default_ssm_dtype_bytes = 1;
+  m.layer_pattern = "M*";
+  return m;
+}
+
+EngineConfig config(uint32_t tp, uint32_t block_size = 0) {
+  EngineConfig e;
+  e.tp_size = tp;
+  e.user_block_size = block_size;
+  return e;
+}
+
+// D rank d_rank of d_cfg reading from every rank of an engine with p_cfg.
+PlanContext context(const ModelDesc& m, const EngineConfig& d_cfg, const EngineConfig& p_cfg,
+                    uint32_t d_rank, uint32_t regions, uint64_t blocks = 64) {
+  PlanContext ctx;
+  const EngineGeometry dg = derive_geometry(m, d_cfg);
+  const EngineGeometry pg = derive_geometry(m, p_cfg);
+  ctx.local = metadata_from_geometry(m, d_cfg, dg, {"d", d_rank, blocks, regions, 1ull << 40});
+  for (uint32_t r = 0; r < p_cfg.tp_size; ++r) {
+    ctx.remote.push_back(
+        metadata_from_geometry(m, p_cfg, pg, {"p", r, blocks, regions, (2ull + r) << 40}));
+  }
+  TpMappingInput in;
+  in.local_tp = d_cfg.tp_size;
+  in.local_rank = d_rank;
+  in.remote_tp = p_cfg.tp_size;
+  in.total_kv_heads = m.attention.use_mla ? 1 : m.attention.num_kv_heads;
+  in.use_mla = m.attention.use_mla;
+  in.has_mamba = m.is_hybrid();
+  ctx.mapping = compute_tp_mapping(in);
+  if (m.is_hybrid()) {
+    ctx.local_mamba = dg.mamba;
+    ctx.remote_mamba = pg.mamba;
+  }
+  return ctx;
+}
+
+PlanGroup attention_group(std::vector<uint64_t> local, std::vector<uint64_t> remote,
+                          uint64_t computed, uint64_t hit = 0) {
+  PlanGroup g;
+  g.trim.kind = GroupKind::Attention;
+  g.trim.local_blocks = std::move(local);
+  g.trim.remote_blocks = std::move(remote);
+  g.trim.remote_computed_tokens = computed;
+  g.trim.local_hit_tokens = hit;
+  return g;
+}
+
+PlanGroup mamba_group(std::vector<uint64_t> local, std::vector<uint64_t> remote, uint64_t computed,
+                      uint64_t hit = 0) {
+  PlanGroup g = attention_group(std::move(local), std::move(remote), computed, hit);
+  g.trim.kind = GroupKind::Mamba;
+  g.trim.cache_mode = MambaCacheMode::None;
+  return g;
+}
+
+const RankReads& rank(const TransferPlan& p, uint32_t r) {
+  for (const auto& rr : p.ranks)
+    if (rr.p_rank == r) return rr;
+  throw std::runtime_error("no reads from P rank " + std::to_string(r));
+}
+
+template <class F>
+Status status_of(F&& f, std::string* msg = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (msg) *msg = e.what();
+    return e.status();
+  }
+  return Status::Ok;
+}
+
+// --- homogeneous TP -------------------------------------------------------------------------
+
+// K=8 heads of 128+128 bytes, TP2/TP2: 4 heads per rank, 1024 B per token, 16-token blocks of
+// 16384 B. 40 tokens: blocks 3,4 whole (consecutive on both sides -> one read), block 5 partly,
+// one piece per head; head 0 of block 5 continues block 4 on both sides and joins the first read.
+TEST(TransferPlan, HomogeneousTpWholeBlocksCoalesceAndTailIsPerHead) {
+  const ModelDesc m = attention_model(8, 128);
+  const PlanContext ctx = context(m, config(2, 16), config(2, 16), 1, 2);
+  const TransferPlan p = compile_transfer_plan(ctx, {attention_group({3, 4, 5}, {7, 8, 9}, 40)});
+  ASSERT_EQ(p.ranks.size(), 1u);
+  EXPECT_EQ(p.ranks[0].p_rank, 1u);
+  const uint64_t L = 16384, hb = 256;
+  std::vector<PlanRead> want;
+  for (uint32_t r = 0; r < 2; ++r) {
+    want.push_back({r, 3 * L, r, 7 * L, 2 * L + 8 * hb});
+    for (uint64_t h = 1; h < 4; ++h) want.push_back({r, 5 * L + h * 16 * hb, r, 9 * L + h * 16 * hb, 8 * hb});
+  }
+  EXPECT_EQ(p.ranks[0].reads, want);
+  EXPECT_EQ(p.stats.pieces_before_coalescing, 12u);
+  EXPECT_EQ(p.stats.pieces_after_coalescing, 8u);
+  EXPECT_EQ(p.stats.bytes, 2 * 40 * 1024u);
+  EXPECT_EQ(p.stats.attention_bytes, p.stats.bytes);
+  EXPECT_EQ(p.notify_ranks, std::vector<uint32_t>{1});
+  EXPECT_EQ(p.notifications_per_p_rank, 1u);
+  ASSERT_EQ(p.zero.size(), 1u);
+  EXPECT_EQ(p.zero[0].zero, (std::vector<ZeroRange>{{5, 8, 16}}));
+  EXPECT_EQ(p.zero[0].regions, (std::vector<uint32_t>{0, 1}));
+}
+
+// --- D_TP > P_TP: D reads its head slice ---------------------------------------------------
+
+// P TP1 holds 8 heads (block 32768 B), D TP2 rank 1 holds heads 4..7 (block 16384 B) and reads
+// them at offset 4 heads * 16 tokens * 256 B = 16384 of each P block.
+TEST(TransferPlan, DecodeTpLargerReadsHeadSliceOfEachBlock) {
+  const ModelDesc m = attention_model(8, 128);
+  const PlanContext ctx = context(m, config(2, 16), config(1, 16), 1, 1);
+  const TransferPlan p = compile_transfer_plan(ctx, {attention_group({3, 4}, {7, 8}, 32)});
+  ASSERT_EQ(p.ranks.size(), 1u);
+  EXPECT_EQ(p.ranks[0].p_rank, 0u);
+  EXPECT_EQ(p.ranks[0].reads, (std::vector<PlanRead>{{0, 3 * 16384, 0, 7 * 32768 + 16384, 16384},
+                                                      {0, 4 * 16384, 0, 8 * 32768 + 16384, 16384}}));
+  EXPECT_EQ(p.notifications_per_p_rank, 2u);  // both D ranks read slices of P rank 0
+  EXPECT_EQ(p.notify_ranks, std::vector<uint32_t>{0});
+  EXPECT_TRUE(p.zero[0].zero.empty());
+}
+
+// --- P_TP > D_TP: slots and every SSM shard ------------------------------------------------
+
+// tiny_hybrid, P TP2 -> D TP1, 16-token blocks. D block 512 B (4 heads x 16 tokens x 8 B),
+// P block 256 B (2 heads). 20 tokens: D [2,3] <- P [4,6]; Mamba state D 5 <- P 1.
+TEST(TransferPlan, PrefillTpLargerFillsSlotsAndReadsEverySsmShard) {
+  const ModelDesc m = tiny_hybrid();
+  const PlanContext ctx = context(m, config(1, 16), config(2, 16), 0, 1);
+  ASSERT_EQ(ctx.local.regions[0].region.block_len, 512u);
+  ASSERT_EQ(ctx.remote[0].regions[0].region.block_len, 256u);
+  const TransferPlan p = compile_transfer_plan(
+      ctx, {attention_group({2, 3}, {4, 6}, 20), mamba_group({5}, {1}, 20)});
+  ASSERT_EQ(p.ranks.size(), 2u);
+  // D page [x 0..8 | B 8..16 | C 16..24 | ssm 24..40] at 5*512; P page [x 4 | B 4 | C 4 | ssm 8]
+  // at 1*256. Rank r owns x/B/C channels r*4.. and ssm heads r*2.. (8 bytes).
+  const uint64_t lp = 5 * 512, rp = 256;
+  EXPECT_EQ(rank(p, 0).reads,
+            (std::vector<PlanRead>{{0, 1024, 0, 1024, 256},          // heads 0,1 of D block 2
+                                   {0, 1536, 0, 1536, 32},           // head 0, tokens 16..20
+                                   {0, 1664, 0, 1664, 32},           // head 1
+                                   {0, lp + 0, 0, rp + 0, 4},        // x
+                                   {0, lp + 8, 0, rp + 4, 4},        // B
+                                   {0, lp + 16, 0, rp + 8, 4},       // C
+                                   {0, lp + 24, 0, rp + 12, 8}}));   // ssm
+  EXPECT_EQ(rank(p, 1).reads,
+            (std::vector<PlanRead>{{0, 1280, 0, 1024, 256},          // heads 2,3 into slot 1
+                                   {0, 1792, 0, 1536, 32},
+                                   {0, 1920, 0, 1664, 32},
+                                   {0, lp + 4, 0, rp + 0, 4},
+                                   {0, lp + 12, 0, rp + 4, 4},
+                                   {0, lp + 20, 0, rp + 8, 4},
+                                   {0, lp + 32, 0, rp + 12, 8}}));
+  EXPECT_EQ(p.stats.mamba_bytes, 40u);
+  EXPECT_EQ(p.stats.attention_bytes, 20u * 32);
+  EXPECT_EQ(p.notify_ranks, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(p.notifications_per_p_rank, 1u);
+  EXPECT_EQ(p.zero[0].zero, (std::vector<ZeroRange>{{3, 4, 16}}));
+}
+
+// --- Nemotron-3-Nano-30B: P TP4 (1056-token blocks) -> D TP2 (2096-token blocks) ------------
+
+struct Nano {
+  ModelDesc m = preset_model("nemotron-3-nano-30b");
+  PlanContext ctx = context(m, config(2), config(4), 0, 6);
+};
+
+TEST(TransferPlan, NemotronNanoNonMultipleBlockSizesBecomeTokenRunsPerHead) {
+  const Nano n;
+  ASSERT_EQ(n.ctx.local.kernel_block_size, 2096u);
+  ASSERT_EQ(n.ctx.remote[0].kernel_block_size, 1056u);
+  const uint64_t Ld = 2096 * 512, Lp = 1056 * 512;  // one KV head of 128+128 bf16 per rank
+  ASSERT_EQ(n.ctx.local.regions[0].region.block_len, Ld);
+  // 3000 tokens: runs (10,0|20,0,1056) (10,1056|25,0,1040) (12,0|25,1040,16) (12,16|22,0,888).
+  const TransferPlan p =
+      compile_transfer_plan(n.ctx, {attention_group({10, 12}, {20, 25, 22}, 3000)});
+  ASSERT_EQ(p.ranks.size(), 1u);  // P rank 1 holds the same head (GQA twin): not read
+  EXPECT_EQ(p.ranks[0].p_rank, 0u);
+  std::vector<PlanRead> want;
+  for (uint32_t r = 0; r < 6; ++r) {
+    want.push_back({r, 10 * Ld, r, 20 * Lp, 1056 * 512});
+    want.push_back({r, 10 * Ld + 1056 * 512, r, 25 * Lp, 1040 * 512});
+    want.push_back({r, 12 * Ld, r, 25 * Lp + 1040 * 512, 16 * 512});
+    want.push_back({r, 12 * Ld + 16 * 512, r, 22 * Lp, 888 * 512});
+  }
+  EXPECT_EQ(p.ranks[0].reads, want);
+  EXPECT_EQ(p.stats.bytes, 6u * 3000 * 512);
+  // Both GQA twins are notified, once each (pdkv notifies every handshake target).
+  EXPECT_EQ(p.notify_ranks, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(p.zero[0].zero, (std::vector<ZeroRange>{{12, 904, 2096}}));
+}
+
+TEST(TransferPlan, NemotronNanoConsecutiveIdsCoalesceToOneReadPerRegion) {
+  const Nano n;
+  const TransferPlan p = compile_transfer_plan(n.ctx, {attention_group({10, 11}, {20, 21, 22}, 3000)});
+  const uint64_t Ld = 2096 * 512, Lp = 1056 * 512;
+  ASSERT_EQ(p.ranks[0].reads.size(), 6u);
+  EXPECT_EQ(p.ranks[0].reads[0], (PlanRead{0, 10 * Ld, 0, 20 * Lp, 3000 * 512}));
+  EXPECT_EQ(p.stats.pieces_before_coalescing, 6u * 4);  // runs split at 1056, 2096, 2112
+  EXPECT_EQ(p.stats.pieces_after_coalescing, 6u);
+}
+
+TEST(TransferPlan, NemotronNanoMambaGroupsReadBothShardsPerHmaRegions) {
+  const Nano n;
+  // HMA: 6 attention layers -> group size 6; 23 Mamba layers -> 4 groups (6,6,6,5 regions).
+  std::vector<PlanGroup> groups = {attention_group({10, 11}, {20, 21, 22}, 3000)};
+  for (uint64_t g = 0; g < 4; ++g) {
+    PlanGroup mg = mamba_group({40 + g}, {50 + g}, 3000);
+    if (g == 3) mg.regions = {0, 1, 2, 3, 4};
+    groups.push_back(mg);
+  }
+  const TransferPlan p = compile_transfer_plan(n.ctx, groups);
+  ASSERT_EQ(p.ranks.size(), 2u);
+  const auto reads = mamba_reads(*n.ctx.remote_mamba, *n.ctx.local_mamba, 0);
+  // D page: x 12288 | B 3072 | C 3072 | ssm 1048576 (fp32); P page halves each part.
+  ASSERT_EQ(n.ctx.local_mamba->conv_bytes, 18432u);
+  ASSERT_EQ(n.ctx.remote_mamba->conv_bytes, 9216u);
+  ASSERT_EQ(reads.size(), 8u);
+  const uint64_t Ld = 2096 * 512, Lp = 1056 * 512;
+  // P rank 1's Mamba reads: 23 layers' states, each the 4 parts of its shard.
+  const RankReads& r1 = rank(p, 1);
+  EXPECT_EQ(r1.reads.size(), 23u * 4);
+  EXPECT_EQ(r1.reads[0], (PlanRead{0, 40 * Ld + 6144, 0, 50 * Lp, 6144}));  // x channels 1024..
+  EXPECT_EQ(r1.reads[3], (PlanRead{0, 40 * Ld + 18432 + 524288, 0, 50 * Lp + 9216, 524288}));
+  EXPECT_EQ(p.stats.mamba_bytes, 23u * (18432 + 1048576));
+  EXPECT_EQ(p.stats.attention_bytes, 6u * 3000 * 512);
+  EXPECT_EQ(rank(p, 0).bytes + r1.bytes, p.stats.bytes);
+}
+
+// --- divergent hits: attention fully cached, Mamba state still moves -----------------------
+
+TEST(TransferPlan, FullAttentionHitStillMovesMambaStateAndNothingElse) {
+  const Nano n;
+  // vLLM's x[-0:] would read all of P's attention list here (vllm-semantics.md §6.3 bug 1).
+  const TransferPlan p = compile_transfer_plan(
+      n.ctx, {attention_group({}, {20, 21, 22}, 3000, /*hit=*/3000), mamba_group({40}, {50}, 3000)});
+  EXPECT_EQ(p.stats.attention_bytes, 0u);
+  EXPECT_EQ(p.stats.mamba_bytes, 6u * (18432 + 1048576));
+  EXPECT_TRUE(p.zero[0].zero.empty());
+  ASSERT_EQ(p.ranks.size(), 2u);
+  EXPECT_EQ(rank(p, 0).reads.size(), 6u * 4);
+}
+
+TEST(TransferPlan, FullHitOnEveryGroupIsAnEmptyPlanThatStillNotifies) {
+  const Nano n;
+  const TransferPlan p = compile_transfer_plan(
+      n.ctx, {attention_group({}, {20}, 1000, 1000), mamba_group({40}, {50}, 1000, 1000)});
+  EXPECT_TRUE(p.empty());
+  EXPECT_EQ(p.stats.bytes, 0u);
+  EXPECT_EQ(p.notify_ranks, (std::vector<uint32_t>{0, 1}));
+}
+
+// --- MLA -------------------------------------------------------------------------------------
+
+// One 576-byte latent per token, replicated: D TP2 rank 1 reads whole blocks from P TP4 rank 2
+// only, and notifies both of its handshake targets.
+TEST(TransferPlan, MlaReadsWholeBlocksFromOneRank) {
+  const ModelDesc m = attention_model(1, 576, /*mla=*/true);
+  const PlanContext ctx = context(m, config(2, 16), config(4, 16), 1, 1);
+  const TransferPlan p = compile_transfer_plan(ctx, {attention_group({1, 9}, {2, 3}, 24)});
+  ASSERT_EQ(p.ranks.size(), 1u);
+  EXPECT_EQ(p.ranks[0].p_rank, 2u);
+  const uint64_t L = 16 * 576;
+  EXPECT_EQ(p.ranks[0].reads,
+            (std::vector<PlanRead>{{0, 1 * L, 0, 2 * L, L}, {0, 9 * L, 0, 3 * L, 8 * 576}}));
+  EXPECT_EQ(p.notify_ranks, (std::vector<uint32_t>{2, 3}));
+  EXPECT_EQ(p.notifications_per_p_rank, 1u);
+}
+
+// --- validation ------------------------------------------------------------------------------
+
+// vLLM #52516: a request was reported ready after 64 KiB of a 256 KiB block had moved. Shape: D
+// TP1 with 4 heads of 2*1024*2 B... here 4 heads x 16 tokens x 4096 B = 256 KiB blocks, P TP4 with
+// 64 KiB blocks. A plan that only reads P rank 0 must be refused, naming the missing bytes.
+TEST(TransferPlan, RefusesAPlanThatMoves64KiBOfA256KiBBlock) {
+  ModelDesc m = attention_model(4, 1024);
+  m.dtype_bytes = 2;
+  const PlanContext ctx = context(m, config(1, 16), config(4, 16), 0, 1);
+  ASSERT_EQ(ctx.local.regions[0].region.block_len, 256u * 1024);
+  ASSERT_EQ(ctx.remote[0].regions[0].region.block_len, 64u * 1024);
+  const std::vector<PlanGroup> groups = {attention_group({3}, {5}, 16)};
+  TransferPlan p = compile_transfer_plan(ctx, groups);
+  ASSERT_EQ(p.ranks.size(), 4u);
+  EXPECT_NO_THROW(validate_transfer_plan(p, ctx, groups));
+  p.ranks.resize(1);  // what vLLM moved
+  std::string msg;
+  EXPECT_EQ(status_of([&] { validate_transfer_plan(p, ctx, groups); }, &msg), Status::Coverage);
+  EXPECT_NE(msg.find("misses D region 0 offset " + std::to_string(3 * 262144 + 65536) +
+                     " length 196608"), std::string::npos) << msg;
+}
+
+TEST(TransferPlan, RefusesDuplicatedAndStrayReads) {
+  const ModelDesc m = attention_model(8, 128);
+  const PlanContext ctx = context(m, config(2, 16), config(2, 16), 0, 1);
+  const std::vector<PlanGroup> groups = {attention_group({3}, {7}, 16)};
+  TransferPlan p = compile_transfer_plan(ctx, groups);
+  TransferPlan dup = p;
+  dup.ranks[0].reads.push_back({0, 3 * 16384 + 100, 0, 0, 10});
+  std::string msg;
+  EXPECT_EQ(status_of([&] { validate_transfer_plan(dup, ctx, groups); }, &msg), Status::Coverage);
+  EXPECT_NE(msg.find("overlap: D region 0 offset 49252 length 10"), std::string::npos) << msg;
+  TransferPlan stray = p;
+  stray.ranks[0].reads.push_back({0, 0, 0, 0, 10});
+  EXPECT_EQ(status_of([&] { validate_transfer_plan(stray, ctx, groups); }, &msg), Status::Coverage);
+  EXPECT_NE(msg.find("writes D region 0 offset 0 length 10"), std::string::npos) << msg;
+}
+
+TEST(TransferPlan, TwoGroupsWritingTheSameBlockAreACoverageError) {
+  const ModelDesc m = attention_model(8, 128);
+  const PlanContext ctx = context(m, config(2, 16), config(2, 16), 0, 1);
+  EXPECT_EQ(status_of([&] {
+              compile_transfer_plan(ctx, {attention_group({3}, {7}, 16), attention_group({3}, {8}, 16)});
+            }),
+            Status::Coverage);
+}
+
+TEST(TransferPlan, BlockIdsOutsideTheRegionAreOutOfBounds) {
+  const ModelDesc m = attention_model(8, 128);
+  const PlanContext ctx = context(m, config(2, 16), config(2, 16), 0, 1, /*blocks=*/64);
+  std::string msg;
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, {attention_group({64}, {7}, 16)}); }, &msg),
+            Status::OutOfBounds);
+  EXPECT_NE(msg.find("D region 0: read at offset 1048576 length 16384 leaves the registered "
+                     "region of 1048576 bytes"), std::string::npos) << msg;
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, {attention_group({3}, {100}, 16)}); }, &msg),
+            Status::OutOfBounds);
+  EXPECT_NE(msg.find("P rank 0 region 0"), std::string::npos) << msg;
+}
+
+TEST(TransferPlan, ContextErrorsNameTheValues) {
+  const Nano n;
+  std::string msg;
+  PlanContext missing = n.ctx;
+  missing.remote.pop_back();  // P rank 3 (not read by D rank 0) may be absent ...
+  EXPECT_NO_THROW(compile_transfer_plan(missing, {mamba_group({40}, {50}, 100)}));
+  missing.remote.erase(missing.remote.begin() + 1);  // ... P rank 1 may not
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(missing, {mamba_group({40}, {50}, 100)}); }, &msg),
+            Status::NotFound);
+  EXPECT_NE(msg.find("P rank 1"), std::string::npos) << msg;
+
+  PlanContext no_state = n.ctx;
+  no_state.local_mamba.reset();
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(no_state, {mamba_group({40}, {50}, 100)}); }, &msg),
+            Status::InvalidArgument);
+  EXPECT_NE(msg.find("D MambaState"), std::string::npos) << msg;
+
+  PlanGroup bad_region = attention_group({1}, {1}, 100);
+  bad_region.regions = {6};
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(n.ctx, {bad_region}); }, &msg), Status::InvalidArgument);
+  EXPECT_NE(msg.find("region index 6 is out of range; the engines register 6 regions"),
+            std::string::npos) << msg;
+
+  PlanGroup wrong_bs = attention_group({1}, {1}, 100);
+  wrong_bs.trim.local_tokens_per_block = 16;
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(n.ctx, {wrong_bs}); }, &msg), Status::InvalidArgument);
+  EXPECT_NE(msg.find("16 disagrees with the metadata's 2096"), std::string::npos) << msg;
+
+  PlanContext wrong_rank = n.ctx;
+  wrong_rank.local.tp_rank = 1;
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(wrong_rank, {}); }, &msg), Status::InvalidArgument);
+  EXPECT_NE(msg.find("D rank 0 of 2 but the D metadata is rank 1 of 2"), std::string::npos) << msg;
+}
+
+TEST(TransferPlan, TrimCoverageErrorsPropagateWithTheGroup) {
+  const Nano n;
+  std::string msg;
+  // D holds blocks for 2096 tokens but P computed 3000: D's list cannot hold the rest.
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(n.ctx, {attention_group({10}, {20, 21, 22}, 3000)}); },
+                      &msg),
+            Status::Coverage);
+  EXPECT_NE(msg.find("group 0 (attention)"), std::string::npos) << msg;
+}
+
+// --- JSON --------------------------------------------------------------------------------------
+
+TEST(TransferPlan, JsonDumpHoldsEveryReadAndTheStats) {
+  const ModelDesc m = tiny_hybrid();
+  const PlanContext ctx = context(m, config(1, 16), config(2, 16), 0, 1);
+  const TransferPlan p = compile_transfer_plan(
+      ctx, {attention_group({2, 3}, {4, 6}, 20), mamba_group({5}, {1}, 20)});
+  const auto j = nlohmann::json::parse(plan_to_json(p));
+  EXPECT_EQ(j["d_tp"], 1);
+  EXPECT_EQ(j["p_tp"], 2);
+  ASSERT_EQ(j["ranks"].size(), 2u);
+  EXPECT_EQ(j["ranks"][1]["p_rank"], 1);
+  EXPECT_EQ(j["ranks"][1]["reads"][0]["local_offset"], 1280);
+  EXPECT_EQ(j["ranks"][1]["reads"][0]["remote_offset"], 1024);
+  EXPECT_EQ(j["ranks"][1]["reads"][0]["length"], 256);
+  EXPECT_EQ(j["ranks"][0]["reads"].size(), 7u);
+  EXPECT_EQ(j["stats"]["bytes"], p.stats.bytes);
+  EXPECT_EQ(j["zero"][0]["kind"], "attention");
+  EXPECT_EQ(j["zero"][0]["zero"][0]["token_begin"], 4);
+  EXPECT_EQ(j["notify_ranks"], nlohmann::json::array({0, 1}));
+}
+
+}  // namespace
