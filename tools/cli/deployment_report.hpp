@@ -1,0 +1,24 @@
+// Builds the explanation of one P/D deployment (what `pdkv plan` prints) as a JSON document.
+// It only calls the core; rendering as a table lives in report_text.cpp.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "pdkv/core/model.hpp"
+
+namespace pdkv::cli {
+
+struct Deployment {
+  pdkv::core::ModelDesc model;
+  pdkv::core::EngineConfig prefill;
+  pdkv::core::EngineConfig decode;
+  bool prefix_caching = false;
+};
+
+// Geometry of both sides, then per decode rank: the prefill ranks it reads, bytes per block and
+// descriptors per layer for attention and each Mamba projection, and compatibility notes
+// (including where vLLM would refuse or read wrong bytes). Configuration errors are returned in
+// an "errors" array, never thrown, so one report can show several.
+nlohmann::json build_deployment_report(const Deployment& d);
+
+}  // namespace pdkv::cli
