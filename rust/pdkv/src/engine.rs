@@ -1,0 +1,277 @@
+//! Engine settings (`pdkv_engine_config_t`) with a builder-style API.
+use crate::error::Result;
+use crate::ffi_util::{check, cstring, static_str};
+use pdkv_sys as sys;
+use std::mem;
+
+/// Attention backend (`pdkv_attention_backend_t`); fixes the preferred and kernel block sizes.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Backend {
+    /// FlashAttention, MultipleOf(16).
+    #[default]
+    FlashAttn,
+    /// Triton, MultipleOf(16).
+    Triton,
+    /// FlashInfer, [16, 32, 64].
+    FlashInfer,
+    /// FlashMLA, [64], MLA only.
+    FlashMla,
+    /// CUTLASS MLA, [128], MLA only.
+    CutlassMla,
+    /// FlashInfer MLA, [32, 64], MLA only.
+    FlashInferMla,
+    /// Explicit sizes from [`EngineConfig`] (`preferred_block_size`, `kernel_block_sizes`,
+    /// `kernel_block_multiple_of`).
+    Custom,
+    /// A raw value this version does not know (the library rejects unknown values).
+    Other(i32),
+}
+
+impl Backend {
+    /// Maps a raw `pdkv_attention_backend_t` value.
+    pub fn from_raw(v: i32) -> Backend {
+        match v {
+            0 => Backend::FlashAttn,
+            1 => Backend::Triton,
+            2 => Backend::FlashInfer,
+            3 => Backend::FlashMla,
+            4 => Backend::CutlassMla,
+            5 => Backend::FlashInferMla,
+            100 => Backend::Custom,
+            other => Backend::Other(other),
+        }
+    }
+
+    /// The raw `pdkv_attention_backend_t` value.
+    pub fn raw(self) -> i32 {
+        match self {
+            Backend::FlashAttn => 0,
+            Backend::Triton => 1,
+            Backend::FlashInfer => 2,
+            Backend::FlashMla => 3,
+            Backend::CutlassMla => 4,
+            Backend::FlashInferMla => 5,
+            Backend::Custom => 100,
+            Backend::Other(v) => v,
+        }
+    }
+
+    /// Backend from its pdkv or vLLM name, case-insensitive (`pdkv_backend_from_name`).
+    pub fn from_name(name: &str) -> Result<Backend> {
+        let c = cstring(name, "backend name")?;
+        let mut out = 0i32;
+        // SAFETY: valid C string and out pointer.
+        check(|e| unsafe { sys::pdkv_backend_from_name(c.as_ptr(), &mut out, e) })?;
+        Ok(Backend::from_raw(out))
+    }
+
+    /// The library's stable name ("flash_attn", ..., "custom"; "unknown" otherwise).
+    pub fn name(self) -> &'static str {
+        // SAFETY: any value accepted; static storage.
+        unsafe { static_str(sys::pdkv_backend_name(self.raw())) }
+    }
+}
+
+/// Prefix-cache mode of the Mamba state (vLLM "none" | "align" | "all").
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MambaCacheMode {
+    /// "none".
+    #[default]
+    None,
+    /// "align".
+    Align,
+    /// "all".
+    All,
+    /// A raw value this version does not know.
+    Other(i32),
+}
+
+impl MambaCacheMode {
+    /// The raw `pdkv_mamba_cache_mode_t` value.
+    pub fn raw(self) -> i32 {
+        match self {
+            MambaCacheMode::None => 0,
+            MambaCacheMode::Align => 1,
+            MambaCacheMode::All => 2,
+            MambaCacheMode::Other(v) => v,
+        }
+    }
+
+    /// Maps a raw value.
+    pub fn from_raw(v: i32) -> MambaCacheMode {
+        match v {
+            0 => MambaCacheMode::None,
+            1 => MambaCacheMode::Align,
+            2 => MambaCacheMode::All,
+            other => MambaCacheMode::Other(other),
+        }
+    }
+}
+
+/// Layout of the Mamba conv state; only DS can be transferred byte-exactly.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ConvLayout {
+    /// DS: each projection contiguous.
+    #[default]
+    Ds,
+    /// SD: rejected by geometry derivation with `UnsupportedLayout`.
+    Sd,
+    /// A raw value this version does not know.
+    Other(i32),
+}
+
+impl ConvLayout {
+    /// The raw `pdkv_conv_layout_t` value.
+    pub fn raw(self) -> i32 {
+        match self {
+            ConvLayout::Ds => 0,
+            ConvLayout::Sd => 1,
+            ConvLayout::Other(v) => v,
+        }
+    }
+
+    /// Maps a raw value.
+    pub fn from_raw(v: i32) -> ConvLayout {
+        match v {
+            0 => ConvLayout::Ds,
+            1 => ConvLayout::Sd,
+            other => ConvLayout::Other(other),
+        }
+    }
+}
+
+/// Settings of one engine (P or D) that change the geometry. Byte sizes of 0 mean "auto".
+///
+/// `Default` takes the library's defaults (`pdkv_engine_config_init`: TP 1, auto dtypes,
+/// FlashAttention, cache mode none, DS layout); the consuming setters of the same names build
+/// on it: `EngineConfig::default().tp_size(4).backend(Backend::FlashInfer)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// TP size, >= 1.
+    pub tp_size: u32,
+    /// KV cache dtype bytes; 0: model dtype.
+    pub kv_cache_dtype_bytes: u32,
+    /// Conv state dtype bytes; 0: model dtype.
+    pub conv_state_dtype_bytes: u32,
+    /// SSM state dtype bytes; 0: model default, else the conv dtype.
+    pub ssm_state_dtype_bytes: u32,
+    /// Speculative tokens.
+    pub num_speculative_tokens: u32,
+    /// `--block-size`; 0: not set.
+    pub user_block_size: u32,
+    /// `--mamba-block-size` ("all" mode); 0: model chunk size.
+    pub user_mamba_block_size: u32,
+    /// Attention backend.
+    pub backend: Backend,
+    /// [`Backend::Custom`] only: preferred block size.
+    pub preferred_block_size: u32,
+    /// [`Backend::Custom`] only: explicit supported kernel sizes (empty: use multiple_of).
+    pub kernel_block_sizes: Vec<u32>,
+    /// [`Backend::Custom`] only: MultipleOf(n) when no explicit list is given.
+    pub kernel_block_multiple_of: u32,
+    /// Mamba prefix-cache mode.
+    pub mamba_cache_mode: MambaCacheMode,
+    /// Conv state layout.
+    pub conv_layout: ConvLayout,
+}
+
+impl Default for EngineConfig {
+    fn default() -> EngineConfig {
+        // SAFETY: all-zero is a valid value (NULL kernel sizes); init fills the defaults and
+        // only fails for a NULL pointer, which we never pass.
+        let mut raw: sys::pdkv_engine_config_t = unsafe { mem::zeroed() };
+        let _ = unsafe { sys::pdkv_engine_config_init(&mut raw, std::ptr::null_mut()) };
+        EngineConfig {
+            tp_size: raw.tp_size,
+            kv_cache_dtype_bytes: raw.kv_cache_dtype_bytes,
+            conv_state_dtype_bytes: raw.conv_state_dtype_bytes,
+            ssm_state_dtype_bytes: raw.ssm_state_dtype_bytes,
+            num_speculative_tokens: raw.num_speculative_tokens,
+            user_block_size: raw.user_block_size,
+            user_mamba_block_size: raw.user_mamba_block_size,
+            backend: Backend::from_raw(raw.attention_backend),
+            preferred_block_size: raw.preferred_block_size,
+            kernel_block_sizes: Vec::new(),
+            kernel_block_multiple_of: raw.kernel_block_multiple_of,
+            mamba_cache_mode: MambaCacheMode::from_raw(raw.mamba_cache_mode),
+            conv_layout: ConvLayout::from_raw(raw.conv_layout),
+        }
+    }
+}
+
+macro_rules! setter {
+    ($(#[$doc:meta] $field:ident: $ty:ty),* $(,)?) => {
+        $(
+            #[$doc]
+            #[must_use]
+            pub fn $field(mut self, value: $ty) -> Self {
+                self.$field = value;
+                self
+            }
+        )*
+    };
+}
+
+impl EngineConfig {
+    /// Defaults with the given TP size.
+    pub fn with_tp(tp_size: u32) -> EngineConfig {
+        EngineConfig::default().tp_size(tp_size)
+    }
+
+    setter! {
+        /// Sets the TP size.
+        tp_size: u32,
+        /// Sets the KV cache dtype bytes (0: model dtype).
+        kv_cache_dtype_bytes: u32,
+        /// Sets the conv state dtype bytes (0: model dtype).
+        conv_state_dtype_bytes: u32,
+        /// Sets the SSM state dtype bytes (0: auto).
+        ssm_state_dtype_bytes: u32,
+        /// Sets the number of speculative tokens.
+        num_speculative_tokens: u32,
+        /// Sets `--block-size` (0: not set).
+        user_block_size: u32,
+        /// Sets `--mamba-block-size` (0: chunk size).
+        user_mamba_block_size: u32,
+        /// Sets the attention backend.
+        backend: Backend,
+        /// Sets the preferred block size ([`Backend::Custom`]).
+        preferred_block_size: u32,
+        /// Sets the explicit kernel block sizes ([`Backend::Custom`]).
+        kernel_block_sizes: Vec<u32>,
+        /// Sets MultipleOf(n) ([`Backend::Custom`]).
+        kernel_block_multiple_of: u32,
+        /// Sets the Mamba prefix-cache mode.
+        mamba_cache_mode: MambaCacheMode,
+        /// Sets the conv state layout.
+        conv_layout: ConvLayout,
+    }
+
+    /// The C struct; it borrows `kernel_block_sizes` from `self`.
+    pub(crate) fn to_raw(&self) -> sys::pdkv_engine_config_t {
+        sys::pdkv_engine_config_t {
+            struct_size: mem::size_of::<sys::pdkv_engine_config_t>(),
+            tp_size: self.tp_size,
+            kv_cache_dtype_bytes: self.kv_cache_dtype_bytes,
+            conv_state_dtype_bytes: self.conv_state_dtype_bytes,
+            ssm_state_dtype_bytes: self.ssm_state_dtype_bytes,
+            num_speculative_tokens: self.num_speculative_tokens,
+            user_block_size: self.user_block_size,
+            user_mamba_block_size: self.user_mamba_block_size,
+            attention_backend: self.backend.raw(),
+            preferred_block_size: self.preferred_block_size,
+            kernel_block_sizes: if self.kernel_block_sizes.is_empty() {
+                std::ptr::null()
+            } else {
+                self.kernel_block_sizes.as_ptr()
+            },
+            num_kernel_block_sizes: self.kernel_block_sizes.len(),
+            kernel_block_multiple_of: self.kernel_block_multiple_of,
+            mamba_cache_mode: self.mamba_cache_mode.raw(),
+            conv_layout: self.conv_layout.raw(),
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Safe, idiomatic Rust API of **pdkv**: the transfer configuration of prefill/decode (P/D)
+//! disaggregated LLM serving — which prefill ranks a decode rank reads attention KV and Mamba
+//! state from, byte-exact descriptors and per-engine geometry — over the stable C API
+//! `capi/include/pdkv.h` (`libpdkv.so`).
+//!
+//! * Every handle ([`Model`], [`TpMapping`], [`Geometry`], [`MambaReadList`],
+//!   [`DescriptorList`]) owns its C object and frees it in `Drop`.
+//! * Every fallible call returns [`Result<T>`] whose [`Error`] carries a [`Status`] and the
+//!   library's message (which names the offending values).
+//! * Handles are immutable after creation and their queries are thread-safe in C, so they are
+//!   `Send + Sync`.
+//!
+//! ```no_run
+//! use pdkv::{EngineConfig, Geometry, Model};
+//! let model = Model::from_preset("nemotron-3-nano-30b")?;
+//! let d = Geometry::new(&model, &EngineConfig::default().tp_size(2))?;
+//! println!("block size {}", d.info()?.block_size);
+//! # Ok::<(), pdkv::Error>(())
+//! ```
+#![deny(missing_docs)]
+
+mod descriptors;
+mod engine;
+mod error;
+mod ffi_util;
+mod geometry;
+mod mamba;
+mod model;
+mod topology;
+
+pub use descriptors::{
+    attention_local_descriptors, attention_remote_descriptors, attention_split_descriptors,
+    mamba_local_descriptors, mamba_local_split_descriptors, mamba_remote_descriptors, Descriptor,
+    DescriptorList, Region,
+};
+pub use engine::{Backend, ConvLayout, EngineConfig, MambaCacheMode};
+pub use error::{Error, Result, Status};
+pub use geometry::{block_size_ratio, ConvProjection, Geometry, GeometryInfo};
+pub use mamba::{physical_blocks_per_logical, ByteRange, MambaRead, MambaReadList, MambaReadsRule};
+pub use model::{preset_at, preset_count, presets, MambaType, Model, ModelDesc, Preset};
+pub use topology::{
+    handshake_target_ranks, notifications_expected_per_request, physical_head_range, tp_ratio,
+    TpList, TpMapping, TpMappingInfo, TpMappingParams,
+};
+
+/// Raw FFI declarations (re-export of the `pdkv-sys` crate) for what the safe API does not
+/// cover; everything there is `unsafe`.
+pub use pdkv_sys as sys;
+
+/// Runtime version of the linked library as `(major, minor, patch)`.
+pub fn version() -> (u32, u32, u32) {
+    // SAFETY: no arguments, never fails, thread-safe.
+    let v = unsafe { sys::pdkv_version() };
+    (v >> 16, (v >> 8) & 0xff, v & 0xff)
+}
+
+/// Runtime version string of the linked library, `"MAJOR.MINOR.PATCH"`.
+pub fn version_string() -> &'static str {
+    // SAFETY: static storage, NUL-terminated.
+    unsafe { ffi_util::static_str(sys::pdkv_version_string()) }
+}
+
+/// Version of the header these bindings were generated from, `(major, minor, patch)`.
+pub const HEADER_VERSION: (u32, u32, u32) =
+    (sys::PDKV_VERSION_MAJOR, sys::PDKV_VERSION_MINOR, sys::PDKV_VERSION_PATCH);
