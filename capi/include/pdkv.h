@@ -627,6 +627,749 @@ PDKV_API pdkv_status_t pdkv_mamba_local_split_descriptors(const pdkv_region_t *d
                                                           pdkv_descriptor_list_t **out,
                                                           pdkv_error_t **err);
 
+/* ======================================================================================
+ * Block ids, trimming, scheduler helpers, metadata, handshake and transfer plans (0.1).
+ * Every function below follows the conventions at the top of this file. Array inputs are
+ * (pointer, count) pairs: the pointer may be NULL only when the count is 0; arrays are read
+ * during the call and never retained. Boolean inputs are uint8_t and must be 0 or 1
+ * (INVALID_ARGUMENT otherwise). Enum-typed fields and arguments are int32_t; an unknown value
+ * is INVALID_ARGUMENT naming it.
+ * ====================================================================================== */
+
+/* ---- Value lists ------------------------------------------------------------------- */
+
+/* An immutable list of uint64_t values (block ids, descriptor ids). */
+typedef struct pdkv_u64_list pdkv_u64_list_t;
+
+/* The values: *items points to *count entries owned by the list, valid until
+ * pdkv_u64_list_free (NULL when *count is 0). Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_u64_list_items(const pdkv_u64_list_t *list, const uint64_t **items,
+                                           size_t *count, pdkv_error_t **err);
+
+/* Frees a value list. NULL is allowed. */
+PDKV_API void pdkv_u64_list_free(pdkv_u64_list_t *list);
+
+/* An immutable owned byte buffer (encoded metadata). */
+typedef struct pdkv_bytes pdkv_bytes_t;
+
+/* The bytes: *data points to *len bytes owned by the buffer, valid until pdkv_bytes_free
+ * (NULL when *len is 0). Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_bytes_data(const pdkv_bytes_t *bytes, const uint8_t **data, size_t *len,
+                                       pdkv_error_t **err);
+
+/* Frees a byte buffer. NULL is allowed. */
+PDKV_API void pdkv_bytes_free(pdkv_bytes_t *bytes);
+
+/* An immutable owned NUL-terminated UTF-8 string (JSON dumps). */
+typedef struct pdkv_string pdkv_string_t;
+
+/* The text (NUL-terminated, owned by the string, valid until pdkv_string_free) and its length
+ * without the NUL; len may be NULL. Errors: NULL_POINTER (string, text). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_string_text(const pdkv_string_t *string, const char **text, size_t *len,
+                                        pdkv_error_t **err);
+
+/* Frees a string. NULL is allowed. */
+PDKV_API void pdkv_string_free(pdkv_string_t *string);
+
+/* ---- Block ids --------------------------------------------------------------------- */
+
+/* Kind of one KV cache group (one block-id list per group under vLLM's hybrid KV cache manager).
+ * Numeric values are stable. */
+typedef enum pdkv_group_kind {
+  PDKV_GROUP_ATTENTION = 0,      /* full attention (incl. MLA): one slot per token */
+  PDKV_GROUP_SLIDING_WINDOW = 1, /* attention that only needs the last `window` tokens */
+  PDKV_GROUP_MAMBA = 2           /* SSM state: one block is the whole state, never split */
+} pdkv_group_kind_t;
+
+/* Stable name of a group kind ("attention", "sliding_window", "mamba"); "unknown" for other
+ * values. Static storage. Thread-safe. */
+PDKV_API const char *pdkv_group_kind_name(int32_t kind);
+
+/* Logical -> kernel block ids with `blocks_per_logical` (ppl) of the engine that OWNS the ids
+ * (use the remote ppl for remote ids). Attention kinds: L -> [L*ppl .. L*ppl+ppl-1]; Mamba:
+ * unchanged. Errors: NULL_POINTER (logical with count > 0, out), INVALID_ARGUMENT (unknown kind,
+ * ppl 0), OVERFLOW. *out owned by the caller (pdkv_u64_list_free). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_logical_to_kernel_block_ids(const uint64_t *logical, size_t count,
+                                                        int32_t kind, uint64_t blocks_per_logical,
+                                                        pdkv_u64_list_t **out, pdkv_error_t **err);
+
+/* Local (D) kernel ids -> ids at the remote (P) kernel granularity when a D kernel block holds
+ * `block_size_ratio` P kernel blocks. Attention: b -> [b*bsr .. b*bsr+bsr-1], the concatenation
+ * clipped to `remote_len` entries; Mamba: 1:1. Errors: NULL_POINTER, INVALID_ARGUMENT (unknown
+ * kind, bsr 0), OVERFLOW. *out owned by the caller. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_map_block_ids_for_block_size_ratio(const uint64_t *local, size_t count,
+                                                               int32_t kind,
+                                                               uint64_t block_size_ratio,
+                                                               uint64_t remote_len,
+                                                               pdkv_u64_list_t **out,
+                                                               pdkv_error_t **err);
+
+/* One group's block ids for pdkv_descriptor_ids: kernel ids (attention kinds) or logical ids
+ * (Mamba). Element layout fixed for the major version. */
+typedef struct pdkv_group_block_ids {
+  int32_t kind;        /* a pdkv_group_kind_t */
+  const uint64_t *ids; /* may be NULL when num_ids is 0 */
+  size_t num_ids;
+} pdkv_group_block_ids_t;
+
+/* How an engine's descriptors are laid out: all attention descriptors region-major, then all
+ * Mamba descriptors region-major. */
+typedef struct pdkv_descriptor_layout {
+  size_t struct_size;             /* sizeof(pdkv_descriptor_layout_t) */
+  uint64_t num_blocks;            /* kernel blocks of the engine whose handle is addressed */
+  uint64_t block_size_ratio;      /* bsr (local handle only; the remote uses 1) */
+  uint64_t blocks_per_logical;    /* ppl of that engine */
+  uint64_t num_attention_regions;
+  uint64_t num_mamba_regions;
+} pdkv_descriptor_layout_t;
+
+/* Descriptor ids for the groups, in order. Without Mamba groups: id = r*nb + b over regions x
+ * the concatenated blocks, nb = num_blocks*bsr. With Mamba groups, per group: attention
+ * r*nb + b; Mamba r*(num_blocks/ppl) + b + num_attention_regions*nb. Errors: NULL_POINTER
+ * (groups with n_groups > 0, a group's ids with num_ids > 0, layout, out), STRUCT_SIZE,
+ * INVALID_ARGUMENT (unknown kind, zero sizes, num_blocks % ppl != 0), OUT_OF_BOUNDS (a block id
+ * outside its region, named), OVERFLOW. *out owned by the caller. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_descriptor_ids(const pdkv_group_block_ids_t *groups, size_t n_groups,
+                                           const pdkv_descriptor_layout_t *layout,
+                                           pdkv_u64_list_t **out, pdkv_error_t **err);
+
+/* Mamba descriptor ids of logical blocks in a region-major Mamba list starting at first_id:
+ * id = first_id + (region*descs_per_region + k)*num_logical_blocks + block, for region <
+ * num_regions, k < descs_per_region, block in the given order. Errors: NULL_POINTER,
+ * OUT_OF_BOUNDS (a block id >= num_logical_blocks, naming both), OVERFLOW. *out owned by the
+ * caller. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_mamba_descriptor_ids(const uint64_t *logical_block_ids, size_t count,
+                                                 uint64_t num_logical_blocks, uint64_t num_regions,
+                                                 uint64_t descs_per_region, uint64_t first_id,
+                                                 pdkv_u64_list_t **out, pdkv_error_t **err);
+
+/* ---- Exchange clipping and receive-side zeroing ------------------------------------ */
+
+/* Which of a request's block ids are worth exchanging (vLLM get_exchange_clipped_blocks). */
+typedef struct pdkv_exchange_clip_params {
+  size_t struct_size;              /* sizeof(pdkv_exchange_clip_params_t) */
+  int32_t kind;                    /* a pdkv_group_kind_t */
+  uint8_t hma_enabled;             /* 0 or 1; without the hybrid manager lists pass unchanged */
+  uint64_t sliding_window;         /* tokens (sliding-window groups) */
+  uint64_t block_size;             /* tokens per logical block (sliding-window groups) */
+  int32_t cache_mode;              /* a pdkv_mamba_cache_mode_t (Mamba groups) */
+  uint64_t num_speculative_blocks; /* Mamba scratch slots at the end of the list */
+} pdkv_exchange_clip_params_t;
+
+/* Blocks a sliding-window group keeps: ceil(window / block_size) + 1. Errors: NULL_POINTER
+ * (out), INVALID_ARGUMENT (block_size 0), OVERFLOW. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_sliding_window_blocks_to_keep(uint64_t window, uint64_t block_size,
+                                                          uint64_t *out, pdkv_error_t **err);
+
+/* Clips one group's list: full attention unchanged; sliding window keeps the last
+ * pdkv_sliding_window_blocks_to_keep blocks; Mamba drops the trailing speculative slots and
+ * single-state modes keep only the last slot. Not idempotent for Mamba "all" with speculative
+ * blocks: clip exactly once. Errors: NULL_POINTER (ids with count > 0, params, out), STRUCT_SIZE,
+ * INVALID_ARGUMENT (unknown kind or cache mode, hma_enabled not 0/1, block_size 0 for a sliding
+ * window). *out owned by the caller. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_clip_exchange_blocks(const uint64_t *ids, size_t count,
+                                                 const pdkv_exchange_clip_params_t *params,
+                                                 pdkv_u64_list_t **out, pdkv_error_t **err);
+
+/* Tokens [token_begin, token_end) inside kernel block `block` (offsets within the block).
+ * Element layout fixed for the major version. */
+typedef struct pdkv_zero_range {
+  uint64_t block;
+  uint64_t token_begin;
+  uint64_t token_end;
+} pdkv_zero_range_t;
+
+/* Absolute token positions [begin, end) of a request. Element layout fixed. */
+typedef struct pdkv_token_interval {
+  uint64_t begin;
+  uint64_t end;
+} pdkv_token_interval_t;
+
+/* An immutable list of zero ranges. */
+typedef struct pdkv_zero_range_list pdkv_zero_range_list_t;
+
+/* The ranges: *items points to *count entries owned by the list, valid until
+ * pdkv_zero_range_list_free (NULL when *count is 0). Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_zero_range_list_items(const pdkv_zero_range_list_t *list,
+                                                  const pdkv_zero_range_t **items, size_t *count,
+                                                  pdkv_error_t **err);
+
+/* Frees a zero-range list. NULL is allowed. */
+PDKV_API void pdkv_zero_range_list_free(pdkv_zero_range_list_t *list);
+
+/* vLLM's receive-side zeroing for one attention group: covered = min(count*bsr,
+ * remote_kernel_len) remote sub-blocks; (cb, rem) = divmod(covered, bsr); zero local[cb] from
+ * token rem*tokens/bsr on, then every later block whole. Errors: NULL_POINTER, INVALID_ARGUMENT
+ * (tokens_per_block % bsr != 0, zero sizes), OVERFLOW. *out owned by the caller. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_receive_zero_ranges(const uint64_t *local_blocks, size_t count,
+                                                uint64_t tokens_per_block,
+                                                uint64_t block_size_ratio,
+                                                uint64_t remote_kernel_len,
+                                                pdkv_zero_range_list_t **out, pdkv_error_t **err);
+
+/* Generalised zeroing: local_blocks[i] holds the request's tokens from (first_block_index + i) *
+ * tokens_per_block; every token D neither holds (position < held_tokens) nor receives (no
+ * interval of `written` covers it) is returned, merged per block; null blocks (id 0) are never
+ * zeroed. Errors: NULL_POINTER, INVALID_ARGUMENT (tokens_per_block 0), OVERFLOW. *out owned by
+ * the caller. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_uncovered_token_ranges(const uint64_t *local_blocks, size_t count,
+                                                   uint64_t first_block_index,
+                                                   uint64_t tokens_per_block,
+                                                   uint64_t held_tokens,
+                                                   const pdkv_token_interval_t *written,
+                                                   size_t num_written,
+                                                   pdkv_zero_range_list_t **out,
+                                                   pdkv_error_t **err);
+
+/* ---- Prefix trimming --------------------------------------------------------------- */
+
+/* One group's trimming inputs. Attention kinds use KERNEL block ids of each side; Mamba groups
+ * use logical ids, exchange-clipped exactly once. Id 0 is the null block. */
+typedef struct pdkv_group_trim_input {
+  size_t struct_size;              /* sizeof(pdkv_group_trim_input_t) */
+  int32_t kind;                    /* a pdkv_group_kind_t */
+  int32_t cache_mode;              /* a pdkv_mamba_cache_mode_t (Mamba groups only) */
+  const uint64_t *local_blocks;    /* D blocks still to fill (after D's prefix hit) */
+  size_t num_local_blocks;
+  const uint64_t *remote_blocks;   /* P blocks of the request */
+  size_t num_remote_blocks;
+  /* Tokens per block on each side: kernel block size (attention kinds), Mamba block size
+   * ("all" mode); unused by single-state modes. In a transfer plan 0 means "from metadata". */
+  uint64_t local_tokens_per_block;
+  uint64_t remote_tokens_per_block;
+  uint64_t remote_computed_tokens; /* prompt tokens P computed (N-1 rule already applied) */
+  uint64_t local_hit_tokens;       /* tokens D already holds (its prefix-cache hit) */
+  uint64_t sliding_window;         /* sliding-window groups: window in tokens */
+  uint8_t has_local_first_block;   /* 0: local_first_block = local_hit_tokens / tokens per block */
+  uint64_t local_first_block;      /* block-table index of local_blocks[0] (if has_...) */
+  uint64_t remote_first_block;     /* block-table index of remote_blocks[0] (0 unless clipped) */
+} pdkv_group_trim_input_t;
+
+/* num_tokens tokens copied from remote_block (from token remote_token_begin) into local_block
+ * (from local_token_begin); never crosses a block boundary. Element layout fixed. */
+typedef struct pdkv_token_run {
+  uint64_t local_block;
+  uint64_t local_token_begin;
+  uint64_t remote_block;
+  uint64_t remote_token_begin;
+  uint64_t num_tokens;
+} pdkv_token_run_t;
+
+/* One whole Mamba state copied from remote_block into local_block; `tokens` is the prompt
+ * tokens the state has consumed. Element layout fixed. */
+typedef struct pdkv_state_pair {
+  uint64_t local_block;
+  uint64_t remote_block;
+  uint64_t tokens;
+} pdkv_state_pair_t;
+
+/* The trimmed transfer of one group. Immutable. */
+typedef struct pdkv_group_trim pdkv_group_trim_t;
+
+/* Trims one group (input is not retained). Errors: NULL_POINTER (input, out, a block array with
+ * a non-zero count), STRUCT_SIZE, INVALID_ARGUMENT (unknown kind / cache mode, has_local_first_block
+ * not 0/1, zero tokens per block where needed), COVERAGE (a token or the final state D needs
+ * has no local slot or no remote source: names the token, block index and list bounds),
+ * OVERFLOW. *out owned by the caller (pdkv_group_trim_free). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_group_trim_new(const pdkv_group_trim_input_t *input,
+                                           pdkv_group_trim_t **out, pdkv_error_t **err);
+
+/* Kind (a pdkv_group_kind_t) and tokens transferred; either out pointer may be NULL but not
+ * both. Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_group_trim_summary(const pdkv_group_trim_t *trim, int32_t *kind,
+                                               uint64_t *transferred_tokens, pdkv_error_t **err);
+
+/* Token runs (attention kinds, token order): *runs points to *count entries owned by the trim,
+ * valid until pdkv_group_trim_free (NULL when empty). Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_group_trim_runs(const pdkv_group_trim_t *trim,
+                                            const pdkv_token_run_t **runs, size_t *count,
+                                            pdkv_error_t **err);
+
+/* State pairs (Mamba groups, position order); ownership as pdkv_group_trim_runs. */
+PDKV_API pdkv_status_t pdkv_group_trim_states(const pdkv_group_trim_t *trim,
+                                              const pdkv_state_pair_t **states, size_t *count,
+                                              pdkv_error_t **err);
+
+/* Token ranges of listed local blocks D neither holds nor receives (attention kinds): zero
+ * them. Ownership as pdkv_group_trim_runs. */
+PDKV_API pdkv_status_t pdkv_group_trim_zero_ranges(const pdkv_group_trim_t *trim,
+                                                   const pdkv_zero_range_t **ranges, size_t *count,
+                                                   pdkv_error_t **err);
+
+/* Listed local Mamba slots no remote state fills; never publish them as cache hits. Ownership
+ * as pdkv_group_trim_runs. */
+PDKV_API pdkv_status_t pdkv_group_trim_unfilled_states(const pdkv_group_trim_t *trim,
+                                                       const uint64_t **blocks, size_t *count,
+                                                       pdkv_error_t **err);
+
+/* Frees a trim. NULL is allowed. */
+PDKV_API void pdkv_group_trim_free(pdkv_group_trim_t *trim);
+
+/* ---- Scheduler helpers ------------------------------------------------------------- */
+
+/* Inputs of the v0604 Mamba align-mode block-aligned chunk split (vLLM #42554). */
+typedef struct pdkv_aligned_split_v0604_input {
+  size_t struct_size;                     /* sizeof(pdkv_aligned_split_v0604_input_t) */
+  uint64_t num_computed_tokens;
+  uint64_t num_new_local_computed_tokens;
+  uint64_t num_external_computed_tokens;
+  uint64_t num_new_tokens;                /* proposed by budget / threshold */
+  uint64_t num_prompt_tokens;
+  uint64_t num_tokens;                    /* prompt + output so far */
+  uint64_t block_size;                    /* Mamba block size (tokens) */
+  uint8_t use_eagle;                      /* 0 or 1: EAGLE keeps one block back */
+  uint8_t load_kv_async;                  /* 0 or 1: asynchronous connector load, no split */
+} pdkv_aligned_split_v0604_input_t;
+
+/* The (possibly reduced) number of new tokens, v0604 form. Errors: NULL_POINTER (input, out),
+ * STRUCT_SIZE, INVALID_ARGUMENT (block_size 0, a flag not 0/1). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_mamba_aligned_split_v0604(const pdkv_aligned_split_v0604_input_t *input,
+                                                      uint64_t *out, pdkv_error_t **err);
+
+/* Inputs of the main-branch Mamba align-mode split (see core/scheduler.hpp for the rules). */
+typedef struct pdkv_aligned_split_input {
+  size_t struct_size;                     /* sizeof(pdkv_aligned_split_input_t) */
+  uint64_t start;                         /* tokens already computed (incl. external) */
+  uint64_t num_new_tokens;                /* proposed by budget / threshold */
+  uint64_t num_prompt_tokens;
+  uint64_t num_tokens;
+  uint64_t block_size;
+  uint64_t floor_unit;                    /* 0: block_size */
+  uint64_t tail_hash_block_size;          /* 0: off */
+  uint64_t shared_prefix_tokens;          /* 0: none */
+  uint64_t max_num_scheduled_tokens;      /* 0: unlimited */
+  uint64_t long_prefill_token_threshold;  /* 0: none */
+  uint8_t use_eagle;                      /* 0 or 1 */
+  uint8_t load_kv_async;                  /* 0 or 1 */
+} pdkv_aligned_split_input_t;
+
+/* New tokens for this step, possibly 0 (defer the request), main-branch form. Errors:
+ * NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (block_size 0, a flag not 0/1). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_mamba_aligned_split(const pdkv_aligned_split_input_t *input,
+                                                uint64_t *out, pdkv_error_t **err);
+
+/* D side of the N-1 rule: tokens P will provide. has_mamba and N > 1: (N-1) - computed,
+ * otherwise N - computed; never negative. Errors: NULL_POINTER (out), INVALID_ARGUMENT
+ * (has_mamba not 0/1). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_d_num_new_matched_tokens(uint64_t num_prompt_tokens,
+                                                     uint64_t num_computed_tokens,
+                                                     uint8_t has_mamba, uint64_t *out,
+                                                     pdkv_error_t **err);
+
+/* P side of a request decoded remotely; used as input and output. */
+typedef struct pdkv_remote_decode_prefill {
+  size_t struct_size;         /* sizeof(pdkv_remote_decode_prefill_t) */
+  uint64_t num_prompt_tokens;
+  uint64_t max_tokens;
+  uint8_t truncated;          /* 0 or 1: the N-1 truncation was applied */
+} pdkv_remote_decode_prefill_t;
+
+/* Mamba: truncates the prompt to N-1 (N > 1) and sets max_tokens to 1, once (idempotent);
+ * non-Mamba models only get max_tokens = 1. in and out may be the same struct; out's prefix of
+ * out->struct_size bytes is written. Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (a flag
+ * not 0/1). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_truncate_for_remote_decode(const pdkv_remote_decode_prefill_t *in,
+                                                       uint8_t has_mamba,
+                                                       pdkv_remote_decode_prefill_t *out,
+                                                       pdkv_error_t **err);
+
+/* What P schedules for a remotely decoded request given its own prefix hit (output struct). */
+typedef struct pdkv_remote_decode_prefill_plan {
+  size_t struct_size;         /* sizeof(pdkv_remote_decode_prefill_plan_t) */
+  uint64_t num_prompt_tokens; /* after truncation */
+  uint64_t computed_tokens;   /* usable local hit */
+  uint64_t new_tokens;        /* >= 1 */
+} pdkv_remote_decode_prefill_plan_t;
+
+/* Fixes vLLM #53514: the hit is capped AFTER truncation at the last whole block strictly before
+ * the last prompt token, so at least one token is computed. Errors: NULL_POINTER, STRUCT_SIZE,
+ * INVALID_ARGUMENT (block_size 0, 0-token prompt, has_mamba not 0/1). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_plan_remote_decode_prefill(uint64_t num_prompt_tokens,
+                                                       uint64_t local_hit_tokens,
+                                                       uint64_t block_size, uint8_t has_mamba,
+                                                       pdkv_remote_decode_prefill_plan_t *out,
+                                                       pdkv_error_t **err);
+
+/* ---- KV offloading ----------------------------------------------------------------- */
+
+/* One registered KV tensor: its size and the page (bytes per block) of the layer using it.
+ * Element layout fixed for the major version. */
+typedef struct pdkv_offload_layer {
+  uint64_t tensor_bytes;
+  uint64_t page_bytes;
+} pdkv_offload_layer_t;
+
+/* Offload geometry (output struct). */
+typedef struct pdkv_offload_geometry {
+  size_t struct_size;             /* sizeof(pdkv_offload_geometry_t) */
+  uint64_t num_blocks;            /* from the KV cache configuration, never a tensor shape */
+  uint64_t hash_blocks_per_block; /* gpu_block_size / hash_block_size */
+} pdkv_offload_geometry_t;
+
+/* Offload geometry (vLLM #38554): the block count comes from the cache configuration; each layer
+ * is only checked to hold num_blocks pages. Errors: NULL_POINTER (layers with n > 0, out),
+ * STRUCT_SIZE, INVALID_ARGUMENT (gpu_block_size not a multiple of hash_block_size, naming both
+ * and the fix; a zero size), OUT_OF_BOUNDS (a tensor smaller than num_blocks pages), OVERFLOW.
+ * Thread-safe. */
+PDKV_API pdkv_status_t pdkv_derive_offload_geometry(uint64_t config_num_blocks,
+                                                    uint64_t gpu_block_size,
+                                                    uint64_t hash_block_size,
+                                                    const pdkv_offload_layer_t *layers,
+                                                    size_t num_layers,
+                                                    pdkv_offload_geometry_t *out,
+                                                    pdkv_error_t **err);
+
+/* ---- Engine metadata --------------------------------------------------------------- */
+
+/* Attention KV layout of a kernel block. Numeric values are stable. */
+typedef enum pdkv_kv_layout {
+  PDKV_KV_LAYOUT_HND = 0, /* heads first: what head-sliced (heterogeneous TP) reads need */
+  PDKV_KV_LAYOUT_NHD = 1
+} pdkv_kv_layout_t;
+
+/* Kind of the first layer using a registered region. Numeric values are stable. */
+typedef enum pdkv_region_kind {
+  PDKV_REGION_ATTENTION = 0,
+  PDKV_REGION_MAMBA = 1
+} pdkv_region_kind_t;
+
+/* What one engine rank advertises in the handshake (wire format 1.x). Immutable. */
+typedef struct pdkv_engine_metadata pdkv_engine_metadata_t;
+
+/* Where an engine's regions live and what it advertises beyond its geometry. Fill with
+ * pdkv_engine_layout_init() and override. */
+typedef struct pdkv_engine_layout {
+  size_t struct_size;            /* sizeof(pdkv_engine_layout_t) */
+  const char *engine_id;         /* non-empty UTF-8, at most 256 bytes (copied) */
+  uint32_t tp_rank;              /* < config tp_size */
+  uint64_t num_logical_blocks;   /* per region; kernel blocks = this * ppl */
+  uint32_t num_regions;          /* registered KV tensors (HMA: layers per group) */
+  uint64_t base;                 /* address of region 0; regions follow back to back */
+  const uint64_t *region_bases;  /* NULL, or num_regions explicit region addresses */
+  int32_t kv_layout;             /* a pdkv_kv_layout_t (default HND) */
+  int32_t prefix_caching;        /* -1: on iff mamba_cache_mode != none (default); 0 off; 1 on */
+} pdkv_engine_layout_t;
+
+/* Defaults: engine_id "engine", rank 0, 64 logical blocks, 1 region at 2^40, HND, derived
+ * prefix caching; sets struct_size. Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_engine_layout_init(pdkv_engine_layout_t *layout, pdkv_error_t **err);
+
+/* Metadata of rank layout->tp_rank of an engine running `model` with `config` (geometry derived
+ * as pdkv_geometry_new does; nothing is retained). Errors: NULL_POINTER (model, config, layout,
+ * out), STRUCT_SIZE (config, layout), the errors of pdkv_geometry_new, INVALID_ARGUMENT (bad
+ * layout: empty engine id, rank >= TP, unknown kv_layout, prefix_caching not -1/0/1, regions
+ * overlapping or leaving the address space...), OVERFLOW. *out owned by the caller
+ * (pdkv_engine_metadata_free). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_engine_metadata_from_model(const pdkv_model_t *model,
+                                                       const pdkv_engine_config_t *config,
+                                                       const pdkv_engine_layout_t *layout,
+                                                       pdkv_engine_metadata_t **out,
+                                                       pdkv_error_t **err);
+
+/* Scalars of a metadata (output struct: set struct_size, the library fills that prefix). */
+typedef struct pdkv_engine_metadata_info {
+  size_t struct_size;                   /* sizeof(pdkv_engine_metadata_info_t) */
+  const char *engine_id;                /* owned by the metadata */
+  uint32_t tp_size;
+  uint32_t tp_rank;
+  int32_t kv_layout;                    /* a pdkv_kv_layout_t */
+  int32_t conv_layout;                  /* a pdkv_conv_layout_t */
+  uint32_t logical_block_size;          /* tokens per logical (HMA) block */
+  uint32_t kernel_block_size;           /* tokens per kernel block */
+  uint32_t physical_blocks_per_logical; /* ppl */
+  uint64_t num_kernel_blocks;           /* kernel blocks per region */
+  size_t num_regions;
+  int32_t mamba_type;                   /* a pdkv_mamba_type_t (NONE: pure attention) */
+  uint64_t conv_bytes;                  /* per rank per logical block */
+  uint64_t ssm_bytes;
+  size_t num_conv_projections;
+  uint64_t attention_bytes_per_token;   /* per rank */
+  uint8_t use_mla;
+  uint32_t total_kv_heads;
+  uint8_t prefix_caching;
+  int32_t cache_mode;                   /* a pdkv_mamba_cache_mode_t */
+  uint64_t model_fingerprint;
+} pdkv_engine_metadata_info_t;
+
+/* Fills the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_engine_metadata_get_info(const pdkv_engine_metadata_t *metadata,
+                                                     pdkv_engine_metadata_info_t *out,
+                                                     pdkv_error_t **err);
+
+/* One advertised region. Element layout fixed for the major version. */
+typedef struct pdkv_metadata_region {
+  uint64_t base;
+  uint64_t block_len;   /* kernel page bytes */
+  uint64_t num_blocks;  /* kernel blocks */
+  int32_t kind;         /* a pdkv_region_kind_t */
+  uint32_t layer;       /* model layer index of the first user */
+} pdkv_metadata_region_t;
+
+/* The regions: *regions points to *count entries owned by the metadata, valid until
+ * pdkv_engine_metadata_free. Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_engine_metadata_regions(const pdkv_engine_metadata_t *metadata,
+                                                    const pdkv_metadata_region_t **regions,
+                                                    size_t *count, pdkv_error_t **err);
+
+/* Conv projection bytes in DS page order ([x|B|C], [Q|K|V], [x]; empty for pure attention):
+ * ownership as pdkv_engine_metadata_regions. Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_engine_metadata_conv_projection_bytes(
+    const pdkv_engine_metadata_t *metadata, const uint64_t **bytes, size_t *count,
+    pdkv_error_t **err);
+
+/* Encodes into buf[0..capacity). *out_len always receives the encoded size (also on
+ * BUFFER_TOO_SMALL, whose message names the needed size). buf may be NULL when capacity is 0.
+ * Deterministic. Errors: NULL_POINTER (metadata, out_len; buf with capacity > 0),
+ * BUFFER_TOO_SMALL. The caller owns buf. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_engine_metadata_encode(const pdkv_engine_metadata_t *metadata,
+                                                   uint8_t *buf, size_t capacity, size_t *out_len,
+                                                   pdkv_error_t **err);
+
+/* Encodes into an owned byte buffer (pdkv_bytes_free). Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_engine_metadata_encode_bytes(const pdkv_engine_metadata_t *metadata,
+                                                         pdkv_bytes_t **out, pdkv_error_t **err);
+
+/* Decodes `len` untrusted bytes from a peer (not retained). Never reads outside them. Errors:
+ * NULL_POINTER (bytes with len > 0, out), PARSE (truncated, wrong magic, unknown major version,
+ * payload length mismatch, bad UTF-8, absurd counts, out-of-range fields; names the field),
+ * CHECKSUM (CRC32C mismatch), OUT_OF_BOUNDS (a region or page leaving its memory). *out owned
+ * by the caller. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_engine_metadata_decode(const uint8_t *bytes, size_t len,
+                                                   pdkv_engine_metadata_t **out,
+                                                   pdkv_error_t **err);
+
+/* *out = 1 when both metadata are field-for-field equal, else 0. Errors: NULL_POINTER.
+ * Thread-safe. */
+PDKV_API pdkv_status_t pdkv_engine_metadata_equal(const pdkv_engine_metadata_t *a,
+                                                  const pdkv_engine_metadata_t *b, uint8_t *out,
+                                                  pdkv_error_t **err);
+
+/* Frees a metadata. NULL is allowed. */
+PDKV_API void pdkv_engine_metadata_free(pdkv_engine_metadata_t *metadata);
+
+/* Wire format version this library writes (major, minor); either pointer may be NULL. Never
+ * fails. Thread-safe. */
+PDKV_API void pdkv_metadata_wire_version(uint16_t *major, uint16_t *minor);
+
+/* CRC-32C (Castagnoli) of len bytes, as the metadata header uses; crc32c("123456789") ==
+ * 0xE3069283. Errors: NULL_POINTER (bytes with len > 0, out). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_crc32c(const uint8_t *bytes, size_t len, uint32_t *out,
+                                   pdkv_error_t **err);
+
+/* Stable 64-bit fingerprint of the parts of a model that change transfer geometry (name and
+ * source excluded), as advertised in the metadata. Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_model_fingerprint(const pdkv_model_t *model, uint64_t *out,
+                                              pdkv_error_t **err);
+
+/* ---- Handshake validation ---------------------------------------------------------- */
+
+/* Every incompatibility found by one validation. Immutable. */
+typedef struct pdkv_handshake_report pdkv_handshake_report_t;
+
+/* One incompatibility (output struct); the strings are owned by the report. */
+typedef struct pdkv_incompatibility {
+  size_t struct_size;       /* sizeof(pdkv_incompatibility_t) */
+  int32_t status;           /* a pdkv_status_t: INCOMPATIBLE, TP_NOT_DIVISIBLE, ... */
+  const char *field;        /* metadata field, e.g. "kv_layout", "regions[3].num_blocks" */
+  const char *local_value;
+  const char *remote_value;
+  const char *message;      /* what is wrong, naming the values */
+  const char *fix;          /* what the operator can change */
+  const char *text;         /* "<STATUS> <field>: <message> (local: v, remote: v). Fix: <fix>" */
+} pdkv_incompatibility_t;
+
+/* Validates a (local, remote) pair ("local" runs the check: D when pulling). An incompatible
+ * pair is NOT an error: the report lists every item (empty: the pair can be served). Errors:
+ * NULL_POINTER (local, remote, out). *out owned by the caller (pdkv_handshake_report_free).
+ * Thread-safe. */
+PDKV_API pdkv_status_t pdkv_handshake_validate(const pdkv_engine_metadata_t *local,
+                                               const pdkv_engine_metadata_t *remote,
+                                               pdkv_handshake_report_t **out, pdkv_error_t **err);
+
+/* Checks that the ranks of ONE remote engine agree (engine id, TP size, block counts, region
+ * count, geometry, distinct tp_ranks); items compare ranks[0] ("local") with the offending rank
+ * ("remote"). ranks is an array of n_ranks handles. Errors: NULL_POINTER (ranks with n > 0, an
+ * element, out). *out owned by the caller. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_handshake_validate_engine_ranks(
+    const pdkv_engine_metadata_t *const *ranks, size_t n_ranks, pdkv_handshake_report_t **out,
+    pdkv_error_t **err);
+
+/* Number of incompatibilities. Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_handshake_report_count(const pdkv_handshake_report_t *report,
+                                                   size_t *count, pdkv_error_t **err);
+
+/* Item `index` (< count) into the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE,
+ * OUT_OF_BOUNDS (names index and count). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_handshake_report_item(const pdkv_handshake_report_t *report,
+                                                  size_t index, pdkv_incompatibility_t *out,
+                                                  pdkv_error_t **err);
+
+/* Frees a report. NULL is allowed. */
+PDKV_API void pdkv_handshake_report_free(pdkv_handshake_report_t *report);
+
+/* Require-style validation: OK when the pair can be served, else INCOMPATIBLE whose message
+ * joins every item's text with "; ". Errors: NULL_POINTER, INCOMPATIBLE. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_handshake_require_compatible(const pdkv_engine_metadata_t *local,
+                                                         const pdkv_engine_metadata_t *remote,
+                                                         pdkv_error_t **err);
+
+/* ---- Transfer plans ---------------------------------------------------------------- */
+
+/* Everything about one (D rank, P engine) pair that does not change per request. Build it once
+ * after the handshake. Immutable. */
+typedef struct pdkv_plan_context pdkv_plan_context_t;
+
+/* Inputs of a plan context. */
+typedef struct pdkv_plan_context_params {
+  size_t struct_size;                        /* sizeof(pdkv_plan_context_params_t) */
+  const pdkv_engine_metadata_t *local;       /* the D rank (reader) */
+  const pdkv_engine_metadata_t *const *remote; /* P ranks of ONE engine, any order */
+  size_t num_remote;                         /* >= 1 */
+  /* D and P geometries (pdkv_geometry_new with each side's config): their per-rank Mamba states
+   * are required when a group is Mamba. NULL: no Mamba state (pure attention plans only). */
+  const pdkv_geometry_t *local_geometry;
+  const pdkv_geometry_t *remote_geometry;
+  /* NULL: the mapping is derived from the metadata (local = D tp_size / tp_rank, remote = P
+   * tp_size, K = total_kv_heads, MLA and Mamba flags). Else this mapping is used (copied). */
+  const pdkv_tp_mapping_t *mapping;
+} pdkv_plan_context_params_t;
+
+/* Builds a context (nothing is retained: metadata, geometries and mapping are copied). Errors:
+ * NULL_POINTER (params, local, remote, an element of remote, out), STRUCT_SIZE,
+ * INVALID_ARGUMENT (num_remote 0, remote ranks with different tp_size, only one geometry
+ * given), TP_NOT_DIVISIBLE (names both sizes), HEADS_NOT_DIVISIBLE. *out owned by the caller
+ * (pdkv_plan_context_free). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_plan_context_new(const pdkv_plan_context_params_t *params,
+                                             pdkv_plan_context_t **out, pdkv_error_t **err);
+
+/* The context's TP mapping as a new handle (pdkv_tp_mapping_free). Errors: NULL_POINTER.
+ * Thread-safe. */
+PDKV_API pdkv_status_t pdkv_plan_context_mapping(const pdkv_plan_context_t *ctx,
+                                                 pdkv_tp_mapping_t **out, pdkv_error_t **err);
+
+/* Frees a context. NULL is allowed. */
+PDKV_API void pdkv_plan_context_free(pdkv_plan_context_t *ctx);
+
+/* One KV-cache group of a request. `groups` arrays passed to the plan functions hold n_groups
+ * structs whose struct_size must all be equal: it is the array's stride. */
+typedef struct pdkv_plan_group {
+  size_t struct_size;                   /* sizeof(pdkv_plan_group_t) */
+  const pdkv_group_trim_input_t *trim;  /* kind, blocks, tokens (tokens per block 0: metadata) */
+  const uint32_t *regions;              /* region indices of the group's layers; NULL + 0: all */
+  size_t num_regions;
+} pdkv_plan_group_t;
+
+/* One read: D's [local_offset, +length) of local_region receives P's [remote_offset, +length)
+ * of remote_region; offsets relative to the region bases. Element layout fixed. */
+typedef struct pdkv_plan_read {
+  uint32_t local_region;
+  uint64_t local_offset;
+  uint32_t remote_region;
+  uint64_t remote_offset;
+  uint64_t length;
+} pdkv_plan_read_t;
+
+/* One request's compiled, validated transfer plan. Immutable. */
+typedef struct pdkv_transfer_plan pdkv_transfer_plan_t;
+
+/* Compiles and validates one request's plan: every D byte needed is written exactly once and no
+ * read leaves a registered region. Errors: NULL_POINTER (ctx, groups with n_groups > 0, a trim,
+ * out), STRUCT_SIZE (a group or trim), INVALID_ARGUMENT (inconsistent context, missing Mamba
+ * states, a region index out of range, tokens per block disagreeing with the metadata),
+ * NOT_FOUND (a P rank without metadata), INCOMPATIBLE (P and D geometry), COVERAGE (from
+ * trimming, or a D byte not written exactly once: names region, offset, length), OUT_OF_BOUNDS,
+ * OVERFLOW. *out owned by the caller (pdkv_transfer_plan_free). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_plan_compile(const pdkv_plan_context_t *ctx,
+                                                  const pdkv_plan_group_t *groups,
+                                                  size_t n_groups, pdkv_transfer_plan_t **out,
+                                                  pdkv_error_t **err);
+
+/* Re-runs the coverage and bounds check of `plan` against (ctx, groups): the D bytes the groups
+ * need are recomputed independently of the reads. Errors: NULL_POINTER, STRUCT_SIZE, COVERAGE
+ * (overlap, missing or unexpected bytes), OUT_OF_BOUNDS, the errors of trimming. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_plan_validate(const pdkv_transfer_plan_t *plan,
+                                                   const pdkv_plan_context_t *ctx,
+                                                   const pdkv_plan_group_t *groups,
+                                                   size_t n_groups, pdkv_error_t **err);
+
+/* Scalars of a plan (output struct). */
+typedef struct pdkv_transfer_plan_info {
+  size_t struct_size;                /* sizeof(pdkv_transfer_plan_info_t) */
+  uint32_t d_rank;
+  uint32_t d_tp;
+  uint32_t p_tp;
+  size_t num_read_ranks;             /* P ranks with at least one read */
+  size_t num_notify_ranks;
+  uint32_t notifications_per_p_rank; /* each P rank waits for this many per request */
+  size_t num_groups;
+  uint64_t pieces_before_coalescing;
+  uint64_t pieces_after_coalescing;
+  uint64_t bytes;                    /* total bytes moved */
+  uint64_t attention_bytes;
+  uint64_t mamba_bytes;
+  uint8_t empty;                     /* 1: nothing to read (full prefix hit), notify only */
+} pdkv_transfer_plan_info_t;
+
+/* Fills the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_plan_get_info(const pdkv_transfer_plan_t *plan,
+                                                   pdkv_transfer_plan_info_t *out,
+                                                   pdkv_error_t **err);
+
+/* The P ranks D reads from, ascending: *ranks points to *count entries owned by the plan,
+ * valid until pdkv_transfer_plan_free. Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_plan_read_ranks(const pdkv_transfer_plan_t *plan,
+                                                     const uint32_t **ranks, size_t *count,
+                                                     pdkv_error_t **err);
+
+/* The reads D issues against P rank `p_rank`, in issue order (*count 0 and *reads NULL for a P
+ * rank it does not read from); *bytes (may be NULL) their total length. Owned by the plan.
+ * Errors: NULL_POINTER (plan, reads, count), INVALID_ARGUMENT (p_rank >= P TP, naming both).
+ * Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_plan_rank_reads(const pdkv_transfer_plan_t *plan,
+                                                     uint32_t p_rank,
+                                                     const pdkv_plan_read_t **reads,
+                                                     size_t *count, uint64_t *bytes,
+                                                     pdkv_error_t **err);
+
+/* P ranks D notifies after its reads (every handshake target, read or not), ascending; owned
+ * by the plan. Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_plan_notify_ranks(const pdkv_transfer_plan_t *plan,
+                                                       const uint32_t **ranks, size_t *count,
+                                                       pdkv_error_t **err);
+
+/* Receive-side work of one group (output struct); the arrays are owned by the plan. */
+typedef struct pdkv_plan_group_zero {
+  size_t struct_size;                 /* sizeof(pdkv_plan_group_zero_t) */
+  int32_t kind;                       /* a pdkv_group_kind_t */
+  const uint32_t *regions;            /* resolved region indices to zero in */
+  size_t num_regions;
+  const pdkv_zero_range_t *zero;      /* D kernel block + token range */
+  size_t num_zero;
+  const uint64_t *unfilled_states;    /* Mamba slots never to publish as cache hits */
+  size_t num_unfilled_states;
+} pdkv_plan_group_zero_t;
+
+/* Group `index` (< info.num_groups, in group order). Errors: NULL_POINTER, STRUCT_SIZE,
+ * OUT_OF_BOUNDS (names index and count). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_plan_group_zero(const pdkv_transfer_plan_t *plan,
+                                                     size_t index, pdkv_plan_group_zero_t *out,
+                                                     pdkv_error_t **err);
+
+/* A human-readable JSON dump (stable key order) into buf[0..capacity), NUL-terminated.
+ * *out_len always receives the length without the NUL; capacity must be >= *out_len + 1
+ * (BUFFER_TOO_SMALL names the needed size otherwise). buf may be NULL when capacity is 0.
+ * Errors: NULL_POINTER (plan, out_len; buf with capacity > 0), BUFFER_TOO_SMALL. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_plan_to_json(const pdkv_transfer_plan_t *plan, char *buf,
+                                                  size_t capacity, size_t *out_len,
+                                                  pdkv_error_t **err);
+
+/* The same JSON as an owned string (pdkv_string_free). Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_plan_to_json_string(const pdkv_transfer_plan_t *plan,
+                                                         pdkv_string_t **out, pdkv_error_t **err);
+
+/* Frees a plan. NULL is allowed. */
+PDKV_API void pdkv_transfer_plan_free(pdkv_transfer_plan_t *plan);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

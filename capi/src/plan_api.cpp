@@ -1,0 +1,285 @@
+// Transfer plans (core/transfer_plan.hpp): a plan context handle built from the D metadata, the
+// P metadata of every P rank, an optional TP mapping and the Mamba states of both geometries;
+// compilation of one request's groups into a validated plan handle; its reads per P rank,
+// notifications, receive-side zeroing, statistics and JSON dump.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "boundary.hpp"
+#include "handles.hpp"
+#include "pdkv/core/checked_math.hpp"
+#include "pdkv/core/transfer_plan.hpp"
+#include "plan_handles.hpp"
+#include "structs.hpp"
+
+using pdkv::capi::guard;
+using pdkv::capi::require_non_null;
+namespace core = pdkv::core;
+
+namespace {
+
+constexpr size_t kPlanContextParamsMinSize = sizeof(pdkv_plan_context_params_t);
+constexpr size_t kPlanGroupMinSize = sizeof(pdkv_plan_group_t);
+constexpr size_t kPlanInfoMinSize = sizeof(pdkv_transfer_plan_info_t);
+constexpr size_t kGroupZeroMinSize = sizeof(pdkv_plan_group_zero_t);
+
+// The groups array's stride is groups[0].struct_size (a caller compiled against an older, smaller
+// pdkv_plan_group_t passes an array of the smaller struct); every element must declare the same.
+std::vector<core::PlanGroup> groups_from_c(const pdkv_plan_group_t* groups, size_t n_groups) {
+  std::vector<core::PlanGroup> out;
+  if (n_groups == 0) return out;
+  require_non_null(groups, "groups");
+  const size_t stride = groups[0].struct_size;
+  pdkv::capi::require_struct_size(stride, kPlanGroupMinSize, sizeof(pdkv_plan_group_t), "pdkv_plan_group_t");
+  core::mul_checked(n_groups, stride, "groups array bytes");
+  const auto* base = reinterpret_cast<const unsigned char*>(groups);
+  out.reserve(n_groups);
+  for (size_t i = 0; i < n_groups; ++i) {
+    const std::string name = "groups[" + std::to_string(i) + "]";
+    pdkv_plan_group_t g{};
+    std::memcpy(&g, base + i * stride, sizeof(size_t));
+    if (g.struct_size != stride) {
+      core::fail(core::Status::StructSize, name + ".struct_size = " + std::to_string(g.struct_size) +
+                                               " differs from groups[0].struct_size = " + std::to_string(stride) +
+                                               ": every element must be sizeof(pdkv_plan_group_t)");
+    }
+    std::memcpy(&g, base + i * stride, stride);
+    core::PlanGroup pg;
+    pg.trim = pdkv::capi::trim_input_from_c(g.trim, (name + ".trim").c_str());
+    if (g.num_regions > 0) {
+      require_non_null(g.regions, (name + ".regions").c_str());
+      pg.regions.assign(g.regions, g.regions + g.num_regions);
+    }
+    out.push_back(std::move(pg));
+  }
+  return out;
+}
+
+std::optional<core::MambaState> mamba_of(const pdkv_geometry_t* g) {
+  if (g == nullptr || g->geometry.mamba.type == core::MambaType::None) return std::nullopt;
+  return g->geometry.mamba;
+}
+
+pdkv_transfer_plan_t* make_plan(core::TransferPlan plan) {
+  auto h = std::make_unique<pdkv_transfer_plan>();
+  h->plan = std::move(plan);
+  for (const auto& rr : h->plan.ranks) {
+    h->read_ranks.push_back(rr.p_rank);
+    std::vector<pdkv_plan_read_t> reads;
+    reads.reserve(rr.reads.size());
+    for (const auto& r : rr.reads) {
+      reads.push_back(pdkv_plan_read_t{r.local_region, r.local_offset, r.remote_region, r.remote_offset, r.length});
+    }
+    h->reads.push_back(std::move(reads));
+  }
+  for (const auto& z : h->plan.zero) h->zero.push_back(PlanGroupZeroC{pdkv::capi::zero_ranges_to_c(z.zero)});
+  return h.release();
+}
+
+}  // namespace
+
+extern "C" {
+
+PDKV_API pdkv_status_t pdkv_plan_context_new(const pdkv_plan_context_params_t* params, pdkv_plan_context_t** out,
+                                             pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(params, "params");
+    require_non_null(out, "out");
+    *out = nullptr;
+    pdkv::capi::require_struct_size(params->struct_size, kPlanContextParamsMinSize, sizeof(pdkv_plan_context_params_t),
+                                    "pdkv_plan_context_params_t");
+    require_non_null(params->local, "pdkv_plan_context_params_t.local");
+    if (params->num_remote == 0) {
+      core::fail(core::Status::InvalidArgument,
+                 "pdkv_plan_context_params_t.num_remote is 0: pass the metadata of every P rank of the engine");
+    }
+    require_non_null(params->remote, "pdkv_plan_context_params_t.remote");
+    if ((params->local_geometry == nullptr) != (params->remote_geometry == nullptr)) {
+      core::fail(core::Status::InvalidArgument,
+                 std::string("pdkv_plan_context_params_t: only the ") +
+                     (params->local_geometry ? "local" : "remote") +
+                     " geometry is given: pass both (Mamba plans) or neither (pure attention plans)");
+    }
+    auto h = std::make_unique<pdkv_plan_context>();
+    core::PlanContext& ctx = h->ctx;
+    ctx.local = params->local->md;
+    for (size_t i = 0; i < params->num_remote; ++i) {
+      const pdkv_engine_metadata_t* r = params->remote[i];
+      require_non_null(r, ("pdkv_plan_context_params_t.remote[" + std::to_string(i) + "]").c_str());
+      if (r->md.tp_size != params->remote[0]->md.tp_size) {
+        core::fail(core::Status::InvalidArgument,
+                   "remote[" + std::to_string(i) + "].tp_size = " + std::to_string(r->md.tp_size) +
+                       " differs from remote[0].tp_size = " + std::to_string(params->remote[0]->md.tp_size) +
+                       ": the P ranks must belong to one engine");
+      }
+      ctx.remote.push_back(r->md);
+    }
+    if (params->mapping != nullptr) {
+      ctx.mapping = params->mapping->mapping;
+    } else {
+      core::TpMappingInput in;
+      in.local_tp = ctx.local.tp_size;
+      in.local_rank = ctx.local.tp_rank;
+      in.remote_tp = ctx.remote[0].tp_size;
+      in.total_kv_heads = ctx.local.total_kv_heads;
+      in.use_mla = ctx.local.use_mla;
+      in.has_mamba = ctx.local.is_hybrid();
+      ctx.mapping = core::compute_tp_mapping(in);
+    }
+    ctx.local_mamba = mamba_of(params->local_geometry);
+    ctx.remote_mamba = mamba_of(params->remote_geometry);
+    *out = h.release();
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_plan_context_mapping(const pdkv_plan_context_t* ctx, pdkv_tp_mapping_t** out,
+                                                 pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(ctx, "ctx");
+    require_non_null(out, "out");
+    *out = nullptr;
+    const core::TpMapping& m = ctx->ctx.mapping;
+    *out = new pdkv_tp_mapping{m, core::notifications_expected_per_request(m.input.remote_tp, m.input.local_tp)};
+  });
+}
+
+PDKV_API void pdkv_plan_context_free(pdkv_plan_context_t* ctx) { delete ctx; }
+
+PDKV_API pdkv_status_t pdkv_transfer_plan_compile(const pdkv_plan_context_t* ctx, const pdkv_plan_group_t* groups,
+                                                  size_t n_groups, pdkv_transfer_plan_t** out, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(ctx, "ctx");
+    require_non_null(out, "out");
+    *out = nullptr;
+    const auto g = groups_from_c(groups, n_groups);
+    *out = make_plan(core::compile_transfer_plan(ctx->ctx, g));
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_plan_validate(const pdkv_transfer_plan_t* plan, const pdkv_plan_context_t* ctx,
+                                                   const pdkv_plan_group_t* groups, size_t n_groups,
+                                                   pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(plan, "plan");
+    require_non_null(ctx, "ctx");
+    const auto g = groups_from_c(groups, n_groups);
+    core::validate_transfer_plan(plan->plan, ctx->ctx, g);
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_plan_get_info(const pdkv_transfer_plan_t* plan, pdkv_transfer_plan_info_t* out,
+                                                   pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(plan, "plan");
+    require_non_null(out, "out");
+    const core::TransferPlan& p = plan->plan;
+    pdkv_transfer_plan_info_t i{};
+    i.d_rank = p.d_rank;
+    i.d_tp = p.d_tp;
+    i.p_tp = p.p_tp;
+    i.num_read_ranks = p.ranks.size();
+    i.num_notify_ranks = p.notify_ranks.size();
+    i.notifications_per_p_rank = p.notifications_per_p_rank;
+    i.num_groups = p.zero.size();
+    i.pieces_before_coalescing = p.stats.pieces_before_coalescing;
+    i.pieces_after_coalescing = p.stats.pieces_after_coalescing;
+    i.bytes = p.stats.bytes;
+    i.attention_bytes = p.stats.attention_bytes;
+    i.mamba_bytes = p.stats.mamba_bytes;
+    i.empty = p.empty() ? 1 : 0;
+    pdkv::capi::write_struct_prefix(out, i, kPlanInfoMinSize, "pdkv_transfer_plan_info_t");
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_plan_read_ranks(const pdkv_transfer_plan_t* plan, const uint32_t** ranks,
+                                                     size_t* count, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(plan, "plan");
+    require_non_null(ranks, "ranks");
+    require_non_null(count, "count");
+    *ranks = plan->read_ranks.empty() ? nullptr : plan->read_ranks.data();
+    *count = plan->read_ranks.size();
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_plan_rank_reads(const pdkv_transfer_plan_t* plan, uint32_t p_rank,
+                                                     const pdkv_plan_read_t** reads, size_t* count, uint64_t* bytes,
+                                                     pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(plan, "plan");
+    require_non_null(reads, "reads");
+    require_non_null(count, "count");
+    if (p_rank >= plan->plan.p_tp) {
+      core::fail(core::Status::InvalidArgument, "p_rank " + std::to_string(p_rank) + " is not a rank of the P engine (P TP " +
+                                                    std::to_string(plan->plan.p_tp) + ")");
+    }
+    *reads = nullptr;
+    *count = 0;
+    if (bytes != nullptr) *bytes = 0;
+    for (size_t i = 0; i < plan->plan.ranks.size(); ++i) {
+      if (plan->plan.ranks[i].p_rank != p_rank) continue;
+      *reads = plan->reads[i].empty() ? nullptr : plan->reads[i].data();
+      *count = plan->reads[i].size();
+      if (bytes != nullptr) *bytes = plan->plan.ranks[i].bytes;
+    }
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_plan_notify_ranks(const pdkv_transfer_plan_t* plan, const uint32_t** ranks,
+                                                       size_t* count, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(plan, "plan");
+    require_non_null(ranks, "ranks");
+    require_non_null(count, "count");
+    const auto& n = plan->plan.notify_ranks;
+    *ranks = n.empty() ? nullptr : n.data();
+    *count = n.size();
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_plan_group_zero(const pdkv_transfer_plan_t* plan, size_t index,
+                                                     pdkv_plan_group_zero_t* out, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(plan, "plan");
+    require_non_null(out, "out");
+    pdkv::capi::require_index(index, plan->plan.zero.size(), "group");
+    const core::GroupZero& z = plan->plan.zero[index];
+    const auto& cz = plan->zero[index].zero;
+    pdkv_plan_group_zero_t c{};
+    c.kind = static_cast<int32_t>(z.kind);
+    c.regions = z.regions.empty() ? nullptr : z.regions.data();
+    c.num_regions = z.regions.size();
+    c.zero = cz.empty() ? nullptr : cz.data();
+    c.num_zero = cz.size();
+    c.unfilled_states = z.unfilled_states.empty() ? nullptr : z.unfilled_states.data();
+    c.num_unfilled_states = z.unfilled_states.size();
+    pdkv::capi::write_struct_prefix(out, c, kGroupZeroMinSize, "pdkv_plan_group_zero_t");
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_plan_to_json(const pdkv_transfer_plan_t* plan, char* buf, size_t capacity,
+                                                  size_t* out_len, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(plan, "plan");
+    require_non_null(out_len, "out_len");
+    pdkv::capi::copy_text(core::plan_to_json(plan->plan), buf, capacity, out_len, "the plan JSON");
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_plan_to_json_string(const pdkv_transfer_plan_t* plan, pdkv_string_t** out,
+                                                         pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(plan, "plan");
+    require_non_null(out, "out");
+    *out = nullptr;
+    auto s = std::make_unique<pdkv_string>();
+    s->text = core::plan_to_json(plan->plan);
+    *out = s.release();
+  });
+}
+
+PDKV_API void pdkv_transfer_plan_free(pdkv_transfer_plan_t* plan) { delete plan; }
+
+}  // extern "C"

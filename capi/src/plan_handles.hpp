@@ -1,0 +1,95 @@
+// Handle types and C <-> core conversions shared by the block-id, trimming, scheduler, metadata,
+// handshake and transfer-plan parts of the C API (block_ids_api.cpp, trim_api.cpp,
+// scheduler_api.cpp, metadata_api.cpp, handshake_api.cpp, plan_api.cpp). Like handles.hpp, each
+// handle owns its core value plus the flattened C arrays the header promises stay valid until the
+// handle is freed; handles are never modified after construction, hence thread-safe to read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "boundary.hpp"
+#include "pdkv.h"
+#include "pdkv/core/block_ids.hpp"
+#include "pdkv/core/engine_metadata.hpp"
+#include "pdkv/core/handshake.hpp"
+#include "pdkv/core/model.hpp"
+#include "pdkv/core/prefix_trim.hpp"
+#include "pdkv/core/transfer_plan.hpp"
+#include "pdkv/core/zero_ranges.hpp"
+
+struct pdkv_u64_list {
+  std::vector<uint64_t> items;
+};
+
+struct pdkv_bytes {
+  std::vector<uint8_t> data;
+};
+
+struct pdkv_string {
+  std::string text;
+};
+
+struct pdkv_zero_range_list {
+  std::vector<pdkv_zero_range_t> items;
+};
+
+struct pdkv_group_trim {
+  pdkv::core::GroupTrim trim;
+  std::vector<pdkv_token_run_t> runs;
+  std::vector<pdkv_state_pair_t> states;
+  std::vector<pdkv_zero_range_t> zero;
+};
+
+struct pdkv_engine_metadata {
+  pdkv::core::EngineMetadata md;
+  std::vector<pdkv_metadata_region_t> regions;  // C view of md.regions
+};
+
+struct pdkv_handshake_report {
+  std::vector<pdkv::core::Incompatibility> items;
+  std::vector<std::string> texts;  // to_string(items[i])
+};
+
+struct pdkv_plan_context {
+  pdkv::core::PlanContext ctx;
+};
+
+// Per-group C view of the receive-side work; the vectors point into the plan.
+struct PlanGroupZeroC {
+  std::vector<pdkv_zero_range_t> zero;
+};
+
+struct pdkv_transfer_plan {
+  pdkv::core::TransferPlan plan;
+  std::vector<uint32_t> read_ranks;                     // plan.ranks[i].p_rank
+  std::vector<std::vector<pdkv_plan_read_t>> reads;     // parallel to plan.ranks
+  std::vector<PlanGroupZeroC> zero;                     // parallel to plan.zero
+};
+
+namespace pdkv::capi {
+
+// Copies (ptr, count) into a vector; ptr may be NULL only when count is 0 (NullPointer naming
+// `arg` otherwise).
+std::vector<uint64_t> u64_vector(const uint64_t* ptr, size_t count, const char* arg);
+
+// Enum and flag checks: InvalidArgument naming the field, the value and the valid values.
+pdkv::core::GroupKind group_kind_from_c(int32_t kind, const char* field);
+pdkv::core::MambaCacheMode cache_mode_from_c(int32_t mode, const char* field);
+bool flag_from_c(uint8_t v, const char* field);
+
+// pdkv_group_trim_input_t -> core (struct_size, pointers, enums, flags checked).
+pdkv::core::GroupTrimInput trim_input_from_c(const pdkv_group_trim_input_t* in, const char* arg);
+
+// Core zero ranges -> C elements.
+std::vector<pdkv_zero_range_t> zero_ranges_to_c(const std::vector<pdkv::core::ZeroRange>& z);
+
+// A new metadata handle owning `md` with its C region view.
+pdkv_engine_metadata_t* make_metadata(pdkv::core::EngineMetadata md);
+
+// Resolves a C string into (dst, capacity) as a NUL-terminated copy, reporting the length
+// without the NUL in *out_len (BufferTooSmall naming the needed capacity).
+void copy_text(const std::string& text, char* buf, size_t capacity, size_t* out_len, const char* what);
+
+}  // namespace pdkv::capi
