@@ -252,6 +252,315 @@ def topology_cases():
     return cases
 
 
+# ---------------------------------------------------------------------------------------------
+# Geometry oracle (hybrid-geometry.md §2.1-§2.4); model numbers from shared/reference/models.json
+# ---------------------------------------------------------------------------------------------
+
+# Preset name -> published config values (models.json). kind: mamba1 | mamba2 | gdn.
+MODELS = {
+    # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16: K=2 x 128, Mamba2 64 heads x 64, d_state 128,
+    # 8 groups, d_conv 4, chunk 128, mamba_ssm_cache_dtype float32, NemotronH (spec adds rows).
+    "nemotron-3-nano-30b": dict(kind="mamba2", k=2, head=128, head_v=128, dt=2, ssm_dt=4,
+                                heads=64, head_dim=64, d_state=128, groups=8, d_conv=4,
+                                chunk=128, spec_rows=True),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct: K=2 x 256, GDN Hv=32 dv=128, Hk=16 dk=128, kernel 4,
+    # no SSM dtype hook -> model dtype; chunk unset -> 2048.
+    "qwen3-next-80b": dict(kind="gdn", k=2, head=256, head_v=256, dt=2, ssm_dt=2,
+                           hv=32, dv=128, hk=16, dk=128, d_conv=4, chunk=2048, spec_rows=True),
+    # tiiuae/Falcon-H1-0.5B-Instruct: K=2 x 64, Mamba2 24 heads x 64 (d_ssm 1536), d_state 128,
+    # 1 group, d_conv 4, bf16 everywhere, no spec rows.
+    "falcon-h1-0.5b": dict(kind="mamba2", k=2, head=64, head_v=64, dt=2, ssm_dt=2,
+                           heads=24, head_dim=64, d_state=128, groups=1, d_conv=4,
+                           chunk=2048, spec_rows=False),
+    # ai21labs/Jamba-v0.1: K=8 x 128, Mamba1 d_inner 8192, d_state 16, d_conv 4 (bf16 assumed).
+    "jamba-v0.1": dict(kind="mamba1", k=8, head=128, head_v=128, dt=2, ssm_dt=2,
+                       d_inner=8192, d_state=16, d_conv=4, chunk=2048, spec_rows=False),
+}
+
+BACKEND_KERNELS = {"flash_attn": None, "triton": None, "flashinfer": [16, 32, 64]}
+
+
+def units(n, tp, r):
+    """Global unit range [u0, u1) held by rank r of tp over n units (replicated when tp > n)."""
+    if n >= tp:
+        assert n % tp == 0
+        return (r * n // tp, (r + 1) * n // tp)
+    assert tp % n == 0
+    u = r * n // tp
+    return (u, u + 1)
+
+
+def parts_of(m, tp, spec, conv_dt, ssm_dt, rank=0):
+    """The page of one rank: list of (name, unit range, bytes per unit), conv parts then ssm."""
+    rows = m["d_conv"] - 1 + (spec if m["spec_rows"] else 0)
+    cb = rows * conv_dt
+    if m["kind"] == "mamba2":
+        return rows, [("x", units(m["heads"], tp, rank), m["head_dim"] * cb),
+                      ("B", units(m["groups"], tp, rank), m["d_state"] * cb),
+                      ("C", units(m["groups"], tp, rank), m["d_state"] * cb),
+                      ("ssm", units(m["heads"], tp, rank), m["head_dim"] * m["d_state"] * ssm_dt)]
+    if m["kind"] == "gdn":
+        return rows, [("Q", units(m["hk"], tp, rank), m["dk"] * cb),
+                      ("K", units(m["hk"], tp, rank), m["dk"] * cb),
+                      ("V", units(m["hv"], tp, rank), m["dv"] * cb),
+                      ("ssm", units(m["hv"], tp, rank), m["dv"] * m["dk"] * ssm_dt)]
+    return rows, [("x", units(m["d_inner"], tp, rank), cb),
+                  ("ssm", units(m["d_inner"], tp, rank), m["d_state"] * ssm_dt)]
+
+
+def geometry(model, engine):
+    """The `geometry` op's full output, from the formulas of hybrid-geometry.md."""
+    m = MODELS[model]
+    tp = engine["tp_size"]
+    spec = engine.get("num_speculative_tokens", 0)
+    kv_dt = engine.get("kv_cache_dtype_bytes", 0) or m["dt"]
+    conv_dt = engine.get("conv_state_dtype_bytes", 0) or m["dt"]
+    ssm_dt = engine.get("ssm_state_dtype_bytes", 0) or m["ssm_dt"]
+    backend = engine.get("backend", "flash_attn")
+    mode = engine.get("mamba_cache_mode", "none")
+    user_bs = engine.get("user_block_size", 0)
+    user_mbs = engine.get("user_mamba_block_size", 0)
+    assert tp <= m["k"] and m["k"] % tp == 0 or tp > m["k"] and tp % m["k"] == 0
+    kvh = max(1, m["k"] // tp)
+    a = kvh * (m["head"] + m["head_v"]) * kv_dt
+    rows, parts = parts_of(m, tp, spec, conv_dt, ssm_dt)
+    projections, off = [], 0
+    for name, (u0, u1), ub in parts[:-1]:
+        n_units = {"x": m.get("heads", m.get("d_inner")), "B": m.get("groups"), "C": m.get("groups"),
+                   "Q": m.get("hk"), "K": m.get("hk"), "V": m.get("hv")}[name]
+        size = (u1 - u0) * ub
+        per_unit_channels = ub // (rows * conv_dt)
+        projections.append({"name": name, "dim_local": (u1 - u0) * per_unit_channels, "bytes": size,
+                            "offset": off, "replicated": n_units < tp})
+        off += size
+    conv = off
+    ssm = (parts[-1][1][1] - parts[-1][1][0]) * parts[-1][2]
+    page = conv + ssm
+    align = max(16, user_bs)
+    if mode == "all":
+        chunk = math.lcm(user_mbs or m["chunk"], align)
+        b = chunk * -(-(-(-page // a)) // chunk)
+    else:
+        b = align * -(-page // (align * a))
+    block = user_bs or 16
+    lines = []
+    if block < b:
+        block = b
+        lines.append(f"Setting attention block size to {b} tokens to ensure that attention page "
+                     "size is >= mamba page size.")
+    mbs = {"none": 0, "align": block, "all": b}[mode]
+    attn_page = block * a
+    assert attn_page >= page
+    if attn_page != page:
+        pct = 100.0 * (attn_page - page) / page
+        lines.append("Padding mamba page size by %.2f%% to ensure that mamba page size and "
+                     "attention page size are exactly equal." % pct)
+    kernels = BACKEND_KERNELS[backend]
+    kernel = block if kernels is None else max(k for k in kernels if block % k == 0)
+    ppl = block // kernel
+    return {
+        "kv_heads_per_rank": kvh, "attn_bytes_per_token": a, "conv_bytes": conv, "ssm_bytes": ssm,
+        "mamba_page_bytes": page, "block_size": block, "mamba_block_size": mbs,
+        "attn_page_bytes": attn_page, "padding_ppm": 1000000 * (attn_page - page) // page,
+        "kernel_block_size": kernel, "physical_per_logical": ppl,
+        "kernel_page_bytes": attn_page // ppl, "projections": projections, "log_lines": lines,
+    }
+
+
+def geometry_cases():
+    cases = []
+
+    def g(name, model, engine, expect=None):
+        out = geometry(model, engine)
+        for key, val in (expect or {}).items():
+            check(out[key], val, f"{name}.{key}")
+        cases.append({"name": f"geometry/{name}", "op": "geometry",
+                      "input": {"model": model, "engine": engine}, "output": out})
+        return out
+
+    # Nemotron-3-Nano-30B (hybrid-geometry worked numbers, capi tests): TP1/2/4
+    g("nemotron3_nano_tp1", "nemotron-3-nano-30b", {"tp_size": 1},
+      {"conv_bytes": 36864, "ssm_bytes": 2097152, "block_size": 2096})
+    o = g("nemotron3_nano_tp2", "nemotron-3-nano-30b", {"tp_size": 2},
+          {"conv_bytes": 18432, "ssm_bytes": 1048576, "mamba_page_bytes": 1067008, "block_size": 2096,
+           "padding_ppm": 5758})
+    check(o["log_lines"][1][:32], "Padding mamba page size by 0.58%", "0.58% line")
+    g("nemotron3_nano_tp4", "nemotron-3-nano-30b", {"tp_size": 4},
+      {"conv_bytes": 9216, "ssm_bytes": 524288, "block_size": 1056})
+    g("nemotron3_nano_tp2_flashinfer", "nemotron-3-nano-30b", {"tp_size": 2, "backend": "flashinfer"},
+      {"kernel_block_size": 16, "physical_per_logical": 131})
+    g("nemotron3_nano_tp4_flashinfer", "nemotron-3-nano-30b", {"tp_size": 4, "backend": "flashinfer"},
+      {"kernel_block_size": 32, "physical_per_logical": 33})
+    g("nemotron3_nano_tp2_fp8_kv", "nemotron-3-nano-30b", {"tp_size": 2, "kv_cache_dtype_bytes": 1})
+    g("nemotron3_nano_tp2_spec2", "nemotron-3-nano-30b", {"tp_size": 2, "num_speculative_tokens": 2})
+    g("nemotron3_nano_tp2_user_block_32", "nemotron-3-nano-30b", {"tp_size": 2, "user_block_size": 32})
+    g("nemotron3_nano_tp2_user_block_4096", "nemotron-3-nano-30b", {"tp_size": 2, "user_block_size": 4096})
+    g("nemotron3_nano_tp2_align_mode", "nemotron-3-nano-30b", {"tp_size": 2, "mamba_cache_mode": "align"})
+    g("nemotron3_nano_tp2_all_mode", "nemotron-3-nano-30b", {"tp_size": 2, "mamba_cache_mode": "all"})
+    g("nemotron3_nano_tp8", "nemotron-3-nano-30b", {"tp_size": 8})
+    # Qwen3-Next: 544 at TP1/TP2, 272 at TP4, 144 at TP8; 1.49% padding at TP1
+    o = g("qwen3_next_tp1", "qwen3-next-80b", {"tp_size": 1}, {"block_size": 544})
+    check(o["log_lines"][1][:32], "Padding mamba page size by 1.49%", "1.49% line")
+    g("qwen3_next_tp2", "qwen3-next-80b", {"tp_size": 2}, {"block_size": 544})
+    g("qwen3_next_tp4", "qwen3-next-80b", {"tp_size": 4}, {"block_size": 272})
+    g("qwen3_next_tp8", "qwen3-next-80b", {"tp_size": 8}, {"block_size": 144})
+    g("qwen3_next_tp4_ssm_fp32", "qwen3-next-80b", {"tp_size": 4, "ssm_state_dtype_bytes": 4})
+    # Falcon-H1 (n_groups 1 < TP replicates B/C) and Jamba (Mamba1)
+    g("falcon_h1_tp1", "falcon-h1-0.5b", {"tp_size": 1})
+    g("falcon_h1_tp2", "falcon-h1-0.5b", {"tp_size": 2})
+    g("jamba_tp1", "jamba-v0.1", {"tp_size": 1})
+    g("jamba_tp2_triton", "jamba-v0.1", {"tp_size": 2, "backend": "triton"})
+
+    def e(name, model, engine, status, contains):
+        cases.append({"name": f"geometry/{name}", "op": "geometry",
+                      "input": {"model": model, "engine": engine},
+                      "error": {"status": status, "message_contains": contains}})
+
+    e("kda_unsupported", "kimi-linear-48b", {"tp_size": 1, "backend": "flashmla"}, "PDKV_ERR_UNSUPPORTED_MAMBA_TYPE", ["kda"])
+    e("sd_layout", "nemotron-3-nano-30b", {"tp_size": 2, "conv_layout": "SD"},
+      "PDKV_ERR_UNSUPPORTED_LAYOUT", ["SD"])
+    e("heads_not_divisible", "nemotron-3-nano-30b", {"tp_size": 3}, "PDKV_ERR_HEADS_NOT_DIVISIBLE", ["2", "3"])
+    e("unknown_preset", "no-such-model", {"tp_size": 1}, "PDKV_ERR_NOT_FOUND", ["no-such-model"])
+    e("unknown_backend", "nemotron-3-nano-30b", {"tp_size": 1, "backend": "warp_attn"},
+      "PDKV_ERR_NOT_FOUND", ["warp_attn"])
+    e("mla_backend_on_gqa_model", "nemotron-3-nano-30b", {"tp_size": 1, "backend": "flashmla"},
+      "PDKV_ERR_INCOMPATIBLE", [])
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba reads oracle (vllm-semantics.md §4): "pdkv" = every D byte from the P rank owning it;
+# "vllm" = what vLLM main reads (remote_conv_offsets / ssm read), including #55208.
+# ---------------------------------------------------------------------------------------------
+
+def layout(m, tp, rank, spec, dt, ssm_dt):
+    """[(name, u0, u1, unit_bytes, page_offset)] of one rank's page."""
+    _, parts = parts_of(m, tp, spec, dt, ssm_dt, rank)
+    out, off = [], 0
+    for name, (u0, u1), ub in parts:
+        out.append((name, u0, u1, ub, off))
+        off += (u1 - u0) * ub
+    return out
+
+
+def mamba_reads(model, p_tp, d_tp, d_rank, rule):
+    m = MODELS[model]
+    dt, sdt = m["dt"], m["ssm_dt"]
+    reads = []
+    if rule == "pdkv":
+        dl = layout(m, d_tp, d_rank, 0, dt, sdt)
+        for i, (name, u0, u1, ub, doff) in enumerate(dl):
+            for p in range(p_tp):
+                pname, p0, p1, pub, poff = layout(m, p_tp, p, 0, dt, sdt)[i]
+                assert pname == name and pub == ub
+                lo, hi = max(u0, p0), min(u1, p1)
+                if lo >= hi:
+                    continue
+                reads.append({"p_rank": p, "part": name, "remote_offset": poff + (lo - p0) * ub,
+                              "local_offset": doff + (lo - u0) * ub, "length": (hi - lo) * ub})
+                if p1 - p0 == 1 and p_tp > ({"B": m.get("groups"), "C": m.get("groups")}.get(name) or 1 << 30):
+                    sys.exit("replicated P parts have no unique owner: not generated")
+    else:
+        ratio = tp_ratio(d_tp, p_tp)
+        dl = layout(m, d_tp, d_rank, 0, dt, sdt)
+        d_conv = sum((u1 - u0) * ub for (n, u0, u1, ub, o) in dl[:-1])
+        d_ssm = (dl[-1][2] - dl[-1][1]) * dl[-1][3]
+        if ratio >= 1:
+            p = d_rank // ratio
+            lo = d_rank % ratio
+            pl = layout(m, p_tp, p, 0, dt, sdt)
+            p_conv = sum((u1 - u0) * ub for (n, u0, u1, ub, o) in pl[:-1])
+            base = 0
+            for (name, u0, u1, ub, doff) in dl[:-1]:
+                size = (u1 - u0) * ub
+                reads.append({"p_rank": p, "part": name, "remote_offset": base + lo * size,
+                              "local_offset": doff, "length": size})
+                base += size * ratio
+            reads.append({"p_rank": p, "part": "ssm", "remote_offset": p_conv + lo * d_ssm,
+                          "local_offset": d_conv, "length": d_ssm})
+        else:
+            a = -ratio
+            for idx in range(a):
+                p = d_rank * a + idx
+                pl = layout(m, p_tp, p, 0, dt, sdt)
+                for (name, u0, u1, ub, doff), (pn, p0, p1, pub, poff) in zip(dl, pl):
+                    size = (p1 - p0) * pub
+                    reads.append({"p_rank": p, "part": name, "remote_offset": poff,
+                                  "local_offset": doff + idx * size, "length": size})
+    reads.sort(key=lambda r: (r["local_offset"], r["p_rank"]))
+    return {"reads": reads, "source_ranks": sorted({r["p_rank"] for r in reads})}
+
+
+def mamba_cases():
+    cases = []
+
+    def r(name, model, p_tp, d_tp, d_rank, rule, expect_reads=None):
+        out = mamba_reads(model, p_tp, d_tp, d_rank, rule)
+        if expect_reads is not None:
+            got = [(x["p_rank"], x["part"], x["remote_offset"], x["local_offset"], x["length"])
+                   for x in out["reads"]]
+            check(got, expect_reads, name)
+        cases.append({"name": f"mamba_reads/{name}", "op": "mamba_reads",
+                      "input": {"model": model, "prefill": {"tp_size": p_tp},
+                                "decode": {"tp_size": d_tp}, "decode_rank": d_rank, "rule": rule},
+                      "output": out})
+
+    # Falcon-H1-0.5B P TP1 -> D TP2 (n_groups 1 < TP: B/C replicated on D). Hand-derived:
+    # P page x[0,9216) B[9216,9984) C[9984,10752) ssm[10752,404k); D page x 4608, B 768, C 768, ssm 196608.
+    r("falcon_h1_p1_d2_rank0_pdkv", "falcon-h1-0.5b", 1, 2, 0, "pdkv",
+      [(0, "x", 0, 0, 4608), (0, "B", 9216, 4608, 768), (0, "C", 9984, 5376, 768),
+       (0, "ssm", 10752, 6144, 196608)])
+    r("falcon_h1_p1_d2_rank1_pdkv", "falcon-h1-0.5b", 1, 2, 1, "pdkv",
+      [(0, "x", 4608, 0, 4608), (0, "B", 9216, 4608, 768), (0, "C", 9984, 5376, 768),
+       (0, "ssm", 10752 + 196608, 6144, 196608)])
+    # vLLM main (#55208): B/C scaled by tp_ratio; rank 1 reads P's C as B and the ssm as C.
+    r("falcon_h1_p1_d2_rank0_vllm_55208", "falcon-h1-0.5b", 1, 2, 0, "vllm",
+      [(0, "x", 0, 0, 4608), (0, "B", 9216, 4608, 768), (0, "C", 10752, 5376, 768),
+       (0, "ssm", 10752, 6144, 196608)])
+    r("falcon_h1_p1_d2_rank1_vllm_55208", "falcon-h1-0.5b", 1, 2, 1, "vllm",
+      [(0, "x", 4608, 0, 4608), (0, "B", 9984, 4608, 768), (0, "C", 11520, 5376, 768),
+       (0, "ssm", 10752 + 196608, 6144, 196608)])
+    # Nemotron-3-Nano P TP4 -> D TP2: P x 6144, B 1536, C 1536, ssm 524288; D x 12288, B/C 3072.
+    nem = [(0, "x", 0, 0, 6144), (1, "x", 0, 6144, 6144), (0, "B", 6144, 12288, 1536),
+           (1, "B", 6144, 13824, 1536), (0, "C", 7680, 15360, 1536), (1, "C", 7680, 16896, 1536),
+           (0, "ssm", 9216, 18432, 524288), (1, "ssm", 9216, 542720, 524288)]
+    r("nemotron3_nano_p4_d2_rank0_pdkv", "nemotron-3-nano-30b", 4, 2, 0, "pdkv", nem)
+    r("nemotron3_nano_p4_d2_rank1_pdkv", "nemotron-3-nano-30b", 4, 2, 1, "pdkv",
+      [(p + 2,) + t[1:] for (p, *_), t in zip(nem, nem)])
+    r("nemotron3_nano_p4_d2_rank1_vllm", "nemotron-3-nano-30b", 4, 2, 1, "vllm",
+      [(p + 2,) + t[1:] for (p, *_), t in zip(nem, nem)])
+    r("nemotron3_nano_p2_d4_rank3_pdkv", "nemotron-3-nano-30b", 2, 4, 3, "pdkv")
+    r("nemotron3_nano_p2_d2_rank1_pdkv", "nemotron-3-nano-30b", 2, 2, 1, "pdkv")
+    # Jamba (Mamba1): one conv projection x, then ssm.
+    r("jamba_p2_d1_pdkv", "jamba-v0.1", 2, 1, 0, "pdkv",
+      [(0, "x", 0, 0, 24576), (1, "x", 0, 24576, 24576), (0, "ssm", 24576, 49152, 131072),
+       (1, "ssm", 24576, 180224, 131072)])
+    r("jamba_p1_d2_rank1_pdkv", "jamba-v0.1", 1, 2, 1, "pdkv",
+      [(0, "x", 24576, 0, 24576), (0, "ssm", 49152 + 131072, 24576, 131072)])
+    r("jamba_p1_d2_rank1_vllm", "jamba-v0.1", 1, 2, 1, "vllm",
+      [(0, "x", 24576, 0, 24576), (0, "ssm", 49152 + 131072, 24576, 131072)])
+    # GDN (Qwen3-Next): [Q|K|V] then the recurrent state.
+    r("qwen3_next_p2_d1_pdkv", "qwen3-next-80b", 2, 1, 0, "pdkv",
+      [(0, "Q", 0, 0, 6144), (1, "Q", 0, 6144, 6144), (0, "K", 6144, 12288, 6144),
+       (1, "K", 6144, 18432, 6144), (0, "V", 12288, 24576, 12288), (1, "V", 12288, 36864, 12288),
+       (0, "ssm", 24576, 49152, 524288), (1, "ssm", 24576, 573440, 524288)])
+    r("qwen3_next_p1_d2_rank1_pdkv", "qwen3-next-80b", 1, 2, 1, "pdkv",
+      [(0, "Q", 6144, 0, 6144), (0, "K", 18432, 6144, 6144), (0, "V", 36864, 12288, 12288),
+       (0, "ssm", 573440, 24576, 524288)])
+    r("qwen3_next_p4_d2_rank0_vllm", "qwen3-next-80b", 4, 2, 0, "vllm")
+
+    def e(name, inp, status, contains):
+        cases.append({"name": f"mamba_reads/{name}", "op": "mamba_reads", "input": inp,
+                      "error": {"status": status, "message_contains": contains}})
+
+    base = {"model": "nemotron-3-nano-30b", "prefill": {"tp_size": 4}, "decode": {"tp_size": 2},
+            "decode_rank": 0, "rule": "pdkv"}
+    e("decode_rank_out_of_range", dict(base, decode_rank=2), "PDKV_ERR_INVALID_ARGUMENT", ["2"])
+    e("prefill_sd_layout", dict(base, prefill={"tp_size": 4, "conv_layout": "SD"}),
+      "PDKV_ERR_UNSUPPORTED_LAYOUT", ["SD"])
+    return cases
+
+
 def write(name, cases):
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)), "duplicate case names in " + name
@@ -265,3 +574,5 @@ def write(name, cases):
 
 if __name__ == "__main__":
     write("topology", topology_cases())
+    write("geometry", geometry_cases())
+    write("mamba_reads", mamba_cases())

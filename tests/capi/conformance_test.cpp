@@ -1,0 +1,537 @@
+// Conformance runner: executes every case of every tests/vectors/*.json file through the C API
+// (format and ops: docs/conformance.md). A case fails on an unknown op, an unused input key, a
+// missing or extra output key (vectors must carry the op's full output), both/neither of
+// output/error, a wrong status name, a message missing an expected substring, or any value
+// that differs. Nothing is skipped.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "capi_helpers.hpp"
+
+using json = nlohmann::json;
+
+namespace {
+
+/// Outcome of running one case: either the op's full output object or a C API error.
+struct OpResult {
+  bool ok = false;
+  json output;
+  std::string status;   ///< pdkv_status_name of the failing call
+  std::string message;  ///< its message
+};
+
+/// Thrown by a handler when a C API call fails: carries the status and message to compare.
+struct ApiFailure {
+  pdkv_status_t status;
+  std::string message;
+};
+
+/// A malformed vector (missing key, wrong type, unknown enum name): always a test failure.
+struct VectorError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Calls a C API function taking `pdkv_error_t **err` last; throws ApiFailure on error and
+/// checks the error-object convention (OK <=> err == NULL, status matches).
+template <typename F>
+void call(F&& f) {
+  pdkv_error_t* err = nullptr;
+  const pdkv_status_t st = f(&err);
+  if (st == PDKV_OK) {
+    if (err != nullptr) throw VectorError("call returned OK but set *err");
+    return;
+  }
+  if (err == nullptr) throw VectorError("call failed without an error object");
+  ApiFailure failure{st, pdkv_error_message(err)};
+  const pdkv_status_t es = pdkv_error_status(err);
+  pdkv_error_free(err);
+  if (es != st) throw VectorError("error object status differs from the returned status");
+  throw failure;
+}
+
+/// Read access to a case's `input` object that records which keys were used, so a vector with
+/// a misspelled or unsupported input key fails instead of silently running on defaults.
+class Input {
+ public:
+  explicit Input(const json& j) : j_(j) {
+    if (!j.is_object()) throw VectorError("input must be an object");
+  }
+  bool has(const std::string& k) const { return j_.contains(k); }
+  const json& raw(const std::string& k) {
+    if (!j_.contains(k)) throw VectorError("missing input key '" + k + "'");
+    used_.insert(k);
+    return j_.at(k);
+  }
+  int64_t i64(const std::string& k) {
+    const json& v = raw(k);
+    if (!v.is_number_integer()) throw VectorError("input '" + k + "' must be an integer");
+    return v.get<int64_t>();
+  }
+  uint64_t u64(const std::string& k) {
+    const int64_t v = i64(k);
+    if (v < 0) throw VectorError("input '" + k + "' must be non-negative");
+    return static_cast<uint64_t>(v);
+  }
+  uint32_t u32(const std::string& k) {
+    const uint64_t v = u64(k);
+    if (v > UINT32_MAX) throw VectorError("input '" + k + "' does not fit in uint32");
+    return static_cast<uint32_t>(v);
+  }
+  uint32_t u32_or(const std::string& k, uint32_t d) { return has(k) ? u32(k) : d; }
+  bool boolean(const std::string& k) {
+    const json& v = raw(k);
+    if (!v.is_boolean()) throw VectorError("input '" + k + "' must be a boolean");
+    return v.get<bool>();
+  }
+  bool bool_or(const std::string& k, bool d) { return has(k) ? boolean(k) : d; }
+  std::string str(const std::string& k) {
+    const json& v = raw(k);
+    if (!v.is_string()) throw VectorError("input '" + k + "' must be a string");
+    return v.get<std::string>();
+  }
+  std::string str_or(const std::string& k, const std::string& d) { return has(k) ? str(k) : d; }
+  /// Nested object (e.g. an engine), with its own key tracking checked by the caller.
+  Input object(const std::string& k) { return Input(raw(k)); }
+  /// Throws when the vector carries input keys the op never read.
+  void check_all_used() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (!used_.count(it.key())) throw VectorError("unknown input key '" + it.key() + "'");
+  }
+
+ private:
+  const json& j_;
+  std::set<std::string> used_;
+};
+
+std::vector<uint32_t> u32_list(const json& v, const std::string& what) {
+  if (!v.is_array()) throw VectorError(what + " must be an array");
+  std::vector<uint32_t> out;
+  for (const json& e : v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > INT64_C(0xFFFFFFFF))
+      throw VectorError(what + " must hold uint32 integers");
+    out.push_back(static_cast<uint32_t>(e.get<int64_t>()));
+  }
+  return out;
+}
+
+template <typename T>
+json array_of(const T* p, size_t n) {
+  json a = json::array();
+  for (size_t i = 0; i < n; ++i) a.push_back(p[i]);
+  return a;
+}
+
+// ---- RAII owners ------------------------------------------------------------------------
+
+/// Model from a preset name (the `model` input).
+ModelPtr preset(const std::string& name) {
+  pdkv_model_t* m = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_model_from_preset(name.c_str(), &m, e); });
+  return ModelPtr(m);
+}
+
+/// pdkv_engine_config_t from an `engine` object (docs/conformance.md "Shared input shapes").
+pdkv_engine_config_t engine_config(Input in) {
+  pdkv_engine_config_t c;
+  call([&](pdkv_error_t** e) { return pdkv_engine_config_init(&c, e); });
+  c.tp_size = in.u32("tp_size");
+  c.kv_cache_dtype_bytes = in.u32_or("kv_cache_dtype_bytes", 0);
+  c.conv_state_dtype_bytes = in.u32_or("conv_state_dtype_bytes", 0);
+  c.ssm_state_dtype_bytes = in.u32_or("ssm_state_dtype_bytes", 0);
+  c.num_speculative_tokens = in.u32_or("num_speculative_tokens", 0);
+  c.user_block_size = in.u32_or("user_block_size", 0);
+  c.user_mamba_block_size = in.u32_or("user_mamba_block_size", 0);
+  const std::string backend = in.str_or("backend", "flash_attn");
+  const std::string mode = in.str_or("mamba_cache_mode", "none");
+  if (mode == "none") c.mamba_cache_mode = PDKV_MAMBA_CACHE_NONE;
+  else if (mode == "align") c.mamba_cache_mode = PDKV_MAMBA_CACHE_ALIGN;
+  else if (mode == "all") c.mamba_cache_mode = PDKV_MAMBA_CACHE_ALL;
+  else throw VectorError("unknown mamba_cache_mode '" + mode + "'");
+  const std::string layout = in.str_or("conv_layout", "DS");
+  if (layout == "DS") c.conv_layout = PDKV_CONV_LAYOUT_DS;
+  else if (layout == "SD") c.conv_layout = PDKV_CONV_LAYOUT_SD;
+  else throw VectorError("unknown conv_layout '" + layout + "'");
+  in.check_all_used();
+  call([&](pdkv_error_t** e) { return pdkv_backend_from_name(backend.c_str(), &c.attention_backend, e); });
+  return c;
+}
+
+GeometryPtr geometry(const pdkv_model_t* m, const pdkv_engine_config_t& c) {
+  pdkv_geometry_t* g = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_geometry_new(m, &c, &g, e); });
+  return GeometryPtr(g);
+}
+
+// ---- Ops ---------------------------------------------------------------------------------
+
+using Handler = std::function<json(Input&)>;
+
+/// One op of docs/conformance.md: its handler and its full output key set.
+struct Op {
+  std::vector<std::string> output_keys;
+  Handler run;
+};
+
+json op_tp_ratio(Input& in) {
+  const uint32_t l = in.u32("local_tp"), r = in.u32("remote_tp");
+  int32_t out = 0;
+  call([&](pdkv_error_t** e) { return pdkv_tp_ratio(l, r, &out, e); });
+  return {{"tp_ratio", out}};
+}
+
+json op_handshake_target_ranks(Input& in) {
+  const uint32_t l = in.u32("local_tp"), rank = in.u32("local_rank"), r = in.u32("remote_tp");
+  size_t n = 0;
+  // First ask for the count (BUFFER_TOO_SMALL with the needed count, or OK for zero).
+  pdkv_error_t* e0 = nullptr;
+  const pdkv_status_t st = pdkv_handshake_target_ranks(l, rank, r, nullptr, 0, &n, &e0);
+  if (st != PDKV_OK && st != PDKV_ERR_BUFFER_TOO_SMALL) {
+    ApiFailure f{st, pdkv_error_message(e0)};
+    pdkv_error_free(e0);
+    throw f;
+  }
+  pdkv_error_free(e0);
+  std::vector<uint32_t> ranks(n);
+  call([&](pdkv_error_t** e) { return pdkv_handshake_target_ranks(l, rank, r, ranks.data(), ranks.size(), &n, e); });
+  ranks.resize(n);
+  return {{"ranks", ranks}};
+}
+
+json op_physical_head_range(Input& in) {
+  const uint32_t tp = in.u32("tp"), k = in.u32("total_kv_heads"), rank = in.u32("rank");
+  uint32_t b = 0, e = 0;
+  call([&](pdkv_error_t** err) { return pdkv_physical_head_range(tp, k, rank, &b, &e, err); });
+  return {{"begin", b}, {"end", e}};
+}
+
+json op_notifications_expected(Input& in) {
+  const uint32_t p = in.u32("p_tp"), d = in.u32("d_tp");
+  uint32_t out = 0;
+  call([&](pdkv_error_t** e) { return pdkv_notifications_expected_per_request(p, d, &out, e); });
+  return {{"count", out}};
+}
+
+json op_tp_mapping(Input& in) {
+  pdkv_tp_mapping_params_t p{};
+  p.struct_size = sizeof p;
+  p.local_tp = in.u32("local_tp");
+  p.local_rank = in.u32("local_rank");
+  p.remote_tp = in.u32("remote_tp");
+  p.total_kv_heads = in.u32("total_kv_heads");
+  p.use_mla = in.boolean("use_mla") ? 1 : 0;
+  p.has_mamba = in.boolean("has_mamba") ? 1 : 0;
+  pdkv_tp_mapping_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_tp_mapping_new(&p, &raw, e); });
+  TpMappingPtr m(raw);
+  pdkv_tp_mapping_info_t i{};
+  i.struct_size = sizeof i;
+  call([&](pdkv_error_t** e) { return pdkv_tp_mapping_get_info(m.get(), &i, e); });
+  auto list = [&](int32_t which) {
+    const uint32_t* r = nullptr;
+    size_t n = 0;
+    call([&](pdkv_error_t** e) { return pdkv_tp_mapping_ranks(m.get(), which, &r, &n, e); });
+    return array_of(r, n);
+  };
+  json all = list(PDKV_TP_LIST_ALL_SOURCES);
+  json slots = list(PDKV_TP_LIST_ATTENTION_SLOTS);
+  // The per-rank slot query must agree with the slot list.
+  for (size_t k = 0; k < all.size(); ++k) {
+    uint32_t s = 0;
+    const uint32_t rank = all[k].get<uint32_t>();
+    call([&](pdkv_error_t** e) { return pdkv_tp_mapping_attention_slot(m.get(), rank, &s, e); });
+    if (json(s) != slots.at(k)) throw VectorError("pdkv_tp_mapping_attention_slot disagrees with ATTENTION_SLOTS");
+  }
+  json attn = list(PDKV_TP_LIST_ATTENTION_SOURCES);
+  if (i.num_attention_reads != attn.size()) throw VectorError("num_attention_reads disagrees with ATTENTION_SOURCES");
+  return {{"tp_ratio", i.tp_ratio},
+          {"handshake_targets", list(PDKV_TP_LIST_HANDSHAKE_TARGETS)},
+          {"attention_source_ranks", attn},
+          {"mamba_source_ranks", list(PDKV_TP_LIST_MAMBA_SOURCES)},
+          {"all_source_ranks", all},
+          {"attention_slots", slots},
+          {"notify_ranks", list(PDKV_TP_LIST_NOTIFY_TARGETS)},
+          {"rank_offset_factor", i.rank_offset_factor},
+          {"local_replicated", i.local_replicated != 0},
+          {"remote_replicated", i.remote_replicated != 0},
+          {"local_physical_heads", i.local_physical_heads},
+          {"remote_physical_heads", i.remote_physical_heads}};
+}
+
+json op_physical_blocks_per_logical(Input& in) {
+  const uint64_t c = in.u64("conv_bytes"), s = in.u64("ssm_bytes"), b = in.u64("block_len");
+  uint64_t out = 0;
+  call([&](pdkv_error_t** e) { return pdkv_physical_blocks_per_logical(c, s, b, &out, e); });
+  return {{"ppl", out}};
+}
+
+json op_block_size_ratio(Input& in) {
+  const uint64_t l = in.u64("local_kernel_block_size"), r = in.u64("remote_kernel_block_size");
+  uint64_t out = 0;
+  call([&](pdkv_error_t** e) { return pdkv_block_size_ratio(l, r, &out, e); });
+  return {{"ratio", out}};
+}
+
+json op_geometry(Input& in) {
+  const std::string model = in.str("model");
+  Input engine_in = in.object("engine");
+  const pdkv_engine_config_t c = engine_config(engine_in);
+  ModelPtr m = preset(model);
+  GeometryPtr g = geometry(m.get(), c);
+  pdkv_geometry_info_t i{};
+  i.struct_size = sizeof i;
+  call([&](pdkv_error_t** e) { return pdkv_geometry_get_info(g.get(), &i, e); });
+  json projections = json::array();
+  for (size_t k = 0; k < i.num_projections; ++k) {
+    pdkv_conv_projection_t p{};
+    p.struct_size = sizeof p;
+    call([&](pdkv_error_t** e) { return pdkv_geometry_projection(g.get(), k, &p, e); });
+    projections.push_back({{"name", p.name}, {"dim_local", p.dim_local}, {"bytes", p.bytes},
+                           {"offset", p.offset}, {"replicated", p.replicated != 0}});
+  }
+  json lines = json::array();
+  for (size_t k = 0; k < i.num_log_lines; ++k) {
+    const char* line = nullptr;
+    call([&](pdkv_error_t** e) { return pdkv_geometry_log_line(g.get(), k, &line, e); });
+    lines.push_back(line);
+  }
+  return {{"kv_heads_per_rank", i.kv_heads_per_rank},
+          {"attn_bytes_per_token", i.attn_bytes_per_token},
+          {"conv_bytes", i.conv_bytes},
+          {"ssm_bytes", i.ssm_bytes},
+          {"mamba_page_bytes", i.mamba_page_bytes},
+          {"block_size", i.block_size},
+          {"mamba_block_size", i.mamba_block_size},
+          {"attn_page_bytes", i.attn_page_bytes},
+          {"padding_ppm", i.padding_ppm},
+          {"kernel_block_size", i.kernel_block_size},
+          {"physical_per_logical", i.physical_per_logical},
+          {"kernel_page_bytes", i.kernel_page_bytes},
+          {"projections", projections},
+          {"log_lines", lines}};
+}
+
+json op_mamba_reads(Input& in) {
+  const std::string model = in.str("model");
+  Input p_in = in.object("prefill");
+  Input d_in = in.object("decode");
+  const uint32_t d_rank = in.u32("decode_rank");
+  const std::string rule_name = in.str("rule");
+  int32_t rule = 0;
+  if (rule_name == "pdkv") rule = PDKV_MAMBA_READS_PDKV;
+  else if (rule_name == "vllm") rule = PDKV_MAMBA_READS_VLLM;
+  else throw VectorError("unknown rule '" + rule_name + "'");
+  const pdkv_engine_config_t pc = engine_config(p_in);
+  const pdkv_engine_config_t dc = engine_config(d_in);
+  ModelPtr m = preset(model);
+  GeometryPtr pg = geometry(m.get(), pc);
+  GeometryPtr dg = geometry(m.get(), dc);
+  pdkv_mamba_read_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_mamba_reads_new(pg.get(), dg.get(), d_rank, rule, &raw, e); });
+  ReadListPtr list(raw);
+  const pdkv_mamba_read_t* reads = nullptr;
+  size_t n = 0;
+  call([&](pdkv_error_t** e) { return pdkv_mamba_read_list_items(list.get(), &reads, &n, e); });
+  json out = json::array();
+  for (size_t k = 0; k < n; ++k)
+    out.push_back({{"p_rank", reads[k].p_rank}, {"part", reads[k].part}, {"remote_offset", reads[k].remote_offset},
+                   {"local_offset", reads[k].local_offset}, {"length", reads[k].length}});
+  const uint32_t* ranks = nullptr;
+  size_t nr = 0;
+  call([&](pdkv_error_t** e) { return pdkv_mamba_read_list_source_ranks(list.get(), &ranks, &nr, e); });
+  return {{"reads", out}, {"source_ranks", array_of(ranks, nr)}};
+}
+
+/// The ops table of docs/conformance.md.
+const std::map<std::string, Op>& ops() {
+  static const std::map<std::string, Op> table = {
+      {"tp_ratio", {{"tp_ratio"}, op_tp_ratio}},
+      {"handshake_target_ranks", {{"ranks"}, op_handshake_target_ranks}},
+      {"physical_head_range", {{"begin", "end"}, op_physical_head_range}},
+      {"notifications_expected", {{"count"}, op_notifications_expected}},
+      {"tp_mapping",
+       {{"tp_ratio", "handshake_targets", "attention_source_ranks", "mamba_source_ranks", "all_source_ranks",
+         "attention_slots", "notify_ranks", "rank_offset_factor", "local_replicated", "remote_replicated",
+         "local_physical_heads", "remote_physical_heads"},
+        op_tp_mapping}},
+      {"physical_blocks_per_logical", {{"ppl"}, op_physical_blocks_per_logical}},
+      {"block_size_ratio", {{"ratio"}, op_block_size_ratio}},
+      {"geometry",
+       {{"kv_heads_per_rank", "attn_bytes_per_token", "conv_bytes", "ssm_bytes", "mamba_page_bytes", "block_size",
+         "mamba_block_size", "attn_page_bytes", "padding_ppm", "kernel_block_size", "physical_per_logical",
+         "kernel_page_bytes", "projections", "log_lines"},
+        op_geometry}},
+      {"mamba_reads", {{"reads", "source_ranks"}, op_mamba_reads}},
+  };
+  return table;
+}
+
+/// Checks the JSON subset of the format (no floats, no nulls) recursively.
+void check_subset(const json& v, const std::string& where) {
+  if (v.is_null()) throw VectorError(where + ": null is not allowed");
+  if (v.is_number_float()) throw VectorError(where + ": floats are not allowed");
+  if (v.is_array())
+    for (size_t i = 0; i < v.size(); ++i) check_subset(v[i], where + "[" + std::to_string(i) + "]");
+  if (v.is_object())
+    for (auto it = v.begin(); it != v.end(); ++it) check_subset(it.value(), where + "." + it.key());
+}
+
+/// Runs one case; returns "" when it passes, else a description of the failure.
+std::string run_case(const json& c) {
+  try {
+    if (!c.is_object()) return "case is not an object";
+    for (auto it = c.begin(); it != c.end(); ++it)
+      if (it.key() != "name" && it.key() != "op" && it.key() != "input" && it.key() != "output" &&
+          it.key() != "error")
+        return "unknown case key '" + it.key() + "'";
+    if (!c.contains("name") || !c["name"].is_string()) return "case without a string name";
+    if (!c.contains("op") || !c["op"].is_string()) return "case without a string op";
+    if (!c.contains("input")) return "case without input";
+    check_subset(c, "case");
+    const bool has_out = c.contains("output"), has_err = c.contains("error");
+    if (has_out == has_err) return "case must have exactly one of output/error";
+    const std::string op_name = c["op"].get<std::string>();
+    auto op = ops().find(op_name);
+    if (op == ops().end()) return "unknown op '" + op_name + "'";
+
+    if (has_out) {
+      const json& want = c["output"];
+      if (!want.is_object()) return "output must be an object";
+      std::set<std::string> expected_keys(op->second.output_keys.begin(), op->second.output_keys.end());
+      for (auto it = want.begin(); it != want.end(); ++it)
+        if (!expected_keys.count(it.key())) return "extra output key '" + it.key() + "'";
+      for (const std::string& k : expected_keys)
+        if (!want.contains(k)) return "missing output key '" + k + "'";
+    } else {
+      const json& e = c["error"];
+      if (!e.is_object() || !e.contains("status") || !e["status"].is_string())
+        return "error must be an object with a string status";
+      for (auto it = e.begin(); it != e.end(); ++it)
+        if (it.key() != "status" && it.key() != "message_contains") return "unknown error key '" + it.key() + "'";
+    }
+
+    OpResult res;
+    Input in(c["input"]);
+    try {
+      res.output = op->second.run(in);
+      res.ok = true;
+    } catch (const ApiFailure& f) {
+      res.status = pdkv_status_name(f.status);
+      res.message = f.message;
+    }
+    in.check_all_used();
+
+    if (has_out) {
+      if (!res.ok) return "expected success, got " + res.status + ": " + res.message;
+      for (auto it = c["output"].begin(); it != c["output"].end(); ++it) {
+        if (!res.output.contains(it.key())) return "runner produced no '" + it.key() + "'";
+        if (res.output[it.key()] != it.value())
+          return "output '" + it.key() + "': expected " + it.value().dump() + ", got " +
+                 res.output[it.key()].dump();
+      }
+      for (auto it = res.output.begin(); it != res.output.end(); ++it)
+        if (!c["output"].contains(it.key())) return "runner produced undeclared key '" + it.key() + "'";
+      return "";
+    }
+    const json& e = c["error"];
+    if (res.ok) return "expected " + e["status"].get<std::string>() + ", got success " + res.output.dump();
+    if (res.status != e["status"].get<std::string>())
+      return "expected " + e["status"].get<std::string>() + ", got " + res.status + ": " + res.message;
+    if (e.contains("message_contains")) {
+      if (!e["message_contains"].is_array()) return "message_contains must be an array";
+      for (const json& s : e["message_contains"]) {
+        if (!s.is_string()) return "message_contains must hold strings";
+        if (res.message.find(s.get<std::string>()) == std::string::npos)
+          return "message '" + res.message + "' does not contain '" + s.get<std::string>() + "'";
+      }
+    }
+    return "";
+  } catch (const VectorError& v) {
+    return std::string("bad vector or contract violation: ") + v.what();
+  } catch (const json::exception& j) {
+    return std::string("JSON error: ") + j.what();
+  }
+}
+
+std::vector<std::filesystem::path> vector_files() {
+  const std::filesystem::path dir = std::filesystem::path(PDKV_SOURCE_DIR) / "tests" / "vectors";
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.is_regular_file() && entry.path().extension() == ".json") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("conformance vectors: every case of every file", "[capi][conformance]") {
+  const auto files = vector_files();
+  REQUIRE(!files.empty());
+  size_t total = 0;
+  std::set<std::string> ops_seen;
+  for (const auto& path : files) {
+    INFO("file " << path.string());
+    std::ifstream f(path);
+    REQUIRE(f.good());
+    json doc;
+    REQUIRE_NOTHROW(doc = json::parse(f));
+    REQUIRE(doc.is_object());
+    REQUIRE(doc.value("format", 0) == 1);
+    REQUIRE(doc.contains("cases"));
+    REQUIRE(doc["cases"].is_array());
+    REQUIRE(!doc["cases"].empty());
+    std::set<std::string> names;
+    for (const json& c : doc["cases"]) {
+      const std::string name = c.is_object() && c.contains("name") && c["name"].is_string() ? c["name"].get<std::string>() : "?";
+      INFO("case " << name);
+      CHECK(names.insert(name).second);  // names are unique within a file
+      if (c.is_object() && c.contains("op") && c["op"].is_string()) ops_seen.insert(c["op"].get<std::string>());
+      CHECK(run_case(c) == "");
+      ++total;
+    }
+  }
+  // Every op of the table has at least one vector.
+  for (const auto& [name, op] : ops()) {
+    INFO("op " << name);
+    CHECK(ops_seen.count(name) == 1);
+  }
+  CHECK(total > 0);
+}
+
+TEST_CASE("conformance runner rejects malformed cases", "[capi][conformance]") {
+  // The runner itself must fail on these, so a broken vector can never pass silently.
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"no_such_op","input":{},"output":{}})")),
+             Catch::Matchers::Contains("unknown op"));
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":1,"remote_tp":1}})")),
+             Catch::Matchers::Contains("exactly one"));
+  CHECK_THAT(run_case(json::parse(
+                 R"({"name":"x","op":"tp_ratio","input":{"local_tp":1,"remote_tp":1},"output":{"tp_ratio":1},
+                     "error":{"status":"PDKV_OK"}})")),
+             Catch::Matchers::Contains("exactly one"));
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"physical_head_range","input":{"tp":1,"total_kv_heads":2,"rank":0},"output":{"begin":0}})")),
+             Catch::Matchers::Contains("missing output key 'end'"));
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":1,"remote_tp":1},"output":{"tp_ratio":1,"x":2}})")),
+             Catch::Matchers::Contains("extra output key"));
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":1,"remote_tp":1,"typo":3},"output":{"tp_ratio":1}})")),
+             Catch::Matchers::Contains("unknown input key"));
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":4,"remote_tp":2},"output":{"tp_ratio":3}})")),
+             Catch::Matchers::Contains("expected 3, got 2"));
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}})")),
+             Catch::Matchers::Contains("does not contain 'zzz'"));
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_OVERFLOW"}})")),
+             Catch::Matchers::Contains("expected PDKV_ERR_OVERFLOW"));
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":2,"remote_tp":1.5},"output":{"tp_ratio":1}})")),
+             Catch::Matchers::Contains("floats"));
+  CHECK(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":4,"remote_tp":2},"output":{"tp_ratio":2}})")) == "");
+}
