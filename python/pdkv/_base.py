@@ -1,0 +1,209 @@
+"""Shared machinery of the Pythonic layer: calling C with error objects, argument checks and
+the handle base class. Internal."""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import operator
+import weakref
+from ctypes import POINTER, byref
+from typing import Any, Callable, Optional, Tuple, Type, TypeVar
+
+from . import _ffi
+from .errors import ClosedError, PdkvError, Status, error_for
+
+E = TypeVar("E", bound=enum.IntEnum)
+
+
+def call(name: str, *args: Any) -> None:
+    """Calls C function ``name`` with ``args`` plus a trailing ``pdkv_error_t **``; raises the
+    matching :class:`PdkvError` on failure."""
+    status, exc = call_status(name, *args)
+    if exc is not None:
+        raise exc
+
+
+def call_status(name: str, *args: Any) -> Tuple[int, Optional[PdkvError]]:
+    """Like :func:`call` but returns (status, exception or None) instead of raising."""
+    lib = _ffi.lib()
+    fn = _ffi.function(name)
+    err = POINTER(_ffi.ErrorT)()
+    status = fn(*args, byref(err))
+    if status == Status.OK:
+        if err:
+            lib.pdkv_error_free(err)
+        return status, None
+    try:
+        if err:
+            message = lib.pdkv_error_message(err).decode("utf-8", "replace")
+            err_status = lib.pdkv_error_status(err)
+        else:
+            message, err_status = f"{name} failed without an error object", status
+    finally:
+        lib.pdkv_error_free(err)
+    if err_status != status:
+        message += f" (error object status {err_status} differs from returned status {status})"
+    return status, error_for(status, message)
+
+
+def decode(raw: Optional[bytes]) -> str:
+    """A C string (bytes or NULL) as str."""
+    return "" if raw is None else raw.decode("utf-8", "replace")
+
+
+def encode(name: str, value: Any, *, allow_none: bool = False) -> Optional[bytes]:
+    """A Python str as a NUL-terminated UTF-8 C string; rejects other types and embedded NULs."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, os_pathlike_types()):
+        value = str(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if "\0" in value:
+        raise ValueError(f"{name} must not contain NUL characters")
+    return value.encode("utf-8")
+
+
+def os_pathlike_types() -> Tuple[type, ...]:
+    """Path-like types accepted wherever a file name is (pathlib.PurePath)."""
+    import pathlib
+
+    return (pathlib.PurePath,)
+
+
+def integer(name: str, value: Any, lo: int, hi: int) -> int:
+    """``value`` as an int in [lo, hi]; TypeError for non-integers (and bools), ValueError when
+    out of range (ctypes would silently truncate)."""
+    if isinstance(value, bool) or value is None:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if v < lo or v > hi:
+        raise ValueError(f"{name} = {v} is out of range [{lo}, {hi}]")
+    return v
+
+
+def u32(name: str, value: Any) -> int:
+    """A uint32_t argument."""
+    return integer(name, value, 0, 0xFFFFFFFF)
+
+
+def i32(name: str, value: Any) -> int:
+    """An int32_t argument."""
+    return integer(name, value, -(1 << 31), (1 << 31) - 1)
+
+
+def u64(name: str, value: Any) -> int:
+    """A uint64_t argument."""
+    return integer(name, value, 0, (1 << 64) - 1)
+
+
+def size(name: str, value: Any) -> int:
+    """A size_t argument."""
+    return integer(name, value, 0, (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1)
+
+
+def flag(name: str, value: Any) -> int:
+    """A 0/1 flag argument: a bool, or the int 0 or 1."""
+    if isinstance(value, bool):
+        return int(value)
+    return integer(name, value, 0, 1)
+
+
+def enum_value(name: str, cls: Type[E], value: Any) -> E:
+    """``value`` (an enum member, its int value or its case-insensitive name) as a member of
+    ``cls``."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        key = value.strip().upper()
+        if key in cls.__members__:
+            return cls[key]
+        valid = ", ".join(m.name.lower() for m in cls)
+        raise ValueError(f"{name} = {value!r} is not a {cls.__name__} (valid: {valid})")
+    v = i32(name, value)
+    try:
+        return cls(v)
+    except ValueError:
+        raise ValueError(f"{name} = {v} is not a {cls.__name__} value") from None
+
+
+def to_enum(cls: Type[E], value: int) -> Any:
+    """A C enum value as a member of ``cls``, or the plain int when this package does not know it."""
+    try:
+        return cls(value)
+    except ValueError:
+        return value
+
+
+def array_copy(ptr: Any, count: int, convert: Callable[[Any], Any]) -> Tuple[Any, ...]:
+    """Copies ``count`` elements of a C array (owned by a handle) into a tuple."""
+    if count == 0:
+        return ()
+    if not ptr:
+        raise PdkvError(Status.INTERNAL, "library returned NULL for a non-empty array")
+    return tuple(convert(ptr[i]) for i in range(count))
+
+
+class Handle:
+    """Base of every owned C handle: ``close()`` (idempotent), context manager, and a
+    ``weakref.finalize`` safety net that frees the handle when it is garbage collected.
+
+    Not thread-safe against ``close()`` racing other methods on the same handle.
+    """
+
+    _free_name: str = ""
+    _ptr: Any
+
+    def _adopt(self, ptr: Any) -> None:
+        """Takes ownership of the C pointer ``ptr``."""
+        self._ptr = ptr
+        self._finalizer = weakref.finalize(self, _free, self._free_name, ptr)
+
+    def close(self) -> None:
+        """Frees the C object now. Idempotent; later method calls raise :class:`ClosedError`."""
+        fin = getattr(self, "_finalizer", None)
+        if fin is not None:
+            fin()
+        self._ptr = None
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (or construction failed)."""
+        return not getattr(self, "_ptr", None)
+
+    def _p(self) -> Any:
+        """The live C pointer; raises :class:`ClosedError` after close()."""
+        ptr = getattr(self, "_ptr", None)
+        if not ptr:
+            raise ClosedError(f"pdkv.{type(self).__name__}")
+        return ptr
+
+    def __enter__(self: "H") -> "H":
+        self._p()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<pdkv.{type(self).__name__} {state}>"
+
+
+H = TypeVar("H", bound=Handle)
+
+
+def _free(free_name: str, ptr: Any) -> None:
+    """Finalizer: frees ``ptr`` with the C function ``free_name``."""
+    getattr(_ffi.lib(), free_name)(ptr)
+
+
+def handle_arg(name: str, value: Any, cls: Type[Handle]) -> Any:
+    """The live C pointer of handle argument ``value``, which must be a ``cls``."""
+    if not isinstance(value, cls):
+        raise TypeError(f"{name} must be a pdkv.{cls.__name__}, got {type(value).__name__}")
+    return value._p()

@@ -1,0 +1,202 @@
+"""Statuses and exceptions of pdkv.
+
+Every failing C call raises a :class:`PdkvError` subclass chosen by its status, so callers can
+write ``except pdkv.TpNotDivisibleError``. Its message is the library's, naming the offending
+values.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Dict, Type
+
+
+class Status(enum.IntEnum):
+    """``pdkv_status_t``: result codes of the C API (numeric values are stable)."""
+
+    OK = 0
+    INVALID_ARGUMENT = 1
+    NULL_POINTER = 2
+    STRUCT_SIZE = 3
+    TP_NOT_DIVISIBLE = 4
+    HEADS_NOT_DIVISIBLE = 5
+    UNSUPPORTED_MAMBA_TYPE = 6
+    UNSUPPORTED_LAYOUT = 7
+    OVERFLOW = 8
+    BUFFER_TOO_SMALL = 9
+    PARSE = 10
+    IO = 11
+    NOT_FOUND = 12
+    INCOMPATIBLE = 13
+    COVERAGE = 14
+    OUT_OF_BOUNDS = 15
+    CHECKSUM = 16
+    INTERNAL = 17
+
+    @property
+    def c_name(self) -> str:
+        """The C enumerator name, e.g. ``"PDKV_ERR_TP_NOT_DIVISIBLE"`` (``"PDKV_OK"`` for OK)."""
+        return "PDKV_OK" if self is Status.OK else f"PDKV_ERR_{self.name}"
+
+
+class PdkvError(Exception):
+    """A failed pdkv call: ``status`` (a :class:`Status`, or a plain int for a status newer than
+    this package) and the library's ``message``."""
+
+    #: The status this class stands for (the base class: none in particular).
+    default_status: int = Status.INTERNAL
+
+    def __init__(self, status: int, message: str) -> None:
+        try:
+            status = Status(status)
+        except ValueError:
+            pass
+        #: The status of the failed call.
+        self.status: int = status
+        #: The library's message, naming the offending values.
+        self.message: str = message
+        name = status.c_name if isinstance(status, Status) else f"status {int(status)}"
+        super().__init__(f"{name}: {message}")
+
+
+class InvalidArgumentError(PdkvError):
+    """PDKV_ERR_INVALID_ARGUMENT: an argument value is not allowed (zero TP, rank >= TP, ...)."""
+
+    default_status = Status.INVALID_ARGUMENT
+
+
+class NullPointerError(PdkvError):
+    """PDKV_ERR_NULL_POINTER: a required pointer was NULL."""
+
+    default_status = Status.NULL_POINTER
+
+
+class StructSizeError(PdkvError):
+    """PDKV_ERR_STRUCT_SIZE: an options/output struct has an unsupported struct_size."""
+
+    default_status = Status.STRUCT_SIZE
+
+
+class TpNotDivisibleError(PdkvError):
+    """PDKV_ERR_TP_NOT_DIVISIBLE: the larger TP size is not a multiple of the smaller."""
+
+    default_status = Status.TP_NOT_DIVISIBLE
+
+
+class HeadsNotDivisibleError(PdkvError):
+    """PDKV_ERR_HEADS_NOT_DIVISIBLE: KV heads and TP size do not divide."""
+
+    default_status = Status.HEADS_NOT_DIVISIBLE
+
+
+class UnsupportedMambaTypeError(PdkvError):
+    """PDKV_ERR_UNSUPPORTED_MAMBA_TYPE: the Mamba-like layer kind has no transfer rule."""
+
+    default_status = Status.UNSUPPORTED_MAMBA_TYPE
+
+
+class UnsupportedLayoutError(PdkvError):
+    """PDKV_ERR_UNSUPPORTED_LAYOUT: e.g. the SD conv-state layout."""
+
+    default_status = Status.UNSUPPORTED_LAYOUT
+
+
+class PdkvOverflowError(PdkvError):
+    """PDKV_ERR_OVERFLOW: a size or address computation would overflow 64 bits."""
+
+    default_status = Status.OVERFLOW
+
+
+class BufferTooSmallError(PdkvError):
+    """PDKV_ERR_BUFFER_TOO_SMALL (the bindings size buffers themselves; seen only in odd races)."""
+
+    default_status = Status.BUFFER_TOO_SMALL
+
+
+class ParseError(PdkvError):
+    """PDKV_ERR_PARSE: malformed JSON, config or wire data."""
+
+    default_status = Status.PARSE
+
+
+class PdkvIOError(PdkvError):
+    """PDKV_ERR_IO: a file could not be read (the message names the path)."""
+
+    default_status = Status.IO
+
+
+class NotFoundError(PdkvError):
+    """PDKV_ERR_NOT_FOUND: an unknown preset or backend name."""
+
+    default_status = Status.NOT_FOUND
+
+
+class IncompatibleError(PdkvError):
+    """PDKV_ERR_INCOMPATIBLE: two engines or inputs do not fit together."""
+
+    default_status = Status.INCOMPATIBLE
+
+
+class CoverageError(PdkvError):
+    """PDKV_ERR_COVERAGE: a transfer would leave bytes unwritten or write them twice."""
+
+    default_status = Status.COVERAGE
+
+
+class OutOfBoundsError(PdkvError):
+    """PDKV_ERR_OUT_OF_BOUNDS: an index or byte range lies outside its container."""
+
+    default_status = Status.OUT_OF_BOUNDS
+
+
+class ChecksumError(PdkvError):
+    """PDKV_ERR_CHECKSUM: serialized data failed its checksum."""
+
+    default_status = Status.CHECKSUM
+
+
+class InternalError(PdkvError):
+    """PDKV_ERR_INTERNAL: an unexpected failure inside the library."""
+
+    default_status = Status.INTERNAL
+
+
+class ClosedError(PdkvError, ValueError):
+    """A method was called on a handle after ``close()``; raised by the bindings, never by C.
+
+    Its status is NULL_POINTER (a closed handle is a NULL pointer to the library)."""
+
+    default_status = Status.NULL_POINTER
+
+    def __init__(self, what: str) -> None:
+        super().__init__(Status.NULL_POINTER, f"{what} is closed")
+
+
+#: Status -> exception class raised for it.
+ERROR_CLASSES: Dict[int, Type[PdkvError]] = {
+    cls.default_status: cls
+    for cls in (
+        InvalidArgumentError,
+        NullPointerError,
+        StructSizeError,
+        TpNotDivisibleError,
+        HeadsNotDivisibleError,
+        UnsupportedMambaTypeError,
+        UnsupportedLayoutError,
+        PdkvOverflowError,
+        BufferTooSmallError,
+        ParseError,
+        PdkvIOError,
+        NotFoundError,
+        IncompatibleError,
+        CoverageError,
+        OutOfBoundsError,
+        ChecksumError,
+        InternalError,
+    )
+}
+
+
+def error_for(status: int, message: str) -> PdkvError:
+    """The exception instance for ``status`` (the :class:`PdkvError` base for unknown statuses)."""
+    return ERROR_CLASSES.get(int(status), PdkvError)(status, message)

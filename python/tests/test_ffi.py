@@ -1,0 +1,200 @@
+"""The ctypes layer against pdkv.h: every PDKV_API function declared with matching arity and
+return kind, struct layouts equal to the C compiler's, versions, library discovery."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+from conftest import HEADER, PYTHON_DIR, REPO_ROOT
+
+import pdkv
+from pdkv import _ffi
+
+
+def _header_text() -> str:
+    return re.sub(r"/\*.*?\*/", " ", HEADER.read_text(), flags=re.S)
+
+
+def header_functions() -> Dict[str, Tuple[str, List[str]]]:
+    """name -> (return type, parameter declarations) for every PDKV_API function of pdkv.h."""
+    out: Dict[str, Tuple[str, List[str]]] = {}
+    for m in re.finditer(r"PDKV_API\s+([^;{]*?)\b(pdkv_\w+)\s*\(([^)]*)\)\s*;", _header_text()):
+        ret, name, params = m.group(1).strip(), m.group(2), m.group(3).strip()
+        plist = [] if params in ("", "void") else [p.strip() for p in params.split(",")]
+        out[name] = (ret, plist)
+    return out
+
+
+def test_header_parse_finds_functions() -> None:
+    funcs = header_functions()
+    assert "pdkv_tp_ratio" in funcs and "pdkv_error_free" in funcs
+    # Every PDKV_API declaration was parsed (none skipped by the regex).
+    assert len(funcs) == len(re.findall(r"PDKV_API\s+[^;{#]*?\bpdkv_\w+\s*\(", _header_text()))
+
+
+def test_every_header_function_is_declared() -> None:
+    funcs = header_functions()
+    missing = sorted(set(funcs) - set(_ffi.FUNCTIONS))
+    extra = sorted(set(_ffi.FUNCTIONS) - set(funcs))
+    assert not missing, f"pdkv.h functions without argtypes/restype: {missing}"
+    assert not extra, f"declared functions not in pdkv.h: {extra}"
+
+
+@pytest.mark.parametrize("name", sorted(header_functions()))
+def test_declaration_matches_header(name: str) -> None:
+    ret, params = header_functions()[name]
+    restype, argtypes = _ffi.FUNCTIONS[name]
+    assert len(argtypes) == len(params), f"{name}: {len(argtypes)} argtypes for {params}"
+    if ret == "void":
+        assert restype is None
+    elif ret == "pdkv_status_t":
+        assert restype is ctypes.c_int
+        if name != "pdkv_error_status":
+            assert params[-1].replace(" ", "").startswith("pdkv_error_t**")
+    elif ret == "const char *" or ret == "const char*":
+        assert restype is ctypes.c_char_p
+    else:
+        c_types = {"uint32_t": ctypes.c_uint32, "size_t": ctypes.c_size_t}
+        assert restype is c_types[ret], f"{name} returns {ret}"
+    scalar = {
+        "uint32_t": ctypes.c_uint32,
+        "int32_t": ctypes.c_int32,
+        "uint64_t": ctypes.c_uint64,
+        "size_t": ctypes.c_size_t,
+        "uint8_t": ctypes.c_uint8,
+        "pdkv_status_t": ctypes.c_int,
+    }
+    for decl, at in zip(params, argtypes):
+        typ = decl.rsplit(None, 1)[0] if "*" not in decl else None
+        if typ is not None:
+            assert at is scalar[typ], f"{name}: {decl} declared as {at}"
+        else:
+            stars = decl.count("*")
+            depth, t = 0, at
+            while hasattr(t, "_type_") and not isinstance(t._type_, str):
+                depth, t = depth + 1, t._type_
+            if t is ctypes.c_char_p:
+                depth += 1
+            assert depth == stars, f"{name}: {decl} declared as {at}"
+
+
+def test_bound_functions_carry_the_declarations() -> None:
+    lib = _ffi.lib()
+    for name, (restype, argtypes) in _ffi.FUNCTIONS.items():
+        if not hasattr(lib, name):
+            continue
+        fn = getattr(lib, name)
+        assert fn.restype is restype and list(fn.argtypes) == argtypes, name
+
+
+def test_header_version_matches_package() -> None:
+    text = HEADER.read_text()
+    major = int(re.search(r"#define PDKV_VERSION_MAJOR (\d+)", text).group(1))
+    minor = int(re.search(r"#define PDKV_VERSION_MINOR (\d+)", text).group(1))
+    assert (major, minor) == (_ffi.HEADER_VERSION_MAJOR, _ffi.HEADER_VERSION_MINOR)
+    assert pdkv.version()[0] == major
+    assert pdkv.version_string() == "%d.%d.%d" % pdkv.version()
+
+
+def _c_layout_program() -> str:
+    lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <pdkv.h>", "int main(void) {"]
+    for s in _ffi.STRUCTS:
+        cname = s._c_name_
+        lines.append(f'  printf("{cname} %zu %zu\\n", sizeof({cname}), _Alignof({cname}));')
+        for field, _ in s._fields_:
+            lines.append(f'  printf("{cname}.{field} %zu\\n", offsetof({cname}, {field}));')
+    lines += ["  return 0;", "}"]
+    return "\n".join(lines)
+
+
+def test_struct_layouts_match_the_c_compiler(tmp_path: Path) -> None:
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler to compare struct layouts with")
+    src = tmp_path / "layout.c"
+    src.write_text(_c_layout_program())
+    exe = tmp_path / "layout"
+    subprocess.run([cc, "-std=c11", "-I", str(HEADER.parent), str(src), "-o", str(exe)], check=True)
+    got = dict(
+        line.split(" ", 1) for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.splitlines()
+    )
+    for s in _ffi.STRUCTS:
+        assert got[s._c_name_] == f"{ctypes.sizeof(s)} {ctypes.alignment(s)}", s._c_name_
+        for field, _ in s._fields_:
+            assert int(got[f"{s._c_name_}.{field}"]) == getattr(s, field).offset, f"{s._c_name_}.{field}"
+
+
+def test_every_header_struct_is_mirrored() -> None:
+    structs = set(re.findall(r"typedef struct (\w+) \{", _header_text()))
+    mirrored = {s._c_name_[: -len("_t")] for s in _ffi.STRUCTS}
+    assert structs - mirrored == set(), f"structs without a ctypes mirror: {sorted(structs - mirrored)}"
+
+
+def test_load_failure_lists_every_place_tried(tmp_path: Path) -> None:
+    bogus = tmp_path / "libpdkv.so"
+    bogus.write_text("not an ELF file")
+    candidates = [
+        ("$PDKV_LIBRARY", None),
+        ("next to the package", str(tmp_path / "missing" / "libpdkv.so")),
+        ("source checkout build", str(bogus)),
+        ("system loader", "libpdkv-does-not-exist.so.0"),
+    ]
+    with pytest.raises(pdkv.LibraryLoadError) as info:
+        _ffi.load_library(candidates)
+    msg = str(info.value)
+    assert "$PDKV_LIBRARY: not set" in msg
+    assert "no such file" in msg and str(tmp_path / "missing") in msg
+    assert str(bogus) in msg
+    assert "libpdkv-does-not-exist.so.0" in msg
+    assert len(info.value.attempts) == 4
+    assert isinstance(info.value, ImportError)
+
+
+def test_load_rejects_a_library_without_pdkv_symbols() -> None:
+    libc = ctypes.util.find_library("c")
+    assert libc is not None
+    with pytest.raises(pdkv.LibraryLoadError, match="not a pdkv library"):
+        _ffi.load_library([("libc", libc)])
+
+
+def test_candidates_order_and_env() -> None:
+    c = _ffi.library_candidates({"PDKV_LIBRARY": "/x/libpdkv.so"})
+    assert c[0] == ("$PDKV_LIBRARY", "/x/libpdkv.so")
+    assert c[1][1] == str(PYTHON_DIR / "pdkv" / "libpdkv.so")
+    assert c[2][1] == str(REPO_ROOT / "build" / "release" / "capi" / "libpdkv.so")
+    assert c[-1][1] == "libpdkv.so.0"
+    assert _ffi.library_candidates({})[0] == ("$PDKV_LIBRARY", None)
+
+
+def test_import_fails_clearly_without_a_library(tmp_path: Path) -> None:
+    # A copy of the package without its source checkout build, pointed at a missing library.
+    pkg = tmp_path / "pdkv"
+    shutil.copytree(PYTHON_DIR / "pdkv", pkg, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    env = dict(os.environ, PDKV_LIBRARY=str(tmp_path / "nope.so"), PYTHONPATH=str(tmp_path))
+    env.pop("LD_LIBRARY_PATH", None)
+    r = subprocess.run([sys.executable, "-c", "import pdkv"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode != 0
+    assert "LibraryLoadError" in r.stderr
+    assert str(tmp_path / "nope.so") in r.stderr and "no such file" in r.stderr
+
+
+def test_public_names_have_docstrings() -> None:
+    for name in pdkv.__all__:
+        obj = getattr(pdkv, name)
+        if isinstance(obj, (int, str)):
+            continue
+        assert obj.__doc__ and obj.__doc__.strip(), f"pdkv.{name} has no docstring"
+        if isinstance(obj, type):
+            for attr, member in vars(obj).items():
+                if attr.startswith("_") or not callable(member) and not isinstance(member, property):
+                    continue
+                assert getattr(member, "__doc__", None), f"pdkv.{name}.{attr} has no docstring"
