@@ -82,6 +82,53 @@ from .topology import (
     tp_ratio,
 )
 
+from .blocks import (
+    DescriptorLayout,
+    GroupBlockIds,
+    TokenInterval,
+    ZeroRange,
+    clip_exchange_blocks,
+    descriptor_ids,
+    group_kind_name,
+    logical_to_kernel_block_ids,
+    mamba_descriptor_ids,
+    map_block_ids_for_block_size_ratio,
+    receive_zero_ranges,
+    sliding_window_blocks_to_keep,
+    uncovered_token_ranges,
+)
+from .enums import GroupKind, KvLayout, RegionKind
+from .metadata import (
+    EngineLayout,
+    EngineMetadata,
+    EngineMetadataInfo,
+    HandshakeReport,
+    Incompatibility,
+    MetadataRegion,
+    crc32c,
+    handshake_require_compatible,
+    handshake_validate,
+    handshake_validate_engine_ranks,
+    metadata_wire_version,
+    model_fingerprint,
+)
+from .plan import PlanContext, PlanGroup, PlanGroupZero, PlanRead, TransferPlan, TransferPlanInfo
+from .scheduler import (
+    AlignedSplitInput,
+    AlignedSplitV0604Input,
+    OffloadGeometry,
+    OffloadLayer,
+    RemoteDecodePrefill,
+    RemoteDecodePrefillPlan,
+    d_num_new_matched_tokens,
+    derive_offload_geometry,
+    mamba_aligned_split,
+    mamba_aligned_split_v0604,
+    plan_remote_decode_prefill,
+    truncate_for_remote_decode,
+)
+from .trim import GroupTrim, GroupTrimInput, StatePair, TokenRun
+
 # Load (and version-check) the library now, so a missing library fails at import.
 _ffi.lib()
 

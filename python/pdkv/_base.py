@@ -11,7 +11,7 @@ from ctypes import POINTER, byref
 from typing import Any, Callable, Optional, Tuple, Type, TypeVar
 
 from . import _ffi
-from .errors import ClosedError, PdkvError, Status, error_for
+from .errors import ClosedError, PdkvError, Status, error_for  # noqa: F401
 
 E = TypeVar("E", bound=enum.IntEnum)
 
@@ -207,3 +207,72 @@ def handle_arg(name: str, value: Any, cls: Type[Handle]) -> Any:
     if not isinstance(value, cls):
         raise TypeError(f"{name} must be a pdkv.{cls.__name__}, got {type(value).__name__}")
     return value._p()
+
+
+def u64_array(name: str, values: Any) -> Tuple[Any, int]:
+    """A C uint64_t array (NULL when empty) from a sequence of ints, and its length."""
+    if isinstance(values, (str, bytes)) or values is None or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a sequence of ints, got {type(values).__name__}")
+    items = [u64(f"{name}[{i}]", v) for i, v in enumerate(values)]
+    if not items:
+        return None, 0
+    return (ctypes.c_uint64 * len(items))(*items), len(items)
+
+
+def u32_array(name: str, values: Any) -> Tuple[Any, int]:
+    """A C uint32_t array (NULL when empty) from a sequence of ints, and its length."""
+    if isinstance(values, (str, bytes)) or values is None or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a sequence of ints, got {type(values).__name__}")
+    items = [u32(f"{name}[{i}]", v) for i, v in enumerate(values)]
+    if not items:
+        return None, 0
+    return (ctypes.c_uint32 * len(items))(*items), len(items)
+
+
+def take_u64_list(fn: str, *args: Any) -> Tuple[int, ...]:
+    """Calls ``fn(*args, pdkv_u64_list_t **out, err)``, copies the values and frees the list."""
+    out = POINTER(_ffi.U64ListT)()
+    call(fn, *args, byref(out))
+    try:
+        ptr = POINTER(ctypes.c_uint64)()
+        n = ctypes.c_size_t()
+        call("pdkv_u64_list_items", out, byref(ptr), byref(n))
+        return array_copy(ptr, n.value, int)
+    finally:
+        _ffi.function("pdkv_u64_list_free")(out)
+
+
+def take_string(fn: str, *args: Any) -> str:
+    """Calls ``fn(*args, pdkv_string_t **out, err)``, copies the text and frees the string."""
+    out = POINTER(_ffi.StringT)()
+    call(fn, *args, byref(out))
+    try:
+        text = ctypes.c_char_p()
+        n = ctypes.c_size_t()
+        call("pdkv_string_text", out, byref(text), byref(n))
+        return ctypes.string_at(text, n.value).decode("utf-8") if n.value else ""
+    finally:
+        _ffi.function("pdkv_string_free")(out)
+
+
+def take_bytes(fn: str, *args: Any) -> bytes:
+    """Calls ``fn(*args, pdkv_bytes_t **out, err)``, copies the data and frees the buffer."""
+    out = POINTER(_ffi.BytesT)()
+    call(fn, *args, byref(out))
+    try:
+        data = POINTER(ctypes.c_uint8)()
+        n = ctypes.c_size_t()
+        call("pdkv_bytes_data", out, byref(data), byref(n))
+        return ctypes.string_at(data, n.value) if n.value else b""
+    finally:
+        _ffi.function("pdkv_bytes_free")(out)
+
+
+def bytes_arg(name: str, data: Any) -> Tuple[Any, int]:
+    """A (const uint8_t *, len) pair from bytes-like ``data`` (NULL when empty)."""
+    if isinstance(data, str) or not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{name} must be bytes, got {type(data).__name__}")
+    raw = bytes(data)
+    if not raw:
+        return None, 0
+    return (ctypes.c_uint8 * len(raw)).from_buffer_copy(raw), len(raw)

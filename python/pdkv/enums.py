@@ -60,3 +60,25 @@ class MambaReadsRule(enum.IntEnum):
 
     PDKV = 0
     VLLM = 1
+
+
+class GroupKind(enum.IntEnum):
+    """``pdkv_group_kind_t``: kind of one KV cache group."""
+
+    ATTENTION = 0
+    SLIDING_WINDOW = 1
+    MAMBA = 2
+
+
+class KvLayout(enum.IntEnum):
+    """``pdkv_kv_layout_t``: attention KV layout of a kernel block."""
+
+    HND = 0
+    NHD = 1
+
+
+class RegionKind(enum.IntEnum):
+    """``pdkv_region_kind_t``: kind of the first layer using a registered region."""
+
+    ATTENTION = 0
+    MAMBA = 1
