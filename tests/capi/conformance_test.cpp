@@ -353,6 +353,137 @@ json op_mamba_reads(Input& in) {
   return {{"reads", out}, {"source_ranks", array_of(ranks, nr)}};
 }
 
+// ---- Block ids, clipping, scheduler, offload --------------------------------------------
+
+struct U64ListDeleter { void operator()(pdkv_u64_list_t* p) const { pdkv_u64_list_free(p); } };
+using U64ListPtr = std::unique_ptr<pdkv_u64_list_t, U64ListDeleter>;
+
+std::vector<uint64_t> u64_list(const json& v, const std::string& what) {
+  if (!v.is_array()) throw VectorError(what + " must be an array");
+  std::vector<uint64_t> out;
+  for (const json& e : v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0) throw VectorError(what + " must hold non-negative integers");
+    out.push_back(static_cast<uint64_t>(e.get<int64_t>()));
+  }
+  return out;
+}
+
+/// Group kind from its pdkv_group_kind_name ("attention", "sliding_window", "mamba").
+int32_t group_kind(const std::string& name) {
+  for (int32_t k : {PDKV_GROUP_ATTENTION, PDKV_GROUP_SLIDING_WINDOW, PDKV_GROUP_MAMBA})
+    if (name == pdkv_group_kind_name(k)) return k;
+  throw VectorError("unknown group kind '" + name + "'");
+}
+
+int32_t cache_mode(const std::string& mode) {
+  if (mode == "none") return PDKV_MAMBA_CACHE_NONE;
+  if (mode == "align") return PDKV_MAMBA_CACHE_ALIGN;
+  if (mode == "all") return PDKV_MAMBA_CACHE_ALL;
+  throw VectorError("unknown cache mode '" + mode + "'");
+}
+
+json items_of(pdkv_u64_list_t* raw) {
+  U64ListPtr list(raw);
+  const uint64_t* items = nullptr;
+  size_t n = 0;
+  call([&](pdkv_error_t** e) { return pdkv_u64_list_items(list.get(), &items, &n, e); });
+  return array_of(items, n);
+}
+
+json op_clip_exchange_blocks(Input& in) {
+  const std::vector<uint64_t> ids = u64_list(in.raw("ids"), "ids");
+  pdkv_exchange_clip_params_t p{};
+  p.struct_size = sizeof p;
+  p.kind = group_kind(in.str("kind"));
+  p.hma_enabled = in.bool_or("hma_enabled", true) ? 1 : 0;
+  p.sliding_window = in.has("sliding_window") ? in.u64("sliding_window") : 0;
+  p.block_size = in.has("block_size") ? in.u64("block_size") : 0;
+  p.cache_mode = cache_mode(in.str_or("cache_mode", "none"));
+  p.num_speculative_blocks = in.has("num_speculative_blocks") ? in.u64("num_speculative_blocks") : 0;
+  pdkv_u64_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_clip_exchange_blocks(ids.data(), ids.size(), &p, &raw, e); });
+  return {{"ids", items_of(raw)}};
+}
+
+json op_sliding_window_blocks_to_keep(Input& in) {
+  const uint64_t w = in.u64("window"), bs = in.u64("block_size");
+  uint64_t out = 0;
+  call([&](pdkv_error_t** e) { return pdkv_sliding_window_blocks_to_keep(w, bs, &out, e); });
+  return {{"blocks", out}};
+}
+
+json op_descriptor_ids(Input& in) {
+  const json& groups_in = in.raw("groups");
+  if (!groups_in.is_array()) throw VectorError("groups must be an array");
+  std::vector<std::vector<uint64_t>> ids;
+  std::vector<pdkv_group_block_ids_t> groups;
+  for (const json& g : groups_in) {
+    Input gi(g);
+    const int32_t kind = group_kind(gi.str("kind"));
+    ids.push_back(u64_list(gi.raw("ids"), "ids"));
+    gi.check_all_used();
+    groups.push_back({kind, nullptr, 0});
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    groups[i].ids = ids[i].data();
+    groups[i].num_ids = ids[i].size();
+  }
+  pdkv_descriptor_layout_t l{};
+  l.struct_size = sizeof l;
+  l.num_blocks = in.u64("num_blocks");
+  l.block_size_ratio = in.u64("block_size_ratio");
+  l.blocks_per_logical = in.u64("blocks_per_logical");
+  l.num_attention_regions = in.u64("num_attention_regions");
+  l.num_mamba_regions = in.u64("num_mamba_regions");
+  pdkv_u64_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_descriptor_ids(groups.data(), groups.size(), &l, &raw, e); });
+  return {{"ids", items_of(raw)}};
+}
+
+json op_logical_to_kernel_block_ids(Input& in) {
+  const std::vector<uint64_t> ids = u64_list(in.raw("ids"), "ids");
+  const int32_t kind = group_kind(in.str("kind"));
+  const uint64_t ppl = in.u64("blocks_per_logical");
+  pdkv_u64_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_logical_to_kernel_block_ids(ids.data(), ids.size(), kind, ppl, &raw, e); });
+  return {{"ids", items_of(raw)}};
+}
+
+json op_map_block_ids_for_block_size_ratio(Input& in) {
+  const std::vector<uint64_t> ids = u64_list(in.raw("ids"), "ids");
+  const int32_t kind = group_kind(in.str("kind"));
+  const uint64_t bsr = in.u64("block_size_ratio"), remote_len = in.u64("remote_len");
+  pdkv_u64_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) {
+    return pdkv_map_block_ids_for_block_size_ratio(ids.data(), ids.size(), kind, bsr, remote_len, &raw, e);
+  });
+  return {{"ids", items_of(raw)}};
+}
+
+json op_d_num_new_matched_tokens(Input& in) {
+  const uint64_t n = in.u64("num_prompt_tokens"), c = in.u64("num_computed_tokens");
+  const uint8_t mamba = in.boolean("has_mamba") ? 1 : 0;
+  uint64_t out = 0;
+  call([&](pdkv_error_t** e) { return pdkv_d_num_new_matched_tokens(n, c, mamba, &out, e); });
+  return {{"tokens", out}};
+}
+
+json op_derive_offload_geometry(Input& in) {
+  const uint64_t nb = in.u64("config_num_blocks"), gbs = in.u64("gpu_block_size"), hbs = in.u64("hash_block_size");
+  const json& layers_in = in.raw("layers");
+  if (!layers_in.is_array()) throw VectorError("layers must be an array");
+  std::vector<pdkv_offload_layer_t> layers;
+  for (const json& l : layers_in) {
+    Input li(l);
+    layers.push_back({li.u64("tensor_bytes"), li.u64("page_bytes")});
+    li.check_all_used();
+  }
+  pdkv_offload_geometry_t g{};
+  g.struct_size = sizeof g;
+  call([&](pdkv_error_t** e) { return pdkv_derive_offload_geometry(nb, gbs, hbs, layers.data(), layers.size(), &g, e); });
+  return {{"num_blocks", g.num_blocks}, {"hash_blocks_per_block", g.hash_blocks_per_block}};
+}
+
 /// The ops table of docs/conformance.md.
 const std::map<std::string, Op>& ops() {
   static const std::map<std::string, Op> table = {
@@ -373,6 +504,13 @@ const std::map<std::string, Op>& ops() {
          "kernel_page_bytes", "projections", "log_lines"},
         op_geometry}},
       {"mamba_reads", {{"reads", "source_ranks"}, op_mamba_reads}},
+      {"clip_exchange_blocks", {{"ids"}, op_clip_exchange_blocks}},
+      {"sliding_window_blocks_to_keep", {{"blocks"}, op_sliding_window_blocks_to_keep}},
+      {"descriptor_ids", {{"ids"}, op_descriptor_ids}},
+      {"logical_to_kernel_block_ids", {{"ids"}, op_logical_to_kernel_block_ids}},
+      {"map_block_ids_for_block_size_ratio", {{"ids"}, op_map_block_ids_for_block_size_ratio}},
+      {"d_num_new_matched_tokens", {{"tokens"}, op_d_num_new_matched_tokens}},
+      {"derive_offload_geometry", {{"num_blocks", "hash_blocks_per_block"}, op_derive_offload_geometry}},
   };
   return table;
 }

@@ -561,6 +561,145 @@ def mamba_cases():
     return cases
 
 
+# ---------------------------------------------------------------------------------------------
+# Block ids, exchange clipping (vllm-semantics.md §3, §6, §8), scheduler N-1 rule, offload (§9)
+# ---------------------------------------------------------------------------------------------
+
+def clip(ids, kind, hma=True, window=0, block_size=0, mode="none", spec=0):
+    """§8 get_exchange_clipped_blocks."""
+    if not ids or not hma or kind == "attention":
+        return list(ids)
+    if kind == "sliding_window":
+        keep = -(-window // block_size) + 1
+        return list(ids[-keep:]) if keep < len(ids) else list(ids)
+    drop = min(spec, len(ids) - 1)
+    rest = ids[:len(ids) - drop]
+    return list(rest) if mode == "all" else [rest[-1]]
+
+
+def desc_ids(groups, num_blocks, bsr, ppl, n_attn, n_mamba):
+    """§3 _compute_desc_ids."""
+    nb = num_blocks * bsr
+    n_fa = n_attn * nb
+    out = []
+    if not any(g["kind"] == "mamba" for g in groups):
+        blocks = [b for g in groups for b in g["ids"]]
+        return [r * nb + b for r in range(n_attn) for b in blocks]
+    for g in groups:
+        if g["kind"] == "mamba":
+            out += [r * (num_blocks // ppl) + b + n_fa for r in range(n_mamba) for b in g["ids"]]
+        else:
+            out += [r * nb + b for r in range(n_attn) for b in g["ids"]]
+    return out
+
+
+def blocks_cases():
+    cases = []
+    add = lambda name, op, inp, out=None, err=None: cases.append(
+        dict(name=name, op=op, input=inp, **({"output": out} if err is None else {"error": err})))
+
+    # §8 exchange clipping: the five Mamba vectors (2 speculative scratch slots) and SWA.
+    for name, ids, mode, want in [("mamba_null_null", [0, 0, 7, 8, 9], "align", [7]),
+                                  ("mamba_null_prefix", [0, 6, 7, 8, 9], "align", [7]),
+                                  ("mamba_three", [7, 8, 9], "none", [7]),
+                                  ("mamba_single", [5], "none", [5]),
+                                  ("mamba_all_mode", [0, 5, 6, 7, 8, 9], "all", [0, 5, 6, 7])]:
+        got = clip(ids, "mamba", mode=mode, spec=2)
+        check(got, want, "§8 " + name)
+        add(f"clip_exchange_blocks/{name}", "clip_exchange_blocks",
+            {"ids": ids, "kind": "mamba", "cache_mode": mode, "num_speculative_blocks": 2}, {"ids": got})
+    add("clip_exchange_blocks/mamba_no_spec_keeps_last", "clip_exchange_blocks",
+        {"ids": [4, 5, 6], "kind": "mamba"}, {"ids": clip([4, 5, 6], "mamba")})
+    swa = list(range(1, 201))
+    add("clip_exchange_blocks/swa_2048_bs16_keeps_129", "clip_exchange_blocks",
+        {"ids": swa, "kind": "sliding_window", "sliding_window": 2048, "block_size": 16},
+        {"ids": clip(swa, "sliding_window", window=2048, block_size=16)})
+    check(len(clip(swa, "sliding_window", window=2048, block_size=16)), 129, "SWA 2048/16")
+    add("clip_exchange_blocks/swa_short_list_unchanged", "clip_exchange_blocks",
+        {"ids": [3, 4], "kind": "sliding_window", "sliding_window": 2048, "block_size": 16}, {"ids": [3, 4]})
+    add("clip_exchange_blocks/attention_unchanged", "clip_exchange_blocks",
+        {"ids": [1, 2, 3], "kind": "attention"}, {"ids": [1, 2, 3]})
+    add("clip_exchange_blocks/hma_off_unchanged", "clip_exchange_blocks",
+        {"ids": [0, 0, 7, 8, 9], "kind": "mamba", "hma_enabled": False, "num_speculative_blocks": 2},
+        {"ids": [0, 0, 7, 8, 9]})
+    add("clip_exchange_blocks/empty", "clip_exchange_blocks", {"ids": [], "kind": "mamba"}, {"ids": []})
+    add("clip_exchange_blocks/swa_zero_block_size", "clip_exchange_blocks",
+        {"ids": [1], "kind": "sliding_window", "sliding_window": 64, "block_size": 0},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["block_size"]})
+    add("sliding_window_blocks_to_keep/2048_16", "sliding_window_blocks_to_keep",
+        {"window": 2048, "block_size": 16}, {"blocks": -(-2048 // 16) + 1})
+    add("sliding_window_blocks_to_keep/4096_1056", "sliding_window_blocks_to_keep",
+        {"window": 4096, "block_size": 1056}, {"blocks": -(-4096 // 1056) + 1})
+
+    # §3 descriptor ids: the three reference vectors.
+    def d(name, groups, nb, bsr, ppl, na, nm, want=None):
+        got = desc_ids(groups, nb, bsr, ppl, na, nm)
+        if want is not None:
+            check(got, want, name)
+        add(f"descriptor_ids/{name}", "descriptor_ids",
+            {"groups": groups, "num_blocks": nb, "block_size_ratio": bsr, "blocks_per_logical": ppl,
+             "num_attention_regions": na, "num_mamba_regions": nm}, {"ids": got})
+
+    fa_ssm = [{"kind": "attention", "ids": [3, 5]}, {"kind": "mamba", "ids": [1, 2]}]
+    d("fa_ssm_2_regions_100_blocks", fa_ssm, 100, 1, 1, 2, 4,
+      [3, 5, 103, 105, 201, 202, 301, 302, 401, 402, 501, 502])
+    d("fa_ssm_ppl4_400_blocks", fa_ssm, 400, 1, 4, 2, 4,
+      [3, 5, 403, 405, 801, 802, 901, 902, 1001, 1002, 1101, 1102])
+    d("fa_ssm_bsr4", [{"kind": "attention", "ids": [3, 5]}, {"kind": "mamba", "ids": [1]}], 100, 4, 1, 2, 4,
+      [3, 5, 403, 405, 801, 901, 1001, 1101])
+    d("attention_only_two_groups", [{"kind": "attention", "ids": [1, 2]}, {"kind": "sliding_window", "ids": [7]}],
+      10, 1, 1, 3, 0)
+    add("descriptor_ids/block_out_of_region", "descriptor_ids",
+        {"groups": [{"kind": "attention", "ids": [100]}], "num_blocks": 100, "block_size_ratio": 1,
+         "blocks_per_logical": 1, "num_attention_regions": 1, "num_mamba_regions": 0},
+        err={"status": "PDKV_ERR_OUT_OF_BOUNDS", "message_contains": ["100"]})
+
+    # Logical -> kernel ids with the owner's ppl (§6.1 step 2) and bsr mapping (§6.2).
+    add("logical_to_kernel_block_ids/attention_ppl4", "logical_to_kernel_block_ids",
+        {"ids": [2, 5], "kind": "attention", "blocks_per_logical": 4},
+        {"ids": [b * 4 + j for b in [2, 5] for j in range(4)]})
+    add("logical_to_kernel_block_ids/mamba_passthrough", "logical_to_kernel_block_ids",
+        {"ids": [2, 5], "kind": "mamba", "blocks_per_logical": 131}, {"ids": [2, 5]})
+    add("logical_to_kernel_block_ids/zero_ppl", "logical_to_kernel_block_ids",
+        {"ids": [1], "kind": "attention", "blocks_per_logical": 0},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": []})
+    add("map_block_ids_for_block_size_ratio/bsr4_clipped", "map_block_ids_for_block_size_ratio",
+        {"ids": [3, 7], "kind": "attention", "block_size_ratio": 4, "remote_len": 6},
+        {"ids": [b * 4 + j for b in [3, 7] for j in range(4)][:6]})
+    add("map_block_ids_for_block_size_ratio/mamba_1to1", "map_block_ids_for_block_size_ratio",
+        {"ids": [3, 7], "kind": "mamba", "block_size_ratio": 4, "remote_len": 6}, {"ids": [3, 7]})
+    return cases
+
+
+def scheduler_cases():
+    cases = []
+    add = lambda name, op, inp, out=None, err=None: cases.append(
+        dict(name=name, op=op, input=inp, **({"output": out} if err is None else {"error": err})))
+    # §8 N-1 rule, D side.
+    for n, c, mamba in [(100, 0, True), (100, 0, False), (100, 32, True), (1, 0, True), (10, 10, False)]:
+        want = max(0, (n - 1 if mamba and n > 1 else n) - c)
+        add(f"d_num_new_matched_tokens/n{n}_c{c}_{'mamba' if mamba else 'attn'}", "d_num_new_matched_tokens",
+            {"num_prompt_tokens": n, "num_computed_tokens": c, "has_mamba": mamba}, {"tokens": want})
+    return cases
+
+
+def offload_cases():
+    cases = []
+    add = lambda name, op, inp, out=None, err=None: cases.append(
+        dict(name=name, op=op, input=inp, **({"output": out} if err is None else {"error": err})))
+    layers = [{"tensor_bytes": 1000 * 4096, "page_bytes": 4096}, {"tensor_bytes": 1000 * 8192, "page_bytes": 8192}]
+    add("derive_offload_geometry/config_blocks", "derive_offload_geometry",
+        {"config_num_blocks": 1000, "gpu_block_size": 2096, "hash_block_size": 16, "layers": layers},
+        {"num_blocks": 1000, "hash_blocks_per_block": 2096 // 16})
+    add("derive_offload_geometry/not_multiple_of_hash", "derive_offload_geometry",
+        {"config_num_blocks": 1000, "gpu_block_size": 2096, "hash_block_size": 64, "layers": layers},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["2096", "64"]})
+    add("derive_offload_geometry/tensor_too_small", "derive_offload_geometry",
+        {"config_num_blocks": 1001, "gpu_block_size": 32, "hash_block_size": 16, "layers": layers},
+        err={"status": "PDKV_ERR_OUT_OF_BOUNDS", "message_contains": ["1001"]})
+    return cases
+
+
 def write(name, cases):
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)), "duplicate case names in " + name
@@ -576,3 +715,6 @@ if __name__ == "__main__":
     write("topology", topology_cases())
     write("geometry", geometry_cases())
     write("mamba_reads", mamba_cases())
+    write("blocks", blocks_cases())
+    write("scheduler", scheduler_cases())
+    write("offload", offload_cases())
