@@ -484,6 +484,16 @@ json op_derive_offload_geometry(Input& in) {
   return {{"num_blocks", g.num_blocks}, {"hash_blocks_per_block", g.hash_blocks_per_block}};
 }
 
+json op_plan_remote_decode_prefill(Input& in) {
+  const uint64_t n = in.u64("num_prompt_tokens"), hit = in.u64("local_hit_tokens"), bs = in.u64("block_size");
+  const uint8_t mamba = in.boolean("has_mamba") ? 1 : 0;
+  pdkv_remote_decode_prefill_plan_t p{};
+  p.struct_size = sizeof p;
+  call([&](pdkv_error_t** e) { return pdkv_plan_remote_decode_prefill(n, hit, bs, mamba, &p, e); });
+  return {{"num_prompt_tokens", p.num_prompt_tokens}, {"computed_tokens", p.computed_tokens},
+          {"new_tokens", p.new_tokens}};
+}
+
 /// The ops table of docs/conformance.md.
 const std::map<std::string, Op>& ops() {
   static const std::map<std::string, Op> table = {
@@ -510,6 +520,7 @@ const std::map<std::string, Op>& ops() {
       {"logical_to_kernel_block_ids", {{"ids"}, op_logical_to_kernel_block_ids}},
       {"map_block_ids_for_block_size_ratio", {{"ids"}, op_map_block_ids_for_block_size_ratio}},
       {"d_num_new_matched_tokens", {{"tokens"}, op_d_num_new_matched_tokens}},
+      {"plan_remote_decode_prefill", {{"num_prompt_tokens", "computed_tokens", "new_tokens"}, op_plan_remote_decode_prefill}},
       {"derive_offload_geometry", {{"num_blocks", "hash_blocks_per_block"}, op_derive_offload_geometry}},
   };
   return table;

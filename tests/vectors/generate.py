@@ -680,6 +680,16 @@ def scheduler_cases():
         want = max(0, (n - 1 if mamba and n > 1 else n) - c)
         add(f"d_num_new_matched_tokens/n{n}_c{c}_{'mamba' if mamba else 'attn'}", "d_num_new_matched_tokens",
             {"num_prompt_tokens": n, "num_computed_tokens": c, "has_mamba": mamba}, {"tokens": want})
+    # #53514: P truncates to N-1, then caps its hit at the last whole block strictly before the
+    # last prompt token, so at least one token is computed (vLLM asserted num_new_tokens > 0).
+    for n, hit, bs, mamba in [(33, 32, 16, True), (33, 32, 16, False), (100, 0, 16, True), (2, 1, 1, True),
+                              (4097, 4096, 2096, True)]:
+        np_ = n - 1 if mamba and n > 1 else n
+        comp = min(hit, (np_ - 1) // bs * bs)
+        add(f"plan_remote_decode_prefill/n{n}_hit{hit}_bs{bs}_{'mamba' if mamba else 'attn'}",
+            "plan_remote_decode_prefill",
+            {"num_prompt_tokens": n, "local_hit_tokens": hit, "block_size": bs, "has_mamba": mamba},
+            {"num_prompt_tokens": np_, "computed_tokens": comp, "new_tokens": np_ - comp})
     return cases
 
 
