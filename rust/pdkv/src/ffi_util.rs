@@ -97,3 +97,52 @@ pub(crate) fn fill_vec<T: Default + Clone>(
     buf.truncate(written);
     Ok(buf)
 }
+
+/// Pointer of a slice for the C API: NULL when empty (allowed only with count 0).
+pub(crate) fn sp<T, U>(s: &[T]) -> *const U {
+    if s.is_empty() {
+        ptr::null()
+    } else {
+        s.as_ptr().cast()
+    }
+}
+
+/// Takes a freshly returned `pdkv_u64_list_t`, copies its values and frees it.
+pub(crate) fn take_u64_list(list: *mut sys::pdkv_u64_list_t) -> Result<Vec<u64>> {
+    struct Guard(*mut sys::pdkv_u64_list_t);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            // SAFETY: we own the list; NULL is allowed.
+            unsafe { sys::pdkv_u64_list_free(self.0) }
+        }
+    }
+    let g = Guard(list);
+    if g.0.is_null() {
+        return Err(Error::new(Status::Internal, "pdkv returned a NULL value list"));
+    }
+    let (mut p, mut n) = (ptr::null(), 0usize);
+    // SAFETY: live list, valid out pointers.
+    check(|e| unsafe { sys::pdkv_u64_list_items(g.0, &mut p, &mut n, e) })?;
+    // SAFETY: n values owned by the list, copied before it is freed.
+    Ok(unsafe { slice(p, n) }.to_vec())
+}
+
+/// Takes a freshly returned `pdkv_zero_range_list_t`, copies its items and frees it.
+pub(crate) fn take_zero_ranges(list: *mut sys::pdkv_zero_range_list_t) -> Result<Vec<crate::ZeroRange>> {
+    struct Guard(*mut sys::pdkv_zero_range_list_t);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            // SAFETY: we own the list; NULL is allowed.
+            unsafe { sys::pdkv_zero_range_list_free(self.0) }
+        }
+    }
+    let g = Guard(list);
+    if g.0.is_null() {
+        return Err(Error::new(Status::Internal, "pdkv returned a NULL zero-range list"));
+    }
+    let (mut p, mut n) = (ptr::null(), 0usize);
+    // SAFETY: live list, valid out pointers.
+    check(|e| unsafe { sys::pdkv_zero_range_list_items(g.0, &mut p, &mut n, e) })?;
+    // SAFETY: n items owned by the list; ZeroRange is layout-identical (asserted in blocks.rs).
+    Ok(unsafe { slice(p.cast::<crate::ZeroRange>(), n) }.to_vec())
+}

@@ -4,7 +4,8 @@
 //! `capi/include/pdkv.h` (`libpdkv.so`).
 //!
 //! * Every handle ([`Model`], [`TpMapping`], [`Geometry`], [`MambaReadList`],
-//!   [`DescriptorList`]) owns its C object and frees it in `Drop`.
+//!   [`DescriptorList`], [`GroupTrim`], [`EngineMetadata`], [`PlanContext`], [`TransferPlan`])
+//!   owns its C object and frees it in `Drop`.
 //! * Every fallible call returns [`Result<T>`] whose [`Error`] carries a [`Status`] and the
 //!   library's message (which names the offending values).
 //! * Handles are immutable after creation and their queries are thread-safe in C, so they are
@@ -19,25 +20,52 @@
 //! ```
 #![deny(missing_docs)]
 
+mod blocks;
 mod descriptors;
 mod engine;
 mod error;
 mod ffi_util;
 mod geometry;
 mod mamba;
+mod metadata;
 mod model;
+mod plan;
+mod scheduler;
 mod topology;
+mod trim;
 
 pub use descriptors::{
     attention_local_descriptors, attention_remote_descriptors, attention_split_descriptors,
     mamba_local_descriptors, mamba_local_split_descriptors, mamba_remote_descriptors, Descriptor,
     DescriptorList, Region,
 };
+pub use blocks::{
+    clip_exchange_blocks, descriptor_ids, logical_to_kernel_block_ids, mamba_descriptor_ids,
+    map_block_ids_for_block_size_ratio, receive_zero_ranges, sliding_window_blocks_to_keep,
+    uncovered_token_ranges, DescriptorLayout, ExchangeClipParams, GroupBlockIds, GroupKind,
+    TokenInterval, ZeroRange,
+};
 pub use engine::{Backend, ConvLayout, EngineConfig, MambaCacheMode};
 pub use error::{Error, Result, Status};
 pub use geometry::{block_size_ratio, ConvProjection, Geometry, GeometryInfo};
+pub use trim::{GroupTrim, GroupTrimInput, StatePair, TokenRun};
 pub use mamba::{physical_blocks_per_logical, ByteRange, MambaRead, MambaReadList, MambaReadsRule};
 pub use model::{preset_at, preset_count, presets, MambaType, Model, ModelDesc, Preset};
+pub use metadata::{
+    crc32c, handshake_require_compatible, handshake_validate, handshake_validate_engine_ranks,
+    metadata_wire_version, EngineLayout, EngineMetadata, EngineMetadataInfo, Incompatibility,
+    KvLayout, MetadataRegion, RegionKind,
+};
+pub use plan::{
+    PlanContext, PlanContextParams, PlanGroup, PlanGroupZero, PlanRead, TransferPlan,
+    TransferPlanInfo,
+};
+pub use scheduler::{
+    d_num_new_matched_tokens, derive_offload_geometry, mamba_aligned_split,
+    mamba_aligned_split_v0604, plan_remote_decode_prefill, truncate_for_remote_decode,
+    AlignedSplitInput, AlignedSplitV0604Input, OffloadGeometry, OffloadLayer, RemoteDecodePrefill,
+    RemoteDecodePrefillPlan,
+};
 pub use topology::{
     handshake_target_ranks, notifications_expected_per_request, physical_head_range, tp_ratio,
     TpList, TpMapping, TpMappingInfo, TpMappingParams,

@@ -196,3 +196,12 @@ impl TpMapping {
         self.ptr.as_ptr()
     }
 }
+
+impl TpMapping {
+    /// Wraps a freshly returned mapping handle.
+    pub(crate) fn from_raw(out: *mut sys::pdkv_tp_mapping_t) -> Result<TpMapping> {
+        NonNull::new(out)
+            .map(|ptr| TpMapping { ptr })
+            .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL mapping"))
+    }
+}

@@ -247,6 +247,90 @@ fn str_or<'j>(m: &'j BTreeMap<String, Json>, k: &str, default: &'j str) -> CaseR
     }
 }
 
+fn u64_or(m: &BTreeMap<String, Json>, k: &str, default: u64) -> CaseResult<u64> {
+    if m.contains_key(k) {
+        u64_of(m, k)
+    } else {
+        Ok(default)
+    }
+}
+
+fn u64s(v: &Json) -> CaseResult<Vec<u64>> {
+    match v {
+        Json::Arr(a) => a
+            .iter()
+            .map(|x| match x {
+                Json::Int(i) => u64::try_from(*i).map_err(|_| format!("{i} does not fit u64")),
+                other => Err(format!("expected an integer, got {other:?}")),
+            })
+            .collect(),
+        other => Err(format!("expected an array of integers, got {other:?}")),
+    }
+}
+
+fn u64_arr(v: &[u64]) -> Json {
+    Json::Arr(v.iter().map(|&x| u(x)).collect())
+}
+
+fn kind_of(m: &BTreeMap<String, Json>, k: &str) -> CaseResult<GroupKind> {
+    match str_of(m, k)? {
+        "attention" => Ok(GroupKind::Attention),
+        "sliding_window" => Ok(GroupKind::SlidingWindow),
+        "mamba" => Ok(GroupKind::Mamba),
+        other => Err(format!("{k}: unknown group kind {other:?}")),
+    }
+}
+
+fn cache_mode_of(name: &str) -> CaseResult<MambaCacheMode> {
+    match name {
+        "none" => Ok(MambaCacheMode::None),
+        "align" => Ok(MambaCacheMode::Align),
+        "all" => Ok(MambaCacheMode::All),
+        other => Err(format!("unknown mamba cache mode {other:?}")),
+    }
+}
+
+/// Fails when `m` has a key outside `allowed` (a typo must not silently run on a default).
+fn check_keys(what: &str, m: &BTreeMap<String, Json>, allowed: &[&str]) -> CaseResult<()> {
+    match m.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(format!("{what}: key {k:?} is not defined by the op")),
+        None => Ok(()),
+    }
+}
+
+/// Input keys each op defines (required and optional), per docs/conformance.md.
+fn input_keys(op: &str) -> Option<&'static [&'static str]> {
+    Some(match op {
+        "tp_ratio" => &["local_tp", "remote_tp"],
+        "handshake_target_ranks" => &["local_tp", "local_rank", "remote_tp"],
+        "physical_head_range" => &["tp", "total_kv_heads", "rank"],
+        "notifications_expected" => &["p_tp", "d_tp"],
+        "tp_mapping" => &["local_tp", "local_rank", "remote_tp", "total_kv_heads", "use_mla", "has_mamba"],
+        "physical_blocks_per_logical" => &["conv_bytes", "ssm_bytes", "block_len"],
+        "block_size_ratio" => &["local_kernel_block_size", "remote_kernel_block_size"],
+        "geometry" => &["model", "engine"],
+        "mamba_reads" => &["model", "prefill", "decode", "decode_rank", "rule"],
+        "clip_exchange_blocks" => {
+            &["ids", "kind", "hma_enabled", "sliding_window", "block_size", "cache_mode", "num_speculative_blocks"]
+        }
+        "sliding_window_blocks_to_keep" => &["window", "block_size"],
+        "descriptor_ids" => &[
+            "groups",
+            "num_blocks",
+            "block_size_ratio",
+            "blocks_per_logical",
+            "num_attention_regions",
+            "num_mamba_regions",
+        ],
+        "logical_to_kernel_block_ids" => &["ids", "kind", "blocks_per_logical"],
+        "map_block_ids_for_block_size_ratio" => &["ids", "kind", "block_size_ratio", "remote_len"],
+        "d_num_new_matched_tokens" => &["num_prompt_tokens", "num_computed_tokens", "has_mamba"],
+        "plan_remote_decode_prefill" => &["num_prompt_tokens", "local_hit_tokens", "block_size", "has_mamba"],
+        "derive_offload_geometry" => &["config_num_blocks", "gpu_block_size", "hash_block_size", "layers"],
+        _ => return None,
+    })
+}
+
 fn u(v: u64) -> Json {
     Json::Int(i64::try_from(v).expect("value fits i64"))
 }
@@ -277,12 +361,7 @@ fn engine(v: &Json) -> CaseResult<Result<EngineConfig, Error>> {
     if let Some(k) = m.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(format!("engine: unknown key {k:?}"));
     }
-    let mode = match str_or(m, "mamba_cache_mode", "none")? {
-        "none" => MambaCacheMode::None,
-        "align" => MambaCacheMode::Align,
-        "all" => MambaCacheMode::All,
-        other => return Err(format!("engine: unknown mamba_cache_mode {other:?}")),
-    };
+    let mode = cache_mode_of(str_or(m, "mamba_cache_mode", "none")?)?;
     let layout = match str_or(m, "conv_layout", "DS")? {
         "DS" => ConvLayout::Ds,
         "SD" => ConvLayout::Sd,
@@ -351,6 +430,8 @@ fn geometry_output(g: &Geometry) -> Result<Json, Error> {
 
 /// Executes one op. `Err` is a malformed case or an unknown op (a runner failure).
 fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
+    let allowed = input_keys(op).ok_or_else(|| format!("unknown op {op:?}: this runner cannot execute it"))?;
+    check_keys("input", input, allowed)?;
     Ok(match op {
         "tp_ratio" => {
             let r = lib!(tp_ratio(u32_of(input, "local_tp")?, u32_of(input, "remote_tp")?));
@@ -448,18 +529,120 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 .collect();
             out(vec![("reads", Json::Arr(reads)), ("source_ranks", ranks(lib!(list.source_ranks())))])
         }
+        "clip_exchange_blocks" => {
+            let params = ExchangeClipParams {
+                kind: kind_of(input, "kind")?,
+                hma_enabled: if input.contains_key("hma_enabled") { bool_of(input, "hma_enabled")? } else { true },
+                sliding_window: u64_or(input, "sliding_window", 0)?,
+                block_size: u64_or(input, "block_size", 0)?,
+                cache_mode: cache_mode_of(str_or(input, "cache_mode", "none")?)?,
+                num_speculative_blocks: u64_or(input, "num_speculative_blocks", 0)?,
+            };
+            let ids = lib!(clip_exchange_blocks(&u64s(field(input, "ids")?)?, &params));
+            out(vec![("ids", u64_arr(&ids))])
+        }
+        "sliding_window_blocks_to_keep" => {
+            let n = lib!(sliding_window_blocks_to_keep(u64_of(input, "window")?, u64_of(input, "block_size")?));
+            out(vec![("blocks", u(n))])
+        }
+        "descriptor_ids" => {
+            let groups = match field(input, "groups")? {
+                Json::Arr(v) => v
+                    .iter()
+                    .map(|g| {
+                        let g = obj(g)?;
+                        check_keys("groups[]", g, &["kind", "ids"])?;
+                        Ok(GroupBlockIds { kind: kind_of(g, "kind")?, ids: u64s(field(g, "ids")?)? })
+                    })
+                    .collect::<CaseResult<Vec<_>>>()?,
+                other => return Err(format!("groups: expected an array, got {other:?}")),
+            };
+            let layout = DescriptorLayout {
+                num_blocks: u64_of(input, "num_blocks")?,
+                block_size_ratio: u64_of(input, "block_size_ratio")?,
+                blocks_per_logical: u64_of(input, "blocks_per_logical")?,
+                num_attention_regions: u64_of(input, "num_attention_regions")?,
+                num_mamba_regions: u64_of(input, "num_mamba_regions")?,
+            };
+            let ids = lib!(descriptor_ids(&groups, &layout));
+            out(vec![("ids", u64_arr(&ids))])
+        }
+        "logical_to_kernel_block_ids" => {
+            let ids = lib!(logical_to_kernel_block_ids(
+                &u64s(field(input, "ids")?)?,
+                kind_of(input, "kind")?,
+                u64_of(input, "blocks_per_logical")?
+            ));
+            out(vec![("ids", u64_arr(&ids))])
+        }
+        "map_block_ids_for_block_size_ratio" => {
+            let ids = lib!(map_block_ids_for_block_size_ratio(
+                &u64s(field(input, "ids")?)?,
+                kind_of(input, "kind")?,
+                u64_of(input, "block_size_ratio")?,
+                u64_of(input, "remote_len")?
+            ));
+            out(vec![("ids", u64_arr(&ids))])
+        }
+        "d_num_new_matched_tokens" => {
+            let n = lib!(d_num_new_matched_tokens(
+                u64_of(input, "num_prompt_tokens")?,
+                u64_of(input, "num_computed_tokens")?,
+                bool_of(input, "has_mamba")?
+            ));
+            out(vec![("tokens", u(n))])
+        }
+        "plan_remote_decode_prefill" => {
+            let p = lib!(plan_remote_decode_prefill(
+                u64_of(input, "num_prompt_tokens")?,
+                u64_of(input, "local_hit_tokens")?,
+                u64_of(input, "block_size")?,
+                bool_of(input, "has_mamba")?
+            ));
+            out(vec![
+                ("num_prompt_tokens", u(p.num_prompt_tokens)),
+                ("computed_tokens", u(p.computed_tokens)),
+                ("new_tokens", u(p.new_tokens)),
+            ])
+        }
+        "derive_offload_geometry" => {
+            let layers = match field(input, "layers")? {
+                Json::Arr(v) => v
+                    .iter()
+                    .map(|l| {
+                        let l = obj(l)?;
+                        check_keys("layers[]", l, &["tensor_bytes", "page_bytes"])?;
+                        Ok(OffloadLayer { tensor_bytes: u64_of(l, "tensor_bytes")?, page_bytes: u64_of(l, "page_bytes")? })
+                    })
+                    .collect::<CaseResult<Vec<_>>>()?,
+                other => return Err(format!("layers: expected an array, got {other:?}")),
+            };
+            let g = lib!(derive_offload_geometry(
+                u64_of(input, "config_num_blocks")?,
+                u64_of(input, "gpu_block_size")?,
+                u64_of(input, "hash_block_size")?,
+                &layers
+            ));
+            out(vec![("num_blocks", u(g.num_blocks)), ("hash_blocks_per_block", u(g.hash_blocks_per_block))])
+        }
         other => return Err(format!("unknown op {other:?}: this runner cannot execute it")),
     })
 }
 
-/// Compares `expected` against `actual`: objects key by key (every expected key must exist),
-/// arrays element by element, scalars exactly. Returns the first difference.
+/// Compares `expected` against `actual`: objects key by key with equal key sets (a vector
+/// states the op's complete output: a missing or extra key fails), arrays element by element,
+/// scalars exactly. Returns the first difference.
 fn compare(path: &str, expected: &Json, actual: &Json) -> Option<String> {
     match (expected, actual) {
-        (Json::Obj(e), Json::Obj(a)) => e.iter().find_map(|(k, ev)| match a.get(k) {
-            None => Some(format!("{path}.{k}: missing from the runner's output")),
-            Some(av) => compare(&format!("{path}.{k}"), ev, av),
-        }),
+        (Json::Obj(e), Json::Obj(a)) => {
+            if let Some(k) = a.keys().find(|k| !e.contains_key(*k)) {
+                return Some(format!("{path}.{k}: the vector lacks this output key"));
+            }
+            e.iter().find_map(|(k, ev)| match a.get(k) {
+                None => Some(format!("{path}.{k}: not an output key of the op")),
+                Some(av) => compare(&format!("{path}.{k}"), ev, av),
+            })
+        }
         (Json::Arr(e), Json::Arr(a)) => {
             if e.len() != a.len() {
                 return Some(format!("{path}: expected {} elements, got {} ({a:?})", e.len(), a.len()));
@@ -565,6 +748,10 @@ fn runner_detects_mismatches_and_unknown_ops() {
     assert!(run_case(&case(r#"{"name":"bad","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4},"output":{"tp_ratio":2}}"#)).is_err());
     assert!(run_case(&case(r#"{"name":"key","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4},"output":{"nope":2}}"#)).is_err());
     assert!(run_case(&case(r#"{"name":"unk","op":"warp","input":{},"output":{}}"#)).unwrap_err().contains("unknown op"));
+    let typo = run_case(&case(r#"{"name":"typo","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4,"remote_pt":1},"output":{"tp_ratio":-2}}"#));
+    assert!(typo.unwrap_err().contains("remote_pt"));
+    let lacking = run_case(&case(r#"{"name":"lack","op":"physical_head_range","input":{"tp":2,"total_kv_heads":4,"rank":1},"output":{"begin":2}}"#));
+    assert!(lacking.unwrap_err().contains("end"));
     assert!(run_case(&case(r#"{"name":"st","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_OVERFLOW","message_contains":[]}}"#)).is_err());
     assert!(run_case(&case(r#"{"name":"msg","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}}"#)).is_err());
     assert!(run_case(&case(r#"{"name":"err","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["2","3"]}}"#)).is_ok());

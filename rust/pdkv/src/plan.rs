@@ -1,0 +1,333 @@
+//! Transfer plans: per (D rank, P engine) contexts and per-request compiled, validated plans.
+use crate::blocks::{GroupKind, ZeroRange};
+use crate::error::{Error, Result, Status};
+use crate::ffi_util::{check, owned_str, slice, sp};
+use crate::geometry::Geometry;
+use crate::metadata::EngineMetadata;
+use crate::topology::TpMapping;
+use crate::trim::GroupTrimInput;
+use pdkv_sys as sys;
+use std::mem::{align_of, size_of, zeroed};
+use std::ptr::{self, NonNull};
+
+/// Inputs of a plan context (`pdkv_plan_context_params_t`); nothing is retained.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanContextParams<'a> {
+    /// The D rank (reader).
+    pub local: &'a EngineMetadata,
+    /// P ranks of ONE engine, any order (at least one).
+    pub remote: &'a [&'a EngineMetadata],
+    /// D geometry; required with `remote_geometry` when a group is Mamba.
+    pub local_geometry: Option<&'a Geometry>,
+    /// P geometry; required with `local_geometry` when a group is Mamba.
+    pub remote_geometry: Option<&'a Geometry>,
+    /// None: derived from the metadata; else this mapping is used (copied).
+    pub mapping: Option<&'a TpMapping>,
+}
+
+impl<'a> PlanContextParams<'a> {
+    /// Params for a pure-attention or derived-mapping context: no geometries, no mapping.
+    pub fn new(local: &'a EngineMetadata, remote: &'a [&'a EngineMetadata]) -> PlanContextParams<'a> {
+        PlanContextParams { local, remote, local_geometry: None, remote_geometry: None, mapping: None }
+    }
+
+    /// Sets the D and P geometries (needed for Mamba groups).
+    #[must_use]
+    pub fn geometries(mut self, local: &'a Geometry, remote: &'a Geometry) -> PlanContextParams<'a> {
+        self.local_geometry = Some(local);
+        self.remote_geometry = Some(remote);
+        self
+    }
+
+    /// Uses an explicit TP mapping instead of deriving it.
+    #[must_use]
+    pub fn mapping(mut self, mapping: &'a TpMapping) -> PlanContextParams<'a> {
+        self.mapping = Some(mapping);
+        self
+    }
+}
+
+/// Everything about one (D rank, P engine) pair that does not change per request; immutable,
+/// freed on drop.
+#[derive(Debug)]
+pub struct PlanContext {
+    ptr: NonNull<sys::pdkv_plan_context_t>,
+}
+
+// SAFETY: immutable after creation; queries documented thread-safe; free only in Drop.
+unsafe impl Send for PlanContext {}
+// SAFETY: &self methods are thread-safe const queries (compile only reads the context).
+unsafe impl Sync for PlanContext {}
+
+impl Drop for PlanContext {
+    fn drop(&mut self) {
+        // SAFETY: owned handle.
+        unsafe { sys::pdkv_plan_context_free(self.ptr.as_ptr()) }
+    }
+}
+
+impl PlanContext {
+    /// Builds a context (`pdkv_plan_context_new`).
+    pub fn new(params: &PlanContextParams<'_>) -> Result<PlanContext> {
+        let remote: Vec<*const sys::pdkv_engine_metadata_t> = params.remote.iter().map(|m| m.as_ptr()).collect();
+        let raw = sys::pdkv_plan_context_params_t {
+            struct_size: size_of::<sys::pdkv_plan_context_params_t>(),
+            local: params.local.as_ptr(),
+            remote: sp(&remote),
+            num_remote: remote.len(),
+            local_geometry: params.local_geometry.map_or(ptr::null(), |g| g.as_ptr()),
+            remote_geometry: params.remote_geometry.map_or(ptr::null(), |g| g.as_ptr()),
+            mapping: params.mapping.map_or(ptr::null(), |m| m.as_ptr()),
+        };
+        let mut out = ptr::null_mut();
+        // SAFETY: all handles live for the call; nothing retained.
+        check(|e| unsafe { sys::pdkv_plan_context_new(&raw, &mut out, e) })?;
+        NonNull::new(out)
+            .map(|ptr| PlanContext { ptr })
+            .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL plan context"))
+    }
+
+    /// The context's TP mapping as a new handle (`pdkv_plan_context_mapping`).
+    pub fn mapping(&self) -> Result<TpMapping> {
+        let mut out = ptr::null_mut();
+        // SAFETY: live handle, valid out pointer.
+        check(|e| unsafe { sys::pdkv_plan_context_mapping(self.ptr.as_ptr(), &mut out, e) })?;
+        TpMapping::from_raw(out)
+    }
+}
+
+/// One KV-cache group of a request (`pdkv_plan_group_t`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PlanGroup {
+    /// Kind, blocks, tokens (tokens per block 0: from the metadata).
+    pub trim: GroupTrimInput,
+    /// Region indices of the group's layers; empty: all.
+    pub regions: Vec<u32>,
+}
+
+/// Builds the C arrays for `groups`; the returned raw groups point into `trims` and `groups`.
+fn raw_groups(groups: &[PlanGroup], trims: &[sys::pdkv_group_trim_input_t]) -> Vec<sys::pdkv_plan_group_t> {
+    groups
+        .iter()
+        .zip(trims)
+        .map(|(g, t)| sys::pdkv_plan_group_t {
+            struct_size: size_of::<sys::pdkv_plan_group_t>(),
+            trim: t,
+            regions: sp(&g.regions),
+            num_regions: g.regions.len(),
+        })
+        .collect()
+}
+
+/// One read: D's `[local_offset, +length)` of `local_region` receives P's
+/// `[remote_offset, +length)` of `remote_region` (offsets relative to the region bases).
+/// Layout-identical to `pdkv_plan_read_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct PlanRead {
+    /// D region index.
+    pub local_region: u32,
+    /// Offset in the D region.
+    pub local_offset: u64,
+    /// P region index.
+    pub remote_region: u32,
+    /// Offset in the P region.
+    pub remote_offset: u64,
+    /// Bytes.
+    pub length: u64,
+}
+
+const _: () = assert!(size_of::<PlanRead>() == size_of::<sys::pdkv_plan_read_t>());
+const _: () = assert!(align_of::<PlanRead>() == align_of::<sys::pdkv_plan_read_t>());
+
+/// Scalars of a plan (`pdkv_transfer_plan_info_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransferPlanInfo {
+    /// D rank.
+    pub d_rank: u32,
+    /// D TP size.
+    pub d_tp: u32,
+    /// P TP size.
+    pub p_tp: u32,
+    /// P ranks with at least one read.
+    pub num_read_ranks: usize,
+    /// P ranks notified.
+    pub num_notify_ranks: usize,
+    /// Notifications each P rank waits for per request.
+    pub notifications_per_p_rank: u32,
+    /// Groups.
+    pub num_groups: usize,
+    /// Pieces before coalescing.
+    pub pieces_before_coalescing: u64,
+    /// Pieces after coalescing.
+    pub pieces_after_coalescing: u64,
+    /// Total bytes moved.
+    pub bytes: u64,
+    /// Attention bytes.
+    pub attention_bytes: u64,
+    /// Mamba bytes.
+    pub mamba_bytes: u64,
+    /// Nothing to read (full prefix hit): notify only.
+    pub empty: bool,
+}
+
+/// Receive-side work of one group, borrowed from the plan (`pdkv_plan_group_zero_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanGroupZero<'a> {
+    /// Group kind.
+    pub kind: GroupKind,
+    /// Resolved region indices to zero in.
+    pub regions: &'a [u32],
+    /// D kernel block + token range.
+    pub zero: &'a [ZeroRange],
+    /// Mamba slots never to publish as cache hits.
+    pub unfilled_states: &'a [u64],
+}
+
+/// One request's compiled, validated transfer plan; immutable, freed on drop.
+#[derive(Debug)]
+pub struct TransferPlan {
+    ptr: NonNull<sys::pdkv_transfer_plan_t>,
+}
+
+// SAFETY: immutable after creation; queries documented thread-safe; free only in Drop.
+unsafe impl Send for TransferPlan {}
+// SAFETY: &self methods are thread-safe const queries.
+unsafe impl Sync for TransferPlan {}
+
+impl Drop for TransferPlan {
+    fn drop(&mut self) {
+        // SAFETY: owned handle; borrows are tied to &self.
+        unsafe { sys::pdkv_transfer_plan_free(self.ptr.as_ptr()) }
+    }
+}
+
+impl TransferPlan {
+    /// Compiles and validates one request's plan: every D byte needed is written exactly once
+    /// and no read leaves a registered region (`pdkv_transfer_plan_compile`).
+    pub fn compile(ctx: &PlanContext, groups: &[PlanGroup]) -> Result<TransferPlan> {
+        let trims: Vec<_> = groups.iter().map(|g| g.trim.to_raw()).collect();
+        let raw = raw_groups(groups, &trims);
+        let mut out = ptr::null_mut();
+        // SAFETY: raw points into trims/groups, alive for the call; nothing retained.
+        check(|e| unsafe { sys::pdkv_transfer_plan_compile(ctx.ptr.as_ptr(), sp(&raw), raw.len(), &mut out, e) })?;
+        NonNull::new(out)
+            .map(|ptr| TransferPlan { ptr })
+            .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL plan"))
+    }
+
+    /// Re-runs the coverage and bounds check against `(ctx, groups)`
+    /// (`pdkv_transfer_plan_validate`).
+    pub fn validate(&self, ctx: &PlanContext, groups: &[PlanGroup]) -> Result<()> {
+        let trims: Vec<_> = groups.iter().map(|g| g.trim.to_raw()).collect();
+        let raw = raw_groups(groups, &trims);
+        // SAFETY: as in compile.
+        check(|e| unsafe { sys::pdkv_transfer_plan_validate(self.ptr.as_ptr(), ctx.ptr.as_ptr(), sp(&raw), raw.len(), e) })
+    }
+
+    /// The scalars (`pdkv_transfer_plan_get_info`).
+    pub fn info(&self) -> Result<TransferPlanInfo> {
+        // SAFETY: plain-data struct, all-zero valid.
+        let mut r: sys::pdkv_transfer_plan_info_t = unsafe { zeroed() };
+        r.struct_size = size_of::<sys::pdkv_transfer_plan_info_t>();
+        // SAFETY: live handle, valid out struct.
+        check(|e| unsafe { sys::pdkv_transfer_plan_get_info(self.ptr.as_ptr(), &mut r, e) })?;
+        Ok(TransferPlanInfo {
+            d_rank: r.d_rank,
+            d_tp: r.d_tp,
+            p_tp: r.p_tp,
+            num_read_ranks: r.num_read_ranks,
+            num_notify_ranks: r.num_notify_ranks,
+            notifications_per_p_rank: r.notifications_per_p_rank,
+            num_groups: r.num_groups,
+            pieces_before_coalescing: r.pieces_before_coalescing,
+            pieces_after_coalescing: r.pieces_after_coalescing,
+            bytes: r.bytes,
+            attention_bytes: r.attention_bytes,
+            mamba_bytes: r.mamba_bytes,
+            empty: r.empty != 0,
+        })
+    }
+
+    /// P ranks D reads from, ascending, borrowed (`pdkv_transfer_plan_read_ranks`).
+    pub fn read_ranks(&self) -> Result<&[u32]> {
+        let (mut p, mut n) = (ptr::null(), 0usize);
+        // SAFETY: live handle, valid out pointers.
+        check(|e| unsafe { sys::pdkv_transfer_plan_read_ranks(self.ptr.as_ptr(), &mut p, &mut n, e) })?;
+        // SAFETY: owned by the plan, valid while &self lives.
+        Ok(unsafe { slice(p, n) })
+    }
+
+    /// The reads against P rank `p_rank` in issue order, and their total bytes
+    /// (`pdkv_transfer_plan_rank_reads`).
+    pub fn rank_reads(&self, p_rank: u32) -> Result<(&[PlanRead], u64)> {
+        let (mut p, mut n, mut bytes) = (ptr::null(), 0usize, 0u64);
+        // SAFETY: live handle, valid out pointers.
+        check(|e| unsafe { sys::pdkv_transfer_plan_rank_reads(self.ptr.as_ptr(), p_rank, &mut p, &mut n, &mut bytes, e) })?;
+        // SAFETY: owned by the plan, valid while &self lives; PlanRead is layout-identical.
+        Ok((unsafe { slice(p.cast::<PlanRead>(), n) }, bytes))
+    }
+
+    /// P ranks D notifies after its reads, ascending, borrowed
+    /// (`pdkv_transfer_plan_notify_ranks`).
+    pub fn notify_ranks(&self) -> Result<&[u32]> {
+        let (mut p, mut n) = (ptr::null(), 0usize);
+        // SAFETY: live handle, valid out pointers.
+        check(|e| unsafe { sys::pdkv_transfer_plan_notify_ranks(self.ptr.as_ptr(), &mut p, &mut n, e) })?;
+        // SAFETY: owned by the plan, valid while &self lives.
+        Ok(unsafe { slice(p, n) })
+    }
+
+    /// Receive-side work of group `index` (`pdkv_transfer_plan_group_zero`).
+    pub fn group_zero(&self, index: usize) -> Result<PlanGroupZero<'_>> {
+        // SAFETY: plain-data struct, all-zero valid.
+        let mut r: sys::pdkv_plan_group_zero_t = unsafe { zeroed() };
+        r.struct_size = size_of::<sys::pdkv_plan_group_zero_t>();
+        // SAFETY: live handle, valid out struct.
+        check(|e| unsafe { sys::pdkv_transfer_plan_group_zero(self.ptr.as_ptr(), index, &mut r, e) })?;
+        // SAFETY: arrays owned by the plan, valid while &self lives.
+        unsafe {
+            Ok(PlanGroupZero {
+                kind: GroupKind::from_raw(r.kind),
+                regions: slice(r.regions, r.num_regions),
+                zero: slice(r.zero.cast::<ZeroRange>(), r.num_zero),
+                unfilled_states: slice(r.unfilled_states, r.num_unfilled_states),
+            })
+        }
+    }
+
+    /// Human-readable JSON dump with stable key order, through a caller buffer
+    /// (`pdkv_transfer_plan_to_json`).
+    pub fn to_json(&self) -> Result<String> {
+        // The library needs capacity >= len + 1 (for the NUL); ask for the length first.
+        let mut len = 0usize;
+        let first = check(|e| unsafe { sys::pdkv_transfer_plan_to_json(self.ptr.as_ptr(), ptr::null_mut(), 0, &mut len, e) });
+        match first {
+            Ok(()) => {}
+            Err(e) if e.status() == Status::BufferTooSmall => {}
+            Err(e) => return Err(e),
+        }
+        let mut buf = vec![0u8; len + 1];
+        let mut written = 0usize;
+        // SAFETY: buf has len + 1 bytes.
+        check(|e| unsafe {
+            sys::pdkv_transfer_plan_to_json(self.ptr.as_ptr(), buf.as_mut_ptr().cast(), buf.len(), &mut written, e)
+        })?;
+        buf.truncate(written);
+        String::from_utf8(buf).map_err(|_| Error::new(Status::Internal, "plan JSON is not UTF-8"))
+    }
+
+    /// The same JSON through the library-owned string (`pdkv_transfer_plan_to_json_string`).
+    pub fn to_json_string(&self) -> Result<String> {
+        let mut s = ptr::null_mut();
+        // SAFETY: live handle, valid out pointer.
+        check(|e| unsafe { sys::pdkv_transfer_plan_to_json_string(self.ptr.as_ptr(), &mut s, e) })?;
+        let mut text = ptr::null();
+        let mut len = 0usize;
+        // SAFETY: s is owned; copied, then freed exactly once.
+        let r = check(|e| unsafe { sys::pdkv_string_text(s, &mut text, &mut len, e) }).map(|()| unsafe { owned_str(text) });
+        // SAFETY: we own s.
+        unsafe { sys::pdkv_string_free(s) };
+        r
+    }
+}
