@@ -1,0 +1,3 @@
+module github.com/pdkv/pdkv/go
+
+go 1.19

@@ -1,0 +1,277 @@
+// Package pdkv is the Go binding of pdkv, which derives the transfer configuration of
+// prefill/decode (P/D) disaggregated LLM serving: which prefill ranks a decode rank reads
+// attention KV and Mamba state from, byte-exact descriptors and transfer plans.
+//
+// The package wraps the stable C API (pdkv.h, library libpdkv.so) with cgo and the standard
+// library only. The C header and library are found through the environment:
+//
+//	CGO_CFLAGS="-I<repo>/capi/include"
+//	CGO_LDFLAGS="-L<build>/capi -lpdkv"
+//	LD_LIBRARY_PATH="<build>/capi"   (at run time)
+//
+// The file itself only carries "#cgo LDFLAGS: -lpdkv", so the -L path must come from
+// CGO_LDFLAGS (or from an installed libpdkv in a default linker path).
+//
+// Conventions:
+//   - Fallible functions return an error; a failure reported by the library is a *Error
+//     carrying its Status and Message. errors.Is(err, ErrTpNotDivisible) and the other
+//     per-status sentinels match by status.
+//   - Handles (Model, Geometry, TpMapping, MambaReadList, DescriptorList, ...) own a C object.
+//     Close releases it, is idempotent and safe to call concurrently with other methods (it
+//     waits for calls in flight). A finalizer releases forgotten handles as a safety net.
+//     Methods on a closed handle return ErrClosed.
+//   - Handles are immutable: their query methods may run concurrently from many goroutines.
+//   - Arrays the library returns are copied into Go slices; no Go pointer is retained by C.
+package pdkv
+
+/*
+#cgo LDFLAGS: -lpdkv
+#include <stdlib.h>
+#include <pdkv.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// Status is a pdkv status code (pdkv_status_t). Numeric values are stable.
+type Status int32
+
+// Status codes of the C API.
+const (
+	// StatusOK is success (PDKV_OK).
+	StatusOK Status = C.PDKV_OK
+	// StatusInvalidArgument is PDKV_ERR_INVALID_ARGUMENT: a value out of its domain.
+	StatusInvalidArgument Status = C.PDKV_ERR_INVALID_ARGUMENT
+	// StatusNullPointer is PDKV_ERR_NULL_POINTER: a required pointer was NULL.
+	StatusNullPointer Status = C.PDKV_ERR_NULL_POINTER
+	// StatusStructSize is PDKV_ERR_STRUCT_SIZE: an options struct has an unsupported size.
+	StatusStructSize Status = C.PDKV_ERR_STRUCT_SIZE
+	// StatusTpNotDivisible is PDKV_ERR_TP_NOT_DIVISIBLE: one TP size does not divide the other.
+	StatusTpNotDivisible Status = C.PDKV_ERR_TP_NOT_DIVISIBLE
+	// StatusHeadsNotDivisible is PDKV_ERR_HEADS_NOT_DIVISIBLE: KV heads and TP do not divide.
+	StatusHeadsNotDivisible Status = C.PDKV_ERR_HEADS_NOT_DIVISIBLE
+	// StatusUnsupportedMambaType is PDKV_ERR_UNSUPPORTED_MAMBA_TYPE.
+	StatusUnsupportedMambaType Status = C.PDKV_ERR_UNSUPPORTED_MAMBA_TYPE
+	// StatusUnsupportedLayout is PDKV_ERR_UNSUPPORTED_LAYOUT (e.g. SD conv layout).
+	StatusUnsupportedLayout Status = C.PDKV_ERR_UNSUPPORTED_LAYOUT
+	// StatusOverflow is PDKV_ERR_OVERFLOW: an arithmetic result does not fit.
+	StatusOverflow Status = C.PDKV_ERR_OVERFLOW
+	// StatusBufferTooSmall is PDKV_ERR_BUFFER_TOO_SMALL.
+	StatusBufferTooSmall Status = C.PDKV_ERR_BUFFER_TOO_SMALL
+	// StatusParse is PDKV_ERR_PARSE: malformed input text.
+	StatusParse Status = C.PDKV_ERR_PARSE
+	// StatusIO is PDKV_ERR_IO: a file could not be read or written.
+	StatusIO Status = C.PDKV_ERR_IO
+	// StatusNotFound is PDKV_ERR_NOT_FOUND: an unknown name.
+	StatusNotFound Status = C.PDKV_ERR_NOT_FOUND
+	// StatusIncompatible is PDKV_ERR_INCOMPATIBLE: two inputs do not fit together.
+	StatusIncompatible Status = C.PDKV_ERR_INCOMPATIBLE
+	// StatusCoverage is PDKV_ERR_COVERAGE: a transfer does not cover its target exactly.
+	StatusCoverage Status = C.PDKV_ERR_COVERAGE
+	// StatusOutOfBounds is PDKV_ERR_OUT_OF_BOUNDS: an index or range outside its container.
+	StatusOutOfBounds Status = C.PDKV_ERR_OUT_OF_BOUNDS
+	// StatusChecksum is PDKV_ERR_CHECKSUM: a checksum mismatch.
+	StatusChecksum Status = C.PDKV_ERR_CHECKSUM
+	// StatusInternal is PDKV_ERR_INTERNAL: an unexpected failure inside the library.
+	StatusInternal Status = C.PDKV_ERR_INTERNAL
+)
+
+// allStatuses lists every status the header defines, for StatusFromName.
+var allStatuses = []Status{
+	StatusOK, StatusInvalidArgument, StatusNullPointer, StatusStructSize, StatusTpNotDivisible,
+	StatusHeadsNotDivisible, StatusUnsupportedMambaType, StatusUnsupportedLayout, StatusOverflow,
+	StatusBufferTooSmall, StatusParse, StatusIO, StatusNotFound, StatusIncompatible,
+	StatusCoverage, StatusOutOfBounds, StatusChecksum, StatusInternal,
+}
+
+// String returns the stable name of the status ("PDKV_ERR_TP_NOT_DIVISIBLE"), as
+// pdkv_status_name gives it.
+func (s Status) String() string {
+	return C.GoString(C.pdkv_status_name(C.pdkv_status_t(s)))
+}
+
+// StatusFromName returns the status whose stable name (Status.String) is name.
+func StatusFromName(name string) (Status, bool) {
+	for _, s := range allStatuses {
+		if s.String() == name {
+			return s, true
+		}
+	}
+	return 0, false
+}
+
+// Error is a failure reported by pdkv: a status plus a human-readable message naming the
+// offending values.
+type Error struct {
+	// Status is the status code of the failure.
+	Status Status
+	// Message describes the failure; it names the offending values.
+	Message string
+}
+
+// Error implements the error interface: "PDKV_ERR_...: message".
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "pdkv: " + e.Status.String()
+	}
+	return "pdkv: " + e.Status.String() + ": " + e.Message
+}
+
+// Is reports whether target is a *Error with the same status and either an empty message
+// (a sentinel such as ErrTpNotDivisible) or the same message.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	if !ok || t == nil {
+		return false
+	}
+	return t.Status == e.Status && (t.Message == "" || t.Message == e.Message)
+}
+
+// Sentinel errors, one per failure status, for errors.Is. They match any *Error of that status.
+var (
+	// ErrInvalidArgument matches errors of StatusInvalidArgument.
+	ErrInvalidArgument = &Error{Status: StatusInvalidArgument}
+	// ErrNullPointer matches errors of StatusNullPointer.
+	ErrNullPointer = &Error{Status: StatusNullPointer}
+	// ErrStructSize matches errors of StatusStructSize.
+	ErrStructSize = &Error{Status: StatusStructSize}
+	// ErrTpNotDivisible matches errors of StatusTpNotDivisible.
+	ErrTpNotDivisible = &Error{Status: StatusTpNotDivisible}
+	// ErrHeadsNotDivisible matches errors of StatusHeadsNotDivisible.
+	ErrHeadsNotDivisible = &Error{Status: StatusHeadsNotDivisible}
+	// ErrUnsupportedMambaType matches errors of StatusUnsupportedMambaType.
+	ErrUnsupportedMambaType = &Error{Status: StatusUnsupportedMambaType}
+	// ErrUnsupportedLayout matches errors of StatusUnsupportedLayout.
+	ErrUnsupportedLayout = &Error{Status: StatusUnsupportedLayout}
+	// ErrOverflow matches errors of StatusOverflow.
+	ErrOverflow = &Error{Status: StatusOverflow}
+	// ErrBufferTooSmall matches errors of StatusBufferTooSmall.
+	ErrBufferTooSmall = &Error{Status: StatusBufferTooSmall}
+	// ErrParse matches errors of StatusParse.
+	ErrParse = &Error{Status: StatusParse}
+	// ErrIO matches errors of StatusIO.
+	ErrIO = &Error{Status: StatusIO}
+	// ErrNotFound matches errors of StatusNotFound.
+	ErrNotFound = &Error{Status: StatusNotFound}
+	// ErrIncompatible matches errors of StatusIncompatible.
+	ErrIncompatible = &Error{Status: StatusIncompatible}
+	// ErrCoverage matches errors of StatusCoverage.
+	ErrCoverage = &Error{Status: StatusCoverage}
+	// ErrOutOfBounds matches errors of StatusOutOfBounds.
+	ErrOutOfBounds = &Error{Status: StatusOutOfBounds}
+	// ErrChecksum matches errors of StatusChecksum.
+	ErrChecksum = &Error{Status: StatusChecksum}
+	// ErrInternal matches errors of StatusInternal.
+	ErrInternal = &Error{Status: StatusInternal}
+)
+
+// ErrClosed is returned by every method of a handle after Close.
+var ErrClosed = errors.New("pdkv: handle is closed")
+
+// check converts a C status and owned error object into a Go error, freeing the object.
+func check(st C.pdkv_status_t, cerr *C.pdkv_error_t) error {
+	if st == C.PDKV_OK {
+		C.pdkv_error_free(cerr)
+		return nil
+	}
+	e := &Error{Status: Status(st), Message: C.GoString(C.pdkv_error_message(cerr))}
+	if cerr != nil {
+		if s := Status(C.pdkv_error_status(cerr)); s != e.Status {
+			e.Message += fmt.Sprintf(" (error object status %s)", s)
+		}
+	}
+	C.pdkv_error_free(cerr)
+	return e
+}
+
+// goErr builds a Go-side *Error for input the binding rejects before calling C.
+func goErr(st Status, format string, args ...interface{}) error {
+	return &Error{Status: st, Message: fmt.Sprintf(format, args...)}
+}
+
+// cString copies s into C memory (free with C.free). Strings holding a NUL byte cannot be
+// passed to C and are rejected with StatusInvalidArgument naming the argument.
+func cString(arg, s string) (*C.char, error) {
+	if strings.IndexByte(s, 0) >= 0 {
+		return nil, goErr(StatusInvalidArgument, "%s %q contains a NUL byte", arg, s)
+	}
+	return C.CString(s), nil
+}
+
+// Version returns the runtime library version as major, minor, patch.
+func Version() (major, minor, patch uint32) {
+	v := uint32(C.pdkv_version())
+	return v >> 16, (v >> 8) & 0xff, v & 0xff
+}
+
+// VersionString returns the runtime library version "MAJOR.MINOR.PATCH".
+func VersionString() string { return C.GoString(C.pdkv_version_string()) }
+
+// HeaderVersion returns the version of the pdkv.h this package was compiled against.
+func HeaderVersion() (major, minor, patch uint32) {
+	return C.PDKV_VERSION_MAJOR, C.PDKV_VERSION_MINOR, C.PDKV_VERSION_PATCH
+}
+
+// handle owns one C object of type T. Methods acquire a read lock while they use the pointer,
+// Close takes the write lock, so Close never frees an object a call is still using.
+type handle[T any] struct {
+	mu   sync.RWMutex
+	ptr  *T
+	free func(*T)
+}
+
+// acquire returns the pointer under a read lock (release with release), or ErrClosed.
+func (h *handle[T]) acquire() (*T, error) {
+	h.mu.RLock()
+	if h.ptr == nil {
+		h.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	return h.ptr, nil
+}
+
+// release ends an acquire.
+func (h *handle[T]) release() { h.mu.RUnlock() }
+
+// close frees the object once; later calls do nothing.
+func (h *handle[T]) close() {
+	h.mu.Lock()
+	p := h.ptr
+	h.ptr = nil
+	h.mu.Unlock()
+	if p != nil {
+		h.free(p)
+	}
+}
+
+// u32Slice copies n uint32 values from C memory into a new Go slice (never nil).
+func u32Slice(p *C.uint32_t, n C.size_t) []uint32 {
+	out := make([]uint32, int(n))
+	if n > 0 && p != nil {
+		copy(out, unsafe.Slice((*uint32)(unsafe.Pointer(p)), int(n)))
+	}
+	return out
+}
+
+// u64Slice copies n uint64 values from C memory into a new Go slice (never nil).
+func u64Slice(p *C.uint64_t, n C.size_t) []uint64 {
+	out := make([]uint64, int(n))
+	if n > 0 && p != nil {
+		copy(out, unsafe.Slice((*uint64)(unsafe.Pointer(p)), int(n)))
+	}
+	return out
+}
+
+// cBool converts a Go bool to the 0/1 uint8 of the C structs.
+func cBool(b bool) C.uint8_t {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,219 @@
+package pdkv
+
+/*
+#include <pdkv.h>
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// GroupTrimInput holds one group's trimming inputs. Attention kinds use KERNEL block ids of
+// each side; Mamba groups use logical ids, exchange-clipped exactly once. Id 0 is the null block.
+type GroupTrimInput struct {
+	// Kind is the group kind.
+	Kind GroupKind
+	// CacheMode is the Mamba cache mode (Mamba groups only).
+	CacheMode MambaCacheMode
+	// LocalBlocks are the D blocks still to fill (after D's prefix hit).
+	LocalBlocks []uint64
+	// RemoteBlocks are the P blocks of the request.
+	RemoteBlocks []uint64
+	// LocalTokensPerBlock is D's tokens per block (kernel block size for attention kinds, Mamba
+	// block size in "all" mode); in a transfer plan 0 means "from metadata".
+	LocalTokensPerBlock uint64
+	// RemoteTokensPerBlock is P's tokens per block; in a transfer plan 0 means "from metadata".
+	RemoteTokensPerBlock uint64
+	// RemoteComputedTokens is the prompt tokens P computed (N-1 rule already applied).
+	RemoteComputedTokens uint64
+	// LocalHitTokens is the tokens D already holds (its prefix-cache hit).
+	LocalHitTokens uint64
+	// SlidingWindow is the window in tokens (sliding-window groups).
+	SlidingWindow uint64
+	// HasLocalFirstBlock says LocalFirstBlock is set; otherwise it is LocalHitTokens / tokens
+	// per block.
+	HasLocalFirstBlock bool
+	// LocalFirstBlock is the block-table index of LocalBlocks[0] (if HasLocalFirstBlock).
+	LocalFirstBlock uint64
+	// RemoteFirstBlock is the block-table index of RemoteBlocks[0] (0 unless clipped).
+	RemoteFirstBlock uint64
+}
+
+// toC fills a C trim input whose arrays live in the arena.
+func (in *GroupTrimInput) toC(a *cArena, c *C.pdkv_group_trim_input_t) {
+	c.struct_size = C.size_t(unsafe.Sizeof(*c))
+	c.kind = C.int32_t(in.Kind)
+	c.cache_mode = C.int32_t(in.CacheMode)
+	c.local_blocks = a.u64s(in.LocalBlocks)
+	c.num_local_blocks = C.size_t(len(in.LocalBlocks))
+	c.remote_blocks = a.u64s(in.RemoteBlocks)
+	c.num_remote_blocks = C.size_t(len(in.RemoteBlocks))
+	c.local_tokens_per_block = C.uint64_t(in.LocalTokensPerBlock)
+	c.remote_tokens_per_block = C.uint64_t(in.RemoteTokensPerBlock)
+	c.remote_computed_tokens = C.uint64_t(in.RemoteComputedTokens)
+	c.local_hit_tokens = C.uint64_t(in.LocalHitTokens)
+	c.sliding_window = C.uint64_t(in.SlidingWindow)
+	c.has_local_first_block = cBool(in.HasLocalFirstBlock)
+	c.local_first_block = C.uint64_t(in.LocalFirstBlock)
+	c.remote_first_block = C.uint64_t(in.RemoteFirstBlock)
+}
+
+// TokenRun is NumTokens tokens copied from RemoteBlock (from RemoteTokenBegin) into LocalBlock
+// (from LocalTokenBegin); it never crosses a block boundary.
+type TokenRun struct {
+	// LocalBlock is the D block.
+	LocalBlock uint64
+	// LocalTokenBegin is the first token offset in the D block.
+	LocalTokenBegin uint64
+	// RemoteBlock is the P block.
+	RemoteBlock uint64
+	// RemoteTokenBegin is the first token offset in the P block.
+	RemoteTokenBegin uint64
+	// NumTokens is the run length.
+	NumTokens uint64
+}
+
+// StatePair is one whole Mamba state copied from RemoteBlock into LocalBlock; Tokens is the
+// prompt tokens the state has consumed.
+type StatePair struct {
+	// LocalBlock is the D slot.
+	LocalBlock uint64
+	// RemoteBlock is the P slot.
+	RemoteBlock uint64
+	// Tokens is the prompt tokens the state has consumed.
+	Tokens uint64
+}
+
+// GroupTrim is the trimmed transfer of one group (pdkv_group_trim_t). Immutable.
+type GroupTrim struct {
+	h handle[C.pdkv_group_trim_t]
+}
+
+// NewGroupTrim trims one group. Errors: ErrInvalidArgument (unknown kind / cache mode, zero
+// tokens per block where needed), ErrCoverage (a token or the final state D needs has no local
+// slot or no remote source), ErrOverflow.
+func NewGroupTrim(input GroupTrimInput) (*GroupTrim, error) {
+	var a cArena
+	defer a.free()
+	var ci C.pdkv_group_trim_input_t
+	input.toC(&a, &ci)
+	var out *C.pdkv_group_trim_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_group_trim_new(&ci, &out, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	g := &GroupTrim{h: handle[C.pdkv_group_trim_t]{ptr: out, free: func(p *C.pdkv_group_trim_t) { C.pdkv_group_trim_free(p) }}}
+	runtime.SetFinalizer(g, func(g *GroupTrim) { g.h.close() })
+	return g, nil
+}
+
+// Close frees the trim. It is idempotent and waits for calls in flight.
+func (g *GroupTrim) Close() error {
+	g.h.close()
+	runtime.SetFinalizer(g, nil)
+	return nil
+}
+
+// Summary returns the group kind and the tokens transferred.
+func (g *GroupTrim) Summary() (kind GroupKind, transferredTokens uint64, err error) {
+	p, err := g.h.acquire()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer g.h.release()
+	var k C.int32_t
+	var n C.uint64_t
+	var cerr *C.pdkv_error_t
+	st := C.pdkv_group_trim_summary(p, &k, &n, &cerr)
+	runtime.KeepAlive(g)
+	if err := check(st, cerr); err != nil {
+		return 0, 0, err
+	}
+	return GroupKind(k), uint64(n), nil
+}
+
+// Runs returns the token runs (attention kinds, token order).
+func (g *GroupTrim) Runs() ([]TokenRun, error) {
+	p, err := g.h.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer g.h.release()
+	var r *C.pdkv_token_run_t
+	var n C.size_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_group_trim_runs(p, &r, &n, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	out := make([]TokenRun, int(n))
+	if n > 0 {
+		for i, x := range unsafe.Slice(r, int(n)) {
+			out[i] = TokenRun{uint64(x.local_block), uint64(x.local_token_begin), uint64(x.remote_block), uint64(x.remote_token_begin), uint64(x.num_tokens)}
+		}
+	}
+	runtime.KeepAlive(g)
+	return out, nil
+}
+
+// States returns the state pairs (Mamba groups, position order).
+func (g *GroupTrim) States() ([]StatePair, error) {
+	p, err := g.h.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer g.h.release()
+	var r *C.pdkv_state_pair_t
+	var n C.size_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_group_trim_states(p, &r, &n, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	out := make([]StatePair, int(n))
+	if n > 0 {
+		for i, x := range unsafe.Slice(r, int(n)) {
+			out[i] = StatePair{uint64(x.local_block), uint64(x.remote_block), uint64(x.tokens)}
+		}
+	}
+	runtime.KeepAlive(g)
+	return out, nil
+}
+
+// ZeroRanges returns the token ranges of listed local blocks D neither holds nor receives
+// (attention kinds): zero them.
+func (g *GroupTrim) ZeroRanges() ([]ZeroRange, error) {
+	p, err := g.h.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer g.h.release()
+	var r *C.pdkv_zero_range_t
+	var n C.size_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_group_trim_zero_ranges(p, &r, &n, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	out := zeroRanges(r, n)
+	runtime.KeepAlive(g)
+	return out, nil
+}
+
+// UnfilledStates returns the listed local Mamba slots no remote state fills; never publish
+// them as cache hits.
+func (g *GroupTrim) UnfilledStates() ([]uint64, error) {
+	p, err := g.h.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer g.h.release()
+	var r *C.uint64_t
+	var n C.size_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_group_trim_unfilled_states(p, &r, &n, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	out := u64Slice(r, n)
+	runtime.KeepAlive(g)
+	return out, nil
+}
