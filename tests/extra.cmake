@@ -62,3 +62,10 @@ if(TARGET example_plan_example)
   add_test(NAME capi_example_plan COMMAND example_plan_example nemotron-3-nano-30b 4 2)
   set_tests_properties(capi_example_plan PROPERTIES PASS_REGULAR_EXPRESSION "block size 2096 tokens")
 endif()
+
+# (d) capi_example_plan_request: the C example compiles one Nemotron-3-Nano request P TP4 -> D TP2
+# through the C API; the byte total is the one the core and C API tests check.
+if(TARGET example_plan_request)
+  add_test(NAME capi_example_plan_request COMMAND example_plan_request)
+  set_tests_properties(capi_example_plan_request PROPERTIES PASS_REGULAR_EXPRESSION "33757184 bytes")
+endif()
