@@ -113,12 +113,12 @@ impl Drop for GroupTrim {
 }
 
 macro_rules! borrowed_list {
-    ($(#[$doc:meta])* $name:ident, $f:ident, $t:ty, $raw:ty) => {
+    ($(#[$doc:meta])* $name:ident, $f:path, $t:ty, $raw:ty) => {
         $(#[$doc])*
         pub fn $name(&self) -> Result<&[$t]> {
             let (mut p, mut n): (*const $raw, usize) = (ptr::null(), 0);
             // SAFETY: live handle, valid out pointers.
-            check(|e| unsafe { sys::$f(self.ptr.as_ptr(), &mut p, &mut n, e) })?;
+            check(|e| unsafe { $f(self.ptr.as_ptr(), &mut p, &mut n, e) })?;
             // SAFETY: n entries owned by the trim, valid while &self lives; element types are
             // layout-identical (asserted above).
             Ok(unsafe { slice(p.cast::<$t>(), n) })
@@ -149,15 +149,15 @@ impl GroupTrim {
 
     borrowed_list!(
         /// Token runs (attention kinds, token order), borrowed (`pdkv_group_trim_runs`).
-        runs, pdkv_group_trim_runs, TokenRun, sys::pdkv_token_run_t);
+        runs, sys::pdkv_group_trim_runs, TokenRun, sys::pdkv_token_run_t);
     borrowed_list!(
         /// State pairs (Mamba groups, position order), borrowed (`pdkv_group_trim_states`).
-        states, pdkv_group_trim_states, StatePair, sys::pdkv_state_pair_t);
+        states, sys::pdkv_group_trim_states, StatePair, sys::pdkv_state_pair_t);
     borrowed_list!(
         /// Token ranges of listed local blocks to zero, borrowed (`pdkv_group_trim_zero_ranges`).
-        zero_ranges, pdkv_group_trim_zero_ranges, ZeroRange, sys::pdkv_zero_range_t);
+        zero_ranges, sys::pdkv_group_trim_zero_ranges, ZeroRange, sys::pdkv_zero_range_t);
     borrowed_list!(
         /// Local Mamba slots no remote state fills (never publish them as cache hits),
         /// borrowed (`pdkv_group_trim_unfilled_states`).
-        unfilled_states, pdkv_group_trim_unfilled_states, u64, u64);
+        unfilled_states, sys::pdkv_group_trim_unfilled_states, u64, u64);
 }
