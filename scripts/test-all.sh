@@ -34,9 +34,11 @@ export PDKV_LIBRARY="$ROOT/build/release/capi/libpdkv.so"
 export LD_LIBRARY_PATH="$ROOT/build/release/capi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 if [ -f rust/Cargo.toml ]; then
-  stage "Rust bindings (cargo test, clippy)"
-  (cd rust && PDKV_LIB_DIR="$ROOT/build/release/capi" cargo test --offline --workspace \
-     && PDKV_LIB_DIR="$ROOT/build/release/capi" cargo clippy --offline --workspace --all-targets -- -D warnings)
+  stage "Rust bindings (cargo test incl. bindgen drift + conformance, clippy, explain example)"
+  (cd rust && export PDKV_LIB_DIR="$ROOT/build/release/capi" \
+     && cargo test --offline --workspace \
+     && cargo clippy --offline --workspace --all-targets -- -D warnings \
+     && cargo run --offline -q -p pdkv --example explain >/dev/null)
 fi
 
 if [ -f go/go.mod ]; then
