@@ -13,13 +13,13 @@ pub enum Backend {
     FlashAttn,
     /// Triton, MultipleOf(16).
     Triton,
-    /// FlashInfer, [16, 32, 64].
+    /// FlashInfer, `[16, 32, 64]`.
     FlashInfer,
-    /// FlashMLA, [64], MLA only.
+    /// FlashMLA, `[64]`, MLA only.
     FlashMla,
-    /// CUTLASS MLA, [128], MLA only.
+    /// CUTLASS MLA, `[128]`, MLA only.
     CutlassMla,
-    /// FlashInfer MLA, [32, 64], MLA only.
+    /// FlashInfer MLA, `[32, 64]`, MLA only.
     FlashInferMla,
     /// Explicit sizes from [`EngineConfig`] (`preferred_block_size`, `kernel_block_sizes`,
     /// `kernel_block_multiple_of`).

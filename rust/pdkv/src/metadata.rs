@@ -364,7 +364,7 @@ impl Model {
 pub struct Incompatibility {
     /// Incompatible, TpNotDivisible, ...
     pub status: Status,
-    /// Metadata field, e.g. "kv_layout", "regions[3].num_blocks".
+    /// Metadata field, e.g. `kv_layout`, `regions[3].num_blocks`.
     pub field: String,
     /// Local value.
     pub local_value: String,
