@@ -327,8 +327,240 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
         "d_num_new_matched_tokens" => &["num_prompt_tokens", "num_computed_tokens", "has_mamba"],
         "plan_remote_decode_prefill" => &["num_prompt_tokens", "local_hit_tokens", "block_size", "has_mamba"],
         "derive_offload_geometry" => &["config_num_blocks", "gpu_block_size", "hash_block_size", "layers"],
+        "trim_group" => &TRIM_KEYS,
+        "mamba_aligned_split_v0604" => &[
+            "num_computed_tokens",
+            "num_new_local_computed_tokens",
+            "num_external_computed_tokens",
+            "num_new_tokens",
+            "num_prompt_tokens",
+            "num_tokens",
+            "block_size",
+            "use_eagle",
+            "load_kv_async",
+        ],
+        "mamba_aligned_split" => &[
+            "start",
+            "num_new_tokens",
+            "num_prompt_tokens",
+            "num_tokens",
+            "block_size",
+            "floor_unit",
+            "tail_hash_block_size",
+            "shared_prefix_tokens",
+            "max_num_scheduled_tokens",
+            "long_prefill_token_threshold",
+            "use_eagle",
+            "load_kv_async",
+        ],
+        "truncate_for_remote_decode" => &["num_prompt_tokens", "max_tokens", "truncated", "has_mamba"],
+        "receive_zero_ranges" => &["local_blocks", "tokens_per_block", "block_size_ratio", "remote_kernel_len"],
+        "uncovered_token_ranges" => &["local_blocks", "first_block_index", "tokens_per_block", "held_tokens", "written"],
+        "mamba_descriptor_ids" => &["ids", "num_logical_blocks", "num_regions", "descs_per_region", "first_id"],
+        "crc32c" => &["hex"],
+        "metadata_roundtrip" => &["model", "engine", "layout"],
+        "metadata_decode" => &["hex"],
+        "handshake_validate" => &["local", "remote"],
+        "transfer_plan" => &["model", "prefill", "decode", "decode_rank", "groups"],
         _ => return None,
     })
+}
+
+fn bool_or(m: &BTreeMap<String, Json>, k: &str, default: bool) -> CaseResult<bool> {
+    if m.contains_key(k) {
+        bool_of(m, k)
+    } else {
+        Ok(default)
+    }
+}
+
+fn obj_field<'j>(m: &'j BTreeMap<String, Json>, k: &str) -> CaseResult<&'j BTreeMap<String, Json>> {
+    obj(field(m, k)?)
+}
+
+fn hex_decode(s: &str) -> CaseResult<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return Err(format!("hex of odd length {}", s.len()));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("hex {:?}: {e}", &s[i..i + 2])))
+        .collect()
+}
+
+fn hex_encode(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn obj_of(pairs: Vec<(&str, Json)>) -> Json {
+    Json::Obj(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+fn zero_ranges_json(z: &[ZeroRange]) -> Json {
+    Json::Arr(
+        z.iter()
+            .map(|r| obj_of(vec![("block", u(r.block)), ("token_begin", u(r.token_begin)), ("token_end", u(r.token_end))]))
+            .collect(),
+    )
+}
+
+fn cache_mode_name(m: MambaCacheMode) -> CaseResult<&'static str> {
+    match m {
+        MambaCacheMode::None => Ok("none"),
+        MambaCacheMode::Align => Ok("align"),
+        MambaCacheMode::All => Ok("all"),
+        other => Err(format!("library reported unknown cache mode {other:?}")),
+    }
+}
+
+const TRIM_KEYS: [&str; 11] = [
+    "kind",
+    "cache_mode",
+    "local_blocks",
+    "remote_blocks",
+    "local_tokens_per_block",
+    "remote_tokens_per_block",
+    "remote_computed_tokens",
+    "local_hit_tokens",
+    "sliding_window",
+    "local_first_block",
+    "remote_first_block",
+];
+
+/// A trim object (the `trim_group` input keys) -> GroupTrimInput.
+fn trim_input(m: &BTreeMap<String, Json>) -> CaseResult<GroupTrimInput> {
+    Ok(GroupTrimInput {
+        kind: kind_of(m, "kind")?,
+        cache_mode: cache_mode_of(str_or(m, "cache_mode", "none")?)?,
+        local_blocks: u64s(field(m, "local_blocks")?)?,
+        remote_blocks: u64s(field(m, "remote_blocks")?)?,
+        local_tokens_per_block: u64_or(m, "local_tokens_per_block", 0)?,
+        remote_tokens_per_block: u64_or(m, "remote_tokens_per_block", 0)?,
+        remote_computed_tokens: u64_or(m, "remote_computed_tokens", 0)?,
+        local_hit_tokens: u64_or(m, "local_hit_tokens", 0)?,
+        sliding_window: u64_or(m, "sliding_window", 0)?,
+        local_first_block: if m.contains_key("local_first_block") { Some(u64_of(m, "local_first_block")?) } else { None },
+        remote_first_block: u64_or(m, "remote_first_block", 0)?,
+    })
+}
+
+/// A `layout` object -> EngineLayout (defaults of pdkv_engine_layout_init).
+fn layout_of(v: Option<&Json>) -> CaseResult<EngineLayout> {
+    let mut l = EngineLayout::default();
+    let Some(v) = v else { return Ok(l) };
+    let m = obj(v)?;
+    check_keys(
+        "layout",
+        m,
+        &["engine_id", "tp_rank", "num_logical_blocks", "num_regions", "base", "region_bases", "kv_layout", "prefix_caching"],
+    )?;
+    if m.contains_key("engine_id") {
+        l.engine_id = str_of(m, "engine_id")?.to_owned();
+    }
+    l.tp_rank = u32_or(m, "tp_rank", l.tp_rank)?;
+    l.num_logical_blocks = u64_or(m, "num_logical_blocks", l.num_logical_blocks)?;
+    l.num_regions = u32_or(m, "num_regions", l.num_regions)?;
+    l.base = u64_or(m, "base", l.base)?;
+    if let Some(b) = m.get("region_bases") {
+        l.region_bases = u64s(b)?;
+    }
+    l.kv_layout = match str_or(m, "kv_layout", "HND")? {
+        "HND" => KvLayout::Hnd,
+        "NHD" => KvLayout::Nhd,
+        other => return Err(format!("layout: unknown kv_layout {other:?}")),
+    };
+    l.prefix_caching = match int_or(m, "prefix_caching", -1)? {
+        -1 => None,
+        0 => Some(false),
+        1 => Some(true),
+        other => return Err(format!("layout: prefix_caching {other} is not -1/0/1")),
+    };
+    Ok(l)
+}
+
+/// The `metadata_roundtrip` / `metadata_decode` output of a metadata (without `hex`).
+fn metadata_output(md: &EngineMetadata, encoded: &[u8]) -> CaseResult<Result<Vec<(&'static str, Json)>, Error>> {
+    let i = match md.info() {
+        Ok(i) => i,
+        Err(e) => return Ok(Err(e)),
+    };
+    let regions = match md.regions() {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e)),
+    };
+    let conv = match md.conv_projection_bytes() {
+        Ok(c) => c.to_vec(),
+        Err(e) => return Ok(Err(e)),
+    };
+    let payload_crc = match crc32c(encoded.get(16..).unwrap_or(&[])) {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(e)),
+    };
+    let kv = match i.kv_layout {
+        KvLayout::Hnd => "HND",
+        KvLayout::Nhd => "NHD",
+        other => return Err(format!("unknown kv layout {other:?}")),
+    };
+    let conv_layout = match i.conv_layout {
+        ConvLayout::Ds => "DS",
+        ConvLayout::Sd => "SD",
+        other => return Err(format!("unknown conv layout {other:?}")),
+    };
+    let regions = regions
+        .iter()
+        .map(|r| {
+            let kind = match r.kind {
+                RegionKind::Attention => "attention",
+                RegionKind::Mamba => "mamba",
+                other => return Err(format!("unknown region kind {other:?}")),
+            };
+            Ok(obj_of(vec![
+                ("base", u(r.base)),
+                ("block_len", u(r.block_len)),
+                ("num_blocks", u(r.num_blocks)),
+                ("kind", Json::Str(kind.into())),
+                ("layer", Json::Int(r.layer as i64)),
+            ]))
+        })
+        .collect::<CaseResult<Vec<_>>>()?;
+    Ok(Ok(vec![
+        ("engine_id", Json::Str(i.engine_id)),
+        ("tp_size", Json::Int(i.tp_size as i64)),
+        ("tp_rank", Json::Int(i.tp_rank as i64)),
+        ("kv_layout", Json::Str(kv.into())),
+        ("conv_layout", Json::Str(conv_layout.into())),
+        ("logical_block_size", Json::Int(i.logical_block_size as i64)),
+        ("kernel_block_size", Json::Int(i.kernel_block_size as i64)),
+        ("physical_blocks_per_logical", Json::Int(i.physical_blocks_per_logical as i64)),
+        ("num_kernel_blocks", u(i.num_kernel_blocks)),
+        ("regions", Json::Arr(regions)),
+        ("mamba_type", Json::Str(i.mamba_type.name().into())),
+        ("conv_bytes", u(i.conv_bytes)),
+        ("ssm_bytes", u(i.ssm_bytes)),
+        ("conv_projection_bytes", u64_arr(&conv)),
+        ("attention_bytes_per_token", u(i.attention_bytes_per_token)),
+        ("use_mla", Json::Bool(i.use_mla)),
+        ("total_kv_heads", Json::Int(i.total_kv_heads as i64)),
+        ("prefix_caching", Json::Bool(i.prefix_caching)),
+        ("cache_mode", Json::Str(cache_mode_name(i.cache_mode)?.into())),
+        ("model_fingerprint", Json::Int(i.model_fingerprint as i64)),
+        ("encoded_length", Json::Int(encoded.len() as i64)),
+        ("payload_crc32c", Json::Int(payload_crc as i64)),
+    ]))
+}
+
+/// `{model, engine, layout}` -> metadata (handshake_validate sides).
+fn side_metadata(m: &BTreeMap<String, Json>) -> CaseResult<Result<EngineMetadata, Error>> {
+    check_keys("side", m, &["model", "engine", "layout"])?;
+    let model = match Model::from_preset(str_of(m, "model")?) {
+        Ok(x) => x,
+        Err(e) => return Ok(Err(e)),
+    };
+    let cfg = match engine(field(m, "engine")?)? {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(e)),
+    };
+    Ok(EngineMetadata::from_model(&model, &cfg, &layout_of(m.get("layout"))?))
 }
 
 fn u(v: u64) -> Json {
@@ -625,6 +857,249 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             ));
             out(vec![("num_blocks", u(g.num_blocks)), ("hash_blocks_per_block", u(g.hash_blocks_per_block))])
         }
+        "trim_group" => {
+            let t = lib!(GroupTrim::new(&trim_input(input)?));
+            let (kind, tokens) = lib!(t.summary());
+            let runs = lib!(t.runs())
+                .iter()
+                .map(|r| {
+                    obj_of(vec![
+                        ("local_block", u(r.local_block)),
+                        ("local_token_begin", u(r.local_token_begin)),
+                        ("remote_block", u(r.remote_block)),
+                        ("remote_token_begin", u(r.remote_token_begin)),
+                        ("num_tokens", u(r.num_tokens)),
+                    ])
+                })
+                .collect();
+            let states = lib!(t.states())
+                .iter()
+                .map(|p| obj_of(vec![("local_block", u(p.local_block)), ("remote_block", u(p.remote_block)), ("tokens", u(p.tokens))]))
+                .collect();
+            out(vec![
+                ("kind", Json::Str(kind.name().into())),
+                ("transferred_tokens", u(tokens)),
+                ("runs", Json::Arr(runs)),
+                ("states", Json::Arr(states)),
+                ("zero_ranges", zero_ranges_json(lib!(t.zero_ranges()))),
+                ("unfilled_states", u64_arr(lib!(t.unfilled_states()))),
+            ])
+        }
+        "mamba_aligned_split_v0604" => {
+            let n = lib!(mamba_aligned_split_v0604(&AlignedSplitV0604Input {
+                num_computed_tokens: u64_or(input, "num_computed_tokens", 0)?,
+                num_new_local_computed_tokens: u64_or(input, "num_new_local_computed_tokens", 0)?,
+                num_external_computed_tokens: u64_or(input, "num_external_computed_tokens", 0)?,
+                num_new_tokens: u64_or(input, "num_new_tokens", 0)?,
+                num_prompt_tokens: u64_or(input, "num_prompt_tokens", 0)?,
+                num_tokens: u64_or(input, "num_tokens", 0)?,
+                block_size: u64_or(input, "block_size", 0)?,
+                use_eagle: bool_or(input, "use_eagle", false)?,
+                load_kv_async: bool_or(input, "load_kv_async", false)?,
+            }));
+            out(vec![("num_new_tokens", u(n))])
+        }
+        "mamba_aligned_split" => {
+            let n = lib!(mamba_aligned_split(&AlignedSplitInput {
+                start: u64_or(input, "start", 0)?,
+                num_new_tokens: u64_or(input, "num_new_tokens", 0)?,
+                num_prompt_tokens: u64_or(input, "num_prompt_tokens", 0)?,
+                num_tokens: u64_or(input, "num_tokens", 0)?,
+                block_size: u64_or(input, "block_size", 0)?,
+                floor_unit: u64_or(input, "floor_unit", 0)?,
+                tail_hash_block_size: u64_or(input, "tail_hash_block_size", 0)?,
+                shared_prefix_tokens: u64_or(input, "shared_prefix_tokens", 0)?,
+                max_num_scheduled_tokens: u64_or(input, "max_num_scheduled_tokens", 0)?,
+                long_prefill_token_threshold: u64_or(input, "long_prefill_token_threshold", 0)?,
+                use_eagle: bool_or(input, "use_eagle", false)?,
+                load_kv_async: bool_or(input, "load_kv_async", false)?,
+            }));
+            out(vec![("num_new_tokens", u(n))])
+        }
+        "truncate_for_remote_decode" => {
+            let r = lib!(truncate_for_remote_decode(
+                &RemoteDecodePrefill {
+                    num_prompt_tokens: u64_of(input, "num_prompt_tokens")?,
+                    max_tokens: u64_of(input, "max_tokens")?,
+                    truncated: bool_or(input, "truncated", false)?,
+                },
+                bool_of(input, "has_mamba")?
+            ));
+            out(vec![
+                ("num_prompt_tokens", u(r.num_prompt_tokens)),
+                ("max_tokens", u(r.max_tokens)),
+                ("truncated", Json::Bool(r.truncated)),
+            ])
+        }
+        "receive_zero_ranges" => {
+            let z = lib!(receive_zero_ranges(
+                &u64s(field(input, "local_blocks")?)?,
+                u64_of(input, "tokens_per_block")?,
+                u64_of(input, "block_size_ratio")?,
+                u64_of(input, "remote_kernel_len")?
+            ));
+            out(vec![("zero_ranges", zero_ranges_json(&z))])
+        }
+        "uncovered_token_ranges" => {
+            let written = match field(input, "written")? {
+                Json::Arr(v) => v
+                    .iter()
+                    .map(|w| {
+                        let w = obj(w)?;
+                        check_keys("written[]", w, &["begin", "end"])?;
+                        Ok(TokenInterval { begin: u64_of(w, "begin")?, end: u64_of(w, "end")? })
+                    })
+                    .collect::<CaseResult<Vec<_>>>()?,
+                other => return Err(format!("written: expected an array, got {other:?}")),
+            };
+            let z = lib!(uncovered_token_ranges(
+                &u64s(field(input, "local_blocks")?)?,
+                u64_of(input, "first_block_index")?,
+                u64_of(input, "tokens_per_block")?,
+                u64_of(input, "held_tokens")?,
+                &written
+            ));
+            out(vec![("zero_ranges", zero_ranges_json(&z))])
+        }
+        "mamba_descriptor_ids" => {
+            let ids = lib!(mamba_descriptor_ids(
+                &u64s(field(input, "ids")?)?,
+                u64_of(input, "num_logical_blocks")?,
+                u64_of(input, "num_regions")?,
+                u64_of(input, "descs_per_region")?,
+                u64_of(input, "first_id")?
+            ));
+            out(vec![("ids", u64_arr(&ids))])
+        }
+        "crc32c" => {
+            let c = lib!(crc32c(&hex_decode(str_of(input, "hex")?)?));
+            out(vec![("crc32c", Json::Int(c as i64))])
+        }
+        "metadata_roundtrip" => {
+            let model = lib!(Model::from_preset(str_of(input, "model")?));
+            let cfg = lib!(engine(field(input, "engine")?)?);
+            let md = lib!(EngineMetadata::from_model(&model, &cfg, &layout_of(input.get("layout"))?));
+            let bytes = lib!(md.encode_bytes());
+            if lib!(md.encode()) != bytes {
+                return Err("encode (caller buffer) and encode_bytes disagree".into());
+            }
+            let back = lib!(EngineMetadata::decode(&bytes));
+            if back != md {
+                return Err("decoded metadata is not equal to the original".into());
+            }
+            let mut pairs = lib!(metadata_output(&back, &bytes)?);
+            pairs.push(("hex", Json::Str(hex_encode(&bytes))));
+            out(pairs)
+        }
+        "metadata_decode" => {
+            let bytes = hex_decode(str_of(input, "hex")?)?;
+            let md = lib!(EngineMetadata::decode(&bytes));
+            out(lib!(metadata_output(&md, &bytes)?))
+        }
+        "handshake_validate" => {
+            let local = lib!(side_metadata(obj_field(input, "local")?)?);
+            let remote = lib!(side_metadata(obj_field(input, "remote")?)?);
+            let items = lib!(handshake_validate(&local, &remote))
+                .into_iter()
+                .map(|i| obj_of(vec![("status", Json::Str(i.status.name().into())), ("field", Json::Str(i.field))]))
+                .collect();
+            let compatible = handshake_require_compatible(&local, &remote).is_ok();
+            out(vec![("items", Json::Arr(items)), ("compatible", Json::Bool(compatible))])
+        }
+        "transfer_plan" => {
+            let model = lib!(Model::from_preset(str_of(input, "model")?));
+            let (pre, dec) = (obj_field(input, "prefill")?, obj_field(input, "decode")?);
+            check_keys("prefill", pre, &["engine", "layout"])?;
+            check_keys("decode", dec, &["engine", "layout"])?;
+            let p_cfg = lib!(engine(field(pre, "engine")?)?);
+            let d_cfg = lib!(engine(field(dec, "engine")?)?);
+            let d_rank = u32_of(input, "decode_rank")?;
+            let p_layout = layout_of(pre.get("layout"))?;
+            let d_layout = EngineLayout { tp_rank: d_rank, ..layout_of(dec.get("layout"))? };
+            let mut p_meta = Vec::new();
+            for r in 0..p_cfg.tp_size {
+                let l = EngineLayout { tp_rank: r, ..p_layout.clone() };
+                p_meta.push(lib!(EngineMetadata::from_model(&model, &p_cfg, &l)));
+            }
+            let d_meta = lib!(EngineMetadata::from_model(&model, &d_cfg, &d_layout));
+            let pg = lib!(Geometry::new(&model, &p_cfg));
+            let dg = lib!(Geometry::new(&model, &d_cfg));
+            let groups = match field(input, "groups")? {
+                Json::Arr(v) => v
+                    .iter()
+                    .map(|g| {
+                        let g = obj(g)?;
+                        let mut allowed = TRIM_KEYS.to_vec();
+                        allowed.push("regions");
+                        check_keys("groups[]", g, &allowed)?;
+                        let regions = match g.get("regions") {
+                            Some(r) => u64s(r)?
+                                .into_iter()
+                                .map(|x| u32::try_from(x).map_err(|_| format!("region {x} does not fit u32")))
+                                .collect::<CaseResult<Vec<_>>>()?,
+                            None => Vec::new(),
+                        };
+                        Ok(PlanGroup { trim: trim_input(g)?, regions })
+                    })
+                    .collect::<CaseResult<Vec<_>>>()?,
+                other => return Err(format!("groups: expected an array, got {other:?}")),
+            };
+            let refs: Vec<&EngineMetadata> = p_meta.iter().collect();
+            let ctx = lib!(PlanContext::new(&PlanContextParams::new(&d_meta, &refs).geometries(&dg, &pg)));
+            let plan = lib!(TransferPlan::compile(&ctx, &groups));
+            lib!(plan.validate(&ctx, &groups));
+            let i = lib!(plan.info());
+            let mut reads = Vec::new();
+            let mut rank_bytes = Vec::new();
+            for p in 0..i.p_tp {
+                let (r, bytes) = lib!(plan.rank_reads(p));
+                if r.iter().map(|x| x.length).sum::<u64>() != bytes {
+                    return Err(format!("rank_reads({p}): bytes {bytes} differ from the sum of lengths"));
+                }
+                let mut r = r.to_vec();
+                r.sort_by_key(|x| (x.local_region, x.local_offset));
+                reads.push(Json::Arr(
+                    r.iter()
+                        .map(|x| {
+                            obj_of(vec![
+                                ("local_region", Json::Int(x.local_region as i64)),
+                                ("local_offset", u(x.local_offset)),
+                                ("remote_region", Json::Int(x.remote_region as i64)),
+                                ("remote_offset", u(x.remote_offset)),
+                                ("length", u(x.length)),
+                            ])
+                        })
+                        .collect(),
+                ));
+                rank_bytes.push(u(bytes));
+            }
+            let mut zero_groups = Vec::new();
+            for g in 0..i.num_groups {
+                let z = lib!(plan.group_zero(g));
+                zero_groups.push(obj_of(vec![
+                    ("kind", Json::Str(z.kind.name().into())),
+                    ("regions", ranks(z.regions)),
+                    ("zero_ranges", zero_ranges_json(z.zero)),
+                    ("unfilled_states", u64_arr(z.unfilled_states)),
+                ]));
+            }
+            out(vec![
+                ("d_tp", Json::Int(i.d_tp as i64)),
+                ("p_tp", Json::Int(i.p_tp as i64)),
+                ("read_ranks", ranks(lib!(plan.read_ranks()))),
+                ("notify_ranks", ranks(lib!(plan.notify_ranks()))),
+                ("notifications_per_p_rank", Json::Int(i.notifications_per_p_rank as i64)),
+                ("reads", Json::Arr(reads)),
+                ("rank_bytes", Json::Arr(rank_bytes)),
+                ("groups", Json::Arr(zero_groups)),
+                ("pieces_before_coalescing", u(i.pieces_before_coalescing)),
+                ("pieces_after_coalescing", u(i.pieces_after_coalescing)),
+                ("bytes", u(i.bytes)),
+                ("attention_bytes", u(i.attention_bytes)),
+                ("mamba_bytes", u(i.mamba_bytes)),
+                ("empty", Json::Bool(i.empty)),
+            ])
+        }
         other => return Err(format!("unknown op {other:?}: this runner cannot execute it")),
     })
 }
@@ -755,4 +1230,67 @@ fn runner_detects_mismatches_and_unknown_ops() {
     assert!(run_case(&case(r#"{"name":"st","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_OVERFLOW","message_contains":[]}}"#)).is_err());
     assert!(run_case(&case(r#"{"name":"msg","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}}"#)).is_err());
     assert!(run_case(&case(r#"{"name":"err","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["2","3"]}}"#)).is_ok());
+}
+
+/// Until vectors exist for every op, the handlers of the newer ops are exercised here: each
+/// must run, produce its complete key set, and agree with itself across ops.
+#[test]
+fn newer_op_handlers_are_consistent() {
+    let run = |op: &str, input: &str| -> BTreeMap<String, Json> {
+        let input = Parser::parse(input).unwrap();
+        match execute(op, obj(&input).unwrap()).unwrap_or_else(|e| panic!("{op}: {e}")) {
+            Outcome::Output(Json::Obj(m)) => m,
+            Outcome::Output(other) => panic!("{op}: {other:?}"),
+            Outcome::Failed(e) => panic!("{op}: {e}"),
+        }
+    };
+    assert_eq!(run("crc32c", r#"{"hex": "313233343536373839"}"#)["crc32c"], Json::Int(0xE306_9283));
+    let rt = run(
+        "metadata_roundtrip",
+        r#"{"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}, "layout": {"engine_id": "d", "tp_rank": 1, "num_regions": 6}}"#,
+    );
+    assert_eq!(rt.len(), 23, "{:?}", rt.keys());
+    let Json::Str(hex) = &rt["hex"] else { panic!("hex") };
+    let dec = run("metadata_decode", &format!(r#"{{"hex": "{hex}"}}"#));
+    let mut rt_no_hex = rt.clone();
+    rt_no_hex.remove("hex");
+    assert_eq!(compare("decode", &Json::Obj(rt_no_hex), &Json::Obj(dec)), None);
+    let err = execute("metadata_decode", obj(&Parser::parse(r#"{"hex": "00"}"#).unwrap()).unwrap()).unwrap();
+    assert!(matches!(err, Outcome::Failed(e) if e.status() == Status::Parse));
+    let hs = run(
+        "handshake_validate",
+        r#"{"local": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}},
+            "remote": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 4}, "layout": {"kv_layout": "NHD"}}}"#,
+    );
+    assert_eq!(hs["compatible"], Json::Bool(false));
+    let trim = run(
+        "trim_group",
+        r#"{"kind": "attention", "local_blocks": [6, 7, 8, 9], "remote_blocks": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+            "local_tokens_per_block": 16, "remote_tokens_per_block": 16, "remote_computed_tokens": 160, "local_hit_tokens": 96}"#,
+    );
+    assert_eq!(trim["transferred_tokens"], Json::Int(64));
+    let plan = run(
+        "transfer_plan",
+        r#"{"model": "nemotron-3-nano-30b", "decode_rank": 1,
+            "prefill": {"engine": {"tp_size": 4}, "layout": {"num_regions": 6}},
+            "decode": {"engine": {"tp_size": 2}, "layout": {"num_regions": 6}},
+            "groups": [{"kind": "attention", "local_blocks": [10, 11], "remote_blocks": [20, 21, 22], "remote_computed_tokens": 3000},
+                       {"kind": "mamba", "local_blocks": [40], "remote_blocks": [50], "remote_computed_tokens": 3000}]}"#,
+    );
+    assert_eq!(plan.len(), 14);
+    assert_eq!(plan["read_ranks"], Json::Arr(vec![Json::Int(2), Json::Int(3)]));
+    let Json::Arr(rb) = &plan["rank_bytes"] else { panic!("rank_bytes") };
+    let sum: i64 = rb.iter().map(|b| if let Json::Int(i) = b { *i } else { 0 }).sum();
+    assert_eq!(plan["bytes"], Json::Int(sum));
+    let t = run("truncate_for_remote_decode", r#"{"num_prompt_tokens": 100, "max_tokens": 5, "has_mamba": true}"#);
+    assert_eq!(t["num_prompt_tokens"], Json::Int(99));
+    let z = run("receive_zero_ranges", r#"{"local_blocks": [11, 12, 13], "tokens_per_block": 64, "block_size_ratio": 4, "remote_kernel_len": 6}"#);
+    assert_eq!(Json::Obj(z.clone()), Parser::parse(r#"{"zero_ranges": [{"block": 12, "token_begin": 32, "token_end": 64}, {"block": 13, "token_begin": 0, "token_end": 64}]}"#).unwrap());
+    let u = run("uncovered_token_ranges", r#"{"local_blocks": [5, 6, 7], "first_block_index": 2, "tokens_per_block": 16, "held_tokens": 32, "written": [{"begin": 32, "end": 70}]}"#);
+    assert_eq!(u["zero_ranges"], Parser::parse(r#"[{"block": 7, "token_begin": 6, "token_end": 16}]"#).unwrap());
+    let m = run("mamba_descriptor_ids", r#"{"ids": [3], "num_logical_blocks": 10, "num_regions": 2, "descs_per_region": 4, "first_id": 1000}"#);
+    let Json::Arr(ids) = &m["ids"] else { panic!("ids") };
+    assert_eq!(ids.len(), 8);
+    run("mamba_aligned_split_v0604", r#"{"num_new_tokens": 1000, "num_prompt_tokens": 5000, "num_tokens": 5000, "block_size": 512}"#);
+    run("mamba_aligned_split", r#"{"num_new_tokens": 1000, "num_prompt_tokens": 5000, "num_tokens": 5000, "block_size": 512}"#);
 }
