@@ -43,10 +43,9 @@ fi
 
 if [ -f go/go.mod ]; then
   stage "Go bindings (go vet, go test)"
-  (cd go && CGO_CFLAGS="-I$ROOT/capi/include" CGO_LDFLAGS="-L$ROOT/build/release/capi -lpdkv" \
-     GOFLAGS=-mod=mod GOPROXY=off go vet ./... \
-   && CGO_CFLAGS="-I$ROOT/capi/include" CGO_LDFLAGS="-L$ROOT/build/release/capi -lpdkv" \
-     GOFLAGS=-mod=mod GOPROXY=off go test ./...)
+  (cd go && export CGO_CFLAGS="-I$ROOT/capi/include" CGO_LDFLAGS="-L$ROOT/build/release/capi -lpdkv" \
+     GOFLAGS=-mod=mod GOPROXY=off \
+   && go vet ./... && go test ./... && go run ./examples/explain >/dev/null)
 fi
 
 if [ -d python/pdkv ]; then

@@ -1,6 +1,7 @@
 // Command explain describes a prefill/decode (P/D) deployment of a preset model through the
 // pdkv Go bindings: the geometry of each side, which P ranks every D rank handshakes with and
-// reads attention KV and Mamba state from, and the byte-exact Mamba reads.
+// reads attention KV and Mamba state from, the byte-exact Mamba reads, and the compiled,
+// validated transfer plan of one request (a 3000-token prompt, no prefix hit on D) per D rank.
 //
 // Usage: go run ./examples/explain [preset [p_tp d_tp]]
 // (default: nemotron-3-nano-30b, P TP4 -> D TP2; cgo flags as documented in package pdkv).
@@ -86,6 +87,130 @@ func main() {
 
 	for rank := uint32(0); rank < dTp; rank++ {
 		explainRank(model, desc, pg, dg, pTp, dTp, rank)
+	}
+	compilePlans(model, pg, dg, pTp, dTp, 3000)
+}
+
+// metadataFor builds the handshake metadata of one rank with `regions` registered regions.
+func metadataFor(model *pdkv.Model, tp, rank uint32, id string, base uint64, regions uint32) *pdkv.EngineMetadata {
+	cfg := pdkv.DefaultEngineConfig()
+	cfg.TpSize = tp
+	layout := pdkv.DefaultEngineLayout()
+	layout.EngineID, layout.TpRank, layout.NumRegions, layout.Base = id, rank, regions, base
+	md, err := pdkv.EngineMetadataFromModel(model, cfg, layout)
+	if err != nil {
+		fail("metadata", err)
+	}
+	return md
+}
+
+// blockRange returns ids first, first+1, ... covering tokens at blockSize tokens per block.
+func blockRange(first, tokens, blockSize uint64) []uint64 {
+	var ids []uint64
+	for i := uint64(0); i*blockSize < tokens; i++ {
+		ids = append(ids, first+i)
+	}
+	return ids
+}
+
+// compilePlans validates the handshake and compiles one request's plan for every D rank.
+func compilePlans(model *pdkv.Model, pg, dg *pdkv.Geometry, pTp, dTp uint32, tokens uint64) {
+	nAttn, nMamba, err := model.LayerCounts()
+	if err != nil {
+		fail("layer counts", err)
+	}
+	// HMA: one region per layer of a group; the group size is the attention layer count.
+	regions := nAttn
+	if regions == 0 {
+		regions = 1
+	}
+	var pMeta []*pdkv.EngineMetadata
+	for r := uint32(0); r < pTp; r++ {
+		md := metadataFor(model, pTp, r, "prefill", (2+uint64(r))<<40, regions)
+		defer md.Close()
+		pMeta = append(pMeta, md)
+	}
+	items, err := pdkv.HandshakeValidateEngineRanks(pMeta)
+	if err != nil {
+		fail("validate P ranks", err)
+	}
+	for _, it := range items {
+		fmt.Printf("P ranks disagree: %s\n", it.Text)
+	}
+	pInfo, err := pMeta[0].Info()
+	if err != nil {
+		fail("metadata info", err)
+	}
+	dInfo, err := dg.Info()
+	if err != nil {
+		fail("geometry info", err)
+	}
+	remote := blockRange(20, tokens, uint64(pInfo.KernelBlockSize))
+	local := blockRange(10, tokens, dInfo.KernelBlockSize)
+	fmt.Printf("\nTransfer plan for one %d-token prompt (P blocks %v, D blocks %v):\n", tokens, remote, local)
+	groups := []pdkv.PlanGroup{{Trim: pdkv.GroupTrimInput{Kind: pdkv.GroupAttention, LocalBlocks: local, RemoteBlocks: remote, RemoteComputedTokens: tokens}}}
+	// Mamba layers form ceil(nMamba / regions) groups; the last may use fewer regions.
+	for g := uint32(0); g*regions < nMamba; g++ {
+		group := pdkv.PlanGroup{Trim: pdkv.GroupTrimInput{Kind: pdkv.GroupMamba, LocalBlocks: []uint64{40 + uint64(g)},
+			RemoteBlocks: []uint64{50 + uint64(g)}, RemoteComputedTokens: tokens}}
+		if used := nMamba - g*regions; used < regions {
+			for r := uint32(0); r < used; r++ {
+				group.Regions = append(group.Regions, r)
+			}
+		}
+		groups = append(groups, group)
+	}
+	for rank := uint32(0); rank < dTp; rank++ {
+		dMeta := metadataFor(model, dTp, rank, "decode", 1<<40, regions)
+		defer dMeta.Close()
+		if err := pdkv.HandshakeRequireCompatible(dMeta, pMeta[0]); err != nil {
+			fail("handshake", err)
+		}
+		ctx, err := pdkv.NewPlanContext(pdkv.PlanContextParams{Local: dMeta, Remote: pMeta, LocalGeometry: dg, RemoteGeometry: pg})
+		if err != nil {
+			fail("plan context", err)
+		}
+		defer ctx.Close()
+		plan, err := ctx.Compile(groups)
+		if err != nil {
+			fail("compile", err)
+		}
+		defer plan.Close()
+		if err := plan.Validate(ctx, groups); err != nil {
+			fail("validate", err)
+		}
+		info, err := plan.Info()
+		if err != nil {
+			fail("plan info", err)
+		}
+		readRanks, err := plan.ReadRanks()
+		if err != nil {
+			fail("read ranks", err)
+		}
+		notify, err := plan.NotifyRanks()
+		if err != nil {
+			fail("notify ranks", err)
+		}
+		fmt.Printf("  D rank %d: reads from P %v, notifies %v; %d B (%d attention + %d Mamba), %d pieces -> %d reads\n",
+			rank, readRanks, notify, info.Bytes, info.AttentionBytes, info.MambaBytes, info.PiecesBeforeCoalescing, info.PiecesAfterCoalescing)
+		for _, p := range readRanks {
+			reads, bytes, err := plan.RankReads(p)
+			if err != nil {
+				fail("rank reads", err)
+			}
+			f := reads[0]
+			fmt.Printf("    P%d: %d reads, %d B; first: region %d +%d -> region %d +%d, %d B\n",
+				p, len(reads), bytes, f.RemoteRegion, f.RemoteOffset, f.LocalRegion, f.LocalOffset, f.Length)
+		}
+		for g := 0; g < info.NumGroups; g++ {
+			z, err := plan.GroupZero(g)
+			if err != nil {
+				fail("group zero", err)
+			}
+			if len(z.Zero) > 0 {
+				fmt.Printf("    group %d (%s): zero %d range(s), first %+v\n", g, z.Kind, len(z.Zero), z.Zero[0])
+			}
+		}
 	}
 }
 

@@ -1,0 +1,434 @@
+package pdkv
+
+/*
+#include <pdkv.h>
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// PlanContextParams are the inputs of a plan context: one D rank against the ranks of ONE P
+// engine.
+type PlanContextParams struct {
+	// Local is the D rank (reader).
+	Local *EngineMetadata
+	// Remote are the P ranks of one engine, any order (at least one).
+	Remote []*EngineMetadata
+	// LocalGeometry is D's geometry; required (with RemoteGeometry) when a group is Mamba.
+	LocalGeometry *Geometry
+	// RemoteGeometry is P's geometry; nil together with LocalGeometry for attention-only plans.
+	RemoteGeometry *Geometry
+	// Mapping, if non-nil, overrides the TP mapping derived from the metadata (it is copied).
+	Mapping *TpMapping
+}
+
+// PlanContext is everything about one (D rank, P engine) pair that does not change per
+// request; build it once after the handshake. Immutable.
+type PlanContext struct {
+	h handle[C.pdkv_plan_context_t]
+}
+
+// NewPlanContext builds a context (metadata, geometries and mapping are copied). Errors:
+// ErrNullPointer (nil Local or Remote element), ErrInvalidArgument (no remote ranks, remote
+// ranks with different TP sizes, only one geometry given), ErrTpNotDivisible,
+// ErrHeadsNotDivisible, ErrClosed.
+func NewPlanContext(params PlanContextParams) (*PlanContext, error) {
+	if params.Local == nil {
+		return nil, goErr(StatusNullPointer, "params.Local is nil")
+	}
+	var a cArena
+	defer a.free()
+	var cp C.pdkv_plan_context_params_t
+	cp.struct_size = C.size_t(unsafe.Sizeof(cp))
+	lp, err := params.Local.h.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer params.Local.h.release()
+	cp.local = lp
+	arr, release, err := acquireAll(&a, params.Remote, "params.Remote")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	cp.remote = arr
+	cp.num_remote = C.size_t(len(params.Remote))
+	if params.LocalGeometry != nil {
+		g, err := params.LocalGeometry.h.acquire()
+		if err != nil {
+			return nil, err
+		}
+		defer params.LocalGeometry.h.release()
+		cp.local_geometry = g
+	}
+	if params.RemoteGeometry != nil {
+		g, err := params.RemoteGeometry.h.acquire()
+		if err != nil {
+			return nil, err
+		}
+		defer params.RemoteGeometry.h.release()
+		cp.remote_geometry = g
+	}
+	if params.Mapping != nil {
+		m, err := params.Mapping.h.acquire()
+		if err != nil {
+			return nil, err
+		}
+		defer params.Mapping.h.release()
+		cp.mapping = m
+	}
+	var out *C.pdkv_plan_context_t
+	var cerr *C.pdkv_error_t
+	st := C.pdkv_plan_context_new(&cp, &out, &cerr)
+	runtime.KeepAlive(params.Local)
+	runtime.KeepAlive(params.Remote)
+	runtime.KeepAlive(params.LocalGeometry)
+	runtime.KeepAlive(params.RemoteGeometry)
+	runtime.KeepAlive(params.Mapping)
+	if err := check(st, cerr); err != nil {
+		return nil, err
+	}
+	c := &PlanContext{h: handle[C.pdkv_plan_context_t]{ptr: out, free: func(p *C.pdkv_plan_context_t) { C.pdkv_plan_context_free(p) }}}
+	runtime.SetFinalizer(c, func(c *PlanContext) { c.h.close() })
+	return c, nil
+}
+
+// Close frees the context. It is idempotent and waits for calls in flight.
+func (c *PlanContext) Close() error {
+	c.h.close()
+	runtime.SetFinalizer(c, nil)
+	return nil
+}
+
+// Mapping returns the context's TP mapping as a new handle (close it).
+func (c *PlanContext) Mapping() (*TpMapping, error) {
+	p, err := c.h.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer c.h.release()
+	var out *C.pdkv_tp_mapping_t
+	var cerr *C.pdkv_error_t
+	st := C.pdkv_plan_context_mapping(p, &out, &cerr)
+	runtime.KeepAlive(c)
+	if err := check(st, cerr); err != nil {
+		return nil, err
+	}
+	m := &TpMapping{h: handle[C.pdkv_tp_mapping_t]{ptr: out, free: func(p *C.pdkv_tp_mapping_t) { C.pdkv_tp_mapping_free(p) }}}
+	runtime.SetFinalizer(m, func(m *TpMapping) { m.h.close() })
+	return m, nil
+}
+
+// PlanGroup is one KV-cache group of a request.
+type PlanGroup struct {
+	// Trim holds the kind, blocks and tokens (tokens per block 0: from the metadata).
+	Trim GroupTrimInput
+	// Regions are the region indices of the group's layers; empty means all.
+	Regions []uint32
+}
+
+// cGroups builds the C group array (and everything it points to) in C memory.
+func cGroups(a *cArena, groups []PlanGroup) *C.pdkv_plan_group_t {
+	if len(groups) == 0 {
+		return nil
+	}
+	gp := (*C.pdkv_plan_group_t)(a.alloc(uintptr(len(groups)) * unsafe.Sizeof(C.pdkv_plan_group_t{})))
+	gs := unsafe.Slice(gp, len(groups))
+	for i := range groups {
+		trim := (*C.pdkv_group_trim_input_t)(a.alloc(unsafe.Sizeof(C.pdkv_group_trim_input_t{})))
+		groups[i].Trim.toC(a, trim)
+		gs[i].struct_size = C.size_t(unsafe.Sizeof(gs[i]))
+		gs[i].trim = trim
+		gs[i].regions = a.u32s(groups[i].Regions)
+		gs[i].num_regions = C.size_t(len(groups[i].Regions))
+	}
+	return gp
+}
+
+// PlanRead is one read: D's [LocalOffset, +Length) of LocalRegion receives P's
+// [RemoteOffset, +Length) of RemoteRegion; offsets are relative to the region bases.
+type PlanRead struct {
+	// LocalRegion is the D region index.
+	LocalRegion uint32
+	// LocalOffset is the offset in the D region.
+	LocalOffset uint64
+	// RemoteRegion is the P region index.
+	RemoteRegion uint32
+	// RemoteOffset is the offset in the P region.
+	RemoteOffset uint64
+	// Length is the number of bytes.
+	Length uint64
+}
+
+// TransferPlanInfo holds the scalars of a plan.
+type TransferPlanInfo struct {
+	// DRank is the reading D rank.
+	DRank uint32
+	// DTp is D's TP size.
+	DTp uint32
+	// PTp is P's TP size.
+	PTp uint32
+	// NumReadRanks is the P ranks with at least one read.
+	NumReadRanks int
+	// NumNotifyRanks is the P ranks notified.
+	NumNotifyRanks int
+	// NotificationsPerPRank is what each P rank waits for per request.
+	NotificationsPerPRank uint32
+	// NumGroups is the number of groups.
+	NumGroups int
+	// PiecesBeforeCoalescing is the number of pieces before coalescing.
+	PiecesBeforeCoalescing uint64
+	// PiecesAfterCoalescing is the number of reads after coalescing.
+	PiecesAfterCoalescing uint64
+	// Bytes is the total bytes moved.
+	Bytes uint64
+	// AttentionBytes is the attention part of Bytes.
+	AttentionBytes uint64
+	// MambaBytes is the Mamba part of Bytes.
+	MambaBytes uint64
+	// Empty is true when there is nothing to read (full prefix hit): notify only.
+	Empty bool
+}
+
+// PlanGroupZero is the receive-side work of one group.
+type PlanGroupZero struct {
+	// Kind is the group kind.
+	Kind GroupKind
+	// Regions are the resolved region indices to zero in.
+	Regions []uint32
+	// Zero are the D kernel block token ranges to zero.
+	Zero []ZeroRange
+	// UnfilledStates are Mamba slots never to publish as cache hits.
+	UnfilledStates []uint64
+}
+
+// TransferPlan is one request's compiled, validated transfer plan. Immutable.
+type TransferPlan struct {
+	h handle[C.pdkv_transfer_plan_t]
+}
+
+// Compile compiles and validates one request's plan: every D byte needed is written exactly
+// once and no read leaves a registered region. Errors: ErrInvalidArgument, ErrNotFound (a P
+// rank without metadata), ErrIncompatible, ErrCoverage (names region, offset, length),
+// ErrOutOfBounds, ErrOverflow, ErrClosed.
+func (c *PlanContext) Compile(groups []PlanGroup) (*TransferPlan, error) {
+	p, err := c.h.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer c.h.release()
+	var a cArena
+	defer a.free()
+	gp := cGroups(&a, groups)
+	var out *C.pdkv_transfer_plan_t
+	var cerr *C.pdkv_error_t
+	st := C.pdkv_transfer_plan_compile(p, gp, C.size_t(len(groups)), &out, &cerr)
+	runtime.KeepAlive(c)
+	if err := check(st, cerr); err != nil {
+		return nil, err
+	}
+	t := &TransferPlan{h: handle[C.pdkv_transfer_plan_t]{ptr: out, free: func(p *C.pdkv_transfer_plan_t) { C.pdkv_transfer_plan_free(p) }}}
+	runtime.SetFinalizer(t, func(t *TransferPlan) { t.h.close() })
+	return t, nil
+}
+
+// Close frees the plan. It is idempotent and waits for calls in flight.
+func (t *TransferPlan) Close() error {
+	t.h.close()
+	runtime.SetFinalizer(t, nil)
+	return nil
+}
+
+// Validate re-runs the coverage and bounds check of the plan against (ctx, groups), recomputing
+// the D bytes the groups need independently of the reads. Errors: ErrCoverage, ErrOutOfBounds,
+// the errors of trimming, ErrClosed.
+func (t *TransferPlan) Validate(ctx *PlanContext, groups []PlanGroup) error {
+	if ctx == nil {
+		return goErr(StatusNullPointer, "ctx is nil")
+	}
+	p, err := t.h.acquire()
+	if err != nil {
+		return err
+	}
+	defer t.h.release()
+	cp, err := ctx.h.acquire()
+	if err != nil {
+		return err
+	}
+	defer ctx.h.release()
+	var a cArena
+	defer a.free()
+	gp := cGroups(&a, groups)
+	var cerr *C.pdkv_error_t
+	st := C.pdkv_transfer_plan_validate(p, cp, gp, C.size_t(len(groups)), &cerr)
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(ctx)
+	return check(st, cerr)
+}
+
+// Info returns the plan's scalars.
+func (t *TransferPlan) Info() (TransferPlanInfo, error) {
+	p, err := t.h.acquire()
+	if err != nil {
+		return TransferPlanInfo{}, err
+	}
+	defer t.h.release()
+	var ci C.pdkv_transfer_plan_info_t
+	ci.struct_size = C.size_t(unsafe.Sizeof(ci))
+	var cerr *C.pdkv_error_t
+	st := C.pdkv_transfer_plan_get_info(p, &ci, &cerr)
+	runtime.KeepAlive(t)
+	if err := check(st, cerr); err != nil {
+		return TransferPlanInfo{}, err
+	}
+	return TransferPlanInfo{
+		DRank: uint32(ci.d_rank), DTp: uint32(ci.d_tp), PTp: uint32(ci.p_tp),
+		NumReadRanks: int(ci.num_read_ranks), NumNotifyRanks: int(ci.num_notify_ranks),
+		NotificationsPerPRank: uint32(ci.notifications_per_p_rank), NumGroups: int(ci.num_groups),
+		PiecesBeforeCoalescing: uint64(ci.pieces_before_coalescing), PiecesAfterCoalescing: uint64(ci.pieces_after_coalescing),
+		Bytes: uint64(ci.bytes), AttentionBytes: uint64(ci.attention_bytes), MambaBytes: uint64(ci.mamba_bytes),
+		Empty: ci.empty != 0,
+	}, nil
+}
+
+// ReadRanks returns the P ranks D reads from, ascending.
+func (t *TransferPlan) ReadRanks() ([]uint32, error) {
+	return t.ranks(func(p *C.pdkv_transfer_plan_t, r **C.uint32_t, n *C.size_t, e **C.pdkv_error_t) C.pdkv_status_t {
+		return C.pdkv_transfer_plan_read_ranks(p, r, n, e)
+	})
+}
+
+// NotifyRanks returns the P ranks D notifies after its reads (every handshake target), ascending.
+func (t *TransferPlan) NotifyRanks() ([]uint32, error) {
+	return t.ranks(func(p *C.pdkv_transfer_plan_t, r **C.uint32_t, n *C.size_t, e **C.pdkv_error_t) C.pdkv_status_t {
+		return C.pdkv_transfer_plan_notify_ranks(p, r, n, e)
+	})
+}
+
+// ranks runs one of the rank-list queries and copies the result.
+func (t *TransferPlan) ranks(call func(*C.pdkv_transfer_plan_t, **C.uint32_t, *C.size_t, **C.pdkv_error_t) C.pdkv_status_t) ([]uint32, error) {
+	p, err := t.h.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer t.h.release()
+	var r *C.uint32_t
+	var n C.size_t
+	var cerr *C.pdkv_error_t
+	if err := check(call(p, &r, &n, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	out := u32Slice(r, n)
+	runtime.KeepAlive(t)
+	return out, nil
+}
+
+// RankReads returns the reads D issues against P rank pRank, in issue order (empty for a rank
+// it does not read from), and their total length. Errors: ErrInvalidArgument (pRank >= P TP).
+func (t *TransferPlan) RankReads(pRank uint32) ([]PlanRead, uint64, error) {
+	p, err := t.h.acquire()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer t.h.release()
+	var r *C.pdkv_plan_read_t
+	var n C.size_t
+	var bytes C.uint64_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_transfer_plan_rank_reads(p, C.uint32_t(pRank), &r, &n, &bytes, &cerr), cerr); err != nil {
+		return nil, 0, err
+	}
+	out := make([]PlanRead, int(n))
+	if n > 0 {
+		for i, x := range unsafe.Slice(r, int(n)) {
+			out[i] = PlanRead{uint32(x.local_region), uint64(x.local_offset), uint32(x.remote_region), uint64(x.remote_offset), uint64(x.length)}
+		}
+	}
+	runtime.KeepAlive(t)
+	return out, uint64(bytes), nil
+}
+
+// GroupZero returns the receive-side work of group index (< Info().NumGroups). Errors:
+// ErrOutOfBounds (names index and count).
+func (t *TransferPlan) GroupZero(index int) (PlanGroupZero, error) {
+	if index < 0 {
+		return PlanGroupZero{}, goErr(StatusOutOfBounds, "group index %d is negative", index)
+	}
+	p, err := t.h.acquire()
+	if err != nil {
+		return PlanGroupZero{}, err
+	}
+	defer t.h.release()
+	var z C.pdkv_plan_group_zero_t
+	z.struct_size = C.size_t(unsafe.Sizeof(z))
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_transfer_plan_group_zero(p, C.size_t(index), &z, &cerr), cerr); err != nil {
+		return PlanGroupZero{}, err
+	}
+	out := PlanGroupZero{
+		Kind:           GroupKind(z.kind),
+		Regions:        u32Slice(z.regions, z.num_regions),
+		Zero:           zeroRanges(z.zero, z.num_zero),
+		UnfilledStates: u64Slice(z.unfilled_states, z.num_unfilled_states),
+	}
+	runtime.KeepAlive(t)
+	return out, nil
+}
+
+// JSON returns the plan's human-readable JSON dump (stable key order), from an owned library
+// string.
+func (t *TransferPlan) JSON() (string, error) {
+	p, err := t.h.acquire()
+	if err != nil {
+		return "", err
+	}
+	defer t.h.release()
+	var s *C.pdkv_string_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_transfer_plan_to_json_string(p, &s, &cerr), cerr); err != nil {
+		return "", err
+	}
+	defer C.pdkv_string_free(s)
+	var text *C.char
+	var n C.size_t
+	cerr = nil
+	if err := check(C.pdkv_string_text(s, &text, &n, &cerr), cerr); err != nil {
+		return "", err
+	}
+	out := C.GoStringN(text, C.int(n))
+	runtime.KeepAlive(t)
+	return out, nil
+}
+
+// AppendJSON appends the same JSON dump to dst, written by the library straight into Go memory
+// (the caller-buffer form of the C API).
+func (t *TransferPlan) AppendJSON(dst []byte) ([]byte, error) {
+	p, err := t.h.acquire()
+	if err != nil {
+		return dst, err
+	}
+	defer t.h.release()
+	var need C.size_t
+	var cerr *C.pdkv_error_t
+	st := C.pdkv_transfer_plan_to_json(p, nil, 0, &need, &cerr)
+	if st != C.PDKV_ERR_BUFFER_TOO_SMALL {
+		if err := check(st, cerr); err != nil {
+			return dst, err
+		}
+		return dst, nil
+	}
+	C.pdkv_error_free(cerr)
+	start := len(dst)
+	buf := append(dst, make([]byte, int(need)+1)...)
+	var n C.size_t
+	cerr = nil
+	st = C.pdkv_transfer_plan_to_json(p, (*C.char)(unsafe.Pointer(&buf[start])), need+1, &n, &cerr)
+	runtime.KeepAlive(t)
+	if err := check(st, cerr); err != nil {
+		return dst, err
+	}
+	return buf[:start+int(n)], nil
+}
