@@ -1,0 +1,571 @@
+package pdkv
+
+import (
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"testing"
+)
+
+// Runners for the issue #3 ops of docs/conformance.md (trimming, scheduler helpers, zeroing,
+// Mamba descriptor ids, CRC-32C, metadata, handshake and transfer plans).
+func init() {
+	for name, op := range map[string]opFunc{
+		"trim_group":                 opTrimGroup,
+		"mamba_aligned_split_v0604":  opAlignedSplitV0604,
+		"mamba_aligned_split":        opAlignedSplit,
+		"truncate_for_remote_decode": opTruncate,
+		"receive_zero_ranges":        opReceiveZeroRanges,
+		"uncovered_token_ranges":     opUncoveredTokenRanges,
+		"mamba_descriptor_ids":       opMambaDescriptorIDs,
+		"crc32c":                     opCRC32C,
+		"metadata_roundtrip":         opMetadataRoundtrip,
+		"metadata_decode":            opMetadataDecode,
+		"handshake_validate":         opHandshakeValidate,
+		"transfer_plan":              opTransferPlan,
+	} {
+		if _, dup := ops[name]; dup {
+			panic("duplicate op " + name)
+		}
+		ops[name] = op
+	}
+}
+
+// i64 reads a signed integer.
+func (o *in) i64(key string) int64 {
+	b := number(o.path+"."+key, o.raw(key))
+	if !b.IsInt64() {
+		panic(badVector{fmt.Sprintf("input %s.%s = %s does not fit int64", o.path, key, b)})
+	}
+	return b.Int64()
+}
+
+// trimInput reads the trim_group input keys.
+func trimInput(i *in) GroupTrimInput {
+	t := GroupTrimInput{
+		Kind:                 i.kind("kind"),
+		CacheMode:            i.cacheMode("cache_mode", "none"),
+		LocalBlocks:          i.u64s("local_blocks"),
+		RemoteBlocks:         i.u64s("remote_blocks"),
+		LocalTokensPerBlock:  i.u64Or("local_tokens_per_block", 0),
+		RemoteTokensPerBlock: i.u64Or("remote_tokens_per_block", 0),
+		RemoteComputedTokens: i.u64Or("remote_computed_tokens", 0),
+		LocalHitTokens:       i.u64Or("local_hit_tokens", 0),
+		SlidingWindow:        i.u64Or("sliding_window", 0),
+		RemoteFirstBlock:     i.u64Or("remote_first_block", 0),
+	}
+	if i.has("local_first_block") {
+		t.HasLocalFirstBlock, t.LocalFirstBlock = true, i.u64("local_first_block")
+	}
+	return t
+}
+
+func zeroOut(z []ZeroRange) []interface{} {
+	out := make([]interface{}, len(z))
+	for k, r := range z {
+		out[k] = out2{"block": r.Block, "token_begin": r.TokenBegin, "token_end": r.TokenEnd}
+	}
+	return out
+}
+
+// out2 is a nested output object.
+type out2 = map[string]interface{}
+
+func opTrimGroup(t *testing.T, i *in) (out, error) {
+	g, err := NewGroupTrim(trimInput(i))
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	kind, tokens, err := g.Summary()
+	if err != nil {
+		return nil, err
+	}
+	runs, err := g.Runs()
+	if err != nil {
+		return nil, err
+	}
+	states, err := g.States()
+	if err != nil {
+		return nil, err
+	}
+	zero, err := g.ZeroRanges()
+	if err != nil {
+		return nil, err
+	}
+	unfilled, err := g.UnfilledStates()
+	if err != nil {
+		return nil, err
+	}
+	ro := make([]interface{}, len(runs))
+	for k, r := range runs {
+		ro[k] = out2{"local_block": r.LocalBlock, "local_token_begin": r.LocalTokenBegin, "remote_block": r.RemoteBlock,
+			"remote_token_begin": r.RemoteTokenBegin, "num_tokens": r.NumTokens}
+	}
+	so := make([]interface{}, len(states))
+	for k, s := range states {
+		so[k] = out2{"local_block": s.LocalBlock, "remote_block": s.RemoteBlock, "tokens": s.Tokens}
+	}
+	return out{"kind": kind.String(), "transferred_tokens": tokens, "runs": ro, "states": so,
+		"zero_ranges": zeroOut(zero), "unfilled_states": unfilled}, nil
+}
+
+func opAlignedSplitV0604(t *testing.T, i *in) (out, error) {
+	n, err := MambaAlignedSplitV0604(AlignedSplitV0604Input{
+		NumComputedTokens: i.u64Or("num_computed_tokens", 0), NumNewLocalComputedTokens: i.u64Or("num_new_local_computed_tokens", 0),
+		NumExternalComputedTokens: i.u64Or("num_external_computed_tokens", 0), NumNewTokens: i.u64Or("num_new_tokens", 0),
+		NumPromptTokens: i.u64Or("num_prompt_tokens", 0), NumTokens: i.u64Or("num_tokens", 0), BlockSize: i.u64Or("block_size", 0),
+		UseEagle: i.boolOr("use_eagle", false), LoadKVAsync: i.boolOr("load_kv_async", false),
+	})
+	return out{"num_new_tokens": n}, err
+}
+
+func opAlignedSplit(t *testing.T, i *in) (out, error) {
+	n, err := MambaAlignedSplit(AlignedSplitInput{
+		Start: i.u64Or("start", 0), NumNewTokens: i.u64Or("num_new_tokens", 0), NumPromptTokens: i.u64Or("num_prompt_tokens", 0),
+		NumTokens: i.u64Or("num_tokens", 0), BlockSize: i.u64Or("block_size", 0), FloorUnit: i.u64Or("floor_unit", 0),
+		TailHashBlockSize: i.u64Or("tail_hash_block_size", 0), SharedPrefixTokens: i.u64Or("shared_prefix_tokens", 0),
+		MaxNumScheduledTokens: i.u64Or("max_num_scheduled_tokens", 0), LongPrefillTokenThreshold: i.u64Or("long_prefill_token_threshold", 0),
+		UseEagle: i.boolOr("use_eagle", false), LoadKVAsync: i.boolOr("load_kv_async", false),
+	})
+	return out{"num_new_tokens": n}, err
+}
+
+func opTruncate(t *testing.T, i *in) (out, error) {
+	r, err := TruncateForRemoteDecode(RemoteDecodePrefill{
+		NumPromptTokens: i.u64("num_prompt_tokens"), MaxTokens: i.u64("max_tokens"), Truncated: i.boolOr("truncated", false),
+	}, i.boolean("has_mamba"))
+	return out{"num_prompt_tokens": r.NumPromptTokens, "max_tokens": r.MaxTokens, "truncated": r.Truncated}, err
+}
+
+func opReceiveZeroRanges(t *testing.T, i *in) (out, error) {
+	z, err := ReceiveZeroRanges(i.u64s("local_blocks"), i.u64("tokens_per_block"), i.u64("block_size_ratio"), i.u64("remote_kernel_len"))
+	return out{"zero_ranges": zeroOut(z)}, err
+}
+
+func opUncoveredTokenRanges(t *testing.T, i *in) (out, error) {
+	var written []TokenInterval
+	for _, w := range i.objs("written") {
+		written = append(written, TokenInterval{Begin: w.u64("begin"), End: w.u64("end")})
+	}
+	z, err := UncoveredTokenRanges(i.u64s("local_blocks"), i.u64("first_block_index"), i.u64("tokens_per_block"), i.u64("held_tokens"), written)
+	return out{"zero_ranges": zeroOut(z)}, err
+}
+
+func opMambaDescriptorIDs(t *testing.T, i *in) (out, error) {
+	ids, err := MambaDescriptorIDs(i.u64s("ids"), i.u64("num_logical_blocks"), i.u64("num_regions"), i.u64("descs_per_region"), i.u64("first_id"))
+	return out{"ids": ids}, err
+}
+
+func hexInput(i *in) []byte {
+	b, err := hex.DecodeString(i.str("hex"))
+	if err != nil {
+		panic(badVector{fmt.Sprintf("input hex: %v", err)})
+	}
+	return b
+}
+
+func opCRC32C(t *testing.T, i *in) (out, error) {
+	c, err := CRC32C(hexInput(i))
+	return out{"crc32c": c}, err
+}
+
+// layoutInput reads an optional layout object (defaults are pdkv_engine_layout_init's).
+func layoutInput(i *in, key string) EngineLayout {
+	l := DefaultEngineLayout()
+	if !i.has(key) {
+		return l
+	}
+	o := i.obj(key)
+	l.EngineID = o.strOr("engine_id", l.EngineID)
+	l.TpRank = o.u32Or("tp_rank", l.TpRank)
+	l.NumLogicalBlocks = o.u64Or("num_logical_blocks", l.NumLogicalBlocks)
+	l.NumRegions = o.u32Or("num_regions", l.NumRegions)
+	l.Base = o.u64Or("base", l.Base)
+	if o.has("region_bases") {
+		l.RegionBases = o.u64s("region_bases")
+	}
+	switch kv := o.strOr("kv_layout", "HND"); kv {
+	case "HND":
+		l.KVLayout = KVLayoutHND
+	case "NHD":
+		l.KVLayout = KVLayoutNHD
+	default:
+		panic(badVector{fmt.Sprintf("unknown kv_layout %q", kv)})
+	}
+	if o.has("prefix_caching") {
+		l.PrefixCaching = int32(o.i64("prefix_caching"))
+	}
+	return l
+}
+
+// metadataFields reports a metadata's fields as the metadata ops define them.
+func metadataFields(md *EngineMetadata, encoded []byte) (out, error) {
+	info, err := md.Info()
+	if err != nil {
+		return nil, err
+	}
+	regions, err := md.Regions()
+	if err != nil {
+		return nil, err
+	}
+	proj, err := md.ConvProjectionBytes()
+	if err != nil {
+		return nil, err
+	}
+	names := map[KVLayout]string{KVLayoutHND: "HND", KVLayoutNHD: "NHD"}
+	convs := map[ConvLayout]string{ConvLayoutDS: "DS", ConvLayoutSD: "SD"}
+	modes := map[MambaCacheMode]string{MambaCacheNone: "none", MambaCacheAlign: "align", MambaCacheAll: "all"}
+	kinds := map[RegionKind]string{RegionAttention: "attention", RegionMamba: "mamba"}
+	ro := make([]interface{}, len(regions))
+	for k, r := range regions {
+		ro[k] = out2{"base": r.Base, "block_len": r.BlockLen, "num_blocks": r.NumBlocks, "kind": kinds[r.Kind], "layer": r.Layer}
+	}
+	if len(encoded) < 16 {
+		return nil, fmt.Errorf("encoding of %d bytes has no 16-byte header", len(encoded))
+	}
+	crc, err := CRC32C(encoded[16:])
+	if err != nil {
+		return nil, err
+	}
+	return out{
+		"engine_id": info.EngineID, "tp_size": info.TpSize, "tp_rank": info.TpRank, "kv_layout": names[info.KVLayout],
+		"conv_layout": convs[info.ConvLayout], "logical_block_size": info.LogicalBlockSize, "kernel_block_size": info.KernelBlockSize,
+		"physical_blocks_per_logical": info.PhysicalBlocksPerLogical, "num_kernel_blocks": info.NumKernelBlocks, "regions": ro,
+		"mamba_type": info.MambaType.String(), "conv_bytes": info.ConvBytes, "ssm_bytes": info.SSMBytes,
+		"conv_projection_bytes": proj, "attention_bytes_per_token": info.AttentionBytesPerToken, "use_mla": info.UseMLA,
+		"total_kv_heads": info.TotalKVHeads, "prefix_caching": info.PrefixCaching, "cache_mode": modes[info.CacheMode],
+		"model_fingerprint": info.ModelFingerprint, "encoded_length": len(encoded), "payload_crc32c": crc,
+	}, nil
+}
+
+// buildMetadata builds one rank's metadata of a preset model (closed at the end of the test).
+func buildMetadata(t *testing.T, modelName string, cfg EngineConfig, cfgErr error, layout EngineLayout) (*EngineMetadata, error) {
+	if cfgErr != nil {
+		return nil, cfgErr
+	}
+	m, err := presetModel(t, modelName)
+	if err != nil {
+		return nil, err
+	}
+	md, err := EngineMetadataFromModel(m, cfg, layout)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = md.Close() })
+	return md, nil
+}
+
+func opMetadataRoundtrip(t *testing.T, i *in) (out, error) {
+	name := i.str("model")
+	cfg, cfgErr := engineConfig(i.obj("engine"))
+	layout := layoutInput(i, "layout")
+	md, err := buildMetadata(t, name, cfg, cfgErr, layout)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := md.Encode()
+	if err != nil {
+		return nil, err
+	}
+	buf, err := md.AppendEncoded(nil)
+	if err != nil {
+		return nil, err
+	}
+	if string(buf) != string(enc) {
+		t.Errorf("caller-buffer encoding (%d B) differs from the owned one (%d B)", len(buf), len(enc))
+	}
+	back, err := DecodeEngineMetadata(enc)
+	if err != nil {
+		return nil, err
+	}
+	defer back.Close()
+	if eq, err := back.Equal(md); err != nil || !eq {
+		t.Errorf("decoded metadata is not equal to the original (%v)", err)
+	}
+	o, err := metadataFields(back, enc)
+	if err != nil {
+		return nil, err
+	}
+	o["hex"] = hex.EncodeToString(enc)
+	return o, nil
+}
+
+func opMetadataDecode(t *testing.T, i *in) (out, error) {
+	data := hexInput(i)
+	md, err := DecodeEngineMetadata(data)
+	if err != nil {
+		return nil, err
+	}
+	defer md.Close()
+	return metadataFields(md, data)
+}
+
+// sideInput reads a {model, engine, layout} object.
+func sideInput(t *testing.T, o *in) (*EngineMetadata, error) {
+	name := o.str("model")
+	cfg, cfgErr := engineConfig(o.obj("engine"))
+	return buildMetadata(t, name, cfg, cfgErr, layoutInput(o, "layout"))
+}
+
+func opHandshakeValidate(t *testing.T, i *in) (out, error) {
+	lo, ro := i.obj("local"), i.obj("remote")
+	// Read both sides' keys before the first call that may fail.
+	lName, rName := lo.str("model"), ro.str("model")
+	lCfg, lErr := engineConfig(lo.obj("engine"))
+	rCfg, rErr := engineConfig(ro.obj("engine"))
+	lLayout, rLayout := layoutInput(lo, "layout"), layoutInput(ro, "layout")
+	local, err := buildMetadata(t, lName, lCfg, lErr, lLayout)
+	if err != nil {
+		return nil, err
+	}
+	remote, err := buildMetadata(t, rName, rCfg, rErr, rLayout)
+	if err != nil {
+		return nil, err
+	}
+	items, err := HandshakeValidate(local, remote)
+	if err != nil {
+		return nil, err
+	}
+	io := make([]interface{}, len(items))
+	for k, it := range items {
+		io[k] = out2{"status": it.Status.String(), "field": it.Field}
+	}
+	return out{"items": io, "compatible": HandshakeRequireCompatible(local, remote) == nil}, nil
+}
+
+func opTransferPlan(t *testing.T, i *in) (out, error) {
+	name := i.str("model")
+	po, do := i.obj("prefill"), i.obj("decode")
+	pCfg, pErr := engineConfig(po.obj("engine"))
+	dCfg, dErr := engineConfig(do.obj("engine"))
+	pLayout, dLayout := layoutInput(po, "layout"), layoutInput(do, "layout")
+	dRank := i.u32("decode_rank")
+	var groups []PlanGroup
+	for _, g := range i.objs("groups") {
+		pg := PlanGroup{Trim: trimInput(g)}
+		if g.has("regions") {
+			for _, r := range g.u64s("regions") {
+				pg.Regions = append(pg.Regions, uint32(r))
+			}
+		}
+		groups = append(groups, pg)
+	}
+	if pErr != nil {
+		return nil, pErr
+	}
+	if dErr != nil {
+		return nil, dErr
+	}
+	m, err := presetModel(t, name)
+	if err != nil {
+		return nil, err
+	}
+	var remote []*EngineMetadata
+	for r := uint32(0); r < pCfg.TpSize; r++ {
+		l := pLayout
+		l.TpRank = r
+		md, err := buildMetadata(t, name, pCfg, nil, l)
+		if err != nil {
+			return nil, err
+		}
+		remote = append(remote, md)
+	}
+	dLayout.TpRank = dRank
+	local, err := buildMetadata(t, name, dCfg, nil, dLayout)
+	if err != nil {
+		return nil, err
+	}
+	pg, err := presetGeometry(t, m, pCfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	dg, err := presetGeometry(t, m, dCfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	ctx, err := NewPlanContext(PlanContextParams{Local: local, Remote: remote, LocalGeometry: dg, RemoteGeometry: pg})
+	if err != nil {
+		return nil, err
+	}
+	defer ctx.Close()
+	plan, err := ctx.Compile(groups)
+	if err != nil {
+		return nil, err
+	}
+	defer plan.Close()
+	if err := plan.Validate(ctx, groups); err != nil {
+		return nil, err
+	}
+	info, err := plan.Info()
+	if err != nil {
+		return nil, err
+	}
+	readRanks, err := plan.ReadRanks()
+	if err != nil {
+		return nil, err
+	}
+	notify, err := plan.NotifyRanks()
+	if err != nil {
+		return nil, err
+	}
+	reads := make([]interface{}, info.PTp)
+	rankBytes := make([]uint64, info.PTp)
+	for p := uint32(0); p < info.PTp; p++ {
+		rs, bytes, err := plan.RankReads(p)
+		if err != nil {
+			return nil, err
+		}
+		sum := uint64(0)
+		for _, r := range rs {
+			sum += r.Length
+		}
+		if sum != bytes {
+			t.Errorf("P rank %d: rank bytes %d != sum of read lengths %d", p, bytes, sum)
+		}
+		sort.SliceStable(rs, func(a, b int) bool {
+			if rs[a].LocalRegion != rs[b].LocalRegion {
+				return rs[a].LocalRegion < rs[b].LocalRegion
+			}
+			return rs[a].LocalOffset < rs[b].LocalOffset
+		})
+		ro := make([]interface{}, len(rs))
+		for k, r := range rs {
+			ro[k] = out2{"local_region": r.LocalRegion, "local_offset": r.LocalOffset, "remote_region": r.RemoteRegion,
+				"remote_offset": r.RemoteOffset, "length": r.Length}
+		}
+		reads[p] = ro
+		rankBytes[p] = bytes
+	}
+	gz := make([]interface{}, info.NumGroups)
+	for g := 0; g < info.NumGroups; g++ {
+		z, err := plan.GroupZero(g)
+		if err != nil {
+			return nil, err
+		}
+		gz[g] = out2{"kind": z.Kind.String(), "regions": z.Regions, "zero_ranges": zeroOut(z.Zero), "unfilled_states": z.UnfilledStates}
+	}
+	return out{
+		"d_tp": info.DTp, "p_tp": info.PTp, "read_ranks": readRanks, "notify_ranks": notify,
+		"notifications_per_p_rank": info.NotificationsPerPRank, "reads": reads, "rank_bytes": rankBytes, "groups": gz,
+		"pieces_before_coalescing": info.PiecesBeforeCoalescing, "pieces_after_coalescing": info.PiecesAfterCoalescing,
+		"bytes": info.Bytes, "attention_bytes": info.AttentionBytes, "mamba_bytes": info.MambaBytes, "empty": info.Empty,
+	}, nil
+}
+
+// runOp runs an op on a JSON input through the runner's own decoding and key tracking.
+func runOp(t *testing.T, op, input string) (map[string]interface{}, error) {
+	t.Helper()
+	var m map[string]interface{}
+	if err := decodeNumbers([]byte(input), &m); err != nil {
+		t.Fatal(err)
+	}
+	i := newIn("input", m)
+	got, err := ops[op](t, i)
+	if u := i.unused(); len(u) > 0 {
+		t.Fatalf("%s: unused input keys %v", op, u)
+	}
+	if err != nil {
+		return nil, err
+	}
+	n, err := normalise(map[string]interface{}(got))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.(map[string]interface{}), nil
+}
+
+// TestIssue3OpsSelfCheck runs the issue #3 op handlers on worked examples of the C API tests,
+// so they are exercised before their vectors land.
+func TestIssue3OpsSelfCheck(t *testing.T) {
+	expect := func(op, input string, want map[string]interface{}) {
+		t.Helper()
+		got, err := runOp(t, op, input)
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		w, _ := normalise(want)
+		for k, v := range w.(map[string]interface{}) {
+			if errs := compare(op+"."+k, v, got[k]); len(errs) > 0 {
+				t.Error(errs)
+			}
+		}
+	}
+	expect("trim_group", `{"kind": "attention", "local_blocks": [3, 4], "remote_blocks": [8, 9], "local_tokens_per_block": 32,
+		"remote_tokens_per_block": 32, "remote_computed_tokens": 40}`,
+		map[string]interface{}{"kind": "attention", "transferred_tokens": 40, "states": []int{}, "unfilled_states": []int{},
+			"zero_ranges": []interface{}{map[string]int{"block": 4, "token_begin": 8, "token_end": 32}}})
+	expect("mamba_aligned_split_v0604", `{"num_external_computed_tokens": 40, "num_prompt_tokens": 100, "num_tokens": 100,
+		"block_size": 16, "num_new_tokens": 50, "use_eagle": false}`, map[string]interface{}{"num_new_tokens": 48})
+	expect("mamba_aligned_split", `{"num_prompt_tokens": 100, "num_tokens": 100, "block_size": 32, "shared_prefix_tokens": 48,
+		"num_new_tokens": 100}`, map[string]interface{}{"num_new_tokens": 32})
+	expect("truncate_for_remote_decode", `{"num_prompt_tokens": 100, "max_tokens": 50, "has_mamba": true}`,
+		map[string]interface{}{"num_prompt_tokens": 99, "max_tokens": 1, "truncated": true})
+	expect("receive_zero_ranges", `{"local_blocks": [11, 12, 13], "tokens_per_block": 64, "block_size_ratio": 4, "remote_kernel_len": 6}`,
+		map[string]interface{}{"zero_ranges": []interface{}{map[string]int{"block": 12, "token_begin": 32, "token_end": 64},
+			map[string]int{"block": 13, "token_begin": 0, "token_end": 64}}})
+	expect("uncovered_token_ranges", `{"local_blocks": [5, 6, 7], "first_block_index": 2, "tokens_per_block": 16, "held_tokens": 32,
+		"written": [{"begin": 32, "end": 70}]}`,
+		map[string]interface{}{"zero_ranges": []interface{}{map[string]int{"block": 7, "token_begin": 6, "token_end": 16}}})
+	expect("crc32c", `{"hex": "313233343536373839"}`, map[string]interface{}{"crc32c": 0xE3069283})
+	expect("crc32c", `{"hex": ""}`, map[string]interface{}{"crc32c": 0})
+
+	rt, err := runOp(t, "metadata_roundtrip", `{"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2},
+		"layout": {"engine_id": "decode-0", "tp_rank": 1, "num_regions": 6}}`)
+	must(t, err)
+	w, _ := normalise(map[string]interface{}{"engine_id": "decode-0", "tp_size": 2, "tp_rank": 1, "kv_layout": "HND", "conv_layout": "DS",
+		"logical_block_size": 2096, "num_kernel_blocks": 64, "mamba_type": "mamba2", "conv_bytes": 18432,
+		"conv_projection_bytes": []int{12288, 3072, 3072}, "use_mla": false, "prefix_caching": false, "cache_mode": "none"})
+	if errs := compare("metadata_roundtrip", w, map[string]interface{}(rt)); len(errs) > 0 {
+		// compare reports keys of rt absent from w too; only mismatches of w's keys matter here.
+		for _, e := range errs {
+			if !containsLacks(e) {
+				t.Error(e)
+			}
+		}
+	}
+	dec, err := runOp(t, "metadata_decode", fmt.Sprintf(`{"hex": %q}`, rt["hex"]))
+	must(t, err)
+	delete(rt, "hex")
+	if errs := compare("metadata_decode", map[string]interface{}(rt), map[string]interface{}(dec)); len(errs) > 0 {
+		t.Error(errs)
+	}
+	_, err = runOp(t, "metadata_decode", `{"hex": "00"}`)
+	wantErr(t, err, ErrParse)
+
+	hs, err := runOp(t, "handshake_validate", `{"local": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}},
+		"remote": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 4}, "layout": {"kv_layout": "NHD"}}}`)
+	must(t, err)
+	if hs["compatible"] != false || len(hs["items"].([]interface{})) == 0 {
+		t.Fatalf("NHD remote: %v", hs)
+	}
+
+	plan, err := runOp(t, "transfer_plan", `{"model": "nemotron-3-nano-30b", "decode_rank": 0,
+		"prefill": {"engine": {"tp_size": 4}, "layout": {"num_regions": 6, "base": 2199023255552}},
+		"decode": {"engine": {"tp_size": 2}, "layout": {"num_regions": 6}},
+		"groups": [{"kind": "attention", "local_blocks": [10, 12], "remote_blocks": [20, 25, 22], "remote_computed_tokens": 3000}]}`)
+	must(t, err)
+	w, _ = normalise(map[string]interface{}{"d_tp": 2, "p_tp": 4, "read_ranks": []int{0}, "notify_ranks": []int{0, 1},
+		"bytes": 6 * 3000 * 512, "mamba_bytes": 0, "empty": false, "rank_bytes": []int{6 * 3000 * 512, 0, 0, 0}})
+	for k, v := range w.(map[string]interface{}) {
+		if errs := compare("transfer_plan."+k, v, plan[k]); len(errs) > 0 {
+			t.Error(errs)
+		}
+	}
+	if n := len(plan["reads"].([]interface{})[0].([]interface{})); n != 24 {
+		t.Fatalf("P0 reads %d", n)
+	}
+	_, err = runOp(t, "transfer_plan", `{"model": "nemotron-3-nano-30b", "decode_rank": 0,
+		"prefill": {"engine": {"tp_size": 3}}, "decode": {"engine": {"tp_size": 2}}, "groups": []}`)
+	wantErr(t, err, ErrHeadsNotDivisible)
+}
+
+// containsLacks tells the "vector lacks this output key" reports apart from mismatches.
+func containsLacks(e string) bool {
+	for i := 0; i+len("lacks") <= len(e); i++ {
+		if e[i:i+len("lacks")] == "lacks" {
+			return true
+		}
+	}
+	return false
+}
