@@ -494,6 +494,517 @@ json op_plan_remote_decode_prefill(Input& in) {
           {"new_tokens", p.new_tokens}};
 }
 
+// ---- Issue #3 ops: trimming, scheduler helpers, zero ranges, metadata, handshake, plans -----
+
+std::string hex_of(const uint8_t* p, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s.push_back(digits[p[i] >> 4]);
+    s.push_back(digits[p[i] & 15]);
+  }
+  return s;
+}
+
+std::vector<uint8_t> bytes_of_hex(const std::string& h) {
+  if (h.size() % 2 != 0) throw VectorError("hex must have an even length");
+  auto nib = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw VectorError("hex must be lower-case hex digits");
+  };
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i < h.size(); i += 2) out.push_back(static_cast<uint8_t>(nib(h[i]) * 16 + nib(h[i + 1])));
+  return out;
+}
+
+json zero_ranges_json(const pdkv_zero_range_t* z, size_t n) {
+  json a = json::array();
+  for (size_t i = 0; i < n; ++i)
+    a.push_back({{"block", z[i].block}, {"token_begin", z[i].token_begin}, {"token_end", z[i].token_end}});
+  return a;
+}
+
+struct ZeroListDeleter { void operator()(pdkv_zero_range_list_t* p) const { pdkv_zero_range_list_free(p); } };
+struct TrimDeleter { void operator()(pdkv_group_trim_t* p) const { pdkv_group_trim_free(p); } };
+struct MetadataDeleter { void operator()(pdkv_engine_metadata_t* p) const { pdkv_engine_metadata_free(p); } };
+struct BytesDeleter { void operator()(pdkv_bytes_t* p) const { pdkv_bytes_free(p); } };
+struct ReportDeleter { void operator()(pdkv_handshake_report_t* p) const { pdkv_handshake_report_free(p); } };
+struct ContextDeleter { void operator()(pdkv_plan_context_t* p) const { pdkv_plan_context_free(p); } };
+struct PlanDeleter { void operator()(pdkv_transfer_plan_t* p) const { pdkv_transfer_plan_free(p); } };
+using MetadataPtr = std::unique_ptr<pdkv_engine_metadata_t, MetadataDeleter>;
+
+json zero_list_json(pdkv_zero_range_list_t* raw) {
+  std::unique_ptr<pdkv_zero_range_list_t, ZeroListDeleter> list(raw);
+  const pdkv_zero_range_t* z = nullptr;
+  size_t n = 0;
+  call([&](pdkv_error_t** e) { return pdkv_zero_range_list_items(list.get(), &z, &n, e); });
+  return zero_ranges_json(z, n);
+}
+
+/// Trim inputs with their own storage (the C struct points into the vectors).
+struct TrimInput {
+  std::vector<uint64_t> local, remote;
+  pdkv_group_trim_input_t c{};
+};
+
+/// Reads the `trim_group` input keys from `in` (shared with `transfer_plan` groups).
+std::unique_ptr<TrimInput> trim_input(Input& in) {
+  auto t = std::make_unique<TrimInput>();
+  t->local = u64_list(in.raw("local_blocks"), "local_blocks");
+  t->remote = u64_list(in.raw("remote_blocks"), "remote_blocks");
+  pdkv_group_trim_input_t& c = t->c;
+  c.struct_size = sizeof c;
+  c.kind = group_kind(in.str("kind"));
+  c.cache_mode = cache_mode(in.str_or("cache_mode", "none"));
+  c.local_blocks = t->local.data();
+  c.num_local_blocks = t->local.size();
+  c.remote_blocks = t->remote.data();
+  c.num_remote_blocks = t->remote.size();
+  auto opt = [&](const char* k) { return in.has(k) ? in.u64(k) : 0; };
+  c.local_tokens_per_block = opt("local_tokens_per_block");
+  c.remote_tokens_per_block = opt("remote_tokens_per_block");
+  c.remote_computed_tokens = opt("remote_computed_tokens");
+  c.local_hit_tokens = opt("local_hit_tokens");
+  c.sliding_window = opt("sliding_window");
+  c.has_local_first_block = in.has("local_first_block") ? 1 : 0;
+  c.local_first_block = opt("local_first_block");
+  c.remote_first_block = opt("remote_first_block");
+  return t;
+}
+
+json op_trim_group(Input& in) {
+  auto t = trim_input(in);
+  pdkv_group_trim_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_group_trim_new(&t->c, &raw, e); });
+  std::unique_ptr<pdkv_group_trim_t, TrimDeleter> trim(raw);
+  int32_t kind = -1;
+  uint64_t tokens = 0;
+  call([&](pdkv_error_t** e) { return pdkv_group_trim_summary(trim.get(), &kind, &tokens, e); });
+  const pdkv_token_run_t* runs = nullptr;
+  size_t nr = 0;
+  call([&](pdkv_error_t** e) { return pdkv_group_trim_runs(trim.get(), &runs, &nr, e); });
+  json rj = json::array();
+  for (size_t i = 0; i < nr; ++i)
+    rj.push_back({{"local_block", runs[i].local_block}, {"local_token_begin", runs[i].local_token_begin},
+                  {"remote_block", runs[i].remote_block}, {"remote_token_begin", runs[i].remote_token_begin},
+                  {"num_tokens", runs[i].num_tokens}});
+  const pdkv_state_pair_t* states = nullptr;
+  size_t ns = 0;
+  call([&](pdkv_error_t** e) { return pdkv_group_trim_states(trim.get(), &states, &ns, e); });
+  json sj = json::array();
+  for (size_t i = 0; i < ns; ++i)
+    sj.push_back({{"local_block", states[i].local_block}, {"remote_block", states[i].remote_block},
+                  {"tokens", states[i].tokens}});
+  const pdkv_zero_range_t* zero = nullptr;
+  size_t nz = 0;
+  call([&](pdkv_error_t** e) { return pdkv_group_trim_zero_ranges(trim.get(), &zero, &nz, e); });
+  const uint64_t* unfilled = nullptr;
+  size_t nu = 0;
+  call([&](pdkv_error_t** e) { return pdkv_group_trim_unfilled_states(trim.get(), &unfilled, &nu, e); });
+  return {{"kind", pdkv_group_kind_name(kind)}, {"transferred_tokens", tokens}, {"runs", rj}, {"states", sj},
+          {"zero_ranges", zero_ranges_json(zero, nz)}, {"unfilled_states", array_of(unfilled, nu)}};
+}
+
+json op_mamba_aligned_split_v0604(Input& in) {
+  pdkv_aligned_split_v0604_input_t s{};
+  s.struct_size = sizeof s;
+  auto opt = [&](const char* k) { return in.has(k) ? in.u64(k) : 0; };
+  s.num_computed_tokens = opt("num_computed_tokens");
+  s.num_new_local_computed_tokens = opt("num_new_local_computed_tokens");
+  s.num_external_computed_tokens = opt("num_external_computed_tokens");
+  s.num_new_tokens = opt("num_new_tokens");
+  s.num_prompt_tokens = opt("num_prompt_tokens");
+  s.num_tokens = opt("num_tokens");
+  s.block_size = opt("block_size");
+  s.use_eagle = in.bool_or("use_eagle", false) ? 1 : 0;
+  s.load_kv_async = in.bool_or("load_kv_async", false) ? 1 : 0;
+  uint64_t out = 0;
+  call([&](pdkv_error_t** e) { return pdkv_mamba_aligned_split_v0604(&s, &out, e); });
+  return {{"num_new_tokens", out}};
+}
+
+json op_mamba_aligned_split(Input& in) {
+  pdkv_aligned_split_input_t s{};
+  s.struct_size = sizeof s;
+  auto opt = [&](const char* k) { return in.has(k) ? in.u64(k) : 0; };
+  s.start = opt("start");
+  s.num_new_tokens = opt("num_new_tokens");
+  s.num_prompt_tokens = opt("num_prompt_tokens");
+  s.num_tokens = opt("num_tokens");
+  s.block_size = opt("block_size");
+  s.floor_unit = opt("floor_unit");
+  s.tail_hash_block_size = opt("tail_hash_block_size");
+  s.shared_prefix_tokens = opt("shared_prefix_tokens");
+  s.max_num_scheduled_tokens = opt("max_num_scheduled_tokens");
+  s.long_prefill_token_threshold = opt("long_prefill_token_threshold");
+  s.use_eagle = in.bool_or("use_eagle", false) ? 1 : 0;
+  s.load_kv_async = in.bool_or("load_kv_async", false) ? 1 : 0;
+  uint64_t out = 0;
+  call([&](pdkv_error_t** e) { return pdkv_mamba_aligned_split(&s, &out, e); });
+  return {{"num_new_tokens", out}};
+}
+
+json op_truncate_for_remote_decode(Input& in) {
+  pdkv_remote_decode_prefill_t req{};
+  req.struct_size = sizeof req;
+  req.num_prompt_tokens = in.u64("num_prompt_tokens");
+  req.max_tokens = in.u64("max_tokens");
+  req.truncated = in.bool_or("truncated", false) ? 1 : 0;
+  const uint8_t mamba = in.boolean("has_mamba") ? 1 : 0;
+  pdkv_remote_decode_prefill_t out{};
+  out.struct_size = sizeof out;
+  call([&](pdkv_error_t** e) { return pdkv_truncate_for_remote_decode(&req, mamba, &out, e); });
+  // In place (in == out) must give the same result.
+  pdkv_remote_decode_prefill_t same = req;
+  call([&](pdkv_error_t** e) { return pdkv_truncate_for_remote_decode(&same, mamba, &same, e); });
+  if (same.num_prompt_tokens != out.num_prompt_tokens || same.max_tokens != out.max_tokens ||
+      same.truncated != out.truncated)
+    throw VectorError("pdkv_truncate_for_remote_decode in place differs from out of place");
+  return {{"num_prompt_tokens", out.num_prompt_tokens}, {"max_tokens", out.max_tokens},
+          {"truncated", out.truncated != 0}};
+}
+
+json op_receive_zero_ranges(Input& in) {
+  const std::vector<uint64_t> blocks = u64_list(in.raw("local_blocks"), "local_blocks");
+  const uint64_t tpb = in.u64("tokens_per_block"), bsr = in.u64("block_size_ratio"),
+                 rlen = in.u64("remote_kernel_len");
+  pdkv_zero_range_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_receive_zero_ranges(blocks.data(), blocks.size(), tpb, bsr, rlen, &raw, e); });
+  return {{"zero_ranges", zero_list_json(raw)}};
+}
+
+json op_uncovered_token_ranges(Input& in) {
+  const std::vector<uint64_t> blocks = u64_list(in.raw("local_blocks"), "local_blocks");
+  const uint64_t first = in.u64("first_block_index"), tpb = in.u64("tokens_per_block"), held = in.u64("held_tokens");
+  const json& w = in.raw("written");
+  if (!w.is_array()) throw VectorError("written must be an array");
+  std::vector<pdkv_token_interval_t> written;
+  for (const json& x : w) {
+    Input wi(x);
+    written.push_back({wi.u64("begin"), wi.u64("end")});
+    wi.check_all_used();
+  }
+  pdkv_zero_range_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) {
+    return pdkv_uncovered_token_ranges(blocks.data(), blocks.size(), first, tpb, held, written.data(), written.size(),
+                                       &raw, e);
+  });
+  return {{"zero_ranges", zero_list_json(raw)}};
+}
+
+json op_mamba_descriptor_ids(Input& in) {
+  const std::vector<uint64_t> ids = u64_list(in.raw("ids"), "ids");
+  const uint64_t nl = in.u64("num_logical_blocks"), nr = in.u64("num_regions"), dpr = in.u64("descs_per_region"),
+                 first = in.u64("first_id");
+  pdkv_u64_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_mamba_descriptor_ids(ids.data(), ids.size(), nl, nr, dpr, first, &raw, e); });
+  return {{"ids", items_of(raw)}};
+}
+
+json op_crc32c(Input& in) {
+  const std::vector<uint8_t> b = bytes_of_hex(in.str("hex"));
+  uint32_t out = 0;
+  call([&](pdkv_error_t** e) { return pdkv_crc32c(b.data(), b.size(), &out, e); });
+  return {{"crc32c", out}};
+}
+
+/// pdkv_engine_layout_t from an optional `layout` object (docs/conformance.md); strings and
+/// arrays live in the returned holder.
+struct LayoutHolder {
+  std::string engine_id;
+  std::vector<uint64_t> bases;
+  pdkv_engine_layout_t c{};
+};
+
+std::unique_ptr<LayoutHolder> layout_of(Input* in) {
+  auto h = std::make_unique<LayoutHolder>();
+  call([&](pdkv_error_t** e) { return pdkv_engine_layout_init(&h->c, e); });
+  h->engine_id = h->c.engine_id;
+  if (in != nullptr) {
+    h->engine_id = in->str_or("engine_id", h->engine_id);
+    h->c.tp_rank = in->u32_or("tp_rank", h->c.tp_rank);
+    if (in->has("num_logical_blocks")) h->c.num_logical_blocks = in->u64("num_logical_blocks");
+    h->c.num_regions = in->u32_or("num_regions", h->c.num_regions);
+    if (in->has("base")) h->c.base = in->u64("base");
+    if (in->has("region_bases")) {
+      h->bases = u64_list(in->raw("region_bases"), "region_bases");
+      h->c.region_bases = h->bases.data();
+    }
+    const std::string kv = in->str_or("kv_layout", "HND");
+    if (kv == "HND") h->c.kv_layout = PDKV_KV_LAYOUT_HND;
+    else if (kv == "NHD") h->c.kv_layout = PDKV_KV_LAYOUT_NHD;
+    else throw VectorError("unknown kv_layout '" + kv + "'");
+    if (in->has("prefix_caching")) h->c.prefix_caching = static_cast<int32_t>(in->i64("prefix_caching"));
+    in->check_all_used();
+  }
+  h->c.engine_id = h->engine_id.c_str();
+  return h;
+}
+
+MetadataPtr metadata_of(const pdkv_model_t* m, const pdkv_engine_config_t& c, const pdkv_engine_layout_t& l) {
+  pdkv_engine_metadata_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_engine_metadata_from_model(m, &c, &l, &raw, e); });
+  return MetadataPtr(raw);
+}
+
+/// The decoded fields of a metadata (the `metadata_decode` output keys).
+json metadata_fields(const pdkv_engine_metadata_t* md, size_t encoded_length, uint32_t crc) {
+  pdkv_engine_metadata_info_t i{};
+  i.struct_size = sizeof i;
+  call([&](pdkv_error_t** e) { return pdkv_engine_metadata_get_info(md, &i, e); });
+  const pdkv_metadata_region_t* regions = nullptr;
+  size_t nr = 0;
+  call([&](pdkv_error_t** e) { return pdkv_engine_metadata_regions(md, &regions, &nr, e); });
+  if (nr != i.num_regions) throw VectorError("metadata num_regions disagrees with the region list");
+  json rj = json::array();
+  for (size_t k = 0; k < nr; ++k)
+    rj.push_back({{"base", regions[k].base}, {"block_len", regions[k].block_len}, {"num_blocks", regions[k].num_blocks},
+                  {"kind", regions[k].kind == PDKV_REGION_MAMBA ? "mamba" : "attention"}, {"layer", regions[k].layer}});
+  const uint64_t* proj = nullptr;
+  size_t np = 0;
+  call([&](pdkv_error_t** e) { return pdkv_engine_metadata_conv_projection_bytes(md, &proj, &np, e); });
+  if (np != i.num_conv_projections) throw VectorError("num_conv_projections disagrees with the projection list");
+  const char* modes[] = {"none", "align", "all"};
+  if (i.cache_mode < 0 || i.cache_mode > 2) throw VectorError("cache_mode out of range");
+  return {{"engine_id", i.engine_id},
+          {"tp_size", i.tp_size},
+          {"tp_rank", i.tp_rank},
+          {"kv_layout", i.kv_layout == PDKV_KV_LAYOUT_NHD ? "NHD" : "HND"},
+          {"conv_layout", i.conv_layout == PDKV_CONV_LAYOUT_SD ? "SD" : "DS"},
+          {"logical_block_size", i.logical_block_size},
+          {"kernel_block_size", i.kernel_block_size},
+          {"physical_blocks_per_logical", i.physical_blocks_per_logical},
+          {"num_kernel_blocks", i.num_kernel_blocks},
+          {"regions", rj},
+          {"mamba_type", pdkv_mamba_type_name(i.mamba_type)},
+          {"conv_bytes", i.conv_bytes},
+          {"ssm_bytes", i.ssm_bytes},
+          {"conv_projection_bytes", array_of(proj, np)},
+          {"attention_bytes_per_token", i.attention_bytes_per_token},
+          {"use_mla", i.use_mla != 0},
+          {"total_kv_heads", i.total_kv_heads},
+          {"prefix_caching", i.prefix_caching != 0},
+          {"cache_mode", modes[i.cache_mode]},
+          {"model_fingerprint", i.model_fingerprint},
+          {"encoded_length", encoded_length},
+          {"payload_crc32c", crc}};
+}
+
+/// Decodes bytes and reports the fields (shared by both metadata ops).
+json decode_fields(const std::vector<uint8_t>& bytes, MetadataPtr* keep = nullptr) {
+  pdkv_engine_metadata_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_engine_metadata_decode(bytes.data(), bytes.size(), &raw, e); });
+  MetadataPtr md(raw);
+  uint32_t crc = 0;
+  if (bytes.size() < 16) throw VectorError("decoded metadata shorter than its header");
+  call([&](pdkv_error_t** e) { return pdkv_crc32c(bytes.data() + 16, bytes.size() - 16, &crc, e); });
+  json out = metadata_fields(md.get(), bytes.size(), crc);
+  if (keep != nullptr) *keep = std::move(md);
+  return out;
+}
+
+json op_metadata_roundtrip(Input& in) {
+  ModelPtr m = preset(in.str("model"));
+  Input engine_in = in.object("engine");
+  const pdkv_engine_config_t c = engine_config(engine_in);
+  std::unique_ptr<Input> layout_in;
+  if (in.has("layout")) layout_in = std::make_unique<Input>(in.object("layout"));
+  auto layout = layout_of(layout_in.get());
+  MetadataPtr md = metadata_of(m.get(), c, layout->c);
+  pdkv_bytes_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_engine_metadata_encode_bytes(md.get(), &raw, e); });
+  std::unique_ptr<pdkv_bytes_t, BytesDeleter> owned(raw);
+  const uint8_t* data = nullptr;
+  size_t len = 0;
+  call([&](pdkv_error_t** e) { return pdkv_bytes_data(owned.get(), &data, &len, e); });
+  const std::vector<uint8_t> bytes(data, data + len);
+  // The caller-buffer form gives the same bytes.
+  size_t need = 0;
+  pdkv_error_t* e0 = nullptr;
+  const pdkv_status_t st = pdkv_engine_metadata_encode(md.get(), nullptr, 0, &need, &e0);
+  pdkv_error_free(e0);
+  if ((st != PDKV_OK && st != PDKV_ERR_BUFFER_TOO_SMALL) || need != len)
+    throw VectorError("pdkv_engine_metadata_encode size query disagrees with encode_bytes");
+  std::vector<uint8_t> buf(need);
+  call([&](pdkv_error_t** e) { return pdkv_engine_metadata_encode(md.get(), buf.data(), buf.size(), &need, e); });
+  if (buf != bytes) throw VectorError("pdkv_engine_metadata_encode bytes differ from encode_bytes");
+  MetadataPtr decoded;
+  json out = decode_fields(bytes, &decoded);
+  uint8_t eq = 0;
+  call([&](pdkv_error_t** e) { return pdkv_engine_metadata_equal(md.get(), decoded.get(), &eq, e); });
+  if (eq != 1) throw VectorError("decoded metadata differs from the encoded one");
+  // The fields of the built metadata equal the decoded ones.
+  if (metadata_fields(md.get(), bytes.size(), out["payload_crc32c"].get<uint32_t>()) != out)
+    throw VectorError("metadata fields differ before and after the round trip");
+  out["hex"] = hex_of(bytes.data(), bytes.size());
+  return out;
+}
+
+json op_metadata_decode(Input& in) { return decode_fields(bytes_of_hex(in.str("hex"))); }
+
+/// Metadata of one side `{model, engine, layout}` of handshake_validate.
+MetadataPtr side_metadata(Input side) {
+  ModelPtr m = preset(side.str("model"));
+  Input engine_in = side.object("engine");
+  const pdkv_engine_config_t c = engine_config(engine_in);
+  std::unique_ptr<Input> layout_in;
+  if (side.has("layout")) layout_in = std::make_unique<Input>(side.object("layout"));
+  auto layout = layout_of(layout_in.get());
+  side.check_all_used();
+  return metadata_of(m.get(), c, layout->c);
+}
+
+json op_handshake_validate(Input& in) {
+  MetadataPtr local = side_metadata(in.object("local"));
+  MetadataPtr remote = side_metadata(in.object("remote"));
+  pdkv_handshake_report_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_handshake_validate(local.get(), remote.get(), &raw, e); });
+  std::unique_ptr<pdkv_handshake_report_t, ReportDeleter> report(raw);
+  size_t n = 0;
+  call([&](pdkv_error_t** e) { return pdkv_handshake_report_count(report.get(), &n, e); });
+  json items = json::array();
+  for (size_t k = 0; k < n; ++k) {
+    pdkv_incompatibility_t it{};
+    it.struct_size = sizeof it;
+    call([&](pdkv_error_t** e) { return pdkv_handshake_report_item(report.get(), k, &it, e); });
+    items.push_back({{"status", pdkv_status_name(static_cast<pdkv_status_t>(it.status))}, {"field", it.field}});
+  }
+  pdkv_error_t* e1 = nullptr;
+  const pdkv_status_t st = pdkv_handshake_require_compatible(local.get(), remote.get(), &e1);
+  pdkv_error_free(e1);
+  if (st != PDKV_OK && st != PDKV_ERR_INCOMPATIBLE) throw VectorError("require_compatible returned an unexpected status");
+  if ((st == PDKV_OK) != items.empty()) throw VectorError("require_compatible disagrees with the report");
+  return {{"items", items}, {"compatible", st == PDKV_OK}};
+}
+
+json op_transfer_plan(Input& in) {
+  ModelPtr m = preset(in.str("model"));
+  Input p_in = in.object("prefill");
+  Input d_in = in.object("decode");
+  const uint32_t d_rank = in.u32("decode_rank");
+  Input p_engine_in = p_in.object("engine");
+  Input d_engine_in = d_in.object("engine");
+  const pdkv_engine_config_t pc = engine_config(p_engine_in);
+  const pdkv_engine_config_t dc = engine_config(d_engine_in);
+  std::unique_ptr<Input> pl_in, dl_in;
+  if (p_in.has("layout")) pl_in = std::make_unique<Input>(p_in.object("layout"));
+  if (d_in.has("layout")) dl_in = std::make_unique<Input>(d_in.object("layout"));
+  auto p_layout = layout_of(pl_in.get());
+  auto d_layout = layout_of(dl_in.get());
+  p_in.check_all_used();
+  d_in.check_all_used();
+  d_layout->c.tp_rank = d_rank;
+  MetadataPtr local = metadata_of(m.get(), dc, d_layout->c);
+  std::vector<MetadataPtr> remote;
+  std::vector<const pdkv_engine_metadata_t*> remote_ptrs;
+  for (uint32_t p = 0; p < pc.tp_size; ++p) {
+    p_layout->c.tp_rank = p;
+    remote.push_back(metadata_of(m.get(), pc, p_layout->c));
+    remote_ptrs.push_back(remote.back().get());
+  }
+  GeometryPtr dg = geometry(m.get(), dc);
+  GeometryPtr pg = geometry(m.get(), pc);
+  pdkv_plan_context_params_t cp{};
+  cp.struct_size = sizeof cp;
+  cp.local = local.get();
+  cp.remote = remote_ptrs.data();
+  cp.num_remote = remote_ptrs.size();
+  cp.local_geometry = dg.get();
+  cp.remote_geometry = pg.get();
+  pdkv_plan_context_t* ctx_raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_plan_context_new(&cp, &ctx_raw, e); });
+  std::unique_ptr<pdkv_plan_context_t, ContextDeleter> ctx(ctx_raw);
+
+  const json& groups_in = in.raw("groups");
+  if (!groups_in.is_array()) throw VectorError("groups must be an array");
+  std::vector<std::unique_ptr<TrimInput>> trims;
+  std::vector<std::vector<uint32_t>> regions;
+  std::vector<pdkv_plan_group_t> groups;
+  for (const json& g : groups_in) {
+    Input gi(g);
+    trims.push_back(trim_input(gi));
+    regions.push_back(gi.has("regions") ? u32_list(gi.raw("regions"), "regions") : std::vector<uint32_t>{});
+    gi.check_all_used();
+  }
+  for (size_t k = 0; k < trims.size(); ++k) {
+    pdkv_plan_group_t pg_{};
+    pg_.struct_size = sizeof pg_;
+    pg_.trim = &trims[k]->c;
+    pg_.regions = regions[k].empty() ? nullptr : regions[k].data();
+    pg_.num_regions = regions[k].size();
+    groups.push_back(pg_);
+  }
+  pdkv_transfer_plan_t* plan_raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_transfer_plan_compile(ctx.get(), groups.data(), groups.size(), &plan_raw, e); });
+  std::unique_ptr<pdkv_transfer_plan_t, PlanDeleter> plan(plan_raw);
+  call([&](pdkv_error_t** e) { return pdkv_transfer_plan_validate(plan.get(), ctx.get(), groups.data(), groups.size(), e); });
+  pdkv_transfer_plan_info_t i{};
+  i.struct_size = sizeof i;
+  call([&](pdkv_error_t** e) { return pdkv_transfer_plan_get_info(plan.get(), &i, e); });
+  const uint32_t* rr = nullptr;
+  size_t nrr = 0;
+  call([&](pdkv_error_t** e) { return pdkv_transfer_plan_read_ranks(plan.get(), &rr, &nrr, e); });
+  const uint32_t* nt = nullptr;
+  size_t nnt = 0;
+  call([&](pdkv_error_t** e) { return pdkv_transfer_plan_notify_ranks(plan.get(), &nt, &nnt, e); });
+  if (nrr != i.num_read_ranks || nnt != i.num_notify_ranks) throw VectorError("plan info counts disagree with the lists");
+  json reads = json::array(), rank_bytes = json::array();
+  uint64_t total = 0;
+  for (uint32_t p = 0; p < i.p_tp; ++p) {
+    const pdkv_plan_read_t* r = nullptr;
+    size_t n = 0;
+    uint64_t bytes = 0;
+    call([&](pdkv_error_t** e) { return pdkv_transfer_plan_rank_reads(plan.get(), p, &r, &n, &bytes, e); });
+    std::vector<pdkv_plan_read_t> v(r, r + n);
+    std::sort(v.begin(), v.end(), [](const pdkv_plan_read_t& a, const pdkv_plan_read_t& b) {
+      return a.local_region != b.local_region ? a.local_region < b.local_region : a.local_offset < b.local_offset;
+    });
+    json rj = json::array();
+    uint64_t sum = 0;
+    for (const auto& x : v) {
+      rj.push_back({{"local_region", x.local_region}, {"local_offset", x.local_offset},
+                    {"remote_region", x.remote_region}, {"remote_offset", x.remote_offset}, {"length", x.length}});
+      sum += x.length;
+    }
+    if (sum != bytes) throw VectorError("rank_reads bytes differ from the sum of the read lengths");
+    total += bytes;
+    reads.push_back(rj);
+    rank_bytes.push_back(bytes);
+  }
+  if (total != i.bytes) throw VectorError("plan bytes differ from the per-rank sums");
+  json gz = json::array();
+  for (size_t k = 0; k < i.num_groups; ++k) {
+    pdkv_plan_group_zero_t z{};
+    z.struct_size = sizeof z;
+    call([&](pdkv_error_t** e) { return pdkv_transfer_plan_group_zero(plan.get(), k, &z, e); });
+    gz.push_back({{"kind", pdkv_group_kind_name(z.kind)}, {"regions", array_of(z.regions, z.num_regions)},
+                  {"zero_ranges", zero_ranges_json(z.zero, z.num_zero)},
+                  {"unfilled_states", array_of(z.unfilled_states, z.num_unfilled_states)}});
+  }
+  return {{"d_tp", i.d_tp},
+          {"p_tp", i.p_tp},
+          {"read_ranks", array_of(rr, nrr)},
+          {"notify_ranks", array_of(nt, nnt)},
+          {"notifications_per_p_rank", i.notifications_per_p_rank},
+          {"reads", reads},
+          {"rank_bytes", rank_bytes},
+          {"groups", gz},
+          {"pieces_before_coalescing", i.pieces_before_coalescing},
+          {"pieces_after_coalescing", i.pieces_after_coalescing},
+          {"bytes", i.bytes},
+          {"attention_bytes", i.attention_bytes},
+          {"mamba_bytes", i.mamba_bytes},
+          {"empty", i.empty != 0}};
+}
+
+/// Output keys shared by metadata_roundtrip and metadata_decode.
+#define METADATA_KEYS                                                                                    \
+  "engine_id", "tp_size", "tp_rank", "kv_layout", "conv_layout", "logical_block_size", "kernel_block_size", \
+      "physical_blocks_per_logical", "num_kernel_blocks", "regions", "mamba_type", "conv_bytes", "ssm_bytes", \
+      "conv_projection_bytes", "attention_bytes_per_token", "use_mla", "total_kv_heads", "prefix_caching",   \
+      "cache_mode", "model_fingerprint", "encoded_length", "payload_crc32c"
+
 /// The ops table of docs/conformance.md.
 const std::map<std::string, Op>& ops() {
   static const std::map<std::string, Op> table = {
@@ -522,6 +1033,22 @@ const std::map<std::string, Op>& ops() {
       {"d_num_new_matched_tokens", {{"tokens"}, op_d_num_new_matched_tokens}},
       {"plan_remote_decode_prefill", {{"num_prompt_tokens", "computed_tokens", "new_tokens"}, op_plan_remote_decode_prefill}},
       {"derive_offload_geometry", {{"num_blocks", "hash_blocks_per_block"}, op_derive_offload_geometry}},
+      {"trim_group",
+       {{"kind", "transferred_tokens", "runs", "states", "zero_ranges", "unfilled_states"}, op_trim_group}},
+      {"mamba_aligned_split_v0604", {{"num_new_tokens"}, op_mamba_aligned_split_v0604}},
+      {"mamba_aligned_split", {{"num_new_tokens"}, op_mamba_aligned_split}},
+      {"truncate_for_remote_decode", {{"num_prompt_tokens", "max_tokens", "truncated"}, op_truncate_for_remote_decode}},
+      {"receive_zero_ranges", {{"zero_ranges"}, op_receive_zero_ranges}},
+      {"uncovered_token_ranges", {{"zero_ranges"}, op_uncovered_token_ranges}},
+      {"mamba_descriptor_ids", {{"ids"}, op_mamba_descriptor_ids}},
+      {"crc32c", {{"crc32c"}, op_crc32c}},
+      {"metadata_roundtrip", {{METADATA_KEYS, "hex"}, op_metadata_roundtrip}},
+      {"metadata_decode", {{METADATA_KEYS}, op_metadata_decode}},
+      {"handshake_validate", {{"items", "compatible"}, op_handshake_validate}},
+      {"transfer_plan",
+       {{"d_tp", "p_tp", "read_ranks", "notify_ranks", "notifications_per_p_rank", "reads", "rank_bytes", "groups",
+         "pieces_before_coalescing", "pieces_after_coalescing", "bytes", "attention_bytes", "mamba_bytes", "empty"},
+        op_transfer_plan}},
   };
   return table;
 }

@@ -710,6 +710,798 @@ def offload_cases():
     return cases
 
 
+# ---------------------------------------------------------------------------------------------
+# Issue #3 surface: prefix trimming (§6.3), scheduler splits (§8), receive zeroing (§6.4),
+# metadata wire format, handshake reports and transfer plans. Written from vllm-semantics.md and
+# the contracts documented in capi/include/pdkv.h and core/include/pdkv/core/*.hpp headers.
+# ---------------------------------------------------------------------------------------------
+
+def merge_ranges(block, offsets):
+    """Maximal [begin, end) ranges of sorted token offsets inside one block."""
+    out = []
+    for o in offsets:
+        if out and out[-1]["token_end"] == o:
+            out[-1]["token_end"] = o + 1
+        else:
+            out.append({"block": block, "token_begin": o, "token_end": o + 1})
+    return out
+
+
+def uncovered(local, first, tpb, held, written):
+    """Tokens of listed non-null local blocks D neither holds nor receives, per block."""
+    out = []
+    for i, b in enumerate(local):
+        if b == 0:
+            continue
+        base = (first + i) * tpb
+        offs = [o for o in range(tpb) if base + o >= held
+                and not any(w0 <= base + o < w1 for w0, w1 in written)]
+        out += merge_ranges(b, offs)
+    return out
+
+
+def receive_zero(local, tpb, bsr, remote_len):
+    """§6.4 vLLM rule."""
+    assert tpb % bsr == 0
+    covered = min(len(local) * bsr, remote_len)
+    cb, rem = divmod(covered, bsr)
+    out = []
+    for i in range(cb, len(local)):
+        begin = rem * tpb // bsr if i == cb else 0
+        if begin < tpb:
+            out.append({"block": local[i], "token_begin": begin, "token_end": tpb})
+    return out
+
+
+class Coverage(Exception):
+    pass
+
+
+def trim(g):
+    """Token-position pairing of one group (pdkv's answer to the §6.3 bugs)."""
+    kind = g["kind"]
+    n = g.get("remote_computed_tokens", 0)
+    hit = g.get("local_hit_tokens", 0)
+    lbs, rbs = g.get("local_tokens_per_block", 0), g.get("remote_tokens_per_block", 0)
+    local, remote = g["local_blocks"], g["remote_blocks"]
+    rf = g.get("remote_first_block", 0)
+    out = {"kind": kind, "transferred_tokens": 0, "runs": [], "states": [], "zero_ranges": [],
+           "unfilled_states": []}
+    if kind != "mamba":
+        need = hit
+        if kind == "sliding_window" and n > g["sliding_window"]:
+            need = max(need, n - g["sliding_window"])
+        lf = g.get("local_first_block", hit // lbs)
+
+        def where(t, blocks, first, bs, side):
+            i = t // bs
+            if not first <= i < first + len(blocks) or blocks[i - first] == 0:
+                raise Coverage(f"{side} token {t}")
+            return blocks[i - first], t % bs
+
+        runs = []
+        for t in range(need, n):  # token by token, then grouped
+            lb, lo = where(t, local, lf, lbs, "local")
+            rb, ro = where(t, remote, rf, rbs, "remote")
+            r = runs[-1] if runs else None
+            if r and r["local_block"] == lb and r["remote_block"] == rb and \
+                    r["local_token_begin"] + r["num_tokens"] == lo and \
+                    r["remote_token_begin"] + r["num_tokens"] == ro:
+                r["num_tokens"] += 1
+            else:
+                runs.append({"local_block": lb, "local_token_begin": lo, "remote_block": rb,
+                             "remote_token_begin": ro, "num_tokens": 1})
+        out["runs"] = runs
+        out["transferred_tokens"] = sum(r["num_tokens"] for r in runs)
+        out["zero_ranges"] = uncovered(local, lf, lbs, hit, [(need, n)] if need < n else [])
+        return out
+    if g.get("cache_mode", "none") != "all":
+        real_l = [b for b in local if b]
+        if not real_l or hit >= n:
+            return out
+        real_r = [b for b in remote if b]
+        if not real_r:
+            raise Coverage("no remote state")
+        out["states"] = [{"local_block": real_l[-1], "remote_block": real_r[-1], "tokens": n}]
+        out["unfilled_states"] = [b for b in local if b and b != real_l[-1]]
+        return out
+    if hit >= n:
+        return out
+    lf = g.get("local_first_block", hit // lbs)
+    for i, lb in enumerate(local):
+        if lb == 0:
+            continue
+        start = (lf + i) * lbs
+        if start >= n:
+            continue
+        e = min(start + lbs, n)
+        if e <= hit:
+            continue
+        j = (n - 1) // rbs if e == n else (e // rbs - 1 if e % rbs == 0 else None)
+        if j is not None and rf <= j < rf + len(remote) and remote[j - rf] != 0:
+            out["states"].append({"local_block": lb, "remote_block": remote[j - rf], "tokens": e})
+        elif e == n:
+            raise Coverage("final state")
+        else:
+            out["unfilled_states"].append(lb)
+    return out
+
+
+def split_v0604(i):
+    """§8 v0604 _mamba_block_aligned_split."""
+    new = i["num_new_tokens"]
+    if i.get("load_kv_async"):
+        return new
+    nc = i.get("num_computed_tokens", 0) + i.get("num_new_local_computed_tokens", 0) + \
+        i.get("num_external_computed_tokens", 0)
+    bs, nt = i["block_size"], i["num_tokens"]
+    if nc < max(i["num_prompt_tokens"], nt - 1):
+        last = nt - nt % bs
+        if i.get("use_eagle"):
+            last = max(last - bs, 0)
+        if nc + new < last:
+            new = new // bs * bs
+        elif nc < last < nc + new:
+            new = last - nc
+    return new
+
+
+def split_main(i):
+    """§8 main-branch rewrite, with the explicit parameters of pdkv_aligned_split_input_t."""
+    start, new, bs, nt = i.get("start", 0), i["num_new_tokens"], i["block_size"], i["num_tokens"]
+    prefill_end = max(i["num_prompt_tokens"], nt - 1)
+    if i.get("load_kv_async") or start >= prefill_end:
+        return new
+    end = start + new
+    last = nt - nt % bs
+    if i.get("use_eagle"):
+        last = max(last - bs, 0)
+    if end < prefill_end:
+        lims = [x for x in (i.get("max_num_scheduled_tokens", 0), i.get("long_prefill_token_threshold", 0)) if x]
+        f = end // bs * bs
+        if f > start or (not lims or bs <= min(lims)):
+            end = f
+        else:
+            fu = i.get("floor_unit", 0) or bs
+            end = end // fu * fu
+    cands = [last]
+    if start % bs:
+        cands.append((start // bs + 1) * bs)
+    tail = i.get("tail_hash_block_size", 0)
+    if tail and prefill_end // tail * tail > last:
+        cands.append(prefill_end // tail * tail)
+    if i.get("shared_prefix_tokens", 0):
+        cands.append(i["shared_prefix_tokens"] // bs * bs)
+    inside = [c for c in cands if start < c < end]
+    if inside:
+        end = min(inside)
+    return max(end, start) - start
+
+
+def crc32c_py(data):
+    """CRC-32C (Castagnoli, reflected 0x82F63B78, init/xorout 0xFFFFFFFF), bitwise."""
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+# Model descriptions of the presets used below (models.json / reference), for the fingerprint.
+DESCS = {
+    "nemotron-3-nano-30b": dict(k=2, head=128, head_v=128, mla=0, swa=0, type=2, heads=64, head_dim=64,
+                                d_state=128, groups=8, d_inner=0, d_conv=4, chunk=128, spec=1, dt=2,
+                                ssm_dt=4, pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+                                .replace("E", "-")),
+}
+
+
+def fingerprint(model):
+    """FNV-1a 64 over the canonical field encoding of fingerprint.hpp."""
+    d = DESCS[model]
+    h = 0xcbf29ce484222325
+    buf = bytearray()
+    le = lambda v, n: buf.extend(v.to_bytes(n, "little"))
+    le(1, 4)
+    for f in ("k", "head", "head_v"):
+        le(d[f], 4)
+    le(d["mla"], 1)
+    le(d["swa"], 4)
+    for f in ("type", "heads", "head_dim", "d_state", "groups"):
+        le(d[f], 4)
+    le(d["d_inner"], 8)
+    le(d["d_conv"], 4)
+    le(d["chunk"], 4)
+    le(d["spec"], 1)
+    le(d["dt"], 4)
+    le(d["ssm_dt"], 4)
+    le(len(d["pattern"]), 4)
+    buf.extend(d["pattern"].encode())
+    for b in buf:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+MAMBA_TYPE_CODE = {"mamba2": 2, "mamba1": 1, "gdn": 3}
+MODES = {"none": 0, "align": 1, "all": 2}
+
+
+def layout_defaults(layout):
+    l = {"engine_id": "engine", "tp_rank": 0, "num_logical_blocks": 64, "num_regions": 1,
+         "base": 1 << 40, "kv_layout": "HND", "prefix_caching": -1}
+    l.update(layout or {})
+    return l
+
+
+def metadata(model, engine, layout=None):
+    """pdkv_engine_metadata_from_model as fields (metadata_from_geometry.cpp contract)."""
+    l = layout_defaults(layout)
+    g = geometry(model, engine)
+    mm = MODELS[model]
+    mode = engine.get("mamba_cache_mode", "none")
+    nkb = l["num_logical_blocks"] * g["physical_per_logical"]
+    kp = g["kernel_page_bytes"]
+    bases = l.get("region_bases") or [l["base"] + i * nkb * kp for i in range(l["num_regions"])]
+    kind = {"mamba2": "mamba2", "gdn": "gdn", "mamba1": "mamba1"}[mm["kind"]]
+    pc = l["prefix_caching"]
+    return {
+        "engine_id": l["engine_id"], "tp_size": engine["tp_size"], "tp_rank": l["tp_rank"],
+        "kv_layout": l["kv_layout"], "conv_layout": engine.get("conv_layout", "DS"),
+        "logical_block_size": g["block_size"], "kernel_block_size": g["kernel_block_size"],
+        "physical_blocks_per_logical": g["physical_per_logical"], "num_kernel_blocks": nkb,
+        "regions": [{"base": b, "block_len": kp, "num_blocks": nkb, "kind": "mamba", "layer": i}
+                    for i, b in enumerate(bases)],
+        "mamba_type": kind, "conv_bytes": g["conv_bytes"], "ssm_bytes": g["ssm_bytes"],
+        "conv_projection_bytes": [p["bytes"] for p in g["projections"]],
+        "attention_bytes_per_token": g["attn_bytes_per_token"], "use_mla": False,
+        "total_kv_heads": mm["k"], "prefix_caching": (mode != "none") if pc == -1 else bool(pc),
+        "cache_mode": mode, "model_fingerprint": fingerprint(model),
+    }
+
+
+def encode(md):
+    """Wire format 1.0 (engine_metadata.hpp): 16-byte header then the fields, little-endian."""
+    p = bytearray()
+    le = lambda v, n: p.extend(int(v).to_bytes(n, "little"))
+    eid = md["engine_id"].encode()
+    le(len(eid), 2)
+    p.extend(eid)
+    le(md["tp_size"], 4)
+    le(md["tp_rank"], 4)
+    le({"HND": 0, "NHD": 1}[md["kv_layout"]], 1)
+    le({"DS": 0, "SD": 1}[md["conv_layout"]], 1)
+    le(md["logical_block_size"], 4)
+    le(md["kernel_block_size"], 4)
+    le(md["physical_blocks_per_logical"], 4)
+    le(md["num_kernel_blocks"], 8)
+    le(MAMBA_TYPE_CODE.get(md["mamba_type"], 0), 1)
+    le(md["conv_bytes"], 8)
+    le(md["ssm_bytes"], 8)
+    le(len(md["conv_projection_bytes"]), 1)
+    for b in md["conv_projection_bytes"]:
+        le(b, 8)
+    le(md["attention_bytes_per_token"], 8)
+    le((1 if md["use_mla"] else 0) | (2 if md["prefix_caching"] else 0), 1)
+    le(md["total_kv_heads"], 4)
+    le(MODES[md["cache_mode"]], 1)
+    le(md["model_fingerprint"], 8)
+    le(len(md["regions"]), 4)
+    for r in md["regions"]:
+        le(r["base"], 8)
+        le(r["block_len"], 8)
+        le(r["num_blocks"], 8)
+        le({"attention": 0, "mamba": 1}[r["kind"]], 1)
+        le(r["layer"], 4)
+    head = b"PDKV" + (1).to_bytes(2, "little") + (0).to_bytes(2, "little") + \
+        len(p).to_bytes(4, "little") + crc32c_py(p).to_bytes(4, "little")
+    return head + bytes(p)
+
+
+def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None):
+    """Independent transfer-plan model: trims each group, maps attention tokens to HND head
+    slices (per D head, the P rank holding it), Mamba pairs to mamba_reads pieces at page stride,
+    then coalesces pieces contiguous on both sides (in local order)."""
+    mm = MODELS[model]
+    k = mm["k"]
+    p_tp, d_tp = p_eng["tp_size"], d_eng["tp_size"]
+    pg, dg = geometry(model, p_eng), geometry(model, d_eng)
+    dl, pl = layout_defaults(d_layout), layout_defaults(p_layout)
+    nreg = dl["num_regions"]
+    assert pl["num_regions"] == nreg
+    mapping = tp_mapping(d_tp, d_rank, p_tp, k, False, True)
+    bph = dg["attn_bytes_per_token"] // dg["kv_heads_per_rank"]
+    assert bph == pg["attn_bytes_per_token"] // pg["kv_heads_per_rank"]
+    d_heads = range(*head_range(d_tp, k, d_rank))
+    lbs, rbs = dg["kernel_block_size"], pg["kernel_block_size"]
+    Ld, Lp = dg["kernel_page_bytes"], pg["kernel_page_bytes"]
+    pieces = {p: [] for p in range(p_tp)}  # p -> [(lr, lo, rr, ro, len, kind)]
+    gz = []
+    for g in groups:
+        g = dict(g)
+        regions = g.pop("regions", list(range(nreg)))
+        t = dict(g)
+        if g["kind"] != "mamba":
+            t.setdefault("local_tokens_per_block", lbs)
+            t.setdefault("remote_tokens_per_block", rbs)
+        elif g.get("cache_mode") == "all":
+            t.setdefault("local_tokens_per_block", dg["block_size"])
+            t.setdefault("remote_tokens_per_block", pg["block_size"])
+        tr = trim(t)
+        gz.append({"kind": g["kind"], "regions": regions, "zero_ranges": tr["zero_ranges"],
+                   "unfilled_states": tr["unfilled_states"]})
+        for reg in regions:
+            for run in tr["runs"]:
+                whole = run["num_tokens"] == lbs == rbs
+                # D heads grouped by the attention source rank holding them.
+                by_src = {}
+                for hl, h in enumerate(d_heads):
+                    src = next(p for p in mapping["attention_source_ranks"]
+                               if head_range(p_tp, k, p)[0] <= h < head_range(p_tp, k, p)[1])
+                    hp = h - head_range(p_tp, k, src)[0]
+                    by_src.setdefault(src, []).append((hl, hp))
+                for src, hs in by_src.items():
+                    if whole:
+                        hl0, hp0 = hs[0]
+                        pieces[src].append((reg, run["local_block"] * Ld + hl0 * lbs * bph, reg,
+                                            run["remote_block"] * Lp + hp0 * rbs * bph,
+                                            len(hs) * lbs * bph, "a"))
+                        continue
+                    for hl, hp in hs:
+                        pieces[src].append((reg, run["local_block"] * Ld + hl * lbs * bph +
+                                            run["local_token_begin"] * bph, reg,
+                                            run["remote_block"] * Lp + hp * rbs * bph +
+                                            run["remote_token_begin"] * bph,
+                                            run["num_tokens"] * bph, "a"))
+            for st in tr["states"]:
+                for r in mamba_reads(model, p_tp, d_tp, d_rank, "pdkv")["reads"]:
+                    pieces[r["p_rank"]].append(
+                        (reg, st["local_block"] * Ld * dg["physical_per_logical"] + r["local_offset"], reg,
+                         st["remote_block"] * Lp * pg["physical_per_logical"] + r["remote_offset"],
+                         r["length"], "m"))
+    before = sum(len(v) for v in pieces.values())
+    reads, rank_bytes, after, ab, mb = [], [], 0, 0, 0
+    for p in range(p_tp):
+        merged = []
+        for x in sorted(pieces[p]):
+            ab += x[4] if x[5] == "a" else 0
+            mb += x[4] if x[5] == "m" else 0
+            y = merged[-1] if merged else None
+            if y and y["local_region"] == x[0] and y["remote_region"] == x[2] and \
+                    y["local_offset"] + y["length"] == x[1] and y["remote_offset"] + y["length"] == x[3]:
+                y["length"] += x[4]
+            else:
+                merged.append({"local_region": x[0], "local_offset": x[1], "remote_region": x[2],
+                               "remote_offset": x[3], "length": x[4]})
+        after += len(merged)
+        reads.append(merged)
+        rank_bytes.append(sum(r["length"] for r in merged))
+    return {"d_tp": d_tp, "p_tp": p_tp, "read_ranks": [p for p in range(p_tp) if reads[p]],
+            "notify_ranks": handshake_targets(d_tp, d_rank, p_tp),
+            "notifications_per_p_rank": notifications(p_tp, d_tp), "reads": reads,
+            "rank_bytes": rank_bytes, "groups": gz, "pieces_before_coalescing": before,
+            "pieces_after_coalescing": after, "bytes": sum(rank_bytes), "attention_bytes": ab,
+            "mamba_bytes": mb, "empty": before == 0}
+
+
+def trim_cases():
+    cases = []
+    add = lambda name, op, inp, out=None, err=None: cases.append(
+        dict(name=name, op=op, input=inp, **({"output": out} if err is None else {"error": err})))
+
+    def t(name, inp, expect=None):
+        out = trim(inp)
+        for key, val in (expect or {}).items():
+            check(out[key], val, "trim " + name)
+        add("trim_group/" + name, "trim_group", inp, out)
+
+    # Bug 1: a fully cached group (nd == 0) while others still transfer: vLLM's x[-0:] reads P's
+    # whole list; pdkv moves nothing for that group.
+    t("bug1_full_hit_attention_no_runs",
+      {"kind": "attention", "local_blocks": [], "remote_blocks": [7, 8, 9, 10], "local_tokens_per_block": 16,
+       "remote_tokens_per_block": 16, "remote_computed_tokens": 64, "local_hit_tokens": 64},
+      {"runs": [], "zero_ranges": [], "transferred_tokens": 0})
+    t("bug1_full_hit_sliding_window_no_runs",
+      {"kind": "sliding_window", "local_blocks": [], "remote_blocks": [5, 6], "local_tokens_per_block": 16,
+       "remote_tokens_per_block": 16, "remote_computed_tokens": 32, "local_hit_tokens": 32,
+       "sliding_window": 20}, {"runs": []})
+    # Bug 2 (v0604 `assert num_local_blocks == 1`): SSM nd == 0, and nd >= 2 < np ("all" mode).
+    t("bug2_ssm_nd0_no_state",
+      {"kind": "mamba", "cache_mode": "align", "local_blocks": [], "remote_blocks": [0, 0, 14],
+       "remote_computed_tokens": 100, "local_hit_tokens": 0}, {"states": []})
+    t("bug2_ssm_nd2_lt_np3_all_mode",
+      {"kind": "mamba", "cache_mode": "all", "local_blocks": [5, 6], "remote_blocks": [1, 2, 3],
+       "local_tokens_per_block": 16, "remote_tokens_per_block": 16, "remote_computed_tokens": 48,
+       "local_hit_tokens": 16},
+      {"states": [{"local_block": 5, "remote_block": 2, "tokens": 32},
+                  {"local_block": 6, "remote_block": 3, "tokens": 48}]})
+    # Align-mode placeholders [0, 0, 14]: the nulls are skipped, the running state is paired.
+    t("align_placeholders_0_0_14",
+      {"kind": "mamba", "cache_mode": "align", "local_blocks": [42], "remote_blocks": [0, 0, 14],
+       "remote_computed_tokens": 160, "local_hit_tokens": 0},
+      {"states": [{"local_block": 42, "remote_block": 14, "tokens": 160}]})
+    t("align_local_placeholders_and_stale_slot",
+      {"kind": "mamba", "cache_mode": "align", "local_blocks": [0, 41, 42], "remote_blocks": [0, 0, 14],
+       "remote_computed_tokens": 160, "local_hit_tokens": 0},
+      {"states": [{"local_block": 42, "remote_block": 14, "tokens": 160}], "unfilled_states": [41]})
+    # "all" mode positional pairing, both directions.
+    t("all_mode_nd1_lt_np3_pairs_last_position",
+      {"kind": "mamba", "cache_mode": "all", "local_blocks": [8], "remote_blocks": [1, 2, 3],
+       "local_tokens_per_block": 16, "remote_tokens_per_block": 16, "remote_computed_tokens": 48,
+       "local_hit_tokens": 32}, {"states": [{"local_block": 8, "remote_block": 3, "tokens": 48}]})
+    t("all_mode_nd3_gt_np2_extra_position_recomputed",
+      {"kind": "mamba", "cache_mode": "all", "local_blocks": [5, 6, 7], "remote_blocks": [1, 2],
+       "local_tokens_per_block": 16, "remote_tokens_per_block": 16, "remote_computed_tokens": 32,
+       "local_hit_tokens": 0},
+      {"states": [{"local_block": 5, "remote_block": 1, "tokens": 16},
+                  {"local_block": 6, "remote_block": 2, "tokens": 32}]})
+    # nd 4 > np 2 with different Mamba block sizes: vLLM's decode[:2] pairs 5<-1, 6<-2 (wrong
+    # token counts); pdkv pairs by token count and leaves D's odd checkpoints unfilled.
+    t("all_mode_d16_p32_pairs_by_token_count",
+      {"kind": "mamba", "cache_mode": "all", "local_blocks": [5, 6, 7, 8], "remote_blocks": [1, 2],
+       "local_tokens_per_block": 16, "remote_tokens_per_block": 32, "remote_computed_tokens": 64,
+       "local_hit_tokens": 0},
+      {"states": [{"local_block": 6, "remote_block": 1, "tokens": 32},
+                  {"local_block": 8, "remote_block": 2, "tokens": 64}], "unfilled_states": [5, 7]})
+    # Bug 3: different blocks per logical with prefix caching. Kernel blocks of 16 tokens, D ppl 4
+    # (logical 64), P ppl 2 (logical 32). D hit one logical block (64 tokens): D kernel ids of
+    # logical [3, 4] start at block index 4; P kernel ids of logical [7..10]. N = 100.
+    d_k = [b * 4 + j for b in [3, 4] for j in range(4)]
+    p_k = [b * 2 + j for b in [7, 8, 9, 10] for j in range(2)]
+    t("bug3_hetero_ppl_prefix_cache_token_aligned",
+      {"kind": "attention", "local_blocks": d_k, "remote_blocks": p_k, "local_tokens_per_block": 16,
+       "remote_tokens_per_block": 16, "remote_computed_tokens": 100, "local_hit_tokens": 64,
+       "local_first_block": 4, "remote_first_block": 0},
+      {"runs": [{"local_block": 12, "local_token_begin": 0, "remote_block": 18, "remote_token_begin": 0,
+                 "num_tokens": 16},
+                {"local_block": 13, "local_token_begin": 0, "remote_block": 19, "remote_token_begin": 0,
+                 "num_tokens": 16},
+                {"local_block": 14, "local_token_begin": 0, "remote_block": 20, "remote_token_begin": 0,
+                 "num_tokens": 4}],
+       "zero_ranges": [{"block": 14, "token_begin": 4, "token_end": 16}] +
+                      [{"block": b, "token_begin": 0, "token_end": 16} for b in range(15, 20)]})
+    # Kernel blocks that are not multiples: D 2096 tokens, P 1056 (Nemotron-3-Nano TP2 / TP4).
+    t("kernel_blocks_2096_vs_1056",
+      {"kind": "attention", "local_blocks": [1, 2, 3], "remote_blocks": [4, 5, 6, 7, 8],
+       "local_tokens_per_block": 2096, "remote_tokens_per_block": 1056, "remote_computed_tokens": 5000},
+      {"transferred_tokens": 5000,
+       "zero_ranges": [{"block": 3, "token_begin": 5000 - 4192, "token_end": 2096}]})
+    check(len(trim({"kind": "attention", "local_blocks": [1, 2, 3], "remote_blocks": [4, 5, 6, 7, 8],
+                    "local_tokens_per_block": 2096, "remote_tokens_per_block": 1056,
+                    "remote_computed_tokens": 5000})["runs"]), 7, "2096/1056 runs split at both boundaries")
+    # Sliding window: only the last `window` tokens move; the clipped lists start at index 11.
+    t("sliding_window_100_of_300",
+      {"kind": "sliding_window", "local_blocks": list(range(111, 119)), "remote_blocks": list(range(211, 219)),
+       "local_tokens_per_block": 16, "remote_tokens_per_block": 16, "remote_computed_tokens": 300,
+       "sliding_window": 100, "local_first_block": 11, "remote_first_block": 11},
+      {"transferred_tokens": 100})
+    t("partial_hit_same_block_size",
+      {"kind": "attention", "local_blocks": [6, 7, 8, 9], "remote_blocks": list(range(10)),
+       "local_tokens_per_block": 16, "remote_tokens_per_block": 16, "remote_computed_tokens": 160,
+       "local_hit_tokens": 96}, {"transferred_tokens": 64})
+    t("partly_covered_tail_zeroed",
+      {"kind": "attention", "local_blocks": [3, 4], "remote_blocks": [8, 9], "local_tokens_per_block": 32,
+       "remote_tokens_per_block": 32, "remote_computed_tokens": 40},
+      {"zero_ranges": [{"block": 4, "token_begin": 8, "token_end": 32}]})
+    add("trim_group/coverage_local_list_too_short", "trim_group",
+        {"kind": "attention", "local_blocks": [10], "remote_blocks": [20, 21, 22], "local_tokens_per_block": 16,
+         "remote_tokens_per_block": 16, "remote_computed_tokens": 48},
+        err={"status": "PDKV_ERR_COVERAGE", "message_contains": ["token 16"]})
+    add("trim_group/coverage_null_final_state_all_mode", "trim_group",
+        {"kind": "mamba", "cache_mode": "all", "local_blocks": [5], "remote_blocks": [1, 0],
+         "local_tokens_per_block": 16, "remote_tokens_per_block": 16, "remote_computed_tokens": 32,
+         "local_hit_tokens": 16},
+        err={"status": "PDKV_ERR_COVERAGE", "message_contains": ["32"]})
+    add("trim_group/coverage_only_null_remote_states", "trim_group",
+        {"kind": "mamba", "cache_mode": "align", "local_blocks": [5], "remote_blocks": [0, 0],
+         "remote_computed_tokens": 32},
+        err={"status": "PDKV_ERR_COVERAGE", "message_contains": ["null"]})
+    add("trim_group/zero_tokens_per_block", "trim_group",
+        {"kind": "attention", "local_blocks": [1], "remote_blocks": [1], "remote_computed_tokens": 8},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": []})
+    return cases
+
+
+def scheduler2_cases():
+    cases = []
+    add = lambda name, op, inp, out=None, err=None: cases.append(
+        dict(name=name, op=op, input=inp, **({"output": out} if err is None else {"error": err})))
+    base = {"num_external_computed_tokens": 40, "num_prompt_tokens": 100, "num_tokens": 100, "block_size": 16}
+    for name, extra, want in [("floor_to_block", {"num_new_tokens": 50}, 48),
+                              ("stop_at_last", {"num_new_tokens": 60}, 56),
+                              ("eagle_keeps_block_back", {"num_new_tokens": 50, "use_eagle": True}, 40),
+                              ("async_load_no_split", {"num_new_tokens": 50, "load_kv_async": True}, 50),
+                              ("decode_step_unchanged", {"num_new_tokens": 1, "num_computed_tokens": 60}, 1)]:
+        inp = dict(base, **extra)
+        check(split_v0604(inp), want, "v0604 " + name)
+        add("mamba_aligned_split_v0604/" + name, "mamba_aligned_split_v0604", inp, {"num_new_tokens": want})
+    add("mamba_aligned_split_v0604/zero_block_size", "mamba_aligned_split_v0604",
+        dict(base, num_new_tokens=5, block_size=0), err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": []})
+
+    def chain(name, inp0, proposals, want):
+        start, got = 0, []
+        for k, prop in enumerate(proposals):
+            # The scheduler never proposes more than the prompt's remaining tokens.
+            inp = dict(inp0, start=start, num_new_tokens=min(prop, inp0["num_prompt_tokens"] - start))
+            n = split_main(inp)
+            add(f"mamba_aligned_split/{name}_step{k}", "mamba_aligned_split", inp, {"num_new_tokens": n})
+            got.append(n)
+            start += n
+        check(got, want, "§8 " + name)
+
+    # §8 vectors: partial tail 0 -> 8192 -> 9728 -> 9984 -> 10000 (bs 512, tail hash 256, budget 8192).
+    chain("partial_tail", {"num_prompt_tokens": 10000, "num_tokens": 10000, "block_size": 512,
+                           "tail_hash_block_size": 256, "max_num_scheduled_tokens": 8192},
+          [8192, 1808, 272, 16], [8192, 1536, 256, 16])
+    # Budget [8192, 3200, 8192, 3200, 7216] (bs 16 divides every chunk end and the prompt).
+    chain("budget", {"num_prompt_tokens": 30000, "num_tokens": 30000, "block_size": 16},
+          [8192, 3200, 8192, 3200, 7216], [8192, 3200, 8192, 3200, 7216])
+    # Long-prefill threshold 400 with bs 512 > threshold: floor to 128, then the block boundary.
+    chain("long_prefill_threshold", {"num_prompt_tokens": 1300, "num_tokens": 1300, "block_size": 512,
+                                     "floor_unit": 128, "long_prefill_token_threshold": 400},
+          [400, 400, 400, 400, 400], [384, 128, 384, 128, 276])
+    inp = {"num_prompt_tokens": 100, "num_tokens": 100, "block_size": 32, "shared_prefix_tokens": 48,
+           "num_new_tokens": 100}
+    check(split_main(inp), 32, "shared prefix 48 -> 32")
+    add("mamba_aligned_split/shared_prefix_48_to_32", "mamba_aligned_split", inp, {"num_new_tokens": 32})
+    inp = {"num_prompt_tokens": 1300, "num_tokens": 1300, "block_size": 512, "long_prefill_token_threshold": 400,
+           "num_new_tokens": 400}
+    add("mamba_aligned_split/defer_when_no_block_fits", "mamba_aligned_split", inp,
+        {"num_new_tokens": split_main(inp)})
+    add("mamba_aligned_split/async_load_unchanged", "mamba_aligned_split", dict(inp, load_kv_async=True),
+        {"num_new_tokens": 400})
+    add("mamba_aligned_split/unaligned_resume_stops_at_boundary", "mamba_aligned_split",
+        {"start": 40, "num_new_tokens": 100, "num_prompt_tokens": 300, "num_tokens": 300, "block_size": 32},
+        {"num_new_tokens": split_main({"start": 40, "num_new_tokens": 100, "num_prompt_tokens": 300,
+                                       "num_tokens": 300, "block_size": 32})})
+    add("mamba_aligned_split/zero_block_size", "mamba_aligned_split",
+        {"num_new_tokens": 4, "num_prompt_tokens": 10, "num_tokens": 10, "block_size": 0},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": []})
+
+    # §8 P side of the N-1 rule (idempotent).
+    for name, n, mx, tr, mamba in [("mamba_truncates", 100, 50, False, True),
+                                   ("mamba_idempotent", 99, 1, True, True),
+                                   ("attention_max_tokens_only", 100, 50, False, False),
+                                   ("mamba_single_token_prompt", 1, 8, False, True)]:
+        out_n = n - 1 if mamba and not tr and n > 1 else n
+        add("truncate_for_remote_decode/" + name, "truncate_for_remote_decode",
+            {"num_prompt_tokens": n, "max_tokens": mx, "truncated": tr, "has_mamba": mamba},
+            # The flag records that the (idempotent) Mamba step ran, also when N == 1 left N as is.
+            {"num_prompt_tokens": out_n, "max_tokens": 1, "truncated": mamba})
+
+    # §6.4 receive zeroing.
+    for name, blocks, tpb, bsr, rl in [("bsr4_half_block", [11, 12, 13], 64, 4, 6),
+                                       ("fully_covered", [11, 12], 64, 4, 8),
+                                       ("bsr1_short_remote", [5, 6, 7], 16, 1, 1),
+                                       ("nemotron_2096_bsr1", [3, 4], 2096, 1, 2)]:
+        add("receive_zero_ranges/" + name, "receive_zero_ranges",
+            {"local_blocks": blocks, "tokens_per_block": tpb, "block_size_ratio": bsr, "remote_kernel_len": rl},
+            {"zero_ranges": receive_zero(blocks, tpb, bsr, rl)})
+    check(receive_zero([11, 12, 13], 64, 4, 6), [{"block": 12, "token_begin": 32, "token_end": 64},
+                                                 {"block": 13, "token_begin": 0, "token_end": 64}], "bsr4")
+    add("receive_zero_ranges/tokens_not_divisible", "receive_zero_ranges",
+        {"local_blocks": [1], "tokens_per_block": 30, "block_size_ratio": 4, "remote_kernel_len": 1},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["30"]})
+    for name, blocks, first, tpb, held, written in [("written_run", [5, 6, 7], 2, 16, 32, [(32, 70)]),
+                                                    ("held_only", [5, 6], 2, 16, 40, []),
+                                                    ("gap_and_null", [5, 0, 7], 0, 8, 0, [(2, 4), (20, 22)])]:
+        add("uncovered_token_ranges/" + name, "uncovered_token_ranges",
+            {"local_blocks": blocks, "first_block_index": first, "tokens_per_block": tpb, "held_tokens": held,
+             "written": [{"begin": a, "end": b} for a, b in written]},
+            {"zero_ranges": uncovered(blocks, first, tpb, held, written)})
+    check(uncovered([5, 6, 7], 2, 16, 32, [(32, 70)]), [{"block": 7, "token_begin": 6, "token_end": 16}], "uncov")
+
+    # Mamba descriptor ids (§3 region-major Mamba list).
+    for name, ids, nl, nr, dpr, first in [("two_regions_4_descs", [1, 2], 100, 2, 4, 200),
+                                          ("jamba_2_descs", [0, 9], 10, 1, 2, 0)]:
+        want = [first + (r * dpr + kk) * nl + b for r in range(nr) for kk in range(dpr) for b in ids]
+        add("mamba_descriptor_ids/" + name, "mamba_descriptor_ids",
+            {"ids": ids, "num_logical_blocks": nl, "num_regions": nr, "descs_per_region": dpr, "first_id": first},
+            {"ids": want})
+    add("mamba_descriptor_ids/block_out_of_range", "mamba_descriptor_ids",
+        {"ids": [10], "num_logical_blocks": 10, "num_regions": 1, "descs_per_region": 2, "first_id": 0},
+        err={"status": "PDKV_ERR_OUT_OF_BOUNDS", "message_contains": ["10"]})
+    return cases
+
+
+
+def metadata_cases():
+    cases = []
+    add = lambda name, op, inp, out=None, err=None: cases.append(
+        dict(name=name, op=op, input=inp, **({"output": out} if err is None else {"error": err})))
+    check(crc32c_py(b"123456789"), 0xE3069283, "crc32c check value")
+    for name, data in [("check_value_123456789", b"123456789"), ("empty", b""), ("zeros_32", bytes(32))]:
+        add("crc32c/" + name, "crc32c", {"hex": data.hex()}, {"crc32c": crc32c_py(data)})
+    check(crc32c_py(bytes(32)), 0x8A9136AA, "crc32c 32 zero bytes (RFC 3720)")
+
+    encodings = {}
+    for name, eng, lay in [
+            ("nemotron3_nano_d_tp2_rank1", {"tp_size": 2}, {"tp_rank": 1, "engine_id": "decode"}),
+            ("nemotron3_nano_p_tp4_align_two_regions",
+             {"tp_size": 4, "mamba_cache_mode": "align"},
+             {"tp_rank": 3, "engine_id": "prefill-0", "num_logical_blocks": 8, "num_regions": 2,
+              "region_bases": [1 << 32, 1 << 36], "kv_layout": "NHD"}),
+            ("nemotron3_nano_tp1_prefix_caching_forced", {"tp_size": 1},
+             {"num_logical_blocks": 3, "prefix_caching": 1})]:
+        md = metadata("nemotron-3-nano-30b", eng, lay)
+        b = encode(md)
+        out = dict(md, encoded_length=len(b), payload_crc32c=crc32c_py(b[16:]), hex=b.hex())
+        encodings[name] = b
+        add("metadata_roundtrip/" + name, "metadata_roundtrip",
+            {"model": "nemotron-3-nano-30b", "engine": eng, "layout": lay}, out)
+        dec = dict(out)
+        del dec["hex"]
+        add("metadata_decode/" + name, "metadata_decode", {"hex": b.hex()}, dec)
+    g = geometry("nemotron-3-nano-30b", {"tp_size": 2})
+    check((g["kernel_block_size"], g["physical_per_logical"]), (2096, 1), "Nano TP2 block 2096")
+    b = encodings["nemotron3_nano_d_tp2_rank1"]
+    err = lambda name, data, status, contains: add("metadata_decode/" + name, "metadata_decode", {"hex": data.hex()},
+                                                   err={"status": status, "message_contains": contains})
+    err("truncated_header", b[:10], "PDKV_ERR_PARSE", ["header"])
+    err("truncated_payload", b[:16] + b[16:40], "PDKV_ERR_PARSE", ["payload"])
+    err("bad_magic", b"XDKV" + b[4:], "PDKV_ERR_PARSE", ["magic"])
+    bad = bytearray(b)
+    bad[12] ^= 0xFF
+    err("bad_checksum", bytes(bad), "PDKV_ERR_CHECKSUM", ["checksum"])
+    bad = bytearray(b)
+    bad[-1] ^= 0x01  # last byte: regions[0].layer high byte... flips the payload, checksum stale
+    err("payload_flipped_checksum_stale", bytes(bad), "PDKV_ERR_CHECKSUM", [])
+    # A resealed out-of-range field: kv_layout = 7 with a fresh checksum names the field.
+    p = bytearray(b[16:])
+    off = 2 + len("decode") + 4 + 4
+    p[off] = 7
+    resealed = b[:12] + crc32c_py(bytes(p)).to_bytes(4, "little") + bytes(p)
+    err("resealed_bad_kv_layout", resealed, "PDKV_ERR_PARSE", ["kv_layout"])
+    err("unknown_major_version", b[:4] + (9).to_bytes(2, "little") + b[6:], "PDKV_ERR_PARSE", ["9"])
+    return cases
+
+
+def validate(l, r):
+    """The documented handshake rules (handshake.hpp) on two metadata dicts, in report order."""
+    items = []
+    add = lambda s, f: items.append({"status": s, "field": f})
+    inc = "PDKV_ERR_INCOMPATIBLE"
+    if l["engine_id"] == r["engine_id"]:
+        add(inc, "engine_id")
+    if l["model_fingerprint"] != r["model_fingerprint"]:
+        add(inc, "model_fingerprint")
+    if l["use_mla"] != r["use_mla"]:
+        add(inc, "use_mla")
+    if l["total_kv_heads"] != r["total_kv_heads"]:
+        add(inc, "total_kv_heads")
+    if l["mamba_type"] != r["mamba_type"]:
+        add(inc, "mamba_type")
+    a, b = l["tp_size"], r["tp_size"]
+    if a % b and b % a:
+        add("PDKV_ERR_TP_NOT_DIVISIBLE", "tp_size")
+    hpr = lambda m: max(1, m["total_kv_heads"] // m["tp_size"])
+    if l["kv_layout"] != r["kv_layout"]:
+        add("PDKV_ERR_UNSUPPORTED_LAYOUT", "kv_layout")
+    elif hpr(l) != hpr(r) and l["kv_layout"] != "HND":
+        add("PDKV_ERR_UNSUPPORTED_LAYOUT", "kv_layout")
+    if len(l["regions"]) != len(r["regions"]):
+        add(inc, "regions")
+    if l["mamba_type"] == r["mamba_type"]:
+        if l["ssm_bytes"] * l["tp_size"] != r["ssm_bytes"] * r["tp_size"]:
+            add(inc, "ssm_bytes")
+        a, b = l["conv_projection_bytes"][0], r["conv_projection_bytes"][0]
+        if a * l["tp_size"] != b * r["tp_size"]:
+            add(inc, "conv_projection_bytes[0]")
+    return items
+
+
+def handshake_cases():
+    cases = []
+
+    def h(name, local, remote, expect=None):
+        items = validate(metadata(local["model"], local["engine"], local.get("layout")),
+                         metadata(remote["model"], remote["engine"], remote.get("layout")))
+        if expect is not None:
+            check(items, expect, "handshake " + name)
+        cases.append({"name": "handshake_validate/" + name, "op": "handshake_validate",
+                      "input": {"local": local, "remote": remote},
+                      "output": {"items": items, "compatible": not items}})
+
+    nano = "nemotron-3-nano-30b"
+    # Several problems at once: same engine id, NHD vs HND, region counts, and a different SSM
+    # dtype on P (ssm bytes no longer scale with TP).
+    h("several_incompatibilities",
+      {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "engine"}},
+      {"model": nano, "engine": {"tp_size": 4, "ssm_state_dtype_bytes": 2},
+       "layout": {"engine_id": "engine", "kv_layout": "NHD", "num_regions": 2}},
+      [{"status": "PDKV_ERR_INCOMPATIBLE", "field": "engine_id"},
+       {"status": "PDKV_ERR_UNSUPPORTED_LAYOUT", "field": "kv_layout"},
+       {"status": "PDKV_ERR_INCOMPATIBLE", "field": "regions"},
+       {"status": "PDKV_ERR_INCOMPATIBLE", "field": "ssm_bytes"}])
+    h("different_speculative_rows",
+      {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
+      {"model": nano, "engine": {"tp_size": 2, "num_speculative_tokens": 2}, "layout": {"engine_id": "p"}},
+      [{"status": "PDKV_ERR_INCOMPATIBLE", "field": "conv_projection_bytes[0]"}])
+    # pdkv accepts, vLLM rejects: different ppl with prefix caching (FlashInfer kernels 16/32/64
+    # give different blocks per logical at TP2 and TP4), and kernel blocks 2096 vs 1056.
+    gd = geometry(nano, {"tp_size": 2, "backend": "flashinfer", "mamba_cache_mode": "align"})
+    gp = geometry(nano, {"tp_size": 4, "backend": "flashinfer", "mamba_cache_mode": "align"})
+    check(gd["physical_per_logical"] != gp["physical_per_logical"], True, "hetero ppl")
+    h("hetero_ppl_with_prefix_caching_accepted",
+      {"model": nano, "engine": {"tp_size": 2, "backend": "flashinfer", "mamba_cache_mode": "align"},
+       "layout": {"engine_id": "d"}},
+      {"model": nano, "engine": {"tp_size": 4, "backend": "flashinfer", "mamba_cache_mode": "align"},
+       "layout": {"engine_id": "p"}}, [])
+    check(geometry(nano, {"tp_size": 4})["kernel_block_size"], 1056, "Nano TP4 block 1056")
+    h("kernel_blocks_2096_vs_1056_accepted",
+      {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
+      {"model": nano, "engine": {"tp_size": 4}, "layout": {"engine_id": "p"}}, [])
+    return cases
+
+
+def plan_cases():
+    cases = []
+    nano = "nemotron-3-nano-30b"
+
+    def p(name, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, expect=None):
+        out = plan(nano, p_eng, d_eng, d_rank, groups, p_layout, d_layout)
+        for key, val in (expect or {}).items():
+            check(out[key], val, "plan " + name + "." + key)
+        inp = {"model": nano, "prefill": {"engine": p_eng}, "decode": {"engine": d_eng}, "decode_rank": d_rank,
+               "groups": groups}
+        if p_layout:
+            inp["prefill"]["layout"] = p_layout
+        if d_layout:
+            inp["decode"]["layout"] = d_layout
+        cases.append({"name": "transfer_plan/" + name, "op": "transfer_plan", "input": inp, "output": out})
+
+    L2 = 2096 * 512  # Nano TP2 kernel page: 2096 tokens x 512 B (1 head x (128+128) x bf16)
+    # Homogeneous TP2, rank 1, two regions: one whole block + 10 tokens coalesce to one read
+    # per region (one head per rank, so the head slice is the whole block).
+    p("homogeneous_tp2_rank1", {"tp_size": 2}, {"tp_size": 2}, 1,
+      [{"kind": "attention", "local_blocks": [3, 4], "remote_blocks": [7, 8],
+        "remote_computed_tokens": 2096 + 10}],
+      {"engine_id": "p", "num_regions": 2, "num_logical_blocks": 16},
+      {"engine_id": "d", "num_regions": 2, "num_logical_blocks": 16},
+      {"read_ranks": [1], "notify_ranks": [1],
+       "reads": [[], [{"local_region": 0, "local_offset": 3 * L2, "remote_region": 0, "remote_offset": 7 * L2,
+                       "length": L2 + 10 * 512},
+                      {"local_region": 1, "local_offset": 3 * L2, "remote_region": 1, "remote_offset": 7 * L2,
+                       "length": L2 + 10 * 512}]],
+       "pieces_before_coalescing": 4, "pieces_after_coalescing": 2})
+    # D TP2 > P TP1: D rank 1 reads head 1 of P's two-head blocks (P block 2 heads x 4192? no:
+    # P TP1 has its own block size), token runs cut at both block boundaries, plus the Mamba
+    # state (x/B/C/ssm halves of P's page) for the running state.
+    p("d_tp2_from_p_tp1_rank1_attention_and_mamba", {"tp_size": 1}, {"tp_size": 2}, 1,
+      [{"kind": "attention", "local_blocks": [1, 2], "remote_blocks": [5, 6],
+        "remote_computed_tokens": 3000},
+       {"kind": "mamba", "local_blocks": [6], "remote_blocks": [4], "remote_computed_tokens": 3000}],
+      {"engine_id": "p", "num_logical_blocks": 8}, {"engine_id": "d", "num_logical_blocks": 8},
+      {"read_ranks": [0], "notify_ranks": [0], "notifications_per_p_rank": 2})
+    # Nemotron-3-Nano P TP4 -> D TP2, D rank 0, consecutive block ids: attention heads replicated
+    # on P (rank 0 supplies head 0), one coalesced read; Mamba shards from P ranks 0 and 1.
+    p("nano_p_tp4_d_tp2_rank0_consecutive_ids", {"tp_size": 4}, {"tp_size": 2}, 0,
+      [{"kind": "attention", "local_blocks": [1, 2, 3], "remote_blocks": [1, 2, 3, 4, 5],
+        "remote_computed_tokens": 5000},
+       {"kind": "mamba", "local_blocks": [7], "remote_blocks": [0, 0, 6], "cache_mode": "none",
+        "remote_computed_tokens": 5000}],
+      {"engine_id": "p", "num_logical_blocks": 8}, {"engine_id": "d", "num_logical_blocks": 8},
+      {"read_ranks": [0, 1], "notify_ranks": [0, 1], "notifications_per_p_rank": 1,
+       "groups": [{"kind": "attention", "regions": [0],
+                   "zero_ranges": [{"block": 3, "token_begin": 5000 - 4192, "token_end": 2096}],
+                   "unfilled_states": []},
+                  {"kind": "mamba", "regions": [0], "zero_ranges": [], "unfilled_states": []}]})
+    # A full prefix hit on every group: nothing to read, P ranks are still notified.
+    p("full_hit_notify_only", {"tp_size": 4}, {"tp_size": 2}, 1,
+      [{"kind": "attention", "local_blocks": [], "remote_blocks": [1, 2], "remote_computed_tokens": 2000,
+        "local_hit_tokens": 2000}],
+      {"engine_id": "p", "num_logical_blocks": 8}, {"engine_id": "d", "num_logical_blocks": 8},
+      {"empty": True, "read_ranks": [], "notify_ranks": [2, 3], "bytes": 0})
+    cases.append({"name": "transfer_plan/coverage_error", "op": "transfer_plan",
+                  "input": {"model": nano, "prefill": {"engine": {"tp_size": 2}}, "decode": {"engine": {"tp_size": 2}},
+                            "decode_rank": 0,
+                            "groups": [{"kind": "attention", "local_blocks": [1], "remote_blocks": [1, 2],
+                                        "remote_computed_tokens": 3000}]},
+                  "error": {"status": "PDKV_ERR_COVERAGE", "message_contains": ["2096"]}})
+    return cases
+
+
+
 def write(name, cases):
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)), "duplicate case names in " + name
@@ -728,3 +1520,8 @@ if __name__ == "__main__":
     write("blocks", blocks_cases())
     write("scheduler", scheduler_cases())
     write("offload", offload_cases())
+    write("trim", trim_cases())
+    write("scheduler_split", scheduler2_cases())
+    write("metadata", metadata_cases())
+    write("handshake", handshake_cases())
+    write("plans", plan_cases())
