@@ -5,6 +5,7 @@
 // that differs. Nothing is skipped.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -748,6 +749,13 @@ MetadataPtr metadata_of(const pdkv_model_t* m, const pdkv_engine_config_t& c, co
   return MetadataPtr(raw);
 }
 
+/// A uint64 fingerprint as 16 lower-case hex digits (JSON integers must fit in int64).
+std::string fingerprint_hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 /// The decoded fields of a metadata (the `metadata_decode` output keys).
 json metadata_fields(const pdkv_engine_metadata_t* md, size_t encoded_length, uint32_t crc) {
   pdkv_engine_metadata_info_t i{};
@@ -786,7 +794,7 @@ json metadata_fields(const pdkv_engine_metadata_t* md, size_t encoded_length, ui
           {"total_kv_heads", i.total_kv_heads},
           {"prefix_caching", i.prefix_caching != 0},
           {"cache_mode", modes[i.cache_mode]},
-          {"model_fingerprint", i.model_fingerprint},
+          {"model_fingerprint", fingerprint_hex(i.model_fingerprint)},
           {"encoded_length", encoded_length},
           {"payload_crc32c", crc}};
 }

@@ -956,7 +956,7 @@ def metadata(model, engine, layout=None):
         "conv_projection_bytes": [p["bytes"] for p in g["projections"]],
         "attention_bytes_per_token": g["attn_bytes_per_token"], "use_mla": False,
         "total_kv_heads": mm["k"], "prefix_caching": (mode != "none") if pc == -1 else bool(pc),
-        "cache_mode": mode, "model_fingerprint": fingerprint(model),
+        "cache_mode": mode, "model_fingerprint": "%016x" % fingerprint(model),
     }
 
 
@@ -985,7 +985,7 @@ def encode(md):
     le((1 if md["use_mla"] else 0) | (2 if md["prefix_caching"] else 0), 1)
     le(md["total_kv_heads"], 4)
     le(MODES[md["cache_mode"]], 1)
-    le(md["model_fingerprint"], 8)
+    le(int(md["model_fingerprint"], 16), 8)
     le(len(md["regions"]), 4)
     for r in md["regions"]:
         le(r["base"], 8)
