@@ -235,7 +235,7 @@ func metadataFields(md *EngineMetadata, encoded []byte) (out, error) {
 		"mamba_type": info.MambaType.String(), "conv_bytes": info.ConvBytes, "ssm_bytes": info.SSMBytes,
 		"conv_projection_bytes": proj, "attention_bytes_per_token": info.AttentionBytesPerToken, "use_mla": info.UseMLA,
 		"total_kv_heads": info.TotalKVHeads, "prefix_caching": info.PrefixCaching, "cache_mode": modes[info.CacheMode],
-		"model_fingerprint": info.ModelFingerprint, "encoded_length": len(encoded), "payload_crc32c": crc,
+		"model_fingerprint": fmt.Sprintf("%016x", info.ModelFingerprint), "encoded_length": len(encoded), "payload_crc32c": crc,
 	}, nil
 }
 
