@@ -9,7 +9,7 @@ from ctypes import POINTER, byref, c_char_p, c_int32, c_uint32
 from typing import Optional, Tuple, Union
 
 from . import _ffi
-from ._base import Handle, call, decode, encode, enum_value, flag, i32, size, to_enum, u32, u64
+from ._base import Handle, call, decode, encode, flag, i32, size, to_enum, u32, u64
 from .enums import AttentionBackend, MambaType
 
 

@@ -5,9 +5,10 @@ missing an expected substring, or any differing value. Nothing is skipped."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import pytest
 
@@ -212,8 +213,7 @@ def op_mamba_reads(i: Input) -> Dict[str, Any]:
 
 
 def dataclass_dict(obj: Any) -> Dict[str, Any]:
-    import dataclasses
-
+    """A dataclass result as a dict of its fields (the vector's object shape)."""
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
@@ -295,6 +295,358 @@ def op_plan_remote_decode_prefill(i: Input) -> Dict[str, Any]:
     return dataclass_dict(plan)
 
 
+# ---- issue #3 ops: trimming, scheduler helpers, zero ranges, metadata, handshake, plans ----
+
+
+_CACHE_MODES = ("none", "align", "all")
+
+
+def _zero_ranges(ranges: Any) -> List[Dict[str, Any]]:
+    return [{"block": z.block, "token_begin": z.token_begin, "token_end": z.token_end} for z in ranges]
+
+
+def trim_input(i: Input) -> pdkv.GroupTrimInput:
+    """The ``trim_group`` input keys (shared with ``transfer_plan`` groups) as a GroupTrimInput."""
+    return pdkv.GroupTrimInput(
+        kind=_kind(i.str("kind")),
+        cache_mode=_choice("cache_mode", i.str("cache_mode", "none"), _CACHE_MODES),
+        local_blocks=tuple(i.ints("local_blocks")),
+        remote_blocks=tuple(i.ints("remote_blocks")),
+        local_tokens_per_block=i.int("local_tokens_per_block", 0),
+        remote_tokens_per_block=i.int("remote_tokens_per_block", 0),
+        remote_computed_tokens=i.int("remote_computed_tokens", 0),
+        local_hit_tokens=i.int("local_hit_tokens", 0),
+        sliding_window=i.int("sliding_window", 0),
+        local_first_block=i.int("local_first_block") if "local_first_block" in i.obj else None,
+        remote_first_block=i.int("remote_first_block", 0),
+    )
+
+
+def op_trim_group(i: Input) -> Dict[str, Any]:
+    with pdkv.GroupTrim(trim_input(i)) as t:
+        kind, tokens = t.summary()
+        if (t.kind, t.transferred_tokens) != (kind, tokens):
+            raise VectorError("GroupTrim.kind / transferred_tokens disagree with summary()")
+        return {
+            "kind": pdkv.group_kind_name(kind),
+            "transferred_tokens": tokens,
+            "runs": [dataclass_dict(r) for r in t.runs()],
+            "states": [dataclass_dict(s) for s in t.states()],
+            "zero_ranges": _zero_ranges(t.zero_ranges()),
+            "unfilled_states": list(t.unfilled_states()),
+        }
+
+
+def op_mamba_aligned_split_v0604(i: Input) -> Dict[str, Any]:
+    split = pdkv.AlignedSplitV0604Input(
+        num_computed_tokens=i.int("num_computed_tokens", 0),
+        num_new_local_computed_tokens=i.int("num_new_local_computed_tokens", 0),
+        num_external_computed_tokens=i.int("num_external_computed_tokens", 0),
+        num_new_tokens=i.int("num_new_tokens", 0),
+        num_prompt_tokens=i.int("num_prompt_tokens", 0),
+        num_tokens=i.int("num_tokens", 0),
+        block_size=i.int("block_size", 0),
+        use_eagle=i.bool("use_eagle", False),
+        load_kv_async=i.bool("load_kv_async", False),
+    )
+    return {"num_new_tokens": pdkv.mamba_aligned_split_v0604(split)}
+
+
+def op_mamba_aligned_split(i: Input) -> Dict[str, Any]:
+    split = pdkv.AlignedSplitInput(
+        start=i.int("start", 0),
+        num_new_tokens=i.int("num_new_tokens", 0),
+        num_prompt_tokens=i.int("num_prompt_tokens", 0),
+        num_tokens=i.int("num_tokens", 0),
+        block_size=i.int("block_size", 0),
+        floor_unit=i.int("floor_unit", 0),
+        tail_hash_block_size=i.int("tail_hash_block_size", 0),
+        shared_prefix_tokens=i.int("shared_prefix_tokens", 0),
+        max_num_scheduled_tokens=i.int("max_num_scheduled_tokens", 0),
+        long_prefill_token_threshold=i.int("long_prefill_token_threshold", 0),
+        use_eagle=i.bool("use_eagle", False),
+        load_kv_async=i.bool("load_kv_async", False),
+    )
+    return {"num_new_tokens": pdkv.mamba_aligned_split(split)}
+
+
+def op_truncate_for_remote_decode(i: Input) -> Dict[str, Any]:
+    request = pdkv.RemoteDecodePrefill(
+        num_prompt_tokens=i.int("num_prompt_tokens"),
+        max_tokens=i.int("max_tokens"),
+        truncated=i.bool("truncated", False),
+    )
+    has_mamba = i.bool("has_mamba")
+    out = pdkv.truncate_for_remote_decode(request, has_mamba)
+    # The C API documents the truncation as applied once: running it again changes nothing.
+    if pdkv.truncate_for_remote_decode(out, has_mamba) != out:
+        raise VectorError("truncate_for_remote_decode is not idempotent")
+    return dataclass_dict(out)
+
+
+def op_receive_zero_ranges(i: Input) -> Dict[str, Any]:
+    ranges = pdkv.receive_zero_ranges(
+        i.ints("local_blocks"), i.int("tokens_per_block"), i.int("block_size_ratio"), i.int("remote_kernel_len")
+    )
+    return {"zero_ranges": _zero_ranges(ranges)}
+
+
+def op_uncovered_token_ranges(i: Input) -> Dict[str, Any]:
+    blocks = i.ints("local_blocks")
+    first, tpb, held = i.int("first_block_index"), i.int("tokens_per_block"), i.int("held_tokens")
+    written = []
+    for w in i.obj_list("written"):
+        written.append(pdkv.TokenInterval(w.int("begin"), w.int("end")))
+        w.check_all_used()
+    return {"zero_ranges": _zero_ranges(pdkv.uncovered_token_ranges(blocks, first, tpb, held, written))}
+
+
+def op_mamba_descriptor_ids(i: Input) -> Dict[str, Any]:
+    ids = pdkv.mamba_descriptor_ids(
+        i.ints("ids"), i.int("num_logical_blocks"), i.int("num_regions"), i.int("descs_per_region"), i.int("first_id")
+    )
+    return {"ids": list(ids)}
+
+
+def bytes_of_hex(text: str) -> bytes:
+    """Bytes of a lower-case hex string (the vector format; no separators, no upper case)."""
+    if len(text) % 2 or any(ch not in "0123456789abcdef" for ch in text):
+        raise VectorError(f"hex must be lower-case hex digits of even length, got {text[:40]!r}")
+    return bytes.fromhex(text)
+
+
+def op_crc32c(i: Input) -> Dict[str, Any]:
+    return {"crc32c": pdkv.crc32c(bytes_of_hex(i.str("hex")))}
+
+
+def layout(i: Optional[Input]) -> pdkv.EngineLayout:
+    """docs/conformance.md ``layout`` object (absent: pdkv_engine_layout_init defaults)."""
+    if i is None:
+        return pdkv.EngineLayout()
+    d = pdkv.EngineLayout()
+    bases = i.ints("region_bases") if "region_bases" in i.obj else None
+    prefix = i.int("prefix_caching", -1)
+    out = pdkv.EngineLayout(
+        engine_id=i.str("engine_id", d.engine_id),
+        tp_rank=i.int("tp_rank", d.tp_rank),
+        num_logical_blocks=i.int("num_logical_blocks", d.num_logical_blocks),
+        num_regions=i.int("num_regions", d.num_regions),
+        base=i.int("base", d.base),
+        region_bases=tuple(bases) if bases is not None else None,
+        kv_layout=_choice("kv_layout", i.str("kv_layout", "HND"), ("HND", "NHD")),
+        prefix_caching={-1: None, 0: False, 1: True}.get(prefix, prefix),
+    )
+    i.check_all_used()
+    return out
+
+
+def _optional_layout(i: Input) -> pdkv.EngineLayout:
+    return layout(i.sub("layout") if "layout" in i.obj else None)
+
+
+def _enum_name(value: Any, what: str) -> str:
+    """Lower-case name of a known enum member; an unknown raw int is a contract violation."""
+    if not hasattr(value, "name"):
+        raise VectorError(f"unknown {what} {value!r}")
+    return value.name
+
+
+def metadata_fields(md: pdkv.EngineMetadata, encoded: bytes) -> Dict[str, Any]:
+    """The ``metadata_decode`` output keys of ``md`` whose wire encoding is ``encoded``."""
+    info = md.info()
+    regions = md.regions()
+    if len(regions) != info.num_regions:
+        raise VectorError("metadata num_regions disagrees with the region list")
+    proj = md.conv_projection_bytes()
+    if len(proj) != info.num_conv_projections:
+        raise VectorError("num_conv_projections disagrees with the projection list")
+    if len(encoded) < 16:
+        raise VectorError("encoded metadata shorter than its 16-byte header")
+    return {
+        "engine_id": info.engine_id,
+        "tp_size": info.tp_size,
+        "tp_rank": info.tp_rank,
+        "kv_layout": _enum_name(info.kv_layout, "kv_layout"),
+        "conv_layout": _enum_name(info.conv_layout, "conv_layout"),
+        "logical_block_size": info.logical_block_size,
+        "kernel_block_size": info.kernel_block_size,
+        "physical_blocks_per_logical": info.physical_blocks_per_logical,
+        "num_kernel_blocks": info.num_kernel_blocks,
+        "regions": [
+            {
+                "base": r.base,
+                "block_len": r.block_len,
+                "num_blocks": r.num_blocks,
+                "kind": "mamba" if r.kind == pdkv.RegionKind.MAMBA else "attention",
+                "layer": r.layer,
+            }
+            for r in regions
+        ],
+        "mamba_type": pdkv.mamba_type_name(info.mamba_type),
+        "conv_bytes": info.conv_bytes,
+        "ssm_bytes": info.ssm_bytes,
+        "conv_projection_bytes": list(proj),
+        "attention_bytes_per_token": info.attention_bytes_per_token,
+        "use_mla": info.use_mla,
+        "total_kv_heads": info.total_kv_heads,
+        "prefix_caching": info.prefix_caching,
+        "cache_mode": _enum_name(info.cache_mode, "cache_mode").lower(),
+        "model_fingerprint": f"{info.model_fingerprint:016x}",
+        "encoded_length": len(encoded),
+        "payload_crc32c": pdkv.crc32c(encoded[16:]),
+    }
+
+
+def op_metadata_roundtrip(i: Input) -> Dict[str, Any]:
+    name = i.str("model")
+    cfg = engine(i.sub("engine"))
+    lay = _optional_layout(i)
+    with pdkv.Model.from_preset(name) as model, pdkv.EngineMetadata.from_model(model, cfg, lay) as md:
+        if md.info().model_fingerprint != pdkv.model_fingerprint(model):
+            raise VectorError("metadata fingerprint differs from pdkv.model_fingerprint(model)")
+        encoded = md.encode()
+        # The caller-buffer form gives the same bytes.
+        if md.encoded_size() != len(encoded):
+            raise VectorError("encoded_size() disagrees with encode()")
+        buf = bytearray(len(encoded))
+        if md.encode_into(buf) != len(encoded) or bytes(buf) != encoded:
+            raise VectorError("encode_into() bytes differ from encode()")
+        with pdkv.EngineMetadata.decode(encoded) as decoded:
+            if not (decoded == md and md.equals(decoded)):
+                raise VectorError("decoded metadata differs from the encoded one")
+            out = metadata_fields(decoded, encoded)
+            if metadata_fields(md, encoded) != out:
+                raise VectorError("metadata fields differ before and after the round trip")
+    out["hex"] = encoded.hex()
+    return out
+
+
+def op_metadata_decode(i: Input) -> Dict[str, Any]:
+    data = bytes_of_hex(i.str("hex"))
+    with pdkv.EngineMetadata.decode(data) as md:
+        return metadata_fields(md, data)
+
+
+def _side_metadata(side: Input) -> pdkv.EngineMetadata:
+    name = side.str("model")
+    cfg = engine(side.sub("engine"))
+    lay = _optional_layout(side)
+    side.check_all_used()
+    with pdkv.Model.from_preset(name) as model:
+        return pdkv.EngineMetadata.from_model(model, cfg, lay)
+
+
+def op_handshake_validate(i: Input) -> Dict[str, Any]:
+    with _side_metadata(i.sub("local")) as local, _side_metadata(i.sub("remote")) as remote:
+        with pdkv.handshake_validate(local, remote) as report:
+            items = [{"status": pdkv.status_name(it.status), "field": it.field} for it in report]
+            report_compatible = report.compatible
+        try:
+            pdkv.handshake_require_compatible(local, remote)
+            compatible = True
+        except pdkv.IncompatibleError:
+            compatible = False
+        if compatible != report_compatible or compatible != (not items):
+            raise VectorError("handshake_require_compatible disagrees with the report")
+        return {"items": items, "compatible": compatible}
+
+
+def op_transfer_plan(i: Input) -> Dict[str, Any]:
+    name = i.str("model")
+    p_in, d_in = i.sub("prefill"), i.sub("decode")
+    d_rank = i.int("decode_rank")
+    p_cfg, d_cfg = engine(p_in.sub("engine")), engine(d_in.sub("engine"))
+    p_layout, d_layout = _optional_layout(p_in), _optional_layout(d_in)
+    p_in.check_all_used()
+    d_in.check_all_used()
+    with contextlib.ExitStack() as stack:
+        model = stack.enter_context(pdkv.Model.from_preset(name))
+        local = stack.enter_context(
+            pdkv.EngineMetadata.from_model(model, d_cfg, dataclasses.replace(d_layout, tp_rank=d_rank))
+        )
+        remote = [
+            stack.enter_context(pdkv.EngineMetadata.from_model(model, p_cfg, dataclasses.replace(p_layout, tp_rank=p)))
+            for p in range(p_cfg.tp_size)
+        ]
+        dg = stack.enter_context(pdkv.Geometry(model, d_cfg))
+        pg = stack.enter_context(pdkv.Geometry(model, p_cfg))
+        ctx = stack.enter_context(pdkv.PlanContext(local, remote, local_geometry=dg, remote_geometry=pg))
+        groups = []
+        for g in i.obj_list("groups"):
+            regions = tuple(g.ints("regions")) if "regions" in g.obj else ()
+            groups.append(pdkv.PlanGroup(trim_input(g), regions))
+            g.check_all_used()
+        plan = stack.enter_context(ctx.compile(groups))
+        plan.validate(ctx, groups)
+        info = plan.info()
+        read_ranks, notify_ranks = plan.read_ranks(), plan.notify_ranks()
+        if (len(read_ranks), len(notify_ranks)) != (info.num_read_ranks, info.num_notify_ranks):
+            raise VectorError("plan info counts disagree with the rank lists")
+        reads, rank_bytes = [], []
+        for p in range(info.p_tp):
+            rank_reads = sorted(plan.rank_reads(p), key=lambda r: (r.local_region, r.local_offset))
+            total = plan.rank_bytes(p)
+            if sum(r.length for r in rank_reads) != total:
+                raise VectorError(f"rank_bytes({p}) differs from the sum of its read lengths")
+            reads.append([dataclass_dict(r) for r in rank_reads])
+            rank_bytes.append(total)
+        if sum(rank_bytes) != info.bytes:
+            raise VectorError("plan bytes differ from the per-rank sums")
+        zeros = plan.group_zeros()
+        if len(zeros) != info.num_groups:
+            raise VectorError("group_zeros() length differs from num_groups")
+        return {
+            "d_tp": info.d_tp,
+            "p_tp": info.p_tp,
+            "read_ranks": list(read_ranks),
+            "notify_ranks": list(notify_ranks),
+            "notifications_per_p_rank": info.notifications_per_p_rank,
+            "reads": reads,
+            "rank_bytes": rank_bytes,
+            "groups": [
+                {
+                    "kind": pdkv.group_kind_name(z.kind),
+                    "regions": list(z.regions),
+                    "zero_ranges": _zero_ranges(z.zero),
+                    "unfilled_states": list(z.unfilled_states),
+                }
+                for z in zeros
+            ],
+            "pieces_before_coalescing": info.pieces_before_coalescing,
+            "pieces_after_coalescing": info.pieces_after_coalescing,
+            "bytes": info.bytes,
+            "attention_bytes": info.attention_bytes,
+            "mamba_bytes": info.mamba_bytes,
+            "empty": info.empty,
+        }
+
+
+_METADATA_KEYS = {
+    "engine_id",
+    "tp_size",
+    "tp_rank",
+    "kv_layout",
+    "conv_layout",
+    "logical_block_size",
+    "kernel_block_size",
+    "physical_blocks_per_logical",
+    "num_kernel_blocks",
+    "regions",
+    "mamba_type",
+    "conv_bytes",
+    "ssm_bytes",
+    "conv_projection_bytes",
+    "attention_bytes_per_token",
+    "use_mla",
+    "total_kv_heads",
+    "prefix_caching",
+    "cache_mode",
+    "model_fingerprint",
+    "encoded_length",
+    "payload_crc32c",
+}
+
+
 #: op -> (handler, full output key set).
 OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
     "tp_ratio": (op_tp_ratio, {"tp_ratio"}),
@@ -350,6 +702,39 @@ OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
     "plan_remote_decode_prefill": (
         op_plan_remote_decode_prefill,
         {"num_prompt_tokens", "computed_tokens", "new_tokens"},
+    ),
+    "trim_group": (
+        op_trim_group,
+        {"kind", "transferred_tokens", "runs", "states", "zero_ranges", "unfilled_states"},
+    ),
+    "mamba_aligned_split_v0604": (op_mamba_aligned_split_v0604, {"num_new_tokens"}),
+    "mamba_aligned_split": (op_mamba_aligned_split, {"num_new_tokens"}),
+    "truncate_for_remote_decode": (op_truncate_for_remote_decode, {"num_prompt_tokens", "max_tokens", "truncated"}),
+    "receive_zero_ranges": (op_receive_zero_ranges, {"zero_ranges"}),
+    "uncovered_token_ranges": (op_uncovered_token_ranges, {"zero_ranges"}),
+    "mamba_descriptor_ids": (op_mamba_descriptor_ids, {"ids"}),
+    "crc32c": (op_crc32c, {"crc32c"}),
+    "metadata_roundtrip": (op_metadata_roundtrip, _METADATA_KEYS | {"hex"}),
+    "metadata_decode": (op_metadata_decode, set(_METADATA_KEYS)),
+    "handshake_validate": (op_handshake_validate, {"items", "compatible"}),
+    "transfer_plan": (
+        op_transfer_plan,
+        {
+            "d_tp",
+            "p_tp",
+            "read_ranks",
+            "notify_ranks",
+            "notifications_per_p_rank",
+            "reads",
+            "rank_bytes",
+            "groups",
+            "pieces_before_coalescing",
+            "pieces_after_coalescing",
+            "bytes",
+            "attention_bytes",
+            "mamba_bytes",
+            "empty",
+        },
     ),
 }
 
@@ -506,3 +891,36 @@ def test_compare_is_type_strict() -> None:
         compare([1, 2], [1, 2, 3])
     with pytest.raises(AssertionError):
         compare({"a": 1}, {"a": 1, "b": 2})
+
+
+def test_every_op_has_a_vector() -> None:
+    """Every op the runner implements is exercised by at least one vector case."""
+    seen = {c.get("op") for _, c in CASES if isinstance(c, dict)}
+    assert set(OPS) <= seen, f"ops without vectors: {sorted(set(OPS) - seen)}"
+
+
+def _perturbed(v: Any) -> Any:
+    """A copy of ``v`` with its first scalar leaf changed (or an element added to an empty array)."""
+    if isinstance(v, bool):
+        return not v
+    if isinstance(v, int):
+        return v + 1
+    if isinstance(v, str):
+        return v + "x"
+    if isinstance(v, list):
+        return [_perturbed(v[0])] + v[1:] if v else [0]
+    assert isinstance(v, dict) and v
+    k = sorted(v)[0]
+    return {**v, k: _perturbed(v[k])}
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_every_op_detects_a_changed_output(op: str) -> None:
+    """For each op, its first success vector passes and fails once any output value changes."""
+    case = next((c for _, c in CASES if isinstance(c, dict) and c.get("op") == op and "output" in c), None)
+    assert case is not None, f"no success vector for {op}"
+    run_case(case)
+    for key in sorted(case["output"]):
+        bad = {**case, "output": {**case["output"], key: _perturbed(case["output"][key])}}
+        with pytest.raises(AssertionError):
+            run_case(bad)
