@@ -10,43 +10,12 @@
 #include "pdkv/core/mamba_descriptors.hpp"
 #include "pdkv/core/mamba_split.hpp"
 #include "pdkv/core/mamba_state.hpp"
+#include "test_models.hpp"
 
 using namespace pdkv::core;
+using namespace pdkv::core::test;
 
 namespace {
-
-ModelDesc mamba2(const char* name, uint32_t heads, uint32_t n_groups, uint32_t ssm_default) {
-  ModelDesc m;
-  m.name = name;
-  m.mamba.type = MambaType::Mamba2;
-  m.mamba.num_heads = heads;
-  m.mamba.head_dim = 64;
-  m.mamba.d_state = 128;
-  m.mamba.n_groups = n_groups;
-  m.mamba.conv_kernel = 4;
-  m.dtype_bytes = 2;
-  m.default_ssm_dtype_bytes = ssm_default;
-  return m;
-}
-ModelDesc nemotron3_nano() { return mamba2("nemotron-3-nano-30b", 64, 8, 4); }
-ModelDesc falcon_h1_05b() { return mamba2("falcon-h1-0.5b", 24, 1, 0); }
-
-MambaState state(const ModelDesc& m, uint32_t tp) {
-  EngineConfig e;
-  e.tp_size = tp;
-  return derive_mamba_state(m, e);
-}
-
-template <class F>
-Status status_of(F&& f, std::string* msg) {
-  try {
-    f();
-  } catch (const Error& e) {
-    *msg = e.what();
-    return e.status();
-  }
-  return Status::Ok;
-}
 
 constexpr uint64_t kBase0 = 0x100000;
 constexpr uint64_t kBase1 = 0x40000000;
@@ -55,7 +24,7 @@ constexpr uint64_t kBase1 = 0x40000000;
 
 TEST(MambaDescriptors, LocalIsRegionMajorProjectionsThenSsm) {
   // Nemotron-3-Nano TP2: kernel block 4096, ppl 261 -> logical page stride 1,069,056 B.
-  const MambaState s = state(nemotron3_nano(), 2);
+  const MambaState s = mamba_state_at(nemotron3_nano(), 2);
   const uint64_t stride = 4096 * 261;
   const std::vector<Region> regions = {{kBase0, 4096, 261 * 3}, {kBase1, 4096, 261 * 3}};
   const std::vector<Descriptor> d = mamba_local_descriptors(regions, 261, s);
@@ -77,8 +46,8 @@ TEST(MambaDescriptors, LocalIsRegionMajorProjectionsThenSsm) {
 
 TEST(MambaDescriptors, RemoteForOnePrefillRank) {
   // D TP2 rank 1 <- P TP1 (kernel block 8192, ppl 261): x, B, C, ssm slices of P's page.
-  const MambaState p = state(nemotron3_nano(), 1);
-  const MambaState d = state(nemotron3_nano(), 2);
+  const MambaState p = mamba_state_at(nemotron3_nano(), 1);
+  const MambaState d = mamba_state_at(nemotron3_nano(), 2);
   const std::vector<MambaRead> reads = mamba_reads(p, d, 1);
   const uint64_t stride = 8192 * 261;
   const std::vector<Descriptor> r = mamba_remote_descriptors({{kBase1, 8192, 261 * 2}}, 261, p, reads, 0);
@@ -99,8 +68,8 @@ TEST(MambaDescriptors, RemoteForOnePrefillRank) {
 
 TEST(MambaDescriptors, SplitChunksMatchVllmForNegativeRatio) {
   // D TP1 <- P TP4: vLLM cuts each local descriptor into 4 chunks, P rank i at i*len/4.
-  const MambaState p = state(nemotron3_nano(), 4);
-  const MambaState d = state(nemotron3_nano(), 1);
+  const MambaState p = mamba_state_at(nemotron3_nano(), 4);
+  const MambaState d = mamba_state_at(nemotron3_nano(), 1);
   const std::vector<MambaRead> reads = mamba_reads(p, d, 0);
   const std::vector<Region> local = {{kBase0, 8192, 261 * 2}, {kBase1, 8192, 261 * 2}};
   const std::vector<Region> remote = {{kBase1, 4096, 131 * 2}, {kBase0, 4096, 131 * 2}};
@@ -124,8 +93,8 @@ TEST(MambaDescriptors, SplitChunksMatchVllmForNegativeRatio) {
 
 TEST(MambaDescriptors, ReplicatedGroupsAddressPrefillsOwnB) {
   // Falcon-H1-0.5B P TP1 -> D TP2 rank 1: B at P offset 9216 (vLLM #55208 would use 9984).
-  const MambaState p = state(falcon_h1_05b(), 1);
-  const MambaState d = state(falcon_h1_05b(), 2);
+  const MambaState p = mamba_state_at(falcon_h1_05b(), 1);
+  const MambaState d = mamba_state_at(falcon_h1_05b(), 2);
   // P: 200 kernel blocks of 2048 B = 409,600 B >= its 403,968 B page; 3 logical blocks.
   const std::vector<Descriptor> r =
       mamba_remote_descriptors({{kBase1, 2048, 200 * 3}}, 200, p, mamba_reads(p, d, 1), 0);
@@ -158,7 +127,7 @@ TEST(MambaDescriptors, DescriptorIdsMatchVllmExamples) {
 }
 
 TEST(MambaDescriptors, Errors) {
-  const MambaState s = state(nemotron3_nano(), 2);  // page 1,067,008 B
+  const MambaState s = mamba_state_at(nemotron3_nano(), 2);  // page 1,067,008 B
   std::string msg;
   EXPECT_EQ(status_of([&] { mamba_local_descriptors({{0, 4096, 261}}, 0, s); }, &msg),
             Status::InvalidArgument);
@@ -196,8 +165,8 @@ TEST(MambaDescriptors, SplitDescriptorsTileEveryLocalPage) {
   for (const ModelDesc& m : {nemotron3_nano(), falcon_h1_05b()}) {
     for (uint32_t ptp : {1u, 2u, 4u, 8u}) {
       for (uint32_t dtp : {1u, 2u, 4u, 8u}) {
-        const MambaState p = state(m, ptp);
-        const MambaState d = state(m, dtp);
+        const MambaState p = mamba_state_at(m, ptp);
+        const MambaState d = mamba_state_at(m, dtp);
         const uint64_t d_ppl = ceil_div(d.page_bytes(), 4096), p_ppl = ceil_div(p.page_bytes(), 2048);
         const std::vector<Region> local = {{kBase0, 4096, d_ppl * 3}};
         const std::vector<Region> remote = {{kBase1, 2048, p_ppl * 3}};

@@ -13,53 +13,22 @@
 #include "pdkv/core/error.hpp"
 #include "pdkv/core/mamba_split.hpp"
 #include "pdkv/core/mamba_state.hpp"
+#include "test_models.hpp"
 
 using namespace pdkv::core;
+using namespace pdkv::core::test;
 
 namespace {
 
-ModelDesc mamba2(const char* name, uint32_t heads, uint32_t head_dim, uint32_t d_state,
-                 uint32_t n_groups) {
-  ModelDesc m;
-  m.name = name;
-  m.mamba.type = MambaType::Mamba2;
-  m.mamba.num_heads = heads;
-  m.mamba.head_dim = head_dim;
-  m.mamba.d_state = d_state;
-  m.mamba.n_groups = n_groups;
-  m.mamba.conv_kernel = 4;
-  m.dtype_bytes = 2;
-  m.default_ssm_dtype_bytes = 4;
-  return m;
-}
-ModelDesc gdn(const char* name, uint32_t hv, uint32_t hk) {
-  ModelDesc m;
-  m.name = name;
-  m.mamba.type = MambaType::Gdn;
-  m.mamba.num_heads = hv;
-  m.mamba.head_dim = 128;
-  m.mamba.n_groups = hk;
-  m.mamba.d_state = 128;
-  m.mamba.conv_kernel = 4;
-  m.dtype_bytes = 2;
-  return m;
-}
-ModelDesc jamba() {
-  ModelDesc m;
-  m.name = "jamba";
-  m.mamba.type = MambaType::Mamba1;
-  m.mamba.d_inner = 8192;
-  m.mamba.d_state = 16;
-  m.mamba.conv_kernel = 4;
-  m.dtype_bytes = 2;
-  return m;
-}
-
 std::vector<ModelDesc> models() {
-  return {mamba2("nemotron-3-nano-30b", 64, 64, 128, 8), mamba2("nemotron-h-8b", 128, 64, 128, 8),
-          mamba2("falcon-h1-0.5b", 24, 64, 128, 1),      mamba2("falcon-h1-1.5b", 48, 64, 256, 1),
-          mamba2("groups-2", 32, 64, 64, 2),             gdn("qwen3-next", 32, 16),
-          gdn("qwen3.5-27b", 48, 16),                    jamba()};
+  return {nemotron3_nano(),
+          nemotron_h_8b(),
+          falcon_h1_05b(),
+          mamba2_model("falcon-h1-1.5b", 48, 64, 256, 1, 4),
+          mamba2_model("groups-2", 32, 64, 64, 2, 4),
+          qwen3_next(),
+          qwen35_27b(),
+          jamba()};
 }
 
 const uint32_t kTps[] = {1, 2, 4, 8, 16};
@@ -200,8 +169,8 @@ TEST(MambaProperties, EveryByteOnceFromTheOwnerInsideThePage) {
 // The label check must be able to fail: swapping B and C in a correct plan is caught.
 TEST(MambaProperties, LabelCheckCatchesSwappedProjections) {
   MambaState p, d;
-  ASSERT_TRUE(derive(mamba2("falcon-h1-0.5b", 24, 64, 128, 1), 1, &p));
-  ASSERT_TRUE(derive(mamba2("falcon-h1-0.5b", 24, 64, 128, 1), 2, &d));
+  ASSERT_TRUE(derive(falcon_h1_05b(), 1, &p));
+  ASSERT_TRUE(derive(falcon_h1_05b(), 2, &d));
   std::vector<MambaRead> reads = mamba_reads(p, d, 1);
   ASSERT_EQ(reads[1].part, "B");
   std::swap(reads[1].remote_offset, reads[2].remote_offset);

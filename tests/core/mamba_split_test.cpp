@@ -7,68 +7,10 @@
 #include "pdkv/core/error.hpp"
 #include "pdkv/core/mamba_split.hpp"
 #include "pdkv/core/mamba_state.hpp"
+#include "test_models.hpp"
 
 using namespace pdkv::core;
-
-namespace {
-
-ModelDesc mamba2(const char* name, uint32_t heads, uint32_t head_dim, uint32_t d_state,
-                 uint32_t n_groups, uint32_t ssm_default) {
-  ModelDesc m;
-  m.name = name;
-  m.mamba.type = MambaType::Mamba2;
-  m.mamba.num_heads = heads;
-  m.mamba.head_dim = head_dim;
-  m.mamba.d_state = d_state;
-  m.mamba.n_groups = n_groups;
-  m.mamba.conv_kernel = 4;
-  m.dtype_bytes = 2;
-  m.default_ssm_dtype_bytes = ssm_default;
-  return m;
-}
-ModelDesc nemotron3_nano() { return mamba2("nemotron-3-nano-30b", 64, 64, 128, 8, 4); }
-ModelDesc falcon_h1_05b() { return mamba2("falcon-h1-0.5b", 24, 64, 128, 1, 0); }
-ModelDesc qwen3_next() {
-  ModelDesc m;
-  m.name = "qwen3-next";
-  m.mamba.type = MambaType::Gdn;
-  m.mamba.num_heads = 32;
-  m.mamba.head_dim = 128;
-  m.mamba.n_groups = 16;
-  m.mamba.d_state = 128;
-  m.mamba.conv_kernel = 4;
-  m.dtype_bytes = 2;
-  return m;
-}
-ModelDesc jamba() {
-  ModelDesc m;
-  m.name = "jamba";
-  m.mamba.type = MambaType::Mamba1;
-  m.mamba.d_inner = 8192;
-  m.mamba.d_state = 16;
-  m.mamba.conv_kernel = 4;
-  m.dtype_bytes = 2;
-  return m;
-}
-
-MambaState state(const ModelDesc& m, uint32_t tp) {
-  EngineConfig e;
-  e.tp_size = tp;
-  return derive_mamba_state(m, e);
-}
-
-template <class F>
-Status status_of(F&& f, std::string* msg) {
-  try {
-    f();
-  } catch (const Error& e) {
-    *msg = e.what();
-    return e.status();
-  }
-  return Status::Ok;
-}
-
-}  // namespace
+using namespace pdkv::core::test;
 
 TEST(MambaSplit, PhysicalBlocksPerLogical) {
   EXPECT_EQ(compute_physical_blocks_per_logical(36864, 2097152, 8192), 261u);
@@ -83,16 +25,17 @@ TEST(MambaSplit, PhysicalBlocksPerLogical) {
 }
 
 TEST(MambaSplit, LocalConvOffsets) {
-  EXPECT_EQ(local_conv_offsets(state(nemotron3_nano(), 2)),
+  EXPECT_EQ(local_conv_offsets(mamba_state_at(nemotron3_nano(), 2)),
             (std::vector<MambaByteRange>{{0, 12288}, {12288, 3072}, {15360, 3072}}));
-  EXPECT_EQ(local_conv_offsets(state(qwen3_next(), 1)),
+  EXPECT_EQ(local_conv_offsets(mamba_state_at(qwen3_next(), 1)),
             (std::vector<MambaByteRange>{{0, 12288}, {12288, 12288}, {24576, 24576}}));
-  EXPECT_EQ(local_conv_offsets(state(jamba(), 2)), (std::vector<MambaByteRange>{{0, 24576}}));
+  EXPECT_EQ(local_conv_offsets(mamba_state_at(jamba(), 2)),
+            (std::vector<MambaByteRange>{{0, 24576}}));
 }
 
 TEST(MambaSplit, RemoteConvOffsetsPositiveRatio) {
   // D TP2 <- P TP1: P page is x 24576 | B 6144 | C 6144; D rank 1 reads the second halves.
-  const MambaState d = state(nemotron3_nano(), 2);
+  const MambaState d = mamba_state_at(nemotron3_nano(), 2);
   EXPECT_EQ(remote_conv_offsets(d, 0, 2),
             (std::vector<MambaByteRange>{{0, 12288}, {24576, 3072}, {30720, 3072}}));
   EXPECT_EQ(remote_conv_offsets(d, 1, 2),
@@ -100,30 +43,31 @@ TEST(MambaSplit, RemoteConvOffsetsPositiveRatio) {
   // Homogeneous TP reads the projections where they are.
   EXPECT_EQ(remote_conv_offsets(d, 1, 1), local_conv_offsets(d));
   // GDN D TP4 <- P TP2, rank 3 (lo = 1): Q/K/V of 3072/3072/6144 B locally.
-  const MambaState g = state(qwen3_next(), 4);
+  const MambaState g = mamba_state_at(qwen3_next(), 4);
   EXPECT_EQ(remote_conv_offsets(g, 3, 2),
             (std::vector<MambaByteRange>{{3072, 3072}, {9216, 3072}, {18432, 6144}}));
 }
 
 TEST(MambaSplit, RemoteConvOffsetsNegativeRatio) {
   // D TP1 <- P TP2: each P projection is half the local one, read whole.
-  const MambaState d = state(nemotron3_nano(), 1);
+  const MambaState d = mamba_state_at(nemotron3_nano(), 1);
   EXPECT_EQ(remote_conv_offsets(d, 0, -2),
             (std::vector<MambaByteRange>{{0, 12288}, {12288, 3072}, {15360, 3072}}));
   std::string msg;
   EXPECT_EQ(status_of([&] { remote_conv_offsets(d, 0, 0); }, &msg), Status::InvalidArgument);
   EXPECT_NE(msg.find("tp_ratio 0"), std::string::npos);
   // 3 rows * 2 B * 128 channels = 768 B does not split into 1024 shards.
-  EXPECT_EQ(status_of([&] { remote_conv_offsets(state(falcon_h1_05b(), 1), 0, -1024); }, &msg),
-            Status::InvalidArgument);
+  EXPECT_EQ(
+      status_of([&] { remote_conv_offsets(mamba_state_at(falcon_h1_05b(), 1), 0, -1024); }, &msg),
+      Status::InvalidArgument);
   EXPECT_NE(msg.find("768"), std::string::npos) << msg;
 }
 
 TEST(MambaSplit, SsmReadRange) {
-  const MambaState d2 = state(nemotron3_nano(), 2);
+  const MambaState d2 = mamba_state_at(nemotron3_nano(), 2);
   EXPECT_EQ(ssm_read_range(d2, 36864, 2097152, 1, 2), (MambaByteRange{36864 + 1048576, 1048576}));
   EXPECT_EQ(ssm_read_range(d2, 36864, 2097152, 0, 2), (MambaByteRange{36864, 1048576}));
-  const MambaState d1 = state(nemotron3_nano(), 1);
+  const MambaState d1 = mamba_state_at(nemotron3_nano(), 1);
   EXPECT_EQ(ssm_read_range(d1, 18432, 1048576, 0, -2), (MambaByteRange{18432, 1048576}));
   std::string msg;
   EXPECT_EQ(status_of([&] { ssm_read_range(d1, 0, 0, 0, 0); }, &msg), Status::InvalidArgument);
@@ -131,8 +75,8 @@ TEST(MambaSplit, SsmReadRange) {
 
 TEST(MambaSplit, ReadsForShardedGroupsMatchVllm) {
   // Nemotron-3-Nano, D TP2 rank 1 <- P TP1: four reads from P rank 0.
-  const MambaState p = state(nemotron3_nano(), 1);
-  const MambaState d = state(nemotron3_nano(), 2);
+  const MambaState p = mamba_state_at(nemotron3_nano(), 1);
+  const MambaState d = mamba_state_at(nemotron3_nano(), 2);
   const std::vector<MambaRead> want = {
       {0, "x", 12288, 0, 12288},
       {0, "B", 27648, 12288, 3072},
@@ -155,8 +99,8 @@ TEST(MambaSplit, ReadsForShardedGroupsMatchVllm) {
 
 TEST(MambaSplit, GdnAndMamba1Reads) {
   // Qwen3-Next D TP2 rank 0 <- P TP1 (bf16 ssm 1 MiB at TP1).
-  const MambaState p = state(qwen3_next(), 1);
-  const MambaState d = state(qwen3_next(), 2);
+  const MambaState p = mamba_state_at(qwen3_next(), 1);
+  const MambaState d = mamba_state_at(qwen3_next(), 2);
   const std::vector<MambaRead> want = {
       {0, "Q", 0, 0, 6144},
       {0, "K", 12288, 6144, 6144},
@@ -168,15 +112,15 @@ TEST(MambaSplit, GdnAndMamba1Reads) {
   // Jamba D TP2 rank 1 <- P TP1: conv [x] and (d_inner/TP, d_state) temporal.
   const std::vector<MambaRead> jw = {{0, "x", 24576, 0, 24576},
                                      {0, "ssm", 49152 + 131072, 24576, 131072}};
-  EXPECT_EQ(mamba_reads(state(jamba(), 1), state(jamba(), 2), 1), jw);
-  EXPECT_EQ(vllm_mamba_reads(state(jamba(), 1), state(jamba(), 2), 1), jw);
+  EXPECT_EQ(mamba_reads(mamba_state_at(jamba(), 1), mamba_state_at(jamba(), 2), 1), jw);
+  EXPECT_EQ(vllm_mamba_reads(mamba_state_at(jamba(), 1), mamba_state_at(jamba(), 2), 1), jw);
 }
 
 // vLLM bug #55208: Falcon-H1-0.5B (n_groups = 1), P TP1 -> D TP2. The single group is
 // replicated on both D ranks, but vLLM scales B/C by tp_ratio as if they were sharded.
 TEST(MambaSplit, Issue55208ReplicatedGroupsVllmWrongPdkvRight) {
-  const MambaState p = state(falcon_h1_05b(), 1);  // x 9216 | B 768 | C 768 | ssm 393216
-  const MambaState d = state(falcon_h1_05b(), 2);  // x 4608 | B 768 | C 768 | ssm 196608
+  const MambaState p = mamba_state_at(falcon_h1_05b(), 1);  // x 9216 | B 768 | C 768 | ssm 393216
+  const MambaState d = mamba_state_at(falcon_h1_05b(), 2);  // x 4608 | B 768 | C 768 | ssm 196608
   ASSERT_EQ(p.projections[1].offset, 9216u);
   ASSERT_EQ(p.projections[2].offset, 9984u);
   ASSERT_EQ(p.conv_bytes, 10752u);
@@ -218,9 +162,9 @@ TEST(MambaSplit, Issue55208ReplicatedGroupsVllmWrongPdkvRight) {
 TEST(MambaSplit, ReplicatedGroupReadFromTheRankHoldingDsHeads) {
   // Nemotron-H-8B-like n_groups 8, P TP16 -> D TP1: group g is on P ranks 2g and 2g+1; pdkv
   // reads it from 2g (the rank holding D's first head of the group), once.
-  const ModelDesc m = mamba2("g8", 128, 64, 128, 8, 4);
-  const MambaState p = state(m, 16);
-  const MambaState d = state(m, 1);
+  const ModelDesc m = mamba2_model("g8", 128, 64, 128, 8, 4);
+  const MambaState p = mamba_state_at(m, 16);
+  const MambaState d = mamba_state_at(m, 1);
   const std::vector<MambaRead> reads = mamba_reads(p, d, 0);
   uint32_t b_reads = 0;
   for (const MambaRead& r : reads) {
@@ -236,14 +180,14 @@ TEST(MambaSplit, ReplicatedGroupReadFromTheRankHoldingDsHeads) {
 
 TEST(MambaSplit, ReadErrors) {
   std::string msg;
-  const MambaState p = state(nemotron3_nano(), 1);
-  const MambaState d = state(nemotron3_nano(), 2);
+  const MambaState p = mamba_state_at(nemotron3_nano(), 1);
+  const MambaState d = mamba_state_at(nemotron3_nano(), 2);
   EXPECT_EQ(status_of([&] { mamba_reads(p, d, 2); }, &msg), Status::InvalidArgument);
   EXPECT_NE(msg.find("decode rank 2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("tp_size 2"), std::string::npos) << msg;
   EXPECT_EQ(status_of([&] { vllm_mamba_reads(p, d, 5); }, &msg), Status::InvalidArgument);
 
-  EXPECT_EQ(status_of([&] { mamba_reads(state(qwen3_next(), 1), d, 0); }, &msg),
+  EXPECT_EQ(status_of([&] { mamba_reads(mamba_state_at(qwen3_next(), 1), d, 0); }, &msg),
             Status::Incompatible);
   EXPECT_NE(msg.find("gdn"), std::string::npos) << msg;
   EXPECT_NE(msg.find("mamba2"), std::string::npos) << msg;
@@ -255,16 +199,17 @@ TEST(MambaSplit, ReadErrors) {
             Status::Incompatible);
   EXPECT_NE(msg.find("conv dtype bytes is 2 on prefill but 4 on decode"), std::string::npos) << msg;
 
-  EXPECT_EQ(status_of([&] { mamba_reads(state(mamba2("other", 64, 64, 128, 4, 4), 1), d, 0); },
-                      &msg),
+  const ModelDesc other = mamba2_model("other", 64, 64, 128, 4, 4);
+  EXPECT_EQ(status_of([&] { mamba_reads(mamba_state_at(other, 1), d, 0); }, &msg),
             Status::Incompatible);
   EXPECT_NE(msg.find("projection B channels is 512 on prefill but 1024"), std::string::npos) << msg;
 
   // vLLM's formulas need divisible TP sizes: 24 heads run on TP 3 and TP 2, which do not divide.
-  const ModelDesc f = mamba2("h24", 24, 64, 128, 1, 0);
-  EXPECT_EQ(status_of([&] { vllm_mamba_reads(state(f, 3), state(f, 2), 0); }, &msg),
-            Status::TpNotDivisible);
+  const ModelDesc f = mamba2_model("h24", 24, 64, 128, 1, 0);
+  EXPECT_EQ(
+      status_of([&] { vllm_mamba_reads(mamba_state_at(f, 3), mamba_state_at(f, 2), 0); }, &msg),
+      Status::TpNotDivisible);
   // pdkv's ownership derivation does not: D TP2 rank 1 <- P TP3 takes heads 12..23 from P 1, 2.
-  const std::vector<MambaRead> odd = mamba_reads(state(f, 3), state(f, 2), 1);
+  const std::vector<MambaRead> odd = mamba_reads(mamba_state_at(f, 3), mamba_state_at(f, 2), 1);
   EXPECT_EQ(mamba_source_ranks(odd), (std::vector<uint32_t>{1, 2}));
 }

@@ -6,62 +6,12 @@
 
 #include "pdkv/core/error.hpp"
 #include "pdkv/core/mamba_state.hpp"
+#include "test_models.hpp"
 
 using namespace pdkv::core;
+using namespace pdkv::core::test;
 
 namespace {
-
-ModelDesc mamba2(const char* name, uint32_t heads, uint32_t head_dim, uint32_t d_state,
-                 uint32_t n_groups, uint32_t ssm_default, bool spec) {
-  ModelDesc m;
-  m.name = name;
-  m.mamba.type = MambaType::Mamba2;
-  m.mamba.num_heads = heads;
-  m.mamba.head_dim = head_dim;
-  m.mamba.d_state = d_state;
-  m.mamba.n_groups = n_groups;
-  m.mamba.conv_kernel = 4;
-  m.mamba.conv_rows_include_spec = spec;
-  m.dtype_bytes = 2;
-  m.default_ssm_dtype_bytes = ssm_default;
-  return m;
-}
-
-ModelDesc nemotron3_nano() { return mamba2("nemotron-3-nano-30b", 64, 64, 128, 8, 4, true); }
-ModelDesc nemotron_h_8b() { return mamba2("nemotron-h-8b", 128, 64, 128, 8, 4, true); }
-ModelDesc falcon_h1_05b() { return mamba2("falcon-h1-0.5b", 24, 64, 128, 1, 0, false); }
-
-ModelDesc gdn(const char* name, uint32_t hv, uint32_t hk, uint32_t ssm_default) {
-  ModelDesc m;
-  m.name = name;
-  m.mamba.type = MambaType::Gdn;
-  m.mamba.num_heads = hv;
-  m.mamba.head_dim = 128;
-  m.mamba.n_groups = hk;
-  m.mamba.d_state = 128;
-  m.mamba.conv_kernel = 4;
-  m.mamba.conv_rows_include_spec = true;
-  m.dtype_bytes = 2;
-  m.default_ssm_dtype_bytes = ssm_default;
-  return m;
-}
-
-ModelDesc jamba() {
-  ModelDesc m;
-  m.name = "jamba";
-  m.mamba.type = MambaType::Mamba1;
-  m.mamba.d_inner = 8192;
-  m.mamba.d_state = 16;
-  m.mamba.conv_kernel = 4;
-  m.dtype_bytes = 2;
-  return m;
-}
-
-EngineConfig tp(uint32_t n) {
-  EngineConfig e;
-  e.tp_size = n;
-  return e;
-}
 
 void expect_proj(const ConvProjection& p, const char* name, uint64_t dim_local, uint64_t dim_total,
                  bool replicated, uint64_t bytes, uint64_t offset) {
@@ -74,27 +24,21 @@ void expect_proj(const ConvProjection& p, const char* name, uint64_t dim_local, 
 }
 
 Status status_of(const ModelDesc& m, const EngineConfig& e, std::string* msg) {
-  try {
-    derive_mamba_state(m, e);
-  } catch (const Error& err) {
-    *msg = err.what();
-    return err.status();
-  }
-  return Status::Ok;
+  return pdkv::core::test::status_of([&] { derive_mamba_state(m, e); }, msg);
 }
 
 }  // namespace
 
 TEST(MambaState, Nemotron3NanoWorkedExample) {
   const ModelDesc m = nemotron3_nano();
-  MambaState s1 = derive_mamba_state(m, tp(1));
+  MambaState s1 = derive_mamba_state(m, tp_config(1));
   EXPECT_EQ(s1.conv_bytes, 36864u);
   EXPECT_EQ(s1.ssm_bytes, 2097152u);
-  MambaState s2 = derive_mamba_state(m, tp(2));
+  MambaState s2 = derive_mamba_state(m, tp_config(2));
   EXPECT_EQ(s2.conv_bytes, 18432u);
   EXPECT_EQ(s2.ssm_bytes, 1048576u);
   EXPECT_EQ(s2.page_bytes(), 18432u + 1048576u);
-  MambaState s4 = derive_mamba_state(m, tp(4));
+  MambaState s4 = derive_mamba_state(m, tp_config(4));
   EXPECT_EQ(s4.conv_bytes, 9216u);
   EXPECT_EQ(s4.ssm_bytes, 524288u);
 
@@ -112,24 +56,24 @@ TEST(MambaState, Nemotron3NanoWorkedExample) {
 }
 
 TEST(MambaState, NemotronH8B) {
-  MambaState s = derive_mamba_state(nemotron_h_8b(), tp(1));
+  MambaState s = derive_mamba_state(nemotron_h_8b(), tp_config(1));
   ASSERT_EQ(s.projections.size(), 3u);
   expect_proj(s.projections[0], "x", 8192, 8192, false, 49152, 0);
   expect_proj(s.projections[1], "B", 1024, 1024, false, 6144, 49152);
   expect_proj(s.projections[2], "C", 1024, 1024, false, 6144, 55296);
   EXPECT_EQ(s.conv_bytes, 61440u);
   EXPECT_EQ(s.ssm_bytes, 128u * 64 * 128 * 4);
-  MambaState s8 = derive_mamba_state(nemotron_h_8b(), tp(8));
+  MambaState s8 = derive_mamba_state(nemotron_h_8b(), tp_config(8));
   EXPECT_EQ(s8.conv_dim_local, 1024u + 128 + 128);
   EXPECT_EQ(s8.temporal_shape, (std::vector<uint64_t>{16, 64, 128}));
   EXPECT_FALSE(s8.projections[1].replicated);
   // TP16 > n_groups 8: each rank keeps one (replicated) group.
-  MambaState s16 = derive_mamba_state(nemotron_h_8b(), tp(16));
+  MambaState s16 = derive_mamba_state(nemotron_h_8b(), tp_config(16));
   expect_proj(s16.projections[1], "B", 128, 1024, true, 768, 3072);
 }
 
 TEST(MambaState, SpeculativeRowsOnlyWhereTheModelTakesThem) {
-  EngineConfig e = tp(2);
+  EngineConfig e = tp_config(2);
   e.num_speculative_tokens = 2;
   MambaState s = derive_mamba_state(nemotron3_nano(), e);
   EXPECT_EQ(s.conv_rows, 5u);
@@ -139,7 +83,7 @@ TEST(MambaState, SpeculativeRowsOnlyWhereTheModelTakesThem) {
 }
 
 TEST(MambaState, DtypeOverrides) {
-  EngineConfig e = tp(2);
+  EngineConfig e = tp_config(2);
   e.conv_state_dtype_bytes = 4;
   e.ssm_state_dtype_bytes = 2;
   MambaState s = derive_mamba_state(nemotron3_nano(), e);
@@ -148,7 +92,7 @@ TEST(MambaState, DtypeOverrides) {
 }
 
 TEST(MambaState, Qwen3NextGdn) {
-  MambaState s = derive_mamba_state(gdn("qwen3-next", 32, 16, 0), tp(1));
+  MambaState s = derive_mamba_state(qwen3_next(), tp_config(1));
   ASSERT_EQ(s.projections.size(), 3u);
   expect_proj(s.projections[0], "Q", 2048, 2048, false, 12288, 0);
   expect_proj(s.projections[1], "K", 2048, 2048, false, 12288, 12288);
@@ -156,13 +100,13 @@ TEST(MambaState, Qwen3NextGdn) {
   EXPECT_EQ(s.conv_bytes, 49152u);
   EXPECT_EQ(s.temporal_shape, (std::vector<uint64_t>{32, 128, 128}));
   EXPECT_EQ(s.ssm_bytes, 1048576u);  // bf16: Qwen3-Next has no fp32 SSM default
-  MambaState s4 = derive_mamba_state(gdn("qwen3-next", 32, 16, 0), tp(4));
+  MambaState s4 = derive_mamba_state(qwen3_next(), tp_config(4));
   expect_proj(s4.projections[2], "V", 1024, 4096, false, 6144, 6144);
   EXPECT_EQ(s4.temporal_shape, (std::vector<uint64_t>{8, 128, 128}));
 }
 
 TEST(MambaState, Qwen35_27BGdn) {
-  MambaState s = derive_mamba_state(gdn("qwen3.5-27b", 48, 16, 4), tp(1));
+  MambaState s = derive_mamba_state(qwen35_27b(), tp_config(1));
   EXPECT_EQ(s.conv_dim_local, 10240u);
   EXPECT_EQ(s.temporal_shape, (std::vector<uint64_t>{48, 128, 128}));
   EXPECT_EQ(s.conv_bytes, 10240u * 3 * 2);
@@ -170,25 +114,25 @@ TEST(MambaState, Qwen35_27BGdn) {
 }
 
 TEST(MambaState, JambaMamba1) {
-  MambaState s = derive_mamba_state(jamba(), tp(1));
+  MambaState s = derive_mamba_state(jamba(), tp_config(1));
   ASSERT_EQ(s.projections.size(), 1u);
   expect_proj(s.projections[0], "x", 8192, 8192, false, 49152, 0);
   EXPECT_EQ(s.temporal_shape, (std::vector<uint64_t>{8192, 16}));
   EXPECT_EQ(s.ssm_bytes, 262144u);
-  MambaState s2 = derive_mamba_state(jamba(), tp(2));
+  MambaState s2 = derive_mamba_state(jamba(), tp_config(2));
   EXPECT_EQ(s2.conv_bytes, 24576u);
   EXPECT_EQ(s2.temporal_shape, (std::vector<uint64_t>{4096, 16}));
   EXPECT_EQ(s2.ssm_bytes, 131072u);
 }
 
 TEST(MambaState, FalconH1ReplicatesTheSingleGroup) {
-  MambaState s1 = derive_mamba_state(falcon_h1_05b(), tp(1));
+  MambaState s1 = derive_mamba_state(falcon_h1_05b(), tp_config(1));
   expect_proj(s1.projections[0], "x", 1536, 1536, false, 9216, 0);
   expect_proj(s1.projections[1], "B", 128, 128, false, 768, 9216);
   expect_proj(s1.projections[2], "C", 128, 128, false, 768, 9984);
   EXPECT_EQ(s1.conv_bytes, 10752u);
   EXPECT_EQ(s1.ssm_bytes, 24u * 64 * 128 * 2);
-  MambaState s2 = derive_mamba_state(falcon_h1_05b(), tp(2));
+  MambaState s2 = derive_mamba_state(falcon_h1_05b(), tp_config(2));
   // B and C are NOT halved: each rank holds a full copy of group 0 (G' = TP = 2 groups / 2).
   expect_proj(s2.projections[0], "x", 768, 1536, false, 4608, 0);
   expect_proj(s2.projections[1], "B", 128, 128, true, 768, 4608);
@@ -206,13 +150,13 @@ TEST(MambaState, UnsupportedTypesNameTheType) {
     ModelDesc m = nemotron3_nano();
     m.mamba.type = type;
     std::string msg;
-    EXPECT_EQ(status_of(m, tp(1), &msg), Status::UnsupportedMambaType) << name;
+    EXPECT_EQ(status_of(m, tp_config(1), &msg), Status::UnsupportedMambaType) << name;
     EXPECT_NE(msg.find(name), std::string::npos) << msg;
   }
 }
 
 TEST(MambaState, SdLayoutIsRejectedWithTheFix) {
-  EngineConfig e = tp(2);
+  EngineConfig e = tp_config(2);
   e.conv_layout = ConvLayout::SD;
   std::string msg;
   EXPECT_EQ(status_of(nemotron3_nano(), e, &msg), Status::UnsupportedLayout);
@@ -227,20 +171,20 @@ TEST(MambaState, DivisibilityErrorsNameBothValues) {
     const char* a;
     const char* b;
   };
-  ModelDesc groups6 = mamba2("g6", 64, 64, 128, 6, 0, false);
-  ModelDesc groups8 = mamba2("g8", 24, 64, 128, 8, 0, false);
+  ModelDesc groups6 = mamba2_model("g6", 64, 64, 128, 6);
+  ModelDesc groups8 = mamba2_model("g8", 24, 64, 128, 8);
   const Case cases[] = {
       {falcon_h1_05b(), 16, "num_heads 24", "tp_size 16"},  // 24 heads over 16 ranks
       {groups8, 3, "n_groups 8", "tp_size 3"},              // neither shards nor replicates
       {groups6, 4, "n_groups 6", "tp_size 4"},
-      {gdn("gdn-hk3", 32, 3, 0), 2, "key heads 3", "tp_size 2"},
-      {gdn("gdn-hv6", 6, 2, 0), 4, "key heads 2", "tp_size 4"},
-      {gdn("gdn-hv6", 6, 4, 0), 4, "value heads 6", "tp_size 4"},
+      {gdn_model("gdn-hk3", 32, 3, 0, true), 2, "key heads 3", "tp_size 2"},
+      {gdn_model("gdn-hv6", 6, 2, 0, true), 4, "key heads 2", "tp_size 4"},
+      {gdn_model("gdn-hv6", 6, 4, 0, true), 4, "value heads 6", "tp_size 4"},
       {jamba(), 3, "d_inner 8192", "tp_size 3"},
   };
   for (const Case& c : cases) {
     std::string msg;
-    EXPECT_EQ(status_of(c.m, tp(c.tp), &msg), Status::HeadsNotDivisible) << c.m.name;
+    EXPECT_EQ(status_of(c.m, tp_config(c.tp), &msg), Status::HeadsNotDivisible) << c.m.name;
     EXPECT_NE(msg.find(c.a), std::string::npos) << msg;
     EXPECT_NE(msg.find(c.b), std::string::npos) << msg;
   }
@@ -248,20 +192,20 @@ TEST(MambaState, DivisibilityErrorsNameBothValues) {
 
 TEST(MambaState, InvalidArgumentsAndOverflow) {
   std::string msg;
-  EXPECT_EQ(status_of(nemotron3_nano(), tp(0), &msg), Status::InvalidArgument);
+  EXPECT_EQ(status_of(nemotron3_nano(), tp_config(0), &msg), Status::InvalidArgument);
   EXPECT_NE(msg.find("tp_size 0"), std::string::npos) << msg;
   ModelDesc k1 = nemotron3_nano();
   k1.mamba.conv_kernel = 1;
-  EXPECT_EQ(status_of(k1, tp(1), &msg), Status::InvalidArgument);
+  EXPECT_EQ(status_of(k1, tp_config(1), &msg), Status::InvalidArgument);
   EXPECT_NE(msg.find("conv_kernel 1"), std::string::npos) << msg;
   ModelDesc zero = nemotron3_nano();
   zero.mamba.d_state = 0;
-  EXPECT_EQ(status_of(zero, tp(1), &msg), Status::InvalidArgument);
+  EXPECT_EQ(status_of(zero, tp_config(1), &msg), Status::InvalidArgument);
   ModelDesc big = jamba();
   big.mamba.d_inner = uint64_t{1} << 62;
-  EXPECT_EQ(status_of(big, tp(1), &msg), Status::Overflow);
-  EngineConfig e = tp(1);
+  EXPECT_EQ(status_of(big, tp_config(1), &msg), Status::Overflow);
+  EngineConfig e = tp_config(1);
   e.num_speculative_tokens = 0xffffffffu;
-  ModelDesc huge = mamba2("huge", 0x40000000u, 0x40000u, 128, 1, 0, true);
+  ModelDesc huge = mamba2_model("huge", 0x40000000u, 0x40000u, 128, 1, 0, true);
   EXPECT_EQ(status_of(huge, e, &msg), Status::Overflow);
 }
