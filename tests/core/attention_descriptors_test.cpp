@@ -8,23 +8,13 @@
 
 #include "pdkv/core/attention_descriptors.hpp"
 #include "pdkv/core/error.hpp"
+#include "test_models.hpp"
 
 using namespace pdkv::core;
+using namespace pdkv::core::test;
 using Descs = std::vector<Descriptor>;
 
 namespace {
-
-template <class Fn>
-void expect_error(Fn&& fn, Status status, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected " << status_name(status);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    for (const auto& n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " lacks " << n;
-  }
-}
 
 TpMapping map_d(uint32_t d_tp, uint32_t d_rank, uint32_t p_tp, uint32_t k, bool mla = false,
                 bool mamba = false) {

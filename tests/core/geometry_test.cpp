@@ -9,8 +9,10 @@
 #include "pdkv/core/backends.hpp"
 #include "pdkv/core/error.hpp"
 #include "pdkv/core/presets.hpp"
+#include "test_models.hpp"
 
 using namespace pdkv::core;
+using namespace pdkv::core::test;
 
 namespace {
 
@@ -19,15 +21,6 @@ EngineConfig engine(uint32_t tp, Backend b = Backend::FlashAttention) {
   e.tp_size = tp;
   apply_backend(e, b);
   return e;
-}
-
-Status status_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& err) {
-    return err.status();
-  }
-  return Status::Ok;
 }
 
 std::string message_of(const std::function<void()>& f) {

@@ -6,22 +6,10 @@
 
 #include "pdkv/core/error.hpp"
 #include "pdkv/core/head_ranges.hpp"
+#include "test_models.hpp"
 
 using namespace pdkv::core;
-
-namespace {
-template <class Fn>
-void expect_error(Fn&& fn, Status status, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected " << status_name(status);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    for (const auto& n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " lacks " << n;
-  }
-}
-}  // namespace
+using namespace pdkv::core::test;
 
 TEST(HeadRanges, ShardedContiguous) {
   // K=8, tp=4: two consecutive heads per rank.

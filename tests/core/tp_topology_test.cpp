@@ -7,28 +7,11 @@
 
 #include "pdkv/core/error.hpp"
 #include "pdkv/core/tp_topology.hpp"
+#include "test_models.hpp"
 
 using namespace pdkv::core;
+using namespace pdkv::core::test;
 using Ranks = std::vector<uint32_t>;
-
-namespace {
-
-// Runs fn, expects an Error with `status` whose message contains every needle.
-template <class Fn>
-void expect_error(Fn&& fn, Status status, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected " << status_name(status);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    for (const auto& n : needles) {
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-          << "message '" << e.what() << "' lacks '" << n << "'";
-    }
-  }
-}
-
-}  // namespace
 
 TEST(TpRatio, SignConvention) {
   EXPECT_EQ(tp_ratio(1, 1), 1);

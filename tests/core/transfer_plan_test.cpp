@@ -13,8 +13,10 @@
 #include "pdkv/core/metadata_from_geometry.hpp"
 #include "pdkv/core/presets.hpp"
 #include "pdkv/core/transfer_plan.hpp"
+#include "test_models.hpp"
 
 using namespace pdkv::core;
+using namespace pdkv::core::test;
 
 namespace {
 
@@ -103,17 +105,6 @@ const RankReads& rank(const TransferPlan& p, uint32_t r) {
   for (const auto& rr : p.ranks)
     if (rr.p_rank == r) return rr;
   throw std::runtime_error("no reads from P rank " + std::to_string(r));
-}
-
-template <class F>
-Status status_of(F&& f, std::string* msg = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (msg) *msg = e.what();
-    return e.status();
-  }
-  return Status::Ok;
 }
 
 // --- homogeneous TP -------------------------------------------------------------------------
