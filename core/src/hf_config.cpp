@@ -199,9 +199,9 @@ ModelDesc qwen_gdn(const Cfg& c, ModelDesc m, bool ssm_dtype_from_config) {
   return m;
 }
 
-ModelDesc falcon_h1(const Cfg& c, ModelDesc m) {
-  gqa_attention(c, m);
-  auto& mb = m.mamba;
+// Falcon-H1 and Granite-4.0-H name their Mamba2 keys alike (mamba_n_heads, mamba_d_head, ...),
+// and neither passes num_spec to the conv shape.
+void mamba2_from_mamba_keys(const Cfg& c, MambaDesc& mb) {
   mb.type = MambaType::Mamba2;
   mb.num_heads = c.u32("mamba_n_heads");
   mb.head_dim = c.u32("mamba_d_head");
@@ -209,7 +209,13 @@ ModelDesc falcon_h1(const Cfg& c, ModelDesc m) {
   mb.n_groups = c.u32("mamba_n_groups");
   mb.conv_kernel = c.u32("mamba_d_conv");
   mb.chunk_size = c.u32_or("mamba_chunk_size", 0);
-  mb.conv_rows_include_spec = false;  // Falcon-H1 passes no num_spec
+  mb.conv_rows_include_spec = false;
+}
+
+ModelDesc falcon_h1(const Cfg& c, ModelDesc m) {
+  gqa_attention(c, m);
+  auto& mb = m.mamba;
+  mamba2_from_mamba_keys(c, mb);
   if (c.has("mamba_d_ssm")) {
     require_inner_matches(c, c.u32("mamba_d_ssm"), "mamba_d_ssm", mb);
   } else {
@@ -243,14 +249,7 @@ ModelDesc jamba(const Cfg& c, ModelDesc m) {
 ModelDesc granite_hybrid(const Cfg& c, ModelDesc m) {
   gqa_attention(c, m);
   auto& mb = m.mamba;
-  mb.type = MambaType::Mamba2;
-  mb.num_heads = c.u32("mamba_n_heads");
-  mb.head_dim = c.u32("mamba_d_head");
-  mb.d_state = c.u32("mamba_d_state");
-  mb.n_groups = c.u32("mamba_n_groups");
-  mb.conv_kernel = c.u32("mamba_d_conv");
-  mb.chunk_size = c.u32_or("mamba_chunk_size", 0);
-  mb.conv_rows_include_spec = false;  // Granite passes no num_spec
+  mamba2_from_mamba_keys(c, mb);
   const double inner = c.number("mamba_expand") * c.u32("hidden_size");
   require_inner_matches(c, static_cast<uint64_t>(inner), "mamba_expand * hidden_size", mb);
   m.layer_pattern = pattern_from_layer_types(c, {"attention"}, {"mamba"});
