@@ -543,7 +543,8 @@ fn metadata_output(md: &EngineMetadata, encoded: &[u8]) -> CaseResult<Result<Vec
         ("total_kv_heads", Json::Int(i.total_kv_heads as i64)),
         ("prefix_caching", Json::Bool(i.prefix_caching)),
         ("cache_mode", Json::Str(cache_mode_name(i.cache_mode)?.into())),
-        ("model_fingerprint", Json::Int(i.model_fingerprint as i64)),
+        // 16 lower-case hex digits: the uint64 exceeds the int64 JSON subset.
+        ("model_fingerprint", Json::Str(format!("{:016x}", i.model_fingerprint))),
         ("encoded_length", Json::Int(encoded.len() as i64)),
         ("payload_crc32c", Json::Int(payload_crc as i64)),
     ]))
@@ -988,6 +989,10 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 return Err("decoded metadata is not equal to the original".into());
             }
             let mut pairs = lib!(metadata_output(&back, &bytes)?);
+            // The fields of the built metadata equal the decoded ones (as the C++ runner checks).
+            if lib!(metadata_output(&md, &bytes)?) != pairs {
+                return Err("metadata fields differ before and after the round trip".into());
+            }
             pairs.push(("hex", Json::Str(hex_encode(&bytes))));
             out(pairs)
         }
@@ -999,11 +1004,18 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
         "handshake_validate" => {
             let local = lib!(side_metadata(obj_field(input, "local")?)?);
             let remote = lib!(side_metadata(obj_field(input, "remote")?)?);
-            let items = lib!(handshake_validate(&local, &remote))
+            let items: Vec<Json> = lib!(handshake_validate(&local, &remote))
                 .into_iter()
                 .map(|i| obj_of(vec![("status", Json::Str(i.status.name().into())), ("field", Json::Str(i.field))]))
                 .collect();
-            let compatible = handshake_require_compatible(&local, &remote).is_ok();
+            let compatible = match handshake_require_compatible(&local, &remote) {
+                Ok(()) => true,
+                Err(e) if e.status() == Status::Incompatible => false,
+                Err(e) => return Err(format!("handshake_require_compatible: unexpected error {e}")),
+            };
+            if compatible != items.is_empty() {
+                return Err(format!("handshake_require_compatible ({compatible}) disagrees with a report of {} items", items.len()));
+            }
             out(vec![("items", Json::Arr(items)), ("compatible", Json::Bool(compatible))])
         }
         "transfer_plan" => {
@@ -1073,6 +1085,9 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 ));
                 rank_bytes.push(u(bytes));
             }
+            if rank_bytes.iter().map(|b| if let Json::Int(b) = b { *b } else { 0 }).sum::<i64>() != i.bytes as i64 {
+                return Err(format!("plan bytes {} differ from the per-rank sums", i.bytes));
+            }
             let mut zero_groups = Vec::new();
             for g in 0..i.num_groups {
                 let z = lib!(plan.group_zero(g));
@@ -1083,11 +1098,15 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                     ("unfilled_states", u64_arr(z.unfilled_states)),
                 ]));
             }
+            let (read_ranks, notify_ranks) = (lib!(plan.read_ranks()), lib!(plan.notify_ranks()));
+            if read_ranks.len() != i.num_read_ranks || notify_ranks.len() != i.num_notify_ranks {
+                return Err("plan info counts disagree with the rank lists".into());
+            }
             out(vec![
                 ("d_tp", Json::Int(i.d_tp as i64)),
                 ("p_tp", Json::Int(i.p_tp as i64)),
-                ("read_ranks", ranks(lib!(plan.read_ranks()))),
-                ("notify_ranks", ranks(lib!(plan.notify_ranks()))),
+                ("read_ranks", ranks(read_ranks)),
+                ("notify_ranks", ranks(notify_ranks)),
                 ("notifications_per_p_rank", Json::Int(i.notifications_per_p_rank as i64)),
                 ("reads", Json::Arr(reads)),
                 ("rank_bytes", Json::Arr(rank_bytes)),
@@ -1189,13 +1208,18 @@ fn every_vector_file_passes() {
         assert_eq!(doc.get("format"), Some(&Json::Int(1)), "{name}: unsupported format");
         let Some(Json::Arr(cases)) = doc.get("cases") else { panic!("{name}: no cases array") };
         assert!(!cases.is_empty(), "{name}: empty cases");
+        let mut passed = 0usize;
         for (i, case) in cases.iter().enumerate() {
             total += 1;
-            if let Err(why) = run_case(case) {
-                let case_name = obj(case).ok().and_then(|c| str_of(c, "name").ok()).unwrap_or("?");
-                let _ = writeln!(failures, "{name}#{i} {case_name}: {why}");
+            match run_case(case) {
+                Ok(()) => passed += 1,
+                Err(why) => {
+                    let case_name = obj(case).ok().and_then(|c| str_of(c, "name").ok()).unwrap_or("?");
+                    let _ = writeln!(failures, "{name}#{i} {case_name}: {why}");
+                }
             }
         }
+        println!("conformance: {name}: {passed}/{} cases passed", cases.len());
     }
     println!("conformance: {total} cases in {} files", files.len());
     assert!(failures.is_empty(), "conformance failures:\n{failures}");
@@ -1232,8 +1256,8 @@ fn runner_detects_mismatches_and_unknown_ops() {
     assert!(run_case(&case(r#"{"name":"err","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["2","3"]}}"#)).is_ok());
 }
 
-/// Until vectors exist for every op, the handlers of the newer ops are exercised here: each
-/// must run, produce its complete key set, and agree with itself across ops.
+/// Cross-op checks of the issue #3 handlers beyond the vectors: each must run, produce its
+/// complete key set, and agree with itself across ops (round trip vs decode, worked numbers).
 #[test]
 fn newer_op_handlers_are_consistent() {
     let run = |op: &str, input: &str| -> BTreeMap<String, Json> {
@@ -1250,6 +1274,8 @@ fn newer_op_handlers_are_consistent() {
         r#"{"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}, "layout": {"engine_id": "d", "tp_rank": 1, "num_regions": 6}}"#,
     );
     assert_eq!(rt.len(), 23, "{:?}", rt.keys());
+    let Json::Str(fp) = &rt["model_fingerprint"] else { panic!("model_fingerprint is not a string") };
+    assert!(fp.len() == 16 && fp.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')), "{fp}");
     let Json::Str(hex) = &rt["hex"] else { panic!("hex") };
     let dec = run("metadata_decode", &format!(r#"{{"hex": "{hex}"}}"#));
     let mut rt_no_hex = rt.clone();
