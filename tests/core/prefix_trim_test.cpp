@@ -28,15 +28,9 @@ GroupTrimInput attention(V local, V remote, uint64_t lbs, uint64_t rbs, uint64_t
 
 GroupTrimInput mamba(MambaCacheMode mode, V local, V remote, uint64_t bd, uint64_t bp, uint64_t n,
                      uint64_t hit) {
-  GroupTrimInput g;
+  GroupTrimInput g = attention(std::move(local), std::move(remote), bd, bp, n, hit);
   g.kind = GroupKind::Mamba;
   g.cache_mode = mode;
-  g.local_blocks = std::move(local);
-  g.remote_blocks = std::move(remote);
-  g.local_tokens_per_block = bd;
-  g.remote_tokens_per_block = bp;
-  g.remote_computed_tokens = n;
-  g.local_hit_tokens = hit;
   return g;
 }
 
