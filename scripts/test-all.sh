@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${JOBS:-$(nproc)}
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+# rustup installs cargo under ~/.cargo/bin, which a non-login CI shell may not have on PATH.
+if [ -d "$HOME/.cargo/bin" ]; then export PATH="$HOME/.cargo/bin:$PATH"; fi
 
 stage() { echo; echo "==== $* ===="; }
 
