@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -99,6 +101,26 @@ void gqa_attention(const Cfg& c, ModelDesc& m) {
   m.attention.sliding_window =
       !swa_off && c.has("sliding_window") && c.obj.at("sliding_window").is_number_integer() ? c.u32("sliding_window")
                                                                                              : 0;
+}
+
+// mamba_expand * hidden_size as an exact integer. The product is computed in double (expand may
+// be written as 2 or 2.0) and must be finite, > 0, integral and <= 2^53 (exactly representable)
+// before it is converted; anything else names the key and the value as written.
+uint64_t expand_times_hidden(const Cfg& c) {
+  const double expand = c.number("mamba_expand");
+  const uint32_t hidden = c.u32("hidden_size");
+  const double inner = expand * hidden;
+  constexpr double kMaxExact = 9007199254740992.0;  // 2^53
+  if (!std::isfinite(expand) || !std::isfinite(inner) || !(inner > 0) || inner > kMaxExact ||
+      std::floor(inner) != inner) {
+    char product[64];
+    std::snprintf(product, sizeof product, "%.17g", inner);
+    fail(Status::InvalidArgument, "key " + c.where("mamba_expand") + " = " + c.obj.at("mamba_expand").dump() +
+                                      ": mamba_expand * hidden_size = " + c.obj.at("mamba_expand").dump() +
+                                      " * " + std::to_string(hidden) + " = " + product +
+                                      " must be a finite positive integer <= 2^53");
+  }
+  return static_cast<uint64_t>(inner);
 }
 
 // vLLM's MambaMixer2 takes the conv "x" width as an explicit intermediate size, while pdkv's
@@ -219,8 +241,7 @@ ModelDesc falcon_h1(const Cfg& c, ModelDesc m) {
   if (c.has("mamba_d_ssm")) {
     require_inner_matches(c, c.u32("mamba_d_ssm"), "mamba_d_ssm", mb);
   } else {
-    const double inner = c.number("mamba_expand") * c.u32("hidden_size");
-    require_inner_matches(c, static_cast<uint64_t>(inner), "mamba_expand * hidden_size", mb);
+    require_inner_matches(c, expand_times_hidden(c), "mamba_expand * hidden_size", mb);
   }
   m.layer_pattern = std::string(c.u32("num_hidden_layers"), kLayerParallel);
   return m;
@@ -250,8 +271,7 @@ ModelDesc granite_hybrid(const Cfg& c, ModelDesc m) {
   gqa_attention(c, m);
   auto& mb = m.mamba;
   mamba2_from_mamba_keys(c, mb);
-  const double inner = c.number("mamba_expand") * c.u32("hidden_size");
-  require_inner_matches(c, static_cast<uint64_t>(inner), "mamba_expand * hidden_size", mb);
+  require_inner_matches(c, expand_times_hidden(c), "mamba_expand * hidden_size", mb);
   m.layer_pattern = pattern_from_layer_types(c, {"attention"}, {"mamba"});
   return m;
 }
@@ -319,6 +339,9 @@ ModelDesc model_from_hf_config(std::string_view json_text, std::string_view orig
     root = json::parse(json_text.begin(), json_text.end());
   } catch (const json::parse_error& e) {
     fail(Status::Parse, org + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const json::exception& e) {
+    // e.g. out_of_range.406: a number literal such as 1e400 overflows a double.
+    fail(Status::Parse, org + ": invalid JSON: " + e.what());
   }
   if (!root.is_object()) fail(Status::Parse, org + ": config.json must be a JSON object, got " + root.type_name());
 

@@ -196,3 +196,53 @@ TEST(HfConfig, Errors) {
   EXPECT_NE(std::string(e.what()).find("2048"), std::string::npos) << e.what();
   EXPECT_NE(std::string(e.what()).find("1536"), std::string::npos) << e.what();
 }
+
+// mamba_expand * hidden_size must be an exact positive integer before it becomes a size: a
+// static_cast of a negative, huge, non-finite or fractional double is UB or truncates.
+TEST(HfConfig, MambaExpandIsValidated) {
+  auto granite = nlohmann::json{{"model_type", "granitemoehybrid"}, {"num_hidden_layers", 2}, {"hidden_size", 4096},
+                                {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"mamba_n_heads", 128},
+                                {"mamba_d_head", 64}, {"mamba_d_state", 128}, {"mamba_n_groups", 1},
+                                {"mamba_d_conv", 4}, {"torch_dtype", "bfloat16"}, {"layer_types", {"mamba", "attention"}}};
+  auto falcon = nlohmann::json::parse(read_config("Falcon-H1-0.5B-Instruct.json"));
+  falcon.erase("mamba_d_ssm");  // forces the expand * hidden path
+  const uint32_t falcon_hidden = falcon.at("hidden_size").get<uint32_t>();
+  // Falcon: 24 heads * 64 = 1536 = 1.5 * 1024.
+  ASSERT_EQ(falcon_hidden, 1024u);
+  falcon["mamba_expand"] = 1.5;
+  EXPECT_EQ(model_from_hf_config(falcon.dump(), "falcon.json").mamba.num_heads, 24u);
+  granite["mamba_expand"] = 2.0;  // 8192 = 128 * 64, written as a float
+  EXPECT_EQ(model_from_hf_config(granite.dump(), "granite.json").layer_pattern, "M*");
+
+  struct Bad {
+    const char* text;  // mamba_expand as written in the JSON
+    const char* shown;
+  };
+  const Bad bads[] = {{"-2", "-2"}, {"-0.5", "-0.5"}, {"0", "0"}, {"1e300", "1e+300"},
+                      {"1e20", "1e+20"}, {"2.0001", "2.0001"}, {"1.00000001", "1.00000001"}};
+  for (const char* which : {"granite", "falcon"}) {
+    for (const auto& b : bads) {
+      nlohmann::json j = std::string(which) == "granite" ? granite : falcon;
+      j["mamba_expand"] = nlohmann::json::parse(b.text);
+      const Error e = error_of([&] { model_from_hf_config(j.dump(), "cfg.json"); });
+      EXPECT_EQ(e.status(), Status::InvalidArgument) << which << " " << b.text << ": " << e.what();
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("'mamba_expand' in cfg.json"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::string("= ") + b.shown), std::string::npos) << msg;
+      EXPECT_NE(msg.find("finite positive integer"), std::string::npos) << msg;
+    }
+  }
+  // A non-finite value cannot come from JSON text: a 1e400 literal overflows while parsing.
+  nlohmann::json inf = granite;
+  const std::string text = inf.dump();
+  std::string with_inf = text;
+  const std::string key = "\"mamba_expand\":2.0";
+  const auto pos = with_inf.find(key);
+  ASSERT_NE(pos, std::string::npos) << with_inf;
+  with_inf.replace(pos, key.size(), "\"mamba_expand\":1e400");
+  // nlohmann refuses it (out_of_range.406): a Parse error naming the origin, never a foreign exception.
+  const Error e = error_of([&] { model_from_hf_config(with_inf, "inf.json"); });
+  EXPECT_EQ(e.status(), Status::Parse) << e.what();
+  EXPECT_NE(std::string(e.what()).find("inf.json"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("1e400"), std::string::npos) << e.what();
+}
