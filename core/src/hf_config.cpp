@@ -330,6 +330,60 @@ ModelDesc pure_attention(const Cfg& c, ModelDesc m) {
   return m;
 }
 
+constexpr const char* kSupportedModelTypes =
+    "nemotron_h, qwen3_next, qwen3_5, qwen3_5_moe, qwen3_5_text, qwen3_5_moe_text, falcon_h1, jamba, "
+    "granitemoehybrid, kimi_linear, or a pure-attention model type (llama, mistral, qwen2, qwen3, "
+    "deepseek_v3, ...) whose config has no SSM / linear-attention keys";
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// A layer_types entry that is some kind of attention ("full_attention", "sliding_attention",
+// "attention", "chunked_attention", ...), and not linear attention.
+bool is_attention_layer_type(const std::string& s) {
+  const std::string suffix = "attention";
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+         s.find("linear") == std::string::npos && s.find("lightning") == std::string::npos;
+}
+
+// Why a config of an unknown model_type is not a pure-attention model: the first key (or
+// layer_types entry) that belongs to an SSM / linear-attention layer, or "" when there is none.
+std::string ssm_evidence(const Cfg& c) {
+  static const char* const kExact[] = {
+      "conv_kernel", "hybrid_override_pattern", "attn_layer_indices", "attn_layer_period",
+      "attn_layer_offset", "n_groups", "state_size", "d_state", "d_conv", "expand",
+      "hybrid_layer_ids", "layers_block_type", "layer_block_types", "block_types", "full_attn_idxs",
+      "full_attention_interval", "conv_L_cache", "chunk_size", "attn_type_list", "rwkv_version"};
+  static const char* const kPrefixes[] = {"mamba_", "mamba", "ssm_", "linear_", "time_step_", "conv_", "kda_",
+                                          "short_conv", "gdn_", "lightning_"};
+  for (const auto& [key, value] : c.obj.items()) {
+    if (value.is_null()) continue;
+    for (const char* k : kExact) {
+      if (key == k) return "key " + c.where(k);
+    }
+    for (const char* pre : kPrefixes) {
+      if (starts_with(key, pre)) return "key " + c.where(key.c_str());
+    }
+    if (key.find("mamba") != std::string::npos || key.find("ssm") != std::string::npos) {
+      return "key " + c.where(key.c_str());
+    }
+  }
+  if (c.has("layer_types") && c.obj.at("layer_types").is_array()) {
+    size_t i = 0;
+    for (const json& t : c.obj.at("layer_types")) {
+      if (!t.is_string() || !is_attention_layer_type(t.get<std::string>())) {
+        return "key '" + c.prefix + "layer_types[" + std::to_string(i) + "]' = " + t.dump() + " in " + c.origin +
+               " (not an attention layer)";
+      }
+      ++i;
+    }
+  }
+  if (c.has("text_config") && c.obj.at("text_config").is_object()) {
+    const Cfg text{c.obj.at("text_config"), c.origin, c.prefix + "text_config."};
+    return ssm_evidence(text);
+  }
+  return "";
+}
+
 }  // namespace
 
 ModelDesc model_from_hf_config(std::string_view json_text, std::string_view origin) {
@@ -376,7 +430,16 @@ ModelDesc model_from_hf_config(std::string_view json_text, std::string_view orig
   if (model_type == "jamba") return jamba(top, m);
   if (model_type == "granitemoehybrid") return granite_hybrid(top, m);
   if (model_type == "kimi_linear") return kimi(top, m);
-  // Anything else is read as a pure-attention model (llama, mistral, qwen2/3, deepseek MLA, ...).
+  // Anything else is read as a pure-attention model (llama, mistral, qwen2/3, deepseek MLA, ...),
+  // but only when nothing in the config describes SSM / linear-attention layers: a bamba or
+  // zamba2 config read as pure attention would plan without its Mamba state.
+  const std::string evidence = ssm_evidence(top);
+  if (!evidence.empty()) {
+    fail(Status::UnsupportedMambaType, org + ": model_type '" + model_type +
+                                           "' is not supported and is not a pure-attention model (" + evidence +
+                                           " describes SSM / linear-attention layers); supported model types: " +
+                                           kSupportedModelTypes);
+  }
   return pure_attention(top, m);
 }
 

@@ -197,6 +197,79 @@ TEST(HfConfig, Errors) {
   EXPECT_NE(std::string(e.what()).find("1536"), std::string::npos) << e.what();
 }
 
+// Unknown model types are read as pure attention only when nothing in the config describes SSM
+// or linear-attention layers; otherwise the Mamba state would silently vanish from the plan.
+TEST(HfConfig, UnknownModelTypeWithSsmKeysIsRejected) {
+  // Bamba-like: Mamba2 keys plus attn_layer_indices.
+  const std::string bamba = R"({"model_type": "bamba", "num_hidden_layers": 32, "hidden_size": 4096,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "attn_layer_indices": [9, 18, 27],
+      "mamba_n_heads": 128, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1,
+      "mamba_d_conv": 4, "mamba_expand": 2, "torch_dtype": "bfloat16"})";
+  Error e = error_of([&] { model_from_hf_config(bamba, "bamba.json"); });
+  EXPECT_EQ(e.status(), Status::UnsupportedMambaType) << e.what();
+  const std::string bm = e.what();
+  EXPECT_NE(bm.find("'bamba'"), std::string::npos) << bm;
+  EXPECT_NE(bm.find("bamba.json"), std::string::npos) << bm;
+  EXPECT_NE(bm.find("'attn_layer_indices'"), std::string::npos) << bm;  // first evidence key (sorted)
+  EXPECT_NE(bm.find("nemotron_h"), std::string::npos) << bm;           // lists the supported types
+  EXPECT_NE(bm.find("granitemoehybrid"), std::string::npos) << bm;
+
+  // Zamba2-like: mamba_* keys and layers_block_type.
+  const std::string zamba2 = R"({"model_type": "zamba2", "num_hidden_layers": 4, "hidden_size": 2560,
+      "num_attention_heads": 32, "num_key_value_heads": 32, "mamba_d_state": 64, "mamba_d_conv": 4,
+      "mamba_expand": 2, "mamba_ngroups": 1, "mamba_headdim": 64,
+      "layers_block_type": ["mamba", "hybrid", "mamba", "mamba"]})";
+  e = error_of([&] { model_from_hf_config(zamba2, "zamba2.json"); });
+  EXPECT_EQ(e.status(), Status::UnsupportedMambaType) << e.what();
+  EXPECT_NE(std::string(e.what()).find("'zamba2'"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("'layers_block_type'"), std::string::npos) << e.what();
+
+  // Each single giveaway key is enough on an otherwise pure-attention config.
+  const nlohmann::json llama = {{"model_type", "some_new_arch"}, {"num_hidden_layers", 2}, {"hidden_size", 1024},
+                                {"num_attention_heads", 8}, {"num_key_value_heads", 8}};
+  EXPECT_NO_THROW(model_from_hf_config(llama.dump(), "plain.json"));
+  const std::pair<const char*, nlohmann::json> giveaways[] = {
+      {"ssm_state_size", 128},       {"linear_num_value_heads", 32}, {"conv_kernel", 4},
+      {"hybrid_override_pattern", "M*"}, {"n_groups", 8},           {"time_step_rank", 160},
+      {"mamba_d_state", 16},         {"attn_layer_indices", {1}},    {"state_size", 16}};
+  for (const auto& [key, value] : giveaways) {
+    nlohmann::json j = llama;
+    j[key] = value;
+    e = error_of([&] { model_from_hf_config(j.dump(), "g.json"); });
+    EXPECT_EQ(e.status(), Status::UnsupportedMambaType) << key;
+    EXPECT_NE(std::string(e.what()).find(std::string("'") + key + "'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'some_new_arch'"), std::string::npos) << e.what();
+  }
+
+  // layer_types: attention kinds pass (gpt-oss, gemma), anything else is a giveaway.
+  nlohmann::json lt = llama;
+  lt["layer_types"] = {"sliding_attention", "full_attention"};
+  EXPECT_NO_THROW(model_from_hf_config(lt.dump(), "lt.json"));
+  lt["layer_types"] = {"full_attention", "linear_attention"};
+  e = error_of([&] { model_from_hf_config(lt.dump(), "lt.json"); });
+  EXPECT_EQ(e.status(), Status::UnsupportedMambaType);
+  EXPECT_NE(std::string(e.what()).find("'layer_types[1]' = \"linear_attention\" in lt.json"), std::string::npos) << e.what();
+  lt["layer_types"] = {"full_attention", "conv"};
+  EXPECT_EQ(error_of([&] { model_from_hf_config(lt.dump(), "lt.json"); }).status(), Status::UnsupportedMambaType);
+
+  // Keys under text_config count too.
+  nlohmann::json wrapped = llama;
+  wrapped["text_config"] = {{"mamba_n_heads", 8}};
+  e = error_of([&] { model_from_hf_config(wrapped.dump(), "w.json"); });
+  EXPECT_EQ(e.status(), Status::UnsupportedMambaType);
+  EXPECT_NE(std::string(e.what()).find("'text_config.mamba_n_heads'"), std::string::npos) << e.what();
+}
+
+TEST(HfConfig, MissingModelTypeIsNamedFirst) {
+  // A Mamba config without model_type: the error names model_type, not some later key.
+  const std::string no_type = R"({"mamba_n_heads": 128, "hidden_size": 4096, "ssm_state_size": 128})";
+  const Error e = error_of([&] { model_from_hf_config(no_type, "nt.json"); });
+  EXPECT_EQ(e.status(), Status::NotFound);
+  EXPECT_NE(std::string(e.what()).find("'model_type' in nt.json"), std::string::npos) << e.what();
+  EXPECT_EQ(std::string(e.what()).find("mamba"), std::string::npos) << e.what();
+  EXPECT_EQ(std::string(e.what()).find("hidden_size"), std::string::npos) << e.what();
+}
+
 // mamba_expand * hidden_size must be an exact positive integer before it becomes a size: a
 // static_cast of a negative, huge, non-finite or fractional double is UB or truncates.
 TEST(HfConfig, MambaExpandIsValidated) {
