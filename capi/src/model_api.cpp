@@ -4,6 +4,7 @@
 
 #include "boundary.hpp"
 #include "handles.hpp"
+#include "plan_handles.hpp"
 #include "pdkv/core/model.hpp"
 
 using pdkv::capi::guard;
@@ -35,7 +36,7 @@ core::ModelDesc model_from_c(const pdkv_model_desc_t& d) {
   m.attention.num_kv_heads = d.num_kv_heads;
   m.attention.head_size = d.head_size;
   m.attention.head_size_v = d.head_size_v;
-  m.attention.use_mla = d.use_mla != 0;
+  m.attention.use_mla = pdkv::capi::flag_from_c(d.use_mla, "pdkv_model_desc_t.use_mla");
   m.attention.sliding_window = d.sliding_window;
   m.mamba.type = mamba_type_from_c(d.mamba_type);
   m.mamba.num_heads = d.mamba_num_heads;
@@ -45,7 +46,8 @@ core::ModelDesc model_from_c(const pdkv_model_desc_t& d) {
   m.mamba.d_inner = d.mamba_d_inner;
   m.mamba.conv_kernel = d.mamba_conv_kernel;
   m.mamba.chunk_size = d.mamba_chunk_size;
-  m.mamba.conv_rows_include_spec = d.mamba_conv_rows_include_spec != 0;
+  m.mamba.conv_rows_include_spec =
+      pdkv::capi::flag_from_c(d.mamba_conv_rows_include_spec, "pdkv_model_desc_t.mamba_conv_rows_include_spec");
   m.dtype_bytes = d.dtype_bytes;
   m.default_ssm_dtype_bytes = d.default_ssm_dtype_bytes;
   m.layer_pattern = str_or_empty(d.layer_pattern);

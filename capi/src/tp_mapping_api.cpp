@@ -2,6 +2,7 @@
 // core/tp_topology.hpp compute_tp_mapping).
 #include "boundary.hpp"
 #include "handles.hpp"
+#include "plan_handles.hpp"
 #include "pdkv/core/head_ranges.hpp"
 #include "pdkv/core/tp_topology.hpp"
 #include "structs.hpp"
@@ -49,8 +50,8 @@ PDKV_API pdkv_status_t pdkv_tp_mapping_new(const pdkv_tp_mapping_params_t* param
     in.local_rank = params->local_rank;
     in.remote_tp = params->remote_tp;
     in.total_kv_heads = params->total_kv_heads;
-    in.use_mla = params->use_mla != 0;
-    in.has_mamba = params->has_mamba != 0;
+    in.use_mla = pdkv::capi::flag_from_c(params->use_mla, "pdkv_tp_mapping_params_t.use_mla");
+    in.has_mamba = pdkv::capi::flag_from_c(params->has_mamba, "pdkv_tp_mapping_params_t.has_mamba");
     core::TpMapping m = core::compute_tp_mapping(in);
     // The local engine is D when pulling: each remote P rank expects this many notifications.
     const uint32_t expected = core::notifications_expected_per_request(in.remote_tp, in.local_tp);

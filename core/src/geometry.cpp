@@ -92,7 +92,10 @@ void align_hybrid_block_size(const ModelDesc& m, const EngineConfig& e, const Ge
 
 EngineGeometry derive_geometry(const ModelDesc& m, const EngineConfig& e, const GeometryOptions& opt) {
   validate_model(m);
-  require(e.tp_size > 0, Status::InvalidArgument, "tp_size 0 is invalid (must be >= 1)");
+  validate_engine_config(e);
+  require(opt.user_mamba_block_size <= kEngineMaxUserBlockSize, Status::InvalidArgument,
+          "engine config: user_mamba_block_size = " + std::to_string(opt.user_mamba_block_size) +
+              " exceeds the maximum " + std::to_string(kEngineMaxUserBlockSize) + " tokens");
   require(e.preferred_block_size > 0 || e.user_block_size > 0, Status::InvalidArgument,
           "preferred_block_size 0 with no user block size (apply_backend sets it)");
 

@@ -120,7 +120,7 @@ MambaState derive_mamba_state(const ModelDesc& m, const EngineConfig& e) {
          "conv state layout SD is not supported: the 3-read Mamba transfer needs each projection "
          "contiguous; set the conv state layout to DS (vLLM: VLLM_SSM_CONV_STATE_LAYOUT=DS)");
   }
-  if (e.tp_size == 0) fail(Status::InvalidArgument, "tp_size 0 must be >= 1");
+  validate_engine_config(e);
   require_positive(mb.conv_kernel, "mamba.conv_kernel");
   if (mb.conv_kernel < 2) {
     fail(Status::InvalidArgument,

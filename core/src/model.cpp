@@ -1,6 +1,8 @@
 #include "pdkv/core/model.hpp"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "pdkv/core/error.hpp"
 
@@ -72,6 +74,30 @@ void validate_model(const ModelDesc& m) {
     default:
       break;  // described, but rejected by the split derivation with UnsupportedMambaType
   }
+}
+
+bool is_valid_dtype_bytes(uint32_t bytes) noexcept {
+  return bytes == 0 || bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8;
+}
+
+void validate_engine_config(const EngineConfig& e) {
+  const auto value = [](const char* name, uint64_t v) { return std::string("engine config: ") + name + " = " + std::to_string(v); };
+  require(e.tp_size > 0, Status::InvalidArgument, "tp_size 0 is invalid (must be >= 1)");
+  require(e.tp_size <= kEngineMaxTpSize, Status::InvalidArgument,
+          value("tp_size", e.tp_size) + " exceeds the maximum " + std::to_string(kEngineMaxTpSize));
+  const std::pair<const char*, uint32_t> dtypes[] = {{"kv_cache_dtype_bytes", e.kv_cache_dtype_bytes},
+                                                     {"conv_state_dtype_bytes", e.conv_state_dtype_bytes},
+                                                     {"ssm_state_dtype_bytes", e.ssm_state_dtype_bytes}};
+  for (const auto& [name, bytes] : dtypes) {
+    require(is_valid_dtype_bytes(bytes), Status::InvalidArgument,
+            value(name, bytes) + " is not a dtype size (0 auto, 1, 2, 4 or 8 bytes)");
+  }
+  require(e.num_speculative_tokens <= kEngineMaxSpeculativeTokens, Status::InvalidArgument,
+          value("num_speculative_tokens", e.num_speculative_tokens) + " exceeds " +
+              std::to_string(kEngineMaxSpeculativeTokens) + ", vLLM's practical bound on speculative tokens");
+  require(e.user_block_size <= kEngineMaxUserBlockSize, Status::InvalidArgument,
+          value("user_block_size", e.user_block_size) + " exceeds the maximum " +
+              std::to_string(kEngineMaxUserBlockSize) + " tokens");
 }
 
 uint32_t resolved_kv_dtype_bytes(const ModelDesc& m, const EngineConfig& e) {

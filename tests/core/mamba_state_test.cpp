@@ -205,7 +205,7 @@ TEST(MambaState, InvalidArgumentsAndOverflow) {
   big.mamba.d_inner = uint64_t{1} << 62;
   EXPECT_EQ(status_of(big, tp_config(1), &msg), Status::Overflow);
   EngineConfig e = tp_config(1);
-  e.num_speculative_tokens = 0xffffffffu;
-  ModelDesc huge = mamba2_model("huge", 0x40000000u, 0x40000u, 128, 1, 0, true);
+  e.num_speculative_tokens = kEngineMaxSpeculativeTokens;  // the bound validate_engine_config allows
+  ModelDesc huge = mamba2_model("huge", 0x40000000u, 0x40000000u, 128, 1, 0, true);
   EXPECT_EQ(status_of(huge, e, &msg), Status::Overflow);
 }

@@ -95,6 +95,21 @@ struct EngineConfig {
   ConvLayout conv_layout = ConvLayout::DS;
 };
 
+// Bounds of EngineConfig fields (validate_engine_config). vLLM has no hard cap on speculative
+// tokens, but nothing it ships uses more than a handful; 64 is the practical bound pdkv accepts.
+constexpr uint32_t kEngineMaxSpeculativeTokens = 64;
+constexpr uint32_t kEngineMaxUserBlockSize = 1u << 20;  // --block-size and --mamba-block-size, in tokens
+constexpr uint32_t kEngineMaxTpSize = 1u << 16;
+
+// True for the dtype byte sizes an engine field may hold: 0 (auto), 1, 2, 4 or 8.
+bool is_valid_dtype_bytes(uint32_t bytes) noexcept;
+
+// Throws InvalidArgument naming the first field of `e` out of its domain, with its value:
+// tp_size 0 or > kEngineMaxTpSize, a dtype byte size other than 0/1/2/4/8 (e.g.
+// "kv_cache_dtype_bytes = 3"), num_speculative_tokens > kEngineMaxSpeculativeTokens, user_block_size
+// > kEngineMaxUserBlockSize. derive_geometry and derive_mamba_state call it first.
+void validate_engine_config(const EngineConfig& e);
+
 // Dtype resolution ("auto" rules). KV cache: engine value or model dtype. Conv state: engine value
 // or model dtype. SSM temporal state: engine value, else the model's default (NemotronH and
 // Qwen3.5 default to float32), else the conv-state dtype.
