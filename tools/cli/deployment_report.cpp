@@ -3,6 +3,7 @@
 #include <string>
 
 #include "pdkv/core/attention_descriptors.hpp"
+#include "pdkv/core/backends.hpp"
 #include "pdkv/core/error.hpp"
 #include "pdkv/core/geometry.hpp"
 #include "pdkv/core/mamba_split.hpp"
@@ -161,20 +162,26 @@ json build_deployment_report(const Deployment& dep) {
   }
   EngineGeometry pg, dg;
   bool have_geometry = true;
-  try {
-    pg = derive_geometry(dep.model, dep.prefill);
-    report["prefill"] = geometry_json(pg);
-  } catch (const Error& e) {
-    errors.push_back(error_json(e, "prefill geometry"));
-    have_geometry = false;
-  }
-  try {
-    dg = derive_geometry(dep.model, dep.decode);
-    report["decode"] = geometry_json(dg);
-  } catch (const Error& e) {
-    errors.push_back(error_json(e, "decode geometry"));
-    have_geometry = false;
-  }
+  // Like the C API: an MLA backend on a non-MLA model (or the reverse) is a configuration error
+  // of that side, and its geometry (which would use the wrong kernel block sizes) is not shown.
+  auto side = [&](const char* name, const EngineConfig& e, Backend b, EngineGeometry& g) {
+    try {
+      check_backend_for_model(dep.model, b);
+    } catch (const Error& err) {
+      errors.push_back(error_json(err, std::string(name) + " attention backend"));
+      have_geometry = false;
+      return;
+    }
+    try {
+      g = derive_geometry(dep.model, e);
+      report[name] = geometry_json(g);
+    } catch (const Error& err) {
+      errors.push_back(error_json(err, std::string(name) + " geometry"));
+      have_geometry = false;
+    }
+  };
+  side("prefill", dep.prefill, dep.prefill_backend, pg);
+  side("decode", dep.decode, dep.decode_backend, dg);
   if (have_geometry && errors.empty()) {
     report["blocks"] = block_relation_json(pg, dg, dep.prefix_caching);
     report["notifications_expected_per_prefill_rank"] =

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pdkv/core/backends.hpp"
 #include "pdkv/core/model.hpp"
 
 namespace pdkv::cli {
@@ -12,6 +13,10 @@ struct Deployment {
   pdkv::core::ModelDesc model;
   pdkv::core::EngineConfig prefill;
   pdkv::core::EngineConfig decode;
+  // The attention backend each side was configured with (apply_backend already copied its block
+  // sizes into prefill/decode); the report checks it against the model (MLA or not).
+  pdkv::core::Backend prefill_backend = pdkv::core::Backend::FlashAttention;
+  pdkv::core::Backend decode_backend = pdkv::core::Backend::FlashAttention;
   bool prefix_caching = false;
 };
 
