@@ -1,30 +1,144 @@
-# Smoke tests of the `pdkv plan` main job: worked numbers must appear in the output, and bad
-# input must exit non-zero naming the offending value. (Simple regexes: CTest's engine
-# backtracks badly on nested groups.)
-function(pdkv_cli_test name regex)
-  add_test(NAME ${name} COMMAND pdkv_cli ${ARGN})
-  set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION "${regex}")
+# Tests of the `pdkv plan` main job. Every test checks BOTH the exit status and the output
+# (stdout and stderr together): worked numbers must appear in a good run (exit 0), and bad input
+# must exit 1 (usage error) or 2 (configuration error) naming the offending value. CTest ignores
+# the exit code as soon as a PASS_REGULAR_EXPRESSION is set, so no test uses one: a small shell
+# script checks both and prints the output on failure. Patterns are grep -E, one line each.
+set(PDKV_CLI_CHECK ${CMAKE_CURRENT_BINARY_DIR}/pdkv_cli_check.sh)
+file(WRITE ${PDKV_CLI_CHECK} [=[
+#!/bin/sh
+# usage: pdkv_cli_check.sh EXPECTED_STATUS PATTERN [PATTERN...] -- COMMAND [ARGS...]
+want=$1
+shift
+patterns=""
+n=0
+while [ "$1" != "--" ]; do
+  n=$((n + 1))
+  eval "pattern_$n=\$1"
+  shift
+done
+shift
+out=$("$@" 2>&1)
+rc=$?
+printf '%s\n' "$out"
+if [ "$rc" -ne "$want" ]; then
+  echo "FAIL: exit status $rc, expected $want"
+  exit 1
+fi
+i=1
+while [ $i -le $n ]; do
+  eval "pattern=\$pattern_$i"
+  if ! printf '%s\n' "$out" | grep -Eq -e "$pattern"; then
+    echo "FAIL: no output line matches: $pattern"
+    exit 1
+  fi
+  i=$((i + 1))
+done
+echo "PASS: exit status $rc and $n pattern(s)"
+]=])
+
+# pdkv_cli_expect(NAME STATUS PATTERNS <p>... ARGS <cli args>...)
+function(pdkv_cli_expect name status)
+  cmake_parse_arguments(PARSE_ARGV 2 X "" "" "PATTERNS;ARGS")
+  add_test(NAME ${name} COMMAND sh ${PDKV_CLI_CHECK} ${status} ${X_PATTERNS} -- $<TARGET_FILE:pdkv_cli> ${X_ARGS})
 endfunction()
 
+set(CONFIGS ${PROJECT_SOURCE_DIR}/tests/data/hf_configs)
 set(N30 plan --model nemotron-3-nano-30b --prefill-tp 4 --decode-tp 2)
-pdkv_cli_test(cli_plan_conv_bytes "conv state bytes / rank +9216 B [^\n]+18432 B" ${N30})
-pdkv_cli_test(cli_plan_ssm_bytes "SSM state bytes / rank +524288 B [^\n]+1048576 B" ${N30})
-pdkv_cli_test(cli_plan_block_sizes "attention block size [(]tokens[)] +1056 +2096" ${N30})
-pdkv_cli_test(cli_plan_padding_log "Padding mamba page size by 0[.]58% to ensure" ${N30})
-pdkv_cli_test(cli_plan_non_multiple_blocks "decode kernel 2096 tokens: not multiples" ${N30})
-pdkv_cli_test(cli_plan_rank1_sources "Decode rank 1: handshake with prefill ranks [[]2,3[]]" ${N30})
-pdkv_cli_test(cli_plan_json "\"block_size\": 272" plan --model qwen3-next-80b --prefill-tp 4 --decode-tp 4 --json)
-pdkv_cli_test(cli_plan_falcon_55208 "issue #55208" plan --model falcon-h1-0.5b --prefill-tp 1 --decode-tp 2)
-pdkv_cli_test(cli_plan_bad_tp_names_values "TP_NOT_DIVISIBLE: local tp_size 2 and remote tp_size 3"
-  plan --model nemotron-3-nano-30b --prefill-tp 3 --decode-tp 2)
-pdkv_cli_test(cli_plan_config_json "attention block size [(]tokens[)] +2096 +2096"
-  plan --model ${PROJECT_SOURCE_DIR}/tests/data/hf_configs/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json
-  --prefill-tp 2 --decode-tp 2)
-add_test(NAME cli_plan_bad_tp_exit_status COMMAND sh -c
-  "$<TARGET_FILE:pdkv_cli> plan --model nemotron-3-nano-30b --prefill-tp 3 --decode-tp 2 >/dev/null; test $? -eq 2")
-add_test(NAME cli_unknown_preset COMMAND sh -c
-  "$<TARGET_FILE:pdkv_cli> plan --model no-such-model --prefill-tp 1 --decode-tp 1 2>&1; test $? -eq 1")
-set_tests_properties(cli_unknown_preset PROPERTIES PASS_REGULAR_EXPRESSION "no-such-model")
-add_test(NAME cli_unknown_flag COMMAND sh -c
-  "$<TARGET_FILE:pdkv_cli> plan --model x --frobnicate 1 2>&1; test $? -eq 1")
-set_tests_properties(cli_unknown_flag PROPERTIES PASS_REGULAR_EXPRESSION "--frobnicate")
+
+# --- good runs (exit 0) ------------------------------------------------------------------------
+pdkv_cli_expect(cli_plan_conv_bytes 0 PATTERNS "conv state bytes / rank +9216 B .+18432 B" ARGS ${N30})
+pdkv_cli_expect(cli_plan_ssm_bytes 0 PATTERNS "SSM state bytes / rank +524288 B .+1048576 B" ARGS ${N30})
+pdkv_cli_expect(cli_plan_block_sizes 0 PATTERNS "attention block size [(]tokens[)] +1056 +2096" ARGS ${N30})
+pdkv_cli_expect(cli_plan_padding_log 0 PATTERNS "Padding mamba page size by 0[.]58% to ensure" ARGS ${N30})
+pdkv_cli_expect(cli_plan_non_multiple_blocks 0 PATTERNS "decode kernel 2096 tokens: not multiples" ARGS ${N30})
+pdkv_cli_expect(cli_plan_rank1_sources 0 PATTERNS "Decode rank 1: handshake with prefill ranks [[]2,3[]]"
+  ARGS ${N30})
+pdkv_cli_expect(cli_plan_json 0 PATTERNS "\"block_size\": 272"
+  ARGS plan --model qwen3-next-80b --prefill-tp 4 --decode-tp 4 --json)
+pdkv_cli_expect(cli_plan_falcon_55208 0 PATTERNS "issue #55208" ARGS plan --model falcon-h1-0.5b --prefill-tp 1 --decode-tp 2)
+pdkv_cli_expect(cli_plan_config_json 0 PATTERNS "attention block size [(]tokens[)] +2096 +2096"
+  ARGS plan --model ${CONFIGS}/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json --prefill-tp 2 --decode-tp 2)
+# An existing file is a config.json path even without the .json suffix.
+set(PDKV_CLI_NOSUFFIX ${CMAKE_CURRENT_BINARY_DIR}/cli_nemotron_config)
+configure_file(${CONFIGS}/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json ${PDKV_CLI_NOSUFFIX} COPYONLY)
+pdkv_cli_expect(cli_plan_config_without_suffix 0 PATTERNS "attention block size [(]tokens[)] +2096 +2096"
+  "source: config.json: .*cli_nemotron_config" ARGS plan --model ${PDKV_CLI_NOSUFFIX} --prefill-tp 2 --decode-tp 2)
+pdkv_cli_expect(cli_plan_speculative_bound_ok 0 PATTERNS "conv state bytes / rank"
+  ARGS ${N30} --num-speculative-tokens 64)
+
+# --- configuration errors (exit 2) -------------------------------------------------------------
+pdkv_cli_expect(cli_plan_bad_tp 2 PATTERNS "TP_NOT_DIVISIBLE: local tp_size 2 and remote tp_size 3"
+  ARGS plan --model nemotron-3-nano-30b --prefill-tp 3 --decode-tp 2)
+# An MLA backend on a non-MLA model, on one side or both.
+pdkv_cli_expect(cli_plan_mla_backend_on_gqa 2
+  PATTERNS "prefill attention backend: PDKV_ERR_INCOMPATIBLE: backend 'flashmla' is an MLA backend"
+           "decode attention backend: PDKV_ERR_INCOMPATIBLE"
+  ARGS ${N30} --attention-backend flashmla)
+pdkv_cli_expect(cli_plan_mla_backend_decode_only 2
+  PATTERNS "decode attention backend: PDKV_ERR_INCOMPATIBLE: backend 'cutlass_mla'"
+  ARGS ${N30} --decode-backend cutlass_mla)
+# ... and a non-MLA backend on an MLA model (DeepSeek-style config).
+set(PDKV_CLI_MLA ${CMAKE_CURRENT_BINARY_DIR}/cli_deepseek_config.json)
+file(WRITE ${PDKV_CLI_MLA} [=[
+{"model_type": "deepseek_v3", "num_hidden_layers": 4, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+ "torch_dtype": "bfloat16"}
+]=])
+pdkv_cli_expect(cli_plan_gqa_backend_on_mla 2
+  PATTERNS "prefill attention backend: PDKV_ERR_INCOMPATIBLE: backend 'flash_attn'.*MLA"
+  ARGS plan --model ${PDKV_CLI_MLA} --prefill-tp 2 --decode-tp 2)
+pdkv_cli_expect(cli_plan_mla_model_mla_backend 0 PATTERNS "Decode rank 1"
+  ARGS plan --model ${PDKV_CLI_MLA} --prefill-tp 2 --decode-tp 2 --attention-backend flashmla)
+# Engine settings out of range are configuration errors naming the field and value.
+pdkv_cli_expect(cli_plan_speculative_over_bound 2 PATTERNS "num_speculative_tokens = 65 exceeds 64"
+  ARGS ${N30} --num-speculative-tokens 65)
+# An unknown model_type whose config describes Mamba layers is not read as pure attention.
+set(PDKV_CLI_BAMBA ${CMAKE_CURRENT_BINARY_DIR}/cli_bamba_config.json)
+file(WRITE ${PDKV_CLI_BAMBA} [=[
+{"model_type": "bamba", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+ "num_key_value_heads": 8, "attn_layer_indices": [9, 18, 27], "mamba_n_heads": 128, "mamba_d_head": 64,
+ "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2}
+]=])
+pdkv_cli_expect(cli_plan_unknown_hybrid_model_type 2
+  PATTERNS "configuration error: PDKV_ERR_UNSUPPORTED_MAMBA_TYPE: .*model_type 'bamba'.*'attn_layer_indices'"
+           "supported model types: nemotron_h"
+  ARGS plan --model ${PDKV_CLI_BAMBA} --prefill-tp 1 --decode-tp 1)
+set(PDKV_CLI_NO_TYPE ${CMAKE_CURRENT_BINARY_DIR}/cli_no_model_type.json)
+file(WRITE ${PDKV_CLI_NO_TYPE} [=[
+{"num_hidden_layers": 2, "mamba_n_heads": 8, "ssm_state_size": 16}
+]=])
+pdkv_cli_expect(cli_plan_missing_model_type 2 PATTERNS "missing key 'model_type' in .*cli_no_model_type[.]json"
+  ARGS plan --model ${PDKV_CLI_NO_TYPE} --prefill-tp 1 --decode-tp 1)
+
+# --- usage errors (exit 1) ---------------------------------------------------------------------
+pdkv_cli_expect(cli_unknown_preset 1 PATTERNS "usage error: --model: .*no-such-model"
+  ARGS plan --model no-such-model --prefill-tp 1 --decode-tp 1)
+pdkv_cli_expect(cli_unknown_flag 1 PATTERNS "unknown argument '--frobnicate'" ARGS plan --model x --frobnicate 1)
+pdkv_cli_expect(cli_unknown_command 1 PATTERNS "unknown command 'frobnicate'" ARGS frobnicate)
+pdkv_cli_expect(cli_missing_flags 1 PATTERNS "plan needs --model, --prefill-tp and --decode-tp"
+  ARGS plan --model nemotron-3-nano-30b)
+pdkv_cli_expect(cli_model_directory 1 PATTERNS "PDKV_ERR_IO: '${CONFIGS}' is a directory"
+  ARGS plan --model ${CONFIGS} --prefill-tp 1 --decode-tp 1)
+pdkv_cli_expect(cli_model_missing_json 1 PATTERNS "PDKV_ERR_IO: config.json '/nonexistent/config[.]json' does not exist"
+  ARGS plan --model /nonexistent/config.json --prefill-tp 1 --decode-tp 1)
+pdkv_cli_expect(cli_model_missing_json_relative 1 PATTERNS "PDKV_ERR_IO: config.json 'nope[.]json' does not exist"
+  ARGS plan --model nope.json --prefill-tp 1 --decode-tp 1)
+pdkv_cli_expect(cli_bad_cache_mode 1 PATTERNS "--mamba-cache-mode 'sometimes' is not one of none, align, all"
+  ARGS ${N30} --mamba-cache-mode sometimes)
+pdkv_cli_expect(cli_empty_kernel_block_sizes 1 PATTERNS "--kernel-block-sizes is empty" ARGS ${N30} --kernel-block-sizes=)
+pdkv_cli_expect(cli_bad_kernel_block_sizes 1 PATTERNS "--kernel-block-sizes entry 'x' in '16,x'" ARGS ${N30} --kernel-block-sizes 16,x)
+pdkv_cli_expect(cli_trailing_comma_kernel_block_sizes 1 PATTERNS "--kernel-block-sizes entry '' in '16,'"
+  ARGS ${N30} --kernel-block-sizes 16,)
+pdkv_cli_expect(cli_zero_kernel_block_size 1 PATTERNS "--kernel-block-sizes entry '0'" ARGS ${N30} --kernel-block-sizes 0)
+pdkv_cli_expect(cli_bad_dtype 1 PATTERNS "--kv-cache-dtype: PDKV_ERR_NOT_FOUND: unknown dtype 'fp9'"
+  ARGS ${N30} --kv-cache-dtype fp9)
+pdkv_cli_expect(cli_bad_ssm_dtype 1 PATTERNS "--mamba-ssm-cache-dtype: .*'float13'"
+  ARGS ${N30} --mamba-ssm-cache-dtype float13)
+pdkv_cli_expect(cli_bad_backend 1 PATTERNS "--decode-backend: PDKV_ERR_NOT_FOUND: .*'warp_attn'"
+  ARGS ${N30} --decode-backend warp_attn)
+pdkv_cli_expect(cli_bad_integer 1 PATTERNS "--prefill-tp must be a non-negative integer, got 'four'"
+  ARGS plan --model nemotron-3-nano-30b --prefill-tp four --decode-tp 2)
+pdkv_cli_expect(cli_negative_integer 1 PATTERNS "--block-size must be a non-negative integer, got '-16'"
+  ARGS ${N30} --block-size -16)
+# Usage errors are reported before the model is read (a bad flag wins over a bad --model).
+pdkv_cli_expect(cli_usage_before_model 1 PATTERNS "--mamba-cache-mode 'x'"
+  ARGS plan --model no-such-model --prefill-tp 1 --decode-tp 1 --mamba-cache-mode x)
