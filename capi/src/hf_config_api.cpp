@@ -2,9 +2,11 @@
 // job (core/ does no I/O), so Io errors are raised here, naming the path.
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <system_error>
 
 #include "boundary.hpp"
 #include "handles.hpp"
@@ -17,6 +19,13 @@ namespace core = pdkv::core;
 namespace {
 
 std::string read_file(const char* path) {
+  // An ifstream opens a directory on Linux and then reads nothing, which the parser would report
+  // as PARSE; it is an IO error about the path.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    core::fail(core::Status::Io, std::string("cannot read config.json '") + path +
+                                     "': it is a directory (pass the path of its config.json file)");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int e = errno;

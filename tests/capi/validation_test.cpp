@@ -110,3 +110,19 @@ TEST_CASE("model desc: use_mla and mamba_conv_rows_include_spec must be 0 or 1",
   d.mamba_conv_rows_include_spec = 7;
   require_invalid(model_status(d), "pdkv_model_desc_t.mamba_conv_rows_include_spec = 7");
 }
+
+TEST_CASE("config.json path: a directory is IO naming the path, not PARSE", "[validation]") {
+  const std::string dir = std::string(PDKV_SOURCE_DIR) + "/tests/data/hf_configs";
+  pdkv_model_t* out = nullptr;
+  const CallResult r =
+      capture([&](pdkv_error_t** err) { return pdkv_model_from_hf_config_file(dir.c_str(), nullptr, &out, err); });
+  INFO(r.message);
+  REQUIRE(r.status == PDKV_ERR_IO);
+  REQUIRE(r.message.find("'" + dir + "'") != std::string::npos);
+  REQUIRE(r.message.find("directory") != std::string::npos);
+  REQUIRE(out == nullptr);
+  // The file inside it still loads.
+  const std::string file = dir + "/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json";
+  REQUIRE_OK(pdkv_model_from_hf_config_file(file.c_str(), nullptr, &out, err));
+  pdkv_model_free(out);
+}
