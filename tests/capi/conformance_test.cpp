@@ -533,6 +533,7 @@ struct BytesDeleter { void operator()(pdkv_bytes_t* p) const { pdkv_bytes_free(p
 struct ReportDeleter { void operator()(pdkv_handshake_report_t* p) const { pdkv_handshake_report_free(p); } };
 struct ContextDeleter { void operator()(pdkv_plan_context_t* p) const { pdkv_plan_context_free(p); } };
 struct PlanDeleter { void operator()(pdkv_transfer_plan_t* p) const { pdkv_transfer_plan_free(p); } };
+struct StringDeleter { void operator()(pdkv_string_t* p) const { pdkv_string_free(p); } };
 using MetadataPtr = std::unique_ptr<pdkv_engine_metadata_t, MetadataDeleter>;
 
 json zero_list_json(pdkv_zero_range_list_t* raw) {
@@ -863,21 +864,319 @@ MetadataPtr side_metadata(Input side) {
   return metadata_of(m.get(), c, layout->c);
 }
 
-json op_handshake_validate(Input& in) {
-  MetadataPtr local = side_metadata(in.object("local"));
-  MetadataPtr remote = side_metadata(in.object("remote"));
-  pdkv_handshake_report_t* raw = nullptr;
-  call([&](pdkv_error_t** e) { return pdkv_handshake_validate(local.get(), remote.get(), &raw, e); });
+// ---- Issue #4 ops: descriptor builders, conv-offset helpers, model description, engine ranks,
+// plan JSON ----------------------------------------------------------------------------------
+
+struct DescListDeleter { void operator()(pdkv_descriptor_list_t* p) const { pdkv_descriptor_list_free(p); } };
+using DescListPtr = std::unique_ptr<pdkv_descriptor_list_t, DescListDeleter>;
+
+/// pdkv_region_t array from an array of `{base, block_len, num_blocks}`.
+std::vector<pdkv_region_t> regions_of(const json& v, const std::string& what) {
+  if (!v.is_array()) throw VectorError(what + " must be an array");
+  std::vector<pdkv_region_t> out;
+  for (const json& r : v) {
+    Input ri(r);
+    out.push_back({ri.u64("base"), ri.u64("block_len"), ri.u64("num_blocks")});
+    ri.check_all_used();
+  }
+  return out;
+}
+
+/// `{addr, len}` array of a descriptor list (takes ownership).
+json descriptors_json(pdkv_descriptor_list_t* raw) {
+  DescListPtr list(raw);
+  const pdkv_descriptor_t* d = nullptr;
+  size_t n = 0;
+  call([&](pdkv_error_t** e) { return pdkv_descriptor_list_items(list.get(), &d, &n, e); });
+  json a = json::array();
+  for (size_t i = 0; i < n; ++i) a.push_back({{"addr", d[i].addr}, {"len", d[i].len}});
+  return a;
+}
+
+/// A TP mapping from a `mapping` object with the `tp_mapping` input keys.
+TpMappingPtr mapping_of(Input mi) {
+  pdkv_tp_mapping_params_t p{};
+  p.struct_size = sizeof p;
+  p.local_tp = mi.u32("local_tp");
+  p.local_rank = mi.u32("local_rank");
+  p.remote_tp = mi.u32("remote_tp");
+  p.total_kv_heads = mi.u32("total_kv_heads");
+  p.use_mla = mi.boolean("use_mla") ? 1 : 0;
+  p.has_mamba = mi.boolean("has_mamba") ? 1 : 0;
+  mi.check_all_used();
+  pdkv_tp_mapping_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_tp_mapping_new(&p, &raw, e); });
+  return TpMappingPtr(raw);
+}
+
+json op_attention_local_descriptors(Input& in) {
+  const std::vector<pdkv_region_t> r = regions_of(in.raw("regions"), "regions");
+  const uint32_t bsr = in.u32("block_size_ratio");
+  pdkv_descriptor_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_attention_local_descriptors(r.data(), r.size(), bsr, &raw, e); });
+  return {{"descriptors", descriptors_json(raw)}};
+}
+
+json op_attention_remote_descriptors(Input& in) {
+  const std::vector<pdkv_region_t> l = regions_of(in.raw("local_regions"), "local_regions");
+  const std::vector<pdkv_region_t> r = regions_of(in.raw("remote_regions"), "remote_regions");
+  TpMappingPtr m = mapping_of(in.object("mapping"));
+  const uint32_t bsr = in.u32("block_size_ratio");
+  pdkv_descriptor_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) {
+    return pdkv_attention_remote_descriptors(l.data(), l.size(), r.data(), r.size(), m.get(), bsr, &raw, e);
+  });
+  return {{"descriptors", descriptors_json(raw)}};
+}
+
+json op_attention_split_descriptors(Input& in) {
+  const std::vector<pdkv_region_t> r = regions_of(in.raw("regions"), "regions");
+  TpMappingPtr m = mapping_of(in.object("mapping"));
+  const uint32_t bsr = in.u32("block_size_ratio"), p_rank = in.u32("p_rank");
+  pdkv_descriptor_list_t* local_raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_attention_local_descriptors(r.data(), r.size(), bsr, &local_raw, e); });
+  DescListPtr local(local_raw);
+  pdkv_descriptor_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_attention_split_descriptors(local.get(), m.get(), bsr, p_rank, &raw, e); });
+  return {{"descriptors", descriptors_json(raw)}};
+}
+
+json op_mamba_local_descriptors(Input& in) {
+  ModelPtr m = preset(in.str("model"));
+  Input engine_in = in.object("engine");
+  const pdkv_engine_config_t c = engine_config(engine_in);
+  const std::vector<pdkv_region_t> r = regions_of(in.raw("regions"), "regions");
+  const uint64_t ppl = in.u64("ppl");
+  GeometryPtr g = geometry(m.get(), c);
+  pdkv_descriptor_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_mamba_local_descriptors(r.data(), r.size(), ppl, g.get(), &raw, e); });
+  return {{"descriptors", descriptors_json(raw)}};
+}
+
+/// The read list of a `mamba_*_descriptors` case (model, prefill, decode, decode_rank, rule) with
+/// both geometries.
+struct ReadsOfCase {
+  ModelPtr model;
+  GeometryPtr p, d;
+  ReadListPtr reads;
+};
+
+ReadsOfCase reads_of_case(Input& in) {
+  ReadsOfCase rc;
+  rc.model = preset(in.str("model"));
+  Input p_in = in.object("prefill");
+  Input d_in = in.object("decode");
+  const pdkv_engine_config_t pc = engine_config(p_in);
+  const pdkv_engine_config_t dc = engine_config(d_in);
+  const uint32_t d_rank = in.u32("decode_rank");
+  const std::string rule_name = in.str("rule");
+  int32_t rule = 0;
+  if (rule_name == "pdkv") rule = PDKV_MAMBA_READS_PDKV;
+  else if (rule_name == "vllm") rule = PDKV_MAMBA_READS_VLLM;
+  else throw VectorError("unknown rule '" + rule_name + "'");
+  rc.p = geometry(rc.model.get(), pc);
+  rc.d = geometry(rc.model.get(), dc);
+  pdkv_mamba_read_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_mamba_reads_new(rc.p.get(), rc.d.get(), d_rank, rule, &raw, e); });
+  rc.reads.reset(raw);
+  return rc;
+}
+
+json op_mamba_remote_descriptors(Input& in) {
+  ReadsOfCase rc = reads_of_case(in);
+  const std::vector<pdkv_region_t> r = regions_of(in.raw("p_regions"), "p_regions");
+  const uint64_t ppl = in.u64("p_ppl");
+  const uint32_t p_rank = in.u32("p_rank");
+  pdkv_descriptor_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) {
+    return pdkv_mamba_remote_descriptors(r.data(), r.size(), ppl, rc.p.get(), rc.reads.get(), p_rank, &raw, e);
+  });
+  return {{"descriptors", descriptors_json(raw)}};
+}
+
+json op_mamba_local_split_descriptors(Input& in) {
+  ReadsOfCase rc = reads_of_case(in);
+  const std::vector<pdkv_region_t> r = regions_of(in.raw("d_regions"), "d_regions");
+  const uint64_t ppl = in.u64("d_ppl");
+  const uint32_t p_rank = in.u32("p_rank");
+  pdkv_descriptor_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) {
+    return pdkv_mamba_local_split_descriptors(r.data(), r.size(), ppl, rc.d.get(), rc.reads.get(), p_rank, &raw, e);
+  });
+  return {{"descriptors", descriptors_json(raw)}};
+}
+
+/// Calls a (ranges, capacity, out_count) function twice: size query, then the real call.
+template <typename F>
+json ranges_json(F&& f) {
+  size_t n = 0;
+  pdkv_error_t* e0 = nullptr;
+  const pdkv_status_t st = f(nullptr, 0, &n, &e0);
+  if (st != PDKV_OK && st != PDKV_ERR_BUFFER_TOO_SMALL) {
+    ApiFailure fail{st, pdkv_error_message(e0)};
+    pdkv_error_free(e0);
+    throw fail;
+  }
+  pdkv_error_free(e0);
+  std::vector<pdkv_byte_range_t> r(n);
+  size_t got = 0;
+  call([&](pdkv_error_t** e) { return f(r.data(), r.size(), &got, e); });
+  if (got != n) throw VectorError("range count differs between the size query and the call");
+  json a = json::array();
+  for (const auto& x : r) a.push_back({{"offset", x.offset}, {"size", x.size}});
+  return a;
+}
+
+/// The geometry of a `{model, engine}` case.
+struct GeometryOfCase {
+  ModelPtr model;
+  GeometryPtr g;
+};
+
+GeometryOfCase geometry_of_case(Input& in) {
+  GeometryOfCase gc;
+  gc.model = preset(in.str("model"));
+  Input engine_in = in.object("engine");
+  const pdkv_engine_config_t c = engine_config(engine_in);
+  gc.g = geometry(gc.model.get(), c);
+  return gc;
+}
+
+json op_mamba_local_conv_offsets(Input& in) {
+  GeometryOfCase gc = geometry_of_case(in);
+  return {{"ranges", ranges_json([&](pdkv_byte_range_t* r, size_t cap, size_t* n, pdkv_error_t** e) {
+             return pdkv_mamba_local_conv_offsets(gc.g.get(), r, cap, n, e);
+           })}};
+}
+
+int32_t i32_of(Input& in, const std::string& k) {
+  const int64_t v = in.i64(k);
+  if (v < INT32_MIN || v > INT32_MAX) throw VectorError("input '" + k + "' does not fit in int32");
+  return static_cast<int32_t>(v);
+}
+
+json op_mamba_remote_conv_offsets(Input& in) {
+  GeometryOfCase gc = geometry_of_case(in);
+  const uint32_t rank = in.u32("local_rank");
+  const int32_t ratio = i32_of(in, "tp_ratio");
+  return {{"ranges", ranges_json([&](pdkv_byte_range_t* r, size_t cap, size_t* n, pdkv_error_t** e) {
+             return pdkv_mamba_remote_conv_offsets(gc.g.get(), rank, ratio, r, cap, n, e);
+           })}};
+}
+
+json op_mamba_ssm_read_range(Input& in) {
+  GeometryOfCase gc = geometry_of_case(in);
+  const uint64_t rc = in.u64("remote_conv_bytes"), rs = in.u64("remote_ssm_bytes");
+  const uint32_t rank = in.u32("local_rank");
+  const int32_t ratio = i32_of(in, "tp_ratio");
+  pdkv_byte_range_t out{};
+  call([&](pdkv_error_t** e) { return pdkv_mamba_ssm_read_range(gc.g.get(), rc, rs, rank, ratio, &out, e); });
+  return {{"offset", out.offset}, {"size", out.size}};
+}
+
+/// The model keys of docs/conformance.md (describe + layer counts + fingerprint).
+json model_fields(const pdkv_model_t* m) {
+  pdkv_model_desc_t d{};
+  d.struct_size = sizeof d;
+  call([&](pdkv_error_t** e) { return pdkv_model_describe(m, &d, e); });
+  uint32_t na = 0, nm = 0;
+  call([&](pdkv_error_t** e) { return pdkv_model_layer_counts(m, &na, &nm, e); });
+  uint64_t fp = 0;
+  call([&](pdkv_error_t** e) { return pdkv_model_fingerprint(m, &fp, e); });
+  if (d.name == nullptr || d.layer_pattern == nullptr) throw VectorError("describe returned a NULL string");
+  return {{"name", d.name},
+          {"num_kv_heads", d.num_kv_heads},
+          {"head_size", d.head_size},
+          {"head_size_v", d.head_size_v},
+          {"use_mla", d.use_mla != 0},
+          {"sliding_window", d.sliding_window},
+          {"mamba_type", pdkv_mamba_type_name(d.mamba_type)},
+          {"mamba_num_heads", d.mamba_num_heads},
+          {"mamba_head_dim", d.mamba_head_dim},
+          {"mamba_d_state", d.mamba_d_state},
+          {"mamba_n_groups", d.mamba_n_groups},
+          {"mamba_d_inner", d.mamba_d_inner},
+          {"mamba_conv_kernel", d.mamba_conv_kernel},
+          {"mamba_chunk_size", d.mamba_chunk_size},
+          {"mamba_conv_rows_include_spec", d.mamba_conv_rows_include_spec != 0},
+          {"dtype_bytes", d.dtype_bytes},
+          {"default_ssm_dtype_bytes", d.default_ssm_dtype_bytes},
+          {"layer_pattern", d.layer_pattern},
+          {"num_attention_layers", na},
+          {"num_mamba_layers", nm},
+          {"model_fingerprint", fingerprint_hex(fp)}};
+}
+
+json op_model_preset(Input& in) {
+  ModelPtr m = preset(in.str("model"));
+  return model_fields(m.get());
+}
+
+json op_model_hf_config(Input& in) {
+  const std::string text = in.str("json");
+  const bool named = in.has("name");
+  const std::string name = named ? in.str("name") : std::string();
+  pdkv_model_t* raw = nullptr;
+  call([&](pdkv_error_t** e) {
+    return pdkv_model_from_hf_config_json(text.data(), text.size(), named ? name.c_str() : nullptr, &raw, e);
+  });
+  ModelPtr m(raw);
+  return model_fields(m.get());
+}
+
+/// Items of a report as `{status, field}`; checks `item_messages_contain` (optional input).
+json report_items(pdkv_handshake_report_t* raw, Input& in) {
   std::unique_ptr<pdkv_handshake_report_t, ReportDeleter> report(raw);
   size_t n = 0;
   call([&](pdkv_error_t** e) { return pdkv_handshake_report_count(report.get(), &n, e); });
+  const json* contains = nullptr;
+  if (in.has("item_messages_contain")) {
+    contains = &in.raw("item_messages_contain");
+    if (!contains->is_array()) throw VectorError("item_messages_contain must be an array");
+    if (contains->size() != n)
+      throw VectorError("item_messages_contain has " + std::to_string(contains->size()) + " entries for " +
+                        std::to_string(n) + " items");
+  }
   json items = json::array();
   for (size_t k = 0; k < n; ++k) {
     pdkv_incompatibility_t it{};
     it.struct_size = sizeof it;
     call([&](pdkv_error_t** e) { return pdkv_handshake_report_item(report.get(), k, &it, e); });
+    if (contains != nullptr) {
+      const json& want = (*contains)[k];
+      if (!want.is_array()) throw VectorError("item_messages_contain entries must be arrays");
+      for (const json& sub : want) {
+        if (!sub.is_string()) throw VectorError("item_messages_contain must hold strings");
+        if (std::string(it.message).find(sub.get<std::string>()) == std::string::npos)
+          throw VectorError("item " + std::to_string(k) + " message '" + it.message + "' does not contain '" +
+                            sub.get<std::string>() + "'");
+      }
+    }
     items.push_back({{"status", pdkv_status_name(static_cast<pdkv_status_t>(it.status))}, {"field", it.field}});
   }
+  return items;
+}
+
+json op_handshake_validate_engine_ranks(Input& in) {
+  const json& ranks_in = in.raw("ranks");
+  if (!ranks_in.is_array()) throw VectorError("ranks must be an array");
+  std::vector<MetadataPtr> ranks;
+  std::vector<const pdkv_engine_metadata_t*> ptrs;
+  for (const json& r : ranks_in) {
+    ranks.push_back(side_metadata(Input(r)));
+    ptrs.push_back(ranks.back().get());
+  }
+  pdkv_handshake_report_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_handshake_validate_engine_ranks(ptrs.data(), ptrs.size(), &raw, e); });
+  return {{"items", report_items(raw, in)}};
+}
+
+json op_handshake_validate(Input& in) {
+  MetadataPtr local = side_metadata(in.object("local"));
+  MetadataPtr remote = side_metadata(in.object("remote"));
+  pdkv_handshake_report_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_handshake_validate(local.get(), remote.get(), &raw, e); });
+  json items = report_items(raw, in);
   pdkv_error_t* e1 = nullptr;
   const pdkv_status_t st = pdkv_handshake_require_compatible(local.get(), remote.get(), &e1);
   pdkv_error_free(e1);
@@ -886,7 +1185,9 @@ json op_handshake_validate(Input& in) {
   return {{"items", items}, {"compatible", st == PDKV_OK}};
 }
 
-json op_transfer_plan(Input& in) {
+/// Builds, compiles and re-validates the plan of a `transfer_plan` case; `as_json` returns the
+/// `transfer_plan_json` output instead of the `transfer_plan` one.
+json transfer_plan_case(Input& in, bool as_json) {
   ModelPtr m = preset(in.str("model"));
   Input p_in = in.object("prefill");
   Input d_in = in.object("decode");
@@ -947,6 +1248,36 @@ json op_transfer_plan(Input& in) {
   call([&](pdkv_error_t** e) { return pdkv_transfer_plan_compile(ctx.get(), groups.data(), groups.size(), &plan_raw, e); });
   std::unique_ptr<pdkv_transfer_plan_t, PlanDeleter> plan(plan_raw);
   call([&](pdkv_error_t** e) { return pdkv_transfer_plan_validate(plan.get(), ctx.get(), groups.data(), groups.size(), e); });
+  if (as_json) {
+    pdkv_string_t* str_raw = nullptr;
+    call([&](pdkv_error_t** e) { return pdkv_transfer_plan_to_json_string(plan.get(), &str_raw, e); });
+    std::unique_ptr<pdkv_string_t, StringDeleter> str(str_raw);
+    const char* text = nullptr;
+    size_t len = 0;
+    call([&](pdkv_error_t** e) { return pdkv_string_text(str.get(), &text, &len, e); });
+    const std::string dump(text, len);
+    if (std::strlen(text) != len) throw VectorError("pdkv_string_text length differs from the NUL-terminated text");
+    // The caller-buffer form: size query (BUFFER_TOO_SMALL naming the size), then the same text.
+    size_t need = 0;
+    pdkv_error_t* e0 = nullptr;
+    const pdkv_status_t st = pdkv_transfer_plan_to_json(plan.get(), nullptr, 0, &need, &e0);
+    pdkv_error_free(e0);
+    if (st != PDKV_ERR_BUFFER_TOO_SMALL || need != len)
+      throw VectorError("pdkv_transfer_plan_to_json size query disagrees with the string form");
+    std::vector<char> buf(need + 1, 'x');
+    call([&](pdkv_error_t** e) { return pdkv_transfer_plan_to_json(plan.get(), buf.data(), buf.size(), &need, e); });
+    if (buf[need] != '\0' || std::string(buf.data(), need) != dump)
+      throw VectorError("pdkv_transfer_plan_to_json text differs from the string form");
+    json lines = json::array();
+    size_t pos = 0;
+    while (true) {
+      const size_t nl = dump.find('\n', pos);
+      lines.push_back(dump.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos));
+      if (nl == std::string::npos) break;
+      pos = nl + 1;
+    }
+    return {{"lines", lines}};
+  }
   pdkv_transfer_plan_info_t i{};
   i.struct_size = sizeof i;
   call([&](pdkv_error_t** e) { return pdkv_transfer_plan_get_info(plan.get(), &i, e); });
@@ -1006,6 +1337,17 @@ json op_transfer_plan(Input& in) {
           {"empty", i.empty != 0}};
 }
 
+json op_transfer_plan(Input& in) { return transfer_plan_case(in, false); }
+
+json op_transfer_plan_json(Input& in) { return transfer_plan_case(in, true); }
+
+/// Output keys of model_preset and model_hf_config.
+#define MODEL_KEYS                                                                                        \
+  "name", "num_kv_heads", "head_size", "head_size_v", "use_mla", "sliding_window", "mamba_type",              \
+      "mamba_num_heads", "mamba_head_dim", "mamba_d_state", "mamba_n_groups", "mamba_d_inner",                \
+      "mamba_conv_kernel", "mamba_chunk_size", "mamba_conv_rows_include_spec", "dtype_bytes",                 \
+      "default_ssm_dtype_bytes", "layer_pattern", "num_attention_layers", "num_mamba_layers", "model_fingerprint"
+
 /// Output keys shared by metadata_roundtrip and metadata_decode.
 #define METADATA_KEYS                                                                                    \
   "engine_id", "tp_size", "tp_rank", "kv_layout", "conv_layout", "logical_block_size", "kernel_block_size", \
@@ -1057,6 +1399,19 @@ const std::map<std::string, Op>& ops() {
        {{"d_tp", "p_tp", "read_ranks", "notify_ranks", "notifications_per_p_rank", "reads", "rank_bytes", "groups",
          "pieces_before_coalescing", "pieces_after_coalescing", "bytes", "attention_bytes", "mamba_bytes", "empty"},
         op_transfer_plan}},
+      {"attention_local_descriptors", {{"descriptors"}, op_attention_local_descriptors}},
+      {"attention_remote_descriptors", {{"descriptors"}, op_attention_remote_descriptors}},
+      {"attention_split_descriptors", {{"descriptors"}, op_attention_split_descriptors}},
+      {"mamba_local_descriptors", {{"descriptors"}, op_mamba_local_descriptors}},
+      {"mamba_remote_descriptors", {{"descriptors"}, op_mamba_remote_descriptors}},
+      {"mamba_local_split_descriptors", {{"descriptors"}, op_mamba_local_split_descriptors}},
+      {"mamba_local_conv_offsets", {{"ranges"}, op_mamba_local_conv_offsets}},
+      {"mamba_remote_conv_offsets", {{"ranges"}, op_mamba_remote_conv_offsets}},
+      {"mamba_ssm_read_range", {{"offset", "size"}, op_mamba_ssm_read_range}},
+      {"model_preset", {{MODEL_KEYS}, op_model_preset}},
+      {"model_hf_config", {{MODEL_KEYS}, op_model_hf_config}},
+      {"handshake_validate_engine_ranks", {{"items"}, op_handshake_validate_engine_ranks}},
+      {"transfer_plan_json", {{"lines"}, op_transfer_plan_json}},
   };
   return table;
 }
@@ -1218,4 +1573,21 @@ TEST_CASE("conformance runner rejects malformed cases", "[capi][conformance]") {
   CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":2,"remote_tp":1.5},"output":{"tp_ratio":1}})")),
              Catch::Matchers::Contains("floats"));
   CHECK(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":4,"remote_tp":2},"output":{"tp_ratio":2}})")) == "");
+  // item_messages_contain: a substring missing from an item's message, or a count different from
+  // the item count, fails the case.
+  const std::string ranks =
+      R"("ranks":[{"model":"nemotron-3-nano-30b","engine":{"tp_size":2},"layout":{"engine_id":"p"}},
+                  {"model":"nemotron-3-nano-30b","engine":{"tp_size":2},"layout":{"engine_id":"q","tp_rank":1}}])";
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"handshake_validate_engine_ranks","input":{)" + ranks +
+                                  R"(,"item_messages_contain":[["zzz"]]},"output":{"items":[{"status":"PDKV_ERR_INCOMPATIBLE","field":"engine_id"}]}})")),
+             Catch::Matchers::Contains("does not contain 'zzz'"));
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"handshake_validate_engine_ranks","input":{)" + ranks +
+                                  R"(,"item_messages_contain":[]},"output":{"items":[{"status":"PDKV_ERR_INCOMPATIBLE","field":"engine_id"}]}})")),
+             Catch::Matchers::Contains("1 items"));
+  CHECK(run_case(json::parse(R"({"name":"x","op":"handshake_validate_engine_ranks","input":{)" + ranks +
+                             R"(,"item_messages_contain":[["p vs q"]]},"output":{"items":[{"status":"PDKV_ERR_INCOMPATIBLE","field":"engine_id"}]}})")) == "");
+  // A descriptor list that differs in one address fails.
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"attention_local_descriptors","input":{"regions":[{"base":0,"block_len":16,"num_blocks":2}],"block_size_ratio":1},
+                                      "output":{"descriptors":[{"addr":0,"len":16},{"addr":32,"len":16}]}})")),
+             Catch::Matchers::Contains("output 'descriptors'"));
 }

@@ -1502,6 +1502,609 @@ def plan_cases():
 
 
 
+# ---------------------------------------------------------------------------------------------
+# Issue #4 surface: descriptor builders (vllm-semantics.md §3), vLLM conv-offset helpers (§4),
+# model description (models.json, hybrid-geometry.md), engine-rank validation, plan JSON dump.
+# ---------------------------------------------------------------------------------------------
+
+def fa_local(regions, bsr):
+    """§3 _build_fa_local: region i, block b < num_blocks*bsr -> (base + b*L/bsr, L/bsr)."""
+    out = []
+    for r in regions:
+        ln = r["block_len"] // bsr
+        out += [{"addr": r["base"] + b * ln, "len": ln} for b in range(r["num_blocks"] * bsr)]
+    return out
+
+
+def fa_remote(local_regions, remote_regions, mp, mla, bsr):
+    """§3 _build_fa_remote: per region and remote block, (rbase + off + b*Lr_block, (L/bsr)/n)."""
+    n = 1 if mla else len(mp["attention_source_ranks"])
+    out = []
+    for lr, rr in zip(local_regions, remote_regions):
+        unit = lr["block_len"] // bsr
+        off = 0 if mla else mp["rank_offset_factor"] * unit
+        out += [{"addr": rr["base"] + off + b * rr["block_len"], "len": unit // n}
+                for b in range(rr["num_blocks"])]
+    return out
+
+
+def fa_split(local_descs, mp, mla, p_rank):
+    """§3 local split handles: descriptor j cut to len/fa_splits at addr + slot(p)*chunk."""
+    if mla:
+        return list(local_descs)
+    n = len(mp["attention_source_ranks"])
+    slot = mp["attention_slots"][mp["all_source_ranks"].index(p_rank)]
+    return [{"addr": d["addr"] + slot * (d["len"] // n), "len": d["len"] // n} for d in local_descs]
+
+
+def mamba_local(model, engine, regions, ppl):
+    """§3 _build_mamba_local: region-major; per projection then ssm, every logical block."""
+    g = geometry(model, engine)
+    pieces = [(p["offset"], p["bytes"]) for p in g["projections"]] + [(g["conv_bytes"], g["ssm_bytes"])]
+    out = []
+    for r in regions:
+        stride = r["block_len"] * ppl
+        for off, size in pieces:
+            out += [{"addr": r["base"] + b * stride + off, "len": size} for b in range(r["num_blocks"] // ppl)]
+    return out
+
+
+def mamba_split(regions, ppl, reads, p_rank, side):
+    """Per region, per read of p_rank (list order), every logical block at the read's offset."""
+    out = []
+    for r in regions:
+        stride = r["block_len"] * ppl
+        for rd in reads:
+            if rd["p_rank"] != p_rank:
+                continue
+            out += [{"addr": r["base"] + b * stride + rd[side + "_offset"], "len": rd["length"]}
+                    for b in range(r["num_blocks"] // ppl)]
+    return out
+
+
+def local_conv_offsets(model, engine):
+    return [{"offset": p["offset"], "size": p["bytes"]} for p in geometry(model, engine)["projections"]]
+
+
+def remote_conv_offsets(model, engine, local_rank, ratio):
+    """§4 remote_conv_offsets on main (reproduces #55208 for replicated Mamba2 groups)."""
+    sizes = [p["bytes"] for p in geometry(model, engine)["projections"]]
+    out, base = [], 0
+    if ratio >= 1:
+        lo = local_rank % ratio
+        for s in sizes:
+            out.append({"offset": base + lo * s, "size": s})
+            base += s * ratio
+        return out
+    for s in sizes:
+        out.append({"offset": base, "size": s // -ratio})
+        base += s // -ratio
+    return out
+
+
+def ssm_read_range(model, engine, rconv, rssm, local_rank, ratio):
+    """§4 SSM temporal read: tp_ratio >= 1 local ssm at rconv + lo*ssm; < 0 the whole remote ssm."""
+    if ratio >= 1:
+        s = geometry(model, engine)["ssm_bytes"]
+        return {"offset": rconv + (local_rank % ratio) * s, "size": s}
+    return {"offset": rconv, "size": rssm}
+
+
+def descriptor_cases():
+    cases = []
+    add = lambda name, op, inp, out=None, err=None: cases.append(
+        dict(name=name, op=op, input=inp, **({"output": out} if err is None else {"error": err})))
+    E = "PDKV_ERR_"
+
+    def mapping(l, rank, r, k, mla=False, mamba=False):
+        return {"local_tp": l, "local_rank": rank, "remote_tp": r, "total_kv_heads": k, "use_mla": mla,
+                "has_mamba": mamba}
+
+    def tm(m):
+        return tp_mapping(m["local_tp"], m["local_rank"], m["remote_tp"], m["total_kv_heads"], m["use_mla"],
+                          m["has_mamba"])
+
+    M1 = 1 << 20
+    two = [{"base": 65536, "block_len": 4096, "num_blocks": 3}, {"base": M1, "block_len": 4096, "num_blocks": 2}]
+    got = fa_local(two, 1)
+    check([d["addr"] for d in got], [65536, 69632, 73728, M1, M1 + 4096], "fa local bsr1")
+    add("attention_local_descriptors/two_regions_bsr1", "attention_local_descriptors",
+        {"regions": two, "block_size_ratio": 1}, {"descriptors": got})
+    got = fa_local(two, 4)
+    check((len(got), got[1]), (20, {"addr": 65536 + 1024, "len": 1024}), "fa local bsr4")
+    add("attention_local_descriptors/two_regions_bsr4", "attention_local_descriptors",
+        {"regions": two, "block_size_ratio": 4}, {"descriptors": got})
+    add("attention_local_descriptors/empty", "attention_local_descriptors",
+        {"regions": [], "block_size_ratio": 1}, {"descriptors": []})
+    add("attention_local_descriptors/bsr_zero", "attention_local_descriptors",
+        {"regions": two, "block_size_ratio": 0},
+        err={"status": E + "INVALID_ARGUMENT", "message_contains": ["block_size_ratio"]})
+
+    def remote(name, lreg, rreg, m, bsr, mla=False, expect=None):
+        got = fa_remote(lreg, rreg, tm(m), mla, bsr)
+        if expect is not None:
+            check(got, expect, name)
+        add("attention_remote_descriptors/" + name, "attention_remote_descriptors",
+            {"local_regions": lreg, "remote_regions": rreg, "mapping": m, "block_size_ratio": bsr},
+            {"descriptors": got})
+
+    # K=8, D rank 3 of TP4 <- P TP2: D holds 2 heads (1024 B/block), P 4 heads (2048 B); offset
+    # factor 1, so D reads the second half of each P block.
+    remote("k8_d4_rank3_from_p2_offset_factor_1", [{"base": 0, "block_len": 1024, "num_blocks": 5}],
+           [{"base": M1, "block_len": 2048, "num_blocks": 3}], mapping(4, 3, 2, 8), 1,
+           expect=[{"addr": M1 + 1024, "len": 1024}, {"addr": M1 + 3072, "len": 1024},
+                   {"addr": M1 + 5120, "len": 1024}])
+    # K=2 hybrid, D TP1 <- P TP4: attention sources [0, 2], each whole 512-B P block is half of D's.
+    remote("k2_d1_from_p4_hybrid_two_reads", [{"base": 0, "block_len": 1024, "num_blocks": 2}],
+           [{"base": M1, "block_len": 512, "num_blocks": 2}], mapping(1, 0, 4, 2, mamba=True), 1,
+           expect=[{"addr": M1, "len": 512}, {"addr": M1 + 512, "len": 512}])
+    # MLA: one replicated latent head, whole block, offset 0.
+    remote("mla_d2_rank1_from_p1", [{"base": 0, "block_len": 1152, "num_blocks": 2}],
+           [{"base": M1, "block_len": 1152, "num_blocks": 2}], mapping(2, 1, 1, 1, mla=True), 1, mla=True,
+           expect=[{"addr": M1, "len": 1152}, {"addr": M1 + 1152, "len": 1152}])
+    # D rank 1 of TP2 <- P TP1, K=2, bsr 2: D block 2048 (1 head), P block 2048 (2 heads x 1024/2).
+    remote("k2_d2_rank1_from_p1_bsr2", [{"base": 0, "block_len": 2048, "num_blocks": 2},
+                                        {"base": 4096, "block_len": 2048, "num_blocks": 2}],
+           [{"base": M1, "block_len": 2048, "num_blocks": 4}, {"base": 2 * M1, "block_len": 2048, "num_blocks": 4}],
+           mapping(2, 1, 1, 2), 2,
+           expect=[{"addr": M1 + 1024 + b * 2048, "len": 1024} for b in range(4)] +
+                  [{"addr": 2 * M1 + 1024 + b * 2048, "len": 1024} for b in range(4)])
+    remote("two_regions_homogeneous", two, [{"base": 1 << 30, "block_len": 4096, "num_blocks": 2},
+                                            {"base": 1 << 31, "block_len": 4096, "num_blocks": 1}],
+           mapping(2, 1, 2, 8), 1)
+    add("attention_remote_descriptors/region_count_mismatch", "attention_remote_descriptors",
+        {"local_regions": two, "remote_regions": two[:1], "mapping": mapping(2, 0, 2, 8), "block_size_ratio": 1},
+        err={"status": E + "INCOMPATIBLE", "message_contains": ["2", "1"]})
+    add("attention_remote_descriptors/block_len_not_head_ratio", "attention_remote_descriptors",
+        {"local_regions": [{"base": 0, "block_len": 1024, "num_blocks": 1}],
+         "remote_regions": [{"base": M1, "block_len": 1024, "num_blocks": 1}], "mapping": mapping(4, 3, 2, 8),
+         "block_size_ratio": 1},
+        err={"status": E + "INCOMPATIBLE", "message_contains": ["1024", "2048"]})
+    add("attention_remote_descriptors/head_sharded_with_bsr", "attention_remote_descriptors",
+        {"local_regions": [{"base": 0, "block_len": 2048, "num_blocks": 1}],
+         "remote_regions": [{"base": M1, "block_len": 512, "num_blocks": 2}],
+         "mapping": mapping(1, 0, 4, 2, mamba=True), "block_size_ratio": 2},
+        err={"status": E + "INCOMPATIBLE", "message_contains": ["block_size_ratio 2"]})
+
+    def split(name, regions, m, bsr, p_rank, mla=False, expect=None):
+        got = fa_split(fa_local(regions, bsr), tm(m), mla, p_rank)
+        if expect is not None:
+            check(got, expect, name)
+        add("attention_split_descriptors/" + name, "attention_split_descriptors",
+            {"regions": regions, "mapping": m, "block_size_ratio": bsr, "p_rank": p_rank}, {"descriptors": got})
+
+    one = [{"base": M1, "block_len": 1024, "num_blocks": 2}]
+    # K=2 hybrid D TP1 <- P TP4: slots {0:0, 1:0, 2:1, 3:1}; P ranks 1 and 3 are duplicate heads.
+    split("k2_d1_from_p4_rank0_slot0", one, mapping(1, 0, 4, 2, mamba=True), 1, 0,
+          expect=[{"addr": M1, "len": 512}, {"addr": M1 + 1024, "len": 512}])
+    split("k2_d1_from_p4_rank3_twin_slot1", one, mapping(1, 0, 4, 2, mamba=True), 1, 3,
+          expect=[{"addr": M1 + 512, "len": 512}, {"addr": M1 + 1536, "len": 512}])
+    split("k8_d2_rank1_from_p8_rank6_slot2", [{"base": 0, "block_len": 4096, "num_blocks": 2}],
+          mapping(2, 1, 8, 8), 1, 6, expect=[{"addr": 2048, "len": 1024}, {"addr": 6144, "len": 1024}])
+    split("mla_d1_from_p4_whole", [{"base": 0, "block_len": 1152, "num_blocks": 2}],
+          mapping(1, 0, 4, 1, mla=True, mamba=True), 1, 2, mla=True)
+    add("attention_split_descriptors/not_a_source_rank", "attention_split_descriptors",
+        {"regions": one, "mapping": mapping(2, 1, 8, 8), "block_size_ratio": 1, "p_rank": 1},
+        err={"status": E + "INVALID_ARGUMENT", "message_contains": ["1"]})
+    add("attention_split_descriptors/positive_tp_ratio", "attention_split_descriptors",
+        {"regions": one, "mapping": mapping(4, 3, 2, 8), "block_size_ratio": 1, "p_rank": 1},
+        err={"status": E + "INVALID_ARGUMENT", "message_contains": ["4", "2"]})
+
+    # ---- Mamba descriptors -------------------------------------------------------------------
+    nano = "nemotron-3-nano-30b"
+    G4 = 1 << 32
+    g2 = geometry(nano, {"tp_size": 2})
+    check((g2["kernel_page_bytes"], g2["physical_per_logical"]), (1073152, 1), "Nano TP2 kernel page")
+
+    def ml(name, model, engine, regions, ppl, expect_first=None):
+        got = mamba_local(model, engine, regions, ppl)
+        if expect_first is not None:
+            check(got[:len(expect_first)], expect_first, name)
+        add("mamba_local_descriptors/" + name, "mamba_local_descriptors",
+            {"model": model, "engine": engine, "regions": regions, "ppl": ppl}, {"descriptors": got})
+
+    # x (12288 B) of both logical blocks, then B (3072), C (3072), then ssm (1048576 at 18432).
+    ml("nano_tp2_one_region_two_blocks", nano, {"tp_size": 2},
+       [{"base": G4, "block_len": 1073152, "num_blocks": 2}], 1,
+       [{"addr": G4, "len": 12288}, {"addr": G4 + 1073152, "len": 12288}, {"addr": G4 + 12288, "len": 3072},
+        {"addr": G4 + 1073152 + 12288, "len": 3072}, {"addr": G4 + 15360, "len": 3072},
+        {"addr": G4 + 1073152 + 15360, "len": 3072}, {"addr": G4 + 18432, "len": 1048576},
+        {"addr": G4 + 1073152 + 18432, "len": 1048576}])
+    gf = geometry(nano, {"tp_size": 2, "backend": "flashinfer"})
+    ml("nano_tp2_flashinfer_ppl131", nano, {"tp_size": 2, "backend": "flashinfer"},
+       [{"base": G4, "block_len": gf["kernel_page_bytes"], "num_blocks": 2 * 131}], 131)
+    gj = geometry("jamba-v0.1", {"tp_size": 1})
+    ml("jamba_tp1_two_regions", "jamba-v0.1", {"tp_size": 1},
+       [{"base": G4, "block_len": gj["kernel_page_bytes"], "num_blocks": 2},
+        {"base": 2 * G4, "block_len": gj["kernel_page_bytes"], "num_blocks": 1}], 1)
+    add("mamba_local_descriptors/num_blocks_not_multiple_of_ppl", "mamba_local_descriptors",
+        {"model": nano, "engine": {"tp_size": 2, "backend": "flashinfer"},
+         "regions": [{"base": G4, "block_len": gf["kernel_page_bytes"], "num_blocks": 200}], "ppl": 131},
+        err={"status": E + "INVALID_ARGUMENT", "message_contains": ["200", "131"]})
+    add("mamba_local_descriptors/ppl_zero", "mamba_local_descriptors",
+        {"model": nano, "engine": {"tp_size": 2}, "regions": [{"base": G4, "block_len": 1073152, "num_blocks": 2}],
+         "ppl": 0}, err={"status": E + "INVALID_ARGUMENT", "message_contains": ["0"]})
+    add("mamba_local_descriptors/state_does_not_fit", "mamba_local_descriptors",
+        {"model": nano, "engine": {"tp_size": 2}, "regions": [{"base": G4, "block_len": 1048576, "num_blocks": 2}],
+         "ppl": 1}, err={"status": E + "OUT_OF_BOUNDS", "message_contains": [str(g2["mamba_page_bytes"]), "1048576"]})
+
+    def msplit(op, name, model, p_tp, d_tp, d_rank, rule, regions, ppl, p_rank, expect=None):
+        reads = mamba_reads(model, p_tp, d_tp, d_rank, rule)["reads"]
+        side = "remote" if op == "mamba_remote_descriptors" else "local"
+        got = mamba_split(regions, ppl, reads, p_rank, side)
+        if expect is not None:
+            check(got, expect, op + " " + name)
+        rk, pk = ("p_regions", "p_ppl") if side == "remote" else ("d_regions", "d_ppl")
+        add(op + "/" + name, op,
+            {"model": model, "prefill": {"tp_size": p_tp}, "decode": {"tp_size": d_tp}, "decode_rank": d_rank,
+             "rule": rule, rk: regions, pk: ppl, "p_rank": p_rank}, {"descriptors": got})
+
+    g4 = geometry(nano, {"tp_size": 4})
+    P = [{"base": 2 * G4, "block_len": g4["kernel_page_bytes"], "num_blocks": 2}]
+    D = [{"base": G4, "block_len": 1073152, "num_blocks": 2}]
+    pp = g4["kernel_page_bytes"]
+    check(pp, 1056 * 512, "Nano TP4 kernel page")
+    # Nano P TP4 -> D TP2 rank 0: P rank 1 supplies the second half of x, B, C and ssm.
+    msplit("mamba_remote_descriptors", "nano_p4_d2_rank0_from_p1", nano, 4, 2, 0, "pdkv", P, 1, 1,
+           [{"addr": 2 * G4 + b * pp + o, "len": n} for o, n in [(0, 6144), (6144, 1536), (7680, 1536),
+                                                                  (9216, 524288)] for b in range(2)])
+    msplit("mamba_local_split_descriptors", "nano_p4_d2_rank0_from_p1", nano, 4, 2, 0, "pdkv", D, 1, 1,
+           [{"addr": G4 + b * 1073152 + o, "len": n} for o, n in [(6144, 6144), (13824, 1536), (16896, 1536),
+                                                                   (542720, 524288)] for b in range(2)])
+    msplit("mamba_remote_descriptors", "nano_p4_d2_rank0_p2_supplies_nothing", nano, 4, 2, 0, "pdkv", P, 1, 2, [])
+    msplit("mamba_local_split_descriptors", "nano_p4_d2_rank1_from_p2", nano, 4, 2, 1, "pdkv", D, 1, 2)
+    gfa1 = geometry("falcon-h1-0.5b", {"tp_size": 1})
+    gfa2 = geometry("falcon-h1-0.5b", {"tp_size": 2})
+    FP = [{"base": 2 * G4, "block_len": gfa1["kernel_page_bytes"], "num_blocks": 1}]
+    FD = [{"base": G4, "block_len": gfa2["kernel_page_bytes"], "num_blocks": 1}]
+    # Falcon-H1 P TP1 -> D TP2 rank 1: pdkv reads the replicated B/C at 9216/9984; vLLM (#55208)
+    # reads P's C as B and the ssm head as C.
+    msplit("mamba_remote_descriptors", "falcon_h1_p1_d2_rank1_pdkv", "falcon-h1-0.5b", 1, 2, 1, "pdkv", FP, 1, 0,
+           [{"addr": 2 * G4 + 4608, "len": 4608}, {"addr": 2 * G4 + 9216, "len": 768},
+            {"addr": 2 * G4 + 9984, "len": 768}, {"addr": 2 * G4 + 10752 + 196608, "len": 196608}])
+    msplit("mamba_remote_descriptors", "falcon_h1_p1_d2_rank1_vllm_55208", "falcon-h1-0.5b", 1, 2, 1, "vllm", FP, 1, 0,
+           [{"addr": 2 * G4 + 4608, "len": 4608}, {"addr": 2 * G4 + 9984, "len": 768},
+            {"addr": 2 * G4 + 11520, "len": 768}, {"addr": 2 * G4 + 10752 + 196608, "len": 196608}])
+    msplit("mamba_local_split_descriptors", "falcon_h1_p1_d2_rank1_pdkv", "falcon-h1-0.5b", 1, 2, 1, "pdkv", FD, 1, 0,
+           [{"addr": G4, "len": 4608}, {"addr": G4 + 4608, "len": 768}, {"addr": G4 + 5376, "len": 768},
+            {"addr": G4 + 6144, "len": 196608}])
+    gj2 = geometry("jamba-v0.1", {"tp_size": 2})
+    msplit("mamba_remote_descriptors", "jamba_p2_d1_from_p1", "jamba-v0.1", 2, 1, 0, "pdkv",
+           [{"base": G4, "block_len": gj2["kernel_page_bytes"], "num_blocks": 2}], 1, 1)
+    msplit("mamba_local_split_descriptors", "jamba_p2_d1_from_p1", "jamba-v0.1", 2, 1, 0, "pdkv",
+           [{"base": G4, "block_len": gj["kernel_page_bytes"], "num_blocks": 2}], 1, 1)
+    add("mamba_remote_descriptors/read_leaves_page", "mamba_remote_descriptors",
+        {"model": nano, "prefill": {"tp_size": 4}, "decode": {"tp_size": 2}, "decode_rank": 0, "rule": "pdkv",
+         "p_regions": [{"base": G4, "block_len": 1024, "num_blocks": 2}], "p_ppl": 1, "p_rank": 0},
+        err={"status": E + "OUT_OF_BOUNDS", "message_contains": []})
+
+    # ---- vLLM conv-offset helpers (§4) -------------------------------------------------------
+    def co(name, model, engine, expect=None):
+        got = local_conv_offsets(model, engine)
+        if expect is not None:
+            check(got, expect, name)
+        add("mamba_local_conv_offsets/" + name, "mamba_local_conv_offsets", {"model": model, "engine": engine},
+            {"ranges": got})
+
+    co("nano_tp2", nano, {"tp_size": 2}, [{"offset": 0, "size": 12288}, {"offset": 12288, "size": 3072},
+                                          {"offset": 15360, "size": 3072}])
+    co("nano_tp2_spec2", nano, {"tp_size": 2, "num_speculative_tokens": 2})
+    co("qwen3_next_tp2", "qwen3-next-80b", {"tp_size": 2})
+    co("jamba_tp1", "jamba-v0.1", {"tp_size": 1}, [{"offset": 0, "size": 49152}])
+    co("falcon_h1_tp2_replicated_bc", "falcon-h1-0.5b", {"tp_size": 2},
+       [{"offset": 0, "size": 4608}, {"offset": 4608, "size": 768}, {"offset": 5376, "size": 768}])
+
+    def rco(name, model, engine, rank, ratio, expect=None):
+        got = remote_conv_offsets(model, engine, rank, ratio)
+        if expect is not None:
+            check(got, expect, name)
+        add("mamba_remote_conv_offsets/" + name, "mamba_remote_conv_offsets",
+            {"model": model, "engine": engine, "local_rank": rank, "tp_ratio": ratio}, {"ranges": got})
+
+    rco("nano_d2_rank1_from_p1_ratio2", nano, {"tp_size": 2}, 1, 2,
+        [{"offset": 12288, "size": 12288}, {"offset": 24576 + 3072, "size": 3072},
+         {"offset": 24576 + 6144 + 3072, "size": 3072}])
+    rco("nano_d2_rank0_from_p4_ratio_minus2", nano, {"tp_size": 2}, 0, -2,
+        [{"offset": 0, "size": 6144}, {"offset": 6144, "size": 1536}, {"offset": 7680, "size": 1536}])
+    # #55208: Falcon-H1 D TP2 rank 1 reads P TP1's C as B (9984) and the ssm as C (11520 > 10752).
+    rco("falcon_h1_d2_rank1_ratio2_55208", "falcon-h1-0.5b", {"tp_size": 2}, 1, 2,
+        [{"offset": 4608, "size": 4608}, {"offset": 9984, "size": 768}, {"offset": 11520, "size": 768}])
+    rco("qwen3_next_d2_rank1_ratio2", "qwen3-next-80b", {"tp_size": 2}, 1, 2)
+    rco("jamba_d1_ratio_minus2", "jamba-v0.1", {"tp_size": 1}, 0, -2, [{"offset": 0, "size": 24576}])
+    rco("nano_d4_rank3_ratio4", nano, {"tp_size": 4}, 3, 4)
+    add("mamba_remote_conv_offsets/tp_ratio_zero", "mamba_remote_conv_offsets",
+        {"model": nano, "engine": {"tp_size": 2}, "local_rank": 0, "tp_ratio": 0},
+        err={"status": E + "INVALID_ARGUMENT", "message_contains": ["0"]})
+
+    def ssm(name, model, engine, rconv, rssm, rank, ratio, expect=None):
+        got = ssm_read_range(model, engine, rconv, rssm, rank, ratio)
+        if expect is not None:
+            check(got, expect, name)
+        add("mamba_ssm_read_range/" + name, "mamba_ssm_read_range",
+            {"model": model, "engine": engine, "remote_conv_bytes": rconv, "remote_ssm_bytes": rssm,
+             "local_rank": rank, "tp_ratio": ratio}, got)
+
+    ssm("nano_d2_rank1_from_p1", nano, {"tp_size": 2}, 36864, 2097152, 1, 2,
+        {"offset": 36864 + 1048576, "size": 1048576})
+    ssm("nano_d2_rank0_from_p1", nano, {"tp_size": 2}, 36864, 2097152, 0, 2, {"offset": 36864, "size": 1048576})
+    ssm("nano_d2_from_p4_whole_remote", nano, {"tp_size": 2}, 9216, 524288, 1, -2, {"offset": 9216, "size": 524288})
+    ssm("nano_homogeneous_tp2", nano, {"tp_size": 2}, 18432, 1048576, 1, 1, {"offset": 18432, "size": 1048576})
+    add("mamba_ssm_read_range/tp_ratio_zero", "mamba_ssm_read_range",
+        {"model": nano, "engine": {"tp_size": 2}, "remote_conv_bytes": 1, "remote_ssm_bytes": 1, "local_rank": 0,
+         "tp_ratio": 0}, err={"status": E + "INVALID_ARGUMENT", "message_contains": ["0"]})
+    return cases
+
+
+# Model descriptions (models.json / the tests/data/hf_configs files): the fields pdkv_model_describe
+# reports. Unset config values stay 0 (chunk 0 = 2048, default SSM dtype 0 = conv dtype).
+NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME".replace("E", "-")
+MODEL_DESCS = {
+    "nemotron-3-nano-30b": dict(name="nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", k=2, head=128, head_v=128,
+                                mla=0, swa=0, type=2, heads=64, head_dim=64, d_state=128, groups=8, d_inner=0,
+                                d_conv=4, chunk=128, spec=1, dt=2, ssm_dt=4, pattern=NANO_PATTERN),
+    "falcon-h1-0.5b": dict(name="tiiuae/Falcon-H1-0.5B-Instruct", k=2, head=64, head_v=64, mla=0, swa=0, type=2,
+                           heads=24, head_dim=64, d_state=128, groups=1, d_inner=0, d_conv=4, chunk=0, spec=0, dt=2,
+                           ssm_dt=0, pattern="P" * 36),
+    "jamba-v0.1": dict(name="ai21labs/Jamba-v0.1", k=8, head=128, head_v=128, mla=0, swa=0, type=1, heads=0,
+                       head_dim=0, d_state=16, groups=0, d_inner=8192, d_conv=4, chunk=0, spec=0, dt=2, ssm_dt=0,
+                       pattern="".join("*" if i % 8 == 4 else "M" for i in range(32))),
+    "qwen3-next-80b": dict(name="Qwen/Qwen3-Next-80B-A3B-Instruct", k=2, head=256, head_v=256, mla=0, swa=0,
+                           type=3, heads=32, head_dim=128, d_state=128, groups=16, d_inner=0, d_conv=4, chunk=0,
+                           spec=1, dt=2, ssm_dt=0, pattern="".join("*" if (i + 1) % 4 == 0 else "M" for i in range(48))),
+}
+TYPE_NAMES = {0: "none", 1: "mamba1", 2: "mamba2", 3: "gdn"}
+
+
+def fingerprint_of(d):
+    """FNV-1a 64 over the canonical field encoding (fingerprint.hpp), from a description dict."""
+    h = 0xcbf29ce484222325
+    buf = bytearray()
+    le = lambda v, n: buf.extend(v.to_bytes(n, "little"))
+    le(1, 4)
+    for f in ("k", "head", "head_v"):
+        le(d[f], 4)
+    le(d["mla"], 1)
+    le(d["swa"], 4)
+    for f in ("type", "heads", "head_dim", "d_state", "groups"):
+        le(d[f], 4)
+    le(d["d_inner"], 8)
+    le(d["d_conv"], 4)
+    le(d["chunk"], 4)
+    le(d["spec"], 1)
+    le(d["dt"], 4)
+    le(d["ssm_dt"], 4)
+    le(len(d["pattern"]), 4)
+    buf.extend(d["pattern"].encode())
+    for b in buf:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def model_fields(d, name=None):
+    """The model keys of docs/conformance.md for one description."""
+    p = d["pattern"]
+    return {"name": d["name"] if name is None else name, "num_kv_heads": d["k"], "head_size": d["head"],
+            "head_size_v": d["head_v"], "use_mla": bool(d["mla"]), "sliding_window": d["swa"],
+            "mamba_type": TYPE_NAMES[d["type"]], "mamba_num_heads": d["heads"], "mamba_head_dim": d["head_dim"],
+            "mamba_d_state": d["d_state"], "mamba_n_groups": d["groups"], "mamba_d_inner": d["d_inner"],
+            "mamba_conv_kernel": d["d_conv"], "mamba_chunk_size": d["chunk"],
+            "mamba_conv_rows_include_spec": bool(d["spec"]), "dtype_bytes": d["dt"],
+            "default_ssm_dtype_bytes": d["ssm_dt"], "layer_pattern": p,
+            "num_attention_layers": p.count("*") + p.count("P"), "num_mamba_layers": p.count("M") + p.count("P"),
+            "model_fingerprint": "%016x" % fingerprint_of(d)}
+
+
+def hf_text(file, **extra):
+    """A tests/data/hf_configs file as one compact JSON string (plus extra keys, None deletes)."""
+    with open(os.path.join(HERE, "..", "data", "hf_configs", file)) as f:
+        cfg = json.load(f)
+    for k, v in extra.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    text = json.dumps(cfg, separators=(",", ":"))
+    assert text.isascii() and "\\" not in text, "config text needs escapes the vector subset lacks"
+    return text
+
+
+def model_cases():
+    cases = []
+    add = lambda name, op, inp, out=None, err=None: cases.append(
+        dict(name=name, op=op, input=inp, **({"output": out} if err is None else {"error": err})))
+    check(fingerprint_of(MODEL_DESCS["nemotron-3-nano-30b"]), fingerprint("nemotron-3-nano-30b"), "fingerprint")
+    for preset, d in MODEL_DESCS.items():
+        add("model_preset/" + preset, "model_preset", {"model": preset}, model_fields(d))
+    check(model_fields(MODEL_DESCS["jamba-v0.1"])["num_attention_layers"], 4, "Jamba 4 attention layers")
+    check(model_fields(MODEL_DESCS["qwen3-next-80b"])["num_mamba_layers"], 36, "Qwen3-Next 36 GDN layers")
+    check(model_fields(MODEL_DESCS["nemotron-3-nano-30b"])["num_attention_layers"], 6, "Nano 6 attention layers")
+    check(model_fields(MODEL_DESCS["nemotron-3-nano-30b"])["num_mamba_layers"], 23, "Nano 23 Mamba layers")
+    add("model_preset/by_hf_repo_id_case_insensitive", "model_preset", {"model": "TIIUAE/falcon-h1-0.5b-instruct"},
+        model_fields(MODEL_DESCS["falcon-h1-0.5b"]))
+    add("model_preset/unknown", "model_preset", {"model": "no-such-model"},
+        err={"status": "PDKV_ERR_NOT_FOUND", "message_contains": ["no-such-model"]})
+
+    # config.json text -> the same fields as the preset (same fingerprint: same geometry).
+    for file, preset in [("Falcon-H1-0.5B-Instruct.json", "falcon-h1-0.5b"), ("Jamba-v0.1.json", "jamba-v0.1"),
+                         ("Qwen3-Next-80B-A3B-Instruct.json", "qwen3-next-80b"),
+                         ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json", "nemotron-3-nano-30b")]:
+        add("model_hf_config/" + preset + "_named", "model_hf_config", {"json": hf_text(file), "name": "my-model"},
+            model_fields(MODEL_DESCS[preset], "my-model"))
+    add("model_hf_config/falcon-h1-0.5b_name_or_path", "model_hf_config",
+        {"json": hf_text("Falcon-H1-0.5B-Instruct.json", _name_or_path="tiiuae/Falcon-H1-0.5B-Instruct")},
+        model_fields(MODEL_DESCS["falcon-h1-0.5b"]))
+    # A smaller Jamba: d_inner = mamba_expand * hidden_size and head size = hidden / heads follow the config.
+    jd = dict(MODEL_DESCS["jamba-v0.1"], d_inner=2 * 2048, head=64, head_v=64, pattern="".join("*" if i % 8 == 4 else "M" for i in range(16)))
+    add("model_hf_config/jamba_smaller", "model_hf_config",
+        {"json": hf_text("Jamba-v0.1.json", hidden_size=2048, num_hidden_layers=16), "name": "small-jamba"},
+        model_fields(jd, "small-jamba"))
+    add("model_hf_config/bad_json", "model_hf_config", {"json": "{\"model_type\": \"jamba\",", "name": "x"},
+        err={"status": "PDKV_ERR_PARSE", "message_contains": ["JSON"]})
+    add("model_hf_config/not_an_object", "model_hf_config", {"json": "[1,2]", "name": "x"},
+        err={"status": "PDKV_ERR_PARSE", "message_contains": ["object"]})
+    add("model_hf_config/falcon_missing_mamba_d_state", "model_hf_config",
+        {"json": hf_text("Falcon-H1-0.5B-Instruct.json", mamba_d_state=None), "name": "x"},
+        err={"status": "PDKV_ERR_NOT_FOUND", "message_contains": ["mamba_d_state"]})
+    add("model_hf_config/jamba_missing_attn_layer_period", "model_hf_config",
+        {"json": hf_text("Jamba-v0.1.json", attn_layer_period=None), "name": "x"},
+        err={"status": "PDKV_ERR_NOT_FOUND", "message_contains": ["attn_layer_period"]})
+    add("model_hf_config/nano_missing_model_type", "model_hf_config",
+        {"json": hf_text("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json", model_type=None), "name": "x"},
+        err={"status": "PDKV_ERR_NOT_FOUND", "message_contains": ["model_type"]})
+    # An unknown model_type is pure attention only without SSM keys; with them it is rejected.
+    add("model_hf_config/unknown_hybrid_model_type", "model_hf_config",
+        {"json": hf_text("Falcon-H1-0.5B-Instruct.json", model_type="bamba"), "name": "x"},
+        err={"status": "PDKV_ERR_UNSUPPORTED_MAMBA_TYPE", "message_contains": ["bamba"]})
+    llama = dict(name="x", k=8, head=128, head_v=128, mla=0, swa=0, type=0, heads=0, head_dim=0, d_state=0,
+                 groups=0, d_inner=0, d_conv=0, chunk=0, spec=0, dt=2, ssm_dt=0, pattern="****")
+    add("model_hf_config/unknown_type_pure_attention", "model_hf_config",
+        {"json": json.dumps({"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 4096,
+                             "num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16"},
+                            separators=(",", ":")), "name": "x"}, model_fields(llama))
+    return cases
+
+
+for _k, _v in MODEL_DESCS.items():
+    DESCS.setdefault(_k, _v)
+
+
+def engine_ranks(mds):
+    """validate_engine_ranks: per entry, a repeated tp_rank, then fields differing from entry 0."""
+    items, seen = [], set()
+    for i, b in enumerate(mds):
+        if b["tp_rank"] in seen:
+            items.append({"status": "PDKV_ERR_INCOMPATIBLE", "field": "tp_rank"})
+        seen.add(b["tp_rank"])
+        if i == 0:
+            continue
+        a = mds[0]
+        for f, va, vb in [("engine_id", a["engine_id"], b["engine_id"]), ("tp_size", a["tp_size"], b["tp_size"]),
+                          ("num_kernel_blocks", a["num_kernel_blocks"], b["num_kernel_blocks"]),
+                          ("regions", len(a["regions"]), len(b["regions"])),
+                          ("physical_blocks_per_logical", a["physical_blocks_per_logical"],
+                           b["physical_blocks_per_logical"]),
+                          ("model_fingerprint", a["model_fingerprint"], b["model_fingerprint"])]:
+            if va != vb:
+                items.append({"status": "PDKV_ERR_INCOMPATIBLE", "field": f})
+    return items
+
+
+def handshake2_cases():
+    """Incompatible pairs with the values named in each item's message, and engine-rank checks."""
+    cases = []
+    nano, falcon, jamba = "nemotron-3-nano-30b", "falcon-h1-0.5b", "jamba-v0.1"
+    md = lambda side: metadata(side["model"], side["engine"], side.get("layout"))
+    fp = lambda model: "0x%016x" % fingerprint(model)
+
+    def h(name, local, remote, expect, contains):
+        items = validate(md(local), md(remote))
+        check(items, expect, "handshake " + name)
+        cases.append({"name": "handshake_validate/" + name, "op": "handshake_validate",
+                      "input": {"local": local, "remote": remote, "item_messages_contain": contains},
+                      "output": {"items": items, "compatible": not items}})
+
+    I, T, U = "PDKV_ERR_INCOMPATIBLE", "PDKV_ERR_TP_NOT_DIVISIBLE", "PDKV_ERR_UNSUPPORTED_LAYOUT"
+    h("several_incompatibilities_messages",
+      {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "engine"}},
+      {"model": nano, "engine": {"tp_size": 4, "ssm_state_dtype_bytes": 2},
+       "layout": {"engine_id": "engine", "kv_layout": "NHD", "num_regions": 2}},
+      [{"status": I, "field": "engine_id"}, {"status": U, "field": "kv_layout"}, {"status": I, "field": "regions"},
+       {"status": I, "field": "ssm_bytes"}],
+      [["'engine'"], ["HND", "NHD"], ["1 vs 2"], ["1048576", "262144", "2", "4"]])
+    h("tp_not_dividing_4_vs_6", {"model": falcon, "engine": {"tp_size": 4}, "layout": {"engine_id": "d"}},
+      {"model": falcon, "engine": {"tp_size": 6}, "layout": {"engine_id": "p"}}, [{"status": T, "field": "tp_size"}],
+      [["4", "6"]])
+    # Different models with the same K and Mamba type: fingerprint, then the TP-invariant sizes.
+    h("fingerprint_mismatch_nano_vs_falcon", {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
+      {"model": falcon, "engine": {"tp_size": 2}, "layout": {"engine_id": "p"}},
+      [{"status": I, "field": "model_fingerprint"}, {"status": I, "field": "ssm_bytes"},
+       {"status": I, "field": "conv_projection_bytes[0]"}],
+      [[fp(nano), fp(falcon)], ["1048576", "196608"], ["12288", "4608"]])
+    h("kv_layout_hnd_vs_nhd", {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
+      {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "p", "kv_layout": "NHD"}},
+      [{"status": U, "field": "kv_layout"}], [["HND", "NHD"]])
+    h("nhd_both_with_heads_split", {"model": nano, "engine": {"tp_size": 1}, "layout": {"engine_id": "d", "kv_layout": "NHD"}},
+      {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "p", "kv_layout": "NHD"}},
+      [{"status": U, "field": "kv_layout"}], [["2 vs 1"]])
+    h("nhd_both_homogeneous_accepted", {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "d", "kv_layout": "NHD"}},
+      {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "p", "kv_layout": "NHD"}}, [], [])
+    h("different_heads_and_mamba_type", {"model": jamba, "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
+      {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "p"}},
+      [{"status": I, "field": "model_fingerprint"}, {"status": I, "field": "total_kv_heads"},
+       {"status": I, "field": "mamba_type"}],
+      [[fp(jamba), fp(nano)], ["8 vs 2"], ["mamba1 vs mamba2"]])
+
+    def er(name, ranks, contains):
+        items = engine_ranks([md(r) for r in ranks])
+        inp = {"ranks": ranks}
+        if contains is not None:
+            inp["item_messages_contain"] = contains
+        cases.append({"name": "handshake_validate_engine_ranks/" + name, "op": "handshake_validate_engine_ranks",
+                      "input": inp, "output": {"items": items}})
+        return items
+
+    p4 = lambda rank, **kw: {"model": kw.pop("model", nano), "engine": dict({"tp_size": 4}, **kw.pop("engine", {})),
+                             "layout": dict({"engine_id": "p", "tp_rank": rank}, **kw)}
+    check(er("consistent_four_ranks", [p4(r) for r in range(4)], []), [], "consistent ranks")
+    er("empty", [], [])
+    er("repeated_tp_rank", [p4(0), p4(1), p4(1)], [["1"]])
+    check(er("engine_id_blocks_regions", [p4(0), p4(1, engine_id="q", num_logical_blocks=32, num_regions=2)],
+             [["p vs q"], ["64 vs 32"], ["1 vs 2"]]),
+          [{"status": "PDKV_ERR_INCOMPATIBLE", "field": f} for f in ("engine_id", "num_kernel_blocks", "regions")],
+          "engine ranks fields")
+    er("tp_size_differs", [p4(0), {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "p", "tp_rank": 1}}],
+       [["4 vs 2"]])
+    g = geometry(nano, {"tp_size": 4, "backend": "flashinfer"})
+    check(g["physical_per_logical"], 33, "Nano TP4 FlashInfer ppl 33")
+    er("ppl_differs", [p4(0), p4(1, engine={"backend": "flashinfer"})], [["64", str(64 * 33)], ["1 vs 33"]])
+    er("fingerprint_differs", [p4(0), p4(1, model=falcon)], [[fp(nano), fp(falcon)]])
+    return cases
+
+
+def plan_json_lines(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None):
+    """plan_to_json: the plan oracle as nlohmann dump(2) (ordered keys, reads in issue order; the
+    cases below are chosen so that issue order is (local_region, local_offset) order)."""
+    out = plan(model, p_eng, d_eng, d_rank, groups, p_layout, d_layout)
+    doc = {"d_rank": d_rank, "d_tp": out["d_tp"], "p_tp": out["p_tp"], "notify_ranks": out["notify_ranks"],
+           "notifications_per_p_rank": out["notifications_per_p_rank"],
+           "ranks": [{"p_rank": p, "bytes": out["rank_bytes"][p], "reads": out["reads"][p]}
+                     for p in out["read_ranks"]],
+           "zero": [{"group": i, "kind": g["kind"], "regions": g["regions"], "zero": g["zero_ranges"],
+                     "unfilled_states": g["unfilled_states"]} for i, g in enumerate(out["groups"])],
+           "stats": {k: out[k] for k in ("pieces_before_coalescing", "pieces_after_coalescing", "bytes",
+                                         "attention_bytes", "mamba_bytes")}}
+    return json.dumps(doc, indent=2).split("\n")
+
+
+def plan_json_cases():
+    cases = []
+    nano = "nemotron-3-nano-30b"
+
+    def pj(name, p_eng, d_eng, d_rank, groups, p_layout, d_layout):
+        lines = plan_json_lines(nano, p_eng, d_eng, d_rank, groups, p_layout, d_layout)
+        inp = {"model": nano, "prefill": {"engine": p_eng, "layout": p_layout},
+               "decode": {"engine": d_eng, "layout": d_layout}, "decode_rank": d_rank, "groups": groups}
+        cases.append({"name": "transfer_plan_json/" + name, "op": "transfer_plan_json", "input": inp,
+                      "output": {"lines": lines}})
+        return lines
+
+    lines = pj("homogeneous_tp2_rank1_one_read", {"tp_size": 2}, {"tp_size": 2}, 1,
+               [{"kind": "attention", "local_blocks": [3, 4], "remote_blocks": [7, 8], "remote_computed_tokens": 2106}],
+               {"engine_id": "p", "num_logical_blocks": 16}, {"engine_id": "d", "num_logical_blocks": 16})
+    check(lines[:3], ["{", '  "d_rank": 1,', '  "d_tp": 2,'], "plan json head")
+    pj("nano_p4_d2_rank0_attention_and_mamba", {"tp_size": 4}, {"tp_size": 2}, 0,
+       [{"kind": "attention", "local_blocks": [1, 2], "remote_blocks": [1, 2, 3, 4], "remote_computed_tokens": 3000},
+        {"kind": "mamba", "local_blocks": [0, 5], "remote_blocks": [0, 0, 6], "cache_mode": "none",
+         "remote_computed_tokens": 3000}],
+       {"engine_id": "p", "num_logical_blocks": 8}, {"engine_id": "d", "num_logical_blocks": 8})
+    pj("full_hit_notify_only", {"tp_size": 4}, {"tp_size": 2}, 1,
+       [{"kind": "attention", "local_blocks": [], "remote_blocks": [1, 2], "remote_computed_tokens": 2000,
+         "local_hit_tokens": 2000}],
+       {"engine_id": "p", "num_logical_blocks": 8}, {"engine_id": "d", "num_logical_blocks": 8})
+    return cases
+
+
+
 def write(name, cases):
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)), "duplicate case names in " + name
@@ -1525,3 +2128,7 @@ if __name__ == "__main__":
     write("metadata", metadata_cases())
     write("handshake", handshake_cases())
     write("plans", plan_cases())
+    write("descriptors", descriptor_cases())
+    write("models", model_cases())
+    write("handshake_more", handshake2_cases())
+    write("plans_json", plan_json_cases())
