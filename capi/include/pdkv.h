@@ -149,8 +149,9 @@ PDKV_API pdkv_status_t pdkv_model_from_preset(const char *name, pdkv_model_t **o
 
 /* Reads a Hugging Face config.json file at `path` and derives the model from it. `name` (may be
  * NULL) is stored as the model name; NULL keeps the config's "_name_or_path", else the path. Errors: NULL_POINTER (path, out),
- * IO (the path cannot be read; message names it), PARSE (malformed JSON or missing keys),
- * UNSUPPORTED_MAMBA_TYPE. *out owned by the caller. Thread-safe (reads the file). */
+ * IO (the path cannot be read; message names it), PARSE (malformed JSON, naming the position),
+ * NOT_FOUND (a required key is missing; names the key), INVALID_ARGUMENT (a key of the wrong
+ * type or value), UNSUPPORTED_MAMBA_TYPE (a hybrid model_type pdkv has no rule for). *out owned by the caller. Thread-safe (reads the file). */
 PDKV_API pdkv_status_t pdkv_model_from_hf_config_file(const char *path, const char *name,
                                                       pdkv_model_t **out, pdkv_error_t **err);
 
@@ -566,7 +567,7 @@ PDKV_API void pdkv_descriptor_list_free(pdkv_descriptor_list_t *list);
 
 /* Local attention descriptors, region-major: region i, block b < num_blocks*bsr gives
  * (base_i + b*block_len_i/bsr, block_len_i/bsr). bsr = pdkv_block_size_ratio (1 when equal).
- * Errors: INVALID_ARGUMENT (bsr 0 or not dividing block_len). */
+ * Errors: INVALID_ARGUMENT (bsr 0), INCOMPATIBLE (bsr does not divide a region's block_len). */
 PDKV_API pdkv_status_t pdkv_attention_local_descriptors(const pdkv_region_t *regions,
                                                         size_t num_regions,
                                                         uint32_t block_size_ratio,
