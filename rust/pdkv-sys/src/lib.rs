@@ -13,23 +13,57 @@ include!("bindings.rs");
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
     use std::process::Command;
 
+    /// The bindgen to regenerate with: `$BINDGEN` when set, else the first `bindgen` on `PATH`.
+    fn find_bindgen() -> Option<PathBuf> {
+        if let Some(explicit) = std::env::var_os("BINDGEN").filter(|v| !v.is_empty()) {
+            return Some(PathBuf::from(explicit));
+        }
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path).map(|dir| dir.join("bindgen")).find(|p| p.is_file())
+    }
+
+    /// Whether a value of the `CI` variable means "running under CI": set and non-empty (CI
+    /// systems export `CI=true`). Same rule as the capi bindgen ctest in tests/extra.cmake.
+    fn ci_value_means_ci(value: Option<&str>) -> bool {
+        value.is_some_and(|v| !v.is_empty())
+    }
+
+    /// True when running under CI, where a missing tool must fail instead of skipping a check.
+    fn in_ci() -> bool {
+        ci_value_means_ci(std::env::var("CI").ok().as_deref())
+    }
+
+    #[test]
+    fn ci_is_any_non_empty_value() {
+        assert!(!ci_value_means_ci(None));
+        assert!(!ci_value_means_ci(Some("")));
+        assert!(ci_value_means_ci(Some("true")));
+        assert!(ci_value_means_ci(Some("1")));
+    }
+
     /// Regenerates the bindings with `regenerate.sh` into a temporary file and fails on any
-    /// difference from the committed `src/bindings.rs`.
+    /// difference from the committed `src/bindings.rs`. Without bindgen the check is skipped
+    /// locally but fails under CI (`CI=true`), so the drift check can never pass unnoticed.
     #[test]
     fn bindings_match_header() {
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-        if !Path::new("/usr/bin/bindgen").exists() {
-            println!("SKIP bindings_match_header: /usr/bin/bindgen not found, cannot regenerate");
+        let Some(bindgen) = find_bindgen() else {
+            assert!(
+                !in_ci(),
+                "bindings_match_header: bindgen not found on PATH (nor $BINDGEN) and CI is set: \
+                 install bindgen (apt-get install bindgen) so the drift check runs"
+            );
+            println!("SKIP bindings_match_header: bindgen not found on PATH, cannot regenerate (CI unset)");
             return;
-        }
+        };
         let out = std::env::temp_dir().join(format!("pdkv-bindings-{}.rs", std::process::id()));
         let status = Command::new("bash")
             .arg(manifest.join("regenerate.sh"))
             .arg(&out)
-            .env("BINDGEN", "/usr/bin/bindgen")
+            .env("BINDGEN", &bindgen)
             .status()
             .expect("run regenerate.sh");
         assert!(status.success(), "regenerate.sh failed: {status}");
