@@ -360,8 +360,26 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
         "crc32c" => &["hex"],
         "metadata_roundtrip" => &["model", "engine", "layout"],
         "metadata_decode" => &["hex"],
-        "handshake_validate" => &["local", "remote"],
-        "transfer_plan" => &["model", "prefill", "decode", "decode_rank", "groups"],
+        "handshake_validate" => &["local", "remote", "item_messages_contain"],
+        "transfer_plan" | "transfer_plan_json" => &["model", "prefill", "decode", "decode_rank", "groups"],
+        "attention_local_descriptors" => &["regions", "block_size_ratio"],
+        "attention_remote_descriptors" => &["local_regions", "remote_regions", "mapping", "block_size_ratio"],
+        "attention_split_descriptors" => &["regions", "mapping", "block_size_ratio", "p_rank"],
+        "mamba_local_descriptors" => &["model", "engine", "regions", "ppl"],
+        "mamba_remote_descriptors" => {
+            &["model", "prefill", "decode", "decode_rank", "rule", "p_regions", "p_ppl", "p_rank"]
+        }
+        "mamba_local_split_descriptors" => {
+            &["model", "prefill", "decode", "decode_rank", "rule", "d_regions", "d_ppl", "p_rank"]
+        }
+        "mamba_local_conv_offsets" => &["model", "engine"],
+        "mamba_remote_conv_offsets" => &["model", "engine", "local_rank", "tp_ratio"],
+        "mamba_ssm_read_range" => {
+            &["model", "engine", "remote_conv_bytes", "remote_ssm_bytes", "local_rank", "tp_ratio"]
+        }
+        "model_preset" => &["model"],
+        "model_hf_config" => &["json", "name"],
+        "handshake_validate_engine_ranks" => &["ranks", "item_messages_contain"],
         _ => return None,
     })
 }
@@ -659,6 +677,202 @@ fn geometry_output(g: &Geometry) -> Result<Json, Error> {
         ("log_lines", Json::Arr(log_lines)),
     ];
     Ok(Json::Obj(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
+}
+
+/// A region array (`{base, block_len, num_blocks}` objects) -> `Vec<Region>`.
+fn regions_of(m: &BTreeMap<String, Json>, k: &str) -> CaseResult<Vec<Region>> {
+    match field(m, k)? {
+        Json::Arr(v) => v
+            .iter()
+            .map(|r| {
+                let r = obj(r)?;
+                check_keys(k, r, &["base", "block_len", "num_blocks"])?;
+                Ok(Region { base: u64_of(r, "base")?, block_len: u64_of(r, "block_len")?, num_blocks: u64_of(r, "num_blocks")? })
+            })
+            .collect(),
+        other => Err(format!("{k}: expected an array, got {other:?}")),
+    }
+}
+
+/// `{addr, len}` array of a descriptor list, in list order.
+fn descriptors_json(list: &DescriptorList) -> Result<Json, Error> {
+    Ok(Json::Arr(list.items()?.iter().map(|d| obj_of(vec![("addr", u(d.addr)), ("len", u(d.len))])).collect()))
+}
+
+/// `{offset, size}` array of byte ranges.
+fn ranges_json(r: &[ByteRange]) -> Json {
+    Json::Arr(r.iter().map(|x| obj_of(vec![("offset", u(x.offset)), ("size", u(x.size))])).collect())
+}
+
+/// A `mapping` object with the `tp_mapping` input keys -> TpMapping (`pdkv_tp_mapping_new`).
+fn mapping_of(m: &BTreeMap<String, Json>) -> CaseResult<Result<TpMapping, Error>> {
+    check_keys("mapping", m, &["local_tp", "local_rank", "remote_tp", "total_kv_heads", "use_mla", "has_mamba"])?;
+    Ok(TpMapping::new(&TpMappingParams {
+        local_tp: u32_of(m, "local_tp")?,
+        local_rank: u32_of(m, "local_rank")?,
+        remote_tp: u32_of(m, "remote_tp")?,
+        total_kv_heads: u32_of(m, "total_kv_heads")?,
+        use_mla: bool_of(m, "use_mla")?,
+        has_mamba: bool_of(m, "has_mamba")?,
+    }))
+}
+
+fn i32_of(m: &BTreeMap<String, Json>, k: &str) -> CaseResult<i32> {
+    let v = int(m, k)?;
+    i32::try_from(v).map_err(|_| format!("{k}: {v} does not fit i32"))
+}
+
+/// The geometry of a `{model, engine}` case.
+fn geometry_of_case(input: &BTreeMap<String, Json>) -> CaseResult<Result<Geometry, Error>> {
+    let model = match Model::from_preset(str_of(input, "model")?) {
+        Ok(m) => m,
+        Err(e) => return Ok(Err(e)),
+    };
+    let cfg = match engine(field(input, "engine")?)? {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(e)),
+    };
+    Ok(Geometry::new(&model, &cfg))
+}
+
+/// The P and D geometries and the read list of a `mamba_reads`-shaped case (`model`,
+/// `prefill`, `decode` engines, `decode_rank`, `rule`).
+fn reads_of_case(input: &BTreeMap<String, Json>) -> CaseResult<Result<(Geometry, Geometry, MambaReadList), Error>> {
+    macro_rules! lib_or_return {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(err) => return Ok(Err(err)),
+            }
+        };
+    }
+    let rule = match str_of(input, "rule")? {
+        "pdkv" => MambaReadsRule::Pdkv,
+        "vllm" => MambaReadsRule::Vllm,
+        other => return Err(format!("unknown rule {other:?}")),
+    };
+    let model = lib_or_return!(Model::from_preset(str_of(input, "model")?));
+    let p_cfg = lib_or_return!(engine(field(input, "prefill")?)?);
+    let d_cfg = lib_or_return!(engine(field(input, "decode")?)?);
+    let p = lib_or_return!(Geometry::new(&model, &p_cfg));
+    let d = lib_or_return!(Geometry::new(&model, &d_cfg));
+    let reads = lib_or_return!(MambaReadList::new(&p, &d, u32_of(input, "decode_rank")?, rule));
+    Ok(Ok((p, d, reads)))
+}
+
+/// The model keys of docs/conformance.md (describe + layer counts + fingerprint); `source` is
+/// free text and not reported.
+fn model_fields(m: &Model) -> Result<Json, Error> {
+    let d = m.describe()?;
+    let (na, nm) = m.layer_counts()?;
+    let fp = m.fingerprint()?;
+    Ok(obj_of(vec![
+        ("name", Json::Str(d.name)),
+        ("num_kv_heads", Json::Int(d.num_kv_heads as i64)),
+        ("head_size", Json::Int(d.head_size as i64)),
+        ("head_size_v", Json::Int(d.head_size_v as i64)),
+        ("use_mla", Json::Bool(d.use_mla)),
+        ("sliding_window", Json::Int(d.sliding_window as i64)),
+        ("mamba_type", Json::Str(d.mamba_type.name().into())),
+        ("mamba_num_heads", Json::Int(d.mamba_num_heads as i64)),
+        ("mamba_head_dim", Json::Int(d.mamba_head_dim as i64)),
+        ("mamba_d_state", Json::Int(d.mamba_d_state as i64)),
+        ("mamba_n_groups", Json::Int(d.mamba_n_groups as i64)),
+        ("mamba_d_inner", u(d.mamba_d_inner)),
+        ("mamba_conv_kernel", Json::Int(d.mamba_conv_kernel as i64)),
+        ("mamba_chunk_size", Json::Int(d.mamba_chunk_size as i64)),
+        ("mamba_conv_rows_include_spec", Json::Bool(d.mamba_conv_rows_include_spec)),
+        ("dtype_bytes", Json::Int(d.dtype_bytes as i64)),
+        ("default_ssm_dtype_bytes", Json::Int(d.default_ssm_dtype_bytes as i64)),
+        ("layer_pattern", Json::Str(d.layer_pattern)),
+        ("num_attention_layers", Json::Int(na as i64)),
+        ("num_mamba_layers", Json::Int(nm as i64)),
+        // 16 lower-case hex digits: the uint64 exceeds the int64 JSON subset.
+        ("model_fingerprint", Json::Str(format!("{fp:016x}"))),
+    ]))
+}
+
+/// A report's items as `{status, field}`; checks the optional `item_messages_contain` input
+/// (parallel to the items, each an array of strings the item's message must contain; a
+/// different length is a failure).
+fn report_items(items: &[Incompatibility], input: &BTreeMap<String, Json>) -> CaseResult<Json> {
+    if let Some(want) = input.get("item_messages_contain") {
+        let Json::Arr(want) = want else { return Err("item_messages_contain must be an array".into()) };
+        if want.len() != items.len() {
+            return Err(format!("item_messages_contain has {} entries for {} items", want.len(), items.len()));
+        }
+        for (k, (w, item)) in want.iter().zip(items).enumerate() {
+            let Json::Arr(needles) = w else { return Err("item_messages_contain entries must be arrays".into()) };
+            for n in needles {
+                let Json::Str(n) = n else { return Err("item_messages_contain must hold strings".into()) };
+                if !item.message.contains(n.as_str()) {
+                    return Err(format!("item {k} message {:?} does not contain {n:?}", item.message));
+                }
+            }
+        }
+    }
+    Ok(Json::Arr(
+        items
+            .iter()
+            .map(|i| obj_of(vec![("status", Json::Str(i.status.name().into())), ("field", Json::Str(i.field.clone()))]))
+            .collect(),
+    ))
+}
+
+/// Builds the P and D metadata and geometries of a `transfer_plan` / `transfer_plan_json` case,
+/// a plan context with the mapping derived from the metadata, compiles the plan and re-validates
+/// it (`Err`: a malformed case; `Ok(Err)`: the library's error).
+fn compile_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<TransferPlan, Error>> {
+    macro_rules! lib_or_return {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(err) => return Ok(Err(err)),
+            }
+        };
+    }
+    let model = lib_or_return!(Model::from_preset(str_of(input, "model")?));
+    let (pre, dec) = (obj_field(input, "prefill")?, obj_field(input, "decode")?);
+    check_keys("prefill", pre, &["engine", "layout"])?;
+    check_keys("decode", dec, &["engine", "layout"])?;
+    let p_cfg = lib_or_return!(engine(field(pre, "engine")?)?);
+    let d_cfg = lib_or_return!(engine(field(dec, "engine")?)?);
+    let d_rank = u32_of(input, "decode_rank")?;
+    let p_layout = layout_of(pre.get("layout"))?;
+    let d_layout = EngineLayout { tp_rank: d_rank, ..layout_of(dec.get("layout"))? };
+    let mut p_meta = Vec::new();
+    for r in 0..p_cfg.tp_size {
+        let l = EngineLayout { tp_rank: r, ..p_layout.clone() };
+        p_meta.push(lib_or_return!(EngineMetadata::from_model(&model, &p_cfg, &l)));
+    }
+    let d_meta = lib_or_return!(EngineMetadata::from_model(&model, &d_cfg, &d_layout));
+    let pg = lib_or_return!(Geometry::new(&model, &p_cfg));
+    let dg = lib_or_return!(Geometry::new(&model, &d_cfg));
+    let groups = match field(input, "groups")? {
+        Json::Arr(v) => v
+            .iter()
+            .map(|g| {
+                let g = obj(g)?;
+                let mut allowed = TRIM_KEYS.to_vec();
+                allowed.push("regions");
+                check_keys("groups[]", g, &allowed)?;
+                let regions = match g.get("regions") {
+                    Some(r) => u64s(r)?
+                        .into_iter()
+                        .map(|x| u32::try_from(x).map_err(|_| format!("region {x} does not fit u32")))
+                        .collect::<CaseResult<Vec<_>>>()?,
+                    None => Vec::new(),
+                };
+                Ok(PlanGroup { trim: trim_input(g)?, regions })
+            })
+            .collect::<CaseResult<Vec<_>>>()?,
+        other => return Err(format!("groups: expected an array, got {other:?}")),
+    };
+    let refs: Vec<&EngineMetadata> = p_meta.iter().collect();
+    let ctx = lib_or_return!(PlanContext::new(&PlanContextParams::new(&d_meta, &refs).geometries(&dg, &pg)));
+    let plan = lib_or_return!(TransferPlan::compile(&ctx, &groups));
+    lib_or_return!(plan.validate(&ctx, &groups));
+    Ok(Ok(plan))
 }
 
 /// Executes one op. `Err` is a malformed case or an unknown op (a runner failure).
@@ -1004,62 +1218,20 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
         "handshake_validate" => {
             let local = lib!(side_metadata(obj_field(input, "local")?)?);
             let remote = lib!(side_metadata(obj_field(input, "remote")?)?);
-            let items: Vec<Json> = lib!(handshake_validate(&local, &remote))
-                .into_iter()
-                .map(|i| obj_of(vec![("status", Json::Str(i.status.name().into())), ("field", Json::Str(i.field))]))
-                .collect();
+            let report = lib!(handshake_validate(&local, &remote));
+            let items = report_items(&report, input)?;
             let compatible = match handshake_require_compatible(&local, &remote) {
                 Ok(()) => true,
                 Err(e) if e.status() == Status::Incompatible => false,
                 Err(e) => return Err(format!("handshake_require_compatible: unexpected error {e}")),
             };
-            if compatible != items.is_empty() {
-                return Err(format!("handshake_require_compatible ({compatible}) disagrees with a report of {} items", items.len()));
+            if compatible != report.is_empty() {
+                return Err(format!("handshake_require_compatible ({compatible}) disagrees with a report of {} items", report.len()));
             }
-            out(vec![("items", Json::Arr(items)), ("compatible", Json::Bool(compatible))])
+            out(vec![("items", items), ("compatible", Json::Bool(compatible))])
         }
         "transfer_plan" => {
-            let model = lib!(Model::from_preset(str_of(input, "model")?));
-            let (pre, dec) = (obj_field(input, "prefill")?, obj_field(input, "decode")?);
-            check_keys("prefill", pre, &["engine", "layout"])?;
-            check_keys("decode", dec, &["engine", "layout"])?;
-            let p_cfg = lib!(engine(field(pre, "engine")?)?);
-            let d_cfg = lib!(engine(field(dec, "engine")?)?);
-            let d_rank = u32_of(input, "decode_rank")?;
-            let p_layout = layout_of(pre.get("layout"))?;
-            let d_layout = EngineLayout { tp_rank: d_rank, ..layout_of(dec.get("layout"))? };
-            let mut p_meta = Vec::new();
-            for r in 0..p_cfg.tp_size {
-                let l = EngineLayout { tp_rank: r, ..p_layout.clone() };
-                p_meta.push(lib!(EngineMetadata::from_model(&model, &p_cfg, &l)));
-            }
-            let d_meta = lib!(EngineMetadata::from_model(&model, &d_cfg, &d_layout));
-            let pg = lib!(Geometry::new(&model, &p_cfg));
-            let dg = lib!(Geometry::new(&model, &d_cfg));
-            let groups = match field(input, "groups")? {
-                Json::Arr(v) => v
-                    .iter()
-                    .map(|g| {
-                        let g = obj(g)?;
-                        let mut allowed = TRIM_KEYS.to_vec();
-                        allowed.push("regions");
-                        check_keys("groups[]", g, &allowed)?;
-                        let regions = match g.get("regions") {
-                            Some(r) => u64s(r)?
-                                .into_iter()
-                                .map(|x| u32::try_from(x).map_err(|_| format!("region {x} does not fit u32")))
-                                .collect::<CaseResult<Vec<_>>>()?,
-                            None => Vec::new(),
-                        };
-                        Ok(PlanGroup { trim: trim_input(g)?, regions })
-                    })
-                    .collect::<CaseResult<Vec<_>>>()?,
-                other => return Err(format!("groups: expected an array, got {other:?}")),
-            };
-            let refs: Vec<&EngineMetadata> = p_meta.iter().collect();
-            let ctx = lib!(PlanContext::new(&PlanContextParams::new(&d_meta, &refs).geometries(&dg, &pg)));
-            let plan = lib!(TransferPlan::compile(&ctx, &groups));
-            lib!(plan.validate(&ctx, &groups));
+            let plan = lib!(compile_plan(input)?);
             let i = lib!(plan.info());
             let mut reads = Vec::new();
             let mut rank_bytes = Vec::new();
@@ -1118,6 +1290,90 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 ("mamba_bytes", u(i.mamba_bytes)),
                 ("empty", Json::Bool(i.empty)),
             ])
+        }
+        "transfer_plan_json" => {
+            let plan = lib!(compile_plan(input)?);
+            let text = lib!(plan.to_json_string());
+            // The caller-buffer form must give the same text.
+            if lib!(plan.to_json()) != text {
+                return Err("to_json (caller buffer) and to_json_string disagree".into());
+            }
+            out(vec![("lines", Json::Arr(text.split('\n').map(|l| Json::Str(l.to_owned())).collect()))])
+        }
+        "attention_local_descriptors" => {
+            let list = lib!(attention_local_descriptors(&regions_of(input, "regions")?, u32_of(input, "block_size_ratio")?));
+            out(vec![("descriptors", lib!(descriptors_json(&list)))])
+        }
+        "attention_remote_descriptors" => {
+            let (local, remote) = (regions_of(input, "local_regions")?, regions_of(input, "remote_regions")?);
+            let mapping = lib!(mapping_of(obj_field(input, "mapping")?)?);
+            let list = lib!(attention_remote_descriptors(&local, &remote, &mapping, u32_of(input, "block_size_ratio")?));
+            out(vec![("descriptors", lib!(descriptors_json(&list)))])
+        }
+        "attention_split_descriptors" => {
+            let regions = regions_of(input, "regions")?;
+            let mapping = lib!(mapping_of(obj_field(input, "mapping")?)?);
+            let bsr = u32_of(input, "block_size_ratio")?;
+            let local = lib!(attention_local_descriptors(&regions, bsr));
+            let list = lib!(attention_split_descriptors(&local, &mapping, bsr, u32_of(input, "p_rank")?));
+            out(vec![("descriptors", lib!(descriptors_json(&list)))])
+        }
+        "mamba_local_descriptors" => {
+            let regions = regions_of(input, "regions")?;
+            let ppl = u64_of(input, "ppl")?;
+            let g = lib!(geometry_of_case(input)?);
+            let list = lib!(mamba_local_descriptors(&regions, ppl, &g));
+            out(vec![("descriptors", lib!(descriptors_json(&list)))])
+        }
+        "mamba_remote_descriptors" => {
+            let (regions, ppl, p_rank) = (regions_of(input, "p_regions")?, u64_of(input, "p_ppl")?, u32_of(input, "p_rank")?);
+            let (p, _d, reads) = lib!(reads_of_case(input)?);
+            let list = lib!(mamba_remote_descriptors(&regions, ppl, &p, &reads, p_rank));
+            out(vec![("descriptors", lib!(descriptors_json(&list)))])
+        }
+        "mamba_local_split_descriptors" => {
+            let (regions, ppl, p_rank) = (regions_of(input, "d_regions")?, u64_of(input, "d_ppl")?, u32_of(input, "p_rank")?);
+            let (_p, d, reads) = lib!(reads_of_case(input)?);
+            let list = lib!(mamba_local_split_descriptors(&regions, ppl, &d, &reads, p_rank));
+            out(vec![("descriptors", lib!(descriptors_json(&list)))])
+        }
+        "mamba_local_conv_offsets" => {
+            let g = lib!(geometry_of_case(input)?);
+            out(vec![("ranges", ranges_json(&lib!(g.mamba_local_conv_offsets())))])
+        }
+        "mamba_remote_conv_offsets" => {
+            let (rank, ratio) = (u32_of(input, "local_rank")?, i32_of(input, "tp_ratio")?);
+            let g = lib!(geometry_of_case(input)?);
+            out(vec![("ranges", ranges_json(&lib!(g.mamba_remote_conv_offsets(rank, ratio))))])
+        }
+        "mamba_ssm_read_range" => {
+            let (rc, rs) = (u64_of(input, "remote_conv_bytes")?, u64_of(input, "remote_ssm_bytes")?);
+            let (rank, ratio) = (u32_of(input, "local_rank")?, i32_of(input, "tp_ratio")?);
+            let g = lib!(geometry_of_case(input)?);
+            let r = lib!(g.mamba_ssm_read_range(rc, rs, rank, ratio));
+            out(vec![("offset", u(r.offset)), ("size", u(r.size))])
+        }
+        "model_preset" => {
+            let m = lib!(Model::from_preset(str_of(input, "model")?));
+            Outcome::Output(lib!(model_fields(&m)))
+        }
+        "model_hf_config" => {
+            let name = if input.contains_key("name") { Some(str_of(input, "name")?) } else { None };
+            let m = lib!(Model::from_hf_config_json(str_of(input, "json")?, name));
+            Outcome::Output(lib!(model_fields(&m)))
+        }
+        "handshake_validate_engine_ranks" => {
+            let entries = match field(input, "ranks")? {
+                Json::Arr(v) => v,
+                other => return Err(format!("ranks: expected an array, got {other:?}")),
+            };
+            let mut ranks = Vec::new();
+            for r in entries {
+                ranks.push(lib!(side_metadata(obj(r)?)?));
+            }
+            let refs: Vec<&EngineMetadata> = ranks.iter().collect();
+            let items = report_items(&lib!(handshake_validate_engine_ranks(&refs)), input)?;
+            out(vec![("items", items)])
         }
         other => return Err(format!("unknown op {other:?}: this runner cannot execute it")),
     })
@@ -1319,4 +1575,86 @@ fn newer_op_handlers_are_consistent() {
     assert_eq!(ids.len(), 8);
     run("mamba_aligned_split_v0604", r#"{"num_new_tokens": 1000, "num_prompt_tokens": 5000, "num_tokens": 5000, "block_size": 512}"#);
     run("mamba_aligned_split", r#"{"num_new_tokens": 1000, "num_prompt_tokens": 5000, "num_tokens": 5000, "block_size": 512}"#);
+}
+
+/// The issue #4 handlers must be able to fail: `item_messages_contain` (a missing substring or
+/// a count different from the item count), a changed descriptor, conv range, model field or
+/// plan JSON line, and a typo inside a nested region or mapping object.
+#[test]
+fn issue4_handlers_detect_mismatches() {
+    let case = |s: &str| Parser::parse(s).unwrap();
+    let ranks = r#""ranks":[{"model":"nemotron-3-nano-30b","engine":{"tp_size":2},"layout":{"engine_id":"p"}},
+                           {"model":"nemotron-3-nano-30b","engine":{"tp_size":2},"layout":{"engine_id":"q","tp_rank":1}}]"#;
+    let items = r#""output":{"items":[{"status":"PDKV_ERR_INCOMPATIBLE","field":"engine_id"}]}"#;
+    let hs = |contains: &str| {
+        run_case(&case(&format!(
+            r#"{{"name":"x","op":"handshake_validate_engine_ranks","input":{{{ranks},"item_messages_contain":{contains}}},{items}}}"#
+        )))
+    };
+    assert!(hs(r#"[["zzz"]]"#).unwrap_err().contains("zzz"));
+    assert!(hs("[]").unwrap_err().contains("1 items"));
+    assert_eq!(hs(r#"[["p vs q"]]"#), Ok(()));
+    let pair = r#""local":{"model":"nemotron-3-nano-30b","engine":{"tp_size":2},"layout":{"engine_id":"d"}},
+                  "remote":{"model":"nemotron-3-nano-30b","engine":{"tp_size":2},"layout":{"engine_id":"p","kv_layout":"NHD"}}"#;
+    let hv = |contains: &str| {
+        run_case(&case(&format!(
+            r#"{{"name":"x","op":"handshake_validate","input":{{{pair},"item_messages_contain":{contains}}},"output":{{"items":[{{"status":"PDKV_ERR_UNSUPPORTED_LAYOUT","field":"kv_layout"}}],"compatible":false}}}}"#
+        )))
+    };
+    assert_eq!(hv(r#"[["HND","NHD"]]"#), Ok(()));
+    assert!(hv(r#"[["XYZ"]]"#).unwrap_err().contains("XYZ"));
+
+    let local = |descs: &str, region: &str| {
+        run_case(&case(&format!(
+            r#"{{"name":"x","op":"attention_local_descriptors","input":{{"regions":[{region}],"block_size_ratio":1}},"output":{{"descriptors":{descs}}}}}"#
+        )))
+    };
+    let region = r#"{"base":0,"block_len":16,"num_blocks":2}"#;
+    assert_eq!(local(r#"[{"addr":0,"len":16},{"addr":16,"len":16}]"#, region), Ok(()));
+    assert!(local(r#"[{"addr":0,"len":16},{"addr":32,"len":16}]"#, region).unwrap_err().contains("descriptors[1].addr"));
+    let typo = local(r#"[]"#, r#"{"base":0,"block_len":16,"num_blocks":2,"num_block":1}"#);
+    assert!(typo.unwrap_err().contains("num_block"));
+
+    let mapping_typo = run_case(&case(
+        r#"{"name":"x","op":"attention_remote_descriptors","input":{"local_regions":[],"remote_regions":[],
+            "mapping":{"local_tp":1,"local_rank":0,"remote_tp":1,"total_kv_heads":2,"use_mla":false,"has_mamba":false,"mla":true},
+            "block_size_ratio":1},"output":{"descriptors":[]}}"#,
+    ));
+    assert!(mapping_typo.unwrap_err().contains("mla"));
+
+    let conv = |ranges: &str| {
+        run_case(&case(&format!(
+            r#"{{"name":"x","op":"mamba_local_conv_offsets","input":{{"model":"nemotron-3-nano-30b","engine":{{"tp_size":2}}}},"output":{{"ranges":{ranges}}}}}"#
+        )))
+    };
+    assert_eq!(conv(r#"[{"offset":0,"size":12288},{"offset":12288,"size":3072},{"offset":15360,"size":3072}]"#), Ok(()));
+    assert!(conv(r#"[{"offset":0,"size":12288},{"offset":12288,"size":3072}]"#).is_err());
+
+    // model_preset: the full key set, and a changed fingerprint fails.
+    let m = match execute("model_preset", obj(&case(r#"{"model":"nemotron-3-nano-30b"}"#)).unwrap()).unwrap() {
+        Outcome::Output(Json::Obj(m)) => m,
+        _ => panic!("model_preset did not produce an object"),
+    };
+    assert_eq!(m.len(), 21, "{:?}", m.keys());
+    let mut wrong = m.clone();
+    wrong.insert("model_fingerprint".into(), Json::Str("0000000000000000".into()));
+    assert!(compare("output", &Json::Obj(wrong), &Json::Obj(m)).unwrap().contains("model_fingerprint"));
+    // model_hf_config: malformed JSON is a library PARSE error, not a runner failure.
+    let bad = execute("model_hf_config", obj(&case(r#"{"json":"{"}"#)).unwrap()).unwrap();
+    assert!(matches!(bad, Outcome::Failed(e) if e.status() == Status::Parse));
+
+    // transfer_plan_json: the dump is split into lines; the first and last are the braces.
+    let plan_input = r#"{"model":"nemotron-3-nano-30b","decode_rank":1,
+        "prefill":{"engine":{"tp_size":2}},"decode":{"engine":{"tp_size":2}},
+        "groups":[{"kind":"attention","local_blocks":[3,4],"remote_blocks":[7,8],"remote_computed_tokens":2106}]}"#;
+    let lines = match execute("transfer_plan_json", obj(&case(plan_input)).unwrap()).unwrap() {
+        Outcome::Output(Json::Obj(m)) => m["lines"].clone(),
+        _ => panic!("transfer_plan_json did not produce an object"),
+    };
+    let Json::Arr(l) = &lines else { panic!("lines is not an array") };
+    assert_eq!((l.first(), l.last()), (Some(&Json::Str("{".into())), Some(&Json::Str("}".into()))));
+    assert_eq!(l[1], Json::Str("  \"d_rank\": 1,".into()));
+    let mut changed = l.clone();
+    changed[1] = Json::Str("  \"d_rank\": 0,".into());
+    assert!(compare("output", &Json::Arr(changed), &lines).is_some());
 }
