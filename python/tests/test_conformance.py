@@ -536,10 +536,30 @@ def _side_metadata(side: Input) -> pdkv.EngineMetadata:
         return pdkv.EngineMetadata.from_model(model, cfg, lay)
 
 
+def _report_items(report: pdkv.HandshakeReport, i: Input) -> List[Dict[str, Any]]:
+    """A report's items as ``{status, field}``; checks the optional ``item_messages_contain``
+    input (one array of substrings per item, a different length fails the case)."""
+    items = report.items()
+    if len(items) != len(report):
+        raise VectorError("HandshakeReport.items() length differs from len(report)")
+    if "item_messages_contain" in i.obj:
+        want = i.raw("item_messages_contain")
+        if not isinstance(want, list):
+            raise VectorError("item_messages_contain must be an array")
+        if len(want) != len(items):
+            raise VectorError(f"item_messages_contain has {len(want)} entries for {len(items)} items")
+        for n, (subs, item) in enumerate(zip(want, items)):
+            if not isinstance(subs, list) or any(not isinstance(x, str) for x in subs):
+                raise VectorError("item_messages_contain entries must be arrays of strings")
+            for sub in subs:
+                assert sub in item.message, f"item {n} message {item.message!r} lacks {sub!r}"
+    return [{"status": pdkv.status_name(it.status), "field": it.field} for it in items]
+
+
 def op_handshake_validate(i: Input) -> Dict[str, Any]:
     with _side_metadata(i.sub("local")) as local, _side_metadata(i.sub("remote")) as remote:
         with pdkv.handshake_validate(local, remote) as report:
-            items = [{"status": pdkv.status_name(it.status), "field": it.field} for it in report]
+            items = _report_items(report, i)
             report_compatible = report.compatible
         try:
             pdkv.handshake_require_compatible(local, remote)
@@ -551,7 +571,10 @@ def op_handshake_validate(i: Input) -> Dict[str, Any]:
         return {"items": items, "compatible": compatible}
 
 
-def op_transfer_plan(i: Input) -> Dict[str, Any]:
+def _compiled_plan(i: Input, stack: contextlib.ExitStack) -> pdkv.TransferPlan:
+    """The plan of a ``transfer_plan`` / ``transfer_plan_json`` case: P and D metadata (every P
+    rank with its own ``tp_rank``, D with ``decode_rank``), both geometries, a plan context with
+    the mapping derived from the metadata; compiled and re-validated. Handles live on ``stack``."""
     name = i.str("model")
     p_in, d_in = i.sub("prefill"), i.sub("decode")
     d_rank = i.int("decode_rank")
@@ -559,25 +582,30 @@ def op_transfer_plan(i: Input) -> Dict[str, Any]:
     p_layout, d_layout = _optional_layout(p_in), _optional_layout(d_in)
     p_in.check_all_used()
     d_in.check_all_used()
+    groups = []
+    for g in i.obj_list("groups"):
+        regions = tuple(g.ints("regions")) if "regions" in g.obj else ()
+        groups.append(pdkv.PlanGroup(trim_input(g), regions))
+        g.check_all_used()
+    model = stack.enter_context(pdkv.Model.from_preset(name))
+    local = stack.enter_context(
+        pdkv.EngineMetadata.from_model(model, d_cfg, dataclasses.replace(d_layout, tp_rank=d_rank))
+    )
+    remote = [
+        stack.enter_context(pdkv.EngineMetadata.from_model(model, p_cfg, dataclasses.replace(p_layout, tp_rank=p)))
+        for p in range(p_cfg.tp_size)
+    ]
+    dg = stack.enter_context(pdkv.Geometry(model, d_cfg))
+    pg = stack.enter_context(pdkv.Geometry(model, p_cfg))
+    ctx = stack.enter_context(pdkv.PlanContext(local, remote, local_geometry=dg, remote_geometry=pg))
+    plan = stack.enter_context(ctx.compile(groups))
+    plan.validate(ctx, groups)
+    return plan
+
+
+def op_transfer_plan(i: Input) -> Dict[str, Any]:
     with contextlib.ExitStack() as stack:
-        model = stack.enter_context(pdkv.Model.from_preset(name))
-        local = stack.enter_context(
-            pdkv.EngineMetadata.from_model(model, d_cfg, dataclasses.replace(d_layout, tp_rank=d_rank))
-        )
-        remote = [
-            stack.enter_context(pdkv.EngineMetadata.from_model(model, p_cfg, dataclasses.replace(p_layout, tp_rank=p)))
-            for p in range(p_cfg.tp_size)
-        ]
-        dg = stack.enter_context(pdkv.Geometry(model, d_cfg))
-        pg = stack.enter_context(pdkv.Geometry(model, p_cfg))
-        ctx = stack.enter_context(pdkv.PlanContext(local, remote, local_geometry=dg, remote_geometry=pg))
-        groups = []
-        for g in i.obj_list("groups"):
-            regions = tuple(g.ints("regions")) if "regions" in g.obj else ()
-            groups.append(pdkv.PlanGroup(trim_input(g), regions))
-            g.check_all_used()
-        plan = stack.enter_context(ctx.compile(groups))
-        plan.validate(ctx, groups)
+        plan = _compiled_plan(i, stack)
         info = plan.info()
         read_ranks, notify_ranks = plan.read_ranks(), plan.notify_ranks()
         if (len(read_ranks), len(notify_ranks)) != (info.num_read_ranks, info.num_notify_ranks):
@@ -619,6 +647,220 @@ def op_transfer_plan(i: Input) -> Dict[str, Any]:
             "mamba_bytes": info.mamba_bytes,
             "empty": info.empty,
         }
+
+
+# ---- issue #4 ops: descriptor builders, conv-offset helpers, model description, engine-rank
+# validation, plan JSON ------------------------------------------------------------------------
+
+
+def _regions(i: Input, key: str) -> List[pdkv.Region]:
+    """An array of ``{base, block_len, num_blocks}`` (pdkv_region_t) as Regions."""
+    out = []
+    for r in i.obj_list(key):
+        out.append(pdkv.Region(r.int("base"), r.int("block_len"), r.int("num_blocks")))
+        r.check_all_used()
+    return out
+
+
+def _descriptors(lst: pdkv.DescriptorList) -> Dict[str, Any]:
+    """The ``descriptors`` output of a descriptor list (closes it)."""
+    with lst:
+        items = lst.items()
+        if len(lst) != len(items) or tuple(lst) != items:
+            raise VectorError("DescriptorList len()/iteration disagree with items()")
+        return {"descriptors": [{"addr": d.addr, "len": d.len} for d in items]}
+
+
+def _mapping(m: Input) -> pdkv.TpMapping:
+    """A TpMapping from an object with the ``tp_mapping`` input keys."""
+    args = dict(
+        local_tp=m.int("local_tp"),
+        local_rank=m.int("local_rank"),
+        remote_tp=m.int("remote_tp"),
+        total_kv_heads=m.int("total_kv_heads"),
+        use_mla=m.bool("use_mla"),
+        has_mamba=m.bool("has_mamba"),
+    )
+    m.check_all_used()
+    return pdkv.TpMapping(**args)
+
+
+def op_attention_local_descriptors(i: Input) -> Dict[str, Any]:
+    regions, bsr = _regions(i, "regions"), i.int("block_size_ratio")
+    return _descriptors(pdkv.attention_local_descriptors(regions, bsr))
+
+
+def op_attention_remote_descriptors(i: Input) -> Dict[str, Any]:
+    local, remote = _regions(i, "local_regions"), _regions(i, "remote_regions")
+    mapping_in, bsr = i.sub("mapping"), i.int("block_size_ratio")
+    with _mapping(mapping_in) as m:
+        return _descriptors(pdkv.attention_remote_descriptors(local, remote, m, bsr))
+
+
+def op_attention_split_descriptors(i: Input) -> Dict[str, Any]:
+    regions, mapping_in = _regions(i, "regions"), i.sub("mapping")
+    bsr, p_rank = i.int("block_size_ratio"), i.int("p_rank")
+    with _mapping(mapping_in) as m, pdkv.attention_local_descriptors(regions, bsr) as local:
+        return _descriptors(pdkv.attention_split_descriptors(local, m, bsr, p_rank))
+
+
+def _model_engine(i: Input) -> Tuple[str, pdkv.EngineConfig]:
+    """The ``model`` and ``engine`` keys of a case."""
+    return i.str("model"), engine(i.sub("engine"))
+
+
+def op_mamba_local_descriptors(i: Input) -> Dict[str, Any]:
+    name, cfg = _model_engine(i)
+    regions, ppl = _regions(i, "regions"), i.int("ppl")
+    with pdkv.Model.from_preset(name) as model, pdkv.Geometry(model, cfg) as g:
+        return _descriptors(pdkv.mamba_local_descriptors(regions, ppl, g))
+
+
+def _mamba_reads_case(
+    i: Input, regions_key: str, ppl_key: str, build: Callable[..., pdkv.DescriptorList], on_prefill: bool
+) -> Dict[str, Any]:
+    """``mamba_remote_descriptors`` (P's regions, ``on_prefill``) / ``mamba_local_split_descriptors``
+    (D's regions): the reads of (model, prefill, decode, decode_rank, rule) for ``p_rank``."""
+    name = i.str("model")
+    p_cfg, d_cfg = engine(i.sub("prefill")), engine(i.sub("decode"))
+    d_rank = i.int("decode_rank")
+    rule = {"pdkv": pdkv.MambaReadsRule.PDKV, "vllm": pdkv.MambaReadsRule.VLLM}.get(i.str("rule"))
+    if rule is None:
+        raise VectorError(f"unknown rule {i.obj['rule']!r}")
+    regions, ppl, p_rank = _regions(i, regions_key), i.int(ppl_key), i.int("p_rank")
+    with pdkv.Model.from_preset(name) as model, pdkv.Geometry(model, p_cfg) as pg, pdkv.Geometry(model, d_cfg) as dg:
+        with pdkv.MambaReadList(pg, dg, d_rank, rule) as reads:
+            return _descriptors(build(regions, ppl, pg if on_prefill else dg, reads, p_rank))
+
+
+def op_mamba_remote_descriptors(i: Input) -> Dict[str, Any]:
+    return _mamba_reads_case(i, "p_regions", "p_ppl", pdkv.mamba_remote_descriptors, True)
+
+
+def op_mamba_local_split_descriptors(i: Input) -> Dict[str, Any]:
+    return _mamba_reads_case(i, "d_regions", "d_ppl", pdkv.mamba_local_split_descriptors, False)
+
+
+def _ranges_out(ranges: Any) -> List[Dict[str, Any]]:
+    return [{"offset": r.offset, "size": r.size} for r in ranges]
+
+
+def op_mamba_local_conv_offsets(i: Input) -> Dict[str, Any]:
+    name, cfg = _model_engine(i)
+    with pdkv.Model.from_preset(name) as model, pdkv.Geometry(model, cfg) as g:
+        return {"ranges": _ranges_out(g.mamba_local_conv_offsets())}
+
+
+def op_mamba_remote_conv_offsets(i: Input) -> Dict[str, Any]:
+    name, cfg = _model_engine(i)
+    rank, ratio = i.int("local_rank"), i.int("tp_ratio")
+    with pdkv.Model.from_preset(name) as model, pdkv.Geometry(model, cfg) as g:
+        return {"ranges": _ranges_out(g.mamba_remote_conv_offsets(rank, ratio))}
+
+
+def op_mamba_ssm_read_range(i: Input) -> Dict[str, Any]:
+    name, cfg = _model_engine(i)
+    rc, rs = i.int("remote_conv_bytes"), i.int("remote_ssm_bytes")
+    rank, ratio = i.int("local_rank"), i.int("tp_ratio")
+    with pdkv.Model.from_preset(name) as model, pdkv.Geometry(model, cfg) as g:
+        r = g.mamba_ssm_read_range(rc, rs, rank, ratio)
+        return {"offset": r.offset, "size": r.size}
+
+
+def model_fields(model: pdkv.Model) -> Dict[str, Any]:
+    """The model keys of docs/conformance.md: ``describe()`` + ``layer_counts()`` + fingerprint."""
+    d = model.describe()
+    if model.name != d.name:
+        raise VectorError("Model.name disagrees with describe().name")
+    attention, mamba = model.layer_counts()
+    return {
+        "name": d.name,
+        "num_kv_heads": d.num_kv_heads,
+        "head_size": d.head_size,
+        "head_size_v": d.head_size_v,
+        "use_mla": d.use_mla,
+        "sliding_window": d.sliding_window,
+        "mamba_type": pdkv.mamba_type_name(d.mamba_type),
+        "mamba_num_heads": d.mamba_num_heads,
+        "mamba_head_dim": d.mamba_head_dim,
+        "mamba_d_state": d.mamba_d_state,
+        "mamba_n_groups": d.mamba_n_groups,
+        "mamba_d_inner": d.mamba_d_inner,
+        "mamba_conv_kernel": d.mamba_conv_kernel,
+        "mamba_chunk_size": d.mamba_chunk_size,
+        "mamba_conv_rows_include_spec": d.mamba_conv_rows_include_spec,
+        "dtype_bytes": d.dtype_bytes,
+        "default_ssm_dtype_bytes": d.default_ssm_dtype_bytes,
+        "layer_pattern": d.layer_pattern,
+        "num_attention_layers": attention,
+        "num_mamba_layers": mamba,
+        "model_fingerprint": f"{pdkv.model_fingerprint(model):016x}",
+    }
+
+
+_MODEL_KEYS = {
+    "name",
+    "num_kv_heads",
+    "head_size",
+    "head_size_v",
+    "use_mla",
+    "sliding_window",
+    "mamba_type",
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "mamba_d_state",
+    "mamba_n_groups",
+    "mamba_d_inner",
+    "mamba_conv_kernel",
+    "mamba_chunk_size",
+    "mamba_conv_rows_include_spec",
+    "dtype_bytes",
+    "default_ssm_dtype_bytes",
+    "layer_pattern",
+    "num_attention_layers",
+    "num_mamba_layers",
+    "model_fingerprint",
+}
+
+
+def op_model_preset(i: Input) -> Dict[str, Any]:
+    with pdkv.Model.from_preset(i.str("model")) as model:
+        return model_fields(model)
+
+
+def op_model_hf_config(i: Input) -> Dict[str, Any]:
+    text = i.str("json")
+    name = i.str("name") if "name" in i.obj else None
+    with pdkv.Model.from_hf_config_json(text, name) as model:
+        out = model_fields(model)
+    # The bytes form of the same text gives the same model.
+    with pdkv.Model.from_hf_config_json(text.encode("utf-8"), name) as again:
+        if model_fields(again) != out:
+            raise VectorError("from_hf_config_json(bytes) differs from the str form")
+    return out
+
+
+def op_handshake_validate_engine_ranks(i: Input) -> Dict[str, Any]:
+    sides = i.obj_list("ranks")
+    with contextlib.ExitStack() as stack:
+        ranks = [stack.enter_context(_side_metadata(s)) for s in sides]
+        with pdkv.handshake_validate_engine_ranks(ranks) as report:
+            items = _report_items(report, i)
+            if report.compatible != (not items):
+                raise VectorError("HandshakeReport.compatible disagrees with its items")
+            return {"items": items}
+
+
+def op_transfer_plan_json(i: Input) -> Dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        plan = _compiled_plan(i, stack)
+        text = plan.to_json()
+        # The caller-buffer form gives the same text, and to_dict() parses it.
+        if plan.to_json_buffered() != text:
+            raise VectorError("TransferPlan.to_json_buffered() differs from to_json()")
+        if plan.to_dict() != json.loads(text):
+            raise VectorError("TransferPlan.to_dict() differs from the parsed to_json()")
+        return {"lines": text.split("\n")}
 
 
 _METADATA_KEYS = {
@@ -736,6 +978,19 @@ OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
             "empty",
         },
     ),
+    "attention_local_descriptors": (op_attention_local_descriptors, {"descriptors"}),
+    "attention_remote_descriptors": (op_attention_remote_descriptors, {"descriptors"}),
+    "attention_split_descriptors": (op_attention_split_descriptors, {"descriptors"}),
+    "mamba_local_descriptors": (op_mamba_local_descriptors, {"descriptors"}),
+    "mamba_remote_descriptors": (op_mamba_remote_descriptors, {"descriptors"}),
+    "mamba_local_split_descriptors": (op_mamba_local_split_descriptors, {"descriptors"}),
+    "mamba_local_conv_offsets": (op_mamba_local_conv_offsets, {"ranges"}),
+    "mamba_remote_conv_offsets": (op_mamba_remote_conv_offsets, {"ranges"}),
+    "mamba_ssm_read_range": (op_mamba_ssm_read_range, {"offset", "size"}),
+    "model_preset": (op_model_preset, set(_MODEL_KEYS)),
+    "model_hf_config": (op_model_hf_config, set(_MODEL_KEYS)),
+    "handshake_validate_engine_ranks": (op_handshake_validate_engine_ranks, {"items"}),
+    "transfer_plan_json": (op_transfer_plan_json, {"lines"}),
 }
 
 
@@ -863,6 +1118,45 @@ def test_runner_fails_on_unknown_input_key() -> None:
         )
 
 
+def _first_case(op: str, pred: Callable[[Dict[str, Any]], bool]) -> Dict[str, Any]:
+    """The first vector case of ``op`` satisfying ``pred`` (the self-tests below need one)."""
+    case = next((c for _, c in CASES if isinstance(c, dict) and c.get("op") == op and pred(c)), None)
+    assert case is not None, f"no {op} vector for this self-test"
+    return case
+
+
+@pytest.mark.parametrize("op", ["handshake_validate", "handshake_validate_engine_ranks"])
+def test_runner_checks_item_messages_contain(op: str) -> None:
+    """A substring missing from an item's message, or an entry count differing from the item
+    count, fails the case; the unmodified case passes."""
+    case = _first_case(op, lambda c: bool(c["input"].get("item_messages_contain")))
+    run_case(case)
+    want = case["input"]["item_messages_contain"]
+    bad_sub = [list(w) for w in want]
+    bad_sub[0] = bad_sub[0] + ["<not in any message>"]
+    with pytest.raises(AssertionError, match="lacks"):
+        run_case({**case, "input": {**case["input"], "item_messages_contain": bad_sub}})
+    with pytest.raises(VectorError, match="entries for"):
+        run_case({**case, "input": {**case["input"], "item_messages_contain": want + [[]]}})
+
+
+def test_runner_fails_on_extra_output_key() -> None:
+    case = _first_case("model_preset", lambda c: "output" in c)
+    with pytest.raises(VectorError, match="output keys"):
+        run_case({**case, "output": {**case["output"], "source": "x"}})
+
+
+def test_runner_fails_on_unknown_nested_input_key() -> None:
+    """A typo inside a region object or a mapping object is not silently ignored."""
+    case = _first_case("attention_remote_descriptors", lambda c: "output" in c)
+    regions = [dict(r) for r in case["input"]["local_regions"]]
+    regions[0]["typo"] = 1
+    with pytest.raises(VectorError, match="unknown input"):
+        run_case({**case, "input": {**case["input"], "local_regions": regions}})
+    with pytest.raises(VectorError, match="unknown input"):
+        run_case({**case, "input": {**case["input"], "mapping": {**case["input"]["mapping"], "typo": 1}}})
+
+
 def test_runner_fails_on_missing_output_key() -> None:
     with pytest.raises(VectorError, match="output keys"):
         run_case({"name": "x", "op": "physical_head_range", "input": {"tp": 2, "total_kv_heads": 4, "rank": 1}, "output": {"begin": 2}})
@@ -897,6 +1191,19 @@ def test_every_op_has_a_vector() -> None:
     """Every op the runner implements is exercised by at least one vector case."""
     seen = {c.get("op") for _, c in CASES if isinstance(c, dict)}
     assert set(OPS) <= seen, f"ops without vectors: {sorted(set(OPS) - seen)}"
+
+
+def test_runner_implements_every_documented_op() -> None:
+    """The runner's ops are exactly the rows of the ops table of docs/conformance.md."""
+    import re
+
+    doc = (VECTORS_DIR.parent.parent / "docs" / "conformance.md").read_text()
+    documented = set(re.findall(r"^\| `([a-z0-9_]+)` \|", doc, flags=re.M))
+    assert documented, "no ops table found in docs/conformance.md"
+    assert documented == set(OPS), (
+        f"documented but not implemented: {sorted(documented - set(OPS))}; "
+        f"implemented but not documented: {sorted(set(OPS) - documented)}"
+    )
 
 
 def _perturbed(v: Any) -> Any:
