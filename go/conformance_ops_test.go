@@ -2,27 +2,32 @@ package pdkv
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 )
 
 // Runners for the issue #3 ops of docs/conformance.md (trimming, scheduler helpers, zeroing,
-// Mamba descriptor ids, CRC-32C, metadata, handshake and transfer plans).
+// Mamba descriptor ids, CRC-32C, metadata, handshake and transfer plans) and their issue #4
+// relatives handshake_validate_engine_ranks and transfer_plan_json.
 func init() {
 	for name, op := range map[string]opFunc{
-		"trim_group":                 opTrimGroup,
-		"mamba_aligned_split_v0604":  opAlignedSplitV0604,
-		"mamba_aligned_split":        opAlignedSplit,
-		"truncate_for_remote_decode": opTruncate,
-		"receive_zero_ranges":        opReceiveZeroRanges,
-		"uncovered_token_ranges":     opUncoveredTokenRanges,
-		"mamba_descriptor_ids":       opMambaDescriptorIDs,
-		"crc32c":                     opCRC32C,
-		"metadata_roundtrip":         opMetadataRoundtrip,
-		"metadata_decode":            opMetadataDecode,
-		"handshake_validate":         opHandshakeValidate,
-		"transfer_plan":              opTransferPlan,
+		"trim_group":                      opTrimGroup,
+		"mamba_aligned_split_v0604":       opAlignedSplitV0604,
+		"mamba_aligned_split":             opAlignedSplit,
+		"truncate_for_remote_decode":      opTruncate,
+		"receive_zero_ranges":             opReceiveZeroRanges,
+		"uncovered_token_ranges":          opUncoveredTokenRanges,
+		"mamba_descriptor_ids":            opMambaDescriptorIDs,
+		"crc32c":                          opCRC32C,
+		"metadata_roundtrip":              opMetadataRoundtrip,
+		"metadata_decode":                 opMetadataDecode,
+		"handshake_validate":              opHandshakeValidate,
+		"transfer_plan":                   opTransferPlan,
+		"transfer_plan_json":              opTransferPlanJSON,
+		"handshake_validate_engine_ranks": opHandshakeValidateEngineRanks,
 	} {
 		if _, dup := ops[name]; dup {
 			panic("duplicate op " + name)
@@ -273,7 +278,7 @@ func opMetadataRoundtrip(t *testing.T, i *in) (out, error) {
 		return nil, err
 	}
 	if string(buf) != string(enc) {
-		t.Errorf("caller-buffer encoding (%d B) differs from the owned one (%d B)", len(buf), len(enc))
+		return nil, fmt.Errorf("caller-buffer encoding (%d B) differs from the owned one (%d B)", len(buf), len(enc))
 	}
 	back, err := DecodeEngineMetadata(enc)
 	if err != nil {
@@ -281,7 +286,7 @@ func opMetadataRoundtrip(t *testing.T, i *in) (out, error) {
 	}
 	defer back.Close()
 	if eq, err := back.Equal(md); err != nil || !eq {
-		t.Errorf("decoded metadata is not equal to the original (%v)", err)
+		return nil, fmt.Errorf("decoded metadata is not equal to the original (%v)", err)
 	}
 	o, err := metadataFields(back, enc)
 	if err != nil {
@@ -301,25 +306,83 @@ func opMetadataDecode(t *testing.T, i *in) (out, error) {
 	return metadataFields(md, data)
 }
 
-// sideInput reads a {model, engine, layout} object.
-func sideInput(t *testing.T, o *in) (*EngineMetadata, error) {
-	name := o.str("model")
-	cfg, cfgErr := engineConfig(o.obj("engine"))
-	return buildMetadata(t, name, cfg, cfgErr, layoutInput(o, "layout"))
+// sideSpec is a {model, engine, layout} input object, read before any library call.
+type sideSpec struct {
+	model  string
+	cfg    EngineConfig
+	cfgErr error
+	layout EngineLayout
+}
+
+// readSide reads every key of a {model, engine, layout} object.
+func readSide(o *in) sideSpec {
+	s := sideSpec{model: o.str("model")}
+	s.cfg, s.cfgErr = engineConfig(o.obj("engine"))
+	s.layout = layoutInput(o, "layout")
+	return s
+}
+
+// build builds the side's metadata (closed at the end of the test).
+func (s sideSpec) build(t *testing.T) (*EngineMetadata, error) {
+	return buildMetadata(t, s.model, s.cfg, s.cfgErr, s.layout)
+}
+
+// itemMessagesInput reads the optional item_messages_contain input: one array of strings per
+// report item (nil when absent).
+func itemMessagesInput(i *in) [][]string {
+	if !i.has("item_messages_contain") {
+		return nil
+	}
+	a := i.array("item_messages_contain")
+	want := make([][]string, len(a))
+	for k, v := range a {
+		sub, ok := v.([]interface{})
+		if !ok {
+			panic(badVector{fmt.Sprintf("input item_messages_contain[%d] is not an array", k)})
+		}
+		want[k] = []string{}
+		for j, x := range sub {
+			str, ok := x.(string)
+			if !ok {
+				panic(badVector{fmt.Sprintf("input item_messages_contain[%d][%d] is not a string", k, j)})
+			}
+			want[k] = append(want[k], str)
+		}
+	}
+	return want
+}
+
+// reportItems is the {status, field} output of a handshake report. When want is not nil
+// (item_messages_contain was given) it must have one entry per item and each item's Message
+// must contain every string of its entry; a mismatch is returned as a (non-pdkv) error that
+// fails the case.
+func reportItems(items []Incompatibility, want [][]string) ([]interface{}, error) {
+	if want != nil && len(want) != len(items) {
+		return nil, fmt.Errorf("item_messages_contain has %d entries for %d items", len(want), len(items))
+	}
+	io := make([]interface{}, len(items))
+	for k, it := range items {
+		if want != nil {
+			for _, sub := range want[k] {
+				if !strings.Contains(it.Message, sub) {
+					return nil, fmt.Errorf("item %d message %q does not contain %q", k, it.Message, sub)
+				}
+			}
+		}
+		io[k] = out2{"status": it.Status.String(), "field": it.Field}
+	}
+	return io, nil
 }
 
 func opHandshakeValidate(t *testing.T, i *in) (out, error) {
-	lo, ro := i.obj("local"), i.obj("remote")
 	// Read both sides' keys before the first call that may fail.
-	lName, rName := lo.str("model"), ro.str("model")
-	lCfg, lErr := engineConfig(lo.obj("engine"))
-	rCfg, rErr := engineConfig(ro.obj("engine"))
-	lLayout, rLayout := layoutInput(lo, "layout"), layoutInput(ro, "layout")
-	local, err := buildMetadata(t, lName, lCfg, lErr, lLayout)
+	ls, rs := readSide(i.obj("local")), readSide(i.obj("remote"))
+	want := itemMessagesInput(i)
+	local, err := ls.build(t)
 	if err != nil {
 		return nil, err
 	}
-	remote, err := buildMetadata(t, rName, rCfg, rErr, rLayout)
+	remote, err := rs.build(t)
 	if err != nil {
 		return nil, err
 	}
@@ -327,14 +390,53 @@ func opHandshakeValidate(t *testing.T, i *in) (out, error) {
 	if err != nil {
 		return nil, err
 	}
-	io := make([]interface{}, len(items))
-	for k, it := range items {
-		io[k] = out2{"status": it.Status.String(), "field": it.Field}
+	io, err := reportItems(items, want)
+	if err != nil {
+		return nil, err
 	}
-	return out{"items": io, "compatible": HandshakeRequireCompatible(local, remote) == nil}, nil
+	rerr := HandshakeRequireCompatible(local, remote)
+	if rerr != nil && !errors.Is(rerr, ErrIncompatible) {
+		return nil, fmt.Errorf("require_compatible returned an unexpected error: %w", rerr)
+	}
+	if (rerr == nil) != (len(items) == 0) {
+		return nil, fmt.Errorf("require_compatible (%v) disagrees with the report (%d items)", rerr, len(items))
+	}
+	return out{"items": io, "compatible": rerr == nil}, nil
 }
 
-func opTransferPlan(t *testing.T, i *in) (out, error) {
+func opHandshakeValidateEngineRanks(t *testing.T, i *in) (out, error) {
+	var specs []sideSpec
+	for _, r := range i.objs("ranks") {
+		specs = append(specs, readSide(r))
+	}
+	want := itemMessagesInput(i)
+	ranks := make([]*EngineMetadata, 0, len(specs))
+	for _, s := range specs {
+		md, err := s.build(t)
+		if err != nil {
+			return nil, err
+		}
+		ranks = append(ranks, md)
+	}
+	items, err := HandshakeValidateEngineRanks(ranks)
+	if err != nil {
+		return nil, err
+	}
+	io, err := reportItems(items, want)
+	if err != nil {
+		return nil, err
+	}
+	return out{"items": io}, nil
+}
+
+func opTransferPlan(t *testing.T, i *in) (out, error) { return transferPlanCase(t, i, false) }
+
+func opTransferPlanJSON(t *testing.T, i *in) (out, error) { return transferPlanCase(t, i, true) }
+
+// transferPlanCase builds, compiles and re-validates the plan of a transfer_plan case; asJSON
+// returns the transfer_plan_json output (the dump split at newlines, after checking that the
+// caller-buffer form gives the same text) instead of the transfer_plan one.
+func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 	name := i.str("model")
 	po, do := i.obj("prefill"), i.obj("decode")
 	pCfg, pErr := engineConfig(po.obj("engine"))
@@ -397,6 +499,20 @@ func opTransferPlan(t *testing.T, i *in) (out, error) {
 	if err := plan.Validate(ctx, groups); err != nil {
 		return nil, err
 	}
+	if asJSON {
+		text, err := plan.JSON()
+		if err != nil {
+			return nil, err
+		}
+		buf, err := plan.AppendJSON([]byte("prefix:"))
+		if err != nil {
+			return nil, err
+		}
+		if string(buf) != "prefix:"+text {
+			return nil, fmt.Errorf("AppendJSON text (%d B) differs from JSON (%d B)", len(buf)-len("prefix:"), len(text))
+		}
+		return out{"lines": strings.Split(text, "\n")}, nil
+	}
 	info, err := plan.Info()
 	if err != nil {
 		return nil, err
@@ -409,8 +525,13 @@ func opTransferPlan(t *testing.T, i *in) (out, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(readRanks) != info.NumReadRanks || len(notify) != info.NumNotifyRanks {
+		return nil, fmt.Errorf("plan info counts (%d read, %d notify) disagree with the lists %v, %v",
+			info.NumReadRanks, info.NumNotifyRanks, readRanks, notify)
+	}
 	reads := make([]interface{}, info.PTp)
 	rankBytes := make([]uint64, info.PTp)
+	total := uint64(0)
 	for p := uint32(0); p < info.PTp; p++ {
 		rs, bytes, err := plan.RankReads(p)
 		if err != nil {
@@ -421,7 +542,7 @@ func opTransferPlan(t *testing.T, i *in) (out, error) {
 			sum += r.Length
 		}
 		if sum != bytes {
-			t.Errorf("P rank %d: rank bytes %d != sum of read lengths %d", p, bytes, sum)
+			return nil, fmt.Errorf("P rank %d: rank bytes %d != sum of read lengths %d", p, bytes, sum)
 		}
 		sort.SliceStable(rs, func(a, b int) bool {
 			if rs[a].LocalRegion != rs[b].LocalRegion {
@@ -436,6 +557,10 @@ func opTransferPlan(t *testing.T, i *in) (out, error) {
 		}
 		reads[p] = ro
 		rankBytes[p] = bytes
+		total += bytes
+	}
+	if total != info.Bytes {
+		return nil, fmt.Errorf("plan bytes %d differ from the per-rank sum %d", info.Bytes, total)
 	}
 	gz := make([]interface{}, info.NumGroups)
 	for g := 0; g < info.NumGroups; g++ {

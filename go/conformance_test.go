@@ -556,66 +556,75 @@ func compare(path string, expected, actual interface{}) []string {
 	return nil
 }
 
-// runCase executes one case and reports every mismatch.
+// runCase executes one case and reports every mismatch as a failure of t.
 func runCase(t *testing.T, c vectorCase) {
+	for _, e := range evalCase(t, c) {
+		t.Error(e)
+	}
+}
+
+// evalCase executes one case and returns every mismatch (empty: the case passed). Unknown ops,
+// malformed cases, input keys the op does not define, output keys missing from or added to the
+// vector, wrong statuses, missing message parts and runner-side consistency checks (a non-pdkv
+// error returned by an op) all fail the case. t only scopes the cleanup of library objects.
+func evalCase(t *testing.T, c vectorCase) (failures []string) {
 	defer func() {
 		if r := recover(); r != nil {
-			if b, ok := r.(badVector); ok {
-				t.Fatalf("malformed case: %s", b.msg)
+			b, ok := r.(badVector)
+			if !ok {
+				panic(r)
 			}
-			panic(r)
+			failures = append(failures, "malformed case: "+b.msg)
 		}
 	}()
 	op, ok := ops[c.Op]
 	if !ok {
-		t.Fatalf("unknown op %q: the Go runner cannot execute it", c.Op)
+		return []string{fmt.Sprintf("unknown op %q: the Go runner cannot execute it", c.Op)}
 	}
 	if (c.Output == nil) == (c.Error == nil) {
-		t.Fatalf("a case needs exactly one of output / error")
+		return []string{"a case needs exactly one of output / error"}
 	}
 	if c.Input == nil {
-		t.Fatalf("case has no input object")
+		return []string{"case has no input object"}
 	}
 	input := newIn("input", c.Input)
 	got, err := op(t, input)
 	if u := input.unused(); len(u) > 0 {
-		t.Fatalf("input keys the op does not define: %v", u)
+		return []string{fmt.Sprintf("input keys the op does not define: %v", u)}
 	}
 	if c.Error != nil {
 		if err == nil {
-			t.Fatalf("expected %s, the call succeeded with %v", c.Error.Status, got)
+			return []string{fmt.Sprintf("expected %s, the call succeeded with %v", c.Error.Status, got)}
 		}
 		var pe *Error
 		if !errors.As(err, &pe) {
-			t.Fatalf("expected a *pdkv.Error, got %T: %v", err, err)
+			return []string{fmt.Sprintf("expected a *pdkv.Error, got %T: %v", err, err)}
 		}
 		want, known := StatusFromName(c.Error.Status)
 		if !known {
-			t.Fatalf("unknown status name %q in the vector", c.Error.Status)
+			return []string{fmt.Sprintf("unknown status name %q in the vector", c.Error.Status)}
 		}
 		if pe.Status != want || pe.Status.String() != c.Error.Status {
-			t.Errorf("status: expected %s, got %s (%s)", c.Error.Status, pe.Status, pe.Message)
+			failures = append(failures, fmt.Sprintf("status: expected %s, got %s (%s)", c.Error.Status, pe.Status, pe.Message))
 		}
 		if !errors.Is(err, &Error{Status: want}) {
-			t.Errorf("errors.Is does not match the %s sentinel", c.Error.Status)
+			failures = append(failures, fmt.Sprintf("errors.Is does not match the %s sentinel", c.Error.Status))
 		}
 		for _, s := range c.Error.MessageContains {
 			if !strings.Contains(pe.Message, s) {
-				t.Errorf("message %q does not contain %q", pe.Message, s)
+				failures = append(failures, fmt.Sprintf("message %q does not contain %q", pe.Message, s))
 			}
 		}
-		return
+		return failures
 	}
 	if err != nil {
-		t.Fatalf("unexpected error: %v", err)
+		return []string{fmt.Sprintf("unexpected error: %v", err)}
 	}
 	actual, err := normalise(map[string]interface{}(got))
 	if err != nil {
-		t.Fatalf("cannot normalise the output: %v", err)
+		return []string{fmt.Sprintf("cannot normalise the output: %v", err)}
 	}
-	for _, e := range compare("output", map[string]interface{}(c.Output), actual) {
-		t.Error(e)
-	}
+	return compare("output", map[string]interface{}(c.Output), actual)
 }
 
 // TestConformance runs every case of every tests/vectors/*.json file through the Go API.
@@ -627,7 +636,7 @@ func TestConformance(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no conformance vectors found under ../tests/vectors")
 	}
-	total := 0
+	total, passed := 0, 0
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -644,6 +653,7 @@ func TestConformance(t *testing.T) {
 			t.Fatalf("%s: no cases", f)
 		}
 		seen := map[string]bool{}
+		filePassed := 0
 		for _, c := range vf.Cases {
 			c := c
 			if seen[c.Name] {
@@ -651,10 +661,14 @@ func TestConformance(t *testing.T) {
 			}
 			seen[c.Name] = true
 			total++
-			t.Run(filepath.Base(f)+"/"+c.Name, func(t *testing.T) { runCase(t, c) })
+			if t.Run(filepath.Base(f)+"/"+c.Name, func(t *testing.T) { runCase(t, c) }) {
+				filePassed++
+			}
 		}
+		passed += filePassed
+		t.Logf("%s: %d/%d cases passed", filepath.Base(f), filePassed, len(vf.Cases))
 	}
-	t.Logf("%d cases from %d files", total, len(files))
+	t.Logf("%d/%d cases passed from %d files", passed, total, len(files))
 }
 
 // TestConformanceRunnerRejects makes sure the runner itself can fail: unknown ops, wrong

@@ -159,8 +159,10 @@ func ModelFromPreset(name string) (*Model, error) {
 }
 
 // ModelFromHFConfigFile reads a Hugging Face config.json at path and derives the model. An
-// empty name keeps the config's "_name_or_path" (else the path). Errors: ErrIO (names the
-// path), ErrParse, ErrUnsupportedMambaType.
+// empty name is passed as NULL: the config's "_name_or_path" (else the path) is kept. Errors:
+// ErrIO (the path cannot be read, e.g. a directory; names it), ErrParse (malformed JSON),
+// ErrNotFound (a required key is missing; names it), ErrInvalidArgument (a key of the wrong
+// type or value), ErrUnsupportedMambaType (a hybrid model_type pdkv has no rule for).
 func ModelFromHFConfigFile(path, name string) (*Model, error) {
 	cp, err := cString("path", path)
 	if err != nil {
@@ -183,8 +185,10 @@ func ModelFromHFConfigFile(path, name string) (*Model, error) {
 }
 
 // ModelFromHFConfigJSON derives the model from the text of a Hugging Face config.json. An
-// empty name keeps the config's "_name_or_path". Errors: ErrParse (malformed JSON, missing
-// keys), ErrUnsupportedMambaType.
+// empty name is passed as NULL: the config's "_name_or_path" is kept. Errors: ErrParse
+// (malformed JSON or not an object), ErrNotFound (a required key is missing; names it),
+// ErrInvalidArgument (a key of the wrong type or value), ErrUnsupportedMambaType (a hybrid
+// model_type pdkv has no rule for; a non-hybrid unknown type is read as pure attention).
 func ModelFromHFConfigJSON(json []byte, name string) (*Model, error) {
 	// The text is copied into C memory (one spare byte so an empty text is not a NULL pointer).
 	buf := C.malloc(C.size_t(len(json) + 1))
