@@ -136,7 +136,8 @@ typedef struct pdkv_model_desc {
 
 /* Creates a model from a description. The strings are copied; desc is not retained.
  * Errors: NULL_POINTER (desc, out), STRUCT_SIZE, INVALID_ARGUMENT (unknown mamba_type value,
- * zero heads, bad layer_pattern char, ...). On success *out is owned by the caller
+ * zero heads, bad layer_pattern char, a 0/1 flag such as use_mla or
+ * mamba_conv_rows_include_spec holding another value, ...). On success *out is owned by the caller
  * (pdkv_model_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_model_new(const pdkv_model_desc_t *desc, pdkv_model_t **out,
                                       pdkv_error_t **err);
@@ -264,7 +265,8 @@ typedef enum pdkv_tp_mapping_list {
 } pdkv_tp_mapping_list_t;
 
 /* Computes the mapping (params are not retained). Errors: NULL_POINTER (params, out),
- * STRUCT_SIZE, INVALID_ARGUMENT (zero TP or K, local_rank >= local_tp), TP_NOT_DIVISIBLE
+ * STRUCT_SIZE, INVALID_ARGUMENT (zero TP or K, local_rank >= local_tp, use_mla or has_mamba not
+ * 0 or 1), TP_NOT_DIVISIBLE
  * (names both sizes), HEADS_NOT_DIVISIBLE. *out owned by the caller (pdkv_tp_mapping_free).
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_tp_mapping_new(const pdkv_tp_mapping_params_t *params,
@@ -405,7 +407,8 @@ typedef struct pdkv_conv_projection {
 
 /* Derives the geometry of `model` on the engine `config` (neither is retained). Errors:
  * NULL_POINTER (model, config, out), STRUCT_SIZE (config), INVALID_ARGUMENT (unknown enum value,
- * zero TP, ...), HEADS_NOT_DIVISIBLE, UNSUPPORTED_MAMBA_TYPE, UNSUPPORTED_LAYOUT (SD conv),
+ * zero TP or TP > 65536, a dtype size other than 0/1/2/4/8, more than 64 speculative tokens, a
+ * user block size above 2^20, ...), HEADS_NOT_DIVISIBLE, UNSUPPORTED_MAMBA_TYPE, UNSUPPORTED_LAYOUT (SD conv),
  * INCOMPATIBLE (MLA backend with a non-MLA model, or no kernel size fits), OVERFLOW.
  * *out owned by the caller (pdkv_geometry_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_geometry_new(const pdkv_model_t *model,

@@ -14,7 +14,11 @@
 namespace pdkv::core {
 
 // Errors: Parse (malformed JSON, with the byte position), NotFound (a required key is missing,
-// naming the key and origin), InvalidArgument (a key has the wrong type or value, naming it).
+// naming the key and origin), InvalidArgument (a key has the wrong type or value, naming it),
+// UnsupportedMambaType (a model_type pdkv has no rule for whose config has SSM / linear-attention
+// keys, naming the type and the key). An unknown model_type with no such keys is read as a pure
+// attention model; guessing there is safe because attention geometry needs only generic keys,
+// while a silently dropped Mamba state would plan an incomplete transfer.
 ModelDesc model_from_hf_config(std::string_view json_text, std::string_view origin);
 
 }  // namespace pdkv::core
