@@ -5,6 +5,7 @@
 #include <string>
 
 #include "pdkv/core/error.hpp"
+#include "ascii_lower.hpp"
 
 namespace pdkv::core {
 
@@ -36,18 +37,12 @@ const char* backend_name(Backend b) noexcept {
   return "unknown";
 }
 
-static std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 Backend backend_from_name(std::string_view name) {
-  const std::string n = lower(name);
+  const std::string n = ascii_lower(name);
   std::string valid;
   for (const auto& info : backends()) {
-    if (n == info.name || n == lower(info.vllm_name)) return info.backend;
+    if (n == info.name || n == ascii_lower(info.vllm_name)) return info.backend;
     valid += (valid.empty() ? "" : ", ") + std::string(info.name);
   }
   fail(Status::NotFound, "unknown attention backend '" + std::string(name) + "' (valid: " + valid + ")");

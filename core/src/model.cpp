@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "pdkv/core/error.hpp"
+#include "ascii_lower.hpp"
 
 namespace pdkv::core {
 
@@ -115,8 +116,7 @@ uint32_t resolved_ssm_dtype_bytes(const ModelDesc& m, const EngineConfig& e) {
 }
 
 uint32_t dtype_bytes_from_name(const std::string& name) {
-  std::string n = name;
-  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string n = ascii_lower(name);
   if (n == "auto") return 0;
   if (n == "bfloat16" || n == "bf16" || n == "float16" || n == "fp16" || n == "half") return 2;
   if (n == "float32" || n == "fp32" || n == "float") return 4;

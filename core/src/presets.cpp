@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "pdkv/core/error.hpp"
+#include "ascii_lower.hpp"
 
 namespace pdkv::core {
 
@@ -193,12 +194,6 @@ std::vector<Preset> build_presets() {
   return out;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 }  // namespace
 
@@ -208,10 +203,10 @@ const std::vector<Preset>& presets() {
 }
 
 ModelDesc preset_model(std::string_view name) {
-  const std::string n = lower(name);
+  const std::string n = ascii_lower(name);
   std::string valid;
   for (const auto& p : presets()) {
-    if (n == p.name || n == lower(p.hf_name)) return p.model;
+    if (n == p.name || n == ascii_lower(p.hf_name)) return p.model;
     valid += (valid.empty() ? "" : ", ") + p.name;
   }
   fail(Status::NotFound, "unknown model preset '" + std::string(name) + "' (valid: " + valid +
