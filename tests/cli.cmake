@@ -142,3 +142,58 @@ pdkv_cli_expect(cli_negative_integer 1 PATTERNS "--block-size must be a non-nega
 # Usage errors are reported before the model is read (a bad flag wins over a bad --model).
 pdkv_cli_expect(cli_usage_before_model 1 PATTERNS "--mamba-cache-mode 'x'"
   ARGS plan --model no-such-model --prefill-tp 1 --decode-tp 1 --mamba-cache-mode x)
+
+# --- block-size relations: every direction gets its own label, vLLM note and descriptor count ---
+# Falcon-H1 P TP1 -> D TP4: P kernel 800, D kernel 400. P = 2 D blocks (not "not multiples");
+# vLLM refuses it (ratio 400/800 below 1); pdkv: one piece per head (1 head per D rank).
+set(FALCON_P1_D4 plan --model falcon-h1-0.5b --prefill-tp 1 --decode-tp 4)
+pdkv_cli_expect(cli_blocks_prefill_multiple 0
+  PATTERNS "prefill kernel 800 tokens, decode kernel 400 tokens: prefill block = 2 decode blocks$"
+           "note: vLLM refuses this pair [(]block_size_ratio = decode/prefill kernel block = 400/800 is below 1; vLLM serves only prefill blocks <= decode blocks"
+           "^  attention from [[]0[]], descriptors per block per layer: 1$"
+  ARGS ${FALCON_P1_D4})
+# The old label and the old descriptor text must be gone from this report (exit 1 = no match).
+add_test(NAME cli_blocks_prefill_multiple_not_mislabelled
+  COMMAND sh -c "out=$(\"$0\" \"$@\" 2>&1) || exit 1; if printf '%s\\n' \"$out\" | grep -Eq 'not multiples|not a whole number'; then printf '%s\\n' \"$out\"; echo 'FAIL: mislabelled as not multiples'; exit 1; fi; echo PASS"
+          $<TARGET_FILE:pdkv_cli> ${FALCON_P1_D4})
+pdkv_cli_expect(cli_blocks_prefill_multiple_json 0
+  PATTERNS "\"relation\": \"prefill block = 2 decode blocks\"" "\"descriptors_per_block_per_layer\": 1,"
+  ARGS ${FALCON_P1_D4} --json)
+# Falcon-H1 P TP4 -> D TP1: D = 2 P blocks, which vLLM serves (no refusal note); D reads one head
+# from each of P ranks 0 and 2, two token runs per D block: 2 x 2 = 4 pieces.
+pdkv_cli_expect(cli_blocks_decode_multiple 0
+  PATTERNS "prefill kernel 400 tokens, decode kernel 800 tokens: decode block = 2 prefill blocks$"
+           "^  attention from [[]0,2[]], descriptors per block per layer: 4$"
+  ARGS plan --model falcon-h1-0.5b --prefill-tp 4 --decode-tp 1)
+add_test(NAME cli_blocks_decode_multiple_no_refusal
+  COMMAND sh -c "out=$(\"$0\" \"$@\" 2>&1) || exit 1; if printf '%s\\n' \"$out\" | grep -q 'vLLM refuses'; then printf '%s\\n' \"$out\"; echo 'FAIL: vLLM serves D = N P blocks'; exit 1; fi; echo PASS"
+          $<TARGET_FILE:pdkv_cli> plan --model falcon-h1-0.5b --prefill-tp 4 --decode-tp 1)
+# Nemotron-H-8B (8 KV heads) P TP2 -> D TP1 with FlashInfer on P: P kernel 16, D kernel 1040 =
+# 65 P blocks; heads sharded over two P ranks, which vLLM refuses with heterogeneous block sizes;
+# pdkv: 65 runs x 8 heads = 520 pieces.
+pdkv_cli_expect(cli_blocks_decode_multiple_head_sharded 0
+  PATTERNS "decode block = 65 prefill blocks$"
+           "note: vLLM refuses this pair: heterogeneous block sizes with head-sharded attention reads"
+           "descriptors per block per layer: 520$"
+  ARGS plan --model nemotron-h-8b --prefill-tp 2 --decode-tp 1 --prefill-backend flashinfer)
+# Equal kernel blocks: one piece per read.
+pdkv_cli_expect(cli_blocks_equal 0
+  PATTERNS "prefill kernel 800 tokens, decode kernel 800 tokens: equal$" "descriptors per block per layer: 1$"
+  ARGS plan --model falcon-h1-0.5b --prefill-tp 2 --decode-tp 2)
+# Not multiples (P 1056, D 2096): 2 to 3 P blocks per D block, 1 head each.
+pdkv_cli_expect(cli_blocks_not_multiples 0
+  PATTERNS "note: vLLM refuses this pair [(]block_size_ratio = decode/prefill kernel block = 2096/1056 is not a whole number"
+           "descriptors per block per layer: 2 to 3 [(]one per head and token run: 1 heads x 2 to 3 prefill blocks"
+  ARGS ${N30})
+
+# --- repeated flags and --block-size 0 are usage errors naming the flag ----------------------------
+pdkv_cli_expect(cli_repeated_flag 1 PATTERNS "usage error: flag --prefill-tp is given more than once"
+  ARGS plan --model nemotron-3-nano-30b --prefill-tp 2 --prefill-tp 4 --decode-tp 2)
+pdkv_cli_expect(cli_repeated_flag_inline_form 1 PATTERNS "usage error: flag --block-size is given more than once"
+  ARGS ${N30} --block-size=16 --block-size 32)
+pdkv_cli_expect(cli_repeated_switch 1 PATTERNS "usage error: flag --json is given more than once"
+  ARGS ${N30} --json --json)
+pdkv_cli_expect(cli_zero_block_size 1 PATTERNS "usage error: --block-size must be a positive integer, got '0'"
+  ARGS ${N30} --block-size 0)
+pdkv_cli_expect(cli_zero_block_size_inline 1 PATTERNS "usage error: --block-size must be a positive integer, got '0'"
+  ARGS ${N30} --block-size=0)

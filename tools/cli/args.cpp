@@ -16,6 +16,9 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& va
       a = a.substr(0, eq);
       inline_value = true;
     }
+    if ((switches.count(a) || valued.count(a)) && values_.count(a)) {
+      throw std::invalid_argument("flag " + a + " is given more than once (pass it once)");
+    }
     if (switches.count(a)) {
       if (inline_value) throw std::invalid_argument("flag " + a + " takes no value");
       values_[a] = "1";
@@ -46,6 +49,12 @@ std::optional<uint32_t> Args::get_u32(const std::string& flag) const {
     throw std::invalid_argument(flag + " must be a non-negative integer, got '" + *v + "'");
   }
   return out;
+}
+
+std::optional<uint32_t> Args::get_positive_u32(const std::string& flag) const {
+  auto v = get_u32(flag);
+  if (v && *v == 0) throw std::invalid_argument(flag + " must be a positive integer, got '0'");
+  return v;
 }
 
 }  // namespace pdkv::cli

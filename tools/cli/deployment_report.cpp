@@ -1,6 +1,8 @@
 #include "deployment_report.hpp"
 
+#include <numeric>
 #include <string>
+#include <utility>
 
 #include "pdkv/core/attention_descriptors.hpp"
 #include "pdkv/core/backends.hpp"
@@ -50,22 +52,53 @@ json geometry_json(const EngineGeometry& g) {
   return j;
 }
 
-// How the two kernel block sizes relate, and what vLLM would do with them.
-json block_relation_json(const EngineGeometry& p, const EngineGeometry& d, bool prefix_caching) {
-  json j{{"prefill_kernel_block_size", p.kernel_block_size},
-         {"decode_kernel_block_size", d.kernel_block_size}};
+// How the kernel block sizes of the two sides relate (decode view: each D block against P's).
+enum class BlockRelation { Equal, DecodeMultiple, PrefillMultiple, NotMultiples };
+
+BlockRelation block_relation(uint64_t p_kernel, uint64_t d_kernel) {
+  if (p_kernel == d_kernel) return BlockRelation::Equal;
+  if (d_kernel % p_kernel == 0) return BlockRelation::DecodeMultiple;
+  if (p_kernel % d_kernel == 0) return BlockRelation::PrefillMultiple;
+  return BlockRelation::NotMultiples;
+}
+
+// How the two kernel block sizes relate, and what vLLM would do with them. vLLM's
+// block_size_ratio is decode / prefill kernel block and must be a whole number, so it serves
+// only P blocks <= D blocks with P dividing D ("Only nP < nD supported").
+json block_relation_json(const EngineGeometry& p, const EngineGeometry& d, const TpMappingInput& tp,
+                         bool prefix_caching) {
+  const uint64_t pk = p.kernel_block_size, dk = d.kernel_block_size;
+  json j{{"prefill_kernel_block_size", pk}, {"decode_kernel_block_size", dk}};
   json notes = json::array();
-  if (p.kernel_block_size == d.kernel_block_size) {
-    j["relation"] = "equal";
-  } else if (d.kernel_block_size % p.kernel_block_size == 0) {
-    j["relation"] = "decode block = " + std::to_string(d.kernel_block_size / p.kernel_block_size) +
-                    " prefill blocks";
-  } else {
-    j["relation"] = "not multiples";
-    notes.push_back("vLLM refuses this pair (block_size_ratio " + std::to_string(d.kernel_block_size) + "/" +
-                    std::to_string(p.kernel_block_size) +
-                    " does not divide); pdkv maps token ranges between the block tables, one piece per head "
-                    "and token run");
+  const std::string ratio = "block_size_ratio = decode/prefill kernel block = " + std::to_string(dk) + "/" +
+                            std::to_string(pk);
+  const std::string pdkv_maps =
+      "; pdkv maps token ranges between the block tables, one piece per head and token run";
+  switch (block_relation(pk, dk)) {
+    case BlockRelation::Equal:
+      j["relation"] = "equal";
+      break;
+    case BlockRelation::DecodeMultiple:
+      j["relation"] = "decode block = " + std::to_string(dk / pk) + " prefill blocks";
+      // P_TP > D_TP with heads split over several P ranks (not replicated) cannot use a
+      // block_size_ratio > 1 in vLLM (vllm-semantics.md section 3, local split handles).
+      if (tp.remote_tp > tp.local_tp && !tp.use_mla && tp.remote_tp <= tp.total_kv_heads) {
+        notes.push_back("vLLM refuses this pair: heterogeneous block sizes with head-sharded attention reads "
+                        "from several prefill ranks (P_TP > D_TP) are not supported" + pdkv_maps);
+      }
+      break;
+    case BlockRelation::PrefillMultiple:
+      j["relation"] = "prefill block = " + std::to_string(pk / dk) + " decode blocks";
+      notes.push_back("vLLM refuses this pair (" + ratio +
+                      " is below 1; vLLM serves only prefill blocks <= decode blocks with the ratio dividing)" +
+                      pdkv_maps);
+      break;
+    case BlockRelation::NotMultiples:
+      j["relation"] = "not multiples";
+      notes.push_back("vLLM refuses this pair (" + ratio +
+                      " is not a whole number; vLLM serves only prefill blocks <= decode blocks with the ratio "
+                      "dividing)" + pdkv_maps);
+      break;
   }
   if (p.hybrid && p.physical_per_logical != d.physical_per_logical && prefix_caching) {
     notes.push_back("physical blocks per logical differ (prefill " + std::to_string(p.physical_per_logical) +
@@ -74,6 +107,38 @@ json block_relation_json(const EngineGeometry& p, const EngineGeometry& d, bool 
   }
   j["notes"] = notes;
   return j;
+}
+
+// Token runs of one whole D kernel block: how many P kernel blocks it overlaps, fewest and most
+// over all D blocks. D block k starts at offset o = k*dk mod pk inside a P block; o takes every
+// multiple of gcd(pk, dk) below pk, and the block overlaps ceil((o + dk) / pk) P blocks.
+std::pair<uint64_t, uint64_t> runs_per_decode_block(uint64_t pk, uint64_t dk) {
+  const uint64_t g = std::gcd(pk, dk);
+  return {(dk + pk - 1) / pk, (pk - g + dk + pk - 1) / pk};
+}
+
+// Attention pieces (descriptors before coalescing) pdkv's transfer plan issues per whole D kernel
+// block and layer, as compile_transfer_plan builds them: a run that is a whole block on both
+// sides is one piece per read (a head slice is contiguous in HND); any other run is one piece per
+// head read. Returns a number, or for block sizes that are not multiples a "min to max" string.
+json attention_descriptors_per_block(uint64_t pk, uint64_t dk, size_t num_reads, uint64_t heads_read) {
+  switch (block_relation(pk, dk)) {
+    case BlockRelation::Equal:
+      return json(static_cast<uint64_t>(num_reads));
+    case BlockRelation::DecodeMultiple:  // dk/pk runs, each a whole P block but part of the D block
+      return json((dk / pk) * heads_read);
+    case BlockRelation::PrefillMultiple:  // one run, part of a P block
+      return json(heads_read);
+    case BlockRelation::NotMultiples: {
+      const auto [lo, hi] = runs_per_decode_block(pk, dk);
+      std::string s = std::to_string(lo * heads_read);
+      if (hi != lo) s += " to " + std::to_string(hi * heads_read);
+      return json(s + " (one per head and token run: " + std::to_string(heads_read) + " heads x " +
+                  std::to_string(lo) + (hi != lo ? " to " + std::to_string(hi) : std::string()) +
+                  " prefill blocks per decode block)");
+    }
+  }
+  return json();
 }
 
 json decode_rank_json(const Deployment& dep, const EngineGeometry& pg, const EngineGeometry& dg, uint32_t rank,
@@ -106,10 +171,13 @@ json decode_rank_json(const Deployment& dep, const EngineGeometry& pg, const Eng
                         {"remote_offset_per_token", rd.remote_offset}});
     }
     attn["reads"] = rj;
-    const bool multiples = dg.kernel_block_size % pg.kernel_block_size == 0;
+    // Bytes per token per head on D (MLA: one latent "head"); D reads all its bytes per token.
+    const uint64_t heads = m.attention.use_mla ? 1 : map.local_physical_heads;
+    const uint64_t head_bytes = dg.attn_bytes_per_token / heads;
+    uint64_t heads_read = 0;
+    for (const auto& rd : reads) heads_read += rd.length / head_bytes;
     attn["descriptors_per_block_per_layer"] =
-        multiples ? json(reads.size() * (dg.kernel_block_size / pg.kernel_block_size))
-                  : json("one per head and token run (block sizes are not multiples)");
+        attention_descriptors_per_block(pg.kernel_block_size, dg.kernel_block_size, reads.size(), heads_read);
   } catch (const Error& e) {
     errors.push_back(error_json(e, "decode rank " + std::to_string(rank) + " attention"));
   }
@@ -183,7 +251,9 @@ json build_deployment_report(const Deployment& dep) {
   side("prefill", dep.prefill, dep.prefill_backend, pg);
   side("decode", dep.decode, dep.decode_backend, dg);
   if (have_geometry && errors.empty()) {
-    report["blocks"] = block_relation_json(pg, dg, dep.prefix_caching);
+    const TpMappingInput tp{dep.decode.tp_size, 0, dep.prefill.tp_size, dep.model.attention.num_kv_heads,
+                            dep.model.attention.use_mla, dep.model.is_hybrid()};
+    report["blocks"] = block_relation_json(pg, dg, tp, dep.prefix_caching);
     report["notifications_expected_per_prefill_rank"] =
         notifications_expected_per_request(dep.prefill.tp_size, dep.decode.tp_size);
     json ranks = json::array();

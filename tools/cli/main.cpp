@@ -46,9 +46,10 @@ config.json), otherwise a preset name (see `pdkv presets`).
 
 exit status:
   0  ok: the report has no configuration errors
-  1  usage error: unknown command or flag, missing flag or value, a value that does not parse
-     (integer, dtype name, backend name, --mamba-cache-mode, an empty or malformed
-     --kernel-block-sizes list), or a --model that is neither a preset nor a readable file
+  1  usage error: unknown command or flag, a flag given twice, missing flag or value, a value
+     that does not parse (integer, --block-size 0, dtype name, backend name,
+     --mamba-cache-mode, an empty or malformed --kernel-block-sizes list), or a --model that
+     is neither a preset nor a readable file
   2  configuration error: the config.json is invalid or describes an unsupported model, or the
      deployment has configuration errors (listed in the report: TP sizes, heads, an MLA
      backend on a non-MLA model or the reverse, engine settings out of range, ...)
@@ -135,7 +136,8 @@ EngineConfig engine_config(const Args& a, uint32_t tp, const char* side_backend_
   if (a.has("--mamba-cache-dtype")) e.conv_state_dtype_bytes = dtype("--mamba-cache-dtype");
   if (a.has("--mamba-ssm-cache-dtype")) e.ssm_state_dtype_bytes = dtype("--mamba-ssm-cache-dtype");
   if (auto v = a.get_u32("--num-speculative-tokens")) e.num_speculative_tokens = *v;
-  if (auto v = a.get_u32("--block-size")) e.user_block_size = *v;
+  // The core reads user_block_size 0 as "unset", so an explicit 0 would be silently ignored.
+  if (auto v = a.get_positive_u32("--block-size")) e.user_block_size = *v;
   if (auto v = a.get("--kernel-block-sizes")) e.kernel_block_sizes = parse_sizes(*v);
   if (auto v = a.get("--mamba-cache-mode")) e.cache_mode = cache_mode_from_name(*v);
   return e;
