@@ -1188,7 +1188,17 @@ json op_handshake_validate(Input& in) {
 /// Builds, compiles and re-validates the plan of a `transfer_plan` case; `as_json` returns the
 /// `transfer_plan_json` output instead of the `transfer_plan` one.
 json transfer_plan_case(Input& in, bool as_json) {
-  ModelPtr m = preset(in.str("model"));
+  // The model: a preset name (`model`) or config.json text (`hf_config`), exactly one.
+  if (in.has("model") == in.has("hf_config")) throw VectorError("transfer_plan needs exactly one of model / hf_config");
+  ModelPtr m;
+  if (in.has("model")) {
+    m = preset(in.str("model"));
+  } else {
+    const std::string text = in.str("hf_config");
+    pdkv_model_t* raw = nullptr;
+    call([&](pdkv_error_t** e) { return pdkv_model_from_hf_config_json(text.data(), text.size(), nullptr, &raw, e); });
+    m.reset(raw);
+  }
   Input p_in = in.object("prefill");
   Input d_in = in.object("decode");
   const uint32_t d_rank = in.u32("decode_rank");
@@ -1201,13 +1211,21 @@ json transfer_plan_case(Input& in, bool as_json) {
   if (d_in.has("layout")) dl_in = std::make_unique<Input>(d_in.object("layout"));
   auto p_layout = layout_of(pl_in.get());
   auto d_layout = layout_of(dl_in.get());
+  // Optional `prefill.ranks`: the P ranks whose metadata the context receives, in that order
+  // (default: every rank 0..P_TP-1).
+  std::vector<uint32_t> p_ranks;
+  if (p_in.has("ranks")) {
+    p_ranks = u32_list(p_in.raw("ranks"), "prefill.ranks");
+  } else {
+    for (uint32_t p = 0; p < pc.tp_size; ++p) p_ranks.push_back(p);
+  }
   p_in.check_all_used();
   d_in.check_all_used();
   d_layout->c.tp_rank = d_rank;
   MetadataPtr local = metadata_of(m.get(), dc, d_layout->c);
   std::vector<MetadataPtr> remote;
   std::vector<const pdkv_engine_metadata_t*> remote_ptrs;
-  for (uint32_t p = 0; p < pc.tp_size; ++p) {
+  for (uint32_t p : p_ranks) {
     p_layout->c.tp_rank = p;
     remote.push_back(metadata_of(m.get(), pc, p_layout->c));
     remote_ptrs.push_back(remote.back().get());

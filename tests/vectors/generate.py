@@ -998,26 +998,92 @@ def encode(md):
     return head + bytes(p)
 
 
-def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None):
+# Pure-attention models the plan vectors describe by config.json text (no preset exists): the
+# fields pdkv's hf_config reader takes from them (hf_config.cpp: gqa_attention / mla_attention).
+ATTN_MODELS = {
+    # DeepSeek-V3-like MLA: one latent "head" of kv_lora_rank 512 + qk_rope_head_dim 64 = 576
+    # elements, no separate V, the same on every rank; bf16.
+    "mla-576": dict(k=1, head=576, head_v=0, dt=2, mla=True,
+                    hf_config='{"model_type": "deepseek_v3", "num_hidden_layers": 2, "kv_lora_rank": 512, '
+                              '"qk_rope_head_dim": 64, "torch_dtype": "bfloat16"}'),
+}
+
+# Attention backends: (preferred block size, kernel block sizes or None = any multiple of 16).
+BACKENDS = {"flash_attn": (16, None), "triton": (16, None), "flashinfer": (16, [16, 32, 64]),
+            "flashmla": (64, [64]), "cutlass_mla": (128, [128]), "flashinfer_mla": (32, [32, 64])}
+
+
+def attn_geometry(m, engine):
+    """Pure-attention geometry (no Mamba alignment): the backend's preferred block size unless
+    the user chose one, the largest kernel block size dividing it, one page per kernel block."""
+    tp = engine["tp_size"]
+    kv_dt = engine.get("kv_cache_dtype_bytes", 0) or m["dt"]
+    pref, kernels = BACKENDS[engine.get("backend", "flash_attn")]
+    if m.get("mla"):
+        kvh = 1
+    else:
+        assert m["k"] % tp == 0 or tp % m["k"] == 0
+        kvh = max(1, m["k"] // tp)
+    a = kvh * (m["head"] + m["head_v"]) * kv_dt
+    block = engine.get("user_block_size", 0) or pref
+    if kernels is None:
+        assert block % 16 == 0
+        kernel = block
+    else:
+        kernel = block if block in kernels else max(k for k in kernels if block % k == 0)
+    ppl = block // kernel
+    return {"kv_heads_per_rank": kvh, "attn_bytes_per_token": a, "block_size": block,
+            "kernel_block_size": kernel, "physical_per_logical": ppl, "kernel_page_bytes": kernel * a}
+
+
+class PlanError(Exception):
+    """A plan the oracle refuses: status name and the values its message must contain."""
+
+    def __init__(self, status, contains):
+        super().__init__(status)
+        self.status, self.contains = status, contains
+
+
+def coalesce(pieces):
+    """Merges pieces contiguous on both sides with the previous merged read, in list order."""
+    merged = []
+    for x in pieces:
+        y = merged[-1] if merged else None
+        if y and y["local_region"] == x[0] and y["remote_region"] == x[2] and \
+                y["local_offset"] + y["length"] == x[1] and y["remote_offset"] + y["length"] == x[3]:
+            y["length"] += x[4]
+        else:
+            merged.append({"local_region": x[0], "local_offset": x[1], "remote_region": x[2],
+                           "remote_offset": x[3], "length": x[4]})
+    return merged
+
+
+def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ranks=None):
     """Independent transfer-plan model: trims each group, maps attention tokens to HND head
     slices (per D head, the P rank holding it), Mamba pairs to mamba_reads pieces at page stride,
-    then coalesces pieces contiguous on both sides (in local order)."""
-    mm = MODELS[model]
-    k = mm["k"]
+    then coalesces pieces contiguous on both sides (in local order). `model` is a preset of
+    MODELS or a pure-attention model of ATTN_MODELS; `p_ranks` the P ranks whose metadata the
+    context holds (None: all). Raises PlanError for a plan pdkv must refuse (a read from a P rank
+    without metadata, a read leaving a region) and Coverage from trimming."""
+    mm = MODELS[model] if model in MODELS else ATTN_MODELS[model]
+    geo = (lambda e: geometry(model, e)) if model in MODELS else (lambda e: attn_geometry(mm, e))
+    k, mla = mm["k"], bool(mm.get("mla"))
     p_tp, d_tp = p_eng["tp_size"], d_eng["tp_size"]
-    pg, dg = geometry(model, p_eng), geometry(model, d_eng)
+    pg, dg = geo(p_eng), geo(d_eng)
     dl, pl = layout_defaults(d_layout), layout_defaults(p_layout)
     nreg = dl["num_regions"]
     assert pl["num_regions"] == nreg
-    mapping = tp_mapping(d_tp, d_rank, p_tp, k, False, True)
+    mapping = tp_mapping(d_tp, d_rank, p_tp, k, mla, True)
     bph = dg["attn_bytes_per_token"] // dg["kv_heads_per_rank"]
     assert bph == pg["attn_bytes_per_token"] // pg["kv_heads_per_rank"]
     d_heads = range(*head_range(d_tp, k, d_rank))
     lbs, rbs = dg["kernel_block_size"], pg["kernel_block_size"]
     Ld, Lp = dg["kernel_page_bytes"], pg["kernel_page_bytes"]
     pieces = {p: [] for p in range(p_tp)}  # p -> [(lr, lo, rr, ro, len, kind)]
+    issue = []  # (p, piece) in the order the pieces are produced
     gz = []
-    for g in groups:
+    trims = []
+    for g in groups:  # every group is trimmed before any read is made
         g = dict(g)
         regions = g.pop("regions", list(range(nreg)))
         t = dict(g)
@@ -1027,9 +1093,15 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None):
         elif g.get("cache_mode") == "all":
             t.setdefault("local_tokens_per_block", dg["block_size"])
             t.setdefault("remote_tokens_per_block", pg["block_size"])
-        tr = trim(t)
-        gz.append({"kind": g["kind"], "regions": regions, "zero_ranges": tr["zero_ranges"],
+        trims.append((g["kind"], regions, trim(t)))
+    for kind, regions, tr in trims:
+        gz.append({"kind": kind, "regions": regions, "zero_ranges": tr["zero_ranges"],
                    "unfilled_states": tr["unfilled_states"]})
+
+        def add(p, x):
+            pieces[p].append(x)
+            issue.append((p, x))
+
         for reg in regions:
             for run in tr["runs"]:
                 whole = run["num_tokens"] == lbs == rbs
@@ -1043,36 +1115,39 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None):
                 for src, hs in by_src.items():
                     if whole:
                         hl0, hp0 = hs[0]
-                        pieces[src].append((reg, run["local_block"] * Ld + hl0 * lbs * bph, reg,
-                                            run["remote_block"] * Lp + hp0 * rbs * bph,
-                                            len(hs) * lbs * bph, "a"))
+                        add(src, (reg, run["local_block"] * Ld + hl0 * lbs * bph, reg,
+                                  run["remote_block"] * Lp + hp0 * rbs * bph, len(hs) * lbs * bph, "a"))
                         continue
                     for hl, hp in hs:
-                        pieces[src].append((reg, run["local_block"] * Ld + hl * lbs * bph +
-                                            run["local_token_begin"] * bph, reg,
-                                            run["remote_block"] * Lp + hp * rbs * bph +
-                                            run["remote_token_begin"] * bph,
-                                            run["num_tokens"] * bph, "a"))
+                        add(src, (reg, run["local_block"] * Ld + hl * lbs * bph + run["local_token_begin"] * bph,
+                                  reg, run["remote_block"] * Lp + hp * rbs * bph + run["remote_token_begin"] * bph,
+                                  run["num_tokens"] * bph, "a"))
             for st in tr["states"]:
                 for r in mamba_reads(model, p_tp, d_tp, d_rank, "pdkv")["reads"]:
-                    pieces[r["p_rank"]].append(
+                    add(r["p_rank"],
                         (reg, st["local_block"] * Ld * dg["physical_per_logical"] + r["local_offset"], reg,
                          st["remote_block"] * Lp * pg["physical_per_logical"] + r["remote_offset"],
                          r["length"], "m"))
     before = sum(len(v) for v in pieces.values())
     reads, rank_bytes, after, ab, mb = [], [], 0, 0, 0
     for p in range(p_tp):
-        merged = []
-        for x in sorted(pieces[p]):
+        if pieces[p] and p_ranks is not None and p not in p_ranks:
+            raise PlanError("PDKV_ERR_NOT_FOUND", ["P rank %d" % p])
+        # Local-order and issue-order coalescing must agree, or the vector would depend on the
+        # order pdkv issues its pieces in.
+        merged = coalesce(sorted(pieces[p]))
+        check(sorted(coalesce([x for q, x in issue if q == p]),
+                     key=lambda r: (r["local_region"], r["local_offset"])), merged, "coalescing order")
+        for x in pieces[p]:
             ab += x[4] if x[5] == "a" else 0
             mb += x[4] if x[5] == "m" else 0
-            y = merged[-1] if merged else None
-            if y and y["local_region"] == x[0] and y["remote_region"] == x[2] and \
-                    y["local_offset"] + y["length"] == x[1] and y["remote_offset"] + y["length"] == x[3]:
-                y["length"] += x[4]
-            else:
-                merged.append({"local_region": x[0], "local_offset": x[1], "remote_region": x[2],
-                               "remote_offset": x[3], "length": x[4]})
+        for r in merged:  # no read may leave a registered region (num_logical_blocks x ppl pages)
+            for side, off, page, lay, geo_ in (("D", r["local_offset"], Ld, dl, dg),
+                                               ("P", r["remote_offset"], Lp, pl, pg)):
+                size = lay["num_logical_blocks"] * geo_["physical_per_logical"] * page
+                if off + r["length"] > size:
+                    raise PlanError("PDKV_ERR_OUT_OF_BOUNDS", ["offset %d" % off, "length %d" % r["length"],
+                                                               "%d bytes" % size])
         after += len(merged)
         reads.append(merged)
         rank_bytes.append(sum(r["length"] for r in merged))
@@ -1500,6 +1575,205 @@ def plan_cases():
                   "error": {"status": "PDKV_ERR_COVERAGE", "message_contains": ["2096"]}})
     return cases
 
+
+
+def plan_more_cases():
+    """More transfer plans (file plans_more.json): Mamba align / all modes, a sliding window with
+    a prefix hit, D and P kernel blocks of different sizes, head-sharded GQA, MLA, and the errors
+    compile must raise. Geometry is kept small enough to check by hand (numbers in comments)."""
+    cases = []
+    nano, jamba = "nemotron-3-nano-30b", "jamba-v0.1"
+
+    def p(name, model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, expect=None,
+          p_ranks=None, error=None):
+        inp = {"model": model, "prefill": {"engine": p_eng}, "decode": {"engine": d_eng}, "decode_rank": d_rank,
+               "groups": groups}
+        if model in ATTN_MODELS:
+            inp = {"hf_config": ATTN_MODELS[model]["hf_config"], **{k: v for k, v in inp.items() if k != "model"}}
+        if p_layout:
+            inp["prefill"]["layout"] = p_layout
+        if d_layout:
+            inp["decode"]["layout"] = d_layout
+        if p_ranks is not None:
+            inp["prefill"]["ranks"] = p_ranks
+        try:
+            out = plan(model, p_eng, d_eng, d_rank, groups, p_layout, d_layout, p_ranks)
+        except PlanError as e:
+            check((e.status, e.contains), error, "plan error " + name)
+            cases.append({"name": "transfer_plan/" + name, "op": "transfer_plan", "input": inp,
+                          "error": {"status": e.status, "message_contains": e.contains}})
+            return
+        except Coverage as e:  # "<side> token <t>": the message names the side and the token
+            contains = str(e).split(" token ")
+            check(("PDKV_ERR_COVERAGE", contains), error, "plan error " + name)
+            cases.append({"name": "transfer_plan/" + name, "op": "transfer_plan", "input": inp,
+                          "error": {"status": "PDKV_ERR_COVERAGE", "message_contains": contains}})
+            return
+        assert error is None, name + " was expected to fail"
+        for key, val in (expect or {}).items():
+            check(out[key], val, "plan " + name + "." + key)
+        cases.append({"name": "transfer_plan/" + name, "op": "transfer_plan", "input": inp, "output": out})
+
+    # Nemotron-3-Nano at TP2 (flash_attn): logical = kernel block of 2096 tokens, 512 B per token
+    # (one KV head x (128 + 128) x bf16), page L2 = 2096 * 512 = 1073152 B; Mamba state 18432 conv +
+    # 1048576 SSM = 1067008 B at the start of its page.
+    L2, A2 = 2096 * 512, 512
+    M2 = 18432 + 1048576
+    lay = {"engine_id": "p", "num_logical_blocks": 16}, {"engine_id": "d", "num_logical_blocks": 16}
+
+    # Mamba "align" mode, TP2 -> TP2 rank 0, prefix hit of one block (2096 of 5000 tokens).
+    # Attention: D positions 1, 2 = [4, 5]; position 1 is whole (2096 tokens), position 2 holds
+    # 4192..4999 (808 tokens), zero [808, 2096). Mamba: the hit slots are null placeholders, D's
+    # last real slot 7 takes P's running state 5 after 5000 tokens, slot 6 stays unfilled.
+    align = {"tp_size": 2, "mamba_cache_mode": "align"}
+    p("align_mode_placeholders_partial_hit", nano, align, align, 0,
+      [{"kind": "attention", "local_blocks": [4, 5], "remote_blocks": [1, 2, 3], "remote_computed_tokens": 5000,
+        "local_hit_tokens": 2096},
+       {"kind": "mamba", "cache_mode": "align", "local_blocks": [0, 6, 7], "remote_blocks": [0, 0, 5],
+        "remote_computed_tokens": 5000, "local_hit_tokens": 2096}], *lay,
+      expect={"reads": [[{"local_region": 0, "local_offset": 4 * L2, "remote_region": 0, "remote_offset": 2 * L2,
+                          "length": L2 + 808 * A2},
+                         {"local_region": 0, "local_offset": 7 * L2, "remote_region": 0, "remote_offset": 5 * L2,
+                          "length": M2}], []],
+              "groups": [{"kind": "attention", "regions": [0],
+                          "zero_ranges": [{"block": 5, "token_begin": 808, "token_end": 2096}], "unfilled_states": []},
+                         {"kind": "mamba", "regions": [0], "zero_ranges": [], "unfilled_states": [6]}],
+              "attention_bytes": (2096 + 808) * A2, "mamba_bytes": M2})
+
+    # Mamba "all" mode: D TP2 blocks of 2176 tokens (lcm(chunk 128, 16) x ceil(1067008 / 512 /
+    # 128)); P TP4 (533504 B state, 512 B / token) would pick 1152, so it runs with
+    # --mamba-block-size 2176 (lcm(2176, 16) x ceil(1042 / 2176) = 2176) and both sides checkpoint
+    # at the same token counts. P TP4 -> D TP2 rank 1. Positions end at 2176, 4352 and 5000 tokens: position 0's P
+    # checkpoint is null (D slot 3 unfilled), 4 <- 6 after 4352, 5 <- 7 after 5000; each state
+    # comes in halves from P ranks 2 and 3. Attention (head 1) comes from P rank 2 alone.
+    p("all_mode_positional_pairing_p4_d2_rank1", nano,
+      {"tp_size": 4, "mamba_cache_mode": "all", "user_mamba_block_size": 2176},
+      {"tp_size": 2, "mamba_cache_mode": "all"}, 1,
+      [{"kind": "attention", "local_blocks": [1, 2, 8], "remote_blocks": [1, 2, 8], "remote_computed_tokens": 5000},
+       {"kind": "mamba", "cache_mode": "all", "local_blocks": [3, 4, 5], "remote_blocks": [0, 6, 7],
+        "remote_computed_tokens": 5000}], *lay,
+      expect={"read_ranks": [2, 3], "notify_ranks": [2, 3],
+              "groups": [{"kind": "attention", "regions": [0],
+                          "zero_ranges": [{"block": 8, "token_begin": 5000 - 4352, "token_end": 2176}],
+                          "unfilled_states": []},
+                         {"kind": "mamba", "regions": [0], "zero_ranges": [], "unfilled_states": [3]}]})
+
+    # Sliding window 500 with a prefix hit of one block, TP2 -> TP2 rank 1, two regions: full
+    # attention on region 0 (as above), the window group on region 1. Only tokens 4500..4999
+    # move (position 2, in-block 308..807); position 1 is a null placeholder on both sides.
+    # Zeroed: block 9's tokens [0, 308) (outside the window, not held) and [808, 2096).
+    two = {"engine_id": "p", "num_logical_blocks": 16, "num_regions": 2}, \
+          {"engine_id": "d", "num_logical_blocks": 16, "num_regions": 2}
+    p("sliding_window_500_prefix_hit_two_regions", nano, {"tp_size": 2}, {"tp_size": 2}, 1,
+      [{"kind": "attention", "local_blocks": [4, 5], "remote_blocks": [1, 2, 3], "remote_computed_tokens": 5000,
+        "local_hit_tokens": 2096, "regions": [0]},
+       {"kind": "sliding_window", "local_blocks": [0, 9], "remote_blocks": [0, 0, 7], "remote_computed_tokens": 5000,
+        "local_hit_tokens": 2096, "sliding_window": 500, "regions": [1]}], *two,
+      expect={"reads": [[], [{"local_region": 0, "local_offset": 4 * L2, "remote_region": 0, "remote_offset": 2 * L2,
+                              "length": L2 + 808 * A2},
+                             {"local_region": 1, "local_offset": 9 * L2 + 308 * A2, "remote_region": 1,
+                              "remote_offset": 7 * L2 + 308 * A2, "length": 500 * A2}]],
+              "groups": [{"kind": "attention", "regions": [0],
+                          "zero_ranges": [{"block": 5, "token_begin": 808, "token_end": 2096}], "unfilled_states": []},
+                         {"kind": "sliding_window", "regions": [1],
+                          "zero_ranges": [{"block": 9, "token_begin": 0, "token_end": 308},
+                                          {"block": 9, "token_begin": 808, "token_end": 2096}],
+                          "unfilled_states": []}]})
+
+    # D flashinfer: kernel blocks of 16 tokens, 131 per logical block (8192 B pages); P flash_attn:
+    # one 2096-token kernel block per logical. Hit 40 tokens (mid D kernel block 2), 100 computed:
+    # D kernel blocks at positions 2..6 = [20, 21, 30, 31, 32], runs 8 + 16 + 16 + 16 + 4 tokens
+    # from P block 5; 20-21 and 30-32 are contiguous on both sides (2 reads); block 32 zeroes
+    # [4, 16). The Mamba state of logical page 3 (stride 131 * 8192 = L2) comes from P page 4.
+    p("d_kernel_16_ppl_131_vs_p_kernel_2096_mid_block_hit", nano, {"tp_size": 2},
+      {"tp_size": 2, "backend": "flashinfer"}, 0,
+      [{"kind": "attention", "local_blocks": [20, 21, 30, 31, 32], "remote_blocks": [5],
+        "remote_computed_tokens": 100, "local_hit_tokens": 40},
+       {"kind": "mamba", "local_blocks": [3], "remote_blocks": [4], "remote_computed_tokens": 100,
+        "local_hit_tokens": 40}], {"engine_id": "p", "num_logical_blocks": 8}, {"engine_id": "d", "num_logical_blocks": 8},
+      expect={"reads": [[{"local_region": 0, "local_offset": 20 * 8192 + 8 * A2, "remote_region": 0,
+                          "remote_offset": 5 * L2 + 40 * A2, "length": 24 * A2},
+                         {"local_region": 0, "local_offset": 30 * 8192, "remote_region": 0,
+                          "remote_offset": 5 * L2 + 64 * A2, "length": 36 * A2},
+                         {"local_region": 0, "local_offset": 3 * L2, "remote_region": 0, "remote_offset": 4 * L2,
+                          "length": M2}], []],
+              "groups": [{"kind": "attention", "regions": [0],
+                          "zero_ranges": [{"block": 32, "token_begin": 4, "token_end": 16}], "unfilled_states": []},
+                         {"kind": "mamba", "regions": [0], "zero_ranges": [], "unfilled_states": []}],
+              "pieces_before_coalescing": 5 + 4})
+
+    # Jamba (GQA, K = 8 KV heads of 128 + 128, bf16): P TP4 holds 2 heads (1024 B / token), D TP2
+    # holds 4 (2048 B / token); both have 80-token blocks (Mamba1 page 77824 B at TP4 <= 80 * 1024;
+    # 155648 B at TP2 <= 80 * 2048). D rank 1 = heads 4..7: heads 4, 5 from P rank 2, heads 6, 7
+    # from P rank 3. Hit 80 of 200 tokens: position 1 is a whole block (one 2-head slice of
+    # 2 * 80 * 512 = 81920 B per P rank), position 2 holds 40 tokens: one piece per head.
+    jl = {"engine_id": "p", "num_logical_blocks": 16}, {"engine_id": "d", "num_logical_blocks": 16}
+    Lj4, Lj2, hj = 80 * 1024, 80 * 2048, 80 * 512
+    p("gqa8_head_sharded_p_tp4_d_tp2_rank1", jamba, {"tp_size": 4}, {"tp_size": 2}, 1,
+      [{"kind": "attention", "local_blocks": [4, 5], "remote_blocks": [6, 7, 8], "remote_computed_tokens": 200,
+        "local_hit_tokens": 80}], *jl,
+      expect={"read_ranks": [2, 3], "notify_ranks": [2, 3], "notifications_per_p_rank": 1,
+              "reads": [[], [],
+                        [{"local_region": 0, "local_offset": 4 * Lj2, "remote_region": 0, "remote_offset": 7 * Lj4,
+                          "length": 2 * hj},
+                         {"local_region": 0, "local_offset": 5 * Lj2, "remote_region": 0, "remote_offset": 8 * Lj4,
+                          "length": 40 * 512},
+                         {"local_region": 0, "local_offset": 5 * Lj2 + hj, "remote_region": 0,
+                          "remote_offset": 8 * Lj4 + hj, "length": 40 * 512}],
+                        [{"local_region": 0, "local_offset": 4 * Lj2 + 2 * hj, "remote_region": 0,
+                          "remote_offset": 7 * Lj4, "length": 2 * hj},
+                         {"local_region": 0, "local_offset": 5 * Lj2 + 2 * hj, "remote_region": 0,
+                          "remote_offset": 8 * Lj4, "length": 40 * 512},
+                         {"local_region": 0, "local_offset": 5 * Lj2 + 3 * hj, "remote_region": 0,
+                          "remote_offset": 8 * Lj4 + hj, "length": 40 * 512}]],
+              "groups": [{"kind": "attention", "regions": [0],
+                          "zero_ranges": [{"block": 5, "token_begin": 40, "token_end": 80}], "unfilled_states": []}]})
+
+    # MLA (DeepSeek-V3-like config.json: latent 512 + rope 64 = 576 x bf16 = 1152 B per token on
+    # every rank). flashmla: 64-token blocks (73728 B). P TP4 -> D TP2 rank 1 reads the whole
+    # latent from P rank 2 and notifies ranks 2 and 3. Hit 64 of 150 tokens: D [2, 3] <- P [5, 6]
+    # (64 + 22 tokens, contiguous on both sides: one read); block 3 zeroes [22, 64).
+    mla, LM = "mla-576", 64 * 1152
+    p("mla_p_tp4_d_tp2_rank1_flashmla", mla, {"tp_size": 4, "backend": "flashmla"},
+      {"tp_size": 2, "backend": "flashmla"}, 1,
+      [{"kind": "attention", "local_blocks": [2, 3], "remote_blocks": [4, 5, 6], "remote_computed_tokens": 150,
+        "local_hit_tokens": 64}], *jl,
+      expect={"read_ranks": [2], "notify_ranks": [2, 3], "notifications_per_p_rank": 1,
+              "reads": [[], [], [{"local_region": 0, "local_offset": 2 * LM, "remote_region": 0,
+                                  "remote_offset": 5 * LM, "length": 86 * 1152}], []],
+              "groups": [{"kind": "attention", "regions": [0],
+                          "zero_ranges": [{"block": 3, "token_begin": 22, "token_end": 64}], "unfilled_states": []}]})
+    # MLA, P TP2 flashmla (64-token blocks) -> D TP4 flashinfer_mla (32-token blocks), D rank 3:
+    # the latent from P rank 1; D blocks [1, 2, 3, 4] take P [7, 8] in 32-token halves (100
+    # tokens: 32 + 32 + 32 + 4), one read; P rank 1 waits for 2 notifications.
+    p("mla_p_tp2_kernel_64_d_tp4_kernel_32_rank3", mla, {"tp_size": 2, "backend": "flashmla"},
+      {"tp_size": 4, "backend": "flashinfer_mla"}, 3,
+      [{"kind": "attention", "local_blocks": [1, 2, 3, 4], "remote_blocks": [7, 8], "remote_computed_tokens": 100}],
+      *jl,
+      expect={"read_ranks": [1], "notify_ranks": [1], "notifications_per_p_rank": 2,
+              "reads": [[], [{"local_region": 0, "local_offset": 32 * 1152, "remote_region": 0,
+                              "remote_offset": 7 * LM, "length": 100 * 1152}]],
+              "pieces_before_coalescing": 4, "pieces_after_coalescing": 1,
+              "groups": [{"kind": "attention", "regions": [0],
+                          "zero_ranges": [{"block": 4, "token_begin": 4, "token_end": 32}], "unfilled_states": []}]})
+
+    # Errors. P registers 8 blocks of L2 = 8585216 B; P block 8 lies past the region.
+    p("out_of_bounds_remote_block_past_region", nano, {"tp_size": 2}, {"tp_size": 2}, 0,
+      [{"kind": "attention", "local_blocks": [1], "remote_blocks": [8], "remote_computed_tokens": 100}],
+      {"engine_id": "p", "num_logical_blocks": 8}, {"engine_id": "d", "num_logical_blocks": 8},
+      error=("PDKV_ERR_OUT_OF_BOUNDS", ["offset 8585216", "length 51200", "8585216 bytes"]))
+    # P's list holds one block (tokens 0..2095) of the 3000 computed tokens.
+    p("coverage_remote_list_too_short", nano, {"tp_size": 2}, {"tp_size": 2}, 0,
+      [{"kind": "attention", "local_blocks": [1, 2], "remote_blocks": [1], "remote_computed_tokens": 3000}],
+      error=("PDKV_ERR_COVERAGE", ["remote", "2096"]))
+    # P TP4 -> D TP2 rank 0: attention (head 0) from P rank 0, the Mamba state from P ranks 0
+    # and 1, but the context holds metadata of P rank 0 only.
+    p("not_found_missing_p_rank_metadata", nano, {"tp_size": 4}, {"tp_size": 2}, 0,
+      [{"kind": "attention", "local_blocks": [1], "remote_blocks": [1], "remote_computed_tokens": 100},
+       {"kind": "mamba", "local_blocks": [2], "remote_blocks": [2], "remote_computed_tokens": 100}],
+      {"engine_id": "p", "num_logical_blocks": 8}, {"engine_id": "d", "num_logical_blocks": 8},
+      p_ranks=[0], error=("PDKV_ERR_NOT_FOUND", ["P rank 1"]))
+    return cases
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2128,6 +2402,7 @@ if __name__ == "__main__":
     write("metadata", metadata_cases())
     write("handshake", handshake_cases())
     write("plans", plan_cases())
+    write("plans_more", plan_more_cases())
     write("descriptors", descriptor_cases())
     write("models", model_cases())
     write("handshake_more", handshake2_cases())
