@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 import operator
+import threading
 import weakref
 from ctypes import POINTER, byref
 from typing import Any, Callable, Optional, Tuple, Type, TypeVar
@@ -148,40 +150,149 @@ def array_copy(ptr: Any, count: int, convert: Callable[[Any], Any]) -> Tuple[Any
     return tuple(convert(ptr[i]) for i in range(count))
 
 
+class _ThreadUses(threading.local):
+    """Per-thread record of the handles in use by this thread's running operations: ``stack``
+    holds, per nested operation, the handles it acquired (released when it returns); ``held``
+    maps id(handle) to the handle for every handle acquired by any of them."""
+
+    def __init__(self) -> None:
+        self.stack: list = []
+        self.held: dict = {}
+
+
+_uses = _ThreadUses()
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def operation(fn: F) -> F:
+    """Decorator: runs ``fn`` as one operation on handles. Every handle whose pointer ``fn``
+    takes (``Handle._p()`` / :func:`handle_arg`) stays in use, so that a concurrent ``close()``
+    waits instead of freeing it, until ``fn`` returns (after it copied out any data the handle
+    owns). Nested operations share the uses of the outer ones on the same thread."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        uses = _uses
+        uses.stack.append([])
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for h in uses.stack.pop():
+                del uses.held[id(h)]
+                h._release()
+
+    wrapper.__pdkv_operation__ = True  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+# Class attributes of Handle subclasses that are not wrapped as operations.
+_NOT_OPERATIONS = frozenset({"__new__", "__init_subclass__", "__class_getitem__", "__del__"})
+
+
+def _as_operation(attr: Any) -> Any:
+    """``attr`` (a function, property, classmethod or staticmethod) with its code run as an
+    :func:`operation`; anything else unchanged."""
+    if isinstance(attr, property):
+        fget = operation(attr.fget) if attr.fget is not None else None
+        return property(fget, attr.fset, attr.fdel, attr.__doc__)
+    if isinstance(attr, classmethod):
+        return classmethod(operation(attr.__func__))
+    if isinstance(attr, staticmethod):
+        return staticmethod(operation(attr.__func__))
+    if callable(attr) and hasattr(attr, "__code__") and not getattr(attr, "__pdkv_operation__", False):
+        return operation(attr)
+    return attr
+
+
 class Handle:
     """Base of every owned C handle: ``close()`` (idempotent), context manager, and a
     ``weakref.finalize`` safety net that frees the handle when it is garbage collected.
 
-    Not thread-safe against ``close()`` racing other methods on the same handle.
+    Thread safety: any number of threads may call methods of one handle at once (the C queries
+    are const and run concurrently; ctypes releases the GIL during them). ``close()`` may race
+    them: every method (each an :func:`operation`, applied to subclass methods automatically)
+    counts itself in flight on each handle it uses, under a ``threading.Condition``; ``close()``
+    marks the handle closed, so later calls raise :class:`ClosedError`, and waits until the
+    calls in flight have returned before it frees the C object. A call therefore either
+    completes normally or raises :class:`ClosedError`; it never touches freed memory.
     """
 
     _free_name: str = ""
     _ptr: Any
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, attr in list(vars(cls).items()):
+            if name not in _NOT_OPERATIONS:
+                wrapped = _as_operation(attr)
+                if wrapped is not attr:
+                    setattr(cls, name, wrapped)
+
     def _adopt(self, ptr: Any) -> None:
         """Takes ownership of the C pointer ``ptr``."""
+        self._cond = threading.Condition(threading.Lock())
+        self._in_flight = 0
+        self._closing = False
         self._ptr = ptr
         self._finalizer = weakref.finalize(self, _free, self._free_name, ptr)
 
     def close(self) -> None:
-        """Frees the C object now. Idempotent; later method calls raise :class:`ClosedError`."""
-        fin = getattr(self, "_finalizer", None)
-        if fin is not None:
-            fin()
-        self._ptr = None
+        """Frees the C object now. Idempotent; later method calls raise :class:`ClosedError`.
+        Calls in flight on other threads finish first (this waits for them); calls that start
+        after this began raise :class:`ClosedError`."""
+        cond = getattr(self, "_cond", None)
+        if cond is None:  # never adopted a pointer (construction failed)
+            self._ptr = None
+            return
+        own = 1 if id(self) in _uses.held else 0  # this thread's own operation may hold it
+        with cond:
+            if self._closing:
+                if not own:  # another thread is closing it: return once it is freed
+                    cond.wait_for(lambda: self._ptr is None)
+                return
+            self._closing = True
+            cond.wait_for(lambda: self._in_flight <= own)
+            self._finalizer()
+            self._ptr = None
+            cond.notify_all()
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` ran (or construction failed)."""
-        return not getattr(self, "_ptr", None)
+        """True once :meth:`close` began (or construction failed)."""
+        return getattr(self, "_closing", True) or not getattr(self, "_ptr", None)
 
     def _p(self) -> Any:
-        """The live C pointer; raises :class:`ClosedError` after close()."""
-        ptr = getattr(self, "_ptr", None)
-        if not ptr:
+        """The live C pointer, kept in use until the running :func:`operation` returns; raises
+        :class:`ClosedError` once close() began. Must be called inside an operation."""
+        uses = _uses
+        if not uses.stack:
+            raise RuntimeError(f"internal error: pdkv.{type(self).__name__} used outside an operation")
+        if id(self) in uses.held:  # already in use by this thread: no second count
+            ptr = self._ptr
+            if not ptr:
+                raise ClosedError(f"pdkv.{type(self).__name__}")
+            return ptr
+        cond = getattr(self, "_cond", None)
+        if cond is None:
             raise ClosedError(f"pdkv.{type(self).__name__}")
+        with cond:
+            if self._closing or not self._ptr:
+                raise ClosedError(f"pdkv.{type(self).__name__}")
+            self._in_flight += 1
+            ptr = self._ptr
+        uses.held[id(self)] = self
+        uses.stack[-1].append(self)
         return ptr
 
+    def _release(self) -> None:
+        """Ends one use taken by :meth:`_p`; wakes a waiting close() when none is left."""
+        with self._cond:
+            self._in_flight -= 1
+            if self._in_flight <= 1:
+                self._cond.notify_all()
+
+    @operation
     def __enter__(self: "H") -> "H":
         self._p()
         return self

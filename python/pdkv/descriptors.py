@@ -7,7 +7,7 @@ from ctypes import POINTER, byref, c_size_t
 from typing import Any, Iterable, Iterator, Tuple
 
 from . import _ffi
-from ._base import Handle, array_copy, call, handle_arg, u32, u64
+from ._base import Handle, array_copy, call, handle_arg, operation, u32, u64
 from .geometry import Geometry
 from .mamba import MambaReadList
 from .topology import TpMapping
@@ -86,6 +86,7 @@ def attention_local_descriptors(regions: Iterable[Region], block_size_ratio: int
     )
 
 
+@operation
 def attention_remote_descriptors(
     local_regions: Iterable[Region],
     remote_regions: Iterable[Region],
@@ -101,6 +102,7 @@ def attention_remote_descriptors(
     )
 
 
+@operation
 def attention_split_descriptors(
     local_attention: DescriptorList, mapping: TpMapping, block_size_ratio: int, p_rank: int
 ) -> DescriptorList:
@@ -116,6 +118,7 @@ def attention_split_descriptors(
     )
 
 
+@operation
 def mamba_local_descriptors(regions: Iterable[Region], ppl: int, geometry: Geometry) -> DescriptorList:
     """The engine's full local Mamba descriptors as registered (``geometry`` is this engine's)."""
     arr, n = _regions("regions", regions)
@@ -123,6 +126,7 @@ def mamba_local_descriptors(regions: Iterable[Region], ppl: int, geometry: Geome
     return DescriptorList._make("pdkv_mamba_local_descriptors", arr, n, u64("ppl", ppl), g)
 
 
+@operation
 def mamba_remote_descriptors(
     p_regions: Iterable[Region], p_ppl: int, p_geometry: Geometry, reads: MambaReadList, p_rank: int
 ) -> DescriptorList:
@@ -135,6 +139,7 @@ def mamba_remote_descriptors(
     )
 
 
+@operation
 def mamba_local_split_descriptors(
     d_regions: Iterable[Region], d_ppl: int, d_geometry: Geometry, reads: MambaReadList, p_rank: int
 ) -> DescriptorList:

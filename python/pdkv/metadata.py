@@ -20,6 +20,7 @@ from ._base import (
     enum_value,
     handle_arg,
     integer,
+    operation,
     take_bytes,
     to_enum,
     u32,
@@ -239,6 +240,7 @@ def crc32c(data: bytes) -> int:
     return out.value
 
 
+@operation
 def model_fingerprint(model: Model) -> int:
     """Stable 64-bit fingerprint of the geometry-relevant parts of a model."""
     out = c_uint64()
@@ -313,6 +315,7 @@ class HandshakeReport(Handle):
         return len(self) == 0
 
 
+@operation
 def handshake_validate(local: EngineMetadata, remote: EngineMetadata) -> HandshakeReport:
     """Validates a (local, remote) pair ("local" runs the check: D when pulling). An
     incompatible pair is not an error: the report lists every item."""
@@ -323,6 +326,7 @@ def handshake_validate(local: EngineMetadata, remote: EngineMetadata) -> Handsha
     return HandshakeReport._wrap(out)
 
 
+@operation
 def handshake_validate_engine_ranks(ranks: Sequence[EngineMetadata]) -> HandshakeReport:
     """Checks that the ranks of ONE remote engine agree; items compare ranks[0] with the
     offending rank."""
@@ -338,6 +342,7 @@ def handshake_validate_engine_ranks(ranks: Sequence[EngineMetadata]) -> Handshak
     return HandshakeReport._wrap(out)
 
 
+@operation
 def handshake_require_compatible(local: EngineMetadata, remote: EngineMetadata) -> None:
     """Raises :class:`IncompatibleError` (joining every item's text) unless the pair can be served."""
     call(
