@@ -180,7 +180,7 @@ func MambaLocalDescriptors(regions []Region, ppl uint64, geometry *Geometry) (*D
 	return finishList(st, out, cerr)
 }
 
-// mambaSplitArgs read-locks a geometry and a read list for the two per-P-rank builders.
+// mambaSplitArgs acquires a geometry and a read list for the two per-P-rank builders.
 func mambaSplitArgs(geometry *Geometry, reads *MambaReadList) (*C.pdkv_geometry_t, *C.pdkv_mamba_read_list_t, func(), error) {
 	if geometry == nil {
 		return nil, nil, nil, goErr(StatusNullPointer, "geometry is nil")

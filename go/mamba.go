@@ -136,7 +136,7 @@ type MambaReadList struct {
 	h handle[C.pdkv_mamba_read_list_t]
 }
 
-// acquire2 read-locks two geometries (released by the returned function).
+// acquire2 acquires two geometries (possibly the same one) (released by the returned function).
 func acquire2(a, b *Geometry, an, bn string) (*C.pdkv_geometry_t, *C.pdkv_geometry_t, func(), error) {
 	if a == nil {
 		return nil, nil, nil, goErr(StatusNullPointer, "%s is nil", an)

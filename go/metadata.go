@@ -509,8 +509,9 @@ func HandshakeRequireCompatible(local, remote *EngineMetadata) error {
 	return check(st, cerr)
 }
 
-// acquireAll read-locks every metadata and writes their C pointers into an array allocated in
-// C memory (it is referenced from C structs, so it must not be Go memory). release unlocks them.
+// acquireAll acquires every metadata (the same one may repeat) and writes their C pointers into
+// an array allocated in C memory (it is referenced from C structs, so it must not be Go memory).
+// release releases them.
 func acquireAll(a *cArena, ms []*EngineMetadata, arg string) (**C.pdkv_engine_metadata_t, func(), error) {
 	var locked []*EngineMetadata
 	release := func() {

@@ -228,7 +228,7 @@ func (m *Model) Describe() (ModelDesc, error) {
 	if err := check(st, cerr); err != nil {
 		return ModelDesc{}, err
 	}
-	// The strings are owned by the model, which the read lock keeps alive while we copy.
+	// The strings are owned by the model, which the acquire keeps alive while we copy.
 	d := ModelDesc{
 		Name:                     C.GoString(cd.name),
 		Source:                   C.GoString(cd.source),

@@ -218,29 +218,75 @@ func HeaderVersion() (major, minor, patch uint32) {
 	return C.PDKV_VERSION_MAJOR, C.PDKV_VERSION_MINOR, C.PDKV_VERSION_PATCH
 }
 
-// handle owns one C object of type T. Methods acquire a read lock while they use the pointer,
-// Close takes the write lock, so Close never frees an object a call is still using.
+// handle owns one C object of type T. Methods count themselves in flight while they use the
+// pointer (acquire ... release); Close marks the handle closed, so later acquires fail with
+// ErrClosed, waits until the calls in flight have released it, and only then frees the object.
+// Unlike a sync.RWMutex read lock, an acquire never blocks: one call may acquire the same handle
+// more than once (m.Equal(m), a plan context listing one metadata twice) without deadlocking
+// against a concurrent Close, whose waiting writer would block the second RLock forever.
+// Concurrent queries on one handle stay concurrent. The zero value of the bookkeeping fields is
+// ready to use (handles are built as {ptr, free} literals).
 type handle[T any] struct {
-	mu   sync.RWMutex
-	ptr  *T
-	free func(*T)
+	mu       sync.Mutex
+	ptr      *T
+	free     func(*T)
+	inFlight int           // acquires not yet released
+	closing  bool          // close began: acquire fails from now on
+	drained  chan struct{} // made by close while calls are in flight; closed by the last release
+	done     chan struct{} // made by the first close; closed once the object is freed
 }
 
-// acquire returns the pointer under a read lock (release with release), or ErrClosed.
+// acquire returns the pointer and counts the caller in flight (end with release), or ErrClosed
+// once close began.
 func (h *handle[T]) acquire() (*T, error) {
-	h.mu.RLock()
-	if h.ptr == nil {
-		h.mu.RUnlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing || h.ptr == nil {
 		return nil, ErrClosed
 	}
+	h.inFlight++
 	return h.ptr, nil
 }
 
-// release ends an acquire.
-func (h *handle[T]) release() { h.mu.RUnlock() }
+// release ends one acquire; the last one wakes a waiting close.
+func (h *handle[T]) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.inFlight--
+	if h.inFlight < 0 {
+		panic("pdkv: handle released more often than acquired")
+	}
+	if h.inFlight == 0 && h.drained != nil {
+		close(h.drained)
+		h.drained = nil
+	}
+}
 
-// close frees the object once; later calls do nothing.
+// close frees the object once, after every call in flight released it; later calls do nothing
+// (a close racing the first one returns once the object is freed). Must not be called by a
+// goroutine that holds an acquire of the same handle.
 func (h *handle[T]) close() {
+	h.mu.Lock()
+	if h.closing {
+		done := h.done
+		h.mu.Unlock()
+		if done != nil {
+			<-done
+		}
+		return
+	}
+	h.closing = true
+	done := make(chan struct{})
+	h.done = done
+	var wait chan struct{}
+	if h.inFlight > 0 {
+		h.drained = make(chan struct{})
+		wait = h.drained
+	}
+	h.mu.Unlock()
+	if wait != nil {
+		<-wait // no new acquire can start: closing is set
+	}
 	h.mu.Lock()
 	p := h.ptr
 	h.ptr = nil
@@ -248,6 +294,7 @@ func (h *handle[T]) close() {
 	if p != nil {
 		h.free(p)
 	}
+	close(done)
 }
 
 // u32Slice copies n uint32 values from C memory into a new Go slice (never nil).
