@@ -47,7 +47,7 @@ if [ -f go/go.mod ]; then
   stage "Go bindings (go vet, go test)"
   (cd go && export CGO_CFLAGS="-I$ROOT/capi/include" CGO_LDFLAGS="-L$ROOT/build/release/capi -lpdkv" \
      GOFLAGS=-mod=mod GOPROXY=off \
-   && go vet ./... && go test ./... && go run ./examples/explain >/dev/null)
+   && go vet ./... && go test -race ./... && go run ./examples/explain >/dev/null)
 fi
 
 if [ -d python/pdkv ]; then
