@@ -4,6 +4,7 @@
 // before they are cast, and the decoded struct goes through the same check_metadata() as encode().
 #include "pdkv/core/engine_metadata.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <string>
@@ -12,6 +13,8 @@
 
 namespace pdkv::core {
 namespace {
+
+__extension__ typedef unsigned __int128 u128;  // exact region sizes for the overlap sweep
 
 constexpr std::array<uint8_t, 4> kMagic = {'P', 'D', 'K', 'V'};
 constexpr uint32_t kMaxTpSize = 1u << 16;  // sanity bound; real deployments use <= 64
@@ -216,6 +219,10 @@ void check_metadata(const EngineMetadata& m, Status status) {
                                   num(m.physical_blocks_per_logical));
   }
   if (m.num_kernel_blocks == 0) bad("num_kernel_blocks", "= 0; an engine needs KV blocks");
+  if (m.num_kernel_blocks > kMaxKernelBlocks) {
+    bad("num_kernel_blocks", "= " + num(m.num_kernel_blocks) + " exceeds the plausibility limit " +
+                                 num(kMaxKernelBlocks) + " (2^32) kernel blocks per region");
+  }
   if (m.num_kernel_blocks % m.physical_blocks_per_logical != 0) {
     bad("num_kernel_blocks", "= " + num(m.num_kernel_blocks) +
                                  " is not a whole number of logical blocks (ppl " +
@@ -278,6 +285,21 @@ void check_metadata(const EngineMetadata& m, Status status) {
       bad(f + ".kind", "has unknown value " + num(static_cast<uint8_t>(r.kind)));
     }
     if (r.region.block_len == 0) bad(f + ".block_len", "= 0; a kernel page has bytes");
+    if (r.region.block_len > kMaxBlockLen) {
+      bad(f + ".block_len", "= " + num(r.region.block_len) + " exceeds the plausibility limit " +
+                                num(kMaxBlockLen) + " (2^32) bytes per kernel page");
+    }
+    if (r.region.num_blocks > kMaxKernelBlocks) {
+      bad(f + ".num_blocks", "= " + num(r.region.num_blocks) + " exceeds the plausibility limit " +
+                                 num(kMaxKernelBlocks) + " (2^32) kernel blocks");
+    }
+    // Both factors are <= 2^32 here, so the product cannot overflow.
+    if (r.region.block_len * r.region.num_blocks > kMaxRegionBytes) {
+      bad(f, "block_len " + num(r.region.block_len) + " * num_blocks " + num(r.region.num_blocks) +
+                 " = " + num(r.region.block_len * r.region.num_blocks) +
+                 " bytes exceeds the plausibility limit " + num(kMaxRegionBytes) +
+                 " (2^48) bytes per region");
+    }
     uint64_t len = 0;
     uint64_t end = 0;
     if (__builtin_mul_overflow(r.region.block_len, r.region.num_blocks, &len) ||
@@ -305,6 +327,52 @@ void check_metadata(const EngineMetadata& m, Status status) {
       }
     }
   }
+  // Regions are distinct tensors (vLLM deduplicates them by base address): two that share bytes
+  // would make a plan write one layer's KV into another's.
+  if (const auto o = find_region_overlap(m.regions)) {
+    fail(status, q("regions") + ": " + to_string(*o) +
+                     "; every registered KV tensor must own its bytes");
+  }
+}
+
+std::optional<RegionOverlap> find_region_overlap(std::span<const MetadataRegion> regions) {
+  struct Span {
+    uint64_t begin, end;
+    size_t index;
+  };
+  std::vector<Span> v;
+  v.reserve(regions.size());
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const Region& r = regions[i].region;
+    const u128 len = static_cast<u128>(r.block_len) * r.num_blocks;
+    if (len == 0) continue;
+    const u128 end = static_cast<u128>(r.base) + len;
+    v.push_back({r.base, end > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(end), i});
+  }
+  std::sort(v.begin(), v.end(), [](const Span& a, const Span& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.index < b.index;
+  });
+  // Sweep in base order keeping the range that reaches furthest: any later range starting
+  // before its end overlaps it.
+  size_t far = 0;
+  for (size_t k = 1; k < v.size(); ++k) {
+    if (v[k].begin < v[far].end) {
+      const Span& a = v[far].index < v[k].index ? v[far] : v[k];
+      const Span& b = v[far].index < v[k].index ? v[k] : v[far];
+      return RegionOverlap{a.index, b.index, a.begin, a.end, b.begin, b.end};
+    }
+    if (v[k].end > v[far].end) far = k;
+  }
+  return std::nullopt;
+}
+
+std::string to_string(const RegionOverlap& o) {
+  auto range = [](uint64_t b, uint64_t e) {
+    return "[" + std::to_string(b) + ", " + std::to_string(e) + ")";
+  };
+  return "regions[" + std::to_string(o.first) + "] " + range(o.first_begin, o.first_end) +
+         " overlaps regions[" + std::to_string(o.second) + "] " +
+         range(o.second_begin, o.second_end);
 }
 
 std::vector<uint8_t> encode(const EngineMetadata& m) {

@@ -80,6 +80,14 @@ void check_one_side(const EngineMetadata& m, const char* side, Items& out) {
                   "each projection is one contiguous range",
             "set VLLM_SSM_CONV_STATE_LAYOUT=DS on the " + std::string(side) + " engine");
   }
+  // Two regions sharing bytes: every read into one would overwrite the other layer's KV.
+  // check_metadata (decode) refuses this already; hand-built metadata is checked here too.
+  if (const auto o = find_region_overlap(m.regions)) {
+    const std::string base = num(m.regions[o->second].region.base);
+    out.add(Status::Incompatible, "regions[" + num(o->second) + "].base", lv(base), rv(base),
+            who + ": " + to_string(*o) + "; a transfer into one would overwrite the other",
+            "register every KV tensor once, at its own non-overlapping address range");
+  }
   // vLLM sends one num_blocks per engine; every region must hold exactly that many kernel blocks.
   for (size_t i = 0; i < m.regions.size(); ++i) {
     const auto& r = m.regions[i];

@@ -22,15 +22,19 @@ std::string where(uint32_t region, uint64_t begin, uint64_t end) {
   return "D region " + s(region) + " offset " + s(begin) + " length " + s(end - begin);
 }
 
-// Expected D byte ranges per region. Attention: for every token run, each local head's slice
-// of the run (HND: head h of block b starts at b*L + h*tokens*head_bytes). Mamba: the whole
-// unpadded state of every paired local page.
+// Expected D byte ranges per region. Attention, from D's own layout: for every token run, each
+// local head's slice of the run under HND (head h of block b starts at b*L + h*tokens*head_bytes),
+// or the run's tokens over all heads under NHD (token t of block b starts at
+// b*L + t*heads*head_bytes). Mamba: the whole unpadded state of every paired local page.
 std::vector<std::vector<Range>> expected_ranges(const PlanContext& ctx,
                                                 const std::vector<ResolvedGroup>& groups,
                                                 const std::vector<GroupTrim>& trims) {
   const EngineMetadata& d = ctx.local;
   std::vector<std::vector<Range>> out(d.regions.size());
   const uint64_t heads = ctx.mapping.input.use_mla ? 1 : ctx.mapping.local_physical_heads;
+  // D's layout as D advertises it; with one head (MLA, or a single KV head per rank) both
+  // layouts place the same bytes.
+  const bool nhd = d.kv_layout == KvLayout::NHD;
   for (size_t g = 0; g < groups.size(); ++g) {
     const GroupTrim& t = trims[g];
     for (uint32_t region : groups[g].regions) {
@@ -41,6 +45,12 @@ std::vector<std::vector<Range>> expected_ranges(const PlanContext& ctx,
         const uint64_t hb = region_bytes_per_token(d, region, "D") / heads;
         for (const TokenRun& r : t.runs) {
           const uint64_t base = mul_checked(r.local_block, L, "local block offset");
+          if (nhd) {
+            const uint64_t token = heads * hb;  // all of D's heads of one token
+            const uint64_t b = add_checked(base, r.local_token_begin * token, "offset");
+            v.push_back({b, add_checked(b, r.num_tokens * token, "offset")});
+            continue;
+          }
           for (uint64_t h = 0; h < heads; ++h) {
             const uint64_t b = add_checked(base, (h * lbs + r.local_token_begin) * hb, "offset");
             v.push_back({b, add_checked(b, r.num_tokens * hb, "offset")});

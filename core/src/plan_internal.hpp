@@ -22,6 +22,12 @@ struct ResolvedGroup {
 // resolves every group. Errors as compile_transfer_plan documents.
 std::vector<ResolvedGroup> resolve(const PlanContext& ctx, const std::vector<PlanGroup>& groups);
 
+// The KV layout attention reads are compiled for: D's layout (HND for MLA, where one latent
+// head makes both layouts the same bytes). UnsupportedLayout when D and P layouts differ, or
+// when both are NHD but the ranks hold different numbers of KV heads (a head subset of an NHD
+// block is one piece per token; the handshake refuses the pair as well).
+KvLayout attention_layout(const PlanContext& ctx);
+
 // The metadata of P rank p; NotFound when ctx.remote does not hold it.
 const EngineMetadata& remote_rank(const PlanContext& ctx, uint32_t p);
 

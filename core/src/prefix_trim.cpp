@@ -86,9 +86,18 @@ GroupTrim trim_single_state(const GroupTrimInput& in) {
   GroupTrim out;
   out.kind = in.kind;
   const uint64_t n = in.remote_computed_tokens;
+  if (in.local_hit_tokens >= n) return out;  // D holds the state already: nothing moves
   bool have_local = false;
   const uint64_t local = last_non_null(in.local_blocks, &have_local);
-  if (!have_local || in.local_hit_tokens >= n) return out;  // D needs no state from P
+  if (!have_local) {
+    // D is missing tokens, so it needs P's running state; without a slot the request would be
+    // reported complete with D's Mamba state never written.
+    fail(Status::Coverage, "D needs the Mamba state after " + s(n) + " tokens (it holds " +
+                               s(in.local_hit_tokens) + ") but its list of " +
+                               s(in.local_blocks.size()) +
+                               " blocks holds no real slot (empty or only null placeholders); "
+                               "pass the block D allocated for the running state");
+  }
   bool have_remote = false;
   const uint64_t remote = last_non_null(in.remote_blocks, &have_remote);
   if (!have_remote) {
@@ -120,6 +129,7 @@ GroupTrim trim_all_positions(const GroupTrimInput& in) {
   if (hit >= n) return out;
   const uint64_t lf = in.local_first_block.value_or(hit / bd);
   const uint64_t rf = in.remote_first_block;
+  bool final_paired = false;
   for (uint64_t i = 0; i < in.local_blocks.size(); ++i) {
     const uint64_t lb = in.local_blocks[i];
     if (lb == kNullBlock) continue;
@@ -140,6 +150,7 @@ GroupTrim trim_all_positions(const GroupTrimInput& in) {
     if (matched && j >= rf && j - rf < in.remote_blocks.size() &&
         in.remote_blocks[j - rf] != kNullBlock) {
       out.states.push_back({lb, in.remote_blocks[j - rf], e});
+      final_paired = final_paired || e == n;
     } else if (e == n) {
       fail(Status::Coverage,
            "D needs the final Mamba state after " + s(n) + " tokens (local block " + s(lb) +
@@ -148,6 +159,16 @@ GroupTrim trim_all_positions(const GroupTrimInput& in) {
     } else {
       out.unfilled_states.push_back(lb);
     }
+  }
+  if (!final_paired) {
+    // hit < n: D must end up with the running state, but its list has no real slot at the
+    // position holding it (missing or a null placeholder).
+    const uint64_t pos = (n - 1) / bd;
+    fail(Status::Coverage,
+         "D needs the final Mamba state after " + s(n) + " tokens (it holds " + s(hit) +
+             ") at position " + s(pos) + " but its list of " + s(in.local_blocks.size()) +
+             " blocks starting at position " + s(lf) +
+             " holds no real block there; pass the block D allocated for that position");
   }
   return out;
 }

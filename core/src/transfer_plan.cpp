@@ -104,7 +104,24 @@ void check_context(const PlanContext& ctx) {
                                      s(p.regions.size()) + " regions but D registers " +
                                      s(d.regions.size()) + "; both must run the same model");
     }
+    if (p.kv_layout != p0.kv_layout) {
+      fail(Status::Incompatible, "P ranks " + s(p0.tp_rank) + " and " + s(p.tp_rank) +
+                                     " disagree on the KV cache layout (" +
+                                     kv_layout_name(p0.kv_layout) + " vs " +
+                                     kv_layout_name(p.kv_layout) +
+                                     "); every rank of an engine must use the same layout");
+    }
   }
+  // Overlapping regions would make a read into one layer's tensor overwrite another's (or read
+  // another layer's bytes on P). Decoded metadata never overlaps; hand-built contexts may.
+  auto disjoint = [](const EngineMetadata& m, const std::string& who) {
+    if (const auto o = find_region_overlap(m.regions)) {
+      fail(Status::InvalidArgument, who + " metadata: " + to_string(*o) +
+                                        "; a plan would write one layer's bytes into another's");
+    }
+  };
+  disjoint(d, "D");
+  for (const EngineMetadata& p : ctx.remote) disjoint(p, "P rank " + s(p.tp_rank));
 }
 
 uint64_t fill_tokens(uint64_t given, uint64_t from_meta, const std::string& what) {
@@ -118,8 +135,38 @@ uint64_t fill_tokens(uint64_t given, uint64_t from_meta, const std::string& what
 
 }  // namespace
 
+KvLayout attention_layout(const PlanContext& ctx) {
+  const EngineMetadata& d = ctx.local;
+  const EngineMetadata& p0 = ctx.remote.front();
+  // MLA: one latent head per block, so HND and NHD are the same bytes (the handshake does not
+  // compare MLA layouts either).
+  if (ctx.mapping.input.use_mla) return KvLayout::HND;
+  if (d.kv_layout != p0.kv_layout) {
+    fail(Status::UnsupportedLayout,
+         std::string("KV cache layouts differ (D ") + kv_layout_name(d.kv_layout) + ", P " +
+             kv_layout_name(p0.kv_layout) + "); pdkv does not permute blocks on receive. Fix: "
+             "use the same KV cache layout on both engines, HND for heterogeneous TP");
+  }
+  if (d.kv_layout == KvLayout::NHD &&
+      ctx.mapping.local_physical_heads != ctx.mapping.remote_physical_heads) {
+    fail(Status::UnsupportedLayout,
+         "NHD KV cache layout on both engines with " + s(ctx.mapping.local_physical_heads) +
+             " (D) vs " + s(ctx.mapping.remote_physical_heads) +
+             " (P) KV heads per rank: D would read a head subset of every token, which is not "
+             "contiguous in an NHD block (the handshake refuses this pair too). Fix: use the "
+             "HND KV cache layout on both engines for heterogeneous TP");
+  }
+  return d.kv_layout;
+}
+
 std::vector<ResolvedGroup> resolve(const PlanContext& ctx, const std::vector<PlanGroup>& groups) {
   check_context(ctx);
+  for (const PlanGroup& g : groups) {
+    if (is_attention_kind(g.trim.kind)) {
+      attention_layout(ctx);
+      break;
+    }
+  }
   const EngineMetadata& d = ctx.local;
   const EngineMetadata& p0 = ctx.remote.front();
   std::vector<ResolvedGroup> out;
@@ -226,6 +273,10 @@ class PlanBuilder {
 struct AttentionRegion {
   uint64_t local_block_len = 0, remote_block_len = 0;
   uint64_t head_bytes_per_token = 0;
+  // NHD (tokens x heads x bytes): set only when every read covers all heads of both ranks, so
+  // that a token run is one contiguous range on each side (attention_layout refuses the rest).
+  bool nhd = false;
+  uint64_t local_token_bytes = 0, remote_token_bytes = 0;
   std::vector<AttentionRead> token_reads;
 };
 
@@ -254,6 +305,18 @@ AttentionRegion attention_region(const PlanContext& ctx, uint32_t region) {
   }
   const uint64_t heads = ctx.mapping.input.use_mla ? 1 : ctx.mapping.local_physical_heads;
   a.head_bytes_per_token = lt / heads;
+  a.local_token_bytes = lt;
+  a.remote_token_bytes = rt;
+  a.nhd = attention_layout(ctx) == KvLayout::NHD;
+  if (a.nhd) {
+    // Equal heads per rank: D reads one P rank's whole token (all heads) into its whole token.
+    if (a.token_reads.size() != 1 || a.token_reads[0].local_offset != 0 ||
+        a.token_reads[0].remote_offset != 0 || a.token_reads[0].length != lt || lt != rt) {
+      fail(Status::Internal, "region " + s(region) + ": NHD reads must cover whole tokens (" +
+                                 s(a.token_reads.size()) + " reads, " + s(lt) + " / " + s(rt) +
+                                 " bytes per token on D / P)");
+    }
+  }
   return a;
 }
 
@@ -262,6 +325,17 @@ void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t reg
   const uint64_t hb = a.head_bytes_per_token;
   const uint64_t lbase = mul_checked(run.local_block, a.local_block_len, "local block offset");
   const uint64_t rbase = mul_checked(run.remote_block, a.remote_block_len, "remote block offset");
+  if (a.nhd) {
+    // NHD: token t of a block starts at t * (heads x head bytes); a run of tokens over all the
+    // rank's heads is one contiguous piece on both sides, whole block or not.
+    const AttentionRead& r = a.token_reads.front();
+    b.add(r.p_rank,
+          {region, add_checked(lbase, run.local_token_begin * a.local_token_bytes, "local read offset"),
+           region, add_checked(rbase, run.remote_token_begin * a.remote_token_bytes, "remote read offset"),
+           mul_checked(run.num_tokens, a.local_token_bytes, "attention run length")},
+          false);
+    return;
+  }
   const bool whole = run.local_token_begin == 0 && run.remote_token_begin == 0 &&
                      run.num_tokens == lbs && run.num_tokens == rbs;
   for (const AttentionRead& r : a.token_reads) {

@@ -367,3 +367,118 @@ TEST(EngineMetadata, RandomMutationsFailCleanlyOrRoundTrip) {
   }
   EXPECT_GT(accepted, 0u);  // the property is not vacuous: some mutations stay valid
 }
+
+// ---- overlapping regions ----
+
+TEST(RegionOverlap, FindsTheFirstOverlapInAddressOrder) {
+  auto reg = [](uint64_t base, uint64_t len, uint64_t n) {
+    return MetadataRegion{{base, len, n}, RegionKind::Attention, 0};
+  };
+  EXPECT_FALSE(find_region_overlap(std::vector<MetadataRegion>{}));
+  // Touching ranges and empty regions never overlap, in any order.
+  EXPECT_FALSE(find_region_overlap(std::vector{reg(200, 10, 10), reg(100, 10, 10), reg(150, 0, 9),
+                                               reg(300, 10, 0), reg(305, 1, 1)}));
+  // regions[2] [0, 1000) reaches past regions[0] [100, 110) and regions[1] [500, 510).
+  auto o = find_region_overlap(std::vector{reg(100, 10, 1), reg(500, 10, 1), reg(0, 100, 10)});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->first, 0u);
+  EXPECT_EQ(o->second, 2u);
+  EXPECT_EQ(to_string(*o), "regions[0] [100, 110) overlaps regions[2] [0, 1000)");
+  // A far-reaching region is remembered past a short one in between.
+  o = find_region_overlap(std::vector{reg(0, 100, 10), reg(1000, 1, 1), reg(10, 1, 1)});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(to_string(*o), "regions[0] [0, 1000) overlaps regions[2] [10, 11)");
+  o = find_region_overlap(std::vector{reg(0, 100, 10), reg(2000, 1, 1), reg(999, 1, 1)});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->second, 2u);
+  // Identical bases: the same tensor registered twice.
+  o = find_region_overlap(std::vector{reg(64, 8, 2), reg(64, 8, 2)});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(to_string(*o), "regions[0] [64, 80) overlaps regions[1] [64, 80)");
+  // An end past 2^64 saturates instead of wrapping to a small number.
+  o = find_region_overlap(std::vector{reg(UINT64_MAX - 10, 1u << 20, 1), reg(UINT64_MAX - 5, 1, 1)});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->first_end, UINT64_MAX);
+}
+
+// Two regions sharing bytes: a plan would write one layer's bytes into another's. encode()
+// refuses with InvalidArgument, decode() with Parse, naming both indexes and ranges.
+TEST(EngineMetadata, OverlappingRegionsAreRejected) {
+  EngineMetadata m = nemotron_tp2();
+  const uint64_t size = 4096ull * 26100;
+  m.regions[3].region.base = m.regions[1].region.base + size - 4096;  // shares the last block
+  const std::string want = "regions[1] [" + std::to_string(2ull << 32) + ", " +
+                           std::to_string((2ull << 32) + size) + ") overlaps regions[3] [" +
+                           std::to_string((2ull << 32) + size - 4096) + ", " +
+                           std::to_string((2ull << 32) + 2 * size - 4096) + ")";
+  try {
+    encode(m);
+    FAIL() << "encode accepted overlapping regions";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  const EngineMetadata good = nemotron_tp2();
+  auto b = encode(good);
+  put_le(b, offsets_of(good).region(2), 1ull << 32, 8);  // regions[2] at regions[0]'s base
+  reseal(b);
+  expect_error(b, Status::Parse, {"'regions'", "regions[0] [4294967296, ", "overlaps regions[2] [4294967296, "});
+  // Back to back is fine.
+  m.regions[3].region.base = m.regions[1].region.base + size;
+  m.regions[2].region.base = m.regions[3].region.base + size;
+  EXPECT_EQ(decode(encode(m)), m);
+}
+
+// ---- plausibility limits ----
+
+TEST(EngineMetadata, ImplausibleSizesAreRejectedNamingFieldAndValue) {
+  // What a reviewer sent: 2^40 kernel blocks in every region (offsets near 1e18 in a plan).
+  {
+    EngineMetadata m = llama_mla();
+    m.num_kernel_blocks = 1ull << 40;
+    m.regions[0].region.num_blocks = 1ull << 40;
+    m.regions[0].region.block_len = 1;  // keep it inside the address space
+    const EngineMetadata ok = llama_mla();
+    auto b = encode(ok);
+    put_le(b, offsets_of(ok).kernel_block_size() + 8, 1ull << 40, 8);
+    put_le(b, offsets_of(ok).region(0) + 16, 1ull << 40, 8);
+    reseal(b);
+    expect_error(b, Status::Parse,
+                 {"'num_kernel_blocks' = 1099511627776", "plausibility limit 4294967296"});
+    EXPECT_THROW(encode(m), Error);
+  }
+  struct Case {
+    uint64_t block_len, num_blocks;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {(1ull << 32) + 1, 1, "'regions[0].block_len' = 4294967297 exceeds the plausibility limit 4294967296"},
+      {64, (1ull << 32) + 1, "'regions[0].num_blocks' = 4294967297 exceeds the plausibility limit 4294967296"},
+      {1ull << 20, 1ull << 29,
+       "'regions[0]' block_len 1048576 * num_blocks 536870912 = 562949953421312 bytes exceeds the "
+       "plausibility limit 281474976710656"},
+  };
+  for (const Case& c : cases) {
+    EngineMetadata m = llama_mla();
+    m.regions[0].region.block_len = c.block_len;
+    m.regions[0].region.num_blocks = c.num_blocks;
+    try {
+      encode(m);
+      FAIL() << "accepted " << c.needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what();
+    }
+    const EngineMetadata ok = llama_mla();
+    auto b = encode(ok);
+    put_le(b, offsets_of(ok).region(0) + 8, c.block_len, 8);
+    put_le(b, offsets_of(ok).region(0) + 16, c.num_blocks, 8);
+    reseal(b);
+    expect_error(b, Status::Parse, {c.needle});
+  }
+  // Right at the limits is accepted: 2^32 blocks of 2^16 bytes = 2^48 bytes.
+  EngineMetadata m = llama_mla();
+  m.num_kernel_blocks = 1ull << 32;
+  m.regions[0].region = {1ull << 50, 1ull << 16, 1ull << 32};
+  EXPECT_EQ(decode(encode(m)), m);
+}

@@ -349,3 +349,24 @@ TEST(EngineRanks, MustAgreeAndBeDistinct) {
   expect_item(items, "num_kernel_blocks", Status::Incompatible, {"6550 vs 5240"});
   expect_item(items, "tp_rank", Status::Incompatible, {"repeats a tp_rank"});
 }
+
+// Regions sharing bytes on either side (hand-built metadata; decode() refuses them already):
+// a read into one would overwrite another layer's KV.
+TEST(HandshakeRules, OverlappingRegions) {
+  EngineMetadata d = llama(2, 0, "d");
+  const uint64_t size = 16 * 2048 * 1000;  // block_len 16 tokens * 2048 B, 1000 blocks
+  d.regions[1].region.base = d.regions[0].region.base + size - 1;
+  const uint64_t b0 = d.regions[0].region.base;
+  expect_item(validate_pair(d, llama(2, 0, "p")), "regions[1].base", Status::Incompatible,
+              {"local engine 'd'", "regions[0] [" + std::to_string(b0) + ", " + std::to_string(b0 + size) +
+                                   ") overlaps regions[1] [" + std::to_string(b0 + size - 1),
+               "own non-overlapping address range"});
+  EngineMetadata p = llama(2, 0, "p");
+  p.regions[0].region.base = p.regions[1].region.base;
+  const auto items = validate_pair(llama(2, 0, "d"), p);
+  expect_item(items, "regions[1].base", Status::Incompatible, {"remote engine 'p'", "remote: "});
+  // Touching is not overlapping.
+  EngineMetadata t = llama(2, 0, "p");
+  t.regions[1].region.base = t.regions[0].region.base + size;
+  EXPECT_TRUE(validate_pair(llama(2, 0, "d"), t).empty()) << dump(validate_pair(llama(2, 0, "d"), t));
+}

@@ -22,8 +22,10 @@
 #include "pdkv/core/metadata_from_geometry.hpp"
 #include "pdkv/core/presets.hpp"
 #include "pdkv/core/transfer_plan.hpp"
+#include "test_models.hpp"
 
 using namespace pdkv::core;
+using pdkv::core::test::status_of;
 
 namespace {
 
@@ -60,6 +62,7 @@ struct Side {
   uint64_t first_head = 0;    // logical head of physical head 0
   uint64_t kernel_bs = 0;
   uint64_t head_bytes = 0;    // per token
+  bool nhd = false;           // KV layout: tokens x heads x bytes instead of heads x tokens x bytes
 };
 
 Side side(const EngineMetadata& md, const MambaState* ms, const ModelDesc& m) {
@@ -73,6 +76,7 @@ Side side(const EngineMetadata& md, const MambaState* ms, const ModelDesc& m) {
   s.first_head = m.attention.use_mla ? 0 : (s.tp <= k ? s.rank * (k / s.tp) : s.rank / (s.tp / k));
   s.kernel_bs = md.kernel_block_size;
   s.head_bytes = md.attention_bytes_per_token / s.heads;
+  s.nhd = md.kv_layout == KvLayout::NHD;
   return s;
 }
 
@@ -142,11 +146,12 @@ std::optional<uint8_t> value_at(const Side& s, const Request& rq, const std::vec
         if (w >= s.ms->page_bytes()) return std::nullopt;
         return mamba_value(s, region, g, e.tokens, w);
       }
-      const uint64_t bs = s.kernel_bs, hb = s.head_bytes;
-      const uint64_t head = s.first_head + w / (bs * hb);
+      const uint64_t bs = s.kernel_bs, hb = s.head_bytes, th = s.heads * hb;
+      // HND: head-major (head h holds bytes [h*bs*hb, (h+1)*bs*hb)); NHD: token-major.
+      const uint64_t head = s.first_head + (s.nhd ? (w % th) / hb : w / (bs * hb));
       const uint64_t first = remote ? t.remote_first_block
                                     : t.local_first_block.value_or(t.local_hit_tokens / bs);
-      const uint64_t token = (first + e.index) * bs + (w % (bs * hb)) / hb;
+      const uint64_t token = (first + e.index) * bs + (s.nhd ? w / th : (w % (bs * hb)) / hb);
       return byte_of(key({region, 'A', g, head, token}), w % hb);
     }
   }
@@ -278,6 +283,7 @@ uint64_t wanted_state(const GroupTrimInput& t, size_t i, const std::vector<uint6
 
 struct Outcome {
   size_t compiled = 0, refused = 0;
+  size_t nhd_compiled = 0, nhd_refused = 0;  // NHD contexts planned / refused as unsupported
 };
 
 void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
@@ -297,6 +303,15 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
     ctx.local_mamba = e.dg.mamba;
     ctx.remote_mamba = e.pg.mamba;
   }
+  // Half the engines run NHD on both sides. It is well defined only when each D token reads
+  // all heads of one P token: MLA, or the same number of KV heads per rank on both sides.
+  const bool nhd = pick(0, 1) == 1;
+  if (nhd) {
+    ctx.local.kv_layout = KvLayout::NHD;
+    for (auto& md : ctx.remote) md.kv_layout = KvLayout::NHD;
+  }
+  const bool nhd_refused = nhd && !e.m.attention.use_mla &&
+                           ctx.mapping.local_physical_heads != ctx.mapping.remote_physical_heads;
   uint64_t unused = 0;
   const Request rq = make_request(rng, e, regions, !e.m.is_hybrid() && pick(0, 1), &unused);
   const std::string what = e.m.name + " D tp" + std::to_string(e.dc.tp_size) + " rank " +
@@ -306,9 +321,16 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
                            "/" + std::to_string(e.pg.kernel_block_size) + ") mode " +
                            std::to_string(static_cast<int>(e.dc.cache_mode)) + " n " +
                            std::to_string(rq.groups[0].trim.remote_computed_tokens) + " hit " +
-                           std::to_string(rq.groups[0].trim.local_hit_tokens);
+                           std::to_string(rq.groups[0].trim.local_hit_tokens) +
+                           (nhd ? " NHD" : " HND");
   SCOPED_TRACE(what);
   TransferPlan plan;
+  if (nhd_refused) {
+    // A head subset of an NHD block is not contiguous: refused, never planned with HND offsets.
+    EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, rq.groups); }), Status::UnsupportedLayout);
+    ++out.nhd_refused;
+    return;
+  }
   try {
     plan = compile_transfer_plan(ctx, rq.groups);
   } catch (const Error& err) {
@@ -319,6 +341,7 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
     return;
   }
   ++out.compiled;
+  if (nhd) ++out.nhd_compiled;
 
   const uint64_t dlen = ctx.local.regions[0].region.block_len;
   const uint64_t plen = ctx.remote[0].regions[0].region.block_len;
@@ -362,10 +385,10 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
       const GroupTrimInput& t = pg.trim;
       for (const Extent& x : dext[g]) {
         if (is_attention_kind(t.kind)) {
-          const uint64_t bs = d.kernel_bs, hb = d.head_bytes;
+          const uint64_t bs = d.kernel_bs, hb = d.head_bytes, th = d.heads * hb;
           const uint64_t first = t.local_hit_tokens / bs;
           for (uint64_t w = 0; w < x.end - x.begin; w += hb) {
-            const uint64_t token = (first + x.index) * bs + (w % (bs * hb)) / hb;
+            const uint64_t token = (first + x.index) * bs + (d.nhd ? w / th : (w % (bs * hb)) / hb);
             if (needed_token(t, token)) std::fill_n(&need[x.begin + w], hb, 1);
           }
         } else {
@@ -498,7 +521,9 @@ TEST(PlanProperties, TinyRandomEnginesMoveExactlyTheMissingBytesOnce) {
     check_one(rng, e, out);
     if (HasFailure()) break;
   }
-  EXPECT_GT(out.compiled, 800u) << "skipped " << skipped;
+  EXPECT_GT(out.compiled, 500u) << "skipped " << skipped;
+  EXPECT_GT(out.nhd_compiled, 150u);
+  EXPECT_GT(out.nhd_refused, 50u);
 }
 
 TEST(PlanProperties, PresetEnginesMoveExactlyTheMissingBytesOnce) {
@@ -523,7 +548,8 @@ TEST(PlanProperties, PresetEnginesMoveExactlyTheMissingBytesOnce) {
     check_one(rng, e, out);
     ++per_model_compiled;
   }
-  EXPECT_GE(out.compiled, 7u);
+  EXPECT_GE(out.compiled, 7u) << out.nhd_compiled << " NHD planned, " << out.nhd_refused
+                              << " NHD refused";
 }
 
 }  // namespace

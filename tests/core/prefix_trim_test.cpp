@@ -220,3 +220,54 @@ TEST(PrefixTrim, NeededTokenInNullBlockIsCoverageError) {
     EXPECT_NE(std::string(e.what()).find("null block"), std::string::npos);
   }
 }
+
+// none / align: D is missing tokens (hit < N) so it needs P's running state. A local list that
+// is empty or holds only null placeholders used to return OK with no state: the request would be
+// reported complete with D's Mamba state never written. Now Coverage naming N and the hit.
+TEST(PrefixTrim, SingleStateNeededWithoutALocalSlotIsCoverage) {
+  for (const MambaCacheMode mode : {MambaCacheMode::None, MambaCacheMode::Align}) {
+    for (const V& local : {V{}, V{0}, V{0, 0, 0}}) {
+      try {
+        trim_group(mamba(mode, local, {0, 14}, 0, 0, 300, 288));
+        FAIL() << "no Coverage for a needed state without a local slot";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.status(), Status::Coverage);
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("after 300 tokens (it holds 288)"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("list of " + std::to_string(local.size()) + " blocks holds no real slot"),
+                  std::string::npos) << msg;
+      }
+    }
+    // D holds every token: nothing is needed, with or without a slot.
+    EXPECT_TRUE(trim_group(mamba(mode, {}, {0, 14}, 0, 0, 300, 300)).transfers_nothing());
+    EXPECT_TRUE(trim_group(mamba(mode, {0}, {0, 14}, 0, 0, 300, 301)).transfers_nothing());
+  }
+  // Through trim_prefix the error names the group.
+  try {
+    trim_prefix({attention({}, iota(0, 10), 16, 16, 160, 160),
+                 mamba(MambaCacheMode::Align, {}, {0, 0, 43}, 160, 160, 160, 159)});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::Coverage);
+    EXPECT_NE(std::string(e.what()).find("group 1 (mamba)"), std::string::npos) << e.what();
+  }
+}
+
+// "all": the same for the final state's position: D's list must hold a real block there.
+TEST(PrefixTrim, AllModeFinalStateWithoutALocalSlotIsCoverage) {
+  // N 48, hit 16, 16-token positions: D needs positions 1 and 2 (the final state at 2).
+  const std::vector<V> lists = {V{}, V{21}, V{21, 0}};
+  for (const V& local : lists) {
+    try {
+      trim_group(mamba(MambaCacheMode::All, local, {5, 6, 7}, 16, 16, 48, 16));
+      FAIL() << "no Coverage for local list of " << local.size();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::Coverage);
+      EXPECT_NE(std::string(e.what()).find("final Mamba state after 48 tokens (it holds 16) at "
+                                           "position 2"),
+                std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(trim_group(mamba(MambaCacheMode::All, {21, 22}, {5, 6, 7}, 16, 16, 48, 16)).states,
+            (States{{21, 6, 32}, {22, 7, 48}}));
+}

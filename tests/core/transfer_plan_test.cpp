@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pdkv/core/geometry.hpp"
+#include "pdkv/core/handshake.hpp"
 #include "pdkv/core/mamba_split.hpp"
 #include "pdkv/core/metadata_from_geometry.hpp"
 #include "pdkv/core/presets.hpp"
@@ -427,3 +428,179 @@ TEST(TransferPlan, JsonDumpHoldsEveryReadAndTheStats) {
 }
 
 }  // namespace
+
+// --- KV layout (NHD) -------------------------------------------------------------------------
+
+namespace {
+
+PlanContext with_layout(PlanContext ctx, KvLayout d, KvLayout p) {
+  ctx.local.kv_layout = d;
+  for (auto& r : ctx.remote) r.kv_layout = p;
+  return ctx;
+}
+
+}  // namespace
+
+// NHD (tokens x heads x bytes) on both engines with 4 heads per rank: a token run over all the
+// rank's heads is ONE piece at t0 * 4 * 256, also when it is not a whole block. D blocks of 16
+// tokens (16384 B), P blocks of 32 tokens (32768 B), shuffled ids so nothing coalesces. The old
+// code cut the runs into per-head pieces at HND offsets: wrong bytes on both sides.
+TEST(TransferPlan, NhdTokenRunsAreOneContiguousPieceAtTokenOffsets) {
+  const ModelDesc m = attention_model(8, 128);
+  const PlanContext ctx =
+      with_layout(context(m, config(2, 16), config(2, 32), 1, 1), KvLayout::NHD, KvLayout::NHD);
+  const std::vector<PlanGroup> groups = {attention_group({5, 3, 9}, {8, 2}, 40)};
+  const TransferPlan p = compile_transfer_plan(ctx, groups);
+  ASSERT_EQ(p.ranks.size(), 1u);
+  EXPECT_EQ(p.ranks[0].p_rank, 1u);
+  const uint64_t Ld = 16384, Lp = 32768, tok = 4 * 256;
+  const std::vector<PlanRead> want = {
+      {0, 5 * Ld, 0, 8 * Lp, 16 * tok},             // tokens 0..16: P block 8, tokens 0..16
+      {0, 3 * Ld, 0, 8 * Lp + 16 * tok, 16 * tok},  // tokens 16..32: P block 8, tokens 16..32
+      {0, 9 * Ld, 0, 2 * Lp, 8 * tok},              // tokens 32..40: P block 2, tokens 0..8
+  };
+  EXPECT_EQ(p.ranks[0].reads, want);
+  EXPECT_EQ(p.stats.pieces_before_coalescing, 3u);
+  EXPECT_EQ(p.stats.bytes, 40 * tok);
+  EXPECT_NO_THROW(validate_transfer_plan(p, ctx, groups));
+  // Consecutive ids on both sides coalesce into one read, as under HND.
+  const TransferPlan c = compile_transfer_plan(ctx, {attention_group({3, 4, 5}, {7, 8}, 40)});
+  EXPECT_EQ(c.ranks[0].reads, (std::vector<PlanRead>{{0, 3 * Ld, 0, 7 * Lp, 40 * tok}}));
+}
+
+// The coverage oracle reads D's layout on its own: the HND plan of a partial block (per-head
+// pieces at h * 16 tokens * 256 B) does not cover what an NHD D block needs.
+TEST(TransferPlan, CoverageCheckIsLayoutAware) {
+  const ModelDesc m = attention_model(8, 128);
+  const PlanContext hnd = context(m, config(2, 16), config(2, 16), 0, 1);
+  const PlanContext nhd = with_layout(hnd, KvLayout::NHD, KvLayout::NHD);
+  const std::vector<PlanGroup> groups = {attention_group({3}, {7}, 10)};
+  const TransferPlan hp = compile_transfer_plan(hnd, groups);
+  const TransferPlan np = compile_transfer_plan(nhd, groups);
+  EXPECT_EQ(hp.ranks[0].reads.size(), 4u);  // one piece per head
+  EXPECT_EQ(np.ranks[0].reads, (std::vector<PlanRead>{{0, 3 * 16384, 0, 7 * 16384, 10 * 1024}}));
+  std::string msg;
+  EXPECT_EQ(status_of([&] { validate_transfer_plan(hp, nhd, groups); }, &msg), Status::Coverage);
+  EXPECT_NE(msg.find("D region 0 offset " + std::to_string(3 * 16384 + 2560)), std::string::npos) << msg;
+  EXPECT_EQ(status_of([&] { validate_transfer_plan(np, hnd, groups); }), Status::Coverage);
+  EXPECT_NO_THROW(validate_transfer_plan(np, nhd, groups));
+  EXPECT_NO_THROW(validate_transfer_plan(hp, hnd, groups));
+}
+
+// NHD with different heads per rank (D TP2 holds 4 of 8 heads, P TP4 holds 2, and the reverse):
+// a head subset of an NHD block is not contiguous. Refused like the handshake refuses it.
+TEST(TransferPlan, NhdWithHeterogeneousHeadsPerRankIsUnsupportedLayout) {
+  const ModelDesc m = attention_model(8, 128);
+  for (const auto& [dtp, ptp] : {std::pair{2u, 4u}, std::pair{4u, 2u}}) {
+    const PlanContext ctx = with_layout(context(m, config(dtp, 16), config(ptp, 16), 0, 1),
+                                        KvLayout::NHD, KvLayout::NHD);
+    const std::vector<PlanGroup> groups = {attention_group({3}, {7}, 10)};
+    std::string msg;
+    EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, groups); }, &msg), Status::UnsupportedLayout);
+    EXPECT_NE(msg.find("NHD"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("use the HND KV cache layout on both engines"), std::string::npos) << msg;
+    EXPECT_EQ(status_of([&] { validate_transfer_plan(TransferPlan{}, ctx, groups); }),
+              Status::UnsupportedLayout);
+  }
+}
+
+// Different layouts on D and P: pdkv does not permute on receive (the handshake's rule); the P
+// ranks of one engine must agree with each other.
+TEST(TransferPlan, LayoutsMustMatch) {
+  const ModelDesc m = attention_model(8, 128);
+  const PlanContext base = context(m, config(2, 16), config(2, 16), 0, 1);
+  std::string msg;
+  EXPECT_EQ(status_of([&] {
+              compile_transfer_plan(with_layout(base, KvLayout::NHD, KvLayout::HND),
+                                    {attention_group({3}, {7}, 16)});
+            }, &msg),
+            Status::UnsupportedLayout);
+  EXPECT_NE(msg.find("D NHD, P HND"), std::string::npos) << msg;
+  PlanContext mixed = with_layout(base, KvLayout::NHD, KvLayout::NHD);
+  mixed.remote[1].kv_layout = KvLayout::HND;
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(mixed, {attention_group({3}, {7}, 16)}); }, &msg),
+            Status::Incompatible);
+  EXPECT_NE(msg.find("P ranks 0 and 1 disagree on the KV cache layout (NHD vs HND)"),
+            std::string::npos) << msg;
+}
+
+// MLA has one latent head: NHD and HND are the same bytes, so any layouts plan alike.
+TEST(TransferPlan, MlaPlansAlikeUnderEveryLayout) {
+  const ModelDesc m = attention_model(1, 64, /*mla=*/true);
+  const PlanContext base = context(m, config(2, 16), config(4, 16), 1, 1);
+  const std::vector<PlanGroup> groups = {attention_group({3, 9}, {7, 2}, 20)};
+  const TransferPlan want = compile_transfer_plan(base, groups);
+  for (KvLayout d : {KvLayout::HND, KvLayout::NHD}) {
+    for (KvLayout p : {KvLayout::HND, KvLayout::NHD}) {
+      const PlanContext ctx = with_layout(base, d, p);
+      const TransferPlan got = compile_transfer_plan(ctx, groups);
+      ASSERT_EQ(got.ranks.size(), want.ranks.size());
+      for (size_t i = 0; i < got.ranks.size(); ++i) EXPECT_EQ(got.ranks[i].reads, want.ranks[i].reads);
+      EXPECT_NO_THROW(validate_transfer_plan(want, ctx, groups));
+    }
+  }
+}
+
+// --- overlapping regions ---------------------------------------------------------------------
+
+// Two regions sharing bytes on either side: a plan would write one layer's KV into another's.
+TEST(TransferPlan, OverlappingRegionsAreRefused) {
+  const ModelDesc m = attention_model(8, 128);
+  const PlanContext base = context(m, config(2, 16), config(2, 16), 0, 2);
+  const uint64_t size = 64 * 16384;
+  std::string msg;
+  PlanContext local = base;
+  local.local.regions[1].region.base = local.local.regions[0].region.base + size - 16384;
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(local, {attention_group({3}, {7}, 16)}); }, &msg),
+            Status::InvalidArgument);
+  const uint64_t b0 = base.local.regions[0].region.base;
+  EXPECT_NE(msg.find("D metadata: regions[0] [" + std::to_string(b0) + ", " +
+                     std::to_string(b0 + size) + ") overlaps regions[1] [" +
+                     std::to_string(b0 + size - 16384) + ", " + std::to_string(b0 + 2 * size - 16384) + ")"),
+            std::string::npos) << msg;
+  EXPECT_EQ(status_of([&] { validate_transfer_plan(TransferPlan{}, local, {}); }), Status::InvalidArgument);
+  PlanContext remote = base;
+  remote.remote[1].regions[0].region.base = remote.remote[1].regions[1].region.base;  // same tensor twice
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(remote, {attention_group({3}, {7}, 16)}); }, &msg),
+            Status::InvalidArgument);
+  EXPECT_NE(msg.find("P rank 1 metadata: regions[0]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("overlaps regions[1]"), std::string::npos) << msg;
+}
+
+// The plan's layout rule is the handshake's: for every TP pair and layout pair, compile refuses
+// with UnsupportedLayout exactly when validate_pair reports a kv_layout item; otherwise the plan
+// compiles and passes its own coverage check.
+TEST(TransferPlan, LayoutRuleAgreesWithTheHandshake) {
+  size_t refused = 0, compiled_nhd = 0;
+  for (const bool mla : {false, true}) {
+    const ModelDesc m = mla ? attention_model(1, 64, true) : attention_model(4, 64);
+    for (uint32_t dtp : {1u, 2u, 4u, 8u}) {
+      for (uint32_t ptp : {1u, 2u, 4u, 8u}) {
+        if (!mla && ptp > dtp && ptp > 4) continue;  // replicated P with more ranks: refused anyway
+        for (KvLayout dl : {KvLayout::HND, KvLayout::NHD}) {
+          for (KvLayout pl : {KvLayout::HND, KvLayout::NHD}) {
+            const PlanContext ctx =
+                with_layout(context(m, config(dtp, 16), config(ptp, 32), 0, 1), dl, pl);
+            bool layout_item = false;
+            for (const auto& it : validate_pair(ctx.local, ctx.remote[0]))
+              layout_item = layout_item || it.field == "kv_layout";
+            const std::vector<PlanGroup> groups = {attention_group({3, 5, 4}, {7, 2}, 40)};
+            SCOPED_TRACE(testing::Message() << "mla " << mla << " D tp" << dtp << " P tp" << ptp
+                                            << " " << kv_layout_name(dl) << "/" << kv_layout_name(pl));
+            std::string msg;
+            const Status st = status_of([&] { compile_transfer_plan(ctx, groups); }, &msg);
+            if (layout_item) {
+              EXPECT_EQ(st, Status::UnsupportedLayout) << msg;
+              ++refused;
+            } else {
+              EXPECT_EQ(st, Status::Ok) << msg;
+              if (dl == KvLayout::NHD && !mla) ++compiled_nhd;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(refused, 20u);
+  EXPECT_GE(compiled_nhd, 4u);  // NHD with equal heads per rank (e.g. same TP) plans
+}

@@ -7,12 +7,14 @@
 //    each local slot is used at most once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
 #include <unordered_map>
 
 #include "pdkv/core/block_ids.hpp"
+#include "pdkv/core/error.hpp"
 #include "pdkv/core/prefix_trim.hpp"
 
 using namespace pdkv::core;
@@ -165,6 +167,7 @@ TEST(TrimProperties, MambaStatesPairByTokenCount) {
   auto pick = [&](uint64_t lo, uint64_t hi) {
     return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
   };
+  int without_slot = 0;
   for (int iter = 0; iter < 3000; ++iter) {
     const MambaCacheMode mode = static_cast<MambaCacheMode>(pick(0, 2));
     const uint64_t bd = pick(1, 5) * (pick(0, 1) ? 16 : 7), bp = pick(1, 5) * (pick(0, 1) ? 16 : 7);
@@ -186,10 +189,28 @@ TEST(TrimProperties, MambaStatesPairByTokenCount) {
       in.local_blocks = fresh_ids(rng, used, lcount);
       in.remote_blocks = fresh_ids(rng, used, cdiv(n, bp) + pick(0, 1));
     } else {
-      // Exchange-clipped single state, sometimes with leading placeholders on P.
-      in.local_blocks = hit >= n && pick(0, 1) ? V{} : fresh_ids(rng, used, 1);
+      // Exchange-clipped single state, sometimes with leading placeholders on either side, and
+      // sometimes no real local slot at all (empty or only placeholders), whatever the hit.
+      const uint64_t shape = pick(0, 5);
+      in.local_blocks = shape == 0 ? V{} : shape == 1 ? V(pick(1, 3), kNullBlock) : fresh_ids(rng, used, 1);
+      if (shape > 1 && pick(0, 1)) in.local_blocks.insert(in.local_blocks.begin(), pick(1, 2), kNullBlock);
       in.remote_blocks = fresh_ids(rng, used, 1);
       if (pick(0, 1)) in.remote_blocks.insert(in.remote_blocks.begin(), pick(0, 3), kNullBlock);
+    }
+    // D needs P's final state iff it is missing tokens; it must then have a real slot for it
+    // (in "all" mode at the final position, which the generator always lists).
+    const bool needs = hit < n;
+    const bool has_slot = std::any_of(in.local_blocks.begin(), in.local_blocks.end(),
+                                      [](uint64_t b) { return b != kNullBlock; });
+    if (needs && !has_slot) {
+      ++without_slot;
+      try {
+        trim_group(in);
+        FAIL() << "a needed state without a local slot was silently skipped";
+      } catch (const Error& e) {
+        ASSERT_EQ(e.status(), Status::Coverage) << e.what();
+      }
+      continue;
     }
     GroupTrim r = trim_group(in);
     ASSERT_TRUE(r.runs.empty());
@@ -214,9 +235,9 @@ TEST(TrimProperties, MambaStatesPairByTokenCount) {
         ASSERT_EQ(s.remote_block, in.remote_blocks.back());
       }
     }
-    const bool needs = hit < n && !in.local_blocks.empty();
     ASSERT_EQ(final_paired, needs);
     ASSERT_EQ(r.states.empty(), !needs);
     for (uint64_t u : r.unfilled_states) ASSERT_FALSE(seen.count(u));
   }
+  EXPECT_GT(without_slot, 100);  // the generator reaches the refusal, not only the happy path
 }

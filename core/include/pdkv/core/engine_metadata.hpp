@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -79,11 +80,43 @@ inline constexpr size_t kMetadataHeaderBytes = 16;
 inline constexpr size_t kMaxEngineIdBytes = 256;
 inline constexpr size_t kMaxRegions = 1u << 16;        // far above any real model's layer count
 inline constexpr size_t kMaxConvProjections = 3;
+// Plausibility limits on what a peer may advertise (check_metadata). Far above any real engine
+// (a 141 GB H200 holds < 2^38 bytes; a kernel page is at most a few MiB), low enough that a
+// corrupt or hostile peer cannot make a plan address 10^18 bytes into a registered region:
+//   num_kernel_blocks and every region's num_blocks <= kMaxKernelBlocks,
+//   every region's block_len <= kMaxBlockLen,
+//   every region's block_len * num_blocks <= kMaxRegionBytes.
+inline constexpr uint64_t kMaxKernelBlocks = uint64_t{1} << 32;
+inline constexpr uint64_t kMaxBlockLen = uint64_t{1} << 32;
+inline constexpr uint64_t kMaxRegionBytes = uint64_t{1} << 48;
+
+// Two registered regions whose byte ranges [base, base + block_len * num_blocks) intersect:
+// a plan would write one layer's bytes into another's. `first` < `second` are region indexes;
+// the ends are exclusive (and may exceed 2^64 - 1 only for metadata that also fails the
+// address-space check, in which case they saturate at UINT64_MAX).
+struct RegionOverlap {
+  size_t first = 0;
+  size_t second = 0;
+  uint64_t first_begin = 0, first_end = 0;
+  uint64_t second_begin = 0, second_end = 0;
+};
+
+// The first overlapping pair of `regions` in base-address order (deterministic for a given list),
+// or nullopt when the regions are pairwise disjoint. Empty regions (block_len or num_blocks 0)
+// overlap nothing. O(n log n); never throws except std::bad_alloc.
+std::optional<RegionOverlap> find_region_overlap(std::span<const MetadataRegion> regions);
+
+// "regions[i] [begin, end) overlaps regions[j] [begin, end)", decimal byte addresses.
+std::string to_string(const RegionOverlap& o);
 
 // Checks every field's range and the internal consistency the wire format promises (rank < size,
 // logical = kernel * ppl, conv bytes = sum of projections, regions inside the address space,
-// Mamba page inside the logical page, ...). Throws Error(`status`, message naming the field and
-// value): encode() uses InvalidArgument, decode() uses Parse (OutOfBounds for address ranges).
+// Mamba page inside the logical page, ...), the plausibility limits above (kMaxKernelBlocks,
+// kMaxBlockLen, kMaxRegionBytes: the message names the field, its value and the limit) and that
+// no two regions overlap (the message names both region indexes and their byte ranges).
+// Throws Error(`status`, message naming the field and value): encode() uses InvalidArgument,
+// decode() uses Parse (OutOfBounds for a region or page leaving the 64-bit address space or
+// its logical page).
 void check_metadata(const EngineMetadata& m, Status status);
 
 // Serialises `m` (check_metadata first). Deterministic: equal metadata give equal bytes.

@@ -79,7 +79,10 @@ struct GroupTrim {
 
 // Trims one group. Errors: InvalidArgument (zero tokens_per_block where needed), Coverage (a
 // token or the final state D needs has no local slot or no remote source, naming the token,
-// the block index and the list bounds), Overflow.
+// the block index and the list bounds), Overflow. Mamba groups: whenever local_hit_tokens <
+// remote_computed_tokens D needs P's final (running) state, so a local list that is empty or
+// holds only null placeholders (none / align), or has no real block at the final state's
+// position ("all"), is Coverage, never an empty result.
 GroupTrim trim_group(const GroupTrimInput& in);
 
 // Trims every group; errors are prefixed with "group <i> (<kind>)".
