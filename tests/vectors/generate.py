@@ -796,9 +796,11 @@ def trim(g):
         out["zero_ranges"] = uncovered(local, lf, lbs, hit, [(need, n)] if need < n else [])
         return out
     if g.get("cache_mode", "none") != "all":
-        real_l = [b for b in local if b]
-        if not real_l or hit >= n:
+        if hit >= n:  # D holds the state already
             return out
+        real_l = [b for b in local if b]
+        if not real_l:  # D misses tokens, so it needs P's running state, but has no slot for it
+            raise Coverage("no local slot")
         real_r = [b for b in remote if b]
         if not real_r:
             raise Coverage("no remote state")
@@ -824,6 +826,8 @@ def trim(g):
             raise Coverage("final state")
         else:
             out["unfilled_states"].append(lb)
+    if not any(st["tokens"] == n for st in out["states"]):  # no real D block at the final position
+        raise Coverage("final position")
     return out
 
 
@@ -1079,6 +1083,17 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
     d_heads = range(*head_range(d_tp, k, d_rank))
     lbs, rbs = dg["kernel_block_size"], pg["kernel_block_size"]
     Ld, Lp = dg["kernel_page_bytes"], pg["kernel_page_bytes"]
+    # KV layout: HND (heads x tokens) unless both sides say NHD (tokens x heads). MLA has one
+    # latent head, so both layouts are the same bytes. NHD with different heads per rank would
+    # read a head subset of every token: refused, like layouts that differ.
+    nhd = False
+    if any(g["kind"] != "mamba" for g in groups) and not mla:
+        if dl["kv_layout"] != pl["kv_layout"]:
+            raise PlanError("PDKV_ERR_UNSUPPORTED_LAYOUT", [dl["kv_layout"], pl["kv_layout"]])
+        nhd = dl["kv_layout"] == "NHD"
+        if nhd and mapping["local_physical_heads"] != mapping["remote_physical_heads"]:
+            raise PlanError("PDKV_ERR_UNSUPPORTED_LAYOUT", ["NHD", "%d (D)" % mapping["local_physical_heads"],
+                                                            "%d (P)" % mapping["remote_physical_heads"]])
     pieces = {p: [] for p in range(p_tp)}  # p -> [(lr, lo, rr, ro, len, kind)]
     issue = []  # (p, piece) in the order the pieces are produced
     gz = []
@@ -1104,6 +1119,12 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
 
         for reg in regions:
             for run in tr["runs"]:
+                if nhd:  # one P rank holds all of D's heads: a token run is one piece
+                    src = mapping["attention_source_ranks"][0]
+                    tb = dg["attn_bytes_per_token"]
+                    add(src, (reg, run["local_block"] * Ld + run["local_token_begin"] * tb, reg,
+                              run["remote_block"] * Lp + run["remote_token_begin"] * tb, run["num_tokens"] * tb, "a"))
+                    continue
                 whole = run["num_tokens"] == lbs == rbs
                 # D heads grouped by the attention source rank holding them.
                 by_src = {}
@@ -1181,9 +1202,36 @@ def trim_cases():
        "remote_tokens_per_block": 16, "remote_computed_tokens": 32, "local_hit_tokens": 32,
        "sliding_window": 20}, {"runs": []})
     # Bug 2 (v0604 `assert num_local_blocks == 1`): SSM nd == 0, and nd >= 2 < np ("all" mode).
-    t("bug2_ssm_nd0_no_state",
+    # nd == 0 is fine when D holds every token (nothing moves); when D misses tokens it needs P's
+    # running state and a list without a real slot is a Coverage error (never a silent no-op).
+    t("bug2_ssm_nd0_full_hit_no_state",
       {"kind": "mamba", "cache_mode": "align", "local_blocks": [], "remote_blocks": [0, 0, 14],
-       "remote_computed_tokens": 100, "local_hit_tokens": 0}, {"states": []})
+       "remote_computed_tokens": 100, "local_hit_tokens": 100}, {"states": []})
+    add("trim_group/coverage_ssm_nd0_needs_state", "trim_group",
+        {"kind": "mamba", "cache_mode": "align", "local_blocks": [], "remote_blocks": [0, 0, 14],
+         "remote_computed_tokens": 100, "local_hit_tokens": 0},
+        err={"status": "PDKV_ERR_COVERAGE", "message_contains": ["100", "0 blocks"]})
+    add("trim_group/coverage_ssm_only_null_local_slots", "trim_group",
+        {"kind": "mamba", "cache_mode": "align", "local_blocks": [0, 0], "remote_blocks": [0, 0, 14],
+         "remote_computed_tokens": 100, "local_hit_tokens": 16},
+        err={"status": "PDKV_ERR_COVERAGE", "message_contains": ["100", "2 blocks"]})
+    for c in cases[-2:]:  # the oracle refuses them too
+        try:
+            trim(c["input"])
+            sys.exit("oracle accepts " + c["name"])
+        except Coverage:
+            pass
+    # "all" mode: D's list ends before the final position (tokens 32..47 at position 2).
+    add("trim_group/coverage_all_mode_no_final_position", "trim_group",
+        {"kind": "mamba", "cache_mode": "all", "local_blocks": [5, 6], "remote_blocks": [1, 2, 3],
+         "local_tokens_per_block": 16, "remote_tokens_per_block": 16, "remote_computed_tokens": 48,
+         "local_hit_tokens": 0},
+        err={"status": "PDKV_ERR_COVERAGE", "message_contains": ["48", "position 2"]})
+    try:
+        trim(cases[-1]["input"])
+        sys.exit("oracle accepts " + cases[-1]["name"])
+    except Coverage:
+        pass
     t("bug2_ssm_nd2_lt_np3_all_mode",
       {"kind": "mamba", "cache_mode": "all", "local_blocks": [5, 6], "remote_blocks": [1, 2, 3],
        "local_tokens_per_block": 16, "remote_tokens_per_block": 16, "remote_computed_tokens": 48,
@@ -1756,6 +1804,35 @@ def plan_more_cases():
               "pieces_before_coalescing": 4, "pieces_after_coalescing": 1,
               "groups": [{"kind": "attention", "regions": [0],
                           "zero_ranges": [{"block": 4, "token_begin": 4, "token_end": 32}], "unfilled_states": []}]})
+
+    # NHD KV layout (tokens x heads) on both sides, Jamba TP2 -> TP2 rank 0 (4 heads, 2048 B per
+    # token, 80-token blocks of 163840 B): each token run is one piece over all heads (HND would
+    # cut the 40-token tail into 4 head pieces); [1, 2, 3] <- [4, 5, 6] is contiguous on both
+    # sides, one read of 200 tokens.
+    nl = lambda eid: {"engine_id": eid, "num_logical_blocks": 16, "kv_layout": "NHD"}
+    p("nhd_jamba_tp2_rank0_token_runs", jamba, {"tp_size": 2}, {"tp_size": 2}, 0,
+      [{"kind": "attention", "local_blocks": [1, 2, 3], "remote_blocks": [4, 5, 6], "remote_computed_tokens": 200}],
+      nl("p"), nl("d"),
+      expect={"reads": [[{"local_region": 0, "local_offset": Lj2, "remote_region": 0, "remote_offset": 4 * Lj2,
+                          "length": 200 * 2048}], []],
+              "pieces_before_coalescing": 3, "pieces_after_coalescing": 1})
+    # NHD with K = 2 replicated on P TP4 (1 head) and D TP2 (1 head): heads per rank agree, so
+    # D rank 1 reads whole tokens from P rank 2. P blocks are 1056 tokens, D's 2096: the runs
+    # [0, 1056), [1056, 2096), [2096, 2112), [2112, 3000) are 4 pieces, contiguous on both sides.
+    p("nhd_nano_p_tp4_d_tp2_rank1_replicated_heads", nano, {"tp_size": 4}, {"tp_size": 2}, 1,
+      [{"kind": "attention", "local_blocks": [1, 2], "remote_blocks": [3, 4, 5, 6], "remote_computed_tokens": 3000}],
+      {"engine_id": "p", "num_logical_blocks": 8, "kv_layout": "NHD"},
+      {"engine_id": "d", "num_logical_blocks": 8, "kv_layout": "NHD"},
+      expect={"read_ranks": [2], "pieces_before_coalescing": 4})
+    # NHD with 4 (D TP2) vs 2 (P TP4) heads per rank: a head subset of every token is not
+    # contiguous; and layouts that differ between D and P.
+    p("nhd_heads_per_rank_differ_unsupported", jamba, {"tp_size": 4}, {"tp_size": 2}, 1,
+      [{"kind": "attention", "local_blocks": [1], "remote_blocks": [1], "remote_computed_tokens": 50}],
+      nl("p"), nl("d"), error=("PDKV_ERR_UNSUPPORTED_LAYOUT", ["NHD", "4 (D)", "2 (P)"]))
+    p("kv_layouts_differ_unsupported", jamba, {"tp_size": 2}, {"tp_size": 2}, 0,
+      [{"kind": "attention", "local_blocks": [1], "remote_blocks": [1], "remote_computed_tokens": 50}],
+      {"engine_id": "p", "num_logical_blocks": 16}, nl("d"),
+      error=("PDKV_ERR_UNSUPPORTED_LAYOUT", ["NHD", "HND"]))
 
     # Errors. P registers 8 blocks of L2 = 8585216 B; P block 8 lies past the region.
     p("out_of_bounds_remote_block_past_region", nano, {"tp_size": 2}, {"tp_size": 2}, 0,
