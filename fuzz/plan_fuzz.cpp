@@ -1,6 +1,6 @@
 // Fuzzes transfer-plan compilation. The bytes pick a tiny model (GQA/MLA attention, optionally
 // Mamba1 / Mamba2 with possibly replicated groups / GDN), P and D TP sizes, block sizes, kernel
-// backends, a cache mode and one request (hit, computed tokens, block ids: random, possibly
+// backends, each side's KV layout (HND / NHD), a cache mode and one request (hit, computed tokens, block ids: random, possibly
 // null, repeated or out of range). Oracles: compile either succeeds or throws pdkv::core::Error
 // (anything else is a bug); on success the plan is re-checked here without pdkv's own validator:
 // every read lies inside its regions on both sides, no two reads write the same D byte, and the
@@ -148,6 +148,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ctx.local = metadata_from_geometry(m, dc, dg, {"d", d_rank, pool, regions, 1ull << 40});
     for (uint32_t r = 0; r < pc.tp_size; ++r)
       ctx.remote.push_back(metadata_from_geometry(m, pc, pg, {"p", r, pool, regions, (2ull + r) << 40}));
+    // Either layout on either side: mixed layouts and NHD head subsets must be refused with an
+    // Error, NHD with equal heads per rank planned (and pass the same oracle).
+    const uint64_t layouts = b.next(4);
+    if (layouts & 1) ctx.local.kv_layout = KvLayout::NHD;
+    if (layouts & 2)
+      for (auto& p : ctx.remote) p.kv_layout = KvLayout::NHD;
     ctx.mapping = compute_tp_mapping({dc.tp_size, d_rank, pc.tp_size,
                                       m.attention.use_mla ? 1u : m.attention.num_kv_heads,
                                       m.attention.use_mla, m.is_hybrid()});

@@ -35,7 +35,11 @@ struct Incompatibility {
 std::string to_string(const Incompatibility& item);
 
 // Every incompatibility between `local` and `remote` (empty: the pair can be served). Both inputs
-// must have passed check_metadata (decode() guarantees it for remote bytes).
+// must have passed check_metadata (decode() guarantees it for remote bytes); overlapping regions
+// on either side (hand-built metadata) are still reported, as an Incompatible item on field
+// "regions[j].base" naming both regions and their byte ranges. KV layouts: the same on both
+// sides (MLA: any), and HND whenever the sides hold different numbers of KV heads per rank;
+// compile_transfer_plan applies the same rule.
 std::vector<Incompatibility> validate_pair(const EngineMetadata& local, const EngineMetadata& remote);
 
 // Throws Error(Incompatible) whose message joins every item of validate_pair with "; ".

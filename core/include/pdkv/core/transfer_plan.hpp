@@ -17,6 +17,12 @@
 // becomes one piece per head (this is how P and D block sizes that are not multiples of each other
 // are served); a whole-block run of a head slice stays one piece. A Mamba state pair becomes the
 // mamba_reads pieces at page stride block_len * ppl of each side.
+//
+// NHD layout (tokens x heads x bytes_per_head, both sides): a token run over ALL of the rank's
+// heads is one contiguous piece at token_begin * heads * bytes_per_head, whole block or not. It
+// is planned only where that holds, i.e. MLA or the same number of KV heads per rank on both
+// sides; D reading a head subset of an NHD block (heterogeneous heads per rank) and different
+// layouts on D and P are refused with UnsupportedLayout, the rule validate_pair applies.
 #pragma once
 
 #include <cstdint>
@@ -109,10 +115,14 @@ struct TransferPlan {
 // Compiles and validates one request's plan. Errors:
 //  InvalidArgument - inconsistent context (mapping vs metadata ranks / sizes, missing Mamba
 //                    states, a region index out of range, tokens_per_block disagreeing with
-//                    the metadata), naming the values;
+//                    the metadata, two regions of D or of a P rank overlapping: names both
+//                    region indexes and byte ranges), naming the values;
+//  UnsupportedLayout - an attention group with different KV layouts on D and P (non-MLA), or NHD
+//                    with different KV heads per rank on D and P (names both layouts and the fix);
 //  NotFound        - a P rank the plan reads from has no metadata in ctx.remote;
 //  Incompatible    - P and D geometry that cannot describe the same model (region counts,
-//                    block_len vs kernel block size x bytes per token, head ratios);
+//                    block_len vs kernel block size x bytes per token, head ratios, P ranks
+//                    disagreeing on block_len or KV layout);
 //  Coverage        - from prefix trimming, or when the reads would not write every needed D byte
 //                    exactly once (names region, offset, length);
 //  OutOfBounds     - a read would leave a registered region (names region, offset, length, size);
@@ -122,8 +132,10 @@ TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<Pla
 // The plan's coverage and bounds check, usable on its own (e.g. on a plan that was edited or
 // deserialised): the D bytes the plan must write are recomputed from the groups (prefix trimming
 // and the D rank's own head / state layout, independently of the reads) and compared with the
-// union of the plan's local ranges. Throws Coverage (overlap, missing or unexpected bytes,
-// naming region, offset and length) or OutOfBounds (naming side, region, offset, length, size).
+// union of the plan's local ranges; attention bytes follow D's own KV layout (HND head slices or
+// NHD token ranges). Throws the context errors of compile_transfer_plan (InvalidArgument,
+// UnsupportedLayout, ...), Coverage (overlap, missing or unexpected bytes, naming region, offset
+// and length) or OutOfBounds (naming side, region, offset, length, size).
 void validate_transfer_plan(const TransferPlan& plan, const PlanContext& ctx,
                             const std::vector<PlanGroup>& groups);
 
