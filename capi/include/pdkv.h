@@ -1135,9 +1135,10 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_encode_bytes(const pdkv_engine_metad
 
 /* Decodes `len` untrusted bytes from a peer (not retained). Never reads outside them. Errors:
  * NULL_POINTER (bytes with len > 0, out), PARSE (truncated, wrong magic, unknown major version,
- * payload length mismatch, bad UTF-8, absurd counts, out-of-range fields; names the field),
- * CHECKSUM (CRC32C mismatch), OUT_OF_BOUNDS (a region or page leaving its memory). *out owned
- * by the caller. Thread-safe. */
+ * payload length mismatch, bad UTF-8, absurd counts, out-of-range fields, overlapping regions,
+ * more than 2^32 kernel blocks or a block_len above 2^32 or a region above 2^48 bytes; names the
+ * field and value), CHECKSUM (CRC32C mismatch), OUT_OF_BOUNDS (a region or page leaving its
+ * memory). *out owned by the caller. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_engine_metadata_decode(const uint8_t *bytes, size_t len,
                                                    pdkv_engine_metadata_t **out,
                                                    pdkv_error_t **err);
@@ -1279,8 +1280,10 @@ typedef struct pdkv_transfer_plan pdkv_transfer_plan_t;
 /* Compiles and validates one request's plan: every D byte needed is written exactly once and no
  * read leaves a registered region. Errors: NULL_POINTER (ctx, groups with n_groups > 0, a trim,
  * out), STRUCT_SIZE (a group or trim), INVALID_ARGUMENT (inconsistent context, missing Mamba
- * states, a region index out of range, tokens per block disagreeing with the metadata),
- * NOT_FOUND (a P rank without metadata), INCOMPATIBLE (P and D geometry), COVERAGE (from
+ * states, a region index out of range, tokens per block disagreeing with the metadata,
+ * overlapping regions on either side), UNSUPPORTED_LAYOUT (D and P KV layouts differ, or NHD
+ * with different KV heads per rank on the two sides), NOT_FOUND (a P rank without metadata),
+ * INCOMPATIBLE (P and D geometry, P ranks disagreeing on layout), COVERAGE (from
  * trimming, or a D byte not written exactly once: names region, offset, length), OUT_OF_BOUNDS,
  * OVERFLOW. *out owned by the caller (pdkv_transfer_plan_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_transfer_plan_compile(const pdkv_plan_context_t *ctx,
