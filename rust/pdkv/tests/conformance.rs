@@ -361,7 +361,7 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
         "metadata_roundtrip" => &["model", "engine", "layout"],
         "metadata_decode" => &["hex"],
         "handshake_validate" => &["local", "remote", "item_messages_contain"],
-        "transfer_plan" | "transfer_plan_json" => &["model", "prefill", "decode", "decode_rank", "groups"],
+        "transfer_plan" | "transfer_plan_json" => &["model", "hf_config", "prefill", "decode", "decode_rank", "groups"],
         "attention_local_descriptors" => &["regions", "block_size_ratio"],
         "attention_remote_descriptors" => &["local_regions", "remote_regions", "mapping", "block_size_ratio"],
         "attention_split_descriptors" => &["regions", "mapping", "block_size_ratio", "p_rank"],
@@ -831,17 +831,31 @@ fn compile_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<TransferPla
             }
         };
     }
-    let model = lib_or_return!(Model::from_preset(str_of(input, "model")?));
+    // The model: a preset name (`model`) or config.json text (`hf_config`), exactly one.
+    let model = match (input.contains_key("model"), input.contains_key("hf_config")) {
+        (true, false) => lib_or_return!(Model::from_preset(str_of(input, "model")?)),
+        (false, true) => lib_or_return!(Model::from_hf_config_json(str_of(input, "hf_config")?, None)),
+        _ => return Err("transfer_plan needs exactly one of model / hf_config".into()),
+    };
     let (pre, dec) = (obj_field(input, "prefill")?, obj_field(input, "decode")?);
-    check_keys("prefill", pre, &["engine", "layout"])?;
+    check_keys("prefill", pre, &["engine", "layout", "ranks"])?;
     check_keys("decode", dec, &["engine", "layout"])?;
     let p_cfg = lib_or_return!(engine(field(pre, "engine")?)?);
     let d_cfg = lib_or_return!(engine(field(dec, "engine")?)?);
     let d_rank = u32_of(input, "decode_rank")?;
     let p_layout = layout_of(pre.get("layout"))?;
     let d_layout = EngineLayout { tp_rank: d_rank, ..layout_of(dec.get("layout"))? };
+    // Optional `prefill.ranks`: the P ranks whose metadata the context receives, in that order
+    // (default: every rank 0..P_TP-1).
+    let p_ranks: Vec<u32> = match pre.get("ranks") {
+        Some(v) => u64s(v)?
+            .into_iter()
+            .map(|x| u32::try_from(x).map_err(|_| format!("prefill.ranks: {x} does not fit u32")))
+            .collect::<CaseResult<Vec<_>>>()?,
+        None => (0..p_cfg.tp_size).collect(),
+    };
     let mut p_meta = Vec::new();
-    for r in 0..p_cfg.tp_size {
+    for r in p_ranks {
         let l = EngineLayout { tp_rank: r, ..p_layout.clone() };
         p_meta.push(lib_or_return!(EngineMetadata::from_model(&model, &p_cfg, &l)));
     }
@@ -1657,4 +1671,53 @@ fn issue4_handlers_detect_mismatches() {
     let mut changed = l.clone();
     changed[1] = Json::Str("  \"d_rank\": 0,".into());
     assert!(compare("output", &Json::Arr(changed), &lines).is_some());
+}
+
+/// The optional `transfer_plan` inputs must be able to fail: `model` and `hf_config` together or
+/// neither is a runner failure, a config.json model plans exactly like the preset it describes,
+/// `prefill.ranks` in any order plans like the default, a plan reading from an unlisted P rank is
+/// the library's NOT_FOUND, and a typo next to `ranks` is still rejected.
+#[test]
+fn plan_model_source_and_prefill_ranks() {
+    let plan = |model: &str, prefill_extra: &str| -> CaseResult<Outcome> {
+        let text = format!(
+            r#"{{{model}"decode_rank":1,
+                "prefill":{{"engine":{{"tp_size":4}},"layout":{{"num_regions":6}}{prefill_extra}}},
+                "decode":{{"engine":{{"tp_size":2}},"layout":{{"num_regions":6}}}},
+                "groups":[{{"kind":"attention","local_blocks":[10,11],"remote_blocks":[20,21,22],"remote_computed_tokens":3000}},
+                          {{"kind":"mamba","local_blocks":[40],"remote_blocks":[50],"remote_computed_tokens":3000}}]}}"#
+        );
+        let input = Parser::parse(&text).unwrap();
+        execute("transfer_plan", obj(&input).unwrap())
+    };
+    let output = |r: CaseResult<Outcome>| match r {
+        Ok(Outcome::Output(j)) => j,
+        Ok(Outcome::Failed(e)) => panic!("library error {e}"),
+        Err(e) => panic!("runner failure {e}"),
+    };
+    let preset = r#""model":"nemotron-3-nano-30b","#;
+    let reference = output(plan(preset, ""));
+
+    // The preset's own config.json (the one the api tests load from a file), as one string.
+    let cfg = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/data/hf_configs/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"
+    ))
+    .unwrap();
+    let escaped = cfg.replace('\\', "\\\\").replace('"', "\\\"").replace(['\n', '\r', '\t'], " ");
+    let hf = format!(r#""hf_config":"{escaped}","#);
+    assert_eq!(compare("hf_config", &reference, &output(plan(&hf, ""))), None);
+    let both = plan(&format!("{preset}{hf}"), "");
+    assert!(both.err().unwrap().contains("exactly one of model / hf_config"));
+    let neither = plan("", "");
+    assert!(neither.err().unwrap().contains("exactly one of model / hf_config"));
+    let malformed = plan(r#""hf_config":"{","#, "");
+    assert!(matches!(malformed, Ok(Outcome::Failed(e)) if e.status() == Status::Parse));
+
+    assert_eq!(compare("ranks", &reference, &output(plan(preset, r#","ranks":[3,1,2,0]"#))), None);
+    // D rank 1 of TP2 reads P ranks 2 and 3: without rank 3's metadata the plan cannot be built.
+    let missing = plan(preset, r#","ranks":[0,1,2]"#);
+    assert!(matches!(missing, Ok(Outcome::Failed(e)) if e.status() == Status::NotFound && e.message().contains('3')));
+    assert!(plan(preset, r#","ranks":[0,1,2,3],"rank":[0]"#).err().unwrap().contains("rank"));
+    assert!(plan(preset, r#","ranks":[-1]"#).is_err());
 }
