@@ -205,14 +205,18 @@ class Model(Handle):
     @classmethod
     def from_hf_config_file(cls, path: Union[str, "os.PathLike[str]"], name: Optional[str] = None) -> "Model":
         """A model from a Hugging Face config.json file; ``name`` overrides the stored name.
-        Raises :class:`PdkvIOError`, :class:`ParseError`, :class:`UnsupportedMambaTypeError`."""
+        Raises :class:`PdkvIOError` (unreadable path), :class:`ParseError` (malformed JSON),
+        :class:`NotFoundError` (a required key is missing), :class:`InvalidArgumentError` (a key
+        of the wrong type or value), :class:`UnsupportedMambaTypeError` (a hybrid ``model_type``
+        pdkv has no rule for)."""
         return cls._make(
             "pdkv_model_from_hf_config_file", encode("path", path), encode("name", name, allow_none=True)
         )
 
     @classmethod
     def from_hf_config_json(cls, json_text: Union[str, bytes], name: Optional[str] = None) -> "Model":
-        """A model from the text of a Hugging Face config.json (str or UTF-8 bytes)."""
+        """A model from the text of a Hugging Face config.json (str or UTF-8 bytes); raises as
+        :meth:`from_hf_config_file` except for :class:`PdkvIOError`."""
         if isinstance(json_text, str):
             data = json_text.encode("utf-8")
         elif isinstance(json_text, (bytes, bytearray)):

@@ -572,14 +572,22 @@ def op_handshake_validate(i: Input) -> Dict[str, Any]:
 
 
 def _compiled_plan(i: Input, stack: contextlib.ExitStack) -> pdkv.TransferPlan:
-    """The plan of a ``transfer_plan`` / ``transfer_plan_json`` case: P and D metadata (every P
-    rank with its own ``tp_rank``, D with ``decode_rank``), both geometries, a plan context with
-    the mapping derived from the metadata; compiled and re-validated. Handles live on ``stack``."""
-    name = i.str("model")
+    """The plan of a ``transfer_plan`` / ``transfer_plan_json`` case: the model (a preset
+    ``model`` or config.json text ``hf_config``, exactly one), P and D metadata (each P rank of
+    ``prefill.ranks`` -- default ``0..P_TP-1`` -- in that order with its own ``tp_rank``, D with
+    ``decode_rank``), both geometries, a plan context with the mapping derived from the metadata;
+    compiled and re-validated. Handles live on ``stack``."""
+    if ("model" in i.obj) == ("hf_config" in i.obj):
+        raise VectorError("transfer_plan needs exactly one of model / hf_config")
+    preset = i.str("model") if "model" in i.obj else None
+    hf_config = i.str("hf_config") if "hf_config" in i.obj else None
     p_in, d_in = i.sub("prefill"), i.sub("decode")
     d_rank = i.int("decode_rank")
     p_cfg, d_cfg = engine(p_in.sub("engine")), engine(d_in.sub("engine"))
     p_layout, d_layout = _optional_layout(p_in), _optional_layout(d_in)
+    p_ranks = p_in.ints("ranks") if "ranks" in p_in.obj else list(range(p_cfg.tp_size))
+    if any(not 0 <= p < 2**32 for p in p_ranks):
+        raise VectorError(f"prefill.ranks {p_ranks} holds a value outside uint32")
     p_in.check_all_used()
     d_in.check_all_used()
     groups = []
@@ -587,13 +595,16 @@ def _compiled_plan(i: Input, stack: contextlib.ExitStack) -> pdkv.TransferPlan:
         regions = tuple(g.ints("regions")) if "regions" in g.obj else ()
         groups.append(pdkv.PlanGroup(trim_input(g), regions))
         g.check_all_used()
-    model = stack.enter_context(pdkv.Model.from_preset(name))
+    if preset is not None:
+        model = stack.enter_context(pdkv.Model.from_preset(preset))
+    else:
+        model = stack.enter_context(pdkv.Model.from_hf_config_json(hf_config))
     local = stack.enter_context(
         pdkv.EngineMetadata.from_model(model, d_cfg, dataclasses.replace(d_layout, tp_rank=d_rank))
     )
     remote = [
         stack.enter_context(pdkv.EngineMetadata.from_model(model, p_cfg, dataclasses.replace(p_layout, tp_rank=p)))
-        for p in range(p_cfg.tp_size)
+        for p in p_ranks
     ]
     dg = stack.enter_context(pdkv.Geometry(model, d_cfg))
     pg = stack.enter_context(pdkv.Geometry(model, p_cfg))
@@ -1231,3 +1242,46 @@ def test_every_op_detects_a_changed_output(op: str) -> None:
         bad = {**case, "output": {**case["output"], key: _perturbed(case["output"][key])}}
         with pytest.raises(AssertionError):
             run_case(bad)
+
+
+def _plan_case_with_hf_config() -> Dict[str, Any]:
+    """The first ``transfer_plan`` success vector whose model is config.json text."""
+    return _first_case("transfer_plan", lambda c: "output" in c and "hf_config" in c["input"])
+
+
+def test_runner_needs_exactly_one_of_model_and_hf_config() -> None:
+    """A plan case with both ``model`` and ``hf_config``, or neither, fails; the unmodified one
+    passes."""
+    case = _plan_case_with_hf_config()
+    run_case(case)
+    with pytest.raises(VectorError, match="exactly one"):
+        run_case({**case, "input": {**case["input"], "model": "nemotron-3-nano-30b"}})
+    without = {k: v for k, v in case["input"].items() if k != "hf_config"}
+    with pytest.raises(VectorError, match="exactly one"):
+        run_case({**case, "input": without})
+
+
+def test_runner_honours_prefill_ranks() -> None:
+    """``prefill.ranks`` decides which P ranks' metadata the plan context receives: every rank in
+    reverse order plans the same, a list without a rank the plan reads from fails with
+    NOT_FOUND naming it, a negative rank or a typo beside it is a malformed vector."""
+    case = _first_case(
+        "transfer_plan", lambda c: "output" in c and "ranks" not in c["input"]["prefill"] and c["output"]["read_ranks"]
+    )
+    p_tp = case["output"]["p_tp"]
+    prefill = case["input"]["prefill"]
+
+    def with_prefill(**extra: Any) -> Dict[str, Any]:
+        return {**case, "input": {**case["input"], "prefill": {**prefill, **extra}}}
+
+    run_case(with_prefill(ranks=list(range(p_tp))[::-1]))
+    missing = case["output"]["read_ranks"][0]
+    others = [p for p in range(p_tp) if p != missing]
+    err = with_prefill(ranks=others)
+    del err["output"]
+    err["error"] = {"status": "PDKV_ERR_NOT_FOUND", "message_contains": [f"P rank {missing}"]}
+    run_case(err)
+    with pytest.raises(VectorError, match="uint32"):
+        run_case(with_prefill(ranks=[-1]))
+    with pytest.raises(VectorError, match="unknown input"):
+        run_case(with_prefill(rank=[0]))
