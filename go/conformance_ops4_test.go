@@ -408,6 +408,44 @@ func TestConformanceRunnerFailsCases(t *testing.T) {
 	lines[1] = `  "d_rank": 1,`
 	bad, _ := json.Marshal(lines)
 	fails(`{"name":"x","op":"transfer_plan_json",`+plan+`,"output":{"lines":`+string(bad)+`}}`, "output.lines[1]")
+
+	// The optional transfer_plan inputs: exactly one of model / hf_config, prefill.ranks (a typo
+	// of it, a P rank left out, its order).
+	mla := `"{\"model_type\": \"deepseek_v3\", \"num_hidden_layers\": 2, \"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"`
+	rest := `"decode_rank":1,"prefill":{"engine":{"tp_size":2,"backend":"flashmla"}},"decode":{"engine":{"tp_size":2,"backend":"flashmla"}},
+		"groups":[{"kind":"attention","local_blocks":[1],"remote_blocks":[2],"remote_computed_tokens":16}]`
+	fails(`{"name":"x","op":"transfer_plan","input":{`+rest+`},"output":{}}`, "exactly one of input.model / input.hf_config")
+	fails(`{"name":"x","op":"transfer_plan","input":{"model":"nemotron-3-nano-30b","hf_config":`+mla+`,`+rest+`},"output":{}}`,
+		"exactly one of input.model / input.hf_config")
+	fromHF, err := runOp(t, "transfer_plan", `{"hf_config":`+mla+`,`+rest+`}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// MLA: every D rank reads the whole (replicated) latent of one P rank; 576 B/token bf16, 16 tokens.
+	if fromHF["bytes"] != json.Number("18432") || fromHF["attention_bytes"] != json.Number("18432") {
+		t.Fatalf("hf_config MLA plan bytes %v / %v", fromHF["bytes"], fromHF["attention_bytes"])
+	}
+	byRanks := func(ranks string) string {
+		return `{"model":"nemotron-3-nano-30b","decode_rank":1,"prefill":{"engine":{"tp_size":2},` + ranks + `},
+			"decode":{"engine":{"tp_size":2}},"groups":[{"kind":"attention","local_blocks":[1],"remote_blocks":[2],"remote_computed_tokens":16}]}`
+	}
+	fails(`{"name":"x","op":"transfer_plan","input":`+byRanks(`"rank":[0,1]`)+`,"output":{}}`, "input.prefill.rank")
+	fails(`{"name":"x","op":"transfer_plan","input":`+byRanks(`"ranks":[4294967296]`)+`,"output":{}}`, "does not fit uint32")
+	passes(`{"name":"x","op":"transfer_plan","input":` + byRanks(`"ranks":[0]`) + `,"error":{"status":"PDKV_ERR_NOT_FOUND","message_contains":["P rank 1"]}}`)
+	all, err := runOp(t, "transfer_plan", byRanks(`"ranks":[0,1]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped, err := runOp(t, "transfer_plan", byRanks(`"ranks":[1,0]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := compare("transfer_plan", map[string]interface{}(all), map[string]interface{}(swapped)); len(errs) > 0 {
+		t.Errorf("prefill.ranks order changed the plan: %v", errs)
+	}
+	if all["bytes"] == json.Number("0") {
+		t.Fatalf("plan from P rank 1 is empty: %v", all)
+	}
 }
 
 // TestConformanceOpsMatchDocs checks that the runner executes exactly the ops of the table in

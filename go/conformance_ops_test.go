@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"testing"
@@ -253,6 +254,11 @@ func buildMetadata(t *testing.T, modelName string, cfg EngineConfig, cfgErr erro
 	if err != nil {
 		return nil, err
 	}
+	return modelMetadata(t, m, cfg, layout)
+}
+
+// modelMetadata builds one rank's metadata of an open model (closed at the end of the test).
+func modelMetadata(t *testing.T, m *Model, cfg EngineConfig, layout EngineLayout) (*EngineMetadata, error) {
 	md, err := EngineMetadataFromModel(m, cfg, layout)
 	if err != nil {
 		return nil, err
@@ -437,11 +443,36 @@ func opTransferPlanJSON(t *testing.T, i *in) (out, error) { return transferPlanC
 // returns the transfer_plan_json output (the dump split at newlines, after checking that the
 // caller-buffer form gives the same text) instead of the transfer_plan one.
 func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
-	name := i.str("model")
+	// Every key is read before the first library call, so a typo fails the case even when the
+	// call fails first. The model is a preset name (`model`) or config.json text (`hf_config`):
+	// exactly one of the two.
+	if i.has("model") == i.has("hf_config") {
+		panic(badVector{"transfer_plan needs exactly one of input.model / input.hf_config"})
+	}
+	var presetName, hfConfig string
+	fromHF := i.has("hf_config")
+	if !fromHF {
+		presetName = i.str("model")
+	} else {
+		hfConfig = i.str("hf_config")
+	}
 	po, do := i.obj("prefill"), i.obj("decode")
 	pCfg, pErr := engineConfig(po.obj("engine"))
 	dCfg, dErr := engineConfig(do.obj("engine"))
 	pLayout, dLayout := layoutInput(po, "layout"), layoutInput(do, "layout")
+	// Optional prefill.ranks: the P ranks whose metadata the context receives, in that order
+	// (default: every rank 0..P_TP-1, filled in once the engine config is known).
+	var pRanks []uint32
+	hasPRanks := po.has("ranks")
+	if hasPRanks {
+		pRanks = []uint32{}
+		for k, r := range po.u64s("ranks") {
+			if r > math.MaxUint32 {
+				panic(badVector{fmt.Sprintf("input prefill.ranks[%d] = %d does not fit uint32", k, r)})
+			}
+			pRanks = append(pRanks, uint32(r))
+		}
+	}
 	dRank := i.u32("decode_rank")
 	var groups []PlanGroup
 	for _, g := range i.objs("groups") {
@@ -453,28 +484,40 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 		}
 		groups = append(groups, pg)
 	}
+	var m *Model
+	var err error
+	if fromHF {
+		// An absent name is NULL in the C API, as the C++ runner passes it.
+		if m, err = ModelFromHFConfigJSON([]byte(hfConfig), ""); err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { _ = m.Close() })
+	} else if m, err = presetModel(t, presetName); err != nil {
+		return nil, err
+	}
 	if pErr != nil {
 		return nil, pErr
 	}
 	if dErr != nil {
 		return nil, dErr
 	}
-	m, err := presetModel(t, name)
-	if err != nil {
-		return nil, err
+	if !hasPRanks {
+		for r := uint32(0); r < pCfg.TpSize; r++ {
+			pRanks = append(pRanks, r)
+		}
 	}
-	var remote []*EngineMetadata
-	for r := uint32(0); r < pCfg.TpSize; r++ {
+	remote := make([]*EngineMetadata, 0, len(pRanks))
+	for _, r := range pRanks {
 		l := pLayout
 		l.TpRank = r
-		md, err := buildMetadata(t, name, pCfg, nil, l)
+		md, err := modelMetadata(t, m, pCfg, l)
 		if err != nil {
 			return nil, err
 		}
 		remote = append(remote, md)
 	}
 	dLayout.TpRank = dRank
-	local, err := buildMetadata(t, name, dCfg, nil, dLayout)
+	local, err := modelMetadata(t, m, dCfg, dLayout)
 	if err != nil {
 		return nil, err
 	}
