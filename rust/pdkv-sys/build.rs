@@ -35,7 +35,8 @@ fn main() {
         return;
     }
 
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest =
+        PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let fallback = manifest.join("../../build/release/capi");
     let fallback = fallback.canonicalize().unwrap_or(fallback);
     println!(
@@ -56,7 +57,10 @@ fn emit_dir(dir: &str) {
 
 /// `pkg-config --libs pdkv`, or None when pkg-config is missing or does not know pdkv.
 fn pkg_config_libs() -> Option<String> {
-    let out = Command::new("pkg-config").args(["--libs", "pdkv"]).output().ok()?;
+    let out = Command::new("pkg-config")
+        .args(["--libs", "pdkv"])
+        .output()
+        .ok()?;
     if !out.status.success() {
         return None;
     }

@@ -6,7 +6,12 @@
 //! prefixes, ownership and thread safety of each function) are documented at the top of
 //! `pdkv.h`.
 
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code
+)]
 #![allow(missing_docs, clippy::all)]
 
 include!("bindings.rs");
@@ -22,7 +27,9 @@ mod tests {
             return Some(PathBuf::from(explicit));
         }
         let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path).map(|dir| dir.join("bindgen")).find(|p| p.is_file())
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("bindgen"))
+            .find(|p| p.is_file())
     }
 
     /// Whether a value of the `CI` variable means "running under CI": set and non-empty (CI
@@ -69,14 +76,17 @@ mod tests {
         assert!(status.success(), "regenerate.sh failed: {status}");
         let fresh = std::fs::read_to_string(&out).expect("read regenerated bindings");
         let _ = std::fs::remove_file(&out);
-        let committed =
-            std::fs::read_to_string(manifest.join("src/bindings.rs")).expect("read committed bindings");
+        let committed = std::fs::read_to_string(manifest.join("src/bindings.rs"))
+            .expect("read committed bindings");
         if fresh != committed {
             let line = fresh
                 .lines()
                 .zip(committed.lines())
                 .position(|(a, b)| a != b)
-                .map_or_else(|| fresh.lines().count().min(committed.lines().count()), |i| i);
+                .map_or_else(
+                    || fresh.lines().count().min(committed.lines().count()),
+                    |i| i,
+                );
             panic!(
                 "src/bindings.rs is out of date with capi/include/pdkv.h (first difference at line {}): \
                  run rust/pdkv-sys/regenerate.sh and commit the result",

@@ -17,12 +17,20 @@ fn describe_engine(model: &Model, tp: u32, label: &str) -> Result<(Geometry, Eng
     println!("{label}: TP{tp}");
     println!(
         "    {} KV head(s)/rank, {} B/token attention, block {} tokens (kernel {}, ppl {})",
-        i.kv_heads_per_rank, i.attn_bytes_per_token, i.block_size, i.kernel_block_size, i.physical_per_logical
+        i.kv_heads_per_rank,
+        i.attn_bytes_per_token,
+        i.block_size,
+        i.kernel_block_size,
+        i.physical_per_logical
     );
     if i.hybrid {
         println!(
             "    Mamba page {} B (conv {} + ssm {}), padded to {} B (+{:.2}%)",
-            i.mamba_page_bytes, i.conv_bytes, i.ssm_bytes, i.mamba_page_padded_bytes, i.padding_percent
+            i.mamba_page_bytes,
+            i.conv_bytes,
+            i.ssm_bytes,
+            i.mamba_page_padded_bytes,
+            i.padding_percent
         );
         for p in g.projections()? {
             println!(
@@ -71,10 +79,22 @@ fn run(preset: &str, p_tp: u32, d_tp: u32, tokens: u64) -> Result<()> {
         })?;
         let mi = m.info()?;
         println!("\nD rank {d_rank}:");
-        println!("    handshake with P ranks {}", fmt(m.ranks(TpList::HandshakeTargets)?));
-        println!("    attention from         {}", fmt(m.ranks(TpList::AttentionSources)?));
-        println!("    mamba state from       {}", fmt(m.ranks(TpList::MambaSources)?));
-        println!("    notify                 {}", fmt(m.ranks(TpList::NotifyTargets)?));
+        println!(
+            "    handshake with P ranks {}",
+            fmt(m.ranks(TpList::HandshakeTargets)?)
+        );
+        println!(
+            "    attention from         {}",
+            fmt(m.ranks(TpList::AttentionSources)?)
+        );
+        println!(
+            "    mamba state from       {}",
+            fmt(m.ranks(TpList::MambaSources)?)
+        );
+        println!(
+            "    notify                 {}",
+            fmt(m.ranks(TpList::NotifyTargets)?)
+        );
         println!(
             "    rank offset factor {}, each P rank expects {} notification(s) per request",
             mi.rank_offset_factor, mi.notifications_expected
@@ -113,7 +133,12 @@ fn compile_plan(
     let regions = n_attn.max(1);
     let p_meta: Vec<EngineMetadata> = (0..p_cfg.tp_size)
         .map(|r| {
-            let layout = EngineLayout { engine_id: "prefill".into(), tp_rank: r, num_regions: regions, ..Default::default() };
+            let layout = EngineLayout {
+                engine_id: "prefill".into(),
+                tp_rank: r,
+                num_regions: regions,
+                ..Default::default()
+            };
             EngineMetadata::from_model(model, p_cfg, &layout)
         })
         .collect::<Result<_>>()?;
@@ -128,7 +153,12 @@ fn compile_plan(
     let local_blocks: Vec<u64> = (10..10 + tokens.div_ceil(d_block)).collect();
     println!("\nTransfer plan for one {tokens}-token prompt (P blocks {remote_blocks:?}, D blocks {local_blocks:?}):");
     for d_rank in 0..d_cfg.tp_size {
-        let layout = EngineLayout { engine_id: "decode".into(), tp_rank: d_rank, num_regions: regions, ..Default::default() };
+        let layout = EngineLayout {
+            engine_id: "decode".into(),
+            tp_rank: d_rank,
+            num_regions: regions,
+            ..Default::default()
+        };
         let d_meta = EngineMetadata::from_model(model, d_cfg, &layout)?;
         for item in handshake_validate(&d_meta, &p_meta[0])? {
             println!("    handshake: {}", item.text);
@@ -154,7 +184,11 @@ fn compile_plan(
                     remote_computed_tokens: tokens,
                     ..Default::default()
                 },
-                regions: if used < regions { (0..used).collect() } else { Vec::new() },
+                regions: if used < regions {
+                    (0..used).collect()
+                } else {
+                    Vec::new()
+                },
             });
         }
         let ctx = PlanContext::new(&PlanContextParams::new(&d_meta, &p_refs).geometries(dg, pg))?;
@@ -187,7 +221,11 @@ fn compile_plan(
         for gi in 0..i.num_groups {
             let z = plan.group_zero(gi)?;
             if let Some(first) = z.zero.first() {
-                println!("    group {gi} ({}): zero {} range(s), first {first:?}", z.kind.name(), z.zero.len());
+                println!(
+                    "    group {gi} ({}): zero {} range(s), first {first:?}",
+                    z.kind.name(),
+                    z.zero.len()
+                );
             }
         }
     }

@@ -51,11 +51,22 @@ impl GroupKind {
 
 /// Logical -> kernel block ids with the owning engine's ppl
 /// (`pdkv_logical_to_kernel_block_ids`).
-pub fn logical_to_kernel_block_ids(logical: &[u64], kind: GroupKind, blocks_per_logical: u64) -> Result<Vec<u64>> {
+pub fn logical_to_kernel_block_ids(
+    logical: &[u64],
+    kind: GroupKind,
+    blocks_per_logical: u64,
+) -> Result<Vec<u64>> {
     let mut out = ptr::null_mut();
     // SAFETY: slice read during the call; valid out pointer.
     check(|e| unsafe {
-        sys::pdkv_logical_to_kernel_block_ids(sp(logical), logical.len(), kind.raw(), blocks_per_logical, &mut out, e)
+        sys::pdkv_logical_to_kernel_block_ids(
+            sp(logical),
+            logical.len(),
+            kind.raw(),
+            blocks_per_logical,
+            &mut out,
+            e,
+        )
     })?;
     take_u64_list(out)
 }
@@ -113,7 +124,11 @@ pub struct DescriptorLayout {
 pub fn descriptor_ids(groups: &[GroupBlockIds], layout: &DescriptorLayout) -> Result<Vec<u64>> {
     let raw_groups: Vec<sys::pdkv_group_block_ids_t> = groups
         .iter()
-        .map(|g| sys::pdkv_group_block_ids_t { kind: g.kind.raw(), ids: sp(&g.ids), num_ids: g.ids.len() })
+        .map(|g| sys::pdkv_group_block_ids_t {
+            kind: g.kind.raw(),
+            ids: sp(&g.ids),
+            num_ids: g.ids.len(),
+        })
         .collect();
     let raw_layout = sys::pdkv_descriptor_layout_t {
         struct_size: size_of::<sys::pdkv_descriptor_layout_t>(),
@@ -125,7 +140,9 @@ pub fn descriptor_ids(groups: &[GroupBlockIds], layout: &DescriptorLayout) -> Re
     };
     let mut out = ptr::null_mut();
     // SAFETY: raw_groups borrows `groups`, both alive for the call.
-    check(|e| unsafe { sys::pdkv_descriptor_ids(sp(&raw_groups), raw_groups.len(), &raw_layout, &mut out, e) })?;
+    check(|e| unsafe {
+        sys::pdkv_descriptor_ids(sp(&raw_groups), raw_groups.len(), &raw_layout, &mut out, e)
+    })?;
     take_u64_list(out)
 }
 

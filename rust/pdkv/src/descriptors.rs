@@ -76,7 +76,9 @@ impl DescriptorList {
     pub fn items(&self) -> Result<&[Descriptor]> {
         let (mut p, mut n) = (ptr::null(), 0usize);
         // SAFETY: live handle, valid out pointers.
-        check(|e| unsafe { sys::pdkv_descriptor_list_items(self.ptr.as_ptr(), &mut p, &mut n, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_descriptor_list_items(self.ptr.as_ptr(), &mut p, &mut n, e)
+        })?;
         // SAFETY: n entries owned by the list, valid while &self lives; Descriptor has the
         // same layout as pdkv_descriptor_t (asserted above).
         Ok(unsafe { slice(p.cast::<Descriptor>(), n) })
@@ -89,11 +91,20 @@ impl DescriptorList {
 }
 
 /// Local attention descriptors, region-major (`pdkv_attention_local_descriptors`).
-pub fn attention_local_descriptors(regions: &[Region], block_size_ratio: u32) -> Result<DescriptorList> {
+pub fn attention_local_descriptors(
+    regions: &[Region],
+    block_size_ratio: u32,
+) -> Result<DescriptorList> {
     let mut out = ptr::null_mut();
     // SAFETY: regions is read, not retained; NULL only with count 0.
     check(|e| unsafe {
-        sys::pdkv_attention_local_descriptors(regions_ptr(regions), regions.len(), block_size_ratio, &mut out, e)
+        sys::pdkv_attention_local_descriptors(
+            regions_ptr(regions),
+            regions.len(),
+            block_size_ratio,
+            &mut out,
+            e,
+        )
     })?;
     DescriptorList::from_out(out)
 }
@@ -147,11 +158,22 @@ pub fn attention_split_descriptors(
 }
 
 /// The engine's full local Mamba descriptors as registered (`pdkv_mamba_local_descriptors`).
-pub fn mamba_local_descriptors(regions: &[Region], ppl: u64, geometry: &Geometry) -> Result<DescriptorList> {
+pub fn mamba_local_descriptors(
+    regions: &[Region],
+    ppl: u64,
+    geometry: &Geometry,
+) -> Result<DescriptorList> {
     let mut out = ptr::null_mut();
     // SAFETY: regions read, not retained; live geometry.
     check(|e| unsafe {
-        sys::pdkv_mamba_local_descriptors(regions_ptr(regions), regions.len(), ppl, geometry.as_ptr(), &mut out, e)
+        sys::pdkv_mamba_local_descriptors(
+            regions_ptr(regions),
+            regions.len(),
+            ppl,
+            geometry.as_ptr(),
+            &mut out,
+            e,
+        )
     })?;
     DescriptorList::from_out(out)
 }

@@ -122,7 +122,10 @@ pub struct Error {
 impl Error {
     /// Creates an error from a status and a message.
     pub fn new(status: Status, message: impl Into<String>) -> Error {
-        Error { status, message: message.into() }
+        Error {
+            status,
+            message: message.into(),
+        }
     }
 
     /// Takes ownership of a C error object (may be NULL) returned with `status`, copies its
@@ -132,9 +135,16 @@ impl Error {
     /// `err` is NULL or a live `pdkv_error_t` that the caller owns and does not use afterwards.
     pub unsafe fn from_raw(status: sys::pdkv_status_t, err: *mut sys::pdkv_error_t) -> Error {
         let message = crate::ffi_util::owned_str(sys::pdkv_error_message(err));
-        let status = if err.is_null() { status } else { sys::pdkv_error_status(err) };
+        let status = if err.is_null() {
+            status
+        } else {
+            sys::pdkv_error_status(err)
+        };
         sys::pdkv_error_free(err);
-        Error { status: Status::from_raw(status), message }
+        Error {
+            status: Status::from_raw(status),
+            message,
+        }
     }
 
     /// The status of the failure.

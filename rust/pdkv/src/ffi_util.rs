@@ -6,7 +6,9 @@ use std::os::raw::c_char;
 use std::ptr;
 
 /// Runs a C call that takes `pdkv_error_t **err` last and turns its status into a Result.
-pub(crate) fn check(f: impl FnOnce(*mut *mut sys::pdkv_error_t) -> sys::pdkv_status_t) -> Result<()> {
+pub(crate) fn check(
+    f: impl FnOnce(*mut *mut sys::pdkv_error_t) -> sys::pdkv_status_t,
+) -> Result<()> {
     let mut err: *mut sys::pdkv_error_t = ptr::null_mut();
     let status = f(&mut err);
     if status == sys::PDKV_OK {
@@ -60,7 +62,10 @@ pub(crate) fn cstring(s: &str, what: &str) -> Result<CString> {
     CString::new(s).map_err(|e| {
         Error::new(
             Status::InvalidArgument,
-            format!("{what} contains a NUL byte at offset {}: {s:?}", e.nul_position()),
+            format!(
+                "{what} contains a NUL byte at offset {}: {s:?}",
+                e.nul_position()
+            ),
         )
     })
 }
@@ -118,7 +123,10 @@ pub(crate) fn take_u64_list(list: *mut sys::pdkv_u64_list_t) -> Result<Vec<u64>>
     }
     let g = Guard(list);
     if g.0.is_null() {
-        return Err(Error::new(Status::Internal, "pdkv returned a NULL value list"));
+        return Err(Error::new(
+            Status::Internal,
+            "pdkv returned a NULL value list",
+        ));
     }
     let (mut p, mut n) = (ptr::null(), 0usize);
     // SAFETY: live list, valid out pointers.
@@ -128,7 +136,9 @@ pub(crate) fn take_u64_list(list: *mut sys::pdkv_u64_list_t) -> Result<Vec<u64>>
 }
 
 /// Takes a freshly returned `pdkv_zero_range_list_t`, copies its items and frees it.
-pub(crate) fn take_zero_ranges(list: *mut sys::pdkv_zero_range_list_t) -> Result<Vec<crate::ZeroRange>> {
+pub(crate) fn take_zero_ranges(
+    list: *mut sys::pdkv_zero_range_list_t,
+) -> Result<Vec<crate::ZeroRange>> {
     struct Guard(*mut sys::pdkv_zero_range_list_t);
     impl Drop for Guard {
         fn drop(&mut self) {
@@ -138,7 +148,10 @@ pub(crate) fn take_zero_ranges(list: *mut sys::pdkv_zero_range_list_t) -> Result
     }
     let g = Guard(list);
     if g.0.is_null() {
-        return Err(Error::new(Status::Internal, "pdkv returned a NULL zero-range list"));
+        return Err(Error::new(
+            Status::Internal,
+            "pdkv returned a NULL zero-range list",
+        ));
     }
     let (mut p, mut n) = (ptr::null(), 0usize);
     // SAFETY: live list, valid out pointers.

@@ -172,7 +172,9 @@ impl Geometry {
 
     /// All conv projections, in page order.
     pub fn projections(&self) -> Result<Vec<ConvProjection>> {
-        (0..self.info()?.num_projections).map(|i| self.projection(i)).collect()
+        (0..self.info()?.num_projections)
+            .map(|i| self.projection(i))
+            .collect()
     }
 
     /// Per-rank temporal state shape, borrowed from the geometry
@@ -180,7 +182,9 @@ impl Geometry {
     pub fn temporal_shape(&self) -> Result<&[u64]> {
         let (mut p, mut n) = (ptr::null(), 0usize);
         // SAFETY: live handle, valid out pointers.
-        check(|e| unsafe { sys::pdkv_geometry_temporal_shape(self.ptr.as_ptr(), &mut p, &mut n, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_geometry_temporal_shape(self.ptr.as_ptr(), &mut p, &mut n, e)
+        })?;
         // SAFETY: n entries owned by the geometry, valid while &self lives.
         Ok(unsafe { slice(p, n) })
     }
@@ -197,7 +201,9 @@ impl Geometry {
 
     /// All vLLM log lines for this engine.
     pub fn log_lines(&self) -> Result<Vec<&str>> {
-        (0..self.info()?.num_log_lines).map(|i| self.log_line(i)).collect()
+        (0..self.info()?.num_log_lines)
+            .map(|i| self.log_line(i))
+            .collect()
     }
 
     /// The raw handle, borrowed (still owned by `self`).
@@ -207,11 +213,19 @@ impl Geometry {
 }
 
 /// vLLM's `block_size_ratio = local_kernel_bs / remote_kernel_bs` (`pdkv_block_size_ratio`).
-pub fn block_size_ratio(local_kernel_block_size: u64, remote_kernel_block_size: u64) -> Result<u64> {
+pub fn block_size_ratio(
+    local_kernel_block_size: u64,
+    remote_kernel_block_size: u64,
+) -> Result<u64> {
     let mut out = 0u64;
     // SAFETY: valid out pointer.
     check(|e| unsafe {
-        sys::pdkv_block_size_ratio(local_kernel_block_size, remote_kernel_block_size, &mut out, e)
+        sys::pdkv_block_size_ratio(
+            local_kernel_block_size,
+            remote_kernel_block_size,
+            &mut out,
+            e,
+        )
     })?;
     Ok(out)
 }

@@ -34,28 +34,27 @@ mod scheduler;
 mod topology;
 mod trim;
 
-pub use descriptors::{
-    attention_local_descriptors, attention_remote_descriptors, attention_split_descriptors,
-    mamba_local_descriptors, mamba_local_split_descriptors, mamba_remote_descriptors, Descriptor,
-    DescriptorList, Region,
-};
 pub use blocks::{
     clip_exchange_blocks, descriptor_ids, logical_to_kernel_block_ids, mamba_descriptor_ids,
     map_block_ids_for_block_size_ratio, receive_zero_ranges, sliding_window_blocks_to_keep,
     uncovered_token_ranges, DescriptorLayout, ExchangeClipParams, GroupBlockIds, GroupKind,
     TokenInterval, ZeroRange,
 };
+pub use descriptors::{
+    attention_local_descriptors, attention_remote_descriptors, attention_split_descriptors,
+    mamba_local_descriptors, mamba_local_split_descriptors, mamba_remote_descriptors, Descriptor,
+    DescriptorList, Region,
+};
 pub use engine::{Backend, ConvLayout, EngineConfig, MambaCacheMode};
 pub use error::{Error, Result, Status};
 pub use geometry::{block_size_ratio, ConvProjection, Geometry, GeometryInfo};
-pub use trim::{GroupTrim, GroupTrimInput, StatePair, TokenRun};
 pub use mamba::{physical_blocks_per_logical, ByteRange, MambaRead, MambaReadList, MambaReadsRule};
-pub use model::{preset_at, preset_count, presets, MambaType, Model, ModelDesc, Preset};
 pub use metadata::{
     crc32c, handshake_require_compatible, handshake_validate, handshake_validate_engine_ranks,
     metadata_wire_version, EngineLayout, EngineMetadata, EngineMetadataInfo, Incompatibility,
     KvLayout, MetadataRegion, RegionKind,
 };
+pub use model::{preset_at, preset_count, presets, MambaType, Model, ModelDesc, Preset};
 pub use plan::{
     PlanContext, PlanContextParams, PlanGroup, PlanGroupZero, PlanRead, TransferPlan,
     TransferPlanInfo,
@@ -70,6 +69,7 @@ pub use topology::{
     handshake_target_ranks, notifications_expected_per_request, physical_head_range, tp_ratio,
     TpList, TpMapping, TpMappingInfo, TpMappingParams,
 };
+pub use trim::{GroupTrim, GroupTrimInput, StatePair, TokenRun};
 
 /// Raw FFI declarations (re-export of the `pdkv-sys` crate) for what the safe API does not
 /// cover; everything there is `unsafe`.
@@ -89,5 +89,8 @@ pub fn version_string() -> &'static str {
 }
 
 /// Version of the header these bindings were generated from, `(major, minor, patch)`.
-pub const HEADER_VERSION: (u32, u32, u32) =
-    (sys::PDKV_VERSION_MAJOR, sys::PDKV_VERSION_MINOR, sys::PDKV_VERSION_PATCH);
+pub const HEADER_VERSION: (u32, u32, u32) = (
+    sys::PDKV_VERSION_MAJOR,
+    sys::PDKV_VERSION_MINOR,
+    sys::PDKV_VERSION_PATCH,
+);

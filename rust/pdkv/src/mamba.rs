@@ -18,12 +18,17 @@ pub struct ByteRange {
 
 impl From<sys::pdkv_byte_range_t> for ByteRange {
     fn from(r: sys::pdkv_byte_range_t) -> ByteRange {
-        ByteRange { offset: r.offset, size: r.size }
+        ByteRange {
+            offset: r.offset,
+            size: r.size,
+        }
     }
 }
 
-const _: () = assert!(std::mem::size_of::<ByteRange>() == std::mem::size_of::<sys::pdkv_byte_range_t>());
-const _: () = assert!(std::mem::align_of::<ByteRange>() == std::mem::align_of::<sys::pdkv_byte_range_t>());
+const _: () =
+    assert!(std::mem::size_of::<ByteRange>() == std::mem::size_of::<sys::pdkv_byte_range_t>());
+const _: () =
+    assert!(std::mem::align_of::<ByteRange>() == std::mem::align_of::<sys::pdkv_byte_range_t>());
 
 impl Geometry {
     /// Cumulative (offset, size) of each conv projection in the local page
@@ -31,16 +36,30 @@ impl Geometry {
     pub fn mamba_local_conv_offsets(&self) -> Result<Vec<ByteRange>> {
         // SAFETY: fill_vec passes a buffer of `cap` elements (or NULL, 0); ByteRange has the
         // layout of pdkv_byte_range_t (asserted above).
-        fill_vec(|buf: *mut ByteRange, cap, n, e| unsafe { sys::pdkv_mamba_local_conv_offsets(self.as_ptr(), buf.cast(), cap, n, e) })
+        fill_vec(|buf: *mut ByteRange, cap, n, e| unsafe {
+            sys::pdkv_mamba_local_conv_offsets(self.as_ptr(), buf.cast(), cap, n, e)
+        })
     }
 
     /// vLLM main's remote conv slices for `local_rank` (this geometry is the LOCAL engine's;
     /// `pdkv_mamba_remote_conv_offsets`). Wrong for Mamba2 with n_groups < TP (vLLM #55208):
     /// plan with [`MambaReadList::new`].
-    pub fn mamba_remote_conv_offsets(&self, local_rank: u32, tp_ratio: i32) -> Result<Vec<ByteRange>> {
+    pub fn mamba_remote_conv_offsets(
+        &self,
+        local_rank: u32,
+        tp_ratio: i32,
+    ) -> Result<Vec<ByteRange>> {
         // SAFETY: as above.
         fill_vec(|buf: *mut ByteRange, cap, n, e| unsafe {
-            sys::pdkv_mamba_remote_conv_offsets(self.as_ptr(), local_rank, tp_ratio, buf.cast(), cap, n, e)
+            sys::pdkv_mamba_remote_conv_offsets(
+                self.as_ptr(),
+                local_rank,
+                tp_ratio,
+                buf.cast(),
+                cap,
+                n,
+                e,
+            )
         })
     }
 
@@ -73,7 +92,9 @@ impl Geometry {
 pub fn physical_blocks_per_logical(conv_bytes: u64, ssm_bytes: u64, block_len: u64) -> Result<u64> {
     let mut out = 0u64;
     // SAFETY: valid out pointer.
-    check(|e| unsafe { sys::pdkv_physical_blocks_per_logical(conv_bytes, ssm_bytes, block_len, &mut out, e) })?;
+    check(|e| unsafe {
+        sys::pdkv_physical_blocks_per_logical(conv_bytes, ssm_bytes, block_len, &mut out, e)
+    })?;
     Ok(out)
 }
 
@@ -138,10 +159,17 @@ impl Drop for MambaReadList {
 impl MambaReadList {
     /// Reads of D rank `d_rank` given the P and D geometries of the same model
     /// (`pdkv_mamba_reads_new`).
-    pub fn new(p: &Geometry, d: &Geometry, d_rank: u32, rule: MambaReadsRule) -> Result<MambaReadList> {
+    pub fn new(
+        p: &Geometry,
+        d: &Geometry,
+        d_rank: u32,
+        rule: MambaReadsRule,
+    ) -> Result<MambaReadList> {
         let mut out = ptr::null_mut();
         // SAFETY: live geometries, valid out pointer; neither is retained.
-        check(|e| unsafe { sys::pdkv_mamba_reads_new(p.as_ptr(), d.as_ptr(), d_rank, rule.raw(), &mut out, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_mamba_reads_new(p.as_ptr(), d.as_ptr(), d_rank, rule.raw(), &mut out, e)
+        })?;
         NonNull::new(out)
             .map(|ptr| MambaReadList { ptr })
             .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL read list"))
@@ -151,7 +179,9 @@ impl MambaReadList {
     pub fn items(&self) -> Result<Vec<MambaRead<'_>>> {
         let (mut p, mut n) = (ptr::null(), 0usize);
         // SAFETY: live handle, valid out pointers.
-        check(|e| unsafe { sys::pdkv_mamba_read_list_items(self.ptr.as_ptr(), &mut p, &mut n, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_mamba_read_list_items(self.ptr.as_ptr(), &mut p, &mut n, e)
+        })?;
         // SAFETY: n entries owned by the list, valid while &self lives; so are their strings.
         let raw = unsafe { slice(p, n) };
         Ok(raw
@@ -171,7 +201,9 @@ impl MambaReadList {
     pub fn source_ranks(&self) -> Result<&[u32]> {
         let (mut p, mut n) = (ptr::null(), 0usize);
         // SAFETY: live handle, valid out pointers.
-        check(|e| unsafe { sys::pdkv_mamba_read_list_source_ranks(self.ptr.as_ptr(), &mut p, &mut n, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_mamba_read_list_source_ranks(self.ptr.as_ptr(), &mut p, &mut n, e)
+        })?;
         // SAFETY: owned by the list, valid while &self lives.
         Ok(unsafe { slice(p, n) })
     }

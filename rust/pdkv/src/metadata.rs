@@ -192,7 +192,10 @@ impl PartialEq for EngineMetadata {
     fn eq(&self, other: &EngineMetadata) -> bool {
         let mut out = 0u8;
         // SAFETY: live handles, valid out pointer.
-        check(|e| unsafe { sys::pdkv_engine_metadata_equal(self.as_ptr(), other.as_ptr(), &mut out, e) }).is_ok()
+        check(|e| unsafe {
+            sys::pdkv_engine_metadata_equal(self.as_ptr(), other.as_ptr(), &mut out, e)
+        })
+        .is_ok()
             && out == 1
     }
 }
@@ -206,7 +209,11 @@ impl EngineMetadata {
 
     /// Metadata of rank `layout.tp_rank` of an engine running `model` with `config`
     /// (`pdkv_engine_metadata_from_model`).
-    pub fn from_model(model: &Model, config: &EngineConfig, layout: &EngineLayout) -> Result<EngineMetadata> {
+    pub fn from_model(
+        model: &Model,
+        config: &EngineConfig,
+        layout: &EngineLayout,
+    ) -> Result<EngineMetadata> {
         let id = cstring(&layout.engine_id, "engine id")?;
         let raw_layout = sys::pdkv_engine_layout_t {
             struct_size: size_of::<sys::pdkv_engine_layout_t>(),
@@ -219,7 +226,9 @@ impl EngineMetadata {
             kv_layout: layout.kv_layout.raw(),
             prefix_caching: layout.prefix_caching.map_or(-1, |b| b as i32),
         };
-        if !layout.region_bases.is_empty() && layout.region_bases.len() != layout.num_regions as usize {
+        if !layout.region_bases.is_empty()
+            && layout.region_bases.len() != layout.num_regions as usize
+        {
             return Err(Error::new(
                 Status::InvalidArgument,
                 format!(
@@ -233,7 +242,13 @@ impl EngineMetadata {
         let mut out = ptr::null_mut();
         // SAFETY: all inputs live for the call; nothing retained.
         check(|e| unsafe {
-            sys::pdkv_engine_metadata_from_model(model.as_ptr(), &raw_config, &raw_layout, &mut out, e)
+            sys::pdkv_engine_metadata_from_model(
+                model.as_ptr(),
+                &raw_config,
+                &raw_layout,
+                &mut out,
+                e,
+            )
         })?;
         EngineMetadata::wrap(out)
     }
@@ -243,14 +258,18 @@ impl EngineMetadata {
     pub fn decode(bytes: &[u8]) -> Result<EngineMetadata> {
         let mut out = ptr::null_mut();
         // SAFETY: bytes read during the call only.
-        check(|e| unsafe { sys::pdkv_engine_metadata_decode(sp(bytes), bytes.len(), &mut out, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_engine_metadata_decode(sp(bytes), bytes.len(), &mut out, e)
+        })?;
         EngineMetadata::wrap(out)
     }
 
     /// Encodes into a caller buffer sized by a first call (`pdkv_engine_metadata_encode`).
     pub fn encode(&self) -> Result<Vec<u8>> {
         // SAFETY: fill_vec passes a buffer of `cap` bytes (or NULL, 0).
-        crate::ffi_util::fill_vec(|buf, cap, n, e| unsafe { sys::pdkv_engine_metadata_encode(self.as_ptr(), buf, cap, n, e) })
+        crate::ffi_util::fill_vec(|buf, cap, n, e| unsafe {
+            sys::pdkv_engine_metadata_encode(self.as_ptr(), buf, cap, n, e)
+        })
     }
 
     /// Encodes through the library-owned buffer (`pdkv_engine_metadata_encode_bytes`); same
@@ -261,7 +280,8 @@ impl EngineMetadata {
         check(|e| unsafe { sys::pdkv_engine_metadata_encode_bytes(self.as_ptr(), &mut b, e) })?;
         let (mut p, mut n) = (ptr::null(), 0usize);
         // SAFETY: b is an owned buffer; copied then freed exactly once.
-        let r = check(|e| unsafe { sys::pdkv_bytes_data(b, &mut p, &mut n, e) }).map(|()| unsafe { slice(p, n) }.to_vec());
+        let r = check(|e| unsafe { sys::pdkv_bytes_data(b, &mut p, &mut n, e) })
+            .map(|()| unsafe { slice(p, n) }.to_vec());
         // SAFETY: we own b.
         unsafe { sys::pdkv_bytes_free(b) };
         r
@@ -322,7 +342,9 @@ impl EngineMetadata {
     pub fn conv_projection_bytes(&self) -> Result<&[u64]> {
         let (mut p, mut n) = (ptr::null(), 0usize);
         // SAFETY: live handle, valid out pointers.
-        check(|e| unsafe { sys::pdkv_engine_metadata_conv_projection_bytes(self.as_ptr(), &mut p, &mut n, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_engine_metadata_conv_projection_bytes(self.as_ptr(), &mut p, &mut n, e)
+        })?;
         // SAFETY: owned by the metadata, valid while &self lives.
         Ok(unsafe { slice(p, n) })
     }
@@ -417,10 +439,15 @@ fn take_report(report: *mut sys::pdkv_handshake_report_t) -> Result<Vec<Incompat
 /// Validates a (local, remote) pair; "local" runs the check (D when pulling). An incompatible
 /// pair is not an error: every item is listed, empty means the pair can be served
 /// (`pdkv_handshake_validate`).
-pub fn handshake_validate(local: &EngineMetadata, remote: &EngineMetadata) -> Result<Vec<Incompatibility>> {
+pub fn handshake_validate(
+    local: &EngineMetadata,
+    remote: &EngineMetadata,
+) -> Result<Vec<Incompatibility>> {
     let mut out = ptr::null_mut();
     // SAFETY: live handles, valid out pointer.
-    check(|e| unsafe { sys::pdkv_handshake_validate(local.as_ptr(), remote.as_ptr(), &mut out, e) })?;
+    check(|e| unsafe {
+        sys::pdkv_handshake_validate(local.as_ptr(), remote.as_ptr(), &mut out, e)
+    })?;
     take_report(out)
 }
 
@@ -430,7 +457,9 @@ pub fn handshake_validate_engine_ranks(ranks: &[&EngineMetadata]) -> Result<Vec<
     let raw: Vec<*const sys::pdkv_engine_metadata_t> = ranks.iter().map(|m| m.as_ptr()).collect();
     let mut out = ptr::null_mut();
     // SAFETY: raw holds live handles borrowed for the call.
-    check(|e| unsafe { sys::pdkv_handshake_validate_engine_ranks(sp(&raw), raw.len(), &mut out, e) })?;
+    check(|e| unsafe {
+        sys::pdkv_handshake_validate_engine_ranks(sp(&raw), raw.len(), &mut out, e)
+    })?;
     take_report(out)
 }
 

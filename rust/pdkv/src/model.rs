@@ -185,7 +185,10 @@ impl Model {
     pub fn from_hf_config_file(path: impl AsRef<Path>, name: Option<&str>) -> Result<Model> {
         let path = path.as_ref();
         let path_str = path.to_str().ok_or_else(|| {
-            Error::new(Status::InvalidArgument, format!("path is not valid UTF-8: {}", path.display()))
+            Error::new(
+                Status::InvalidArgument,
+                format!("path is not valid UTF-8: {}", path.display()),
+            )
         })?;
         let cpath = cstring(path_str, "config path")?;
         let cname = name.map(|n| cstring(n, "model name")).transpose()?;
@@ -291,7 +294,13 @@ pub fn preset_at(index: usize) -> Result<Preset> {
     // SAFETY: valid out pointers; the strings are static storage.
     check(|e| unsafe { sys::pdkv_preset_at(index, &mut n, &mut h, &mut s, e) })?;
     // SAFETY: static storage per pdkv.h.
-    unsafe { Ok(Preset { name: static_str(n), hf_name: static_str(h), source: static_str(s) }) }
+    unsafe {
+        Ok(Preset {
+            name: static_str(n),
+            hf_name: static_str(h),
+            source: static_str(s),
+        })
+    }
 }
 
 /// All built-in presets, in library order.

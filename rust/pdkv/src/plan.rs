@@ -27,13 +27,26 @@ pub struct PlanContextParams<'a> {
 
 impl<'a> PlanContextParams<'a> {
     /// Params for a pure-attention or derived-mapping context: no geometries, no mapping.
-    pub fn new(local: &'a EngineMetadata, remote: &'a [&'a EngineMetadata]) -> PlanContextParams<'a> {
-        PlanContextParams { local, remote, local_geometry: None, remote_geometry: None, mapping: None }
+    pub fn new(
+        local: &'a EngineMetadata,
+        remote: &'a [&'a EngineMetadata],
+    ) -> PlanContextParams<'a> {
+        PlanContextParams {
+            local,
+            remote,
+            local_geometry: None,
+            remote_geometry: None,
+            mapping: None,
+        }
     }
 
     /// Sets the D and P geometries (needed for Mamba groups).
     #[must_use]
-    pub fn geometries(mut self, local: &'a Geometry, remote: &'a Geometry) -> PlanContextParams<'a> {
+    pub fn geometries(
+        mut self,
+        local: &'a Geometry,
+        remote: &'a Geometry,
+    ) -> PlanContextParams<'a> {
         self.local_geometry = Some(local);
         self.remote_geometry = Some(remote);
         self
@@ -69,7 +82,8 @@ impl Drop for PlanContext {
 impl PlanContext {
     /// Builds a context (`pdkv_plan_context_new`).
     pub fn new(params: &PlanContextParams<'_>) -> Result<PlanContext> {
-        let remote: Vec<*const sys::pdkv_engine_metadata_t> = params.remote.iter().map(|m| m.as_ptr()).collect();
+        let remote: Vec<*const sys::pdkv_engine_metadata_t> =
+            params.remote.iter().map(|m| m.as_ptr()).collect();
         let raw = sys::pdkv_plan_context_params_t {
             struct_size: size_of::<sys::pdkv_plan_context_params_t>(),
             local: params.local.as_ptr(),
@@ -106,7 +120,10 @@ pub struct PlanGroup {
 }
 
 /// Builds the C arrays for `groups`; the returned raw groups point into `trims` and `groups`.
-fn raw_groups(groups: &[PlanGroup], trims: &[sys::pdkv_group_trim_input_t]) -> Vec<sys::pdkv_plan_group_t> {
+fn raw_groups(
+    groups: &[PlanGroup],
+    trims: &[sys::pdkv_group_trim_input_t],
+) -> Vec<sys::pdkv_plan_group_t> {
     groups
         .iter()
         .zip(trims)
@@ -210,7 +227,9 @@ impl TransferPlan {
         let raw = raw_groups(groups, &trims);
         let mut out = ptr::null_mut();
         // SAFETY: raw points into trims/groups, alive for the call; nothing retained.
-        check(|e| unsafe { sys::pdkv_transfer_plan_compile(ctx.ptr.as_ptr(), sp(&raw), raw.len(), &mut out, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_transfer_plan_compile(ctx.ptr.as_ptr(), sp(&raw), raw.len(), &mut out, e)
+        })?;
         NonNull::new(out)
             .map(|ptr| TransferPlan { ptr })
             .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL plan"))
@@ -222,7 +241,15 @@ impl TransferPlan {
         let trims: Vec<_> = groups.iter().map(|g| g.trim.to_raw()).collect();
         let raw = raw_groups(groups, &trims);
         // SAFETY: as in compile.
-        check(|e| unsafe { sys::pdkv_transfer_plan_validate(self.ptr.as_ptr(), ctx.ptr.as_ptr(), sp(&raw), raw.len(), e) })
+        check(|e| unsafe {
+            sys::pdkv_transfer_plan_validate(
+                self.ptr.as_ptr(),
+                ctx.ptr.as_ptr(),
+                sp(&raw),
+                raw.len(),
+                e,
+            )
+        })
     }
 
     /// The scalars (`pdkv_transfer_plan_get_info`).
@@ -253,7 +280,9 @@ impl TransferPlan {
     pub fn read_ranks(&self) -> Result<&[u32]> {
         let (mut p, mut n) = (ptr::null(), 0usize);
         // SAFETY: live handle, valid out pointers.
-        check(|e| unsafe { sys::pdkv_transfer_plan_read_ranks(self.ptr.as_ptr(), &mut p, &mut n, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_transfer_plan_read_ranks(self.ptr.as_ptr(), &mut p, &mut n, e)
+        })?;
         // SAFETY: owned by the plan, valid while &self lives.
         Ok(unsafe { slice(p, n) })
     }
@@ -263,7 +292,16 @@ impl TransferPlan {
     pub fn rank_reads(&self, p_rank: u32) -> Result<(&[PlanRead], u64)> {
         let (mut p, mut n, mut bytes) = (ptr::null(), 0usize, 0u64);
         // SAFETY: live handle, valid out pointers.
-        check(|e| unsafe { sys::pdkv_transfer_plan_rank_reads(self.ptr.as_ptr(), p_rank, &mut p, &mut n, &mut bytes, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_transfer_plan_rank_reads(
+                self.ptr.as_ptr(),
+                p_rank,
+                &mut p,
+                &mut n,
+                &mut bytes,
+                e,
+            )
+        })?;
         // SAFETY: owned by the plan, valid while &self lives; PlanRead is layout-identical.
         Ok((unsafe { slice(p.cast::<PlanRead>(), n) }, bytes))
     }
@@ -273,7 +311,9 @@ impl TransferPlan {
     pub fn notify_ranks(&self) -> Result<&[u32]> {
         let (mut p, mut n) = (ptr::null(), 0usize);
         // SAFETY: live handle, valid out pointers.
-        check(|e| unsafe { sys::pdkv_transfer_plan_notify_ranks(self.ptr.as_ptr(), &mut p, &mut n, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_transfer_plan_notify_ranks(self.ptr.as_ptr(), &mut p, &mut n, e)
+        })?;
         // SAFETY: owned by the plan, valid while &self lives.
         Ok(unsafe { slice(p, n) })
     }
@@ -284,7 +324,9 @@ impl TransferPlan {
         let mut r: sys::pdkv_plan_group_zero_t = unsafe { zeroed() };
         r.struct_size = size_of::<sys::pdkv_plan_group_zero_t>();
         // SAFETY: live handle, valid out struct.
-        check(|e| unsafe { sys::pdkv_transfer_plan_group_zero(self.ptr.as_ptr(), index, &mut r, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_transfer_plan_group_zero(self.ptr.as_ptr(), index, &mut r, e)
+        })?;
         // SAFETY: arrays owned by the plan, valid while &self lives.
         unsafe {
             Ok(PlanGroupZero {
@@ -301,7 +343,9 @@ impl TransferPlan {
     pub fn to_json(&self) -> Result<String> {
         // The library needs capacity >= len + 1 (for the NUL); ask for the length first.
         let mut len = 0usize;
-        let first = check(|e| unsafe { sys::pdkv_transfer_plan_to_json(self.ptr.as_ptr(), ptr::null_mut(), 0, &mut len, e) });
+        let first = check(|e| unsafe {
+            sys::pdkv_transfer_plan_to_json(self.ptr.as_ptr(), ptr::null_mut(), 0, &mut len, e)
+        });
         match first {
             Ok(()) => {}
             Err(e) if e.status() == Status::BufferTooSmall => {}
@@ -311,7 +355,13 @@ impl TransferPlan {
         let mut written = 0usize;
         // SAFETY: buf has len + 1 bytes.
         check(|e| unsafe {
-            sys::pdkv_transfer_plan_to_json(self.ptr.as_ptr(), buf.as_mut_ptr().cast(), buf.len(), &mut written, e)
+            sys::pdkv_transfer_plan_to_json(
+                self.ptr.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut written,
+                e,
+            )
         })?;
         buf.truncate(written);
         String::from_utf8(buf).map_err(|_| Error::new(Status::Internal, "plan JSON is not UTF-8"))
@@ -325,7 +375,8 @@ impl TransferPlan {
         let mut text = ptr::null();
         let mut len = 0usize;
         // SAFETY: s is owned; copied, then freed exactly once.
-        let r = check(|e| unsafe { sys::pdkv_string_text(s, &mut text, &mut len, e) }).map(|()| unsafe { owned_str(text) });
+        let r = check(|e| unsafe { sys::pdkv_string_text(s, &mut text, &mut len, e) })
+            .map(|()| unsafe { owned_str(text) });
         // SAFETY: we own s.
         unsafe { sys::pdkv_string_free(s) };
         r

@@ -100,11 +100,21 @@ pub fn mamba_aligned_split(input: &AlignedSplitInput) -> Result<u64> {
 }
 
 /// D side of the N-1 rule: tokens P will provide (`pdkv_d_num_new_matched_tokens`).
-pub fn d_num_new_matched_tokens(num_prompt_tokens: u64, num_computed_tokens: u64, has_mamba: bool) -> Result<u64> {
+pub fn d_num_new_matched_tokens(
+    num_prompt_tokens: u64,
+    num_computed_tokens: u64,
+    has_mamba: bool,
+) -> Result<u64> {
     let mut out = 0u64;
     // SAFETY: valid out pointer.
     check(|e| unsafe {
-        sys::pdkv_d_num_new_matched_tokens(num_prompt_tokens, num_computed_tokens, has_mamba as u8, &mut out, e)
+        sys::pdkv_d_num_new_matched_tokens(
+            num_prompt_tokens,
+            num_computed_tokens,
+            has_mamba as u8,
+            &mut out,
+            e,
+        )
     })?;
     Ok(out)
 }
@@ -122,7 +132,10 @@ pub struct RemoteDecodePrefill {
 
 /// Mamba: truncates the prompt to N-1 and sets max_tokens to 1, once (idempotent); non-Mamba
 /// models only get max_tokens = 1 (`pdkv_truncate_for_remote_decode`).
-pub fn truncate_for_remote_decode(input: &RemoteDecodePrefill, has_mamba: bool) -> Result<RemoteDecodePrefill> {
+pub fn truncate_for_remote_decode(
+    input: &RemoteDecodePrefill,
+    has_mamba: bool,
+) -> Result<RemoteDecodePrefill> {
     let raw = sys::pdkv_remote_decode_prefill_t {
         struct_size: size_of::<sys::pdkv_remote_decode_prefill_t>(),
         num_prompt_tokens: input.num_prompt_tokens,
@@ -163,7 +176,14 @@ pub fn plan_remote_decode_prefill(
     out.struct_size = size_of::<sys::pdkv_remote_decode_prefill_plan_t>();
     // SAFETY: valid out struct.
     check(|e| unsafe {
-        sys::pdkv_plan_remote_decode_prefill(num_prompt_tokens, local_hit_tokens, block_size, has_mamba as u8, &mut out, e)
+        sys::pdkv_plan_remote_decode_prefill(
+            num_prompt_tokens,
+            local_hit_tokens,
+            block_size,
+            has_mamba as u8,
+            &mut out,
+            e,
+        )
     })?;
     Ok(RemoteDecodePrefillPlan {
         num_prompt_tokens: out.num_prompt_tokens,
@@ -216,5 +236,8 @@ pub fn derive_offload_geometry(
             e,
         )
     })?;
-    Ok(OffloadGeometry { num_blocks: out.num_blocks, hash_blocks_per_block: out.hash_blocks_per_block })
+    Ok(OffloadGeometry {
+        num_blocks: out.num_blocks,
+        hash_blocks_per_block: out.hash_blocks_per_block,
+    })
 }

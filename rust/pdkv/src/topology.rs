@@ -29,7 +29,9 @@ pub fn handshake_target_ranks(local_tp: u32, local_rank: u32, remote_tp: u32) ->
 pub fn physical_head_range(tp: u32, total_kv_heads: u32, rank: u32) -> Result<Range<u32>> {
     let (mut b, mut en) = (0u32, 0u32);
     // SAFETY: valid out pointers.
-    check(|e| unsafe { sys::pdkv_physical_head_range(tp, total_kv_heads, rank, &mut b, &mut en, e) })?;
+    check(|e| unsafe {
+        sys::pdkv_physical_head_range(tp, total_kv_heads, rank, &mut b, &mut en, e)
+    })?;
     Ok(b..en)
 }
 
@@ -178,7 +180,9 @@ impl TpMapping {
     pub fn ranks(&self, which: TpList) -> Result<&[u32]> {
         let (mut p, mut n) = (ptr::null(), 0usize);
         // SAFETY: live handle, valid out pointers.
-        check(|e| unsafe { sys::pdkv_tp_mapping_ranks(self.ptr.as_ptr(), which.raw(), &mut p, &mut n, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_tp_mapping_ranks(self.ptr.as_ptr(), which.raw(), &mut p, &mut n, e)
+        })?;
         // SAFETY: n entries owned by the mapping, valid while &self lives.
         Ok(unsafe { slice(p, n) })
     }
@@ -187,7 +191,9 @@ impl TpMapping {
     pub fn attention_slot(&self, remote_rank: u32) -> Result<u32> {
         let mut out = 0u32;
         // SAFETY: live handle, valid out pointer.
-        check(|e| unsafe { sys::pdkv_tp_mapping_attention_slot(self.ptr.as_ptr(), remote_rank, &mut out, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_tp_mapping_attention_slot(self.ptr.as_ptr(), remote_rank, &mut out, e)
+        })?;
         Ok(out)
     }
 

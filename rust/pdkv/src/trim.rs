@@ -143,7 +143,9 @@ impl GroupTrim {
     pub fn summary(&self) -> Result<(GroupKind, u64)> {
         let (mut kind, mut tokens) = (0i32, 0u64);
         // SAFETY: live handle, valid out pointers.
-        check(|e| unsafe { sys::pdkv_group_trim_summary(self.ptr.as_ptr(), &mut kind, &mut tokens, e) })?;
+        check(|e| unsafe {
+            sys::pdkv_group_trim_summary(self.ptr.as_ptr(), &mut kind, &mut tokens, e)
+        })?;
         Ok((GroupKind::from_raw(kind), tokens))
     }
 

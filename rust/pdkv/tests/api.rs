@@ -13,7 +13,10 @@ fn version_matches_header_major() {
     let (major, minor, _) = version();
     assert_eq!(major, HEADER_VERSION.0);
     assert!(minor >= HEADER_VERSION.1 || major > HEADER_VERSION.0);
-    assert_eq!(version_string(), format!("{}.{}.{}", version().0, version().1, version().2));
+    assert_eq!(
+        version_string(),
+        format!("{}.{}.{}", version().0, version().1, version().2)
+    );
 }
 
 #[test]
@@ -21,7 +24,10 @@ fn bad_tp_sizes_name_both_values() {
     let err = tp_ratio(6, 4).unwrap_err();
     assert_eq!(err.status(), Status::TpNotDivisible);
     assert_eq!(err.status().name(), "PDKV_ERR_TP_NOT_DIVISIBLE");
-    assert!(err.message().contains('6') && err.message().contains('4'), "{err}");
+    assert!(
+        err.message().contains('6') && err.message().contains('4'),
+        "{err}"
+    );
     // Display carries status name and message; it is a std::error::Error.
     let shown = err.to_string();
     assert!(shown.starts_with("PDKV_ERR_TP_NOT_DIVISIBLE: "), "{shown}");
@@ -45,31 +51,77 @@ fn interior_nul_is_an_error_not_a_panic() {
     let err = Model::from_preset("nemotron\0nano").unwrap_err();
     assert_eq!(err.status(), Status::InvalidArgument);
     assert!(err.message().contains("NUL"), "{err}");
-    assert_eq!(Backend::from_name("flash\0attn").unwrap_err().status(), Status::InvalidArgument);
-    assert_eq!(Model::from_hf_config_json("{}", Some("a\0b")).unwrap_err().status(), Status::InvalidArgument);
-    let desc = ModelDesc { layer_pattern: "M\0*".into(), ..nano().describe().unwrap() };
-    assert_eq!(Model::new(&desc).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(
+        Backend::from_name("flash\0attn").unwrap_err().status(),
+        Status::InvalidArgument
+    );
+    assert_eq!(
+        Model::from_hf_config_json("{}", Some("a\0b"))
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
+    let desc = ModelDesc {
+        layer_pattern: "M\0*".into(),
+        ..nano().describe().unwrap()
+    };
+    assert_eq!(
+        Model::new(&desc).unwrap_err().status(),
+        Status::InvalidArgument
+    );
 }
 
 #[test]
 fn invalid_inputs_are_errors() {
-    assert_eq!(Model::from_preset("no-such-model").unwrap_err().status(), Status::NotFound);
-    assert!(Model::from_preset("no-such-model").unwrap_err().message().contains("no-such-model"));
-    assert_eq!(Model::from_preset("").unwrap_err().status(), Status::NotFound);
-    assert_eq!(Model::from_hf_config_json("", None).unwrap_err().status(), Status::Parse);
-    assert_eq!(Model::from_hf_config_json("{not json", None).unwrap_err().status(), Status::Parse);
+    assert_eq!(
+        Model::from_preset("no-such-model").unwrap_err().status(),
+        Status::NotFound
+    );
+    assert!(Model::from_preset("no-such-model")
+        .unwrap_err()
+        .message()
+        .contains("no-such-model"));
+    assert_eq!(
+        Model::from_preset("").unwrap_err().status(),
+        Status::NotFound
+    );
+    assert_eq!(
+        Model::from_hf_config_json("", None).unwrap_err().status(),
+        Status::Parse
+    );
+    assert_eq!(
+        Model::from_hf_config_json("{not json", None)
+            .unwrap_err()
+            .status(),
+        Status::Parse
+    );
     let io = Model::from_hf_config_file("/nonexistent/config.json", None).unwrap_err();
     assert_eq!(io.status(), Status::Io);
     assert!(io.message().contains("/nonexistent/config.json"), "{io}");
-    assert_eq!(tp_ratio(0, 2).unwrap_err().status(), Status::InvalidArgument);
-    assert_eq!(preset_at(usize::MAX).unwrap_err().status(), Status::OutOfBounds);
+    assert_eq!(
+        tp_ratio(0, 2).unwrap_err().status(),
+        Status::InvalidArgument
+    );
+    assert_eq!(
+        preset_at(usize::MAX).unwrap_err().status(),
+        Status::OutOfBounds
+    );
     let m = nano();
     let bad_backend = EngineConfig::with_tp(2).backend(Backend::Other(77));
-    assert_eq!(Geometry::new(&m, &bad_backend).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(
+        Geometry::new(&m, &bad_backend).unwrap_err().status(),
+        Status::InvalidArgument
+    );
     let zero_tp = EngineConfig::with_tp(0);
-    assert_eq!(Geometry::new(&m, &zero_tp).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(
+        Geometry::new(&m, &zero_tp).unwrap_err().status(),
+        Status::InvalidArgument
+    );
     let sd = EngineConfig::with_tp(2).conv_layout(ConvLayout::Sd);
-    assert_eq!(Geometry::new(&m, &sd).unwrap_err().status(), Status::UnsupportedLayout);
+    assert_eq!(
+        Geometry::new(&m, &sd).unwrap_err().status(),
+        Status::UnsupportedLayout
+    );
 }
 
 // ---- models and presets --------------------------------------------------------------------
@@ -82,7 +134,12 @@ fn presets_list_and_load() {
     for p in &all {
         let m = Model::from_preset(p.name).unwrap();
         let by_hf = Model::from_preset(p.hf_name).unwrap();
-        assert_eq!(m.describe().unwrap(), by_hf.describe().unwrap(), "{}", p.name);
+        assert_eq!(
+            m.describe().unwrap(),
+            by_hf.describe().unwrap(),
+            "{}",
+            p.name
+        );
     }
 }
 
@@ -103,12 +160,28 @@ fn nano_description_and_round_trip() {
 
 #[test]
 fn hf_config_file_matches_preset() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/hf_configs/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/data/hf_configs/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"
+    );
     let m = Model::from_hf_config_file(path, Some("nano")).unwrap();
     let d = m.describe().unwrap();
     assert_eq!(d.name, "nano");
     let p = nano().describe().unwrap();
-    assert_eq!((d.num_kv_heads, d.head_size, d.mamba_num_heads, d.mamba_n_groups), (p.num_kv_heads, p.head_size, p.mamba_num_heads, p.mamba_n_groups));
+    assert_eq!(
+        (
+            d.num_kv_heads,
+            d.head_size,
+            d.mamba_num_heads,
+            d.mamba_n_groups
+        ),
+        (
+            p.num_kv_heads,
+            p.head_size,
+            p.mamba_num_heads,
+            p.mamba_n_groups
+        )
+    );
     let text = std::fs::read_to_string(path).unwrap();
     let j = Model::from_hf_config_json(&text, None).unwrap();
     assert_eq!(j.describe().unwrap().mamba_d_state, d.mamba_d_state);
@@ -122,10 +195,16 @@ fn topology_free_functions() {
     assert_eq!(tp_ratio(4, 2).unwrap(), 2);
     assert_eq!(handshake_target_ranks(2, 1, 4).unwrap(), vec![2, 3]);
     assert_eq!(handshake_target_ranks(4, 3, 2).unwrap(), vec![1]);
-    assert_eq!(handshake_target_ranks(2, 2, 4).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(
+        handshake_target_ranks(2, 2, 4).unwrap_err().status(),
+        Status::InvalidArgument
+    );
     assert_eq!(physical_head_range(4, 8, 3).unwrap(), 6..8);
     assert_eq!(physical_head_range(8, 2, 5).unwrap(), 1..2);
-    assert_eq!(physical_head_range(3, 8, 0).unwrap_err().status(), Status::HeadsNotDivisible);
+    assert_eq!(
+        physical_head_range(3, 8, 0).unwrap_err().status(),
+        Status::HeadsNotDivisible
+    );
     assert_eq!(notifications_expected_per_request(2, 4).unwrap(), 2);
     assert_eq!(notifications_expected_per_request(4, 2).unwrap(), 1);
 }
@@ -147,11 +226,26 @@ fn tp_mapping_d2_from_p4() {
     assert_eq!(m.ranks(TpList::MambaSources).unwrap(), &[2, 3]);
     assert_eq!(m.ranks(TpList::AllSources).unwrap(), &[2, 3]);
     // 2 KV heads over P TP4: ranks 2 and 3 hold the same head, read once.
-    assert_eq!(m.ranks(TpList::AttentionSources).unwrap().len(), info.num_attention_reads as usize);
+    assert_eq!(
+        m.ranks(TpList::AttentionSources).unwrap().len(),
+        info.num_attention_reads as usize
+    );
     assert_eq!(m.attention_slot(2).unwrap(), 0);
-    assert_eq!(m.attention_slot(0).unwrap_err().status(), Status::InvalidArgument);
-    assert_eq!(m.ranks(TpList::Other(42)).unwrap_err().status(), Status::InvalidArgument);
-    let bad = TpMapping::new(&TpMappingParams { local_tp: 2, local_rank: 0, remote_tp: 3, total_kv_heads: 2, ..Default::default() });
+    assert_eq!(
+        m.attention_slot(0).unwrap_err().status(),
+        Status::InvalidArgument
+    );
+    assert_eq!(
+        m.ranks(TpList::Other(42)).unwrap_err().status(),
+        Status::InvalidArgument
+    );
+    let bad = TpMapping::new(&TpMappingParams {
+        local_tp: 2,
+        local_rank: 0,
+        remote_tp: 3,
+        total_kv_heads: 2,
+        ..Default::default()
+    });
     assert_eq!(bad.unwrap_err().status(), Status::TpNotDivisible);
 }
 
@@ -164,7 +258,10 @@ fn engine_defaults_and_backends() {
     assert_eq!(c.backend, Backend::FlashAttn);
     assert_eq!(c.mamba_cache_mode, MambaCacheMode::None);
     assert_eq!(c.conv_layout, ConvLayout::Ds);
-    assert_eq!(Backend::from_name("FLASHINFER").unwrap(), Backend::FlashInfer);
+    assert_eq!(
+        Backend::from_name("FLASHINFER").unwrap(),
+        Backend::FlashInfer
+    );
     assert_eq!(Backend::FlashInfer.name(), "flashinfer");
     let nf = Backend::from_name("warp_drive").unwrap_err();
     assert_eq!(nf.status(), Status::NotFound);
@@ -188,20 +285,61 @@ fn nano_geometry_tp2() {
     let p = g.projections().unwrap();
     let names: Vec<&str> = p.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["x", "B", "C"]);
-    assert_eq!(p.iter().map(|p| p.offset).collect::<Vec<_>>(), [0, 12288, 15360]);
+    assert_eq!(
+        p.iter().map(|p| p.offset).collect::<Vec<_>>(),
+        [0, 12288, 15360]
+    );
     assert_eq!(g.projection(3).unwrap_err().status(), Status::OutOfBounds);
     let lines = g.log_lines().unwrap();
     assert_eq!(lines[0], "Setting attention block size to 2096 tokens to ensure that attention page size is >= mamba page size.");
     assert!(lines[1].starts_with("Padding mamba page size by 0.58%"));
     let offs = g.mamba_local_conv_offsets().unwrap();
-    assert_eq!(offs, [ByteRange { offset: 0, size: 12288 }, ByteRange { offset: 12288, size: 3072 }, ByteRange { offset: 15360, size: 3072 }]);
+    assert_eq!(
+        offs,
+        [
+            ByteRange {
+                offset: 0,
+                size: 12288
+            },
+            ByteRange {
+                offset: 12288,
+                size: 3072
+            },
+            ByteRange {
+                offset: 15360,
+                size: 3072
+            }
+        ]
+    );
 
-    let fi = Geometry::new(&nano(), &EngineConfig::with_tp(2).backend(Backend::FlashInfer)).unwrap().info().unwrap();
-    assert_eq!((fi.kernel_block_size, fi.physical_per_logical, fi.kernel_page_bytes), (16, 131, 8192));
-    let custom = EngineConfig::with_tp(2).backend(Backend::Custom).preferred_block_size(16).kernel_block_sizes(vec![16, 32, 64]);
+    let fi = Geometry::new(
+        &nano(),
+        &EngineConfig::with_tp(2).backend(Backend::FlashInfer),
+    )
+    .unwrap()
+    .info()
+    .unwrap();
+    assert_eq!(
+        (
+            fi.kernel_block_size,
+            fi.physical_per_logical,
+            fi.kernel_page_bytes
+        ),
+        (16, 131, 8192)
+    );
+    let custom = EngineConfig::with_tp(2)
+        .backend(Backend::Custom)
+        .preferred_block_size(16)
+        .kernel_block_sizes(vec![16, 32, 64]);
     let ci = Geometry::new(&nano(), &custom).unwrap().info().unwrap();
     assert_eq!((ci.kernel_block_size, ci.physical_per_logical), (16, 131));
-    let all = Geometry::new(&nano(), &EngineConfig::with_tp(2).mamba_cache_mode(MambaCacheMode::All)).unwrap().info().unwrap();
+    let all = Geometry::new(
+        &nano(),
+        &EngineConfig::with_tp(2).mamba_cache_mode(MambaCacheMode::All),
+    )
+    .unwrap()
+    .info()
+    .unwrap();
     assert_eq!((all.block_size, all.mamba_block_size), (2176, 2176));
 }
 
@@ -210,9 +348,18 @@ fn block_ratio_and_ppl() {
     assert_eq!(block_size_ratio(64, 16).unwrap(), 4);
     let e = block_size_ratio(16, 64).unwrap_err();
     assert_eq!(e.status(), Status::Incompatible);
-    assert!(e.message().contains("16") && e.message().contains("64"), "{e}");
-    assert_eq!(physical_blocks_per_logical(18432, 1048576, 8192).unwrap(), 131);
-    assert_eq!(physical_blocks_per_logical(1, 1, 0).unwrap_err().status(), Status::InvalidArgument);
+    assert!(
+        e.message().contains("16") && e.message().contains("64"),
+        "{e}"
+    );
+    assert_eq!(
+        physical_blocks_per_logical(18432, 1048576, 8192).unwrap(),
+        131
+    );
+    assert_eq!(
+        physical_blocks_per_logical(1, 1, 0).unwrap_err().status(),
+        Status::InvalidArgument
+    );
 }
 
 // ---- Mamba reads and descriptors ----------------------------------------------------------------
@@ -236,54 +383,139 @@ fn mamba_reads_p4_to_d2_tile_the_d_page() {
         }
         assert_eq!(next, di.mamba_page_bytes);
     }
-    assert_eq!(MambaReadList::new(&p, &d, 2, MambaReadsRule::Pdkv).unwrap_err().status(), Status::InvalidArgument);
-    assert_eq!(MambaReadList::new(&p, &d, 0, MambaReadsRule::Other(9)).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(
+        MambaReadList::new(&p, &d, 2, MambaReadsRule::Pdkv)
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
+    assert_eq!(
+        MambaReadList::new(&p, &d, 0, MambaReadsRule::Other(9))
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
     let ssm = d.mamba_ssm_read_range(9216, 524288, 0, -2).unwrap();
-    assert_eq!(ssm, ByteRange { offset: 9216, size: 524288 });
+    assert_eq!(
+        ssm,
+        ByteRange {
+            offset: 9216,
+            size: 524288
+        }
+    );
     assert!(!d.mamba_remote_conv_offsets(0, -2).unwrap().is_empty());
 }
 
 #[test]
 fn descriptors_attention_and_mamba() {
-    let regions = [Region { base: 0x1000, block_len: 1024, num_blocks: 4 }, Region { base: 0x10000, block_len: 1024, num_blocks: 4 }];
+    let regions = [
+        Region {
+            base: 0x1000,
+            block_len: 1024,
+            num_blocks: 4,
+        },
+        Region {
+            base: 0x10000,
+            block_len: 1024,
+            num_blocks: 4,
+        },
+    ];
     let local = attention_local_descriptors(&regions, 2).unwrap();
     let items = local.items().unwrap();
     assert_eq!(items.len(), 16);
-    assert_eq!(items[0], Descriptor { addr: 0x1000, len: 512 });
-    assert_eq!(items[1], Descriptor { addr: 0x1200, len: 512 });
+    assert_eq!(
+        items[0],
+        Descriptor {
+            addr: 0x1000,
+            len: 512
+        }
+    );
+    assert_eq!(
+        items[1],
+        Descriptor {
+            addr: 0x1200,
+            len: 512
+        }
+    );
     assert_eq!(items[8].addr, 0x10000);
-    assert_eq!(attention_local_descriptors(&regions, 0).unwrap_err().status(), Status::InvalidArgument);
-    assert!(attention_local_descriptors(&[], 1).unwrap().items().unwrap().is_empty());
+    assert_eq!(
+        attention_local_descriptors(&regions, 0)
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
+    assert!(attention_local_descriptors(&[], 1)
+        .unwrap()
+        .items()
+        .unwrap()
+        .is_empty());
 
     // D TP2 rank 0 reading from P TP4 (2 KV heads): head slices of the local blocks.
-    let map = TpMapping::new(&TpMappingParams { local_tp: 2, local_rank: 0, remote_tp: 4, total_kv_heads: 4, ..Default::default() }).unwrap();
-    let d_regions = [Region { base: 0, block_len: 2048, num_blocks: 2 }];
-    let p_regions = [Region { base: 0x100000, block_len: 1024, num_blocks: 2 }];
+    let map = TpMapping::new(&TpMappingParams {
+        local_tp: 2,
+        local_rank: 0,
+        remote_tp: 4,
+        total_kv_heads: 4,
+        ..Default::default()
+    })
+    .unwrap();
+    let d_regions = [Region {
+        base: 0,
+        block_len: 2048,
+        num_blocks: 2,
+    }];
+    let p_regions = [Region {
+        base: 0x100000,
+        block_len: 1024,
+        num_blocks: 2,
+    }];
     let d_local = attention_local_descriptors(&d_regions, 1).unwrap();
     let remote = attention_remote_descriptors(&d_regions, &p_regions, &map, 1).unwrap();
     assert_eq!(remote.items().unwrap()[0].addr, 0x100000);
     let srcs = map.ranks(TpList::AttentionSources).unwrap();
     let split = attention_split_descriptors(&d_local, &map, 1, srcs[1]).unwrap();
-    assert_eq!(split.items().unwrap()[0], Descriptor { addr: 1024, len: 1024 });
+    assert_eq!(
+        split.items().unwrap()[0],
+        Descriptor {
+            addr: 1024,
+            len: 1024
+        }
+    );
 
     let m = nano();
     let p = Geometry::new(&m, &EngineConfig::with_tp(4)).unwrap();
     let d = Geometry::new(&m, &EngineConfig::with_tp(2)).unwrap();
     let (pi, di) = (p.info().unwrap(), d.info().unwrap());
-    let p_mamba = [Region { base: 1 << 32, block_len: pi.kernel_page_bytes, num_blocks: 2 * pi.physical_per_logical }];
-    let d_mamba = [Region { base: 1 << 40, block_len: di.kernel_page_bytes, num_blocks: 2 * di.physical_per_logical }];
+    let p_mamba = [Region {
+        base: 1 << 32,
+        block_len: pi.kernel_page_bytes,
+        num_blocks: 2 * pi.physical_per_logical,
+    }];
+    let d_mamba = [Region {
+        base: 1 << 40,
+        block_len: di.kernel_page_bytes,
+        num_blocks: 2 * di.physical_per_logical,
+    }];
     let all_local = mamba_local_descriptors(&d_mamba, di.physical_per_logical, &d).unwrap();
     assert_eq!(all_local.items().unwrap().len(), 2 * 4); // x, B, C, ssm per logical block
     let reads = MambaReadList::new(&p, &d, 0, MambaReadsRule::Pdkv).unwrap();
     for p_rank in 0..4 {
-        let r = mamba_remote_descriptors(&p_mamba, pi.physical_per_logical, &p, &reads, p_rank).unwrap();
-        let l = mamba_local_split_descriptors(&d_mamba, di.physical_per_logical, &d, &reads, p_rank).unwrap();
+        let r = mamba_remote_descriptors(&p_mamba, pi.physical_per_logical, &p, &reads, p_rank)
+            .unwrap();
+        let l =
+            mamba_local_split_descriptors(&d_mamba, di.physical_per_logical, &d, &reads, p_rank)
+                .unwrap();
         let (r, l) = (r.items().unwrap(), l.items().unwrap());
         assert_eq!(r.len(), l.len());
         assert!(r.iter().zip(l).all(|(a, b)| a.len == b.len));
         assert_eq!(r.is_empty(), p_rank >= 2, "p_rank {p_rank}");
     }
-    assert_eq!(mamba_local_descriptors(&d_mamba, 0, &d).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(
+        mamba_local_descriptors(&d_mamba, 0, &d)
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
 }
 
 // ---- thread safety --------------------------------------------------------------------------------
@@ -299,7 +531,9 @@ fn handles_are_send_and_sync() {
     assert_send_sync::<Error>();
     let g = Geometry::new(&nano(), &EngineConfig::with_tp(2)).unwrap();
     std::thread::scope(|s| {
-        let hs: Vec<_> = (0..4).map(|_| s.spawn(|| g.info().unwrap().block_size)).collect();
+        let hs: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| g.info().unwrap().block_size))
+            .collect();
         for h in hs {
             assert_eq!(h.join().unwrap(), 2096);
         }

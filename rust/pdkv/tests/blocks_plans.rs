@@ -4,19 +4,41 @@ use pdkv::*;
 
 #[test]
 fn block_ids() {
-    assert_eq!(logical_to_kernel_block_ids(&[0, 1, 2], GroupKind::Attention, 2).unwrap(), [0, 1, 2, 3, 4, 5]);
-    assert_eq!(logical_to_kernel_block_ids(&[2], GroupKind::Mamba, 34).unwrap(), [2]);
-    assert!(logical_to_kernel_block_ids(&[], GroupKind::Attention, 4).unwrap().is_empty());
+    assert_eq!(
+        logical_to_kernel_block_ids(&[0, 1, 2], GroupKind::Attention, 2).unwrap(),
+        [0, 1, 2, 3, 4, 5]
+    );
+    assert_eq!(
+        logical_to_kernel_block_ids(&[2], GroupKind::Mamba, 34).unwrap(),
+        [2]
+    );
+    assert!(logical_to_kernel_block_ids(&[], GroupKind::Attention, 4)
+        .unwrap()
+        .is_empty());
     let e = logical_to_kernel_block_ids(&[1], GroupKind::Other(9), 2).unwrap_err();
     assert_eq!(e.status(), Status::InvalidArgument);
     assert!(e.message().contains("kind = 9"), "{e}");
-    assert_eq!(logical_to_kernel_block_ids(&[u64::MAX], GroupKind::Attention, 2).unwrap_err().status(), Status::Overflow);
+    assert_eq!(
+        logical_to_kernel_block_ids(&[u64::MAX], GroupKind::Attention, 2)
+            .unwrap_err()
+            .status(),
+        Status::Overflow
+    );
     assert_eq!(GroupKind::SlidingWindow.name(), "sliding_window");
     assert_eq!(GroupKind::Other(7).name(), "unknown");
-    assert_eq!(map_block_ids_for_block_size_ratio(&[2, 5], GroupKind::Attention, 4, 6).unwrap(), [8, 9, 10, 11, 20, 21]);
+    assert_eq!(
+        map_block_ids_for_block_size_ratio(&[2, 5], GroupKind::Attention, 4, 6).unwrap(),
+        [8, 9, 10, 11, 20, 21]
+    );
     let groups = [
-        GroupBlockIds { kind: GroupKind::Attention, ids: vec![3, 5] },
-        GroupBlockIds { kind: GroupKind::Mamba, ids: vec![1, 2] },
+        GroupBlockIds {
+            kind: GroupKind::Attention,
+            ids: vec![3, 5],
+        },
+        GroupBlockIds {
+            kind: GroupKind::Mamba,
+            ids: vec![1, 2],
+        },
     ];
     let layout = DescriptorLayout {
         num_blocks: 100,
@@ -25,18 +47,35 @@ fn block_ids() {
         num_attention_regions: 2,
         num_mamba_regions: 4,
     };
-    assert_eq!(descriptor_ids(&groups, &layout).unwrap(), [3, 5, 103, 105, 201, 202, 301, 302, 401, 402, 501, 502]);
-    let oob = [GroupBlockIds { kind: GroupKind::Attention, ids: vec![400] }];
-    assert_eq!(descriptor_ids(&oob, &layout).unwrap_err().status(), Status::OutOfBounds);
+    assert_eq!(
+        descriptor_ids(&groups, &layout).unwrap(),
+        [3, 5, 103, 105, 201, 202, 301, 302, 401, 402, 501, 502]
+    );
+    let oob = [GroupBlockIds {
+        kind: GroupKind::Attention,
+        ids: vec![400],
+    }];
+    assert_eq!(
+        descriptor_ids(&oob, &layout).unwrap_err().status(),
+        Status::OutOfBounds
+    );
     let m = mamba_descriptor_ids(&[3], 10, 2, 4, 1000).unwrap();
     assert_eq!((m.len(), m[0], *m.last().unwrap()), (8, 1003, 1073));
-    assert_eq!(mamba_descriptor_ids(&[10], 10, 2, 4, 0).unwrap_err().status(), Status::OutOfBounds);
+    assert_eq!(
+        mamba_descriptor_ids(&[10], 10, 2, 4, 0)
+            .unwrap_err()
+            .status(),
+        Status::OutOfBounds
+    );
 }
 
 #[test]
 fn clipping_and_zeroing() {
     assert_eq!(sliding_window_blocks_to_keep(2048, 16).unwrap(), 129);
-    assert_eq!(sliding_window_blocks_to_keep(2048, 0).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(
+        sliding_window_blocks_to_keep(2048, 0).unwrap_err().status(),
+        Status::InvalidArgument
+    );
     let ids = [1, 2, 3, 4, 5, 6];
     let mut p = ExchangeClipParams {
         kind: GroupKind::SlidingWindow,
@@ -59,19 +98,64 @@ fn clipping_and_zeroing() {
     p.cache_mode = MambaCacheMode::All;
     assert_eq!(clip_exchange_blocks(&ids, &p).unwrap(), [1, 2, 3, 4]);
     p.cache_mode = MambaCacheMode::Other(3);
-    assert!(clip_exchange_blocks(&ids, &p).unwrap_err().message().contains("cache_mode = 3"));
+    assert!(clip_exchange_blocks(&ids, &p)
+        .unwrap_err()
+        .message()
+        .contains("cache_mode = 3"));
 
     let z = receive_zero_ranges(&[11, 12, 13], 64, 4, 6).unwrap();
     assert_eq!(
         z,
-        [ZeroRange { block: 12, token_begin: 32, token_end: 64 }, ZeroRange { block: 13, token_begin: 0, token_end: 64 }]
+        [
+            ZeroRange {
+                block: 12,
+                token_begin: 32,
+                token_end: 64
+            },
+            ZeroRange {
+                block: 13,
+                token_begin: 0,
+                token_end: 64
+            }
+        ]
     );
     assert!(receive_zero_ranges(&[11, 12], 64, 4, 8).unwrap().is_empty());
-    assert!(receive_zero_ranges(&[11], 30, 4, 1).unwrap_err().message().contains("30"));
-    let u = uncovered_token_ranges(&[5, 6, 7], 2, 16, 32, &[TokenInterval { begin: 32, end: 70 }]).unwrap();
-    assert_eq!(u, [ZeroRange { block: 7, token_begin: 6, token_end: 16 }]);
+    assert!(receive_zero_ranges(&[11], 30, 4, 1)
+        .unwrap_err()
+        .message()
+        .contains("30"));
+    let u = uncovered_token_ranges(
+        &[5, 6, 7],
+        2,
+        16,
+        32,
+        &[TokenInterval { begin: 32, end: 70 }],
+    )
+    .unwrap();
+    assert_eq!(
+        u,
+        [ZeroRange {
+            block: 7,
+            token_begin: 6,
+            token_end: 16
+        }]
+    );
     let u = uncovered_token_ranges(&[5, 6], 2, 16, 40, &[]).unwrap();
-    assert_eq!(u, [ZeroRange { block: 5, token_begin: 8, token_end: 16 }, ZeroRange { block: 6, token_begin: 0, token_end: 16 }]);
+    assert_eq!(
+        u,
+        [
+            ZeroRange {
+                block: 5,
+                token_begin: 8,
+                token_end: 16
+            },
+            ZeroRange {
+                block: 6,
+                token_begin: 0,
+                token_end: 16
+            }
+        ]
+    );
 }
 
 #[test]
@@ -91,17 +175,38 @@ fn trimming() {
     assert_eq!(runs.len(), 4);
     for (i, r) in runs.iter().enumerate() {
         let b = 6 + i as u64;
-        assert_eq!(*r, TokenRun { local_block: b, local_token_begin: 0, remote_block: b, remote_token_begin: 0, num_tokens: 16 });
+        assert_eq!(
+            *r,
+            TokenRun {
+                local_block: b,
+                local_token_begin: 0,
+                remote_block: b,
+                remote_token_begin: 0,
+                num_tokens: 16
+            }
+        );
     }
     assert_eq!(t.summary().unwrap(), (GroupKind::Attention, 64));
     assert!(t.states().unwrap().is_empty());
     assert!(t.zero_ranges().unwrap().is_empty());
     assert!(t.unfilled_states().unwrap().is_empty());
     // D needs more tokens than P computed and sent: a coverage error, not a panic.
-    let short = GroupTrimInput { remote_blocks: vec![0, 1], ..input.clone() };
-    assert_eq!(GroupTrim::new(&short).unwrap_err().status(), Status::Coverage);
-    let bad = GroupTrimInput { kind: GroupKind::Other(5), ..input };
-    assert_eq!(GroupTrim::new(&bad).unwrap_err().status(), Status::InvalidArgument);
+    let short = GroupTrimInput {
+        remote_blocks: vec![0, 1],
+        ..input.clone()
+    };
+    assert_eq!(
+        GroupTrim::new(&short).unwrap_err().status(),
+        Status::Coverage
+    );
+    let bad = GroupTrimInput {
+        kind: GroupKind::Other(5),
+        ..input
+    };
+    assert_eq!(
+        GroupTrim::new(&bad).unwrap_err().status(),
+        Status::InvalidArgument
+    );
 }
 
 #[test]
@@ -109,12 +214,51 @@ fn scheduler_and_offload() {
     assert_eq!(d_num_new_matched_tokens(100, 0, true).unwrap(), 99);
     assert_eq!(d_num_new_matched_tokens(100, 0, false).unwrap(), 100);
     let p = plan_remote_decode_prefill(33, 32, 16, true).unwrap();
-    assert_eq!(p, RemoteDecodePrefillPlan { num_prompt_tokens: 32, computed_tokens: 16, new_tokens: 16 });
-    assert_eq!(plan_remote_decode_prefill(33, 32, 0, true).unwrap_err().status(), Status::InvalidArgument);
-    let t = truncate_for_remote_decode(&RemoteDecodePrefill { num_prompt_tokens: 100, max_tokens: 50, truncated: false }, true).unwrap();
-    assert_eq!(t, RemoteDecodePrefill { num_prompt_tokens: 99, max_tokens: 1, truncated: true });
-    assert_eq!(truncate_for_remote_decode(&t, true).unwrap(), t, "idempotent");
-    let a = truncate_for_remote_decode(&RemoteDecodePrefill { num_prompt_tokens: 100, max_tokens: 50, truncated: false }, false).unwrap();
+    assert_eq!(
+        p,
+        RemoteDecodePrefillPlan {
+            num_prompt_tokens: 32,
+            computed_tokens: 16,
+            new_tokens: 16
+        }
+    );
+    assert_eq!(
+        plan_remote_decode_prefill(33, 32, 0, true)
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
+    let t = truncate_for_remote_decode(
+        &RemoteDecodePrefill {
+            num_prompt_tokens: 100,
+            max_tokens: 50,
+            truncated: false,
+        },
+        true,
+    )
+    .unwrap();
+    assert_eq!(
+        t,
+        RemoteDecodePrefill {
+            num_prompt_tokens: 99,
+            max_tokens: 1,
+            truncated: true
+        }
+    );
+    assert_eq!(
+        truncate_for_remote_decode(&t, true).unwrap(),
+        t,
+        "idempotent"
+    );
+    let a = truncate_for_remote_decode(
+        &RemoteDecodePrefill {
+            num_prompt_tokens: 100,
+            max_tokens: 50,
+            truncated: false,
+        },
+        false,
+    )
+    .unwrap();
     assert_eq!((a.num_prompt_tokens, a.max_tokens), (100, 1));
     let v = mamba_aligned_split_v0604(&AlignedSplitV0604Input {
         num_new_tokens: 1000,
@@ -125,7 +269,12 @@ fn scheduler_and_offload() {
     })
     .unwrap();
     assert!(v <= 1000 && v % 512 == 0, "{v}");
-    assert_eq!(mamba_aligned_split_v0604(&AlignedSplitV0604Input::default()).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(
+        mamba_aligned_split_v0604(&AlignedSplitV0604Input::default())
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
     let m = mamba_aligned_split(&AlignedSplitInput {
         num_new_tokens: 1000,
         num_prompt_tokens: 5000,
@@ -135,12 +284,40 @@ fn scheduler_and_offload() {
     })
     .unwrap();
     assert!(m <= 1000, "{m}");
-    assert_eq!(mamba_aligned_split(&AlignedSplitInput::default()).unwrap_err().status(), Status::InvalidArgument);
-    let layers = [OffloadLayer { tensor_bytes: 4096000, page_bytes: 4096 }, OffloadLayer { tensor_bytes: 8192000, page_bytes: 8192 }];
-    assert_eq!(derive_offload_geometry(1000, 2096, 16, &layers).unwrap(), OffloadGeometry { num_blocks: 1000, hash_blocks_per_block: 131 });
+    assert_eq!(
+        mamba_aligned_split(&AlignedSplitInput::default())
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
+    let layers = [
+        OffloadLayer {
+            tensor_bytes: 4096000,
+            page_bytes: 4096,
+        },
+        OffloadLayer {
+            tensor_bytes: 8192000,
+            page_bytes: 8192,
+        },
+    ];
+    assert_eq!(
+        derive_offload_geometry(1000, 2096, 16, &layers).unwrap(),
+        OffloadGeometry {
+            num_blocks: 1000,
+            hash_blocks_per_block: 131
+        }
+    );
     let e = derive_offload_geometry(1000, 2096, 64, &layers).unwrap_err();
-    assert!(e.message().contains("2096") && e.message().contains("64"), "{e}");
-    assert_eq!(derive_offload_geometry(1001, 2096, 16, &layers).unwrap_err().status(), Status::OutOfBounds);
+    assert!(
+        e.message().contains("2096") && e.message().contains("64"),
+        "{e}"
+    );
+    assert_eq!(
+        derive_offload_geometry(1001, 2096, 16, &layers)
+            .unwrap_err()
+            .status(),
+        Status::OutOfBounds
+    );
 }
 
 fn nano() -> Model {
@@ -148,7 +325,12 @@ fn nano() -> Model {
 }
 
 fn meta(model: &Model, tp: u32, rank: u32, id: &str) -> EngineMetadata {
-    let layout = EngineLayout { engine_id: id.into(), tp_rank: rank, num_regions: 6, ..Default::default() };
+    let layout = EngineLayout {
+        engine_id: id.into(),
+        tp_rank: rank,
+        num_regions: 6,
+        ..Default::default()
+    };
     EngineMetadata::from_model(model, &EngineConfig::with_tp(tp), &layout).unwrap()
 }
 
@@ -160,7 +342,10 @@ fn metadata_wire_format() {
     let m = nano();
     let d = meta(&m, 2, 1, "decode");
     let i = d.info().unwrap();
-    assert_eq!((i.engine_id.as_str(), i.tp_size, i.tp_rank), ("decode", 2, 1));
+    assert_eq!(
+        (i.engine_id.as_str(), i.tp_size, i.tp_rank),
+        ("decode", 2, 1)
+    );
     assert_eq!(i.logical_block_size, 2096);
     assert_eq!(i.model_fingerprint, m.fingerprint().unwrap());
     assert_eq!(i.mamba_type, MambaType::Mamba2);
@@ -172,17 +357,44 @@ fn metadata_wire_format() {
     assert!(back == d);
     assert!(meta(&m, 2, 0, "decode") != d);
     // Untrusted input never crashes: empty, truncated, corrupted.
-    assert_eq!(EngineMetadata::decode(&[]).unwrap_err().status(), Status::Parse);
-    assert_eq!(EngineMetadata::decode(&bytes[..bytes.len() / 2]).unwrap_err().status(), Status::Parse);
+    assert_eq!(
+        EngineMetadata::decode(&[]).unwrap_err().status(),
+        Status::Parse
+    );
+    assert_eq!(
+        EngineMetadata::decode(&bytes[..bytes.len() / 2])
+            .unwrap_err()
+            .status(),
+        Status::Parse
+    );
     let mut flipped = bytes.clone();
     let last = flipped.len() - 1;
     flipped[last] ^= 0x40;
     let e = EngineMetadata::decode(&flipped).unwrap_err();
-    assert!(matches!(e.status(), Status::Checksum | Status::Parse), "{e}");
-    let bad = EngineLayout { engine_id: String::new(), ..Default::default() };
-    assert_eq!(EngineMetadata::from_model(&m, &EngineConfig::with_tp(2), &bad).unwrap_err().status(), Status::InvalidArgument);
-    let nul = EngineLayout { engine_id: "a\0b".into(), ..Default::default() };
-    assert_eq!(EngineMetadata::from_model(&m, &EngineConfig::with_tp(2), &nul).unwrap_err().status(), Status::InvalidArgument);
+    assert!(
+        matches!(e.status(), Status::Checksum | Status::Parse),
+        "{e}"
+    );
+    let bad = EngineLayout {
+        engine_id: String::new(),
+        ..Default::default()
+    };
+    assert_eq!(
+        EngineMetadata::from_model(&m, &EngineConfig::with_tp(2), &bad)
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
+    let nul = EngineLayout {
+        engine_id: "a\0b".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        EngineMetadata::from_model(&m, &EngineConfig::with_tp(2), &nul)
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
 }
 
 #[test]
@@ -198,11 +410,18 @@ fn handshake_reports() {
     let dup = [&p[0], &p[0]];
     assert!(!handshake_validate_engine_ranks(&dup).unwrap().is_empty());
     // NHD layout on P cannot serve head-sliced reads.
-    let nhd = EngineLayout { engine_id: "prefill".into(), num_regions: 6, kv_layout: KvLayout::Nhd, ..Default::default() };
+    let nhd = EngineLayout {
+        engine_id: "prefill".into(),
+        num_regions: 6,
+        kv_layout: KvLayout::Nhd,
+        ..Default::default()
+    };
     let p_nhd = EngineMetadata::from_model(&m, &EngineConfig::with_tp(4), &nhd).unwrap();
     let items = handshake_validate(&d, &p_nhd).unwrap();
     assert!(items.iter().any(|i| i.field == "kv_layout"), "{items:?}");
-    assert!(items.iter().all(|i| !i.text.is_empty() && !i.fix.is_empty()));
+    assert!(items
+        .iter()
+        .all(|i| !i.text.is_empty() && !i.fix.is_empty()));
     let e = handshake_require_compatible(&d, &p_nhd).unwrap_err();
     assert_eq!(e.status(), Status::Incompatible);
     assert!(e.message().contains("kv_layout"), "{e}");
@@ -241,7 +460,13 @@ fn transfer_plan_nano_p4_to_d2() {
         },
     ];
     let ctx = PlanContext::new(&PlanContextParams::new(&d, &refs).geometries(&dg, &pg)).unwrap();
-    assert_eq!(ctx.mapping().unwrap().ranks(TpList::HandshakeTargets).unwrap(), &[2, 3]);
+    assert_eq!(
+        ctx.mapping()
+            .unwrap()
+            .ranks(TpList::HandshakeTargets)
+            .unwrap(),
+        &[2, 3]
+    );
     let plan = TransferPlan::compile(&ctx, &groups).unwrap();
     plan.validate(&ctx, &groups).unwrap();
     let i = plan.info().unwrap();
@@ -257,12 +482,25 @@ fn transfer_plan_nano_p4_to_d2() {
     }
     assert_eq!(total, i.bytes);
     assert!(plan.rank_reads(0).unwrap().0.is_empty());
-    assert_eq!(plan.rank_reads(4).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(
+        plan.rank_reads(4).unwrap_err().status(),
+        Status::InvalidArgument
+    );
     // 3000 tokens in the second 2096-token D block: the rest is zeroed.
     let z = plan.group_zero(0).unwrap();
     assert_eq!(z.kind, GroupKind::Attention);
-    assert_eq!(z.zero, &[ZeroRange { block: 11, token_begin: 904, token_end: 2096 }]);
-    assert_eq!(plan.group_zero(2).unwrap_err().status(), Status::OutOfBounds);
+    assert_eq!(
+        z.zero,
+        &[ZeroRange {
+            block: 11,
+            token_begin: 904,
+            token_end: 2096
+        }]
+    );
+    assert_eq!(
+        plan.group_zero(2).unwrap_err().status(),
+        Status::OutOfBounds
+    );
     let json = plan.to_json().unwrap();
     assert_eq!(json, plan.to_json_string().unwrap());
     assert!(json.starts_with('{') && json.ends_with('}'), "{json}");
@@ -270,10 +508,26 @@ fn transfer_plan_nano_p4_to_d2() {
     let fewer = vec![groups[0].clone()];
     assert!(plan.validate(&ctx, &fewer).is_err());
     let no_geo = PlanContext::new(&PlanContextParams::new(&d, &refs)).unwrap();
-    assert_eq!(TransferPlan::compile(&no_geo, &groups).unwrap_err().status(), Status::InvalidArgument);
-    let one_geo = PlanContextParams { local_geometry: Some(&dg), ..PlanContextParams::new(&d, &refs) };
-    assert_eq!(PlanContext::new(&one_geo).unwrap_err().status(), Status::InvalidArgument);
-    assert_eq!(PlanContext::new(&PlanContextParams::new(&d, &[])).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(
+        TransferPlan::compile(&no_geo, &groups)
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
+    let one_geo = PlanContextParams {
+        local_geometry: Some(&dg),
+        ..PlanContextParams::new(&d, &refs)
+    };
+    assert_eq!(
+        PlanContext::new(&one_geo).unwrap_err().status(),
+        Status::InvalidArgument
+    );
+    assert_eq!(
+        PlanContext::new(&PlanContextParams::new(&d, &[]))
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<TransferPlan>();
     assert_send_sync::<PlanContext>();

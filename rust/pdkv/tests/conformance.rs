@@ -25,7 +25,10 @@ struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     fn parse(text: &'a str) -> Result<Json, String> {
-        let mut p = Parser { s: text.as_bytes(), i: 0 };
+        let mut p = Parser {
+            s: text.as_bytes(),
+            i: 0,
+        };
         let v = p.value()?;
         p.ws();
         if p.i != p.s.len() {
@@ -66,7 +69,10 @@ impl<'a> Parser<'a> {
             Some(b't') => self.literal("true", Json::Bool(true)),
             Some(b'f') => self.literal("false", Json::Bool(false)),
             Some(c) if c == b'-' || c.is_ascii_digit() => self.integer(),
-            Some(c) => Err(self.err(&format!("unexpected '{}' (outside the conformance subset)", c as char))),
+            Some(c) => Err(self.err(&format!(
+                "unexpected '{}' (outside the conformance subset)",
+                c as char
+            ))),
             None => Err(self.err("unexpected end")),
         }
     }
@@ -96,7 +102,9 @@ impl<'a> Parser<'a> {
             return Err(self.err("floats are outside the conformance subset"));
         }
         let text = std::str::from_utf8(&self.s[start..self.i]).unwrap();
-        text.parse::<i64>().map(Json::Int).map_err(|e| self.err(&format!("integer {text}: {e}")))
+        text.parse::<i64>()
+            .map(Json::Int)
+            .map_err(|e| self.err(&format!("integer {text}: {e}")))
     }
 
     fn string(&mut self) -> Result<String, String> {
@@ -305,14 +313,27 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
         "handshake_target_ranks" => &["local_tp", "local_rank", "remote_tp"],
         "physical_head_range" => &["tp", "total_kv_heads", "rank"],
         "notifications_expected" => &["p_tp", "d_tp"],
-        "tp_mapping" => &["local_tp", "local_rank", "remote_tp", "total_kv_heads", "use_mla", "has_mamba"],
+        "tp_mapping" => &[
+            "local_tp",
+            "local_rank",
+            "remote_tp",
+            "total_kv_heads",
+            "use_mla",
+            "has_mamba",
+        ],
         "physical_blocks_per_logical" => &["conv_bytes", "ssm_bytes", "block_len"],
         "block_size_ratio" => &["local_kernel_block_size", "remote_kernel_block_size"],
         "geometry" => &["model", "engine"],
         "mamba_reads" => &["model", "prefill", "decode", "decode_rank", "rule"],
-        "clip_exchange_blocks" => {
-            &["ids", "kind", "hma_enabled", "sliding_window", "block_size", "cache_mode", "num_speculative_blocks"]
-        }
+        "clip_exchange_blocks" => &[
+            "ids",
+            "kind",
+            "hma_enabled",
+            "sliding_window",
+            "block_size",
+            "cache_mode",
+            "num_speculative_blocks",
+        ],
         "sliding_window_blocks_to_keep" => &["window", "block_size"],
         "descriptor_ids" => &[
             "groups",
@@ -325,8 +346,18 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
         "logical_to_kernel_block_ids" => &["ids", "kind", "blocks_per_logical"],
         "map_block_ids_for_block_size_ratio" => &["ids", "kind", "block_size_ratio", "remote_len"],
         "d_num_new_matched_tokens" => &["num_prompt_tokens", "num_computed_tokens", "has_mamba"],
-        "plan_remote_decode_prefill" => &["num_prompt_tokens", "local_hit_tokens", "block_size", "has_mamba"],
-        "derive_offload_geometry" => &["config_num_blocks", "gpu_block_size", "hash_block_size", "layers"],
+        "plan_remote_decode_prefill" => &[
+            "num_prompt_tokens",
+            "local_hit_tokens",
+            "block_size",
+            "has_mamba",
+        ],
+        "derive_offload_geometry" => &[
+            "config_num_blocks",
+            "gpu_block_size",
+            "hash_block_size",
+            "layers",
+        ],
         "trim_group" => &TRIM_KEYS,
         "mamba_aligned_split_v0604" => &[
             "num_computed_tokens",
@@ -353,30 +384,80 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
             "use_eagle",
             "load_kv_async",
         ],
-        "truncate_for_remote_decode" => &["num_prompt_tokens", "max_tokens", "truncated", "has_mamba"],
-        "receive_zero_ranges" => &["local_blocks", "tokens_per_block", "block_size_ratio", "remote_kernel_len"],
-        "uncovered_token_ranges" => &["local_blocks", "first_block_index", "tokens_per_block", "held_tokens", "written"],
-        "mamba_descriptor_ids" => &["ids", "num_logical_blocks", "num_regions", "descs_per_region", "first_id"],
+        "truncate_for_remote_decode" => {
+            &["num_prompt_tokens", "max_tokens", "truncated", "has_mamba"]
+        }
+        "receive_zero_ranges" => &[
+            "local_blocks",
+            "tokens_per_block",
+            "block_size_ratio",
+            "remote_kernel_len",
+        ],
+        "uncovered_token_ranges" => &[
+            "local_blocks",
+            "first_block_index",
+            "tokens_per_block",
+            "held_tokens",
+            "written",
+        ],
+        "mamba_descriptor_ids" => &[
+            "ids",
+            "num_logical_blocks",
+            "num_regions",
+            "descs_per_region",
+            "first_id",
+        ],
         "crc32c" => &["hex"],
         "metadata_roundtrip" => &["model", "engine", "layout"],
         "metadata_decode" => &["hex"],
         "handshake_validate" => &["local", "remote", "item_messages_contain"],
-        "transfer_plan" | "transfer_plan_json" => &["model", "hf_config", "prefill", "decode", "decode_rank", "groups"],
+        "transfer_plan" | "transfer_plan_json" => &[
+            "model",
+            "hf_config",
+            "prefill",
+            "decode",
+            "decode_rank",
+            "groups",
+        ],
         "attention_local_descriptors" => &["regions", "block_size_ratio"],
-        "attention_remote_descriptors" => &["local_regions", "remote_regions", "mapping", "block_size_ratio"],
+        "attention_remote_descriptors" => &[
+            "local_regions",
+            "remote_regions",
+            "mapping",
+            "block_size_ratio",
+        ],
         "attention_split_descriptors" => &["regions", "mapping", "block_size_ratio", "p_rank"],
         "mamba_local_descriptors" => &["model", "engine", "regions", "ppl"],
-        "mamba_remote_descriptors" => {
-            &["model", "prefill", "decode", "decode_rank", "rule", "p_regions", "p_ppl", "p_rank"]
-        }
-        "mamba_local_split_descriptors" => {
-            &["model", "prefill", "decode", "decode_rank", "rule", "d_regions", "d_ppl", "p_rank"]
-        }
+        "mamba_remote_descriptors" => &[
+            "model",
+            "prefill",
+            "decode",
+            "decode_rank",
+            "rule",
+            "p_regions",
+            "p_ppl",
+            "p_rank",
+        ],
+        "mamba_local_split_descriptors" => &[
+            "model",
+            "prefill",
+            "decode",
+            "decode_rank",
+            "rule",
+            "d_regions",
+            "d_ppl",
+            "p_rank",
+        ],
         "mamba_local_conv_offsets" => &["model", "engine"],
         "mamba_remote_conv_offsets" => &["model", "engine", "local_rank", "tp_ratio"],
-        "mamba_ssm_read_range" => {
-            &["model", "engine", "remote_conv_bytes", "remote_ssm_bytes", "local_rank", "tp_ratio"]
-        }
+        "mamba_ssm_read_range" => &[
+            "model",
+            "engine",
+            "remote_conv_bytes",
+            "remote_ssm_bytes",
+            "local_rank",
+            "tp_ratio",
+        ],
         "model_preset" => &["model"],
         "model_hf_config" => &["json", "name"],
         "handshake_validate_engine_ranks" => &["ranks", "item_messages_contain"],
@@ -402,7 +483,9 @@ fn hex_decode(s: &str) -> CaseResult<Vec<u8>> {
     }
     (0..s.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("hex {:?}: {e}", &s[i..i + 2])))
+        .map(|i| {
+            u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("hex {:?}: {e}", &s[i..i + 2]))
+        })
         .collect()
 }
 
@@ -417,7 +500,13 @@ fn obj_of(pairs: Vec<(&str, Json)>) -> Json {
 fn zero_ranges_json(z: &[ZeroRange]) -> Json {
     Json::Arr(
         z.iter()
-            .map(|r| obj_of(vec![("block", u(r.block)), ("token_begin", u(r.token_begin)), ("token_end", u(r.token_end))]))
+            .map(|r| {
+                obj_of(vec![
+                    ("block", u(r.block)),
+                    ("token_begin", u(r.token_begin)),
+                    ("token_end", u(r.token_end)),
+                ])
+            })
             .collect(),
     )
 }
@@ -457,7 +546,11 @@ fn trim_input(m: &BTreeMap<String, Json>) -> CaseResult<GroupTrimInput> {
         remote_computed_tokens: u64_or(m, "remote_computed_tokens", 0)?,
         local_hit_tokens: u64_or(m, "local_hit_tokens", 0)?,
         sliding_window: u64_or(m, "sliding_window", 0)?,
-        local_first_block: if m.contains_key("local_first_block") { Some(u64_of(m, "local_first_block")?) } else { None },
+        local_first_block: if m.contains_key("local_first_block") {
+            Some(u64_of(m, "local_first_block")?)
+        } else {
+            None
+        },
         remote_first_block: u64_or(m, "remote_first_block", 0)?,
     })
 }
@@ -470,7 +563,16 @@ fn layout_of(v: Option<&Json>) -> CaseResult<EngineLayout> {
     check_keys(
         "layout",
         m,
-        &["engine_id", "tp_rank", "num_logical_blocks", "num_regions", "base", "region_bases", "kv_layout", "prefix_caching"],
+        &[
+            "engine_id",
+            "tp_rank",
+            "num_logical_blocks",
+            "num_regions",
+            "base",
+            "region_bases",
+            "kv_layout",
+            "prefix_caching",
+        ],
     )?;
     if m.contains_key("engine_id") {
         l.engine_id = str_of(m, "engine_id")?.to_owned();
@@ -497,7 +599,10 @@ fn layout_of(v: Option<&Json>) -> CaseResult<EngineLayout> {
 }
 
 /// The `metadata_roundtrip` / `metadata_decode` output of a metadata (without `hex`).
-fn metadata_output(md: &EngineMetadata, encoded: &[u8]) -> CaseResult<Result<Vec<(&'static str, Json)>, Error>> {
+fn metadata_output(
+    md: &EngineMetadata,
+    encoded: &[u8],
+) -> CaseResult<Result<Vec<(&'static str, Json)>, Error>> {
     let i = match md.info() {
         Ok(i) => i,
         Err(e) => return Ok(Err(e)),
@@ -549,7 +654,10 @@ fn metadata_output(md: &EngineMetadata, encoded: &[u8]) -> CaseResult<Result<Vec
         ("conv_layout", Json::Str(conv_layout.into())),
         ("logical_block_size", Json::Int(i.logical_block_size as i64)),
         ("kernel_block_size", Json::Int(i.kernel_block_size as i64)),
-        ("physical_blocks_per_logical", Json::Int(i.physical_blocks_per_logical as i64)),
+        (
+            "physical_blocks_per_logical",
+            Json::Int(i.physical_blocks_per_logical as i64),
+        ),
         ("num_kernel_blocks", u(i.num_kernel_blocks)),
         ("regions", Json::Arr(regions)),
         ("mamba_type", Json::Str(i.mamba_type.name().into())),
@@ -560,9 +668,15 @@ fn metadata_output(md: &EngineMetadata, encoded: &[u8]) -> CaseResult<Result<Vec
         ("use_mla", Json::Bool(i.use_mla)),
         ("total_kv_heads", Json::Int(i.total_kv_heads as i64)),
         ("prefix_caching", Json::Bool(i.prefix_caching)),
-        ("cache_mode", Json::Str(cache_mode_name(i.cache_mode)?.into())),
+        (
+            "cache_mode",
+            Json::Str(cache_mode_name(i.cache_mode)?.into()),
+        ),
         // 16 lower-case hex digits: the uint64 exceeds the int64 JSON subset.
-        ("model_fingerprint", Json::Str(format!("{:016x}", i.model_fingerprint))),
+        (
+            "model_fingerprint",
+            Json::Str(format!("{:016x}", i.model_fingerprint)),
+        ),
         ("encoded_length", Json::Int(encoded.len() as i64)),
         ("payload_crc32c", Json::Int(payload_crc as i64)),
     ]))
@@ -579,7 +693,11 @@ fn side_metadata(m: &BTreeMap<String, Json>) -> CaseResult<Result<EngineMetadata
         Ok(c) => c,
         Err(e) => return Ok(Err(e)),
     };
-    Ok(EngineMetadata::from_model(&model, &cfg, &layout_of(m.get("layout"))?))
+    Ok(EngineMetadata::from_model(
+        &model,
+        &cfg,
+        &layout_of(m.get("layout"))?,
+    ))
 }
 
 fn u(v: u64) -> Json {
@@ -591,7 +709,9 @@ fn ranks(v: &[u32]) -> Json {
 }
 
 fn out(pairs: Vec<(&str, Json)>) -> Outcome {
-    Outcome::Output(Json::Obj(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
+    Outcome::Output(Json::Obj(
+        pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+    ))
 }
 
 /// `engine` input shape → EngineConfig (a bad enum name is a library error).
@@ -659,7 +779,11 @@ fn geometry_output(g: &Geometry) -> Result<Json, Error> {
             ]))
         })
         .collect();
-    let log_lines = g.log_lines()?.into_iter().map(|l| Json::Str(l.to_owned())).collect();
+    let log_lines = g
+        .log_lines()?
+        .into_iter()
+        .map(|l| Json::Str(l.to_owned()))
+        .collect();
     let pairs: Vec<(&str, Json)> = vec![
         ("kv_heads_per_rank", Json::Int(i.kv_heads_per_rank as i64)),
         ("attn_bytes_per_token", u(i.attn_bytes_per_token)),
@@ -676,7 +800,9 @@ fn geometry_output(g: &Geometry) -> Result<Json, Error> {
         ("projections", Json::Arr(projections)),
         ("log_lines", Json::Arr(log_lines)),
     ];
-    Ok(Json::Obj(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
+    Ok(Json::Obj(
+        pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+    ))
 }
 
 /// A region array (`{base, block_len, num_blocks}` objects) -> `Vec<Region>`.
@@ -687,7 +813,11 @@ fn regions_of(m: &BTreeMap<String, Json>, k: &str) -> CaseResult<Vec<Region>> {
             .map(|r| {
                 let r = obj(r)?;
                 check_keys(k, r, &["base", "block_len", "num_blocks"])?;
-                Ok(Region { base: u64_of(r, "base")?, block_len: u64_of(r, "block_len")?, num_blocks: u64_of(r, "num_blocks")? })
+                Ok(Region {
+                    base: u64_of(r, "base")?,
+                    block_len: u64_of(r, "block_len")?,
+                    num_blocks: u64_of(r, "num_blocks")?,
+                })
             })
             .collect(),
         other => Err(format!("{k}: expected an array, got {other:?}")),
@@ -696,17 +826,37 @@ fn regions_of(m: &BTreeMap<String, Json>, k: &str) -> CaseResult<Vec<Region>> {
 
 /// `{addr, len}` array of a descriptor list, in list order.
 fn descriptors_json(list: &DescriptorList) -> Result<Json, Error> {
-    Ok(Json::Arr(list.items()?.iter().map(|d| obj_of(vec![("addr", u(d.addr)), ("len", u(d.len))])).collect()))
+    Ok(Json::Arr(
+        list.items()?
+            .iter()
+            .map(|d| obj_of(vec![("addr", u(d.addr)), ("len", u(d.len))]))
+            .collect(),
+    ))
 }
 
 /// `{offset, size}` array of byte ranges.
 fn ranges_json(r: &[ByteRange]) -> Json {
-    Json::Arr(r.iter().map(|x| obj_of(vec![("offset", u(x.offset)), ("size", u(x.size))])).collect())
+    Json::Arr(
+        r.iter()
+            .map(|x| obj_of(vec![("offset", u(x.offset)), ("size", u(x.size))]))
+            .collect(),
+    )
 }
 
 /// A `mapping` object with the `tp_mapping` input keys -> TpMapping (`pdkv_tp_mapping_new`).
 fn mapping_of(m: &BTreeMap<String, Json>) -> CaseResult<Result<TpMapping, Error>> {
-    check_keys("mapping", m, &["local_tp", "local_rank", "remote_tp", "total_kv_heads", "use_mla", "has_mamba"])?;
+    check_keys(
+        "mapping",
+        m,
+        &[
+            "local_tp",
+            "local_rank",
+            "remote_tp",
+            "total_kv_heads",
+            "use_mla",
+            "has_mamba",
+        ],
+    )?;
     Ok(TpMapping::new(&TpMappingParams {
         local_tp: u32_of(m, "local_tp")?,
         local_rank: u32_of(m, "local_rank")?,
@@ -737,7 +887,9 @@ fn geometry_of_case(input: &BTreeMap<String, Json>) -> CaseResult<Result<Geometr
 
 /// The P and D geometries and the read list of a `mamba_reads`-shaped case (`model`,
 /// `prefill`, `decode` engines, `decode_rank`, `rule`).
-fn reads_of_case(input: &BTreeMap<String, Json>) -> CaseResult<Result<(Geometry, Geometry, MambaReadList), Error>> {
+fn reads_of_case(
+    input: &BTreeMap<String, Json>,
+) -> CaseResult<Result<(Geometry, Geometry, MambaReadList), Error>> {
     macro_rules! lib_or_return {
         ($e:expr) => {
             match $e {
@@ -756,7 +908,12 @@ fn reads_of_case(input: &BTreeMap<String, Json>) -> CaseResult<Result<(Geometry,
     let d_cfg = lib_or_return!(engine(field(input, "decode")?)?);
     let p = lib_or_return!(Geometry::new(&model, &p_cfg));
     let d = lib_or_return!(Geometry::new(&model, &d_cfg));
-    let reads = lib_or_return!(MambaReadList::new(&p, &d, u32_of(input, "decode_rank")?, rule));
+    let reads = lib_or_return!(MambaReadList::new(
+        &p,
+        &d,
+        u32_of(input, "decode_rank")?,
+        rule
+    ));
     Ok(Ok((p, d, reads)))
 }
 
@@ -781,9 +938,15 @@ fn model_fields(m: &Model) -> Result<Json, Error> {
         ("mamba_d_inner", u(d.mamba_d_inner)),
         ("mamba_conv_kernel", Json::Int(d.mamba_conv_kernel as i64)),
         ("mamba_chunk_size", Json::Int(d.mamba_chunk_size as i64)),
-        ("mamba_conv_rows_include_spec", Json::Bool(d.mamba_conv_rows_include_spec)),
+        (
+            "mamba_conv_rows_include_spec",
+            Json::Bool(d.mamba_conv_rows_include_spec),
+        ),
         ("dtype_bytes", Json::Int(d.dtype_bytes as i64)),
-        ("default_ssm_dtype_bytes", Json::Int(d.default_ssm_dtype_bytes as i64)),
+        (
+            "default_ssm_dtype_bytes",
+            Json::Int(d.default_ssm_dtype_bytes as i64),
+        ),
         ("layer_pattern", Json::Str(d.layer_pattern)),
         ("num_attention_layers", Json::Int(na as i64)),
         ("num_mamba_layers", Json::Int(nm as i64)),
@@ -797,16 +960,29 @@ fn model_fields(m: &Model) -> Result<Json, Error> {
 /// different length is a failure).
 fn report_items(items: &[Incompatibility], input: &BTreeMap<String, Json>) -> CaseResult<Json> {
     if let Some(want) = input.get("item_messages_contain") {
-        let Json::Arr(want) = want else { return Err("item_messages_contain must be an array".into()) };
+        let Json::Arr(want) = want else {
+            return Err("item_messages_contain must be an array".into());
+        };
         if want.len() != items.len() {
-            return Err(format!("item_messages_contain has {} entries for {} items", want.len(), items.len()));
+            return Err(format!(
+                "item_messages_contain has {} entries for {} items",
+                want.len(),
+                items.len()
+            ));
         }
         for (k, (w, item)) in want.iter().zip(items).enumerate() {
-            let Json::Arr(needles) = w else { return Err("item_messages_contain entries must be arrays".into()) };
+            let Json::Arr(needles) = w else {
+                return Err("item_messages_contain entries must be arrays".into());
+            };
             for n in needles {
-                let Json::Str(n) = n else { return Err("item_messages_contain must hold strings".into()) };
+                let Json::Str(n) = n else {
+                    return Err("item_messages_contain must hold strings".into());
+                };
                 if !item.message.contains(n.as_str()) {
-                    return Err(format!("item {k} message {:?} does not contain {n:?}", item.message));
+                    return Err(format!(
+                        "item {k} message {:?} does not contain {n:?}",
+                        item.message
+                    ));
                 }
             }
         }
@@ -814,7 +990,12 @@ fn report_items(items: &[Incompatibility], input: &BTreeMap<String, Json>) -> Ca
     Ok(Json::Arr(
         items
             .iter()
-            .map(|i| obj_of(vec![("status", Json::Str(i.status.name().into())), ("field", Json::Str(i.field.clone()))]))
+            .map(|i| {
+                obj_of(vec![
+                    ("status", Json::Str(i.status.name().into())),
+                    ("field", Json::Str(i.field.clone())),
+                ])
+            })
             .collect(),
     ))
 }
@@ -834,7 +1015,10 @@ fn compile_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<TransferPla
     // The model: a preset name (`model`) or config.json text (`hf_config`), exactly one.
     let model = match (input.contains_key("model"), input.contains_key("hf_config")) {
         (true, false) => lib_or_return!(Model::from_preset(str_of(input, "model")?)),
-        (false, true) => lib_or_return!(Model::from_hf_config_json(str_of(input, "hf_config")?, None)),
+        (false, true) => lib_or_return!(Model::from_hf_config_json(
+            str_of(input, "hf_config")?,
+            None
+        )),
         _ => return Err("transfer_plan needs exactly one of model / hf_config".into()),
     };
     let (pre, dec) = (obj_field(input, "prefill")?, obj_field(input, "decode")?);
@@ -844,7 +1028,10 @@ fn compile_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<TransferPla
     let d_cfg = lib_or_return!(engine(field(dec, "engine")?)?);
     let d_rank = u32_of(input, "decode_rank")?;
     let p_layout = layout_of(pre.get("layout"))?;
-    let d_layout = EngineLayout { tp_rank: d_rank, ..layout_of(dec.get("layout"))? };
+    let d_layout = EngineLayout {
+        tp_rank: d_rank,
+        ..layout_of(dec.get("layout"))?
+    };
     // Optional `prefill.ranks`: the P ranks whose metadata the context receives, in that order
     // (default: every rank 0..P_TP-1).
     let p_ranks: Vec<u32> = match pre.get("ranks") {
@@ -856,8 +1043,13 @@ fn compile_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<TransferPla
     };
     let mut p_meta = Vec::new();
     for r in p_ranks {
-        let l = EngineLayout { tp_rank: r, ..p_layout.clone() };
-        p_meta.push(lib_or_return!(EngineMetadata::from_model(&model, &p_cfg, &l)));
+        let l = EngineLayout {
+            tp_rank: r,
+            ..p_layout.clone()
+        };
+        p_meta.push(lib_or_return!(EngineMetadata::from_model(
+            &model, &p_cfg, &l
+        )));
     }
     let d_meta = lib_or_return!(EngineMetadata::from_model(&model, &d_cfg, &d_layout));
     let pg = lib_or_return!(Geometry::new(&model, &p_cfg));
@@ -873,17 +1065,24 @@ fn compile_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<TransferPla
                 let regions = match g.get("regions") {
                     Some(r) => u64s(r)?
                         .into_iter()
-                        .map(|x| u32::try_from(x).map_err(|_| format!("region {x} does not fit u32")))
+                        .map(|x| {
+                            u32::try_from(x).map_err(|_| format!("region {x} does not fit u32"))
+                        })
                         .collect::<CaseResult<Vec<_>>>()?,
                     None => Vec::new(),
                 };
-                Ok(PlanGroup { trim: trim_input(g)?, regions })
+                Ok(PlanGroup {
+                    trim: trim_input(g)?,
+                    regions,
+                })
             })
             .collect::<CaseResult<Vec<_>>>()?,
         other => return Err(format!("groups: expected an array, got {other:?}")),
     };
     let refs: Vec<&EngineMetadata> = p_meta.iter().collect();
-    let ctx = lib_or_return!(PlanContext::new(&PlanContextParams::new(&d_meta, &refs).geometries(&dg, &pg)));
+    let ctx = lib_or_return!(PlanContext::new(
+        &PlanContextParams::new(&d_meta, &refs).geometries(&dg, &pg)
+    ));
     let plan = lib_or_return!(TransferPlan::compile(&ctx, &groups));
     lib_or_return!(plan.validate(&ctx, &groups));
     Ok(Ok(plan))
@@ -891,11 +1090,15 @@ fn compile_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<TransferPla
 
 /// Executes one op. `Err` is a malformed case or an unknown op (a runner failure).
 fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
-    let allowed = input_keys(op).ok_or_else(|| format!("unknown op {op:?}: this runner cannot execute it"))?;
+    let allowed = input_keys(op)
+        .ok_or_else(|| format!("unknown op {op:?}: this runner cannot execute it"))?;
     check_keys("input", input, allowed)?;
     Ok(match op {
         "tp_ratio" => {
-            let r = lib!(tp_ratio(u32_of(input, "local_tp")?, u32_of(input, "remote_tp")?));
+            let r = lib!(tp_ratio(
+                u32_of(input, "local_tp")?,
+                u32_of(input, "remote_tp")?
+            ));
             out(vec![("tp_ratio", Json::Int(r as i64))])
         }
         "handshake_target_ranks" => {
@@ -912,10 +1115,16 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 u32_of(input, "total_kv_heads")?,
                 u32_of(input, "rank")?
             ));
-            out(vec![("begin", Json::Int(r.start as i64)), ("end", Json::Int(r.end as i64))])
+            out(vec![
+                ("begin", Json::Int(r.start as i64)),
+                ("end", Json::Int(r.end as i64)),
+            ])
         }
         "notifications_expected" => {
-            let n = lib!(notifications_expected_per_request(u32_of(input, "p_tp")?, u32_of(input, "d_tp")?));
+            let n = lib!(notifications_expected_per_request(
+                u32_of(input, "p_tp")?,
+                u32_of(input, "d_tp")?
+            ));
             out(vec![("count", Json::Int(n as i64))])
         }
         "tp_mapping" => {
@@ -930,17 +1139,35 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             let i = lib!(m.info());
             out(vec![
                 ("tp_ratio", Json::Int(i.tp_ratio as i64)),
-                ("handshake_targets", ranks(lib!(m.ranks(TpList::HandshakeTargets)))),
-                ("attention_source_ranks", ranks(lib!(m.ranks(TpList::AttentionSources)))),
-                ("mamba_source_ranks", ranks(lib!(m.ranks(TpList::MambaSources)))),
+                (
+                    "handshake_targets",
+                    ranks(lib!(m.ranks(TpList::HandshakeTargets))),
+                ),
+                (
+                    "attention_source_ranks",
+                    ranks(lib!(m.ranks(TpList::AttentionSources))),
+                ),
+                (
+                    "mamba_source_ranks",
+                    ranks(lib!(m.ranks(TpList::MambaSources))),
+                ),
                 ("all_source_ranks", ranks(lib!(m.ranks(TpList::AllSources)))),
-                ("attention_slots", ranks(lib!(m.ranks(TpList::AttentionSlots)))),
+                (
+                    "attention_slots",
+                    ranks(lib!(m.ranks(TpList::AttentionSlots))),
+                ),
                 ("notify_ranks", ranks(lib!(m.ranks(TpList::NotifyTargets)))),
                 ("rank_offset_factor", Json::Int(i.rank_offset_factor as i64)),
                 ("local_replicated", Json::Bool(i.local_replicated)),
                 ("remote_replicated", Json::Bool(i.remote_replicated)),
-                ("local_physical_heads", Json::Int(i.local_physical_heads as i64)),
-                ("remote_physical_heads", Json::Int(i.remote_physical_heads as i64)),
+                (
+                    "local_physical_heads",
+                    Json::Int(i.local_physical_heads as i64),
+                ),
+                (
+                    "remote_physical_heads",
+                    Json::Int(i.remote_physical_heads as i64),
+                ),
             ])
         }
         "physical_blocks_per_logical" => {
@@ -975,7 +1202,12 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             };
             let p = lib!(Geometry::new(&model, &p_cfg));
             let d = lib!(Geometry::new(&model, &d_cfg));
-            let list = lib!(MambaReadList::new(&p, &d, u32_of(input, "decode_rank")?, rule));
+            let list = lib!(MambaReadList::new(
+                &p,
+                &d,
+                u32_of(input, "decode_rank")?,
+                rule
+            ));
             let reads = lib!(list.items())
                 .into_iter()
                 .map(|r| {
@@ -988,12 +1220,19 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                     ]))
                 })
                 .collect();
-            out(vec![("reads", Json::Arr(reads)), ("source_ranks", ranks(lib!(list.source_ranks())))])
+            out(vec![
+                ("reads", Json::Arr(reads)),
+                ("source_ranks", ranks(lib!(list.source_ranks()))),
+            ])
         }
         "clip_exchange_blocks" => {
             let params = ExchangeClipParams {
                 kind: kind_of(input, "kind")?,
-                hma_enabled: if input.contains_key("hma_enabled") { bool_of(input, "hma_enabled")? } else { true },
+                hma_enabled: if input.contains_key("hma_enabled") {
+                    bool_of(input, "hma_enabled")?
+                } else {
+                    true
+                },
                 sliding_window: u64_or(input, "sliding_window", 0)?,
                 block_size: u64_or(input, "block_size", 0)?,
                 cache_mode: cache_mode_of(str_or(input, "cache_mode", "none")?)?,
@@ -1003,7 +1242,10 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             out(vec![("ids", u64_arr(&ids))])
         }
         "sliding_window_blocks_to_keep" => {
-            let n = lib!(sliding_window_blocks_to_keep(u64_of(input, "window")?, u64_of(input, "block_size")?));
+            let n = lib!(sliding_window_blocks_to_keep(
+                u64_of(input, "window")?,
+                u64_of(input, "block_size")?
+            ));
             out(vec![("blocks", u(n))])
         }
         "descriptor_ids" => {
@@ -1013,7 +1255,10 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                     .map(|g| {
                         let g = obj(g)?;
                         check_keys("groups[]", g, &["kind", "ids"])?;
-                        Ok(GroupBlockIds { kind: kind_of(g, "kind")?, ids: u64s(field(g, "ids")?)? })
+                        Ok(GroupBlockIds {
+                            kind: kind_of(g, "kind")?,
+                            ids: u64s(field(g, "ids")?)?,
+                        })
                     })
                     .collect::<CaseResult<Vec<_>>>()?,
                 other => return Err(format!("groups: expected an array, got {other:?}")),
@@ -1073,7 +1318,10 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                     .map(|l| {
                         let l = obj(l)?;
                         check_keys("layers[]", l, &["tensor_bytes", "page_bytes"])?;
-                        Ok(OffloadLayer { tensor_bytes: u64_of(l, "tensor_bytes")?, page_bytes: u64_of(l, "page_bytes")? })
+                        Ok(OffloadLayer {
+                            tensor_bytes: u64_of(l, "tensor_bytes")?,
+                            page_bytes: u64_of(l, "page_bytes")?,
+                        })
                     })
                     .collect::<CaseResult<Vec<_>>>()?,
                 other => return Err(format!("layers: expected an array, got {other:?}")),
@@ -1084,7 +1332,10 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 u64_of(input, "hash_block_size")?,
                 &layers
             ));
-            out(vec![("num_blocks", u(g.num_blocks)), ("hash_blocks_per_block", u(g.hash_blocks_per_block))])
+            out(vec![
+                ("num_blocks", u(g.num_blocks)),
+                ("hash_blocks_per_block", u(g.hash_blocks_per_block)),
+            ])
         }
         "trim_group" => {
             let t = lib!(GroupTrim::new(&trim_input(input)?));
@@ -1103,7 +1354,13 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 .collect();
             let states = lib!(t.states())
                 .iter()
-                .map(|p| obj_of(vec![("local_block", u(p.local_block)), ("remote_block", u(p.remote_block)), ("tokens", u(p.tokens))]))
+                .map(|p| {
+                    obj_of(vec![
+                        ("local_block", u(p.local_block)),
+                        ("remote_block", u(p.remote_block)),
+                        ("tokens", u(p.tokens)),
+                    ])
+                })
                 .collect();
             out(vec![
                 ("kind", Json::Str(kind.name().into())),
@@ -1176,7 +1433,10 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                     .map(|w| {
                         let w = obj(w)?;
                         check_keys("written[]", w, &["begin", "end"])?;
-                        Ok(TokenInterval { begin: u64_of(w, "begin")?, end: u64_of(w, "end")? })
+                        Ok(TokenInterval {
+                            begin: u64_of(w, "begin")?,
+                            end: u64_of(w, "end")?,
+                        })
                     })
                     .collect::<CaseResult<Vec<_>>>()?,
                 other => return Err(format!("written: expected an array, got {other:?}")),
@@ -1207,7 +1467,11 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
         "metadata_roundtrip" => {
             let model = lib!(Model::from_preset(str_of(input, "model")?));
             let cfg = lib!(engine(field(input, "engine")?)?);
-            let md = lib!(EngineMetadata::from_model(&model, &cfg, &layout_of(input.get("layout"))?));
+            let md = lib!(EngineMetadata::from_model(
+                &model,
+                &cfg,
+                &layout_of(input.get("layout"))?
+            ));
             let bytes = lib!(md.encode_bytes());
             if lib!(md.encode()) != bytes {
                 return Err("encode (caller buffer) and encode_bytes disagree".into());
@@ -1237,12 +1501,19 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             let compatible = match handshake_require_compatible(&local, &remote) {
                 Ok(()) => true,
                 Err(e) if e.status() == Status::Incompatible => false,
-                Err(e) => return Err(format!("handshake_require_compatible: unexpected error {e}")),
+                Err(e) => {
+                    return Err(format!(
+                        "handshake_require_compatible: unexpected error {e}"
+                    ))
+                }
             };
             if compatible != report.is_empty() {
                 return Err(format!("handshake_require_compatible ({compatible}) disagrees with a report of {} items", report.len()));
             }
-            out(vec![("items", items), ("compatible", Json::Bool(compatible))])
+            out(vec![
+                ("items", items),
+                ("compatible", Json::Bool(compatible)),
+            ])
         }
         "transfer_plan" => {
             let plan = lib!(compile_plan(input)?);
@@ -1252,7 +1523,9 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             for p in 0..i.p_tp {
                 let (r, bytes) = lib!(plan.rank_reads(p));
                 if r.iter().map(|x| x.length).sum::<u64>() != bytes {
-                    return Err(format!("rank_reads({p}): bytes {bytes} differ from the sum of lengths"));
+                    return Err(format!(
+                        "rank_reads({p}): bytes {bytes} differ from the sum of lengths"
+                    ));
                 }
                 let mut r = r.to_vec();
                 r.sort_by_key(|x| (x.local_region, x.local_offset));
@@ -1271,8 +1544,16 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 ));
                 rank_bytes.push(u(bytes));
             }
-            if rank_bytes.iter().map(|b| if let Json::Int(b) = b { *b } else { 0 }).sum::<i64>() != i.bytes as i64 {
-                return Err(format!("plan bytes {} differ from the per-rank sums", i.bytes));
+            if rank_bytes
+                .iter()
+                .map(|b| if let Json::Int(b) = b { *b } else { 0 })
+                .sum::<i64>()
+                != i.bytes as i64
+            {
+                return Err(format!(
+                    "plan bytes {} differ from the per-rank sums",
+                    i.bytes
+                ));
             }
             let mut zero_groups = Vec::new();
             for g in 0..i.num_groups {
@@ -1293,7 +1574,10 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 ("p_tp", Json::Int(i.p_tp as i64)),
                 ("read_ranks", ranks(read_ranks)),
                 ("notify_ranks", ranks(notify_ranks)),
-                ("notifications_per_p_rank", Json::Int(i.notifications_per_p_rank as i64)),
+                (
+                    "notifications_per_p_rank",
+                    Json::Int(i.notifications_per_p_rank as i64),
+                ),
                 ("reads", Json::Arr(reads)),
                 ("rank_bytes", Json::Arr(rank_bytes)),
                 ("groups", Json::Arr(zero_groups)),
@@ -1312,16 +1596,30 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             if lib!(plan.to_json()) != text {
                 return Err("to_json (caller buffer) and to_json_string disagree".into());
             }
-            out(vec![("lines", Json::Arr(text.split('\n').map(|l| Json::Str(l.to_owned())).collect()))])
+            out(vec![(
+                "lines",
+                Json::Arr(text.split('\n').map(|l| Json::Str(l.to_owned())).collect()),
+            )])
         }
         "attention_local_descriptors" => {
-            let list = lib!(attention_local_descriptors(&regions_of(input, "regions")?, u32_of(input, "block_size_ratio")?));
+            let list = lib!(attention_local_descriptors(
+                &regions_of(input, "regions")?,
+                u32_of(input, "block_size_ratio")?
+            ));
             out(vec![("descriptors", lib!(descriptors_json(&list)))])
         }
         "attention_remote_descriptors" => {
-            let (local, remote) = (regions_of(input, "local_regions")?, regions_of(input, "remote_regions")?);
+            let (local, remote) = (
+                regions_of(input, "local_regions")?,
+                regions_of(input, "remote_regions")?,
+            );
             let mapping = lib!(mapping_of(obj_field(input, "mapping")?)?);
-            let list = lib!(attention_remote_descriptors(&local, &remote, &mapping, u32_of(input, "block_size_ratio")?));
+            let list = lib!(attention_remote_descriptors(
+                &local,
+                &remote,
+                &mapping,
+                u32_of(input, "block_size_ratio")?
+            ));
             out(vec![("descriptors", lib!(descriptors_json(&list)))])
         }
         "attention_split_descriptors" => {
@@ -1329,7 +1627,12 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             let mapping = lib!(mapping_of(obj_field(input, "mapping")?)?);
             let bsr = u32_of(input, "block_size_ratio")?;
             let local = lib!(attention_local_descriptors(&regions, bsr));
-            let list = lib!(attention_split_descriptors(&local, &mapping, bsr, u32_of(input, "p_rank")?));
+            let list = lib!(attention_split_descriptors(
+                &local,
+                &mapping,
+                bsr,
+                u32_of(input, "p_rank")?
+            ));
             out(vec![("descriptors", lib!(descriptors_json(&list)))])
         }
         "mamba_local_descriptors" => {
@@ -1340,28 +1643,47 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             out(vec![("descriptors", lib!(descriptors_json(&list)))])
         }
         "mamba_remote_descriptors" => {
-            let (regions, ppl, p_rank) = (regions_of(input, "p_regions")?, u64_of(input, "p_ppl")?, u32_of(input, "p_rank")?);
+            let (regions, ppl, p_rank) = (
+                regions_of(input, "p_regions")?,
+                u64_of(input, "p_ppl")?,
+                u32_of(input, "p_rank")?,
+            );
             let (p, _d, reads) = lib!(reads_of_case(input)?);
             let list = lib!(mamba_remote_descriptors(&regions, ppl, &p, &reads, p_rank));
             out(vec![("descriptors", lib!(descriptors_json(&list)))])
         }
         "mamba_local_split_descriptors" => {
-            let (regions, ppl, p_rank) = (regions_of(input, "d_regions")?, u64_of(input, "d_ppl")?, u32_of(input, "p_rank")?);
+            let (regions, ppl, p_rank) = (
+                regions_of(input, "d_regions")?,
+                u64_of(input, "d_ppl")?,
+                u32_of(input, "p_rank")?,
+            );
             let (_p, d, reads) = lib!(reads_of_case(input)?);
-            let list = lib!(mamba_local_split_descriptors(&regions, ppl, &d, &reads, p_rank));
+            let list = lib!(mamba_local_split_descriptors(
+                &regions, ppl, &d, &reads, p_rank
+            ));
             out(vec![("descriptors", lib!(descriptors_json(&list)))])
         }
         "mamba_local_conv_offsets" => {
             let g = lib!(geometry_of_case(input)?);
-            out(vec![("ranges", ranges_json(&lib!(g.mamba_local_conv_offsets())))])
+            out(vec![(
+                "ranges",
+                ranges_json(&lib!(g.mamba_local_conv_offsets())),
+            )])
         }
         "mamba_remote_conv_offsets" => {
             let (rank, ratio) = (u32_of(input, "local_rank")?, i32_of(input, "tp_ratio")?);
             let g = lib!(geometry_of_case(input)?);
-            out(vec![("ranges", ranges_json(&lib!(g.mamba_remote_conv_offsets(rank, ratio))))])
+            out(vec![(
+                "ranges",
+                ranges_json(&lib!(g.mamba_remote_conv_offsets(rank, ratio))),
+            )])
         }
         "mamba_ssm_read_range" => {
-            let (rc, rs) = (u64_of(input, "remote_conv_bytes")?, u64_of(input, "remote_ssm_bytes")?);
+            let (rc, rs) = (
+                u64_of(input, "remote_conv_bytes")?,
+                u64_of(input, "remote_ssm_bytes")?,
+            );
             let (rank, ratio) = (u32_of(input, "local_rank")?, i32_of(input, "tp_ratio")?);
             let g = lib!(geometry_of_case(input)?);
             let r = lib!(g.mamba_ssm_read_range(rc, rs, rank, ratio));
@@ -1372,7 +1694,11 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             Outcome::Output(lib!(model_fields(&m)))
         }
         "model_hf_config" => {
-            let name = if input.contains_key("name") { Some(str_of(input, "name")?) } else { None };
+            let name = if input.contains_key("name") {
+                Some(str_of(input, "name")?)
+            } else {
+                None
+            };
             let m = lib!(Model::from_hf_config_json(str_of(input, "json")?, name));
             Outcome::Output(lib!(model_fields(&m)))
         }
@@ -1389,7 +1715,11 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             let items = report_items(&lib!(handshake_validate_engine_ranks(&refs)), input)?;
             out(vec![("items", items)])
         }
-        other => return Err(format!("unknown op {other:?}: this runner cannot execute it")),
+        other => {
+            return Err(format!(
+                "unknown op {other:?}: this runner cannot execute it"
+            ))
+        }
     })
 }
 
@@ -1409,9 +1739,16 @@ fn compare(path: &str, expected: &Json, actual: &Json) -> Option<String> {
         }
         (Json::Arr(e), Json::Arr(a)) => {
             if e.len() != a.len() {
-                return Some(format!("{path}: expected {} elements, got {} ({a:?})", e.len(), a.len()));
+                return Some(format!(
+                    "{path}: expected {} elements, got {} ({a:?})",
+                    e.len(),
+                    a.len()
+                ));
             }
-            e.iter().zip(a).enumerate().find_map(|(i, (ev, av))| compare(&format!("{path}[{i}]"), ev, av))
+            e.iter()
+                .zip(a)
+                .enumerate()
+                .find_map(|(i, (ev, av))| compare(&format!("{path}[{i}]"), ev, av))
         }
         (e, a) if e == a => None,
         (e, a) => Some(format!("{path}: expected {e:?}, got {a:?}")),
@@ -1425,13 +1762,17 @@ fn run_case(case: &Json) -> CaseResult<()> {
     let input = obj(field(c, "input")?)?;
     let outcome = execute(op, input)?;
     match (c.get("output"), c.get("error"), outcome) {
-        (Some(_), Some(_), _) | (None, None, _) => Err("needs exactly one of output / error".into()),
+        (Some(_), Some(_), _) | (None, None, _) => {
+            Err("needs exactly one of output / error".into())
+        }
         (Some(expected), None, Outcome::Output(actual)) => {
             obj(expected)?;
             compare("output", expected, &actual).map_or(Ok(()), Err)
         }
         (Some(_), None, Outcome::Failed(err)) => Err(format!("expected output, got error {err}")),
-        (None, Some(_), Outcome::Output(actual)) => Err(format!("expected an error, got output {actual:?}")),
+        (None, Some(_), Outcome::Output(actual)) => {
+            Err(format!("expected an error, got output {actual:?}"))
+        }
         (None, Some(expected), Outcome::Failed(err)) => {
             let e = obj(expected)?;
             let status = str_of(e, "status")?;
@@ -1440,12 +1781,21 @@ fn run_case(case: &Json) -> CaseResult<()> {
             }
             let needles = match field(e, "message_contains")? {
                 Json::Arr(v) => v,
-                other => return Err(format!("message_contains: expected an array, got {other:?}")),
+                other => {
+                    return Err(format!(
+                        "message_contains: expected an array, got {other:?}"
+                    ))
+                }
             };
             for n in needles {
-                let Json::Str(n) = n else { return Err(format!("message_contains: non-string {n:?}")) };
+                let Json::Str(n) = n else {
+                    return Err(format!("message_contains: non-string {n:?}"));
+                };
                 if !err.message().contains(n.as_str()) {
-                    return Err(format!("message {:?} does not contain {n:?}", err.message()));
+                    return Err(format!(
+                        "message {:?} does not contain {n:?}",
+                        err.message()
+                    ));
                 }
             }
             Ok(())
@@ -1475,8 +1825,14 @@ fn every_vector_file_passes() {
         let name = file.file_name().unwrap().to_string_lossy();
         let doc = Parser::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         let doc = obj(&doc).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(doc.get("format"), Some(&Json::Int(1)), "{name}: unsupported format");
-        let Some(Json::Arr(cases)) = doc.get("cases") else { panic!("{name}: no cases array") };
+        assert_eq!(
+            doc.get("format"),
+            Some(&Json::Int(1)),
+            "{name}: unsupported format"
+        );
+        let Some(Json::Arr(cases)) = doc.get("cases") else {
+            panic!("{name}: no cases array")
+        };
         assert!(!cases.is_empty(), "{name}: empty cases");
         let mut passed = 0usize;
         for (i, case) in cases.iter().enumerate() {
@@ -1484,7 +1840,10 @@ fn every_vector_file_passes() {
             match run_case(case) {
                 Ok(()) => passed += 1,
                 Err(why) => {
-                    let case_name = obj(case).ok().and_then(|c| str_of(c, "name").ok()).unwrap_or("?");
+                    let case_name = obj(case)
+                        .ok()
+                        .and_then(|c| str_of(c, "name").ok())
+                        .unwrap_or("?");
                     let _ = writeln!(failures, "{name}#{i} {case_name}: {why}");
                 }
             }
@@ -1503,9 +1862,24 @@ fn parser_accepts_the_subset_and_rejects_the_rest() {
     let m = obj(&v).unwrap();
     assert_eq!(
         m["a"],
-        Json::Arr(vec![Json::Int(1), Json::Int(-2), Json::Bool(true), Json::Bool(false), Json::Str("x\"y\\z".into())])
+        Json::Arr(vec![
+            Json::Int(1),
+            Json::Int(-2),
+            Json::Bool(true),
+            Json::Bool(false),
+            Json::Str("x\"y\\z".into())
+        ])
     );
-    for bad in ["1.5", "null", "[1,]", "{\"a\" 1}", "\"\\n\"", "{\"a\":1,\"a\":2}", "[1] x", "-"] {
+    for bad in [
+        "1.5",
+        "null",
+        "[1,]",
+        "{\"a\" 1}",
+        "\"\\n\"",
+        "{\"a\":1,\"a\":2}",
+        "[1] x",
+        "-",
+    ] {
         assert!(Parser::parse(bad).is_err(), "{bad} parsed");
     }
 }
@@ -1515,11 +1889,22 @@ fn runner_detects_mismatches_and_unknown_ops() {
     let case = |s: &str| Parser::parse(s).unwrap();
     assert!(run_case(&case(r#"{"name":"ok","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4},"output":{"tp_ratio":-2}}"#)).is_ok());
     assert!(run_case(&case(r#"{"name":"bad","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4},"output":{"tp_ratio":2}}"#)).is_err());
-    assert!(run_case(&case(r#"{"name":"key","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4},"output":{"nope":2}}"#)).is_err());
-    assert!(run_case(&case(r#"{"name":"unk","op":"warp","input":{},"output":{}}"#)).unwrap_err().contains("unknown op"));
-    let typo = run_case(&case(r#"{"name":"typo","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4,"remote_pt":1},"output":{"tp_ratio":-2}}"#));
+    assert!(run_case(&case(
+        r#"{"name":"key","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4},"output":{"nope":2}}"#
+    ))
+    .is_err());
+    assert!(run_case(&case(
+        r#"{"name":"unk","op":"warp","input":{},"output":{}}"#
+    ))
+    .unwrap_err()
+    .contains("unknown op"));
+    let typo = run_case(&case(
+        r#"{"name":"typo","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4,"remote_pt":1},"output":{"tp_ratio":-2}}"#,
+    ));
     assert!(typo.unwrap_err().contains("remote_pt"));
-    let lacking = run_case(&case(r#"{"name":"lack","op":"physical_head_range","input":{"tp":2,"total_kv_heads":4,"rank":1},"output":{"begin":2}}"#));
+    let lacking = run_case(&case(
+        r#"{"name":"lack","op":"physical_head_range","input":{"tp":2,"total_kv_heads":4,"rank":1},"output":{"begin":2}}"#,
+    ));
     assert!(lacking.unwrap_err().contains("end"));
     assert!(run_case(&case(r#"{"name":"st","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_OVERFLOW","message_contains":[]}}"#)).is_err());
     assert!(run_case(&case(r#"{"name":"msg","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}}"#)).is_err());
@@ -1538,20 +1923,37 @@ fn newer_op_handlers_are_consistent() {
             Outcome::Failed(e) => panic!("{op}: {e}"),
         }
     };
-    assert_eq!(run("crc32c", r#"{"hex": "313233343536373839"}"#)["crc32c"], Json::Int(0xE306_9283));
+    assert_eq!(
+        run("crc32c", r#"{"hex": "313233343536373839"}"#)["crc32c"],
+        Json::Int(0xE306_9283)
+    );
     let rt = run(
         "metadata_roundtrip",
         r#"{"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}, "layout": {"engine_id": "d", "tp_rank": 1, "num_regions": 6}}"#,
     );
     assert_eq!(rt.len(), 23, "{:?}", rt.keys());
-    let Json::Str(fp) = &rt["model_fingerprint"] else { panic!("model_fingerprint is not a string") };
-    assert!(fp.len() == 16 && fp.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')), "{fp}");
-    let Json::Str(hex) = &rt["hex"] else { panic!("hex") };
+    let Json::Str(fp) = &rt["model_fingerprint"] else {
+        panic!("model_fingerprint is not a string")
+    };
+    assert!(
+        fp.len() == 16 && fp.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')),
+        "{fp}"
+    );
+    let Json::Str(hex) = &rt["hex"] else {
+        panic!("hex")
+    };
     let dec = run("metadata_decode", &format!(r#"{{"hex": "{hex}"}}"#));
     let mut rt_no_hex = rt.clone();
     rt_no_hex.remove("hex");
-    assert_eq!(compare("decode", &Json::Obj(rt_no_hex), &Json::Obj(dec)), None);
-    let err = execute("metadata_decode", obj(&Parser::parse(r#"{"hex": "00"}"#).unwrap()).unwrap()).unwrap();
+    assert_eq!(
+        compare("decode", &Json::Obj(rt_no_hex), &Json::Obj(dec)),
+        None
+    );
+    let err = execute(
+        "metadata_decode",
+        obj(&Parser::parse(r#"{"hex": "00"}"#).unwrap()).unwrap(),
+    )
+    .unwrap();
     assert!(matches!(err, Outcome::Failed(e) if e.status() == Status::Parse));
     let hs = run(
         "handshake_validate",
@@ -1574,21 +1976,52 @@ fn newer_op_handlers_are_consistent() {
                        {"kind": "mamba", "local_blocks": [40], "remote_blocks": [50], "remote_computed_tokens": 3000}]}"#,
     );
     assert_eq!(plan.len(), 14);
-    assert_eq!(plan["read_ranks"], Json::Arr(vec![Json::Int(2), Json::Int(3)]));
-    let Json::Arr(rb) = &plan["rank_bytes"] else { panic!("rank_bytes") };
-    let sum: i64 = rb.iter().map(|b| if let Json::Int(i) = b { *i } else { 0 }).sum();
+    assert_eq!(
+        plan["read_ranks"],
+        Json::Arr(vec![Json::Int(2), Json::Int(3)])
+    );
+    let Json::Arr(rb) = &plan["rank_bytes"] else {
+        panic!("rank_bytes")
+    };
+    let sum: i64 = rb
+        .iter()
+        .map(|b| if let Json::Int(i) = b { *i } else { 0 })
+        .sum();
     assert_eq!(plan["bytes"], Json::Int(sum));
-    let t = run("truncate_for_remote_decode", r#"{"num_prompt_tokens": 100, "max_tokens": 5, "has_mamba": true}"#);
+    let t = run(
+        "truncate_for_remote_decode",
+        r#"{"num_prompt_tokens": 100, "max_tokens": 5, "has_mamba": true}"#,
+    );
     assert_eq!(t["num_prompt_tokens"], Json::Int(99));
-    let z = run("receive_zero_ranges", r#"{"local_blocks": [11, 12, 13], "tokens_per_block": 64, "block_size_ratio": 4, "remote_kernel_len": 6}"#);
+    let z = run(
+        "receive_zero_ranges",
+        r#"{"local_blocks": [11, 12, 13], "tokens_per_block": 64, "block_size_ratio": 4, "remote_kernel_len": 6}"#,
+    );
     assert_eq!(Json::Obj(z.clone()), Parser::parse(r#"{"zero_ranges": [{"block": 12, "token_begin": 32, "token_end": 64}, {"block": 13, "token_begin": 0, "token_end": 64}]}"#).unwrap());
-    let u = run("uncovered_token_ranges", r#"{"local_blocks": [5, 6, 7], "first_block_index": 2, "tokens_per_block": 16, "held_tokens": 32, "written": [{"begin": 32, "end": 70}]}"#);
-    assert_eq!(u["zero_ranges"], Parser::parse(r#"[{"block": 7, "token_begin": 6, "token_end": 16}]"#).unwrap());
-    let m = run("mamba_descriptor_ids", r#"{"ids": [3], "num_logical_blocks": 10, "num_regions": 2, "descs_per_region": 4, "first_id": 1000}"#);
-    let Json::Arr(ids) = &m["ids"] else { panic!("ids") };
+    let u = run(
+        "uncovered_token_ranges",
+        r#"{"local_blocks": [5, 6, 7], "first_block_index": 2, "tokens_per_block": 16, "held_tokens": 32, "written": [{"begin": 32, "end": 70}]}"#,
+    );
+    assert_eq!(
+        u["zero_ranges"],
+        Parser::parse(r#"[{"block": 7, "token_begin": 6, "token_end": 16}]"#).unwrap()
+    );
+    let m = run(
+        "mamba_descriptor_ids",
+        r#"{"ids": [3], "num_logical_blocks": 10, "num_regions": 2, "descs_per_region": 4, "first_id": 1000}"#,
+    );
+    let Json::Arr(ids) = &m["ids"] else {
+        panic!("ids")
+    };
     assert_eq!(ids.len(), 8);
-    run("mamba_aligned_split_v0604", r#"{"num_new_tokens": 1000, "num_prompt_tokens": 5000, "num_tokens": 5000, "block_size": 512}"#);
-    run("mamba_aligned_split", r#"{"num_new_tokens": 1000, "num_prompt_tokens": 5000, "num_tokens": 5000, "block_size": 512}"#);
+    run(
+        "mamba_aligned_split_v0604",
+        r#"{"num_new_tokens": 1000, "num_prompt_tokens": 5000, "num_tokens": 5000, "block_size": 512}"#,
+    );
+    run(
+        "mamba_aligned_split",
+        r#"{"num_new_tokens": 1000, "num_prompt_tokens": 5000, "num_tokens": 5000, "block_size": 512}"#,
+    );
 }
 
 /// The issue #4 handlers must be able to fail: `item_messages_contain` (a missing substring or
@@ -1624,9 +2057,19 @@ fn issue4_handlers_detect_mismatches() {
         )))
     };
     let region = r#"{"base":0,"block_len":16,"num_blocks":2}"#;
-    assert_eq!(local(r#"[{"addr":0,"len":16},{"addr":16,"len":16}]"#, region), Ok(()));
-    assert!(local(r#"[{"addr":0,"len":16},{"addr":32,"len":16}]"#, region).unwrap_err().contains("descriptors[1].addr"));
-    let typo = local(r#"[]"#, r#"{"base":0,"block_len":16,"num_blocks":2,"num_block":1}"#);
+    assert_eq!(
+        local(r#"[{"addr":0,"len":16},{"addr":16,"len":16}]"#, region),
+        Ok(())
+    );
+    assert!(
+        local(r#"[{"addr":0,"len":16},{"addr":32,"len":16}]"#, region)
+            .unwrap_err()
+            .contains("descriptors[1].addr")
+    );
+    let typo = local(
+        r#"[]"#,
+        r#"{"base":0,"block_len":16,"num_blocks":2,"num_block":1}"#,
+    );
     assert!(typo.unwrap_err().contains("num_block"));
 
     let mapping_typo = run_case(&case(
@@ -1641,18 +2084,33 @@ fn issue4_handlers_detect_mismatches() {
             r#"{{"name":"x","op":"mamba_local_conv_offsets","input":{{"model":"nemotron-3-nano-30b","engine":{{"tp_size":2}}}},"output":{{"ranges":{ranges}}}}}"#
         )))
     };
-    assert_eq!(conv(r#"[{"offset":0,"size":12288},{"offset":12288,"size":3072},{"offset":15360,"size":3072}]"#), Ok(()));
+    assert_eq!(
+        conv(
+            r#"[{"offset":0,"size":12288},{"offset":12288,"size":3072},{"offset":15360,"size":3072}]"#
+        ),
+        Ok(())
+    );
     assert!(conv(r#"[{"offset":0,"size":12288},{"offset":12288,"size":3072}]"#).is_err());
 
     // model_preset: the full key set, and a changed fingerprint fails.
-    let m = match execute("model_preset", obj(&case(r#"{"model":"nemotron-3-nano-30b"}"#)).unwrap()).unwrap() {
+    let m = match execute(
+        "model_preset",
+        obj(&case(r#"{"model":"nemotron-3-nano-30b"}"#)).unwrap(),
+    )
+    .unwrap()
+    {
         Outcome::Output(Json::Obj(m)) => m,
         _ => panic!("model_preset did not produce an object"),
     };
     assert_eq!(m.len(), 21, "{:?}", m.keys());
     let mut wrong = m.clone();
-    wrong.insert("model_fingerprint".into(), Json::Str("0000000000000000".into()));
-    assert!(compare("output", &Json::Obj(wrong), &Json::Obj(m)).unwrap().contains("model_fingerprint"));
+    wrong.insert(
+        "model_fingerprint".into(),
+        Json::Str("0000000000000000".into()),
+    );
+    assert!(compare("output", &Json::Obj(wrong), &Json::Obj(m))
+        .unwrap()
+        .contains("model_fingerprint"));
     // model_hf_config: malformed JSON is a library PARSE error, not a runner failure.
     let bad = execute("model_hf_config", obj(&case(r#"{"json":"{"}"#)).unwrap()).unwrap();
     assert!(matches!(bad, Outcome::Failed(e) if e.status() == Status::Parse));
@@ -1665,8 +2123,13 @@ fn issue4_handlers_detect_mismatches() {
         Outcome::Output(Json::Obj(m)) => m["lines"].clone(),
         _ => panic!("transfer_plan_json did not produce an object"),
     };
-    let Json::Arr(l) = &lines else { panic!("lines is not an array") };
-    assert_eq!((l.first(), l.last()), (Some(&Json::Str("{".into())), Some(&Json::Str("}".into()))));
+    let Json::Arr(l) = &lines else {
+        panic!("lines is not an array")
+    };
+    assert_eq!(
+        (l.first(), l.last()),
+        (Some(&Json::Str("{".into())), Some(&Json::Str("}".into())))
+    );
     assert_eq!(l[1], Json::Str("  \"d_rank\": 1,".into()));
     let mut changed = l.clone();
     changed[1] = Json::Str("  \"d_rank\": 0,".into());
@@ -1704,20 +2167,44 @@ fn plan_model_source_and_prefill_ranks() {
         "/../../tests/data/hf_configs/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"
     ))
     .unwrap();
-    let escaped = cfg.replace('\\', "\\\\").replace('"', "\\\"").replace(['\n', '\r', '\t'], " ");
+    let escaped = cfg
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace(['\n', '\r', '\t'], " ");
     let hf = format!(r#""hf_config":"{escaped}","#);
-    assert_eq!(compare("hf_config", &reference, &output(plan(&hf, ""))), None);
+    assert_eq!(
+        compare("hf_config", &reference, &output(plan(&hf, ""))),
+        None
+    );
     let both = plan(&format!("{preset}{hf}"), "");
-    assert!(both.err().unwrap().contains("exactly one of model / hf_config"));
+    assert!(both
+        .err()
+        .unwrap()
+        .contains("exactly one of model / hf_config"));
     let neither = plan("", "");
-    assert!(neither.err().unwrap().contains("exactly one of model / hf_config"));
+    assert!(neither
+        .err()
+        .unwrap()
+        .contains("exactly one of model / hf_config"));
     let malformed = plan(r#""hf_config":"{","#, "");
     assert!(matches!(malformed, Ok(Outcome::Failed(e)) if e.status() == Status::Parse));
 
-    assert_eq!(compare("ranks", &reference, &output(plan(preset, r#","ranks":[3,1,2,0]"#))), None);
+    assert_eq!(
+        compare(
+            "ranks",
+            &reference,
+            &output(plan(preset, r#","ranks":[3,1,2,0]"#))
+        ),
+        None
+    );
     // D rank 1 of TP2 reads P ranks 2 and 3: without rank 3's metadata the plan cannot be built.
     let missing = plan(preset, r#","ranks":[0,1,2]"#);
-    assert!(matches!(missing, Ok(Outcome::Failed(e)) if e.status() == Status::NotFound && e.message().contains('3')));
-    assert!(plan(preset, r#","ranks":[0,1,2,3],"rank":[0]"#).err().unwrap().contains("rank"));
+    assert!(
+        matches!(missing, Ok(Outcome::Failed(e)) if e.status() == Status::NotFound && e.message().contains('3'))
+    );
+    assert!(plan(preset, r#","ranks":[0,1,2,3],"rank":[0]"#)
+        .err()
+        .unwrap()
+        .contains("rank"));
     assert!(plan(preset, r#","ranks":[-1]"#).is_err());
 }

@@ -27,9 +27,14 @@ fn header_functions(header: &str) -> Vec<String> {
 #[test]
 fn every_header_function_is_wrapped() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let header = std::fs::read_to_string(root.join("../../capi/include/pdkv.h")).expect("read pdkv.h");
+    let header =
+        std::fs::read_to_string(root.join("../../capi/include/pdkv.h")).expect("read pdkv.h");
     let names = header_functions(&header);
-    assert!(names.len() > 100, "parsed only {} functions from pdkv.h", names.len());
+    assert!(
+        names.len() > 100,
+        "parsed only {} functions from pdkv.h",
+        names.len()
+    );
     let mut sources = String::new();
     for entry in std::fs::read_dir(root.join("src")).expect("src dir") {
         let path = entry.expect("entry").path();
@@ -41,9 +46,15 @@ fn every_header_function_is_wrapped() {
     let used = |n: &str| {
         let needle = format!("sys::{n}");
         sources.match_indices(&needle).any(|(i, _)| {
-            sources[i + needle.len()..].chars().next().is_some_and(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+            sources[i + needle.len()..]
+                .chars()
+                .next()
+                .is_some_and(|c| !(c.is_ascii_alphanumeric() || c == '_'))
         })
     };
     let missing: Vec<&String> = names.iter().filter(|n| !used(n)).collect();
-    assert!(missing.is_empty(), "pdkv.h functions without a safe wrapper: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "pdkv.h functions without a safe wrapper: {missing:?}"
+    );
 }
