@@ -38,6 +38,7 @@ export LD_LIBRARY_PATH="$ROOT/build/release/capi${LD_LIBRARY_PATH:+:$LD_LIBRARY_
 if [ -f rust/Cargo.toml ]; then
   stage "Rust bindings (cargo test incl. bindgen drift + conformance, clippy, explain example)"
   (cd rust && export PDKV_LIB_DIR="$ROOT/build/release/capi" \
+     && cargo fmt --all -- --check \
      && cargo test --offline --workspace \
      && cargo clippy --offline --workspace --all-targets -- -D warnings \
      && cargo run --offline -q -p pdkv --example explain >/dev/null)
@@ -47,7 +48,7 @@ if [ -f go/go.mod ]; then
   stage "Go bindings (go vet, go test)"
   (cd go && export CGO_CFLAGS="-I$ROOT/capi/include" CGO_LDFLAGS="-L$ROOT/build/release/capi -lpdkv" \
      GOFLAGS=-mod=mod GOPROXY=off \
-   && go vet ./... && go test -race ./... && go run ./examples/explain >/dev/null)
+   && test -z "$(gofmt -l .)" && go vet ./... && go test -race ./... && go run ./examples/explain >/dev/null)
 fi
 
 if [ -d python/pdkv ]; then
