@@ -48,7 +48,8 @@ if [ -f go/go.mod ]; then
   stage "Go bindings (go vet, go test)"
   (cd go && export CGO_CFLAGS="-I$ROOT/capi/include" CGO_LDFLAGS="-L$ROOT/build/release/capi -lpdkv" \
      GOFLAGS=-mod=mod GOPROXY=off \
-   && test -z "$(gofmt -l .)" && go vet ./... && go test -race ./... && go run ./examples/explain >/dev/null)
+   && { unformatted=$(gofmt -l .); [ -z "$unformatted" ] || { echo "gofmt needed: $unformatted"; false; }; } \
+   && go vet ./... && go test -race ./... && go run ./examples/explain >/dev/null)
 fi
 
 if [ -d python/pdkv ]; then
