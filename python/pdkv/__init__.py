@@ -9,6 +9,20 @@ major version differs from the header this package was written against.
 Results are frozen dataclasses, enumerations are :class:`enum.IntEnum`, handles are context
 managers with an idempotent ``close()``, and every failed call raises a :class:`PdkvError`
 subclass chosen by its status (``except pdkv.TpNotDivisibleError``).
+
+Errors raised before C is called follow the same statuses as the Go and Rust bindings:
+
+- a method on a closed handle, or a closed handle passed as an argument, raises
+  :class:`ClosedError` (status NULL_POINTER, a :class:`NullPointerError` and a ValueError),
+  message ``"pdkv.Model is closed"`` naming the handle type;
+- a value that cannot be passed to C (an int outside its C type's range, a str holding a NUL
+  character, an unknown enum name or value) raises :class:`InvalidArgumentError` (status
+  INVALID_ARGUMENT, also a :class:`ValueError`) naming the parameter and the value, e.g.
+  ``tp_size = -2 is out of range [0, 4294967295]``;
+- a negative index (``preset_at``, ``Geometry.projection``, ``TransferPlan.group_zero``...)
+  raises :class:`OutOfBoundsError`, as an index past the end does;
+- an argument of the wrong Python type (``None``, a float for an int, a str for a handle)
+  raises a plain :class:`TypeError`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from ctypes import POINTER, byref
 from typing import Any, Callable, Optional, Tuple, Type, TypeVar
 
 from . import _ffi
-from .errors import ClosedError, PdkvError, Status, error_for  # noqa: F401
+from .errors import ClosedError, InvalidArgumentError, OutOfBoundsError, PdkvError, Status, error_for  # noqa: F401
 
 E = TypeVar("E", bound=enum.IntEnum)
 
@@ -63,7 +63,7 @@ def encode(name: str, value: Any, *, allow_none: bool = False) -> Optional[bytes
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
     if "\0" in value:
-        raise ValueError(f"{name} must not contain NUL characters")
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} {value!r} contains a NUL character")
     return value.encode("utf-8")
 
 
@@ -74,17 +74,23 @@ def os_pathlike_types() -> Tuple[type, ...]:
     return (pathlib.PurePath,)
 
 
-def integer(name: str, value: Any, lo: int, hi: int) -> int:
-    """``value`` as an int in [lo, hi]; TypeError for non-integers (and bools), ValueError when
-    out of range (ctypes would silently truncate)."""
+def _int(name: str, value: Any) -> int:
+    """``value`` as a Python int; TypeError for non-integers, bools and None."""
     if isinstance(value, bool) or value is None:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     try:
-        v = operator.index(value)
+        return operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+
+
+def integer(name: str, value: Any, lo: int, hi: int) -> int:
+    """``value`` as an int in [lo, hi]; TypeError for non-integers (and bools),
+    :class:`InvalidArgumentError` (status INVALID_ARGUMENT, also a ValueError) naming ``name``
+    and the value when out of range (ctypes would silently truncate)."""
+    v = _int(name, value)
     if v < lo or v > hi:
-        raise ValueError(f"{name} = {v} is out of range [{lo}, {hi}]")
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} = {v} is out of range [{lo}, {hi}]")
     return v
 
 
@@ -108,6 +114,18 @@ def size(name: str, value: Any) -> int:
     return integer(name, value, 0, (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1)
 
 
+def index_arg(name: str, value: Any) -> int:
+    """A size_t index argument: TypeError for non-integers, :class:`OutOfBoundsError` (status
+    OUT_OF_BOUNDS, as the library reports an index past the end) when negative or wider than
+    size_t."""
+    v = _int(name, value)
+    if v < 0:
+        raise OutOfBoundsError(Status.OUT_OF_BOUNDS, f"{name} {v} is negative")
+    if v >= 1 << (8 * ctypes.sizeof(ctypes.c_size_t)):
+        raise OutOfBoundsError(Status.OUT_OF_BOUNDS, f"{name} {v} does not fit in size_t")
+    return v
+
+
 def flag(name: str, value: Any) -> int:
     """A 0/1 flag argument: a bool, or the int 0 or 1."""
     if isinstance(value, bool):
@@ -125,12 +143,14 @@ def enum_value(name: str, cls: Type[E], value: Any) -> E:
         if key in cls.__members__:
             return cls[key]
         valid = ", ".join(m.name.lower() for m in cls)
-        raise ValueError(f"{name} = {value!r} is not a {cls.__name__} (valid: {valid})")
+        raise InvalidArgumentError(
+            Status.INVALID_ARGUMENT, f"{name} = {value!r} is not a {cls.__name__} (valid: {valid})"
+        )
     v = i32(name, value)
     try:
         return cls(v)
     except ValueError:
-        raise ValueError(f"{name} = {v} is not a {cls.__name__} value") from None
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} = {v} is not a {cls.__name__} value") from None
 
 
 def to_enum(cls: Type[E], value: int) -> Any:

@@ -59,8 +59,14 @@ class PdkvError(Exception):
         super().__init__(f"{name}: {message}")
 
 
-class InvalidArgumentError(PdkvError):
-    """PDKV_ERR_INVALID_ARGUMENT: an argument value is not allowed (zero TP, rank >= TP, ...)."""
+class InvalidArgumentError(PdkvError, ValueError):
+    """PDKV_ERR_INVALID_ARGUMENT: an argument value is not allowed (zero TP, rank >= TP, ...).
+
+    Raised by the library, and by the bindings before calling C for a value that cannot be
+    passed at all: an int outside its C type's range (``tp_size = -2 is out of range
+    [0, 4294967295]``), a str holding a NUL character, an unknown enum name or value. Also a
+    :class:`ValueError`, so ``except ValueError`` keeps working; an argument of the wrong Python
+    type raises :class:`TypeError` instead."""
 
     default_status = Status.INVALID_ARGUMENT
 
@@ -161,10 +167,14 @@ class InternalError(PdkvError):
     default_status = Status.INTERNAL
 
 
-class ClosedError(PdkvError, ValueError):
-    """A method was called on a handle after ``close()``; raised by the bindings, never by C.
+class ClosedError(NullPointerError, ValueError):
+    """A method was called on a handle after ``close()`` (or a closed handle was passed as an
+    argument); raised by the bindings, never by C.
 
-    Its status is NULL_POINTER (a closed handle is a NULL pointer to the library)."""
+    Its status is NULL_POINTER (a closed handle is a NULL pointer to the library), so it is a
+    :class:`NullPointerError` (and a :class:`ValueError`); its message names the handle type,
+    ``"pdkv.Model is closed"``, as the Go binding's closed errors do. A NULL_POINTER error
+    reported by the library is a :class:`NullPointerError` but not a ClosedError."""
 
     default_status = Status.NULL_POINTER
 

@@ -17,7 +17,7 @@ from ._base import (
     enum_value,
     handle_arg,
     i32,
-    size,
+    index_arg,
     to_enum,
     u32,
     u64,
@@ -196,7 +196,7 @@ class Geometry(Handle):
         """Conv projection ``index``; :class:`OutOfBoundsError` past the end."""
         c = _ffi.ConvProjectionC()
         c.struct_size = ctypes.sizeof(c)
-        call("pdkv_geometry_projection", self._p(), size("index", index), byref(c))
+        call("pdkv_geometry_projection", self._p(), index_arg("index", index), byref(c))
         return ConvProjection(decode(c.name), c.dim_local, c.dim_total, bool(c.replicated), c.bytes, c.offset)
 
     def projections(self) -> Tuple[ConvProjection, ...]:
@@ -213,7 +213,7 @@ class Geometry(Handle):
     def log_line(self, index: int) -> str:
         """vLLM's INFO log line ``index`` for this engine, verbatim."""
         line = c_char_p()
-        call("pdkv_geometry_log_line", self._p(), size("index", index), byref(line))
+        call("pdkv_geometry_log_line", self._p(), index_arg("index", index), byref(line))
         return decode(line.value)
 
     def log_lines(self) -> Tuple[str, ...]:

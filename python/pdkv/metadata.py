@@ -28,7 +28,7 @@ from ._base import (
     u64_array,
 )
 from .enums import ConvLayout, KvLayout, MambaCacheMode, MambaType, RegionKind
-from .errors import Status
+from .errors import InvalidArgumentError, Status
 from .geometry import EngineConfig
 from .model import Model
 
@@ -59,7 +59,9 @@ class EngineLayout:
         if self.region_bases is not None:
             keep, n = u64_array("region_bases", self.region_bases)
             if n != self.num_regions:
-                raise ValueError(f"region_bases has {n} entries but num_regions is {self.num_regions}")
+                raise InvalidArgumentError(
+                    Status.INVALID_ARGUMENT, f"region_bases has {n} entries but num_regions is {self.num_regions}"
+                )
             c.region_bases = ctypes.cast(keep, POINTER(c_uint64)) if keep is not None else None
         c.kv_layout = int(enum_value("kv_layout", KvLayout, self.kv_layout))
         if self.prefix_caching is None:

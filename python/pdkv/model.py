@@ -9,7 +9,7 @@ from ctypes import POINTER, byref, c_char_p, c_int32, c_uint32
 from typing import Optional, Tuple, Union
 
 from . import _ffi
-from ._base import Handle, call, decode, encode, flag, i32, size, to_enum, u32, u64
+from ._base import Handle, call, decode, encode, flag, i32, index_arg, to_enum, u32, u64
 from .enums import AttentionBackend, MambaType
 
 
@@ -66,7 +66,7 @@ def preset_count() -> int:
 def preset_at(index: int) -> PresetInfo:
     """Preset ``index``; raises :class:`OutOfBoundsError` past the end."""
     name, hf, src = c_char_p(), c_char_p(), c_char_p()
-    call("pdkv_preset_at", size("index", index), byref(name), byref(hf), byref(src))
+    call("pdkv_preset_at", index_arg("index", index), byref(name), byref(hf), byref(src))
     return PresetInfo(decode(name.value), decode(hf.value), decode(src.value))
 
 

@@ -9,7 +9,7 @@ from ctypes import POINTER, byref, c_size_t, c_uint32, c_uint64
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
-from ._base import Handle, array_copy, call, call_status, handle_arg, size, take_string, to_enum, u32, u32_array
+from ._base import Handle, array_copy, call, call_status, handle_arg, index_arg, take_string, to_enum, u32, u32_array
 from .blocks import ZeroRange, zero_range_of
 from .enums import GroupKind
 from .errors import Status
@@ -219,7 +219,7 @@ class TransferPlan(Handle):
         """Receive-side work of group ``index``; :class:`OutOfBoundsError` past the end."""
         c = _ffi.PlanGroupZeroC()
         c.struct_size = ctypes.sizeof(c)
-        call("pdkv_transfer_plan_group_zero", self._p(), size("index", index), byref(c))
+        call("pdkv_transfer_plan_group_zero", self._p(), index_arg("index", index), byref(c))
         return PlanGroupZero(
             to_enum(GroupKind, c.kind),
             array_copy(c.regions, c.num_regions, int),

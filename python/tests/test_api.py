@@ -196,6 +196,29 @@ def test_closed_handles_raise_and_close_is_idempotent(nano: pdkv.Model) -> None:
     assert isinstance(pdkv.ClosedError("x"), ValueError)
 
 
+def test_closed_error_is_a_null_pointer_error_naming_the_type(nano: pdkv.Model) -> None:
+    """As Go's closed errors: status NULL_POINTER, caught by ``except NullPointerError``, the
+    message "pdkv.<Type> is closed" (for a method and for a handle argument)."""
+    g = pdkv.Geometry(nano, pdkv.EngineConfig(tp_size=2))
+    g.close()
+    t = pdkv.TpMapping(2, 0, 4, 2)
+    t.close()
+    for call, type_name in [
+        (g.info, "Geometry"),
+        (lambda: pdkv.MambaReadList(g, g, 0), "Geometry"),
+        (t.info, "TpMapping"),
+    ]:
+        with pytest.raises(pdkv.NullPointerError) as info:
+            call()
+        e = info.value
+        assert isinstance(e, pdkv.ClosedError) and isinstance(e, ValueError)
+        assert e.status == pdkv.Status.NULL_POINTER
+        assert e.message == f"pdkv.{type_name} is closed"
+        assert str(e) == f"PDKV_ERR_NULL_POINTER: pdkv.{type_name} is closed"
+    # A NULL_POINTER reported by the library is a NullPointerError but not a ClosedError.
+    assert not isinstance(pdkv.NullPointerError(pdkv.Status.NULL_POINTER, "x"), pdkv.ClosedError)
+
+
 def test_finalizer_frees_unclosed_handles() -> None:
     m = pdkv.Model.from_preset(NANO)
     fin = m._finalizer
@@ -249,8 +272,59 @@ def test_handles_cannot_be_built_directly() -> None:
     ],
 )
 def test_bad_inputs_raise_python_exceptions(call, exc) -> None:
-    with pytest.raises(exc):
+    with pytest.raises(exc) as info:
         call()
+    if exc is ValueError:  # every bad value is an InvalidArgumentError (and still a ValueError)
+        assert isinstance(info.value, pdkv.InvalidArgumentError)
+        assert info.value.status == pdkv.Status.INVALID_ARGUMENT
+    else:  # a wrong Python type stays a plain TypeError
+        assert not isinstance(info.value, pdkv.PdkvError)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: pdkv.tp_ratio(-1, 2), "= -1 is out of range [0, 4294967295]"),
+        (lambda: pdkv.tp_ratio(1 << 32, 2), "= 4294967296 is out of range [0, 4294967295]"),
+        (lambda: pdkv.block_size_ratio(1 << 64, 1), "= 18446744073709551616 is out of range"),
+        (lambda: pdkv.EngineConfig(tp_size=-2)._to_c(), "tp_size = -2 is out of range"),
+        (lambda: pdkv.attention_local_descriptors([pdkv.Region(-1, 64, 1)]), "= -1 is out of range"),
+        (lambda: pdkv.clip_exchange_blocks([1, -2], "attention"), "[1] = -2 is out of range"),
+        (lambda: pdkv.TpMapping(2, 0, 4, 2, use_mla=2), "use_mla = 2 is out of range [0, 1]"),
+        (lambda: pdkv.Model.from_preset("a\0b"), "contains a NUL character"),
+        (lambda: pdkv.clip_exchange_blocks([1], "bogus_kind"), "'bogus_kind' is not a GroupKind"),
+        (lambda: pdkv.TpMapping(2, 0, 4, 2).ranks(99), "= 99 is not a TpMappingList value"),
+    ],
+)
+def test_bad_values_are_invalid_argument_errors_naming_the_value(call, message) -> None:
+    with pytest.raises(pdkv.InvalidArgumentError) as info:
+        call()
+    e = info.value
+    assert isinstance(e, ValueError) and isinstance(e, pdkv.PdkvError)
+    assert e.status == pdkv.Status.INVALID_ARGUMENT
+    assert message in e.message and str(e).startswith("PDKV_ERR_INVALID_ARGUMENT: ")
+
+
+def test_library_invalid_argument_is_a_value_error() -> None:
+    """INVALID_ARGUMENT from C is the same class: one ``except`` catches both sources."""
+    with pytest.raises(ValueError) as info:
+        pdkv.TpMapping(2, 0, 4, 2).attention_slot(3)
+    assert isinstance(info.value, pdkv.InvalidArgumentError)
+
+
+def test_negative_index_is_out_of_bounds(nano: pdkv.Model) -> None:
+    """A negative index is OUT_OF_BOUNDS (as an index past the end, and as in Go); a non-int
+    index is a TypeError."""
+    with pytest.raises(pdkv.OutOfBoundsError, match="index -1 is negative") as info:
+        pdkv.preset_at(-1)
+    assert info.value.status == pdkv.Status.OUT_OF_BOUNDS
+    with pdkv.Geometry(nano, pdkv.EngineConfig(tp_size=2)) as g:
+        with pytest.raises(pdkv.OutOfBoundsError, match="-3"):
+            g.projection(-3)
+        with pytest.raises(pdkv.OutOfBoundsError, match="does not fit in size_t"):
+            g.log_line(1 << 64)
+        with pytest.raises(TypeError):
+            g.projection(1.0)
 
 
 def test_library_rejects_unknown_enum_values() -> None:
