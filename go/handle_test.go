@@ -144,3 +144,41 @@ func TestSameHandleTwiceRacingClose(t *testing.T) {
 		}
 	}
 }
+
+// TestClosedErrorsNameTheHandleType checks every handle type's closed error (a zero-value handle
+// acquires like a closed one): a *Error of StatusNullPointer matching ErrClosed and
+// ErrNullPointer whose message is "pdkv.<Type> is closed", as Python's ClosedError.
+func TestClosedErrorsNameTheHandleType(t *testing.T) {
+	cases := []struct {
+		typeName string
+		call     func() error
+	}{
+		{"Model", func() error { _, err := (&Model{}).Describe(); return err }},
+		{"Geometry", func() error { _, err := (&Geometry{}).Info(); return err }},
+		{"TpMapping", func() error { _, err := (&TpMapping{}).Info(); return err }},
+		{"MambaReadList", func() error { _, err := (&MambaReadList{}).Items(); return err }},
+		{"DescriptorList", func() error { _, err := (&DescriptorList{}).Items(); return err }},
+		{"EngineMetadata", func() error { _, err := (&EngineMetadata{}).Info(); return err }},
+		{"GroupTrim", func() error { _, err := (&GroupTrim{}).Runs(); return err }},
+		{"PlanContext", func() error { _, err := (&PlanContext{}).Mapping(); return err }},
+		{"TransferPlan", func() error { _, err := (&TransferPlan{}).Info(); return err }},
+	}
+	for _, c := range cases {
+		err := c.call()
+		wantErr(t, err, ErrClosed)
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Message != "pdkv."+c.typeName+" is closed" {
+			t.Errorf("%s: closed error %v", c.typeName, err)
+		}
+		if want := "pdkv: PDKV_ERR_NULL_POINTER: pdkv." + c.typeName + " is closed"; err.Error() != want {
+			t.Errorf("%s: Error() = %q, want %q", c.typeName, err.Error(), want)
+		}
+	}
+	// A closed handle passed as an argument names its own type.
+	m := nano(t)
+	g, err := NewGeometry(m, EngineConfig{TpSize: 2})
+	must(t, err)
+	must(t, g.Close())
+	_, err = NewMambaReads(g, g, 0, MambaReadsPdkv)
+	wantErr(t, err, ErrClosed, "pdkv.Geometry is closed")
+}

@@ -19,7 +19,14 @@
 //   - Handles (Model, Geometry, TpMapping, MambaReadList, DescriptorList, ...) own a C object.
 //     Close releases it, is idempotent and safe to call concurrently with other methods (it
 //     waits for calls in flight). A finalizer releases forgotten handles as a safety net.
-//     Methods on a closed handle return ErrClosed.
+//     Methods on a closed handle (or a zero-value one), and functions given one as an argument,
+//     return a *Error of StatusNullPointer naming the handle type ("pdkv.Model is closed"):
+//     errors.Is(err, ErrClosed) and errors.Is(err, ErrNullPointer) both hold. A nil handle
+//     argument is a *Error of StatusNullPointer naming the parameter.
+//   - Bad input the binding can see before calling C is a *Error too: a string holding a NUL
+//     byte is StatusInvalidArgument naming the parameter. Integer parameters are typed (uint32,
+//     uint64), so Go's type system rules out negative or too-wide values; values out of the
+//     library's domain (rank >= TP, ...) are reported by the library, with their status.
 //   - Handles are immutable: their query methods may run concurrently from many goroutines.
 //   - Arrays the library returns are copied into Go slices; no Go pointer is retained by C.
 package pdkv
@@ -32,7 +39,6 @@ package pdkv
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -107,12 +113,16 @@ func StatusFromName(name string) (Status, bool) {
 }
 
 // Error is a failure reported by pdkv: a status plus a human-readable message naming the
-// offending values.
+// offending values. The binding also returns *Error values for input it rejects before calling
+// C (a string holding a NUL byte: StatusInvalidArgument; a nil handle argument:
+// StatusNullPointer) and for a call on a closed handle (StatusNullPointer, see ErrClosed).
 type Error struct {
 	// Status is the status code of the failure.
 	Status Status
 	// Message describes the failure; it names the offending values.
 	Message string
+	// closed marks the errors of calls on a closed handle (ErrClosed and what closedErr builds).
+	closed bool
 }
 
 // Error implements the error interface: "PDKV_ERR_...: message".
@@ -124,11 +134,16 @@ func (e *Error) Error() string {
 }
 
 // Is reports whether target is a *Error with the same status and either an empty message
-// (a sentinel such as ErrTpNotDivisible) or the same message.
+// (a sentinel such as ErrTpNotDivisible) or the same message. ErrClosed is matched only by the
+// errors of calls on a closed handle, whatever handle type their message names; those errors
+// also match ErrNullPointer (their status).
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
 	if !ok || t == nil {
 		return false
+	}
+	if t.closed {
+		return e.closed
 	}
 	return t.Status == e.Status && (t.Message == "" || t.Message == e.Message)
 }
@@ -171,8 +186,44 @@ var (
 	ErrInternal = &Error{Status: StatusInternal}
 )
 
-// ErrClosed is returned by every method of a handle after Close.
-var ErrClosed = errors.New("pdkv: handle is closed")
+// ErrClosed matches the error every method of a handle returns after Close (and any call
+// passing a closed handle as an argument). That error is a *Error of StatusNullPointer (a closed
+// handle is a NULL pointer to the library) whose message names the handle type, e.g.
+// "pdkv.Model is closed" (the message Python's ClosedError carries), so both
+// errors.Is(err, ErrClosed) and errors.Is(err, ErrNullPointer) hold. Errors the C library
+// reports with StatusNullPointer do not match ErrClosed.
+var ErrClosed = &Error{Status: StatusNullPointer, Message: "handle is closed", closed: true}
+
+// closedErr is the error of a call on a closed handle of the Go type named typeName.
+func closedErr(typeName string) error {
+	return &Error{Status: StatusNullPointer, Message: "pdkv." + typeName + " is closed", closed: true}
+}
+
+// handleTypeName names the Go handle type that owns a C object of type T (for closed errors).
+func handleTypeName[T any]() string {
+	switch any((*T)(nil)).(type) {
+	case *C.pdkv_model_t:
+		return "Model"
+	case *C.pdkv_geometry_t:
+		return "Geometry"
+	case *C.pdkv_tp_mapping_t:
+		return "TpMapping"
+	case *C.pdkv_mamba_read_list_t:
+		return "MambaReadList"
+	case *C.pdkv_descriptor_list_t:
+		return "DescriptorList"
+	case *C.pdkv_engine_metadata_t:
+		return "EngineMetadata"
+	case *C.pdkv_group_trim_t:
+		return "GroupTrim"
+	case *C.pdkv_plan_context_t:
+		return "PlanContext"
+	case *C.pdkv_transfer_plan_t:
+		return "TransferPlan"
+	default:
+		return "handle"
+	}
+}
 
 // check converts a C status and owned error object into a Go error, freeing the object.
 func check(st C.pdkv_status_t, cerr *C.pdkv_error_t) error {
@@ -236,13 +287,14 @@ type handle[T any] struct {
 	done     chan struct{} // made by the first close; closed once the object is freed
 }
 
-// acquire returns the pointer and counts the caller in flight (end with release), or ErrClosed
-// once close began.
+// acquire returns the pointer and counts the caller in flight (end with release), or the
+// closed error naming the handle type (matching ErrClosed and ErrNullPointer) once close began
+// or for a zero-value handle.
 func (h *handle[T]) acquire() (*T, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closing || h.ptr == nil {
-		return nil, ErrClosed
+		return nil, closedErr(handleTypeName[T]())
 	}
 	h.inFlight++
 	return h.ptr, nil

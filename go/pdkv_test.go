@@ -2,6 +2,7 @@ package pdkv
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -20,6 +21,8 @@ func must(t *testing.T, err error) {
 }
 
 // wantErr checks err is a *Error of the sentinel's status whose message contains every part.
+// For ErrClosed it also checks the error is a *Error of StatusNullPointer matching
+// ErrNullPointer whose message is "pdkv.<Type> is closed".
 func wantErr(t *testing.T, err error, sentinel error, parts ...string) {
 	t.Helper()
 	if err == nil {
@@ -29,6 +32,15 @@ func wantErr(t *testing.T, err error, sentinel error, parts ...string) {
 		t.Fatalf("expected errors.Is(%v), got %v", sentinel, err)
 	}
 	var pe *Error
+	if sentinel == ErrClosed {
+		if !errors.As(err, &pe) || pe.Status != StatusNullPointer || !errors.Is(err, ErrNullPointer) {
+			t.Fatalf("closed error %v (%T) is not a *Error of PDKV_ERR_NULL_POINTER", err, err)
+		}
+		if !strings.HasPrefix(pe.Message, "pdkv.") || !strings.HasSuffix(pe.Message, " is closed") ||
+			pe.Message == "pdkv.handle is closed" {
+			t.Fatalf("closed error message %q does not name the handle type", pe.Message)
+		}
+	}
 	if errors.As(err, &pe) {
 		for _, p := range parts {
 			if !strings.Contains(pe.Message, p) {
@@ -94,6 +106,30 @@ func TestStatusesAndSentinels(t *testing.T) {
 		if errors.Is(e, ErrClosed) {
 			t.Errorf("%s matches ErrClosed", st)
 		}
+	}
+	// A closed-handle error is a NULL_POINTER *Error matching ErrClosed and ErrNullPointer
+	// and no other sentinel; a NULL_POINTER error of the library does not match ErrClosed.
+	ce := closedErr("Model")
+	var pe *Error
+	if !errors.As(ce, &pe) || pe.Status != StatusNullPointer || pe.Message != "pdkv.Model is closed" {
+		t.Fatalf("closed error %#v", ce)
+	}
+	if !errors.Is(ce, ErrClosed) || !errors.Is(ce, ErrNullPointer) {
+		t.Fatalf("closed error %v does not match ErrClosed and ErrNullPointer", ce)
+	}
+	for st, s := range sentinels {
+		if st != StatusNullPointer && errors.Is(ce, s) {
+			t.Errorf("closed error matches the %s sentinel", st)
+		}
+	}
+	if got := ce.Error(); got != "pdkv: PDKV_ERR_NULL_POINTER: pdkv.Model is closed" {
+		t.Errorf("closed Error() = %q", got)
+	}
+	if errors.Is(&Error{Status: StatusNullPointer, Message: "pdkv.Model is closed"}, ErrClosed) {
+		t.Error("a library NULL_POINTER error with the same text matches ErrClosed")
+	}
+	if !errors.Is(fmt.Errorf("wrapped: %w", ce), ErrClosed) {
+		t.Error("a wrapped closed error does not match ErrClosed")
 	}
 	if _, ok := StatusFromName("PDKV_ERR_NOPE"); ok {
 		t.Error("unknown name resolved")
