@@ -63,7 +63,7 @@ def encode(name: str, value: Any, *, allow_none: bool = False) -> Optional[bytes
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
     if "\0" in value:
-        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} {value!r} contains a NUL character")
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} {value!r} contains a NUL byte")
     return value.encode("utf-8")
 
 

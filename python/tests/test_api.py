@@ -291,7 +291,7 @@ def test_bad_inputs_raise_python_exceptions(call, exc) -> None:
         (lambda: pdkv.attention_local_descriptors([pdkv.Region(-1, 64, 1)]), "= -1 is out of range"),
         (lambda: pdkv.clip_exchange_blocks([1, -2], "attention"), "[1] = -2 is out of range"),
         (lambda: pdkv.TpMapping(2, 0, 4, 2, use_mla=2), "use_mla = 2 is out of range [0, 1]"),
-        (lambda: pdkv.Model.from_preset("a\0b"), "contains a NUL character"),
+        (lambda: pdkv.Model.from_preset("a\0b"), "contains a NUL byte"),
         (lambda: pdkv.clip_exchange_blocks([1], "bogus_kind"), "'bogus_kind' is not a GroupKind"),
         (lambda: pdkv.TpMapping(2, 0, 4, 2).ranks(99), "= 99 is not a TpMappingList value"),
     ],

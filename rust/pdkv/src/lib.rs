@@ -10,6 +10,16 @@
 //!   library's message (which names the offending values).
 //! * Handles are immutable after creation and their queries are thread-safe in C, so they are
 //!   `Send + Sync`.
+//! * There is no closed handle: a handle is freed only by `Drop`, and functions borrow handles
+//!   (`&Model`, `&Geometry`...), so the borrow checker rules out calls on a freed or NULL handle
+//!   (what the Go binding reports as `ErrClosed` and Python as `ClosedError`, both with status
+//!   NULL_POINTER).
+//! * Bad input: integer parameters are typed (`u32`, `u64`, `usize`), so a negative or too-wide
+//!   value cannot be passed (Python raises `InvalidArgumentError` for those); a `&str` holding
+//!   an interior NUL byte is an [`Error`] with [`Status::InvalidArgument`] naming the parameter
+//!   and the value, raised before C is called (as in Go and Python); values outside the
+//!   library's domain (rank >= TP, an index past the end, an `Other(v)` enum value the library
+//!   does not know) get the library's status (`InvalidArgument`, `OutOfBounds`...).
 //!
 //! ```no_run
 //! use pdkv::{EngineConfig, Geometry, Model};
