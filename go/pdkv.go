@@ -24,9 +24,12 @@
 //     errors.Is(err, ErrClosed) and errors.Is(err, ErrNullPointer) both hold. A nil handle
 //     argument is a *Error of StatusNullPointer naming the parameter.
 //   - Bad input the binding can see before calling C is a *Error too: a string holding a NUL
-//     byte is StatusInvalidArgument naming the parameter. Integer parameters are typed (uint32,
-//     uint64), so Go's type system rules out negative or too-wide values; values out of the
-//     library's domain (rank >= TP, ...) are reported by the library, with their status.
+//     byte is StatusInvalidArgument naming the parameter and the value; a negative index
+//     (PresetAt, Geometry.Projection, TransferPlan.GroupZero...) is StatusOutOfBounds, as an
+//     index past the end. Other integer parameters are typed (uint32, uint64), so Go's type
+//     system rules out negative or too-wide values (Python raises InvalidArgumentError for
+//     those); values out of the library's domain (rank >= TP, an unknown enum value...) are
+//     reported by the library, with their status.
 //   - Handles are immutable: their query methods may run concurrently from many goroutines.
 //   - Arrays the library returns are copied into Go slices; no Go pointer is retained by C.
 package pdkv
