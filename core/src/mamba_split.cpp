@@ -105,6 +105,28 @@ void push_read(std::vector<MambaRead>& out, MambaRead r) {
   out.push_back(std::move(r));
 }
 
+// The checks shared by the vLLM views (remote_conv_offsets, ssm_read_range); see the header.
+void require_view_args(const MambaState& local, uint32_t local_rank, int32_t tp_ratio,
+                       const char* fn) {
+  const std::string where = std::string(fn) + ": ";
+  if (tp_ratio == 0) {
+    fail(Status::InvalidArgument, where + "tp_ratio 0 is invalid (homogeneous TP is +1)");
+  }
+  if (local.tp_size == 0 || local_rank >= local.tp_size) {
+    fail(Status::InvalidArgument, where + "local_rank " + std::to_string(local_rank) +
+                                      " is out of range for the local state's tp_size " +
+                                      std::to_string(local.tp_size));
+  }
+  // tp_ratio >= 1 means local_tp = tp_ratio * remote_tp: the ratio must divide the local TP.
+  // tp_ratio < 0 means remote_tp = |tp_ratio| * local_tp, consistent with any local TP.
+  if (tp_ratio > 0 && local.tp_size % static_cast<uint32_t>(tp_ratio) != 0) {
+    fail(Status::InvalidArgument,
+         where + "tp_ratio " + std::to_string(tp_ratio) + " does not divide the local state's "
+                 "tp_size " + std::to_string(local.tp_size) +
+                 " (a positive ratio is local_tp / remote_tp; use tp_ratio(local_tp, remote_tp))");
+  }
+}
+
 }  // namespace
 
 std::vector<MambaByteRange> local_conv_offsets(const MambaState& local) {
@@ -119,7 +141,7 @@ std::vector<MambaByteRange> local_conv_offsets(const MambaState& local) {
 
 std::vector<MambaByteRange> remote_conv_offsets(const MambaState& local, uint32_t local_rank,
                                                 int32_t tp_ratio) {
-  if (tp_ratio == 0) fail(Status::InvalidArgument, "tp_ratio 0 is invalid (homogeneous TP is +1)");
+  require_view_args(local, local_rank, tp_ratio, "remote_conv_offsets");
   std::vector<MambaByteRange> out;
   uint64_t base = 0;
   if (tp_ratio >= 1) {
@@ -147,7 +169,7 @@ std::vector<MambaByteRange> remote_conv_offsets(const MambaState& local, uint32_
 
 MambaByteRange ssm_read_range(const MambaState& local, uint64_t remote_conv_bytes,
                               uint64_t remote_ssm_bytes, uint32_t local_rank, int32_t tp_ratio) {
-  if (tp_ratio == 0) fail(Status::InvalidArgument, "tp_ratio 0 is invalid (homogeneous TP is +1)");
+  require_view_args(local, local_rank, tp_ratio, "ssm_read_range");
   if (tp_ratio < 0) return {remote_conv_bytes, remote_ssm_bytes};
   const uint64_t lo = local_rank % static_cast<uint64_t>(tp_ratio);
   return {add_checked(remote_conv_bytes, mul_checked(lo, local.ssm_bytes, "ssm offset"),

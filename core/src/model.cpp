@@ -48,8 +48,13 @@ void validate_model(const ModelDesc& m) {
     require(a.num_kv_heads == 1, Status::InvalidArgument,
             field(m, "attention.num_kv_heads", a.num_kv_heads) + " must be 1 for MLA");
   }
-  require(m.dtype_bytes > 0 && m.dtype_bytes <= 8, Status::InvalidArgument,
-          field(m, "dtype_bytes", m.dtype_bytes) + " must be 1..8");
+  // The same dtype sizes the engine config accepts (validate_engine_config); the model dtype has
+  // no "auto", so 0 is refused there, while default_ssm_dtype_bytes 0 means "the conv dtype".
+  require(m.dtype_bytes != 0 && is_valid_dtype_bytes(m.dtype_bytes), Status::InvalidArgument,
+          field(m, "dtype_bytes", m.dtype_bytes) + " is not a dtype size (1, 2, 4 or 8 bytes)");
+  require(is_valid_dtype_bytes(m.default_ssm_dtype_bytes), Status::InvalidArgument,
+          field(m, "default_ssm_dtype_bytes", m.default_ssm_dtype_bytes) +
+              " is not a dtype size (0 auto, 1, 2, 4 or 8 bytes)");
   for (char c : m.layer_pattern) {
     require(c == kLayerAttention || c == kLayerMamba || c == kLayerParallel || c == kLayerOther,
             Status::InvalidArgument,

@@ -35,6 +35,15 @@ std::vector<ZeroRange> uncovered_token_ranges(const std::vector<uint64_t>& local
                                               uint64_t tokens_per_block, uint64_t held_tokens,
                                               std::vector<TokenInterval> written) {
   require(tokens_per_block > 0, Status::InvalidArgument, "tokens_per_block is 0");
+  // A reversed interval would move the walk's cursor backwards past bytes already emitted and
+  // return overlapping ranges; an empty one (begin == end) writes nothing and is harmless.
+  for (size_t k = 0; k < written.size(); ++k) {
+    if (written[k].begin > written[k].end) {
+      fail(Status::InvalidArgument,
+           "written interval " + std::to_string(k) + " [" + std::to_string(written[k].begin) +
+               ", " + std::to_string(written[k].end) + ") is reversed (begin > end)");
+    }
+  }
   std::sort(written.begin(), written.end(),
             [](const TokenInterval& a, const TokenInterval& b) { return a.begin < b.begin; });
   std::vector<ZeroRange> out;
@@ -47,7 +56,7 @@ std::vector<ZeroRange> uncovered_token_ranges(const std::vector<uint64_t>& local
     uint64_t cur = std::max(lo, std::min(held_tokens, hi));
     for (const auto& w : written) {
       if (cur >= hi) break;
-      if (w.end <= cur || w.begin >= hi) continue;
+      if (w.begin == w.end || w.end <= cur || w.begin >= hi) continue;  // empty: writes nothing
       if (w.begin > cur) out.push_back({local_blocks[i], cur - lo, w.begin - lo});
       cur = std::max(cur, w.end);
     }

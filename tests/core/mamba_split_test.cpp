@@ -213,3 +213,34 @@ TEST(MambaSplit, ReadErrors) {
   const std::vector<MambaRead> odd = mamba_reads(mamba_state_at(f, 3), mamba_state_at(f, 2), 1);
   EXPECT_EQ(mamba_source_ranks(odd), (std::vector<uint32_t>{1, 2}));
 }
+
+// The vLLM views used to return offsets for a local rank past the local TP and for a positive
+// tp_ratio that cannot be local_tp / remote_tp (3 does not divide TP2).
+TEST(MambaSplit, ViewsCheckLocalRankAndTpRatio) {
+  const MambaState d2 = mamba_state_at(nemotron3_nano(), 2);
+  std::string msg;
+  EXPECT_EQ(status_of([&] { remote_conv_offsets(d2, 99, 2); }, &msg), Status::InvalidArgument);
+  EXPECT_NE(msg.find("local_rank 99"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tp_size 2"), std::string::npos) << msg;
+  EXPECT_EQ(status_of([&] { ssm_read_range(d2, 36864, 2097152, 99, 2); }, &msg),
+            Status::InvalidArgument);
+  EXPECT_NE(msg.find("local_rank 99"), std::string::npos) << msg;
+  // Also for a negative ratio: the rank is still a local one.
+  EXPECT_EQ(status_of([&] { remote_conv_offsets(d2, 2, -2); }, &msg), Status::InvalidArgument);
+  EXPECT_NE(msg.find("local_rank 2"), std::string::npos) << msg;
+  EXPECT_EQ(status_of([&] { ssm_read_range(d2, 9216, 524288, 2, -2); }, &msg),
+            Status::InvalidArgument);
+  // Positive ratios must divide the local TP.
+  for (int32_t r : {3, 4, 5}) {
+    EXPECT_EQ(status_of([&] { remote_conv_offsets(d2, 1, r); }, &msg), Status::InvalidArgument);
+    EXPECT_NE(msg.find("tp_ratio " + std::to_string(r)), std::string::npos) << msg;
+    EXPECT_NE(msg.find("tp_size 2"), std::string::npos) << msg;
+    EXPECT_EQ(status_of([&] { ssm_read_range(d2, 36864, 2097152, 1, r); }, &msg),
+              Status::InvalidArgument);
+    EXPECT_NE(msg.find("tp_ratio " + std::to_string(r)), std::string::npos) << msg;
+  }
+  // Consistent arguments still work: ratios 1 and 2 divide TP2; any negative ratio.
+  EXPECT_NO_THROW(remote_conv_offsets(d2, 1, 1));
+  EXPECT_NO_THROW(ssm_read_range(d2, 36864, 2097152, 1, 2));
+  EXPECT_NO_THROW(ssm_read_range(d2, 9216, 524288, 1, -8));
+}

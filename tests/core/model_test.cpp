@@ -39,3 +39,45 @@ TEST(Model, LayerCounts) {
   EXPECT_EQ(m.num_attention_layers(), 2u);
   EXPECT_EQ(m.num_mamba_layers(), 3u);
 }
+
+// The model dtype and the default SSM dtype take the sizes the engine config accepts: a 3-byte
+// dtype used to pass validate_model (the old rule was 1..8) while EngineConfig refused it.
+TEST(Model, DtypeBytesMustBeARealDtypeSize) {
+  ModelDesc m;
+  m.name = "x";
+  m.attention.num_kv_heads = 2;
+  m.attention.head_size = 64;
+  for (uint32_t ok : {1u, 2u, 4u, 8u}) {
+    m.dtype_bytes = ok;
+    EXPECT_NO_THROW(validate_model(m)) << ok;
+  }
+  for (uint32_t bad : {0u, 3u, 5u, 6u, 7u, 16u}) {
+    m.dtype_bytes = bad;
+    try {
+      validate_model(m);
+      FAIL() << "dtype_bytes " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("dtype_bytes = " + std::to_string(bad)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  m.dtype_bytes = 2;
+  for (uint32_t ok : {0u, 1u, 2u, 4u, 8u}) {
+    m.default_ssm_dtype_bytes = ok;
+    EXPECT_NO_THROW(validate_model(m)) << ok;
+  }
+  for (uint32_t bad : {3u, 5u, 12u}) {
+    m.default_ssm_dtype_bytes = bad;
+    try {
+      validate_model(m);
+      FAIL() << "default_ssm_dtype_bytes " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("default_ssm_dtype_bytes = " + std::to_string(bad)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}

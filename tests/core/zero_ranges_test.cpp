@@ -29,3 +29,18 @@ TEST(ZeroRanges, TokenCoverageTail) {
   // Null blocks are never zeroed.
   EXPECT_TRUE(uncovered_token_ranges({0}, 0, 16, 0, {}).empty());
 }
+
+// A reversed written interval used to be walked as if it covered [begin, ...) and moved the
+// cursor backwards, returning overlapping ranges ({9,0,10} and {9,5,16} for {10,5}).
+TEST(ZeroRanges, ReversedWrittenIntervalIsRejected) {
+  try {
+    uncovered_token_ranges({9}, 0, 16, 0, {{0, 2}, {10, 5}});
+    FAIL() << "reversed interval accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("written interval 1 [10, 5)"), std::string::npos) << msg;
+  }
+  // An empty interval writes nothing and stays accepted.
+  EXPECT_EQ(uncovered_token_ranges({9}, 0, 16, 0, {{4, 4}}), (Z{{9, 0, 16}}));
+}

@@ -35,13 +35,20 @@ std::vector<MambaByteRange> local_conv_offsets(const MambaState& local);
 //   tp_ratio >= 1: the remote projection is assumed to be size*tp_ratio; the rank reads
 //     (base + lo*size, size) with lo = local_rank % tp_ratio and base advancing by size*tp_ratio;
 //   tp_ratio < 0: each remote projection is size/|tp_ratio|, read whole at its cumulative offset.
-// tp_ratio == 0 or (tp_ratio < 0 with a size not divisible by |tp_ratio|) -> InvalidArgument.
+// Argument checks (shared with ssm_read_range), each InvalidArgument naming the values:
+//   tp_ratio == 0; local_rank >= local.tp_size; tp_ratio >= 1 not dividing local.tp_size (a
+//   positive ratio is local_tp / remote_tp, so it must divide the local TP). A negative ratio
+//   means remote_tp = |tp_ratio| * local_tp, which any local TP satisfies: the remote TP is not
+//   known here, so every |tp_ratio| is accepted.
+// Also InvalidArgument: tp_ratio < 0 with a projection size not divisible by |tp_ratio|.
 std::vector<MambaByteRange> remote_conv_offsets(const MambaState& local, uint32_t local_rank,
                                                 int32_t tp_ratio);
 
 // vLLM's SSM temporal read in the remote page: tp_ratio >= 1 reads the local ssm bytes at
 // remote_conv_bytes + lo*local_ssm_bytes (the temporal state is head-sharded); tp_ratio < 0
-// reads the whole remote ssm state at remote_conv_bytes.
+// reads the whole remote ssm state at remote_conv_bytes. Errors: the argument checks of
+// remote_conv_offsets (tp_ratio 0, local_rank out of range, positive tp_ratio not dividing the
+// local TP), Overflow.
 MambaByteRange ssm_read_range(const MambaState& local, uint64_t remote_conv_bytes,
                               uint64_t remote_ssm_bytes, uint32_t local_rank, int32_t tp_ratio);
 

@@ -76,7 +76,9 @@ struct ModelDesc {
   bool is_hybrid() const { return mamba.type != MambaType::None; }
 };
 
-// Throws InvalidArgument naming the first field that makes no sense (zero heads, ...).
+// Throws InvalidArgument naming the first field that makes no sense (zero heads, ...), with its
+// value. dtype_bytes must be 1, 2, 4 or 8 and default_ssm_dtype_bytes 0 (auto), 1, 2, 4 or 8: the
+// sizes validate_engine_config accepts (e.g. "dtype_bytes = 3" is refused).
 void validate_model(const ModelDesc& m);
 
 // Settings of one engine (P or D) that change the geometry. Byte sizes of 0 mean "auto".

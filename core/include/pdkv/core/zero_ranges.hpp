@@ -33,6 +33,8 @@ std::vector<ZeroRange> receive_zero_ranges(const std::vector<uint64_t>& local_bl
 // (first_block_index + i) * tokens_per_block. Every token of a listed block that D does not
 // already hold (position < held_tokens) and that no written interval covers is returned, merged
 // per block, in list order. Null blocks (id 0) are never zeroed: they hold nothing.
+// Errors: InvalidArgument for tokens_per_block 0 or a reversed written interval (begin > end,
+// naming its index and bounds; empty intervals are allowed), Overflow.
 std::vector<ZeroRange> uncovered_token_ranges(const std::vector<uint64_t>& local_blocks,
                                               uint64_t first_block_index,
                                               uint64_t tokens_per_block, uint64_t held_tokens,
