@@ -12,13 +12,34 @@
  *    caller and freed with the matching pdkv_*_free(); free functions accept NULL.
  *  - Options structs begin with `size_t struct_size`, which the caller sets to
  *    sizeof(the struct) as compiled. The library accepts any size from the first published
- *    size of the struct up to its current size, so structs can grow without breaking the ABI.
+ *    size of the struct up to its current size, so structs can grow without breaking the ABI;
+ *    other sizes are PDKV_ERR_STRUCT_SIZE (the message names the struct and the valid range).
+ *    The "first published size" of every struct of this header is its size in pdkv 0.1, i.e.
+ *    the end of its last 0.1 field rounded up to alignof(size_t); the library pins it to that
+ *    field, so it never moves when a field is appended. In bytes on LP64 (x86-64, AArch64):
+ *      pdkv_model_desc_t 104, pdkv_tp_mapping_params_t 32, pdkv_tp_mapping_info_t 40,
+ *      pdkv_engine_config_t 80, pdkv_geometry_info_t 200, pdkv_conv_projection_t 56,
+ *      pdkv_descriptor_layout_t 48, pdkv_exchange_clip_params_t 48,
+ *      pdkv_group_trim_input_t 112, pdkv_aligned_split_v0604_input_t 72,
+ *      pdkv_aligned_split_input_t 96, pdkv_remote_decode_prefill_t 32,
+ *      pdkv_remote_decode_prefill_plan_t 32, pdkv_offload_geometry_t 24,
+ *      pdkv_engine_layout_t 64, pdkv_engine_metadata_info_t 128, pdkv_incompatibility_t 64,
+ *      pdkv_plan_context_params_t 56, pdkv_plan_group_t 32, pdkv_transfer_plan_info_t 104,
+ *      pdkv_plan_group_zero_t 64.
+ *    A field added later starts at or after that size (never in the 0.1 tail padding) and,
+ *    in an input struct, is treated as zero when the caller's struct_size does not reach it.
  *    Output structs follow the same rule: the library fills only the first struct_size bytes.
+ *  - Structs without struct_size (elements of arrays: pdkv_region_t, pdkv_descriptor_t,
+ *    pdkv_plan_read_t, pdkv_zero_range_t, ...) have a layout fixed for major version 0: they
+ *    never grow; a change would be a new major version.
  *  - Nothing that may grow is passed by value.
  *  - No exception crosses this boundary; an unexpected one becomes PDKV_ERR_INTERNAL.
  *  - Thread safety: handles are immutable after creation unless stated otherwise, so const
  *    queries on one handle may run concurrently from many threads. Freeing a handle while
  *    another thread uses it is undefined.
+ *  - Every function's own comment restates what it does, its errors (the statuses it returns
+ *    besides PDKV_OK; any function may also return PDKV_ERR_INTERNAL), who owns its outputs and
+ *    how long returned pointers stay valid, and its thread safety.
  */
 #ifndef PDKV_H
 #define PDKV_H
@@ -69,12 +90,13 @@ typedef enum pdkv_status {
 /* An owned error: a status plus a human-readable message that names the offending value. */
 typedef struct pdkv_error pdkv_error_t;
 
-/* Status of an error. err may be NULL (returns PDKV_OK). Thread-safe. */
+/* Status of an error. err may be NULL (returns PDKV_OK). Never fails. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_error_status(const pdkv_error_t *err);
 /* Message of an error, NUL-terminated UTF-8, owned by err and valid until pdkv_error_free(err).
  * Returns "" for NULL. Thread-safe. */
 PDKV_API const char *pdkv_error_message(const pdkv_error_t *err);
-/* Frees an error. NULL is allowed. */
+/* Frees an error and its message. NULL is allowed. Not thread-safe with concurrent use of the
+ * same error (its message pointer dies with it). */
 PDKV_API void pdkv_error_free(pdkv_error_t *err);
 /* Stable name of a status ("PDKV_ERR_TP_NOT_DIVISIBLE"); static storage. Thread-safe. */
 PDKV_API const char *pdkv_status_name(pdkv_status_t status);
@@ -157,7 +179,9 @@ PDKV_API pdkv_status_t pdkv_model_from_hf_config_file(const char *path, const ch
                                                       pdkv_model_t **out, pdkv_error_t **err);
 
 /* Same as pdkv_model_from_hf_config_file, from `len` bytes of JSON text in memory (need not be
- * NUL-terminated; not retained). Errors: NULL_POINTER (json, out), PARSE, ... Thread-safe. */
+ * NUL-terminated; not retained). Errors: NULL_POINTER (json, out), PARSE, NOT_FOUND,
+ * INVALID_ARGUMENT, UNSUPPORTED_MAMBA_TYPE as pdkv_model_from_hf_config_file (never IO). *out
+ * owned by the caller (pdkv_model_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_model_from_hf_config_json(const char *json, size_t len,
                                                       const char *name, pdkv_model_t **out,
                                                       pdkv_error_t **err);
@@ -174,7 +198,8 @@ PDKV_API pdkv_status_t pdkv_model_layer_counts(const pdkv_model_t *model,
                                                uint32_t *num_attention_layers,
                                                uint32_t *num_mamba_layers, pdkv_error_t **err);
 
-/* Frees a model. NULL is allowed. Not thread-safe with concurrent use of the same model. */
+/* Frees a model and the strings pdkv_model_describe handed out. NULL is allowed. Not
+ * thread-safe with concurrent use of the same model. */
 PDKV_API void pdkv_model_free(pdkv_model_t *model);
 
 /* Stable lower-case name of a Mamba type ("mamba2", "gdn", ...); "unknown" for other values.
@@ -272,7 +297,8 @@ typedef enum pdkv_tp_mapping_list {
 PDKV_API pdkv_status_t pdkv_tp_mapping_new(const pdkv_tp_mapping_params_t *params,
                                            pdkv_tp_mapping_t **out, pdkv_error_t **err);
 
-/* Fills the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE. Thread-safe. */
+/* Fills the caller's prefix of *out (out->struct_size bytes, set by the caller; plain values,
+ * no pointers). Errors: NULL_POINTER (mapping, out), STRUCT_SIZE. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_tp_mapping_get_info(const pdkv_tp_mapping_t *mapping,
                                                 pdkv_tp_mapping_info_t *out, pdkv_error_t **err);
 
@@ -290,7 +316,8 @@ PDKV_API pdkv_status_t pdkv_tp_mapping_attention_slot(const pdkv_tp_mapping_t *m
                                                       uint32_t remote_rank, uint32_t *out,
                                                       pdkv_error_t **err);
 
-/* Frees a mapping. NULL is allowed. */
+/* Frees a mapping and its rank lists. NULL is allowed. Not thread-safe with concurrent use of
+ * the same mapping. */
 PDKV_API void pdkv_tp_mapping_free(pdkv_tp_mapping_t *mapping);
 
 /* ---- Engine settings --------------------------------------------------------------- */
@@ -415,13 +442,14 @@ PDKV_API pdkv_status_t pdkv_geometry_new(const pdkv_model_t *model,
                                          const pdkv_engine_config_t *config,
                                          pdkv_geometry_t **out, pdkv_error_t **err);
 
-/* Fills the caller's prefix of *out. Errors: NULL_POINTER (geometry, out), STRUCT_SIZE.
- * Thread-safe. */
+/* Fills the caller's prefix of *out (out->struct_size bytes, set by the caller; plain values,
+ * no pointers). Errors: NULL_POINTER (geometry, out), STRUCT_SIZE. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_geometry_get_info(const pdkv_geometry_t *geometry,
                                               pdkv_geometry_info_t *out, pdkv_error_t **err);
 
-/* Conv projection `index` (< info.num_projections). Errors: NULL_POINTER, STRUCT_SIZE,
- * OUT_OF_BOUNDS (names index and count). Thread-safe. */
+/* Conv projection `index` (< info.num_projections) into the caller's prefix of *out; its name
+ * is owned by the geometry and valid until pdkv_geometry_free. Errors: NULL_POINTER (geometry,
+ * out), STRUCT_SIZE, OUT_OF_BOUNDS (names index and count). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_geometry_projection(const pdkv_geometry_t *geometry, size_t index,
                                                 pdkv_conv_projection_t *out, pdkv_error_t **err);
 
@@ -437,7 +465,8 @@ PDKV_API pdkv_status_t pdkv_geometry_temporal_shape(const pdkv_geometry_t *geome
 PDKV_API pdkv_status_t pdkv_geometry_log_line(const pdkv_geometry_t *geometry, size_t index,
                                               const char **line, pdkv_error_t **err);
 
-/* Frees a geometry. NULL is allowed. */
+/* Frees a geometry and the strings / arrays it handed out. NULL is allowed. Not thread-safe
+ * with concurrent use of the same geometry. */
 PDKV_API void pdkv_geometry_free(pdkv_geometry_t *geometry);
 
 /* vLLM's block_size_ratio = local_kernel_bs / remote_kernel_bs. Errors: NULL_POINTER (out),
@@ -531,7 +560,8 @@ PDKV_API pdkv_status_t pdkv_mamba_read_list_source_ranks(const pdkv_mamba_read_l
                                                          const uint32_t **ranks, size_t *count,
                                                          pdkv_error_t **err);
 
-/* Frees a read list. NULL is allowed. */
+/* Frees a read list and its arrays. NULL is allowed. Not thread-safe with concurrent use of the
+ * same list. */
 PDKV_API void pdkv_mamba_read_list_free(pdkv_mamba_read_list_t *list);
 
 /* ---- Descriptors ------------------------------------------------------------------- */
@@ -560,17 +590,20 @@ PDKV_API pdkv_status_t pdkv_descriptor_list_items(const pdkv_descriptor_list_t *
                                                   const pdkv_descriptor_t **items, size_t *count,
                                                   pdkv_error_t **err);
 
-/* Frees a descriptor list. NULL is allowed. */
+/* Frees a descriptor list and its items. NULL is allowed. Not thread-safe with concurrent use
+ * of the same list. */
 PDKV_API void pdkv_descriptor_list_free(pdkv_descriptor_list_t *list);
 
-/* In every builder below: region arrays are read, not retained (regions may be NULL only when
- * the count is 0); *out is owned by the caller (pdkv_descriptor_list_free); all are
- * thread-safe; NULL_POINTER names the argument; address arithmetic that would pass 2^64 is
- * OVERFLOW. */
+/* Common to the six descriptor builders below (each comment also states its own notes): region
+ * arrays are read, not retained (regions may be NULL only when the count is 0); *out is owned
+ * by the caller (pdkv_descriptor_list_free); all are thread-safe; NULL_POINTER names the
+ * argument; address arithmetic that would pass 2^64 is OVERFLOW. */
 
 /* Local attention descriptors, region-major: region i, block b < num_blocks*bsr gives
  * (base_i + b*block_len_i/bsr, block_len_i/bsr). bsr = pdkv_block_size_ratio (1 when equal).
- * Errors: INVALID_ARGUMENT (bsr 0), INCOMPATIBLE (bsr does not divide a region's block_len). */
+ * regions is read, not retained. Errors: NULL_POINTER (regions with num_regions > 0, out),
+ * INVALID_ARGUMENT (bsr 0), INCOMPATIBLE (bsr does not divide a region's block_len), OVERFLOW.
+ * *out owned by the caller (pdkv_descriptor_list_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_attention_local_descriptors(const pdkv_region_t *regions,
                                                         size_t num_regions,
                                                         uint32_t block_size_ratio,
@@ -578,9 +611,11 @@ PDKV_API pdkv_status_t pdkv_attention_local_descriptors(const pdkv_region_t *reg
                                                         pdkv_error_t **err);
 
 /* Remote attention descriptors in one P rank's regions for the local rank of `mapping`:
- * addr = rbase_i + offset + b*remote_block_len_i, len = (L_i/bsr)/reads. Errors: INCOMPATIBLE
- * (region counts, block lengths that do not match the head ratio, head-sharded reads with
- * bsr > 1), OUT_OF_BOUNDS. */
+ * addr = rbase_i + offset + b*remote_block_len_i, len = (L_i/bsr)/reads. Neither array nor the
+ * mapping is retained. Errors: NULL_POINTER (a region array with a non-zero count, mapping,
+ * out), INVALID_ARGUMENT (bsr 0), INCOMPATIBLE (region counts, block lengths that do not match
+ * the head ratio, head-sharded reads with bsr > 1), OUT_OF_BOUNDS, OVERFLOW. *out owned by the
+ * caller (pdkv_descriptor_list_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_attention_remote_descriptors(const pdkv_region_t *local_regions,
                                                          size_t num_local_regions,
                                                          const pdkv_region_t *remote_regions,
@@ -591,9 +626,11 @@ PDKV_API pdkv_status_t pdkv_attention_remote_descriptors(const pdkv_region_t *lo
                                                          pdkv_error_t **err);
 
 /* The local split handle for remote rank `p_rank` (D_TP < P_TP): each local attention
- * descriptor (from pdkv_attention_local_descriptors) cut to that rank's head slot. Errors:
- * INVALID_ARGUMENT (tp_ratio > 0, or p_rank is not a source rank of the mapping), INCOMPATIBLE
- * (head-sharded with bsr > 1). */
+ * descriptor (from pdkv_attention_local_descriptors) cut to that rank's head slot. Neither
+ * input is retained. Errors: NULL_POINTER (local_attention, mapping, out), INVALID_ARGUMENT
+ * (tp_ratio > 0, or p_rank is not a source rank of the mapping, bsr 0), INCOMPATIBLE
+ * (head-sharded with bsr > 1). *out owned by the caller (pdkv_descriptor_list_free).
+ * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_attention_split_descriptors(const pdkv_descriptor_list_t *local_attention,
                                                         const pdkv_tp_mapping_t *mapping,
                                                         uint32_t block_size_ratio, uint32_t p_rank,
@@ -602,8 +639,11 @@ PDKV_API pdkv_status_t pdkv_attention_split_descriptors(const pdkv_descriptor_li
 
 /* The engine's full local Mamba descriptors as registered: per region, all logical blocks of
  * each conv projection, then of the ssm state. `geometry` is this engine's; ppl its physical
- * blocks per logical block. Errors: INVALID_ARGUMENT (ppl 0, num_blocks % ppl != 0),
- * OUT_OF_BOUNDS (the state does not fit in block_len*ppl), UNSUPPORTED_MAMBA_TYPE. */
+ * blocks per logical block. Neither regions nor geometry is retained. Errors: NULL_POINTER
+ * (regions with num_regions > 0, geometry, out), INVALID_ARGUMENT (ppl 0,
+ * num_blocks % ppl != 0), OUT_OF_BOUNDS (the state does not fit in block_len*ppl),
+ * UNSUPPORTED_MAMBA_TYPE, OVERFLOW. *out owned by the caller (pdkv_descriptor_list_free).
+ * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_mamba_local_descriptors(const pdkv_region_t *regions,
                                                     size_t num_regions, uint64_t ppl,
                                                     const pdkv_geometry_t *geometry,
@@ -611,8 +651,10 @@ PDKV_API pdkv_status_t pdkv_mamba_local_descriptors(const pdkv_region_t *regions
                                                     pdkv_error_t **err);
 
 /* Descriptors in P rank `p_rank`'s Mamba regions for the reads of `reads` whose p_rank
- * matches (empty when it supplies nothing). p_geometry is the P engine's. Errors: as
- * pdkv_mamba_local_descriptors, plus OUT_OF_BOUNDS for a read leaving the P page. */
+ * matches (empty when it supplies nothing). p_geometry is the P engine's. Nothing is retained.
+ * Errors: as pdkv_mamba_local_descriptors (NULL_POINTER also for reads), plus OUT_OF_BOUNDS for
+ * a read leaving the P page. *out owned by the caller (pdkv_descriptor_list_free).
+ * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_mamba_remote_descriptors(const pdkv_region_t *p_regions,
                                                      size_t num_p_regions, uint64_t p_ppl,
                                                      const pdkv_geometry_t *p_geometry,
@@ -622,7 +664,9 @@ PDKV_API pdkv_status_t pdkv_mamba_remote_descriptors(const pdkv_region_t *p_regi
                                                      pdkv_error_t **err);
 
 /* The D rank's local destinations matching pdkv_mamba_remote_descriptors(..., p_rank) one to
- * one. d_geometry is the D engine's. Errors: as pdkv_mamba_local_descriptors. */
+ * one. d_geometry is the D engine's. Nothing is retained. Errors: as
+ * pdkv_mamba_local_descriptors (NULL_POINTER also for reads), plus OUT_OF_BOUNDS for a read
+ * leaving the D page. *out owned by the caller (pdkv_descriptor_list_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_mamba_local_split_descriptors(const pdkv_region_t *d_regions,
                                                           size_t num_d_regions, uint64_t d_ppl,
                                                           const pdkv_geometry_t *d_geometry,
@@ -650,7 +694,8 @@ typedef struct pdkv_u64_list pdkv_u64_list_t;
 PDKV_API pdkv_status_t pdkv_u64_list_items(const pdkv_u64_list_t *list, const uint64_t **items,
                                            size_t *count, pdkv_error_t **err);
 
-/* Frees a value list. NULL is allowed. */
+/* Frees a value list and its items. NULL is allowed. Not thread-safe with concurrent use of the
+ * same list. */
 PDKV_API void pdkv_u64_list_free(pdkv_u64_list_t *list);
 
 /* An immutable owned byte buffer (encoded metadata). */
@@ -661,7 +706,8 @@ typedef struct pdkv_bytes pdkv_bytes_t;
 PDKV_API pdkv_status_t pdkv_bytes_data(const pdkv_bytes_t *bytes, const uint8_t **data, size_t *len,
                                        pdkv_error_t **err);
 
-/* Frees a byte buffer. NULL is allowed. */
+/* Frees a byte buffer and its data. NULL is allowed. Not thread-safe with concurrent use of the
+ * same buffer. */
 PDKV_API void pdkv_bytes_free(pdkv_bytes_t *bytes);
 
 /* An immutable owned NUL-terminated UTF-8 string (JSON dumps). */
@@ -672,7 +718,8 @@ typedef struct pdkv_string pdkv_string_t;
 PDKV_API pdkv_status_t pdkv_string_text(const pdkv_string_t *string, const char **text, size_t *len,
                                         pdkv_error_t **err);
 
-/* Frees a string. NULL is allowed. */
+/* Frees a string and its text. NULL is allowed. Not thread-safe with concurrent use of the same
+ * string. */
 PDKV_API void pdkv_string_free(pdkv_string_t *string);
 
 /* ---- Block ids --------------------------------------------------------------------- */
@@ -798,7 +845,8 @@ PDKV_API pdkv_status_t pdkv_zero_range_list_items(const pdkv_zero_range_list_t *
                                                   const pdkv_zero_range_t **items, size_t *count,
                                                   pdkv_error_t **err);
 
-/* Frees a zero-range list. NULL is allowed. */
+/* Frees a zero-range list and its items. NULL is allowed. Not thread-safe with concurrent use
+ * of the same list. */
 PDKV_API void pdkv_zero_range_list_free(pdkv_zero_range_list_t *list);
 
 /* vLLM's receive-side zeroing for one attention group: covered = min(count*bsr,
@@ -889,24 +937,29 @@ PDKV_API pdkv_status_t pdkv_group_trim_runs(const pdkv_group_trim_t *trim,
                                             const pdkv_token_run_t **runs, size_t *count,
                                             pdkv_error_t **err);
 
-/* State pairs (Mamba groups, position order); ownership as pdkv_group_trim_runs. */
+/* State pairs (Mamba groups, position order): *states points to *count entries owned by the
+ * trim, valid until pdkv_group_trim_free (NULL when empty; always empty for attention kinds).
+ * Errors: NULL_POINTER (trim, states, count). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_group_trim_states(const pdkv_group_trim_t *trim,
                                               const pdkv_state_pair_t **states, size_t *count,
                                               pdkv_error_t **err);
 
 /* Token ranges of listed local blocks D neither holds nor receives (attention kinds): zero
- * them. Ownership as pdkv_group_trim_runs. */
+ * them. *ranges points to *count entries owned by the trim, valid until pdkv_group_trim_free
+ * (NULL when empty). Errors: NULL_POINTER (trim, ranges, count). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_group_trim_zero_ranges(const pdkv_group_trim_t *trim,
                                                    const pdkv_zero_range_t **ranges, size_t *count,
                                                    pdkv_error_t **err);
 
-/* Listed local Mamba slots no remote state fills; never publish them as cache hits. Ownership
- * as pdkv_group_trim_runs. */
+/* Listed local Mamba slots no remote state fills; never publish them as cache hits. *blocks
+ * points to *count ids owned by the trim, valid until pdkv_group_trim_free (NULL when empty).
+ * Errors: NULL_POINTER (trim, blocks, count). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_group_trim_unfilled_states(const pdkv_group_trim_t *trim,
                                                        const uint64_t **blocks, size_t *count,
                                                        pdkv_error_t **err);
 
-/* Frees a trim. NULL is allowed. */
+/* Frees a trim and its arrays. NULL is allowed. Not thread-safe with concurrent use of the
+ * same trim. */
 PDKV_API void pdkv_group_trim_free(pdkv_group_trim_t *trim);
 
 /* ---- Scheduler helpers ------------------------------------------------------------- */
@@ -1095,7 +1148,9 @@ typedef struct pdkv_engine_metadata_info {
   uint64_t model_fingerprint;
 } pdkv_engine_metadata_info_t;
 
-/* Fills the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE. Thread-safe. */
+/* Fills the caller's prefix of *out (out->struct_size bytes, set by the caller); engine_id is
+ * owned by the metadata and valid until pdkv_engine_metadata_free. Errors: NULL_POINTER
+ * (metadata, out), STRUCT_SIZE. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_engine_metadata_get_info(const pdkv_engine_metadata_t *metadata,
                                                      pdkv_engine_metadata_info_t *out,
                                                      pdkv_error_t **err);
@@ -1149,7 +1204,8 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_equal(const pdkv_engine_metadata_t *
                                                   const pdkv_engine_metadata_t *b, uint8_t *out,
                                                   pdkv_error_t **err);
 
-/* Frees a metadata. NULL is allowed. */
+/* Frees a metadata and its strings / arrays. NULL is allowed. Not thread-safe with concurrent
+ * use of the same metadata. */
 PDKV_API void pdkv_engine_metadata_free(pdkv_engine_metadata_t *metadata);
 
 /* Wire format version this library writes (major, minor); either pointer may be NULL. Never
@@ -1203,13 +1259,15 @@ PDKV_API pdkv_status_t pdkv_handshake_validate_engine_ranks(
 PDKV_API pdkv_status_t pdkv_handshake_report_count(const pdkv_handshake_report_t *report,
                                                    size_t *count, pdkv_error_t **err);
 
-/* Item `index` (< count) into the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE,
+/* Item `index` (< count) into the caller's prefix of *out; its strings are owned by the report
+ * and valid until pdkv_handshake_report_free. Errors: NULL_POINTER (report, out), STRUCT_SIZE,
  * OUT_OF_BOUNDS (names index and count). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_handshake_report_item(const pdkv_handshake_report_t *report,
                                                   size_t index, pdkv_incompatibility_t *out,
                                                   pdkv_error_t **err);
 
-/* Frees a report. NULL is allowed. */
+/* Frees a report and its items' strings. NULL is allowed. Not thread-safe with concurrent use
+ * of the same report. */
 PDKV_API void pdkv_handshake_report_free(pdkv_handshake_report_t *report);
 
 /* Require-style validation: OK when the pair can be served, else INCOMPATIBLE whose message
@@ -1228,7 +1286,7 @@ typedef struct pdkv_plan_context pdkv_plan_context_t;
 typedef struct pdkv_plan_context_params {
   size_t struct_size;                        /* sizeof(pdkv_plan_context_params_t) */
   const pdkv_engine_metadata_t *local;       /* the D rank (reader) */
-  const pdkv_engine_metadata_t *const *remote; /* P ranks of ONE engine, any order */
+  const pdkv_engine_metadata_t *const *remote; /* P ranks of ONE engine, any order, each once */
   size_t num_remote;                         /* >= 1 */
   /* D and P geometries (pdkv_geometry_new with each side's config): their per-rank Mamba states
    * are required when a group is Mamba. NULL: no Mamba state (pure attention plans only). */
@@ -1241,18 +1299,19 @@ typedef struct pdkv_plan_context_params {
 
 /* Builds a context (nothing is retained: metadata, geometries and mapping are copied). Errors:
  * NULL_POINTER (params, local, remote, an element of remote, out), STRUCT_SIZE,
- * INVALID_ARGUMENT (num_remote 0, remote ranks with different tp_size, only one geometry
- * given), TP_NOT_DIVISIBLE (names both sizes), HEADS_NOT_DIVISIBLE. *out owned by the caller
- * (pdkv_plan_context_free). Thread-safe. */
+ * INVALID_ARGUMENT (num_remote 0, remote ranks with different tp_size, the same P rank twice
+ * (names the rank and both positions), only one geometry given), TP_NOT_DIVISIBLE (names both
+ * sizes), HEADS_NOT_DIVISIBLE. *out owned by the caller (pdkv_plan_context_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_plan_context_new(const pdkv_plan_context_params_t *params,
                                              pdkv_plan_context_t **out, pdkv_error_t **err);
 
-/* The context's TP mapping as a new handle (pdkv_tp_mapping_free). Errors: NULL_POINTER.
- * Thread-safe. */
+/* The context's TP mapping as a new handle, a copy owned by the caller (pdkv_tp_mapping_free;
+ * independent of the context's lifetime). Errors: NULL_POINTER (ctx, out). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_plan_context_mapping(const pdkv_plan_context_t *ctx,
                                                  pdkv_tp_mapping_t **out, pdkv_error_t **err);
 
-/* Frees a context. NULL is allowed. */
+/* Frees a context. NULL is allowed; plans compiled from it stay valid (they own their data).
+ * Not thread-safe with concurrent use of the same context. */
 PDKV_API void pdkv_plan_context_free(pdkv_plan_context_t *ctx);
 
 /* One KV-cache group of a request. `groups` arrays passed to the plan functions hold n_groups
@@ -1317,7 +1376,8 @@ typedef struct pdkv_transfer_plan_info {
   uint8_t empty;                     /* 1: nothing to read (full prefix hit), notify only */
 } pdkv_transfer_plan_info_t;
 
-/* Fills the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE. Thread-safe. */
+/* Fills the caller's prefix of *out (out->struct_size bytes, set by the caller; plain values,
+ * no pointers). Errors: NULL_POINTER (plan, out), STRUCT_SIZE. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_transfer_plan_get_info(const pdkv_transfer_plan_t *plan,
                                                    pdkv_transfer_plan_info_t *out,
                                                    pdkv_error_t **err);
@@ -1338,8 +1398,9 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_rank_reads(const pdkv_transfer_plan_t 
                                                      size_t *count, uint64_t *bytes,
                                                      pdkv_error_t **err);
 
-/* P ranks D notifies after its reads (every handshake target, read or not), ascending; owned
- * by the plan. Errors: NULL_POINTER. Thread-safe. */
+/* P ranks D notifies after its reads (every handshake target, read or not), ascending: *ranks
+ * points to *count entries owned by the plan, valid until pdkv_transfer_plan_free. Errors:
+ * NULL_POINTER. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_transfer_plan_notify_ranks(const pdkv_transfer_plan_t *plan,
                                                        const uint32_t **ranks, size_t *count,
                                                        pdkv_error_t **err);
@@ -1356,8 +1417,9 @@ typedef struct pdkv_plan_group_zero {
   size_t num_unfilled_states;
 } pdkv_plan_group_zero_t;
 
-/* Group `index` (< info.num_groups, in group order). Errors: NULL_POINTER, STRUCT_SIZE,
- * OUT_OF_BOUNDS (names index and count). Thread-safe. */
+/* Group `index` (< info.num_groups, in group order) into the caller's prefix of *out; its
+ * arrays are owned by the plan and valid until pdkv_transfer_plan_free. Errors: NULL_POINTER
+ * (plan, out), STRUCT_SIZE, OUT_OF_BOUNDS (names index and count). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_transfer_plan_group_zero(const pdkv_transfer_plan_t *plan,
                                                      size_t index, pdkv_plan_group_zero_t *out,
                                                      pdkv_error_t **err);
@@ -1374,7 +1436,8 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_to_json(const pdkv_transfer_plan_t *pl
 PDKV_API pdkv_status_t pdkv_transfer_plan_to_json_string(const pdkv_transfer_plan_t *plan,
                                                          pdkv_string_t **out, pdkv_error_t **err);
 
-/* Frees a plan. NULL is allowed. */
+/* Frees a plan and every array it handed out. NULL is allowed. Not thread-safe with concurrent
+ * use of the same plan. */
 PDKV_API void pdkv_transfer_plan_free(pdkv_transfer_plan_t *plan);
 
 #ifdef __cplusplus

@@ -9,6 +9,7 @@
 #include "pdkv/core/block_ids.hpp"
 #include "pdkv/core/mamba_descriptors.hpp"
 #include "plan_handles.hpp"
+#include "struct_sizes.hpp"
 
 using pdkv::capi::guard;
 using pdkv::capi::require_non_null;
@@ -70,8 +71,6 @@ pdkv_u64_list_t* to_list(std::vector<uint64_t> v) {
   list->items = std::move(v);
   return list.release();
 }
-
-constexpr size_t kDescriptorLayoutMinSize = sizeof(pdkv_descriptor_layout_t);
 
 }  // namespace
 
@@ -151,8 +150,9 @@ PDKV_API pdkv_status_t pdkv_descriptor_ids(const pdkv_group_block_ids_t* groups,
     require_non_null(layout, "layout");
     require_non_null(out, "out");
     *out = nullptr;
-    pdkv::capi::require_struct_size(layout->struct_size, kDescriptorLayoutMinSize, sizeof(pdkv_descriptor_layout_t),
-                                    "pdkv_descriptor_layout_t");
+    const pdkv_descriptor_layout_t copy =
+        pdkv::capi::read_struct_prefix(*layout, pdkv::capi::kDescriptorLayoutMinSize, "pdkv_descriptor_layout_t");
+    layout = &copy;
     if (n_groups > 0) require_non_null(groups, "groups");
     std::vector<core::GroupBlockIds> g;
     g.reserve(n_groups);

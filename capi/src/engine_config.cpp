@@ -4,13 +4,12 @@
 
 #include "boundary.hpp"
 #include "pdkv/core/backends.hpp"
+#include "struct_sizes.hpp"
 
 namespace core = pdkv::core;
 
 namespace pdkv::capi {
 namespace {
-
-constexpr size_t kEngineConfigMinSize = sizeof(pdkv_engine_config_t);
 
 [[noreturn]] void bad_enum(const char* field, int32_t v, const char* expected) {
   core::fail(core::Status::InvalidArgument, std::string("pdkv_engine_config_t.") + field + " = " +
@@ -19,8 +18,8 @@ constexpr size_t kEngineConfigMinSize = sizeof(pdkv_engine_config_t);
 
 }  // namespace
 
-EngineSettings engine_from_c(const pdkv_engine_config_t& c, const core::ModelDesc& model) {
-  require_struct_size(c.struct_size, kEngineConfigMinSize, sizeof(pdkv_engine_config_t), "pdkv_engine_config_t");
+EngineSettings engine_from_c(const pdkv_engine_config_t& caller, const core::ModelDesc& model) {
+  const pdkv_engine_config_t c = read_struct_prefix(caller, kEngineConfigMinSize, "pdkv_engine_config_t");
   EngineSettings s;
   core::EngineConfig& e = s.engine;
   e.tp_size = c.tp_size;

@@ -4,6 +4,7 @@
 #include "handles.hpp"
 #include "pdkv/core/checked_math.hpp"
 #include "pdkv/core/geometry.hpp"
+#include "struct_sizes.hpp"
 #include "structs.hpp"
 
 using pdkv::capi::guard;
@@ -14,8 +15,8 @@ namespace core = pdkv::core;
 
 namespace {
 
-constexpr size_t kGeometryInfoMinSize = sizeof(pdkv_geometry_info_t);
-constexpr size_t kConvProjectionMinSize = sizeof(pdkv_conv_projection_t);
+using pdkv::capi::kConvProjectionMinSize;
+using pdkv::capi::kGeometryInfoMinSize;
 
 // Integer padding in parts per million, so C callers can compare exactly without floats.
 uint64_t padding_ppm(const core::EngineGeometry& g) {

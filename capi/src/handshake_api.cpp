@@ -7,6 +7,7 @@
 #include "boundary.hpp"
 #include "pdkv/core/handshake.hpp"
 #include "plan_handles.hpp"
+#include "struct_sizes.hpp"
 #include "structs.hpp"
 
 using pdkv::capi::guard;
@@ -15,7 +16,7 @@ namespace core = pdkv::core;
 
 namespace {
 
-constexpr size_t kIncompatibilityMinSize = sizeof(pdkv_incompatibility_t);
+using pdkv::capi::kIncompatibilityMinSize;
 
 pdkv_handshake_report_t* make_report(std::vector<core::Incompatibility> items) {
   auto r = std::make_unique<pdkv_handshake_report>();

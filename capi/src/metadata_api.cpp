@@ -15,6 +15,7 @@
 #include "pdkv/core/geometry.hpp"
 #include "pdkv/core/metadata_from_geometry.hpp"
 #include "plan_handles.hpp"
+#include "struct_sizes.hpp"
 #include "structs.hpp"
 
 using pdkv::capi::guard;
@@ -22,10 +23,8 @@ using pdkv::capi::require_non_null;
 using pdkv::capi::write_struct_prefix;
 namespace core = pdkv::core;
 
-namespace {
-constexpr size_t kEngineLayoutMinSize = sizeof(pdkv_engine_layout_t);
-constexpr size_t kMetadataInfoMinSize = sizeof(pdkv_engine_metadata_info_t);
-}  // namespace
+using pdkv::capi::kEngineLayoutMinSize;
+using pdkv::capi::kMetadataInfoMinSize;
 
 namespace pdkv::capi {
 
@@ -71,8 +70,9 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_from_model(const pdkv_model_t* model
     require_non_null(layout, "layout");
     require_non_null(out, "out");
     *out = nullptr;
-    pdkv::capi::require_struct_size(layout->struct_size, kEngineLayoutMinSize, sizeof(pdkv_engine_layout_t),
-                                    "pdkv_engine_layout_t");
+    const pdkv_engine_layout_t copy =
+        pdkv::capi::read_struct_prefix(*layout, kEngineLayoutMinSize, "pdkv_engine_layout_t");
+    layout = &copy;
     require_non_null(layout->engine_id, "pdkv_engine_layout_t.engine_id");
     if (layout->kv_layout != PDKV_KV_LAYOUT_HND && layout->kv_layout != PDKV_KV_LAYOUT_NHD) {
       core::fail(core::Status::InvalidArgument, "pdkv_engine_layout_t.kv_layout = " +

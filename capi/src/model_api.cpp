@@ -5,6 +5,7 @@
 #include "boundary.hpp"
 #include "handles.hpp"
 #include "plan_handles.hpp"
+#include "struct_sizes.hpp"
 #include "pdkv/core/model.hpp"
 
 using pdkv::capi::guard;
@@ -13,10 +14,6 @@ using pdkv::capi::require_struct_size;
 namespace core = pdkv::core;
 
 namespace {
-
-// The first published size of pdkv_model_desc_t is its whole 0.1 layout; later fields appended
-// to the struct will get defaults when an older caller passes the smaller size.
-constexpr size_t kModelDescMinSize = sizeof(pdkv_model_desc_t);
 
 core::MambaType mamba_type_from_c(int32_t v) {
   if (v < PDKV_MAMBA_NONE || v > PDKV_MAMBA_KDA) {
@@ -90,8 +87,8 @@ PDKV_API pdkv_status_t pdkv_model_new(const pdkv_model_desc_t* desc, pdkv_model_
     require_non_null(desc, "desc");
     require_non_null(out, "out");
     *out = nullptr;
-    require_struct_size(desc->struct_size, kModelDescMinSize, sizeof(pdkv_model_desc_t), "pdkv_model_desc_t");
-    core::ModelDesc m = model_from_c(*desc);
+    core::ModelDesc m =
+        model_from_c(pdkv::capi::read_struct_prefix(*desc, pdkv::capi::kModelDescMinSize, "pdkv_model_desc_t"));
     core::validate_model(m);
     *out = new pdkv_model{std::move(m)};
   });
@@ -101,7 +98,8 @@ PDKV_API pdkv_status_t pdkv_model_describe(const pdkv_model_t* model, pdkv_model
   return guard(err, [&] {
     require_non_null(model, "model");
     require_non_null(out, "out");
-    require_struct_size(out->struct_size, kModelDescMinSize, sizeof(pdkv_model_desc_t), "pdkv_model_desc_t");
+    require_struct_size(out->struct_size, pdkv::capi::kModelDescMinSize, sizeof(pdkv_model_desc_t),
+                        "pdkv_model_desc_t");
     model_to_c(model->desc, out);
   });
 }

@@ -12,6 +12,7 @@
 #include "pdkv/core/checked_math.hpp"
 #include "pdkv/core/transfer_plan.hpp"
 #include "plan_handles.hpp"
+#include "struct_sizes.hpp"
 #include "structs.hpp"
 
 using pdkv::capi::guard;
@@ -20,10 +21,10 @@ namespace core = pdkv::core;
 
 namespace {
 
-constexpr size_t kPlanContextParamsMinSize = sizeof(pdkv_plan_context_params_t);
-constexpr size_t kPlanGroupMinSize = sizeof(pdkv_plan_group_t);
-constexpr size_t kPlanInfoMinSize = sizeof(pdkv_transfer_plan_info_t);
-constexpr size_t kGroupZeroMinSize = sizeof(pdkv_plan_group_zero_t);
+using pdkv::capi::kGroupZeroMinSize;
+using pdkv::capi::kPlanContextParamsMinSize;
+using pdkv::capi::kPlanGroupMinSize;
+using pdkv::capi::kPlanInfoMinSize;
 
 // The groups array's stride is groups[0].struct_size (a caller compiled against an older, smaller
 // pdkv_plan_group_t passes an array of the smaller struct); every element must declare the same.
@@ -88,8 +89,9 @@ PDKV_API pdkv_status_t pdkv_plan_context_new(const pdkv_plan_context_params_t* p
     require_non_null(params, "params");
     require_non_null(out, "out");
     *out = nullptr;
-    pdkv::capi::require_struct_size(params->struct_size, kPlanContextParamsMinSize, sizeof(pdkv_plan_context_params_t),
-                                    "pdkv_plan_context_params_t");
+    const pdkv_plan_context_params_t copy =
+        pdkv::capi::read_struct_prefix(*params, kPlanContextParamsMinSize, "pdkv_plan_context_params_t");
+    params = &copy;
     require_non_null(params->local, "pdkv_plan_context_params_t.local");
     if (params->num_remote == 0) {
       core::fail(core::Status::InvalidArgument,
@@ -113,6 +115,16 @@ PDKV_API pdkv_status_t pdkv_plan_context_new(const pdkv_plan_context_params_t* p
                    "remote[" + std::to_string(i) + "].tp_size = " + std::to_string(r->md.tp_size) +
                        " differs from remote[0].tp_size = " + std::to_string(params->remote[0]->md.tp_size) +
                        ": the P ranks must belong to one engine");
+      }
+      // The same P rank twice (e.g. one metadata listed twice) would only fail at compile time;
+      // refuse it here, naming the rank and both positions.
+      for (size_t j = 0; j < i; ++j) {
+        if (params->remote[j]->md.tp_rank == r->md.tp_rank) {
+          core::fail(core::Status::InvalidArgument,
+                     "pdkv_plan_context_params_t.remote[" + std::to_string(j) + "] and remote[" + std::to_string(i) +
+                         "] are both P rank " + std::to_string(r->md.tp_rank) +
+                         ": pass the metadata of each P rank once");
+        }
       }
       ctx.remote.push_back(r->md);
     }

@@ -6,6 +6,7 @@
 #include "pdkv/core/offload.hpp"
 #include "pdkv/core/scheduler.hpp"
 #include "plan_handles.hpp"
+#include "struct_sizes.hpp"
 #include "structs.hpp"
 
 using pdkv::capi::flag_from_c;
@@ -14,13 +15,12 @@ using pdkv::capi::require_non_null;
 using pdkv::capi::write_struct_prefix;
 namespace core = pdkv::core;
 
-namespace {
-constexpr size_t kSplitV0604MinSize = sizeof(pdkv_aligned_split_v0604_input_t);
-constexpr size_t kSplitMinSize = sizeof(pdkv_aligned_split_input_t);
-constexpr size_t kRemoteDecodePrefillMinSize = sizeof(pdkv_remote_decode_prefill_t);
-constexpr size_t kRemoteDecodePlanMinSize = sizeof(pdkv_remote_decode_prefill_plan_t);
-constexpr size_t kOffloadGeometryMinSize = sizeof(pdkv_offload_geometry_t);
-}  // namespace
+using pdkv::capi::kOffloadGeometryMinSize;
+using pdkv::capi::kRemoteDecodePlanMinSize;
+using pdkv::capi::kRemoteDecodePrefillMinSize;
+using pdkv::capi::kSplitMinSize;
+using pdkv::capi::kSplitV0604MinSize;
+using pdkv::capi::read_struct_prefix;
 
 extern "C" {
 
@@ -29,8 +29,9 @@ PDKV_API pdkv_status_t pdkv_mamba_aligned_split_v0604(const pdkv_aligned_split_v
   return guard(err, [&] {
     require_non_null(input, "input");
     require_non_null(out, "out");
-    pdkv::capi::require_struct_size(input->struct_size, kSplitV0604MinSize, sizeof(pdkv_aligned_split_v0604_input_t),
-                                    "pdkv_aligned_split_v0604_input_t");
+    const pdkv_aligned_split_v0604_input_t copy =
+        read_struct_prefix(*input, kSplitV0604MinSize, "pdkv_aligned_split_v0604_input_t");
+    input = &copy;
     core::AlignedSplitV0604Input in;
     in.num_computed_tokens = input->num_computed_tokens;
     in.num_new_local_computed_tokens = input->num_new_local_computed_tokens;
@@ -50,8 +51,8 @@ PDKV_API pdkv_status_t pdkv_mamba_aligned_split(const pdkv_aligned_split_input_t
   return guard(err, [&] {
     require_non_null(input, "input");
     require_non_null(out, "out");
-    pdkv::capi::require_struct_size(input->struct_size, kSplitMinSize, sizeof(pdkv_aligned_split_input_t),
-                                    "pdkv_aligned_split_input_t");
+    const pdkv_aligned_split_input_t copy = read_struct_prefix(*input, kSplitMinSize, "pdkv_aligned_split_input_t");
+    input = &copy;
     core::AlignedSplitInput in;
     in.start = input->start;
     in.num_new_tokens = input->num_new_tokens;
@@ -82,8 +83,9 @@ PDKV_API pdkv_status_t pdkv_truncate_for_remote_decode(const pdkv_remote_decode_
   return guard(err, [&] {
     require_non_null(in, "in");
     require_non_null(out, "out");
-    pdkv::capi::require_struct_size(in->struct_size, kRemoteDecodePrefillMinSize, sizeof(pdkv_remote_decode_prefill_t),
-                                    "pdkv_remote_decode_prefill_t");
+    const pdkv_remote_decode_prefill_t copy =
+        read_struct_prefix(*in, kRemoteDecodePrefillMinSize, "pdkv_remote_decode_prefill_t");
+    in = &copy;  // in and out may be the same struct: read it completely before writing out
     core::RemoteDecodePrefill r;
     r.num_prompt_tokens = in->num_prompt_tokens;
     r.max_tokens = in->max_tokens;

@@ -5,16 +5,15 @@
 #include "plan_handles.hpp"
 #include "pdkv/core/head_ranges.hpp"
 #include "pdkv/core/tp_topology.hpp"
+#include "struct_sizes.hpp"
 #include "structs.hpp"
 
 using pdkv::capi::guard;
 using pdkv::capi::require_non_null;
 namespace core = pdkv::core;
 
-namespace {
-constexpr size_t kTpMappingParamsMinSize = sizeof(pdkv_tp_mapping_params_t);
-constexpr size_t kTpMappingInfoMinSize = sizeof(pdkv_tp_mapping_info_t);
-}  // namespace
+using pdkv::capi::kTpMappingInfoMinSize;
+using pdkv::capi::kTpMappingParamsMinSize;
 
 extern "C" {
 
@@ -43,8 +42,9 @@ PDKV_API pdkv_status_t pdkv_tp_mapping_new(const pdkv_tp_mapping_params_t* param
     require_non_null(params, "params");
     require_non_null(out, "out");
     *out = nullptr;
-    pdkv::capi::require_struct_size(params->struct_size, kTpMappingParamsMinSize, sizeof(pdkv_tp_mapping_params_t),
-                                    "pdkv_tp_mapping_params_t");
+    const pdkv_tp_mapping_params_t copy =
+        pdkv::capi::read_struct_prefix(*params, kTpMappingParamsMinSize, "pdkv_tp_mapping_params_t");
+    params = &copy;
     core::TpMappingInput in;
     in.local_tp = params->local_tp;
     in.local_rank = params->local_rank;

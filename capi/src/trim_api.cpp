@@ -9,15 +9,13 @@
 #include "pdkv/core/prefix_trim.hpp"
 #include "pdkv/core/zero_ranges.hpp"
 #include "plan_handles.hpp"
+#include "struct_sizes.hpp"
 
 using pdkv::capi::guard;
 using pdkv::capi::require_non_null;
 namespace core = pdkv::core;
 
 namespace {
-constexpr size_t kGroupTrimInputMinSize = sizeof(pdkv_group_trim_input_t);
-constexpr size_t kExchangeClipParamsMinSize = sizeof(pdkv_exchange_clip_params_t);
-
 pdkv_zero_range_list_t* to_zero_list(const std::vector<core::ZeroRange>& z) {
   auto list = std::make_unique<pdkv_zero_range_list>();
   list->items = pdkv::capi::zero_ranges_to_c(z);
@@ -32,8 +30,8 @@ namespace pdkv::capi {
 core::GroupTrimInput trim_input_from_c(const pdkv_group_trim_input_t* in, const char* arg) {
   require_non_null(in, arg);
   const std::string a(arg);
-  require_struct_size(in->struct_size, kGroupTrimInputMinSize, sizeof(pdkv_group_trim_input_t),
-                      "pdkv_group_trim_input_t");
+  const pdkv_group_trim_input_t copy = read_struct_prefix(*in, kGroupTrimInputMinSize, "pdkv_group_trim_input_t");
+  in = &copy;
   core::GroupTrimInput t;
   t.kind = group_kind_from_c(in->kind, (a + ".kind").c_str());
   t.cache_mode = cache_mode_from_c(in->cache_mode, (a + ".cache_mode").c_str());
@@ -155,8 +153,9 @@ PDKV_API pdkv_status_t pdkv_clip_exchange_blocks(const uint64_t* ids, size_t cou
     require_non_null(params, "params");
     require_non_null(out, "out");
     *out = nullptr;
-    pdkv::capi::require_struct_size(params->struct_size, kExchangeClipParamsMinSize,
-                                    sizeof(pdkv_exchange_clip_params_t), "pdkv_exchange_clip_params_t");
+    const pdkv_exchange_clip_params_t copy = pdkv::capi::read_struct_prefix(
+        *params, pdkv::capi::kExchangeClipParamsMinSize, "pdkv_exchange_clip_params_t");
+    params = &copy;
     const auto v = pdkv::capi::u64_vector(ids, count, "ids");
     core::ExchangeClipParams p;
     p.kind = pdkv::capi::group_kind_from_c(params->kind, "pdkv_exchange_clip_params_t.kind");

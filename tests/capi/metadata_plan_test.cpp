@@ -790,6 +790,23 @@ TEST_CASE("transfer plan: context and compile errors", "[capi][plan]") {
     r = capture([&](pdkv_error_t** e) { return pdkv_plan_context_new(&c, &ctx, e); });
     CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
     CHECK_THAT(r.message, Contains("remote[1].tp_size = 2") && Contains("remote[0].tp_size = 4"));
+    // The same P rank twice is refused at context creation (it used to pass and fail only at
+    // compile): the same handle listed twice, and two distinct metadata of one rank.
+    std::vector<const pdkv_engine_metadata_t*> same_handle = remote;
+    same_handle[3] = remote[1];
+    c = n.params(same_handle, true);
+    r = capture([&](pdkv_error_t** e) { return pdkv_plan_context_new(&c, &ctx, e); });
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("remote[1] and remote[3] are both P rank 1"));
+    CHECK(ctx == nullptr);
+    const MetadataPtr rank2_again = metadata(n.model.get(), 4, 2, "p", 12ull << 40);
+    std::vector<const pdkv_engine_metadata_t*> same_rank = remote;
+    same_rank.push_back(rank2_again.get());
+    c = n.params(same_rank, true);
+    r = capture([&](pdkv_error_t** e) { return pdkv_plan_context_new(&c, &ctx, e); });
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("remote[2] and remote[4] are both P rank 2"));
+    CHECK(ctx == nullptr);
     CHECK(capture([&](pdkv_error_t** e) { return pdkv_plan_context_new(nullptr, &ctx, e); }).status ==
           PDKV_ERR_NULL_POINTER);
     c = n.params(remote, true);

@@ -1,0 +1,375 @@
+// C API tests: the oldest accepted struct_size of every options / output struct is the struct's
+// size as published in pdkv 0.1 (the header's "first published size"), pinned as the literal LP64
+// byte count here, independent of sizeof(the struct as compiled now). Every struct is passed to a
+// function with exactly that size (accepted) and with one byte less (STRUCT_SIZE naming the
+// type), so a minimum that drifts when a struct grows (sizeof(current) used as the minimum) fails
+// here as soon as the struct has grown. Only built for LP64, where the 0.1 byte counts are known.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capi_helpers.hpp"
+
+#if UINTPTR_MAX == UINT64_MAX
+
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct MetadataDeleter { void operator()(pdkv_engine_metadata_t* p) const { pdkv_engine_metadata_free(p); } };
+struct ContextDeleter { void operator()(pdkv_plan_context_t* p) const { pdkv_plan_context_free(p); } };
+struct PlanDeleter { void operator()(pdkv_transfer_plan_t* p) const { pdkv_transfer_plan_free(p); } };
+struct ReportDeleter { void operator()(pdkv_handshake_report_t* p) const { pdkv_handshake_report_free(p); } };
+using MetadataPtr = std::unique_ptr<pdkv_engine_metadata_t, MetadataDeleter>;
+using ContextPtr = std::unique_ptr<pdkv_plan_context_t, ContextDeleter>;
+using PlanPtr = std::unique_ptr<pdkv_transfer_plan_t, PlanDeleter>;
+using ReportPtr = std::unique_ptr<pdkv_handshake_report_t, ReportDeleter>;
+
+// Calls `call` with struct_size = v01_size (must succeed), v01_size - 1 (STRUCT_SIZE naming the
+// type) and the current size + 1 (STRUCT_SIZE). `call(size, err)` sets the struct's struct_size
+// to size, makes the call, frees what it returned and returns the status.
+void check_oldest_size(const char* type, size_t v01_size, size_t current_size,
+                       const std::function<pdkv_status_t(size_t, pdkv_error_t**)>& call) {
+  INFO(type);
+  REQUIRE(current_size >= v01_size);
+  const CallResult at_min = capture([&](pdkv_error_t** e) { return call(v01_size, e); });
+  INFO(at_min.message);
+  CHECK(at_min.status == PDKV_OK);
+  const CallResult below = capture([&](pdkv_error_t** e) { return call(v01_size - 1, e); });
+  CHECK(below.status == PDKV_ERR_STRUCT_SIZE);
+  CHECK_THAT(below.message, Contains(type) && Contains(std::to_string(v01_size - 1)));
+  CHECK(capture([&](pdkv_error_t** e) { return call(current_size + 1, e); }).status == PDKV_ERR_STRUCT_SIZE);
+}
+
+// A small pure-attention model: 8 KV heads of 64, bf16, 4 layers.
+ModelPtr tiny_attention_model() {
+  pdkv_model_desc_t d{};
+  d.struct_size = sizeof d;
+  d.name = "tiny-attention";
+  d.num_kv_heads = 8;
+  d.head_size = 64;
+  d.head_size_v = 64;
+  d.dtype_bytes = 2;
+  d.layer_pattern = "****";
+  return make_model(d);
+}
+
+MetadataPtr metadata(const pdkv_model_t* m, uint32_t tp, uint32_t rank, const char* id, uint64_t base) {
+  const pdkv_engine_config_t c = engine(tp);
+  pdkv_engine_layout_t l;
+  REQUIRE_OK(pdkv_engine_layout_init(&l, err));
+  l.engine_id = id;
+  l.tp_rank = rank;
+  l.num_regions = 2;
+  l.base = base;
+  pdkv_engine_metadata_t* md = nullptr;
+  REQUIRE_OK(pdkv_engine_metadata_from_model(m, &c, &l, &md, err));
+  return MetadataPtr(md);
+}
+
+}  // namespace
+
+TEST_CASE("struct_size: the 0.1 size of every model / topology / geometry struct is accepted", "[capi][abi]") {
+  const ModelPtr nano = make_model(nemotron3_nano_desc());
+
+  check_oldest_size("pdkv_model_desc_t", 104, sizeof(pdkv_model_desc_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_model_desc_t d = nemotron3_nano_desc();
+    d.struct_size = size;
+    pdkv_model_t* m = nullptr;
+    const pdkv_status_t st = pdkv_model_new(&d, &m, e);
+    pdkv_model_free(m);
+    return st;
+  });
+  check_oldest_size("pdkv_model_desc_t", 104, sizeof(pdkv_model_desc_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_model_desc_t out{};
+    out.struct_size = size;
+    return pdkv_model_describe(nano.get(), &out, e);
+  });
+
+  pdkv_tp_mapping_params_t params{};
+  params.local_tp = 2;
+  params.remote_tp = 4;
+  params.total_kv_heads = 2;
+  params.has_mamba = 1;
+  check_oldest_size("pdkv_tp_mapping_params_t", 32, sizeof(pdkv_tp_mapping_params_t),
+                    [&](size_t size, pdkv_error_t** e) {
+                      params.struct_size = size;
+                      pdkv_tp_mapping_t* m = nullptr;
+                      const pdkv_status_t st = pdkv_tp_mapping_new(&params, &m, e);
+                      pdkv_tp_mapping_free(m);
+                      return st;
+                    });
+  params.struct_size = sizeof params;
+  pdkv_tp_mapping_t* mapping_raw = nullptr;
+  REQUIRE_OK(pdkv_tp_mapping_new(&params, &mapping_raw, err));
+  const TpMappingPtr mapping(mapping_raw);
+  check_oldest_size("pdkv_tp_mapping_info_t", 40, sizeof(pdkv_tp_mapping_info_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_tp_mapping_info_t out{};
+    out.struct_size = size;
+    return pdkv_tp_mapping_get_info(mapping.get(), &out, e);
+  });
+
+  check_oldest_size("pdkv_engine_config_t", 80, sizeof(pdkv_engine_config_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_engine_config_t c = engine(2);
+    c.struct_size = size;
+    pdkv_geometry_t* g = nullptr;
+    const pdkv_status_t st = pdkv_geometry_new(nano.get(), &c, &g, e);
+    pdkv_geometry_free(g);
+    return st;
+  });
+  const GeometryPtr g = make_geometry(nano.get(), engine(2));
+  check_oldest_size("pdkv_geometry_info_t", 200, sizeof(pdkv_geometry_info_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_geometry_info_t out{};
+    out.struct_size = size;
+    return pdkv_geometry_get_info(g.get(), &out, e);
+  });
+  check_oldest_size("pdkv_conv_projection_t", 56, sizeof(pdkv_conv_projection_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_conv_projection_t out{};
+    out.struct_size = size;
+    return pdkv_geometry_projection(g.get(), 0, &out, e);
+  });
+}
+
+TEST_CASE("struct_size: the 0.1 size of every block-id / trimming / scheduler struct is accepted", "[capi][abi]") {
+  const uint64_t kernel_ids[2] = {0, 3};
+  pdkv_group_block_ids_t group{PDKV_GROUP_ATTENTION, kernel_ids, 2};
+  check_oldest_size("pdkv_descriptor_layout_t", 48, sizeof(pdkv_descriptor_layout_t),
+                    [&](size_t size, pdkv_error_t** e) {
+                      pdkv_descriptor_layout_t layout{};
+                      layout.struct_size = size;
+                      layout.num_blocks = 4;
+                      layout.block_size_ratio = 1;
+                      layout.blocks_per_logical = 1;
+                      layout.num_attention_regions = 2;
+                      pdkv_u64_list_t* out = nullptr;
+                      const pdkv_status_t st = pdkv_descriptor_ids(&group, 1, &layout, &out, e);
+                      pdkv_u64_list_free(out);
+                      return st;
+                    });
+
+  const uint64_t ids[3] = {1, 2, 3};
+  check_oldest_size("pdkv_exchange_clip_params_t", 48, sizeof(pdkv_exchange_clip_params_t),
+                    [&](size_t size, pdkv_error_t** e) {
+                      pdkv_exchange_clip_params_t p{};
+                      p.struct_size = size;
+                      p.kind = PDKV_GROUP_SLIDING_WINDOW;
+                      p.hma_enabled = 1;
+                      p.sliding_window = 16;
+                      p.block_size = 16;
+                      pdkv_u64_list_t* out = nullptr;
+                      const pdkv_status_t st = pdkv_clip_exchange_blocks(ids, 3, &p, &out, e);
+                      pdkv_u64_list_free(out);
+                      return st;
+                    });
+
+  const uint64_t local[2] = {5, 6};
+  const uint64_t remote[2] = {7, 8};
+  check_oldest_size("pdkv_group_trim_input_t", 112, sizeof(pdkv_group_trim_input_t),
+                    [&](size_t size, pdkv_error_t** e) {
+                      pdkv_group_trim_input_t in{};
+                      in.struct_size = size;
+                      in.kind = PDKV_GROUP_ATTENTION;
+                      in.local_blocks = local;
+                      in.num_local_blocks = 2;
+                      in.remote_blocks = remote;
+                      in.num_remote_blocks = 2;
+                      in.local_tokens_per_block = 16;
+                      in.remote_tokens_per_block = 16;
+                      in.remote_computed_tokens = 20;
+                      pdkv_group_trim_t* out = nullptr;
+                      const pdkv_status_t st = pdkv_group_trim_new(&in, &out, e);
+                      pdkv_group_trim_free(out);
+                      return st;
+                    });
+
+  check_oldest_size("pdkv_aligned_split_v0604_input_t", 72, sizeof(pdkv_aligned_split_v0604_input_t),
+                    [&](size_t size, pdkv_error_t** e) {
+                      pdkv_aligned_split_v0604_input_t in{};
+                      in.struct_size = size;
+                      in.num_new_tokens = 100;
+                      in.num_prompt_tokens = 100;
+                      in.num_tokens = 100;
+                      in.block_size = 16;
+                      uint64_t out = 0;
+                      return pdkv_mamba_aligned_split_v0604(&in, &out, e);
+                    });
+  check_oldest_size("pdkv_aligned_split_input_t", 96, sizeof(pdkv_aligned_split_input_t),
+                    [&](size_t size, pdkv_error_t** e) {
+                      pdkv_aligned_split_input_t in{};
+                      in.struct_size = size;
+                      in.num_new_tokens = 100;
+                      in.num_prompt_tokens = 100;
+                      in.num_tokens = 100;
+                      in.block_size = 16;
+                      uint64_t out = 0;
+                      return pdkv_mamba_aligned_split(&in, &out, e);
+                    });
+
+  // pdkv_remote_decode_prefill_t is both the input and the output of the call.
+  check_oldest_size("pdkv_remote_decode_prefill_t", 32, sizeof(pdkv_remote_decode_prefill_t),
+                    [&](size_t size, pdkv_error_t** e) {
+                      pdkv_remote_decode_prefill_t in{};
+                      in.struct_size = size;
+                      in.num_prompt_tokens = 10;
+                      in.max_tokens = 5;
+                      pdkv_remote_decode_prefill_t out{};
+                      out.struct_size = sizeof out;
+                      return pdkv_truncate_for_remote_decode(&in, 1, &out, e);
+                    });
+  check_oldest_size("pdkv_remote_decode_prefill_t", 32, sizeof(pdkv_remote_decode_prefill_t),
+                    [&](size_t size, pdkv_error_t** e) {
+                      pdkv_remote_decode_prefill_t in{};
+                      in.struct_size = sizeof in;
+                      in.num_prompt_tokens = 10;
+                      in.max_tokens = 5;
+                      pdkv_remote_decode_prefill_t out{};
+                      out.struct_size = size;
+                      return pdkv_truncate_for_remote_decode(&in, 1, &out, e);
+                    });
+  check_oldest_size("pdkv_remote_decode_prefill_plan_t", 32, sizeof(pdkv_remote_decode_prefill_plan_t),
+                    [&](size_t size, pdkv_error_t** e) {
+                      pdkv_remote_decode_prefill_plan_t out{};
+                      out.struct_size = size;
+                      return pdkv_plan_remote_decode_prefill(100, 32, 16, 1, &out, e);
+                    });
+
+  const pdkv_offload_layer_t layers[1] = {{4 * 64, 64}};
+  check_oldest_size("pdkv_offload_geometry_t", 24, sizeof(pdkv_offload_geometry_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_offload_geometry_t out{};
+    out.struct_size = size;
+    return pdkv_derive_offload_geometry(4, 16, 16, layers, 1, &out, e);
+  });
+}
+
+TEST_CASE("struct_size: the 0.1 size of every metadata / handshake / plan struct is accepted", "[capi][abi]") {
+  const ModelPtr m = tiny_attention_model();
+  const pdkv_engine_config_t config = engine(1);
+  check_oldest_size("pdkv_engine_layout_t", 64, sizeof(pdkv_engine_layout_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_engine_layout_t l;
+    REQUIRE(pdkv_engine_layout_init(&l, nullptr) == PDKV_OK);
+    l.struct_size = size;
+    pdkv_engine_metadata_t* md = nullptr;
+    const pdkv_status_t st = pdkv_engine_metadata_from_model(m.get(), &config, &l, &md, e);
+    pdkv_engine_metadata_free(md);
+    return st;
+  });
+
+  const MetadataPtr d = metadata(m.get(), 1, 0, "d", 1ull << 40);
+  const MetadataPtr p = metadata(m.get(), 1, 0, "p", 2ull << 40);
+  check_oldest_size("pdkv_engine_metadata_info_t", 128, sizeof(pdkv_engine_metadata_info_t),
+                    [&](size_t size, pdkv_error_t** e) {
+                      pdkv_engine_metadata_info_t out{};
+                      out.struct_size = size;
+                      return pdkv_engine_metadata_get_info(d.get(), &out, e);
+                    });
+
+  // Two ranks of one engine claiming the same tp_rank: the report has an item.
+  const pdkv_engine_metadata_t* ranks[2] = {p.get(), p.get()};
+  pdkv_handshake_report_t* report_raw = nullptr;
+  REQUIRE_OK(pdkv_handshake_validate_engine_ranks(ranks, 2, &report_raw, err));
+  const ReportPtr report(report_raw);
+  size_t items = 0;
+  REQUIRE_OK(pdkv_handshake_report_count(report.get(), &items, err));
+  REQUIRE(items > 0);
+  check_oldest_size("pdkv_incompatibility_t", 64, sizeof(pdkv_incompatibility_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_incompatibility_t out{};
+    out.struct_size = size;
+    return pdkv_handshake_report_item(report.get(), 0, &out, e);
+  });
+
+  const pdkv_engine_metadata_t* remote[1] = {p.get()};
+  check_oldest_size("pdkv_plan_context_params_t", 56, sizeof(pdkv_plan_context_params_t),
+                    [&](size_t size, pdkv_error_t** e) {
+                      pdkv_plan_context_params_t c{};
+                      c.struct_size = size;
+                      c.local = d.get();
+                      c.remote = remote;
+                      c.num_remote = 1;
+                      pdkv_plan_context_t* ctx = nullptr;
+                      const pdkv_status_t st = pdkv_plan_context_new(&c, &ctx, e);
+                      pdkv_plan_context_free(ctx);
+                      return st;
+                    });
+  pdkv_plan_context_params_t cp{};
+  cp.struct_size = sizeof cp;
+  cp.local = d.get();
+  cp.remote = remote;
+  cp.num_remote = 1;
+  pdkv_plan_context_t* ctx_raw = nullptr;
+  REQUIRE_OK(pdkv_plan_context_new(&cp, &ctx_raw, err));
+  const ContextPtr ctx(ctx_raw);
+
+  // One attention group: D blocks 1, 2 receive P blocks 3, 4 (20 computed tokens, tokens per
+  // block from the metadata).
+  const uint64_t local[2] = {1, 2};
+  const uint64_t remote_blocks[2] = {3, 4};
+  pdkv_group_trim_input_t trim{};
+  trim.struct_size = sizeof trim;
+  trim.kind = PDKV_GROUP_ATTENTION;
+  trim.local_blocks = local;
+  trim.num_local_blocks = 2;
+  trim.remote_blocks = remote_blocks;
+  trim.num_remote_blocks = 2;
+  trim.remote_computed_tokens = 20;
+  // The groups array's stride is its struct_size: lay two groups out at exactly that stride.
+  check_oldest_size("pdkv_plan_group_t", 32, sizeof(pdkv_plan_group_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_plan_group_t one{};
+    one.struct_size = size;
+    one.trim = &trim;
+    std::vector<uint32_t> region_lists[2] = {{0}, {1}};
+    std::vector<unsigned char> buf(2 * sizeof(pdkv_plan_group_t) + 16, 0);
+    for (size_t i = 0; i < 2; ++i) {
+      one.regions = region_lists[i].data();
+      one.num_regions = 1;
+      std::memcpy(buf.data() + i * size, &one, std::min(size, sizeof one));
+    }
+    pdkv_transfer_plan_t* plan = nullptr;
+    const pdkv_status_t st = pdkv_transfer_plan_compile(
+        ctx.get(), reinterpret_cast<const pdkv_plan_group_t*>(buf.data()), 2, &plan, e);
+    pdkv_transfer_plan_free(plan);
+    return st;
+  });
+
+  pdkv_plan_group_t group{};
+  group.struct_size = sizeof group;
+  group.trim = &trim;
+  pdkv_transfer_plan_t* plan_raw = nullptr;
+  REQUIRE_OK(pdkv_transfer_plan_compile(ctx.get(), &group, 1, &plan_raw, err));
+  const PlanPtr plan(plan_raw);
+  check_oldest_size("pdkv_transfer_plan_info_t", 104, sizeof(pdkv_transfer_plan_info_t),
+                    [&](size_t size, pdkv_error_t** e) {
+                      pdkv_transfer_plan_info_t out{};
+                      out.struct_size = size;
+                      return pdkv_transfer_plan_get_info(plan.get(), &out, e);
+                    });
+  check_oldest_size("pdkv_plan_group_zero_t", 64, sizeof(pdkv_plan_group_zero_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_plan_group_zero_t out{};
+    out.struct_size = size;
+    return pdkv_transfer_plan_group_zero(plan.get(), 0, &out, e);
+  });
+}
+
+TEST_CASE("struct_size: an output struct of the 0.1 size gets exactly that many bytes", "[capi][abi]") {
+  // The library writes only the caller's prefix: bytes past struct_size stay untouched.
+  const ModelPtr m = make_model(nemotron3_nano_desc());
+  const GeometryPtr g = make_geometry(m.get(), engine(2));
+  alignas(pdkv_geometry_info_t) unsigned char buf[sizeof(pdkv_geometry_info_t) + 64];
+  std::memset(buf, 0xA5, sizeof buf);
+  const size_t v01 = 200;
+  std::memcpy(buf, &v01, sizeof v01);
+  REQUIRE_OK(pdkv_geometry_get_info(g.get(), reinterpret_cast<pdkv_geometry_info_t*>(buf), err));
+  for (size_t i = v01; i < sizeof buf; ++i) {
+    INFO("byte " << i);
+    REQUIRE(buf[i] == 0xA5);
+  }
+  pdkv_geometry_info_t info{};
+  std::memcpy(&info, buf, v01);
+  CHECK(info.tp_size == 2);
+  CHECK(info.num_log_lines > 0);  // the last 0.1 field is filled
+}
+
+#endif  // LP64
