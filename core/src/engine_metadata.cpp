@@ -327,6 +327,41 @@ void check_metadata(const EngineMetadata& m, Status status) {
       }
     }
   }
+  // Every kernel page is kernel_block_size tokens of attention_bytes_per_token. This holds for
+  // every region kind and model kind, because vLLM sizes all KV tensors from the attention page:
+  //  * pure attention (GQA and MLA): block_len = kernel_block_size * bytes per token, where MLA's
+  //    bytes per token are those of its one latent head (kv_lora_rank + rope dims);
+  //  * hybrids: the Mamba page is padded to exactly the attention page (block_size *
+  //    attention_bytes_per_token, Platform._align_hybrid_block_size) and split into ppl kernel
+  //    blocks, so a Mamba region's block_len is kernel_block_size * attention_bytes_per_token too
+  //    (metadata_from_geometry: kernel_page_bytes = attn_page_bytes / ppl).
+  // Without this tie a peer could double attention_bytes_per_token (or block_len) and D would
+  // slice P's attention pages at the wrong per-token stride.
+  for (size_t i = 0; i < m.regions.size(); ++i) {
+    const u128 page = static_cast<u128>(m.kernel_block_size) * m.attention_bytes_per_token;
+    if (page != m.regions[i].region.block_len) {
+      bad("regions[" + num(i) + "].block_len",
+          "= " + num(m.regions[i].region.block_len) + " is not kernel_block_size " +
+              num(m.kernel_block_size) + " * attention_bytes_per_token " +
+              num(m.attention_bytes_per_token) + " = " +
+              (page > UINT64_MAX ? std::string("> 2^64") : num(static_cast<uint64_t>(page))) +
+              " (every kernel page holds kernel_block_size tokens of attention KV)");
+    }
+  }
+  // Attention bytes per token are heads_per_rank * per-head bytes (K/V of one head): a value that
+  // does not split into whole heads cannot come from a real engine, and D slices P's blocks by
+  // head. heads_per_rank is max(1, K / tp) (MLA: 1), as vLLM places heads.
+  {
+    const uint64_t heads = m.use_mla ? 1
+                           : m.total_kv_heads >= m.tp_size ? m.total_kv_heads / m.tp_size
+                                                           : 1;
+    if (m.attention_bytes_per_token % heads != 0) {
+      bad("attention_bytes_per_token",
+          "= " + num(m.attention_bytes_per_token) + " is not a whole number of bytes per KV head (" +
+              num(heads) + " heads per rank for total_kv_heads " + num(m.total_kv_heads) +
+              " at tp_size " + num(m.tp_size) + ")");
+    }
+  }
   // Regions are distinct tensors (vLLM deduplicates them by base address): two that share bytes
   // would make a plan write one layer's KV into another's.
   if (const auto o = find_region_overlap(m.regions)) {
@@ -336,6 +371,23 @@ void check_metadata(const EngineMetadata& m, Status status) {
 }
 
 std::optional<RegionOverlap> find_region_overlap(std::span<const MetadataRegion> regions) {
+  // Fast path without allocating (plan compiles run this per rank on every call): regions
+  // registered in ascending, non-overlapping base order, as engines lay them out. Any other
+  // order falls through to the sort below, which also finds the reported pair.
+  {
+    bool sorted_disjoint = true;
+    u128 prev_end = 0;
+    for (const MetadataRegion& m : regions) {
+      const u128 len = static_cast<u128>(m.region.block_len) * m.region.num_blocks;
+      if (len == 0) continue;
+      if (m.region.base < prev_end) {
+        sorted_disjoint = false;
+        break;
+      }
+      prev_end = static_cast<u128>(m.region.base) + len;
+    }
+    if (sorted_disjoint) return std::nullopt;
+  }
   struct Span {
     uint64_t begin, end;
     size_t index;

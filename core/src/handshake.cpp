@@ -3,7 +3,7 @@
 #include "pdkv/core/handshake.hpp"
 
 #include <cstdio>
-#include <set>
+#include <string>
 
 namespace pdkv::core {
 namespace {
@@ -39,22 +39,17 @@ uint32_t heads_per_rank(const EngineMetadata& m) {
   return m.total_kv_heads >= m.tp_size ? m.total_kv_heads / m.tp_size : 1;
 }
 
-bool has_kind(const EngineMetadata& m, RegionKind k) {
-  for (const auto& r : m.regions)
-    if (r.kind == k) return true;
-  return false;
-}
-
 bool transferable_mamba_type(MambaType t) {
   return t == MambaType::Mamba1 || t == MambaType::Mamba2 || t == MambaType::Gdn;
 }
 
 // Rules that look at one side only; `side` is "local" or "remote".
-void check_one_side(const EngineMetadata& m, const char* side, Items& out) {
-  const bool local = std::string(side) == "local";
+void check_one_side(const EngineMetadata& m, bool local, Items& out) {
+  const char* side = local ? "local" : "remote";
   auto lv = [&](const std::string& v) { return local ? v : std::string(); };
   auto rv = [&](const std::string& v) { return local ? std::string() : v; };
-  const std::string who = std::string(side) + " engine '" + m.engine_id + "'";
+  // Built only when a rule fails (plan compiles run validate_pair on every call).
+  auto who = [&] { return std::string(side) + " engine '" + m.engine_id + "'"; };
 
   // GQA placement needs K % tp == 0 (sharded heads) or tp % K == 0 (replicated heads).
   if (!m.use_mla) {
@@ -62,7 +57,7 @@ void check_one_side(const EngineMetadata& m, const char* side, Items& out) {
     const uint32_t tp = m.tp_size;
     if ((tp <= k && k % tp != 0) || (tp > k && tp % k != 0)) {
       out.add(Status::HeadsNotDivisible, "tp_size", lv(num(tp)), rv(num(tp)),
-              who + ": tp_size " + num(tp) + " and total_kv_heads " + num(k) +
+              who() + ": tp_size " + num(tp) + " and total_kv_heads " + num(k) +
                   " do not divide each other, so KV heads cannot be placed on ranks",
               "use a tp_size that divides " + num(k) + " or is a multiple of it");
     }
@@ -70,13 +65,13 @@ void check_one_side(const EngineMetadata& m, const char* side, Items& out) {
   if (m.is_hybrid() && !transferable_mamba_type(m.mamba_type)) {
     out.add(Status::UnsupportedMambaType, "mamba_type", lv(mamba_type_name(m.mamba_type)),
             rv(mamba_type_name(m.mamba_type)),
-            who + ": Mamba type " + mamba_type_name(m.mamba_type) +
+            who() + ": Mamba type " + mamba_type_name(m.mamba_type) +
                 " has no conv-state split rule, its state cannot be transferred",
             "only Mamba1, Mamba2 and GDN hybrids can be disaggregated; serve this model without P/D");
   }
   if (m.is_hybrid() && m.conv_layout != ConvLayout::DS) {
     out.add(Status::UnsupportedLayout, "conv_layout", lv("SD"), rv("SD"),
-            who + " stores the Mamba conv state as SD; the per-projection transfer needs DS so "
+            who() + " stores the Mamba conv state as SD; the per-projection transfer needs DS so "
                   "each projection is one contiguous range",
             "set VLLM_SSM_CONV_STATE_LAYOUT=DS on the " + std::string(side) + " engine");
   }
@@ -85,7 +80,7 @@ void check_one_side(const EngineMetadata& m, const char* side, Items& out) {
   if (const auto o = find_region_overlap(m.regions)) {
     const std::string base = num(m.regions[o->second].region.base);
     out.add(Status::Incompatible, "regions[" + num(o->second) + "].base", lv(base), rv(base),
-            who + ": " + to_string(*o) + "; a transfer into one would overwrite the other",
+            who() + ": " + to_string(*o) + "; a transfer into one would overwrite the other",
             "register every KV tensor once, at its own non-overlapping address range");
   }
   // vLLM sends one num_blocks per engine; every region must hold exactly that many kernel blocks.
@@ -94,7 +89,7 @@ void check_one_side(const EngineMetadata& m, const char* side, Items& out) {
     if (r.region.num_blocks != m.num_kernel_blocks) {
       out.add(Status::Incompatible, "regions[" + num(i) + "].num_blocks",
               lv(num(r.region.num_blocks)), rv(num(r.region.num_blocks)),
-              who + ": region " + num(i) + " has " + num(r.region.num_blocks) +
+              who() + ": region " + num(i) + " has " + num(r.region.num_blocks) +
                   " kernel blocks but the engine advertises num_kernel_blocks " +
                   num(m.num_kernel_blocks),
               "register every KV tensor with the same number of blocks");
@@ -102,23 +97,33 @@ void check_one_side(const EngineMetadata& m, const char* side, Items& out) {
     }
   }
   // A kernel page is kernel_block_size tokens of attention_bytes_per_token (HMA pads the Mamba
-  // page up to it, so this holds for hybrids as well). A mismatch means the block_len the peer
-  // would address with is not the page the tensor really has.
+  // page up to it, so this holds for Mamba regions as well; check_metadata enforces it, this
+  // covers hand-built metadata). A mismatch means the block_len the peer would address with is
+  // not the page the tensor really has.
   for (size_t i = 0; i < m.regions.size(); ++i) {
     const auto& r = m.regions[i];
-    if (r.kind != RegionKind::Attention) continue;
     const u128 expect = static_cast<u128>(m.kernel_block_size) * m.attention_bytes_per_token;
     if (expect != r.region.block_len) {
       const std::string e = expect > UINT64_MAX ? std::string("> 2^64")
                                                 : num(static_cast<uint64_t>(expect));
       out.add(Status::Incompatible, "regions[" + num(i) + "].block_len",
               lv(num(r.region.block_len)), rv(num(r.region.block_len)),
-              who + ": attention region " + num(i) + " block_len " + num(r.region.block_len) +
-                  " != kernel_block_size " + num(m.kernel_block_size) +
-                  " * attention_bytes_per_token " + num(m.attention_bytes_per_token) + " = " + e,
+              who() + ": " + region_kind_name(r.kind) + " region " + num(i) + " block_len " +
+                  num(r.region.block_len) + " != kernel_block_size " +
+                  num(m.kernel_block_size) + " * attention_bytes_per_token " +
+                  num(m.attention_bytes_per_token) + " = " + e,
               "advertise the kernel page size actually registered");
       break;
     }
+  }
+  // Bytes per token are heads_per_rank whole heads (check_metadata enforces it as well).
+  if (m.attention_bytes_per_token % heads_per_rank(m) != 0) {
+    out.add(Status::Incompatible, "attention_bytes_per_token",
+            lv(num(m.attention_bytes_per_token)), rv(num(m.attention_bytes_per_token)),
+            who() + ": attention_bytes_per_token " + num(m.attention_bytes_per_token) +
+                " is not a whole number of bytes per KV head (" + num(heads_per_rank(m)) +
+                " heads per rank)",
+            "advertise heads_per_rank * (head_size + head_size_v) * KV dtype bytes");
   }
 }
 
@@ -179,8 +184,8 @@ std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const Engine
                 " do not divide each other",
             "choose TP sizes where one is a multiple of the other (e.g. 2 and 4)");
   }
-  check_one_side(l, "local", out);
-  check_one_side(r, "remote", out);
+  check_one_side(l, true, out);
+  check_one_side(r, false, out);
 
   // ---- layouts ----
   const bool heads_split = !l.use_mla && !r.use_mla && heads_per_rank(l) != heads_per_rank(r);
@@ -235,19 +240,27 @@ std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const Engine
     }
   }
 
-  // ---- byte sizes against the head ratio (#45879, expressed per token) ----
+  // ---- byte sizes against the head ratio (#45879, expressed per token per head) ----
   // vLLM: remote block_len == local block_len * rheads / lheads / bsr. Per token this is
-  // remote_a * lheads == local_a * rheads, which also holds across different block sizes.
-  if (has_kind(l, RegionKind::Attention) && has_kind(r, RegionKind::Attention) &&
-      l.use_mla == r.use_mla && l.total_kv_heads == r.total_kv_heads) {
+  // remote_a * lheads == local_a * rheads, i.e. equal bytes per token per KV head, which also
+  // holds across different block sizes. Checked for every model kind: a hybrid whose regions are
+  // all advertised as Mamba (first user a Mamba layer) still stores attention KV in them, and a
+  // doubled attention_bytes_per_token would make D slice P's pages at the wrong stride.
+  if (l.use_mla == r.use_mla && l.total_kv_heads == r.total_kv_heads) {
     const uint32_t lh = heads_per_rank(l);
     const uint32_t rh = heads_per_rank(r);
     if (static_cast<u128>(l.attention_bytes_per_token) * rh !=
         static_cast<u128>(r.attention_bytes_per_token) * lh) {
+      auto per_head = [](uint64_t a, uint32_t h) {
+        return a % h == 0 ? num(a / h) : num(a) + "/" + num(h);
+      };
       out.add(Status::Incompatible, "attention_bytes_per_token",
               num(l.attention_bytes_per_token), num(r.attention_bytes_per_token),
-              "attention bytes per token do not follow the head ratio (local " + num(lh) +
-                  " heads/rank, remote " + num(rh) + " heads/rank; vLLM #45879 block_len rule)",
+              "attention bytes per token per KV head differ (local " +
+                  per_head(l.attention_bytes_per_token, lh) + ", remote " +
+                  per_head(r.attention_bytes_per_token, rh) + "): they do not follow the head "
+                  "ratio (local " + num(lh) + " heads/rank, remote " + num(rh) +
+                  " heads/rank; vLLM #45879 block_len rule)",
               "use the same KV cache dtype and attention backend page format on both engines");
     }
   }
@@ -301,32 +314,44 @@ std::vector<Incompatibility> validate_engine_ranks(std::span<const EngineMetadat
   Items out;
   if (ranks.empty()) return out.take();
   const EngineMetadata& a = ranks[0];
-  std::set<uint32_t> seen;
+  // Strings are built only for a problem: a plan compile runs this on every call.
+  auto who = [&](size_t i) {
+    return "rank entry " + num(i) + " (tp_rank " + num(ranks[i].tp_rank) + ")";
+  };
   for (size_t i = 0; i < ranks.size(); ++i) {
     const EngineMetadata& b = ranks[i];
-    const std::string who = "rank entry " + num(i) + " (tp_rank " + num(b.tp_rank) + ")";
-    if (!seen.insert(b.tp_rank).second) {
+    bool repeated = false;
+    for (size_t j = 0; j < i && !repeated; ++j) repeated = ranks[j].tp_rank == b.tp_rank;
+    if (repeated) {
       out.add(Status::Incompatible, "tp_rank", "", num(b.tp_rank),
-              who + " repeats a tp_rank already handshaked", "handshake each remote rank once");
+              who(i) + " repeats a tp_rank already handshaked", "handshake each remote rank once");
     }
     if (i == 0) continue;
-    auto differ = [&](const char* field, const std::string& va, const std::string& vb,
-                      const std::string& fix) {
-      if (va != vb) {
-        out.add(Status::Incompatible, field, va, vb,
-                who + " disagrees with rank entry 0 on " + field + " (" + va + " vs " + vb + ")",
-                fix);
-      }
+    auto differ = [&](bool same, const char* field, auto value, const std::string& fix) {
+      if (same) return;
+      const std::string va = value(a), vb = value(b);
+      out.add(Status::Incompatible, field, va, vb,
+              who(i) + " disagrees with rank entry 0 on " + field + " (" + va + " vs " + vb + ")",
+              fix);
     };
-    differ("engine_id", a.engine_id, b.engine_id, "handshake ranks of one engine together");
-    differ("tp_size", num(a.tp_size), num(b.tp_size), "restart the remote engine consistently");
-    differ("num_kernel_blocks", num(a.num_kernel_blocks), num(b.num_kernel_blocks),
-           "give every rank of an engine the same KV cache size (gpu_memory_utilization)");
-    differ("regions", num(a.regions.size()), num(b.regions.size()),
+    differ(a.engine_id == b.engine_id, "engine_id",
+           [](const EngineMetadata& m) { return m.engine_id; },
+           "handshake ranks of one engine together");
+    differ(a.tp_size == b.tp_size, "tp_size",
+           [](const EngineMetadata& m) { return num(m.tp_size); },
            "restart the remote engine consistently");
-    differ("physical_blocks_per_logical", num(a.physical_blocks_per_logical),
-           num(b.physical_blocks_per_logical), "restart the remote engine consistently");
-    differ("model_fingerprint", hex64(a.model_fingerprint), hex64(b.model_fingerprint),
+    differ(a.num_kernel_blocks == b.num_kernel_blocks, "num_kernel_blocks",
+           [](const EngineMetadata& m) { return num(m.num_kernel_blocks); },
+           "give every rank of an engine the same KV cache size (gpu_memory_utilization)");
+    differ(a.regions.size() == b.regions.size(), "regions",
+           [](const EngineMetadata& m) { return num(m.regions.size()); },
+           "restart the remote engine consistently");
+    differ(a.physical_blocks_per_logical == b.physical_blocks_per_logical,
+           "physical_blocks_per_logical",
+           [](const EngineMetadata& m) { return num(m.physical_blocks_per_logical); },
+           "restart the remote engine consistently");
+    differ(a.model_fingerprint == b.model_fingerprint, "model_fingerprint",
+           [](const EngineMetadata& m) { return hex64(m.model_fingerprint); },
            "serve one model per engine");
   }
   return out.take();

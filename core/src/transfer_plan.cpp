@@ -8,6 +8,7 @@
 #include "pdkv/core/attention_descriptors.hpp"
 #include "pdkv/core/checked_math.hpp"
 #include "pdkv/core/error.hpp"
+#include "pdkv/core/handshake.hpp"
 #include "pdkv/core/mamba_split.hpp"
 #include "plan_internal.hpp"
 
@@ -54,21 +55,70 @@ uint64_t mamba_page_stride(const EngineMetadata& m, uint32_t region, uint64_t pa
 
 namespace {
 
-void check_mamba_state(const std::optional<MambaState>& st, const EngineMetadata& m,
-                       const char* side) {
+// A Mamba group needs both states; whether they agree with the metadata is part of
+// validate_plan_context (peer_problems).
+void require_mamba_state(const std::optional<MambaState>& st, const EngineMetadata& m,
+                         const char* side) {
   if (!st) {
     fail(Status::InvalidArgument, std::string("a Mamba group needs the ") + side +
                                       " MambaState (derive_mamba_state for tp_size " +
                                       s(m.tp_size) + ") in the plan context");
   }
-  if (st->tp_size != m.tp_size || st->conv_bytes != m.conv_bytes ||
-      st->ssm_bytes != m.ssm_bytes) {
-    fail(Status::InvalidArgument,
-         std::string(side) + " MambaState (tp_size " + s(st->tp_size) + ", conv " +
-             s(st->conv_bytes) + " B, ssm " + s(st->ssm_bytes) + " B) does not match the " + side +
-             " metadata (tp_size " + s(m.tp_size) + ", conv " + s(m.conv_bytes) + " B, ssm " +
-             s(m.ssm_bytes) + " B); derive both from the same model and engine config");
+}
+
+// Every field of `st` that the metadata also carries must agree with it: the Mamba type, TP
+// size, conv / SSM bytes and each conv projection's bytes. Appends one problem per field.
+void mamba_state_problems(const MambaState& st, const EngineMetadata& m, const std::string& who,
+                          std::vector<std::string>& out) {
+  auto differ = [&](const char* field, const std::string& state, const std::string& meta) {
+    out.push_back(who + ": MambaState " + field + " " + state + " != metadata " + field + " " +
+                  meta + "; derive the state and the metadata from the same model and engine "
+                  "config");
+  };
+  if (st.type != m.mamba_type) differ("mamba_type", mamba_type_name(st.type), mamba_type_name(m.mamba_type));
+  if (st.tp_size != m.tp_size) differ("tp_size", s(st.tp_size), s(m.tp_size));
+  if (st.conv_bytes != m.conv_bytes) differ("conv_bytes", s(st.conv_bytes), s(m.conv_bytes));
+  if (st.ssm_bytes != m.ssm_bytes) differ("ssm_bytes", s(st.ssm_bytes), s(m.ssm_bytes));
+  if (st.projections.size() != m.conv_projection_bytes.size()) {
+    differ("conv projection count", s(st.projections.size()), s(m.conv_projection_bytes.size()));
+  } else {
+    for (size_t k = 0; k < st.projections.size(); ++k) {
+      if (st.projections[k].bytes != m.conv_projection_bytes[k]) {
+        differ(("conv_projection_bytes[" + s(k) + "] (" + st.projections[k].name + ")").c_str(),
+               s(st.projections[k].bytes), s(m.conv_projection_bytes[k]));
+      }
+    }
   }
+}
+
+// What the peer advertised must pass the handshake D would run with every P rank, the P ranks
+// must agree with each other, and the Mamba states must describe the metadata. Cheap when
+// everything agrees (no strings are built), so compile runs it per call.
+void check_peer_agreement(const PlanContext& ctx) {
+  std::vector<std::string> problems;
+  for (const EngineMetadata& p : ctx.remote) {
+    for (const Incompatibility& it : validate_pair(ctx.local, p)) {
+      problems.push_back("D vs P rank " + s(p.tp_rank) + ": " + to_string(it));
+    }
+  }
+  for (const Incompatibility& it : validate_engine_ranks(ctx.remote)) {
+    problems.push_back("P ranks of engine '" + ctx.remote.front().engine_id + "': " +
+                       to_string(it));
+  }
+  if (ctx.local_mamba) mamba_state_problems(*ctx.local_mamba, ctx.local, "D", problems);
+  if (ctx.remote_mamba) {
+    for (const EngineMetadata& p : ctx.remote) {
+      mamba_state_problems(*ctx.remote_mamba, p, "P rank " + s(p.tp_rank), problems);
+    }
+  }
+  if (problems.empty()) return;
+  std::string msg = "plan context refused (the peer failed the handshake checks): " +
+                    s(problems.size()) + " problem(s): ";
+  for (size_t i = 0; i < problems.size(); ++i) {
+    if (i) msg += "; ";
+    msg += problems[i];
+  }
+  fail(Status::Incompatible, msg);
 }
 
 void check_context(const PlanContext& ctx) {
@@ -93,11 +143,6 @@ void check_context(const PlanContext& ctx) {
     if (p.engine_id != p0.engine_id) {
       fail(Status::InvalidArgument, "P metadata mixes engines '" + p0.engine_id + "' and '" +
                                         p.engine_id + "'; a plan reads from one P engine");
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (ctx.remote[j].tp_rank == p.tp_rank) {
-        fail(Status::InvalidArgument, "P rank " + s(p.tp_rank) + " appears twice in the context");
-      }
     }
     if (p.regions.size() != d.regions.size()) {
       fail(Status::Incompatible, "P rank " + s(p.tp_rank) + " registers " +
@@ -198,8 +243,8 @@ std::vector<ResolvedGroup> resolve(const PlanContext& ctx, const std::vector<Pla
                                               where + ": remote tokens per block");
     } else {
       if (!mamba_checked) {
-        check_mamba_state(ctx.local_mamba, d, "D");
-        check_mamba_state(ctx.remote_mamba, p0, "P");
+        require_mamba_state(ctx.local_mamba, d, "D");
+        require_mamba_state(ctx.remote_mamba, p0, "P");
         mamba_checked = true;
       }
       if (t.cache_mode == MambaCacheMode::All) {
@@ -364,12 +409,19 @@ void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t reg
 
 }  // namespace
 
+void validate_plan_context(const PlanContext& ctx) {
+  plan_detail::check_context(ctx);
+  plan_detail::check_peer_agreement(ctx);
+}
+
 TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<PlanGroup>& groups) {
   const std::vector<ResolvedGroup> resolved = resolve(ctx, groups);
   std::vector<GroupTrimInput> trim_in;
   trim_in.reserve(resolved.size());
   for (const auto& g : resolved) trim_in.push_back(g.trim);
   const std::vector<GroupTrim> trims = trim_prefix(trim_in);
+  // resolve() ran check_context; the handshake re-check comes after the request's own errors.
+  plan_detail::check_peer_agreement(ctx);
 
   const EngineMetadata& d = ctx.local;
   TransferPlan plan;
@@ -432,7 +484,9 @@ void validate_transfer_plan(const TransferPlan& plan, const PlanContext& ctx,
   const std::vector<ResolvedGroup> resolved = resolve(ctx, groups);
   std::vector<GroupTrimInput> trim_in;
   for (const auto& g : resolved) trim_in.push_back(g.trim);
-  check_coverage(plan, ctx, resolved, trim_prefix(trim_in));
+  const std::vector<GroupTrim> trims = trim_prefix(trim_in);
+  plan_detail::check_peer_agreement(ctx);
+  check_coverage(plan, ctx, resolved, trims);
 }
 
 }  // namespace pdkv::core

@@ -480,5 +480,76 @@ TEST(EngineMetadata, ImplausibleSizesAreRejectedNamingFieldAndValue) {
   EngineMetadata m = llama_mla();
   m.num_kernel_blocks = 1ull << 32;
   m.regions[0].region = {1ull << 50, 1ull << 16, 1ull << 32};
+  m.attention_bytes_per_token = (1ull << 16) / 64;  // block_len = kernel_block_size * bytes/token
   EXPECT_EQ(decode(encode(m)), m);
+}
+
+// ---- attention bytes per token tied to the kernel page ----
+
+// A peer that doubles attention_bytes_per_token (CRC re-sealed) used to pass decode: nothing tied
+// it to block_len. Every region's block_len must be kernel_block_size * attention_bytes_per_token
+// (Mamba regions too: the Mamba page is padded to the attention page).
+TEST(EngineMetadata, AttentionBytesPerTokenMustMatchTheKernelPage) {
+  struct Fixture {
+    EngineMetadata m;
+    std::string needle;
+  };
+  const std::vector<Fixture> fixtures = {
+      {nemotron_tp2(),  // hybrid: regions 0 and 2 are Mamba, 1 and 3 attention
+       "'regions[0].block_len' = 4096 is not kernel_block_size 16 * attention_bytes_per_token "
+       "512 = 8192"},
+      {llama_mla(),
+       "'regions[0].block_len' = 73728 is not kernel_block_size 64 * attention_bytes_per_token "
+       "2304 = 147456"}};
+  for (const Fixture& f : fixtures) {
+    const auto good = encode(f.m);
+    EXPECT_EQ(decode(good), f.m);
+    auto b = good;
+    const size_t abpt_off = offsets_of(f.m).flags() - 8;
+    put_le(b, abpt_off, f.m.attention_bytes_per_token * 2, 8);
+    reseal(b);
+    expect_error(b, Status::Parse, {f.needle});
+    EngineMetadata doubled = f.m;
+    doubled.attention_bytes_per_token *= 2;
+    try {
+      encode(doubled);
+      FAIL() << "encode accepted a doubled attention_bytes_per_token";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(f.needle), std::string::npos) << e.what();
+    }
+  }
+  // Also a single region whose block_len alone is off (bytes per token unchanged).
+  EngineMetadata m = nemotron_tp2();
+  m.regions[3].region.block_len = 8192;
+  m.regions[3].region.num_blocks = m.num_kernel_blocks;
+  m.regions[3].region.base = 1ull << 40;
+  try {
+    encode(m);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'regions[3].block_len' = 8192 is not kernel_block_size "
+                                         "16 * attention_bytes_per_token 256 = 4096"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Bytes per token must split into whole KV heads of the rank (max(1, K / tp); MLA 1).
+TEST(EngineMetadata, AttentionBytesPerTokenSplitsIntoWholeHeads) {
+  EngineMetadata m = nemotron_tp2();  // K = 2 at TP2: one head per rank, any value splits
+  m.total_kv_heads = 8;               // 4 heads per rank: 256 splits, 260 does not
+  EXPECT_NO_THROW(check_metadata(m, Status::InvalidArgument));
+  m.attention_bytes_per_token = 258;
+  for (auto& r : m.regions) r.region.block_len = 16 * 258;
+  try {
+    check_metadata(m, Status::Parse);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::Parse);
+    EXPECT_NE(std::string(e.what()).find("'attention_bytes_per_token' = 258 is not a whole number "
+                                         "of bytes per KV head (4 heads per rank"),
+              std::string::npos)
+        << e.what();
+  }
 }

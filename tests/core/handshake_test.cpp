@@ -370,3 +370,40 @@ TEST(HandshakeRules, OverlappingRegions) {
   t.regions[1].region.base = t.regions[0].region.base + size;
   EXPECT_TRUE(validate_pair(llama(2, 0, "d"), t).empty()) << dump(validate_pair(llama(2, 0, "d"), t));
 }
+
+// A hybrid whose regions are all advertised as Mamba (first user a Mamba layer, as vLLM
+// dedups HMA tensors) used to skip the bytes-per-token comparison entirely: P doubling
+// attention_bytes_per_token (and block_len with it, so the kernel page rule holds) passed.
+// The handshake now compares bytes per token per KV head for every model kind.
+TEST(HandshakeRules, BytesPerTokenPerHeadComparedForAllMambaRegionHybrids) {
+  auto all_mamba = [](EngineMetadata m) {
+    for (auto& r : m.regions) r.kind = RegionKind::Mamba;
+    check_metadata(m, Status::InvalidArgument);
+    return m;
+  };
+  const EngineMetadata d = all_mamba(nemotron(2, 0, "d"));
+  EXPECT_TRUE(validate_pair(d, all_mamba(nemotron(2, 0, "p"))).empty());
+  EXPECT_TRUE(validate_pair(d, all_mamba(nemotron(4, 0, "p"))).empty());
+  EngineMetadata p = all_mamba(nemotron(2, 0, "p"));
+  p.attention_bytes_per_token *= 2;  // 512 B per token for one head: 512 B per head vs 256
+  for (auto& r : p.regions) r.region.block_len *= 2;
+  p = all_mamba(p);  // still well-formed metadata on its own
+  expect_item(validate_pair(d, p), "attention_bytes_per_token", Status::Incompatible,
+              {"per KV head differ (local 256, remote 512)", "local: 256", "remote: 512"});
+  // A block_len that is not kernel_block_size * bytes per token is reported for Mamba regions
+  // too (hand-built metadata; check_metadata refuses it).
+  EngineMetadata q = all_mamba(nemotron(2, 0, "p"));
+  q.regions[0].region.block_len *= 2;
+  expect_item(validate_pair(d, q), "regions[0].block_len", Status::Incompatible,
+              {"mamba region 0 block_len 8192 != kernel_block_size 16 * attention_bytes_per_token "
+               "256 = 4096"});
+}
+
+// Bytes per token that do not split into whole heads of the rank (hand-built metadata).
+TEST(HandshakeRules, BytesPerTokenMustSplitIntoWholeHeads) {
+  EngineMetadata p = llama(2, 0, "p");  // 4 heads per rank
+  p.attention_bytes_per_token = 2050;
+  for (auto& r : p.regions) r.region.block_len = 16 * 2050;
+  expect_item(validate_pair(llama(2, 0, "d"), p), "attention_bytes_per_token",
+              Status::Incompatible, {"2050 is not a whole number of bytes per KV head (4 heads"});
+}

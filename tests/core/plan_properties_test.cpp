@@ -284,6 +284,7 @@ uint64_t wanted_state(const GroupTrimInput& t, size_t i, const std::vector<uint6
 struct Outcome {
   size_t compiled = 0, refused = 0;
   size_t nhd_compiled = 0, nhd_refused = 0;  // NHD contexts planned / refused as unsupported
+  size_t handshake_refused = 0;  // pure attention P_TP > D_TP with replicated P heads
 };
 
 void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
@@ -312,6 +313,12 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
   }
   const bool nhd_refused = nhd && !e.m.attention.use_mla &&
                            ctx.mapping.local_physical_heads != ctx.mapping.remote_physical_heads;
+  // The handshake refuses (vLLM's assert) pure GQA attention with P_TP > D_TP and replicated P
+  // heads: P ranks holding duplicate heads would never be read or released. A plan is never
+  // compiled for a peer that fails the handshake.
+  const bool handshake_refused = !e.m.attention.use_mla && !e.m.is_hybrid() &&
+                                 e.pc.tp_size > e.dc.tp_size &&
+                                 e.pc.tp_size > e.m.attention.num_kv_heads;
   uint64_t unused = 0;
   const Request rq = make_request(rng, e, regions, !e.m.is_hybrid() && pick(0, 1), &unused);
   const std::string what = e.m.name + " D tp" + std::to_string(e.dc.tp_size) + " rank " +
@@ -325,6 +332,13 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
                            (nhd ? " NHD" : " HND");
   SCOPED_TRACE(what);
   TransferPlan plan;
+  if (handshake_refused && !nhd_refused) {
+    std::string msg;
+    EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, rq.groups); }, &msg), Status::Incompatible);
+    EXPECT_NE(msg.find("with replicated remote KV heads"), std::string::npos) << msg;
+    ++out.handshake_refused;
+    return;
+  }
   if (nhd_refused) {
     // A head subset of an NHD block is not contiguous: refused, never planned with HND offsets.
     EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, rq.groups); }), Status::UnsupportedLayout);
@@ -522,6 +536,7 @@ TEST(PlanProperties, TinyRandomEnginesMoveExactlyTheMissingBytesOnce) {
     if (HasFailure()) break;
   }
   EXPECT_GT(out.compiled, 500u) << "skipped " << skipped;
+  EXPECT_GT(out.handshake_refused, 20u);
   EXPECT_GT(out.nhd_compiled, 150u);
   EXPECT_GT(out.nhd_refused, 50u);
 }

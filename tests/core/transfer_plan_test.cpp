@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -603,4 +604,146 @@ TEST(TransferPlan, LayoutRuleAgreesWithTheHandshake) {
   }
   EXPECT_GT(refused, 20u);
   EXPECT_GE(compiled_nhd, 4u);  // NHD with equal heads per rank (e.g. same TP) plans
+}
+
+// --- a peer that fails the handshake ----------------------------------------------------------
+
+namespace {
+
+// Nano P TP4 -> D TP2 rank 0 with an attention and a Mamba group.
+std::vector<PlanGroup> nano_groups() {
+  return {attention_group({10, 12}, {20, 25, 22}, 3000), mamba_group({40}, {50}, 3000)};
+}
+
+// Mutates P metadata as a peer would send it: the bytes are re-encoded (CRC re-sealed) and
+// decoded, so every mutation here passes decode() on its own.
+PlanContext with_peer(PlanContext ctx, const std::function<void(EngineMetadata&)>& mutate,
+                      std::vector<uint32_t> ranks = {0, 1, 2, 3}) {
+  for (uint32_t r : ranks) {
+    mutate(ctx.remote[r]);
+    ctx.remote[r] = decode(encode(ctx.remote[r]));
+  }
+  return ctx;
+}
+
+// Expects compile and validate to refuse `ctx` with Incompatible naming every needle.
+void expect_refused(const PlanContext& ctx, const TransferPlan& baseline,
+                    std::initializer_list<std::string> needles) {
+  std::string msg;
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, nano_groups()); }, &msg),
+            Status::Incompatible)
+      << msg;
+  for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << n << " in: " << msg;
+  EXPECT_EQ(status_of([&] { validate_transfer_plan(baseline, ctx, nano_groups()); }, &msg),
+            Status::Incompatible)
+      << msg;
+  for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << n << " in: " << msg;
+  EXPECT_EQ(status_of([&] { validate_plan_context(ctx); }, &msg), Status::Incompatible) << msg;
+  for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << n << " in: " << msg;
+}
+
+}  // namespace
+
+// Each mutation below passes decode() but fails validate_pair(D, P); compile used to return the
+// baseline plan unchanged (it compared only tp_size, conv_bytes and ssm_bytes of the states).
+TEST(TransferPlanPeer, PlanIsRefusedWhenThePeerFailsTheHandshake) {
+  const Nano n;
+  EXPECT_NO_THROW(validate_plan_context(n.ctx));
+  const TransferPlan baseline = compile_transfer_plan(n.ctx, nano_groups());
+  EXPECT_NO_THROW(validate_transfer_plan(baseline, n.ctx, nano_groups()));
+  ASSERT_EQ(n.ctx.remote[0].conv_projection_bytes, (std::vector<uint64_t>{6144, 1536, 1536}));
+
+  // Projection split changed with the same total (x grows by what B loses).
+  expect_refused(with_peer(n.ctx, [](EngineMetadata& m) {
+                   m.conv_projection_bytes[0] += 512;
+                   m.conv_projection_bytes[1] -= 512;
+                 }),
+                 baseline,
+                 {"plan context refused", "D vs P rank 0: PDKV_ERR_INCOMPATIBLE conv_projection_bytes[0]",
+                  "D vs P rank 3: PDKV_ERR_INCOMPATIBLE conv_projection_bytes[0]",
+                  "P rank 0: MambaState conv_projection_bytes[0] (x) 6144 != metadata "
+                  "conv_projection_bytes[0] (x) 6656",
+                  "P rank 2: MambaState conv_projection_bytes[1] (B) 1536 != metadata"});
+  // Mamba type changed (GDN has three projections too, so the metadata stays well-formed).
+  expect_refused(with_peer(n.ctx, [](EngineMetadata& m) { m.mamba_type = MambaType::Gdn; }),
+                 baseline,
+                 {"INCOMPATIBLE mamba_type: Mamba layer types differ (mamba2 vs gdn)",
+                  "P rank 1: MambaState mamba_type mamba2 != metadata mamba_type gdn"});
+  // Total KV heads changed (4 heads at TP4: still one head per rank, same bytes).
+  expect_refused(with_peer(n.ctx, [](EngineMetadata& m) { m.total_kv_heads = 4; }), baseline,
+                 {"INCOMPATIBLE total_kv_heads: total KV heads differ (2 vs 4)"});
+  // A region's kind changed.
+  expect_refused(with_peer(n.ctx, [](EngineMetadata& m) { m.regions[2].kind = RegionKind::Attention; }),
+                 baseline, {"INCOMPATIBLE regions[2].kind", "local: mamba, remote: attention"});
+  // The model fingerprint changed.
+  expect_refused(with_peer(n.ctx, [](EngineMetadata& m) { m.model_fingerprint ^= 1; }), baseline,
+                 {"INCOMPATIBLE model_fingerprint"});
+  // One P rank D does not even read from (rank 3: D rank 0 reads ranks 0 and 1) is enough.
+  expect_refused(with_peer(n.ctx, [](EngineMetadata& m) { m.total_kv_heads = 4; }, {3}), baseline,
+                 {"D vs P rank 3: PDKV_ERR_INCOMPATIBLE total_kv_heads"});
+  // A doubled attention_bytes_per_token cannot even be decoded (check_metadata ties it to
+  // block_len), and with block_len doubled too the per-head bytes differ from D's.
+  EXPECT_THROW(with_peer(n.ctx, [](EngineMetadata& m) { m.attention_bytes_per_token *= 2; }), Error);
+  expect_refused(with_peer(n.ctx,
+                           [](EngineMetadata& m) {
+                             m.attention_bytes_per_token *= 2;
+                             const uint64_t b0 = m.regions[0].region.base;
+                             for (size_t i = 0; i < m.regions.size(); ++i) {
+                               Region& r = m.regions[i].region;
+                               r.block_len *= 2;  // regions stay back to back
+                               r.base = b0 + i * r.block_len * r.num_blocks;
+                             }
+                           }),
+                 baseline, {"INCOMPATIBLE attention_bytes_per_token", "per KV head differ"});
+}
+
+// The P ranks must pass validate_engine_ranks: the same rank twice, or ranks disagreeing.
+TEST(TransferPlanPeer, PRanksMustAgreeWithEachOther) {
+  const Nano n;
+  const TransferPlan baseline = compile_transfer_plan(n.ctx, nano_groups());
+  PlanContext twice = n.ctx;
+  twice.remote.push_back(twice.remote[1]);
+  expect_refused(twice, baseline,
+                 {"P ranks of engine 'p': PDKV_ERR_INCOMPATIBLE tp_rank: rank entry 4 (tp_rank 1) repeats "
+                  "a tp_rank already handshaked"});
+  expect_refused(with_peer(n.ctx, [](EngineMetadata& m) {
+                   m.num_kernel_blocks /= 2;
+                   for (auto& r : m.regions) r.region.num_blocks /= 2;
+                 }, {2}),
+                 baseline, {"INCOMPATIBLE num_kernel_blocks"});
+}
+
+// The Mamba states must agree with the metadata in every field the metadata carries; the old
+// check compared only tp_size, conv_bytes and ssm_bytes, so a state with another projection
+// split (same total) planned reads at the wrong offsets.
+TEST(TransferPlanPeer, MambaStatesMustMatchTheMetadataInEveryField) {
+  const Nano n;
+  const TransferPlan baseline = compile_transfer_plan(n.ctx, nano_groups());
+  PlanContext split = n.ctx;
+  split.local_mamba->projections[0].bytes += 1024;
+  split.local_mamba->projections[1].bytes -= 1024;
+  split.remote_mamba->projections[0].bytes += 512;
+  split.remote_mamba->projections[1].bytes -= 512;
+  // Every item is listed: D's and each P rank's.
+  expect_refused(split, baseline,
+                 {"D: MambaState conv_projection_bytes[0] (x) 13312 != metadata "
+                  "conv_projection_bytes[0] (x) 12288",
+                  "D: MambaState conv_projection_bytes[1] (B) 2048 != metadata",
+                  "P rank 0: MambaState conv_projection_bytes[0] (x) 6656",
+                  "P rank 3: MambaState conv_projection_bytes[1] (B) 1024"});
+  PlanContext type = n.ctx;
+  type.local_mamba->type = MambaType::Gdn;
+  type.remote_mamba->type = MambaType::Gdn;
+  expect_refused(type, baseline, {"D: MambaState mamba_type gdn != metadata mamba_type mamba2"});
+  PlanContext tp = n.ctx;
+  tp.remote_mamba->tp_size = 2;
+  expect_refused(tp, baseline, {"P rank 0: MambaState tp_size 2 != metadata tp_size 4"});
+  PlanContext bytes = n.ctx;
+  bytes.local_mamba->ssm_bytes += 2;
+  bytes.local_mamba->conv_bytes -= 2;
+  expect_refused(bytes, baseline,
+                 {"D: MambaState conv_bytes", "D: MambaState ssm_bytes"});
+  PlanContext count = n.ctx;
+  count.remote_mamba->projections.pop_back();
+  expect_refused(count, baseline, {"P rank 1: MambaState conv projection count 2 != metadata conv projection count 3"});
 }

@@ -111,7 +111,11 @@ std::string to_string(const RegionOverlap& o);
 
 // Checks every field's range and the internal consistency the wire format promises (rank < size,
 // logical = kernel * ppl, conv bytes = sum of projections, regions inside the address space,
-// Mamba page inside the logical page, ...), the plausibility limits above (kMaxKernelBlocks,
+// Mamba page inside the logical page, every region's block_len == kernel_block_size *
+// attention_bytes_per_token (for every region kind: hybrids pad the Mamba page to the attention
+// page; the message names the region, both factors and the product), attention_bytes_per_token a
+// whole number of bytes per KV head (heads per rank max(1, total_kv_heads / tp_size), MLA 1),
+// ...), the plausibility limits above (kMaxKernelBlocks,
 // kMaxBlockLen, kMaxRegionBytes: the message names the field, its value and the limit) and that
 // no two regions overlap (the message names both region indexes and their byte ranges).
 // Throws Error(`status`, message naming the field and value): encode() uses InvalidArgument,

@@ -39,7 +39,10 @@ std::string to_string(const Incompatibility& item);
 // on either side (hand-built metadata) are still reported, as an Incompatible item on field
 // "regions[j].base" naming both regions and their byte ranges. KV layouts: the same on both
 // sides (MLA: any), and HND whenever the sides hold different numbers of KV heads per rank;
-// compile_transfer_plan applies the same rule.
+// compile_transfer_plan applies the same rule. Attention bytes per token per KV head must be
+// equal on both sides for every model kind (hybrids included, whatever the region kinds), and on
+// each side every region's block_len must equal kernel_block_size * attention_bytes_per_token.
+// compile_transfer_plan refuses a context in which any P rank fails this check.
 std::vector<Incompatibility> validate_pair(const EngineMetadata& local, const EngineMetadata& remote);
 
 // Throws Error(Incompatible) whose message joins every item of validate_pair with "; ".

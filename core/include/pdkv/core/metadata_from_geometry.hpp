@@ -21,8 +21,10 @@ struct EngineLayout {
 
 // Metadata of rank layout.tp_rank of an engine running `m` with `e` (geometry from
 // derive_geometry(m, e)): HND layout, kernel block_len for every region, the Mamba sizes of
-// g.mamba, prefix caching on iff cache_mode != None. Errors: those of check_metadata (as
-// InvalidArgument), Overflow.
+// g.mamba, prefix caching on iff cache_mode != None. Every region's block_len is
+// g.kernel_page_bytes = kernel_block_size * attention_bytes_per_token (hybrids pad the Mamba page
+// to the attention page), the relation check_metadata requires of every peer. Errors: those of
+// check_metadata (as InvalidArgument), Overflow.
 EngineMetadata metadata_from_geometry(const ModelDesc& m, const EngineConfig& e,
                                       const EngineGeometry& g, const EngineLayout& layout);
 

@@ -112,11 +112,36 @@ struct TransferPlan {
   bool empty() const { return ranks.empty(); }  // a full prefix hit: notify only
 };
 
+// Checks that a plan may be compiled for `ctx` at all: the structural checks (TP mapping vs the
+// metadata's ranks and sizes, at least one P rank, one P engine, equal region counts and KV
+// layouts on the P ranks, no overlapping regions: InvalidArgument / Incompatible as
+// compile_transfer_plan documents), then that the peer passes the handshake D would run:
+//  * validate_pair(ctx.local, p) is empty for every P rank p in ctx.remote (model fingerprint,
+//    MLA, total KV heads, Mamba type, TP divisibility, region kinds, block_len vs kernel block
+//    size x bytes per token, bytes per token per head, SSM / conv bytes vs TP, layouts, ...);
+//  * validate_engine_ranks(ctx.remote) is empty (distinct tp_ranks, one engine id, TP size,
+//    block counts, region count, ppl and model fingerprint agree);
+//  * ctx.local_mamba / ctx.remote_mamba, when given, agree with the D / every P rank's metadata
+//    in every field the metadata carries: mamba_type, tp_size, conv_bytes, ssm_bytes and each
+//    conv projection's bytes.
+// Any failure of the three throws Incompatible whose message lists EVERY problem ("D vs P rank
+// 1: PDKV_ERR_INCOMPATIBLE total_kv_heads: ...; P ranks of engine 'p': ...; D: MambaState ssm_bytes ...").
+// compile_transfer_plan and validate_transfer_plan run the same checks on every call (after
+// the request's own group / trimming errors, which are therefore reported first). No verdict is
+// cached: when nothing is wrong they build no strings and allocate nothing per region, about
+// 0.5 us for Nemotron-3-Nano P TP4 -> D TP2 with 6 regions (Release, this repo's 2-core CI
+// machine) against 9-48 us for the whole compile (bench/plan_bench). Call this once after
+// building a context to refuse a bad peer before any request arrives.
+void validate_plan_context(const PlanContext& ctx);
+
 // Compiles and validates one request's plan. Errors:
 //  InvalidArgument - inconsistent context (mapping vs metadata ranks / sizes, missing Mamba
 //                    states, a region index out of range, tokens_per_block disagreeing with
 //                    the metadata, two regions of D or of a P rank overlapping: names both
 //                    region indexes and byte ranges), naming the values;
+//  Incompatible    - a context validate_plan_context refuses: a P rank failing validate_pair
+//                    with D, P ranks failing validate_engine_ranks (e.g. the same P rank twice),
+//                    Mamba states disagreeing with the metadata; the message lists every item;
 //  UnsupportedLayout - an attention group with different KV layouts on D and P (non-MLA), or NHD
 //                    with different KV heads per rank on D and P (names both layouts and the fix);
 //  NotFound        - a P rank the plan reads from has no metadata in ctx.remote;
@@ -135,7 +160,8 @@ TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<Pla
 // union of the plan's local ranges; attention bytes follow D's own KV layout (HND head slices or
 // NHD token ranges). Throws the context errors of compile_transfer_plan (InvalidArgument,
 // UnsupportedLayout, ...), Coverage (overlap, missing or unexpected bytes, naming region, offset
-// and length) or OutOfBounds (naming side, region, offset, length, size).
+// and length) or OutOfBounds (naming side, region, offset, length, size); a context that
+// validate_plan_context refuses is Incompatible here too.
 void validate_transfer_plan(const TransferPlan& plan, const PlanContext& ctx,
                             const std::vector<PlanGroup>& groups);
 
