@@ -393,8 +393,8 @@ func TestConformanceRunnerFailsCases(t *testing.T) {
 	fails(`{"name":"x","op":"model_hf_config","input":{"json":"{}","name":""},"output":{}}`, "empty")
 
 	// A changed line of a plan's JSON dump fails.
-	plan := `"input":{"model":"nemotron-3-nano-30b","decode_rank":0,"prefill":{"engine":{"tp_size":2}},"decode":{"engine":{"tp_size":2}},
-		"groups":[{"kind":"attention","local_blocks":[1],"remote_blocks":[2],"remote_computed_tokens":16}]}`
+	plan := `"input":{"model":"nemotron-3-nano-30b","decode_rank":0,"prefill":{"engine":{"tp_size":2},"layout":{"engine_id":"p"}},
+		"decode":{"engine":{"tp_size":2},"layout":{"engine_id":"d"}},"groups":[{"kind":"attention","local_blocks":[1],"remote_blocks":[2],"remote_computed_tokens":16}]}`
 	got, err := runOp(t, "transfer_plan_json", plan[len(`"input":`):])
 	if err != nil {
 		t.Fatal(err)
@@ -412,7 +412,8 @@ func TestConformanceRunnerFailsCases(t *testing.T) {
 	// The optional transfer_plan inputs: exactly one of model / hf_config, prefill.ranks (a typo
 	// of it, a P rank left out, its order).
 	mla := `"{\"model_type\": \"deepseek_v3\", \"num_hidden_layers\": 2, \"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"`
-	rest := `"decode_rank":1,"prefill":{"engine":{"tp_size":2,"backend":"flashmla"}},"decode":{"engine":{"tp_size":2,"backend":"flashmla"}},
+	rest := `"decode_rank":1,"prefill":{"engine":{"tp_size":2,"backend":"flashmla"},"layout":{"engine_id":"p"}},
+		"decode":{"engine":{"tp_size":2,"backend":"flashmla"},"layout":{"engine_id":"d"}},
 		"groups":[{"kind":"attention","local_blocks":[1],"remote_blocks":[2],"remote_computed_tokens":16}]`
 	fails(`{"name":"x","op":"transfer_plan","input":{`+rest+`},"output":{}}`, "exactly one of input.model / input.hf_config")
 	fails(`{"name":"x","op":"transfer_plan","input":{"model":"nemotron-3-nano-30b","hf_config":`+mla+`,`+rest+`},"output":{}}`,
@@ -426,8 +427,8 @@ func TestConformanceRunnerFailsCases(t *testing.T) {
 		t.Fatalf("hf_config MLA plan bytes %v / %v", fromHF["bytes"], fromHF["attention_bytes"])
 	}
 	byRanks := func(ranks string) string {
-		return `{"model":"nemotron-3-nano-30b","decode_rank":1,"prefill":{"engine":{"tp_size":2},` + ranks + `},
-			"decode":{"engine":{"tp_size":2}},"groups":[{"kind":"attention","local_blocks":[1],"remote_blocks":[2],"remote_computed_tokens":16}]}`
+		return `{"model":"nemotron-3-nano-30b","decode_rank":1,"prefill":{"engine":{"tp_size":2},"layout":{"engine_id":"p"},` + ranks + `},
+			"decode":{"engine":{"tp_size":2},"layout":{"engine_id":"d"}},"groups":[{"kind":"attention","local_blocks":[1],"remote_blocks":[2],"remote_computed_tokens":16}]}`
 	}
 	fails(`{"name":"x","op":"transfer_plan","input":`+byRanks(`"rank":[0,1]`)+`,"output":{}}`, "input.prefill.rank")
 	fails(`{"name":"x","op":"transfer_plan","input":`+byRanks(`"ranks":[4294967296]`)+`,"output":{}}`, "does not fit uint32")

@@ -701,16 +701,17 @@ func TestIssue3OpsSelfCheck(t *testing.T) {
 	_, err = runOp(t, "metadata_decode", `{"hex": "00"}`)
 	wantErr(t, err, ErrParse)
 
-	hs, err := runOp(t, "handshake_validate", `{"local": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}},
-		"remote": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 4}, "layout": {"kv_layout": "NHD"}}}`)
+	// Distinct engine ids, so the NHD remote is the only problem the handshake can report.
+	hs, err := runOp(t, "handshake_validate", `{"local": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
+		"remote": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 4}, "layout": {"engine_id": "p", "kv_layout": "NHD"}}}`)
 	must(t, err)
 	if hs["compatible"] != false || len(hs["items"].([]interface{})) == 0 {
 		t.Fatalf("NHD remote: %v", hs)
 	}
 
 	plan, err := runOp(t, "transfer_plan", `{"model": "nemotron-3-nano-30b", "decode_rank": 0,
-		"prefill": {"engine": {"tp_size": 4}, "layout": {"num_regions": 6, "base": 2199023255552}},
-		"decode": {"engine": {"tp_size": 2}, "layout": {"num_regions": 6}},
+		"prefill": {"engine": {"tp_size": 4}, "layout": {"engine_id": "p", "num_regions": 6, "base": 2199023255552}},
+		"decode": {"engine": {"tp_size": 2}, "layout": {"engine_id": "d", "num_regions": 6}},
 		"groups": [{"kind": "attention", "local_blocks": [10, 12], "remote_blocks": [20, 25, 22], "remote_computed_tokens": 3000}]}`)
 	must(t, err)
 	w, _ = normalise(map[string]interface{}{"d_tp": 2, "p_tp": 4, "read_ranks": []int{0}, "notify_ranks": []int{0, 1},
@@ -724,7 +725,8 @@ func TestIssue3OpsSelfCheck(t *testing.T) {
 		t.Fatalf("P0 reads %d", n)
 	}
 	_, err = runOp(t, "transfer_plan", `{"model": "nemotron-3-nano-30b", "decode_rank": 0,
-		"prefill": {"engine": {"tp_size": 3}}, "decode": {"engine": {"tp_size": 2}}, "groups": []}`)
+		"prefill": {"engine": {"tp_size": 3}, "layout": {"engine_id": "p"}},
+		"decode": {"engine": {"tp_size": 2}, "layout": {"engine_id": "d"}}, "groups": []}`)
 	wantErr(t, err, ErrHeadsNotDivisible)
 }
 

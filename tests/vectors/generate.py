@@ -1504,6 +1504,12 @@ def validate(l, r):
         add("PDKV_ERR_UNSUPPORTED_LAYOUT", "kv_layout")
     if len(l["regions"]) != len(r["regions"]):
         add(inc, "regions")
+    # Equal attention bytes per token per KV head (vLLM #45879 block_len rule, handshake.cpp):
+    # local_a * remote_heads_per_rank == remote_a * local_heads_per_rank, for every model kind.
+    if l["use_mla"] == r["use_mla"] and l["total_kv_heads"] == r["total_kv_heads"]:
+        hpr_mla = lambda m: 1 if m["use_mla"] else hpr(m)
+        if l["attention_bytes_per_token"] * hpr_mla(r) != r["attention_bytes_per_token"] * hpr_mla(l):
+            add(inc, "attention_bytes_per_token")
     if l["mamba_type"] == r["mamba_type"]:
         if l["ssm_bytes"] * l["tp_size"] != r["ssm_bytes"] * r["tp_size"]:
             add(inc, "ssm_bytes")
@@ -2365,12 +2371,13 @@ def handshake2_cases():
     h("tp_not_dividing_4_vs_6", {"model": falcon, "engine": {"tp_size": 4}, "layout": {"engine_id": "d"}},
       {"model": falcon, "engine": {"tp_size": 6}, "layout": {"engine_id": "p"}}, [{"status": T, "field": "tp_size"}],
       [["4", "6"]])
-    # Different models with the same K and Mamba type: fingerprint, then the TP-invariant sizes.
+    # Different models with the same K and Mamba type: fingerprint, then the TP-invariant sizes
+    # (attention bytes per token per KV head: Nano 512, Falcon-H1-0.5B 256).
     h("fingerprint_mismatch_nano_vs_falcon", {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
       {"model": falcon, "engine": {"tp_size": 2}, "layout": {"engine_id": "p"}},
-      [{"status": I, "field": "model_fingerprint"}, {"status": I, "field": "ssm_bytes"},
-       {"status": I, "field": "conv_projection_bytes[0]"}],
-      [[fp(nano), fp(falcon)], ["1048576", "196608"], ["12288", "4608"]])
+      [{"status": I, "field": "model_fingerprint"}, {"status": I, "field": "attention_bytes_per_token"},
+       {"status": I, "field": "ssm_bytes"}, {"status": I, "field": "conv_projection_bytes[0]"}],
+      [[fp(nano), fp(falcon)], ["512", "256"], ["1048576", "196608"], ["12288", "4608"]])
     h("kv_layout_hnd_vs_nhd", {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
       {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "p", "kv_layout": "NHD"}},
       [{"status": U, "field": "kv_layout"}], [["HND", "NHD"]])

@@ -1957,10 +1957,16 @@ fn newer_op_handlers_are_consistent() {
     assert!(matches!(err, Outcome::Failed(e) if e.status() == Status::Parse));
     let hs = run(
         "handshake_validate",
-        r#"{"local": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}},
-            "remote": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 4}, "layout": {"kv_layout": "NHD"}}}"#,
+        r#"{"local": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
+            "remote": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 4}, "layout": {"engine_id": "p", "kv_layout": "NHD"}}}"#,
     );
+    // Distinct engine ids: the NHD remote is the one problem reported.
     assert_eq!(hs["compatible"], Json::Bool(false));
+    assert_eq!(
+        hs["items"],
+        Parser::parse(r#"[{"status": "PDKV_ERR_UNSUPPORTED_LAYOUT", "field": "kv_layout"}]"#)
+            .unwrap()
+    );
     let trim = run(
         "trim_group",
         r#"{"kind": "attention", "local_blocks": [6, 7, 8, 9], "remote_blocks": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
@@ -1970,8 +1976,8 @@ fn newer_op_handlers_are_consistent() {
     let plan = run(
         "transfer_plan",
         r#"{"model": "nemotron-3-nano-30b", "decode_rank": 1,
-            "prefill": {"engine": {"tp_size": 4}, "layout": {"num_regions": 6}},
-            "decode": {"engine": {"tp_size": 2}, "layout": {"num_regions": 6}},
+            "prefill": {"engine": {"tp_size": 4}, "layout": {"engine_id": "p", "num_regions": 6}},
+            "decode": {"engine": {"tp_size": 2}, "layout": {"engine_id": "d", "num_regions": 6}},
             "groups": [{"kind": "attention", "local_blocks": [10, 11], "remote_blocks": [20, 21, 22], "remote_computed_tokens": 3000},
                        {"kind": "mamba", "local_blocks": [40], "remote_blocks": [50], "remote_computed_tokens": 3000}]}"#,
     );
@@ -2117,7 +2123,8 @@ fn issue4_handlers_detect_mismatches() {
 
     // transfer_plan_json: the dump is split into lines; the first and last are the braces.
     let plan_input = r#"{"model":"nemotron-3-nano-30b","decode_rank":1,
-        "prefill":{"engine":{"tp_size":2}},"decode":{"engine":{"tp_size":2}},
+        "prefill":{"engine":{"tp_size":2},"layout":{"engine_id":"p"}},
+        "decode":{"engine":{"tp_size":2},"layout":{"engine_id":"d"}},
         "groups":[{"kind":"attention","local_blocks":[3,4],"remote_blocks":[7,8],"remote_computed_tokens":2106}]}"#;
     let lines = match execute("transfer_plan_json", obj(&case(plan_input)).unwrap()).unwrap() {
         Outcome::Output(Json::Obj(m)) => m["lines"].clone(),
@@ -2145,8 +2152,8 @@ fn plan_model_source_and_prefill_ranks() {
     let plan = |model: &str, prefill_extra: &str| -> CaseResult<Outcome> {
         let text = format!(
             r#"{{{model}"decode_rank":1,
-                "prefill":{{"engine":{{"tp_size":4}},"layout":{{"num_regions":6}}{prefill_extra}}},
-                "decode":{{"engine":{{"tp_size":2}},"layout":{{"num_regions":6}}}},
+                "prefill":{{"engine":{{"tp_size":4}},"layout":{{"engine_id":"p","num_regions":6}}{prefill_extra}}},
+                "decode":{{"engine":{{"tp_size":2}},"layout":{{"engine_id":"d","num_regions":6}}}},
                 "groups":[{{"kind":"attention","local_blocks":[10,11],"remote_blocks":[20,21,22],"remote_computed_tokens":3000}},
                           {{"kind":"mamba","local_blocks":[40],"remote_blocks":[50],"remote_computed_tokens":3000}}]}}"#
         );
