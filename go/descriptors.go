@@ -42,16 +42,22 @@ func newDescriptorList(p *C.pdkv_descriptor_list_t) *DescriptorList {
 	return l
 }
 
-// Close frees the list. It is idempotent and waits for calls in flight.
-func (l *DescriptorList) Close() error {
-	l.h.close()
-	runtime.SetFinalizer(l, nil)
-	return nil
+// Close frees the list. It is idempotent (closing twice does nothing) and waits for calls in
+// flight. Close on a nil *DescriptorList does nothing and returns nil, like a second Close.
+func (l *DescriptorList) Close() error { return closeHandle(l, l.ref()) }
+
+// ref returns the handle of l, or nil for a nil *DescriptorList: acquire, acquireArg and closeHandle
+// turn that into a nil error (or a no-op) instead of a nil pointer dereference.
+func (l *DescriptorList) ref() *handle[C.pdkv_descriptor_list_t] {
+	if l == nil {
+		return nil
+	}
+	return &l.h
 }
 
 // Items returns a copy of the descriptors.
 func (l *DescriptorList) Items() ([]Descriptor, error) {
-	p, err := l.h.acquire()
+	p, err := l.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -110,10 +116,7 @@ func AttentionLocalDescriptors(regions []Region, blockSizeRatio uint32) (*Descri
 // for the local rank of mapping. Errors: ErrIncompatible (region counts, block lengths that do
 // not match the head ratio, head-sharded reads with bsr > 1), ErrOutOfBounds, ErrClosed.
 func AttentionRemoteDescriptors(localRegions, remoteRegions []Region, mapping *TpMapping, blockSizeRatio uint32) (*DescriptorList, error) {
-	if mapping == nil {
-		return nil, goErr(StatusNullPointer, "mapping is nil")
-	}
-	mp, err := mapping.h.acquire()
+	mp, err := mapping.ref().acquireArg("mapping")
 	if err != nil {
 		return nil, err
 	}
@@ -134,18 +137,12 @@ func AttentionRemoteDescriptors(localRegions, remoteRegions []Region, mapping *T
 // slot. Errors: ErrInvalidArgument (tp_ratio > 0, or pRank not a source rank), ErrIncompatible,
 // ErrClosed.
 func AttentionSplitDescriptors(localAttention *DescriptorList, mapping *TpMapping, blockSizeRatio, pRank uint32) (*DescriptorList, error) {
-	if localAttention == nil {
-		return nil, goErr(StatusNullPointer, "local_attention is nil")
-	}
-	if mapping == nil {
-		return nil, goErr(StatusNullPointer, "mapping is nil")
-	}
-	lp, err := localAttention.h.acquire()
+	lp, err := localAttention.ref().acquireArg("local_attention")
 	if err != nil {
 		return nil, err
 	}
 	defer localAttention.h.release()
-	mp, err := mapping.h.acquire()
+	mp, err := mapping.ref().acquireArg("mapping")
 	if err != nil {
 		return nil, err
 	}
@@ -163,10 +160,7 @@ func AttentionSplitDescriptors(localAttention *DescriptorList, mapping *TpMappin
 // engine's; ppl its physical blocks per logical block. Errors: ErrInvalidArgument (ppl 0,
 // NumBlocks % ppl != 0), ErrOutOfBounds (state does not fit), ErrUnsupportedMambaType.
 func MambaLocalDescriptors(regions []Region, ppl uint64, geometry *Geometry) (*DescriptorList, error) {
-	if geometry == nil {
-		return nil, goErr(StatusNullPointer, "geometry is nil")
-	}
-	gp, err := geometry.h.acquire()
+	gp, err := geometry.ref().acquireArg("geometry")
 	if err != nil {
 		return nil, err
 	}
@@ -180,19 +174,14 @@ func MambaLocalDescriptors(regions []Region, ppl uint64, geometry *Geometry) (*D
 	return finishList(st, out, cerr)
 }
 
-// mambaSplitArgs acquires a geometry and a read list for the two per-P-rank builders.
-func mambaSplitArgs(geometry *Geometry, reads *MambaReadList) (*C.pdkv_geometry_t, *C.pdkv_mamba_read_list_t, func(), error) {
-	if geometry == nil {
-		return nil, nil, nil, goErr(StatusNullPointer, "geometry is nil")
-	}
-	if reads == nil {
-		return nil, nil, nil, goErr(StatusNullPointer, "reads is nil")
-	}
-	gp, err := geometry.h.acquire()
+// mambaSplitArgs acquires a geometry (the parameter named geometryArg) and a read list for the
+// two per-P-rank builders.
+func mambaSplitArgs(geometry *Geometry, geometryArg string, reads *MambaReadList) (*C.pdkv_geometry_t, *C.pdkv_mamba_read_list_t, func(), error) {
+	gp, err := geometry.ref().acquireArg(geometryArg)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rp, err := reads.h.acquire()
+	rp, err := reads.ref().acquireArg("reads")
 	if err != nil {
 		geometry.h.release()
 		return nil, nil, nil, err
@@ -204,7 +193,7 @@ func mambaSplitArgs(geometry *Geometry, reads *MambaReadList) (*C.pdkv_geometry_
 // whose PRank matches (empty when it supplies nothing). pGeometry is the P engine's.
 // Errors: as MambaLocalDescriptors, plus ErrOutOfBounds for a read leaving the P page.
 func MambaRemoteDescriptors(pRegions []Region, pPpl uint64, pGeometry *Geometry, reads *MambaReadList, pRank uint32) (*DescriptorList, error) {
-	gp, lp, release, err := mambaSplitArgs(pGeometry, reads)
+	gp, lp, release, err := mambaSplitArgs(pGeometry, "p_geometry", reads)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +212,7 @@ func MambaRemoteDescriptors(pRegions []Region, pPpl uint64, pGeometry *Geometry,
 // MambaRemoteDescriptors(..., pRank) one to one. dGeometry is the D engine's.
 // Errors: as MambaLocalDescriptors.
 func MambaLocalSplitDescriptors(dRegions []Region, dPpl uint64, dGeometry *Geometry, reads *MambaReadList, pRank uint32) (*DescriptorList, error) {
-	gp, lp, release, err := mambaSplitArgs(dGeometry, reads)
+	gp, lp, release, err := mambaSplitArgs(dGeometry, "d_geometry", reads)
 	if err != nil {
 		return nil, err
 	}

@@ -249,10 +249,7 @@ type Geometry struct {
 // ErrHeadsNotDivisible, ErrUnsupportedMambaType, ErrUnsupportedLayout, ErrIncompatible,
 // ErrOverflow, ErrClosed (model closed).
 func NewGeometry(model *Model, config EngineConfig) (*Geometry, error) {
-	if model == nil {
-		return nil, goErr(StatusNullPointer, "model is nil")
-	}
-	mp, err := model.h.acquire()
+	mp, err := model.ref().acquireArg("model")
 	if err != nil {
 		return nil, err
 	}
@@ -272,16 +269,22 @@ func NewGeometry(model *Model, config EngineConfig) (*Geometry, error) {
 	return g, nil
 }
 
-// Close frees the geometry. It is idempotent and waits for calls in flight.
-func (g *Geometry) Close() error {
-	g.h.close()
-	runtime.SetFinalizer(g, nil)
-	return nil
+// Close frees the geometry. It is idempotent (closing twice does nothing) and waits for calls in
+// flight. Close on a nil *Geometry does nothing and returns nil, like a second Close.
+func (g *Geometry) Close() error { return closeHandle(g, g.ref()) }
+
+// ref returns the handle of g, or nil for a nil *Geometry: acquire, acquireArg and closeHandle
+// turn that into a nil error (or a no-op) instead of a nil pointer dereference.
+func (g *Geometry) ref() *handle[C.pdkv_geometry_t] {
+	if g == nil {
+		return nil
+	}
+	return &g.h
 }
 
 // Info returns the geometry's scalars.
 func (g *Geometry) Info() (GeometryInfo, error) {
-	p, err := g.h.acquire()
+	p, err := g.ref().acquire()
 	if err != nil {
 		return GeometryInfo{}, err
 	}
@@ -328,14 +331,14 @@ func (g *Geometry) Info() (GeometryInfo, error) {
 // Projection returns conv projection index (< Info().NumProjections). Errors: ErrOutOfBounds
 // (names index and count).
 func (g *Geometry) Projection(index int) (ConvProjection, error) {
-	if index < 0 {
-		return ConvProjection{}, goErr(StatusOutOfBounds, "projection index %d is negative", index)
-	}
-	p, err := g.h.acquire()
+	p, err := g.ref().acquire()
 	if err != nil {
 		return ConvProjection{}, err
 	}
 	defer g.h.release()
+	if index < 0 {
+		return ConvProjection{}, goErr(StatusOutOfBounds, "projection index %d is negative", index)
+	}
 	var cp C.pdkv_conv_projection_t
 	cp.struct_size = C.size_t(unsafe.Sizeof(cp))
 	var cerr *C.pdkv_error_t
@@ -375,7 +378,7 @@ func (g *Geometry) Projections() ([]ConvProjection, error) {
 
 // TemporalShape returns the per-rank temporal (SSM) state shape.
 func (g *Geometry) TemporalShape() ([]uint64, error) {
-	p, err := g.h.acquire()
+	p, err := g.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -396,14 +399,14 @@ func (g *Geometry) TemporalShape() ([]uint64, error) {
 // LogLine returns vLLM's INFO log line index (< Info().NumLogLines) for this engine, verbatim.
 // Errors: ErrOutOfBounds.
 func (g *Geometry) LogLine(index int) (string, error) {
-	if index < 0 {
-		return "", goErr(StatusOutOfBounds, "log line index %d is negative", index)
-	}
-	p, err := g.h.acquire()
+	p, err := g.ref().acquire()
 	if err != nil {
 		return "", err
 	}
 	defer g.h.release()
+	if index < 0 {
+		return "", goErr(StatusOutOfBounds, "log line index %d is negative", index)
+	}
 	var line *C.char
 	var cerr *C.pdkv_error_t
 	st := C.pdkv_geometry_log_line(p, C.size_t(index), &line, &cerr)

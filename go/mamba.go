@@ -47,7 +47,7 @@ func rangesCall(call func(buf *C.pdkv_byte_range_t, capacity C.size_t, count *C.
 // LocalConvOffsets returns the cumulative (offset, size) of each conv projection in this
 // engine's local page ([x|B|C], [Q|K|V] or [x]). Errors: ErrUnsupportedMambaType (not hybrid).
 func (g *Geometry) LocalConvOffsets() ([]ByteRange, error) {
-	p, err := g.h.acquire()
+	p, err := g.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (g *Geometry) LocalConvOffsets() ([]ByteRange, error) {
 // tpRatio < 0 reads each whole remote projection. Wrong for Mamba2 with n_groups < TP (vLLM
 // #55208): plan with NewMambaReads. Errors: ErrInvalidArgument (tpRatio 0, indivisible sizes).
 func (g *Geometry) RemoteConvOffsets(localRank uint32, tpRatio int32) ([]ByteRange, error) {
-	p, err := g.h.acquire()
+	p, err := g.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +80,7 @@ func (g *Geometry) RemoteConvOffsets(localRank uint32, tpRatio int32) ([]ByteRan
 // the local ssm bytes at remoteConvBytes + lo*local_ssm_bytes; tpRatio < 0 the whole remote
 // state. Errors: ErrInvalidArgument, ErrOverflow.
 func (g *Geometry) SSMReadRange(remoteConvBytes, remoteSSMBytes uint64, localRank uint32, tpRatio int32) (ByteRange, error) {
-	p, err := g.h.acquire()
+	p, err := g.ref().acquire()
 	if err != nil {
 		return ByteRange{}, err
 	}
@@ -138,17 +138,11 @@ type MambaReadList struct {
 
 // acquire2 acquires two geometries (possibly the same one) (released by the returned function).
 func acquire2(a, b *Geometry, an, bn string) (*C.pdkv_geometry_t, *C.pdkv_geometry_t, func(), error) {
-	if a == nil {
-		return nil, nil, nil, goErr(StatusNullPointer, "%s is nil", an)
-	}
-	if b == nil {
-		return nil, nil, nil, goErr(StatusNullPointer, "%s is nil", bn)
-	}
-	pa, err := a.h.acquire()
+	pa, err := a.ref().acquireArg(an)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	pb, err := b.h.acquire()
+	pb, err := b.ref().acquireArg(bn)
 	if err != nil {
 		a.h.release()
 		return nil, nil, nil, err
@@ -178,16 +172,22 @@ func NewMambaReads(pGeometry, dGeometry *Geometry, dRank uint32, rule MambaReads
 	return l, nil
 }
 
-// Close frees the list. It is idempotent and waits for calls in flight.
-func (l *MambaReadList) Close() error {
-	l.h.close()
-	runtime.SetFinalizer(l, nil)
-	return nil
+// Close frees the list. It is idempotent (closing twice does nothing) and waits for calls in
+// flight. Close on a nil *MambaReadList does nothing and returns nil, like a second Close.
+func (l *MambaReadList) Close() error { return closeHandle(l, l.ref()) }
+
+// ref returns the handle of l, or nil for a nil *MambaReadList: acquire, acquireArg and closeHandle
+// turn that into a nil error (or a no-op) instead of a nil pointer dereference.
+func (l *MambaReadList) ref() *handle[C.pdkv_mamba_read_list_t] {
+	if l == nil {
+		return nil
+	}
+	return &l.h
 }
 
 // Items returns a copy of the reads, in page order (ssm last).
 func (l *MambaReadList) Items() ([]MambaRead, error) {
-	p, err := l.h.acquire()
+	p, err := l.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func (l *MambaReadList) Items() ([]MambaRead, error) {
 
 // SourceRanks returns the distinct P ranks the reads touch, ascending.
 func (l *MambaReadList) SourceRanks() ([]uint32, error) {
-	p, err := l.h.acquire()
+	p, err := l.ref().acquire()
 	if err != nil {
 		return nil, err
 	}

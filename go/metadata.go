@@ -7,6 +7,7 @@ package pdkv
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"unsafe"
 )
@@ -144,11 +145,17 @@ func newEngineMetadata(p *C.pdkv_engine_metadata_t) *EngineMetadata {
 	return m
 }
 
-// Close frees the metadata. It is idempotent and waits for calls in flight.
-func (m *EngineMetadata) Close() error {
-	m.h.close()
-	runtime.SetFinalizer(m, nil)
-	return nil
+// Close frees the metadata. It is idempotent (closing twice does nothing) and waits for calls in
+// flight. Close on a nil *EngineMetadata does nothing and returns nil, like a second Close.
+func (m *EngineMetadata) Close() error { return closeHandle(m, m.ref()) }
+
+// ref returns the handle of m, or nil for a nil *EngineMetadata: acquire, acquireArg and closeHandle
+// turn that into a nil error (or a no-op) instead of a nil pointer dereference.
+func (m *EngineMetadata) ref() *handle[C.pdkv_engine_metadata_t] {
+	if m == nil {
+		return nil
+	}
+	return &m.h
 }
 
 // EngineMetadataFromModel builds the metadata of rank layout.TpRank of an engine running model
@@ -156,9 +163,11 @@ func (m *EngineMetadata) Close() error {
 // unknown KV layout, PrefixCaching not -1/0/1, overlapping regions, RegionBases of the wrong
 // length...), ErrOverflow, ErrClosed.
 func EngineMetadataFromModel(model *Model, config EngineConfig, layout EngineLayout) (*EngineMetadata, error) {
-	if model == nil {
-		return nil, goErr(StatusNullPointer, "model is nil")
+	mp, err := model.ref().acquireArg("model")
+	if err != nil {
+		return nil, err
 	}
+	defer model.h.release()
 	if len(layout.RegionBases) > 0 && len(layout.RegionBases) != int(layout.NumRegions) {
 		return nil, goErr(StatusInvalidArgument, "layout.RegionBases has %d entries for num_regions %d", len(layout.RegionBases), layout.NumRegions)
 	}
@@ -178,11 +187,6 @@ func EngineMetadataFromModel(model *Model, config EngineConfig, layout EngineLay
 	cl.region_bases = a.u64s(layout.RegionBases)
 	cl.kv_layout = C.int32_t(layout.KVLayout)
 	cl.prefix_caching = C.int32_t(layout.PrefixCaching)
-	mp, err := model.h.acquire()
-	if err != nil {
-		return nil, err
-	}
-	defer model.h.release()
 	var cc C.pdkv_engine_config_t
 	free := config.toC(&cc)
 	defer free()
@@ -215,7 +219,7 @@ func DecodeEngineMetadata(data []byte) (*EngineMetadata, error) {
 
 // Info returns the metadata's scalars.
 func (m *EngineMetadata) Info() (EngineMetadataInfo, error) {
-	p, err := m.h.acquire()
+	p, err := m.ref().acquire()
 	if err != nil {
 		return EngineMetadataInfo{}, err
 	}
@@ -254,7 +258,7 @@ func (m *EngineMetadata) Info() (EngineMetadataInfo, error) {
 
 // Regions returns a copy of the advertised regions.
 func (m *EngineMetadata) Regions() ([]MetadataRegion, error) {
-	p, err := m.h.acquire()
+	p, err := m.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +282,7 @@ func (m *EngineMetadata) Regions() ([]MetadataRegion, error) {
 // ConvProjectionBytes returns the conv projection bytes in DS page order (empty for pure
 // attention).
 func (m *EngineMetadata) ConvProjectionBytes() ([]uint64, error) {
-	p, err := m.h.acquire()
+	p, err := m.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +300,7 @@ func (m *EngineMetadata) ConvProjectionBytes() ([]uint64, error) {
 
 // Encode returns the metadata's deterministic wire encoding (an owned library buffer, copied).
 func (m *EngineMetadata) Encode() ([]byte, error) {
-	p, err := m.h.acquire()
+	p, err := m.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +325,7 @@ func (m *EngineMetadata) Encode() ([]byte, error) {
 // AppendEncoded appends the wire encoding to dst, encoding straight into Go memory (the
 // caller-buffer form of the C API). It returns the extended slice.
 func (m *EngineMetadata) AppendEncoded(dst []byte) ([]byte, error) {
-	p, err := m.h.acquire()
+	p, err := m.ref().acquire()
 	if err != nil {
 		return dst, err
 	}
@@ -350,15 +354,12 @@ func (m *EngineMetadata) AppendEncoded(dst []byte) ([]byte, error) {
 
 // Equal reports whether both metadata are field-for-field equal.
 func (m *EngineMetadata) Equal(other *EngineMetadata) (bool, error) {
-	if other == nil {
-		return false, goErr(StatusNullPointer, "other is nil")
-	}
-	a, err := m.h.acquire()
+	a, err := m.ref().acquire()
 	if err != nil {
 		return false, err
 	}
 	defer m.h.release()
-	b, err := other.h.acquire()
+	b, err := other.ref().acquireArg("other")
 	if err != nil {
 		return false, err
 	}
@@ -400,7 +401,7 @@ func CRC32C(data []byte) (uint32, error) {
 // Fingerprint returns the stable 64-bit fingerprint of the parts of the model that change
 // transfer geometry (name and source excluded).
 func (m *Model) Fingerprint() (uint64, error) {
-	p, err := m.h.acquire()
+	p, err := m.ref().acquire()
 	if err != nil {
 		return 0, err
 	}
@@ -464,15 +465,12 @@ func takeReport(st C.pdkv_status_t, r *C.pdkv_handshake_report_t, cerr *C.pdkv_e
 // HandshakeValidate validates a (local, remote) pair ("local" runs the check: D when pulling).
 // An incompatible pair is not an error: every item is listed (empty: the pair can be served).
 func HandshakeValidate(local, remote *EngineMetadata) ([]Incompatibility, error) {
-	if local == nil || remote == nil {
-		return nil, goErr(StatusNullPointer, "local or remote metadata is nil")
-	}
-	a, err := local.h.acquire()
+	a, err := local.ref().acquireArg("local")
 	if err != nil {
 		return nil, err
 	}
 	defer local.h.release()
-	b, err := remote.h.acquire()
+	b, err := remote.ref().acquireArg("remote")
 	if err != nil {
 		return nil, err
 	}
@@ -489,15 +487,12 @@ func HandshakeValidate(local, remote *EngineMetadata) ([]Incompatibility, error)
 // HandshakeRequireCompatible returns nil when the pair can be served, else an ErrIncompatible
 // error whose message joins every item's text.
 func HandshakeRequireCompatible(local, remote *EngineMetadata) error {
-	if local == nil || remote == nil {
-		return goErr(StatusNullPointer, "local or remote metadata is nil")
-	}
-	a, err := local.h.acquire()
+	a, err := local.ref().acquireArg("local")
 	if err != nil {
 		return err
 	}
 	defer local.h.release()
-	b, err := remote.h.acquire()
+	b, err := remote.ref().acquireArg("remote")
 	if err != nil {
 		return err
 	}
@@ -525,11 +520,7 @@ func acquireAll(a *cArena, ms []*EngineMetadata, arg string) (**C.pdkv_engine_me
 	arr := (**C.pdkv_engine_metadata_t)(a.alloc(uintptr(len(ms)) * unsafe.Sizeof((*C.pdkv_engine_metadata_t)(nil))))
 	s := unsafe.Slice(arr, len(ms))
 	for i, m := range ms {
-		if m == nil {
-			release()
-			return nil, nil, goErr(StatusNullPointer, "%s[%d] is nil", arg, i)
-		}
-		p, err := m.h.acquire()
+		p, err := m.ref().acquireArg(fmt.Sprintf("%s[%d]", arg, i))
 		if err != nil {
 			release()
 			return nil, nil, err

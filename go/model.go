@@ -90,11 +90,17 @@ func newModel(p *C.pdkv_model_t) *Model {
 	return m
 }
 
-// Close frees the model. It is idempotent and waits for calls in flight.
-func (m *Model) Close() error {
-	m.h.close()
-	runtime.SetFinalizer(m, nil)
-	return nil
+// Close frees the model. It is idempotent (closing twice does nothing) and waits for calls in
+// flight. Close on a nil *Model does nothing and returns nil, like a second Close.
+func (m *Model) Close() error { return closeHandle(m, m.ref()) }
+
+// ref returns the handle of m, or nil for a nil *Model: acquire, acquireArg and closeHandle
+// turn that into a nil error (or a no-op) instead of a nil pointer dereference.
+func (m *Model) ref() *handle[C.pdkv_model_t] {
+	if m == nil {
+		return nil
+	}
+	return &m.h
 }
 
 // NewModel creates a model from a description. Errors: ErrInvalidArgument (unknown Mamba type,
@@ -215,7 +221,7 @@ func ModelFromHFConfigJSON(json []byte, name string) (*Model, error) {
 
 // Describe returns the model's description.
 func (m *Model) Describe() (ModelDesc, error) {
-	p, err := m.h.acquire()
+	p, err := m.ref().acquire()
 	if err != nil {
 		return ModelDesc{}, err
 	}
@@ -257,7 +263,7 @@ func (m *Model) Describe() (ModelDesc, error) {
 // LayerCounts returns the attention ('*' + 'P') and Mamba ('M' + 'P') layer counts from the
 // layer pattern.
 func (m *Model) LayerCounts() (attention, mamba uint32, err error) {
-	p, err := m.h.acquire()
+	p, err := m.ref().acquire()
 	if err != nil {
 		return 0, 0, err
 	}

@@ -21,8 +21,14 @@
 //     waits for calls in flight). A finalizer releases forgotten handles as a safety net.
 //     Methods on a closed handle (or a zero-value one), and functions given one as an argument,
 //     return a *Error of StatusNullPointer naming the handle type ("pdkv.Model is closed"):
-//     errors.Is(err, ErrClosed) and errors.Is(err, ErrNullPointer) both hold. A nil handle
-//     argument is a *Error of StatusNullPointer naming the parameter.
+//     errors.Is(err, ErrClosed) and errors.Is(err, ErrNullPointer) both hold.
+//   - Nil handle pointers never panic. Every method called on a nil receiver (var m *Model;
+//     m.Describe()) returns a *Error of StatusNullPointer naming the handle type
+//     ("pdkv.Model is nil"); a function or method given a nil handle argument returns the same
+//     error naming the parameter too ("pdkv.Geometry is nil (p_geometry)"). These errors match
+//     ErrNullPointer but not ErrClosed (nothing was closed). Close on a nil handle does nothing
+//     and returns nil, as a second Close does. Optional handle fields documented as "nil: not
+//     given" (PlanContextParams.LocalGeometry...) keep that meaning.
 //   - Bad input the binding can see before calling C is a *Error too: a string holding a NUL
 //     byte is StatusInvalidArgument naming the parameter and the value; a negative index
 //     (PresetAt, Geometry.Projection, TransferPlan.GroupZero...) is StatusOutOfBounds, as an
@@ -43,6 +49,7 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
@@ -117,7 +124,7 @@ func StatusFromName(name string) (Status, bool) {
 
 // Error is a failure reported by pdkv: a status plus a human-readable message naming the
 // offending values. The binding also returns *Error values for input it rejects before calling
-// C (a string holding a NUL byte: StatusInvalidArgument; a nil handle argument:
+// C (a string holding a NUL byte: StatusInvalidArgument; a nil handle receiver or argument:
 // StatusNullPointer) and for a call on a closed handle (StatusNullPointer, see ErrClosed).
 type Error struct {
 	// Status is the status code of the failure.
@@ -200,6 +207,17 @@ var ErrClosed = &Error{Status: StatusNullPointer, Message: "handle is closed", c
 // closedErr is the error of a call on a closed handle of the Go type named typeName.
 func closedErr(typeName string) error {
 	return &Error{Status: StatusNullPointer, Message: "pdkv." + typeName + " is closed", closed: true}
+}
+
+// nilErr is the error of a call on, or given, a nil handle pointer of the Go type named typeName:
+// a *Error of StatusNullPointer matching ErrNullPointer (not ErrClosed: nothing was closed)
+// whose message is "pdkv.<Type> is nil", followed by " (<arg>)" when arg names the parameter.
+func nilErr(typeName, arg string) error {
+	msg := "pdkv." + typeName + " is nil"
+	if arg != "" {
+		msg += " (" + arg + ")"
+	}
+	return &Error{Status: StatusNullPointer, Message: msg}
 }
 
 // handleTypeName names the Go handle type that owns a C object of type T (for closed errors).
@@ -292,8 +310,13 @@ type handle[T any] struct {
 
 // acquire returns the pointer and counts the caller in flight (end with release), or the
 // closed error naming the handle type (matching ErrClosed and ErrNullPointer) once close began
-// or for a zero-value handle.
+// or for a zero-value handle. A nil h (the ref of a nil handle pointer, e.g. a nil *Model
+// receiver) gives nilErr instead of panicking: every method acquires through here, which makes
+// every method nil-safe.
 func (h *handle[T]) acquire() (*T, error) {
+	if h == nil {
+		return nil, nilErr(handleTypeName[T](), "")
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closing || h.ptr == nil {
@@ -301,6 +324,28 @@ func (h *handle[T]) acquire() (*T, error) {
 	}
 	h.inFlight++
 	return h.ptr, nil
+}
+
+// acquireArg is acquire for a handle passed as the parameter named arg: a nil handle's error
+// also names the parameter ("pdkv.Geometry is nil (p_geometry)"). Functions taking handles
+// acquire them through here rather than checking for nil themselves.
+func (h *handle[T]) acquireArg(arg string) (*T, error) {
+	if h == nil {
+		return nil, nilErr(handleTypeName[T](), arg)
+	}
+	return h.acquire()
+}
+
+// closeHandle is the Close method of every handle type: it closes h (see close) and disarms the
+// finalizer of owner, the *Model, *Geometry... that holds h. A nil h (a nil owner) has nothing
+// to free: closing it does nothing and returns nil, as closing twice does.
+func closeHandle[T any](owner any, h *handle[T]) error {
+	if h == nil {
+		return nil
+	}
+	h.close()
+	runtime.SetFinalizer(owner, nil)
+	return nil
 }
 
 // release ends one acquire; the last one wakes a waiting close.

@@ -36,14 +36,11 @@ type PlanContext struct {
 // ranks with different TP sizes, only one geometry given), ErrTpNotDivisible,
 // ErrHeadsNotDivisible, ErrClosed.
 func NewPlanContext(params PlanContextParams) (*PlanContext, error) {
-	if params.Local == nil {
-		return nil, goErr(StatusNullPointer, "params.Local is nil")
-	}
 	var a cArena
 	defer a.free()
 	var cp C.pdkv_plan_context_params_t
 	cp.struct_size = C.size_t(unsafe.Sizeof(cp))
-	lp, err := params.Local.h.acquire()
+	lp, err := params.Local.ref().acquireArg("params.Local")
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +54,7 @@ func NewPlanContext(params PlanContextParams) (*PlanContext, error) {
 	cp.remote = arr
 	cp.num_remote = C.size_t(len(params.Remote))
 	if params.LocalGeometry != nil {
-		g, err := params.LocalGeometry.h.acquire()
+		g, err := params.LocalGeometry.ref().acquire()
 		if err != nil {
 			return nil, err
 		}
@@ -65,7 +62,7 @@ func NewPlanContext(params PlanContextParams) (*PlanContext, error) {
 		cp.local_geometry = g
 	}
 	if params.RemoteGeometry != nil {
-		g, err := params.RemoteGeometry.h.acquire()
+		g, err := params.RemoteGeometry.ref().acquire()
 		if err != nil {
 			return nil, err
 		}
@@ -73,7 +70,7 @@ func NewPlanContext(params PlanContextParams) (*PlanContext, error) {
 		cp.remote_geometry = g
 	}
 	if params.Mapping != nil {
-		m, err := params.Mapping.h.acquire()
+		m, err := params.Mapping.ref().acquire()
 		if err != nil {
 			return nil, err
 		}
@@ -96,16 +93,22 @@ func NewPlanContext(params PlanContextParams) (*PlanContext, error) {
 	return c, nil
 }
 
-// Close frees the context. It is idempotent and waits for calls in flight.
-func (c *PlanContext) Close() error {
-	c.h.close()
-	runtime.SetFinalizer(c, nil)
-	return nil
+// Close frees the context. It is idempotent (closing twice does nothing) and waits for calls in
+// flight. Close on a nil *PlanContext does nothing and returns nil, like a second Close.
+func (c *PlanContext) Close() error { return closeHandle(c, c.ref()) }
+
+// ref returns the handle of c, or nil for a nil *PlanContext: acquire, acquireArg and closeHandle
+// turn that into a nil error (or a no-op) instead of a nil pointer dereference.
+func (c *PlanContext) ref() *handle[C.pdkv_plan_context_t] {
+	if c == nil {
+		return nil
+	}
+	return &c.h
 }
 
 // Mapping returns the context's TP mapping as a new handle (close it).
 func (c *PlanContext) Mapping() (*TpMapping, error) {
-	p, err := c.h.acquire()
+	p, err := c.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +218,7 @@ type TransferPlan struct {
 // rank without metadata), ErrIncompatible, ErrCoverage (names region, offset, length),
 // ErrOutOfBounds, ErrOverflow, ErrClosed.
 func (c *PlanContext) Compile(groups []PlanGroup) (*TransferPlan, error) {
-	p, err := c.h.acquire()
+	p, err := c.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -235,26 +238,29 @@ func (c *PlanContext) Compile(groups []PlanGroup) (*TransferPlan, error) {
 	return t, nil
 }
 
-// Close frees the plan. It is idempotent and waits for calls in flight.
-func (t *TransferPlan) Close() error {
-	t.h.close()
-	runtime.SetFinalizer(t, nil)
-	return nil
+// Close frees the plan. It is idempotent (closing twice does nothing) and waits for calls in
+// flight. Close on a nil *TransferPlan does nothing and returns nil, like a second Close.
+func (t *TransferPlan) Close() error { return closeHandle(t, t.ref()) }
+
+// ref returns the handle of t, or nil for a nil *TransferPlan: acquire, acquireArg and closeHandle
+// turn that into a nil error (or a no-op) instead of a nil pointer dereference.
+func (t *TransferPlan) ref() *handle[C.pdkv_transfer_plan_t] {
+	if t == nil {
+		return nil
+	}
+	return &t.h
 }
 
 // Validate re-runs the coverage and bounds check of the plan against (ctx, groups), recomputing
 // the D bytes the groups need independently of the reads. Errors: ErrCoverage, ErrOutOfBounds,
 // the errors of trimming, ErrClosed.
 func (t *TransferPlan) Validate(ctx *PlanContext, groups []PlanGroup) error {
-	if ctx == nil {
-		return goErr(StatusNullPointer, "ctx is nil")
-	}
-	p, err := t.h.acquire()
+	p, err := t.ref().acquire()
 	if err != nil {
 		return err
 	}
 	defer t.h.release()
-	cp, err := ctx.h.acquire()
+	cp, err := ctx.ref().acquireArg("ctx")
 	if err != nil {
 		return err
 	}
@@ -271,7 +277,7 @@ func (t *TransferPlan) Validate(ctx *PlanContext, groups []PlanGroup) error {
 
 // Info returns the plan's scalars.
 func (t *TransferPlan) Info() (TransferPlanInfo, error) {
-	p, err := t.h.acquire()
+	p, err := t.ref().acquire()
 	if err != nil {
 		return TransferPlanInfo{}, err
 	}
@@ -310,7 +316,7 @@ func (t *TransferPlan) NotifyRanks() ([]uint32, error) {
 
 // ranks runs one of the rank-list queries and copies the result.
 func (t *TransferPlan) ranks(call func(*C.pdkv_transfer_plan_t, **C.uint32_t, *C.size_t, **C.pdkv_error_t) C.pdkv_status_t) ([]uint32, error) {
-	p, err := t.h.acquire()
+	p, err := t.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -329,7 +335,7 @@ func (t *TransferPlan) ranks(call func(*C.pdkv_transfer_plan_t, **C.uint32_t, *C
 // RankReads returns the reads D issues against P rank pRank, in issue order (empty for a rank
 // it does not read from), and their total length. Errors: ErrInvalidArgument (pRank >= P TP).
 func (t *TransferPlan) RankReads(pRank uint32) ([]PlanRead, uint64, error) {
-	p, err := t.h.acquire()
+	p, err := t.ref().acquire()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -354,14 +360,14 @@ func (t *TransferPlan) RankReads(pRank uint32) ([]PlanRead, uint64, error) {
 // GroupZero returns the receive-side work of group index (< Info().NumGroups). Errors:
 // ErrOutOfBounds (names index and count).
 func (t *TransferPlan) GroupZero(index int) (PlanGroupZero, error) {
-	if index < 0 {
-		return PlanGroupZero{}, goErr(StatusOutOfBounds, "group index %d is negative", index)
-	}
-	p, err := t.h.acquire()
+	p, err := t.ref().acquire()
 	if err != nil {
 		return PlanGroupZero{}, err
 	}
 	defer t.h.release()
+	if index < 0 {
+		return PlanGroupZero{}, goErr(StatusOutOfBounds, "group index %d is negative", index)
+	}
 	var z C.pdkv_plan_group_zero_t
 	z.struct_size = C.size_t(unsafe.Sizeof(z))
 	var cerr *C.pdkv_error_t
@@ -381,7 +387,7 @@ func (t *TransferPlan) GroupZero(index int) (PlanGroupZero, error) {
 // JSON returns the plan's human-readable JSON dump (stable key order), from an owned library
 // string.
 func (t *TransferPlan) JSON() (string, error) {
-	p, err := t.h.acquire()
+	p, err := t.ref().acquire()
 	if err != nil {
 		return "", err
 	}
@@ -406,7 +412,7 @@ func (t *TransferPlan) JSON() (string, error) {
 // AppendJSON appends the same JSON dump to dst, written by the library straight into Go memory
 // (the caller-buffer form of the C API).
 func (t *TransferPlan) AppendJSON(dst []byte) ([]byte, error) {
-	p, err := t.h.acquire()
+	p, err := t.ref().acquire()
 	if err != nil {
 		return dst, err
 	}

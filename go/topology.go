@@ -156,16 +156,22 @@ func NewTpMapping(params TpMappingParams) (*TpMapping, error) {
 	return m, nil
 }
 
-// Close frees the mapping. It is idempotent and waits for calls in flight.
-func (m *TpMapping) Close() error {
-	m.h.close()
-	runtime.SetFinalizer(m, nil)
-	return nil
+// Close frees the mapping. It is idempotent (closing twice does nothing) and waits for calls in
+// flight. Close on a nil *TpMapping does nothing and returns nil, like a second Close.
+func (m *TpMapping) Close() error { return closeHandle(m, m.ref()) }
+
+// ref returns the handle of m, or nil for a nil *TpMapping: acquire, acquireArg and closeHandle
+// turn that into a nil error (or a no-op) instead of a nil pointer dereference.
+func (m *TpMapping) ref() *handle[C.pdkv_tp_mapping_t] {
+	if m == nil {
+		return nil
+	}
+	return &m.h
 }
 
 // Info returns the mapping's scalars.
 func (m *TpMapping) Info() (TpMappingInfo, error) {
-	p, err := m.h.acquire()
+	p, err := m.ref().acquire()
 	if err != nil {
 		return TpMappingInfo{}, err
 	}
@@ -192,7 +198,7 @@ func (m *TpMapping) Info() (TpMappingInfo, error) {
 
 // Ranks returns a copy of one rank list of the mapping. Errors: ErrInvalidArgument (unknown list).
 func (m *TpMapping) Ranks(which TpList) ([]uint32, error) {
-	p, err := m.h.acquire()
+	p, err := m.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +219,7 @@ func (m *TpMapping) Ranks(which TpList) ([]uint32, error) {
 // AttentionSlot returns the attention slot of remoteRank (its index in the attention sources,
 // or its duplicate-head twin's). Errors: ErrInvalidArgument (not a source rank).
 func (m *TpMapping) AttentionSlot(remoteRank uint32) (uint32, error) {
-	p, err := m.h.acquire()
+	p, err := m.ref().acquire()
 	if err != nil {
 		return 0, err
 	}

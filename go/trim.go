@@ -109,16 +109,22 @@ func NewGroupTrim(input GroupTrimInput) (*GroupTrim, error) {
 	return g, nil
 }
 
-// Close frees the trim. It is idempotent and waits for calls in flight.
-func (g *GroupTrim) Close() error {
-	g.h.close()
-	runtime.SetFinalizer(g, nil)
-	return nil
+// Close frees the trim. It is idempotent (closing twice does nothing) and waits for calls in
+// flight. Close on a nil *GroupTrim does nothing and returns nil, like a second Close.
+func (g *GroupTrim) Close() error { return closeHandle(g, g.ref()) }
+
+// ref returns the handle of g, or nil for a nil *GroupTrim: acquire, acquireArg and closeHandle
+// turn that into a nil error (or a no-op) instead of a nil pointer dereference.
+func (g *GroupTrim) ref() *handle[C.pdkv_group_trim_t] {
+	if g == nil {
+		return nil
+	}
+	return &g.h
 }
 
 // Summary returns the group kind and the tokens transferred.
 func (g *GroupTrim) Summary() (kind GroupKind, transferredTokens uint64, err error) {
-	p, err := g.h.acquire()
+	p, err := g.ref().acquire()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -136,7 +142,7 @@ func (g *GroupTrim) Summary() (kind GroupKind, transferredTokens uint64, err err
 
 // Runs returns the token runs (attention kinds, token order).
 func (g *GroupTrim) Runs() ([]TokenRun, error) {
-	p, err := g.h.acquire()
+	p, err := g.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +165,7 @@ func (g *GroupTrim) Runs() ([]TokenRun, error) {
 
 // States returns the state pairs (Mamba groups, position order).
 func (g *GroupTrim) States() ([]StatePair, error) {
-	p, err := g.h.acquire()
+	p, err := g.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +189,7 @@ func (g *GroupTrim) States() ([]StatePair, error) {
 // ZeroRanges returns the token ranges of listed local blocks D neither holds nor receives
 // (attention kinds): zero them.
 func (g *GroupTrim) ZeroRanges() ([]ZeroRange, error) {
-	p, err := g.h.acquire()
+	p, err := g.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +208,7 @@ func (g *GroupTrim) ZeroRanges() ([]ZeroRange, error) {
 // UnfilledStates returns the listed local Mamba slots no remote state fills; never publish
 // them as cache hits.
 func (g *GroupTrim) UnfilledStates() ([]uint64, error) {
-	p, err := g.h.acquire()
+	p, err := g.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
