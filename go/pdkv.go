@@ -201,7 +201,8 @@ var (
 // handle is a NULL pointer to the library) whose message names the handle type, e.g.
 // "pdkv.Model is closed" (the message Python's ClosedError carries), so both
 // errors.Is(err, ErrClosed) and errors.Is(err, ErrNullPointer) hold. Errors the C library
-// reports with StatusNullPointer do not match ErrClosed.
+// reports with StatusNullPointer do not match ErrClosed, nor do the errors of nil handle pointers
+// ("pdkv.Model is nil", see the package doc).
 var ErrClosed = &Error{Status: StatusNullPointer, Message: "handle is closed", closed: true}
 
 // closedErr is the error of a call on a closed handle of the Go type named typeName.
