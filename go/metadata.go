@@ -330,26 +330,11 @@ func (m *EngineMetadata) AppendEncoded(dst []byte) ([]byte, error) {
 		return dst, err
 	}
 	defer m.h.release()
-	var need C.size_t
-	var cerr *C.pdkv_error_t
-	st := C.pdkv_engine_metadata_encode(p, nil, 0, &need, &cerr)
-	if st != C.PDKV_ERR_BUFFER_TOO_SMALL {
-		if err := check(st, cerr); err != nil {
-			return dst, err
-		}
-		return dst, nil
-	}
-	C.pdkv_error_free(cerr)
-	start := len(dst)
-	buf := append(dst, make([]byte, int(need))...)
-	var n C.size_t
-	cerr = nil
-	st = C.pdkv_engine_metadata_encode(p, (*C.uint8_t)(unsafe.Pointer(&buf[start])), need, &n, &cerr)
+	out, err := appendViaCallerBuffer(dst, 0, func(buf unsafe.Pointer, capacity C.size_t, n *C.size_t, cerr **C.pdkv_error_t) C.pdkv_status_t {
+		return C.pdkv_engine_metadata_encode(p, (*C.uint8_t)(buf), capacity, n, cerr)
+	})
 	runtime.KeepAlive(m)
-	if err := check(st, cerr); err != nil {
-		return dst, err
-	}
-	return buf[:start+int(n)], nil
+	return out, err
 }
 
 // Equal reports whether both metadata are field-for-field equal.

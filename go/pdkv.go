@@ -248,6 +248,34 @@ func handleTypeName[T any]() string {
 }
 
 // check converts a C status and owned error object into a Go error, freeing the object.
+// appendViaCallerBuffer runs the two-call caller-buffer protocol of the C API: call(nil, 0) reports
+// the needed size through PDKV_ERR_BUFFER_TOO_SMALL, then call writes into dst's new tail. The
+// library writes straight into Go memory, which it does not retain. reserve is extra room the
+// call needs beyond the reported size (1 for a trailing NUL). Returns dst extended by the bytes
+// written, or dst unchanged with the error.
+func appendViaCallerBuffer(dst []byte, reserve int,
+	call func(buf unsafe.Pointer, capacity C.size_t, written *C.size_t, cerr **C.pdkv_error_t) C.pdkv_status_t) ([]byte, error) {
+	var need C.size_t
+	var cerr *C.pdkv_error_t
+	st := call(nil, 0, &need, &cerr)
+	if st != C.PDKV_ERR_BUFFER_TOO_SMALL {
+		if err := check(st, cerr); err != nil {
+			return dst, err
+		}
+		return dst, nil
+	}
+	C.pdkv_error_free(cerr)
+	start := len(dst)
+	buf := append(dst, make([]byte, int(need)+reserve)...)
+	var n C.size_t
+	cerr = nil
+	st = call(unsafe.Pointer(&buf[start]), need+C.size_t(reserve), &n, &cerr)
+	if err := check(st, cerr); err != nil {
+		return dst, err
+	}
+	return buf[:start+int(n)], nil
+}
+
 func check(st C.pdkv_status_t, cerr *C.pdkv_error_t) error {
 	if st == C.PDKV_OK {
 		C.pdkv_error_free(cerr)

@@ -417,24 +417,10 @@ func (t *TransferPlan) AppendJSON(dst []byte) ([]byte, error) {
 		return dst, err
 	}
 	defer t.h.release()
-	var need C.size_t
-	var cerr *C.pdkv_error_t
-	st := C.pdkv_transfer_plan_to_json(p, nil, 0, &need, &cerr)
-	if st != C.PDKV_ERR_BUFFER_TOO_SMALL {
-		if err := check(st, cerr); err != nil {
-			return dst, err
-		}
-		return dst, nil
-	}
-	C.pdkv_error_free(cerr)
-	start := len(dst)
-	buf := append(dst, make([]byte, int(need)+1)...)
-	var n C.size_t
-	cerr = nil
-	st = C.pdkv_transfer_plan_to_json(p, (*C.char)(unsafe.Pointer(&buf[start])), need+1, &n, &cerr)
+	// +1: the library NUL-terminates the text; the NUL is not part of the appended bytes.
+	out, err := appendViaCallerBuffer(dst, 1, func(buf unsafe.Pointer, capacity C.size_t, n *C.size_t, cerr **C.pdkv_error_t) C.pdkv_status_t {
+		return C.pdkv_transfer_plan_to_json(p, (*C.char)(buf), capacity, n, cerr)
+	})
 	runtime.KeepAlive(t)
-	if err := check(st, cerr); err != nil {
-		return dst, err
-	}
-	return buf[:start+int(n)], nil
+	return out, err
 }
