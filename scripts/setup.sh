@@ -6,7 +6,8 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 PKGS=(build-essential cmake ninja-build pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev catch2
       clang-14 libclang-rt-14-dev
-      golang-go bindgen python3 python3-pytest)
+      golang-go bindgen python3 python3-pytest
+      libucx-dev ucx-utils libssl-dev iproute2 procps)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -63,7 +63,11 @@ extern "C" {
 #define PDKV_VERSION_MINOR 1
 #define PDKV_VERSION_PATCH 0
 
-/* Status codes. Numeric values are stable. */
+/* Status codes. Numeric values are stable. They come in ranges with room to grow:
+ *   0-99    general and planning (the values below 100 are those of pdkv 0.1),
+ *   200-299 transport: the executor (agents, handshakes, transfers),
+ *   300-399 device memory (reserved for CUDA).
+ * A binding that meets a value it does not know must treat it as an error of that range. */
 typedef enum pdkv_status {
   PDKV_OK = 0,
   PDKV_ERR_INVALID_ARGUMENT = 1,
@@ -82,8 +86,26 @@ typedef enum pdkv_status {
   PDKV_ERR_COVERAGE = 14,
   PDKV_ERR_OUT_OF_BOUNDS = 15,
   PDKV_ERR_CHECKSUM = 16,
-  PDKV_ERR_INTERNAL = 17
+  PDKV_ERR_INTERNAL = 17,
+  /* Transport range. */
+  PDKV_ERR_TIMED_OUT = 200,   /* a deadline expired (transfer, handshake, connect) */
+  PDKV_ERR_CANCELLED = 201,   /* the caller cancelled the operation */
+  PDKV_ERR_PEER_LOST = 202,   /* the peer died, closed, or stopped answering heartbeats */
+  PDKV_ERR_AUTH = 203,        /* pre-shared key proof failed (message names the peer) */
+  PDKV_ERR_PROTOCOL = 204,    /* a peer sent a malformed, unexpected or lying frame */
+  PDKV_ERR_TRANSPORT = 205,   /* the transport library failed (pdkv_error_cause gives its code) */
+  PDKV_ERR_BUSY = 206,        /* a resource is in use (deregistering memory a transfer uses) */
+  PDKV_ERR_CLOSED = 207       /* the agent or the peer was closed */
 } pdkv_status_t;
+
+/* Where an error's underlying cause comes from. Numeric values are stable. */
+typedef enum pdkv_cause_domain {
+  PDKV_CAUSE_NONE = 0,
+  PDKV_CAUSE_UCX = 1,     /* code is a ucs_status_t */
+  PDKV_CAUSE_ERRNO = 2,   /* code is an errno value */
+  PDKV_CAUSE_CUDA = 3,    /* code is a cudaError_t */
+  PDKV_CAUSE_OPENSSL = 4  /* code is an ERR_get_error() value */
+} pdkv_cause_domain_t;
 
 /* ---- Errors ------------------------------------------------------------------------- */
 
@@ -98,6 +120,10 @@ PDKV_API const char *pdkv_error_message(const pdkv_error_t *err);
 /* Frees an error and its message. NULL is allowed. Not thread-safe with concurrent use of the
  * same error (its message pointer dies with it). */
 PDKV_API void pdkv_error_free(pdkv_error_t *err);
+/* The lower-layer cause of an error, if any: *domain receives a pdkv_cause_domain_t
+ * (PDKV_CAUSE_NONE when the error has none, or err is NULL) and *code that layer's own code.
+ * Either out pointer may be NULL. Never fails. Thread-safe. */
+PDKV_API void pdkv_error_cause(const pdkv_error_t *err, int32_t *domain, int64_t *code);
 /* Stable name of a status ("PDKV_ERR_TP_NOT_DIVISIBLE"); static storage. Thread-safe. */
 PDKV_API const char *pdkv_status_name(pdkv_status_t status);
 

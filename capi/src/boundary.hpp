@@ -12,12 +12,15 @@
 struct pdkv_error {
   pdkv_status_t status;
   std::string message;
+  int32_t cause_domain = PDKV_CAUSE_NONE;
+  int64_t cause_code = 0;
 };
 
 namespace pdkv::capi {
 
 // Stores a new error in *err (when err is non-NULL) and returns its status.
-pdkv_status_t set_error(pdkv_error_t** err, pdkv_status_t status, std::string message) noexcept;
+pdkv_status_t set_error(pdkv_error_t** err, pdkv_status_t status, std::string message,
+                        int32_t cause_domain = PDKV_CAUSE_NONE, int64_t cause_code = 0) noexcept;
 
 // Runs body() and maps every exception to a status. body returns void.
 template <typename F>
@@ -27,7 +30,8 @@ pdkv_status_t guard(pdkv_error_t** err, F&& body) noexcept {
     body();
     return PDKV_OK;
   } catch (const pdkv::core::Error& e) {
-    return set_error(err, static_cast<pdkv_status_t>(e.status()), e.what());
+    return set_error(err, static_cast<pdkv_status_t>(e.status()), e.what(),
+                     static_cast<int32_t>(e.cause_domain()), e.cause_code());
   } catch (const std::bad_alloc&) {
     return set_error(err, PDKV_ERR_INTERNAL, "out of memory");
   } catch (const std::exception& e) {

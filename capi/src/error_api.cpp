@@ -7,13 +7,23 @@ using pdkv::core::Status;
 static_assert(static_cast<int>(Status::Internal) == PDKV_ERR_INTERNAL, "status enums drifted");
 static_assert(static_cast<int>(Status::Checksum) == PDKV_ERR_CHECKSUM, "status enums drifted");
 static_assert(static_cast<int>(Status::TpNotDivisible) == PDKV_ERR_TP_NOT_DIVISIBLE, "status enums drifted");
+static_assert(static_cast<int>(Status::TimedOut) == PDKV_ERR_TIMED_OUT, "status enums drifted");
+static_assert(static_cast<int>(Status::Cancelled) == PDKV_ERR_CANCELLED, "status enums drifted");
+static_assert(static_cast<int>(Status::PeerLost) == PDKV_ERR_PEER_LOST, "status enums drifted");
+static_assert(static_cast<int>(Status::Auth) == PDKV_ERR_AUTH, "status enums drifted");
+static_assert(static_cast<int>(Status::Protocol) == PDKV_ERR_PROTOCOL, "status enums drifted");
+static_assert(static_cast<int>(Status::Transport) == PDKV_ERR_TRANSPORT, "status enums drifted");
+static_assert(static_cast<int>(Status::Busy) == PDKV_ERR_BUSY, "status enums drifted");
+static_assert(static_cast<int>(Status::Closed) == PDKV_ERR_CLOSED, "status enums drifted");
+static_assert(static_cast<int>(pdkv::core::CauseDomain::OpenSsl) == PDKV_CAUSE_OPENSSL, "cause enums drifted");
 
 namespace pdkv::capi {
 
-pdkv_status_t set_error(pdkv_error_t** err, pdkv_status_t status, std::string message) noexcept {
+pdkv_status_t set_error(pdkv_error_t** err, pdkv_status_t status, std::string message,
+                        int32_t cause_domain, int64_t cause_code) noexcept {
   if (err != nullptr) {
     try {
-      *err = new pdkv_error{status, std::move(message)};
+      *err = new pdkv_error{status, std::move(message), cause_domain, cause_code};
     } catch (...) {
       *err = nullptr;  // out of memory while reporting: the status still says what happened
     }
@@ -40,8 +50,13 @@ PDKV_API const char* pdkv_error_message(const pdkv_error_t* err) { return err ? 
 
 PDKV_API void pdkv_error_free(pdkv_error_t* err) { delete err; }
 
+PDKV_API void pdkv_error_cause(const pdkv_error_t* err, int32_t* domain, int64_t* code) {
+  if (domain != nullptr) *domain = err ? err->cause_domain : PDKV_CAUSE_NONE;
+  if (code != nullptr) *code = err ? err->cause_code : 0;
+}
+
 PDKV_API const char* pdkv_status_name(pdkv_status_t status) {
-  if (status < PDKV_OK || status > PDKV_ERR_INTERNAL) return "PDKV_ERR_UNKNOWN";
+  // core::status_name answers "PDKV_ERR_UNKNOWN" for any value outside the enum.
   return pdkv::core::status_name(static_cast<Status>(status));
 }
 

@@ -22,6 +22,14 @@ const char* status_name(Status s) noexcept {
     case Status::OutOfBounds: return "PDKV_ERR_OUT_OF_BOUNDS";
     case Status::Checksum: return "PDKV_ERR_CHECKSUM";
     case Status::Internal: return "PDKV_ERR_INTERNAL";
+    case Status::TimedOut: return "PDKV_ERR_TIMED_OUT";
+    case Status::Cancelled: return "PDKV_ERR_CANCELLED";
+    case Status::PeerLost: return "PDKV_ERR_PEER_LOST";
+    case Status::Auth: return "PDKV_ERR_AUTH";
+    case Status::Protocol: return "PDKV_ERR_PROTOCOL";
+    case Status::Transport: return "PDKV_ERR_TRANSPORT";
+    case Status::Busy: return "PDKV_ERR_BUSY";
+    case Status::Closed: return "PDKV_ERR_CLOSED";
   }
   return "PDKV_ERR_UNKNOWN";
 }

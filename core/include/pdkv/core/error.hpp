@@ -30,7 +30,20 @@ enum class Status : int32_t {
   OutOfBounds = 15,          // a read would leave a registered region
   Checksum = 16,             // metadata checksum mismatch
   Internal = 17,             // a bug in pdkv (or an unexpected exception)
+
+  // Transport range (200-299): the executor (executor/). Values are stable.
+  TimedOut = 200,            // a deadline expired (transfer, handshake, connect)
+  Cancelled = 201,           // the caller cancelled the operation
+  PeerLost = 202,            // the peer died, closed or stopped answering heartbeats
+  Auth = 203,                // the pre-shared key proof failed (names the peer)
+  Protocol = 204,            // a peer sent a malformed, unexpected or lying frame
+  Transport = 205,           // the transport library failed (cause: its status code)
+  Busy = 206,                // a resource is in use (e.g. deregistering a region a transfer reads)
+  Closed = 207,              // the agent or peer was closed
 };
+
+// Where an error's underlying cause comes from (pdkv_error_cause in the C API).
+enum class CauseDomain : int32_t { None = 0, Ucx = 1, Errno = 2, Cuda = 3, OpenSsl = 4 };
 
 const char* status_name(Status s) noexcept;
 
@@ -38,10 +51,18 @@ class Error : public std::runtime_error {
  public:
   Error(Status status, std::string message)
       : std::runtime_error(std::move(message)), status_(status) {}
+  // An error caused by a lower layer keeps that layer's code (a ucs_status_t, an errno, ...).
+  Error(Status status, std::string message, CauseDomain domain, int64_t code)
+      : std::runtime_error(std::move(message)), status_(status), cause_domain_(domain),
+        cause_code_(code) {}
   Status status() const noexcept { return status_; }
+  CauseDomain cause_domain() const noexcept { return cause_domain_; }
+  int64_t cause_code() const noexcept { return cause_code_; }
 
  private:
   Status status_;
+  CauseDomain cause_domain_ = CauseDomain::None;
+  int64_t cause_code_ = 0;
 };
 
 [[noreturn]] void fail(Status status, std::string message);
