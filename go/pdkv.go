@@ -96,6 +96,22 @@ const (
 	StatusChecksum Status = C.PDKV_ERR_CHECKSUM
 	// StatusInternal is PDKV_ERR_INTERNAL: an unexpected failure inside the library.
 	StatusInternal Status = C.PDKV_ERR_INTERNAL
+	// StatusTimedOut is PDKV_ERR_TIMED_OUT: a deadline expired (transfer, handshake, connect).
+	StatusTimedOut Status = C.PDKV_ERR_TIMED_OUT
+	// StatusCancelled is PDKV_ERR_CANCELLED: the caller cancelled the operation.
+	StatusCancelled Status = C.PDKV_ERR_CANCELLED
+	// StatusPeerLost is PDKV_ERR_PEER_LOST: the peer died, closed, or stopped answering heartbeats.
+	StatusPeerLost Status = C.PDKV_ERR_PEER_LOST
+	// StatusAuth is PDKV_ERR_AUTH: the pre-shared key proof failed (the message names the peer).
+	StatusAuth Status = C.PDKV_ERR_AUTH
+	// StatusProtocol is PDKV_ERR_PROTOCOL: a peer sent a malformed, unexpected or lying frame.
+	StatusProtocol Status = C.PDKV_ERR_PROTOCOL
+	// StatusTransport is PDKV_ERR_TRANSPORT: the transport library failed (the error's cause gives its code).
+	StatusTransport Status = C.PDKV_ERR_TRANSPORT
+	// StatusBusy is PDKV_ERR_BUSY: a resource is in use (deregistering memory a transfer uses).
+	StatusBusy Status = C.PDKV_ERR_BUSY
+	// StatusShutdown is PDKV_ERR_SHUTDOWN: the agent is shutting down or was closed.
+	StatusShutdown Status = C.PDKV_ERR_SHUTDOWN
 )
 
 // allStatuses lists every status the header defines, for StatusFromName.
@@ -104,6 +120,8 @@ var allStatuses = []Status{
 	StatusHeadsNotDivisible, StatusUnsupportedMambaType, StatusUnsupportedLayout, StatusOverflow,
 	StatusBufferTooSmall, StatusParse, StatusIO, StatusNotFound, StatusIncompatible,
 	StatusCoverage, StatusOutOfBounds, StatusChecksum, StatusInternal,
+	StatusTimedOut, StatusCancelled, StatusPeerLost, StatusAuth,
+	StatusProtocol, StatusTransport, StatusBusy, StatusShutdown,
 }
 
 // String returns the stable name of the status ("PDKV_ERR_TP_NOT_DIVISIBLE"), as
@@ -122,6 +140,23 @@ func StatusFromName(name string) (Status, bool) {
 	return 0, false
 }
 
+// CauseDomain is the lower layer behind an error (pdkv_cause_domain_t).
+type CauseDomain int32
+
+// Cause domains of the C API.
+const (
+	// CauseNone: no lower layer caused the error.
+	CauseNone CauseDomain = C.PDKV_CAUSE_NONE
+	// CauseUCX: the code is a UCX ucs_status_t.
+	CauseUCX CauseDomain = C.PDKV_CAUSE_UCX
+	// CauseErrno: the code is an errno value.
+	CauseErrno CauseDomain = C.PDKV_CAUSE_ERRNO
+	// CauseCUDA: the code is a cudaError_t.
+	CauseCUDA CauseDomain = C.PDKV_CAUSE_CUDA
+	// CauseOpenSSL: the code is an OpenSSL ERR_get_error() value.
+	CauseOpenSSL CauseDomain = C.PDKV_CAUSE_OPENSSL
+)
+
 // Error is a failure reported by pdkv: a status plus a human-readable message naming the
 // offending values. The binding also returns *Error values for input it rejects before calling
 // C (a string holding a NUL byte: StatusInvalidArgument; a nil handle receiver or argument:
@@ -131,6 +166,10 @@ type Error struct {
 	Status Status
 	// Message describes the failure; it names the offending values.
 	Message string
+	// CauseDomain says which lower layer caused the failure (CauseNone when none did), and
+	// CauseCode is that layer's own code (a ucs_status_t, an errno, ...): pdkv_error_cause.
+	CauseDomain CauseDomain
+	CauseCode   int64
 	// closed marks the errors of calls on a closed handle (ErrClosed and what closedErr builds).
 	closed bool
 }
@@ -194,6 +233,22 @@ var (
 	ErrChecksum = &Error{Status: StatusChecksum}
 	// ErrInternal matches errors of StatusInternal.
 	ErrInternal = &Error{Status: StatusInternal}
+	// ErrTimedOut matches errors of StatusTimedOut.
+	ErrTimedOut = &Error{Status: StatusTimedOut}
+	// ErrCancelled matches errors of StatusCancelled.
+	ErrCancelled = &Error{Status: StatusCancelled}
+	// ErrPeerLost matches errors of StatusPeerLost.
+	ErrPeerLost = &Error{Status: StatusPeerLost}
+	// ErrAuth matches errors of StatusAuth.
+	ErrAuth = &Error{Status: StatusAuth}
+	// ErrProtocol matches errors of StatusProtocol.
+	ErrProtocol = &Error{Status: StatusProtocol}
+	// ErrTransport matches errors of StatusTransport.
+	ErrTransport = &Error{Status: StatusTransport}
+	// ErrBusy matches errors of StatusBusy.
+	ErrBusy = &Error{Status: StatusBusy}
+	// ErrShutdown matches errors of StatusShutdown.
+	ErrShutdown = &Error{Status: StatusShutdown}
 )
 
 // ErrClosed matches the error every method of a handle returns after Close (and any call
@@ -282,6 +337,10 @@ func check(st C.pdkv_status_t, cerr *C.pdkv_error_t) error {
 		return nil
 	}
 	e := &Error{Status: Status(st), Message: C.GoString(C.pdkv_error_message(cerr))}
+	var domain C.int32_t
+	var code C.int64_t
+	C.pdkv_error_cause(cerr, &domain, &code)
+	e.CauseDomain, e.CauseCode = CauseDomain(domain), int64(code)
 	if cerr != nil {
 		if s := Status(C.pdkv_error_status(cerr)); s != e.Status {
 			e.Message += fmt.Sprintf(" (error object status %s)", s)

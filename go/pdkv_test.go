@@ -79,6 +79,9 @@ func TestStatusesAndSentinels(t *testing.T) {
 		StatusBufferTooSmall: ErrBufferTooSmall, StatusParse: ErrParse, StatusIO: ErrIO,
 		StatusNotFound: ErrNotFound, StatusIncompatible: ErrIncompatible, StatusCoverage: ErrCoverage,
 		StatusOutOfBounds: ErrOutOfBounds, StatusChecksum: ErrChecksum, StatusInternal: ErrInternal,
+		StatusTimedOut: ErrTimedOut, StatusCancelled: ErrCancelled, StatusPeerLost: ErrPeerLost,
+		StatusAuth: ErrAuth, StatusProtocol: ErrProtocol, StatusTransport: ErrTransport,
+		StatusBusy: ErrBusy, StatusShutdown: ErrShutdown,
 	}
 	if len(sentinels) != len(allStatuses)-1 {
 		t.Fatalf("%d sentinels for %d failure statuses", len(sentinels), len(allStatuses)-1)

@@ -95,7 +95,7 @@ typedef enum pdkv_status {
   PDKV_ERR_PROTOCOL = 204,    /* a peer sent a malformed, unexpected or lying frame */
   PDKV_ERR_TRANSPORT = 205,   /* the transport library failed (pdkv_error_cause gives its code) */
   PDKV_ERR_BUSY = 206,        /* a resource is in use (deregistering memory a transfer uses) */
-  PDKV_ERR_CLOSED = 207       /* the agent or the peer was closed */
+  PDKV_ERR_SHUTDOWN = 207     /* the agent is shutting down or was closed */
 } pdkv_status_t;
 
 /* Where an error's underlying cause comes from. Numeric values are stable. */

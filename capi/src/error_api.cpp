@@ -14,7 +14,7 @@ static_assert(static_cast<int>(Status::Auth) == PDKV_ERR_AUTH, "status enums dri
 static_assert(static_cast<int>(Status::Protocol) == PDKV_ERR_PROTOCOL, "status enums drifted");
 static_assert(static_cast<int>(Status::Transport) == PDKV_ERR_TRANSPORT, "status enums drifted");
 static_assert(static_cast<int>(Status::Busy) == PDKV_ERR_BUSY, "status enums drifted");
-static_assert(static_cast<int>(Status::Closed) == PDKV_ERR_CLOSED, "status enums drifted");
+static_assert(static_cast<int>(Status::Shutdown) == PDKV_ERR_SHUTDOWN, "status enums drifted");
 static_assert(static_cast<int>(pdkv::core::CauseDomain::OpenSsl) == PDKV_CAUSE_OPENSSL, "cause enums drifted");
 
 namespace pdkv::capi {

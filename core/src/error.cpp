@@ -29,7 +29,7 @@ const char* status_name(Status s) noexcept {
     case Status::Protocol: return "PDKV_ERR_PROTOCOL";
     case Status::Transport: return "PDKV_ERR_TRANSPORT";
     case Status::Busy: return "PDKV_ERR_BUSY";
-    case Status::Closed: return "PDKV_ERR_CLOSED";
+    case Status::Shutdown: return "PDKV_ERR_SHUTDOWN";
   }
   return "PDKV_ERR_UNKNOWN";
 }

@@ -42,7 +42,10 @@ from .descriptors import (
 )
 from .enums import AttentionBackend, ConvLayout, MambaCacheMode, MambaReadsRule, MambaType, TpMappingList
 from .errors import (
+    AuthError,
     BufferTooSmallError,
+    BusyError,
+    CancelledError,
     ChecksumError,
     ClosedError,
     CoverageError,
@@ -57,9 +60,14 @@ from .errors import (
     PdkvError,
     PdkvIOError,
     PdkvOverflowError,
+    PeerLostError,
+    ProtocolError,
+    ShutdownError,
     Status,
     StructSizeError,
+    TimedOutError,
     TpNotDivisibleError,
+    TransportError,
     UnsupportedLayoutError,
     UnsupportedMambaTypeError,
 )

@@ -36,17 +36,22 @@ def call_status(name: str, *args: Any) -> Tuple[int, Optional[PdkvError]]:
         if err:
             lib.pdkv_error_free(err)
         return status, None
+    domain, code = ctypes.c_int32(0), ctypes.c_int64(0)
     try:
         if err:
             message = lib.pdkv_error_message(err).decode("utf-8", "replace")
             err_status = lib.pdkv_error_status(err)
+            lib.pdkv_error_cause(err, byref(domain), byref(code))
         else:
             message, err_status = f"{name} failed without an error object", status
     finally:
         lib.pdkv_error_free(err)
     if err_status != status:
         message += f" (error object status {err_status} differs from returned status {status})"
-    return status, error_for(status, message)
+    exc = error_for(status, message)
+    if domain.value != 0:
+        exc.cause = (int(domain.value), int(code.value))
+    return status, exc
 
 
 def decode(raw: Optional[bytes]) -> str:

@@ -17,6 +17,7 @@ from ctypes import (
     c_double,
     c_int,
     c_int32,
+    c_int64,
     c_size_t,
     c_uint8,
     c_uint16,
@@ -666,6 +667,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_error_status": (_st, [POINTER(ErrorT)]),
     "pdkv_error_message": (c_char_p, [POINTER(ErrorT)]),
     "pdkv_error_free": (None, [POINTER(ErrorT)]),
+    "pdkv_error_cause": (None, [POINTER(ErrorT), POINTER(c_int32), POINTER(c_int64)]),
     "pdkv_status_name": (c_char_p, [_st]),
     # Version
     "pdkv_version": (c_uint32, []),

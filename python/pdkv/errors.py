@@ -8,7 +8,7 @@ values.
 from __future__ import annotations
 
 import enum
-from typing import Dict, Type
+from typing import Dict, Optional, Tuple, Type
 
 
 class Status(enum.IntEnum):
@@ -32,6 +32,14 @@ class Status(enum.IntEnum):
     OUT_OF_BOUNDS = 15
     CHECKSUM = 16
     INTERNAL = 17
+    TIMED_OUT = 200
+    CANCELLED = 201
+    PEER_LOST = 202
+    AUTH = 203
+    PROTOCOL = 204
+    TRANSPORT = 205
+    BUSY = 206
+    SHUTDOWN = 207
 
     @property
     def c_name(self) -> str:
@@ -55,6 +63,9 @@ class PdkvError(Exception):
         self.status: int = status
         #: The library's message, naming the offending values.
         self.message: str = message
+        #: ``(domain, code)`` of the lower layer that caused the failure (``pdkv_error_cause``:
+        #: domain 1 UCX ucs_status_t, 2 errno, 3 CUDA, 4 OpenSSL), or None.
+        self.cause: Optional[Tuple[int, int]] = None
         name = status.c_name if isinstance(status, Status) else f"status {int(status)}"
         super().__init__(f"{name}: {message}")
 
@@ -167,6 +178,54 @@ class InternalError(PdkvError):
     default_status = Status.INTERNAL
 
 
+class TimedOutError(PdkvError, TimeoutError):
+    """PDKV_ERR_TIMED_OUT: a deadline expired (transfer, handshake, connect)."""
+
+    default_status = Status.TIMED_OUT
+
+
+class CancelledError(PdkvError):
+    """PDKV_ERR_CANCELLED: the caller cancelled the operation."""
+
+    default_status = Status.CANCELLED
+
+
+class PeerLostError(PdkvError, ConnectionError):
+    """PDKV_ERR_PEER_LOST: the peer died, closed, or stopped answering heartbeats."""
+
+    default_status = Status.PEER_LOST
+
+
+class AuthError(PdkvError, PermissionError):
+    """PDKV_ERR_AUTH: the pre-shared key proof failed (the message names the peer)."""
+
+    default_status = Status.AUTH
+
+
+class ProtocolError(PdkvError):
+    """PDKV_ERR_PROTOCOL: a peer sent a malformed, unexpected or lying frame."""
+
+    default_status = Status.PROTOCOL
+
+
+class TransportError(PdkvError):
+    """PDKV_ERR_TRANSPORT: the transport library failed (the error's cause gives its code)."""
+
+    default_status = Status.TRANSPORT
+
+
+class BusyError(PdkvError):
+    """PDKV_ERR_BUSY: a resource is in use (deregistering memory a transfer uses)."""
+
+    default_status = Status.BUSY
+
+
+class ShutdownError(PdkvError):
+    """PDKV_ERR_SHUTDOWN: the agent is shutting down or was closed."""
+
+    default_status = Status.SHUTDOWN
+
+
 class ClosedError(NullPointerError, ValueError):
     """A method was called on a handle after ``close()`` (or a closed handle was passed as an
     argument); raised by the bindings, never by C.
@@ -203,6 +262,14 @@ ERROR_CLASSES: Dict[int, Type[PdkvError]] = {
         OutOfBoundsError,
         ChecksumError,
         InternalError,
+        TimedOutError,
+        CancelledError,
+        PeerLostError,
+        AuthError,
+        ProtocolError,
+        TransportError,
+        BusyError,
+        ShutdownError,
     )
 }
 

@@ -9,12 +9,22 @@ TEST_CASE("status names are stable and unknown values are named as such", "[capi
   CHECK(std::string(pdkv_status_name(PDKV_OK)) == "PDKV_OK");
   CHECK(std::string(pdkv_status_name(PDKV_ERR_TP_NOT_DIVISIBLE)) == "PDKV_ERR_TP_NOT_DIVISIBLE");
   CHECK(std::string(pdkv_status_name(PDKV_ERR_INTERNAL)) == "PDKV_ERR_INTERNAL");
+  CHECK(std::string(pdkv_status_name(PDKV_ERR_TIMED_OUT)) == "PDKV_ERR_TIMED_OUT");
+  CHECK(std::string(pdkv_status_name(PDKV_ERR_SHUTDOWN)) == "PDKV_ERR_SHUTDOWN");
   CHECK(std::string(pdkv_status_name(static_cast<pdkv_status_t>(99))) == "PDKV_ERR_UNKNOWN");
+  CHECK(std::string(pdkv_status_name(static_cast<pdkv_status_t>(18))) == "PDKV_ERR_UNKNOWN");
+  CHECK(std::string(pdkv_status_name(static_cast<pdkv_status_t>(208))) == "PDKV_ERR_UNKNOWN");
   CHECK(std::string(pdkv_status_name(static_cast<pdkv_status_t>(-1))) == "PDKV_ERR_UNKNOWN");
 }
 
 TEST_CASE("NULL error objects are tolerated by the accessors", "[capi][error]") {
   CHECK(pdkv_error_status(nullptr) == PDKV_OK);
+  int32_t domain = -1;
+  int64_t code = -1;
+  pdkv_error_cause(nullptr, &domain, &code);
+  CHECK(domain == PDKV_CAUSE_NONE);
+  CHECK(code == 0);
+  pdkv_error_cause(nullptr, nullptr, nullptr);  // both out pointers may be NULL
   CHECK(std::string(pdkv_error_message(nullptr)).empty());
   pdkv_error_free(nullptr);
 }

@@ -7,6 +7,7 @@ pub type __uint8_t = ::std::os::raw::c_uchar;
 pub type __uint16_t = ::std::os::raw::c_ushort;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
+pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
 pub const PDKV_OK: pdkv_status = 0;
 pub const PDKV_ERR_INVALID_ARGUMENT: pdkv_status = 1;
@@ -26,8 +27,23 @@ pub const PDKV_ERR_COVERAGE: pdkv_status = 14;
 pub const PDKV_ERR_OUT_OF_BOUNDS: pdkv_status = 15;
 pub const PDKV_ERR_CHECKSUM: pdkv_status = 16;
 pub const PDKV_ERR_INTERNAL: pdkv_status = 17;
+pub const PDKV_ERR_TIMED_OUT: pdkv_status = 200;
+pub const PDKV_ERR_CANCELLED: pdkv_status = 201;
+pub const PDKV_ERR_PEER_LOST: pdkv_status = 202;
+pub const PDKV_ERR_AUTH: pdkv_status = 203;
+pub const PDKV_ERR_PROTOCOL: pdkv_status = 204;
+pub const PDKV_ERR_TRANSPORT: pdkv_status = 205;
+pub const PDKV_ERR_BUSY: pdkv_status = 206;
+pub const PDKV_ERR_SHUTDOWN: pdkv_status = 207;
 pub type pdkv_status = ::std::os::raw::c_uint;
 pub use self::pdkv_status as pdkv_status_t;
+pub const PDKV_CAUSE_NONE: pdkv_cause_domain = 0;
+pub const PDKV_CAUSE_UCX: pdkv_cause_domain = 1;
+pub const PDKV_CAUSE_ERRNO: pdkv_cause_domain = 2;
+pub const PDKV_CAUSE_CUDA: pdkv_cause_domain = 3;
+pub const PDKV_CAUSE_OPENSSL: pdkv_cause_domain = 4;
+pub type pdkv_cause_domain = ::std::os::raw::c_uint;
+pub use self::pdkv_cause_domain as pdkv_cause_domain_t;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pdkv_error {
@@ -42,6 +58,9 @@ extern "C" {
 }
 extern "C" {
     pub fn pdkv_error_free(err: *mut pdkv_error_t);
+}
+extern "C" {
+    pub fn pdkv_error_cause(err: *const pdkv_error_t, domain: *mut i32, code: *mut i64);
 }
 extern "C" {
     pub fn pdkv_status_name(status: pdkv_status_t) -> *const ::std::os::raw::c_char;

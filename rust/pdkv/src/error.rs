@@ -43,6 +43,22 @@ pub enum Status {
     Checksum,
     /// An unexpected internal failure.
     Internal,
+    /// A deadline expired (transfer, handshake, connect).
+    TimedOut,
+    /// The caller cancelled the operation.
+    Cancelled,
+    /// The peer died, closed, or stopped answering heartbeats.
+    PeerLost,
+    /// The pre-shared key proof failed (the message names the peer).
+    Auth,
+    /// A peer sent a malformed, unexpected or lying frame.
+    Protocol,
+    /// The transport library failed (the error's cause gives its code).
+    Transport,
+    /// A resource is in use (deregistering memory a transfer uses).
+    Busy,
+    /// The agent is shutting down or was closed.
+    Shutdown,
     /// A status code this version of the bindings does not know.
     Other(u32),
 }
@@ -68,6 +84,14 @@ impl Status {
             sys::PDKV_ERR_OUT_OF_BOUNDS => Status::OutOfBounds,
             sys::PDKV_ERR_CHECKSUM => Status::Checksum,
             sys::PDKV_ERR_INTERNAL => Status::Internal,
+            sys::PDKV_ERR_TIMED_OUT => Status::TimedOut,
+            sys::PDKV_ERR_CANCELLED => Status::Cancelled,
+            sys::PDKV_ERR_PEER_LOST => Status::PeerLost,
+            sys::PDKV_ERR_AUTH => Status::Auth,
+            sys::PDKV_ERR_PROTOCOL => Status::Protocol,
+            sys::PDKV_ERR_TRANSPORT => Status::Transport,
+            sys::PDKV_ERR_BUSY => Status::Busy,
+            sys::PDKV_ERR_SHUTDOWN => Status::Shutdown,
             other => Status::Other(other),
         }
     }
@@ -92,6 +116,14 @@ impl Status {
             Status::OutOfBounds => sys::PDKV_ERR_OUT_OF_BOUNDS,
             Status::Checksum => sys::PDKV_ERR_CHECKSUM,
             Status::Internal => sys::PDKV_ERR_INTERNAL,
+            Status::TimedOut => sys::PDKV_ERR_TIMED_OUT,
+            Status::Cancelled => sys::PDKV_ERR_CANCELLED,
+            Status::PeerLost => sys::PDKV_ERR_PEER_LOST,
+            Status::Auth => sys::PDKV_ERR_AUTH,
+            Status::Protocol => sys::PDKV_ERR_PROTOCOL,
+            Status::Transport => sys::PDKV_ERR_TRANSPORT,
+            Status::Busy => sys::PDKV_ERR_BUSY,
+            Status::Shutdown => sys::PDKV_ERR_SHUTDOWN,
             Status::Other(code) => code,
         }
     }
@@ -117,6 +149,22 @@ impl fmt::Display for Status {
 pub struct Error {
     status: Status,
     message: String,
+    cause: Option<Cause>,
+}
+
+/// The lower-layer cause of an error (`pdkv_error_cause`): which layer and its own code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// A UCX `ucs_status_t`.
+    Ucx(i64),
+    /// An `errno` value.
+    Errno(i64),
+    /// A CUDA `cudaError_t`.
+    Cuda(i64),
+    /// An OpenSSL `ERR_get_error()` value.
+    OpenSsl(i64),
+    /// A domain this version of the bindings does not know, with its code.
+    Other(i32, i64),
 }
 
 impl Error {
@@ -125,6 +173,7 @@ impl Error {
         Error {
             status,
             message: message.into(),
+            cause: None,
         }
     }
 
@@ -140,11 +189,29 @@ impl Error {
         } else {
             sys::pdkv_error_status(err)
         };
+        let (mut domain, mut code) = (0i32, 0i64);
+        sys::pdkv_error_cause(err, &mut domain, &mut code);
         sys::pdkv_error_free(err);
+        // The C field is int32_t; bindgen types the enum's constants as unsigned.
+        let cause = match domain as sys::pdkv_cause_domain {
+            sys::PDKV_CAUSE_NONE => None,
+            sys::PDKV_CAUSE_UCX => Some(Cause::Ucx(code)),
+            sys::PDKV_CAUSE_ERRNO => Some(Cause::Errno(code)),
+            sys::PDKV_CAUSE_CUDA => Some(Cause::Cuda(code)),
+            sys::PDKV_CAUSE_OPENSSL => Some(Cause::OpenSsl(code)),
+            _ => Some(Cause::Other(domain, code)),
+        };
         Error {
             status: Status::from_raw(status),
             message,
+            cause,
         }
+    }
+
+    /// The lower layer's code behind this error, when a lower layer (UCX, the OS, CUDA,
+    /// OpenSSL) caused it.
+    pub fn cause(&self) -> Option<Cause> {
+        self.cause
     }
 
     /// The status of the failure.

@@ -56,7 +56,7 @@ pub use descriptors::{
     DescriptorList, Region,
 };
 pub use engine::{Backend, ConvLayout, EngineConfig, MambaCacheMode};
-pub use error::{Error, Result, Status};
+pub use error::{Cause, Error, Result, Status};
 pub use geometry::{block_size_ratio, ConvProjection, Geometry, GeometryInfo};
 pub use mamba::{physical_blocks_per_logical, ByteRange, MambaRead, MambaReadList, MambaReadsRule};
 pub use metadata::{

@@ -39,7 +39,7 @@ enum class Status : int32_t {
   Protocol = 204,            // a peer sent a malformed, unexpected or lying frame
   Transport = 205,           // the transport library failed (cause: its status code)
   Busy = 206,                // a resource is in use (e.g. deregistering a region a transfer reads)
-  Closed = 207,              // the agent or peer was closed
+  Shutdown = 207,            // the agent is shutting down or was closed
 };
 
 // Where an error's underlying cause comes from (pdkv_error_cause in the C API).
