@@ -196,8 +196,13 @@ func TestScheduler(t *testing.T) {
 		t.Fatalf("split %d %v", n, err)
 	}
 	a = AlignedSplitInput{NumPromptTokens: 1300, NumTokens: 1300, BlockSize: 512, LongPrefillTokenThreshold: 400, NumNewTokens: 400}
+	// The block (512) is wider than every chunk (400): vLLM main keeps the chunk unfloored.
+	if n, err = MambaAlignedSplit(a); err != nil || n != 400 {
+		t.Fatalf("oversized-block split %d %v, want 400", n, err)
+	}
+	a.DeferOversizedBlock = true
 	if n, err = MambaAlignedSplit(a); err != nil || n != 0 {
-		t.Fatalf("deferred split %d %v", n, err)
+		t.Fatalf("deferred split %d %v, want 0", n, err)
 	}
 	a.BlockSize = 0
 	_, err = MambaAlignedSplit(a)

@@ -133,6 +133,7 @@ func opAlignedSplit(t *testing.T, i *in) (out, error) {
 		TailHashBlockSize: i.u64Or("tail_hash_block_size", 0), SharedPrefixTokens: i.u64Or("shared_prefix_tokens", 0),
 		MaxNumScheduledTokens: i.u64Or("max_num_scheduled_tokens", 0), LongPrefillTokenThreshold: i.u64Or("long_prefill_token_threshold", 0),
 		UseEagle: i.boolOr("use_eagle", false), LoadKVAsync: i.boolOr("load_kv_async", false),
+		DeferOversizedBlock: i.boolOr("defer_oversized_block", false),
 	})
 	return out{"num_new_tokens": n}, err
 }

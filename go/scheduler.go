@@ -66,7 +66,8 @@ type AlignedSplitInput struct {
 	NumTokens uint64
 	// BlockSize is the Mamba block size in tokens.
 	BlockSize uint64
-	// FloorUnit is the rounding unit; 0 means BlockSize.
+	// FloorUnit is a finer unit to floor a sub-block chunk end to (used when the block is
+	// wider than every chunk and that floor still advances); 0 means no floor (vLLM main).
 	FloorUnit uint64
 	// TailHashBlockSize is the tail hash block size; 0 is off.
 	TailHashBlockSize uint64
@@ -80,10 +81,15 @@ type AlignedSplitInput struct {
 	UseEagle bool
 	// LoadKVAsync marks an asynchronous connector load.
 	LoadKVAsync bool
+	// DeferOversizedBlock returns 0 (the request waits) instead of a sub-block chunk that no
+	// floor keeps, when the block is wider than every chunk. The default (false) is vLLM
+	// main's: such a request still progresses.
+	DeferOversizedBlock bool
 }
 
-// MambaAlignedSplit returns the new tokens for this step, possibly 0 (defer the request),
-// main-branch form. Errors: ErrInvalidArgument (BlockSize 0).
+// MambaAlignedSplit returns the new tokens for this step, main-branch form. 0 means the
+// request waits this step: a block that fits in a chunk is not reached by this step's budget,
+// or DeferOversizedBlock asked for it. Errors: ErrInvalidArgument (BlockSize 0).
 func MambaAlignedSplit(in AlignedSplitInput) (uint64, error) {
 	var c C.pdkv_aligned_split_input_t
 	c.struct_size = C.size_t(unsafe.Sizeof(c))
@@ -99,6 +105,9 @@ func MambaAlignedSplit(in AlignedSplitInput) (uint64, error) {
 	c.long_prefill_token_threshold = C.uint64_t(in.LongPrefillTokenThreshold)
 	c.use_eagle = cBool(in.UseEagle)
 	c.load_kv_async = cBool(in.LoadKVAsync)
+	if in.DeferOversizedBlock {
+		c.defer_oversized_block = 1
+	}
 	var out C.uint64_t
 	var cerr *C.pdkv_error_t
 	if err := check(C.pdkv_mamba_aligned_split(&c, &out, &cerr), cerr); err != nil {

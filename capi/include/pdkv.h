@@ -1009,7 +1009,11 @@ typedef struct pdkv_aligned_split_v0604_input {
 PDKV_API pdkv_status_t pdkv_mamba_aligned_split_v0604(const pdkv_aligned_split_v0604_input_t *input,
                                                       uint64_t *out, pdkv_error_t **err);
 
-/* Inputs of the main-branch Mamba align-mode split (see core/scheduler.hpp for the rules). */
+/* Inputs of the main-branch Mamba align-mode split (see core/scheduler.hpp for the rules).
+ * When the Mamba block is wider than every chunk (block_size > the smaller of
+ * max_num_scheduled_tokens and long_prefill_token_threshold) and a chunk reaches no block
+ * boundary, the chunk is kept as the budget sized it (vLLM main), or floored to floor_unit
+ * when that still advances; the request always progresses unless defer_oversized_block is 1. */
 typedef struct pdkv_aligned_split_input {
   size_t struct_size;                     /* sizeof(pdkv_aligned_split_input_t) */
   uint64_t start;                         /* tokens already computed (incl. external) */
@@ -1017,17 +1021,23 @@ typedef struct pdkv_aligned_split_input {
   uint64_t num_prompt_tokens;
   uint64_t num_tokens;
   uint64_t block_size;
-  uint64_t floor_unit;                    /* 0: block_size */
+  uint64_t floor_unit;                    /* 0: no finer floor for a sub-block chunk */
   uint64_t tail_hash_block_size;          /* 0: off */
   uint64_t shared_prefix_tokens;          /* 0: none */
   uint64_t max_num_scheduled_tokens;      /* 0: unlimited */
   uint64_t long_prefill_token_threshold;  /* 0: none */
   uint8_t use_eagle;                      /* 0 or 1 */
   uint8_t load_kv_async;                  /* 0 or 1 */
+  /* Appended after 0.1. uint64_t so that it starts at byte 96, the 0.1 size, not in the 0.1
+   * tail padding; a caller whose struct_size stops before it gets 0. */
+  uint64_t defer_oversized_block;         /* 0 (vLLM main) or 1: return 0 (the request waits)
+                                             for a sub-block chunk that no floor keeps */
 } pdkv_aligned_split_input_t;
 
-/* New tokens for this step, possibly 0 (defer the request), main-branch form. Errors:
- * NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (block_size 0, a flag not 0/1). Thread-safe. */
+/* New tokens for this step, main-branch form. 0 means the request waits this step: a block that
+ * fits in a chunk is not reached by this step's budget, or defer_oversized_block asked for it.
+ * Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (block_size 0, a flag not 0/1).
+ * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_mamba_aligned_split(const pdkv_aligned_split_input_t *input,
                                                 uint64_t *out, pdkv_error_t **err);
 

@@ -1,5 +1,7 @@
 // Scheduler-side helpers (core/scheduler.hpp: Mamba aligned split in both forms, the N-1 rule,
 // P-side truncation) and the KV offload geometry (core/offload.hpp).
+#include <cstddef>
+#include <string>
 #include <vector>
 
 #include "boundary.hpp"
@@ -21,6 +23,22 @@ using pdkv::capi::kRemoteDecodePrefillMinSize;
 using pdkv::capi::kSplitMinSize;
 using pdkv::capi::kSplitV0604MinSize;
 using pdkv::capi::read_struct_prefix;
+
+// The growth rule of pdkv.h: a field appended after 0.1 starts at or after the 0.1 size.
+static_assert(offsetof(pdkv_aligned_split_input_t, defer_oversized_block) >= kSplitMinSize,
+              "defer_oversized_block must not sit in the 0.1 tail padding");
+
+namespace {
+// A 0/1 flag held in a uint64_t field (pdkv_aligned_split_input_t.defer_oversized_block is that
+// wide so it starts at the struct's 0.1 size): InvalidArgument naming the field and the value.
+bool wide_flag_from_c(uint64_t v, const char* field) {
+  if (v > 1) {
+    core::fail(core::Status::InvalidArgument,
+               std::string(field) + " = " + std::to_string(v) + " is not a boolean: pass 0 or 1");
+  }
+  return v == 1;
+}
+}  // namespace
 
 extern "C" {
 
@@ -66,6 +84,8 @@ PDKV_API pdkv_status_t pdkv_mamba_aligned_split(const pdkv_aligned_split_input_t
     in.long_prefill_token_threshold = input->long_prefill_token_threshold;
     in.use_eagle = flag_from_c(input->use_eagle, "pdkv_aligned_split_input_t.use_eagle");
     in.load_kv_async = flag_from_c(input->load_kv_async, "pdkv_aligned_split_input_t.load_kv_async");
+    in.defer_oversized_block =
+        wide_flag_from_c(input->defer_oversized_block, "pdkv_aligned_split_input_t.defer_oversized_block");
     *out = core::mamba_aligned_split(in);
   });
 }

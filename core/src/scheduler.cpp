@@ -47,7 +47,6 @@ uint64_t mamba_aligned_split(const AlignedSplitInput& in) {
     fail(Status::InvalidArgument, "Mamba block split with block_size 0");
   }
   const uint64_t bs = in.block_size;
-  const uint64_t unit = in.floor_unit == 0 ? bs : in.floor_unit;
   const uint64_t start = in.start;
   const uint64_t prefill_end = std::max(in.num_prompt_tokens,
                                         in.num_tokens > 0 ? in.num_tokens - 1 : 0);
@@ -62,11 +61,21 @@ uint64_t mamba_aligned_split(const AlignedSplitInput& in) {
     }
     const uint64_t f = floor_to(end, bs);
     if (f > start || bs <= limit) {
-      end = f;  // a whole block fits in some chunk: only ever stop at block boundaries
+      // A whole block fits in some chunk: only ever stop at block boundaries, even if that
+      // means nothing this step (a later step with more budget reaches the boundary).
+      end = f;
+      if (end <= start) return 0;
     } else {
-      end = floor_to(end, unit);  // no chunk can reach a boundary: stop at the finer unit
+      // The block is wider than every chunk, so no step can reach a boundary from here: stop
+      // at the finer unit if one was asked for and it still advances, else where the budget
+      // ends. Waiting instead is the caller's explicit choice.
+      const uint64_t fine = in.floor_unit > 0 ? floor_to(end, in.floor_unit) : start;
+      if (fine > start) {
+        end = fine;
+      } else if (in.defer_oversized_block) {
+        return 0;
+      }
     }
-    if (end <= start) return 0;  // defer: nothing aligned fits this step
   }
 
   uint64_t stop = end;

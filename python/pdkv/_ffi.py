@@ -408,6 +408,7 @@ class AlignedSplitInputC(Structure):
         ("long_prefill_token_threshold", c_uint64),
         ("use_eagle", c_uint8),
         ("load_kv_async", c_uint8),
+        ("defer_oversized_block", c_uint64),
     ]
 
 

@@ -50,24 +50,31 @@ class AlignedSplitInput:
     num_prompt_tokens: int  #: Prompt length.
     num_tokens: int  #: Prompt + output so far.
     block_size: int  #: Mamba block size.
-    floor_unit: int = 0  #: 0: block_size.
+    floor_unit: int = 0  #: Finer floor for a sub-block chunk end; 0: none (vLLM main).
     tail_hash_block_size: int = 0  #: 0: off.
     shared_prefix_tokens: int = 0  #: 0: none.
     max_num_scheduled_tokens: int = 0  #: 0: unlimited.
     long_prefill_token_threshold: int = 0  #: 0: none.
     use_eagle: bool = False  #: EAGLE keeps one block back.
     load_kv_async: bool = False  #: Asynchronous connector load.
+    #: Return 0 (the request waits) instead of a sub-block chunk that no floor keeps when the
+    #: block is wider than every chunk; False is vLLM main's default (the request progresses).
+    defer_oversized_block: bool = False
+
+
+_SPLIT_FLAGS = ("use_eagle", "load_kv_async", "defer_oversized_block")
 
 
 def mamba_aligned_split(input: AlignedSplitInput) -> int:
-    """New tokens for this step, possibly 0 (defer the request), main-branch form."""
+    """New tokens for this step, main-branch form. 0 means the request waits this step: a block
+    that fits in a chunk is not reached by this step's budget, or ``defer_oversized_block``."""
     if not isinstance(input, AlignedSplitInput):
         raise TypeError(f"input must be a pdkv.AlignedSplitInput, got {type(input).__name__}")
     c = _ffi.AlignedSplitInputC()
     c.struct_size = ctypes.sizeof(c)
     for f in dataclasses.fields(input):
         v = getattr(input, f.name)
-        setattr(c, f.name, flag(f.name, v) if f.name in ("use_eagle", "load_kv_async") else u64(f.name, v))
+        setattr(c, f.name, flag(f.name, v) if f.name in _SPLIT_FLAGS else u64(f.name, v))
     out = c_uint64()
     call("pdkv_mamba_aligned_split", byref(c), byref(out))
     return out.value

@@ -366,6 +366,7 @@ def op_mamba_aligned_split(i: Input) -> Dict[str, Any]:
         long_prefill_token_threshold=i.int("long_prefill_token_threshold", 0),
         use_eagle=i.bool("use_eagle", False),
         load_kv_async=i.bool("load_kv_async", False),
+        defer_oversized_block=i.bool("defer_oversized_block", False),
     )
     return {"num_new_tokens": pdkv.mamba_aligned_split(split)}
 

@@ -506,7 +506,21 @@ TEST_CASE("scheduler: aligned splits, the N-1 rule and P-side truncation", "[cap
   a.long_prefill_token_threshold = 400;
   a.num_new_tokens = 400;
   REQUIRE_OK(pdkv_mamba_aligned_split(&a, &out, err));
-  CHECK(out == 0);  // defer
+  CHECK(out == 400);  // block 512 wider than every chunk (400): unfloored, as vLLM main
+  a.defer_oversized_block = 1;
+  REQUIRE_OK(pdkv_mamba_aligned_split(&a, &out, err));
+  CHECK(out == 0);  // the explicit deferral
+  // A caller compiled against the 0.1 layout (struct_size 96) never reaches the appended field:
+  // whatever its memory holds there reads as 0.
+  a.struct_size = 96;
+  REQUIRE_OK(pdkv_mamba_aligned_split(&a, &out, err));
+  CHECK(out == 400);
+  a.struct_size = sizeof a;
+  a.defer_oversized_block = 2;
+  auto bad = capture([&](pdkv_error_t** e) { return pdkv_mamba_aligned_split(&a, &out, e); });
+  CHECK(bad.status == PDKV_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(bad.message, Contains("defer_oversized_block = 2"));
+  a.defer_oversized_block = 1;
   a.load_kv_async = 1;
   REQUIRE_OK(pdkv_mamba_aligned_split(&a, &out, err));
   CHECK(out == 400);

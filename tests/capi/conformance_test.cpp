@@ -642,6 +642,7 @@ json op_mamba_aligned_split(Input& in) {
   s.long_prefill_token_threshold = opt("long_prefill_token_threshold");
   s.use_eagle = in.bool_or("use_eagle", false) ? 1 : 0;
   s.load_kv_async = in.bool_or("load_kv_async", false) ? 1 : 0;
+  s.defer_oversized_block = in.bool_or("defer_oversized_block", false) ? 1 : 0;
   uint64_t out = 0;
   call([&](pdkv_error_t** e) { return pdkv_mamba_aligned_split(&s, &out, e); });
   return {{"num_new_tokens", out}};

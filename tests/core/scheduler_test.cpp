@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "pdkv/core/error.hpp"
@@ -13,7 +14,7 @@ namespace {
 template <typename Budget>
 V chunks(AlignedSplitInput base, Budget budget) {
   V out;
-  for (int step = 0; base.start < base.num_prompt_tokens && step < 100; ++step) {
+  for (int step = 0; base.start < base.num_prompt_tokens && step < 10000; ++step) {
     base.num_new_tokens = std::min<uint64_t>(budget(step), base.num_prompt_tokens - base.start);
     const uint64_t n = mamba_aligned_split(base);
     EXPECT_GT(n, 0u) << "deferred at start " << base.start;
@@ -88,13 +89,84 @@ TEST(AlignedSplit, SharedPrefixJunction) {
   EXPECT_EQ(mamba_aligned_split(in), 32u);
 }
 
-TEST(AlignedSplit, DefersWhenNothingAlignedFitsAndSkipsAsyncAndDecode) {
+// Issue 12 item 5: a Mamba block wider than the step budget (8704 > 8192). vLLM main (since PR
+// #51113) leaves such a chunk end unfloored, so the request advances 8192, then the rest of the
+// block, block by block; every block boundary is still a chunk end (8704, 17408).
+TEST(AlignedSplit, OversizedBlockProgressesByDefault) {
+  AlignedSplitInput in;
+  in.num_prompt_tokens = in.num_tokens = 20000;
+  in.block_size = 8704;
+  in.max_num_scheduled_tokens = 8192;
+  EXPECT_EQ(chunks(in, [](int) { return 8192; }), (V{8192, 512, 8192, 512, 2592}));
+  // The long-prefill threshold is a chunk limit too: 1000 < 8704.
+  in.max_num_scheduled_tokens = 0;
+  in.long_prefill_token_threshold = 1000;
+  in.num_prompt_tokens = in.num_tokens = 10000;
+  EXPECT_EQ(chunks(in, [](int) { return 1000; }),
+            (V{1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 704, 1000, 296}));
+}
+
+TEST(AlignedSplit, OversizedBlockDefersOnlyWhenAsked) {
   AlignedSplitInput in;
   in.num_prompt_tokens = in.num_tokens = 1300;
   in.block_size = 512;
   in.long_prefill_token_threshold = 400;
   in.num_new_tokens = 400;
-  EXPECT_EQ(mamba_aligned_split(in), 0u);  // floor_unit = block size: defer
+  EXPECT_EQ(mamba_aligned_split(in), 400u);  // vLLM main: unfloored
+  in.defer_oversized_block = true;
+  EXPECT_EQ(mamba_aligned_split(in), 0u);  // the pre-#51113 deferral, on request
+  // With a finer floor unit the deferral applies only when that floor leaves nothing.
+  in.floor_unit = 128;
+  EXPECT_EQ(mamba_aligned_split(in), 384u);
+  in.num_new_tokens = 100;
+  EXPECT_EQ(mamba_aligned_split(in), 0u);
+  in.defer_oversized_block = false;
+  EXPECT_EQ(mamba_aligned_split(in), 100u);  // the floor would leave nothing: unfloored
+  // A block that fits in a chunk is never split sub-block, flag or not: wait for more budget.
+  in.long_prefill_token_threshold = 0;
+  in.max_num_scheduled_tokens = 8192;
+  EXPECT_EQ(mamba_aligned_split(in), 0u);
+  in.defer_oversized_block = true;
+  EXPECT_EQ(mamba_aligned_split(in), 0u);
+}
+
+// Any block wider than the budget: the request never stalls, and every block boundary up to the
+// last cacheable one is a chunk end (the align-mode invariant the split exists for).
+TEST(AlignedSplit, OversizedBlockNeverStallsAndHitsEveryBoundary) {
+  for (uint64_t bs : {513u, 1000u, 2096u, 8704u}) {
+    for (uint64_t budget : {128u, 400u, 511u}) {
+      for (uint64_t prompt : {1u, 700u, 4200u, 20000u}) {
+        for (bool eagle : {false, true}) {
+          AlignedSplitInput in;
+          in.num_prompt_tokens = in.num_tokens = prompt;
+          in.block_size = bs;
+          in.max_num_scheduled_tokens = budget;
+          in.use_eagle = eagle;
+          V ends;
+          uint64_t at = 0;
+          for (uint64_t c : chunks(in, [&](int) { return budget; })) ends.push_back(at += c);
+          ASSERT_FALSE(ends.empty());
+          ASSERT_EQ(ends.back(), prompt) << bs << " " << budget << " " << prompt;
+          uint64_t last = prompt - prompt % bs;
+          if (eagle) last = last > bs ? last - bs : 0;
+          for (uint64_t b = bs; b <= last; b += bs) {
+            EXPECT_NE(std::find(ends.begin(), ends.end(), b), ends.end())
+                << "boundary " << b << " bs " << bs << " budget " << budget << " prompt " << prompt;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(AlignedSplit, SkipsAsyncLoadsAndDecode) {
+  AlignedSplitInput in;
+  in.num_prompt_tokens = in.num_tokens = 1300;
+  in.block_size = 512;
+  in.max_num_scheduled_tokens = 8192;
+  in.num_new_tokens = 400;
+  in.defer_oversized_block = true;
+  EXPECT_EQ(mamba_aligned_split(in), 0u);
   in.load_kv_async = true;
   EXPECT_EQ(mamba_aligned_split(in), 400u);
   in.load_kv_async = false;

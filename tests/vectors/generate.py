@@ -866,8 +866,14 @@ def split_main(i):
         if f > start or (not lims or bs <= min(lims)):
             end = f
         else:
-            fu = i.get("floor_unit", 0) or bs
-            end = end // fu * fu
+            # The block is wider than every chunk: vLLM main (PR #51113) keeps the budget's end;
+            # pdkv floors it to floor_unit when that still advances, and waits only when asked.
+            fu = i.get("floor_unit", 0)
+            fine = end // fu * fu if fu else start
+            if fine > start:
+                end = fine
+            elif i.get("defer_oversized_block"):
+                return 0
     cands = [last]
     if start % bs:
         cands.append((start // bs + 1) * bs)
@@ -1367,10 +1373,30 @@ def scheduler2_cases():
            "num_new_tokens": 100}
     check(split_main(inp), 32, "shared prefix 48 -> 32")
     add("mamba_aligned_split/shared_prefix_48_to_32", "mamba_aligned_split", inp, {"num_new_tokens": 32})
+    # Issue 12 item 5: a Mamba block (8704) wider than the budget (8192) still progresses, as in
+    # vLLM main: 8192, then the rest of the block, block by block; every boundary is a chunk end.
+    chain("oversized_block_progresses", {"num_prompt_tokens": 20000, "num_tokens": 20000, "block_size": 8704,
+                                         "max_num_scheduled_tokens": 8192},
+          [8192, 8192, 8192, 8192, 8192], [8192, 512, 8192, 512, 2592])
     inp = {"num_prompt_tokens": 1300, "num_tokens": 1300, "block_size": 512, "long_prefill_token_threshold": 400,
            "num_new_tokens": 400}
-    add("mamba_aligned_split/defer_when_no_block_fits", "mamba_aligned_split", inp,
-        {"num_new_tokens": split_main(inp)})
+    check(split_main(inp), 400, "oversized block, threshold 400: unfloored")
+    add("mamba_aligned_split/oversized_block_unfloored_by_default", "mamba_aligned_split", inp,
+        {"num_new_tokens": 400})
+    check(split_main(dict(inp, defer_oversized_block=True)), 0, "oversized block, deferral asked for")
+    add("mamba_aligned_split/oversized_block_deferred_when_asked", "mamba_aligned_split",
+        dict(inp, defer_oversized_block=True), {"num_new_tokens": 0})
+    check(split_main(dict(inp, num_new_tokens=100, floor_unit=128)), 100, "floor unit leaves nothing: unfloored")
+    add("mamba_aligned_split/oversized_block_floor_unit_leaves_nothing", "mamba_aligned_split",
+        dict(inp, num_new_tokens=100, floor_unit=128), {"num_new_tokens": 100})
+    check(split_main(dict(inp, num_new_tokens=100, floor_unit=128, defer_oversized_block=True)), 0,
+          "floor unit leaves nothing, deferral asked for")
+    add("mamba_aligned_split/oversized_block_floor_unit_deferred_when_asked", "mamba_aligned_split",
+        dict(inp, num_new_tokens=100, floor_unit=128, defer_oversized_block=True), {"num_new_tokens": 0})
+    fits = {"num_prompt_tokens": 1300, "num_tokens": 1300, "block_size": 512, "max_num_scheduled_tokens": 8192,
+            "num_new_tokens": 400}
+    check(split_main(fits), 0, "a block that fits in a chunk waits for more budget")
+    add("mamba_aligned_split/block_fits_waits_for_budget", "mamba_aligned_split", fits, {"num_new_tokens": 0})
     add("mamba_aligned_split/async_load_unchanged", "mamba_aligned_split", dict(inp, load_kv_async=True),
         {"num_new_tokens": 400})
     add("mamba_aligned_split/unaligned_resume_stops_at_boundary", "mamba_aligned_split",

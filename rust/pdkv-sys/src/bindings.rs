@@ -971,6 +971,7 @@ pub struct pdkv_aligned_split_input {
     pub long_prefill_token_threshold: u64,
     pub use_eagle: u8,
     pub load_kv_async: u8,
+    pub defer_oversized_block: u64,
 }
 pub type pdkv_aligned_split_input_t = pdkv_aligned_split_input;
 extern "C" {

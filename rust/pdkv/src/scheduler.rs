@@ -60,7 +60,8 @@ pub struct AlignedSplitInput {
     pub num_tokens: u64,
     /// Mamba block size.
     pub block_size: u64,
-    /// 0: block_size.
+    /// A finer unit to floor a sub-block chunk end to, used when the block is wider than every
+    /// chunk and that floor still advances; 0: no floor (vLLM main).
     pub floor_unit: u64,
     /// 0: off.
     pub tail_hash_block_size: u64,
@@ -74,9 +75,14 @@ pub struct AlignedSplitInput {
     pub use_eagle: bool,
     /// Asynchronous connector load.
     pub load_kv_async: bool,
+    /// Return 0 (the request waits) instead of a sub-block chunk that no floor keeps when the
+    /// block is wider than every chunk. `false` is vLLM main's default: the request progresses.
+    pub defer_oversized_block: bool,
 }
 
-/// New tokens for this step, possibly 0 (defer), main-branch form (`pdkv_mamba_aligned_split`).
+/// New tokens for this step, main-branch form (`pdkv_mamba_aligned_split`). 0 means the request
+/// waits this step: a block that fits in a chunk is not reached by this step's budget, or
+/// `defer_oversized_block` asked for it.
 pub fn mamba_aligned_split(input: &AlignedSplitInput) -> Result<u64> {
     let raw = sys::pdkv_aligned_split_input_t {
         struct_size: size_of::<sys::pdkv_aligned_split_input_t>(),
@@ -92,6 +98,7 @@ pub fn mamba_aligned_split(input: &AlignedSplitInput) -> Result<u64> {
         long_prefill_token_threshold: input.long_prefill_token_threshold,
         use_eagle: input.use_eagle as u8,
         load_kv_async: input.load_kv_async as u8,
+        defer_oversized_block: input.defer_oversized_block as u64,
     };
     let mut out = 0u64;
     // SAFETY: valid input and out pointer.

@@ -383,6 +383,7 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
             "long_prefill_token_threshold",
             "use_eagle",
             "load_kv_async",
+            "defer_oversized_block",
         ],
         "truncate_for_remote_decode" => {
             &["num_prompt_tokens", "max_tokens", "truncated", "has_mamba"]
@@ -1399,6 +1400,7 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 long_prefill_token_threshold: u64_or(input, "long_prefill_token_threshold", 0)?,
                 use_eagle: bool_or(input, "use_eagle", false)?,
                 load_kv_async: bool_or(input, "load_kv_async", false)?,
+                defer_oversized_block: bool_or(input, "defer_oversized_block", false)?,
             }));
             out(vec![("num_new_tokens", u(n))])
         }

@@ -24,10 +24,22 @@ struct AlignedSplitV0604Input {
 // Returns the (possibly reduced) number of new tokens. block_size 0 is InvalidArgument.
 uint64_t mamba_aligned_split_v0604(const AlignedSplitV0604Input& in);
 
-// The main-branch rewrite. Parameters that the reference leaves implicit are explicit here:
-//  * floor_unit: the unit a non-final chunk end is floored to when no whole block fits in the
-//    chunk (bs > min(max_num_scheduled_tokens, long_prefill_token_threshold)); 0 means block_size;
-//  * tail_hash_block_size: fine-grained (partial-tail) prefix hits; 0 means off.
+// The main-branch rewrite, as vLLM main has it: Scheduler._mamba_block_aligned_split in
+// vllm/v1/core/sched/scheduler.py at commit 487ecf187 (the rewrite of PR #51113, merged as
+// c56f169, shipped in v0.28.0). There a non-final chunk end is floored to the Mamba block only
+// when the floor still moves past `start` or when a whole block fits in the largest chunk
+// (min(max_num_scheduled_tokens, long_prefill_token_threshold)); a block wider than every chunk
+// leaves the end where the budget put it, so the request advances sub-block and re-aligns at the
+// next boundary instead of waiting for a budget that can never come. (The older form above, and
+// the copies of scheduler.py before that PR, floor unconditionally and return 0 then.)
+// Parameters that the reference leaves implicit are explicit here:
+//  * floor_unit: a finer unit to floor such a sub-block chunk end to (e.g. the kernel's chunk
+//    size), used only when that floor still moves past `start`; 0 means no floor (vLLM main);
+//  * tail_hash_block_size: fine-grained (partial-tail) prefix hits; 0 means off;
+//  * defer_oversized_block: the pre-#51113 behaviour, for an engine that wants it: when the
+//    floor (to floor_unit, or to the block when floor_unit is 0) leaves nothing, return 0 and
+//    let the request wait. With a block wider than every chunk such a request waits forever
+//    unless the budget changes, which is why it is off by default.
 struct AlignedSplitInput {
   uint64_t start = 0;                 // tokens already computed (incl. external)
   uint64_t num_new_tokens = 0;        // proposed by budget / threshold
@@ -41,12 +53,17 @@ struct AlignedSplitInput {
   uint64_t long_prefill_token_threshold = 0;  // 0: none
   bool use_eagle = false;
   bool load_kv_async = false;
+  bool defer_oversized_block = false;
 };
-// New tokens for this step, possibly 0 (defer the request). Rules, with end = start + new and
-// prefill_end = max(prompt, num_tokens - 1), last = num_tokens - num_tokens % bs (EAGLE: - bs):
+// New tokens for this step, possibly 0 (the request waits). Rules, with end = start + new and
+// prefill_end = max(prompt, num_tokens - 1), last = num_tokens - num_tokens % bs (EAGLE: - bs),
+// limit = min(max_sched, threshold) (0s ignored):
 //  1. decode steps (start >= prefill_end) and async loads pass unchanged;
 //  2. a non-final chunk end (end < prefill_end) is floored to bs when that floor is > start or
-//     bs <= min(max_sched, threshold); otherwise to floor_unit;
+//     bs <= limit (then 0 is possible: a later step with more budget reaches the boundary);
+//     otherwise the block is wider than every chunk and the end is floored to floor_unit when
+//     that is > start, else left as is; with defer_oversized_block the step returns 0 instead
+//     of a chunk that no floor keeps;
 //  3. the end stops at the earliest point inside (start, end) among: the next block boundary (if
 //     start is mid-block), last, the partial-tail hash boundary (prefill_end floored to
 //     tail_hash_block_size, when on and > last), the shared-prefix junction floored to bs.
