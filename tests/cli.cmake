@@ -67,7 +67,7 @@ pdkv_cli_expect(cli_plan_speculative_bound_ok 0 PATTERNS "conv state bytes / ran
   ARGS ${N30} --num-speculative-tokens 64)
 
 # --- configuration errors (exit 2) -------------------------------------------------------------
-pdkv_cli_expect(cli_plan_bad_tp 2 PATTERNS "TP_NOT_DIVISIBLE: local tp_size 2 and remote tp_size 3"
+pdkv_cli_expect(cli_plan_bad_tp 2 PATTERNS "TP_NOT_DIVISIBLE: --decode-tp 2 and --prefill-tp 3 do not divide each other"
   ARGS plan --model nemotron-3-nano-30b --prefill-tp 3 --decode-tp 2)
 # An MLA backend on a non-MLA model, on one side or both.
 pdkv_cli_expect(cli_plan_mla_backend_on_gqa 2
@@ -99,7 +99,7 @@ file(WRITE ${PDKV_CLI_BAMBA} [=[
  "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2}
 ]=])
 pdkv_cli_expect(cli_plan_unknown_hybrid_model_type 2
-  PATTERNS "configuration error: PDKV_ERR_UNSUPPORTED_MAMBA_TYPE: .*model_type 'bamba'.*'attn_layer_indices'"
+  PATTERNS "configuration error: --model: PDKV_ERR_UNSUPPORTED_MAMBA_TYPE: .*model_type 'bamba'.*'attn_layer_indices'"
            "supported model types: nemotron_h"
   ARGS plan --model ${PDKV_CLI_BAMBA} --prefill-tp 1 --decode-tp 1)
 set(PDKV_CLI_NO_TYPE ${CMAKE_CURRENT_BINARY_DIR}/cli_no_model_type.json)
@@ -112,9 +112,11 @@ pdkv_cli_expect(cli_plan_missing_model_type 2 PATTERNS "missing key 'model_type'
 # --- usage errors (exit 1) ---------------------------------------------------------------------
 pdkv_cli_expect(cli_unknown_preset 1 PATTERNS "usage error: --model: .*no-such-model"
   ARGS plan --model no-such-model --prefill-tp 1 --decode-tp 1)
-pdkv_cli_expect(cli_unknown_flag 1 PATTERNS "unknown argument '--frobnicate'" ARGS plan --model x --frobnicate 1)
+pdkv_cli_expect(cli_unknown_flag 1 PATTERNS "usage error: unknown flag '--frobnicate' for 'pdkv plan'$"
+  "run 'pdkv plan --help' for usage" ARGS plan --model x --frobnicate 1)
 pdkv_cli_expect(cli_unknown_command 1 PATTERNS "unknown command 'frobnicate'" ARGS frobnicate)
-pdkv_cli_expect(cli_missing_flags 1 PATTERNS "plan needs --model, --prefill-tp and --decode-tp"
+pdkv_cli_expect(cli_missing_flags 1
+  PATTERNS "usage error: 'pdkv plan' is missing --prefill-tp, --decode-tp [(]--prefill-tp [(]the prefill engine's"
   ARGS plan --model nemotron-3-nano-30b)
 pdkv_cli_expect(cli_model_directory 1 PATTERNS "PDKV_ERR_IO: '${CONFIGS}' is a directory"
   ARGS plan --model ${CONFIGS} --prefill-tp 1 --decode-tp 1)
@@ -135,9 +137,9 @@ pdkv_cli_expect(cli_bad_ssm_dtype 1 PATTERNS "--mamba-ssm-cache-dtype: .*'float1
   ARGS ${N30} --mamba-ssm-cache-dtype float13)
 pdkv_cli_expect(cli_bad_backend 1 PATTERNS "--decode-backend: PDKV_ERR_NOT_FOUND: .*'warp_attn'"
   ARGS ${N30} --decode-backend warp_attn)
-pdkv_cli_expect(cli_bad_integer 1 PATTERNS "--prefill-tp must be a non-negative integer, got 'four'"
+pdkv_cli_expect(cli_bad_integer 1 PATTERNS "--prefill-tp must be a positive integer below 2\\^32, got 'four'"
   ARGS plan --model nemotron-3-nano-30b --prefill-tp four --decode-tp 2)
-pdkv_cli_expect(cli_negative_integer 1 PATTERNS "--block-size must be a non-negative integer, got '-16'"
+pdkv_cli_expect(cli_negative_integer 1 PATTERNS "--block-size must be a positive integer below 2\\^32, got '-16'"
   ARGS ${N30} --block-size -16)
 # Usage errors are reported before the model is read (a bad flag wins over a bad --model).
 pdkv_cli_expect(cli_usage_before_model 1 PATTERNS "--mamba-cache-mode 'x'"
@@ -157,7 +159,7 @@ add_test(NAME cli_blocks_prefill_multiple_not_mislabelled
   COMMAND sh -c "out=$(\"$0\" \"$@\" 2>&1) || exit 1; if printf '%s\\n' \"$out\" | grep -Eq 'not multiples|not a whole number'; then printf '%s\\n' \"$out\"; echo 'FAIL: mislabelled as not multiples'; exit 1; fi; echo PASS"
           $<TARGET_FILE:pdkv_cli> ${FALCON_P1_D4})
 pdkv_cli_expect(cli_blocks_prefill_multiple_json 0
-  PATTERNS "\"relation\": \"prefill block = 2 decode blocks\"" "\"descriptors_per_block_per_layer\": 1,"
+  PATTERNS "\"relation\": \"prefill_multiple\"" "\"blocks_per_block\": 2,"
   ARGS ${FALCON_P1_D4} --json)
 # Falcon-H1 P TP4 -> D TP1: D = 2 P blocks, which vLLM serves (no refusal note); D reads one head
 # from each of P ranks 0 and 2, two token runs per D block: 2 x 2 = 4 pieces.
@@ -191,9 +193,86 @@ pdkv_cli_expect(cli_repeated_flag 1 PATTERNS "usage error: flag --prefill-tp is 
   ARGS plan --model nemotron-3-nano-30b --prefill-tp 2 --prefill-tp 4 --decode-tp 2)
 pdkv_cli_expect(cli_repeated_flag_inline_form 1 PATTERNS "usage error: flag --block-size is given more than once"
   ARGS ${N30} --block-size=16 --block-size 32)
-pdkv_cli_expect(cli_repeated_switch 1 PATTERNS "usage error: flag --json is given more than once"
+pdkv_cli_expect(cli_repeated_switch 1 PATTERNS "\"message\": \"flag --json is given more than once"
   ARGS ${N30} --json --json)
 pdkv_cli_expect(cli_zero_block_size 1 PATTERNS "usage error: --block-size must be a positive integer, got '0'"
   ARGS ${N30} --block-size 0)
 pdkv_cli_expect(cli_zero_block_size_inline 1 PATTERNS "usage error: --block-size must be a positive integer, got '0'"
   ARGS ${N30} --block-size=0)
+
+# --- a tool: --version, --help everywhere, strict arguments, suggestions, flag terms ------------
+pdkv_cli_expect(cli_version_flag 0 PATTERNS "^pdkv [0-9]+[.][0-9]+[.][0-9]+$" ARGS --version)
+pdkv_cli_expect(cli_version_command 0 PATTERNS "^pdkv [0-9]+[.][0-9]+[.][0-9]+$" ARGS version)
+pdkv_cli_expect(cli_help 0 PATTERNS "^usage: pdkv COMMAND" "^  3  internal error" "docs/cli-json[.]md" ARGS --help)
+pdkv_cli_expect(cli_help_short 0 PATTERNS "^usage: pdkv COMMAND" ARGS -h)
+pdkv_cli_expect(cli_help_plan 0 PATTERNS "^usage: pdkv plan --model" "^  --decode-tp N" "^exit status:" ARGS plan --help)
+pdkv_cli_expect(cli_help_plan_via_help 0 PATTERNS "^usage: pdkv plan --model" ARGS help plan)
+pdkv_cli_expect(cli_help_presets 0 PATTERNS "^usage: pdkv presets" ARGS presets --help)
+pdkv_cli_expect(cli_help_version 0 PATTERNS "^usage: pdkv version" ARGS version -h)
+pdkv_cli_expect(cli_help_help 0 PATTERNS "^usage: pdkv help" ARGS help help)
+# --help wins over anything else on the line, even an unknown flag.
+pdkv_cli_expect(cli_help_wins 0 PATTERNS "^usage: pdkv plan" ARGS plan --frobnicate --help)
+pdkv_cli_expect(cli_no_command 1 PATTERNS "usage error: no command given" "run 'pdkv --help' for usage" ARGS)
+pdkv_cli_expect(cli_flag_before_command 1 PATTERNS "unknown flag '--json' before the command" ARGS --json plan)
+pdkv_cli_expect(cli_unknown_global_flag 1 PATTERNS "unknown flag '--versoin' before the command.*did you mean '--version'[?]"
+  ARGS --versoin)
+pdkv_cli_expect(cli_unknown_flag_suggestion 1
+  PATTERNS "unknown flag '--prefil-tp' for 'pdkv plan'; did you mean '--prefill-tp'[?]$"
+  ARGS plan --model nemotron-3-nano-30b --prefil-tp 4 --decode-tp 2)
+pdkv_cli_expect(cli_unknown_flag_abbreviation 1
+  PATTERNS "unknown flag '--prefill' for 'pdkv plan'; did you mean '--prefill-tp' or '--prefill-backend'[?]"
+  ARGS plan --model nemotron-3-nano-30b --prefill 4)
+pdkv_cli_expect(cli_unknown_flag_far 1 PATTERNS "unknown flag '--xyz' for 'pdkv plan'$" ARGS plan --xyz)
+pdkv_cli_expect(cli_unknown_command_suggestion 1 PATTERNS "unknown command 'plann'; did you mean 'plan'[?]" ARGS plann)
+pdkv_cli_expect(cli_help_unknown_command 1 PATTERNS "unknown command 'prests'; did you mean 'presets'[?]"
+  ARGS help prests)
+pdkv_cli_expect(cli_help_extra_argument 1 PATTERNS "'pdkv help' takes at most one command, got 'plan'" ARGS help plan plan)
+pdkv_cli_expect(cli_plan_stray_argument 1 PATTERNS "unexpected argument 'extra': 'pdkv plan' takes only flags"
+  ARGS ${N30} extra)
+pdkv_cli_expect(cli_plan_positional_flag_name 1 PATTERNS "unexpected argument 'json'.*did you mean '--json'[?]"
+  ARGS ${N30} json)
+pdkv_cli_expect(cli_presets_stray_argument 1 PATTERNS "unexpected argument 'all': 'pdkv presets' takes only flags"
+  ARGS presets all)
+pdkv_cli_expect(cli_presets_unknown_flag 1 PATTERNS "unknown flag '--jsn' for 'pdkv presets'; did you mean '--json'[?]"
+  ARGS presets --jsn)
+pdkv_cli_expect(cli_version_stray_argument 1 PATTERNS "unexpected argument 'now'" ARGS version now)
+pdkv_cli_expect(cli_value_is_a_flag 1 PATTERNS "flag --model needs a value, got the flag '--prefill-tp'"
+  ARGS plan --model --prefill-tp 4 --decode-tp 2)
+pdkv_cli_expect(cli_missing_value 1 PATTERNS "flag --decode-tp needs a value$" ARGS plan --model x --prefill-tp 1 --decode-tp)
+pdkv_cli_expect(cli_switch_with_value 1 PATTERNS "flag --json takes no value, got 'yes'" ARGS ${N30} --json=yes)
+pdkv_cli_expect(cli_zero_tp 1 PATTERNS "--prefill-tp must be a positive integer, got '0'"
+  ARGS plan --model nemotron-3-nano-30b --prefill-tp 0 --decode-tp 2)
+pdkv_cli_expect(cli_cache_mode_suggestion 1 PATTERNS "--mamba-cache-mode 'alig' is not one of none, align, all; did you mean 'align'[?]"
+  ARGS ${N30} --mamba-cache-mode alig)
+pdkv_cli_expect(cli_preset_suggestion 1 PATTERNS "unknown model preset 'nemotron-3-nano-3b'.*did you mean 'nemotron-3-nano-30b'[?]"
+  ARGS plan --model nemotron-3-nano-3b --prefill-tp 1 --decode-tp 1)
+pdkv_cli_expect(cli_backend_suggestion 1 PATTERNS "--decode-backend: PDKV_ERR_NOT_FOUND: .*'flashinfr'.*did you mean 'flashinfer'[?]"
+  ARGS ${N30} --decode-backend flashinfr)
+# Messages speak of prefill and decode, as the flags do: never the library's local / remote.
+foreach(case "3;2" "2;3" "4;6")
+  list(GET case 0 p)
+  list(GET case 1 d)
+  add_test(NAME cli_flag_terms_tp_${p}_${d}
+    COMMAND sh -c "out=$(\"$0\" \"$@\" 2>&1); rc=$?; printf '%s\\n' \"$out\"; [ $rc -eq 2 ] || { echo \"FAIL: exit $rc, expected 2\"; exit 1; }; printf '%s\\n' \"$out\" | grep -q -- '--decode-tp ${d} and --prefill-tp ${p}' || { echo 'FAIL: flags not named'; exit 1; }; if printf '%s\\n' \"$out\" | grep -Eiq '(^|[^a-z_])(local|remote)([^a-z]|$)'; then echo 'FAIL: says local/remote'; exit 1; fi; echo PASS"
+            $<TARGET_FILE:pdkv_cli> plan --model nemotron-3-nano-30b --prefill-tp ${p} --decode-tp ${d})
+endforeach()
+
+# --- --json: errors as JSON on stdout, nothing on stderr; the schema check ----------------------
+add_test(NAME cli_json_usage_error_on_stdout
+  COMMAND sh -c "out=$(\"$0\" \"$@\" 2>/dev/null); rc=$?; err=$(\"$0\" \"$@\" 2>&1 >/dev/null); printf '%s\\n' \"$out\"; [ $rc -eq 1 ] || { echo \"FAIL: exit $rc\"; exit 1; }; [ -z \"$err\" ] || { echo \"FAIL: stderr: $err\"; exit 1; }; printf '%s\\n' \"$out\" | grep -q '\"suggestion\": \"did you mean .--prefill-tp.?\"' || { echo 'FAIL: no suggestion in JSON'; exit 1; }; echo PASS"
+          $<TARGET_FILE:pdkv_cli> plan --model nemotron-3-nano-30b --prefil-tp 4 --decode-tp 2 --json)
+pdkv_cli_expect(cli_json_config_json_error 2
+  PATTERNS "\"kind\": \"configuration\"" "\"where\": \"--model\"" "\"exit_status\": 2" "\"schema_version\": 1"
+  ARGS plan --model ${PDKV_CLI_NO_TYPE} --prefill-tp 1 --decode-tp 1 --json)
+pdkv_cli_expect(cli_json_descriptor_count_is_an_object 0
+  PATTERNS "\"detail\": \"one per head and token run: 1 heads x 2 to 3 prefill blocks per decode block\"" "\"min\": 2$"
+  ARGS ${N30} --json)
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME cli_json_schema
+    COMMAND Python3::Interpreter ${PROJECT_SOURCE_DIR}/tests/cli_json_schema_test.py $<TARGET_FILE:pdkv_cli>
+            ${PROJECT_SOURCE_DIR}/docs/cli-json.schema.json ${PROJECT_SOURCE_DIR}/docs/cli-json.md)
+else()
+  # Without Python the schema check cannot run; fail loudly instead of dropping it.
+  add_test(NAME cli_json_schema COMMAND sh -c "echo 'FAIL: python3 not found: the --json schema check cannot run'; exit 1")
+endif()

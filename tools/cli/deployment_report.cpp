@@ -1,8 +1,11 @@
 #include "deployment_report.hpp"
 
 #include <numeric>
+#include <regex>
 #include <string>
 #include <utility>
+
+#include "cli_error.hpp"
 
 #include "pdkv/core/attention_descriptors.hpp"
 #include "pdkv/core/backends.hpp"
@@ -18,8 +21,26 @@ using namespace pdkv::core;
 
 namespace {
 
+// The report always pairs local = decode and remote = prefill (it is D's view), so the library's
+// words are translated into the flags' own: "local tp_size 2 and remote tp_size 3" becomes
+// "--decode-tp 2 and --prefill-tp 3", any other "local"/"remote" becomes "decode"/"prefill".
+std::string in_flag_terms(const std::string& message) {
+  static const std::regex local_tp("\\blocal tp_size ([0-9]+)");
+  static const std::regex remote_tp("\\bremote tp_size ([0-9]+)");
+  static const std::regex local_word("\\blocal(\\b|_)");
+  static const std::regex remote_word("\\bremote(\\b|_)");
+  static const std::regex local_cap("\\bLocal\\b");
+  static const std::regex remote_cap("\\bRemote\\b");
+  std::string s = std::regex_replace(message, local_tp, "--decode-tp $1");
+  s = std::regex_replace(s, remote_tp, "--prefill-tp $1");
+  s = std::regex_replace(s, local_word, "decode$1");
+  s = std::regex_replace(s, remote_word, "prefill$1");
+  s = std::regex_replace(s, local_cap, "Decode");
+  return std::regex_replace(s, remote_cap, "Prefill");
+}
+
 json error_json(const Error& e, const std::string& where) {
-  return json{{"where", where}, {"status", status_name(e.status())}, {"message", e.what()}};
+  return CliError(ErrorKind::Configuration, where, in_flag_terms(e.what()), status_name(e.status())).to_json();
 }
 
 json geometry_json(const EngineGeometry& g) {
@@ -31,7 +52,8 @@ json geometry_json(const EngineGeometry& g) {
          {"physical_blocks_per_logical", g.physical_per_logical},
          {"kernel_page_bytes", g.kernel_page_bytes},
          {"attention_page_bytes", g.attn_page_bytes},
-         {"log_lines", g.log_lines}};
+         {"log_lines", g.log_lines},
+         {"mamba", nullptr}};
   if (g.hybrid) {
     json projections = json::array();
     for (const auto& p : g.mamba.projections) {
@@ -47,7 +69,8 @@ json geometry_json(const EngineGeometry& g) {
                       {"page_bytes", g.mamba_page_bytes},
                       {"padded_page_bytes", g.mamba_page_padded_bytes},
                       {"padding_percent", g.padding_percent},
-                      {"mamba_block_size", g.mamba_block_size}};
+                      // 0 means one state per request (--mamba-cache-mode none): no block size.
+                      {"mamba_block_size", g.mamba_block_size ? json(g.mamba_block_size) : json(nullptr)}};
   }
   return j;
 }
@@ -77,9 +100,13 @@ json block_relation_json(const EngineGeometry& p, const EngineGeometry& d, const
   switch (block_relation(pk, dk)) {
     case BlockRelation::Equal:
       j["relation"] = "equal";
+      j["blocks_per_block"] = 1;
+      j["description"] = "equal";
       break;
     case BlockRelation::DecodeMultiple:
-      j["relation"] = "decode block = " + std::to_string(dk / pk) + " prefill blocks";
+      j["relation"] = "decode_multiple";
+      j["blocks_per_block"] = dk / pk;
+      j["description"] = "decode block = " + std::to_string(dk / pk) + " prefill blocks";
       // P_TP > D_TP with heads split over several P ranks (not replicated) cannot use a
       // block_size_ratio > 1 in vLLM (vllm-semantics.md section 3, local split handles).
       if (tp.remote_tp > tp.local_tp && !tp.use_mla && tp.remote_tp <= tp.total_kv_heads) {
@@ -88,13 +115,17 @@ json block_relation_json(const EngineGeometry& p, const EngineGeometry& d, const
       }
       break;
     case BlockRelation::PrefillMultiple:
-      j["relation"] = "prefill block = " + std::to_string(pk / dk) + " decode blocks";
+      j["relation"] = "prefill_multiple";
+      j["blocks_per_block"] = pk / dk;
+      j["description"] = "prefill block = " + std::to_string(pk / dk) + " decode blocks";
       notes.push_back("vLLM refuses this pair (" + ratio +
                       " is below 1; vLLM serves only prefill blocks <= decode blocks with the ratio dividing)" +
                       pdkv_maps);
       break;
     case BlockRelation::NotMultiples:
-      j["relation"] = "not multiples";
+      j["relation"] = "not_multiples";
+      j["blocks_per_block"] = nullptr;
+      j["description"] = "not multiples";
       notes.push_back("vLLM refuses this pair (" + ratio +
                       " is not a whole number; vLLM serves only prefill blocks <= decode blocks with the ratio "
                       "dividing)" + pdkv_maps);
@@ -117,40 +148,52 @@ std::pair<uint64_t, uint64_t> runs_per_decode_block(uint64_t pk, uint64_t dk) {
   return {(dk + pk - 1) / pk, (pk - g + dk + pk - 1) / pk};
 }
 
+// {"min", "max", "detail"}: descriptors per whole D kernel block and layer, fewest and most over
+// the D blocks (equal unless the block sizes are not multiples), and how they arise. One shape
+// for every block relation, so the field never changes type with the input.
+json descriptor_count(uint64_t min, uint64_t max, const std::string& detail) {
+  return json{{"min", min}, {"max", max}, {"detail", detail}};
+}
+
 // Attention pieces (descriptors before coalescing) pdkv's transfer plan issues per whole D kernel
 // block and layer, as compile_transfer_plan builds them: a run that is a whole block on both
 // sides is one piece per read (a head slice is contiguous in HND); any other run is one piece per
-// head read. Returns a number, or for block sizes that are not multiples a "min to max" string.
+// head read.
 json attention_descriptors_per_block(uint64_t pk, uint64_t dk, size_t num_reads, uint64_t heads_read) {
+  const std::string heads = std::to_string(heads_read) + " heads x ";
   switch (block_relation(pk, dk)) {
     case BlockRelation::Equal:
-      return json(static_cast<uint64_t>(num_reads));
+      return descriptor_count(num_reads, num_reads, "one per read: the blocks are whole on both sides");
     case BlockRelation::DecodeMultiple:  // dk/pk runs, each a whole P block but part of the D block
-      return json((dk / pk) * heads_read);
+      return descriptor_count((dk / pk) * heads_read, (dk / pk) * heads_read,
+                              "one per head and token run: " + heads + std::to_string(dk / pk) +
+                                  " prefill blocks per decode block");
     case BlockRelation::PrefillMultiple:  // one run, part of a P block
-      return json(heads_read);
+      return descriptor_count(heads_read, heads_read,
+                              "one per head and token run: " + heads + "1 prefill block per decode block");
     case BlockRelation::NotMultiples: {
       const auto [lo, hi] = runs_per_decode_block(pk, dk);
-      std::string s = std::to_string(lo * heads_read);
-      if (hi != lo) s += " to " + std::to_string(hi * heads_read);
-      return json(s + " (one per head and token run: " + std::to_string(heads_read) + " heads x " +
-                  std::to_string(lo) + (hi != lo ? " to " + std::to_string(hi) : std::string()) +
-                  " prefill blocks per decode block)");
+      return descriptor_count(lo * heads_read, hi * heads_read,
+                              "one per head and token run: " + heads + std::to_string(lo) +
+                                  (hi != lo ? " to " + std::to_string(hi) : std::string()) +
+                                  " prefill blocks per decode block");
     }
   }
-  return json();
+  return nullptr;
 }
 
 json decode_rank_json(const Deployment& dep, const EngineGeometry& pg, const EngineGeometry& dg, uint32_t rank,
                       json& errors) {
   const auto& m = dep.model;
-  json r{{"rank", rank}};
+  json r{{"rank", rank},           {"tp_ratio", nullptr}, {"handshake_targets", nullptr},
+         {"notify_ranks", nullptr}, {"attention", nullptr}, {"mamba", nullptr}};
+  const std::string where = "decode rank " + std::to_string(rank);
   TpMapping map;
   try {
     map = compute_tp_mapping(TpMappingInput{dep.decode.tp_size, rank, dep.prefill.tp_size, m.attention.num_kv_heads,
                                             m.attention.use_mla, m.is_hybrid()});
   } catch (const Error& e) {
-    errors.push_back(error_json(e, "decode rank " + std::to_string(rank) + " topology"));
+    errors.push_back(error_json(e, where + " topology"));
     return r;
   }
   r["tp_ratio"] = map.tp_ratio;
@@ -159,7 +202,7 @@ json decode_rank_json(const Deployment& dep, const EngineGeometry& pg, const Eng
 
   // Attention: reads at one token's granularity (HND: a head's tokens are contiguous, so the
   // per-token head slice scales to any run of tokens), reported per decode kernel block.
-  json attn{{"source_ranks", map.attention_source_ranks}};
+  json attn{{"source_ranks", map.attention_source_ranks}, {"reads", nullptr}, {"descriptors_per_block_per_layer", nullptr}};
   try {
     auto reads = attention_reads(map, dg.attn_bytes_per_token, pg.attn_bytes_per_token);
     json rj = json::array();
@@ -167,8 +210,8 @@ json decode_rank_json(const Deployment& dep, const EngineGeometry& pg, const Eng
       rj.push_back(json{{"prefill_rank", rd.p_rank},
                         {"bytes_per_token", rd.length},
                         {"bytes_per_block", rd.length * dg.kernel_block_size},
-                        {"local_offset_per_token", rd.local_offset},
-                        {"remote_offset_per_token", rd.remote_offset}});
+                        {"decode_offset_per_token", rd.local_offset},
+                        {"prefill_offset_per_token", rd.remote_offset}});
     }
     attn["reads"] = rj;
     // Bytes per token per head on D (MLA: one latent "head"); D reads all its bytes per token.
@@ -179,24 +222,28 @@ json decode_rank_json(const Deployment& dep, const EngineGeometry& pg, const Eng
     attn["descriptors_per_block_per_layer"] =
         attention_descriptors_per_block(pg.kernel_block_size, dg.kernel_block_size, reads.size(), heads_read);
   } catch (const Error& e) {
-    errors.push_back(error_json(e, "decode rank " + std::to_string(rank) + " attention"));
+    errors.push_back(error_json(e, where + " attention"));
   }
   r["attention"] = attn;
 
   if (m.is_hybrid()) {
-    json mj{{"source_ranks", map.mamba_source_ranks}};
+    json mj{{"source_ranks", map.mamba_source_ranks},
+            {"reads", nullptr},
+            {"descriptors_per_block_per_layer", nullptr},
+            {"vllm_differs", nullptr}};
     try {
       auto reads = mamba_reads(pg.mamba, dg.mamba, rank);
       json parts = json::array();
       for (const auto& rd : reads) {
         parts.push_back(json{{"part", rd.part},
                              {"prefill_rank", rd.p_rank},
-                             {"remote_offset", rd.remote_offset},
-                             {"local_offset", rd.local_offset},
+                             {"prefill_offset", rd.remote_offset},
+                             {"decode_offset", rd.local_offset},
                              {"bytes", rd.length}});
       }
       mj["reads"] = parts;
-      mj["descriptors_per_block_per_layer"] = reads.size();
+      mj["descriptors_per_block_per_layer"] =
+          descriptor_count(reads.size(), reads.size(), "one per read: a projection's bytes from one prefill rank");
       try {
         if (vllm_mamba_reads(pg.mamba, dg.mamba, rank) != reads) {
           mj["vllm_differs"] =
@@ -206,7 +253,7 @@ json decode_rank_json(const Deployment& dep, const EngineGeometry& pg, const Eng
         // vLLM cannot express this pair at all; pdkv's reads above stand on their own.
       }
     } catch (const Error& e) {
-      errors.push_back(error_json(e, "decode rank " + std::to_string(rank) + " mamba"));
+      errors.push_back(error_json(e, where + " mamba"));
     }
     r["mamba"] = mj;
   }
@@ -215,13 +262,22 @@ json decode_rank_json(const Deployment& dep, const EngineGeometry& pg, const Eng
 
 }  // namespace
 
+json null_plan_fields() {
+  return json{{"model", nullptr},  {"tp_ratio", nullptr},
+              {"prefill", nullptr}, {"decode", nullptr},
+              {"blocks", nullptr},  {"notifications_expected_per_prefill_rank", nullptr},
+              {"decode_ranks", nullptr}};
+}
+
 json build_deployment_report(const Deployment& dep) {
-  json report{{"model", json{{"name", dep.model.name}, {"source", dep.model.source},
-                             {"mamba_type", mamba_type_name(dep.model.mamba.type)},
-                             {"total_kv_heads", dep.model.attention.num_kv_heads},
-                             {"use_mla", dep.model.attention.use_mla},
-                             {"attention_layers", dep.model.num_attention_layers()},
-                             {"mamba_layers", dep.model.num_mamba_layers()}}}};
+  json report = null_plan_fields();
+  report["model"] = json{{"name", dep.model.name},
+                         {"source", dep.model.source},
+                         {"mamba_type", mamba_type_name(dep.model.mamba.type)},
+                         {"total_kv_heads", dep.model.attention.num_kv_heads},
+                         {"use_mla", dep.model.attention.use_mla},
+                         {"attention_layers", dep.model.num_attention_layers()},
+                         {"mamba_layers", dep.model.num_mamba_layers()}};
   json errors = json::array();
   try {
     report["tp_ratio"] = tp_ratio(dep.decode.tp_size, dep.prefill.tp_size);

@@ -23,7 +23,14 @@ struct Deployment {
 // Geometry of both sides, then per decode rank: the prefill ranks it reads, bytes per block and
 // descriptors per layer for attention and each Mamba projection, and compatibility notes
 // (including where vLLM would refuse or read wrong bytes). Configuration errors are returned in
-// an "errors" array, never thrown, so one report can show several.
+// an "errors" array (CliError::to_json objects of kind "configuration"), never thrown, so one
+// report can show several; their messages speak of prefill and decode (the flags' terms), never
+// of the library's local and remote. Every field of null_plan_fields() is present, null when it
+// does not apply (the geometry of a side that failed, Mamba fields of a model without Mamba).
 nlohmann::json build_deployment_report(const Deployment& d);
+
+// The plan fields of the JSON document (schema_version 1), all null: model, tp_ratio, prefill,
+// decode, blocks, notifications_expected_per_prefill_rank, decode_ranks.
+nlohmann::json null_plan_fields();
 
 }  // namespace pdkv::cli

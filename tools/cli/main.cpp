@@ -1,206 +1,156 @@
 // pdkv: command-line front end. `pdkv plan` explains a P/D deployment of a model: the geometry
-// of each side and, for each decode rank, what it reads from which prefill rank.
-#include <charconv>
+// of each side and, for each decode rank, what it reads from which prefill rank. This file only
+// dispatches commands and prints their results or errors (as text or, under --json, as one JSON
+// document on stdout: json_document.hpp).
+#include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <exception>
 #include <iostream>
-#include <sstream>
-#include <stdexcept>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "args.hpp"
-#include "deployment_report.hpp"
-#include "pdkv/core/backends.hpp"
+#include "cli_error.hpp"
+#include "help_text.hpp"
+#include "json_document.hpp"
 #include "pdkv/core/error.hpp"
-#include "pdkv/core/hf_config.hpp"
 #include "pdkv/core/presets.hpp"
+#include "plan_command.hpp"
 #include "report_text.hpp"
+#include "suggest.hpp"
 
 namespace {
 
-using namespace pdkv::core;
+using nlohmann::json;
 using pdkv::cli::Args;
+using pdkv::cli::CliError;
+using pdkv::cli::ErrorKind;
+using pdkv::cli::usage_error;
 
-constexpr const char* kUsage = R"(usage:
-  pdkv plan --model NAME|config.json --prefill-tp N --decode-tp N [options]
-  pdkv presets
-  pdkv version
-
-plan options (each changes the geometry of both engines unless prefixed):
-  --kv-cache-dtype DT            auto | bfloat16 | float16 | fp8 | float32
-  --mamba-cache-dtype DT         conv state dtype (auto = model dtype)
-  --mamba-ssm-cache-dtype DT     SSM temporal state dtype (auto = model default)
-  --num-speculative-tokens N     speculative tokens (adds conv rows for NemotronH/GDN)
-  --block-size N                 user --block-size (raised if below the hybrid minimum)
-  --attention-backend NAME       flash_attn | triton | flashinfer | flashmla | cutlass_mla | flashinfer_mla
-  --prefill-backend NAME, --decode-backend NAME   per side
-  --kernel-block-sizes A,B,...   supported kernel block sizes (overrides the backend's list)
-  --mamba-cache-mode MODE        none | align | all
-  --enable-prefix-caching        note where vLLM would refuse the pair with prefix caching on
-  --json                         print the report as JSON
-
---model: a path when it names an existing file or ends in .json (read as a Hugging Face
-config.json), otherwise a preset name (see `pdkv presets`).
-
-exit status:
-  0  ok: the report has no configuration errors
-  1  usage error: unknown command or flag, a flag given twice, missing flag or value, a value
-     that does not parse (integer, --block-size 0, dtype name, backend name,
-     --mamba-cache-mode, an empty or malformed --kernel-block-sizes list), or a --model that
-     is neither a preset nor a readable file
-  2  configuration error: the config.json is invalid or describes an unsupported model, or the
-     deployment has configuration errors (listed in the report: TP sizes, heads, an MLA
-     backend on a non-MLA model or the reverse, engine settings out of range, ...)
-)";
-
-// A mistake on the command line (exit status 1), as opposed to a configuration error (2).
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// Runs a parse step of a command-line value; a core error it raises is a usage error.
-template <typename F>
-auto as_usage(const std::string& what, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const Error& e) {
-    throw UsageError(what + ": " + status_name(e.status()) + ": " + e.what());
-  }
-}
-
-// --model: a config.json path when `spec` names an existing file or ends in ".json", else a
-// preset. A spec that names nothing loadable (unknown preset, missing file, a directory) is a
-// usage error; a config.json that is read but invalid or unsupported is a configuration error.
-ModelDesc load_model(const std::string& spec) {
-  namespace fs = std::filesystem;
-  const std::string kModelIo = std::string("--model: ") + status_name(Status::Io) + ": ";
-  std::error_code ec;
-  const bool exists = fs::exists(spec, ec);
-  const bool ends_json = spec.size() >= 5 && spec.compare(spec.size() - 5, 5, ".json") == 0;
-  if (!exists && !ends_json) return as_usage("--model", [&] { return preset_model(spec); });
-  if (!exists) throw UsageError(kModelIo + "config.json '" + spec + "' does not exist");
-  if (fs::is_directory(spec, ec)) {
-    throw UsageError(kModelIo + "'" + spec + "' is a directory; pass the path of its config.json file");
-  }
-  std::ifstream in(spec, std::ios::binary);
-  if (!in) throw UsageError(kModelIo + "cannot open config.json '" + spec + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw UsageError(kModelIo + "error while reading '" + spec + "'");
-  return model_from_hf_config(text.str(), spec);
-}
-
-MambaCacheMode cache_mode_from_name(const std::string& s) {
-  if (s == "none") return MambaCacheMode::None;
-  if (s == "align") return MambaCacheMode::Align;
-  if (s == "all") return MambaCacheMode::All;
-  throw UsageError("--mamba-cache-mode '" + s + "' is not one of none, align, all");
-}
-
-// --kernel-block-sizes A,B,...: each entry a positive integer <= 2^20, no empty entries.
-std::vector<uint32_t> parse_sizes(const std::string& s) {
-  if (s.empty()) throw UsageError("--kernel-block-sizes is empty (expected A,B,... positive integers)");
-  std::vector<uint32_t> out;
-  size_t begin = 0;
-  while (true) {
-    const size_t comma = s.find(',', begin);
-    const std::string item = s.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
-    uint32_t v = 0;
-    const auto [ptr, err] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || err != std::errc() || ptr != item.data() + item.size() || v == 0 || v > (1u << 20)) {
-      throw UsageError("--kernel-block-sizes entry '" + item + "' in '" + s +
-                       "' is not a positive integer <= 1048576");
-    }
-    out.push_back(v);
-    if (comma == std::string::npos) break;
-    begin = comma + 1;
-  }
-  return out;
-}
-
-// One side's engine settings from the command line. Every value is parsed here, so a value that
-// does not parse is a usage error; whether the settings make sense is the report's business.
-EngineConfig engine_config(const Args& a, uint32_t tp, const char* side_backend_flag, Backend& backend) {
-  EngineConfig e;
-  e.tp_size = tp;
-  const std::string name = a.get(side_backend_flag).value_or(a.get("--attention-backend").value_or("flash_attn"));
-  backend = as_usage(a.has(side_backend_flag) ? side_backend_flag : "--attention-backend",
-                     [&] { return backend_from_name(name); });
-  apply_backend(e, backend);
-  const auto dtype = [&](const char* flag) {
-    return as_usage(flag, [&] { return dtype_bytes_from_name(*a.get(flag)); });
-  };
-  if (a.has("--kv-cache-dtype")) e.kv_cache_dtype_bytes = dtype("--kv-cache-dtype");
-  if (a.has("--mamba-cache-dtype")) e.conv_state_dtype_bytes = dtype("--mamba-cache-dtype");
-  if (a.has("--mamba-ssm-cache-dtype")) e.ssm_state_dtype_bytes = dtype("--mamba-ssm-cache-dtype");
-  if (auto v = a.get_u32("--num-speculative-tokens")) e.num_speculative_tokens = *v;
-  // The core reads user_block_size 0 as "unset", so an explicit 0 would be silently ignored.
-  if (auto v = a.get_positive_u32("--block-size")) e.user_block_size = *v;
-  if (auto v = a.get("--kernel-block-sizes")) e.kernel_block_sizes = parse_sizes(*v);
-  if (auto v = a.get("--mamba-cache-mode")) e.cache_mode = cache_mode_from_name(*v);
-  return e;
-}
+void print_json(const json& doc) { std::cout << doc.dump(2) << "\n"; }
 
 int cmd_plan(const std::vector<std::string>& argv) {
-  Args a(argv,
-         {"--model", "--prefill-tp", "--decode-tp", "--kv-cache-dtype", "--mamba-cache-dtype",
-          "--mamba-ssm-cache-dtype", "--num-speculative-tokens", "--block-size", "--attention-backend",
-          "--prefill-backend", "--decode-backend", "--kernel-block-sizes", "--mamba-cache-mode"},
-         {"--json", "--enable-prefix-caching"});
-  if (!a.has("--model") || !a.has("--prefill-tp") || !a.has("--decode-tp")) {
-    throw std::invalid_argument("plan needs --model, --prefill-tp and --decode-tp");
-  }
-  pdkv::cli::Deployment d;
-  // Parse every flag before reading the model, so usage errors win over configuration errors.
-  d.prefill = engine_config(a, *a.get_u32("--prefill-tp"), "--prefill-backend", d.prefill_backend);
-  d.decode = engine_config(a, *a.get_u32("--decode-tp"), "--decode-backend", d.decode_backend);
-  d.model = load_model(*a.get("--model"));
-  d.prefix_caching = a.has("--enable-prefix-caching");
-  auto report = pdkv::cli::build_deployment_report(d);
-  if (a.has("--json")) {
-    std::cout << report.dump(2) << "\n";
+  bool as_json = false;
+  json report = pdkv::cli::run_plan(argv, as_json);
+  const int status = report["errors"].empty() ? 0 : 2;
+  if (as_json) {
+    json doc = pdkv::cli::envelope("plan", status, report["errors"]);
+    report.erase("errors");
+    doc.update(report);
+    print_json(doc);
   } else {
     std::cout << pdkv::cli::render_report_text(report);
   }
-  return report["errors"].empty() ? 0 : 2;
+  return status;
 }
 
-int cmd_presets() {
-  for (const auto& p : presets()) {
-    std::printf("%-24s %s\n", p.name.c_str(), p.hf_name.c_str());
+int cmd_presets(const std::vector<std::string>& argv) {
+  const Args a("presets", argv, {{"--json", false}});
+  if (a.has("--json")) {
+    json list = json::array();
+    for (const auto& p : pdkv::core::presets()) list.push_back(json{{"name", p.name}, {"hf_name", p.hf_name}});
+    json doc = pdkv::cli::envelope("presets", 0, json::array());
+    doc["presets"] = list;
+    print_json(doc);
+    return 0;
+  }
+  for (const auto& p : pdkv::core::presets()) std::printf("%-24s %s\n", p.name.c_str(), p.hf_name.c_str());
+  return 0;
+}
+
+int cmd_version(const std::vector<std::string>& argv) {
+  const Args a("version", argv, {{"--json", false}});
+  if (a.has("--json")) {
+    print_json(pdkv::cli::envelope("version", 0, json::array()));
+  } else {
+    std::printf("pdkv %s\n", pdkv::cli::pdkv_version_string().c_str());
   }
   return 0;
+}
+
+// `pdkv help [COMMAND]`.
+int cmd_help(const std::vector<std::string>& argv) {
+  if (argv.empty()) {
+    std::fputs(pdkv::cli::general_help(), stdout);
+    return 0;
+  }
+  if (argv.size() > 1) {
+    throw usage_error("arguments", "'pdkv help' takes at most one command, got '" + argv[1] + "' after '" +
+                                       argv[0] + "'");
+  }
+  if (auto text = pdkv::cli::command_help(argv[0])) {
+    std::fputs(*text, stdout);
+    return 0;
+  }
+  throw usage_error("command", "unknown command '" + argv[0] + "'",
+                    pdkv::cli::did_you_mean(argv[0], pdkv::cli::command_names()));
+}
+
+// Under --json every outcome is a JSON document on stdout, errors included.
+bool json_requested(const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a == "--json" || a.rfind("--json=", 0) == 0) return true;
+  }
+  return false;
+}
+
+int report_error(const std::optional<std::string>& command, const CliError& e, bool as_json) {
+  if (as_json) {
+    print_json(pdkv::cli::error_document(command, e));
+  } else {
+    std::fprintf(stderr, "pdkv: %s\n", e.to_text().c_str());
+    if (e.kind == ErrorKind::Usage) {
+      std::fprintf(stderr, "run '%s' for usage\n", command ? ("pdkv " + *command + " --help").c_str() : "pdkv --help");
+    }
+  }
+  return pdkv::cli::exit_status_of(e.kind);
+}
+
+int run(std::vector<std::string> args, std::optional<std::string>& command) {
+  if (args.empty()) {
+    throw usage_error("command", "no command given (plan, presets, version, help)");
+  }
+  std::string first = args[0];
+  args.erase(args.begin());
+  if (first == "--help" || first == "-h") first = "help";
+  if (first == "--version") first = "version";
+  if (first.rfind("-", 0) == 0) {
+    throw usage_error(first, "unknown flag '" + first + "' before the command; flags go after it, as in " +
+                                 "'pdkv plan ... " + first + "'",
+                      pdkv::cli::did_you_mean(first, {"--help", "--version"}));
+  }
+  const auto& names = pdkv::cli::command_names();
+  if (std::find(names.begin(), names.end(), first) == names.end()) {
+    throw usage_error("command", "unknown command '" + first + "'", pdkv::cli::did_you_mean(first, names));
+  }
+  command = first;
+  if (first == "help") return cmd_help(args);
+  if (pdkv::cli::wants_help(args)) {
+    std::fputs(*pdkv::cli::command_help(first), stdout);
+    return 0;
+  }
+  if (first == "plan") return cmd_plan(args);
+  if (first == "presets") return cmd_presets(args);
+  return cmd_version(args);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::fputs(kUsage, args.empty() ? stderr : stdout);
-    return args.empty() ? 1 : 0;
-  }
-  const std::string cmd = args[0];
-  args.erase(args.begin());
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const bool as_json = json_requested(args);
+  std::optional<std::string> command;
   try {
-    if (cmd == "plan") return cmd_plan(args);
-    if (cmd == "presets") return cmd_presets();
-    if (cmd == "version") {
-      std::printf("pdkv %d.%d.%d\n", PDKV_VERSION_MAJOR_CLI, PDKV_VERSION_MINOR_CLI, PDKV_VERSION_PATCH_CLI);
-      return 0;
-    }
-    std::fprintf(stderr, "pdkv: unknown command '%s'\n%s", cmd.c_str(), kUsage);
-    return 1;
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "pdkv: usage error: %s (see pdkv --help)\n", e.what());
-    return 1;
-  } catch (const std::invalid_argument& e) {  // Args: unknown flag, missing value, bad integer
-    std::fprintf(stderr, "pdkv: usage error: %s\n", e.what());
-    return 1;
-  } catch (const Error& e) {  // the model config cannot be described: a configuration error
-    std::fprintf(stderr, "pdkv: configuration error: %s: %s\n", status_name(e.status()), e.what());
-    return 2;
+    return run(args, command);
+  } catch (const CliError& e) {
+    return report_error(command, e, as_json);
+  } catch (const pdkv::core::Error& e) {
+    // Every library call the commands make reports its errors itself; one that escapes is a bug.
+    return report_error(command,
+                        CliError(ErrorKind::Internal, "pdkv", e.what(), pdkv::core::status_name(e.status())),
+                        as_json);
+  } catch (const std::exception& e) {
+    return report_error(command, CliError(ErrorKind::Internal, "pdkv", e.what()), as_json);
   }
 }

@@ -22,10 +22,23 @@ std::string fmt_bytes(uint64_t b) {
   return buf;
 }
 
+// "[0,2]"; "-" when the ranks are not known (null).
 std::string ranks(const json& a) {
+  if (a.is_null()) return "-";
   std::string s = "[";
   for (size_t i = 0; i < a.size(); ++i) s += (i ? "," : "") + std::to_string(a[i].get<uint64_t>());
   return s + "]";
+}
+
+// The elements of an array that may be null (not computed).
+json items(const json& a) { return a.is_null() ? json::array() : a; }
+
+// {"min", "max", "detail"} as "4", or "2 to 3 (detail)" when the count varies; "-" when null.
+std::string descriptors(const json& c) {
+  if (c.is_null()) return "-";
+  const auto lo = c["min"].get<uint64_t>(), hi = c["max"].get<uint64_t>();
+  if (lo == hi) return std::to_string(lo);
+  return std::to_string(lo) + " to " + std::to_string(hi) + " (" + c["detail"].get<std::string>() + ")";
 }
 
 // A two-column-per-side table: row label, prefill value, decode value.
@@ -36,7 +49,7 @@ void geometry_table(std::ostringstream& out, const json& p, const json& d) {
   std::vector<Row> rows;
   auto num = [](const json& j, const char* k) { return j.contains(k) ? j[k].dump() : std::string("-"); };
   rows.push_back({"tensor parallel size", num(p, "tp_size"), num(d, "tp_size")});
-  if (p.contains("mamba")) {
+  if (!p["mamba"].is_null() && !d["mamba"].is_null()) {
     const auto& pm = p["mamba"];
     const auto& dm = d["mamba"];
     rows.push_back({"mamba type", pm["type"].get<std::string>(), dm["type"].get<std::string>()});
@@ -81,7 +94,7 @@ std::string render_report_text(const json& r) {
       << ", KV heads: " << r["model"]["total_kv_heads"] << (r["model"]["use_mla"].get<bool>() ? " (MLA)" : "")
       << ", attention layers: " << r["model"]["attention_layers"] << ", mamba layers: " << r["model"]["mamba_layers"]
       << "\n\n";
-  if (r.contains("prefill") && r.contains("decode")) {
+  if (!r["prefill"].is_null() && !r["decode"].is_null()) {
     out << "Geometry per rank\n";
     geometry_table(out, r["prefill"], r["decode"]);
     for (const char* side : {"prefill", "decode"}) {
@@ -89,49 +102,46 @@ std::string render_report_text(const json& r) {
     }
     out << "\n";
   }
-  if (r.contains("blocks")) {
+  if (!r["blocks"].is_null()) {
     out << "Blocks: prefill kernel " << r["blocks"]["prefill_kernel_block_size"] << " tokens, decode kernel "
-        << r["blocks"]["decode_kernel_block_size"] << " tokens: " << r["blocks"]["relation"].get<std::string>() << "\n";
+        << r["blocks"]["decode_kernel_block_size"] << " tokens: " << r["blocks"]["description"].get<std::string>()
+        << "\n";
     for (const auto& n : r["blocks"]["notes"]) out << "  note: " << n.get<std::string>() << "\n";
     out << "tp_ratio (decode view): " << r["tp_ratio"] << "; READ notifications each prefill rank waits for: "
         << r["notifications_expected_per_prefill_rank"] << "\n\n";
   }
-  if (r.contains("decode_ranks")) {
+  if (!r["decode_ranks"].is_null()) {
     for (const auto& d : r["decode_ranks"]) {
-      out << "Decode rank " << d["rank"] << ": handshake with prefill ranks " << ranks(d.value("handshake_targets", json::array()))
-          << ", notifies " << ranks(d.value("notify_ranks", json::array())) << "\n";
-      if (d.contains("attention")) {
+      out << "Decode rank " << d["rank"] << ": handshake with prefill ranks " << ranks(d["handshake_targets"])
+          << ", notifies " << ranks(d["notify_ranks"]) << "\n";
+      if (!d["attention"].is_null()) {
         const auto& a = d["attention"];
-        out << "  attention from " << ranks(a["source_ranks"]) << ", descriptors per block per layer: "
-            << (a.contains("descriptors_per_block_per_layer") ? (a["descriptors_per_block_per_layer"].is_string()
-                                                                     ? a["descriptors_per_block_per_layer"].get<std::string>()
-                                                                     : a["descriptors_per_block_per_layer"].dump())
-                                                                : std::string("-"))
-            << "\n";
-        for (const auto& rd : a.value("reads", json::array())) {
+        out << "  attention from " << ranks(a["source_ranks"])
+            << ", descriptors per block per layer: " << descriptors(a["descriptors_per_block_per_layer"]) << "\n";
+        for (const auto& rd : items(a["reads"])) {
           out << "    prefill rank " << rd["prefill_rank"] << ": " << rd["bytes_per_token"] << " B/token, "
               << fmt_bytes(rd["bytes_per_block"]) << " per decode block, head slice at +"
-              << rd["remote_offset_per_token"] << " B/token in P -> +" << rd["local_offset_per_token"] << " in D\n";
+              << rd["prefill_offset_per_token"] << " B/token in P -> +" << rd["decode_offset_per_token"] << " in D\n";
         }
       }
-      if (d.contains("mamba")) {
+      if (!d["mamba"].is_null()) {
         const auto& m = d["mamba"];
-        out << "  mamba state from " << ranks(m["source_ranks"]) << ", descriptors per block per layer: "
-            << m.value("descriptors_per_block_per_layer", json(0)) << "\n";
+        out << "  mamba state from " << ranks(m["source_ranks"])
+            << ", descriptors per block per layer: " << descriptors(m["descriptors_per_block_per_layer"]) << "\n";
         char line[200];
         std::snprintf(line, sizeof line, "    %-5s %-12s %-14s %-14s %s\n", "part", "prefill rank", "P offset",
                       "D offset", "bytes");
         out << line;
-        for (const auto& rd : m.value("reads", json::array())) {
+        for (const auto& rd : items(m["reads"])) {
           std::snprintf(line, sizeof line, "    %-5s %-12llu %-14llu %-14llu %llu\n",
                         rd["part"].get<std::string>().c_str(),
                         static_cast<unsigned long long>(rd["prefill_rank"].get<uint64_t>()),
-                        static_cast<unsigned long long>(rd["remote_offset"].get<uint64_t>()),
-                        static_cast<unsigned long long>(rd["local_offset"].get<uint64_t>()),
+                        static_cast<unsigned long long>(rd["prefill_offset"].get<uint64_t>()),
+                        static_cast<unsigned long long>(rd["decode_offset"].get<uint64_t>()),
                         static_cast<unsigned long long>(rd["bytes"].get<uint64_t>()));
           out << line;
         }
-        if (m.contains("vllm_differs")) out << "    note: " << m["vllm_differs"].get<std::string>() << "\n";
+        if (!m["vllm_differs"].is_null()) out << "    note: " << m["vllm_differs"].get<std::string>() << "\n";
       }
     }
   }

@@ -1,0 +1,159 @@
+#include "plan_command.hpp"
+
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "args.hpp"
+#include "cli_error.hpp"
+#include "deployment_report.hpp"
+#include "pdkv/core/backends.hpp"
+#include "pdkv/core/error.hpp"
+#include "pdkv/core/hf_config.hpp"
+#include "pdkv/core/presets.hpp"
+#include "suggest.hpp"
+
+namespace pdkv::cli {
+
+namespace {
+
+using namespace pdkv::core;
+
+// Runs a parse step of the value of `flag`; a library error it raises is a usage error naming the
+// flag, with a "did you mean" among `valid` when the value is a near miss.
+template <typename F>
+auto as_usage(const std::string& flag, const std::string& value, const std::vector<std::string>& valid, F&& f)
+    -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw CliError(ErrorKind::Usage, flag, e.what(), status_name(e.status()), did_you_mean(value, valid));
+  }
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> out;
+  for (const auto& p : presets()) out.push_back(p.name);
+  return out;
+}
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> out;
+  for (const auto& b : backends()) out.push_back(b.name);
+  return out;
+}
+
+// --model: a config.json path when `spec` names an existing file or ends in ".json", else a
+// preset. A spec that names nothing loadable (unknown preset, missing file, a directory) is a
+// usage error; a config.json that is read but invalid or unsupported is a configuration error.
+ModelDesc load_model(const std::string& spec) {
+  namespace fs = std::filesystem;
+  const std::string io = status_name(Status::Io);
+  std::error_code ec;
+  const bool exists = fs::exists(spec, ec);
+  const bool ends_json = spec.size() >= 5 && spec.compare(spec.size() - 5, 5, ".json") == 0;
+  if (!exists && !ends_json) return as_usage("--model", spec, preset_names(), [&] { return preset_model(spec); });
+  if (!exists) throw CliError(ErrorKind::Usage, "--model", "config.json '" + spec + "' does not exist", io);
+  if (fs::is_directory(spec, ec)) {
+    throw CliError(ErrorKind::Usage, "--model", "'" + spec + "' is a directory", io,
+                   "pass the path of its config.json file");
+  }
+  std::ifstream in(spec, std::ios::binary);
+  if (!in) throw CliError(ErrorKind::Usage, "--model", "cannot open config.json '" + spec + "'", io);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw CliError(ErrorKind::Usage, "--model", "error while reading '" + spec + "'", io);
+  try {
+    return model_from_hf_config(text.str(), spec);
+  } catch (const Error& e) {
+    throw CliError(ErrorKind::Configuration, "--model", e.what(), status_name(e.status()));
+  }
+}
+
+MambaCacheMode cache_mode_from_name(const std::string& s) {
+  if (s == "none") return MambaCacheMode::None;
+  if (s == "align") return MambaCacheMode::Align;
+  if (s == "all") return MambaCacheMode::All;
+  throw usage_error("--mamba-cache-mode", "--mamba-cache-mode '" + s + "' is not one of none, align, all",
+                    did_you_mean(s, {"none", "align", "all"}));
+}
+
+// --kernel-block-sizes A,B,...: each entry a positive integer <= 2^20, no empty entries.
+std::vector<uint32_t> parse_sizes(const std::string& s) {
+  const std::string flag = "--kernel-block-sizes";
+  if (s.empty()) throw usage_error(flag, flag + " is empty (expected A,B,... positive integers)");
+  std::vector<uint32_t> out;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = s.find(',', begin);
+    const std::string item = s.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    uint32_t v = 0;
+    const auto [ptr, err] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || err != std::errc() || ptr != item.data() + item.size() || v == 0 || v > (1u << 20)) {
+      throw usage_error(flag, flag + " entry '" + item + "' in '" + s + "' is not a positive integer <= 1048576");
+    }
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return out;
+}
+
+// One side's engine settings from the command line. Every value is parsed here, so a value that
+// does not parse is a usage error; whether the settings make sense is the report's business.
+EngineConfig engine_config(const Args& a, uint32_t tp, const char* side_backend_flag, Backend& backend) {
+  EngineConfig e;
+  e.tp_size = tp;
+  const std::string flag = a.has(side_backend_flag) ? side_backend_flag : "--attention-backend";
+  const std::string name = a.get(flag).value_or("flash_attn");
+  backend = as_usage(flag, name, backend_names(), [&] { return backend_from_name(name); });
+  apply_backend(e, backend);
+  const auto dtype = [&](const char* f) {
+    const std::string v = *a.get(f);
+    return as_usage(f, v, {"auto", "bfloat16", "float16", "fp8", "float32"}, [&] { return dtype_bytes_from_name(v); });
+  };
+  if (a.has("--kv-cache-dtype")) e.kv_cache_dtype_bytes = dtype("--kv-cache-dtype");
+  if (a.has("--mamba-cache-dtype")) e.conv_state_dtype_bytes = dtype("--mamba-cache-dtype");
+  if (a.has("--mamba-ssm-cache-dtype")) e.ssm_state_dtype_bytes = dtype("--mamba-ssm-cache-dtype");
+  if (auto v = a.get_u32("--num-speculative-tokens")) e.num_speculative_tokens = *v;
+  // The core reads user_block_size 0 as "unset", so an explicit 0 would be silently ignored.
+  if (auto v = a.get_positive_u32("--block-size")) e.user_block_size = *v;
+  if (auto v = a.get("--kernel-block-sizes")) e.kernel_block_sizes = parse_sizes(*v);
+  if (auto v = a.get("--mamba-cache-mode")) e.cache_mode = cache_mode_from_name(*v);
+  return e;
+}
+
+}  // namespace
+
+nlohmann::json run_plan(const std::vector<std::string>& argv, bool& json_output) {
+  const Args a("plan", argv,
+               {{"--model", true},
+                {"--prefill-tp", true},
+                {"--decode-tp", true},
+                {"--kv-cache-dtype", true},
+                {"--mamba-cache-dtype", true},
+                {"--mamba-ssm-cache-dtype", true},
+                {"--num-speculative-tokens", true},
+                {"--block-size", true},
+                {"--attention-backend", true},
+                {"--prefill-backend", true},
+                {"--decode-backend", true},
+                {"--kernel-block-sizes", true},
+                {"--mamba-cache-mode", true},
+                {"--enable-prefix-caching", false},
+                {"--json", false}});
+  json_output = a.has("--json");
+  a.require({{"--model", "(a preset or a config.json)"},
+             {"--prefill-tp", "(the prefill engine's tensor parallel size)"},
+             {"--decode-tp", "(the decode engine's tensor parallel size)"}});
+  Deployment d;
+  d.prefill = engine_config(a, *a.get_positive_u32("--prefill-tp"), "--prefill-backend", d.prefill_backend);
+  d.decode = engine_config(a, *a.get_positive_u32("--decode-tp"), "--decode-backend", d.decode_backend);
+  d.prefix_caching = a.has("--enable-prefix-caching");
+  d.model = load_model(*a.get("--model"));
+  return build_deployment_report(d);
+}
+
+}  // namespace pdkv::cli
