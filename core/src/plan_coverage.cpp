@@ -22,71 +22,99 @@ std::string where(uint32_t region, uint64_t begin, uint64_t end) {
   return "D region " + s(region) + " offset " + s(begin) + " length " + s(end - begin);
 }
 
-// Expected D byte ranges per region. Attention, from D's own layout: for every token run, each
-// local head's slice of the run under HND (head h of block b starts at b*L + h*tokens*head_bytes),
-// or the run's tokens over all heads under NHD (token t of block b starts at
-// b*L + t*heads*head_bytes). Mamba: the whole unpadded state of every paired local page.
-std::vector<std::vector<Range>> expected_ranges(const PlanContext& ctx,
-                                                const std::vector<ResolvedGroup>& groups,
-                                                const std::vector<GroupTrim>& trims) {
+// Appends [b, e) to v, extending the last range when it ends where this one begins (touching
+// ranges merge in normalise anyway; merging early keeps the lists short). Overlaps are kept apart
+// so that normalise reports them.
+void push(std::vector<Range>& v, uint64_t b, uint64_t e) {
+  if (!v.empty() && v.back().end == b) {
+    v.back().end = e;
+    return;
+  }
+  v.push_back({b, e});
+}
+
+// Expected D byte ranges per region, from D's own layout and nothing the emitter computed: for
+// every span of tokens (ids consecutive on D over the span), the bytes those tokens occupy in D's
+// blocks. Tokens of one kernel block lie back to back when D's tokens are whole (NHD: token t of
+// block b at b*L + t*heads*head_bytes) or D holds one head (HND with one head, MLA); then the
+// span is one range, since consecutive ids place block b+1 right after block b. Otherwise (HND,
+// several heads: head h of block b at b*L + h*tokens*head_bytes) a kernel block the span covers
+// whole is the whole block [b*L, (b+1)*L), and a partly covered one is one range per head.
+// Mamba: the whole unpadded state of every paired local page.
+void expected_ranges(const PlanContext& ctx, const Trimmed& t,
+                     std::vector<std::vector<Range>>& out) {
   const EngineMetadata& d = ctx.local;
-  std::vector<std::vector<Range>> out(d.regions.size());
   const uint64_t heads = ctx.mapping.input.use_mla ? 1 : ctx.mapping.local_physical_heads;
   // D's layout as D advertises it; with one head (MLA, or a single KV head per rank) both
   // layouts place the same bytes.
   const bool nhd = d.kv_layout == KvLayout::NHD;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const GroupTrim& t = trims[g];
-    for (uint32_t region : groups[g].regions) {
+  for (size_t g = 0; g < t.groups.size(); ++g) {
+    const ResolvedGroup& rg = t.groups[g];
+    for (uint32_t region : rg.regions) {
       auto& v = out[region];
-      if (is_attention_kind(t.kind)) {
+      if (is_attention_kind(rg.g.kind)) {
         const uint64_t L = d.regions[region].region.block_len;
-        const uint64_t lbs = groups[g].trim.local_tokens_per_block;
+        const uint64_t lbs = rg.g.local_tokens_per_block;
         const uint64_t hb = region_bytes_per_token(d, region, "D") / heads;
-        for (const TokenRun& r : t.runs) {
-          const uint64_t base = mul_checked(r.local_block, L, "local block offset");
-          if (nhd) {
-            const uint64_t token = heads * hb;  // all of D's heads of one token
-            const uint64_t b = add_checked(base, r.local_token_begin * token, "offset");
-            v.push_back({b, add_checked(b, r.num_tokens * token, "offset")});
+        const uint64_t token = heads * hb;  // all of D's heads of one token
+        for (size_t k = t.span_begin[g]; k < t.span_begin[g + 1]; ++k) {
+          const SpanRun& r = t.spans[k];
+          if (nhd || heads == 1) {
+            const uint64_t base = mul_checked(r.local_block, L, "local block offset");
+            const uint64_t b = add_checked(base, mul_checked(r.local_token_begin, token, "offset"), "offset");
+            push(v, b, add_checked(b, mul_checked(r.num_tokens, token, "offset"), "offset"));
             continue;
           }
-          for (uint64_t h = 0; h < heads; ++h) {
-            const uint64_t b = add_checked(base, (h * lbs + r.local_token_begin) * hb, "offset");
-            v.push_back({b, add_checked(b, r.num_tokens * hb, "offset")});
+          // Walk D's blocks of the span: [begin, end) tokens of block `block`.
+          uint64_t block = r.local_block, begin = r.local_token_begin, left = r.num_tokens;
+          while (left > 0) {
+            const uint64_t end = std::min(lbs, begin + left);
+            const uint64_t base = mul_checked(block, L, "local block offset");
+            if (begin == 0 && end == lbs && heads * lbs * hb == L) {
+              push(v, base, add_checked(base, L, "offset"));
+            } else {
+              for (uint64_t h = 0; h < heads; ++h) {
+                const uint64_t b = add_checked(base, (h * lbs + begin) * hb, "offset");
+                push(v, b, add_checked(b, (end - begin) * hb, "offset"));
+              }
+            }
+            left -= end - begin;
+            begin = 0;
+            ++block;
           }
         }
-      } else if (!t.states.empty()) {
+      } else if (!t.mamba[g].states.empty()) {
         const uint64_t page = ctx.local_mamba->page_bytes();
         const uint64_t stride = mamba_page_stride(d, region, page, "D");
-        for (const StatePair& sp : t.states) {
+        for (const StatePair& sp : t.mamba[g].states) {
           const uint64_t b = mul_checked(sp.local_block, stride, "local page");
-          v.push_back({b, add_checked(b, page, "local page end")});
+          push(v, b, add_checked(b, page, "local page end"));
         }
       }
     }
   }
-  return out;
 }
 
-// Sorts and merges touching ranges; overlapping ranges are an error (`what` says whose).
-std::vector<Range> normalise(std::vector<Range> v, uint32_t region, const char* what) {
+// Sorts and merges touching ranges in place; overlapping ranges are an error (`what` says
+// whose).
+void normalise(std::vector<Range>& v, uint32_t region, const char* what) {
   std::sort(v.begin(), v.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
-  std::vector<Range> out;
-  for (const Range& r : v) {
+  size_t out = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const Range r = v[i];
     if (r.begin == r.end) continue;
-    if (!out.empty() && r.begin < out.back().end) {
-      const uint64_t e = std::min(r.end, out.back().end);
+    if (out > 0 && r.begin < v[out - 1].end) {
+      const uint64_t e = std::min(r.end, v[out - 1].end);
       fail(Status::Coverage, std::string(what) + " overlap: " + where(region, r.begin, e) +
                                  " would be written twice");
     }
-    if (!out.empty() && r.begin == out.back().end) {
-      out.back().end = r.end;
+    if (out > 0 && r.begin == v[out - 1].end) {
+      v[out - 1].end = r.end;
     } else {
-      out.push_back(r);
+      v[out++] = r;
     }
   }
-  return out;
+  v.resize(out);
 }
 
 // First byte range where the two merged lists differ, reported as missing or unexpected.
@@ -139,22 +167,27 @@ void check_bounds(const EngineMetadata& m, const char* side, uint32_t region, ui
 
 }  // namespace
 
-void check_coverage(const TransferPlan& plan, const PlanContext& ctx,
-                    const std::vector<ResolvedGroup>& groups, const std::vector<GroupTrim>& trims) {
+void check_coverage(const TransferPlan& plan, const PlanContext& ctx, const Trimmed& t) {
   const EngineMetadata& d = ctx.local;
-  std::vector<std::vector<Range>> got(d.regions.size());
+  // Per-thread buffers: the check allocates nothing once they have grown to a request's size.
+  thread_local std::vector<std::vector<Range>> got, want;
+  got.resize(d.regions.size());
+  want.resize(d.regions.size());
+  for (auto& v : got) v.clear();
+  for (auto& v : want) v.clear();
   for (const RankReads& rr : plan.ranks) {
     const EngineMetadata& p = remote_rank(ctx, rr.p_rank);
     for (const PlanRead& r : rr.reads) {
       check_bounds(d, "D", r.local_region, r.local_offset, r.length);
       check_bounds(p, "P", r.remote_region, r.remote_offset, r.length);
-      got[r.local_region].push_back({r.local_offset, r.local_offset + r.length});
+      push(got[r.local_region], r.local_offset, r.local_offset + r.length);
     }
   }
-  const auto want = expected_ranges(ctx, groups, trims);
+  expected_ranges(ctx, t, want);
   for (uint32_t region = 0; region < d.regions.size(); ++region) {
-    compare(normalise(want[region], region, "groups' blocks"),
-            normalise(got[region], region, "plan reads"), region);
+    normalise(want[region], region, "groups' blocks");
+    normalise(got[region], region, "plan reads");
+    compare(want[region], got[region], region);
   }
 }
 

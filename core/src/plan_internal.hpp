@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,15 +13,47 @@ namespace pdkv::core::plan_detail {
 
 inline std::string s(uint64_t v) { return std::to_string(v); }
 
-// A group with its tokens-per-block filled from the metadata and its region list resolved.
-struct ResolvedGroup {
-  GroupTrimInput trim;
-  std::vector<uint32_t> regions;
+// Tokens [token_begin, +num_tokens) of the request. The first token lives at local_token_begin of
+// D block local_block and at remote_token_begin of P block remote_block; token k of the span lives
+// in D block local_block + (local_token_begin + k) / local_tokens_per_block (ids are consecutive
+// over the span) at offset (local_token_begin + k) % local_tokens_per_block, likewise on P.
+struct SpanRun {
+  uint64_t token_begin = 0;
+  uint64_t num_tokens = 0;
+  uint64_t local_block = 0;
+  uint64_t local_token_begin = 0;
+  uint64_t remote_block = 0;
+  uint64_t remote_token_begin = 0;
+  // How many block-bounded TokenRuns trim_group would return for this span (splits at every
+  // block boundary of either side): the planner's pieces_before_coalescing statistic.
+  uint64_t block_runs = 0;
 };
 
-// Checks the context (mapping vs metadata, remote ranks of one engine, Mamba states) and
-// resolves every group. Errors as compile_transfer_plan documents.
-std::vector<ResolvedGroup> resolve(const PlanContext& ctx, const std::vector<PlanGroup>& groups);
+// A group with its tokens-per-block filled from the metadata and its region list resolved (a
+// view of the caller's list, or of Trimmed::all_regions).
+struct ResolvedGroup {
+  PlanGroupView g;
+  std::span<const uint32_t> regions;
+};
+
+// Per-call working memory, reused across calls on one thread so that compilation does not grow
+// the heap request after request.
+struct Trimmed {
+  std::vector<uint32_t> all_regions;     // 0..regions-1, what an empty region list means
+  std::vector<ResolvedGroup> groups;
+  std::vector<SpanRun> spans;           // attention spans of every group, in group order
+  std::vector<size_t> span_begin;        // group g's spans: [span_begin[g], span_begin[g+1])
+  std::vector<GroupTrim> mamba;          // Mamba groups' trims (empty for attention groups)
+  std::vector<std::vector<ZeroRange>> zero;  // attention groups' zero ranges
+};
+
+// Checks the context (mapping vs metadata, remote ranks of one engine, Mamba states), resolves
+// every group into t.groups. Errors as compile_transfer_plan documents.
+void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trimmed& t);
+
+// Trims every resolved group into t (spans for attention, GroupTrim for Mamba); errors are
+// prefixed "group <i> (<kind>)" as trim_prefix does.
+void trim_groups(Trimmed& t);
 
 // The KV layout attention reads are compiled for: D's layout (HND for MLA, where one latent
 // head makes both layouts the same bytes). UnsupportedLayout when D and P layouts differ, or
@@ -41,8 +74,7 @@ uint64_t region_size(const EngineMetadata& m, uint32_t region);
 uint64_t mamba_page_stride(const EngineMetadata& m, uint32_t region, uint64_t page_bytes,
                            const char* side);
 
-// The coverage and bounds check on resolved groups and their trims.
-void check_coverage(const TransferPlan& plan, const PlanContext& ctx,
-                    const std::vector<ResolvedGroup>& groups, const std::vector<GroupTrim>& trims);
+// The coverage and bounds check on resolved, trimmed groups.
+void check_coverage(const TransferPlan& plan, const PlanContext& ctx, const Trimmed& t);
 
 }  // namespace pdkv::core::plan_detail

@@ -11,6 +11,7 @@
 #include "pdkv/core/handshake.hpp"
 #include "pdkv/core/mamba_split.hpp"
 #include "plan_internal.hpp"
+#include "plan_runs.hpp"
 
 namespace pdkv::core {
 
@@ -169,11 +170,14 @@ void check_context(const PlanContext& ctx) {
   for (const EngineMetadata& p : ctx.remote) disjoint(p, "P rank " + s(p.tp_rank));
 }
 
-uint64_t fill_tokens(uint64_t given, uint64_t from_meta, const std::string& what) {
+// `where` builds the group's name only on failure (the hot path builds no strings).
+template <class Where>
+uint64_t fill_tokens(uint64_t given, uint64_t from_meta, const Where& where, const char* what) {
   if (given == 0) return from_meta;
   if (given != from_meta) {
-    fail(Status::InvalidArgument, what + " " + s(given) + " disagrees with the metadata's " +
-                                      s(from_meta) + "; leave it 0 to take the metadata value");
+    fail(Status::InvalidArgument, where() + what + " " + s(given) +
+                                      " disagrees with the metadata's " + s(from_meta) +
+                                      "; leave it 0 to take the metadata value");
   }
   return given;
 }
@@ -204,57 +208,93 @@ KvLayout attention_layout(const PlanContext& ctx) {
   return d.kv_layout;
 }
 
-std::vector<ResolvedGroup> resolve(const PlanContext& ctx, const std::vector<PlanGroup>& groups) {
+void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trimmed& t) {
   check_context(ctx);
-  for (const PlanGroup& g : groups) {
-    if (is_attention_kind(g.trim.kind)) {
+  for (const PlanGroupView& g : groups) {
+    if (is_attention_kind(g.kind)) {
       attention_layout(ctx);
       break;
     }
   }
   const EngineMetadata& d = ctx.local;
   const EngineMetadata& p0 = ctx.remote.front();
-  std::vector<ResolvedGroup> out;
-  out.reserve(groups.size());
+  t.all_regions.resize(d.regions.size());
+  for (uint32_t i = 0; i < t.all_regions.size(); ++i) t.all_regions[i] = i;
+  t.groups.clear();
   bool mamba_checked = false;
   for (size_t g = 0; g < groups.size(); ++g) {
-    const std::string where = "group " + s(g) + " (" + group_kind_name(groups[g].trim.kind) + ")";
-    ResolvedGroup r{groups[g].trim, groups[g].regions};
-    if (r.regions.empty()) {
-      for (uint32_t i = 0; i < d.regions.size(); ++i) r.regions.push_back(i);
-    }
+    ResolvedGroup r{groups[g], groups[g].regions};
+    if (r.regions.empty()) r.regions = t.all_regions;
+    auto where = [&] { return "group " + s(g) + " (" + group_kind_name(groups[g].kind) + ")"; };
     for (size_t i = 0; i < r.regions.size(); ++i) {
       if (r.regions[i] >= d.regions.size()) {
-        fail(Status::InvalidArgument, where + ": region index " + s(r.regions[i]) +
+        fail(Status::InvalidArgument, where() + ": region index " + s(r.regions[i]) +
                                           " is out of range; the engines register " +
                                           s(d.regions.size()) + " regions");
       }
       for (size_t j = 0; j < i; ++j) {
         if (r.regions[j] == r.regions[i]) {
-          fail(Status::InvalidArgument, where + ": region " + s(r.regions[i]) + " listed twice");
+          fail(Status::InvalidArgument, where() + ": region " + s(r.regions[i]) + " listed twice");
         }
       }
     }
-    GroupTrimInput& t = r.trim;
-    if (is_attention_kind(t.kind)) {
-      t.local_tokens_per_block =
-          fill_tokens(t.local_tokens_per_block, d.kernel_block_size, where + ": local tokens per block");
-      t.remote_tokens_per_block = fill_tokens(t.remote_tokens_per_block, p0.kernel_block_size,
-                                              where + ": remote tokens per block");
+    PlanGroupView& v = r.g;
+    if (is_attention_kind(v.kind)) {
+      v.local_tokens_per_block = fill_tokens(v.local_tokens_per_block, d.kernel_block_size,
+                                             where, ": local tokens per block");
+      v.remote_tokens_per_block = fill_tokens(v.remote_tokens_per_block, p0.kernel_block_size,
+                                              where, ": remote tokens per block");
     } else {
       if (!mamba_checked) {
         require_mamba_state(ctx.local_mamba, d, "D");
         require_mamba_state(ctx.remote_mamba, p0, "P");
         mamba_checked = true;
       }
-      if (t.cache_mode == MambaCacheMode::All) {
-        if (t.local_tokens_per_block == 0) t.local_tokens_per_block = d.logical_block_size;
-        if (t.remote_tokens_per_block == 0) t.remote_tokens_per_block = p0.logical_block_size;
+      if (v.cache_mode == MambaCacheMode::All) {
+        if (v.local_tokens_per_block == 0) v.local_tokens_per_block = d.logical_block_size;
+        if (v.remote_tokens_per_block == 0) v.remote_tokens_per_block = p0.logical_block_size;
       }
     }
-    out.push_back(std::move(r));
+    t.groups.push_back(r);
   }
-  return out;
+}
+
+void trim_groups(Trimmed& t) {
+  const size_t n = t.groups.size();
+  t.spans.clear();
+  t.span_begin.assign(n + 1, 0);
+  t.mamba.resize(n);
+  t.zero.resize(n);
+  GroupTrimInput mamba_in;  // Mamba lists are short (one slot, or one per logical block)
+  for (size_t g = 0; g < n; ++g) {
+    const PlanGroupView& v = t.groups[g].g;
+    t.span_begin[g] = t.spans.size();
+    t.mamba[g] = GroupTrim{};
+    t.mamba[g].kind = v.kind;
+    try {
+      if (is_attention_kind(v.kind)) {
+        trim_attention_runs(v, t.spans, t.zero[g]);
+      } else {
+        t.zero[g].clear();
+        mamba_in.kind = v.kind;
+        mamba_in.cache_mode = v.cache_mode;
+        mamba_in.local_blocks.assign(v.local_blocks.begin(), v.local_blocks.end());
+        mamba_in.remote_blocks.assign(v.remote_blocks.begin(), v.remote_blocks.end());
+        mamba_in.local_tokens_per_block = v.local_tokens_per_block;
+        mamba_in.remote_tokens_per_block = v.remote_tokens_per_block;
+        mamba_in.remote_computed_tokens = v.remote_computed_tokens;
+        mamba_in.local_hit_tokens = v.local_hit_tokens;
+        mamba_in.sliding_window = v.sliding_window;
+        mamba_in.local_first_block = v.local_first_block;
+        mamba_in.remote_first_block = v.remote_first_block;
+        t.mamba[g] = trim_group(mamba_in);
+      }
+    } catch (const Error& e) {
+      fail(e.status(), "group " + std::to_string(g) + " (" + group_kind_name(v.kind) + "): " +
+                           e.what());
+    }
+  }
+  t.span_begin[n] = t.spans.size();
 }
 
 }  // namespace plan_detail
@@ -265,19 +305,27 @@ using namespace plan_detail;
 
 // Appends reads per P rank and counts pieces; merges a read into the previous one of the same
 // rank when both sides continue it (coalescing in issue order keeps the plan deterministic).
+// Writes into the plan's own per-rank vectors, so a reused plan keeps their capacity.
 class PlanBuilder {
  public:
-  explicit PlanBuilder(uint32_t p_tp) : per_rank_(p_tp) {}
+  PlanBuilder(TransferPlan& plan, uint32_t p_tp) : plan_(plan) {
+    plan_.ranks.resize(p_tp);
+    for (uint32_t p = 0; p < p_tp; ++p) {
+      plan_.ranks[p].p_rank = p;
+      plan_.ranks[p].reads.clear();
+      plan_.ranks[p].bytes = 0;
+    }
+  }
 
-  void add(uint32_t p, const PlanRead& r, bool mamba) {
-    ++pieces_;
+  void add(uint32_t p, const PlanRead& r, bool mamba, uint64_t pieces = 1) {
+    pieces_ += pieces;
     uint64_t& kind_bytes = mamba ? mamba_bytes_ : attention_bytes_;
     kind_bytes = add_checked(kind_bytes, r.length, "plan bytes");
-    if (p >= per_rank_.size()) {
+    if (p >= plan_.ranks.size()) [[unlikely]] {
       fail(Status::Internal, "read from P rank " + s(p) + " beyond P tp_size " +
-                                 s(per_rank_.size()));
+                                 s(plan_.ranks.size()));
     }
-    auto& v = per_rank_[p];
+    auto& v = plan_.ranks[p].reads;
     if (!v.empty()) {
       PlanRead& last = v.back();
       if (last.local_region == r.local_region && last.remote_region == r.remote_region &&
@@ -290,24 +338,25 @@ class PlanBuilder {
     v.push_back(r);
   }
 
-  void finish(TransferPlan& plan) {
-    plan.stats.pieces_before_coalescing = pieces_;
-    plan.stats.attention_bytes = attention_bytes_;
-    plan.stats.mamba_bytes = mamba_bytes_;
-    for (uint32_t p = 0; p < per_rank_.size(); ++p) {
-      if (per_rank_[p].empty()) continue;
-      RankReads rr;
-      rr.p_rank = p;
-      rr.reads = std::move(per_rank_[p]);
+  void finish() {
+    plan_.stats.pieces_before_coalescing = pieces_;
+    plan_.stats.attention_bytes = attention_bytes_;
+    plan_.stats.mamba_bytes = mamba_bytes_;
+    size_t kept = 0;
+    for (size_t p = 0; p < plan_.ranks.size(); ++p) {
+      RankReads& rr = plan_.ranks[p];
+      if (rr.reads.empty()) continue;
       for (const auto& r : rr.reads) rr.bytes = add_checked(rr.bytes, r.length, "plan bytes");
-      plan.stats.pieces_after_coalescing += rr.reads.size();
-      plan.stats.bytes = add_checked(plan.stats.bytes, rr.bytes, "plan bytes");
-      plan.ranks.push_back(std::move(rr));
+      plan_.stats.pieces_after_coalescing += rr.reads.size();
+      plan_.stats.bytes = add_checked(plan_.stats.bytes, rr.bytes, "plan bytes");
+      if (kept != p) std::swap(plan_.ranks[kept], rr);  // keeps both vectors' capacity
+      ++kept;
     }
+    plan_.ranks.resize(kept);
   }
 
  private:
-  std::vector<std::vector<PlanRead>> per_rank_;
+  TransferPlan& plan_;
   uint64_t pieces_ = 0;
   uint64_t attention_bytes_ = 0;
   uint64_t mamba_bytes_ = 0;
@@ -325,6 +374,20 @@ struct AttentionRegion {
   std::vector<AttentionRead> token_reads;
 };
 
+// Every P rank must lay the region out alike, or one rank's offsets would be wrong on another.
+void check_remote_region(const PlanContext& ctx, uint32_t region, uint64_t remote_block_len) {
+  const EngineMetadata& p0 = ctx.remote.front();
+  for (const auto& p : ctx.remote) {
+    if (p.regions[region].region.block_len != remote_block_len ||
+        p.kernel_block_size != p0.kernel_block_size) [[unlikely]] {
+      fail(Status::Incompatible, "P ranks " + s(p0.tp_rank) + " and " + s(p.tp_rank) +
+                                     " disagree on region " + s(region) + " (block_len " +
+                                     s(remote_block_len) + " vs " +
+                                     s(p.regions[region].region.block_len) + ")");
+    }
+  }
+}
+
 AttentionRegion attention_region(const PlanContext& ctx, uint32_t region) {
   const EngineMetadata& d = ctx.local;
   const EngineMetadata& p0 = ctx.remote.front();
@@ -333,16 +396,7 @@ AttentionRegion attention_region(const PlanContext& ctx, uint32_t region) {
   a.remote_block_len = p0.regions[region].region.block_len;
   const uint64_t lt = region_bytes_per_token(d, region, "D");
   const uint64_t rt = region_bytes_per_token(p0, region, "P");
-  // Every P rank must lay the region out alike, or one rank's offsets would be wrong on another.
-  for (const auto& p : ctx.remote) {
-    if (p.regions[region].region.block_len != a.remote_block_len ||
-        p.kernel_block_size != p0.kernel_block_size) {
-      fail(Status::Incompatible, "P ranks " + s(p0.tp_rank) + " and " + s(p.tp_rank) +
-                                     " disagree on region " + s(region) + " (block_len " +
-                                     s(a.remote_block_len) + " vs " +
-                                     s(p.regions[region].region.block_len) + ")");
-    }
-  }
+  check_remote_region(ctx, region, a.remote_block_len);
   try {
     a.token_reads = attention_reads(ctx.mapping, lt, rt);
   } catch (const Error& e) {
@@ -407,86 +461,195 @@ void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t reg
   }
 }
 
+
+// Whether one read per token covers a whole token on both sides and tokens lie back to back
+// across blocks (NHD, or HND with one head per rank on both sides, MLA included): then a span of
+// consecutive ids on both sides is one contiguous piece, whatever its block boundaries.
+bool linear_tokens(const PlanContext& ctx, const AttentionRegion& a) {
+  if (a.token_reads.size() != 1) return false;
+  const AttentionRead& r = a.token_reads.front();
+  if (r.local_offset != 0 || r.remote_offset != 0 || r.length != a.local_token_bytes ||
+      a.local_token_bytes != a.remote_token_bytes) {
+    return false;
+  }
+  if (a.nhd) return true;
+  const bool mla = ctx.mapping.input.use_mla;
+  return mla || (ctx.mapping.local_physical_heads == 1 && ctx.mapping.remote_physical_heads == 1);
+}
+
+void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedGroup& rg,
+                         std::span<const SpanRun> spans, AttentionRegion& a, bool& have_a) {
+  const uint64_t lbs = rg.g.local_tokens_per_block, rbs = rg.g.remote_tokens_per_block;
+  for (uint32_t region : rg.regions) {
+    // Regions of one model usually share their geometry: keep the per-token reads of the last
+    // region when block lengths agree (attention_region re-checks the P ranks per region).
+    const EngineMetadata& d = ctx.local;
+    const EngineMetadata& p0 = ctx.remote.front();
+    const bool same = have_a && a.local_block_len == d.regions[region].region.block_len &&
+                      a.remote_block_len == p0.regions[region].region.block_len;
+    if (same) {
+      check_remote_region(ctx, region, a.remote_block_len);
+    } else {
+      a = attention_region(ctx, region);
+      have_a = true;
+    }
+    if (linear_tokens(ctx, a)) {
+      const uint32_t p = a.token_reads.front().p_rank;
+      const uint64_t lt = a.local_token_bytes, rt = a.remote_token_bytes;
+      for (const SpanRun& run : spans) {
+        const uint64_t lbase = mul_checked(run.local_block, a.local_block_len, "local block offset");
+        const uint64_t rbase = mul_checked(run.remote_block, a.remote_block_len, "remote block offset");
+        b.add(p,
+              {region, add_checked(lbase, run.local_token_begin * lt, "local read offset"), region,
+               add_checked(rbase, run.remote_token_begin * rt, "remote read offset"),
+               mul_checked(run.num_tokens, lt, "attention run length")},
+              false, run.block_runs);
+      }
+      continue;
+    }
+    for (const SpanRun& run : spans) {
+      for_each_block_run(run, lbs, rbs, [&](const TokenRun& tr) {
+        add_attention_pieces(b, a, region, tr, lbs, rbs);
+      });
+    }
+  }
+}
+
+void add_mamba_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedGroup& rg,
+                     const GroupTrim& t, std::vector<MambaRead>& mreads, bool& have_mreads) {
+  const EngineMetadata& d = ctx.local;
+  if (!have_mreads) {
+    mreads = mamba_reads(*ctx.remote_mamba, *ctx.local_mamba, d.tp_rank);
+    have_mreads = true;
+  }
+  for (uint32_t region : rg.regions) {
+    const uint64_t ls = mamba_page_stride(d, region, ctx.local_mamba->page_bytes(), "D");
+    // Page by page, so the parts of one state from one P rank can coalesce.
+    for (const StatePair& sp : t.states) {
+      const uint64_t lpage = mul_checked(sp.local_block, ls, "local page");
+      for (const MambaRead& r : mreads) {
+        const EngineMetadata& p = remote_rank(ctx, r.p_rank);
+        const uint64_t rs = mamba_page_stride(p, region, ctx.remote_mamba->page_bytes(), "P");
+        const uint64_t rpage = mul_checked(sp.remote_block, rs, "remote page");
+        b.add(r.p_rank,
+              {region, add_checked(lpage, r.local_offset, "local read offset"), region,
+               add_checked(rpage, r.remote_offset, "remote read offset"), r.length},
+              true);
+      }
+    }
+  }
+}
+
+// Per-thread working memory of compile / validate (see Trimmed).
+Trimmed& scratch() {
+  thread_local Trimmed t;
+  return t;
+}
+
+std::vector<PlanGroupView> views_of(const std::vector<PlanGroup>& groups) {
+  std::vector<PlanGroupView> v;
+  v.reserve(groups.size());
+  for (const PlanGroup& g : groups) v.push_back(view_of(g));
+  return v;
+}
+
 }  // namespace
+
+PlanGroupView view_of(const PlanGroup& g) {
+  PlanGroupView v;
+  v.kind = g.trim.kind;
+  v.cache_mode = g.trim.cache_mode;
+  v.local_blocks = g.trim.local_blocks;
+  v.remote_blocks = g.trim.remote_blocks;
+  v.local_tokens_per_block = g.trim.local_tokens_per_block;
+  v.remote_tokens_per_block = g.trim.remote_tokens_per_block;
+  v.remote_computed_tokens = g.trim.remote_computed_tokens;
+  v.local_hit_tokens = g.trim.local_hit_tokens;
+  v.sliding_window = g.trim.sliding_window;
+  v.local_first_block = g.trim.local_first_block;
+  v.remote_first_block = g.trim.remote_first_block;
+  v.regions = g.regions;
+  return v;
+}
 
 void validate_plan_context(const PlanContext& ctx) {
   plan_detail::check_context(ctx);
   plan_detail::check_peer_agreement(ctx);
 }
 
-TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<PlanGroup>& groups) {
-  const std::vector<ResolvedGroup> resolved = resolve(ctx, groups);
-  std::vector<GroupTrimInput> trim_in;
-  trim_in.reserve(resolved.size());
-  for (const auto& g : resolved) trim_in.push_back(g.trim);
-  const std::vector<GroupTrim> trims = trim_prefix(trim_in);
+void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
+                                TransferPlan& plan) {
+  Trimmed& t = scratch();
+  plan.ranks.clear();
+  plan.stats = PlanStats{};
+  resolve(ctx, groups, t);
+  trim_groups(t);
   // resolve() ran check_context; the handshake re-check comes after the request's own errors.
   plan_detail::check_peer_agreement(ctx);
 
   const EngineMetadata& d = ctx.local;
-  TransferPlan plan;
   plan.d_rank = d.tp_rank;
   plan.d_tp = d.tp_size;
   plan.p_tp = ctx.mapping.input.remote_tp;
   plan.notify_ranks = ctx.mapping.notify_ranks;
   plan.notifications_per_p_rank = notifications_expected_per_request(plan.p_tp, plan.d_tp);
+  plan.zero.resize(t.groups.size());
 
-  PlanBuilder b(plan.p_tp);
-  std::vector<MambaRead> mreads;
+  PlanBuilder b(plan, plan.p_tp);
+  thread_local std::vector<MambaRead> mreads;
   bool have_mreads = false;
-  for (size_t g = 0; g < resolved.size(); ++g) {
-    const ResolvedGroup& rg = resolved[g];
-    const GroupTrim& t = trims[g];
-    plan.zero.push_back({static_cast<uint32_t>(g), t.kind, rg.regions, t.zero, t.unfilled_states});
-    if (t.transfers_nothing()) continue;
+  AttentionRegion a;
+  bool have_a = false;
+  for (size_t g = 0; g < t.groups.size(); ++g) {
+    const ResolvedGroup& rg = t.groups[g];
+    const GroupTrim& mt = t.mamba[g];
+    GroupZero& z = plan.zero[g];
+    z.group = static_cast<uint32_t>(g);
+    z.kind = rg.g.kind;
+    z.regions.assign(rg.regions.begin(), rg.regions.end());
+    std::swap(z.zero, t.zero[g]);
+    z.unfilled_states = mt.unfilled_states;
+    const std::span<const SpanRun> spans(t.spans.data() + t.span_begin[g],
+                                         t.span_begin[g + 1] - t.span_begin[g]);
+    if (spans.empty() && mt.states.empty()) continue;
     try {
-      if (is_attention_kind(t.kind)) {
-        for (uint32_t region : rg.regions) {
-          const AttentionRegion a = attention_region(ctx, region);
-          for (const TokenRun& run : t.runs) {
-            add_attention_pieces(b, a, region, run, rg.trim.local_tokens_per_block,
-                                 rg.trim.remote_tokens_per_block);
-          }
-        }
-        continue;
-      }
-      if (!have_mreads) {
-        mreads = mamba_reads(*ctx.remote_mamba, *ctx.local_mamba, d.tp_rank);
-        have_mreads = true;
-      }
-      for (uint32_t region : rg.regions) {
-        const uint64_t ls = mamba_page_stride(d, region, ctx.local_mamba->page_bytes(), "D");
-        // Page by page, so the parts of one state from one P rank can coalesce.
-        for (const StatePair& sp : t.states) {
-          const uint64_t lpage = mul_checked(sp.local_block, ls, "local page");
-          for (const MambaRead& r : mreads) {
-            const EngineMetadata& p = remote_rank(ctx, r.p_rank);
-            const uint64_t rs = mamba_page_stride(p, region, ctx.remote_mamba->page_bytes(), "P");
-            const uint64_t rpage = mul_checked(sp.remote_block, rs, "remote page");
-            b.add(r.p_rank,
-                  {region, add_checked(lpage, r.local_offset, "local read offset"), region,
-                   add_checked(rpage, r.remote_offset, "remote read offset"), r.length},
-                  true);
-          }
-        }
+      if (is_attention_kind(rg.g.kind)) {
+        add_attention_group(b, ctx, rg, spans, a, have_a);
+      } else {
+        add_mamba_group(b, ctx, rg, mt, mreads, have_mreads);
       }
     } catch (const Error& e) {
-      fail(e.status(), "group " + s(g) + " (" + group_kind_name(t.kind) + "): " + e.what());
+      plan.ranks.clear();
+      fail(e.status(), "group " + s(g) + " (" + group_kind_name(rg.g.kind) + "): " + e.what());
     }
   }
-  b.finish(plan);
-  check_coverage(plan, ctx, resolved, trims);
+  b.finish();
+  try {
+    check_coverage(plan, ctx, t);
+  } catch (...) {
+    plan.ranks.clear();
+    throw;
+  }
+}
+
+TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<PlanGroup>& groups) {
+  TransferPlan plan;
+  compile_transfer_plan_into(ctx, views_of(groups), plan);
   return plan;
+}
+
+void validate_transfer_plan_views(const TransferPlan& plan, const PlanContext& ctx,
+                                  std::span<const PlanGroupView> groups) {
+  Trimmed& t = scratch();
+  resolve(ctx, groups, t);
+  trim_groups(t);
+  plan_detail::check_peer_agreement(ctx);
+  check_coverage(plan, ctx, t);
 }
 
 void validate_transfer_plan(const TransferPlan& plan, const PlanContext& ctx,
                             const std::vector<PlanGroup>& groups) {
-  const std::vector<ResolvedGroup> resolved = resolve(ctx, groups);
-  std::vector<GroupTrimInput> trim_in;
-  for (const auto& g : resolved) trim_in.push_back(g.trim);
-  const std::vector<GroupTrim> trims = trim_prefix(trim_in);
-  plan_detail::check_peer_agreement(ctx);
-  check_coverage(plan, ctx, resolved, trims);
+  validate_transfer_plan_views(plan, ctx, views_of(groups));
 }
 
 }  // namespace pdkv::core

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,27 @@ struct PlanGroup {
   // layer of every group, so empty means "all regions".
   std::vector<uint32_t> regions;
 };
+
+// One KV-cache group of the request as a non-owning view: the block ids and regions are read in
+// place for the duration of the call (the C API and the bindings pass the caller's arrays through
+// without copying them). Fields as GroupTrimInput / PlanGroup.
+struct PlanGroupView {
+  GroupKind kind = GroupKind::Attention;
+  MambaCacheMode cache_mode = MambaCacheMode::None;
+  std::span<const uint64_t> local_blocks;
+  std::span<const uint64_t> remote_blocks;
+  uint64_t local_tokens_per_block = 0;
+  uint64_t remote_tokens_per_block = 0;
+  uint64_t remote_computed_tokens = 0;
+  uint64_t local_hit_tokens = 0;
+  uint64_t sliding_window = 0;
+  std::optional<uint64_t> local_first_block;
+  uint64_t remote_first_block = 0;
+  std::span<const uint32_t> regions;  // empty: all regions
+};
+
+// The view of an owning group (valid while `g` lives and is not modified).
+PlanGroupView view_of(const PlanGroup& g);
 
 // One read in bytes relative to the region bases: D's [local_offset, +length) of local_region
 // receives P's [remote_offset, +length) of remote_region.
@@ -154,6 +176,15 @@ void validate_plan_context(const PlanContext& ctx);
 //  Overflow.
 TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<PlanGroup>& groups);
 
+// The same plan, compiled from views into `out`, whose buffers (per-rank read vectors, zero
+// lists) are reused: a caller that keeps one TransferPlan per thread compiles request after
+// request without growing the heap. Block ids are handled as runs of consecutive ids end to end
+// (trimming, emission, coalescing and the coverage check), so the cost follows the number of id
+// runs and of coalesced reads, not the number of kernel blocks. On error `out` holds no valid
+// plan (it is cleared). Errors as compile_transfer_plan.
+void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
+                                TransferPlan& out);
+
 // The plan's coverage and bounds check, usable on its own (e.g. on a plan that was edited or
 // deserialised): the D bytes the plan must write are recomputed from the groups (prefix trimming
 // and the D rank's own head / state layout, independently of the reads) and compared with the
@@ -164,6 +195,8 @@ TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<Pla
 // validate_plan_context refuses is Incompatible here too.
 void validate_transfer_plan(const TransferPlan& plan, const PlanContext& ctx,
                             const std::vector<PlanGroup>& groups);
+void validate_transfer_plan_views(const TransferPlan& plan, const PlanContext& ctx,
+                                  std::span<const PlanGroupView> groups);
 
 // A human-readable JSON dump for debugging (stable key order, one object per read).
 std::string plan_to_json(const TransferPlan& plan);

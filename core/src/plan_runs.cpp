@@ -1,0 +1,156 @@
+// Run-granular attention trimming for the planner (plan_runs.hpp).
+#include "plan_runs.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "pdkv/core/checked_math.hpp"
+#include "pdkv/core/error.hpp"
+#include "plan_internal.hpp"
+
+namespace pdkv::core::plan_detail {
+
+namespace {
+
+// One side's block list: where the walk stands and how far the current run of consecutive ids
+// reaches, so a run is scanned once however many spans the other side cuts it into.
+struct SideCursor {
+  std::span<const uint64_t> ids;
+  uint64_t first = 0;            // block-table index of ids[0]
+  uint64_t tokens_per_block = 0;
+  const char* side = "";
+  size_t run_end = 0;            // exclusive end index of the run holding the cursor
+  size_t run_begin = 0;
+
+  // Index into ids of the block holding token t, checked exactly as trim_group does (the same
+  // messages): in the list and not the null block.
+  [[gnu::noinline, gnu::cold]] void fail_not_covered(uint64_t t, uint64_t idx) const {
+    const uint64_t end = first + ids.size();
+    fail(Status::Coverage,
+         std::string(side) + " blocks do not cover token " + s(t) + ": it lies in block index " +
+             s(idx) + " but the " + side + " list holds block indices " + s(first) + ".." +
+             s(end) + " (" + s(tokens_per_block) + " tokens per block); the " + side +
+             " engine must pass the block ids for every token it is asked to move");
+  }
+  [[gnu::noinline, gnu::cold]] void fail_null(uint64_t t, uint64_t idx) const {
+    fail(Status::Coverage, std::string(side) + " block index " + s(idx) + " holding token " +
+                               s(t) + " is the null block 0: that token has no storage");
+  }
+
+  // Positions the cursor at token t; returns the list index of its block.
+  size_t seek(uint64_t t) {
+    const uint64_t idx = t / tokens_per_block;
+    const uint64_t end = add_checked(first, ids.size(), "block index");
+    if (idx < first || idx >= end) fail_not_covered(t, idx);
+    const size_t i = static_cast<size_t>(idx - first);
+    if (i >= run_begin && i < run_end) return i;  // inside the run already scanned
+    // A new run starts at i: only its first id can be the null block (ids grow by one along a
+    // run, and a run never wraps past UINT64_MAX).
+    if (ids[i] == kNullBlock) fail_null(t, idx);
+    size_t j = i + 1;
+    while (j < ids.size() && ids[j - 1] != UINT64_MAX && ids[j] == ids[j - 1] + 1) ++j;
+    run_begin = i;
+    run_end = j;
+    return i;
+  }
+
+  // First token after the current run (the run ends at a block boundary or the list's end).
+  // Saturates: a run reaching past 2^64 tokens reaches past every request.
+  uint64_t run_end_token() const {
+    uint64_t r = 0;
+    if (__builtin_mul_overflow(first + run_end, tokens_per_block, &r)) return UINT64_MAX;
+    return r;
+  }
+};
+
+uint64_t gcd(uint64_t a, uint64_t b) {
+  while (b != 0) {
+    const uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+// Multiples of m strictly inside (begin, end).
+uint64_t multiples_inside(uint64_t begin, uint64_t end, uint64_t m) {
+  return (end - 1) / m - begin / m;
+}
+
+// How many block-bounded runs [begin, end) splits into at the block boundaries of both sides.
+uint64_t block_runs(uint64_t begin, uint64_t end, uint64_t lbs, uint64_t rbs) {
+  uint64_t n = 1 + multiples_inside(begin, end, lbs);
+  if (rbs == lbs) return n;
+  n += multiples_inside(begin, end, rbs);
+  uint64_t lcm = 0;  // boundaries both sides share were counted twice
+  if (!__builtin_mul_overflow(lbs / gcd(lbs, rbs), rbs, &lcm)) n -= multiples_inside(begin, end, lcm);
+  return n;
+}
+
+// Zero ranges exactly as uncovered_token_ranges(local, first, lbs, held, {[need_begin, n)}) with
+// an empty interval list when need_begin >= n, but jumping over the blocks that yield nothing:
+// blocks D holds entirely and blocks inside the written interval.
+void zero_ranges(std::span<const uint64_t> local, uint64_t first, uint64_t lbs, uint64_t held,
+                 uint64_t need_begin, uint64_t n, std::vector<ZeroRange>& out) {
+  const bool written = need_begin < n;
+  const uint64_t held_blocks = held / lbs;  // block indexes below this are wholly held
+  // Block indexes in [covered_begin, covered_end) lie wholly inside what D holds or receives.
+  const uint64_t covered_begin = held >= need_begin ? 0 : (need_begin + lbs - 1) / lbs;
+  const uint64_t covered_end = written ? n / lbs : 0;
+  for (size_t i = 0; i < local.size(); ++i) {
+    const uint64_t idx = add_checked(first, i, "block index");
+    if (idx < held_blocks) {
+      i = static_cast<size_t>(std::min<uint64_t>(held_blocks - first, local.size())) - 1;
+      continue;
+    }
+    if (idx >= covered_begin && idx < covered_end) {
+      i = static_cast<size_t>(std::min<uint64_t>(covered_end - first, local.size())) - 1;
+      continue;
+    }
+    if (local[i] == kNullBlock) continue;
+    const uint64_t lo = mul_checked(idx, lbs, "block token offset");
+    const uint64_t hi = add_checked(lo, lbs, "block token end");
+    uint64_t cur = std::max(lo, std::min(held, hi));
+    if (written && cur < hi && n > cur && need_begin < hi) {
+      if (need_begin > cur) out.push_back({local[i], cur - lo, need_begin - lo});
+      cur = std::max(cur, n);
+    }
+    if (cur < hi) out.push_back({local[i], cur - lo, hi - lo});
+  }
+}
+
+}  // namespace
+
+void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
+                         std::vector<ZeroRange>& zero) {
+  const uint64_t lbs = g.local_tokens_per_block;
+  const uint64_t rbs = g.remote_tokens_per_block;
+  if (lbs == 0 || rbs == 0) {
+    fail(Status::InvalidArgument, "attention tokens per block must be > 0 (local " + s(lbs) +
+                                      ", remote " + s(rbs) + ")");
+  }
+  const uint64_t n = g.remote_computed_tokens;
+  uint64_t need_begin = g.local_hit_tokens;
+  if (g.kind == GroupKind::SlidingWindow) {
+    if (g.sliding_window == 0) {
+      fail(Status::InvalidArgument,
+           "sliding-window group with window 0: pass the model's sliding_window in tokens");
+    }
+    if (n > g.sliding_window) need_begin = std::max(need_begin, n - g.sliding_window);
+  }
+  const uint64_t lf = g.local_first_block.value_or(g.local_hit_tokens / lbs);
+  SideCursor local{g.local_blocks, lf, lbs, "local"};
+  SideCursor remote{g.remote_blocks, g.remote_first_block, rbs, "remote"};
+  for (uint64_t t = need_begin; t < n;) {
+    const size_t li = local.seek(t);
+    const size_t ri = remote.seek(t);
+    const uint64_t end = std::min({local.run_end_token(), remote.run_end_token(), n});
+    spans.push_back({t, end - t, g.local_blocks[li], t % lbs, g.remote_blocks[ri], t % rbs,
+                     block_runs(t, end, lbs, rbs)});
+    t = end;
+  }
+  zero.clear();
+  zero_ranges(g.local_blocks, lf, lbs, g.local_hit_tokens, need_begin, n, zero);
+}
+
+}  // namespace pdkv::core::plan_detail
