@@ -4,6 +4,7 @@
 // notifications, receive-side zeroing, statistics and JSON dump.
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,34 +27,67 @@ using pdkv::capi::kPlanContextParamsMinSize;
 using pdkv::capi::kPlanGroupMinSize;
 using pdkv::capi::kPlanInfoMinSize;
 
-// The groups array's stride is groups[0].struct_size (a caller compiled against an older, smaller
-// pdkv_plan_group_t passes an array of the smaller struct); every element must declare the same.
-std::vector<core::PlanGroup> groups_from_c(const pdkv_plan_group_t* groups, size_t n_groups) {
-  std::vector<core::PlanGroup> out;
+using pdkv::capi::kGroupTrimInputMinSize;
+
+// Fails with NullPointer naming "<name>.<field>" when p is NULL but count > 0; the name is built
+// only on failure.
+void require_array(const void* p, size_t count, size_t index, const char* field) {
+  if (count > 0 && p == nullptr) {
+    core::fail(core::Status::NullPointer, "groups[" + std::to_string(index) + "]." + field + " is NULL");
+  }
+}
+
+// The groups as views over the caller's arrays: block ids and region lists are read in place
+// during the call, never copied. The groups array's stride is groups[0].struct_size (a caller
+// compiled against an older, smaller pdkv_plan_group_t passes an array of the smaller struct);
+// every element must declare the same. Fills a per-thread vector reused across calls.
+std::span<const core::PlanGroupView> groups_from_c(const pdkv_plan_group_t* groups, size_t n_groups) {
+  thread_local std::vector<core::PlanGroupView> out;
+  out.clear();
   if (n_groups == 0) return out;
   require_non_null(groups, "groups");
   const size_t stride = groups[0].struct_size;
   pdkv::capi::require_struct_size(stride, kPlanGroupMinSize, sizeof(pdkv_plan_group_t), "pdkv_plan_group_t");
   core::mul_checked(n_groups, stride, "groups array bytes");
   const auto* base = reinterpret_cast<const unsigned char*>(groups);
-  out.reserve(n_groups);
   for (size_t i = 0; i < n_groups; ++i) {
-    const std::string name = "groups[" + std::to_string(i) + "]";
     pdkv_plan_group_t g{};
     std::memcpy(&g, base + i * stride, sizeof(size_t));
     if (g.struct_size != stride) {
-      core::fail(core::Status::StructSize, name + ".struct_size = " + std::to_string(g.struct_size) +
-                                               " differs from groups[0].struct_size = " + std::to_string(stride) +
-                                               ": every element must be sizeof(pdkv_plan_group_t)");
+      core::fail(core::Status::StructSize, "groups[" + std::to_string(i) + "].struct_size = " +
+                                               std::to_string(g.struct_size) + " differs from groups[0].struct_size = " +
+                                               std::to_string(stride) + ": every element must be sizeof(pdkv_plan_group_t)");
     }
     std::memcpy(&g, base + i * stride, stride);
-    core::PlanGroup pg;
-    pg.trim = pdkv::capi::trim_input_from_c(g.trim, (name + ".trim").c_str());
-    if (g.num_regions > 0) {
-      require_non_null(g.regions, (name + ".regions").c_str());
-      pg.regions.assign(g.regions, g.regions + g.num_regions);
+    if (g.trim == nullptr) {
+      core::fail(core::Status::NullPointer, "groups[" + std::to_string(i) + "].trim is NULL");
     }
-    out.push_back(std::move(pg));
+    const pdkv_group_trim_input_t t =
+        pdkv::capi::read_struct_prefix(*g.trim, kGroupTrimInputMinSize, "pdkv_group_trim_input_t");
+    core::PlanGroupView v;
+    if (t.kind < PDKV_GROUP_ATTENTION || t.kind > PDKV_GROUP_MAMBA || t.cache_mode < 0 || t.cache_mode > 2 ||
+        t.has_local_first_block > 1) [[unlikely]] {
+      const std::string name = "groups[" + std::to_string(i) + "].trim";
+      v.kind = pdkv::capi::group_kind_from_c(t.kind, (name + ".kind").c_str());
+      v.cache_mode = pdkv::capi::cache_mode_from_c(t.cache_mode, (name + ".cache_mode").c_str());
+      pdkv::capi::flag_from_c(t.has_local_first_block, (name + ".has_local_first_block").c_str());
+    }
+    v.kind = static_cast<core::GroupKind>(t.kind);
+    v.cache_mode = static_cast<core::MambaCacheMode>(t.cache_mode);
+    require_array(t.local_blocks, t.num_local_blocks, i, "trim.local_blocks");
+    require_array(t.remote_blocks, t.num_remote_blocks, i, "trim.remote_blocks");
+    if (t.num_local_blocks > 0) v.local_blocks = {t.local_blocks, t.num_local_blocks};
+    if (t.num_remote_blocks > 0) v.remote_blocks = {t.remote_blocks, t.num_remote_blocks};
+    v.local_tokens_per_block = t.local_tokens_per_block;
+    v.remote_tokens_per_block = t.remote_tokens_per_block;
+    v.remote_computed_tokens = t.remote_computed_tokens;
+    v.local_hit_tokens = t.local_hit_tokens;
+    v.sliding_window = t.sliding_window;
+    if (t.has_local_first_block) v.local_first_block = t.local_first_block;
+    v.remote_first_block = t.remote_first_block;
+    require_array(g.regions, g.num_regions, i, "regions");
+    if (g.num_regions > 0) v.regions = {g.regions, g.num_regions};
+    out.push_back(v);
   }
   return out;
 }
@@ -63,18 +97,20 @@ std::optional<core::MambaState> mamba_of(const pdkv_geometry_t* g) {
   return g->geometry.mamba;
 }
 
-pdkv_transfer_plan_t* make_plan(core::TransferPlan plan) {
-  auto h = std::make_unique<pdkv_transfer_plan>();
-  h->plan = std::move(plan);
+// Fills the handle's C views of its compiled plan.
+pdkv_transfer_plan_t* finish_plan(std::unique_ptr<pdkv_transfer_plan> h) {
+  h->read_ranks.reserve(h->plan.ranks.size());
+  h->reads.reserve(h->plan.ranks.size());
   for (const auto& rr : h->plan.ranks) {
     h->read_ranks.push_back(rr.p_rank);
-    std::vector<pdkv_plan_read_t> reads;
-    reads.reserve(rr.reads.size());
-    for (const auto& r : rr.reads) {
-      reads.push_back(pdkv_plan_read_t{r.local_region, r.local_offset, r.remote_region, r.remote_offset, r.length});
+    std::vector<pdkv_plan_read_t> reads(rr.reads.size());
+    for (size_t i = 0; i < rr.reads.size(); ++i) {
+      const auto& r = rr.reads[i];
+      reads[i] = pdkv_plan_read_t{r.local_region, r.local_offset, r.remote_region, r.remote_offset, r.length};
     }
     h->reads.push_back(std::move(reads));
   }
+  h->zero.reserve(h->plan.zero.size());
   for (const auto& z : h->plan.zero) h->zero.push_back(PlanGroupZeroC{pdkv::capi::zero_ranges_to_c(z.zero)});
   return h.release();
 }
@@ -166,7 +202,9 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_compile(const pdkv_plan_context_t* ctx
     require_non_null(out, "out");
     *out = nullptr;
     const auto g = groups_from_c(groups, n_groups);
-    *out = make_plan(core::compile_transfer_plan(ctx->ctx, g));
+    auto h = std::make_unique<pdkv_transfer_plan>();
+    core::compile_transfer_plan_into(ctx->ctx, g, h->plan);
+    *out = finish_plan(std::move(h));
   });
 }
 
@@ -177,7 +215,7 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_validate(const pdkv_transfer_plan_t* p
     require_non_null(plan, "plan");
     require_non_null(ctx, "ctx");
     const auto g = groups_from_c(groups, n_groups);
-    core::validate_transfer_plan(plan->plan, ctx->ctx, g);
+    core::validate_transfer_plan_views(plan->plan, ctx->ctx, g);
   });
 }
 

@@ -174,8 +174,30 @@ struct Engines {
 
 // Random request over engines e; block ids drawn without replacement from one logical pool so
 // attention blocks and Mamba pages never share bytes (vLLM's allocator guarantees the same).
+// How the request's block ids are laid out: the plan works on runs of consecutive ids, so every
+// run length must be exercised.
+enum class IdLayout {
+  Fragmented,   // a shuffled pool of logical ids: runs of exactly ppl kernel ids
+  Consecutive,  // ascending logical ids: one run per group and side
+  KernelRuns,   // kernel ids cut into runs of random length (1 .. 2*ppl+3) and shuffled
+};
+
+// Cuts `ids` into runs of random lengths and shuffles the runs (ids stay unique).
+std::vector<uint64_t> shuffle_runs(std::mt19937_64& rng, const std::vector<uint64_t>& ids, uint64_t max_run) {
+  std::vector<std::vector<uint64_t>> runs;
+  for (size_t i = 0; i < ids.size();) {
+    const size_t len = std::min<size_t>(ids.size() - i, std::uniform_int_distribution<uint64_t>(1, max_run)(rng));
+    runs.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(i), ids.begin() + static_cast<std::ptrdiff_t>(i + len));
+    i += len;
+  }
+  std::shuffle(runs.begin(), runs.end(), rng);
+  std::vector<uint64_t> out;
+  for (const auto& r : runs) out.insert(out.end(), r.begin(), r.end());
+  return out;
+}
+
 Request make_request(std::mt19937_64& rng, const Engines& e, uint32_t regions, bool swa,
-                     uint64_t* pool_out) {
+                     uint64_t* pool_out, IdLayout layout) {
   auto pick = [&](uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng); };
   const uint64_t dl = e.dg.block_size, pl = e.pg.block_size;
   const uint64_t dppl = e.dg.physical_per_logical, pppl = e.pg.physical_per_logical;
@@ -185,8 +207,10 @@ Request make_request(std::mt19937_64& rng, const Engines& e, uint32_t regions, b
   std::vector<uint64_t> dpool(64), ppool(64);
   std::iota(dpool.begin(), dpool.end(), 1);
   std::iota(ppool.begin(), ppool.end(), 1);
-  std::shuffle(dpool.begin(), dpool.end(), rng);
-  std::shuffle(ppool.begin(), ppool.end(), rng);
+  if (layout != IdLayout::Consecutive) {
+    std::shuffle(dpool.begin(), dpool.end(), rng);
+    std::shuffle(ppool.begin(), ppool.end(), rng);
+  }
   size_t di = 0, pi = 0;
   Request rq;
   auto attention = [&](GroupKind kind) {
@@ -201,6 +225,10 @@ Request make_request(std::mt19937_64& rng, const Engines& e, uint32_t regions, b
     for (uint64_t i = 0; i < (n + pl - 1) / pl; ++i) plog.push_back(ppool[pi++]);
     g.trim.local_blocks = logical_to_kernel_block_ids(dlog, kind, dppl);
     g.trim.remote_blocks = logical_to_kernel_block_ids(plog, kind, pppl);
+    if (layout == IdLayout::KernelRuns) {
+      g.trim.local_blocks = shuffle_runs(rng, g.trim.local_blocks, 2 * dppl + 3);
+      g.trim.remote_blocks = shuffle_runs(rng, g.trim.remote_blocks, 2 * pppl + 3);
+    }
     rq.groups.push_back(g);
   };
   attention(GroupKind::Attention);
@@ -283,6 +311,9 @@ uint64_t wanted_state(const GroupTrimInput& t, size_t i, const std::vector<uint6
 
 struct Outcome {
   size_t compiled = 0, refused = 0;
+  size_t by_layout[3] = {0, 0, 0};   // compiled per IdLayout
+  size_t kernel_split = 0;           // compiled with ppl > 1 on a side (FlashInfer-like)
+  size_t one_kernel_block = 0;       // compiled with ppl 1 on both sides (FlashAttention-like)
   size_t nhd_compiled = 0, nhd_refused = 0;  // NHD contexts planned / refused as unsupported
   size_t handshake_refused = 0;  // pure attention P_TP > D_TP with replicated P heads
 };
@@ -320,7 +351,8 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
                                  e.pc.tp_size > e.dc.tp_size &&
                                  e.pc.tp_size > e.m.attention.num_kv_heads;
   uint64_t unused = 0;
-  const Request rq = make_request(rng, e, regions, !e.m.is_hybrid() && pick(0, 1), &unused);
+  const auto layout = static_cast<IdLayout>(pick(0, 2));
+  const Request rq = make_request(rng, e, regions, !e.m.is_hybrid() && pick(0, 1), &unused, layout);
   const std::string what = e.m.name + " D tp" + std::to_string(e.dc.tp_size) + " rank " +
                            std::to_string(d_rank) + " (bs " + std::to_string(e.dg.block_size) +
                            "/" + std::to_string(e.dg.kernel_block_size) + ") <- P tp" +
@@ -356,6 +388,12 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
   }
   ++out.compiled;
   if (nhd) ++out.nhd_compiled;
+  ++out.by_layout[static_cast<int>(layout)];
+  if (e.dg.physical_per_logical > 1 || e.pg.physical_per_logical > 1) {
+    ++out.kernel_split;
+  } else {
+    ++out.one_kernel_block;
+  }
 
   const uint64_t dlen = ctx.local.regions[0].region.block_len;
   const uint64_t plen = ctx.remote[0].regions[0].region.block_len;
@@ -539,6 +577,9 @@ TEST(PlanProperties, TinyRandomEnginesMoveExactlyTheMissingBytesOnce) {
   EXPECT_GT(out.handshake_refused, 20u);
   EXPECT_GT(out.nhd_compiled, 150u);
   EXPECT_GT(out.nhd_refused, 50u);
+  for (size_t n : out.by_layout) EXPECT_GT(n, 150u);
+  EXPECT_GT(out.kernel_split, 150u);
+  EXPECT_GT(out.one_kernel_block, 150u);
 }
 
 TEST(PlanProperties, PresetEnginesMoveExactlyTheMissingBytesOnce) {
