@@ -2,7 +2,9 @@
 // P metadata of every P rank, an optional TP mapping and the Mamba states of both geometries;
 // compilation of one request's groups into a validated plan handle; its reads per P rank,
 // notifications, receive-side zeroing, statistics and JSON dump.
+#include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <memory>
 #include <span>
 #include <string>
@@ -97,19 +99,24 @@ std::optional<core::MambaState> mamba_of(const pdkv_geometry_t* g) {
   return g->geometry.mamba;
 }
 
+// The C API hands out the plan's own read arrays (no copy per compile): core::PlanRead and
+// pdkv_plan_read_t are the same standard-layout record, field for field.
+static_assert(sizeof(core::PlanRead) == sizeof(pdkv_plan_read_t));
+static_assert(std::is_standard_layout_v<core::PlanRead> && std::is_trivially_copyable_v<core::PlanRead>);
+static_assert(offsetof(core::PlanRead, local_region) == offsetof(pdkv_plan_read_t, local_region));
+static_assert(offsetof(core::PlanRead, local_offset) == offsetof(pdkv_plan_read_t, local_offset));
+static_assert(offsetof(core::PlanRead, remote_region) == offsetof(pdkv_plan_read_t, remote_region));
+static_assert(offsetof(core::PlanRead, remote_offset) == offsetof(pdkv_plan_read_t, remote_offset));
+static_assert(offsetof(core::PlanRead, length) == offsetof(pdkv_plan_read_t, length));
+
+const pdkv_plan_read_t* c_reads(const std::vector<core::PlanRead>& reads) {
+  return reads.empty() ? nullptr : reinterpret_cast<const pdkv_plan_read_t*>(reads.data());
+}
+
 // Fills the handle's C views of its compiled plan.
 pdkv_transfer_plan_t* finish_plan(std::unique_ptr<pdkv_transfer_plan> h) {
   h->read_ranks.reserve(h->plan.ranks.size());
-  h->reads.reserve(h->plan.ranks.size());
-  for (const auto& rr : h->plan.ranks) {
-    h->read_ranks.push_back(rr.p_rank);
-    std::vector<pdkv_plan_read_t> reads(rr.reads.size());
-    for (size_t i = 0; i < rr.reads.size(); ++i) {
-      const auto& r = rr.reads[i];
-      reads[i] = pdkv_plan_read_t{r.local_region, r.local_offset, r.remote_region, r.remote_offset, r.length};
-    }
-    h->reads.push_back(std::move(reads));
-  }
+  for (const auto& rr : h->plan.ranks) h->read_ranks.push_back(rr.p_rank);
   h->zero.reserve(h->plan.zero.size());
   for (const auto& z : h->plan.zero) h->zero.push_back(PlanGroupZeroC{pdkv::capi::zero_ranges_to_c(z.zero)});
   return h.release();
@@ -270,8 +277,8 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_rank_reads(const pdkv_transfer_plan_t*
     if (bytes != nullptr) *bytes = 0;
     for (size_t i = 0; i < plan->plan.ranks.size(); ++i) {
       if (plan->plan.ranks[i].p_rank != p_rank) continue;
-      *reads = plan->reads[i].empty() ? nullptr : plan->reads[i].data();
-      *count = plan->reads[i].size();
+      *reads = c_reads(plan->plan.ranks[i].reads);
+      *count = plan->plan.ranks[i].reads.size();
       if (bytes != nullptr) *bytes = plan->plan.ranks[i].bytes;
     }
   });

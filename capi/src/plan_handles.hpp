@@ -64,7 +64,6 @@ struct PlanGroupZeroC {
 struct pdkv_transfer_plan {
   pdkv::core::TransferPlan plan;
   std::vector<uint32_t> read_ranks;                     // plan.ranks[i].p_rank
-  std::vector<std::vector<pdkv_plan_read_t>> reads;     // parallel to plan.ranks
   std::vector<PlanGroupZeroC> zero;                     // parallel to plan.zero
 };
 

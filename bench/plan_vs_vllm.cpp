@@ -1,0 +1,216 @@
+// Per-request plan compilation time for the requests ../shared/tools/vllm_plan_baseline.py times
+// in vLLM (bench/plan_vs_vllm.py runs both and prints the ratios). NVIDIA-Nemotron-3-Nano-30B-A3B,
+// P TP4 -> D TP2 rank 0, both engines at 2096-token blocks (P started with --block-size 2096, as
+// vLLM needs for this pair), 6 pooled regions, groups as vLLM's HMA builds them: four Mamba groups
+// (6, 6, 6, 5 layers; one block each) and one full-attention group.
+//
+// Geometries: "flashinfer" (kernel blocks of 16 tokens: 131 per logical block, the ids are kernel
+// ids) and "flash_attn" (one kernel block per logical block). Requests: T prompt tokens, D loads
+// T-1 (the N-1 rule); a hit of h% is floor(h% of D's logical blocks) already cached on D; ids
+// "contig" (one ascending run) or "frag" (a seeded random sample of the pool).
+//
+// Paths: "cpp" = pdkv::core::compile_transfer_plan_into with views and one reused plan (what an
+// engine written in C++ calls); "c" = pdkv_transfer_plan_compile + pdkv_transfer_plan_free (what
+// every binding calls). Each case prints one JSON line: median and min ns per request over
+// samples of repeated calls, plus the plan's read count.
+//
+// Usage: plan_vs_vllm [--tokens 4096,32768,131072,1048576] [--hits 0,50] [--alloc contig,frag]
+//                     [--geometry flashinfer,flash_attn] [--target-s 0.3] [--print-ids CASE]
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "pdkv.h"
+#include "pdkv/core/geometry.hpp"
+#include "pdkv/core/metadata_from_geometry.hpp"
+#include "pdkv/core/presets.hpp"
+#include "pdkv/core/transfer_plan.hpp"
+#include "plan_request.hpp"
+
+using namespace pdkv::core;
+using pdkv::bench::Request;
+
+namespace {
+
+constexpr uint32_t kRegions = 6;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    const size_t e = s.find(',', b);
+    const std::string item = s.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    if (!item.empty()) out.push_back(item);
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  return out;
+}
+
+void check(pdkv_status_t st, pdkv_error_t* err, const char* what) {
+  if (st == PDKV_OK) return;
+  std::fprintf(stderr, "%s failed: %s\n", what, err ? pdkv_error_message(err) : "?");
+  std::exit(2);
+}
+
+EngineConfig core_config(uint32_t tp, bool flashinfer, MambaCacheMode mode) {
+  EngineConfig c;
+  c.tp_size = tp;
+  c.user_block_size = 2096;
+  c.cache_mode = mode;
+  if (flashinfer) c.kernel_block_sizes = {16, 32, 64};
+  return c;
+}
+
+pdkv_engine_config_t c_config(uint32_t tp, bool flashinfer, MambaCacheMode mode) {
+  pdkv_engine_config_t c;
+  pdkv_error_t* err = nullptr;
+  check(pdkv_engine_config_init(&c, &err), err, "pdkv_engine_config_init");
+  c.tp_size = tp;
+  c.user_block_size = 2096;
+  c.attention_backend = flashinfer ? PDKV_BACKEND_FLASHINFER : PDKV_BACKEND_FLASH_ATTN;
+  c.mamba_cache_mode = static_cast<int32_t>(mode);
+  return c;
+}
+
+// Median and min of per-call times: samples of `reps` calls each for about target_s seconds.
+template <class F>
+std::pair<double, double> time_calls(F&& f, double target_s) {
+  using clock = std::chrono::steady_clock;
+  f();  // warm: buffers reach the request's size
+  const auto t0 = clock::now();
+  f();
+  const double one = std::chrono::duration<double>(clock::now() - t0).count();
+  const int reps = std::max(1, static_cast<int>(20e-6 / std::max(one, 1e-9)));
+  std::vector<double> samples;
+  const auto start = clock::now();
+  while (samples.size() < 15 || (std::chrono::duration<double>(clock::now() - start).count() < target_s &&
+                                  samples.size() < 100000)) {
+    const auto a = clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    samples.push_back(std::chrono::duration<double, std::nano>(clock::now() - a).count() / reps);
+  }
+  std::sort(samples.begin(), samples.end());
+  return {samples[samples.size() / 2], samples.front()};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string tokens = "4096,32768,131072,1048576", hits = "0,50", allocs = "contig,frag",
+              geometries = "flashinfer,flash_attn";
+  double target_s = 0.3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--tokens") tokens = argv[i + 1];
+    else if (a == "--hits") hits = argv[i + 1];
+    else if (a == "--alloc") allocs = argv[i + 1];
+    else if (a == "--geometry") geometries = argv[i + 1];
+    else if (a == "--target-s") target_s = std::atof(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", argv[i]);
+      return 1;
+    }
+  }
+  const ModelDesc m = preset_model("nemotron-3-nano-30b");
+  pdkv_model_t* cm = nullptr;
+  pdkv_error_t* err = nullptr;
+  check(pdkv_model_from_preset("nemotron-3-nano-30b", &cm, &err), err, "pdkv_model_from_preset");
+  for (const std::string& geo : split(geometries)) {
+    const bool fi = geo == "flashinfer";
+    for (const std::string& hit_s : split(hits)) {
+      const uint64_t hit_pct = std::stoull(hit_s);
+      const MambaCacheMode mode = hit_pct ? MambaCacheMode::Align : MambaCacheMode::None;
+      // C++ context.
+      const EngineConfig dc = core_config(2, fi, mode), pc = core_config(4, fi, mode);
+      const EngineGeometry dg = derive_geometry(m, dc), pg = derive_geometry(m, pc);
+      PlanContext ctx;
+      ctx.local = metadata_from_geometry(m, dc, dg, {"decode", 0, pdkv::bench::kDPool, kRegions, 1ull << 40});
+      for (uint32_t r = 0; r < 4; ++r)
+        ctx.remote.push_back(metadata_from_geometry(m, pc, pg, {"prefill", r, pdkv::bench::kPPool, kRegions, (2ull + r) << 44}));
+      ctx.mapping = compute_tp_mapping({2, 0, 4, 2, false, true});
+      ctx.local_mamba = dg.mamba;
+      ctx.remote_mamba = pg.mamba;
+      validate_plan_context(ctx);
+      // C context, built the way a binding builds it.
+      pdkv_engine_config_t cdc = c_config(2, fi, mode), cpc = c_config(4, fi, mode);
+      pdkv_geometry_t *cdg = nullptr, *cpg = nullptr;
+      check(pdkv_geometry_new(cm, &cdc, &cdg, &err), err, "pdkv_geometry_new");
+      check(pdkv_geometry_new(cm, &cpc, &cpg, &err), err, "pdkv_geometry_new");
+      auto layout = [](const char* id, uint32_t rank, uint64_t pool, uint64_t base) {
+        pdkv_engine_layout_t l{};
+        l.struct_size = sizeof(l);
+        l.engine_id = id;
+        l.tp_rank = rank;
+        l.num_logical_blocks = pool;
+        l.num_regions = kRegions;
+        l.base = base;
+        l.prefix_caching = -1;
+        return l;
+      };
+      pdkv_engine_metadata_t* cd = nullptr;
+      std::vector<pdkv_engine_metadata_t*> cp(4);
+      const pdkv_engine_layout_t dl = layout("decode", 0, pdkv::bench::kDPool, 1ull << 40);
+      check(pdkv_engine_metadata_from_model(cm, &cdc, &dl, &cd, &err), err, "metadata");
+      for (uint32_t r = 0; r < 4; ++r) {
+        const pdkv_engine_layout_t pl = layout("prefill", r, pdkv::bench::kPPool, (2ull + r) << 44);
+        check(pdkv_engine_metadata_from_model(cm, &cpc, &pl, &cp[r], &err), err, "metadata");
+      }
+      pdkv_plan_context_params_t params{};
+      params.struct_size = sizeof(params);
+      params.local = cd;
+      params.remote = cp.data();
+      params.num_remote = 4;
+      params.local_geometry = cdg;
+      params.remote_geometry = cpg;
+      pdkv_plan_context_t* cctx = nullptr;
+      check(pdkv_plan_context_new(&params, &cctx, &err), err, "pdkv_plan_context_new");
+
+      for (const std::string& tok_s : split(tokens)) {
+        for (const std::string& alloc : split(allocs)) {
+          const uint64_t t = std::stoull(tok_s);
+          const Request rq = pdkv::bench::make_request(t, hit_pct, alloc == "frag", dg.block_size,
+                                                       pg.block_size, dg.physical_per_logical,
+                                                       pg.physical_per_logical, mode);
+          const auto views = rq.views();
+          TransferPlan plan;
+          compile_transfer_plan_into(ctx, views, plan);
+          const auto cpp = time_calls([&] { compile_transfer_plan_into(ctx, views, plan); }, target_s);
+          const auto cgroups = rq.c_groups();
+          const auto c = time_calls(
+              [&] {
+                pdkv_transfer_plan_t* p = nullptr;
+                pdkv_error_t* e = nullptr;
+                check(pdkv_transfer_plan_compile(cctx, cgroups.groups.data(), cgroups.groups.size(), &p, &e), e,
+                      "pdkv_transfer_plan_compile");
+                pdkv_transfer_plan_free(p);
+              },
+              target_s);
+          std::printf(
+              "{\"case\": \"%s/%llu/hit%llu/%s\", \"geometry\": \"%s\", \"tokens\": %llu, \"hit\": %llu, "
+              "\"alloc\": \"%s\", \"cpp_median_ns\": %.0f, \"cpp_min_ns\": %.0f, \"c_median_ns\": %.0f, "
+              "\"c_min_ns\": %.0f, \"reads\": %llu, \"pieces_before\": %llu, \"kernel_ids\": %zu}\n",
+              geo.c_str(), static_cast<unsigned long long>(t), static_cast<unsigned long long>(hit_pct),
+              alloc.c_str(), geo.c_str(), static_cast<unsigned long long>(t),
+              static_cast<unsigned long long>(hit_pct), alloc.c_str(), cpp.first, cpp.second, c.first, c.second,
+              static_cast<unsigned long long>(plan.stats.pieces_after_coalescing),
+              static_cast<unsigned long long>(plan.stats.pieces_before_coalescing), rq.groups.back().local.size());
+          std::fflush(stdout);
+        }
+      }
+      pdkv_plan_context_free(cctx);
+      for (auto* p : cp) pdkv_engine_metadata_free(p);
+      pdkv_engine_metadata_free(cd);
+      pdkv_geometry_free(cdg);
+      pdkv_geometry_free(cpg);
+    }
+  }
+  pdkv_model_free(cm);
+  return 0;
+}
