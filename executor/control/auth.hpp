@@ -1,0 +1,63 @@
+// Pre-shared-key authentication of a control connection: HMAC-SHA256 (OpenSSL libcrypto) over a
+// transcript that binds both sides' nonces and identities. The server proves the key first
+// (server_mac in Challenge), then the client (client_mac in Proof); the two MACs use distinct
+// domain-separation labels, and the transcript orders the identities by role, so a MAC can be
+// neither replayed on another connection (fresh nonces) nor reflected back to its sender.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "control/messages.hpp"
+
+namespace pdkv::exec {
+
+inline constexpr size_t kMinKeyBytes = 16;
+
+// Key material; wiped (OPENSSL_cleanse) when destroyed. Shorter than kMinKeyBytes:
+// InvalidArgument naming the length.
+class PresharedKey {
+ public:
+  explicit PresharedKey(std::span<const uint8_t> bytes);
+  static PresharedKey from_string(std::string_view text);
+  PresharedKey(const PresharedKey&) = default;
+  PresharedKey& operator=(const PresharedKey&) = default;
+  PresharedKey(PresharedKey&&) noexcept = default;
+  PresharedKey& operator=(PresharedKey&&) noexcept = default;
+  ~PresharedKey();
+
+  std::span<const uint8_t> bytes() const noexcept { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+// HMAC-SHA256(key, data). OpenSSL failure: Error(Internal, cause OpenSsl).
+Mac hmac_sha256(std::span<const uint8_t> key, std::span<const uint8_t> data);
+
+// 32 bytes from RAND_bytes. Failure: Error(Internal, cause OpenSsl with ERR_get_error()).
+Nonce random_nonce();
+
+// Constant-time comparison (CRYPTO_memcmp).
+bool macs_equal(const Mac& a, const Mac& b) noexcept;
+
+// What both MACs authenticate: the nonces and the (engine_id, tp_rank) of each side, by role.
+struct AuthTranscript {
+  Nonce client_nonce{};
+  Nonce server_nonce{};
+  std::string client_engine_id;
+  uint32_t client_tp_rank = 0;
+  std::string server_engine_id;
+  uint32_t server_tp_rank = 0;
+
+  // Unambiguous encoding (length-prefixed strings), the HMAC input after the label.
+  std::vector<uint8_t> encode() const;
+};
+
+Mac server_mac(const PresharedKey& key, const AuthTranscript& transcript);
+Mac client_mac(const PresharedKey& key, const AuthTranscript& transcript);
+
+}  // namespace pdkv::exec

@@ -1,0 +1,165 @@
+// Typed messages of the control channel, one per FrameType. encode() writes the payload of a frame
+// (wire.hpp encoding); decode() is strict: a truncated field, a length or count over its limit, an
+// out-of-range enum value or a trailing byte is Error(Protocol) naming the message and the field.
+// Limits are named constants so a peer can never make a decoder allocate beyond them.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "control/frame.hpp"
+#include "pdkv/core/error.hpp"
+
+namespace pdkv::exec {
+
+inline constexpr uint16_t kControlProtoMajor = 1;
+inline constexpr uint16_t kControlProtoMinor = 0;
+
+inline constexpr size_t kNonceBytes = 32;
+inline constexpr size_t kMacBytes = 32;
+using Nonce = std::array<uint8_t, kNonceBytes>;
+using Mac = std::array<uint8_t, kMacBytes>;
+
+inline constexpr size_t kMaxEngineIdBytes = 256;
+inline constexpr size_t kMaxHostIdBytes = 512;
+inline constexpr size_t kMaxMetadataBytes = 1u << 20;      // encoded pdkv engine metadata
+inline constexpr size_t kMaxWorkerAddressBytes = 64u << 10;
+inline constexpr size_t kMaxRegions = 65536;
+inline constexpr size_t kMaxRkeyBytes = 64u << 10;
+inline constexpr size_t kMaxMessageTextBytes = 64u << 10;  // Reject / Error text
+inline constexpr size_t kMaxRequestIdBytes = 1024;
+
+// A pdkv status as it travels (u32). Decoding refuses values that are not a core::Status.
+uint32_t status_to_wire(core::Status s) noexcept;
+core::Status status_from_wire(uint32_t v);  // Protocol naming the value when unknown
+
+enum class HelloPurpose : uint8_t { Peer = 0 };  // other values reserved for later purposes
+
+struct Hello {
+  static constexpr FrameType kType = FrameType::Hello;
+  uint16_t proto_major = kControlProtoMajor;
+  uint16_t proto_minor = kControlProtoMinor;
+  std::string engine_id;  // <= kMaxEngineIdBytes
+  uint32_t tp_rank = 0;
+  Nonce nonce{};
+  bool has_key = false;   // u8 0/1 on the wire
+  std::string host_id;    // <= kMaxHostIdBytes; see host_identity() in channel.hpp
+  uint8_t purpose = static_cast<uint8_t>(HelloPurpose::Peer);  // decoded as is; the handshake checks it
+
+  std::vector<uint8_t> encode() const;
+  static Hello decode(std::span<const uint8_t> payload);
+};
+
+struct Challenge {
+  static constexpr FrameType kType = FrameType::Challenge;
+  Nonce server_nonce{};
+  Mac server_mac{};  // all zero when the server has no key
+
+  std::vector<uint8_t> encode() const;
+  static Challenge decode(std::span<const uint8_t> payload);
+};
+
+struct Proof {
+  static constexpr FrameType kType = FrameType::Proof;
+  Mac client_mac{};  // all zero when the client has no key
+
+  std::vector<uint8_t> encode() const;
+  static Proof decode(std::span<const uint8_t> payload);
+};
+
+struct RegionKey {
+  uint32_t region = 0;       // index of the region in the engine metadata
+  uint64_t base = 0;         // remote virtual address of the registered range
+  uint64_t length = 0;
+  uint32_t memory_type = 0;  // the agent's memory-type enum (host = 0)
+  std::vector<uint8_t> rkey;  // packed transport key, <= kMaxRkeyBytes
+
+  bool operator==(const RegionKey&) const = default;
+};
+
+struct PeerInfo {
+  static constexpr FrameType kType = FrameType::PeerInfo;
+  std::vector<uint8_t> metadata;        // pdkv::core::encode(EngineMetadata), <= kMaxMetadataBytes
+  std::vector<uint8_t> worker_address;  // <= kMaxWorkerAddressBytes
+  std::vector<RegionKey> regions;       // <= kMaxRegions
+  uint8_t transport_hint = 0;           // the agent's transport enum, decoded as is
+
+  std::vector<uint8_t> encode() const;
+  static PeerInfo decode(std::span<const uint8_t> payload);
+};
+
+struct Ready {
+  static constexpr FrameType kType = FrameType::Ready;
+  std::vector<uint8_t> encode() const;
+  static Ready decode(std::span<const uint8_t> payload);
+};
+
+// The peer's validation refused the pair (handshake) with this status and text.
+struct Reject {
+  static constexpr FrameType kType = FrameType::Reject;
+  core::Status status = core::Status::Incompatible;
+  std::string message;  // <= kMaxMessageTextBytes
+
+  std::vector<uint8_t> encode() const;
+  static Reject decode(std::span<const uint8_t> payload);
+};
+
+enum class NotifyKind : uint8_t {
+  ReadDone = 0,   // D finished reading a request from this P rank
+  WriteDone = 1,  // P finished writing a request into this D rank
+};
+
+struct Notify {
+  static constexpr FrameType kType = FrameType::Notify;
+  std::string request_id;  // <= kMaxRequestIdBytes
+  std::string engine_id;   // of the sender, <= kMaxEngineIdBytes
+  uint32_t tp_rank = 0;    // of the sender
+  NotifyKind kind = NotifyKind::ReadDone;
+  uint64_t bytes = 0;
+  core::Status status = core::Status::Ok;  // Ok, or why the transfer failed
+
+  std::vector<uint8_t> encode() const;
+  static Notify decode(std::span<const uint8_t> payload);
+};
+
+struct Ping {
+  static constexpr FrameType kType = FrameType::Ping;
+  uint64_t seq = 0;
+  uint64_t time_ns = 0;
+  std::vector<uint8_t> encode() const;
+  static Ping decode(std::span<const uint8_t> payload);
+};
+
+struct Pong {
+  static constexpr FrameType kType = FrameType::Pong;
+  uint64_t seq = 0;
+  uint64_t time_ns = 0;
+  std::vector<uint8_t> encode() const;
+  static Pong decode(std::span<const uint8_t> payload);
+};
+
+// The sender hit an error and is closing the channel (FrameType::Error).
+struct ErrorMessage {
+  static constexpr FrameType kType = FrameType::Error;
+  core::Status status = core::Status::Internal;
+  std::string message;  // <= kMaxMessageTextBytes
+
+  std::vector<uint8_t> encode() const;
+  static ErrorMessage decode(std::span<const uint8_t> payload);
+};
+
+struct Bye {
+  static constexpr FrameType kType = FrameType::Bye;
+  std::vector<uint8_t> encode() const;
+  static Bye decode(std::span<const uint8_t> payload);
+};
+
+// Text for a message travelling to a peer, cut to kMaxMessageTextBytes (on a UTF-8 boundary) so
+// encoding never fails on a long local error.
+std::string clip_message_text(std::string_view text);
+
+}  // namespace pdkv::exec
