@@ -93,6 +93,8 @@ def integer(name: str, value: Any, lo: int, hi: int) -> int:
     """``value`` as an int in [lo, hi]; TypeError for non-integers (and bools),
     :class:`InvalidArgumentError` (status INVALID_ARGUMENT, also a ValueError) naming ``name``
     and the value when out of range (ctypes would silently truncate)."""
+    if type(value) is int and lo <= value <= hi:  # the common case, without a call (hot path)
+        return value
     v = _int(name, value)
     if v < lo or v > hi:
         raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} = {v} is out of range [{lo}, {hi}]")
@@ -345,8 +347,49 @@ def handle_arg(name: str, value: Any, cls: Type[Handle]) -> Any:
     return value._p()
 
 
+# Buffer formats that are unsigned integers of the given size on this machine (struct module
+# codes, with or without a native / little-endian prefix).
+_UNSIGNED_FORMATS = {
+    size: {prefix + code for prefix in ("", "@", "=", "<") for code in "BHILQ" if ctypes.sizeof(
+        {"B": ctypes.c_ubyte, "H": ctypes.c_ushort, "I": ctypes.c_uint, "L": ctypes.c_ulong,
+         "Q": ctypes.c_ulonglong}[code]) == size}
+    for size in (4, 8)
+}
+
+
+def _buffer_array(name: str, values: Any, ctype: Any) -> Optional[Tuple[Any, int]]:
+    """Zero-copy fast path of :func:`u64_array` / :func:`u32_array`: a C array over the memory of
+    a buffer-protocol object (``array('Q')``, a ``memoryview``, a numpy ``uint64`` array) whose
+    items are unsigned integers of ``ctype``'s size, one-dimensional and contiguous; no element
+    is looked at in Python (any unsigned value is in range by construction). A read-only buffer
+    is copied once with memcpy. None when ``values`` is not such a buffer (a list, a tuple, a
+    signed array, ...): the caller then converts element by element."""
+    if isinstance(values, (tuple, list, str, bytes, bytearray)):
+        return None
+    try:
+        mv = memoryview(values)
+    except TypeError:
+        return None
+    itemsize = ctypes.sizeof(ctype)
+    if mv.ndim != 1 or mv.itemsize != itemsize or mv.format not in _UNSIGNED_FORMATS[itemsize]:
+        return None
+    if not mv.c_contiguous:
+        raise TypeError(f"{name} must be a contiguous buffer, got strides {mv.strides}")
+    n = mv.shape[0] if mv.shape else 0
+    if n == 0:
+        return None, 0
+    mv = mv.cast("B")  # ctypes accepts any contiguous byte view
+    arr = (ctype * n).from_buffer_copy(mv) if mv.readonly else (ctype * n).from_buffer(mv)
+    return arr, n
+
+
 def u64_array(name: str, values: Any) -> Tuple[Any, int]:
-    """A C uint64_t array (NULL when empty) from a sequence of ints, and its length."""
+    """A C uint64_t array (NULL when empty) from a sequence of ints, and its length. A buffer of
+    unsigned 64-bit integers (``array('Q')``, numpy ``uint64``) is used in place, without
+    per-element work (see :func:`_buffer_array`)."""
+    fast = _buffer_array(name, values, ctypes.c_uint64)
+    if fast is not None:
+        return fast
     if isinstance(values, (str, bytes)) or values is None or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a sequence of ints, got {type(values).__name__}")
     items = [u64(f"{name}[{i}]", v) for i, v in enumerate(values)]
@@ -356,7 +399,11 @@ def u64_array(name: str, values: Any) -> Tuple[Any, int]:
 
 
 def u32_array(name: str, values: Any) -> Tuple[Any, int]:
-    """A C uint32_t array (NULL when empty) from a sequence of ints, and its length."""
+    """A C uint32_t array (NULL when empty) from a sequence of ints, and its length; a buffer of
+    unsigned 32-bit integers is used in place (see :func:`_buffer_array`)."""
+    fast = _buffer_array(name, values, ctypes.c_uint32)
+    if fast is not None:
+        return fast
     if isinstance(values, (str, bytes)) or values is None or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a sequence of ints, got {type(values).__name__}")
     items = [u32(f"{name}[{i}]", v) for i, v in enumerate(values)]

@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import array
 import ctypes
 import dataclasses
 import json
+import struct
+import weakref
 from ctypes import POINTER, byref, c_size_t, c_uint32, c_uint64
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
-from ._base import Handle, array_copy, call, call_status, handle_arg, index_arg, take_string, to_enum, u32, u32_array
+from ._base import (
+    Handle,
+    _buffer_array,
+    _free,
+    array_copy,
+    call,
+    call_status,
+    handle_arg,
+    index_arg,
+    take_string,
+    to_enum,
+    u32,
+    u32_array,
+    u64_array,
+)
 from .blocks import ZeroRange, zero_range_of
-from .enums import GroupKind
+from .enums import GroupKind, MambaCacheMode
 from .errors import Status
 from .geometry import Geometry
 from .metadata import EngineMetadata
@@ -79,8 +96,135 @@ class PlanGroup:
     regions: Tuple[int, ...] = ()  #: Region indices; empty: all.
 
 
+# Region lists are tiny and the same for every request of an engine: their C arrays are cached by
+# value (tuples of ints are immutable and the library never writes the array).
+_REGION_CACHE: Dict[Tuple[int, ...], Tuple[Any, int]] = {}
+
+
+def _regions(i: int, regions: Any) -> Tuple[Any, int]:
+    if type(regions) is tuple:
+        hit = _REGION_CACHE.get(regions)
+        if hit is not None:
+            return hit
+        arr = u32_array(f"groups[{i}].regions", regions)
+        if len(_REGION_CACHE) >= 256:
+            _REGION_CACHE.clear()
+        if all(type(r) is int for r in regions):  # not e.g. IntEnum members equal to ints
+            _REGION_CACHE[regions] = arr
+        return arr
+    return u32_array(f"groups[{i}].regions", regions)
+
+
+class _TrimFastC(ctypes.Structure):
+    """``pdkv_group_trim_input_t`` with untyped pointers (same layout), so that the fast path
+    stores addresses without a ctypes cast per array."""
+
+    _fields_ = [(n, ctypes.c_void_p if n in ("local_blocks", "remote_blocks") else t)
+                for n, t in _ffi.GroupTrimInputC._fields_]
+
+
+class _PlanGroupFastC(ctypes.Structure):
+    """``pdkv_plan_group_t`` with untyped pointers (same layout)."""
+
+    _fields_ = [("struct_size", c_size_t), ("trim", ctypes.c_void_p), ("regions", ctypes.c_void_p),
+                ("num_regions", c_size_t)]
+
+
+for _fast, _typed in ((_TrimFastC, _ffi.GroupTrimInputC), (_PlanGroupFastC, _ffi.PlanGroupC)):
+    assert ctypes.sizeof(_fast) == ctypes.sizeof(_typed)
+    assert all(getattr(_fast, n).offset == getattr(_typed, n).offset for n, _ in _typed._fields_)
+
+_U64 = (1 << 64) - 1
+_I32 = 1 << 31
+_TRIM_SIZE = ctypes.sizeof(_TrimFastC)
+_PLAN_GROUP_SIZE = ctypes.sizeof(_ffi.PlanGroupC)
+_ARRAY_TYPECODES_U64 = {c for c in "QL" if array.array(c).itemsize == 8}
+
+
+def _ids_address(values: Any, name: str) -> Optional[Tuple[int, int, Any]]:
+    """(address, count, what pins the memory) of a buffer of unsigned 64-bit ids, or None when
+    ``values`` is not one (the checked path then converts it). ``array('Q')`` is the fastest:
+    its address is read directly, and a memoryview pins it so that it cannot be resized while
+    the library reads it; other buffers (numpy ``uint64``, memoryview) go through ctypes."""
+    if type(values) is array.array:
+        if values.typecode not in _ARRAY_TYPECODES_U64:
+            return None
+        n = len(values)
+        if n == 0:
+            return 0, 0, None
+        return values.buffer_info()[0], n, memoryview(values)
+    if type(values) is tuple or type(values) is list:
+        if len(values) > 16:  # long sequences: the checked path converts them id by id
+            return None
+        arr, n = u64_array(name, values)  # a Mamba group's one or few ids: cheap to check here
+        return (ctypes.addressof(arr) if n else 0), n, arr
+    fast = _buffer_array(name, values, ctypes.c_uint64)
+    if fast is None:
+        return None
+    arr, n = fast
+    return (ctypes.addressof(arr) if n else 0), n, arr
+
+
+_TRIM_STRUCT = struct.Struct("@NiiPNPNQQQQQBQQ")  # pdkv_group_trim_input_t
+_GROUP_STRUCT = struct.Struct("@NPPN")  # pdkv_plan_group_t
+assert _TRIM_STRUCT.size == _TRIM_SIZE and _GROUP_STRUCT.size == _PLAN_GROUP_SIZE
+
+
+def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[Any, List[Any]]]:
+    """The C groups array for the common case (PlanGroup of GroupTrimInput with plain ints,
+    enum members, ids in buffers, region tuples): every struct is packed into one buffer with
+    one ``struct.pack_into`` per struct (which range-checks every field) and no per-id work.
+    None as soon as anything needs the checked path, which then builds the array again and
+    reports the offending field by name."""
+    n = len(items)
+    buf = (ctypes.c_char * (n * (_TRIM_SIZE + _PLAN_GROUP_SIZE)))()
+    base = ctypes.addressof(buf)
+    groups_at = n * _TRIM_SIZE
+    keep: List[Any] = [buf]
+    pack_trim, pack_group = _TRIM_STRUCT.pack_into, _GROUP_STRUCT.pack_into
+    for i, g in enumerate(items):
+        if type(g) is not PlanGroup:
+            return None
+        t = g.trim
+        if type(t) is not GroupTrimInput:
+            return None
+        k, m = t.kind, t.cache_mode
+        if type(k) is GroupKind:
+            k = int(k)
+        if type(m) is MambaCacheMode:
+            m = int(m)
+        lf = t.local_first_block
+        fields = (k, m, t.local_tokens_per_block, t.remote_tokens_per_block, t.remote_computed_tokens,
+                  t.local_hit_tokens, t.sliding_window, t.remote_first_block, 0 if lf is None else lf)
+        for v in fields:
+            if type(v) is not int:  # bools, floats, IntEnums of other types: the checked path
+                return None
+        la = _ids_address(t.local_blocks, "local_blocks")
+        ra = _ids_address(t.remote_blocks, "remote_blocks")
+        regions = g.regions
+        if la is None or ra is None or type(regions) is not tuple:
+            return None
+        keep.append(la[2])
+        keep.append(ra[2])
+        rarr, rn = _regions(i, regions)
+        try:
+            pack_trim(buf, i * _TRIM_SIZE, _TRIM_SIZE, k, m, la[0], la[1], ra[0], ra[1], fields[2], fields[3],
+                      fields[4], fields[5], fields[6], 0 if lf is None else 1, fields[8], fields[7])
+            pack_group(buf, groups_at + i * _PLAN_GROUP_SIZE, _PLAN_GROUP_SIZE, base + i * _TRIM_SIZE,
+                       ctypes.addressof(rarr) if rn else 0, rn)
+        except struct.error:  # a value out of its C type's range
+            return None
+    return ctypes.cast(base + groups_at, POINTER(_ffi.PlanGroupC)), keep
+
+
 def _groups(groups: Iterable[PlanGroup]) -> Tuple[Any, int, List[Any]]:
     """A C array of pdkv_plan_group_t, its length, and what must stay alive during the call."""
+    if type(groups) is list or type(groups) is tuple:
+        items = groups
+        if items:
+            fast = _groups_fast(items)  # type: ignore[arg-type]
+            if fast is not None:
+                return fast[0], len(items), fast[1]
     if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
         raise TypeError(f"groups must be a sequence of pdkv.PlanGroup, got {type(groups).__name__}")
     items = list(groups)
@@ -92,13 +236,10 @@ def _groups(groups: Iterable[PlanGroup]) -> Tuple[Any, int, List[Any]]:
         if not isinstance(g.trim, GroupTrimInput):
             raise TypeError(f"groups[{i}].trim must be a pdkv.GroupTrimInput, got {type(g.trim).__name__}")
         trim_c, trim_keep = g.trim._to_c()
-        regions, n = u32_array(f"groups[{i}].regions", g.regions)
+        regions, n = _regions(i, g.regions)
         keep += [trim_c, trim_keep, regions]
         assert arr is not None
-        arr[i].struct_size = ctypes.sizeof(_ffi.PlanGroupC)
-        arr[i].trim = ctypes.pointer(trim_c)
-        arr[i].regions = ctypes.cast(regions, POINTER(c_uint32)) if regions is not None else None
-        arr[i].num_regions = n
+        arr[i] = _ffi.PlanGroupC(_PLAN_GROUP_SIZE, ctypes.pointer(trim_c), regions, n)
     return arr, len(items), keep
 
 
@@ -112,6 +253,24 @@ class PlanRead:
     remote_region: int  #: P region index.
     remote_offset: int  #: Offset in the P region.
     length: int  #: Bytes.
+
+
+class _PlanMemory:
+    """Owner of a compiled plan's C memory once zero-copy views of it exist."""
+
+
+def plan_read_dtype() -> Any:
+    """The numpy dtype of one ``pdkv_plan_read_t`` (explicit offsets, itemsize 40)."""
+    import numpy as np
+
+    return np.dtype({
+        "names": ["local_region", "local_offset", "remote_region", "remote_offset", "length"],
+        "formats": ["<u4", "<u8", "<u4", "<u8", "<u8"],
+        "offsets": [_ffi.PlanReadC.local_region.offset, _ffi.PlanReadC.local_offset.offset,
+                    _ffi.PlanReadC.remote_region.offset, _ffi.PlanReadC.remote_offset.offset,
+                    _ffi.PlanReadC.length.offset],
+        "itemsize": ctypes.sizeof(_ffi.PlanReadC),
+    })
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +373,45 @@ class TransferPlan(Handle):
             lambda r: PlanRead(r.local_region, r.local_offset, r.remote_region, r.remote_offset, r.length),
         )
         return reads, total.value
+
+    def rank_reads_view(self, p_rank: int) -> memoryview:
+        """The reads D issues against P rank ``p_rank`` as a read-only ``memoryview`` of
+        ``pdkv_plan_read_t`` records over the plan's own memory: no copy, no Python object per
+        read. Its format is a ctypes struct (fields local_region, local_offset, remote_region,
+        remote_offset, length; 40 bytes each); ``numpy.asarray`` of it, or :meth:`rank_reads_numpy`,
+        gives a structured array. The view keeps the plan's memory alive: after :meth:`close` the
+        plan's methods raise :class:`ClosedError` but the memory is freed only once the last view
+        is gone. Empty view for a rank D does not read from."""
+        ptr = POINTER(_ffi.PlanReadC)()
+        n = c_size_t()
+        call("pdkv_transfer_plan_rank_reads", self._p(), u32("p_rank", p_rank), byref(ptr), byref(n), None)
+        arr = (_ffi.PlanReadC * n.value).from_address(ctypes.addressof(ptr.contents)) if n.value else (
+            _ffi.PlanReadC * 0)()
+        arr._pdkv_owner = self._memory_owner()  # type: ignore[attr-defined]
+        return memoryview(arr).toreadonly()
+
+    def rank_reads_numpy(self, p_rank: int) -> Any:
+        """:meth:`rank_reads_view` as a read-only numpy structured array of dtype
+        :data:`PLAN_READ_DTYPE` (no copy; needs numpy)."""
+        import numpy as np
+
+        view = self.rank_reads_view(p_rank)
+        return np.frombuffer(view.cast("B"), dtype=plan_read_dtype())
+
+    def _memory_owner(self) -> "_PlanMemory":
+        """The object whose lifetime the plan's C memory follows once views exist: the handle's
+        own finalizer is swapped for one that only drops the handle's reference to it, and the
+        C plan is freed when the owner goes (the handle closed or collected, every view gone).
+        Runs inside an operation, so close() cannot free the plan meanwhile."""
+        holder = getattr(self, "_owner_holder", None)
+        if holder is None:
+            owner = _PlanMemory()
+            weakref.finalize(owner, _free, self._free_name, self._ptr)
+            self._finalizer.detach()
+            holder = [owner]
+            self._owner_holder = holder
+            self._finalizer = weakref.finalize(self, holder.clear)
+        return holder[0]
 
     def group_zero(self, index: int) -> PlanGroupZero:
         """Receive-side work of group ``index``; :class:`OutOfBoundsError` past the end."""

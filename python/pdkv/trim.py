@@ -33,6 +33,9 @@ class GroupTrimInput:
 
     def _to_c(self) -> Tuple[_ffi.GroupTrimInputC, List[Any]]:
         """The C struct and the arrays it points to (keep them alive during the call)."""
+        fast = self._to_c_fast()
+        if fast is not None:
+            return fast
         c = _ffi.GroupTrimInputC()
         c.struct_size = ctypes.sizeof(c)
         c.kind = int(enum_value("kind", GroupKind, self.kind)) if isinstance(self.kind, str) else i32("kind", self.kind)
@@ -53,6 +56,37 @@ class GroupTrimInput:
         c.local_first_block = 0 if self.local_first_block is None else u64("local_first_block", self.local_first_block)
         c.remote_first_block = u64("remote_first_block", self.remote_first_block)
         return c, [la, ra]
+
+    def _to_c_fast(self) -> Any:
+        """:meth:`_to_c` for the common case, in one struct construction: plain ints in range and
+        enum members, ids from buffers used in place (or small sequences converted as usual).
+        None when any field needs the checked path (which then reports it, naming the field)."""
+        k, m = self.kind, self.cache_mode
+        if type(k) is GroupKind or type(k) is MambaCacheMode:  # noqa: E721 (exact types: no bools)
+            k = int(k)
+        if type(m) is MambaCacheMode or type(m) is GroupKind:
+            m = int(m)
+        if type(k) is not int or type(m) is not int or not (-_I32 <= k < _I32 and -_I32 <= m < _I32):
+            return None
+        ints = (self.local_tokens_per_block, self.remote_tokens_per_block, self.remote_computed_tokens,
+                self.local_hit_tokens, self.sliding_window, self.remote_first_block)
+        for v in ints:
+            if type(v) is not int or v < 0 or v > _U64:
+                return None
+        lf = self.local_first_block
+        if lf is not None and (type(lf) is not int or lf < 0 or lf > _U64):
+            return None
+        la, ln = u64_array("local_blocks", self.local_blocks)
+        ra, rn = u64_array("remote_blocks", self.remote_blocks)
+        c = _ffi.GroupTrimInputC(
+            _TRIM_SIZE, k, m, la, ln, ra, rn, ints[0], ints[1], ints[2], ints[3], ints[4],
+            0 if lf is None else 1, 0 if lf is None else lf, ints[5])
+        return c, [la, ra]
+
+
+_U64 = (1 << 64) - 1
+_I32 = 1 << 31
+_TRIM_SIZE = ctypes.sizeof(_ffi.GroupTrimInputC)
 
 
 @dataclasses.dataclass(frozen=True)

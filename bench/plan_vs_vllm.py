@@ -1,0 +1,194 @@
+#!/usr/bin/python3
+"""Per-request transfer planning: pdkv (C++, C API, Python binding) against vLLM's own Python
+planning, measured in one run on the same requests; prints a markdown table of medians and ratios.
+
+vLLM's side is ../shared/tools/vllm_plan_baseline.py (it runs vLLM main's own functions from a
+git checkout given with --mirror; no vLLM code is in this repository). pdkv's C++ and C sides are
+build/bench/plan_vs_vllm (bench/plan_vs_vllm.cpp); the Python side is timed here through the
+``pdkv`` package on the requests bench/plan_request.hpp builds (the generator is mirrored below).
+
+    /usr/bin/python3 bench/plan_vs_vllm.py --mirror VLLM_GIT_DIR [--build build] [--repeat 3]
+        [--tokens 4096,32768,131072,1048576] [--hits 0,50] [--alloc contig,frag] [--target-s 0.3]
+
+Every measurement is repeated --repeat times (vLLM, C++/C and Python alternate, so a noisy
+neighbour hits all of them alike); the table shows the median of the per-run medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from array import array
+from typing import Dict, List
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+D_POOL, P_POOL, REGIONS = 5700, 8200, 6
+MASK = (1 << 64) - 1
+
+
+def splitmix(seed: int):
+    s = seed & MASK
+    while True:
+        s = (s + 0x9E3779B97F4A7C15) & MASK
+        z = s
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        yield z ^ (z >> 31)
+
+
+def logical_ids(pool: int, total: int, frag: bool, seed: int) -> List[int]:
+    """As bench/plan_request.hpp: an ascending run, or a partial Fisher-Yates sample."""
+    if not frag:
+        base = 1 + seed % 97
+        return list(range(base, base + total))
+    allv = list(range(1, pool))
+    g = splitmix(seed)
+    out = []
+    for i in range(total):
+        j = i + next(g) % (len(allv) - i)
+        allv[i], allv[j] = allv[j], allv[i]
+        out.append(allv[i])
+    return out
+
+
+def make_groups(pdkv, tokens: int, hit_pct: int, frag: bool, d_block: int, p_block: int, d_ppl: int, p_ppl: int):
+    n_load = tokens - 1
+    nd_total = -(-n_load // d_block)
+    hit = nd_total * hit_pct // 100
+    nd = nd_total - hit
+    npf = -(-n_load // p_block)
+    seed = tokens * 31 + hit_pct * 7 + 5
+    local = logical_ids(D_POOL, 4 + nd, frag, seed)
+    remote = logical_ids(P_POOL, 4 + npf, frag, seed * 7 + 3)
+    mode = pdkv.MambaCacheMode.ALIGN if hit_pct else pdkv.MambaCacheMode.NONE
+    groups = []
+    for g in range(4):
+        trim = pdkv.GroupTrimInput(
+            kind=pdkv.GroupKind.MAMBA, cache_mode=mode, local_blocks=array("Q", [local[g]]),
+            remote_blocks=array("Q", [remote[g]]), remote_computed_tokens=n_load, local_hit_tokens=hit * d_block)
+        groups.append(pdkv.PlanGroup(trim, (0, 1, 2, 3, 4) if g == 3 else ()))
+    lk = array("Q", [l * d_ppl + j for l in local[4:] for j in range(d_ppl)])
+    rk = array("Q", [r * p_ppl + j for r in remote[4:] for j in range(p_ppl)])
+    groups.append(pdkv.PlanGroup(pdkv.GroupTrimInput(
+        kind=pdkv.GroupKind.ATTENTION, local_blocks=lk, remote_blocks=rk, remote_computed_tokens=n_load,
+        local_hit_tokens=hit * d_block)))
+    return groups
+
+
+def time_python(fn, target_s: float) -> float:
+    fn()
+    t0 = time.perf_counter_ns()
+    fn()
+    one = max(time.perf_counter_ns() - t0, 1)
+    reps = max(1, int(50_000 / one))
+    samples = []
+    start = time.perf_counter()
+    while len(samples) < 15 or (time.perf_counter() - start < target_s and len(samples) < 100000):
+        a = time.perf_counter_ns()
+        for _ in range(reps):
+            fn()
+        samples.append((time.perf_counter_ns() - a) / reps)
+    return statistics.median(samples)
+
+
+def python_side(args, geometry: str) -> Dict[str, float]:
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import pdkv  # noqa: E402
+
+    out = {}
+    fi = geometry == "flashinfer"
+    backend = pdkv.AttentionBackend.FLASHINFER if fi else pdkv.AttentionBackend.FLASH_ATTN
+    with pdkv.Model.from_preset("nemotron-3-nano-30b") as m:
+        for hit_s in args.hits.split(","):
+            hit_pct = int(hit_s)
+            mode = pdkv.MambaCacheMode.ALIGN if hit_pct else pdkv.MambaCacheMode.NONE
+            dc = pdkv.EngineConfig(tp_size=2, user_block_size=2096, backend=backend, mamba_cache_mode=mode)
+            pc = pdkv.EngineConfig(tp_size=4, user_block_size=2096, backend=backend, mamba_cache_mode=mode)
+            dg, pg = pdkv.Geometry(m, dc), pdkv.Geometry(m, pc)
+            d = pdkv.EngineMetadata.from_model(m, dc, pdkv.EngineLayout("decode", 0, D_POOL, REGIONS, 1 << 40))
+            ps = [pdkv.EngineMetadata.from_model(m, pc, pdkv.EngineLayout("prefill", r, P_POOL, REGIONS, (2 + r) << 44))
+                  for r in range(4)]
+            di, pi = dg.info(), pg.info()
+            with pdkv.PlanContext(d, ps, local_geometry=dg, remote_geometry=pg) as ctx:
+                for tok_s in args.tokens.split(","):
+                    for alloc in args.alloc.split(","):
+                        groups = make_groups(pdkv, int(tok_s), hit_pct, alloc == "frag", di.block_size, pi.block_size,
+                                             di.physical_per_logical, pi.physical_per_logical)
+
+                        def once():
+                            ctx.compile(groups).close()
+
+                        out[f"{geometry}/{tok_s}/hit{hit_pct}/{alloc}"] = time_python(once, args.target_s)
+            for h in [d, *ps, dg, pg]:
+                h.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mirror", default=os.environ.get("VLLM_MIRROR"))
+    ap.add_argument("--baseline", default=os.path.join(os.path.dirname(ROOT), "shared", "tools", "vllm_plan_baseline.py"))
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--tokens", default="4096,32768,131072,1048576")
+    ap.add_argument("--hits", default="0,50")
+    ap.add_argument("--alloc", default="contig,frag")
+    ap.add_argument("--geometry", default="flashinfer,flash_attn")
+    ap.add_argument("--target-s", type=float, default=0.3)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", help="also write every run's raw numbers here")
+    args = ap.parse_args()
+    lib = os.path.join(args.build, "capi", "libpdkv.so")
+    os.environ.setdefault("PDKV_LIBRARY", lib)
+    runs: List[Dict[str, Dict[str, float]]] = []
+    for rep in range(args.repeat):
+        run: Dict[str, Dict[str, float]] = {}
+        if args.mirror:
+            cmd = ["/usr/bin/python3", args.baseline, "--mirror", args.mirror, "--json", "--topos", "p4d2",
+                   "--groups", "5", "--tokens", args.tokens, "--hits", args.hits, "--alloc", args.alloc,
+                   "--target-s", str(args.target_s)]
+            res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            for case, r in res.items():  # p4d2/5g/4096/hit0/contig
+                _, _, tok, hit, alloc = case.split("/")
+                run.setdefault(f"flashinfer/{tok}/{hit}/{alloc}", {})["vllm"] = r["median_ns"]
+        cmd = [os.path.join(args.build, "bench", "plan_vs_vllm"), "--tokens", args.tokens, "--hits", args.hits,
+               "--alloc", args.alloc, "--geometry", args.geometry, "--target-s", str(args.target_s)]
+        for line in subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines():
+            r = json.loads(line)
+            e = run.setdefault(r["case"], {})
+            e.update(cpp=r["cpp_median_ns"], c=r["c_median_ns"], reads=r["reads"], kernel_ids=r["kernel_ids"])
+        for geo in args.geometry.split(","):
+            for case, ns in python_side(args, geo).items():
+                run.setdefault(case, {})["python"] = ns
+        runs.append(run)
+        print(f"run {rep + 1}/{args.repeat} done", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(runs, f, indent=1)
+
+    def med(case: str, key: str):
+        vals = [r[case][key] for r in runs if key in r.get(case, {})]
+        return statistics.median(vals) if vals else None
+
+    def us(v):
+        return "—" if v is None else (f"{v / 1e3:,.1f}" if v < 1e6 else f"{v / 1e3:,.0f}")
+
+    def ratio(a, b):
+        return "—" if a is None or b is None else f"{a / b:,.0f}×" if a / b >= 10 else f"{a / b:.1f}×"
+
+    print("| geometry | tokens | hit | ids | kernel ids | reads | vLLM µs | C++ µs | C µs | Python µs | vLLM/C | vLLM/Python | Python/C |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for case in runs[0]:
+        geo, tok, hit, alloc = case.split("/")
+        v, cpp, c, py = med(case, "vllm"), med(case, "cpp"), med(case, "c"), med(case, "python")
+        print(f"| {geo} | {int(tok):,} | {hit[3:]}% | {alloc} | {runs[0][case].get('kernel_ids', '')} | "
+              f"{runs[0][case].get('reads', '')} | {us(v)} | {us(cpp)} | {us(c)} | {us(py)} | {ratio(v, c)} | "
+              f"{ratio(v, py)} | {'—' if py is None or c is None else f'{py / c:.1f}×'} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Plans from buffer-protocol block ids (no per-id work in Python) and zero-copy read views."""
+
+from __future__ import annotations
+
+import gc
+from array import array
+from typing import Any, List
+
+import pytest
+
+import pdkv
+
+try:
+    import numpy as np
+except ImportError:  # numpy is optional for the package; these tests use it when present
+    np = None
+
+
+@pytest.fixture(scope="module")
+def ctx() -> Any:
+    with pdkv.Model.from_preset("nemotron-3-nano-30b") as m:
+        cfg = {tp: pdkv.EngineConfig(tp_size=tp, user_block_size=2096, backend="flashinfer") for tp in (2, 4)}
+        p = [pdkv.EngineMetadata.from_model(m, cfg[4], pdkv.EngineLayout("p", r, 64, 6)) for r in range(4)]
+        d = pdkv.EngineMetadata.from_model(m, cfg[2], pdkv.EngineLayout("d", 0, 64, 6))
+        dg, pg = pdkv.Geometry(m, cfg[2]), pdkv.Geometry(m, cfg[4])
+        with pdkv.PlanContext(d, p, local_geometry=dg, remote_geometry=pg) as c:
+            yield c
+
+
+def kernel(logical: List[int]) -> List[int]:
+    """FlashInfer kernel ids (131 per 2096-token block)."""
+    return [b * 131 + j for b in logical for j in range(131)]
+
+
+TOKENS = 3 * 2096 - 1
+
+
+def groups(local: Any, remote: Any, mamba_local: Any = (7,), mamba_remote: Any = (9,)) -> List[pdkv.PlanGroup]:
+    return [
+        pdkv.PlanGroup(pdkv.GroupTrimInput(pdkv.GroupKind.MAMBA, mamba_local, mamba_remote,
+                                           remote_computed_tokens=TOKENS), (0, 1, 2, 3, 4)),
+        pdkv.PlanGroup(pdkv.GroupTrimInput(pdkv.GroupKind.ATTENTION, local, remote, remote_computed_tokens=TOKENS)),
+    ]
+
+
+LOCAL, REMOTE = kernel([3, 4, 10]), kernel([20, 5, 6])
+
+
+def test_buffers_give_the_plan_of_tuples(ctx: Any) -> None:
+    want = ctx.compile(groups(tuple(LOCAL), tuple(REMOTE))).to_json()
+    assert ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE))).to_json() == want
+    assert ctx.compile(groups(memoryview(array("Q", LOCAL)), array("Q", REMOTE))).to_json() == want
+    read_only = memoryview(array("Q", LOCAL).tobytes()).cast("Q")  # copied once, never per id
+    assert read_only.readonly
+    assert ctx.compile(groups(read_only, REMOTE)).to_json() == want
+    # Signed or narrower buffers take the checked per-id path.
+    assert ctx.compile(groups(array("q", LOCAL), array("l", REMOTE))).to_json() == want
+    mamba = groups(array("Q", LOCAL), array("Q", REMOTE), array("Q", [7]), array("Q", [9]))
+    assert ctx.compile(mamba).to_json() == want
+    if np is not None:
+        assert ctx.compile(groups(np.array(LOCAL, dtype=np.uint64), np.asarray(REMOTE, dtype=np.uint64))).to_json() == want
+
+
+def test_buffer_ids_are_read_in_place_and_checked_by_the_library(ctx: Any) -> None:
+    local = array("Q", LOCAL)
+    local[131] = 0  # the null block: the library refuses it, naming it
+    with pytest.raises(pdkv.CoverageError, match="null block"):
+        ctx.compile(groups(local, array("Q", REMOTE)))
+    with pytest.raises(pdkv.CoverageError):
+        ctx.compile(groups(array("Q", LOCAL[:-131]), array("Q", REMOTE)))
+    with pytest.raises(pdkv.InvalidArgumentError, match=r"local_blocks\[1\] = -5"):
+        ctx.compile(groups(array("q", [3, -5]), array("Q", REMOTE)))
+    if np is not None:
+        with pytest.raises(TypeError, match="contiguous"):
+            ctx.compile(groups(np.array(LOCAL + LOCAL, dtype=np.uint64)[::2], REMOTE))
+
+
+def test_fast_path_errors_name_the_field(ctx: Any) -> None:
+    bad = pdkv.GroupTrimInput(pdkv.GroupKind.ATTENTION, array("Q", LOCAL), array("Q", REMOTE),
+                              remote_computed_tokens=1 << 64)
+    with pytest.raises(pdkv.InvalidArgumentError, match="remote_computed_tokens"):
+        ctx.compile([pdkv.PlanGroup(bad)])
+    bad = pdkv.GroupTrimInput(pdkv.GroupKind.ATTENTION, array("Q", LOCAL), array("Q", REMOTE),
+                              remote_computed_tokens=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="remote_computed_tokens"):
+        ctx.compile([pdkv.PlanGroup(bad)])
+    with pytest.raises(pdkv.InvalidArgumentError, match="kind"):
+        ctx.compile([pdkv.PlanGroup(pdkv.GroupTrimInput(7, array("Q", LOCAL), array("Q", REMOTE),
+                                                        remote_computed_tokens=TOKENS))])
+    with pytest.raises(pdkv.InvalidArgumentError, match="region index 9"):
+        ctx.compile([pdkv.PlanGroup(groups(LOCAL, REMOTE)[1].trim, (9,))])
+
+
+def test_read_view_is_the_plans_memory_and_outlives_close(ctx: Any) -> None:
+    plan = ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE)))
+    ranks = plan.read_ranks()
+    want = {r: plan.rank_reads(r) for r in ranks}
+    views = {r: plan.rank_reads_view(r) for r in ranks}
+    for r, v in views.items():
+        assert v.readonly and v.nbytes == 40 * len(want[r]) and len(v) == len(want[r])
+        assert [pdkv.PlanRead(x.local_region, x.local_offset, x.remote_region, x.remote_offset, x.length)
+                for x in (v.obj[i] for i in range(len(v)))] == list(want[r])
+    assert len(plan.rank_reads_view(3)) == 0  # D reads nothing from P rank 3
+    plan.close()
+    with pytest.raises(pdkv.ClosedError):
+        plan.rank_reads_view(ranks[0])
+    del plan
+    gc.collect()
+    for r, v in views.items():  # still the plan's bytes: freed only with the last view
+        x = v.obj[len(v) - 1]
+        assert (x.local_offset, x.length) == (want[r][-1].local_offset, want[r][-1].length)
+
+
+@pytest.mark.skipif(np is None, reason="numpy not installed")
+def test_numpy_reads(ctx: Any) -> None:
+    plan = ctx.compile(groups(np.array(LOCAL, dtype=np.uint64), np.array(REMOTE, dtype=np.uint64)))
+    for r in plan.read_ranks():
+        a = plan.rank_reads_numpy(r)
+        assert not a.flags.writeable and a.dtype.itemsize == 40
+        assert [tuple(int(v) for v in row) for row in a.tolist()] == [
+            (x.local_region, x.local_offset, x.remote_region, x.remote_offset, x.length) for x in plan.rank_reads(r)]
+        assert int(a["length"].sum()) == plan.rank_bytes(r)
+
+
+def test_buffer_groups_take_the_fast_path() -> None:
+    from pdkv.plan import _groups_fast
+
+    fast = _groups_fast(groups(array("Q", LOCAL), array("Q", REMOTE), array("Q", [7]), array("Q", [9])))
+    assert fast is not None
+    if np is not None:
+        assert _groups_fast(groups(np.array(LOCAL, dtype=np.uint64), np.array(REMOTE, dtype=np.uint64))) is not None
+    assert _groups_fast(groups(tuple(LOCAL), array("Q", REMOTE))) is None  # per-id checks for long tuples
+    assert _groups_fast([pdkv.PlanGroup(pdkv.GroupTrimInput("attention", array("Q", LOCAL), array("Q", REMOTE)))]) is None
