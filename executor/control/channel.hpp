@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -68,6 +69,8 @@ class ControlChannel {
   std::deque<std::vector<uint8_t>> out_;  // encoded frames; front may be partly sent
   size_t out_front_sent_ = 0;
   size_t out_bytes_ = 0;
+  std::vector<uint8_t> read_buf_;
+  std::optional<core::Error> pending_error_;  // a loss seen after frames read_available returned
 };
 
 // This machine's identity for "is the peer on the same host": the kernel boot id

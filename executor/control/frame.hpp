@@ -57,7 +57,8 @@ std::vector<uint8_t> encode_frame(FrameType type, std::span<const uint8_t> paylo
 // is allocated at the announced (checked) length, never more. Completed frames wait in a queue
 // until next() takes them, so memory is bounded by one partial frame plus the completed frames the
 // caller has not drained: drain with next() after each feed().
-// After a Protocol error the decoder stays failed: every later feed()/next() rethrows it.
+// After a Protocol error the decoder stays failed: next() still hands out the frames completed
+// before the bad one, then it and every later feed() rethrow the error.
 class FrameDecoder {
  public:
   void feed(const uint8_t* data, size_t len);

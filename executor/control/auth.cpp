@@ -1,0 +1,114 @@
+#include "control/auth.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <climits>
+#include <string>
+
+#include "control/wire.hpp"
+#include "pdkv/core/error.hpp"
+
+namespace pdkv::exec {
+
+using core::CauseDomain;
+using core::Error;
+using core::Status;
+
+namespace {
+
+// Domain separation: a server MAC can never pass as a client MAC and vice versa, even over the
+// same transcript (the reflection attack: echoing the server's own proof back to it).
+constexpr std::string_view kServerLabel = "pdkv-control-v1 server proves the pre-shared key";
+constexpr std::string_view kClientLabel = "pdkv-control-v1 client proves the pre-shared key";
+
+[[noreturn]] void openssl_fail(const std::string& what) {
+  const unsigned long code = ERR_get_error();
+  char buf[256] = "no OpenSSL error queued";
+  if (code != 0) ERR_error_string_n(code, buf, sizeof buf);
+  ERR_clear_error();
+  throw Error(Status::Internal, what + " failed: " + buf, CauseDomain::OpenSsl,
+              static_cast<int64_t>(code));
+}
+
+Mac labelled_mac(const PresharedKey& key, std::string_view label, const AuthTranscript& t) {
+  std::vector<uint8_t> input(label.begin(), label.end());
+  input.push_back(0);  // the labels are fixed strings; the NUL ends them unambiguously
+  const std::vector<uint8_t> body = t.encode();
+  input.insert(input.end(), body.begin(), body.end());
+  return hmac_sha256(key.bytes(), input);
+}
+
+}  // namespace
+
+PresharedKey::PresharedKey(std::span<const uint8_t> bytes) : bytes_(bytes.begin(), bytes.end()) {
+  if (bytes_.size() < kMinKeyBytes) {
+    const size_t n = bytes_.size();
+    OPENSSL_cleanse(bytes_.data(), bytes_.size());
+    throw Error(Status::InvalidArgument, "the pre-shared key is " + std::to_string(n) +
+                                             " bytes; it must be at least " +
+                                             std::to_string(kMinKeyBytes) +
+                                             " (use 32 random bytes, e.g. `openssl rand -hex 32`)");
+  }
+}
+
+PresharedKey PresharedKey::from_string(std::string_view text) {
+  return PresharedKey(std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+PresharedKey::~PresharedKey() {
+  if (!bytes_.empty()) OPENSSL_cleanse(bytes_.data(), bytes_.size());
+}
+
+Mac hmac_sha256(std::span<const uint8_t> key, std::span<const uint8_t> data) {
+  if (key.size() > static_cast<size_t>(INT_MAX)) {
+    throw Error(Status::InvalidArgument, "HMAC key of " + std::to_string(key.size()) + " bytes is too long");
+  }
+  Mac out{};
+  unsigned int len = 0;
+  // HMAC() with an empty data span still needs a valid pointer.
+  static const uint8_t kEmpty = 0;
+  const uint8_t* d = data.empty() ? &kEmpty : data.data();
+  const uint8_t* k = key.empty() ? &kEmpty : key.data();
+  if (HMAC(EVP_sha256(), k, static_cast<int>(key.size()), d, data.size(), out.data(), &len) == nullptr) {
+    openssl_fail("HMAC-SHA256");
+  }
+  if (len != out.size()) {
+    throw Error(Status::Internal, "HMAC-SHA256 returned " + std::to_string(len) + " bytes, expected 32");
+  }
+  return out;
+}
+
+Nonce random_nonce() {
+  Nonce n{};
+  if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1) openssl_fail("RAND_bytes (nonce)");
+  return n;
+}
+
+bool macs_equal(const Mac& a, const Mac& b) noexcept {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::vector<uint8_t> AuthTranscript::encode() const {
+  WireWriter w;
+  w.raw(client_nonce);
+  w.raw(server_nonce);
+  w.string(client_engine_id, kMaxEngineIdBytes, "client engine_id");
+  w.u32(client_tp_rank);
+  w.string(server_engine_id, kMaxEngineIdBytes, "server engine_id");
+  w.u32(server_tp_rank);
+  return w.take();
+}
+
+Mac server_mac(const PresharedKey& key, const AuthTranscript& transcript) {
+  return labelled_mac(key, kServerLabel, transcript);
+}
+
+Mac client_mac(const PresharedKey& key, const AuthTranscript& transcript) {
+  return labelled_mac(key, kClientLabel, transcript);
+}
+
+}  // namespace pdkv::exec
