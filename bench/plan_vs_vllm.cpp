@@ -138,6 +138,7 @@ int main(int argc, char** argv) {
       ctx.local_mamba = dg.mamba;
       ctx.remote_mamba = pg.mamba;
       validate_plan_context(ctx);
+      const PlanContextVerdict verdict = judge_plan_context(ctx);  // once per peer, as an engine would
       // C context, built the way a binding builds it.
       pdkv_engine_config_t cdc = c_config(2, fi, mode), cpc = c_config(4, fi, mode);
       pdkv_geometry_t *cdg = nullptr, *cpg = nullptr;
@@ -180,8 +181,8 @@ int main(int argc, char** argv) {
                                                        pg.physical_per_logical, mode);
           const auto views = rq.views();
           TransferPlan plan;
-          compile_transfer_plan_into(ctx, views, plan);
-          const auto cpp = time_calls([&] { compile_transfer_plan_into(ctx, views, plan); }, target_s);
+          compile_transfer_plan_into(ctx, views, plan, verdict);
+          const auto cpp = time_calls([&] { compile_transfer_plan_into(ctx, views, plan, verdict); }, target_s);
           const auto cgroups = rq.c_groups();
           const auto c = time_calls(
               [&] {

@@ -185,6 +185,7 @@ PDKV_API pdkv_status_t pdkv_plan_context_new(const pdkv_plan_context_params_t* p
     }
     ctx.local_mamba = mamba_of(params->local_geometry);
     ctx.remote_mamba = mamba_of(params->remote_geometry);
+    h->verdict = core::judge_plan_context(ctx);
     *out = h.release();
   });
 }
@@ -210,7 +211,7 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_compile(const pdkv_plan_context_t* ctx
     *out = nullptr;
     const auto g = groups_from_c(groups, n_groups);
     auto h = std::make_unique<pdkv_transfer_plan>();
-    core::compile_transfer_plan_into(ctx->ctx, g, h->plan);
+    core::compile_transfer_plan_into(ctx->ctx, g, h->plan, ctx->verdict);
     *out = finish_plan(std::move(h));
   });
 }

@@ -54,6 +54,9 @@ struct pdkv_handshake_report {
 
 struct pdkv_plan_context {
   pdkv::core::PlanContext ctx;
+  // The context's request-independent checks, run once at creation (the handle is immutable);
+  // compile reports their outcome at the same points compile_transfer_plan would.
+  pdkv::core::PlanContextVerdict verdict;
 };
 
 // Per-group C view of the receive-side work; the vectors point into the plan.

@@ -49,7 +49,9 @@ struct Trimmed {
 
 // Checks the context (mapping vs metadata, remote ranks of one engine, Mamba states), resolves
 // every group into t.groups. Errors as compile_transfer_plan documents.
-void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trimmed& t);
+// With a verdict, its context outcome replaces check_context (same error, same point).
+void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trimmed& t,
+             const PlanContextVerdict* verdict = nullptr);
 
 // Trims every resolved group into t (spans for attention, GroupTrim for Mamba); errors are
 // prefixed "group <i> (<kind>)" as trim_prefix does.

@@ -208,8 +208,13 @@ KvLayout attention_layout(const PlanContext& ctx) {
   return d.kv_layout;
 }
 
-void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trimmed& t) {
-  check_context(ctx);
+void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trimmed& t,
+             const PlanContextVerdict* verdict) {
+  if (verdict == nullptr) {
+    check_context(ctx);
+  } else if (verdict->context_status != Status::Ok) {
+    fail(verdict->context_status, verdict->context_message);
+  }
   for (const PlanGroupView& g : groups) {
     if (is_attention_kind(g.kind)) {
       attention_layout(ctx);
@@ -577,15 +582,39 @@ void validate_plan_context(const PlanContext& ctx) {
   plan_detail::check_peer_agreement(ctx);
 }
 
-void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
-                                TransferPlan& plan) {
+PlanContextVerdict judge_plan_context(const PlanContext& ctx) {
+  PlanContextVerdict v;
+  try {
+    plan_detail::check_context(ctx);
+  } catch (const Error& e) {
+    v.context_status = e.status();
+    v.context_message = e.what();
+    return v;  // compile never gets past a context error
+  }
+  try {
+    plan_detail::check_peer_agreement(ctx);
+  } catch (const Error& e) {
+    v.peer_status = e.status();
+    v.peer_message = e.what();
+  }
+  return v;
+}
+
+namespace {
+
+void compile_into(const PlanContext& ctx, std::span<const PlanGroupView> groups, TransferPlan& plan,
+                  const PlanContextVerdict* verdict) {
   Trimmed& t = scratch();
   plan.ranks.clear();
   plan.stats = PlanStats{};
-  resolve(ctx, groups, t);
+  resolve(ctx, groups, t, verdict);
   trim_groups(t);
   // resolve() ran check_context; the handshake re-check comes after the request's own errors.
-  plan_detail::check_peer_agreement(ctx);
+  if (verdict == nullptr) {
+    plan_detail::check_peer_agreement(ctx);
+  } else if (verdict->peer_status != Status::Ok) {
+    fail(verdict->peer_status, verdict->peer_message);
+  }
 
   const EngineMetadata& d = ctx.local;
   plan.d_rank = d.tp_rank;
@@ -630,6 +659,18 @@ void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGrou
     plan.ranks.clear();
     throw;
   }
+}
+
+}  // namespace
+
+void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
+                                TransferPlan& plan) {
+  compile_into(ctx, groups, plan, nullptr);
+}
+
+void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
+                                TransferPlan& plan, const PlanContextVerdict& verdict) {
+  compile_into(ctx, groups, plan, &verdict);
 }
 
 TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<PlanGroup>& groups) {

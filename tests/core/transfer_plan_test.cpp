@@ -640,6 +640,20 @@ void expect_refused(const PlanContext& ctx, const TransferPlan& baseline,
   for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << n << " in: " << msg;
   EXPECT_EQ(status_of([&] { validate_plan_context(ctx); }, &msg), Status::Incompatible) << msg;
   for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << n << " in: " << msg;
+  // A verdict judged once reports the same error, word for word.
+  const PlanContextVerdict v = judge_plan_context(ctx);
+  EXPECT_EQ(v.context_status, Status::Ok);
+  EXPECT_EQ(v.peer_status, Status::Incompatible);
+  std::string with_verdict;
+  TransferPlan out;
+  const auto groups = nano_groups();
+  std::vector<PlanGroupView> views;
+  for (const auto& g : groups) views.push_back(view_of(g));
+  EXPECT_EQ(status_of([&] { compile_transfer_plan_into(ctx, views, out, v); }, &with_verdict),
+            Status::Incompatible);
+  std::string without;
+  status_of([&] { compile_transfer_plan(ctx, groups); }, &without);
+  EXPECT_EQ(with_verdict, without);
 }
 
 }  // namespace
@@ -746,4 +760,46 @@ TEST(TransferPlanPeer, MambaStatesMustMatchTheMetadataInEveryField) {
   PlanContext count = n.ctx;
   count.remote_mamba->projections.pop_back();
   expect_refused(count, baseline, {"P rank 1: MambaState conv projection count 2 != metadata conv projection count 3"});
+}
+
+// A verdict judged once gives the plan compile_transfer_plan gives, and reports each error at
+// the point compile_transfer_plan does: a context error before the request's own errors, a peer
+// error after them.
+TEST(TransferPlanPeer, VerdictJudgedOnceReportsWhatCompileReports) {
+  const Nano n;
+  const auto groups = nano_groups();
+  std::vector<PlanGroupView> views;
+  for (const auto& g : groups) views.push_back(view_of(g));
+  const PlanContextVerdict ok = judge_plan_context(n.ctx);
+  ASSERT_EQ(ok.context_status, Status::Ok);
+  ASSERT_EQ(ok.peer_status, Status::Ok);
+  TransferPlan reused;
+  for (int i = 0; i < 3; ++i) {  // the reused plan's buffers give the same plan every time
+    compile_transfer_plan_into(n.ctx, views, reused, ok);
+    const TransferPlan fresh = compile_transfer_plan(n.ctx, groups);
+    EXPECT_EQ(plan_to_json(reused), plan_to_json(fresh));
+  }
+  // A request error (a too-short D list) comes before a peer error, with or without a verdict.
+  auto bad_request = groups;
+  bad_request[0].trim.local_blocks.pop_back();
+  std::vector<PlanGroupView> bad_views;
+  for (const auto& g : bad_request) bad_views.push_back(view_of(g));
+  const PlanContext bad_peer = with_peer(n.ctx, [](EngineMetadata& m) { m.total_kv_heads = 4; });
+  const PlanContextVerdict peer = judge_plan_context(bad_peer);
+  EXPECT_EQ(peer.peer_status, Status::Incompatible);
+  std::string a, b;
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(bad_peer, bad_request); }, &a), Status::Coverage);
+  EXPECT_EQ(status_of([&] { compile_transfer_plan_into(bad_peer, bad_views, reused, peer); }, &b),
+            Status::Coverage);
+  EXPECT_EQ(a, b);
+  // A context error (the mapping for another D rank) comes first.
+  PlanContext bad_ctx = n.ctx;
+  bad_ctx.mapping.input.local_rank = 1;
+  const PlanContextVerdict ctx_v = judge_plan_context(bad_ctx);
+  EXPECT_EQ(ctx_v.context_status, Status::InvalidArgument);
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(bad_ctx, bad_request); }, &a), Status::InvalidArgument);
+  EXPECT_EQ(status_of([&] { compile_transfer_plan_into(bad_ctx, bad_views, reused, ctx_v); }, &b),
+            Status::InvalidArgument);
+  EXPECT_EQ(a, b);
+  EXPECT_TRUE(reused.ranks.empty());
 }

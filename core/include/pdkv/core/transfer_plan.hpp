@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "pdkv/core/engine_metadata.hpp"
+#include "pdkv/core/error.hpp"
 #include "pdkv/core/mamba_state.hpp"
 #include "pdkv/core/prefix_trim.hpp"
 #include "pdkv/core/tp_topology.hpp"
@@ -184,6 +185,22 @@ TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<Pla
 // plan (it is cleared). Errors as compile_transfer_plan.
 void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
                                 TransferPlan& out);
+
+// The request-independent checks of a context (validate_plan_context's), run once: the
+// structural checks compile reports before a request's own errors, and the peer's handshake
+// verdict it reports after them. Each outcome is kept (status and message, Ok when it passed),
+// so that compiling with it reports exactly what compile_transfer_plan would, in the same
+// order, without re-running the handshake per request. Only for a context that is not modified
+// afterwards (the C API's immutable plan context handle holds one).
+struct PlanContextVerdict {
+  Status context_status = Status::Ok;
+  std::string context_message;
+  Status peer_status = Status::Ok;
+  std::string peer_message;
+};
+PlanContextVerdict judge_plan_context(const PlanContext& ctx);
+void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
+                                TransferPlan& out, const PlanContextVerdict& verdict);
 
 // The plan's coverage and bounds check, usable on its own (e.g. on a plan that was edited or
 // deserialised): the D bytes the plan must write are recomputed from the groups (prefix trimming
