@@ -179,7 +179,8 @@ class Run {
   }
 
   [[noreturn]] void key_failure() {
-    tell(Status::Auth, who_am_i() + " could not verify this side's pre-shared key proof: the keys differ");
+    tell(Status::Auth, who_am_i() + " could not verify this side's pre-shared key proof: the keys differ; "
+                       "configure the same key on both sides");
     throw Error(Status::Auth, peer_name() + " failed to prove the pre-shared key (the keys differ; "
                                             "configure the same key on both sides)");
   }
@@ -204,7 +205,7 @@ class Run {
     } catch (const Error& e) {
       told_ = true;
       try {
-        ch_.queue(Reject{e.status(), clip_message_text(who_am_i() + " refused " + peer_name() + ": " + e.what())});
+        ch_.queue(Reject{e.status(), clip_message_text(e.what())});
         ch_.flush_some();
       } catch (const Error&) {
         // The peer is gone; the refusal stands locally.
