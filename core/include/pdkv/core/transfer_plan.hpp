@@ -150,11 +150,11 @@ struct TransferPlan {
 // Any failure of the three throws Incompatible whose message lists EVERY problem ("D vs P rank
 // 1: PDKV_ERR_INCOMPATIBLE total_kv_heads: ...; P ranks of engine 'p': ...; D: MambaState ssm_bytes ...").
 // compile_transfer_plan and validate_transfer_plan run the same checks on every call (after
-// the request's own group / trimming errors, which are therefore reported first). No verdict is
-// cached: when nothing is wrong they build no strings and allocate nothing per region, about
-// 0.5 us for Nemotron-3-Nano P TP4 -> D TP2 with 6 regions (Release, this repo's 2-core CI
-// machine) against 9-48 us for the whole compile (bench/plan_bench). Call this once after
-// building a context to refuse a bad peer before any request arrives.
+// the request's own group / trimming errors, which are therefore reported first); when nothing
+// is wrong they build no strings and allocate nothing per region, about 0.5 us for
+// Nemotron-3-Nano P TP4 -> D TP2 with 6 regions. judge_plan_context runs them once and
+// compile_transfer_plan_into(..., verdict) reuses the outcome (the C API does). Call this once
+// after building a context to refuse a bad peer before any request arrives.
 void validate_plan_context(const PlanContext& ctx);
 
 // Compiles and validates one request's plan. Errors:
@@ -181,8 +181,8 @@ TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<Pla
 // lists) are reused: a caller that keeps one TransferPlan per thread compiles request after
 // request without growing the heap. Block ids are handled as runs of consecutive ids end to end
 // (trimming, emission, coalescing and the coverage check), so the cost follows the number of id
-// runs and of coalesced reads, not the number of kernel blocks. On error `out` holds no valid
-// plan (it is cleared). Errors as compile_transfer_plan.
+// runs and of coalesced reads, not the number of kernel blocks. On error `out` is not a plan
+// (its reads are cleared). Errors as compile_transfer_plan.
 void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
                                 TransferPlan& out);
 
