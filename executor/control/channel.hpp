@@ -3,7 +3,9 @@
 //  * blocking (the handshake): send() and recv() with a deadline;
 //  * nonblocking (an epoll loop, level-triggered): fd(), read_available(), queue() + flush_some(),
 //    wants_write() to decide whether to wait for EPOLLOUT.
-// Not thread-safe: one thread owns a channel at a time.
+// Not thread-safe: one thread owns a channel at a time. After any error (a send that timed out
+// may have left half a frame on the wire; a Protocol error leaves the decoder failed) the
+// channel is unusable: close it.
 #pragma once
 
 #include <cstdint>

@@ -47,8 +47,9 @@ struct SocketAddress {
   std::string to_string() const;
 };
 
-// getaddrinfo (TCP, numeric service). No result or lookup failure: InvalidArgument naming the
-// host and gai_strerror.
+// getaddrinfo (TCP, numeric service), blocking (a numeric host never touches the network).
+// Unknown host or no TCP address: InvalidArgument naming the host and gai_strerror's reason;
+// a system error during the lookup: Io (cause Errno).
 std::vector<SocketAddress> resolve(const HostPort& address);
 
 class Socket {
