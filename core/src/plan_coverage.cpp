@@ -41,7 +41,8 @@ void push(std::vector<Range>& v, uint64_t b, uint64_t e) {
 // several heads: head h of block b at b*L + h*tokens*head_bytes) a kernel block the span covers
 // whole is the whole block [b*L, (b+1)*L), and a partly covered one is one range per head.
 // Mamba: the whole unpadded state of every paired local page.
-void expected_ranges(const PlanContext& ctx, const Trimmed& t,
+// Regions whose `same_as` entry is set are skipped (their ranges are those of that region).
+void expected_ranges(const PlanContext& ctx, const Trimmed& t, const std::vector<int>& same_as,
                      std::vector<std::vector<Range>>& out) {
   const EngineMetadata& d = ctx.local;
   const uint64_t heads = ctx.mapping.input.use_mla ? 1 : ctx.mapping.local_physical_heads;
@@ -51,6 +52,7 @@ void expected_ranges(const PlanContext& ctx, const Trimmed& t,
   for (size_t g = 0; g < t.groups.size(); ++g) {
     const ResolvedGroup& rg = t.groups[g];
     for (uint32_t region : rg.regions) {
+      if (same_as[region] >= 0) continue;
       auto& v = out[region];
       if (is_attention_kind(rg.g.kind)) {
         const uint64_t L = d.regions[region].region.block_len;
@@ -183,9 +185,33 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, const Trim
       push(got[r.local_region], r.local_offset, r.local_offset + r.length);
     }
   }
-  expected_ranges(ctx, t, want);
+  // D's expected bytes in a region depend only on which groups use it and on its block_len
+  // (bytes per token and the Mamba page stride follow from it): regions alike in both (under
+  // vLLM's HMA, usually all of them) share one derivation and one sort.
+  thread_local std::vector<int> same_as;
+  thread_local std::vector<uint64_t> groups_of;
+  same_as.assign(d.regions.size(), -1);
+  groups_of.assign(d.regions.size(), 0);
+  const bool comparable = t.groups.size() <= 64;
+  for (size_t g = 0; g < t.groups.size() && comparable; ++g) {
+    for (uint32_t region : t.groups[g].regions) groups_of[region] |= uint64_t{1} << g;
+  }
+  for (uint32_t r = 0; r < d.regions.size() && comparable; ++r) {
+    for (uint32_t q = 0; q < r; ++q) {
+      if (same_as[q] < 0 && groups_of[q] == groups_of[r] &&
+          d.regions[q].region.block_len == d.regions[r].region.block_len) {
+        same_as[r] = static_cast<int>(q);
+        break;
+      }
+    }
+  }
+  expected_ranges(ctx, t, same_as, want);
   for (uint32_t region = 0; region < d.regions.size(); ++region) {
-    normalise(want[region], region, "groups' blocks");
+    if (same_as[region] >= 0) {
+      want[region] = want[static_cast<size_t>(same_as[region])];  // normalised already
+    } else {
+      normalise(want[region], region, "groups' blocks");
+    }
     normalise(got[region], region, "plan reads");
     compare(want[region], got[region], region);
   }

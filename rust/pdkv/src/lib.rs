@@ -66,7 +66,7 @@ pub use metadata::{
 };
 pub use model::{preset_at, preset_count, presets, MambaType, Model, ModelDesc, Preset};
 pub use plan::{
-    PlanContext, PlanContextParams, PlanGroup, PlanGroupZero, PlanRead, TransferPlan,
+    PlanContext, PlanContextParams, PlanGroup, PlanGroupRef, PlanGroupZero, PlanRead, TransferPlan,
     TransferPlanInfo,
 };
 pub use scheduler::{

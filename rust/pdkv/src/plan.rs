@@ -1,5 +1,6 @@
 //! Transfer plans: per (D rank, P engine) contexts and per-request compiled, validated plans.
 use crate::blocks::{GroupKind, ZeroRange};
+use crate::engine::MambaCacheMode;
 use crate::error::{Error, Result, Status};
 use crate::ffi_util::{check, owned_str, slice, sp};
 use crate::geometry::Geometry;
@@ -119,6 +120,79 @@ pub struct PlanGroup {
     pub regions: Vec<u32>,
 }
 
+/// One KV-cache group of a request borrowed from the caller: the block ids and regions are
+/// read in place by the library during the call (no `Vec` to build, no copy of the ids). Fields
+/// as [`GroupTrimInput`] and [`PlanGroup`]; compile with [`TransferPlan::compile_borrowed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PlanGroupRef<'a> {
+    /// Group kind.
+    pub kind: GroupKind,
+    /// Mamba cache mode (Mamba groups only).
+    pub cache_mode: MambaCacheMode,
+    /// D blocks still to fill (after D's prefix hit).
+    pub local_blocks: &'a [u64],
+    /// P blocks of the request.
+    pub remote_blocks: &'a [u64],
+    /// Tokens per local block (0: from the metadata).
+    pub local_tokens_per_block: u64,
+    /// Tokens per remote block (0: from the metadata).
+    pub remote_tokens_per_block: u64,
+    /// Prompt tokens P computed (N-1 rule already applied).
+    pub remote_computed_tokens: u64,
+    /// Tokens D already holds (its prefix-cache hit).
+    pub local_hit_tokens: u64,
+    /// Sliding-window groups: window in tokens.
+    pub sliding_window: u64,
+    /// Block-table index of `local_blocks[0]`; None: `local_hit_tokens / tokens per block`.
+    pub local_first_block: Option<u64>,
+    /// Block-table index of `remote_blocks[0]` (0 unless clipped).
+    pub remote_first_block: u64,
+    /// Region indices of the group's layers; empty: all.
+    pub regions: &'a [u32],
+}
+
+impl PlanGroupRef<'_> {
+    fn raw_trim(self) -> sys::pdkv_group_trim_input_t {
+        sys::pdkv_group_trim_input_t {
+            struct_size: size_of::<sys::pdkv_group_trim_input_t>(),
+            kind: self.kind.raw(),
+            cache_mode: self.cache_mode.raw(),
+            local_blocks: sp(self.local_blocks),
+            num_local_blocks: self.local_blocks.len(),
+            remote_blocks: sp(self.remote_blocks),
+            num_remote_blocks: self.remote_blocks.len(),
+            local_tokens_per_block: self.local_tokens_per_block,
+            remote_tokens_per_block: self.remote_tokens_per_block,
+            remote_computed_tokens: self.remote_computed_tokens,
+            local_hit_tokens: self.local_hit_tokens,
+            sliding_window: self.sliding_window,
+            has_local_first_block: self.local_first_block.is_some() as u8,
+            local_first_block: self.local_first_block.unwrap_or(0),
+            remote_first_block: self.remote_first_block,
+        }
+    }
+}
+
+impl<'a> From<&'a PlanGroup> for PlanGroupRef<'a> {
+    fn from(g: &'a PlanGroup) -> Self {
+        let t = &g.trim;
+        PlanGroupRef {
+            kind: t.kind,
+            cache_mode: t.cache_mode,
+            local_blocks: &t.local_blocks,
+            remote_blocks: &t.remote_blocks,
+            local_tokens_per_block: t.local_tokens_per_block,
+            remote_tokens_per_block: t.remote_tokens_per_block,
+            remote_computed_tokens: t.remote_computed_tokens,
+            local_hit_tokens: t.local_hit_tokens,
+            sliding_window: t.sliding_window,
+            local_first_block: t.local_first_block,
+            remote_first_block: t.remote_first_block,
+            regions: &g.regions,
+        }
+    }
+}
+
 /// Builds the C arrays for `groups`; the returned raw groups point into `trims` and `groups`.
 fn raw_groups(
     groups: &[PlanGroup],
@@ -227,6 +301,34 @@ impl TransferPlan {
         let raw = raw_groups(groups, &trims);
         let mut out = ptr::null_mut();
         // SAFETY: raw points into trims/groups, alive for the call; nothing retained.
+        check(|e| unsafe {
+            sys::pdkv_transfer_plan_compile(ctx.ptr.as_ptr(), sp(&raw), raw.len(), &mut out, e)
+        })?;
+        NonNull::new(out)
+            .map(|ptr| TransferPlan { ptr })
+            .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL plan"))
+    }
+
+    /// [`TransferPlan::compile`] from borrowed groups: the ids and regions are read from the
+    /// caller's slices in place (only the small per-group structs are built).
+    pub fn compile_borrowed(
+        ctx: &PlanContext,
+        groups: &[PlanGroupRef<'_>],
+    ) -> Result<TransferPlan> {
+        let trims: Vec<_> = groups.iter().map(|g| g.raw_trim()).collect();
+        let raw: Vec<_> = groups
+            .iter()
+            .zip(&trims)
+            .map(|(g, t)| sys::pdkv_plan_group_t {
+                struct_size: size_of::<sys::pdkv_plan_group_t>(),
+                trim: t,
+                regions: sp(g.regions),
+                num_regions: g.regions.len(),
+            })
+            .collect();
+        let mut out = ptr::null_mut();
+        // SAFETY: raw points into trims and the caller's slices, alive for the call; nothing
+        // is retained.
         check(|e| unsafe {
             sys::pdkv_transfer_plan_compile(ctx.ptr.as_ptr(), sp(&raw), raw.len(), &mut out, e)
         })?;

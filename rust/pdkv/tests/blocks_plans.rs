@@ -469,6 +469,25 @@ fn transfer_plan_nano_p4_to_d2() {
     );
     let plan = TransferPlan::compile(&ctx, &groups).unwrap();
     plan.validate(&ctx, &groups).unwrap();
+    // Borrowed groups: the caller's slices are read in place; same plan, same errors.
+    let borrowed: Vec<PlanGroupRef<'_>> = groups.iter().map(PlanGroupRef::from).collect();
+    let again = TransferPlan::compile_borrowed(&ctx, &borrowed).unwrap();
+    assert_eq!(again.to_json().unwrap(), plan.to_json().unwrap());
+    let ids: [u64; 0] = [];
+    let mut short = borrowed.clone();
+    short[0].local_blocks = &ids;
+    assert_eq!(
+        TransferPlan::compile_borrowed(&ctx, &short)
+            .unwrap_err()
+            .status(),
+        TransferPlan::compile(&ctx, &{
+            let mut g = groups.clone();
+            g[0].trim.local_blocks.clear();
+            g
+        })
+        .unwrap_err()
+        .status()
+    );
     let i = plan.info().unwrap();
     assert_eq!((i.d_rank, i.d_tp, i.p_tp, i.num_groups), (1, 2, 4, 2));
     assert_eq!(plan.read_ranks().unwrap(), &[2, 3]);
