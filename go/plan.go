@@ -166,6 +166,21 @@ type PlanRead struct {
 	Length uint64
 }
 
+// PlanRead mirrors pdkv_plan_read_t field for field; each line fails to compile (a negative or
+// out-of-range array index) if a size or offset differs.
+var (
+	_ = [1]struct{}{}[unsafe.Sizeof(PlanRead{})-unsafe.Sizeof(C.pdkv_plan_read_t{})]
+	_ = [1]struct{}{}[unsafe.Sizeof(C.pdkv_plan_read_t{})-unsafe.Sizeof(PlanRead{})]
+	_ = [1]struct{}{}[unsafe.Offsetof(PlanRead{}.LocalOffset)-unsafe.Offsetof(C.pdkv_plan_read_t{}.local_offset)]
+	_ = [1]struct{}{}[unsafe.Offsetof(C.pdkv_plan_read_t{}.local_offset)-unsafe.Offsetof(PlanRead{}.LocalOffset)]
+	_ = [1]struct{}{}[unsafe.Offsetof(PlanRead{}.RemoteRegion)-unsafe.Offsetof(C.pdkv_plan_read_t{}.remote_region)]
+	_ = [1]struct{}{}[unsafe.Offsetof(C.pdkv_plan_read_t{}.remote_region)-unsafe.Offsetof(PlanRead{}.RemoteRegion)]
+	_ = [1]struct{}{}[unsafe.Offsetof(PlanRead{}.RemoteOffset)-unsafe.Offsetof(C.pdkv_plan_read_t{}.remote_offset)]
+	_ = [1]struct{}{}[unsafe.Offsetof(C.pdkv_plan_read_t{}.remote_offset)-unsafe.Offsetof(PlanRead{}.RemoteOffset)]
+	_ = [1]struct{}{}[unsafe.Offsetof(PlanRead{}.Length)-unsafe.Offsetof(C.pdkv_plan_read_t{}.length)]
+	_ = [1]struct{}{}[unsafe.Offsetof(C.pdkv_plan_read_t{}.length)-unsafe.Offsetof(PlanRead{}.Length)]
+)
+
 // TransferPlanInfo holds the scalars of a plan.
 type TransferPlanInfo struct {
 	// DRank is the reading D rank.
@@ -349,9 +364,9 @@ func (t *TransferPlan) RankReads(pRank uint32) ([]PlanRead, uint64, error) {
 	}
 	out := make([]PlanRead, int(n))
 	if n > 0 {
-		for i, x := range unsafe.Slice(r, int(n)) {
-			out[i] = PlanRead{uint32(x.local_region), uint64(x.local_offset), uint32(x.remote_region), uint64(x.remote_offset), uint64(x.length)}
-		}
+		// One bulk copy: PlanRead and pdkv_plan_read_t have the same layout (checked below at
+		// compile time).
+		copy(out, unsafe.Slice((*PlanRead)(unsafe.Pointer(r)), int(n)))
 	}
 	runtime.KeepAlive(t)
 	return out, uint64(bytes), nil
