@@ -151,13 +151,13 @@ void compare(const std::vector<Range>& want, const std::vector<Range>& got, uint
   }
 }
 
+// `size` is region_size(m, region) when the region exists (the caller's cache), else unused.
 void check_bounds(const EngineMetadata& m, const char* side, uint32_t region, uint64_t offset,
-                  uint64_t length) {
+                  uint64_t length, uint64_t size) {
   if (region >= m.regions.size()) {
     fail(Status::OutOfBounds, std::string(side) + " region " + s(region) + " does not exist (" +
                                   s(m.regions.size()) + " regions registered)");
   }
-  const uint64_t size = region_size(m, region);
   uint64_t end = 0;
   if (length == 0 || __builtin_add_overflow(offset, length, &end) || end > size) {
     fail(Status::OutOfBounds, std::string(side) + (side[0] == 'P' ? " rank " + s(m.tp_rank) : "") +
@@ -177,11 +177,21 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, const Trim
   want.resize(d.regions.size());
   for (auto& v : got) v.clear();
   for (auto& v : want) v.clear();
+  // Region sizes of D and of the P rank at hand, computed once per side (region_size checks the
+  // product); an index past the end is reported by check_bounds before any size is used.
+  thread_local std::vector<uint64_t> d_size, p_size;
+  auto sizes = [](const EngineMetadata& m, std::vector<uint64_t>& out) {
+    out.resize(m.regions.size());
+    for (uint32_t i = 0; i < out.size(); ++i) out[i] = region_size(m, i);
+  };
+  sizes(d, d_size);
   for (const RankReads& rr : plan.ranks) {
     const EngineMetadata& p = remote_rank(ctx, rr.p_rank);
+    sizes(p, p_size);
     for (const PlanRead& r : rr.reads) {
-      check_bounds(d, "D", r.local_region, r.local_offset, r.length);
-      check_bounds(p, "P", r.remote_region, r.remote_offset, r.length);
+      const bool dl = r.local_region < d_size.size(), pl = r.remote_region < p_size.size();
+      check_bounds(d, "D", r.local_region, r.local_offset, r.length, dl ? d_size[r.local_region] : 0);
+      check_bounds(p, "P", r.remote_region, r.remote_offset, r.length, pl ? p_size[r.remote_region] : 0);
       push(got[r.local_region], r.local_offset, r.local_offset + r.length);
     }
   }

@@ -527,15 +527,23 @@ void add_mamba_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedGroup
     mreads = mamba_reads(*ctx.remote_mamba, *ctx.local_mamba, d.tp_rank);
     have_mreads = true;
   }
+  // Each read's P page stride, found on the region's first state and reused for the others
+  // (the same checks in the same order as per state, once).
+  thread_local std::vector<uint64_t> remote_stride;
+  remote_stride.resize(mreads.size());
   for (uint32_t region : rg.regions) {
     const uint64_t ls = mamba_page_stride(d, region, ctx.local_mamba->page_bytes(), "D");
     // Page by page, so the parts of one state from one P rank can coalesce.
-    for (const StatePair& sp : t.states) {
+    for (size_t si = 0; si < t.states.size(); ++si) {
+      const StatePair& sp = t.states[si];
       const uint64_t lpage = mul_checked(sp.local_block, ls, "local page");
-      for (const MambaRead& r : mreads) {
-        const EngineMetadata& p = remote_rank(ctx, r.p_rank);
-        const uint64_t rs = mamba_page_stride(p, region, ctx.remote_mamba->page_bytes(), "P");
-        const uint64_t rpage = mul_checked(sp.remote_block, rs, "remote page");
+      for (size_t k = 0; k < mreads.size(); ++k) {
+        const MambaRead& r = mreads[k];
+        if (si == 0) {
+          const EngineMetadata& p = remote_rank(ctx, r.p_rank);
+          remote_stride[k] = mamba_page_stride(p, region, ctx.remote_mamba->page_bytes(), "P");
+        }
+        const uint64_t rpage = mul_checked(sp.remote_block, remote_stride[k], "remote page");
         b.add(r.p_rank,
               {region, add_checked(lpage, r.local_offset, "local read offset"), region,
                add_checked(rpage, r.remote_offset, "remote read offset"), r.length},
