@@ -8,6 +8,11 @@
 // says it must hold: needed bytes carry the value of the same logical content, written exactly
 // once; every other byte is untouched. This simulation never calls prefix_trim, attention_reads
 // or mamba_reads: it re-derives the need from token positions and ownership.
+//
+// Plans are compiled on runs of consecutive block ids, so requests draw their ids three ways
+// (IdLayout: fragmented logical ids, consecutive logical ids, and kernel ids cut into runs of
+// every length from 1 to 2*ppl+3 and shuffled), on engines with one kernel block per logical
+// block (FlashAttention-like) and with several (FlashInfer-like 16/32/64 kernel sizes).
 #include <gtest/gtest.h>
 
 #include <algorithm>
