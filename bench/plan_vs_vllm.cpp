@@ -130,13 +130,12 @@ int main(int argc, char** argv) {
       // C++ context.
       const EngineConfig dc = core_config(2, fi, mode), pc = core_config(4, fi, mode);
       const EngineGeometry dg = derive_geometry(m, dc), pg = derive_geometry(m, pc);
-      PlanContext ctx;
-      ctx.local = metadata_from_geometry(m, dc, dg, {"decode", 0, pdkv::bench::kDPool, kRegions, 1ull << 40});
+      std::vector<EngineMetadata> remote;
       for (uint32_t r = 0; r < 4; ++r)
-        ctx.remote.push_back(metadata_from_geometry(m, pc, pg, {"prefill", r, pdkv::bench::kPPool, kRegions, (2ull + r) << 44}));
-      ctx.mapping = compute_tp_mapping({2, 0, 4, 2, false, true});
-      ctx.local_mamba = dg.mamba;
-      ctx.remote_mamba = pg.mamba;
+        remote.push_back(metadata_from_geometry(m, pc, pg, {"prefill", r, pdkv::bench::kPPool, kRegions, (2ull + r) << 44}));
+      const PlanContext ctx = make_plan_context(
+          metadata_from_geometry(m, dc, dg, {"decode", 0, pdkv::bench::kDPool, kRegions, 1ull << 40}), remote,
+          dg.mamba, pg.mamba);
       validate_plan_context(ctx);
       const PlanContextVerdict verdict = judge_plan_context(ctx);  // once per peer, as an engine would
       // C context, built the way a binding builds it.

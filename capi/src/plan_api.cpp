@@ -148,8 +148,8 @@ PDKV_API pdkv_status_t pdkv_plan_context_new(const pdkv_plan_context_params_t* p
                      " geometry is given: pass both (Mamba plans) or neither (pure attention plans)");
     }
     auto h = std::make_unique<pdkv_plan_context>();
-    core::PlanContext& ctx = h->ctx;
-    ctx.local = params->local->md;
+    std::vector<core::EngineMetadata> remote;
+    remote.reserve(params->num_remote);
     for (size_t i = 0; i < params->num_remote; ++i) {
       const pdkv_engine_metadata_t* r = params->remote[i];
       require_non_null(r, ("pdkv_plan_context_params_t.remote[" + std::to_string(i) + "]").c_str());
@@ -169,22 +169,19 @@ PDKV_API pdkv_status_t pdkv_plan_context_new(const pdkv_plan_context_params_t* p
                          ": pass the metadata of each P rank once");
         }
       }
-      ctx.remote.push_back(r->md);
+      remote.push_back(r->md);
     }
+    core::PlanContext& ctx = h->ctx;
     if (params->mapping != nullptr) {
+      ctx.local = params->local->md;
+      ctx.remote = std::move(remote);
       ctx.mapping = params->mapping->mapping;
+      ctx.local_mamba = mamba_of(params->local_geometry);
+      ctx.remote_mamba = mamba_of(params->remote_geometry);
     } else {
-      core::TpMappingInput in;
-      in.local_tp = ctx.local.tp_size;
-      in.local_rank = ctx.local.tp_rank;
-      in.remote_tp = ctx.remote[0].tp_size;
-      in.total_kv_heads = ctx.local.total_kv_heads;
-      in.use_mla = ctx.local.use_mla;
-      in.has_mamba = ctx.local.is_hybrid();
-      ctx.mapping = core::compute_tp_mapping(in);
+      ctx = core::make_plan_context(params->local->md, std::move(remote), mamba_of(params->local_geometry),
+                                    mamba_of(params->remote_geometry));
     }
-    ctx.local_mamba = mamba_of(params->local_geometry);
-    ctx.remote_mamba = mamba_of(params->remote_geometry);
     h->verdict = core::judge_plan_context(ctx);
     *out = h.release();
   });

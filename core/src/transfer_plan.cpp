@@ -590,6 +590,29 @@ void validate_plan_context(const PlanContext& ctx) {
   plan_detail::check_peer_agreement(ctx);
 }
 
+PlanContext make_plan_context(EngineMetadata local, std::vector<EngineMetadata> remote,
+                              std::optional<MambaState> local_mamba,
+                              std::optional<MambaState> remote_mamba) {
+  if (remote.empty()) {
+    fail(Status::InvalidArgument,
+         "make_plan_context: no P rank metadata; pass the metadata of every P rank of the engine");
+  }
+  PlanContext ctx;
+  TpMappingInput in;
+  in.local_tp = local.tp_size;
+  in.local_rank = local.tp_rank;
+  in.remote_tp = remote.front().tp_size;
+  in.total_kv_heads = local.total_kv_heads;
+  in.use_mla = local.use_mla;
+  in.has_mamba = local.is_hybrid();
+  ctx.mapping = compute_tp_mapping(in);
+  ctx.local = std::move(local);
+  ctx.remote = std::move(remote);
+  ctx.local_mamba = std::move(local_mamba);
+  ctx.remote_mamba = std::move(remote_mamba);
+  return ctx;
+}
+
 PlanContextVerdict judge_plan_context(const PlanContext& ctx) {
   PlanContextVerdict v;
   try {

@@ -803,3 +803,20 @@ TEST(TransferPlanPeer, VerdictJudgedOnceReportsWhatCompileReports) {
   EXPECT_EQ(a, b);
   EXPECT_TRUE(reused.ranks.empty());
 }
+
+// make_plan_context derives the mapping from the metadata: the hand-built context's mapping, and
+// therefore the same plan.
+TEST(TransferPlan, ContextDerivedFromMetadataPlansAsTheHandBuiltOne) {
+  const Nano n;
+  const PlanContext derived =
+      make_plan_context(n.ctx.local, n.ctx.remote, n.ctx.local_mamba, n.ctx.remote_mamba);
+  EXPECT_EQ(derived.mapping.input.local_rank, n.ctx.mapping.input.local_rank);
+  EXPECT_EQ(derived.mapping.input.remote_tp, 4u);
+  EXPECT_EQ(derived.mapping.handshake_targets, n.ctx.mapping.handshake_targets);
+  EXPECT_EQ(derived.mapping.notify_ranks, n.ctx.mapping.notify_ranks);
+  EXPECT_EQ(plan_to_json(compile_transfer_plan(derived, nano_groups())),
+            plan_to_json(compile_transfer_plan(n.ctx, nano_groups())));
+  std::string msg;
+  EXPECT_EQ(status_of([&] { make_plan_context(n.ctx.local, {}); }, &msg), Status::InvalidArgument);
+  EXPECT_NE(msg.find("no P rank metadata"), std::string::npos) << msg;
+}

@@ -135,6 +135,16 @@ struct TransferPlan {
   bool empty() const { return ranks.empty(); }  // a full prefix hit: notify only
 };
 
+// A context derived from what the handshake delivered: the TP mapping is computed from the
+// metadata (D's TP size and rank, the P engine's TP size, D's total KV heads, MLA and hybrid
+// flags), as pdkv_plan_context_new does when no mapping is given; the Mamba states are required
+// for Mamba groups only. InvalidArgument when `remote` is empty; the errors of
+// compute_tp_mapping (TP sizes that do not divide, ...). Nothing else is checked here:
+// validate_plan_context / judge_plan_context judge the result.
+PlanContext make_plan_context(EngineMetadata local, std::vector<EngineMetadata> remote,
+                              std::optional<MambaState> local_mamba = std::nullopt,
+                              std::optional<MambaState> remote_mamba = std::nullopt);
+
 // Checks that a plan may be compiled for `ctx` at all: the structural checks (TP mapping vs the
 // metadata's ranks and sizes, at least one P rank, one P engine, equal region counts and KV
 // layouts on the P ranks, no overlapping regions: InvalidArgument / Incompatible as
