@@ -85,9 +85,14 @@ class UcxEndpoint {
 
   // Unpacks a peer's packed rkey (UcxRegistration::packed_rkey on its side). UCX failures:
   // Error(Transport, cause Ucx); empty bytes: InvalidArgument.
-  // SAFETY: UCX 1.13.1 parses the bytes without bounds checks (reads past a short buffer, trusts
-  // embedded lengths). Unpack only bytes from an authenticated peer, length-checked by the frame
-  // layer; this is not a validation step.
+  // SAFETY: this is not a validation step. Observed on Debian's UCX 1.13.1: random bytes, and a
+  // shm rkey with one bit flipped, crash the process (SEGV in ucp_ep_rkey_unpack_internal /
+  // uct_rkey_release on its own error path); tcp rkeys with flipped bits or truncated are
+  // accepted. Unpack only bytes from an authenticated peer (after the key proof), length-checked
+  // by the frame layer.
+  // Nor does UCX enforce registrations here: a GET through the rkey of a region its owner has
+  // since deregistered still reads the memory (cma and tcp use plain addresses; ucx_peer_test).
+  // The agent must check every remote range against the peer's advertised, live regions.
   UcxRemoteKey unpack_rkey(std::span<const uint8_t> packed) const;
 
   // GET: copies length bytes from the peer's remote_addr (inside the range rkey covers) into
