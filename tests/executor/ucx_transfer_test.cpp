@@ -5,7 +5,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -250,6 +253,43 @@ TEST(UcxWorkerTest, EventFdAndArm) {
   }
   EXPECT_TRUE(armed);
   EXPECT_FALSE(w.address().empty());
+}
+
+// What UCX says an endpoint's lanes are (ucp_ep_print_info).
+std::string lanes(const UcxEndpoint& ep) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* f = open_memstream(&text, &size);
+  ucp_ep_print_info(ep.handle(), f);
+  std::fclose(f);
+  std::string out(text, size);
+  std::free(text);
+  return out;
+}
+
+// The mode decides the transports, whatever UCX_TLS the user exported.
+TEST(UcxContextTest, ModePinsTransportsOverTheEnvironment) {
+  const char* saved = std::getenv("UCX_TLS");
+  const std::string restore = saved ? saved : "";
+  ::setenv("UCX_TLS", "tcp", 1);
+  {
+    Pair shm(TransportMode::Shm);
+    const std::string info = lanes(*shm.ep);
+    EXPECT_EQ(info.find("tcp"), std::string::npos) << info;
+    EXPECT_TRUE(info.find("sysv") != std::string::npos || info.find("posix") != std::string::npos ||
+                info.find("cma") != std::string::npos)
+        << info;
+  }
+  ::setenv("UCX_TLS", "posix,sysv", 1);
+  {
+    Pair tcp(TransportMode::Tcp, ErrorMode::Peer);
+    const std::string info = lanes(*tcp.ep);
+    EXPECT_NE(info.find("tcp/"), std::string::npos) << info;
+    EXPECT_EQ(info.find("posix"), std::string::npos) << info;
+    EXPECT_EQ(info.find("sysv"), std::string::npos) << info;
+  }
+  if (saved) ::setenv("UCX_TLS", restore.c_str(), 1);
+  else ::unsetenv("UCX_TLS");
 }
 
 TEST(UcxContextTest, ModeNamesAndTransportLists) {
