@@ -78,7 +78,10 @@ class UcxEndpoint {
                                              ErrorMode mode);
 
   // Force-closes if still open and progresses the worker until the close completes or 2 s pass
-  // (then the UCX close request is abandoned rather than hanging the caller).
+  // (then the UCX close request is abandoned rather than hanging the caller). That progress runs
+  // the callbacks of any of the worker's operations that complete meanwhile (this endpoint's,
+  // cancelled, and other endpoints'): their user pointers must still be valid. The clean order is
+  // close(), progress_until_closed(), then destroy.
   ~UcxEndpoint();
   UcxEndpoint(const UcxEndpoint&) = delete;
   UcxEndpoint& operator=(const UcxEndpoint&) = delete;
