@@ -1480,4 +1480,7 @@ PDKV_API void pdkv_transfer_plan_free(pdkv_transfer_plan_t *plan);
 } /* extern "C" */
 #endif
 
+/* The transfer executor (agents, memory, peers, transfers, notifications). */
+#include "pdkv/agent.h"
+
 #endif /* PDKV_H */

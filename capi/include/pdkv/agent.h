@@ -1,0 +1,411 @@
+/*
+ * pdkv/agent.h - the transfer executor: one agent per engine rank moves the bytes a compiled
+ * pdkv_transfer_plan_t names, over UCX (shared memory / CMA on one host, TCP across hosts),
+ * with pdkv's own authenticated control channel for handshakes, heartbeats and notifications.
+ * Included by pdkv.h; do not include it on its own.
+ *
+ * Conventions beyond those at the top of pdkv.h:
+ *  - Options structs of this header begin with `size_t struct_size` and `uint64_t field_mask`.
+ *    A field is "set" only when its PDKV_*_FIELD_* bit is in field_mask; unset fields take the
+ *    default written beside them, whatever their bytes hold. Bits this library does not know are
+ *    refused with PDKV_ERR_INVALID_ARGUMENT naming the bits, so a caller built against a newer
+ *    header learns that its field would be ignored. Later fields are appended with a new bit.
+ *    The first published size of each struct is its size in this header (pdkv 0.2).
+ *  - Lifetimes. pdkv_agent_t, pdkv_memory_t, pdkv_peer_t and pdkv_transfer_t hold live
+ *    resources. Their internals are reference counted: a handle may be freed in any order
+ *    relative to the others (a transfer or peer handle stays valid after pdkv_agent_free; its
+ *    calls then report PDKV_ERR_SHUTDOWN or its final state), and no free ever waits for the
+ *    network. Each handle must be freed exactly once; freeing a handle while another thread is
+ *    inside a call on that same handle is undefined (the one rule a binding must enforce).
+ *  - Threads. Every function of this header may be called from any thread, concurrently with any
+ *    other function on the same agent, unless its comment says otherwise. Posting transfers from
+ *    several threads at once is safe.
+ *  - Deadlines are relative times in milliseconds. 0 means "the agent's default" where stated.
+ */
+#ifndef PDKV_AGENT_H
+#define PDKV_AGENT_H
+
+#ifndef PDKV_H
+#error "include pdkv.h, not pdkv/agent.h"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Handles and enums -------------------------------------------------------------- */
+
+/* One engine rank's executor: UCX context and worker, control listener, peers. */
+typedef struct pdkv_agent pdkv_agent_t;
+/* A registration of one metadata region's memory with an agent. */
+typedef struct pdkv_memory pdkv_memory_t;
+/* A connected (or formerly connected) remote engine rank. */
+typedef struct pdkv_peer pdkv_peer_t;
+/* One posted transfer (a plan being executed). */
+typedef struct pdkv_transfer pdkv_transfer_t;
+/* A batch of notifications taken from an agent. Immutable. */
+typedef struct pdkv_notification_list pdkv_notification_list_t;
+
+/* How UCX carries data. Numeric values are stable. */
+typedef enum pdkv_transport {
+  /* Shared memory for a peer on the same host (as SHM), TCP otherwise (as TCP). */
+  PDKV_TRANSPORT_AUTO = 0,
+  /* UCX shared memory and cross-memory attach, one host only, UCX error handling off: a dead
+   * peer is detected by pdkv's heartbeats on the control channel. */
+  PDKV_TRANSPORT_SHM = 1,
+  /* UCX over TCP with UCX peer error handling on: works across hosts. */
+  PDKV_TRANSPORT_TCP = 2
+} pdkv_transport_t;
+
+/* Who drives UCX progress. Numeric values are stable. */
+typedef enum pdkv_progress_mode {
+  PDKV_PROGRESS_THREAD = 0, /* a background thread of the agent (default) */
+  PDKV_PROGRESS_CALLER = 1  /* the caller calls pdkv_agent_progress (e.g. from its event loop) */
+} pdkv_progress_mode_t;
+
+/* Where registered memory lives. Numeric values are stable. */
+typedef enum pdkv_memory_type {
+  PDKV_MEMORY_HOST = 0,
+  PDKV_MEMORY_CUDA = 1 /* GPU device memory: reserved; this build refuses it (INVALID_ARGUMENT) */
+} pdkv_memory_type_t;
+
+/* Direction of a transfer. Numeric values are stable. */
+typedef enum pdkv_transfer_op {
+  /* Posted by the D rank the plan was compiled for: D pulls from the P ranks. */
+  PDKV_TRANSFER_READ = 0,
+  /* Posted by a P rank with the same plan: it pushes its own reads into the D rank. */
+  PDKV_TRANSFER_WRITE = 1
+} pdkv_transfer_op_t;
+
+/* State of a transfer. Numeric values are stable. */
+typedef enum pdkv_transfer_state {
+  PDKV_TRANSFER_IN_FLIGHT = 0,
+  PDKV_TRANSFER_DONE = 1,   /* every byte is in place (remotely complete for WRITE) */
+  PDKV_TRANSFER_FAILED = 2  /* see the status and pdkv_transfer_failed_reads */
+} pdkv_transfer_state_t;
+
+/* Kinds of notification. Numeric values are stable. */
+typedef enum pdkv_notification_kind {
+  PDKV_NOTIFY_READ_DONE = 0,        /* (on P) a D rank finished reading a request from this rank */
+  PDKV_NOTIFY_WRITE_DONE = 1,       /* (on D) a P rank finished writing a request into this rank */
+  PDKV_NOTIFY_REQUEST_COMPLETE = 2, /* a leased request received its expected count */
+  PDKV_NOTIFY_LEASE_EXPIRED = 3,    /* a lease's time ran out before its count was reached */
+  PDKV_NOTIFY_PEER_CONNECTED = 4,   /* a peer completed the handshake (either direction) */
+  PDKV_NOTIFY_PEER_LOST = 5         /* a peer died, closed, failed heartbeats or misbehaved */
+} pdkv_notification_kind_t;
+
+/* ---- Agent -------------------------------------------------------------------------- */
+
+#define PDKV_AGENT_FIELD_LISTEN_ADDRESS ((uint64_t)1 << 0)
+#define PDKV_AGENT_FIELD_TRANSPORT ((uint64_t)1 << 1)
+#define PDKV_AGENT_FIELD_PROGRESS_MODE ((uint64_t)1 << 2)
+#define PDKV_AGENT_FIELD_DEFAULT_TIMEOUT ((uint64_t)1 << 3)
+#define PDKV_AGENT_FIELD_PRESHARED_KEY ((uint64_t)1 << 4)
+#define PDKV_AGENT_FIELD_HEARTBEAT ((uint64_t)1 << 5)
+#define PDKV_AGENT_FIELD_MAX_OUTSTANDING ((uint64_t)1 << 6)
+
+/* Options of pdkv_agent_new. Zero it, set struct_size, set the fields you want with their bits. */
+typedef struct pdkv_agent_options {
+  size_t struct_size;                     /* sizeof(pdkv_agent_options_t) */
+  uint64_t field_mask;                    /* PDKV_AGENT_FIELD_* bits of the fields set below */
+  const pdkv_engine_metadata_t *metadata; /* required: this rank's metadata (copied) */
+  const char *listen_address;             /* "host:port"; port 0 picks a free port.
+                                             Default "127.0.0.1:0" */
+  int32_t transport;                      /* a pdkv_transport_t. Default AUTO */
+  int32_t progress_mode;                  /* a pdkv_progress_mode_t. Default THREAD */
+  uint64_t default_timeout_ms;            /* deadline of transfers and connects posted with 0.
+                                             Default 30000; must be > 0 */
+  const uint8_t *preshared_key;           /* both sides must hold the same key (>= 16 bytes,
+                                             copied); NULL with length 0: no key. Default none */
+  size_t preshared_key_len;
+  uint32_t heartbeat_interval_ms;         /* Ping period per peer. Default 500 */
+  uint32_t heartbeat_timeout_ms;          /* a peer silent this long is lost. Default 5000;
+                                             must exceed the interval */
+  uint32_t max_outstanding;               /* UCX operations in flight per transfer. Default 64 */
+} pdkv_agent_options_t;
+
+/* Creates an agent: UCX context and worker for the transport, the control listener (bound
+ * before return), and the progress thread in THREAD mode. Errors: NULL_POINTER (options,
+ * metadata, out), STRUCT_SIZE, INVALID_ARGUMENT (unknown field_mask bits, enum values, bad
+ * address, key shorter than 16 bytes, timeouts 0 or heartbeat timeout <= interval, naming the
+ * field and value), IO (the address cannot be bound: names it and errno), TRANSPORT (UCX failed:
+ * pdkv_error_cause gives the ucs_status_t). *out owned by the caller (pdkv_agent_free).
+ * Thread-safe. */
+PDKV_API pdkv_status_t pdkv_agent_new(const pdkv_agent_options_t *options, pdkv_agent_t **out,
+                                      pdkv_error_t **err);
+
+/* Shuts the agent down: transfers still in flight fail with SHUTDOWN, peers are told Bye and
+ * closed, threads are joined, UCX resources released once no operation can touch them.
+ * Registrations not yet freed are released with the agent. Handles of memory, peers and
+ * transfers stay valid until freed. NULL is allowed. Must not be called from a thread inside a
+ * call on this agent; otherwise thread-safe. */
+PDKV_API void pdkv_agent_free(pdkv_agent_t *agent);
+
+/* Scalars of an agent (output struct: set struct_size, the library fills that prefix). */
+typedef struct pdkv_agent_info {
+  size_t struct_size;         /* sizeof(pdkv_agent_info_t) */
+  const char *engine_id;      /* owned by the agent, valid until pdkv_agent_free */
+  uint32_t tp_rank;
+  uint32_t tp_size;
+  const char *listen_address; /* "host:port" with the port actually bound; owned by the agent */
+  uint16_t port;
+  int32_t transport;          /* a pdkv_transport_t */
+  int32_t progress_mode;      /* a pdkv_progress_mode_t */
+  size_t num_peers;           /* peers currently connected */
+  size_t transfers_in_flight;
+} pdkv_agent_info_t;
+
+/* Fills the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_agent_get_info(const pdkv_agent_t *agent, pdkv_agent_info_t *out,
+                                           pdkv_error_t **err);
+
+/* Drives UCX progress, deadlines and retries once, without blocking; *events (may be NULL)
+ * receives the number of completions handled. Needed in CALLER mode (call it when the event fd
+ * is readable and at least every few milliseconds while transfers are in flight); harmless in
+ * THREAD mode. Errors: NULL_POINTER, SHUTDOWN, TRANSPORT. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_agent_progress(pdkv_agent_t *agent, uint32_t *events,
+                                           pdkv_error_t **err);
+
+/* A file descriptor that becomes readable when the agent has work for pdkv_agent_progress or
+ * notifications to poll (level-triggered; owned by the agent, never close it). Errors:
+ * NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_agent_event_fd(const pdkv_agent_t *agent, int *fd,
+                                           pdkv_error_t **err);
+
+/* ---- Memory ------------------------------------------------------------------------- */
+
+#define PDKV_MEMORY_FIELD_MEMORY_TYPE ((uint64_t)1 << 0)
+#define PDKV_MEMORY_FIELD_DEVICE ((uint64_t)1 << 1)
+
+/* One region's memory to register. */
+typedef struct pdkv_memory_desc {
+  size_t struct_size;   /* sizeof(pdkv_memory_desc_t) */
+  uint64_t field_mask;  /* PDKV_MEMORY_FIELD_* bits */
+  uint32_t region;      /* index of the region in the agent's metadata */
+  uint64_t address;     /* must equal the region's advertised base */
+  uint64_t length;      /* must equal the region's block_len * num_blocks */
+  int32_t memory_type;  /* a pdkv_memory_type_t. Default HOST */
+  int32_t device;       /* CUDA device ordinal (CUDA only). Default 0 */
+} pdkv_memory_desc_t;
+
+/* Registers a region's memory so peers can reach it and local transfers may use it. Register
+ * every region before connecting: a peer receives the keys of the regions registered when its
+ * handshake runs. Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (unknown bits, region index
+ * out of range, the range not equal to the advertised one (names both ranges), CUDA memory in
+ * this build), BUSY (the region is already registered), SHUTDOWN, TRANSPORT. *out owned by the
+ * caller. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_agent_register_memory(pdkv_agent_t *agent,
+                                                  const pdkv_memory_desc_t *desc,
+                                                  pdkv_memory_t **out, pdkv_error_t **err);
+
+/* Deregisters now. Errors: NULL_POINTER, BUSY (a transfer in flight uses the region, or UCX may
+ * still touch it after a failed transfer: names the region and how many operations), and the
+ * registration stays. Calling it twice is OK. Peers connected earlier keep a stale key: pdkv
+ * refuses their later transfers that name the region only on this side's checks, so deregister
+ * when no peer will read the region again. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_memory_deregister(pdkv_memory_t *memory, pdkv_error_t **err);
+
+/* Frees the handle. A registration still in use is released when its last operation ends.
+ * NULL is allowed. Not thread-safe with concurrent use of the same handle. */
+PDKV_API void pdkv_memory_free(pdkv_memory_t *memory);
+
+/* ---- Peers -------------------------------------------------------------------------- */
+
+#define PDKV_CONNECT_FIELD_TIMEOUT ((uint64_t)1 << 0)
+
+/* Options of pdkv_agent_connect. */
+typedef struct pdkv_connect_options {
+  size_t struct_size;    /* sizeof(pdkv_connect_options_t) */
+  uint64_t field_mask;   /* PDKV_CONNECT_FIELD_* bits */
+  const char *address;   /* required: the peer agent's "host:port" */
+  uint64_t timeout_ms;   /* deadline of the connect and handshake. Default: agent default */
+} pdkv_connect_options_t;
+
+/* Connects to a peer agent and runs the handshake (blocking until done or the deadline):
+ * versions, pre-shared key proof, then metadata, UCX addresses and region keys, and the pair's
+ * validation on both sides. Connecting to an (engine, rank) already connected replaces the old
+ * connection. Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (bad address), PEER_LOST
+ * (refused or closed), TIMED_OUT, AUTH (key mismatch: names the peer), PROTOCOL (malformed or
+ * lying frames, e.g. keys for regions it does not advertise), INCOMPATIBLE (the pair fails
+ * validation: every item), SHUTDOWN, TRANSPORT. *out owned by the caller (pdkv_peer_free).
+ * Thread-safe. */
+PDKV_API pdkv_status_t pdkv_agent_connect(pdkv_agent_t *agent,
+                                          const pdkv_connect_options_t *options,
+                                          pdkv_peer_t **out, pdkv_error_t **err);
+
+/* The connected peer (engine_id, tp_rank), whichever side connected. Errors: NULL_POINTER,
+ * NOT_FOUND (names the engine and rank). *out owned by the caller. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_agent_find_peer(pdkv_agent_t *agent, const char *engine_id,
+                                            uint32_t tp_rank, pdkv_peer_t **out,
+                                            pdkv_error_t **err);
+
+/* A peer's identity, state and counters (output struct). */
+typedef struct pdkv_peer_info {
+  size_t struct_size;           /* sizeof(pdkv_peer_info_t) */
+  const char *engine_id;        /* owned by the peer handle, valid until pdkv_peer_free */
+  uint32_t tp_rank;
+  const char *address;          /* the control connection's remote "ip:port"; owned likewise */
+  uint8_t connected;            /* 0 once lost or disconnected */
+  uint8_t inbound;              /* 1: the peer connected to us */
+  int32_t transport;            /* PDKV_TRANSPORT_SHM or _TCP, as chosen for this peer */
+  int32_t lost_status;          /* why it was lost (a pdkv_status_t), PDKV_OK while connected */
+  uint64_t bytes_read;          /* by READ transfers from this peer */
+  uint64_t bytes_written;       /* by WRITE transfers into this peer */
+  uint64_t transfers_done;
+  uint64_t transfers_failed;
+  uint64_t operations_failed;   /* UCX operations that completed with an error */
+  uint64_t notifications_sent;
+  uint64_t notifications_received;
+  uint64_t heartbeat_rtt_us;    /* last heartbeat round trip */
+} pdkv_peer_info_t;
+
+/* Fills the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_peer_get_info(const pdkv_peer_t *peer, pdkv_peer_info_t *out,
+                                          pdkv_error_t **err);
+
+/* A copy of the metadata the peer advertised (pdkv_engine_metadata_free). Errors: NULL_POINTER.
+ * Thread-safe. */
+PDKV_API pdkv_status_t pdkv_peer_metadata(const pdkv_peer_t *peer, pdkv_engine_metadata_t **out,
+                                          pdkv_error_t **err);
+
+/* Closes the connection (Bye); transfers in flight with this peer fail with PEER_LOST. Calling
+ * it on a lost peer is OK. Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_peer_disconnect(pdkv_peer_t *peer, pdkv_error_t **err);
+
+/* Frees the handle (the connection stays). NULL is allowed. Not thread-safe with concurrent use
+ * of the same handle. */
+PDKV_API void pdkv_peer_free(pdkv_peer_t *peer);
+
+/* ---- Transfers ---------------------------------------------------------------------- */
+
+#define PDKV_TRANSFER_FIELD_TIMEOUT ((uint64_t)1 << 0)
+#define PDKV_TRANSFER_FIELD_NOTIFY ((uint64_t)1 << 1)
+
+/* What to execute. */
+typedef struct pdkv_transfer_params {
+  size_t struct_size;                /* sizeof(pdkv_transfer_params_t) */
+  uint64_t field_mask;               /* PDKV_TRANSFER_FIELD_* bits */
+  int32_t op;                        /* a pdkv_transfer_op_t */
+  const pdkv_transfer_plan_t *plan;  /* required; read during the call only (copied) */
+  const char *peer_engine_id;        /* required: READ: the P engine; WRITE: the D engine */
+  const char *request_id;            /* required: non-empty, <= 1024 bytes; travels in
+                                        notifications */
+  uint64_t timeout_ms;               /* deadline. Default: the agent's */
+  uint8_t notify;                    /* 1: notify the plan's peers after the data (default 1) */
+} pdkv_transfer_params_t;
+
+/* Posts a transfer and returns at once. READ (on D rank plan.d_rank): GETs every read of the
+ * plan from the connected P ranks of peer_engine_id, then notifies each of the plan's notify
+ * ranks (READ_DONE there) once its data is complete. WRITE (on P rank r): PUTs the plan's reads
+ * for P rank r into the D rank, flushes, then notifies D (WRITE_DONE). Before any byte moves,
+ * every local range is checked against this agent's registrations and every remote range against
+ * the peer's advertised, registered regions: a violation is OUT_OF_BOUNDS naming the read, side,
+ * region and range, and nothing is posted. At most max_outstanding operations are in flight.
+ * Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (unknown bits, op, empty or long request
+ * id, a plan for another rank or TP size: names both), NOT_FOUND (a peer rank the plan needs is
+ * not connected: names engine and rank), OUT_OF_BOUNDS, SHUTDOWN. *out owned by the caller
+ * (pdkv_transfer_free). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_agent_post(pdkv_agent_t *agent, const pdkv_transfer_params_t *params,
+                                       pdkv_transfer_t **out, pdkv_error_t **err);
+
+/* A transfer's progress (output struct). */
+typedef struct pdkv_transfer_info {
+  size_t struct_size;      /* sizeof(pdkv_transfer_info_t) */
+  int32_t state;           /* a pdkv_transfer_state_t */
+  int32_t status;          /* PDKV_OK, or why it failed (TIMED_OUT, CANCELLED, PEER_LOST, ...) */
+  uint64_t bytes_total;
+  uint64_t bytes_done;
+  uint64_t operations_total;
+  uint64_t operations_done;
+  uint64_t reads_failed;   /* plan reads that did not complete */
+  uint64_t elapsed_us;     /* from post to the final state (or now) */
+} pdkv_transfer_info_t;
+
+/* Fills the caller's prefix of *out (a poll: never blocks). Errors: NULL_POINTER, STRUCT_SIZE.
+ * Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_get_info(const pdkv_transfer_t *transfer,
+                                              pdkv_transfer_info_t *out, pdkv_error_t **err);
+
+/* Waits up to timeout_ms (0: do not wait; UINT64_MAX: until the final state, which the
+ * transfer's own deadline bounds) for the final state. Returns PDKV_OK with *finished = 1 when
+ * the transfer is DONE, its failure status (with the message naming the reads and peers) with
+ * *finished = 1 when FAILED, and PDKV_OK with *finished = 0 when the wait timed out.
+ * In CALLER mode the wait drives progress itself. Errors: NULL_POINTER, the transfer's status.
+ * Thread-safe; several threads may wait on one transfer. */
+PDKV_API pdkv_status_t pdkv_transfer_wait(pdkv_transfer_t *transfer, uint64_t timeout_ms,
+                                          uint8_t *finished, pdkv_error_t **err);
+
+/* Asks the transfer to stop: nothing more is posted, and it fails with CANCELLED once the
+ * operations already in flight have completed (bounded by its deadline). No effect on a
+ * finished transfer. Never fails on a valid handle. Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_cancel(pdkv_transfer_t *transfer, pdkv_error_t **err);
+
+/* One plan read that did not complete. Element layout fixed for the major version. */
+typedef struct pdkv_failed_read {
+  uint32_t p_rank;     /* the P rank whose read list holds it */
+  uint32_t reserved;
+  uint64_t read_index; /* index in pdkv_transfer_plan_rank_reads(plan, p_rank) */
+  int32_t status;      /* a pdkv_status_t */
+  uint32_t reserved2;
+} pdkv_failed_read_t;
+
+/* The reads that did not complete, by P rank then index (*count 0 while in flight or when
+ * DONE). *reads owned by the transfer, valid until pdkv_transfer_free. Errors: NULL_POINTER.
+ * Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_failed_reads(const pdkv_transfer_t *transfer,
+                                                  const pdkv_failed_read_t **reads, size_t *count,
+                                                  pdkv_error_t **err);
+
+/* Frees the handle at any state: an in-flight transfer is cancelled first and its resources are
+ * released when its last operation ends (never a use after free). NULL is allowed. Not
+ * thread-safe with concurrent use of the same handle. */
+PDKV_API void pdkv_transfer_free(pdkv_transfer_t *transfer);
+
+/* ---- Notifications and leases ------------------------------------------------------ */
+
+/* Leases a request's blocks on this rank: after `expected` successful READ_DONE / WRITE_DONE
+ * notifications for request_id, a REQUEST_COMPLETE notification follows; if ttl_ms passes first,
+ * LEASE_EXPIRED does (free the blocks either way). Notifications that arrived before the lease
+ * count. Leasing a request again replaces its lease. Errors: NULL_POINTER, INVALID_ARGUMENT
+ * (empty or long request id, expected 0, ttl 0), SHUTDOWN. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_agent_lease(pdkv_agent_t *agent, const char *request_id,
+                                        uint32_t expected, uint64_t ttl_ms, pdkv_error_t **err);
+
+/* One notification (output struct); strings owned by the list. */
+typedef struct pdkv_notification {
+  size_t struct_size;      /* sizeof(pdkv_notification_t) */
+  int32_t kind;            /* a pdkv_notification_kind_t */
+  int32_t status;          /* PDKV_OK, or the failure a peer reported (READ/WRITE_DONE), or why
+                              a peer was lost (PEER_LOST kind) */
+  const char *request_id;  /* "" for peer notifications */
+  const char *engine_id;   /* the remote engine ("" for lease notifications) */
+  uint32_t tp_rank;        /* the remote rank */
+  uint32_t count;          /* successful notifications received for the request so far */
+  uint32_t expected;       /* the lease's expected count (0: no lease) */
+  uint64_t bytes;          /* bytes the sender moved for this request */
+} pdkv_notification_t;
+
+/* Takes every pending notification, oldest first (*out may hold 0 items). Errors: NULL_POINTER.
+ * *out owned by the caller (pdkv_notification_list_free). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_agent_poll_notifications(pdkv_agent_t *agent,
+                                                     pdkv_notification_list_t **out,
+                                                     pdkv_error_t **err);
+
+/* Number of notifications. Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_notification_list_count(const pdkv_notification_list_t *list,
+                                                    size_t *count, pdkv_error_t **err);
+
+/* Notification `index` (< count) into the caller's prefix of *out; strings valid until
+ * pdkv_notification_list_free. Errors: NULL_POINTER, STRUCT_SIZE, OUT_OF_BOUNDS. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_notification_list_get(const pdkv_notification_list_t *list,
+                                                  size_t index, pdkv_notification_t *out,
+                                                  pdkv_error_t **err);
+
+/* Frees a list. NULL is allowed. Not thread-safe with concurrent use of the same list. */
+PDKV_API void pdkv_notification_list_free(pdkv_notification_list_t *list);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PDKV_AGENT_H */
