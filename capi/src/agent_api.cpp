@@ -1,0 +1,511 @@
+// C glue of pdkv/agent.h over executor/agent. Handles hold shared_ptrs to the executor's records
+// (and weak_ptrs to the agent's core), which is what lets them be freed in any order.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/agent.hpp"
+#include "boundary.hpp"
+#include "plan_handles.hpp"
+#include "structs.hpp"
+#include "struct_sizes.hpp"
+
+using pdkv::capi::guard;
+using pdkv::capi::read_struct_prefix;
+using pdkv::capi::require_non_null;
+using pdkv::capi::write_struct_prefix;
+namespace core = pdkv::core;
+namespace exec = pdkv::exec;
+using core::Status;
+
+struct pdkv_agent {
+  std::unique_ptr<exec::Agent> agent;
+  std::string engine_id;
+  std::string listen;
+};
+
+struct pdkv_memory {
+  std::shared_ptr<exec::Registration> reg;
+  std::weak_ptr<exec::AgentCore> core;
+};
+
+struct pdkv_peer {
+  std::shared_ptr<exec::PeerRecord> rec;
+  std::weak_ptr<exec::AgentCore> core;
+};
+
+struct pdkv_transfer {
+  explicit pdkv_transfer(exec::TransferHandle h) : handle(std::move(h)) {}
+  exec::TransferHandle handle;
+  // Filled once the transfer is final (failed reads are read-only from then on).
+  mutable std::mutex m;
+  mutable std::vector<pdkv_failed_read_t> failed;
+  mutable bool failed_filled = false;
+};
+
+struct pdkv_notification_list {
+  std::vector<exec::Notification> items;
+};
+
+namespace {
+
+// Options structs of agent.h: first published in 0.2 at their current size.
+constexpr size_t kAgentOptionsMin = sizeof(pdkv_agent_options_t);
+constexpr size_t kMemoryDescMin = sizeof(pdkv_memory_desc_t);
+constexpr size_t kConnectOptionsMin = sizeof(pdkv_connect_options_t);
+constexpr size_t kTransferParamsMin = sizeof(pdkv_transfer_params_t);
+constexpr size_t kAgentInfoMin = sizeof(pdkv_agent_info_t);
+constexpr size_t kPeerInfoMin = sizeof(pdkv_peer_info_t);
+constexpr size_t kTransferInfoMin = sizeof(pdkv_transfer_info_t);
+constexpr size_t kNotificationMin = sizeof(pdkv_notification_t);
+
+void check_mask(uint64_t mask, uint64_t known, const char* type) {
+  if ((mask & ~known) != 0) {
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(mask & ~known));
+    core::fail(Status::InvalidArgument, std::string(type) + ".field_mask has unknown bits " + hex +
+                                            " (a field this library does not have)");
+  }
+}
+
+exec::TransportMode transport_from_c(int32_t t) {
+  switch (t) {
+    case PDKV_TRANSPORT_AUTO: return exec::TransportMode::Auto;
+    case PDKV_TRANSPORT_SHM: return exec::TransportMode::Shm;
+    case PDKV_TRANSPORT_TCP: return exec::TransportMode::Tcp;
+    default:
+      core::fail(Status::InvalidArgument, "transport " + std::to_string(t) +
+                                              " is not a pdkv_transport_t (AUTO 0, SHM 1, TCP 2)");
+  }
+}
+
+int32_t transport_to_c(exec::TransportMode t) {
+  switch (t) {
+    case exec::TransportMode::Shm: return PDKV_TRANSPORT_SHM;
+    case exec::TransportMode::Tcp: return PDKV_TRANSPORT_TCP;
+    default: return PDKV_TRANSPORT_AUTO;
+  }
+}
+
+std::string c_text(const char* s, const char* field) {
+  if (s == nullptr) core::fail(Status::NullPointer, std::string(field) + " is NULL");
+  return std::string(s);
+}
+
+std::chrono::milliseconds ms(uint64_t v, const char* field) {
+  if (v == 0) core::fail(Status::InvalidArgument, std::string(field) + " must be > 0, got 0");
+  if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / 1000000)) {
+    core::fail(Status::InvalidArgument, std::string(field) + " " + std::to_string(v) + " is too large");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(v));
+}
+
+static_assert(PDKV_TRANSFER_IN_FLIGHT == static_cast<int>(exec::TransferState::InFlight) &&
+              PDKV_TRANSFER_DONE == static_cast<int>(exec::TransferState::Done) &&
+              PDKV_TRANSFER_FAILED == static_cast<int>(exec::TransferState::Failed));
+static_assert(PDKV_NOTIFY_READ_DONE == static_cast<int>(exec::NotificationKind::ReadDone) &&
+              PDKV_NOTIFY_WRITE_DONE == static_cast<int>(exec::NotificationKind::WriteDone) &&
+              PDKV_NOTIFY_REQUEST_COMPLETE == static_cast<int>(exec::NotificationKind::RequestComplete) &&
+              PDKV_NOTIFY_LEASE_EXPIRED == static_cast<int>(exec::NotificationKind::LeaseExpired) &&
+              PDKV_NOTIFY_PEER_CONNECTED == static_cast<int>(exec::NotificationKind::PeerConnected) &&
+              PDKV_NOTIFY_PEER_LOST == static_cast<int>(exec::NotificationKind::PeerLost));
+
+}  // namespace
+
+extern "C" {
+
+PDKV_API pdkv_status_t pdkv_agent_new(const pdkv_agent_options_t* options, pdkv_agent_t** out,
+                                      pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(options, "options");
+    require_non_null(out, "out");
+    *out = nullptr;
+    const auto o = read_struct_prefix(*options, kAgentOptionsMin, "pdkv_agent_options_t");
+    check_mask(o.field_mask,
+               PDKV_AGENT_FIELD_LISTEN_ADDRESS | PDKV_AGENT_FIELD_TRANSPORT | PDKV_AGENT_FIELD_PROGRESS_MODE |
+                   PDKV_AGENT_FIELD_DEFAULT_TIMEOUT | PDKV_AGENT_FIELD_PRESHARED_KEY |
+                   PDKV_AGENT_FIELD_HEARTBEAT | PDKV_AGENT_FIELD_MAX_OUTSTANDING,
+               "pdkv_agent_options_t");
+    require_non_null(o.metadata, "options->metadata");
+    exec::AgentOptions a;
+    a.metadata = o.metadata->md;
+    if (o.field_mask & PDKV_AGENT_FIELD_LISTEN_ADDRESS) {
+      a.listen = exec::parse_host_port(c_text(o.listen_address, "options->listen_address"));
+    }
+    if (o.field_mask & PDKV_AGENT_FIELD_TRANSPORT) a.transport = transport_from_c(o.transport);
+    if (o.field_mask & PDKV_AGENT_FIELD_PROGRESS_MODE) {
+      if (o.progress_mode != PDKV_PROGRESS_THREAD && o.progress_mode != PDKV_PROGRESS_CALLER) {
+        core::fail(Status::InvalidArgument, "progress_mode " + std::to_string(o.progress_mode) +
+                                                " is not a pdkv_progress_mode_t (THREAD 0, CALLER 1)");
+      }
+      a.progress = o.progress_mode == PDKV_PROGRESS_CALLER ? exec::ProgressMode::Caller : exec::ProgressMode::Thread;
+    }
+    if (o.field_mask & PDKV_AGENT_FIELD_DEFAULT_TIMEOUT) a.default_timeout = ms(o.default_timeout_ms, "default_timeout_ms");
+    if (o.field_mask & PDKV_AGENT_FIELD_PRESHARED_KEY) {
+      if (o.preshared_key == nullptr && o.preshared_key_len != 0) {
+        core::fail(Status::NullPointer, "preshared_key is NULL with preshared_key_len " +
+                                            std::to_string(o.preshared_key_len));
+      }
+      if (o.preshared_key_len != 0) {
+        a.key.emplace(std::span<const uint8_t>(o.preshared_key, o.preshared_key_len));
+      }
+    }
+    if (o.field_mask & PDKV_AGENT_FIELD_HEARTBEAT) {
+      a.heartbeat_interval = ms(o.heartbeat_interval_ms, "heartbeat_interval_ms");
+      a.heartbeat_timeout = ms(o.heartbeat_timeout_ms, "heartbeat_timeout_ms");
+      if (a.heartbeat_timeout <= a.heartbeat_interval) {
+        core::fail(Status::InvalidArgument, "heartbeat_timeout_ms " + std::to_string(o.heartbeat_timeout_ms) +
+                                                " must exceed heartbeat_interval_ms " +
+                                                std::to_string(o.heartbeat_interval_ms));
+      }
+    }
+    if (o.field_mask & PDKV_AGENT_FIELD_MAX_OUTSTANDING) {
+      if (o.max_outstanding == 0) core::fail(Status::InvalidArgument, "max_outstanding must be >= 1, got 0");
+      a.max_outstanding = o.max_outstanding;
+    }
+    auto h = std::make_unique<pdkv_agent>();
+    h->agent = std::make_unique<exec::Agent>(std::move(a));
+    const auto info = h->agent->info();
+    h->engine_id = info.engine_id;
+    h->listen = info.listen.to_string();
+    *out = h.release();
+  });
+}
+
+PDKV_API void pdkv_agent_free(pdkv_agent_t* agent) {
+  try {
+    delete agent;
+  } catch (...) {
+  }
+}
+
+PDKV_API pdkv_status_t pdkv_agent_get_info(const pdkv_agent_t* agent, pdkv_agent_info_t* out,
+                                           pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(agent, "agent");
+    require_non_null(out, "out");
+    const auto i = agent->agent->info();
+    pdkv_agent_info_t c{};
+    c.engine_id = agent->engine_id.c_str();
+    c.tp_rank = i.tp_rank;
+    c.tp_size = i.tp_size;
+    c.listen_address = agent->listen.c_str();
+    c.port = i.listen.port;
+    c.transport = transport_to_c(i.transport);
+    c.progress_mode = i.progress == exec::ProgressMode::Caller ? PDKV_PROGRESS_CALLER : PDKV_PROGRESS_THREAD;
+    c.num_peers = i.num_peers;
+    c.transfers_in_flight = i.transfers_in_flight;
+    write_struct_prefix(out, c, kAgentInfoMin, "pdkv_agent_info_t");
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_agent_progress(pdkv_agent_t* agent, uint32_t* events, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(agent, "agent");
+    const unsigned n = agent->agent->progress();
+    if (events != nullptr) *events = n;
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_agent_event_fd(const pdkv_agent_t* agent, int* fd, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(agent, "agent");
+    require_non_null(fd, "fd");
+    *fd = agent->agent->event_fd();
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_agent_register_memory(pdkv_agent_t* agent, const pdkv_memory_desc_t* desc,
+                                                  pdkv_memory_t** out, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(agent, "agent");
+    require_non_null(desc, "desc");
+    require_non_null(out, "out");
+    *out = nullptr;
+    const auto d = read_struct_prefix(*desc, kMemoryDescMin, "pdkv_memory_desc_t");
+    check_mask(d.field_mask, PDKV_MEMORY_FIELD_MEMORY_TYPE | PDKV_MEMORY_FIELD_DEVICE, "pdkv_memory_desc_t");
+    exec::MemoryType type = exec::MemoryType::Host;
+    if (d.field_mask & PDKV_MEMORY_FIELD_MEMORY_TYPE) {
+      if (d.memory_type == PDKV_MEMORY_CUDA) {
+        core::fail(Status::InvalidArgument,
+                   "memory_type PDKV_MEMORY_CUDA: this build's UCX has no CUDA support (host memory only)");
+      }
+      if (d.memory_type != PDKV_MEMORY_HOST) {
+        core::fail(Status::InvalidArgument, "memory_type " + std::to_string(d.memory_type) +
+                                                " is not a pdkv_memory_type_t (HOST 0, CUDA 1)");
+      }
+    }
+    if ((d.field_mask & PDKV_MEMORY_FIELD_DEVICE) && d.device != 0) {
+      core::fail(Status::InvalidArgument, "device " + std::to_string(d.device) + " applies to CUDA memory only");
+    }
+    auto h = std::make_unique<pdkv_memory>();
+    h->reg = agent->agent->register_memory(d.region, d.address, d.length, type);
+    h->core = agent->agent->core();
+    *out = h.release();
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_memory_deregister(pdkv_memory_t* memory, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(memory, "memory");
+    exec::deregister_memory(memory->core, memory->reg);
+  });
+}
+
+PDKV_API void pdkv_memory_free(pdkv_memory_t* memory) {
+  if (memory == nullptr) return;
+  try {
+    exec::release_memory(memory->core, memory->reg);
+  } catch (...) {
+  }
+  delete memory;
+}
+
+PDKV_API pdkv_status_t pdkv_agent_connect(pdkv_agent_t* agent, const pdkv_connect_options_t* options,
+                                          pdkv_peer_t** out, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(agent, "agent");
+    require_non_null(options, "options");
+    require_non_null(out, "out");
+    *out = nullptr;
+    const auto o = read_struct_prefix(*options, kConnectOptionsMin, "pdkv_connect_options_t");
+    check_mask(o.field_mask, PDKV_CONNECT_FIELD_TIMEOUT, "pdkv_connect_options_t");
+    const auto address = exec::parse_host_port(c_text(o.address, "options->address"));
+    std::optional<std::chrono::milliseconds> timeout;
+    if (o.field_mask & PDKV_CONNECT_FIELD_TIMEOUT) timeout = ms(o.timeout_ms, "timeout_ms");
+    auto h = std::make_unique<pdkv_peer>();
+    h->rec = agent->agent->connect(address, timeout);
+    h->core = agent->agent->core();
+    *out = h.release();
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_agent_find_peer(pdkv_agent_t* agent, const char* engine_id, uint32_t tp_rank,
+                                            pdkv_peer_t** out, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(agent, "agent");
+    require_non_null(engine_id, "engine_id");
+    require_non_null(out, "out");
+    *out = nullptr;
+    auto h = std::make_unique<pdkv_peer>();
+    h->rec = agent->agent->find_peer(engine_id, tp_rank);
+    h->core = agent->agent->core();
+    *out = h.release();
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_peer_get_info(const pdkv_peer_t* peer, pdkv_peer_info_t* out, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(peer, "peer");
+    require_non_null(out, "out");
+    const auto& r = *peer->rec;
+    pdkv_peer_info_t c{};
+    c.engine_id = r.engine_id.c_str();
+    c.tp_rank = r.tp_rank;
+    c.address = r.address.c_str();
+    c.connected = r.connected.load() ? 1 : 0;
+    c.inbound = r.inbound ? 1 : 0;
+    c.transport = transport_to_c(r.transport);
+    c.lost_status = r.lost_status.load();
+    c.bytes_read = r.bytes_read;
+    c.bytes_written = r.bytes_written;
+    c.transfers_done = r.transfers_done;
+    c.transfers_failed = r.transfers_failed;
+    c.operations_failed = r.operations_failed;
+    c.notifications_sent = r.notifications_sent;
+    c.notifications_received = r.notifications_received;
+    c.heartbeat_rtt_us = r.heartbeat_rtt_us;
+    write_struct_prefix(out, c, kPeerInfoMin, "pdkv_peer_info_t");
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_peer_metadata(const pdkv_peer_t* peer, pdkv_engine_metadata_t** out,
+                                          pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(peer, "peer");
+    require_non_null(out, "out");
+    *out = pdkv::capi::make_metadata(peer->rec->metadata);
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_peer_disconnect(pdkv_peer_t* peer, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(peer, "peer");
+    exec::disconnect_peer(peer->core, peer->rec);
+  });
+}
+
+PDKV_API void pdkv_peer_free(pdkv_peer_t* peer) { delete peer; }
+
+PDKV_API pdkv_status_t pdkv_agent_post(pdkv_agent_t* agent, const pdkv_transfer_params_t* params,
+                                       pdkv_transfer_t** out, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(agent, "agent");
+    require_non_null(params, "params");
+    require_non_null(out, "out");
+    *out = nullptr;
+    const auto p = read_struct_prefix(*params, kTransferParamsMin, "pdkv_transfer_params_t");
+    check_mask(p.field_mask, PDKV_TRANSFER_FIELD_TIMEOUT | PDKV_TRANSFER_FIELD_NOTIFY, "pdkv_transfer_params_t");
+    require_non_null(p.plan, "params->plan");
+    exec::PostParams q;
+    if (p.op == PDKV_TRANSFER_READ) {
+      q.op = exec::TransferOp::Read;
+    } else if (p.op == PDKV_TRANSFER_WRITE) {
+      q.op = exec::TransferOp::Write;
+    } else {
+      core::fail(Status::InvalidArgument, "op " + std::to_string(p.op) + " is not a pdkv_transfer_op_t (READ 0, WRITE 1)");
+    }
+    q.plan = &p.plan->plan;
+    q.peer_engine_id = c_text(p.peer_engine_id, "params->peer_engine_id");
+    q.request_id = c_text(p.request_id, "params->request_id");
+    if (p.field_mask & PDKV_TRANSFER_FIELD_TIMEOUT) q.timeout = ms(p.timeout_ms, "timeout_ms");
+    if (p.field_mask & PDKV_TRANSFER_FIELD_NOTIFY) {
+      if (p.notify > 1) core::fail(Status::InvalidArgument, "notify must be 0 or 1, got " + std::to_string(p.notify));
+      q.notify = p.notify == 1;
+    }
+    auto h = std::make_unique<pdkv_transfer>(agent->agent->post(q));
+    *out = h.release();
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_get_info(const pdkv_transfer_t* transfer, pdkv_transfer_info_t* out,
+                                              pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(transfer, "transfer");
+    require_non_null(out, "out");
+    const auto s = transfer->handle.status();
+    pdkv_transfer_info_t c{};
+    c.state = static_cast<int32_t>(s.state);
+    c.status = static_cast<int32_t>(s.status);
+    c.bytes_total = s.bytes_total;
+    c.bytes_done = s.bytes_done;
+    c.operations_total = s.ops_total;
+    c.operations_done = s.ops_done;
+    c.reads_failed = s.failed.size();
+    const auto end = s.state == exec::TransferState::InFlight ? std::chrono::steady_clock::now() : s.finished;
+    c.elapsed_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(end - s.posted).count());
+    write_struct_prefix(out, c, kTransferInfoMin, "pdkv_transfer_info_t");
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_wait(pdkv_transfer_t* transfer, uint64_t timeout_ms, uint8_t* finished,
+                                          pdkv_error_t** err) {
+  if (finished != nullptr) *finished = 0;
+  return guard(err, [&] {
+    require_non_null(transfer, "transfer");
+    require_non_null(finished, "finished");
+    const auto t = timeout_ms >= static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / 1000000)
+                       ? std::chrono::milliseconds::max()
+                       : std::chrono::milliseconds(static_cast<int64_t>(timeout_ms));
+    if (!transfer->handle.wait(t)) return;
+    *finished = 1;
+    const auto s = transfer->handle.status();
+    if (s.status != Status::Ok) throw core::Error(s.status, s.message);
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_cancel(pdkv_transfer_t* transfer, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(transfer, "transfer");
+    transfer->handle.cancel();
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_failed_reads(const pdkv_transfer_t* transfer, const pdkv_failed_read_t** reads,
+                                                  size_t* count, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(transfer, "transfer");
+    require_non_null(reads, "reads");
+    require_non_null(count, "count");
+    std::lock_guard<std::mutex> g(transfer->m);
+    if (!transfer->failed_filled) {
+      const auto s = transfer->handle.status();
+      if (s.state == exec::TransferState::InFlight) {
+        *reads = nullptr;
+        *count = 0;
+        return;
+      }
+      for (const auto& f : s.failed) {
+        pdkv_failed_read_t c{};
+        c.p_rank = f.p_rank;
+        c.read_index = f.read_index;
+        c.status = static_cast<int32_t>(f.status);
+        transfer->failed.push_back(c);
+      }
+      transfer->failed_filled = true;
+    }
+    *reads = transfer->failed.empty() ? nullptr : transfer->failed.data();
+    *count = transfer->failed.size();
+  });
+}
+
+PDKV_API void pdkv_transfer_free(pdkv_transfer_t* transfer) {
+  if (transfer == nullptr) return;
+  try {
+    transfer->handle.cancel();
+  } catch (...) {
+  }
+  delete transfer;
+}
+
+PDKV_API pdkv_status_t pdkv_agent_lease(pdkv_agent_t* agent, const char* request_id, uint32_t expected,
+                                        uint64_t ttl_ms, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(agent, "agent");
+    require_non_null(request_id, "request_id");
+    agent->agent->lease(request_id, expected, ms(ttl_ms, "ttl_ms"));
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_agent_poll_notifications(pdkv_agent_t* agent, pdkv_notification_list_t** out,
+                                                     pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(agent, "agent");
+    require_non_null(out, "out");
+    *out = nullptr;
+    auto h = std::make_unique<pdkv_notification_list>();
+    h->items = agent->agent->poll_notifications();
+    *out = h.release();
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_notification_list_count(const pdkv_notification_list_t* list, size_t* count,
+                                                    pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(list, "list");
+    require_non_null(count, "count");
+    *count = list->items.size();
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_notification_list_get(const pdkv_notification_list_t* list, size_t index,
+                                                  pdkv_notification_t* out, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(list, "list");
+    require_non_null(out, "out");
+    if (index >= list->items.size()) {
+      core::fail(Status::OutOfBounds, "notification index " + std::to_string(index) + " >= count " +
+                                          std::to_string(list->items.size()));
+    }
+    const auto& n = list->items[index];
+    pdkv_notification_t c{};
+    c.kind = static_cast<int32_t>(n.kind);
+    c.status = static_cast<int32_t>(n.status);
+    c.request_id = n.request_id.c_str();
+    c.engine_id = n.engine_id.c_str();
+    c.tp_rank = n.tp_rank;
+    c.count = n.count;
+    c.expected = n.expected;
+    c.bytes = n.bytes;
+    write_struct_prefix(out, c, kNotificationMin, "pdkv_notification_t");
+  });
+}
+
+PDKV_API void pdkv_notification_list_free(pdkv_notification_list_t* list) { delete list; }
+
+}  // extern "C"

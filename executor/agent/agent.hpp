@@ -1,0 +1,189 @@
+// The agent: one engine rank's executor. It owns a UCX context and worker, a control listener,
+// its peers (a control channel, a UCX endpoint and the peer's unpacked region keys each), its
+// memory registrations and the transfers in flight, and runs two threads: the control loop
+// (accepts, heartbeats, notifications) and, in thread mode, the progress loop (UCX completions,
+// windows, deadlines). Inbound handshakes run on short-lived threads of their own so a silent
+// peer never stalls the others.
+//
+// Locking: one mutex (AgentCore::mu_) guards every piece of agent state AND every call into UCX
+// (the worker is UCS_THREAD_MODE_SERIALIZED). UCX completion callbacks run inside
+// worker.progress(), i.e. with mu_ held, so they update transfers directly. Blocking network I/O
+// (handshakes) never holds mu_. Each transfer's visible state has its own mutex + condition
+// variable (taken after mu_, never before), so waiters never contend with the data path.
+//
+// Lifetimes: the C API's handles hold shared_ptrs to the records below (Registration, PeerRecord,
+// TransferJob) and a weak_ptr to the core, so any handle may outlive the agent: after shutdown
+// the core has released every UCX object and the records only report their final state.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "control/auth.hpp"
+#include "control/socket.hpp"
+#include "pdkv/core/engine_metadata.hpp"
+#include "pdkv/core/error.hpp"
+#include "pdkv/core/transfer_plan.hpp"
+#include "ucx/context.hpp"
+#include "ucx/memory.hpp"
+
+namespace pdkv::exec {
+
+class AgentCore;
+
+enum class ProgressMode : uint8_t { Thread = 0, Caller = 1 };
+
+struct AgentOptions {
+  core::EngineMetadata metadata;
+  HostPort listen{"127.0.0.1", 0};
+  // Auto, Shm or Tcp (ucx/context.hpp); the C enum's order differs and is mapped in capi/.
+  TransportMode transport = TransportMode::Auto;
+  ProgressMode progress = ProgressMode::Thread;
+  std::chrono::milliseconds default_timeout{30000};
+  std::optional<PresharedKey> key;
+  std::chrono::milliseconds heartbeat_interval{500};
+  std::chrono::milliseconds heartbeat_timeout{5000};
+  uint32_t max_outstanding = 64;
+};
+
+enum class NotificationKind : uint8_t {
+  ReadDone = 0,
+  WriteDone = 1,
+  RequestComplete = 2,
+  LeaseExpired = 3,
+  PeerConnected = 4,
+  PeerLost = 5,
+};
+
+struct Notification {
+  NotificationKind kind = NotificationKind::ReadDone;
+  core::Status status = core::Status::Ok;
+  std::string request_id;
+  std::string engine_id;
+  uint32_t tp_rank = 0;
+  uint32_t count = 0;
+  uint32_t expected = 0;
+  uint64_t bytes = 0;
+};
+
+// One region's registration. `ucx` is reset by deregistration or by the agent's shutdown (never
+// after the UCX context is gone). busy counts UCX operations that may still touch the memory.
+struct Registration {
+  uint32_t region = 0;
+  uint64_t base = 0;
+  uint64_t length = 0;
+  MemoryType type = MemoryType::Host;
+  std::optional<UcxRegistration> ucx;  // guarded by the core's mutex
+  uint64_t busy = 0;                   // guarded by the core's mutex
+  bool release_when_idle = false;      // the handle was freed while busy
+};
+
+// What the C API reports of a peer; counters are atomics so reading them takes no agent lock.
+struct PeerRecord {
+  std::string engine_id;
+  uint32_t tp_rank = 0;
+  std::string address;
+  bool inbound = false;
+  TransportMode transport = TransportMode::Tcp;  // Shm or Tcp as chosen for this peer
+  core::EngineMetadata metadata;
+  std::atomic<bool> connected{true};
+  std::atomic<int32_t> lost_status{0};
+  std::atomic<uint64_t> bytes_read{0}, bytes_written{0}, transfers_done{0}, transfers_failed{0},
+      operations_failed{0}, notifications_sent{0}, notifications_received{0}, heartbeat_rtt_us{0};
+};
+
+enum class TransferOp : uint8_t { Read = 0, Write = 1 };
+enum class TransferState : uint8_t { InFlight = 0, Done = 1, Failed = 2 };
+
+struct FailedRead {
+  uint32_t p_rank = 0;
+  uint64_t read_index = 0;
+  core::Status status = core::Status::Ok;
+};
+
+// The caller-visible state of a transfer, readable without the agent (its own mutex).
+struct TransferStatus {
+  TransferState state = TransferState::InFlight;
+  core::Status status = core::Status::Ok;
+  std::string message;
+  uint64_t bytes_total = 0, bytes_done = 0, ops_total = 0, ops_done = 0;
+  std::vector<FailedRead> failed;  // filled when the transfer fails
+  std::chrono::steady_clock::time_point posted{}, finished{};
+};
+
+class TransferJob;  // agent_transfer.hpp
+
+// A transfer handle's view: status + wait, and cancel through the core while it lives.
+class TransferHandle {
+ public:
+  TransferHandle(std::shared_ptr<TransferJob> job, std::weak_ptr<AgentCore> core);
+  TransferStatus status() const;
+  // True when final within `timeout` (in caller-progress mode the wait drives progress).
+  bool wait(std::chrono::milliseconds timeout) const;
+  void cancel();
+
+ private:
+  std::shared_ptr<TransferJob> job_;
+  std::weak_ptr<AgentCore> core_;
+};
+
+struct PostParams {
+  TransferOp op = TransferOp::Read;
+  const core::TransferPlan* plan = nullptr;
+  std::string peer_engine_id;
+  std::string request_id;
+  std::optional<std::chrono::milliseconds> timeout;
+  bool notify = true;
+};
+
+struct AgentInfo {
+  std::string engine_id;
+  uint32_t tp_rank = 0, tp_size = 1;
+  HostPort listen;
+  TransportMode transport = TransportMode::Auto;
+  ProgressMode progress = ProgressMode::Thread;
+  size_t num_peers = 0, transfers_in_flight = 0;
+};
+
+// The public face used by capi/: thin, every call forwards to the core. Destroying it shuts the
+// agent down (handles obtained from it stay valid).
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  AgentInfo info() const;
+  unsigned progress();
+  int event_fd() const;
+
+  std::shared_ptr<Registration> register_memory(uint32_t region, uint64_t address, uint64_t length,
+                                                MemoryType type);
+  std::shared_ptr<PeerRecord> connect(const HostPort& address,
+                                      std::optional<std::chrono::milliseconds> timeout);
+  std::shared_ptr<PeerRecord> find_peer(const std::string& engine_id, uint32_t tp_rank) const;
+  TransferHandle post(const PostParams& params);
+  void lease(const std::string& request_id, uint32_t expected, std::chrono::milliseconds ttl);
+  std::vector<Notification> poll_notifications();
+
+  std::weak_ptr<AgentCore> core() const { return core_; }
+
+ private:
+  std::shared_ptr<AgentCore> core_;
+};
+
+// Deregisters now (Busy while operations may touch it) / releases when idle. Safe after shutdown.
+void deregister_memory(const std::weak_ptr<AgentCore>& core, const std::shared_ptr<Registration>& reg);
+void release_memory(const std::weak_ptr<AgentCore>& core, const std::shared_ptr<Registration>& reg);
+// Closes the peer's connection (Bye); no-op when lost or after shutdown.
+void disconnect_peer(const std::weak_ptr<AgentCore>& core, const std::shared_ptr<PeerRecord>& peer);
+
+}  // namespace pdkv::exec

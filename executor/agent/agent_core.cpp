@@ -1,0 +1,454 @@
+// Agent lifecycle, memory registration, the progress loop and the notification queue.
+#include "agent/agent_core.hpp"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "ucx/status.hpp"
+
+namespace pdkv::exec {
+
+using core::Status;
+
+namespace {
+
+int make_eventfd() {
+  const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) throw core::Error(Status::Io, std::string("eventfd: ") + std::strerror(errno), core::CauseDomain::Errno, errno);
+  return fd;
+}
+
+int make_epoll() {
+  const int fd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (fd < 0) throw core::Error(Status::Io, std::string("epoll_create1: ") + std::strerror(errno), core::CauseDomain::Errno, errno);
+  return fd;
+}
+
+void epoll_add(int ep, int fd, uint64_t key) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = key;
+  if (::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    throw core::Error(Status::Io, std::string("epoll_ctl: ") + std::strerror(errno), core::CauseDomain::Errno, errno);
+  }
+}
+
+void signal_fd(int fd) {
+  if (fd < 0) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t r = ::write(fd, &one, sizeof one);
+}
+
+void drain_fd(int fd) {
+  uint64_t v;
+  [[maybe_unused]] ssize_t r = ::read(fd, &v, sizeof v);
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+}  // namespace
+
+std::string ucs_text(ucs_status_t status) {
+  return std::string(ucs_status_string(status)) + " (UCX status " + std::to_string(static_cast<int>(status)) + ")";
+}
+
+AgentCore::AgentCore(AgentOptions options) : opt_(std::move(options)) {
+  core::check_metadata(opt_.metadata, Status::InvalidArgument);
+  host_id_ = host_identity();
+  regs_.resize(opt_.metadata.regions.size());
+  context_ = std::make_unique<UcxContext>(opt_.transport);
+  worker_ = std::make_unique<UcxWorker>(*context_);
+  worker_address_ = worker_->address();
+  listener_.emplace(opt_.listen);
+  listen_text_ = listener_->address().to_string();
+
+  control_epoll_ = make_epoll();
+  control_wake_ = make_eventfd();
+  progress_epoll_ = make_epoll();
+  progress_wake_ = make_eventfd();
+  notify_fd_ = make_eventfd();
+  user_epoll_ = make_epoll();
+  epoll_add(control_epoll_, listener_->fd(), 1);
+  epoll_add(control_epoll_, control_wake_, 2);
+  epoll_add(progress_epoll_, worker_->event_fd(), 1);
+  epoll_add(progress_epoll_, progress_wake_, 2);
+  epoll_add(user_epoll_, notify_fd_, 1);
+  if (opt_.progress == ProgressMode::Caller) epoll_add(user_epoll_, worker_->event_fd(), 2);
+}
+
+AgentCore::~AgentCore() {
+  shutdown();
+  close_fd(control_epoll_);
+  close_fd(control_wake_);
+  close_fd(progress_epoll_);
+  close_fd(progress_wake_);
+  close_fd(notify_fd_);
+  close_fd(user_epoll_);
+}
+
+void AgentCore::start() {
+  control_thread_ = std::thread([this] { control_thread_main(); });
+  if (opt_.progress == ProgressMode::Thread) {
+    progress_thread_ = std::thread([this] { progress_thread_main(); });
+  }
+}
+
+void AgentCore::shutdown() {
+  if (stopping_.exchange(true)) {
+    // A second call (the destructor after pdkv_agent_free) finds everything released.
+    if (control_thread_.joinable()) control_thread_.join();
+    if (progress_thread_.joinable()) progress_thread_.join();
+    return;
+  }
+  signal_fd(control_wake_);
+  signal_fd(progress_wake_);
+  if (progress_thread_.joinable()) progress_thread_.join();
+  if (control_thread_.joinable()) control_thread_.join();
+  // Interrupt inbound handshakes blocked on their sockets, then wait for them.
+  std::list<std::shared_ptr<InboundSlot>> inbound;
+  {
+    std::lock_guard<std::mutex> g(inbound_mu_);
+    inbound.swap(inbound_);
+  }
+  for (auto& slot : inbound) {
+    std::lock_guard<std::mutex> g(slot->m);
+    if (slot->fd >= 0) ::shutdown(slot->fd, SHUT_RDWR);
+  }
+  for (auto& slot : inbound) {
+    if (slot->thread.joinable()) slot->thread.join();
+  }
+
+  std::lock_guard<std::mutex> g(mu_);
+  stopped_ = true;
+  for (auto& job : active_) fail_job_locked(*job, Status::Shutdown, "the agent was shut down");
+  std::vector<std::shared_ptr<PeerConn>> peers;
+  for (auto& [key, p] : peers_) peers.push_back(p);
+  for (auto& p : peers) lose_peer_locked(p, Status::Shutdown, "the agent was shut down", true);
+  // Let the force-closed endpoints call back every operation (bounded).
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < until) {
+    worker_->progress();
+    bool pending = false;
+    for (auto& p : dead_peers_) {
+      if (p->ep && !p->ep->closed()) pending = true;
+      if (p->inflight != 0) pending = true;
+    }
+    if (!pending) break;
+  }
+  for (auto& job : active_) {
+    if (!job->finalized) finalize_locked(*job);
+  }
+  // Jobs with operations UCX never returned stay in zombies_: the worker dies below, so no
+  // callback can touch them afterwards.
+  for (auto& job : active_) zombies_.push_back(job);
+  active_.clear();
+  for (auto& p : dead_peers_) {
+    p->rkeys.clear();
+    p->ep.reset();
+    if (p->channel) p->channel->close();
+  }
+  dead_peers_.clear();
+  by_id_.clear();
+  for (auto& r : regs_) {
+    if (r) r->ucx.reset();
+  }
+  regs_.clear();
+  if (listener_) listener_->close();
+  worker_.reset();
+  context_.reset();
+}
+
+AgentInfo AgentCore::info() const {
+  std::lock_guard<std::mutex> g(mu_);
+  AgentInfo i;
+  i.engine_id = opt_.metadata.engine_id;
+  i.tp_rank = opt_.metadata.tp_rank;
+  i.tp_size = opt_.metadata.tp_size;
+  i.listen = listener_ ? listener_->address() : opt_.listen;
+  i.transport = opt_.transport;
+  i.progress = opt_.progress;
+  i.num_peers = peers_.size();
+  for (const auto& j : active_) i.transfers_in_flight += j->finalized ? 0 : 1;
+  return i;
+}
+
+// ---- memory ----
+
+std::shared_ptr<Registration> AgentCore::register_memory(uint32_t region, uint64_t address,
+                                                         uint64_t length, MemoryType type) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
+  const auto& regions = opt_.metadata.regions;
+  if (region >= regions.size()) {
+    core::fail(Status::InvalidArgument, "region " + std::to_string(region) +
+                                            " does not exist: the metadata has " +
+                                            std::to_string(regions.size()) + " regions");
+  }
+  const core::Region& r = regions[region].region;
+  const uint64_t want_len = r.block_len * r.num_blocks;  // check_metadata bounded both
+  if (address != r.base || length != want_len) {
+    core::fail(Status::InvalidArgument,
+               "region " + std::to_string(region) + ": registered range [" + std::to_string(address) +
+                   ", +" + std::to_string(length) + ") must equal the advertised range [" +
+                   std::to_string(r.base) + ", +" + std::to_string(want_len) + ")");
+  }
+  if (regs_[region] && regs_[region]->ucx) {
+    core::fail(Status::Busy, "region " + std::to_string(region) + " is already registered");
+  }
+  auto reg = std::make_shared<Registration>();
+  reg->region = region;
+  reg->base = address;
+  reg->length = length;
+  reg->type = type;
+  reg->ucx.emplace(*context_, reinterpret_cast<void*>(static_cast<uintptr_t>(address)),
+                   static_cast<size_t>(length), type);
+  regs_[region] = reg;
+  return reg;
+}
+
+void AgentCore::deregister(const std::shared_ptr<Registration>& reg) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!reg->ucx) return;
+  if (reg->busy != 0) {
+    core::fail(Status::Busy, "region " + std::to_string(reg->region) + " is in use by " +
+                                 std::to_string(reg->busy) +
+                                 " transfer(s) whose operations may still touch it");
+  }
+  reg->ucx.reset();
+  if (reg->region < regs_.size() && regs_[reg->region] == reg) regs_[reg->region].reset();
+}
+
+void AgentCore::release(const std::shared_ptr<Registration>& reg) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!reg->ucx) return;
+  if (reg->busy != 0) {
+    reg->release_when_idle = true;
+    return;
+  }
+  reg->ucx.reset();
+  if (reg->region < regs_.size() && regs_[reg->region] == reg) regs_[reg->region].reset();
+}
+
+void AgentCore::release_registrations_locked(TransferJob& job) {
+  if (job.released) return;
+  job.released = true;
+  for (auto& reg : job.local_regs) {
+    if (reg->busy > 0) --reg->busy;
+    if (reg->busy == 0 && reg->release_when_idle && reg->ucx) {
+      reg->ucx.reset();
+      if (reg->region < regs_.size() && regs_[reg->region] == reg) regs_[reg->region].reset();
+    }
+  }
+}
+
+// ---- progress ----
+
+unsigned AgentCore::progress_locked() {
+  if (stopped_) return 0;
+  unsigned total = 0;
+  for (int i = 0; i < 64; ++i) {
+    const unsigned n = worker_->progress();
+    total += n;
+    if (n == 0) break;
+  }
+  // A tcp endpoint UCX declared failed: the peer is gone (shm never reports; heartbeats do).
+  std::vector<std::shared_ptr<PeerConn>> failed;
+  for (auto& [key, p] : peers_) {
+    if (p->ep && p->ep->failed()) failed.push_back(p);
+  }
+  for (auto& p : failed) {
+    lose_peer_locked(p, Status::PeerLost,
+                     "UCX reported the peer failed: " + ucs_text(p->ep->failure_status()), false);
+  }
+  for (size_t i = 0; i < active_.size(); ++i) {
+    auto job = active_[i];
+    if (!job->stopping()) post_some_locked(*job);
+    check_final_locked(*job);
+  }
+  check_deadlines_locked(Clock::now());
+  // Drop jobs that are final and drained.
+  std::erase_if(active_, [](const std::shared_ptr<TransferJob>& j) { return j->finalized && j->released; });
+  std::erase_if(zombies_, [](const std::shared_ptr<TransferJob>& j) { return j->released; });
+  reap_dead_peers_locked();
+  return total;
+}
+
+unsigned AgentCore::progress() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
+  const unsigned n = progress_locked();
+  if (n == 0 && opt_.progress == ProgressMode::Caller) {
+    // Re-arm so the event fd reports the next completion; BUSY means more work is pending,
+    // which the caller's next call handles.
+    (void)worker_->arm();
+  }
+  return n;
+}
+
+void AgentCore::wake_progress() { signal_fd(progress_wake_); }
+
+void AgentCore::progress_thread_main() {
+  while (!stopping_.load()) {
+    unsigned n = 0;
+    bool busy = false;
+    Clock::time_point next_deadline = Clock::now() + std::chrono::milliseconds(100);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      n = progress_locked();
+      for (const auto& j : active_) {
+        if (!j->finalized) busy = true;
+        if (!j->finalized && j->deadline < next_deadline) next_deadline = j->deadline;
+      }
+    }
+    if (n != 0) continue;
+    if (busy) {
+      // Transfers in flight: keep polling (completions arrive in microseconds), but let
+      // posting threads take the lock between rounds.
+      std::this_thread::yield();
+      continue;
+    }
+    bool armed;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (stopped_) break;
+      armed = worker_->arm();
+    }
+    if (!armed) continue;
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - Clock::now());
+    epoll_event evs[4];
+    const int k = ::epoll_wait(progress_epoll_, evs, 4, static_cast<int>(std::max<int64_t>(1, wait.count())));
+    for (int i = 0; i < k; ++i) {
+      if (evs[i].data.u64 == 2) drain_fd(progress_wake_);
+    }
+  }
+}
+
+// ---- notifications ----
+
+void AgentCore::push_note_locked(Notification n) {
+  notes_.push_back(std::move(n));
+  // Bound the queue: a caller that never polls must not let a peer grow it without limit.
+  constexpr size_t kMaxPending = 1u << 20;
+  while (notes_.size() > kMaxPending) notes_.pop_front();
+  signal_fd(notify_fd_);
+}
+
+std::vector<Notification> AgentCore::poll_notifications() {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<Notification> out(std::make_move_iterator(notes_.begin()),
+                                std::make_move_iterator(notes_.end()));
+  notes_.clear();
+  drain_fd(notify_fd_);
+  return out;
+}
+
+void AgentCore::lease(const std::string& request_id, uint32_t expected,
+                      std::chrono::milliseconds ttl) {
+  if (request_id.empty() || request_id.size() > kMaxRequestIdBytes) {
+    core::fail(Status::InvalidArgument, "request_id must be 1.." + std::to_string(kMaxRequestIdBytes) +
+                                            " bytes, got " + std::to_string(request_id.size()));
+  }
+  if (expected == 0) core::fail(Status::InvalidArgument, "expected must be >= 1, got 0");
+  if (ttl.count() <= 0) core::fail(Status::InvalidArgument, "ttl_ms must be > 0, got 0");
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
+  auto done = leases_.lease(request_id, expected, Clock::now() + ttl);
+  if (done) push_note_locked(std::move(*done));
+  signal_fd(control_wake_);  // the control loop recomputes its next lease deadline
+}
+
+// ---- the public face ----
+
+Agent::Agent(AgentOptions options) : core_(std::make_shared<AgentCore>(std::move(options))) {
+  core_->start();
+}
+
+Agent::~Agent() { core_->shutdown(); }
+
+AgentInfo Agent::info() const { return core_->info(); }
+unsigned Agent::progress() { return core_->progress(); }
+int Agent::event_fd() const { return core_->event_fd(); }
+
+std::shared_ptr<Registration> Agent::register_memory(uint32_t region, uint64_t address,
+                                                     uint64_t length, MemoryType type) {
+  return core_->register_memory(region, address, length, type);
+}
+
+std::shared_ptr<PeerRecord> Agent::connect(const HostPort& address,
+                                           std::optional<std::chrono::milliseconds> timeout) {
+  return core_->connect(address, timeout);
+}
+
+std::shared_ptr<PeerRecord> Agent::find_peer(const std::string& engine_id, uint32_t tp_rank) const {
+  return core_->find_peer(engine_id, tp_rank);
+}
+
+TransferHandle Agent::post(const PostParams& params) {
+  return TransferHandle(core_->post(params), core_);
+}
+
+void Agent::lease(const std::string& request_id, uint32_t expected, std::chrono::milliseconds ttl) {
+  core_->lease(request_id, expected, ttl);
+}
+
+std::vector<Notification> Agent::poll_notifications() { return core_->poll_notifications(); }
+
+void deregister_memory(const std::weak_ptr<AgentCore>& core, const std::shared_ptr<Registration>& reg) {
+  if (auto c = core.lock()) c->deregister(reg);
+}
+
+void release_memory(const std::weak_ptr<AgentCore>& core, const std::shared_ptr<Registration>& reg) {
+  if (auto c = core.lock()) c->release(reg);
+}
+
+void disconnect_peer(const std::weak_ptr<AgentCore>& core, const std::shared_ptr<PeerRecord>& peer) {
+  if (auto c = core.lock()) c->disconnect(peer);
+}
+
+TransferHandle::TransferHandle(std::shared_ptr<TransferJob> job, std::weak_ptr<AgentCore> core)
+    : job_(std::move(job)), core_(std::move(core)) {}
+
+TransferStatus TransferHandle::status() const {
+  std::lock_guard<std::mutex> g(job_->m);
+  TransferStatus s = job_->visible;
+  return s;
+}
+
+bool TransferHandle::wait(std::chrono::milliseconds timeout) const {
+  const auto until = timeout == std::chrono::milliseconds::max() ? Clock::time_point::max()
+                                                                  : Clock::now() + timeout;
+  for (;;) {
+    auto core = core_.lock();
+    const bool drive = core && core->caller_progress();
+    if (drive) {
+      try {
+        core->progress();
+      } catch (const core::Error&) {
+        // Shut down meanwhile: the job's state is final or about to be; fall through.
+      }
+    }
+    core.reset();
+    std::unique_lock<std::mutex> g(job_->m);
+    if (job_->visible.state != TransferState::InFlight) return true;
+    const auto now = Clock::now();
+    if (now >= until) return false;
+    // In caller mode wake up often to drive progress; otherwise sleep until the state changes.
+    const auto slice = drive ? std::chrono::milliseconds(1) : std::chrono::milliseconds(200);
+    const auto wake = until - now < slice ? until : now + slice;
+    job_->cv.wait_until(g, wake, [&] { return job_->visible.state != TransferState::InFlight; });
+    if (job_->visible.state != TransferState::InFlight) return true;
+  }
+}
+
+void TransferHandle::cancel() {
+  if (auto c = core_.lock()) c->cancel(job_);
+}
+
+}  // namespace pdkv::exec

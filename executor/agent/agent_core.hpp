@@ -1,0 +1,226 @@
+// AgentCore: the agent's state and threads (see agent.hpp for the locking and lifetime model).
+// Split by job over agent_core.cpp (lifecycle, registration, progress loop, notifications),
+// agent_peers.cpp (handshakes, control loop, heartbeats, peer loss) and agent_transfer.cpp
+// (posting, completions, deadlines). Internal to executor/.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "agent/agent.hpp"
+#include "agent/lease_table.hpp"
+#include "agent/range_check.hpp"
+#include "control/channel.hpp"
+#include "control/handshake.hpp"
+#include "ucx/endpoint.hpp"
+#include "ucx/worker.hpp"
+
+namespace pdkv::exec {
+
+using Clock = std::chrono::steady_clock;
+
+// A connected peer's live resources. Owned by the core; destroyed (rkeys before the endpoint)
+// only once its endpoint has closed and no operation on it is in flight.
+struct PeerConn {
+  uint64_t id = 0;  // epoll key of its control channel
+  std::shared_ptr<PeerRecord> record;
+  std::optional<ControlChannel> channel;
+  std::unique_ptr<UcxEndpoint> ep;
+  std::vector<UcxRemoteKey> rkeys;              // per region index (empty: not advertised)
+  std::vector<RegisteredRange> remote_ranges;   // per region index
+  Clock::time_point last_heard{};
+  Clock::time_point next_ping{};
+  uint64_t ping_seq = 0;
+  uint64_t inflight = 0;  // UCX operations on ep not yet called back
+  bool lost = false;
+  bool wire_done = false;            // the admission flush returned (agent_peers.cpp)
+  ucs_status_t wire_status = UCS_OK;
+};
+
+class TransferJob {
+ public:
+  struct Op {
+    TransferJob* job = nullptr;
+    uint32_t lane = 0;
+    uint64_t read_index = 0;
+    void* local = nullptr;
+    uint64_t remote = 0;
+    uint32_t remote_region = 0;
+    uint64_t length = 0;
+    enum class State : uint8_t { Pending, InFlight, Done, Failed } state = State::Pending;
+  };
+  struct Lane {
+    TransferJob* job = nullptr;
+    std::shared_ptr<PeerConn> peer;
+    uint32_t p_rank = 0;      // the plan's P rank these reads belong to (for failed reads)
+    uint64_t remaining = 0;   // ops not yet done
+    uint64_t bytes = 0;
+    bool data_complete = false;
+    bool flush_inflight = false;
+    bool complete = false;    // data complete (READ) / data complete and flushed (WRITE)
+    bool notified = false;
+  };
+
+  AgentCore* core = nullptr;  // for the UCX callbacks; they only run while the core lives
+  TransferOp op = TransferOp::Read;
+  std::string request_id;
+  bool notify = true;
+  Clock::time_point deadline{};
+  std::chrono::milliseconds timeout{};
+  std::vector<Op> ops;          // interleaved across lanes; never resized after posting starts
+  std::vector<Lane> lanes;      // one per peer that receives operations
+  std::vector<std::shared_ptr<PeerConn>> notify_only;  // READ: notify ranks without reads
+  std::vector<bool> notify_only_done;
+  std::vector<std::shared_ptr<Registration>> local_regs;  // busy while the job may touch them
+  size_t next_post = 0;
+  uint64_t inflight = 0;        // ops + flushes called back later
+  uint64_t done_ops = 0;
+  uint64_t done_bytes = 0;
+  core::Status fail_status = core::Status::Ok;
+  std::string fail_message;
+  Clock::time_point stopped_at{};  // when fail_status was set
+  bool finalized = false;       // the visible state is final
+  bool released = false;        // registrations released (nothing in flight any more)
+
+  // The caller-visible state.
+  mutable std::mutex m;
+  std::condition_variable cv;
+  TransferStatus visible;
+
+  bool stopping() const { return fail_status != core::Status::Ok; }
+};
+
+class AgentCore {
+ public:
+  explicit AgentCore(AgentOptions options);
+  ~AgentCore();
+  AgentCore(const AgentCore&) = delete;
+  AgentCore& operator=(const AgentCore&) = delete;
+
+  void start();
+  void shutdown();
+
+  AgentInfo info() const;
+  unsigned progress();
+  int event_fd() const { return user_epoll_; }
+  bool caller_progress() const { return opt_.progress == ProgressMode::Caller; }
+
+  std::shared_ptr<Registration> register_memory(uint32_t region, uint64_t address, uint64_t length,
+                                                MemoryType type);
+  void deregister(const std::shared_ptr<Registration>& reg);
+  void release(const std::shared_ptr<Registration>& reg);
+
+  std::shared_ptr<PeerRecord> connect(const HostPort& address,
+                                      std::optional<std::chrono::milliseconds> timeout);
+  std::shared_ptr<PeerRecord> find_peer(const std::string& engine_id, uint32_t tp_rank) const;
+  void disconnect(const std::shared_ptr<PeerRecord>& record);
+
+  std::shared_ptr<TransferJob> post(const PostParams& params);
+  void cancel(const std::shared_ptr<TransferJob>& job);
+
+  void lease(const std::string& request_id, uint32_t expected, std::chrono::milliseconds ttl);
+  std::vector<Notification> poll_notifications();
+
+ private:
+  // --- agent_core.cpp
+  void progress_thread_main();
+  unsigned progress_locked();
+  void push_note_locked(Notification n);
+  void wake_progress();
+  void release_registrations_locked(TransferJob& job);
+
+  // --- agent_peers.cpp
+  void control_thread_main();
+  void accept_inbound();
+  void run_inbound_handshake(std::shared_ptr<struct InboundSlot> slot);
+  HandshakeParams handshake_params_locked() const;
+  struct CheckedPeer {
+    core::EngineMetadata metadata;
+    std::vector<RegisteredRange> ranges;
+  };
+  CheckedPeer check_peer(const Hello& hello, const PeerInfo& info, bool we_connected) const;
+  std::shared_ptr<PeerRecord> admit(ControlChannel channel, const HandshakeResult& result,
+                                    CheckedPeer checked, bool inbound, Clock::time_point deadline);
+  void handle_frames_locked(const std::shared_ptr<PeerConn>& peer);
+  void handle_notify_locked(const std::shared_ptr<PeerConn>& peer, const Notify& n);
+  void timers_locked(Clock::time_point now);
+  void lose_peer_locked(std::shared_ptr<PeerConn> peer, core::Status status,
+                        const std::string& why, bool tell_peer);
+  void reap_dead_peers_locked();
+  void send_notify_locked(const std::shared_ptr<PeerConn>& peer, NotifyKind kind,
+                          const std::string& request, uint64_t bytes, core::Status status);
+  void flush_channel_locked(const std::shared_ptr<PeerConn>& peer);
+
+  // --- agent_transfer.cpp
+  void post_some_locked(TransferJob& job);
+  void op_done_locked(TransferJob::Op& op, ucs_status_t status);
+  void lane_data_complete_locked(TransferJob& job, TransferJob::Lane& lane);
+  void flush_done_locked(TransferJob::Lane& lane, ucs_status_t status);
+  void fail_job_locked(TransferJob& job, core::Status status, const std::string& message);
+  void check_final_locked(TransferJob& job);
+  void finalize_locked(TransferJob& job);
+  void check_deadlines_locked(Clock::time_point now);
+  static void on_op_done(void* user, ucs_status_t status);
+  static void on_flush_done(void* user, ucs_status_t status);
+
+  friend struct InboundSlot;
+
+  AgentOptions opt_;
+  std::string host_id_;
+  std::string listen_text_;
+
+  mutable std::mutex mu_;
+  bool stopped_ = false;  // guarded by mu_
+  std::atomic<bool> stopping_{false};
+
+  std::unique_ptr<UcxContext> context_;
+  std::unique_ptr<UcxWorker> worker_;
+  std::vector<uint8_t> worker_address_;
+  std::optional<Listener> listener_;
+
+  std::vector<std::shared_ptr<Registration>> regs_;  // per region index
+  std::map<std::pair<std::string, uint32_t>, std::shared_ptr<PeerConn>> peers_;
+  std::unordered_map<uint64_t, std::shared_ptr<PeerConn>> by_id_;
+  std::vector<std::shared_ptr<PeerConn>> dead_peers_;
+  uint64_t next_peer_id_ = 16;  // below: reserved epoll keys
+  std::vector<std::shared_ptr<TransferJob>> active_;
+  std::vector<std::shared_ptr<TransferJob>> zombies_;  // final but with operations UCX never returned
+  LeaseTable leases_;
+  std::deque<Notification> notes_;
+
+  int control_epoll_ = -1;
+  int control_wake_ = -1;   // eventfd: wakes the control loop
+  int progress_epoll_ = -1;
+  int progress_wake_ = -1;  // eventfd: wakes the progress thread
+  int notify_fd_ = -1;      // eventfd: readable while notifications are pending
+  int user_epoll_ = -1;     // what pdkv_agent_event_fd returns
+
+  std::thread control_thread_;
+  std::thread progress_thread_;
+
+  std::mutex inbound_mu_;
+  std::list<std::shared_ptr<struct InboundSlot>> inbound_;
+};
+
+// One inbound handshake running on its own thread. fd lets shutdown interrupt a blocked read.
+struct InboundSlot {
+  std::mutex m;
+  int fd = -1;
+  std::atomic<bool> done{false};
+  std::thread thread;
+};
+
+// Expressed in one place: how a ucs_status_t of a failed operation reads in messages.
+std::string ucs_text(ucs_status_t status);
+
+}  // namespace pdkv::exec

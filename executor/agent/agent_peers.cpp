@@ -1,0 +1,566 @@
+// Peers: handshakes (outbound on the caller's thread, inbound on a thread each), admission (UCX
+// endpoint and keys only after the peer just answered), the control loop (frames, heartbeats,
+// lease expiry) and peer loss.
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "agent/agent_core.hpp"
+#include "pdkv/core/handshake.hpp"
+
+namespace pdkv::exec {
+
+using core::Status;
+
+namespace {
+
+constexpr size_t kMaxInboundHandshakes = 64;
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+}
+
+std::string peer_name(const std::string& engine, uint32_t rank, const std::string& address) {
+  return "peer '" + engine + "' rank " + std::to_string(rank) + " at " + address;
+}
+
+}  // namespace
+
+HandshakeParams AgentCore::handshake_params_locked() const {
+  HandshakeParams p;
+  p.hello.engine_id = opt_.metadata.engine_id;
+  p.hello.tp_rank = opt_.metadata.tp_rank;
+  p.hello.host_id = host_id_;
+  p.info.metadata = core::encode(opt_.metadata);
+  p.info.worker_address = worker_address_;
+  p.info.transport_hint = static_cast<uint8_t>(opt_.transport);
+  for (const auto& reg : regs_) {
+    if (!reg || !reg->ucx) continue;
+    RegionKey k;
+    k.region = reg->region;
+    k.base = reg->base;
+    k.length = reg->length;
+    k.memory_type = static_cast<uint32_t>(reg->type);
+    k.rkey = reg->ucx->packed_rkey();
+    p.info.regions.push_back(std::move(k));
+  }
+  p.key = opt_.key;
+  return p;
+}
+
+// Everything a peer claims is checked before it is believed: its metadata decodes (checksum,
+// bounds), names the identity its Hello named, and every key it sends is for a region it
+// advertises, covering exactly that region's bytes, at most once. Then the pair must pass the
+// core's handshake validation; the side that connects is the reader (D) in that check, so
+// both sides judge the same (D, P) pair.
+AgentCore::CheckedPeer AgentCore::check_peer(const Hello& hello, const PeerInfo& info,
+                                             bool we_connected) const {
+  CheckedPeer out;
+  try {
+    out.metadata = core::decode(info.metadata);
+  } catch (const core::Error& e) {
+    core::fail(Status::Protocol, std::string("peer metadata does not decode: ") + e.what());
+  }
+  const auto& md = out.metadata;
+  if (md.engine_id != hello.engine_id || md.tp_rank != hello.tp_rank) {
+    core::fail(Status::Protocol, "peer's Hello names engine '" + hello.engine_id + "' rank " +
+                                     std::to_string(hello.tp_rank) + " but its metadata names '" +
+                                     md.engine_id + "' rank " + std::to_string(md.tp_rank));
+  }
+  if (md.engine_id == opt_.metadata.engine_id && md.tp_rank == opt_.metadata.tp_rank) {
+    core::fail(Status::InvalidArgument, "peer has this agent's own identity: engine '" +
+                                            md.engine_id + "' rank " + std::to_string(md.tp_rank));
+  }
+  out.ranges.resize(md.regions.size());
+  for (const auto& k : info.regions) {
+    if (k.region >= md.regions.size()) {
+      core::fail(Status::Protocol, "peer sent a key for region " + std::to_string(k.region) +
+                                       " but advertises " + std::to_string(md.regions.size()) +
+                                       " regions");
+    }
+    const core::Region& r = md.regions[k.region].region;
+    const uint64_t len = r.block_len * r.num_blocks;
+    if (k.base != r.base || k.length != len) {
+      core::fail(Status::Protocol, "peer's key for region " + std::to_string(k.region) + " covers [" +
+                                       std::to_string(k.base) + ", +" + std::to_string(k.length) +
+                                       ") but the region is [" + std::to_string(r.base) + ", +" +
+                                       std::to_string(len) + ")");
+    }
+    if (k.memory_type != static_cast<uint32_t>(MemoryType::Host)) {
+      core::fail(Status::Protocol, "peer's region " + std::to_string(k.region) +
+                                       " has memory type " + std::to_string(k.memory_type) +
+                                       ", which this build cannot reach");
+    }
+    if (k.rkey.empty()) {
+      core::fail(Status::Protocol, "peer's key for region " + std::to_string(k.region) + " is empty");
+    }
+    if (out.ranges[k.region].present) {
+      core::fail(Status::Protocol, "peer sent two keys for region " + std::to_string(k.region));
+    }
+    out.ranges[k.region] = RegisteredRange{k.base, k.length, true};
+  }
+  const auto items = we_connected ? core::validate_pair(opt_.metadata, md)
+                                  : core::validate_pair(md, opt_.metadata);
+  if (!items.empty()) {
+    std::string msg = "engines '" + opt_.metadata.engine_id + "' and '" + md.engine_id +
+                      "' cannot be paired: ";
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i) msg += "; ";
+      msg += core::to_string(items[i]);
+    }
+    core::fail(Status::Incompatible, msg);
+  }
+  return out;
+}
+
+std::shared_ptr<PeerRecord> AgentCore::connect(const HostPort& address,
+                                               std::optional<std::chrono::milliseconds> timeout) {
+  const auto deadline = Clock::now() + timeout.value_or(opt_.default_timeout);
+  HandshakeParams params;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
+    params = handshake_params_locked();
+  }
+  std::optional<CheckedPeer> checked;
+  params.validate = [&](const Hello& h, const PeerInfo& info) { checked = check_peer(h, info, true); };
+  ControlChannel channel = ControlChannel::connect(address, deadline);
+  HandshakeResult result = handshake_client(channel, params, deadline);
+  return admit(std::move(channel), result, std::move(*checked), false, deadline);
+}
+
+namespace {
+void on_wire_flush(void* user, ucs_status_t status) {
+  auto* conn = static_cast<PeerConn*>(user);
+  conn->inflight--;
+  conn->wire_status = status;
+  conn->wire_done = true;
+}
+}  // namespace
+
+// Admission in three steps. (1) Under the lock: the endpoint (the peer just answered: creating
+// it is safe; UCX 1.13.1 aborts the process on ucp_ep_create to a dead worker) and the keys (from
+// an authenticated peer, length-checked by the frame layer). (2) Without the lock: wire the
+// endpoint up (a flush completes only once UCX's own connection setup has) and exchange a Ready
+// frame, so neither side starts using, or tearing down, a half-wired endpoint: a tcp endpoint
+// whose peer vanishes during UCX's wireup trips an assertion in UCX 1.13.1 that aborts the process.
+// (3) Under the lock: publish the peer.
+std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel channel, const HandshakeResult& result,
+                                             CheckedPeer checked, bool inbound, Clock::time_point deadline) {
+  auto conn = std::make_shared<PeerConn>();
+  auto rec = std::make_shared<PeerRecord>();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
+    rec->engine_id = checked.metadata.engine_id;
+    rec->tp_rank = checked.metadata.tp_rank;
+    rec->address = channel.peer();
+    rec->inbound = inbound;
+    const bool same_host = result.peer_hello.host_id == host_id_;
+    switch (opt_.transport) {
+      case TransportMode::Shm: rec->transport = TransportMode::Shm; break;
+      case TransportMode::Tcp: rec->transport = TransportMode::Tcp; break;
+      case TransportMode::Auto: rec->transport = same_host ? TransportMode::Shm : TransportMode::Tcp; break;
+    }
+    rec->metadata = std::move(checked.metadata);
+    conn->record = rec;
+    conn->remote_ranges = std::move(checked.ranges);
+    conn->ep = UcxEndpoint::create(*worker_, result.peer_info.worker_address,
+                                   rec->transport == TransportMode::Shm ? ErrorMode::None : ErrorMode::Peer);
+    conn->rkeys.resize(conn->remote_ranges.size());
+    for (const auto& k : result.peer_info.regions) conn->rkeys[k.region] = conn->ep->unpack_rkey(k.rkey);
+    const PostResult r = conn->ep->post_flush(&on_wire_flush, conn.get());
+    if (r.state == PostState::InFlight) {
+      conn->inflight++;
+    } else {
+      conn->wire_done = true;
+      conn->wire_status = r.status;
+    }
+  }
+  auto discard = [&](Status st, const std::string& why) {
+    std::lock_guard<std::mutex> g(mu_);
+    conn->lost = true;
+    rec->connected = false;
+    rec->lost_status = static_cast<int32_t>(st);
+    if (conn->inflight == 0) conn->rkeys.clear();
+    if (conn->ep) conn->ep->close(true);
+    dead_peers_.push_back(conn);
+    core::fail(st, peer_name(rec->engine_id, rec->tp_rank, rec->address) + ": " + why);
+  };
+  // (2) Wire up: drive the worker ourselves (a caller-progress agent has nobody else to).
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (stopped_) break;
+      worker_->progress();
+      if (conn->wire_done) break;
+    }
+    if (Clock::now() >= deadline) discard(Status::TimedOut, "UCX connection setup did not finish in time");
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  if (!conn->wire_done) discard(Status::Shutdown, "the agent was shut down");
+  if (conn->wire_status != UCS_OK) discard(Status::Transport, "UCX connection setup failed: " + ucs_text(conn->wire_status));
+  // The server publishes before its last Ready, so when connect() returns on the client the
+  // server already knows the peer (a WRITE posted by it right away finds it).
+  try {
+    if (!inbound) channel.send(Ready{}, deadline);
+    const Frame f = channel.recv(deadline);
+    if (f.type != FrameType::Ready) {
+      core::fail(Status::Protocol, std::string("expected Ready after the transport setup, got ") + frame_type_name(f.type));
+    }
+    Ready::decode(f.payload);
+  } catch (const core::Error& e) {
+    discard(e.status(), e.what());
+  }
+  // (3) Publish.
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
+  conn->channel.emplace(std::move(channel));
+  conn->id = next_peer_id_++;
+  const auto now = Clock::now();
+  conn->last_heard = now;
+  conn->next_ping = now + opt_.heartbeat_interval;
+  const auto key = std::make_pair(rec->engine_id, rec->tp_rank);
+  if (auto it = peers_.find(key); it != peers_.end()) {
+    // The same engine rank again: a restarted peer. The old connection is gone.
+    lose_peer_locked(it->second, Status::PeerLost, "replaced by a new connection from the same engine rank", true);
+  }
+  peers_[key] = conn;
+  by_id_[conn->id] = conn;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = conn->id;
+  ::epoll_ctl(control_epoll_, EPOLL_CTL_ADD, conn->channel->fd(), &ev);
+  Notification n;
+  n.kind = NotificationKind::PeerConnected;
+  n.engine_id = rec->engine_id;
+  n.tp_rank = rec->tp_rank;
+  push_note_locked(std::move(n));
+  if (inbound) {
+    conn->channel->queue(Ready{});
+    flush_channel_locked(conn);
+  }
+  return rec;
+}
+
+std::shared_ptr<PeerRecord> AgentCore::find_peer(const std::string& engine_id, uint32_t tp_rank) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = peers_.find({engine_id, tp_rank});
+  if (it == peers_.end()) {
+    core::fail(Status::NotFound, "no connected peer '" + engine_id + "' rank " + std::to_string(tp_rank));
+  }
+  return it->second->record;
+}
+
+void AgentCore::disconnect(const std::shared_ptr<PeerRecord>& record) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopped_) return;
+  auto it = peers_.find({record->engine_id, record->tp_rank});
+  if (it == peers_.end() || it->second->record != record) return;
+  lose_peer_locked(it->second, Status::PeerLost, "disconnected by this side", true);
+}
+
+// ---- inbound ----
+
+void AgentCore::accept_inbound() {
+  for (;;) {
+    std::optional<Socket> sock;
+    try {
+      sock = listener_->accept();
+    } catch (const core::Error&) {
+      return;  // e.g. EMFILE: try again on the next wakeup
+    }
+    if (!sock) return;
+    std::lock_guard<std::mutex> g(inbound_mu_);
+    // Reap finished handshakes, and refuse floods beyond a fixed number of threads.
+    for (auto it = inbound_.begin(); it != inbound_.end();) {
+      if ((*it)->done.load()) {
+        (*it)->thread.join();
+        it = inbound_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (inbound_.size() >= kMaxInboundHandshakes) continue;  // the socket closes here
+    auto slot = std::make_shared<InboundSlot>();
+    slot->fd = sock->fd();
+    auto shared_sock = std::make_shared<Socket>(std::move(*sock));
+    slot->thread = std::thread([this, slot, shared_sock]() mutable {
+      // The channel outlives the try block so the slot forgets the descriptor before it closes
+      // (shutdown() may call ::shutdown on slot->fd meanwhile).
+      std::optional<ControlChannel> channel;
+      try {
+        const auto deadline = Clock::now() + opt_.default_timeout;
+        HandshakeParams params;
+        {
+          std::lock_guard<std::mutex> g2(mu_);
+          if (stopped_) throw core::Error(Status::Shutdown, "shut down");
+          params = handshake_params_locked();
+        }
+        std::optional<CheckedPeer> checked;
+        params.validate = [&](const Hello& h, const PeerInfo& info) { checked = check_peer(h, info, false); };
+        channel.emplace(std::move(*shared_sock));
+        HandshakeResult result = handshake_server(*channel, params, deadline);
+        {
+          std::lock_guard<std::mutex> g3(slot->m);
+          slot->fd = -1;  // the channel now belongs to the admitted peer
+        }
+        admit(std::move(*channel), result, std::move(*checked), true, deadline);
+      } catch (const std::exception&) {
+        // The handshake already told the peer what went wrong where it could; nothing was
+        // admitted. The socket closes with the channel, after the slot forgot it.
+      }
+      {
+        std::lock_guard<std::mutex> g3(slot->m);
+        slot->fd = -1;
+      }
+      channel.reset();
+      shared_sock.reset();
+      slot->done = true;
+    });
+    inbound_.push_back(slot);
+  }
+}
+
+// ---- control loop ----
+
+void AgentCore::control_thread_main() {
+  epoll_event evs[64];
+  while (!stopping_.load()) {
+    int timeout_ms = 50;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (auto& [key, p] : peers_) {
+        if (p->channel && p->channel->wants_write()) timeout_ms = 5;
+      }
+    }
+    const int k = ::epoll_wait(control_epoll_, evs, 64, timeout_ms);
+    if (stopping_.load()) break;
+    for (int i = 0; i < k; ++i) {
+      const uint64_t key = evs[i].data.u64;
+      if (key == 1) {
+        accept_inbound();
+      } else if (key == 2) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t r = ::read(control_wake_, &v, sizeof v);
+      } else {
+        std::lock_guard<std::mutex> g(mu_);
+        auto it = by_id_.find(key);
+        if (it == by_id_.end()) continue;
+        const std::shared_ptr<PeerConn> peer = it->second;  // a loss erases the map's copy
+        handle_frames_locked(peer);
+      }
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopped_) break;
+    timers_locked(Clock::now());
+  }
+}
+
+void AgentCore::handle_frames_locked(const std::shared_ptr<PeerConn>& peer) {
+  if (peer->lost || !peer->channel) return;
+  std::vector<Frame> frames;
+  try {
+    frames = peer->channel->read_available();
+  } catch (const core::Error& e) {
+    lose_peer_locked(peer, e.status() == Status::Protocol ? Status::Protocol : Status::PeerLost, e.what(),
+                     e.status() == Status::Protocol);
+    return;
+  }
+  peer->last_heard = Clock::now();
+  for (const Frame& f : frames) {
+    if (peer->lost) return;
+    try {
+      switch (f.type) {
+        case FrameType::Ping: {
+          const Ping p = Ping::decode(f.payload);
+          Pong pong;
+          pong.seq = p.seq;
+          pong.time_ns = p.time_ns;
+          peer->channel->queue(pong);
+          break;
+        }
+        case FrameType::Pong: {
+          const Pong p = Pong::decode(f.payload);
+          const uint64_t now = now_ns();
+          if (p.time_ns <= now) peer->record->heartbeat_rtt_us = (now - p.time_ns) / 1000;
+          break;
+        }
+        case FrameType::Notify:
+          handle_notify_locked(peer, Notify::decode(f.payload));
+          break;
+        case FrameType::Bye:
+          lose_peer_locked(peer, Status::PeerLost, "the peer closed the connection", false);
+          return;
+        case FrameType::Error: {
+          const core::Error e = peer->channel->peer_error(f);
+          lose_peer_locked(peer, Status::PeerLost, std::string("the peer reported an error: ") + e.what(), false);
+          return;
+        }
+        default:
+          core::fail(Status::Protocol, std::string("unexpected ") + frame_type_name(f.type) +
+                                           " frame after the handshake");
+      }
+    } catch (const core::Error& e) {
+      lose_peer_locked(peer, Status::Protocol, e.what(), true);
+      return;
+    }
+  }
+  flush_channel_locked(peer);
+}
+
+void AgentCore::handle_notify_locked(const std::shared_ptr<PeerConn>& peer, const Notify& m) {
+  peer->record->notifications_received++;
+  if (m.engine_id != peer->record->engine_id || m.tp_rank != peer->record->tp_rank) {
+    core::fail(Status::Protocol, "a Notify names engine '" + m.engine_id + "' rank " +
+                                     std::to_string(m.tp_rank) + " on the connection of '" +
+                                     peer->record->engine_id + "' rank " +
+                                     std::to_string(peer->record->tp_rank));
+  }
+  if (m.request_id.empty()) core::fail(Status::Protocol, "a Notify has an empty request id");
+  Notification n;
+  n.kind = m.kind == NotifyKind::ReadDone ? NotificationKind::ReadDone : NotificationKind::WriteDone;
+  n.status = m.status;
+  n.request_id = m.request_id;
+  n.engine_id = peer->record->engine_id;
+  n.tp_rank = peer->record->tp_rank;
+  n.bytes = m.bytes;
+  std::optional<Notification> complete;
+  n.expected = leases_.expected(m.request_id);
+  if (m.status == Status::Ok) n.count = leases_.on_success(m.request_id, complete);
+  push_note_locked(std::move(n));
+  if (complete) push_note_locked(std::move(*complete));
+}
+
+void AgentCore::flush_channel_locked(const std::shared_ptr<PeerConn>& peer) {
+  if (peer->lost || !peer->channel) return;
+  try {
+    peer->channel->flush_some();
+    // A peer that stops reading must not make us buffer without bound.
+    constexpr size_t kMaxQueued = 16u << 20;
+    if (peer->channel->queued_bytes() > kMaxQueued) {
+      core::fail(Status::PeerLost, "the peer stopped reading its control channel (" +
+                                       std::to_string(peer->channel->queued_bytes()) + " bytes queued)");
+    }
+  } catch (const core::Error& e) {
+    lose_peer_locked(peer, Status::PeerLost, e.what(), false);
+  }
+}
+
+void AgentCore::timers_locked(Clock::time_point now) {
+  std::vector<std::shared_ptr<PeerConn>> silent;
+  for (auto& [key, p] : peers_) {
+    if (now - p->last_heard > opt_.heartbeat_timeout) {
+      silent.push_back(p);
+      continue;
+    }
+    if (now >= p->next_ping) {
+      Ping ping;
+      ping.seq = ++p->ping_seq;
+      ping.time_ns = now_ns();
+      p->channel->queue(ping);
+      p->next_ping = now + opt_.heartbeat_interval;
+    }
+  }
+  for (auto& p : silent) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - p->last_heard).count();
+    lose_peer_locked(p, Status::PeerLost,
+                     "no heartbeat for " + std::to_string(ms) + " ms (timeout " +
+                         std::to_string(opt_.heartbeat_timeout.count()) + " ms)",
+                     true);
+  }
+  std::vector<std::shared_ptr<PeerConn>> all;
+  for (auto& [key, p] : peers_) all.push_back(p);
+  for (auto& p : all) flush_channel_locked(p);
+  for (auto& n : leases_.expire(now)) push_note_locked(std::move(n));
+  // Deadlines are enforced here too, so a caller-progress agent whose caller stopped calling
+  // still fails its transfers on time.
+  check_deadlines_locked(now);
+  for (auto& job : active_) check_final_locked(*job);
+  std::erase_if(active_, [](const std::shared_ptr<TransferJob>& j) { return j->finalized && j->released; });
+  reap_dead_peers_locked();
+}
+
+// `peer` is taken by value: callers often pass a reference into peers_ / by_id_, which this
+// function erases.
+void AgentCore::lose_peer_locked(std::shared_ptr<PeerConn> peer, Status status,
+                                 const std::string& why, bool tell_peer) {
+  if (peer->lost) return;
+  peer->lost = true;
+  auto& rec = *peer->record;
+  rec.connected = false;
+  rec.lost_status = static_cast<int32_t>(status);
+  const std::string name = peer_name(rec.engine_id, rec.tp_rank, rec.address);
+  if (peer->channel) {
+    if (tell_peer) {
+      try {
+        if (status == Status::Shutdown || why == "disconnected by this side") {
+          peer->channel->queue(Bye{});
+        } else {
+          ErrorMessage e;
+          e.status = status;
+          e.message = clip_message_text(why);
+          peer->channel->queue(e);
+        }
+        peer->channel->flush_some();
+      } catch (const core::Error&) {
+      }
+    }
+    peer->channel->close();
+  }
+  auto key = std::make_pair(rec.engine_id, rec.tp_rank);
+  if (auto it = peers_.find(key); it != peers_.end() && it->second == peer) peers_.erase(it);
+  by_id_.erase(peer->id);
+  // Keys go before the endpoint closes: Debian's UCX 1.13.1 crashes in uct_rkey_release when a
+  // shared-memory rkey is destroyed after its endpoint closed. With operations in flight they
+  // must live until those are called back (reap_dead_peers_locked).
+  if (peer->inflight == 0) peer->rkeys.clear();
+  // Cancels every operation in flight on it (each is called back with an error).
+  if (peer->ep) peer->ep->close(true);
+  for (auto& job : active_) {
+    if (job->finalized) continue;
+    bool uses = false;
+    for (auto& lane : job->lanes) uses |= lane.peer == peer;
+    for (auto& p : job->notify_only) uses |= p == peer;
+    if (uses) fail_job_locked(*job, status == Status::Shutdown ? Status::Shutdown : Status::PeerLost,
+                              name + " lost: " + why);
+  }
+  Notification n;
+  n.kind = NotificationKind::PeerLost;
+  n.status = status;
+  n.engine_id = rec.engine_id;
+  n.tp_rank = rec.tp_rank;
+  push_note_locked(std::move(n));
+  dead_peers_.push_back(peer);
+}
+
+void AgentCore::reap_dead_peers_locked() {
+  std::erase_if(dead_peers_, [](const std::shared_ptr<PeerConn>& p) {
+    if (p->inflight != 0) return false;
+    if (p->ep && !p->ep->closed()) return false;
+    p->rkeys.clear();  // before the endpoint they were unpacked on
+    p->ep.reset();
+    return true;
+  });
+}
+
+void AgentCore::send_notify_locked(const std::shared_ptr<PeerConn>& peer, NotifyKind kind,
+                                   const std::string& request, uint64_t bytes, Status status) {
+  if (peer->lost || !peer->channel) return;
+  Notify n;
+  n.request_id = request;
+  n.engine_id = opt_.metadata.engine_id;
+  n.tp_rank = opt_.metadata.tp_rank;
+  n.kind = kind;
+  n.bytes = bytes;
+  n.status = status;
+  peer->channel->queue(n);
+  peer->record->notifications_sent++;
+  flush_channel_locked(peer);
+}
+
+}  // namespace pdkv::exec

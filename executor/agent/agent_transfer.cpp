@@ -1,0 +1,456 @@
+// Transfers: a plan becomes a list of UCX operations, every range checked before any is posted;
+// a bounded window of them is in flight at a time; completions count bytes per lane (one lane per
+// peer), notify a peer once its data is complete, and decide the final state. Deadlines and
+// cancels stop posting; a deadline with operations still in flight force-closes the endpoints
+// carrying them (the only way to get UCX to return them), so no operation outlives its
+// transfer's deadline touching memory the caller believes idle.
+#include <algorithm>
+
+#include "agent/agent_core.hpp"
+
+namespace pdkv::exec {
+
+using core::Status;
+
+namespace {
+
+std::vector<RegisteredRange> local_ranges(const std::vector<std::shared_ptr<Registration>>& regs) {
+  std::vector<RegisteredRange> out(regs.size());
+  for (size_t i = 0; i < regs.size(); ++i) {
+    if (regs[i] && regs[i]->ucx) out[i] = RegisteredRange{regs[i]->base, regs[i]->length, true};
+  }
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
+  if (params.plan == nullptr) core::fail(Status::NullPointer, "plan is NULL");
+  const core::TransferPlan& plan = *params.plan;
+  if (params.request_id.empty() || params.request_id.size() > kMaxRequestIdBytes) {
+    core::fail(Status::InvalidArgument, "request_id must be 1.." + std::to_string(kMaxRequestIdBytes) +
+                                            " bytes, got " + std::to_string(params.request_id.size()));
+  }
+  if (params.peer_engine_id.empty()) core::fail(Status::InvalidArgument, "peer_engine_id is empty");
+  const auto timeout = params.timeout.value_or(opt_.default_timeout);
+  if (timeout.count() <= 0) core::fail(Status::InvalidArgument, "timeout_ms must be > 0");
+  const auto& me = opt_.metadata;
+
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
+  auto job = std::make_shared<TransferJob>();
+  job->core = this;
+  job->op = params.op;
+  job->request_id = params.request_id;
+  job->notify = params.notify;
+  job->timeout = timeout;
+  const auto mine = local_ranges(regs_);
+
+  auto peer_for = [&](uint32_t rank, const char* role) -> std::shared_ptr<PeerConn> {
+    auto it = peers_.find({params.peer_engine_id, rank});
+    if (it == peers_.end()) {
+      core::fail(Status::NotFound, std::string(role) + " rank " + std::to_string(rank) + " of engine '" +
+                                       params.peer_engine_id + "' is not connected");
+    }
+    return it->second;
+  };
+
+  // Builds the operations of one lane, checking both sides of every read first.
+  struct LaneOps {
+    uint32_t p_rank;
+    std::shared_ptr<PeerConn> peer;
+    const std::vector<core::PlanRead>* reads;
+  };
+  std::vector<LaneOps> lanes;
+
+  if (params.op == TransferOp::Read) {
+    if (plan.d_rank != me.tp_rank || plan.d_tp != me.tp_size) {
+      core::fail(Status::InvalidArgument,
+                 "the plan is for D rank " + std::to_string(plan.d_rank) + " of TP " +
+                     std::to_string(plan.d_tp) + " but this agent is rank " + std::to_string(me.tp_rank) +
+                     " of TP " + std::to_string(me.tp_size));
+    }
+    for (const auto& rr : plan.ranks) {
+      auto peer = peer_for(rr.p_rank, "P");
+      if (peer->record->metadata.tp_size != plan.p_tp) {
+        core::fail(Status::InvalidArgument, "the plan is for P TP " + std::to_string(plan.p_tp) + " but engine '" +
+                                                params.peer_engine_id + "' runs TP " +
+                                                std::to_string(peer->record->metadata.tp_size));
+      }
+      lanes.push_back({rr.p_rank, peer, &rr.reads});
+    }
+    if (params.notify) {
+      for (uint32_t r : plan.notify_ranks) {
+        const bool reads = std::any_of(plan.ranks.begin(), plan.ranks.end(),
+                                       [&](const core::RankReads& x) { return x.p_rank == r; });
+        if (!reads) {
+          job->notify_only.push_back(peer_for(r, "P"));
+          job->notify_only_done.push_back(false);
+        }
+      }
+    }
+  } else {
+    if (plan.p_tp != me.tp_size) {
+      core::fail(Status::InvalidArgument, "the plan is for P TP " + std::to_string(plan.p_tp) +
+                                              " but this agent runs TP " + std::to_string(me.tp_size));
+    }
+    auto peer = peer_for(plan.d_rank, "D");
+    if (peer->record->metadata.tp_size != plan.d_tp) {
+      core::fail(Status::InvalidArgument, "the plan is for D TP " + std::to_string(plan.d_tp) + " but engine '" +
+                                              params.peer_engine_id + "' runs TP " +
+                                              std::to_string(peer->record->metadata.tp_size));
+    }
+    static const std::vector<core::PlanRead> kNone;
+    const std::vector<core::PlanRead>* reads = &kNone;
+    for (const auto& rr : plan.ranks) {
+      if (rr.p_rank == me.tp_rank) reads = &rr.reads;
+    }
+    lanes.push_back({me.tp_rank, peer, reads});
+  }
+
+  // Check every range of every read before anything is posted.
+  std::vector<std::vector<TransferJob::Op>> per_lane(lanes.size());
+  std::vector<bool> uses_region(regs_.size(), false);
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    const auto& L = lanes[l];
+    per_lane[l].reserve(L.reads->size());
+    for (size_t i = 0; i < L.reads->size(); ++i) {
+      const core::PlanRead& r = (*L.reads)[i];
+      const ReadRef ref{L.p_rank, i};
+      TransferJob::Op op;
+      op.lane = static_cast<uint32_t>(l);
+      op.read_index = i;
+      op.length = r.length;
+      if (params.op == TransferOp::Read) {
+        op.local = reinterpret_cast<void*>(static_cast<uintptr_t>(
+            checked_address(ref, "local", r.local_region, mine, r.local_offset, r.length)));
+        op.remote = checked_address(ref, "remote", r.remote_region, L.peer->remote_ranges,
+                                    r.remote_offset, r.length);
+        op.remote_region = r.remote_region;
+        uses_region[r.local_region] = true;
+      } else {
+        op.local = reinterpret_cast<void*>(static_cast<uintptr_t>(
+            checked_address(ref, "local (P)", r.remote_region, mine, r.remote_offset, r.length)));
+        op.remote = checked_address(ref, "remote (D)", r.local_region, L.peer->remote_ranges,
+                                    r.local_offset, r.length);
+        op.remote_region = r.local_region;
+        uses_region[r.remote_region] = true;
+      }
+      per_lane[l].push_back(op);
+    }
+  }
+
+  // Interleave the lanes so the window keeps every peer busy.
+  size_t total = 0;
+  for (auto& v : per_lane) total += v.size();
+  job->ops.reserve(total);
+  for (size_t i = 0; job->ops.size() < total; ++i) {
+    for (auto& v : per_lane) {
+      if (i < v.size()) job->ops.push_back(v[i]);
+    }
+  }
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    TransferJob::Lane lane;
+    lane.peer = lanes[l].peer;
+    lane.p_rank = lanes[l].p_rank;
+    lane.remaining = per_lane[l].size();
+    job->lanes.push_back(std::move(lane));
+  }
+  uint64_t bytes = 0;
+  for (auto& op : job->ops) {
+    op.job = job.get();
+    bytes += op.length;
+    job->lanes[op.lane].bytes += op.length;
+  }
+  for (auto& lane : job->lanes) lane.job = job.get();
+  for (size_t r = 0; r < uses_region.size(); ++r) {
+    if (uses_region[r]) {
+      regs_[r]->busy++;
+      job->local_regs.push_back(regs_[r]);
+    }
+  }
+  const auto now = Clock::now();
+  job->deadline = now + timeout;
+  {
+    std::lock_guard<std::mutex> jg(job->m);
+    job->visible.posted = now;
+    job->visible.bytes_total = bytes;
+    job->visible.ops_total = total;
+  }
+  active_.push_back(job);
+  // Lanes with nothing to move (a full prefix hit, a P rank without reads) are complete now.
+  for (auto& lane : job->lanes) {
+    if (lane.remaining == 0) lane_data_complete_locked(*job, lane);
+  }
+  post_some_locked(*job);
+  check_final_locked(*job);
+  wake_progress();
+  return job;
+}
+
+void AgentCore::post_some_locked(TransferJob& job) {
+  const uint64_t window = std::max<uint32_t>(1, opt_.max_outstanding);
+  while (!job.stopping() && job.next_post < job.ops.size() && job.inflight < window) {
+    TransferJob::Op& op = job.ops[job.next_post++];
+    TransferJob::Lane& lane = job.lanes[op.lane];
+    PeerConn& peer = *lane.peer;
+    if (peer.lost || !peer.ep) {
+      op.state = TransferJob::Op::State::Failed;
+      fail_job_locked(job, Status::PeerLost, "peer '" + peer.record->engine_id + "' rank " +
+                                                 std::to_string(peer.record->tp_rank) + " was lost");
+      break;
+    }
+    // A present remote range always has its key (admit() unpacks one per advertised range).
+    const UcxRemoteKey* rkey = &peer.rkeys[op.remote_region];
+    op.state = TransferJob::Op::State::InFlight;
+    const PostResult res = job.op == TransferOp::Read
+                               ? peer.ep->post_get(op.local, op.length, op.remote, *rkey, &AgentCore::on_op_done, &op)
+                               : peer.ep->post_put(op.local, op.length, op.remote, *rkey, &AgentCore::on_op_done, &op);
+    switch (res.state) {
+      case PostState::Done:
+        op_done_locked(op, UCS_OK);
+        break;
+      case PostState::InFlight:
+        job.inflight++;
+        peer.inflight++;
+        break;
+      case PostState::Failed:
+        op_done_locked(op, res.status);
+        break;
+    }
+  }
+}
+
+void AgentCore::on_op_done(void* user, ucs_status_t status) {
+  auto* op = static_cast<TransferJob::Op*>(user);
+  TransferJob& job = *op->job;
+  // Runs inside worker.progress() with the core's mutex held; the job is alive (active_ or
+  // zombies_ hold it until every operation returned).
+  job.inflight--;
+  job.lanes[op->lane].peer->inflight--;
+  AgentCore* core = job.core;
+  core->op_done_locked(*op, status);
+  core->check_final_locked(job);
+}
+
+void AgentCore::op_done_locked(TransferJob::Op& op, ucs_status_t status) {
+  TransferJob& job = *op.job;
+  TransferJob::Lane& lane = job.lanes[op.lane];
+  if (status == UCS_OK) {
+    op.state = TransferJob::Op::State::Done;
+    job.done_ops++;
+    job.done_bytes += op.length;
+    if (job.op == TransferOp::Read) {
+      lane.peer->record->bytes_read += op.length;
+    } else {
+      lane.peer->record->bytes_written += op.length;
+    }
+    {
+      std::lock_guard<std::mutex> jg(job.m);
+      job.visible.ops_done = job.done_ops;
+      job.visible.bytes_done = job.done_bytes;
+    }
+    if (lane.remaining > 0 && --lane.remaining == 0) lane_data_complete_locked(job, lane);
+    return;
+  }
+  op.state = TransferJob::Op::State::Failed;
+  lane.peer->record->operations_failed++;
+  const auto& rec = *lane.peer->record;
+  // UCX's ways of saying the peer is gone are a lost peer, not a transport malfunction.
+  const bool gone = lane.peer->lost || (lane.peer->ep && lane.peer->ep->failed()) ||
+                    status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_CONNECTION_RESET ||
+                    status == UCS_ERR_UNREACHABLE || status == UCS_ERR_NOT_CONNECTED ||
+                    status == UCS_ERR_CANCELED;
+  fail_job_locked(job, gone ? Status::PeerLost : Status::Transport,
+                  std::string(job.op == TransferOp::Read ? "GET" : "PUT") + " of read " +
+                      std::to_string(op.read_index) + " (P rank " + std::to_string(lane.p_rank) +
+                      ") with peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) +
+                      " failed: " + ucs_text(status));
+}
+
+void AgentCore::lane_data_complete_locked(TransferJob& job, TransferJob::Lane& lane) {
+  lane.data_complete = true;
+  if (job.op == TransferOp::Read) {
+    // GETs completed: the bytes are in this process's memory. Now the P rank may free them.
+    lane.complete = true;
+    if (job.notify && !job.stopping()) {
+      send_notify_locked(lane.peer, NotifyKind::ReadDone, job.request_id, lane.bytes, Status::Ok);
+      lane.notified = true;
+    }
+    return;
+  }
+  // PUTs completed locally only: flush for remote completion before telling D.
+  PeerConn& peer = *lane.peer;
+  if (peer.lost || !peer.ep) {
+    fail_job_locked(job, Status::PeerLost, "peer lost before the flush");
+    return;
+  }
+  if (lane.bytes == 0) {
+    lane.complete = true;
+  } else {
+    lane.flush_inflight = true;
+    const PostResult res = peer.ep->post_flush(&AgentCore::on_flush_done, &lane);
+    if (res.state == PostState::InFlight) {
+      job.inflight++;
+      peer.inflight++;
+      return;
+    }
+    lane.flush_inflight = false;
+    if (res.state == PostState::Failed) {
+      fail_job_locked(job, Status::Transport, "flush to the D rank failed: " + ucs_text(res.status));
+      return;
+    }
+    lane.complete = true;
+  }
+  if (job.notify && !job.stopping()) {
+    send_notify_locked(lane.peer, NotifyKind::WriteDone, job.request_id, lane.bytes, Status::Ok);
+    lane.notified = true;
+  }
+}
+
+void AgentCore::on_flush_done(void* user, ucs_status_t status) {
+  auto* lane = static_cast<TransferJob::Lane*>(user);
+  TransferJob& job = *lane->job;
+  job.inflight--;
+  lane->peer->inflight--;
+  job.core->flush_done_locked(*lane, status);
+  job.core->check_final_locked(job);
+}
+
+void AgentCore::flush_done_locked(TransferJob::Lane& lane, ucs_status_t status) {
+  TransferJob& job = *lane.job;
+  lane.flush_inflight = false;
+  if (status != UCS_OK) {
+    // UCX's ways of saying the peer is gone are a lost peer, not a transport malfunction.
+  const bool gone = lane.peer->lost || (lane.peer->ep && lane.peer->ep->failed()) ||
+                    status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_CONNECTION_RESET ||
+                    status == UCS_ERR_UNREACHABLE || status == UCS_ERR_NOT_CONNECTED ||
+                    status == UCS_ERR_CANCELED;
+  fail_job_locked(job, gone ? Status::PeerLost : Status::Transport,
+                    "flush to the D rank failed: " + ucs_text(status));
+    return;
+  }
+  lane.complete = true;
+  if (job.notify && !job.stopping()) {
+    send_notify_locked(lane.peer, NotifyKind::WriteDone, job.request_id, lane.bytes, Status::Ok);
+    lane.notified = true;
+  }
+}
+
+void AgentCore::fail_job_locked(TransferJob& job, Status status, const std::string& message) {
+  if (job.finalized || job.stopping()) return;  // the first failure is the one reported
+  job.fail_status = status;
+  job.fail_message = message;
+  job.stopped_at = Clock::now();
+}
+
+void AgentCore::cancel(const std::shared_ptr<TransferJob>& job) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopped_ || job->finalized) return;
+  fail_job_locked(*job, Status::Cancelled, "transfer '" + job->request_id + "' was cancelled");
+  check_final_locked(*job);
+  wake_progress();
+}
+
+void AgentCore::check_final_locked(TransferJob& job) {
+  if (job.finalized) {
+    if (!job.released && job.inflight == 0) release_registrations_locked(job);
+    return;
+  }
+  if (job.inflight != 0) return;
+  bool all_complete = job.next_post == job.ops.size();
+  for (const auto& lane : job.lanes) all_complete &= lane.complete;
+  if (!all_complete && !job.stopping()) return;
+  finalize_locked(job);
+  release_registrations_locked(job);
+}
+
+void AgentCore::finalize_locked(TransferJob& job) {
+  job.finalized = true;
+  const bool ok = !job.stopping();
+  if (ok) {
+    // Notify-only ranks (READ): every byte of the request is here now.
+    if (job.notify) {
+      for (size_t i = 0; i < job.notify_only.size(); ++i) {
+        send_notify_locked(job.notify_only[i], NotifyKind::ReadDone, job.request_id, 0, Status::Ok);
+      }
+    }
+    for (auto& lane : job.lanes) lane.peer->record->transfers_done++;
+  } else {
+    // Tell every peer still waiting that this request will not come, so it can free its blocks.
+    if (job.notify) {
+      const NotifyKind kind = job.op == TransferOp::Read ? NotifyKind::ReadDone : NotifyKind::WriteDone;
+      for (auto& lane : job.lanes) {
+        if (!lane.notified) send_notify_locked(lane.peer, kind, job.request_id, 0, job.fail_status);
+      }
+      for (auto& p : job.notify_only) send_notify_locked(p, kind, job.request_id, 0, job.fail_status);
+    }
+    for (auto& lane : job.lanes) lane.peer->record->transfers_failed++;
+  }
+  std::vector<FailedRead> failed;
+  if (!ok) {
+    for (const auto& op : job.ops) {
+      if (op.state == TransferJob::Op::State::Done) continue;
+      failed.push_back({job.lanes[op.lane].p_rank, op.read_index, job.fail_status});
+    }
+    std::sort(failed.begin(), failed.end(), [](const FailedRead& a, const FailedRead& b) {
+      return a.p_rank != b.p_rank ? a.p_rank < b.p_rank : a.read_index < b.read_index;
+    });
+  }
+  {
+    std::lock_guard<std::mutex> jg(job.m);
+    job.visible.state = ok ? TransferState::Done : TransferState::Failed;
+    job.visible.status = ok ? Status::Ok : job.fail_status;
+    job.visible.message = ok ? std::string() : job.fail_message + " (" + std::to_string(failed.size()) +
+                                                   " of " + std::to_string(job.ops.size()) +
+                                                   " reads incomplete)";
+    job.visible.failed = std::move(failed);
+    job.visible.finished = Clock::now();
+  }
+  job.cv.notify_all();
+}
+
+void AgentCore::check_deadlines_locked(Clock::time_point now) {
+  // How long operations cancelled by closing their endpoint may take to be called back. UCX
+  // 1.13.1 does not always return operations queued on a shared-memory endpoint whose peer
+  // vanished; past this grace the transfer is reported failed anyway and its memory stays busy.
+  constexpr auto kCancelGrace = std::chrono::milliseconds(200);
+  for (size_t i = 0; i < active_.size(); ++i) {
+    auto job = active_[i];
+    if (job->finalized) continue;
+    if (job->fail_status == Status::PeerLost && job->inflight != 0 && now - job->stopped_at >= kCancelGrace) {
+      finalize_locked(*job);
+      zombies_.push_back(job);
+      continue;
+    }
+    if (now < job->deadline) continue;
+    fail_job_locked(*job, Status::TimedOut,
+                    "transfer '" + job->request_id + "' missed its " + std::to_string(job->timeout.count()) +
+                        " ms deadline with " + std::to_string(job->done_ops) + " of " +
+                        std::to_string(job->ops.size()) + " operations done");
+    if (job->inflight != 0) {
+      // UCX returns operations in flight only when their endpoint closes: close the endpoints
+      // still carrying this job's operations (their peers are unusable: they did not serve
+      // within the deadline), then collect the cancelled completions.
+      std::vector<std::shared_ptr<PeerConn>> stuck;
+      for (auto& lane : job->lanes) {
+        if (lane.peer->inflight != 0 && !lane.peer->lost) stuck.push_back(lane.peer);
+      }
+      for (auto& p : stuck) {
+        lose_peer_locked(p, Status::PeerLost, "operations still in flight at a transfer's deadline", true);
+      }
+      for (int k = 0; k < 64 && job->inflight != 0; ++k) {
+        if (worker_->progress() == 0) break;
+      }
+    }
+    if (!job->finalized) finalize_locked(*job);
+    if (job->inflight == 0) {
+      release_registrations_locked(*job);
+    } else {
+      // UCX did not return them: keep the job (and its registrations busy) until it does.
+      zombies_.push_back(job);
+    }
+  }
+}
+
+}  // namespace pdkv::exec

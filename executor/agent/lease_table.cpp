@@ -1,0 +1,90 @@
+#include "agent/lease_table.hpp"
+
+#include <algorithm>
+
+namespace pdkv::exec {
+
+Notification LeaseTable::finished(const std::string& request, const Entry& e,
+                                  NotificationKind kind) const {
+  Notification n;
+  n.kind = kind;
+  n.status = kind == NotificationKind::LeaseExpired ? core::Status::TimedOut : core::Status::Ok;
+  n.request_id = request;
+  n.count = e.count;
+  n.expected = e.expected;
+  return n;
+}
+
+void LeaseTable::remember_unleased(const std::string& request) {
+  unleased_order_.push_back(request);
+  // Drop the oldest unleased counts beyond the cap; names that were leased since are skipped.
+  while (unleased_order_.size() > kMaxUnleased) {
+    const std::string victim = std::move(unleased_order_.front());
+    unleased_order_.pop_front();
+    auto it = entries_.find(victim);
+    if (it != entries_.end() && it->second.expected == 0) entries_.erase(it);
+  }
+}
+
+uint32_t LeaseTable::on_success(const std::string& request, std::optional<Notification>& complete) {
+  complete.reset();
+  auto [it, inserted] = entries_.try_emplace(request);
+  if (inserted) remember_unleased(request);
+  Entry& e = it->second;
+  if (e.count < UINT32_MAX) ++e.count;
+  const uint32_t count = e.count;
+  if (e.expected != 0 && e.count >= e.expected) {
+    complete = finished(request, e, NotificationKind::RequestComplete);
+    entries_.erase(it);
+  }
+  return count;
+}
+
+std::optional<Notification> LeaseTable::lease(const std::string& request, uint32_t expected,
+                                              Clock::time_point deadline) {
+  Entry& e = entries_[request];
+  e.expected = expected;
+  e.deadline = deadline;
+  if (e.count >= e.expected) {
+    Notification n = finished(request, e, NotificationKind::RequestComplete);
+    entries_.erase(request);
+    return n;
+  }
+  return std::nullopt;
+}
+
+std::vector<Notification> LeaseTable::expire(Clock::time_point now) {
+  std::vector<std::pair<Clock::time_point, Notification>> due;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->second.expected != 0 && it->second.deadline <= now) {
+      due.emplace_back(it->second.deadline,
+                       finished(it->first, it->second, NotificationKind::LeaseExpired));
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Report them in the order they expired (the map's order is arbitrary).
+  std::sort(due.begin(), due.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second.request_id < b.second.request_id;
+  });
+  std::vector<Notification> out;
+  out.reserve(due.size());
+  for (auto& d : due) out.push_back(std::move(d.second));
+  return out;
+}
+
+std::optional<LeaseTable::Clock::time_point> LeaseTable::next_deadline() const {
+  std::optional<Clock::time_point> best;
+  for (const auto& [name, e] : entries_) {
+    if (e.expected != 0 && (!best || e.deadline < *best)) best = e.deadline;
+  }
+  return best;
+}
+
+uint32_t LeaseTable::expected(const std::string& request) const {
+  auto it = entries_.find(request);
+  return it == entries_.end() ? 0 : it->second.expected;
+}
+
+}  // namespace pdkv::exec

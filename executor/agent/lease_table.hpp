@@ -1,0 +1,59 @@
+// Per-request notification counts and leases (pdkv_agent_lease). P leases a request's blocks
+// with the number of successful notifications it expects and a time to live; the table says when
+// the count is reached (RequestComplete) or the time runs out first (LeaseExpired), so P frees
+// blocks neither too early nor never. Notifications that arrive before the lease count; counts of
+// requests nobody leases are kept for at most kMaxUnleased requests (oldest dropped first), so a
+// peer cannot grow the table without bound. Not thread-safe: the agent's mutex guards it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/agent.hpp"
+
+namespace pdkv::exec {
+
+class LeaseTable {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr size_t kMaxUnleased = 65536;
+
+  // A successful notification for `request`: returns its count so far and, when that reaches
+  // the lease's expected count, the RequestComplete notification (the lease ends).
+  uint32_t on_success(const std::string& request, std::optional<Notification>& complete);
+
+  // Leases `request` (replacing an earlier lease); completes at once when enough notifications
+  // already arrived. expected >= 1, ttl > 0 (the caller checks).
+  std::optional<Notification> lease(const std::string& request, uint32_t expected,
+                                    Clock::time_point deadline);
+
+  // The LeaseExpired notifications of leases whose deadline is <= now (those leases end).
+  std::vector<Notification> expire(Clock::time_point now);
+
+  // The earliest lease deadline, if any lease is open.
+  std::optional<Clock::time_point> next_deadline() const;
+
+  // The expected count of an open lease (0: none).
+  uint32_t expected(const std::string& request) const;
+
+  size_t size() const noexcept { return entries_.size(); }
+
+ private:
+  struct Entry {
+    uint32_t count = 0;
+    uint32_t expected = 0;  // 0: no lease
+    Clock::time_point deadline{};
+  };
+  Notification finished(const std::string& request, const Entry& e, NotificationKind kind) const;
+  void remember_unleased(const std::string& request);
+
+  std::unordered_map<std::string, Entry> entries_;
+  std::deque<std::string> unleased_order_;  // may hold stale names (already leased or dropped)
+};
+
+}  // namespace pdkv::exec

@@ -1,0 +1,329 @@
+// The agent in one process over loopback: a D agent (TP1) and the two ranks of a P engine (TP2)
+// as three agents with real memory. READ and WRITE of a compiled plan over shm and tcp, every
+// byte checked (moved bytes equal the source, every other byte untouched), notifications after
+// the data, leases, deadlines against a peer that stopped (SIGSTOP is the two-process tests'
+// job: here the P agent is freed mid-way), cancel, deregistration refused while busy, and range
+// checks refusing a plan that leaves registered memory before any byte moves.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "agent/agent.hpp"
+#include "pdkv/core/geometry.hpp"
+#include "pdkv/core/metadata_from_geometry.hpp"
+#include "pdkv/core/transfer_plan.hpp"
+
+using namespace pdkv;
+using namespace pdkv::exec;
+using core::Status;
+using namespace std::chrono_literals;
+
+namespace {
+
+core::ModelDesc model() {
+  core::ModelDesc m;
+  m.name = "tiny-gqa";
+  m.attention.num_kv_heads = 8;
+  m.attention.head_size = 64;
+  m.attention.head_size_v = 64;
+  m.dtype_bytes = 1;
+  return m;
+}
+
+constexpr uint32_t kRegions = 3;
+constexpr uint64_t kBlocks = 32;
+
+struct Rank {
+  std::string engine;
+  uint32_t rank;
+  core::EngineMetadata md;
+  std::vector<uint8_t> mem;
+  std::unique_ptr<Agent> agent;
+  std::vector<std::shared_ptr<Registration>> regs;
+  std::weak_ptr<AgentCore> core;
+};
+
+std::unique_ptr<Rank> make_rank(const std::string& engine, uint32_t tp, uint32_t rank, uint8_t fill,
+                                TransportMode mode, std::chrono::milliseconds hb_timeout = 2000ms,
+                                ProgressMode progress = ProgressMode::Thread) {
+  auto r = std::make_unique<Rank>();
+  r->engine = engine;
+  r->rank = rank;
+  const auto m = model();
+  core::EngineConfig cfg;
+  cfg.tp_size = tp;
+  cfg.user_block_size = 16;
+  const auto geo = core::derive_geometry(m, cfg);
+  // Size the buffer from a first metadata, then place the regions in it.
+  auto probe = core::metadata_from_geometry(m, cfg, geo, {engine, rank, kBlocks, kRegions, 1ull << 40});
+  uint64_t bytes = 0;
+  for (auto& reg : probe.regions) bytes += reg.region.block_len * reg.region.num_blocks;
+  r->mem.assign(bytes, fill);
+  r->md = core::metadata_from_geometry(m, cfg, geo,
+                                       {engine, rank, kBlocks, kRegions, reinterpret_cast<uint64_t>(r->mem.data())});
+  // P memory holds a pattern unique to (rank, offset) so a misplaced byte is caught.
+  if (fill == 0) {
+    for (size_t i = 0; i < r->mem.size(); ++i) r->mem[i] = static_cast<uint8_t>((i * 131 + rank * 71 + 7) % 251);
+  }
+  AgentOptions o;
+  o.metadata = r->md;
+  o.transport = mode;
+  o.default_timeout = 5000ms;
+  o.heartbeat_interval = 100ms;
+  o.heartbeat_timeout = hb_timeout;
+  o.max_outstanding = 4;  // small, so the window actually refills
+  o.progress = progress;
+  r->agent = std::make_unique<Agent>(o);
+  r->core = r->agent->core();
+  for (uint32_t i = 0; i < r->md.regions.size(); ++i) {
+    const auto& reg = r->md.regions[i].region;
+    r->regs.push_back(r->agent->register_memory(i, reg.base, reg.block_len * reg.num_blocks, MemoryType::Host));
+  }
+  return r;
+}
+
+core::TransferPlan make_plan(const Rank& d, const std::vector<Rank*>& ps, uint64_t tokens) {
+  std::vector<core::EngineMetadata> remote;
+  for (auto* p : ps) remote.push_back(p->md);
+  const core::PlanContext ctx = core::make_plan_context(d.md, remote);
+  core::PlanGroup g;
+  g.trim.kind = core::GroupKind::Attention;
+  const uint64_t nblocks = (tokens + 15) / 16;
+  for (uint64_t b = 0; b < nblocks; ++b) {
+    g.trim.local_blocks.push_back(kBlocks - 1 - 2 * b);  // D's ids scattered, descending
+    g.trim.remote_blocks.push_back(3 + b);               // P's consecutive
+  }
+  g.trim.remote_computed_tokens = tokens;
+  return core::compile_transfer_plan(ctx, {g});
+}
+
+// Every byte of D: inside a read equals the P source, outside equals D's fill.
+void verify(const Rank& d, const std::vector<Rank*>& ps, const core::TransferPlan& plan, uint8_t d_fill) {
+  std::vector<uint8_t> expect(d.mem.size(), d_fill);
+  auto base_of = [](const core::EngineMetadata& md, uint32_t region) { return md.regions[region].region.base; };
+  const uint64_t d_base = reinterpret_cast<uint64_t>(d.mem.data());
+  for (const auto& rr : plan.ranks) {
+    const Rank* p = nullptr;
+    for (auto* c : ps) if (c->rank == rr.p_rank) p = c;
+    ASSERT_NE(p, nullptr);
+    const uint64_t p_base = reinterpret_cast<uint64_t>(p->mem.data());
+    for (const auto& r : rr.reads) {
+      const uint64_t dst = base_of(d.md, r.local_region) + r.local_offset - d_base;
+      const uint64_t src = base_of(p->md, r.remote_region) + r.remote_offset - p_base;
+      std::memcpy(expect.data() + dst, p->mem.data() + src, r.length);
+    }
+  }
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < expect.size(); ++i) {
+    if (expect[i] != d.mem[i]) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << "first wrong byte at D offset " << first;
+}
+
+void connect_all(Rank& d, const std::vector<Rank*>& ps) {
+  for (auto* p : ps) {
+    auto rec = d.agent->connect(p->agent->info().listen, 3000ms);
+    ASSERT_EQ(rec->engine_id, p->engine);
+    ASSERT_EQ(rec->tp_rank, p->rank);
+  }
+}
+
+std::vector<Notification> wait_notes(Agent& a, size_t n, std::chrono::milliseconds within = 3000ms) {
+  std::vector<Notification> got;
+  const auto until = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < until) {
+    for (auto& x : a.poll_notifications()) {
+      if (x.kind != NotificationKind::PeerConnected) got.push_back(x);
+    }
+    if (got.size() >= n) break;
+    std::this_thread::sleep_for(2ms);
+  }
+  return got;
+}
+
+class AgentLoopback : public ::testing::TestWithParam<TransportMode> {};
+
+TEST_P(AgentLoopback, ReadMovesEveryPlannedByteAndNotifiesAfterTheData) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam());
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam());
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const auto plan = make_plan(*d, ps, 16 * 9 + 5);
+  ASSERT_EQ(plan.ranks.size(), 2u);
+  p0->agent->lease("req-1", plan.notifications_per_p_rank, 5000ms);
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "req-1";
+  auto t = d->agent->post(pp);
+  ASSERT_TRUE(t.wait(5000ms));
+  const auto s = t.status();
+  ASSERT_EQ(s.status, Status::Ok) << s.message;
+  EXPECT_EQ(s.state, TransferState::Done);
+  EXPECT_EQ(s.bytes_done, s.bytes_total);
+  verify(*d, ps, plan, 0xEE);
+  // P rank 0: READ_DONE from D rank 0, then the lease completes.
+  auto notes = wait_notes(*p0->agent, 2);
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_EQ(notes[0].kind, NotificationKind::ReadDone);
+  EXPECT_EQ(notes[0].request_id, "req-1");
+  EXPECT_EQ(notes[0].engine_id, "dec");
+  EXPECT_EQ(notes[0].status, Status::Ok);
+  EXPECT_EQ(notes[1].kind, NotificationKind::RequestComplete);
+  auto peer = d->agent->find_peer("pre", 1);
+  EXPECT_GT(peer->bytes_read.load(), 0u);
+  EXPECT_EQ(peer->transfers_done.load(), 1u);
+}
+
+TEST_P(AgentLoopback, WriteMirrorsTheReadAndNotifiesD) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam());
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam());
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const auto plan = make_plan(*d, ps, 16 * 7);
+  d->agent->lease("w-1", 2, 5000ms);
+  for (auto* p : ps) {
+    PostParams pp;
+    pp.op = TransferOp::Write;
+    pp.plan = &plan;
+    pp.peer_engine_id = "dec";
+    pp.request_id = "w-1";
+    auto t = p->agent->post(pp);
+    ASSERT_TRUE(t.wait(5000ms));
+    ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+  }
+  auto notes = wait_notes(*d->agent, 3);
+  ASSERT_EQ(notes.size(), 3u);
+  EXPECT_EQ(notes[0].kind, NotificationKind::WriteDone);
+  EXPECT_EQ(notes[1].kind, NotificationKind::WriteDone);
+  EXPECT_EQ(notes[2].kind, NotificationKind::RequestComplete);
+  verify(*d, ps, plan, 0xEE);
+}
+
+TEST_P(AgentLoopback, OutOfRangePlanIsRefusedBeforeAnyByteMoves) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam());
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam());
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  auto plan = make_plan(*d, ps, 16 * 4);
+  plan.ranks[1].reads.back().remote_offset += kBlocks * 1024 * 1024;  // past P's region
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "bad";
+  try {
+    d->agent->post(pp);
+    FAIL() << "posted";
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.status(), Status::OutOfBounds);
+    EXPECT_NE(std::string(e.what()).find("remote region"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::all_of(d->mem.begin(), d->mem.end(), [](uint8_t b) { return b == 0xEE; }));
+}
+
+TEST_P(AgentLoopback, LostPeerFailsTheTransferAndTheSurvivorServesAFreshPeer) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 400ms);
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam());
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const auto plan = make_plan(*d, ps, 16 * 8);
+  p1->agent.reset();  // the P rank goes away (Bye)
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "lost";
+  // Either refused at post (already known lost) or failed with PeerLost.
+  try {
+    auto t = d->agent->post(pp);
+    ASSERT_TRUE(t.wait(3000ms));
+    EXPECT_EQ(t.status().status, Status::PeerLost) << t.status().message;
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.status(), Status::NotFound) << e.what();
+  }
+  // A restarted P rank 1 is accepted and served.
+  p1 = make_rank("pre", 2, 1, 0, GetParam());
+  ps = {p0.get(), p1.get()};
+  d->agent->connect(p1->agent->info().listen, 3000ms);
+  const auto plan2 = make_plan(*d, ps, 16 * 8);
+  pp.plan = &plan2;
+  pp.request_id = "again";
+  auto t2 = d->agent->post(pp);
+  ASSERT_TRUE(t2.wait(5000ms));
+  EXPECT_EQ(t2.status().status, Status::Ok) << t2.status().message;
+  verify(*d, ps, plan2, 0xEE);
+}
+
+TEST_P(AgentLoopback, DeregisterIsRefusedWhileBusyAndCancelStops) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam());
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam());
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const auto plan = make_plan(*d, ps, 16 * 14);
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "c";
+  auto t = d->agent->post(pp);
+  t.cancel();
+  ASSERT_TRUE(t.wait(3000ms));
+  const auto s = t.status();
+  // Cancel races with completion on a fast link: either outcome is final and consistent.
+  if (s.state == TransferState::Failed) {
+    EXPECT_EQ(s.status, Status::Cancelled);
+    EXPECT_FALSE(s.failed.empty());
+  }
+  // Idle now: deregistration works.
+  EXPECT_NO_THROW(deregister_memory(d->core, d->regs[0]));
+}
+
+// Over tcp a GET is emulated and needs the target's worker to progress: P agents in caller
+// progress mode whose caller never calls leave every GET in flight. Deregistering D's memory is
+// refused while they are, the deadline fails the transfer on time with TimedOut and the reads
+// listed, and afterwards the memory is free to deregister.
+TEST(AgentDeadline, StuckOperationsTimeOutOnTimeAndKeepMemoryBusyUntilReturned) {
+  auto d = make_rank("dec", 1, 0, 0xEE, TransportMode::Tcp);
+  auto p0 = make_rank("pre", 2, 0, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
+  auto p1 = make_rank("pre", 2, 1, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const auto plan = make_plan(*d, ps, 16 * 14);
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "stuck";
+  pp.timeout = 400ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t = d->agent->post(pp);
+  std::this_thread::sleep_for(50ms);
+  ASSERT_EQ(t.status().state, TransferState::InFlight) << "the GETs completed: the test proves nothing";
+  try {
+    deregister_memory(d->core, d->regs[0]);
+    FAIL() << "deregistered memory a transfer is writing into";
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.status(), Status::Busy) << e.what();
+    EXPECT_NE(std::string(e.what()).find("region 0"), std::string::npos) << e.what();
+  }
+  ASSERT_TRUE(t.wait(3000ms));
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  const auto s = t.status();
+  EXPECT_EQ(s.status, Status::TimedOut) << s.message;
+  EXPECT_FALSE(s.failed.empty());
+  EXPECT_LT(elapsed, 1500ms);
+  EXPECT_GE(elapsed, 400ms);
+  EXPECT_NO_THROW(deregister_memory(d->core, d->regs[0]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, AgentLoopback, ::testing::Values(TransportMode::Shm, TransportMode::Tcp),
+                         [](const auto& info) { return info.param == TransportMode::Shm ? "shm" : "tcp"; });
+
+}  // namespace
