@@ -96,13 +96,13 @@ typedef enum pdkv_notification_kind {
 
 /* ---- Agent -------------------------------------------------------------------------- */
 
-#define PDKV_AGENT_FIELD_LISTEN_ADDRESS ((uint64_t)1 << 0)
-#define PDKV_AGENT_FIELD_TRANSPORT ((uint64_t)1 << 1)
-#define PDKV_AGENT_FIELD_PROGRESS_MODE ((uint64_t)1 << 2)
-#define PDKV_AGENT_FIELD_DEFAULT_TIMEOUT ((uint64_t)1 << 3)
-#define PDKV_AGENT_FIELD_PRESHARED_KEY ((uint64_t)1 << 4)
-#define PDKV_AGENT_FIELD_HEARTBEAT ((uint64_t)1 << 5)
-#define PDKV_AGENT_FIELD_MAX_OUTSTANDING ((uint64_t)1 << 6)
+#define PDKV_AGENT_FIELD_LISTEN_ADDRESS (1ULL << 0)
+#define PDKV_AGENT_FIELD_TRANSPORT (1ULL << 1)
+#define PDKV_AGENT_FIELD_PROGRESS_MODE (1ULL << 2)
+#define PDKV_AGENT_FIELD_DEFAULT_TIMEOUT (1ULL << 3)
+#define PDKV_AGENT_FIELD_PRESHARED_KEY (1ULL << 4)
+#define PDKV_AGENT_FIELD_HEARTBEAT (1ULL << 5)
+#define PDKV_AGENT_FIELD_MAX_OUTSTANDING (1ULL << 6)
 
 /* Options of pdkv_agent_new. Zero it, set struct_size, set the fields you want with their bits. */
 typedef struct pdkv_agent_options {
@@ -174,8 +174,8 @@ PDKV_API pdkv_status_t pdkv_agent_event_fd(const pdkv_agent_t *agent, int *fd,
 
 /* ---- Memory ------------------------------------------------------------------------- */
 
-#define PDKV_MEMORY_FIELD_MEMORY_TYPE ((uint64_t)1 << 0)
-#define PDKV_MEMORY_FIELD_DEVICE ((uint64_t)1 << 1)
+#define PDKV_MEMORY_FIELD_MEMORY_TYPE (1ULL << 0)
+#define PDKV_MEMORY_FIELD_DEVICE (1ULL << 1)
 
 /* One region's memory to register. */
 typedef struct pdkv_memory_desc {
@@ -211,7 +211,7 @@ PDKV_API void pdkv_memory_free(pdkv_memory_t *memory);
 
 /* ---- Peers -------------------------------------------------------------------------- */
 
-#define PDKV_CONNECT_FIELD_TIMEOUT ((uint64_t)1 << 0)
+#define PDKV_CONNECT_FIELD_TIMEOUT (1ULL << 0)
 
 /* Options of pdkv_agent_connect. */
 typedef struct pdkv_connect_options {
@@ -278,8 +278,8 @@ PDKV_API void pdkv_peer_free(pdkv_peer_t *peer);
 
 /* ---- Transfers ---------------------------------------------------------------------- */
 
-#define PDKV_TRANSFER_FIELD_TIMEOUT ((uint64_t)1 << 0)
-#define PDKV_TRANSFER_FIELD_NOTIFY ((uint64_t)1 << 1)
+#define PDKV_TRANSFER_FIELD_TIMEOUT (1ULL << 0)
+#define PDKV_TRANSFER_FIELD_NOTIFY (1ULL << 1)
 
 /* What to execute. */
 typedef struct pdkv_transfer_params {

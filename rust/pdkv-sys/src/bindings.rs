@@ -3,6 +3,18 @@
 pub const PDKV_VERSION_MAJOR: u32 = 0;
 pub const PDKV_VERSION_MINOR: u32 = 1;
 pub const PDKV_VERSION_PATCH: u32 = 0;
+pub const PDKV_AGENT_FIELD_LISTEN_ADDRESS: u32 = 1;
+pub const PDKV_AGENT_FIELD_TRANSPORT: u32 = 2;
+pub const PDKV_AGENT_FIELD_PROGRESS_MODE: u32 = 4;
+pub const PDKV_AGENT_FIELD_DEFAULT_TIMEOUT: u32 = 8;
+pub const PDKV_AGENT_FIELD_PRESHARED_KEY: u32 = 16;
+pub const PDKV_AGENT_FIELD_HEARTBEAT: u32 = 32;
+pub const PDKV_AGENT_FIELD_MAX_OUTSTANDING: u32 = 64;
+pub const PDKV_MEMORY_FIELD_MEMORY_TYPE: u32 = 1;
+pub const PDKV_MEMORY_FIELD_DEVICE: u32 = 2;
+pub const PDKV_CONNECT_FIELD_TIMEOUT: u32 = 1;
+pub const PDKV_TRANSFER_FIELD_TIMEOUT: u32 = 1;
+pub const PDKV_TRANSFER_FIELD_NOTIFY: u32 = 2;
 pub type __uint8_t = ::std::os::raw::c_uchar;
 pub type __uint16_t = ::std::os::raw::c_ushort;
 pub type __int32_t = ::std::os::raw::c_int;
@@ -1436,4 +1448,351 @@ extern "C" {
 }
 extern "C" {
     pub fn pdkv_transfer_plan_free(plan: *mut pdkv_transfer_plan_t);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_agent {
+    _unused: [u8; 0],
+}
+pub type pdkv_agent_t = pdkv_agent;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_memory {
+    _unused: [u8; 0],
+}
+pub type pdkv_memory_t = pdkv_memory;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_peer {
+    _unused: [u8; 0],
+}
+pub type pdkv_peer_t = pdkv_peer;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_transfer {
+    _unused: [u8; 0],
+}
+pub type pdkv_transfer_t = pdkv_transfer;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_notification_list {
+    _unused: [u8; 0],
+}
+pub type pdkv_notification_list_t = pdkv_notification_list;
+pub const PDKV_TRANSPORT_AUTO: pdkv_transport = 0;
+pub const PDKV_TRANSPORT_SHM: pdkv_transport = 1;
+pub const PDKV_TRANSPORT_TCP: pdkv_transport = 2;
+pub type pdkv_transport = ::std::os::raw::c_uint;
+pub use self::pdkv_transport as pdkv_transport_t;
+pub const PDKV_PROGRESS_THREAD: pdkv_progress_mode = 0;
+pub const PDKV_PROGRESS_CALLER: pdkv_progress_mode = 1;
+pub type pdkv_progress_mode = ::std::os::raw::c_uint;
+pub use self::pdkv_progress_mode as pdkv_progress_mode_t;
+pub const PDKV_MEMORY_HOST: pdkv_memory_type = 0;
+pub const PDKV_MEMORY_CUDA: pdkv_memory_type = 1;
+pub type pdkv_memory_type = ::std::os::raw::c_uint;
+pub use self::pdkv_memory_type as pdkv_memory_type_t;
+pub const PDKV_TRANSFER_READ: pdkv_transfer_op = 0;
+pub const PDKV_TRANSFER_WRITE: pdkv_transfer_op = 1;
+pub type pdkv_transfer_op = ::std::os::raw::c_uint;
+pub use self::pdkv_transfer_op as pdkv_transfer_op_t;
+pub const PDKV_TRANSFER_IN_FLIGHT: pdkv_transfer_state = 0;
+pub const PDKV_TRANSFER_DONE: pdkv_transfer_state = 1;
+pub const PDKV_TRANSFER_FAILED: pdkv_transfer_state = 2;
+pub type pdkv_transfer_state = ::std::os::raw::c_uint;
+pub use self::pdkv_transfer_state as pdkv_transfer_state_t;
+pub const PDKV_NOTIFY_READ_DONE: pdkv_notification_kind = 0;
+pub const PDKV_NOTIFY_WRITE_DONE: pdkv_notification_kind = 1;
+pub const PDKV_NOTIFY_REQUEST_COMPLETE: pdkv_notification_kind = 2;
+pub const PDKV_NOTIFY_LEASE_EXPIRED: pdkv_notification_kind = 3;
+pub const PDKV_NOTIFY_PEER_CONNECTED: pdkv_notification_kind = 4;
+pub const PDKV_NOTIFY_PEER_LOST: pdkv_notification_kind = 5;
+pub type pdkv_notification_kind = ::std::os::raw::c_uint;
+pub use self::pdkv_notification_kind as pdkv_notification_kind_t;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_agent_options {
+    pub struct_size: usize,
+    pub field_mask: u64,
+    pub metadata: *const pdkv_engine_metadata_t,
+    pub listen_address: *const ::std::os::raw::c_char,
+    pub transport: i32,
+    pub progress_mode: i32,
+    pub default_timeout_ms: u64,
+    pub preshared_key: *const u8,
+    pub preshared_key_len: usize,
+    pub heartbeat_interval_ms: u32,
+    pub heartbeat_timeout_ms: u32,
+    pub max_outstanding: u32,
+}
+pub type pdkv_agent_options_t = pdkv_agent_options;
+extern "C" {
+    pub fn pdkv_agent_new(
+        options: *const pdkv_agent_options_t,
+        out: *mut *mut pdkv_agent_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_agent_free(agent: *mut pdkv_agent_t);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_agent_info {
+    pub struct_size: usize,
+    pub engine_id: *const ::std::os::raw::c_char,
+    pub tp_rank: u32,
+    pub tp_size: u32,
+    pub listen_address: *const ::std::os::raw::c_char,
+    pub port: u16,
+    pub transport: i32,
+    pub progress_mode: i32,
+    pub num_peers: usize,
+    pub transfers_in_flight: usize,
+}
+pub type pdkv_agent_info_t = pdkv_agent_info;
+extern "C" {
+    pub fn pdkv_agent_get_info(
+        agent: *const pdkv_agent_t,
+        out: *mut pdkv_agent_info_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_agent_progress(
+        agent: *mut pdkv_agent_t,
+        events: *mut u32,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_agent_event_fd(
+        agent: *const pdkv_agent_t,
+        fd: *mut ::std::os::raw::c_int,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_memory_desc {
+    pub struct_size: usize,
+    pub field_mask: u64,
+    pub region: u32,
+    pub address: u64,
+    pub length: u64,
+    pub memory_type: i32,
+    pub device: i32,
+}
+pub type pdkv_memory_desc_t = pdkv_memory_desc;
+extern "C" {
+    pub fn pdkv_agent_register_memory(
+        agent: *mut pdkv_agent_t,
+        desc: *const pdkv_memory_desc_t,
+        out: *mut *mut pdkv_memory_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_memory_deregister(
+        memory: *mut pdkv_memory_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_memory_free(memory: *mut pdkv_memory_t);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_connect_options {
+    pub struct_size: usize,
+    pub field_mask: u64,
+    pub address: *const ::std::os::raw::c_char,
+    pub timeout_ms: u64,
+}
+pub type pdkv_connect_options_t = pdkv_connect_options;
+extern "C" {
+    pub fn pdkv_agent_connect(
+        agent: *mut pdkv_agent_t,
+        options: *const pdkv_connect_options_t,
+        out: *mut *mut pdkv_peer_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_agent_find_peer(
+        agent: *mut pdkv_agent_t,
+        engine_id: *const ::std::os::raw::c_char,
+        tp_rank: u32,
+        out: *mut *mut pdkv_peer_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_peer_info {
+    pub struct_size: usize,
+    pub engine_id: *const ::std::os::raw::c_char,
+    pub tp_rank: u32,
+    pub address: *const ::std::os::raw::c_char,
+    pub connected: u8,
+    pub inbound: u8,
+    pub transport: i32,
+    pub lost_status: i32,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub transfers_done: u64,
+    pub transfers_failed: u64,
+    pub operations_failed: u64,
+    pub notifications_sent: u64,
+    pub notifications_received: u64,
+    pub heartbeat_rtt_us: u64,
+}
+pub type pdkv_peer_info_t = pdkv_peer_info;
+extern "C" {
+    pub fn pdkv_peer_get_info(
+        peer: *const pdkv_peer_t,
+        out: *mut pdkv_peer_info_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_peer_metadata(
+        peer: *const pdkv_peer_t,
+        out: *mut *mut pdkv_engine_metadata_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_peer_disconnect(
+        peer: *mut pdkv_peer_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_peer_free(peer: *mut pdkv_peer_t);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_transfer_params {
+    pub struct_size: usize,
+    pub field_mask: u64,
+    pub op: i32,
+    pub plan: *const pdkv_transfer_plan_t,
+    pub peer_engine_id: *const ::std::os::raw::c_char,
+    pub request_id: *const ::std::os::raw::c_char,
+    pub timeout_ms: u64,
+    pub notify: u8,
+}
+pub type pdkv_transfer_params_t = pdkv_transfer_params;
+extern "C" {
+    pub fn pdkv_agent_post(
+        agent: *mut pdkv_agent_t,
+        params: *const pdkv_transfer_params_t,
+        out: *mut *mut pdkv_transfer_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_transfer_info {
+    pub struct_size: usize,
+    pub state: i32,
+    pub status: i32,
+    pub bytes_total: u64,
+    pub bytes_done: u64,
+    pub operations_total: u64,
+    pub operations_done: u64,
+    pub reads_failed: u64,
+    pub elapsed_us: u64,
+}
+pub type pdkv_transfer_info_t = pdkv_transfer_info;
+extern "C" {
+    pub fn pdkv_transfer_get_info(
+        transfer: *const pdkv_transfer_t,
+        out: *mut pdkv_transfer_info_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_transfer_wait(
+        transfer: *mut pdkv_transfer_t,
+        timeout_ms: u64,
+        finished: *mut u8,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_transfer_cancel(
+        transfer: *mut pdkv_transfer_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_failed_read {
+    pub p_rank: u32,
+    pub reserved: u32,
+    pub read_index: u64,
+    pub status: i32,
+    pub reserved2: u32,
+}
+pub type pdkv_failed_read_t = pdkv_failed_read;
+extern "C" {
+    pub fn pdkv_transfer_failed_reads(
+        transfer: *const pdkv_transfer_t,
+        reads: *mut *const pdkv_failed_read_t,
+        count: *mut usize,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_transfer_free(transfer: *mut pdkv_transfer_t);
+}
+extern "C" {
+    pub fn pdkv_agent_lease(
+        agent: *mut pdkv_agent_t,
+        request_id: *const ::std::os::raw::c_char,
+        expected: u32,
+        ttl_ms: u64,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_notification {
+    pub struct_size: usize,
+    pub kind: i32,
+    pub status: i32,
+    pub request_id: *const ::std::os::raw::c_char,
+    pub engine_id: *const ::std::os::raw::c_char,
+    pub tp_rank: u32,
+    pub count: u32,
+    pub expected: u32,
+    pub bytes: u64,
+}
+pub type pdkv_notification_t = pdkv_notification;
+extern "C" {
+    pub fn pdkv_agent_poll_notifications(
+        agent: *mut pdkv_agent_t,
+        out: *mut *mut pdkv_notification_list_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_notification_list_count(
+        list: *const pdkv_notification_list_t,
+        count: *mut usize,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_notification_list_get(
+        list: *const pdkv_notification_list_t,
+        index: usize,
+        out: *mut pdkv_notification_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_notification_list_free(list: *mut pdkv_notification_list_t);
 }
