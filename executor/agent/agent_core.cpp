@@ -253,9 +253,14 @@ void AgentCore::release_registrations_locked(TransferJob& job) {
 unsigned AgentCore::progress_locked() {
   if (stopped_) return 0;
   unsigned total = 0;
+  // Refill every transfer's window after each progress call, so the pipeline never drains
+  // while completions are being collected.
   for (int i = 0; i < 64; ++i) {
     const unsigned n = worker_->progress();
     total += n;
+    for (auto& job : active_) {
+      if (!job->stopping() && job->next_post < job->ops.size()) post_some_locked(*job);
+    }
     if (n == 0) break;
   }
   // A tcp endpoint UCX declared failed: the peer is gone (shm never reports; heartbeats do).
