@@ -365,7 +365,11 @@ PDKV_API void pdkv_transfer_free(pdkv_transfer_t *transfer);
 
 /* Leases a request's blocks on this rank: after `expected` successful READ_DONE / WRITE_DONE
  * notifications for request_id, a REQUEST_COMPLETE notification follows; if ttl_ms passes first,
- * LEASE_EXPIRED does (free the blocks either way). Notifications that arrived before the lease
+ * LEASE_EXPIRED does (free the blocks either way). On a P rank, `expected` is the number of D
+ * ranks that read from or notify it per request: the plan's notifications_per_p_rank
+ * (pdkv_transfer_plan_info_t), which P can also derive before any plan exists from its own TP
+ * mapping (pdkv_tp_mapping_info_t.notifications_expected). A D rank that received WRITEs
+ * expects one WRITE_DONE per P rank that posted one. Notifications that arrived before the lease
  * count. Leasing a request again replaces its lease. Errors: NULL_POINTER, INVALID_ARGUMENT
  * (empty or long request id, expected 0, ttl 0), SHUTDOWN. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_agent_lease(pdkv_agent_t *agent, const char *request_id,
