@@ -60,7 +60,7 @@ extern "C" {
 /* ABI version of this header. A change of MAJOR breaks the ABI; MINOR adds functions or
  * grows structs at their end. Compare with pdkv_version() at run time. */
 #define PDKV_VERSION_MAJOR 0
-#define PDKV_VERSION_MINOR 1
+#define PDKV_VERSION_MINOR 2
 #define PDKV_VERSION_PATCH 0
 
 /* Status codes. Numeric values are stable. They come in ranges with room to grow:

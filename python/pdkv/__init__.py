@@ -155,7 +155,7 @@ from .trim import GroupTrim, GroupTrimInput, StatePair, TokenRun
 _ffi.lib()
 
 #: Version of this Python package (follows the C library's).
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 import types as _types
 

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 #: ABI major version of the pdkv.h this package was written against (PDKV_VERSION_MAJOR).
 HEADER_VERSION_MAJOR = 0
 #: ABI minor version of the pdkv.h this package was written against (PDKV_VERSION_MINOR).
-HEADER_VERSION_MINOR = 1
+HEADER_VERSION_MINOR = 2
 
 
 class LibraryLoadError(ImportError):
