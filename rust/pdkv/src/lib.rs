@@ -4,12 +4,15 @@
 //! `capi/include/pdkv.h` (`libpdkv.so`).
 //!
 //! * Every handle ([`Model`], [`TpMapping`], [`Geometry`], [`MambaReadList`],
-//!   [`DescriptorList`], [`GroupTrim`], [`EngineMetadata`], [`PlanContext`], [`TransferPlan`])
-//!   owns its C object and frees it in `Drop`.
+//!   [`DescriptorList`], [`GroupTrim`], [`EngineMetadata`], [`PlanContext`], [`TransferPlan`],
+//!   and the executor's [`Agent`], [`Memory`], [`Peer`], [`Transfer`]) owns its C object and
+//!   frees it in `Drop` (dropping a [`Transfer`] still in flight cancels it).
 //! * Every fallible call returns [`Result<T>`] whose [`Error`] carries a [`Status`] and the
 //!   library's message (which names the offending values).
 //! * Handles are immutable after creation and their queries are thread-safe in C, so they are
-//!   `Send + Sync`.
+//!   `Send + Sync`. The executor's handles are `Send + Sync` because `pdkv/agent.h` documents
+//!   every call on them as thread-safe (see the `agent` module docs); deadlines are
+//!   [`std::time::Duration`]s.
 //! * There is no closed handle: a handle is freed only by `Drop`, and functions borrow handles
 //!   (`&Model`, `&Geometry`...), so the borrow checker rules out calls on a freed or NULL handle
 //!   (what the Go binding reports as `ErrClosed` and Python as `ClosedError`, both with status
@@ -30,6 +33,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod agent;
 mod blocks;
 mod descriptors;
 mod engine;
@@ -37,13 +41,19 @@ mod error;
 mod ffi_util;
 mod geometry;
 mod mamba;
+mod memory;
 mod metadata;
 mod model;
 mod plan;
 mod scheduler;
 mod topology;
+mod transfer;
 mod trim;
 
+pub use agent::{
+    Agent, AgentInfo, AgentOptions, Notification, NotificationKind, Peer, PeerInfo, ProgressMode,
+    Transport, FIELD_BITS,
+};
 pub use blocks::{
     clip_exchange_blocks, descriptor_ids, logical_to_kernel_block_ids, mamba_descriptor_ids,
     map_block_ids_for_block_size_ratio, receive_zero_ranges, sliding_window_blocks_to_keep,
@@ -59,6 +69,7 @@ pub use engine::{Backend, ConvLayout, EngineConfig, MambaCacheMode};
 pub use error::{Cause, Error, Result, Status};
 pub use geometry::{block_size_ratio, ConvProjection, Geometry, GeometryInfo};
 pub use mamba::{physical_blocks_per_logical, ByteRange, MambaRead, MambaReadList, MambaReadsRule};
+pub use memory::{HostBuffer, Memory, MemoryDesc, MemoryType};
 pub use metadata::{
     crc32c, handshake_require_compatible, handshake_validate, handshake_validate_engine_ranks,
     metadata_wire_version, EngineLayout, EngineMetadata, EngineMetadataInfo, Incompatibility,
@@ -79,6 +90,7 @@ pub use topology::{
     handshake_target_ranks, notifications_expected_per_request, physical_head_range, tp_ratio,
     TpList, TpMapping, TpMappingInfo, TpMappingParams,
 };
+pub use transfer::{FailedRead, Transfer, TransferInfo, TransferOp, TransferParams, TransferState};
 pub use trim::{GroupTrim, GroupTrimInput, StatePair, TokenRun};
 
 /// Raw FFI declarations (re-export of the `pdkv-sys` crate) for what the safe API does not

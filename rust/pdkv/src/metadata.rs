@@ -201,7 +201,7 @@ impl PartialEq for EngineMetadata {
 }
 
 impl EngineMetadata {
-    fn wrap(out: *mut sys::pdkv_engine_metadata_t) -> Result<EngineMetadata> {
+    pub(crate) fn wrap(out: *mut sys::pdkv_engine_metadata_t) -> Result<EngineMetadata> {
         NonNull::new(out)
             .map(|ptr| EngineMetadata { ptr })
             .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL metadata"))

@@ -354,6 +354,11 @@ impl TransferPlan {
         })
     }
 
+    /// The raw handle, borrowed (still owned by `self`).
+    pub fn as_ptr(&self) -> *const sys::pdkv_transfer_plan_t {
+        self.ptr.as_ptr()
+    }
+
     /// The scalars (`pdkv_transfer_plan_get_info`).
     pub fn info(&self) -> Result<TransferPlanInfo> {
         // SAFETY: plain-data struct, all-zero valid.

@@ -1,4 +1,5 @@
-//! Every public function of `capi/include/pdkv.h` must be reachable from the safe API: each
+//! Every public function of `capi/include/pdkv.h` and the headers it includes
+//! (`capi/include/pdkv/*.h`) must be reachable from the safe API: each
 //! `PDKV_API` function name must be used (as `sys::name`) somewhere in `pdkv/src`. A
 //! function added to the header without a safe wrapper fails this test.
 use std::path::Path;
@@ -27,8 +28,21 @@ fn header_functions(header: &str) -> Vec<String> {
 #[test]
 fn every_header_function_is_wrapped() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let header =
-        std::fs::read_to_string(root.join("../../capi/include/pdkv.h")).expect("read pdkv.h");
+    let include = root.join("../../capi/include");
+    let mut header = std::fs::read_to_string(include.join("pdkv.h")).expect("read pdkv.h");
+    let mut subs: Vec<_> = std::fs::read_dir(include.join("pdkv"))
+        .expect("capi/include/pdkv")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "h"))
+        .collect();
+    subs.sort();
+    assert!(
+        subs.iter().any(|p| p.ends_with("agent.h")),
+        "pdkv/agent.h not found"
+    );
+    for p in subs {
+        header.push_str(&std::fs::read_to_string(&p).expect("read header"));
+    }
     let names = header_functions(&header);
     assert!(
         names.len() > 100,

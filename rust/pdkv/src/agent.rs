@@ -1,0 +1,739 @@
+//! The transfer executor (`pdkv/agent.h`): one [`Agent`] per engine rank, its memory
+//! registrations, its peers (connected remote ranks), and its notifications and leases.
+//! Transfers are in [`crate::transfer`].
+//!
+//! Thread safety follows the C header: every agent function may be called from any thread,
+//! concurrently with any other, so [`Agent`], [`Peer`], [`Memory`] and [`Transfer`] are
+//! `Send + Sync`. The one rule the C API leaves to the binding, "never free a handle while
+//! another thread is inside a call on it", holds by construction: a handle is freed only by
+//! `Drop`, which needs exclusive ownership.
+//!
+//! Deadlines are [`Duration`]s, rounded up to whole milliseconds (a deadline never expires
+//! earlier than asked); a zero deadline, or one too long for the C field, is an
+//! [`Status::InvalidArgument`] error naming the value, never a silent substitute.
+use crate::error::{Error, Result, Status};
+use crate::ffi_util::{borrowed_str, check, cstring};
+use crate::memory::{HostBuffer, Memory, MemoryDesc};
+use crate::metadata::EngineMetadata;
+use crate::transfer::{Transfer, TransferParams};
+use pdkv_sys as sys;
+use std::mem::{size_of, zeroed};
+use std::ptr::{self, NonNull};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+// Field bits of the options structs (`PDKV_*_FIELD_*`, macros bindgen cannot evaluate; the
+// test `field_bits_match_header` checks them against pdkv/agent.h).
+pub(crate) const FIELD_LISTEN_ADDRESS: u64 = 1 << 0;
+pub(crate) const FIELD_TRANSPORT: u64 = 1 << 1;
+pub(crate) const FIELD_PROGRESS_MODE: u64 = 1 << 2;
+pub(crate) const FIELD_DEFAULT_TIMEOUT: u64 = 1 << 3;
+pub(crate) const FIELD_PRESHARED_KEY: u64 = 1 << 4;
+pub(crate) const FIELD_HEARTBEAT: u64 = 1 << 5;
+pub(crate) const FIELD_MAX_OUTSTANDING: u64 = 1 << 6;
+pub(crate) const FIELD_MEMORY_TYPE: u64 = 1 << 0;
+pub(crate) const FIELD_MEMORY_DEVICE: u64 = 1 << 1;
+pub(crate) const FIELD_CONNECT_TIMEOUT: u64 = 1 << 0;
+pub(crate) const FIELD_TRANSFER_TIMEOUT: u64 = 1 << 0;
+pub(crate) const FIELD_TRANSFER_NOTIFY: u64 = 1 << 1;
+
+/// The `PDKV_*_FIELD_*` bits as (header macro name, value), for the header check.
+pub const FIELD_BITS: &[(&str, u64)] = &[
+    ("PDKV_AGENT_FIELD_LISTEN_ADDRESS", FIELD_LISTEN_ADDRESS),
+    ("PDKV_AGENT_FIELD_TRANSPORT", FIELD_TRANSPORT),
+    ("PDKV_AGENT_FIELD_PROGRESS_MODE", FIELD_PROGRESS_MODE),
+    ("PDKV_AGENT_FIELD_DEFAULT_TIMEOUT", FIELD_DEFAULT_TIMEOUT),
+    ("PDKV_AGENT_FIELD_PRESHARED_KEY", FIELD_PRESHARED_KEY),
+    ("PDKV_AGENT_FIELD_HEARTBEAT", FIELD_HEARTBEAT),
+    ("PDKV_AGENT_FIELD_MAX_OUTSTANDING", FIELD_MAX_OUTSTANDING),
+    ("PDKV_MEMORY_FIELD_MEMORY_TYPE", FIELD_MEMORY_TYPE),
+    ("PDKV_MEMORY_FIELD_DEVICE", FIELD_MEMORY_DEVICE),
+    ("PDKV_CONNECT_FIELD_TIMEOUT", FIELD_CONNECT_TIMEOUT),
+    ("PDKV_TRANSFER_FIELD_TIMEOUT", FIELD_TRANSFER_TIMEOUT),
+    ("PDKV_TRANSFER_FIELD_NOTIFY", FIELD_TRANSFER_NOTIFY),
+];
+
+/// `d` in whole milliseconds, rounded up; zero and values above `max` are refused naming
+/// `what` and the value.
+pub(crate) fn millis(what: &str, d: Duration, max: u64) -> Result<u64> {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    if ms == 0 {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!("{what} = {d:?}: a deadline must be at least 1 ns (it is rounded up to 1 ms)"),
+        ));
+    }
+    u64::try_from(ms).ok().filter(|&v| v <= max).ok_or_else(|| {
+        Error::new(
+            Status::InvalidArgument,
+            format!("{what} = {d:?} is longer than the {max} ms the C field holds"),
+        )
+    })
+}
+
+/// How UCX carries data (`pdkv_transport_t`).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Transport {
+    /// Shared memory for a peer on the same host, TCP otherwise.
+    #[default]
+    Auto,
+    /// UCX shared memory and cross-memory attach (one host; dead peers found by heartbeats).
+    Shm,
+    /// UCX over TCP with peer error handling.
+    Tcp,
+    /// A raw value this version does not know.
+    Other(i32),
+}
+
+impl Transport {
+    /// The raw value.
+    pub fn raw(self) -> i32 {
+        match self {
+            Transport::Auto => 0,
+            Transport::Shm => 1,
+            Transport::Tcp => 2,
+            Transport::Other(v) => v,
+        }
+    }
+
+    /// Maps a raw value.
+    pub fn from_raw(v: i32) -> Transport {
+        match v {
+            0 => Transport::Auto,
+            1 => Transport::Shm,
+            2 => Transport::Tcp,
+            other => Transport::Other(other),
+        }
+    }
+}
+
+/// Who drives UCX progress (`pdkv_progress_mode_t`).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ProgressMode {
+    /// A background thread of the agent.
+    #[default]
+    Thread,
+    /// The caller calls [`Agent::progress`] (e.g. when [`Agent::event_fd`] is readable).
+    Caller,
+    /// A raw value this version does not know.
+    Other(i32),
+}
+
+impl ProgressMode {
+    /// The raw value.
+    pub fn raw(self) -> i32 {
+        match self {
+            ProgressMode::Thread => 0,
+            ProgressMode::Caller => 1,
+            ProgressMode::Other(v) => v,
+        }
+    }
+
+    /// Maps a raw value.
+    pub fn from_raw(v: i32) -> ProgressMode {
+        match v {
+            0 => ProgressMode::Thread,
+            1 => ProgressMode::Caller,
+            other => ProgressMode::Other(other),
+        }
+    }
+}
+
+/// Options of [`Agent::new`] (`pdkv_agent_options_t`); every unset field takes the library's
+/// default. Builder style: `AgentOptions::new(&metadata).transport(Transport::Tcp)`.
+#[derive(Debug, Clone)]
+pub struct AgentOptions<'a> {
+    metadata: &'a EngineMetadata,
+    listen_address: Option<String>,
+    transport: Option<Transport>,
+    progress_mode: Option<ProgressMode>,
+    default_timeout: Option<Duration>,
+    preshared_key: Option<Vec<u8>>,
+    heartbeat: Option<(Duration, Duration)>,
+    max_outstanding: Option<u32>,
+}
+
+impl<'a> AgentOptions<'a> {
+    /// Options for the rank described by `metadata` (copied by the agent).
+    pub fn new(metadata: &'a EngineMetadata) -> AgentOptions<'a> {
+        AgentOptions {
+            metadata,
+            listen_address: None,
+            transport: None,
+            progress_mode: None,
+            default_timeout: None,
+            preshared_key: None,
+            heartbeat: None,
+            max_outstanding: None,
+        }
+    }
+
+    /// Control listener "host:port" (port 0 picks a free one). Default "127.0.0.1:0".
+    #[must_use]
+    pub fn listen_address(mut self, address: impl Into<String>) -> Self {
+        self.listen_address = Some(address.into());
+        self
+    }
+
+    /// Data transport. Default [`Transport::Auto`].
+    #[must_use]
+    pub fn transport(mut self, transport: Transport) -> Self {
+        self.transport = Some(transport);
+        self
+    }
+
+    /// Progress mode. Default [`ProgressMode::Thread`].
+    #[must_use]
+    pub fn progress_mode(mut self, mode: ProgressMode) -> Self {
+        self.progress_mode = Some(mode);
+        self
+    }
+
+    /// Deadline of connects and transfers posted without one. Default 30 s.
+    #[must_use]
+    pub fn default_timeout(mut self, timeout: Duration) -> Self {
+        self.default_timeout = Some(timeout);
+        self
+    }
+
+    /// Pre-shared key both sides must hold (at least 16 bytes, copied). Default: none.
+    #[must_use]
+    pub fn preshared_key(mut self, key: &[u8]) -> Self {
+        self.preshared_key = Some(key.to_vec());
+        self
+    }
+
+    /// Heartbeat period and the silence after which a peer is lost. Default 500 ms / 5 s.
+    #[must_use]
+    pub fn heartbeat(mut self, interval: Duration, timeout: Duration) -> Self {
+        self.heartbeat = Some((interval, timeout));
+        self
+    }
+
+    /// UCX operations in flight per transfer. Default 64.
+    #[must_use]
+    pub fn max_outstanding(mut self, n: u32) -> Self {
+        self.max_outstanding = Some(n);
+        self
+    }
+}
+
+/// Scalars of an agent (`pdkv_agent_info_t`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentInfo {
+    /// This rank's engine id.
+    pub engine_id: String,
+    /// This rank.
+    pub tp_rank: u32,
+    /// Its TP size.
+    pub tp_size: u32,
+    /// "host:port" actually bound.
+    pub listen_address: String,
+    /// The bound port.
+    pub port: u16,
+    /// Transport.
+    pub transport: Transport,
+    /// Progress mode.
+    pub progress_mode: ProgressMode,
+    /// Peers currently connected.
+    pub num_peers: usize,
+    /// Transfers in flight.
+    pub transfers_in_flight: usize,
+}
+
+/// What outlives the C agent for the binding's sake: the registered buffers, which must stay
+/// allocated until nothing of the agent (registrations, transfers, peers) can touch them.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    buffers: Mutex<Vec<Arc<HostBuffer>>>,
+}
+
+impl Shared {
+    pub(crate) fn keep(&self, b: Arc<HostBuffer>) {
+        self.buffers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(b);
+    }
+}
+
+/// One engine rank's executor (`pdkv_agent_t`): UCX context and worker, control listener,
+/// peers. Dropping it shuts it down (transfers in flight fail with [`Status::Shutdown`], peers
+/// are told goodbye); handles taken from it stay usable and report that state.
+#[derive(Debug)]
+pub struct Agent {
+    ptr: NonNull<sys::pdkv_agent_t>,
+    shared: Arc<Shared>,
+}
+
+// SAFETY: pdkv/agent.h: every agent function may be called from any thread, concurrently with
+// any other; pdkv_agent_free (Drop) needs exclusive ownership, which Drop has.
+unsafe impl Send for Agent {}
+// SAFETY: as above.
+unsafe impl Sync for Agent {}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        // SAFETY: owned handle; no call on it can be running (Drop has exclusive access).
+        unsafe { sys::pdkv_agent_free(self.ptr.as_ptr()) }
+    }
+}
+
+impl Agent {
+    /// Creates an agent (`pdkv_agent_new`): the control listener is bound before this returns.
+    pub fn new(options: &AgentOptions<'_>) -> Result<Agent> {
+        // SAFETY: plain-data struct, all-zero valid.
+        let mut raw: sys::pdkv_agent_options_t = unsafe { zeroed() };
+        raw.struct_size = size_of::<sys::pdkv_agent_options_t>();
+        raw.metadata = options.metadata.as_ptr();
+        let address = match &options.listen_address {
+            Some(a) => Some(cstring(a, "listen address")?),
+            None => None,
+        };
+        if let Some(a) = &address {
+            raw.field_mask |= FIELD_LISTEN_ADDRESS;
+            raw.listen_address = a.as_ptr();
+        }
+        if let Some(t) = options.transport {
+            raw.field_mask |= FIELD_TRANSPORT;
+            raw.transport = t.raw();
+        }
+        if let Some(m) = options.progress_mode {
+            raw.field_mask |= FIELD_PROGRESS_MODE;
+            raw.progress_mode = m.raw();
+        }
+        if let Some(d) = options.default_timeout {
+            raw.field_mask |= FIELD_DEFAULT_TIMEOUT;
+            raw.default_timeout_ms = millis("default_timeout", d, u64::MAX)?;
+        }
+        if let Some(k) = &options.preshared_key {
+            raw.field_mask |= FIELD_PRESHARED_KEY;
+            raw.preshared_key = if k.is_empty() {
+                ptr::null()
+            } else {
+                k.as_ptr()
+            };
+            raw.preshared_key_len = k.len();
+        }
+        if let Some((interval, timeout)) = options.heartbeat {
+            raw.field_mask |= FIELD_HEARTBEAT;
+            raw.heartbeat_interval_ms =
+                millis("heartbeat interval", interval, u32::MAX.into())? as u32;
+            raw.heartbeat_timeout_ms =
+                millis("heartbeat timeout", timeout, u32::MAX.into())? as u32;
+        }
+        if let Some(n) = options.max_outstanding {
+            raw.field_mask |= FIELD_MAX_OUTSTANDING;
+            raw.max_outstanding = n;
+        }
+        let mut out = ptr::null_mut();
+        // SAFETY: raw and the strings/key it points to live for the call; all copied.
+        check(|e| unsafe { sys::pdkv_agent_new(&raw, &mut out, e) })?;
+        let ptr = NonNull::new(out)
+            .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL agent"))?;
+        Ok(Agent {
+            ptr,
+            shared: Arc::default(),
+        })
+    }
+
+    /// The raw handle, borrowed (still owned by `self`).
+    pub fn as_ptr(&self) -> *mut sys::pdkv_agent_t {
+        self.ptr.as_ptr()
+    }
+
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// The scalars (`pdkv_agent_get_info`).
+    pub fn info(&self) -> Result<AgentInfo> {
+        // SAFETY: plain-data struct, all-zero valid.
+        let mut r: sys::pdkv_agent_info_t = unsafe { zeroed() };
+        r.struct_size = size_of::<sys::pdkv_agent_info_t>();
+        // SAFETY: live handle, valid out struct.
+        check(|e| unsafe { sys::pdkv_agent_get_info(self.ptr.as_ptr(), &mut r, e) })?;
+        Ok(AgentInfo {
+            // SAFETY: strings owned by the live agent; copied now.
+            engine_id: unsafe { borrowed_str(r.engine_id) }.to_owned(),
+            tp_rank: r.tp_rank,
+            tp_size: r.tp_size,
+            listen_address: unsafe { borrowed_str(r.listen_address) }.to_owned(),
+            port: r.port,
+            transport: Transport::from_raw(r.transport),
+            progress_mode: ProgressMode::from_raw(r.progress_mode),
+            num_peers: r.num_peers,
+            transfers_in_flight: r.transfers_in_flight,
+        })
+    }
+
+    /// Drives progress once without blocking (`pdkv_agent_progress`); returns the completions
+    /// handled. Needed in [`ProgressMode::Caller`], harmless otherwise.
+    pub fn progress(&self) -> Result<u32> {
+        let mut events = 0u32;
+        // SAFETY: live handle, valid out pointer.
+        check(|e| unsafe { sys::pdkv_agent_progress(self.ptr.as_ptr(), &mut events, e) })?;
+        Ok(events)
+    }
+
+    /// A file descriptor that is readable when [`Agent::progress`] or
+    /// [`Agent::poll_notifications`] has work (level-triggered; owned by the agent: never
+    /// close it) (`pdkv_agent_event_fd`).
+    pub fn event_fd(&self) -> Result<std::os::fd::RawFd> {
+        let mut fd = -1;
+        // SAFETY: live handle, valid out pointer.
+        check(|e| unsafe { sys::pdkv_agent_event_fd(self.ptr.as_ptr(), &mut fd, e) })?;
+        Ok(fd)
+    }
+
+    /// Registers a region's memory by address (`pdkv_agent_register_memory`). The range must
+    /// equal the region the metadata advertises.
+    ///
+    /// # Safety
+    /// `[address, address + length)` must stay valid for reads and writes by peers and by the
+    /// agent's transfers until the agent, this registration and every transfer of the agent are
+    /// dropped, and must not be accessed through Rust references while a transfer may write
+    /// it. [`Agent::register_buffer`] is the safe form.
+    pub unsafe fn register_memory(&self, desc: &MemoryDesc) -> Result<Memory> {
+        let raw = desc.to_raw();
+        let mut out = ptr::null_mut();
+        check(|e| sys::pdkv_agent_register_memory(self.ptr.as_ptr(), &raw, &mut out, e))?;
+        Memory::new(out, None, self.shared())
+    }
+
+    /// Registers `buffer` as the memory of `region` (its address must be the region's
+    /// advertised base and its length the region's size). The registration owns the buffer
+    /// and keeps it allocated until nothing of this agent can touch it.
+    pub fn register_buffer(&self, region: u32, buffer: HostBuffer) -> Result<Memory> {
+        let desc = MemoryDesc {
+            region,
+            address: buffer.addr(),
+            length: buffer.len() as u64,
+            memory_type: crate::memory::MemoryType::Host,
+            device: 0,
+        };
+        let raw = desc.to_raw();
+        let buffer = Arc::new(buffer);
+        let mut out = ptr::null_mut();
+        // SAFETY: the buffer is owned by the registration, then by the keep-alive list, so it
+        // outlives every use the library or a peer can make of it.
+        check(|e| unsafe {
+            sys::pdkv_agent_register_memory(self.ptr.as_ptr(), &raw, &mut out, e)
+        })?;
+        Memory::new(out, Some(buffer), self.shared())
+    }
+
+    /// Connects to the agent at `address` ("host:port") and runs the handshake, blocking
+    /// until done or `timeout` (None: the agent's default) (`pdkv_agent_connect`).
+    pub fn connect(&self, address: &str, timeout: Option<Duration>) -> Result<Peer> {
+        let a = cstring(address, "peer address")?;
+        let raw = sys::pdkv_connect_options_t {
+            struct_size: size_of::<sys::pdkv_connect_options_t>(),
+            field_mask: if timeout.is_some() {
+                FIELD_CONNECT_TIMEOUT
+            } else {
+                0
+            },
+            address: a.as_ptr(),
+            timeout_ms: match timeout {
+                Some(d) => millis("connect timeout", d, u64::MAX)?,
+                None => 0,
+            },
+        };
+        let mut out = ptr::null_mut();
+        // SAFETY: raw and the address live for the call.
+        check(|e| unsafe { sys::pdkv_agent_connect(self.ptr.as_ptr(), &raw, &mut out, e) })?;
+        Peer::new(out, self.shared())
+    }
+
+    /// The connected peer `(engine_id, tp_rank)`, whichever side connected
+    /// (`pdkv_agent_find_peer`): [`Status::NotFound`] when there is none.
+    pub fn find_peer(&self, engine_id: &str, tp_rank: u32) -> Result<Peer> {
+        let id = cstring(engine_id, "engine id")?;
+        let mut out = ptr::null_mut();
+        // SAFETY: live handle, valid string and out pointer.
+        check(|e| unsafe {
+            sys::pdkv_agent_find_peer(self.ptr.as_ptr(), id.as_ptr(), tp_rank, &mut out, e)
+        })?;
+        Peer::new(out, self.shared())
+    }
+
+    /// Posts a transfer and returns at once (`pdkv_agent_post`); see [`TransferParams`].
+    pub fn post(&self, params: &TransferParams<'_>) -> Result<Transfer> {
+        let peer = cstring(params.peer_engine_id, "peer engine id")?;
+        let request = cstring(params.request_id, "request id")?;
+        let mut mask = 0;
+        let mut timeout_ms = 0;
+        if let Some(d) = params.timeout {
+            mask |= FIELD_TRANSFER_TIMEOUT;
+            timeout_ms = millis("transfer timeout", d, u64::MAX)?;
+        }
+        if params.notify.is_some() {
+            mask |= FIELD_TRANSFER_NOTIFY;
+        }
+        let raw = sys::pdkv_transfer_params_t {
+            struct_size: size_of::<sys::pdkv_transfer_params_t>(),
+            field_mask: mask,
+            op: params.op.raw(),
+            plan: params.plan.as_ptr(),
+            peer_engine_id: peer.as_ptr(),
+            request_id: request.as_ptr(),
+            timeout_ms,
+            notify: params.notify.unwrap_or(true) as u8,
+        };
+        let mut out = ptr::null_mut();
+        // SAFETY: raw, the strings and the plan live for the call; the plan is copied.
+        check(|e| unsafe { sys::pdkv_agent_post(self.ptr.as_ptr(), &raw, &mut out, e) })?;
+        Transfer::new(out, self.shared())
+    }
+
+    /// Leases a request's blocks on this rank (`pdkv_agent_lease`): after `expected` successful
+    /// READ_DONE / WRITE_DONE notifications for `request_id` a
+    /// [`NotificationKind::RequestComplete`] follows, or [`NotificationKind::LeaseExpired`]
+    /// once `ttl` passes first.
+    pub fn lease(&self, request_id: &str, expected: u32, ttl: Duration) -> Result<()> {
+        let id = cstring(request_id, "request id")?;
+        let ttl_ms = millis("lease ttl", ttl, u64::MAX)?;
+        // SAFETY: live handle, valid string.
+        check(|e| unsafe {
+            sys::pdkv_agent_lease(self.ptr.as_ptr(), id.as_ptr(), expected, ttl_ms, e)
+        })
+    }
+
+    /// Takes every pending notification, oldest first (`pdkv_agent_poll_notifications`).
+    pub fn poll_notifications(&self) -> Result<Vec<Notification>> {
+        let mut list = ptr::null_mut();
+        // SAFETY: live handle, valid out pointer.
+        check(|e| unsafe { sys::pdkv_agent_poll_notifications(self.ptr.as_ptr(), &mut list, e) })?;
+        struct Guard(*mut sys::pdkv_notification_list_t);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                // SAFETY: we own the list; NULL allowed.
+                unsafe { sys::pdkv_notification_list_free(self.0) }
+            }
+        }
+        let g = Guard(list);
+        let mut n = 0usize;
+        // SAFETY: live list.
+        check(|e| unsafe { sys::pdkv_notification_list_count(g.0, &mut n, e) })?;
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: plain-data struct, all-zero valid.
+            let mut r: sys::pdkv_notification_t = unsafe { zeroed() };
+            r.struct_size = size_of::<sys::pdkv_notification_t>();
+            // SAFETY: live list, i < n, valid out struct.
+            check(|e| unsafe { sys::pdkv_notification_list_get(g.0, i, &mut r, e) })?;
+            out.push(Notification {
+                kind: NotificationKind::from_raw(r.kind),
+                status: status_of(r.status),
+                // SAFETY: strings owned by the live list; copied now.
+                request_id: unsafe { borrowed_str(r.request_id) }.to_owned(),
+                engine_id: unsafe { borrowed_str(r.engine_id) }.to_owned(),
+                tp_rank: r.tp_rank,
+                count: r.count,
+                expected: r.expected,
+                bytes: r.bytes,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Polls notifications until one satisfies `pred` or `timeout` passes, returning it (and
+    /// dropping the others it took) or None. A convenience over [`Agent::poll_notifications`];
+    /// in [`ProgressMode::Caller`] it drives [`Agent::progress`] as it waits.
+    pub fn wait_notification(
+        &self,
+        timeout: Duration,
+        mut pred: impl FnMut(&Notification) -> bool,
+    ) -> Result<Option<Notification>> {
+        let end = std::time::Instant::now() + timeout;
+        let mut nap = Duration::from_micros(100);
+        loop {
+            self.progress()?;
+            if let Some(n) = self.poll_notifications()?.into_iter().find(|n| pred(n)) {
+                return Ok(Some(n));
+            }
+            let now = std::time::Instant::now();
+            if now >= end {
+                return Ok(None);
+            }
+            std::thread::sleep(nap.min(end - now));
+            nap = (nap * 2).min(Duration::from_millis(5));
+        }
+    }
+}
+
+/// `None` for PDKV_OK, else the status.
+pub(crate) fn status_of(raw: i32) -> Option<Status> {
+    if raw == sys::PDKV_OK as i32 {
+        None
+    } else {
+        Some(Status::from_raw(raw as sys::pdkv_status_t))
+    }
+}
+
+/// Kinds of notification (`pdkv_notification_kind_t`).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NotificationKind {
+    /// (On P) a D rank finished reading a request from this rank.
+    ReadDone,
+    /// (On D) a P rank finished writing a request into this rank.
+    WriteDone,
+    /// A leased request received its expected count.
+    RequestComplete,
+    /// A lease's time ran out before its count was reached.
+    LeaseExpired,
+    /// A peer completed the handshake (either direction).
+    PeerConnected,
+    /// A peer died, closed, failed heartbeats or misbehaved.
+    PeerLost,
+    /// A raw value this version does not know.
+    Other(i32),
+}
+
+impl NotificationKind {
+    /// Maps a raw value.
+    pub fn from_raw(v: i32) -> NotificationKind {
+        match v {
+            0 => NotificationKind::ReadDone,
+            1 => NotificationKind::WriteDone,
+            2 => NotificationKind::RequestComplete,
+            3 => NotificationKind::LeaseExpired,
+            4 => NotificationKind::PeerConnected,
+            5 => NotificationKind::PeerLost,
+            other => NotificationKind::Other(other),
+        }
+    }
+}
+
+/// One notification (`pdkv_notification_t`), copied out of the library's list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    /// What happened.
+    pub kind: NotificationKind,
+    /// None: success; else the failure a peer reported, or why a peer was lost.
+    pub status: Option<Status>,
+    /// The request ("" for peer notifications).
+    pub request_id: String,
+    /// The remote engine ("" for lease notifications).
+    pub engine_id: String,
+    /// The remote rank.
+    pub tp_rank: u32,
+    /// Successful notifications received for the request so far.
+    pub count: u32,
+    /// The lease's expected count (0: no lease).
+    pub expected: u32,
+    /// Bytes the sender moved for this request.
+    pub bytes: u64,
+}
+
+/// A peer's identity, state and counters (`pdkv_peer_info_t`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// Remote engine id.
+    pub engine_id: String,
+    /// Remote rank.
+    pub tp_rank: u32,
+    /// The control connection's remote "ip:port".
+    pub address: String,
+    /// False once lost or disconnected.
+    pub connected: bool,
+    /// The peer connected to us.
+    pub inbound: bool,
+    /// Transport chosen for this peer.
+    pub transport: Transport,
+    /// Why it was lost (None while connected).
+    pub lost_status: Option<Status>,
+    /// Bytes read by READ transfers from this peer.
+    pub bytes_read: u64,
+    /// Bytes written by WRITE transfers into this peer.
+    pub bytes_written: u64,
+    /// Transfers done.
+    pub transfers_done: u64,
+    /// Transfers failed.
+    pub transfers_failed: u64,
+    /// UCX operations that completed with an error.
+    pub operations_failed: u64,
+    /// Notifications sent.
+    pub notifications_sent: u64,
+    /// Notifications received.
+    pub notifications_received: u64,
+    /// Last heartbeat round trip.
+    pub heartbeat_rtt: Duration,
+}
+
+/// A connected (or formerly connected) remote engine rank (`pdkv_peer_t`). Dropping the handle
+/// keeps the connection; [`Peer::disconnect`] closes it.
+#[derive(Debug)]
+pub struct Peer {
+    ptr: NonNull<sys::pdkv_peer_t>,
+    _shared: Arc<Shared>,
+}
+
+// SAFETY: pdkv/agent.h documents every peer function as thread-safe; free only in Drop.
+unsafe impl Send for Peer {}
+// SAFETY: as above.
+unsafe impl Sync for Peer {}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        // SAFETY: owned handle, exclusive in Drop.
+        unsafe { sys::pdkv_peer_free(self.ptr.as_ptr()) }
+    }
+}
+
+impl Peer {
+    fn new(ptr: *mut sys::pdkv_peer_t, shared: Arc<Shared>) -> Result<Peer> {
+        let ptr = NonNull::new(ptr)
+            .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL peer"))?;
+        Ok(Peer {
+            ptr,
+            _shared: shared,
+        })
+    }
+
+    /// Identity, state and counters (`pdkv_peer_get_info`).
+    pub fn info(&self) -> Result<PeerInfo> {
+        // SAFETY: plain-data struct, all-zero valid.
+        let mut r: sys::pdkv_peer_info_t = unsafe { zeroed() };
+        r.struct_size = size_of::<sys::pdkv_peer_info_t>();
+        // SAFETY: live handle, valid out struct.
+        check(|e| unsafe { sys::pdkv_peer_get_info(self.ptr.as_ptr(), &mut r, e) })?;
+        Ok(PeerInfo {
+            // SAFETY: strings owned by the live peer handle; copied now.
+            engine_id: unsafe { borrowed_str(r.engine_id) }.to_owned(),
+            tp_rank: r.tp_rank,
+            address: unsafe { borrowed_str(r.address) }.to_owned(),
+            connected: r.connected != 0,
+            inbound: r.inbound != 0,
+            transport: Transport::from_raw(r.transport),
+            lost_status: status_of(r.lost_status),
+            bytes_read: r.bytes_read,
+            bytes_written: r.bytes_written,
+            transfers_done: r.transfers_done,
+            transfers_failed: r.transfers_failed,
+            operations_failed: r.operations_failed,
+            notifications_sent: r.notifications_sent,
+            notifications_received: r.notifications_received,
+            heartbeat_rtt: Duration::from_micros(r.heartbeat_rtt_us),
+        })
+    }
+
+    /// A copy of the metadata the peer advertised (`pdkv_peer_metadata`).
+    pub fn metadata(&self) -> Result<EngineMetadata> {
+        let mut out = ptr::null_mut();
+        // SAFETY: live handle, valid out pointer.
+        check(|e| unsafe { sys::pdkv_peer_metadata(self.ptr.as_ptr(), &mut out, e) })?;
+        EngineMetadata::wrap(out)
+    }
+
+    /// Closes the connection (`pdkv_peer_disconnect`); transfers in flight with this peer fail
+    /// with [`Status::PeerLost`]. Fine on a lost peer.
+    pub fn disconnect(&self) -> Result<()> {
+        // SAFETY: live handle.
+        check(|e| unsafe { sys::pdkv_peer_disconnect(self.ptr.as_ptr(), e) })
+    }
+}

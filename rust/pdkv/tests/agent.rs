@@ -1,0 +1,573 @@
+//! The transfer executor through the safe API: two agents in this process (a P and a D rank of
+//! the shared "xfer" setup, real memory) move a request and every byte is checked; deadlines
+//! (connect, transfer), cancellation (cancel, dropping a transfer), a peer that dies, leases,
+//! notifications, authentication and the refusals of bad input.
+#[path = "../examples/xfer_setup/mod.rs"]
+mod xfer;
+
+use pdkv::*;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const LONG: Duration = Duration::from_secs(10);
+
+fn node(prefill: bool, transport: Transport, mode: ProgressMode) -> xfer::Node {
+    xfer::node(&xfer::model().unwrap(), prefill, transport, mode).unwrap()
+}
+
+fn addr(n: &xfer::Node) -> String {
+    n.agent.info().unwrap().listen_address
+}
+
+fn plan_for(d: &xfer::Node) -> TransferPlan {
+    let p_meta = d
+        .agent
+        .find_peer(xfer::P_ENGINE, 0)
+        .unwrap()
+        .metadata()
+        .unwrap();
+    xfer::plan(&d.metadata, &p_meta).unwrap()
+}
+
+fn wait_kind(a: &Agent, kind: NotificationKind, request: &str) -> Notification {
+    a.wait_notification(LONG, |n| n.kind == kind && n.request_id == request)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no {kind:?} notification for {request:?}"))
+}
+
+/// Runs `f` while a thread drives `agent`'s progress (an agent in caller mode answers the
+/// handshake and serves GETs only while someone calls progress).
+fn pumping<T>(agent: &Agent, f: impl FnOnce() -> T) -> T {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                agent.progress().unwrap();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        let out = f();
+        stop.store(true, Ordering::Relaxed);
+        out
+    })
+}
+
+/// A D rank connected over TCP to a P rank in caller mode that nobody progresses after the
+/// handshake: a D read then makes no progress (UCX TCP needs the target to progress), which
+/// gives deadlines and cancellation something to act on.
+fn stalled_pair() -> (xfer::Node, xfer::Node) {
+    let p = node(true, Transport::Tcp, ProgressMode::Caller);
+    let d = node(false, Transport::Tcp, ProgressMode::Thread);
+    pumping(&p.agent, || d.agent.connect(&addr(&p), Some(LONG)).unwrap());
+    (p, d)
+}
+
+#[test]
+fn read_moves_every_byte_and_notifies() {
+    let p = node(true, Transport::Auto, ProgressMode::Thread);
+    let d = node(false, Transport::Auto, ProgressMode::Thread);
+    p.agent.lease("req-1", 1, LONG).unwrap();
+    let peer = d.agent.connect(&addr(&p), Some(LONG)).unwrap();
+    let pi = peer.info().unwrap();
+    assert_eq!((pi.engine_id.as_str(), pi.tp_rank), (xfer::P_ENGINE, 0));
+    assert!(
+        pi.connected && !pi.inbound && pi.lost_status.is_none(),
+        "{pi:?}"
+    );
+    assert!(
+        matches!(pi.transport, Transport::Shm | Transport::Tcp),
+        "{pi:?}"
+    );
+    let info = d.agent.info().unwrap();
+    assert_eq!(
+        (info.engine_id.as_str(), info.tp_rank, info.tp_size),
+        (xfer::D_ENGINE, 0, 1)
+    );
+    assert!(info.port != 0 && info.listen_address.ends_with(&format!(":{}", info.port)));
+    assert_eq!(info.num_peers, 1);
+    assert!(
+        peer.metadata().unwrap()
+            == *d
+                .agent
+                .find_peer(xfer::P_ENGINE, 0)
+                .unwrap()
+                .metadata()
+                .as_ref()
+                .unwrap()
+    );
+
+    let plan = plan_for(&d);
+    let total = plan.info().unwrap().bytes;
+    let t = d
+        .agent
+        .post(&TransferParams::read(&plan, xfer::P_ENGINE, "req-1").timeout(LONG))
+        .unwrap();
+    assert!(t.wait(None).unwrap());
+    let ti = t.info().unwrap();
+    assert_eq!((ti.state, ti.status), (TransferState::Done, None));
+    assert_eq!(
+        (ti.bytes_total, ti.bytes_done, ti.reads_failed),
+        (total, total, 0)
+    );
+    assert_eq!(ti.operations_done, ti.operations_total);
+    assert!(t.failed_reads().unwrap().is_empty());
+    assert_eq!(xfer::verify(&plan, &d.memory).unwrap(), total);
+    // P's memory is untouched by a read.
+    for (r, m) in p.memory.iter().enumerate() {
+        let b = m.buffer().unwrap().to_vec();
+        assert!(b
+            .iter()
+            .enumerate()
+            .all(|(o, &x)| x == xfer::pattern(r as u32, o as u64)));
+    }
+
+    let done = wait_kind(&p.agent, NotificationKind::ReadDone, "req-1");
+    assert_eq!(
+        (done.engine_id.as_str(), done.tp_rank, done.status),
+        (xfer::D_ENGINE, 0, None)
+    );
+    assert_eq!((done.bytes, done.count, done.expected), (total, 1, 1));
+    let complete = wait_kind(&p.agent, NotificationKind::RequestComplete, "req-1");
+    assert_eq!((complete.count, complete.expected), (1, 1));
+
+    let pi = peer.info().unwrap();
+    assert_eq!(
+        (pi.bytes_read, pi.transfers_done, pi.transfers_failed),
+        (total, 1, 0)
+    );
+    assert!(pi.notifications_sent >= 1, "{pi:?}");
+    let back = p
+        .agent
+        .find_peer(xfer::D_ENGINE, 0)
+        .unwrap()
+        .info()
+        .unwrap();
+    assert!(
+        back.inbound && back.connected && back.notifications_received >= 1,
+        "{back:?}"
+    );
+}
+
+#[test]
+fn write_moves_every_byte() {
+    let p = node(true, Transport::Shm, ProgressMode::Thread);
+    let d = node(false, Transport::Shm, ProgressMode::Thread);
+    d.agent.connect(&addr(&p), Some(LONG)).unwrap();
+    // P compiles the same plan from D's advertised metadata and pushes its reads.
+    let d_meta = p
+        .agent
+        .find_peer(xfer::D_ENGINE, 0)
+        .unwrap()
+        .metadata()
+        .unwrap();
+    assert!(d_meta == d.metadata);
+    let plan = xfer::plan(&d_meta, &p.metadata).unwrap();
+    d.agent.lease("w-1", 1, LONG).unwrap();
+    let t = p
+        .agent
+        .post(&TransferParams::write(&plan, xfer::D_ENGINE, "w-1"))
+        .unwrap();
+    assert!(t.wait(Some(LONG)).unwrap());
+    let n = wait_kind(&d.agent, NotificationKind::WriteDone, "w-1");
+    assert_eq!((n.engine_id.as_str(), n.status), (xfer::P_ENGINE, None));
+    wait_kind(&d.agent, NotificationKind::RequestComplete, "w-1");
+    assert_eq!(
+        xfer::verify(&plan, &d.memory).unwrap(),
+        plan.info().unwrap().bytes
+    );
+    let pi = p
+        .agent
+        .find_peer(xfer::D_ENGINE, 0)
+        .unwrap()
+        .info()
+        .unwrap();
+    assert_eq!(pi.bytes_written, plan.info().unwrap().bytes);
+}
+
+#[test]
+fn caller_mode_moves_bytes_with_explicit_progress() {
+    let p = node(true, Transport::Tcp, ProgressMode::Caller);
+    let d = node(false, Transport::Tcp, ProgressMode::Caller);
+    assert_eq!(d.agent.info().unwrap().progress_mode, ProgressMode::Caller);
+    assert!(d.agent.event_fd().unwrap() >= 0);
+    pumping(&p.agent, || {
+        pumping(&d.agent, || d.agent.connect(&addr(&p), Some(LONG)).unwrap());
+        let plan = plan_for(&d);
+        // In caller mode the wait drives D's progress itself; P is pumped by the thread.
+        let t = d
+            .agent
+            .post(&TransferParams::read(&plan, xfer::P_ENGINE, "c-1"))
+            .unwrap();
+        assert!(t.wait(Some(LONG)).unwrap());
+        xfer::verify(&plan, &d.memory).unwrap();
+    });
+}
+
+#[test]
+fn connect_deadline_expires_on_a_silent_peer() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = silent.local_addr().unwrap().to_string();
+    let d = node(false, Transport::Tcp, ProgressMode::Thread);
+    let start = Instant::now();
+    let e = d
+        .agent
+        .connect(&target, Some(Duration::from_millis(300)))
+        .unwrap_err();
+    assert_eq!(e.status(), Status::TimedOut, "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    // Nobody listening: refused.
+    drop(silent);
+    let e = d.agent.connect(&target, Some(LONG)).unwrap_err();
+    assert_eq!(e.status(), Status::PeerLost, "{e}");
+}
+
+#[test]
+fn transfer_deadline_expires() {
+    let (_p, d) = stalled_pair();
+    let plan = plan_for(&d);
+    let start = Instant::now();
+    let t = d
+        .agent
+        .post(
+            &TransferParams::read(&plan, xfer::P_ENGINE, "late")
+                .timeout(Duration::from_millis(300)),
+        )
+        .unwrap();
+    // A bounded wait that ends first reports "not finished", not an error.
+    assert!(!t.wait(Some(Duration::from_millis(20))).unwrap());
+    assert_eq!(t.info().unwrap().state, TransferState::InFlight);
+    let e = t.wait(None).unwrap_err();
+    assert_eq!(e.status(), Status::TimedOut, "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let ti = t.info().unwrap();
+    assert_eq!(
+        (ti.state, ti.status),
+        (TransferState::Failed, Some(Status::TimedOut))
+    );
+    let failed = t.failed_reads().unwrap();
+    assert!(
+        !failed.is_empty() && failed.len() as u64 == ti.reads_failed,
+        "{failed:?} {ti:?}"
+    );
+    let n_reads = plan.rank_reads(0).unwrap().0.len() as u64;
+    assert!(failed
+        .iter()
+        .all(|f| f.p_rank == 0 && f.read_index < n_reads));
+}
+
+#[test]
+fn cancel_and_dropping_a_transfer() {
+    let (p, d) = stalled_pair();
+    let plan = plan_for(&d);
+    let t = d
+        .agent
+        .post(&TransferParams::read(&plan, xfer::P_ENGINE, "cancelled").timeout(LONG))
+        .unwrap();
+    t.cancel().unwrap();
+    let start = Instant::now();
+    let e = pumping(&p.agent, || t.wait(None)).unwrap_err();
+    assert_eq!(e.status(), Status::Cancelled, "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(t.info().unwrap().status, Some(Status::Cancelled));
+    t.cancel().unwrap(); // no effect on a finished transfer
+    assert_eq!(t.info().unwrap().status, Some(Status::Cancelled));
+
+    // Dropping an in-flight transfer cancels it; the agent keeps working afterwards.
+    let dropped = d
+        .agent
+        .post(&TransferParams::read(&plan, xfer::P_ENGINE, "dropped").timeout(LONG))
+        .unwrap();
+    drop(dropped);
+    pumping(&p.agent, || {
+        let t = d
+            .agent
+            .post(&TransferParams::read(&plan, xfer::P_ENGINE, "after"))
+            .unwrap();
+        assert!(t.wait(Some(LONG)).unwrap());
+    });
+    xfer::verify(&plan, &d.memory).unwrap();
+}
+
+#[test]
+fn a_peer_that_dies() {
+    let (p, d) = stalled_pair();
+    let plan = plan_for(&d);
+    let peer = d.agent.find_peer(xfer::P_ENGINE, 0).unwrap();
+    let t = d
+        .agent
+        .post(&TransferParams::read(&plan, xfer::P_ENGINE, "orphan").timeout(LONG))
+        .unwrap();
+    let start = Instant::now();
+    drop(p); // P shuts down: its agent says Bye and closes.
+    let e = t.wait(None).unwrap_err();
+    assert_eq!(e.status(), Status::PeerLost, "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let lost = d
+        .agent
+        .wait_notification(LONG, |n| n.kind == NotificationKind::PeerLost)
+        .unwrap()
+        .expect("PEER_LOST notification");
+    assert_eq!((lost.engine_id.as_str(), lost.tp_rank), (xfer::P_ENGINE, 0));
+    let pi = peer.info().unwrap();
+    assert!(!pi.connected && pi.lost_status.is_some(), "{pi:?}");
+    assert_eq!(pi.transfers_failed, 1);
+    // Nothing to read from any more.
+    let e = d
+        .agent
+        .post(&TransferParams::read(&plan, xfer::P_ENGINE, "late"))
+        .unwrap_err();
+    assert_eq!(e.status(), Status::NotFound, "{e}");
+    assert!(e.message().contains(xfer::P_ENGINE), "{e}");
+    peer.disconnect().unwrap(); // fine on a lost peer
+}
+
+#[test]
+fn handles_outlive_their_agent() {
+    let p = node(true, Transport::Auto, ProgressMode::Thread);
+    let d = node(false, Transport::Auto, ProgressMode::Thread);
+    let peer = d.agent.connect(&addr(&p), Some(LONG)).unwrap();
+    let plan = plan_for(&d);
+    let t = d
+        .agent
+        .post(&TransferParams::read(&plan, xfer::P_ENGINE, "r"))
+        .unwrap();
+    assert!(t.wait(Some(LONG)).unwrap());
+    let xfer::Node { agent, memory, .. } = d;
+    drop(agent);
+    // Freed in any order: the transfer keeps its final state, the peer reports it is gone.
+    assert_eq!(t.info().unwrap().state, TransferState::Done);
+    assert!(!peer.info().unwrap().connected);
+    xfer::verify(&plan, &memory).unwrap();
+    drop(memory);
+}
+
+#[test]
+fn leases_expire() {
+    let p = node(true, Transport::Auto, ProgressMode::Thread);
+    p.agent
+        .lease("never", 2, Duration::from_millis(100))
+        .unwrap();
+    let n = wait_kind(&p.agent, NotificationKind::LeaseExpired, "never");
+    assert_eq!((n.count, n.expected), (0, 2));
+    assert_eq!(
+        p.agent.lease("", 1, LONG).unwrap_err().status(),
+        Status::InvalidArgument
+    );
+    assert_eq!(
+        p.agent.lease("x", 0, LONG).unwrap_err().status(),
+        Status::InvalidArgument
+    );
+    let e = p.agent.lease("x", 1, Duration::ZERO).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("lease ttl"), "{e}");
+    assert_eq!(
+        p.agent
+            .lease(&"r".repeat(1025), 1, LONG)
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
+}
+
+#[test]
+fn preshared_keys() {
+    let model = xfer::model().unwrap();
+    let mk = |prefill: bool, key: &[u8]| {
+        let r = xfer::rank(&model, prefill).unwrap();
+        Agent::new(&AgentOptions::new(&r.metadata).preshared_key(key)).unwrap()
+    };
+    let p = mk(true, b"0123456789abcdef-secret");
+    let d_ok = mk(false, b"0123456789abcdef-secret");
+    let d_bad = mk(false, b"0123456789abcdef-wrong!");
+    let target = p.info().unwrap().listen_address;
+    let e = d_bad.connect(&target, Some(LONG)).unwrap_err();
+    assert_eq!(e.status(), Status::Auth, "{e}");
+    d_ok.connect(&target, Some(LONG)).unwrap();
+}
+
+#[test]
+fn refusals_name_the_value() {
+    let model = xfer::model().unwrap();
+    let r = xfer::rank(&model, true).unwrap();
+    let bad = |o: AgentOptions<'_>| Agent::new(&o).unwrap_err();
+    let e = bad(AgentOptions::new(&r.metadata).transport(Transport::Other(9)));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains('9'), "{e}");
+    let e = bad(AgentOptions::new(&r.metadata).progress_mode(ProgressMode::Other(7)));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    let e = bad(AgentOptions::new(&r.metadata).preshared_key(b"short"));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    let e =
+        bad(AgentOptions::new(&r.metadata)
+            .heartbeat(Duration::from_secs(2), Duration::from_secs(1)));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    let e = bad(AgentOptions::new(&r.metadata).default_timeout(Duration::ZERO));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("default_timeout"), "{e}");
+    let e = bad(AgentOptions::new(&r.metadata).default_timeout(Duration::MAX));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    let e = bad(AgentOptions::new(&r.metadata).heartbeat(
+        Duration::from_millis(1),
+        Duration::from_secs(u64::from(u32::MAX)),
+    ));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("heartbeat timeout"), "{e}");
+    let e = bad(AgentOptions::new(&r.metadata).listen_address("no-port"));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    let e = bad(AgentOptions::new(&r.metadata).listen_address("a\0b"));
+    assert_eq!(e.status(), Status::InvalidArgument);
+
+    // Registration must match the advertised region exactly.
+    let a = Agent::new(&AgentOptions::new(&r.metadata)).unwrap();
+    let regions = r.metadata.regions().unwrap();
+    let size = (regions[0].block_len * regions[0].num_blocks) as usize;
+    let e = a
+        .register_buffer(0, HostBuffer::new(size).unwrap())
+        .unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    let xfer::Rank { buffers, .. } = r;
+    let mut bufs = buffers.into_iter();
+    let b0 = bufs.next().unwrap();
+    let e = a
+        .register_buffer(5, HostBuffer::new(size).unwrap())
+        .unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    let desc = MemoryDesc {
+        region: 0,
+        address: b0.addr(),
+        length: b0.len() as u64,
+        memory_type: MemoryType::Cuda,
+        device: 0,
+    };
+    // SAFETY: refused before any registration exists.
+    let e = unsafe { a.register_memory(&desc) }.unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    let m0 = a.register_buffer(0, b0).unwrap();
+    let again = MemoryDesc {
+        memory_type: MemoryType::Host,
+        ..desc
+    };
+    // SAFETY: refused (region already registered); nothing is registered twice.
+    let e = unsafe { a.register_memory(&again) }.unwrap_err();
+    assert_eq!(e.status(), Status::Busy, "{e}");
+    m0.deregister().unwrap();
+    m0.deregister().unwrap(); // twice is fine
+    assert_eq!(
+        HostBuffer::new(0).unwrap_err().status(),
+        Status::InvalidArgument
+    );
+    let hb = HostBuffer::new(16).unwrap();
+    assert_eq!(
+        hb.write_at(10, &[0; 7]).unwrap_err().status(),
+        Status::OutOfBounds
+    );
+    assert_eq!(hb.addr() % 4096, 0);
+
+    assert_eq!(
+        a.find_peer("nobody", 0).unwrap_err().status(),
+        Status::NotFound
+    );
+    assert_eq!(
+        a.connect("a\0b", None).unwrap_err().status(),
+        Status::InvalidArgument
+    );
+    assert_eq!(
+        a.connect("127.0.0.1:1", Some(Duration::ZERO))
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
+}
+
+#[test]
+fn post_refusals() {
+    let p = node(true, Transport::Auto, ProgressMode::Thread);
+    let d = node(false, Transport::Auto, ProgressMode::Thread);
+    d.agent.connect(&addr(&p), Some(LONG)).unwrap();
+    let plan = plan_for(&d);
+    let post = |params: TransferParams<'_>| d.agent.post(&params).unwrap_err();
+    let e = post(TransferParams::read(&plan, xfer::P_ENGINE, ""));
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    let long = "x".repeat(1025);
+    let e = post(TransferParams::read(&plan, xfer::P_ENGINE, &long));
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    let e = post(TransferParams {
+        op: TransferOp::Other(5),
+        ..TransferParams::read(&plan, xfer::P_ENGINE, "r")
+    });
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    let e = post(TransferParams::read(&plan, "other-engine", "r"));
+    assert_eq!(e.status(), Status::NotFound, "{e}");
+    let e = post(TransferParams::read(&plan, xfer::P_ENGINE, "r").timeout(Duration::ZERO));
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    // A write posted on D with a plan for D's reads is for the wrong rank role.
+    let e = post(TransferParams::write(&plan, xfer::P_ENGINE, "r"));
+    assert!(
+        matches!(
+            e.status(),
+            Status::InvalidArgument | Status::NotFound | Status::OutOfBounds
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn executor_handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Agent>();
+    send_sync::<Peer>();
+    send_sync::<Memory>();
+    send_sync::<Transfer>();
+    send_sync::<HostBuffer>();
+}
+
+#[test]
+fn field_bits_match_header() {
+    let header = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../capi/include/pdkv/agent.h"),
+    )
+    .unwrap();
+    let mut seen = 0;
+    for line in header.lines() {
+        let Some(rest) = line.strip_prefix("#define ") else {
+            continue;
+        };
+        let Some((name, value)) = rest.split_once(' ') else {
+            continue;
+        };
+        if !name.contains("_FIELD_") {
+            continue;
+        }
+        let shift: u32 = value
+            .trim()
+            .strip_prefix("((uint64_t)1 << ")
+            .and_then(|v| v.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("unexpected field bit form: {line}"))
+            .parse()
+            .unwrap();
+        let ours = FIELD_BITS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("{name} is not in pdkv::FIELD_BITS"));
+        assert_eq!(ours.1, 1u64 << shift, "{name}");
+        seen += 1;
+    }
+    assert_eq!(seen, FIELD_BITS.len());
+}
