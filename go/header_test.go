@@ -9,12 +9,24 @@ import (
 	"testing"
 )
 
-// TestEveryHeaderFunctionIsWrapped fails when a function of pdkv.h is not called from the
-// package's Go sources, so the binding keeps up with the header.
+// TestEveryHeaderFunctionIsWrapped fails when a function of pdkv.h or of a header it includes
+// (capi/include/pdkv/*.h) is not called from the package's Go sources, so the binding keeps
+// up with the header.
 func TestEveryHeaderFunctionIsWrapped(t *testing.T) {
 	header, err := os.ReadFile(filepath.Join("..", "capi", "include", "pdkv.h"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	subs, err := filepath.Glob(filepath.Join("..", "capi", "include", "pdkv", "*.h"))
+	if err != nil || len(subs) == 0 {
+		t.Fatalf("no capi/include/pdkv/*.h (%v)", err)
+	}
+	for _, f := range subs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		header = append(header, b...)
 	}
 	decl := regexp.MustCompile(`PDKV_API[^;{]*?\b(pdkv_[a-z0-9_]+)\s*\(`)
 	matches := decl.FindAllSubmatch(header, -1)

@@ -172,7 +172,15 @@ type Error struct {
 	CauseCode   int64
 	// closed marks the errors of calls on a closed handle (ErrClosed and what closedErr builds).
 	closed bool
+	// wrapped is the Go error behind a binding-side failure, when there is one (the
+	// context.Context error of a cancelled or expired call): see Unwrap.
+	wrapped error
 }
+
+// Unwrap returns the Go error behind the failure, if any: the context error of an executor
+// call whose context was cancelled or expired, so that errors.Is(err, context.Canceled) and
+// errors.Is(err, context.DeadlineExceeded) hold besides the status sentinels.
+func (e *Error) Unwrap() error { return e.wrapped }
 
 // Error implements the error interface: "PDKV_ERR_...: message".
 func (e *Error) Error() string {
@@ -297,6 +305,14 @@ func handleTypeName[T any]() string {
 		return "PlanContext"
 	case *C.pdkv_transfer_plan_t:
 		return "TransferPlan"
+	case *C.pdkv_agent_t:
+		return "Agent"
+	case *C.pdkv_memory_t:
+		return "Memory"
+	case *C.pdkv_peer_t:
+		return "Peer"
+	case *C.pdkv_transfer_t:
+		return "Transfer"
 	default:
 		return "handle"
 	}

@@ -1,0 +1,667 @@
+package pdkv
+
+/*
+#include <stdlib.h>
+#include <pdkv.h>
+*/
+import "C"
+
+import (
+	"context"
+	"math"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// The transfer executor (pdkv/agent.h): one Agent per engine rank, its memory registrations
+// (memory.go), peers, transfers (transfer.go), notifications and leases.
+//
+// Every call of the executor may run from any goroutine, concurrently with any other (the C
+// header documents them thread-safe). Close of each handle is idempotent and waits for the
+// calls in flight on that handle; a Transfer's Wait runs in short slices so that Close never
+// waits for the network. Deadlines come from a context.Context (its deadline becomes the C
+// call's timeout, its cancellation cancels the operation) or from time.Duration fields,
+// rounded up to whole milliseconds; negative durations are ErrInvalidArgument.
+
+// Transport says how UCX carries data (pdkv_transport_t).
+type Transport int32
+
+// Transports.
+const (
+	// TransportAuto is shared memory for a peer on the same host, TCP otherwise.
+	TransportAuto Transport = C.PDKV_TRANSPORT_AUTO
+	// TransportSHM is UCX shared memory and cross-memory attach (one host).
+	TransportSHM Transport = C.PDKV_TRANSPORT_SHM
+	// TransportTCP is UCX over TCP with peer error handling.
+	TransportTCP Transport = C.PDKV_TRANSPORT_TCP
+)
+
+// ProgressMode says who drives UCX progress (pdkv_progress_mode_t).
+type ProgressMode int32
+
+// Progress modes.
+const (
+	// ProgressThread: a background thread of the agent (the default).
+	ProgressThread ProgressMode = C.PDKV_PROGRESS_THREAD
+	// ProgressCaller: the caller calls Agent.Progress (e.g. when Agent.EventFD is readable).
+	ProgressCaller ProgressMode = C.PDKV_PROGRESS_CALLER
+)
+
+// NotificationKind is the kind of a notification (pdkv_notification_kind_t).
+type NotificationKind int32
+
+// Notification kinds.
+const (
+	// NotifyReadDone (on P): a D rank finished reading a request from this rank.
+	NotifyReadDone NotificationKind = C.PDKV_NOTIFY_READ_DONE
+	// NotifyWriteDone (on D): a P rank finished writing a request into this rank.
+	NotifyWriteDone NotificationKind = C.PDKV_NOTIFY_WRITE_DONE
+	// NotifyRequestComplete: a leased request received its expected count.
+	NotifyRequestComplete NotificationKind = C.PDKV_NOTIFY_REQUEST_COMPLETE
+	// NotifyLeaseExpired: a lease's time ran out before its count was reached.
+	NotifyLeaseExpired NotificationKind = C.PDKV_NOTIFY_LEASE_EXPIRED
+	// NotifyPeerConnected: a peer completed the handshake (either direction).
+	NotifyPeerConnected NotificationKind = C.PDKV_NOTIFY_PEER_CONNECTED
+	// NotifyPeerLost: a peer died, closed, failed heartbeats or misbehaved.
+	NotifyPeerLost NotificationKind = C.PDKV_NOTIFY_PEER_LOST
+)
+
+// Field bits of the options structs (PDKV_*_FIELD_*).
+const (
+	fieldListenAddress  = uint64(C.PDKV_AGENT_FIELD_LISTEN_ADDRESS)
+	fieldTransport      = uint64(C.PDKV_AGENT_FIELD_TRANSPORT)
+	fieldProgressMode   = uint64(C.PDKV_AGENT_FIELD_PROGRESS_MODE)
+	fieldDefaultTimeout = uint64(C.PDKV_AGENT_FIELD_DEFAULT_TIMEOUT)
+	fieldPresharedKey   = uint64(C.PDKV_AGENT_FIELD_PRESHARED_KEY)
+	fieldHeartbeat      = uint64(C.PDKV_AGENT_FIELD_HEARTBEAT)
+	fieldMaxOutstanding = uint64(C.PDKV_AGENT_FIELD_MAX_OUTSTANDING)
+	fieldMemoryType     = uint64(C.PDKV_MEMORY_FIELD_MEMORY_TYPE)
+	fieldMemoryDevice   = uint64(C.PDKV_MEMORY_FIELD_DEVICE)
+	fieldConnectTimeout = uint64(C.PDKV_CONNECT_FIELD_TIMEOUT)
+	fieldXferTimeout    = uint64(C.PDKV_TRANSFER_FIELD_TIMEOUT)
+	fieldXferNotify     = uint64(C.PDKV_TRANSFER_FIELD_NOTIFY)
+)
+
+// millis converts d to whole milliseconds, rounded up so a deadline never expires earlier than
+// asked. Negative durations are ErrInvalidArgument naming what; zero gives 0 (the caller
+// decides what 0 means); values above max are ErrInvalidArgument.
+func millis(what string, d time.Duration, max uint64) (uint64, error) {
+	if d < 0 {
+		return 0, goErr(StatusInvalidArgument, "%s = %v is negative", what, d)
+	}
+	ms := uint64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	if ms > max {
+		return 0, goErr(StatusInvalidArgument, "%s = %v is longer than the %d ms the C field holds", what, d, max)
+	}
+	return ms, nil
+}
+
+// ctxTimeout is the C timeout for a call under ctx: the time left until ctx's deadline
+// (rounded up, at least 1 ms) combined with explicit (0: none) by taking the shorter; 0 when
+// neither is set (the agent's default). A ctx already done gives its error.
+func ctxTimeout(ctx context.Context, what string, explicit time.Duration) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, ctxErr(ctx, what)
+	}
+	d := explicit
+	if explicit < 0 {
+		return 0, goErr(StatusInvalidArgument, "%s = %v is negative", what, explicit)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left <= 0 {
+			return 0, ctxErr(ctx, what)
+		}
+		if d == 0 || left < d {
+			d = left
+		}
+	}
+	return millis(what, d, math.MaxUint64)
+}
+
+// ctxErr is the *Error of a call whose context ended: ErrTimedOut for an expired deadline,
+// ErrCancelled otherwise, wrapping ctx.Err() (errors.Is matches both).
+func ctxErr(ctx context.Context, what string) error {
+	cause := ctx.Err()
+	if cause == nil {
+		cause = context.Canceled
+	}
+	st := StatusCancelled
+	if cause == context.DeadlineExceeded {
+		st = StatusTimedOut
+	}
+	return &Error{Status: st, Message: what + ": " + cause.Error(), wrapped: cause}
+}
+
+// withCtx attaches ctx's error to a library error whose status says the same thing (a C
+// timeout that raced the context's own deadline), so errors.Is(err, context.DeadlineExceeded)
+// holds whichever side noticed first.
+func withCtx(ctx context.Context, err error) error {
+	if e, ok := err.(*Error); ok && e.wrapped == nil && ctx.Err() != nil {
+		if (e.Status == StatusTimedOut && ctx.Err() == context.DeadlineExceeded) ||
+			(e.Status == StatusCancelled && ctx.Err() == context.Canceled) {
+			e.wrapped = ctx.Err()
+		}
+	}
+	return err
+}
+
+// AgentOptions configure NewAgent. Zero values take the library's defaults.
+type AgentOptions struct {
+	// Metadata is this rank's metadata (required; copied).
+	Metadata *EngineMetadata
+	// ListenAddress is the control listener "host:port" (port 0: a free port). "": 127.0.0.1:0.
+	ListenAddress string
+	// Transport is the data transport (default TransportAuto).
+	Transport Transport
+	// ProgressMode says who drives progress (default ProgressThread).
+	ProgressMode ProgressMode
+	// DefaultTimeout is the deadline of connects and transfers without one (0: 30 s).
+	DefaultTimeout time.Duration
+	// PresharedKey is the key both sides must hold (>= 16 bytes; nil: none).
+	PresharedKey []byte
+	// HeartbeatInterval is the ping period per peer (0: 500 ms); HeartbeatTimeout the silence
+	// after which a peer is lost (0: 5 s). Setting either sets both (the other at its default).
+	HeartbeatInterval, HeartbeatTimeout time.Duration
+	// MaxOutstanding is the UCX operations in flight per transfer (0: 64).
+	MaxOutstanding uint32
+}
+
+// AgentInfo holds an agent's scalars.
+type AgentInfo struct {
+	EngineID          string
+	TpRank, TpSize    uint32
+	ListenAddress     string // "host:port" actually bound
+	Port              uint16
+	Transport         Transport
+	ProgressMode      ProgressMode
+	NumPeers          int
+	TransfersInFlight int
+}
+
+// Agent is one engine rank's executor: UCX context and worker, control listener, peers.
+// Close shuts it down (transfers in flight fail with ErrShutdown, peers are told goodbye);
+// peers, registrations and transfers taken from it stay usable and report that state.
+type Agent struct {
+	h    handle[C.pdkv_agent_t]
+	pins *pinList // buffers registered with this agent, pinned until it is freed
+}
+
+// pinList holds the HostBuffers registered with one agent. It is separate from the Agent so
+// that the free function can release them without referring to the Agent (which would make
+// the Agent reachable from itself and keep its finalizer from ever running).
+type pinList struct {
+	mu   sync.Mutex
+	bufs []*HostBuffer
+}
+
+// add pins b until the agent is freed.
+func (l *pinList) add(b *HostBuffer) {
+	b.pin()
+	l.mu.Lock()
+	l.bufs = append(l.bufs, b)
+	l.mu.Unlock()
+}
+
+// releaseAll unpins every buffer (the agent is freed: nothing of it touches them any more).
+func (l *pinList) releaseAll() {
+	l.mu.Lock()
+	bufs := l.bufs
+	l.bufs = nil
+	l.mu.Unlock()
+	for _, b := range bufs {
+		b.unpin()
+	}
+}
+
+// NewAgent creates an agent; its control listener is bound before it returns. Errors:
+// ErrInvalidArgument (unknown enum values, bad address, short key, heartbeat timeout not above
+// the interval; names the field), ErrIO (the address cannot be bound), ErrTransport, ErrClosed.
+func NewAgent(opts AgentOptions) (*Agent, error) {
+	mp, err := opts.Metadata.ref().acquireArg("opts.Metadata")
+	if err != nil {
+		return nil, err
+	}
+	defer opts.Metadata.h.release()
+	var a cArena
+	defer a.free()
+	var co C.pdkv_agent_options_t
+	co.struct_size = C.size_t(unsafe.Sizeof(co))
+	co.metadata = mp
+	mask := uint64(0)
+	if opts.ListenAddress != "" {
+		s, err := a.str("opts.ListenAddress", opts.ListenAddress)
+		if err != nil {
+			return nil, err
+		}
+		co.listen_address = s
+		mask |= fieldListenAddress
+	}
+	if opts.Transport != TransportAuto {
+		co.transport = C.int32_t(opts.Transport)
+		mask |= fieldTransport
+	}
+	if opts.ProgressMode != ProgressThread {
+		co.progress_mode = C.int32_t(opts.ProgressMode)
+		mask |= fieldProgressMode
+	}
+	if opts.DefaultTimeout != 0 {
+		ms, err := millis("opts.DefaultTimeout", opts.DefaultTimeout, math.MaxUint64)
+		if err != nil {
+			return nil, err
+		}
+		co.default_timeout_ms = C.uint64_t(ms)
+		mask |= fieldDefaultTimeout
+	}
+	if opts.PresharedKey != nil {
+		if len(opts.PresharedKey) > 0 {
+			p := a.alloc(uintptr(len(opts.PresharedKey)))
+			copy(unsafe.Slice((*byte)(p), len(opts.PresharedKey)), opts.PresharedKey)
+			co.preshared_key = (*C.uint8_t)(p)
+		}
+		co.preshared_key_len = C.size_t(len(opts.PresharedKey))
+		mask |= fieldPresharedKey
+	}
+	if opts.HeartbeatInterval != 0 || opts.HeartbeatTimeout != 0 {
+		iv, to := opts.HeartbeatInterval, opts.HeartbeatTimeout
+		if iv == 0 {
+			iv = 500 * time.Millisecond
+		}
+		if to == 0 {
+			to = 5 * time.Second
+		}
+		ivms, err := millis("opts.HeartbeatInterval", iv, math.MaxUint32)
+		if err != nil {
+			return nil, err
+		}
+		toms, err := millis("opts.HeartbeatTimeout", to, math.MaxUint32)
+		if err != nil {
+			return nil, err
+		}
+		co.heartbeat_interval_ms = C.uint32_t(ivms)
+		co.heartbeat_timeout_ms = C.uint32_t(toms)
+		mask |= fieldHeartbeat
+	}
+	if opts.MaxOutstanding != 0 {
+		co.max_outstanding = C.uint32_t(opts.MaxOutstanding)
+		mask |= fieldMaxOutstanding
+	}
+	co.field_mask = C.uint64_t(mask)
+	var out *C.pdkv_agent_t
+	var cerr *C.pdkv_error_t
+	st := C.pdkv_agent_new(&co, &out, &cerr)
+	runtime.KeepAlive(opts.Metadata)
+	if err := check(st, cerr); err != nil {
+		return nil, err
+	}
+	pins := &pinList{}
+	ag := &Agent{pins: pins, h: handle[C.pdkv_agent_t]{ptr: out, free: func(p *C.pdkv_agent_t) {
+		C.pdkv_agent_free(p)
+		pins.releaseAll()
+	}}}
+	runtime.SetFinalizer(ag, func(ag *Agent) { ag.h.close() })
+	return ag, nil
+}
+
+// Close shuts the agent down and frees it. Idempotent; waits for calls in flight (a Connect
+// in progress ends within its deadline). Close on a nil *Agent does nothing.
+func (a *Agent) Close() error { return closeHandle(a, a.ref()) }
+
+func (a *Agent) ref() *handle[C.pdkv_agent_t] {
+	if a == nil {
+		return nil
+	}
+	return &a.h
+}
+
+// Info returns the agent's scalars.
+func (a *Agent) Info() (AgentInfo, error) {
+	p, err := a.ref().acquire()
+	if err != nil {
+		return AgentInfo{}, err
+	}
+	defer a.h.release()
+	var ci C.pdkv_agent_info_t
+	ci.struct_size = C.size_t(unsafe.Sizeof(ci))
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_agent_get_info(p, &ci, &cerr), cerr); err != nil {
+		return AgentInfo{}, err
+	}
+	return AgentInfo{
+		EngineID: C.GoString(ci.engine_id), TpRank: uint32(ci.tp_rank), TpSize: uint32(ci.tp_size),
+		ListenAddress: C.GoString(ci.listen_address), Port: uint16(ci.port),
+		Transport: Transport(ci.transport), ProgressMode: ProgressMode(ci.progress_mode),
+		NumPeers: int(ci.num_peers), TransfersInFlight: int(ci.transfers_in_flight),
+	}, nil
+}
+
+// Progress drives UCX progress, deadlines and retries once without blocking and returns the
+// completions handled. Needed with ProgressCaller; harmless otherwise.
+func (a *Agent) Progress() (uint32, error) {
+	p, err := a.ref().acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer a.h.release()
+	var events C.uint32_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_agent_progress(p, &events, &cerr), cerr); err != nil {
+		return 0, err
+	}
+	return uint32(events), nil
+}
+
+// EventFD returns a descriptor that is readable when Progress or PollNotifications has work
+// (level-triggered). The agent owns it: never close it.
+func (a *Agent) EventFD() (int, error) {
+	p, err := a.ref().acquire()
+	if err != nil {
+		return -1, err
+	}
+	defer a.h.release()
+	var fd C.int
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_agent_event_fd(p, &fd, &cerr), cerr); err != nil {
+		return -1, err
+	}
+	return int(fd), nil
+}
+
+// Connect connects to the agent at address ("host:port") and runs the handshake. ctx's
+// deadline bounds it (none: the agent's default); cancelling ctx returns at once with an error
+// matching ErrCancelled and context.Canceled while the attempt finishes in the background
+// (bounded by the deadline) and a peer it may still produce is disconnected. Errors:
+// ErrInvalidArgument, ErrPeerLost (refused or closed), ErrTimedOut, ErrAuth, ErrProtocol,
+// ErrIncompatible, ErrShutdown, ErrTransport, ErrClosed.
+func (a *Agent) Connect(ctx context.Context, address string) (*Peer, error) {
+	ms, err := ctxTimeout(ctx, "connect "+address, 0)
+	if err != nil {
+		return nil, err
+	}
+	p, err := a.ref().acquire()
+	if err != nil {
+		return nil, err
+	}
+	var arena cArena
+	s, err := arena.str("address", address)
+	if err != nil {
+		a.h.release()
+		arena.free()
+		return nil, err
+	}
+	call := func() (*Peer, error) {
+		defer a.h.release()
+		defer arena.free()
+		var co C.pdkv_connect_options_t
+		co.struct_size = C.size_t(unsafe.Sizeof(co))
+		co.address = s
+		if ms > 0 {
+			co.field_mask = C.uint64_t(fieldConnectTimeout)
+			co.timeout_ms = C.uint64_t(ms)
+		}
+		var out *C.pdkv_peer_t
+		var cerr *C.pdkv_error_t
+		st := C.pdkv_agent_connect(p, &co, &out, &cerr)
+		runtime.KeepAlive(a)
+		if err := check(st, cerr); err != nil {
+			return nil, withCtx(ctx, err)
+		}
+		return newPeer(out), nil
+	}
+	if ctx.Done() == nil {
+		return call()
+	}
+	type result struct {
+		peer *Peer
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		pe, err := call()
+		done <- result{pe, err}
+	}()
+	select {
+	case r := <-done:
+		return r.peer, r.err
+	case <-ctx.Done():
+		go func() { // the handshake ends within its deadline; drop what it produced
+			if r := <-done; r.peer != nil {
+				_ = r.peer.Disconnect()
+				_ = r.peer.Close()
+			}
+		}()
+		return nil, ctxErr(ctx, "connect "+address)
+	}
+}
+
+// FindPeer returns the connected peer (engineID, tpRank), whichever side connected. Errors:
+// ErrNotFound (names the engine and rank), ErrClosed.
+func (a *Agent) FindPeer(engineID string, tpRank uint32) (*Peer, error) {
+	p, err := a.ref().acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer a.h.release()
+	var arena cArena
+	defer arena.free()
+	s, err := arena.str("engineID", engineID)
+	if err != nil {
+		return nil, err
+	}
+	var out *C.pdkv_peer_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_agent_find_peer(p, s, C.uint32_t(tpRank), &out, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	return newPeer(out), nil
+}
+
+// Lease leases a request's blocks on this rank: after expected successful READ_DONE /
+// WRITE_DONE notifications for requestID a NotifyRequestComplete follows, or
+// NotifyLeaseExpired once ttl passes first. Errors: ErrInvalidArgument (empty or long id,
+// expected 0, ttl not positive), ErrShutdown, ErrClosed.
+func (a *Agent) Lease(requestID string, expected uint32, ttl time.Duration) error {
+	if ttl <= 0 {
+		return goErr(StatusInvalidArgument, "lease ttl = %v: must be positive", ttl)
+	}
+	ms, err := millis("lease ttl", ttl, math.MaxUint64)
+	if err != nil {
+		return err
+	}
+	p, err := a.ref().acquire()
+	if err != nil {
+		return err
+	}
+	defer a.h.release()
+	var arena cArena
+	defer arena.free()
+	s, err := arena.str("requestID", requestID)
+	if err != nil {
+		return err
+	}
+	var cerr *C.pdkv_error_t
+	return check(C.pdkv_agent_lease(p, s, C.uint32_t(expected), C.uint64_t(ms), &cerr), cerr)
+}
+
+// Notification is one notification, copied out of the library.
+type Notification struct {
+	Kind NotificationKind
+	// Status is StatusOK, the failure a peer reported, or why a peer was lost.
+	Status Status
+	// RequestID is "" for peer notifications.
+	RequestID string
+	// EngineID and TpRank name the remote rank ("" for lease notifications).
+	EngineID string
+	TpRank   uint32
+	// Count is the successful notifications received for the request so far; Expected the
+	// lease's expected count (0: no lease).
+	Count, Expected uint32
+	// Bytes the sender moved for this request.
+	Bytes uint64
+}
+
+// PollNotifications takes every pending notification, oldest first.
+func (a *Agent) PollNotifications() ([]Notification, error) {
+	p, err := a.ref().acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer a.h.release()
+	var list *C.pdkv_notification_list_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_agent_poll_notifications(p, &list, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	defer C.pdkv_notification_list_free(list)
+	var n C.size_t
+	if err := check(C.pdkv_notification_list_count(list, &n, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	out := make([]Notification, 0, int(n))
+	for i := C.size_t(0); i < n; i++ {
+		var cn C.pdkv_notification_t
+		cn.struct_size = C.size_t(unsafe.Sizeof(cn))
+		if err := check(C.pdkv_notification_list_get(list, i, &cn, &cerr), cerr); err != nil {
+			return nil, err
+		}
+		out = append(out, Notification{
+			Kind: NotificationKind(cn.kind), Status: Status(cn.status),
+			RequestID: C.GoString(cn.request_id), EngineID: C.GoString(cn.engine_id),
+			TpRank: uint32(cn.tp_rank), Count: uint32(cn.count), Expected: uint32(cn.expected),
+			Bytes: uint64(cn.bytes),
+		})
+	}
+	return out, nil
+}
+
+// WaitNotification polls notifications until one satisfies match (the others taken meanwhile
+// are dropped) or ctx ends (its error, matching context.DeadlineExceeded / context.Canceled).
+// It drives Progress as it waits, so it also serves ProgressCaller agents.
+func (a *Agent) WaitNotification(ctx context.Context, match func(Notification) bool) (Notification, error) {
+	nap := 100 * time.Microsecond
+	timer := time.NewTimer(nap)
+	defer timer.Stop()
+	for {
+		if _, err := a.Progress(); err != nil {
+			return Notification{}, err
+		}
+		ns, err := a.PollNotifications()
+		if err != nil {
+			return Notification{}, err
+		}
+		for _, n := range ns {
+			if match(n) {
+				return n, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return Notification{}, ctx.Err()
+		case <-timer.C:
+		}
+		if nap < 5*time.Millisecond {
+			nap *= 2
+		}
+		timer.Reset(nap)
+	}
+}
+
+// PeerInfo holds a peer's identity, state and counters.
+type PeerInfo struct {
+	EngineID string
+	TpRank   uint32
+	// Address is the control connection's remote "ip:port".
+	Address string
+	// Connected is false once lost or disconnected; Inbound is true when the peer connected
+	// to us.
+	Connected, Inbound bool
+	Transport          Transport
+	// LostStatus says why it was lost (StatusOK while connected).
+	LostStatus            Status
+	BytesRead             uint64
+	BytesWritten          uint64
+	TransfersDone         uint64
+	TransfersFailed       uint64
+	OperationsFailed      uint64
+	NotificationsSent     uint64
+	NotificationsReceived uint64
+	HeartbeatRTT          time.Duration
+}
+
+// Peer is a connected (or formerly connected) remote engine rank. Close frees the handle and
+// keeps the connection; Disconnect closes the connection.
+type Peer struct {
+	h handle[C.pdkv_peer_t]
+}
+
+func newPeer(p *C.pdkv_peer_t) *Peer {
+	pe := &Peer{h: handle[C.pdkv_peer_t]{ptr: p, free: func(p *C.pdkv_peer_t) { C.pdkv_peer_free(p) }}}
+	runtime.SetFinalizer(pe, func(pe *Peer) { pe.h.close() })
+	return pe
+}
+
+// Close frees the handle (the connection stays). Idempotent.
+func (pe *Peer) Close() error { return closeHandle(pe, pe.ref()) }
+
+func (pe *Peer) ref() *handle[C.pdkv_peer_t] {
+	if pe == nil {
+		return nil
+	}
+	return &pe.h
+}
+
+// Info returns the peer's identity, state and counters.
+func (pe *Peer) Info() (PeerInfo, error) {
+	p, err := pe.ref().acquire()
+	if err != nil {
+		return PeerInfo{}, err
+	}
+	defer pe.h.release()
+	var ci C.pdkv_peer_info_t
+	ci.struct_size = C.size_t(unsafe.Sizeof(ci))
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_peer_get_info(p, &ci, &cerr), cerr); err != nil {
+		return PeerInfo{}, err
+	}
+	return PeerInfo{
+		EngineID: C.GoString(ci.engine_id), TpRank: uint32(ci.tp_rank), Address: C.GoString(ci.address),
+		Connected: ci.connected != 0, Inbound: ci.inbound != 0, Transport: Transport(ci.transport),
+		LostStatus: Status(ci.lost_status), BytesRead: uint64(ci.bytes_read),
+		BytesWritten: uint64(ci.bytes_written), TransfersDone: uint64(ci.transfers_done),
+		TransfersFailed: uint64(ci.transfers_failed), OperationsFailed: uint64(ci.operations_failed),
+		NotificationsSent: uint64(ci.notifications_sent), NotificationsReceived: uint64(ci.notifications_received),
+		HeartbeatRTT: time.Duration(ci.heartbeat_rtt_us) * time.Microsecond,
+	}, nil
+}
+
+// Metadata returns a copy of the metadata the peer advertised.
+func (pe *Peer) Metadata() (*EngineMetadata, error) {
+	p, err := pe.ref().acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer pe.h.release()
+	var out *C.pdkv_engine_metadata_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_peer_metadata(p, &out, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	return newEngineMetadata(out), nil
+}
+
+// Disconnect closes the connection (Bye); transfers in flight with this peer fail with
+// ErrPeerLost. Fine on a lost peer.
+func (pe *Peer) Disconnect() error {
+	p, err := pe.ref().acquire()
+	if err != nil {
+		return err
+	}
+	defer pe.h.release()
+	var cerr *C.pdkv_error_t
+	return check(C.pdkv_peer_disconnect(p, &cerr), cerr)
+}

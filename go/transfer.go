@@ -1,0 +1,298 @@
+package pdkv
+
+/*
+#include <pdkv.h>
+*/
+import "C"
+
+import (
+	"context"
+	"math"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// TransferOp is the direction of a transfer (pdkv_transfer_op_t).
+type TransferOp int32
+
+// Transfer directions.
+const (
+	// TransferRead is posted by the D rank the plan was compiled for: D pulls from P.
+	TransferRead TransferOp = C.PDKV_TRANSFER_READ
+	// TransferWrite is posted by a P rank with the same plan: it pushes its reads into D.
+	TransferWrite TransferOp = C.PDKV_TRANSFER_WRITE
+)
+
+// TransferState is the state of a transfer (pdkv_transfer_state_t).
+type TransferState int32
+
+// Transfer states.
+const (
+	TransferInFlight TransferState = C.PDKV_TRANSFER_IN_FLIGHT
+	TransferDone     TransferState = C.PDKV_TRANSFER_DONE
+	TransferFailed   TransferState = C.PDKV_TRANSFER_FAILED
+)
+
+// TransferParams say what Agent.Post executes.
+type TransferParams struct {
+	Op   TransferOp
+	Plan *TransferPlan // required (copied by the library)
+	// PeerEngineID is the P engine for a read, the D engine for a write.
+	PeerEngineID string
+	// RequestID is non-empty, at most 1024 bytes, and travels in notifications.
+	RequestID string
+	// Timeout bounds the transfer (0: the context's deadline, else the agent's default; with
+	// both, the shorter).
+	Timeout time.Duration
+	// NoNotify skips notifying the plan's peers after the data (they are notified by default).
+	NoNotify bool
+}
+
+// TransferInfo is a transfer's progress.
+type TransferInfo struct {
+	State TransferState
+	// Status is StatusOK, or why the transfer failed.
+	Status                          Status
+	BytesTotal, BytesDone           uint64
+	OperationsTotal, OperationsDone uint64
+	// ReadsFailed counts plan reads that did not complete.
+	ReadsFailed uint64
+	// Elapsed is the time from post to the final state (or now).
+	Elapsed time.Duration
+}
+
+// FailedRead is one plan read that did not complete.
+type FailedRead struct {
+	// PRank is the P rank whose read list holds it; ReadIndex its index in
+	// TransferPlan.RankReads(PRank).
+	PRank     uint32
+	ReadIndex uint64
+	Status    Status
+}
+
+// waitSlice bounds each blocking C wait, so that Close (which cancels, then waits for calls in
+// flight) and context cancellation are noticed within this time.
+const waitSlice = 20 * time.Millisecond
+
+// transferCore is what the context watcher goroutine of a Transfer refers to: the handle and
+// the channel that stops the watcher. It is separate from Transfer so that the goroutine does
+// not keep the Transfer reachable (its finalizer then still runs for a forgotten transfer).
+type transferCore struct {
+	h        handle[C.pdkv_transfer_t]
+	stopOnce sync.Once
+	stop     chan struct{} // closed when the watcher must end (final state seen, or Close)
+}
+
+func (c *transferCore) stopWatcher() { c.stopOnce.Do(func() { close(c.stop) }) }
+
+// Transfer is one posted transfer. Close cancels a transfer still in flight and frees it;
+// wait for it first to let it finish.
+type Transfer struct {
+	c *transferCore
+}
+
+// Post posts a transfer and returns at once. ctx's deadline becomes the transfer's deadline
+// (with Timeout, the shorter); cancelling ctx cancels the transfer (it then fails with
+// ErrCancelled). Errors: ErrInvalidArgument (op, empty or long request id, a plan for another
+// rank: names both), ErrNotFound (a peer rank the plan needs is not connected), ErrOutOfBounds
+// (a range outside the registrations: names the read, side, region and range), ErrShutdown,
+// ErrCancelled / ErrTimedOut wrapping ctx.Err() for a context already done, ErrClosed.
+func (a *Agent) Post(ctx context.Context, params TransferParams) (*Transfer, error) {
+	ms, err := ctxTimeout(ctx, "transfer "+params.RequestID, params.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	p, err := a.ref().acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer a.h.release()
+	pp, err := params.Plan.ref().acquireArg("params.Plan")
+	if err != nil {
+		return nil, err
+	}
+	defer params.Plan.h.release()
+	var arena cArena
+	defer arena.free()
+	peer, err := arena.str("params.PeerEngineID", params.PeerEngineID)
+	if err != nil {
+		return nil, err
+	}
+	req, err := arena.str("params.RequestID", params.RequestID)
+	if err != nil {
+		return nil, err
+	}
+	var cp C.pdkv_transfer_params_t
+	cp.struct_size = C.size_t(unsafe.Sizeof(cp))
+	mask := uint64(0)
+	if ms > 0 {
+		mask |= fieldXferTimeout
+		cp.timeout_ms = C.uint64_t(ms)
+	}
+	if params.NoNotify {
+		mask |= fieldXferNotify
+		cp.notify = 0
+	}
+	cp.field_mask = C.uint64_t(mask)
+	cp.op = C.int32_t(params.Op)
+	cp.plan = pp
+	cp.peer_engine_id = peer
+	cp.request_id = req
+	var out *C.pdkv_transfer_t
+	var cerr *C.pdkv_error_t
+	st := C.pdkv_agent_post(p, &cp, &out, &cerr)
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(params.Plan)
+	if err := check(st, cerr); err != nil {
+		return nil, err
+	}
+	c := &transferCore{stop: make(chan struct{})}
+	c.h = handle[C.pdkv_transfer_t]{ptr: out, free: func(p *C.pdkv_transfer_t) { C.pdkv_transfer_free(p) }}
+	t := &Transfer{c: c}
+	runtime.SetFinalizer(t, func(t *Transfer) { _ = t.Close() })
+	if done := ctx.Done(); done != nil {
+		go func() {
+			select {
+			case <-done:
+				if tp, err := c.h.acquire(); err == nil {
+					C.pdkv_transfer_cancel(tp, nil)
+					c.h.release()
+				}
+			case <-c.stop:
+			}
+		}()
+	}
+	return t, nil
+}
+
+// Close cancels the transfer if it is still in flight and frees it (the library releases its
+// resources when its last operation ends). Idempotent; waits for calls in flight, which end
+// within a short slice (Wait notices the close).
+func (t *Transfer) Close() error {
+	if t == nil || t.c == nil {
+		return nil
+	}
+	t.c.stopWatcher()
+	if p, err := t.c.h.acquire(); err == nil {
+		C.pdkv_transfer_cancel(p, nil) // so that waiters see the end promptly
+		t.c.h.release()
+	}
+	t.c.h.close()
+	runtime.SetFinalizer(t, nil)
+	return nil
+}
+
+func (t *Transfer) ref() *handle[C.pdkv_transfer_t] {
+	if t == nil || t.c == nil {
+		return nil
+	}
+	return &t.c.h
+}
+
+// Info returns the transfer's progress (a poll: never blocks).
+func (t *Transfer) Info() (TransferInfo, error) {
+	p, err := t.ref().acquire()
+	if err != nil {
+		return TransferInfo{}, err
+	}
+	defer t.c.h.release()
+	var ci C.pdkv_transfer_info_t
+	ci.struct_size = C.size_t(unsafe.Sizeof(ci))
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_transfer_get_info(p, &ci, &cerr), cerr); err != nil {
+		return TransferInfo{}, err
+	}
+	info := TransferInfo{
+		State: TransferState(ci.state), Status: Status(ci.status),
+		BytesTotal: uint64(ci.bytes_total), BytesDone: uint64(ci.bytes_done),
+		OperationsTotal: uint64(ci.operations_total), OperationsDone: uint64(ci.operations_done),
+		ReadsFailed: uint64(ci.reads_failed), Elapsed: time.Duration(ci.elapsed_us) * time.Microsecond,
+	}
+	if info.State != TransferInFlight {
+		t.c.stopWatcher()
+	}
+	return info, nil
+}
+
+// Wait waits for the final state: nil when the transfer is done, its failure (*Error: ErrTimedOut,
+// ErrCancelled, ErrPeerLost, ErrShutdown..., naming the reads and peers) when it failed, or
+// ctx.Err() when ctx ends first (the transfer goes on). Several goroutines may wait on one
+// transfer. With ProgressCaller the wait drives the agent's progress itself.
+func (t *Transfer) Wait(ctx context.Context) error {
+	for {
+		slice := waitSlice
+		if dl, ok := ctx.Deadline(); ok {
+			if left := time.Until(dl); left < slice {
+				slice = left
+			}
+		}
+		if slice < 0 {
+			slice = 0
+		}
+		finished, err := t.waitOnce(slice)
+		if finished || err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// waitOnce is one bounded C wait.
+func (t *Transfer) waitOnce(d time.Duration) (bool, error) {
+	p, err := t.ref().acquire()
+	if err != nil {
+		return false, err
+	}
+	defer t.c.h.release()
+	ms, err := millis("wait", d, math.MaxUint64-1)
+	if err != nil {
+		return false, err
+	}
+	var finished C.uint8_t
+	var cerr *C.pdkv_error_t
+	err = check(C.pdkv_transfer_wait(p, C.uint64_t(ms), &finished, &cerr), cerr)
+	if finished != 0 {
+		t.c.stopWatcher()
+		return true, err
+	}
+	return false, err
+}
+
+// Cancel asks the transfer to stop: nothing more is posted and it fails with ErrCancelled
+// once the operations in flight complete (bounded by its deadline). No effect once finished.
+func (t *Transfer) Cancel() error {
+	p, err := t.ref().acquire()
+	if err != nil {
+		return err
+	}
+	defer t.c.h.release()
+	var cerr *C.pdkv_error_t
+	return check(C.pdkv_transfer_cancel(p, &cerr), cerr)
+}
+
+// FailedReads returns the reads that did not complete, by P rank then index (empty while in
+// flight or when done).
+func (t *Transfer) FailedReads() ([]FailedRead, error) {
+	p, err := t.ref().acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer t.c.h.release()
+	var reads *C.pdkv_failed_read_t
+	var n C.size_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_transfer_failed_reads(p, &reads, &n, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	out := make([]FailedRead, int(n))
+	if n > 0 {
+		for i, r := range unsafe.Slice(reads, int(n)) {
+			out[i] = FailedRead{PRank: uint32(r.p_rank), ReadIndex: uint64(r.read_index), Status: Status(r.status)}
+		}
+	}
+	return out, nil
+}
