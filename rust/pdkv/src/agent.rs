@@ -17,41 +17,25 @@ use crate::memory::{HostBuffer, Memory, MemoryDesc};
 use crate::metadata::EngineMetadata;
 use crate::transfer::{Transfer, TransferParams};
 use pdkv_sys as sys;
+use std::collections::VecDeque;
 use std::mem::{size_of, zeroed};
 use std::ptr::{self, NonNull};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-// Field bits of the options structs (`PDKV_*_FIELD_*`, macros bindgen cannot evaluate; the
-// test `field_bits_match_header` checks them against pdkv/agent.h).
-pub(crate) const FIELD_LISTEN_ADDRESS: u64 = 1 << 0;
-pub(crate) const FIELD_TRANSPORT: u64 = 1 << 1;
-pub(crate) const FIELD_PROGRESS_MODE: u64 = 1 << 2;
-pub(crate) const FIELD_DEFAULT_TIMEOUT: u64 = 1 << 3;
-pub(crate) const FIELD_PRESHARED_KEY: u64 = 1 << 4;
-pub(crate) const FIELD_HEARTBEAT: u64 = 1 << 5;
-pub(crate) const FIELD_MAX_OUTSTANDING: u64 = 1 << 6;
-pub(crate) const FIELD_MEMORY_TYPE: u64 = 1 << 0;
-pub(crate) const FIELD_MEMORY_DEVICE: u64 = 1 << 1;
-pub(crate) const FIELD_CONNECT_TIMEOUT: u64 = 1 << 0;
-pub(crate) const FIELD_TRANSFER_TIMEOUT: u64 = 1 << 0;
-pub(crate) const FIELD_TRANSFER_NOTIFY: u64 = 1 << 1;
-
-/// The `PDKV_*_FIELD_*` bits as (header macro name, value), for the header check.
-pub const FIELD_BITS: &[(&str, u64)] = &[
-    ("PDKV_AGENT_FIELD_LISTEN_ADDRESS", FIELD_LISTEN_ADDRESS),
-    ("PDKV_AGENT_FIELD_TRANSPORT", FIELD_TRANSPORT),
-    ("PDKV_AGENT_FIELD_PROGRESS_MODE", FIELD_PROGRESS_MODE),
-    ("PDKV_AGENT_FIELD_DEFAULT_TIMEOUT", FIELD_DEFAULT_TIMEOUT),
-    ("PDKV_AGENT_FIELD_PRESHARED_KEY", FIELD_PRESHARED_KEY),
-    ("PDKV_AGENT_FIELD_HEARTBEAT", FIELD_HEARTBEAT),
-    ("PDKV_AGENT_FIELD_MAX_OUTSTANDING", FIELD_MAX_OUTSTANDING),
-    ("PDKV_MEMORY_FIELD_MEMORY_TYPE", FIELD_MEMORY_TYPE),
-    ("PDKV_MEMORY_FIELD_DEVICE", FIELD_MEMORY_DEVICE),
-    ("PDKV_CONNECT_FIELD_TIMEOUT", FIELD_CONNECT_TIMEOUT),
-    ("PDKV_TRANSFER_FIELD_TIMEOUT", FIELD_TRANSFER_TIMEOUT),
-    ("PDKV_TRANSFER_FIELD_NOTIFY", FIELD_TRANSFER_NOTIFY),
-];
+// Field bits of the options structs (bindgen types the `PDKV_*_FIELD_*` macros as u32).
+pub(crate) const FIELD_LISTEN_ADDRESS: u64 = sys::PDKV_AGENT_FIELD_LISTEN_ADDRESS as u64;
+pub(crate) const FIELD_TRANSPORT: u64 = sys::PDKV_AGENT_FIELD_TRANSPORT as u64;
+pub(crate) const FIELD_PROGRESS_MODE: u64 = sys::PDKV_AGENT_FIELD_PROGRESS_MODE as u64;
+pub(crate) const FIELD_DEFAULT_TIMEOUT: u64 = sys::PDKV_AGENT_FIELD_DEFAULT_TIMEOUT as u64;
+pub(crate) const FIELD_PRESHARED_KEY: u64 = sys::PDKV_AGENT_FIELD_PRESHARED_KEY as u64;
+pub(crate) const FIELD_HEARTBEAT: u64 = sys::PDKV_AGENT_FIELD_HEARTBEAT as u64;
+pub(crate) const FIELD_MAX_OUTSTANDING: u64 = sys::PDKV_AGENT_FIELD_MAX_OUTSTANDING as u64;
+pub(crate) const FIELD_MEMORY_TYPE: u64 = sys::PDKV_MEMORY_FIELD_MEMORY_TYPE as u64;
+pub(crate) const FIELD_MEMORY_DEVICE: u64 = sys::PDKV_MEMORY_FIELD_DEVICE as u64;
+pub(crate) const FIELD_CONNECT_TIMEOUT: u64 = sys::PDKV_CONNECT_FIELD_TIMEOUT as u64;
+pub(crate) const FIELD_TRANSFER_TIMEOUT: u64 = sys::PDKV_TRANSFER_FIELD_TIMEOUT as u64;
+pub(crate) const FIELD_TRANSFER_NOTIFY: u64 = sys::PDKV_TRANSFER_FIELD_NOTIFY as u64;
 
 /// `d` in whole milliseconds, rounded up; zero and values above `max` are refused naming
 /// `what` and the value.
@@ -266,6 +250,9 @@ impl Shared {
 pub struct Agent {
     ptr: NonNull<sys::pdkv_agent_t>,
     shared: Arc<Shared>,
+    // Notifications taken from the library but not yet returned (wait_notification keeps
+    // those that did not match here, so nothing is lost).
+    pending: Mutex<VecDeque<Notification>>,
 }
 
 // SAFETY: pdkv/agent.h: every agent function may be called from any thread, concurrently with
@@ -336,6 +323,7 @@ impl Agent {
         Ok(Agent {
             ptr,
             shared: Arc::default(),
+            pending: Mutex::default(),
         })
     }
 
@@ -502,8 +490,49 @@ impl Agent {
         })
     }
 
-    /// Takes every pending notification, oldest first (`pdkv_agent_poll_notifications`).
+    /// Takes every pending notification, oldest first (`pdkv_agent_poll_notifications`),
+    /// including those [`Agent::wait_notification`] took but did not return.
     pub fn poll_notifications(&self) -> Result<Vec<Notification>> {
+        let mut q = self.pending_queue();
+        self.take_into(&mut q)?;
+        Ok(q.drain(..).collect())
+    }
+
+    /// Waits until a notification satisfies `pred` or `timeout` passes, and returns it (None
+    /// on timeout). The others stay pending, in order, for the next poll or wait. In
+    /// [`ProgressMode::Caller`] it drives [`Agent::progress`] as it waits.
+    pub fn wait_notification(
+        &self,
+        timeout: Duration,
+        mut pred: impl FnMut(&Notification) -> bool,
+    ) -> Result<Option<Notification>> {
+        let end = std::time::Instant::now() + timeout;
+        let mut nap = Duration::from_micros(100);
+        loop {
+            self.progress()?;
+            {
+                let mut q = self.pending_queue();
+                self.take_into(&mut q)?;
+                if let Some(i) = q.iter().position(&mut pred) {
+                    return Ok(q.remove(i));
+                }
+            }
+            let now = std::time::Instant::now();
+            if now >= end {
+                return Ok(None);
+            }
+            std::thread::sleep(nap.min(end - now));
+            nap = (nap * 2).min(Duration::from_millis(5));
+        }
+    }
+
+    fn pending_queue(&self) -> MutexGuard<'_, VecDeque<Notification>> {
+        // A panic while holding the lock leaves a consistent queue: recover it.
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends the library's pending notifications to `q`.
+    fn take_into(&self, q: &mut VecDeque<Notification>) -> Result<()> {
         let mut list = ptr::null_mut();
         // SAFETY: live handle, valid out pointer.
         check(|e| unsafe { sys::pdkv_agent_poll_notifications(self.ptr.as_ptr(), &mut list, e) })?;
@@ -518,14 +547,13 @@ impl Agent {
         let mut n = 0usize;
         // SAFETY: live list.
         check(|e| unsafe { sys::pdkv_notification_list_count(g.0, &mut n, e) })?;
-        let mut out = Vec::with_capacity(n);
         for i in 0..n {
             // SAFETY: plain-data struct, all-zero valid.
             let mut r: sys::pdkv_notification_t = unsafe { zeroed() };
             r.struct_size = size_of::<sys::pdkv_notification_t>();
             // SAFETY: live list, i < n, valid out struct.
             check(|e| unsafe { sys::pdkv_notification_list_get(g.0, i, &mut r, e) })?;
-            out.push(Notification {
+            q.push_back(Notification {
                 kind: NotificationKind::from_raw(r.kind),
                 status: status_of(r.status),
                 // SAFETY: strings owned by the live list; copied now.
@@ -537,31 +565,7 @@ impl Agent {
                 bytes: r.bytes,
             });
         }
-        Ok(out)
-    }
-
-    /// Polls notifications until one satisfies `pred` or `timeout` passes, returning it (and
-    /// dropping the others it took) or None. A convenience over [`Agent::poll_notifications`];
-    /// in [`ProgressMode::Caller`] it drives [`Agent::progress`] as it waits.
-    pub fn wait_notification(
-        &self,
-        timeout: Duration,
-        mut pred: impl FnMut(&Notification) -> bool,
-    ) -> Result<Option<Notification>> {
-        let end = std::time::Instant::now() + timeout;
-        let mut nap = Duration::from_micros(100);
-        loop {
-            self.progress()?;
-            if let Some(n) = self.poll_notifications()?.into_iter().find(|n| pred(n)) {
-                return Ok(Some(n));
-            }
-            let now = std::time::Instant::now();
-            if now >= end {
-                return Ok(None);
-            }
-            std::thread::sleep(nap.min(end - now));
-            nap = (nap * 2).min(Duration::from_millis(5));
-        }
+        Ok(())
     }
 }
 

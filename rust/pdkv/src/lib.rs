@@ -52,7 +52,7 @@ mod trim;
 
 pub use agent::{
     Agent, AgentInfo, AgentOptions, Notification, NotificationKind, Peer, PeerInfo, ProgressMode,
-    Transport, FIELD_BITS,
+    Transport,
 };
 pub use blocks::{
     clip_exchange_blocks, descriptor_ids, logical_to_kernel_block_ids, mamba_descriptor_ids,

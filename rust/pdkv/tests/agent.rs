@@ -517,15 +517,6 @@ fn post_refusals() {
     assert_eq!(e.status(), Status::NotFound, "{e}");
     let e = post(TransferParams::read(&plan, xfer::P_ENGINE, "r").timeout(Duration::ZERO));
     assert_eq!(e.status(), Status::InvalidArgument, "{e}");
-    // A write posted on D with a plan for D's reads is for the wrong rank role.
-    let e = post(TransferParams::write(&plan, xfer::P_ENGINE, "r"));
-    assert!(
-        matches!(
-            e.status(),
-            Status::InvalidArgument | Status::NotFound | Status::OutOfBounds
-        ),
-        "{e}"
-    );
 }
 
 #[test]
@@ -536,38 +527,4 @@ fn executor_handles_are_send_and_sync() {
     send_sync::<Memory>();
     send_sync::<Transfer>();
     send_sync::<HostBuffer>();
-}
-
-#[test]
-fn field_bits_match_header() {
-    let header = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../capi/include/pdkv/agent.h"),
-    )
-    .unwrap();
-    let mut seen = 0;
-    for line in header.lines() {
-        let Some(rest) = line.strip_prefix("#define ") else {
-            continue;
-        };
-        let Some((name, value)) = rest.split_once(' ') else {
-            continue;
-        };
-        if !name.contains("_FIELD_") {
-            continue;
-        }
-        let shift: u32 = value
-            .trim()
-            .strip_prefix("((uint64_t)1 << ")
-            .and_then(|v| v.strip_suffix(')'))
-            .unwrap_or_else(|| panic!("unexpected field bit form: {line}"))
-            .parse()
-            .unwrap();
-        let ours = FIELD_BITS
-            .iter()
-            .find(|(n, _)| *n == name)
-            .unwrap_or_else(|| panic!("{name} is not in pdkv::FIELD_BITS"));
-        assert_eq!(ours.1, 1u64 << shift, "{name}");
-        seen += 1;
-    }
-    assert_eq!(seen, FIELD_BITS.len());
 }
