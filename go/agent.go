@@ -103,25 +103,27 @@ func millis(what string, d time.Duration, max uint64) (uint64, error) {
 
 // ctxTimeout is the C timeout for a call under ctx: the time left until ctx's deadline
 // (rounded up, at least 1 ms) combined with explicit (0: none) by taking the shorter; 0 when
-// neither is set (the agent's default). A ctx already done gives its error.
-func ctxTimeout(ctx context.Context, what string, explicit time.Duration) (uint64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, ctxErr(ctx, what)
+// neither is set (the agent's default). fromCtx says the context's deadline set it. A ctx
+// already done gives its error.
+func ctxTimeout(ctx context.Context, what string, explicit time.Duration) (ms uint64, fromCtx bool, err error) {
+	if ctx.Err() != nil {
+		return 0, false, ctxErr(ctx, what)
+	}
+	if explicit < 0 {
+		return 0, false, goErr(StatusInvalidArgument, "%s = %v is negative", what, explicit)
 	}
 	d := explicit
-	if explicit < 0 {
-		return 0, goErr(StatusInvalidArgument, "%s = %v is negative", what, explicit)
-	}
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
 		if left <= 0 {
-			return 0, ctxErr(ctx, what)
+			return 0, false, ctxErr(ctx, what)
 		}
 		if d == 0 || left < d {
-			d = left
+			d, fromCtx = left, true
 		}
 	}
-	return millis(what, d, math.MaxUint64)
+	ms, err = millis(what, d, math.MaxUint64)
+	return ms, fromCtx, err
 }
 
 // ctxErr is the *Error of a call whose context ended: ErrTimedOut for an expired deadline,
@@ -138,15 +140,12 @@ func ctxErr(ctx context.Context, what string) error {
 	return &Error{Status: st, Message: what + ": " + cause.Error(), wrapped: cause}
 }
 
-// withCtx attaches ctx's error to a library error whose status says the same thing (a C
-// timeout that raced the context's own deadline), so errors.Is(err, context.DeadlineExceeded)
-// holds whichever side noticed first.
-func withCtx(ctx context.Context, err error) error {
-	if e, ok := err.(*Error); ok && e.wrapped == nil && ctx.Err() != nil {
-		if (e.Status == StatusTimedOut && ctx.Err() == context.DeadlineExceeded) ||
-			(e.Status == StatusCancelled && ctx.Err() == context.Canceled) {
-			e.wrapped = ctx.Err()
-		}
+// withCtx makes a library timeout whose deadline came from the context (fromCtx) also match
+// context.DeadlineExceeded: the library and the context measure the same deadline, and
+// whichever notices first, the caller sees one kind of error.
+func withCtx(err error, fromCtx bool) error {
+	if e, ok := err.(*Error); ok && fromCtx && e.wrapped == nil && e.Status == StatusTimedOut {
+		e.wrapped = context.DeadlineExceeded
 	}
 	return err
 }
@@ -190,6 +189,11 @@ type AgentInfo struct {
 type Agent struct {
 	h    handle[C.pdkv_agent_t]
 	pins *pinList // buffers registered with this agent, pinned until it is freed
+
+	// pending holds notifications taken from the library but not yet returned:
+	// WaitNotification keeps those that did not match here, so nothing is lost.
+	pendingMu sync.Mutex
+	pending   []Notification
 }
 
 // pinList holds the HostBuffers registered with one agent. It is separate from the Agent so
@@ -357,17 +361,18 @@ func (a *Agent) Progress() (uint32, error) {
 }
 
 // EventFD returns a descriptor that is readable when Progress or PollNotifications has work
-// (level-triggered). The agent owns it: never close it.
+// (level-triggered). The agent owns it: never close it. On error the descriptor is 0 (not
+// valid: check the error).
 func (a *Agent) EventFD() (int, error) {
 	p, err := a.ref().acquire()
 	if err != nil {
-		return -1, err
+		return 0, err
 	}
 	defer a.h.release()
 	var fd C.int
 	var cerr *C.pdkv_error_t
 	if err := check(C.pdkv_agent_event_fd(p, &fd, &cerr), cerr); err != nil {
-		return -1, err
+		return 0, err
 	}
 	return int(fd), nil
 }
@@ -379,12 +384,13 @@ func (a *Agent) EventFD() (int, error) {
 // ErrInvalidArgument, ErrPeerLost (refused or closed), ErrTimedOut, ErrAuth, ErrProtocol,
 // ErrIncompatible, ErrShutdown, ErrTransport, ErrClosed.
 func (a *Agent) Connect(ctx context.Context, address string) (*Peer, error) {
-	ms, err := ctxTimeout(ctx, "connect "+address, 0)
+	p, err := a.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
-	p, err := a.ref().acquire()
+	ms, fromCtx, err := ctxTimeout(ctx, "connect "+address, 0)
 	if err != nil {
+		a.h.release()
 		return nil, err
 	}
 	var arena cArena
@@ -409,7 +415,7 @@ func (a *Agent) Connect(ctx context.Context, address string) (*Peer, error) {
 		st := C.pdkv_agent_connect(p, &co, &out, &cerr)
 		runtime.KeepAlive(a)
 		if err := check(st, cerr); err != nil {
-			return nil, withCtx(ctx, err)
+			return nil, withCtx(err, fromCtx)
 		}
 		return newPeer(out), nil
 	}
@@ -466,6 +472,11 @@ func (a *Agent) FindPeer(engineID string, tpRank uint32) (*Peer, error) {
 // NotifyLeaseExpired once ttl passes first. Errors: ErrInvalidArgument (empty or long id,
 // expected 0, ttl not positive), ErrShutdown, ErrClosed.
 func (a *Agent) Lease(requestID string, expected uint32, ttl time.Duration) error {
+	p, err := a.ref().acquire()
+	if err != nil {
+		return err
+	}
+	defer a.h.release()
 	if ttl <= 0 {
 		return goErr(StatusInvalidArgument, "lease ttl = %v: must be positive", ttl)
 	}
@@ -473,11 +484,6 @@ func (a *Agent) Lease(requestID string, expected uint32, ttl time.Duration) erro
 	if err != nil {
 		return err
 	}
-	p, err := a.ref().acquire()
-	if err != nil {
-		return err
-	}
-	defer a.h.release()
 	var arena cArena
 	defer arena.free()
 	s, err := arena.str("requestID", requestID)
@@ -505,43 +511,63 @@ type Notification struct {
 	Bytes uint64
 }
 
-// PollNotifications takes every pending notification, oldest first.
+// PollNotifications takes every pending notification, oldest first, including those
+// WaitNotification took but did not return.
 func (a *Agent) PollNotifications() ([]Notification, error) {
+	if _, err := a.ref().acquire(); err != nil {
+		return nil, err
+	}
+	a.h.release()
+	a.pendingMu.Lock()
+	defer a.pendingMu.Unlock()
+	if err := a.takeNotifications(); err != nil {
+		return nil, err
+	}
+	out := a.pending
+	a.pending = nil
+	if out == nil {
+		out = []Notification{}
+	}
+	return out, nil
+}
+
+// takeNotifications appends the library's pending notifications to a.pending (pendingMu held).
+func (a *Agent) takeNotifications() error {
 	p, err := a.ref().acquire()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer a.h.release()
 	var list *C.pdkv_notification_list_t
 	var cerr *C.pdkv_error_t
 	if err := check(C.pdkv_agent_poll_notifications(p, &list, &cerr), cerr); err != nil {
-		return nil, err
+		return err
 	}
 	defer C.pdkv_notification_list_free(list)
 	var n C.size_t
 	if err := check(C.pdkv_notification_list_count(list, &n, &cerr), cerr); err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]Notification, 0, int(n))
 	for i := C.size_t(0); i < n; i++ {
 		var cn C.pdkv_notification_t
 		cn.struct_size = C.size_t(unsafe.Sizeof(cn))
 		if err := check(C.pdkv_notification_list_get(list, i, &cn, &cerr), cerr); err != nil {
-			return nil, err
+			return err
 		}
-		out = append(out, Notification{
+		a.pending = append(a.pending, Notification{
 			Kind: NotificationKind(cn.kind), Status: Status(cn.status),
 			RequestID: C.GoString(cn.request_id), EngineID: C.GoString(cn.engine_id),
 			TpRank: uint32(cn.tp_rank), Count: uint32(cn.count), Expected: uint32(cn.expected),
 			Bytes: uint64(cn.bytes),
 		})
 	}
-	return out, nil
+	return nil
 }
 
-// WaitNotification polls notifications until one satisfies match (the others taken meanwhile
-// are dropped) or ctx ends (its error, matching context.DeadlineExceeded / context.Canceled).
-// It drives Progress as it waits, so it also serves ProgressCaller agents.
+// WaitNotification waits until a notification satisfies match and returns it; the others
+// stay pending, in order, for the next poll or wait. It returns ctx.Err() (matching
+// context.DeadlineExceeded / context.Canceled) when ctx ends first. It drives Progress as it
+// waits, so it also serves ProgressCaller agents.
 func (a *Agent) WaitNotification(ctx context.Context, match func(Notification) bool) (Notification, error) {
 	nap := 100 * time.Microsecond
 	timer := time.NewTimer(nap)
@@ -550,14 +576,8 @@ func (a *Agent) WaitNotification(ctx context.Context, match func(Notification) b
 		if _, err := a.Progress(); err != nil {
 			return Notification{}, err
 		}
-		ns, err := a.PollNotifications()
-		if err != nil {
-			return Notification{}, err
-		}
-		for _, n := range ns {
-			if match(n) {
-				return n, nil
-			}
+		if n, found, err := a.takeMatching(match); err != nil || found {
+			return n, err
 		}
 		select {
 		case <-ctx.Done():
@@ -569,6 +589,22 @@ func (a *Agent) WaitNotification(ctx context.Context, match func(Notification) b
 		}
 		timer.Reset(nap)
 	}
+}
+
+// takeMatching removes and returns the first pending notification that satisfies match.
+func (a *Agent) takeMatching(match func(Notification) bool) (Notification, bool, error) {
+	a.pendingMu.Lock()
+	defer a.pendingMu.Unlock()
+	if err := a.takeNotifications(); err != nil {
+		return Notification{}, false, err
+	}
+	for i, n := range a.pending {
+		if match(n) {
+			a.pending = append(a.pending[:i], a.pending[i+1:]...)
+			return n, true, nil
+		}
+	}
+	return Notification{}, false, nil
 }
 
 // PeerInfo holds a peer's identity, state and counters.

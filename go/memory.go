@@ -139,6 +139,10 @@ type Memory struct {
 // not the advertised one: names both), ErrBusy (region already registered), ErrShutdown,
 // ErrTransport, ErrClosed.
 func (a *Agent) RegisterBuffer(region uint32, buf *HostBuffer) (*Memory, error) {
+	if _, err := a.ref().acquire(); err != nil {
+		return nil, err
+	}
+	a.h.release()
 	if buf == nil {
 		return nil, nilErr("HostBuffer", "buf")
 	}

@@ -18,6 +18,7 @@ import (
 var handleTypes = []interface{}{
 	(*Model)(nil), (*Geometry)(nil), (*TpMapping)(nil), (*MambaReadList)(nil), (*DescriptorList)(nil),
 	(*EngineMetadata)(nil), (*GroupTrim)(nil), (*PlanContext)(nil), (*TransferPlan)(nil),
+	(*Agent)(nil), (*Memory)(nil), (*Peer)(nil), (*Transfer)(nil),
 }
 
 // handleTypeSet maps the name of each listed handle type to its pointer type.
@@ -247,6 +248,8 @@ var nilArgCases = []nilArgCase{
 		fields:   map[string]string{"Local": "params.Local", "Remote": "params.Remote"},
 		optional: []string{"LocalGeometry", "RemoteGeometry", "Mapping"}},
 	{name: "TransferPlan.Validate", fn: (*TransferPlan).Validate, recv: true, args: map[int]string{1: "ctx"}},
+	{name: "NewAgent", fn: NewAgent, fields: map[string]string{"Metadata": "opts.Metadata"}},
+	{name: "Agent.Post", fn: (*Agent).Post, recv: true, fields: map[string]string{"Plan": "params.Plan"}},
 }
 
 // TestNilHandleArgumentsListed checks that nilArgCases lists exactly the exported functions and
@@ -353,8 +356,10 @@ func handleFixtures(t *testing.T) (fx map[reflect.Type]reflect.Value, closeAll f
 	keep(ctx, err)
 	plan, err := ctx.Compile([]PlanGroup{{Trim: GroupTrimInput{Kind: GroupAttention, LocalBlocks: []uint64{10, 12}, RemoteBlocks: []uint64{20, 25, 22}, RemoteComputedTokens: 3000}}})
 	keep(plan, err)
+	agent, err := NewAgent(AgentOptions{Metadata: d})
+	keep(agent, err)
 	fx = map[reflect.Type]reflect.Value{}
-	for _, v := range []interface{}{m, g2, mp, reads, dl, d, ctx, plan} {
+	for _, v := range []interface{}{m, g2, mp, reads, dl, d, ctx, plan, agent} {
 		fx[reflect.TypeOf(v)] = reflect.ValueOf(v)
 	}
 	return fx, closeAll

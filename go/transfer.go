@@ -76,22 +76,18 @@ type FailedRead struct {
 // flight) and context cancellation are noticed within this time.
 const waitSlice = 20 * time.Millisecond
 
-// transferCore is what the context watcher goroutine of a Transfer refers to: the handle and
-// the channel that stops the watcher. It is separate from Transfer so that the goroutine does
-// not keep the Transfer reachable (its finalizer then still runs for a forgotten transfer).
-type transferCore struct {
-	h        handle[C.pdkv_transfer_t]
-	stopOnce sync.Once
-	stop     chan struct{} // closed when the watcher must end (final state seen, or Close)
-}
-
-func (c *transferCore) stopWatcher() { c.stopOnce.Do(func() { close(c.stop) }) }
-
 // Transfer is one posted transfer. Close cancels a transfer still in flight and frees it;
 // wait for it first to let it finish.
 type Transfer struct {
-	c *transferCore
+	h        handle[C.pdkv_transfer_t]
+	stopOnce sync.Once
+	// stop ends the context watcher of a transfer posted with a cancellable context: closed
+	// once the final state is seen or by Close. Until then the watcher keeps the Transfer
+	// reachable, as a goroutine tied to a context does.
+	stop chan struct{}
 }
+
+func (t *Transfer) stopWatcher() { t.stopOnce.Do(func() { close(t.stop) }) }
 
 // Post posts a transfer and returns at once. ctx's deadline becomes the transfer's deadline
 // (with Timeout, the shorter); cancelling ctx cancels the transfer (it then fails with
@@ -100,10 +96,6 @@ type Transfer struct {
 // (a range outside the registrations: names the read, side, region and range), ErrShutdown,
 // ErrCancelled / ErrTimedOut wrapping ctx.Err() for a context already done, ErrClosed.
 func (a *Agent) Post(ctx context.Context, params TransferParams) (*Transfer, error) {
-	ms, err := ctxTimeout(ctx, "transfer "+params.RequestID, params.Timeout)
-	if err != nil {
-		return nil, err
-	}
 	p, err := a.ref().acquire()
 	if err != nil {
 		return nil, err
@@ -114,6 +106,10 @@ func (a *Agent) Post(ctx context.Context, params TransferParams) (*Transfer, err
 		return nil, err
 	}
 	defer params.Plan.h.release()
+	ms, _, err := ctxTimeout(ctx, "transfer "+params.RequestID, params.Timeout)
+	if err != nil {
+		return nil, err
+	}
 	var arena cArena
 	defer arena.free()
 	peer, err := arena.str("params.PeerEngineID", params.PeerEngineID)
@@ -148,19 +144,18 @@ func (a *Agent) Post(ctx context.Context, params TransferParams) (*Transfer, err
 	if err := check(st, cerr); err != nil {
 		return nil, err
 	}
-	c := &transferCore{stop: make(chan struct{})}
-	c.h = handle[C.pdkv_transfer_t]{ptr: out, free: func(p *C.pdkv_transfer_t) { C.pdkv_transfer_free(p) }}
-	t := &Transfer{c: c}
+	t := &Transfer{stop: make(chan struct{})}
+	t.h = handle[C.pdkv_transfer_t]{ptr: out, free: func(p *C.pdkv_transfer_t) { C.pdkv_transfer_free(p) }}
 	runtime.SetFinalizer(t, func(t *Transfer) { _ = t.Close() })
 	if done := ctx.Done(); done != nil {
 		go func() {
 			select {
 			case <-done:
-				if tp, err := c.h.acquire(); err == nil {
+				if tp, err := t.h.acquire(); err == nil {
 					C.pdkv_transfer_cancel(tp, nil)
-					c.h.release()
+					t.h.release()
 				}
-			case <-c.stop:
+			case <-t.stop:
 			}
 		}()
 	}
@@ -169,26 +164,24 @@ func (a *Agent) Post(ctx context.Context, params TransferParams) (*Transfer, err
 
 // Close cancels the transfer if it is still in flight and frees it (the library releases its
 // resources when its last operation ends). Idempotent; waits for calls in flight, which end
-// within a short slice (Wait notices the close).
+// within a short slice (Wait notices the close). Close on a nil *Transfer does nothing.
 func (t *Transfer) Close() error {
-	if t == nil || t.c == nil {
+	if t == nil {
 		return nil
 	}
-	t.c.stopWatcher()
-	if p, err := t.c.h.acquire(); err == nil {
+	t.stopWatcher()
+	if p, err := t.h.acquire(); err == nil {
 		C.pdkv_transfer_cancel(p, nil) // so that waiters see the end promptly
-		t.c.h.release()
+		t.h.release()
 	}
-	t.c.h.close()
-	runtime.SetFinalizer(t, nil)
-	return nil
+	return closeHandle(t, &t.h)
 }
 
 func (t *Transfer) ref() *handle[C.pdkv_transfer_t] {
-	if t == nil || t.c == nil {
+	if t == nil {
 		return nil
 	}
-	return &t.c.h
+	return &t.h
 }
 
 // Info returns the transfer's progress (a poll: never blocks).
@@ -197,7 +190,7 @@ func (t *Transfer) Info() (TransferInfo, error) {
 	if err != nil {
 		return TransferInfo{}, err
 	}
-	defer t.c.h.release()
+	defer t.h.release()
 	var ci C.pdkv_transfer_info_t
 	ci.struct_size = C.size_t(unsafe.Sizeof(ci))
 	var cerr *C.pdkv_error_t
@@ -211,7 +204,7 @@ func (t *Transfer) Info() (TransferInfo, error) {
 		ReadsFailed: uint64(ci.reads_failed), Elapsed: time.Duration(ci.elapsed_us) * time.Microsecond,
 	}
 	if info.State != TransferInFlight {
-		t.c.stopWatcher()
+		t.stopWatcher()
 	}
 	return info, nil
 }
@@ -221,6 +214,10 @@ func (t *Transfer) Info() (TransferInfo, error) {
 // ctx.Err() when ctx ends first (the transfer goes on). Several goroutines may wait on one
 // transfer. With ProgressCaller the wait drives the agent's progress itself.
 func (t *Transfer) Wait(ctx context.Context) error {
+	if _, err := t.ref().acquire(); err != nil {
+		return err
+	}
+	t.h.release()
 	for {
 		slice := waitSlice
 		if dl, ok := ctx.Deadline(); ok {
@@ -247,7 +244,7 @@ func (t *Transfer) waitOnce(d time.Duration) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer t.c.h.release()
+	defer t.h.release()
 	ms, err := millis("wait", d, math.MaxUint64-1)
 	if err != nil {
 		return false, err
@@ -256,7 +253,7 @@ func (t *Transfer) waitOnce(d time.Duration) (bool, error) {
 	var cerr *C.pdkv_error_t
 	err = check(C.pdkv_transfer_wait(p, C.uint64_t(ms), &finished, &cerr), cerr)
 	if finished != 0 {
-		t.c.stopWatcher()
+		t.stopWatcher()
 		return true, err
 	}
 	return false, err
@@ -269,7 +266,7 @@ func (t *Transfer) Cancel() error {
 	if err != nil {
 		return err
 	}
-	defer t.c.h.release()
+	defer t.h.release()
 	var cerr *C.pdkv_error_t
 	return check(C.pdkv_transfer_cancel(p, &cerr), cerr)
 }
@@ -281,7 +278,7 @@ func (t *Transfer) FailedReads() ([]FailedRead, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer t.c.h.release()
+	defer t.h.release()
 	var reads *C.pdkv_failed_read_t
 	var n C.size_t
 	var cerr *C.pdkv_error_t
