@@ -307,6 +307,9 @@ func TestTransferCancelAndClose(t *testing.T) {
 	ok(t, err)
 	defer tr.Close()
 	cancel()
+	// The watcher cancels asynchronously; P stays stalled meanwhile, so the reads cannot
+	// finish first. Progress P afterwards so the cancelled reads complete.
+	time.Sleep(200 * time.Millisecond)
 	stop := pump(p.Agent)
 	isErr(t, tr.Wait(timeout(t, long)), pdkv.ErrCancelled)
 	stop()
@@ -427,13 +430,17 @@ func TestPeerKilled(t *testing.T) {
 	start := time.Now()
 	ok(t, cmd.Process.Kill())
 	isErr(t, tr.Wait(timeout(t, long)), pdkv.ErrPeerLost)
+	// UCX may fail the reads before the control channel sees the connection drop: the peer
+	// is marked lost (with a notification) soon after, within the heartbeat timeout.
+	lost, err := d.Agent.WaitNotification(timeout(t, long), func(n pdkv.Notification) bool { return n.Kind == pdkv.NotifyPeerLost })
+	ok(t, err)
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("killed peer noticed after %v", el)
 	}
 	pi, err := peer.Info()
 	ok(t, err)
-	if pi.Connected {
-		t.Fatalf("killed peer still connected: %+v", pi)
+	if pi.Connected || lost.EngineID != xfer.PEngine || pi.TransfersFailed != 1 {
+		t.Fatalf("killed peer %+v, notification %+v", pi, lost)
 	}
 }
 
