@@ -10,6 +10,10 @@ Results are frozen dataclasses, enumerations are :class:`enum.IntEnum`, handles 
 managers with an idempotent ``close()``, and every failed call raises a :class:`PdkvError`
 subclass chosen by its status (``except pdkv.TpNotDivisibleError``).
 
+The transfer executor (``pdkv/agent.h``) is :class:`Agent` with :class:`Memory`, :class:`Peer`
+and :class:`Transfer` (see :mod:`pdkv.agent`): deadlines in seconds, waits that release the GIL,
+registered memory from any writable buffer.
+
 Errors raised before C is called follow the same statuses as the Go and Rust bindings:
 
 - a method on a closed handle, or a closed handle passed as an argument, raises
@@ -120,6 +124,7 @@ from .blocks import (
     uncovered_token_ranges,
 )
 from .enums import GroupKind, KvLayout, RegionKind
+from .enums import MemoryType, NotificationKind, ProgressMode, TransferOp, TransferState, Transport
 from .metadata import (
     EngineLayout,
     EngineMetadata,
@@ -150,6 +155,18 @@ from .scheduler import (
     truncate_for_remote_decode,
 )
 from .trim import GroupTrim, GroupTrimInput, StatePair, TokenRun
+from .agent import (
+    Agent,
+    AgentInfo,
+    FailedRead,
+    Memory,
+    Notification,
+    Peer,
+    PeerInfo,
+    Transfer,
+    TransferInfo,
+    buffer_address,
+)
 
 # Load (and version-check) the library now, so a missing library fails at import.
 _ffi.lib()

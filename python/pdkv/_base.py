@@ -227,9 +227,22 @@ def _as_operation(attr: Any) -> Any:
         return classmethod(operation(attr.__func__))
     if isinstance(attr, staticmethod):
         return staticmethod(operation(attr.__func__))
-    if callable(attr) and hasattr(attr, "__code__") and not getattr(attr, "__pdkv_operation__", False):
+    if (
+        callable(attr)
+        and hasattr(attr, "__code__")
+        and not getattr(attr, "__pdkv_operation__", False)
+        and not getattr(attr, "__pdkv_outside__", False)
+    ):
         return operation(attr)
     return attr
+
+
+def outside_operation(fn: F) -> F:
+    """Marks a handle method that must not hold its handle for its whole run: a wait that loops
+    over short operations (each checking for a close), so that ``close()`` from another thread
+    never waits for the network. The method's own calls on the handle are operations."""
+    fn.__pdkv_outside__ = True  # type: ignore[attr-defined]
+    return fn
 
 
 class Handle:

@@ -108,6 +108,26 @@ class TransferPlanT(Structure):
     """Opaque ``pdkv_transfer_plan_t``."""
 
 
+class AgentT(Structure):
+    """Opaque ``pdkv_agent_t``."""
+
+
+class MemoryT(Structure):
+    """Opaque ``pdkv_memory_t``."""
+
+
+class PeerT(Structure):
+    """Opaque ``pdkv_peer_t``."""
+
+
+class TransferT(Structure):
+    """Opaque ``pdkv_transfer_t``."""
+
+
+class NotificationListT(Structure):
+    """Opaque ``pdkv_notification_list_t``."""
+
+
 # ---- Struct mirrors ------------------------------------------------------------------------
 
 
@@ -603,6 +623,178 @@ class PlanGroupZeroC(Structure):
     ]
 
 
+# ---- Transfer executor (pdkv/agent.h) ----------------------------------------------------
+
+#: Field bits of the executor's options structs (``PDKV_*_FIELD_*``); test_ffi checks them
+#: against the header.
+FIELD_BITS: Dict[str, int] = {
+    "PDKV_AGENT_FIELD_LISTEN_ADDRESS": 1 << 0,
+    "PDKV_AGENT_FIELD_TRANSPORT": 1 << 1,
+    "PDKV_AGENT_FIELD_PROGRESS_MODE": 1 << 2,
+    "PDKV_AGENT_FIELD_DEFAULT_TIMEOUT": 1 << 3,
+    "PDKV_AGENT_FIELD_PRESHARED_KEY": 1 << 4,
+    "PDKV_AGENT_FIELD_HEARTBEAT": 1 << 5,
+    "PDKV_AGENT_FIELD_MAX_OUTSTANDING": 1 << 6,
+    "PDKV_MEMORY_FIELD_MEMORY_TYPE": 1 << 0,
+    "PDKV_MEMORY_FIELD_DEVICE": 1 << 1,
+    "PDKV_CONNECT_FIELD_TIMEOUT": 1 << 0,
+    "PDKV_TRANSFER_FIELD_TIMEOUT": 1 << 0,
+    "PDKV_TRANSFER_FIELD_NOTIFY": 1 << 1,
+}
+
+
+class AgentOptionsC(Structure):
+    """``pdkv_agent_options_t``."""
+
+    _c_name_ = "pdkv_agent_options_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
+        ("metadata", POINTER(EngineMetadataT)),
+        ("listen_address", c_char_p),
+        ("transport", c_int32),
+        ("progress_mode", c_int32),
+        ("default_timeout_ms", c_uint64),
+        ("preshared_key", POINTER(c_uint8)),
+        ("preshared_key_len", c_size_t),
+        ("heartbeat_interval_ms", c_uint32),
+        ("heartbeat_timeout_ms", c_uint32),
+        ("max_outstanding", c_uint32),
+    ]
+
+
+class AgentInfoC(Structure):
+    """``pdkv_agent_info_t``."""
+
+    _c_name_ = "pdkv_agent_info_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("engine_id", c_char_p),
+        ("tp_rank", c_uint32),
+        ("tp_size", c_uint32),
+        ("listen_address", c_char_p),
+        ("port", c_uint16),
+        ("transport", c_int32),
+        ("progress_mode", c_int32),
+        ("num_peers", c_size_t),
+        ("transfers_in_flight", c_size_t),
+    ]
+
+
+class MemoryDescC(Structure):
+    """``pdkv_memory_desc_t``."""
+
+    _c_name_ = "pdkv_memory_desc_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
+        ("region", c_uint32),
+        ("address", c_uint64),
+        ("length", c_uint64),
+        ("memory_type", c_int32),
+        ("device", c_int32),
+    ]
+
+
+class ConnectOptionsC(Structure):
+    """``pdkv_connect_options_t``."""
+
+    _c_name_ = "pdkv_connect_options_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
+        ("address", c_char_p),
+        ("timeout_ms", c_uint64),
+    ]
+
+
+class PeerInfoC(Structure):
+    """``pdkv_peer_info_t``."""
+
+    _c_name_ = "pdkv_peer_info_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("engine_id", c_char_p),
+        ("tp_rank", c_uint32),
+        ("address", c_char_p),
+        ("connected", c_uint8),
+        ("inbound", c_uint8),
+        ("transport", c_int32),
+        ("lost_status", c_int32),
+        ("bytes_read", c_uint64),
+        ("bytes_written", c_uint64),
+        ("transfers_done", c_uint64),
+        ("transfers_failed", c_uint64),
+        ("operations_failed", c_uint64),
+        ("notifications_sent", c_uint64),
+        ("notifications_received", c_uint64),
+        ("heartbeat_rtt_us", c_uint64),
+    ]
+
+
+class TransferParamsC(Structure):
+    """``pdkv_transfer_params_t``."""
+
+    _c_name_ = "pdkv_transfer_params_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
+        ("op", c_int32),
+        ("plan", POINTER(TransferPlanT)),
+        ("peer_engine_id", c_char_p),
+        ("request_id", c_char_p),
+        ("timeout_ms", c_uint64),
+        ("notify", c_uint8),
+    ]
+
+
+class TransferInfoC(Structure):
+    """``pdkv_transfer_info_t``."""
+
+    _c_name_ = "pdkv_transfer_info_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("state", c_int32),
+        ("status", c_int32),
+        ("bytes_total", c_uint64),
+        ("bytes_done", c_uint64),
+        ("operations_total", c_uint64),
+        ("operations_done", c_uint64),
+        ("reads_failed", c_uint64),
+        ("elapsed_us", c_uint64),
+    ]
+
+
+class FailedReadC(Structure):
+    """``pdkv_failed_read_t``."""
+
+    _c_name_ = "pdkv_failed_read_t"
+    _fields_ = [
+        ("p_rank", c_uint32),
+        ("reserved", c_uint32),
+        ("read_index", c_uint64),
+        ("status", c_int32),
+        ("reserved2", c_uint32),
+    ]
+
+
+class NotificationC(Structure):
+    """``pdkv_notification_t``."""
+
+    _c_name_ = "pdkv_notification_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("kind", c_int32),
+        ("status", c_int32),
+        ("request_id", c_char_p),
+        ("engine_id", c_char_p),
+        ("tp_rank", c_uint32),
+        ("count", c_uint32),
+        ("expected", c_uint32),
+        ("bytes", c_uint64),
+    ]
+
+
 #: Every struct mirror, for the layout test (compared against the C compiler's sizeof/offsetof).
 STRUCTS: Tuple[type, ...] = (
     ModelDescC,
@@ -638,6 +830,15 @@ STRUCTS: Tuple[type, ...] = (
     PlanReadC,
     TransferPlanInfoC,
     PlanGroupZeroC,
+    AgentOptionsC,
+    AgentInfoC,
+    MemoryDescC,
+    ConnectOptionsC,
+    PeerInfoC,
+    TransferParamsC,
+    TransferInfoC,
+    FailedReadC,
+    NotificationC,
 )
 
 # ---- Function table ------------------------------------------------------------------------
@@ -661,6 +862,11 @@ _meta = POINTER(EngineMetadataT)
 _report = POINTER(HandshakeReportT)
 _ctx = POINTER(PlanContextT)
 _plan = POINTER(TransferPlanT)
+_agent = POINTER(AgentT)
+_memory = POINTER(MemoryT)
+_peer = POINTER(PeerT)
+_xfer = POINTER(TransferT)
+_nlist = POINTER(NotificationListT)
 
 #: name -> (restype, argtypes) for EVERY ``PDKV_API`` function of pdkv.h.
 FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
@@ -838,6 +1044,36 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_transfer_plan_to_json": (_st, [_plan, POINTER(ctypes.c_char), c_size_t, _szp, _err]),
     "pdkv_transfer_plan_to_json_string": (_st, [_plan, POINTER(POINTER(StringT)), _err]),
     "pdkv_transfer_plan_free": (None, [_plan]),
+    # Transfer executor: agent
+    "pdkv_agent_new": (_st, [POINTER(AgentOptionsC), POINTER(_agent), _err]),
+    "pdkv_agent_free": (None, [_agent]),
+    "pdkv_agent_get_info": (_st, [_agent, POINTER(AgentInfoC), _err]),
+    "pdkv_agent_progress": (_st, [_agent, _u32p, _err]),
+    "pdkv_agent_event_fd": (_st, [_agent, POINTER(c_int), _err]),
+    # Memory
+    "pdkv_agent_register_memory": (_st, [_agent, POINTER(MemoryDescC), POINTER(_memory), _err]),
+    "pdkv_memory_deregister": (_st, [_memory, _err]),
+    "pdkv_memory_free": (None, [_memory]),
+    # Peers
+    "pdkv_agent_connect": (_st, [_agent, POINTER(ConnectOptionsC), POINTER(_peer), _err]),
+    "pdkv_agent_find_peer": (_st, [_agent, c_char_p, c_uint32, POINTER(_peer), _err]),
+    "pdkv_peer_get_info": (_st, [_peer, POINTER(PeerInfoC), _err]),
+    "pdkv_peer_metadata": (_st, [_peer, POINTER(_meta), _err]),
+    "pdkv_peer_disconnect": (_st, [_peer, _err]),
+    "pdkv_peer_free": (None, [_peer]),
+    # Transfers
+    "pdkv_agent_post": (_st, [_agent, POINTER(TransferParamsC), POINTER(_xfer), _err]),
+    "pdkv_transfer_get_info": (_st, [_xfer, POINTER(TransferInfoC), _err]),
+    "pdkv_transfer_wait": (_st, [_xfer, c_uint64, POINTER(c_uint8), _err]),
+    "pdkv_transfer_cancel": (_st, [_xfer, _err]),
+    "pdkv_transfer_failed_reads": (_st, [_xfer, POINTER(POINTER(FailedReadC)), _szp, _err]),
+    "pdkv_transfer_free": (None, [_xfer]),
+    # Notifications and leases
+    "pdkv_agent_lease": (_st, [_agent, c_char_p, c_uint32, c_uint64, _err]),
+    "pdkv_agent_poll_notifications": (_st, [_agent, POINTER(_nlist), _err]),
+    "pdkv_notification_list_count": (_st, [_nlist, _szp, _err]),
+    "pdkv_notification_list_get": (_st, [_nlist, c_size_t, POINTER(NotificationC), _err]),
+    "pdkv_notification_list_free": (None, [_nlist]),
 }
 
 # ---- Library discovery ---------------------------------------------------------------------

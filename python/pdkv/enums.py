@@ -82,3 +82,51 @@ class RegionKind(enum.IntEnum):
 
     ATTENTION = 0
     MAMBA = 1
+
+
+class Transport(enum.IntEnum):
+    """``pdkv_transport_t``: how UCX carries data."""
+
+    AUTO = 0  #: Shared memory for a peer on the same host, TCP otherwise.
+    SHM = 1  #: UCX shared memory and cross-memory attach (one host).
+    TCP = 2  #: UCX over TCP with peer error handling.
+
+
+class ProgressMode(enum.IntEnum):
+    """``pdkv_progress_mode_t``: who drives UCX progress."""
+
+    THREAD = 0  #: A background thread of the agent.
+    CALLER = 1  #: The caller calls :meth:`pdkv.Agent.progress`.
+
+
+class MemoryType(enum.IntEnum):
+    """``pdkv_memory_type_t``: where registered memory lives."""
+
+    HOST = 0
+    CUDA = 1  #: GPU device memory (this build of the library refuses it).
+
+
+class TransferOp(enum.IntEnum):
+    """``pdkv_transfer_op_t``: direction of a transfer."""
+
+    READ = 0  #: Posted by the D rank: D pulls from the P ranks.
+    WRITE = 1  #: Posted by a P rank with the same plan: it pushes its reads into D.
+
+
+class TransferState(enum.IntEnum):
+    """``pdkv_transfer_state_t``: state of a transfer."""
+
+    IN_FLIGHT = 0
+    DONE = 1
+    FAILED = 2
+
+
+class NotificationKind(enum.IntEnum):
+    """``pdkv_notification_kind_t``: kinds of notification."""
+
+    READ_DONE = 0  #: (On P) a D rank finished reading a request from this rank.
+    WRITE_DONE = 1  #: (On D) a P rank finished writing a request into this rank.
+    REQUEST_COMPLETE = 2  #: A leased request received its expected count.
+    LEASE_EXPIRED = 3  #: A lease's time ran out before its count was reached.
+    PEER_CONNECTED = 4  #: A peer completed the handshake (either direction).
+    PEER_LOST = 5  #: A peer died, closed, failed heartbeats or misbehaved.

@@ -21,7 +21,17 @@ from pdkv import _ffi
 
 
 def _header_text() -> str:
-    return re.sub(r"/\*.*?\*/", " ", HEADER.read_text(), flags=re.S)
+    """pdkv.h and the headers it includes (capi/include/pdkv/*.h), comments removed."""
+    subs = sorted((HEADER.parent / "pdkv").glob("*.h"))
+    assert any(p.name == "agent.h" for p in subs), "capi/include/pdkv/agent.h not found"
+    text = HEADER.read_text() + "".join(p.read_text() for p in subs)
+    return re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+
+
+def test_field_bits_match_header() -> None:
+    found = dict(re.findall(r"#define (PDKV_\w+_FIELD_\w+) \(1ULL << (\d+)\)", _header_text()))
+    assert found, "no PDKV_*_FIELD_* macros found"
+    assert {k: 1 << int(v) for k, v in found.items()} == _ffi.FIELD_BITS
 
 
 def header_functions() -> Dict[str, Tuple[str, List[str]]]:

@@ -1,0 +1,634 @@
+"""The transfer executor (``pdkv/agent.h``): one :class:`Agent` per engine rank, its memory
+registrations (:class:`Memory`), its peers (:class:`Peer`), transfers (:class:`Transfer`),
+notifications and leases.
+
+Every handle is a context manager and has an idempotent ``close()``; a :class:`Transfer`
+closed (or left by its ``with`` block) while in flight is cancelled. Deadlines are seconds
+(int or float), rounded up to whole milliseconds; ``None`` means the agent's default. Calls
+into the library release the GIL (ctypes does), and :meth:`Transfer.wait` waits in short
+slices, so other threads run meanwhile and a ``close()`` from another thread returns promptly.
+Block ids of a request go into the plan (:class:`pdkv.PlanGroup`) and may be any buffer of
+unsigned 64-bit integers (``array('Q')``, ``memoryview``, numpy ``uint64``), used in place.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import dataclasses
+import math
+import threading
+import time
+import weakref
+from ctypes import POINTER, byref
+from typing import Any, Callable, Deque, List, Optional, Tuple, Union
+
+from . import _ffi
+from ._base import (
+    Handle,
+    call,
+    decode,
+    encode,
+    enum_value,
+    handle_arg,
+    i32,
+    outside_operation,
+    to_enum,
+    u32,
+    u64,
+)
+from .enums import MemoryType, NotificationKind, ProgressMode, TransferOp, TransferState, Transport
+from .errors import InvalidArgumentError, PdkvError, Status
+from .metadata import EngineMetadata
+from .plan import TransferPlan
+
+_U64_MAX = (1 << 64) - 1
+_U32_MAX = (1 << 32) - 1
+#: Longest single blocking C wait: close() and KeyboardInterrupt are noticed within this.
+_WAIT_SLICE = 0.05
+
+
+def _millis(name: str, seconds: Any, *, max_ms: int = _U64_MAX) -> int:
+    """``seconds`` as whole milliseconds rounded up (a deadline never expires earlier than
+    asked). Refused (naming ``name`` and the value): non-numbers, bools, NaN, infinities,
+    values <= 0 and values above ``max_ms`` ms."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(seconds).__name__}")
+    if isinstance(seconds, float) and not math.isfinite(seconds):
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} = {seconds!r} seconds is not finite")
+    if seconds <= 0:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} = {seconds!r} seconds: must be positive")
+    ms = seconds * 1000 if isinstance(seconds, int) else math.ceil(seconds * 1000)
+    if ms > max_ms:
+        raise InvalidArgumentError(
+            Status.INVALID_ARGUMENT, f"{name} = {seconds!r} seconds is longer than the {max_ms} ms the C field holds"
+        )
+    return int(ms)
+
+
+def _writable_bytes(name: str, buffer: Any) -> Any:
+    """A ctypes char array over the memory of a writable, C-contiguous buffer (bytearray,
+    mmap, array, numpy...), without a copy. While it exists the exporter cannot move or free
+    the memory (a bytearray cannot be resized, an mmap cannot be closed)."""
+    try:
+        mv = memoryview(buffer)
+    except TypeError:
+        raise TypeError(f"{name} must support the buffer protocol, got {type(buffer).__name__}") from None
+    if mv.readonly:
+        raise TypeError(f"{name} must be writable (peers write into registered memory)")
+    if not mv.c_contiguous:
+        raise TypeError(f"{name} must be C-contiguous")
+    if mv.nbytes == 0:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} is empty")
+    return (ctypes.c_char * mv.nbytes).from_buffer(mv.cast("B"))
+
+
+def buffer_address(buffer: Any) -> int:
+    """The address of a writable, C-contiguous buffer's memory, for
+    :attr:`pdkv.EngineLayout.region_bases`. The buffer must not move afterwards (do not resize
+    a bytearray; an mmap never moves)."""
+    return ctypes.addressof(_writable_bytes("buffer", buffer))
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentInfo:
+    """Scalars of an :class:`Agent` (``pdkv_agent_info_t``)."""
+
+    engine_id: str  #: This rank's engine id.
+    tp_rank: int  #: This rank.
+    tp_size: int  #: Its TP size.
+    listen_address: str  #: "host:port" actually bound.
+    port: int  #: The bound port.
+    transport: Union[Transport, int]  #: Data transport.
+    progress_mode: Union[ProgressMode, int]  #: Who drives progress.
+    num_peers: int  #: Peers currently connected.
+    transfers_in_flight: int  #: Transfers in flight.
+
+
+@dataclasses.dataclass(frozen=True)
+class PeerInfo:
+    """A peer's identity, state and counters (``pdkv_peer_info_t``)."""
+
+    engine_id: str  #: Remote engine.
+    tp_rank: int  #: Remote rank.
+    address: str  #: The control connection's remote "ip:port".
+    connected: bool  #: False once lost or disconnected.
+    inbound: bool  #: True when the peer connected to us.
+    transport: Union[Transport, int]  #: Transport chosen for this peer.
+    lost_status: Union[Status, int]  #: Why it was lost (OK while connected).
+    bytes_read: int  #: By READ transfers from this peer.
+    bytes_written: int  #: By WRITE transfers into this peer.
+    transfers_done: int  #: Transfers done.
+    transfers_failed: int  #: Transfers failed.
+    operations_failed: int  #: UCX operations that completed with an error.
+    notifications_sent: int  #: Notifications sent.
+    notifications_received: int  #: Notifications received.
+    heartbeat_rtt: float  #: Last heartbeat round trip, seconds.
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferInfo:
+    """A transfer's progress (``pdkv_transfer_info_t``)."""
+
+    state: Union[TransferState, int]  #: In flight, done or failed.
+    status: Union[Status, int]  #: OK, or why it failed.
+    bytes_total: int  #: Bytes of the plan.
+    bytes_done: int  #: Bytes moved.
+    operations_total: int  #: Operations of the plan.
+    operations_done: int  #: Operations completed.
+    reads_failed: int  #: Plan reads that did not complete.
+    elapsed: float  #: Seconds from post to the final state (or now).
+
+
+@dataclasses.dataclass(frozen=True)
+class FailedRead:
+    """One plan read that did not complete (``pdkv_failed_read_t``)."""
+
+    p_rank: int  #: The P rank whose read list holds it.
+    read_index: int  #: Index in ``plan.rank_reads(p_rank)``.
+    status: Union[Status, int]  #: Why.
+
+
+@dataclasses.dataclass(frozen=True)
+class Notification:
+    """One notification (``pdkv_notification_t``), copied out of the library."""
+
+    kind: Union[NotificationKind, int]  #: What happened.
+    status: Union[Status, int]  #: OK, the failure a peer reported, or why a peer was lost.
+    request_id: str  #: The request ("" for peer notifications).
+    engine_id: str  #: The remote engine ("" for lease notifications).
+    tp_rank: int  #: The remote rank.
+    count: int  #: Successful notifications received for the request so far.
+    expected: int  #: The lease's expected count (0: no lease).
+    bytes: int  #: Bytes the sender moved for this request.
+
+
+def _free_agent(ptr: Any, pins: List[Any]) -> None:
+    """Finalizer of an agent: frees it, then releases the registered buffers (nothing of the
+    agent touches them any more)."""
+    _ffi.function("pdkv_agent_free")(ptr)
+    pins.clear()
+
+
+def _free_memory(ptr: Any) -> None:
+    """Finalizer of a registration: deregisters (a registration still in use is released by
+    the library when its last operation ends) and frees the handle."""
+    _ffi.function("pdkv_memory_deregister")(ptr, None)
+    _ffi.function("pdkv_memory_free")(ptr)
+
+
+class Agent(Handle):
+    """One engine rank's executor (``pdkv_agent_t``): UCX context and worker, control
+    listener, peers. ``close()`` shuts it down (transfers in flight fail with
+    :class:`pdkv.ShutdownError`, peers are told goodbye); handles taken from it stay usable and
+    report that state. Thread-safe."""
+
+    _free_name = "pdkv_agent_free"
+
+    def __init__(
+        self,
+        metadata: EngineMetadata,
+        *,
+        listen_address: Optional[str] = None,
+        transport: Union[Transport, int, str, None] = None,
+        progress_mode: Union[ProgressMode, int, str, None] = None,
+        default_timeout: Optional[float] = None,
+        preshared_key: Optional[bytes] = None,
+        heartbeat_interval: Optional[float] = None,
+        heartbeat_timeout: Optional[float] = None,
+        max_outstanding: Optional[int] = None,
+    ) -> None:
+        """Creates the agent of the rank ``metadata`` describes (copied); its control listener
+        is bound before this returns. Options left None take the library's defaults
+        (listen "127.0.0.1:0", AUTO, THREAD, 30 s, no key, heartbeats 0.5 s / 5 s, 64). Setting
+        either heartbeat option sets both (the other at its default)."""
+        bits = _ffi.FIELD_BITS
+        o = _ffi.AgentOptionsC()
+        o.struct_size = ctypes.sizeof(o)
+        o.metadata = handle_arg("metadata", metadata, EngineMetadata)
+        mask = 0
+        if listen_address is not None:
+            o.listen_address = encode("listen_address", listen_address)
+            mask |= bits["PDKV_AGENT_FIELD_LISTEN_ADDRESS"]
+        if transport is not None:
+            o.transport = _enum_or_int("transport", Transport, transport)
+            mask |= bits["PDKV_AGENT_FIELD_TRANSPORT"]
+        if progress_mode is not None:
+            o.progress_mode = _enum_or_int("progress_mode", ProgressMode, progress_mode)
+            mask |= bits["PDKV_AGENT_FIELD_PROGRESS_MODE"]
+        if default_timeout is not None:
+            o.default_timeout_ms = _millis("default_timeout", default_timeout)
+            mask |= bits["PDKV_AGENT_FIELD_DEFAULT_TIMEOUT"]
+        key_buf = None
+        if preshared_key is not None:
+            if isinstance(preshared_key, str) or not isinstance(preshared_key, (bytes, bytearray, memoryview)):
+                raise TypeError(f"preshared_key must be bytes, got {type(preshared_key).__name__}")
+            raw = bytes(preshared_key)
+            if raw:
+                key_buf = (ctypes.c_uint8 * len(raw)).from_buffer_copy(raw)
+                o.preshared_key = ctypes.cast(key_buf, POINTER(ctypes.c_uint8))
+            o.preshared_key_len = len(raw)
+            mask |= bits["PDKV_AGENT_FIELD_PRESHARED_KEY"]
+        if heartbeat_interval is not None or heartbeat_timeout is not None:
+            iv = 0.5 if heartbeat_interval is None else heartbeat_interval
+            to = 5.0 if heartbeat_timeout is None else heartbeat_timeout
+            o.heartbeat_interval_ms = _millis("heartbeat_interval", iv, max_ms=_U32_MAX)
+            o.heartbeat_timeout_ms = _millis("heartbeat_timeout", to, max_ms=_U32_MAX)
+            mask |= bits["PDKV_AGENT_FIELD_HEARTBEAT"]
+        if max_outstanding is not None:
+            o.max_outstanding = u32("max_outstanding", max_outstanding)
+            mask |= bits["PDKV_AGENT_FIELD_MAX_OUTSTANDING"]
+        o.field_mask = mask
+        out = POINTER(_ffi.AgentT)()
+        call("pdkv_agent_new", byref(o), byref(out))
+        del key_buf
+        self._pins: List[Any] = []
+        self._pending: Deque[Notification] = collections.deque()
+        self._pending_lock = threading.Lock()
+        self._adopt(out)
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _free_agent, out, self._pins)
+
+    def info(self) -> AgentInfo:
+        """The agent's scalars."""
+        c = _ffi.AgentInfoC()
+        c.struct_size = ctypes.sizeof(c)
+        call("pdkv_agent_get_info", self._p(), byref(c))
+        return AgentInfo(
+            engine_id=decode(c.engine_id),
+            tp_rank=c.tp_rank,
+            tp_size=c.tp_size,
+            listen_address=decode(c.listen_address),
+            port=c.port,
+            transport=to_enum(Transport, c.transport),
+            progress_mode=to_enum(ProgressMode, c.progress_mode),
+            num_peers=c.num_peers,
+            transfers_in_flight=c.transfers_in_flight,
+        )
+
+    @property
+    def address(self) -> str:
+        """The "host:port" peers connect to."""
+        return self.info().listen_address
+
+    def progress(self) -> int:
+        """Drives progress once without blocking; returns the completions handled. Needed with
+        ``ProgressMode.CALLER``, harmless otherwise."""
+        events = ctypes.c_uint32()
+        call("pdkv_agent_progress", self._p(), byref(events))
+        return events.value
+
+    def event_fd(self) -> int:
+        """A descriptor readable when :meth:`progress` or :meth:`poll_notifications` has work
+        (level-triggered; owned by the agent: never close it)."""
+        fd = ctypes.c_int(-1)
+        call("pdkv_agent_event_fd", self._p(), byref(fd))
+        return fd.value
+
+    def register_memory(self, region: int, buffer: Any) -> "Memory":
+        """Registers ``buffer`` (any writable, C-contiguous buffer: bytearray, mmap, array,
+        numpy...) as the memory of ``region``: its address must be the region's advertised base
+        (see :func:`buffer_address`) and its size the region's. The buffer is held (it cannot be
+        resized or closed) until the agent is closed, since the agent or a peer may touch it
+        until then."""
+        arr = _writable_bytes("buffer", buffer)
+        m = self._register(u32("region", region), ctypes.addressof(arr), ctypes.sizeof(arr), MemoryType.HOST, 0)
+        m._buffer = memoryview(arr).cast("B")
+        self._pins.append(arr)
+        return m
+
+    def register_address(
+        self,
+        region: int,
+        address: int,
+        length: int,
+        memory_type: Union[MemoryType, int, str] = MemoryType.HOST,
+        device: int = 0,
+    ) -> "Memory":
+        """Registers memory by address (memory another allocator owns; the caller keeps it valid
+        for reads and writes by peers until the agent is closed)."""
+        return self._register(
+            u32("region", region),
+            u64("address", address),
+            u64("length", length),
+            _enum_or_int("memory_type", MemoryType, memory_type),
+            i32("device", device),
+        )
+
+    def _register(self, region: int, address: int, length: int, memory_type: int, device: int) -> "Memory":
+        bits = _ffi.FIELD_BITS
+        d = _ffi.MemoryDescC()
+        d.struct_size = ctypes.sizeof(d)
+        d.field_mask = bits["PDKV_MEMORY_FIELD_MEMORY_TYPE"] | bits["PDKV_MEMORY_FIELD_DEVICE"]
+        d.region, d.address, d.length, d.memory_type, d.device = region, address, length, memory_type, device
+        out = POINTER(_ffi.MemoryT)()
+        call("pdkv_agent_register_memory", self._p(), byref(d), byref(out))
+        return Memory._wrap(out)
+
+    def connect(self, address: str, timeout: Optional[float] = None) -> "Peer":
+        """Connects to the agent at ``address`` ("host:port") and runs the handshake, blocking
+        (without the GIL) until done or ``timeout`` seconds (None: the agent's default).
+        Raises :class:`pdkv.TimedOutError`, :class:`pdkv.PeerLostError` (refused or closed),
+        :class:`pdkv.AuthError`, :class:`pdkv.ProtocolError`, :class:`pdkv.IncompatibleError`..."""
+        c = _ffi.ConnectOptionsC()
+        c.struct_size = ctypes.sizeof(c)
+        c.address = encode("address", address)
+        if timeout is not None:
+            c.timeout_ms = _millis("timeout", timeout)
+            c.field_mask = _ffi.FIELD_BITS["PDKV_CONNECT_FIELD_TIMEOUT"]
+        out = POINTER(_ffi.PeerT)()
+        call("pdkv_agent_connect", self._p(), byref(c), byref(out))
+        return Peer._wrap(out)
+
+    def find_peer(self, engine_id: str, tp_rank: int = 0) -> "Peer":
+        """The connected peer (engine_id, tp_rank), whichever side connected
+        (:class:`pdkv.NotFoundError` when none)."""
+        out = POINTER(_ffi.PeerT)()
+        call("pdkv_agent_find_peer", self._p(), encode("engine_id", engine_id), u32("tp_rank", tp_rank), byref(out))
+        return Peer._wrap(out)
+
+    def post(
+        self,
+        op: Union[TransferOp, int, str],
+        plan: TransferPlan,
+        peer_engine_id: str,
+        request_id: str,
+        *,
+        timeout: Optional[float] = None,
+        notify: Optional[bool] = None,
+    ) -> "Transfer":
+        """Posts a transfer of ``plan`` and returns at once: READ on the D rank the plan was
+        compiled for (pulls from the P engine ``peer_engine_id``), WRITE on a P rank (pushes its
+        reads into the D engine ``peer_engine_id``). ``timeout`` in seconds (None: the agent's
+        default); ``notify`` None: the library's default (notify the plan's peers). Every range
+        is checked before any byte moves (:class:`pdkv.OutOfBoundsError` naming the read)."""
+        bits = _ffi.FIELD_BITS
+        p = _ffi.TransferParamsC()
+        p.struct_size = ctypes.sizeof(p)
+        mask = 0
+        p.op = _enum_or_int("op", TransferOp, op)
+        p.plan = handle_arg("plan", plan, TransferPlan)
+        p.peer_engine_id = encode("peer_engine_id", peer_engine_id)
+        p.request_id = encode("request_id", request_id)
+        if timeout is not None:
+            p.timeout_ms = _millis("timeout", timeout)
+            mask |= bits["PDKV_TRANSFER_FIELD_TIMEOUT"]
+        if notify is not None:
+            p.notify = 1 if notify else 0
+            mask |= bits["PDKV_TRANSFER_FIELD_NOTIFY"]
+        p.field_mask = mask
+        out = POINTER(_ffi.TransferT)()
+        call("pdkv_agent_post", self._p(), byref(p), byref(out))
+        return Transfer._wrap(out)
+
+    def read(self, plan: TransferPlan, peer_engine_id: str, request_id: str, **kwargs: Any) -> "Transfer":
+        """:meth:`post` of a READ (on the D rank)."""
+        return self.post(TransferOp.READ, plan, peer_engine_id, request_id, **kwargs)
+
+    def write(self, plan: TransferPlan, peer_engine_id: str, request_id: str, **kwargs: Any) -> "Transfer":
+        """:meth:`post` of a WRITE (on a P rank)."""
+        return self.post(TransferOp.WRITE, plan, peer_engine_id, request_id, **kwargs)
+
+    def lease(self, request_id: str, expected: int, ttl: float) -> None:
+        """Leases a request's blocks on this rank: after ``expected`` successful READ_DONE /
+        WRITE_DONE notifications for ``request_id`` a REQUEST_COMPLETE notification follows,
+        or LEASE_EXPIRED once ``ttl`` seconds pass first."""
+        call(
+            "pdkv_agent_lease",
+            self._p(),
+            encode("request_id", request_id),
+            u32("expected", expected),
+            _millis("ttl", ttl),
+        )
+
+    def poll_notifications(self) -> List[Notification]:
+        """Takes every pending notification, oldest first (including those
+        :meth:`wait_notification` took but did not return)."""
+        with self._pending_lock:
+            self._take_notifications()
+            out = list(self._pending)
+            self._pending.clear()
+        return out
+
+    def _take_notifications(self) -> None:
+        """Appends the library's pending notifications to ``_pending`` (lock held)."""
+        lst = POINTER(_ffi.NotificationListT)()
+        call("pdkv_agent_poll_notifications", self._p(), byref(lst))
+        try:
+            n = ctypes.c_size_t()
+            call("pdkv_notification_list_count", lst, byref(n))
+            for i in range(n.value):
+                c = _ffi.NotificationC()
+                c.struct_size = ctypes.sizeof(c)
+                call("pdkv_notification_list_get", lst, i, byref(c))
+                self._pending.append(
+                    Notification(
+                        kind=to_enum(NotificationKind, c.kind),
+                        status=to_enum(Status, c.status),
+                        request_id=decode(c.request_id),
+                        engine_id=decode(c.engine_id),
+                        tp_rank=c.tp_rank,
+                        count=c.count,
+                        expected=c.expected,
+                        bytes=c.bytes,
+                    )
+                )
+        finally:
+            _ffi.function("pdkv_notification_list_free")(lst)
+
+    @outside_operation
+    def wait_notification(
+        self, predicate: Optional[Callable[[Notification], bool]] = None, timeout: Optional[float] = None
+    ) -> Optional[Notification]:
+        """Waits until a notification satisfies ``predicate`` (None: any) and returns it, or
+        None after ``timeout`` seconds (None: no limit). The others stay pending, in order. It
+        drives :meth:`progress` as it waits, so it also serves caller-mode agents."""
+        end = None if timeout is None else time.monotonic() + _millis("timeout", timeout) / 1000
+        nap = 0.0001
+        while True:
+            self.progress()
+            with self._pending_lock:
+                self._take_notifications()
+                for i, n in enumerate(self._pending):
+                    if predicate is None or predicate(n):
+                        del self._pending[i]
+                        return n
+            now = time.monotonic()
+            if end is not None and now >= end:
+                return None
+            time.sleep(nap if end is None else min(nap, end - now))
+            nap = min(nap * 2, 0.005)
+
+
+def _enum_or_int(name: str, cls: Any, value: Any) -> int:
+    """An enum member, its name, or any int32 (values the library does not know are passed on,
+    so that it reports them with their status)."""
+    if isinstance(value, (cls, str)):
+        return int(enum_value(name, cls, value))
+    return i32(name, value)
+
+
+class Memory(Handle):
+    """A registration of one region's memory (``pdkv_memory_t``). ``close()`` deregisters and
+    frees the handle (a registration still in use is released when its last operation ends)."""
+
+    _free_name = "pdkv_memory_free"
+    _buffer: Optional[memoryview] = None
+
+    def __init__(self) -> None:
+        raise TypeError("use Agent.register_memory or Agent.register_address")
+
+    @classmethod
+    def _wrap(cls, ptr: Any) -> "Memory":
+        self = object.__new__(cls)
+        self._adopt(ptr)
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _free_memory, ptr)
+        return self
+
+    @property
+    def buffer(self) -> Optional[memoryview]:
+        """The registered memory as a byte memoryview (None for :meth:`Agent.register_address`).
+        While transfers that write it are in flight, reads may observe partial data."""
+        return self._buffer
+
+    def deregister(self) -> None:
+        """Deregisters now (:class:`pdkv.BusyError` while a transfer uses the region; the
+        registration then stays). Calling it twice is fine."""
+        call("pdkv_memory_deregister", self._p())
+
+
+class Peer(Handle):
+    """A connected (or formerly connected) remote engine rank (``pdkv_peer_t``).
+    ``close()`` frees the handle and keeps the connection; :meth:`disconnect` closes it."""
+
+    _free_name = "pdkv_peer_free"
+
+    def __init__(self) -> None:
+        raise TypeError("use Agent.connect or Agent.find_peer")
+
+    @classmethod
+    def _wrap(cls, ptr: Any) -> "Peer":
+        self = object.__new__(cls)
+        self._adopt(ptr)
+        return self
+
+    def info(self) -> PeerInfo:
+        """Identity, state and counters."""
+        c = _ffi.PeerInfoC()
+        c.struct_size = ctypes.sizeof(c)
+        call("pdkv_peer_get_info", self._p(), byref(c))
+        return PeerInfo(
+            engine_id=decode(c.engine_id),
+            tp_rank=c.tp_rank,
+            address=decode(c.address),
+            connected=bool(c.connected),
+            inbound=bool(c.inbound),
+            transport=to_enum(Transport, c.transport),
+            lost_status=to_enum(Status, c.lost_status),
+            bytes_read=c.bytes_read,
+            bytes_written=c.bytes_written,
+            transfers_done=c.transfers_done,
+            transfers_failed=c.transfers_failed,
+            operations_failed=c.operations_failed,
+            notifications_sent=c.notifications_sent,
+            notifications_received=c.notifications_received,
+            heartbeat_rtt=c.heartbeat_rtt_us / 1e6,
+        )
+
+    def metadata(self) -> EngineMetadata:
+        """A copy of the metadata the peer advertised."""
+        out = POINTER(_ffi.EngineMetadataT)()
+        call("pdkv_peer_metadata", self._p(), byref(out))
+        return EngineMetadata._wrap(out)
+
+    def disconnect(self) -> None:
+        """Closes the connection; transfers in flight with this peer fail with
+        :class:`pdkv.PeerLostError`. Fine on a lost peer."""
+        call("pdkv_peer_disconnect", self._p())
+
+
+class Transfer(Handle):
+    """One posted transfer (``pdkv_transfer_t``). ``close()`` (or leaving its ``with`` block)
+    cancels a transfer still in flight and frees it; :meth:`wait` first to let it finish."""
+
+    _free_name = "pdkv_transfer_free"
+
+    def __init__(self) -> None:
+        raise TypeError("use Agent.post, Agent.read or Agent.write")
+
+    @classmethod
+    def _wrap(cls, ptr: Any) -> "Transfer":
+        self = object.__new__(cls)
+        self._adopt(ptr)
+        return self
+
+    def info(self) -> TransferInfo:
+        """Progress (a poll: never blocks)."""
+        c = _ffi.TransferInfoC()
+        c.struct_size = ctypes.sizeof(c)
+        call("pdkv_transfer_get_info", self._p(), byref(c))
+        return TransferInfo(
+            state=to_enum(TransferState, c.state),
+            status=to_enum(Status, c.status),
+            bytes_total=c.bytes_total,
+            bytes_done=c.bytes_done,
+            operations_total=c.operations_total,
+            operations_done=c.operations_done,
+            reads_failed=c.reads_failed,
+            elapsed=c.elapsed_us / 1e6,
+        )
+
+    @outside_operation
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits for the final state, without the GIL: True when done, False when ``timeout``
+        seconds passed first (None: until the end, which the transfer's deadline bounds; 0: a
+        poll). Raises the failure (:class:`pdkv.TimedOutError`, :class:`pdkv.CancelledError`,
+        :class:`pdkv.PeerLostError`, :class:`pdkv.ShutdownError`..., naming the reads and
+        peers) when the transfer failed, and :class:`pdkv.ClosedError` when another thread
+        closed it."""
+        if timeout is None:
+            end = None
+        elif timeout == 0 and not isinstance(timeout, bool):
+            end = time.monotonic()
+        else:
+            end = time.monotonic() + _millis("timeout", timeout) / 1000
+        while True:
+            left = _WAIT_SLICE if end is None else max(0.0, min(_WAIT_SLICE, end - time.monotonic()))
+            if self._wait_slice(math.ceil(left * 1000)):
+                return True
+            if end is not None and time.monotonic() >= end:
+                return False
+
+    def _wait_slice(self, ms: int) -> bool:
+        """One C wait of at most ``ms`` ms: True when finished (raises its failure)."""
+        finished = ctypes.c_uint8()
+        call("pdkv_transfer_wait", self._p(), ms, byref(finished))
+        return bool(finished.value)
+
+    def cancel(self) -> None:
+        """Asks the transfer to stop: it fails with :class:`pdkv.CancelledError` once its
+        operations in flight complete; no effect when finished."""
+        call("pdkv_transfer_cancel", self._p())
+
+    def failed_reads(self) -> Tuple[FailedRead, ...]:
+        """The reads that did not complete, by P rank then index (empty while in flight or
+        when done)."""
+        ptr = POINTER(_ffi.FailedReadC)()
+        n = ctypes.c_size_t()
+        call("pdkv_transfer_failed_reads", self._p(), byref(ptr), byref(n))
+        return tuple(
+            FailedRead(p_rank=ptr[i].p_rank, read_index=ptr[i].read_index, status=to_enum(Status, ptr[i].status))
+            for i in range(n.value)
+        )
+
+    @outside_operation
+    def close(self) -> None:
+        """Cancels the transfer if it is still in flight, then frees it (the library releases
+        its resources when its last operation ends). Idempotent; waiters on other threads
+        return within a short slice."""
+        try:
+            self.cancel()
+        except PdkvError:
+            pass  # already closed (ClosedError): nothing to cancel
+        Handle.close(self)

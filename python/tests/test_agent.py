@@ -1,0 +1,454 @@
+"""The transfer executor through the Python binding: a P and a D rank of the shared xfer setup
+(real memory: anonymous mmaps) move a request and every byte is checked; block ids from any
+buffer; deadlines (connect, transfer, wait), cancel, close of an in-flight transfer, a peer that
+dies (closed in process, SIGKILLed in a child process), leases, notifications, keys, a wait
+that releases the GIL, context managers and refusals."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from array import array
+from pathlib import Path
+from typing import Iterator, Tuple
+
+import pytest
+
+from conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "examples" / "python"))
+
+import pdkv  # noqa: E402
+import xfer_setup as xfer  # noqa: E402
+
+LONG = 10.0
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[pdkv.Model]:
+    with xfer.model() as m:
+        yield m
+
+
+def pair(model: pdkv.Model, **options: object) -> Tuple[xfer.Node, xfer.Node]:
+    return xfer.node(model, True, **options), xfer.node(model, False, **options)
+
+
+class Pump:
+    """Drives a caller-mode agent's progress on a thread while active."""
+
+    def __init__(self, agent: pdkv.Agent) -> None:
+        self.agent, self.stop = agent, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.agent.progress()
+            time.sleep(0.0002)
+
+    def __enter__(self) -> "Pump":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def stalled_pair(model: pdkv.Model) -> Tuple[xfer.Node, xfer.Node]:
+    """D connected over TCP to a caller-mode P rank nobody progresses after the handshake: a D
+    read then makes no progress (UCX TCP needs the target to progress)."""
+    p = xfer.node(model, True, transport="tcp", progress_mode="caller")
+    d = xfer.node(model, False, transport="tcp")
+    with Pump(p.agent):
+        d.agent.connect(p.agent.address, timeout=LONG).close()
+    return p, d
+
+
+def wait_kind(agent: pdkv.Agent, kind: pdkv.NotificationKind, request: str) -> pdkv.Notification:
+    n = agent.wait_notification(lambda n: n.kind == kind and n.request_id == request, timeout=LONG)
+    assert n is not None, f"no {kind.name} for {request}"
+    return n
+
+
+def test_read_moves_every_byte_and_notifies(model: pdkv.Model) -> None:
+    p, d = pair(model)
+    with p, d:
+        p.agent.lease("req-1", 1, LONG)
+        with d.agent.connect(p.agent.address, timeout=LONG) as peer:
+            pi = peer.info()
+            assert (pi.engine_id, pi.tp_rank, pi.connected, pi.inbound) == (xfer.P_ENGINE, 0, True, False)
+            assert pi.lost_status == pdkv.Status.OK
+            ai = d.agent.info()
+            assert (ai.engine_id, ai.tp_size, ai.num_peers) == (xfer.D_ENGINE, 1, 1)
+            assert ai.port > 0 and ai.listen_address.endswith(f":{ai.port}")
+            with xfer.plan_from_peer(d) as plan, d.agent.read(plan, xfer.P_ENGINE, "req-1") as t:
+                total = plan.info().bytes
+                assert t.wait() is True
+                ti = t.info()
+                assert (ti.state, ti.status) == (pdkv.TransferState.DONE, pdkv.Status.OK)
+                assert (ti.bytes_total, ti.bytes_done, ti.reads_failed) == (total, total, 0)
+                assert t.failed_reads() == ()
+                assert xfer.verify(plan, d.buffers) == total
+            for r, b in enumerate(p.buffers):  # a read leaves P's memory alone
+                assert bytes(b) == xfer.pattern_bytes(r, len(b))
+            done = wait_kind(p.agent, pdkv.NotificationKind.READ_DONE, "req-1")
+            assert (done.engine_id, done.status, done.bytes, done.count, done.expected) == (
+                xfer.D_ENGINE,
+                pdkv.Status.OK,
+                total,
+                1,
+                1,
+            )
+            wait_kind(p.agent, pdkv.NotificationKind.REQUEST_COMPLETE, "req-1")
+            pi = peer.info()
+            assert (pi.bytes_read, pi.transfers_done) == (total, 1)
+            with p.agent.find_peer(xfer.D_ENGINE) as back:
+                assert back.info().inbound
+
+
+@pytest.mark.parametrize("ids", ["array", "memoryview", "tuple", "numpy"])
+def test_block_ids_from_any_buffer_move_the_same_bytes(model: pdkv.Model, ids: str) -> None:
+    if ids == "numpy":
+        np = pytest.importorskip("numpy")
+        make = lambda v: np.array(v, dtype=np.uint64)  # noqa: E731
+    else:
+        make = {
+            "array": lambda v: array("Q", v),
+            "memoryview": lambda v: memoryview(array("Q", v)),
+            "tuple": tuple,
+        }[ids]
+    p, d = pair(model, transport="shm")
+    with p, d:
+        d.agent.connect(p.agent.address, timeout=LONG).close()
+        with d.agent.find_peer(xfer.P_ENGINE) as peer, peer.metadata() as pm:
+            with pdkv.PlanContext(d.metadata, [pm]) as ctx:
+                bs = d.metadata.info().logical_block_size
+                group = pdkv.PlanGroup(
+                    pdkv.GroupTrimInput(
+                        kind=pdkv.GroupKind.ATTENTION,
+                        local_blocks=make(xfer.D_BLOCKS),
+                        remote_blocks=make(xfer.P_BLOCKS),
+                        remote_computed_tokens=3 * bs,
+                    )
+                )
+                with ctx.compile([group]) as plan, d.agent.read(plan, xfer.P_ENGINE, f"ids-{ids}") as t:
+                    assert t.wait(LONG)
+                    assert xfer.verify(plan, d.buffers) == plan.info().bytes
+
+
+def test_write_moves_every_byte(model: pdkv.Model) -> None:
+    p, d = pair(model, transport="shm")
+    with p, d:
+        d.agent.connect(p.agent.address, timeout=LONG).close()
+        with p.agent.find_peer(xfer.D_ENGINE) as back, back.metadata() as dm:
+            assert dm == d.metadata
+            plan = xfer.plan(dm, p.metadata)
+        d.agent.lease("w-1", 1, LONG)
+        with plan, p.agent.write(plan, xfer.D_ENGINE, "w-1", timeout=LONG) as t:
+            assert t.wait(LONG)
+            n = wait_kind(d.agent, pdkv.NotificationKind.WRITE_DONE, "w-1")
+            assert (n.engine_id, n.status) == (xfer.P_ENGINE, pdkv.Status.OK)
+            wait_kind(d.agent, pdkv.NotificationKind.REQUEST_COMPLETE, "w-1")
+            xfer.verify(plan, d.buffers)
+            with p.agent.find_peer(xfer.D_ENGINE) as back:
+                assert back.info().bytes_written == plan.info().bytes
+
+
+def test_caller_mode_and_event_fd(model: pdkv.Model) -> None:
+    p, d = pair(model, transport="tcp", progress_mode="caller")
+    with p, d, Pump(p.agent):
+        assert d.agent.info().progress_mode == pdkv.ProgressMode.CALLER
+        assert d.agent.event_fd() >= 0
+        with Pump(d.agent):
+            d.agent.connect(p.agent.address, timeout=LONG).close()
+        with xfer.plan_from_peer(d) as plan, d.agent.read(plan, xfer.P_ENGINE, "c-1") as t:
+            assert t.wait(LONG)  # the wait drives D's progress itself
+            xfer.verify(plan, d.buffers)
+
+
+def test_connect_deadline_expires_on_a_silent_peer(model: pdkv.Model) -> None:
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    target = "127.0.0.1:%d" % silent.getsockname()[1]
+    with xfer.node(model, False, transport="tcp") as d:
+        start = time.monotonic()
+        with pytest.raises(pdkv.TimedOutError) as e:
+            d.agent.connect(target, timeout=0.3)
+        assert isinstance(e.value, TimeoutError)
+        assert time.monotonic() - start < 5
+        silent.close()
+        with pytest.raises(pdkv.PeerLostError):
+            d.agent.connect(target, timeout=LONG)
+
+
+def test_transfer_deadline_expires_and_wait_timeouts(model: pdkv.Model) -> None:
+    p, d = stalled_pair(model)
+    with p, d, xfer.plan_from_peer(d) as plan:
+        start = time.monotonic()
+        with d.agent.read(plan, xfer.P_ENGINE, "late", timeout=0.3) as t:
+            assert t.wait(0.02) is False  # the wait's own timeout: not finished, no error
+            assert t.wait(0) is False
+            assert t.info().state == pdkv.TransferState.IN_FLIGHT
+            with pytest.raises(pdkv.TimedOutError):
+                t.wait()
+            assert time.monotonic() - start < 5
+            ti = t.info()
+            assert (ti.state, ti.status) == (pdkv.TransferState.FAILED, pdkv.Status.TIMED_OUT)
+            failed = t.failed_reads()
+            assert failed and len(failed) == ti.reads_failed
+            assert all(f.p_rank == 0 and f.read_index < len(plan.rank_reads(0)) for f in failed)
+
+
+def test_cancel_and_closing_an_inflight_transfer(model: pdkv.Model) -> None:
+    p, d = stalled_pair(model)
+    with p, d, xfer.plan_from_peer(d) as plan:
+        t = d.agent.read(plan, xfer.P_ENGINE, "cancelled", timeout=LONG)
+        t.cancel()
+        with Pump(p.agent), pytest.raises(pdkv.CancelledError):
+            t.wait(LONG)
+        t.cancel()  # no effect once finished
+        assert t.info().status == pdkv.Status.CANCELLED
+        t.close()
+        t.close()  # idempotent
+        with pytest.raises(pdkv.ClosedError):
+            t.info()
+        # close() from another thread while this one waits: the wait returns promptly.
+        t2 = d.agent.read(plan, xfer.P_ENGINE, "closed", timeout=LONG)
+        result: list = []
+
+        def waiter() -> None:
+            try:
+                result.append(t2.wait())
+            except pdkv.PdkvError as e:
+                result.append(e)
+
+        th = threading.Thread(target=waiter)
+        th.start()
+        time.sleep(0.05)
+        start = time.monotonic()
+        t2.close()
+        th.join(2)
+        assert not th.is_alive() and time.monotonic() - start < 2
+        assert isinstance(result[0], (pdkv.ClosedError, pdkv.CancelledError)), result
+        # Leaving a with block cancels too, and the agent keeps working.
+        with d.agent.read(plan, xfer.P_ENGINE, "left"):
+            pass
+        with Pump(p.agent), d.agent.read(plan, xfer.P_ENGINE, "after") as t3:
+            assert t3.wait(LONG)
+        xfer.verify(plan, d.buffers)
+
+
+def test_wait_releases_the_gil(model: pdkv.Model) -> None:
+    p, d = stalled_pair(model)
+    with p, d, xfer.plan_from_peer(d) as plan, d.agent.read(plan, xfer.P_ENGINE, "gil", timeout=LONG) as t:
+        ticks = [0]
+        stop = threading.Event()
+
+        def spin() -> None:
+            while not stop.is_set():
+                ticks[0] += 1
+
+        th = threading.Thread(target=spin)
+        th.start()
+        try:
+            # The switch interval would let the spinner run a little even under a held GIL;
+            # with the GIL released during the C waits it runs nearly the whole time.
+            sys_interval = sys.getswitchinterval()
+            sys.setswitchinterval(1.0)
+            try:
+                before = ticks[0]
+                assert t.wait(0.3) is False
+                during = ticks[0] - before
+            finally:
+                sys.setswitchinterval(sys_interval)
+        finally:
+            stop.set()
+            th.join()
+        assert during > 10_000, f"the spinner thread ran only {during} iterations during a 0.3 s wait"
+
+
+def test_peer_closed_in_process(model: pdkv.Model) -> None:
+    p, d = stalled_pair(model)
+    with d, xfer.plan_from_peer(d) as plan, d.agent.find_peer(xfer.P_ENGINE) as peer:
+        t = d.agent.read(plan, xfer.P_ENGINE, "orphan")
+        start = time.monotonic()
+        p.close()
+        with pytest.raises(pdkv.PeerLostError), t:
+            t.wait(LONG)
+        assert time.monotonic() - start < 5
+        lost = d.agent.wait_notification(lambda n: n.kind == pdkv.NotificationKind.PEER_LOST, timeout=LONG)
+        assert lost is not None and lost.engine_id == xfer.P_ENGINE
+        pi = peer.info()
+        assert not pi.connected and pi.lost_status != pdkv.Status.OK and pi.transfers_failed == 1
+        with pytest.raises(pdkv.NotFoundError, match=xfer.P_ENGINE):
+            d.agent.read(plan, xfer.P_ENGINE, "late")
+        peer.disconnect()  # fine on a lost peer
+
+
+_HELPER_P = """
+import sys, time
+sys.path.insert(0, {examples!r})
+import xfer_setup as xfer, pdkv
+p = xfer.node(xfer.model(), True, transport="tcp", progress_mode="caller")
+print("LISTEN", p.agent.address, flush=True)
+n = p.agent.wait_notification(lambda n: n.kind == pdkv.NotificationKind.PEER_CONNECTED, timeout=10)
+print("CONNECTED" if n else "NOBODY", flush=True)
+time.sleep(60)
+"""
+
+
+def test_peer_killed(model: pdkv.Model) -> None:
+    code = _HELPER_P.format(examples=str(REPO_ROOT / "examples" / "python"))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        target = child.stdout.readline().split()[1]
+        with xfer.node(model, False, transport="tcp") as d:
+            with d.agent.connect(target, timeout=LONG) as peer:
+                assert child.stdout.readline().strip() == "CONNECTED"
+                with xfer.plan_from_peer(d) as plan, d.agent.read(plan, xfer.P_ENGINE, "killed") as t:
+                    start = time.monotonic()
+                    os.kill(child.pid, signal.SIGKILL)
+                    with pytest.raises(pdkv.PeerLostError):
+                        t.wait(LONG)
+                    # UCX may fail the reads before the control channel sees the drop.
+                    lost = d.agent.wait_notification(lambda n: n.kind == pdkv.NotificationKind.PEER_LOST, timeout=LONG)
+                    assert lost is not None and time.monotonic() - start < 5
+                    assert not peer.info().connected
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_leases(model: pdkv.Model) -> None:
+    with xfer.node(model, True) as p:
+        p.agent.lease("never", 2, 0.1)
+        n = wait_kind(p.agent, pdkv.NotificationKind.LEASE_EXPIRED, "never")
+        assert (n.count, n.expected) == (0, 2)
+        for args in [("", 1, LONG), ("x", 0, LONG), ("r" * 1025, 1, LONG)]:
+            with pytest.raises(pdkv.InvalidArgumentError):
+                p.agent.lease(*args)
+        for ttl in (0, -1, float("nan"), float("inf")):
+            with pytest.raises(pdkv.InvalidArgumentError, match="ttl"):
+                p.agent.lease("x", 1, ttl)
+        with pytest.raises(TypeError):
+            p.agent.lease("x", 1, "soon")
+        assert p.agent.wait_notification(timeout=0.01) is None
+
+
+def test_preshared_keys(model: pdkv.Model) -> None:
+    key = b"0123456789abcdef-secret"
+    with xfer.node(model, True, preshared_key=key) as p:
+        with xfer.node(model, False, preshared_key=b"0123456789abcdef-wrong!") as bad:
+            with pytest.raises(pdkv.AuthError):
+                bad.agent.connect(p.agent.address, timeout=LONG)
+        with xfer.node(model, False, preshared_key=key) as good:
+            good.agent.connect(p.agent.address, timeout=LONG).close()
+
+
+def test_refusals(model: pdkv.Model) -> None:
+    with pdkv.EngineMetadata.from_model(model, pdkv.EngineConfig(), pdkv.EngineLayout()) as md:
+        for kwargs in [
+            dict(transport=9),
+            dict(progress_mode=7),
+            dict(preshared_key=b"short"),
+            dict(heartbeat_interval=2, heartbeat_timeout=1),
+            dict(listen_address="no-port"),
+            dict(listen_address="a\0b"),
+            dict(default_timeout=0),
+            dict(transport="carrier-pigeon"),
+        ]:
+            with pytest.raises(pdkv.InvalidArgumentError):
+                pdkv.Agent(md, **kwargs)
+        with pytest.raises(TypeError):
+            pdkv.Agent("metadata")
+        with pdkv.Agent(md) as a:
+            region = md.regions()[0]
+            size = region.block_len * region.num_blocks
+            with pytest.raises(pdkv.InvalidArgumentError):
+                a.register_memory(0, bytearray(size))  # not at the advertised base
+            with pytest.raises(pdkv.InvalidArgumentError):
+                a.register_memory(9, bytearray(size))
+            with pytest.raises(TypeError):
+                a.register_memory(0, b"read-only bytes")
+            with pytest.raises(pdkv.InvalidArgumentError):
+                a.register_address(0, region.base, size, memory_type=pdkv.MemoryType.CUDA)
+            with pytest.raises(pdkv.NotFoundError):
+                a.find_peer("nobody")
+            with pytest.raises(pdkv.InvalidArgumentError):
+                a.connect("127.0.0.1:1", timeout=0)
+        with pytest.raises(pdkv.ClosedError):
+            a.info()
+    # A registered buffer is held until its agent is closed.
+    with xfer.node(model, True) as n:
+        with pytest.raises(BufferError):
+            n.buffers[0].close()
+        n.memory[0].deregister()
+        n.memory[0].deregister()  # twice is fine
+        with pytest.raises(pdkv.BusyError):
+            n.agent.register_memory(1, n.buffers[1])  # region 1 is still registered
+
+
+def test_post_refusals(model: pdkv.Model) -> None:
+    p, d = pair(model)
+    with p, d:
+        d.agent.connect(p.agent.address, timeout=LONG).close()
+        with xfer.plan_from_peer(d) as plan:
+            for rid in ("", "x" * 1025):
+                with pytest.raises(pdkv.InvalidArgumentError):
+                    d.agent.read(plan, xfer.P_ENGINE, rid)
+            with pytest.raises(pdkv.InvalidArgumentError):
+                d.agent.post(5, plan, xfer.P_ENGINE, "r")
+            with pytest.raises(pdkv.NotFoundError):
+                d.agent.read(plan, "other-engine", "r")
+            with pytest.raises(pdkv.InvalidArgumentError):
+                d.agent.read(plan, xfer.P_ENGINE, "r", timeout=-1)
+            with pytest.raises(TypeError):
+                d.agent.read("plan", xfer.P_ENGINE, "r")
+        with pytest.raises(pdkv.ClosedError):
+            d.agent.read(plan, xfer.P_ENGINE, "r")
+
+
+def test_handles_outlive_their_agent(model: pdkv.Model) -> None:
+    p, d = pair(model)
+    with p:
+        peer = d.agent.connect(p.agent.address, timeout=LONG)
+        plan = xfer.plan_from_peer(d)
+        t = d.agent.read(plan, xfer.P_ENGINE, "r")
+        assert t.wait(LONG)
+        d.close()
+        with t, peer, plan:
+            assert t.info().state == pdkv.TransferState.DONE
+            assert not peer.info().connected
+            xfer.verify(plan, d.buffers)
+
+
+def test_buffer_address_and_mmap_alignment() -> None:
+    b = mmap.mmap(-1, 4096)
+    assert pdkv.buffer_address(b) % mmap.PAGESIZE == 0
+    ba = bytearray(16)
+    addr = pdkv.buffer_address(ba)
+    assert addr == pdkv.buffer_address(memoryview(ba))
+    with pytest.raises(TypeError):
+        pdkv.buffer_address(b"immutable")
+    with pytest.raises(pdkv.InvalidArgumentError):
+        pdkv.buffer_address(bytearray())
+
+
+def test_example_runs_both_ranks() -> None:
+    r = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "examples" / "python" / "transfer.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "VERIFIED 12288" in r.stdout
