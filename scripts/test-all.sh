@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds pdkv and runs every test suite: C++ core (GoogleTest), C API (Catch2), header checks,
 # the same suites under AddressSanitizer + UndefinedBehaviorSanitizer, bounded fuzzing, the
-# install/consumer check, and the Rust, Go and Python bindings (all on the shared conformance
-# vectors). Used by .ci/run. Exits non-zero on the first failing stage.
+# install/consumer check, the Rust, Go and Python bindings (all on the shared conformance
+# vectors), and transfers between P and D ranks driven from different languages. Used by
+# .ci/run. Exits non-zero on the first failing stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -41,7 +42,8 @@ if [ -f rust/Cargo.toml ]; then
      && cargo fmt --all -- --check \
      && cargo test --offline --workspace \
      && cargo clippy --offline --workspace --all-targets -- -D warnings \
-     && cargo run --offline -q -p pdkv --example explain >/dev/null)
+     && cargo run --offline -q -p pdkv --example explain >/dev/null \
+     && cargo run --offline -q -p pdkv --example transfer >/dev/null)
 fi
 
 if [ -f go/go.mod ]; then
@@ -49,12 +51,18 @@ if [ -f go/go.mod ]; then
   (cd go && export CGO_CFLAGS="-I$ROOT/capi/include" CGO_LDFLAGS="-L$ROOT/build/release/capi -lpdkv" \
      GOFLAGS=-mod=mod GOPROXY=off \
    && { unformatted=$(gofmt -l .); [ -z "$unformatted" ] || { echo "gofmt needed: $unformatted"; false; }; } \
-   && go vet ./... && go test -race ./... && go run ./examples/explain >/dev/null)
+   && go vet ./... && go test -race ./... && go run ./examples/explain >/dev/null \
+   && go run ./examples/transfer >/dev/null)
 fi
 
 if [ -d python/pdkv ]; then
   stage "Python bindings (pytest)"
   (cd python && /usr/bin/python3 -m pytest -q tests)
+fi
+
+if [ -f rust/Cargo.toml ] && [ -f go/go.mod ] && [ -d python/pdkv ]; then
+  stage "cross-language transfers (P and D ranks in different languages and processes, every byte checked)"
+  bash scripts/xlang-transfer.sh build/release
 fi
 
 stage "all suites passed"

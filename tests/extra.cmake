@@ -74,3 +74,12 @@ if(TARGET example_plan_request)
   add_test(NAME capi_example_plan_request COMMAND example_plan_request)
   set_tests_properties(capi_example_plan_request PROPERTIES PASS_REGULAR_EXPRESSION "33757184 bytes")
 endif()
+
+# (e) capi_example_agent_transfer: the C executor example runs a P and a D rank in one process,
+# moves one request and checks every byte (its two-process roles run in
+# scripts/xlang-transfer.sh against the other languages).
+if(TARGET example_agent_transfer)
+  add_test(NAME capi_example_agent_transfer COMMAND example_agent_transfer --timeout-ms 20000)
+  set_tests_properties(capi_example_agent_transfer PROPERTIES PASS_REGULAR_EXPRESSION "VERIFIED 12288"
+                       TIMEOUT 60)
+endif()
