@@ -42,8 +42,11 @@ fails=0
 run_pair() { # p_lang d_lang transport
   local p=$1 d=$2 transport=$3 plog="$OUT/$1-p.log" dlog="$OUT/$2-d.log" pid addr="" i
   local request="xlang-$p-$d"
+  # Truncate before starting P: the LISTEN poll below must never see a previous run's line.
+  : >"$plog"
+  : >"$dlog"
   # shellcheck disable=SC2046
-  timeout 30 $(role_cmd "$p" p) --transport "$transport" --request "$request" >"$plog" 2>&1 &
+  timeout 30 $(role_cmd "$p" p) --transport "$transport" --request "$request" >>"$plog" 2>&1 &
   pid=$!
   for i in $(seq 1 300); do
     addr=$(sed -n 's/^LISTEN //p' "$plog" | head -n1)
@@ -59,6 +62,7 @@ run_pair() { # p_lang d_lang transport
   local drc=0 prc=0
   # shellcheck disable=SC2046
   timeout 30 $(role_cmd "$d" d) --connect "$addr" --transport "$transport" --request "$request" >"$dlog" 2>&1 || drc=$?
+  [ "$drc" -eq 0 ] || kill "$pid" 2>/dev/null || true # a failed D never completes P's lease
   wait "$pid" || prc=$?
   if [ "$drc" -eq 0 ] && [ "$prc" -eq 0 ] && grep -q '^VERIFIED 12288' "$dlog"; then
     echo "ok   $p P -> $d D over $transport: $(grep '^VERIFIED' "$dlog")"
