@@ -95,6 +95,8 @@ inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsi
     agent.register_memory(0, reinterpret_cast<uint64_t>(local.data), local.size, exec::MemoryType::Host);
     agent.connect(exec::HostPort{"127.0.0.1", port}, std::chrono::seconds(10));
     core::TransferPlan plan;
+    plan.d_engine_id = "bench-d";
+    plan.p_engine_id = "bench-p";
     plan.d_rank = 0;
     plan.d_tp = 1;
     plan.p_tp = 1;

@@ -648,6 +648,8 @@ void compile_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
   }
 
   const EngineMetadata& d = ctx.local;
+  plan.d_engine_id = d.engine_id;
+  plan.p_engine_id = ctx.remote.front().engine_id;
   plan.d_rank = d.tp_rank;
   plan.d_tp = d.tp_size;
   plan.p_tp = ctx.mapping.input.remote_tp;

@@ -266,11 +266,13 @@ unsigned AgentCore::progress_locked() {
   // A tcp endpoint UCX declared failed: the peer is gone (shm never reports; heartbeats do).
   std::vector<std::shared_ptr<PeerConn>> failed;
   for (auto& [key, p] : peers_) {
-    if (p->ep && p->ep->failed()) failed.push_back(p);
+    if ((p->ep && p->ep->failed()) || !p->record->connected) failed.push_back(p);
   }
   for (auto& p : failed) {
     lose_peer_locked(p, Status::PeerLost,
-                     "UCX reported the peer failed: " + ucs_text(p->ep->failure_status()), false);
+                     p->ep && p->ep->failed() ? "UCX reported the peer failed: " + ucs_text(p->ep->failure_status())
+                                             : std::string("its UCX operations failed"),
+                     false);
   }
   for (size_t i = 0; i < active_.size(); ++i) {
     auto job = active_[i];

@@ -52,6 +52,11 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
       core::fail(Status::NotFound, std::string(role) + " rank " + std::to_string(rank) + " of engine '" +
                                        params.peer_engine_id + "' is not connected");
     }
+    if (!it->second->record->connected) {
+      core::fail(Status::PeerLost, std::string(role) + " rank " + std::to_string(rank) + " of engine '" +
+                                       params.peer_engine_id + "' was lost: " +
+                                       core::status_name(static_cast<Status>(it->second->record->lost_status.load())));
+    }
     return it->second;
   };
 
@@ -63,6 +68,18 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
   };
   std::vector<LaneOps> lanes;
 
+  // The plan names its two engines: the posting agent and the peer must play the roles the plan
+  // was compiled for (a READ on D from P, a WRITE on P into D), never the mirror image.
+  const bool reading = params.op == TransferOp::Read;
+  const std::string& want_self = reading ? plan.d_engine_id : plan.p_engine_id;
+  const std::string& want_peer = reading ? plan.p_engine_id : plan.d_engine_id;
+  if (want_self != me.engine_id || want_peer != params.peer_engine_id) {
+    core::fail(Status::InvalidArgument,
+               std::string("the plan reads from engine '") + plan.p_engine_id + "' into engine '" +
+                   plan.d_engine_id + "'; a " + (reading ? "READ" : "WRITE") + " of it must be posted on '" +
+                   want_self + "' naming peer '" + want_peer + "', not on '" + me.engine_id +
+                   "' naming '" + params.peer_engine_id + "'");
+  }
   if (params.op == TransferOp::Read) {
     if (plan.d_rank != me.tp_rank || plan.d_tp != me.tp_size) {
       core::fail(Status::InvalidArgument,
@@ -261,6 +278,13 @@ void AgentCore::op_done_locked(TransferJob::Op& op, ucs_status_t status) {
                     status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_CONNECTION_RESET ||
                     status == UCS_ERR_UNREACHABLE || status == UCS_ERR_NOT_CONNECTED ||
                     status == UCS_ERR_CANCELED;
+  if (gone && !lane.peer->lost) {
+    // The peer is closed and dropped after this progress round (closing an endpoint from inside
+    // its own completion is not safe); its record says so from now on, so the failed transfer
+    // and the peer's state agree.
+    lane.peer->record->connected = false;
+    lane.peer->record->lost_status = static_cast<int32_t>(Status::PeerLost);
+  }
   fail_job_locked(job, gone ? Status::PeerLost : Status::Transport,
                   std::string(job.op == TransferOp::Read ? "GET" : "PUT") + " of read " +
                       std::to_string(op.read_index) + " (P rank " + std::to_string(lane.p_rank) +
@@ -326,6 +350,13 @@ void AgentCore::flush_done_locked(TransferJob::Lane& lane, ucs_status_t status) 
                     status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_CONNECTION_RESET ||
                     status == UCS_ERR_UNREACHABLE || status == UCS_ERR_NOT_CONNECTED ||
                     status == UCS_ERR_CANCELED;
+  if (gone && !lane.peer->lost) {
+    // The peer is closed and dropped after this progress round (closing an endpoint from inside
+    // its own completion is not safe); its record says so from now on, so the failed transfer
+    // and the peer's state agree.
+    lane.peer->record->connected = false;
+    lane.peer->record->lost_status = static_cast<int32_t>(Status::PeerLost);
+  }
   fail_job_locked(job, gone ? Status::PeerLost : Status::Transport,
                     "flush to the D rank failed: " + ucs_text(status));
     return;

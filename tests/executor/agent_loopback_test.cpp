@@ -229,6 +229,36 @@ TEST_P(AgentLoopback, OutOfRangePlanIsRefusedBeforeAnyByteMoves) {
   EXPECT_TRUE(std::all_of(d->mem.begin(), d->mem.end(), [](uint8_t b) { return b == 0xEE; }));
 }
 
+// The plan names its engines: a WRITE posted on D with D's reading plan (roles swapped) would
+// push D's bytes into P's memory; it is refused before anything moves, as is a READ naming the
+// wrong engine.
+TEST_P(AgentLoopback, PlansCannotBeExecutedWithTheRolesSwapped) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam());
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam());
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const auto plan = make_plan(*d, ps, 16 * 4);
+  const std::vector<uint8_t> before = p0->mem;
+  PostParams pp;
+  pp.op = TransferOp::Write;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "swapped";
+  try {
+    d->agent->post(pp);
+    FAIL() << "a WRITE of D's reading plan was posted on D";
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("must be posted on 'pre'"), std::string::npos) << e.what();
+  }
+  pp.op = TransferOp::Read;
+  pp.peer_engine_id = "someone-else";
+  EXPECT_THROW(d->agent->post(pp), core::Error);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(p0->mem, before);
+}
+
 TEST_P(AgentLoopback, LostPeerFailsTheTransferAndTheSurvivorServesAFreshPeer) {
   auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 400ms);
   auto p0 = make_rank("pre", 2, 0, 0, GetParam());

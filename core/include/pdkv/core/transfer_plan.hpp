@@ -121,6 +121,11 @@ struct PlanStats {
 };
 
 struct TransferPlan {
+  // Whose plan this is: the D engine that reads (the context's local metadata) and the P engine
+  // it reads from. An executor checks them against the posting agent and the named peer, so a
+  // plan cannot be executed with the roles swapped.
+  std::string d_engine_id;
+  std::string p_engine_id;
   uint32_t d_rank = 0;
   uint32_t d_tp = 1;
   uint32_t p_tp = 1;
