@@ -563,8 +563,8 @@ func TestPostRefusals(t *testing.T) {
 	bad.Op = 5
 	post(bad, pdkv.ErrInvalidArgument)
 	bad = read(pl, "r")
-	bad.PeerEngineID = "other-engine"
-	post(bad, pdkv.ErrNotFound)
+	bad.PeerEngineID = "other-engine" // the plan names its P engine: another one is refused
+	post(bad, pdkv.ErrInvalidArgument)
 	bad = read(pl, "r")
 	bad.Timeout = -time.Second
 	post(bad, pdkv.ErrInvalidArgument)

@@ -407,7 +407,8 @@ def test_post_refusals(model: pdkv.Model) -> None:
                     d.agent.read(plan, xfer.P_ENGINE, rid)
             with pytest.raises(pdkv.InvalidArgumentError):
                 d.agent.post(5, plan, xfer.P_ENGINE, "r")
-            with pytest.raises(pdkv.NotFoundError):
+            # The plan names its P engine: posting it against another one is refused.
+            with pytest.raises(pdkv.InvalidArgumentError):
                 d.agent.read(plan, "other-engine", "r")
             with pytest.raises(pdkv.InvalidArgumentError):
                 d.agent.read(plan, xfer.P_ENGINE, "r", timeout=-1)

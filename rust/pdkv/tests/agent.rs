@@ -513,8 +513,9 @@ fn post_refusals() {
         ..TransferParams::read(&plan, xfer::P_ENGINE, "r")
     });
     assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    // The plan names its P engine: posting it against another one is refused.
     let e = post(TransferParams::read(&plan, "other-engine", "r"));
-    assert_eq!(e.status(), Status::NotFound, "{e}");
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
     let e = post(TransferParams::read(&plan, xfer::P_ENGINE, "r").timeout(Duration::ZERO));
     assert_eq!(e.status(), Status::InvalidArgument, "{e}");
 }
