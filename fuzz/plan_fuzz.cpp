@@ -49,7 +49,14 @@ ModelDesc model(Bytes& b) {
   m.attention.head_size = static_cast<uint32_t>(1 + b.next(8));
   m.attention.head_size_v = m.attention.use_mla ? 0 : m.attention.head_size;
   const uint64_t kind = b.next(4);
-  if (kind == 0) return m;
+  if (kind == 0) {
+    // A GQA model may add MLA-typed layers: one replicated latent read whole from one P rank.
+    if (!m.attention.use_mla && b.next(2) == 1) {
+      m.mla_head_size = static_cast<uint32_t>(1 + b.next(8));
+      m.layer_pattern = "*L";
+    }
+    return m;
+  }
   m.mamba.type = kind == 1 ? MambaType::Mamba1 : kind == 2 ? MambaType::Mamba2 : MambaType::Gdn;
   m.mamba.num_heads = static_cast<uint32_t>(1u << b.next(4));
   m.mamba.head_dim = static_cast<uint32_t>(1 + b.next(3));
@@ -94,11 +101,15 @@ uint64_t needed_bytes(const PlanContext& ctx, const std::vector<PlanGroup>& grou
   const auto trims = trim_prefix(in);
   uint64_t total = 0;
   for (size_t g = 0; g < trims.size(); ++g) {
-    const uint64_t regions = groups[g].regions.empty() ? ctx.local.regions.size() : groups[g].regions.size();
-    const uint64_t per = is_attention_kind(trims[g].kind)
-                             ? trims[g].transferred_tokens() * ctx.local.attention_bytes_per_token
-                             : trims[g].states.size() * ctx.local_mamba->page_bytes();
-    total += per * regions;
+    std::vector<uint32_t> regions = groups[g].regions;
+    if (regions.empty())
+      for (uint32_t r = 0; r < ctx.local.regions.size(); ++r) regions.push_back(r);
+    for (uint32_t r : regions) {
+      // Per region: an MLA-typed region holds its latent's bytes per token.
+      total += is_attention_kind(trims[g].kind)
+                   ? trims[g].transferred_tokens() * ctx.local.region_bytes_per_token(r)
+                   : trims[g].states.size() * ctx.local_mamba->page_bytes();
+    }
   }
   return total;
 }

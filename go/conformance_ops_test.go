@@ -203,7 +203,51 @@ func layoutInput(i *in, key string) EngineLayout {
 	if o.has("prefix_caching") {
 		l.PrefixCaching = int32(o.i64("prefix_caching"))
 	}
+	if o.has("region_kinds") {
+		for k, v := range o.array("region_kinds") {
+			name, _ := v.(string)
+			kind, ok := regionKindByName[name]
+			if !ok {
+				panic(badVector{fmt.Sprintf("input region_kinds[%d] = %v is not a region kind", k, v)})
+			}
+			l.RegionKinds = append(l.RegionKinds, kind)
+		}
+	}
 	return l
+}
+
+// regionKindByName spells region kinds as the vectors do.
+var regionKindByName = map[string]RegionKind{"attention": RegionAttention, "mamba": RegionMamba, "mla": RegionMLA}
+
+// modelSpec is the `model` input: a preset name, or a pure-attention model described field by
+// field (docs/conformance.md), read before any library call.
+type modelSpec struct {
+	preset string
+	desc   *ModelDesc
+}
+
+func modelInput(o *in) modelSpec {
+	if _, ok := o.raw("model").(string); ok {
+		return modelSpec{preset: o.str("model")}
+	}
+	d := o.obj("model")
+	desc := ModelDesc{Name: d.str("name"), NumKVHeads: d.u32("num_kv_heads"), HeadSize: d.u32("head_size"),
+		HeadSizeV: d.u32("head_size_v"), UseMLA: d.boolean("use_mla"), DtypeBytes: d.u32("dtype_bytes"),
+		LayerPattern: d.str("layer_pattern"), MLAHeadSize: d.u32("mla_head_size")}
+	return modelSpec{desc: &desc}
+}
+
+// open creates the model (closed at the end of the test).
+func (s modelSpec) open(t *testing.T) (*Model, error) {
+	if s.desc == nil {
+		return presetModel(t, s.preset)
+	}
+	m, err := NewModel(*s.desc)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m, nil
 }
 
 // metadataFields reports a metadata's fields as the metadata ops define them.
@@ -223,7 +267,7 @@ func metadataFields(md *EngineMetadata, encoded []byte) (out, error) {
 	names := map[KVLayout]string{KVLayoutHND: "HND", KVLayoutNHD: "NHD"}
 	convs := map[ConvLayout]string{ConvLayoutDS: "DS", ConvLayoutSD: "SD"}
 	modes := map[MambaCacheMode]string{MambaCacheNone: "none", MambaCacheAlign: "align", MambaCacheAll: "all"}
-	kinds := map[RegionKind]string{RegionAttention: "attention", RegionMamba: "mamba"}
+	kinds := map[RegionKind]string{RegionAttention: "attention", RegionMamba: "mamba", RegionMLA: "mla"}
 	ro := make([]interface{}, len(regions))
 	for k, r := range regions {
 		ro[k] = out2{"base": r.Base, "block_len": r.BlockLen, "num_blocks": r.NumBlocks, "kind": kinds[r.Kind], "layer": r.Layer}
@@ -246,12 +290,12 @@ func metadataFields(md *EngineMetadata, encoded []byte) (out, error) {
 	}, nil
 }
 
-// buildMetadata builds one rank's metadata of a preset model (closed at the end of the test).
-func buildMetadata(t *testing.T, modelName string, cfg EngineConfig, cfgErr error, layout EngineLayout) (*EngineMetadata, error) {
+// buildMetadata builds one rank's metadata of a model input (closed at the end of the test).
+func buildMetadata(t *testing.T, model modelSpec, cfg EngineConfig, cfgErr error, layout EngineLayout) (*EngineMetadata, error) {
 	if cfgErr != nil {
 		return nil, cfgErr
 	}
-	m, err := presetModel(t, modelName)
+	m, err := model.open(t)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +313,7 @@ func modelMetadata(t *testing.T, m *Model, cfg EngineConfig, layout EngineLayout
 }
 
 func opMetadataRoundtrip(t *testing.T, i *in) (out, error) {
-	name := i.str("model")
+	name := modelInput(i)
 	cfg, cfgErr := engineConfig(i.obj("engine"))
 	layout := layoutInput(i, "layout")
 	md, err := buildMetadata(t, name, cfg, cfgErr, layout)
@@ -315,7 +359,7 @@ func opMetadataDecode(t *testing.T, i *in) (out, error) {
 
 // sideSpec is a {model, engine, layout} input object, read before any library call.
 type sideSpec struct {
-	model  string
+	model  modelSpec
 	cfg    EngineConfig
 	cfgErr error
 	layout EngineLayout
@@ -323,7 +367,7 @@ type sideSpec struct {
 
 // readSide reads every key of a {model, engine, layout} object.
 func readSide(o *in) sideSpec {
-	s := sideSpec{model: o.str("model")}
+	s := sideSpec{model: modelInput(o)}
 	s.cfg, s.cfgErr = engineConfig(o.obj("engine"))
 	s.layout = layoutInput(o, "layout")
 	return s
@@ -450,10 +494,11 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 	if i.has("model") == i.has("hf_config") {
 		panic(badVector{"transfer_plan needs exactly one of input.model / input.hf_config"})
 	}
-	var presetName, hfConfig string
+	var model modelSpec
+	var hfConfig string
 	fromHF := i.has("hf_config")
 	if !fromHF {
-		presetName = i.str("model")
+		model = modelInput(i)
 	} else {
 		hfConfig = i.str("hf_config")
 	}
@@ -493,7 +538,7 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 			return nil, err
 		}
 		t.Cleanup(func() { _ = m.Close() })
-	} else if m, err = presetModel(t, presetName); err != nil {
+	} else if m, err = model.open(t); err != nil {
 		return nil, err
 	}
 	if pErr != nil {

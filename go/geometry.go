@@ -221,6 +221,11 @@ type GeometryInfo struct {
 	NumTemporalDims int
 	// NumLogLines is the number of vLLM log lines (Geometry.LogLine).
 	NumLogLines int
+	// MLABytesPerToken is, for the MLA-typed layers of a GQA model, the bytes per token of their
+	// replicated latent (the same at every TP); 0 for other models.
+	MLABytesPerToken uint64
+	// MLAKernelPageBytes is KernelBlockSize * MLABytesPerToken.
+	MLAKernelPageBytes uint64
 }
 
 // ConvProjection is one projection of the conv channels (Mamba2 x/B/C, GDN Q/K/V, Mamba1 x).
@@ -325,6 +330,8 @@ func (g *Geometry) Info() (GeometryInfo, error) {
 		NumProjections:       int(ci.num_projections),
 		NumTemporalDims:      int(ci.num_temporal_dims),
 		NumLogLines:          int(ci.num_log_lines),
+		MLABytesPerToken:     uint64(ci.mla_bytes_per_token),
+		MLAKernelPageBytes:   uint64(ci.mla_kernel_page_bytes),
 	}, nil
 }
 

@@ -32,6 +32,9 @@ const (
 	RegionAttention RegionKind = C.PDKV_REGION_ATTENTION
 	// RegionMamba is a Mamba state region.
 	RegionMamba RegionKind = C.PDKV_REGION_MAMBA
+	// RegionMLA is an MLA-typed attention region of a GQA model: one latent replicated on every
+	// rank, read whole from one prefill rank (metadata format 1.1).
+	RegionMLA RegionKind = C.PDKV_REGION_MLA
 )
 
 // EngineLayout says where an engine's regions live and what it advertises beyond its geometry.
@@ -53,6 +56,10 @@ type EngineLayout struct {
 	KVLayout KVLayout
 	// PrefixCaching is -1 (on iff the Mamba cache mode is not none), 0 off or 1 on.
 	PrefixCaching int32
+	// RegionKinds, if non-empty, gives the kind of each of the NumRegions regions. Empty:
+	// RegionMamba for hybrids, else RegionAttention, and for a model with MLA-typed layers the
+	// kinds of its attention layers in LayerPattern order, repeated over the regions.
+	RegionKinds []RegionKind
 }
 
 // DefaultEngineLayout returns pdkv_engine_layout_init's defaults: engine id "engine", rank 0,
@@ -160,8 +167,8 @@ func (m *EngineMetadata) ref() *handle[C.pdkv_engine_metadata_t] {
 
 // EngineMetadataFromModel builds the metadata of rank layout.TpRank of an engine running model
 // with config. Errors: those of NewGeometry, ErrInvalidArgument (empty engine id, rank >= TP,
-// unknown KV layout, PrefixCaching not -1/0/1, overlapping regions, RegionBases of the wrong
-// length...), ErrOverflow, ErrClosed.
+// unknown KV layout, PrefixCaching not -1/0/1, overlapping regions, RegionBases or RegionKinds
+// of the wrong length, a region kind the model lacks...), ErrOverflow, ErrClosed.
 func EngineMetadataFromModel(model *Model, config EngineConfig, layout EngineLayout) (*EngineMetadata, error) {
 	mp, err := model.ref().acquireArg("model")
 	if err != nil {
@@ -170,6 +177,9 @@ func EngineMetadataFromModel(model *Model, config EngineConfig, layout EngineLay
 	defer model.h.release()
 	if len(layout.RegionBases) > 0 && len(layout.RegionBases) != int(layout.NumRegions) {
 		return nil, goErr(StatusInvalidArgument, "layout.RegionBases has %d entries for num_regions %d", len(layout.RegionBases), layout.NumRegions)
+	}
+	if len(layout.RegionKinds) > 0 && len(layout.RegionKinds) != int(layout.NumRegions) {
+		return nil, goErr(StatusInvalidArgument, "layout.RegionKinds has %d entries for num_regions %d", len(layout.RegionKinds), layout.NumRegions)
 	}
 	var a cArena
 	defer a.free()
@@ -187,6 +197,14 @@ func EngineMetadataFromModel(model *Model, config EngineConfig, layout EngineLay
 	cl.region_bases = a.u64s(layout.RegionBases)
 	cl.kv_layout = C.int32_t(layout.KVLayout)
 	cl.prefix_caching = C.int32_t(layout.PrefixCaching)
+	if len(layout.RegionKinds) > 0 {
+		p := a.alloc(uintptr(len(layout.RegionKinds)) * 4)
+		kinds := unsafe.Slice((*int32)(p), len(layout.RegionKinds))
+		for i, k := range layout.RegionKinds {
+			kinds[i] = int32(k)
+		}
+		cl.region_kinds = (*C.int32_t)(p)
+	}
 	var cc C.pdkv_engine_config_t
 	free := config.toC(&cc)
 	defer free()

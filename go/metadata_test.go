@@ -338,3 +338,50 @@ func TestTransferPlan(t *testing.T) {
 	_, err = ctx.Mapping()
 	wantErr(t, err, ErrClosed)
 }
+
+// TestMixedMLAModel: a GQA model with MLA-typed layers round-trips its latent width, reports the
+// latent's bytes per token, and registers regions by the layer pattern or the layout's kinds.
+func TestMixedMLAModel(t *testing.T) {
+	desc := ModelDesc{Name: "mixed", NumKVHeads: 4, HeadSize: 8, HeadSizeV: 8, DtypeBytes: 2, LayerPattern: "*L", MLAHeadSize: 24}
+	m, err := NewModel(desc)
+	must(t, err)
+	defer m.Close()
+	back, err := m.Describe()
+	must(t, err)
+	if back.MLAHeadSize != 24 {
+		t.Fatalf("MLAHeadSize %d", back.MLAHeadSize)
+	}
+	c := DefaultEngineConfig()
+	c.TpSize, c.UserBlockSize = 2, 16
+	g, err := NewGeometry(m, c)
+	must(t, err)
+	defer g.Close()
+	info, err := g.Info()
+	must(t, err)
+	if info.AttnBytesPerToken != 64 || info.MLABytesPerToken != 48 || info.MLAKernelPageBytes != 768 {
+		t.Fatalf("geometry %+v", info)
+	}
+	l := DefaultEngineLayout()
+	l.NumRegions = 2
+	md, err := EngineMetadataFromModel(m, c, l)
+	must(t, err)
+	defer md.Close()
+	regions, err := md.Regions()
+	must(t, err)
+	if regions[0].Kind != RegionAttention || regions[0].BlockLen != 1024 || regions[1].Kind != RegionMLA || regions[1].BlockLen != 768 {
+		t.Fatalf("regions %+v", regions)
+	}
+	l.RegionKinds = []RegionKind{RegionMLA}
+	if _, err := EngineMetadataFromModel(m, c, l); err == nil || !strings.Contains(err.Error(), "RegionKinds has 1 entries") {
+		t.Fatalf("want a RegionKinds length error, got %v", err)
+	}
+	l.RegionKinds = []RegionKind{RegionMLA, RegionAttention}
+	md2, err := EngineMetadataFromModel(m, c, l)
+	must(t, err)
+	defer md2.Close()
+	regions, err = md2.Regions()
+	must(t, err)
+	if regions[0].Kind != RegionMLA || regions[1].Kind != RegionAttention {
+		t.Fatalf("explicit kinds %+v", regions)
+	}
+}

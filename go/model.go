@@ -74,8 +74,13 @@ type ModelDesc struct {
 	DtypeBytes uint32
 	// DefaultSSMDtypeBytes is the engine "auto" SSM state dtype size; 0 means the conv dtype.
 	DefaultSSMDtypeBytes uint32
-	// LayerPattern has one char per layer: '*' attention, 'M' Mamba, 'P' both, '-' neither.
+	// LayerPattern has one char per layer: '*' attention, 'M' Mamba, 'P' both, 'L' MLA-typed
+	// attention in a GQA model, '-' neither.
 	LayerPattern string
+	// MLAHeadSize is the latent width (elements) of the 'L' layers of a GQA model: one head
+	// replicated on every rank, read whole from one prefill rank. 0: no such layers (a pure MLA
+	// model uses UseMLA instead).
+	MLAHeadSize uint32
 }
 
 // Model is an immutable model description owned by the library (pdkv_model_t).
@@ -138,6 +143,7 @@ func NewModel(desc ModelDesc) (*Model, error) {
 	cd.mamba_conv_kernel = C.uint32_t(desc.MambaConvKernel)
 	cd.mamba_chunk_size = C.uint32_t(desc.MambaChunkSize)
 	cd.mamba_conv_rows_include_spec = cBool(desc.MambaConvRowsIncludeSpec)
+	cd.mla_head_size = C.uint32_t(desc.MLAHeadSize)
 	cd.dtype_bytes = C.uint32_t(desc.DtypeBytes)
 	cd.default_ssm_dtype_bytes = C.uint32_t(desc.DefaultSSMDtypeBytes)
 	var out *C.pdkv_model_t
@@ -255,6 +261,7 @@ func (m *Model) Describe() (ModelDesc, error) {
 		DtypeBytes:               uint32(cd.dtype_bytes),
 		DefaultSSMDtypeBytes:     uint32(cd.default_ssm_dtype_bytes),
 		LayerPattern:             C.GoString(cd.layer_pattern),
+		MLAHeadSize:              uint32(cd.mla_head_size),
 	}
 	runtime.KeepAlive(m)
 	return d, nil

@@ -179,7 +179,13 @@ typedef struct pdkv_model_desc {
   uint32_t dtype_bytes;          /* model dtype size, 1..8 */
   uint32_t default_ssm_dtype_bytes; /* engine "auto" SSM state dtype; 0 = conv dtype */
   const char *layer_pattern;     /* one char per layer: '*' attention, 'M' Mamba, 'P' both,
+                                  * 'L' MLA-typed attention in a GQA model (see mla_head_size),
                                   * '-' neither; NULL or "" = unknown */
+  /* Appended after 0.1 (at byte 104, the 0.1 size; a caller whose struct_size stops before it
+   * gets 0). Width of the latent of the 'L' layers of a GQA model, in elements (e.g. an indexer
+   * key cache vLLM registers as an MLA spec): one head replicated on every rank, read whole
+   * from one prefill rank. 0: no such layers. A pure MLA model (use_mla) leaves it 0. */
+  uint32_t mla_head_size;
 } pdkv_model_desc_t;
 
 /* Creates a model from a description. The strings are copied; desc is not retained.
@@ -445,6 +451,11 @@ typedef struct pdkv_geometry_info {
   size_t num_projections;           /* conv projections (pdkv_geometry_projection) */
   size_t num_temporal_dims;         /* rank of the temporal state (pdkv_geometry_temporal_shape) */
   size_t num_log_lines;             /* vLLM log lines (pdkv_geometry_log_line) */
+  /* Appended after 0.1 (at byte 200, the 0.1 size). MLA-typed layers of a GQA model
+   * (pdkv_model_desc_t.mla_head_size): bytes per token of their replicated latent (the same at
+   * every TP) and their kernel page (kernel_block_size tokens). 0 for other models. */
+  uint64_t mla_bytes_per_token;
+  uint64_t mla_kernel_page_bytes;
 } pdkv_geometry_info_t;
 
 /* One projection of the conv channels (Mamba2 x/B/C, GDN Q/K/V, Mamba1 x), DS layout. */
@@ -1123,7 +1134,11 @@ typedef enum pdkv_kv_layout {
 /* Kind of the first layer using a registered region. Numeric values are stable. */
 typedef enum pdkv_region_kind {
   PDKV_REGION_ATTENTION = 0,
-  PDKV_REGION_MAMBA = 1
+  PDKV_REGION_MAMBA = 1,
+  /* An MLA-typed attention region of a GQA model (layer kind 'L'): one latent replicated on
+   * every rank, read whole from one prefill rank; its size does not change with TP. A pure MLA
+   * model (use_mla) keeps PDKV_REGION_ATTENTION for its regions. Metadata format 1.1. */
+  PDKV_REGION_MLA = 2
 } pdkv_region_kind_t;
 
 /* What one engine rank advertises in the handshake (wire format 1.x). Immutable. */
@@ -1141,17 +1156,23 @@ typedef struct pdkv_engine_layout {
   const uint64_t *region_bases;  /* NULL, or num_regions explicit region addresses */
   int32_t kv_layout;             /* a pdkv_kv_layout_t (default HND) */
   int32_t prefix_caching;        /* -1: on iff mamba_cache_mode != none (default); 0 off; 1 on */
+  /* Appended after 0.1 (at byte 64, the 0.1 size). NULL (default), or num_regions
+   * pdkv_region_kind_t values, one per region (read, not retained). NULL: MAMBA for hybrids,
+   * ATTENTION otherwise, and for a model with MLA-typed layers the kinds of its attention layers
+   * in layer_pattern order (ATTENTION for '*', MLA for 'L'), repeated over the regions. */
+  const int32_t *region_kinds;
 } pdkv_engine_layout_t;
 
 /* Defaults: engine_id "engine", rank 0, 64 logical blocks, 1 region at 2^40, HND, derived
- * prefix caching; sets struct_size. Errors: NULL_POINTER. Thread-safe. */
+ * prefix caching, derived region kinds; sets struct_size. Errors: NULL_POINTER. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_engine_layout_init(pdkv_engine_layout_t *layout, pdkv_error_t **err);
 
 /* Metadata of rank layout->tp_rank of an engine running `model` with `config` (geometry derived
  * as pdkv_geometry_new does; nothing is retained). Errors: NULL_POINTER (model, config, layout,
  * out), STRUCT_SIZE (config, layout), the errors of pdkv_geometry_new, INVALID_ARGUMENT (bad
  * layout: empty engine id, rank >= TP, unknown kv_layout, prefix_caching not -1/0/1, regions
- * overlapping or leaving the address space...), OVERFLOW. *out owned by the caller
+ * overlapping or leaving the address space, a region kind that is not a pdkv_region_kind_t or
+ * that the model lacks (MLA without mla_head_size, MAMBA without Mamba layers)...), OVERFLOW. *out owned by the caller
  * (pdkv_engine_metadata_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_engine_metadata_from_model(const pdkv_model_t *model,
                                                        const pdkv_engine_config_t *config,
@@ -1244,8 +1265,10 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_equal(const pdkv_engine_metadata_t *
  * use of the same metadata. */
 PDKV_API void pdkv_engine_metadata_free(pdkv_engine_metadata_t *metadata);
 
-/* Wire format version this library writes (major, minor); either pointer may be NULL. Never
- * fails. Thread-safe. */
+/* Newest wire format version this library reads and writes (major, minor): 1.1. Each encoding
+ * is labelled with the lowest minor that describes it (1.1 only when a region is
+ * PDKV_REGION_MLA), so a 1.0 reader can read every encoding that has no MLA-typed region.
+ * Either pointer may be NULL. Never fails. Thread-safe. */
 PDKV_API void pdkv_metadata_wire_version(uint16_t *major, uint16_t *minor);
 
 /* CRC-32C (Castagnoli) of len bytes, as the metadata header uses; crc32c("123456789") ==

@@ -72,6 +72,8 @@ PDKV_API pdkv_status_t pdkv_geometry_get_info(const pdkv_geometry_t* geometry, p
     i.kernel_block_size = g.kernel_block_size;
     i.physical_per_logical = g.physical_per_logical;
     i.kernel_page_bytes = g.kernel_page_bytes;
+    i.mla_bytes_per_token = g.mla_bytes_per_token;
+    i.mla_kernel_page_bytes = g.mla_kernel_page_bytes;
     i.num_projections = g.mamba.projections.size();
     i.num_temporal_dims = g.mamba.temporal_shape.size();
     i.num_log_lines = g.log_lines.size();

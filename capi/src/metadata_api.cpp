@@ -26,6 +26,9 @@ namespace core = pdkv::core;
 using pdkv::capi::kEngineLayoutMinSize;
 using pdkv::capi::kMetadataInfoMinSize;
 
+static_assert(static_cast<int>(core::RegionKind::Mla) == PDKV_REGION_MLA, "region kind enums drifted");
+static_assert(static_cast<int>(core::RegionKind::Mamba) == PDKV_REGION_MAMBA, "region kind enums drifted");
+
 namespace pdkv::capi {
 
 pdkv_engine_metadata_t* make_metadata(core::EngineMetadata md) {
@@ -57,6 +60,7 @@ PDKV_API pdkv_status_t pdkv_engine_layout_init(pdkv_engine_layout_t* layout, pdk
     c.region_bases = nullptr;
     c.kv_layout = PDKV_KV_LAYOUT_HND;
     c.prefix_caching = -1;
+    c.region_kinds = nullptr;
     *layout = c;
   });
 }
@@ -92,6 +96,17 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_from_model(const pdkv_model_t* model
     l.num_logical_blocks = layout->num_logical_blocks;
     l.num_regions = layout->num_regions;
     l.base = layout->base;
+    if (layout->region_kinds != nullptr) {
+      for (uint32_t i = 0; i < layout->num_regions; ++i) {
+        const int32_t k = layout->region_kinds[i];
+        if (k < PDKV_REGION_ATTENTION || k > PDKV_REGION_MLA) {
+          core::fail(core::Status::InvalidArgument,
+                     "pdkv_engine_layout_t.region_kinds[" + std::to_string(i) + "] = " + std::to_string(k) +
+                         " is not a pdkv_region_kind_t (0 attention, 1 mamba, 2 mla)");
+        }
+        l.region_kinds.push_back(static_cast<core::RegionKind>(k));
+      }
+    }
     core::EngineMetadata md = core::metadata_from_geometry(model->desc, settings.engine, g, l);
     bool changed = false;
     if (layout->region_bases != nullptr) {

@@ -48,6 +48,7 @@ core::ModelDesc model_from_c(const pdkv_model_desc_t& d) {
   m.dtype_bytes = d.dtype_bytes;
   m.default_ssm_dtype_bytes = d.default_ssm_dtype_bytes;
   m.layer_pattern = str_or_empty(d.layer_pattern);
+  m.mla_head_size = d.mla_head_size;
   return m;
 }
 
@@ -75,6 +76,7 @@ void model_to_c(const core::ModelDesc& m, pdkv_model_desc_t* out) {
   full.dtype_bytes = m.dtype_bytes;
   full.default_ssm_dtype_bytes = m.default_ssm_dtype_bytes;
   full.layer_pattern = m.layer_pattern.c_str();
+  full.mla_head_size = m.mla_head_size;
   std::memcpy(out, &full, out->struct_size);
 }
 

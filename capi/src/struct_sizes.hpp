@@ -69,6 +69,12 @@ PDKV_DEFINE_MIN_SIZE(kPlanGroupMinSize, pdkv_plan_group_t, num_regions, 32);
 PDKV_DEFINE_MIN_SIZE(kPlanInfoMinSize, pdkv_transfer_plan_info_t, empty, 104);
 PDKV_DEFINE_MIN_SIZE(kGroupZeroMinSize, pdkv_plan_group_zero_t, num_unfilled_states, 64);
 
+// Fields appended after 0.1 start at or after the 0.1 size (never in the 0.1 tail padding).
+static_assert(offsetof(pdkv_model_desc_t, mla_head_size) >= kModelDescMinSize, "mla_head_size in the 0.1 padding");
+static_assert(offsetof(pdkv_engine_layout_t, region_kinds) >= kEngineLayoutMinSize, "region_kinds in the 0.1 padding");
+static_assert(offsetof(pdkv_geometry_info_t, mla_bytes_per_token) >= kGeometryInfoMinSize,
+              "mla_bytes_per_token in the 0.1 padding");
+
 // Checks in->struct_size against [min_size, sizeof(T)] (STRUCT_SIZE otherwise) and returns a
 // current-size copy of the caller's struct: its first struct_size bytes, the rest zero. Read input
 // structs only through this copy, so a field newer than the caller's struct is never read from

@@ -171,6 +171,7 @@ const char* region_kind_name(RegionKind k) noexcept {
   switch (k) {
     case RegionKind::Attention: return "attention";
     case RegionKind::Mamba: return "mamba";
+    case RegionKind::Mla: return "mla";
   }
   return "unknown";
 }
@@ -281,8 +282,14 @@ void check_metadata(const EngineMetadata& m, Status status) {
   for (size_t i = 0; i < m.regions.size(); ++i) {
     const MetadataRegion& r = m.regions[i];
     const std::string f = "regions[" + num(i) + "]";
-    if (static_cast<uint8_t>(r.kind) > 1) {
+    if (static_cast<uint8_t>(r.kind) > static_cast<uint8_t>(RegionKind::Mla)) {
       bad(f + ".kind", "has unknown value " + num(static_cast<uint8_t>(r.kind)));
+    }
+    if (r.kind == RegionKind::Mla) {
+      // `mla` marks the MLA-typed layers of a GQA model; a pure MLA model's regions are all MLA
+      // already (use_mla), and hybrids with two attention page sizes are not described.
+      if (m.use_mla) bad(f + ".kind", "is mla but use_mla is on (a pure MLA model marks its attention regions 'attention')");
+      if (m.is_hybrid()) bad(f + ".kind", "is mla in a hybrid model (mamba_type " + std::string(mamba_type_name(m.mamba_type)) + "), which pdkv does not describe");
     }
     if (r.region.block_len == 0) bad(f + ".block_len", "= 0; a kernel page has bytes");
     if (r.region.block_len > kMaxBlockLen) {
@@ -337,7 +344,17 @@ void check_metadata(const EngineMetadata& m, Status status) {
   //    (metadata_from_geometry: kernel_page_bytes = attn_page_bytes / ppl).
   // Without this tie a peer could double attention_bytes_per_token (or block_len) and D would
   // slice P's attention pages at the wrong per-token stride.
+  // An `mla` region holds its latent's bytes per token instead (TP-invariant; the handshake
+  // compares it with the peer's region by region), so only whole tokens are required of it.
   for (size_t i = 0; i < m.regions.size(); ++i) {
+    if (m.regions[i].kind == RegionKind::Mla) {
+      if (m.regions[i].region.block_len % m.kernel_block_size != 0) {
+        bad("regions[" + num(i) + "].block_len",
+            "= " + num(m.regions[i].region.block_len) + " of an mla region is not a whole number "
+            "of bytes per token for kernel_block_size " + num(m.kernel_block_size));
+      }
+      continue;
+    }
     const u128 page = static_cast<u128>(m.kernel_block_size) * m.attention_bytes_per_token;
     if (page != m.regions[i].region.block_len) {
       bad("regions[" + num(i) + "].block_len",
@@ -431,8 +448,12 @@ std::vector<uint8_t> encode(const EngineMetadata& m) {
   check_metadata(m, Status::InvalidArgument);
   Writer w;
   for (uint8_t c : kMagic) w.u8(c);
+  // The lowest minor that describes `m` (see the header): 1.1 only for an `mla` region.
+  const bool has_mla_region = std::any_of(m.regions.begin(), m.regions.end(), [](const MetadataRegion& r) {
+    return r.kind == RegionKind::Mla;
+  });
   w.u16(kMetadataMajorVersion);
-  w.u16(kMetadataMinorVersion);
+  w.u16(has_mla_region ? 1 : 0);
   w.u32(0);  // payload length, patched below
   w.u32(0);  // checksum, patched below
 
@@ -563,7 +584,11 @@ EngineMetadata decode(std::span<const uint8_t> bytes) {
     reg.region.base = r.u64(f + ".base");
     reg.region.block_len = r.u64(f + ".block_len");
     reg.region.num_blocks = r.u64(f + ".num_blocks");
-    reg.kind = checked_enum<RegionKind>(r.u8(f + ".kind"), 1, f + ".kind");
+    reg.kind = checked_enum<RegionKind>(r.u8(f + ".kind"), static_cast<uint64_t>(RegionKind::Mla), f + ".kind");
+    if (reg.kind == RegionKind::Mla && minor < 1) {
+      fail(Status::Parse, q(f + ".kind") + " is mla (2), which format " + std::to_string(major) + "." +
+                              std::to_string(minor) + " does not define (it needs 1.1)");
+    }
     reg.layer = r.u32(f + ".layer");
     m.regions.push_back(reg);
   }

@@ -55,6 +55,8 @@ uint64_t model_fingerprint(const ModelDesc& m) {
   h.u32(m.dtype_bytes);
   h.u32(m.default_ssm_dtype_bytes);
   h.str(m.layer_pattern);
+  // Appended only when set, so models without MLA-typed layers keep their fingerprints.
+  if (m.mla_head_size != 0) h.u32(m.mla_head_size);
   return h.value();
 }
 

@@ -121,6 +121,10 @@ EngineGeometry derive_geometry(const ModelDesc& m, const EngineConfig& e, const 
   g.kernel_block_size = select_kernel_block_size(e, g.block_size);
   g.physical_per_logical = g.block_size / g.kernel_block_size;
   g.kernel_page_bytes = g.attn_page_bytes / g.physical_per_logical;
+  if (m.mixes_mla()) {
+    g.mla_bytes_per_token = mul_checked(m.mla_head_size, resolved_kv_dtype_bytes(m, e), "MLA bytes per token");
+    g.mla_kernel_page_bytes = mul_checked(g.kernel_block_size, g.mla_bytes_per_token, "MLA kernel page bytes");
+  }
   return g;
 }
 

@@ -102,6 +102,20 @@ void check_one_side(const EngineMetadata& m, bool local, Items& out) {
   // not the page the tensor really has.
   for (size_t i = 0; i < m.regions.size(); ++i) {
     const auto& r = m.regions[i];
+    if (r.kind == RegionKind::Mla) {
+      // An MLA-typed region of a GQA model holds its latent's bytes per token (compared with the
+      // peer's region in validate_pair); its page is only required to hold whole tokens.
+      if (m.kernel_block_size == 0 || r.region.block_len % m.kernel_block_size != 0) {
+        out.add(Status::Incompatible, "regions[" + num(i) + "].block_len",
+                lv(num(r.region.block_len)), rv(num(r.region.block_len)),
+                who() + ": mla region " + num(i) + " block_len " + num(r.region.block_len) +
+                    " is not a whole number of bytes per token for kernel_block_size " +
+                    num(m.kernel_block_size),
+                "advertise the kernel page size actually registered");
+        break;
+      }
+      continue;
+    }
     const u128 expect = static_cast<u128>(m.kernel_block_size) * m.attention_bytes_per_token;
     if (expect != r.region.block_len) {
       const std::string e = expect > UINT64_MAX ? std::string("> 2^64")
@@ -237,6 +251,27 @@ std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const Engine
               region_kind_name(l.regions[first].kind), region_kind_name(r.regions[first].kind),
               num(mismatches) + " regions differ in kind, first at index " + num(first),
               "run the same model with the same KV cache grouping on both engines");
+    }
+    // Each region is checked by its own kind: an MLA-typed region holds one latent replicated on
+    // every rank, so its bytes per token are the same at every TP, while the GQA regions beside
+    // it follow the head ratio (checked below on attention_bytes_per_token). A peer whose MLA
+    // region shrank or grew with TP registered it head-split: D would read a partial latent.
+    size_t scaled = 0, at = 0;
+    for (size_t i = 0; i < l.regions.size(); ++i) {
+      if (l.regions[i].kind != RegionKind::Mla || r.regions[i].kind != RegionKind::Mla) continue;
+      if (l.kernel_block_size == 0 || r.kernel_block_size == 0) continue;  // reported per side
+      if (l.region_bytes_per_token(i) != r.region_bytes_per_token(i) && scaled++ == 0) at = i;
+    }
+    if (scaled != 0) {
+      const uint64_t lb = l.region_bytes_per_token(at), rb = r.region_bytes_per_token(at);
+      out.add(Status::Incompatible, "regions[" + num(at) + "].block_len",
+              num(l.regions[at].region.block_len), num(r.regions[at].region.block_len),
+              "MLA region " + num(at) + " holds " + num(lb) + " bytes per token on the local engine (tp_size " +
+                  num(l.tp_size) + ") and " + num(rb) + " on the remote (tp_size " + num(r.tp_size) +
+                  "): an MLA latent is replicated whole on every rank, so its size must not change "
+                  "with TP" + (scaled > 1 ? " (" + num(scaled) + " MLA regions differ)" : std::string()),
+              "register every MLA region with the whole latent on every rank, and use the same "
+              "--kv-cache-dtype on both engines");
     }
   }
 

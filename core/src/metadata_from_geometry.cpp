@@ -1,6 +1,10 @@
 #include "pdkv/core/metadata_from_geometry.hpp"
 
+#include <string>
+#include <vector>
+
 #include "pdkv/core/checked_math.hpp"
+#include "pdkv/core/error.hpp"
 #include "pdkv/core/fingerprint.hpp"
 
 namespace pdkv::core {
@@ -17,12 +21,55 @@ EngineMetadata metadata_from_geometry(const ModelDesc& m, const EngineConfig& e,
   md.kernel_block_size = static_cast<uint32_t>(g.kernel_block_size);
   md.physical_blocks_per_logical = static_cast<uint32_t>(g.physical_per_logical);
   md.num_kernel_blocks = mul_checked(layout.num_logical_blocks, g.physical_per_logical, "kernel blocks");
-  const uint64_t region_bytes = mul_checked(md.num_kernel_blocks, g.kernel_page_bytes, "region bytes");
+  // Default kinds: one per region; a model with MLA-typed layers cycles through its attention
+  // layers in pattern order so that both kinds are registered, as vLLM registers one region per
+  // layer.
+  std::vector<RegionKind> kinds = layout.region_kinds;
+  std::vector<uint32_t> layers;
+  if (kinds.empty()) {
+    std::vector<uint32_t> attention_layers;
+    if (m.mixes_mla()) {
+      for (uint32_t l = 0; l < m.layer_pattern.size(); ++l) {
+        const char c = m.layer_pattern[l];
+        if (c == kLayerAttention || c == kLayerParallel || c == kLayerMla) attention_layers.push_back(l);
+      }
+    }
+    for (uint32_t i = 0; i < layout.num_regions; ++i) {
+      if (!attention_layers.empty()) {
+        const uint32_t l = attention_layers[i % attention_layers.size()];
+        kinds.push_back(m.layer_pattern[l] == kLayerMla ? RegionKind::Mla : RegionKind::Attention);
+        layers.push_back(l);
+      } else {
+        kinds.push_back(g.hybrid ? RegionKind::Mamba : RegionKind::Attention);
+        layers.push_back(i);
+      }
+    }
+  } else {
+    if (kinds.size() != layout.num_regions) {
+      fail(Status::InvalidArgument, "layout region_kinds has " + std::to_string(kinds.size()) +
+                                        " entries for num_regions " + std::to_string(layout.num_regions) +
+                                        "; give one kind per region (or none)");
+    }
+    for (uint32_t i = 0; i < layout.num_regions; ++i) {
+      const char* why = nullptr;
+      if (kinds[i] == RegionKind::Mla && !m.mixes_mla()) {
+        why = "is mla but the model has no MLA-typed layers (mla_head_size 0)";
+      } else if (kinds[i] == RegionKind::Mamba && !g.hybrid) {
+        why = "is mamba but the model has no Mamba layers";
+      } else if (static_cast<uint8_t>(kinds[i]) > static_cast<uint8_t>(RegionKind::Mla)) {
+        why = "is not a region kind";
+      }
+      if (why != nullptr) {
+        fail(Status::InvalidArgument, "layout region_kinds[" + std::to_string(i) + "] " + why);
+      }
+      layers.push_back(i);
+    }
+  }
   uint64_t base = layout.base;
   for (uint32_t i = 0; i < layout.num_regions; ++i) {
-    md.regions.push_back({{base, g.kernel_page_bytes, md.num_kernel_blocks},
-                          g.hybrid ? RegionKind::Mamba : RegionKind::Attention, i});
-    base = add_checked(base, region_bytes, "region base");
+    const uint64_t block_len = kinds[i] == RegionKind::Mla ? g.mla_kernel_page_bytes : g.kernel_page_bytes;
+    md.regions.push_back({{base, block_len, md.num_kernel_blocks}, kinds[i], layers[i]});
+    base = add_checked(base, mul_checked(md.num_kernel_blocks, block_len, "region bytes"), "region base");
   }
   if (g.hybrid) {
     md.mamba_type = g.mamba.type;

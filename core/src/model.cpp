@@ -24,7 +24,7 @@ const char* mamba_type_name(MambaType t) noexcept {
 
 uint32_t ModelDesc::num_attention_layers() const {
   return static_cast<uint32_t>(std::count_if(layer_pattern.begin(), layer_pattern.end(), [](char c) {
-    return c == kLayerAttention || c == kLayerParallel;
+    return c == kLayerAttention || c == kLayerParallel || c == kLayerMla;
   }));
 }
 
@@ -55,11 +55,30 @@ void validate_model(const ModelDesc& m) {
   require(is_valid_dtype_bytes(m.default_ssm_dtype_bytes), Status::InvalidArgument,
           field(m, "default_ssm_dtype_bytes", m.default_ssm_dtype_bytes) +
               " is not a dtype size (0 auto, 1, 2, 4 or 8 bytes)");
+  bool mla_layers = false;
   for (char c : m.layer_pattern) {
-    require(c == kLayerAttention || c == kLayerMamba || c == kLayerParallel || c == kLayerOther,
+    require(c == kLayerAttention || c == kLayerMamba || c == kLayerParallel || c == kLayerOther ||
+                c == kLayerMla,
             Status::InvalidArgument,
             "model '" + m.name + "': layer_pattern has unknown layer kind '" + std::string(1, c) +
-                "' (expected '*', 'M', 'P' or '-')");
+                "' (expected '*', 'M', 'P', 'L' or '-')");
+    mla_layers = mla_layers || c == kLayerMla;
+  }
+  if (mla_layers || m.mla_head_size != 0) {
+    require(mla_layers, Status::InvalidArgument,
+            field(m, "mla_head_size", m.mla_head_size) +
+                " but layer_pattern has no MLA-typed layer 'L'; mark the MLA layers or set it to 0");
+    require(m.mla_head_size != 0, Status::InvalidArgument,
+            field(m, "mla_head_size", 0) + " but layer_pattern marks MLA-typed layers 'L'; give "
+                                           "the width of their latent");
+    require(!a.use_mla, Status::InvalidArgument,
+            "model '" + m.name + "': attention.use_mla is on and layer_pattern marks MLA-typed "
+            "layers 'L': a pure MLA model describes its latent in attention; 'L' marks the MLA "
+            "layers of a GQA model");
+    require(m.mamba.type == MambaType::None, Status::InvalidArgument,
+            "model '" + m.name + "': MLA-typed layers 'L' in a hybrid (Mamba type " +
+                mamba_type_name(m.mamba.type) + ") model are not supported: the hybrid block-size "
+                "rule for attention pages of two sizes is not derived");
   }
   const auto& mb = m.mamba;
   if (mb.type == MambaType::None) return;

@@ -45,9 +45,9 @@ void push(std::vector<Range>& v, uint64_t b, uint64_t e) {
 void expected_ranges(const PlanContext& ctx, const Trimmed& t, const std::vector<int>& same_as,
                      std::vector<std::vector<Range>>& out) {
   const EngineMetadata& d = ctx.local;
-  const uint64_t heads = ctx.mapping.input.use_mla ? 1 : ctx.mapping.local_physical_heads;
   // D's layout as D advertises it; with one head (MLA, or a single KV head per rank) both
-  // layouts place the same bytes.
+  // layouts place the same bytes. Heads per region: an MLA region (pure MLA model, or an
+  // MLA-typed region of a GQA model) holds one latent head.
   const bool nhd = d.kv_layout == KvLayout::NHD;
   for (size_t g = 0; g < t.groups.size(); ++g) {
     const ResolvedGroup& rg = t.groups[g];
@@ -55,6 +55,7 @@ void expected_ranges(const PlanContext& ctx, const Trimmed& t, const std::vector
       if (same_as[region] >= 0) continue;
       auto& v = out[region];
       if (is_attention_kind(rg.g.kind)) {
+        const uint64_t heads = d.region_is_mla(region) ? 1 : ctx.mapping.local_physical_heads;
         const uint64_t L = d.regions[region].region.block_len;
         const uint64_t lbs = rg.g.local_tokens_per_block;
         const uint64_t hb = region_bytes_per_token(d, region, "D") / heads;
@@ -209,7 +210,8 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, const Trim
   for (uint32_t r = 0; r < d.regions.size() && comparable; ++r) {
     for (uint32_t q = 0; q < r; ++q) {
       if (same_as[q] < 0 && groups_of[q] == groups_of[r] &&
-          d.regions[q].region.block_len == d.regions[r].region.block_len) {
+          d.regions[q].region.block_len == d.regions[r].region.block_len &&
+          d.region_is_mla(q) == d.region_is_mla(r)) {
         same_as[r] = static_cast<int>(q);
         break;
       }

@@ -215,13 +215,8 @@ void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trim
   } else if (verdict->context_status != Status::Ok) {
     fail(verdict->context_status, verdict->context_message);
   }
-  for (const PlanGroupView& g : groups) {
-    if (is_attention_kind(g.kind)) {
-      attention_layout(ctx);
-      break;
-    }
-  }
   const EngineMetadata& d = ctx.local;
+  bool layout_checked = false;
   const EngineMetadata& p0 = ctx.remote.front();
   t.all_regions.resize(d.regions.size());
   for (uint32_t i = 0; i < t.all_regions.size(); ++i) t.all_regions[i] = i;
@@ -244,6 +239,17 @@ void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trim
       }
     }
     PlanGroupView& v = r.g;
+    if (is_attention_kind(v.kind) && !layout_checked) {
+      // MLA regions read one latent head whole, the same bytes in either layout; only a group
+      // with a head-split region depends on the layouts.
+      for (uint32_t region : r.regions) {
+        if (!d.region_is_mla(region)) {
+          attention_layout(ctx);
+          layout_checked = true;
+          break;
+        }
+      }
+    }
     if (is_attention_kind(v.kind)) {
       v.local_tokens_per_block = fill_tokens(v.local_tokens_per_block, d.kernel_block_size,
                                              where, ": local tokens per block");
@@ -371,6 +377,7 @@ class PlanBuilder {
 // per head, and the head-granular reads of one token (attention_reads on per-token "blocks").
 struct AttentionRegion {
   uint64_t local_block_len = 0, remote_block_len = 0;
+  bool mla = false;  // an MLA latent: one head, read whole from mla_source_rank()
   uint64_t head_bytes_per_token = 0;
   // NHD (tokens x heads x bytes): set only when every read covers all heads of both ranks, so
   // that a token run is one contiguous range on each side (attention_layout refuses the rest).
@@ -402,6 +409,22 @@ AttentionRegion attention_region(const PlanContext& ctx, uint32_t region) {
   const uint64_t lt = region_bytes_per_token(d, region, "D");
   const uint64_t rt = region_bytes_per_token(p0, region, "P");
   check_remote_region(ctx, region, a.remote_block_len);
+  a.mla = d.region_is_mla(region);
+  if (a.mla && !ctx.mapping.input.use_mla) {
+    // An MLA-typed region of a GQA model: the mapping's attention rules split heads, but this
+    // region holds one latent replicated on every rank, read whole from one P rank (the one an
+    // MLA model reads from). The peer must hold the same latent (validate_pair compares it).
+    if (lt != rt) [[unlikely]] {
+      fail(Status::Incompatible, "MLA region " + s(region) + " holds " + s(lt) + " bytes per token on D but " +
+                                     s(rt) + " on P; an MLA latent does not change with TP");
+    }
+    a.token_reads.assign(1, AttentionRead{ctx.mapping.mla_source_rank(), 0, 0, lt});
+    a.head_bytes_per_token = lt;
+    a.local_token_bytes = lt;
+    a.remote_token_bytes = rt;
+    a.nhd = false;
+    return a;
+  }
   try {
     a.token_reads = attention_reads(ctx.mapping, lt, rt);
   } catch (const Error& e) {
@@ -478,7 +501,7 @@ bool linear_tokens(const PlanContext& ctx, const AttentionRegion& a) {
     return false;
   }
   if (a.nhd) return true;
-  const bool mla = ctx.mapping.input.use_mla;
+  const bool mla = a.mla;
   return mla || (ctx.mapping.local_physical_heads == 1 && ctx.mapping.remote_physical_heads == 1);
 }
 
@@ -491,7 +514,8 @@ void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedG
     const EngineMetadata& d = ctx.local;
     const EngineMetadata& p0 = ctx.remote.front();
     const bool same = have_a && a.local_block_len == d.regions[region].region.block_len &&
-                      a.remote_block_len == p0.regions[region].region.block_len;
+                      a.remote_block_len == p0.regions[region].region.block_len &&
+                      a.mla == d.region_is_mla(region);
     if (same) {
       check_remote_region(ctx, region, a.remote_block_len);
     } else {

@@ -156,6 +156,7 @@ class ModelDescC(Structure):
         ("dtype_bytes", c_uint32),
         ("default_ssm_dtype_bytes", c_uint32),
         ("layer_pattern", c_char_p),
+        ("mla_head_size", c_uint32),
     ]
 
 
@@ -247,6 +248,8 @@ class GeometryInfoC(Structure):
         ("num_projections", c_size_t),
         ("num_temporal_dims", c_size_t),
         ("num_log_lines", c_size_t),
+        ("mla_bytes_per_token", c_uint64),
+        ("mla_kernel_page_bytes", c_uint64),
     ]
 
 
@@ -484,6 +487,7 @@ class EngineLayoutC(Structure):
         ("region_bases", POINTER(c_uint64)),
         ("kv_layout", c_int32),
         ("prefix_caching", c_int32),
+        ("region_kinds", POINTER(c_int32)),
     ]
 
 

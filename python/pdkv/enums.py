@@ -82,6 +82,8 @@ class RegionKind(enum.IntEnum):
 
     ATTENTION = 0
     MAMBA = 1
+    #: An MLA-typed attention region of a GQA model: one latent replicated on every rank.
+    MLA = 2
 
 
 class Transport(enum.IntEnum):

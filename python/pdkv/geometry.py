@@ -124,6 +124,10 @@ class GeometryInfo:
     num_projections: int  #: Conv projections.
     num_temporal_dims: int  #: Rank of the temporal state.
     num_log_lines: int  #: vLLM log lines.
+    #: MLA-typed layers of a GQA model: bytes per token of their replicated latent (the same at
+    #: every TP); 0 for other models.
+    mla_bytes_per_token: int = 0
+    mla_kernel_page_bytes: int = 0  #: kernel_block_size * mla_bytes_per_token.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-from ctypes import POINTER, byref, c_size_t, c_uint8, c_uint16, c_uint32, c_uint64
+from ctypes import POINTER, byref, c_int32, c_size_t, c_uint8, c_uint16, c_uint32, c_uint64
 from typing import Any, Optional, Sequence, Tuple, Union
 
 from . import _ffi
@@ -46,6 +46,9 @@ class EngineLayout:
     region_bases: Optional[Tuple[int, ...]] = None  #: None, or num_regions explicit addresses.
     kv_layout: Union[KvLayout, int, str] = KvLayout.HND  #: Attention KV layout.
     prefix_caching: Optional[bool] = None  #: None: on iff mamba_cache_mode != none.
+    #: None (derived: MAMBA for hybrids, else ATTENTION, and the attention layers' kinds in
+    #: layer_pattern order for a model with MLA-typed layers), or one kind per region.
+    region_kinds: Optional[Tuple[Union[RegionKind, int, str], ...]] = None
 
     def _to_c(self) -> Tuple[_ffi.EngineLayoutC, Any]:
         c = _ffi.EngineLayoutC()
@@ -63,6 +66,16 @@ class EngineLayout:
                     Status.INVALID_ARGUMENT, f"region_bases has {n} entries but num_regions is {self.num_regions}"
                 )
             c.region_bases = ctypes.cast(keep, POINTER(c_uint64)) if keep is not None else None
+        if self.region_kinds is not None:
+            kinds = [int(enum_value("region_kinds", RegionKind, k)) for k in self.region_kinds]
+            if len(kinds) != self.num_regions:
+                raise InvalidArgumentError(
+                    Status.INVALID_ARGUMENT,
+                    f"region_kinds has {len(kinds)} entries but num_regions is {self.num_regions}",
+                )
+            kinds_c = (c_int32 * max(1, len(kinds)))(*kinds)
+            c.region_kinds = ctypes.cast(kinds_c, POINTER(c_int32))
+            keep = (keep, kinds_c)
         c.kv_layout = int(enum_value("kv_layout", KvLayout, self.kv_layout))
         if self.prefix_caching is None:
             c.prefix_caching = -1

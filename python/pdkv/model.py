@@ -117,8 +117,12 @@ class ModelDesc:
     dtype_bytes: int = 2
     #: Engine "auto" SSM state dtype; 0 = conv dtype.
     default_ssm_dtype_bytes: int = 0
-    #: One char per layer: '*' attention, 'M' Mamba, 'P' both, '-' neither; "" = unknown.
+    #: One char per layer: '*' attention, 'M' Mamba, 'P' both, 'L' MLA-typed attention in a GQA
+    #: model, '-' neither; "" = unknown.
     layer_pattern: str = ""
+    #: Latent width (elements) of the 'L' layers of a GQA model: one head replicated on every
+    #: rank, read whole from one prefill rank. 0: no such layers (a pure MLA model uses use_mla).
+    mla_head_size: int = 0
 
     def _to_c(self) -> _ffi.ModelDescC:
         """The C struct (its strings are kept alive by the struct)."""
@@ -143,6 +147,7 @@ class ModelDesc:
         c.dtype_bytes = u32("dtype_bytes", self.dtype_bytes)
         c.default_ssm_dtype_bytes = u32("default_ssm_dtype_bytes", self.default_ssm_dtype_bytes)
         c.layer_pattern = encode("layer_pattern", self.layer_pattern)
+        c.mla_head_size = u32("mla_head_size", self.mla_head_size)
         return c
 
     @staticmethod
@@ -167,6 +172,7 @@ class ModelDesc:
             dtype_bytes=c.dtype_bytes,
             default_ssm_dtype_bytes=c.default_ssm_dtype_bytes,
             layer_pattern=decode(c.layer_pattern),
+            mla_head_size=c.mla_head_size,
         )
 
 

@@ -482,3 +482,30 @@ def test_explain_example_reports_errors() -> None:
         timeout=120,
     )
     assert r.returncode == 1 and "PDKV_ERR_" in r.stderr
+
+
+def test_mixed_mla_model_fields_geometry_and_region_kinds() -> None:
+    """A GQA model with MLA-typed layers: the latent width round-trips, the geometry reports the
+    latent's bytes per token, regions follow the layer pattern or the layout's kinds."""
+    desc = pdkv.ModelDesc(
+        name="mixed", num_kv_heads=4, head_size=8, head_size_v=8, dtype_bytes=2, layer_pattern="*L", mla_head_size=24
+    )
+    with pdkv.Model.new(desc) as m:
+        assert m.describe().mla_head_size == 24
+        cfg = pdkv.EngineConfig(tp_size=2, user_block_size=16)
+        with pdkv.Geometry(m, cfg) as g:
+            info = g.info()
+            assert (info.attn_bytes_per_token, info.mla_bytes_per_token, info.mla_kernel_page_bytes) == (64, 48, 768)
+        with pdkv.EngineMetadata.from_model(m, cfg, pdkv.EngineLayout(num_regions=2)) as md:
+            assert [(r.kind, r.block_len) for r in md.regions()] == [
+                (pdkv.RegionKind.ATTENTION, 1024),
+                (pdkv.RegionKind.MLA, 768),
+            ]
+            assert md.encode()[6] == 1  # format 1.1: an mla region
+        explicit = pdkv.EngineLayout(num_regions=2, region_kinds=("mla", pdkv.RegionKind.ATTENTION))
+        with pdkv.EngineMetadata.from_model(m, cfg, explicit) as md:
+            assert [r.kind for r in md.regions()] == [pdkv.RegionKind.MLA, pdkv.RegionKind.ATTENTION]
+        with pytest.raises(pdkv.InvalidArgumentError, match="region_kinds has 1 entries"):
+            pdkv.EngineMetadata.from_model(m, cfg, pdkv.EngineLayout(num_regions=2, region_kinds=("mla",)))
+    with pytest.raises(pdkv.InvalidArgumentError, match="mla_head_size = 0"):
+        pdkv.Model.new(dataclasses.replace(desc, mla_head_size=0))

@@ -420,6 +420,32 @@ def op_crc32c(i: Input) -> Dict[str, Any]:
     return {"crc32c": pdkv.crc32c(bytes_of_hex(i.str("hex")))}
 
 
+_REGION_KINDS = ("attention", "mamba", "mla")  # vector spelling, pdkv_region_kind_t order
+
+
+def model_of(i: Input) -> pdkv.Model:
+    """The ``model`` input: a preset name, or a pure-attention model described field by field
+    (docs/conformance.md)."""
+    v = i.raw("model")
+    if isinstance(v, str):
+        return pdkv.Model.from_preset(v)
+    if not isinstance(v, dict):
+        raise VectorError("model must be a preset name or an object")
+    d = Input(v)
+    desc = pdkv.ModelDesc(
+        name=d.str("name"),
+        num_kv_heads=d.int("num_kv_heads"),
+        head_size=d.int("head_size"),
+        head_size_v=d.int("head_size_v"),
+        use_mla=d.bool("use_mla"),
+        dtype_bytes=d.int("dtype_bytes"),
+        layer_pattern=d.str("layer_pattern"),
+        mla_head_size=d.int("mla_head_size"),
+    )
+    d.check_all_used()
+    return pdkv.Model.new(desc)
+
+
 def layout(i: Optional[Input]) -> pdkv.EngineLayout:
     """docs/conformance.md ``layout`` object (absent: pdkv_engine_layout_init defaults)."""
     if i is None:
@@ -436,6 +462,11 @@ def layout(i: Optional[Input]) -> pdkv.EngineLayout:
         region_bases=tuple(bases) if bases is not None else None,
         kv_layout=_choice("kv_layout", i.str("kv_layout", "HND"), ("HND", "NHD")),
         prefix_caching={-1: None, 0: False, 1: True}.get(prefix, prefix),
+        region_kinds=(
+            tuple(_choice("region_kinds", k, _REGION_KINDS) for k in i.raw("region_kinds"))
+            if "region_kinds" in i.obj
+            else None
+        ),
     )
     i.check_all_used()
     return out
@@ -478,7 +509,7 @@ def metadata_fields(md: pdkv.EngineMetadata, encoded: bytes) -> Dict[str, Any]:
                 "base": r.base,
                 "block_len": r.block_len,
                 "num_blocks": r.num_blocks,
-                "kind": "mamba" if r.kind == pdkv.RegionKind.MAMBA else "attention",
+                "kind": _REGION_KINDS[int(r.kind)],
                 "layer": r.layer,
             }
             for r in regions
@@ -499,10 +530,9 @@ def metadata_fields(md: pdkv.EngineMetadata, encoded: bytes) -> Dict[str, Any]:
 
 
 def op_metadata_roundtrip(i: Input) -> Dict[str, Any]:
-    name = i.str("model")
     cfg = engine(i.sub("engine"))
     lay = _optional_layout(i)
-    with pdkv.Model.from_preset(name) as model, pdkv.EngineMetadata.from_model(model, cfg, lay) as md:
+    with model_of(i) as model, pdkv.EngineMetadata.from_model(model, cfg, lay) as md:
         if md.info().model_fingerprint != pdkv.model_fingerprint(model):
             raise VectorError("metadata fingerprint differs from pdkv.model_fingerprint(model)")
         encoded = md.encode()
@@ -529,11 +559,10 @@ def op_metadata_decode(i: Input) -> Dict[str, Any]:
 
 
 def _side_metadata(side: Input) -> pdkv.EngineMetadata:
-    name = side.str("model")
     cfg = engine(side.sub("engine"))
     lay = _optional_layout(side)
-    side.check_all_used()
-    with pdkv.Model.from_preset(name) as model:
+    with model_of(side) as model:
+        side.check_all_used()
         return pdkv.EngineMetadata.from_model(model, cfg, lay)
 
 
@@ -580,7 +609,7 @@ def _compiled_plan(i: Input, stack: contextlib.ExitStack) -> pdkv.TransferPlan:
     compiled and re-validated. Handles live on ``stack``."""
     if ("model" in i.obj) == ("hf_config" in i.obj):
         raise VectorError("transfer_plan needs exactly one of model / hf_config")
-    preset = i.str("model") if "model" in i.obj else None
+    has_model = "model" in i.obj
     hf_config = i.str("hf_config") if "hf_config" in i.obj else None
     p_in, d_in = i.sub("prefill"), i.sub("decode")
     d_rank = i.int("decode_rank")
@@ -596,8 +625,8 @@ def _compiled_plan(i: Input, stack: contextlib.ExitStack) -> pdkv.TransferPlan:
         regions = tuple(g.ints("regions")) if "regions" in g.obj else ()
         groups.append(pdkv.PlanGroup(trim_input(g), regions))
         g.check_all_used()
-    if preset is not None:
-        model = stack.enter_context(pdkv.Model.from_preset(preset))
+    if has_model:
+        model = stack.enter_context(model_of(i))
     else:
         model = stack.enter_context(pdkv.Model.from_hf_config_json(hf_config))
     local = stack.enter_context(
@@ -1267,7 +1296,12 @@ def test_runner_honours_prefill_ranks() -> None:
     reverse order plans the same, a list without a rank the plan reads from fails with
     NOT_FOUND naming it, a negative rank or a typo beside it is a malformed vector."""
     case = _first_case(
-        "transfer_plan", lambda c: "output" in c and "ranks" not in c["input"]["prefill"] and c["output"]["read_ranks"]
+        "transfer_plan",
+        # Two P ranks at least, so that leaving the read rank out still leaves a context.
+        lambda c: "output" in c
+        and "ranks" not in c["input"]["prefill"]
+        and c["output"]["read_ranks"]
+        and c["output"]["p_tp"] > 1,
     )
     p_tp = case["output"]["p_tp"]
     prefill = case["input"]["prefill"]

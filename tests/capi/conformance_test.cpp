@@ -143,6 +143,29 @@ ModelPtr preset(const std::string& name) {
   return ModelPtr(m);
 }
 
+/// The `model` input of the ops that take a model object too (docs/conformance.md): a preset
+/// name, or a pure-attention model described field by field (pdkv_model_new).
+ModelPtr model_of(Input& in) {
+  const json& v = in.raw("model");
+  if (v.is_string()) return preset(v.get<std::string>());
+  Input d(v);
+  const std::string name = d.str("name"), pattern = d.str("layer_pattern");
+  pdkv_model_desc_t desc{};
+  desc.struct_size = sizeof desc;
+  desc.name = name.c_str();
+  desc.num_kv_heads = d.u32("num_kv_heads");
+  desc.head_size = d.u32("head_size");
+  desc.head_size_v = d.u32("head_size_v");
+  desc.use_mla = d.boolean("use_mla") ? 1 : 0;
+  desc.dtype_bytes = d.u32("dtype_bytes");
+  desc.layer_pattern = pattern.c_str();
+  desc.mla_head_size = d.u32("mla_head_size");
+  d.check_all_used();
+  pdkv_model_t* m = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_model_new(&desc, &m, e); });
+  return ModelPtr(m);
+}
+
 /// pdkv_engine_config_t from an `engine` object (docs/conformance.md "Shared input shapes").
 pdkv_engine_config_t engine_config(Input in) {
   pdkv_engine_config_t c;
@@ -717,8 +740,17 @@ json op_crc32c(Input& in) {
 struct LayoutHolder {
   std::string engine_id;
   std::vector<uint64_t> bases;
+  std::vector<int32_t> kinds;
   pdkv_engine_layout_t c{};
 };
+
+/// Region kind names as the vectors spell them (pdkv_region_kind_t order).
+const char* const kRegionKindNames[] = {"attention", "mamba", "mla"};
+
+std::string region_kind_name(int32_t kind) {
+  if (kind < 0 || kind > PDKV_REGION_MLA) throw VectorError("region kind " + std::to_string(kind) + " out of range");
+  return kRegionKindNames[kind];
+}
 
 std::unique_ptr<LayoutHolder> layout_of(Input* in) {
   auto h = std::make_unique<LayoutHolder>();
@@ -739,6 +771,19 @@ std::unique_ptr<LayoutHolder> layout_of(Input* in) {
     else if (kv == "NHD") h->c.kv_layout = PDKV_KV_LAYOUT_NHD;
     else throw VectorError("unknown kv_layout '" + kv + "'");
     if (in->has("prefix_caching")) h->c.prefix_caching = static_cast<int32_t>(in->i64("prefix_caching"));
+    if (in->has("region_kinds")) {
+      const json& kinds = in->raw("region_kinds");
+      if (!kinds.is_array()) throw VectorError("region_kinds must be an array");
+      for (const json& k : kinds) {
+        if (!k.is_string()) throw VectorError("region_kinds entries must be strings");
+        int32_t found = -1;
+        for (int32_t i = 0; i <= PDKV_REGION_MLA; ++i)
+          if (k.get<std::string>() == kRegionKindNames[i]) found = i;
+        if (found < 0) throw VectorError("unknown region kind '" + k.get<std::string>() + "'");
+        h->kinds.push_back(found);
+      }
+      h->c.region_kinds = h->kinds.data();
+    }
     in->check_all_used();
   }
   h->c.engine_id = h->engine_id.c_str();
@@ -770,7 +815,7 @@ json metadata_fields(const pdkv_engine_metadata_t* md, size_t encoded_length, ui
   json rj = json::array();
   for (size_t k = 0; k < nr; ++k)
     rj.push_back({{"base", regions[k].base}, {"block_len", regions[k].block_len}, {"num_blocks", regions[k].num_blocks},
-                  {"kind", regions[k].kind == PDKV_REGION_MAMBA ? "mamba" : "attention"}, {"layer", regions[k].layer}});
+                  {"kind", region_kind_name(regions[k].kind)}, {"layer", regions[k].layer}});
   const uint64_t* proj = nullptr;
   size_t np = 0;
   call([&](pdkv_error_t** e) { return pdkv_engine_metadata_conv_projection_bytes(md, &proj, &np, e); });
@@ -815,7 +860,7 @@ json decode_fields(const std::vector<uint8_t>& bytes, MetadataPtr* keep = nullpt
 }
 
 json op_metadata_roundtrip(Input& in) {
-  ModelPtr m = preset(in.str("model"));
+  ModelPtr m = model_of(in);
   Input engine_in = in.object("engine");
   const pdkv_engine_config_t c = engine_config(engine_in);
   std::unique_ptr<Input> layout_in;
@@ -855,7 +900,7 @@ json op_metadata_decode(Input& in) { return decode_fields(bytes_of_hex(in.str("h
 
 /// Metadata of one side `{model, engine, layout}` of handshake_validate.
 MetadataPtr side_metadata(Input side) {
-  ModelPtr m = preset(side.str("model"));
+  ModelPtr m = model_of(side);
   Input engine_in = side.object("engine");
   const pdkv_engine_config_t c = engine_config(engine_in);
   std::unique_ptr<Input> layout_in;
@@ -1193,7 +1238,7 @@ json transfer_plan_case(Input& in, bool as_json) {
   if (in.has("model") == in.has("hf_config")) throw VectorError("transfer_plan needs exactly one of model / hf_config");
   ModelPtr m;
   if (in.has("model")) {
-    m = preset(in.str("model"));
+    m = model_of(in);
   } else {
     const std::string text = in.str("hf_config");
     pdkv_model_t* raw = nullptr;

@@ -180,7 +180,8 @@ TEST_CASE("geometry info and projection structs are filled only up to struct_siz
   REQUIRE_OK(pdkv_geometry_get_info(g.get(), &i, err));
   CHECK(i.num_log_lines == 2);
 
-  for (size_t bad : {size_t{0}, sizeof(pdkv_geometry_info_t) - 8, sizeof(pdkv_geometry_info_t) + 8}) {
+  // Below the 0.1 size (the struct's last 0.1 field cut off) and above the current size.
+  for (size_t bad : {size_t{0}, offsetof(pdkv_geometry_info_t, num_log_lines), sizeof(pdkv_geometry_info_t) + 8}) {
     i.struct_size = bad;
     auto r = capture([&](pdkv_error_t** err) { return pdkv_geometry_get_info(g.get(), &i, err); });
     CHECK(r.status == PDKV_ERR_STRUCT_SIZE);

@@ -302,7 +302,7 @@ TEST_CASE("engine metadata from a model: Nemotron-3-Nano D TP2 worked numbers", 
     bad.prefix_caching = 2;
     CHECK(build(bad, c).status == PDKV_ERR_INVALID_ARGUMENT);
     bad = l;
-    bad.struct_size = sizeof bad - 4;
+    bad.struct_size = offsetof(pdkv_engine_layout_t, prefix_caching);  // below the 0.1 size
     r = build(bad, c);
     CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
     CHECK_THAT(r.message, Contains("pdkv_engine_layout_t"));
@@ -341,7 +341,8 @@ TEST_CASE("engine metadata: encode, decode and every decode error class", "[capi
   uint16_t major = 0, minor = 9;
   pdkv_metadata_wire_version(&major, &minor);
   CHECK(major == 1);
-  CHECK(minor == 0);
+  CHECK(minor == 1);  // the newest this library reads and writes
+  CHECK(bytes[6] == 0);  // an encoding without mla regions is labelled 1.0
   pdkv_metadata_wire_version(nullptr, nullptr);
 
   SECTION("caller buffer: size query, too small, exact") {
@@ -940,4 +941,108 @@ TEST_CASE("transfer plan: context and compile errors", "[capi][plan]") {
     CHECK(capture([&](pdkv_error_t** e) { return pdkv_transfer_plan_validate(nullptr, n.ctx.get(), nullptr, 0, e); })
               .status == PDKV_ERR_NULL_POINTER);
   }
+}
+
+TEST_CASE("mixed MLA model: region kinds, geometry, handshake and a plan through the C API", "[capi][plan][mla]") {
+  // 4 GQA heads of 8+8 bf16 elements (32 B per head per token) and MLA-typed layers with a
+  // 24-element latent (48 B per token at every TP); layers GQA, MLA; block size 16.
+  pdkv_model_desc_t desc{};
+  desc.struct_size = sizeof desc;
+  desc.name = "mixed-gqa-mla";
+  desc.num_kv_heads = 4;
+  desc.head_size = 8;
+  desc.head_size_v = 8;
+  desc.dtype_bytes = 2;
+  desc.layer_pattern = "*L";
+  desc.mla_head_size = 24;
+  const ModelPtr m = make_model(desc);
+  pdkv_model_desc_t back{};
+  back.struct_size = sizeof back;
+  REQUIRE_OK(pdkv_model_describe(m.get(), &back, err));
+  CHECK(back.mla_head_size == 24);
+
+  pdkv_engine_config_t c2 = engine(2), c4 = engine(4);
+  c2.user_block_size = c4.user_block_size = 16;
+  const GeometryPtr g2 = make_geometry(m.get(), c2);
+  const pdkv_geometry_info_t gi = info_of(g2.get());
+  CHECK(gi.attn_bytes_per_token == 64);
+  CHECK(gi.mla_bytes_per_token == 48);
+  CHECK(gi.mla_kernel_page_bytes == 16 * 48);
+
+  auto build = [&](const pdkv_engine_config_t& c, uint32_t rank, const char* id, uint64_t base,
+                   const int32_t* kinds) {
+    pdkv_engine_layout_t l;
+    REQUIRE_OK(pdkv_engine_layout_init(&l, err));
+    CHECK(l.region_kinds == nullptr);
+    l.engine_id = id;
+    l.tp_rank = rank;
+    l.num_logical_blocks = 8;
+    l.num_regions = 2;
+    l.base = base;
+    l.region_kinds = kinds;
+    pdkv_engine_metadata_t* md = nullptr;
+    REQUIRE_OK(pdkv_engine_metadata_from_model(m.get(), &c, &l, &md, err));
+    return MetadataPtr(md);
+  };
+  const MetadataPtr d = build(c2, 1, "d", 1ull << 40, nullptr);
+  const pdkv_metadata_region_t* regions = nullptr;
+  size_t count = 0;
+  REQUIRE_OK(pdkv_engine_metadata_regions(d.get(), &regions, &count, err));
+  REQUIRE(count == 2);
+  CHECK(regions[0].kind == PDKV_REGION_ATTENTION);
+  CHECK(regions[0].block_len == 16 * 64);
+  CHECK(regions[1].kind == PDKV_REGION_MLA);
+  CHECK(regions[1].block_len == 16 * 48);
+  CHECK(encoded(d.get())[6] == 1);  // labelled 1.1: an mla region
+
+  const int32_t bad_kind[2] = {PDKV_REGION_ATTENTION, 7};
+  pdkv_engine_layout_t bl;
+  REQUIRE_OK(pdkv_engine_layout_init(&bl, err));
+  bl.num_regions = 2;
+  bl.region_kinds = bad_kind;
+  const auto r = capture([&](pdkv_error_t** e) {
+    pdkv_engine_metadata_t* md = nullptr;
+    const pdkv_status_t st = pdkv_engine_metadata_from_model(m.get(), &c2, &bl, &md, e);
+    pdkv_engine_metadata_free(md);
+    return st;
+  });
+  CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(r.message, Contains("region_kinds[1] = 7"));
+
+  std::vector<MetadataPtr> p;
+  for (uint32_t rank = 0; rank < 4; ++rank) p.push_back(build(c4, rank, "p", (2ull + rank) << 40, nullptr));
+  std::vector<const pdkv_engine_metadata_t*> remote;
+  for (const auto& x : p) remote.push_back(x.get());
+  pdkv_plan_context_params_t cp{};
+  cp.struct_size = sizeof cp;
+  cp.local = d.get();
+  cp.remote = remote.data();
+  cp.num_remote = remote.size();
+  pdkv_plan_context_t* raw = nullptr;
+  REQUIRE_OK(pdkv_plan_context_new(&cp, &raw, err));
+  const ContextPtr ctx(raw);
+  // D rank 1 <- P TP4: GQA heads 2 and 3 from P ranks 2 and 3 (whole 512-byte P blocks at their
+  // head slots of D's 1024-byte block), the MLA latent once, from P rank 2.
+  std::vector<Group> groups = {Group(PDKV_GROUP_ATTENTION, {3}, {5}, 16)};
+  const PlanPtr plan = compile(ctx.get(), groups);
+  const auto r2 = reads_of(plan.get(), 2);
+  REQUIRE(r2.size() == 2);
+  CHECK(same(r2[0], 0, 3 * 1024, 0, 5 * 512, 512));
+  CHECK(same(r2[1], 1, 3 * 768, 1, 5 * 768, 768));
+  const auto r3 = reads_of(plan.get(), 3);
+  REQUIRE(r3.size() == 1);
+  CHECK(same(r3[0], 0, 3 * 1024 + 512, 0, 5 * 512, 512));
+
+  // Explicit region kinds equal to the derived ones give the same metadata: the pair passes.
+  const int32_t both_mla[2] = {PDKV_REGION_ATTENTION, PDKV_REGION_MLA};
+  const MetadataPtr p_again = build(c4, 0, "p", 2ull << 40, both_mla);
+  ReportPtr ok;
+  {
+    pdkv_handshake_report_t* rep = nullptr;
+    REQUIRE_OK(pdkv_handshake_validate(d.get(), p_again.get(), &rep, err));
+    ok.reset(rep);
+  }
+  size_t items = 9;
+  REQUIRE_OK(pdkv_handshake_report_count(ok.get(), &items, err));
+  CHECK(items == 0);
 }

@@ -180,7 +180,10 @@ TEST(EngineMetadata, NewerMinorMayAppendFieldsSameMinorMayNot) {
   b.push_back(0xCD);
   reseal(b);
   expect_error(b, Status::Parse, {"2 unexpected trailing payload bytes", "1.0"});
-  b[6] = 1;  // minor 1: fields we do not know yet are appended, skip them
+  b[6] = 1;  // 1.1 appended no field either: this reader knows 1.1
+  reseal(b);
+  expect_error(b, Status::Parse, {"2 unexpected trailing payload bytes", "1.1"});
+  b[6] = 2;  // minor 2: fields we do not know yet are appended, skip them
   EXPECT_EQ(decode(b), nemotron_tp2());
 }
 

@@ -58,16 +58,23 @@ struct Extent {
   uint64_t tokens = 0;   // Mamba: tokens the state holds (UINT64_MAX-index for stale slots)
 };
 
+// What one region of one side holds per token: its KV heads (one latent head for an MLA
+// region, whether the model is MLA or mixes MLA-typed layers into a GQA model) and their bytes.
+struct RegionHeads {
+  uint64_t heads = 1;         // physical heads per rank
+  uint64_t first_head = 0;    // logical head of physical head 0
+  uint64_t head_bytes = 0;    // per token, scales included (a head's whole unit)
+  uint64_t block_len = 0;
+};
+
 // Everything one side (one rank) needs to say what its bytes hold.
 struct Side {
   const EngineMetadata* md = nullptr;
   const MambaState* ms = nullptr;
   uint32_t rank = 0, tp = 1;
-  uint64_t heads = 1;         // physical heads per rank
-  uint64_t first_head = 0;    // logical head of physical head 0
   uint64_t kernel_bs = 0;
-  uint64_t head_bytes = 0;    // per token
   bool nhd = false;           // KV layout: tokens x heads x bytes instead of heads x tokens x bytes
+  std::vector<RegionHeads> regions;
 };
 
 Side side(const EngineMetadata& md, const MambaState* ms, const ModelDesc& m) {
@@ -76,12 +83,20 @@ Side side(const EngineMetadata& md, const MambaState* ms, const ModelDesc& m) {
   s.ms = ms;
   s.rank = md.tp_rank;
   s.tp = md.tp_size;
-  const uint64_t k = m.attention.use_mla ? 1 : m.attention.num_kv_heads;
-  s.heads = m.attention.use_mla ? 1 : std::max<uint64_t>(1, k / s.tp);
-  s.first_head = m.attention.use_mla ? 0 : (s.tp <= k ? s.rank * (k / s.tp) : s.rank / (s.tp / k));
   s.kernel_bs = md.kernel_block_size;
-  s.head_bytes = md.attention_bytes_per_token / s.heads;
   s.nhd = md.kv_layout == KvLayout::NHD;
+  for (uint32_t i = 0; i < md.regions.size(); ++i) {
+    // Derived from the model, not from the plan's helpers: heads by vLLM's placement, bytes per
+    // head from the registered page.
+    const bool mla = m.attention.use_mla || md.regions[i].kind == RegionKind::Mla;
+    const uint64_t k = m.attention.num_kv_heads;
+    RegionHeads r;
+    r.heads = mla ? 1 : std::max<uint64_t>(1, k / s.tp);
+    r.first_head = mla ? 0 : (s.tp <= k ? s.rank * (k / s.tp) : s.rank / (s.tp / k));
+    r.block_len = md.regions[i].region.block_len;
+    r.head_bytes = r.block_len / s.kernel_bs / r.heads;
+    s.regions.push_back(r);
+  }
   return s;
 }
 
@@ -151,9 +166,10 @@ std::optional<uint8_t> value_at(const Side& s, const Request& rq, const std::vec
         if (w >= s.ms->page_bytes()) return std::nullopt;
         return mamba_value(s, region, g, e.tokens, w);
       }
-      const uint64_t bs = s.kernel_bs, hb = s.head_bytes, th = s.heads * hb;
+      const RegionHeads& rh = s.regions[region];
+      const uint64_t bs = s.kernel_bs, hb = rh.head_bytes, th = rh.heads * hb;
       // HND: head-major (head h holds bytes [h*bs*hb, (h+1)*bs*hb)); NHD: token-major.
-      const uint64_t head = s.first_head + (s.nhd ? (w % th) / hb : w / (bs * hb));
+      const uint64_t head = rh.first_head + (s.nhd ? (w % th) / hb : w / (bs * hb));
       const uint64_t first = remote ? t.remote_first_block
                                     : t.local_first_block.value_or(t.local_hit_tokens / bs);
       const uint64_t token = (first + e.index) * bs + (s.nhd ? w / th : (w % (bs * hb)) / hb);
@@ -321,11 +337,13 @@ struct Outcome {
   size_t one_kernel_block = 0;       // compiled with ppl 1 on both sides (FlashAttention-like)
   size_t nhd_compiled = 0, nhd_refused = 0;  // NHD contexts planned / refused as unsupported
   size_t handshake_refused = 0;  // pure attention P_TP > D_TP with replicated P heads
+  size_t mixed_mla_compiled = 0;  // GQA models with MLA-typed regions planned
 };
 
 void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
   auto pick = [&](uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng); };
-  const uint32_t regions = static_cast<uint32_t>(pick(1, 2));
+  // A model with MLA-typed layers registers both kinds (the pattern's two attention layers).
+  const uint32_t regions = e.m.mixes_mla() ? 2 : static_cast<uint32_t>(pick(1, 2));
   const uint64_t pool = 65;
   PlanContext ctx;
   const uint32_t d_rank = static_cast<uint32_t>(pick(0, e.dc.tp_size - 1));
@@ -393,6 +411,7 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
   }
   ++out.compiled;
   if (nhd) ++out.nhd_compiled;
+  if (e.m.mixes_mla()) ++out.mixed_mla_compiled;
   ++out.by_layout[static_cast<int>(layout)];
   if (e.dg.physical_per_logical > 1 || e.pg.physical_per_logical > 1) {
     ++out.kernel_split;
@@ -400,29 +419,38 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
     ++out.one_kernel_block;
   }
 
-  const uint64_t dlen = ctx.local.regions[0].region.block_len;
-  const uint64_t plen = ctx.remote[0].regions[0].region.block_len;
-  const auto dext = extents(rq, ctx.local, false, dlen);
-  const auto pext = extents(rq, ctx.remote[0], true, plen);
+  // Regions of a model with MLA-typed layers have two page sizes: everything is per region.
+  std::vector<std::vector<std::vector<Extent>>> dext, pext;
+  std::vector<uint64_t> region_bytes, p_region_bytes;
+  for (uint32_t region = 0; region < regions; ++region) {
+    const uint64_t dlen = ctx.local.regions[region].region.block_len;
+    const uint64_t plen = ctx.remote[0].regions[region].region.block_len;
+    dext.push_back(extents(rq, ctx.local, false, dlen));
+    pext.push_back(extents(rq, ctx.remote[0], true, plen));
+    region_bytes.push_back(ctx.local.num_kernel_blocks * dlen);
+    p_region_bytes.push_back(ctx.remote[0].num_kernel_blocks * plen);
+  }
   const Side d = side(ctx.local, e.m.is_hybrid() ? &*ctx.local_mamba : nullptr, e.m);
   std::vector<Side> p;
   for (const auto& md : ctx.remote) p.push_back(side(md, e.m.is_hybrid() ? &*ctx.remote_mamba : nullptr, e.m));
 
-  const uint64_t region_bytes = ctx.local.num_kernel_blocks * dlen;
-  std::vector<std::vector<uint8_t>> mem(regions, std::vector<uint8_t>(region_bytes, 0));
-  std::vector<std::vector<uint8_t>> writes(regions, std::vector<uint8_t>(region_bytes, 0));
-  const uint64_t p_region_bytes = ctx.remote[0].num_kernel_blocks * plen;
+  std::vector<std::vector<uint8_t>> mem, writes;
+  for (uint32_t region = 0; region < regions; ++region) {
+    mem.emplace_back(region_bytes[region], 0);
+    writes.emplace_back(region_bytes[region], 0);
+  }
   // Execute: memcpy from a P scratch copy of the source range.
   std::vector<uint8_t> src;
   ExtentCache pcache, dcache;
   for (const RankReads& rr : plan.ranks) {
     for (const PlanRead& r : rr.reads) {
       ASSERT_LT(r.local_region, regions);
-      ASSERT_LE(r.local_offset + r.length, region_bytes);
-      ASSERT_LE(r.remote_offset + r.length, p_region_bytes);
+      ASSERT_LT(r.remote_region, regions);
+      ASSERT_LE(r.local_offset + r.length, region_bytes[r.local_region]);
+      ASSERT_LE(r.remote_offset + r.length, p_region_bytes[r.remote_region]);
       src.resize(r.length);
       for (uint64_t k = 0; k < r.length; ++k) {
-        const auto v = value_at(p[rr.p_rank], rq, pext, r.remote_region, r.remote_offset + k, true, pcache);
+        const auto v = value_at(p[rr.p_rank], rq, pext[r.remote_region], r.remote_region, r.remote_offset + k, true, pcache);
         ASSERT_TRUE(v.has_value()) << "P rank " << rr.p_rank << " region " << r.remote_region
                                    << " offset " << r.remote_offset + k << " holds no listed data";
         src[k] = *v;
@@ -435,14 +463,15 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
   // Check every D byte.
   uint64_t needed_bytes = 0;
   for (uint32_t region = 0; region < regions; ++region) {
-    std::vector<uint8_t> need(region_bytes, 0);
+    std::vector<uint8_t> need(region_bytes[region], 0);
     for (size_t g = 0; g < rq.groups.size(); ++g) {
       const PlanGroup& pg = rq.groups[g];
       if (!pg.regions.empty() && std::find(pg.regions.begin(), pg.regions.end(), region) == pg.regions.end()) continue;
       const GroupTrimInput& t = pg.trim;
-      for (const Extent& x : dext[g]) {
+      for (const Extent& x : dext[region][g]) {
         if (is_attention_kind(t.kind)) {
-          const uint64_t bs = d.kernel_bs, hb = d.head_bytes, th = d.heads * hb;
+          const RegionHeads& rh = d.regions[region];
+          const uint64_t bs = d.kernel_bs, hb = rh.head_bytes, th = rh.heads * hb;
           const uint64_t first = t.local_hit_tokens / bs;
           for (uint64_t w = 0; w < x.end - x.begin; w += hb) {
             const uint64_t token = (first + x.index) * bs + (d.nhd ? w / th : (w % (bs * hb)) / hb);
@@ -463,7 +492,7 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
         }
       }
     }
-    for (uint64_t o = 0; o < region_bytes; ++o) {
+    for (uint64_t o = 0; o < region_bytes[region]; ++o) {
       if (!need[o]) {
         if (writes[region][o] != 0) FAIL() << "D region " << region << " offset " << o << " written but not needed";
         continue;
@@ -472,7 +501,7 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
       if (writes[region][o] != 1)
         FAIL() << "D region " << region << " offset " << o << " written " << int(writes[region][o]) << " times";
       if (need[o] == 2) continue;
-      const auto v = value_at(d, rq, dext, region, o, false, dcache);
+      const auto v = value_at(d, rq, dext[region], region, o, false, dcache);
       ASSERT_TRUE(v.has_value());
       if (mem[region][o] != *v) FAIL() << "D region " << region << " offset " << o << " has the wrong value";
     }
@@ -501,7 +530,8 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
 }
 
 // Tiny random models: dims small enough to simulate thousands of requests, with replicated
-// Mamba2 groups (n_groups < TP), GDN, Mamba1, MLA and GQA replication all reachable.
+// Mamba2 groups (n_groups < TP), GDN, Mamba1, MLA, GQA models with MLA-typed layers and GQA
+// replication all reachable.
 ModelDesc tiny_model(std::mt19937_64& rng) {
   auto pick = [&](uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng); };
   ModelDesc m;
@@ -513,7 +543,12 @@ ModelDesc tiny_model(std::mt19937_64& rng) {
   m.attention.head_size_v = m.attention.use_mla ? 0 : m.attention.head_size;
   switch (pick(0, 3)) {
     case 0:
-      break;  // pure attention
+      // Pure attention; a GQA model may add MLA-typed layers (one latent head, replicated).
+      if (!m.attention.use_mla && pick(0, 1) == 1) {
+        m.mla_head_size = static_cast<uint32_t>(pick(1, 4) * 2);
+        m.layer_pattern = pick(0, 1) ? "*L" : "L*";
+      }
+      break;
     case 1:
       m.mamba.type = MambaType::Mamba2;
       m.mamba.num_heads = 8;
@@ -580,6 +615,7 @@ TEST(PlanProperties, TinyRandomEnginesMoveExactlyTheMissingBytesOnce) {
   }
   EXPECT_GT(out.compiled, 500u) << "skipped " << skipped;
   EXPECT_GT(out.handshake_refused, 20u);
+  EXPECT_GT(out.mixed_mla_compiled, 60u);
   EXPECT_GT(out.nhd_compiled, 150u);
   EXPECT_GT(out.nhd_refused, 50u);
   for (size_t n : out.by_layout) EXPECT_GT(n, 150u);

@@ -1001,9 +1001,11 @@ def encode(md):
         le(r["base"], 8)
         le(r["block_len"], 8)
         le(r["num_blocks"], 8)
-        le({"attention": 0, "mamba": 1}[r["kind"]], 1)
+        le({"attention": 0, "mamba": 1, "mla": 2}[r["kind"]], 1)
         le(r["layer"], 4)
-    head = b"PDKV" + (1).to_bytes(2, "little") + (0).to_bytes(2, "little") + \
+    # The lowest minor that describes the metadata: 1.1 only for an mla region.
+    minor = 1 if any(r["kind"] == "mla" for r in md["regions"]) else 0
+    head = b"PDKV" + (1).to_bytes(2, "little") + minor.to_bytes(2, "little") + \
         len(p).to_bytes(4, "little") + crc32c_py(p).to_bytes(4, "little")
     return head + bytes(p)
 
@@ -1017,6 +1019,27 @@ ATTN_MODELS = {
                     hf_config='{"model_type": "deepseek_v3", "num_hidden_layers": 2, "kv_lora_rank": 512, '
                               '"qk_rope_head_dim": 64, "torch_dtype": "bfloat16"}'),
 }
+
+# GQA models with MLA-typed layers ('L', ModelDesc::mla_head_size), described field by field in
+# the vectors (`model` as an object: no preset or config.json describes one). mla_head: the
+# latent's elements (one head, replicated on every rank); pattern: the layer kinds.
+MIXED_MODELS = {
+    # 4 KV heads of 8+8 bf16 elements (32 B per head per token), a 24-element latent (48 B).
+    "mixed-gqa-mla": dict(k=4, head=8, head_v=8, dt=2, mla=False, mla_head=24, pattern="*L",
+                          desc={"name": "mixed-gqa-mla", "num_kv_heads": 4, "head_size": 8, "head_size_v": 8,
+                                "use_mla": False, "dtype_bytes": 2, "layer_pattern": "*L", "mla_head_size": 24}),
+}
+
+
+def region_kinds(mm, nreg, layout):
+    """Region kinds of metadata_from_geometry: the layout's, else for a model with MLA-typed
+    layers its attention layers' kinds in pattern order, repeated; else attention."""
+    if layout.get("region_kinds"):
+        return list(layout["region_kinds"])
+    pattern = mm.get("pattern", "")
+    attn = [c for c in pattern if c in "*PL"] if mm.get("mla_head") else []
+    return [("mla" if attn[i % len(attn)] == "L" else "attention") if attn else "attention" for i in range(nreg)]
+
 
 # Attention backends: (preferred block size, kernel block sizes or None = any multiple of 16).
 BACKENDS = {"flash_attn": (16, None), "triton": (16, None), "flashinfer": (16, [16, 32, 64]),
@@ -1075,7 +1098,7 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
     MODELS or a pure-attention model of ATTN_MODELS; `p_ranks` the P ranks whose metadata the
     context holds (None: all). Raises PlanError for a plan pdkv must refuse (a read from a P rank
     without metadata, a read leaving a region) and Coverage from trimming."""
-    mm = MODELS[model] if model in MODELS else ATTN_MODELS[model]
+    mm = MODELS[model] if model in MODELS else ATTN_MODELS[model] if model in ATTN_MODELS else MIXED_MODELS[model]
     geo = (lambda e: geometry(model, e)) if model in MODELS else (lambda e: attn_geometry(mm, e))
     k, mla = mm["k"], bool(mm.get("mla"))
     p_tp, d_tp = p_eng["tp_size"], d_eng["tp_size"]
@@ -1089,6 +1112,16 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
     d_heads = range(*head_range(d_tp, k, d_rank))
     lbs, rbs = dg["kernel_block_size"], pg["kernel_block_size"]
     Ld, Lp = dg["kernel_page_bytes"], pg["kernel_page_bytes"]
+    # MLA-typed regions of a GQA model (MIXED_MODELS): one latent per token, the same bytes on
+    # every rank, read whole from P rank d_rank * P_TP / D_TP (the first handshake target).
+    d_kinds = region_kinds(mm, nreg, dl)
+    check(region_kinds(mm, nreg, pl), d_kinds, "both sides register the same region kinds")
+    mla_src = d_rank * p_tp // d_tp
+    mla_a = {side: mm.get("mla_head", 0) * (eng.get("kv_cache_dtype_bytes", 0) or mm["dt"])
+             for side, eng in (("D", d_eng), ("P", p_eng))}
+    check(mla_a["D"], mla_a["P"], "MLA latent bytes per token")
+    page = lambda side, reg: (lbs if side == "D" else rbs) * mla_a[side] if d_kinds[reg] == "mla" \
+        else (Ld if side == "D" else Lp)
     # KV layout: HND (heads x tokens) unless both sides say NHD (tokens x heads). MLA has one
     # latent head, so both layouts are the same bytes. NHD with different heads per rank would
     # read a head subset of every token: refused, like layouts that differ.
@@ -1125,6 +1158,12 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
 
         for reg in regions:
             for run in tr["runs"]:
+                if d_kinds[reg] == "mla":  # one latent head: a token run is one piece, one P rank
+                    ma = mla_a["D"]
+                    add(mla_src, (reg, run["local_block"] * page("D", reg) + run["local_token_begin"] * ma, reg,
+                                  run["remote_block"] * page("P", reg) + run["remote_token_begin"] * ma,
+                                  run["num_tokens"] * ma, "a"))
+                    continue
                 if nhd:  # one P rank holds all of D's heads: a token run is one piece
                     src = mapping["attention_source_ranks"][0]
                     tb = dg["attn_bytes_per_token"]
@@ -1169,9 +1208,9 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
             ab += x[4] if x[5] == "a" else 0
             mb += x[4] if x[5] == "m" else 0
         for r in merged:  # no read may leave a registered region (num_logical_blocks x ppl pages)
-            for side, off, page, lay, geo_ in (("D", r["local_offset"], Ld, dl, dg),
-                                               ("P", r["remote_offset"], Lp, pl, pg)):
-                size = lay["num_logical_blocks"] * geo_["physical_per_logical"] * page
+            for side, off, reg, lay, geo_ in (("D", r["local_offset"], r["local_region"], dl, dg),
+                                              ("P", r["remote_offset"], r["remote_region"], pl, pg)):
+                size = lay["num_logical_blocks"] * geo_["physical_per_logical"] * page(side, reg)
                 if off + r["length"] > size:
                     raise PlanError("PDKV_ERR_OUT_OF_BOUNDS", ["offset %d" % off, "length %d" % r["length"],
                                                                "%d bytes" % size])
@@ -1530,13 +1569,23 @@ def validate(l, r):
         add("PDKV_ERR_UNSUPPORTED_LAYOUT", "kv_layout")
     if len(l["regions"]) != len(r["regions"]):
         add(inc, "regions")
+    else:
+        kinds = [i for i, (a, b) in enumerate(zip(l["regions"], r["regions"])) if a["kind"] != b["kind"]]
+        if kinds:
+            add(inc, "regions[%d].kind" % kinds[0])
+        # Each MLA region holds its whole latent on every rank: bytes per token independent of TP.
+        per_token = lambda m, i: m["regions"][i]["block_len"] // m["kernel_block_size"]
+        scaled = [i for i, (a, b) in enumerate(zip(l["regions"], r["regions"]))
+                  if a["kind"] == b["kind"] == "mla" and per_token(l, i) != per_token(r, i)]
+        if scaled:
+            add(inc, "regions[%d].block_len" % scaled[0])
     # Equal attention bytes per token per KV head (vLLM #45879 block_len rule, handshake.cpp):
     # local_a * remote_heads_per_rank == remote_a * local_heads_per_rank, for every model kind.
     if l["use_mla"] == r["use_mla"] and l["total_kv_heads"] == r["total_kv_heads"]:
         hpr_mla = lambda m: 1 if m["use_mla"] else hpr(m)
         if l["attention_bytes_per_token"] * hpr_mla(r) != r["attention_bytes_per_token"] * hpr_mla(l):
             add(inc, "attention_bytes_per_token")
-    if l["mamba_type"] == r["mamba_type"]:
+    if l["mamba_type"] == r["mamba_type"] != "none":
         if l["ssm_bytes"] * l["tp_size"] != r["ssm_bytes"] * r["tp_size"]:
             add(inc, "ssm_bytes")
         a, b = l["conv_projection_bytes"][0], r["conv_projection_bytes"][0]
@@ -2445,6 +2494,153 @@ def handshake2_cases():
     return cases
 
 
+def mixed_fingerprint(mm):
+    """fingerprint.hpp for a pure-attention model with MLA-typed layers: the canonical fields,
+    then the latent width (appended only when non-zero)."""
+    d = dict(k=mm["k"], head=mm["head"], head_v=mm["head_v"], mla=0, swa=0, type=0, heads=0, head_dim=0,
+             d_state=0, groups=0, d_inner=0, d_conv=0, chunk=0, spec=0, dt=mm["dt"], ssm_dt=0,
+             pattern=mm["pattern"])
+    h = fingerprint_of(d)
+    # Continue FNV-1a over the appended u32 (the hash state is the running value).
+    for b in mm["mla_head"].to_bytes(4, "little"):
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def mixed_metadata(model, engine, layout=None):
+    """metadata_from_geometry for a MIXED_MODELS model: GQA regions at kernel * attention bytes
+    per token, MLA regions at kernel * latent bytes per token, kinds and layers from the layer
+    pattern (attention layers in order, repeated) unless the layout gives the kinds."""
+    mm = MIXED_MODELS[model]
+    l = layout_defaults(layout)
+    g = attn_geometry(mm, engine)
+    nkb = l["num_logical_blocks"] * g["physical_per_logical"]
+    kinds = region_kinds(mm, l["num_regions"], l)
+    attn_layers = [i for i, c in enumerate(mm["pattern"]) if c in "*PL"]
+    layers = list(range(l["num_regions"])) if l.get("region_kinds") else \
+        [attn_layers[i % len(attn_layers)] for i in range(l["num_regions"])]
+    ma = mm["mla_head"] * (engine.get("kv_cache_dtype_bytes", 0) or mm["dt"])
+    lens = [g["kernel_block_size"] * ma if kd == "mla" else g["kernel_page_bytes"] for kd in kinds]
+    bases, b = [], l["base"]
+    for n in lens:
+        bases.append(b)
+        b += nkb * n
+    bases = l.get("region_bases") or bases
+    return {
+        "engine_id": l["engine_id"], "tp_size": engine["tp_size"], "tp_rank": l["tp_rank"],
+        "kv_layout": l["kv_layout"], "conv_layout": "DS", "logical_block_size": g["block_size"],
+        "kernel_block_size": g["kernel_block_size"], "physical_blocks_per_logical": g["physical_per_logical"],
+        "num_kernel_blocks": nkb,
+        "regions": [{"base": bases[i], "block_len": lens[i], "num_blocks": nkb, "kind": kinds[i], "layer": layers[i]}
+                    for i in range(l["num_regions"])],
+        "mamba_type": "none", "conv_bytes": 0, "ssm_bytes": 0, "conv_projection_bytes": [],
+        "attention_bytes_per_token": g["attn_bytes_per_token"], "use_mla": False, "total_kv_heads": mm["k"],
+        "prefix_caching": bool(l["prefix_caching"] == 1), "cache_mode": "none",
+        "model_fingerprint": "%016x" % mixed_fingerprint(mm),
+    }
+
+
+def mixed_mla_cases():
+    """GQA models with MLA-typed layers (issue 12 item 4): metadata with mla regions (format
+    1.1), the handshake checking each region by its kind, and plans reading the latent whole
+    from one P rank beside head-split GQA regions."""
+    cases = []
+    name = "mixed-gqa-mla"
+    mm = MIXED_MODELS[name]
+    desc = mm["desc"]
+    add = lambda n, op, inp, out=None, err=None: cases.append(
+        dict(name=n, op=op, input=inp, **({"output": out} if err is None else {"error": err})))
+    eng = {"tp_size": 2, "user_block_size": 16}
+    # Hand check of the oracle: GQA 2 heads x 32 B at TP2 (1024 B pages), latent 48 B (768 B).
+    md = mixed_metadata(name, eng, {"num_regions": 3, "num_logical_blocks": 8, "engine_id": "d", "tp_rank": 1})
+    check([(r["kind"], r["block_len"], r["layer"]) for r in md["regions"]],
+          [("attention", 1024, 0), ("mla", 768, 1), ("attention", 1024, 0)], "mixed regions")
+    for n, e, lay in [("mixed_gqa_mla_tp2_three_regions", eng,
+                       {"num_regions": 3, "num_logical_blocks": 8, "engine_id": "d", "tp_rank": 1}),
+                      ("mixed_gqa_mla_tp4_explicit_kinds", {"tp_size": 4, "user_block_size": 16},
+                       {"num_regions": 2, "num_logical_blocks": 4, "engine_id": "p",
+                        "region_kinds": ["mla", "attention"]})]:
+        m = mixed_metadata(name, e, lay)
+        b = encode(m)
+        check(b[6], 1, "an mla region labels the encoding 1.1")
+        out = dict(m, encoded_length=len(b), payload_crc32c=crc32c_py(b[16:]), hex=b.hex())
+        add("metadata_roundtrip/" + n, "metadata_roundtrip", {"model": desc, "engine": e, "layout": lay}, out)
+        if n.endswith("three_regions"):
+            dec = dict(out)
+            del dec["hex"]
+            add("metadata_decode/" + n, "metadata_decode", {"hex": b.hex()}, dec)
+            # The same bytes labelled 1.0: format 1.0 has no mla kind.
+            add("metadata_decode/mla_region_under_1_0_label", "metadata_decode",
+                {"hex": (b[:6] + (0).to_bytes(2, "little") + b[8:]).hex()},
+                err={"status": "PDKV_ERR_PARSE", "message_contains": ["regions[1].kind", "1.1"]})
+    add("metadata_roundtrip/mla_kind_without_mla_layers", "metadata_roundtrip",
+        {"model": dict(desc, name="gqa", layer_pattern="**", mla_head_size=0), "engine": eng,
+         "layout": {"num_regions": 2, "region_kinds": ["attention", "mla"]}},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["region_kinds[1]", "no MLA-typed layers"]})
+
+    def h(n, local, remote, expect, contains):
+        side = lambda x: mixed_metadata(x["model_key"], x["engine"], x.get("layout"))
+        items = validate(side(local), side(remote))
+        check(items, expect, "handshake " + n)
+        strip = lambda x: {k: v for k, v in x.items() if k != "model_key"}
+        cases.append({"name": "handshake_validate/" + n, "op": "handshake_validate",
+                      "input": {"local": strip(local), "remote": strip(remote), "item_messages_contain": contains},
+                      "output": {"items": items, "compatible": not items}})
+
+    I = "PDKV_ERR_INCOMPATIBLE"
+    d2 = {"model": desc, "model_key": name, "engine": eng, "layout": {"engine_id": "d", "num_regions": 2}}
+    p4 = {"model": desc, "model_key": name, "engine": {"tp_size": 4, "user_block_size": 16},
+          "layout": {"engine_id": "p", "num_regions": 2}}
+    h("mixed_mla_d_tp2_p_tp4_accepted", d2, p4, [], [])
+    h("mixed_mla_region_kind_differs", d2, dict(p4, layout={"engine_id": "p", "num_regions": 2,
+                                                            "region_kinds": ["attention", "attention"]}),
+      [{"status": I, "field": "regions[1].kind"}], [["1 regions differ in kind", "index 1"]])
+    # P's latent registered at half the width (24 B per token at TP4 vs 48 at TP2): a different
+    # model, and the MLA region named with both sizes.
+    half = dict(mm, mla_head=12, desc=dict(desc, mla_head_size=12))
+    MIXED_MODELS["mixed-gqa-mla-half"] = half
+    h("mixed_mla_region_scaled_by_tp", d2,
+      dict(p4, model=half["desc"], model_key="mixed-gqa-mla-half"),
+      [{"status": I, "field": "model_fingerprint"}, {"status": I, "field": "regions[1].block_len"}],
+      [["0x%016x" % mixed_fingerprint(mm), "0x%016x" % mixed_fingerprint(half)],
+       ["MLA region 1", "48 bytes per token", "24 on the remote", "tp_size 4"]])
+
+    def pl(n, p_eng, d_eng, d_rank, groups, p_layout, d_layout, expect=None):
+        out = plan(name, p_eng, d_eng, d_rank, groups, p_layout, d_layout)
+        for key, val in (expect or {}).items():
+            check(out[key], val, "plan " + n + "." + key)
+        inp = {"model": desc, "prefill": {"engine": p_eng, "layout": p_layout},
+               "decode": {"engine": d_eng, "layout": d_layout}, "decode_rank": d_rank, "groups": groups}
+        cases.append({"name": "transfer_plan/" + n, "op": "transfer_plan", "input": inp, "output": out})
+
+    lay = lambda eid: {"engine_id": eid, "num_regions": 2, "num_logical_blocks": 8}
+    one = [{"kind": "attention", "local_blocks": [3], "remote_blocks": [5], "remote_computed_tokens": 16}]
+    # D TP2 rank 1 <- P TP1: heads 2..3 of P block 5 (2048 B pages) into D block 3 (1024 B), and
+    # the whole 768 B latent block.
+    pl("mixed_mla_d_tp2_from_p_tp1_rank1", {"tp_size": 1, "user_block_size": 16}, eng, 1, one, lay("p"), lay("d"),
+       {"read_ranks": [0], "reads": [[{"local_region": 0, "local_offset": 3072, "remote_region": 0,
+                                        "remote_offset": 5 * 2048 + 1024, "length": 1024},
+                                       {"local_region": 1, "local_offset": 2304, "remote_region": 1,
+                                        "remote_offset": 3840, "length": 768}]]})
+    # D TP2 rank 1 <- P TP4: heads from P ranks 2 and 3, the latent from P rank 2 only.
+    pl("mixed_mla_d_tp2_from_p_tp4_rank1", {"tp_size": 4, "user_block_size": 16}, eng, 1, one, lay("p"), lay("d"),
+       {"read_ranks": [2, 3], "notify_ranks": [2, 3],
+        "reads": [[], [], [{"local_region": 0, "local_offset": 3072, "remote_region": 0, "remote_offset": 2560,
+                            "length": 512},
+                           {"local_region": 1, "local_offset": 2304, "remote_region": 1, "remote_offset": 3840,
+                            "length": 768}],
+                  [{"local_region": 0, "local_offset": 3584, "remote_region": 0, "remote_offset": 2560,
+                    "length": 512}]]})
+    # D TP4 rank 3 <- P TP2 with a prefix hit and block sizes 32 vs 16: GQA head 3 of P rank 1
+    # per token run, the latent from P rank 1 in runs that cross both sides' block boundaries.
+    pl("mixed_mla_d_tp4_bs32_from_p_tp2_bs16_hit", {"tp_size": 2, "user_block_size": 16},
+       {"tp_size": 4, "user_block_size": 32}, 3,
+       [{"kind": "attention", "local_blocks": [2, 6], "remote_blocks": [1, 4, 3, 7], "remote_computed_tokens": 60,
+         "local_hit_tokens": 0}],
+       lay("p"), lay("d"), {"read_ranks": [1], "notify_ranks": [1]})
+    return cases
+
+
 def plan_json_lines(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None):
     """plan_to_json: the plan oracle as nlohmann dump(2) (ordered keys, reads in issue order; the
     cases below are chosen so that issue order is (local_region, local_offset) order)."""
@@ -2517,3 +2713,4 @@ if __name__ == "__main__":
     write("models", model_cases())
     write("handshake_more", handshake2_cases())
     write("plans_json", plan_json_cases())
+    write("mixed_mla", mixed_mla_cases())

@@ -1,5 +1,6 @@
 #include "deployment_report.hpp"
 
+#include <algorithm>
 #include <numeric>
 #include <regex>
 #include <string>
@@ -53,6 +54,8 @@ json geometry_json(const EngineGeometry& g) {
          {"kernel_page_bytes", g.kernel_page_bytes},
          {"attention_page_bytes", g.attn_page_bytes},
          {"log_lines", g.log_lines},
+         {"mla_bytes_per_token", g.mla_bytes_per_token ? json(g.mla_bytes_per_token) : json(nullptr)},
+         {"mla_kernel_page_bytes", g.mla_bytes_per_token ? json(g.mla_kernel_page_bytes) : json(nullptr)},
          {"mamba", nullptr}};
   if (g.hybrid) {
     json projections = json::array();
@@ -186,7 +189,7 @@ json decode_rank_json(const Deployment& dep, const EngineGeometry& pg, const Eng
                       json& errors) {
   const auto& m = dep.model;
   json r{{"rank", rank},           {"tp_ratio", nullptr}, {"handshake_targets", nullptr},
-         {"notify_ranks", nullptr}, {"attention", nullptr}, {"mamba", nullptr}};
+         {"notify_ranks", nullptr}, {"attention", nullptr}, {"mla", nullptr}, {"mamba", nullptr}};
   const std::string where = "decode rank " + std::to_string(rank);
   TpMapping map;
   try {
@@ -225,6 +228,16 @@ json decode_rank_json(const Deployment& dep, const EngineGeometry& pg, const Eng
     errors.push_back(error_json(e, where + " attention"));
   }
   r["attention"] = attn;
+
+  // MLA-typed layers of a GQA model: the latent is the same on every rank, so it is read whole,
+  // once, from one prefill rank (the GQA layers above are split by heads).
+  if (m.mixes_mla()) {
+    r["mla"] = json{{"source_rank", map.mla_source_rank()},
+                    {"bytes_per_token", dg.mla_bytes_per_token},
+                    {"bytes_per_block", dg.mla_kernel_page_bytes},
+                    {"descriptors_per_block_per_layer",
+                     attention_descriptors_per_block(pg.kernel_block_size, dg.kernel_block_size, 1, 1)}};
+  }
 
   if (m.is_hybrid()) {
     json mj{{"source_ranks", map.mamba_source_ranks},
@@ -277,6 +290,8 @@ json build_deployment_report(const Deployment& dep) {
                          {"total_kv_heads", dep.model.attention.num_kv_heads},
                          {"use_mla", dep.model.attention.use_mla},
                          {"attention_layers", dep.model.num_attention_layers()},
+                         {"mla_layers", std::count(dep.model.layer_pattern.begin(), dep.model.layer_pattern.end(), kLayerMla)},
+                         {"mla_head_size", dep.model.mla_head_size},
                          {"mamba_layers", dep.model.num_mamba_layers()}};
   json errors = json::array();
   try {

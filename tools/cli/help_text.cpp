@@ -59,6 +59,11 @@ constexpr const char* kPlan =
     "  --kernel-block-sizes A,B,...   supported kernel block sizes (overrides the backend's list)\n"
     "  --mamba-cache-mode MODE        none | align | all\n"
     "  --enable-prefix-caching        note where vLLM would refuse the pair with prefix caching on\n"
+    "  --mla-layers I,J,...           mark attention layers I, J (0-based) as MLA-typed: one latent\n"
+    "                                 replicated on every rank, read whole from one prefill rank\n"
+    "                                 (e.g. an indexer key cache vLLM registers as an MLA spec)\n"
+    "  --mla-head-size N              the latent width of those layers in elements (with\n"
+    "                                 --mla-layers)\n"
     "  --json                         print the report as JSON (see below)\n"
     "  --help, -h                     print this help\n"
     "\n" PDKV_CLI_JSON_NOTE "\n" PDKV_CLI_EXIT_STATUS;

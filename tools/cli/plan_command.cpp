@@ -3,8 +3,10 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "args.hpp"
 #include "cli_error.hpp"
@@ -125,6 +127,50 @@ EngineConfig engine_config(const Args& a, uint32_t tp, const char* side_backend_
   return e;
 }
 
+// --mla-layers I,J,...: 0-based layer indices, each a non-negative integer, no empty entries.
+std::vector<uint32_t> parse_layers(const std::string& s) {
+  const std::string flag = "--mla-layers";
+  if (s.empty()) throw usage_error(flag, flag + " is empty (expected I,J,... layer indices)");
+  std::vector<uint32_t> out;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = s.find(',', begin);
+    const std::string item = s.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    uint32_t v = 0;
+    const auto [ptr, err] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || err != std::errc() || ptr != item.data() + item.size()) {
+      throw usage_error(flag, flag + " entry '" + item + "' in '" + s + "' is not a layer index");
+    }
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return out;
+}
+
+// Turns the listed attention layers of `m` into MLA-typed layers ('L') with a latent of
+// `head_size` elements. A layer that is not an attention layer of the model is a configuration
+// error naming it (the model decides, not the command line's syntax).
+void mark_mla_layers(ModelDesc& m, const std::vector<uint32_t>& layers, uint32_t head_size) {
+  const std::string status = status_name(Status::InvalidArgument);
+  for (uint32_t l : layers) {
+    if (l >= m.layer_pattern.size()) {
+      throw CliError(ErrorKind::Configuration, "--mla-layers",
+                     "layer " + std::to_string(l) + " is past the model's " +
+                         std::to_string(m.layer_pattern.size()) + " layers (layer pattern '" + m.layer_pattern + "')",
+                     status);
+    }
+    if (m.layer_pattern[l] != kLayerAttention) {
+      throw CliError(ErrorKind::Configuration, "--mla-layers",
+                     "layer " + std::to_string(l) + " is not a GQA attention layer of the model (kind '" +
+                         std::string(1, m.layer_pattern[l]) + "' in layer pattern '" + m.layer_pattern + "')",
+                     status);
+    }
+    m.layer_pattern[l] = kLayerMla;
+  }
+  m.mla_head_size = head_size;
+}
+
 }  // namespace
 
 nlohmann::json run_plan(const std::vector<std::string>& argv, bool& json_output) {
@@ -143,6 +189,8 @@ nlohmann::json run_plan(const std::vector<std::string>& argv, bool& json_output)
                 {"--kernel-block-sizes", true},
                 {"--mamba-cache-mode", true},
                 {"--enable-prefix-caching", false},
+                {"--mla-layers", true},
+                {"--mla-head-size", true},
                 {"--json", false}});
   json_output = a.has("--json");
   a.require({{"--model", "(a preset or a config.json)"},
@@ -152,7 +200,16 @@ nlohmann::json run_plan(const std::vector<std::string>& argv, bool& json_output)
   d.prefill = engine_config(a, *a.get_positive_u32("--prefill-tp"), "--prefill-backend", d.prefill_backend);
   d.decode = engine_config(a, *a.get_positive_u32("--decode-tp"), "--decode-backend", d.decode_backend);
   d.prefix_caching = a.has("--enable-prefix-caching");
+  std::vector<uint32_t> mla_layers;
+  std::optional<uint32_t> mla_head_size;
+  if (auto v = a.get("--mla-layers")) mla_layers = parse_layers(*v);
+  if (a.has("--mla-head-size")) mla_head_size = a.get_positive_u32("--mla-head-size");
+  if (mla_layers.empty() != !mla_head_size) {
+    throw usage_error(mla_head_size ? "--mla-head-size" : "--mla-layers",
+                      "--mla-layers and --mla-head-size go together: the MLA-typed layers and their latent width");
+  }
   d.model = load_model(*a.get("--model"));
+  if (mla_head_size) mark_mla_layers(d.model, mla_layers, *mla_head_size);
   return build_deployment_report(d);
 }
 

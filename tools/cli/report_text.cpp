@@ -75,6 +75,11 @@ void geometry_table(std::ostringstream& out, const json& p, const json& d) {
   rows.push_back({"physical blocks per logical", num(p, "physical_blocks_per_logical"),
                   num(d, "physical_blocks_per_logical")});
   rows.push_back({"kernel page bytes", fmt_bytes(p["kernel_page_bytes"]), fmt_bytes(d["kernel_page_bytes"])});
+  if (!p["mla_bytes_per_token"].is_null() && !d["mla_bytes_per_token"].is_null()) {
+    rows.push_back({"MLA-typed layers bytes / token", num(p, "mla_bytes_per_token"), num(d, "mla_bytes_per_token")});
+    rows.push_back({"MLA-typed layers kernel page", fmt_bytes(p["mla_kernel_page_bytes"]),
+                    fmt_bytes(d["mla_kernel_page_bytes"])});
+  }
   char line[256];
   std::snprintf(line, sizeof line, "  %-34s %-26s %-26s\n", "", "prefill (P)", "decode (D)");
   out << line;
@@ -93,7 +98,12 @@ std::string render_report_text(const json& r) {
   out << "  mamba type: " << r["model"]["mamba_type"].get<std::string>()
       << ", KV heads: " << r["model"]["total_kv_heads"] << (r["model"]["use_mla"].get<bool>() ? " (MLA)" : "")
       << ", attention layers: " << r["model"]["attention_layers"] << ", mamba layers: " << r["model"]["mamba_layers"]
-      << "\n\n";
+      << "\n";
+  if (r["model"]["mla_layers"].get<uint64_t>() != 0) {
+    out << "  MLA-typed attention layers: " << r["model"]["mla_layers"] << " (latent of "
+        << r["model"]["mla_head_size"] << " elements, replicated on every rank)\n";
+  }
+  out << "\n";
   if (!r["prefill"].is_null() && !r["decode"].is_null()) {
     out << "Geometry per rank\n";
     geometry_table(out, r["prefill"], r["decode"]);
@@ -123,6 +133,13 @@ std::string render_report_text(const json& r) {
               << fmt_bytes(rd["bytes_per_block"]) << " per decode block, head slice at +"
               << rd["prefill_offset_per_token"] << " B/token in P -> +" << rd["decode_offset_per_token"] << " in D\n";
         }
+      }
+      if (!d["mla"].is_null()) {
+        const auto& m = d["mla"];
+        out << "  MLA-typed layers: the whole latent from prefill rank " << m["source_rank"] << " only, "
+            << m["bytes_per_token"] << " B/token, " << fmt_bytes(m["bytes_per_block"])
+            << " per decode block, descriptors per block per layer: "
+            << descriptors(m["descriptors_per_block_per_layer"]) << "\n";
       }
       if (!d["mamba"].is_null()) {
         const auto& m = d["mamba"];

@@ -121,6 +121,7 @@ pub struct pdkv_model_desc {
     pub dtype_bytes: u32,
     pub default_ssm_dtype_bytes: u32,
     pub layer_pattern: *const ::std::os::raw::c_char,
+    pub mla_head_size: u32,
 }
 pub type pdkv_model_desc_t = pdkv_model_desc;
 extern "C" {
@@ -389,6 +390,8 @@ pub struct pdkv_geometry_info {
     pub num_projections: usize,
     pub num_temporal_dims: usize,
     pub num_log_lines: usize,
+    pub mla_bytes_per_token: u64,
+    pub mla_kernel_page_bytes: u64,
 }
 pub type pdkv_geometry_info_t = pdkv_geometry_info;
 #[repr(C)]
@@ -1070,6 +1073,7 @@ pub type pdkv_kv_layout = ::std::os::raw::c_uint;
 pub use self::pdkv_kv_layout as pdkv_kv_layout_t;
 pub const PDKV_REGION_ATTENTION: pdkv_region_kind = 0;
 pub const PDKV_REGION_MAMBA: pdkv_region_kind = 1;
+pub const PDKV_REGION_MLA: pdkv_region_kind = 2;
 pub type pdkv_region_kind = ::std::os::raw::c_uint;
 pub use self::pdkv_region_kind as pdkv_region_kind_t;
 #[repr(C)]
@@ -1090,6 +1094,7 @@ pub struct pdkv_engine_layout {
     pub region_bases: *const u64,
     pub kv_layout: i32,
     pub prefix_caching: i32,
+    pub region_kinds: *const i32,
 }
 pub type pdkv_engine_layout_t = pdkv_engine_layout;
 extern "C" {

@@ -64,6 +64,11 @@ pub struct GeometryInfo {
     pub num_temporal_dims: usize,
     /// Number of vLLM log lines.
     pub num_log_lines: usize,
+    /// MLA-typed layers of a GQA model: bytes per token of their replicated latent (the same at
+    /// every TP); 0 for other models.
+    pub mla_bytes_per_token: u64,
+    /// `kernel_block_size * mla_bytes_per_token`.
+    pub mla_kernel_page_bytes: u64,
 }
 
 /// One projection of the conv channels (Mamba2 x/B/C, GDN Q/K/V, Mamba1 x), DS layout.
@@ -148,6 +153,8 @@ impl Geometry {
             num_projections: r.num_projections,
             num_temporal_dims: r.num_temporal_dims,
             num_log_lines: r.num_log_lines,
+            mla_bytes_per_token: r.mla_bytes_per_token,
+            mla_kernel_page_bytes: r.mla_kernel_page_bytes,
         })
     }
 

@@ -48,6 +48,9 @@ pub enum RegionKind {
     Attention,
     /// Mamba state.
     Mamba,
+    /// An MLA-typed attention region of a GQA model: one latent replicated on every rank, read
+    /// whole from one prefill rank (metadata format 1.1).
+    Mla,
     /// A raw value this version does not know.
     Other(i32),
 }
@@ -58,7 +61,18 @@ impl RegionKind {
         match v {
             0 => RegionKind::Attention,
             1 => RegionKind::Mamba,
+            2 => RegionKind::Mla,
             other => RegionKind::Other(other),
+        }
+    }
+
+    /// The raw `pdkv_region_kind_t` value.
+    pub fn raw(self) -> i32 {
+        match self {
+            RegionKind::Attention => 0,
+            RegionKind::Mamba => 1,
+            RegionKind::Mla => 2,
+            RegionKind::Other(v) => v,
         }
     }
 }
@@ -83,6 +97,9 @@ pub struct EngineLayout {
     pub kv_layout: KvLayout,
     /// None: on iff the Mamba cache mode is not "none"; else forced.
     pub prefix_caching: Option<bool>,
+    /// Kind of each region (empty: derived; `Mamba` for hybrids, else `Attention`, and for a
+    /// model with MLA-typed layers its attention layers' kinds in layer-pattern order).
+    pub region_kinds: Vec<RegionKind>,
 }
 
 impl Default for EngineLayout {
@@ -98,6 +115,7 @@ impl Default for EngineLayout {
             num_regions: raw.num_regions,
             base: raw.base,
             region_bases: Vec::new(),
+            region_kinds: Vec::new(),
             kv_layout: KvLayout::from_raw(raw.kv_layout),
             prefix_caching: match raw.prefix_caching {
                 0 => Some(false),
@@ -215,6 +233,17 @@ impl EngineMetadata {
         layout: &EngineLayout,
     ) -> Result<EngineMetadata> {
         let id = cstring(&layout.engine_id, "engine id")?;
+        let kinds: Vec<i32> = layout.region_kinds.iter().map(|k| k.raw()).collect();
+        if !kinds.is_empty() && kinds.len() != layout.num_regions as usize {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "region_kinds has {} entries but num_regions is {}",
+                    kinds.len(),
+                    layout.num_regions
+                ),
+            ));
+        }
         let raw_layout = sys::pdkv_engine_layout_t {
             struct_size: size_of::<sys::pdkv_engine_layout_t>(),
             engine_id: id.as_ptr(),
@@ -225,6 +254,11 @@ impl EngineMetadata {
             region_bases: sp(&layout.region_bases),
             kv_layout: layout.kv_layout.raw(),
             prefix_caching: layout.prefix_caching.map_or(-1, |b| b as i32),
+            region_kinds: if kinds.is_empty() {
+                ptr::null()
+            } else {
+                kinds.as_ptr()
+            },
         };
         if !layout.region_bases.is_empty()
             && layout.region_bases.len() != layout.num_regions as usize

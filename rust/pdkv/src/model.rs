@@ -105,8 +105,13 @@ pub struct ModelDesc {
     pub dtype_bytes: u32,
     /// Engine "auto" SSM state dtype; 0 = conv dtype.
     pub default_ssm_dtype_bytes: u32,
-    /// One char per layer: '*' attention, 'M' Mamba, 'P' both, '-' neither; "" = unknown.
+    /// One char per layer: '*' attention, 'M' Mamba, 'P' both, 'L' MLA-typed attention in a
+    /// GQA model, '-' neither; "" = unknown.
     pub layer_pattern: String,
+    /// Latent width (elements) of the 'L' layers of a GQA model: one head replicated on every
+    /// rank, read whole from one prefill rank. 0: no such layers (a pure MLA model uses
+    /// `use_mla`).
+    pub mla_head_size: u32,
 }
 
 /// An immutable model (`pdkv_model_t`), freed on drop.
@@ -163,6 +168,7 @@ impl Model {
             dtype_bytes: desc.dtype_bytes,
             default_ssm_dtype_bytes: desc.default_ssm_dtype_bytes,
             layer_pattern: pattern.as_ptr(),
+            mla_head_size: desc.mla_head_size,
         };
         let mut out = ptr::null_mut();
         // SAFETY: raw and its strings outlive the call; the library copies them.
@@ -253,6 +259,7 @@ impl Model {
                 dtype_bytes: raw.dtype_bytes,
                 default_ssm_dtype_bytes: raw.default_ssm_dtype_bytes,
                 layer_pattern: owned_str(raw.layer_pattern),
+                mla_head_size: raw.mla_head_size,
             })
         }
     }

@@ -539,3 +539,65 @@ fn handles_are_send_and_sync() {
         }
     });
 }
+
+/// A GQA model with MLA-typed layers: the latent width round-trips, the geometry reports the
+/// latent's bytes per token, regions follow the layer pattern or the layout's kinds.
+#[test]
+fn mixed_mla_model_geometry_and_region_kinds() {
+    let desc = ModelDesc {
+        name: "mixed".into(),
+        num_kv_heads: 4,
+        head_size: 8,
+        head_size_v: 8,
+        dtype_bytes: 2,
+        layer_pattern: "*L".into(),
+        mla_head_size: 24,
+        ..ModelDesc::default()
+    };
+    let m = Model::new(&desc).unwrap();
+    assert_eq!(m.describe().unwrap().mla_head_size, 24);
+    let cfg = EngineConfig {
+        tp_size: 2,
+        user_block_size: 16,
+        ..EngineConfig::default()
+    };
+    let info = Geometry::new(&m, &cfg).unwrap().info().unwrap();
+    assert_eq!(
+        (
+            info.attn_bytes_per_token,
+            info.mla_bytes_per_token,
+            info.mla_kernel_page_bytes
+        ),
+        (64, 48, 768)
+    );
+    let layout = EngineLayout {
+        num_regions: 2,
+        ..EngineLayout::default()
+    };
+    let md = EngineMetadata::from_model(&m, &cfg, &layout).unwrap();
+    let kinds: Vec<_> = md
+        .regions()
+        .unwrap()
+        .iter()
+        .map(|r| (r.kind, r.block_len))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![(RegionKind::Attention, 1024), (RegionKind::Mla, 768)]
+    );
+    let explicit = EngineLayout {
+        region_kinds: vec![RegionKind::Mla, RegionKind::Attention],
+        ..layout.clone()
+    };
+    let md = EngineMetadata::from_model(&m, &cfg, &explicit).unwrap();
+    assert_eq!(md.regions().unwrap()[0].kind, RegionKind::Mla);
+    let short = EngineLayout {
+        region_kinds: vec![RegionKind::Mla],
+        ..layout
+    };
+    let err = EngineMetadata::from_model(&m, &cfg, &short).unwrap_err();
+    assert!(
+        err.message().contains("region_kinds has 1 entries"),
+        "{err}"
+    );
+}

@@ -556,6 +556,43 @@ fn trim_input(m: &BTreeMap<String, Json>) -> CaseResult<GroupTrimInput> {
     })
 }
 
+/// The `model` input: a preset name, or a pure-attention model described field by field
+/// (docs/conformance.md).
+fn model_of(m: &BTreeMap<String, Json>) -> CaseResult<Result<Model, Error>> {
+    match field(m, "model")? {
+        Json::Str(name) => Ok(Model::from_preset(name)),
+        v => {
+            let d = obj(v)?;
+            check_keys(
+                "model",
+                d,
+                &[
+                    "name",
+                    "num_kv_heads",
+                    "head_size",
+                    "head_size_v",
+                    "use_mla",
+                    "dtype_bytes",
+                    "layer_pattern",
+                    "mla_head_size",
+                ],
+            )?;
+            let desc = ModelDesc {
+                name: str_of(d, "name")?.to_owned(),
+                num_kv_heads: u32_of(d, "num_kv_heads")?,
+                head_size: u32_of(d, "head_size")?,
+                head_size_v: u32_of(d, "head_size_v")?,
+                use_mla: bool_of(d, "use_mla")?,
+                dtype_bytes: u32_of(d, "dtype_bytes")?,
+                layer_pattern: str_of(d, "layer_pattern")?.to_owned(),
+                mla_head_size: u32_of(d, "mla_head_size")?,
+                ..ModelDesc::default()
+            };
+            Ok(Model::new(&desc))
+        }
+    }
+}
+
 /// A `layout` object -> EngineLayout (defaults of pdkv_engine_layout_init).
 fn layout_of(v: Option<&Json>) -> CaseResult<EngineLayout> {
     let mut l = EngineLayout::default();
@@ -573,8 +610,21 @@ fn layout_of(v: Option<&Json>) -> CaseResult<EngineLayout> {
             "region_bases",
             "kv_layout",
             "prefix_caching",
+            "region_kinds",
         ],
     )?;
+    if let Some(Json::Arr(kinds)) = m.get("region_kinds") {
+        for k in kinds {
+            l.region_kinds.push(match k {
+                Json::Str(s) if s == "attention" => RegionKind::Attention,
+                Json::Str(s) if s == "mamba" => RegionKind::Mamba,
+                Json::Str(s) if s == "mla" => RegionKind::Mla,
+                other => return Err(format!("layout: unknown region kind {other:?}")),
+            });
+        }
+    } else if m.contains_key("region_kinds") {
+        return Err("layout: region_kinds must be an array".into());
+    }
     if m.contains_key("engine_id") {
         l.engine_id = str_of(m, "engine_id")?.to_owned();
     }
@@ -636,6 +686,7 @@ fn metadata_output(
             let kind = match r.kind {
                 RegionKind::Attention => "attention",
                 RegionKind::Mamba => "mamba",
+                RegionKind::Mla => "mla",
                 other => return Err(format!("unknown region kind {other:?}")),
             };
             Ok(obj_of(vec![
@@ -686,7 +737,7 @@ fn metadata_output(
 /// `{model, engine, layout}` -> metadata (handshake_validate sides).
 fn side_metadata(m: &BTreeMap<String, Json>) -> CaseResult<Result<EngineMetadata, Error>> {
     check_keys("side", m, &["model", "engine", "layout"])?;
-    let model = match Model::from_preset(str_of(m, "model")?) {
+    let model = match model_of(m)? {
         Ok(x) => x,
         Err(e) => return Ok(Err(e)),
     };
@@ -1015,7 +1066,7 @@ fn compile_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<TransferPla
     }
     // The model: a preset name (`model`) or config.json text (`hf_config`), exactly one.
     let model = match (input.contains_key("model"), input.contains_key("hf_config")) {
-        (true, false) => lib_or_return!(Model::from_preset(str_of(input, "model")?)),
+        (true, false) => lib_or_return!(model_of(input)?),
         (false, true) => lib_or_return!(Model::from_hf_config_json(
             str_of(input, "hf_config")?,
             None
@@ -1467,7 +1518,7 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             out(vec![("crc32c", Json::Int(c as i64))])
         }
         "metadata_roundtrip" => {
-            let model = lib!(Model::from_preset(str_of(input, "model")?));
+            let model = lib!(model_of(input)?);
             let cfg = lib!(engine(field(input, "engine")?)?);
             let md = lib!(EngineMetadata::from_model(
                 &model,

@@ -3,11 +3,16 @@
 // (vllm-semantics.md §1), extended with what the validation in handshake.hpp needs: the logical
 // block size, per-token attention bytes, total KV heads, prefix caching and a model fingerprint.
 //
-// Wire format (version 1.0), all integers little-endian:
+// Wire format (version 1.1), all integers little-endian:
 //   header  (16 B): "PDKV" | u16 major | u16 minor | u32 payload_len | u32 crc32c(payload)
 //   payload       : fields in the order of EngineMetadata below (see engine_metadata.cpp).
 // A reader accepts any minor version of its major and ignores payload bytes after the fields it
 // knows only when the sender's minor is newer (fields are only ever appended within a major).
+// Minor versions: 1.0 the original; 1.1 adds the region kind `mla` (2), with the same payload
+// layout. The writer labels each encoding with the lowest minor that describes it (1.1 only when
+// a region is `mla`), so metadata a 1.0 reader can plan with stays byte-identical to 1.0 and a
+// 1.0 reader refuses an `mla` region with a Parse error naming it; a reader refuses `mla` under
+// a 1.0 label.
 //
 // The bytes come from the network: decode() never reads outside the buffer, never allocates from
 // an unchecked count, and rejects out-of-range fields, so a decoded value is always safe to plan
@@ -32,7 +37,11 @@ namespace pdkv::core {
 enum class KvLayout : uint8_t { HND = 0, NHD = 1 };
 const char* kv_layout_name(KvLayout l) noexcept;
 
-enum class RegionKind : uint8_t { Attention = 0, Mamba = 1 };
+// Kind of the first layer using a registered region. `Mla` is an MLA-typed attention region of
+// a GQA model (ModelDesc::mla_head_size, layer kind 'L'): one latent head replicated on every
+// rank, so D reads it whole from one P rank and its size does not scale with TP. In a pure MLA
+// model (use_mla) every attention region is MLA and keeps the kind `Attention`, as in format 1.0.
+enum class RegionKind : uint8_t { Attention = 0, Mamba = 1, Mla = 2 };
 const char* region_kind_name(RegionKind k) noexcept;
 
 // One registered KV tensor. Under HMA one tensor is shared by an attention and a Mamba layer;
@@ -71,11 +80,20 @@ struct EngineMetadata {
   uint64_t model_fingerprint = 0;         // fingerprint.hpp
 
   bool is_hybrid() const { return mamba_type != MambaType::None; }
+  // Whether region i holds an MLA latent (replicated, read whole from one P rank): every
+  // attention region of a pure MLA model, and the `Mla` regions of a GQA model.
+  bool region_is_mla(size_t i) const { return use_mla || regions[i].kind == RegionKind::Mla; }
+  // Attention bytes per token of region i: block_len / kernel_block_size. Every region of a model
+  // without MLA-typed regions has attention_bytes_per_token; an `Mla` region has its own (the
+  // latent's, TP-invariant), which check_metadata requires to be whole.
+  uint64_t region_bytes_per_token(size_t i) const {
+    return kernel_block_size == 0 ? 0 : regions[i].region.block_len / kernel_block_size;
+  }
   friend bool operator==(const EngineMetadata&, const EngineMetadata&) = default;
 };
 
 inline constexpr uint16_t kMetadataMajorVersion = 1;
-inline constexpr uint16_t kMetadataMinorVersion = 0;
+inline constexpr uint16_t kMetadataMinorVersion = 1;  // the newest minor this pdkv reads and writes
 inline constexpr size_t kMetadataHeaderBytes = 16;
 inline constexpr size_t kMaxEngineIdBytes = 256;
 inline constexpr size_t kMaxRegions = 1u << 16;        // far above any real model's layer count
@@ -112,8 +130,10 @@ std::string to_string(const RegionOverlap& o);
 // Checks every field's range and the internal consistency the wire format promises (rank < size,
 // logical = kernel * ppl, conv bytes = sum of projections, regions inside the address space,
 // Mamba page inside the logical page, every region's block_len == kernel_block_size *
-// attention_bytes_per_token (for every region kind: hybrids pad the Mamba page to the attention
-// page; the message names the region, both factors and the product), attention_bytes_per_token a
+// attention_bytes_per_token (for the `attention` and `mamba` kinds: hybrids pad the Mamba page to
+// the attention page; the message names the region, both factors and the product), an `mla`
+// region's block_len a whole number of bytes per token (its latent's) in a model that is neither
+// MLA (use_mla) nor hybrid, attention_bytes_per_token a
 // whole number of bytes per KV head (heads per rank max(1, total_kv_heads / tp_size), MLA 1),
 // ...), the plausibility limits above (kMaxKernelBlocks,
 // kMaxBlockLen, kMaxRegionBytes: the message names the field, its value and the limit) and that

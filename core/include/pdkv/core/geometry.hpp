@@ -38,6 +38,11 @@ struct EngineGeometry {
   uint64_t kernel_block_size = 0;      // select_common_block_size(block_size)
   uint64_t physical_per_logical = 1;   // ppl = block_size / kernel_block_size
   uint64_t kernel_page_bytes = 0;      // attn_page_bytes / ppl (block_len in the handshake)
+  // MLA-typed layers of a GQA model (ModelDesc::mla_head_size): bytes per token of their one
+  // replicated latent (mla_head_size * kv dtype, the same at every TP) and their kernel page
+  // (kernel_block_size * mla_bytes_per_token: one KV cache group, one block size). 0 otherwise.
+  uint64_t mla_bytes_per_token = 0;
+  uint64_t mla_kernel_page_bytes = 0;
   std::vector<std::string> log_lines;  // vLLM's INFO lines for this engine, verbatim
 };
 

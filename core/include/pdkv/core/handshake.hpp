@@ -42,6 +42,11 @@ std::string to_string(const Incompatibility& item);
 // compile_transfer_plan applies the same rule. Attention bytes per token per KV head must be
 // equal on both sides for every model kind (hybrids included, whatever the region kinds), and on
 // each side every region's block_len must equal kernel_block_size * attention_bytes_per_token.
+// Each region is checked by its own kind: regions are matched by index and must have the same
+// kind on both sides, and an `Mla` region (an MLA-typed layer of a GQA model) must hold the same
+// bytes per token on both sides whatever the TP sizes (a latent is replicated, never split): one
+// whose size scaled with TP is an Incompatible item on "regions[i].block_len" naming the region,
+// both sizes and both TP sizes.
 // compile_transfer_plan refuses a context in which any P rank fails this check.
 std::vector<Incompatibility> validate_pair(const EngineMetadata& local, const EngineMetadata& remote);
 

@@ -61,6 +61,10 @@ constexpr char kLayerAttention = '*';
 constexpr char kLayerMamba = 'M';
 constexpr char kLayerParallel = 'P';  // attention AND Mamba in the same layer (Falcon-H1)
 constexpr char kLayerOther = '-';     // MLP / MoE only, no KV state
+// An MLA-typed attention layer in a model whose other attention layers are GQA (a side cache
+// that vLLM registers as an MLA spec, e.g. MiniMax-M3's lightning indexer): one latent "head" of
+// ModelDesc::mla_head_size elements, replicated on every rank rather than split by heads.
+constexpr char kLayerMla = 'L';
 
 struct ModelDesc {
   std::string name;    // e.g. "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
@@ -70,14 +74,23 @@ struct ModelDesc {
   uint32_t dtype_bytes = 2;            // model dtype (torch_dtype)
   uint32_t default_ssm_dtype_bytes = 0;  // what the engine picks for an "auto" SSM state dtype
   std::string layer_pattern;           // see kLayer*; empty means "unknown"
+  // Width of the latent of the 'L' (MLA-typed) layers of a GQA model, in elements (kv_lora_rank
+  // + qk_rope_head_dim for a DeepSeek-style latent, the indexer key width for an indexer). 0:
+  // the model has no such layers. A pure MLA model (attention.use_mla) describes its latent in
+  // `attention` instead and leaves this 0.
+  uint32_t mla_head_size = 0;
 
-  uint32_t num_attention_layers() const;  // '*' and 'P'
+  uint32_t num_attention_layers() const;  // '*', 'P' and 'L'
   uint32_t num_mamba_layers() const;      // 'M' and 'P'
   bool is_hybrid() const { return mamba.type != MambaType::None; }
+  // True when attention layers of both kinds exist: GQA ('*') and MLA-typed ('L') layers.
+  bool mixes_mla() const { return mla_head_size != 0; }
 };
 
 // Throws InvalidArgument naming the first field that makes no sense (zero heads, ...), with its
-// value. dtype_bytes must be 1, 2, 4 or 8 and default_ssm_dtype_bytes 0 (auto), 1, 2, 4 or 8: the
+// value. MLA-typed layers ('L') need mla_head_size > 0 and the reverse, a GQA model
+// (attention.use_mla off), and no Mamba layers: a hybrid whose attention layers have two page
+// sizes would need vLLM's page unification across three kinds, which pdkv does not derive. dtype_bytes must be 1, 2, 4 or 8 and default_ssm_dtype_bytes 0 (auto), 1, 2, 4 or 8: the
 // sizes validate_engine_config accepts (e.g. "dtype_bytes = 3" is refused).
 void validate_model(const ModelDesc& m);
 

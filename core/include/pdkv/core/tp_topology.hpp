@@ -63,6 +63,11 @@ struct TpMapping {
   // exactly notifications_expected_per_request(P_TP, D_TP) notifications per request.
   std::vector<uint32_t> notify_ranks;
 
+  // The one P rank an MLA latent is read from (MLA models, and the MLA-typed regions of a GQA
+  // model): local_rank * remote_tp / local_tp, i.e. the first handshake target (vLLM's MLA rule).
+  uint32_t mla_source_rank() const {
+    return static_cast<uint32_t>(uint64_t{input.local_rank} * input.remote_tp / input.local_tp);
+  }
   uint32_t num_attention_reads() const {
     return static_cast<uint32_t>(attention_source_ranks.size());
   }

@@ -18,6 +18,12 @@
 // are served); a whole-block run of a head slice stays one piece. A Mamba state pair becomes the
 // mamba_reads pieces at page stride block_len * ppl of each side.
 //
+// MLA regions (every attention region of an MLA model, and the `Mla` regions of a GQA model with
+// MLA-typed layers) hold one latent head, the same bytes on every rank: D reads each token run
+// whole from one P rank (TpMapping::mla_source_rank(), the first handshake target), in either KV
+// layout, while the GQA regions of the same plan are split by heads as below. The coverage check
+// derives D's expected bytes per region by its own kind.
+//
 // NHD layout (tokens x heads x bytes_per_head, both sides): a token run over ALL of the rank's
 // heads is one contiguous piece at token_begin * heads * bytes_per_head, whole block or not. It
 // is planned only where that holds, i.e. MLA or the same number of KV heads per rank on both
