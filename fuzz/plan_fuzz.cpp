@@ -150,7 +150,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const ModelDesc m = model(b);
     const MambaCacheMode mode = m.is_hybrid() ? static_cast<MambaCacheMode>(b.next(3)) : MambaCacheMode::None;
-    const EngineConfig dc = config(b, mode), pc = config(b, mode);
+    EngineConfig dc = config(b, mode), pc = config(b, mode);
+    // The KV element format, the same on both sides: the model dtype, or 8- / 4-bit elements
+    // with bytes packed per token per head (per-token-head scales; refused for MLA latents).
+    const uint64_t format = b.next(3);
+    for (EngineConfig* c : {&dc, &pc}) {
+      c->kv_cache_element_bits = format == 0 ? 0 : format == 1 ? 8 : 4;
+      c->kv_cache_head_extra_bytes = format == 0 ? 0 : static_cast<uint32_t>(b.next(9));
+    }
     const EngineGeometry dg = derive_geometry(m, dc), pg = derive_geometry(m, pc);
     const uint64_t pool = 8;
     const uint32_t regions = static_cast<uint32_t>(1 + b.next(2));

@@ -229,6 +229,8 @@ func engineConfig(e *in) (EngineConfig, error) {
 	c.NumSpeculativeTokens = e.u32Or("num_speculative_tokens", 0)
 	c.UserBlockSize = e.u32Or("user_block_size", 0)
 	c.UserMambaBlockSize = e.u32Or("user_mamba_block_size", 0)
+	c.KVCacheElementBits = e.u32Or("kv_cache_element_bits", 0)
+	c.KVCacheHeadExtraBytes = e.u32Or("kv_cache_head_extra_bytes", 0)
 	backend := e.strOr("backend", "flash_attn")
 	c.MambaCacheMode = e.cacheMode("mamba_cache_mode", "none")
 	switch l := e.strOr("conv_layout", "DS"); l {
@@ -362,20 +364,21 @@ var ops = map[string]opFunc{
 			pj[k] = out{"name": p.Name, "dim_local": p.DimLocal, "bytes": p.Bytes, "offset": p.Offset, "replicated": p.Replicated}
 		}
 		return out{
-			"kv_heads_per_rank":    info.KVHeadsPerRank,
-			"attn_bytes_per_token": info.AttnBytesPerToken,
-			"conv_bytes":           info.ConvBytes,
-			"ssm_bytes":            info.SSMBytes,
-			"mamba_page_bytes":     info.MambaPageBytes,
-			"block_size":           info.BlockSize,
-			"mamba_block_size":     info.MambaBlockSize,
-			"attn_page_bytes":      info.AttnPageBytes,
-			"padding_ppm":          info.PaddingPPM,
-			"kernel_block_size":    info.KernelBlockSize,
-			"physical_per_logical": info.PhysicalPerLogical,
-			"kernel_page_bytes":    info.KernelPageBytes,
-			"projections":          pj,
-			"log_lines":            lines,
+			"kv_heads_per_rank":       info.KVHeadsPerRank,
+			"kv_head_bytes_per_token": info.KVHeadBytesPerToken,
+			"attn_bytes_per_token":    info.AttnBytesPerToken,
+			"conv_bytes":              info.ConvBytes,
+			"ssm_bytes":               info.SSMBytes,
+			"mamba_page_bytes":        info.MambaPageBytes,
+			"block_size":              info.BlockSize,
+			"mamba_block_size":        info.MambaBlockSize,
+			"attn_page_bytes":         info.AttnPageBytes,
+			"padding_ppm":             info.PaddingPPM,
+			"kernel_block_size":       info.KernelBlockSize,
+			"physical_per_logical":    info.PhysicalPerLogical,
+			"kernel_page_bytes":       info.KernelPageBytes,
+			"projections":             pj,
+			"log_lines":               lines,
 		}, nil
 	},
 	"mamba_reads": func(t *testing.T, i *in) (out, error) {

@@ -107,6 +107,12 @@ type EngineConfig struct {
 	MambaCacheMode MambaCacheMode
 	// ConvLayout is the conv state layout.
 	ConvLayout ConvLayout
+	// KVCacheElementBits is the KV element format's bits per K/V element (4, 8, 16, 32, 64); 0
+	// means 8 * the KV dtype bytes. A set KVCacheDtypeBytes must agree with it.
+	KVCacheElementBits uint32
+	// KVCacheHeadExtraBytes is the bytes packed per token per KV head beside K and V (vLLM's
+	// per-token-head scales: 8); they travel with the head in every head-sliced read. 0: none.
+	KVCacheHeadExtraBytes uint32
 }
 
 // DefaultEngineConfig returns the library defaults (TP 1, auto dtypes, FlashAttention, cache
@@ -152,6 +158,8 @@ func (c *EngineConfig) toC(out *C.pdkv_engine_config_t) func() {
 	out.kernel_block_multiple_of = C.uint32_t(c.KernelBlockMultipleOf)
 	out.mamba_cache_mode = C.int32_t(c.MambaCacheMode)
 	out.conv_layout = C.int32_t(c.ConvLayout)
+	out.kv_cache_element_bits = C.uint64_t(c.KVCacheElementBits)
+	out.kv_cache_head_extra_bytes = C.uint64_t(c.KVCacheHeadExtraBytes)
 	out.kernel_block_sizes = nil
 	out.num_kernel_block_sizes = 0
 	if len(c.KernelBlockSizes) == 0 {
@@ -226,6 +234,9 @@ type GeometryInfo struct {
 	MLABytesPerToken uint64
 	// MLAKernelPageBytes is KernelBlockSize * MLABytesPerToken.
 	MLAKernelPageBytes uint64
+	// KVHeadBytesPerToken is one KV head's entry per token: its K and V elements plus the
+	// per-token-head extras; AttnBytesPerToken = KVHeadsPerRank * this.
+	KVHeadBytesPerToken uint64
 }
 
 // ConvProjection is one projection of the conv channels (Mamba2 x/B/C, GDN Q/K/V, Mamba1 x).
@@ -332,6 +343,7 @@ func (g *Geometry) Info() (GeometryInfo, error) {
 		NumLogLines:          int(ci.num_log_lines),
 		MLABytesPerToken:     uint64(ci.mla_bytes_per_token),
 		MLAKernelPageBytes:   uint64(ci.mla_kernel_page_bytes),
+		KVHeadBytesPerToken:  uint64(ci.kv_head_bytes_per_token),
 	}, nil
 }
 

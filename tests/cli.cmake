@@ -131,8 +131,32 @@ pdkv_cli_expect(cli_bad_kernel_block_sizes 1 PATTERNS "--kernel-block-sizes entr
 pdkv_cli_expect(cli_trailing_comma_kernel_block_sizes 1 PATTERNS "--kernel-block-sizes entry '' in '16,'"
   ARGS ${N30} --kernel-block-sizes 16,)
 pdkv_cli_expect(cli_zero_kernel_block_size 1 PATTERNS "--kernel-block-sizes entry '0'" ARGS ${N30} --kernel-block-sizes 0)
-pdkv_cli_expect(cli_bad_dtype 1 PATTERNS "--kv-cache-dtype: PDKV_ERR_NOT_FOUND: unknown dtype 'fp9'"
+pdkv_cli_expect(cli_bad_dtype 1 PATTERNS "--kv-cache-dtype: PDKV_ERR_NOT_FOUND: unknown KV cache dtype 'fp9'"
   ARGS ${N30} --kv-cache-dtype fp9)
+# Quantized KV with per-head scales (issue 12 item 2): Qwen3.5-27B at TP1 with int8 per-token-head
+# KV, bf16 SSM state and 7 speculative tokens logs an 864-token block and 1.09% padding; a KV
+# head is 520 bytes per token (256 + 256 int8 + two fp32 scales) and moves whole.
+pdkv_cli_expect(cli_int8_per_token_head_864 0
+  PATTERNS "KV bytes / token / head +520 [(]8 B scales[)] +520 [(]8 B scales[)]"
+           "[[]prefill vLLM log[]] Setting attention block size to 864 tokens"
+           "[[]prefill vLLM log[]] Padding mamba page size by 1[.]09%"
+           "prefill rank 0: 1040 B/token, 898560 B .* per decode block, head slice at [+]1040 B/token in P -> [+]0 in D"
+  ARGS plan --model qwen3.5-27b --prefill-tp 1 --decode-tp 2 --kv-cache-dtype int8_per_token_head
+       --mamba-ssm-cache-dtype bfloat16 --num-speculative-tokens 7 --attention-backend triton)
+# GQA layers split by heads, MLA-typed layers read whole from one prefill rank (issue 12 item 4),
+# on a dense 4-layer Llama-like config (8 KV heads of 128, bf16) whose layers 1 and 3 are marked.
+set(PDKV_CLI_LLAMA ${CMAKE_CURRENT_BINARY_DIR}/cli_llama4.json)
+file(WRITE ${PDKV_CLI_LLAMA} "{\"model_type\": \"llama\", \"num_hidden_layers\": 4, \"hidden_size\": 4096, \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"torch_dtype\": \"bfloat16\"}")
+pdkv_cli_expect(cli_mla_typed_layers 0
+  PATTERNS "MLA-typed attention layers: 2 [(]latent of 132 elements"
+           "MLA-typed layers bytes / token +264 +264"
+           "prefill rank 3: 1024 B/token, .* head slice at [+]0 B/token in P -> [+]1024 in D"
+           "MLA-typed layers: the whole latent from prefill rank 2 only, 264 B/token"
+  ARGS plan --model ${PDKV_CLI_LLAMA} --prefill-tp 4 --decode-tp 2 --mla-layers 1,3 --mla-head-size 132)
+pdkv_cli_expect(cli_mla_layers_in_hybrid 2 PATTERNS "MLA-typed layers 'L' in a hybrid [(]Mamba type mamba2[)] model are not supported"
+  ARGS plan --model nemotron-3-nano-30b --prefill-tp 4 --decode-tp 2 --mla-layers 5 --mla-head-size 132)
+pdkv_cli_expect(cli_mla_layer_not_attention 2 PATTERNS "--mla-layers: .*layer 0 is not a GQA attention layer"
+  ARGS plan --model nemotron-3-nano-30b --prefill-tp 4 --decode-tp 2 --mla-layers 0 --mla-head-size 132)
 pdkv_cli_expect(cli_bad_ssm_dtype 1 PATTERNS "--mamba-ssm-cache-dtype: .*'float13'"
   ARGS ${N30} --mamba-ssm-cache-dtype float13)
 pdkv_cli_expect(cli_bad_backend 1 PATTERNS "--decode-backend: PDKV_ERR_NOT_FOUND: .*'warp_attn'"

@@ -400,6 +400,16 @@ typedef struct pdkv_engine_config {
   /* Mamba state: */
   int32_t mamba_cache_mode;         /* a pdkv_mamba_cache_mode_t */
   int32_t conv_layout;              /* a pdkv_conv_layout_t */
+  /* Appended after 0.1 (uint64_t so that they start at byte 80, the 0.1 size; a caller whose
+   * struct_size stops before them gets 0). The KV cache element format: one KV head's entry per
+   * token is its K and V elements of kv_cache_element_bits each plus kv_cache_head_extra_bytes
+   * packed beside them (vLLM's int8/fp8_per_token_head: 8 bits + 8 bytes of fp32 scales, 520 B
+   * per head at head size 256; int4_per_token_head: 4 bits + 8 bytes). Attention bytes per
+   * token, the hybrid block size and head-sliced reads (a head's scales travel with its data)
+   * follow from it. */
+  uint64_t kv_cache_element_bits;     /* 0 (8 * the KV dtype bytes), 4, 8, 16, 32 or 64; must
+                                         agree with a non-zero kv_cache_dtype_bytes */
+  uint64_t kv_cache_head_extra_bytes; /* 0..4096 bytes per token per KV head; not with MLA */
 } pdkv_engine_config_t;
 
 /* Fills *config with defaults (TP 1, auto dtypes, FlashAttention, cache mode none, DS layout)
@@ -456,6 +466,9 @@ typedef struct pdkv_geometry_info {
    * every TP) and their kernel page (kernel_block_size tokens). 0 for other models. */
   uint64_t mla_bytes_per_token;
   uint64_t mla_kernel_page_bytes;
+  /* Appended after 0.1: one KV head's entry per token (K and V elements plus the per-token-head
+   * extras of pdkv_engine_config_t); attn_bytes_per_token = kv_heads_per_rank * this. */
+  uint64_t kv_head_bytes_per_token;
 } pdkv_geometry_info_t;
 
 /* One projection of the conv channels (Mamba2 x/B/C, GDN Q/K/V, Mamba1 x), DS layout. */
@@ -472,7 +485,9 @@ typedef struct pdkv_conv_projection {
 /* Derives the geometry of `model` on the engine `config` (neither is retained). Errors:
  * NULL_POINTER (model, config, out), STRUCT_SIZE (config), INVALID_ARGUMENT (unknown enum value,
  * zero TP or TP > 65536, a dtype size other than 0/1/2/4/8, more than 64 speculative tokens, a
- * user block size above 2^20, ...), HEADS_NOT_DIVISIBLE, UNSUPPORTED_MAMBA_TYPE, UNSUPPORTED_LAYOUT (SD conv),
+ * user block size above 2^20, a KV element size other than 0/4/8/16/32/64 bits or disagreeing
+ * with kv_cache_dtype_bytes, K/V elements of a head not filling whole bytes, per-token-head
+ * extras with MLA latents, ...), HEADS_NOT_DIVISIBLE, UNSUPPORTED_MAMBA_TYPE, UNSUPPORTED_LAYOUT (SD conv),
  * INCOMPATIBLE (MLA backend with a non-MLA model, or no kernel size fits), OVERFLOW.
  * *out owned by the caller (pdkv_geometry_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_geometry_new(const pdkv_model_t *model,

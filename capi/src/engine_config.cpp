@@ -1,5 +1,6 @@
 #include "engine_config.hpp"
 
+#include <cstdint>
 #include <string>
 
 #include "boundary.hpp"
@@ -29,6 +30,17 @@ EngineSettings engine_from_c(const pdkv_engine_config_t& caller, const core::Mod
   e.num_speculative_tokens = c.num_speculative_tokens;
   e.user_block_size = c.user_block_size;
   s.options.user_mamba_block_size = c.user_mamba_block_size;
+  // Appended uint64_t fields (they start at the 0.1 size); the core holds 32 bits, so a larger
+  // value is refused here, naming it, instead of being cut.
+  const auto narrow = [](uint64_t v, const char* field) {
+    if (v > UINT32_MAX) {
+      core::fail(core::Status::InvalidArgument, std::string("pdkv_engine_config_t.") + field + " = " +
+                                                    std::to_string(v) + " is out of range");
+    }
+    return static_cast<uint32_t>(v);
+  };
+  e.kv_cache_element_bits = narrow(c.kv_cache_element_bits, "kv_cache_element_bits");
+  e.kv_cache_head_extra_bytes = narrow(c.kv_cache_head_extra_bytes, "kv_cache_head_extra_bytes");
 
   if (c.mamba_cache_mode < PDKV_MAMBA_CACHE_NONE || c.mamba_cache_mode > PDKV_MAMBA_CACHE_ALL) {
     bad_enum("mamba_cache_mode", c.mamba_cache_mode, "a pdkv_mamba_cache_mode_t: 0 none, 1 align, 2 all");

@@ -74,6 +74,7 @@ PDKV_API pdkv_status_t pdkv_geometry_get_info(const pdkv_geometry_t* geometry, p
     i.kernel_page_bytes = g.kernel_page_bytes;
     i.mla_bytes_per_token = g.mla_bytes_per_token;
     i.mla_kernel_page_bytes = g.mla_kernel_page_bytes;
+    i.kv_head_bytes_per_token = g.kv_head_bytes_per_token;
     i.num_projections = g.mamba.projections.size();
     i.num_temporal_dims = g.mamba.temporal_shape.size();
     i.num_log_lines = g.log_lines.size();

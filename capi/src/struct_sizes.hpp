@@ -74,6 +74,8 @@ static_assert(offsetof(pdkv_model_desc_t, mla_head_size) >= kModelDescMinSize, "
 static_assert(offsetof(pdkv_engine_layout_t, region_kinds) >= kEngineLayoutMinSize, "region_kinds in the 0.1 padding");
 static_assert(offsetof(pdkv_geometry_info_t, mla_bytes_per_token) >= kGeometryInfoMinSize,
               "mla_bytes_per_token in the 0.1 padding");
+static_assert(offsetof(pdkv_engine_config_t, kv_cache_element_bits) >= kEngineConfigMinSize,
+              "kv_cache_element_bits in the 0.1 padding");
 
 // Checks in->struct_size against [min_size, sizeof(T)] (STRUCT_SIZE otherwise) and returns a
 // current-size copy of the caller's struct: its first struct_size bytes, the rest zero. Read input

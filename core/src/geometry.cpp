@@ -102,9 +102,10 @@ EngineGeometry derive_geometry(const ModelDesc& m, const EngineConfig& e, const 
   EngineGeometry g;
   g.tp_size = e.tp_size;
   g.kv_heads_per_rank = kv_heads_per_rank(m, e.tp_size);
-  const uint64_t head_bytes = uint64_t{m.attention.head_size} + m.attention.head_size_v;
-  g.attn_bytes_per_token = mul_checked(mul_checked(g.kv_heads_per_rank, head_bytes, "kv heads * head size"),
-                                       resolved_kv_dtype_bytes(m, e), "attention bytes per token");
+  // The KV element format decides a head's bytes; the block-size rule, its log lines and the
+  // head-sliced reads all follow from attn_bytes_per_token.
+  g.kv_head_bytes_per_token = kv_head_bytes_per_token(m, e);
+  g.attn_bytes_per_token = mul_checked(g.kv_heads_per_rank, g.kv_head_bytes_per_token, "attention bytes per token");
   // Phase 1: the backend's preferred size unless the user chose one.
   g.block_size = e.user_block_size != 0 ? e.user_block_size : e.preferred_block_size;
 
@@ -122,7 +123,11 @@ EngineGeometry derive_geometry(const ModelDesc& m, const EngineConfig& e, const 
   g.physical_per_logical = g.block_size / g.kernel_block_size;
   g.kernel_page_bytes = g.attn_page_bytes / g.physical_per_logical;
   if (m.mixes_mla()) {
-    g.mla_bytes_per_token = mul_checked(m.mla_head_size, resolved_kv_dtype_bytes(m, e), "MLA bytes per token");
+    const uint64_t bits = resolved_kv_element_bits(m, e);
+    require(uint64_t{m.mla_head_size} * bits % 8 == 0, Status::InvalidArgument,
+            "model '" + m.name + "': mla_head_size = " + std::to_string(m.mla_head_size) + " elements of " +
+                std::to_string(bits) + " bits are not a whole number of bytes");
+    g.mla_bytes_per_token = uint64_t{m.mla_head_size} * bits / 8;
     g.mla_kernel_page_bytes = mul_checked(g.kernel_block_size, g.mla_bytes_per_token, "MLA kernel page bytes");
   }
   return g;

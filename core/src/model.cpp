@@ -123,10 +123,59 @@ void validate_engine_config(const EngineConfig& e) {
   require(e.user_block_size <= kEngineMaxUserBlockSize, Status::InvalidArgument,
           value("user_block_size", e.user_block_size) + " exceeds the maximum " +
               std::to_string(kEngineMaxUserBlockSize) + " tokens");
+  const uint32_t bits = e.kv_cache_element_bits;
+  require(bits == 0 || bits == 4 || bits == 8 || bits == 16 || bits == 32 || bits == 64, Status::InvalidArgument,
+          value("kv_cache_element_bits", bits) + " is not an element size (0 auto, 4, 8, 16, 32 or 64 bits)");
+  require(bits == 0 || e.kv_cache_dtype_bytes == 0 || bits == 8 * e.kv_cache_dtype_bytes, Status::InvalidArgument,
+          value("kv_cache_element_bits", bits) + " disagrees with kv_cache_dtype_bytes = " +
+              std::to_string(e.kv_cache_dtype_bytes) + " (" + std::to_string(8 * e.kv_cache_dtype_bytes) +
+              " bits); set one of them, or both alike");
+  require(e.kv_cache_head_extra_bytes <= kMaxKvHeadExtraBytes, Status::InvalidArgument,
+          value("kv_cache_head_extra_bytes", e.kv_cache_head_extra_bytes) + " exceeds the maximum " +
+              std::to_string(kMaxKvHeadExtraBytes) + " bytes per token per KV head");
 }
 
 uint32_t resolved_kv_dtype_bytes(const ModelDesc& m, const EngineConfig& e) {
   return e.kv_cache_dtype_bytes != 0 ? e.kv_cache_dtype_bytes : m.dtype_bytes;
+}
+
+uint32_t resolved_kv_element_bits(const ModelDesc& m, const EngineConfig& e) {
+  return e.kv_cache_element_bits != 0 ? e.kv_cache_element_bits : 8 * resolved_kv_dtype_bytes(m, e);
+}
+
+uint64_t kv_head_bytes_per_token(const ModelDesc& m, const EngineConfig& e) {
+  const uint64_t bits = resolved_kv_element_bits(m, e);
+  const auto whole = [&](const char* field, uint64_t elements) {
+    require(elements * bits % 8 == 0, Status::InvalidArgument,
+            "model '" + m.name + "': " + field + " = " + std::to_string(elements) + " elements of " +
+                std::to_string(bits) + " bits are not a whole number of bytes (kv_cache_element_bits " +
+                std::to_string(bits) + ")");
+    return elements * bits / 8;
+  };
+  const uint64_t data = whole("attention.head_size", m.attention.head_size) +
+                        whole("attention.head_size_v", m.attention.head_size_v);
+  if (e.kv_cache_head_extra_bytes != 0) {
+    require(!m.attention.use_mla && !m.mixes_mla(), Status::InvalidArgument,
+            "model '" + m.name + "': kv_cache_head_extra_bytes = " + std::to_string(e.kv_cache_head_extra_bytes) +
+                " (per-token-head scales) with MLA latents (" +
+                (m.attention.use_mla ? std::string("use_mla") : "MLA-typed layers 'L'") +
+                "): the per-token-head KV formats scale GQA K/V heads; use a plain KV dtype");
+  }
+  return data + e.kv_cache_head_extra_bytes;
+}
+
+KvCacheFormat kv_cache_format_from_name(const std::string& name) {
+  const std::string n = ascii_lower(name);
+  if (n == "auto") return {0, 0};
+  if (n == "bfloat16" || n == "bf16" || n == "float16" || n == "fp16" || n == "half") return {16, 0};
+  if (n == "float32" || n == "fp32" || n == "float") return {32, 0};
+  if (n == "fp8" || n == "fp8_e4m3" || n == "fp8_e5m2") return {8, 0};
+  // vLLM's per-token-head modes: K and V each carry one fp32 scale per token and head.
+  if (n == "int8_per_token_head" || n == "fp8_per_token_head") return {8, 8};
+  if (n == "int4_per_token_head") return {4, 8};
+  fail(Status::NotFound, "unknown KV cache dtype '" + name +
+                             "' (expected one of auto, bfloat16, float16, float32, fp8, fp8_e4m3, fp8_e5m2, "
+                             "int8_per_token_head, fp8_per_token_head, int4_per_token_head)");
 }
 
 uint32_t resolved_conv_dtype_bytes(const ModelDesc& m, const EngineConfig& e) {

@@ -212,6 +212,8 @@ class EngineConfigC(Structure):
         ("kernel_block_multiple_of", c_uint32),
         ("mamba_cache_mode", c_int32),
         ("conv_layout", c_int32),
+        ("kv_cache_element_bits", c_uint64),
+        ("kv_cache_head_extra_bytes", c_uint64),
     ]
 
 
@@ -250,6 +252,7 @@ class GeometryInfoC(Structure):
         ("num_log_lines", c_size_t),
         ("mla_bytes_per_token", c_uint64),
         ("mla_kernel_page_bytes", c_uint64),
+        ("kv_head_bytes_per_token", c_uint64),
     ]
 
 

@@ -59,6 +59,10 @@ class EngineConfig:
     mamba_cache_mode: Union[MambaCacheMode, int, str] = MambaCacheMode.NONE
     #: Conv state layout (SD is rejected by the geometry).
     conv_layout: Union[ConvLayout, int, str] = ConvLayout.DS
+    #: KV element format: bits per K/V element (4, 8, 16, 32, 64); 0: 8 * the KV dtype bytes.
+    kv_cache_element_bits: int = 0
+    #: Bytes packed per token per KV head beside K and V (per-token-head scales: 8); 0: none.
+    kv_cache_head_extra_bytes: int = 0
 
     def backend_value(self) -> AttentionBackend:
         """The backend as an :class:`AttentionBackend` (names resolved by the library)."""
@@ -90,6 +94,8 @@ class EngineConfig:
         c.kernel_block_multiple_of = u32("kernel_block_multiple_of", self.kernel_block_multiple_of)
         c.mamba_cache_mode = int(enum_value("mamba_cache_mode", MambaCacheMode, self.mamba_cache_mode))
         c.conv_layout = int(enum_value("conv_layout", ConvLayout, self.conv_layout))
+        c.kv_cache_element_bits = u32("kv_cache_element_bits", self.kv_cache_element_bits)
+        c.kv_cache_head_extra_bytes = u32("kv_cache_head_extra_bytes", self.kv_cache_head_extra_bytes)
         return c
 
 
@@ -128,6 +134,8 @@ class GeometryInfo:
     #: every TP); 0 for other models.
     mla_bytes_per_token: int = 0
     mla_kernel_page_bytes: int = 0  #: kernel_block_size * mla_bytes_per_token.
+    #: One KV head's entry per token: K and V elements plus the per-token-head extras.
+    kv_head_bytes_per_token: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

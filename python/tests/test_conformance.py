@@ -91,6 +91,8 @@ def engine(e: Input) -> pdkv.EngineConfig:
         num_speculative_tokens=e.int("num_speculative_tokens", 0),
         user_block_size=e.int("user_block_size", 0),
         user_mamba_block_size=e.int("user_mamba_block_size", 0),
+        kv_cache_element_bits=e.int("kv_cache_element_bits", 0),
+        kv_cache_head_extra_bytes=e.int("kv_cache_head_extra_bytes", 0),
         backend=pdkv.backend_from_name(e.str("backend", "flash_attn")),
         mamba_cache_mode=_choice("mamba_cache_mode", e.str("mamba_cache_mode", "none"), ("none", "align", "all")),
         conv_layout=_choice("conv_layout", e.str("conv_layout", "DS"), ("DS", "SD")),
@@ -177,6 +179,7 @@ def op_geometry(i: Input) -> Dict[str, Any]:
         info = g.info()
         return {
             "kv_heads_per_rank": info.kv_heads_per_rank,
+            "kv_head_bytes_per_token": info.kv_head_bytes_per_token,
             "attn_bytes_per_token": info.attn_bytes_per_token,
             "conv_bytes": info.conv_bytes,
             "ssm_bytes": info.ssm_bytes,
@@ -963,6 +966,7 @@ OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
             "conv_bytes",
             "ssm_bytes",
             "mamba_page_bytes",
+            "kv_head_bytes_per_token",
             "block_size",
             "mamba_block_size",
             "attn_page_bytes",

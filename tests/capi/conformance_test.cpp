@@ -177,6 +177,8 @@ pdkv_engine_config_t engine_config(Input in) {
   c.num_speculative_tokens = in.u32_or("num_speculative_tokens", 0);
   c.user_block_size = in.u32_or("user_block_size", 0);
   c.user_mamba_block_size = in.u32_or("user_mamba_block_size", 0);
+  c.kv_cache_element_bits = in.u32_or("kv_cache_element_bits", 0);
+  c.kv_cache_head_extra_bytes = in.u32_or("kv_cache_head_extra_bytes", 0);
   const std::string backend = in.str_or("backend", "flash_attn");
   const std::string mode = in.str_or("mamba_cache_mode", "none");
   if (mode == "none") c.mamba_cache_mode = PDKV_MAMBA_CACHE_NONE;
@@ -331,6 +333,7 @@ json op_geometry(Input& in) {
     lines.push_back(line);
   }
   return {{"kv_heads_per_rank", i.kv_heads_per_rank},
+          {"kv_head_bytes_per_token", i.kv_head_bytes_per_token},
           {"attn_bytes_per_token", i.attn_bytes_per_token},
           {"conv_bytes", i.conv_bytes},
           {"ssm_bytes", i.ssm_bytes},
@@ -1434,7 +1437,7 @@ const std::map<std::string, Op>& ops() {
       {"physical_blocks_per_logical", {{"ppl"}, op_physical_blocks_per_logical}},
       {"block_size_ratio", {{"ratio"}, op_block_size_ratio}},
       {"geometry",
-       {{"kv_heads_per_rank", "attn_bytes_per_token", "conv_bytes", "ssm_bytes", "mamba_page_bytes", "block_size",
+       {{"kv_heads_per_rank", "kv_head_bytes_per_token", "attn_bytes_per_token", "conv_bytes", "ssm_bytes", "mamba_page_bytes", "block_size",
          "mamba_block_size", "attn_page_bytes", "padding_ppm", "kernel_block_size", "physical_per_logical",
          "kernel_page_bytes", "projections", "log_lines"},
         op_geometry}},

@@ -341,3 +341,52 @@ TEST_CASE("block size ratio", "[capi][geometry]") {
   r = capture([&](pdkv_error_t** err) { return pdkv_block_size_ratio(64, 16, nullptr, err); });
   CHECK(r.status == PDKV_ERR_NULL_POINTER);
 }
+
+TEST_CASE("KV element format: per-token-head scales through pdkv_engine_config_t", "[capi][geometry][kv]") {
+  pdkv_model_t* raw = nullptr;
+  REQUIRE_OK(pdkv_model_from_preset("qwen3.5-27b", &raw, err));
+  const ModelPtr m(raw);
+  // Qwen3.5-27B TP1, int8 per-token-head (8 bits + two fp32 scales per head), bf16 SSM state,
+  // 7 speculative tokens, Triton: 4 x 520 B per token, the 864-token block and 1.09% padding.
+  pdkv_engine_config_t c = engine(1, PDKV_BACKEND_TRITON);
+  CHECK(c.kv_cache_element_bits == 0);
+  CHECK(c.kv_cache_head_extra_bytes == 0);
+  c.kv_cache_element_bits = 8;
+  c.kv_cache_head_extra_bytes = 8;
+  c.ssm_state_dtype_bytes = 2;
+  c.num_speculative_tokens = 7;
+  const GeometryPtr g = make_geometry(m.get(), c);
+  const pdkv_geometry_info_t i = info_of(g.get());
+  CHECK(i.kv_head_bytes_per_token == 520);
+  CHECK(i.attn_bytes_per_token == 2080);
+  CHECK(i.block_size == 864);
+  CHECK(i.padding_ppm == 10944);
+
+  // A caller compiled before the fields existed (the 0.1 struct size) gets the model dtype.
+  pdkv_engine_config_t old = c;
+  old.struct_size = offsetof(pdkv_engine_config_t, kv_cache_element_bits);
+  const GeometryPtr g_old = make_geometry(m.get(), old);
+  CHECK(info_of(g_old.get()).kv_head_bytes_per_token == 1024);
+
+  pdkv_engine_config_t bad = c;
+  bad.kv_cache_head_extra_bytes = uint64_t{1} << 32;
+  auto r = capture([&](pdkv_error_t** e) {
+    pdkv_geometry_t* out = nullptr;
+    const pdkv_status_t st = pdkv_geometry_new(m.get(), &bad, &out, e);
+    pdkv_geometry_free(out);
+    return st;
+  });
+  CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(r.message, Contains("kv_cache_head_extra_bytes = 4294967296"));
+  bad = c;
+  bad.kv_cache_element_bits = 8;
+  bad.kv_cache_dtype_bytes = 2;
+  r = capture([&](pdkv_error_t** e) {
+    pdkv_geometry_t* out = nullptr;
+    const pdkv_status_t st = pdkv_geometry_new(m.get(), &bad, &out, e);
+    pdkv_geometry_free(out);
+    return st;
+  });
+  CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(r.message, Contains("kv_cache_element_bits = 8") && Contains("kv_cache_dtype_bytes = 2"));
+}

@@ -9,6 +9,10 @@
 // once; every other byte is untouched. This simulation never calls prefix_trim, attention_reads
 // or mamba_reads: it re-derives the need from token positions and ownership.
 //
+// KV caches are drawn in several element formats (the model dtype; 8- and 4-bit elements with
+// bytes packed per token per head beside them, like vLLM's per-token-head scales): a head's
+// whole unit, scales included, must move together to the same head of D.
+//
 // Plans are compiled on runs of consecutive block ids, so requests draw their ids three ways
 // (IdLayout: fragmented logical ids, consecutive logical ids, and kernel ids cut into runs of
 // every length from 1 to 2*ppl+3 and shuffled), on engines with one kernel block per logical
@@ -338,6 +342,7 @@ struct Outcome {
   size_t nhd_compiled = 0, nhd_refused = 0;  // NHD contexts planned / refused as unsupported
   size_t handshake_refused = 0;  // pure attention P_TP > D_TP with replicated P heads
   size_t mixed_mla_compiled = 0;  // GQA models with MLA-typed regions planned
+  size_t scaled_kv_compiled = 0;  // KV heads carrying per-token-head extras beside their data
 };
 
 void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
@@ -412,6 +417,7 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
   ++out.compiled;
   if (nhd) ++out.nhd_compiled;
   if (e.m.mixes_mla()) ++out.mixed_mla_compiled;
+  if (e.dc.kv_cache_head_extra_bytes != 0) ++out.scaled_kv_compiled;
   ++out.by_layout[static_cast<int>(layout)];
   if (e.dg.physical_per_logical > 1 || e.pg.physical_per_logical > 1) {
     ++out.kernel_split;
@@ -582,6 +588,16 @@ bool make_engines(std::mt19937_64& rng, const ModelDesc& m, bool tiny, Engines& 
   static const uint32_t kTp[] = {1, 2, 4, 8};
   e.m = m;
   const MambaCacheMode mode = m.is_hybrid() ? static_cast<MambaCacheMode>(pick(0, 2)) : MambaCacheMode::None;
+  // The KV element format, the same on both sides: the model dtype, or 8- / 4-bit elements with
+  // bytes packed per token per head (per-token-head scales), which a head's unit must carry
+  // along in every head-sliced read. MLA latents take no per-head extras.
+  const uint64_t format = pick(0, 2);
+  const bool scales_allowed = !m.attention.use_mla && !m.mixes_mla();
+  for (EngineConfig* c : {&e.dc, &e.pc}) {
+    if (format == 1) c->kv_cache_element_bits = 8;
+    if (format == 2) c->kv_cache_element_bits = 4;
+    if (format != 0 && scales_allowed) c->kv_cache_head_extra_bytes = format == 1 ? 8 : 3;
+  }
   for (EngineConfig* c : {&e.dc, &e.pc}) {
     c->tp_size = kTp[pick(0, 3)];
     c->cache_mode = mode;
@@ -616,6 +632,7 @@ TEST(PlanProperties, TinyRandomEnginesMoveExactlyTheMissingBytesOnce) {
   EXPECT_GT(out.compiled, 500u) << "skipped " << skipped;
   EXPECT_GT(out.handshake_refused, 20u);
   EXPECT_GT(out.mixed_mla_compiled, 60u);
+  EXPECT_GT(out.scaled_kv_compiled, 200u);
   EXPECT_GT(out.nhd_compiled, 150u);
   EXPECT_GT(out.nhd_refused, 50u);
   for (size_t n : out.by_layout) EXPECT_GT(n, 150u);

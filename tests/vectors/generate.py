@@ -272,6 +272,10 @@ MODELS = {
     "falcon-h1-0.5b": dict(kind="mamba2", k=2, head=64, head_v=64, dt=2, ssm_dt=2,
                            heads=24, head_dim=64, d_state=128, groups=1, d_conv=4,
                            chunk=2048, spec_rows=False),
+    # Qwen/Qwen3.5-27B: K=4 x 256, GDN Hv=48 dv=128, Hk=16 dk=128, kernel 4, SSM float32
+    # (text_config mamba_ssm_dtype), spec rows; chunk unset -> 2048.
+    "qwen3.5-27b": dict(kind="gdn", k=4, head=256, head_v=256, dt=2, ssm_dt=4,
+                        hv=48, dv=128, hk=16, dk=128, d_conv=4, chunk=2048, spec_rows=True),
     # ai21labs/Jamba-v0.1: K=8 x 128, Mamba1 d_inner 8192, d_state 16, d_conv 4 (bf16 assumed).
     "jamba-v0.1": dict(kind="mamba1", k=8, head=128, head_v=128, dt=2, ssm_dt=2,
                        d_inner=8192, d_state=16, d_conv=4, chunk=2048, spec_rows=False),
@@ -308,12 +312,20 @@ def parts_of(m, tp, spec, conv_dt, ssm_dt, rank=0):
                   ("ssm", units(m["d_inner"], tp, rank), m["d_state"] * ssm_dt)]
 
 
+def kv_head_bytes(m, engine):
+    """One KV head's entry per token (hybrid-geometry.md 2.2): K and V elements of the KV
+    element bits (default 8 x the KV dtype bytes), plus the bytes packed beside them per token and
+    head (the per-token-head modes' two fp32 scales)."""
+    bits = engine.get("kv_cache_element_bits", 0) or 8 * (engine.get("kv_cache_dtype_bytes", 0) or m["dt"])
+    assert m["head"] * bits % 8 == 0 and m["head_v"] * bits % 8 == 0
+    return (m["head"] + m["head_v"]) * bits // 8 + engine.get("kv_cache_head_extra_bytes", 0)
+
+
 def geometry(model, engine):
     """The `geometry` op's full output, from the formulas of hybrid-geometry.md."""
     m = MODELS[model]
     tp = engine["tp_size"]
     spec = engine.get("num_speculative_tokens", 0)
-    kv_dt = engine.get("kv_cache_dtype_bytes", 0) or m["dt"]
     conv_dt = engine.get("conv_state_dtype_bytes", 0) or m["dt"]
     ssm_dt = engine.get("ssm_state_dtype_bytes", 0) or m["ssm_dt"]
     backend = engine.get("backend", "flash_attn")
@@ -322,7 +334,7 @@ def geometry(model, engine):
     user_mbs = engine.get("user_mamba_block_size", 0)
     assert tp <= m["k"] and m["k"] % tp == 0 or tp > m["k"] and tp % m["k"] == 0
     kvh = max(1, m["k"] // tp)
-    a = kvh * (m["head"] + m["head_v"]) * kv_dt
+    a = kvh * kv_head_bytes(m, engine)
     rows, parts = parts_of(m, tp, spec, conv_dt, ssm_dt)
     projections, off = [], 0
     for name, (u0, u1), ub in parts[:-1]:
@@ -336,7 +348,7 @@ def geometry(model, engine):
     conv = off
     ssm = (parts[-1][1][1] - parts[-1][1][0]) * parts[-1][2]
     page = conv + ssm
-    align = max(16, user_bs)
+    align = max(16, user_bs)  # FlashAttention / Triton / FlashInfer: smallest kernel block 16
     if mode == "all":
         chunk = math.lcm(user_mbs or m["chunk"], align)
         b = chunk * -(-(-(-page // a)) // chunk)
@@ -359,7 +371,8 @@ def geometry(model, engine):
     kernel = block if kernels is None else max(k for k in kernels if block % k == 0)
     ppl = block // kernel
     return {
-        "kv_heads_per_rank": kvh, "attn_bytes_per_token": a, "conv_bytes": conv, "ssm_bytes": ssm,
+        "kv_heads_per_rank": kvh, "kv_head_bytes_per_token": kv_head_bytes(m, engine),
+        "attn_bytes_per_token": a, "conv_bytes": conv, "ssm_bytes": ssm,
         "mamba_page_bytes": page, "block_size": block, "mamba_block_size": mbs,
         "attn_page_bytes": attn_page, "padding_ppm": 1000000 * (attn_page - page) // page,
         "kernel_block_size": kernel, "physical_per_logical": ppl,
@@ -904,6 +917,10 @@ DESCS = {
                                 d_state=128, groups=8, d_inner=0, d_conv=4, chunk=128, spec=1, dt=2,
                                 ssm_dt=4, pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
                                 .replace("E", "-")),
+    # Qwen3.5-27B: GDN Hv 48 x dv 128, Hk 16 x dk 128, fp32 SSM default, every 4th layer attention.
+    "qwen3.5-27b": dict(k=4, head=256, head_v=256, mla=0, swa=0, type=3, heads=48, head_dim=128, d_state=128,
+                        groups=16, d_inner=0, d_conv=4, chunk=0, spec=1, dt=2, ssm_dt=4,
+                        pattern="".join("*" if (i + 1) % 4 == 0 else "M" for i in range(64))),
 }
 
 
@@ -1050,14 +1067,13 @@ def attn_geometry(m, engine):
     """Pure-attention geometry (no Mamba alignment): the backend's preferred block size unless
     the user chose one, the largest kernel block size dividing it, one page per kernel block."""
     tp = engine["tp_size"]
-    kv_dt = engine.get("kv_cache_dtype_bytes", 0) or m["dt"]
     pref, kernels = BACKENDS[engine.get("backend", "flash_attn")]
     if m.get("mla"):
         kvh = 1
     else:
         assert m["k"] % tp == 0 or tp % m["k"] == 0
         kvh = max(1, m["k"] // tp)
-    a = kvh * (m["head"] + m["head_v"]) * kv_dt
+    a = kvh * kv_head_bytes(m, engine)
     block = engine.get("user_block_size", 0) or pref
     if kernels is None:
         assert block % 16 == 0
@@ -1117,8 +1133,8 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
     d_kinds = region_kinds(mm, nreg, dl)
     check(region_kinds(mm, nreg, pl), d_kinds, "both sides register the same region kinds")
     mla_src = d_rank * p_tp // d_tp
-    mla_a = {side: mm.get("mla_head", 0) * (eng.get("kv_cache_dtype_bytes", 0) or mm["dt"])
-             for side, eng in (("D", d_eng), ("P", p_eng))}
+    kv_bits = lambda eng: eng.get("kv_cache_element_bits", 0) or 8 * (eng.get("kv_cache_dtype_bytes", 0) or mm["dt"])
+    mla_a = {side: mm.get("mla_head", 0) * kv_bits(eng) // 8 for side, eng in (("D", d_eng), ("P", p_eng))}
     check(mla_a["D"], mla_a["P"], "MLA latent bytes per token")
     page = lambda side, reg: (lbs if side == "D" else rbs) * mla_a[side] if d_kinds[reg] == "mla" \
         else (Ld if side == "D" else Lp)
@@ -2519,7 +2535,8 @@ def mixed_metadata(model, engine, layout=None):
     attn_layers = [i for i, c in enumerate(mm["pattern"]) if c in "*PL"]
     layers = list(range(l["num_regions"])) if l.get("region_kinds") else \
         [attn_layers[i % len(attn_layers)] for i in range(l["num_regions"])]
-    ma = mm["mla_head"] * (engine.get("kv_cache_dtype_bytes", 0) or mm["dt"])
+    ma = mm["mla_head"] * (engine.get("kv_cache_element_bits", 0) or
+                           8 * (engine.get("kv_cache_dtype_bytes", 0) or mm["dt"])) // 8
     lens = [g["kernel_block_size"] * ma if kd == "mla" else g["kernel_page_bytes"] for kd in kinds]
     bases, b = [], l["base"]
     for n in lens:
@@ -2641,6 +2658,112 @@ def mixed_mla_cases():
     return cases
 
 
+KV_FORMATS = {  # vLLM --kv-cache-dtype -> engine keys (hybrid-geometry.md 2.2)
+    "int8_per_token_head": {"kv_cache_element_bits": 8, "kv_cache_head_extra_bytes": 8},
+    "fp8_per_token_head": {"kv_cache_element_bits": 8, "kv_cache_head_extra_bytes": 8},
+    "int4_per_token_head": {"kv_cache_element_bits": 4, "kv_cache_head_extra_bytes": 8},
+}
+
+
+def kv_format_cases():
+    """Quantized KV caches with per-head scales (issue 12 item 2): geometry (the 864-token block
+    of Qwen3.5-27B with int8 per-token-head KV), engine errors, plans whose head slices carry each
+    head's scales, and the handshake refusing different formats on the two sides."""
+    cases = []
+    q = "qwen3.5-27b"
+    i8 = KV_FORMATS["int8_per_token_head"]
+
+    def g(name, engine, expect=None):
+        out = geometry(q, engine)
+        for key, val in (expect or {}).items():
+            check(out[key], val, f"{name}.{key}")
+        cases.append({"name": f"geometry/{name}", "op": "geometry", "input": {"model": q, "engine": engine},
+                      "output": out})
+        return out
+
+    # The real case: TP1, int8 per-token-head KV, bf16 SSM state, 7 speculative tokens (Triton):
+    # 520 B per head (256 + 256 + 8), 2080 B per token; Mamba page 204800 + 1572864 = 1777664;
+    # B = 16 * ceil(1777664 / 33280) = 864; padding 19456 / 1777664 = 1.09%.
+    real = dict(i8, tp_size=1, backend="triton", ssm_state_dtype_bytes=2, num_speculative_tokens=7)
+    o = g("qwen35_27b_tp1_int8_per_token_head_bf16_ssm_spec7", real,
+          {"kv_head_bytes_per_token": 520, "attn_bytes_per_token": 2080, "mamba_page_bytes": 1777664,
+           "block_size": 864, "padding_ppm": 10944})
+    check(o["log_lines"], ["Setting attention block size to 864 tokens to ensure that attention page size is >= "
+                           "mamba page size.",
+                           "Padding mamba page size by 1.09% to ensure that mamba page size and attention page size "
+                           "are exactly equal."], "the 864 / 1.09% log lines")
+    g("qwen35_27b_tp2_int8_per_token_head_bf16_ssm_spec7", dict(real, tp_size=2), {"block_size": 864})
+    g("qwen35_27b_tp1_int4_per_token_head", dict(KV_FORMATS["int4_per_token_head"], tp_size=1),
+      {"kv_head_bytes_per_token": 264})
+    g("qwen35_27b_tp4_fp8_per_token_head_flashinfer",
+      dict(KV_FORMATS["fp8_per_token_head"], tp_size=4, backend="flashinfer"))
+    g("qwen35_27b_tp2_bf16", {"tp_size": 2}, {"kv_head_bytes_per_token": 1024})
+    g("qwen35_27b_tp2_element_bits_and_dtype_agree", {"tp_size": 2, "kv_cache_element_bits": 8,
+                                                      "kv_cache_dtype_bytes": 1}, {"kv_head_bytes_per_token": 512})
+
+    def e(name, engine, status, contains):
+        cases.append({"name": f"geometry/{name}", "op": "geometry", "input": {"model": q, "engine": engine},
+                      "error": {"status": status, "message_contains": contains}})
+
+    e("kv_element_bits_12", {"tp_size": 1, "kv_cache_element_bits": 12}, "PDKV_ERR_INVALID_ARGUMENT",
+      ["kv_cache_element_bits = 12"])
+    e("kv_element_bits_disagree_with_dtype", {"tp_size": 1, "kv_cache_element_bits": 8, "kv_cache_dtype_bytes": 2},
+      "PDKV_ERR_INVALID_ARGUMENT", ["kv_cache_element_bits = 8", "kv_cache_dtype_bytes = 2"])
+    e("kv_head_extra_bytes_over_bound", {"tp_size": 1, "kv_cache_head_extra_bytes": 4097},
+      "PDKV_ERR_INVALID_ARGUMENT", ["kv_cache_head_extra_bytes = 4097"])
+
+    def pl(name, p_eng, d_eng, d_rank, groups, expect):
+        out = plan(q, p_eng, d_eng, d_rank, groups, {"engine_id": "p", "num_logical_blocks": 8},
+                   {"engine_id": "d", "num_logical_blocks": 8})
+        for key, val in expect.items():
+            check(out[key], val, "plan " + name + "." + key)
+        cases.append({"name": "transfer_plan/" + name, "op": "transfer_plan",
+                      "input": {"model": q, "prefill": {"engine": p_eng, "layout": {"engine_id": "p", "num_logical_blocks": 8}},
+                                "decode": {"engine": d_eng, "layout": {"engine_id": "d", "num_logical_blocks": 8}},
+                                "decode_rank": d_rank, "groups": groups},
+                      "output": out})
+
+    # D TP2 rank 1 (heads 2, 3) <- P TP1, int8 per-token-head, block 1552 on both sides (fp32 SSM):
+    # a 10-token run is one piece per head of 10 whole 520-byte entries (data and scales), at the
+    # head's own offset on each side; the Mamba state follows in its own pieces.
+    e1 = dict(i8, tp_size=1)
+    e2 = dict(i8, tp_size=2)
+    check((geometry(q, e1)["block_size"], geometry(q, e2)["block_size"]), (1552, 1552), "int8 pth blocks")
+    L1, L2 = 1552 * 2080, 1552 * 1040
+    pl("qwen35_27b_int8_per_token_head_d_tp2_from_p_tp1_rank1", e1, e2, 1,
+       [{"kind": "attention", "local_blocks": [3], "remote_blocks": [5], "remote_computed_tokens": 10},
+        {"kind": "mamba", "local_blocks": [6], "remote_blocks": [4], "remote_computed_tokens": 10}],
+       {"read_ranks": [0],
+        "reads": [[{"local_region": 0, "local_offset": 3 * L2, "remote_region": 0,
+                    "remote_offset": 5 * L1 + 2 * 1552 * 520, "length": 10 * 520},
+                   {"local_region": 0, "local_offset": 3 * L2 + 1552 * 520, "remote_region": 0,
+                    "remote_offset": 5 * L1 + 3 * 1552 * 520, "length": 10 * 520}]
+                  + [r for r in plan(q, e1, e2, 1, [{"kind": "mamba", "local_blocks": [6], "remote_blocks": [4],
+                                                     "remote_computed_tokens": 10}],
+                                     {"engine_id": "p", "num_logical_blocks": 8},
+                                     {"engine_id": "d", "num_logical_blocks": 8})["reads"][0]]]})
+    # P TP4 (one head per rank) -> D TP2 rank 0, int4 per-token-head: heads 0 and 1 from P ranks
+    # 0 and 1, whole blocks of 264-byte entries placed at their head slots.
+    e4 = dict(KV_FORMATS["int4_per_token_head"], tp_size=4)
+    e2b = dict(KV_FORMATS["int4_per_token_head"], tp_size=2)
+    b4, b2 = geometry(q, e4)["block_size"], geometry(q, e2b)["block_size"]
+    pl("qwen35_27b_int4_per_token_head_d_tp2_from_p_tp4_rank0", e4, e2b, 0,
+       [{"kind": "attention", "local_blocks": [1, 2], "remote_blocks": [1, 2, 3, 4, 5, 6, 7],
+         "remote_computed_tokens": 2 * b2}],
+       {"read_ranks": [0, 1], "notify_ranks": [0, 1]})
+
+    # The handshake compares a head's bytes per token: int8 per-token-head (520) on P and bf16
+    # (1024) on D is refused, naming both.
+    items = validate(metadata(q, {"tp_size": 2}, {"engine_id": "d"}), metadata(q, e1, {"engine_id": "p"}))
+    check(items, [{"status": "PDKV_ERR_INCOMPATIBLE", "field": "attention_bytes_per_token"}], "format mismatch")
+    cases.append({"name": "handshake_validate/qwen35_27b_bf16_vs_int8_per_token_head", "op": "handshake_validate",
+                  "input": {"local": {"model": q, "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
+                            "remote": {"model": q, "engine": e1, "layout": {"engine_id": "p"}},
+                            "item_messages_contain": [["local 1024, remote 520"]]},
+                  "output": {"items": items, "compatible": False}})
+    return cases
+
+
 def plan_json_lines(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None):
     """plan_to_json: the plan oracle as nlohmann dump(2) (ordered keys, reads in issue order; the
     cases below are chosen so that issue order is (local_region, local_offset) order)."""
@@ -2714,3 +2837,4 @@ if __name__ == "__main__":
     write("handshake_more", handshake2_cases())
     write("plans_json", plan_json_cases())
     write("mixed_mla", mixed_mla_cases())
+    write("kv_formats", kv_format_cases())

@@ -44,9 +44,11 @@ json error_json(const Error& e, const std::string& where) {
   return CliError(ErrorKind::Configuration, where, in_flag_terms(e.what()), status_name(e.status())).to_json();
 }
 
-json geometry_json(const EngineGeometry& g) {
+json geometry_json(const EngineGeometry& g, uint64_t head_extra_bytes) {
   json j{{"tp_size", g.tp_size},
          {"kv_heads_per_rank", g.kv_heads_per_rank},
+         {"kv_head_bytes_per_token", g.kv_head_bytes_per_token},
+         {"kv_head_extra_bytes", head_extra_bytes},
          {"attention_bytes_per_token", g.attn_bytes_per_token},
          {"block_size", g.block_size},
          {"kernel_block_size", g.kernel_block_size},
@@ -313,7 +315,7 @@ json build_deployment_report(const Deployment& dep) {
     }
     try {
       g = derive_geometry(dep.model, e);
-      report[name] = geometry_json(g);
+      report[name] = geometry_json(g, e.kv_cache_head_extra_bytes);
     } catch (const Error& err) {
       errors.push_back(error_json(err, std::string(name) + " geometry"));
       have_geometry = false;

@@ -116,7 +116,16 @@ EngineConfig engine_config(const Args& a, uint32_t tp, const char* side_backend_
     const std::string v = *a.get(f);
     return as_usage(f, v, {"auto", "bfloat16", "float16", "fp8", "float32"}, [&] { return dtype_bytes_from_name(v); });
   };
-  if (a.has("--kv-cache-dtype")) e.kv_cache_dtype_bytes = dtype("--kv-cache-dtype");
+  if (a.has("--kv-cache-dtype")) {
+    // A described layout: bits per element and bytes packed per token per head (scales).
+    const std::string v = *a.get("--kv-cache-dtype");
+    const KvCacheFormat f = as_usage("--kv-cache-dtype", v,
+                                     {"auto", "bfloat16", "float16", "fp8", "float32", "int8_per_token_head",
+                                      "fp8_per_token_head", "int4_per_token_head"},
+                                     [&] { return kv_cache_format_from_name(v); });
+    e.kv_cache_element_bits = f.element_bits;
+    e.kv_cache_head_extra_bytes = f.head_extra_bytes;
+  }
   if (a.has("--mamba-cache-dtype")) e.conv_state_dtype_bytes = dtype("--mamba-cache-dtype");
   if (a.has("--mamba-ssm-cache-dtype")) e.ssm_state_dtype_bytes = dtype("--mamba-ssm-cache-dtype");
   if (auto v = a.get_u32("--num-speculative-tokens")) e.num_speculative_tokens = *v;

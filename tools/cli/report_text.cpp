@@ -68,6 +68,13 @@ void geometry_table(std::ostringstream& out, const json& p, const json& d) {
     std::snprintf(dp, sizeof dp, "%.2f%%", dm["padding_percent"].get<double>());
     rows.push_back({"mamba page padding", pp, dp});
   }
+  // A KV head's bytes per token, with the per-token-head scales packed beside its data.
+  auto head = [&](const json& j) {
+    if (!j.contains("kv_head_bytes_per_token")) return std::string("-");
+    const uint64_t extra = j["kv_head_extra_bytes"].get<uint64_t>();
+    return j["kv_head_bytes_per_token"].dump() + (extra ? " (" + std::to_string(extra) + " B scales)" : "");
+  };
+  rows.push_back({"KV bytes / token / head", head(p), head(d)});
   rows.push_back({"attention bytes / token / rank", num(p, "attention_bytes_per_token"),
                   num(d, "attention_bytes_per_token")});
   rows.push_back({"attention block size (tokens)", num(p, "block_size"), num(d, "block_size")});

@@ -335,6 +335,8 @@ pub struct pdkv_engine_config {
     pub kernel_block_multiple_of: u32,
     pub mamba_cache_mode: i32,
     pub conv_layout: i32,
+    pub kv_cache_element_bits: u64,
+    pub kv_cache_head_extra_bytes: u64,
 }
 pub type pdkv_engine_config_t = pdkv_engine_config;
 extern "C" {
@@ -392,6 +394,7 @@ pub struct pdkv_geometry_info {
     pub num_log_lines: usize,
     pub mla_bytes_per_token: u64,
     pub mla_kernel_page_bytes: u64,
+    pub kv_head_bytes_per_token: u64,
 }
 pub type pdkv_geometry_info_t = pdkv_geometry_info;
 #[repr(C)]

@@ -176,6 +176,12 @@ pub struct EngineConfig {
     pub mamba_cache_mode: MambaCacheMode,
     /// Conv state layout.
     pub conv_layout: ConvLayout,
+    /// KV element format: bits per K/V element (4, 8, 16, 32, 64); 0: 8 * the KV dtype bytes.
+    /// A set `kv_cache_dtype_bytes` must agree with it.
+    pub kv_cache_element_bits: u32,
+    /// Bytes packed per token per KV head beside K and V (vLLM's per-token-head scales: 8);
+    /// they travel with the head in every head-sliced read. 0: none.
+    pub kv_cache_head_extra_bytes: u32,
 }
 
 impl Default for EngineConfig {
@@ -198,6 +204,8 @@ impl Default for EngineConfig {
             kernel_block_multiple_of: raw.kernel_block_multiple_of,
             mamba_cache_mode: MambaCacheMode::from_raw(raw.mamba_cache_mode),
             conv_layout: ConvLayout::from_raw(raw.conv_layout),
+            kv_cache_element_bits: raw.kv_cache_element_bits as u32,
+            kv_cache_head_extra_bytes: raw.kv_cache_head_extra_bytes as u32,
         }
     }
 }
@@ -248,6 +256,10 @@ impl EngineConfig {
         mamba_cache_mode: MambaCacheMode,
         /// Sets the conv state layout.
         conv_layout: ConvLayout,
+        /// Sets the KV element bits (0: 8 * the KV dtype bytes).
+        kv_cache_element_bits: u32,
+        /// Sets the bytes packed per token per KV head (per-token-head scales).
+        kv_cache_head_extra_bytes: u32,
     }
 
     /// The C struct; it borrows `kernel_block_sizes` from `self`.
@@ -272,6 +284,8 @@ impl EngineConfig {
             kernel_block_multiple_of: self.kernel_block_multiple_of,
             mamba_cache_mode: self.mamba_cache_mode.raw(),
             conv_layout: self.conv_layout.raw(),
+            kv_cache_element_bits: u64::from(self.kv_cache_element_bits),
+            kv_cache_head_extra_bytes: u64::from(self.kv_cache_head_extra_bytes),
         }
     }
 }

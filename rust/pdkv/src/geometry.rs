@@ -69,6 +69,9 @@ pub struct GeometryInfo {
     pub mla_bytes_per_token: u64,
     /// `kernel_block_size * mla_bytes_per_token`.
     pub mla_kernel_page_bytes: u64,
+    /// One KV head's entry per token: its K and V elements plus the per-token-head extras;
+    /// `attn_bytes_per_token = kv_heads_per_rank * kv_head_bytes_per_token`.
+    pub kv_head_bytes_per_token: u64,
 }
 
 /// One projection of the conv channels (Mamba2 x/B/C, GDN Q/K/V, Mamba1 x), DS layout.
@@ -155,6 +158,7 @@ impl Geometry {
             num_log_lines: r.num_log_lines,
             mla_bytes_per_token: r.mla_bytes_per_token,
             mla_kernel_page_bytes: r.mla_kernel_page_bytes,
+            kv_head_bytes_per_token: r.kv_head_bytes_per_token,
         })
     }
 

@@ -777,6 +777,8 @@ fn engine(v: &Json) -> CaseResult<Result<EngineConfig, Error>> {
         "num_speculative_tokens",
         "user_block_size",
         "user_mamba_block_size",
+        "kv_cache_element_bits",
+        "kv_cache_head_extra_bytes",
         "backend",
         "mamba_cache_mode",
         "conv_layout",
@@ -801,6 +803,8 @@ fn engine(v: &Json) -> CaseResult<Result<EngineConfig, Error>> {
         .num_speculative_tokens(u32_or(m, "num_speculative_tokens", 0)?)
         .user_block_size(u32_or(m, "user_block_size", 0)?)
         .user_mamba_block_size(u32_or(m, "user_mamba_block_size", 0)?)
+        .kv_cache_element_bits(u32_or(m, "kv_cache_element_bits", 0)?)
+        .kv_cache_head_extra_bytes(u32_or(m, "kv_cache_head_extra_bytes", 0)?)
         .backend(backend)
         .mamba_cache_mode(mode)
         .conv_layout(layout)))
@@ -838,6 +842,7 @@ fn geometry_output(g: &Geometry) -> Result<Json, Error> {
         .collect();
     let pairs: Vec<(&str, Json)> = vec![
         ("kv_heads_per_rank", Json::Int(i.kv_heads_per_rank as i64)),
+        ("kv_head_bytes_per_token", u(i.kv_head_bytes_per_token)),
         ("attn_bytes_per_token", u(i.attn_bytes_per_token)),
         ("conv_bytes", u(i.conv_bytes)),
         ("ssm_bytes", u(i.ssm_bytes)),

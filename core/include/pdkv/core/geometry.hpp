@@ -21,7 +21,10 @@ struct GeometryOptions {
 struct EngineGeometry {
   uint32_t tp_size = 1;
   uint32_t kv_heads_per_rank = 0;      // max(1, K/TP); MLA: 1
-  uint64_t attn_bytes_per_token = 0;   // kv_heads_per_rank * (head_size + head_size_v) * kv dtype
+  // One KV head's entry per token (kv_head_bytes_per_token): its K and V elements plus the
+  // per-token-head extras packed beside them (520 for int8_per_token_head at head size 256).
+  uint64_t kv_head_bytes_per_token = 0;
+  uint64_t attn_bytes_per_token = 0;   // kv_heads_per_rank * kv_head_bytes_per_token
   bool hybrid = false;
   MambaState mamba;                    // type None for pure-attention models
   uint64_t mamba_page_bytes = 0;       // unpadded conv + ssm bytes (0 when not hybrid)
@@ -41,13 +44,15 @@ struct EngineGeometry {
   // MLA-typed layers of a GQA model (ModelDesc::mla_head_size): bytes per token of their one
   // replicated latent (mla_head_size * kv dtype, the same at every TP) and their kernel page
   // (kernel_block_size * mla_bytes_per_token: one KV cache group, one block size). 0 otherwise.
+  // The latent takes the KV element bits (no per-token-head extras: those are refused).
   uint64_t mla_bytes_per_token = 0;
   uint64_t mla_kernel_page_bytes = 0;
   std::vector<std::string> log_lines;  // vLLM's INFO lines for this engine, verbatim
 };
 
 // Derives the geometry of `m` on engine `e`. Errors: InvalidArgument (bad model/engine values,
-// naming them), HeadsNotDivisible (KV heads vs TP), errors of derive_mamba_state, Overflow,
+// naming them; a KV element format whose K/V of a head are not whole bytes, or per-token-head
+// extras with MLA latents: kv_head_bytes_per_token), HeadsNotDivisible (KV heads vs TP), errors of derive_mamba_state, Overflow,
 // Incompatible (no kernel block size divides the logical block).
 EngineGeometry derive_geometry(const ModelDesc& m, const EngineConfig& e, const GeometryOptions& opt = {});
 

@@ -108,7 +108,33 @@ struct EngineConfig {
   uint32_t kernel_block_multiple_of = 16;         // MultipleOf(n) (FlashAttention, Triton)
   MambaCacheMode cache_mode = MambaCacheMode::None;
   ConvLayout conv_layout = ConvLayout::DS;
+  // The KV cache's element format: the KV dtype as a described layout, not only a byte size.
+  // One KV head's entry per token is its K and V elements of kv_cache_element_bits each, then
+  // kv_cache_head_extra_bytes packed beside them (the per-token-head quantization scales of
+  // vLLM's int8/fp8/int4_per_token_head modes: two fp32 scales, 8 bytes), so a head-sliced read
+  // moves a head's scales with its data (kv_head_bytes_per_token). 0 bits: 8 * the KV dtype's
+  // bytes (kv_cache_dtype_bytes or the model dtype); when both are set they must agree.
+  uint32_t kv_cache_element_bits = 0;
+  uint32_t kv_cache_head_extra_bytes = 0;
 };
+
+// A named KV cache format (vLLM's --kv-cache-dtype): bits per K/V element (0: the model dtype)
+// and bytes packed per token per KV head beside them.
+struct KvCacheFormat {
+  uint32_t element_bits = 0;
+  uint32_t head_extra_bytes = 0;
+  friend bool operator==(const KvCacheFormat&, const KvCacheFormat&) = default;
+};
+
+// The format of a vLLM --kv-cache-dtype name, case-insensitive: "auto" {0, 0}; "bfloat16",
+// "float16" {16, 0}; "float32" {32, 0}; "fp8", "fp8_e4m3", "fp8_e5m2" {8, 0};
+// "int8_per_token_head", "fp8_per_token_head" {8, 8}; "int4_per_token_head" {4, 8} (two int4
+// per byte; K and V each carry one fp32 scale per token and head). NotFound names the string and
+// lists the valid names. (NVFP4's block scales grow with the head size and are not described.)
+KvCacheFormat kv_cache_format_from_name(const std::string& name);
+
+// Bounds of the KV element format (validate_engine_config).
+constexpr uint32_t kMaxKvHeadExtraBytes = 4096;
 
 // Bounds of EngineConfig fields (validate_engine_config). vLLM has no hard cap on speculative
 // tokens, but nothing it ships uses more than a handful; 64 is the practical bound pdkv accepts.
@@ -122,13 +148,23 @@ bool is_valid_dtype_bytes(uint32_t bytes) noexcept;
 // Throws InvalidArgument naming the first field of `e` out of its domain, with its value:
 // tp_size 0 or > kEngineMaxTpSize, a dtype byte size other than 0/1/2/4/8 (e.g.
 // "kv_cache_dtype_bytes = 3"), num_speculative_tokens > kEngineMaxSpeculativeTokens, user_block_size
-// > kEngineMaxUserBlockSize. derive_geometry and derive_mamba_state call it first.
+// > kEngineMaxUserBlockSize, kv_cache_element_bits other than 0/4/8/16/32/64 or disagreeing with a
+// set kv_cache_dtype_bytes (naming both), kv_cache_head_extra_bytes > kMaxKvHeadExtraBytes.
+// derive_geometry and derive_mamba_state call it first.
 void validate_engine_config(const EngineConfig& e);
 
 // Dtype resolution ("auto" rules). KV cache: engine value or model dtype. Conv state: engine value
 // or model dtype. SSM temporal state: engine value, else the model's default (NemotronH and
 // Qwen3.5 default to float32), else the conv-state dtype.
 uint32_t resolved_kv_dtype_bytes(const ModelDesc& m, const EngineConfig& e);
+// Bits per K/V element: kv_cache_element_bits, else 8 * resolved_kv_dtype_bytes.
+uint32_t resolved_kv_element_bits(const ModelDesc& m, const EngineConfig& e);
+// Bytes of one KV head's entry per token: (head_size + head_size_v) * bits / 8 +
+// kv_cache_head_extra_bytes (MLA: the latent's elements, no extras). InvalidArgument, naming the
+// values, when K or V of a head is not a whole number of bytes (e.g. int4 with an odd head size)
+// or when per-token-head extras are asked of a model with MLA latents (a pure MLA model or one
+// with MLA-typed layers: vLLM's per-token-head modes scale GQA K/V heads).
+uint64_t kv_head_bytes_per_token(const ModelDesc& m, const EngineConfig& e);
 uint32_t resolved_conv_dtype_bytes(const ModelDesc& m, const EngineConfig& e);
 uint32_t resolved_ssm_dtype_bytes(const ModelDesc& m, const EngineConfig& e);
 
