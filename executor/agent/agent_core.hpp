@@ -149,8 +149,11 @@ class AgentCore {
     std::vector<RegisteredRange> ranges;
   };
   CheckedPeer check_peer(const Hello& hello, const PeerInfo& info, bool we_connected) const;
-  std::shared_ptr<PeerRecord> admit(ControlChannel channel, const HandshakeResult& result,
-                                    CheckedPeer checked, bool inbound, Clock::time_point deadline);
+  // `channel` is moved into the published peer; on failure it is left to the caller to close.
+  // `slot` (inbound only) forgets its descriptor under mu_ as the peer is published.
+  std::shared_ptr<PeerRecord> admit(ControlChannel& channel, const HandshakeResult& result,
+                                    CheckedPeer checked, bool inbound, Clock::time_point deadline,
+                                    struct InboundSlot* slot = nullptr);
   void handle_frames_locked(const std::shared_ptr<PeerConn>& peer);
   void handle_notify_locked(const std::shared_ptr<PeerConn>& peer, const Notify& n);
   void timers_locked(Clock::time_point now);

@@ -130,7 +130,7 @@ std::shared_ptr<PeerRecord> AgentCore::connect(const HostPort& address,
   params.validate = [&](const Hello& h, const PeerInfo& info) { checked = check_peer(h, info, true); };
   ControlChannel channel = ControlChannel::connect(address, deadline);
   HandshakeResult result = handshake_client(channel, params, deadline);
-  return admit(std::move(channel), result, std::move(*checked), false, deadline);
+  return admit(channel, result, std::move(*checked), false, deadline);
 }
 
 namespace {
@@ -149,8 +149,9 @@ void on_wire_flush(void* user, ucs_status_t status) {
 // frame, so neither side starts using, or tearing down, a half-wired endpoint: a tcp endpoint
 // whose peer vanishes during UCX's wireup trips an assertion in UCX 1.13.1 that aborts the process.
 // (3) Under the lock: publish the peer.
-std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel channel, const HandshakeResult& result,
-                                             CheckedPeer checked, bool inbound, Clock::time_point deadline) {
+std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const HandshakeResult& result,
+                                             CheckedPeer checked, bool inbound, Clock::time_point deadline,
+                                             InboundSlot* slot) {
   auto conn = std::make_shared<PeerConn>();
   auto rec = std::make_shared<PeerRecord>();
   {
@@ -192,20 +193,27 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel channel, const Hands
     core::fail(st, peer_name(rec->engine_id, rec->tp_rank, rec->address) + ": " + why);
   };
   // (2) Wire up: drive the worker ourselves (a caller-progress agent has nobody else to).
+  // stopping_, not only stopped_: shutdown() joins inbound handshakes before it sets stopped_, so
+  // a peer that stopped answering must not hold it until this admission's deadline.
+  ucs_status_t wire_status = UCS_OK;
   for (;;) {
     {
       std::lock_guard<std::mutex> g(mu_);
-      if (stopped_) break;
+      if (stopped_ || stopping_.load()) break;
       worker_->progress();
-      if (conn->wire_done) break;
+      if (conn->wire_done) {
+        wire_status = conn->wire_status;
+        break;
+      }
     }
     if (Clock::now() >= deadline) discard(Status::TimedOut, "UCX connection setup did not finish in time");
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  if (!conn->wire_done) discard(Status::Shutdown, "the agent was shut down");
-  if (conn->wire_status != UCS_OK) discard(Status::Transport, "UCX connection setup failed: " + ucs_text(conn->wire_status));
+  if (stopping_.load()) discard(Status::Shutdown, "the agent was shut down");
+  if (wire_status != UCS_OK) discard(Status::Transport, "UCX connection setup failed: " + ucs_text(wire_status));
   // The server publishes before its last Ready, so when connect() returns on the client the
-  // server already knows the peer (a WRITE posted by it right away finds it).
+  // server already knows the peer (a WRITE posted by it right away finds it). An inbound slot
+  // still holds the descriptor here, so shutdown() interrupts this wait.
   try {
     if (!inbound) channel.send(Ready{}, deadline);
     const Frame f = channel.recv(deadline);
@@ -217,8 +225,15 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel channel, const Hands
     discard(e.status(), e.what());
   }
   // (3) Publish.
+  if (stopping_.load()) discard(Status::Shutdown, "the agent was shut down");
   std::lock_guard<std::mutex> g(mu_);
   if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
+  if (slot != nullptr) {
+    // From here the descriptor belongs to the peer, which anyone may close; shutdown() must not
+    // shut down a number the kernel may reuse.
+    std::lock_guard<std::mutex> sg(slot->m);
+    slot->fd = -1;
+  }
   conn->channel.emplace(std::move(channel));
   conn->id = next_peer_id_++;
   const auto now = Clock::now();
@@ -305,11 +320,9 @@ void AgentCore::accept_inbound() {
         params.validate = [&](const Hello& h, const PeerInfo& info) { checked = check_peer(h, info, false); };
         channel.emplace(std::move(*shared_sock));
         HandshakeResult result = handshake_server(*channel, params, deadline);
-        {
-          std::lock_guard<std::mutex> g3(slot->m);
-          slot->fd = -1;  // the channel now belongs to the admitted peer
-        }
-        admit(std::move(*channel), result, std::move(*checked), true, deadline);
+        // The slot keeps the descriptor through admission (shutdown() interrupts its waits);
+        // admit() clears it as the channel moves into the published peer.
+        admit(*channel, result, std::move(*checked), true, deadline, slot.get());
       } catch (const std::exception&) {
         // The handshake already told the peer what went wrong where it could; nothing was
         // admitted. The socket closes with the channel, after the slot forgot it.

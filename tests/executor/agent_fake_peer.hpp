@@ -1,0 +1,108 @@
+// A hostile peer for the agent's tests: it speaks pdkv's control protocol from the building
+// blocks (handshake, channel, a UCX worker of its own) instead of running an agent, so a test can
+// stop after any step or send frames no agent would. Header-only, shared by agent_*_test.cpp.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/agent.hpp"
+#include "control/handshake.hpp"
+#include "pdkv/core/geometry.hpp"
+#include "pdkv/core/metadata_from_geometry.hpp"
+#include "ucx/worker.hpp"
+
+namespace pdkv::exec::testing {
+
+using namespace std::chrono_literals;
+
+// Metadata of one rank of a small GQA engine whose regions start at `base` (nothing is mapped
+// there: the fake peer never registers memory, and the agent only needs numbers that validate).
+inline core::EngineMetadata tiny_metadata(const std::string& engine, uint32_t rank, uint64_t base) {
+  core::ModelDesc m;
+  m.name = "tiny-gqa";
+  m.attention.num_kv_heads = 8;
+  m.attention.head_size = 64;
+  m.attention.head_size_v = 64;
+  m.dtype_bytes = 1;
+  core::EngineConfig cfg;
+  cfg.tp_size = 1;
+  cfg.user_block_size = 16;
+  const auto geo = core::derive_geometry(m, cfg);
+  return core::metadata_from_geometry(m, cfg, geo, {engine, rank, 32, 3, base});
+}
+
+// An agent for engine "pre" rank 0 (TP 1) with no memory registered.
+inline std::unique_ptr<Agent> tiny_agent(TransportMode mode, std::chrono::milliseconds default_timeout = 5000ms,
+                                         ProgressMode progress = ProgressMode::Thread) {
+  AgentOptions o;
+  o.metadata = tiny_metadata("pre", 0, 1ull << 40);
+  o.transport = mode;
+  o.progress = progress;
+  o.default_timeout = default_timeout;
+  o.heartbeat_interval = 100ms;
+  o.heartbeat_timeout = 2000ms;
+  return std::make_unique<Agent>(o);
+}
+
+// The fake peer: engine "dec" rank 0, a real UCX worker (so the agent's endpoint to it is valid),
+// progressed by a thread of its own only when asked (a peer that stopped does not progress).
+class FakePeer {
+ public:
+  explicit FakePeer(TransportMode mode, bool progress_worker = true)
+      : md_(tiny_metadata("dec", 0, 1ull << 41)), context_(mode), worker_(context_) {
+    if (progress_worker) {
+      progress_ = std::thread([this] {
+        while (!stop_.load()) {
+          if (worker_.progress() == 0) std::this_thread::sleep_for(100us);
+        }
+      });
+    }
+  }
+  ~FakePeer() {
+    stop_ = true;
+    if (progress_.joinable()) progress_.join();
+  }
+  FakePeer(const FakePeer&) = delete;
+  FakePeer& operator=(const FakePeer&) = delete;
+
+  // Connects and runs the client side of the handshake (keys proven, PeerInfo both ways). The
+  // agent then wires its UCX endpoint up and waits for this side's Ready.
+  void handshake(const HostPort& agent, Deadline deadline = deadline_in(3s)) {
+    channel_.emplace(ControlChannel::connect(agent, deadline));
+    HandshakeParams p;
+    p.hello.engine_id = md_.engine_id;
+    p.hello.tp_rank = md_.tp_rank;
+    p.hello.host_id = host_identity();
+    p.info.metadata = core::encode(md_);
+    p.info.worker_address = worker_.address();
+    p.info.transport_hint = static_cast<uint8_t>(context_.mode());
+    handshake_client(*channel_, p, deadline);
+  }
+
+  // handshake(), then the Ready exchange: the agent publishes this peer.
+  void admit(const HostPort& agent, Deadline deadline = deadline_in(3s)) {
+    handshake(agent, deadline);
+    channel_->send(Ready{}, deadline);
+    const Frame f = channel_->recv(deadline);
+    if (f.type != FrameType::Ready) throw core::Error(core::Status::Protocol, "expected Ready");
+  }
+
+  ControlChannel& channel() { return *channel_; }
+  const core::EngineMetadata& metadata() const { return md_; }
+
+ private:
+  core::EngineMetadata md_;
+  UcxContext context_;
+  UcxWorker worker_;
+  std::optional<ControlChannel> channel_;
+  std::atomic<bool> stop_{false};
+  std::thread progress_;
+};
+
+}  // namespace pdkv::exec::testing
