@@ -366,7 +366,7 @@ void AgentCore::lease(const std::string& request_id, uint32_t expected,
   if (ttl.count() <= 0) core::fail(Status::InvalidArgument, "ttl_ms must be > 0, got 0");
   std::lock_guard<std::mutex> g(mu_);
   if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
-  auto done = leases_.lease(request_id, expected, Clock::now() + ttl);
+  auto done = leases_.lease(request_id, expected, deadline_after(Clock::now(), ttl));
   if (done) push_note_locked(std::move(*done));
   signal_fd(control_wake_);  // the control loop recomputes its next lease deadline
 }
@@ -429,8 +429,7 @@ TransferStatus TransferHandle::status() const {
 }
 
 bool TransferHandle::wait(std::chrono::milliseconds timeout) const {
-  const auto until = timeout == std::chrono::milliseconds::max() ? Clock::time_point::max()
-                                                                  : Clock::now() + timeout;
+  const auto until = deadline_after(Clock::now(), timeout);
   for (;;) {
     auto core = core_.lock();
     const bool drive = core && core->caller_progress();

@@ -29,6 +29,14 @@ namespace pdkv::exec {
 
 using Clock = std::chrono::steady_clock;
 
+// now + timeout, saturating at the clock's last instant: a caller's "practically never" (up to
+// milliseconds::max()) must not wrap around into the past (signed overflow).
+inline Clock::time_point deadline_after(Clock::time_point now, std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) return now;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+  return timeout >= left ? Clock::time_point::max() : now + timeout;
+}
+
 // A connected peer's live resources. Owned by the core; destroyed (rkeys before the endpoint)
 // only once its endpoint has closed and no operation on it is in flight.
 struct PeerConn {

@@ -119,7 +119,7 @@ AgentCore::CheckedPeer AgentCore::check_peer(const Hello& hello, const PeerInfo&
 
 std::shared_ptr<PeerRecord> AgentCore::connect(const HostPort& address,
                                                std::optional<std::chrono::milliseconds> timeout) {
-  const auto deadline = Clock::now() + timeout.value_or(opt_.default_timeout);
+  const auto deadline = deadline_after(Clock::now(), timeout.value_or(opt_.default_timeout));
   HandshakeParams params;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -309,7 +309,7 @@ void AgentCore::accept_inbound() {
       // (shutdown() may call ::shutdown on slot->fd meanwhile).
       std::optional<ControlChannel> channel;
       try {
-        const auto deadline = Clock::now() + opt_.default_timeout;
+        const auto deadline = deadline_after(Clock::now(), opt_.default_timeout);
         HandshakeParams params;
         {
           std::lock_guard<std::mutex> g2(mu_);

@@ -187,7 +187,7 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
     }
   }
   const auto now = Clock::now();
-  job->deadline = now + timeout;
+  job->deadline = deadline_after(now, timeout);
   {
     std::lock_guard<std::mutex> jg(job->m);
     job->visible.posted = now;
