@@ -303,38 +303,51 @@ void AgentCore::wake_progress() { signal_fd(progress_wake_); }
 
 void AgentCore::progress_thread_main() {
   while (!stopping_.load()) {
-    unsigned n = 0;
-    bool busy = false;
-    Clock::time_point next_deadline = Clock::now() + std::chrono::milliseconds(100);
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      n = progress_locked();
-      for (const auto& j : active_) {
-        if (!j->finalized) busy = true;
-        if (!j->finalized && j->deadline < next_deadline) next_deadline = j->deadline;
-      }
-    }
-    if (n != 0) continue;
-    if (busy) {
-      // Transfers in flight: keep polling (completions arrive in microseconds), but let
-      // posting threads take the lock between rounds.
-      std::this_thread::yield();
-      continue;
-    }
-    bool armed;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      if (stopped_) break;
-      armed = worker_->arm();
-    }
-    if (!armed) continue;
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - Clock::now());
-    epoll_event evs[4];
-    const int k = ::epoll_wait(progress_epoll_, evs, 4, static_cast<int>(std::max<int64_t>(1, wait.count())));
-    for (int i = 0; i < k; ++i) {
-      if (evs[i].data.u64 == 2) drain_fd(progress_wake_);
+    try {
+      if (!progress_round()) break;
+    } catch (const std::exception&) {
+      // e.g. ucp_worker_arm failing, or no memory: an exception leaving this thread would
+      // terminate the process. Try again after a pause (deadlines are also enforced by the
+      // control thread).
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
+}
+
+// One round of the progress thread; false once the agent is stopped.
+bool AgentCore::progress_round() {
+  unsigned n = 0;
+  bool busy = false;
+  Clock::time_point next_deadline = Clock::now() + std::chrono::milliseconds(100);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    n = progress_locked();
+    for (const auto& j : active_) {
+      if (!j->finalized) busy = true;
+      if (!j->finalized && j->deadline < next_deadline) next_deadline = j->deadline;
+    }
+  }
+  if (n != 0) return true;
+  if (busy) {
+    // Transfers in flight: keep polling (completions arrive in microseconds), but let
+    // posting threads take the lock between rounds.
+    std::this_thread::yield();
+    return true;
+  }
+  bool armed;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopped_) return false;
+    armed = worker_->arm();
+  }
+  if (!armed) return true;
+  const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - Clock::now());
+  epoll_event evs[4];
+  const int k = ::epoll_wait(progress_epoll_, evs, 4, static_cast<int>(std::max<int64_t>(1, wait.count())));
+  for (int i = 0; i < k; ++i) {
+    if (evs[i].data.u64 == 2) drain_fd(progress_wake_);
+  }
+  return true;
 }
 
 // ---- notifications ----

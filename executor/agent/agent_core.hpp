@@ -142,6 +142,7 @@ class AgentCore {
  private:
   // --- agent_core.cpp
   void progress_thread_main();
+  bool progress_round();
   unsigned progress_locked();
   void push_note_locked(Notification n);
   void wake_progress();
@@ -149,7 +150,9 @@ class AgentCore {
 
   // --- agent_peers.cpp
   void control_thread_main();
+  void control_round();
   void accept_inbound();
+  void start_inbound_thread(const std::shared_ptr<struct InboundSlot>& slot, std::shared_ptr<Socket> sock);
   void run_inbound_handshake(std::shared_ptr<struct InboundSlot> slot);
   HandshakeParams handshake_params_locked() const;
   struct CheckedPeer {
@@ -215,6 +218,9 @@ class AgentCore {
   int progress_wake_ = -1;  // eventfd: wakes the progress thread
   int notify_fd_ = -1;      // eventfd: readable while notifications are pending
   int user_epoll_ = -1;     // what pdkv_agent_event_fd returns
+  // The control thread stops watching the listener for a while after accept() failed (no
+  // descriptor left: the connection stays queued and the listener readable). Control thread only.
+  std::optional<Clock::time_point> accept_paused_until_;
 
   std::thread control_thread_;
   std::thread progress_thread_;

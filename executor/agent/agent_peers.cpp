@@ -18,6 +18,11 @@ using core::Status;
 namespace {
 
 constexpr size_t kMaxInboundHandshakes = 64;
+// Connections taken per listener wakeup: a flood of them must not starve heartbeats and frames
+// (the listener is level-triggered, so the rest come on the next round).
+constexpr int kMaxAcceptsPerWakeup = 64;
+// How long the listener is left alone after accept() failed (EMFILE, ENFILE, ENOBUFS).
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(
@@ -282,12 +287,16 @@ void AgentCore::disconnect(const std::shared_ptr<PeerRecord>& record) {
 // ---- inbound ----
 
 void AgentCore::accept_inbound() {
-  for (;;) {
+  for (int taken = 0; taken < kMaxAcceptsPerWakeup; ++taken) {
     std::optional<Socket> sock;
     try {
       sock = listener_->accept();
     } catch (const core::Error&) {
-      return;  // e.g. EMFILE: try again on the next wakeup
+      // e.g. EMFILE: the connection stays queued and the listener readable, so waiting on it
+      // again at once would spin. Leave it alone for a while (control_thread_main resumes it).
+      ::epoll_ctl(control_epoll_, EPOLL_CTL_DEL, listener_->fd(), nullptr);
+      accept_paused_until_ = Clock::now() + kAcceptBackoff;
+      return;
     }
     if (!sock) return;
     std::lock_guard<std::mutex> g(inbound_mu_);
@@ -304,74 +313,102 @@ void AgentCore::accept_inbound() {
     auto slot = std::make_shared<InboundSlot>();
     slot->fd = sock->fd();
     auto shared_sock = std::make_shared<Socket>(std::move(*sock));
-    slot->thread = std::thread([this, slot, shared_sock]() mutable {
-      // The channel outlives the try block so the slot forgets the descriptor before it closes
-      // (shutdown() may call ::shutdown on slot->fd meanwhile).
-      std::optional<ControlChannel> channel;
-      try {
-        const auto deadline = deadline_after(Clock::now(), opt_.default_timeout);
-        HandshakeParams params;
-        {
-          std::lock_guard<std::mutex> g2(mu_);
-          if (stopped_) throw core::Error(Status::Shutdown, "shut down");
-          params = handshake_params_locked();
-        }
-        std::optional<CheckedPeer> checked;
-        params.validate = [&](const Hello& h, const PeerInfo& info) { checked = check_peer(h, info, false); };
-        channel.emplace(std::move(*shared_sock));
-        HandshakeResult result = handshake_server(*channel, params, deadline);
-        // The slot keeps the descriptor through admission (shutdown() interrupts its waits);
-        // admit() clears it as the channel moves into the published peer.
-        admit(*channel, result, std::move(*checked), true, deadline, slot.get());
-      } catch (const std::exception&) {
-        // The handshake already told the peer what went wrong where it could; nothing was
-        // admitted. The socket closes with the channel, after the slot forgot it.
-      }
-      {
-        std::lock_guard<std::mutex> g3(slot->m);
-        slot->fd = -1;
-      }
-      channel.reset();
-      shared_sock.reset();
-      slot->done = true;
-    });
+    try {
+      start_inbound_thread(slot, shared_sock);
+    } catch (const std::exception&) {
+      // No thread to be had (EAGAIN: thread or memory limits): refuse this connection (the socket
+      // closes here) rather than let the exception end the control thread and the process.
+      continue;
+    }
     inbound_.push_back(slot);
   }
+}
+
+void AgentCore::start_inbound_thread(const std::shared_ptr<InboundSlot>& slot,
+                                     std::shared_ptr<Socket> shared_sock) {
+  slot->thread = std::thread([this, slot, shared_sock]() mutable {
+    // The channel outlives the try block so the slot forgets the descriptor before it closes
+    // (shutdown() may call ::shutdown on slot->fd meanwhile).
+    std::optional<ControlChannel> channel;
+    try {
+      const auto deadline = deadline_after(Clock::now(), opt_.default_timeout);
+      HandshakeParams params;
+      {
+        std::lock_guard<std::mutex> g2(mu_);
+        if (stopped_) throw core::Error(Status::Shutdown, "shut down");
+        params = handshake_params_locked();
+      }
+      std::optional<CheckedPeer> checked;
+      params.validate = [&](const Hello& h, const PeerInfo& info) { checked = check_peer(h, info, false); };
+      channel.emplace(std::move(*shared_sock));
+      HandshakeResult result = handshake_server(*channel, params, deadline);
+      // The slot keeps the descriptor through admission (shutdown() interrupts its waits);
+      // admit() clears it as the channel moves into the published peer.
+      admit(*channel, result, std::move(*checked), true, deadline, slot.get());
+    } catch (const std::exception&) {
+      // The handshake already told the peer what went wrong where it could; nothing was
+      // admitted. The socket closes with the channel, after the slot forgot it.
+    }
+    {
+      std::lock_guard<std::mutex> g3(slot->m);
+      slot->fd = -1;
+    }
+    channel.reset();
+    shared_sock.reset();
+    slot->done = true;
+  });
 }
 
 // ---- control loop ----
 
 void AgentCore::control_thread_main() {
-  epoll_event evs[64];
   while (!stopping_.load()) {
-    int timeout_ms = 50;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      for (auto& [key, p] : peers_) {
-        if (p->channel && p->channel->wants_write()) timeout_ms = 5;
-      }
+    try {
+      control_round();
+    } catch (const std::exception&) {
+      // Out of memory or another resource mid-round: an exception leaving this thread would
+      // terminate the process. The round's state changes are each complete under mu_; try again.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    const int k = ::epoll_wait(control_epoll_, evs, 64, timeout_ms);
-    if (stopping_.load()) break;
-    for (int i = 0; i < k; ++i) {
-      const uint64_t key = evs[i].data.u64;
-      if (key == 1) {
-        accept_inbound();
-      } else if (key == 2) {
-        uint64_t v;
-        [[maybe_unused]] ssize_t r = ::read(control_wake_, &v, sizeof v);
-      } else {
-        std::lock_guard<std::mutex> g(mu_);
-        auto it = by_id_.find(key);
-        if (it == by_id_.end()) continue;
-        const std::shared_ptr<PeerConn> peer = it->second;  // a loss erases the map's copy
-        handle_frames_locked(peer);
-      }
-    }
-    std::lock_guard<std::mutex> g(mu_);
-    if (stopped_) break;
-    timers_locked(Clock::now());
   }
+}
+
+void AgentCore::control_round() {
+  epoll_event evs[64];
+  if (accept_paused_until_ && Clock::now() >= *accept_paused_until_) {
+    accept_paused_until_.reset();
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = 1;
+    ::epoll_ctl(control_epoll_, EPOLL_CTL_ADD, listener_->fd(), &ev);
+  }
+  int timeout_ms = 50;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [key, p] : peers_) {
+      if (p->channel && p->channel->wants_write()) timeout_ms = 5;
+    }
+  }
+  const int k = ::epoll_wait(control_epoll_, evs, 64, timeout_ms);
+  if (stopping_.load()) return;
+  for (int i = 0; i < k; ++i) {
+    const uint64_t key = evs[i].data.u64;
+    if (key == 1) {
+      accept_inbound();
+    } else if (key == 2) {
+      uint64_t v;
+      [[maybe_unused]] ssize_t r = ::read(control_wake_, &v, sizeof v);
+    } else {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = by_id_.find(key);
+      if (it == by_id_.end()) continue;
+      const std::shared_ptr<PeerConn> peer = it->second;  // a loss erases the map's copy
+      handle_frames_locked(peer);
+    }
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopped_) return;
+  timers_locked(Clock::now());
 }
 
 void AgentCore::handle_frames_locked(const std::shared_ptr<PeerConn>& peer) {
