@@ -59,6 +59,17 @@ std::string ucs_text(ucs_status_t status) {
   return std::string(ucs_status_string(status)) + " (UCX status " + std::to_string(static_cast<int>(status)) + ")";
 }
 
+void check_request_id(std::string_view id, Status status, std::string_view what) {
+  if (id.empty() || id.size() > kMaxRequestIdBytes) {
+    core::fail(status, std::string(what) + " must be 1.." + std::to_string(kMaxRequestIdBytes) + " bytes, got " +
+                           std::to_string(id.size()));
+  }
+  if (const size_t nul = id.find('\0'); nul != std::string_view::npos) {
+    core::fail(status, std::string(what) + " has a NUL byte at offset " + std::to_string(nul) +
+                           " (ids travel to C callers as C strings)");
+  }
+}
+
 AgentCore::AgentCore(AgentOptions options) : opt_(std::move(options)) {
   core::check_metadata(opt_.metadata, Status::InvalidArgument);
   host_id_ = host_identity();
@@ -352,11 +363,26 @@ bool AgentCore::progress_round() {
 
 // ---- notifications ----
 
+namespace {
+// What a queued notification costs, for the budget below.
+size_t note_cost(const Notification& n) { return sizeof(Notification) + n.request_id.size() + n.engine_id.size(); }
+}  // namespace
+
+bool AgentCore::note_room_for_peer_locked(const std::string& request_id) const {
+  return notes_.size() < kMaxPeerNotes &&
+         notes_bytes_ + sizeof(Notification) + request_id.size() + kMaxEngineIdBytes <= kMaxPeerNoteBytes;
+}
+
 void AgentCore::push_note_locked(Notification n) {
+  notes_bytes_ += note_cost(n);
   notes_.push_back(std::move(n));
-  // Bound the queue: a caller that never polls must not let a peer grow it without limit.
-  constexpr size_t kMaxPending = 1u << 20;
-  while (notes_.size() > kMaxPending) notes_.pop_front();
+  // Peers' notifications stop at the budget (handle_notify_locked); this agent's own (leases,
+  // peers connecting and leaving) are never refused, but a caller that never polls must not let
+  // them grow without limit either: past the hard cap the oldest go.
+  while (notes_.size() > kMaxNotes) {
+    notes_bytes_ -= note_cost(notes_.front());
+    notes_.pop_front();
+  }
   signal_fd(notify_fd_);
 }
 
@@ -365,16 +391,14 @@ std::vector<Notification> AgentCore::poll_notifications() {
   std::vector<Notification> out(std::make_move_iterator(notes_.begin()),
                                 std::make_move_iterator(notes_.end()));
   notes_.clear();
+  notes_bytes_ = 0;
   drain_fd(notify_fd_);
   return out;
 }
 
 void AgentCore::lease(const std::string& request_id, uint32_t expected,
                       std::chrono::milliseconds ttl) {
-  if (request_id.empty() || request_id.size() > kMaxRequestIdBytes) {
-    core::fail(Status::InvalidArgument, "request_id must be 1.." + std::to_string(kMaxRequestIdBytes) +
-                                            " bytes, got " + std::to_string(request_id.size()));
-  }
+  check_request_id(request_id, Status::InvalidArgument, "request_id");
   if (expected == 0) core::fail(Status::InvalidArgument, "expected must be >= 1, got 0");
   if (ttl.count() <= 0) core::fail(Status::InvalidArgument, "ttl_ms must be > 0, got 0");
   std::lock_guard<std::mutex> g(mu_);

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -145,6 +146,7 @@ class AgentCore {
   bool progress_round();
   unsigned progress_locked();
   void push_note_locked(Notification n);
+  bool note_room_for_peer_locked(const std::string& request_id) const;
   void wake_progress();
   void release_registrations_locked(TransferJob& job);
 
@@ -210,7 +212,14 @@ class AgentCore {
   std::vector<std::shared_ptr<TransferJob>> active_;
   std::vector<std::shared_ptr<TransferJob>> zombies_;  // final but with operations UCX never returned
   LeaseTable leases_;
+  // Notifications waiting for poll_notifications. A peer's Notify is refused (the peer dropped
+  // with Protocol) while kMaxPeerNotes or kMaxPeerNoteBytes are waiting, so an authenticated peer
+  // cannot pile up memory or push out what is queued; kMaxNotes bounds the agent's own.
+  static constexpr size_t kMaxPeerNotes = 65536;
+  static constexpr size_t kMaxPeerNoteBytes = 32u << 20;
+  static constexpr size_t kMaxNotes = 1u << 20;
   std::deque<Notification> notes_;
+  size_t notes_bytes_ = 0;
 
   int control_epoll_ = -1;
   int control_wake_ = -1;   // eventfd: wakes the control loop
@@ -239,5 +248,10 @@ struct InboundSlot {
 
 // Expressed in one place: how a ucs_status_t of a failed operation reads in messages.
 std::string ucs_text(ucs_status_t status);
+
+// A request id as posted, leased or received in a Notify: 1..kMaxRequestIdBytes bytes and no NUL
+// (the C API hands ids out as C strings, which a NUL would cut short). Error(`status`) naming the
+// length or the offset of the NUL; `what` begins the message ("request_id", "a Notify's request id").
+void check_request_id(std::string_view id, core::Status status, std::string_view what);
 
 }  // namespace pdkv::exec

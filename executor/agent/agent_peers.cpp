@@ -471,7 +471,15 @@ void AgentCore::handle_notify_locked(const std::shared_ptr<PeerConn>& peer, cons
                                      peer->record->engine_id + "' rank " +
                                      std::to_string(peer->record->tp_rank));
   }
-  if (m.request_id.empty()) core::fail(Status::Protocol, "a Notify has an empty request id");
+  check_request_id(m.request_id, Status::Protocol, "a Notify's request id");
+  if (!note_room_for_peer_locked(m.request_id)) {
+    core::fail(Status::Protocol, "a Notify arrived while " + std::to_string(notes_.size()) +
+                                     " notifications (" + std::to_string(notes_bytes_) +
+                                     " bytes) wait to be polled, the most a peer may fill (" +
+                                     std::to_string(kMaxPeerNotes) + ", " +
+                                     std::to_string(kMaxPeerNoteBytes) +
+                                     " bytes): the peer floods or the caller stopped polling");
+  }
   Notification n;
   n.kind = m.kind == NotifyKind::ReadDone ? NotificationKind::ReadDone : NotificationKind::WriteDone;
   n.status = m.status;

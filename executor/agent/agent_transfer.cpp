@@ -27,10 +27,7 @@ std::vector<RegisteredRange> local_ranges(const std::vector<std::shared_ptr<Regi
 std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
   if (params.plan == nullptr) core::fail(Status::NullPointer, "plan is NULL");
   const core::TransferPlan& plan = *params.plan;
-  if (params.request_id.empty() || params.request_id.size() > kMaxRequestIdBytes) {
-    core::fail(Status::InvalidArgument, "request_id must be 1.." + std::to_string(kMaxRequestIdBytes) +
-                                            " bytes, got " + std::to_string(params.request_id.size()));
-  }
+  check_request_id(params.request_id, Status::InvalidArgument, "request_id");
   if (params.peer_engine_id.empty()) core::fail(Status::InvalidArgument, "peer_engine_id is empty");
   const auto timeout = params.timeout.value_or(opt_.default_timeout);
   if (timeout.count() <= 0) core::fail(Status::InvalidArgument, "timeout_ms must be > 0");

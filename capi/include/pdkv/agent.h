@@ -389,7 +389,10 @@ typedef struct pdkv_notification {
   uint64_t bytes;          /* bytes the sender moved for this request */
 } pdkv_notification_t;
 
-/* Takes every pending notification, oldest first (*out may hold 0 items). Errors: NULL_POINTER.
+/* Takes every pending notification, oldest first (*out may hold 0 items). Poll regularly: a
+ * peer's READ_DONE / WRITE_DONE that finds 65536 notifications (or 32 MiB of them) pending is not
+ * queued; that peer is dropped instead (PEER_LOST notification with status PROTOCOL), so a peer
+ * can neither grow the queue without bound nor push out what is queued. Errors: NULL_POINTER.
  * *out owned by the caller (pdkv_notification_list_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_agent_poll_notifications(pdkv_agent_t *agent,
                                                      pdkv_notification_list_t **out,

@@ -1,0 +1,163 @@
+// An authenticated peer that lies or floods on its control channel after admission. What it
+// may cost the agent is bounded: notifications waiting for the caller are capped (a peer whose
+// Notify finds the queue full is dropped with PROTOCOL, nothing already queued is lost), and
+// notifications whose text the C API would cut short (an embedded NUL) are refused.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "agent_fake_peer.hpp"
+
+using namespace pdkv;
+using namespace pdkv::exec;
+using namespace pdkv::exec::testing;
+using namespace std::chrono_literals;
+using core::Status;
+
+namespace {
+
+Notify notify_of(const FakePeer& peer, std::string request) {
+  Notify n;
+  n.request_id = std::move(request);
+  n.engine_id = peer.metadata().engine_id;
+  n.tp_rank = peer.metadata().tp_rank;
+  n.kind = NotifyKind::ReadDone;
+  n.bytes = 1;
+  return n;
+}
+
+// Polls until a PeerLost notification for engine "dec" arrives (or `within` passes); returns
+// every notification taken, in order.
+std::vector<Notification> poll_until_lost(Agent& agent, std::chrono::milliseconds within = 10s) {
+  std::vector<Notification> all;
+  const auto until = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < until) {
+    auto got = agent.poll_notifications();
+    const bool lost = std::any_of(got.begin(), got.end(), [](const Notification& n) {
+      return n.kind == NotificationKind::PeerLost;
+    });
+    all.insert(all.end(), std::make_move_iterator(got.begin()), std::make_move_iterator(got.end()));
+    if (lost) break;
+    std::this_thread::sleep_for(5ms);
+  }
+  return all;
+}
+
+// Waits (without polling, which would drain the queue) until the agent has read `sent` Notify
+// frames from the peer or dropped it.
+void wait_read_or_lost(Agent& agent, const std::shared_ptr<PeerRecord>& rec, size_t sent) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < until && rec->connected.load() &&
+         rec->notifications_received.load() < sent) {
+    std::this_thread::sleep_for(2ms);
+  }
+  (void)agent;
+}
+
+size_t count_kind(const std::vector<Notification>& v, NotificationKind k) {
+  return static_cast<size_t>(std::count_if(v.begin(), v.end(), [&](const Notification& n) { return n.kind == k; }));
+}
+
+// The caller does not poll while the peer sends notifications with 1 KiB request ids: the queue
+// stops at its byte budget (before: ~1.1 GiB could pile up, 2^20 of them, and the oldest were
+// then dropped silently, local lease notifications included).
+TEST(AgentHostilePeer, ANotifyFloodIsCutOffAtTheQueueBudgetAndNothingQueuedIsLost) {
+  auto agent = tiny_agent(TransportMode::Shm);
+  agent->lease("local-lease", 1, 50ms);  // expires while the flood runs: must survive it
+  FakePeer peer(TransportMode::Shm);
+  peer.admit(agent->info().listen);
+  const auto rec = agent->find_peer("dec", 0);
+  const size_t sent_max = 32000;  // 32000 x ~1.1 KiB: over the 32 MiB budget
+  size_t sent = 0;
+  try {
+    for (; sent < sent_max; ++sent) {
+      std::string id(1015, 'r');
+      id += std::to_string(sent);
+      peer.channel().queue(notify_of(peer, id));
+    }
+    while (!peer.channel().flush_some()) std::this_thread::sleep_for(100us);
+  } catch (const core::Error&) {
+    // The agent dropped the peer mid-flood: the connection closed under the sender.
+  }
+  wait_read_or_lost(*agent, rec, sent);
+  const auto notes = poll_until_lost(*agent);
+  const size_t read_done = count_kind(notes, NotificationKind::ReadDone);
+  EXPECT_LT(read_done, 31000u) << "the queue held " << read_done << " notifications of 1 KiB";
+  EXPECT_GT(read_done, 1000u);
+  ASSERT_EQ(count_kind(notes, NotificationKind::PeerLost), 1u) << "the flooding peer was not dropped";
+  for (const auto& n : notes) {
+    if (n.kind == NotificationKind::PeerLost) EXPECT_EQ(n.status, Status::Protocol);
+  }
+  EXPECT_EQ(count_kind(notes, NotificationKind::LeaseExpired), 1u) << "a local notification was dropped";
+  // Every notification queued before the cut is there, oldest first.
+  size_t next = 0;
+  for (const auto& n : notes) {
+    if (n.kind != NotificationKind::ReadDone) continue;
+    EXPECT_EQ(n.request_id, std::string(1015, 'r') + std::to_string(next));
+    if (n.request_id != std::string(1015, 'r') + std::to_string(next)) break;
+    ++next;
+  }
+}
+
+// The same with short ids: the count cap (65536) applies.
+TEST(AgentHostilePeer, ANotifyFloodIsCutOffAtTheQueueCount) {
+  auto agent = tiny_agent(TransportMode::Shm);
+  FakePeer peer(TransportMode::Shm);
+  peer.admit(agent->info().listen);
+  const auto rec = agent->find_peer("dec", 0);
+  size_t sent = 0;
+  try {
+    for (; sent < 70000; ++sent) peer.channel().queue(notify_of(peer, "r" + std::to_string(sent)));
+    while (!peer.channel().flush_some()) std::this_thread::sleep_for(100us);
+  } catch (const core::Error&) {
+  }
+  wait_read_or_lost(*agent, rec, sent);
+  const auto notes = poll_until_lost(*agent);
+  // PeerConnected and 65535 READ_DONE fill the queue; then the peer is dropped.
+  ASSERT_EQ(count_kind(notes, NotificationKind::PeerLost), 1u);
+  EXPECT_EQ(notes.back().kind, NotificationKind::PeerLost);
+  EXPECT_EQ(notes.back().status, Status::Protocol);
+  EXPECT_EQ(count_kind(notes, NotificationKind::ReadDone), 65535u);
+  EXPECT_EQ(notes.size(), 65537u);
+}
+
+// A request id with a NUL byte would reach a C caller cut short at the NUL ("ab" for "ab\0cd"),
+// where it could be taken for another request: the Notify is refused and the peer dropped.
+TEST(AgentHostilePeer, ANotifyWhoseRequestIdHasANulIsRefused) {
+  auto agent = tiny_agent(TransportMode::Shm);
+  FakePeer peer(TransportMode::Shm);
+  peer.admit(agent->info().listen);
+  peer.channel().send(notify_of(peer, std::string("ab\0cd", 5)), deadline_in(3s));
+  const auto notes = poll_until_lost(*agent, 1500ms);
+  EXPECT_EQ(count_kind(notes, NotificationKind::ReadDone), 0u);
+  ASSERT_EQ(count_kind(notes, NotificationKind::PeerLost), 1u);
+  EXPECT_EQ(notes.back().status, Status::Protocol);
+}
+
+// This agent never sends such an id either: post and lease refuse it, naming the offset.
+TEST(AgentHostilePeer, PostAndLeaseRefuseARequestIdWithANul) {
+  auto agent = tiny_agent(TransportMode::Shm);
+  try {
+    agent->lease(std::string("ab\0cd", 5), 1, 1000ms);
+    FAIL() << "leased an id with a NUL";
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("offset 2"), std::string::npos) << e.what();
+  }
+  core::TransferPlan plan;
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "dec";
+  pp.request_id = std::string("x\0", 2);
+  try {
+    agent->post(pp);
+    FAIL() << "posted an id with a NUL";
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("offset 1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
