@@ -1,0 +1,584 @@
+// C API tests of pdkv/agent.h: every NULL, struct_size, field_mask and enum refusal names the
+// offending argument or value; unset fields are ignored whatever their bytes hold; and the
+// executor's handles may be freed in any order, also while a transfer is in flight (run under
+// ASan in CI: a use after free fails there).
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "capi_helpers.hpp"
+
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct MetadataDel { void operator()(pdkv_engine_metadata_t* p) const { pdkv_engine_metadata_free(p); } };
+struct AgentDel { void operator()(pdkv_agent_t* p) const { pdkv_agent_free(p); } };
+struct MemoryDel { void operator()(pdkv_memory_t* p) const { pdkv_memory_free(p); } };
+struct PeerDel { void operator()(pdkv_peer_t* p) const { pdkv_peer_free(p); } };
+struct TransferDel { void operator()(pdkv_transfer_t* p) const { pdkv_transfer_free(p); } };
+struct ContextDel { void operator()(pdkv_plan_context_t* p) const { pdkv_plan_context_free(p); } };
+struct PlanDel { void operator()(pdkv_transfer_plan_t* p) const { pdkv_transfer_plan_free(p); } };
+struct ListDel { void operator()(pdkv_notification_list_t* p) const { pdkv_notification_list_free(p); } };
+using MetadataPtr = std::unique_ptr<pdkv_engine_metadata_t, MetadataDel>;
+using AgentPtr = std::unique_ptr<pdkv_agent_t, AgentDel>;
+using MemoryPtr = std::unique_ptr<pdkv_memory_t, MemoryDel>;
+using PeerPtr = std::unique_ptr<pdkv_peer_t, PeerDel>;
+using TransferPtr = std::unique_ptr<pdkv_transfer_t, TransferDel>;
+using ContextPtr = std::unique_ptr<pdkv_plan_context_t, ContextDel>;
+using PlanPtr = std::unique_ptr<pdkv_transfer_plan_t, PlanDel>;
+using ListPtr = std::unique_ptr<pdkv_notification_list_t, ListDel>;
+
+constexpr uint32_t kRegions = 2;
+constexpr uint64_t kBlocks = 8;
+
+ModelPtr tiny_model() {
+  pdkv_model_desc_t d{};
+  d.struct_size = sizeof d;
+  d.name = "agent-api-tiny";
+  d.num_kv_heads = 2;
+  d.head_size = 16;
+  d.head_size_v = 16;
+  d.dtype_bytes = 2;
+  d.layer_pattern = "**";
+  return make_model(d);
+}
+
+MetadataPtr metadata(const pdkv_model_t* m, const char* engine, const uint64_t* bases) {
+  pdkv_engine_config_t c;
+  REQUIRE(pdkv_engine_config_init(&c, nullptr) == PDKV_OK);
+  pdkv_engine_layout_t l;
+  REQUIRE(pdkv_engine_layout_init(&l, nullptr) == PDKV_OK);
+  l.engine_id = engine;
+  l.num_regions = kRegions;
+  l.num_logical_blocks = kBlocks;
+  l.region_bases = bases;
+  pdkv_engine_metadata_t* md = nullptr;
+  REQUIRE_OK(pdkv_engine_metadata_from_model(m, &c, &l, &md, err));
+  return MetadataPtr(md);
+}
+
+pdkv_agent_options_t options(const pdkv_engine_metadata_t* md) {
+  pdkv_agent_options_t o{};
+  o.struct_size = sizeof o;
+  o.metadata = md;
+  return o;
+}
+
+AgentPtr new_agent(const pdkv_agent_options_t& o) {
+  pdkv_agent_t* a = nullptr;
+  REQUIRE_OK(pdkv_agent_new(&o, &a, err));
+  return AgentPtr(a);
+}
+
+CallResult new_agent_fails(const pdkv_agent_options_t& o) {
+  pdkv_agent_t* a = reinterpret_cast<pdkv_agent_t*>(0x1);
+  const CallResult r = capture([&](pdkv_error_t** e) { return pdkv_agent_new(&o, &a, e); });
+  CHECK(a == nullptr);
+  return r;
+}
+
+// One engine rank with real memory behind its regions.
+struct Node {
+  ModelPtr model;
+  MetadataPtr md;
+  std::vector<std::vector<uint8_t>> mem;
+  AgentPtr agent;
+  std::vector<MemoryPtr> regs;
+};
+
+std::unique_ptr<Node> node(const char* engine, int32_t transport, int32_t progress) {
+  auto n = std::make_unique<Node>();
+  n->model = tiny_model();
+  auto probe = metadata(n->model.get(), engine, nullptr);
+  const pdkv_metadata_region_t* regions = nullptr;
+  size_t count = 0;
+  REQUIRE_OK(pdkv_engine_metadata_regions(probe.get(), &regions, &count, err));
+  REQUIRE(count == kRegions);
+  std::vector<uint64_t> bases;
+  for (size_t r = 0; r < count; ++r) {
+    n->mem.emplace_back(regions[r].block_len * regions[r].num_blocks, static_cast<uint8_t>(0x40 + r));
+    bases.push_back(reinterpret_cast<uint64_t>(n->mem.back().data()));
+  }
+  n->md = metadata(n->model.get(), engine, bases.data());
+  auto o = options(n->md.get());
+  o.field_mask = PDKV_AGENT_FIELD_TRANSPORT | PDKV_AGENT_FIELD_PROGRESS_MODE | PDKV_AGENT_FIELD_HEARTBEAT;
+  o.transport = transport;
+  o.progress_mode = progress;
+  o.heartbeat_interval_ms = 100;
+  o.heartbeat_timeout_ms = 3000;
+  n->agent = new_agent(o);
+  for (uint32_t r = 0; r < kRegions; ++r) {
+    pdkv_memory_desc_t d{};
+    d.struct_size = sizeof d;
+    d.region = r;
+    d.address = bases[r];
+    d.length = n->mem[r].size();
+    pdkv_memory_t* m = nullptr;
+    REQUIRE_OK(pdkv_agent_register_memory(n->agent.get(), &d, &m, err));
+    n->regs.emplace_back(m);
+  }
+  return n;
+}
+
+std::string listen_of(const pdkv_agent_t* a) {
+  pdkv_agent_info_t i{};
+  i.struct_size = sizeof i;
+  REQUIRE_OK(pdkv_agent_get_info(a, &i, err));
+  return i.listen_address;
+}
+
+PeerPtr connect(const pdkv_agent_t* from, const pdkv_agent_t* to) {
+  const std::string address = listen_of(to);
+  pdkv_connect_options_t c{};
+  c.struct_size = sizeof c;
+  c.address = address.c_str();
+  pdkv_peer_t* p = nullptr;
+  REQUIRE_OK(pdkv_agent_connect(const_cast<pdkv_agent_t*>(from), &c, &p, err));
+  return PeerPtr(p);
+}
+
+// D's plan reading every block but the null block of P's regions.
+PlanPtr read_plan(const pdkv_engine_metadata_t* d_md, const pdkv_engine_metadata_t* p_md) {
+  pdkv_plan_context_params_t params{};
+  params.struct_size = sizeof params;
+  params.local = d_md;
+  params.remote = &p_md;
+  params.num_remote = 1;
+  pdkv_plan_context_t* ctx = nullptr;
+  REQUIRE_OK(pdkv_plan_context_new(&params, &ctx, err));
+  ContextPtr c(ctx);
+  pdkv_engine_metadata_info_t info{};
+  info.struct_size = sizeof info;
+  REQUIRE_OK(pdkv_engine_metadata_get_info(d_md, &info, err));
+  std::vector<uint64_t> blocks;
+  for (uint64_t b = 1; b < kBlocks; ++b) blocks.push_back(b);  // block 0 is the null block
+  pdkv_group_trim_input_t trim{};
+  trim.struct_size = sizeof trim;
+  trim.kind = PDKV_GROUP_ATTENTION;
+  trim.local_blocks = blocks.data();
+  trim.num_local_blocks = blocks.size();
+  trim.remote_blocks = blocks.data();
+  trim.num_remote_blocks = blocks.size();
+  trim.remote_computed_tokens = blocks.size() * info.logical_block_size;
+  pdkv_plan_group_t g{};
+  g.struct_size = sizeof g;
+  g.trim = &trim;
+  pdkv_transfer_plan_t* plan = nullptr;
+  REQUIRE_OK(pdkv_transfer_plan_compile(c.get(), &g, 1, &plan, err));
+  return PlanPtr(plan);
+}
+
+pdkv_transfer_params_t transfer_params(const pdkv_transfer_plan_t* plan, const char* request) {
+  pdkv_transfer_params_t t{};
+  t.struct_size = sizeof t;
+  t.op = PDKV_TRANSFER_READ;
+  t.plan = plan;
+  t.peer_engine_id = "pre";
+  t.request_id = request;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("pdkv_agent_new refuses each bad argument naming it", "[agent]") {
+  auto m = tiny_model();
+  auto md = metadata(m.get(), "pre", nullptr);
+  pdkv_agent_t* a = nullptr;
+
+  auto r = capture([&](pdkv_error_t** e) { return pdkv_agent_new(nullptr, &a, e); });
+  CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  CHECK_THAT(r.message, Contains("options"));
+  auto o = options(md.get());
+  r = capture([&](pdkv_error_t** e) { return pdkv_agent_new(&o, nullptr, e); });
+  CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  CHECK_THAT(r.message, Contains("out"));
+
+  SECTION("struct_size") {
+    for (size_t s : {size_t{0}, sizeof(pdkv_agent_options_t) - 1, sizeof(pdkv_agent_options_t) + 1}) {
+      o.struct_size = s;
+      r = new_agent_fails(o);
+      CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
+      CHECK_THAT(r.message, Contains("pdkv_agent_options_t.struct_size = " + std::to_string(s)));
+    }
+  }
+  SECTION("unknown field_mask bits") {
+    o.field_mask = PDKV_AGENT_FIELD_TRANSPORT | (1ULL << 40);
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("0x10000000000"));
+  }
+  SECTION("metadata") {
+    o.metadata = nullptr;
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("options->metadata"));
+  }
+  SECTION("enums") {
+    o.field_mask = PDKV_AGENT_FIELD_TRANSPORT;
+    o.transport = 7;
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("transport 7"));
+    o.field_mask = PDKV_AGENT_FIELD_PROGRESS_MODE;
+    o.transport = 0;
+    o.progress_mode = -3;
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("progress_mode -3"));
+  }
+  SECTION("times and counts") {
+    o.field_mask = PDKV_AGENT_FIELD_DEFAULT_TIMEOUT;
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("default_timeout_ms"));
+    o.default_timeout_ms = UINT64_MAX;
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains(std::to_string(UINT64_MAX)));
+    o.field_mask = PDKV_AGENT_FIELD_HEARTBEAT;
+    o.heartbeat_interval_ms = 0;
+    o.heartbeat_timeout_ms = 100;
+    r = new_agent_fails(o);
+    CHECK_THAT(r.message, Contains("heartbeat_interval_ms"));
+    o.heartbeat_interval_ms = 100;
+    o.heartbeat_timeout_ms = 100;
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("heartbeat_timeout_ms 100"));
+    o.field_mask = PDKV_AGENT_FIELD_MAX_OUTSTANDING;
+    o.max_outstanding = 0;
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("max_outstanding"));
+  }
+  SECTION("key") {
+    o.field_mask = PDKV_AGENT_FIELD_PRESHARED_KEY;
+    o.preshared_key_len = 5;
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("preshared_key_len 5"));
+    const uint8_t short_key[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    o.preshared_key = short_key;
+    o.preshared_key_len = sizeof short_key;
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("8 bytes"));
+  }
+  SECTION("listen address") {
+    o.field_mask = PDKV_AGENT_FIELD_LISTEN_ADDRESS;
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("listen_address"));
+    o.listen_address = "no-port-here";
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("no-port-here"));
+  }
+  SECTION("unset fields are ignored whatever their bytes hold") {
+    o.field_mask = 0;
+    o.listen_address = "garbage";
+    o.transport = 99;
+    o.progress_mode = 99;
+    o.preshared_key_len = 3;
+    o.heartbeat_interval_ms = 0;
+    o.max_outstanding = 0;
+    auto agent = new_agent(o);
+    pdkv_agent_info_t i{};
+    i.struct_size = sizeof i;
+    REQUIRE_OK(pdkv_agent_get_info(agent.get(), &i, err));
+    CHECK(i.transport == PDKV_TRANSPORT_AUTO);
+    CHECK(i.progress_mode == PDKV_PROGRESS_THREAD);
+    CHECK(std::string(i.listen_address).rfind("127.0.0.1:", 0) == 0);
+  }
+}
+
+TEST_CASE("the agent's calls refuse NULL, struct_size and enum values naming them", "[agent]") {
+  auto n = node("pre", PDKV_TRANSPORT_SHM, PDKV_PROGRESS_THREAD);
+  pdkv_agent_t* a = n->agent.get();
+
+  SECTION("info, progress, event fd") {
+    pdkv_agent_info_t i{};
+    auto r = capture([&](pdkv_error_t** e) { return pdkv_agent_get_info(a, &i, e); });
+    CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
+    CHECK_THAT(r.message, Contains("pdkv_agent_info_t.struct_size = 0"));
+    r = capture([&](pdkv_error_t** e) { return pdkv_agent_get_info(nullptr, &i, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("agent"));
+    r = capture([&](pdkv_error_t** e) { return pdkv_agent_get_info(a, nullptr, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    r = capture([&](pdkv_error_t** e) { return pdkv_agent_progress(nullptr, nullptr, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    REQUIRE_OK(pdkv_agent_progress(a, nullptr, err));
+    r = capture([&](pdkv_error_t** e) { return pdkv_agent_event_fd(a, nullptr, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("fd"));
+  }
+  SECTION("register_memory") {
+    pdkv_memory_desc_t d{};
+    d.struct_size = sizeof d;
+    d.region = 0;
+    d.address = reinterpret_cast<uint64_t>(n->mem[0].data());
+    d.length = n->mem[0].size();
+    pdkv_memory_t* m = nullptr;
+    auto call = [&] { return capture([&](pdkv_error_t** e) { return pdkv_agent_register_memory(a, &d, &m, e); }); };
+    auto r = capture([&](pdkv_error_t** e) { return pdkv_agent_register_memory(a, nullptr, &m, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("desc"));
+    r = call();  // registered by node()
+    CHECK(r.status == PDKV_ERR_BUSY);
+    CHECK_THAT(r.message, Contains("region 0"));
+    d.struct_size = 4;
+    r = call();
+    CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
+    CHECK_THAT(r.message, Contains("pdkv_memory_desc_t.struct_size = 4"));
+    d.struct_size = sizeof d;
+    d.field_mask = 1ULL << 9;
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("0x200"));
+    d.field_mask = PDKV_MEMORY_FIELD_MEMORY_TYPE;
+    d.memory_type = 5;
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("memory_type 5"));
+    d.memory_type = PDKV_MEMORY_CUDA;
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("CUDA"));
+    d.field_mask = PDKV_MEMORY_FIELD_DEVICE;
+    d.device = 3;
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("device 3"));
+    d.field_mask = 0;
+    d.region = 99;
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("region 99"));
+    d.region = 1;
+    d.length = 17;
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("+17"));
+    CHECK(m == nullptr);
+    r = capture([&](pdkv_error_t** e) { return pdkv_memory_deregister(nullptr, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  }
+  SECTION("connect and find_peer") {
+    pdkv_connect_options_t c{};
+    c.struct_size = sizeof c;
+    pdkv_peer_t* p = nullptr;
+    auto call = [&] { return capture([&](pdkv_error_t** e) { return pdkv_agent_connect(a, &c, &p, e); }); };
+    auto r = call();
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("options->address"));
+    c.address = "[::1";
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("[::1"));
+    c.address = "127.0.0.1:1";
+    c.field_mask = PDKV_CONNECT_FIELD_TIMEOUT;
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("timeout_ms"));
+    c.field_mask = 1ULL << 5;
+    r = call();
+    CHECK_THAT(r.message, Contains("0x20"));
+    c.field_mask = 0;
+    c.struct_size = sizeof c + 8;
+    r = call();
+    CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
+    CHECK_THAT(r.message, Contains("pdkv_connect_options_t"));
+    c.struct_size = sizeof c;
+    r = call();  // nobody listens on port 1
+    CHECK(r.status == PDKV_ERR_PEER_LOST);
+    CHECK_THAT(r.message, Contains("127.0.0.1:1"));
+    CHECK(p == nullptr);
+    r = capture([&](pdkv_error_t** e) { return pdkv_agent_find_peer(a, nullptr, 0, &p, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    r = capture([&](pdkv_error_t** e) { return pdkv_agent_find_peer(a, "nobody", 3, &p, e); });
+    CHECK(r.status == PDKV_ERR_NOT_FOUND);
+    CHECK_THAT(r.message, Contains("'nobody' rank 3"));
+  }
+  SECTION("post") {
+    auto d_md = metadata(n->model.get(), "dec", nullptr);
+    auto plan = read_plan(d_md.get(), n->md.get());  // the argument checks come first
+    auto t = transfer_params(plan.get(), "req");
+    pdkv_transfer_t* out = nullptr;
+    auto call = [&] { return capture([&](pdkv_error_t** e) { return pdkv_agent_post(a, &t, &out, e); }); };
+    auto r = capture([&](pdkv_error_t** e) { return pdkv_agent_post(a, nullptr, &out, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("params"));
+    t.op = 4;
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("op 4"));
+    t.op = PDKV_TRANSFER_READ;
+    t.plan = nullptr;
+    r = call();
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("params->plan"));
+    t.plan = plan.get();
+    t.peer_engine_id = nullptr;
+    r = call();
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("params->peer_engine_id"));
+    t.peer_engine_id = "pre";
+    t.request_id = nullptr;
+    r = call();
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("params->request_id"));
+    t.request_id = "";
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("got 0"));
+    const std::string long_id(1025, 'x');
+    t.request_id = long_id.c_str();
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("got 1025"));
+    t.request_id = "req";
+    t.field_mask = PDKV_TRANSFER_FIELD_NOTIFY;
+    t.notify = 2;
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("got 2"));
+    t.field_mask = PDKV_TRANSFER_FIELD_TIMEOUT;
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("timeout_ms"));
+    t.field_mask = 1ULL << 63;
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("0x8000000000000000"));
+    t.field_mask = 0;
+    t.struct_size = 8;
+    r = call();
+    CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
+    CHECK_THAT(r.message, Contains("pdkv_transfer_params_t.struct_size = 8"));
+    CHECK(out == nullptr);
+  }
+  SECTION("leases and notifications") {
+    auto r = capture([&](pdkv_error_t** e) { return pdkv_agent_lease(a, nullptr, 1, 10, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("request_id"));
+    r = capture([&](pdkv_error_t** e) { return pdkv_agent_lease(a, "r", 0, 10, e); });
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("expected"));
+    r = capture([&](pdkv_error_t** e) { return pdkv_agent_lease(a, "r", 1, 0, e); });
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("ttl_ms"));
+    REQUIRE_OK(pdkv_agent_lease(a, "r", 1, 1, err));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    pdkv_notification_list_t* l = nullptr;
+    r = capture([&](pdkv_error_t** e) { return pdkv_agent_poll_notifications(a, nullptr, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    REQUIRE_OK(pdkv_agent_poll_notifications(a, &l, err));
+    ListPtr list(l);
+    size_t count = 0;
+    REQUIRE_OK(pdkv_notification_list_count(list.get(), &count, err));
+    REQUIRE(count == 1);
+    pdkv_notification_t note{};
+    r = capture([&](pdkv_error_t** e) { return pdkv_notification_list_get(list.get(), 0, &note, e); });
+    CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
+    CHECK_THAT(r.message, Contains("pdkv_notification_t"));
+    note.struct_size = sizeof note;
+    r = capture([&](pdkv_error_t** e) { return pdkv_notification_list_get(list.get(), 1, &note, e); });
+    CHECK(r.status == PDKV_ERR_OUT_OF_BOUNDS);
+    CHECK_THAT(r.message, Contains("index 1"));
+    REQUIRE_OK(pdkv_notification_list_get(list.get(), 0, &note, err));
+    CHECK(note.kind == PDKV_NOTIFY_LEASE_EXPIRED);
+    CHECK(note.status == PDKV_ERR_TIMED_OUT);
+    CHECK(std::string(note.request_id) == "r");
+    r = capture([&](pdkv_error_t** e) { return pdkv_notification_list_count(nullptr, &count, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  }
+  pdkv_agent_free(nullptr);
+  pdkv_memory_free(nullptr);
+  pdkv_peer_free(nullptr);
+  pdkv_transfer_free(nullptr);
+  pdkv_notification_list_free(nullptr);
+}
+
+// Over tcp a GET needs the target's worker to progress: with P in caller-progress mode and its
+// caller never calling, D's READ stays in flight, which is when freeing in the "wrong" order
+// matters most.
+TEST_CASE("agent handles may be freed in any order, also mid-transfer", "[agent]") {
+  auto p = node("pre", PDKV_TRANSPORT_TCP, PDKV_PROGRESS_CALLER);
+  auto d = node("dec", PDKV_TRANSPORT_TCP, PDKV_PROGRESS_THREAD);
+  auto peer = connect(d->agent.get(), p->agent.get());
+  auto plan = read_plan(d->md.get(), p->md.get());
+  auto t = transfer_params(plan.get(), "stuck");
+  t.field_mask = PDKV_TRANSFER_FIELD_TIMEOUT;
+  t.timeout_ms = 60000;
+  pdkv_transfer_t* tr = nullptr;
+  REQUIRE_OK(pdkv_agent_post(d->agent.get(), &t, &tr, err));
+  TransferPtr transfer(tr);
+  pdkv_transfer_info_t info{};
+  info.struct_size = sizeof info;
+  REQUIRE_OK(pdkv_transfer_get_info(transfer.get(), &info, err));
+  REQUIRE(info.state == PDKV_TRANSFER_IN_FLIGHT);
+  uint8_t finished = 1;
+  REQUIRE_OK(pdkv_transfer_wait(transfer.get(), 20, &finished, err));
+  REQUIRE(finished == 0);
+
+  SECTION("the D agent first, then the transfer, peer and memory handles") {
+    const auto t0 = std::chrono::steady_clock::now();
+    d->agent.reset();
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    // The transfer is final: SHUTDOWN, every read listed.
+    auto r = capture([&](pdkv_error_t** e) { return pdkv_transfer_wait(transfer.get(), UINT64_MAX, &finished, e); });
+    CHECK(finished == 1);
+    CHECK(r.status == PDKV_ERR_SHUTDOWN);
+    REQUIRE_OK(pdkv_transfer_get_info(transfer.get(), &info, err));
+    CHECK(info.state == PDKV_TRANSFER_FAILED);
+    CHECK(info.status == PDKV_ERR_SHUTDOWN);
+    const pdkv_failed_read_t* reads = nullptr;
+    size_t n = 0;
+    REQUIRE_OK(pdkv_transfer_failed_reads(transfer.get(), &reads, &n, err));
+    CHECK(n == info.reads_failed);
+    CHECK(n > 0);
+    REQUIRE_OK(pdkv_transfer_cancel(transfer.get(), err));
+    // The peer handle reports its final state.
+    pdkv_peer_info_t pi{};
+    pi.struct_size = sizeof pi;
+    REQUIRE_OK(pdkv_peer_get_info(peer.get(), &pi, err));
+    CHECK(pi.connected == 0);
+    CHECK(pi.lost_status == PDKV_ERR_SHUTDOWN);
+    CHECK(std::string(pi.engine_id) == "pre");
+    REQUIRE_OK(pdkv_peer_disconnect(peer.get(), err));
+    pdkv_engine_metadata_t* pmd = nullptr;
+    REQUIRE_OK(pdkv_peer_metadata(peer.get(), &pmd, err));
+    pdkv_engine_metadata_free(pmd);
+    // Memory handles: deregistering after the agent is a no-op.
+    REQUIRE_OK(pdkv_memory_deregister(d->regs[0].get(), err));
+    d->regs.clear();
+    transfer.reset();
+    peer.reset();
+  }
+  SECTION("the transfer first (cancelled), then memory, then the agent") {
+    transfer.reset();
+    // The cancelled transfer's operations may still be in flight: its memory stays registered
+    // until they return, and freeing the handle now defers the release.
+    d->regs.clear();
+    peer.reset();
+    d->agent.reset();
+  }
+  SECTION("memory first while busy, then the P agent (the transfer fails), then the rest") {
+    pdkv_error_t* e = nullptr;
+    CHECK(pdkv_memory_deregister(d->regs[0].get(), &e) == PDKV_ERR_BUSY);
+    CHECK_THAT(pdkv_error_message(e), Contains("region 0"));
+    pdkv_error_free(e);
+    d->regs.clear();
+    p->agent.reset();
+    auto r = capture([&](pdkv_error_t** er) { return pdkv_transfer_wait(transfer.get(), 10000, &finished, er); });
+    CHECK(finished == 1);
+    CHECK(r.status == PDKV_ERR_PEER_LOST);
+    d->agent.reset();
+    REQUIRE_OK(pdkv_transfer_get_info(transfer.get(), &info, err));
+    CHECK(info.state == PDKV_TRANSFER_FAILED);
+  }
+}
