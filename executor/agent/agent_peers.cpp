@@ -103,6 +103,9 @@ AgentCore::CheckedPeer AgentCore::check_peer(const Hello& hello, const PeerInfo&
     if (k.rkey.empty()) {
       core::fail(Status::Protocol, "peer's key for region " + std::to_string(k.region) + " is empty");
     }
+    if (const std::string why = packed_rkey_layout_error(k.rkey); !why.empty()) {
+      core::fail(Status::Protocol, "peer's key for region " + std::to_string(k.region) + " is malformed: " + why);
+    }
     if (out.ranges[k.region].present) {
       core::fail(Status::Protocol, "peer sent two keys for region " + std::to_string(k.region));
     }

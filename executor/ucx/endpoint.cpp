@@ -1,7 +1,9 @@
 #include "ucx/endpoint.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "pdkv/core/error.hpp"
 #include "ucx/status.hpp"
@@ -44,6 +46,30 @@ ucp_request_param_t op_params() {
 }
 
 }  // namespace
+
+std::string packed_rkey_layout_error(std::span<const uint8_t> packed) {
+  constexpr size_t kMapBytes = 8;
+  if (packed.size() < kMapBytes + 1) {
+    return std::to_string(packed.size()) + " bytes cannot hold the 8-byte domain map and the memory type";
+  }
+  uint64_t map = 0;
+  for (size_t i = 0; i < kMapBytes; ++i) map |= static_cast<uint64_t>(packed[i]) << (8 * i);
+  size_t at = kMapBytes + 1;
+  for (unsigned bit = 0; bit < 64; ++bit) {
+    if ((map >> bit & 1) == 0) continue;
+    if (at >= packed.size()) {
+      return "domain " + std::to_string(bit) + "'s size byte is at offset " + std::to_string(at) +
+             ", past the key's " + std::to_string(packed.size()) + " bytes";
+    }
+    const size_t len = packed[at];
+    if (len > packed.size() - at - 1) {
+      return "domain " + std::to_string(bit) + " announces " + std::to_string(len) + " bytes at offset " +
+             std::to_string(at + 1) + " but the key has " + std::to_string(packed.size() - at - 1) + " left";
+    }
+    at += 1 + len;
+  }
+  return {};
+}
 
 UcxRemoteKey::~UcxRemoteKey() {
   if (rkey_ != nullptr) ucp_rkey_destroy(rkey_);
@@ -98,8 +124,15 @@ UcxRemoteKey UcxEndpoint::unpack_rkey(std::span<const uint8_t> packed) const {
   if (ep_ == nullptr || state_ != State::Open) {
     core::fail(core::Status::InvalidArgument, "UCX rkey: the endpoint is closed");
   }
+  if (const std::string why = packed_rkey_layout_error(packed); !why.empty()) {
+    core::fail(core::Status::InvalidArgument, "UCX rkey: malformed packed key: " + why);
+  }
+  // A transport reads its own entry as a fixed-size record, which a short entry (its size byte
+  // is the sender's word) would let run past the key: the zeros keep such reads in this buffer.
+  std::vector<uint8_t> padded(packed.size() + 256, 0);
+  std::copy(packed.begin(), packed.end(), padded.begin());
   ucp_rkey_h rkey = nullptr;
-  const ucs_status_t st = ucp_ep_rkey_unpack(ep_, packed.data(), &rkey);
+  const ucs_status_t st = ucp_ep_rkey_unpack(ep_, padded.data(), &rkey);
   if (st != UCS_OK) throw_ucx("ucp_ep_rkey_unpack of " + std::to_string(packed.size()) + " bytes", st);
   return UcxRemoteKey(rkey);
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 #include <ucp/api/ucp.h>
 
@@ -64,6 +65,13 @@ class UcxRemoteKey {
   ucp_rkey_h rkey_ = nullptr;
 };
 
+// What is wrong with the layout of a packed rkey's bytes ("" when nothing is): an 8-byte map of
+// memory domains, a memory-type byte, then for each bit of the map a size byte and that many
+// bytes. ucp_ep_rkey_unpack takes no length and walks exactly this layout (UCX 1.13.1), so a key
+// that announces more than it holds would make UCX read past it. Says nothing about whether the
+// contents are sound (see unpack_rkey).
+std::string packed_rkey_layout_error(std::span<const uint8_t> packed);
+
 class UcxEndpoint {
  public:
   using Clock = std::chrono::steady_clock;
@@ -87,8 +95,10 @@ class UcxEndpoint {
   UcxEndpoint& operator=(const UcxEndpoint&) = delete;
 
   // Unpacks a peer's packed rkey (UcxRegistration::packed_rkey on its side). UCX failures:
-  // Error(Transport, cause Ucx); empty bytes: InvalidArgument.
-  // SAFETY: this is not a validation step. Observed on Debian's UCX 1.13.1: random bytes, and a
+  // Error(Transport, cause Ucx); empty bytes or a layout that announces more than the bytes hold
+  // (packed_rkey_layout_error): InvalidArgument. UCX reads from a zero-padded copy, so a transport's
+  // own unpacker reading its fixed-size record past a short entry stays inside pdkv's buffer.
+  // SAFETY: beyond that layout this is not a validation step. Observed on Debian's UCX 1.13.1: random bytes, and a
   // shm rkey with one bit flipped, crash the process (SEGV in ucp_ep_rkey_unpack_internal /
   // uct_rkey_release on its own error path); tcp rkeys with flipped bits or truncated are
   // accepted. Unpack only bytes from an authenticated peer (after the key proof), length-checked

@@ -73,7 +73,8 @@ class FakePeer {
 
   // Connects and runs the client side of the handshake (keys proven, PeerInfo both ways). The
   // agent then wires its UCX endpoint up and waits for this side's Ready.
-  void handshake(const HostPort& agent, Deadline deadline = deadline_in(3s)) {
+  // `keys` go out in this side's PeerInfo as they are (a test may forge them).
+  void handshake(const HostPort& agent, Deadline deadline = deadline_in(3s), std::vector<RegionKey> keys = {}) {
     channel_.emplace(ControlChannel::connect(agent, deadline));
     HandshakeParams p;
     p.hello.engine_id = md_.engine_id;
@@ -82,7 +83,14 @@ class FakePeer {
     p.info.metadata = core::encode(md_);
     p.info.worker_address = worker_.address();
     p.info.transport_hint = static_cast<uint8_t>(context_.mode());
+    p.info.regions = std::move(keys);
     handshake_client(*channel_, p, deadline);
+  }
+
+  // A key for region `r` covering exactly its advertised range, with the given packed bytes.
+  RegionKey key_for(uint32_t r, std::vector<uint8_t> packed) const {
+    const core::Region& reg = md_.regions[r].region;
+    return RegionKey{r, reg.base, reg.block_len * reg.num_blocks, 0, std::move(packed)};
   }
 
   // handshake(), then the Ready exchange: the agent publishes this peer.

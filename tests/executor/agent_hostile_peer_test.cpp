@@ -136,6 +136,32 @@ TEST(AgentHostilePeer, ANotifyWhoseRequestIdHasANulIsRefused) {
   EXPECT_EQ(notes.back().status, Status::Protocol);
 }
 
+// A packed key shorter than its own layout says: UCX's unpacker takes no length and would read
+// past the key's bytes (heap memory of this process). The handshake refuses it, naming the region.
+class AgentHostileKeys : public ::testing::TestWithParam<std::vector<uint8_t>> {};
+
+TEST_P(AgentHostileKeys, AKeyThatContradictsItsOwnLayoutIsRefused) {
+  auto agent = tiny_agent(TransportMode::Tcp);
+  FakePeer peer(TransportMode::Tcp);
+  try {
+    peer.handshake(agent->info().listen, deadline_in(3s), {peer.key_for(0, GetParam())});
+    FAIL() << "the agent accepted a malformed key";
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.status(), Status::Protocol) << e.what();
+    EXPECT_NE(std::string(e.what()).find("region 0"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(agent->info().num_peers, 0u);
+}
+
+// A map of 8 bytes, a memory type byte, then one size byte and that many bytes per map bit.
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, AgentHostileKeys,
+    ::testing::Values(std::vector<uint8_t>{0x01},                                // no full map
+                      std::vector<uint8_t>{0x03, 0, 0, 0, 0, 0, 0, 0},           // no memory type
+                      std::vector<uint8_t>{0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0},     // 2 bits, 1 size byte
+                      std::vector<uint8_t>{0x01, 0, 0, 0, 0, 0, 0, 0, 0, 200, 1},  // says 200, has 1
+                      std::vector<uint8_t>(9, 0xFF)));                           // 64 bits, no sizes
+
 // This agent never sends such an id either: post and lease refuse it, naming the offset.
 TEST(AgentHostilePeer, PostAndLeaseRefuseARequestIdWithANul) {
   auto agent = tiny_agent(TransportMode::Shm);
