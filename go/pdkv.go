@@ -3,14 +3,18 @@
 // attention KV and Mamba state from, byte-exact descriptors and transfer plans.
 //
 // The package wraps the stable C API (pdkv.h, library libpdkv.so) with cgo and the standard
-// library only. The C header and library are found through the environment:
+// library only. cgo finds the header and the library with pkg-config ("#cgo pkg-config: pdkv"):
 //
-//	CGO_CFLAGS="-I<repo>/capi/include"
-//	CGO_LDFLAGS="-L<build>/capi -lpdkv"
-//	LD_LIBRARY_PATH="<build>/capi"   (at run time)
+//   - after "cmake --install build --prefix P", pdkv.pc is in P/lib/pkgconfig, which pkg-config
+//     searches by default for P = /usr/local or /usr; for another prefix, point the standard
+//     PKG_CONFIG_PATH at P/lib/pkgconfig;
+//   - in the repository, a build tree B carries a pdkv.pc for itself in B/pkgconfig
+//     (PKG_CONFIG_PATH=B/pkgconfig).
 //
-// The file itself only carries "#cgo LDFLAGS: -lpdkv", so the -L path must come from
-// CGO_LDFLAGS (or from an installed libpdkv in a default linker path).
+// That pdkv.pc adds -Wl,-rpath,<libdir>, so programs built with this package find libpdkv.so.0
+// when they run, with no LD_LIBRARY_PATH (a build configured with -DPDKV_PKGCONFIG_RPATH=OFF
+// leaves it out, for prefixes the dynamic loader searches anyway). cgo cannot read other
+// variables: PDKV_LIB_DIR, which the Rust and Python bindings honour, does not apply to Go.
 //
 // Conventions:
 //   - Fallible functions return an error; a failure reported by the library is a *Error
@@ -41,7 +45,7 @@
 package pdkv
 
 /*
-#cgo LDFLAGS: -lpdkv
+#cgo pkg-config: pdkv
 #include <stdlib.h>
 #include <pdkv.h>
 */
