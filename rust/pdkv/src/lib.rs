@@ -24,6 +24,15 @@
 //!   library's domain (rank >= TP, an index past the end, an `Other(v)` enum value the library
 //!   does not know) get the library's status (`InvalidArgument`, `OutOfBounds`...).
 //!
+//! # Finding libpdkv
+//!
+//! Nothing needs to be set to build or run a program using this crate: `pdkv-sys` loads
+//! `libpdkv.so.0` when it is first needed, from `$PDKV_LIB_DIR` (the directory variable every
+//! pdkv binding shares), next to the executable, the directory found when `pdkv-sys` was built
+//! (`PDKV_LIB_DIR` then, else `pkg-config --variable=libdir pdkv`: an installed prefix), or the
+//! dynamic loader's own search. [`load_library`] reports where it came from, or every place
+//! tried; a call made when no candidate loads panics with that report.
+//!
 //! ```no_run
 //! use pdkv::{EngineConfig, Geometry, Model};
 //! let model = Model::from_preset("nemotron-3-nano-30b")?;
@@ -96,6 +105,13 @@ pub use trim::{GroupTrim, GroupTrimInput, StatePair, TokenRun};
 /// Raw FFI declarations (re-export of the `pdkv-sys` crate) for what the safe API does not
 /// cover; everything there is `unsafe`.
 pub use pdkv_sys as sys;
+
+/// Loads libpdkv now, if no call has yet, and returns the path it was loaded from; the error
+/// lists every place tried and why each failed. Call it at startup to report a missing library
+/// as an error rather than as the panic of the first call that needs it.
+pub fn load_library() -> std::result::Result<&'static std::path::Path, &'static sys::LoadError> {
+    sys::load()
+}
 
 /// Runtime version of the linked library as `(major, minor, patch)`.
 pub fn version() -> (u32, u32, u32) {
