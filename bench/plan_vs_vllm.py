@@ -142,8 +142,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", help="also write every run's raw numbers here")
     args = ap.parse_args()
-    lib = os.path.join(args.build, "capi", "libpdkv.so")
-    os.environ.setdefault("PDKV_LIBRARY", lib)
+    os.environ.setdefault("PDKV_LIB_DIR", os.path.join(args.build, "capi"))
     runs: List[Dict[str, Dict[str, float]]] = []
     for rep in range(args.repeat):
         run: Dict[str, Dict[str, float]] = {}

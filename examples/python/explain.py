@@ -6,7 +6,7 @@ Default: Nemotron-3-Nano-30B, prefill (P) TP4 -> decode (D) TP2, FlashAttention 
 Usage: explain.py [--preset NAME] [--p-tp N] [--d-tp N] [--prompt-tokens N] [--json]
 
 The package is found from a source checkout (python/ next to examples/) or when installed;
-libpdkv through $PDKV_LIBRARY or the package's other discovery rules.
+libpdkv through $PDKV_LIB_DIR or the package's other discovery rules.
 """
 
 from __future__ import annotations

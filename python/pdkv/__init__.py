@@ -1,10 +1,12 @@
 """pdkv: transfer configuration for prefill/decode disaggregated LLM serving, from Python.
 
 A ctypes binding of ``libpdkv`` (the stable C API ``pdkv.h``), standard library only.
-The library is found through ``$PDKV_LIBRARY``, then ``libpdkv.so`` next to this package, then
-``build/release/capi/`` of the source checkout, then the system loader; importing this package
-raises :class:`LibraryLoadError` (listing every place tried) when none loads, or when its ABI
-major version differs from the header this package was written against.
+The library (``libpdkv.so.0``) is found in ``$PDKV_LIB_DIR`` (the directory variable every pdkv
+binding shares), then next to this package, then in the directory recorded when the package was
+installed (``pip install`` asks ``pkg-config`` for an installed pdkv), then in
+``build/release/capi/`` of the source checkout, then through the dynamic loader; importing this
+package raises :class:`LibraryLoadError` (listing every place tried) when none loads, or when its
+ABI major version differs from the header this package was written against.
 
 Results are frozen dataclasses, enumerations are :class:`enum.IntEnum`, handles are context
 managers with an idempotent ``close()``, and every failed call raises a :class:`PdkvError`
@@ -174,11 +176,148 @@ _ffi.lib()
 #: Version of this Python package (follows the C library's).
 __version__ = "0.2.0"
 
-import types as _types
-
-#: Public names: everything above except submodules and private names.
-__all__ = sorted(
-    name
-    for name, value in list(globals().items())
-    if not name.startswith("_") and name != "annotations" and not isinstance(value, _types.ModuleType)
-)
+#: Public names, listed literally so that type checkers see them as exported (PEP 484: a
+#: ``py.typed`` package re-exports only what ``__all__`` names). tests/test_ffi.py checks that it
+#: holds exactly the public names imported above.
+__all__ = [
+    "Agent",
+    "AgentInfo",
+    "AlignedSplitInput",
+    "AlignedSplitV0604Input",
+    "AttentionBackend",
+    "AuthError",
+    "BufferTooSmallError",
+    "BusyError",
+    "ByteRange",
+    "CancelledError",
+    "ChecksumError",
+    "ClosedError",
+    "ConvLayout",
+    "ConvProjection",
+    "CoverageError",
+    "Descriptor",
+    "DescriptorLayout",
+    "DescriptorList",
+    "EngineConfig",
+    "EngineLayout",
+    "EngineMetadata",
+    "EngineMetadataInfo",
+    "FailedRead",
+    "Geometry",
+    "GeometryInfo",
+    "GroupBlockIds",
+    "GroupKind",
+    "GroupTrim",
+    "GroupTrimInput",
+    "HEADER_VERSION_MAJOR",
+    "HEADER_VERSION_MINOR",
+    "HandshakeReport",
+    "HeadsNotDivisibleError",
+    "Incompatibility",
+    "IncompatibleError",
+    "InternalError",
+    "InvalidArgumentError",
+    "KvLayout",
+    "LibraryLoadError",
+    "MambaCacheMode",
+    "MambaRead",
+    "MambaReadList",
+    "MambaReadsRule",
+    "MambaType",
+    "Memory",
+    "MemoryType",
+    "MetadataRegion",
+    "Model",
+    "ModelDesc",
+    "NotFoundError",
+    "Notification",
+    "NotificationKind",
+    "NullPointerError",
+    "OffloadGeometry",
+    "OffloadLayer",
+    "OutOfBoundsError",
+    "ParseError",
+    "PdkvError",
+    "PdkvIOError",
+    "PdkvOverflowError",
+    "Peer",
+    "PeerInfo",
+    "PeerLostError",
+    "PlanContext",
+    "PlanGroup",
+    "PlanGroupZero",
+    "PlanRead",
+    "PresetInfo",
+    "ProgressMode",
+    "ProtocolError",
+    "Region",
+    "RegionKind",
+    "RemoteDecodePrefill",
+    "RemoteDecodePrefillPlan",
+    "ShutdownError",
+    "StatePair",
+    "Status",
+    "StructSizeError",
+    "TimedOutError",
+    "TokenInterval",
+    "TokenRun",
+    "TpMapping",
+    "TpMappingInfo",
+    "TpMappingList",
+    "TpNotDivisibleError",
+    "Transfer",
+    "TransferInfo",
+    "TransferOp",
+    "TransferPlan",
+    "TransferPlanInfo",
+    "TransferState",
+    "Transport",
+    "TransportError",
+    "UnsupportedLayoutError",
+    "UnsupportedMambaTypeError",
+    "ZeroRange",
+    "attention_local_descriptors",
+    "attention_remote_descriptors",
+    "attention_split_descriptors",
+    "backend_from_name",
+    "backend_name",
+    "block_size_ratio",
+    "buffer_address",
+    "clip_exchange_blocks",
+    "crc32c",
+    "d_num_new_matched_tokens",
+    "derive_offload_geometry",
+    "descriptor_ids",
+    "group_kind_name",
+    "handshake_require_compatible",
+    "handshake_target_ranks",
+    "handshake_validate",
+    "handshake_validate_engine_ranks",
+    "library_path",
+    "logical_to_kernel_block_ids",
+    "mamba_aligned_split",
+    "mamba_aligned_split_v0604",
+    "mamba_descriptor_ids",
+    "mamba_local_descriptors",
+    "mamba_local_split_descriptors",
+    "mamba_remote_descriptors",
+    "mamba_type_name",
+    "map_block_ids_for_block_size_ratio",
+    "metadata_wire_version",
+    "model_fingerprint",
+    "notifications_expected_per_request",
+    "physical_blocks_per_logical",
+    "physical_head_range",
+    "plan_remote_decode_prefill",
+    "preset_at",
+    "preset_count",
+    "presets",
+    "receive_zero_ranges",
+    "sliding_window_blocks_to_keep",
+    "status_name",
+    "tp_ratio",
+    "truncate_for_remote_decode",
+    "uncovered_token_ranges",
+    "version",
+    "version_string",
+]

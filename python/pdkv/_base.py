@@ -10,7 +10,7 @@ import operator
 import threading
 import weakref
 from ctypes import POINTER, byref
-from typing import Any, Callable, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union
 
 from . import _ffi
 from .errors import ClosedError, InvalidArgumentError, OutOfBoundsError, PdkvError, Status, error_for  # noqa: F401
@@ -160,7 +160,7 @@ def enum_value(name: str, cls: Type[E], value: Any) -> E:
         raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} = {v} is not a {cls.__name__} value") from None
 
 
-def to_enum(cls: Type[E], value: int) -> Any:
+def to_enum(cls: Type[E], value: int) -> Union[E, int]:
     """A C enum value as a member of ``cls``, or the plain int when this package does not know it."""
     try:
         return cls(value)
@@ -183,8 +183,8 @@ class _ThreadUses(threading.local):
     maps id(handle) to the handle for every handle acquired by any of them."""
 
     def __init__(self) -> None:
-        self.stack: list = []
-        self.held: dict = {}
+        self.stack: List[List[Any]] = []
+        self.held: Dict[int, Any] = {}
 
 
 _uses = _ThreadUses()

@@ -7,7 +7,6 @@ modules is built on it; application code should not need this module.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import threading
 from ctypes import (
@@ -41,7 +40,9 @@ class LibraryLoadError(ImportError):
         self.attempts: Tuple[Tuple[str, str], ...] = tuple(attempts)
         lines = ["could not load libpdkv; tried:"]
         lines += [f"  - {where}: {why}" for where, why in self.attempts]
-        lines.append("set PDKV_LIBRARY to the path of libpdkv.so (e.g. build/release/capi/libpdkv.so)")
+        lines.append(
+            f"set PDKV_LIB_DIR to the directory holding {library_file_name()} (e.g. <prefix>/lib or build/release/capi)"
+        )
         super().__init__("\n".join(lines))
 
 
@@ -1090,23 +1091,59 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _REPO_ROOT = _PACKAGE_DIR.parent.parent
 
 
-def library_candidates(environ: Optional[Dict[str, str]] = None) -> List[Tuple[str, Optional[str]]]:
+def library_file_name() -> str:
+    """The file name looked for: the library's SONAME, one per ABI major version (``libpdkv.so.0``)."""
+    return f"libpdkv.so.{HEADER_VERSION_MAJOR}"
+
+
+def _installed_lib_dir() -> Optional[str]:
+    """The directory recorded when this package was installed (``pdkv/_install.py``, written by
+    ``setup.py``), or None: running from a source checkout, or nothing was found then."""
+    try:
+        from . import _install  # type: ignore[attr-defined]  # generated at install time
+    except ImportError:
+        return None
+    value = getattr(_install, "LIB_DIR", None)
+    return value if isinstance(value, str) and value else None
+
+
+def library_candidates(
+    environ: Optional[Dict[str, str]] = None, installed_lib_dir: Optional[str] = None
+) -> List[Tuple[str, Optional[str]]]:
     """The places libpdkv is looked for, in order, as (description, path or None).
 
-    1. ``$PDKV_LIBRARY`` (a file path), 2. ``libpdkv.so`` next to this package,
-    3. ``build/release/capi/libpdkv.so`` of the source checkout, 4. the system
-    (``ctypes.util.find_library("pdkv")``, then ``libpdkv.so.0`` through the dynamic loader).
+    1. ``$PDKV_LIB_DIR/libpdkv.so.0``: ``PDKV_LIB_DIR`` is the one variable every pdkv binding
+       reads (Rust, Python), the directory holding the library;
+    2. ``libpdkv.so.0`` next to this package (a package shipped with its library);
+    3. the directory recorded at install time (``PDKV_LIB_DIR`` when ``pip install`` ran, else
+       ``pkg-config --variable=libdir pdkv``, else the checkout's ``build/release/capi``);
+    4. ``build/release/capi`` of the source checkout this package sits in, if any;
+    5. ``libpdkv.so.0`` through the dynamic loader's own search (``LD_LIBRARY_PATH``,
+       ``ldconfig``'s cache, the system directories).
+
+    ``environ`` and ``installed_lib_dir`` default to the process environment and the recorded
+    directory; they are parameters so that the order can be tested.
     """
     env = os.environ if environ is None else environ
+    name = library_file_name()
+    installed = _installed_lib_dir() if installed_lib_dir is None else installed_lib_dir or None
     out: List[Tuple[str, Optional[str]]] = []
-    explicit = env.get("PDKV_LIBRARY")
-    out.append(("$PDKV_LIBRARY", explicit if explicit else None))
-    out.append(("next to the package", str(_PACKAGE_DIR / "libpdkv.so")))
-    out.append(("source checkout build", str(_REPO_ROOT / "build" / "release" / "capi" / "libpdkv.so")))
-    found = ctypes.util.find_library("pdkv")
-    out.append(('ctypes.util.find_library("pdkv")', found))
-    out.append(("system loader", "libpdkv.so.0"))
+    explicit = env.get("PDKV_LIB_DIR")
+    out.append(("$PDKV_LIB_DIR", os.path.join(explicit, name) if explicit else None))
+    out.append(("next to the package", str(_PACKAGE_DIR / name)))
+    out.append(("the directory recorded at install time", os.path.join(installed, name) if installed else None))
+    checkout = _REPO_ROOT / "build" / "release" / "capi"
+    out.append(("source checkout build", str(checkout / name) if (_REPO_ROOT / "capi").is_dir() else None))
+    out.append(("the dynamic loader", name))
     return out
+
+
+#: Why a candidate of :func:`library_candidates` names no path.
+_NO_PATH_REASONS = {
+    "$PDKV_LIB_DIR": "not set",
+    "the directory recorded at install time": "none recorded (pip install found no pdkv through pkg-config)",
+    "source checkout build": "not running from a source checkout",
+}
 
 
 def load_library(candidates: Sequence[Tuple[str, Optional[str]]]) -> Tuple[ctypes.CDLL, str]:
@@ -1117,7 +1154,7 @@ def load_library(candidates: Sequence[Tuple[str, Optional[str]]]) -> Tuple[ctype
     attempts: List[Tuple[str, str]] = []
     for where, path in candidates:
         if not path:
-            attempts.append((where, "not set" if where.startswith("$") else "nothing found"))
+            attempts.append((where, _NO_PATH_REASONS.get(where, "nothing there")))
             continue
         label = f"{where} ({path})"
         if os.sep in path and not os.path.exists(path):

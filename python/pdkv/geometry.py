@@ -64,8 +64,9 @@ class EngineConfig:
     #: Bytes packed per token per KV head beside K and V (per-token-head scales: 8); 0: none.
     kv_cache_head_extra_bytes: int = 0
 
-    def backend_value(self) -> AttentionBackend:
-        """The backend as an :class:`AttentionBackend` (names resolved by the library)."""
+    def backend_value(self) -> Union[AttentionBackend, int]:
+        """The backend as an :class:`AttentionBackend` (names resolved by the library; a backend
+        the library knows but this package does not stays its plain int value)."""
         if isinstance(self.backend, str) and self.backend.strip().upper() not in AttentionBackend.__members__:
             return backend_from_name(self.backend)
         return enum_value("backend", AttentionBackend, self.backend)
@@ -89,7 +90,7 @@ class EngineConfig:
         if sizes:
             arr = (c_uint32 * len(sizes))(*[u32(f"kernel_block_sizes[{i}]", s) for i, s in enumerate(sizes)])
             c.kernel_block_sizes = ctypes.cast(arr, POINTER(c_uint32))
-            c._keep = arr  # type: ignore[attr-defined]
+            c._keep = arr
         c.num_kernel_block_sizes = len(sizes)
         c.kernel_block_multiple_of = u32("kernel_block_multiple_of", self.kernel_block_multiple_of)
         c.mamba_cache_mode = int(enum_value("mamba_cache_mode", MambaCacheMode, self.mamba_cache_mode))

@@ -39,8 +39,9 @@ def backend_name(backend: Union[AttentionBackend, int]) -> str:
     return decode(_ffi.lib().pdkv_backend_name(i32("backend", backend)))
 
 
-def backend_from_name(name: str) -> AttentionBackend:
-    """Backend from its pdkv or vLLM name, case-insensitive; raises :class:`NotFoundError`."""
+def backend_from_name(name: str) -> Union[AttentionBackend, int]:
+    """Backend from its pdkv or vLLM name, case-insensitive; raises :class:`NotFoundError`. A backend
+    the library knows but this package does not is returned as its plain int value."""
     out = c_int32()
     call("pdkv_backend_from_name", encode("name", name), byref(out))
     return to_enum(AttentionBackend, out.value)

@@ -132,7 +132,7 @@ class _PlanGroupFastC(ctypes.Structure):
 
 for _fast, _typed in ((_TrimFastC, _ffi.GroupTrimInputC), (_PlanGroupFastC, _ffi.PlanGroupC)):
     assert ctypes.sizeof(_fast) == ctypes.sizeof(_typed)
-    assert all(getattr(_fast, n).offset == getattr(_typed, n).offset for n, _ in _typed._fields_)
+    assert all(getattr(_fast, f[0]).offset == getattr(_typed, f[0]).offset for f in _typed._fields_)
 
 _U64 = (1 << 64) - 1
 _I32 = 1 << 31
@@ -222,7 +222,7 @@ def _groups(groups: Iterable[PlanGroup]) -> Tuple[Any, int, List[Any]]:
     if type(groups) is list or type(groups) is tuple:
         items = groups
         if items:
-            fast = _groups_fast(items)  # type: ignore[arg-type]
+            fast = _groups_fast(items)
             if fast is not None:
                 return fast[0], len(items), fast[1]
     if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
@@ -403,7 +403,7 @@ class TransferPlan(Handle):
         own finalizer is swapped for one that only drops the handle's reference to it, and the
         C plan is freed when the owner goes (the handle closed or collected, every view gone).
         Runs inside an operation, so close() cannot free the plan meanwhile."""
-        holder = getattr(self, "_owner_holder", None)
+        holder: Optional[List[_PlanMemory]] = getattr(self, "_owner_holder", None)
         if holder is None:
             owner = _PlanMemory()
             weakref.finalize(owner, _free, self._free_name, self._ptr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 from ctypes import POINTER, byref, c_int32, c_size_t, c_uint64
-from typing import Any, List, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 from . import _ffi
 from ._base import Handle, array_copy, call, enum_value, flag, i32, to_enum, u64, u64_array
@@ -57,7 +57,7 @@ class GroupTrimInput:
         c.remote_first_block = u64("remote_first_block", self.remote_first_block)
         return c, [la, ra]
 
-    def _to_c_fast(self) -> Any:
+    def _to_c_fast(self) -> Optional[Tuple[_ffi.GroupTrimInputC, List[Any]]]:
         """:meth:`_to_c` for the common case, in one struct construction: plain ints in range and
         enum members, ids from buffers used in place (or small sequences converted as usual).
         None when any field needs the checked path (which then reports it, naming the field)."""

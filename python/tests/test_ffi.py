@@ -4,6 +4,7 @@ return kind, struct layouts equal to the C compiler's, versions, library discove
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import os
 import re
 import shutil
@@ -150,22 +151,25 @@ def test_every_header_struct_is_mirrored() -> None:
 
 
 def test_load_failure_lists_every_place_tried(tmp_path: Path) -> None:
-    bogus = tmp_path / "libpdkv.so"
+    bogus = tmp_path / "libpdkv.so.0"
     bogus.write_text("not an ELF file")
     candidates = [
-        ("$PDKV_LIBRARY", None),
-        ("next to the package", str(tmp_path / "missing" / "libpdkv.so")),
+        ("$PDKV_LIB_DIR", None),
+        ("next to the package", str(tmp_path / "missing" / "libpdkv.so.0")),
+        ("the directory recorded at install time", None),
         ("source checkout build", str(bogus)),
-        ("system loader", "libpdkv-does-not-exist.so.0"),
+        ("the dynamic loader", "libpdkv-does-not-exist.so.0"),
     ]
     with pytest.raises(pdkv.LibraryLoadError) as info:
         _ffi.load_library(candidates)
     msg = str(info.value)
-    assert "$PDKV_LIBRARY: not set" in msg
+    assert "$PDKV_LIB_DIR: not set" in msg
+    assert "the directory recorded at install time: none recorded" in msg
     assert "no such file" in msg and str(tmp_path / "missing") in msg
     assert str(bogus) in msg
     assert "libpdkv-does-not-exist.so.0" in msg
-    assert len(info.value.attempts) == 4
+    assert "set PDKV_LIB_DIR to the directory holding libpdkv.so.0" in msg
+    assert len(info.value.attempts) == 5
     assert isinstance(info.value, ImportError)
 
 
@@ -177,24 +181,61 @@ def test_load_rejects_a_library_without_pdkv_symbols() -> None:
 
 
 def test_candidates_order_and_env() -> None:
-    c = _ffi.library_candidates({"PDKV_LIBRARY": "/x/libpdkv.so"})
-    assert c[0] == ("$PDKV_LIBRARY", "/x/libpdkv.so")
-    assert c[1][1] == str(PYTHON_DIR / "pdkv" / "libpdkv.so")
-    assert c[2][1] == str(REPO_ROOT / "build" / "release" / "capi" / "libpdkv.so")
-    assert c[-1][1] == "libpdkv.so.0"
-    assert _ffi.library_candidates({})[0] == ("$PDKV_LIBRARY", None)
+    c = _ffi.library_candidates({"PDKV_LIB_DIR": "/x/lib"}, installed_lib_dir="/opt/pdkv/lib")
+    assert [where for where, _ in c] == [
+        "$PDKV_LIB_DIR",
+        "next to the package",
+        "the directory recorded at install time",
+        "source checkout build",
+        "the dynamic loader",
+    ]
+    assert c[0][1] == "/x/lib/libpdkv.so.0"
+    assert c[1][1] == str(PYTHON_DIR / "pdkv" / "libpdkv.so.0")
+    assert c[2][1] == "/opt/pdkv/lib/libpdkv.so.0"
+    assert c[3][1] == str(REPO_ROOT / "build" / "release" / "capi" / "libpdkv.so.0")
+    assert c[4][1] == "libpdkv.so.0"
+    assert _ffi.library_file_name() == f"libpdkv.so.{_ffi.HEADER_VERSION_MAJOR}"
+    # An empty variable is unset; "" for the recorded directory means none was recorded.
+    c = _ffi.library_candidates({"PDKV_LIB_DIR": ""}, installed_lib_dir="")
+    assert c[0] == ("$PDKV_LIB_DIR", None) and c[2][1] is None
+
+
+def test_pdkv_lib_dir_is_a_directory_and_wins(tmp_path: Path) -> None:
+    # PDKV_LIB_DIR names the directory (the same meaning as in the Rust crate): a copy of the
+    # loaded library there is the one loaded, before the source checkout build.
+    (tmp_path / "libpdkv.so.0").symlink_to(os.path.realpath(_ffi.library_path()))
+    env = dict(os.environ, PDKV_LIB_DIR=str(tmp_path), PYTHONPATH=str(PYTHON_DIR))
+    r = subprocess.run([sys.executable, "-c", "import pdkv; print(pdkv.library_path())"], env=env,
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(tmp_path / "libpdkv.so.0")
 
 
 def test_import_fails_clearly_without_a_library(tmp_path: Path) -> None:
-    # A copy of the package without its source checkout build, pointed at a missing library.
+    # A copy of the package outside any checkout, pointed at a directory without the library.
     pkg = tmp_path / "pdkv"
-    shutil.copytree(PYTHON_DIR / "pdkv", pkg, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    env = dict(os.environ, PDKV_LIBRARY=str(tmp_path / "nope.so"), PYTHONPATH=str(tmp_path))
+    shutil.copytree(PYTHON_DIR / "pdkv", pkg, ignore=shutil.ignore_patterns("*.so*", "__pycache__", "_install.py"))
+    env = dict(os.environ, PDKV_LIB_DIR=str(tmp_path / "nowhere"), PYTHONPATH=str(tmp_path))
     env.pop("LD_LIBRARY_PATH", None)
     r = subprocess.run([sys.executable, "-c", "import pdkv"], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode != 0
     assert "LibraryLoadError" in r.stderr
-    assert str(tmp_path / "nope.so") in r.stderr and "no such file" in r.stderr
+    assert str(tmp_path / "nowhere" / "libpdkv.so.0") in r.stderr and "no such file" in r.stderr
+
+
+def test_the_package_is_typed() -> None:
+    # PEP 561: the marker ships with the package (pyproject's package-data), so type checkers
+    # read the annotations of an installed pdkv.
+    assert (PYTHON_DIR / "pdkv" / "py.typed").is_file()
+    assert 'pdkv = ["py.typed"]' in (PYTHON_DIR / "pyproject.toml").read_text()
+
+
+def test_project_version_is_the_library_version() -> None:
+    cmake = (REPO_ROOT / "CMakeLists.txt").read_text()
+    m = re.search(r"project\(pdkv VERSION (\d+\.\d+\.\d+)", cmake)
+    assert m is not None
+    assert f'version = "{m.group(1)}"' in (PYTHON_DIR / "pyproject.toml").read_text()
+    assert pdkv.version_string() == m.group(1)
 
 
 def test_public_names_have_docstrings() -> None:
@@ -208,3 +249,17 @@ def test_public_names_have_docstrings() -> None:
                 if attr.startswith("_") or not callable(member) and not isinstance(member, property):
                     continue
                 assert getattr(member, "__doc__", None), f"pdkv.{name}.{attr} has no docstring"
+
+
+def test_all_lists_exactly_the_public_names() -> None:
+    # __all__ is a literal list (type checkers read it as the package's exports); every public,
+    # non-module name the package defines must be in it, and nothing else.
+    import types
+
+    public = {
+        name
+        for name, value in vars(pdkv).items()
+        if not name.startswith("_") and name != "annotations" and not isinstance(value, types.ModuleType)
+    }
+    assert sorted(pdkv.__all__) == sorted(public)
+    assert len(pdkv.__all__) == len(set(pdkv.__all__))
