@@ -20,6 +20,19 @@ fn version_matches_header_major() {
 }
 
 #[test]
+fn load_library_reports_the_soname_file_it_loaded() {
+    let path = load_library().expect("libpdkv loads in the test environment");
+    assert_eq!(
+        path.file_name().and_then(|n| n.to_str()),
+        Some(format!("libpdkv.so.{}", HEADER_VERSION.0).as_str())
+    );
+    // The tests run with PDKV_LIB_DIR set (scripts/test-all.sh): the variable's directory wins.
+    if let Some(dir) = std::env::var_os("PDKV_LIB_DIR").filter(|d| !d.is_empty()) {
+        assert_eq!(path.parent(), Some(std::path::Path::new(&dir)));
+    }
+}
+
+#[test]
 fn bad_tp_sizes_name_both_values() {
     let err = tp_ratio(6, 4).unwrap_err();
     assert_eq!(err.status(), Status::TpNotDivisible);
