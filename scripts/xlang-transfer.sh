@@ -16,14 +16,15 @@ ROOT=$PWD
 BUILD=$(cd "${1:-build/release}" && pwd)
 OUT="$BUILD/xlang"
 mkdir -p "$OUT"
-export PDKV_LIBRARY="$BUILD/capi/libpdkv.so"
-export LD_LIBRARY_PATH="$BUILD/capi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Every binding finds this build's library and header with no other variable: Rust and Python
+# load libpdkv from PDKV_LIB_DIR, Go (cgo) and C read the build tree's pdkv.pc (with an rpath).
+export PDKV_LIB_DIR="$BUILD/capi"
+export PKG_CONFIG_PATH="$BUILD/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 PY=${PYTHON:-/usr/bin/python3}
 
 echo "building the Rust and Go transfer examples"
-(cd rust && PDKV_LIB_DIR="$BUILD/capi" cargo build --offline -q -p pdkv --example transfer)
-(cd go && CGO_CFLAGS="-I$ROOT/capi/include" CGO_LDFLAGS="-L$BUILD/capi -lpdkv" GOFLAGS=-mod=mod GOPROXY=off \
-   go build -o "$OUT/go-transfer" ./examples/transfer)
+(cd rust && cargo build --offline -q -p pdkv --example transfer)
+(cd go && GOFLAGS=-mod=mod GOPROXY=off go build -o "$OUT/go-transfer" ./examples/transfer)
 
 rust_bin="$ROOT/rust/target/debug/examples/transfer"
 c_bin="$BUILD/examples/c/example_agent_transfer"

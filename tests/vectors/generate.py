@@ -2804,6 +2804,33 @@ def plan_json_cases():
        [{"kind": "attention", "local_blocks": [], "remote_blocks": [1, 2], "remote_computed_tokens": 2000,
          "local_hit_tokens": 2000}],
        {"engine_id": "p", "num_logical_blocks": 8}, {"engine_id": "d", "num_logical_blocks": 8})
+
+    # The request of the engine examples (examples/engine/*) and of the install check
+    # (scripts/check-install.sh): Nemotron-3-Nano built from its config.json, prefill TP4 ->
+    # decode TP2 rank 0, Mamba "align" mode (prefix caching) on both. P computed all 5000 prompt
+    # tokens (1056-token blocks 1..5; its Mamba state after 5000 tokens in block 8); D holds the
+    # first 2096 tokens from its prefix cache (one 2096-token block), so it reads tokens
+    # 2096..4999 into its blocks 4 and 5 (the last 808 tokens; 1288 tokens zeroed) and P's
+    # running state into its last real Mamba slot 7 (slot 6 stays unfilled).
+    assert geometry(nano, {"tp_size": 4, "mamba_cache_mode": "align"})["block_size"] == 1056
+    assert geometry(nano, {"tp_size": 2, "mamba_cache_mode": "align"})["block_size"] == 2096
+    p_eng, d_eng = {"tp_size": 4, "mamba_cache_mode": "align"}, {"tp_size": 2, "mamba_cache_mode": "align"}
+    groups = [{"kind": "attention", "local_blocks": [4, 5], "remote_blocks": [1, 2, 3, 4, 5],
+               "remote_computed_tokens": 5000, "local_hit_tokens": 2096},
+              {"kind": "mamba", "cache_mode": "align", "local_blocks": [0, 6, 7], "remote_blocks": [0, 0, 0, 0, 8],
+               "remote_computed_tokens": 5000, "local_hit_tokens": 2096}]
+    p_lay, d_lay = {"engine_id": "prefill", "num_logical_blocks": 16}, {"engine_id": "decode", "num_logical_blocks": 16}
+    out = plan(nano, p_eng, d_eng, 0, groups, p_lay, d_lay)
+    check(out["groups"][0]["zero_ranges"], [{"block": 5, "token_begin": 808, "token_end": 2096}], "engine zero")
+    check(out["groups"][1]["unfilled_states"], [6], "engine unfilled")
+    check(out["attention_bytes"] > 0 and out["mamba_bytes"] > 0, True, "engine reads both kinds")
+    lines = plan_json_lines(nano, p_eng, d_eng, 0, groups, p_lay, d_lay)
+    cases.append({"name": "transfer_plan_json/engine_example_nano_config_json_p4_d2_align_prefix_hit",
+                  "op": "transfer_plan_json",
+                  "input": {"hf_config": hf_text("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"),
+                            "prefill": {"engine": p_eng, "layout": p_lay}, "decode": {"engine": d_eng, "layout": d_lay},
+                            "decode_rank": 0, "groups": groups},
+                  "output": {"lines": lines}})
     return cases
 
 
