@@ -17,10 +17,12 @@ Notification LeaseTable::finished(const std::string& request, const Entry& e,
 
 void LeaseTable::remember_unleased(const std::string& request) {
   unleased_order_.push_back(request);
-  // Drop the oldest unleased counts beyond the cap; names that were leased since are skipped.
-  while (unleased_order_.size() > kMaxUnleased) {
+  unleased_bytes_ += request.size();
+  // Drop the oldest unleased counts beyond the caps; names that were leased since are skipped.
+  while (unleased_order_.size() > kMaxUnleased || unleased_bytes_ > kMaxUnleasedBytes) {
     const std::string victim = std::move(unleased_order_.front());
     unleased_order_.pop_front();
+    unleased_bytes_ -= victim.size();
     auto it = entries_.find(victim);
     if (it != entries_.end() && it->second.expected == 0) entries_.erase(it);
   }

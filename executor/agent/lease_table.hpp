@@ -2,8 +2,8 @@
 // with the number of successful notifications it expects and a time to live; the table says when
 // the count is reached (RequestComplete) or the time runs out first (LeaseExpired), so P frees
 // blocks neither too early nor never. Notifications that arrive before the lease count; counts of
-// requests nobody leases are kept for at most kMaxUnleased requests (oldest dropped first), so a
-// peer cannot grow the table without bound. Not thread-safe: the agent's mutex guards it.
+// requests nobody leases are kept for at most kMaxUnleased requests and kMaxUnleasedBytes of their
+// names (oldest dropped first), so a peer cannot grow the table without bound. Not thread-safe: the agent's mutex guards it.
 #pragma once
 
 #include <chrono>
@@ -22,6 +22,8 @@ class LeaseTable {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr size_t kMaxUnleased = 65536;
+  // ...and at most this many bytes of their names (request ids run up to 1 KiB).
+  static constexpr size_t kMaxUnleasedBytes = 16u << 20;
 
   // A successful notification for `request`: returns its count so far and, when that reaches
   // the lease's expected count, the RequestComplete notification (the lease ends).
@@ -54,6 +56,7 @@ class LeaseTable {
 
   std::unordered_map<std::string, Entry> entries_;
   std::deque<std::string> unleased_order_;  // may hold stale names (already leased or dropped)
+  size_t unleased_bytes_ = 0;               // of the names in unleased_order_
 };
 
 }  // namespace pdkv::exec
