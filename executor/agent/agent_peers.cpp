@@ -571,6 +571,10 @@ void AgentCore::lose_peer_locked(std::shared_ptr<PeerConn> peer, Status status,
       } catch (const core::Error&) {
       }
     }
+    // Out of the control loop first: closing this descriptor does not remove the socket from the
+    // epoll set while a forked child of the application still holds a copy of it, and its events
+    // would then wake the loop for a peer it no longer knows, for ever (level-triggered).
+    if (peer->channel->fd() >= 0) ::epoll_ctl(control_epoll_, EPOLL_CTL_DEL, peer->channel->fd(), nullptr);
     peer->channel->close();
   }
   auto key = std::make_pair(rec.engine_id, rec.tp_rank);

@@ -46,7 +46,7 @@ inline std::unique_ptr<Agent> tiny_agent(TransportMode mode, std::chrono::millis
   o.progress = progress;
   o.default_timeout = default_timeout;
   o.heartbeat_interval = 100ms;
-  o.heartbeat_timeout = 2000ms;
+  o.heartbeat_timeout = 10000ms;  // fake peers never answer Pings; a flood may take seconds to build
   return std::make_unique<Agent>(o);
 }
 

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -155,6 +156,36 @@ TEST(AgentResources, DescriptorExhaustionDoesNotSpinTheControlThread) {
     // Idle, the agent wakes every 50-100 ms; a spinning thread uses most of a core.
     return used < 0.15 ? 0 : 2;
   });
+}
+
+// The application forks (a worker pool, say) while a peer is connected: the child holds copies
+// of the agent's sockets. When the agent then drops the peer, closing its own descriptor does
+// not take the socket out of the control loop's epoll set (the child's copy keeps it open), so
+// bytes the peer still sends must not wake the loop for a connection it no longer knows.
+TEST(AgentResources, ADroppedPeersSocketHeldByAForkedChildDoesNotSpinTheControlThread) {
+  auto agent = tiny_agent(TransportMode::Shm);
+  FakePeer peer(TransportMode::Shm, /*progress_worker=*/false);
+  peer.admit(agent->info().listen);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::sleep(10);  // holds the inherited descriptors; killed below
+    ::_exit(0);
+  }
+  disconnect_peer(agent->core(), agent->find_peer("dec", 0));
+  // The peer keeps talking into the socket the agent dropped.
+  for (int i = 0; i < 4; ++i) peer.channel().queue(Ping{});
+  try {
+    peer.channel().flush_some();
+  } catch (const core::Error&) {
+  }
+  std::this_thread::sleep_for(100ms);
+  const double cpu0 = cpu_seconds();
+  std::this_thread::sleep_for(500ms);
+  const double used = cpu_seconds() - cpu0;
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_LT(used, 0.1) << "the process used " << used << " s of CPU in 0.5 s with nothing to do";
 }
 
 }  // namespace
