@@ -63,6 +63,11 @@ if [ -d python/pdkv ]; then
 fi
 
 if [ -f rust/Cargo.toml ] && [ -f go/go.mod ] && [ -d python/pdkv ]; then
+  stage "API reference from the sources, warnings fail (header, rustdoc, go doc, pydoc)"
+  bash scripts/api-docs.sh build/release/api-docs
+fi
+
+if [ -f rust/Cargo.toml ] && [ -f go/go.mod ] && [ -d python/pdkv ]; then
   stage "cross-language transfers (P and D ranks in different languages and processes, every byte checked)"
   bash scripts/xlang-transfer.sh build/release
 fi
