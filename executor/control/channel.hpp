@@ -65,6 +65,9 @@ class ControlChannel {
 
   void close() noexcept { socket_.close(); }
 
+  // Frames received from now on may announce at most `max` payload bytes (FrameDecoder).
+  void set_max_payload(uint32_t max) noexcept { decoder_.set_max_payload(max); }
+
  private:
   Socket socket_;
   FrameDecoder decoder_;

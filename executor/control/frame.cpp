@@ -91,9 +91,10 @@ void FrameDecoder::check_header() {
   const uint16_t type = static_cast<uint16_t>(header_[6] | (header_[7] << 8));
   if (!is_known_frame_type(type)) fail("unknown frame type " + std::to_string(type));
   const uint32_t len = load_u32(header_ + 8);
-  if (len > kMaxFramePayload) {
+  if (len > max_payload_) {
     fail(std::string(frame_type_name(static_cast<FrameType>(type))) + " frame announces a payload of " +
-         std::to_string(len) + " bytes, more than the limit of " + std::to_string(kMaxFramePayload));
+         std::to_string(len) + " bytes, more than the limit of " + std::to_string(max_payload_) +
+         (max_payload_ < kMaxFramePayload ? " before the peer proved the pre-shared key" : ""));
   }
   current_ = Frame{};
   current_.type = static_cast<FrameType>(type);

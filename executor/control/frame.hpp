@@ -24,6 +24,9 @@ inline constexpr uint8_t kFrameVersionMinor = 0;
 inline constexpr size_t kFrameHeaderBytes = 16;
 // The largest payload a peer may announce: 4 MiB, far above a PeerInfo with many regions.
 inline constexpr uint32_t kMaxFramePayload = 4u << 20;
+// The largest payload before the peer proved the pre-shared key (handshake.hpp): Hello,
+// Challenge, Proof, or a Reject / Error of at most 64 KiB of text.
+inline constexpr uint32_t kMaxPreAuthPayload = (64u << 10) + 1024;
 
 enum class FrameType : uint16_t {
   Hello = 1,
@@ -65,6 +68,10 @@ class FrameDecoder {
   void feed(std::span<const uint8_t> bytes) { feed(bytes.data(), bytes.size()); }
   std::optional<Frame> next();
 
+  // The largest payload a header may announce from now on (default kMaxFramePayload, at most
+  // that); a larger one is Protocol naming both numbers, before any byte of it is buffered.
+  void set_max_payload(uint32_t max) noexcept { max_payload_ = max < kMaxFramePayload ? max : kMaxFramePayload; }
+
   // Completed frames waiting for next().
   size_t pending_frames() const noexcept { return ready_.size(); }
   // Bytes of the frame being assembled (header + payload so far).
@@ -85,6 +92,7 @@ class FrameDecoder {
   size_t payload_have_ = 0;
   std::deque<Frame> ready_;
   std::string failed_;
+  uint32_t max_payload_ = kMaxFramePayload;
 };
 
 }  // namespace pdkv::exec

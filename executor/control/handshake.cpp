@@ -25,6 +25,8 @@ class Run {
     local_.proto_minor = kControlProtoMinor;
     local_.has_key = params.key.has_value();
     local_.nonce = random_nonce();
+    // A stranger until its proof (or, without a key, until the exchange of proofs) is checked.
+    ch_.set_max_payload(kMaxPreAuthPayload);
   }
 
   HandshakeResult client() {
@@ -43,6 +45,7 @@ class Run {
         proof.client_mac = client_mac(*p_.key, t);
       }
       send(proof);
+      ch_.set_max_payload(kMaxFramePayload);  // the server proved the key: its PeerInfo may be large
       HandshakeResult r{peer_, PeerInfo::decode(expect(FrameType::PeerInfo).payload)};
       validate(r);
       send(p_.info);
@@ -64,6 +67,7 @@ class Run {
       send(challenge);
       const Proof proof = Proof::decode(expect(FrameType::Proof).payload);
       if (p_.key && !macs_equal(proof.client_mac, client_mac(*p_.key, t))) key_failure();
+      ch_.set_max_payload(kMaxFramePayload);
       // Only now, with the peer's proof checked, do this side's region keys leave the process.
       send(p_.info);
       HandshakeResult r{peer_, PeerInfo::decode(expect(FrameType::PeerInfo).payload)};

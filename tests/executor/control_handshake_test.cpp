@@ -365,3 +365,30 @@ TEST(ControlHandshake, PeerClosingMidHandshakeIsPeerLost) {
   ASSERT_TRUE(o.error);
   EXPECT_EQ(o.error->status(), Status::PeerLost) << o.error->what();
 }
+
+// Before the key proof a peer is a stranger: no frame it sends may make this side buffer more
+// than a handshake message can need (kMaxPreAuthPayload), or 64 strangers at once could hold
+// 64 x 4 MiB. A header announcing 1 MiB is refused at once, before its payload arrives.
+TEST(ControlHandshake, AStrangersFrameIsLimitedToWhatAHandshakeMessageNeeds) {
+  const auto t0 = Clock::now();
+  const Outcome o = server_against(
+      [](ControlChannel& raw) {
+        uint8_t header[kFrameHeaderBytes] = {'P', 'D', 'K', 'F', kFrameVersionMajor, 0, 1, 0, 0, 0, 0x10, 0, 0, 0, 0, 0};
+        raw.socket().send_all(header, deadline_in(10s));  // Hello, 1 MiB announced, none sent
+      },
+      params("prefill", 1), 3000ms);
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->status(), Status::Protocol) << o.error->what();
+  EXPECT_TRUE(contains(*o.error, "1048576")) << o.error->what();
+  EXPECT_TRUE(contains(*o.error, std::to_string(kMaxPreAuthPayload))) << o.error->what();
+  EXPECT_LT(Clock::now() - t0, 2000ms);
+}
+
+// After the proof the full frame limit applies again: a 1 MiB PeerInfo goes both ways.
+TEST(ControlHandshake, LargePeerInfoStillPassesAfterTheProof) {
+  auto c = params("decode", 0, kKeyA);
+  auto s = params("prefill", 1, kKeyA);
+  c.info.metadata.assign(kMaxMetadataBytes, 0x5A);
+  s.info.metadata.assign(kMaxMetadataBytes, 0xA5);
+  expect_ok(handshake_pair(c, s), c, s);
+}
