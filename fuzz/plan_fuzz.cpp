@@ -1,7 +1,8 @@
 // Fuzzes transfer-plan compilation. The bytes pick a tiny model (GQA/MLA attention, optionally
 // Mamba1 / Mamba2 with possibly replicated groups / GDN), P and D TP sizes, block sizes, kernel
 // backends, each side's KV layout (HND / NHD), a cache mode and one request (hit, computed tokens, block ids: random, possibly
-// null, repeated or out of range). Oracles: compile either succeeds or throws pdkv::core::Error
+// null, repeated or out of range), and sometimes a pair of pipeline stages (random layer windows,
+// possibly disjoint) whose groups name random model layers. Oracles: compile either succeeds or throws pdkv::core::Error
 // (anything else is a bug); on success the plan is re-checked here without pdkv's own validator:
 // every read lies inside its regions on both sides, no two reads write the same D byte, and the
 // bytes moved equal what the trim result says D needs (tokens x heads x head bytes per region,
@@ -100,10 +101,22 @@ uint64_t needed_bytes(const PlanContext& ctx, const std::vector<PlanGroup>& grou
   }
   const auto trims = trim_prefix(in);
   uint64_t total = 0;
+  const EngineMetadata& d = ctx.local;
+  const EngineMetadata& p = ctx.remote.front();
   for (size_t g = 0; g < trims.size(); ++g) {
     std::vector<uint32_t> regions = groups[g].regions;
-    if (regions.empty())
+    if (!groups[g].layers.empty()) {
+      // Pipeline stages: D's region of every layer both stages hold (its position among the
+      // group's layers in D's window).
+      uint32_t pos = 0;
+      for (uint32_t l : groups[g].layers) {
+        if (!d.holds_layer(l)) continue;
+        if (p.holds_layer(l)) regions.push_back(pos);
+        ++pos;
+      }
+    } else if (regions.empty()) {
       for (uint32_t r = 0; r < ctx.local.regions.size(); ++r) regions.push_back(r);
+    }
     for (uint32_t r : regions) {
       // Per region: an MLA-typed region holds its latent's bytes per token.
       total += is_attention_kind(trims[g].kind)
@@ -160,12 +173,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const EngineGeometry dg = derive_geometry(m, dc), pg = derive_geometry(m, pc);
     const uint64_t pool = 8;
-    const uint32_t regions = static_cast<uint32_t>(1 + b.next(2));
+    uint32_t regions = static_cast<uint32_t>(1 + b.next(2));
     const uint32_t d_rank = static_cast<uint32_t>(b.next(dc.tp_size));
+    // Pipeline stages (sometimes): each side one stage of two over `layers` model layers, windows
+    // drawn independently (they may not overlap: the handshake must then refuse the pair).
+    const uint32_t layers = b.next(3) == 0 ? static_cast<uint32_t>(2 + b.next(5)) : 0;
+    EngineLayout dl{"d", d_rank, pool, regions, 1ull << 40}, pl{"p", 0, pool, regions, 2ull << 40};
+    if (layers != 0) {
+      for (EngineLayout* l : {&dl, &pl}) {
+        l->pp_size = 2;
+        l->layer_begin = static_cast<uint32_t>(b.next(layers));
+        l->pp_rank = l->layer_begin == 0 ? 0 : 1;
+        const uint32_t end = l->layer_begin + 1 + static_cast<uint32_t>(b.next(layers - l->layer_begin));
+        l->layer_end = l->pp_rank == 1 && b.next(2) ? kLayerEndOpen : end;
+        l->num_regions = std::min(end - l->layer_begin, 1 + static_cast<uint32_t>(b.next(3)));
+      }
+      regions = dl.num_regions;
+    }
     PlanContext ctx;
-    ctx.local = metadata_from_geometry(m, dc, dg, {"d", d_rank, pool, regions, 1ull << 40});
-    for (uint32_t r = 0; r < pc.tp_size; ++r)
-      ctx.remote.push_back(metadata_from_geometry(m, pc, pg, {"p", r, pool, regions, (2ull + r) << 40}));
+    ctx.local = metadata_from_geometry(m, dc, dg, dl);
+    for (uint32_t r = 0; r < pc.tp_size; ++r) {
+      pl.tp_rank = r;
+      pl.base = (2ull + r) << 40;
+      ctx.remote.push_back(metadata_from_geometry(m, pc, pg, pl));
+    }
+
     // Either layout on either side: mixed layouts and NHD head subsets must be refused with an
     // Error, NHD with equal heads per rank planned (and pass the same oracle).
     const uint64_t layouts = b.next(4);
@@ -189,7 +221,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const bool attention = is_attention_kind(g.trim.kind);
       g.trim.local_blocks = ids(b, attention ? pool * dg.physical_per_logical : pool);
       g.trim.remote_blocks = ids(b, attention ? pool * pg.physical_per_logical : pool);
-      if (b.next(4) == 0) g.regions = {static_cast<uint32_t>(b.next(regions + 1))};
+      if (layers != 0) {
+        for (uint32_t l = 0; l < layers; ++l)
+          if (b.next(2)) g.layers.push_back(l);
+      } else if (b.next(4) == 0) {
+        g.regions = {static_cast<uint32_t>(b.next(regions + 1))};
+      }
     }
     const TransferPlan plan = compile_transfer_plan(ctx, groups);
     check(plan, ctx, groups);

@@ -29,6 +29,8 @@ func init() {
 		"transfer_plan":                   opTransferPlan,
 		"transfer_plan_json":              opTransferPlanJSON,
 		"handshake_validate_engine_ranks": opHandshakeValidateEngineRanks,
+		"pipeline_layer_window":           opPipelineLayerWindow,
+		"pipeline_stage_pairs":            opPipelineStagePairs,
 	} {
 		if _, dup := ops[name]; dup {
 			panic("duplicate op " + name)
@@ -179,11 +181,15 @@ func opCRC32C(t *testing.T, i *in) (out, error) {
 
 // layoutInput reads an optional layout object (defaults are pdkv_engine_layout_init's).
 func layoutInput(i *in, key string) EngineLayout {
-	l := DefaultEngineLayout()
 	if !i.has(key) {
-		return l
+		return DefaultEngineLayout()
 	}
-	o := i.obj(key)
+	return layoutFrom(i.obj(key))
+}
+
+// layoutFrom reads a layout object (defaults are pdkv_engine_layout_init's).
+func layoutFrom(o *in) EngineLayout {
+	l := DefaultEngineLayout()
 	l.EngineID = o.strOr("engine_id", l.EngineID)
 	l.TpRank = o.u32Or("tp_rank", l.TpRank)
 	l.NumLogicalBlocks = o.u64Or("num_logical_blocks", l.NumLogicalBlocks)
@@ -213,7 +219,84 @@ func layoutInput(i *in, key string) EngineLayout {
 			l.RegionKinds = append(l.RegionKinds, kind)
 		}
 	}
+	l.PpSize = o.u32Or("pp_size", l.PpSize)
+	l.PpRank = o.u32Or("pp_rank", l.PpRank)
+	l.LayerBegin = o.u32Or("layer_begin", l.LayerBegin)
+	l.LayerEnd = o.u32Or("layer_end", l.LayerEnd)
 	return l
+}
+
+// opPipelineLayerWindow runs PipelineLayerWindow.
+func opPipelineLayerWindow(t *testing.T, i *in) (out, error) {
+	b, e, err := PipelineLayerWindow(i.u32("num_layers"), i.u32("pp_rank"), i.u32("pp_size"))
+	if err != nil {
+		return nil, err
+	}
+	return out{"begin": b, "end": e}, nil
+}
+
+// opPipelineStagePairs pairs the D stages with the P stages and reports, per P stage, the
+// notifications each of its ranks waits for.
+func opPipelineStagePairs(t *testing.T, i *in) (out, error) {
+	model := modelInput(i)
+	po, do := i.obj("prefill"), i.obj("decode")
+	pCfg, pErr := engineConfig(po.obj("engine"))
+	dCfg, dErr := engineConfig(do.obj("engine"))
+	var pl, dl []EngineLayout
+	for _, o := range po.objs("stages") {
+		pl = append(pl, layoutFrom(o))
+	}
+	for _, o := range do.objs("stages") {
+		dl = append(dl, layoutFrom(o))
+	}
+	m, err := model.open(t)
+	if err != nil {
+		return nil, err
+	}
+	if pErr != nil {
+		return nil, pErr
+	}
+	if dErr != nil {
+		return nil, dErr
+	}
+	build := func(cfg EngineConfig, ls []EngineLayout) ([]*EngineMetadata, error) {
+		var mds []*EngineMetadata
+		for _, l := range ls {
+			md, err := modelMetadata(t, m, cfg, l)
+			if err != nil {
+				return nil, err
+			}
+			mds = append(mds, md)
+		}
+		return mds, nil
+	}
+	p, err := build(pCfg, pl)
+	if err != nil {
+		return nil, err
+	}
+	d, err := build(dCfg, dl)
+	if err != nil {
+		return nil, err
+	}
+	pairs, err := PipelineStagePairs(d, p)
+	if err != nil {
+		return nil, err
+	}
+	po2 := make([]interface{}, len(pairs))
+	for k, x := range pairs {
+		po2[k] = out2{"d_pp_rank": x.DPpRank, "p_pp_rank": x.PPpRank, "layer_begin": x.LayerBegin, "layer_end": x.LayerEnd}
+	}
+	info, err := p[0].Info()
+	if err != nil {
+		return nil, err
+	}
+	notes := make([]uint32, info.PpSize)
+	for s := range notes {
+		if notes[s], err = PipelineNotificationsExpected(pairs, uint32(s), pCfg.TpSize, dCfg.TpSize); err != nil {
+			return nil, err
+		}
+	}
+	return out{"pairs": po2, "notifications": notes}, nil
 }
 
 // regionKindByName spells region kinds as the vectors do.
@@ -287,6 +370,7 @@ func metadataFields(md *EngineMetadata, encoded []byte) (out, error) {
 		"conv_projection_bytes": proj, "attention_bytes_per_token": info.AttentionBytesPerToken, "use_mla": info.UseMLA,
 		"total_kv_heads": info.TotalKVHeads, "prefix_caching": info.PrefixCaching, "cache_mode": modes[info.CacheMode],
 		"model_fingerprint": fmt.Sprintf("%016x", info.ModelFingerprint), "encoded_length": len(encoded), "payload_crc32c": crc,
+		"pp_size": info.PpSize, "pp_rank": info.PpRank, "layer_begin": info.LayerBegin, "layer_end": info.LayerEnd,
 	}, nil
 }
 
@@ -528,6 +612,11 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 				pg.Regions = append(pg.Regions, uint32(r))
 			}
 		}
+		if g.has("layers") {
+			for _, l := range g.u64s("layers") {
+				pg.Layers = append(pg.Layers, uint32(l))
+			}
+		}
 		groups = append(groups, pg)
 	}
 	var m *Model
@@ -664,6 +753,8 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 		"notifications_per_p_rank": info.NotificationsPerPRank, "reads": reads, "rank_bytes": rankBytes, "groups": gz,
 		"pieces_before_coalescing": info.PiecesBeforeCoalescing, "pieces_after_coalescing": info.PiecesAfterCoalescing,
 		"bytes": info.Bytes, "attention_bytes": info.AttentionBytes, "mamba_bytes": info.MambaBytes, "empty": info.Empty,
+		"d_pp_size": info.DPpSize, "d_pp_rank": info.DPpRank, "p_pp_size": info.PPpSize, "p_pp_rank": info.PPpRank,
+		"layer_begin": info.LayerBegin, "layer_end": info.LayerEnd,
 	}, nil
 }
 

@@ -60,6 +60,14 @@ type EngineLayout struct {
 	// RegionMamba for hybrids, else RegionAttention, and for a model with MLA-typed layers the
 	// kinds of its attention layers in LayerPattern order, repeated over the regions.
 	RegionKinds []RegionKind
+	// PpSize, PpRank, LayerBegin and LayerEnd describe a pipeline stage (metadata format 1.2):
+	// stage PpRank of PpSize holding the model layers [LayerBegin, LayerEnd); region i's layer
+	// is LayerBegin + i. PpSize 0 or 1 is one stage holding every layer; LayerEnd 0 means
+	// through the model's last layer.
+	PpSize     uint32
+	PpRank     uint32
+	LayerBegin uint32
+	LayerEnd   uint32
 }
 
 // DefaultEngineLayout returns pdkv_engine_layout_init's defaults: engine id "engine", rank 0,
@@ -78,6 +86,10 @@ func DefaultEngineLayout() EngineLayout {
 		Base:             uint64(c.base),
 		KVLayout:         KVLayout(c.kv_layout),
 		PrefixCaching:    int32(c.prefix_caching),
+		PpSize:           uint32(c.pp_size),
+		PpRank:           uint32(c.pp_rank),
+		LayerBegin:       uint32(c.layer_begin),
+		LayerEnd:         uint32(c.layer_end),
 	}
 }
 
@@ -123,6 +135,12 @@ type EngineMetadataInfo struct {
 	CacheMode MambaCacheMode
 	// ModelFingerprint is the model's transfer-geometry fingerprint.
 	ModelFingerprint uint64
+	// PpSize is the engine's pipeline stages (1 without PP) and PpRank this rank's stage, which
+	// holds the model layers [LayerBegin, LayerEnd) (LayerEnd 0: through the last layer).
+	PpSize     uint32
+	PpRank     uint32
+	LayerBegin uint32
+	LayerEnd   uint32
 }
 
 // MetadataRegion is one advertised region.
@@ -197,6 +215,10 @@ func EngineMetadataFromModel(model *Model, config EngineConfig, layout EngineLay
 	cl.region_bases = a.u64s(layout.RegionBases)
 	cl.kv_layout = C.int32_t(layout.KVLayout)
 	cl.prefix_caching = C.int32_t(layout.PrefixCaching)
+	cl.pp_size = C.uint32_t(layout.PpSize)
+	cl.pp_rank = C.uint32_t(layout.PpRank)
+	cl.layer_begin = C.uint32_t(layout.LayerBegin)
+	cl.layer_end = C.uint32_t(layout.LayerEnd)
 	if len(layout.RegionKinds) > 0 {
 		p := a.alloc(uintptr(len(layout.RegionKinds)) * 4)
 		kinds := unsafe.Slice((*int32)(p), len(layout.RegionKinds))
@@ -269,6 +291,10 @@ func (m *EngineMetadata) Info() (EngineMetadataInfo, error) {
 		PrefixCaching:            ci.prefix_caching != 0,
 		CacheMode:                MambaCacheMode(ci.cache_mode),
 		ModelFingerprint:         uint64(ci.model_fingerprint),
+		PpSize:                   uint32(ci.pp_size),
+		PpRank:                   uint32(ci.pp_rank),
+		LayerBegin:               uint32(ci.layer_begin),
+		LayerEnd:                 uint32(ci.layer_end),
 	}
 	runtime.KeepAlive(m)
 	return info, nil

@@ -244,6 +244,7 @@ var nilArgCases = []nilArgCase{
 	{name: "HandshakeValidate", fn: HandshakeValidate, args: map[int]string{0: "local", 1: "remote"}},
 	{name: "HandshakeRequireCompatible", fn: HandshakeRequireCompatible, args: map[int]string{0: "local", 1: "remote"}},
 	{name: "HandshakeValidateEngineRanks", fn: HandshakeValidateEngineRanks, args: map[int]string{0: "ranks"}},
+	{name: "PipelineStagePairs", fn: PipelineStagePairs, args: map[int]string{0: "d_stages", 1: "p_stages"}},
 	{name: "NewPlanContext", fn: NewPlanContext,
 		fields:   map[string]string{"Local": "params.Local", "Remote": "params.Remote"},
 		optional: []string{"LocalGeometry", "RemoteGeometry", "Mapping"}},

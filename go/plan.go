@@ -131,6 +131,11 @@ type PlanGroup struct {
 	Trim GroupTrimInput
 	// Regions are the region indices of the group's layers; empty means all.
 	Regions []uint32
+	// Layers are the group's model layers over the whole model, strictly ascending (exclusive
+	// with Regions). Needed when D's and P's pipeline stages hold different layer windows: a
+	// layer's region on a stage is its position among the group's layers in the stage's window,
+	// and only the layers both stages hold are read. Empty: regions are paired by index.
+	Layers []uint32
 }
 
 // cGroups builds the C group array (and everything it points to) in C memory.
@@ -147,6 +152,8 @@ func cGroups(a *cArena, groups []PlanGroup) *C.pdkv_plan_group_t {
 		gs[i].trim = trim
 		gs[i].regions = a.u32s(groups[i].Regions)
 		gs[i].num_regions = C.size_t(len(groups[i].Regions))
+		gs[i].layers = a.u32s(groups[i].Layers)
+		gs[i].num_layers = C.size_t(len(groups[i].Layers))
 	}
 	return gp
 }
@@ -209,6 +216,11 @@ type TransferPlanInfo struct {
 	MambaBytes uint64
 	// Empty is true when there is nothing to read (full prefix hit): notify only.
 	Empty bool
+	// DPpSize and DPpRank are D's pipeline stages (1, 0 without PP), PPpSize and PPpRank P's:
+	// the plan's P ranks are TP ranks of stage PPpRank. The plan moves the layers
+	// [LayerBegin, LayerEnd) (LayerEnd 0: through the model's last layer).
+	DPpSize, DPpRank, PPpSize, PPpRank uint32
+	LayerBegin, LayerEnd               uint32
 }
 
 // PlanGroupZero is the receive-side work of one group.
@@ -311,7 +323,9 @@ func (t *TransferPlan) Info() (TransferPlanInfo, error) {
 		NotificationsPerPRank: uint32(ci.notifications_per_p_rank), NumGroups: int(ci.num_groups),
 		PiecesBeforeCoalescing: uint64(ci.pieces_before_coalescing), PiecesAfterCoalescing: uint64(ci.pieces_after_coalescing),
 		Bytes: uint64(ci.bytes), AttentionBytes: uint64(ci.attention_bytes), MambaBytes: uint64(ci.mamba_bytes),
-		Empty: ci.empty != 0,
+		Empty:   ci.empty != 0,
+		DPpSize: uint32(ci.d_pp_size), DPpRank: uint32(ci.d_pp_rank), PPpSize: uint32(ci.p_pp_size), PPpRank: uint32(ci.p_pp_rank),
+		LayerBegin: uint32(ci.layer_begin), LayerEnd: uint32(ci.layer_end),
 	}, nil
 }
 

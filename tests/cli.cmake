@@ -157,6 +157,27 @@ pdkv_cli_expect(cli_mla_layers_in_hybrid 2 PATTERNS "MLA-typed layers 'L' in a h
   ARGS plan --model nemotron-3-nano-30b --prefill-tp 4 --decode-tp 2 --mla-layers 5 --mla-head-size 132)
 pdkv_cli_expect(cli_mla_layer_not_attention 2 PATTERNS "--mla-layers: .*layer 0 is not a GQA attention layer"
   ARGS plan --model nemotron-3-nano-30b --prefill-tp 4 --decode-tp 2 --mla-layers 0 --mla-head-size 132)
+# Pipeline parallelism (issue 12 item 1): vLLM's default split of Nemotron-3-Nano's 52 layers;
+# at PP2 the stage boundary falls between Mamba layer 25 and attention layer 26.
+pdkv_cli_expect(cli_pp_2_to_1 0
+  PATTERNS "prefill stage 0: layers .0, 26.: 3 attention, 12 mamba"
+           "prefill stage boundary before layer 26: mamba . attention"
+           "decode stage 0 <- prefill stage 1: layers .26, 52., 3 attention, 11 mamba"
+           "READ notifications each prefill rank waits for, per prefill stage: .1,1."
+  ARGS ${N30} --prefill-pp 2)
+pdkv_cli_expect(cli_pp_1_to_2 0
+  PATTERNS "decode stage 1: layers .26, 52." "decode stage 0 <- prefill stage 0: layers .0, 26."
+           "decode stage 1 <- prefill stage 0: layers .26, 52."
+           "per prefill stage: .4."
+  ARGS plan --model nemotron-3-nano-30b --prefill-tp 2 --decode-tp 4 --decode-pp 2)
+pdkv_cli_expect(cli_pp_2_to_3 0
+  PATTERNS "decode stage 1 <- prefill stage 0: layers .17, 26., 1 attention, 4 mamba"
+           "decode stage 1 <- prefill stage 1: layers .26, 35., 2 attention, 3 mamba"
+           "per prefill stage: .4,4."
+  ARGS plan --model nemotron-3-nano-30b --prefill-tp 2 --decode-tp 4 --prefill-pp 2 --decode-pp 3)
+pdkv_cli_expect(cli_pp_too_deep 2 PATTERNS "--decode-pp: PDKV_ERR_INVALID_ARGUMENT: --decode-pp 53: pp_size 53 exceeds the model's 52 layers"
+  ARGS ${N30} --decode-pp 53)
+pdkv_cli_expect(cli_pp_zero 1 PATTERNS "--prefill-pp must be a positive integer" ARGS ${N30} --prefill-pp 0)
 pdkv_cli_expect(cli_bad_ssm_dtype 1 PATTERNS "--mamba-ssm-cache-dtype: .*'float13'"
   ARGS ${N30} --mamba-ssm-cache-dtype float13)
 pdkv_cli_expect(cli_bad_backend 1 PATTERNS "--decode-backend: PDKV_ERR_NOT_FOUND: .*'warp_attn'"
@@ -244,7 +265,7 @@ pdkv_cli_expect(cli_unknown_flag_suggestion 1
   PATTERNS "unknown flag '--prefil-tp' for 'pdkv plan'; did you mean '--prefill-tp'[?]$"
   ARGS plan --model nemotron-3-nano-30b --prefil-tp 4 --decode-tp 2)
 pdkv_cli_expect(cli_unknown_flag_abbreviation 1
-  PATTERNS "unknown flag '--prefill' for 'pdkv plan'; did you mean '--prefill-tp' or '--prefill-backend'[?]"
+  PATTERNS "unknown flag '--prefill' for 'pdkv plan'; did you mean '--prefill-tp', '--prefill-pp' or '--prefill-backend'[?]"
   ARGS plan --model nemotron-3-nano-30b --prefill 4)
 pdkv_cli_expect(cli_unknown_flag_far 1 PATTERNS "unknown flag '--xyz' for 'pdkv plan'$" ARGS plan --xyz)
 pdkv_cli_expect(cli_unknown_command_suggestion 1 PATTERNS "unknown command 'plann'; did you mean 'plan'[?]" ARGS plann)

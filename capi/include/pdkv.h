@@ -1176,10 +1176,19 @@ typedef struct pdkv_engine_layout {
    * ATTENTION otherwise, and for a model with MLA-typed layers the kinds of its attention layers
    * in layer_pattern order (ATTENTION for '*', MLA for 'L'), repeated over the regions. */
   const int32_t *region_kinds;
+  /* Appended after 0.1. Pipeline stage (metadata format 1.2): stage pp_rank of pp_size holding
+   * the model layers [layer_begin, layer_end); region i's layer is layer_begin + i. pp_size 0
+   * means 1 (one stage holding every layer, the 0.1 behaviour); layer_end 0 means "through the
+   * model's last layer" (a single stage, or the last stage). */
+  uint32_t pp_size;
+  uint32_t pp_rank;
+  uint32_t layer_begin;
+  uint32_t layer_end;
 } pdkv_engine_layout_t;
 
 /* Defaults: engine_id "engine", rank 0, 64 logical blocks, 1 region at 2^40, HND, derived
- * prefix caching, derived region kinds; sets struct_size. Errors: NULL_POINTER. Thread-safe. */
+ * prefix caching, derived region kinds, one pipeline stage (pp_size 1, window [0, last]); sets
+ * struct_size. Errors: NULL_POINTER. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_engine_layout_init(pdkv_engine_layout_t *layout, pdkv_error_t **err);
 
 /* Metadata of rank layout->tp_rank of an engine running `model` with `config` (geometry derived
@@ -1187,7 +1196,10 @@ PDKV_API pdkv_status_t pdkv_engine_layout_init(pdkv_engine_layout_t *layout, pdk
  * out), STRUCT_SIZE (config, layout), the errors of pdkv_geometry_new, INVALID_ARGUMENT (bad
  * layout: empty engine id, rank >= TP, unknown kv_layout, prefix_caching not -1/0/1, regions
  * overlapping or leaving the address space, a region kind that is not a pdkv_region_kind_t or
- * that the model lacks (MLA without mla_head_size, MAMBA without Mamba layers)...), OVERFLOW. *out owned by the caller
+ * that the model lacks (MLA without mla_head_size, MAMBA without Mamba layers), a pipeline
+ * stage out of range (pp_rank >= pp_size, an empty window, a single stage not starting at layer
+ * 0, a stage other than the last without layer_end, more regions than the window's layers)...),
+ * OVERFLOW. *out owned by the caller
  * (pdkv_engine_metadata_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_engine_metadata_from_model(const pdkv_model_t *model,
                                                        const pdkv_engine_config_t *config,
@@ -1218,6 +1230,13 @@ typedef struct pdkv_engine_metadata_info {
   uint8_t prefix_caching;
   int32_t cache_mode;                   /* a pdkv_mamba_cache_mode_t */
   uint64_t model_fingerprint;
+  /* Appended after 0.1 (metadata format 1.2): pipeline stage pp_rank of pp_size holding the
+   * layers [layer_begin, layer_end), layer_end 0 meaning through the model's last layer. A
+   * single-stage engine reports 1, 0, 0, 0. */
+  uint32_t pp_size;
+  uint32_t pp_rank;
+  uint32_t layer_begin;
+  uint32_t layer_end;
 } pdkv_engine_metadata_info_t;
 
 /* Fills the caller's prefix of *out (out->struct_size bytes, set by the caller); engine_id is
@@ -1280,9 +1299,11 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_equal(const pdkv_engine_metadata_t *
  * use of the same metadata. */
 PDKV_API void pdkv_engine_metadata_free(pdkv_engine_metadata_t *metadata);
 
-/* Newest wire format version this library reads and writes (major, minor): 1.1. Each encoding
- * is labelled with the lowest minor that describes it (1.1 only when a region is
- * PDKV_REGION_MLA), so a 1.0 reader can read every encoding that has no MLA-typed region.
+/* Newest wire format version this library reads and writes (major, minor): 1.2. Each encoding
+ * is labelled with the lowest minor that describes it (1.2 for a pipeline stage, pp_size > 1;
+ * else 1.1 when a region is PDKV_REGION_MLA; else 1.0), so a 1.0 reader can read every
+ * encoding of a single-stage engine without MLA-typed regions, and an older reader refuses a
+ * stage's metadata (PARSE on its unknown flag bit) rather than take it for the whole model.
  * Either pointer may be NULL. Never fails. Thread-safe. */
 PDKV_API void pdkv_metadata_wire_version(uint16_t *major, uint16_t *minor);
 
@@ -1395,6 +1416,13 @@ typedef struct pdkv_plan_group {
   const pdkv_group_trim_input_t *trim;  /* kind, blocks, tokens (tokens per block 0: metadata) */
   const uint32_t *regions;              /* region indices of the group's layers; NULL + 0: all */
   size_t num_regions;
+  /* Appended after 0.1. NULL + 0 (default): regions are paired by index (`regions`), which needs
+   * D's and P's stages to hold the same layer window. Else the group's model layers over the
+   * whole model, strictly ascending, exclusive with `regions` (read in place during the call):
+   * the region of layer L on a pipeline stage is the number of the group's layers in
+   * [layer_begin, L) of that stage, and only the layers both stages hold are read. */
+  const uint32_t *layers;
+  size_t num_layers;
 } pdkv_plan_group_t;
 
 /* One read: D's [local_offset, +length) of local_region receives P's [remote_offset, +length)
@@ -1418,7 +1446,10 @@ typedef struct pdkv_transfer_plan pdkv_transfer_plan_t;
  * with different KV heads per rank on the two sides), NOT_FOUND (a P rank without metadata),
  * INCOMPATIBLE (P and D geometry, P ranks disagreeing on layout), COVERAGE (from
  * trimming, or a D byte not written exactly once: names region, offset, length), OUT_OF_BOUNDS,
- * OVERFLOW. *out owned by the caller (pdkv_transfer_plan_free). Thread-safe. */
+ * OVERFLOW; with pipeline stages: INVALID_ARGUMENT (a group without layers for stages holding
+ * different windows, layers not strictly ascending or given with regions, a layer past a stage's
+ * regions), INCOMPATIBLE (windows that do not overlap, P ranks of different stages).
+ * *out owned by the caller (pdkv_transfer_plan_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_transfer_plan_compile(const pdkv_plan_context_t *ctx,
                                                   const pdkv_plan_group_t *groups,
                                                   size_t n_groups, pdkv_transfer_plan_t **out,
@@ -1448,6 +1479,16 @@ typedef struct pdkv_transfer_plan_info {
   uint64_t attention_bytes;
   uint64_t mamba_bytes;
   uint8_t empty;                     /* 1: nothing to read (full prefix hit), notify only */
+  /* Appended after 0.1: the pipeline stages of the pair (1 and 0 without PP; the plan's P ranks
+   * are TP ranks of P stage p_pp_rank) and the layers it moves, [layer_begin, layer_end) with
+   * layer_end 0 meaning through the model's last layer. (uint64_t: they start at byte 104, the
+   * 0.1 size, past the padding after `empty`.) */
+  uint64_t d_pp_size;
+  uint64_t d_pp_rank;
+  uint64_t p_pp_size;
+  uint64_t p_pp_rank;
+  uint64_t layer_begin;
+  uint64_t layer_end;
 } pdkv_transfer_plan_info_t;
 
 /* Fills the caller's prefix of *out (out->struct_size bytes, set by the caller; plain values,
@@ -1513,6 +1554,49 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_to_json_string(const pdkv_transfer_pla
 /* Frees a plan and every array it handed out. NULL is allowed. Not thread-safe with concurrent
  * use of the same plan. */
 PDKV_API void pdkv_transfer_plan_free(pdkv_transfer_plan_t *plan);
+
+/* ---- Pipeline parallelism ---------------------------------------------------------- */
+
+/* vLLM's default split of num_layers over pp_size stages: stage pp_rank holds the layers
+ * [*begin, *end) (num_layers / pp_size each; the remainder goes one layer per stage from the
+ * second-to-last stage towards the first). Errors: NULL_POINTER (begin, end), INVALID_ARGUMENT
+ * (pp_size 0, pp_rank >= pp_size, fewer layers than stages). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_pipeline_layer_window(uint32_t num_layers, uint32_t pp_rank,
+                                                  uint32_t pp_size, uint32_t *begin, uint32_t *end,
+                                                  pdkv_error_t **err);
+
+/* One overlapping (D stage, P stage) pair: the ranks of D stage d_pp_rank handshake the ranks of
+ * P stage p_pp_rank (each (engine, PP rank) a separate peer) and read the layers
+ * [layer_begin, layer_end) from them (layer_end 0: through the model's last layer). Element
+ * layout fixed for the major version. */
+typedef struct pdkv_stage_pair {
+  uint32_t d_pp_rank;
+  uint32_t p_pp_rank;
+  uint32_t layer_begin;
+  uint32_t layer_end;
+} pdkv_stage_pair_t;
+
+/* Pairs D stages with P stages by their layer windows. d_stages: one rank's metadata of each D
+ * stage to pair (any subset of D's stages); p_stages: one rank's metadata of EVERY P stage. Writes
+ * every overlapping pair, ordered by (d_pp_rank, p_pp_rank), into out[0..capacity); *count always
+ * receives the number of pairs (also on BUFFER_TOO_SMALL, whose message names it). out may be
+ * NULL when capacity is 0. Errors: NULL_POINTER (arrays with n > 0, an element, count; out with
+ * capacity > 0), INVALID_ARGUMENT (an empty side, a side mixing engines or pp_sizes, a stage given
+ * twice, a P stage missing), INCOMPATIBLE (P's stages not holding consecutive layers from layer 0,
+ * a D stage holding layers past P's last), BUFFER_TOO_SMALL. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_pipeline_stage_pairs(const pdkv_engine_metadata_t *const *d_stages,
+                                                 size_t n_d, const pdkv_engine_metadata_t *const *p_stages,
+                                                 size_t n_p, pdkv_stage_pair_t *out, size_t capacity,
+                                                 size_t *count, pdkv_error_t **err);
+
+/* Notifications one rank of P stage p_pp_rank waits for per request: every D stage paired with it
+ * (pairs over ALL of D's stages) notifies it as a single-stage D would, so *out is the number of
+ * pairs naming p_pp_rank times the TP rule for (p_tp, d_tp); 0 when no D stage reads it. Errors:
+ * NULL_POINTER (pairs with n > 0, out), TP_NOT_DIVISIBLE. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_pipeline_notifications_expected(const pdkv_stage_pair_t *pairs,
+                                                            size_t n_pairs, uint32_t p_pp_rank,
+                                                            uint32_t p_tp, uint32_t d_tp,
+                                                            uint32_t *out, pdkv_error_t **err);
 
 #ifdef __cplusplus
 } /* extern "C" */

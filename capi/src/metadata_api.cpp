@@ -61,6 +61,10 @@ PDKV_API pdkv_status_t pdkv_engine_layout_init(pdkv_engine_layout_t* layout, pdk
     c.kv_layout = PDKV_KV_LAYOUT_HND;
     c.prefix_caching = -1;
     c.region_kinds = nullptr;
+    c.pp_size = d.pp_size;
+    c.pp_rank = d.pp_rank;
+    c.layer_begin = d.layer_begin;
+    c.layer_end = d.layer_end;
     *layout = c;
   });
 }
@@ -96,6 +100,11 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_from_model(const pdkv_model_t* model
     l.num_logical_blocks = layout->num_logical_blocks;
     l.num_regions = layout->num_regions;
     l.base = layout->base;
+    // Zero (a caller older than the fields) is one stage holding every layer.
+    l.pp_size = layout->pp_size == 0 ? 1 : layout->pp_size;
+    l.pp_rank = layout->pp_rank;
+    l.layer_begin = layout->layer_begin;
+    l.layer_end = layout->layer_end;
     if (layout->region_kinds != nullptr) {
       for (uint32_t i = 0; i < layout->num_regions; ++i) {
         const int32_t k = layout->region_kinds[i];
@@ -153,6 +162,10 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_get_info(const pdkv_engine_metadata_
     i.prefix_caching = m.prefix_caching ? 1 : 0;
     i.cache_mode = static_cast<int32_t>(m.cache_mode);
     i.model_fingerprint = m.model_fingerprint;
+    i.pp_size = m.pp_size;
+    i.pp_rank = m.pp_rank;
+    i.layer_begin = m.layer_begin;
+    i.layer_end = m.layer_end;
     write_struct_prefix(out, i, kMetadataInfoMinSize, "pdkv_engine_metadata_info_t");
   });
 }

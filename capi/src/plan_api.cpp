@@ -89,6 +89,9 @@ std::span<const core::PlanGroupView> groups_from_c(const pdkv_plan_group_t* grou
     v.remote_first_block = t.remote_first_block;
     require_array(g.regions, g.num_regions, i, "regions");
     if (g.num_regions > 0) v.regions = {g.regions, g.num_regions};
+    // Zero past an older caller's struct_size (the copy above): no layers.
+    require_array(g.layers, g.num_layers, i, "layers");
+    if (g.num_layers > 0) v.layers = {g.layers, g.num_layers};
     out.push_back(v);
   }
   return out;
@@ -244,6 +247,12 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_get_info(const pdkv_transfer_plan_t* p
     i.attention_bytes = p.stats.attention_bytes;
     i.mamba_bytes = p.stats.mamba_bytes;
     i.empty = p.empty() ? 1 : 0;
+    i.d_pp_size = p.d_pp_size;
+    i.d_pp_rank = p.d_pp_rank;
+    i.p_pp_size = p.p_pp_size;
+    i.p_pp_rank = p.p_pp_rank;
+    i.layer_begin = p.layer_begin;
+    i.layer_end = p.layer_end;
     pdkv::capi::write_struct_prefix(out, i, kPlanInfoMinSize, "pdkv_transfer_plan_info_t");
   });
 }

@@ -76,6 +76,10 @@ static_assert(offsetof(pdkv_geometry_info_t, mla_bytes_per_token) >= kGeometryIn
               "mla_bytes_per_token in the 0.1 padding");
 static_assert(offsetof(pdkv_engine_config_t, kv_cache_element_bits) >= kEngineConfigMinSize,
               "kv_cache_element_bits in the 0.1 padding");
+static_assert(offsetof(pdkv_engine_layout_t, pp_size) >= kEngineLayoutMinSize, "pp_size in the 0.1 padding");
+static_assert(offsetof(pdkv_engine_metadata_info_t, pp_size) >= kMetadataInfoMinSize, "pp_size in the 0.1 padding");
+static_assert(offsetof(pdkv_plan_group_t, layers) >= kPlanGroupMinSize, "layers in the 0.1 padding");
+static_assert(offsetof(pdkv_transfer_plan_info_t, d_pp_size) >= kPlanInfoMinSize, "d_pp_size in the 0.1 padding");
 
 // Checks in->struct_size against [min_size, sizeof(T)] (STRUCT_SIZE otherwise) and returns a
 // current-size copy of the caller's struct: its first struct_size bytes, the rest zero. Read input

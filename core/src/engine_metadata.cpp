@@ -21,7 +21,8 @@ constexpr uint32_t kMaxTpSize = 1u << 16;  // sanity bound; real deployments use
 constexpr size_t kRegionWireBytes = 8 + 8 + 8 + 1 + 4;
 constexpr uint8_t kFlagMla = 1u << 0;
 constexpr uint8_t kFlagPrefixCaching = 1u << 1;
-constexpr uint8_t kKnownFlags = kFlagMla | kFlagPrefixCaching;
+constexpr uint8_t kFlagPipeline = 1u << 2;  // format 1.2: pipeline fields follow the regions
+constexpr uint8_t kKnownFlags = kFlagMla | kFlagPrefixCaching | kFlagPipeline;
 
 std::string q(const std::string& field) { return "metadata field '" + field + "'"; }
 
@@ -205,6 +206,33 @@ void check_metadata(const EngineMetadata& m, Status status) {
   if (m.tp_rank >= m.tp_size) {
     bad("tp_rank", "= " + num(m.tp_rank) + " must be < tp_size " + num(m.tp_size));
   }
+  // Pipeline stage: its window of model layers. A single stage holds them all, so its window is
+  // [0, open) and nothing else: single-stage metadata keeps meaning what it meant before 1.2.
+  if (m.pp_size == 0 || m.pp_size > kMaxPpSize) {
+    bad("pp_size", "= " + num(m.pp_size) + " is out of range 1.." + num(kMaxPpSize));
+  }
+  if (m.pp_rank >= m.pp_size) {
+    bad("pp_rank", "= " + num(m.pp_rank) + " must be < pp_size " + num(m.pp_size));
+  }
+  auto window = [&] {
+    return "[" + num(m.layer_begin) + ", " +
+           (m.layer_end == kLayerEndOpen ? std::string("open") : num(m.layer_end)) + ")";
+  };
+  if (m.layer_end != kLayerEndOpen && m.layer_begin >= m.layer_end) {
+    bad("layer_end", "= " + num(m.layer_end) + " must be above layer_begin " + num(m.layer_begin) +
+                         " (a stage holds at least one layer)");
+  }
+  if (m.pp_size == 1 && (m.layer_begin != 0 || m.layer_end != kLayerEndOpen)) {
+    bad("layer_begin", "/ layer_end give the window " + window() +
+                           " but pp_size is 1: a single stage holds every layer, window [0, open)");
+  }
+  if (m.pp_rank == 0 && m.layer_begin != 0) {
+    bad("layer_begin", "= " + num(m.layer_begin) + " for pp_rank 0; the first stage starts at layer 0");
+  }
+  if (m.pp_rank + 1 < m.pp_size && m.layer_end == kLayerEndOpen) {
+    bad("layer_end", "is open for pp_rank " + num(m.pp_rank) + " of pp_size " + num(m.pp_size) +
+                         "; only the last stage may hold the layers through the model's last one");
+  }
   if (static_cast<uint8_t>(m.kv_layout) > 1) {
     bad("kv_layout", "has unknown value " + num(static_cast<uint8_t>(m.kv_layout)));
   }
@@ -290,6 +318,10 @@ void check_metadata(const EngineMetadata& m, Status status) {
       // already (use_mla), and hybrids with two attention page sizes are not described.
       if (m.use_mla) bad(f + ".kind", "is mla but use_mla is on (a pure MLA model marks its attention regions 'attention')");
       if (m.is_hybrid()) bad(f + ".kind", "is mla in a hybrid model (mamba_type " + std::string(mamba_type_name(m.mamba_type)) + "), which pdkv does not describe");
+    }
+    if (!m.holds_layer(r.layer)) {
+      bad(f + ".layer", "= " + num(r.layer) + " is outside the stage's layer window " + window() +
+                            " (pp_rank " + num(m.pp_rank) + " of pp_size " + num(m.pp_size) + ")");
     }
     if (r.region.block_len == 0) bad(f + ".block_len", "= 0; a kernel page has bytes");
     if (r.region.block_len > kMaxBlockLen) {
@@ -453,7 +485,7 @@ std::vector<uint8_t> encode(const EngineMetadata& m) {
     return r.kind == RegionKind::Mla;
   });
   w.u16(kMetadataMajorVersion);
-  w.u16(has_mla_region ? 1 : 0);
+  w.u16(m.is_pipeline_stage() ? 2 : has_mla_region ? 1 : 0);
   w.u32(0);  // payload length, patched below
   w.u32(0);  // checksum, patched below
 
@@ -473,7 +505,8 @@ std::vector<uint8_t> encode(const EngineMetadata& m) {
   w.u8(static_cast<uint8_t>(m.conv_projection_bytes.size()));
   for (uint64_t p : m.conv_projection_bytes) w.u64(p);
   w.u64(m.attention_bytes_per_token);
-  w.u8(static_cast<uint8_t>((m.use_mla ? kFlagMla : 0) | (m.prefix_caching ? kFlagPrefixCaching : 0)));
+  w.u8(static_cast<uint8_t>((m.use_mla ? kFlagMla : 0) | (m.prefix_caching ? kFlagPrefixCaching : 0) |
+                            (m.is_pipeline_stage() ? kFlagPipeline : 0)));
   w.u32(m.total_kv_heads);
   w.u8(static_cast<uint8_t>(m.cache_mode));
   w.u64(m.model_fingerprint);
@@ -484,6 +517,12 @@ std::vector<uint8_t> encode(const EngineMetadata& m) {
     w.u64(r.region.num_blocks);
     w.u8(static_cast<uint8_t>(r.kind));
     w.u32(r.layer);
+  }
+  if (m.is_pipeline_stage()) {
+    w.u32(m.pp_size);
+    w.u32(m.pp_rank);
+    w.u32(m.layer_begin);
+    w.u32(m.layer_end);
   }
 
   std::vector<uint8_t>& out = w.out();
@@ -567,6 +606,11 @@ EngineMetadata decode(std::span<const uint8_t> bytes) {
   }
   m.use_mla = (flags & kFlagMla) != 0;
   m.prefix_caching = (flags & kFlagPrefixCaching) != 0;
+  const bool pipeline = (flags & kFlagPipeline) != 0;
+  if (pipeline && minor < 2) {
+    fail(Status::Parse, q("flags") + " sets the pipeline bit (4), which format " + std::to_string(major) +
+                            "." + std::to_string(minor) + " does not define (it needs 1.2)");
+  }
   m.total_kv_heads = r.u32("total_kv_heads");
   m.cache_mode = checked_enum<MambaCacheMode>(
       r.u8("cache_mode"), static_cast<uint64_t>(MambaCacheMode::All), "cache_mode");
@@ -591,6 +635,18 @@ EngineMetadata decode(std::span<const uint8_t> bytes) {
     }
     reg.layer = r.u32(f + ".layer");
     m.regions.push_back(reg);
+  }
+  if (pipeline) {
+    m.pp_size = r.u32("pp_size");
+    m.pp_rank = r.u32("pp_rank");
+    m.layer_begin = r.u32("layer_begin");
+    m.layer_end = r.u32("layer_end");
+    // The bit marks a stage of a pipeline; a single stage is written without it (one encoding per
+    // metadata, so equal metadata give equal bytes).
+    if (m.pp_size < 2) {
+      fail(Status::Parse, q("pp_size") + " = " + std::to_string(m.pp_size) +
+                              " under the pipeline flag; single-stage metadata is encoded without it");
+    }
   }
   // Newer minors append fields we do not know yet; within our own minor, extra bytes mean
   // the sender and we disagree about the layout.

@@ -2,6 +2,7 @@
 // fixes a deployment in one round instead of one restart per error.
 #include "pdkv/core/handshake.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -232,8 +233,25 @@ std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const Engine
                 " or a local tp_size >= the remote one");
   }
 
-  // ---- regions ----
-  if (l.regions.size() != r.regions.size()) {
+  // ---- pipeline stages ----
+  // A stage pairs with the peer's stages whose layer windows overlap its own; regions are then
+  // paired by layer (the plan's groups name their layers), not by index, so the index rules below
+  // apply only to two stages holding the same window (every single-stage pair among them).
+  const bool same_window = l.layer_begin == r.layer_begin && l.layer_end == r.layer_end;
+  if (std::max<uint64_t>(l.layer_begin, r.layer_begin) >= std::min(l.layer_end_bound(), r.layer_end_bound())) {
+    auto w = [](const EngineMetadata& m) {
+      return "pp_rank " + num(m.pp_rank) + " of " + num(m.pp_size) + " [" + num(m.layer_begin) + ", " +
+             (m.layer_end == kLayerEndOpen ? std::string("open") : num(m.layer_end)) + ")";
+    };
+    out.add(Status::Incompatible, "layer_begin", w(l), w(r),
+            "the local stage (" + w(l) + ") and the remote stage (" + w(r) +
+                ") hold layers that do not overlap; there is nothing to transfer between them",
+            "pair each stage only with the peer stages whose layer windows overlap its own "
+            "(pair_pipeline_stages)");
+  }
+  if (!same_window) {
+    // Paired by layer at plan time (compile_transfer_plan checks each pair's region kinds).
+  } else if (l.regions.size() != r.regions.size()) {
     out.add(Status::Incompatible, "regions", num(l.regions.size()), num(r.regions.size()),
             "region counts differ (" + num(l.regions.size()) + " vs " + num(r.regions.size()) +
                 "); regions are matched by index",
@@ -388,6 +406,16 @@ std::vector<Incompatibility> validate_engine_ranks(std::span<const EngineMetadat
     differ(a.model_fingerprint == b.model_fingerprint, "model_fingerprint",
            [](const EngineMetadata& m) { return hex64(m.model_fingerprint); },
            "serve one model per engine");
+    // One (engine, pipeline stage) is one peer: its TP ranks hold the same layers.
+    differ(a.pp_size == b.pp_size && a.pp_rank == b.pp_rank, "pp_rank",
+           [](const EngineMetadata& m) { return num(m.pp_rank) + " of " + num(m.pp_size); },
+           "handshake the TP ranks of one pipeline stage together, each stage as its own peer");
+    differ(a.layer_begin == b.layer_begin && a.layer_end == b.layer_end, "layer_begin",
+           [](const EngineMetadata& m) {
+             return "[" + num(m.layer_begin) + ", " +
+                    (m.layer_end == kLayerEndOpen ? std::string("open") : num(m.layer_end)) + ")";
+           },
+           "restart the remote engine consistently");
   }
   return out.take();
 }

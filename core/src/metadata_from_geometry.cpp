@@ -21,6 +21,11 @@ EngineMetadata metadata_from_geometry(const ModelDesc& m, const EngineConfig& e,
   md.kernel_block_size = static_cast<uint32_t>(g.kernel_block_size);
   md.physical_blocks_per_logical = static_cast<uint32_t>(g.physical_per_logical);
   md.num_kernel_blocks = mul_checked(layout.num_logical_blocks, g.physical_per_logical, "kernel blocks");
+  md.pp_size = layout.pp_size;
+  md.pp_rank = layout.pp_rank;
+  md.layer_begin = layout.layer_begin;
+  md.layer_end = layout.layer_end;
+  const uint64_t window_end = md.layer_end_bound();
   // Default kinds: one per region; a model with MLA-typed layers cycles through its attention
   // layers in pattern order so that both kinds are registered, as vLLM registers one region per
   // layer.
@@ -29,9 +34,15 @@ EngineMetadata metadata_from_geometry(const ModelDesc& m, const EngineConfig& e,
   if (kinds.empty()) {
     std::vector<uint32_t> attention_layers;
     if (m.mixes_mla()) {
-      for (uint32_t l = 0; l < m.layer_pattern.size(); ++l) {
+      // The attention layers this stage holds (every one for a single stage).
+      for (uint32_t l = md.layer_begin; l < m.layer_pattern.size() && l < window_end; ++l) {
         const char c = m.layer_pattern[l];
         if (c == kLayerAttention || c == kLayerParallel || c == kLayerMla) attention_layers.push_back(l);
+      }
+      if (attention_layers.empty()) {
+        fail(Status::InvalidArgument, "the stage's layer window [" + std::to_string(md.layer_begin) + ", " +
+                                          std::to_string(window_end) + ") holds no attention layer of layer pattern '" +
+                                          m.layer_pattern + "'; give the regions' kinds explicitly");
       }
     }
     for (uint32_t i = 0; i < layout.num_regions; ++i) {
@@ -41,7 +52,7 @@ EngineMetadata metadata_from_geometry(const ModelDesc& m, const EngineConfig& e,
         layers.push_back(l);
       } else {
         kinds.push_back(g.hybrid ? RegionKind::Mamba : RegionKind::Attention);
-        layers.push_back(i);
+        layers.push_back(md.layer_begin + i);
       }
     }
   } else {
@@ -62,8 +73,15 @@ EngineMetadata metadata_from_geometry(const ModelDesc& m, const EngineConfig& e,
       if (why != nullptr) {
         fail(Status::InvalidArgument, "layout region_kinds[" + std::to_string(i) + "] " + why);
       }
-      layers.push_back(i);
+      layers.push_back(md.layer_begin + i);
     }
+  }
+  if (md.layer_begin + uint64_t{layout.num_regions} > window_end && !m.mixes_mla()) {
+    fail(Status::InvalidArgument, "layout num_regions " + std::to_string(layout.num_regions) +
+                                      " exceeds the " + std::to_string(window_end - md.layer_begin) +
+                                      " layers of the stage's window [" + std::to_string(md.layer_begin) + ", " +
+                                      std::to_string(window_end) + "); a stage registers one region per layer "
+                                      "position at most");
   }
   uint64_t base = layout.base;
   for (uint32_t i = 0; i < layout.num_regions; ++i) {

@@ -29,17 +29,20 @@ struct SpanRun {
   uint64_t block_runs = 0;
 };
 
-// A group with its tokens-per-block filled from the metadata and its region list resolved (a
-// view of the caller's list, or of Trimmed::all_regions).
+// A group with its tokens-per-block filled from the metadata and its region lists resolved: D's
+// regions and, parallel to them, the P regions holding the same layers (views of the caller's
+// list, of Trimmed::all_regions, or of Trimmed::paired_* for a group paired by layer).
 struct ResolvedGroup {
   PlanGroupView g;
   std::span<const uint32_t> regions;
+  std::span<const uint32_t> remote_regions;
 };
 
 // Per-call working memory, reused across calls on one thread so that compilation does not grow
 // the heap request after request.
 struct Trimmed {
   std::vector<uint32_t> all_regions;     // 0..regions-1, what an empty region list means
+  std::vector<uint32_t> paired_local, paired_remote;  // regions of groups paired by layer
   std::vector<ResolvedGroup> groups;
   std::vector<SpanRun> spans;           // attention spans of every group, in group order
   std::vector<size_t> span_begin;        // group g's spans: [span_begin[g], span_begin[g+1])

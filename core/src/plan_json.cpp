@@ -14,6 +14,12 @@ std::string plan_to_json(const TransferPlan& plan) {
   j["p_tp"] = plan.p_tp;
   j["notify_ranks"] = plan.notify_ranks;
   j["notifications_per_p_rank"] = plan.notifications_per_p_rank;
+  // Only a plan between pipeline stages says which (the dump of every other plan is unchanged).
+  if (plan.d_pp_size > 1 || plan.p_pp_size > 1) {
+    j["pipeline"] = {{"d_pp_size", plan.d_pp_size},     {"d_pp_rank", plan.d_pp_rank},
+                     {"p_pp_size", plan.p_pp_size},     {"p_pp_rank", plan.p_pp_rank},
+                     {"layer_begin", plan.layer_begin}, {"layer_end", plan.layer_end}};
+  }
   ordered_json ranks = ordered_json::array();
   for (const RankReads& rr : plan.ranks) {
     ordered_json reads = ordered_json::array();

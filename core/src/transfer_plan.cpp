@@ -54,7 +54,15 @@ uint64_t mamba_page_stride(const EngineMetadata& m, uint32_t region, uint64_t pa
   return stride;
 }
 
+bool same_window(const EngineMetadata& a, const EngineMetadata& b) {
+  return a.layer_begin == b.layer_begin && a.layer_end == b.layer_end;
+}
+
 namespace {
+
+std::string window_text(const EngineMetadata& m) {
+  return "[" + s(m.layer_begin) + ", " + (m.layer_end == kLayerEndOpen ? std::string("open") : s(m.layer_end)) + ")";
+}
 
 // A Mamba group needs both states; whether they agree with the metadata is part of
 // validate_plan_context (peer_problems).
@@ -145,7 +153,8 @@ void check_context(const PlanContext& ctx) {
       fail(Status::InvalidArgument, "P metadata mixes engines '" + p0.engine_id + "' and '" +
                                         p.engine_id + "'; a plan reads from one P engine");
     }
-    if (p.regions.size() != d.regions.size()) {
+    // Stages holding different layer windows register different regions (paired by layer).
+    if (p.regions.size() != d.regions.size() && same_window(d, p)) {
       fail(Status::Incompatible, "P rank " + s(p.tp_rank) + " registers " +
                                      s(p.regions.size()) + " regions but D registers " +
                                      s(d.regions.size()) + "; both must run the same model");
@@ -222,10 +231,76 @@ void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trim
   for (uint32_t i = 0; i < t.all_regions.size(); ++i) t.all_regions[i] = i;
   t.groups.clear();
   bool mamba_checked = false;
+  // Groups paired by layer: their region lists go to t.paired_* first (spans are taken once the
+  // vectors stop growing).
+  t.paired_local.clear();
+  t.paired_remote.clear();
+  thread_local std::vector<std::pair<size_t, size_t>> paired_at;  // per group: [begin, end) in paired_*
+  paired_at.assign(groups.size(), {0, 0});
+  const bool windows_equal = same_window(d, p0);
+  const uint64_t w_begin = std::max(d.layer_begin, p0.layer_begin);
+  const uint64_t w_end = std::min(d.layer_end_bound(), p0.layer_end_bound());
   for (size_t g = 0; g < groups.size(); ++g) {
-    ResolvedGroup r{groups[g], groups[g].regions};
+    ResolvedGroup r{groups[g], groups[g].regions, {}};
     if (r.regions.empty()) r.regions = t.all_regions;
+    r.remote_regions = r.regions;
     auto where = [&] { return "group " + s(g) + " (" + group_kind_name(groups[g].kind) + ")"; };
+    const std::span<const uint32_t> layers = groups[g].layers;
+    if (layers.empty() && !windows_equal) {
+      fail(Status::InvalidArgument,
+           where() + " names no layers, but D's stage holds layers " + window_text(d) + " and P's stage " +
+               window_text(p0) + ": give the group's model layers (PlanGroup::layers) so that regions are "
+               "paired by layer");
+    }
+    if (!layers.empty()) {
+      if (!groups[g].regions.empty()) {
+        fail(Status::InvalidArgument, where() + " gives both regions and layers; give one (layers pair "
+                                                "the regions of the two stages)");
+      }
+      // Position of each layer inside each stage's window; read only the layers both hold.
+      const size_t begin = t.paired_local.size();
+      uint64_t d_pos = 0, p_pos = 0;
+      for (size_t i = 0; i < layers.size(); ++i) {
+        const uint32_t l = layers[i];
+        if (i > 0 && l <= layers[i - 1]) {
+          fail(Status::InvalidArgument, where() + ": layers must be strictly ascending (layer " + s(l) +
+                                            " after " + s(layers[i - 1]) + ")");
+        }
+        const bool in_d = d.holds_layer(l), in_p = p0.holds_layer(l);
+        if (in_d && in_p && l >= w_begin && l < w_end) {
+          auto check_side = [&](const EngineMetadata& m, uint64_t pos, const char* side) {
+            if (pos >= m.regions.size()) {
+              fail(Status::InvalidArgument, where() + ": layer " + s(l) + " is the group's layer " + s(pos) +
+                                                " of " + side + "'s stage window " + window_text(m) + ", but " +
+                                                side + " registers " + s(m.regions.size()) +
+                                                " regions; the group's layers do not match the stage's regions");
+            }
+            if (m.regions[pos].layer > l) {
+              fail(Status::InvalidArgument, where() + ": layer " + s(l) + " maps to " + side + " region " +
+                                                s(pos) + ", whose first user is layer " +
+                                                s(m.regions[pos].layer) + "; the group's layers do not match "
+                                                "the stage's regions");
+            }
+          };
+          check_side(d, d_pos, "D");
+          check_side(p0, p_pos, "P");
+          if (d.region_is_mla(static_cast<size_t>(d_pos)) != p0.region_is_mla(static_cast<size_t>(p_pos))) {
+            fail(Status::Incompatible, where() + ": layer " + s(l) + " is in D region " + s(d_pos) + " (" +
+                                           region_kind_name(d.regions[d_pos].kind) + ") and P region " +
+                                           s(p_pos) + " (" + region_kind_name(p0.regions[p_pos].kind) +
+                                           "); an MLA latent and head-split KV cannot be paired");
+          }
+          t.paired_local.push_back(static_cast<uint32_t>(d_pos));
+          t.paired_remote.push_back(static_cast<uint32_t>(p_pos));
+        }
+        if (in_d) ++d_pos;
+        if (in_p) ++p_pos;
+      }
+      paired_at[g] = {begin, t.paired_local.size()};
+      // Valid until paired_* grows again (the checks below); re-pointed after the last group.
+      r.regions = std::span<const uint32_t>(t.paired_local.data() + begin, t.paired_local.size() - begin);
+      r.remote_regions = std::span<const uint32_t>(t.paired_remote.data() + begin, t.paired_remote.size() - begin);
+    }
     for (size_t i = 0; i < r.regions.size(); ++i) {
       if (r.regions[i] >= d.regions.size()) {
         fail(Status::InvalidArgument, where() + ": region index " + s(r.regions[i]) +
@@ -267,6 +342,12 @@ void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trim
       }
     }
     t.groups.push_back(r);
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].layers.empty()) continue;
+    const auto [b, e] = paired_at[g];
+    t.groups[g].regions = std::span<const uint32_t>(t.paired_local.data() + b, e - b);
+    t.groups[g].remote_regions = std::span<const uint32_t>(t.paired_remote.data() + b, e - b);
   }
 }
 
@@ -390,6 +471,10 @@ struct AttentionRegion {
 void check_remote_region(const PlanContext& ctx, uint32_t region, uint64_t remote_block_len) {
   const EngineMetadata& p0 = ctx.remote.front();
   for (const auto& p : ctx.remote) {
+    if (region >= p.regions.size()) [[unlikely]] {
+      fail(Status::Incompatible, "P ranks " + s(p0.tp_rank) + " and " + s(p.tp_rank) + " disagree on the region count (" +
+                                     s(p0.regions.size()) + " vs " + s(p.regions.size()) + ")");
+    }
     if (p.regions[region].region.block_len != remote_block_len ||
         p.kernel_block_size != p0.kernel_block_size) [[unlikely]] {
       fail(Status::Incompatible, "P ranks " + s(p0.tp_rank) + " and " + s(p.tp_rank) +
@@ -400,15 +485,17 @@ void check_remote_region(const PlanContext& ctx, uint32_t region, uint64_t remot
   }
 }
 
-AttentionRegion attention_region(const PlanContext& ctx, uint32_t region) {
+// `region` is D's, `remote_region` the P region holding the same layer (the same index unless
+// the stages hold different layer windows).
+AttentionRegion attention_region(const PlanContext& ctx, uint32_t region, uint32_t remote_region) {
   const EngineMetadata& d = ctx.local;
   const EngineMetadata& p0 = ctx.remote.front();
   AttentionRegion a;
   a.local_block_len = d.regions[region].region.block_len;
-  a.remote_block_len = p0.regions[region].region.block_len;
+  a.remote_block_len = p0.regions[remote_region].region.block_len;
   const uint64_t lt = region_bytes_per_token(d, region, "D");
-  const uint64_t rt = region_bytes_per_token(p0, region, "P");
-  check_remote_region(ctx, region, a.remote_block_len);
+  const uint64_t rt = region_bytes_per_token(p0, remote_region, "P");
+  check_remote_region(ctx, remote_region, a.remote_block_len);
   a.mla = d.region_is_mla(region);
   if (a.mla && !ctx.mapping.input.use_mla) {
     // An MLA-typed region of a GQA model: the mapping's attention rules split heads, but this
@@ -447,7 +534,7 @@ AttentionRegion attention_region(const PlanContext& ctx, uint32_t region) {
   return a;
 }
 
-void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t region,
+void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t region, uint32_t rregion,
                           const TokenRun& run, uint64_t lbs, uint64_t rbs) {
   const uint64_t hb = a.head_bytes_per_token;
   const uint64_t lbase = mul_checked(run.local_block, a.local_block_len, "local block offset");
@@ -458,7 +545,7 @@ void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t reg
     const AttentionRead& r = a.token_reads.front();
     b.add(r.p_rank,
           {region, add_checked(lbase, run.local_token_begin * a.local_token_bytes, "local read offset"),
-           region, add_checked(rbase, run.remote_token_begin * a.remote_token_bytes, "remote read offset"),
+           rregion, add_checked(rbase, run.remote_token_begin * a.remote_token_bytes, "remote read offset"),
            mul_checked(run.num_tokens, a.local_token_bytes, "attention run length")},
           false);
     return;
@@ -470,7 +557,7 @@ void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t reg
     const uint64_t rh = r.remote_offset / hb;  // the same head's index in the P block
     const uint64_t nh = r.length / hb;
     if (whole) {  // a head slice of a whole block is contiguous on both sides
-      b.add(r.p_rank, {region, add_checked(lbase, lh * lbs * hb, "local read offset"), region,
+      b.add(r.p_rank, {region, add_checked(lbase, lh * lbs * hb, "local read offset"), rregion,
                        add_checked(rbase, rh * rbs * hb, "remote read offset"),
                        mul_checked(r.length, lbs, "attention read length")},
             false);
@@ -482,7 +569,7 @@ void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t reg
       // can overflow.
       b.add(r.p_rank,
             {region, add_checked(lbase, ((lh + j) * lbs + run.local_token_begin) * hb, "local read offset"),
-             region, add_checked(rbase, ((rh + j) * rbs + run.remote_token_begin) * hb, "remote read offset"),
+             rregion, add_checked(rbase, ((rh + j) * rbs + run.remote_token_begin) * hb, "remote read offset"),
              len},
             false);
     }
@@ -508,18 +595,19 @@ bool linear_tokens(const PlanContext& ctx, const AttentionRegion& a) {
 void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedGroup& rg,
                          std::span<const SpanRun> spans, AttentionRegion& a, bool& have_a) {
   const uint64_t lbs = rg.g.local_tokens_per_block, rbs = rg.g.remote_tokens_per_block;
-  for (uint32_t region : rg.regions) {
+  for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
+    const uint32_t region = rg.regions[ri], rregion = rg.remote_regions[ri];
     // Regions of one model usually share their geometry: keep the per-token reads of the last
     // region when block lengths agree (attention_region re-checks the P ranks per region).
     const EngineMetadata& d = ctx.local;
     const EngineMetadata& p0 = ctx.remote.front();
     const bool same = have_a && a.local_block_len == d.regions[region].region.block_len &&
-                      a.remote_block_len == p0.regions[region].region.block_len &&
-                      a.mla == d.region_is_mla(region);
+                      a.remote_block_len == p0.regions[rregion].region.block_len &&
+                      a.mla == d.region_is_mla(region) && a.mla == p0.region_is_mla(rregion);
     if (same) {
-      check_remote_region(ctx, region, a.remote_block_len);
+      check_remote_region(ctx, rregion, a.remote_block_len);
     } else {
-      a = attention_region(ctx, region);
+      a = attention_region(ctx, region, rregion);
       have_a = true;
     }
     if (linear_tokens(ctx, a)) {
@@ -529,7 +617,7 @@ void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedG
         const uint64_t lbase = mul_checked(run.local_block, a.local_block_len, "local block offset");
         const uint64_t rbase = mul_checked(run.remote_block, a.remote_block_len, "remote block offset");
         b.add(p,
-              {region, add_checked(lbase, run.local_token_begin * lt, "local read offset"), region,
+              {region, add_checked(lbase, run.local_token_begin * lt, "local read offset"), rregion,
                add_checked(rbase, run.remote_token_begin * rt, "remote read offset"),
                mul_checked(run.num_tokens, lt, "attention run length")},
               false, run.block_runs);
@@ -538,7 +626,7 @@ void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedG
     }
     for (const SpanRun& run : spans) {
       for_each_block_run(run, lbs, rbs, [&](const TokenRun& tr) {
-        add_attention_pieces(b, a, region, tr, lbs, rbs);
+        add_attention_pieces(b, a, region, rregion, tr, lbs, rbs);
       });
     }
   }
@@ -555,7 +643,8 @@ void add_mamba_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedGroup
   // (the same checks in the same order as per state, once).
   thread_local std::vector<uint64_t> remote_stride;
   remote_stride.resize(mreads.size());
-  for (uint32_t region : rg.regions) {
+  for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
+    const uint32_t region = rg.regions[ri], rregion = rg.remote_regions[ri];
     const uint64_t ls = mamba_page_stride(d, region, ctx.local_mamba->page_bytes(), "D");
     // Page by page, so the parts of one state from one P rank can coalesce.
     for (size_t si = 0; si < t.states.size(); ++si) {
@@ -565,11 +654,15 @@ void add_mamba_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedGroup
         const MambaRead& r = mreads[k];
         if (si == 0) {
           const EngineMetadata& p = remote_rank(ctx, r.p_rank);
-          remote_stride[k] = mamba_page_stride(p, region, ctx.remote_mamba->page_bytes(), "P");
+          if (rregion >= p.regions.size()) [[unlikely]] {
+            fail(Status::Incompatible, "P rank " + s(p.tp_rank) + " registers " + s(p.regions.size()) +
+                                           " regions, fewer than the region " + s(rregion) + " it is read from");
+          }
+          remote_stride[k] = mamba_page_stride(p, rregion, ctx.remote_mamba->page_bytes(), "P");
         }
         const uint64_t rpage = mul_checked(sp.remote_block, remote_stride[k], "remote page");
         b.add(r.p_rank,
-              {region, add_checked(lpage, r.local_offset, "local read offset"), region,
+              {region, add_checked(lpage, r.local_offset, "local read offset"), rregion,
                add_checked(rpage, r.remote_offset, "remote read offset"), r.length},
               true);
       }
@@ -606,6 +699,7 @@ PlanGroupView view_of(const PlanGroup& g) {
   v.local_first_block = g.trim.local_first_block;
   v.remote_first_block = g.trim.remote_first_block;
   v.regions = g.regions;
+  v.layers = g.layers;
   return v;
 }
 
@@ -677,6 +771,17 @@ void compile_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
   plan.d_rank = d.tp_rank;
   plan.d_tp = d.tp_size;
   plan.p_tp = ctx.mapping.input.remote_tp;
+  {
+    const EngineMetadata& p0 = ctx.remote.front();
+    plan.d_pp_size = d.pp_size;
+    plan.d_pp_rank = d.pp_rank;
+    plan.p_pp_size = p0.pp_size;
+    plan.p_pp_rank = p0.pp_rank;
+    // Both windows overlap (validate_pair, checked above): their intersection.
+    plan.layer_begin = std::max(d.layer_begin, p0.layer_begin);
+    const uint64_t end = std::min(d.layer_end_bound(), p0.layer_end_bound());
+    plan.layer_end = end == (uint64_t{1} << 32) ? kLayerEndOpen : static_cast<uint32_t>(end);
+  }
   plan.notify_ranks = ctx.mapping.notify_ranks;
   plan.notifications_per_p_rank = notifications_expected_per_request(plan.p_tp, plan.d_tp);
   plan.zero.resize(t.groups.size());

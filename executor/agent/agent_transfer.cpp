@@ -77,6 +77,23 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
                    want_self + "' naming peer '" + want_peer + "', not on '" + me.engine_id +
                    "' naming '" + params.peer_engine_id + "'");
   }
+  // Pipeline stages: the plan moves the layers of one (D stage, P stage) pair. This executor knows
+  // a peer by (engine, TP rank) only, so it holds one stage of an engine at a time; a plan for
+  // another stage than the agent's or the connected peer's would move another stage's layers
+  // into regions that merely have the same sizes. Refused, naming both stages.
+  auto check_stage = [&](const core::EngineMetadata& m, uint32_t pp_size, uint32_t pp_rank, const std::string& who) {
+    if (m.pp_size != pp_size || m.pp_rank != pp_rank) {
+      core::fail(Status::InvalidArgument,
+                 "the plan moves layers of pipeline stage " + std::to_string(pp_rank) + " of " +
+                     std::to_string(pp_size) + " but " + who + " is stage " + std::to_string(m.pp_rank) + " of " +
+                     std::to_string(m.pp_size) + "; an agent knows a peer by (engine, TP rank), one stage per engine");
+    }
+  };
+  if (reading) {
+    check_stage(me, plan.d_pp_size, plan.d_pp_rank, "this agent");
+  } else {
+    check_stage(me, plan.p_pp_size, plan.p_pp_rank, "this agent");
+  }
   if (params.op == TransferOp::Read) {
     if (plan.d_rank != me.tp_rank || plan.d_tp != me.tp_size) {
       core::fail(Status::InvalidArgument,
@@ -91,6 +108,8 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
                                                 params.peer_engine_id + "' runs TP " +
                                                 std::to_string(peer->record->metadata.tp_size));
       }
+      check_stage(peer->record->metadata, plan.p_pp_size, plan.p_pp_rank,
+                  "peer '" + params.peer_engine_id + "' rank " + std::to_string(rr.p_rank));
       lanes.push_back({rr.p_rank, peer, &rr.reads});
     }
     if (params.notify) {
@@ -109,6 +128,8 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
                                               " but this agent runs TP " + std::to_string(me.tp_size));
     }
     auto peer = peer_for(plan.d_rank, "D");
+    check_stage(peer->record->metadata, plan.d_pp_size, plan.d_pp_rank,
+                "peer '" + params.peer_engine_id + "' rank " + std::to_string(plan.d_rank));
     if (peer->record->metadata.tp_size != plan.d_tp) {
       core::fail(Status::InvalidArgument, "the plan is for D TP " + std::to_string(plan.d_tp) + " but engine '" +
                                               params.peer_engine_id + "' runs TP " +

@@ -142,6 +142,7 @@ from .metadata import (
     model_fingerprint,
 )
 from .plan import PlanContext, PlanGroup, PlanGroupZero, PlanRead, TransferPlan, TransferPlanInfo
+from .pipeline import StagePair, pipeline_layer_window, pipeline_notifications_expected, pipeline_stage_pairs
 from .scheduler import (
     AlignedSplitInput,
     AlignedSplitV0604Input,
@@ -255,6 +256,7 @@ __all__ = [
     "RemoteDecodePrefill",
     "RemoteDecodePrefillPlan",
     "ShutdownError",
+    "StagePair",
     "StatePair",
     "Status",
     "StructSizeError",
@@ -308,6 +310,9 @@ __all__ = [
     "notifications_expected_per_request",
     "physical_blocks_per_logical",
     "physical_head_range",
+    "pipeline_layer_window",
+    "pipeline_notifications_expected",
+    "pipeline_stage_pairs",
     "plan_remote_decode_prefill",
     "preset_at",
     "preset_count",

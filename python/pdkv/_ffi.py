@@ -492,6 +492,10 @@ class EngineLayoutC(Structure):
         ("kv_layout", c_int32),
         ("prefix_caching", c_int32),
         ("region_kinds", POINTER(c_int32)),
+        ("pp_size", c_uint32),
+        ("pp_rank", c_uint32),
+        ("layer_begin", c_uint32),
+        ("layer_end", c_uint32),
     ]
 
 
@@ -521,6 +525,10 @@ class EngineMetadataInfoC(Structure):
         ("prefix_caching", c_uint8),
         ("cache_mode", c_int32),
         ("model_fingerprint", c_uint64),
+        ("pp_size", c_uint32),
+        ("pp_rank", c_uint32),
+        ("layer_begin", c_uint32),
+        ("layer_end", c_uint32),
     ]
 
 
@@ -577,6 +585,8 @@ class PlanGroupC(Structure):
         ("trim", POINTER(GroupTrimInputC)),
         ("regions", POINTER(c_uint32)),
         ("num_regions", c_size_t),
+        ("layers", POINTER(c_uint32)),
+        ("num_layers", c_size_t),
     ]
 
 
@@ -612,6 +622,24 @@ class TransferPlanInfoC(Structure):
         ("attention_bytes", c_uint64),
         ("mamba_bytes", c_uint64),
         ("empty", c_uint8),
+        ("d_pp_size", c_uint64),
+        ("d_pp_rank", c_uint64),
+        ("p_pp_size", c_uint64),
+        ("p_pp_rank", c_uint64),
+        ("layer_begin", c_uint64),
+        ("layer_end", c_uint64),
+    ]
+
+
+class StagePairC(Structure):
+    """``pdkv_stage_pair_t``."""
+
+    _c_name_ = "pdkv_stage_pair_t"
+    _fields_ = [
+        ("d_pp_rank", c_uint32),
+        ("p_pp_rank", c_uint32),
+        ("layer_begin", c_uint32),
+        ("layer_end", c_uint32),
     ]
 
 
@@ -838,6 +866,7 @@ STRUCTS: Tuple[type, ...] = (
     PlanReadC,
     TransferPlanInfoC,
     PlanGroupZeroC,
+    StagePairC,
     AgentOptionsC,
     AgentInfoC,
     MemoryDescC,
@@ -1052,6 +1081,16 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_transfer_plan_to_json": (_st, [_plan, POINTER(ctypes.c_char), c_size_t, _szp, _err]),
     "pdkv_transfer_plan_to_json_string": (_st, [_plan, POINTER(POINTER(StringT)), _err]),
     "pdkv_transfer_plan_free": (None, [_plan]),
+    # Pipeline parallelism
+    "pdkv_pipeline_layer_window": (_st, [c_uint32, c_uint32, c_uint32, _u32p, _u32p, _err]),
+    "pdkv_pipeline_stage_pairs": (
+        _st,
+        [POINTER(_meta), c_size_t, POINTER(_meta), c_size_t, POINTER(StagePairC), c_size_t, _szp, _err],
+    ),
+    "pdkv_pipeline_notifications_expected": (
+        _st,
+        [POINTER(StagePairC), c_size_t, c_uint32, c_uint32, c_uint32, _u32p, _err],
+    ),
     # Transfer executor: agent
     "pdkv_agent_new": (_st, [POINTER(AgentOptionsC), POINTER(_agent), _err]),
     "pdkv_agent_free": (None, [_agent]),

@@ -49,6 +49,13 @@ class EngineLayout:
     #: None (derived: MAMBA for hybrids, else ATTENTION, and the attention layers' kinds in
     #: layer_pattern order for a model with MLA-typed layers), or one kind per region.
     region_kinds: Optional[Tuple[Union[RegionKind, int, str], ...]] = None
+    #: Pipeline stage (metadata format 1.2): stage pp_rank of pp_size holding the model layers
+    #: [layer_begin, layer_end); layer_end 0 means through the model's last layer. One stage
+    #: (the default) holds every layer.
+    pp_size: int = 1
+    pp_rank: int = 0
+    layer_begin: int = 0
+    layer_end: int = 0
 
     def _to_c(self) -> Tuple[_ffi.EngineLayoutC, Any]:
         c = _ffi.EngineLayoutC()
@@ -58,6 +65,10 @@ class EngineLayout:
         c.num_logical_blocks = u64("num_logical_blocks", self.num_logical_blocks)
         c.num_regions = u32("num_regions", self.num_regions)
         c.base = u64("base", self.base)
+        c.pp_size = u32("pp_size", self.pp_size)
+        c.pp_rank = u32("pp_rank", self.pp_rank)
+        c.layer_begin = u32("layer_begin", self.layer_begin)
+        c.layer_end = u32("layer_end", self.layer_end)
         keep = None
         if self.region_bases is not None:
             keep, n = u64_array("region_bases", self.region_bases)
@@ -110,6 +121,10 @@ class EngineMetadataInfo:
     prefix_caching: bool  #: Prefix caching on.
     cache_mode: Union[MambaCacheMode, int]  #: Mamba cache mode.
     model_fingerprint: int  #: See :func:`model_fingerprint`.
+    pp_size: int = 1  #: Pipeline stages of the engine (1 without PP).
+    pp_rank: int = 0  #: This rank's stage.
+    layer_begin: int = 0  #: First model layer the stage holds.
+    layer_end: int = 0  #: One past its last layer; 0: through the model's last layer.
 
 
 @dataclasses.dataclass(frozen=True)

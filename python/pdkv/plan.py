@@ -90,10 +90,15 @@ class PlanContext(Handle):
 @dataclasses.dataclass(frozen=True)
 class PlanGroup:
     """One KV-cache group of a request: its trimming inputs (tokens per block 0: from the
-    metadata) and the region indices of its layers (empty: all)."""
+    metadata) and the region indices of its layers (empty: all), or the layers themselves."""
 
     trim: GroupTrimInput  #: Kind, blocks, tokens.
     regions: Tuple[int, ...] = ()  #: Region indices; empty: all.
+    #: The group's model layers over the whole model, strictly ascending (exclusive with
+    #: ``regions``): needed when D's and P's pipeline stages hold different layer windows (a
+    #: layer's region on a stage is its position among the group's layers in that stage's
+    #: window; only the layers both stages hold are read). Empty: regions paired by index.
+    layers: Tuple[int, ...] = ()
 
 
 # Region lists are tiny and the same for every request of an engine: their C arrays are cached by
@@ -101,18 +106,19 @@ class PlanGroup:
 _REGION_CACHE: Dict[Tuple[int, ...], Tuple[Any, int]] = {}
 
 
-def _regions(i: int, regions: Any) -> Tuple[Any, int]:
+def _regions(i: int, regions: Any, field: str = "regions") -> Tuple[Any, int]:
+    """The C array of a group's region (or layer) list, cached by value for tuples."""
     if type(regions) is tuple:
         hit = _REGION_CACHE.get(regions)
         if hit is not None:
             return hit
-        arr = u32_array(f"groups[{i}].regions", regions)
+        arr = u32_array(f"groups[{i}].{field}", regions)
         if len(_REGION_CACHE) >= 256:
             _REGION_CACHE.clear()
         if all(type(r) is int for r in regions):  # not e.g. IntEnum members equal to ints
             _REGION_CACHE[regions] = arr
         return arr
-    return u32_array(f"groups[{i}].regions", regions)
+    return u32_array(f"groups[{i}].{field}", regions)
 
 
 class _TrimFastC(ctypes.Structure):
@@ -127,7 +133,7 @@ class _PlanGroupFastC(ctypes.Structure):
     """``pdkv_plan_group_t`` with untyped pointers (same layout)."""
 
     _fields_ = [("struct_size", c_size_t), ("trim", ctypes.c_void_p), ("regions", ctypes.c_void_p),
-                ("num_regions", c_size_t)]
+                ("num_regions", c_size_t), ("layers", ctypes.c_void_p), ("num_layers", c_size_t)]
 
 
 for _fast, _typed in ((_TrimFastC, _ffi.GroupTrimInputC), (_PlanGroupFastC, _ffi.PlanGroupC)):
@@ -166,7 +172,7 @@ def _ids_address(values: Any, name: str) -> Optional[Tuple[int, int, Any]]:
 
 
 _TRIM_STRUCT = struct.Struct("@NiiPNPNQQQQQBQQ")  # pdkv_group_trim_input_t
-_GROUP_STRUCT = struct.Struct("@NPPN")  # pdkv_plan_group_t
+_GROUP_STRUCT = struct.Struct("@NPPNPN")  # pdkv_plan_group_t
 assert _TRIM_STRUCT.size == _TRIM_SIZE and _GROUP_STRUCT.size == _PLAN_GROUP_SIZE
 
 
@@ -201,17 +207,18 @@ def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[Any, List[Any]]]:
                 return None
         la = _ids_address(t.local_blocks, "local_blocks")
         ra = _ids_address(t.remote_blocks, "remote_blocks")
-        regions = g.regions
-        if la is None or ra is None or type(regions) is not tuple:
+        regions, layers = g.regions, g.layers
+        if la is None or ra is None or type(regions) is not tuple or type(layers) is not tuple:
             return None
         keep.append(la[2])
         keep.append(ra[2])
         rarr, rn = _regions(i, regions)
+        larr, ln = _regions(i, layers, "layers")
         try:
             pack_trim(buf, i * _TRIM_SIZE, _TRIM_SIZE, k, m, la[0], la[1], ra[0], ra[1], fields[2], fields[3],
                       fields[4], fields[5], fields[6], 0 if lf is None else 1, fields[8], fields[7])
             pack_group(buf, groups_at + i * _PLAN_GROUP_SIZE, _PLAN_GROUP_SIZE, base + i * _TRIM_SIZE,
-                       ctypes.addressof(rarr) if rn else 0, rn)
+                       ctypes.addressof(rarr) if rn else 0, rn, ctypes.addressof(larr) if ln else 0, ln)
         except struct.error:  # a value out of its C type's range
             return None
     return ctypes.cast(base + groups_at, POINTER(_ffi.PlanGroupC)), keep
@@ -237,9 +244,10 @@ def _groups(groups: Iterable[PlanGroup]) -> Tuple[Any, int, List[Any]]:
             raise TypeError(f"groups[{i}].trim must be a pdkv.GroupTrimInput, got {type(g.trim).__name__}")
         trim_c, trim_keep = g.trim._to_c()
         regions, n = _regions(i, g.regions)
-        keep += [trim_c, trim_keep, regions]
+        layers, nl = _regions(i, g.layers, "layers")
+        keep += [trim_c, trim_keep, regions, layers]
         assert arr is not None
-        arr[i] = _ffi.PlanGroupC(_PLAN_GROUP_SIZE, ctypes.pointer(trim_c), regions, n)
+        arr[i] = _ffi.PlanGroupC(_PLAN_GROUP_SIZE, ctypes.pointer(trim_c), regions, n, layers, nl)
     return arr, len(items), keep
 
 
@@ -290,6 +298,12 @@ class TransferPlanInfo:
     attention_bytes: int  #: Attention bytes moved.
     mamba_bytes: int  #: Mamba bytes moved.
     empty: bool  #: Nothing to read (full prefix hit), notify only.
+    d_pp_size: int = 1  #: D's pipeline stages (1 without PP).
+    d_pp_rank: int = 0  #: D's stage.
+    p_pp_size: int = 1  #: P's pipeline stages; the plan's P ranks are TP ranks of stage p_pp_rank.
+    p_pp_rank: int = 0  #: P's stage.
+    layer_begin: int = 0  #: First model layer the plan moves.
+    layer_end: int = 0  #: One past its last layer; 0: through the model's last layer.
 
 
 @dataclasses.dataclass(frozen=True)

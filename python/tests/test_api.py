@@ -509,3 +509,46 @@ def test_mixed_mla_model_fields_geometry_and_region_kinds() -> None:
             pdkv.EngineMetadata.from_model(m, cfg, pdkv.EngineLayout(num_regions=2, region_kinds=("mla",)))
     with pytest.raises(pdkv.InvalidArgumentError, match="mla_head_size = 0"):
         pdkv.Model.new(dataclasses.replace(desc, mla_head_size=0))
+
+
+def test_pipeline_stages_pair_and_plan_by_layer(nano: pdkv.Model) -> None:
+    """P PP2 TP4 -> D PP1 TP2 on Nemotron-3-Nano (52 layers, split 26/26): stage metadata is
+    labelled 1.2, stages pair by their windows, and a plan against P stage 1 whose attention
+    group names its layers reads layers 26, 33, 42 from P regions 0..2 into D regions 3..5."""
+    assert pdkv.pipeline_layer_window(52, 1, 2) == (26, 52)
+    with pytest.raises(pdkv.InvalidArgumentError, match="pp_size 3"):
+        pdkv.pipeline_layer_window(2, 0, 3)
+    p_cfg, d_cfg = pdkv.EngineConfig(tp_size=4), pdkv.EngineConfig(tp_size=2)
+
+    def stage(s: int, r: int) -> pdkv.EngineLayout:
+        return pdkv.EngineLayout(engine_id="p", tp_rank=r, num_logical_blocks=8, num_regions=6, pp_size=2,
+                                 pp_rank=s, layer_begin=26 * s, layer_end=26 * s + 26)
+
+    m = nano
+    p = [pdkv.EngineMetadata.from_model(m, p_cfg, stage(1, r)) for r in range(4)]
+    p0 = pdkv.EngineMetadata.from_model(m, p_cfg, stage(0, 0))
+    d = pdkv.EngineMetadata.from_model(
+        m, d_cfg, pdkv.EngineLayout(engine_id="d", tp_rank=1, num_logical_blocks=8, num_regions=6))
+    info = p[0].info()
+    assert (info.pp_size, info.pp_rank, info.layer_begin, info.layer_end) == (2, 1, 26, 52)
+    assert p[0].encode()[6] == 2
+    pairs = pdkv.pipeline_stage_pairs([d], [p[0], p0])
+    assert pairs == (pdkv.StagePair(0, 0, 0, 26), pdkv.StagePair(0, 1, 26, 52))
+    assert pdkv.pipeline_notifications_expected(pairs, 1, 4, 2) == 1
+    with pytest.raises(pdkv.InvalidArgumentError, match="missing"):
+        pdkv.pipeline_stage_pairs([d], [p[0]])
+    attention = pdkv.PlanGroup(
+        pdkv.GroupTrimInput(kind=pdkv.GroupKind.ATTENTION, local_blocks=[6], remote_blocks=[7],
+                            remote_computed_tokens=1000),
+        layers=(5, 12, 19, 26, 33, 42),
+    )
+    with pdkv.PlanContext(d, p) as ctx, ctx.compile([attention]) as plan:
+        i = plan.info()
+        assert (i.p_pp_size, i.p_pp_rank, i.layer_begin, i.layer_end) == (2, 1, 26, 52)
+        assert plan.group_zeros()[0].regions == (3, 4, 5)
+        reads = plan.rank_reads(plan.read_ranks()[0])
+        assert [(r.local_region, r.remote_region) for r in reads] == [(3, 0), (4, 1), (5, 2)]
+        with pytest.raises(pdkv.InvalidArgumentError, match="names no layers"):
+            ctx.compile([dataclasses.replace(attention, layers=())])
+    for x in p + [p0, d]:
+        x.close()

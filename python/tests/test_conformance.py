@@ -470,6 +470,10 @@ def layout(i: Optional[Input]) -> pdkv.EngineLayout:
             if "region_kinds" in i.obj
             else None
         ),
+        pp_size=i.int("pp_size", d.pp_size),
+        pp_rank=i.int("pp_rank", d.pp_rank),
+        layer_begin=i.int("layer_begin", d.layer_begin),
+        layer_end=i.int("layer_end", d.layer_end),
     )
     i.check_all_used()
     return out
@@ -527,6 +531,10 @@ def metadata_fields(md: pdkv.EngineMetadata, encoded: bytes) -> Dict[str, Any]:
         "prefix_caching": info.prefix_caching,
         "cache_mode": _enum_name(info.cache_mode, "cache_mode").lower(),
         "model_fingerprint": f"{info.model_fingerprint:016x}",
+        "pp_size": info.pp_size,
+        "pp_rank": info.pp_rank,
+        "layer_begin": info.layer_begin,
+        "layer_end": info.layer_end,
         "encoded_length": len(encoded),
         "payload_crc32c": pdkv.crc32c(encoded[16:]),
     }
@@ -626,7 +634,8 @@ def _compiled_plan(i: Input, stack: contextlib.ExitStack) -> pdkv.TransferPlan:
     groups = []
     for g in i.obj_list("groups"):
         regions = tuple(g.ints("regions")) if "regions" in g.obj else ()
-        groups.append(pdkv.PlanGroup(trim_input(g), regions))
+        layers = tuple(g.ints("layers")) if "layers" in g.obj else ()
+        groups.append(pdkv.PlanGroup(trim_input(g), regions, layers))
         g.check_all_used()
     if has_model:
         model = stack.enter_context(model_of(i))
@@ -690,7 +699,38 @@ def op_transfer_plan(i: Input) -> Dict[str, Any]:
             "attention_bytes": info.attention_bytes,
             "mamba_bytes": info.mamba_bytes,
             "empty": info.empty,
+            "d_pp_size": info.d_pp_size,
+            "d_pp_rank": info.d_pp_rank,
+            "p_pp_size": info.p_pp_size,
+            "p_pp_rank": info.p_pp_rank,
+            "layer_begin": info.layer_begin,
+            "layer_end": info.layer_end,
         }
+
+
+def op_pipeline_layer_window(i: Input) -> Dict[str, Any]:
+    b, e = pdkv.pipeline_layer_window(i.int("num_layers"), i.int("pp_rank"), i.int("pp_size"))
+    return {"begin": b, "end": e}
+
+
+def op_pipeline_stage_pairs(i: Input) -> Dict[str, Any]:
+    """Pairs the D stages with the P stages; per P stage, the notifications its ranks wait for."""
+    p_in, d_in = i.sub("prefill"), i.sub("decode")
+    p_cfg, d_cfg = engine(p_in.sub("engine")), engine(d_in.sub("engine"))
+    p_layouts = [layout(x) for x in p_in.obj_list("stages")]
+    d_layouts = [layout(x) for x in d_in.obj_list("stages")]
+    p_in.check_all_used()
+    d_in.check_all_used()
+    with contextlib.ExitStack() as stack:
+        model = stack.enter_context(model_of(i))
+        p = [stack.enter_context(pdkv.EngineMetadata.from_model(model, p_cfg, x)) for x in p_layouts]
+        d = [stack.enter_context(pdkv.EngineMetadata.from_model(model, d_cfg, x)) for x in d_layouts]
+        pairs = pdkv.pipeline_stage_pairs(d, p)
+        notes = [
+            pdkv.pipeline_notifications_expected(pairs, s, p_cfg.tp_size, d_cfg.tp_size)
+            for s in range(p[0].info().pp_size)
+        ]
+        return {"pairs": [dataclass_dict(x) for x in pairs], "notifications": notes}
 
 
 # ---- issue #4 ops: descriptor builders, conv-offset helpers, model description, engine-rank
@@ -928,6 +968,10 @@ _METADATA_KEYS = {
     "prefix_caching",
     "cache_mode",
     "model_fingerprint",
+    "pp_size",
+    "pp_rank",
+    "layer_begin",
+    "layer_end",
     "encoded_length",
     "payload_crc32c",
 }
@@ -1021,6 +1065,12 @@ OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
             "attention_bytes",
             "mamba_bytes",
             "empty",
+            "d_pp_size",
+            "d_pp_rank",
+            "p_pp_size",
+            "p_pp_rank",
+            "layer_begin",
+            "layer_end",
         },
     ),
     "attention_local_descriptors": (op_attention_local_descriptors, {"descriptors"}),
@@ -1036,6 +1086,8 @@ OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
     "model_hf_config": (op_model_hf_config, set(_MODEL_KEYS)),
     "handshake_validate_engine_ranks": (op_handshake_validate_engine_ranks, {"items"}),
     "transfer_plan_json": (op_transfer_plan_json, {"lines"}),
+    "pipeline_layer_window": (op_pipeline_layer_window, {"begin", "end"}),
+    "pipeline_stage_pairs": (op_pipeline_stage_pairs, {"pairs", "notifications"}),
 }
 
 

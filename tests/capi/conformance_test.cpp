@@ -774,6 +774,10 @@ std::unique_ptr<LayoutHolder> layout_of(Input* in) {
     else if (kv == "NHD") h->c.kv_layout = PDKV_KV_LAYOUT_NHD;
     else throw VectorError("unknown kv_layout '" + kv + "'");
     if (in->has("prefix_caching")) h->c.prefix_caching = static_cast<int32_t>(in->i64("prefix_caching"));
+    h->c.pp_size = in->u32_or("pp_size", h->c.pp_size);
+    h->c.pp_rank = in->u32_or("pp_rank", h->c.pp_rank);
+    h->c.layer_begin = in->u32_or("layer_begin", h->c.layer_begin);
+    h->c.layer_end = in->u32_or("layer_end", h->c.layer_end);
     if (in->has("region_kinds")) {
       const json& kinds = in->raw("region_kinds");
       if (!kinds.is_array()) throw VectorError("region_kinds must be an array");
@@ -845,6 +849,10 @@ json metadata_fields(const pdkv_engine_metadata_t* md, size_t encoded_length, ui
           {"prefix_caching", i.prefix_caching != 0},
           {"cache_mode", modes[i.cache_mode]},
           {"model_fingerprint", fingerprint_hex(i.model_fingerprint)},
+          {"pp_size", i.pp_size},
+          {"pp_rank", i.pp_rank},
+          {"layer_begin", i.layer_begin},
+          {"layer_end", i.layer_end},
           {"encoded_length", encoded_length},
           {"payload_crc32c", crc}};
 }
@@ -1295,12 +1303,13 @@ json transfer_plan_case(Input& in, bool as_json) {
   const json& groups_in = in.raw("groups");
   if (!groups_in.is_array()) throw VectorError("groups must be an array");
   std::vector<std::unique_ptr<TrimInput>> trims;
-  std::vector<std::vector<uint32_t>> regions;
+  std::vector<std::vector<uint32_t>> regions, layers;
   std::vector<pdkv_plan_group_t> groups;
   for (const json& g : groups_in) {
     Input gi(g);
     trims.push_back(trim_input(gi));
     regions.push_back(gi.has("regions") ? u32_list(gi.raw("regions"), "regions") : std::vector<uint32_t>{});
+    layers.push_back(gi.has("layers") ? u32_list(gi.raw("layers"), "layers") : std::vector<uint32_t>{});
     gi.check_all_used();
   }
   for (size_t k = 0; k < trims.size(); ++k) {
@@ -1309,6 +1318,8 @@ json transfer_plan_case(Input& in, bool as_json) {
     pg_.trim = &trims[k]->c;
     pg_.regions = regions[k].empty() ? nullptr : regions[k].data();
     pg_.num_regions = regions[k].size();
+    pg_.layers = layers[k].empty() ? nullptr : layers[k].data();
+    pg_.num_layers = layers[k].size();
     groups.push_back(pg_);
   }
   pdkv_transfer_plan_t* plan_raw = nullptr;
@@ -1401,7 +1412,82 @@ json transfer_plan_case(Input& in, bool as_json) {
           {"bytes", i.bytes},
           {"attention_bytes", i.attention_bytes},
           {"mamba_bytes", i.mamba_bytes},
-          {"empty", i.empty != 0}};
+          {"empty", i.empty != 0},
+          {"d_pp_size", i.d_pp_size},
+          {"d_pp_rank", i.d_pp_rank},
+          {"p_pp_size", i.p_pp_size},
+          {"p_pp_rank", i.p_pp_rank},
+          {"layer_begin", i.layer_begin},
+          {"layer_end", i.layer_end}};
+}
+
+/// vLLM's default pipeline split of `num_layers` (pdkv_pipeline_layer_window).
+json op_pipeline_layer_window(Input& in) {
+  uint32_t b = 0, e = 0;
+  call([&](pdkv_error_t** x) {
+    return pdkv_pipeline_layer_window(in.u32("num_layers"), in.u32("pp_rank"), in.u32("pp_size"), &b, &e, x);
+  });
+  return {{"begin", b}, {"end", e}};
+}
+
+/// Pairs D stages with P stages (pdkv_pipeline_stage_pairs) and reports, per P stage, the
+/// notifications each of its ranks waits for (pdkv_pipeline_notifications_expected).
+json op_pipeline_stage_pairs(Input& in) {
+  ModelPtr m = model_of(in);
+  Input p_in = in.object("prefill");
+  Input d_in = in.object("decode");
+  Input p_engine_in = p_in.object("engine");
+  Input d_engine_in = d_in.object("engine");
+  const pdkv_engine_config_t pc = engine_config(p_engine_in);
+  const pdkv_engine_config_t dc = engine_config(d_engine_in);
+  auto stages = [&](Input& side, const pdkv_engine_config_t& c, std::vector<MetadataPtr>& keep) {
+    const json& list = side.raw("stages");
+    if (!list.is_array()) throw VectorError("stages must be an array");
+    std::vector<const pdkv_engine_metadata_t*> out;
+    for (const json& l : list) {
+      Input li(l);
+      auto layout = layout_of(&li);
+      keep.push_back(metadata_of(m.get(), c, layout->c));
+      out.push_back(keep.back().get());
+    }
+    side.check_all_used();
+    return out;
+  };
+  std::vector<MetadataPtr> pk, dk;
+  const auto ps = stages(p_in, pc, pk);
+  const auto ds = stages(d_in, dc, dk);
+  size_t count = 0;
+  pdkv_error_t* e0 = nullptr;
+  const pdkv_status_t st = pdkv_pipeline_stage_pairs(ds.data(), ds.size(), ps.data(), ps.size(), nullptr, 0, &count, &e0);
+  if (st != PDKV_OK && st != PDKV_ERR_BUFFER_TOO_SMALL) {
+    // The real error: re-run through call() so the case sees its status and message.
+    pdkv_error_free(e0);
+    call([&](pdkv_error_t** x) {
+      return pdkv_pipeline_stage_pairs(ds.data(), ds.size(), ps.data(), ps.size(), nullptr, 0, &count, x);
+    });
+  }
+  pdkv_error_free(e0);
+  std::vector<pdkv_stage_pair_t> pairs(count);
+  call([&](pdkv_error_t** x) {
+    return pdkv_pipeline_stage_pairs(ds.data(), ds.size(), ps.data(), ps.size(), pairs.data(), pairs.size(), &count, x);
+  });
+  json pj = json::array();
+  for (const auto& p : pairs) {
+    pj.push_back({{"d_pp_rank", p.d_pp_rank}, {"p_pp_rank", p.p_pp_rank}, {"layer_begin", p.layer_begin},
+                  {"layer_end", p.layer_end}});
+  }
+  pdkv_engine_metadata_info_t pi{};
+  pi.struct_size = sizeof pi;
+  call([&](pdkv_error_t** x) { return pdkv_engine_metadata_get_info(ps.front(), &pi, x); });
+  json notes = json::array();
+  for (uint32_t s = 0; s < pi.pp_size; ++s) {
+    uint32_t n = 0;
+    call([&](pdkv_error_t** x) {
+      return pdkv_pipeline_notifications_expected(pairs.data(), pairs.size(), s, pc.tp_size, dc.tp_size, &n, x);
+    });
+    notes.push_back(n);
+  }
+  return {{"pairs", pj}, {"notifications", notes}};
 }
 
 json op_transfer_plan(Input& in) { return transfer_plan_case(in, false); }
@@ -1420,7 +1506,8 @@ json op_transfer_plan_json(Input& in) { return transfer_plan_case(in, true); }
   "engine_id", "tp_size", "tp_rank", "kv_layout", "conv_layout", "logical_block_size", "kernel_block_size", \
       "physical_blocks_per_logical", "num_kernel_blocks", "regions", "mamba_type", "conv_bytes", "ssm_bytes", \
       "conv_projection_bytes", "attention_bytes_per_token", "use_mla", "total_kv_heads", "prefix_caching",   \
-      "cache_mode", "model_fingerprint", "encoded_length", "payload_crc32c"
+      "cache_mode", "model_fingerprint", "pp_size", "pp_rank", "layer_begin", "layer_end", "encoded_length", \
+      "payload_crc32c"
 
 /// The ops table of docs/conformance.md.
 const std::map<std::string, Op>& ops() {
@@ -1464,7 +1551,8 @@ const std::map<std::string, Op>& ops() {
       {"handshake_validate", {{"items", "compatible"}, op_handshake_validate}},
       {"transfer_plan",
        {{"d_tp", "p_tp", "read_ranks", "notify_ranks", "notifications_per_p_rank", "reads", "rank_bytes", "groups",
-         "pieces_before_coalescing", "pieces_after_coalescing", "bytes", "attention_bytes", "mamba_bytes", "empty"},
+         "pieces_before_coalescing", "pieces_after_coalescing", "bytes", "attention_bytes", "mamba_bytes", "empty",
+         "d_pp_size", "d_pp_rank", "p_pp_size", "p_pp_rank", "layer_begin", "layer_end"},
         op_transfer_plan}},
       {"attention_local_descriptors", {{"descriptors"}, op_attention_local_descriptors}},
       {"attention_remote_descriptors", {{"descriptors"}, op_attention_remote_descriptors}},
@@ -1479,6 +1567,8 @@ const std::map<std::string, Op>& ops() {
       {"model_hf_config", {{MODEL_KEYS}, op_model_hf_config}},
       {"handshake_validate_engine_ranks", {{"items"}, op_handshake_validate_engine_ranks}},
       {"transfer_plan_json", {{"lines"}, op_transfer_plan_json}},
+      {"pipeline_layer_window", {{"begin", "end"}, op_pipeline_layer_window}},
+      {"pipeline_stage_pairs", {{"pairs", "notifications"}, op_pipeline_stage_pairs}},
   };
   return table;
 }

@@ -225,9 +225,15 @@ TEST_CASE("engine metadata from a model: Nemotron-3-Nano D TP2 worked numbers", 
 
   SECTION("an older caller's smaller info struct gets only its prefix") {
     pdkv_engine_metadata_info_t small{};
-    small.struct_size = sizeof small - 1;
+    small.struct_size = offsetof(pdkv_engine_metadata_info_t, pp_size) - 1;
     CHECK(capture([&](pdkv_error_t** e) { return pdkv_engine_metadata_get_info(d.get(), &small, e); }).status ==
           PDKV_ERR_STRUCT_SIZE);
+    // The 0.1 size: filled up to model_fingerprint, the pipeline fields left alone.
+    small.struct_size = offsetof(pdkv_engine_metadata_info_t, pp_size);
+    small.pp_size = 77;
+    REQUIRE_OK(pdkv_engine_metadata_get_info(d.get(), &small, err));
+    CHECK(small.tp_size == 2);
+    CHECK(small.pp_size == 77);
   }
   SECTION("fingerprints ignore names but not geometry") {
     pdkv_model_desc_t other = nemotron3_nano_desc();
@@ -341,7 +347,7 @@ TEST_CASE("engine metadata: encode, decode and every decode error class", "[capi
   uint16_t major = 0, minor = 9;
   pdkv_metadata_wire_version(&major, &minor);
   CHECK(major == 1);
-  CHECK(minor == 1);  // the newest this library reads and writes
+  CHECK(minor == 2);  // the newest this library reads and writes
   CHECK(bytes[6] == 0);  // an encoding without mla regions is labelled 1.0
   pdkv_metadata_wire_version(nullptr, nullptr);
 

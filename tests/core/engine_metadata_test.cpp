@@ -183,7 +183,10 @@ TEST(EngineMetadata, NewerMinorMayAppendFieldsSameMinorMayNot) {
   b[6] = 1;  // 1.1 appended no field either: this reader knows 1.1
   reseal(b);
   expect_error(b, Status::Parse, {"2 unexpected trailing payload bytes", "1.1"});
-  b[6] = 2;  // minor 2: fields we do not know yet are appended, skip them
+  b[6] = 2;  // 1.2 appends its pipeline fields only behind the pipeline flag
+  reseal(b);
+  expect_error(b, Status::Parse, {"2 unexpected trailing payload bytes", "1.2"});
+  b[6] = 3;  // minor 3: fields we do not know yet are appended, skip them
   EXPECT_EQ(decode(b), nemotron_tp2());
 }
 
@@ -288,7 +291,9 @@ TEST(EngineMetadata, FieldRanges) {
       {o.mamba_type(), 9, 1, {"'mamba_type' has unknown value 9"}},
       {o.mamba_type(), 1, 1, {"'conv_projection_bytes' has 3 entries", "mamba1 needs 1"}},
       {o.mamba_type() + 1, 18433, 8, {"'conv_bytes' = 18433", "sum of conv_projection_bytes 18432"}},
-      {o.flags(), 0x84, 1, {"'flags' = 132 sets unknown bits 132"}},
+      {o.flags(), 0x88, 1, {"'flags' = 136 sets unknown bits 136"}},
+      // The pipeline bit (format 1.2) under this encoding's 1.0 label.
+      {o.flags(), 0x04, 1, {"pipeline bit (4)", "format 1.0", "needs 1.2"}},
       {o.flags(), 0x01, 1, {"'total_kv_heads' = 2 but MLA"}},
       {o.region(0) + 24, 5, 1, {"'regions[0].kind' has unknown value 5"}},
       {o.region(3) + 8, 0, 8, {"'regions[3].block_len' = 0"}},

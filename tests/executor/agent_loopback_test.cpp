@@ -259,6 +259,44 @@ TEST_P(AgentLoopback, PlansCannotBeExecutedWithTheRolesSwapped) {
   EXPECT_EQ(p0->mem, before);
 }
 
+// A plan between pipeline stages names them; an agent (one stage, peers known by engine and TP
+// rank) refuses one for another stage than its own or its peer's before any byte moves.
+TEST_P(AgentLoopback, PlansOfAnotherPipelineStageAreRefused) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam());
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam());
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const std::vector<uint8_t> before = d->mem;
+  auto plan = make_plan(*d, ps, 16 * 4);
+  plan.p_pp_size = 2;
+  plan.p_pp_rank = 1;  // compiled against P stage 1, but the connected P ranks are single-stage
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "other-stage";
+  try {
+    d->agent->post(pp);
+    FAIL() << "a plan for P stage 1 was posted to single-stage P ranks";
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("stage 1 of 2 but peer 'pre' rank"), std::string::npos) << e.what();
+  }
+  plan.p_pp_size = 1;
+  plan.p_pp_rank = 0;
+  plan.d_pp_size = 3;
+  plan.d_pp_rank = 2;
+  try {
+    d->agent->post(pp);
+    FAIL() << "a plan for D stage 2 was posted on a single-stage D agent";
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("stage 2 of 3 but this agent is stage 0 of 1"), std::string::npos) << e.what();
+  }
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(d->mem, before);
+}
+
 TEST_P(AgentLoopback, LostPeerFailsTheTransferAndTheSurvivorServesAFreshPeer) {
   auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 400ms);
   auto p0 = make_rank("pre", 2, 0, 0, GetParam());

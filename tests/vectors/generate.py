@@ -956,7 +956,10 @@ MODES = {"none": 0, "align": 1, "all": 2}
 
 def layout_defaults(layout):
     l = {"engine_id": "engine", "tp_rank": 0, "num_logical_blocks": 64, "num_regions": 1,
-         "base": 1 << 40, "kv_layout": "HND", "prefix_caching": -1}
+         "base": 1 << 40, "kv_layout": "HND", "prefix_caching": -1,
+         # Pipeline stage (format 1.2): stage pp_rank of pp_size holding layers [begin, end);
+         # layer_end 0: through the model's last layer.
+         "pp_size": 1, "pp_rank": 0, "layer_begin": 0, "layer_end": 0}
     l.update(layout or {})
     return l
 
@@ -977,13 +980,15 @@ def metadata(model, engine, layout=None):
         "kv_layout": l["kv_layout"], "conv_layout": engine.get("conv_layout", "DS"),
         "logical_block_size": g["block_size"], "kernel_block_size": g["kernel_block_size"],
         "physical_blocks_per_logical": g["physical_per_logical"], "num_kernel_blocks": nkb,
-        "regions": [{"base": b, "block_len": kp, "num_blocks": nkb, "kind": "mamba", "layer": i}
+        "regions": [{"base": b, "block_len": kp, "num_blocks": nkb, "kind": "mamba", "layer": l["layer_begin"] + i}
                     for i, b in enumerate(bases)],
         "mamba_type": kind, "conv_bytes": g["conv_bytes"], "ssm_bytes": g["ssm_bytes"],
         "conv_projection_bytes": [p["bytes"] for p in g["projections"]],
         "attention_bytes_per_token": g["attn_bytes_per_token"], "use_mla": False,
         "total_kv_heads": mm["k"], "prefix_caching": (mode != "none") if pc == -1 else bool(pc),
         "cache_mode": mode, "model_fingerprint": "%016x" % fingerprint(model),
+        "pp_size": l["pp_size"], "pp_rank": l["pp_rank"], "layer_begin": l["layer_begin"],
+        "layer_end": l["layer_end"],
     }
 
 
@@ -1009,7 +1014,8 @@ def encode(md):
     for b in md["conv_projection_bytes"]:
         le(b, 8)
     le(md["attention_bytes_per_token"], 8)
-    le((1 if md["use_mla"] else 0) | (2 if md["prefix_caching"] else 0), 1)
+    pipeline = md.get("pp_size", 1) > 1  # format 1.2: flag bit 4, fields after the regions
+    le((1 if md["use_mla"] else 0) | (2 if md["prefix_caching"] else 0) | (4 if pipeline else 0), 1)
     le(md["total_kv_heads"], 4)
     le(MODES[md["cache_mode"]], 1)
     le(int(md["model_fingerprint"], 16), 8)
@@ -1020,8 +1026,12 @@ def encode(md):
         le(r["num_blocks"], 8)
         le({"attention": 0, "mamba": 1, "mla": 2}[r["kind"]], 1)
         le(r["layer"], 4)
-    # The lowest minor that describes the metadata: 1.1 only for an mla region.
-    minor = 1 if any(r["kind"] == "mla" for r in md["regions"]) else 0
+    if pipeline:
+        for k in ("pp_size", "pp_rank", "layer_begin", "layer_end"):
+            le(md[k], 4)
+    # The lowest minor that describes the metadata: 1.2 for a pipeline stage, 1.1 for an mla
+    # region, else 1.0.
+    minor = 2 if pipeline else 1 if any(r["kind"] == "mla" for r in md["regions"]) else 0
     head = b"PDKV" + (1).to_bytes(2, "little") + minor.to_bytes(2, "little") + \
         len(p).to_bytes(4, "little") + crc32c_py(p).to_bytes(4, "little")
     return head + bytes(p)
@@ -1121,7 +1131,15 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
     pg, dg = geo(p_eng), geo(d_eng)
     dl, pl = layout_defaults(d_layout), layout_defaults(p_layout)
     nreg = dl["num_regions"]
-    assert pl["num_regions"] == nreg
+    # Pipeline stages: [begin, end) windows (end 0: open). Stages holding the same window pair
+    # regions by index; others pair them by layer (groups name their layers).
+    win = lambda l: (l["layer_begin"], l["layer_end"] or 1 << 32)
+    dwin, pwin = win(dl), win(pl)
+    same_window = dwin == pwin
+    if same_window:
+        assert pl["num_regions"] == nreg
+    w_begin, w_end = max(dwin[0], pwin[0]), min(dwin[1], pwin[1])
+    assert w_begin < w_end, "the stages share no layer"
     mapping = tp_mapping(d_tp, d_rank, p_tp, k, mla, True)
     bph = dg["attn_bytes_per_token"] // dg["kv_heads_per_rank"]
     assert bph == pg["attn_bytes_per_token"] // pg["kv_heads_per_rank"]
@@ -1131,13 +1149,17 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
     # MLA-typed regions of a GQA model (MIXED_MODELS): one latent per token, the same bytes on
     # every rank, read whole from P rank d_rank * P_TP / D_TP (the first handshake target).
     d_kinds = region_kinds(mm, nreg, dl)
-    check(region_kinds(mm, nreg, pl), d_kinds, "both sides register the same region kinds")
+    p_kinds = region_kinds(mm, pl["num_regions"], pl)
+    if same_window:
+        check(p_kinds, d_kinds, "both sides register the same region kinds")
+    else:
+        assert not mm.get("mla_head"), "pipeline vectors use models without MLA-typed layers"
     mla_src = d_rank * p_tp // d_tp
     kv_bits = lambda eng: eng.get("kv_cache_element_bits", 0) or 8 * (eng.get("kv_cache_dtype_bytes", 0) or mm["dt"])
     mla_a = {side: mm.get("mla_head", 0) * kv_bits(eng) // 8 for side, eng in (("D", d_eng), ("P", p_eng))}
     check(mla_a["D"], mla_a["P"], "MLA latent bytes per token")
-    page = lambda side, reg: (lbs if side == "D" else rbs) * mla_a[side] if d_kinds[reg] == "mla" \
-        else (Ld if side == "D" else Lp)
+    page = lambda side, reg: (lbs if side == "D" else rbs) * mla_a[side] \
+        if (d_kinds if side == "D" else p_kinds)[reg] == "mla" else (Ld if side == "D" else Lp)
     # KV layout: HND (heads x tokens) unless both sides say NHD (tokens x heads). MLA has one
     # latent head, so both layouts are the same bytes. NHD with different heads per rank would
     # read a head subset of every token: refused, like layouts that differ.
@@ -1155,7 +1177,17 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
     trims = []
     for g in groups:  # every group is trimmed before any read is made
         g = dict(g)
-        regions = g.pop("regions", list(range(nreg)))
+        layers = g.pop("layers", None)
+        if layers is None:  # regions paired by index
+            assert same_window
+            regions = [(r, r) for r in g.pop("regions", list(range(nreg)))]
+        else:  # a layer's region on a stage: its position among the group's layers in the window
+            regions, dpos, ppos = [], 0, 0
+            for l in layers:
+                ind, inp = dwin[0] <= l < dwin[1], pwin[0] <= l < pwin[1]
+                if ind and inp:
+                    regions.append((dpos, ppos))
+                dpos, ppos = dpos + ind, ppos + inp
         t = dict(g)
         if g["kind"] != "mamba":
             t.setdefault("local_tokens_per_block", lbs)
@@ -1165,25 +1197,26 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
             t.setdefault("remote_tokens_per_block", pg["block_size"])
         trims.append((g["kind"], regions, trim(t)))
     for kind, regions, tr in trims:
-        gz.append({"kind": kind, "regions": regions, "zero_ranges": tr["zero_ranges"],
+        gz.append({"kind": kind, "regions": [rd for rd, _ in regions], "zero_ranges": tr["zero_ranges"],
                    "unfilled_states": tr["unfilled_states"]})
 
         def add(p, x):
             pieces[p].append(x)
             issue.append((p, x))
 
-        for reg in regions:
+        for reg, rreg in regions:
             for run in tr["runs"]:
                 if d_kinds[reg] == "mla":  # one latent head: a token run is one piece, one P rank
+                    check(p_kinds[rreg], "mla", "an MLA region pairs with an MLA region")
                     ma = mla_a["D"]
-                    add(mla_src, (reg, run["local_block"] * page("D", reg) + run["local_token_begin"] * ma, reg,
-                                  run["remote_block"] * page("P", reg) + run["remote_token_begin"] * ma,
+                    add(mla_src, (reg, run["local_block"] * page("D", reg) + run["local_token_begin"] * ma, rreg,
+                                  run["remote_block"] * page("P", rreg) + run["remote_token_begin"] * ma,
                                   run["num_tokens"] * ma, "a"))
                     continue
                 if nhd:  # one P rank holds all of D's heads: a token run is one piece
                     src = mapping["attention_source_ranks"][0]
                     tb = dg["attn_bytes_per_token"]
-                    add(src, (reg, run["local_block"] * Ld + run["local_token_begin"] * tb, reg,
+                    add(src, (reg, run["local_block"] * Ld + run["local_token_begin"] * tb, rreg,
                               run["remote_block"] * Lp + run["remote_token_begin"] * tb, run["num_tokens"] * tb, "a"))
                     continue
                 whole = run["num_tokens"] == lbs == rbs
@@ -1197,17 +1230,17 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
                 for src, hs in by_src.items():
                     if whole:
                         hl0, hp0 = hs[0]
-                        add(src, (reg, run["local_block"] * Ld + hl0 * lbs * bph, reg,
+                        add(src, (reg, run["local_block"] * Ld + hl0 * lbs * bph, rreg,
                                   run["remote_block"] * Lp + hp0 * rbs * bph, len(hs) * lbs * bph, "a"))
                         continue
                     for hl, hp in hs:
                         add(src, (reg, run["local_block"] * Ld + hl * lbs * bph + run["local_token_begin"] * bph,
-                                  reg, run["remote_block"] * Lp + hp * rbs * bph + run["remote_token_begin"] * bph,
+                                  rreg, run["remote_block"] * Lp + hp * rbs * bph + run["remote_token_begin"] * bph,
                                   run["num_tokens"] * bph, "a"))
             for st in tr["states"]:
                 for r in mamba_reads(model, p_tp, d_tp, d_rank, "pdkv")["reads"]:
                     add(r["p_rank"],
-                        (reg, st["local_block"] * Ld * dg["physical_per_logical"] + r["local_offset"], reg,
+                        (reg, st["local_block"] * Ld * dg["physical_per_logical"] + r["local_offset"], rreg,
                          st["remote_block"] * Lp * pg["physical_per_logical"] + r["remote_offset"],
                          r["length"], "m"))
     before = sum(len(v) for v in pieces.values())
@@ -1238,7 +1271,9 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
             "notifications_per_p_rank": notifications(p_tp, d_tp), "reads": reads,
             "rank_bytes": rank_bytes, "groups": gz, "pieces_before_coalescing": before,
             "pieces_after_coalescing": after, "bytes": sum(rank_bytes), "attention_bytes": ab,
-            "mamba_bytes": mb, "empty": before == 0}
+            "mamba_bytes": mb, "empty": before == 0,
+            "d_pp_size": dl["pp_size"], "d_pp_rank": dl["pp_rank"], "p_pp_size": pl["pp_size"],
+            "p_pp_rank": pl["pp_rank"], "layer_begin": w_begin, "layer_end": 0 if w_end == 1 << 32 else w_end}
 
 
 def trim_cases():
@@ -1583,7 +1618,14 @@ def validate(l, r):
         add("PDKV_ERR_UNSUPPORTED_LAYOUT", "kv_layout")
     elif hpr(l) != hpr(r) and l["kv_layout"] != "HND":
         add("PDKV_ERR_UNSUPPORTED_LAYOUT", "kv_layout")
-    if len(l["regions"]) != len(r["regions"]):
+    # Pipeline stages: windows that share no layer; regions are compared by index only between
+    # stages holding the same window (otherwise the plan pairs them by layer).
+    end = lambda m: m["layer_end"] or 1 << 32
+    if max(l["layer_begin"], r["layer_begin"]) >= min(end(l), end(r)):
+        add(inc, "layer_begin")
+    if (l["layer_begin"], l["layer_end"]) != (r["layer_begin"], r["layer_end"]):
+        pass
+    elif len(l["regions"]) != len(r["regions"]):
         add(inc, "regions")
     else:
         kinds = [i for i, (a, b) in enumerate(zip(l["regions"], r["regions"])) if a["kind"] != b["kind"]]
@@ -2431,7 +2473,9 @@ def engine_ranks(mds):
                           ("regions", len(a["regions"]), len(b["regions"])),
                           ("physical_blocks_per_logical", a["physical_blocks_per_logical"],
                            b["physical_blocks_per_logical"]),
-                          ("model_fingerprint", a["model_fingerprint"], b["model_fingerprint"])]:
+                          ("model_fingerprint", a["model_fingerprint"], b["model_fingerprint"]),
+                          ("pp_rank", (a["pp_size"], a["pp_rank"]), (b["pp_size"], b["pp_rank"])),
+                          ("layer_begin", (a["layer_begin"], a["layer_end"]), (b["layer_begin"], b["layer_end"]))]:
             if va != vb:
                 items.append({"status": "PDKV_ERR_INCOMPATIBLE", "field": f})
     return items
@@ -2554,6 +2598,7 @@ def mixed_metadata(model, engine, layout=None):
         "attention_bytes_per_token": g["attn_bytes_per_token"], "use_mla": False, "total_kv_heads": mm["k"],
         "prefix_caching": bool(l["prefix_caching"] == 1), "cache_mode": "none",
         "model_fingerprint": "%016x" % mixed_fingerprint(mm),
+        "pp_size": 1, "pp_rank": 0, "layer_begin": 0, "layer_end": 0,
     }
 
 
@@ -2769,13 +2814,16 @@ def plan_json_lines(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout
     cases below are chosen so that issue order is (local_region, local_offset) order)."""
     out = plan(model, p_eng, d_eng, d_rank, groups, p_layout, d_layout)
     doc = {"d_rank": d_rank, "d_tp": out["d_tp"], "p_tp": out["p_tp"], "notify_ranks": out["notify_ranks"],
-           "notifications_per_p_rank": out["notifications_per_p_rank"],
-           "ranks": [{"p_rank": p, "bytes": out["rank_bytes"][p], "reads": out["reads"][p]}
+           "notifications_per_p_rank": out["notifications_per_p_rank"]}
+    if out["d_pp_size"] > 1 or out["p_pp_size"] > 1:  # only a plan between pipeline stages says so
+        doc["pipeline"] = {k: out[k] for k in ("d_pp_size", "d_pp_rank", "p_pp_size", "p_pp_rank",
+                                                "layer_begin", "layer_end")}
+    doc.update({"ranks": [{"p_rank": p, "bytes": out["rank_bytes"][p], "reads": out["reads"][p]}
                      for p in out["read_ranks"]],
            "zero": [{"group": i, "kind": g["kind"], "regions": g["regions"], "zero": g["zero_ranges"],
                      "unfilled_states": g["unfilled_states"]} for i, g in enumerate(out["groups"])],
            "stats": {k: out[k] for k in ("pieces_before_coalescing", "pieces_after_coalescing", "bytes",
-                                         "attention_bytes", "mamba_bytes")}}
+                                         "attention_bytes", "mamba_bytes")}})
     return json.dumps(doc, indent=2).split("\n")
 
 
@@ -2835,6 +2883,231 @@ def plan_json_cases():
 
 
 
+def pp_window(num_layers, pp_rank, pp_size):
+    """vLLM's default pipeline split (get_pp_indices without VLLM_PP_LAYER_PARTITION), re-derived:
+    num_layers // pp_size each; the remainder adds one layer to each of the stages just before the
+    last one (the last stage keeps the LM head)."""
+    base, extra = divmod(num_layers, pp_size)
+    sizes = [base] * pp_size
+    for i in range(2, extra + 2):
+        sizes[-i] += 1
+    begin = sum(sizes[:pp_rank])
+    return begin, begin + sizes[pp_rank]
+
+
+def hma_groups(pattern):
+    """vLLM's hybrid KV cache groups over the whole model (uniform page size): layers of one kind
+    in layer order, the kinds in order of first appearance; every kind's layers cut into groups
+    of group_size = the smallest kind's layer count (the largest when all counts are within 25%
+    of it). Returns [(kind, [layers])]."""
+    kinds = {}
+    for l, c in enumerate(pattern):
+        if c == "*":
+            kinds.setdefault("attention", []).append(l)
+        elif c == "M":
+            kinds.setdefault("mamba", []).append(l)
+        else:
+            assert c == "-", "pattern letter %r not handled by this oracle" % c
+    counts = [len(v) for v in kinds.values()]
+    size = max(counts) if max(counts) < min(counts) * 1.25 else min(counts)
+    return [(k, v[i:i + size]) for k, v in kinds.items() for i in range(0, len(v), size)]
+
+
+def stage_regions(groups, begin, end):
+    """Regions a stage holding layers [begin, end) registers: one per position of the groups'
+    layers inside the window, shared by the layers at that position."""
+    return max(sum(1 for l in layers if begin <= l < end) for _, layers in groups)
+
+
+def stage_pairs(d_windows, p_windows):
+    """Overlapping (D stage, P stage) pairs: [(d, p, begin, end)], end 0 when both are open."""
+    out = []
+    for d, (db, de) in d_windows:
+        for p, (pb, pe) in enumerate(p_windows):
+            b, e = max(db, pb), min(de or 1 << 32, pe or 1 << 32)
+            if b < e:
+                out.append({"d_pp_rank": d, "p_pp_rank": p, "layer_begin": b, "layer_end": 0 if e == 1 << 32 else e})
+    return out
+
+
+def pipeline_cases():
+    """Pipeline parallelism on either side (issue 12 item 1, file pipeline.json): vLLM's default
+    layer split, stage metadata (format 1.2), the handshake between stages, stage pairing with the
+    notifications a P stage waits for, and plans between stages with heterogeneous TP whose
+    groups name their layers (Nemotron-3-Nano: 52 layers; at PP2 the boundary falls between the
+    Mamba layer 25 and the attention layer 26)."""
+    cases = []
+    add = lambda name, op, inp, out=None, err=None: cases.append(
+        dict(name=name, op=op, input=inp, **({"output": out} if err is None else {"error": err})))
+    # vLLM's own cases (tests/distributed/test_pipeline_partition.py, uneven auto partition).
+    for n, pp, r, want in [(2, 2, 0, (0, 1)), (2, 2, 1, (1, 2)), (3, 2, 0, (0, 2)), (3, 2, 1, (2, 3)),
+                           (4, 3, 0, (0, 1)), (4, 3, 1, (1, 3)), (4, 3, 2, (3, 4)), (5, 3, 0, (0, 2)),
+                           (5, 3, 1, (2, 4)), (5, 3, 2, (4, 5)), (52, 2, 1, (26, 52)), (52, 3, 1, (17, 35))]:
+        check(pp_window(n, r, pp), want, "vLLM pipeline split")
+        add("pipeline_layer_window/%d_layers_pp%d_rank%d" % (n, pp, r), "pipeline_layer_window",
+            {"num_layers": n, "pp_rank": r, "pp_size": pp}, {"begin": want[0], "end": want[1]})
+    add("pipeline_layer_window/more_stages_than_layers", "pipeline_layer_window",
+        {"num_layers": 2, "pp_rank": 0, "pp_size": 3},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["pp_size 3", "2 layers"]})
+
+    nano = "nemotron-3-nano-30b"
+    pattern = DESCS[nano]["pattern"]
+    n = len(pattern)
+    check(n, 52, "Nano layers")
+    groups = hma_groups(pattern)
+    check([(k, len(v)) for k, v in groups], [("mamba", 6), ("mamba", 6), ("mamba", 6), ("mamba", 5), ("attention", 6)],
+          "Nano HMA groups")
+    check((pattern[25], pattern[26]), ("M", "*"), "Nano PP2 boundary between Mamba and attention")
+    check(stage_regions(groups, 0, n), 6, "Nano PP1 regions")
+
+    def stage_layout(engine_id, rank, pp, s, window, num_logical_blocks=8):
+        b, e = window
+        lay = {"engine_id": engine_id, "tp_rank": rank, "num_logical_blocks": num_logical_blocks,
+               "num_regions": stage_regions(groups, b, e)}
+        if pp > 1:
+            lay.update({"pp_size": pp, "pp_rank": s, "layer_begin": b, "layer_end": e})
+        return lay
+
+    # Metadata of stage 1 of 2 (TP2 rank 1): labelled 1.2, regions' layers from 26.
+    lay = stage_layout("prefill", 1, 2, 1, pp_window(n, 1, 2))
+    md = metadata(nano, {"tp_size": 2}, lay)
+    b = encode(md)
+    check(b[6], 2, "stage metadata labelled 1.2")
+    out = dict(md, encoded_length=len(b), payload_crc32c=crc32c_py(b[16:]), hex=b.hex())
+    add("metadata_roundtrip/nano_pp2_stage1_tp2_rank1", "metadata_roundtrip",
+        {"model": nano, "engine": {"tp_size": 2}, "layout": lay}, out)
+    dec = dict(out)
+    del dec["hex"]
+    add("metadata_decode/nano_pp2_stage1_tp2_rank1", "metadata_decode", {"hex": b.hex()}, dec)
+    # The same bytes labelled 1.1 (resealed): a reader that does not know the stage fields would
+    # have refused the flag bit; this one refuses the bit under the older label.
+    old = bytearray(b)
+    old[6] = 1
+    old[12:16] = crc32c_py(bytes(old[16:])).to_bytes(4, "little")
+    add("metadata_decode/pipeline_bit_under_1_1_label", "metadata_decode", {"hex": bytes(old).hex()},
+        err={"status": "PDKV_ERR_PARSE", "message_contains": ["pipeline bit", "needs 1.2"]})
+    add("metadata_roundtrip/stage_rank_past_pp_size", "metadata_roundtrip",
+        {"model": nano, "engine": {"tp_size": 2},
+         "layout": {"pp_size": 2, "pp_rank": 2, "layer_begin": 26, "layer_end": 52, "num_regions": 6}},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["pp_rank", "= 2", "pp_size 2"]})
+    add("metadata_roundtrip/single_stage_with_a_window", "metadata_roundtrip",
+        {"model": nano, "engine": {"tp_size": 2}, "layout": {"layer_begin": 0, "layer_end": 26}},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["[0, 26)", "pp_size is 1"]})
+
+    # Handshake: a single-stage D and a P stage (different windows and region counts) are
+    # compatible; stages sharing no layer are not.
+    def hs(name, local, remote, contains):
+        items = validate(metadata(nano, local["engine"], local["layout"]),
+                         metadata(nano, remote["engine"], remote["layout"]))
+        cases.append({"name": "handshake_validate/" + name, "op": "handshake_validate",
+                      "input": {"model": None, "local": dict(local, model=nano), "remote": dict(remote, model=nano),
+                                "item_messages_contain": contains},
+                      "output": {"items": items, "compatible": not items}})
+        del cases[-1]["input"]["model"]
+        return items
+
+    check(hs("d_pp1_vs_p_stage1", {"engine": {"tp_size": 2}, "layout": stage_layout("d", 0, 1, 0, (0, n))},
+             {"engine": {"tp_size": 4}, "layout": stage_layout("p", 0, 2, 1, pp_window(n, 1, 2))}, []), [],
+          "D PP1 and a P stage are compatible")
+    check(hs("stages_sharing_no_layer", {"engine": {"tp_size": 2}, "layout": stage_layout("d", 0, 2, 0, pp_window(n, 0, 2))},
+             {"engine": {"tp_size": 4}, "layout": stage_layout("p", 0, 2, 1, pp_window(n, 1, 2))},
+             [["pp_rank 0 of 2 [0, 26)", "pp_rank 1 of 2 [26, 52)", "do not overlap"]]),
+          [{"status": "PDKV_ERR_INCOMPATIBLE", "field": "layer_begin"}], "disjoint stages")
+    ranks = [{"model": nano, "engine": {"tp_size": 2}, "layout": stage_layout("p", r, 2, s, pp_window(n, s, 2))}
+             for r, s in ((0, 0), (1, 1))]
+    items = engine_ranks([metadata(nano, x["engine"], x["layout"]) for x in ranks])
+    check(items, [{"status": "PDKV_ERR_INCOMPATIBLE", "field": "pp_rank"},
+                  {"status": "PDKV_ERR_INCOMPATIBLE", "field": "layer_begin"}], "ranks of two stages")
+    add("handshake_validate_engine_ranks/tp_ranks_of_two_stages", "handshake_validate_engine_ranks",
+        {"ranks": ranks, "item_messages_contain": [["0 of 2", "1 of 2"], ["[0, 26)", "[26, 52)"]]}, {"items": items})
+
+    # Stage pairing (D stages given: all of D's; P: every stage) and the notifications a P stage
+    # waits for: its pairs times the TP rule.
+    def pairs_case(name, p_tp, d_tp, p_windows, d_windows, d_given=None):
+        pp, dp = len(p_windows), len(d_windows)
+        d_given = list(range(dp)) if d_given is None else d_given
+        pstages = [stage_layout("p", 0, pp, s, w) for s, w in enumerate(p_windows)]
+        dstages = [stage_layout("d", 0, dp, s, d_windows[s]) for s in d_given]
+        pairs = stage_pairs([(s, (d_windows[s][0], 0 if dp == 1 else d_windows[s][1])) for s in d_given],
+                            [(w[0], 0 if pp == 1 else w[1]) for w in p_windows])
+        per = notifications(p_tp, d_tp)
+        notes = [per * sum(1 for x in pairs if x["p_pp_rank"] == s) for s in range(pp)]
+        add("pipeline_stage_pairs/" + name, "pipeline_stage_pairs",
+            {"model": nano, "prefill": {"engine": {"tp_size": p_tp}, "stages": pstages},
+             "decode": {"engine": {"tp_size": d_tp}, "stages": dstages}}, {"pairs": pairs, "notifications": notes})
+        return pairs, notes
+
+    w2 = [pp_window(n, s, 2) for s in range(2)]
+    w3 = [pp_window(n, s, 3) for s in range(3)]
+    check(pairs_case("pp2_to_pp1_p_tp4_d_tp2", 4, 2, w2, [(0, n)])[1], [1, 1], "PP 2->1 notifications")
+    check(pairs_case("pp1_to_pp2_p_tp2_d_tp4", 2, 4, [(0, n)], w2)[1], [4], "PP 1->2 notifications")
+    pairs, notes = pairs_case("pp2_to_pp3_p_tp2_d_tp4", 2, 4, w2, w3)
+    check([(x["d_pp_rank"], x["p_pp_rank"], x["layer_begin"], x["layer_end"]) for x in pairs],
+          [(0, 0, 0, 17), (1, 0, 17, 26), (1, 1, 26, 35), (2, 1, 35, 52)], "PP 2->3 pairs")
+    check(notes, [4, 4], "PP 2->3 notifications")
+    pairs_case("pp2_to_pp3_only_d_stage1", 2, 4, w2, w3, d_given=[1])
+    add("pipeline_stage_pairs/p_stage_missing", "pipeline_stage_pairs",
+        {"model": nano, "prefill": {"engine": {"tp_size": 2}, "stages": [stage_layout("p", 0, 2, 1, w2[1])]},
+         "decode": {"engine": {"tp_size": 2}, "stages": [stage_layout("d", 0, 1, 0, (0, n))]}},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["P stage 0 of 2", "missing"]})
+
+    # Plans between stages: one attention block (1000 tokens: a partial block on both sides) and
+    # one running Mamba state per Mamba group, every group naming its layers.
+    def request():
+        out = []
+        for g, (kind, layers) in enumerate(groups):
+            if kind == "attention":
+                out.append({"kind": "attention", "local_blocks": [6], "remote_blocks": [7],
+                            "remote_computed_tokens": 1000, "layers": layers})
+            else:  # block ids distinct from the attention group's (one pool, as vLLM allocates)
+                out.append({"kind": "mamba", "local_blocks": [1 + g], "remote_blocks": [2 + g],
+                            "remote_computed_tokens": 1000, "layers": layers})
+        return out
+
+    def plan_case(name, p_tp, d_tp, d_rank, p_lay, d_lay, json_too=False, expect=None):
+        p_eng, d_eng = {"tp_size": p_tp}, {"tp_size": d_tp}
+        gs = request()
+        out = plan(nano, p_eng, d_eng, d_rank, gs, p_lay, d_lay)
+        for k, v in (expect or {}).items():
+            check(out[k], v, name + "." + k)
+        inp = {"model": nano, "prefill": {"engine": p_eng, "layout": p_lay}, "decode": {"engine": d_eng, "layout": d_lay},
+               "decode_rank": d_rank, "groups": gs}
+        add("transfer_plan/" + name, "transfer_plan", inp, out)
+        if json_too:  # the attention group alone: its reads are issued in (region, offset) order
+            gj = [g for g in gs if g["kind"] == "attention"]
+            add("transfer_plan_json/" + name + "_attention", "transfer_plan_json", dict(inp, groups=gj),
+                {"lines": plan_json_lines(nano, p_eng, d_eng, d_rank, gj, p_lay, d_lay)})
+        return out
+
+    # PP 2 -> 1, P TP4 -> D TP2, D rank 1: each P stage's plan reads its 26 layers.
+    for s in range(2):
+        out = plan_case("pp2_to_pp1_p_tp4_d_tp2_rank1_from_p_stage%d" % s, 4, 2, 1,
+                        stage_layout("p", 0, 2, s, w2[s]), stage_layout("d", 0, 1, 0, (0, n)), json_too=s == 1,
+                        expect={"p_pp_size": 2, "p_pp_rank": s, "layer_begin": w2[s][0], "layer_end": w2[s][1]})
+        # Region pairs: P stage 1's attention layer 26 is its region 0 but D's region 3.
+        if s == 1:
+            check(out["groups"][4]["regions"], [3, 4, 5], "D regions of stage 1's attention layers")
+    # PP 1 -> 2, P TP2 -> D TP4, D stage 1 (layers 26..51, starting with the attention layer 26).
+    plan_case("pp1_to_pp2_p_tp2_d_tp4_stage1_rank3", 2, 4, 3, stage_layout("p", 0, 1, 0, (0, n)),
+              stage_layout("d", 0, 2, 1, w2[1]), expect={"d_pp_size": 2, "d_pp_rank": 1, "layer_begin": 26, "layer_end": 52})
+    # PP 2 -> 2 with different splits (D: a custom partition [0,33) [33,52)), P TP4 -> D TP2:
+    # D stage 0 reads [0,26) from P stage 0 and [26,33) from P stage 1.
+    for s, want in ((0, (0, 26)), (1, (26, 33))):
+        plan_case("pp2_to_pp2_p_tp4_d_tp2_d_stage0_rank0_from_p_stage%d" % s, 4, 2, 0,
+                  stage_layout("p", 0, 2, s, w2[s]), stage_layout("d", 0, 2, 0, (0, 33)),
+                  expect={"layer_begin": want[0], "layer_end": want[1]})
+    # Stages holding different windows need the groups' layers.
+    bad = [dict(g) for g in request()]
+    for g in bad:
+        del g["layers"]
+    add("transfer_plan/pipeline_group_without_layers", "transfer_plan",
+        {"model": nano, "prefill": {"engine": {"tp_size": 4}, "layout": stage_layout("p", 0, 2, 1, w2[1])},
+         "decode": {"engine": {"tp_size": 2}, "layout": stage_layout("d", 0, 1, 0, (0, n))}, "decode_rank": 0,
+         "groups": bad},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["names no layers", "[0, open)", "[26, 52)"]})
+    return cases
+
+
 def write(name, cases):
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)), "duplicate case names in " + name
@@ -2865,3 +3138,4 @@ if __name__ == "__main__":
     write("plans_json", plan_json_cases())
     write("mixed_mla", mixed_mla_cases())
     write("kv_formats", kv_format_cases())
+    write("pipeline", pipeline_cases())

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "cli_error.hpp"
@@ -13,6 +14,7 @@
 #include "pdkv/core/error.hpp"
 #include "pdkv/core/geometry.hpp"
 #include "pdkv/core/mamba_split.hpp"
+#include "pdkv/core/pipeline.hpp"
 #include "pdkv/core/tp_topology.hpp"
 
 namespace pdkv::cli {
@@ -275,13 +277,131 @@ json decode_rank_json(const Deployment& dep, const EngineGeometry& pg, const Eng
   return r;
 }
 
+// What a model layer holds, by its layer pattern letter.
+const char* layer_kind(char c) {
+  switch (c) {
+    case kLayerAttention: return "attention";
+    case kLayerMamba: return "mamba";
+    case kLayerParallel: return "attention+mamba";
+    case kLayerMla: return "mla";
+    default: return "none";
+  }
+}
+
+// Layers of each kind in [b, e) of the pattern.
+json layer_counts(const std::string& pattern, uint32_t b, uint32_t e) {
+  uint64_t attention = 0, mamba = 0, mla = 0;
+  for (uint32_t l = b; l < e; ++l) {
+    const char c = pattern[l];
+    attention += c == kLayerAttention || c == kLayerParallel || c == kLayerMla;
+    mamba += c == kLayerMamba || c == kLayerParallel;
+    mla += c == kLayerMla;
+  }
+  return json{{"attention_layers", attention}, {"mamba_layers", mamba}, {"mla_layers", mla}};
+}
+
+// One side's stages (vLLM's default split of the pattern's layers) as metadata carrying only
+// what pair_pipeline_stages reads: engine, stage and window.
+std::vector<EngineMetadata> stages_of(const std::string& engine, uint32_t pp, uint32_t layers) {
+  std::vector<EngineMetadata> out;
+  for (uint32_t s = 0; s < pp; ++s) {
+    const LayerWindow w = pipeline_layer_window(layers, s, pp);
+    EngineMetadata m;
+    m.engine_id = engine;
+    m.pp_size = pp;
+    m.pp_rank = s;
+    m.layer_begin = pp == 1 ? 0 : w.begin;
+    m.layer_end = pp == 1 ? kLayerEndOpen : w.end;
+    out.push_back(m);
+  }
+  return out;
+}
+
+// Pipeline stages of both sides, their pairs and what each pair moves; null without PP. A
+// pair's decode ranks handshake the pair's prefill stage as a separate peer: its TP ranks are
+// each decode rank's handshake targets (decode_ranks), per paired prefill stage.
+json pipeline_json(const Deployment& dep, json& errors) {
+  if (dep.prefill_pp == 1 && dep.decode_pp == 1) return nullptr;
+  const std::string& pattern = dep.model.layer_pattern;
+  const auto n = static_cast<uint32_t>(pattern.size());
+  if (n == 0) {
+    errors.push_back(CliError(ErrorKind::Configuration, "pipeline stages",
+                              "the model's layer pattern is unknown, so its layers cannot be split into pipeline stages",
+                              status_name(Status::InvalidArgument))
+                         .to_json());
+    return nullptr;
+  }
+  std::vector<EngineMetadata> p, d;
+  bool ok = true;
+  for (const auto& [side, pp, out] : {std::tuple{"prefill", dep.prefill_pp, &p}, std::tuple{"decode", dep.decode_pp, &d}}) {
+    try {
+      *out = stages_of(side, pp, n);
+    } catch (const Error& e) {
+      errors.push_back(CliError(ErrorKind::Configuration, std::string("--") + side + "-pp",
+                                std::string("--") + side + "-pp " + std::to_string(pp) + ": " + e.what(),
+                                status_name(e.status()))
+                           .to_json());
+      ok = false;
+    }
+  }
+  if (!ok) return nullptr;
+  const std::vector<StagePair> pairs = pair_pipeline_stages(d, p);
+  auto end_of = [&](uint32_t e) { return e == kLayerEndOpen ? n : e; };
+  auto stages = [&](const std::vector<EngineMetadata>& side) {
+    json a = json::array();
+    for (const EngineMetadata& m : side) {
+      json j{{"pp_rank", m.pp_rank}, {"layer_begin", m.layer_begin}, {"layer_end", end_of(m.layer_end)}};
+      j.update(layer_counts(pattern, m.layer_begin, end_of(m.layer_end)));
+      a.push_back(j);
+    }
+    return a;
+  };
+  json pj = json::array();
+  for (const StagePair& sp : pairs) {
+    json j{{"decode_stage", sp.d_pp_rank},
+           {"prefill_stage", sp.p_pp_rank},
+           {"layer_begin", sp.layer_begin},
+           {"layer_end", end_of(sp.layer_end)}};
+    j.update(layer_counts(pattern, sp.layer_begin, end_of(sp.layer_end)));
+    pj.push_back(j);
+  }
+  json notify = json::array();
+  try {
+    for (uint32_t s = 0; s < dep.prefill_pp; ++s) {
+      notify.push_back(pipeline_notifications_expected(pairs, s, dep.prefill.tp_size, dep.decode.tp_size));
+    }
+  } catch (const Error&) {
+    notify = nullptr;  // TP sizes that do not divide: reported under "tensor parallel sizes"
+  }
+  // Stage boundaries and the layers on each side of them (a hybrid's boundary may fall between
+  // a Mamba and an attention layer: each stage then registers its own regions for its layers).
+  json boundaries = json::array();
+  for (const auto* side : {&p, &d}) {
+    for (size_t k = 1; k < side->size(); ++k) {
+      const uint32_t b = (*side)[k].layer_begin;
+      boundaries.push_back(json{{"side", side == &p ? "prefill" : "decode"},
+                                {"layer", b},
+                                {"before", layer_kind(pattern[b - 1])},
+                                {"after", layer_kind(pattern[b])}});
+    }
+  }
+  return json{{"num_layers", n},
+              {"prefill_pp", dep.prefill_pp},
+              {"decode_pp", dep.decode_pp},
+              {"prefill_stages", stages(p)},
+              {"decode_stages", stages(d)},
+              {"stage_pairs", pj},
+              {"boundaries", boundaries},
+              {"notifications_expected_per_prefill_stage_rank", notify}};
+}
+
 }  // namespace
 
 json null_plan_fields() {
   return json{{"model", nullptr},  {"tp_ratio", nullptr},
               {"prefill", nullptr}, {"decode", nullptr},
               {"blocks", nullptr},  {"notifications_expected_per_prefill_rank", nullptr},
-              {"decode_ranks", nullptr}};
+              {"decode_ranks", nullptr}, {"pipeline", nullptr}};
 }
 
 json build_deployment_report(const Deployment& dep) {
@@ -333,6 +453,7 @@ json build_deployment_report(const Deployment& dep) {
     for (uint32_t r = 0; r < dep.decode.tp_size; ++r) ranks.push_back(decode_rank_json(dep, pg, dg, r, errors));
     report["decode_ranks"] = ranks;
   }
+  report["pipeline"] = pipeline_json(dep, errors);
   report["errors"] = errors;
   return report;
 }

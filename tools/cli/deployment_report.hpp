@@ -18,6 +18,10 @@ struct Deployment {
   pdkv::core::Backend prefill_backend = pdkv::core::Backend::FlashAttention;
   pdkv::core::Backend decode_backend = pdkv::core::Backend::FlashAttention;
   bool prefix_caching = false;
+  // Pipeline parallel sizes (--prefill-pp / --decode-pp): each side's stages hold vLLM's default
+  // split of the model's layers.
+  uint32_t prefill_pp = 1;
+  uint32_t decode_pp = 1;
 };
 
 // Geometry of both sides, then per decode rank: the prefill ranks it reads, bytes per block and
@@ -30,7 +34,7 @@ struct Deployment {
 nlohmann::json build_deployment_report(const Deployment& d);
 
 // The plan fields of the JSON document (schema_version 1), all null: model, tp_ratio, prefill,
-// decode, blocks, notifications_expected_per_prefill_rank, decode_ranks.
+// decode, blocks, notifications_expected_per_prefill_rank, decode_ranks, pipeline.
 nlohmann::json null_plan_fields();
 
 }  // namespace pdkv::cli

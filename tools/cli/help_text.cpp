@@ -66,6 +66,11 @@ constexpr const char* kPlan =
     "                                 (e.g. an indexer key cache vLLM registers as an MLA spec)\n"
     "  --mla-head-size N              the latent width of those layers in elements (with\n"
     "                                 --mla-layers)\n"
+    "  --prefill-pp N                 pipeline parallel size of the prefill engine (default 1)\n"
+    "  --decode-pp N                  pipeline parallel size of the decode engine (default 1):\n"
+    "                                 each side's stages hold vLLM's default split of the layers;\n"
+    "                                 the report pairs every decode stage with the prefill stages\n"
+    "                                 holding its layers (each a separate peer)\n"
     "  --json                         print the report as JSON (see below)\n"
     "  --help, -h                     print this help\n"
     "\n" PDKV_CLI_JSON_NOTE "\n" PDKV_CLI_EXIT_STATUS;

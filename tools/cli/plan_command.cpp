@@ -187,6 +187,8 @@ nlohmann::json run_plan(const std::vector<std::string>& argv, bool& json_output)
                {{"--model", true},
                 {"--prefill-tp", true},
                 {"--decode-tp", true},
+                {"--prefill-pp", true},
+                {"--decode-pp", true},
                 {"--kv-cache-dtype", true},
                 {"--mamba-cache-dtype", true},
                 {"--mamba-ssm-cache-dtype", true},
@@ -209,6 +211,8 @@ nlohmann::json run_plan(const std::vector<std::string>& argv, bool& json_output)
   d.prefill = engine_config(a, *a.get_positive_u32("--prefill-tp"), "--prefill-backend", d.prefill_backend);
   d.decode = engine_config(a, *a.get_positive_u32("--decode-tp"), "--decode-backend", d.decode_backend);
   d.prefix_caching = a.has("--enable-prefix-caching");
+  if (auto v = a.get_positive_u32("--prefill-pp")) d.prefill_pp = *v;
+  if (auto v = a.get_positive_u32("--decode-pp")) d.decode_pp = *v;
   std::vector<uint32_t> mla_layers;
   std::optional<uint32_t> mla_head_size;
   if (auto v = a.get("--mla-layers")) mla_layers = parse_layers(*v);

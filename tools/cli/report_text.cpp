@@ -127,6 +127,33 @@ std::string render_report_text(const json& r) {
     out << "tp_ratio (decode view): " << r["tp_ratio"] << "; READ notifications each prefill rank waits for: "
         << r["notifications_expected_per_prefill_rank"] << "\n\n";
   }
+  if (!r["pipeline"].is_null()) {
+    const auto& pp = r["pipeline"];
+    out << "Pipeline stages (" << pp["num_layers"] << " layers; prefill PP " << pp["prefill_pp"] << ", decode PP "
+        << pp["decode_pp"] << ")\n";
+    auto stage_line = [&](const char* side, const json& s) {
+      out << "  " << side << " stage " << s["pp_rank"] << ": layers [" << s["layer_begin"] << ", " << s["layer_end"]
+          << "): " << s["attention_layers"] << " attention, " << s["mamba_layers"] << " mamba"
+          << (s["mla_layers"].get<uint64_t>() ? ", " + s["mla_layers"].dump() + " MLA-typed" : std::string()) << "\n";
+    };
+    for (const auto& s : pp["prefill_stages"]) stage_line("prefill", s);
+    for (const auto& s : pp["decode_stages"]) stage_line("decode", s);
+    for (const auto& b : pp["boundaries"]) {
+      out << "  " << b["side"].get<std::string>() << " stage boundary before layer " << b["layer"] << ": "
+          << b["before"].get<std::string>() << " | " << b["after"].get<std::string>() << "\n";
+    }
+    for (const auto& sp : pp["stage_pairs"]) {
+      out << "  decode stage " << sp["decode_stage"] << " <- prefill stage " << sp["prefill_stage"] << ": layers ["
+          << sp["layer_begin"] << ", " << sp["layer_end"] << "), " << sp["attention_layers"] << " attention, "
+          << sp["mamba_layers"] << " mamba; each decode rank of the stage handshakes this prefill stage's ranks "
+             "below as a separate peer\n";
+    }
+    if (!pp["notifications_expected_per_prefill_stage_rank"].is_null()) {
+      out << "  READ notifications each prefill rank waits for, per prefill stage: "
+          << ranks(pp["notifications_expected_per_prefill_stage_rank"]) << "\n";
+    }
+    out << "\n";
+  }
   if (!r["decode_ranks"].is_null()) {
     for (const auto& d : r["decode_ranks"]) {
       out << "Decode rank " << d["rank"] << ": handshake with prefill ranks " << ranks(d["handshake_targets"])

@@ -1098,6 +1098,10 @@ pub struct pdkv_engine_layout {
     pub kv_layout: i32,
     pub prefix_caching: i32,
     pub region_kinds: *const i32,
+    pub pp_size: u32,
+    pub pp_rank: u32,
+    pub layer_begin: u32,
+    pub layer_end: u32,
 }
 pub type pdkv_engine_layout_t = pdkv_engine_layout;
 extern "C" {
@@ -1139,6 +1143,10 @@ pub struct pdkv_engine_metadata_info {
     pub prefix_caching: u8,
     pub cache_mode: i32,
     pub model_fingerprint: u64,
+    pub pp_size: u32,
+    pub pp_rank: u32,
+    pub layer_begin: u32,
+    pub layer_end: u32,
 }
 pub type pdkv_engine_metadata_info_t = pdkv_engine_metadata_info;
 extern "C" {
@@ -1329,6 +1337,8 @@ pub struct pdkv_plan_group {
     pub trim: *const pdkv_group_trim_input_t,
     pub regions: *const u32,
     pub num_regions: usize,
+    pub layers: *const u32,
+    pub num_layers: usize,
 }
 pub type pdkv_plan_group_t = pdkv_plan_group;
 #[repr(C)]
@@ -1382,6 +1392,12 @@ pub struct pdkv_transfer_plan_info {
     pub attention_bytes: u64,
     pub mamba_bytes: u64,
     pub empty: u8,
+    pub d_pp_size: u64,
+    pub d_pp_rank: u64,
+    pub p_pp_size: u64,
+    pub p_pp_rank: u64,
+    pub layer_begin: u64,
+    pub layer_end: u64,
 }
 pub type pdkv_transfer_plan_info_t = pdkv_transfer_plan_info;
 extern "C" {
@@ -1456,6 +1472,48 @@ extern "C" {
 }
 extern "C" {
     pub fn pdkv_transfer_plan_free(plan: *mut pdkv_transfer_plan_t);
+}
+extern "C" {
+    pub fn pdkv_pipeline_layer_window(
+        num_layers: u32,
+        pp_rank: u32,
+        pp_size: u32,
+        begin: *mut u32,
+        end: *mut u32,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_stage_pair {
+    pub d_pp_rank: u32,
+    pub p_pp_rank: u32,
+    pub layer_begin: u32,
+    pub layer_end: u32,
+}
+pub type pdkv_stage_pair_t = pdkv_stage_pair;
+extern "C" {
+    pub fn pdkv_pipeline_stage_pairs(
+        d_stages: *const *const pdkv_engine_metadata_t,
+        n_d: usize,
+        p_stages: *const *const pdkv_engine_metadata_t,
+        n_p: usize,
+        out: *mut pdkv_stage_pair_t,
+        capacity: usize,
+        count: *mut usize,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_pipeline_notifications_expected(
+        pairs: *const pdkv_stage_pair_t,
+        n_pairs: usize,
+        p_pp_rank: u32,
+        p_tp: u32,
+        d_tp: u32,
+        out: *mut u32,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

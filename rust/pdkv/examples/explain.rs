@@ -172,6 +172,7 @@ fn compile_plan(
                 ..Default::default()
             },
             regions: Vec::new(),
+            layers: Vec::new(),
         }];
         // Mamba layers form ceil(n_mamba / regions) groups; the last may use fewer regions.
         for g in 0..n_mamba.div_ceil(regions) {
@@ -189,6 +190,7 @@ fn compile_plan(
                 } else {
                     Vec::new()
                 },
+                layers: Vec::new(),
             });
         }
         let ctx = PlanContext::new(&PlanContextParams::new(&d_meta, &p_refs).geometries(dg, pg))?;

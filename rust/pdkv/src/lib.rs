@@ -53,6 +53,7 @@ mod mamba;
 mod memory;
 mod metadata;
 mod model;
+mod pipeline;
 mod plan;
 mod scheduler;
 mod topology;
@@ -85,6 +86,9 @@ pub use metadata::{
     KvLayout, MetadataRegion, RegionKind,
 };
 pub use model::{preset_at, preset_count, presets, MambaType, Model, ModelDesc, Preset};
+pub use pipeline::{
+    pipeline_layer_window, pipeline_notifications_expected, pipeline_stage_pairs, StagePair,
+};
 pub use plan::{
     PlanContext, PlanContextParams, PlanGroup, PlanGroupRef, PlanGroupZero, PlanRead, TransferPlan,
     TransferPlanInfo,

@@ -100,6 +100,16 @@ pub struct EngineLayout {
     /// Kind of each region (empty: derived; `Mamba` for hybrids, else `Attention`, and for a
     /// model with MLA-typed layers its attention layers' kinds in layer-pattern order).
     pub region_kinds: Vec<RegionKind>,
+    /// Pipeline stage (metadata format 1.2): stage `pp_rank` of `pp_size` holding the model
+    /// layers `[layer_begin, layer_end)`; `layer_end` 0 means through the model's last layer.
+    /// One stage (the default) holds every layer.
+    pub pp_size: u32,
+    /// This stage, `< pp_size`.
+    pub pp_rank: u32,
+    /// First layer of the stage.
+    pub layer_begin: u32,
+    /// One past its last layer (0: through the model's last layer).
+    pub layer_end: u32,
 }
 
 impl Default for EngineLayout {
@@ -122,6 +132,10 @@ impl Default for EngineLayout {
                 1 => Some(true),
                 _ => None,
             },
+            pp_size: raw.pp_size,
+            pp_rank: raw.pp_rank,
+            layer_begin: raw.layer_begin,
+            layer_end: raw.layer_end,
         }
     }
 }
@@ -169,6 +183,14 @@ pub struct EngineMetadataInfo {
     pub cache_mode: MambaCacheMode,
     /// [`Model::fingerprint`] of the model.
     pub model_fingerprint: u64,
+    /// Pipeline stages of the engine (1 without PP).
+    pub pp_size: u32,
+    /// This rank's stage.
+    pub pp_rank: u32,
+    /// First model layer the stage holds.
+    pub layer_begin: u32,
+    /// One past its last layer; 0: through the model's last layer.
+    pub layer_end: u32,
 }
 
 /// One advertised region (`pdkv_metadata_region_t`).
@@ -259,6 +281,10 @@ impl EngineMetadata {
             } else {
                 kinds.as_ptr()
             },
+            pp_size: layout.pp_size,
+            pp_rank: layout.pp_rank,
+            layer_begin: layout.layer_begin,
+            layer_end: layout.layer_end,
         };
         if !layout.region_bases.is_empty()
             && layout.region_bases.len() != layout.num_regions as usize
@@ -350,6 +376,10 @@ impl EngineMetadata {
             prefix_caching: r.prefix_caching != 0,
             cache_mode: MambaCacheMode::from_raw(r.cache_mode),
             model_fingerprint: r.model_fingerprint,
+            pp_size: r.pp_size,
+            pp_rank: r.pp_rank,
+            layer_begin: r.layer_begin,
+            layer_end: r.layer_end,
         })
     }
 

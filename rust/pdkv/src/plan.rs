@@ -118,6 +118,11 @@ pub struct PlanGroup {
     pub trim: GroupTrimInput,
     /// Region indices of the group's layers; empty: all.
     pub regions: Vec<u32>,
+    /// The group's model layers over the whole model, strictly ascending (exclusive with
+    /// `regions`): needed when D's and P's pipeline stages hold different layer windows; a
+    /// layer's region on a stage is its position among the group's layers in that stage's
+    /// window. Empty: regions are paired by index.
+    pub layers: Vec<u32>,
 }
 
 /// One KV-cache group of a request borrowed from the caller: the block ids and regions are
@@ -149,6 +154,8 @@ pub struct PlanGroupRef<'a> {
     pub remote_first_block: u64,
     /// Region indices of the group's layers; empty: all.
     pub regions: &'a [u32],
+    /// The group's model layers (see [`PlanGroup::layers`]); empty: paired by region index.
+    pub layers: &'a [u32],
 }
 
 impl PlanGroupRef<'_> {
@@ -189,6 +196,7 @@ impl<'a> From<&'a PlanGroup> for PlanGroupRef<'a> {
             local_first_block: t.local_first_block,
             remote_first_block: t.remote_first_block,
             regions: &g.regions,
+            layers: &g.layers,
         }
     }
 }
@@ -206,6 +214,8 @@ fn raw_groups(
             trim: t,
             regions: sp(&g.regions),
             num_regions: g.regions.len(),
+            layers: sp(&g.layers),
+            num_layers: g.layers.len(),
         })
         .collect()
 }
@@ -260,6 +270,18 @@ pub struct TransferPlanInfo {
     pub mamba_bytes: u64,
     /// Nothing to read (full prefix hit): notify only.
     pub empty: bool,
+    /// Pipeline stages of D (1 without PP) and the D rank's stage.
+    pub d_pp_size: u32,
+    /// D's stage.
+    pub d_pp_rank: u32,
+    /// Pipeline stages of P; the plan's P ranks are TP ranks of stage `p_pp_rank`.
+    pub p_pp_size: u32,
+    /// P's stage.
+    pub p_pp_rank: u32,
+    /// First model layer the plan moves.
+    pub layer_begin: u32,
+    /// One past its last layer; 0: through the model's last layer.
+    pub layer_end: u32,
 }
 
 /// Receive-side work of one group, borrowed from the plan (`pdkv_plan_group_zero_t`).
@@ -324,6 +346,8 @@ impl TransferPlan {
                 trim: t,
                 regions: sp(g.regions),
                 num_regions: g.regions.len(),
+                layers: sp(g.layers),
+                num_layers: g.layers.len(),
             })
             .collect();
         let mut out = ptr::null_mut();
@@ -380,6 +404,13 @@ impl TransferPlan {
             attention_bytes: r.attention_bytes,
             mamba_bytes: r.mamba_bytes,
             empty: r.empty != 0,
+            // The library's values are u32 stage numbers and layers in u64 fields.
+            d_pp_size: r.d_pp_size as u32,
+            d_pp_rank: r.d_pp_rank as u32,
+            p_pp_size: r.p_pp_size as u32,
+            p_pp_rank: r.p_pp_rank as u32,
+            layer_begin: r.layer_begin as u32,
+            layer_end: r.layer_end as u32,
         })
     }
 

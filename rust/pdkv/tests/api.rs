@@ -614,3 +614,106 @@ fn mixed_mla_model_geometry_and_region_kinds() {
         "{err}"
     );
 }
+
+// ---- pipeline parallelism -------------------------------------------------------------------
+
+/// P PP2 TP4 -> D PP1 TP2 on Nemotron-3-Nano (52 layers, split 26/26): the stages pair by their
+/// windows, stage metadata round-trips through format 1.2, and a plan against P stage 1 whose
+/// groups name their layers moves only layers 26..52 (D regions 3..5 of the attention group).
+#[test]
+fn pipeline_stages_pair_and_plan_by_layer() {
+    let m = nano();
+    assert_eq!(pipeline_layer_window(52, 1, 2).unwrap(), (26, 52));
+    assert_eq!(
+        pipeline_layer_window(2, 0, 3).unwrap_err().status(),
+        Status::InvalidArgument
+    );
+    let (p_cfg, d_cfg) = (EngineConfig::with_tp(4), EngineConfig::with_tp(2));
+    let stage = |s: u32, r: u32| EngineLayout {
+        engine_id: "p".into(),
+        tp_rank: r,
+        num_logical_blocks: 8,
+        num_regions: 6,
+        pp_size: 2,
+        pp_rank: s,
+        layer_begin: 26 * s,
+        layer_end: 26 * s + 26,
+        ..Default::default()
+    };
+    let p: Vec<EngineMetadata> = (0..4)
+        .map(|r| EngineMetadata::from_model(&m, &p_cfg, &stage(1, r)).unwrap())
+        .collect();
+    let info = p[0].info().unwrap();
+    assert_eq!(
+        (info.pp_size, info.pp_rank, info.layer_begin, info.layer_end),
+        (2, 1, 26, 52)
+    );
+    assert_eq!(p[0].encode().unwrap()[6], 2);
+    let p0 = EngineMetadata::from_model(&m, &p_cfg, &stage(0, 0)).unwrap();
+    let d_layout = EngineLayout {
+        engine_id: "d".into(),
+        tp_rank: 1,
+        num_logical_blocks: 8,
+        num_regions: 6,
+        ..Default::default()
+    };
+    let d = EngineMetadata::from_model(&m, &d_cfg, &d_layout).unwrap();
+    let pairs = pipeline_stage_pairs(&[&d], &[&p[0], &p0]).unwrap();
+    assert_eq!(
+        pairs,
+        vec![
+            StagePair {
+                d_pp_rank: 0,
+                p_pp_rank: 0,
+                layer_begin: 0,
+                layer_end: 26
+            },
+            StagePair {
+                d_pp_rank: 0,
+                p_pp_rank: 1,
+                layer_begin: 26,
+                layer_end: 52
+            },
+        ]
+    );
+    assert_eq!(pipeline_notifications_expected(&pairs, 1, 4, 2).unwrap(), 1);
+
+    let refs: Vec<&EngineMetadata> = p.iter().collect();
+    let ctx = PlanContext::new(&PlanContextParams::new(&d, &refs)).unwrap();
+    // The attention group's layers (vLLM's hybrid KV cache manager: the 6 attention layers).
+    let attention = PlanGroup {
+        trim: GroupTrimInput {
+            kind: GroupKind::Attention,
+            local_blocks: vec![6],
+            remote_blocks: vec![7],
+            remote_computed_tokens: 1000,
+            ..Default::default()
+        },
+        regions: Vec::new(),
+        layers: vec![5, 12, 19, 26, 33, 42],
+    };
+    let plan = TransferPlan::compile(&ctx, std::slice::from_ref(&attention)).unwrap();
+    let i = plan.info().unwrap();
+    assert_eq!(
+        (i.p_pp_size, i.p_pp_rank, i.layer_begin, i.layer_end),
+        (2, 1, 26, 52)
+    );
+    assert_eq!(plan.group_zero(0).unwrap().regions, &[3, 4, 5]);
+    let (reads, _) = plan.rank_reads(plan.read_ranks().unwrap()[0]).unwrap();
+    let pairs: Vec<(u32, u32)> = reads
+        .iter()
+        .map(|r| (r.local_region, r.remote_region))
+        .collect();
+    assert_eq!(pairs, vec![(3, 0), (4, 1), (5, 2)]);
+    // Without the layers, regions cannot be paired between different windows.
+    let no_layers = PlanGroup {
+        layers: Vec::new(),
+        ..attention
+    };
+    assert_eq!(
+        TransferPlan::compile(&ctx, &[no_layers])
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
+}

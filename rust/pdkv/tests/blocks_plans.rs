@@ -447,6 +447,7 @@ fn transfer_plan_nano_p4_to_d2() {
                 ..Default::default()
             },
             regions: Vec::new(),
+            layers: Vec::new(),
         },
         PlanGroup {
             trim: GroupTrimInput {
@@ -457,6 +458,7 @@ fn transfer_plan_nano_p4_to_d2() {
                 ..Default::default()
             },
             regions: Vec::new(),
+            layers: Vec::new(),
         },
     ];
     let ctx = PlanContext::new(&PlanContextParams::new(&d, &refs).geometries(&dg, &pg)).unwrap();

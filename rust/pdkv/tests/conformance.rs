@@ -462,6 +462,8 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
         "model_preset" => &["model"],
         "model_hf_config" => &["json", "name"],
         "handshake_validate_engine_ranks" => &["ranks", "item_messages_contain"],
+        "pipeline_layer_window" => &["num_layers", "pp_rank", "pp_size"],
+        "pipeline_stage_pairs" => &["model", "prefill", "decode"],
         _ => return None,
     })
 }
@@ -611,6 +613,10 @@ fn layout_of(v: Option<&Json>) -> CaseResult<EngineLayout> {
             "kv_layout",
             "prefix_caching",
             "region_kinds",
+            "pp_size",
+            "pp_rank",
+            "layer_begin",
+            "layer_end",
         ],
     )?;
     if let Some(Json::Arr(kinds)) = m.get("region_kinds") {
@@ -646,6 +652,10 @@ fn layout_of(v: Option<&Json>) -> CaseResult<EngineLayout> {
         1 => Some(true),
         other => return Err(format!("layout: prefix_caching {other} is not -1/0/1")),
     };
+    l.pp_size = u32_or(m, "pp_size", l.pp_size)?;
+    l.pp_rank = u32_or(m, "pp_rank", l.pp_rank)?;
+    l.layer_begin = u32_or(m, "layer_begin", l.layer_begin)?;
+    l.layer_end = u32_or(m, "layer_end", l.layer_end)?;
     Ok(l)
 }
 
@@ -729,6 +739,10 @@ fn metadata_output(
             "model_fingerprint",
             Json::Str(format!("{:016x}", i.model_fingerprint)),
         ),
+        ("pp_size", Json::Int(i.pp_size as i64)),
+        ("pp_rank", Json::Int(i.pp_rank as i64)),
+        ("layer_begin", Json::Int(i.layer_begin as i64)),
+        ("layer_end", Json::Int(i.layer_end as i64)),
         ("encoded_length", Json::Int(encoded.len() as i64)),
         ("payload_crc32c", Json::Int(payload_crc as i64)),
     ]))
@@ -1118,19 +1132,23 @@ fn compile_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<TransferPla
                 let g = obj(g)?;
                 let mut allowed = TRIM_KEYS.to_vec();
                 allowed.push("regions");
+                allowed.push("layers");
                 check_keys("groups[]", g, &allowed)?;
-                let regions = match g.get("regions") {
-                    Some(r) => u64s(r)?
-                        .into_iter()
-                        .map(|x| {
-                            u32::try_from(x).map_err(|_| format!("region {x} does not fit u32"))
-                        })
-                        .collect::<CaseResult<Vec<_>>>()?,
-                    None => Vec::new(),
+                let u32s = |k: &str| -> CaseResult<Vec<u32>> {
+                    match g.get(k) {
+                        Some(r) => u64s(r)?
+                            .into_iter()
+                            .map(|x| {
+                                u32::try_from(x).map_err(|_| format!("{k}: {x} does not fit u32"))
+                            })
+                            .collect(),
+                        None => Ok(Vec::new()),
+                    }
                 };
                 Ok(PlanGroup {
                     trim: trim_input(g)?,
-                    regions,
+                    regions: u32s("regions")?,
+                    layers: u32s("layers")?,
                 })
             })
             .collect::<CaseResult<Vec<_>>>()?,
@@ -1645,6 +1663,80 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 ("attention_bytes", u(i.attention_bytes)),
                 ("mamba_bytes", u(i.mamba_bytes)),
                 ("empty", Json::Bool(i.empty)),
+                ("d_pp_size", Json::Int(i.d_pp_size as i64)),
+                ("d_pp_rank", Json::Int(i.d_pp_rank as i64)),
+                ("p_pp_size", Json::Int(i.p_pp_size as i64)),
+                ("p_pp_rank", Json::Int(i.p_pp_rank as i64)),
+                ("layer_begin", Json::Int(i.layer_begin as i64)),
+                ("layer_end", Json::Int(i.layer_end as i64)),
+            ])
+        }
+        "pipeline_layer_window" => {
+            let (b, e) = lib!(pipeline_layer_window(
+                u32_of(input, "num_layers")?,
+                u32_of(input, "pp_rank")?,
+                u32_of(input, "pp_size")?
+            ));
+            out(vec![
+                ("begin", Json::Int(b as i64)),
+                ("end", Json::Int(e as i64)),
+            ])
+        }
+        "pipeline_stage_pairs" => {
+            let model = lib!(model_of(input)?);
+            let (pre, dec) = (obj_field(input, "prefill")?, obj_field(input, "decode")?);
+            check_keys("prefill", pre, &["engine", "stages"])?;
+            check_keys("decode", dec, &["engine", "stages"])?;
+            let p_cfg = lib!(engine(field(pre, "engine")?)?);
+            let d_cfg = lib!(engine(field(dec, "engine")?)?);
+            let stages = |side: &BTreeMap<String, Json>,
+                          cfg: &EngineConfig|
+             -> CaseResult<Result<Vec<EngineMetadata>, Error>> {
+                let Json::Arr(list) = field(side, "stages")? else {
+                    return Err("stages: expected an array".into());
+                };
+                let mut out = Vec::new();
+                for l in list {
+                    match EngineMetadata::from_model(&model, cfg, &layout_of(Some(l))?) {
+                        Ok(m) => out.push(m),
+                        Err(e) => return Ok(Err(e)),
+                    }
+                }
+                Ok(Ok(out))
+            };
+            let p = lib!(stages(pre, &p_cfg)?);
+            let d = lib!(stages(dec, &d_cfg)?);
+            let (pr, dr): (Vec<&EngineMetadata>, Vec<&EngineMetadata>) =
+                (p.iter().collect(), d.iter().collect());
+            let pairs = lib!(pipeline_stage_pairs(&dr, &pr));
+            let p_pp = lib!(p[0].info()).pp_size;
+            let mut notes = Vec::new();
+            for s in 0..p_pp {
+                notes.push(Json::Int(lib!(pipeline_notifications_expected(
+                    &pairs,
+                    s,
+                    p_cfg.tp_size,
+                    d_cfg.tp_size
+                )) as i64));
+            }
+            out(vec![
+                (
+                    "pairs",
+                    Json::Arr(
+                        pairs
+                            .iter()
+                            .map(|x| {
+                                obj_of(vec![
+                                    ("d_pp_rank", Json::Int(x.d_pp_rank as i64)),
+                                    ("p_pp_rank", Json::Int(x.p_pp_rank as i64)),
+                                    ("layer_begin", Json::Int(x.layer_begin as i64)),
+                                    ("layer_end", Json::Int(x.layer_end as i64)),
+                                ])
+                            })
+                            .collect(),
+                    ),
+                ),
+                ("notifications", Json::Arr(notes)),
             ])
         }
         "transfer_plan_json" => {
@@ -1989,7 +2081,7 @@ fn newer_op_handlers_are_consistent() {
         "metadata_roundtrip",
         r#"{"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}, "layout": {"engine_id": "d", "tp_rank": 1, "num_regions": 6}}"#,
     );
-    assert_eq!(rt.len(), 23, "{:?}", rt.keys());
+    assert_eq!(rt.len(), 27, "{:?}", rt.keys());
     let Json::Str(fp) = &rt["model_fingerprint"] else {
         panic!("model_fingerprint is not a string")
     };
@@ -2039,7 +2131,7 @@ fn newer_op_handlers_are_consistent() {
             "groups": [{"kind": "attention", "local_blocks": [10, 11], "remote_blocks": [20, 21, 22], "remote_computed_tokens": 3000},
                        {"kind": "mamba", "local_blocks": [40], "remote_blocks": [50], "remote_computed_tokens": 3000}]}"#,
     );
-    assert_eq!(plan.len(), 14);
+    assert_eq!(plan.len(), 20);
     assert_eq!(
         plan["read_ranks"],
         Json::Arr(vec![Json::Int(2), Json::Int(3)])

@@ -3,7 +3,7 @@
 // (vllm-semantics.md §1), extended with what the validation in handshake.hpp needs: the logical
 // block size, per-token attention bytes, total KV heads, prefix caching and a model fingerprint.
 //
-// Wire format (version 1.1), all integers little-endian:
+// Wire format (version 1.2), all integers little-endian:
 //   header  (16 B): "PDKV" | u16 major | u16 minor | u32 payload_len | u32 crc32c(payload)
 //   payload       : fields in the order of EngineMetadata below (see engine_metadata.cpp).
 // A reader accepts any minor version of its major and ignores payload bytes after the fields it
@@ -44,6 +44,11 @@ const char* kv_layout_name(KvLayout l) noexcept;
 enum class RegionKind : uint8_t { Attention = 0, Mamba = 1, Mla = 2 };
 const char* region_kind_name(RegionKind k) noexcept;
 
+// layer_end of a stage that holds the model's layers through its last one (a single-stage engine,
+// and optionally the last pipeline stage): the window is open-ended, so intersecting it with a
+// peer's window never needs the model's layer count.
+inline constexpr uint32_t kLayerEndOpen = 0;
+
 // One registered KV tensor. Under HMA one tensor is shared by an attention and a Mamba layer;
 // kind/layer describe the first layer that uses it (vLLM deduplicates regions in layer order).
 struct MetadataRegion {
@@ -78,6 +83,14 @@ struct EngineMetadata {
   bool prefix_caching = false;
   MambaCacheMode cache_mode = MambaCacheMode::None;
   uint64_t model_fingerprint = 0;         // fingerprint.hpp
+  // Pipeline parallelism: this rank belongs to stage pp_rank of pp_size, which holds the model
+  // layers [layer_begin, layer_end) (layer_end kLayerEndOpen: through the model's last layer) and
+  // registers regions for those layers only. A single-stage engine (pp_size 1) holds every layer:
+  // window [0, open). Stage 0 starts at layer 0; every stage but the last names its end.
+  uint32_t pp_size = 1;
+  uint32_t pp_rank = 0;
+  uint32_t layer_begin = 0;
+  uint32_t layer_end = kLayerEndOpen;
 
   bool is_hybrid() const { return mamba_type != MambaType::None; }
   // Whether region i holds an MLA latent (replicated, read whole from one P rank): every
@@ -89,15 +102,20 @@ struct EngineMetadata {
   uint64_t region_bytes_per_token(size_t i) const {
     return kernel_block_size == 0 ? 0 : regions[i].region.block_len / kernel_block_size;
   }
+  // One past the stage's last layer as a 64-bit bound: layer_end, or 2^32 for an open end.
+  uint64_t layer_end_bound() const { return layer_end == kLayerEndOpen ? uint64_t{1} << 32 : layer_end; }
+  bool holds_layer(uint64_t layer) const { return layer >= layer_begin && layer < layer_end_bound(); }
+  bool is_pipeline_stage() const { return pp_size > 1; }
   friend bool operator==(const EngineMetadata&, const EngineMetadata&) = default;
 };
 
 inline constexpr uint16_t kMetadataMajorVersion = 1;
-inline constexpr uint16_t kMetadataMinorVersion = 1;  // the newest minor this pdkv reads and writes
+inline constexpr uint16_t kMetadataMinorVersion = 2;  // the newest minor this pdkv reads and writes
 inline constexpr size_t kMetadataHeaderBytes = 16;
 inline constexpr size_t kMaxEngineIdBytes = 256;
 inline constexpr size_t kMaxRegions = 1u << 16;        // far above any real model's layer count
 inline constexpr size_t kMaxConvProjections = 3;
+inline constexpr uint32_t kMaxPpSize = 1u << 10;       // far above any real pipeline depth
 // Plausibility limits on what a peer may advertise (check_metadata). Far above any real engine
 // (a 141 GB H200 holds < 2^38 bytes; a kernel page is at most a few MiB), low enough that a
 // corrupt or hostile peer cannot make a plan address 10^18 bytes into a registered region:
@@ -136,8 +154,10 @@ std::string to_string(const RegionOverlap& o);
 // MLA (use_mla) nor hybrid, attention_bytes_per_token a
 // whole number of bytes per KV head (heads per rank max(1, total_kv_heads / tp_size), MLA 1),
 // ...), the plausibility limits above (kMaxKernelBlocks,
-// kMaxBlockLen, kMaxRegionBytes: the message names the field, its value and the limit) and that
-// no two regions overlap (the message names both region indexes and their byte ranges).
+// kMaxBlockLen, kMaxRegionBytes: the message names the field, its value and the limit), the
+// pipeline fields (pp_size 1..kMaxPpSize, pp_rank < pp_size, layer_begin < layer_end, a single
+// stage holding [0, open), stage 0 starting at layer 0, every stage but the last naming its end,
+// every region's `layer` inside the window) and that no two regions overlap (the message names both region indexes and their byte ranges).
 // Throws Error(`status`, message naming the field and value): encode() uses InvalidArgument,
 // decode() uses Parse (OutOfBounds for a region or page leaving the 64-bit address space or
 // its logical page).

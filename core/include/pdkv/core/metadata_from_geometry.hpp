@@ -23,6 +23,14 @@ struct EngineLayout {
   // attention layers in layer_pattern order ('*' attention, 'L' mla), repeated when there are
   // more regions than attention layers, each region's `layer` that layer's index.
   std::vector<RegionKind> region_kinds = {};
+  // Pipeline stage (EngineMetadata's fields of the same names): stage pp_rank of pp_size holding
+  // the model layers [layer_begin, layer_end) (kLayerEndOpen: through the last layer). Region i's
+  // `layer` is layer_begin + i (or, for a model with MLA-typed layers, the i-th attention layer of
+  // the window, repeated), so a stage registers at most as many regions as its window has layers.
+  uint32_t pp_size = 1;
+  uint32_t pp_rank = 0;
+  uint32_t layer_begin = 0;
+  uint32_t layer_end = kLayerEndOpen;
 };
 
 // Metadata of rank layout.tp_rank of an engine running `m` with `e` (geometry from
@@ -32,7 +40,9 @@ struct EngineLayout {
 // to the attention page), the relation check_metadata requires of every peer, except an `mla`
 // region's, which is g.mla_kernel_page_bytes. Errors: InvalidArgument (region_kinds with a count
 // other than num_regions, an `mla` region for a model without MLA-typed layers, a `mamba` region
-// for a model without Mamba layers), those of check_metadata (as InvalidArgument), Overflow.
+// for a model without Mamba layers, a stage window without an attention layer of a model with
+// MLA-typed layers, more regions than the window has layers), those of check_metadata (as
+// InvalidArgument: pipeline fields out of range, ...), Overflow.
 EngineMetadata metadata_from_geometry(const ModelDesc& m, const EngineConfig& e,
                                       const EngineGeometry& g, const EngineLayout& layout);
 

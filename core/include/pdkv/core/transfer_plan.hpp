@@ -29,6 +29,14 @@
 // is planned only where that holds, i.e. MLA or the same number of KV heads per rank on both
 // sides; D reading a head subset of an NHD block (heterogeneous heads per rank) and different
 // layouts on D and P are refused with UnsupportedLayout, the rule validate_pair applies.
+//
+// Pipeline parallelism (pipeline.hpp): a context pairs one D rank with the TP ranks of ONE P
+// stage. When the two stages hold different layer windows, regions are paired by layer: each
+// group names its model layers (PlanGroup::layers), the region of a layer on a stage is its
+// position among the group's layers inside that stage's window, and only the layers both stages
+// hold are read (a read's local_region and remote_region then differ). The coverage check proves
+// every D byte of those layers is written exactly once; pair_pipeline_stages proves each D layer
+// is held by exactly one P stage, so the stage plans together write every D byte once.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +57,8 @@ namespace pdkv::core {
 // after the handshake.
 struct PlanContext {
   EngineMetadata local;                 // the D rank (reader)
-  std::vector<EngineMetadata> remote;   // P ranks of ONE engine, any order; every rank read
+  // P ranks of ONE engine and ONE pipeline stage (one peer), any order; every rank read.
+  std::vector<EngineMetadata> remote;
   TpMapping mapping;                    // compute_tp_mapping(local=D, remote=P)
   // Per-rank Mamba states (derive_mamba_state) of D's and P's TP size; required when a group is
   // Mamba, checked against the metadata's conv/ssm bytes.
@@ -67,6 +76,13 @@ struct PlanGroup {
   // Region indices used by the group's layers. Under vLLM's HMA every region is shared by one
   // layer of every group, so empty means "all regions".
   std::vector<uint32_t> regions;
+  // The group's model layers over the WHOLE model (not one stage), strictly ascending; exclusive
+  // with `regions`. Needed when D's and P's stages hold different layer windows: the region of
+  // layer L on a stage is the number of the group's layers in [stage layer_begin, L) (vLLM's
+  // hybrid KV cache manager gives a stage one tensor per position, shared by the layers at that
+  // position in every group; a one-group model is the same rule), and only the layers inside both
+  // windows are read. Empty: regions are paired by index (`regions`), which needs equal windows.
+  std::vector<uint32_t> layers;
 };
 
 // One KV-cache group of the request as a non-owning view: the block ids and regions are read in
@@ -85,6 +101,7 @@ struct PlanGroupView {
   std::optional<uint64_t> local_first_block;
   uint64_t remote_first_block = 0;
   std::span<const uint32_t> regions;  // empty: all regions
+  std::span<const uint32_t> layers;   // empty: paired by region index (see PlanGroup::layers)
 };
 
 // The view of an owning group (valid while `g` lives and is not modified).
@@ -135,9 +152,16 @@ struct TransferPlan {
   uint32_t d_rank = 0;
   uint32_t d_tp = 1;
   uint32_t p_tp = 1;
+  // Pipeline stages of the pair (1 / 0 without PP) and the model layers the plan moves: the
+  // intersection of the two stages' windows (layer_end kLayerEndOpen: through the last layer).
+  // Its P ranks are TP ranks of stage p_pp_rank: a peer is (p_engine_id, p_pp_rank, p_rank).
+  uint32_t d_pp_size = 1, d_pp_rank = 0;
+  uint32_t p_pp_size = 1, p_pp_rank = 0;
+  uint32_t layer_begin = 0, layer_end = kLayerEndOpen;
   std::vector<RankReads> ranks;         // ascending p_rank; only ranks with at least one read
   // P ranks D notifies after its reads (every handshake target, read or not; tp_topology.hpp)
-  // and how many notifications each P rank waits for per request.
+  // and how many notifications each P rank waits for per request from this D stage (with D PP,
+  // each D stage paired with the P stage notifies it: pipeline_notifications_expected).
   std::vector<uint32_t> notify_ranks;
   uint32_t notifications_per_p_rank = 1;
   std::vector<GroupZero> zero;          // one entry per group, in group order
@@ -170,6 +194,8 @@ PlanContext make_plan_context(EngineMetadata local, std::vector<EngineMetadata> 
 //    conv projection's bytes.
 // Any failure of the three throws Incompatible whose message lists EVERY problem ("D vs P rank
 // 1: PDKV_ERR_INCOMPATIBLE total_kv_heads: ...; P ranks of engine 'p': ...; D: MambaState ssm_bytes ...").
+// With pipeline stages, the P ranks must also agree on pp_size, pp_rank and the layer window
+// (one stage per context), and D's and P's windows must overlap (validate_pair).
 // compile_transfer_plan and validate_transfer_plan run the same checks on every call (after
 // the request's own group / trimming errors, which are therefore reported first); when nothing
 // is wrong they build no strings and allocate nothing per region, about 0.5 us for
@@ -182,14 +208,18 @@ void validate_plan_context(const PlanContext& ctx);
 //  InvalidArgument - inconsistent context (mapping vs metadata ranks / sizes, missing Mamba
 //                    states, a region index out of range, tokens_per_block disagreeing with
 //                    the metadata, two regions of D or of a P rank overlapping: names both
-//                    region indexes and byte ranges), naming the values;
+//                    region indexes and byte ranges), naming the values; a group without
+//                    `layers` for stages holding different windows, `layers` not strictly
+//                    ascending or given with `regions`, a layer whose position in a stage's
+//                    window is past that stage's regions or before its region's first user;
 //  Incompatible    - a context validate_plan_context refuses: a P rank failing validate_pair
 //                    with D, P ranks failing validate_engine_ranks (e.g. the same P rank twice),
 //                    Mamba states disagreeing with the metadata; the message lists every item;
 //  UnsupportedLayout - an attention group with different KV layouts on D and P (non-MLA), or NHD
 //                    with different KV heads per rank on D and P (names both layouts and the fix);
 //  NotFound        - a P rank the plan reads from has no metadata in ctx.remote;
-//  Incompatible    - P and D geometry that cannot describe the same model (region counts,
+//  Incompatible    - P and D geometry that cannot describe the same model (region counts of
+//                    stages holding the same window, a layer in an MLA region on one side only,
 //                    block_len vs kernel block size x bytes per token, head ratios, P ranks
 //                    disagreeing on block_len or KV layout);
 //  Coverage        - from prefix trimming, or when the reads would not write every needed D byte

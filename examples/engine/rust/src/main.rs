@@ -73,7 +73,7 @@ fn plan_json(config_json: &str) -> Result<String> {
             local_hit_tokens: 2096,
             ..Default::default()
         },
-        regions: Vec::new(),
+        ..Default::default()
     };
     let groups = [
         group(

@@ -138,6 +138,7 @@ pub fn groups(block_tokens: u64) -> Vec<PlanGroup> {
             ..Default::default()
         },
         regions: Vec::new(),
+        layers: Vec::new(),
     }]
 }
 

@@ -1,0 +1,76 @@
+//! Pipeline parallelism: vLLM's default layer split, the pairing of D stages with P stages (each
+//! (engine, PP rank) a separate peer) and the notifications a P stage waits for.
+use crate::error::Result;
+use crate::ffi_util::{check, fill_vec, sp};
+use crate::metadata::EngineMetadata;
+use pdkv_sys as sys;
+
+/// vLLM's default split of `num_layers` over `pp_size` stages: the layers `[begin, end)` of
+/// stage `pp_rank` (`pdkv_pipeline_layer_window`). [`crate::Status::InvalidArgument`] for a
+/// stage that does not exist or more stages than layers.
+pub fn pipeline_layer_window(num_layers: u32, pp_rank: u32, pp_size: u32) -> Result<(u32, u32)> {
+    let (mut b, mut e) = (0u32, 0u32);
+    // SAFETY: valid out pointers.
+    check(|x| unsafe {
+        sys::pdkv_pipeline_layer_window(num_layers, pp_rank, pp_size, &mut b, &mut e, x)
+    })?;
+    Ok((b, e))
+}
+
+/// One overlapping (D stage, P stage) pair and the layers both hold, `[layer_begin,
+/// layer_end)` (`layer_end` 0: through the model's last layer). Layout-identical to
+/// `pdkv_stage_pair_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct StagePair {
+    /// D's stage.
+    pub d_pp_rank: u32,
+    /// P's stage: its TP ranks are the peer D's stage reads these layers from.
+    pub p_pp_rank: u32,
+    /// First layer both stages hold.
+    pub layer_begin: u32,
+    /// One past the last (0: through the model's last layer).
+    pub layer_end: u32,
+}
+
+const _: () =
+    assert!(std::mem::size_of::<StagePair>() == std::mem::size_of::<sys::pdkv_stage_pair_t>());
+
+/// Pairs D stages with P stages by their layer windows (`pdkv_pipeline_stage_pairs`):
+/// `d_stages` one rank's metadata of each D stage to pair (any subset), `p_stages` one rank's
+/// metadata of EVERY P stage. Every overlapping pair, ordered by (D stage, P stage).
+pub fn pipeline_stage_pairs(
+    d_stages: &[&EngineMetadata],
+    p_stages: &[&EngineMetadata],
+) -> Result<Vec<StagePair>> {
+    let d: Vec<*const sys::pdkv_engine_metadata_t> = d_stages.iter().map(|m| m.as_ptr()).collect();
+    let p: Vec<*const sys::pdkv_engine_metadata_t> = p_stages.iter().map(|m| m.as_ptr()).collect();
+    // SAFETY: the handles live for the call; fill_vec passes a buffer of `cap` pairs (or NULL).
+    fill_vec(|buf: *mut StagePair, cap, n, e| unsafe {
+        sys::pdkv_pipeline_stage_pairs(sp(&d), d.len(), sp(&p), p.len(), buf.cast(), cap, n, e)
+    })
+}
+
+/// Notifications each rank of P stage `p_pp_rank` waits for per request: the pairs naming it
+/// (pairs over ALL of D's stages) times the TP rule (`pdkv_pipeline_notifications_expected`).
+pub fn pipeline_notifications_expected(
+    pairs: &[StagePair],
+    p_pp_rank: u32,
+    p_tp: u32,
+    d_tp: u32,
+) -> Result<u32> {
+    let mut out = 0u32;
+    // SAFETY: pairs is read during the call only (layout-identical to pdkv_stage_pair_t).
+    check(|e| unsafe {
+        sys::pdkv_pipeline_notifications_expected(
+            sp(pairs),
+            pairs.len(),
+            p_pp_rank,
+            p_tp,
+            d_tp,
+            &mut out,
+            e,
+        )
+    })?;
+    Ok(out)
+}
