@@ -198,12 +198,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ctx.remote.push_back(metadata_from_geometry(m, pc, pg, pl));
     }
 
-    // Either layout on either side: mixed layouts and NHD head subsets must be refused with an
-    // Error, NHD with equal heads per rank planned (and pass the same oracle).
+    // Either layout on either side: NHD head subsets must be refused with an Error, NHD with
+    // equal heads per rank planned (and pass the same oracle).
     const uint64_t layouts = b.next(4);
     if (layouts & 1) ctx.local.kv_layout = KvLayout::NHD;
     if (layouts & 2)
       for (auto& p : ctx.remote) p.kv_layout = KvLayout::NHD;
+    // Different layouts are planned in P's layout with D permuting on receive (same oracle: the
+    // bytes land once, in bounds), or refused without the flag.
+    ctx.permute_on_receive = b.next(2) == 1;
     ctx.mapping = compute_tp_mapping({dc.tp_size, d_rank, pc.tp_size,
                                       m.attention.use_mla ? 1u : m.attention.num_kv_heads,
                                       m.attention.use_mla, m.is_hybrid()});

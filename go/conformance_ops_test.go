@@ -31,6 +31,7 @@ func init() {
 		"handshake_validate_engine_ranks": opHandshakeValidateEngineRanks,
 		"pipeline_layer_window":           opPipelineLayerWindow,
 		"pipeline_stage_pairs":            opPipelineStagePairs,
+		"permute_kv_block":                opPermuteKVBlock,
 	} {
 		if _, dup := ops[name]; dup {
 			panic("duplicate op " + name)
@@ -604,6 +605,7 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 		}
 	}
 	dRank := i.u32("decode_rank")
+	permute := i.has("permute_on_receive") && i.boolean("permute_on_receive")
 	var groups []PlanGroup
 	for _, g := range i.objs("groups") {
 		pg := PlanGroup{Trim: trimInput(g)}
@@ -664,7 +666,8 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, err := NewPlanContext(PlanContextParams{Local: local, Remote: remote, LocalGeometry: dg, RemoteGeometry: pg})
+	ctx, err := NewPlanContext(PlanContextParams{Local: local, Remote: remote, LocalGeometry: dg, RemoteGeometry: pg,
+		PermuteOnReceive: permute})
 	if err != nil {
 		return nil, err
 	}
@@ -746,7 +749,8 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 		if err != nil {
 			return nil, err
 		}
-		gz[g] = out2{"kind": z.Kind.String(), "regions": z.Regions, "zero_ranges": zeroOut(z.Zero), "unfilled_states": z.UnfilledStates}
+		gz[g] = out2{"kind": z.Kind.String(), "regions": z.Regions, "zero_ranges": zeroOut(z.Zero), "unfilled_states": z.UnfilledStates,
+			"permute_blocks": z.PermuteBlocks, "permute_regions": z.PermuteRegions}
 	}
 	return out{
 		"d_tp": info.DTp, "p_tp": info.PTp, "read_ranks": readRanks, "notify_ranks": notify,
@@ -755,7 +759,37 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 		"bytes": info.Bytes, "attention_bytes": info.AttentionBytes, "mamba_bytes": info.MambaBytes, "empty": info.Empty,
 		"d_pp_size": info.DPpSize, "d_pp_rank": info.DPpRank, "p_pp_size": info.PPpSize, "p_pp_rank": info.PPpRank,
 		"layer_begin": info.LayerBegin, "layer_end": info.LayerEnd,
+		"permute": out2{"from": layoutName(info.Permute.From), "to": layoutName(info.Permute.To),
+			"heads": info.Permute.Heads, "tokens": info.Permute.Tokens, "head_bytes": info.Permute.HeadBytes},
 	}, nil
+}
+
+// layoutName spells a KV layout as the vectors do.
+func layoutName(l KVLayout) string {
+	if l == KVLayoutNHD {
+		return "NHD"
+	}
+	return "HND"
+}
+
+// opPermuteKVBlock permutes one KV block in place.
+func opPermuteKVBlock(t *testing.T, i *in) (out, error) {
+	b := hexInput(i)
+	layout := func(k string) KVLayout {
+		switch v := i.str(k); v {
+		case "HND":
+			return KVLayoutHND
+		case "NHD":
+			return KVLayoutNHD
+		default:
+			panic(badVector{fmt.Sprintf("input %s = %q is not a KV layout", k, v)})
+		}
+	}
+	from, to := layout("from"), layout("to")
+	if err := PermuteKVBlock(b, from, to, i.u64("heads"), i.u64("tokens"), i.u64("head_bytes")); err != nil {
+		return nil, err
+	}
+	return out{"hex": hex.EncodeToString(b)}, nil
 }
 
 // runOp runs an op on a JSON input through the runner's own decoding and key tracking.
@@ -838,12 +872,13 @@ func TestIssue3OpsSelfCheck(t *testing.T) {
 	_, err = runOp(t, "metadata_decode", `{"hex": "00"}`)
 	wantErr(t, err, ErrParse)
 
-	// Distinct engine ids, so the NHD remote is the only problem the handshake can report.
-	hs, err := runOp(t, "handshake_validate", `{"local": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
-		"remote": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 4}, "layout": {"engine_id": "p", "kv_layout": "NHD"}}}`)
+	// Distinct engine ids, so NHD on both sides with heads split by TP is the only problem the
+	// handshake can report (a different layout alone is served: D permutes on receive).
+	hs, err := runOp(t, "handshake_validate", `{"local": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 1}, "layout": {"engine_id": "d", "kv_layout": "NHD"}},
+		"remote": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}, "layout": {"engine_id": "p", "kv_layout": "NHD"}}}`)
 	must(t, err)
 	if hs["compatible"] != false || len(hs["items"].([]interface{})) == 0 {
-		t.Fatalf("NHD remote: %v", hs)
+		t.Fatalf("NHD both sides, heads split: %v", hs)
 	}
 
 	plan, err := runOp(t, "transfer_plan", `{"model": "nemotron-3-nano-30b", "decode_rank": 0,

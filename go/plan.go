@@ -23,6 +23,10 @@ type PlanContextParams struct {
 	RemoteGeometry *Geometry
 	// Mapping, if non-nil, overrides the TP mapping derived from the metadata (it is copied).
 	Mapping *TpMapping
+	// PermuteOnReceive lets D read P's blocks in P's KV layout when the layouts differ and
+	// permute them into its own after receipt (vLLM's enable_permute_local_kv); without it
+	// different layouts are ErrUnsupportedLayout.
+	PermuteOnReceive bool
 }
 
 // PlanContext is everything about one (D rank, P engine) pair that does not change per
@@ -53,6 +57,9 @@ func NewPlanContext(params PlanContextParams) (*PlanContext, error) {
 	defer release()
 	cp.remote = arr
 	cp.num_remote = C.size_t(len(params.Remote))
+	if params.PermuteOnReceive {
+		cp.permute_on_receive = 1
+	}
 	if params.LocalGeometry != nil {
 		g, err := params.LocalGeometry.ref().acquire()
 		if err != nil {
@@ -221,6 +228,42 @@ type TransferPlanInfo struct {
 	// [LayerBegin, LayerEnd) (LayerEnd 0: through the model's last layer).
 	DPpSize, DPpRank, PPpSize, PPpRank uint32
 	LayerBegin, LayerEnd               uint32
+	// Permute is the receive-side permutation of the blocks each group lists
+	// (PlanGroupZero.PermuteBlocks); inactive (equal layouts) when nothing is permuted.
+	Permute BlockPermute
+}
+
+// BlockPermute says how D permutes one received attention KV block: from the layout the bytes
+// arrive in (P's) to D's, one block being Heads x Tokens x HeadBytes.
+type BlockPermute struct {
+	// From is the layout of the received bytes (P's); To is D's.
+	From, To KVLayout
+	// Heads is D's KV heads per rank, Tokens its kernel block size, HeadBytes one head's bytes
+	// of one token (scales included).
+	Heads, Tokens, HeadBytes uint64
+}
+
+// Active reports whether blocks are permuted (the layouts differ).
+func (p BlockPermute) Active() bool { return p.From != p.To }
+
+// Apply permutes one block in place (PermuteKVBlock with p's shape).
+func (p BlockPermute) Apply(block []byte) error {
+	return PermuteKVBlock(block, p.From, p.To, p.Heads, p.Tokens, p.HeadBytes)
+}
+
+// PermuteKVBlock permutes one attention KV block of heads x tokens x headBytes in place from
+// layout from to layout to. Errors: ErrInvalidArgument (a zero dimension, a block of another
+// size, a layout that is not HND or NHD).
+func PermuteKVBlock(block []byte, from, to KVLayout, heads, tokens, headBytes uint64) error {
+	var p *C.uint8_t
+	if len(block) > 0 {
+		p = (*C.uint8_t)(unsafe.Pointer(&block[0]))
+	}
+	var cerr *C.pdkv_error_t
+	st := C.pdkv_permute_kv_block(p, C.size_t(len(block)), C.int32_t(from), C.int32_t(to), C.uint64_t(heads),
+		C.uint64_t(tokens), C.uint64_t(headBytes), &cerr)
+	runtime.KeepAlive(block)
+	return check(st, cerr)
 }
 
 // PlanGroupZero is the receive-side work of one group.
@@ -231,6 +274,11 @@ type PlanGroupZero struct {
 	Regions []uint32
 	// Zero are the D kernel block token ranges to zero.
 	Zero []ZeroRange
+	// PermuteBlocks are the D kernel blocks (ascending) that arrive in P's layout and must be
+	// permuted into D's (TransferPlanInfo.Permute) in each of PermuteRegions, after the data and
+	// before the zero ranges.
+	PermuteBlocks  []uint64
+	PermuteRegions []uint32
 	// UnfilledStates are Mamba slots never to publish as cache hits.
 	UnfilledStates []uint64
 }
@@ -326,6 +374,8 @@ func (t *TransferPlan) Info() (TransferPlanInfo, error) {
 		Empty:   ci.empty != 0,
 		DPpSize: uint32(ci.d_pp_size), DPpRank: uint32(ci.d_pp_rank), PPpSize: uint32(ci.p_pp_size), PPpRank: uint32(ci.p_pp_rank),
 		LayerBegin: uint32(ci.layer_begin), LayerEnd: uint32(ci.layer_end),
+		Permute: BlockPermute{From: KVLayout(ci.permute_from_layout), To: KVLayout(ci.permute_to_layout),
+			Heads: uint64(ci.permute_heads), Tokens: uint64(ci.permute_tokens), HeadBytes: uint64(ci.permute_head_bytes)},
 	}, nil
 }
 
@@ -408,6 +458,8 @@ func (t *TransferPlan) GroupZero(index int) (PlanGroupZero, error) {
 		Regions:        u32Slice(z.regions, z.num_regions),
 		Zero:           zeroRanges(z.zero, z.num_zero),
 		UnfilledStates: u64Slice(z.unfilled_states, z.num_unfilled_states),
+		PermuteBlocks:  u64Slice(z.permute_blocks, z.num_permute_blocks),
+		PermuteRegions: u32Slice(z.permute_regions, z.num_permute_regions),
 	}
 	runtime.KeepAlive(t)
 	return out, nil

@@ -177,6 +177,19 @@ pdkv_cli_expect(cli_pp_2_to_3 0
   ARGS plan --model nemotron-3-nano-30b --prefill-tp 2 --decode-tp 4 --prefill-pp 2 --decode-pp 3)
 pdkv_cli_expect(cli_pp_too_deep 2 PATTERNS "--decode-pp: PDKV_ERR_INVALID_ARGUMENT: --decode-pp 53: pp_size 53 exceeds the model's 52 layers"
   ARGS ${N30} --decode-pp 53)
+# Different KV layouts (issue 12 item 3): Jamba-v0.1 (8 KV heads) P TP4 HND -> D TP2 NHD.
+set(JAMBA_P4_D2 plan --model jamba-v0.1 --prefill-tp 4 --decode-tp 2)
+pdkv_cli_expect(cli_kv_layouts_permuted 0
+  PATTERNS "KV cache layouts: prefill HND, decode NHD. decode writes each received block in HND and permutes it to NHD .4 heads x 80 tokens x 512 B = 163840 B"
+  ARGS ${JAMBA_P4_D2} --decode-kv-layout NHD --permute-on-receive)
+pdkv_cli_expect(cli_kv_layouts_need_the_flag 2
+  PATTERNS "kv cache layouts: PDKV_ERR_UNSUPPORTED_LAYOUT: KV cache layouts differ .D NHD, P HND.* Fix: pass --permute-on-receive"
+  ARGS ${JAMBA_P4_D2} --decode-kv-layout NHD)
+pdkv_cli_expect(cli_kv_layouts_prefill_nhd_head_subsets 2
+  PATTERNS "NHD KV cache layout on P with 4 .D. vs 2 .P. KV heads per rank.*.--prefill-kv-layout HND"
+  ARGS ${JAMBA_P4_D2} --prefill-kv-layout NHD --permute-on-receive)
+pdkv_cli_expect(cli_kv_layout_bad 1 PATTERNS "--decode-kv-layout 'nhd' is not one of HND, NHD. did you mean 'NHD'"
+  ARGS ${JAMBA_P4_D2} --decode-kv-layout nhd)
 pdkv_cli_expect(cli_pp_zero 1 PATTERNS "--prefill-pp must be a positive integer" ARGS ${N30} --prefill-pp 0)
 pdkv_cli_expect(cli_bad_ssm_dtype 1 PATTERNS "--mamba-ssm-cache-dtype: .*'float13'"
   ARGS ${N30} --mamba-ssm-cache-dtype float13)
@@ -265,7 +278,7 @@ pdkv_cli_expect(cli_unknown_flag_suggestion 1
   PATTERNS "unknown flag '--prefil-tp' for 'pdkv plan'; did you mean '--prefill-tp'[?]$"
   ARGS plan --model nemotron-3-nano-30b --prefil-tp 4 --decode-tp 2)
 pdkv_cli_expect(cli_unknown_flag_abbreviation 1
-  PATTERNS "unknown flag '--prefill' for 'pdkv plan'; did you mean '--prefill-tp', '--prefill-pp' or '--prefill-backend'[?]"
+  PATTERNS "unknown flag '--prefill' for 'pdkv plan'; did you mean '--prefill-tp', '--prefill-pp', '--prefill-kv-layout' or '--prefill-backend'[?]"
   ARGS plan --model nemotron-3-nano-30b --prefill 4)
 pdkv_cli_expect(cli_unknown_flag_far 1 PATTERNS "unknown flag '--xyz' for 'pdkv plan'$" ARGS plan --xyz)
 pdkv_cli_expect(cli_unknown_command_suggestion 1 PATTERNS "unknown command 'plann'; did you mean 'plan'[?]" ARGS plann)

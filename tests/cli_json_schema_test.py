@@ -147,6 +147,8 @@ def cases(tmp):
         ("nano_p4_d2_not_multiples", plan("nemotron-3-nano-30b", 4, 2), 0),
         ("nano_pp2_to_pp3", plan("nemotron-3-nano-30b", 2, 4, "--prefill-pp", "2", "--decode-pp", "3"), 0),
         ("config_error_pp_too_deep", plan("nemotron-3-nano-30b", 4, 2, "--decode-pp", "53"), 2),
+        ("jamba_kv_layouts_permuted", plan("jamba-v0.1", 4, 2, "--decode-kv-layout", "NHD", "--permute-on-receive"), 0),
+        ("config_error_kv_layouts_need_flag", plan("jamba-v0.1", 4, 2, "--decode-kv-layout", "NHD"), 2),
         ("nano_p2_d2_equal", plan("nemotron-3-nano-30b", 2, 2), 0),
         ("qwen3_next_p4_d4_align_prefix_caching",
          plan("qwen3-next-80b", 4, 4, "--mamba-cache-mode", "align", "--enable-prefix-caching"), 0),

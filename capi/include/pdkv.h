@@ -1390,12 +1390,18 @@ typedef struct pdkv_plan_context_params {
   /* NULL: the mapping is derived from the metadata (local = D tp_size / tp_rank, remote = P
    * tp_size, K = total_kv_heads, MLA and Mamba flags). Else this mapping is used (copied). */
   const pdkv_tp_mapping_t *mapping;
+  /* Appended after 0.1 (at byte 56, the 0.1 size; 0 for an older caller). 1: when D's and P's KV
+   * layouts differ, D writes received attention blocks in P's layout and permutes each into its
+   * own after receipt (the plan lists them; vLLM: enable_permute_local_kv). 0: different layouts
+   * are UNSUPPORTED_LAYOUT naming this flag. Other values: INVALID_ARGUMENT. */
+  uint8_t permute_on_receive;
 } pdkv_plan_context_params_t;
 
 /* Builds a context (nothing is retained: metadata, geometries and mapping are copied). Errors:
  * NULL_POINTER (params, local, remote, an element of remote, out), STRUCT_SIZE,
  * INVALID_ARGUMENT (num_remote 0, remote ranks with different tp_size, the same P rank twice
- * (names the rank and both positions), only one geometry given), TP_NOT_DIVISIBLE (names both
+ * (names the rank and both positions), only one geometry given, permute_on_receive not 0 or 1),
+ * TP_NOT_DIVISIBLE (names both
  * sizes), HEADS_NOT_DIVISIBLE. *out owned by the caller (pdkv_plan_context_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_plan_context_new(const pdkv_plan_context_params_t *params,
                                              pdkv_plan_context_t **out, pdkv_error_t **err);
@@ -1446,7 +1452,9 @@ typedef struct pdkv_transfer_plan pdkv_transfer_plan_t;
  * with different KV heads per rank on the two sides), NOT_FOUND (a P rank without metadata),
  * INCOMPATIBLE (P and D geometry, P ranks disagreeing on layout), COVERAGE (from
  * trimming, or a D byte not written exactly once: names region, offset, length), OUT_OF_BOUNDS,
- * OVERFLOW; with pipeline stages: INVALID_ARGUMENT (a group without layers for stages holding
+ * OVERFLOW; UNSUPPORTED_LAYOUT also for different KV layouts without permute_on_receive (names
+ * the flag), a P NHD block read by head subsets (names HND on P) and a block to permute that holds
+ * tokens of D's prefix-cache hit; with pipeline stages: INVALID_ARGUMENT (a group without layers for stages holding
  * different windows, layers not strictly ascending or given with regions, a layer past a stage's
  * regions), INCOMPATIBLE (windows that do not overlap, P ranks of different stages).
  * *out owned by the caller (pdkv_transfer_plan_free). Thread-safe. */
@@ -1489,6 +1497,16 @@ typedef struct pdkv_transfer_plan_info {
   uint64_t p_pp_rank;
   uint64_t layer_begin;
   uint64_t layer_end;
+  /* Appended after 0.1: the receive-side permutation of the blocks each group lists
+   * (pdkv_plan_group_zero_t.permute_blocks), from the layout the received bytes lie in (P's) to
+   * D's, both pdkv_kv_layout_t values; one D kernel block is permute_heads heads x
+   * permute_tokens tokens x permute_head_bytes bytes. Equal layouts (and zeros): nothing to
+   * permute. pdkv_permute_kv_block applies it to one block. */
+  uint64_t permute_from_layout;
+  uint64_t permute_to_layout;
+  uint64_t permute_heads;
+  uint64_t permute_tokens;
+  uint64_t permute_head_bytes;
 } pdkv_transfer_plan_info_t;
 
 /* Fills the caller's prefix of *out (out->struct_size bytes, set by the caller; plain values,
@@ -1530,6 +1548,13 @@ typedef struct pdkv_plan_group_zero {
   size_t num_zero;
   const uint64_t *unfilled_states;    /* Mamba slots never to publish as cache hits */
   size_t num_unfilled_states;
+  /* Appended after 0.1 (at byte 64): the D kernel blocks (ascending) that receive bytes in P's
+   * layout and must be permuted into D's (pdkv_transfer_plan_info_t.permute_*) in each of
+   * permute_regions, after the data and before the zero ranges; empty when nothing is permuted. */
+  const uint64_t *permute_blocks;
+  size_t num_permute_blocks;
+  const uint32_t *permute_regions;
+  size_t num_permute_regions;
 } pdkv_plan_group_zero_t;
 
 /* Group `index` (< info.num_groups, in group order) into the caller's prefix of *out; its
@@ -1554,6 +1579,16 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_to_json_string(const pdkv_transfer_pla
 /* Frees a plan and every array it handed out. NULL is allowed. Not thread-safe with concurrent
  * use of the same plan. */
 PDKV_API void pdkv_transfer_plan_free(pdkv_transfer_plan_t *plan);
+
+/* Permutes one attention KV kernel block of `len` bytes in place from layout `from_layout` to
+ * `to_layout` (pdkv_kv_layout_t values: HND heads x tokens x head bytes, NHD tokens x heads x
+ * head bytes), as a plan's receive side needs (pdkv_transfer_plan_info_t.permute_*). Equal
+ * layouts: nothing moves. Errors: NULL_POINTER (block with len > 0), INVALID_ARGUMENT (a layout
+ * that is not a pdkv_kv_layout_t, a zero dimension, len not heads x tokens x head_bytes: names
+ * both), OVERFLOW. The caller owns the block. Thread-safe on distinct blocks. */
+PDKV_API pdkv_status_t pdkv_permute_kv_block(uint8_t *block, size_t len, int32_t from_layout,
+                                             int32_t to_layout, uint64_t heads, uint64_t tokens,
+                                             uint64_t head_bytes, pdkv_error_t **err);
 
 /* ---- Pipeline parallelism ---------------------------------------------------------- */
 

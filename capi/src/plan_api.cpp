@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "boundary.hpp"
@@ -174,6 +175,10 @@ PDKV_API pdkv_status_t pdkv_plan_context_new(const pdkv_plan_context_params_t* p
       }
       remote.push_back(r->md);
     }
+    if (params->permute_on_receive > 1) {
+      core::fail(core::Status::InvalidArgument, "pdkv_plan_context_params_t.permute_on_receive = " +
+                                                    std::to_string(params->permute_on_receive) + " is not 0 or 1");
+    }
     core::PlanContext& ctx = h->ctx;
     if (params->mapping != nullptr) {
       ctx.local = params->local->md;
@@ -185,6 +190,7 @@ PDKV_API pdkv_status_t pdkv_plan_context_new(const pdkv_plan_context_params_t* p
       ctx = core::make_plan_context(params->local->md, std::move(remote), mamba_of(params->local_geometry),
                                     mamba_of(params->remote_geometry));
     }
+    ctx.permute_on_receive = params->permute_on_receive == 1;
     h->verdict = core::judge_plan_context(ctx);
     *out = h.release();
   });
@@ -253,6 +259,11 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_get_info(const pdkv_transfer_plan_t* p
     i.p_pp_rank = p.p_pp_rank;
     i.layer_begin = p.layer_begin;
     i.layer_end = p.layer_end;
+    i.permute_from_layout = static_cast<uint64_t>(p.permute.from);
+    i.permute_to_layout = static_cast<uint64_t>(p.permute.to);
+    i.permute_heads = p.permute.heads;
+    i.permute_tokens = p.permute.tokens;
+    i.permute_head_bytes = p.permute.head_bytes;
     pdkv::capi::write_struct_prefix(out, i, kPlanInfoMinSize, "pdkv_transfer_plan_info_t");
   });
 }
@@ -319,7 +330,27 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_group_zero(const pdkv_transfer_plan_t*
     c.num_zero = cz.size();
     c.unfilled_states = z.unfilled_states.empty() ? nullptr : z.unfilled_states.data();
     c.num_unfilled_states = z.unfilled_states.size();
+    c.permute_blocks = z.permute_blocks.empty() ? nullptr : z.permute_blocks.data();
+    c.num_permute_blocks = z.permute_blocks.size();
+    c.permute_regions = z.permute_regions.empty() ? nullptr : z.permute_regions.data();
+    c.num_permute_regions = z.permute_regions.size();
     pdkv::capi::write_struct_prefix(out, c, kGroupZeroMinSize, "pdkv_plan_group_zero_t");
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_permute_kv_block(uint8_t* block, size_t len, int32_t from_layout, int32_t to_layout,
+                                             uint64_t heads, uint64_t tokens, uint64_t head_bytes, pdkv_error_t** err) {
+  return guard(err, [&] {
+    if (len > 0) require_non_null(block, "block");
+    for (const auto& [name, v] : {std::pair{"from_layout", from_layout}, std::pair{"to_layout", to_layout}}) {
+      if (v != PDKV_KV_LAYOUT_HND && v != PDKV_KV_LAYOUT_NHD) {
+        core::fail(core::Status::InvalidArgument,
+                   std::string(name) + " = " + std::to_string(v) + " is not a pdkv_kv_layout_t (0 HND, 1 NHD)");
+      }
+    }
+    const core::BlockPermute p{static_cast<core::KvLayout>(from_layout), static_cast<core::KvLayout>(to_layout), heads,
+                               tokens, head_bytes};
+    core::permute_kv_block(len == 0 ? std::span<uint8_t>() : std::span<uint8_t>(block, len), p);
   });
 }
 

@@ -204,21 +204,21 @@ std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const Engine
 
   // ---- layouts ----
   const bool heads_split = !l.use_mla && !r.use_mla && heads_per_rank(l) != heads_per_rank(r);
-  if (!l.use_mla && !r.use_mla && l.kv_layout != r.kv_layout) {
-    out.add(Status::UnsupportedLayout, "kv_layout", kv_layout_name(l.kv_layout),
-            kv_layout_name(r.kv_layout),
-            std::string("KV cache layouts differ (") + kv_layout_name(l.kv_layout) + " vs " +
-                kv_layout_name(r.kv_layout) + "); pdkv does not permute blocks on receive",
-            "use the same KV cache layout on both engines, HND for heterogeneous TP");
-  } else if (heads_split && l.kv_layout != KvLayout::HND) {
+  // Different layouts are served: the reader takes the peer's blocks as they lie and permutes
+  // them into its own layout after receipt (the plan context's permute_on_receive; vLLM's
+  // enable_permute_local_kv). Heterogeneous TP splits the read side's blocks by head, which needs
+  // its heads contiguous: HND there. The check cannot know which side is read from (either side
+  // may run it), so it asks for HND on at least one side; compile_transfer_plan requires it of P.
+  if (heads_split && l.kv_layout != KvLayout::HND && r.kv_layout != KvLayout::HND) {
     // vLLM checks this only when the remote is not replicated; pdkv checks whenever the two
     // sides hold a different number of heads per rank, because the local split into head
     // slices (P_TP > D_TP) is just as non-contiguous under NHD.
     out.add(Status::UnsupportedLayout, "kv_layout", kv_layout_name(l.kv_layout),
             kv_layout_name(r.kv_layout),
             "heterogeneous TP splits blocks by head (" + num(heads_per_rank(l)) + " vs " +
-                num(heads_per_rank(r)) + " KV heads per rank), which needs contiguous heads",
-            "use the HND KV cache layout on both engines");
+                num(heads_per_rank(r)) + " KV heads per rank), which needs contiguous heads on the side read from",
+            "use the HND KV cache layout on the prefill engine (the decode engine may keep NHD and permute "
+            "received blocks)");
   }
 
   // vLLM rejects (assert) P_TP > D_TP with replicated P heads for pure attention models: only one

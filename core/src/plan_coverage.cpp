@@ -45,10 +45,11 @@ void push(std::vector<Range>& v, uint64_t b, uint64_t e) {
 void expected_ranges(const PlanContext& ctx, const Trimmed& t, const std::vector<int>& same_as,
                      std::vector<std::vector<Range>>& out) {
   const EngineMetadata& d = ctx.local;
-  // D's layout as D advertises it; with one head (MLA, or a single KV head per rank) both
-  // layouts place the same bytes. Heads per region: an MLA region (pure MLA model, or an
+  // The layout D's blocks are written in: D's own, or P's when D permutes on receive (the
+  // permutation then brings them into D's); with one head (MLA, or a single KV head per rank)
+  // both layouts place the same bytes. Heads per region: an MLA region (pure MLA model, or an
   // MLA-typed region of a GQA model) holds one latent head.
-  const bool nhd = d.kv_layout == KvLayout::NHD;
+  const bool nhd = t.staging == KvLayout::NHD;
   for (size_t g = 0; g < t.groups.size(); ++g) {
     const ResolvedGroup& rg = t.groups[g];
     for (uint32_t region : rg.regions) {
@@ -172,6 +173,41 @@ void check_bounds(const EngineMetadata& m, const char* side, uint32_t region, ui
 
 void check_coverage(const TransferPlan& plan, const PlanContext& ctx, const Trimmed& t) {
   const EngineMetadata& d = ctx.local;
+  // The receive-side permutation: the one D's layouts need, on exactly the blocks that receive
+  // bytes, in every head-split region of each attention group (a block left out would keep P's
+  // layout; one too many would scramble D's own bytes).
+  const BlockPermute want_permute = block_permute(ctx, {t.staging, t.permute});
+  if (!(plan.permute == want_permute)) {
+    fail(Status::Coverage, std::string("plan permutes received blocks from ") + kv_layout_name(plan.permute.from) + " to " +
+                               kv_layout_name(plan.permute.to) + " but D needs " + kv_layout_name(want_permute.from) +
+                               " to " + kv_layout_name(want_permute.to) + " (" + s(want_permute.heads) + " heads x " +
+                               s(want_permute.tokens) + " tokens x " + s(want_permute.head_bytes) + " bytes)");
+  }
+  if (plan.zero.size() != t.groups.size()) {
+    fail(Status::Coverage, "plan has " + s(plan.zero.size()) + " groups of receive-side work for " + s(t.groups.size()) +
+                               " groups");
+  }
+  thread_local std::vector<uint64_t> blocks;
+  thread_local std::vector<uint32_t> regions;
+  for (size_t g = 0; g < t.groups.size(); ++g) {
+    const ResolvedGroup& rg = t.groups[g];
+    blocks.clear();
+    regions.clear();
+    if (want_permute.active() && is_attention_kind(rg.g.kind)) {
+      for (uint32_t region : rg.regions)
+        if (!d.region_is_mla(region)) regions.push_back(region);
+      if (!regions.empty()) {
+        const std::span<const SpanRun> spans(t.spans.data() + t.span_begin[g], t.span_begin[g + 1] - t.span_begin[g]);
+        received_blocks(spans, rg.g.local_tokens_per_block, rg.g.local_hit_tokens, want_permute, blocks);
+      }
+    }
+    if (plan.zero[g].permute_blocks != blocks || plan.zero[g].permute_regions != regions) {
+      fail(Status::Coverage, "group " + s(g) + ": plan permutes " + s(plan.zero[g].permute_blocks.size()) +
+                                 " D blocks in " + s(plan.zero[g].permute_regions.size()) + " regions but D needs " +
+                                 s(blocks.size()) + " blocks in " + s(regions.size()) +
+                                 " regions permuted after receipt");
+    }
+  }
   // Per-thread buffers: the check allocates nothing once they have grown to a request's size.
   thread_local std::vector<std::vector<Range>> got, want;
   got.resize(d.regions.size());

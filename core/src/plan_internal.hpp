@@ -48,6 +48,10 @@ struct Trimmed {
   std::vector<size_t> span_begin;        // group g's spans: [span_begin[g], span_begin[g+1])
   std::vector<GroupTrim> mamba;          // Mamba groups' trims (empty for attention groups)
   std::vector<std::vector<ZeroRange>> zero;  // attention groups' zero ranges
+  // The layout D's attention blocks are written in and whether D permutes them on receive
+  // (attention_layouts), known once a group with a head-split region was resolved.
+  KvLayout staging = KvLayout::HND;
+  bool permute = false;
 };
 
 // Checks the context (mapping vs metadata, remote ranks of one engine, Mamba states), resolves
@@ -60,11 +64,25 @@ void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trim
 // prefixed "group <i> (<kind>)" as trim_prefix does.
 void trim_groups(Trimmed& t);
 
-// The KV layout attention reads are compiled for: D's layout (HND for MLA, where one latent
-// head makes both layouts the same bytes). UnsupportedLayout when D and P layouts differ, or
-// when both are NHD but the ranks hold different numbers of KV heads (a head subset of an NHD
-// block is one piece per token; the handshake refuses the pair as well).
-KvLayout attention_layout(const PlanContext& ctx);
+// The KV layout D's attention blocks are written in (`staging`) and whether D then permutes them
+// into its own layout: D's layout when both agree (HND for MLA, where one latent head makes both
+// layouts the same bytes), P's when they differ and ctx.permute_on_receive is set.
+// UnsupportedLayout when they differ without the flag (naming it), or when P's NHD blocks would
+// be read by head subsets (different KV heads per rank: one piece per token; names HND on P).
+struct AttentionLayouts {
+  KvLayout staging = KvLayout::HND;
+  bool permute = false;
+};
+AttentionLayouts attention_layouts(const PlanContext& ctx);
+
+// The permutation of D's attention blocks for `layouts` (inactive without one).
+BlockPermute block_permute(const PlanContext& ctx, const AttentionLayouts& layouts);
+
+// D kernel blocks of an attention group that receive bytes (ascending, unique), from its spans;
+// UnsupportedLayout when one of them also holds tokens of D's own prefix-cache hit (a staging
+// write in P's layout would land on them). `where` names the group on failure.
+void received_blocks(std::span<const SpanRun> spans, uint64_t local_tokens_per_block, uint64_t local_hit_tokens,
+                     const BlockPermute& permute, std::vector<uint64_t>& out);
 
 // The metadata of P rank p; NotFound when ctx.remote does not hold it.
 const EngineMetadata& remote_rank(const PlanContext& ctx, uint32_t p);

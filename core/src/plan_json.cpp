@@ -39,13 +39,26 @@ std::string plan_to_json(const TransferPlan& plan) {
     for (const ZeroRange& r : z.zero) {
       ranges.push_back({{"block", r.block}, {"token_begin", r.token_begin}, {"token_end", r.token_end}});
     }
-    zero.push_back({{"group", z.group},
-                    {"kind", group_kind_name(z.kind)},
-                    {"regions", z.regions},
-                    {"zero", std::move(ranges)},
-                    {"unfilled_states", z.unfilled_states}});
+    ordered_json entry = {{"group", z.group},
+                          {"kind", group_kind_name(z.kind)},
+                          {"regions", z.regions},
+                          {"zero", std::move(ranges)},
+                          {"unfilled_states", z.unfilled_states}};
+    if (plan.permute.active()) {
+      entry["permute_blocks"] = z.permute_blocks;
+      entry["permute_regions"] = z.permute_regions;
+    }
+    zero.push_back(std::move(entry));
   }
   j["zero"] = std::move(zero);
+  // Only a plan whose blocks D permutes on receive says so (every other dump is unchanged).
+  if (plan.permute.active()) {
+    j["permute"] = {{"from", kv_layout_name(plan.permute.from)},
+                    {"to", kv_layout_name(plan.permute.to)},
+                    {"heads", plan.permute.heads},
+                    {"tokens", plan.permute.tokens},
+                    {"head_bytes", plan.permute.head_bytes}};
+  }
   j["stats"] = {{"pieces_before_coalescing", plan.stats.pieces_before_coalescing},
                 {"pieces_after_coalescing", plan.stats.pieces_after_coalescing},
                 {"bytes", plan.stats.bytes},

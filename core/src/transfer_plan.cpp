@@ -193,28 +193,68 @@ uint64_t fill_tokens(uint64_t given, uint64_t from_meta, const Where& where, con
 
 }  // namespace
 
-KvLayout attention_layout(const PlanContext& ctx) {
+AttentionLayouts attention_layouts(const PlanContext& ctx) {
   const EngineMetadata& d = ctx.local;
   const EngineMetadata& p0 = ctx.remote.front();
   // MLA: one latent head per block, so HND and NHD are the same bytes (the handshake does not
   // compare MLA layouts either).
-  if (ctx.mapping.input.use_mla) return KvLayout::HND;
-  if (d.kv_layout != p0.kv_layout) {
+  if (ctx.mapping.input.use_mla) return {KvLayout::HND, false};
+  const bool heads_differ = ctx.mapping.local_physical_heads != ctx.mapping.remote_physical_heads;
+  if (p0.kv_layout == KvLayout::NHD && heads_differ) {
+    // P's NHD block interleaves its heads token by token: D's head subset (or superset over
+    // several P ranks) is one piece per token and head, which no plan here issues.
+    fail(Status::UnsupportedLayout,
+         std::string(d.kv_layout == KvLayout::NHD ? "NHD KV cache layout on both engines" : "NHD KV cache layout on P") +
+             " with " + s(ctx.mapping.local_physical_heads) + " (D) vs " + s(ctx.mapping.remote_physical_heads) +
+             " (P) KV heads per rank: D would read a head subset of every token, which is not "
+             "contiguous in an NHD block" +
+             (d.kv_layout == KvLayout::NHD ? std::string(" (the handshake refuses this pair too)") : std::string()) +
+             ". Fix: use the HND KV cache layout on the prefill engine (the decode engine may keep NHD with "
+             "permute_on_receive)");
+  }
+  if (d.kv_layout == p0.kv_layout) return {d.kv_layout, false};
+  if (!ctx.permute_on_receive) {
     fail(Status::UnsupportedLayout,
          std::string("KV cache layouts differ (D ") + kv_layout_name(d.kv_layout) + ", P " +
-             kv_layout_name(p0.kv_layout) + "); pdkv does not permute blocks on receive. Fix: "
-             "use the same KV cache layout on both engines, HND for heterogeneous TP");
+             kv_layout_name(p0.kv_layout) + "): D can read P's blocks as P lays them out and permute each "
+             "into its own layout after receipt. Fix: set permute_on_receive in the plan context (vLLM: "
+             "kv_connector_extra_config enable_permute_local_kv), or use the same KV cache layout on both "
+             "engines, HND for heterogeneous TP");
   }
-  if (d.kv_layout == KvLayout::NHD &&
-      ctx.mapping.local_physical_heads != ctx.mapping.remote_physical_heads) {
-    fail(Status::UnsupportedLayout,
-         "NHD KV cache layout on both engines with " + s(ctx.mapping.local_physical_heads) +
-             " (D) vs " + s(ctx.mapping.remote_physical_heads) +
-             " (P) KV heads per rank: D would read a head subset of every token, which is not "
-             "contiguous in an NHD block (the handshake refuses this pair too). Fix: use the "
-             "HND KV cache layout on both engines for heterogeneous TP");
+  return {p0.kv_layout, true};
+}
+
+BlockPermute block_permute(const PlanContext& ctx, const AttentionLayouts& layouts) {
+  BlockPermute p;
+  if (!layouts.permute) return p;
+  const EngineMetadata& d = ctx.local;
+  p.from = layouts.staging;
+  p.to = d.kv_layout;
+  p.heads = ctx.mapping.local_physical_heads;
+  p.tokens = d.kernel_block_size;
+  p.head_bytes = d.attention_bytes_per_token / p.heads;  // whole heads (check_metadata)
+  return p;
+}
+
+void received_blocks(std::span<const SpanRun> spans, uint64_t lbs, uint64_t hit, const BlockPermute& permute,
+                     std::vector<uint64_t>& out) {
+  out.clear();
+  for (const SpanRun& r : spans) {
+    if (r.num_tokens == 0) continue;
+    // The span's first D block starts at this request position; later ones start past `hit`.
+    const uint64_t first_start = r.token_begin - r.local_token_begin;
+    if (first_start < hit) [[unlikely]] {
+      fail(Status::UnsupportedLayout,
+           "D block " + s(r.local_block) + " holds tokens [" + s(first_start) + ", " + s(hit) +
+               ") of D's prefix-cache hit in D's " + kv_layout_name(permute.to) + " layout and would receive tokens in P's " +
+               kv_layout_name(permute.from) + " layout before being permuted, overwriting them. Fix: a prefix-cache hit "
+               "at a D block boundary, or the same KV cache layout on both engines");
+    }
+    const uint64_t last = r.local_block + (r.local_token_begin + r.num_tokens - 1) / lbs;
+    for (uint64_t b = r.local_block; b <= last; ++b) out.push_back(b);
   }
-  return d.kv_layout;
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
 }
 
 void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trimmed& t,
@@ -230,6 +270,8 @@ void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trim
   t.all_regions.resize(d.regions.size());
   for (uint32_t i = 0; i < t.all_regions.size(); ++i) t.all_regions[i] = i;
   t.groups.clear();
+  t.staging = d.kv_layout;
+  t.permute = false;
   bool mamba_checked = false;
   // Groups paired by layer: their region lists go to t.paired_* first (spans are taken once the
   // vectors stop growing).
@@ -319,7 +361,9 @@ void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trim
       // with a head-split region depends on the layouts.
       for (uint32_t region : r.regions) {
         if (!d.region_is_mla(region)) {
-          attention_layout(ctx);
+          const AttentionLayouts l = attention_layouts(ctx);
+          t.staging = l.staging;
+          t.permute = l.permute;
           layout_checked = true;
           break;
         }
@@ -521,7 +565,7 @@ AttentionRegion attention_region(const PlanContext& ctx, uint32_t region, uint32
   a.head_bytes_per_token = lt / heads;
   a.local_token_bytes = lt;
   a.remote_token_bytes = rt;
-  a.nhd = attention_layout(ctx) == KvLayout::NHD;
+  a.nhd = attention_layouts(ctx).staging == KvLayout::NHD;
   if (a.nhd) {
     // Equal heads per rank: D reads one P rank's whole token (all heads) into its whole token.
     if (a.token_reads.size() != 1 || a.token_reads[0].local_offset != 0 ||
@@ -786,6 +830,7 @@ void compile_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
   plan.notifications_per_p_rank = notifications_expected_per_request(plan.p_tp, plan.d_tp);
   plan.zero.resize(t.groups.size());
 
+  plan.permute = block_permute(ctx, {t.staging, t.permute});
   PlanBuilder b(plan, plan.p_tp);
   thread_local std::vector<MambaRead> mreads;
   bool have_mreads = false;
@@ -802,6 +847,20 @@ void compile_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
     z.unfilled_states = mt.unfilled_states;
     const std::span<const SpanRun> spans(t.spans.data() + t.span_begin[g],
                                          t.span_begin[g + 1] - t.span_begin[g]);
+    z.permute_blocks.clear();
+    z.permute_regions.clear();
+    if (plan.permute.active() && is_attention_kind(rg.g.kind)) {
+      for (uint32_t region : rg.regions)
+        if (!d.region_is_mla(region)) z.permute_regions.push_back(region);
+      if (!z.permute_regions.empty()) {
+        try {
+          received_blocks(spans, rg.g.local_tokens_per_block, rg.g.local_hit_tokens, plan.permute, z.permute_blocks);
+        } catch (const Error& e) {
+          plan.ranks.clear();
+          fail(e.status(), "group " + s(g) + " (" + group_kind_name(rg.g.kind) + "): " + e.what());
+        }
+      }
+    }
     if (spans.empty() && mt.states.empty()) continue;
     try {
       if (is_attention_kind(rg.g.kind)) {

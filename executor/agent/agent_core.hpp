@@ -23,6 +23,7 @@
 #include "agent/range_check.hpp"
 #include "control/channel.hpp"
 #include "control/handshake.hpp"
+#include "pdkv/core/kv_permute.hpp"
 #include "ucx/endpoint.hpp"
 #include "ucx/worker.hpp"
 
@@ -91,6 +92,10 @@ class TransferJob {
   std::vector<std::shared_ptr<PeerConn>> notify_only;  // READ: notify ranks without reads
   std::vector<bool> notify_only_done;
   std::vector<std::shared_ptr<Registration>> local_regs;  // busy while the job may touch them
+  // READ of a plan whose D blocks arrive in P's KV layout: the blocks (addresses inside local_regs,
+  // each permute.block_bytes() long) permuted into this rank's layout once every read is done.
+  core::BlockPermute permute;
+  std::vector<uint8_t*> permute_blocks;
   size_t next_post = 0;
   uint64_t inflight = 0;        // ops + flushes called back later
   uint64_t done_ops = 0;

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "agent/agent_core.hpp"
+#include "pdkv/core/checked_math.hpp"
 
 namespace pdkv::exec {
 
@@ -172,6 +173,32 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
         uses_region[r.remote_region] = true;
       }
       per_lane[l].push_back(op);
+    }
+  }
+
+  // D's receive side of a plan whose blocks arrive in P's KV layout: every listed block of every
+  // listed region is permuted into this rank's layout once all reads are done. Each block is
+  // range-checked like a read (and keeps its registration busy). A WRITE's D rank (the peer)
+  // permutes them itself after its WriteDone notifications.
+  if (reading && plan.permute.active()) {
+    job->permute = plan.permute;
+    const uint64_t len = plan.permute.block_bytes();
+    for (const core::GroupZero& z : plan.zero) {
+      for (uint32_t region : z.permute_regions) {
+        if (region >= me.regions.size() || me.regions[region].region.block_len != len) {
+          core::fail(Status::InvalidArgument,
+                     "the plan permutes blocks of " + std::to_string(len) + " bytes in region " + std::to_string(region) +
+                         " but this agent's region " + std::to_string(region) +
+                         (region < me.regions.size() ? " has blocks of " + std::to_string(me.regions[region].region.block_len) + " bytes"
+                                                     : " does not exist"));
+        }
+        for (uint64_t b : z.permute_blocks) {
+          const uint64_t offset = core::mul_checked(b, len, "permuted block offset");
+          job->permute_blocks.push_back(reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(
+              checked_address(ReadRef{0, b}, "local (permuted block)", region, mine, offset, len))));
+        }
+        uses_region[region] = true;
+      }
     }
   }
 
@@ -416,6 +443,11 @@ void AgentCore::check_final_locked(TransferJob& job) {
 
 void AgentCore::finalize_locked(TransferJob& job) {
   job.finalized = true;
+  if (!job.stopping() && !job.permute_blocks.empty()) {
+    // Every byte is here: bring the blocks from P's layout into this rank's (checked at post).
+    const uint64_t len = job.permute.block_bytes();
+    for (uint8_t* b : job.permute_blocks) core::permute_kv_block(std::span<uint8_t>(b, len), job.permute);
+  }
   const bool ok = !job.stopping();
   if (ok) {
     // Notify-only ranks (READ): every byte of the request is here now.

@@ -141,7 +141,16 @@ from .metadata import (
     metadata_wire_version,
     model_fingerprint,
 )
-from .plan import PlanContext, PlanGroup, PlanGroupZero, PlanRead, TransferPlan, TransferPlanInfo
+from .plan import (
+    BlockPermute,
+    PlanContext,
+    PlanGroup,
+    PlanGroupZero,
+    PlanRead,
+    TransferPlan,
+    TransferPlanInfo,
+    permute_kv_block,
+)
 from .pipeline import StagePair, pipeline_layer_window, pipeline_notifications_expected, pipeline_stage_pairs
 from .scheduler import (
     AlignedSplitInput,
@@ -187,6 +196,7 @@ __all__ = [
     "AlignedSplitV0604Input",
     "AttentionBackend",
     "AuthError",
+    "BlockPermute",
     "BufferTooSmallError",
     "BusyError",
     "ByteRange",
@@ -308,6 +318,7 @@ __all__ = [
     "metadata_wire_version",
     "model_fingerprint",
     "notifications_expected_per_request",
+    "permute_kv_block",
     "physical_blocks_per_logical",
     "physical_head_range",
     "pipeline_layer_window",

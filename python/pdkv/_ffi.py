@@ -573,6 +573,7 @@ class PlanContextParamsC(Structure):
         ("local_geometry", POINTER(GeometryT)),
         ("remote_geometry", POINTER(GeometryT)),
         ("mapping", POINTER(TpMappingT)),
+        ("permute_on_receive", c_uint8),
     ]
 
 
@@ -628,6 +629,11 @@ class TransferPlanInfoC(Structure):
         ("p_pp_rank", c_uint64),
         ("layer_begin", c_uint64),
         ("layer_end", c_uint64),
+        ("permute_from_layout", c_uint64),
+        ("permute_to_layout", c_uint64),
+        ("permute_heads", c_uint64),
+        ("permute_tokens", c_uint64),
+        ("permute_head_bytes", c_uint64),
     ]
 
 
@@ -656,6 +662,10 @@ class PlanGroupZeroC(Structure):
         ("num_zero", c_size_t),
         ("unfilled_states", POINTER(c_uint64)),
         ("num_unfilled_states", c_size_t),
+        ("permute_blocks", POINTER(c_uint64)),
+        ("num_permute_blocks", c_size_t),
+        ("permute_regions", POINTER(c_uint32)),
+        ("num_permute_regions", c_size_t),
     ]
 
 
@@ -1081,6 +1091,10 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_transfer_plan_to_json": (_st, [_plan, POINTER(ctypes.c_char), c_size_t, _szp, _err]),
     "pdkv_transfer_plan_to_json_string": (_st, [_plan, POINTER(POINTER(StringT)), _err]),
     "pdkv_transfer_plan_free": (None, [_plan]),
+    "pdkv_permute_kv_block": (
+        _st,
+        [POINTER(c_uint8), c_size_t, c_int32, c_int32, c_uint64, c_uint64, c_uint64, _err],
+    ),
     # Pipeline parallelism
     "pdkv_pipeline_layer_window": (_st, [c_uint32, c_uint32, c_uint32, _u32p, _u32p, _err]),
     "pdkv_pipeline_stage_pairs": (

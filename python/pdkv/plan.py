@@ -19,16 +19,18 @@ from ._base import (
     array_copy,
     call,
     call_status,
+    enum_value,
     handle_arg,
     index_arg,
     take_string,
     to_enum,
     u32,
     u32_array,
+    u64,
     u64_array,
 )
 from .blocks import ZeroRange, zero_range_of
-from .enums import GroupKind, MambaCacheMode
+from .enums import GroupKind, KvLayout, MambaCacheMode
 from .errors import Status
 from .geometry import Geometry
 from .metadata import EngineMetadata
@@ -49,9 +51,14 @@ class PlanContext(Handle):
         local_geometry: Optional[Geometry] = None,
         remote_geometry: Optional[Geometry] = None,
         mapping: Optional[TpMapping] = None,
+        permute_on_receive: bool = False,
     ) -> None:
         """``local`` is the D rank, ``remote`` the P ranks of ONE engine (any order). The
-        geometries are required for Mamba groups; ``mapping`` None derives it from metadata."""
+        geometries are required for Mamba groups; ``mapping`` None derives it from metadata.
+        ``permute_on_receive``: when D's and P's KV layouts differ, D writes received attention
+        blocks in P's layout and permutes them into its own after receipt (vLLM's
+        enable_permute_local_kv); without it different layouts raise
+        :class:`UnsupportedLayoutError`."""
         p = _ffi.PlanContextParamsC()
         p.struct_size = ctypes.sizeof(p)
         p.local = handle_arg("local", local, EngineMetadata)
@@ -70,6 +77,9 @@ class PlanContext(Handle):
             p.remote_geometry = handle_arg("remote_geometry", remote_geometry, Geometry)
         if mapping is not None:
             p.mapping = handle_arg("mapping", mapping, TpMapping)
+        if not isinstance(permute_on_receive, bool):
+            raise TypeError(f"permute_on_receive must be a bool, got {type(permute_on_receive).__name__}")
+        p.permute_on_receive = int(permute_on_receive)
         out = POINTER(_ffi.PlanContextT)()
         call("pdkv_plan_context_new", byref(p), byref(out))
         self._adopt(out)
@@ -304,6 +314,48 @@ class TransferPlanInfo:
     p_pp_rank: int = 0  #: P's stage.
     layer_begin: int = 0  #: First model layer the plan moves.
     layer_end: int = 0  #: One past its last layer; 0: through the model's last layer.
+    #: The receive-side permutation of the blocks each group lists (inactive: equal layouts).
+    permute: "BlockPermute" = dataclasses.field(default_factory=lambda: BlockPermute())
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockPermute:
+    """How D permutes one received attention KV block: from the layout the bytes arrive in (P's)
+    to D's, one block being ``heads`` x ``tokens`` x ``head_bytes``."""
+
+    from_layout: Union[KvLayout, int] = KvLayout.HND  #: Layout of the received bytes (P's).
+    to_layout: Union[KvLayout, int] = KvLayout.HND  #: D's layout.
+    heads: int = 0  #: D's KV heads per rank.
+    tokens: int = 0  #: D's kernel block size in tokens.
+    head_bytes: int = 0  #: One head's bytes of one token (scales included).
+
+    @property
+    def active(self) -> bool:
+        """Whether blocks are permuted (the layouts differ)."""
+        return int(self.from_layout) != int(self.to_layout)
+
+    def apply(self, block: Any) -> None:
+        """Permutes one block (a writable buffer of heads x tokens x head_bytes bytes) in place."""
+        permute_kv_block(block, self.from_layout, self.to_layout, self.heads, self.tokens, self.head_bytes)
+
+
+def permute_kv_block(block: Any, from_layout: Union[KvLayout, int, str], to_layout: Union[KvLayout, int, str],
+                     heads: int, tokens: int, head_bytes: int) -> None:
+    """Permutes one attention KV block (a writable buffer: bytearray, memoryview, numpy array)
+    of ``heads`` x ``tokens`` x ``head_bytes`` bytes in place from ``from_layout`` to
+    ``to_layout``. Raises :class:`InvalidArgumentError` for a block of another size."""
+    view = memoryview(block).cast("B")
+    if view.readonly:
+        raise TypeError("block must be a writable buffer")
+    n = view.nbytes
+    arr = (ctypes.c_uint8 * n).from_buffer(view) if n else None
+    try:
+        call("pdkv_permute_kv_block", arr, n, int(enum_value("from_layout", KvLayout, from_layout)),
+             int(enum_value("to_layout", KvLayout, to_layout)), u64("heads", heads), u64("tokens", tokens),
+             u64("head_bytes", head_bytes))
+    finally:
+        del arr
+        view.release()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,6 +366,11 @@ class PlanGroupZero:
     regions: Tuple[int, ...]  #: Resolved region indices to zero in.
     zero: Tuple[ZeroRange, ...]  #: D kernel block + token range.
     unfilled_states: Tuple[int, ...]  #: Mamba slots never to publish as cache hits.
+    #: D kernel blocks (ascending) that arrive in P's layout and must be permuted into D's
+    #: (:attr:`TransferPlanInfo.permute`) in each of ``permute_regions``, after the data and
+    #: before the zero ranges.
+    permute_blocks: Tuple[int, ...] = ()
+    permute_regions: Tuple[int, ...] = ()  #: Regions the blocks are permuted in (not MLA).
 
 
 class TransferPlan(Handle):
@@ -350,8 +407,12 @@ class TransferPlan(Handle):
         c = _ffi.TransferPlanInfoC()
         c.struct_size = ctypes.sizeof(c)
         call("pdkv_transfer_plan_get_info", self._p(), byref(c))
-        values: Dict[str, Any] = {f.name: getattr(c, f.name) for f in dataclasses.fields(TransferPlanInfo)}
+        values: Dict[str, Any] = {
+            f.name: getattr(c, f.name) for f in dataclasses.fields(TransferPlanInfo) if f.name != "permute"
+        }
         values["empty"] = bool(c.empty)
+        values["permute"] = BlockPermute(to_enum(KvLayout, c.permute_from_layout), to_enum(KvLayout, c.permute_to_layout),
+                                         c.permute_heads, c.permute_tokens, c.permute_head_bytes)
         return TransferPlanInfo(**values)
 
     def read_ranks(self) -> Tuple[int, ...]:
@@ -437,6 +498,8 @@ class TransferPlan(Handle):
             array_copy(c.regions, c.num_regions, int),
             array_copy(c.zero, c.num_zero, zero_range_of),
             array_copy(c.unfilled_states, c.num_unfilled_states, int),
+            array_copy(c.permute_blocks, c.num_permute_blocks, int),
+            array_copy(c.permute_regions, c.num_permute_regions, int),
         )
 
     def group_zeros(self) -> Tuple[PlanGroupZero, ...]:

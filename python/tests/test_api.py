@@ -417,6 +417,13 @@ def test_metadata_round_trip_and_handshake(nano: pdkv.Model) -> None:
     nhd = pdkv.EngineMetadata.from_model(
         nano, pdkv.EngineConfig(tp_size=4), pdkv.EngineLayout("p", 0, num_regions=6, kv_layout="NHD")
     )
+    # A different layout alone is served (D permutes on receive); NHD on both sides with heads
+    # split by TP is not.
+    assert pdkv.handshake_validate(a, nhd).compatible
+    nhd_d = pdkv.EngineMetadata.from_model(
+        nano, pdkv.EngineConfig(tp_size=1), pdkv.EngineLayout("d", 0, num_regions=6, kv_layout="NHD")
+    )
+    a = nhd_d
     report = pdkv.handshake_validate(a, nhd)
     assert len(report) >= 1 and report[0].text and report[-1] == report.items()[-1]
     with pytest.raises(pdkv.IncompatibleError):
@@ -551,4 +558,35 @@ def test_pipeline_stages_pair_and_plan_by_layer(nano: pdkv.Model) -> None:
         with pytest.raises(pdkv.InvalidArgumentError, match="names no layers"):
             ctx.compile([dataclasses.replace(attention, layers=())])
     for x in p + [p0, d]:
+        x.close()
+
+
+def test_different_kv_layouts_permute_on_receive(nano: pdkv.Model) -> None:
+    """D NHD TP1 (2 KV heads) <- P HND TP2 on Nemotron-3-Nano: refused without
+    ``permute_on_receive`` (naming it); with it, the plan lists D's received blocks with the HND ->
+    NHD permutation of 2 heads x 2096 tokens x 512 bytes."""
+    d = pdkv.EngineMetadata.from_model(nano, pdkv.EngineConfig(tp_size=1),
+                                       pdkv.EngineLayout(engine_id="d", num_logical_blocks=8, kv_layout="NHD"))
+    p = [pdkv.EngineMetadata.from_model(nano, pdkv.EngineConfig(tp_size=2),
+                                        pdkv.EngineLayout(engine_id="p", tp_rank=r, num_logical_blocks=8,
+                                                          base=(2 + r) << 40)) for r in range(2)]
+    group = pdkv.PlanGroup(pdkv.GroupTrimInput(kind=pdkv.GroupKind.ATTENTION, local_blocks=[3, 4],
+                                               remote_blocks=[6, 7], remote_computed_tokens=3000))
+    with pdkv.PlanContext(d, p) as plain:
+        with pytest.raises(pdkv.UnsupportedLayoutError, match="permute_on_receive"):
+            plain.compile([group])
+    with pdkv.PlanContext(d, p, permute_on_receive=True) as ctx, ctx.compile([group]) as plan:
+        pm = plan.info().permute
+        assert pm == pdkv.BlockPermute(pdkv.KvLayout.HND, pdkv.KvLayout.NHD, 2, 2096, 512)
+        assert pm.active
+        z = plan.group_zero(0)
+        assert (z.permute_blocks, z.permute_regions) == ((3, 4), (0,))
+    block = bytearray(bytes(100 * h + 10 * t + j for h in range(2) for t in range(3) for j in range(2)))
+    pdkv.BlockPermute(pdkv.KvLayout.HND, pdkv.KvLayout.NHD, 2, 3, 2).apply(block)
+    assert list(block) == [0, 1, 100, 101, 10, 11, 110, 111, 20, 21, 120, 121]
+    with pytest.raises(pdkv.InvalidArgumentError, match="= 12"):
+        pdkv.permute_kv_block(block[:10], "HND", "NHD", 2, 3, 2)
+    with pytest.raises(TypeError):
+        pdkv.PlanContext(d, p, permute_on_receive=1)  # type: ignore[arg-type]
+    for x in p + [d]:
         x.close()

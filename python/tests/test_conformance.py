@@ -624,6 +624,7 @@ def _compiled_plan(i: Input, stack: contextlib.ExitStack) -> pdkv.TransferPlan:
     hf_config = i.str("hf_config") if "hf_config" in i.obj else None
     p_in, d_in = i.sub("prefill"), i.sub("decode")
     d_rank = i.int("decode_rank")
+    permute = i.bool("permute_on_receive", False)
     p_cfg, d_cfg = engine(p_in.sub("engine")), engine(d_in.sub("engine"))
     p_layout, d_layout = _optional_layout(p_in), _optional_layout(d_in)
     p_ranks = p_in.ints("ranks") if "ranks" in p_in.obj else list(range(p_cfg.tp_size))
@@ -650,7 +651,9 @@ def _compiled_plan(i: Input, stack: contextlib.ExitStack) -> pdkv.TransferPlan:
     ]
     dg = stack.enter_context(pdkv.Geometry(model, d_cfg))
     pg = stack.enter_context(pdkv.Geometry(model, p_cfg))
-    ctx = stack.enter_context(pdkv.PlanContext(local, remote, local_geometry=dg, remote_geometry=pg))
+    ctx = stack.enter_context(
+        pdkv.PlanContext(local, remote, local_geometry=dg, remote_geometry=pg, permute_on_receive=permute)
+    )
     plan = stack.enter_context(ctx.compile(groups))
     plan.validate(ctx, groups)
     return plan
@@ -690,6 +693,8 @@ def op_transfer_plan(i: Input) -> Dict[str, Any]:
                     "regions": list(z.regions),
                     "zero_ranges": _zero_ranges(z.zero),
                     "unfilled_states": list(z.unfilled_states),
+                    "permute_blocks": list(z.permute_blocks),
+                    "permute_regions": list(z.permute_regions),
                 }
                 for z in zeros
             ],
@@ -705,7 +710,22 @@ def op_transfer_plan(i: Input) -> Dict[str, Any]:
             "p_pp_rank": info.p_pp_rank,
             "layer_begin": info.layer_begin,
             "layer_end": info.layer_end,
+            "permute": {
+                "from": _enum_name(info.permute.from_layout, "kv_layout"),
+                "to": _enum_name(info.permute.to_layout, "kv_layout"),
+                "heads": info.permute.heads,
+                "tokens": info.permute.tokens,
+                "head_bytes": info.permute.head_bytes,
+            },
         }
+
+
+def op_permute_kv_block(i: Input) -> Dict[str, Any]:
+    block = bytearray(bytes_of_hex(i.str("hex")))
+    layouts = ("HND", "NHD")
+    frm, to = _choice("from", i.str("from"), layouts), _choice("to", i.str("to"), layouts)
+    pdkv.permute_kv_block(block, frm, to, i.int("heads"), i.int("tokens"), i.int("head_bytes"))
+    return {"hex": bytes(block).hex()}
 
 
 def op_pipeline_layer_window(i: Input) -> Dict[str, Any]:
@@ -1071,6 +1091,7 @@ OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
             "p_pp_rank",
             "layer_begin",
             "layer_end",
+            "permute",
         },
     ),
     "attention_local_descriptors": (op_attention_local_descriptors, {"descriptors"}),
@@ -1088,6 +1109,7 @@ OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
     "transfer_plan_json": (op_transfer_plan_json, {"lines"}),
     "pipeline_layer_window": (op_pipeline_layer_window, {"begin", "end"}),
     "pipeline_stage_pairs": (op_pipeline_stage_pairs, {"pairs", "notifications"}),
+    "permute_kv_block": (op_permute_kv_block, {"hex"}),
 }
 
 

@@ -1278,6 +1278,7 @@ json transfer_plan_case(Input& in, bool as_json) {
   }
   p_in.check_all_used();
   d_in.check_all_used();
+  const bool permute_on_receive = in.bool_or("permute_on_receive", false);
   d_layout->c.tp_rank = d_rank;
   MetadataPtr local = metadata_of(m.get(), dc, d_layout->c);
   std::vector<MetadataPtr> remote;
@@ -1296,6 +1297,7 @@ json transfer_plan_case(Input& in, bool as_json) {
   cp.num_remote = remote_ptrs.size();
   cp.local_geometry = dg.get();
   cp.remote_geometry = pg.get();
+  cp.permute_on_receive = permute_on_receive ? 1 : 0;
   pdkv_plan_context_t* ctx_raw = nullptr;
   call([&](pdkv_error_t** e) { return pdkv_plan_context_new(&cp, &ctx_raw, e); });
   std::unique_ptr<pdkv_plan_context_t, ContextDeleter> ctx(ctx_raw);
@@ -1397,7 +1399,9 @@ json transfer_plan_case(Input& in, bool as_json) {
     call([&](pdkv_error_t** e) { return pdkv_transfer_plan_group_zero(plan.get(), k, &z, e); });
     gz.push_back({{"kind", pdkv_group_kind_name(z.kind)}, {"regions", array_of(z.regions, z.num_regions)},
                   {"zero_ranges", zero_ranges_json(z.zero, z.num_zero)},
-                  {"unfilled_states", array_of(z.unfilled_states, z.num_unfilled_states)}});
+                  {"unfilled_states", array_of(z.unfilled_states, z.num_unfilled_states)},
+                  {"permute_blocks", array_of(z.permute_blocks, z.num_permute_blocks)},
+                  {"permute_regions", array_of(z.permute_regions, z.num_permute_regions)}});
   }
   return {{"d_tp", i.d_tp},
           {"p_tp", i.p_tp},
@@ -1418,7 +1422,27 @@ json transfer_plan_case(Input& in, bool as_json) {
           {"p_pp_size", i.p_pp_size},
           {"p_pp_rank", i.p_pp_rank},
           {"layer_begin", i.layer_begin},
-          {"layer_end", i.layer_end}};
+          {"layer_end", i.layer_end},
+          {"permute", {{"from", i.permute_from_layout == PDKV_KV_LAYOUT_NHD ? "NHD" : "HND"},
+                       {"to", i.permute_to_layout == PDKV_KV_LAYOUT_NHD ? "NHD" : "HND"},
+                       {"heads", i.permute_heads},
+                       {"tokens", i.permute_tokens},
+                       {"head_bytes", i.permute_head_bytes}}}};
+}
+
+/// One KV block permuted in place (pdkv_permute_kv_block).
+json op_permute_kv_block(Input& in) {
+  std::vector<uint8_t> b = bytes_of_hex(in.str("hex"));
+  auto layout = [&](const char* key) {
+    const std::string v = in.str(key);
+    if (v == "HND") return static_cast<int32_t>(PDKV_KV_LAYOUT_HND);
+    if (v == "NHD") return static_cast<int32_t>(PDKV_KV_LAYOUT_NHD);
+    throw VectorError(std::string("unknown layout '") + v + "'");
+  };
+  const int32_t from = layout("from"), to = layout("to");
+  const uint64_t heads = in.u64("heads"), tokens = in.u64("tokens"), head_bytes = in.u64("head_bytes");
+  call([&](pdkv_error_t** e) { return pdkv_permute_kv_block(b.data(), b.size(), from, to, heads, tokens, head_bytes, e); });
+  return {{"hex", hex_of(b.data(), b.size())}};
 }
 
 /// vLLM's default pipeline split of `num_layers` (pdkv_pipeline_layer_window).
@@ -1552,7 +1576,7 @@ const std::map<std::string, Op>& ops() {
       {"transfer_plan",
        {{"d_tp", "p_tp", "read_ranks", "notify_ranks", "notifications_per_p_rank", "reads", "rank_bytes", "groups",
          "pieces_before_coalescing", "pieces_after_coalescing", "bytes", "attention_bytes", "mamba_bytes", "empty",
-         "d_pp_size", "d_pp_rank", "p_pp_size", "p_pp_rank", "layer_begin", "layer_end"},
+         "d_pp_size", "d_pp_rank", "p_pp_size", "p_pp_rank", "layer_begin", "layer_end", "permute"},
         op_transfer_plan}},
       {"attention_local_descriptors", {{"descriptors"}, op_attention_local_descriptors}},
       {"attention_remote_descriptors", {{"descriptors"}, op_attention_remote_descriptors}},
@@ -1569,6 +1593,7 @@ const std::map<std::string, Op>& ops() {
       {"transfer_plan_json", {{"lines"}, op_transfer_plan_json}},
       {"pipeline_layer_window", {{"begin", "end"}, op_pipeline_layer_window}},
       {"pipeline_stage_pairs", {{"pairs", "notifications"}, op_pipeline_stage_pairs}},
+      {"permute_kv_block", {{"hex"}, op_permute_kv_block}},
   };
   return table;
 }

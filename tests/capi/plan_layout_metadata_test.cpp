@@ -183,7 +183,7 @@ TEST_CASE("NHD with different heads per rank is UNSUPPORTED_LAYOUT, as in the ha
     return st;
   });
   CHECK(r.status == PDKV_ERR_UNSUPPORTED_LAYOUT);
-  CHECK_THAT(r.message, Contains("NHD") && Contains("use the HND KV cache layout on both engines"));
+  CHECK_THAT(r.message, Contains("NHD") && Contains("use the HND KV cache layout on the prefill engine"));
 }
 
 TEST_CASE("Metadata with overlapping regions is refused on build and on decode", "[metadata]") {

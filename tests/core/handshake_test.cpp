@@ -181,11 +181,18 @@ TEST(HandshakeRules, MlaMismatch) {
   expect_item(items, "total_kv_heads", Status::Incompatible, {"8 vs 1"});
 }
 
-TEST(HandshakeRules, KvLayoutMismatch) {
+// Different layouts are served by permuting on receive; heterogeneous heads need HND on at
+// least one side (the side read from: the plan checks which).
+TEST(HandshakeRules, KvLayoutsMayDifferTheReaderPermutes) {
   EngineMetadata p = llama(2, 0, "p");
   p.kv_layout = KvLayout::NHD;
-  expect_item(validate_pair(llama(2, 0, "d"), p), "kv_layout", Status::UnsupportedLayout,
-              {"HND vs NHD", "local: HND", "remote: NHD"});
+  EXPECT_TRUE(validate_pair(llama(2, 0, "d"), p).empty());
+  EngineMetadata d4 = llama(4, 0, "d");
+  d4.kv_layout = KvLayout::NHD;
+  EXPECT_TRUE(validate_pair(d4, llama(2, 0, "p")).empty());  // D NHD permutes P's HND head slices
+  p.kv_layout = KvLayout::NHD;
+  expect_item(validate_pair(d4, p), "kv_layout", Status::UnsupportedLayout,
+              {"2 vs 4 KV heads per rank", "HND KV cache layout on the prefill engine"});
 }
 
 // vLLM: "Heterogeneous TP head-dimension splitting requires contiguous heads" (HND).
@@ -318,12 +325,12 @@ TEST(Handshake, ReportsEveryIncompatibilityNotJustTheFirst) {
   EngineMetadata d = nemotron(2, 0, "d");
   EngineMetadata p = nemotron(2, 0, "p");
   p.model_fingerprint = 1;
-  p.kv_layout = KvLayout::NHD;
   p.conv_layout = ConvLayout::SD;
   p.ssm_bytes = 1000;  // still fits the page
   p.regions.pop_back();
+  d.engine_id = "p";
   const auto items = validate_pair(d, p);
-  for (const char* f : {"model_fingerprint", "kv_layout", "conv_layout", "ssm_bytes", "regions"}) {
+  for (const char* f : {"engine_id", "model_fingerprint", "conv_layout", "ssm_bytes", "regions"}) {
     EXPECT_NE(find(items, f), nullptr) << f << dump(items);
   }
   EXPECT_EQ(items.size(), 5u) << dump(items);

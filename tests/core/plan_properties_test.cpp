@@ -352,12 +352,21 @@ uint64_t wanted_state(const GroupTrimInput& t, size_t i, const std::vector<uint6
   return 0;
 }
 
+// Whether D registers a region split by heads (not MLA): only those are permuted.
+bool d_has_gqa_region(const EngineMetadata& d) {
+  for (size_t i = 0; i < d.regions.size(); ++i)
+    if (!d.region_is_mla(i)) return true;
+  return false;
+}
+
 struct Outcome {
   size_t compiled = 0, refused = 0;
   size_t by_layout[3] = {0, 0, 0};   // compiled per IdLayout
   size_t kernel_split = 0;           // compiled with ppl > 1 on a side (FlashInfer-like)
   size_t one_kernel_block = 0;       // compiled with ppl 1 on both sides (FlashAttention-like)
   size_t nhd_compiled = 0, nhd_refused = 0;  // NHD contexts planned / refused as unsupported
+  size_t permuted = 0;       // different layouts planned: D permutes received blocks
+  size_t flag_refused = 0;   // different layouts without permute_on_receive
   size_t handshake_refused = 0;  // pure attention P_TP > D_TP with replicated P heads
   size_t mixed_mla_compiled = 0;  // GQA models with MLA-typed regions planned
   size_t scaled_kv_compiled = 0;  // KV heads carrying per-token-head extras beside their data
@@ -381,15 +390,20 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
     ctx.local_mamba = e.dg.mamba;
     ctx.remote_mamba = e.pg.mamba;
   }
-  // Half the engines run NHD on both sides. It is well defined only when each D token reads
-  // all heads of one P token: MLA, or the same number of KV heads per rank on both sides.
-  const bool nhd = pick(0, 1) == 1;
-  if (nhd) {
-    ctx.local.kv_layout = KvLayout::NHD;
+  // Layouts: HND or NHD on each side. P's NHD blocks are readable only when each D token reads
+  // all heads of one P token (MLA, or the same number of KV heads per rank on both sides); when
+  // the sides differ, D writes its blocks in P's layout and permutes them on receive, which
+  // needs permute_on_receive (drawn at random) and is refused without it.
+  const uint64_t layouts = pick(0, 3);  // 0 HND/HND, 1 NHD/NHD, 2 D NHD / P HND, 3 D HND / P NHD
+  const bool nhd = layouts == 1 || layouts == 2;  // D's own layout
+  if (nhd) ctx.local.kv_layout = KvLayout::NHD;
+  if (layouts == 1 || layouts == 3)
     for (auto& md : ctx.remote) md.kv_layout = KvLayout::NHD;
-  }
-  const bool nhd_refused = nhd && !e.m.attention.use_mla &&
-                           ctx.mapping.local_physical_heads != ctx.mapping.remote_physical_heads;
+  ctx.permute_on_receive = pick(0, 2) != 0;
+  const bool mla = e.m.attention.use_mla;
+  const bool heads_differ = ctx.mapping.local_physical_heads != ctx.mapping.remote_physical_heads;
+  const bool nhd_refused = !mla && heads_differ && (layouts == 1 || layouts == 3);
+  const bool flag_refused = !mla && !nhd_refused && layouts >= 2 && !ctx.permute_on_receive;
   // The handshake refuses (vLLM's assert) pure GQA attention with P_TP > D_TP and replicated P
   // heads: P ranks holding duplicate heads would never be read or released. A plan is never
   // compiled for a peer that fails the handshake.
@@ -406,11 +420,11 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
                            "/" + std::to_string(e.pg.kernel_block_size) + ") mode " +
                            std::to_string(static_cast<int>(e.dc.cache_mode)) + " n " +
                            std::to_string(rq.groups[0].trim.remote_computed_tokens) + " hit " +
-                           std::to_string(rq.groups[0].trim.local_hit_tokens) +
-                           (nhd ? " NHD" : " HND");
+                           std::to_string(rq.groups[0].trim.local_hit_tokens) + " layouts " +
+                           std::to_string(layouts) + (ctx.permute_on_receive ? " permute" : "");
   SCOPED_TRACE(what);
   TransferPlan plan;
-  if (handshake_refused && !nhd_refused) {
+  if (handshake_refused && !nhd_refused && !flag_refused) {
     std::string msg;
     EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, rq.groups); }, &msg), Status::Incompatible);
     EXPECT_NE(msg.find("with replicated remote KV heads"), std::string::npos) << msg;
@@ -421,6 +435,13 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
     // A head subset of an NHD block is not contiguous: refused, never planned with HND offsets.
     EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, rq.groups); }), Status::UnsupportedLayout);
     ++out.nhd_refused;
+    return;
+  }
+  if (flag_refused) {
+    std::string msg;
+    EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, rq.groups); }, &msg), Status::UnsupportedLayout);
+    EXPECT_NE(msg.find("permute_on_receive"), std::string::npos) << msg;
+    ++out.flag_refused;
     return;
   }
   try {
@@ -434,6 +455,9 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
   }
   ++out.compiled;
   if (nhd) ++out.nhd_compiled;
+  if (plan.permute.active()) ++out.permuted;
+  // The permutation is needed exactly when the layouts differ for a head-split region.
+  EXPECT_EQ(plan.permute.active(), !mla && layouts >= 2 && d_has_gqa_region(ctx.local));
   if (e.m.mixes_mla()) ++out.mixed_mla_compiled;
   if (e.dc.kv_cache_head_extra_bytes != 0) ++out.scaled_kv_compiled;
   ++out.by_layout[static_cast<int>(layout)];
@@ -481,6 +505,33 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
       }
       std::memcpy(&mem[r.local_region][r.local_offset], src.data(), r.length);
       for (uint64_t k = 0; k < r.length; ++k) ++writes[r.local_region][r.local_offset + k];
+    }
+  }
+
+  // Receive side: permute the listed blocks from P's layout into D's (the test's own transpose),
+  // write counts alongside, before any byte is checked in D's layout.
+  if (plan.permute.active()) {
+    const BlockPermute& pm = plan.permute;
+    EXPECT_EQ(pm.to, ctx.local.kv_layout);
+    EXPECT_EQ(pm.from, ctx.remote[0].kv_layout);
+    for (const GroupZero& z : plan.zero) {
+      for (uint32_t region : z.permute_regions) {
+        const uint64_t len = ctx.local.regions[region].region.block_len;
+        ASSERT_EQ(len, pm.heads * pm.tokens * pm.head_bytes);
+        for (uint64_t blk : z.permute_blocks) {
+          for (auto* v : {&mem[region], &writes[region]}) {
+            std::vector<uint8_t> from(v->begin() + static_cast<std::ptrdiff_t>(blk * len),
+                                      v->begin() + static_cast<std::ptrdiff_t>((blk + 1) * len));
+            for (uint64_t h = 0; h < pm.heads; ++h)
+              for (uint64_t t = 0; t < pm.tokens; ++t) {
+                const uint64_t hnd = (h * pm.tokens + t) * pm.head_bytes, nhd_at = (t * pm.heads + h) * pm.head_bytes;
+                const uint64_t src_at = pm.from == KvLayout::HND ? hnd : nhd_at;
+                const uint64_t dst_at = pm.to == KvLayout::HND ? hnd : nhd_at;
+                std::memcpy(v->data() + blk * len + dst_at, from.data() + src_at, pm.head_bytes);
+              }
+          }
+        }
+      }
     }
   }
 
@@ -925,6 +976,8 @@ TEST(PlanProperties, TinyRandomEnginesMoveExactlyTheMissingBytesOnce) {
   EXPECT_GT(out.scaled_kv_compiled, 200u);
   EXPECT_GT(out.nhd_compiled, 150u);
   EXPECT_GT(out.nhd_refused, 50u);
+  EXPECT_GT(out.permuted, 150u);
+  EXPECT_GT(out.flag_refused, 50u);
   for (size_t n : out.by_layout) EXPECT_GT(n, 150u);
   EXPECT_GT(out.kernel_split, 150u);
   EXPECT_GT(out.one_kernel_block, 150u);

@@ -499,14 +499,14 @@ TEST(TransferPlan, NhdWithHeterogeneousHeadsPerRankIsUnsupportedLayout) {
     std::string msg;
     EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, groups); }, &msg), Status::UnsupportedLayout);
     EXPECT_NE(msg.find("NHD"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("use the HND KV cache layout on both engines"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("use the HND KV cache layout on the prefill engine"), std::string::npos) << msg;
     EXPECT_EQ(status_of([&] { validate_transfer_plan(TransferPlan{}, ctx, groups); }),
               Status::UnsupportedLayout);
   }
 }
 
-// Different layouts on D and P: pdkv does not permute on receive (the handshake's rule); the P
-// ranks of one engine must agree with each other.
+// Different layouts on D and P need the plan context's permute_on_receive (named by the error);
+// the P ranks of one engine must agree with each other.
 TEST(TransferPlan, LayoutsMustMatch) {
   const ModelDesc m = attention_model(8, 128);
   const PlanContext base = context(m, config(2, 16), config(2, 16), 0, 1);
@@ -517,6 +517,7 @@ TEST(TransferPlan, LayoutsMustMatch) {
             }, &msg),
             Status::UnsupportedLayout);
   EXPECT_NE(msg.find("D NHD, P HND"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("set permute_on_receive"), std::string::npos) << msg;
   PlanContext mixed = with_layout(base, KvLayout::NHD, KvLayout::NHD);
   mixed.remote[1].kv_layout = KvLayout::HND;
   EXPECT_EQ(status_of([&] { compile_transfer_plan(mixed, {attention_group({3}, {7}, 16)}); }, &msg),
@@ -571,8 +572,12 @@ TEST(TransferPlan, OverlappingRegionsAreRefused) {
 // The plan's layout rule is the handshake's: for every TP pair and layout pair, compile refuses
 // with UnsupportedLayout exactly when validate_pair reports a kv_layout item; otherwise the plan
 // compiles and passes its own coverage check.
+// The handshake accepts a pair of layouts when some plan can serve it (different layouts by
+// permuting on receive; heterogeneous heads with HND on a side); compile then requires the flag
+// for different layouts and HND on P itself when the heads differ, and refuses whatever the
+// handshake refuses.
 TEST(TransferPlan, LayoutRuleAgreesWithTheHandshake) {
-  size_t refused = 0, compiled_nhd = 0;
+  size_t refused = 0, compiled_nhd = 0, permuted = 0, needs_flag = 0, p_nhd_split = 0;
   for (const bool mla : {false, true}) {
     const ModelDesc m = mla ? attention_model(1, 64, true) : attention_model(4, 64);
     for (uint32_t dtp : {1u, 2u, 4u, 8u}) {
@@ -580,30 +585,47 @@ TEST(TransferPlan, LayoutRuleAgreesWithTheHandshake) {
         if (!mla && ptp > dtp && ptp > 4) continue;  // replicated P with more ranks: refused anyway
         for (KvLayout dl : {KvLayout::HND, KvLayout::NHD}) {
           for (KvLayout pl : {KvLayout::HND, KvLayout::NHD}) {
-            const PlanContext ctx =
-                with_layout(context(m, config(dtp, 16), config(ptp, 32), 0, 1), dl, pl);
-            bool layout_item = false;
-            for (const auto& it : validate_pair(ctx.local, ctx.remote[0]))
-              layout_item = layout_item || it.field == "kv_layout";
-            const std::vector<PlanGroup> groups = {attention_group({3, 5, 4}, {7, 2}, 40)};
-            SCOPED_TRACE(testing::Message() << "mla " << mla << " D tp" << dtp << " P tp" << ptp
-                                            << " " << kv_layout_name(dl) << "/" << kv_layout_name(pl));
-            std::string msg;
-            const Status st = status_of([&] { compile_transfer_plan(ctx, groups); }, &msg);
-            if (layout_item) {
-              EXPECT_EQ(st, Status::UnsupportedLayout) << msg;
-              ++refused;
-            } else {
-              EXPECT_EQ(st, Status::Ok) << msg;
-              if (dl == KvLayout::NHD && !mla) ++compiled_nhd;
+            for (const bool flag : {false, true}) {
+              PlanContext ctx = with_layout(context(m, config(dtp, 16), config(ptp, 32), 0, 1), dl, pl);
+              ctx.permute_on_receive = flag;
+              bool layout_item = false;
+              for (const auto& it : validate_pair(ctx.local, ctx.remote[0]))
+                layout_item = layout_item || it.field == "kv_layout";
+              const std::vector<PlanGroup> groups = {attention_group({3, 5, 4}, {7, 2}, 40)};
+              SCOPED_TRACE(testing::Message() << "mla " << mla << " D tp" << dtp << " P tp" << ptp << " "
+                                              << kv_layout_name(dl) << "/" << kv_layout_name(pl) << " flag " << flag);
+              std::string msg;
+              const Status st = status_of([&] { compile_transfer_plan(ctx, groups); }, &msg);
+              const bool heads_differ = ctx.mapping.local_physical_heads != ctx.mapping.remote_physical_heads;
+              if (layout_item) {
+                EXPECT_EQ(st, Status::UnsupportedLayout) << msg;
+                ++refused;
+              } else if (!mla && pl == KvLayout::NHD && heads_differ) {
+                // Accepted by the handshake (D is HND: it could be the side read from), but P's
+                // NHD blocks cannot be read by head: HND on P is the fix.
+                EXPECT_EQ(st, Status::UnsupportedLayout) << msg;
+                EXPECT_NE(msg.find("HND KV cache layout on the prefill engine"), std::string::npos) << msg;
+                ++p_nhd_split;
+              } else if (!mla && dl != pl && !flag) {
+                EXPECT_EQ(st, Status::UnsupportedLayout) << msg;
+                EXPECT_NE(msg.find("permute_on_receive"), std::string::npos) << msg;
+                ++needs_flag;
+              } else {
+                EXPECT_EQ(st, Status::Ok) << msg;
+                if (dl == KvLayout::NHD && !mla) ++compiled_nhd;
+                if (dl != pl && !mla) ++permuted;
+              }
             }
           }
         }
       }
     }
   }
-  EXPECT_GT(refused, 20u);
+  EXPECT_GE(refused, 16u);
   EXPECT_GE(compiled_nhd, 4u);  // NHD with equal heads per rank (e.g. same TP) plans
+  EXPECT_GE(permuted, 18u);
+  EXPECT_GE(needs_flag, 18u);
+  EXPECT_GE(p_nhd_split, 10u);
 }
 
 // --- a peer that fails the handshake ----------------------------------------------------------

@@ -48,7 +48,8 @@ struct Rank {
 
 std::unique_ptr<Rank> make_rank(const std::string& engine, uint32_t tp, uint32_t rank, uint8_t fill,
                                 TransportMode mode, std::chrono::milliseconds hb_timeout = 2000ms,
-                                ProgressMode progress = ProgressMode::Thread) {
+                                ProgressMode progress = ProgressMode::Thread,
+                                core::KvLayout kv_layout = core::KvLayout::HND) {
   auto r = std::make_unique<Rank>();
   r->engine = engine;
   r->rank = rank;
@@ -64,6 +65,7 @@ std::unique_ptr<Rank> make_rank(const std::string& engine, uint32_t tp, uint32_t
   r->mem.assign(bytes, fill);
   r->md = core::metadata_from_geometry(m, cfg, geo,
                                        {engine, rank, kBlocks, kRegions, reinterpret_cast<uint64_t>(r->mem.data())});
+  r->md.kv_layout = kv_layout;
   // P memory holds a pattern unique to (rank, offset) so a misplaced byte is caught.
   if (fill == 0) {
     for (size_t i = 0; i < r->mem.size(); ++i) r->mem[i] = static_cast<uint8_t>((i * 131 + rank * 71 + 7) % 251);
@@ -85,10 +87,12 @@ std::unique_ptr<Rank> make_rank(const std::string& engine, uint32_t tp, uint32_t
   return r;
 }
 
-core::TransferPlan make_plan(const Rank& d, const std::vector<Rank*>& ps, uint64_t tokens) {
+core::TransferPlan make_plan(const Rank& d, const std::vector<Rank*>& ps, uint64_t tokens,
+                             bool permute_on_receive = false) {
   std::vector<core::EngineMetadata> remote;
   for (auto* p : ps) remote.push_back(p->md);
-  const core::PlanContext ctx = core::make_plan_context(d.md, remote);
+  core::PlanContext ctx = core::make_plan_context(d.md, remote);
+  ctx.permute_on_receive = permute_on_receive;
   core::PlanGroup g;
   g.trim.kind = core::GroupKind::Attention;
   const uint64_t nblocks = (tokens + 15) / 16;
@@ -179,6 +183,53 @@ TEST_P(AgentLoopback, ReadMovesEveryPlannedByteAndNotifiesAfterTheData) {
   auto peer = d->agent->find_peer("pre", 1);
   EXPECT_GT(peer->bytes_read.load(), 0u);
   EXPECT_EQ(peer->transfers_done.load(), 1u);
+}
+
+// D NHD (8 heads, TP1) reads from P HND (TP2, 4 heads each): the reads land in P's layout and
+// the agent permutes every listed block into D's NHD layout before the transfer reports Done.
+TEST_P(AgentLoopback, ReadPermutesBlocksFromPsLayoutIntoDs) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::NHD);
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam());
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const auto plan = make_plan(*d, ps, 16 * 3 + 5, true);
+  ASSERT_TRUE(plan.permute.active());
+  ASSERT_EQ(plan.zero[0].permute_blocks.size(), 4u);
+  // Expected D memory: the reads in P's HND layout, then each listed block transposed here.
+  std::vector<uint8_t> expect(d->mem.size(), 0xEE);
+  const uint64_t d_base = reinterpret_cast<uint64_t>(d->mem.data());
+  for (const auto& rr : plan.ranks) {
+    const Rank* p = ps[rr.p_rank];
+    for (const auto& r : rr.reads) {
+      const uint64_t dst = d->md.regions[r.local_region].region.base + r.local_offset - d_base;
+      const uint64_t src = p->md.regions[r.remote_region].region.base + r.remote_offset -
+                           reinterpret_cast<uint64_t>(p->mem.data());
+      std::memcpy(expect.data() + dst, p->mem.data() + src, r.length);
+    }
+  }
+  const core::BlockPermute& pm = plan.permute;
+  for (uint32_t region : plan.zero[0].permute_regions) {
+    for (uint64_t b : plan.zero[0].permute_blocks) {
+      const uint64_t at = d->md.regions[region].region.base - d_base + b * pm.block_bytes();
+      const std::vector<uint8_t> hnd(expect.begin() + static_cast<std::ptrdiff_t>(at),
+                                     expect.begin() + static_cast<std::ptrdiff_t>(at + pm.block_bytes()));
+      for (uint64_t h = 0; h < pm.heads; ++h)
+        for (uint64_t t = 0; t < pm.tokens; ++t)
+          std::memcpy(expect.data() + at + (t * pm.heads + h) * pm.head_bytes,
+                      hnd.data() + (h * pm.tokens + t) * pm.head_bytes, pm.head_bytes);
+    }
+  }
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "permuted";
+  auto t = d->agent->post(pp);
+  ASSERT_TRUE(t.wait(5000ms));
+  ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+  size_t bad = 0;
+  for (size_t i = 0; i < expect.size(); ++i) bad += expect[i] != d->mem[i];
+  EXPECT_EQ(bad, 0u);
 }
 
 TEST_P(AgentLoopback, WriteMirrorsTheReadAndNotifiesD) {

@@ -1095,6 +1095,14 @@ def attn_geometry(m, engine):
             "kernel_block_size": kernel, "physical_per_logical": ppl, "kernel_page_bytes": kernel * a}
 
 
+def no_permute_defaults(key, val):
+    """Hand-written expected plan groups predate the receive-side permutation: a group of a plan
+    without one has empty permute lists."""
+    if key != "groups":
+        return val
+    return [dict({"permute_blocks": [], "permute_regions": []}, **g) for g in val]
+
+
 class PlanError(Exception):
     """A plan the oracle refuses: status name and the values its message must contain."""
 
@@ -1117,7 +1125,7 @@ def coalesce(pieces):
     return merged
 
 
-def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ranks=None):
+def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ranks=None, permute_on_receive=False):
     """Independent transfer-plan model: trims each group, maps attention tokens to HND head
     slices (per D head, the P rank holding it), Mamba pairs to mamba_reads pieces at page stride,
     then coalesces pieces contiguous on both sides (in local order). `model` is a preset of
@@ -1163,14 +1171,23 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
     # KV layout: HND (heads x tokens) unless both sides say NHD (tokens x heads). MLA has one
     # latent head, so both layouts are the same bytes. NHD with different heads per rank would
     # read a head subset of every token: refused, like layouts that differ.
+    # Different layouts (with permute_on_receive): D's blocks are written as P lays them out
+    # ("staging"), then each received block is permuted into D's layout. P's NHD blocks cannot be
+    # read by head subsets.
     nhd = False
+    permute = False
     if any(g["kind"] != "mamba" for g in groups) and not mla:
-        if dl["kv_layout"] != pl["kv_layout"]:
-            raise PlanError("PDKV_ERR_UNSUPPORTED_LAYOUT", [dl["kv_layout"], pl["kv_layout"]])
-        nhd = dl["kv_layout"] == "NHD"
-        if nhd and mapping["local_physical_heads"] != mapping["remote_physical_heads"]:
+        heads_differ = mapping["local_physical_heads"] != mapping["remote_physical_heads"]
+        if pl["kv_layout"] == "NHD" and heads_differ:
             raise PlanError("PDKV_ERR_UNSUPPORTED_LAYOUT", ["NHD", "%d (D)" % mapping["local_physical_heads"],
-                                                            "%d (P)" % mapping["remote_physical_heads"]])
+                                                            "%d (P)" % mapping["remote_physical_heads"],
+                                                            "HND KV cache layout on the prefill engine"])
+        if dl["kv_layout"] != pl["kv_layout"]:
+            if not permute_on_receive:
+                raise PlanError("PDKV_ERR_UNSUPPORTED_LAYOUT", ["D %s, P %s" % (dl["kv_layout"], pl["kv_layout"]),
+                                                                "permute_on_receive"])
+            permute = True
+        nhd = pl["kv_layout"] == "NHD"  # the staging layout: P's (D's own when they agree)
     pieces = {p: [] for p in range(p_tp)}  # p -> [(lr, lo, rr, ro, len, kind)]
     issue = []  # (p, piece) in the order the pieces are produced
     gz = []
@@ -1196,9 +1213,22 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
             t.setdefault("local_tokens_per_block", dg["block_size"])
             t.setdefault("remote_tokens_per_block", pg["block_size"])
         trims.append((g["kind"], regions, trim(t)))
-    for kind, regions, tr in trims:
+    for (kind, regions, tr), g in zip(trims, groups):
+        pblocks, pregions = [], []
+        if permute and kind != "mamba":
+            pregions = [rd for rd, _ in regions if d_kinds[rd] != "mla"]
+            if pregions and tr["runs"]:
+                # D blocks that receive bytes; none may hold tokens of D's own prefix hit.
+                hit = g.get("local_hit_tokens", 0)
+                first = g.get("local_first_block", hit // lbs)
+                for run in tr["runs"]:
+                    start = (first + g["local_blocks"].index(run["local_block"])) * lbs
+                    if start < hit:
+                        raise PlanError("PDKV_ERR_UNSUPPORTED_LAYOUT", ["D block %d" % run["local_block"],
+                                                                        "prefix-cache hit", "block boundary"])
+                pblocks = sorted({run["local_block"] for run in tr["runs"]})
         gz.append({"kind": kind, "regions": [rd for rd, _ in regions], "zero_ranges": tr["zero_ranges"],
-                   "unfilled_states": tr["unfilled_states"]})
+                   "unfilled_states": tr["unfilled_states"], "permute_blocks": pblocks, "permute_regions": pregions})
 
         def add(p, x):
             pieces[p].append(x)
@@ -1272,6 +1302,9 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
             "rank_bytes": rank_bytes, "groups": gz, "pieces_before_coalescing": before,
             "pieces_after_coalescing": after, "bytes": sum(rank_bytes), "attention_bytes": ab,
             "mamba_bytes": mb, "empty": before == 0,
+            "permute": {"from": pl["kv_layout"] if permute else "HND", "to": dl["kv_layout"] if permute else "HND",
+                        "heads": dg["kv_heads_per_rank"] if permute else 0, "tokens": lbs if permute else 0,
+                        "head_bytes": bph if permute else 0},
             "d_pp_size": dl["pp_size"], "d_pp_rank": dl["pp_rank"], "p_pp_size": pl["pp_size"],
             "p_pp_rank": pl["pp_rank"], "layer_begin": w_begin, "layer_end": 0 if w_end == 1 << 32 else w_end}
 
@@ -1614,9 +1647,9 @@ def validate(l, r):
     if a % b and b % a:
         add("PDKV_ERR_TP_NOT_DIVISIBLE", "tp_size")
     hpr = lambda m: max(1, m["total_kv_heads"] // m["tp_size"])
-    if l["kv_layout"] != r["kv_layout"]:
-        add("PDKV_ERR_UNSUPPORTED_LAYOUT", "kv_layout")
-    elif hpr(l) != hpr(r) and l["kv_layout"] != "HND":
+    # Layouts may differ (the reader permutes received blocks); heads split by TP need HND on
+    # at least one side (the side read from: the plan checks which).
+    if hpr(l) != hpr(r) and l["kv_layout"] != "HND" and r["kv_layout"] != "HND":
         add("PDKV_ERR_UNSUPPORTED_LAYOUT", "kv_layout")
     # Pipeline stages: windows that share no layer; regions are compared by index only between
     # stages holding the same window (otherwise the plan pairs them by layer).
@@ -1665,14 +1698,14 @@ def handshake_cases():
                       "output": {"items": items, "compatible": not items}})
 
     nano = "nemotron-3-nano-30b"
-    # Several problems at once: same engine id, NHD vs HND, region counts, and a different SSM
-    # dtype on P (ssm bytes no longer scale with TP).
+    # Several problems at once: same engine id, region counts, and a different SSM dtype on P
+    # (ssm bytes no longer scale with TP); NHD vs HND at one KV head per rank is served (D
+    # permutes received blocks), so it is not among them.
     h("several_incompatibilities",
       {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "engine"}},
       {"model": nano, "engine": {"tp_size": 4, "ssm_state_dtype_bytes": 2},
        "layout": {"engine_id": "engine", "kv_layout": "NHD", "num_regions": 2}},
       [{"status": "PDKV_ERR_INCOMPATIBLE", "field": "engine_id"},
-       {"status": "PDKV_ERR_UNSUPPORTED_LAYOUT", "field": "kv_layout"},
        {"status": "PDKV_ERR_INCOMPATIBLE", "field": "regions"},
        {"status": "PDKV_ERR_INCOMPATIBLE", "field": "ssm_bytes"}])
     h("different_speculative_rows",
@@ -1746,8 +1779,9 @@ def plan_cases():
       {"read_ranks": [0, 1], "notify_ranks": [0, 1], "notifications_per_p_rank": 1,
        "groups": [{"kind": "attention", "regions": [0],
                    "zero_ranges": [{"block": 3, "token_begin": 5000 - 4192, "token_end": 2096}],
-                   "unfilled_states": []},
-                  {"kind": "mamba", "regions": [0], "zero_ranges": [], "unfilled_states": []}]})
+                   "unfilled_states": [], "permute_blocks": [], "permute_regions": []},
+                  {"kind": "mamba", "regions": [0], "zero_ranges": [], "unfilled_states": [],
+                   "permute_blocks": [], "permute_regions": []}]})
     # A full prefix hit on every group: nothing to read, P ranks are still notified.
     p("full_hit_notify_only", {"tp_size": 4}, {"tp_size": 2}, 1,
       [{"kind": "attention", "local_blocks": [], "remote_blocks": [1, 2], "remote_computed_tokens": 2000,
@@ -1798,7 +1832,7 @@ def plan_more_cases():
             return
         assert error is None, name + " was expected to fail"
         for key, val in (expect or {}).items():
-            check(out[key], val, "plan " + name + "." + key)
+            check(out[key], no_permute_defaults(key, val), "plan " + name + "." + key)
         cases.append({"name": "transfer_plan/" + name, "op": "transfer_plan", "input": inp, "output": out})
 
     # Nemotron-3-Nano at TP2 (flash_attn): logical = kernel block of 2096 tokens, 512 B per token
@@ -1967,11 +2001,13 @@ def plan_more_cases():
     # contiguous; and layouts that differ between D and P.
     p("nhd_heads_per_rank_differ_unsupported", jamba, {"tp_size": 4}, {"tp_size": 2}, 1,
       [{"kind": "attention", "local_blocks": [1], "remote_blocks": [1], "remote_computed_tokens": 50}],
-      nl("p"), nl("d"), error=("PDKV_ERR_UNSUPPORTED_LAYOUT", ["NHD", "4 (D)", "2 (P)"]))
+      nl("p"), nl("d"), error=("PDKV_ERR_UNSUPPORTED_LAYOUT", ["NHD", "4 (D)", "2 (P)",
+                                                               "HND KV cache layout on the prefill engine"]))
+    # Layouts that differ need the plan context's permute_on_receive (kv_layouts.json plans them).
     p("kv_layouts_differ_unsupported", jamba, {"tp_size": 2}, {"tp_size": 2}, 0,
       [{"kind": "attention", "local_blocks": [1], "remote_blocks": [1], "remote_computed_tokens": 50}],
       {"engine_id": "p", "num_logical_blocks": 16}, nl("d"),
-      error=("PDKV_ERR_UNSUPPORTED_LAYOUT", ["NHD", "HND"]))
+      error=("PDKV_ERR_UNSUPPORTED_LAYOUT", ["D NHD, P HND", "permute_on_receive"]))
 
     # Errors. P registers 8 blocks of L2 = 8585216 B; P block 8 lies past the region.
     p("out_of_bounds_remote_block_past_region", nano, {"tp_size": 2}, {"tp_size": 2}, 0,
@@ -2500,9 +2536,8 @@ def handshake2_cases():
       {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "engine"}},
       {"model": nano, "engine": {"tp_size": 4, "ssm_state_dtype_bytes": 2},
        "layout": {"engine_id": "engine", "kv_layout": "NHD", "num_regions": 2}},
-      [{"status": I, "field": "engine_id"}, {"status": U, "field": "kv_layout"}, {"status": I, "field": "regions"},
-       {"status": I, "field": "ssm_bytes"}],
-      [["'engine'"], ["HND", "NHD"], ["1 vs 2"], ["1048576", "262144", "2", "4"]])
+      [{"status": I, "field": "engine_id"}, {"status": I, "field": "regions"}, {"status": I, "field": "ssm_bytes"}],
+      [["'engine'"], ["1 vs 2"], ["1048576", "262144", "2", "4"]])
     h("tp_not_dividing_4_vs_6", {"model": falcon, "engine": {"tp_size": 4}, "layout": {"engine_id": "d"}},
       {"model": falcon, "engine": {"tp_size": 6}, "layout": {"engine_id": "p"}}, [{"status": T, "field": "tp_size"}],
       [["4", "6"]])
@@ -2513,9 +2548,9 @@ def handshake2_cases():
       [{"status": I, "field": "model_fingerprint"}, {"status": I, "field": "attention_bytes_per_token"},
        {"status": I, "field": "ssm_bytes"}, {"status": I, "field": "conv_projection_bytes[0]"}],
       [[fp(nano), fp(falcon)], ["512", "256"], ["1048576", "196608"], ["12288", "4608"]])
-    h("kv_layout_hnd_vs_nhd", {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
-      {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "p", "kv_layout": "NHD"}},
-      [{"status": U, "field": "kv_layout"}], [["HND", "NHD"]])
+    # Different layouts are served: the reader permutes received blocks into its own layout.
+    h("kv_layout_hnd_vs_nhd_accepted", {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
+      {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "p", "kv_layout": "NHD"}}, [], [])
     h("nhd_both_with_heads_split", {"model": nano, "engine": {"tp_size": 1}, "layout": {"engine_id": "d", "kv_layout": "NHD"}},
       {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "p", "kv_layout": "NHD"}},
       [{"status": U, "field": "kv_layout"}], [["2 vs 1"]])
@@ -2670,7 +2705,7 @@ def mixed_mla_cases():
     def pl(n, p_eng, d_eng, d_rank, groups, p_layout, d_layout, expect=None):
         out = plan(name, p_eng, d_eng, d_rank, groups, p_layout, d_layout)
         for key, val in (expect or {}).items():
-            check(out[key], val, "plan " + n + "." + key)
+            check(out[key], no_permute_defaults(key, val), "plan " + n + "." + key)
         inp = {"model": desc, "prefill": {"engine": p_eng, "layout": p_layout},
                "decode": {"engine": d_eng, "layout": d_layout}, "decode_rank": d_rank, "groups": groups}
         cases.append({"name": "transfer_plan/" + n, "op": "transfer_plan", "input": inp, "output": out})
@@ -2761,7 +2796,7 @@ def kv_format_cases():
         out = plan(q, p_eng, d_eng, d_rank, groups, {"engine_id": "p", "num_logical_blocks": 8},
                    {"engine_id": "d", "num_logical_blocks": 8})
         for key, val in expect.items():
-            check(out[key], val, "plan " + name + "." + key)
+            check(out[key], no_permute_defaults(key, val), "plan " + name + "." + key)
         cases.append({"name": "transfer_plan/" + name, "op": "transfer_plan",
                       "input": {"model": q, "prefill": {"engine": p_eng, "layout": {"engine_id": "p", "num_logical_blocks": 8}},
                                 "decode": {"engine": d_eng, "layout": {"engine_id": "d", "num_logical_blocks": 8}},
@@ -2809,10 +2844,11 @@ def kv_format_cases():
     return cases
 
 
-def plan_json_lines(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None):
+def plan_json_lines(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, permute_on_receive=False):
     """plan_to_json: the plan oracle as nlohmann dump(2) (ordered keys, reads in issue order; the
     cases below are chosen so that issue order is (local_region, local_offset) order)."""
-    out = plan(model, p_eng, d_eng, d_rank, groups, p_layout, d_layout)
+    out = plan(model, p_eng, d_eng, d_rank, groups, p_layout, d_layout, permute_on_receive=permute_on_receive)
+    permuted = out["permute"]["from"] != out["permute"]["to"]
     doc = {"d_rank": d_rank, "d_tp": out["d_tp"], "p_tp": out["p_tp"], "notify_ranks": out["notify_ranks"],
            "notifications_per_p_rank": out["notifications_per_p_rank"]}
     if out["d_pp_size"] > 1 or out["p_pp_size"] > 1:  # only a plan between pipeline stages says so
@@ -2820,10 +2856,15 @@ def plan_json_lines(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout
                                                 "layer_begin", "layer_end")}
     doc.update({"ranks": [{"p_rank": p, "bytes": out["rank_bytes"][p], "reads": out["reads"][p]}
                      for p in out["read_ranks"]],
-           "zero": [{"group": i, "kind": g["kind"], "regions": g["regions"], "zero": g["zero_ranges"],
-                     "unfilled_states": g["unfilled_states"]} for i, g in enumerate(out["groups"])],
-           "stats": {k: out[k] for k in ("pieces_before_coalescing", "pieces_after_coalescing", "bytes",
-                                         "attention_bytes", "mamba_bytes")}})
+           "zero": [dict({"group": i, "kind": g["kind"], "regions": g["regions"], "zero": g["zero_ranges"],
+                          "unfilled_states": g["unfilled_states"]},
+                         **({"permute_blocks": g["permute_blocks"], "permute_regions": g["permute_regions"]}
+                            if permuted else {}))
+                    for i, g in enumerate(out["groups"])]})
+    if permuted:  # only a plan whose blocks D permutes says so
+        doc["permute"] = out["permute"]
+    doc["stats"] = {k: out[k] for k in ("pieces_before_coalescing", "pieces_after_coalescing", "bytes",
+                                        "attention_bytes", "mamba_bytes")}
     return json.dumps(doc, indent=2).split("\n")
 
 
@@ -3108,6 +3149,85 @@ def pipeline_cases():
     return cases
 
 
+def permute_block(data, frm, to, heads, tokens, hb):
+    """One KV block from layout `frm` to `to` (HND: heads x tokens x hb, NHD: tokens x heads x hb)."""
+    at = lambda lay, h, t: ((h * tokens + t) if lay == "HND" else (t * heads + h)) * hb
+    out = bytearray(len(data))
+    for h in range(heads):
+        for t in range(tokens):
+            out[at(to, h, t):at(to, h, t) + hb] = data[at(frm, h, t):at(frm, h, t) + hb]
+    return bytes(out)
+
+
+def kv_layout_cases():
+    """Different KV layouts on the two sides (issue 12 item 3, file kv_layouts.json): the block
+    permutation, plans in which D writes its blocks in P's layout and permutes them after receipt
+    (Jamba-v0.1: 8 KV heads, so D and P hold several heads per rank), and the refusals."""
+    cases = []
+    add = lambda name, op, inp, out=None, err=None: cases.append(
+        dict(name=name, op=op, input=inp, **({"output": out} if err is None else {"error": err})))
+    block = bytes(100 * h + 10 * t + j for h in range(2) for t in range(3) for j in range(2))
+    nhd = permute_block(block, "HND", "NHD", 2, 3, 2)
+    check(list(nhd), [0, 1, 100, 101, 10, 11, 110, 111, 20, 21, 120, 121], "hand-worked transpose")
+    check(permute_block(nhd, "NHD", "HND", 2, 3, 2), block, "transpose back")
+    shape = {"heads": 2, "tokens": 3, "head_bytes": 2}
+    add("permute_kv_block/hnd_to_nhd_2x3x2", "permute_kv_block", dict(hex=block.hex(), **{"from": "HND", "to": "NHD"}, **shape),
+        {"hex": nhd.hex()})
+    add("permute_kv_block/nhd_to_hnd_2x3x2", "permute_kv_block", dict(hex=nhd.hex(), **{"from": "NHD", "to": "HND"}, **shape),
+        {"hex": block.hex()})
+    add("permute_kv_block/same_layout_untouched", "permute_kv_block", dict(hex=block.hex(), **{"from": "NHD", "to": "NHD"}, **shape),
+        {"hex": block.hex()})
+    add("permute_kv_block/size_not_the_shape", "permute_kv_block", dict(hex=block[:10].hex(), **{"from": "HND", "to": "NHD"}, **shape),
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["10 bytes", "= 12"]})
+
+    jamba = "jamba-v0.1"
+
+    def p(name, p_tp, d_tp, d_rank, p_kv, d_kv, groups, flag=True, json_too=False, err=None):
+        p_eng, d_eng = {"tp_size": p_tp}, {"tp_size": d_tp}
+        pl = {"engine_id": "p", "num_logical_blocks": 8, "kv_layout": p_kv}
+        dl = {"engine_id": "d", "num_logical_blocks": 8, "kv_layout": d_kv}
+        inp = {"model": jamba, "prefill": {"engine": p_eng, "layout": pl}, "decode": {"engine": d_eng, "layout": dl},
+               "decode_rank": d_rank, "groups": groups, "permute_on_receive": flag}
+        try:
+            out = plan(jamba, p_eng, d_eng, d_rank, groups, pl, dl, permute_on_receive=flag)
+        except PlanError as e:
+            check((e.status, err is not None), (e.status, True), "kv layouts " + name + " refused")
+            add("transfer_plan/" + name, "transfer_plan", inp,
+                err={"status": e.status, "message_contains": e.contains})
+            return None
+        check(err, None, "kv layouts " + name + " planned")
+        add("transfer_plan/" + name, "transfer_plan", inp, out)
+        if json_too:
+            add("transfer_plan_json/" + name, "transfer_plan_json", inp,
+                {"lines": plan_json_lines(jamba, p_eng, d_eng, d_rank, groups, pl, dl, permute_on_receive=flag)})
+        return out
+
+    gd = geometry(jamba, {"tp_size": 2})
+    bs = gd["kernel_block_size"]
+    check(gd["kv_heads_per_rank"], 4, "Jamba TP2 holds 4 KV heads")
+    attn = lambda local, remote, tokens, hit=0: {"kind": "attention", "local_blocks": local, "remote_blocks": remote,
+                                                 "remote_computed_tokens": tokens, "local_hit_tokens": hit}
+    mamba = {"kind": "mamba", "local_blocks": [6], "remote_blocks": [5], "remote_computed_tokens": bs + 7}
+    # D NHD TP2 rank 1 (heads 4..7) <- P HND TP4 (P ranks 2 and 3 hold them): head slices of P's
+    # blocks into D's blocks as HND, then D blocks 1 and 3 permuted HND -> NHD (4 heads).
+    out = p("d_nhd_tp2_rank1_from_p_hnd_tp4_permuted", 4, 2, 1, "HND", "NHD",
+            [attn([1, 3], [2, 4], bs + 7), mamba], json_too=False)
+    check((out["permute"]["from"], out["permute"]["to"], out["permute"]["heads"]), ("HND", "NHD", 4), "D NHD permute")
+    check(out["groups"][0]["permute_blocks"], [1, 3], "received D blocks")
+    check(out["groups"][1]["permute_blocks"], [], "Mamba pages are not permuted")
+    p("d_nhd_tp2_rank1_from_p_hnd_tp4_attention_only", 4, 2, 1, "HND", "NHD", [attn([1, 3], [2, 4], bs + 7)], json_too=True)
+    # D HND <- P NHD at the same heads per rank (TP2 both): whole tokens into D as NHD, permuted.
+    out = p("d_hnd_from_p_nhd_tp2_permuted", 2, 2, 0, "NHD", "HND", [attn([4, 6], [1, 3], bs + 3)])
+    check((out["permute"]["from"], out["permute"]["to"]), ("NHD", "HND"), "D HND permute")
+    # Refusals, each naming the fix.
+    p("layouts_differ_without_permute_on_receive", 4, 2, 1, "HND", "NHD", [attn([1, 3], [2, 4], bs + 7)], flag=False,
+      err=True)
+    p("p_nhd_read_by_head_subsets", 4, 2, 1, "NHD", "HND", [attn([1, 3], [2, 4], bs + 7)], err=True)
+    p("permuted_block_holds_a_prefix_hit", 2, 2, 0, "HND", "NHD", [attn([2, 3], [1, 2], bs + bs // 2 + 1, bs // 2)],
+      err=True)
+    return cases
+
+
 def write(name, cases):
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)), "duplicate case names in " + name
@@ -3139,3 +3259,4 @@ if __name__ == "__main__":
     write("mixed_mla", mixed_mla_cases())
     write("kv_formats", kv_format_cases())
     write("pipeline", pipeline_cases())
+    write("kv_layouts", kv_layout_cases())

@@ -14,8 +14,10 @@
 #include "pdkv/core/error.hpp"
 #include "pdkv/core/geometry.hpp"
 #include "pdkv/core/mamba_split.hpp"
+#include "pdkv/core/metadata_from_geometry.hpp"
 #include "pdkv/core/pipeline.hpp"
 #include "pdkv/core/tp_topology.hpp"
+#include "pdkv/core/transfer_plan.hpp"
 
 namespace pdkv::cli {
 
@@ -395,13 +397,61 @@ json pipeline_json(const Deployment& dep, json& errors) {
               {"notifications_expected_per_prefill_stage_rank", notify}};
 }
 
+// The KV layouts of both sides and what decode does with them: read prefill's blocks as they
+// lie (the same layout), or write them in prefill's layout and permute each received block into
+// its own (different layouts with --permute-on-receive). Decided by compiling a one-token plan
+// of decode rank 0, so the report says exactly what the planner does; a refusal is an error
+// naming the fix. Null when a geometry is missing.
+json kv_layouts_json(const Deployment& dep, const EngineGeometry& pg, const EngineGeometry& dg, json& errors) {
+  json j{{"prefill", kv_layout_name(dep.prefill_kv_layout)},
+         {"decode", kv_layout_name(dep.decode_kv_layout)},
+         {"permute_on_receive", dep.permute_on_receive},
+         {"permute", nullptr}};
+  try {
+    std::vector<EngineMetadata> p;
+    for (uint32_t r = 0; r < dep.prefill.tp_size; ++r) {
+      p.push_back(metadata_from_geometry(dep.model, dep.prefill, pg, {"prefill", r, 2, 1, (2ull + r) << 40}));
+      p.back().kv_layout = dep.prefill_kv_layout;
+    }
+    EngineMetadata d = metadata_from_geometry(dep.model, dep.decode, dg, {"decode", 0, 2, 1, 1ull << 40});
+    d.kv_layout = dep.decode_kv_layout;
+    PlanContext ctx = make_plan_context(std::move(d), std::move(p));
+    ctx.permute_on_receive = dep.permute_on_receive;
+    PlanGroup g;
+    g.trim.kind = GroupKind::Attention;
+    g.trim.local_blocks = {1};
+    g.trim.remote_blocks = {1};
+    g.trim.remote_computed_tokens = 1;
+    const TransferPlan plan = compile_transfer_plan(ctx, {g});
+    if (plan.permute.active()) {
+      j["permute"] = json{{"from", kv_layout_name(plan.permute.from)},
+                          {"to", kv_layout_name(plan.permute.to)},
+                          {"heads", plan.permute.heads},
+                          {"tokens", plan.permute.tokens},
+                          {"head_bytes", plan.permute.head_bytes},
+                          {"block_bytes", plan.permute.block_bytes()}};
+    }
+  } catch (const Error& e) {
+    // The planner's fix in the command line's terms.
+    std::string msg = e.what();
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{"set permute_on_receive in the plan context",
+                                                                       "pass --permute-on-receive"},
+                                   {"with permute_on_receive", "with --permute-on-receive"},
+                                   {"layout on the prefill engine", "layout on the prefill engine (--prefill-kv-layout HND)"}}) {
+      if (const size_t at = msg.find(from); at != std::string::npos) msg.replace(at, from.size(), to);
+    }
+    errors.push_back(CliError(ErrorKind::Configuration, "kv cache layouts", msg, status_name(e.status())).to_json());
+  }
+  return j;
+}
+
 }  // namespace
 
 json null_plan_fields() {
   return json{{"model", nullptr},  {"tp_ratio", nullptr},
               {"prefill", nullptr}, {"decode", nullptr},
               {"blocks", nullptr},  {"notifications_expected_per_prefill_rank", nullptr},
-              {"decode_ranks", nullptr}, {"pipeline", nullptr}};
+              {"decode_ranks", nullptr}, {"pipeline", nullptr}, {"kv_layouts", nullptr}};
 }
 
 json build_deployment_report(const Deployment& dep) {
@@ -452,6 +502,7 @@ json build_deployment_report(const Deployment& dep) {
     json ranks = json::array();
     for (uint32_t r = 0; r < dep.decode.tp_size; ++r) ranks.push_back(decode_rank_json(dep, pg, dg, r, errors));
     report["decode_ranks"] = ranks;
+    report["kv_layouts"] = kv_layouts_json(dep, pg, dg, errors);
   }
   report["pipeline"] = pipeline_json(dep, errors);
   report["errors"] = errors;

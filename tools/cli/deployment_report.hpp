@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pdkv/core/backends.hpp"
+#include "pdkv/core/engine_metadata.hpp"
 #include "pdkv/core/model.hpp"
 
 namespace pdkv::cli {
@@ -22,6 +23,11 @@ struct Deployment {
   // split of the model's layers.
   uint32_t prefill_pp = 1;
   uint32_t decode_pp = 1;
+  // KV cache layouts (--prefill-kv-layout / --decode-kv-layout) and whether D permutes received
+  // blocks into its own layout when they differ (--permute-on-receive).
+  pdkv::core::KvLayout prefill_kv_layout = pdkv::core::KvLayout::HND;
+  pdkv::core::KvLayout decode_kv_layout = pdkv::core::KvLayout::HND;
+  bool permute_on_receive = false;
 };
 
 // Geometry of both sides, then per decode rank: the prefill ranks it reads, bytes per block and
@@ -34,7 +40,7 @@ struct Deployment {
 nlohmann::json build_deployment_report(const Deployment& d);
 
 // The plan fields of the JSON document (schema_version 1), all null: model, tp_ratio, prefill,
-// decode, blocks, notifications_expected_per_prefill_rank, decode_ranks, pipeline.
+// decode, blocks, notifications_expected_per_prefill_rank, decode_ranks, pipeline, kv_layouts.
 nlohmann::json null_plan_fields();
 
 }  // namespace pdkv::cli

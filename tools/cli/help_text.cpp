@@ -71,6 +71,11 @@ constexpr const char* kPlan =
     "                                 each side's stages hold vLLM's default split of the layers;\n"
     "                                 the report pairs every decode stage with the prefill stages\n"
     "                                 holding its layers (each a separate peer)\n"
+    "  --prefill-kv-layout L          HND (default) | NHD: the prefill engine's KV cache layout\n"
+    "  --decode-kv-layout L           HND (default) | NHD: the decode engine's KV cache layout\n"
+    "  --permute-on-receive           when the layouts differ, decode reads prefill's blocks as\n"
+    "                                 they lie and permutes each into its own layout (vLLM:\n"
+    "                                 enable_permute_local_kv)\n"
     "  --json                         print the report as JSON (see below)\n"
     "  --help, -h                     print this help\n"
     "\n" PDKV_CLI_JSON_NOTE "\n" PDKV_CLI_EXIT_STATUS;

@@ -189,6 +189,9 @@ nlohmann::json run_plan(const std::vector<std::string>& argv, bool& json_output)
                 {"--decode-tp", true},
                 {"--prefill-pp", true},
                 {"--decode-pp", true},
+                {"--prefill-kv-layout", true},
+                {"--decode-kv-layout", true},
+                {"--permute-on-receive", false},
                 {"--kv-cache-dtype", true},
                 {"--mamba-cache-dtype", true},
                 {"--mamba-ssm-cache-dtype", true},
@@ -213,6 +216,15 @@ nlohmann::json run_plan(const std::vector<std::string>& argv, bool& json_output)
   d.prefix_caching = a.has("--enable-prefix-caching");
   if (auto v = a.get_positive_u32("--prefill-pp")) d.prefill_pp = *v;
   if (auto v = a.get_positive_u32("--decode-pp")) d.decode_pp = *v;
+  for (const auto& [flag, out] : {std::pair{"--prefill-kv-layout", &d.prefill_kv_layout},
+                                  std::pair{"--decode-kv-layout", &d.decode_kv_layout}}) {
+    if (auto v = a.get(flag)) {
+      if (*v == "HND") *out = KvLayout::HND;
+      else if (*v == "NHD") *out = KvLayout::NHD;
+      else throw usage_error(flag, std::string(flag) + " '" + *v + "' is not one of HND, NHD", did_you_mean(*v, {"HND", "NHD"}));
+    }
+  }
+  d.permute_on_receive = a.has("--permute-on-receive");
   std::vector<uint32_t> mla_layers;
   std::optional<uint32_t> mla_head_size;
   if (auto v = a.get("--mla-layers")) mla_layers = parse_layers(*v);

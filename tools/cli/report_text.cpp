@@ -127,6 +127,19 @@ std::string render_report_text(const json& r) {
     out << "tp_ratio (decode view): " << r["tp_ratio"] << "; READ notifications each prefill rank waits for: "
         << r["notifications_expected_per_prefill_rank"] << "\n\n";
   }
+  if (!r["kv_layouts"].is_null()) {
+    const auto& k = r["kv_layouts"];
+    out << "KV cache layouts: prefill " << k["prefill"].get<std::string>() << ", decode " << k["decode"].get<std::string>();
+    if (!k["permute"].is_null()) {
+      const auto& p = k["permute"];
+      out << "; decode writes each received block in " << p["from"].get<std::string>() << " and permutes it to "
+          << p["to"].get<std::string>() << " (" << p["heads"] << " heads x " << p["tokens"] << " tokens x "
+          << p["head_bytes"] << " B = " << fmt_bytes(p["block_bytes"]) << " per block) before zeroing";
+    } else if (k["prefill"] == k["decode"]) {
+      out << "; read as they lie";
+    }
+    out << "\n\n";
+  }
   if (!r["pipeline"].is_null()) {
     const auto& pp = r["pipeline"];
     out << "Pipeline stages (" << pp["num_layers"] << " layers; prefill PP " << pp["prefill_pp"] << ", decode PP "

@@ -1311,6 +1311,7 @@ pub struct pdkv_plan_context_params {
     pub local_geometry: *const pdkv_geometry_t,
     pub remote_geometry: *const pdkv_geometry_t,
     pub mapping: *const pdkv_tp_mapping_t,
+    pub permute_on_receive: u8,
 }
 pub type pdkv_plan_context_params_t = pdkv_plan_context_params;
 extern "C" {
@@ -1398,6 +1399,11 @@ pub struct pdkv_transfer_plan_info {
     pub p_pp_rank: u64,
     pub layer_begin: u64,
     pub layer_end: u64,
+    pub permute_from_layout: u64,
+    pub permute_to_layout: u64,
+    pub permute_heads: u64,
+    pub permute_tokens: u64,
+    pub permute_head_bytes: u64,
 }
 pub type pdkv_transfer_plan_info_t = pdkv_transfer_plan_info;
 extern "C" {
@@ -1444,6 +1450,10 @@ pub struct pdkv_plan_group_zero {
     pub num_zero: usize,
     pub unfilled_states: *const u64,
     pub num_unfilled_states: usize,
+    pub permute_blocks: *const u64,
+    pub num_permute_blocks: usize,
+    pub permute_regions: *const u32,
+    pub num_permute_regions: usize,
 }
 pub type pdkv_plan_group_zero_t = pdkv_plan_group_zero;
 extern "C" {
@@ -1472,6 +1482,18 @@ extern "C" {
 }
 extern "C" {
     pub fn pdkv_transfer_plan_free(plan: *mut pdkv_transfer_plan_t);
+}
+extern "C" {
+    pub fn pdkv_permute_kv_block(
+        block: *mut u8,
+        len: usize,
+        from_layout: i32,
+        to_layout: i32,
+        heads: u64,
+        tokens: u64,
+        head_bytes: u64,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
 }
 extern "C" {
     pub fn pdkv_pipeline_layer_window(

@@ -90,8 +90,8 @@ pub use pipeline::{
     pipeline_layer_window, pipeline_notifications_expected, pipeline_stage_pairs, StagePair,
 };
 pub use plan::{
-    PlanContext, PlanContextParams, PlanGroup, PlanGroupRef, PlanGroupZero, PlanRead, TransferPlan,
-    TransferPlanInfo,
+    permute_kv_block, BlockPermute, PlanContext, PlanContextParams, PlanGroup, PlanGroupRef,
+    PlanGroupZero, PlanRead, TransferPlan, TransferPlanInfo,
 };
 pub use scheduler::{
     d_num_new_matched_tokens, derive_offload_geometry, mamba_aligned_split,

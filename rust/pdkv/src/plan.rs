@@ -4,7 +4,7 @@ use crate::engine::MambaCacheMode;
 use crate::error::{Error, Result, Status};
 use crate::ffi_util::{check, owned_str, slice, sp};
 use crate::geometry::Geometry;
-use crate::metadata::EngineMetadata;
+use crate::metadata::{EngineMetadata, KvLayout};
 use crate::topology::TpMapping;
 use crate::trim::GroupTrimInput;
 use pdkv_sys as sys;
@@ -24,6 +24,10 @@ pub struct PlanContextParams<'a> {
     pub remote_geometry: Option<&'a Geometry>,
     /// None: derived from the metadata; else this mapping is used (copied).
     pub mapping: Option<&'a TpMapping>,
+    /// When D's and P's KV layouts differ, D writes received attention blocks in P's layout and
+    /// permutes them into its own after receipt (vLLM's `enable_permute_local_kv`); without it
+    /// different layouts are [`Status::UnsupportedLayout`].
+    pub permute_on_receive: bool,
 }
 
 impl<'a> PlanContextParams<'a> {
@@ -38,7 +42,15 @@ impl<'a> PlanContextParams<'a> {
             local_geometry: None,
             remote_geometry: None,
             mapping: None,
+            permute_on_receive: false,
         }
+    }
+
+    /// Lets D read P's blocks in P's KV layout and permute them into its own after receipt.
+    #[must_use]
+    pub fn permute_on_receive(mut self, on: bool) -> PlanContextParams<'a> {
+        self.permute_on_receive = on;
+        self
     }
 
     /// Sets the D and P geometries (needed for Mamba groups).
@@ -93,6 +105,7 @@ impl PlanContext {
             local_geometry: params.local_geometry.map_or(ptr::null(), |g| g.as_ptr()),
             remote_geometry: params.remote_geometry.map_or(ptr::null(), |g| g.as_ptr()),
             mapping: params.mapping.map_or(ptr::null(), |m| m.as_ptr()),
+            permute_on_receive: u8::from(params.permute_on_receive),
         };
         let mut out = ptr::null_mut();
         // SAFETY: all handles live for the call; nothing retained.
@@ -282,6 +295,75 @@ pub struct TransferPlanInfo {
     pub layer_begin: u32,
     /// One past its last layer; 0: through the model's last layer.
     pub layer_end: u32,
+    /// The receive-side permutation of the blocks each group lists
+    /// ([`PlanGroupZero::permute_blocks`]); inactive (equal layouts) when nothing is permuted.
+    pub permute: BlockPermute,
+}
+
+/// How D permutes one received attention KV block: from the layout the bytes arrive in (P's) to
+/// D's, one block being `heads` x `tokens` x `head_bytes` (`pdkv_transfer_plan_info_t.permute_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockPermute {
+    /// Layout of the received bytes (P's).
+    pub from: KvLayout,
+    /// D's layout.
+    pub to: KvLayout,
+    /// D's KV heads per rank.
+    pub heads: u64,
+    /// D's kernel block size in tokens.
+    pub tokens: u64,
+    /// Bytes of one head of one token (scales included).
+    pub head_bytes: u64,
+}
+
+impl BlockPermute {
+    /// Whether any block is permuted (the layouts differ).
+    pub fn active(&self) -> bool {
+        self.from != self.to
+    }
+
+    /// Permutes one block in place (`pdkv_permute_kv_block`); [`Status::InvalidArgument`] when
+    /// `block` is not `heads * tokens * head_bytes` bytes.
+    pub fn apply(&self, block: &mut [u8]) -> Result<()> {
+        permute_kv_block(
+            block,
+            self.from,
+            self.to,
+            self.heads,
+            self.tokens,
+            self.head_bytes,
+        )
+    }
+}
+
+/// Permutes one attention KV block of `heads` x `tokens` x `head_bytes` in place from layout
+/// `from` to `to` (`pdkv_permute_kv_block`).
+pub fn permute_kv_block(
+    block: &mut [u8],
+    from: KvLayout,
+    to: KvLayout,
+    heads: u64,
+    tokens: u64,
+    head_bytes: u64,
+) -> Result<()> {
+    let p = if block.is_empty() {
+        ptr::null_mut()
+    } else {
+        block.as_mut_ptr()
+    };
+    // SAFETY: the block is written in place during the call only.
+    check(|e| unsafe {
+        sys::pdkv_permute_kv_block(
+            p,
+            block.len(),
+            from.raw(),
+            to.raw(),
+            heads,
+            tokens,
+            head_bytes,
+            e,
+        )
+    })
 }
 
 /// Receive-side work of one group, borrowed from the plan (`pdkv_plan_group_zero_t`).
@@ -295,6 +377,12 @@ pub struct PlanGroupZero<'a> {
     pub zero: &'a [ZeroRange],
     /// Mamba slots never to publish as cache hits.
     pub unfilled_states: &'a [u64],
+    /// D kernel blocks (ascending) that arrive in P's layout and must be permuted into D's
+    /// ([`TransferPlanInfo::permute`]) in each of `permute_regions`, after the data and before
+    /// the zero ranges.
+    pub permute_blocks: &'a [u64],
+    /// Regions the blocks are permuted in (the group's regions that are not MLA).
+    pub permute_regions: &'a [u32],
 }
 
 /// One request's compiled, validated transfer plan; immutable, freed on drop.
@@ -411,6 +499,13 @@ impl TransferPlan {
             p_pp_rank: r.p_pp_rank as u32,
             layer_begin: r.layer_begin as u32,
             layer_end: r.layer_end as u32,
+            permute: BlockPermute {
+                from: KvLayout::from_raw(r.permute_from_layout as i32),
+                to: KvLayout::from_raw(r.permute_to_layout as i32),
+                heads: r.permute_heads,
+                tokens: r.permute_tokens,
+                head_bytes: r.permute_head_bytes,
+            },
         })
     }
 
@@ -472,6 +567,8 @@ impl TransferPlan {
                 regions: slice(r.regions, r.num_regions),
                 zero: slice(r.zero.cast::<ZeroRange>(), r.num_zero),
                 unfilled_states: slice(r.unfilled_states, r.num_unfilled_states),
+                permute_blocks: slice(r.permute_blocks, r.num_permute_blocks),
+                permute_regions: slice(r.permute_regions, r.num_permute_regions),
             })
         }
     }

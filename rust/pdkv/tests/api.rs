@@ -717,3 +717,80 @@ fn pipeline_stages_pair_and_plan_by_layer() {
         Status::InvalidArgument
     );
 }
+
+// ---- different KV layouts -------------------------------------------------------------------
+
+/// D NHD TP1 (2 KV heads) <- P HND TP2 (one head each) on Nemotron-3-Nano: refused without
+/// `permute_on_receive` (naming it); with it, D's received blocks are listed with the HND -> NHD
+/// permutation of 2 heads x 2096 tokens x 512 bytes, and `BlockPermute::apply` transposes one.
+#[test]
+fn different_kv_layouts_permute_on_receive() {
+    let m = nano();
+    let d_layout = EngineLayout {
+        engine_id: "d".into(),
+        num_logical_blocks: 8,
+        kv_layout: KvLayout::Nhd,
+        ..Default::default()
+    };
+    let d = EngineMetadata::from_model(&m, &EngineConfig::with_tp(1), &d_layout).unwrap();
+    let p: Vec<EngineMetadata> = (0..2)
+        .map(|r| {
+            let l = EngineLayout {
+                engine_id: "p".into(),
+                tp_rank: r,
+                num_logical_blocks: 8,
+                base: (2 + u64::from(r)) << 40,
+                ..Default::default()
+            };
+            EngineMetadata::from_model(&m, &EngineConfig::with_tp(2), &l).unwrap()
+        })
+        .collect();
+    let refs: Vec<&EngineMetadata> = p.iter().collect();
+    let group = PlanGroup {
+        trim: GroupTrimInput {
+            kind: GroupKind::Attention,
+            local_blocks: vec![3, 4],
+            remote_blocks: vec![6, 7],
+            remote_computed_tokens: 3000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let plain = PlanContext::new(&PlanContextParams::new(&d, &refs)).unwrap();
+    let e = TransferPlan::compile(&plain, std::slice::from_ref(&group)).unwrap_err();
+    assert_eq!(e.status(), Status::UnsupportedLayout);
+    assert!(e.message().contains("permute_on_receive"), "{e}");
+    let ctx =
+        PlanContext::new(&PlanContextParams::new(&d, &refs).permute_on_receive(true)).unwrap();
+    let plan = TransferPlan::compile(&ctx, std::slice::from_ref(&group)).unwrap();
+    let i = plan.info().unwrap();
+    assert_eq!(
+        i.permute,
+        BlockPermute {
+            from: KvLayout::Hnd,
+            to: KvLayout::Nhd,
+            heads: 2,
+            tokens: 2096,
+            head_bytes: 512
+        }
+    );
+    let z = plan.group_zero(0).unwrap();
+    assert_eq!(z.permute_blocks, &[3, 4]);
+    assert_eq!(z.permute_regions, &[0]);
+    // 2 heads x 3 tokens x 2 bytes: byte j of head h, token t = 100h + 10t + j.
+    let mut b: Vec<u8> = (0..2u8)
+        .flat_map(|h| (0..3u8).flat_map(move |t| (0..2u8).map(move |j| 100 * h + 10 * t + j)))
+        .collect();
+    let small = BlockPermute {
+        heads: 2,
+        tokens: 3,
+        head_bytes: 2,
+        ..i.permute
+    };
+    small.apply(&mut b).unwrap();
+    assert_eq!(b, vec![0, 1, 100, 101, 10, 11, 110, 111, 20, 21, 120, 121]);
+    assert_eq!(
+        small.apply(&mut b[..10]).unwrap_err().status(),
+        Status::InvalidArgument
+    );
+}

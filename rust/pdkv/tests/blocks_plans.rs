@@ -409,7 +409,8 @@ fn handshake_reports() {
     // Two ranks claiming the same tp_rank.
     let dup = [&p[0], &p[0]];
     assert!(!handshake_validate_engine_ranks(&dup).unwrap().is_empty());
-    // NHD layout on P cannot serve head-sliced reads.
+    // A different layout at one KV head per rank on both sides is served (D permutes received
+    // blocks); NHD on both sides with heads split by TP cannot serve head-sliced reads.
     let nhd = EngineLayout {
         engine_id: "prefill".into(),
         num_regions: 6,
@@ -417,12 +418,22 @@ fn handshake_reports() {
         ..Default::default()
     };
     let p_nhd = EngineMetadata::from_model(&m, &EngineConfig::with_tp(4), &nhd).unwrap();
-    let items = handshake_validate(&d, &p_nhd).unwrap();
+    assert!(handshake_validate(&d, &p_nhd).unwrap().is_empty());
+    let d_nhd = EngineMetadata::from_model(
+        &m,
+        &EngineConfig::with_tp(1),
+        &EngineLayout {
+            engine_id: "decode".into(),
+            ..nhd.clone()
+        },
+    )
+    .unwrap();
+    let items = handshake_validate(&d_nhd, &p_nhd).unwrap();
     assert!(items.iter().any(|i| i.field == "kv_layout"), "{items:?}");
     assert!(items
         .iter()
         .all(|i| !i.text.is_empty() && !i.fix.is_empty()));
-    let e = handshake_require_compatible(&d, &p_nhd).unwrap_err();
+    let e = handshake_require_compatible(&d_nhd, &p_nhd).unwrap_err();
     assert_eq!(e.status(), Status::Incompatible);
     assert!(e.message().contains("kv_layout"), "{e}");
 }

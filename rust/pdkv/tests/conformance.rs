@@ -419,7 +419,9 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
             "decode",
             "decode_rank",
             "groups",
+            "permute_on_receive",
         ],
+        "permute_kv_block" => &["hex", "from", "to", "heads", "tokens", "head_bytes"],
         "attention_local_descriptors" => &["regions", "block_size_ratio"],
         "attention_remote_descriptors" => &[
             "local_regions",
@@ -1155,12 +1157,24 @@ fn compile_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<TransferPla
         other => return Err(format!("groups: expected an array, got {other:?}")),
     };
     let refs: Vec<&EngineMetadata> = p_meta.iter().collect();
+    let permute = bool_or(input, "permute_on_receive", false)?;
     let ctx = lib_or_return!(PlanContext::new(
-        &PlanContextParams::new(&d_meta, &refs).geometries(&dg, &pg)
+        &PlanContextParams::new(&d_meta, &refs)
+            .geometries(&dg, &pg)
+            .permute_on_receive(permute)
     ));
     let plan = lib_or_return!(TransferPlan::compile(&ctx, &groups));
     lib_or_return!(plan.validate(&ctx, &groups));
     Ok(Ok(plan))
+}
+
+/// The vectors' spelling of a KV layout.
+fn layout_name(l: KvLayout) -> CaseResult<&'static str> {
+    match l {
+        KvLayout::Hnd => Ok("HND"),
+        KvLayout::Nhd => Ok("NHD"),
+        other => Err(format!("unknown kv layout {other:?}")),
+    }
 }
 
 /// Executes one op. `Err` is a malformed case or an unknown op (a runner failure).
@@ -1639,6 +1653,8 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                     ("regions", ranks(z.regions)),
                     ("zero_ranges", zero_ranges_json(z.zero)),
                     ("unfilled_states", u64_arr(z.unfilled_states)),
+                    ("permute_blocks", u64_arr(z.permute_blocks)),
+                    ("permute_regions", ranks(z.permute_regions)),
                 ]));
             }
             let (read_ranks, notify_ranks) = (lib!(plan.read_ranks()), lib!(plan.notify_ranks()));
@@ -1669,7 +1685,36 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 ("p_pp_rank", Json::Int(i.p_pp_rank as i64)),
                 ("layer_begin", Json::Int(i.layer_begin as i64)),
                 ("layer_end", Json::Int(i.layer_end as i64)),
+                (
+                    "permute",
+                    obj_of(vec![
+                        ("from", Json::Str(layout_name(i.permute.from)?.into())),
+                        ("to", Json::Str(layout_name(i.permute.to)?.into())),
+                        ("heads", u(i.permute.heads)),
+                        ("tokens", u(i.permute.tokens)),
+                        ("head_bytes", u(i.permute.head_bytes)),
+                    ]),
+                ),
             ])
+        }
+        "permute_kv_block" => {
+            let mut b = hex_decode(str_of(input, "hex")?)?;
+            let layout = |k: &str| -> CaseResult<KvLayout> {
+                match str_of(input, k)? {
+                    "HND" => Ok(KvLayout::Hnd),
+                    "NHD" => Ok(KvLayout::Nhd),
+                    other => Err(format!("{k}: unknown layout {other:?}")),
+                }
+            };
+            lib!(permute_kv_block(
+                &mut b,
+                layout("from")?,
+                layout("to")?,
+                u64_of(input, "heads")?,
+                u64_of(input, "tokens")?,
+                u64_of(input, "head_bytes")?
+            ));
+            out(vec![("hex", Json::Str(hex_encode(&b)))])
         }
         "pipeline_layer_window" => {
             let (b, e) = lib!(pipeline_layer_window(
@@ -2107,10 +2152,10 @@ fn newer_op_handlers_are_consistent() {
     assert!(matches!(err, Outcome::Failed(e) if e.status() == Status::Parse));
     let hs = run(
         "handshake_validate",
-        r#"{"local": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
-            "remote": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 4}, "layout": {"engine_id": "p", "kv_layout": "NHD"}}}"#,
+        r#"{"local": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 1}, "layout": {"engine_id": "d", "kv_layout": "NHD"}},
+            "remote": {"model": "nemotron-3-nano-30b", "engine": {"tp_size": 2}, "layout": {"engine_id": "p", "kv_layout": "NHD"}}}"#,
     );
-    // Distinct engine ids: the NHD remote is the one problem reported.
+    // Distinct engine ids: NHD on both sides with heads split by TP is the one problem reported.
     assert_eq!(hs["compatible"], Json::Bool(false));
     assert_eq!(
         hs["items"],
@@ -2131,7 +2176,7 @@ fn newer_op_handlers_are_consistent() {
             "groups": [{"kind": "attention", "local_blocks": [10, 11], "remote_blocks": [20, 21, 22], "remote_computed_tokens": 3000},
                        {"kind": "mamba", "local_blocks": [40], "remote_blocks": [50], "remote_computed_tokens": 3000}]}"#,
     );
-    assert_eq!(plan.len(), 20);
+    assert_eq!(plan.len(), 21);
     assert_eq!(
         plan["read_ranks"],
         Json::Arr(vec![Json::Int(2), Json::Int(3)])
@@ -2197,14 +2242,14 @@ fn issue4_handlers_detect_mismatches() {
     assert!(hs(r#"[["zzz"]]"#).unwrap_err().contains("zzz"));
     assert!(hs("[]").unwrap_err().contains("1 items"));
     assert_eq!(hs(r#"[["p vs q"]]"#), Ok(()));
-    let pair = r#""local":{"model":"nemotron-3-nano-30b","engine":{"tp_size":2},"layout":{"engine_id":"d"}},
+    let pair = r#""local":{"model":"nemotron-3-nano-30b","engine":{"tp_size":1},"layout":{"engine_id":"d","kv_layout":"NHD"}},
                   "remote":{"model":"nemotron-3-nano-30b","engine":{"tp_size":2},"layout":{"engine_id":"p","kv_layout":"NHD"}}"#;
     let hv = |contains: &str| {
         run_case(&case(&format!(
             r#"{{"name":"x","op":"handshake_validate","input":{{{pair},"item_messages_contain":{contains}}},"output":{{"items":[{{"status":"PDKV_ERR_UNSUPPORTED_LAYOUT","field":"kv_layout"}}],"compatible":false}}}}"#
         )))
     };
-    assert_eq!(hv(r#"[["HND","NHD"]]"#), Ok(()));
+    assert_eq!(hv(r#"[["2 vs 1"]]"#), Ok(()));
     assert!(hv(r#"[["XYZ"]]"#).unwrap_err().contains("XYZ"));
 
     let local = |descs: &str, region: &str| {

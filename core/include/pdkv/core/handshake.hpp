@@ -37,9 +37,11 @@ std::string to_string(const Incompatibility& item);
 // Every incompatibility between `local` and `remote` (empty: the pair can be served). Both inputs
 // must have passed check_metadata (decode() guarantees it for remote bytes); overlapping regions
 // on either side (hand-built metadata) are still reported, as an Incompatible item on field
-// "regions[j].base" naming both regions and their byte ranges. KV layouts: the same on both
-// sides (MLA: any), and HND whenever the sides hold different numbers of KV heads per rank;
-// compile_transfer_plan applies the same rule. Attention bytes per token per KV head must be
+// "regions[j].base" naming both regions and their byte ranges. KV layouts may differ (the reader
+// permutes received blocks into its own layout: PlanContext::permute_on_receive); when the sides
+// hold different numbers of KV heads per rank, at least one side must be HND (MLA: any);
+// compile_transfer_plan requires it of the side read from (P) and the permute flag for
+// different layouts. Attention bytes per token per KV head must be
 // equal on both sides for every model kind (hybrids included, whatever the region kinds), and on
 // each side every region's block_len must equal kernel_block_size * attention_bytes_per_token.
 // Each region is checked by its own kind: regions are matched by index and must have the same

@@ -27,8 +27,17 @@
 // NHD layout (tokens x heads x bytes_per_head, both sides): a token run over ALL of the rank's
 // heads is one contiguous piece at token_begin * heads * bytes_per_head, whole block or not. It
 // is planned only where that holds, i.e. MLA or the same number of KV heads per rank on both
-// sides; D reading a head subset of an NHD block (heterogeneous heads per rank) and different
-// layouts on D and P are refused with UnsupportedLayout, the rule validate_pair applies.
+// sides; D reading a head subset of a P NHD block (heterogeneous heads per rank) is refused with
+// UnsupportedLayout naming the fix (HND on P).
+//
+// Different layouts on D and P (with PlanContext::permute_on_receive, vLLM's
+// enable_permute_local_kv): D's blocks are written as if D used P's layout (HND head slices, or
+// NHD whole tokens when the heads per rank agree), and every D kernel block that receives a
+// byte is listed for a receive-side permutation into D's own layout (TransferPlan::permute,
+// GroupZero::permute_blocks; kv_permute.hpp), applied after the data and before the zero ranges.
+// The coverage check proves every received byte is written exactly once in that staging layout;
+// a permuted block must hold no token of D's own prefix-cache hit (the staging write would land
+// on it), which is refused with UnsupportedLayout.
 //
 // Pipeline parallelism (pipeline.hpp): a context pairs one D rank with the TP ranks of ONE P
 // stage. When the two stages hold different layer windows, regions are paired by layer: each
@@ -47,6 +56,7 @@
 
 #include "pdkv/core/engine_metadata.hpp"
 #include "pdkv/core/error.hpp"
+#include "pdkv/core/kv_permute.hpp"
 #include "pdkv/core/mamba_state.hpp"
 #include "pdkv/core/prefix_trim.hpp"
 #include "pdkv/core/tp_topology.hpp"
@@ -64,6 +74,10 @@ struct PlanContext {
   // Mamba, checked against the metadata's conv/ssm bytes.
   std::optional<MambaState> local_mamba;
   std::optional<MambaState> remote_mamba;
+  // D permutes received attention blocks from P's KV layout into its own after the data (vLLM:
+  // kv_connector_extra_config enable_permute_local_kv). Without it, different layouts on D and P
+  // are refused with UnsupportedLayout naming this flag.
+  bool permute_on_receive = false;
 };
 
 // One KV-cache group of the request.
@@ -133,6 +147,11 @@ struct GroupZero {
   std::vector<uint32_t> regions;        // resolved (never empty when the group has regions)
   std::vector<ZeroRange> zero;          // kernel block + token range, D side
   std::vector<uint64_t> unfilled_states;
+  // With TransferPlan::permute active: the D kernel blocks (ascending) that receive bytes and
+  // must be permuted, in each of permute_regions (the group's regions that are not MLA). Done
+  // after the data and before the zero ranges (which are in D's own layout).
+  std::vector<uint64_t> permute_blocks;
+  std::vector<uint32_t> permute_regions;
 };
 
 struct PlanStats {
@@ -165,6 +184,8 @@ struct TransferPlan {
   std::vector<uint32_t> notify_ranks;
   uint32_t notifications_per_p_rank = 1;
   std::vector<GroupZero> zero;          // one entry per group, in group order
+  // The receive-side permutation of the listed blocks (inactive when D and P use one layout).
+  BlockPermute permute;
   PlanStats stats;
 
   bool empty() const { return ranks.empty(); }  // a full prefix hit: notify only
@@ -215,8 +236,10 @@ void validate_plan_context(const PlanContext& ctx);
 //  Incompatible    - a context validate_plan_context refuses: a P rank failing validate_pair
 //                    with D, P ranks failing validate_engine_ranks (e.g. the same P rank twice),
 //                    Mamba states disagreeing with the metadata; the message lists every item;
-//  UnsupportedLayout - an attention group with different KV layouts on D and P (non-MLA), or NHD
-//                    with different KV heads per rank on D and P (names both layouts and the fix);
+//  UnsupportedLayout - an attention group with different KV layouts on D and P (non-MLA) without
+//                    permute_on_receive (names the flag), a P NHD block read by head subsets
+//                    (different KV heads per rank: names HND on P as the fix), or a block to
+//                    permute that holds tokens of D's prefix-cache hit;
 //  NotFound        - a P rank the plan reads from has no metadata in ctx.remote;
 //  Incompatible    - P and D geometry that cannot describe the same model (region counts of
 //                    stages holding the same window, a layer in an MLA region on one side only,
@@ -256,8 +279,9 @@ void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGrou
 // The plan's coverage and bounds check, usable on its own (e.g. on a plan that was edited or
 // deserialised): the D bytes the plan must write are recomputed from the groups (prefix trimming
 // and the D rank's own head / state layout, independently of the reads) and compared with the
-// union of the plan's local ranges; attention bytes follow D's own KV layout (HND head slices or
-// NHD token ranges). Throws the context errors of compile_transfer_plan (InvalidArgument,
+// union of the plan's local ranges; attention bytes follow the layout D's blocks are written in
+// (D's own, or P's when D permutes on receive: HND head slices or NHD token ranges), and the
+// plan's permutation and permuted blocks must be those D needs. Throws the context errors of compile_transfer_plan (InvalidArgument,
 // UnsupportedLayout, ...), Coverage (overlap, missing or unexpected bytes, naming region, offset
 // and length) or OutOfBounds (naming side, region, offset, length, size); a context that
 // validate_plan_context refuses is Incompatible here too.
