@@ -397,3 +397,53 @@ TEST_CASE("A wrong pre-shared key is AUTH naming the peer, within the deadline; 
   DSide d(s, st);
   serve_fresh_peer(d, *p, "right-key");
 }
+
+// Known issue (see the e2e findings): over tcp UCX 1.13.1 answers D's GETs from P's worker
+// (a software GET); when D's worker is gone before P answered a GET it already received, P's
+// reply fails and UCX aborts the P process (ucs_fatal "unexpected error: Endpoint timeout" in
+// ucp_get_req_handler). A D rank that exits or frees its agent mid-READ then kills the P rank.
+// Hidden until the executor avoids it: run with `executor_e2e_tests "[known-issue]"`.
+TEST_CASE("P survives a D agent freed with its GETs in flight over tcp", "[.][known-issue][e2e][fault]") {
+  const Scenario& s = scenario("tiny");
+  auto p = PeerProcess::start_peer(peer_args("tiny", PDKV_TRANSPORT_TCP, {"--hb-timeout", "5000"}));
+  SECTION("P busy (stopped) while D goes away") {
+    for (int rep = 0; rep < kRepeats; ++rep) {
+      INFO("repetition " << rep);
+      AgentSettings st;
+      st.transport = PDKV_TRANSPORT_TCP;
+      DSide d(s, st);
+      d.connect_all(*p);
+      const PlanPtr plan = d.plan_from_peers();
+      p->signal(SIGSTOP);
+      TransferPtr t;
+      REQUIRE(d.post(plan.get(), "gone", 3000, &t).ok());
+      std::this_thread::sleep_for(20ms);
+      d.rank().free_agent();
+      p->signal(SIGCONT);
+      std::this_thread::sleep_for(300ms);
+      INFO(p->transcript());
+      REQUIRE_FALSE(p->wait_exit(0ms));  // the P process is still alive
+    }
+  }
+  SECTION("D freed right after posting, P running") {
+    for (int rep = 0; rep < 10; ++rep) {
+      INFO("repetition " << rep);
+      AgentSettings st;
+      st.transport = PDKV_TRANSPORT_TCP;
+      st.max_outstanding = 64;
+      DSide d(s, st);
+      d.connect_all(*p);
+      const PlanPtr plan = d.plan_from_peers();
+      TransferPtr t;
+      REQUIRE(d.post(plan.get(), "gone", 3000, &t).ok());
+      std::this_thread::sleep_for(std::chrono::microseconds(200 * rep));
+      d.rank().free_agent();
+      std::this_thread::sleep_for(100ms);
+      REQUIRE_FALSE(p->wait_exit(0ms));
+    }
+  }
+  AgentSettings st;
+  st.transport = PDKV_TRANSPORT_TCP;
+  DSide d(s, st);
+  serve_fresh_peer(d, *p, "after");
+}

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <fstream>
 #include <stdexcept>
 
 #include "peer_process.hpp"
@@ -60,6 +61,13 @@ std::unique_ptr<VethNamespace> VethNamespace::create(std::string* why) {
 VethNamespace::~VethNamespace() {
   if (link_made_) ip({"link", "del", host_if_}, nullptr);  // deletes both ends
   if (ns_made_) ip({"netns", "del", name_}, nullptr);
+}
+
+uint64_t VethNamespace::host_rx_bytes() const {
+  std::ifstream in("/sys/class/net/" + host_if_ + "/statistics/rx_bytes");
+  uint64_t v = 0;
+  if (!(in >> v)) throw std::runtime_error("cannot read the rx bytes of " + host_if_);
+  return v;
 }
 
 void VethNamespace::set_link(bool up) {

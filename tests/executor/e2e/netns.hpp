@@ -3,6 +3,7 @@
 // concurrent runs on one machine do not collide. Torn down by the destructor.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@ class VethNamespace {
   const std::string& ns_ip() const { return ns_ip_; }      // the namespace's end
   // Prefix that runs a command inside the namespace.
   std::vector<std::string> exec_prefix() const { return {"ip", "netns", "exec", name_}; }
+  // Bytes received on the test's end of the link so far.
+  uint64_t host_rx_bytes() const;
   // Sets the test's end of the link down (cut) or up again; throws when `ip` fails.
   void set_link(bool up);
 

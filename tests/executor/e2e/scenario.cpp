@@ -311,6 +311,21 @@ RankAgent::~RankAgent() {
   for (auto* m : regs_) pdkv_memory_free(m);
 }
 
+pdkv_status_t RankAgent::reregister(uint32_t r, pdkv_error_t** err) {
+  pdkv_memory_desc_t d{};
+  d.struct_size = sizeof d;
+  d.region = r;
+  d.address = reinterpret_cast<uint64_t>(mem_.region(r));
+  d.length = mem_.region_size(r);
+  pdkv_memory_t* m = nullptr;
+  const pdkv_status_t st = pdkv_agent_register_memory(agent_, &d, &m, err);
+  if (st == PDKV_OK) {
+    pdkv_memory_free(regs_[r]);
+    regs_[r] = m;
+  }
+  return st;
+}
+
 void RankAgent::free_agent() {
   pdkv_agent_free(agent_);
   agent_ = nullptr;

@@ -142,6 +142,8 @@ class RankAgent {
   pdkv_memory_t* registration(uint32_t r) const { return regs_[r]; }
   uint16_t port() const;
   std::string address() const;  // "host:port" as bound
+  // Registers region r again (after a deregistration), replacing its handle.
+  pdkv_status_t reregister(uint32_t r, pdkv_error_t** err);
   // Frees the agent now (handles of regions stay valid until the destructor).
   void free_agent();
 
