@@ -73,29 +73,27 @@ TEST_CASE("P killed with SIGKILL mid-transfer: PEER_LOST within the deadline, th
   st.max_outstanding = 4;
   DSide d(s, st);
   auto p = PeerProcess::start_peer(peer_args("tiny", transport));
-  int in_flight_kills = 0;
   for (int rep = 0; rep < kRepeats; ++rep) {
     INFO("repetition " << rep);
     d.connect_all(*p);
     const PlanPtr plan = d.plan_from_peers();
     d.reset_memory();
-    // Over tcp a GET needs the target's worker: a stopped P keeps every GET in flight, so the
-    // kill lands mid-transfer for sure. Over shm D reads P's memory itself (CMA) and may finish
-    // first; then the kill lands between transfers and the next post meets a dead peer.
-    if (transport == PDKV_TRANSPORT_TCP) p->signal(SIGSTOP);
+    // UCX 1.13.1 emulates a GET with messages the target's worker answers, over tcp and over shm
+    // alike: a stopped P keeps every GET in flight, so the kill lands mid-transfer for sure (and
+    // never in the middle of P writing a reply: see the shm known issue below).
+    p->stop();
     TransferPtr t;
     const auto t0 = Clock::now();
     const std::string req = "kill-" + std::to_string(rep);
     const Result r = d.post(plan.get(), req, kDeadlineMs, &t);
     INFO(r.message);
     REQUIRE(r.ok());
-    if (transport == PDKV_TRANSPORT_TCP) {
-      std::this_thread::sleep_for(30ms);
+    std::this_thread::sleep_for(30ms);
+    {
       const auto i = DSide::info(t.get());
       REQUIRE(i.state == PDKV_TRANSFER_IN_FLIGHT);
       REQUIRE(i.operations_done < i.operations_total);
     }
-    const bool was_in_flight = DSide::info(t.get()).state == PDKV_TRANSFER_IN_FLIGHT;
     // Handles of the peers taken now: a lost peer is no longer found by engine and rank.
     std::vector<PeerPtr> peers;
     for (uint32_t rank = 0; rank < s.p.tp_size; ++rank) peers.push_back(d.peer(rank));
@@ -107,20 +105,11 @@ TEST_CASE("P killed with SIGKILL mid-transfer: PEER_LOST within the deadline, th
     const int64_t elapsed = ms_since(t0);
     const auto ti = DSide::info(t.get());
     INFO("final: " << pdkv_status_name(w.status) << ": " << w.message << " after " << elapsed << " ms");
-    if (was_in_flight && ti.state == PDKV_TRANSFER_FAILED) {
-      in_flight_kills++;
-      CHECK(w.status == PDKV_ERR_PEER_LOST);
-      CHECK(ti.status == PDKV_ERR_PEER_LOST);
-      CHECK(elapsed < static_cast<int64_t>(kDeadlineMs));
-      check_failed_reads(t.get(), plan.get(), PDKV_ERR_PEER_LOST);
-      CHECK_THAT(w.message, Catch::Contains(s.p.engine_id));
-    } else {
-      // The transfer beat the kill: it is complete and correct.
-      CHECK(w.ok());
-      const std::string bad = d.verify(plan.get());
-      INFO(bad);
-      CHECK(bad.empty());
-    }
+    CHECK(w.status == PDKV_ERR_PEER_LOST);
+    CHECK(ti.status == PDKV_ERR_PEER_LOST);
+    CHECK(elapsed < static_cast<int64_t>(kDeadlineMs));
+    check_failed_reads(t.get(), plan.get(), PDKV_ERR_PEER_LOST);
+    CHECK_THAT(w.message, Catch::Contains(s.p.engine_id));
     check_untouched(d, plan.get());
     // D learns the loss of every rank (the control connection died with the process).
     for (uint32_t rank = 0; rank < s.p.tp_size; ++rank) {
@@ -132,7 +121,7 @@ TEST_CASE("P killed with SIGKILL mid-transfer: PEER_LOST within the deadline, th
       E2E_OK(pdkv_peer_get_info(peers[rank].get(), &i, err));
       CHECK(i.connected == 0);
       CHECK(i.lost_status == PDKV_ERR_PEER_LOST);
-      if (was_in_flight && ti.state == PDKV_TRANSFER_FAILED) CHECK(i.transfers_failed >= 1);
+      CHECK(i.transfers_failed == 1);  // this transfer, on this (new) peer record
     }
     // A post to the dead peer is refused at once (the lost peer is dropped: not connected).
     TransferPtr t2;
@@ -143,9 +132,34 @@ TEST_CASE("P killed with SIGKILL mid-transfer: PEER_LOST within the deadline, th
     p = PeerProcess::start_peer(peer_args("tiny", transport));
     serve_fresh_peer(d, *p, "fresh-" + std::to_string(rep));
   }
-  if (transport == PDKV_TRANSPORT_TCP) CHECK(in_flight_kills == kRepeats);
-  WARN("SIGKILL over " << transport_name(transport) << ": " << in_flight_kills << " of " << kRepeats
-                       << " kills landed mid-transfer");
+}
+
+// Known issue (see the e2e findings, F3): a P process killed while it is answering D's GETs over
+// shm (UCX 1.13.1 answers them with messages through D's shared-memory FIFO) leaves D unable to
+// wire up any new shm peer: every later connect times out in "UCX connection setup". A P stopped
+// before the kill (the test above) does not do it. Hidden until the executor copes:
+// `executor_e2e_tests "[known-issue]"`.
+TEST_CASE("D serves a fresh shm peer after a running P was killed mid-transfer", "[.][known-issue][e2e][fault]") {
+  const Scenario& s = scenario("tiny");
+  AgentSettings st;
+  st.transport = PDKV_TRANSPORT_SHM;
+  st.max_outstanding = 4;
+  DSide d(s, st);
+  for (int rep = 0; rep < 10; ++rep) {
+    INFO("repetition " << rep);
+    auto p = PeerProcess::start_peer(peer_args("tiny", PDKV_TRANSPORT_SHM));
+    d.connect_all(*p);
+    const PlanPtr plan = d.plan_from_peers();
+    TransferPtr t;
+    REQUIRE(d.post(plan.get(), "running-kill", kDeadlineMs, &t).ok());
+    p->signal(SIGKILL);
+    REQUIRE(p->wait_exit(5000ms));
+    bool finished = false;
+    d.wait(t.get(), kDeadlineMs + 1000, &finished);
+    REQUIRE(finished);
+    auto fresh = PeerProcess::start_peer(peer_args("tiny", PDKV_TRANSPORT_SHM));
+    serve_fresh_peer(d, *fresh, "fresh");
+  }
 }
 
 TEST_CASE("A silent peer: connects time out, a silent inbound socket stalls nothing, a stopped P is lost",
@@ -196,7 +210,7 @@ TEST_CASE("A silent peer: connects time out, a silent inbound socket stalls noth
       d.reset_memory();
       std::vector<PeerPtr> peers;
       for (uint32_t rank = 0; rank < s.p.tp_size; ++rank) peers.push_back(d.peer(rank));
-      p->signal(SIGSTOP);
+      p->stop();
       const auto t0 = Clock::now();
       TransferPtr t;
       REQUIRE(d.post(plan.get(), "stalled-" + std::to_string(rep), kDeadlineMs, &t).ok());
@@ -414,12 +428,12 @@ TEST_CASE("P survives a D agent freed with its GETs in flight over tcp", "[.][kn
       DSide d(s, st);
       d.connect_all(*p);
       const PlanPtr plan = d.plan_from_peers();
-      p->signal(SIGSTOP);
+      p->stop();
       TransferPtr t;
       REQUIRE(d.post(plan.get(), "gone", 3000, &t).ok());
       std::this_thread::sleep_for(20ms);
       d.rank().free_agent();
-      p->signal(SIGCONT);
+      p->resume();
       std::this_thread::sleep_for(300ms);
       INFO(p->transcript());
       REQUIRE_FALSE(p->wait_exit(0ms));  // the P process is still alive

@@ -89,14 +89,14 @@ TEST_CASE("P in another network namespace over veth: transfers, and the link cut
     INFO("repetition " << rep);
     const PlanPtr plan = d.plan_from_peers();
     d.reset_memory();
-    p->signal(SIGSTOP);
+    p->stop();
     TransferPtr t;
     const auto t0 = Clock::now();
     REQUIRE(d.post(plan.get(), "cut-" + std::to_string(rep), 2000, &t).ok());
     std::this_thread::sleep_for(20ms);
     REQUIRE(DSide::info(t.get()).state == PDKV_TRANSFER_IN_FLIGHT);
     ns->set_link(false);
-    p->signal(SIGCONT);
+    p->resume();
     bool finished = false;
     const Result w = d.wait(t.get(), 4000, &finished);
     const int64_t elapsed = ms_since(t0);

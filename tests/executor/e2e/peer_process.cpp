@@ -177,6 +177,22 @@ void PeerProcess::signal(int sig) {
   if (!exited()) ::kill(pid_, sig);
 }
 
+void PeerProcess::stop() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (reaped_) throw std::runtime_error("stop: the peer process has exited");
+  ::kill(pid_, SIGSTOP);
+  int st = 0;
+  for (;;) {
+    const pid_t r = waitpid(pid_, &st, WUNTRACED);
+    if (r < 0 && errno == EINTR) continue;
+    if (r != pid_) throw std::runtime_error("stop: waitpid failed");
+    if (WIFSTOPPED(st)) return;
+    reaped_ = true;  // it exited instead
+    status_ = st;
+    throw std::runtime_error("stop: the peer process exited");
+  }
+}
+
 std::optional<int> PeerProcess::wait_exit(Ms timeout) {
   const auto until = std::chrono::steady_clock::now() + timeout;
   for (;;) {

@@ -4,6 +4,7 @@
 // The destructor kills a child still running (SIGKILL) and reaps it.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -52,6 +53,10 @@ class PeerProcess {
   std::string transcript() const;
 
   void signal(int sig);
+  // SIGSTOP, returning once the child is really stopped (kill() only queues the signal: a busy
+  // child may run on for a moment); SIGCONT.
+  void stop();
+  void resume() { signal(SIGCONT); }
   // Waits for the exit; returns the wait status, or nullopt after `timeout`.
   std::optional<int> wait_exit(Ms timeout);
   bool exited() const;
