@@ -506,3 +506,44 @@ TEST_CASE("CALLER progress mode: the event fd and pdkv_agent_progress drive tran
     }
   }
 }
+
+TEST_CASE("WRITE_DONE comes only after the bytes are in D's memory (D in CALLER mode, held back)",
+          "[e2e][write][caller]") {
+  const int32_t transport = GENERATE(PDKV_TRANSPORT_TCP, PDKV_TRANSPORT_SHM);
+  INFO("over " << transport_name(transport));
+  const Scenario& s = scenario("tiny");
+  AgentSettings st;
+  st.transport = transport;
+  st.progress = PDKV_PROGRESS_CALLER;
+  DSide d(s, st);
+  auto p = PeerProcess::start_peer(peer_args("tiny", transport));
+  d.connect_all(*p);
+  const PlanPtr plan = d.plan_from_peers();
+  E2E_OK(pdkv_agent_lease(d.agent(), "held", 2, 10000, err));
+  REQUIRE(p->send("WRITE held 5000 0,1"));
+  // D's worker is not progressed: P's PUTs cannot land (UCX delivers them through D's worker),
+  // so P's flush cannot complete and no WRITE_DONE may arrive.
+  const auto quiet_until = Clock::now() + 300ms;
+  while (Clock::now() < quiet_until) {
+    d.poll_notes();
+    std::this_thread::sleep_for(5ms);
+  }
+  for (const Note& n : d.backlog()) CHECK(n.kind != PDKV_NOTIFY_WRITE_DONE);
+  // Now progress: each WRITE_DONE finds its rank's bytes in place.
+  int done = 0;
+  const auto until = Clock::now() + 5000ms;
+  while (done < 2 && Clock::now() < until) {
+    E2E_OK(pdkv_agent_progress(d.agent(), nullptr, err));
+    if (const auto n = d.take_note(PDKV_NOTIFY_WRITE_DONE, "held", 0ms)) {
+      done++;
+      CHECK(n->status == PDKV_OK);
+      const std::string bad = d.verify(plan.get(), n->rank, false);
+      INFO("D's bytes from P rank " << n->rank << " when WRITE_DONE arrived: " << bad);
+      CHECK(bad.empty());
+    }
+  }
+  CHECK(done == 2);
+  REQUIRE(d.take_note(PDKV_NOTIFY_REQUEST_COMPLETE, "held", 2000ms));
+  REQUIRE(p->take_prefix("OK WRITE", 5000ms));
+  CHECK(d.verify(plan.get()).empty());
+}
