@@ -8,6 +8,8 @@
 // Usage: pdkv_test_peer --scenario NAME [--ranks all|R,R..] [--transport auto|shm|tcp]
 //          [--listen HOST] [--key TEXT] [--hb-interval MS] [--hb-timeout MS] [--timeout MS]
 //          [--max-outstanding N] [--skip-register REGION] [--misbehave silent|garbage]
+//   (--listen takes a host; the port is always chosen by the system; --skip-register deregisters
+//   that region on every rank after registering it, so peers see it advertised but unreachable)
 //        pdkv_test_peer --describe NAME
 // Output lines: "PORT <rank> <port>" per rank, then "READY"; "NOTE <rank> <kind> <status>
 // <request|-> <engine|-> <remote rank> <count> <expected> <bytes>"; command replies below.
@@ -273,7 +275,6 @@ class Peer {
   void write(const std::string& req, uint64_t timeout, const std::string& which) {
     // The plan as D compiles it: D's metadata from the peer, every P rank's own.
     std::vector<const pdkv_engine_metadata_t*> p_mds(s_.p.tp_size, nullptr);
-    std::vector<MetadataPtr> stand_ins;
     for (uint32_t r = 0; r < s_.p.tp_size; ++r) {
       for (auto& ra : ranks_) {
         if (ra->memory().rank() == r) p_mds[r] = ra->memory().metadata();
