@@ -1,6 +1,7 @@
 #include "d_side.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 namespace e2e {
@@ -20,7 +21,8 @@ std::vector<std::string> peer_args(const std::string& scenario, int32_t transpor
   return a;
 }
 
-DSide::DSide(const Scenario& s, const AgentSettings& settings) : s_(s), d_(s, false, s.d_rank, settings) {}
+DSide::DSide(const Scenario& s, const AgentSettings& settings)
+    : s_(s), settings_(settings), d_(s, false, s.d_rank, settings) {}
 
 Result DSide::connect(const std::string& address, uint64_t timeout_ms, PeerPtr* out) {
   pdkv_connect_options_t co{};
@@ -29,7 +31,19 @@ Result DSide::connect(const std::string& address, uint64_t timeout_ms, PeerPtr* 
   co.address = address.c_str();
   co.timeout_ms = timeout_ms;
   pdkv_peer_t* peer = nullptr;
+  std::atomic<bool> connecting{true};
+  std::thread loop;
+  if (settings_.progress == PDKV_PROGRESS_CALLER) {
+    loop = std::thread([&] {
+      while (connecting) {
+        pdkv_agent_progress(agent(), nullptr, nullptr);
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+  }
   const Result r = call([&](pdkv_error_t** e) { return pdkv_agent_connect(agent(), &co, &peer, e); });
+  connecting = false;
+  if (loop.joinable()) loop.join();
   if (r.ok()) {
     REQUIRE(peer != nullptr);
   } else {

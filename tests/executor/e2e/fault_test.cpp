@@ -461,3 +461,35 @@ TEST_CASE("P survives a D agent freed with its GETs in flight over tcp", "[.][kn
   DSide d(s, st);
   serve_fresh_peer(d, *p, "after");
 }
+
+// Known issue (see the e2e findings, F4): an agent in CALLER progress mode stops driving its
+// worker once its own end of the UCX wire-up is done and then waits for the peer's Ready frame;
+// the peer's wire-up flush needs this worker's answers, so the peer's admission times out (its
+// default deadline, 5 s) and it hangs up: pdkv_agent_connect fails with PEER_LOST "Connection
+// reset by peer" after 5 s. Seen in 1 of 15 connects under ASan, 2 of 15 under load. The tests
+// elsewhere drive progress from a thread during connects (DSide::connect). Hidden until fixed.
+TEST_CASE("CALLER-mode connect completes without anybody calling pdkv_agent_progress",
+          "[.][known-issue][e2e][caller]") {
+  const Scenario& s = scenario("tiny");
+  for (int rep = 0; rep < 15; ++rep) {
+    INFO("repetition " << rep);
+    auto p = PeerProcess::start_peer(peer_args("tiny", PDKV_TRANSPORT_TCP));
+    AgentSettings st;
+    st.transport = PDKV_TRANSPORT_TCP;
+    st.progress = PDKV_PROGRESS_CALLER;
+    RankAgent d(s, false, s.d_rank, st);
+    for (const auto& [rank, port] : p->ports()) {
+      const std::string addr = "127.0.0.1:" + std::to_string(port);
+      pdkv_connect_options_t co{};
+      co.struct_size = sizeof co;
+      co.address = addr.c_str();
+      pdkv_peer_t* peer = nullptr;
+      const auto t0 = Clock::now();
+      const Result r = call([&](pdkv_error_t** e) { return pdkv_agent_connect(d.agent(), &co, &peer, e); });
+      pdkv_peer_free(peer);
+      INFO("rank " << rank << ": " << pdkv_status_name(r.status) << ": " << r.message << " after " << ms_since(t0)
+                   << " ms");
+      CHECK(r.ok());
+    }
+  }
+}
