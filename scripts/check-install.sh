@@ -44,6 +44,10 @@ for v in $(compgen -e); do
   case "$v" in PDKV_*|LD_LIBRARY_PATH|CGO_CFLAGS|CGO_CPPFLAGS|CGO_LDFLAGS|CARGO_TARGET_DIR) unset "$v" ;; esac
 done
 export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig"
+# A private Go build cache: Go 1.19 does not key cached cgo packages by pkg-config's output, so a
+# package built here against this throw-away prefix must not be reused by later builds (nor an
+# earlier build's package be reused here).
+export GOCACHE="$WORK/go-cache"
 export GOFLAGS=-mod=mod GOPROXY=off
 
 # Inputs, copied out of the repository: the model's config.json and the expected plan.

@@ -38,6 +38,10 @@ bash scripts/check-install.sh build/release
 # pdkv.pc (headers from capi/include, the library with an rpath).
 export PDKV_LIB_DIR="$ROOT/build/release/capi"
 export PKG_CONFIG_PATH="$ROOT/build/release/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+# Go 1.19 leaves pkg-config's output out of its build-cache keys: a package built once against
+# another prefix (an install check, another checkout) would be linked with that prefix's -L flags.
+# A cache per build tree keeps every cgo link pointing at this build.
+export GOCACHE="$ROOT/build/release/go-cache"
 
 if [ -f rust/Cargo.toml ]; then
   stage "Rust bindings (cargo test incl. bindgen drift + conformance, clippy, explain example)"
