@@ -260,7 +260,8 @@ func (t *Transfer) waitOnce(d time.Duration) (bool, error) {
 }
 
 // Cancel asks the transfer to stop: nothing more is posted and it fails with ErrCancelled
-// once the operations in flight complete (bounded by its deadline). No effect once finished.
+// once the operations in flight complete (bounded by its deadline; a WRITE flushes first).
+// No effect once finished.
 func (t *Transfer) Cancel() error {
 	p, err := t.ref().acquire()
 	if err != nil {

@@ -78,6 +78,7 @@ class TransferJob {
     bool data_complete = false;
     bool flush_inflight = false;
     bool complete = false;    // data complete (READ) / data complete and flushed (WRITE)
+    bool posted_any = false;  // a PUT of this lane reached UCX (a stopping WRITE flushes it)
     bool notified = false;
   };
 
@@ -105,6 +106,7 @@ class TransferJob {
   Clock::time_point stopped_at{};  // when fail_status was set
   bool finalized = false;       // the visible state is final
   bool released = false;        // registrations released (nothing in flight any more)
+  bool stop_flushed = false;    // a stopping WRITE flushed its lanes before reporting failure
 
   // The caller-visible state.
   mutable std::mutex m;
@@ -189,6 +191,8 @@ class AgentCore {
   void flush_done_locked(TransferJob::Lane& lane, ucs_status_t status);
   void fail_job_locked(TransferJob& job, core::Status status, const std::string& message);
   void check_final_locked(TransferJob& job);
+  // Returns true when flushes were posted and finalization must wait for them.
+  bool flush_stopping_write_locked(TransferJob& job);
   void finalize_locked(TransferJob& job);
   void check_deadlines_locked(Clock::time_point now);
   static void on_op_done(void* user, ucs_status_t status);

@@ -265,6 +265,7 @@ void AgentCore::post_some_locked(TransferJob& job) {
     // A present remote range always has its key (admit() unpacks one per advertised range).
     const UcxRemoteKey* rkey = &peer.rkeys[op.remote_region];
     op.state = TransferJob::Op::State::InFlight;
+    lane.posted_any = true;
     const PostResult res = job.op == TransferOp::Read
                                ? peer.ep->post_get(op.local, op.length, op.remote, *rkey, &AgentCore::on_op_done, &op)
                                : peer.ep->post_put(op.local, op.length, op.remote, *rkey, &AgentCore::on_op_done, &op);
@@ -437,8 +438,34 @@ void AgentCore::check_final_locked(TransferJob& job) {
   bool all_complete = job.next_post == job.ops.size();
   for (const auto& lane : job.lanes) all_complete &= lane.complete;
   if (!all_complete && !job.stopping()) return;
+  if (job.stopping() && flush_stopping_write_locked(job)) return;
   finalize_locked(job);
   release_registrations_locked(job);
+}
+
+bool AgentCore::flush_stopping_write_locked(TransferJob& job) {
+  // A PUT completes locally while its bytes may still be in a socket buffer (tcp). A WRITE that
+  // stops early must not tell D it failed (D then reuses the blocks) while some of its bytes can
+  // still land: flush every lane that sent anything to a peer still connected, once, first.
+  if (job.op != TransferOp::Write || job.stop_flushed) return false;
+  job.stop_flushed = true;
+  for (auto& lane : job.lanes) {
+    PeerConn& peer = *lane.peer;
+    if (lane.complete || lane.flush_inflight || !lane.posted_any) continue;
+    if (peer.lost || !peer.ep || peer.ep->failed()) continue;
+    lane.flush_inflight = true;
+    const PostResult res = peer.ep->post_flush(&AgentCore::on_flush_done, &lane);
+    if (res.state == PostState::InFlight) {
+      job.inflight++;
+      peer.inflight++;
+      continue;
+    }
+    lane.flush_inflight = false;
+    // Flushed at once: the lane's PUTs are remotely complete (or the peer is failing, which
+    // makes the transfer's failure final anyway).
+    lane.complete = res.state == PostState::Done;
+  }
+  return job.inflight != 0;
 }
 
 void AgentCore::finalize_locked(TransferJob& job) {
@@ -470,8 +497,11 @@ void AgentCore::finalize_locked(TransferJob& job) {
   }
   std::vector<FailedRead> failed;
   if (!ok) {
+    // A read is listed unless it landed: its operation completed and, for WRITE, its lane's
+    // flush made it remotely complete.
     for (const auto& op : job.ops) {
-      if (op.state == TransferJob::Op::State::Done) continue;
+      const bool lane_ok = job.op == TransferOp::Read || job.lanes[op.lane].complete;
+      if (op.state == TransferJob::Op::State::Done && lane_ok) continue;
       failed.push_back({job.lanes[op.lane].p_rank, op.read_index, job.fail_status});
     }
     std::sort(failed.begin(), failed.end(), [](const FailedRead& a, const FailedRead& b) {

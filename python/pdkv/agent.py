@@ -608,7 +608,7 @@ class Transfer(Handle):
 
     def cancel(self) -> None:
         """Asks the transfer to stop: it fails with :class:`pdkv.CancelledError` once its
-        operations in flight complete; no effect when finished."""
+        operations in flight complete (a WRITE flushes first); no effect when finished."""
         call("pdkv_transfer_cancel", self._p())
 
     def failed_reads(self) -> Tuple[FailedRead, ...]:

@@ -336,8 +336,11 @@ PDKV_API pdkv_status_t pdkv_transfer_wait(pdkv_transfer_t *transfer, uint64_t ti
                                           uint8_t *finished, pdkv_error_t **err);
 
 /* Asks the transfer to stop: nothing more is posted, and it fails with CANCELLED once the
- * operations already in flight have completed (bounded by its deadline). No effect on a
- * finished transfer. Never fails on a valid handle. Errors: NULL_POINTER. Thread-safe. */
+ * operations already in flight have completed (bounded by its deadline); a WRITE first flushes
+ * what it sent, so no byte of it lands in D after D hears of the failure. Its failed reads are
+ * those that did not land: none when every read had landed before the cancel took effect. No
+ * effect on a transfer already finished. Never fails on a valid handle. Errors: NULL_POINTER.
+ * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_transfer_cancel(pdkv_transfer_t *transfer, pdkv_error_t **err);
 
 /* One plan read that did not complete. Element layout fixed for the major version. */

@@ -222,7 +222,8 @@ impl Transfer {
     }
 
     /// Asks the transfer to stop (`pdkv_transfer_cancel`): it fails with
-    /// [`Status::Cancelled`] once its operations in flight complete; no effect when finished.
+    /// [`Status::Cancelled`] once its operations in flight complete (a WRITE flushes first); no
+    /// effect when finished.
     pub fn cancel(&self) -> Result<()> {
         // SAFETY: live handle.
         check(|e| unsafe { sys::pdkv_transfer_cancel(self.ptr.as_ptr(), e) })
