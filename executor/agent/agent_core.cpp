@@ -351,7 +351,15 @@ bool AgentCore::progress_round() {
     if (stopped_) return false;
     armed = worker_->arm();
   }
-  if (!armed) return true;
+  if (!armed) {
+    // UCS_ERR_BUSY although the progress round above found nothing: over shm UCX 1.13.1 reports
+    // that for as long as a peer has not drained what this worker sent it (a P rank answering
+    // emulated GETs), which can be many thousand rounds. Retrying at once spins this thread at
+    // full speed against the very peer it waits for: with two P/D pairs on 2 cores, shm
+    // requests took 250-400 ms instead of 10 ms (pdkv demo). Give up the CPU first.
+    std::this_thread::yield();
+    return true;
+  }
   const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - Clock::now());
   epoll_event evs[4];
   const int k = ::epoll_wait(progress_epoll_, evs, 4, static_cast<int>(std::max<int64_t>(1, wait.count())));
