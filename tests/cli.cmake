@@ -334,3 +334,16 @@ else()
   # Without Python the schema check cannot run; fail loudly instead of dropping it.
   add_test(NAME cli_json_schema COMMAND sh -c "echo 'FAIL: python3 not found: the --json schema check cannot run'; exit 1")
 endif()
+
+# --- pdkv demo: small runs of the default deployment (six processes), checked through the exit
+# status and the --json summary (tests/demo_test.py). Serial: each starts six rank processes
+# and times its transfers against their deadline.
+if(Python3_Interpreter_FOUND)
+  foreach(case shm_read tcp_write kill fault_flip fault_stray usage)
+    add_test(NAME cli_demo_${case}
+      COMMAND Python3::Interpreter ${PROJECT_SOURCE_DIR}/tests/demo_test.py $<TARGET_FILE:pdkv_cli> ${case})
+    set_tests_properties(cli_demo_${case} PROPERTIES RUN_SERIAL TRUE TIMEOUT 180 LABELS demo)
+  endforeach()
+else()
+  add_test(NAME cli_demo COMMAND sh -c "echo 'FAIL: python3 not found: the demo checks cannot run'; exit 1")
+endif()

@@ -143,6 +143,14 @@ def cases(tmp):
     plan = lambda model, p, d, *extra: ["plan", "--model", model, "--prefill-tp", str(p), "--decode-tp", str(d),
                                         *extra, "--json"]
     # (name, argv, expected exit status)
+    def demo(*extra):
+        # Small: two short requests of the default deployment (six processes, about 300 MiB).
+        args = {"--requests": "2", "--tokens": "64-1500", "--concurrency": "1"}
+        rest = list(extra)
+        for i in range(0, len(rest) - 1, 2):
+            args[rest[i]] = rest[i + 1]
+        return ["demo", *[x for kv in args.items() for x in kv], "--json"]
+
     return [
         ("nano_p4_d2_not_multiples", plan("nemotron-3-nano-30b", 4, 2), 0),
         ("nano_pp2_to_pp3", plan("nemotron-3-nano-30b", 2, 4, "--prefill-pp", "2", "--decode-pp", "3"), 0),
@@ -180,6 +188,10 @@ def cases(tmp):
         ("usage_error_unknown_preset", plan("nemotron-3-nano-3b", 1, 1), 1),
         ("usage_error_missing_config", plan(os.path.join(tmp, "missing.json"), 1, 1), 1),
         ("usage_error_switch_with_value", ["plan", "--json=yes"], 1),
+        ("demo_tcp", demo("--transport", "tcp"), 0),
+        ("demo_killed_prefill_rank", demo("--transport", "tcp", "--kill-prefill-after", "1", "--requests", "3"), 5),
+        ("demo_usage_error_tokens", demo("--tokens", "9-3"), 1),
+        ("demo_config_error_tp", demo("--prefill-tp", "3"), 2),
         ("presets", ["presets", "--json"], 0),
         ("presets_stray_argument", ["presets", "all", "--json"], 1),
         ("version", ["version", "--json"], 0),

@@ -12,6 +12,10 @@ const char* kind_name(ErrorKind k) noexcept {
       return "configuration";
     case ErrorKind::Internal:
       return "internal";
+    case ErrorKind::Failed:
+      return "failed";
+    case ErrorKind::Killed:
+      return "killed";
   }
   return "internal";
 }
@@ -24,6 +28,10 @@ int exit_status_of(ErrorKind k) noexcept {
       return 2;
     case ErrorKind::Internal:
       return 3;
+    case ErrorKind::Failed:
+      return 4;
+    case ErrorKind::Killed:
+      return 5;
   }
   return 3;
 }

@@ -1,5 +1,6 @@
 // The errors of the pdkv tool and the exit status each one maps to (documented in `pdkv --help`
-// and docs/cli-json.md): 1 usage, 2 configuration, 3 internal.
+// and docs/cli-json.md): 1 usage, 2 configuration, 3 internal; `pdkv demo` adds 4 (the demo
+// failed) and 5 (requests failed because --kill-prefill-after killed a prefill rank).
 #pragma once
 
 #include <optional>
@@ -14,9 +15,11 @@ enum class ErrorKind {
   Usage,          // the command line is wrong: unknown command/flag, missing or bad value (exit 1)
   Configuration,  // the command line is fine but describes a deployment that does not work (2)
   Internal,       // a bug in pdkv (3)
+  Failed,         // pdkv demo: wrong bytes, or a failure nothing explains (4)
+  Killed,         // pdkv demo: requests failed, cleanly, because a prefill rank was killed (5)
 };
 
-const char* kind_name(ErrorKind k) noexcept;  // "usage", "configuration", "internal"
+const char* kind_name(ErrorKind k) noexcept;  // "usage", "configuration", "internal", "failed", "killed"
 int exit_status_of(ErrorKind k) noexcept;
 
 // One error as the tool reports it. `where` names what is wrong in the user's terms (a flag such

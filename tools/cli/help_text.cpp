@@ -14,7 +14,11 @@ namespace {
   "  2  configuration error: the command line is valid but the config.json is invalid or\n"     \
   "     unsupported, or the deployment has configuration errors (TP sizes, heads, an MLA\n"       \
   "     backend on a non-MLA model or the reverse, engine settings out of range, ...)\n"          \
-  "  3  internal error: a bug in pdkv (please report it with the command line)\n"
+  "  3  internal error: a bug in pdkv (please report it with the command line)\n"             \
+  "  4  (pdkv demo) the demo failed: a byte arrived wrong or something changed that no read\n"  \
+  "     writes, a transfer failed that no killed rank explains, or a rank died on its own\n"     \
+  "  5  (pdkv demo --kill-prefill-after) requests failed because the prefill rank was killed,\n" \
+  "     each within its deadline, and every other transfer completed and was verified\n"
 
 #define PDKV_CLI_JSON_NOTE                                                                         \
   "--json prints one JSON document on stdout instead of text, errors included (nothing on\n"     \
@@ -29,6 +33,8 @@ constexpr const char* kGeneral =
     "commands:\n"
     "  plan      explain a P/D deployment: geometry of both sides, and for each decode rank what\n"
     "            it reads from which prefill rank\n"
+    "  demo      run a P/D deployment on this machine: P and D ranks as processes move a stream\n"
+    "            of requests with the transfer executor, every byte verified\n"
     "  presets   list the model presets that --model accepts\n"
     "  version   print the pdkv version (also: pdkv --version)\n"
     "  help      print this help, or a command's: pdkv help COMMAND (also: pdkv COMMAND --help)\n"
@@ -80,6 +86,47 @@ constexpr const char* kPlan =
     "  --help, -h                     print this help\n"
     "\n" PDKV_CLI_JSON_NOTE "\n" PDKV_CLI_EXIT_STATUS;
 
+constexpr const char* kDemo =
+    "usage: pdkv demo [options]\n"
+    "\n"
+    "Runs a P/D deployment of a model on this machine: each prefill (P) and decode (D) rank is its\n"
+    "own process with a transfer agent and real memory laid out as the engine's KV cache (the\n"
+    "model's layers in its KV-cache groups, the attention and Mamba blocks of the real sizes).\n"
+    "P fills its memory with a pattern of (engine, rank, region, offset); a stream of requests\n"
+    "of varied lengths arrives, some with prefix-cache hits on D (partial or full) and, in align\n"
+    "mode, Mamba block lists with their null placeholders. For each request D compiles its plan,\n"
+    "moves it (READ: D pulls; WRITE: P pushes), checks every byte of the request's blocks (what\n"
+    "arrived is P's, the rest unchanged) and P frees its blocks when told. The number of blocks\n"
+    "each rank registers is sized for --concurrency requests of the longest prompt, and printed.\n"
+    "\n"
+    "options:\n"
+    "  --model NAME|PATH              a preset (pdkv presets) or a config.json\n"
+    "                                 (default nemotron-3-nano-30b)\n"
+    "  --prefill-tp N                 prefill ranks (default 4)\n"
+    "  --decode-tp N                  decode ranks (default 2)\n"
+    "  --transport auto|shm|tcp       how the agents move bytes (default auto: shared memory here)\n"
+    "  --requests N                   requests to run (default 32)\n"
+    "  --tokens MIN-MAX               prompt lengths, drawn uniformly (default 512-12288; or N)\n"
+    "  --partial-hit-rate PCT         percent of requests D already holds a prefix of, in whole\n"
+    "                                 blocks (default 30; 0 with --mamba-cache-mode none)\n"
+    "  --full-hit-rate PCT            percent D holds entirely: nothing moves, P is notified\n"
+    "                                 (default 10; 0 with --mamba-cache-mode none)\n"
+    "  --mamba-cache-mode none|align  the engines' Mamba prefix caching (default align)\n"
+    "  --op read|write                READ (D pulls) or WRITE (P pushes) (default read)\n"
+    "  --kill-prefill-after N         SIGKILL the last prefill rank once N requests are over:\n"
+    "                                 the requests of the D ranks that read from it fail within\n"
+    "                                 the deadline, the others go on (exit status 5)\n"
+    "  --concurrency N                requests in flight at once (default 4)\n"
+    "  --deadline-ms N                deadline of each transfer (default 5000)\n"
+    "  --seed N                       seed of the request stream (default 1)\n"
+    "  --json                         print the summary as JSON (see below), no log\n"
+    "  --help, -h                     print this help\n"
+    "\n"
+    "On a terminal the run shows a live line (requests, bytes, GB/s), otherwise one log line per\n"
+    "request; then a summary: requests, bytes, descriptors before and after coalescing, GB/s,\n"
+    "p50/p99 time per request and the verification result.\n"
+    "\n" PDKV_CLI_JSON_NOTE "\n" PDKV_CLI_EXIT_STATUS;
+
 constexpr const char* kPresets =
     "usage: pdkv presets [--json]\n"
     "\n"
@@ -105,13 +152,13 @@ constexpr const char* kVersion =
 constexpr const char* kHelp =
     "usage: pdkv help [COMMAND]\n"
     "\n"
-    "Prints the general help, or the help of COMMAND (plan, presets, version, help).\n"
+    "Prints the general help, or the help of COMMAND (plan, demo, presets, version, help).\n"
     "\n" PDKV_CLI_EXIT_STATUS;
 
 }  // namespace
 
 const std::vector<std::string>& command_names() {
-  static const std::vector<std::string> names{"plan", "presets", "version", "help"};
+  static const std::vector<std::string> names{"plan", "demo", "presets", "version", "help"};
   return names;
 }
 
@@ -119,6 +166,7 @@ const char* general_help() { return kGeneral; }
 
 std::optional<const char*> command_help(const std::string& command) {
   if (command == "plan") return kPlan;
+  if (command == "demo") return kDemo;
   if (command == "presets") return kPresets;
   if (command == "version") return kVersion;
   if (command == "help") return kHelp;

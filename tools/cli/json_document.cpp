@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "demo_result.hpp"
 #include "deployment_report.hpp"
 
 namespace pdkv::cli {
@@ -25,6 +26,7 @@ json error_document(const std::optional<std::string>& command, const CliError& e
   json doc = envelope(command, exit_status_of(error.kind), json::array({error.to_json()}));
   if (command == "plan") doc.update(null_plan_fields());
   if (command == "presets") doc["presets"] = nullptr;
+  if (command == "demo") doc.update(demo::null_demo_fields());
   return doc;
 }
 

@@ -3,8 +3,9 @@
 //   schema_version  integer, kSchemaVersion: bumped when a field is removed, renamed or changes
 //                   type; adding a field keeps it
 //   pdkv_version    string, "MAJOR.MINOR.PATCH"
-//   command         "plan" | "presets" | "version" | "help", or null when no command was recognised
-//   exit_status     integer, the process exit status (0, 1, 2, 3)
+//   command         "plan" | "demo" | "presets" | "version" | "help", or null when no command was
+//                   recognised
+//   exit_status     integer, the process exit status (0, 1, 2, 3; pdkv demo also 4, 5)
 //   errors          array of {kind, where, status, message, suggestion}
 // plus the command's own fields, which are always present (null when they do not apply).
 #pragma once

@@ -12,6 +12,8 @@
 
 #include "args.hpp"
 #include "cli_error.hpp"
+#include "demo_command.hpp"
+#include "demo_rank.hpp"
 #include "help_text.hpp"
 #include "json_document.hpp"
 #include "pdkv/core/error.hpp"
@@ -109,7 +111,7 @@ int report_error(const std::optional<std::string>& command, const CliError& e, b
 
 int run(std::vector<std::string> args, std::optional<std::string>& command) {
   if (args.empty()) {
-    throw usage_error("command", "no command given (plan, presets, version, help)");
+    throw usage_error("command", "no command given (plan, demo, presets, version, help)");
   }
   std::string first = args[0];
   args.erase(args.begin());
@@ -131,6 +133,7 @@ int run(std::vector<std::string> args, std::optional<std::string>& command) {
     return 0;
   }
   if (first == "plan") return cmd_plan(args);
+  if (first == "demo") return pdkv::cli::run_demo(args);
   if (first == "presets") return cmd_presets(args);
   return cmd_version(args);
 }
@@ -138,6 +141,8 @@ int run(std::vector<std::string> args, std::optional<std::string>& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A rank process `pdkv demo` started (hidden: not a command anyone types).
+  if (argc >= 2 && std::string(argv[1]) == pdkv::cli::demo::kRankCommand) return pdkv::cli::demo::run_rank_process();
   const std::vector<std::string> args(argv + 1, argv + argc);
   const bool as_json = json_requested(args);
   std::optional<std::string> command;

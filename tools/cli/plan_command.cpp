@@ -1,20 +1,16 @@
 #include "plan_command.hpp"
 
 #include <charconv>
-#include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "args.hpp"
 #include "cli_error.hpp"
 #include "deployment_report.hpp"
+#include "model_arg.hpp"
 #include "pdkv/core/backends.hpp"
 #include "pdkv/core/error.hpp"
-#include "pdkv/core/hf_config.hpp"
-#include "pdkv/core/presets.hpp"
 #include "suggest.hpp"
 
 namespace pdkv::cli {
@@ -35,43 +31,10 @@ auto as_usage(const std::string& flag, const std::string& value, const std::vect
   }
 }
 
-std::vector<std::string> preset_names() {
-  std::vector<std::string> out;
-  for (const auto& p : presets()) out.push_back(p.name);
-  return out;
-}
-
 std::vector<std::string> backend_names() {
   std::vector<std::string> out;
   for (const auto& b : backends()) out.push_back(b.name);
   return out;
-}
-
-// --model: a config.json path when `spec` names an existing file or ends in ".json", else a
-// preset. A spec that names nothing loadable (unknown preset, missing file, a directory) is a
-// usage error; a config.json that is read but invalid or unsupported is a configuration error.
-ModelDesc load_model(const std::string& spec) {
-  namespace fs = std::filesystem;
-  const std::string io = status_name(Status::Io);
-  std::error_code ec;
-  const bool exists = fs::exists(spec, ec);
-  const bool ends_json = spec.size() >= 5 && spec.compare(spec.size() - 5, 5, ".json") == 0;
-  if (!exists && !ends_json) return as_usage("--model", spec, preset_names(), [&] { return preset_model(spec); });
-  if (!exists) throw CliError(ErrorKind::Usage, "--model", "config.json '" + spec + "' does not exist", io);
-  if (fs::is_directory(spec, ec)) {
-    throw CliError(ErrorKind::Usage, "--model", "'" + spec + "' is a directory", io,
-                   "pass the path of its config.json file");
-  }
-  std::ifstream in(spec, std::ios::binary);
-  if (!in) throw CliError(ErrorKind::Usage, "--model", "cannot open config.json '" + spec + "'", io);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw CliError(ErrorKind::Usage, "--model", "error while reading '" + spec + "'", io);
-  try {
-    return model_from_hf_config(text.str(), spec);
-  } catch (const Error& e) {
-    throw CliError(ErrorKind::Configuration, "--model", e.what(), status_name(e.status()));
-  }
 }
 
 MambaCacheMode cache_mode_from_name(const std::string& s) {
