@@ -2,8 +2,9 @@
 # Builds pdkv and runs every test suite: C++ core (GoogleTest), C API (Catch2), header checks,
 # the same suites under AddressSanitizer + UndefinedBehaviorSanitizer, bounded fuzzing, the
 # install/consumer check, the Rust, Go and Python bindings (all on the shared conformance
-# vectors), and transfers between P and D ranks driven from different languages. Used by
-# .ci/run. Exits non-zero on the first failing stage.
+# vectors), transfers between P and D ranks driven from different languages, and the README's
+# first command (scripts/run-demo.sh). Used by .ci/run. Exits non-zero on the first failing
+# stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -18,6 +19,9 @@ stage "release build + ctest"
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/release -j "$JOBS"
 ctest --test-dir build/release --output-on-failure -j "$JOBS"
+
+stage "the README's first command: pdkv demo (6 processes, every byte verified)"
+bash scripts/run-demo.sh | tail -n 13
 
 stage "ASan + UBSan build + ctest"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPDKV_SANITIZE=ON -DPDKV_BUILD_BENCH=OFF >/dev/null
