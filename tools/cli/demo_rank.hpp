@@ -6,6 +6,9 @@
 // Messages (coordinator -> rank): init, peers, request, abort, release, finish.
 // Replies (rank -> coordinator): ready, connected, done (D: a request's outcome and its
 // verification), freed (P: its blocks of a request may be reused), released, final, error.
+//
+// For the demo's own tests only, PDKV_DEMO_FAULT=flip-byte|stray-write makes D rank 0 corrupt
+// one byte (received, or outside every request) so that they can see the checks fail.
 #pragma once
 
 namespace pdkv::cli::demo {
