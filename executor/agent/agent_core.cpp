@@ -142,16 +142,20 @@ void AgentCore::shutdown() {
   std::vector<std::shared_ptr<PeerConn>> peers;
   for (auto& [key, p] : peers_) peers.push_back(p);
   for (auto& p : peers) lose_peer_locked(p, Status::Shutdown, "the agent was shut down", true);
-  // Let the force-closed endpoints call back every operation (bounded).
+  // Let the force-closed endpoints close and call back their operations (bounded). Operations
+  // of a peer lost more than kCancelGrace ago are not waited for: UCX 1.13.1 never returns those
+  // queued on a shared-memory endpoint whose peer died, and waiting would spin for the whole
+  // bound; destroying the worker below guarantees they are never called back.
   const auto until = Clock::now() + std::chrono::seconds(2);
-  while (Clock::now() < until) {
+  while (true) {
     worker_->progress();
+    const auto now = Clock::now();
     bool pending = false;
     for (auto& p : dead_peers_) {
       if (p->ep && !p->ep->closed()) pending = true;
-      if (p->inflight != 0) pending = true;
+      if (p->inflight != 0 && now - p->lost_at < kCancelGrace) pending = true;
     }
-    if (!pending) break;
+    if (!pending || now >= until) break;
   }
   for (auto& job : active_) {
     if (!job->finalized) finalize_locked(*job);

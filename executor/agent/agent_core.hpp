@@ -33,6 +33,11 @@ using Clock = std::chrono::steady_clock;
 
 // now + timeout, saturating at the clock's last instant: a caller's "practically never" (up to
 // milliseconds::max()) must not wrap around into the past (signed overflow).
+// How long operations cancelled by closing their endpoint may take to be called back. UCX 1.13.1
+// does not always return operations queued on a shared-memory endpoint whose peer vanished; past
+// this grace they are given up on (their transfer is reported failed, their memory stays busy).
+inline constexpr auto kCancelGrace = std::chrono::milliseconds(200);
+
 inline Clock::time_point deadline_after(Clock::time_point now, std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) return now;
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
@@ -53,6 +58,7 @@ struct PeerConn {
   uint64_t ping_seq = 0;
   uint64_t inflight = 0;  // UCX operations on ep not yet called back
   bool lost = false;
+  Clock::time_point lost_at{};      // when lost was set (shutdown waits kCancelGrace at most)
   bool wire_done = false;            // the admission flush returned (agent_peers.cpp)
   ucs_status_t wire_status = UCS_OK;
 };

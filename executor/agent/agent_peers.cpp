@@ -552,6 +552,7 @@ void AgentCore::lose_peer_locked(std::shared_ptr<PeerConn> peer, Status status,
                                  const std::string& why, bool tell_peer) {
   if (peer->lost) return;
   peer->lost = true;
+  peer->lost_at = Clock::now();
   auto& rec = *peer->record;
   rec.connected = false;
   rec.lost_status = static_cast<int32_t>(status);

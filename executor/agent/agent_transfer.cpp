@@ -522,10 +522,6 @@ void AgentCore::finalize_locked(TransferJob& job) {
 }
 
 void AgentCore::check_deadlines_locked(Clock::time_point now) {
-  // How long operations cancelled by closing their endpoint may take to be called back. UCX
-  // 1.13.1 does not always return operations queued on a shared-memory endpoint whose peer
-  // vanished; past this grace the transfer is reported failed anyway and its memory stays busy.
-  constexpr auto kCancelGrace = std::chrono::milliseconds(200);
   for (size_t i = 0; i < active_.size(); ++i) {
     auto job = active_[i];
     if (job->finalized) continue;
