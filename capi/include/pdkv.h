@@ -1640,4 +1640,7 @@ PDKV_API pdkv_status_t pdkv_pipeline_notifications_expected(const pdkv_stage_pai
 /* The transfer executor (agents, memory, peers, transfers, notifications). */
 #include "pdkv/agent.h"
 
+/* The engine-level API (describe an engine once, plan each request from its block table). */
+#include "pdkv/engine.h"
+
 #endif /* PDKV_H */

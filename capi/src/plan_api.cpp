@@ -117,8 +117,10 @@ const pdkv_plan_read_t* c_reads(const std::vector<core::PlanRead>& reads) {
   return reads.empty() ? nullptr : reinterpret_cast<const pdkv_plan_read_t*>(reads.data());
 }
 
-// Fills the handle's C views of its compiled plan.
-pdkv_transfer_plan_t* finish_plan(std::unique_ptr<pdkv_transfer_plan> h) {
+}  // namespace
+
+// Fills the handle's C views of its compiled plan (shared with engine_level_api.cpp).
+pdkv_transfer_plan_t* pdkv::capi::finish_plan(std::unique_ptr<pdkv_transfer_plan> h) {
   h->read_ranks.reserve(h->plan.ranks.size());
   for (const auto& rr : h->plan.ranks) h->read_ranks.push_back(rr.p_rank);
   h->zero.reserve(h->plan.zero.size());
@@ -126,6 +128,8 @@ pdkv_transfer_plan_t* finish_plan(std::unique_ptr<pdkv_transfer_plan> h) {
   return h.release();
 }
 
+namespace {
+using pdkv::capi::finish_plan;
 }  // namespace
 
 extern "C" {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,9 @@ struct pdkv_plan_context {
   // The context's request-independent checks, run once at creation (the handle is immutable);
   // compile reports their outcome at the same points compile_transfer_plan would.
   pdkv::core::PlanContextVerdict verdict;
+  // P's speculative tokens when the context was built by pdkv_engine_plan_context_new (the
+  // engine-level request checks P's lists against them); 0 for pdkv_plan_context_new.
+  uint64_t remote_num_speculative_tokens = 0;
 };
 
 // Per-group C view of the receive-side work; the vectors point into the plan.
@@ -89,6 +93,9 @@ std::vector<pdkv_zero_range_t> zero_ranges_to_c(const std::vector<pdkv::core::Ze
 
 // A new metadata handle owning `md` with its C region view.
 pdkv_engine_metadata_t* make_metadata(pdkv::core::EngineMetadata md);
+
+// Fills a plan handle's C views of its compiled plan and releases it to the caller.
+pdkv_transfer_plan_t* finish_plan(std::unique_ptr<pdkv_transfer_plan> h);
 
 // Resolves a C string into (dst, capacity) as a NUL-terminated copy, reporting the length
 // without the NUL in *out_len (BufferTooSmall naming the needed capacity).

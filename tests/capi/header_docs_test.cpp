@@ -31,14 +31,19 @@ struct Declaration {
   std::string comment;  // the comment immediately before, "" when there is none
 };
 
-std::string read_header() {
-  const std::string path = std::string(PDKV_SOURCE_DIR) + "/capi/include/pdkv.h";
+std::string read_file(const std::string& path) {
   std::ifstream in(path);
   INFO(path);
   REQUIRE(in.good());
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// pdkv.h and the engine-level header it includes (pdkv/engine.h).
+std::string read_header() {
+  const std::string dir = std::string(PDKV_SOURCE_DIR) + "/capi/include/";
+  return read_file(dir + "pdkv.h") + "\n" + read_file(dir + "pdkv/engine.h");
 }
 
 std::string lower(std::string s) {
