@@ -1518,6 +1518,127 @@ json op_transfer_plan(Input& in) { return transfer_plan_case(in, false); }
 
 json op_transfer_plan_json(Input& in) { return transfer_plan_case(in, true); }
 
+/// `engine_plan`: the engine-level API (pdkv/engine.h). The D rank and every P rank are described
+/// as engines (model, settings, rank, layout's engine_id and num_logical_blocks); the P ranks'
+/// metadata comes from pdkv_engine_get_metadata, the context from pdkv_engine_plan_context_new,
+/// the plan from pdkv_engine_plan_request with the request's per-group block tables.
+json op_engine_plan(Input& in) {
+  if (in.has("model") == in.has("hf_config")) throw VectorError("engine_plan needs exactly one of model / hf_config");
+  ModelPtr m;
+  if (in.has("model")) {
+    m = model_of(in);
+  } else {
+    const std::string text = in.str("hf_config");
+    pdkv_model_t* raw = nullptr;
+    call([&](pdkv_error_t** e) { return pdkv_model_from_hf_config_json(text.data(), text.size(), nullptr, &raw, e); });
+    m.reset(raw);
+  }
+  struct EngineDeleter { void operator()(pdkv_engine_t* p) const { pdkv_engine_free(p); } };
+  using EnginePtr = std::unique_ptr<pdkv_engine_t, EngineDeleter>;
+  struct Side {
+    pdkv_engine_config_t config{};
+    std::string engine_id;
+    uint64_t blocks = 0;
+  };
+  auto side_of = [&](const char* key) {
+    Input s = in.object(key);
+    Input e = s.object("engine");
+    Input l = s.object("layout");
+    Side out;
+    out.config = engine_config(e);
+    out.engine_id = l.str("engine_id");
+    out.blocks = l.u64("num_logical_blocks");
+    l.check_all_used();
+    s.check_all_used();
+    return out;
+  };
+  const Side p = side_of("prefill");
+  const Side d = side_of("decode");
+  auto make = [&](const Side& s, uint32_t rank) {
+    pdkv_engine_options_t o;
+    call([&](pdkv_error_t** e) { return pdkv_engine_options_init(&o, e); });
+    o.model = m.get();
+    o.config = &s.config;
+    o.engine_id = s.engine_id.c_str();
+    o.tp_rank = rank;
+    o.num_logical_blocks = s.blocks;
+    pdkv_engine_t* raw = nullptr;
+    call([&](pdkv_error_t** e) { return pdkv_engine_new(&o, &raw, e); });
+    return EnginePtr(raw);
+  };
+  EnginePtr engine = make(d, in.u32("decode_rank"));
+  std::vector<MetadataPtr> remote;
+  std::vector<const pdkv_engine_metadata_t*> remote_ptrs;
+  for (uint32_t r = 0; r < p.config.tp_size; ++r) {
+    EnginePtr pe = make(p, r);
+    pdkv_engine_metadata_t* md = nullptr;
+    call([&](pdkv_error_t** e) { return pdkv_engine_get_metadata(pe.get(), &md, e); });
+    remote.emplace_back(md);
+    remote_ptrs.push_back(md);
+  }
+  pdkv_engine_peer_t peer{};
+  peer.struct_size = sizeof peer;
+  peer.remote = remote_ptrs.data();
+  peer.num_remote = remote_ptrs.size();
+  peer.remote_config = &p.config;
+  pdkv_plan_context_t* ctx_raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_engine_plan_context_new(engine.get(), &peer, &ctx_raw, e); });
+  std::unique_ptr<pdkv_plan_context_t, ContextDeleter> ctx(ctx_raw);
+
+  Input rq = in.object("request");
+  const json& groups_in = rq.raw("groups");
+  if (!groups_in.is_array()) throw VectorError("request.groups must be an array");
+  std::vector<std::vector<uint64_t>> local, remote_ids;
+  for (const json& g : groups_in) {
+    Input gi(g);
+    local.push_back(u64_list(gi.raw("local"), "local"));
+    remote_ids.push_back(u64_list(gi.raw("remote"), "remote"));
+    gi.check_all_used();
+  }
+  std::vector<pdkv_engine_request_group_t> groups;
+  for (size_t k = 0; k < local.size(); ++k) {
+    groups.push_back({local[k].data(), local[k].size(), remote_ids[k].data(), remote_ids[k].size()});
+  }
+  pdkv_engine_request_t req{};
+  req.struct_size = sizeof req;
+  req.groups = groups.data();
+  req.num_groups = groups.size();
+  req.num_prompt_tokens = rq.u64("num_prompt_tokens");
+  req.num_local_computed_tokens = rq.u64("num_local_computed_tokens");
+  rq.check_all_used();
+  pdkv_transfer_plan_t* plan_raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_engine_plan_request(engine.get(), ctx.get(), &req, &plan_raw, e); });
+  std::unique_ptr<pdkv_transfer_plan_t, PlanDeleter> plan(plan_raw);
+
+  pdkv_engine_info_t info{};
+  info.struct_size = sizeof info;
+  call([&](pdkv_error_t** e) { return pdkv_engine_get_info(engine.get(), &info, e); });
+  json gj = json::array();
+  for (size_t k = 0; k < info.num_groups; ++k) {
+    pdkv_engine_group_t g{};
+    g.struct_size = sizeof g;
+    call([&](pdkv_error_t** e) { return pdkv_engine_group(engine.get(), k, &g, e); });
+    gj.push_back({{"kind", pdkv_group_kind_name(g.kind)}, {"layers", array_of(g.layers, g.num_layers)}});
+  }
+  pdkv_string_t* str_raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_transfer_plan_to_json_string(plan.get(), &str_raw, e); });
+  std::unique_ptr<pdkv_string_t, StringDeleter> str(str_raw);
+  const char* text = nullptr;
+  size_t len = 0;
+  call([&](pdkv_error_t** e) { return pdkv_string_text(str.get(), &text, &len, e); });
+  const std::string dump(text, len);
+  json lines = json::array();
+  size_t pos = 0;
+  while (true) {
+    const size_t nl = dump.find('\n', pos);
+    lines.push_back(dump.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos));
+    if (nl == std::string::npos) break;
+    pos = nl + 1;
+  }
+  return {{"groups", gj}, {"num_regions", info.num_regions}, {"lines", lines}};
+}
+
+
 /// Output keys of model_preset and model_hf_config.
 #define MODEL_KEYS                                                                                        \
   "name", "num_kv_heads", "head_size", "head_size_v", "use_mla", "sliding_window", "mamba_type",              \
@@ -1591,6 +1712,7 @@ const std::map<std::string, Op>& ops() {
       {"model_hf_config", {{MODEL_KEYS}, op_model_hf_config}},
       {"handshake_validate_engine_ranks", {{"items"}, op_handshake_validate_engine_ranks}},
       {"transfer_plan_json", {{"lines"}, op_transfer_plan_json}},
+      {"engine_plan", {{"groups", "num_regions", "lines"}, op_engine_plan}},
       {"pipeline_layer_window", {{"begin", "end"}, op_pipeline_layer_window}},
       {"pipeline_stage_pairs", {{"pairs", "notifications"}, op_pipeline_stage_pairs}},
       {"permute_kv_block", {{"hex"}, op_permute_kv_block}},

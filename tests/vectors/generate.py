@@ -10,6 +10,7 @@ oracle (`check(...)`) before anything is written. Run with /usr/bin/python3 from
 
 The output is deterministic; commit the regenerated files together with this script.
 """
+import copy
 import json
 import math
 import os
@@ -456,15 +457,16 @@ def layout(m, tp, rank, spec, dt, ssm_dt):
     return out
 
 
-def mamba_reads(model, p_tp, d_tp, d_rank, rule):
+def mamba_reads(model, p_tp, d_tp, d_rank, rule, spec=0):
+    """spec: speculative tokens of both engines (conv rows of spec-row models); "pdkv" rule only."""
     m = MODELS[model]
     dt, sdt = m["dt"], m["ssm_dt"]
     reads = []
     if rule == "pdkv":
-        dl = layout(m, d_tp, d_rank, 0, dt, sdt)
+        dl = layout(m, d_tp, d_rank, spec, dt, sdt)
         for i, (name, u0, u1, ub, doff) in enumerate(dl):
             for p in range(p_tp):
-                pname, p0, p1, pub, poff = layout(m, p_tp, p, 0, dt, sdt)[i]
+                pname, p0, p1, pub, poff = layout(m, p_tp, p, spec, dt, sdt)[i]
                 assert pname == name and pub == ub
                 lo, hi = max(u0, p0), min(u1, p1)
                 if lo >= hi:
@@ -1125,7 +1127,8 @@ def coalesce(pieces):
     return merged
 
 
-def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ranks=None, permute_on_receive=False):
+def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ranks=None, permute_on_receive=False,
+         issue_order=False):
     """Independent transfer-plan model: trims each group, maps attention tokens to HND head
     slices (per D head, the P rank holding it), Mamba pairs to mamba_reads pieces at page stride,
     then coalesces pieces contiguous on both sides (in local order). `model` is a preset of
@@ -1268,7 +1271,9 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
                                   rreg, run["remote_block"] * Lp + hp * rbs * bph + run["remote_token_begin"] * bph,
                                   run["num_tokens"] * bph, "a"))
             for st in tr["states"]:
-                for r in mamba_reads(model, p_tp, d_tp, d_rank, "pdkv")["reads"]:
+                spec = d_eng.get("num_speculative_tokens", 0)
+                assert spec == p_eng.get("num_speculative_tokens", 0), "the plan oracle models equal spec tokens"
+                for r in mamba_reads(model, p_tp, d_tp, d_rank, "pdkv", spec)["reads"]:
                     add(r["p_rank"],
                         (reg, st["local_block"] * Ld * dg["physical_per_logical"] + r["local_offset"], rreg,
                          st["remote_block"] * Lp * pg["physical_per_logical"] + r["remote_offset"],
@@ -1294,7 +1299,9 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
                     raise PlanError("PDKV_ERR_OUT_OF_BOUNDS", ["offset %d" % off, "length %d" % r["length"],
                                                                "%d bytes" % size])
         after += len(merged)
-        reads.append(merged)
+        # issue_order: each P rank's reads in the order the pieces are produced (group, region,
+        # run), which is the order a plan dump lists them; else in local order.
+        reads.append(coalesce([x for q, x in issue if q == p]) if issue_order else merged)
         rank_bytes.append(sum(r["length"] for r in merged))
     return {"d_tp": d_tp, "p_tp": p_tp, "read_ranks": [p for p in range(p_tp) if reads[p]],
             "notify_ranks": handshake_targets(d_tp, d_rank, p_tp),
@@ -2844,10 +2851,13 @@ def kv_format_cases():
     return cases
 
 
-def plan_json_lines(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, permute_on_receive=False):
+def plan_json_lines(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, permute_on_receive=False,
+                    issue_order=False):
     """plan_to_json: the plan oracle as nlohmann dump(2) (ordered keys, reads in issue order; the
-    cases below are chosen so that issue order is (local_region, local_offset) order)."""
-    out = plan(model, p_eng, d_eng, d_rank, groups, p_layout, d_layout, permute_on_receive=permute_on_receive)
+    cases below are chosen so that issue order is (local_region, local_offset) order, or pass
+    issue_order to list them in the oracle's production order)."""
+    out = plan(model, p_eng, d_eng, d_rank, groups, p_layout, d_layout, permute_on_receive=permute_on_receive,
+               issue_order=issue_order)
     permuted = out["permute"]["from"] != out["permute"]["to"]
     doc = {"d_rank": d_rank, "d_tp": out["d_tp"], "p_tp": out["p_tp"], "notify_ranks": out["notify_ranks"],
            "notifications_per_p_rank": out["notifications_per_p_rank"]}
@@ -2922,6 +2932,188 @@ def plan_json_cases():
                   "output": {"lines": lines}})
     return cases
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Engine-level API (pdkv/engine.h, file engine.json): an engine described once, a request given as
+# its schedulers hold it. The oracle re-derives the KV-cache groups from the layer pattern, the
+# N-1 rule, each side's kernel ids and the Mamba slots of each cache mode, then plans the groups
+# with the plan oracle above.
+# ---------------------------------------------------------------------------------------------
+
+def kv_cache_groups(pattern):
+    """vLLM's hybrid-manager grouping, re-derived: per kind ('*'/'P' attention, 'M'/'P' Mamba) its
+    layers; group size = the largest count if it is below 1.25x the smallest, else the smallest;
+    each kind dealt round-robin into ceil(count / size) groups; kinds in order of first appearance."""
+    layers = {"attention": [], "mamba": []}
+    order = []
+    for i, c in enumerate(pattern):
+        for kind, chars in (("attention", "*P"), ("mamba", "MP")):
+            if c in chars:
+                layers[kind].append(i)
+                if kind not in order:
+                    order.append(kind)
+    counts = [len(layers[k]) for k in order]
+    size = max(counts) if max(counts) * 4 < min(counts) * 5 else min(counts)
+    out = []
+    for kind in order:
+        n = -(-len(layers[kind]) // size)
+        for g in range(n):
+            out.append({"kind": kind, "layers": layers[kind][g::n]})
+    return out
+
+
+def engine_request_groups(model, p_eng, d_eng, request):
+    """The plan oracle's groups of one engine-level request."""
+    groups = kv_cache_groups(MODEL_DESCS[model]["pattern"])
+    dg, pg = geometry(model, d_eng), geometry(model, p_eng)
+    n, hit = request["num_prompt_tokens"], request["num_local_computed_tokens"]
+    computed = n - 1 if n > 1 else n  # every preset here is hybrid: P computes N-1 tokens
+    bs = dg["block_size"]
+    first = hit // bs
+    mode = d_eng.get("mamba_cache_mode", "none")
+    spec = d_eng.get("num_speculative_tokens", 0)
+    out = []
+    for g, ids in zip(groups, request["groups"]):
+        loc, rem = ids["local"], ids["remote"]
+        grp = {"kind": g["kind"], "remote_computed_tokens": computed, "local_hit_tokens": hit,
+               "regions": list(range(len(g["layers"])))}
+        if g["kind"] == "attention":
+            lp, rp = dg["physical_per_logical"], pg["physical_per_logical"]
+            grp["local_blocks"] = [b * lp + k for b in loc[first:] for k in range(lp)]
+            grp["remote_blocks"] = [b * rp + k for b in rem for k in range(rp)]
+            grp["local_first_block"] = first * lp
+        else:
+            positions = loc[first:len(loc) - spec]
+            grp["cache_mode"] = mode
+            grp["remote_blocks"] = list(rem)
+            if mode == "all":
+                grp["local_blocks"] = positions
+                grp["local_first_block"] = first
+            else:
+                grp["local_blocks"] = positions[-1:]
+        out.append(grp)
+    return groups, out
+
+
+def engine_tables(model, p_eng, d_eng, prompt, hit, d_blocks, p_blocks):
+    """Block tables as schedulers hold them (ids from one pool per engine, from 1 up):
+    attention one logical id per block; Mamba align: the hit positions' cached states, nulls, the
+    running state last; all: a state per position; none: the running state; D's speculative
+    scratch slots last. P's Mamba lists as P exports them (exchange-clipped)."""
+    groups = kv_cache_groups(MODEL_DESCS[model]["pattern"])
+    dg, pg = geometry(model, d_eng), geometry(model, p_eng)
+    mode = d_eng.get("mamba_cache_mode", "none")
+    spec = d_eng.get("num_speculative_tokens", 0)
+    computed = prompt - 1 if prompt > 1 else prompt
+    dpos, ppos = -(-prompt // dg["block_size"]), -(-computed // pg["block_size"])
+    dn, pn = [1], [1]  # ascending, so that pdkv's issue order is the oracle's local order
+
+    def take(pool):
+        pool[0] += 1
+        assert pool[0] <= min(d_blocks, p_blocks)
+        return pool[0] - 1
+    out = []
+    for g in groups:
+        if g["kind"] == "attention":
+            loc = [take(dn) for _ in range(dpos)]
+            rem = [take(pn) for _ in range(ppos)]
+        elif mode == "all":
+            loc = [take(dn) for _ in range(dpos + spec)]
+            rem = [take(pn) for _ in range(ppos)]
+        elif mode == "align":
+            hp = hit // dg["block_size"]
+            loc = [take(dn) if i < hp or i + 1 == dpos else 0 for i in range(dpos)] + [take(dn) for _ in range(spec)]
+            rem = [take(pn)]
+        else:
+            loc = [take(dn) for _ in range(1 + spec)]
+            rem = [take(pn)]
+        out.append({"local": loc, "remote": rem})
+    return out
+
+
+def engine_cases():
+    cases = []
+    E = "PDKV_ERR_"
+
+    def inp_of(model, p_eng, d_eng, d_rank, request, blocks, hf=None):
+        inp = {"prefill": {"engine": p_eng, "layout": {"engine_id": "prefill", "num_logical_blocks": blocks}},
+               "decode": {"engine": d_eng, "layout": {"engine_id": "decode", "num_logical_blocks": blocks}},
+               "decode_rank": d_rank, "request": request}
+        if hf:
+            inp["hf_config"] = hf
+        else:
+            inp["model"] = model
+        return inp
+
+    def ep(name, model, p_eng, d_eng, d_rank, prompt, hit, blocks=64, tables=None, hf=None):
+        tables = tables or engine_tables(model, p_eng, d_eng, prompt, hit, blocks, blocks)
+        request = {"num_prompt_tokens": prompt, "num_local_computed_tokens": hit, "groups": tables}
+        groups, pgroups = engine_request_groups(model, p_eng, d_eng, request)
+        nreg = max(len(g["layers"]) for g in groups)
+        lay = lambda eid: {"engine_id": eid, "num_logical_blocks": blocks, "num_regions": nreg}
+        lines = plan_json_lines(model, p_eng, d_eng, d_rank, copy.deepcopy(pgroups), lay("prefill"), lay("decode"),
+                                issue_order=True)
+        cases.append({"name": "engine_plan/" + name, "op": "engine_plan",
+                      "input": inp_of(model, p_eng, d_eng, d_rank, request, blocks, hf),
+                      "output": {"groups": groups, "num_regions": nreg, "lines": lines}})
+        return lines
+
+    def ee(name, model, p_eng, d_eng, d_rank, request, status, contains, blocks=64):
+        cases.append({"name": "engine_plan/" + name, "op": "engine_plan",
+                      "input": inp_of(model, p_eng, d_eng, d_rank, request, blocks),
+                      "error": {"status": E + status, "message_contains": contains}})
+
+    nano = "nemotron-3-nano-30b"
+    align = lambda tp, **kw: dict({"tp_size": tp, "mamba_cache_mode": "align"}, **kw)
+    # The request of the engine examples (examples/engine/*) and of the install check
+    # (scripts/check-install.sh): Nemotron-3-Nano from its config.json, P TP4 -> D TP2 rank 0,
+    # align mode; a 5001-token prompt (P computes 5000: the N-1 rule) of which D's prefix cache
+    # holds the first 2096 tokens (one block). Groups: four Mamba groups, then the attention group.
+    example = [{"local": [10, 0, 6], "remote": [6]}, {"local": [11, 0, 7], "remote": [7]},
+               {"local": [12, 0, 13], "remote": [8]}, {"local": [14, 0, 15], "remote": [9]},
+               {"local": [9, 4, 5], "remote": [1, 2, 3, 4, 5]}]
+    check([g["kind"] for g in kv_cache_groups(MODEL_DESCS[nano]["pattern"])],
+          ["mamba"] * 4 + ["attention"], "nano groups")
+    ep("example_nano_config_json_p4_d2_align_prefix_hit", nano, align(4), align(2), 0, 5001, 2096, 16,
+       example, hf_text("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"))
+    bs = geometry(nano, align(2))["block_size"]
+    ep("nano_p4_d2_rank1_align_no_hit", nano, align(4), align(2), 1, 3 * bs + 17, 0)
+    ep("nano_p4_d2_rank1_align_full_hit", nano, align(4), align(2), 1, 2 * bs + 1, 2 * bs)
+    fi = lambda tp, mode, **kw: dict({"tp_size": tp, "mamba_cache_mode": mode, "backend": "flashinfer"}, **kw)
+    bsf = geometry(nano, fi(2, "align", num_speculative_tokens=1))["block_size"]
+    assert geometry(nano, fi(2, "align", num_speculative_tokens=1))["physical_per_logical"] > 1
+    ep("nano_flashinfer_spec1_p2_d2_rank1_align_hit", nano, fi(2, "align", num_speculative_tokens=1),
+       fi(2, "align", num_speculative_tokens=1), 1, 3 * bsf + 17, bsf)
+    bsa = geometry(nano, {"tp_size": 2, "mamba_cache_mode": "all"})["block_size"]
+    ep("nano_p4_d2_rank1_all_hit_two_blocks", nano, {"tp_size": 4, "mamba_cache_mode": "all"},
+       {"tp_size": 2, "mamba_cache_mode": "all"}, 1, 4 * bsa + 5, 2 * bsa)
+    ep("nano_p2_d4_rank3_none", nano, {"tp_size": 2}, {"tp_size": 4}, 3, 3000, 0)
+    ep("jamba_p2_d2_align_hit", "jamba-v0.1", align(2), align(2), 0,
+       2 * geometry("jamba-v0.1", align(2))["block_size"] + 9, geometry("jamba-v0.1", align(2))["block_size"])
+    ep("falcon_h1_parallel_layers_p1_d1_align_hit", "falcon-h1-0.5b", align(1), align(1), 0,
+       3 * geometry("falcon-h1-0.5b", align(1))["block_size"] + 1, geometry("falcon-h1-0.5b", align(1))["block_size"])
+    ep("qwen3_next_gdn_p2_d1_align", "qwen3-next-80b", align(2), align(1), 0,
+       2 * geometry("qwen3-next-80b", align(1))["block_size"] + 3, 0)
+
+    # Requests that do not fit the engine.
+    t = engine_tables(nano, {"tp_size": 2}, {"tp_size": 2}, 3 * bs, 0, 64, 64)
+    ee("hit_with_prefix_caching_off", nano, {"tp_size": 2}, {"tp_size": 2}, 0,
+       {"num_prompt_tokens": 3 * bs, "num_local_computed_tokens": bs, "groups": t},
+       "INVALID_ARGUMENT", ["num_local_computed_tokens = %d" % bs, "prefix caching is off", "pass 0"])
+    t = engine_tables(nano, fi(2, "align"), fi(2, "align"), 2 * bsf + 1, bsf, 64, 64)
+    ppl = geometry(nano, fi(2, "align"))["physical_per_logical"]
+    kernel = [b * ppl + k for b in t[4]["local"] for k in range(ppl)]
+    t[4] = {"local": kernel, "remote": t[4]["remote"]}
+    ee("kernel_ids_where_logical_ids_belong", nano, fi(2, "align"), fi(2, "align"), 0,
+       {"num_prompt_tokens": 2 * bsf + 1, "num_local_computed_tokens": bsf, "groups": t}, "INVALID_ARGUMENT",
+       ["groups[4].local_block_ids[0] (attention group) = %d" % kernel[0], "64 logical blocks",
+        "kernel id %d is logical block %d" % (kernel[0], kernel[0] // ppl)])
+    t = engine_tables(nano, align(4), align(2), 3000, 0, 64, 64)[:4]
+    ee("group_count", nano, align(4), align(2), 0, {"num_prompt_tokens": 3000, "num_local_computed_tokens": 0,
+                                                    "groups": t},
+       "INVALID_ARGUMENT", ["4 groups", "5 KV-cache groups"])
+    return cases
 
 
 def pp_window(num_layers, pp_rank, pp_size):
@@ -3260,3 +3452,4 @@ if __name__ == "__main__":
     write("kv_formats", kv_format_cases())
     write("pipeline", pipeline_cases())
     write("kv_layouts", kv_layout_cases())
+    write("engine", engine_cases())
