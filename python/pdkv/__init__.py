@@ -77,6 +77,7 @@ from .errors import (
     UnsupportedLayoutError,
     UnsupportedMambaTypeError,
 )
+from .engine import Engine, EngineGroup, EngineInfo, RequestGroup
 from .geometry import (
     ByteRange,
     ConvProjection,
@@ -209,7 +210,10 @@ __all__ = [
     "Descriptor",
     "DescriptorLayout",
     "DescriptorList",
+    "Engine",
     "EngineConfig",
+    "EngineGroup",
+    "EngineInfo",
     "EngineLayout",
     "EngineMetadata",
     "EngineMetadataInfo",
@@ -265,6 +269,7 @@ __all__ = [
     "RegionKind",
     "RemoteDecodePrefill",
     "RemoteDecodePrefillPlan",
+    "RequestGroup",
     "ShutdownError",
     "StagePair",
     "StatePair",

@@ -109,6 +109,10 @@ class TransferPlanT(Structure):
     """Opaque ``pdkv_transfer_plan_t``."""
 
 
+class EngineT(Structure):
+    """Opaque ``pdkv_engine_t``."""
+
+
 class AgentT(Structure):
     """Opaque ``pdkv_agent_t``."""
 
@@ -842,6 +846,101 @@ class NotificationC(Structure):
 
 
 #: Every struct mirror, for the layout test (compared against the C compiler's sizeof/offsetof).
+
+# ---- Engine-level API (pdkv/engine.h) --------------------------------------------------------
+
+
+class EngineOptionsC(Structure):
+    """``pdkv_engine_options_t``."""
+
+    _c_name_ = "pdkv_engine_options_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("model", POINTER(ModelT)),
+        ("config", POINTER(EngineConfigC)),
+        ("engine_id", c_char_p),
+        ("tp_rank", c_uint32),
+        ("num_logical_blocks", c_uint64),
+        ("base", c_uint64),
+        ("region_bases", POINTER(c_uint64)),
+        ("num_region_bases", c_size_t),
+        ("kv_layout", c_int32),
+        ("prefix_caching", c_int32),
+    ]
+
+
+class EngineInfoC(Structure):
+    """``pdkv_engine_info_t``."""
+
+    _c_name_ = "pdkv_engine_info_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("num_groups", c_size_t),
+        ("num_regions", c_uint32),
+        ("tp_size", c_uint32),
+        ("tp_rank", c_uint32),
+        ("cache_mode", c_int32),
+        ("logical_block_size", c_uint64),
+        ("kernel_block_size", c_uint64),
+        ("physical_blocks_per_logical", c_uint64),
+        ("num_logical_blocks", c_uint64),
+        ("num_speculative_tokens", c_uint64),
+        ("prefix_caching", c_uint8),
+    ]
+
+
+class EngineGroupC(Structure):
+    """``pdkv_engine_group_t``."""
+
+    _c_name_ = "pdkv_engine_group_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("kind", c_int32),
+        ("layers", POINTER(c_uint32)),
+        ("num_layers", c_size_t),
+        ("regions", POINTER(c_uint32)),
+        ("num_regions", c_size_t),
+    ]
+
+
+class EnginePeerC(Structure):
+    """``pdkv_engine_peer_t``."""
+
+    _c_name_ = "pdkv_engine_peer_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("remote", POINTER(POINTER(EngineMetadataT))),
+        ("num_remote", c_size_t),
+        ("remote_config", POINTER(EngineConfigC)),
+        ("permute_on_receive", c_uint8),
+    ]
+
+
+class EngineRequestGroupC(Structure):
+    """``pdkv_engine_request_group_t`` (element layout fixed)."""
+
+    _c_name_ = "pdkv_engine_request_group_t"
+    _fields_ = [
+        ("local_block_ids", POINTER(c_uint64)),
+        ("num_local_block_ids", c_size_t),
+        ("remote_block_ids", POINTER(c_uint64)),
+        ("num_remote_block_ids", c_size_t),
+    ]
+
+
+class EngineRequestC(Structure):
+    """``pdkv_engine_request_t``."""
+
+    _c_name_ = "pdkv_engine_request_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("groups", POINTER(EngineRequestGroupC)),
+        ("num_groups", c_size_t),
+        ("num_prompt_tokens", c_uint64),
+        ("num_local_computed_tokens", c_uint64),
+    ]
+
+
 STRUCTS: Tuple[type, ...] = (
     ModelDescC,
     TpMappingParamsC,
@@ -886,6 +985,12 @@ STRUCTS: Tuple[type, ...] = (
     TransferInfoC,
     FailedReadC,
     NotificationC,
+    EngineOptionsC,
+    EngineInfoC,
+    EngineGroupC,
+    EnginePeerC,
+    EngineRequestGroupC,
+    EngineRequestC,
 )
 
 # ---- Function table ------------------------------------------------------------------------
@@ -909,6 +1014,7 @@ _meta = POINTER(EngineMetadataT)
 _report = POINTER(HandshakeReportT)
 _ctx = POINTER(PlanContextT)
 _plan = POINTER(TransferPlanT)
+_engine = POINTER(EngineT)
 _agent = POINTER(AgentT)
 _memory = POINTER(MemoryT)
 _peer = POINTER(PeerT)
@@ -1105,6 +1211,16 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
         _st,
         [POINTER(StagePairC), c_size_t, c_uint32, c_uint32, c_uint32, _u32p, _err],
     ),
+    # Engine-level API (pdkv/engine.h)
+    "pdkv_engine_options_init": (_st, [POINTER(EngineOptionsC), _err]),
+    "pdkv_engine_new": (_st, [POINTER(EngineOptionsC), POINTER(_engine), _err]),
+    "pdkv_engine_free": (None, [_engine]),
+    "pdkv_engine_get_info": (_st, [_engine, POINTER(EngineInfoC), _err]),
+    "pdkv_engine_group": (_st, [_engine, c_size_t, POINTER(EngineGroupC), _err]),
+    "pdkv_engine_get_metadata": (_st, [_engine, POINTER(_meta), _err]),
+    "pdkv_engine_registration_descriptors": (_st, [_engine, POINTER(_dlist), _err]),
+    "pdkv_engine_plan_context_new": (_st, [_engine, POINTER(EnginePeerC), POINTER(_ctx), _err]),
+    "pdkv_engine_plan_request": (_st, [_engine, _ctx, POINTER(EngineRequestC), POINTER(_plan), _err]),
     # Transfer executor: agent
     "pdkv_agent_new": (_st, [POINTER(AgentOptionsC), POINTER(_agent), _err]),
     "pdkv_agent_free": (None, [_agent]),

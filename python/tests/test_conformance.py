@@ -5,6 +5,7 @@ missing an expected substring, or any differing value. Nothing is skipped."""
 
 from __future__ import annotations
 
+import array
 import contextlib
 import dataclasses
 import json
@@ -967,6 +968,50 @@ def op_transfer_plan_json(i: Input) -> Dict[str, Any]:
         return {"lines": text.split("\n")}
 
 
+def op_engine_plan(i: Input) -> Dict[str, Any]:
+    """The engine-level API: D and every P rank described as pdkv.Engine; the P ranks' metadata
+    from Engine.metadata(), the context from Engine.plan_context, the plan from
+    Engine.plan_request with the request's block tables (as array('Q') buffers, the zero-copy
+    path)."""
+    if ("model" in i.obj) == ("hf_config" in i.obj):
+        raise VectorError("engine_plan needs exactly one of model / hf_config")
+    sides = {}
+    for key in ("prefill", "decode"):
+        s = i.sub(key)
+        lay = s.sub("layout")
+        sides[key] = (engine(s.sub("engine")), lay.str("engine_id"), lay.int("num_logical_blocks"))
+        lay.check_all_used()
+        s.check_all_used()
+    d_rank = i.int("decode_rank")
+    rq = i.sub("request")
+    groups = []
+    for g in rq.obj_list("groups"):
+        groups.append(pdkv.RequestGroup(array.array("Q", g.ints("local")), array.array("Q", g.ints("remote"))))
+        g.check_all_used()
+    prompt, hit = rq.int("num_prompt_tokens"), rq.int("num_local_computed_tokens")
+    rq.check_all_used()
+    with contextlib.ExitStack() as stack:
+        if "model" in i.obj:
+            model = stack.enter_context(model_of(i))
+        else:
+            model = stack.enter_context(pdkv.Model.from_hf_config_json(i.str("hf_config")))
+        p_cfg, p_id, p_blocks = sides["prefill"]
+        d_cfg, d_id, d_blocks = sides["decode"]
+        d = stack.enter_context(pdkv.Engine(model, d_cfg, d_id, d_rank, d_blocks))
+        remote = []
+        for r in range(p_cfg.tp_size):
+            with pdkv.Engine(model, p_cfg, p_id, r, p_blocks) as p:
+                remote.append(stack.enter_context(p.metadata()))
+        ctx = stack.enter_context(d.plan_context(remote, p_cfg))
+        plan = stack.enter_context(d.plan_request(ctx, groups, prompt, hit))
+        info = d.info()
+        return {
+            "groups": [{"kind": pdkv.group_kind_name(g.kind), "layers": list(g.layers)} for g in d.groups()],
+            "num_regions": info.num_regions,
+            "lines": plan.to_json().split("\n"),
+        }
+
+
 _METADATA_KEYS = {
     "engine_id",
     "tp_size",
@@ -1107,6 +1152,7 @@ OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
     "model_hf_config": (op_model_hf_config, set(_MODEL_KEYS)),
     "handshake_validate_engine_ranks": (op_handshake_validate_engine_ranks, {"items"}),
     "transfer_plan_json": (op_transfer_plan_json, {"lines"}),
+    "engine_plan": (op_engine_plan, {"groups", "num_regions", "lines"}),
     "pipeline_layer_window": (op_pipeline_layer_window, {"begin", "end"}),
     "pipeline_stage_pairs": (op_pipeline_stage_pairs, {"pairs", "notifications"}),
     "permute_kv_block": (op_permute_kv_block, {"hex"}),

@@ -1,0 +1,227 @@
+"""The engine-level API (``pdkv/engine.h``): describe an engine rank once, plan each request from
+what its scheduler holds.
+
+An :class:`Engine` (model, engine settings, TP rank, where its KV tensors live) derives its
+KV-cache groups as vLLM's hybrid KV-cache manager forms them, its handshake metadata and its
+registration descriptors. Per request, :meth:`Engine.plan_request` takes per group the logical
+block ids of D's block table and the ids P exported, the prompt length and D's prefix-cache hit,
+and returns the same :class:`TransferPlan` the low-level :meth:`TransferPlan.compile` does:
+the N-1 rule, kernel-id expansion and the Mamba slots of each cache mode are pdkv's job. A
+request that does not fit the engine raises :class:`InvalidArgumentError` saying what to pass
+instead. Block ids may be any buffer of unsigned 64-bit integers (``array('Q')``, numpy
+``uint64``), passed to C without per-element Python work, or a sequence of ints.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+from ctypes import POINTER, byref
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+from . import _ffi
+from ._base import Handle, array_copy, call, encode, enum_value, handle_arg, index_arg, to_enum, u32, u64, u64_array
+from .descriptors import DescriptorList
+from .enums import GroupKind, KvLayout, MambaCacheMode
+from .geometry import EngineConfig
+from .metadata import EngineMetadata
+from .model import Model
+from .plan import PlanContext, TransferPlan
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineInfo:
+    """Scalars of an :class:`Engine` (``pdkv_engine_info_t``)."""
+
+    num_groups: int  #: KV-cache groups (:meth:`Engine.groups`).
+    num_regions: int  #: Registered KV tensors: the largest group's layers.
+    tp_size: int  #: TP size.
+    tp_rank: int  #: This rank.
+    cache_mode: Union[MambaCacheMode, int]  #: Mamba cache mode (pure attention: none).
+    logical_block_size: int  #: Tokens per block of the block table.
+    kernel_block_size: int  #: Tokens per kernel block.
+    physical_blocks_per_logical: int  #: Kernel blocks per logical block (ppl).
+    num_logical_blocks: int  #: Logical blocks per region.
+    num_speculative_tokens: int  #: Mamba scratch slots at the end of each Mamba list.
+    prefix_caching: bool  #: The engine can hold a prefix-cache hit.
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineGroup:
+    """One KV-cache group (``pdkv_engine_group_t``): its kind, its model layers (ascending) and
+    the region each layer uses (``regions[i]`` for ``layers[i]``)."""
+
+    kind: Union[GroupKind, int]  #: Group kind.
+    layers: Tuple[int, ...]  #: Model layers, ascending.
+    regions: Tuple[int, ...]  #: Region of each layer.
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestGroup:
+    """One group of a request, in the engine's group order: D's block table for the group
+    (logical ids from the request's first block, hit blocks included; a Mamba list as the table
+    holds it) and P's logical ids as P exported them (exchange-clipped)."""
+
+    local_block_ids: Any  #: D's block table (buffer of uint64 or sequence of ints).
+    remote_block_ids: Any  #: P's exported ids (buffer of uint64 or sequence of ints).
+
+
+class Engine(Handle):
+    """One engine rank described once (``pdkv_engine_t``). Immutable; thread-safe; a context
+    manager with an idempotent ``close()``."""
+
+    _free_name = "pdkv_engine_free"
+
+    def __init__(
+        self,
+        model: Model,
+        config: EngineConfig,
+        engine_id: str = "engine",
+        tp_rank: int = 0,
+        num_logical_blocks: int = 64,
+        base: int = 1 << 40,
+        region_bases: Optional[Sequence[int]] = None,
+        kv_layout: Union[KvLayout, int, str] = KvLayout.HND,
+        prefix_caching: Optional[bool] = None,
+    ) -> None:
+        """``region_bases`` None places the regions back to back from ``base``; else one address
+        per region. ``prefix_caching`` None derives it (on iff the Mamba cache mode is not none)."""
+        if not isinstance(config, EngineConfig):
+            raise TypeError(f"config must be a pdkv.EngineConfig, got {type(config).__name__}")
+        o = _ffi.EngineOptionsC()
+        call("pdkv_engine_options_init", byref(o))
+        o.model = handle_arg("model", model, Model)
+        cc = config._to_c()
+        o.config = ctypes.pointer(cc)
+        o.engine_id = encode("engine_id", engine_id)
+        o.tp_rank = u32("tp_rank", tp_rank)
+        o.num_logical_blocks = u64("num_logical_blocks", num_logical_blocks)
+        o.base = u64("base", base)
+        keep: Any = None
+        if region_bases is not None:
+            keep, n = u64_array("region_bases", region_bases)
+            o.region_bases = ctypes.cast(keep, POINTER(ctypes.c_uint64)) if n else None
+            o.num_region_bases = n
+        o.kv_layout = int(enum_value("kv_layout", KvLayout, kv_layout))
+        if prefix_caching is None:
+            o.prefix_caching = -1
+        elif isinstance(prefix_caching, bool):
+            o.prefix_caching = int(prefix_caching)
+        else:
+            raise TypeError(f"prefix_caching must be a bool or None, got {type(prefix_caching).__name__}")
+        out = POINTER(_ffi.EngineT)()
+        call("pdkv_engine_new", byref(o), byref(out))
+        del keep, cc
+        self._adopt(out)
+
+    def info(self) -> EngineInfo:
+        """The engine's scalars."""
+        i = _ffi.EngineInfoC()
+        i.struct_size = ctypes.sizeof(i)
+        call("pdkv_engine_get_info", self._p(), byref(i))
+        return EngineInfo(
+            num_groups=i.num_groups, num_regions=i.num_regions, tp_size=i.tp_size, tp_rank=i.tp_rank,
+            cache_mode=to_enum(MambaCacheMode, i.cache_mode), logical_block_size=i.logical_block_size,
+            kernel_block_size=i.kernel_block_size, physical_blocks_per_logical=i.physical_blocks_per_logical,
+            num_logical_blocks=i.num_logical_blocks, num_speculative_tokens=i.num_speculative_tokens,
+            prefix_caching=bool(i.prefix_caching),
+        )
+
+    def group(self, index: int) -> EngineGroup:
+        """KV-cache group ``index`` (raises :class:`OutOfBoundsError` past the last)."""
+        g = _ffi.EngineGroupC()
+        g.struct_size = ctypes.sizeof(g)
+        call("pdkv_engine_group", self._p(), index_arg("index", index), byref(g))
+        return EngineGroup(
+            kind=to_enum(GroupKind, g.kind),
+            layers=array_copy(g.layers, g.num_layers, int),
+            regions=array_copy(g.regions, g.num_regions, int),
+        )
+
+    def groups(self) -> Tuple[EngineGroup, ...]:
+        """Every KV-cache group, in the order a request lists its groups."""
+        return tuple(self.group(i) for i in range(self.info().num_groups))
+
+    def metadata(self) -> EngineMetadata:
+        """The metadata this rank advertises in the handshake (a new handle)."""
+        out = POINTER(_ffi.EngineMetadataT)()
+        call("pdkv_engine_get_metadata", self._p(), byref(out))
+        return EngineMetadata._wrap(out)
+
+    def registration_descriptors(self) -> DescriptorList:
+        """Every kernel block of every region as attention descriptors, then (Mamba models) every
+        logical block's conv projections and temporal state (vLLM's local-handle order)."""
+        return DescriptorList._make("pdkv_engine_registration_descriptors", self._p())
+
+    def plan_context(
+        self, remote: Sequence[EngineMetadata], remote_config: EngineConfig, permute_on_receive: bool = False
+    ) -> PlanContext:
+        """The plan context of this (D) engine and one P engine: the metadata of each of its
+        ranks (any order, each once) and its settings."""
+        if isinstance(remote, (str, bytes)) or not hasattr(remote, "__iter__"):
+            raise TypeError(f"remote must be a sequence of pdkv.EngineMetadata, got {type(remote).__name__}")
+        if not isinstance(remote_config, EngineConfig):
+            raise TypeError(f"remote_config must be a pdkv.EngineConfig, got {type(remote_config).__name__}")
+        if not isinstance(permute_on_receive, bool):
+            raise TypeError(f"permute_on_receive must be a bool, got {type(permute_on_receive).__name__}")
+        items = list(remote)
+        arr = (POINTER(_ffi.EngineMetadataT) * len(items))() if items else None
+        for i, r in enumerate(items):
+            assert arr is not None
+            arr[i] = handle_arg(f"remote[{i}]", r, EngineMetadata)
+        cc = remote_config._to_c()
+        p = _ffi.EnginePeerC()
+        p.struct_size = ctypes.sizeof(p)
+        p.remote = ctypes.cast(arr, POINTER(POINTER(_ffi.EngineMetadataT))) if arr is not None else None
+        p.num_remote = len(items)
+        p.remote_config = ctypes.pointer(cc)
+        p.permute_on_receive = int(permute_on_receive)
+        out = POINTER(_ffi.PlanContextT)()
+        call("pdkv_engine_plan_context_new", self._p(), byref(p), byref(out))
+        ctx = object.__new__(PlanContext)
+        ctx._adopt(out)
+        return ctx
+
+    def plan_request(
+        self,
+        ctx: PlanContext,
+        groups: Sequence[Union[RequestGroup, Tuple[Any, Any]]],
+        num_prompt_tokens: int,
+        num_local_computed_tokens: int = 0,
+    ) -> TransferPlan:
+        """Compiles one request's plan. ``groups``: one :class:`RequestGroup` (or a
+        ``(local_block_ids, remote_block_ids)`` pair) per engine group, in the engine's order."""
+        c = handle_arg("ctx", ctx, PlanContext)
+        if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
+            raise TypeError(f"groups must be a sequence of pdkv.RequestGroup, got {type(groups).__name__}")
+        items = list(groups)
+        arr = (_ffi.EngineRequestGroupC * len(items))() if items else None
+        keep: List[Any] = []
+        for i, g in enumerate(items):
+            if isinstance(g, RequestGroup):
+                local, remote = g.local_block_ids, g.remote_block_ids
+            elif isinstance(g, tuple) and len(g) == 2:
+                local, remote = g
+            else:
+                raise TypeError(f"groups[{i}] must be a pdkv.RequestGroup or a (local, remote) pair, "
+                                f"got {type(g).__name__}")
+            la, ln = u64_array(f"groups[{i}].local_block_ids", local)
+            ra, rn = u64_array(f"groups[{i}].remote_block_ids", remote)
+            keep += [la, ra]
+            assert arr is not None
+            arr[i].local_block_ids = ctypes.cast(la, POINTER(ctypes.c_uint64)) if ln else None
+            arr[i].num_local_block_ids = ln
+            arr[i].remote_block_ids = ctypes.cast(ra, POINTER(ctypes.c_uint64)) if rn else None
+            arr[i].num_remote_block_ids = rn
+        r = _ffi.EngineRequestC()
+        r.struct_size = ctypes.sizeof(r)
+        r.groups = ctypes.cast(arr, POINTER(_ffi.EngineRequestGroupC)) if arr is not None else None
+        r.num_groups = len(items)
+        r.num_prompt_tokens = u64("num_prompt_tokens", num_prompt_tokens)
+        r.num_local_computed_tokens = u64("num_local_computed_tokens", num_local_computed_tokens)
+        out = POINTER(_ffi.TransferPlanT)()
+        call("pdkv_engine_plan_request", self._p(), c, byref(r), byref(out))
+        del keep
+        plan = object.__new__(TransferPlan)
+        plan._adopt(out)
+        return plan

@@ -1,0 +1,141 @@
+"""The engine-level API (pdkv.Engine): groups, metadata, descriptors, a request's plan equal to
+the low-level plan built by hand, block ids from buffers, refusals that say what to pass, and the
+handle contract (context manager, idempotent close)."""
+
+from __future__ import annotations
+
+import array
+import json
+
+import pytest
+
+import pdkv
+
+
+def _align(tp: int) -> pdkv.EngineConfig:
+    return pdkv.EngineConfig(tp_size=tp, mamba_cache_mode="align")
+
+
+@pytest.fixture
+def pair():
+    """Nemotron-3-Nano, P TP4 -> D TP2 rank 0, align mode: D's engine, P's metadata, the context."""
+    model = pdkv.Model.from_preset("nemotron-3-nano-30b")
+    d = pdkv.Engine(model, _align(2), "decode", 0, 16)
+    remote = []
+    for r in range(4):
+        with pdkv.Engine(model, _align(4), "prefill", r, 16) as p:
+            remote.append(p.metadata())
+    ctx = d.plan_context(remote, _align(4))
+    yield model, d, remote, ctx
+    for h in [ctx, d, model, *remote]:
+        h.close()
+
+
+# The request of the engine examples: a 5001-token prompt, D holds the first 2096 tokens.
+EXAMPLE = [([10, 0, 6], [6]), ([11, 0, 7], [7]), ([12, 0, 13], [8]), ([14, 0, 15], [9]),
+           ([9, 4, 5], [1, 2, 3, 4, 5])]
+
+
+def test_groups_info_and_metadata(pair) -> None:
+    model, d, _, _ = pair
+    info = d.info()
+    assert (info.num_groups, info.num_regions, info.tp_size, info.tp_rank) == (5, 6, 2, 0)
+    assert info.cache_mode == pdkv.MambaCacheMode.ALIGN and info.prefix_caching
+    assert info.logical_block_size == 2096 and info.num_logical_blocks == 16
+    groups = d.groups()
+    assert [g.kind for g in groups] == [pdkv.GroupKind.MAMBA] * 4 + [pdkv.GroupKind.ATTENTION]
+    pattern = model.describe().layer_pattern
+    mamba = [i for i, c in enumerate(pattern) if c == "M"]
+    assert groups[0].layers == tuple(mamba[0::4])
+    assert groups[4].layers == tuple(i for i, c in enumerate(pattern) if c == "*")
+    assert groups[4].regions == tuple(range(6))
+    with pytest.raises(pdkv.OutOfBoundsError, match="count 5"):
+        d.group(5)
+    layout = pdkv.EngineLayout(engine_id="decode", tp_rank=0, num_logical_blocks=16, num_regions=6)
+    with d.metadata() as md, pdkv.EngineMetadata.from_model(model, _align(2), layout) as hand:
+        assert md == hand
+    with d.registration_descriptors() as descs:
+        items = descs.items()
+    assert len(items) > 6 * 16 and items[0].addr == 1 << 40
+
+
+def test_plan_equals_the_low_level_plan(pair) -> None:
+    model, d, remote, ctx = pair
+    groups = [pdkv.RequestGroup(array.array("Q", loc), array.array("Q", rem)) for loc, rem in EXAMPLE]
+    with d.plan_request(ctx, groups, 5001, 2096) as plan:
+        engine_json = plan.to_json()
+        assert plan.info().mamba_bytes > 0 and plan.info().attention_bytes > 0
+    # By hand: P computed 5000 tokens (N-1); D's unhashed attention blocks after its 2096-token
+    # hit (one block; ppl 1 with FlashAttention); each Mamba group's running state.
+    computed, hit = 5000, 2096
+    hand = []
+    for g, (loc, rem) in zip(d.groups(), EXAMPLE):
+        if g.kind == pdkv.GroupKind.ATTENTION:
+            t = pdkv.GroupTrimInput(kind="attention", local_blocks=loc[1:], remote_blocks=rem,
+                                    remote_computed_tokens=computed, local_hit_tokens=hit, local_first_block=1)
+        else:
+            t = pdkv.GroupTrimInput(kind="mamba", cache_mode="align", local_blocks=[loc[-1]], remote_blocks=rem,
+                                    remote_computed_tokens=computed, local_hit_tokens=hit)
+        hand.append(pdkv.PlanGroup(t, g.regions))
+    with d.metadata() as md, pdkv.Geometry(model, _align(2)) as dg, pdkv.Geometry(model, _align(4)) as pg, \
+            pdkv.PlanContext(md, remote, dg, pg) as low, low.compile(hand) as plan:
+        assert plan.to_json() == engine_json
+    # Tuples of (list, list) work too, with the same result.
+    with d.plan_request(ctx, EXAMPLE, 5001, 2096) as plan:
+        assert plan.to_json() == engine_json
+
+
+def test_shared_vector_of_the_examples(pair) -> None:
+    from conftest import VECTORS_DIR
+
+    cases = json.loads((VECTORS_DIR / "engine.json").read_text())["cases"]
+    case = next(c for c in cases if c["name"] == "engine_plan/example_nano_config_json_p4_d2_align_prefix_hit")
+    assert [(g["local"], g["remote"]) for g in case["input"]["request"]["groups"]] == EXAMPLE
+    _, d, _, ctx = pair
+    with d.plan_request(ctx, EXAMPLE, 5001, 2096) as plan:
+        assert plan.to_json().split("\n") == case["output"]["lines"]
+
+
+def test_refusals_say_what_to_pass(pair) -> None:
+    model, d, remote, ctx = pair
+    with pytest.raises(pdkv.InvalidArgumentError, match="5 KV-cache groups"):
+        d.plan_request(ctx, EXAMPLE[:4], 5001, 2096)
+    with pytest.raises(pdkv.InvalidArgumentError, match="not a multiple"):
+        d.plan_request(ctx, EXAMPLE, 5001, 100)
+    bad = EXAMPLE[:4] + [([9, 4, 500], [1, 2, 3, 4, 5])]
+    with pytest.raises(pdkv.InvalidArgumentError, match=r"local_block_ids\[2\] \(attention group\) = 500"):
+        d.plan_request(ctx, bad, 5001, 2096)
+    with pdkv.Engine(model, pdkv.EngineConfig(tp_size=2), "decode", 0, 16) as off:
+        with pytest.raises(pdkv.InvalidArgumentError, match="prefix caching is off"):
+            with off.plan_context(remote, _align(4)) as c2:
+                off.plan_request(c2, EXAMPLE, 5001, 2096)
+    with pytest.raises(pdkv.InvalidArgumentError, match="tp_size 4"):
+        d.plan_context(remote, _align(2))
+    with pytest.raises(pdkv.InvalidArgumentError, match="num_region_bases = 2"):
+        pdkv.Engine(model, _align(2), region_bases=[1 << 40, 2 << 40])
+    with pytest.raises(TypeError):
+        d.plan_request(ctx, [1, 2], 10)
+    with pytest.raises(pdkv.InvalidArgumentError, match="out of range"):
+        d.plan_request(ctx, EXAMPLE, -1)
+
+
+def test_block_ids_from_buffers_are_not_copied_per_element(pair) -> None:
+    _, d, _, ctx = pair
+    # A memoryview over array('Q') and a bytes-backed read-only buffer both reach C as buffers.
+    groups = [(memoryview(array.array("Q", loc)), memoryview(array.array("Q", rem)).toreadonly()) for loc, rem in EXAMPLE]
+    with d.plan_request(ctx, groups, 5001, 2096) as a, d.plan_request(ctx, EXAMPLE, 5001, 2096) as b:
+        assert a.to_json() == b.to_json()
+    # A signed buffer is not taken as ids in place; its negative value is refused by name.
+    with pytest.raises(pdkv.InvalidArgumentError, match=r"groups\[4\].local_block_ids\[0\] = -1"):
+        d.plan_request(ctx, EXAMPLE[:4] + [(array.array("q", [-1, 4, 5]), [1, 2, 3, 4, 5])], 5001, 2096)
+
+
+def test_close_is_idempotent_and_closed_handles_raise() -> None:
+    model = pdkv.Model.from_preset("nemotron-3-nano-30b")
+    with pdkv.Engine(model, _align(2)) as e:
+        assert not e.closed
+    assert e.closed
+    e.close()
+    with pytest.raises(pdkv.ClosedError):
+        e.info()
+    model.close()
