@@ -18,7 +18,7 @@ import (
 var handleTypes = []interface{}{
 	(*Model)(nil), (*Geometry)(nil), (*TpMapping)(nil), (*MambaReadList)(nil), (*DescriptorList)(nil),
 	(*EngineMetadata)(nil), (*GroupTrim)(nil), (*PlanContext)(nil), (*TransferPlan)(nil),
-	(*Agent)(nil), (*Memory)(nil), (*Peer)(nil), (*Transfer)(nil),
+	(*Agent)(nil), (*Memory)(nil), (*Peer)(nil), (*Transfer)(nil), (*Engine)(nil),
 }
 
 // handleTypeSet maps the name of each listed handle type to its pointer type.
@@ -251,6 +251,9 @@ var nilArgCases = []nilArgCase{
 	{name: "TransferPlan.Validate", fn: (*TransferPlan).Validate, recv: true, args: map[int]string{1: "ctx"}},
 	{name: "NewAgent", fn: NewAgent, fields: map[string]string{"Metadata": "opts.Metadata"}},
 	{name: "Agent.Post", fn: (*Agent).Post, recv: true, fields: map[string]string{"Plan": "params.Plan"}},
+	{name: "NewEngine", fn: NewEngine, args: map[int]string{0: "model"}},
+	{name: "Engine.PlanContext", fn: (*Engine).PlanContext, recv: true, args: map[int]string{1: "remote"}},
+	{name: "Engine.PlanRequest", fn: (*Engine).PlanRequest, recv: true, args: map[int]string{1: "ctx"}},
 }
 
 // TestNilHandleArgumentsListed checks that nilArgCases lists exactly the exported functions and
@@ -359,8 +362,10 @@ func handleFixtures(t *testing.T) (fx map[reflect.Type]reflect.Value, closeAll f
 	keep(plan, err)
 	agent, err := NewAgent(AgentOptions{Metadata: d})
 	keep(agent, err)
+	engine, err := NewEngine(m, cfg(2), DefaultEngineOptions())
+	keep(engine, err)
 	fx = map[reflect.Type]reflect.Value{}
-	for _, v := range []interface{}{m, g2, mp, reads, dl, d, ctx, plan, agent} {
+	for _, v := range []interface{}{m, g2, mp, reads, dl, d, ctx, plan, agent, engine} {
 		fx[reflect.TypeOf(v)] = reflect.ValueOf(v)
 	}
 	return fx, closeAll

@@ -317,6 +317,8 @@ func handleTypeName[T any]() string {
 		return "Peer"
 	case *C.pdkv_transfer_t:
 		return "Transfer"
+	case *C.pdkv_engine_t:
+		return "Engine"
 	default:
 		return "handle"
 	}

@@ -1884,3 +1884,144 @@ extern "C" {
 extern "C" {
     pub fn pdkv_notification_list_free(list: *mut pdkv_notification_list_t);
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_engine {
+    _unused: [u8; 0],
+}
+pub type pdkv_engine_t = pdkv_engine;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_engine_options {
+    pub struct_size: usize,
+    pub model: *const pdkv_model_t,
+    pub config: *const pdkv_engine_config_t,
+    pub engine_id: *const ::std::os::raw::c_char,
+    pub tp_rank: u32,
+    pub num_logical_blocks: u64,
+    pub base: u64,
+    pub region_bases: *const u64,
+    pub num_region_bases: usize,
+    pub kv_layout: i32,
+    pub prefix_caching: i32,
+}
+pub type pdkv_engine_options_t = pdkv_engine_options;
+extern "C" {
+    pub fn pdkv_engine_options_init(
+        options: *mut pdkv_engine_options_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_engine_new(
+        options: *const pdkv_engine_options_t,
+        out: *mut *mut pdkv_engine_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_engine_free(engine: *mut pdkv_engine_t);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_engine_info {
+    pub struct_size: usize,
+    pub num_groups: usize,
+    pub num_regions: u32,
+    pub tp_size: u32,
+    pub tp_rank: u32,
+    pub cache_mode: i32,
+    pub logical_block_size: u64,
+    pub kernel_block_size: u64,
+    pub physical_blocks_per_logical: u64,
+    pub num_logical_blocks: u64,
+    pub num_speculative_tokens: u64,
+    pub prefix_caching: u8,
+}
+pub type pdkv_engine_info_t = pdkv_engine_info;
+extern "C" {
+    pub fn pdkv_engine_get_info(
+        engine: *const pdkv_engine_t,
+        out: *mut pdkv_engine_info_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_engine_group {
+    pub struct_size: usize,
+    pub kind: i32,
+    pub layers: *const u32,
+    pub num_layers: usize,
+    pub regions: *const u32,
+    pub num_regions: usize,
+}
+pub type pdkv_engine_group_t = pdkv_engine_group;
+extern "C" {
+    pub fn pdkv_engine_group(
+        engine: *const pdkv_engine_t,
+        index: usize,
+        out: *mut pdkv_engine_group_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_engine_get_metadata(
+        engine: *const pdkv_engine_t,
+        out: *mut *mut pdkv_engine_metadata_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_engine_registration_descriptors(
+        engine: *const pdkv_engine_t,
+        out: *mut *mut pdkv_descriptor_list_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_engine_peer {
+    pub struct_size: usize,
+    pub remote: *const *const pdkv_engine_metadata_t,
+    pub num_remote: usize,
+    pub remote_config: *const pdkv_engine_config_t,
+    pub permute_on_receive: u8,
+}
+pub type pdkv_engine_peer_t = pdkv_engine_peer;
+extern "C" {
+    pub fn pdkv_engine_plan_context_new(
+        engine: *const pdkv_engine_t,
+        peer: *const pdkv_engine_peer_t,
+        out: *mut *mut pdkv_plan_context_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_engine_request_group {
+    pub local_block_ids: *const u64,
+    pub num_local_block_ids: usize,
+    pub remote_block_ids: *const u64,
+    pub num_remote_block_ids: usize,
+}
+pub type pdkv_engine_request_group_t = pdkv_engine_request_group;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_engine_request {
+    pub struct_size: usize,
+    pub groups: *const pdkv_engine_request_group_t,
+    pub num_groups: usize,
+    pub num_prompt_tokens: u64,
+    pub num_local_computed_tokens: u64,
+}
+pub type pdkv_engine_request_t = pdkv_engine_request;
+extern "C" {
+    pub fn pdkv_engine_plan_request(
+        engine: *const pdkv_engine_t,
+        ctx: *const pdkv_plan_context_t,
+        request: *const pdkv_engine_request_t,
+        out: *mut *mut pdkv_transfer_plan_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}

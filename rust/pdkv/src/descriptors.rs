@@ -66,7 +66,7 @@ impl Drop for DescriptorList {
 }
 
 impl DescriptorList {
-    fn from_out(out: *mut sys::pdkv_descriptor_list_t) -> Result<DescriptorList> {
+    pub(crate) fn from_out(out: *mut sys::pdkv_descriptor_list_t) -> Result<DescriptorList> {
         NonNull::new(out)
             .map(|ptr| DescriptorList { ptr })
             .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL descriptor list"))

@@ -5,6 +5,8 @@
 //!
 //! * Every handle ([`Model`], [`TpMapping`], [`Geometry`], [`MambaReadList`],
 //!   [`DescriptorList`], [`GroupTrim`], [`EngineMetadata`], [`PlanContext`], [`TransferPlan`],
+//!   the engine-level [`Engine`] (`pdkv/engine.h`: describe an engine once, plan each request
+//!   from its block table),
 //!   and the executor's [`Agent`], [`Memory`], [`Peer`], [`Transfer`]) owns its C object and
 //!   frees it in `Drop` (dropping a [`Transfer`] still in flight cancels it).
 //! * Every fallible call returns [`Result<T>`] whose [`Error`] carries a [`Status`] and the
@@ -46,6 +48,7 @@ mod agent;
 mod blocks;
 mod descriptors;
 mod engine;
+mod engine_level;
 mod error;
 mod ffi_util;
 mod geometry;
@@ -76,6 +79,7 @@ pub use descriptors::{
     DescriptorList, Region,
 };
 pub use engine::{Backend, ConvLayout, EngineConfig, MambaCacheMode};
+pub use engine_level::{Engine, EngineGroup, EngineInfo, EngineOptions, RequestGroup};
 pub use error::{Cause, Error, Result, Status};
 pub use geometry::{block_size_ratio, ConvProjection, Geometry, GeometryInfo};
 pub use mamba::{physical_blocks_per_logical, ByteRange, MambaRead, MambaReadList, MambaReadsRule};

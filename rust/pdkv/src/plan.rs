@@ -77,7 +77,7 @@ impl<'a> PlanContextParams<'a> {
 /// freed on drop.
 #[derive(Debug)]
 pub struct PlanContext {
-    ptr: NonNull<sys::pdkv_plan_context_t>,
+    pub(crate) ptr: NonNull<sys::pdkv_plan_context_t>,
 }
 
 // SAFETY: immutable after creation; queries documented thread-safe; free only in Drop.
@@ -388,7 +388,7 @@ pub struct PlanGroupZero<'a> {
 /// One request's compiled, validated transfer plan; immutable, freed on drop.
 #[derive(Debug)]
 pub struct TransferPlan {
-    ptr: NonNull<sys::pdkv_transfer_plan_t>,
+    pub(crate) ptr: NonNull<sys::pdkv_transfer_plan_t>,
 }
 
 // SAFETY: immutable after creation; queries documented thread-safe; free only in Drop.

@@ -422,6 +422,14 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
             "permute_on_receive",
         ],
         "permute_kv_block" => &["hex", "from", "to", "heads", "tokens", "head_bytes"],
+        "engine_plan" => &[
+            "model",
+            "hf_config",
+            "prefill",
+            "decode",
+            "decode_rank",
+            "request",
+        ],
         "attention_local_descriptors" => &["regions", "block_size_ratio"],
         "attention_remote_descriptors" => &[
             "local_regions",
@@ -1169,6 +1177,109 @@ fn compile_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<TransferPla
 }
 
 /// The vectors' spelling of a KV layout.
+/// `engine_plan`: D and every P rank described as [`Engine`]s; the P ranks' metadata from
+/// [`Engine::metadata`], the context from [`Engine::plan_context`], the plan from
+/// [`Engine::plan_request`] with the request's block tables (`Err`: a malformed case; `Ok(Err)`:
+/// the library's error).
+fn engine_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<Outcome, Error>> {
+    macro_rules! lib_or_return {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(err) => return Ok(Err(err)),
+            }
+        };
+    }
+    let model = match (input.contains_key("model"), input.contains_key("hf_config")) {
+        (true, false) => lib_or_return!(model_of(input)?),
+        (false, true) => lib_or_return!(Model::from_hf_config_json(
+            str_of(input, "hf_config")?,
+            None
+        )),
+        _ => return Err("engine_plan needs exactly one of model / hf_config".into()),
+    };
+    let side = |key: &str| -> CaseResult<(Result<EngineConfig, Error>, String, u64)> {
+        let s = obj_field(input, key)?;
+        check_keys(key, s, &["engine", "layout"])?;
+        let l = obj_field(s, "layout")?;
+        check_keys("layout", l, &["engine_id", "num_logical_blocks"])?;
+        Ok((
+            engine(field(s, "engine")?)?,
+            str_of(l, "engine_id")?.to_owned(),
+            u64_of(l, "num_logical_blocks")?,
+        ))
+    };
+    let (p_cfg, p_id, p_blocks) = side("prefill")?;
+    let (d_cfg, d_id, d_blocks) = side("decode")?;
+    let d_rank = u32_of(input, "decode_rank")?;
+    let rq = obj_field(input, "request")?;
+    check_keys(
+        "request",
+        rq,
+        &["groups", "num_prompt_tokens", "num_local_computed_tokens"],
+    )?;
+    let Json::Arr(gs) = field(rq, "groups")? else {
+        return Err("request.groups must be an array".into());
+    };
+    let mut ids = Vec::new();
+    for g in gs {
+        let g = obj(g)?;
+        check_keys("request.groups[]", g, &["local", "remote"])?;
+        ids.push((u64s(field(g, "local")?)?, u64s(field(g, "remote")?)?));
+    }
+    let (prompt, hit) = (
+        u64_of(rq, "num_prompt_tokens")?,
+        u64_of(rq, "num_local_computed_tokens")?,
+    );
+    let (p_cfg, d_cfg) = (lib_or_return!(p_cfg), lib_or_return!(d_cfg));
+    let d = lib_or_return!(Engine::new(
+        &model,
+        &d_cfg,
+        &EngineOptions::new(&d_id, d_rank, d_blocks)
+    ));
+    let mut remote = Vec::new();
+    for r in 0..p_cfg.tp_size {
+        let p = lib_or_return!(Engine::new(
+            &model,
+            &p_cfg,
+            &EngineOptions::new(&p_id, r, p_blocks)
+        ));
+        remote.push(lib_or_return!(p.metadata()));
+    }
+    let refs: Vec<&EngineMetadata> = remote.iter().collect();
+    let ctx = lib_or_return!(d.plan_context(&refs, &p_cfg, false));
+    let groups: Vec<RequestGroup<'_>> = ids
+        .iter()
+        .map(|(l, r)| RequestGroup {
+            local_block_ids: l,
+            remote_block_ids: r,
+        })
+        .collect();
+    let plan = lib_or_return!(d.plan_request(&ctx, &groups, prompt, hit));
+    let text = lib_or_return!(plan.to_json_string());
+    let info = lib_or_return!(d.info());
+    let gj = lib_or_return!(d.groups())
+        .iter()
+        .map(|g| {
+            obj_of(vec![
+                ("kind", Json::Str(g.kind.name().into())),
+                (
+                    "layers",
+                    Json::Arr(g.layers.iter().map(|&l| Json::Int(i64::from(l))).collect()),
+                ),
+            ])
+        })
+        .collect();
+    Ok(Ok(out(vec![
+        ("groups", Json::Arr(gj)),
+        ("num_regions", Json::Int(i64::from(info.num_regions))),
+        (
+            "lines",
+            Json::Arr(text.split('\n').map(|l| Json::Str(l.to_owned())).collect()),
+        ),
+    ])))
+}
+
 fn layout_name(l: KvLayout) -> CaseResult<&'static str> {
     match l {
         KvLayout::Hnd => Ok("HND"),
@@ -1796,6 +1907,7 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 Json::Arr(text.split('\n').map(|l| Json::Str(l.to_owned())).collect()),
             )])
         }
+        "engine_plan" => lib!(engine_plan(input)?),
         "attention_local_descriptors" => {
             let list = lib!(attention_local_descriptors(
                 &regions_of(input, "regions")?,
