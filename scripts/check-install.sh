@@ -9,9 +9,10 @@
 #   - a Go module using the repository's Go package (`#cgo pkg-config: pdkv`);
 #   - a Python script with the package installed by `pip install` (offline, into a venv), and
 #     `mypy --strict` on that script against the installed package (its py.typed);
-# each being examples/engine/<language>: one request's plan, with a prefix hit, compiled from
-# Nemotron-3-Nano's config.json and compared byte for byte with the shared vector
-# tests/vectors/plans_json.json "transfer_plan_json/engine_example_nano_config_json_p4_d2_align_prefix_hit".
+# each being examples/engine/<language>: one request's plan, with a prefix hit, compiled through
+# the engine-level API (pdkv/engine.h: the engine ranks described once, the request given as the
+# schedulers' block tables) from Nemotron-3-Nano's config.json and compared byte for byte with the
+# shared vector tests/vectors/engine.json "engine_plan/example_nano_config_json_p4_d2_align_prefix_hit".
 # None of the programs is given LD_LIBRARY_PATH: they find libpdkv.so.0 through the rpath that
 # pdkv.pc and CMake put in them (C, Go) or by the bindings' own search (Rust, Python), and the
 # Rust and Python ones print the library they loaded, which must be the installed one.
@@ -24,7 +25,7 @@ PY=${PYTHON:-/usr/bin/python3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/pdkv-install-check.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 PREFIX=$WORK/prefix
-CASE=transfer_plan_json/engine_example_nano_config_json_p4_d2_align_prefix_hit
+CASE=engine_plan/example_nano_config_json_p4_d2_align_prefix_hit
 
 step() { echo "-- $*"; }
 die() { echo "install check FAILED: $*" >&2; exit 1; }
@@ -54,7 +55,7 @@ export GOFLAGS=-mod=mod GOPROXY=off
 CONFIG=$WORK/config.json
 EXPECTED=$WORK/expected.json
 cp "$ROOT/tests/data/hf_configs/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json" "$CONFIG"
-"$PY" - "$ROOT/tests/vectors/plans_json.json" "$CASE" "$EXPECTED" <<'PY'
+"$PY" - "$ROOT/tests/vectors/engine.json" "$CASE" "$EXPECTED" <<'PY'
 import json, sys
 path, name, out = sys.argv[1:]
 case = next(c for c in json.load(open(path))["cases"] if c["name"] == name)

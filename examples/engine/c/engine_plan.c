@@ -1,19 +1,22 @@
 /*
  * engine_plan.c - what a decode engine does with pdkv for one request, from the model's
- * config.json to the transfer plan, in C.
+ * config.json to the transfer plan, in C, through the engine-level API (pdkv/engine.h).
  *
  * Deployment: the model of CONFIG_JSON (tests/data/hf_configs/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json),
  * prefill (P) TP4 -> decode (D) TP2, this is D rank 0; both engines run Mamba cache mode "align"
- * (vLLM's prefix caching for hybrid models) with one KV region of 16 logical blocks per rank.
+ * (vLLM's prefix caching for hybrid models) with 16 logical blocks per region. Each engine rank is
+ * described once; pdkv derives its KV-cache groups (four Mamba groups, then the attention group),
+ * its regions and its metadata.
  *
- * Request: P computed all 5000 prompt tokens into its blocks 1..5 (1056 tokens each) and its Mamba
- * state after 5000 tokens into block 8. D's prefix cache already holds the first 2096 tokens (one
- * 2096-token block), so D reads only tokens 2096..4999 into its blocks 4 and 5, and P's running
- * Mamba state into its last real Mamba slot, 7.
+ * Request: a 5001-token prompt. D's prefix cache holds its first 2096 tokens (one block); P
+ * computes 5000 tokens (the N-1 rule: D recomputes the last one). The program passes what the
+ * schedulers hold, per group: D's block table (logical ids, the hit block included; Mamba lists
+ * with their null placeholders) and the ids P exported. pdkv works out the rest: D reads tokens
+ * 2096..4999 of the attention group and P's running Mamba state of each Mamba group.
  *
- * Prints the plan as JSON. With EXPECTED_JSON (the shared vector
- * tests/vectors/plans_json.json, case engine_example_nano_config_json_p4_d2_align_prefix_hit,
- * lines joined by newlines), exits 1 unless the plan is exactly that text.
+ * Prints the plan as JSON. With EXPECTED_JSON (the shared vector tests/vectors/engine.json, case
+ * engine_plan/example_nano_config_json_p4_d2_align_prefix_hit, lines joined by newlines), exits 1
+ * unless the plan is exactly that text.
  *
  * Usage: engine_plan CONFIG_JSON [EXPECTED_JSON]
  * Build: cc engine_plan.c $(pkg-config --cflags --libs pdkv), or the CMakeLists.txt beside it.
@@ -53,18 +56,19 @@ static pdkv_status_t engine_config(uint32_t tp, pdkv_engine_config_t *config, pd
   return PDKV_OK;
 }
 
-/* What one rank advertises in the handshake: its id, rank and where its KV region lives. */
-static pdkv_status_t rank_metadata(const pdkv_model_t *model, const pdkv_engine_config_t *config, const char *id,
-                                   uint32_t rank, uint64_t base, pdkv_engine_metadata_t **out, pdkv_error_t **err) {
-  pdkv_engine_layout_t layout;
-  pdkv_status_t st = pdkv_engine_layout_init(&layout, err);
+/* One engine rank, described once: model, settings, its id and rank, 16 logical blocks per region
+ * (regions back to back from the default base). */
+static pdkv_status_t new_engine(const pdkv_model_t *model, const pdkv_engine_config_t *config, const char *id,
+                                uint32_t rank, pdkv_engine_t **out, pdkv_error_t **err) {
+  pdkv_engine_options_t options;
+  pdkv_status_t st = pdkv_engine_options_init(&options, err);
   if (st != PDKV_OK) return st;
-  layout.engine_id = id;
-  layout.tp_rank = rank;
-  layout.num_logical_blocks = 16;
-  layout.num_regions = 1;
-  layout.base = base;
-  return pdkv_engine_metadata_from_model(model, config, &layout, out, err);
+  options.model = model;
+  options.config = config;
+  options.engine_id = id;
+  options.tp_rank = rank;
+  options.num_logical_blocks = 16;
+  return pdkv_engine_new(&options, out, err);
 }
 
 /* The whole file, NUL-terminated, with trailing newlines removed; NULL on error. */
@@ -89,72 +93,67 @@ int main(int argc, char **argv) {
   pdkv_error_t *err = NULL;
   pdkv_model_t *model = NULL;
   pdkv_engine_config_t p_config, d_config;
-  pdkv_geometry_t *p_geo = NULL, *d_geo = NULL;
-  pdkv_engine_metadata_t *d_md = NULL;
+  pdkv_engine_t *d_engine = NULL, *p_engine = NULL;
   pdkv_engine_metadata_t *p_md[P_TP] = {NULL, NULL, NULL, NULL};
-  pdkv_plan_context_params_t params;
+  pdkv_engine_info_t info;
+  pdkv_engine_peer_t peer;
   pdkv_plan_context_t *ctx = NULL;
   pdkv_transfer_plan_t *plan = NULL;
   pdkv_string_t *json = NULL;
   const char *text = NULL;
   char *expected = NULL;
 
-  /* The request, as D's scheduler holds it: block ids after D's prefix hit of 2096 tokens. */
-  const uint64_t att_local[] = {4, 5}, att_remote[] = {1, 2, 3, 4, 5};
-  const uint64_t mamba_local[] = {0, 6, 7}, mamba_remote[] = {0, 0, 0, 0, 8};
-  pdkv_group_trim_input_t trims[2];
-  pdkv_plan_group_t groups[2];
+  /* The request, as the schedulers hold it, one entry per KV-cache group in the engine's order:
+   * four Mamba groups (D's align-mode table: the hit position's cached state, a null placeholder,
+   * the running state; P's exported running state), then the attention group (D's table of three
+   * 2096-token blocks, the first one its prefix hit; P's five 1056-token blocks). */
+  static const uint64_t m0_d[] = {10, 0, 6}, m0_p[] = {6}, m1_d[] = {11, 0, 7}, m1_p[] = {7};
+  static const uint64_t m2_d[] = {12, 0, 13}, m2_p[] = {8}, m3_d[] = {14, 0, 15}, m3_p[] = {9};
+  static const uint64_t att_d[] = {9, 4, 5}, att_p[] = {1, 2, 3, 4, 5};
+  const pdkv_engine_request_group_t groups[] = {
+      {m0_d, 3, m0_p, 1}, {m1_d, 3, m1_p, 1}, {m2_d, 3, m2_p, 1}, {m3_d, 3, m3_p, 1}, {att_d, 3, att_p, 5}};
+  pdkv_engine_request_t request;
 
   if (argc < 2 || argc > 3) {
     fprintf(stderr, "usage: %s CONFIG_JSON [EXPECTED_JSON]\n", argv[0]);
     return 2;
   }
 
-  /* Once per engine: the model, both sides' configurations and geometries. */
+  /* Once per engine rank: the model and this rank's description. */
   CHECK(pdkv_model_from_hf_config_file(argv[1], NULL, &model, &err), "pdkv_model_from_hf_config_file");
   CHECK(engine_config(P_TP, &p_config, &err), "P config");
   CHECK(engine_config(D_TP, &d_config, &err), "D config");
-  CHECK(pdkv_geometry_new(model, &p_config, &p_geo, &err), "P geometry");
-  CHECK(pdkv_geometry_new(model, &d_config, &d_geo, &err), "D geometry");
+  CHECK(new_engine(model, &d_config, "decode", D_RANK, &d_engine, &err), "D engine");
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  CHECK(pdkv_engine_get_info(d_engine, &info, &err), "pdkv_engine_get_info");
+  fprintf(stderr, "D rank %u: %zu KV-cache groups over %u regions, blocks of %llu tokens\n", (unsigned)D_RANK,
+          info.num_groups, (unsigned)info.num_regions, (unsigned long long)info.logical_block_size);
 
-  /* Once per P engine: the handshake. D would receive each P rank's encoded metadata; here both
-   * sides are built locally. Every P rank must be compatible with this D rank. */
-  CHECK(rank_metadata(model, &d_config, "decode", D_RANK, 1ull << 40, &d_md, &err), "D metadata");
+  /* Once per P engine: each P rank's metadata (here built locally from P's own description; an
+   * engine decodes it from the handshake) and the plan context. */
   for (r = 0; r < P_TP; ++r) {
-    CHECK(rank_metadata(model, &p_config, "prefill", r, (2ull + r) << 40, &p_md[r], &err), "P metadata");
-    CHECK(pdkv_handshake_require_compatible(d_md, p_md[r], &err), "handshake");
+    CHECK(new_engine(model, &p_config, "prefill", r, &p_engine, &err), "P engine");
+    CHECK(pdkv_engine_get_metadata(p_engine, &p_md[r], &err), "pdkv_engine_get_metadata");
+    pdkv_engine_free(p_engine);
+    p_engine = NULL;
   }
-  memset(&params, 0, sizeof params);
-  params.struct_size = sizeof params;
-  params.local = d_md;
-  params.remote = (const pdkv_engine_metadata_t *const *)p_md;
-  params.num_remote = P_TP;
-  params.local_geometry = d_geo;
-  params.remote_geometry = p_geo;
-  CHECK(pdkv_plan_context_new(&params, &ctx, &err), "pdkv_plan_context_new");
+  memset(&peer, 0, sizeof peer);
+  peer.struct_size = sizeof peer;
+  peer.remote = (const pdkv_engine_metadata_t *const *)p_md;
+  peer.num_remote = P_TP;
+  peer.remote_config = &p_config;
+  CHECK(pdkv_engine_plan_context_new(d_engine, &peer, &ctx, &err), "pdkv_engine_plan_context_new");
 
-  /* Per request: one attention group and one Mamba group (all regions each). */
-  memset(trims, 0, sizeof trims);
-  memset(groups, 0, sizeof groups);
-  for (r = 0; r < 2; ++r) {
-    trims[r].struct_size = sizeof trims[r];
-    trims[r].remote_computed_tokens = 5000;
-    trims[r].local_hit_tokens = 2096;
-    groups[r].struct_size = sizeof groups[r];
-    groups[r].trim = &trims[r];
-  }
-  trims[0].kind = PDKV_GROUP_ATTENTION;
-  trims[0].local_blocks = att_local;
-  trims[0].num_local_blocks = 2;
-  trims[0].remote_blocks = att_remote;
-  trims[0].num_remote_blocks = 5;
-  trims[1].kind = PDKV_GROUP_MAMBA;
-  trims[1].cache_mode = PDKV_MAMBA_CACHE_ALIGN;
-  trims[1].local_blocks = mamba_local;
-  trims[1].num_local_blocks = 3;
-  trims[1].remote_blocks = mamba_remote;
-  trims[1].num_remote_blocks = 5;
-  CHECK(pdkv_transfer_plan_compile(ctx, groups, 2, &plan, &err), "pdkv_transfer_plan_compile");
+  /* Per request: what the schedulers hold; pdkv applies the N-1 rule, expands logical ids to
+   * kernel ids and picks each Mamba group's slots. */
+  memset(&request, 0, sizeof request);
+  request.struct_size = sizeof request;
+  request.groups = groups;
+  request.num_groups = sizeof groups / sizeof groups[0];
+  request.num_prompt_tokens = 5001;
+  request.num_local_computed_tokens = 2096;
+  CHECK(pdkv_engine_plan_request(d_engine, ctx, &request, &plan, &err), "pdkv_engine_plan_request");
 
   CHECK(pdkv_transfer_plan_to_json_string(plan, &json, &err), "pdkv_transfer_plan_to_json_string");
   CHECK(pdkv_string_text(json, &text, NULL, &err), "pdkv_string_text");
@@ -179,9 +178,8 @@ done:
   pdkv_transfer_plan_free(plan);
   pdkv_plan_context_free(ctx);
   for (r = 0; r < P_TP; ++r) pdkv_engine_metadata_free(p_md[r]);
-  pdkv_engine_metadata_free(d_md);
-  pdkv_geometry_free(d_geo);
-  pdkv_geometry_free(p_geo);
+  pdkv_engine_free(p_engine);
+  pdkv_engine_free(d_engine);
   pdkv_model_free(model);
   return rc;
 }

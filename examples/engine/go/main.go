@@ -1,14 +1,18 @@
 // Command engine_plan shows what a decode engine does with pdkv for one request, from the
-// model's config.json to the transfer plan, in Go (the same deployment and request as
-// examples/engine/c/engine_plan.c).
+// model's config.json to the transfer plan, in Go, through the engine-level API (the same
+// deployment and request as examples/engine/c/engine_plan.c).
 //
 // Deployment: the model of CONFIG_JSON (Nemotron-3-Nano-30B), prefill (P) TP4 -> decode (D) TP2,
-// this is D rank 0, Mamba cache mode "align" (prefix caching) on both, one KV region of 16
-// logical blocks per rank. Request: P computed all 5000 prompt tokens (blocks 1..5, Mamba state
-// in block 8); D's prefix cache holds the first 2096 tokens, so D reads tokens 2096..4999 into
-// blocks 4 and 5 and P's running Mamba state into slot 7.
+// this is D rank 0, Mamba cache mode "align" (prefix caching) on both, 16 logical blocks per
+// region. Each engine rank is described once (pdkv.Engine); pdkv derives its KV-cache groups
+// (four Mamba groups, then the attention group), regions and metadata. Request: a 5001-token
+// prompt of which D's prefix cache holds the first 2096 tokens; the program passes, per group,
+// D's block table and the ids P exported; pdkv applies the N-1 rule, expands kernel ids and picks
+// the Mamba slots.
 //
-// It prints the plan as JSON; with EXPECTED_JSON, it exits 1 unless the plan is exactly that text.
+// It prints the plan as JSON; with EXPECTED_JSON (tests/vectors/engine.json, case
+// engine_plan/example_nano_config_json_p4_d2_align_prefix_hit), it exits 1 unless the plan is
+// exactly that text.
 //
 // Usage: go run . CONFIG_JSON [EXPECTED_JSON]
 package main
@@ -27,6 +31,18 @@ const (
 	dRank = 0
 )
 
+// groups is the request as the schedulers hold it, one entry per group in the engine's order:
+// four Mamba groups (align mode: the hit position's cached state, a null placeholder, the running
+// state; P's exported running state), then the attention group (three 2096-token blocks, the
+// first one D's prefix hit; P's five 1056-token blocks).
+var groups = []pdkv.RequestGroup{
+	{LocalBlockIDs: []uint64{10, 0, 6}, RemoteBlockIDs: []uint64{6}},
+	{LocalBlockIDs: []uint64{11, 0, 7}, RemoteBlockIDs: []uint64{7}},
+	{LocalBlockIDs: []uint64{12, 0, 13}, RemoteBlockIDs: []uint64{8}},
+	{LocalBlockIDs: []uint64{14, 0, 15}, RemoteBlockIDs: []uint64{9}},
+	{LocalBlockIDs: []uint64{9, 4, 5}, RemoteBlockIDs: []uint64{1, 2, 3, 4, 5}},
+}
+
 // engineConfig is what the engine's vLLM flags say (TP size, --mamba-cache-mode align).
 func engineConfig(tp uint32) pdkv.EngineConfig {
 	c := pdkv.DefaultEngineConfig()
@@ -35,42 +51,38 @@ func engineConfig(tp uint32) pdkv.EngineConfig {
 	return c
 }
 
-// rankMetadata is what one rank advertises in the handshake: its id, rank and KV region.
-func rankMetadata(model *pdkv.Model, config pdkv.EngineConfig, id string, rank uint32, base uint64) (*pdkv.EngineMetadata, error) {
-	layout := pdkv.DefaultEngineLayout()
-	layout.EngineID = id
-	layout.TpRank = rank
-	layout.NumLogicalBlocks = 16
-	layout.NumRegions = 1
-	layout.Base = base
-	return pdkv.EngineMetadataFromModel(model, config, layout)
+// newEngine describes one engine rank: its id and rank, 16 logical blocks per region.
+func newEngine(model *pdkv.Model, config pdkv.EngineConfig, id string, rank uint32) (*pdkv.Engine, error) {
+	opts := pdkv.DefaultEngineOptions()
+	opts.EngineID = id
+	opts.TpRank = rank
+	opts.NumLogicalBlocks = 16
+	return pdkv.NewEngine(model, config, opts)
 }
 
 func planJSON(configJSON string) (string, error) {
-	// Once per engine: the model, both sides' configurations and geometries.
 	model, err := pdkv.ModelFromHFConfigFile(configJSON, "")
 	if err != nil {
 		return "", err
 	}
 	defer model.Close()
 	pConfig, dConfig := engineConfig(pTP), engineConfig(dTP)
-	pGeo, err := pdkv.NewGeometry(model, pConfig)
-	if err != nil {
-		return "", err
-	}
-	defer pGeo.Close()
-	dGeo, err := pdkv.NewGeometry(model, dConfig)
-	if err != nil {
-		return "", err
-	}
-	defer dGeo.Close()
 
-	// Once per P engine: the handshake (D would decode each P rank's metadata from the wire).
-	dMd, err := rankMetadata(model, dConfig, "decode", dRank, 1<<40)
+	// Once per engine rank: its description.
+	d, err := newEngine(model, dConfig, "decode", dRank)
 	if err != nil {
 		return "", err
 	}
-	defer dMd.Close()
+	defer d.Close()
+	info, err := d.Info()
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(os.Stderr, "D rank %d: %d KV-cache groups over %d regions, blocks of %d tokens\n", dRank,
+		info.NumGroups, info.NumRegions, info.LogicalBlockSize)
+
+	// Once per P engine: each rank's metadata (an engine decodes it from the handshake) and the
+	// plan context.
 	pMd := make([]*pdkv.EngineMetadata, 0, pTP)
 	defer func() {
 		for _, m := range pMd {
@@ -78,30 +90,25 @@ func planJSON(configJSON string) (string, error) {
 		}
 	}()
 	for r := uint32(0); r < pTP; r++ {
-		m, err := rankMetadata(model, pConfig, "prefill", r, uint64(2+r)<<40)
+		p, err := newEngine(model, pConfig, "prefill", r)
+		if err != nil {
+			return "", err
+		}
+		m, err := p.Metadata()
+		p.Close()
 		if err != nil {
 			return "", err
 		}
 		pMd = append(pMd, m)
-		if err := pdkv.HandshakeRequireCompatible(dMd, m); err != nil {
-			return "", err
-		}
 	}
-	ctx, err := pdkv.NewPlanContext(pdkv.PlanContextParams{Local: dMd, Remote: pMd, LocalGeometry: dGeo, RemoteGeometry: pGeo})
+	ctx, err := d.PlanContext(pMd, pConfig, false)
 	if err != nil {
 		return "", err
 	}
 	defer ctx.Close()
 
-	// Per request: the block ids D's scheduler holds after its prefix hit of 2096 tokens.
-	group := func(kind pdkv.GroupKind, mode pdkv.MambaCacheMode, local, remote []uint64) pdkv.PlanGroup {
-		return pdkv.PlanGroup{Trim: pdkv.GroupTrimInput{Kind: kind, CacheMode: mode, LocalBlocks: local,
-			RemoteBlocks: remote, RemoteComputedTokens: 5000, LocalHitTokens: 2096}}
-	}
-	plan, err := ctx.Compile([]pdkv.PlanGroup{
-		group(pdkv.GroupAttention, pdkv.MambaCacheNone, []uint64{4, 5}, []uint64{1, 2, 3, 4, 5}),
-		group(pdkv.GroupMamba, pdkv.MambaCacheAlign, []uint64{0, 6, 7}, []uint64{0, 0, 0, 0, 8}),
-	})
+	// Per request: what the schedulers hold; pdkv does the rest.
+	plan, err := d.PlanRequest(ctx, pdkv.EngineRequest{Groups: groups, NumPromptTokens: 5001, NumLocalComputedTokens: 2096})
 	if err != nil {
 		return "", err
 	}

@@ -1,13 +1,18 @@
 //! What a decode engine does with pdkv for one request, from the model's config.json to the
-//! transfer plan, in Rust (the same deployment and request as `examples/engine/c/engine_plan.c`).
+//! transfer plan, in Rust, through the engine-level API (the same deployment and request as
+//! `examples/engine/c/engine_plan.c`).
 //!
 //! Deployment: the model of CONFIG_JSON (Nemotron-3-Nano-30B), prefill (P) TP4 -> decode (D) TP2,
-//! this is D rank 0, Mamba cache mode "align" (prefix caching) on both, one KV region of 16
-//! logical blocks per rank. Request: P computed all 5000 prompt tokens (blocks 1..5, Mamba state
-//! in block 8); D's prefix cache holds the first 2096 tokens, so D reads tokens 2096..4999 into
-//! blocks 4 and 5 and P's running Mamba state into slot 7.
+//! this is D rank 0, Mamba cache mode "align" (prefix caching) on both, 16 logical blocks per
+//! region. Each engine rank is described once ([`Engine`]); pdkv derives its KV-cache groups (four
+//! Mamba groups, then the attention group), regions and metadata. Request: a 5001-token prompt of
+//! which D's prefix cache holds the first 2096 tokens; the program passes, per group, D's block
+//! table and the ids P exported; pdkv applies the N-1 rule, expands kernel ids and picks the Mamba
+//! slots.
 //!
-//! Prints the plan as JSON; with EXPECTED_JSON, exits 1 unless the plan is exactly that text.
+//! Prints the plan as JSON; with EXPECTED_JSON (`tests/vectors/engine.json`, case
+//! `engine_plan/example_nano_config_json_p4_d2_align_prefix_hit`), exits 1 unless the plan is
+//! exactly that text.
 //!
 //! Usage: `cargo run --release -- CONFIG_JSON [EXPECTED_JSON]`
 use pdkv::*;
@@ -15,6 +20,18 @@ use pdkv::*;
 const P_TP: u32 = 4;
 const D_TP: u32 = 2;
 const D_RANK: u32 = 0;
+
+/// The request as the schedulers hold it, one (D's block table, P's exported ids) pair per group
+/// in the engine's order: four Mamba groups (align mode: the hit position's cached state, a null
+/// placeholder, the running state), then the attention group (three 2096-token blocks, the first
+/// one D's prefix hit; P's five 1056-token blocks).
+const GROUPS: [(&[u64], &[u64]); 5] = [
+    (&[10, 0, 6], &[6]),
+    (&[11, 0, 7], &[7]),
+    (&[12, 0, 13], &[8]),
+    (&[14, 0, 15], &[9]),
+    (&[9, 4, 5], &[1, 2, 3, 4, 5]),
+];
 
 /// The engine's configuration: what its vLLM flags say (TP size, --mamba-cache-mode align).
 fn engine_config(tp: u32) -> EngineConfig {
@@ -25,71 +42,35 @@ fn engine_config(tp: u32) -> EngineConfig {
     }
 }
 
-/// What one rank advertises in the handshake: its id, rank and where its KV region lives.
-fn rank_metadata(
-    model: &Model,
-    config: &EngineConfig,
-    id: &str,
-    rank: u32,
-    base: u64,
-) -> Result<EngineMetadata> {
-    let layout = EngineLayout {
-        engine_id: id.into(),
-        tp_rank: rank,
-        num_logical_blocks: 16,
-        num_regions: 1,
-        base,
-        ..Default::default()
-    };
-    EngineMetadata::from_model(model, config, &layout)
-}
-
 fn plan_json(config_json: &str) -> Result<String> {
-    // Once per engine: the model, both sides' configurations and geometries.
     let model = Model::from_hf_config_file(config_json, None)?;
     let (p_config, d_config) = (engine_config(P_TP), engine_config(D_TP));
-    let p_geo = Geometry::new(&model, &p_config)?;
-    let d_geo = Geometry::new(&model, &d_config)?;
 
-    // Once per P engine: the handshake (D would decode each P rank's metadata from the wire).
-    let d_md = rank_metadata(&model, &d_config, "decode", D_RANK, 1 << 40)?;
+    // Once per engine rank: its description.
+    let d = Engine::new(&model, &d_config, &EngineOptions::new("decode", D_RANK, 16))?;
+    let info = d.info()?;
+    eprintln!(
+        "D rank {D_RANK}: {} KV-cache groups over {} regions, blocks of {} tokens",
+        info.num_groups, info.num_regions, info.logical_block_size
+    );
+
+    // Once per P engine: each rank's metadata (an engine decodes it from the handshake) and the
+    // plan context.
     let p_md = (0..P_TP)
-        .map(|r| rank_metadata(&model, &p_config, "prefill", r, (2 + u64::from(r)) << 40))
+        .map(|r| Engine::new(&model, &p_config, &EngineOptions::new("prefill", r, 16))?.metadata())
         .collect::<Result<Vec<_>>>()?;
-    for p in &p_md {
-        handshake_require_compatible(&d_md, p)?;
-    }
-    let p_refs: Vec<&EngineMetadata> = p_md.iter().collect();
-    let ctx = PlanContext::new(&PlanContextParams::new(&d_md, &p_refs).geometries(&d_geo, &p_geo))?;
+    let refs: Vec<&EngineMetadata> = p_md.iter().collect();
+    let ctx = d.plan_context(&refs, &p_config, false)?;
 
-    // Per request: the block ids D's scheduler holds after its prefix hit of 2096 tokens.
-    let group = |kind, cache_mode, local: &[u64], remote: &[u64]| PlanGroup {
-        trim: GroupTrimInput {
-            kind,
-            cache_mode,
-            local_blocks: local.to_vec(),
-            remote_blocks: remote.to_vec(),
-            remote_computed_tokens: 5000,
-            local_hit_tokens: 2096,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let groups = [
-        group(
-            GroupKind::Attention,
-            MambaCacheMode::None,
-            &[4, 5],
-            &[1, 2, 3, 4, 5],
-        ),
-        group(
-            GroupKind::Mamba,
-            MambaCacheMode::Align,
-            &[0, 6, 7],
-            &[0, 0, 0, 0, 8],
-        ),
-    ];
-    TransferPlan::compile(&ctx, &groups)?.to_json_string()
+    // Per request: what the schedulers hold; pdkv does the rest.
+    let groups: Vec<RequestGroup<'_>> = GROUPS
+        .iter()
+        .map(|&(local, remote)| RequestGroup {
+            local_block_ids: local,
+            remote_block_ids: remote,
+        })
+        .collect();
+    d.plan_request(&ctx, &groups, 5001, 2096)?.to_json_string()
 }
 
 fn main() {
