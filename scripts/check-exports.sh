@@ -49,7 +49,13 @@ check() {
     fail "only the C API may be exported: keep capi/libpdkv.map on the link line of libpdkv"
   fi
 
-  declared=$(grep '^PDKV_API' "$header" | grep -o 'pdkv_[A-Za-z0-9_]*(' | tr -d '(' | sort -u)
+  # The umbrella header and the concept headers it includes (pdkv/*.h beside it).
+  headers="$header"
+  for sub in "$(dirname "$header")"/pdkv/*.h; do
+    [ -f "$sub" ] && headers="$headers $sub"
+  done
+  # shellcheck disable=SC2086 # the list is word-split on purpose (paths without spaces)
+  declared=$(cat $headers | grep '^PDKV_API' | grep -o 'pdkv_[A-Za-z0-9_]*(' | tr -d '(' | sort -u)
   [ -n "$declared" ] || fail "$header declares no PDKV_API function"
   missing=$(printf '%s\n' "$declared" | while read -r f; do
     printf '%s\n' "$symbols" | grep -qx "$f" || echo "$f"

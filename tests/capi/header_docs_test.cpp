@@ -1,5 +1,5 @@
-// C API tests: the header keeps its promise that EVERY function documents itself. pdkv.h is read
-// from the source tree (PDKV_SOURCE_DIR) and each PDKV_API declaration's own preceding comment
+// C API tests: the header keeps its promise that EVERY function documents itself. pdkv.h and the
+// concept headers under pdkv/ are read from the source tree (PDKV_SOURCE_DIR) and each PDKV_API declaration's own preceding comment
 // (the /* ... */ right before it, not a shared block further up) must state:
 //   - thread safety ("thread", e.g. "Thread-safe." or "Not thread-safe with ...");
 //   - for a function returning pdkv_status_t, its errors ("Errors" or "Never fails");
@@ -10,6 +10,7 @@
 // A declaration added without these notes fails here, naming the function.
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -40,10 +41,18 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// pdkv.h and the engine-level header it includes (pdkv/engine.h).
+// pdkv.h and every concept header it includes (capi/include/pdkv/*.h, in name order).
 std::string read_header() {
   const std::string dir = std::string(PDKV_SOURCE_DIR) + "/capi/include/";
-  return read_file(dir + "pdkv.h") + "\n" + read_file(dir + "pdkv/engine.h");
+  std::vector<std::string> subs;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "pdkv")) {
+    if (e.path().extension() == ".h") subs.push_back(e.path().string());
+  }
+  std::sort(subs.begin(), subs.end());
+  REQUIRE(subs.size() >= 10);  // errors, model, geometry, ..., agent, engine
+  std::string all = read_file(dir + "pdkv.h");
+  for (const auto& p : subs) all += "\n" + read_file(p);
+  return all;
 }
 
 std::string lower(std::string s) {

@@ -263,8 +263,8 @@ typedef struct pdkv_peer_info {
 PDKV_API pdkv_status_t pdkv_peer_get_info(const pdkv_peer_t *peer, pdkv_peer_info_t *out,
                                           pdkv_error_t **err);
 
-/* A copy of the metadata the peer advertised (pdkv_engine_metadata_free). Errors: NULL_POINTER.
- * Thread-safe. */
+/* A copy of the metadata the peer advertised. Errors: NULL_POINTER. *out owned by the caller
+ * (pdkv_engine_metadata_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_peer_metadata(const pdkv_peer_t *peer, pdkv_engine_metadata_t **out,
                                           pdkv_error_t **err);
 

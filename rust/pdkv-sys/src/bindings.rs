@@ -476,17 +476,6 @@ extern "C" {
     ) -> pdkv_status_t;
 }
 extern "C" {
-    pub fn pdkv_mamba_remote_conv_offsets(
-        geometry: *const pdkv_geometry_t,
-        local_rank: u32,
-        tp_ratio: i32,
-        ranges: *mut pdkv_byte_range_t,
-        capacity: usize,
-        out_count: *mut usize,
-        err: *mut *mut pdkv_error_t,
-    ) -> pdkv_status_t;
-}
-extern "C" {
     pub fn pdkv_mamba_ssm_read_range(
         geometry: *const pdkv_geometry_t,
         remote_conv_bytes: u64,
@@ -742,38 +731,6 @@ pub struct pdkv_group_block_ids {
 pub type pdkv_group_block_ids_t = pdkv_group_block_ids;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
-pub struct pdkv_descriptor_layout {
-    pub struct_size: usize,
-    pub num_blocks: u64,
-    pub block_size_ratio: u64,
-    pub blocks_per_logical: u64,
-    pub num_attention_regions: u64,
-    pub num_mamba_regions: u64,
-}
-pub type pdkv_descriptor_layout_t = pdkv_descriptor_layout;
-extern "C" {
-    pub fn pdkv_descriptor_ids(
-        groups: *const pdkv_group_block_ids_t,
-        n_groups: usize,
-        layout: *const pdkv_descriptor_layout_t,
-        out: *mut *mut pdkv_u64_list_t,
-        err: *mut *mut pdkv_error_t,
-    ) -> pdkv_status_t;
-}
-extern "C" {
-    pub fn pdkv_mamba_descriptor_ids(
-        logical_block_ids: *const u64,
-        count: usize,
-        num_logical_blocks: u64,
-        num_regions: u64,
-        descs_per_region: u64,
-        first_id: u64,
-        out: *mut *mut pdkv_u64_list_t,
-        err: *mut *mut pdkv_error_t,
-    ) -> pdkv_status_t;
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
 pub struct pdkv_exchange_clip_params {
     pub struct_size: usize,
     pub kind: i32,
@@ -950,28 +907,6 @@ extern "C" {
 }
 extern "C" {
     pub fn pdkv_group_trim_free(trim: *mut pdkv_group_trim_t);
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct pdkv_aligned_split_v0604_input {
-    pub struct_size: usize,
-    pub num_computed_tokens: u64,
-    pub num_new_local_computed_tokens: u64,
-    pub num_external_computed_tokens: u64,
-    pub num_new_tokens: u64,
-    pub num_prompt_tokens: u64,
-    pub num_tokens: u64,
-    pub block_size: u64,
-    pub use_eagle: u8,
-    pub load_kv_async: u8,
-}
-pub type pdkv_aligned_split_v0604_input_t = pdkv_aligned_split_v0604_input;
-extern "C" {
-    pub fn pdkv_mamba_aligned_split_v0604(
-        input: *const pdkv_aligned_split_v0604_input_t,
-        out: *mut u64,
-        err: *mut *mut pdkv_error_t,
-    ) -> pdkv_status_t;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -1534,6 +1469,71 @@ extern "C" {
         p_tp: u32,
         d_tp: u32,
         out: *mut u32,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_mamba_remote_conv_offsets(
+        geometry: *const pdkv_geometry_t,
+        local_rank: u32,
+        tp_ratio: i32,
+        ranges: *mut pdkv_byte_range_t,
+        capacity: usize,
+        out_count: *mut usize,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_descriptor_layout {
+    pub struct_size: usize,
+    pub num_blocks: u64,
+    pub block_size_ratio: u64,
+    pub blocks_per_logical: u64,
+    pub num_attention_regions: u64,
+    pub num_mamba_regions: u64,
+}
+pub type pdkv_descriptor_layout_t = pdkv_descriptor_layout;
+extern "C" {
+    pub fn pdkv_descriptor_ids(
+        groups: *const pdkv_group_block_ids_t,
+        n_groups: usize,
+        layout: *const pdkv_descriptor_layout_t,
+        out: *mut *mut pdkv_u64_list_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_mamba_descriptor_ids(
+        logical_block_ids: *const u64,
+        count: usize,
+        num_logical_blocks: u64,
+        num_regions: u64,
+        descs_per_region: u64,
+        first_id: u64,
+        out: *mut *mut pdkv_u64_list_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_aligned_split_v0604_input {
+    pub struct_size: usize,
+    pub num_computed_tokens: u64,
+    pub num_new_local_computed_tokens: u64,
+    pub num_external_computed_tokens: u64,
+    pub num_new_tokens: u64,
+    pub num_prompt_tokens: u64,
+    pub num_tokens: u64,
+    pub block_size: u64,
+    pub use_eagle: u8,
+    pub load_kv_async: u8,
+}
+pub type pdkv_aligned_split_v0604_input_t = pdkv_aligned_split_v0604_input;
+extern "C" {
+    pub fn pdkv_mamba_aligned_split_v0604(
+        input: *const pdkv_aligned_split_v0604_input_t,
+        out: *mut u64,
         err: *mut *mut pdkv_error_t,
     ) -> pdkv_status_t;
 }
