@@ -10,6 +10,7 @@
 #include <string>
 
 #include "pdkv/core/error.hpp"
+#include "pdkv/core/mamba_kind.hpp"
 
 namespace pdkv::core {
 namespace {
@@ -258,7 +259,7 @@ void check_metadata(const EngineMetadata& m, Status status) {
                                  num(m.physical_blocks_per_logical) + ")");
   }
   const auto type = static_cast<int32_t>(m.mamba_type);
-  if (type < 0 || type > static_cast<int32_t>(MambaType::Kda)) {
+  if (type < 0 || type > static_cast<int32_t>(last_mamba_type())) {
     bad("mamba_type", "has unknown value " + std::to_string(type));
   }
   const auto mode = static_cast<int32_t>(m.cache_mode);
@@ -278,9 +279,11 @@ void check_metadata(const EngineMetadata& m, Status status) {
     }
   } else {
     size_t np = m.conv_projection_bytes.size();
-    size_t want = m.mamba_type == MambaType::Mamba1 ? 1
-                  : (m.mamba_type == MambaType::Mamba2 || m.mamba_type == MambaType::Gdn) ? 3
-                                                                                           : 0;
+    // The kind's projection count; 0 (a kind pdkv does not transfer, or an unknown value the
+    // check above reports) accepts 1..kMaxConvProjections.
+    const size_t want = type >= 0 && type <= static_cast<int32_t>(last_mamba_type())
+                            ? mamba_kind(m.mamba_type).conv_projection_count()
+                            : 0;
     if (np == 0 || np > kMaxConvProjections || (want != 0 && np != want)) {
       bad("conv_projection_bytes", "has " + num(np) + " entries; " +
                                        std::string(mamba_type_name(m.mamba_type)) + " needs " +
@@ -587,7 +590,7 @@ EngineMetadata decode(std::span<const uint8_t> bytes) {
   m.physical_blocks_per_logical = r.u32("physical_blocks_per_logical");
   m.num_kernel_blocks = r.u64("num_kernel_blocks");
   m.mamba_type = checked_enum<MambaType>(r.u8("mamba_type"),
-                                         static_cast<uint64_t>(MambaType::Kda), "mamba_type");
+                                         static_cast<uint64_t>(last_mamba_type()), "mamba_type");
   m.conv_bytes = r.u64("conv_bytes");
   m.ssm_bytes = r.u64("ssm_bytes");
   const uint8_t np = r.u8("conv_projection_bytes.count");

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <string>
 
+#include "pdkv/core/mamba_kind.hpp"
+
 namespace pdkv::core {
 namespace {
 
@@ -40,10 +42,6 @@ uint32_t heads_per_rank(const EngineMetadata& m) {
   return m.total_kv_heads >= m.tp_size ? m.total_kv_heads / m.tp_size : 1;
 }
 
-bool transferable_mamba_type(MambaType t) {
-  return t == MambaType::Mamba1 || t == MambaType::Mamba2 || t == MambaType::Gdn;
-}
-
 // Rules that look at one side only; `side` is "local" or "remote".
 void check_one_side(const EngineMetadata& m, bool local, Items& out) {
   const char* side = local ? "local" : "remote";
@@ -63,12 +61,13 @@ void check_one_side(const EngineMetadata& m, bool local, Items& out) {
               "use a tp_size that divides " + num(k) + " or is a multiple of it");
     }
   }
-  if (m.is_hybrid() && !transferable_mamba_type(m.mamba_type)) {
+  if (m.is_hybrid() && !is_transferable_mamba_type(m.mamba_type)) {
     out.add(Status::UnsupportedMambaType, "mamba_type", lv(mamba_type_name(m.mamba_type)),
             rv(mamba_type_name(m.mamba_type)),
             who() + ": Mamba type " + mamba_type_name(m.mamba_type) +
                 " has no conv-state split rule, its state cannot be transferred",
-            "only Mamba1, Mamba2 and GDN hybrids can be disaggregated; serve this model without P/D");
+            "only " + transferable_mamba_kind_names() +
+                " hybrids can be disaggregated; serve this model without P/D");
   }
   if (m.is_hybrid() && m.conv_layout != ConvLayout::DS) {
     out.add(Status::UnsupportedLayout, "conv_layout", lv("SD"), rv("SD"),
@@ -331,9 +330,11 @@ std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const Engine
               "the engines split the conv state into different numbers of projections",
               "serve the same model on P and D");
     } else {
-      // Mamba2 B/C may be replicated (n_groups < TP, #55208), so only x is checked there.
-      const size_t n = l.mamba_type == MambaType::Mamba2 ? 1 : l.conv_projection_bytes.size();
-      for (size_t j = 0; j < n; ++j) {
+      // A projection the kind may replicate (Mamba2's B/C when n_groups < TP) keeps its size
+      // whatever the TP, so only the sharded ones must scale.
+      const bool known = is_transferable_mamba_type(l.mamba_type);
+      for (size_t j = 0; j < l.conv_projection_bytes.size(); ++j) {
+        if (known && mamba_kind(l.mamba_type).projection_may_replicate(j)) continue;
         const uint64_t a = l.conv_projection_bytes[j];
         const uint64_t b = r.conv_projection_bytes[j];
         if (static_cast<u128>(a) * l.tp_size != static_cast<u128>(b) * r.tp_size) {

@@ -9,6 +9,7 @@
 
 #include "pdkv/core/checked_math.hpp"
 #include "pdkv/core/error.hpp"
+#include "pdkv/core/mamba_kind.hpp"
 
 namespace pdkv::core {
 
@@ -31,6 +32,13 @@ struct Cfg {
     return to_u32(obj.at(key), key);
   }
   uint32_t u32_or(const char* key, uint32_t fallback) const { return has(key) ? u32(key) : fallback; }
+
+  // Reads one Mamba kind's keys (core/src/mamba_kinds/) into mb.
+  void mamba_keys(MambaType type, const MambaConfigKeys& keys, MambaDesc& mb) const {
+    read_mamba_config_keys(
+        type, keys, [this](const char* key) { return u32(key); },
+        [this](const char* key, uint32_t fallback) { return u32_or(key, fallback); }, mb);
+  }
 
   uint32_t to_u32(const json& v, const char* key) const {
     if (!v.is_number_integer()) {
@@ -172,14 +180,7 @@ std::string pattern_from_layer_types(const Cfg& c, std::initializer_list<const c
 ModelDesc nemotron_h(const Cfg& c, ModelDesc m) {
   gqa_attention(c, m);
   auto& mb = m.mamba;
-  mb.type = MambaType::Mamba2;
-  mb.num_heads = c.u32("mamba_num_heads");
-  mb.head_dim = c.u32("mamba_head_dim");
-  mb.d_state = c.u32("ssm_state_size");
-  mb.n_groups = c.u32("n_groups");
-  mb.conv_kernel = c.u32("conv_kernel");
-  mb.chunk_size = c.u32_or("chunk_size", 0);
-  mb.conv_rows_include_spec = true;
+  c.mamba_keys(MambaType::Mamba2, kMamba2NemotronHKeys, mb);
   // Absent key -> float32 (vLLM #39032); present -> what it names (#29978).
   m.default_ssm_dtype_bytes = c.has("mamba_ssm_cache_dtype") ? dtype_key_bytes(c, "mamba_ssm_cache_dtype") : 4;
   if (m.default_ssm_dtype_bytes == 0) m.default_ssm_dtype_bytes = 4;
@@ -202,13 +203,7 @@ ModelDesc nemotron_h(const Cfg& c, ModelDesc m) {
 ModelDesc qwen_gdn(const Cfg& c, ModelDesc m, bool ssm_dtype_from_config) {
   gqa_attention(c, m);
   auto& mb = m.mamba;
-  mb.type = MambaType::Gdn;
-  mb.num_heads = c.u32("linear_num_value_heads");
-  mb.head_dim = c.u32("linear_value_head_dim");
-  mb.d_state = c.u32("linear_key_head_dim");
-  mb.n_groups = c.u32("linear_num_key_heads");
-  mb.conv_kernel = c.u32("linear_conv_kernel_dim");
-  mb.conv_rows_include_spec = true;
+  c.mamba_keys(MambaType::Gdn, kGdnQwenKeys, mb);
   if (ssm_dtype_from_config) {
     // Qwen3.5 hook (#34200/#34489): text_config.mamba_ssm_dtype; released checkpoints say float32.
     m.default_ssm_dtype_bytes = c.has("mamba_ssm_dtype") ? dtype_key_bytes(c, "mamba_ssm_dtype") : 4;
@@ -221,23 +216,10 @@ ModelDesc qwen_gdn(const Cfg& c, ModelDesc m, bool ssm_dtype_from_config) {
   return m;
 }
 
-// Falcon-H1 and Granite-4.0-H name their Mamba2 keys alike (mamba_n_heads, mamba_d_head, ...),
-// and neither passes num_spec to the conv shape.
-void mamba2_from_mamba_keys(const Cfg& c, MambaDesc& mb) {
-  mb.type = MambaType::Mamba2;
-  mb.num_heads = c.u32("mamba_n_heads");
-  mb.head_dim = c.u32("mamba_d_head");
-  mb.d_state = c.u32("mamba_d_state");
-  mb.n_groups = c.u32("mamba_n_groups");
-  mb.conv_kernel = c.u32("mamba_d_conv");
-  mb.chunk_size = c.u32_or("mamba_chunk_size", 0);
-  mb.conv_rows_include_spec = false;
-}
-
 ModelDesc falcon_h1(const Cfg& c, ModelDesc m) {
   gqa_attention(c, m);
   auto& mb = m.mamba;
-  mamba2_from_mamba_keys(c, mb);
+  c.mamba_keys(MambaType::Mamba2, kMamba2MambaPrefixedKeys, mb);
   if (c.has("mamba_d_ssm")) {
     require_inner_matches(c, c.u32("mamba_d_ssm"), "mamba_d_ssm", mb);
   } else {
@@ -250,9 +232,7 @@ ModelDesc falcon_h1(const Cfg& c, ModelDesc m) {
 ModelDesc jamba(const Cfg& c, ModelDesc m) {
   gqa_attention(c, m);
   auto& mb = m.mamba;
-  mb.type = MambaType::Mamba1;
-  mb.d_state = c.u32("mamba_d_state");
-  mb.conv_kernel = c.u32("mamba_d_conv");
+  c.mamba_keys(MambaType::Mamba1, kMamba1JambaKeys, mb);
   mb.d_inner = mul_checked(c.u32("mamba_expand"), c.u32("hidden_size"), "jamba mamba_expand * hidden_size");
   mb.conv_rows_include_spec = false;
   const uint32_t layers = c.u32("num_hidden_layers");
@@ -270,7 +250,7 @@ ModelDesc jamba(const Cfg& c, ModelDesc m) {
 ModelDesc granite_hybrid(const Cfg& c, ModelDesc m) {
   gqa_attention(c, m);
   auto& mb = m.mamba;
-  mamba2_from_mamba_keys(c, mb);
+  c.mamba_keys(MambaType::Mamba2, kMamba2MambaPrefixedKeys, mb);
   require_inner_matches(c, expand_times_hidden(c), "mamba_expand * hidden_size", mb);
   m.layer_pattern = pattern_from_layer_types(c, {"attention"}, {"mamba"});
   return m;

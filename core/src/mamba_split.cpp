@@ -6,6 +6,7 @@
 
 #include "pdkv/core/checked_math.hpp"
 #include "pdkv/core/error.hpp"
+#include "pdkv/core/mamba_kind.hpp"
 #include "pdkv/core/tp_topology.hpp"
 
 namespace pdkv::core {
@@ -23,17 +24,15 @@ struct PartLayout {
   bool replicated = false;   // U < tp: each rank keeps a copy of one unit
 };
 
-bool is_group_projection(const MambaState& s, const ConvProjection& p) {
-  return s.type == MambaType::Mamba2 && (p.name == "B" || p.name == "C");
-}
-
 std::vector<PartLayout> part_layouts(const MambaState& s) {
   std::vector<PartLayout> parts;
-  for (const ConvProjection& p : s.projections) {
+  const MambaKind& kind = mamba_kind(s.type);
+  for (size_t i = 0; i < s.projections.size(); ++i) {
+    const ConvProjection& p = s.projections[i];
     PartLayout l;
     l.name = p.name;
     l.page_offset = p.offset;
-    const uint64_t unit_channels = is_group_projection(s, p) ? s.temporal_shape.at(2) : 1;
+    const uint64_t unit_channels = kind.split_unit_channels(s, i);
     l.units_total = p.dim_total / unit_channels;
     l.unit_bytes = p.bytes / (p.dim_local / unit_channels);
     l.replicated = p.replicated;

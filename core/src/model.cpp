@@ -5,21 +5,19 @@
 #include <utility>
 
 #include "pdkv/core/error.hpp"
+#include "pdkv/core/mamba_kind.hpp"
 #include "ascii_lower.hpp"
 
 namespace pdkv::core {
 
 const char* mamba_type_name(MambaType t) noexcept {
-  switch (t) {
-    case MambaType::None: return "none";
-    case MambaType::Mamba1: return "mamba1";
-    case MambaType::Mamba2: return "mamba2";
-    case MambaType::Gdn: return "gdn";
-    case MambaType::ShortConv: return "short_conv";
-    case MambaType::Linear: return "linear";
-    case MambaType::Kda: return "kda";
+  const auto v = static_cast<int32_t>(t);
+  if (v < 0 || v > static_cast<int32_t>(last_mamba_type())) return "unknown";
+  try {
+    return mamba_kind(t).name();
+  } catch (...) {  // only if the kind table and the enum disagree (a test guards that)
+    return "unknown";
   }
-  return "unknown";
 }
 
 uint32_t ModelDesc::num_attention_layers() const {
@@ -84,21 +82,9 @@ void validate_model(const ModelDesc& m) {
   if (mb.type == MambaType::None) return;
   require(mb.conv_kernel >= 2, Status::InvalidArgument,
           field(m, "mamba.conv_kernel", mb.conv_kernel) + " must be >= 2");
-  switch (mb.type) {
-    case MambaType::Mamba1:
-      require(mb.d_inner > 0, Status::InvalidArgument, field(m, "mamba.d_inner", mb.d_inner) + " must be > 0");
-      require(mb.d_state > 0, Status::InvalidArgument, field(m, "mamba.d_state", mb.d_state) + " must be > 0");
-      break;
-    case MambaType::Mamba2:
-    case MambaType::Gdn:
-      require(mb.num_heads > 0, Status::InvalidArgument, field(m, "mamba.num_heads", mb.num_heads) + " must be > 0");
-      require(mb.head_dim > 0, Status::InvalidArgument, field(m, "mamba.head_dim", mb.head_dim) + " must be > 0");
-      require(mb.d_state > 0, Status::InvalidArgument, field(m, "mamba.d_state", mb.d_state) + " must be > 0");
-      require(mb.n_groups > 0, Status::InvalidArgument, field(m, "mamba.n_groups", mb.n_groups) + " must be > 0");
-      break;
-    default:
-      break;  // described, but rejected by the split derivation with UnsupportedMambaType
-  }
+  // The kind's own required fields; a kind pdkv cannot transfer requires none here and is
+  // refused by the state derivation with UnsupportedMambaType.
+  mamba_kind(mb.type).validate(m);
 }
 
 bool is_valid_dtype_bytes(uint32_t bytes) noexcept {
