@@ -15,11 +15,16 @@ namespace core = pdkv::core;
 
 namespace {
 
+// The C enum and the core's kind registry must end at the same kind: a kind added to one and not
+// the other would be refused here or misread there.
+static_assert(PDKV_MAMBA_KDA == static_cast<int32_t>(core::MambaType::Kda), "mamba type enums drifted");
+
 core::MambaType mamba_type_from_c(int32_t v) {
   if (v < PDKV_MAMBA_NONE || v > PDKV_MAMBA_KDA) {
     core::fail(core::Status::InvalidArgument,
                "pdkv_model_desc_t.mamba_type = " + std::to_string(v) +
-                   " is not a pdkv_mamba_type_t value (expected 0..6)");
+                   " is not a pdkv_mamba_type_t value (expected " +
+                   std::to_string(PDKV_MAMBA_NONE) + ".." + std::to_string(PDKV_MAMBA_KDA) + ")");
   }
   return static_cast<core::MambaType>(v);
 }
