@@ -12,8 +12,10 @@
  *    caller and freed with the matching pdkv_*_free(); free functions accept NULL.
  *  - Options structs begin with `size_t struct_size`, which the caller sets to
  *    sizeof(the struct) as compiled. The library accepts any size from the first published
- *    size of the struct up to its current size, so structs can grow without breaking the ABI;
- *    other sizes are PDKV_ERR_STRUCT_SIZE (the message names the struct and the valid range).
+ *    size of the struct up to its current size that is a multiple of alignof(size_t) (every
+ *    size a struct is published at is one; any other value would end inside a field), so
+ *    structs can grow without breaking the ABI; other sizes are PDKV_ERR_STRUCT_SIZE (the
+ *    message names the struct, the value and the valid range).
  *    The "first published size" of every struct of this header is its size in pdkv 0.1, i.e.
  *    the end of its last 0.1 field rounded up to alignof(size_t); the library pins it to that
  *    field, so it never moves when a field is appended. In bytes on LP64 (x86-64, AArch64):

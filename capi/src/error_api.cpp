@@ -32,6 +32,15 @@ pdkv_status_t set_error(pdkv_error_t** err, pdkv_status_t status, std::string me
 }
 
 void require_struct_size(size_t got, size_t min_size, size_t current_size, const char* type_name) {
+  // Every size a struct was ever published at is a multiple of alignof(size_t) (each begins with
+  // a size_t), so any other value ends inside a field: half of it would be read from the caller
+  // and half taken as zero. Refuse it rather than read a torn value.
+  if (got % alignof(size_t) != 0) {
+    pdkv::core::fail(Status::StructSize, std::string(type_name) + ".struct_size = " + std::to_string(got) +
+                                             " is not a multiple of " + std::to_string(alignof(size_t)) +
+                                             ", so it is no published size of the struct: set it to sizeof(" +
+                                             type_name + ")");
+  }
   if (got < min_size || got > current_size) {
     pdkv::core::fail(Status::StructSize, std::string(type_name) + ".struct_size = " + std::to_string(got) +
                                              " is not in [" + std::to_string(min_size) + ", " +

@@ -43,6 +43,14 @@ void check_oldest_size(const char* type, size_t v01_size, size_t current_size,
   CHECK(below.status == PDKV_ERR_STRUCT_SIZE);
   CHECK_THAT(below.message, Contains(type) && Contains(std::to_string(v01_size - 1)));
   CHECK(capture([&](pdkv_error_t** e) { return call(current_size + 1, e); }).status == PDKV_ERR_STRUCT_SIZE);
+  if (current_size >= v01_size + 8) {
+    // Between two published sizes but ending inside a field: refused, never read half-torn.
+    const CallResult torn = capture([&](pdkv_error_t** e) { return call(v01_size + 4, e); });
+    CHECK(torn.status == PDKV_ERR_STRUCT_SIZE);
+    CHECK_THAT(torn.message, Contains(type) && Contains(std::to_string(v01_size + 4)) && Contains("multiple of 8"));
+    // A size on a field boundary in between is accepted (the later fields read as zero / unset).
+    CHECK(capture([&](pdkv_error_t** e) { return call(v01_size + 8, e); }).status == PDKV_OK);
+  }
 }
 
 // A small pure-attention model: 8 KV heads of 64, bf16, 4 layers.
