@@ -35,69 +35,11 @@ Side make_side(const core::ModelDesc& m, uint32_t tp, core::MambaCacheMode mode,
 
 }  // namespace
 
-std::vector<KvGroup> kv_cache_groups(const core::ModelDesc& m) {
-  if (m.layer_pattern.empty()) {
-    core::fail(Status::InvalidArgument,
-               "the model's layer pattern is unknown, so its KV-cache groups cannot be formed; pass a preset or a "
-               "config.json that names each layer's kind");
-  }
-  if (m.attention.sliding_window != 0) {
-    core::fail(Status::InvalidArgument, "the model uses sliding-window attention (window " +
-                                            std::to_string(m.attention.sliding_window) +
-                                            "): the demo only forms full-attention and Mamba groups");
-  }
-  if (m.mixes_mla()) {
-    core::fail(Status::InvalidArgument, "the model has MLA-typed layers beside GQA ones: the demo does not form their group");
-  }
-  // Layers of each kind, kinds in the order their first layer appears. A parallel layer ('P')
-  // holds both an attention and a Mamba state, attention first.
-  std::vector<GroupKind> order;
-  std::vector<uint32_t> attention, mamba;
-  auto seen = [&](GroupKind k) {
-    if (std::find(order.begin(), order.end(), k) == order.end()) order.push_back(k);
-  };
-  for (uint32_t i = 0; i < m.layer_pattern.size(); ++i) {
-    const char c = m.layer_pattern[i];
-    if (c == core::kLayerAttention || c == core::kLayerParallel) {
-      attention.push_back(i);
-      seen(GroupKind::Attention);
-    }
-    if (c == core::kLayerMamba || c == core::kLayerParallel) {
-      mamba.push_back(i);
-      seen(GroupKind::Mamba);
-    }
-  }
-  if (attention.empty()) core::fail(Status::InvalidArgument, "the model has no attention layer");
-  if (m.is_hybrid() != !mamba.empty()) {
-    core::fail(Status::InvalidArgument, "the layer pattern '" + m.layer_pattern + "' and the model's Mamba type disagree");
-  }
-  size_t smallest = attention.size(), largest = attention.size();
-  if (!mamba.empty()) {
-    smallest = std::min(smallest, mamba.size());
-    largest = std::max(largest, mamba.size());
-  }
-  // Few enough layers beyond the smallest kind: one group per kind, padded, beats many groups.
-  const size_t size = largest * 4 < smallest * 5 ? largest : smallest;
-  std::vector<KvGroup> out;
-  for (GroupKind k : order) {
-    const auto& layers = k == GroupKind::Attention ? attention : mamba;
-    const size_t n = (layers.size() + size - 1) / size;
-    for (size_t g = 0; g < n; ++g) {
-      KvGroup grp;
-      grp.kind = k;
-      for (size_t i = g; i < layers.size(); i += n) grp.layers.push_back(layers[i]);
-      for (uint32_t r = 0; r < grp.layers.size(); ++r) grp.regions.push_back(r);
-      out.push_back(std::move(grp));
-    }
-  }
-  return out;
-}
-
 Layout make_layout(const LayoutInputs& in) {
   Layout l;
   l.model = in.model;
   l.cache_mode = in.model.is_hybrid() ? in.cache_mode : core::MambaCacheMode::None;
-  l.groups = kv_cache_groups(in.model);
+  l.groups = core::kv_cache_groups(in.model);  // errors name the model and the unsupported part
   size_t mamba_groups = 0;
   for (const auto& g : l.groups) {
     l.num_regions = std::max<uint32_t>(l.num_regions, static_cast<uint32_t>(g.layers.size()));

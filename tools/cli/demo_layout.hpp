@@ -11,16 +11,14 @@
 #include "pdkv/core/block_ids.hpp"
 #include "pdkv/core/engine_metadata.hpp"
 #include "pdkv/core/geometry.hpp"
+#include "pdkv/core/kv_cache_groups.hpp"
 #include "pdkv/core/model.hpp"
 
 namespace pdkv::cli::demo {
 
-// One KV-cache group: layers of one kind; its i-th layer lives in region (tensor) i.
-struct KvGroup {
-  core::GroupKind kind = core::GroupKind::Attention;
-  std::vector<uint32_t> layers;   // model layer indexes
-  std::vector<uint32_t> regions;  // 0 .. layers.size()-1
-};
+// One KV-cache group: layers of one kind; its i-th layer lives in region (tensor) i. The grouping
+// is the core's (core/kv_cache_groups), the same the engine-level C API uses.
+using KvGroup = core::KvCacheGroup;
 
 // One side (P or D) of the deployment.
 struct Side {
@@ -52,14 +50,6 @@ struct LayoutInputs {
   uint64_t max_tokens = 0;   // the longest prompt of the run
   uint32_t concurrency = 1;  // requests in flight at once
 };
-
-// vLLM's grouping of layers with one page size (the hybrid manager's uniform-page rule,
-// re-derived): the group size is the smallest per-kind layer count, or the largest when that is
-// less than 1.25 times the smallest; each kind's layers are dealt round-robin into
-// ceil(count / size) groups (group i takes layers i, i + n, i + 2n, ...). Configuration errors
-// (thrown as core::Error InvalidArgument) for a model without a layer pattern, with sliding-window
-// attention or MLA-typed layers (groups the demo does not model).
-std::vector<KvGroup> kv_cache_groups(const core::ModelDesc& m);
 
 // Geometry of both sides and the block pools: each side registers enough logical blocks for
 // `concurrency` requests of max_tokens prompt tokens, plus the null block. Errors: the core's
