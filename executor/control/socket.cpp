@@ -10,8 +10,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "pdkv/core/error.hpp"
@@ -156,6 +162,65 @@ std::vector<SocketAddress> resolve(const HostPort& address) {
   return out;
 }
 
+namespace {
+
+// Converts a numeric host (IPv4 / IPv6 literal) without touching the network; nullopt for a name.
+std::optional<std::vector<SocketAddress>> resolve_numeric(const HostPort& address) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | AI_NUMERICHOST;
+  addrinfo* res = nullptr;
+  const std::string port = std::to_string(address.port);
+  if (::getaddrinfo(address.host.c_str(), port.c_str(), &hints, &res) != 0) return std::nullopt;
+  ::freeaddrinfo(res);
+  return resolve(address);  // numeric: getaddrinfo answers without a lookup
+}
+
+// What the lookup thread and the waiting caller share; whichever lets go last frees it.
+struct LookupState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::vector<SocketAddress> result;
+  std::exception_ptr error;
+};
+
+}  // namespace
+
+std::vector<SocketAddress> resolve_by(const HostPort& address, Deadline deadline, HostLookup lookup) {
+  if (auto numeric = resolve_numeric(address)) return std::move(*numeric);
+  // getaddrinfo has no timeout of its own that pdkv controls (a dead DNS server holds it for the
+  // resolver's retries), so the caller waits for it only until its deadline.
+  auto state = std::make_shared<LookupState>();
+  try {
+    std::thread([state, address, lookup] {
+      std::vector<SocketAddress> result;
+      std::exception_ptr error;
+      try {
+        result = lookup(address);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(state->mu);
+      state->result = std::move(result);
+      state->error = error;
+      state->done = true;
+      state->cv.notify_all();
+    }).detach();
+  } catch (const std::system_error& e) {
+    throw Error(Status::Io, "cannot start the lookup of host \"" + address.host + "\": " + e.what(),
+                CauseDomain::Errno, e.code().value());
+  }
+  std::unique_lock<std::mutex> lock(state->mu);
+  if (!state->cv.wait_until(lock, deadline, [&] { return state->done; })) {
+    throw Error(Status::TimedOut, "looking up host \"" + address.host + "\" of " + address.to_string() +
+                                      " did not finish before the deadline");
+  }
+  if (state->error) std::rethrow_exception(state->error);
+  return std::move(state->result);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Socket
 
@@ -186,7 +251,7 @@ void Socket::shutdown_write() noexcept {
 
 Socket Socket::connect(const HostPort& address, Deadline deadline) {
   const std::string name = address.to_string();
-  const std::vector<SocketAddress> targets = resolve(address);
+  const std::vector<SocketAddress> targets = resolve_by(address, deadline);
   int last_err = 0;
   for (const SocketAddress& target : targets) {
     const int fd = ::socket(target.storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

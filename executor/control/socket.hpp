@@ -52,6 +52,17 @@ struct SocketAddress {
 // a system error during the lookup: Io (cause Errno).
 std::vector<SocketAddress> resolve(const HostPort& address);
 
+// The lookup resolve_by() runs for a host name; resolve() in production, replaceable in tests.
+using HostLookup = std::vector<SocketAddress> (*)(const HostPort& address);
+
+// resolve() bounded by `deadline`, for connecting to a peer: a numeric host is converted without
+// any lookup; a host name is looked up on a helper thread, and when the deadline passes first the
+// call fails with TimedOut naming the host, while the helper thread finishes the lookup on its
+// own (the system resolver's own timeouts end it) and frees what it used. Errors otherwise as
+// resolve(); no helper thread: Io.
+std::vector<SocketAddress> resolve_by(const HostPort& address, Deadline deadline,
+                                      HostLookup lookup = resolve);
+
 class Socket {
  public:
   Socket() = default;

@@ -2,6 +2,7 @@
 // connect failures, deadlines, and the mapping of failures to pdkv statuses.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -220,4 +221,74 @@ TEST(ControlSocket, MovedSocketsOwnTheirDescriptorOnce) {
   Listener l2 = std::move(l);
   EXPECT_EQ(l.fd(), -1);  // NOLINT(bugprone-use-after-move)
   EXPECT_GE(l2.fd(), 0);
+}
+
+// ---- name lookups bounded by the caller's deadline ------------------------------------------
+
+namespace {
+
+std::atomic<int> g_lookups{0};
+std::atomic<bool> g_release{false};
+std::atomic<bool> g_lookup_returned{false};
+
+std::vector<SocketAddress> counting_lookup(const HostPort& a) {
+  ++g_lookups;
+  return resolve(HostPort{"127.0.0.1", a.port});
+}
+
+// A DNS server that never answers: holds the lookup until the test releases it.
+std::vector<SocketAddress> stuck_lookup(const HostPort& a) {
+  ++g_lookups;
+  while (!g_release.load()) std::this_thread::sleep_for(1ms);
+  g_lookup_returned = true;
+  return resolve(HostPort{"127.0.0.1", a.port});
+}
+
+std::vector<SocketAddress> failing_lookup(const HostPort& a) {
+  ++g_lookups;
+  throw Error(Status::InvalidArgument, "no such host \"" + a.host + "\"");
+}
+
+}  // namespace
+
+TEST(ControlSocket, ANumericHostIsNeverLookedUp) {
+  g_lookups = 0;
+  EXPECT_EQ(resolve_by(HostPort{"127.0.0.1", 7}, deadline_in(1s), counting_lookup).at(0).to_string(), "127.0.0.1:7");
+  EXPECT_EQ(resolve_by(HostPort{"::1", 7}, deadline_in(1s), counting_lookup).at(0).to_string(), "[::1]:7");
+  EXPECT_EQ(g_lookups.load(), 0);
+  EXPECT_EQ(resolve_by(HostPort{"peer.example", 7}, deadline_in(5s), counting_lookup).at(0).to_string(),
+            "127.0.0.1:7");
+  EXPECT_EQ(g_lookups.load(), 1);
+}
+
+TEST(ControlSocket, ALookupThatNeverAnswersEndsAtTheDeadline) {
+  g_lookups = 0;
+  g_release = false;
+  g_lookup_returned = false;
+  // Releases the lookup after 3 s even if the call under test waits for it (a resolve that
+  // ignored its deadline then fails the timing check below instead of hanging the suite).
+  std::thread watchdog([] {
+    for (int i = 0; i < 3000 && !g_release.load(); ++i) std::this_thread::sleep_for(1ms);
+    g_release = true;
+  });
+  const auto start = Clock::now();
+  const Error e = catch_error([] { resolve_by(HostPort{"dns-is-down.example", 9}, deadline_in(150ms), stuck_lookup); });
+  const auto took = Clock::now() - start;
+  EXPECT_EQ(e.status(), Status::TimedOut);
+  EXPECT_TRUE(contains(e, "dns-is-down.example")) << e.what();
+  EXPECT_GE(took, 150ms);
+  EXPECT_LT(took, 2s);
+  EXPECT_EQ(g_lookups.load(), 1);
+  // The abandoned lookup finishes on its own later and touches nothing of the caller's.
+  g_release = true;
+  watchdog.join();
+  for (int i = 0; i < 2000 && !g_lookup_returned.load(); ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(g_lookup_returned.load());
+  std::this_thread::sleep_for(20ms);  // let the helper thread publish and free its state
+}
+
+TEST(ControlSocket, ALookupErrorReachesTheCallerUnchanged) {
+  const Error e = catch_error([] { resolve_by(HostPort{"nosuch.example", 9}, deadline_in(5s), failing_lookup); });
+  EXPECT_EQ(e.status(), Status::InvalidArgument);
+  EXPECT_TRUE(contains(e, "nosuch.example")) << e.what();
 }

@@ -218,11 +218,13 @@ typedef struct pdkv_connect_options {
   size_t struct_size;    /* sizeof(pdkv_connect_options_t) */
   uint64_t field_mask;   /* PDKV_CONNECT_FIELD_* bits */
   const char *address;   /* required: the peer agent's "host:port" */
-  uint64_t timeout_ms;   /* deadline of the connect and handshake. Default: agent default */
+  uint64_t timeout_ms;   /* deadline of the name lookup, connect and handshake.
+                            Default: agent default */
 } pdkv_connect_options_t;
 
-/* Connects to a peer agent and runs the handshake (blocking until done or the deadline):
- * versions, pre-shared key proof, then metadata, UCX addresses and region keys, and the pair's
+/* Connects to a peer agent and runs the handshake (blocking until done or the deadline; the
+ * deadline also bounds the lookup of a host name, a numeric address needs none): versions,
+ * pre-shared key proof, then metadata, UCX addresses and region keys, and the pair's
  * validation on both sides. Connecting to an (engine, rank) already connected replaces the old
  * connection. Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (bad address), PEER_LOST
  * (refused or closed), TIMED_OUT, AUTH (key mismatch: names the peer), PROTOCOL (malformed or
