@@ -180,6 +180,8 @@ class AgentCore {
   std::shared_ptr<PeerRecord> admit(ControlChannel& channel, const HandshakeResult& result,
                                     CheckedPeer checked, bool inbound, Clock::time_point deadline,
                                     struct InboundSlot* slot = nullptr);
+  // channel.recv(deadline) that keeps driving the worker while it waits (admission's Ready).
+  Frame recv_progressing(ControlChannel& channel, Clock::time_point deadline);
   void handle_frames_locked(const std::shared_ptr<PeerConn>& peer);
   void handle_notify_locked(const std::shared_ptr<PeerConn>& peer, const Notify& n);
   void timers_locked(Clock::time_point now);

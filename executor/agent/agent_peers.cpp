@@ -150,6 +150,25 @@ void on_wire_flush(void* user, ucs_status_t status) {
 }
 }  // namespace
 
+// Waits for the next control frame while driving the worker every few milliseconds. Over tcp the
+// peer's own wire-up flush needs this worker's answers: once this side's flush is done, a
+// caller-progress agent has nobody else driving its worker while its application is blocked in
+// connect, so without this the peer's admission timed out and it hung up (e2e finding F4).
+// The channel's decoder keeps a partly received frame across the short waits.
+Frame AgentCore::recv_progressing(ControlChannel& channel, Clock::time_point deadline) {
+  for (;;) {
+    const Clock::time_point slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(2));
+    try {
+      return channel.recv(slice);
+    } catch (const core::Error& e) {
+      if (e.status() != Status::TimedOut || slice >= deadline) throw;
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopped_ || stopping_.load()) core::fail(Status::Shutdown, "the agent was shut down");
+    worker_->progress();
+  }
+}
+
 // Admission in three steps. (1) Under the lock: the endpoint (the peer just answered: creating
 // it is safe; UCX 1.13.1 aborts the process on ucp_ep_create to a dead worker) and the keys (from
 // an authenticated peer, length-checked by the frame layer). (2) Without the lock: wire the
@@ -224,7 +243,7 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
   // still holds the descriptor here, so shutdown() interrupts this wait.
   try {
     if (!inbound) channel.send(Ready{}, deadline);
-    const Frame f = channel.recv(deadline);
+    const Frame f = recv_progressing(channel, deadline);
     if (f.type != FrameType::Ready) {
       core::fail(Status::Protocol, std::string("expected Ready after the transport setup, got ") + frame_type_name(f.type));
     }
