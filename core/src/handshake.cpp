@@ -1,4 +1,4 @@
-// Handshake rules (vllm-semantics.md §5), each producing its own Incompatibility so an operator
+// Handshake rules (docs/semantics.md §5), each producing its own Incompatibility so an operator
 // fixes a deployment in one round instead of one restart per error.
 #include "pdkv/core/handshake.hpp"
 

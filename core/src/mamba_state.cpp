@@ -1,7 +1,7 @@
-// Per-rank Mamba state derivation: the steps every kind shares (conv rows, dtypes, the page
-// totals). The kind-specific sharding rules live in the kind's module (core/src/mamba_kinds/).
-// Everything downstream (page sizes, block sizes, the transfer reads) is computed from the
-// MambaState built here.
+// Per-rank Mamba state derivation (docs/hybrid-geometry.md §1): the steps every kind shares
+// (conv rows, dtypes, the page totals). The kind-specific sharding rules live in the kind's
+// module (core/src/mamba_kinds/). Everything downstream (page sizes, block sizes, the transfer
+// reads) is computed from the MambaState built here.
 #include "pdkv/core/mamba_state.hpp"
 
 #include <string>

@@ -1,6 +1,6 @@
 // C API tests: block ids (logical -> kernel, block-size ratio, descriptor ids incl. Mamba),
 // exchange clipping, receive zero ranges, prefix trimming, the scheduler helpers and the offload
-// geometry. Worked numbers are those of the core tests / vllm-semantics.md; every error path is
+// geometry. Worked numbers are those of the core tests / docs/semantics.md; every error path is
 // checked for its status and message.
 #include <cstdint>
 #include <limits>

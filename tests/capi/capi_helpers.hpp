@@ -46,8 +46,8 @@ using GeometryPtr = std::unique_ptr<pdkv_geometry_t, GeometryDeleter>;
 using TpMappingPtr = std::unique_ptr<pdkv_tp_mapping_t, TpMappingDeleter>;
 using ReadListPtr = std::unique_ptr<pdkv_mamba_read_list_t, ReadListDeleter>;
 
-// nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 from its published config.json
-// (shared/reference/models.json): K=2 KV heads of 128, Mamba2 64 heads x 64, d_state 128,
+// nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 from its published config.json (the preset's
+// source in core/src/presets.cpp): K=2 KV heads of 128, Mamba2 64 heads x 64, d_state 128,
 // 8 groups, conv kernel 4, chunk 128, SSM state float32 by default, 6 attention + 23 Mamba layers.
 inline pdkv_model_desc_t nemotron3_nano_desc() {
   pdkv_model_desc_t d{};

@@ -1,5 +1,5 @@
 // Engine settings and geometry through the C API, checked against the worked numbers of
-// shared/reference/hybrid-geometry.md for nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.
+// docs/hybrid-geometry.md for nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.
 #include <cmath>
 #include <cstring>
 #include <limits>

@@ -1,5 +1,5 @@
 // TP topology through the C API: tp_ratio, handshake targets, head ranges, TP mapping handles
-// (worked examples of vllm-semantics.md §2.2).
+// (worked examples of docs/semantics.md §2.2).
 #include <vector>
 
 #include "capi_helpers.hpp"

@@ -1,4 +1,4 @@
-// Attention read geometry and descriptor lists (vllm-semantics.md §3 FA local / FA remote /
+// Attention read geometry and descriptor lists (docs/semantics.md §3: attention local / remote /
 // local split handles), checked on exact numbers.
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@ using namespace pdkv::core;
 
 namespace {
 
-// Nemotron-3-Nano-30B at TP2 with fp8 KV (vllm-semantics.md §4 test values): conv 18432 =
+// Nemotron-3-Nano-30B at TP2 with fp8 KV (docs/semantics.md §4 test values): conv 18432 =
 // x 12288 + B 3072 + C 3072, ssm 1048576, kernel page 4096 = 16 tokens * 256 B, ppl 261.
 EngineMetadata nemotron_tp2(uint32_t rank = 0) {
   EngineMetadata m;

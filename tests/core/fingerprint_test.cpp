@@ -11,8 +11,8 @@ using namespace pdkv::core;
 
 namespace {
 
-// NVIDIA-Nemotron-3-Nano-30B-A3B geometry (models.json): K=2 head 128, Mamba2 64x64 heads,
-// d_state 128, 8 groups, conv kernel 4, fp32 SSM default.
+// NVIDIA-Nemotron-3-Nano-30B-A3B geometry (its published config.json): K=2 head 128, Mamba2
+// 64x64 heads, d_state 128, 8 groups, conv kernel 4, fp32 SSM default.
 ModelDesc nemotron_nano() {
   ModelDesc m;
   m.name = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16";

@@ -1,4 +1,4 @@
-// Geometry against the worked examples of hybrid-geometry.md and real vLLM logs: page sizes,
+// Geometry against the worked examples of docs/hybrid-geometry.md and real vLLM logs: page sizes,
 // the hybrid block-size rule, padding, kernel block selection and the log lines.
 #include "pdkv/core/geometry.hpp"
 

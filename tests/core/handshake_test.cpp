@@ -1,4 +1,4 @@
-// Handshake validation: one test per rule of vllm-semantics.md §5 (with the values checked in the
+// Handshake validation: one test per rule of docs/semantics.md §5 (with the values checked in the
 // message), one per vLLM rejection that pdkv deliberately accepts, and "every problem is reported".
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@ uint64_t ceil_div_u64(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 // Nemotron-3-Nano-30B with fp8 KV at TP `tp` (K=2 heads of 128, Mamba2 x/B/C sharded since
 // n_groups 8 >= tp, fp32 SSM). Kernel block 16; ppl = ceil(mamba page / kernel page), giving the
-// vllm-semantics.md §4 values: 261 at TP1/TP2, 131 at TP4.
+// docs/semantics.md §4 values: 261 at TP1/TP2, 131 at TP4.
 EngineMetadata nemotron(uint32_t tp, uint32_t rank, std::string id, bool prefix_caching = false) {
   EngineMetadata m;
   m.engine_id = std::move(id);

@@ -1,4 +1,4 @@
-// GQA head placement (vllm-semantics.md §2.1, §2.3 `_physical_head_range`).
+// GQA head placement (docs/semantics.md §2.1, §2.3).
 #include <gtest/gtest.h>
 
 #include <string>

@@ -44,7 +44,7 @@ TEST(KvFormat, HeadBytesIncludeTheScales) {
   const ModelDesc q = qwen35_27b();  // 4 KV heads of 256 + 256, bf16
   EXPECT_EQ(kv_head_bytes_per_token(q, with_format(1, "auto")), 1024u);
   EXPECT_EQ(kv_head_bytes_per_token(q, with_format(1, "fp8")), 512u);
-  // (256 + 256) x 1 B + two fp32 scales = 520 (hybrid-geometry.md 2.2).
+  // (256 + 256) x 1 B + two fp32 scales = 520 (docs/hybrid-geometry.md §2).
   EXPECT_EQ(kv_head_bytes_per_token(q, with_format(1, "int8_per_token_head")), 520u);
   // Two int4 per byte: 128 + 128 + 8 = 264.
   EXPECT_EQ(kv_head_bytes_per_token(q, with_format(1, "int4_per_token_head")), 264u);

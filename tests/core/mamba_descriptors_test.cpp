@@ -1,4 +1,4 @@
-// Mamba descriptor geometry (vllm-semantics.md §3): region-major local descriptors, remote
+// Mamba descriptor geometry (docs/semantics.md §3): region-major local descriptors, remote
 // descriptors per P rank, local split chunks, descriptor ids, and every error path.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// vLLM-compatible conv/SSM views (vllm-semantics.md §4) with exact numbers, pdkv's reads for
+// vLLM-compatible conv/SSM views (docs/semantics.md §4) with exact numbers, pdkv's reads for
 // the same pairs, and the #55208 case where the two disagree.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // derive_mamba_state: per-rank conv projections and temporal shapes of real models, checked
-// against hybrid-geometry.md §2.1 and the worked numbers in vllm-semantics.md §4.
+// against docs/hybrid-geometry.md §1 and the worked numbers in docs/semantics.md §4.
 #include <gtest/gtest.h>
 
 #include <string>

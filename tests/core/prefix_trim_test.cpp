@@ -1,5 +1,5 @@
 // Prefix-cache trimming: the reference vectors of vLLM's tests that are right, and one test per
-// known bug of vllm-semantics.md §6.3 showing pdkv's correct result.
+// known bug of docs/semantics.md §6.3 showing pdkv's correct result.
 #include <gtest/gtest.h>
 
 #include "pdkv/core/block_ids.hpp"

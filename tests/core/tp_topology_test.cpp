@@ -1,5 +1,5 @@
 // TP topology: tp_ratio sign convention, handshake targets, compute_tp_mapping on every worked
-// example of vllm-semantics.md §2.2 / §2.3, and the notification rule of §7.
+// example of docs/semantics.md §2.2 / §2.3, and the notification rule of §7.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -67,7 +67,7 @@ std::vector<std::pair<uint32_t, uint32_t>> slots(const TpMapping& m) {
 
 }  // namespace
 
-// §2.2 examples.
+// docs/semantics.md §2.2 examples.
 TEST(TpMapping, K2_D1FromP4_Hybrid) {
   const TpMapping m = map_d(1, 0, 4, 2, false, true);
   EXPECT_EQ(m.tp_ratio, -4);
@@ -125,7 +125,7 @@ TEST(TpMapping, PureMlaReadsOnceButNotifiesAll) {
   EXPECT_EQ(map_d(8, 7, 2, 1, true).attention_source_ranks, (Ranks{1}));
 }
 
-// §2.3 worked table, K=2, hybrid (transfer targets = all_source_ranks).
+// docs/semantics.md §2.3 worked table, K=2, hybrid (transfer targets = all_source_ranks).
 TEST(TpMapping, Table_2p1d) {
   const TpMapping m = map_d(1, 0, 2, 2, false, true);
   EXPECT_EQ(m.attention_source_ranks, (Ranks{0, 1}));

@@ -266,7 +266,7 @@ TEST(TransferPlan, NemotronNanoMambaGroupsReadBothShardsPerHmaRegions) {
 
 TEST(TransferPlan, FullAttentionHitStillMovesMambaStateAndNothingElse) {
   const Nano n;
-  // vLLM's x[-0:] would read all of P's attention list here (vllm-semantics.md §6.3 bug 1).
+  // vLLM's x[-0:] would read all of P's attention list here (docs/semantics.md §6.3 bug 1).
   const TransferPlan p = compile_transfer_plan(
       n.ctx, {attention_group({}, {20, 21, 22}, 3000, /*hit=*/3000), mamba_group({40}, {50}, 3000)});
   EXPECT_EQ(p.stats.attention_bytes, 0u);

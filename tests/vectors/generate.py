@@ -2,9 +2,10 @@
 """Generates the shared conformance vectors tests/vectors/*.json (format 1, docs/conformance.md).
 
 Every expected value is computed here by an *independent* Python oracle written from the
-reference formulas (shared/reference/vllm-semantics.md, hybrid-geometry.md), never copied
-from pdkv's output, and the worked numbers the reference prints are asserted against that
-oracle (`check(...)`) before anything is written. Run with /usr/bin/python3 from anywhere:
+rules of docs/semantics.md and docs/hybrid-geometry.md, never copied from pdkv's output, and
+the worked numbers of those rules (vLLM's own test vectors and logs) are asserted against that
+oracle (`check(...)`) before anything is written. A bare "§N" below names a section of
+docs/semantics.md. Run with /usr/bin/python3 from anywhere:
 
     /usr/bin/python3 tests/vectors/generate.py
 
@@ -26,7 +27,7 @@ def check(actual, expected, what):
 
 
 # ---------------------------------------------------------------------------------------------
-# TP topology oracle (vllm-semantics.md §2)
+# TP topology oracle (docs/semantics.md §2)
 # ---------------------------------------------------------------------------------------------
 
 def tp_ratio(local_tp, remote_tp):
@@ -254,10 +255,11 @@ def topology_cases():
 
 
 # ---------------------------------------------------------------------------------------------
-# Geometry oracle (hybrid-geometry.md §2.1-§2.4); model numbers from shared/reference/models.json
+# Geometry oracle (docs/hybrid-geometry.md §1-§4); model numbers from each preset's published
+# config.json (the sources named in core/src/presets.cpp)
 # ---------------------------------------------------------------------------------------------
 
-# Preset name -> published config values (models.json). kind: mamba1 | mamba2 | gdn.
+# Preset name -> published config values (config.json). kind: mamba1 | mamba2 | gdn.
 MODELS = {
     # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16: K=2 x 128, Mamba2 64 heads x 64, d_state 128,
     # 8 groups, d_conv 4, chunk 128, mamba_ssm_cache_dtype float32, NemotronH (spec adds rows).
@@ -314,7 +316,7 @@ def parts_of(m, tp, spec, conv_dt, ssm_dt, rank=0):
 
 
 def kv_head_bytes(m, engine):
-    """One KV head's entry per token (hybrid-geometry.md 2.2): K and V elements of the KV
+    """One KV head's entry per token (docs/hybrid-geometry.md §2): K and V elements of the KV
     element bits (default 8 x the KV dtype bytes), plus the bytes packed beside them per token and
     head (the per-token-head modes' two fp32 scales)."""
     bits = engine.get("kv_cache_element_bits", 0) or 8 * (engine.get("kv_cache_dtype_bytes", 0) or m["dt"])
@@ -323,7 +325,7 @@ def kv_head_bytes(m, engine):
 
 
 def geometry(model, engine):
-    """The `geometry` op's full output, from the formulas of hybrid-geometry.md."""
+    """The `geometry` op's full output, from the formulas of docs/hybrid-geometry.md."""
     m = MODELS[model]
     tp = engine["tp_size"]
     spec = engine.get("num_speculative_tokens", 0)
@@ -392,7 +394,7 @@ def geometry_cases():
                       "input": {"model": model, "engine": engine}, "output": out})
         return out
 
-    # Nemotron-3-Nano-30B (hybrid-geometry worked numbers, capi tests): TP1/2/4
+    # Nemotron-3-Nano-30B (docs/hybrid-geometry.md worked numbers, capi tests): TP1/2/4
     g("nemotron3_nano_tp1", "nemotron-3-nano-30b", {"tp_size": 1},
       {"conv_bytes": 36864, "ssm_bytes": 2097152, "block_size": 2096})
     o = g("nemotron3_nano_tp2", "nemotron-3-nano-30b", {"tp_size": 2},
@@ -443,7 +445,7 @@ def geometry_cases():
 
 
 # ---------------------------------------------------------------------------------------------
-# Mamba reads oracle (vllm-semantics.md §4): "pdkv" = every D byte from the P rank owning it;
+# Mamba reads oracle (docs/semantics.md §4): "pdkv" = every D byte from the P rank owning it;
 # "vllm" = what vLLM main reads (remote_conv_offsets / ssm read), including #55208.
 # ---------------------------------------------------------------------------------------------
 
@@ -577,7 +579,7 @@ def mamba_cases():
 
 
 # ---------------------------------------------------------------------------------------------
-# Block ids, exchange clipping (vllm-semantics.md §3, §6, §8), scheduler N-1 rule, offload (§9)
+# Block ids, exchange clipping (docs/semantics.md §3, §6, §8), scheduler N-1 rule, offload (§9)
 # ---------------------------------------------------------------------------------------------
 
 def clip(ids, kind, hma=True, window=0, block_size=0, mode="none", spec=0):
@@ -727,7 +729,7 @@ def offload_cases():
 
 # ---------------------------------------------------------------------------------------------
 # Issue #3 surface: prefix trimming (§6.3), scheduler splits (§8), receive zeroing (§6.4),
-# metadata wire format, handshake reports and transfer plans. Written from vllm-semantics.md and
+# metadata wire format, handshake reports and transfer plans. Written from docs/semantics.md and
 # the contracts documented in capi/include/pdkv.h and core/include/pdkv/core/*.hpp headers.
 # ---------------------------------------------------------------------------------------------
 
@@ -913,7 +915,7 @@ def crc32c_py(data):
     return crc ^ 0xFFFFFFFF
 
 
-# Model descriptions of the presets used below (models.json / reference), for the fingerprint.
+# Model descriptions of the presets used below (their published config.json), for the fingerprint.
 DESCS = {
     "nemotron-3-nano-30b": dict(k=2, head=128, head_v=128, mla=0, swa=0, type=2, heads=64, head_dim=64,
                                 d_state=128, groups=8, d_inner=0, d_conv=4, chunk=128, spec=1, dt=2,
@@ -2036,8 +2038,9 @@ def plan_more_cases():
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue #4 surface: descriptor builders (vllm-semantics.md §3), vLLM conv-offset helpers (§4),
-# model description (models.json, hybrid-geometry.md), engine-rank validation, plan JSON dump.
+# Issue #4 surface: descriptor builders (docs/semantics.md §3), vLLM conv-offset helpers (§4),
+# model description (published config.json, docs/hybrid-geometry.md), engine-rank validation,
+# plan JSON dump.
 # ---------------------------------------------------------------------------------------------
 
 def fa_local(regions, bsr):
@@ -2368,8 +2371,9 @@ def descriptor_cases():
     return cases
 
 
-# Model descriptions (models.json / the tests/data/hf_configs files): the fields pdkv_model_describe
-# reports. Unset config values stay 0 (chunk 0 = 2048, default SSM dtype 0 = conv dtype).
+# Model descriptions (published config.json / the tests/data/hf_configs files): the fields
+# pdkv_model_describe reports. Unset config values stay 0 (chunk 0 = 2048, default SSM dtype
+# 0 = conv dtype).
 NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME".replace("E", "-")
 MODEL_DESCS = {
     "nemotron-3-nano-30b": dict(name="nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", k=2, head=128, head_v=128,
@@ -2745,7 +2749,7 @@ def mixed_mla_cases():
     return cases
 
 
-KV_FORMATS = {  # vLLM --kv-cache-dtype -> engine keys (hybrid-geometry.md 2.2)
+KV_FORMATS = {  # vLLM --kv-cache-dtype -> engine keys (docs/hybrid-geometry.md §2)
     "int8_per_token_head": {"kv_cache_element_bits": 8, "kv_cache_head_extra_bytes": 8},
     "fp8_per_token_head": {"kv_cache_element_bits": 8, "kv_cache_head_extra_bytes": 8},
     "int4_per_token_head": {"kv_cache_element_bits": 4, "kv_cache_head_extra_bytes": 8},

@@ -117,7 +117,7 @@ json block_relation_json(const EngineGeometry& p, const EngineGeometry& d, const
       j["blocks_per_block"] = dk / pk;
       j["description"] = "decode block = " + std::to_string(dk / pk) + " prefill blocks";
       // P_TP > D_TP with heads split over several P ranks (not replicated) cannot use a
-      // block_size_ratio > 1 in vLLM (vllm-semantics.md section 3, local split handles).
+      // block_size_ratio > 1 in vLLM (docs/semantics.md §3, local split handles).
       if (tp.remote_tp > tp.local_tp && !tp.use_mla && tp.remote_tp <= tp.total_kv_heads) {
         notes.push_back("vLLM refuses this pair: heterogeneous block sizes with head-sharded attention reads "
                         "from several prefill ranks (P_TP > D_TP) are not supported" + pdkv_maps);

@@ -1,6 +1,6 @@
 // Attention (FA/MLA) transfer geometry: which byte ranges of a P block a D rank reads, and the
-// NIXL-style descriptor lists that realise those reads (vllm-semantics.md §3 "FA local",
-// "FA remote", "Local split handles").
+// NIXL-style descriptor lists that realise those reads (docs/semantics.md §3: the attention
+// local and remote lists and the local split handles).
 //
 // Layout assumption: HND blocks with K and V packed in the content dim ([H, N, 2D]; vLLM main
 // since #44455), so the slice of one KV head inside a block is contiguous and a block_len is

@@ -1,5 +1,5 @@
 // Block-id vocabulary of the transfer path: group kinds, logical -> kernel expansion, the P/D
-// block-size-ratio mapping and descriptor ids (vllm-semantics.md §1, §3 "Descriptor ids", §6.1-6.2).
+// block-size-ratio mapping and descriptor ids (docs/semantics.md §1, §3, §6.1-6.2).
 //
 // Attention blocks are token containers and can be split into kernel blocks; a Mamba block is one
 // whole state and never splits. Every function here keeps that distinction explicit.
@@ -44,8 +44,9 @@ struct GroupBlockIds {
   std::vector<uint64_t> ids;  // kernel ids (attention kinds) or logical ids (Mamba)
 };
 
-// How an engine's descriptors are laid out (§3): all attention descriptors region-major, then all
-// Mamba descriptors region-major (regions = Mamba layers x (conv projections + 1)).
+// How an engine's descriptors are laid out (docs/semantics.md §3): all attention descriptors
+// region-major, then all Mamba descriptors region-major (regions = Mamba layers x (conv
+// projections + 1)).
 struct DescriptorLayout {
   uint64_t num_blocks = 0;          // kernel blocks of the engine whose handle is addressed
   uint64_t block_size_ratio = 1;    // bsr (local handle only; the remote uses 1)

@@ -1,6 +1,6 @@
 // What one engine (one TP rank of a P or D instance) tells its peer in the handshake, and the
 // binary wire format for it. This is pdkv's counterpart of vLLM's NixlAgentMetadata
-// (vllm-semantics.md §1), extended with what the validation in handshake.hpp needs: the logical
+// (docs/semantics.md §1), extended with what the validation in handshake.hpp needs: the logical
 // block size, per-token attention bytes, total KV heads, prefix caching and a model fingerprint.
 //
 // Wire format (version 1.2), all integers little-endian:

@@ -1,4 +1,4 @@
-// Exchange clipping (vllm-semantics.md §8, get_exchange_clipped_blocks): which of a request's
+// Exchange clipping (docs/semantics.md §8, get_exchange_clipped_blocks): which of a request's
 // logical block ids are worth exchanging. P clips what it exports as remote_block_ids; D clips its
 // unhashed local blocks the same way, so both sides pair the same positions.
 #pragma once

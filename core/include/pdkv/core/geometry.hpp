@@ -1,7 +1,7 @@
 // Per-engine geometry of a (hybrid) model: attention bytes per token, the Mamba page, the
 // logical attention block size vLLM picks so one attention page holds one Mamba state
 // (Platform._align_hybrid_block_size), the padded pages, and the kernel block each logical block
-// is split into (select_common_block_size). See shared/reference/hybrid-geometry.md §2.2-2.4.
+// is split into (select_common_block_size). See docs/hybrid-geometry.md §2-§4.
 #pragma once
 
 #include <cstdint>

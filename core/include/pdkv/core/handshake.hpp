@@ -1,14 +1,15 @@
 // Handshake validation: can a local engine rank and a remote engine rank exchange KV / Mamba
-// state? Re-derives vLLM's _validate_remote_agent_handshake (vllm-semantics.md §5) but reports
+// state? Re-derives vLLM's _validate_remote_agent_handshake (docs/semantics.md §5) but reports
 // EVERY problem at once, each with both values and the fix, and accepts what pdkv supports beyond
 // vLLM:
 //  * heterogeneous physical_blocks_per_logical WITH prefix caching (vLLM raises RuntimeError
-//    "Prefix caching with heterogeneous physical_blocks_per_logical is not supported", §6.3 bug 3;
-//    pdkv aligns transfers by token offset instead of front-trimming block lists);
+//    "Prefix caching with heterogeneous physical_blocks_per_logical is not supported",
+//    docs/semantics.md §6.3 bug 3; pdkv aligns transfers by token offset instead of
+//    front-trimming block lists);
 //  * P and D kernel block sizes that are not multiples of each other (vLLM needs
 //    local % remote == 0, "Only nP < nD supported"), including hybrids (vLLM < 07-28: "HMA does
 //    not support different remote block size yet");
-//  * hybrid block lengths are validated too (vLLM skips them for hybrids, §5 / §11).
+//  * hybrid block lengths are validated too (vLLM skips them for hybrids, docs/semantics.md §5).
 // "local" is the engine running the check (D when pulling); the rules are symmetric except
 // where the vLLM rule is phrased with tp_ratio (local_tp vs remote_tp).
 #pragma once

@@ -1,5 +1,5 @@
 // Which KV heads a TP rank physically holds under vLLM's contiguous GQA placement
-// (vllm-semantics.md §2.1, §2.3 `_physical_head_range`).
+// (docs/semantics.md §2.1, §2.3).
 //   tp <= K: rank r holds the K/tp consecutive heads [r*K/tp, (r+1)*K/tp).
 //   tp >  K: heads are replicated; tp/K consecutive ranks share head h = r*K/tp.
 // Heads are the unit of attention transfer: a head's slice of an HND block is contiguous, so

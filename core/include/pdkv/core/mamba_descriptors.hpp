@@ -1,5 +1,5 @@
-// Mamba transfer descriptors (vllm-semantics.md §3 "Mamba local", "Mamba remote", split
-// handles, descriptor ids), built from pdkv's MambaReads so that replicated Mamba2 groups are
+// Mamba transfer descriptors (docs/semantics.md §3: the Mamba local and remote lists,
+// split handles, descriptor ids), built from pdkv's MambaReads so that replicated Mamba2 groups are
 // addressed correctly too.
 //
 // A Mamba region is a Region (descriptor.hpp) whose num_blocks kernel blocks of block_len bytes

@@ -1,5 +1,5 @@
 // How a decode (D) rank reads its Mamba state out of prefill (P) pages when P and D use
-// different tensor parallelism (vllm-semantics.md §3 "Mamba remote", §4).
+// different tensor parallelism (docs/semantics.md §3, §4).
 //
 // Two families live here:
 //  * vLLM-compatible views (local_conv_offsets, remote_conv_offsets, ssm_read_range,

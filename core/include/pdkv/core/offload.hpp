@@ -1,4 +1,4 @@
-// KV offloading helpers (vllm-semantics.md §9, PR #38554).
+// KV offloading helpers (docs/semantics.md §9, PR #38554).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Prefix-cache trimming (vllm-semantics.md §6.3): after D's own prefix-cache hit, which tokens /
+// Prefix-cache trimming (docs/semantics.md §6.3): after D's own prefix-cache hit, which tokens /
 // states D still needs from P, and where they live in both block tables.
 //
 // vLLM pairs *block counts* (x[-n:] tails and front-trims) and breaks whenever counts and tokens

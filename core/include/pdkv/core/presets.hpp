@@ -1,6 +1,6 @@
-// Built-in model descriptions of real hybrid models, from the published config.json values
-// collected in shared/reference/models.json. Only models whose every needed value is published
-// are here; each preset's ModelDesc::source names where its numbers come from.
+// Built-in model descriptions of real hybrid models, from the published config.json values of
+// their Hugging Face checkpoints. Only models whose every needed value is published are here;
+// each preset's ModelDesc::source names where its numbers come from.
 #pragma once
 
 #include <string>

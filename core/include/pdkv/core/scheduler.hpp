@@ -1,4 +1,4 @@
-// Scheduler-side helpers (vllm-semantics.md §8): the Mamba align-mode block-aligned chunk split
+// Scheduler-side helpers (docs/semantics.md §8): the Mamba align-mode block-aligned chunk split
 // and the N-1 rule of P/D with Mamba state.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Tensor-parallel topology between a local engine and a remote one: the tp_ratio sign
-// convention and which remote ranks a local rank talks to (vllm-semantics.md §2.1, §2.2).
+// convention and which remote ranks a local rank talks to (docs/semantics.md §2.1, §2.2).
 // "local" is the engine evaluating the function (D when pulling), "remote" is the other side.
 #pragma once
 
@@ -30,7 +30,7 @@ struct TpMappingInput {
   bool has_mamba = false;       // the model has SSM (Mamba) groups, which are always TP-sharded
 };
 
-// Which remote ranks one local rank reads from, and where (vllm-semantics.md §2.2, main's
+// Which remote ranks one local rank reads from, and where (docs/semantics.md §2.2, main's
 // compute_tp_mapping). Rank lists are remote ranks in ascending order.
 struct TpMapping {
   TpMappingInput input;

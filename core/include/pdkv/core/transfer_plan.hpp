@@ -1,6 +1,6 @@
 // Transfer-plan compilation: one request's complete, validated list of byte reads a decode (D)
 // rank issues against each prefill (P) rank, plus the notifications and the receive-side zeroing
-// (vllm-semantics.md §3, §6). It joins the pieces the other headers derive:
+// (docs/semantics.md §3, §6). It joins the pieces the other headers derive:
 //   prefix_trim  -> which tokens / Mamba states D still needs and where they live on both sides,
 //   tp_topology  -> which P ranks hold which KV heads, who is notified,
 //   attention_reads / mamba_reads -> which bytes of a P block / page feed which bytes of D's,

@@ -1,4 +1,4 @@
-// Receive-side zeroing (vllm-semantics.md §6.4): after a transfer that filled only part of the
+// Receive-side zeroing (docs/semantics.md §6.4): after a transfer that filled only part of the
 // local attention blocks, the rest of those blocks still holds a previous request's KV. The
 // engine zeroes it so no kernel ever reads stale bytes as valid context.
 #pragma once
