@@ -77,8 +77,10 @@ std::vector<Preset> build_presets() {
 
   {
     ModelDesc m = gqa("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
-                      "models.json: kaito_n3nano (verbatim config.json, transformers 4.55.4), cross-checked with "
-                      "vllm_groundtruth, gguf_n3nano, vllm_nixl_hma_test; mamba_ssm_cache_dtype float32 from the config",
+                      "huggingface.co/nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 config.json (transformers 4.55.4), "
+                      "cross-checked with vLLM tests/config/base_model_arch_groundtruth.json, "
+                      "tests/v1/kv_connector/unit/test_nixl_connector_hma.py and the model's GGUF metadata; "
+                      "mamba_ssm_cache_dtype float32 from the config",
                       2, 128);
     nemotron_mamba2(m, 64, 64, 128, 8, 128);
     m.layer_pattern = nemotron_pattern("MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME");
@@ -86,8 +88,10 @@ std::vector<Preset> build_presets() {
   }
   {
     ModelDesc m = gqa("nvidia/Nemotron-H-8B-Base-8K",
-                      "models.json: mb_provider (pattern, heads), mb_doc_nemotronh (8 KV groups, KV channels 128), "
-                      "vllm_nixl_hma_test (n_groups 8, conv rows 3), nemotronh_8b_3p (conv_kernel 4, bfloat16); "
+                      "NVIDIA-NeMo/Megatron-Bridge nemotron_h_provider.py (pattern, heads) and its NemotronH "
+                      "docs (8 KV groups, KV channels 128), vLLM tests/v1/kv_connector/unit/"
+                      "test_nixl_connector_hma.py (n_groups 8, conv rows 3), huggingface.co/nvidia/"
+                      "Nemotron-H-8B-Base-8K config.json (conv_kernel 4, bfloat16); "
                       "mamba_ssm_cache_dtype absent -> vLLM default float32",
                       8, 128);
     nemotron_mamba2(m, 128, 64, 128, 8, 0);
@@ -96,9 +100,10 @@ std::vector<Preset> build_presets() {
   }
   {
     ModelDesc m = gqa("nvidia/NVIDIA-Nemotron-Nano-9B-v2",
-                      "models.json: mb_provider + mb_doc_nemotronh (pattern, heads, 128x80 Mamba heads), "
-                      "deepinfra_nano9b (bfloat16); d_inner 10240 = 128*80, not expand*hidden; "
-                      "SSM float32 by vLLM default (issue #24280's 672 tokens used a 16-bit SSM state)",
+                      "NVIDIA-NeMo/Megatron-Bridge nemotron_h_provider.py and its NemotronH docs (pattern, heads, "
+                      "128x80 Mamba heads), deepinfra.com/nvidia/NVIDIA-Nemotron-Nano-9B-v2 (bfloat16); "
+                      "d_inner 10240 = 128*80, not expand*hidden; SSM float32 by vLLM default (vLLM issue "
+                      "#24280's 672 tokens used a 16-bit SSM state)",
                       8, 128);
     nemotron_mamba2(m, 128, 80, 128, 8, 0);
     m.layer_pattern = "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-";
@@ -106,8 +111,11 @@ std::vector<Preset> build_presets() {
   }
   {
     ModelDesc m = gqa("Qwen/Qwen3-Next-80B-A3B-Instruct",
-                      "models.json: tf_qwen3_next, vllm_groundtruth, mb_test_qwen3_next, lcpp_16095, qwen3next_card, "
-                      "cpp_qwen3next_3p; no mamba_ssm_dtype hook -> SSM state in the model dtype",
+                      "huggingface/transformers configuration_qwen3_next.py defaults (documented for this "
+                      "checkpoint), the huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct model card, vLLM "
+                      "tests/config/base_model_arch_groundtruth.json, Megatron-Bridge test_qwen3_next_bridge.py, "
+                      "llama.cpp PR #16095 (GGUF metadata); no mamba_ssm_dtype hook -> SSM state in the model "
+                      "dtype",
                       2, 256);
     gdn(m, 32, 16, 0);
     m.layer_pattern = interval_pattern(48, 4);
@@ -115,8 +123,10 @@ std::vector<Preset> build_presets() {
   }
   {
     ModelDesc m = gqa("Qwen/Qwen3.5-27B",
-                      "models.json: mb_test_qwen35 (text_config incl. mamba_ssm_dtype float32), slime_q35_27b "
-                      "(head_dim 256), vllm_nixl_hma_test (48 value heads), vllm_34200",
+                      "NVIDIA-NeMo/Megatron-Bridge test_qwen35_bridge.py (huggingface.co/Qwen/Qwen3.5-27B "
+                      "text_config incl. mamba_ssm_dtype float32), THUDM/slime scripts/models/qwen3.5-27B.sh "
+                      "(head_dim 256), vLLM tests/v1/kv_connector/unit/test_nixl_connector_hma.py (48 value "
+                      "heads); SSM dtype from text_config since vLLM PR #34200",
                       4, 256);
     gdn(m, 48, 16, 4);
     m.layer_pattern = interval_pattern(64, 4);
@@ -124,8 +134,10 @@ std::vector<Preset> build_presets() {
   }
   {
     ModelDesc m = gqa("Qwen/Qwen3.5-35B-A3B",
-                      "models.json: vllm_cfg_qwen35moe, audit_q35moe_3p, qwen36_card; SSM float32 (ascend_7393: "
-                      "262144 B SSM page at TP8)",
+                      "vLLM vllm/transformers_utils/configs/qwen3_5_moe.py (Qwen3_5MoeTextConfig defaults), the "
+                      "huggingface.co/Qwen/Qwen3.6-35B-A3B model card (same architecture), a third-party check of "
+                      "this checkpoint's config.json text_config; SSM float32 (vllm-ascend issue #7393: 262144 B "
+                      "SSM page at TP8)",
                       2, 256);
     gdn(m, 32, 16, 4);
     m.layer_pattern = interval_pattern(40, 4);
@@ -133,8 +145,9 @@ std::vector<Preset> build_presets() {
   }
   {
     ModelDesc m = gqa("Qwen/Qwen3.5-397B-A17B",
-                      "models.json: mb_test_qwen35 (qwen3_5_397b_a17b fixture), qwen397_doc_3p (head_dim 256); "
-                      "SSM float32",
+                      "NVIDIA-NeMo/Megatron-Bridge test_qwen35_bridge.py (Qwen3.5-397B-A17B config fixture), "
+                      "huggingface.co/Qwen/Qwen3.5-397B-A17B config.json text_config as quoted by a third party "
+                      "(head_dim 256); SSM float32",
                       2, 256);
     gdn(m, 64, 16, 4);
     m.layer_pattern = interval_pattern(60, 4);
@@ -142,7 +155,8 @@ std::vector<Preset> build_presets() {
   }
   {
     ModelDesc m = gqa("tiiuae/Falcon-H1-0.5B-Instruct",
-                      "models.json: tf_falcon_h1_doc (architecture table), mb_test_falcon_h1 (n_groups 1); "
+                      "huggingface/transformers docs model_doc/falcon_h1.md (architecture table), "
+                      "NVIDIA-NeMo/Megatron-Bridge test_falcon_h1_bridge.py (this checkpoint's config, n_groups 1); "
                       "mamba_d_ssm 1536 = 24*64; every layer has attention and Mamba2 (parallel hybrid)",
                       2, 64);
     m.mamba.type = MambaType::Mamba2;
@@ -157,8 +171,9 @@ std::vector<Preset> build_presets() {
   }
   {
     ModelDesc m = gqa("ai21labs/Jamba-v0.1",
-                      "models.json: tf_jamba (Jamba-v0.1-like defaults: 32 layers, attn period 8 offset 4, 8 KV heads, "
-                      "head_dim 4096/32), lcpp_7531 (d_inner 8192, d_state 16, d_conv 4); torch_dtype not "
+                      "huggingface/transformers configuration_jamba.py (defaults documented as similar to this "
+                      "checkpoint: 32 layers, attn period 8 offset 4, 8 KV heads, head_dim 4096/32), llama.cpp "
+                      "PR #7531 (GGUF tensor shapes: d_inner 8192, d_state 16, d_conv 4); torch_dtype not "
                       "published: bfloat16 assumed",
                       8, 128);
     m.mamba.type = MambaType::Mamba1;
@@ -173,7 +188,8 @@ std::vector<Preset> build_presets() {
     // Described so it can be rejected clearly (KDA has no transfer split rule in pdkv).
     ModelDesc m;
     m.name = "moonshotai/Kimi-Linear-48B-A3B-Instruct";
-    m.source = "models.json: kimi_cfg (architecture keys of a derivative checkpoint), kimi_readme; MLA latent "
+    m.source = "huggingface.co/Firworks/Kimi-Linear-48B-A3B-Instruct-nvfp4 config.json (a quantised derivative "
+               "with this checkpoint's architecture keys), the MoonshotAI/Kimi-Linear README; MLA latent "
                "512 + rope 64 = 576; KDA 32 heads of 128, short conv 4, recurrent state always float32";
     m.attention.num_kv_heads = 1;
     m.attention.head_size = 576;

@@ -1,4 +1,5 @@
-// Presets against the published values in shared/reference/models.json, plus the traps the
+// Presets against the published config.json values collected in tests/data/published_configs.json
+// (independently of presets.cpp, each model with its sources), plus the traps the
 // task names (Mamba2 d_inner, SSM dtype defaults, speculative conv rows).
 #include "pdkv/core/presets.hpp"
 
@@ -15,10 +16,10 @@ using namespace pdkv::core;
 
 namespace {
 
-nlohmann::json models_json() {
-  std::ifstream in(std::string(PDKV_SOURCE_DIR) + "/../shared/reference/models.json");
-  if (!in) in.open("/work/shared/reference/models.json");
-  EXPECT_TRUE(in.good()) << "models.json not found";
+nlohmann::json published_configs() {
+  const std::string path = std::string(PDKV_SOURCE_DIR) + "/tests/data/published_configs.json";
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path << " not found";
   return nlohmann::json::parse(in);
 }
 
@@ -63,14 +64,20 @@ TEST(Presets, UnknownNameListsValidNames) {
   }
 }
 
-TEST(Presets, MatchModelsJson) {
-  const auto j = models_json();
+TEST(Presets, MatchPublishedConfigs) {
+  const auto j = published_configs();
   int matched = 0;
   for (const auto& p : presets()) {
     const auto* entry = find_model(j, p.hf_name);
-    ASSERT_NE(entry, nullptr) << p.hf_name << " is not in models.json";
+    ASSERT_NE(entry, nullptr) << p.hf_name << " is not in published_configs.json";
+    EXPECT_FALSE(entry->at("sources").empty()) << p.name;
     const auto& c = entry->at("config");
     ++matched;
+    if (c.contains("hybrid_override_pattern")) {  // NemotronH: 'E' (MoE) and '-' (MLP) hold no cache
+      std::string published = c.at("hybrid_override_pattern").get<std::string>();
+      std::replace(published.begin(), published.end(), 'E', '-');
+      EXPECT_EQ(p.model.layer_pattern, published) << p.name;
+    }
     EXPECT_EQ(p.model.layer_pattern.size(), c.at("num_hidden_layers").get<size_t>()) << p.name;
     if (p.model.attention.use_mla) {
       EXPECT_EQ(p.model.attention.head_size,
