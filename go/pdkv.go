@@ -62,71 +62,9 @@ import (
 // Status is a pdkv status code (pdkv_status_t). Numeric values are stable.
 type Status int32
 
-// Status codes of the C API.
-const (
-	// StatusOK is success (PDKV_OK).
-	StatusOK Status = C.PDKV_OK
-	// StatusInvalidArgument is PDKV_ERR_INVALID_ARGUMENT: a value out of its domain.
-	StatusInvalidArgument Status = C.PDKV_ERR_INVALID_ARGUMENT
-	// StatusNullPointer is PDKV_ERR_NULL_POINTER: a required pointer was NULL.
-	StatusNullPointer Status = C.PDKV_ERR_NULL_POINTER
-	// StatusStructSize is PDKV_ERR_STRUCT_SIZE: an options struct has an unsupported size.
-	StatusStructSize Status = C.PDKV_ERR_STRUCT_SIZE
-	// StatusTpNotDivisible is PDKV_ERR_TP_NOT_DIVISIBLE: one TP size does not divide the other.
-	StatusTpNotDivisible Status = C.PDKV_ERR_TP_NOT_DIVISIBLE
-	// StatusHeadsNotDivisible is PDKV_ERR_HEADS_NOT_DIVISIBLE: KV heads and TP do not divide.
-	StatusHeadsNotDivisible Status = C.PDKV_ERR_HEADS_NOT_DIVISIBLE
-	// StatusUnsupportedMambaType is PDKV_ERR_UNSUPPORTED_MAMBA_TYPE.
-	StatusUnsupportedMambaType Status = C.PDKV_ERR_UNSUPPORTED_MAMBA_TYPE
-	// StatusUnsupportedLayout is PDKV_ERR_UNSUPPORTED_LAYOUT (e.g. SD conv layout).
-	StatusUnsupportedLayout Status = C.PDKV_ERR_UNSUPPORTED_LAYOUT
-	// StatusOverflow is PDKV_ERR_OVERFLOW: an arithmetic result does not fit.
-	StatusOverflow Status = C.PDKV_ERR_OVERFLOW
-	// StatusBufferTooSmall is PDKV_ERR_BUFFER_TOO_SMALL.
-	StatusBufferTooSmall Status = C.PDKV_ERR_BUFFER_TOO_SMALL
-	// StatusParse is PDKV_ERR_PARSE: malformed input text.
-	StatusParse Status = C.PDKV_ERR_PARSE
-	// StatusIO is PDKV_ERR_IO: a file could not be read or written.
-	StatusIO Status = C.PDKV_ERR_IO
-	// StatusNotFound is PDKV_ERR_NOT_FOUND: an unknown name.
-	StatusNotFound Status = C.PDKV_ERR_NOT_FOUND
-	// StatusIncompatible is PDKV_ERR_INCOMPATIBLE: two inputs do not fit together.
-	StatusIncompatible Status = C.PDKV_ERR_INCOMPATIBLE
-	// StatusCoverage is PDKV_ERR_COVERAGE: a transfer does not cover its target exactly.
-	StatusCoverage Status = C.PDKV_ERR_COVERAGE
-	// StatusOutOfBounds is PDKV_ERR_OUT_OF_BOUNDS: an index or range outside its container.
-	StatusOutOfBounds Status = C.PDKV_ERR_OUT_OF_BOUNDS
-	// StatusChecksum is PDKV_ERR_CHECKSUM: a checksum mismatch.
-	StatusChecksum Status = C.PDKV_ERR_CHECKSUM
-	// StatusInternal is PDKV_ERR_INTERNAL: an unexpected failure inside the library.
-	StatusInternal Status = C.PDKV_ERR_INTERNAL
-	// StatusTimedOut is PDKV_ERR_TIMED_OUT: a deadline expired (transfer, handshake, connect).
-	StatusTimedOut Status = C.PDKV_ERR_TIMED_OUT
-	// StatusCancelled is PDKV_ERR_CANCELLED: the caller cancelled the operation.
-	StatusCancelled Status = C.PDKV_ERR_CANCELLED
-	// StatusPeerLost is PDKV_ERR_PEER_LOST: the peer died, closed, or stopped answering heartbeats.
-	StatusPeerLost Status = C.PDKV_ERR_PEER_LOST
-	// StatusAuth is PDKV_ERR_AUTH: the pre-shared key proof failed (the message names the peer).
-	StatusAuth Status = C.PDKV_ERR_AUTH
-	// StatusProtocol is PDKV_ERR_PROTOCOL: a peer sent a malformed, unexpected or lying frame.
-	StatusProtocol Status = C.PDKV_ERR_PROTOCOL
-	// StatusTransport is PDKV_ERR_TRANSPORT: the transport library failed (the error's cause gives its code).
-	StatusTransport Status = C.PDKV_ERR_TRANSPORT
-	// StatusBusy is PDKV_ERR_BUSY: a resource is in use (deregistering memory a transfer uses).
-	StatusBusy Status = C.PDKV_ERR_BUSY
-	// StatusShutdown is PDKV_ERR_SHUTDOWN: the agent is shutting down or was closed.
-	StatusShutdown Status = C.PDKV_ERR_SHUTDOWN
-)
-
-// allStatuses lists every status the header defines, for StatusFromName.
-var allStatuses = []Status{
-	StatusOK, StatusInvalidArgument, StatusNullPointer, StatusStructSize, StatusTpNotDivisible,
-	StatusHeadsNotDivisible, StatusUnsupportedMambaType, StatusUnsupportedLayout, StatusOverflow,
-	StatusBufferTooSmall, StatusParse, StatusIO, StatusNotFound, StatusIncompatible,
-	StatusCoverage, StatusOutOfBounds, StatusChecksum, StatusInternal,
-	StatusTimedOut, StatusCancelled, StatusPeerLost, StatusAuth,
-	StatusProtocol, StatusTransport, StatusBusy, StatusShutdown,
-}
+// The Status constants (StatusOK, StatusInvalidArgument, ...), their list allStatuses and the
+// errors.Is sentinels (ErrInvalidArgument, ...) are generated from the header into
+// zz_generated.go by scripts/gen_bindings.py.
 
 // String returns the stable name of the status ("PDKV_ERR_TP_NOT_DIVISIBLE"), as
 // pdkv_status_name gives it.
@@ -208,60 +146,6 @@ func (e *Error) Is(target error) bool {
 	}
 	return t.Status == e.Status && (t.Message == "" || t.Message == e.Message)
 }
-
-// Sentinel errors, one per failure status, for errors.Is. They match any *Error of that status.
-var (
-	// ErrInvalidArgument matches errors of StatusInvalidArgument.
-	ErrInvalidArgument = &Error{Status: StatusInvalidArgument}
-	// ErrNullPointer matches errors of StatusNullPointer.
-	ErrNullPointer = &Error{Status: StatusNullPointer}
-	// ErrStructSize matches errors of StatusStructSize.
-	ErrStructSize = &Error{Status: StatusStructSize}
-	// ErrTpNotDivisible matches errors of StatusTpNotDivisible.
-	ErrTpNotDivisible = &Error{Status: StatusTpNotDivisible}
-	// ErrHeadsNotDivisible matches errors of StatusHeadsNotDivisible.
-	ErrHeadsNotDivisible = &Error{Status: StatusHeadsNotDivisible}
-	// ErrUnsupportedMambaType matches errors of StatusUnsupportedMambaType.
-	ErrUnsupportedMambaType = &Error{Status: StatusUnsupportedMambaType}
-	// ErrUnsupportedLayout matches errors of StatusUnsupportedLayout.
-	ErrUnsupportedLayout = &Error{Status: StatusUnsupportedLayout}
-	// ErrOverflow matches errors of StatusOverflow.
-	ErrOverflow = &Error{Status: StatusOverflow}
-	// ErrBufferTooSmall matches errors of StatusBufferTooSmall.
-	ErrBufferTooSmall = &Error{Status: StatusBufferTooSmall}
-	// ErrParse matches errors of StatusParse.
-	ErrParse = &Error{Status: StatusParse}
-	// ErrIO matches errors of StatusIO.
-	ErrIO = &Error{Status: StatusIO}
-	// ErrNotFound matches errors of StatusNotFound.
-	ErrNotFound = &Error{Status: StatusNotFound}
-	// ErrIncompatible matches errors of StatusIncompatible.
-	ErrIncompatible = &Error{Status: StatusIncompatible}
-	// ErrCoverage matches errors of StatusCoverage.
-	ErrCoverage = &Error{Status: StatusCoverage}
-	// ErrOutOfBounds matches errors of StatusOutOfBounds.
-	ErrOutOfBounds = &Error{Status: StatusOutOfBounds}
-	// ErrChecksum matches errors of StatusChecksum.
-	ErrChecksum = &Error{Status: StatusChecksum}
-	// ErrInternal matches errors of StatusInternal.
-	ErrInternal = &Error{Status: StatusInternal}
-	// ErrTimedOut matches errors of StatusTimedOut.
-	ErrTimedOut = &Error{Status: StatusTimedOut}
-	// ErrCancelled matches errors of StatusCancelled.
-	ErrCancelled = &Error{Status: StatusCancelled}
-	// ErrPeerLost matches errors of StatusPeerLost.
-	ErrPeerLost = &Error{Status: StatusPeerLost}
-	// ErrAuth matches errors of StatusAuth.
-	ErrAuth = &Error{Status: StatusAuth}
-	// ErrProtocol matches errors of StatusProtocol.
-	ErrProtocol = &Error{Status: StatusProtocol}
-	// ErrTransport matches errors of StatusTransport.
-	ErrTransport = &Error{Status: StatusTransport}
-	// ErrBusy matches errors of StatusBusy.
-	ErrBusy = &Error{Status: StatusBusy}
-	// ErrShutdown matches errors of StatusShutdown.
-	ErrShutdown = &Error{Status: StatusShutdown}
-)
 
 // ErrClosed matches the error every method of a handle returns after Close (and any call
 // passing a closed handle as an argument). That error is a *Error of StatusNullPointer (a closed

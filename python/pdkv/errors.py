@@ -7,44 +7,10 @@ values.
 
 from __future__ import annotations
 
-import enum
 from typing import Dict, Optional, Tuple, Type
 
-
-class Status(enum.IntEnum):
-    """``pdkv_status_t``: result codes of the C API (numeric values are stable)."""
-
-    OK = 0
-    INVALID_ARGUMENT = 1
-    NULL_POINTER = 2
-    STRUCT_SIZE = 3
-    TP_NOT_DIVISIBLE = 4
-    HEADS_NOT_DIVISIBLE = 5
-    UNSUPPORTED_MAMBA_TYPE = 6
-    UNSUPPORTED_LAYOUT = 7
-    OVERFLOW = 8
-    BUFFER_TOO_SMALL = 9
-    PARSE = 10
-    IO = 11
-    NOT_FOUND = 12
-    INCOMPATIBLE = 13
-    COVERAGE = 14
-    OUT_OF_BOUNDS = 15
-    CHECKSUM = 16
-    INTERNAL = 17
-    TIMED_OUT = 200
-    CANCELLED = 201
-    PEER_LOST = 202
-    AUTH = 203
-    PROTOCOL = 204
-    TRANSPORT = 205
-    BUSY = 206
-    SHUTDOWN = 207
-
-    @property
-    def c_name(self) -> str:
-        """The C enumerator name, e.g. ``"PDKV_ERR_TP_NOT_DIVISIBLE"`` (``"PDKV_OK"`` for OK)."""
-        return "PDKV_OK" if self is Status.OK else f"PDKV_ERR_{self.name}"
+# Status (pdkv_status_t as an IntEnum, with c_name) is generated from the header into _raw.py.
+from ._raw import Status as Status
 
 
 class PdkvError(Exception):

@@ -1,17 +1,20 @@
-"""The ctypes layer against pdkv.h: every PDKV_API function declared with matching arity and
-return kind, struct layouts equal to the C compiler's, versions, library discovery."""
+"""The ctypes layer against pdkv.h: generated from the header (no drift), every declared function
+exported by the library, struct layouts equal to the C compiler's, versions, library discovery."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
+from ctypes import POINTER, c_char, c_char_p, c_int, c_int32, c_size_t, c_uint16, c_uint32
+from enum import IntEnum
+from typing import Any
 
 import pytest
 
@@ -21,81 +24,69 @@ import pdkv
 from pdkv import _ffi
 
 
-def _header_text() -> str:
-    """pdkv.h and the headers it includes (capi/include/pdkv/*.h), comments removed."""
-    subs = sorted((HEADER.parent / "pdkv").glob("*.h"))
-    assert any(p.name == "agent.h" for p in subs), "capi/include/pdkv/agent.h not found"
-    text = HEADER.read_text() + "".join(p.read_text() for p in subs)
-    return re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+def _generator() -> Any:
+    """scripts/gen_bindings.py, the one reader of the header every binding's raw layer comes from."""
+    spec = importlib.util.spec_from_file_location("gen_bindings", REPO_ROOT / "scripts" / "gen_bindings.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gen_bindings"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_field_bits_match_header() -> None:
-    found = dict(re.findall(r"#define (PDKV_\w+_FIELD_\w+) \(1ULL << (\d+)\)", _header_text()))
-    assert found, "no PDKV_*_FIELD_* macros found"
-    assert {k: 1 << int(v) for k, v in found.items()} == _ffi.FIELD_BITS
+def test_raw_layer_is_generated_from_this_header() -> None:
+    # The drift check of the ctypes layer (ctest bindings_generated_drift checks every binding):
+    # pdkv/_raw.py is exactly what the generator makes of the header in this checkout.
+    generated = _generator().generate(HEADER.parent)["python/pdkv/_raw.py"]
+    assert (PYTHON_DIR / "pdkv" / "_raw.py").read_text() == generated, (
+        "python/pdkv/_raw.py differs from the header: run python3 scripts/gen_bindings.py"
+    )
 
 
-def header_functions() -> Dict[str, Tuple[str, List[str]]]:
-    """name -> (return type, parameter declarations) for every PDKV_API function of pdkv.h."""
-    out: Dict[str, Tuple[str, List[str]]] = {}
-    for m in re.finditer(r"PDKV_API\s+([^;{]*?)\b(pdkv_\w+)\s*\(([^)]*)\)\s*;", _header_text()):
-        ret, name, params = m.group(1).strip(), m.group(2), m.group(3).strip()
-        plist = [] if params in ("", "void") else [p.strip() for p in params.split(",")]
-        out[name] = (ret, plist)
-    return out
+def test_every_declared_function_is_exported_by_the_library() -> None:
+    # FUNCTIONS holds every PDKV_API prototype of the header; the library built from the same
+    # checkout exports each of them (a declared function the library lacks is a missing symbol).
+    lib = _ffi.lib()
+    missing = sorted(name for name in _ffi.FUNCTIONS if not hasattr(lib, name))
+    assert not missing, f"declared in pdkv.h but not exported by {_ffi.library_path()}: {missing}"
+    assert len(_ffi.FUNCTIONS) > 100
 
 
-def test_header_parse_finds_functions() -> None:
-    funcs = header_functions()
-    assert "pdkv_tp_ratio" in funcs and "pdkv_error_free" in funcs
-    # Every PDKV_API declaration was parsed (none skipped by the regex).
-    assert len(funcs) == len(re.findall(r"PDKV_API\s+[^;{#]*?\bpdkv_\w+\s*\(", _header_text()))
+def test_generated_declarations_map_c_types_to_ctypes() -> None:
+    # One function per mapping rule of the generator: scalars, enums (int), out handles
+    # (pointer to pointer), const char * (c_char_p), a caller's char buffer (POINTER(c_char)),
+    # const T *const * arrays of handles, struct pointers, void.
+    err = POINTER(POINTER(_ffi.ErrorT))
+    F = _ffi.FUNCTIONS
+    assert F["pdkv_tp_ratio"] == (c_int, [c_uint32, c_uint32, POINTER(c_int32), err])
+    assert F["pdkv_status_name"] == (c_char_p, [c_int])
+    assert F["pdkv_error_free"] == (None, [POINTER(_ffi.ErrorT)])
+    assert F["pdkv_version"] == (c_uint32, [])
+    assert F["pdkv_geometry_log_line"] == (c_int, [POINTER(_ffi.GeometryT), c_size_t, POINTER(c_char_p), err])
+    assert F["pdkv_transfer_plan_to_json"][1][1] is POINTER(c_char)
+    assert F["pdkv_pipeline_stage_pairs"][1][0] is POINTER(POINTER(_ffi.EngineMetadataT))
+    assert F["pdkv_model_new"] == (c_int, [POINTER(_ffi.ModelDescC), POINTER(POINTER(_ffi.ModelT)), err])
+    assert F["pdkv_metadata_wire_version"] == (None, [POINTER(c_uint16), POINTER(c_uint16)])
 
 
-def test_every_header_function_is_declared() -> None:
-    funcs = header_functions()
-    missing = sorted(set(funcs) - set(_ffi.FUNCTIONS))
-    extra = sorted(set(_ffi.FUNCTIONS) - set(funcs))
-    assert not missing, f"pdkv.h functions without argtypes/restype: {missing}"
-    assert not extra, f"declared functions not in pdkv.h: {extra}"
+def test_status_names_are_the_library_names() -> None:
+    # The generated status table against the library's own pdkv_status_name, for every status.
+    fn = _ffi.function("pdkv_status_name")
+    assert _ffi.STATUS_NAMES[0] == "PDKV_OK" and len(_ffi.STATUS_NAMES) >= 26
+    for value, name in _ffi.STATUS_NAMES.items():
+        assert fn(value).decode() == name
 
 
-@pytest.mark.parametrize("name", sorted(header_functions()))
-def test_declaration_matches_header(name: str) -> None:
-    ret, params = header_functions()[name]
-    restype, argtypes = _ffi.FUNCTIONS[name]
-    assert len(argtypes) == len(params), f"{name}: {len(argtypes)} argtypes for {params}"
-    if ret == "void":
-        assert restype is None
-    elif ret == "pdkv_status_t":
-        assert restype is ctypes.c_int
-        if name != "pdkv_error_status":
-            assert params[-1].replace(" ", "").startswith("pdkv_error_t**")
-    elif ret == "const char *" or ret == "const char*":
-        assert restype is ctypes.c_char_p
-    else:
-        c_types = {"uint32_t": ctypes.c_uint32, "size_t": ctypes.c_size_t}
-        assert restype is c_types[ret], f"{name} returns {ret}"
-    scalar = {
-        "uint32_t": ctypes.c_uint32,
-        "int32_t": ctypes.c_int32,
-        "uint64_t": ctypes.c_uint64,
-        "size_t": ctypes.c_size_t,
-        "uint8_t": ctypes.c_uint8,
-        "pdkv_status_t": ctypes.c_int,
-    }
-    for decl, at in zip(params, argtypes):
-        typ = decl.rsplit(None, 1)[0] if "*" not in decl else None
-        if typ is not None:
-            assert at is scalar[typ], f"{name}: {decl} declared as {at}"
-        else:
-            stars = decl.count("*")
-            depth, t = 0, at
-            while hasattr(t, "_type_") and not isinstance(t._type_, str):
-                depth, t = depth + 1, t._type_
-            if t is ctypes.c_char_p:
-                depth += 1
-            assert depth == stars, f"{name}: {decl} declared as {at}"
+def test_python_enums_cover_the_header_enums() -> None:
+    # Each IntEnum of the Pythonic API has exactly the values of its C enum (generated ENUMS).
+    from pdkv import enums, errors
+
+    classes = [c for c in vars(enums).values() if isinstance(c, type) and issubclass(c, IntEnum) and c is not IntEnum]
+    classes.append(errors.Status)
+    for cls in classes:
+        cname = re.search(r"``(pdkv_\w+_t)``", cls.__doc__ or "")
+        assert cname, f"{cls.__name__}: docstring names no C enum"
+        assert sorted(int(m) for m in cls) == sorted(_ffi.ENUMS[cname.group(1)].values()), cls.__name__
 
 
 def test_bound_functions_carry_the_declarations() -> None:
@@ -108,9 +99,7 @@ def test_bound_functions_carry_the_declarations() -> None:
 
 
 def test_header_version_matches_package() -> None:
-    text = HEADER.read_text()
-    major = int(re.search(r"#define PDKV_VERSION_MAJOR (\d+)", text).group(1))
-    minor = int(re.search(r"#define PDKV_VERSION_MINOR (\d+)", text).group(1))
+    major, minor, _ = _generator().read_api(HEADER.parent).version
     assert (major, minor) == (_ffi.HEADER_VERSION_MAJOR, _ffi.HEADER_VERSION_MINOR)
     assert pdkv.version()[0] == major
     assert pdkv.version_string() == "%d.%d.%d" % pdkv.version()
@@ -145,9 +134,8 @@ def test_struct_layouts_match_the_c_compiler(tmp_path: Path) -> None:
 
 
 def test_every_header_struct_is_mirrored() -> None:
-    structs = set(re.findall(r"typedef struct (\w+) \{", _header_text()))
-    mirrored = {s._c_name_[: -len("_t")] for s in _ffi.STRUCTS}
-    assert structs - mirrored == set(), f"structs without a ctypes mirror: {sorted(structs - mirrored)}"
+    structs = {s.name for s in _generator().read_api(HEADER.parent).structs}
+    assert structs == {s._c_name_ for s in _ffi.STRUCTS}
 
 
 def test_load_failure_lists_every_place_tried(tmp_path: Path) -> None:

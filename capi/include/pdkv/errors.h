@@ -20,24 +20,24 @@ extern "C" {
  *   300-399 device memory (reserved for CUDA).
  * A binding that meets a value it does not know must treat it as an error of that range. */
 typedef enum pdkv_status {
-  PDKV_OK = 0,
-  PDKV_ERR_INVALID_ARGUMENT = 1,
-  PDKV_ERR_NULL_POINTER = 2,
-  PDKV_ERR_STRUCT_SIZE = 3,
-  PDKV_ERR_TP_NOT_DIVISIBLE = 4,
-  PDKV_ERR_HEADS_NOT_DIVISIBLE = 5,
-  PDKV_ERR_UNSUPPORTED_MAMBA_TYPE = 6,
-  PDKV_ERR_UNSUPPORTED_LAYOUT = 7,
-  PDKV_ERR_OVERFLOW = 8,
-  PDKV_ERR_BUFFER_TOO_SMALL = 9,
-  PDKV_ERR_PARSE = 10,
-  PDKV_ERR_IO = 11,
-  PDKV_ERR_NOT_FOUND = 12,
-  PDKV_ERR_INCOMPATIBLE = 13,
-  PDKV_ERR_COVERAGE = 14,
-  PDKV_ERR_OUT_OF_BOUNDS = 15,
-  PDKV_ERR_CHECKSUM = 16,
-  PDKV_ERR_INTERNAL = 17,
+  PDKV_OK = 0,                          /* success */
+  PDKV_ERR_INVALID_ARGUMENT = 1,        /* a value out of its domain (zero TP, unknown enum) */
+  PDKV_ERR_NULL_POINTER = 2,            /* a required pointer was NULL */
+  PDKV_ERR_STRUCT_SIZE = 3,             /* a struct_size outside the struct's valid sizes */
+  PDKV_ERR_TP_NOT_DIVISIBLE = 4,        /* the larger TP size is not a multiple of the smaller */
+  PDKV_ERR_HEADS_NOT_DIVISIBLE = 5,     /* KV heads and TP size do not divide each other */
+  PDKV_ERR_UNSUPPORTED_MAMBA_TYPE = 6,  /* the Mamba-like layer type has no transfer rule */
+  PDKV_ERR_UNSUPPORTED_LAYOUT = 7,      /* a layout not movable byte-exactly (SD conv) */
+  PDKV_ERR_OVERFLOW = 8,                /* a size or address would overflow 64 bits */
+  PDKV_ERR_BUFFER_TOO_SMALL = 9,        /* a caller buffer is too small (needed size given) */
+  PDKV_ERR_PARSE = 10,                  /* malformed input: JSON, config.json or wire data */
+  PDKV_ERR_IO = 11,                     /* a file could not be read or written (named) */
+  PDKV_ERR_NOT_FOUND = 12,              /* an unknown name (preset, backend) */
+  PDKV_ERR_INCOMPATIBLE = 13,           /* two inputs do not fit together (models, sizes) */
+  PDKV_ERR_COVERAGE = 14,               /* a transfer does not cover its target exactly */
+  PDKV_ERR_OUT_OF_BOUNDS = 15,          /* an index or range outside its container */
+  PDKV_ERR_CHECKSUM = 16,               /* a checksum does not match */
+  PDKV_ERR_INTERNAL = 17,               /* an unexpected failure inside the library */
   /* Transport range. */
   PDKV_ERR_TIMED_OUT = 200,   /* a deadline expired (transfer, handshake, connect) */
   PDKV_ERR_CANCELLED = 201,   /* the caller cancelled the operation */

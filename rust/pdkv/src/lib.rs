@@ -59,6 +59,7 @@ mod model;
 mod pipeline;
 mod plan;
 mod scheduler;
+mod status;
 mod topology;
 mod transfer;
 mod trim;

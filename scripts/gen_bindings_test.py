@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Self-test of scripts/gen_bindings.py (run by the ctest bindings_generator_self_test).
+
+Proves that the drift check fails when the header changes and a generated layer was not
+regenerated (a function, a status, a struct field added to a copy of the headers), that it names
+the regenerate command, and that the reader stops with file:line on what it does not understand.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+GEN = REPO / "scripts" / "gen_bindings.py"
+
+spec = importlib.util.spec_from_file_location("gen_bindings", GEN)
+assert spec is not None and spec.loader is not None
+gen = importlib.util.module_from_spec(spec)
+sys.modules["gen_bindings"] = gen
+spec.loader.exec_module(gen)
+
+failures = []
+
+
+def check(cond: bool, what: str) -> None:
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def run_check(include: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(GEN), "--check", "--include", str(include), "--out", str(REPO)],
+                          capture_output=True, text=True)
+
+
+def edited_copy(tmp: Path, name: str, header: str, old: str, new: str) -> Path:
+    """A copy of capi/include with `old` replaced by `new` in pdkv/<header>."""
+    root = tmp / name
+    shutil.copytree(REPO / "capi" / "include", root)
+    p = root / "pdkv" / header
+    text = p.read_text()
+    assert old in text, f"{old!r} not in {header}"
+    p.write_text(text.replace(old, new, 1))
+    return root
+
+
+def expect_error(tmp: Path, name: str, header: str, old: str, new: str, needle: str) -> None:
+    root = edited_copy(tmp, name, header, old, new)
+    try:
+        gen.read_api(root)
+    except gen.HeaderError as e:
+        check(needle in str(e) and f"pdkv/{header}:" in str(e), f"{name}: reader rejects it ({e})")
+        return
+    check(False, f"{name}: reader accepted an unsupported construct")
+
+
+def layouts(cc: str) -> int:
+    """Every ctypes struct mirror of python/pdkv/_raw.py against the C compiler: sizeof, alignment
+    and every field's offset (the marshalling round trip of each struct, without the library)."""
+    import ctypes
+
+    spec = importlib.util.spec_from_file_location("pdkv_raw", REPO / "python" / "pdkv" / "_raw.py")
+    assert spec is not None and spec.loader is not None
+    raw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(raw)
+    lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <pdkv.h>", "int main(void) {"]
+    for s in raw.STRUCTS:
+        c = s._c_name_
+        lines.append(f'  printf("{c} %zu %zu\\n", sizeof({c}), _Alignof({c}));')
+        lines += [f'  printf("{c}.{f} %zu\\n", offsetof({c}, {f}));' for f, _ in s._fields_]
+    lines += ["  return 0;", "}"]
+    with tempfile.TemporaryDirectory() as t:
+        src, exe = Path(t) / "layout.c", Path(t) / "layout"
+        src.write_text("\n".join(lines) + "\n")
+        subprocess.run([cc, "-std=c11", "-I", str(REPO / "capi" / "include"), str(src), "-o", str(exe)], check=True)
+        got = dict(ln.split(" ", 1) for ln in subprocess.run([str(exe)], check=True, capture_output=True,
+                                                              text=True).stdout.splitlines())
+    n = 0
+    for s in raw.STRUCTS:
+        c = s._c_name_
+        check(got[c] == f"{ctypes.sizeof(s)} {ctypes.alignment(s)}",
+              f"{c}: C size/alignment {got[c]}, ctypes {ctypes.sizeof(s)} {ctypes.alignment(s)}")
+        for f, _ in s._fields_:
+            n += 1
+            if int(got[f"{c}.{f}"]) != getattr(s, f).offset:
+                check(False, f"{c}.{f}: C offset {got[c + '.' + f]}, ctypes {getattr(s, f).offset}")
+    check(len(raw.STRUCTS) > 40, f"{len(raw.STRUCTS)} structs, {n} fields compared")
+    return 1 if failures else 0
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--layouts"]:
+        return layouts(sys.argv[2])
+    base = gen.generate(REPO / "capi" / "include")
+    r = run_check(REPO / "capi" / "include")
+    check(r.returncode == 0, f"the committed files match the header ({r.stdout.strip()})")
+
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        # 1. One function added: every function table changes, the check fails naming the command.
+        fn = ("PDKV_API pdkv_status_t pdkv_drift_probe(const pdkv_transfer_plan_t *plan, uint32_t x,\n"
+              "                                        uint64_t *out, pdkv_error_t **err);\n")
+        root = edited_copy(tmp, "function", "plan.h", "#ifdef __cplusplus\n} /* extern \"C\" */", fn + "\n#ifdef __cplusplus\n} /* extern \"C\" */")
+        out = gen.generate(root)
+        check('"pdkv_drift_probe": (c_int, [POINTER(TransferPlanT), c_uint32, POINTER(c_uint64), POINTER(POINTER(ErrorT))]),'
+              in out["python/pdkv/_raw.py"], "an added function gets its ctypes prototype")
+        check('"pdkv_drift_probe"' in out["go/zz_generated_test.go"], "an added function is in Go's header list")
+        check('"pdkv_drift_probe"' in out["rust/pdkv/tests/common/header_functions.rs"], "an added function is in Rust's header list")
+        r = run_check(root)
+        check(r.returncode == 1 and "DRIFT" in r.stdout and gen.REGENERATE in r.stdout
+              and "python/pdkv/_raw.py" in r.stdout and "+    \"pdkv_drift_probe\"" in r.stdout,
+              "the drift check fails on an added function, shows it and names the regenerate command")
+
+        # 2. One status added: the Go and Rust status tables change.
+        root = edited_copy(tmp, "status", "errors.h", "PDKV_ERR_SHUTDOWN = 207 ",
+                           "PDKV_ERR_SHUTDOWN = 207, /* probe */\n  PDKV_ERR_DRIFT_PROBE = 208 /* a probe */ ")
+        out = gen.generate(root)
+        check("StatusDriftProbe Status = C.PDKV_ERR_DRIFT_PROBE" in out["go/zz_generated.go"]
+              and "ErrDriftProbe = &Error{Status: StatusDriftProbe}" in out["go/zz_generated.go"],
+              "an added status gets its Go constant and sentinel")
+        check("sys::PDKV_ERR_DRIFT_PROBE => Status::DriftProbe," in out["rust/pdkv/src/status.rs"],
+              "an added status gets its Rust variant")
+        check("PDKV_ERR_DRIFT_PROBE = 208" in out["python/pdkv/_raw.py"], "an added status gets its Python constant")
+        check(run_check(root).returncode == 1, "the drift check fails on an added status")
+
+        # 3. One struct field appended: the ctypes mirror changes.
+        root = edited_copy(tmp, "field", "plan.h", "typedef struct pdkv_stage_pair {\n",
+                           "typedef struct pdkv_stage_pair {\n  uint64_t drift_probe;\n")
+        out = gen.generate(root)
+        check('("drift_probe", c_uint64),' in out["python/pdkv/_raw.py"], "an added field is mirrored")
+        check(run_check(root).returncode == 1, "the drift check fails on an added field")
+
+        # 4. What the reader does not understand stops it with file:line.
+        expect_error(tmp, "array", "plan.h", "typedef struct pdkv_stage_pair {\n",
+                     "typedef struct pdkv_stage_pair {\n  uint32_t probe[4];\n", "expected ';'")
+        expect_error(tmp, "unknown-type", "plan.h", "typedef struct pdkv_stage_pair {\n",
+                     "typedef struct pdkv_stage_pair {\n  pdkv_nothing_t probe;\n", "unknown type 'pdkv_nothing_t'")
+        expect_error(tmp, "unsigned", "plan.h", "typedef struct pdkv_stage_pair {\n",
+                     "typedef struct pdkv_stage_pair {\n  unsigned long probe;\n", "unsupported type spelling")
+        expect_error(tmp, "directive", "plan.h", "#ifdef __cplusplus\n} /* extern", "#pragma once\n#ifdef __cplusplus\n} /* extern",
+                     "unsupported directive")
+        expect_error(tmp, "define", "agent.h", "#define PDKV_AGENT_FIELD_LISTEN_ADDRESS (1ULL << 0)",
+                     "#define PDKV_AGENT_FIELD_LISTEN_ADDRESS PDKV_SOMETHING", "is not an integer")
+        root = tmp / "orphan"
+        shutil.copytree(REPO / "capi" / "include", root)
+        (root / "pdkv" / "orphan.h").write_text("/* not included */\n")
+        try:
+            gen.read_api(root)
+            check(False, "a pdkv/*.h that pdkv.h does not include is rejected")
+        except gen.HeaderError as e:
+            check("orphan.h" in str(e), f"a pdkv/*.h that pdkv.h does not include is rejected ({e})")
+
+    # The committed generation is stable: generating twice gives the same text.
+    check(gen.generate(REPO / "capi" / "include") == base, "generation is deterministic")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("gen_bindings self-test passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
