@@ -10,6 +10,7 @@ include order) writes:
   go/zz_generated_test.go           Go: the header's function names (the wrapper-coverage test)
   rust/pdkv/src/status.rs           Rust: the Status enum and its raw-code conversions
   rust/pdkv/tests/common/header_functions.rs   Rust: the header's function names (coverage test)
+  rust/pdkv/tests/common/header_enums.rs       Rust: every enum's values (the round-trip test)
 
 (bindgen already writes Rust's raw FFI, rust/pdkv-sys/src/bindings.rs, with its own drift test.)
 
@@ -791,6 +792,26 @@ def gen_rust_functions(api: Api) -> str:
     return "\n".join(out) + "\n"
 
 
+def gen_rust_enums(api: Api) -> str:
+    out = [
+        f"// {BANNER}",
+        "",
+        "/// Every enum of pdkv.h: its C type name and its (enumerator, value) pairs, in header order.",
+        "pub const HEADER_ENUMS: &[(&str, &[(&str, i64)])] = &[",
+    ]
+    for e in api.enums:
+        pairs = [f'("{m.name}", {m.value})' for m in e.members]
+        one_line = "&[" + ", ".join(pairs) + "]"
+        out += ["    (", f'        "{e.name}",']
+        if len(", ".join(pairs)) <= 60:  # rustfmt's array_width: short items stay on one line
+            out.append(f"        {one_line},")
+        else:
+            out += ["        &["] + [f"            {p}," for p in pairs] + ["        ],"]
+        out.append("    ),")
+    out.append("];")
+    return "\n".join(out) + "\n"
+
+
 # ---- Driver ------------------------------------------------------------------------------------
 
 OUTPUTS = {
@@ -799,6 +820,7 @@ OUTPUTS = {
     "go/zz_generated_test.go": gen_go_test,
     "rust/pdkv/src/status.rs": gen_rust_status,
     "rust/pdkv/tests/common/header_functions.rs": gen_rust_functions,
+    "rust/pdkv/tests/common/header_enums.rs": gen_rust_enums,
 }
 
 
