@@ -548,6 +548,34 @@ def py_type(api: Api, t: CType, where: str) -> str:
     return inner
 
 
+STRUCT_CODES = {
+    "uint8_t": ("B", 1), "uint16_t": ("H", 2), "uint32_t": ("I", 4), "uint64_t": ("Q", 8),
+    "int8_t": ("b", 1), "int16_t": ("h", 2), "int32_t": ("i", 4), "int64_t": ("q", 8),
+    "size_t": ("N", 8), "int": ("i", 4), "double": ("d", 8), "char": ("c", 1),
+}
+
+
+def struct_format(api: Api, s: Struct) -> str:
+    """The struct-module format of s with native alignment (LP64), ending aligned to the struct's
+    alignment ("0<code>") when its last field does not."""
+    codes: List[Tuple[str, int]] = []
+    for f in s.fields:
+        t = f.type
+        if t.ptrs:
+            codes.append(("P", 8))
+        elif t.base in STRUCT_CODES:
+            codes.append(STRUCT_CODES[t.base])
+        elif api.typedef_kind(t.base) == "enum":
+            codes.append(("i", 4))
+        else:
+            raise HeaderError(f"{s.where}: {s.name}.{f.name}: no struct-module code for {t.c()} (a struct by value)")
+    fmt = "".join(c for c, _ in codes)
+    widest = max(codes, key=lambda c: c[1])
+    if codes[-1][1] < widest[1]:
+        fmt += "0" + widest[0]
+    return fmt
+
+
 def gen_python(api: Api) -> str:
     out: List[str] = []
     w = out.append
@@ -653,6 +681,14 @@ def gen_python(api: Api) -> str:
     for s in api.structs:
         w(f"    {camel(s.tag)}C,")
     w(")")
+    w("")
+    w("#: :mod:`struct` format of every struct (native alignment: use it after ``@``; it ends aligned,")
+    w("#: so formats concatenate into arrays), for packing many structs with one ``pack_into``.")
+    w("STRUCT_FORMATS: Dict[str, str] = {")
+    for s in api.structs:
+        w(f'    "{s.name}": "{struct_format(api, s)}",')
+    w("}")
+    names.append("STRUCT_FORMATS")
     w("")
     w("# ---- Functions ----------------------------------------------------------------------------")
     w("")

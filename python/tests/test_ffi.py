@@ -69,6 +69,28 @@ def test_generated_declarations_map_c_types_to_ctypes() -> None:
     assert F["pdkv_metadata_wire_version"] == (None, [POINTER(c_uint16), POINTER(c_uint16)])
 
 
+def test_struct_formats_round_trip_through_the_ctypes_mirrors() -> None:
+    # Each generated struct-module format (the batch packers' layout) packs distinct values that
+    # the ctypes mirror (checked against the C compiler by ctest bindings_ctypes_layout) reads
+    # back from the same offsets, field by field; two structs in a row stay aligned.
+    import struct
+
+    assert set(_ffi.STRUCT_FORMATS) == {s._c_name_ for s in _ffi.STRUCTS}
+    for cls in _ffi.STRUCTS:
+        fmt = _ffi.STRUCT_FORMATS[cls._c_name_]
+        codes = [c for c in re.sub(r"0[A-Za-z]$", "", fmt)]
+        assert len(codes) == len(cls._fields_), cls._c_name_
+        assert struct.calcsize("@" + fmt) == ctypes.sizeof(cls), cls._c_name_
+        assert struct.calcsize("@" + fmt * 2) == 2 * ctypes.sizeof(cls), cls._c_name_
+        values = [b"x" if c == "c" else float(i) + 0.5 if c == "d" else i + 1 for i, c in enumerate(codes)]
+        buf = struct.pack("@" + fmt, *values)
+        for (name, _), code, value in zip(cls._fields_, codes, values):
+            f = getattr(cls, name)
+            assert f.size == struct.calcsize("@" + code), f"{cls._c_name_}.{name}"
+            got = struct.unpack_from("@" + code, buf, f.offset)[0]
+            assert got == value, f"{cls._c_name_}.{name}: packed {value!r}, read {got!r} at offset {f.offset}"
+
+
 def test_status_names_are_the_library_names() -> None:
     # The generated status table against the library's own pdkv_status_name, for every status.
     fn = _ffi.function("pdkv_status_name")
