@@ -33,6 +33,7 @@ import difflib
 import os
 import re
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -576,6 +577,24 @@ def struct_format(api: Api, s: Struct) -> str:
     return fmt
 
 
+#: C enums the Pythonic API does not expose as an IntEnum of pdkv.enums: the status (Status,
+#: above, lives in pdkv.errors) and the cause domain (PdkvError.cause holds its raw int).
+PY_ENUMS_ELSEWHERE = ("pdkv_status_t", "pdkv_cause_domain_t")
+
+
+def py_member_names(e: Enum) -> List[str]:
+    """The enumerators without the words they all share: PDKV_CONV_LAYOUT_DS -> DS."""
+    parts = [m.name.split("_") for m in e.members]
+    k = 0
+    while all(len(p) > k + 1 for p in parts) and len({p[k] for p in parts}) == 1:
+        k += 1
+    out = ["_".join(p[k:]) for p in parts]
+    for n, m in zip(out, e.members):
+        if not n.isidentifier() or n[0].isdigit():
+            raise HeaderError(f"{e.where}: {m.name} leaves {n!r} after its common prefix, not a Python name")
+    return out
+
+
 def gen_python(api: Api) -> str:
     out: List[str] = []
     w = out.append
@@ -649,6 +668,28 @@ def gen_python(api: Api) -> str:
     w('        """The C enumerator name, e.g. ``"PDKV_ERR_TP_NOT_DIVISIBLE"`` (``"PDKV_OK"`` for OK)."""')
     w("        return STATUS_NAMES[int(self)]")
     names.append("Status")
+    w("")
+    w("")
+    w("# ---- The other enums as IntEnum (the Pythonic API re-exports them from pdkv.enums) ---------")
+    for e in api.enums:
+        if e.name in PY_ENUMS_ELSEWHERE:
+            continue
+        cls = camel(e.tag)
+        names.append(cls)
+        w("")
+        w("")
+        w(f"class {cls}(IntEnum):")
+        doc = textwrap.wrap(f"``{e.name}``: {sentence(e.doc)}", 96, break_long_words=False, break_on_hyphens=False)
+        if len(doc) == 1:
+            w(f'    """{doc[0]}"""')
+        else:
+            w(f'    """{doc[0]}')
+            for ln in doc[1:]:
+                w(f"    {ln}")
+            w('    """')
+        w("")
+        for m, short in zip(e.members, py_member_names(e)):
+            w(f"    {short} = {m.value}" + (f"  #: {m.doc}" if m.doc else ""))
     w("")
     w("# ---- Opaque handle types ------------------------------------------------------------------")
     for h in api.handles:

@@ -128,14 +128,23 @@ def main() -> int:
         check("PDKV_ERR_DRIFT_PROBE = 208" in out["python/pdkv/_raw.py"], "an added status gets its Python constant")
         check(run_check(root).returncode == 1, "the drift check fails on an added status")
 
-        # 3. One struct field appended: the ctypes mirror changes.
+        # 3. One enumerator added: the Python IntEnum and Rust's enum table change.
+        root = edited_copy(tmp, "enumerator", "geometry.h", "PDKV_CONV_LAYOUT_SD = 1\n",
+                           "PDKV_CONV_LAYOUT_SD = 1,\n  PDKV_CONV_LAYOUT_PROBE = 7 /* a probe */\n")
+        out = gen.generate(root)
+        check("    PROBE = 7  #: a probe\n" in out["python/pdkv/_raw.py"], "an added enumerator joins its Python IntEnum")
+        check('("PDKV_CONV_LAYOUT_PROBE", 7)' in out["rust/pdkv/tests/common/header_enums.rs"],
+              "an added enumerator joins Rust's round-trip table")
+        check(run_check(root).returncode == 1, "the drift check fails on an added enumerator")
+
+        # 4. One struct field appended: the ctypes mirror changes.
         root = edited_copy(tmp, "field", "plan.h", "typedef struct pdkv_stage_pair {\n",
                            "typedef struct pdkv_stage_pair {\n  uint64_t drift_probe;\n")
         out = gen.generate(root)
         check('("drift_probe", c_uint64),' in out["python/pdkv/_raw.py"], "an added field is mirrored")
         check(run_check(root).returncode == 1, "the drift check fails on an added field")
 
-        # 4. What the reader does not understand stops it with file:line.
+        # 5. What the reader does not understand stops it with file:line.
         expect_error(tmp, "array", "plan.h", "typedef struct pdkv_stage_pair {\n",
                      "typedef struct pdkv_stage_pair {\n  uint32_t probe[4];\n", "expected ';'")
         expect_error(tmp, "unknown-type", "plan.h", "typedef struct pdkv_stage_pair {\n",

@@ -346,6 +346,152 @@ class Status(IntEnum):
         """The C enumerator name, e.g. ``"PDKV_ERR_TP_NOT_DIVISIBLE"`` (``"PDKV_OK"`` for OK)."""
         return STATUS_NAMES[int(self)]
 
+
+# ---- The other enums as IntEnum (the Pythonic API re-exports them from pdkv.enums) ---------
+
+
+class MambaType(IntEnum):
+    """``pdkv_mamba_type_t``: Kinds of Mamba-like layers. Numeric values are stable. Only MAMBA1,
+    MAMBA2 and GDN have a conv-state split rule; the others can be described but every derivation
+    rejects them with PDKV_ERR_UNSUPPORTED_MAMBA_TYPE.
+    """
+
+    NONE = 0  #: pure attention model
+    MAMBA1 = 1  #: Jamba
+    MAMBA2 = 2  #: Nemotron-H, Falcon-H1, Granite-4.0-H, Zamba2
+    GDN = 3  #: gated delta net: Qwen3-Next, Qwen3.5
+    SHORT_CONV = 4  #: LFM2 (unsupported for transfer)
+    LINEAR = 5  #: lightning / linear attention (unsupported for transfer)
+    KDA = 6  #: Kimi delta attention (unsupported for transfer)
+
+
+class TpMappingList(IntEnum):
+    """``pdkv_tp_mapping_list_t``: Which rank list pdkv_tp_mapping_ranks returns."""
+
+    HANDSHAKE_TARGETS = 0  #: remote ranks this rank handshakes with
+    ATTENTION_SOURCES = 1  #: remote ranks attention KV is read from (GQA dedup)
+    MAMBA_SOURCES = 2  #: remote ranks Mamba state is read from (empty: no Mamba)
+    ALL_SOURCES = 3  #: sorted union of attention and Mamba sources
+    ATTENTION_SLOTS = 4  #: parallel to ALL_SOURCES: index into ATTENTION_SOURCES
+    NOTIFY_TARGETS = 5  #: remote ranks notified per request (every handshake target)
+
+
+class AttentionBackend(IntEnum):
+    """``pdkv_attention_backend_t``: Attention backends; each fixes the preferred block size and the
+    kernel block sizes. Numeric values are stable. PDKV_BACKEND_CUSTOM uses the explicit fields of
+    pdkv_engine_config_t.
+    """
+
+    FLASH_ATTN = 0  #: MultipleOf(16)
+    TRITON = 1  #: MultipleOf(16)
+    FLASHINFER = 2  #: [16, 32, 64]
+    FLASHMLA = 3  #: [64], MLA only
+    CUTLASS_MLA = 4  #: [128], MLA only
+    FLASHINFER_MLA = 5  #: [32, 64], MLA only
+    CUSTOM = 100  #: preferred_block_size + kernel_block_sizes / multiple_of
+
+
+class MambaCacheMode(IntEnum):
+    """``pdkv_mamba_cache_mode_t``: Prefix-cache mode of the Mamba state (vLLM "none" | "align" |
+    "all").
+    """
+
+    NONE = 0
+    ALIGN = 1
+    ALL = 2
+
+
+class ConvLayout(IntEnum):
+    """``pdkv_conv_layout_t``: Layout of the Mamba conv state. Only DS keeps each projection
+    contiguous, which the byte-exact transfer needs; SD is rejected with
+    PDKV_ERR_UNSUPPORTED_LAYOUT.
+    """
+
+    DS = 0
+    SD = 1
+
+
+class MambaReadsRule(IntEnum):
+    """``pdkv_mamba_reads_rule_t``: Which rule computes the reads."""
+
+    PDKV = 0  #: pdkv: every D byte written exactly once, replicated groups right
+    VLLM = 1  #: what vLLM main reads (reproduces #55208): to diagnose a peer
+
+
+class GroupKind(IntEnum):
+    """``pdkv_group_kind_t``: Kind of one KV cache group (one block-id list per group under vLLM's
+    hybrid KV cache manager). Numeric values are stable.
+    """
+
+    ATTENTION = 0  #: full attention (incl. MLA): one slot per token
+    SLIDING_WINDOW = 1  #: attention that only needs the last `window` tokens
+    MAMBA = 2  #: SSM state: one block is the whole state, never split
+
+
+class KvLayout(IntEnum):
+    """``pdkv_kv_layout_t``: Attention KV layout of a kernel block. Numeric values are stable."""
+
+    HND = 0  #: heads first: what head-sliced (heterogeneous TP) reads need
+    NHD = 1
+
+
+class RegionKind(IntEnum):
+    """``pdkv_region_kind_t``: Kind of the first layer using a registered region. Numeric values are
+    stable.
+    """
+
+    ATTENTION = 0
+    MAMBA = 1
+    MLA = 2
+
+
+class Transport(IntEnum):
+    """``pdkv_transport_t``: How UCX carries data. Numeric values are stable."""
+
+    AUTO = 0
+    SHM = 1
+    TCP = 2
+
+
+class ProgressMode(IntEnum):
+    """``pdkv_progress_mode_t``: Who drives UCX progress. Numeric values are stable."""
+
+    THREAD = 0  #: a background thread of the agent (default)
+    CALLER = 1  #: the caller calls pdkv_agent_progress (e.g. from its event loop)
+
+
+class MemoryType(IntEnum):
+    """``pdkv_memory_type_t``: Where registered memory lives. Numeric values are stable."""
+
+    HOST = 0
+    CUDA = 1  #: GPU device memory: reserved; this build refuses it (INVALID_ARGUMENT)
+
+
+class TransferOp(IntEnum):
+    """``pdkv_transfer_op_t``: Direction of a transfer. Numeric values are stable."""
+
+    READ = 0
+    WRITE = 1
+
+
+class TransferState(IntEnum):
+    """``pdkv_transfer_state_t``: State of a transfer. Numeric values are stable."""
+
+    IN_FLIGHT = 0
+    DONE = 1  #: every byte is in place (remotely complete for WRITE)
+    FAILED = 2  #: see the status and pdkv_transfer_failed_reads
+
+
+class NotificationKind(IntEnum):
+    """``pdkv_notification_kind_t``: Kinds of notification. Numeric values are stable."""
+
+    READ_DONE = 0  #: (on P) a D rank finished reading a request from this rank
+    WRITE_DONE = 1  #: (on D) a P rank finished writing a request into this rank
+    REQUEST_COMPLETE = 2  #: a leased request received its expected count
+    LEASE_EXPIRED = 3  #: a lease's time ran out before its count was reached
+    PEER_CONNECTED = 4  #: a peer completed the handshake (either direction)
+    PEER_LOST = 5  #: a peer died, closed, failed heartbeats or misbehaved
+
 # ---- Opaque handle types ------------------------------------------------------------------
 
 
@@ -1630,6 +1776,21 @@ __all__ = [
     "ENUMS",
     "STATUS_NAMES",
     "Status",
+    "MambaType",
+    "TpMappingList",
+    "AttentionBackend",
+    "MambaCacheMode",
+    "ConvLayout",
+    "MambaReadsRule",
+    "GroupKind",
+    "KvLayout",
+    "RegionKind",
+    "Transport",
+    "ProgressMode",
+    "MemoryType",
+    "TransferOp",
+    "TransferState",
+    "NotificationKind",
     "ErrorT",
     "ModelT",
     "TpMappingT",
