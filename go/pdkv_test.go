@@ -71,17 +71,24 @@ func geometry(t *testing.T, m *Model, tp uint32) *Geometry {
 }
 
 func TestStatusesAndSentinels(t *testing.T) {
-	sentinels := map[Status]error{
-		StatusInvalidArgument: ErrInvalidArgument, StatusNullPointer: ErrNullPointer,
-		StatusStructSize: ErrStructSize, StatusTpNotDivisible: ErrTpNotDivisible,
-		StatusHeadsNotDivisible: ErrHeadsNotDivisible, StatusUnsupportedMambaType: ErrUnsupportedMambaType,
-		StatusUnsupportedLayout: ErrUnsupportedLayout, StatusOverflow: ErrOverflow,
-		StatusBufferTooSmall: ErrBufferTooSmall, StatusParse: ErrParse, StatusIO: ErrIO,
-		StatusNotFound: ErrNotFound, StatusIncompatible: ErrIncompatible, StatusCoverage: ErrCoverage,
-		StatusOutOfBounds: ErrOutOfBounds, StatusChecksum: ErrChecksum, StatusInternal: ErrInternal,
-		StatusTimedOut: ErrTimedOut, StatusCancelled: ErrCancelled, StatusPeerLost: ErrPeerLost,
-		StatusAuth: ErrAuth, StatusProtocol: ErrProtocol, StatusTransport: ErrTransport,
-		StatusBusy: ErrBusy, StatusShutdown: ErrShutdown,
+	// headerStatuses and headerSentinels are generated from the header (zz_generated_test.go):
+	// each Status constant (cgo's value of the C enumerator) has the value and the library name
+	// the header gives it, and every failure status has its sentinel.
+	if len(headerStatuses) != len(allStatuses) {
+		t.Fatalf("%d statuses in the header, %d in allStatuses", len(headerStatuses), len(allStatuses))
+	}
+	for i, h := range headerStatuses {
+		if int32(h.status) != h.value || h.status.String() != h.name || allStatuses[i] != h.status {
+			t.Errorf("%s: Go constant %d named %q (allStatuses[%d] = %d), header value %d",
+				h.name, h.status, h.status.String(), i, allStatuses[i], h.value)
+		}
+	}
+	sentinels := map[Status]error{}
+	for _, h := range headerSentinels {
+		sentinels[h.status] = h.sentinel
+		if e, ok := h.sentinel.(*Error); !ok || e.Status != h.status || e.Message != "" {
+			t.Errorf("sentinel of %s is %#v", h.status, h.sentinel)
+		}
 	}
 	if len(sentinels) != len(allStatuses)-1 {
 		t.Fatalf("%d sentinels for %d failure statuses", len(sentinels), len(allStatuses)-1)

@@ -158,3 +158,70 @@ var headerFunctions = []string{
 	"pdkv_engine_plan_context_new",
 	"pdkv_engine_plan_request",
 }
+
+// headerStatuses pairs each Status constant (its value from cgo) with the name and value the
+// header spells, in header order.
+var headerStatuses = []struct {
+	status Status
+	name   string
+	value  int32
+}{
+	{StatusOK, "PDKV_OK", 0},
+	{StatusInvalidArgument, "PDKV_ERR_INVALID_ARGUMENT", 1},
+	{StatusNullPointer, "PDKV_ERR_NULL_POINTER", 2},
+	{StatusStructSize, "PDKV_ERR_STRUCT_SIZE", 3},
+	{StatusTpNotDivisible, "PDKV_ERR_TP_NOT_DIVISIBLE", 4},
+	{StatusHeadsNotDivisible, "PDKV_ERR_HEADS_NOT_DIVISIBLE", 5},
+	{StatusUnsupportedMambaType, "PDKV_ERR_UNSUPPORTED_MAMBA_TYPE", 6},
+	{StatusUnsupportedLayout, "PDKV_ERR_UNSUPPORTED_LAYOUT", 7},
+	{StatusOverflow, "PDKV_ERR_OVERFLOW", 8},
+	{StatusBufferTooSmall, "PDKV_ERR_BUFFER_TOO_SMALL", 9},
+	{StatusParse, "PDKV_ERR_PARSE", 10},
+	{StatusIO, "PDKV_ERR_IO", 11},
+	{StatusNotFound, "PDKV_ERR_NOT_FOUND", 12},
+	{StatusIncompatible, "PDKV_ERR_INCOMPATIBLE", 13},
+	{StatusCoverage, "PDKV_ERR_COVERAGE", 14},
+	{StatusOutOfBounds, "PDKV_ERR_OUT_OF_BOUNDS", 15},
+	{StatusChecksum, "PDKV_ERR_CHECKSUM", 16},
+	{StatusInternal, "PDKV_ERR_INTERNAL", 17},
+	{StatusTimedOut, "PDKV_ERR_TIMED_OUT", 200},
+	{StatusCancelled, "PDKV_ERR_CANCELLED", 201},
+	{StatusPeerLost, "PDKV_ERR_PEER_LOST", 202},
+	{StatusAuth, "PDKV_ERR_AUTH", 203},
+	{StatusProtocol, "PDKV_ERR_PROTOCOL", 204},
+	{StatusTransport, "PDKV_ERR_TRANSPORT", 205},
+	{StatusBusy, "PDKV_ERR_BUSY", 206},
+	{StatusShutdown, "PDKV_ERR_SHUTDOWN", 207},
+}
+
+// headerSentinels pairs each failure Status with its errors.Is sentinel.
+var headerSentinels = []struct {
+	status   Status
+	sentinel error
+}{
+	{StatusInvalidArgument, ErrInvalidArgument},
+	{StatusNullPointer, ErrNullPointer},
+	{StatusStructSize, ErrStructSize},
+	{StatusTpNotDivisible, ErrTpNotDivisible},
+	{StatusHeadsNotDivisible, ErrHeadsNotDivisible},
+	{StatusUnsupportedMambaType, ErrUnsupportedMambaType},
+	{StatusUnsupportedLayout, ErrUnsupportedLayout},
+	{StatusOverflow, ErrOverflow},
+	{StatusBufferTooSmall, ErrBufferTooSmall},
+	{StatusParse, ErrParse},
+	{StatusIO, ErrIO},
+	{StatusNotFound, ErrNotFound},
+	{StatusIncompatible, ErrIncompatible},
+	{StatusCoverage, ErrCoverage},
+	{StatusOutOfBounds, ErrOutOfBounds},
+	{StatusChecksum, ErrChecksum},
+	{StatusInternal, ErrInternal},
+	{StatusTimedOut, ErrTimedOut},
+	{StatusCancelled, ErrCancelled},
+	{StatusPeerLost, ErrPeerLost},
+	{StatusAuth, ErrAuth},
+	{StatusProtocol, ErrProtocol},
+	{StatusTransport, ErrTransport},
+	{StatusBusy, ErrBusy},
+	{StatusShutdown, ErrShutdown},
+}

@@ -809,6 +809,15 @@ def gen_go_test(api: Api) -> str:
     ]
     out += [f'\t"{f.name}",' for f in api.functions]
     out.append("}")
+    st = status_enum(api)
+    out += ["", "// headerStatuses pairs each Status constant (its value from cgo) with the name and value the",
+            "// header spells, in header order.",
+            "var headerStatuses = []struct {", "\tstatus Status", "\tname   string", "\tvalue  int32", "}{"]
+    out += [f'\t{{{go_status_name(m.name)}, "{m.name}", {m.value}}},' for m in st.members]
+    out += ["}", "", "// headerSentinels pairs each failure Status with its errors.Is sentinel.",
+            "var headerSentinels = []struct {", "\tstatus   Status", "\tsentinel error", "}{"]
+    out += [f"\t{{{go_status_name(m.name)}, Err{go_status_name(m.name)[len('Status'):]}}}," for m in st.members if m.value]
+    out.append("}")
     return "\n".join(out) + "\n"
 
 
