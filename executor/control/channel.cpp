@@ -23,8 +23,19 @@ ControlChannel ControlChannel::connect(const HostPort& address, Deadline deadlin
   return ControlChannel(Socket::connect(address, deadline));
 }
 
+void ControlChannel::protect(const SessionKeys& keys) {
+  sealer_.emplace(keys.send);
+  opener_.emplace(keys.recv);
+}
+
+void ControlChannel::open_in_place(Frame& frame) {
+  if (opener_) frame.payload = opener_->open(static_cast<uint16_t>(frame.type), frame.version_minor, frame.payload);
+}
+
 void ControlChannel::queue(FrameType type, std::span<const uint8_t> payload) {
-  std::vector<uint8_t> frame = encode_frame(type, payload);
+  std::vector<uint8_t> frame =
+      sealer_ ? encode_frame(type, sealer_->seal(static_cast<uint16_t>(type), kFrameVersionMinor, payload))
+              : encode_frame(type, payload);
   out_bytes_ += frame.size();
   out_.push_back(std::move(frame));
 }
@@ -73,6 +84,7 @@ Frame ControlChannel::recv(Deadline deadline) {
   std::array<uint8_t, 4096> buf;  // handshake frames are small; the decoder assembles big ones
   while (true) {
     if (std::optional<Frame> f = decoder_.next()) {
+      open_in_place(*f);
       if (f->type == FrameType::Error) throw peer_error(*f);
       return std::move(*f);
     }
@@ -112,7 +124,17 @@ std::vector<Frame> ControlChannel::read_available() {
     if (!n) break;
     decoder_.feed(read_buf_.data(), *n);
     budget -= *n;
-    while (std::optional<Frame> f = decoder_.next()) frames.push_back(std::move(*f));
+    while (std::optional<Frame> f = decoder_.next()) {
+      try {
+        open_in_place(*f);
+      } catch (const Error& e) {
+        // Hand out the frames that opened; the connection is broken from here on.
+        if (frames.empty()) throw;
+        pending_error_ = e;
+        return frames;
+      }
+      frames.push_back(std::move(*f));
+    }
   }
   return frames;
 }

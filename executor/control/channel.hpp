@@ -17,6 +17,7 @@
 
 #include "control/frame.hpp"
 #include "control/messages.hpp"
+#include "control/session_crypto.hpp"
 #include "control/socket.hpp"
 #include "pdkv/core/error.hpp"
 
@@ -65,6 +66,13 @@ class ControlChannel {
 
   void close() noexcept { socket_.close(); }
 
+  // From now on every frame's payload is sealed on the way out and opened on the way in
+  // (session_crypto.hpp); a frame that fails to open is Protocol and breaks the channel. Called
+  // by the handshake at the point where both sides switch: the client right after sending its
+  // Proof, the server right after checking it.
+  void protect(const SessionKeys& keys);
+  bool is_protected() const noexcept { return sealer_.has_value(); }
+
   // Frames received from now on may announce at most `max` payload bytes (FrameDecoder).
   void set_max_payload(uint32_t max) noexcept { decoder_.set_max_payload(max); }
 
@@ -76,6 +84,10 @@ class ControlChannel {
   size_t out_bytes_ = 0;
   std::vector<uint8_t> read_buf_;
   std::optional<core::Error> pending_error_;  // a loss seen after frames read_available returned
+  std::optional<FrameSealer> sealer_;  // outgoing frames, once protect() was called
+  std::optional<FrameSealer> opener_;  // incoming frames, likewise
+
+  void open_in_place(Frame& frame);
 };
 
 // This machine's identity for "is the peer on the same host": the kernel boot id

@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "control/session_crypto.hpp"
+
 namespace pdkv::exec {
 
 using core::Error;
@@ -45,6 +47,8 @@ class Run {
         proof.client_mac = client_mac(*p_.key, t);
       }
       send(proof);
+      // The server seals everything after checking this proof; so does this side from here on.
+      if (p_.key) ch_.protect(derive_session_keys(*p_.key, t, /*local_is_client=*/true));
       ch_.set_max_payload(kMaxFramePayload);  // the server proved the key: its PeerInfo may be large
       HandshakeResult r{peer_, PeerInfo::decode(expect(FrameType::PeerInfo).payload)};
       validate(r);
@@ -67,8 +71,10 @@ class Run {
       send(challenge);
       const Proof proof = Proof::decode(expect(FrameType::Proof).payload);
       if (p_.key && !macs_equal(proof.client_mac, client_mac(*p_.key, t))) key_failure();
+      if (p_.key) ch_.protect(derive_session_keys(*p_.key, t, /*local_is_client=*/false));
       ch_.set_max_payload(kMaxFramePayload);
-      // Only now, with the peer's proof checked, do this side's region keys leave the process.
+      // Only now, with the peer's proof checked, do this side's region keys leave the process,
+      // and (with a key) sealed so that only that peer can read them.
       send(p_.info);
       HandshakeResult r{peer_, PeerInfo::decode(expect(FrameType::PeerInfo).payload)};
       validate(r);

@@ -17,7 +17,9 @@
 
 namespace pdkv::exec {
 
-inline constexpr uint16_t kControlProtoMajor = 1;
+// 2: with a pre-shared key, every frame after the proofs is sealed (session_crypto.hpp), which a
+// version 1 peer cannot read.
+inline constexpr uint16_t kControlProtoMajor = 2;
 inline constexpr uint16_t kControlProtoMinor = 0;
 
 inline constexpr size_t kNonceBytes = 32;

@@ -116,7 +116,12 @@ typedef struct pdkv_agent_options {
   uint64_t default_timeout_ms;            /* deadline of transfers and connects posted with 0.
                                              Default 30000; must be > 0 */
   const uint8_t *preshared_key;           /* both sides must hold the same key (>= 16 bytes,
-                                             copied); NULL with length 0: no key. Default none */
+                                             copied); NULL with length 0: no key. Default none.
+                                             With a key, every control frame after the proofs
+                                             (addresses, region keys, notifications) is sealed
+                                             with AES-256-GCM under per-connection keys; without
+                                             one the control channel is plaintext and only for
+                                             trusted networks */
   size_t preshared_key_len;
   uint32_t heartbeat_interval_ms;         /* Ping period per peer. Default 500 */
   uint32_t heartbeat_timeout_ms;          /* a peer silent this long is lost. Default 5000;
@@ -224,7 +229,8 @@ typedef struct pdkv_connect_options {
 
 /* Connects to a peer agent and runs the handshake (blocking until done or the deadline; the
  * deadline also bounds the lookup of a host name, a numeric address needs none): versions,
- * pre-shared key proof, then metadata, UCX addresses and region keys, and the pair's
+ * pre-shared key proof, then metadata, UCX addresses and region keys (sealed when a key is set),
+ * and the pair's
  * validation on both sides. Connecting to an (engine, rank) already connected replaces the old
  * connection. Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (bad address), PEER_LOST
  * (refused or closed), TIMED_OUT, AUTH (key mismatch: names the peer), PROTOCOL (malformed or
