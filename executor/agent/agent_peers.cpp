@@ -511,7 +511,10 @@ void AgentCore::handle_notify_locked(const std::shared_ptr<PeerConn>& peer, cons
   n.bytes = m.bytes;
   std::optional<Notification> complete;
   n.expected = leases_.expected(m.request_id);
-  if (m.status == Status::Ok) n.count = leases_.on_success(m.request_id, complete);
+  if (m.status == Status::Ok) {
+    bool duplicate = false;
+    n.count = leases_.on_success(m.request_id, n.engine_id, n.tp_rank, complete, duplicate);
+  }
   push_note_locked(std::move(n));
   if (complete) push_note_locked(std::move(*complete));
 }

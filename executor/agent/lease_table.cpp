@@ -28,11 +28,19 @@ void LeaseTable::remember_unleased(const std::string& request) {
   }
 }
 
-uint32_t LeaseTable::on_success(const std::string& request, std::optional<Notification>& complete) {
+uint32_t LeaseTable::on_success(const std::string& request, const std::string& notifier_engine,
+                                uint32_t notifier_rank, std::optional<Notification>& complete, bool& duplicate) {
   complete.reset();
+  duplicate = false;
   auto [it, inserted] = entries_.try_emplace(request);
   if (inserted) remember_unleased(request);
   Entry& e = it->second;
+  const auto who = std::make_pair(notifier_engine, notifier_rank);
+  if (std::find(e.notifiers.begin(), e.notifiers.end(), who) != e.notifiers.end()) {
+    duplicate = true;
+    return e.count;
+  }
+  e.notifiers.push_back(who);
   if (e.count < UINT32_MAX) ++e.count;
   const uint32_t count = e.count;
   if (e.expected != 0 && e.count >= e.expected) {

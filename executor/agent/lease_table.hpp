@@ -25,9 +25,15 @@ class LeaseTable {
   // ...and at most this many bytes of their names (request ids run up to 1 KiB).
   static constexpr size_t kMaxUnleasedBytes = 16u << 20;
 
-  // A successful notification for `request`: returns its count so far and, when that reaches
-  // the lease's expected count, the RequestComplete notification (the lease ends).
-  uint32_t on_success(const std::string& request, std::optional<Notification>& complete);
+  // A successful notification for `request` from `notifier` (the sending peer's engine id and
+  // rank): returns its count so far and, when that reaches the lease's expected count, the
+  // RequestComplete notification (the lease ends). The count is of distinct notifiers: the
+  // expected count is the number of peer ranks that move the request, so a second success from
+  // the same rank (a resent or duplicated Notify, a buggy or hostile peer) must not complete
+  // the lease early and let P free blocks another rank still reads; it is not counted and
+  // `duplicate` is set.
+  uint32_t on_success(const std::string& request, const std::string& notifier_engine, uint32_t notifier_rank,
+                      std::optional<Notification>& complete, bool& duplicate);
 
   // Leases `request` (replacing an earlier lease); completes at once when enough notifications
   // already arrived. expected >= 1, ttl > 0 (the caller checks).
@@ -48,6 +54,9 @@ class LeaseTable {
  private:
   struct Entry {
     uint32_t count = 0;
+    // Who counted so far; at most one entry per connected peer rank (a peer can only notify as
+    // itself: the agent checks the Notify names the connection's own identity).
+    std::vector<std::pair<std::string, uint32_t>> notifiers;
     uint32_t expected = 0;  // 0: no lease
     Clock::time_point deadline{};
   };

@@ -395,7 +395,9 @@ typedef struct pdkv_notification {
   const char *request_id;  /* "" for peer notifications */
   const char *engine_id;   /* the remote engine ("" for lease notifications) */
   uint32_t tp_rank;        /* the remote rank */
-  uint32_t count;          /* successful notifications received for the request so far */
+  uint32_t count;          /* peer ranks whose successful notification for the request
+                              arrived so far (a rank's second success is delivered, not
+                              counted, so a duplicate never completes a lease early) */
   uint32_t expected;       /* the lease's expected count (0: no lease) */
   uint64_t bytes;          /* bytes the sender moved for this request */
 } pdkv_notification_t;
