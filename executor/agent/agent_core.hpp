@@ -167,6 +167,7 @@ class AgentCore {
   void control_thread_main();
   void control_round();
   void accept_inbound();
+  bool make_room_for_inbound_locked(const std::string& source);
   void start_inbound_thread(const std::shared_ptr<struct InboundSlot>& slot, std::shared_ptr<Socket> sock);
   void run_inbound_handshake(std::shared_ptr<struct InboundSlot> slot);
   HandshakeParams handshake_params_locked() const;
@@ -253,6 +254,7 @@ class AgentCore {
 
   std::mutex inbound_mu_;
   std::list<std::shared_ptr<struct InboundSlot>> inbound_;
+  uint64_t inbound_accepted_ = 0;  // connections accepted so far (InboundSlot::order)
 };
 
 // One inbound handshake running on its own thread. fd lets shutdown interrupt a blocked read.
@@ -261,6 +263,10 @@ struct InboundSlot {
   int fd = -1;
   std::atomic<bool> done{false};
   std::thread thread;
+  std::string source;                        // the peer's IP address, without the port
+  uint64_t order = 0;                        // acceptance order (older = smaller)
+  std::atomic<bool> authenticated{false};    // the peer's proof and PeerInfo were checked
+  bool evicted = false;                      // interrupted to make room (accept_inbound)
 };
 
 // Expressed in one place: how a ucs_status_t of a failed operation reads in messages.

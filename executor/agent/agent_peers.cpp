@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <string>
 #include <thread>
+#include <unordered_map>
 
 #include "agent/agent_core.hpp"
 #include "pdkv/core/handshake.hpp"
@@ -18,6 +20,15 @@ using core::Status;
 namespace {
 
 constexpr size_t kMaxInboundHandshakes = 64;
+// Threads of evicted handshakes still winding down are allowed on top of the 64, up to this many
+// in all; beyond that new connections are refused until they are reaped.
+constexpr size_t kMaxInboundThreads = 2 * kMaxInboundHandshakes;
+
+// "1.2.3.4:5" -> "1.2.3.4", "[::1]:5" -> "[::1]": handshakes are shared out per source address.
+std::string source_of(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
 // Connections taken per listener wakeup: a flood of them must not starve heartbeats and frames
 // (the listener is level-triggered, so the rest come on the next round).
 constexpr int kMaxAcceptsPerWakeup = 64;
@@ -331,9 +342,12 @@ void AgentCore::accept_inbound() {
         ++it;
       }
     }
-    if (inbound_.size() >= kMaxInboundHandshakes) continue;  // the socket closes here
+    const std::string source = source_of(sock->peer());
+    if (!make_room_for_inbound_locked(source)) continue;  // the socket closes here
     auto slot = std::make_shared<InboundSlot>();
     slot->fd = sock->fd();
+    slot->source = source;
+    slot->order = ++inbound_accepted_;
     auto shared_sock = std::make_shared<Socket>(std::move(*sock));
     try {
       start_inbound_thread(slot, shared_sock);
@@ -344,6 +358,41 @@ void AgentCore::accept_inbound() {
     }
     inbound_.push_back(slot);
   }
+}
+
+// At most kMaxInboundHandshakes handshakes run at once. When they are all taken, the new
+// connection may take the place of the oldest unauthenticated handshake of the source address
+// holding the most of them, if that source holds more than the newcomer's does: a flood of idle
+// or slow connections from some hosts can then no longer lock every other host out until the
+// flood's deadlines pass (it only competes with itself), while an authenticated handshake is
+// never interrupted. A host flooding alone is refused as before. Called under inbound_mu_.
+bool AgentCore::make_room_for_inbound_locked(const std::string& source) {
+  if (inbound_.size() >= kMaxInboundThreads) return false;
+  std::unordered_map<std::string, size_t> running;  // live (not evicted) handshakes per source
+  size_t live = 0;
+  for (const auto& slot : inbound_) {
+    if (slot->evicted || slot->done.load()) continue;
+    ++live;
+    ++running[slot->source];
+  }
+  if (live < kMaxInboundHandshakes) return true;
+  const size_t mine = running[source];
+  InboundSlot* victim = nullptr;
+  size_t victim_count = 0;
+  for (const auto& slot : inbound_) {
+    if (slot->evicted || slot->done.load() || slot->authenticated.load()) continue;
+    const size_t n = running[slot->source];
+    if (n <= mine) continue;  // the newcomer's source already holds as many: no fairer to swap
+    if (!victim || n > victim_count || (n == victim_count && slot->order < victim->order)) {
+      victim = slot.get();
+      victim_count = n;
+    }
+  }
+  if (!victim) return false;
+  std::lock_guard<std::mutex> g(victim->m);
+  victim->evicted = true;
+  if (victim->fd >= 0) ::shutdown(victim->fd, SHUT_RDWR);  // its thread fails its next wait and ends
+  return true;
 }
 
 void AgentCore::start_inbound_thread(const std::shared_ptr<InboundSlot>& slot,
@@ -361,7 +410,10 @@ void AgentCore::start_inbound_thread(const std::shared_ptr<InboundSlot>& slot,
         params = handshake_params_locked();
       }
       std::optional<CheckedPeer> checked;
-      params.validate = [&](const Hello& h, const PeerInfo& info) { checked = check_peer(h, info, false); };
+      params.validate = [&](const Hello& h, const PeerInfo& info) {
+        checked = check_peer(h, info, false);
+        slot->authenticated = true;  // proven (or no key configured) and consistent: never evicted
+      };
       channel.emplace(std::move(*shared_sock));
       HandshakeResult result = handshake_server(*channel, params, deadline);
       // The slot keeps the descriptor through admission (shutdown() interrupts its waits);
