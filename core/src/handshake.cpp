@@ -347,6 +347,20 @@ std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const Engine
       }
     }
   }
+  if (l.is_hybrid() && l.mamba_type == r.mamba_type && l.cache_mode != r.cache_mode) {
+    // The cache mode decides which of a request's state blocks holds the state to move ("all":
+    // one per block, the hit position's; "align": the last block-aligned one; "none": the single
+    // running state), and a plan trims both sides' state ids by one mode: with different modes D
+    // would read the wrong slot of P's state. vLLM does not compare them; engine_request refuses
+    // the pair too, this reports it at the handshake.
+    auto name = [](MambaCacheMode m) {
+      return std::string(m == MambaCacheMode::All ? "all" : m == MambaCacheMode::Align ? "align" : "none");
+    };
+    out.add(Status::Incompatible, "cache_mode", name(l.cache_mode), name(r.cache_mode),
+            "the engines cache Mamba state differently (local " + name(l.cache_mode) + ", remote " +
+                name(r.cache_mode) + "), so their state blocks do not correspond",
+            "use the same --mamba-cache-mode on both engines");
+  }
   // Accepted on purpose (see header): physical_blocks_per_logical differing with prefix caching
   // on, and kernel block sizes that are not multiples of each other.
   return out.take();

@@ -240,6 +240,25 @@ TEST(HandshakeRules, MambaTypeMismatch) {
               {"mamba2 vs gdn"});
 }
 
+// pdkv refuses, vLLM does not compare: the cache mode decides which state block of a request
+// moves, so hybrids caching Mamba state differently cannot be paired. Pure attention models
+// carry no Mamba state: their modes are not compared.
+TEST(HandshakeRules, MambaCacheModesMustMatch) {
+  EngineMetadata d = nemotron(2, 0, "d", /*prefix_caching=*/true);  // align
+  EngineMetadata p = nemotron(4, 0, "p", /*prefix_caching=*/true);
+  EXPECT_TRUE(validate_pair(d, p).empty()) << dump(validate_pair(d, p));
+  p.cache_mode = MambaCacheMode::All;
+  expect_item(validate_pair(d, p), "cache_mode", Status::Incompatible,
+              {"local align, remote all", "--mamba-cache-mode"});
+  EXPECT_EQ(validate_pair(d, p).size(), 1u) << dump(validate_pair(d, p));
+  expect_item(validate_pair(nemotron(2, 0, "d"), nemotron(2, 0, "p", true)), "cache_mode", Status::Incompatible,
+              {"local none, remote align"});
+  EngineMetadata ld = llama(2, 0, "d");
+  EngineMetadata lp = llama(2, 0, "p");
+  lp.cache_mode = MambaCacheMode::Align;
+  EXPECT_EQ(find(validate_pair(ld, lp), "cache_mode"), nullptr);
+}
+
 TEST(HandshakeRules, RegionCountMismatch) {
   EngineMetadata p = nemotron(2, 0, "p");
   p.regions.pop_back();

@@ -1691,6 +1691,9 @@ def validate(l, r):
         a, b = l["conv_projection_bytes"][0], r["conv_projection_bytes"][0]
         if a * l["tp_size"] != b * r["tp_size"]:
             add(inc, "conv_projection_bytes[0]")
+    # Hybrids must cache Mamba state the same way: the mode picks which state block moves.
+    if l["mamba_type"] == r["mamba_type"] != "none" and l["cache_mode"] != r["cache_mode"]:
+        add(inc, "cache_mode")
     return items
 
 
@@ -1735,6 +1738,12 @@ def handshake_cases():
     h("kernel_blocks_2096_vs_1056_accepted",
       {"model": nano, "engine": {"tp_size": 2}, "layout": {"engine_id": "d"}},
       {"model": nano, "engine": {"tp_size": 4}, "layout": {"engine_id": "p"}}, [])
+    # pdkv refuses, vLLM does not compare: a hybrid pair caching Mamba state in different modes
+    # (the mode decides which state block moves).
+    h("different_mamba_cache_modes",
+      {"model": nano, "engine": {"tp_size": 2, "mamba_cache_mode": "align"}, "layout": {"engine_id": "d"}},
+      {"model": nano, "engine": {"tp_size": 2, "mamba_cache_mode": "all"}, "layout": {"engine_id": "p"}},
+      [{"status": "PDKV_ERR_INCOMPATIBLE", "field": "cache_mode"}])
     return cases
 
 
