@@ -1,7 +1,6 @@
 #include "control/auth.hpp"
 
 #include <openssl/crypto.h>
-#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
@@ -10,11 +9,11 @@
 #include <string>
 
 #include "control/wire.hpp"
+#include "control/openssl_error.hpp"
 #include "pdkv/core/error.hpp"
 
 namespace pdkv::exec {
 
-using core::CauseDomain;
 using core::Error;
 using core::Status;
 
@@ -24,15 +23,6 @@ namespace {
 // same transcript (the reflection attack: echoing the server's own proof back to it).
 constexpr std::string_view kServerLabel = "pdkv-control-v1 server proves the pre-shared key";
 constexpr std::string_view kClientLabel = "pdkv-control-v1 client proves the pre-shared key";
-
-[[noreturn]] void openssl_fail(const std::string& what) {
-  const unsigned long code = ERR_get_error();
-  char buf[256] = "no OpenSSL error queued";
-  if (code != 0) ERR_error_string_n(code, buf, sizeof buf);
-  ERR_clear_error();
-  throw Error(Status::Internal, what + " failed: " + buf, CauseDomain::OpenSsl,
-              static_cast<int64_t>(code));
-}
 
 Mac labelled_mac(const PresharedKey& key, std::string_view label, const AuthTranscript& t) {
   std::vector<uint8_t> input(label.begin(), label.end());
@@ -74,7 +64,7 @@ Mac hmac_sha256(std::span<const uint8_t> key, std::span<const uint8_t> data) {
   const uint8_t* d = data.empty() ? &kEmpty : data.data();
   const uint8_t* k = key.empty() ? &kEmpty : key.data();
   if (HMAC(EVP_sha256(), k, static_cast<int>(key.size()), d, data.size(), out.data(), &len) == nullptr) {
-    openssl_fail("HMAC-SHA256");
+    fail_with_openssl_error("HMAC-SHA256");
   }
   if (len != out.size()) {
     throw Error(Status::Internal, "HMAC-SHA256 returned " + std::to_string(len) + " bytes, expected 32");
@@ -84,7 +74,7 @@ Mac hmac_sha256(std::span<const uint8_t> key, std::span<const uint8_t> data) {
 
 Nonce random_nonce() {
   Nonce n{};
-  if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1) openssl_fail("RAND_bytes (nonce)");
+  if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1) fail_with_openssl_error("RAND_bytes (nonce)");
   return n;
 }
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <string_view>
 
+#include "control/openssl_error.hpp"
 #include "pdkv/core/error.hpp"
 
 namespace pdkv::exec {
 
-using core::CauseDomain;
 using core::Error;
 using core::Status;
 
@@ -24,14 +24,6 @@ namespace {
 constexpr std::string_view kClientToServer = "pdkv-control-v2 client-to-server frame key";
 constexpr std::string_view kServerToClient = "pdkv-control-v2 server-to-client frame key";
 constexpr size_t kGcmNonceBytes = 12;
-
-[[noreturn]] void openssl_fail(const std::string& what) {
-  const unsigned long code = ERR_get_error();
-  char buf[256] = "no OpenSSL error queued";
-  if (code != 0) ERR_error_string_n(code, buf, sizeof buf);
-  ERR_clear_error();
-  throw Error(Status::Internal, what + " failed: " + buf, CauseDomain::OpenSsl, static_cast<int64_t>(code));
-}
 
 struct PkeyCtxFree {
   void operator()(EVP_PKEY_CTX* c) const noexcept { EVP_PKEY_CTX_free(c); }
@@ -44,7 +36,7 @@ std::array<uint8_t, 32> sha256(std::span<const uint8_t> data) {
   std::array<uint8_t, 32> out{};
   unsigned int len = 0;
   if (EVP_Digest(data.data(), data.size(), out.data(), &len, EVP_sha256(), nullptr) != 1 || len != out.size()) {
-    openssl_fail("SHA-256 of the authentication transcript");
+    fail_with_openssl_error("SHA-256 of the authentication transcript");
   }
   return out;
 }
@@ -64,12 +56,12 @@ SealKey hkdf(const PresharedKey& key, const AuthTranscript& t, std::string_view 
       EVP_PKEY_CTX_set1_hkdf_salt(ctx.get(), salt.data(), static_cast<int>(salt.size())) <= 0 ||
       EVP_PKEY_CTX_set1_hkdf_key(ctx.get(), key.bytes().data(), static_cast<int>(key.bytes().size())) <= 0 ||
       EVP_PKEY_CTX_add1_hkdf_info(ctx.get(), info.data(), static_cast<int>(info.size())) <= 0) {
-    openssl_fail("setting up HKDF-SHA256 for the control channel keys");
+    fail_with_openssl_error("setting up HKDF-SHA256 for the control channel keys");
   }
   SealKey out{};
   size_t len = out.size();
   if (EVP_PKEY_derive(ctx.get(), out.data(), &len) <= 0 || len != out.size()) {
-    openssl_fail("HKDF-SHA256 of the control channel keys");
+    fail_with_openssl_error("HKDF-SHA256 of the control channel keys");
   }
   return out;
 }
@@ -101,7 +93,7 @@ struct FrameSealer::Impl {
 FrameSealer::FrameSealer(const SealKey& key) : impl_(std::make_unique<Impl>()) {
   impl_->key = key;
   impl_->ctx.reset(EVP_CIPHER_CTX_new());
-  if (!impl_->ctx) openssl_fail("allocating an AES-256-GCM context");
+  if (!impl_->ctx) fail_with_openssl_error("allocating an AES-256-GCM context");
 }
 
 FrameSealer::FrameSealer(FrameSealer&&) noexcept = default;
@@ -125,7 +117,7 @@ std::vector<uint8_t> FrameSealer::seal(uint16_t type, uint8_t version_minor, std
       static_cast<size_t>(len) != plaintext.size() || EVP_EncryptFinal_ex(c, out.data() + len, &len) != 1 ||
       EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kSealTagBytes), out.data() + plaintext.size()) !=
           1) {
-    openssl_fail("AES-256-GCM sealing of control frame " + std::to_string(counter_));
+    fail_with_openssl_error("AES-256-GCM sealing of control frame " + std::to_string(counter_));
   }
   ++counter_;
   return out;
@@ -150,7 +142,7 @@ std::vector<uint8_t> FrameSealer::open(uint16_t type, uint8_t version_minor, std
       EVP_DecryptUpdate(c, nullptr, &len, aad.data(), static_cast<int>(aad.size())) != 1 ||
       EVP_DecryptUpdate(c, out.data(), &len, sealed.data(), static_cast<int>(body)) != 1 ||
       EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, static_cast<int>(kSealTagBytes), tag) != 1) {
-    openssl_fail("AES-256-GCM opening of control frame " + std::to_string(n));
+    fail_with_openssl_error("AES-256-GCM opening of control frame " + std::to_string(n));
   }
   int fin = 0;
   if (EVP_DecryptFinal_ex(c, out.data() + len, &fin) != 1) {

@@ -470,6 +470,28 @@ TEST_CASE("P survives a D agent freed with its GETs in flight over tcp", "[.][kn
   serve_fresh_peer(d, *p, "after");
 }
 
+namespace {
+// One pdkv_agent_connect to 127.0.0.1:port and nothing else (no thread drives progress): its
+// status and message, and how long it took.
+struct TimedConnect {
+  Result result;
+  int64_t ms = 0;
+};
+TimedConnect connect_alone(pdkv_agent_t* agent, uint16_t port) {
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  pdkv_connect_options_t co{};
+  co.struct_size = sizeof co;
+  co.address = addr.c_str();
+  pdkv_peer_t* peer = nullptr;
+  const auto t0 = Clock::now();
+  TimedConnect out;
+  out.result = call([&](pdkv_error_t** e) { return pdkv_agent_connect(agent, &co, &peer, e); });
+  out.ms = ms_since(t0);
+  pdkv_peer_free(peer);
+  return out;
+}
+}  // namespace
+
 // e2e finding F4 (fixed): an agent in CALLER progress mode used to stop driving its worker once
 // its own end of the UCX wire-up was done and then wait for the peer's Ready frame; over tcp the
 // peer's wire-up flush needs this worker's answers, so the peer's admission timed out (5 s) and
@@ -486,17 +508,10 @@ TEST_CASE("CALLER-mode connect completes without anybody calling pdkv_agent_prog
     st.progress = PDKV_PROGRESS_CALLER;
     RankAgent d(s, false, s.d_rank, st);
     for (const auto& [rank, port] : p->ports()) {
-      const std::string addr = "127.0.0.1:" + std::to_string(port);
-      pdkv_connect_options_t co{};
-      co.struct_size = sizeof co;
-      co.address = addr.c_str();
-      pdkv_peer_t* peer = nullptr;
-      const auto t0 = Clock::now();
-      const Result r = call([&](pdkv_error_t** e) { return pdkv_agent_connect(d.agent(), &co, &peer, e); });
-      pdkv_peer_free(peer);
-      INFO("rank " << rank << ": " << pdkv_status_name(r.status) << ": " << r.message << " after " << ms_since(t0)
-                   << " ms");
-      CHECK(r.ok());
+      const TimedConnect c = connect_alone(d.agent(), port);
+      INFO("rank " << rank << ": " << pdkv_status_name(c.result.status) << ": " << c.result.message << " after "
+                   << c.ms << " ms");
+      CHECK(c.result.ok());
     }
   }
 }
@@ -514,16 +529,9 @@ TEST_CASE("CALLER-mode agents on both sides connect without anybody calling pdkv
     INFO("repetition " << rep);
     RankAgent p0(s, true, 0, st);
     RankAgent d(s, false, s.d_rank, st);
-    const std::string addr = "127.0.0.1:" + std::to_string(p0.port());
-    pdkv_connect_options_t co{};
-    co.struct_size = sizeof co;
-    co.address = addr.c_str();
-    pdkv_peer_t* peer = nullptr;
-    const auto t0 = Clock::now();
-    const Result r = call([&](pdkv_error_t** e) { return pdkv_agent_connect(d.agent(), &co, &peer, e); });
-    pdkv_peer_free(peer);
-    INFO(pdkv_status_name(r.status) << ": " << r.message << " after " << ms_since(t0) << " ms");
-    CHECK(r.ok());
-    CHECK(ms_since(t0) < 3000);
+    const TimedConnect c = connect_alone(d.agent(), p0.port());
+    INFO(pdkv_status_name(c.result.status) << ": " << c.result.message << " after " << c.ms << " ms");
+    CHECK(c.result.ok());
+    CHECK(c.ms < 3000);
   }
 }
