@@ -5,7 +5,10 @@
 //     sizes come from the seed, and every frame that comes out goes to its message decoder.
 //   mode bit 0 set: the body is a payload, sealed into a valid frame of type (seed % 11) + 1, so
 //     mutations reach the message decoder through the frame path instead of dying at the CRC.
-// In both modes the body also goes to every message decoder directly.
+// In both modes the body also goes to every message decoder directly, and through the sealed
+// path a keyed connection uses after the proofs (session_crypto.hpp): presented as a sealed
+// payload it must fail to open with Protocol (forging the 16-byte tag is out of reach), and
+// sealed under a session key it must open to itself.
 // Oracles: the only error is pdkv::core::Error with Protocol (anything else, std::bad_alloc
 // included, is a bug); no single allocation during an input exceeds the frame limit (plus
 // slack), so a peer can never make pdkv allocate beyond it; the decoder never holds a partial
@@ -20,6 +23,7 @@
 
 #include "control/frame.hpp"
 #include "control/messages.hpp"
+#include "control/session_crypto.hpp"
 #include "pdkv/core/error.hpp"
 
 using namespace pdkv::exec;
@@ -124,6 +128,35 @@ std::vector<Frame> feed_chunked(std::span<const uint8_t> stream, uint8_t seed) {
   return frames;
 }
 
+const SealKey kFuzzKey = [] {
+  SealKey k{};
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<uint8_t>(i * 7 + 1);
+  return k;
+}();
+
+void sealed_path(uint16_t type, std::span<const uint8_t> body) {
+  try {
+    FrameSealer opener(kFuzzKey);
+    (void)opener.open(type, kFrameVersionMinor, body);
+    bug("hostile bytes opened as a sealed frame");
+  } catch (const Error& e) {
+    if (e.status() != Status::Protocol) bug("opening threw a non-Protocol status", e.what());
+  } catch (const std::exception& e) {
+    bug("opening threw a non-pdkv exception", e.what());
+  }
+  try {
+    FrameSealer out(kFuzzKey);
+    FrameSealer in(kFuzzKey);
+    const std::vector<uint8_t> sealed = out.seal(type, kFrameVersionMinor, body);
+    if (sealed.size() != body.size() + kSealTagBytes) bug("a sealed payload has the wrong size");
+    if (in.open(type, kFrameVersionMinor, sealed) != std::vector<uint8_t>(body.begin(), body.end())) {
+      bug("a sealed payload did not open to itself");
+    }
+  } catch (const std::exception& e) {
+    bug("sealing or opening a sealed payload failed", e.what());
+  }
+}
+
 void run(const uint8_t* data, size_t size) {
   if (size < 2) return;
   const uint8_t mode = data[0];
@@ -152,6 +185,7 @@ void run(const uint8_t* data, size_t size) {
   }
 
   for (uint16_t t = 1; t <= 11; ++t) decode_as(static_cast<FrameType>(t), body);
+  sealed_path(static_cast<uint16_t>(seed % 11 + 1), body);
 }
 
 }  // namespace
