@@ -446,7 +446,8 @@ func (a *Agent) Connect(ctx context.Context, address string) (*Peer, error) {
 }
 
 // FindPeer returns the connected peer (engineID, tpRank), whichever side connected. Errors:
-// ErrNotFound (names the engine and rank), ErrClosed.
+// ErrNotFound (names the engine and rank), ErrInvalidArgument (the engine is connected as
+// several pipeline stages at tpRank: use FindStagePeer), ErrClosed.
 func (a *Agent) FindPeer(engineID string, tpRank uint32) (*Peer, error) {
 	p, err := a.ref().acquire()
 	if err != nil {
@@ -462,6 +463,28 @@ func (a *Agent) FindPeer(engineID string, tpRank uint32) (*Peer, error) {
 	var out *C.pdkv_peer_t
 	var cerr *C.pdkv_error_t
 	if err := check(C.pdkv_agent_find_peer(p, s, C.uint32_t(tpRank), &out, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	return newPeer(out), nil
+}
+
+// FindStagePeer returns the connected peer (engineID, pipeline stage ppRank, tpRank). Errors:
+// ErrNotFound (names the engine, stage and rank), ErrClosed.
+func (a *Agent) FindStagePeer(engineID string, ppRank, tpRank uint32) (*Peer, error) {
+	p, err := a.ref().acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer a.h.release()
+	var arena cArena
+	defer arena.free()
+	s, err := arena.str("engineID", engineID)
+	if err != nil {
+		return nil, err
+	}
+	var out *C.pdkv_peer_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_agent_find_stage_peer(p, s, C.uint32_t(ppRank), C.uint32_t(tpRank), &out, &cerr), cerr); err != nil {
 		return nil, err
 	}
 	return newPeer(out), nil

@@ -189,6 +189,14 @@ func TestAgentReadMovesEveryByte(t *testing.T) {
 	if !bi.Inbound || !bi.Connected {
 		t.Fatalf("P's view of D %+v", bi)
 	}
+	// Single-stage engines are stage 0; another stage is not connected.
+	staged, err := p.Agent.FindStagePeer(xfer.DEngine, 0, 0)
+	ok(t, err)
+	defer staged.Close()
+	if _, err := p.Agent.FindStagePeer(xfer.DEngine, 1, 0); !errors.Is(err, pdkv.ErrNotFound) ||
+		!strings.Contains(err.Error(), "stage 1 rank 0") {
+		t.Fatalf("stage 1 lookup: %v", err)
+	}
 }
 
 func TestAgentWriteMovesEveryByte(t *testing.T) {

@@ -11,6 +11,7 @@
 
 #include "agent/agent.hpp"
 #include "boundary.hpp"
+#include "struct_sizes.hpp"
 #include "plan_handles.hpp"
 #include "structs.hpp"
 #include "struct_sizes.hpp"
@@ -60,9 +61,10 @@ constexpr size_t kMemoryDescMin = sizeof(pdkv_memory_desc_t);
 constexpr size_t kConnectOptionsMin = sizeof(pdkv_connect_options_t);
 constexpr size_t kTransferParamsMin = sizeof(pdkv_transfer_params_t);
 constexpr size_t kAgentInfoMin = sizeof(pdkv_agent_info_t);
-constexpr size_t kPeerInfoMin = sizeof(pdkv_peer_info_t);
+// Output structs grown since first published: the size up to their first published last field.
+constexpr size_t kPeerInfoMin = PDKV_SIZE_0_1(pdkv_peer_info_t, heartbeat_rtt_us);
 constexpr size_t kTransferInfoMin = sizeof(pdkv_transfer_info_t);
-constexpr size_t kNotificationMin = sizeof(pdkv_notification_t);
+constexpr size_t kNotificationMin = PDKV_SIZE_0_1(pdkv_notification_t, bytes);
 
 void check_mask(uint64_t mask, uint64_t known, const char* type) {
   if ((mask & ~known) != 0) {
@@ -299,6 +301,20 @@ PDKV_API pdkv_status_t pdkv_agent_find_peer(pdkv_agent_t* agent, const char* eng
   });
 }
 
+PDKV_API pdkv_status_t pdkv_agent_find_stage_peer(pdkv_agent_t* agent, const char* engine_id, uint32_t pp_rank,
+                                                  uint32_t tp_rank, pdkv_peer_t** out, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(agent, "agent");
+    require_non_null(engine_id, "engine_id");
+    require_non_null(out, "out");
+    *out = nullptr;
+    auto h = std::make_unique<pdkv_peer>();
+    h->rec = agent->agent->find_peer(engine_id, pp_rank, tp_rank);
+    h->core = agent->agent->core();
+    *out = h.release();
+  });
+}
+
 PDKV_API pdkv_status_t pdkv_peer_get_info(const pdkv_peer_t* peer, pdkv_peer_info_t* out, pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(peer, "peer");
@@ -320,6 +336,7 @@ PDKV_API pdkv_status_t pdkv_peer_get_info(const pdkv_peer_t* peer, pdkv_peer_inf
     c.notifications_sent = r.notifications_sent;
     c.notifications_received = r.notifications_received;
     c.heartbeat_rtt_us = r.heartbeat_rtt_us;
+    c.pp_rank = r.pp_rank;
     write_struct_prefix(out, c, kPeerInfoMin, "pdkv_peer_info_t");
   });
 }
@@ -502,6 +519,7 @@ PDKV_API pdkv_status_t pdkv_notification_list_get(const pdkv_notification_list_t
     c.count = n.count;
     c.expected = n.expected;
     c.bytes = n.bytes;
+    c.pp_rank = n.pp_rank;
     write_struct_prefix(out, c, kNotificationMin, "pdkv_notification_t");
   });
 }

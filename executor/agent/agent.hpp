@@ -68,6 +68,7 @@ struct Notification {
   std::string request_id;
   std::string engine_id;
   uint32_t tp_rank = 0;
+  uint32_t pp_rank = 0;  // the remote rank's pipeline stage
   uint32_t count = 0;
   uint32_t expected = 0;
   uint64_t bytes = 0;
@@ -89,6 +90,7 @@ struct Registration {
 struct PeerRecord {
   std::string engine_id;
   uint32_t tp_rank = 0;
+  uint32_t pp_rank = 0;  // the peer's pipeline stage (0 without pipeline parallelism)
   std::string address;
   bool inbound = false;
   TransportMode transport = TransportMode::Tcp;  // Shm or Tcp as chosen for this peer
@@ -169,7 +171,10 @@ class Agent {
                                                 MemoryType type);
   std::shared_ptr<PeerRecord> connect(const HostPort& address,
                                       std::optional<std::chrono::milliseconds> timeout);
+  // The connected peer of that TP rank; NotFound when none, InvalidArgument naming the stages
+  // when several pipeline stages of the engine are connected at that rank (name the stage).
   std::shared_ptr<PeerRecord> find_peer(const std::string& engine_id, uint32_t tp_rank) const;
+  std::shared_ptr<PeerRecord> find_peer(const std::string& engine_id, uint32_t pp_rank, uint32_t tp_rank) const;
   TransferHandle post(const PostParams& params);
   void lease(const std::string& request_id, uint32_t expected, std::chrono::milliseconds ttl);
   std::vector<Notification> poll_notifications();

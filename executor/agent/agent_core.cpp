@@ -446,6 +446,10 @@ std::shared_ptr<PeerRecord> Agent::find_peer(const std::string& engine_id, uint3
   return core_->find_peer(engine_id, tp_rank);
 }
 
+std::shared_ptr<PeerRecord> Agent::find_peer(const std::string& engine_id, uint32_t pp_rank, uint32_t tp_rank) const {
+  return core_->find_peer(engine_id, pp_rank, tp_rank);
+}
+
 TransferHandle Agent::post(const PostParams& params) {
   return TransferHandle(core_->post(params), core_);
 }

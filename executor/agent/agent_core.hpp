@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -145,6 +146,7 @@ class AgentCore {
   std::shared_ptr<PeerRecord> connect(const HostPort& address,
                                       std::optional<std::chrono::milliseconds> timeout);
   std::shared_ptr<PeerRecord> find_peer(const std::string& engine_id, uint32_t tp_rank) const;
+  std::shared_ptr<PeerRecord> find_peer(const std::string& engine_id, uint32_t pp_rank, uint32_t tp_rank) const;
   void disconnect(const std::shared_ptr<PeerRecord>& record);
 
   std::shared_ptr<TransferJob> post(const PostParams& params);
@@ -223,7 +225,11 @@ class AgentCore {
   std::optional<Listener> listener_;
 
   std::vector<std::shared_ptr<Registration>> regs_;  // per region index
-  std::map<std::pair<std::string, uint32_t>, std::shared_ptr<PeerConn>> peers_;
+  // Keyed by (engine, pipeline stage, TP rank): one agent may hold several stages of a peer
+  // engine (a D stage reading from every P stage that holds its layers).
+  using PeerKey = std::tuple<std::string, uint32_t, uint32_t>;
+  static PeerKey key_of(const PeerRecord& r) { return {r.engine_id, r.pp_rank, r.tp_rank}; }
+  std::map<PeerKey, std::shared_ptr<PeerConn>> peers_;
   std::unordered_map<uint64_t, std::shared_ptr<PeerConn>> by_id_;
   std::vector<std::shared_ptr<PeerConn>> dead_peers_;
   uint64_t next_peer_id_ = 16;  // below: reserved epoll keys

@@ -197,6 +197,7 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
     if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
     rec->engine_id = checked.metadata.engine_id;
     rec->tp_rank = checked.metadata.tp_rank;
+    rec->pp_rank = checked.metadata.pp_rank;
     rec->address = channel.peer();
     rec->inbound = inbound;
     const bool same_host = result.peer_hello.host_id == host_id_;
@@ -277,10 +278,11 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
   const auto now = Clock::now();
   conn->last_heard = now;
   conn->next_ping = now + opt_.heartbeat_interval;
-  const auto key = std::make_pair(rec->engine_id, rec->tp_rank);
+  const auto key = key_of(*rec);
   if (auto it = peers_.find(key); it != peers_.end()) {
-    // The same engine rank again: a restarted peer. The old connection is gone.
-    lose_peer_locked(it->second, Status::PeerLost, "replaced by a new connection from the same engine rank", true);
+    // The same engine, stage and rank again: a restarted peer. The old connection is gone.
+    lose_peer_locked(it->second, Status::PeerLost,
+                     "replaced by a new connection from the same engine stage and rank", true);
   }
   peers_[key] = conn;
   by_id_[conn->id] = conn;
@@ -292,6 +294,7 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
   n.kind = NotificationKind::PeerConnected;
   n.engine_id = rec->engine_id;
   n.tp_rank = rec->tp_rank;
+  n.pp_rank = rec->pp_rank;
   push_note_locked(std::move(n));
   if (inbound) {
     conn->channel->queue(Ready{});
@@ -302,9 +305,28 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
 
 std::shared_ptr<PeerRecord> AgentCore::find_peer(const std::string& engine_id, uint32_t tp_rank) const {
   std::lock_guard<std::mutex> g(mu_);
-  auto it = peers_.find({engine_id, tp_rank});
+  std::vector<std::shared_ptr<PeerRecord>> found;
+  std::string stages;
+  for (const auto& [key, conn] : peers_) {
+    if (std::get<0>(key) != engine_id || std::get<2>(key) != tp_rank) continue;
+    stages += (stages.empty() ? "" : ", ") + std::to_string(std::get<1>(key));
+    found.push_back(conn->record);
+  }
+  if (found.empty()) core::fail(Status::NotFound, "no connected peer '" + engine_id + "' rank " + std::to_string(tp_rank));
+  if (found.size() > 1) {
+    core::fail(Status::InvalidArgument, "peer '" + engine_id + "' rank " + std::to_string(tp_rank) +
+                                            " is connected as pipeline stages " + stages + "; name the stage");
+  }
+  return found.front();
+}
+
+std::shared_ptr<PeerRecord> AgentCore::find_peer(const std::string& engine_id, uint32_t pp_rank,
+                                                 uint32_t tp_rank) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = peers_.find({engine_id, pp_rank, tp_rank});
   if (it == peers_.end()) {
-    core::fail(Status::NotFound, "no connected peer '" + engine_id + "' rank " + std::to_string(tp_rank));
+    core::fail(Status::NotFound, "no connected peer '" + engine_id + "' stage " + std::to_string(pp_rank) + " rank " +
+                                     std::to_string(tp_rank));
   }
   return it->second->record;
 }
@@ -312,7 +334,7 @@ std::shared_ptr<PeerRecord> AgentCore::find_peer(const std::string& engine_id, u
 void AgentCore::disconnect(const std::shared_ptr<PeerRecord>& record) {
   std::lock_guard<std::mutex> g(mu_);
   if (stopped_) return;
-  auto it = peers_.find({record->engine_id, record->tp_rank});
+  auto it = peers_.find(key_of(*record));
   if (it == peers_.end() || it->second->record != record) return;
   lose_peer_locked(it->second, Status::PeerLost, "disconnected by this side", true);
 }
@@ -560,12 +582,13 @@ void AgentCore::handle_notify_locked(const std::shared_ptr<PeerConn>& peer, cons
   n.request_id = m.request_id;
   n.engine_id = peer->record->engine_id;
   n.tp_rank = peer->record->tp_rank;
+  n.pp_rank = peer->record->pp_rank;
   n.bytes = m.bytes;
   std::optional<Notification> complete;
   n.expected = leases_.expected(m.request_id);
   if (m.status == Status::Ok) {
     bool duplicate = false;
-    n.count = leases_.on_success(m.request_id, n.engine_id, n.tp_rank, complete, duplicate);
+    n.count = leases_.on_success(m.request_id, n.engine_id, n.pp_rank, n.tp_rank, complete, duplicate);
   }
   push_note_locked(std::move(n));
   if (complete) push_note_locked(std::move(*complete));
@@ -652,7 +675,7 @@ void AgentCore::lose_peer_locked(std::shared_ptr<PeerConn> peer, Status status,
     if (peer->channel->fd() >= 0) ::epoll_ctl(control_epoll_, EPOLL_CTL_DEL, peer->channel->fd(), nullptr);
     peer->channel->close();
   }
-  auto key = std::make_pair(rec.engine_id, rec.tp_rank);
+  auto key = key_of(rec);
   if (auto it = peers_.find(key); it != peers_.end() && it->second == peer) peers_.erase(it);
   by_id_.erase(peer->id);
   // Keys go before the endpoint closes: Debian's UCX 1.13.1 crashes in uct_rkey_release when a
@@ -674,6 +697,7 @@ void AgentCore::lose_peer_locked(std::shared_ptr<PeerConn> peer, Status status,
   n.status = status;
   n.engine_id = rec.engine_id;
   n.tp_rank = rec.tp_rank;
+  n.pp_rank = rec.pp_rank;
   push_note_locked(std::move(n));
   dead_peers_.push_back(peer);
 }

@@ -44,11 +44,14 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
   job->timeout = timeout;
   const auto mine = local_ranges(regs_);
 
+  // The peer's ranks are those of the pipeline stage the plan names for the peer's side.
+  const uint32_t peer_stage = params.op == TransferOp::Read ? plan.p_pp_rank : plan.d_pp_rank;
   auto peer_for = [&](uint32_t rank, const char* role) -> std::shared_ptr<PeerConn> {
-    auto it = peers_.find({params.peer_engine_id, rank});
+    auto it = peers_.find({params.peer_engine_id, peer_stage, rank});
     if (it == peers_.end()) {
-      core::fail(Status::NotFound, std::string(role) + " rank " + std::to_string(rank) + " of engine '" +
-                                       params.peer_engine_id + "' is not connected");
+      core::fail(Status::NotFound, std::string(role) + " rank " + std::to_string(rank) + " of stage " +
+                                       std::to_string(peer_stage) + " of engine '" + params.peer_engine_id +
+                                       "' is not connected");
     }
     if (!it->second->record->connected) {
       core::fail(Status::PeerLost, std::string(role) + " rank " + std::to_string(rank) + " of engine '" +
@@ -78,16 +81,17 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
                    want_self + "' naming peer '" + want_peer + "', not on '" + me.engine_id +
                    "' naming '" + params.peer_engine_id + "'");
   }
-  // Pipeline stages: the plan moves the layers of one (D stage, P stage) pair. This executor knows
-  // a peer by (engine, TP rank) only, so it holds one stage of an engine at a time; a plan for
-  // another stage than the agent's or the connected peer's would move another stage's layers
-  // into regions that merely have the same sizes. Refused, naming both stages.
+  // Pipeline stages: the plan moves the layers of one (D stage, P stage) pair. The agent is one
+  // stage; peers are found by (engine, stage, TP rank), so several stages of a peer engine can be
+  // connected at once and each plan uses the stage it names. A plan for another stage than this
+  // agent's, or a stage count the peer does not run, would move another stage's layers into
+  // regions that merely have the same sizes. Refused, naming both stages.
   auto check_stage = [&](const core::EngineMetadata& m, uint32_t pp_size, uint32_t pp_rank, const std::string& who) {
     if (m.pp_size != pp_size || m.pp_rank != pp_rank) {
       core::fail(Status::InvalidArgument,
                  "the plan moves layers of pipeline stage " + std::to_string(pp_rank) + " of " +
                      std::to_string(pp_size) + " but " + who + " is stage " + std::to_string(m.pp_rank) + " of " +
-                     std::to_string(m.pp_size) + "; an agent knows a peer by (engine, TP rank), one stage per engine");
+                     std::to_string(m.pp_size));
     }
   };
   if (reading) {

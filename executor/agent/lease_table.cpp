@@ -29,13 +29,14 @@ void LeaseTable::remember_unleased(const std::string& request) {
 }
 
 uint32_t LeaseTable::on_success(const std::string& request, const std::string& notifier_engine,
-                                uint32_t notifier_rank, std::optional<Notification>& complete, bool& duplicate) {
+                                uint32_t notifier_stage, uint32_t notifier_rank, std::optional<Notification>& complete,
+                                bool& duplicate) {
   complete.reset();
   duplicate = false;
   auto [it, inserted] = entries_.try_emplace(request);
   if (inserted) remember_unleased(request);
   Entry& e = it->second;
-  const auto who = std::make_pair(notifier_engine, notifier_rank);
+  const auto who = std::make_tuple(notifier_engine, notifier_stage, notifier_rank);
   if (std::find(e.notifiers.begin(), e.notifiers.end(), who) != e.notifiers.end()) {
     duplicate = true;
     return e.count;

@@ -11,6 +11,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -32,8 +33,8 @@ class LeaseTable {
   // the same rank (a resent or duplicated Notify, a buggy or hostile peer) must not complete
   // the lease early and let P free blocks another rank still reads; it is not counted and
   // `duplicate` is set.
-  uint32_t on_success(const std::string& request, const std::string& notifier_engine, uint32_t notifier_rank,
-                      std::optional<Notification>& complete, bool& duplicate);
+  uint32_t on_success(const std::string& request, const std::string& notifier_engine, uint32_t notifier_stage,
+                      uint32_t notifier_rank, std::optional<Notification>& complete, bool& duplicate);
 
   // Leases `request` (replacing an earlier lease); completes at once when enough notifications
   // already arrived. expected >= 1, ttl > 0 (the caller checks).
@@ -56,7 +57,7 @@ class LeaseTable {
     uint32_t count = 0;
     // Who counted so far; at most one entry per connected peer rank (a peer can only notify as
     // itself: the agent checks the Notify names the connection's own identity).
-    std::vector<std::pair<std::string, uint32_t>> notifiers;
+    std::vector<std::tuple<std::string, uint32_t, uint32_t>> notifiers;  // (engine, stage, rank)
     uint32_t expected = 0;  // 0: no lease
     Clock::time_point deadline{};
   };

@@ -1237,6 +1237,7 @@ class PeerInfoC(Structure):
         ("notifications_sent", c_uint64),
         ("notifications_received", c_uint64),
         ("heartbeat_rtt_us", c_uint64),
+        ("pp_rank", c_uint32),
     ]
 
 
@@ -1300,6 +1301,7 @@ class NotificationC(Structure):
         ("count", c_uint32),
         ("expected", c_uint32),
         ("bytes", c_uint64),
+        ("pp_rank", c_uint32),
     ]
 
 
@@ -1488,11 +1490,11 @@ STRUCT_FORMATS: Dict[str, str] = {
     "pdkv_agent_info_t": "NPIIPHiiNN",
     "pdkv_memory_desc_t": "NQIQQii0N",
     "pdkv_connect_options_t": "NQPQ",
-    "pdkv_peer_info_t": "NPIPBBiiQQQQQQQQ",
+    "pdkv_peer_info_t": "NPIPBBiiQQQQQQQQI0N",
     "pdkv_transfer_params_t": "NQiPPPQB0N",
     "pdkv_transfer_info_t": "NiiQQQQQQ",
     "pdkv_failed_read_t": "IIQiI0Q",
-    "pdkv_notification_t": "NiiPPIIIQ",
+    "pdkv_notification_t": "NiiPPIIIQI0N",
     "pdkv_engine_options_t": "NPPPIQQPNii0N",
     "pdkv_engine_info_t": "NNIIIiQQQQQB0N",
     "pdkv_engine_group_t": "NiPNPN",
@@ -1644,6 +1646,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_memory_free": (None, [POINTER(MemoryT)]),
     "pdkv_agent_connect": (c_int, [POINTER(AgentT), POINTER(ConnectOptionsC), POINTER(POINTER(PeerT)), POINTER(POINTER(ErrorT))]),
     "pdkv_agent_find_peer": (c_int, [POINTER(AgentT), c_char_p, c_uint32, POINTER(POINTER(PeerT)), POINTER(POINTER(ErrorT))]),
+    "pdkv_agent_find_stage_peer": (c_int, [POINTER(AgentT), c_char_p, c_uint32, c_uint32, POINTER(POINTER(PeerT)), POINTER(POINTER(ErrorT))]),
     "pdkv_peer_get_info": (c_int, [POINTER(PeerT), POINTER(PeerInfoC), POINTER(POINTER(ErrorT))]),
     "pdkv_peer_metadata": (c_int, [POINTER(PeerT), POINTER(POINTER(EngineMetadataT)), POINTER(POINTER(ErrorT))]),
     "pdkv_peer_disconnect": (c_int, [POINTER(PeerT), POINTER(POINTER(ErrorT))]),

@@ -124,6 +124,7 @@ class PeerInfo:
     notifications_sent: int  #: Notifications sent.
     notifications_received: int  #: Notifications received.
     heartbeat_rtt: float  #: Last heartbeat round trip, seconds.
+    pp_rank: int = 0  #: The peer's pipeline stage (0 without pipeline parallelism).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +162,7 @@ class Notification:
     count: int  #: Successful notifications received for the request so far.
     expected: int  #: The lease's expected count (0: no lease).
     bytes: int  #: Bytes the sender moved for this request.
+    pp_rank: int = 0  #: The remote rank's pipeline stage.
 
 
 def _free_agent(ptr: Any, pins: List[Any]) -> None:
@@ -340,11 +342,17 @@ class Agent(Handle):
         call("pdkv_agent_connect", self._p(), byref(c), byref(out))
         return Peer._wrap(out)
 
-    def find_peer(self, engine_id: str, tp_rank: int = 0) -> "Peer":
+    def find_peer(self, engine_id: str, tp_rank: int = 0, pp_rank: Optional[int] = None) -> "Peer":
         """The connected peer (engine_id, tp_rank), whichever side connected
-        (:class:`pdkv.NotFoundError` when none)."""
+        (:class:`pdkv.NotFoundError` when none). With ``pp_rank`` the peer of that pipeline
+        stage; without it, an engine connected as several stages at ``tp_rank`` is refused
+        (:class:`pdkv.InvalidArgumentError` naming the stages)."""
         out = POINTER(_ffi.PeerT)()
-        call("pdkv_agent_find_peer", self._p(), encode("engine_id", engine_id), u32("tp_rank", tp_rank), byref(out))
+        if pp_rank is None:
+            call("pdkv_agent_find_peer", self._p(), encode("engine_id", engine_id), u32("tp_rank", tp_rank), byref(out))
+        else:
+            call("pdkv_agent_find_stage_peer", self._p(), encode("engine_id", engine_id), u32("pp_rank", pp_rank),
+                 u32("tp_rank", tp_rank), byref(out))
         return Peer._wrap(out)
 
     def post(
@@ -431,6 +439,7 @@ class Agent(Handle):
                         count=c.count,
                         expected=c.expected,
                         bytes=c.bytes,
+                        pp_rank=c.pp_rank,
                     )
                 )
         finally:
@@ -534,6 +543,7 @@ class Peer(Handle):
             notifications_sent=c.notifications_sent,
             notifications_received=c.notifications_received,
             heartbeat_rtt=c.heartbeat_rtt_us / 1e6,
+            pp_rank=c.pp_rank,
         )
 
     def metadata(self) -> EngineMetadata:

@@ -111,6 +111,12 @@ def test_read_moves_every_byte_and_notifies(model: pdkv.Model) -> None:
             assert (pi.bytes_read, pi.transfers_done) == (total, 1)
             with p.agent.find_peer(xfer.D_ENGINE) as back:
                 assert back.info().inbound
+            # Single-stage engines: stage 0 everywhere, and a stage lookup names the stage.
+            assert (done.pp_rank, pi.pp_rank) == (0, 0)
+            with p.agent.find_peer(xfer.D_ENGINE, 0, pp_rank=0) as back:
+                assert back.info().engine_id == xfer.D_ENGINE
+            with pytest.raises(pdkv.NotFoundError, match="stage 1 rank 0"):
+                p.agent.find_peer(xfer.D_ENGINE, 0, pp_rank=1)
 
 
 @pytest.mark.parametrize("ids", ["array", "memoryview", "tuple", "numpy"])

@@ -402,6 +402,13 @@ TEST_CASE("the agent's calls refuse NULL, struct_size and enum values naming the
     r = capture([&](pdkv_error_t** e) { return pdkv_agent_find_peer(a, "nobody", 3, &p, e); });
     CHECK(r.status == PDKV_ERR_NOT_FOUND);
     CHECK_THAT(r.message, Contains("'nobody' rank 3"));
+    r = capture([&](pdkv_error_t** e) { return pdkv_agent_find_stage_peer(a, "nobody", 2, 3, &p, e); });
+    CHECK(r.status == PDKV_ERR_NOT_FOUND);
+    CHECK_THAT(r.message, Contains("'nobody' stage 2 rank 3"));
+    CHECK(p == nullptr);
+    r = capture([&](pdkv_error_t** e) { return pdkv_agent_find_stage_peer(a, nullptr, 0, 0, &p, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("engine_id"));
   }
   SECTION("post") {
     auto d_md = metadata(n->model.get(), "dec", nullptr);
@@ -495,6 +502,21 @@ TEST_CASE("the agent's calls refuse NULL, struct_size and enum values naming the
     CHECK_THAT(r.message, Contains("index 1"));
     REQUIRE_OK(pdkv_notification_list_get(list.get(), 0, &note, err));
     CHECK(note.kind == PDKV_NOTIFY_LEASE_EXPIRED);
+    // A caller compiled before pp_rank was appended passes the first published size: every
+    // earlier field is filled and nothing past its struct_size is written.
+    struct {
+      pdkv_notification_t n;
+      uint64_t guard;
+    } old{};
+    old.n.struct_size = offsetof(pdkv_notification_t, bytes) + sizeof(uint64_t);
+    std::memset(reinterpret_cast<uint8_t*>(&old.n) + old.n.struct_size, 0xAB,
+                sizeof old - old.n.struct_size);
+    REQUIRE_OK(pdkv_notification_list_get(list.get(), 0, &old.n, err));
+    CHECK(old.n.kind == PDKV_NOTIFY_LEASE_EXPIRED);
+    CHECK(old.n.pp_rank == 0xABABABABu);
+    old.n.struct_size = offsetof(pdkv_notification_t, bytes);  // shorter than first published
+    r = capture([&](pdkv_error_t** e) { return pdkv_notification_list_get(list.get(), 0, &old.n, e); });
+    CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
     CHECK(note.status == PDKV_ERR_TIMED_OUT);
     CHECK(std::string(note.request_id) == "r");
     r = capture([&](pdkv_error_t** e) { return pdkv_notification_list_count(nullptr, &count, e); });

@@ -18,7 +18,7 @@ TEST(LeaseTable, UnleasedCountsAreBoundedByBytes) {
   std::optional<Notification> done;
   const size_t n = 40000;  // 40000 x ~1 KiB: over the byte bound, under the count bound
   bool dup = false;
-  for (size_t i = 0; i < n; ++i) t.on_success(id(i), "dec", 0, done, dup);
+  for (size_t i = 0; i < n; ++i) t.on_success(id(i), "dec", 0, 0, done, dup);
   EXPECT_LE(t.size() * 1000, LeaseTable::kMaxUnleasedBytes);
   EXPECT_GT(t.size(), LeaseTable::kMaxUnleasedBytes / 2000);
   // The newest are kept, the oldest dropped: a lease on the newest finds its count.
@@ -33,7 +33,7 @@ TEST(LeaseTable, ShortIdsStillKeepTheCountBound) {
   LeaseTable t;
   std::optional<Notification> done;
   bool dup = false;
-  for (size_t i = 0; i < LeaseTable::kMaxUnleased + 100; ++i) t.on_success("r" + std::to_string(i), "dec", 0, done, dup);
+  for (size_t i = 0; i < LeaseTable::kMaxUnleased + 100; ++i) t.on_success("r" + std::to_string(i), "dec", 0, 0, done, dup);
   EXPECT_EQ(t.size(), LeaseTable::kMaxUnleased);
 }
 
@@ -47,29 +47,36 @@ TEST(LeaseTable, ASecondSuccessFromTheSameRankIsNotCounted) {
   EXPECT_FALSE(t.lease("req", 2, ttl).has_value());
   std::optional<Notification> done;
   bool dup = true;
-  EXPECT_EQ(t.on_success("req", "dec", 0, done, dup), 1u);
+  EXPECT_EQ(t.on_success("req", "dec", 0, 0, done, dup), 1u);
   EXPECT_FALSE(dup);
   EXPECT_FALSE(done.has_value());
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(t.on_success("req", "dec", 0, done, dup), 1u);
+    EXPECT_EQ(t.on_success("req", "dec", 0, 0, done, dup), 1u);
     EXPECT_TRUE(dup);
     EXPECT_FALSE(done.has_value());
   }
-  EXPECT_EQ(t.on_success("req", "dec", 1, done, dup), 2u);
+  EXPECT_EQ(t.on_success("req", "dec", 0, 1, done, dup), 2u);
   EXPECT_FALSE(dup);
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->kind, NotificationKind::RequestComplete);
   EXPECT_EQ(done->count, 2u);
 
   // Before the lease too: duplicates counted while nobody leased do not pre-fill it.
-  EXPECT_EQ(t.on_success("early", "dec", 0, done, dup), 1u);
-  EXPECT_EQ(t.on_success("early", "dec", 0, done, dup), 1u);
+  EXPECT_EQ(t.on_success("early", "dec", 0, 0, done, dup), 1u);
+  EXPECT_EQ(t.on_success("early", "dec", 0, 0, done, dup), 1u);
   EXPECT_TRUE(dup);
   EXPECT_FALSE(t.lease("early", 2, ttl).has_value());
-  EXPECT_EQ(t.on_success("early", "other", 0, done, dup), 2u);
+  EXPECT_EQ(t.on_success("early", "other", 0, 0, done, dup), 2u);
   EXPECT_FALSE(dup);
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->request_id, "early");
+
+  // Pipeline stages: rank 0 of stage 0 and rank 0 of stage 1 are two notifiers.
+  EXPECT_FALSE(t.lease("staged", 2, ttl).has_value());
+  EXPECT_EQ(t.on_success("staged", "dec", 0, 0, done, dup), 1u);
+  EXPECT_EQ(t.on_success("staged", "dec", 1, 0, done, dup), 2u);
+  EXPECT_FALSE(dup);
+  ASSERT_TRUE(done.has_value());
 }
 
 }  // namespace

@@ -314,8 +314,8 @@ TEST_P(AgentLoopback, PlansCannotBeExecutedWithTheRolesSwapped) {
   EXPECT_EQ(p0->mem, before);
 }
 
-// A plan between pipeline stages names them; an agent (one stage, peers known by engine and TP
-// rank) refuses one for another stage than its own or its peer's before any byte moves.
+// A plan between pipeline stages names them; an agent (one stage) refuses one for another stage
+// than its own, or for a peer stage that is not connected, before any byte moves.
 TEST_P(AgentLoopback, PlansOfAnotherPipelineStageAreRefused) {
   auto d = make_rank("dec", 1, 0, 0xEE, GetParam());
   auto p0 = make_rank("pre", 2, 0, 0, GetParam());
@@ -334,8 +334,9 @@ TEST_P(AgentLoopback, PlansOfAnotherPipelineStageAreRefused) {
     d->agent->post(pp);
     FAIL() << "a plan for P stage 1 was posted to single-stage P ranks";
   } catch (const core::Error& e) {
-    EXPECT_EQ(e.status(), Status::InvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("stage 1 of 2 but peer 'pre' rank"), std::string::npos) << e.what();
+    EXPECT_EQ(e.status(), Status::NotFound);
+    EXPECT_NE(std::string(e.what()).find("rank 0 of stage 1 of engine 'pre' is not connected"), std::string::npos)
+        << e.what();
   }
   plan.p_pp_size = 1;
   plan.p_pp_rank = 0;
@@ -350,6 +351,113 @@ TEST_P(AgentLoopback, PlansOfAnotherPipelineStageAreRefused) {
   }
   std::this_thread::sleep_for(20ms);
   EXPECT_EQ(d->mem, before);
+}
+
+// One rank of a pipeline stage: model "attn4" (four GQA layers), TP 1, stage pp_rank of pp_size
+// holding layers [begin, end) in `regions` regions, memory filled like make_rank's.
+std::unique_ptr<Rank> make_stage_rank(const std::string& engine, uint32_t pp_size, uint32_t pp_rank, uint32_t begin,
+                                      uint32_t end, uint32_t regions, uint8_t fill, TransportMode mode) {
+  auto r = std::make_unique<Rank>();
+  r->engine = engine;
+  r->rank = 0;
+  core::ModelDesc m;
+  m.name = "attn4";
+  m.attention.num_kv_heads = 2;
+  m.attention.head_size = 4;
+  m.attention.head_size_v = 4;
+  m.dtype_bytes = 1;
+  m.layer_pattern = "****";
+  core::EngineConfig cfg;
+  cfg.tp_size = 1;
+  cfg.user_block_size = 16;
+  const auto geo = core::derive_geometry(m, cfg);
+  core::EngineLayout l;
+  l.engine_id = engine;
+  l.num_logical_blocks = 16;
+  l.num_regions = regions;
+  l.pp_size = pp_size;
+  l.pp_rank = pp_rank;
+  l.layer_begin = begin;
+  l.layer_end = end;
+  uint64_t bytes = 0;
+  for (auto& reg : core::metadata_from_geometry(m, cfg, geo, l).regions) bytes += reg.region.block_len * reg.region.num_blocks;
+  r->mem.assign(bytes, fill);
+  if (fill == 0) {
+    for (size_t i = 0; i < r->mem.size(); ++i) r->mem[i] = static_cast<uint8_t>((i * 131 + pp_rank * 71 + 7) % 251);
+  }
+  l.base = reinterpret_cast<uint64_t>(r->mem.data());
+  r->md = core::metadata_from_geometry(m, cfg, geo, l);
+  AgentOptions o;
+  o.metadata = r->md;
+  o.transport = mode;
+  o.default_timeout = 5000ms;
+  o.heartbeat_interval = 100ms;
+  o.heartbeat_timeout = 2000ms;
+  r->agent = std::make_unique<Agent>(o);
+  r->core = r->agent->core();
+  for (uint32_t i = 0; i < r->md.regions.size(); ++i) {
+    const auto& reg = r->md.regions[i].region;
+    r->regs.push_back(r->agent->register_memory(i, reg.base, reg.block_len * reg.num_blocks, MemoryType::Host));
+  }
+  return r;
+}
+
+// A D engine without pipeline parallelism reads from both stages of a P engine run as PP 2: both
+// stages' rank 0 stay connected at once (peers are known by engine, stage and TP rank), each plan
+// reads its stage's layers from that stage, every byte lands where the plan says, and a lookup
+// by TP rank alone names the stages instead of guessing.
+TEST_P(AgentLoopback, ADReadsEveryPipelineStageOfAPEngineAtOnce) {
+  auto d = make_stage_rank("dec", 1, 0, 0, core::kLayerEndOpen, 4, 0xEE, GetParam());
+  auto p0 = make_stage_rank("pre", 2, 0, 0, 2, 2, 0, GetParam());
+  auto p1 = make_stage_rank("pre", 2, 1, 2, 4, 2, 0, GetParam());
+  d->agent->connect(p0->agent->info().listen, 3000ms);
+  d->agent->connect(p1->agent->info().listen, 3000ms);
+  EXPECT_TRUE(d->agent->find_peer("pre", 0, 0)->connected.load());
+  EXPECT_TRUE(d->agent->find_peer("pre", 1, 0)->connected.load());
+  try {
+    d->agent->find_peer("pre", 0);
+    FAIL() << "a lookup by TP rank alone picked one of two stages";
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("pipeline stages 0, 1; name the stage"), std::string::npos) << e.what();
+  }
+  std::vector<uint8_t> expect = d->mem;
+  for (Rank* p : {p0.get(), p1.get()}) {
+    core::PlanContext ctx = core::make_plan_context(d->md, {p->md});
+    core::PlanGroup g;
+    g.trim.kind = core::GroupKind::Attention;
+    g.trim.local_blocks = {3, 9};
+    g.trim.remote_blocks = {5, 6};
+    g.trim.remote_computed_tokens = 32;
+    g.layers = {0, 1, 2, 3};
+    const core::TransferPlan plan = core::compile_transfer_plan(ctx, {g});
+    ASSERT_EQ(plan.p_pp_rank, p->md.pp_rank);
+    for (const auto& rr : plan.ranks) {
+      for (const auto& r : rr.reads) {
+        const uint64_t dst = d->md.regions[r.local_region].region.base + r.local_offset -
+                             reinterpret_cast<uint64_t>(d->mem.data());
+        const uint64_t src = p->md.regions[r.remote_region].region.base + r.remote_offset -
+                             reinterpret_cast<uint64_t>(p->mem.data());
+        std::memcpy(expect.data() + dst, p->mem.data() + src, r.length);
+      }
+    }
+    PostParams pp;
+    pp.plan = &plan;
+    pp.peer_engine_id = "pre";
+    pp.request_id = "stage-" + std::to_string(p->md.pp_rank);
+    auto t = d->agent->post(pp);
+    ASSERT_TRUE(t.wait(5000ms));
+    ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+  }
+  EXPECT_TRUE(expect == d->mem) << "D's memory differs from what the two stages' plans name";
+  EXPECT_NE(expect, std::vector<uint8_t>(expect.size(), 0xEE));  // the plans moved something
+  // Each stage's P rank heard from D as itself: READ_DONE names D, and D saw stage-tagged peers.
+  for (Rank* p : {p0.get(), p1.get()}) {
+    auto notes = wait_notes(*p->agent, 1);
+    ASSERT_FALSE(notes.empty());
+    EXPECT_EQ(notes[0].kind, NotificationKind::ReadDone);
+    EXPECT_EQ(notes[0].request_id, "stage-" + std::to_string(p->md.pp_rank));
+  }
 }
 
 TEST_P(AgentLoopback, LostPeerFailsTheTransferAndTheSurvivorServesAFreshPeer) {

@@ -241,11 +241,21 @@ PDKV_API pdkv_status_t pdkv_agent_connect(pdkv_agent_t *agent,
                                           const pdkv_connect_options_t *options,
                                           pdkv_peer_t **out, pdkv_error_t **err);
 
-/* The connected peer (engine_id, tp_rank), whichever side connected. Errors: NULL_POINTER,
- * NOT_FOUND (names the engine and rank). *out owned by the caller. Thread-safe. */
+/* The connected peer (engine_id, tp_rank), whichever side connected. An agent may hold several
+ * pipeline stages of one peer engine (peers are known by engine, stage and TP rank): when more
+ * than one stage is connected at tp_rank this refuses to pick one (use
+ * pdkv_agent_find_stage_peer). Errors: NULL_POINTER, NOT_FOUND (names the engine and rank),
+ * INVALID_ARGUMENT (several stages at that rank: names them). *out owned by the caller.
+ * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_agent_find_peer(pdkv_agent_t *agent, const char *engine_id,
                                             uint32_t tp_rank, pdkv_peer_t **out,
                                             pdkv_error_t **err);
+
+/* The connected peer (engine_id, pipeline stage pp_rank, tp_rank). Errors: NULL_POINTER,
+ * NOT_FOUND (names the engine, stage and rank). *out owned by the caller. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_agent_find_stage_peer(pdkv_agent_t *agent, const char *engine_id,
+                                                  uint32_t pp_rank, uint32_t tp_rank,
+                                                  pdkv_peer_t **out, pdkv_error_t **err);
 
 /* A peer's identity, state and counters (output struct). */
 typedef struct pdkv_peer_info {
@@ -265,6 +275,9 @@ typedef struct pdkv_peer_info {
   uint64_t notifications_sent;
   uint64_t notifications_received;
   uint64_t heartbeat_rtt_us;    /* last heartbeat round trip */
+  uint32_t pp_rank;             /* the peer's pipeline stage (0 without pipeline parallelism);
+                                   appended in 0.2: a caller whose struct_size ends before it
+                                   gets every earlier field */
 } pdkv_peer_info_t;
 
 /* Fills the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE. Thread-safe. */
@@ -400,6 +413,8 @@ typedef struct pdkv_notification {
                               counted, so a duplicate never completes a lease early) */
   uint32_t expected;       /* the lease's expected count (0: no lease) */
   uint64_t bytes;          /* bytes the sender moved for this request */
+  uint32_t pp_rank;        /* the remote rank's pipeline stage (appended in 0.2, like
+                              pdkv_peer_info_t's) */
 } pdkv_notification_t;
 
 /* Takes every pending notification, oldest first (*out may hold 0 items). Poll regularly: a

@@ -1715,6 +1715,16 @@ extern "C" {
         err: *mut *mut pdkv_error_t,
     ) -> pdkv_status_t;
 }
+extern "C" {
+    pub fn pdkv_agent_find_stage_peer(
+        agent: *mut pdkv_agent_t,
+        engine_id: *const ::std::os::raw::c_char,
+        pp_rank: u32,
+        tp_rank: u32,
+        out: *mut *mut pdkv_peer_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pdkv_peer_info {
@@ -1734,6 +1744,7 @@ pub struct pdkv_peer_info {
     pub notifications_sent: u64,
     pub notifications_received: u64,
     pub heartbeat_rtt_us: u64,
+    pub pp_rank: u32,
 }
 pub type pdkv_peer_info_t = pdkv_peer_info;
 extern "C" {
@@ -1857,6 +1868,7 @@ pub struct pdkv_notification {
     pub count: u32,
     pub expected: u32,
     pub bytes: u64,
+    pub pp_rank: u32,
 }
 pub type pdkv_notification_t = pdkv_notification;
 extern "C" {

@@ -437,13 +437,35 @@ impl Agent {
     }
 
     /// The connected peer `(engine_id, tp_rank)`, whichever side connected
-    /// (`pdkv_agent_find_peer`): [`Status::NotFound`] when there is none.
+    /// (`pdkv_agent_find_peer`): [`Status::NotFound`] when there is none,
+    /// [`Status::InvalidArgument`] when the engine is connected as several pipeline stages at
+    /// `tp_rank` (use [`Agent::find_stage_peer`]).
     pub fn find_peer(&self, engine_id: &str, tp_rank: u32) -> Result<Peer> {
         let id = cstring(engine_id, "engine id")?;
         let mut out = ptr::null_mut();
         // SAFETY: live handle, valid string and out pointer.
         check(|e| unsafe {
             sys::pdkv_agent_find_peer(self.ptr.as_ptr(), id.as_ptr(), tp_rank, &mut out, e)
+        })?;
+        Peer::new(out, self.shared())
+    }
+
+    /// The connected peer `(engine_id, pipeline stage pp_rank, tp_rank)`
+    /// (`pdkv_agent_find_stage_peer`): [`Status::NotFound`] when there is none. Use it when an
+    /// engine is connected as several stages, where [`Agent::find_peer`] refuses to pick one.
+    pub fn find_stage_peer(&self, engine_id: &str, pp_rank: u32, tp_rank: u32) -> Result<Peer> {
+        let id = cstring(engine_id, "engine id")?;
+        let mut out = ptr::null_mut();
+        // SAFETY: live handle, valid string and out pointer.
+        check(|e| unsafe {
+            sys::pdkv_agent_find_stage_peer(
+                self.ptr.as_ptr(),
+                id.as_ptr(),
+                pp_rank,
+                tp_rank,
+                &mut out,
+                e,
+            )
         })?;
         Peer::new(out, self.shared())
     }

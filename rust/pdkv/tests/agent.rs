@@ -147,6 +147,11 @@ fn read_moves_every_byte_and_notifies() {
         back.inbound && back.connected && back.notifications_received >= 1,
         "{back:?}"
     );
+    // Single-stage engines are stage 0; another stage is not connected.
+    assert!(p.agent.find_stage_peer(xfer::D_ENGINE, 0, 0).is_ok());
+    let e = p.agent.find_stage_peer(xfer::D_ENGINE, 1, 0).unwrap_err();
+    assert_eq!(e.status(), Status::NotFound, "{e}");
+    assert!(e.to_string().contains("stage 1 rank 0"), "{e}");
 }
 
 #[test]

@@ -130,6 +130,7 @@ pub const HEADER_FUNCTIONS: &[&str] = &[
     "pdkv_memory_free",
     "pdkv_agent_connect",
     "pdkv_agent_find_peer",
+    "pdkv_agent_find_stage_peer",
     "pdkv_peer_get_info",
     "pdkv_peer_metadata",
     "pdkv_peer_disconnect",
