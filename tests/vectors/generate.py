@@ -1463,7 +1463,7 @@ def trim_cases():
     return cases
 
 
-def scheduler2_cases():
+def scheduler_split_cases():
     cases = []
     add = lambda name, op, inp, out=None, err=None: cases.append(
         dict(name=name, op=op, input=inp, **({"output": out} if err is None else {"error": err})))
@@ -1816,8 +1816,8 @@ def plan_cases():
 
 
 
-def plan_more_cases():
-    """More transfer plans (file plans_more.json): Mamba align / all modes, a sliding window with
+def plan_modes_layouts_errors_cases():
+    """Transfer plans of file plans_modes_layouts_errors.json: Mamba align / all modes, a sliding window with
     a prefix hit, D and P kernel blocks of different sizes, head-sharded GQA, MLA, and the errors
     compile must raise. Geometry is kept small enough to check by hand (numbers in comments)."""
     cases = []
@@ -2537,7 +2537,7 @@ def engine_ranks(mds):
     return items
 
 
-def handshake2_cases():
+def handshake_message_cases():
     """Incompatible pairs with the values named in each item's message, and engine-rank checks."""
     cases = []
     nano, falcon, jamba = "nemotron-3-nano-30b", "falcon-h1-0.5b", "jamba-v0.1"
@@ -3452,14 +3452,14 @@ if __name__ == "__main__":
     write("scheduler", scheduler_cases())
     write("offload", offload_cases())
     write("trim", trim_cases())
-    write("scheduler_split", scheduler2_cases())
+    write("scheduler_split", scheduler_split_cases())
     write("metadata", metadata_cases())
     write("handshake", handshake_cases())
     write("plans", plan_cases())
-    write("plans_more", plan_more_cases())
+    write("plans_modes_layouts_errors", plan_modes_layouts_errors_cases())
     write("descriptors", descriptor_cases())
     write("models", model_cases())
-    write("handshake_more", handshake2_cases())
+    write("handshake_messages", handshake_message_cases())
     write("plans_json", plan_json_cases())
     write("mixed_mla", mixed_mla_cases())
     write("kv_formats", kv_format_cases())
