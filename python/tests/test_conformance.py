@@ -299,7 +299,7 @@ def op_plan_remote_decode_prefill(i: Input) -> Dict[str, Any]:
     return dataclass_dict(plan)
 
 
-# ---- issue #3 ops: trimming, scheduler helpers, zero ranges, metadata, handshake, plans ----
+# ---- planning ops: trimming, scheduler helpers, zero ranges, metadata, handshake, plans -----
 
 
 _CACHE_MODES = ("none", "align", "all")
@@ -754,8 +754,8 @@ def op_pipeline_stage_pairs(i: Input) -> Dict[str, Any]:
         return {"pairs": [dataclass_dict(x) for x in pairs], "notifications": notes}
 
 
-# ---- issue #4 ops: descriptor builders, conv-offset helpers, model description, engine-rank
-# validation, plan JSON ------------------------------------------------------------------------
+# ---- descriptor and model ops: descriptor builders, conv-offset helpers, model description,
+# engine-rank validation, plan JSON ------------------------------------------------------------
 
 
 def _regions(i: Input, key: str) -> List[pdkv.Region]:

@@ -2218,7 +2218,7 @@ fn runner_detects_mismatches_and_unknown_ops() {
     assert!(run_case(&case(r#"{"name":"err","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["2","3"]}}"#)).is_ok());
 }
 
-/// Cross-op checks of the issue #3 handlers beyond the vectors: each must run, produce its
+/// Cross-op checks of the planning handlers beyond the vectors: each must run, produce its
 /// complete key set, and agree with itself across ops (round trip vs decode, worked numbers).
 #[test]
 fn newer_op_handlers_are_consistent() {
@@ -2337,11 +2337,11 @@ fn newer_op_handlers_are_consistent() {
     );
 }
 
-/// The issue #4 handlers must be able to fail: `item_messages_contain` (a missing substring or
+/// The descriptor and model handlers must be able to fail: `item_messages_contain` (a missing substring or
 /// a count different from the item count), a changed descriptor, conv range, model field or
 /// plan JSON line, and a typo inside a nested region or mapping object.
 #[test]
-fn issue4_handlers_detect_mismatches() {
+fn descriptor_and_model_handlers_detect_mismatches() {
     let case = |s: &str| Parser::parse(s).unwrap();
     let ranks = r#""ranks":[{"model":"nemotron-3-nano-30b","engine":{"tp_size":2},"layout":{"engine_id":"p"}},
                            {"model":"nemotron-3-nano-30b","engine":{"tp_size":2},"layout":{"engine_id":"q","tp_rank":1}}]"#;

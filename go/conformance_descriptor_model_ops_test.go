@@ -10,9 +10,9 @@ import (
 	"testing"
 )
 
-// Runners for the issue #4 ops of docs/conformance.md: descriptor builders, vLLM conv-offset
-// helpers and model description (handshake_validate_engine_ranks and transfer_plan_json live
-// with their issue #3 relatives in conformance_ops_test.go).
+// Runners for the descriptor and model ops of docs/conformance.md: descriptor builders, vLLM
+// conv-offset helpers and model description (handshake_validate_engine_ranks and
+// transfer_plan_json live with the other planning ops in conformance_planning_ops_test.go).
 func init() {
 	for name, op := range map[string]opFunc{
 		"attention_local_descriptors":   opAttentionLocalDescriptors,

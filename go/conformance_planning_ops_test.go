@@ -10,9 +10,9 @@ import (
 	"testing"
 )
 
-// Runners for the issue #3 ops of docs/conformance.md (trimming, scheduler helpers, zeroing,
-// Mamba descriptor ids, CRC-32C, metadata, handshake and transfer plans) and their issue #4
-// relatives handshake_validate_engine_ranks and transfer_plan_json.
+// Runners for the planning ops of docs/conformance.md (trimming, scheduler helpers, zeroing,
+// Mamba descriptor ids, CRC-32C, metadata, handshake, engine-rank validation, transfer plans and
+// their JSON form).
 func init() {
 	for name, op := range map[string]opFunc{
 		"trim_group":                      opTrimGroup,
@@ -814,9 +814,9 @@ func runOp(t *testing.T, op, input string) (map[string]interface{}, error) {
 	return n.(map[string]interface{}), nil
 }
 
-// TestIssue3OpsSelfCheck runs the issue #3 op handlers on worked examples of the C API tests,
+// TestPlanningOpsSelfCheck runs the planning op handlers on worked examples of the C API tests,
 // so they are exercised before their vectors land.
-func TestIssue3OpsSelfCheck(t *testing.T) {
+func TestPlanningOpsSelfCheck(t *testing.T) {
 	expect := func(op, input string, want map[string]interface{}) {
 		t.Helper()
 		got, err := runOp(t, op, input)
