@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "boundary.hpp"
-#include "handles.hpp"
+#include "model_geometry_handles.hpp"
 #include "pdkv/core/attention_descriptors.hpp"
 #include "pdkv/core/mamba_descriptors.hpp"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "boundary.hpp"
-#include "handles.hpp"
+#include "model_geometry_handles.hpp"
 #include "pdkv/core/engine_request.hpp"
 #include "pdkv/core/kv_cache_groups.hpp"
 #include "plan_handles.hpp"

@@ -1,7 +1,7 @@
 // Geometry handles: per-engine page and block sizes (core/geometry.hpp).
 #include "boundary.hpp"
 #include "engine_config.hpp"
-#include "handles.hpp"
+#include "model_geometry_handles.hpp"
 #include "pdkv/core/checked_math.hpp"
 #include "pdkv/core/geometry.hpp"
 #include "struct_sizes.hpp"

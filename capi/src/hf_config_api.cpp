@@ -9,7 +9,7 @@
 #include <system_error>
 
 #include "boundary.hpp"
-#include "handles.hpp"
+#include "model_geometry_handles.hpp"
 #include "pdkv/core/hf_config.hpp"
 
 using pdkv::capi::guard;

@@ -4,7 +4,7 @@
 
 #include "boundary.hpp"
 #include "buffers.hpp"
-#include "handles.hpp"
+#include "model_geometry_handles.hpp"
 #include "pdkv/core/mamba_split.hpp"
 
 using pdkv::capi::guard;

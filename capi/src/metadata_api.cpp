@@ -8,7 +8,7 @@
 
 #include "boundary.hpp"
 #include "engine_config.hpp"
-#include "handles.hpp"
+#include "model_geometry_handles.hpp"
 #include "pdkv/core/checked_math.hpp"
 #include "pdkv/core/engine_metadata.hpp"
 #include "pdkv/core/fingerprint.hpp"

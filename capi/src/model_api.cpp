@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "boundary.hpp"
-#include "handles.hpp"
+#include "model_geometry_handles.hpp"
 #include "plan_handles.hpp"
 #include "struct_sizes.hpp"
 #include "pdkv/core/model.hpp"

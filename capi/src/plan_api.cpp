@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "boundary.hpp"
-#include "handles.hpp"
+#include "model_geometry_handles.hpp"
 #include "pdkv/core/checked_math.hpp"
 #include "pdkv/core/transfer_plan.hpp"
 #include "plan_handles.hpp"

@@ -1,8 +1,9 @@
 // Handle types and C <-> core conversions shared by the block-id, trimming, scheduler, metadata,
 // handshake and transfer-plan parts of the C API (block_ids_api.cpp, trim_api.cpp,
-// scheduler_api.cpp, metadata_api.cpp, handshake_api.cpp, plan_api.cpp). Like handles.hpp, each
-// handle owns its core value plus the flattened C arrays the header promises stay valid until the
-// handle is freed; handles are never modified after construction, hence thread-safe to read.
+// scheduler_api.cpp, metadata_api.cpp, handshake_api.cpp, plan_api.cpp). Like
+// model_geometry_handles.hpp, each handle owns its core value plus the flattened C arrays the
+// header promises stay valid until the handle is freed; handles are never modified after
+// construction, hence thread-safe to read.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Built-in model presets (core/presets.hpp): enumeration and model construction.
 #include "boundary.hpp"
-#include "handles.hpp"
+#include "model_geometry_handles.hpp"
 #include "pdkv/core/presets.hpp"
 #include "structs.hpp"
 

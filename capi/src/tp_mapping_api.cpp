@@ -1,7 +1,7 @@
 // Head placement, the P-side notification rule and the TP mapping handle (core/head_ranges.hpp,
 // core/tp_topology.hpp compute_tp_mapping).
 #include "boundary.hpp"
-#include "handles.hpp"
+#include "model_geometry_handles.hpp"
 #include "plan_handles.hpp"
 #include "pdkv/core/head_ranges.hpp"
 #include "pdkv/core/tp_topology.hpp"

@@ -1,4 +1,5 @@
-// Definitions of the opaque C handle types. Each handle owns the core value it wraps plus any
+// Definitions of the model, geometry, TP-mapping, Mamba-read and descriptor handles (the
+// planning handles are in plan_handles.hpp). Each handle owns the core value it wraps plus any
 // C-facing copies (string pointers, flattened arrays) whose lifetime the header promises to be
 // "until the handle is freed". Handles are immutable after construction, hence thread-safe to read.
 #pragma once
