@@ -13,10 +13,7 @@ namespace pdkv::core::plan_detail {
 
 namespace {
 
-struct Range {
-  uint64_t begin = 0;
-  uint64_t end = 0;
-};
+using Range = Trimmed::Range;
 
 std::string where(uint32_t region, uint64_t begin, uint64_t end) {
   return "D region " + s(region) + " offset " + s(begin) + " length " + s(end - begin);
@@ -102,7 +99,9 @@ void expected_ranges(const PlanContext& ctx, const Trimmed& t, const std::vector
 // Sorts and merges touching ranges in place; overlapping ranges are an error (`what` says
 // whose).
 void normalise(std::vector<Range>& v, uint32_t region, const char* what) {
-  std::sort(v.begin(), v.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  // Often in order already (one span per region, ascending ids): a linear look saves the sort.
+  const auto by_begin = [](const Range& a, const Range& b) { return a.begin < b.begin; };
+  if (!std::is_sorted(v.begin(), v.end(), by_begin)) std::sort(v.begin(), v.end(), by_begin);
   size_t out = 0;
   for (size_t i = 0; i < v.size(); ++i) {
     const Range r = v[i];
@@ -154,8 +153,8 @@ void compare(const std::vector<Range>& want, const std::vector<Range>& got, uint
 }
 
 // `size` is region_size(m, region) when the region exists (the caller's cache), else unused.
-void check_bounds(const EngineMetadata& m, const char* side, uint32_t region, uint64_t offset,
-                  uint64_t length, uint64_t size) {
+[[gnu::noinline, gnu::cold]] void fail_bounds(const EngineMetadata& m, const char* side, uint32_t region,
+                                               uint64_t offset, uint64_t length, uint64_t size) {
   if (region >= m.regions.size()) {
     fail(Status::OutOfBounds, std::string(side) + " region " + s(region) + " does not exist (" +
                                   s(m.regions.size()) + " regions registered)");
@@ -169,9 +168,81 @@ void check_bounds(const EngineMetadata& m, const char* side, uint32_t region, ui
   }
 }
 
+inline void check_bounds(const EngineMetadata& m, const char* side, uint32_t region, uint64_t offset,
+                         uint64_t length, uint64_t size) {
+  uint64_t end = 0;
+  if (region >= m.regions.size() || length == 0 || __builtin_add_overflow(offset, length, &end) || end > size)
+      [[unlikely]] {
+    fail_bounds(m, side, region, offset, length, size);
+  }
+}
+
+// Index in plan.ranks of P rank p, or SIZE_MAX.
+size_t plan_rank_index(const TransferPlan& plan, uint32_t p) {
+  for (size_t i = 0; i < plan.ranks.size(); ++i)
+    if (plan.ranks[i].p_rank == p) return i;
+  return SIZE_MAX;
+}
+
+// Accepts the hints whose reads equal the verified template at the hint's page bases and whose
+// pages lie inside the registered regions on both sides: each stands for [lpage, +page) of D
+// region `region` (the template tiles the page exactly), and its reads are recorded in
+// t.consumed so that the per-read pass skips them. A hint that does not match in every read is
+// ignored, and its reads are checked one by one like any other.
+void accept_hints(const TransferPlan& plan, const Prepared& pre, Trimmed& t) {
+  const MambaTemplate& m = pre.mamba;
+  auto& consumed = t.consumed;
+  auto& rank_at = t.rank_at;  // template rank -> plan.ranks index
+  rank_at.resize(m.ranks.size());
+  for (size_t j = 0; j < m.ranks.size(); ++j) rank_at[j] = plan_rank_index(plan, m.ranks[j].p_rank);
+  for (const PageHint& h : t.hints) {
+    uint64_t lend = 0;
+    if (h.region >= pre.d_size.size() || __builtin_add_overflow(h.lpage, m.local_page, &lend) ||
+        lend > pre.d_size[h.region] || h.at + m.ranks.size() > t.hint_index.size()) {
+      continue;
+    }
+    bool ok = true;
+    for (size_t j = 0; j < m.ranks.size() && ok; ++j) {
+      const size_t ri = rank_at[j];
+      if (ri == SIZE_MAX) {
+        ok = false;
+        break;
+      }
+      const auto& reads = plan.ranks[ri].reads;
+      const auto& tmpl = m.ranks[j].reads;
+      const size_t first = t.hint_index[h.at + j];
+      uint64_t rstride = 0, rpage = 0, rend = 0;
+      const auto& psize = pre.p_size[m.ranks[j].pos];
+      if (first > reads.size() || reads.size() - first < tmpl.size() || h.rregion >= m.remote_stride[j].size() ||
+          h.rregion >= psize.size() || (rstride = m.remote_stride[j][h.rregion]) == 0 ||
+          __builtin_mul_overflow(h.remote_block, rstride, &rpage) ||
+          __builtin_add_overflow(rpage, m.ranks[j].remote_extent, &rend) || rend > psize[h.rregion] ||
+          (!consumed[ri].empty() && consumed[ri].back().second > first)) {
+        ok = false;
+        break;
+      }
+      for (size_t k = 0; k < tmpl.size(); ++k) {
+        const PlanRead& r = reads[first + k];
+        const TemplateRead& x = tmpl[k];
+        if (r.local_region != h.region || r.remote_region != h.rregion || r.length != x.length ||
+            r.local_offset != h.lpage + x.local_offset || r.remote_offset != rpage + x.remote_offset) {
+          ok = false;
+          break;
+        }
+      }
+    }
+    if (!ok) continue;
+    for (size_t j = 0; j < m.ranks.size(); ++j) {
+      const size_t first = t.hint_index[h.at + j];
+      consumed[rank_at[j]].push_back({first, first + m.ranks[j].reads.size()});
+    }
+    push(t.got[h.region], h.lpage, lend);
+  }
+}
+
 }  // namespace
 
-void check_coverage(const TransferPlan& plan, const PlanContext& ctx, const Trimmed& t) {
+void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t, const Prepared* pre) {
   const EngineMetadata& d = ctx.local;
   // The receive-side permutation: the one D's layouts need, on exactly the blocks that receive
   // bytes, in every head-split region of each attention group (a block left out would keep P's
@@ -187,8 +258,8 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, const Trim
     fail(Status::Coverage, "plan has " + s(plan.zero.size()) + " groups of receive-side work for " + s(t.groups.size()) +
                                " groups");
   }
-  thread_local std::vector<uint64_t> blocks;
-  thread_local std::vector<uint32_t> regions;
+  auto& blocks = t.blocks;
+  auto& regions = t.regions;
   for (size_t g = 0; g < t.groups.size(); ++g) {
     const ResolvedGroup& rg = t.groups[g];
     blocks.clear();
@@ -208,24 +279,46 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, const Trim
                                  " regions permuted after receipt");
     }
   }
-  // Per-thread buffers: the check allocates nothing once they have grown to a request's size.
-  thread_local std::vector<std::vector<Range>> got, want;
+  // Scratch buffers: the check allocates nothing once they have grown to a request's size.
+  auto& got = t.got;
+  auto& want = t.want;
   got.resize(d.regions.size());
   want.resize(d.regions.size());
   for (auto& v : got) v.clear();
   for (auto& v : want) v.clear();
+  t.consumed.resize(plan.ranks.size());
+  for (auto& c : t.consumed) c.clear();
+  if (pre != nullptr && pre->mamba.valid && !t.hints.empty()) accept_hints(plan, *pre, t);
   // Region sizes of D and of the P rank at hand, computed once per side (region_size checks the
-  // product); an index past the end is reported by check_bounds before any size is used.
-  thread_local std::vector<uint64_t> d_size, p_size;
+  // product) or taken from the context's precomputation; an index past the end is reported by
+  // check_bounds before any size is used.
+  auto& d_size = t.d_size;
+  auto& p_size = t.p_size;
   auto sizes = [](const EngineMetadata& m, std::vector<uint64_t>& out) {
     out.resize(m.regions.size());
     for (uint32_t i = 0; i < out.size(); ++i) out[i] = region_size(m, i);
   };
-  sizes(d, d_size);
-  for (const RankReads& rr : plan.ranks) {
+  if (pre != nullptr) {
+    d_size = pre->d_size;
+  } else {
+    sizes(d, d_size);
+  }
+  for (size_t ri = 0; ri < plan.ranks.size(); ++ri) {
+    const RankReads& rr = plan.ranks[ri];
     const EngineMetadata& p = remote_rank(ctx, rr.p_rank);
-    sizes(p, p_size);
-    for (const PlanRead& r : rr.reads) {
+    if (pre != nullptr) {
+      p_size = pre->p_size[static_cast<size_t>(&p - ctx.remote.data())];
+    } else {
+      sizes(p, p_size);
+    }
+    const auto& skip = t.consumed[ri];
+    size_t next_skip = 0;
+    for (size_t i = 0; i < rr.reads.size();) {
+      if (next_skip < skip.size() && skip[next_skip].first == i) {  // a page accepted_hints verified
+        i = skip[next_skip++].second;
+        continue;
+      }
+      const PlanRead& r = rr.reads[i++];
       const bool dl = r.local_region < d_size.size(), pl = r.remote_region < p_size.size();
       check_bounds(d, "D", r.local_region, r.local_offset, r.length, dl ? d_size[r.local_region] : 0);
       check_bounds(p, "P", r.remote_region, r.remote_offset, r.length, pl ? p_size[r.remote_region] : 0);
@@ -235,8 +328,8 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, const Trim
   // D's expected bytes in a region depend only on which groups use it and on its block_len
   // (bytes per token and the Mamba page stride follow from it): regions alike in both (under
   // vLLM's HMA, usually all of them) share one derivation and one sort.
-  thread_local std::vector<int> same_as;
-  thread_local std::vector<uint64_t> groups_of;
+  auto& same_as = t.same_as;
+  auto& groups_of = t.groups_of;
   same_as.assign(d.regions.size(), -1);
   groups_of.assign(d.regions.size(), 0);
   const bool comparable = t.groups.size() <= 64;

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "pdkv/core/mamba_split.hpp"
 #include "pdkv/core/transfer_plan.hpp"
+#include "plan_prepared.hpp"
 
 namespace pdkv::core::plan_detail {
 
@@ -52,6 +54,29 @@ struct Trimmed {
   // (attention_layouts), known once a group with a head-split region was resolved.
   KvLayout staging = KvLayout::HND;
   bool permute = false;
+  // Mamba pages the emitter wrote from the context's template (PageHint), and per hint the index
+  // of each template rank's first read; only compile fills them, and check_coverage accepts a
+  // hint only after comparing the reads it points at.
+  std::vector<PageHint> hints;
+  std::vector<size_t> hint_index;
+
+  // Scratch of the emitter and the coverage check, kept here so that one thread-local lookup
+  // serves a whole compile (each thread_local of a shared library costs a __tls_get_addr call).
+  std::vector<std::pair<size_t, size_t>> paired_at;
+  std::vector<MambaRead> mreads;
+  std::vector<uint64_t> remote_stride;
+  std::vector<uint64_t> blocks;
+  std::vector<uint32_t> regions;
+  struct Range {
+    uint64_t begin = 0;
+    uint64_t end = 0;
+  };
+  std::vector<std::vector<Range>> got, want;
+  std::vector<uint64_t> d_size, p_size;
+  std::vector<int> same_as;
+  std::vector<uint64_t> groups_of;
+  std::vector<std::vector<std::pair<size_t, size_t>>> consumed;  // per plan rank: reads a hint covered
+  std::vector<size_t> rank_at;
 };
 
 // Checks the context (mapping vs metadata, remote ranks of one engine, Mamba states), resolves
@@ -97,7 +122,8 @@ uint64_t region_size(const EngineMetadata& m, uint32_t region);
 uint64_t mamba_page_stride(const EngineMetadata& m, uint32_t region, uint64_t page_bytes,
                            const char* side);
 
-// The coverage and bounds check on resolved, trimmed groups.
-void check_coverage(const TransferPlan& plan, const PlanContext& ctx, const Trimmed& t);
+// The coverage and bounds check on resolved, trimmed groups; with `pre`, t.hints name runs of
+// reads to compare with pre->mamba (each accepted one stands for its whole page).
+void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t, const Prepared* pre = nullptr);
 
 }  // namespace pdkv::core::plan_detail

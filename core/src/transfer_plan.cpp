@@ -277,7 +277,7 @@ void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trim
   // vectors stop growing).
   t.paired_local.clear();
   t.paired_remote.clear();
-  thread_local std::vector<std::pair<size_t, size_t>> paired_at;  // per group: [begin, end) in paired_*
+  auto& paired_at = t.paired_at;  // per group: [begin, end) in paired_*
   paired_at.assign(groups.size(), {0, 0});
   const bool windows_equal = same_window(d, p0);
   const uint64_t w_begin = std::max(d.layer_begin, p0.layer_begin);
@@ -472,6 +472,43 @@ class PlanBuilder {
       }
     }
     v.push_back(r);
+  }
+
+  // Whether P rank p has a read vector (the per-read path reports a rank past P's TP size).
+  bool has_rank(uint32_t p) const { return p < plan_.ranks.size(); }
+
+  // Appends one template rank's reads of a page at (lpage, rpage). The first read may coalesce
+  // into the rank's previous one exactly as add() would; the others cannot (the template is
+  // coalesced already, so a read continuing its predecessor on both sides was merged into it).
+  // `first` is the index of the first appended read; false when that read was merged instead.
+  bool add_template(uint32_t p, uint32_t region, uint32_t rregion, uint64_t lpage, uint64_t rpage,
+                    const std::vector<TemplateRead>& reads, size_t& first) {
+    auto& v = plan_.ranks[p].reads;
+    first = v.size();
+    size_t k = 0;
+    bool clean = true;
+    if (!v.empty()) {
+      PlanRead& last = v.back();
+      const TemplateRead& r = reads.front();
+      if (last.local_region == region && last.remote_region == rregion &&
+          last.local_offset + last.length == lpage + r.local_offset &&
+          last.remote_offset + last.length == rpage + r.remote_offset) {
+        last.length += r.length;
+        k = 1;
+        clean = false;
+      }
+    }
+    for (; k < reads.size(); ++k) {
+      const TemplateRead& r = reads[k];
+      v.push_back({region, lpage + r.local_offset, rregion, rpage + r.remote_offset, r.length});
+    }
+    return clean;
+  }
+
+  // Counts a template page: its pieces before coalescing and its bytes.
+  void count_mamba(uint64_t pieces, uint64_t bytes) {
+    pieces_ += pieces;
+    mamba_bytes_ = add_checked(mamba_bytes_, bytes, "plan bytes");
   }
 
   void finish() {
@@ -676,8 +713,63 @@ void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedG
   }
 }
 
+// The Mamba group from the context's verified template: per page, block id x stride and a copy
+// of each P rank's template reads, the same reads in the same order as add_mamba_group. Emits
+// nothing and returns false when the template cannot serve the group (no valid template, a
+// region whose page does not fit or that P lacks, a P rank past P's TP size, a page offset that
+// could overflow): add_mamba_group then runs and reports any error. Records a PageHint for every
+// page whose reads did not coalesce into earlier ones.
+bool add_mamba_group_template(PlanBuilder& b, const Prepared& pre, const ResolvedGroup& rg, const GroupTrim& t,
+                              std::vector<PageHint>& hints, std::vector<size_t>& hint_index) {
+  const MambaTemplate& m = pre.mamba;
+  if (!m.valid || t.states.empty()) return false;
+  uint64_t max_l = 0, max_r = 0;
+  for (const StatePair& sp : t.states) {
+    max_l = std::max(max_l, sp.local_block);
+    max_r = std::max(max_r, sp.remote_block);
+  }
+  uint64_t x = 0;
+  if (__builtin_mul_overflow(max_l, m.max_local_stride, &x) || __builtin_add_overflow(x, m.local_page, &x) ||
+      __builtin_mul_overflow(max_r, m.max_remote_stride, &x) || __builtin_add_overflow(x, m.max_remote_extent, &x)) {
+    return false;
+  }
+  for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
+    const uint32_t region = rg.regions[ri], rregion = rg.remote_regions[ri];
+    if (region >= m.local_stride.size() || m.local_stride[region] == 0) return false;
+    for (size_t j = 0; j < m.ranks.size(); ++j) {
+      if (rregion >= m.remote_stride[j].size() || m.remote_stride[j][rregion] == 0) return false;
+    }
+  }
+  for (const auto& k : m.ranks) {
+    if (!b.has_rank(k.p_rank)) return false;
+  }
+  for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
+    const uint32_t region = rg.regions[ri], rregion = rg.remote_regions[ri];
+    const uint64_t ls = m.local_stride[region];
+    for (const StatePair& sp : t.states) {
+      const uint64_t lpage = sp.local_block * ls;  // bounded above: no overflow
+      const size_t at = hint_index.size();
+      bool clean = true;
+      for (size_t j = 0; j < m.ranks.size(); ++j) {
+        size_t first = 0;
+        clean &= b.add_template(m.ranks[j].p_rank, region, rregion, lpage, sp.remote_block * m.remote_stride[j][rregion],
+                                m.ranks[j].reads, first);
+        hint_index.push_back(first);
+      }
+      b.count_mamba(m.pieces, m.bytes);
+      if (clean) {
+        hints.push_back({region, rregion, lpage, sp.remote_block, at});
+      } else {
+        hint_index.resize(at);
+      }
+    }
+  }
+  return true;
+}
+
 void add_mamba_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedGroup& rg,
-                     const GroupTrim& t, std::vector<MambaRead>& mreads, bool& have_mreads) {
+                     const GroupTrim& t, std::vector<MambaRead>& mreads, bool& have_mreads,
+                     std::vector<uint64_t>& remote_stride) {
   const EngineMetadata& d = ctx.local;
   if (!have_mreads) {
     mreads = mamba_reads(*ctx.remote_mamba, *ctx.local_mamba, d.tp_rank);
@@ -685,7 +777,6 @@ void add_mamba_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedGroup
   }
   // Each read's P page stride, found on the region's first state and reused for the others
   // (the same checks in the same order as per state, once).
-  thread_local std::vector<uint64_t> remote_stride;
   remote_stride.resize(mreads.size());
   for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
     const uint32_t region = rg.regions[ri], rregion = rg.remote_regions[ri];
@@ -789,17 +880,21 @@ PlanContextVerdict judge_plan_context(const PlanContext& ctx) {
   } catch (const Error& e) {
     v.peer_status = e.status();
     v.peer_message = e.what();
+    return v;
   }
+  v.prepared = prepare_context(ctx);
   return v;
 }
 
 namespace {
 
-void compile_into(const PlanContext& ctx, std::span<const PlanGroupView> groups, TransferPlan& plan,
+void compile_body(const PlanContext& ctx, std::span<const PlanGroupView> groups, TransferPlan& plan,
                   const PlanContextVerdict* verdict) {
   Trimmed& t = scratch();
-  plan.ranks.clear();
   plan.stats = PlanStats{};
+  t.hints.clear();
+  t.hint_index.clear();
+  const Prepared* pre = verdict != nullptr ? verdict->prepared.get() : nullptr;
   resolve(ctx, groups, t, verdict);
   trim_groups(t);
   // resolve() ran check_context; the handshake re-check comes after the request's own errors.
@@ -832,7 +927,6 @@ void compile_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
 
   plan.permute = block_permute(ctx, {t.staging, t.permute});
   PlanBuilder b(plan, plan.p_tp);
-  thread_local std::vector<MambaRead> mreads;
   bool have_mreads = false;
   AttentionRegion a;
   bool have_a = false;
@@ -866,7 +960,9 @@ void compile_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
       if (is_attention_kind(rg.g.kind)) {
         add_attention_group(b, ctx, rg, spans, a, have_a);
       } else {
-        add_mamba_group(b, ctx, rg, mt, mreads, have_mreads);
+        if (pre == nullptr || !add_mamba_group_template(b, *pre, rg, mt, t.hints, t.hint_index)) {
+          add_mamba_group(b, ctx, rg, mt, t.mreads, have_mreads, t.remote_stride);
+        }
       }
     } catch (const Error& e) {
       plan.ranks.clear();
@@ -874,8 +970,15 @@ void compile_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
     }
   }
   b.finish();
+  check_coverage(plan, ctx, t, pre);
+}
+
+// The plan's per-rank read vectors are kept from one compile to the next (PlanBuilder clears
+// them, keeping their capacity); on any error they are emptied, so `plan` is never a half plan.
+void compile_into(const PlanContext& ctx, std::span<const PlanGroupView> groups, TransferPlan& plan,
+                  const PlanContextVerdict* verdict) {
   try {
-    check_coverage(plan, ctx, t);
+    compile_body(ctx, groups, plan, verdict);
   } catch (...) {
     plan.ranks.clear();
     throw;
@@ -903,6 +1006,8 @@ TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<Pla
 void validate_transfer_plan_views(const TransferPlan& plan, const PlanContext& ctx,
                                   std::span<const PlanGroupView> groups) {
   Trimmed& t = scratch();
+  t.hints.clear();
+  t.hint_index.clear();
   resolve(ctx, groups, t);
   trim_groups(t);
   plan_detail::check_peer_agreement(ctx);

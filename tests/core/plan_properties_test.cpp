@@ -32,6 +32,7 @@
 #include "pdkv/core/pipeline.hpp"
 #include "pdkv/core/presets.hpp"
 #include "pdkv/core/transfer_plan.hpp"
+#include "plan_paths.hpp"
 #include "test_models.hpp"
 
 using namespace pdkv::core;
@@ -453,6 +454,8 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
     ++out.refused;
     return;
   }
+  // The context's precomputed path (Mamba template, page-wise coverage) plans the same bytes.
+  pdkv::core::test::expect_verdict_path_same(ctx, rq.groups, plan);
   ++out.compiled;
   if (nhd) ++out.nhd_compiled;
   if (plan.permute.active()) ++out.permuted;
@@ -830,6 +833,7 @@ void check_pipeline(std::mt19937_64& rng, const Engines& e, PipelineOutcome& out
     } catch (const Error& err) {
       FAIL() << "P stage " << sp.p_pp_rank << " refused: " << err.what();
     }
+    pdkv::core::test::expect_verdict_path_same(ctx, rq.groups, plan);
     ++out.plans;
     EXPECT_EQ(plan.d_pp_rank, ds);
     EXPECT_EQ(plan.p_pp_rank, sp.p_pp_rank);

@@ -49,6 +49,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -62,6 +63,10 @@
 #include "pdkv/core/tp_topology.hpp"
 
 namespace pdkv::core {
+
+namespace plan_detail {
+struct Prepared;  // per-context precomputation (core/src/plan_prepared.hpp), private
+}
 
 // Everything about one (D rank, P engine) pair that does not change per request. Build it once
 // after the handshake.
@@ -266,11 +271,22 @@ void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGrou
 // so that compiling with it reports exactly what compile_transfer_plan would, in the same
 // order, without re-running the handshake per request. Only for a context that is not modified
 // afterwards (the C API's immutable plan context handle holds one).
+//
+// When both outcomes are Ok, the verdict also carries what compilation can work out once for the
+// context (issue 10 item 2): every rank's region sizes for the bounds check and the Mamba read
+// template (one state page's reads relative to the page bases, coalesced per P rank, with each
+// region's page stride). The template is verified when the verdict is built (its D reads tile
+// the D page exactly, its P reads stay inside the P page) and is used only then; per request
+// the planner multiplies block ids by strides and copies it, and the coverage check confirms
+// that the plan's reads equal the template at each page base and that each page is in bounds,
+// which with the verified template is the same guarantee as checking every read. The plan is
+// identical, byte for byte and in order, to the one compiled without a verdict.
 struct PlanContextVerdict {
   Status context_status = Status::Ok;
   std::string context_message;
   Status peer_status = Status::Ok;
   std::string peer_message;
+  std::shared_ptr<const plan_detail::Prepared> prepared;  // null: per-read path only
 };
 PlanContextVerdict judge_plan_context(const PlanContext& ctx);
 void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,

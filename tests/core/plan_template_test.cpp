@@ -1,0 +1,331 @@
+// The context's precomputed Mamba template (core/src/plan_prepared.*) and the coverage check's
+// page-wise acceptance of it (check_coverage with PageHints):
+//  * on random Nemotron-3-Nano requests (P TP4 -> D TP2 and others, both kernel geometries,
+//    fragmented and consecutive ids, hits, out-of-range and overflowing Mamba ids) the verdict
+//    path compiles the same plan as the per-read path, or fails with the same error;
+//  * a malformed template (gap, overlap, a P read outside the page, an empty read) is refused
+//    when built and never used: compilation then takes the per-read path;
+//  * the check accepts a hint only when the plan's reads equal the template there: a tampered
+//    read inside an accepted page, a page read twice, or a wrong / duplicated hint can never make
+//    a wrong plan pass.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "../../core/src/plan_internal.hpp"
+#include "../../core/src/plan_prepared.hpp"
+#include "pdkv/core/geometry.hpp"
+#include "pdkv/core/metadata_from_geometry.hpp"
+#include "pdkv/core/presets.hpp"
+#include "pdkv/core/transfer_plan.hpp"
+#include "plan_paths.hpp"
+
+using namespace pdkv::core;
+using namespace pdkv::core::plan_detail;
+
+namespace {
+
+constexpr uint64_t kDPool = 700, kPPool = 900;
+
+struct Pair {
+  ModelDesc m;
+  EngineConfig dc, pc;
+  EngineGeometry dg, pg;
+  PlanContext ctx;
+};
+
+EngineConfig config(uint32_t tp, bool flashinfer, MambaCacheMode mode) {
+  EngineConfig c;
+  c.tp_size = tp;
+  c.user_block_size = 2096;
+  c.cache_mode = mode;
+  if (flashinfer) c.kernel_block_sizes = {16, 32, 64};
+  return c;
+}
+
+Pair nemotron(uint32_t d_tp, uint32_t d_rank, uint32_t p_tp, bool flashinfer, MambaCacheMode mode) {
+  Pair x;
+  x.m = preset_model("nemotron-3-nano-30b");
+  x.dc = config(d_tp, flashinfer, mode);
+  x.pc = config(p_tp, flashinfer, mode);
+  x.dg = derive_geometry(x.m, x.dc);
+  x.pg = derive_geometry(x.m, x.pc);
+  std::vector<EngineMetadata> remote;
+  for (uint32_t r = 0; r < p_tp; ++r)
+    remote.push_back(metadata_from_geometry(x.m, x.pc, x.pg, {"prefill", r, kPPool, 6, (2ull + r) << 44}));
+  x.ctx = make_plan_context(metadata_from_geometry(x.m, x.dc, x.dg, {"decode", d_rank, kDPool, 6, 1ull << 40}),
+                            remote, x.dg.mamba, x.pg.mamba);
+  return x;
+}
+
+// A request as vLLM's HMA builds it for this model: four Mamba groups (one state each; the
+// last one on 5 regions) and one full-attention group over kernel ids.
+std::vector<PlanGroup> request(std::mt19937_64& rng, const Pair& x, MambaCacheMode mode, bool& bad_ids) {
+  auto pick = [&](uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng); };
+  const uint64_t db = x.dg.block_size, pb = x.pg.block_size;
+  const uint64_t dppl = x.dg.physical_per_logical, pppl = x.pg.physical_per_logical;
+  const uint64_t n = pick(1, 60 * db);
+  const uint64_t nd_total = (n + db - 1) / db;
+  const uint64_t hit = mode == MambaCacheMode::None ? 0 : pick(0, nd_total - 1);
+  const bool frag = pick(0, 1) == 1;
+  // Distinct logical ids: runs of random lengths (frag) or one run, from [1, pool).
+  auto ids = [&](uint64_t pool, uint64_t count) {
+    std::vector<uint64_t> out;
+    std::set<uint64_t> used;
+    uint64_t next = pick(1, pool / 2);
+    for (uint64_t i = 0; i < count; ++i) {
+      if (frag && pick(0, 3) == 0) next = pick(1, pool - 1);
+      while (used.count(next)) next = pick(1, pool - 1);
+      used.insert(next);
+      out.push_back(next);
+      next = next + 1 < pool ? next + 1 : 1;
+    }
+    return out;
+  };
+  const auto local = ids(kDPool, 4 + nd_total - hit);
+  const auto remote = ids(kPPool, 4 + (n + pb - 1) / pb);
+  std::vector<PlanGroup> groups;
+  bad_ids = false;
+  for (int g = 0; g < 4; ++g) {
+    PlanGroup m;
+    m.trim.kind = GroupKind::Mamba;
+    m.trim.cache_mode = mode;
+    uint64_t l = local[static_cast<size_t>(g)], r = remote[static_cast<size_t>(g)];
+    switch (pick(0, 40)) {  // now and then an id past the region, or one whose page overflows
+      case 0: l = kDPool + pick(0, 5); bad_ids = true; break;
+      case 1: r = kPPool + pick(0, 5); bad_ids = true; break;
+      case 2: l = UINT64_MAX / pick(2, 1000); bad_ids = true; break;
+      case 3: r = UINT64_MAX - pick(0, 3); bad_ids = true; break;
+      default: break;
+    }
+    m.trim.local_blocks = {l};
+    m.trim.remote_blocks = {r};
+    m.trim.remote_computed_tokens = n;
+    m.trim.local_hit_tokens = hit * db;
+    if (g == 3) m.regions = {0, 1, 2, 3, 4};
+    groups.push_back(m);
+  }
+  PlanGroup a;
+  a.trim.remote_computed_tokens = n;
+  a.trim.local_hit_tokens = hit * db;
+  for (size_t i = 4; i < local.size(); ++i)
+    for (uint64_t j = 0; j < dppl; ++j) a.trim.local_blocks.push_back(local[i] * dppl + j);
+  for (size_t i = 4; i < remote.size(); ++i)
+    for (uint64_t j = 0; j < pppl; ++j) a.trim.remote_blocks.push_back(remote[i] * pppl + j);
+  groups.push_back(a);
+  return groups;
+}
+
+TEST(PlanTemplate, VerdictPathEqualsPerReadPathOnRandomRequests) {
+  std::mt19937_64 rng(20261125);
+  size_t compiled = 0, refused = 0;
+  struct Topo {
+    uint32_t d_tp, d_rank, p_tp;
+  };
+  for (const Topo topo : {Topo{2, 0, 4}, Topo{2, 1, 4}, Topo{4, 3, 2}, Topo{1, 0, 4}, Topo{2, 1, 2}}) {
+    for (bool fi : {true, false}) {
+      for (MambaCacheMode mode : {MambaCacheMode::None, MambaCacheMode::Align}) {
+        const Pair x = nemotron(topo.d_tp, topo.d_rank, topo.p_tp, fi, mode);
+        const PlanContextVerdict v = judge_plan_context(x.ctx);
+        ASSERT_NE(v.prepared, nullptr);
+        ASSERT_TRUE(v.prepared->mamba.valid);
+        for (int it = 0; it < 25 && !HasFailure(); ++it) {
+          bool bad = false;
+          const auto groups = request(rng, x, mode, bad);
+          SCOPED_TRACE("D tp" + std::to_string(topo.d_tp) + " rank " + std::to_string(topo.d_rank) + " P tp" +
+                       std::to_string(topo.p_tp) + (fi ? " flashinfer" : " flash_attn") + " it " + std::to_string(it));
+          pdkv::core::test::expect_paths_agree(x.ctx, groups);
+          try {
+            compile_transfer_plan(x.ctx, groups);
+            ++compiled;
+          } catch (const Error&) {
+            ++refused;
+            EXPECT_TRUE(bad);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compiled, 300u);
+  EXPECT_GT(refused, 10u);
+}
+
+TEST(PlanTemplate, TemplateOfARealContextTilesThePage) {
+  const Pair x = nemotron(2, 0, 4, true, MambaCacheMode::None);
+  const auto pre = prepare_context(x.ctx);
+  ASSERT_NE(pre, nullptr);
+  const MambaTemplate& t = pre->mamba;
+  ASSERT_TRUE(t.valid);
+  EXPECT_EQ(t.ranks.size(), 2u);  // D rank 0 of TP2 reads P ranks 0 and 1 of TP4
+  EXPECT_EQ(t.bytes, t.local_page);
+  std::string why;
+  EXPECT_TRUE(verify_mamba_template(t, &why)) << why;
+}
+
+TEST(PlanTemplate, MalformedTemplatesAreRefused) {
+  const Pair x = nemotron(2, 0, 4, true, MambaCacheMode::None);
+  const MambaTemplate good = prepare_context(x.ctx)->mamba;
+  ASSERT_TRUE(good.valid);
+  auto refused = [&](const char* what, auto&& edit, const char* expect) {
+    MambaTemplate t = good;
+    edit(t);
+    std::string why;
+    EXPECT_FALSE(verify_mamba_template(t, &why)) << what;
+    EXPECT_NE(why.find(expect), std::string::npos) << what << ": " << why;
+  };
+  refused("a gap", [](MambaTemplate& t) { t.ranks[0].reads[0].length -= 1; }, "are not read");
+  refused("an overlap", [](MambaTemplate& t) { t.ranks[1].reads[0].local_offset -= 1; }, "read twice");
+  refused("a read past the D page", [](MambaTemplate& t) { t.local_page -= 1; }, "");
+  refused("a P read outside the page", [](MambaTemplate& t) { t.remote_page = t.ranks[0].remote_extent - 1; },
+          "leaves the P page");
+  refused("an empty read", [](MambaTemplate& t) { t.ranks[0].reads.push_back({0, 0, 0}); }, "empty");
+  refused("a missing rank", [](MambaTemplate& t) { t.ranks.pop_back(); }, "are not read");
+  refused("a wrong extent", [](MambaTemplate& t) { t.ranks[0].remote_extent += 1; }, "remote extent");
+
+}
+
+// The coverage check with hints, driven directly: hints derived here from the plan (where each
+// page's template reads start), then the plan or the hints tampered with.
+struct Checked {
+  Pair x;
+  std::shared_ptr<const Prepared> pre;
+  std::vector<PlanGroup> groups;
+  TransferPlan plan;
+  Trimmed t;
+};
+
+void setup(Checked& c) {
+  c.x = nemotron(2, 0, 4, true, MambaCacheMode::None);
+  c.pre = prepare_context(c.x.ctx);
+  std::mt19937_64 rng(11);
+  bool bad = false;
+  c.groups = request(rng, c.x, MambaCacheMode::None, bad);
+  // Mamba pages apart from each other and from the attention blocks: no read coalesces across
+  // pages and every first template read is found by its offset below.
+  std::set<uint64_t> taken;
+  for (uint64_t k : c.groups[4].trim.local_blocks) taken.insert(k / c.x.dg.physical_per_logical);
+  uint64_t next = 1;
+  for (size_t g = 0; g < 4; ++g) {
+    while (taken.count(next) || taken.count(next + 1) || taken.count(next - 1)) ++next;
+    c.groups[g].trim.local_blocks = {next};
+    c.groups[g].trim.remote_blocks = {kPPool - 1 - 3 * g};
+    next += 3;
+  }
+  c.plan = compile_transfer_plan(c.x.ctx, c.groups);
+  std::vector<PlanGroupView> views;
+  for (const auto& g : c.groups) views.push_back(view_of(g));
+  resolve(c.x.ctx, views, c.t);
+  trim_groups(c.t);
+  const MambaTemplate& m = c.pre->mamba;
+  for (size_t g = 0; g < 4; ++g) {
+    const auto& rg = c.t.groups[g];
+    for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
+      for (const StatePair& sp : c.t.mamba[g].states) {
+        const uint64_t lpage = sp.local_block * m.local_stride[rg.regions[ri]];
+        PageHint h{rg.regions[ri], rg.remote_regions[ri], lpage, sp.remote_block, c.t.hint_index.size()};
+        for (const auto& k : m.ranks) {
+          const auto& reads = c.plan.ranks[k.p_rank].reads;
+          size_t at = 0;
+          while (at < reads.size() && !(reads[at].local_region == h.region &&
+                                        reads[at].local_offset == lpage + k.reads[0].local_offset))
+            ++at;
+          ASSERT_LT(at, reads.size());
+          c.t.hint_index.push_back(at);
+        }
+        c.t.hints.push_back(h);
+      }
+    }
+  }
+}
+
+TEST(PlanTemplate, AnInvalidTemplateIsNotUsed) {
+  // Built from reads that do not tile the page, the template is not valid and compilation takes
+  // the per-read path: the same plan as without a verdict.
+  Checked c;
+  setup(c);
+  auto reads = mamba_reads(*c.x.ctx.remote_mamba, *c.x.ctx.local_mamba, 0);
+  reads.pop_back();
+  auto pre = std::make_shared<Prepared>(*c.pre);
+  build_mamba_template(c.x.ctx, reads, pre->mamba);
+  EXPECT_FALSE(pre->mamba.valid);
+  PlanContextVerdict v = judge_plan_context(c.x.ctx);
+  v.prepared = pre;
+  std::vector<PlanGroupView> views;
+  for (const auto& g : c.groups) views.push_back(view_of(g));
+  TransferPlan got;
+  compile_transfer_plan_into(c.x.ctx, views, got, v);
+  pdkv::core::test::expect_same_plan(got, c.plan);
+}
+
+size_t consumed_reads(const Trimmed& t) {
+  size_t n = 0;
+  for (const auto& c : t.consumed)
+    for (const auto& [b, e] : c) n += e - b;
+  return n;
+}
+
+TEST(PlanTemplate, CheckAcceptsExactTemplatePagesOnly) {
+  Checked c;
+  setup(c);
+  ASSERT_EQ(c.t.hints.size(), 23u);  // 6 + 6 + 6 + 5 Mamba layers, one state each
+  check_coverage(c.plan, c.x.ctx, c.t, c.pre.get());
+  EXPECT_EQ(consumed_reads(c.t), 23u * 8u);  // every Mamba read came through a verified page
+
+  // A read of an accepted page moved by one byte, shortened, or sent to another region: the
+  // hint no longer matches, the read is checked on its own, and the plan is refused.
+  for (int edit = 0; edit < 3; ++edit) {
+    Checked d = c;
+    PlanRead& r = d.plan.ranks[1].reads[d.t.hint_index[d.t.hints[4].at + 1] + 1];
+    if (edit == 0) r.local_offset += 1;
+    if (edit == 1) r.length -= 1;
+    if (edit == 2) r.local_region = (r.local_region + 1) % 6;
+    EXPECT_THROW(check_coverage(d.plan, d.x.ctx, d.t, d.pre.get()), Error) << "edit " << edit;
+  }
+  // A page's reads issued twice (appended again at the end of the rank's reads).
+  {
+    Checked d = c;
+    auto& v = d.plan.ranks[0].reads;
+    const size_t first = d.t.hint_index[d.t.hints[2].at];
+    for (size_t k = 0; k < d.pre->mamba.ranks[0].reads.size(); ++k) v.push_back(v[first + k]);
+    d.t.hints.push_back(d.t.hints[2]);  // even with a hint pointing at the copy
+    d.t.hints.back().at = d.t.hint_index.size();
+    d.t.hint_index.push_back(v.size() - d.pre->mamba.ranks[0].reads.size());
+    d.t.hint_index.push_back(d.t.hint_index[d.t.hints[2].at + 1]);
+    EXPECT_THROW(check_coverage(d.plan, d.x.ctx, d.t, d.pre.get()), Error);
+  }
+  // Wrong hints on a correct plan: a duplicated hint, one pointing at the wrong page base, one
+  // with an index past the reads. They are not accepted (the reads are then checked one by one)
+  // and the correct plan still passes.
+  {
+    Checked d = c;
+    d.t.hints.push_back(d.t.hints[0]);
+    d.t.hints[1].lpage += d.pre->mamba.local_stride[d.t.hints[1].region];
+    d.t.hint_index[d.t.hints[2].at] = 1u << 30;
+    check_coverage(d.plan, d.x.ctx, d.t, d.pre.get());
+    EXPECT_EQ(consumed_reads(d.t), 21u * 8u);
+  }
+  // A page past D's region: refused with the per-read bounds error.
+  {
+    Checked d = c;
+    const uint64_t past = d.pre->d_size[d.t.hints[0].region];
+    const uint64_t shift = past - d.t.hints[0].lpage;
+    for (size_t j = 0; j < d.pre->mamba.ranks.size(); ++j) {
+      auto& v = d.plan.ranks[d.pre->mamba.ranks[j].p_rank].reads;
+      for (size_t k = 0; k < d.pre->mamba.ranks[j].reads.size(); ++k)
+        v[d.t.hint_index[d.t.hints[0].at + j] + k].local_offset += shift;
+    }
+    d.t.hints[0].lpage += shift;
+    try {
+      check_coverage(d.plan, d.x.ctx, d.t, d.pre.get());
+      ADD_FAILURE() << "a page past the region passed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::OutOfBounds) << e.what();
+    }
+  }
+}
+
+}  // namespace
