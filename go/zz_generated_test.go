@@ -106,6 +106,8 @@ var headerFunctions = []string{
 	"pdkv_plan_context_mapping",
 	"pdkv_plan_context_free",
 	"pdkv_transfer_plan_compile",
+	"pdkv_transfer_plan_new",
+	"pdkv_transfer_plan_compile_into",
 	"pdkv_transfer_plan_validate",
 	"pdkv_transfer_plan_get_info",
 	"pdkv_transfer_plan_read_ranks",

@@ -113,6 +113,13 @@ static_assert(offsetof(core::PlanRead, remote_region) == offsetof(pdkv_plan_read
 static_assert(offsetof(core::PlanRead, remote_offset) == offsetof(pdkv_plan_read_t, remote_offset));
 static_assert(offsetof(core::PlanRead, length) == offsetof(pdkv_plan_read_t, length));
 
+// Zero ranges likewise.
+static_assert(sizeof(core::ZeroRange) == sizeof(pdkv_zero_range_t));
+static_assert(std::is_standard_layout_v<core::ZeroRange> && std::is_trivially_copyable_v<core::ZeroRange>);
+static_assert(offsetof(core::ZeroRange, block) == offsetof(pdkv_zero_range_t, block));
+static_assert(offsetof(core::ZeroRange, token_begin) == offsetof(pdkv_zero_range_t, token_begin));
+static_assert(offsetof(core::ZeroRange, token_end) == offsetof(pdkv_zero_range_t, token_end));
+
 const pdkv_plan_read_t* c_reads(const std::vector<core::PlanRead>& reads) {
   return reads.empty() ? nullptr : reinterpret_cast<const pdkv_plan_read_t*>(reads.data());
 }
@@ -120,11 +127,13 @@ const pdkv_plan_read_t* c_reads(const std::vector<core::PlanRead>& reads) {
 }  // namespace
 
 // Fills the handle's C views of its compiled plan (shared with engine_level_api.cpp).
+void pdkv::capi::refresh_plan_views(pdkv_transfer_plan& h) {
+  h.read_ranks.clear();
+  for (const auto& rr : h.plan.ranks) h.read_ranks.push_back(rr.p_rank);
+}
+
 pdkv_transfer_plan_t* pdkv::capi::finish_plan(std::unique_ptr<pdkv_transfer_plan> h) {
-  h->read_ranks.reserve(h->plan.ranks.size());
-  for (const auto& rr : h->plan.ranks) h->read_ranks.push_back(rr.p_rank);
-  h->zero.reserve(h->plan.zero.size());
-  for (const auto& z : h->plan.zero) h->zero.push_back(PlanGroupZeroC{pdkv::capi::zero_ranges_to_c(z.zero)});
+  refresh_plan_views(*h);
   return h.release();
 }
 
@@ -223,6 +232,33 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_compile(const pdkv_plan_context_t* ctx
     auto h = std::make_unique<pdkv_transfer_plan>();
     core::compile_transfer_plan_into(ctx->ctx, g, h->plan, ctx->verdict);
     *out = finish_plan(std::move(h));
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_plan_new(pdkv_transfer_plan_t** out, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(out, "out");
+    *out = nullptr;
+    *out = finish_plan(std::make_unique<pdkv_transfer_plan>());
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_transfer_plan_compile_into(const pdkv_plan_context_t* ctx, const pdkv_plan_group_t* groups,
+                                                       size_t n_groups, pdkv_transfer_plan_t* plan,
+                                                       pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(ctx, "ctx");
+    require_non_null(plan, "plan");
+    try {
+      const auto g = groups_from_c(groups, n_groups);
+      core::compile_transfer_plan_into(ctx->ctx, g, plan->plan, ctx->verdict);
+    } catch (...) {
+      // Whatever the request got to, the handle must not look like a plan for it.
+      plan->plan = core::TransferPlan{};
+      plan->read_ranks.clear();
+      throw;
+    }
+    pdkv::capi::refresh_plan_views(*plan);
   });
 }
 
@@ -325,13 +361,13 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_group_zero(const pdkv_transfer_plan_t*
     require_non_null(out, "out");
     pdkv::capi::require_index(index, plan->plan.zero.size(), "group");
     const core::GroupZero& z = plan->plan.zero[index];
-    const auto& cz = plan->zero[index].zero;
+    const auto* cz = z.zero.empty() ? nullptr : reinterpret_cast<const pdkv_zero_range_t*>(z.zero.data());
     pdkv_plan_group_zero_t c{};
     c.kind = static_cast<int32_t>(z.kind);
     c.regions = z.regions.empty() ? nullptr : z.regions.data();
     c.num_regions = z.regions.size();
-    c.zero = cz.empty() ? nullptr : cz.data();
-    c.num_zero = cz.size();
+    c.zero = cz;
+    c.num_zero = z.zero.size();
     c.unfilled_states = z.unfilled_states.empty() ? nullptr : z.unfilled_states.data();
     c.num_unfilled_states = z.unfilled_states.size();
     c.permute_blocks = z.permute_blocks.empty() ? nullptr : z.permute_blocks.data();

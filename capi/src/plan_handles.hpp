@@ -64,15 +64,12 @@ struct pdkv_plan_context {
   uint64_t remote_num_speculative_tokens = 0;
 };
 
-// Per-group C view of the receive-side work; the vectors point into the plan.
-struct PlanGroupZeroC {
-  std::vector<pdkv_zero_range_t> zero;
-};
-
+// A compiled plan and the C view of it that the core plan lacks; the reads and zero ranges are
+// handed out in place (the core records have the C layout). pdkv_transfer_plan_compile_into
+// recompiles it in place, reusing every buffer.
 struct pdkv_transfer_plan {
   pdkv::core::TransferPlan plan;
   std::vector<uint32_t> read_ranks;                     // plan.ranks[i].p_rank
-  std::vector<PlanGroupZeroC> zero;                     // parallel to plan.zero
 };
 
 namespace pdkv::capi {
@@ -97,6 +94,9 @@ pdkv_engine_metadata_t* make_metadata(pdkv::core::EngineMetadata md);
 
 // Fills a plan handle's C views of its compiled plan and releases it to the caller.
 pdkv_transfer_plan_t* finish_plan(std::unique_ptr<pdkv_transfer_plan> h);
+
+// Refreshes the C views after the plan was (re)compiled in place.
+void refresh_plan_views(pdkv_transfer_plan& h);
 
 // Resolves a C string into (dst, capacity) as a NUL-terminated copy, reporting the length
 // without the NUL in *out_len (BufferTooSmall naming the needed capacity).

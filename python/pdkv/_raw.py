@@ -1617,6 +1617,8 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_plan_context_mapping": (c_int, [POINTER(PlanContextT), POINTER(POINTER(TpMappingT)), POINTER(POINTER(ErrorT))]),
     "pdkv_plan_context_free": (None, [POINTER(PlanContextT)]),
     "pdkv_transfer_plan_compile": (c_int, [POINTER(PlanContextT), POINTER(PlanGroupC), c_size_t, POINTER(POINTER(TransferPlanT)), POINTER(POINTER(ErrorT))]),
+    "pdkv_transfer_plan_new": (c_int, [POINTER(POINTER(TransferPlanT)), POINTER(POINTER(ErrorT))]),
+    "pdkv_transfer_plan_compile_into": (c_int, [POINTER(PlanContextT), POINTER(PlanGroupC), c_size_t, POINTER(TransferPlanT), POINTER(POINTER(ErrorT))]),
     "pdkv_transfer_plan_validate": (c_int, [POINTER(TransferPlanT), POINTER(PlanContextT), POINTER(PlanGroupC), c_size_t, POINTER(POINTER(ErrorT))]),
     "pdkv_transfer_plan_get_info": (c_int, [POINTER(TransferPlanT), POINTER(TransferPlanInfoC), POINTER(POINTER(ErrorT))]),
     "pdkv_transfer_plan_read_ranks": (c_int, [POINTER(TransferPlanT), POINTER(POINTER(c_uint32)), POINTER(c_size_t), POINTER(POINTER(ErrorT))]),

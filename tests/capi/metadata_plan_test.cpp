@@ -753,6 +753,99 @@ TEST_CASE("transfer plan: Nemotron-3-Nano Mamba groups read both SSM shards", "[
   }
 }
 
+namespace {
+
+std::string json_of(const pdkv_transfer_plan_t* plan) {
+  size_t n = 0;
+  pdkv_transfer_plan_to_json(plan, nullptr, 0, &n, nullptr);
+  std::string text(n + 1, '\0');
+  REQUIRE_OK(pdkv_transfer_plan_to_json(plan, text.data(), text.size(), &n, err));
+  text.resize(n);
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("transfer plan: compile_into recompiles one plan handle request after request", "[capi][plan]") {
+  const Nano n;
+  auto request = [](uint64_t base, uint64_t tokens, bool short_list = false) {
+    std::vector<Group> groups = {
+        Group(PDKV_GROUP_ATTENTION, short_list ? V{base} : V{base, base + 1}, {20, 21, 22}, tokens)};
+    for (uint64_t g = 0; g < 4; ++g) {
+      groups.emplace_back(PDKV_GROUP_MAMBA, V{40 + g}, V{50 + 2 * g}, tokens);
+      if (g == 3) groups.back().regions = {0, 1, 2, 3, 4};
+    }
+    return groups;
+  };
+  pdkv_transfer_plan_t* raw = nullptr;
+  REQUIRE_OK(pdkv_transfer_plan_new(&raw, err));
+  const PlanPtr reused(raw);
+  pdkv_transfer_plan_info_t info{};
+  info.struct_size = sizeof info;
+  auto expect_empty = [&] {
+    REQUIRE_OK(pdkv_transfer_plan_get_info(reused.get(), &info, err));
+    CHECK(info.num_groups == 0);
+    CHECK(info.num_read_ranks == 0);
+    CHECK(info.empty == 1);
+    CHECK(info.bytes == 0);
+    CHECK(reads_of(reused.get(), 0).empty());
+  };
+  expect_empty();
+  // Larger, smaller and larger again: stale reads or zero ranges of an earlier request would show.
+  for (const auto& [base, tokens] : {std::pair<uint64_t, uint64_t>{10, 3000}, {14, 700}, {30, 3160}, {10, 3000}}) {
+    auto groups = request(base, tokens);
+    const PlanPtr fresh = compile(n.ctx.get(), groups);
+    auto fg = flat(groups);
+    REQUIRE_OK(pdkv_transfer_plan_compile_into(n.ctx.get(), fg.data(), fg.size(), reused.get(), err));
+    CHECK(json_of(reused.get()) == json_of(fresh.get()));
+    const uint32_t *ra = nullptr, *rb = nullptr;
+    size_t na = 0, nb = 0;
+    REQUIRE_OK(pdkv_transfer_plan_read_ranks(reused.get(), &ra, &na, err));
+    REQUIRE_OK(pdkv_transfer_plan_read_ranks(fresh.get(), &rb, &nb, err));
+    REQUIRE(na == nb);
+    CHECK(std::equal(ra, ra + na, rb));
+    for (uint32_t p = 0; p < 4; ++p) {
+      const auto a = reads_of(reused.get(), p), b = reads_of(fresh.get(), p);
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        CHECK(same(a[i], b[i].local_region, b[i].local_offset, b[i].remote_region, b[i].remote_offset, b[i].length));
+    }
+    pdkv_plan_group_zero_t za{}, zb{};
+    za.struct_size = zb.struct_size = sizeof za;
+    REQUIRE_OK(pdkv_transfer_plan_group_zero(reused.get(), 0, &za, err));
+    REQUIRE_OK(pdkv_transfer_plan_group_zero(fresh.get(), 0, &zb, err));
+    REQUIRE(za.num_zero == zb.num_zero);
+    for (size_t i = 0; i < za.num_zero; ++i) {
+      CHECK(za.zero[i].block == zb.zero[i].block);
+      CHECK(za.zero[i].token_begin == zb.zero[i].token_begin);
+      CHECK(za.zero[i].token_end == zb.zero[i].token_end);
+    }
+  }
+  // An error leaves an empty plan, with the message compile gives, and the plan stays usable.
+  auto bad = request(10, 3000, true);
+  const auto want = compile_status(n.ctx.get(), bad);
+  REQUIRE(want.status == PDKV_ERR_COVERAGE);
+  auto fb = flat(bad);
+  const auto got = capture(
+      [&](pdkv_error_t** e) { return pdkv_transfer_plan_compile_into(n.ctx.get(), fb.data(), fb.size(), reused.get(), e); });
+  CHECK(got.status == want.status);
+  CHECK(got.message == want.message);
+  expect_empty();
+  auto good = request(10, 3000);
+  auto fg = flat(good);
+  REQUIRE_OK(pdkv_transfer_plan_compile_into(n.ctx.get(), fg.data(), fg.size(), reused.get(), err));
+  REQUIRE_OK(pdkv_transfer_plan_get_info(reused.get(), &info, err));
+  CHECK(info.num_groups == 5);
+  CHECK(info.num_read_ranks == 2);
+  CHECK(capture([&](pdkv_error_t** e) {
+          return pdkv_transfer_plan_compile_into(n.ctx.get(), fg.data(), fg.size(), nullptr, e);
+        }).status == PDKV_ERR_NULL_POINTER);
+  CHECK(capture([&](pdkv_error_t** e) {
+          return pdkv_transfer_plan_compile_into(nullptr, fg.data(), fg.size(), reused.get(), e);
+        }).status == PDKV_ERR_NULL_POINTER);
+  CHECK(capture([&](pdkv_error_t** e) { return pdkv_transfer_plan_new(nullptr, e); }).status == PDKV_ERR_NULL_POINTER);
+}
+
 TEST_CASE("transfer plan: context and compile errors", "[capi][plan]") {
   const Nano n;
   pdkv_plan_context_t* ctx = nullptr;

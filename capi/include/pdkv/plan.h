@@ -84,7 +84,8 @@ typedef struct pdkv_plan_read {
   uint64_t length;
 } pdkv_plan_read_t;
 
-/* One request's compiled, validated transfer plan. Immutable. */
+/* One request's compiled, validated transfer plan. Immutable, except that
+ * pdkv_transfer_plan_compile_into recompiles it in place. */
 typedef struct pdkv_transfer_plan pdkv_transfer_plan_t;
 
 /* Compiles and validates one request's plan: every D byte needed is written exactly once and no
@@ -105,6 +106,25 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_compile(const pdkv_plan_context_t *ctx
                                                   const pdkv_plan_group_t *groups,
                                                   size_t n_groups, pdkv_transfer_plan_t **out,
                                                   pdkv_error_t **err);
+
+/* A new plan with no reads and no groups (what pdkv_transfer_plan_get_info reports for a plan
+ * of nothing), to be filled by pdkv_transfer_plan_compile_into. Errors: NULL_POINTER (out).
+ * *out owned by the caller (pdkv_transfer_plan_free). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_plan_new(pdkv_transfer_plan_t **out, pdkv_error_t **err);
+
+/* Compiles one request's plan into an existing plan (from pdkv_transfer_plan_new or
+ * pdkv_transfer_plan_compile), replacing its content: the same plan and the same errors as
+ * pdkv_transfer_plan_compile, without allocating a handle, and reusing the plan's buffers, so a
+ * caller that keeps one plan per thread compiles request after request without growing the
+ * heap. Every pointer obtained from `plan` before the call (reads, ranks, group arrays) is
+ * invalid afterwards. On failure `plan` holds an empty plan (no reads, no groups) and may be
+ * compiled into again or freed. Errors: those of pdkv_transfer_plan_compile; NULL_POINTER
+ * (plan). `plan` stays owned by the caller. Thread-safe for ctx; not for `plan`: no other call
+ * may use `plan` while this one runs. */
+PDKV_API pdkv_status_t pdkv_transfer_plan_compile_into(const pdkv_plan_context_t *ctx,
+                                                       const pdkv_plan_group_t *groups,
+                                                       size_t n_groups, pdkv_transfer_plan_t *plan,
+                                                       pdkv_error_t **err);
 
 /* Re-runs the coverage and bounds check of `plan` against (ctx, groups): the D bytes the groups
  * need are recomputed independently of the reads. Errors: NULL_POINTER, STRUCT_SIZE, COVERAGE

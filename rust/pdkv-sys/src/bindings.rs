@@ -1303,6 +1303,21 @@ extern "C" {
     ) -> pdkv_status_t;
 }
 extern "C" {
+    pub fn pdkv_transfer_plan_new(
+        out: *mut *mut pdkv_transfer_plan_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_transfer_plan_compile_into(
+        ctx: *const pdkv_plan_context_t,
+        groups: *const pdkv_plan_group_t,
+        n_groups: usize,
+        plan: *mut pdkv_transfer_plan_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
     pub fn pdkv_transfer_plan_validate(
         plan: *const pdkv_transfer_plan_t,
         ctx: *const pdkv_plan_context_t,

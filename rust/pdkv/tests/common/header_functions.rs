@@ -103,6 +103,8 @@ pub const HEADER_FUNCTIONS: &[&str] = &[
     "pdkv_plan_context_mapping",
     "pdkv_plan_context_free",
     "pdkv_transfer_plan_compile",
+    "pdkv_transfer_plan_new",
+    "pdkv_transfer_plan_compile_into",
     "pdkv_transfer_plan_validate",
     "pdkv_transfer_plan_get_info",
     "pdkv_transfer_plan_read_ranks",
