@@ -26,16 +26,23 @@ def call(name: str, *args: Any) -> None:
         raise exc
 
 
+# Declared C functions by name, looked up once (the library is loaded once per process).
+_FUNCTIONS: Dict[str, Any] = {}
+_ErrorPtr = POINTER(_ffi.ErrorT)
+
+
 def call_status(name: str, *args: Any) -> Tuple[int, Optional[PdkvError]]:
     """Like :func:`call` but returns (status, exception or None) instead of raising."""
-    lib = _ffi.lib()
-    fn = _ffi.function(name)
-    err = POINTER(_ffi.ErrorT)()
+    fn = _FUNCTIONS.get(name)
+    if fn is None:
+        fn = _FUNCTIONS[name] = _ffi.function(name)
+    err = _ErrorPtr()
     status = fn(*args, byref(err))
-    if status == Status.OK:
+    if status == 0:  # PDKV_OK
         if err:
-            lib.pdkv_error_free(err)
+            _ffi.lib().pdkv_error_free(err)
         return status, None
+    lib = _ffi.lib()
     domain, code = ctypes.c_int32(0), ctypes.c_int64(0)
     try:
         if err:
@@ -274,6 +281,7 @@ class Handle:
         self._cond = threading.Condition(threading.Lock())
         self._in_flight = 0
         self._closing = False
+        self._exclusive = False  # an in-place rewrite of the C object is running (see _take)
         self._ptr = ptr
         self._finalizer = weakref.finalize(self, _free, self._free_name, ptr)
 
@@ -317,6 +325,8 @@ class Handle:
         if cond is None:
             raise ClosedError(f"pdkv.{type(self).__name__}")
         with cond:
+            while self._exclusive:  # wait for an in-place rewrite to finish
+                cond.wait()
             if self._closing or not self._ptr:
                 raise ClosedError(f"pdkv.{type(self).__name__}")
             self._in_flight += 1
@@ -324,6 +334,28 @@ class Handle:
         uses.held[id(self)] = self
         uses.stack[-1].append(self)
         return ptr
+
+    def _take(self) -> Any:
+        """The C pointer for an in-place rewrite of the C object (e.g. a plan recompiled into):
+        exclusive, so calls from other threads wait until :meth:`_give_back` and close() waits
+        too. None (nothing taken) when the handle is closed or closing, or in use by any call
+        (this thread's included)."""
+        cond = getattr(self, "_cond", None)
+        if cond is None:
+            return None
+        with cond:
+            if self._closing or not self._ptr or self._in_flight or self._exclusive:
+                return None
+            self._exclusive = True
+            self._in_flight = 1
+            return self._ptr
+
+    def _give_back(self) -> None:
+        """Ends what :meth:`_take` began."""
+        with self._cond:
+            self._exclusive = False
+            self._in_flight = 0
+            self._cond.notify_all()
 
     def _release(self) -> None:
         """Ends one use taken by :meth:`_p`; wakes a waiting close() when none is left."""

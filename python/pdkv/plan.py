@@ -7,6 +7,7 @@ import ctypes
 import dataclasses
 import json
 import struct
+import threading
 import weakref
 from ctypes import POINTER, byref, c_size_t, c_uint32, c_uint64
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -14,6 +15,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from . import _ffi
 from ._base import (
     Handle,
+    operation,
     _buffer_array,
     _free,
     array_copy,
@@ -92,9 +94,9 @@ class PlanContext(Handle):
         m._adopt(out)
         return m
 
-    def compile(self, groups: Iterable["PlanGroup"]) -> "TransferPlan":
-        """Compiles one request's plan (see :meth:`TransferPlan.compile`)."""
-        return TransferPlan.compile(self, groups)
+    def compile(self, groups: Iterable["PlanGroup"], reuse: Optional["TransferPlan"] = None) -> "TransferPlan":
+        """Compiles one request's plan (see :meth:`TransferPlan.compile`, also for ``reuse``)."""
+        return _compile(self, groups, reuse)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +118,22 @@ class PlanGroup:
 _REGION_CACHE: Dict[Tuple[int, ...], Tuple[Any, int]] = {}
 
 
+# (address, count, array) of the cached C arrays above, for the packing fast path (which keeps
+# the array alive during its call, whatever another thread does to the caches).
+_REGION_ADDRESS: Dict[Tuple[int, ...], Tuple[int, int, Any]] = {(): (0, 0, None)}
+
+
+def _region_address(i: int, regions: Tuple[int, ...], field: str) -> Optional[Tuple[int, int, Any]]:
+    """(address, count, array) of a region tuple's cached C array (see :func:`_regions`); None
+    when the tuple is not cacheable (the checked path then)."""
+    arr, n = _regions(i, regions, field)
+    if _REGION_CACHE.get(regions) is None:
+        return None
+    hit = (ctypes.addressof(arr) if n else 0, n, arr)
+    _REGION_ADDRESS[regions] = hit
+    return hit
+
+
 def _regions(i: int, regions: Any, field: str = "regions") -> Tuple[Any, int]:
     """The C array of a group's region (or layer) list, cached by value for tuples."""
     if type(regions) is tuple:
@@ -125,6 +143,8 @@ def _regions(i: int, regions: Any, field: str = "regions") -> Tuple[Any, int]:
         arr = u32_array(f"groups[{i}].{field}", regions)
         if len(_REGION_CACHE) >= 256:
             _REGION_CACHE.clear()
+            _REGION_ADDRESS.clear()
+            _REGION_ADDRESS[()] = (0, 0, None)
         if all(type(r) is int for r in regions):  # not e.g. IntEnum members equal to ints
             _REGION_CACHE[regions] = arr
         return arr
@@ -181,57 +201,112 @@ def _ids_address(values: Any, name: str) -> Optional[Tuple[int, int, Any]]:
     return (ctypes.addressof(arr) if n else 0), n, arr
 
 
-_TRIM_STRUCT = struct.Struct("@NiiPNPNQQQQQBQQ")  # pdkv_group_trim_input_t
-_GROUP_STRUCT = struct.Struct("@NPPNPN")  # pdkv_plan_group_t
-assert _TRIM_STRUCT.size == _TRIM_SIZE and _GROUP_STRUCT.size == _PLAN_GROUP_SIZE
+_TRIM_FORMAT, _GROUP_FORMAT = "NiiPNPNQQQQQBQQ", "NPPNPN"  # pdkv_group_trim_input_t, pdkv_plan_group_t
+assert struct.calcsize("@" + _TRIM_FORMAT) == _TRIM_SIZE and struct.calcsize("@" + _GROUP_FORMAT) == _PLAN_GROUP_SIZE
+
+
+class _PackBuffers(threading.local):
+    """Per thread: for each group count n, the struct of the whole C groups array (n
+    ``pdkv_plan_group_t``, then their n ``pdkv_group_trim_input_t``; both sizes are multiples of
+    8, so no padding falls between them) and one buffer it is packed into, reused call after
+    call. A thread packs the next request only after the library returned from the previous one
+    (ctypes calls do not re-enter Python), so reusing the buffer is safe."""
+
+    def __init__(self) -> None:
+        self.by_count: Dict[int, Tuple[Any, Any, int]] = {}
+
+
+_pack_buffers = _PackBuffers()
+
+
+def _pack_buffer(n: int) -> Tuple[Any, Any, int]:
+    """(struct.Struct, ctypes buffer, its address) for n groups on this thread."""
+    hit = _pack_buffers.by_count.get(n)
+    if hit is None:
+        st = struct.Struct("@" + _GROUP_FORMAT * n + _TRIM_FORMAT * n)
+        buf = (ctypes.c_char * st.size)()
+        hit = (st, buf, ctypes.addressof(buf))
+        if len(_pack_buffers.by_count) < 64:
+            _pack_buffers.by_count[n] = hit
+    return hit
 
 
 def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[Any, List[Any]]]:
     """The C groups array for the common case (PlanGroup of GroupTrimInput with plain ints,
-    enum members, ids in buffers, region tuples): every struct is packed into one buffer with
-    one ``struct.pack_into`` per struct (which range-checks every field) and no per-id work.
+    enum members, ids in buffers, region tuples): every struct is packed into one reused buffer
+    with a single ``struct.pack_into`` (which range-checks every field) and no per-id work.
     None as soon as anything needs the checked path, which then builds the array again and
     reports the offending field by name."""
     n = len(items)
-    buf = (ctypes.c_char * (n * (_TRIM_SIZE + _PLAN_GROUP_SIZE)))()
-    base = ctypes.addressof(buf)
-    groups_at = n * _TRIM_SIZE
+    st, buf, base = _pack_buffer(n)
+    trims_at = base + n * _PLAN_GROUP_SIZE
     keep: List[Any] = [buf]
-    pack_trim, pack_group = _TRIM_STRUCT.pack_into, _GROUP_STRUCT.pack_into
-    for i, g in enumerate(items):
+    group_values: List[Any] = []
+    trim_values: List[Any] = []
+    # One pass, few calls: this runs once per request, so every Python operation counts.
+    i = 0
+    for g in items:
         if type(g) is not PlanGroup:
             return None
         t = g.trim
         if type(t) is not GroupTrimInput:
             return None
         k, m = t.kind, t.cache_mode
-        if type(k) is GroupKind:
-            k = int(k)
-        if type(m) is MambaCacheMode:
-            m = int(m)
-        lf = t.local_first_block
-        fields = (k, m, t.local_tokens_per_block, t.remote_tokens_per_block, t.remote_computed_tokens,
-                  t.local_hit_tokens, t.sliding_window, t.remote_first_block, 0 if lf is None else lf)
-        for v in fields:
-            if type(v) is not int:  # bools, floats, IntEnums of other types: the checked path
+        tk, tm = type(k), type(m)
+        lpt, rpt, computed, hit = t.local_tokens_per_block, t.remote_tokens_per_block, t.remote_computed_tokens, \
+            t.local_hit_tokens
+        window, rfirst, lf = t.sliding_window, t.remote_first_block, t.local_first_block
+        has_lf = 1
+        if lf is None:
+            lf, has_lf = 0, 0
+        # bools, floats, IntEnums of other types: the checked path
+        if not ((tk is int or tk is GroupKind) and (tm is int or tm is MambaCacheMode) and type(lpt) is int and
+                type(rpt) is int and type(computed) is int and type(hit) is int and type(window) is int and
+                type(rfirst) is int and type(lf) is int):
+            return None
+        lb: Any = t.local_blocks
+        rb: Any = t.remote_blocks
+        if type(lb) is array.array and lb.typecode in _ARRAY_TYPECODES_U64:
+            la, ln = lb.buffer_info()
+            keep.append(memoryview(lb))  # pins it: no resize while the library reads it
+        else:
+            x = _ids_address(lb, "local_blocks")
+            if x is None:
                 return None
-        la = _ids_address(t.local_blocks, "local_blocks")
-        ra = _ids_address(t.remote_blocks, "remote_blocks")
+            la, ln = x[0], x[1]
+            keep.append(x[2])
+        if type(rb) is array.array and rb.typecode in _ARRAY_TYPECODES_U64:
+            ra, rn = rb.buffer_info()
+            keep.append(memoryview(rb))
+        else:
+            x = _ids_address(rb, "remote_blocks")
+            if x is None:
+                return None
+            ra, rn = x[0], x[1]
+            keep.append(x[2])
         regions, layers = g.regions, g.layers
-        if la is None or ra is None or type(regions) is not tuple or type(layers) is not tuple:
+        if type(regions) is not tuple or type(layers) is not tuple:
             return None
-        keep.append(la[2])
-        keep.append(ra[2])
-        rarr, rn = _regions(i, regions)
-        larr, ln = _regions(i, layers, "layers")
-        try:
-            pack_trim(buf, i * _TRIM_SIZE, _TRIM_SIZE, k, m, la[0], la[1], ra[0], ra[1], fields[2], fields[3],
-                      fields[4], fields[5], fields[6], 0 if lf is None else 1, fields[8], fields[7])
-            pack_group(buf, groups_at + i * _PLAN_GROUP_SIZE, _PLAN_GROUP_SIZE, base + i * _TRIM_SIZE,
-                       ctypes.addressof(rarr) if rn else 0, rn, ctypes.addressof(larr) if ln else 0, ln)
-        except struct.error:  # a value out of its C type's range
-            return None
-    return ctypes.cast(base + groups_at, POINTER(_ffi.PlanGroupC)), keep
+        reg = _REGION_ADDRESS.get(regions)
+        if reg is None:
+            reg = _region_address(i, regions, "regions")
+            if reg is None:
+                return None
+        lay = _REGION_ADDRESS.get(layers)
+        if lay is None:
+            lay = _region_address(i, layers, "layers")
+            if lay is None:
+                return None
+        keep.append(reg[2])
+        keep.append(lay[2])
+        trim_values += (_TRIM_SIZE, k, m, la, ln, ra, rn, lpt, rpt, computed, hit, window, has_lf, lf, rfirst)
+        group_values += (_PLAN_GROUP_SIZE, trims_at + i * _TRIM_SIZE, reg[0], reg[1], lay[0], lay[1])
+        i += 1
+    try:
+        st.pack_into(buf, 0, *group_values, *trim_values)
+    except struct.error:  # a value out of its C type's range
+        return None
+    return ctypes.cast(base, POINTER(_ffi.PlanGroupC)), keep
 
 
 def _groups(groups: Iterable[PlanGroup]) -> Tuple[Any, int, List[Any]]:
@@ -275,6 +350,32 @@ class PlanRead:
 
 class _PlanMemory:
     """Owner of a compiled plan's C memory once zero-copy views of it exist."""
+
+
+@operation
+def _compile(ctx: PlanContext, groups: Iterable[PlanGroup], reuse: Optional["TransferPlan"]) -> "TransferPlan":
+    """PlanContext.compile / TransferPlan.compile (one operation: the context stays in use)."""
+    c = handle_arg("ctx", ctx, PlanContext)
+    if reuse is not None:
+        if not isinstance(reuse, TransferPlan):
+            raise TypeError(f"reuse must be a pdkv.TransferPlan, got {type(reuse).__name__}")
+        # A plan whose memory zero-copy views may still show is never rewritten.
+        ptr = reuse._take() if getattr(reuse, "_owner_holder", None) is None else None
+        if ptr is not None:
+            try:
+                arr, n, keep = _groups(groups)
+                call("pdkv_transfer_plan_compile_into", c, arr, n, ptr)
+                del keep
+            finally:
+                reuse._give_back()
+            return reuse
+    arr, n, keep = _groups(groups)
+    out = POINTER(_ffi.TransferPlanT)()
+    call("pdkv_transfer_plan_compile", c, arr, n, byref(out))
+    del keep
+    plan = object.__new__(TransferPlan)
+    plan._adopt(out)
+    return plan
 
 
 def plan_read_dtype() -> Any:
@@ -383,14 +484,27 @@ class TransferPlan(Handle):
         raise TypeError("use TransferPlan.compile or PlanContext.compile")
 
     @classmethod
-    def compile(cls, ctx: PlanContext, groups: Iterable[PlanGroup]) -> "TransferPlan":
+    def compile(cls, ctx: PlanContext, groups: Iterable[PlanGroup],
+                reuse: Optional["TransferPlan"] = None) -> "TransferPlan":
         """Compiles and validates one request's plan; raises :class:`CoverageError`,
-        :class:`OutOfBoundsError`, :class:`InvalidArgumentError`, ..."""
-        c = handle_arg("ctx", ctx, PlanContext)
-        arr, n, keep = _groups(groups)
+        :class:`OutOfBoundsError`, :class:`InvalidArgumentError`, ...
+
+        ``reuse``: a plan this thread no longer needs (e.g. the previous request's, once its
+        reads were posted), or one from :meth:`TransferPlan.empty`. It is recompiled in place
+        and returned: no new handle, and its C buffers are reused (``pdkv_transfer_plan_compile_into``),
+        which makes small requests markedly cheaper. Everything read from it before is stale;
+        on error it holds an empty plan and can be reused again. When it cannot be rewritten
+        safely (closed, in use by a call on another thread, or :meth:`rank_reads_view` /
+        :meth:`rank_reads_numpy` views were ever taken from it: their memory must stay as it
+        is), a new plan is returned instead and ``reuse`` is left untouched; so always use the
+        returned plan."""
+        return _compile(ctx, groups, reuse)
+
+    @classmethod
+    def empty(cls) -> "TransferPlan":
+        """A plan with no reads and no groups, to pass as ``reuse`` to :meth:`compile`."""
         out = POINTER(_ffi.TransferPlanT)()
-        call("pdkv_transfer_plan_compile", c, arr, n, byref(out))
-        del keep
+        call("pdkv_transfer_plan_new", byref(out))
         self = object.__new__(cls)
         self._adopt(out)
         return self

@@ -131,3 +131,85 @@ def test_buffer_groups_take_the_fast_path() -> None:
         assert _groups_fast(groups(np.array(LOCAL, dtype=np.uint64), np.array(REMOTE, dtype=np.uint64))) is not None
     assert _groups_fast(groups(tuple(LOCAL), array("Q", REMOTE))) is None  # per-id checks for long tuples
     assert _groups_fast([pdkv.PlanGroup(pdkv.GroupTrimInput("attention", array("Q", LOCAL), array("Q", REMOTE)))]) is None
+
+
+def request(local: List[int], remote: List[int], tokens: int, mamba: Any = (7, 9)) -> List[pdkv.PlanGroup]:
+    """Mamba on 5 regions + attention over FlashInfer kernel ids of the given logical blocks."""
+    return [
+        pdkv.PlanGroup(pdkv.GroupTrimInput(pdkv.GroupKind.MAMBA, array("Q", [mamba[0]]), array("Q", [mamba[1]]),
+                                           remote_computed_tokens=tokens), (0, 1, 2, 3, 4)),
+        pdkv.PlanGroup(pdkv.GroupTrimInput(pdkv.GroupKind.ATTENTION, array("Q", kernel(local)),
+                                           array("Q", kernel(remote)), remote_computed_tokens=tokens)),
+    ]
+
+
+def test_reuse_recompiles_the_same_plan_in_place(ctx: Any) -> None:
+    plan = pdkv.TransferPlan.empty()
+    info = plan.info()
+    assert info.num_groups == 0 and info.empty and plan.read_ranks() == ()
+    requests = [request([3, 4, 10], [20, 5, 6], TOKENS), request([3], [20], 2000, (11, 12)),
+                request([30, 31, 32], [40, 41, 42], TOKENS - 500)]
+    for rq in requests + requests[::-1]:  # larger, smaller, larger: stale content would show
+        want = ctx.compile(rq)
+        assert ctx.compile(rq, reuse=plan) is plan
+        assert plan.to_json() == want.to_json()
+        assert plan.group_zeros() == want.group_zeros()
+        assert plan.info() == want.info()
+        assert pdkv.TransferPlan.compile(ctx, rq, reuse=plan) is plan
+
+
+def test_reuse_errors_leave_an_empty_plan(ctx: Any) -> None:
+    plan = ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE)))
+    with pytest.raises(pdkv.CoverageError):
+        ctx.compile(groups(array("Q", LOCAL[:-131]), array("Q", REMOTE)), reuse=plan)
+    assert plan.info().num_groups == 0 and plan.read_ranks() == ()
+    assert ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE)), reuse=plan) is plan
+    assert plan.info().num_groups == 2
+    with pytest.raises(TypeError, match="reuse"):
+        ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE)), reuse="plan")  # type: ignore[arg-type]
+
+
+def test_reuse_never_rewrites_memory_a_view_shows(ctx: Any) -> None:
+    plan = ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE)))
+    r = plan.read_ranks()[0]
+    want = plan.rank_reads(r)
+    view = plan.rank_reads_view(r)
+    other = ctx.compile(request([3], [20], 2000), reuse=plan)
+    assert other is not plan  # a new plan: the view's memory stays as it was
+    assert plan.rank_reads(r) == want
+    x = view.obj[0]
+    assert (x.local_offset, x.length) == (want[0].local_offset, want[0].length)
+    plan.close()
+    fresh = ctx.compile(request([3], [20], 2000), reuse=plan)  # closed: a new plan
+    assert fresh is not plan and fresh.to_json() == other.to_json()
+
+
+def test_reuse_while_other_threads_read_the_plan(ctx: Any) -> None:
+    import threading
+
+    a = groups(array("Q", LOCAL), array("Q", REMOTE))
+    b = request([3], [20], 2000, (11, 12))
+    want = {ctx.compile(rq).to_json() for rq in (a, b)}
+    plan = ctx.compile(a)
+    stop = threading.Event()
+    seen: List[str] = []
+    errors: List[BaseException] = []
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                seen.append(plan.to_json())  # whole before or whole after a recompile, never torn
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for i in range(300):
+        got = ctx.compile(a if i % 2 else b, reuse=plan)
+        assert got.to_json() in want
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert seen and set(seen) <= want
