@@ -386,3 +386,54 @@ func TestMixedMLAModel(t *testing.T) {
 		t.Fatalf("explicit kinds %+v", regions)
 	}
 }
+
+// CompileInto fills one reused plan with what Compile returns, request after request; a failed
+// compile leaves it empty and reusable; a plan another call holds is refused with ErrBusy, and
+// while CompileInto holds it every other call on it is.
+func TestCompileIntoReusesOnePlan(t *testing.T) {
+	ctx := nanoContext(t, true)
+	plan, err := NewTransferPlan()
+	must(t, err)
+	defer plan.Close()
+	empty, err := plan.Info()
+	must(t, err)
+	if !empty.Empty || empty.NumGroups != 0 {
+		t.Fatalf("new plan %+v", empty)
+	}
+	for _, local := range [][]uint64{{10, 12}, {3, 4}, {7, 30}} {
+		groups := []PlanGroup{{Trim: GroupTrimInput{Kind: GroupAttention, LocalBlocks: local, RemoteBlocks: []uint64{20, 25, 22}, RemoteComputedTokens: 3000}}}
+		fresh, err := ctx.Compile(groups)
+		must(t, err)
+		must(t, ctx.CompileInto(groups, plan))
+		want, _, err := fresh.RankReads(0)
+		must(t, err)
+		got, _, err := plan.RankReads(0)
+		must(t, err)
+		wi, err := fresh.Info()
+		must(t, err)
+		gi, err := plan.Info()
+		must(t, err)
+		if !reflect.DeepEqual(want, got) || !reflect.DeepEqual(wi, gi) {
+			t.Fatalf("local %v: reused plan %+v %v, fresh %+v %v", local, gi, got, wi, want)
+		}
+		must(t, fresh.Close())
+	}
+	bad := []PlanGroup{{Trim: GroupTrimInput{Kind: GroupAttention, LocalBlocks: []uint64{10}, RemoteBlocks: []uint64{20}, RemoteComputedTokens: 3000}}}
+	wantErr(t, ctx.CompileInto(bad, plan), ErrCoverage)
+	if info, err := plan.Info(); err != nil || !info.Empty {
+		t.Fatalf("plan after a failed compile %+v %v", info, err)
+	}
+	// Held by another call: refused, not waited for.
+	if _, err := plan.h.acquire(); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, ctx.CompileInto(bad, plan), ErrBusy)
+	plan.h.release()
+	if _, err := plan.h.acquireExclusive(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = plan.Info()
+	wantErr(t, err, ErrBusy)
+	plan.h.releaseExclusive()
+	wantErr(t, ctx.CompileInto(bad, nil), ErrNullPointer)
+}

@@ -161,6 +161,12 @@ func closedErr(typeName string) error {
 	return &Error{Status: StatusNullPointer, Message: "pdkv." + typeName + " is closed", closed: true}
 }
 
+// busyErr is the error of a call on a handle another call is changing in place, or of changing
+// one other calls hold: a *Error of StatusBusy matching ErrBusy.
+func busyErr(typeName string) error {
+	return &Error{Status: StatusBusy, Message: "pdkv." + typeName + " is in use by another call"}
+}
+
 // nilErr is the error of a call on, or given, a nil handle pointer of the Go type named typeName:
 // a *Error of StatusNullPointer matching ErrNullPointer (not ErrClosed: nothing was closed)
 // whose message is "pdkv.<Type> is nil", followed by " (<arg>)" when arg names the parameter.
@@ -293,13 +299,14 @@ func HeaderVersion() (major, minor, patch uint32) {
 // Concurrent queries on one handle stay concurrent. The zero value of the bookkeeping fields is
 // ready to use (handles are built as {ptr, free} literals).
 type handle[T any] struct {
-	mu       sync.Mutex
-	ptr      *T
-	free     func(*T)
-	inFlight int           // acquires not yet released
-	closing  bool          // close began: acquire fails from now on
-	drained  chan struct{} // made by close while calls are in flight; closed by the last release
-	done     chan struct{} // made by the first close; closed once the object is freed
+	mu        sync.Mutex
+	ptr       *T
+	free      func(*T)
+	inFlight  int           // acquires not yet released
+	exclusive bool          // held by acquireExclusive: every other acquire fails with ErrBusy
+	closing   bool          // close began: acquire fails from now on
+	drained   chan struct{} // made by close while calls are in flight; closed by the last release
+	done      chan struct{} // made by the first close; closed once the object is freed
 }
 
 // acquire returns the pointer and counts the caller in flight (end with release), or the
@@ -316,8 +323,39 @@ func (h *handle[T]) acquire() (*T, error) {
 	if h.closing || h.ptr == nil {
 		return nil, closedErr(handleTypeName[T]())
 	}
+	if h.exclusive {
+		return nil, busyErr(handleTypeName[T]())
+	}
 	h.inFlight++
 	return h.ptr, nil
+}
+
+// acquireExclusive is acquire for a call that changes the object in place (a plan compiled into
+// again): it fails with ErrBusy, never waiting, while any other call holds the handle, and every
+// other acquire fails with ErrBusy until releaseExclusive. So a goroutine reading a plan never
+// sees it change under it.
+func (h *handle[T]) acquireExclusive() (*T, error) {
+	if h == nil {
+		return nil, nilErr(handleTypeName[T](), "")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing || h.ptr == nil {
+		return nil, closedErr(handleTypeName[T]())
+	}
+	if h.exclusive || h.inFlight != 0 {
+		return nil, busyErr(handleTypeName[T]())
+	}
+	h.exclusive = true
+	h.inFlight++
+	return h.ptr, nil
+}
+
+func (h *handle[T]) releaseExclusive() {
+	h.mu.Lock()
+	h.exclusive = false
+	h.mu.Unlock()
+	h.release()
 }
 
 // acquireArg is acquire for a handle passed as the parameter named arg: a nil handle's error

@@ -313,6 +313,44 @@ func (c *PlanContext) Compile(groups []PlanGroup) (*TransferPlan, error) {
 	return t, nil
 }
 
+// NewTransferPlan returns an empty plan (no reads, no groups) to be filled by CompileInto.
+func NewTransferPlan() (*TransferPlan, error) {
+	var out *C.pdkv_transfer_plan_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_transfer_plan_new(&out, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	t := &TransferPlan{h: handle[C.pdkv_transfer_plan_t]{ptr: out, free: func(p *C.pdkv_transfer_plan_t) { C.pdkv_transfer_plan_free(p) }}}
+	runtime.SetFinalizer(t, func(t *TransferPlan) { t.h.close() })
+	return t, nil
+}
+
+// CompileInto compiles one request's plan into plan, replacing its content: the same plan and
+// errors as Compile, reusing the plan's buffers instead of allocating a new one per request.
+// Anything read from plan before stays valid (Go copies it out). While it runs every other call
+// on plan fails with ErrBusy, and it fails with ErrBusy itself when another call holds plan; on
+// failure plan is empty. Errors: those of Compile, ErrBusy, ErrClosed.
+func (c *PlanContext) CompileInto(groups []PlanGroup, plan *TransferPlan) error {
+	p, err := c.ref().acquire()
+	if err != nil {
+		return err
+	}
+	defer c.h.release()
+	tp, err := plan.ref().acquireExclusive()
+	if err != nil {
+		return err
+	}
+	defer plan.h.releaseExclusive()
+	var a cArena
+	defer a.free()
+	gp := cGroups(&a, groups)
+	var cerr *C.pdkv_error_t
+	st := C.pdkv_transfer_plan_compile_into(p, gp, C.size_t(len(groups)), tp, &cerr)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(plan)
+	return check(st, cerr)
+}
+
 // Close frees the plan. It is idempotent (closing twice does nothing) and waits for calls in
 // flight. Close on a nil *TransferPlan does nothing and returns nil, like a second Close.
 func (t *TransferPlan) Close() error { return closeHandle(t, t.ref()) }

@@ -391,7 +391,8 @@ pub struct TransferPlan {
     pub(crate) ptr: NonNull<sys::pdkv_transfer_plan_t>,
 }
 
-// SAFETY: immutable after creation; queries documented thread-safe; free only in Drop.
+// SAFETY: changed only through &mut self (compile_into); queries documented thread-safe; free
+// only in Drop.
 unsafe impl Send for TransferPlan {}
 // SAFETY: &self methods are thread-safe const queries.
 unsafe impl Sync for TransferPlan {}
@@ -447,6 +448,38 @@ impl TransferPlan {
         NonNull::new(out)
             .map(|ptr| TransferPlan { ptr })
             .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL plan"))
+    }
+
+    /// An empty plan (no reads, no groups) to be filled by [`TransferPlan::compile_into`]
+    /// (`pdkv_transfer_plan_new`).
+    pub fn new_empty() -> Result<TransferPlan> {
+        let mut out = ptr::null_mut();
+        // SAFETY: valid out pointer.
+        check(|e| unsafe { sys::pdkv_transfer_plan_new(&mut out, e) })?;
+        NonNull::new(out)
+            .map(|ptr| TransferPlan { ptr })
+            .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL plan"))
+    }
+
+    /// Compiles one request's plan into this one, replacing its content and reusing its buffers
+    /// (`pdkv_transfer_plan_compile_into`): the same plan and errors as
+    /// [`TransferPlan::compile`], without a new handle per request. `&mut self` is what the C
+    /// call needs: nothing else may read the plan meanwhile, and no borrowed view of the old
+    /// content outlives the call. On failure the plan is empty and may be compiled into again.
+    pub fn compile_into(&mut self, ctx: &PlanContext, groups: &[PlanGroup]) -> Result<()> {
+        let trims: Vec<_> = groups.iter().map(|g| g.trim.to_raw()).collect();
+        let raw = raw_groups(groups, &trims);
+        // SAFETY: raw points into trims/groups, alive for the call; the plan is exclusively
+        // borrowed; nothing retained.
+        check(|e| unsafe {
+            sys::pdkv_transfer_plan_compile_into(
+                ctx.ptr.as_ptr(),
+                sp(&raw),
+                raw.len(),
+                self.ptr.as_ptr(),
+                e,
+            )
+        })
     }
 
     /// Re-runs the coverage and bounds check against `(ctx, groups)`

@@ -501,6 +501,21 @@ fn transfer_plan_nano_p4_to_d2() {
         .unwrap_err()
         .status()
     );
+    // One reused plan: compile_into gives what compile gives, an empty plan after a failure,
+    // and compiles again afterwards.
+    let mut reused = TransferPlan::new_empty().unwrap();
+    assert!(reused.info().unwrap().empty);
+    reused.compile_into(&ctx, &groups).unwrap();
+    assert_eq!(reused.to_json().unwrap(), plan.to_json().unwrap());
+    let mut no_ids = groups.clone();
+    no_ids[0].trim.local_blocks.clear();
+    assert_eq!(
+        reused.compile_into(&ctx, &no_ids).unwrap_err().status(),
+        TransferPlan::compile(&ctx, &no_ids).unwrap_err().status()
+    );
+    assert!(reused.info().unwrap().empty);
+    reused.compile_into(&ctx, &groups).unwrap();
+    assert_eq!(reused.to_json().unwrap(), plan.to_json().unwrap());
     let i = plan.info().unwrap();
     assert_eq!((i.d_rank, i.d_tp, i.p_tp, i.num_groups), (1, 2, 4, 2));
     assert_eq!(plan.read_ranks().unwrap(), &[2, 3]);
