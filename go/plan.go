@@ -336,6 +336,9 @@ func (c *PlanContext) CompileInto(groups []PlanGroup, plan *TransferPlan) error 
 		return err
 	}
 	defer c.h.release()
+	if plan == nil {
+		return nilErr("TransferPlan", "plan")
+	}
 	tp, err := plan.ref().acquireExclusive()
 	if err != nil {
 		return err
