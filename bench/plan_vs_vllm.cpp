@@ -10,8 +10,9 @@
 // "contig" (one ascending run) or "frag" (a seeded random sample of the pool).
 //
 // Paths: "cpp" = pdkv::core::compile_transfer_plan_into with views and one reused plan (what an
-// engine written in C++ calls); "c" = pdkv_transfer_plan_compile + pdkv_transfer_plan_free (what
-// every binding calls). Each case prints one JSON line: median and min ns per request over
+// engine written in C++ calls); "c" = pdkv_transfer_plan_compile_into into one reused plan handle
+// (what the Python binding calls when given a plan to reuse); "c_new" =
+// pdkv_transfer_plan_compile + pdkv_transfer_plan_free (a new handle per request). Each case prints one JSON line: median and min ns per request over
 // samples of repeated calls, plus the plan's read count.
 //
 // Usage: plan_vs_vllm [--tokens 4096,32768,131072,1048576] [--hits 0,50] [--alloc contig,frag]
@@ -183,7 +184,7 @@ int main(int argc, char** argv) {
           compile_transfer_plan_into(ctx, views, plan, verdict);
           const auto cpp = time_calls([&] { compile_transfer_plan_into(ctx, views, plan, verdict); }, target_s);
           const auto cgroups = rq.c_groups();
-          const auto c = time_calls(
+          const auto c_new = time_calls(
               [&] {
                 pdkv_transfer_plan_t* p = nullptr;
                 pdkv_error_t* e = nullptr;
@@ -192,13 +193,23 @@ int main(int argc, char** argv) {
                 pdkv_transfer_plan_free(p);
               },
               target_s);
+          pdkv_transfer_plan_t* reused = nullptr;
+          check(pdkv_transfer_plan_new(&reused, &err), err, "pdkv_transfer_plan_new");
+          const auto c = time_calls(
+              [&] {
+                pdkv_error_t* e = nullptr;
+                check(pdkv_transfer_plan_compile_into(cctx, cgroups.groups.data(), cgroups.groups.size(), reused, &e),
+                      e, "pdkv_transfer_plan_compile_into");
+              },
+              target_s);
+          pdkv_transfer_plan_free(reused);
           std::printf(
               "{\"case\": \"%s/%llu/hit%llu/%s\", \"geometry\": \"%s\", \"tokens\": %llu, \"hit\": %llu, "
               "\"alloc\": \"%s\", \"cpp_median_ns\": %.0f, \"cpp_min_ns\": %.0f, \"c_median_ns\": %.0f, "
-              "\"c_min_ns\": %.0f, \"reads\": %llu, \"pieces_before\": %llu, \"kernel_ids\": %zu}\n",
+              "\"c_min_ns\": %.0f, \"c_new_median_ns\": %.0f, \"reads\": %llu, \"pieces_before\": %llu, \"kernel_ids\": %zu}\n",
               geo.c_str(), static_cast<unsigned long long>(t), static_cast<unsigned long long>(hit_pct),
               alloc.c_str(), geo.c_str(), static_cast<unsigned long long>(t),
-              static_cast<unsigned long long>(hit_pct), alloc.c_str(), cpp.first, cpp.second, c.first, c.second,
+              static_cast<unsigned long long>(hit_pct), alloc.c_str(), cpp.first, cpp.second, c.first, c.second, c_new.first,
               static_cast<unsigned long long>(plan.stats.pieces_after_coalescing),
               static_cast<unsigned long long>(plan.stats.pieces_before_coalescing), rq.groups.back().local.size());
           std::fflush(stdout);

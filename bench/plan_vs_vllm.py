@@ -5,7 +5,10 @@ planning, measured in one run on the same requests; prints a markdown table of m
 vLLM's side is ../shared/tools/vllm_plan_baseline.py (it runs vLLM main's own functions from a
 git checkout given with --mirror; no vLLM code is in this repository). pdkv's C++ and C sides are
 build/bench/plan_vs_vllm (bench/plan_vs_vllm.cpp); the Python side is timed here through the
-``pdkv`` package on the requests bench/plan_request.hpp builds (the generator is mirrored below).
+``pdkv`` package on the requests bench/plan_request.hpp builds (the generator is mirrored below):
+``ctx.compile(groups, reuse=plan)`` (the "Python" column) and ``ctx.compile(groups).close()``
+("Py new"); likewise C times pdkv_transfer_plan_compile_into into one reused plan ("C") and
+pdkv_transfer_plan_compile + pdkv_transfer_plan_free ("C new").
 
     /usr/bin/python3 bench/plan_vs_vllm.py --mirror VLLM_GIT_DIR [--build build] [--repeat 3]
         [--tokens 4096,32768,131072,1048576] [--hits 0,50] [--alloc contig,frag] [--target-s 0.3]
@@ -96,7 +99,7 @@ def time_python(fn, target_s: float) -> float:
     return statistics.median(samples)
 
 
-def python_side(args, geometry: str) -> Dict[str, float]:
+def python_side(args, geometry: str) -> Dict[str, tuple]:
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import pdkv  # noqa: E402
 
@@ -123,7 +126,14 @@ def python_side(args, geometry: str) -> Dict[str, float]:
                         def once():
                             ctx.compile(groups).close()
 
-                        out[f"{geometry}/{tok_s}/hit{hit_pct}/{alloc}"] = time_python(once, args.target_s)
+                        plan = pdkv.TransferPlan.empty()
+
+                        def reused():
+                            ctx.compile(groups, reuse=plan)
+
+                        case = f"{geometry}/{tok_s}/hit{hit_pct}/{alloc}"
+                        out[case] = (time_python(reused, args.target_s), time_python(once, args.target_s))
+                        plan.close()
             for h in [d, *ps, dg, pg]:
                 h.close()
     return out
@@ -159,10 +169,11 @@ def main() -> None:
         for line in subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines():
             r = json.loads(line)
             e = run.setdefault(r["case"], {})
-            e.update(cpp=r["cpp_median_ns"], c=r["c_median_ns"], reads=r["reads"], kernel_ids=r["kernel_ids"])
+            e.update(cpp=r["cpp_median_ns"], c=r["c_median_ns"], c_new=r["c_new_median_ns"], reads=r["reads"],
+                     kernel_ids=r["kernel_ids"])
         for geo in args.geometry.split(","):
-            for case, ns in python_side(args, geo).items():
-                run.setdefault(case, {})["python"] = ns
+            for case, (ns, ns_new) in python_side(args, geo).items():
+                run.setdefault(case, {}).update(python=ns, python_new=ns_new)
         runs.append(run)
         print(f"run {rep + 1}/{args.repeat} done", file=sys.stderr)
     if args.json:
@@ -179,14 +190,17 @@ def main() -> None:
     def ratio(a, b):
         return "—" if a is None or b is None else f"{a / b:,.0f}×" if a / b >= 10 else f"{a / b:.1f}×"
 
-    print("| geometry | tokens | hit | ids | kernel ids | reads | vLLM µs | C++ µs | C µs | Python µs | vLLM/C | vLLM/Python | Python/C |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| geometry | tokens | hit | ids | kernel ids | reads | vLLM µs | C++ µs | C µs | C new µs | Python µs | "
+          "Py new µs | vLLM/C | vLLM/Python | Python/C |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for case in runs[0]:
         geo, tok, hit, alloc = case.split("/")
         v, cpp, c, py = med(case, "vllm"), med(case, "cpp"), med(case, "c"), med(case, "python")
+        c_new, py_new = med(case, "c_new"), med(case, "python_new")
         print(f"| {geo} | {int(tok):,} | {hit[3:]}% | {alloc} | {runs[0][case].get('kernel_ids', '')} | "
-              f"{runs[0][case].get('reads', '')} | {us(v)} | {us(cpp)} | {us(c)} | {us(py)} | {ratio(v, c)} | "
-              f"{ratio(v, py)} | {'—' if py is None or c is None else f'{py / c:.1f}×'} |")
+              f"{runs[0][case].get('reads', '')} | {us(v)} | {us(cpp)} | {us(c)} | {us(c_new)} | {us(py)} | "
+              f"{us(py_new)} | {ratio(v, c)} | {ratio(v, py)} | "
+              f"{'—' if py is None or c is None else f'{py / c:.1f}×'} |")
 
 
 if __name__ == "__main__":
