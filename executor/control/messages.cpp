@@ -260,4 +260,91 @@ std::string clip_message_text(std::string_view text) {
   return std::string(text.substr(0, cut));
 }
 
+std::vector<uint8_t> PullRequest::encode() const {
+  if (pieces.empty() || pieces.size() > kMaxPullPieces) {
+    core::fail(Status::InvalidArgument, "PullRequest.pieces has " + std::to_string(pieces.size()) +
+                                            " pieces, expected 1 to " + std::to_string(kMaxPullPieces));
+  }
+  WireWriter w;
+  w.u64(transfer_id);
+  w.string(request_id, kMaxRequestIdBytes, "PullRequest.request_id");
+  w.u32(static_cast<uint32_t>(pieces.size()));
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const PullPiece& p = pieces[i];
+    if (p.length == 0) {
+      core::fail(Status::InvalidArgument, "PullRequest.pieces[" + std::to_string(i) + "].length is 0");
+    }
+    w.u32(p.src_region);
+    w.u64(p.src_offset);
+    w.u64(p.length);
+    w.u32(p.dst_region);
+    w.u64(p.dst_offset);
+  }
+  return w.take();
+}
+
+PullRequest PullRequest::decode(std::span<const uint8_t> payload) {
+  WireReader r(payload, "PullRequest");
+  PullRequest m;
+  m.transfer_id = r.u64("transfer_id");
+  m.request_id = r.string("request_id", kMaxRequestIdBytes);
+  const uint32_t n = r.count("pieces", kMaxPullPieces, kPullPieceBytes);
+  if (n == 0) r.fail("pieces is empty");
+  m.pieces.reserve(n);  // bounded by what remains (count() checked it)
+  for (uint32_t i = 0; i < n; ++i) {
+    PullPiece p;
+    const std::string at = "pieces[" + std::to_string(i) + "].";
+    p.src_region = r.u32(at + "src_region");
+    p.src_offset = r.u64(at + "src_offset");
+    p.length = r.u64(at + "length");
+    if (p.length == 0) r.fail(at + "length is 0");
+    p.dst_region = r.u32(at + "dst_region");
+    p.dst_offset = r.u64(at + "dst_offset");
+    m.pieces.push_back(p);
+  }
+  r.expect_end();
+  return m;
+}
+
+std::vector<uint8_t> PullCancel::encode() const {
+  WireWriter w;
+  w.u64(transfer_id);
+  return w.take();
+}
+
+PullCancel PullCancel::decode(std::span<const uint8_t> payload) {
+  WireReader r(payload, "PullCancel");
+  PullCancel m;
+  m.transfer_id = r.u64("transfer_id");
+  r.expect_end();
+  return m;
+}
+
+std::vector<uint8_t> PullDone::encode() const {
+  if (failed_pieces.size() > kMaxPullPieces) {
+    core::fail(Status::InvalidArgument, "PullDone.failed_pieces has " + std::to_string(failed_pieces.size()) +
+                                            " entries, at most " + std::to_string(kMaxPullPieces));
+  }
+  WireWriter w;
+  w.u64(transfer_id);
+  w.u32(status_to_wire(status));
+  w.string(message, kMaxMessageTextBytes, "PullDone.message");
+  w.u32(static_cast<uint32_t>(failed_pieces.size()));
+  for (const uint32_t i : failed_pieces) w.u32(i);
+  return w.take();
+}
+
+PullDone PullDone::decode(std::span<const uint8_t> payload) {
+  WireReader r(payload, "PullDone");
+  PullDone m;
+  m.transfer_id = r.u64("transfer_id");
+  m.status = read_status(r, "status");
+  m.message = r.string("message", kMaxMessageTextBytes);
+  const uint32_t n = r.count("failed_pieces", kMaxPullPieces, 4);
+  m.failed_pieces.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) m.failed_pieces.push_back(r.u32("failed_pieces[" + std::to_string(i) + "]"));
+  r.expect_end();
+  return m;
+}
+
 }  // namespace pdkv::exec
