@@ -268,6 +268,7 @@ std::vector<uint8_t> PullRequest::encode() const {
   WireWriter w;
   w.u64(transfer_id);
   w.string(request_id, kMaxRequestIdBytes, "PullRequest.request_id");
+  w.u8(notify ? 1 : 0);
   w.u32(static_cast<uint32_t>(pieces.size()));
   for (size_t i = 0; i < pieces.size(); ++i) {
     const PullPiece& p = pieces[i];
@@ -288,6 +289,7 @@ PullRequest PullRequest::decode(std::span<const uint8_t> payload) {
   PullRequest m;
   m.transfer_id = r.u64("transfer_id");
   m.request_id = r.string("request_id", kMaxRequestIdBytes);
+  m.notify = read_bool(r, "notify");
   const uint32_t n = r.count("pieces", kMaxPullPieces, kPullPieceBytes);
   if (n == 0) r.fail("pieces is empty");
   m.pieces.reserve(n);  // bounded by what remains (count() checked it)

@@ -183,6 +183,7 @@ struct PullRequest {
   static constexpr FrameType kType = FrameType::PullRequest;
   uint64_t transfer_id = 0;
   std::string request_id;         // <= kMaxRequestIdBytes; named in P's notification
+  bool notify = true;             // P reports the READ to its caller once done (u8 0/1)
   std::vector<PullPiece> pieces;  // 1 ..= kMaxPullPieces, every length > 0
 
   std::vector<uint8_t> encode() const;

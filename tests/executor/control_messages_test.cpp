@@ -62,6 +62,7 @@ PullRequest sample_pull() {
   PullRequest m;
   m.transfer_id = 0x0102030405060708ull;
   m.request_id = "req-pull";
+  m.notify = false;
   m.pieces.push_back(PullPiece{1, 4096, 512, 2, 8192});
   m.pieces.push_back(PullPiece{0, 0, 1, 7, 0xFFFFFFFFFFull});
   return m;
@@ -236,8 +237,9 @@ TEST(ControlMessages, PullMessagesRoundTrip) {
   const PullRequest r = PullRequest::decode(sample_pull().encode());
   EXPECT_EQ(r.transfer_id, sample_pull().transfer_id);
   EXPECT_EQ(r.request_id, "req-pull");
+  EXPECT_FALSE(r.notify);
   EXPECT_EQ(r.pieces, sample_pull().pieces);
-  EXPECT_EQ(sample_pull().encode().size(), 8 + 4 + 8 + 4 + 2 * kPullPieceBytes);
+  EXPECT_EQ(sample_pull().encode().size(), 8 + 4 + 8 + 1 + 4 + 2 * kPullPieceBytes);
   EXPECT_EQ(PullCancel::decode(PullCancel{42}.encode()).transfer_id, 42u);
   const PullDone d = PullDone::decode(sample_pull_done().encode());
   EXPECT_EQ(d.transfer_id, 9u);
@@ -250,24 +252,31 @@ TEST(ControlMessages, PullMessagesRefuseBadCountsAndLengths) {
   // A zero-length piece, named by index.
   PullRequest z = sample_pull();
   std::vector<uint8_t> b = z.encode();
-  const size_t second_len_at = 8 + 4 + 8 + 4 + kPullPieceBytes + 4 + 8;
+  const size_t second_len_at = 8 + 4 + 8 + 1 + 4 + kPullPieceBytes + 4 + 8;
   for (size_t i = 0; i < 8; ++i) b[second_len_at + i] = 0;
   expect_protocol([&] { PullRequest::decode(b); }, {"PullRequest", "pieces[1].length is 0"});
   // No pieces at all.
   WireWriter e;
   e.u64(1);
   e.string("r", kMaxRequestIdBytes, "x");
+  e.u8(1);
   e.u32(0);
   expect_protocol([&] { PullRequest::decode(e.data()); }, {"pieces is empty"});
+  // notify is a bool.
+  std::vector<uint8_t> nb = sample_pull().encode();
+  nb[8 + 4 + 8] = 2;
+  expect_protocol([&] { PullRequest::decode(nb); }, {"PullRequest", "notify", "2"});
   // Over the count limit, and a count the payload does not carry (refused before reserving).
   WireWriter o;
   o.u64(1);
   o.string("r", kMaxRequestIdBytes, "x");
+  o.u8(1);
   o.u32(kMaxPullPieces + 1);
   expect_protocol([&] { PullRequest::decode(o.data()); }, {"pieces", "65537", "65536"});
   WireWriter t;
   t.u64(1);
   t.string("r", kMaxRequestIdBytes, "x");
+  t.u8(1);
   t.u32(1000);
   expect_protocol([&] { PullRequest::decode(t.data()); }, {"pieces", "1000", "truncated"});
   WireWriter f;
