@@ -535,3 +535,43 @@ TEST_CASE("CALLER-mode agents on both sides connect without anybody calling pdkv
     CHECK(c.ms < 3000);
   }
 }
+
+// Known issue (issue 8; the mirror image of the two above, found by helper-put): UCX 1.13.1 also
+// emulates ucp_put_nbx over tcp and shm (ep_cfg "rma_am(tcp/lo)" over tcp; over shm the rma lanes
+// are sysv/posix, which cannot key user memory, and cma is never an rma lane because it only has
+// zcopy), so a WRITE's PUTs are executed by D's worker: it copies each PUT and answers it with a
+// completion through ucp_request_send. A P killed while D answers: D's process aborts over tcp
+// (ucs_fatal "unexpected error: Endpoint timeout" under ucp_put_handler; 4 of 7 runs of up to 10
+// repetitions, release build), and over shm a P killed mid-PUT can leave D's shm wedged (no fresh
+// shm peer connects: TIMED_OUT in UCX connection setup; 6 of 7 runs, at repetition 1 or 2). So executing a READ as P-side PUTs would not remove
+// F1/F3, it would move them onto D. The tcp case aborts THIS test process when it reproduces.
+// Hidden: `executor_e2e_tests "[known-issue]"`.
+void kill_p_mid_write(int32_t transport, int reps) {
+  const Scenario& s = scenario("tiny");
+  AgentSettings st;
+  st.transport = transport;
+  st.max_outstanding = 64;
+  DSide d(s, st);
+  for (int rep = 0; rep < reps; ++rep) {
+    INFO("repetition " << rep);
+    auto p = PeerProcess::start_peer(peer_args("tiny", transport, {"--hb-timeout", "5000"}));
+    d.connect_all(*p);
+    REQUIRE(p->send("WRITE w" + std::to_string(rep) + " 5000 0,1"));
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * rep));  // land the kill at several points
+    p->signal(SIGKILL);
+    REQUIRE(p->wait_exit(5000ms));
+    std::this_thread::sleep_for(300ms);  // D's worker handles what P left behind
+    auto fresh = PeerProcess::start_peer(peer_args("tiny", transport));
+    const Result r = d.connect("127.0.0.1:" + std::to_string(fresh->port(0)), 3000);
+    INFO(pdkv_status_name(r.status) << ": " << r.message);
+    REQUIRE(r.ok());
+  }
+}
+
+TEST_CASE("D survives a P killed mid-WRITE over tcp", "[.][known-issue][e2e][fault]") {
+  kill_p_mid_write(PDKV_TRANSPORT_TCP, 10);
+}
+
+TEST_CASE("D serves a fresh shm peer after a P was killed mid-WRITE", "[.][known-issue][e2e][fault]") {
+  kill_p_mid_write(PDKV_TRANSPORT_SHM, 10);
+}
