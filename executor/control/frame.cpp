@@ -32,7 +32,7 @@ std::string hex32(uint32_t v) {
 }  // namespace
 
 bool is_known_frame_type(uint16_t type) noexcept {
-  return type >= static_cast<uint16_t>(FrameType::Hello) && type <= static_cast<uint16_t>(FrameType::PullDone);
+  return type >= static_cast<uint16_t>(FrameType::Hello) && type <= static_cast<uint16_t>(FrameType::Bye);
 }
 
 const char* frame_type_name(FrameType type) noexcept {
@@ -48,9 +48,6 @@ const char* frame_type_name(FrameType type) noexcept {
     case FrameType::Pong: return "Pong";
     case FrameType::Error: return "Error";
     case FrameType::Bye: return "Bye";
-    case FrameType::PullRequest: return "PullRequest";
-    case FrameType::PullCancel: return "PullCancel";
-    case FrameType::PullDone: return "PullDone";
   }
   return "unknown";
 }

@@ -40,9 +40,6 @@ enum class FrameType : uint16_t {
   Pong = 9,
   Error = 10,
   Bye = 11,
-  PullRequest = 12,  // D asks P to PUT a READ's pieces into D (messages.hpp)
-  PullCancel = 13,
-  PullDone = 14,
 };
 
 bool is_known_frame_type(uint16_t type) noexcept;

@@ -161,57 +161,6 @@ struct Bye {
   static Bye decode(std::span<const uint8_t> payload);
 };
 
-// A READ executed as PUTs by the P side (issue 8, F1/F3): UCX 1.13.1 emulates a GET over tcp and
-// shm with a request the TARGET's worker answers, and a target answering a vanished initiator
-// aborts (tcp) or can leave a half-written FIFO element behind (shm). So D never GETs: it sends P
-// the pieces, P checks each against its own registrations and D's advertised regions, PUTs them
-// into D, flushes, and answers PullDone. Transfer ids are chosen by D and unique per channel.
-inline constexpr size_t kMaxPullPieces = 65536;  // per PullRequest; 32 bytes each on the wire
-inline constexpr size_t kPullPieceBytes = 32;
-
-struct PullPiece {
-  uint32_t src_region = 0;  // P's region index (P's metadata)
-  uint64_t src_offset = 0;
-  uint64_t length = 0;      // > 0
-  uint32_t dst_region = 0;  // D's region index (D's metadata, advertised at the handshake)
-  uint64_t dst_offset = 0;
-
-  bool operator==(const PullPiece&) const = default;
-};
-
-struct PullRequest {
-  static constexpr FrameType kType = FrameType::PullRequest;
-  uint64_t transfer_id = 0;
-  std::string request_id;         // <= kMaxRequestIdBytes; named in P's notification
-  bool notify = true;             // P reports the READ to its caller once done (u8 0/1)
-  std::vector<PullPiece> pieces;  // 1 ..= kMaxPullPieces, every length > 0
-
-  std::vector<uint8_t> encode() const;
-  static PullRequest decode(std::span<const uint8_t> payload);
-};
-
-// D stops a pull (cancel, deadline). P answers with PullDone once no PUT of it can still land.
-struct PullCancel {
-  static constexpr FrameType kType = FrameType::PullCancel;
-  uint64_t transfer_id = 0;
-
-  std::vector<uint8_t> encode() const;
-  static PullCancel decode(std::span<const uint8_t> payload);
-};
-
-// P's final word on a pull: sent only after P's endpoint to D is flushed (or P stopped posting and
-// every posted PUT returned), so after it P never writes into that transfer's D memory again.
-struct PullDone {
-  static constexpr FrameType kType = FrameType::PullDone;
-  uint64_t transfer_id = 0;
-  core::Status status = core::Status::Ok;
-  std::string message;                 // <= kMaxMessageTextBytes; names the offending piece
-  std::vector<uint32_t> failed_pieces;  // indices into the request's pieces, <= kMaxPullPieces
-
-  std::vector<uint8_t> encode() const;
-  static PullDone decode(std::span<const uint8_t> payload);
-};
-
 // Text for a message travelling to a peer, cut to kMaxMessageTextBytes (on a UTF-8 boundary) so
 // encoding never fails on a long local error.
 std::string clip_message_text(std::string_view text);

@@ -58,25 +58,6 @@ Notify sample_notify() {
   return n;
 }
 
-PullRequest sample_pull() {
-  PullRequest m;
-  m.transfer_id = 0x0102030405060708ull;
-  m.request_id = "req-pull";
-  m.notify = false;
-  m.pieces.push_back(PullPiece{1, 4096, 512, 2, 8192});
-  m.pieces.push_back(PullPiece{0, 0, 1, 7, 0xFFFFFFFFFFull});
-  return m;
-}
-
-PullDone sample_pull_done() {
-  PullDone m;
-  m.transfer_id = 9;
-  m.status = Status::Transport;
-  m.message = "pieces[1] failed";
-  m.failed_pieces = {1, 3};
-  return m;
-}
-
 // Every message's encoded bytes and a decoder for them.
 struct Case {
   std::string name;
@@ -102,9 +83,6 @@ std::vector<Case> all_cases() {
       {"Pong", Pong{5, 6}.encode(), [](auto b) { Pong::decode(b); }},
       {"Error", ErrorMessage{Status::Auth, "bad key"}.encode(), [](auto b) { ErrorMessage::decode(b); }},
       {"Bye", Bye{}.encode(), [](auto b) { Bye::decode(b); }},
-      {"PullRequest", sample_pull().encode(), [](auto b) { PullRequest::decode(b); }},
-      {"PullCancel", PullCancel{42}.encode(), [](auto b) { PullCancel::decode(b); }},
-      {"PullDone", sample_pull_done().encode(), [](auto b) { PullDone::decode(b); }},
   };
 }
 
@@ -231,72 +209,6 @@ TEST(ControlMessages, OutOfRangeEnumsAreRefused) {
   std::vector<uint8_t> e = ErrorMessage{Status::Auth, "m"}.encode();
   e[0] = 208;
   expect_protocol([&] { ErrorMessage::decode(e); }, {"status", "208"});
-}
-
-TEST(ControlMessages, PullMessagesRoundTrip) {
-  const PullRequest r = PullRequest::decode(sample_pull().encode());
-  EXPECT_EQ(r.transfer_id, sample_pull().transfer_id);
-  EXPECT_EQ(r.request_id, "req-pull");
-  EXPECT_FALSE(r.notify);
-  EXPECT_EQ(r.pieces, sample_pull().pieces);
-  EXPECT_EQ(sample_pull().encode().size(), 8 + 4 + 8 + 1 + 4 + 2 * kPullPieceBytes);
-  EXPECT_EQ(PullCancel::decode(PullCancel{42}.encode()).transfer_id, 42u);
-  const PullDone d = PullDone::decode(sample_pull_done().encode());
-  EXPECT_EQ(d.transfer_id, 9u);
-  EXPECT_EQ(d.status, Status::Transport);
-  EXPECT_EQ(d.message, "pieces[1] failed");
-  EXPECT_EQ(d.failed_pieces, (std::vector<uint32_t>{1, 3}));
-}
-
-TEST(ControlMessages, PullMessagesRefuseBadCountsAndLengths) {
-  // A zero-length piece, named by index.
-  PullRequest z = sample_pull();
-  std::vector<uint8_t> b = z.encode();
-  const size_t second_len_at = 8 + 4 + 8 + 1 + 4 + kPullPieceBytes + 4 + 8;
-  for (size_t i = 0; i < 8; ++i) b[second_len_at + i] = 0;
-  expect_protocol([&] { PullRequest::decode(b); }, {"PullRequest", "pieces[1].length is 0"});
-  // No pieces at all.
-  WireWriter e;
-  e.u64(1);
-  e.string("r", kMaxRequestIdBytes, "x");
-  e.u8(1);
-  e.u32(0);
-  expect_protocol([&] { PullRequest::decode(e.data()); }, {"pieces is empty"});
-  // notify is a bool.
-  std::vector<uint8_t> nb = sample_pull().encode();
-  nb[8 + 4 + 8] = 2;
-  expect_protocol([&] { PullRequest::decode(nb); }, {"PullRequest", "notify", "2"});
-  // Over the count limit, and a count the payload does not carry (refused before reserving).
-  WireWriter o;
-  o.u64(1);
-  o.string("r", kMaxRequestIdBytes, "x");
-  o.u8(1);
-  o.u32(kMaxPullPieces + 1);
-  expect_protocol([&] { PullRequest::decode(o.data()); }, {"pieces", "65537", "65536"});
-  WireWriter t;
-  t.u64(1);
-  t.string("r", kMaxRequestIdBytes, "x");
-  t.u8(1);
-  t.u32(1000);
-  expect_protocol([&] { PullRequest::decode(t.data()); }, {"pieces", "1000", "truncated"});
-  WireWriter f;
-  f.u64(1);
-  f.u32(0);
-  f.string("", kMaxMessageTextBytes, "x");
-  f.u32(kMaxPullPieces + 1);
-  expect_protocol([&] { PullDone::decode(f.data()); }, {"PullDone", "failed_pieces", "65537"});
-  std::vector<uint8_t> s = sample_pull_done().encode();
-  s[8] = 150;  // status between the core and transport ranges
-  expect_protocol([&] { PullDone::decode(s); }, {"PullDone", "status", "150"});
-  // The encoders refuse what the decoders would.
-  PullRequest none;
-  EXPECT_THROW(none.encode(), Error);
-  PullRequest zero = sample_pull();
-  zero.pieces[0].length = 0;
-  EXPECT_THROW(zero.encode(), Error);
-  PullRequest many = sample_pull();
-  many.pieces.resize(kMaxPullPieces + 1, PullPiece{0, 0, 1, 0, 0});
-  EXPECT_THROW(many.encode(), Error);
 }
 
 TEST(ControlMessages, StatusWireMapping) {
