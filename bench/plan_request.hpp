@@ -57,6 +57,11 @@ struct Group {
   std::vector<uint64_t> local, remote;
   uint64_t computed = 0, hit = 0;
   std::vector<uint32_t> regions;
+  // Kernel blocks per listed id (1: kernel ids; ppl: the logical ids of the block table).
+  uint64_t local_k = 1, remote_k = 1;
+  // Attention: the logical ids the kernel ids above expand from, with each side's ppl.
+  std::vector<uint64_t> local_logical, remote_logical;
+  uint64_t d_ppl = 1, p_ppl = 1;
 };
 
 struct CGroups {
@@ -78,6 +83,8 @@ struct Request {
       x.remote_computed_tokens = g.computed;
       x.local_hit_tokens = g.hit;
       x.regions = g.regions;
+      x.local_kernel_blocks_per_id = g.local_k;
+      x.remote_kernel_blocks_per_id = g.remote_k;
       v.push_back(x);
     }
     return v;
@@ -100,6 +107,8 @@ struct Request {
       t.num_remote_blocks = g.remote.size();
       t.remote_computed_tokens = g.computed;
       t.local_hit_tokens = g.hit;
+      t.local_kernel_blocks_per_id = g.local_k;
+      t.remote_kernel_blocks_per_id = g.remote_k;
       c.groups[i] = {};
       c.groups[i].struct_size = sizeof(pdkv_plan_group_t);
       c.groups[i].trim = &c.trims[i];
@@ -107,6 +116,20 @@ struct Request {
       c.groups[i].num_regions = g.regions.size();
     }
     return c;
+  }
+
+  // The same request with the attention ids as the engine's block tables hold them: logical ids
+  // and kernel_blocks_per_id = ppl (what vLLM's planning starts from before it expands them).
+  Request as_logical() const {
+    Request r = *this;
+    for (Group& g : r.groups) {
+      if (g.kind == GroupKind::Mamba) continue;
+      g.local = g.local_logical;
+      g.remote = g.remote_logical;
+      g.local_k = g.d_ppl;
+      g.remote_k = g.p_ppl;
+    }
+    return r;
   }
 };
 
@@ -140,6 +163,10 @@ inline Request make_request(uint64_t tokens, uint64_t hit_pct, bool frag, uint64
     for (uint64_t j = 0; j < d_ppl; ++j) a.local.push_back(local[i] * d_ppl + j);
   for (uint64_t i = 4; i < remote.size(); ++i)
     for (uint64_t j = 0; j < p_ppl; ++j) a.remote.push_back(remote[i] * p_ppl + j);
+  a.local_logical.assign(local.begin() + 4, local.end());
+  a.remote_logical.assign(remote.begin() + 4, remote.end());
+  a.d_ppl = d_ppl;
+  a.p_ppl = p_ppl;
   rq.groups.push_back(a);
   return rq;
 }

@@ -12,7 +12,9 @@
 // Paths: "cpp" = pdkv::core::compile_transfer_plan_into with views and one reused plan (what an
 // engine written in C++ calls); "c" = pdkv_transfer_plan_compile_into into one reused plan handle
 // (what the Python binding calls when given a plan to reuse); "c_new" =
-// pdkv_transfer_plan_compile + pdkv_transfer_plan_free (a new handle per request). Each case prints one JSON line: median and min ns per request over
+// pdkv_transfer_plan_compile + pdkv_transfer_plan_free (a new handle per request); "cpp_logical"
+// and "c_logical" = "cpp" and "c" given the attention ids as the block tables hold them (logical
+// ids with kernel_blocks_per_id = ppl, where vLLM's planning starts), checked to give the same plan. Each case prints one JSON line: median and min ns per request over
 // samples of repeated calls, plus the plan's read count.
 //
 // Usage: plan_vs_vllm [--tokens 4096,32768,131072,1048576] [--hits 0,50] [--alloc contig,frag]
@@ -202,14 +204,36 @@ int main(int argc, char** argv) {
                       e, "pdkv_transfer_plan_compile_into");
               },
               target_s);
+          // The same request given as logical ids (kernel_blocks_per_id = ppl): must be the same
+          // plan; timed through C++ and C (reused plan).
+          const Request lrq = rq.as_logical();
+          const auto lviews = lrq.views();
+          TransferPlan lplan;
+          compile_transfer_plan_into(ctx, lviews, lplan, verdict);
+          if (lplan.ranks.size() != plan.ranks.size()) check(PDKV_ERR_INTERNAL, nullptr, "logical ids: rank count");
+          for (size_t r = 0; r < plan.ranks.size(); ++r) {
+            if (!(lplan.ranks[r].reads == plan.ranks[r].reads)) check(PDKV_ERR_INTERNAL, nullptr, "logical ids: reads differ");
+          }
+          const auto cpp_logical =
+              time_calls([&] { compile_transfer_plan_into(ctx, lviews, lplan, verdict); }, target_s);
+          const auto lgroups = lrq.c_groups();
+          const auto c_logical = time_calls(
+              [&] {
+                pdkv_error_t* e = nullptr;
+                check(pdkv_transfer_plan_compile_into(cctx, lgroups.groups.data(), lgroups.groups.size(), reused, &e),
+                      e, "pdkv_transfer_plan_compile_into (logical ids)");
+              },
+              target_s);
           pdkv_transfer_plan_free(reused);
           std::printf(
               "{\"case\": \"%s/%llu/hit%llu/%s\", \"geometry\": \"%s\", \"tokens\": %llu, \"hit\": %llu, "
               "\"alloc\": \"%s\", \"cpp_median_ns\": %.0f, \"cpp_min_ns\": %.0f, \"c_median_ns\": %.0f, "
-              "\"c_min_ns\": %.0f, \"c_new_median_ns\": %.0f, \"reads\": %llu, \"pieces_before\": %llu, \"kernel_ids\": %zu}\n",
+              "\"c_min_ns\": %.0f, \"c_new_median_ns\": %.0f, \"cpp_logical_median_ns\": %.0f, "
+              "\"c_logical_median_ns\": %.0f, \"c_logical_min_ns\": %.0f, \"reads\": %llu, \"pieces_before\": %llu, \"kernel_ids\": %zu}\n",
               geo.c_str(), static_cast<unsigned long long>(t), static_cast<unsigned long long>(hit_pct),
               alloc.c_str(), geo.c_str(), static_cast<unsigned long long>(t),
               static_cast<unsigned long long>(hit_pct), alloc.c_str(), cpp.first, cpp.second, c.first, c.second, c_new.first,
+              cpp_logical.first, c_logical.first, c_logical.second,
               static_cast<unsigned long long>(plan.stats.pieces_after_coalescing),
               static_cast<unsigned long long>(plan.stats.pieces_before_coalescing), rq.groups.back().local.size());
           std::fflush(stdout);

@@ -52,16 +52,18 @@ func (o *in) i64(key string) int64 {
 // trimInput reads the trim_group input keys.
 func trimInput(i *in) GroupTrimInput {
 	t := GroupTrimInput{
-		Kind:                 i.kind("kind"),
-		CacheMode:            i.cacheMode("cache_mode", "none"),
-		LocalBlocks:          i.u64s("local_blocks"),
-		RemoteBlocks:         i.u64s("remote_blocks"),
-		LocalTokensPerBlock:  i.u64Or("local_tokens_per_block", 0),
-		RemoteTokensPerBlock: i.u64Or("remote_tokens_per_block", 0),
-		RemoteComputedTokens: i.u64Or("remote_computed_tokens", 0),
-		LocalHitTokens:       i.u64Or("local_hit_tokens", 0),
-		SlidingWindow:        i.u64Or("sliding_window", 0),
-		RemoteFirstBlock:     i.u64Or("remote_first_block", 0),
+		Kind:                    i.kind("kind"),
+		CacheMode:               i.cacheMode("cache_mode", "none"),
+		LocalBlocks:             i.u64s("local_blocks"),
+		RemoteBlocks:            i.u64s("remote_blocks"),
+		LocalTokensPerBlock:     i.u64Or("local_tokens_per_block", 0),
+		RemoteTokensPerBlock:    i.u64Or("remote_tokens_per_block", 0),
+		RemoteComputedTokens:    i.u64Or("remote_computed_tokens", 0),
+		LocalHitTokens:          i.u64Or("local_hit_tokens", 0),
+		SlidingWindow:           i.u64Or("sliding_window", 0),
+		RemoteFirstBlock:        i.u64Or("remote_first_block", 0),
+		LocalKernelBlocksPerID:  i.u64Or("local_kernel_blocks_per_id", 0),
+		RemoteKernelBlocksPerID: i.u64Or("remote_kernel_blocks_per_id", 0),
 	}
 	if i.has("local_first_block") {
 		t.HasLocalFirstBlock, t.LocalFirstBlock = true, i.u64("local_first_block")

@@ -39,6 +39,13 @@ type GroupTrimInput struct {
 	LocalFirstBlock uint64
 	// RemoteFirstBlock is the block-table index of RemoteBlocks[0] (0 unless clipped).
 	RemoteFirstBlock uint64
+	// LocalKernelBlocksPerID (attention kinds): kernel blocks each LocalBlocks id stands for.
+	// 0 or 1: kernel ids. k > 1: logical ids as the block table keeps them (logical block b is
+	// kernel blocks b*k .. b*k+k-1; id 0 is null with all k), so nothing expands them. Block-table
+	// indexes and tokens per block stay in kernel blocks. Mamba groups: 0 or 1.
+	LocalKernelBlocksPerID uint64
+	// RemoteKernelBlocksPerID is the same for RemoteBlocks.
+	RemoteKernelBlocksPerID uint64
 }
 
 // toC fills a C trim input whose arrays live in the arena.
@@ -58,6 +65,8 @@ func (in *GroupTrimInput) toC(a *cArena, c *C.pdkv_group_trim_input_t) {
 	c.has_local_first_block = cBool(in.HasLocalFirstBlock)
 	c.local_first_block = C.uint64_t(in.LocalFirstBlock)
 	c.remote_first_block = C.uint64_t(in.RemoteFirstBlock)
+	c.local_kernel_blocks_per_id = C.uint64_t(in.LocalKernelBlocksPerID)
+	c.remote_kernel_blocks_per_id = C.uint64_t(in.RemoteKernelBlocksPerID)
 }
 
 // TokenRun is NumTokens tokens copied from RemoteBlock (from RemoteTokenBegin) into LocalBlock

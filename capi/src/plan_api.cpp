@@ -88,6 +88,9 @@ std::span<const core::PlanGroupView> groups_from_c(const pdkv_plan_group_t* grou
     v.sliding_window = t.sliding_window;
     if (t.has_local_first_block) v.local_first_block = t.local_first_block;
     v.remote_first_block = t.remote_first_block;
+    // 0 is "not set" (an older caller's zero-filled tail): kernel ids.
+    v.local_kernel_blocks_per_id = t.local_kernel_blocks_per_id == 0 ? 1 : t.local_kernel_blocks_per_id;
+    v.remote_kernel_blocks_per_id = t.remote_kernel_blocks_per_id == 0 ? 1 : t.remote_kernel_blocks_per_id;
     require_array(g.regions, g.num_regions, i, "regions");
     if (g.num_regions > 0) v.regions = {g.regions, g.num_regions};
     // Zero past an older caller's struct_size (the copy above): no layers.

@@ -46,6 +46,9 @@ core::GroupTrimInput trim_input_from_c(const pdkv_group_trim_input_t* in, const 
     t.local_first_block = in->local_first_block;
   }
   t.remote_first_block = in->remote_first_block;
+  // 0 is "not set" (an older caller's zero-filled tail): kernel ids.
+  t.local_kernel_blocks_per_id = in->local_kernel_blocks_per_id == 0 ? 1 : in->local_kernel_blocks_per_id;
+  t.remote_kernel_blocks_per_id = in->remote_kernel_blocks_per_id == 0 ? 1 : in->remote_kernel_blocks_per_id;
   return t;
 }
 

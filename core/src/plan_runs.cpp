@@ -39,20 +39,34 @@ size_t consecutive_end(std::span<const uint64_t> ids, size_t i) {
   return j;
 }
 
-// One side's block list: where the walk stands and how far the current run of consecutive ids
-// reaches, so a run is scanned once however many spans the other side cuts it into.
+// One side's block list, read as kernel ids: where the walk stands and how far the current run
+// of consecutive kernel ids reaches, so a run is scanned once however many spans the other side
+// cuts it into. With per_id > 1 the list holds logical ids of per_id kernel blocks each: kernel
+// index i is kernel id ids[i / per_id] * per_id + i % per_id (the null id 0 stands for per_id
+// null blocks), runs are found on the logical ids, and the walk never expands the list.
 struct SideCursor {
   std::span<const uint64_t> ids;
-  uint64_t first = 0;            // block-table index of ids[0]
-  uint64_t tokens_per_block = 0;
+  uint64_t per_id = 1;           // kernel blocks per listed id (check_kernel_blocks_per_id)
+  uint64_t first = 0;            // block-table (kernel) index of kernel index 0
+  uint64_t tokens_per_block = 0;  // per kernel block
   const char* side = "";
-  size_t run_end = 0;            // exclusive end index of the run holding the cursor
-  size_t run_begin = 0;
+  uint64_t size = 0;             // kernel blocks the list stands for
+  uint64_t run_end = 0;          // exclusive end (kernel index) of the run holding the cursor
+  uint64_t run_begin = 0;
 
-  // Index into ids of the block holding token t, checked exactly as trim_group does (the same
-  // messages): in the list and not the null block.
+  SideCursor(std::span<const uint64_t> list, uint64_t k, uint64_t first_index, uint64_t tpb, const char* name)
+      : ids(list), per_id(k), first(first_index), tokens_per_block(tpb), side(name),
+        size(mul_checked(list.size(), k, "kernel blocks")) {}
+
+  // Kernel id at kernel index i (< size). No overflow: check_kernel_blocks_per_id bounded the ids.
+  uint64_t kernel_id(uint64_t i) const {
+    if (per_id == 1) return ids[i];
+    const uint64_t id = ids[i / per_id];
+    return id == kNullBlock ? kNullBlock : id * per_id + i % per_id;
+  }
+
   [[gnu::noinline, gnu::cold]] void fail_not_covered(uint64_t t, uint64_t idx) const {
-    const uint64_t end = first + ids.size();
+    const uint64_t end = first + size;
     fail(Status::Coverage,
          std::string(side) + " blocks do not cover token " + s(t) + ": it lies in block index " +
              s(idx) + " but the " + side + " list holds block indices " + s(first) + ".." +
@@ -64,19 +78,20 @@ struct SideCursor {
                                s(t) + " is the null block 0: that token has no storage");
   }
 
-  // Positions the cursor at token t; returns the list index of its block.
-  size_t seek(uint64_t t) {
+  // Positions the cursor at token t (checked exactly as trim_group does, with the same messages:
+  // in the list and not the null block); returns its kernel index.
+  uint64_t seek(uint64_t t) {
     const uint64_t idx = t / tokens_per_block;
-    const uint64_t end = add_checked(first, ids.size(), "block index");
+    const uint64_t end = add_checked(first, size, "block index");
     if (idx < first || idx >= end) fail_not_covered(t, idx);
-    const size_t i = static_cast<size_t>(idx - first);
+    const uint64_t i = idx - first;
     if (i >= run_begin && i < run_end) return i;  // inside the run already scanned
     // A new run starts at i: only its first id can be the null block (ids grow by one along a
     // run, and a run never wraps past UINT64_MAX: consecutive_end).
-    if (ids[i] == kNullBlock) fail_null(t, idx);
-    const size_t j = consecutive_end(ids, i);
+    const size_t li = static_cast<size_t>(i / per_id);
+    if (ids[li] == kNullBlock) fail_null(t, idx);
     run_begin = i;
-    run_end = j;
+    run_end = static_cast<uint64_t>(consecutive_end(ids, li)) * per_id;
     return i;
   }
 
@@ -116,32 +131,34 @@ uint64_t block_runs(uint64_t begin, uint64_t end, uint64_t lbs, uint64_t rbs) {
 // Zero ranges exactly as uncovered_token_ranges(local, first, lbs, held, {[need_begin, n)}) with
 // an empty interval list when need_begin >= n, but jumping over the blocks that yield nothing:
 // blocks D holds entirely and blocks inside the written interval.
-void zero_ranges(std::span<const uint64_t> local, uint64_t first, uint64_t lbs, uint64_t held,
-                 uint64_t need_begin, uint64_t n, std::vector<ZeroRange>& out) {
+void zero_ranges(const SideCursor& local, uint64_t held, uint64_t need_begin, uint64_t n,
+                 std::vector<ZeroRange>& out) {
+  const uint64_t first = local.first, lbs = local.tokens_per_block;
   const bool written = need_begin < n;
   const uint64_t held_blocks = held / lbs;  // block indexes below this are wholly held
   // Block indexes in [covered_begin, covered_end) lie wholly inside what D holds or receives.
   const uint64_t covered_begin = held >= need_begin ? 0 : (need_begin + lbs - 1) / lbs;
   const uint64_t covered_end = written ? n / lbs : 0;
-  for (size_t i = 0; i < local.size(); ++i) {
+  for (uint64_t i = 0; i < local.size; ++i) {
     const uint64_t idx = add_checked(first, i, "block index");
     if (idx < held_blocks) {
-      i = static_cast<size_t>(std::min<uint64_t>(held_blocks - first, local.size())) - 1;
+      i = std::min<uint64_t>(held_blocks - first, local.size) - 1;
       continue;
     }
     if (idx >= covered_begin && idx < covered_end) {
-      i = static_cast<size_t>(std::min<uint64_t>(covered_end - first, local.size())) - 1;
+      i = std::min<uint64_t>(covered_end - first, local.size) - 1;
       continue;
     }
-    if (local[i] == kNullBlock) continue;
+    const uint64_t block = local.kernel_id(i);
+    if (block == kNullBlock) continue;
     const uint64_t lo = mul_checked(idx, lbs, "block token offset");
     const uint64_t hi = add_checked(lo, lbs, "block token end");
     uint64_t cur = std::max(lo, std::min(held, hi));
     if (written && cur < hi && n > cur && need_begin < hi) {
-      if (need_begin > cur) out.push_back({local[i], cur - lo, need_begin - lo});
+      if (need_begin > cur) out.push_back({block, cur - lo, need_begin - lo});
       cur = std::max(cur, n);
     }
-    if (cur < hi) out.push_back({local[i], cur - lo, hi - lo});
+    if (cur < hi) out.push_back({block, cur - lo, hi - lo});
   }
 }
 
@@ -149,6 +166,9 @@ void zero_ranges(std::span<const uint64_t> local, uint64_t first, uint64_t lbs, 
 
 void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
                          std::vector<ZeroRange>& zero) {
+  // In trim_group's order, so that both report the same first error.
+  check_kernel_blocks_per_id(g.kind, g.local_blocks, g.local_kernel_blocks_per_id, "local");
+  check_kernel_blocks_per_id(g.kind, g.remote_blocks, g.remote_kernel_blocks_per_id, "remote");
   const uint64_t lbs = g.local_tokens_per_block;
   const uint64_t rbs = g.remote_tokens_per_block;
   if (lbs == 0 || rbs == 0) {
@@ -165,18 +185,18 @@ void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
     if (n > g.sliding_window) need_begin = std::max(need_begin, n - g.sliding_window);
   }
   const uint64_t lf = g.local_first_block.value_or(g.local_hit_tokens / lbs);
-  SideCursor local{g.local_blocks, lf, lbs, "local"};
-  SideCursor remote{g.remote_blocks, g.remote_first_block, rbs, "remote"};
+  SideCursor local(g.local_blocks, g.local_kernel_blocks_per_id, lf, lbs, "local");
+  SideCursor remote(g.remote_blocks, g.remote_kernel_blocks_per_id, g.remote_first_block, rbs, "remote");
   for (uint64_t t = need_begin; t < n;) {
-    const size_t li = local.seek(t);
-    const size_t ri = remote.seek(t);
+    const uint64_t li = local.seek(t);
+    const uint64_t ri = remote.seek(t);
     const uint64_t end = std::min({local.run_end_token(), remote.run_end_token(), n});
-    spans.push_back({t, end - t, g.local_blocks[li], t % lbs, g.remote_blocks[ri], t % rbs,
+    spans.push_back({t, end - t, local.kernel_id(li), t % lbs, remote.kernel_id(ri), t % rbs,
                      block_runs(t, end, lbs, rbs)});
     t = end;
   }
   zero.clear();
-  zero_ranges(g.local_blocks, lf, lbs, g.local_hit_tokens, need_begin, n, zero);
+  zero_ranges(local, g.local_hit_tokens, need_begin, n, zero);
 }
 
 }  // namespace pdkv::core::plan_detail

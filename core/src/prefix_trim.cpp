@@ -32,7 +32,19 @@ uint64_t block_for_token(uint64_t t, const std::vector<uint64_t>& blocks, uint64
   return b;
 }
 
-GroupTrim trim_attention(const GroupTrimInput& in) {
+GroupTrim trim_attention(const GroupTrimInput& kernel_in) {
+  // Logical ids (kernel_blocks_per_id > 1) are expanded to kernel ids: this is the reference
+  // trimming the planner's run-granular walk (plan_runs.cpp) is tested against.
+  const GroupTrimInput* pin = &kernel_in;
+  GroupTrimInput expanded;
+  if (kernel_in.local_kernel_blocks_per_id != 1 || kernel_in.remote_kernel_blocks_per_id != 1) {
+    expanded = kernel_in;
+    expanded.local_blocks = expand_kernel_ids(kernel_in.local_blocks, kernel_in.local_kernel_blocks_per_id);
+    expanded.remote_blocks = expand_kernel_ids(kernel_in.remote_blocks, kernel_in.remote_kernel_blocks_per_id);
+    expanded.local_kernel_blocks_per_id = expanded.remote_kernel_blocks_per_id = 1;
+    pin = &expanded;
+  }
+  const GroupTrimInput& in = *pin;
   const uint64_t lbs = in.local_tokens_per_block;
   const uint64_t rbs = in.remote_tokens_per_block;
   if (lbs == 0 || rbs == 0) {
@@ -181,7 +193,43 @@ uint64_t GroupTrim::transferred_tokens() const {
   return total;
 }
 
+void check_kernel_blocks_per_id(GroupKind kind, std::span<const uint64_t> ids, uint64_t k,
+                                const char* side) {
+  if (k == 0) {
+    fail(Status::InvalidArgument, std::string(side) +
+                                      "_kernel_blocks_per_id = 0: pass 1 for kernel block ids, or the "
+                                      "kernel blocks per logical block for logical ids");
+  }
+  if (!is_attention_kind(kind) && k != 1) {
+    fail(Status::InvalidArgument, std::string(side) + "_kernel_blocks_per_id = " + s(k) +
+                                      " for a Mamba group: its ids are logical already (pass 1)");
+  }
+  if (k == 1) return;
+  const uint64_t max_id = (UINT64_MAX - (k - 1)) / k;
+  uint64_t top = 0;
+  for (uint64_t id : ids) top = std::max(top, id);  // one pass, usually all in range
+  if (top <= max_id) return;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] > max_id) {
+      fail(Status::Overflow, std::string(side) + " block id " + s(ids[i]) + " at position " + s(i) +
+                                 " times " + side + "_kernel_blocks_per_id " + s(k) +
+                                 " leaves 64 bits");
+    }
+  }
+}
+
+std::vector<uint64_t> expand_kernel_ids(std::span<const uint64_t> ids, uint64_t k) {
+  std::vector<uint64_t> out;
+  out.reserve(mul_checked(ids.size(), k, "kernel block ids"));
+  for (uint64_t id : ids) {
+    for (uint64_t j = 0; j < k; ++j) out.push_back(id == kNullBlock ? kNullBlock : id * k + j);
+  }
+  return out;
+}
+
 GroupTrim trim_group(const GroupTrimInput& in) {
+  check_kernel_blocks_per_id(in.kind, in.local_blocks, in.local_kernel_blocks_per_id, "local");
+  check_kernel_blocks_per_id(in.kind, in.remote_blocks, in.remote_kernel_blocks_per_id, "remote");
   if (is_attention_kind(in.kind)) return trim_attention(in);
   if (in.cache_mode == MambaCacheMode::All) return trim_all_positions(in);
   return trim_single_state(in);

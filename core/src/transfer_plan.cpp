@@ -423,6 +423,8 @@ void trim_groups(Trimmed& t) {
         mamba_in.sliding_window = v.sliding_window;
         mamba_in.local_first_block = v.local_first_block;
         mamba_in.remote_first_block = v.remote_first_block;
+        mamba_in.local_kernel_blocks_per_id = v.local_kernel_blocks_per_id;
+        mamba_in.remote_kernel_blocks_per_id = v.remote_kernel_blocks_per_id;
         t.mamba[g] = trim_group(mamba_in);
       }
     } catch (const Error& e) {
@@ -833,6 +835,8 @@ PlanGroupView view_of(const PlanGroup& g) {
   v.sliding_window = g.trim.sliding_window;
   v.local_first_block = g.trim.local_first_block;
   v.remote_first_block = g.trim.remote_first_block;
+  v.local_kernel_blocks_per_id = g.trim.local_kernel_blocks_per_id;
+  v.remote_kernel_blocks_per_id = g.trim.remote_kernel_blocks_per_id;
   v.regions = g.regions;
   v.layers = g.layers;
   return v;

@@ -833,6 +833,8 @@ class GroupTrimInputC(Structure):
         ("has_local_first_block", c_uint8),
         ("local_first_block", c_uint64),
         ("remote_first_block", c_uint64),
+        ("local_kernel_blocks_per_id", c_uint64),
+        ("remote_kernel_blocks_per_id", c_uint64),
     ]
 
 
@@ -1466,7 +1468,7 @@ STRUCT_FORMATS: Dict[str, str] = {
     "pdkv_exchange_clip_params_t": "NiBQQiQ",
     "pdkv_zero_range_t": "QQQ",
     "pdkv_token_interval_t": "QQ",
-    "pdkv_group_trim_input_t": "NiiPNPNQQQQQBQQ",
+    "pdkv_group_trim_input_t": "NiiPNPNQQQQQBQQQQ",
     "pdkv_token_run_t": "QQQQQ",
     "pdkv_state_pair_t": "QQQ",
     "pdkv_aligned_split_input_t": "NQQQQQQQQQQBBQ",

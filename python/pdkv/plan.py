@@ -201,7 +201,7 @@ def _ids_address(values: Any, name: str) -> Optional[Tuple[int, int, Any]]:
     return (ctypes.addressof(arr) if n else 0), n, arr
 
 
-_TRIM_FORMAT, _GROUP_FORMAT = "NiiPNPNQQQQQBQQ", "NPPNPN"  # pdkv_group_trim_input_t, pdkv_plan_group_t
+_TRIM_FORMAT, _GROUP_FORMAT = "NiiPNPNQQQQQBQQQQ", "NPPNPN"  # pdkv_group_trim_input_t, pdkv_plan_group_t
 assert struct.calcsize("@" + _TRIM_FORMAT) == _TRIM_SIZE and struct.calcsize("@" + _GROUP_FORMAT) == _PLAN_GROUP_SIZE
 
 
@@ -256,13 +256,14 @@ def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[Any, List[Any]]]:
         lpt, rpt, computed, hit = t.local_tokens_per_block, t.remote_tokens_per_block, t.remote_computed_tokens, \
             t.local_hit_tokens
         window, rfirst, lf = t.sliding_window, t.remote_first_block, t.local_first_block
+        lk, rk = t.local_kernel_blocks_per_id, t.remote_kernel_blocks_per_id
         has_lf = 1
         if lf is None:
             lf, has_lf = 0, 0
         # bools, floats, IntEnums of other types: the checked path
         if not ((tk is int or tk is GroupKind) and (tm is int or tm is MambaCacheMode) and type(lpt) is int and
                 type(rpt) is int and type(computed) is int and type(hit) is int and type(window) is int and
-                type(rfirst) is int and type(lf) is int):
+                type(rfirst) is int and type(lf) is int and type(lk) is int and type(rk) is int):
             return None
         lb: Any = t.local_blocks
         rb: Any = t.remote_blocks
@@ -299,7 +300,7 @@ def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[Any, List[Any]]]:
                 return None
         keep.append(reg[2])
         keep.append(lay[2])
-        trim_values += (_TRIM_SIZE, k, m, la, ln, ra, rn, lpt, rpt, computed, hit, window, has_lf, lf, rfirst)
+        trim_values += (_TRIM_SIZE, k, m, la, ln, ra, rn, lpt, rpt, computed, hit, window, has_lf, lf, rfirst, lk, rk)
         group_values += (_PLAN_GROUP_SIZE, trims_at + i * _TRIM_SIZE, reg[0], reg[1], lay[0], lay[1])
         i += 1
     try:

@@ -30,6 +30,11 @@ class GroupTrimInput:
     cache_mode: Union[MambaCacheMode, int, str] = MambaCacheMode.NONE  #: Mamba groups only.
     local_first_block: Union[int, None] = None  #: Block-table index of local_blocks[0].
     remote_first_block: int = 0  #: Block-table index of remote_blocks[0].
+    #: Attention kinds: kernel blocks each listed D id stands for. 1: kernel ids; k > 1: logical
+    #: ids (logical block b = kernel blocks b*k .. b*k+k-1; id 0 = null with all k), so nothing
+    #: expands them. Block-table indexes and tokens per block stay in kernel blocks. Mamba: 1.
+    local_kernel_blocks_per_id: int = 1
+    remote_kernel_blocks_per_id: int = 1  #: The same for the P ids.
 
     def _to_c(self) -> Tuple[_ffi.GroupTrimInputC, List[Any]]:
         """The C struct and the arrays it points to (keep them alive during the call)."""
@@ -55,6 +60,8 @@ class GroupTrimInput:
         c.has_local_first_block = flag("has_local_first_block", self.local_first_block is not None)
         c.local_first_block = 0 if self.local_first_block is None else u64("local_first_block", self.local_first_block)
         c.remote_first_block = u64("remote_first_block", self.remote_first_block)
+        c.local_kernel_blocks_per_id = u64("local_kernel_blocks_per_id", self.local_kernel_blocks_per_id)
+        c.remote_kernel_blocks_per_id = u64("remote_kernel_blocks_per_id", self.remote_kernel_blocks_per_id)
         return c, [la, ra]
 
     def _to_c_fast(self) -> Optional[Tuple[_ffi.GroupTrimInputC, List[Any]]]:
@@ -69,7 +76,8 @@ class GroupTrimInput:
         if type(k) is not int or type(m) is not int or not (-_I32 <= k < _I32 and -_I32 <= m < _I32):
             return None
         ints = (self.local_tokens_per_block, self.remote_tokens_per_block, self.remote_computed_tokens,
-                self.local_hit_tokens, self.sliding_window, self.remote_first_block)
+                self.local_hit_tokens, self.sliding_window, self.remote_first_block,
+                self.local_kernel_blocks_per_id, self.remote_kernel_blocks_per_id)
         for v in ints:
             if type(v) is not int or v < 0 or v > _U64:
                 return None
@@ -80,7 +88,7 @@ class GroupTrimInput:
         ra, rn = u64_array("remote_blocks", self.remote_blocks)
         c = _ffi.GroupTrimInputC(
             _TRIM_SIZE, k, m, la, ln, ra, rn, ints[0], ints[1], ints[2], ints[3], ints[4],
-            0 if lf is None else 1, 0 if lf is None else lf, ints[5])
+            0 if lf is None else 1, 0 if lf is None else lf, ints[5], ints[6], ints[7])
         return c, [la, ra]
 
 

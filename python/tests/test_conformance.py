@@ -323,6 +323,8 @@ def trim_input(i: Input) -> pdkv.GroupTrimInput:
         sliding_window=i.int("sliding_window", 0),
         local_first_block=i.int("local_first_block") if "local_first_block" in i.obj else None,
         remote_first_block=i.int("remote_first_block", 0),
+        local_kernel_blocks_per_id=i.int("local_kernel_blocks_per_id", 1),
+        remote_kernel_blocks_per_id=i.int("remote_kernel_blocks_per_id", 1),
     )
 
 

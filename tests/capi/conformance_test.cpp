@@ -598,6 +598,8 @@ std::unique_ptr<TrimInput> trim_input(Input& in) {
   c.has_local_first_block = in.has("local_first_block") ? 1 : 0;
   c.local_first_block = opt("local_first_block");
   c.remote_first_block = opt("remote_first_block");
+  c.local_kernel_blocks_per_id = opt("local_kernel_blocks_per_id");
+  c.remote_kernel_blocks_per_id = opt("remote_kernel_blocks_per_id");
   return t;
 }
 

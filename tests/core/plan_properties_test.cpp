@@ -113,9 +113,33 @@ uint64_t first_channel(const ConvProjection& p, uint32_t rank, uint32_t tp) {
 }
 
 struct Request {
-  std::vector<PlanGroup> groups;
+  std::vector<PlanGroup> groups;  // kernel ids: what the simulation reads
   std::vector<std::vector<Extent>> d_ext, p_ext;  // per group
+  // Per group: a side whose k > 1 is passed to the planner as its logical ids with
+  // kernel_blocks_per_id = k (given()); the groups above hold the kernel ids they stand for.
+  struct Logical {
+    std::vector<uint64_t> local, remote;
+    uint64_t local_k = 1, remote_k = 1;
+  };
+  std::vector<Logical> logical;
 };
+
+// The groups as the engine passes them to the planner.
+std::vector<PlanGroup> given(const Request& rq) {
+  std::vector<PlanGroup> out = rq.groups;
+  for (size_t g = 0; g < out.size() && g < rq.logical.size(); ++g) {
+    const Request::Logical& l = rq.logical[g];
+    if (l.local_k > 1) {
+      out[g].trim.local_blocks = l.local;
+      out[g].trim.local_kernel_blocks_per_id = l.local_k;
+    }
+    if (l.remote_k > 1) {
+      out[g].trim.remote_blocks = l.remote;
+      out[g].trim.remote_kernel_blocks_per_id = l.remote_k;
+    }
+  }
+  return out;
+}
 
 // The model layer group g holds at `region` on side s (the region index itself when the group
 // pairs regions by index), or -1 when the group has no layer there. Values are keyed by it, so a
@@ -273,6 +297,18 @@ Request make_request(std::mt19937_64& rng, const Engines& e, uint32_t regions, b
       g.trim.local_blocks = shuffle_runs(rng, g.trim.local_blocks, 2 * dppl + 3);
       g.trim.remote_blocks = shuffle_runs(rng, g.trim.remote_blocks, 2 * pppl + 3);
     }
+    // Half the time a side passes its logical ids as the block table holds them
+    // (kernel_blocks_per_id = ppl): the plan must be the one of the kernel ids they stand for.
+    Request::Logical l;
+    if (layout != IdLayout::KernelRuns && pick(0, 1)) {
+      l.local = dlog;
+      l.local_k = dppl;
+    }
+    if (layout != IdLayout::KernelRuns && pick(0, 1)) {
+      l.remote = plog;
+      l.remote_k = pppl;
+    }
+    rq.logical.push_back(l);
     rq.groups.push_back(g);
   };
   attention(GroupKind::Attention);
@@ -297,6 +333,7 @@ Request make_request(std::mt19937_64& rng, const Engines& e, uint32_t regions, b
         g.trim.remote_blocks.push_back(ppool[pi++]);
       }
       if (regions > 1 && pick(0, 1)) g.regions = {static_cast<uint32_t>(pick(0, regions - 1))};
+      rq.logical.emplace_back();
       rq.groups.push_back(g);
     }
   }
@@ -364,6 +401,7 @@ struct Outcome {
   size_t compiled = 0, refused = 0;
   size_t by_layout[3] = {0, 0, 0};   // compiled per IdLayout
   size_t kernel_split = 0;           // compiled with ppl > 1 on a side (FlashInfer-like)
+  size_t logical_ids = 0;            // a side passed logical ids (kernel_blocks_per_id > 1)
   size_t one_kernel_block = 0;       // compiled with ppl 1 on both sides (FlashAttention-like)
   size_t nhd_compiled = 0, nhd_refused = 0;  // NHD contexts planned / refused as unsupported
   size_t permuted = 0;       // different layouts planned: D permutes received blocks
@@ -427,26 +465,26 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
   TransferPlan plan;
   if (handshake_refused && !nhd_refused && !flag_refused) {
     std::string msg;
-    EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, rq.groups); }, &msg), Status::Incompatible);
+    EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, given(rq)); }, &msg), Status::Incompatible);
     EXPECT_NE(msg.find("with replicated remote KV heads"), std::string::npos) << msg;
     ++out.handshake_refused;
     return;
   }
   if (nhd_refused) {
     // A head subset of an NHD block is not contiguous: refused, never planned with HND offsets.
-    EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, rq.groups); }), Status::UnsupportedLayout);
+    EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, given(rq)); }), Status::UnsupportedLayout);
     ++out.nhd_refused;
     return;
   }
   if (flag_refused) {
     std::string msg;
-    EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, rq.groups); }, &msg), Status::UnsupportedLayout);
+    EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, given(rq)); }, &msg), Status::UnsupportedLayout);
     EXPECT_NE(msg.find("permute_on_receive"), std::string::npos) << msg;
     ++out.flag_refused;
     return;
   }
   try {
-    plan = compile_transfer_plan(ctx, rq.groups);
+    plan = compile_transfer_plan(ctx, given(rq));
   } catch (const Error& err) {
     // The only refusal the generator can provoke: an "all"-mode final state P never took at the
     // position D asks for is impossible by construction, so any error is a failure.
@@ -455,7 +493,7 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
     return;
   }
   // The context's precomputed path (Mamba template, page-wise coverage) plans the same bytes.
-  pdkv::core::test::expect_verdict_path_same(ctx, rq.groups, plan);
+  pdkv::core::test::expect_verdict_path_same(ctx, given(rq), plan);
   ++out.compiled;
   if (nhd) ++out.nhd_compiled;
   if (plan.permute.active()) ++out.permuted;
@@ -466,6 +504,12 @@ void check_one(std::mt19937_64& rng, const Engines& e, Outcome& out) {
   ++out.by_layout[static_cast<int>(layout)];
   if (e.dg.physical_per_logical > 1 || e.pg.physical_per_logical > 1) {
     ++out.kernel_split;
+    for (const Request::Logical& l : rq.logical) {
+      if (l.local_k > 1 || l.remote_k > 1) {
+        ++out.logical_ids;
+        break;
+      }
+    }
   } else {
     ++out.one_kernel_block;
   }
@@ -822,18 +866,18 @@ void check_pipeline(std::mt19937_64& rng, const Engines& e, PipelineOutcome& out
       // Refused by the layout rule when the stage pair reads attention, else by the handshake
       // (which judges the pair, whatever layers this request reads from it).
       std::string msg;
-      const Status st = status_of([&] { compile_transfer_plan(ctx, rq.groups); }, &msg);
+      const Status st = status_of([&] { compile_transfer_plan(ctx, given(rq)); }, &msg);
       EXPECT_TRUE(st == Status::UnsupportedLayout || st == Status::Incompatible) << msg;
       EXPECT_NE(msg.find("NHD"), std::string::npos) << msg;
       return;
     }
     TransferPlan plan;
     try {
-      plan = compile_transfer_plan(ctx, rq.groups);
+      plan = compile_transfer_plan(ctx, given(rq));
     } catch (const Error& err) {
       FAIL() << "P stage " << sp.p_pp_rank << " refused: " << err.what();
     }
-    pdkv::core::test::expect_verdict_path_same(ctx, rq.groups, plan);
+    pdkv::core::test::expect_verdict_path_same(ctx, given(rq), plan);
     ++out.plans;
     EXPECT_EQ(plan.d_pp_rank, ds);
     EXPECT_EQ(plan.p_pp_rank, sp.p_pp_rank);
@@ -984,6 +1028,7 @@ TEST(PlanProperties, TinyRandomEnginesMoveExactlyTheMissingBytesOnce) {
   EXPECT_GT(out.flag_refused, 50u);
   for (size_t n : out.by_layout) EXPECT_GT(n, 150u);
   EXPECT_GT(out.kernel_split, 150u);
+  EXPECT_GT(out.logical_ids, 80u);
   EXPECT_GT(out.one_kernel_block, 150u);
 }
 

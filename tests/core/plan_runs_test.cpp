@@ -1,6 +1,7 @@
 // The planner's run-granular attention trimming (core/src/plan_runs.*) against trim_group, the
 // per-block reference: on random inputs (block lists made of id runs of every length, fragmented
-// and consecutive, with null blocks, short lists, hits, sliding windows and clipped fronts) the
+// and consecutive, with null blocks, short lists, hits, sliding windows, clipped fronts, kernel or
+// logical ids (kernel_blocks_per_id) on either side) the
 // spans must expand to exactly trim_group's runs, count them, and give the same zero ranges, or
 // fail with the same status and message.
 #include <gtest/gtest.h>
@@ -94,8 +95,8 @@ Outcome by_runs(const GroupTrimInput& in) {
 TEST(PlanRuns, SpansExpandToTrimGroupRunsOnRandomInputs) {
   std::mt19937_64 rng(20261124);
   auto pick = [&](uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng); };
-  size_t ok = 0, failed = 0, multi_block_spans = 0;
-  for (int it = 0; it < 20000 && !HasFailure(); ++it) {
+  size_t ok = 0, failed = 0, multi_block_spans = 0, logical = 0;
+  for (int it = 0; it < 30000 && !HasFailure(); ++it) {
     GroupTrimInput in;
     in.kind = pick(0, 3) == 0 ? GroupKind::SlidingWindow : GroupKind::Attention;
     // Equal sizes (FlashInfer / FlashAttention), multiples, and sizes that are not multiples.
@@ -113,6 +114,15 @@ TEST(PlanRuns, SpansExpandToTrimGroupRunsOnRandomInputs) {
     if (pick(0, 6) == 0) lcount = lcount > 0 ? lcount - 1 : 0;  // too short: Coverage
     if (pick(0, 6) == 0) rcount = rcount > 0 ? rcount - 1 : 0;
     lcount += pick(0, 2);  // extra tail blocks: zero ranges
+    // Logical ids (kernel_blocks_per_id k > 1) on either side, one in three: the list holds
+    // ceil(count / k) ids; the reference expands them, the walk must not need to.
+    if (pick(0, 2) == 0) {
+      in.local_kernel_blocks_per_id = pick(1, 6);
+      in.remote_kernel_blocks_per_id = pick(0, 1) == 0 ? in.local_kernel_blocks_per_id : pick(1, 6);
+      lcount = (lcount + in.local_kernel_blocks_per_id - 1) / in.local_kernel_blocks_per_id;
+      rcount = (rcount + in.remote_kernel_blocks_per_id - 1) / in.remote_kernel_blocks_per_id;
+      ++logical;
+    }
     in.local_blocks = ids(rng, lcount, max_run, nulls);
     in.remote_blocks = ids(rng, rcount, max_run, nulls);
     if (pick(0, 8) == 0 && !in.remote_blocks.empty()) {  // a list clipped at the front (SWA)
@@ -122,6 +132,11 @@ TEST(PlanRuns, SpansExpandToTrimGroupRunsOnRandomInputs) {
     }
     if (pick(0, 8) == 0) in.local_first_block = pick(0, in.local_hit_tokens / lbs + 1);
     if (pick(0, 40) == 0) in.local_tokens_per_block = 0;  // InvalidArgument
+    if (pick(0, 200) == 0) in.remote_kernel_blocks_per_id = 0;  // InvalidArgument
+    if (pick(0, 200) == 0 && !in.local_blocks.empty()) {  // kernel ids past 64 bits: Overflow
+      in.local_kernel_blocks_per_id = 3;
+      in.local_blocks[pick(0, in.local_blocks.size() - 1)] = UINT64_MAX / 2;
+    }
     const Outcome want = reference(in);
     const Outcome got = by_runs(in);
     ASSERT_EQ(got.ok, want.ok) << "reference: " << want.message << " runs: " << got.message;
@@ -140,6 +155,7 @@ TEST(PlanRuns, SpansExpandToTrimGroupRunsOnRandomInputs) {
   EXPECT_GT(ok, 8000u);
   EXPECT_GT(failed, 1000u);
   EXPECT_GT(multi_block_spans, 3000u);
+  EXPECT_GT(logical, 8000u);
 }
 
 // FlashInfer geometry: 2096-token logical blocks of 131 kernel blocks; consecutive logical ids
@@ -173,6 +189,41 @@ TEST(PlanRuns, FlashInferLogicalBlocksBecomeOneSpanPerIdRun) {
   ASSERT_EQ(spans.size(), 3u);
   EXPECT_EQ(spans[1].local_block, 3 * 131u);
   EXPECT_EQ(spans[1].remote_block, 41 * 131u);
+}
+
+// The same request given as logical ids (kernel_blocks_per_id = 131): the same spans and zero
+// ranges as its expanded kernel ids, and the null logical block stands for 131 null blocks.
+TEST(PlanRuns, LogicalIdsWalkLikeTheirKernelIds) {
+  GroupTrimInput in;
+  in.kind = GroupKind::Attention;
+  in.local_tokens_per_block = in.remote_tokens_per_block = 16;
+  in.remote_computed_tokens = 3 * 2096 - 1;
+  in.local_blocks = {7, 3, 9};
+  in.remote_blocks = {40, 41, 42};
+  in.local_kernel_blocks_per_id = in.remote_kernel_blocks_per_id = 131;
+  PlanGroup g;
+  g.trim = in;
+  std::vector<SpanRun> spans;
+  std::vector<ZeroRange> zero;
+  trim_attention_runs(view_of(g), spans, zero);
+  ASSERT_EQ(spans.size(), 3u);
+  EXPECT_EQ(spans[1].local_block, 3 * 131u);
+  EXPECT_EQ(spans[1].remote_block, 41 * 131u);
+  EXPECT_EQ(spans[2].local_block, 9 * 131u);
+  EXPECT_EQ(zero, (std::vector<ZeroRange>{{9 * 131 + 130, 15, 16}}));
+
+  g.trim.local_blocks = {7, 0, 9};  // token 2096 lies in kernel block 131: the null logical block
+  spans.clear();
+  try {
+    trim_attention_runs(view_of(g), spans, zero);
+    FAIL() << "a needed token in the null logical block must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::Coverage);
+    EXPECT_NE(std::string(e.what()).find("local block index 131 holding token 2096 is the null block"),
+              std::string::npos) << e.what();
+  }
+  g.trim.local_kernel_blocks_per_id = 0;
+  EXPECT_THROW(trim_attention_runs(view_of(g), spans, zero), Error);
 }
 
 }  // namespace

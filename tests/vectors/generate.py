@@ -774,9 +774,20 @@ class Coverage(Exception):
     pass
 
 
+def expand_logical(ids, k):
+    """Kernel ids of logical ids with k kernel blocks each; the null id 0 stays null for all k."""
+    return [0 if b == 0 else b * k + j for b in ids for j in range(k)]
+
+
 def trim(g):
-    """Token-position pairing of one group (pdkv's answer to the §6.3 bugs)."""
+    """Token-position pairing of one group (pdkv's answer to the §6.3 bugs). Attention lists of
+    logical ids (`*_kernel_blocks_per_id` k > 1) are expanded to kernel ids first."""
     kind = g["kind"]
+    if kind != "mamba":
+        g = dict(g)
+        for side in ("local", "remote"):
+            k = g.pop(side + "_kernel_blocks_per_id", 1) or 1
+            g[side + "_blocks"] = expand_logical(g[side + "_blocks"], k)
     n = g.get("remote_computed_tokens", 0)
     hit = g.get("local_hit_tokens", 0)
     lbs, rbs = g.get("local_tokens_per_block", 0), g.get("remote_tokens_per_block", 0)
@@ -1457,6 +1468,39 @@ def trim_cases():
         {"kind": "mamba", "cache_mode": "align", "local_blocks": [5], "remote_blocks": [0, 0],
          "remote_computed_tokens": 32},
         err={"status": "PDKV_ERR_COVERAGE", "message_contains": ["null"]})
+    # Logical ids (kernel_blocks_per_id k > 1, the engine's block table as it is): the same
+    # trimming as the kernel ids they stand for (D 4 and P 2 kernel blocks per logical block,
+    # 8- and 16-token kernel blocks), a prefix hit inside a logical block, and a sliding window
+    # whose out-of-window logical blocks are the null block 0: none of their kernel blocks is
+    # read or zeroed.
+    logical = {"kind": "attention", "local_blocks": [9, 10, 4], "remote_blocks": [3, 7, 8],
+               "local_kernel_blocks_per_id": 4, "remote_kernel_blocks_per_id": 2,
+               "local_tokens_per_block": 8, "remote_tokens_per_block": 16,
+               "remote_computed_tokens": 90, "local_hit_tokens": 12, "local_first_block": 0}
+    t("logical_ids_kernel_blocks_per_id", logical)
+    kernel = dict(logical, local_blocks=expand_logical(logical["local_blocks"], 4),
+                  remote_blocks=expand_logical(logical["remote_blocks"], 2))
+    del kernel["local_kernel_blocks_per_id"], kernel["remote_kernel_blocks_per_id"]
+    check(trim(kernel), trim(logical), "logical ids trim like their kernel ids")
+    t("logical_ids_sliding_window_null_blocks",
+      {"kind": "sliding_window", "local_blocks": [0, 0, 6, 7], "remote_blocks": [0, 5, 9, 2],
+       "local_kernel_blocks_per_id": 3, "remote_kernel_blocks_per_id": 3, "local_tokens_per_block": 16,
+       "remote_tokens_per_block": 16, "remote_computed_tokens": 180, "sliding_window": 60,
+       "local_first_block": 0})
+    add("trim_group/logical_ids_null_block_needed", "trim_group",
+        {"kind": "attention", "local_blocks": [5, 0], "remote_blocks": [2, 3], "local_kernel_blocks_per_id": 2,
+         "remote_kernel_blocks_per_id": 2, "local_tokens_per_block": 16, "remote_tokens_per_block": 16,
+         "remote_computed_tokens": 50},
+        err={"status": "PDKV_ERR_COVERAGE", "message_contains": ["block index 2", "null block"]})
+    add("trim_group/logical_ids_for_mamba_refused", "trim_group",
+        {"kind": "mamba", "cache_mode": "align", "local_blocks": [5], "remote_blocks": [6],
+         "local_kernel_blocks_per_id": 4, "remote_computed_tokens": 32},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["local_kernel_blocks_per_id = 4"]})
+    add("trim_group/logical_ids_overflow", "trim_group",
+        {"kind": "attention", "local_blocks": [1], "remote_blocks": [7, (1 << 62)], "local_kernel_blocks_per_id": 2,
+         "remote_kernel_blocks_per_id": 4, "local_tokens_per_block": 16, "remote_tokens_per_block": 16,
+         "remote_computed_tokens": 8},
+        err={"status": "PDKV_ERR_OVERFLOW", "message_contains": ["remote block id 4611686018427387904 at position 1"]})
     add("trim_group/zero_tokens_per_block", "trim_group",
         {"kind": "attention", "local_blocks": [1], "remote_blocks": [1], "remote_computed_tokens": 8},
         err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": []})
@@ -1800,6 +1844,28 @@ def plan_cases():
                    "unfilled_states": [], "permute_blocks": [], "permute_regions": []},
                   {"kind": "mamba", "regions": [0], "zero_ranges": [], "unfilled_states": [],
                    "permute_blocks": [], "permute_regions": []}]})
+    # The pair vLLM serves with FlashInfer (D TP2: 16-token kernel blocks, 131 per 2096-token
+    # logical block; P TP4: 32-token kernel blocks, 33 per 1056-token block), block ids passed as
+    # the block tables hold them (logical, with kernel_blocks_per_id): the plan of the kernel ids
+    # they stand for, without expanding them. Fragmented ids, a prefix hit of one D block.
+    fi = {"backend": "flashinfer"}
+    logical_groups = [
+        {"kind": "attention", "local_blocks": [9, 4], "remote_blocks": [6, 2, 11, 5, 1],
+         "local_kernel_blocks_per_id": 131, "remote_kernel_blocks_per_id": 33, "local_first_block": 131,
+         "remote_computed_tokens": 5000, "local_hit_tokens": 2096},
+        {"kind": "mamba", "local_blocks": [7], "remote_blocks": [0, 0, 6], "cache_mode": "none",
+         "remote_computed_tokens": 5000, "local_hit_tokens": 2096}]
+    expanded_groups = [dict(logical_groups[0], local_blocks=expand_logical([9, 4], 131),
+                            remote_blocks=expand_logical([6, 2, 11, 5, 1], 33)), logical_groups[1]]
+    for key in ("local_kernel_blocks_per_id", "remote_kernel_blocks_per_id"):
+        del expanded_groups[0][key]
+    check(plan(nano, dict(fi, tp_size=4), dict(fi, tp_size=2), 0, expanded_groups, {"num_logical_blocks": 16},
+               {"num_logical_blocks": 16}),
+          plan(nano, dict(fi, tp_size=4), dict(fi, tp_size=2), 0, logical_groups, {"num_logical_blocks": 16},
+               {"num_logical_blocks": 16}), "logical ids plan like their kernel ids")
+    p("nano_flashinfer_logical_ids_fragmented_prefix_hit", dict(fi, tp_size=4), dict(fi, tp_size=2), 0,
+      logical_groups, {"engine_id": "p", "num_logical_blocks": 16}, {"engine_id": "d", "num_logical_blocks": 16},
+      {"read_ranks": [0, 1], "notify_ranks": [0, 1]})
     # A full prefix hit on every group: nothing to read, P ranks are still notified.
     p("full_hit_notify_only", {"tp_size": 4}, {"tp_size": 2}, 1,
       [{"kind": "attention", "local_blocks": [], "remote_blocks": [1, 2], "remote_computed_tokens": 2000,

@@ -194,6 +194,15 @@ typedef struct pdkv_group_trim_input {
   uint8_t has_local_first_block;   /* 0: local_first_block = local_hit_tokens / tokens per block */
   uint64_t local_first_block;      /* block-table index of local_blocks[0] (if has_...) */
   uint64_t remote_first_block;     /* block-table index of remote_blocks[0] (0 unless clipped) */
+  /* Appended after 0.2 (at byte 112; 0 for an older caller). Attention kinds: kernel blocks each
+   * listed id stands for, per side. 0 or 1: the lists hold kernel ids. k > 1: they hold LOGICAL
+   * ids as the block table keeps them, logical block b being kernel blocks b*k .. b*k+k-1 (e.g.
+   * 131 for 2096-token blocks with 16-token FlashInfer kernel blocks), so nothing expands them
+   * and planning walks k times fewer ids; logical id 0 is the null block, all k of its kernel
+   * blocks with it. Block-table indexes and tokens per block stay in kernel blocks. Mamba groups:
+   * 0 or 1 (INVALID_ARGUMENT otherwise). An id whose kernel ids leave 64 bits is OVERFLOW. */
+  uint64_t local_kernel_blocks_per_id;
+  uint64_t remote_kernel_blocks_per_id;
 } pdkv_group_trim_input_t;
 
 /* num_tokens tokens copied from remote_block (from token remote_token_begin) into local_block

@@ -832,6 +832,8 @@ pub struct pdkv_group_trim_input {
     pub has_local_first_block: u8,
     pub local_first_block: u64,
     pub remote_first_block: u64,
+    pub local_kernel_blocks_per_id: u64,
+    pub remote_kernel_blocks_per_id: u64,
 }
 pub type pdkv_group_trim_input_t = pdkv_group_trim_input;
 #[repr(C)]

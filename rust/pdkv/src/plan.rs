@@ -165,6 +165,13 @@ pub struct PlanGroupRef<'a> {
     pub local_first_block: Option<u64>,
     /// Block-table index of `remote_blocks[0]` (0 unless clipped).
     pub remote_first_block: u64,
+    /// Attention kinds: kernel blocks each listed local id stands for. 0 or 1: kernel ids; k > 1:
+    /// logical ids as the block table keeps them (logical block b is kernel blocks b*k .. b*k+k-1;
+    /// id 0 is null with all k), so nothing expands them. Block-table indexes and tokens per
+    /// block stay in kernel blocks. Mamba groups: 0 or 1.
+    pub local_kernel_blocks_per_id: u64,
+    /// The same for the remote ids.
+    pub remote_kernel_blocks_per_id: u64,
     /// Region indices of the group's layers; empty: all.
     pub regions: &'a [u32],
     /// The group's model layers (see [`PlanGroup::layers`]); empty: paired by region index.
@@ -189,6 +196,8 @@ impl PlanGroupRef<'_> {
             has_local_first_block: self.local_first_block.is_some() as u8,
             local_first_block: self.local_first_block.unwrap_or(0),
             remote_first_block: self.remote_first_block,
+            local_kernel_blocks_per_id: self.local_kernel_blocks_per_id,
+            remote_kernel_blocks_per_id: self.remote_kernel_blocks_per_id,
         }
     }
 }
@@ -208,6 +217,8 @@ impl<'a> From<&'a PlanGroup> for PlanGroupRef<'a> {
             sliding_window: t.sliding_window,
             local_first_block: t.local_first_block,
             remote_first_block: t.remote_first_block,
+            local_kernel_blocks_per_id: t.local_kernel_blocks_per_id,
+            remote_kernel_blocks_per_id: t.remote_kernel_blocks_per_id,
             regions: &g.regions,
             layers: &g.layers,
         }

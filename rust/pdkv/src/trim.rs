@@ -34,6 +34,13 @@ pub struct GroupTrimInput {
     pub local_first_block: Option<u64>,
     /// Block-table index of `remote_blocks[0]` (0 unless clipped).
     pub remote_first_block: u64,
+    /// Attention kinds: kernel blocks each listed local id stands for. 0 or 1: kernel ids; k > 1:
+    /// logical ids as the block table keeps them (logical block b is kernel blocks b*k .. b*k+k-1;
+    /// id 0 is null with all k), so nothing expands them. Block-table indexes and tokens per
+    /// block stay in kernel blocks. Mamba groups: 0 or 1.
+    pub local_kernel_blocks_per_id: u64,
+    /// The same for the remote ids.
+    pub remote_kernel_blocks_per_id: u64,
 }
 
 impl GroupTrimInput {
@@ -55,6 +62,8 @@ impl GroupTrimInput {
             has_local_first_block: self.local_first_block.is_some() as u8,
             local_first_block: self.local_first_block.unwrap_or(0),
             remote_first_block: self.remote_first_block,
+            local_kernel_blocks_per_id: self.local_kernel_blocks_per_id,
+            remote_kernel_blocks_per_id: self.remote_kernel_blocks_per_id,
         }
     }
 }

@@ -533,7 +533,7 @@ fn cache_mode_name(m: MambaCacheMode) -> CaseResult<&'static str> {
     }
 }
 
-const TRIM_KEYS: [&str; 11] = [
+const TRIM_KEYS: [&str; 13] = [
     "kind",
     "cache_mode",
     "local_blocks",
@@ -545,6 +545,8 @@ const TRIM_KEYS: [&str; 11] = [
     "sliding_window",
     "local_first_block",
     "remote_first_block",
+    "local_kernel_blocks_per_id",
+    "remote_kernel_blocks_per_id",
 ];
 
 /// A trim object (the `trim_group` input keys) -> GroupTrimInput.
@@ -565,6 +567,8 @@ fn trim_input(m: &BTreeMap<String, Json>) -> CaseResult<GroupTrimInput> {
             None
         },
         remote_first_block: u64_or(m, "remote_first_block", 0)?,
+        local_kernel_blocks_per_id: u64_or(m, "local_kernel_blocks_per_id", 0)?,
+        remote_kernel_blocks_per_id: u64_or(m, "remote_kernel_blocks_per_id", 0)?,
     })
 }
 

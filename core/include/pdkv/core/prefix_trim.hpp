@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "pdkv/core/block_ids.hpp"
@@ -60,7 +61,26 @@ struct GroupTrimInput {
   std::optional<uint64_t> local_first_block;
   // Block-table index of remote_blocks[0]: 0 unless the list was clipped at the front (SWA).
   uint64_t remote_first_block = 0;
+  // Attention kinds: how many consecutive kernel blocks each listed id stands for, per side. 1:
+  // the list holds kernel ids. k > 1: it holds LOGICAL ids as the engine's block table keeps
+  // them, logical block b being kernel blocks b*k .. b*k+k-1 (vLLM's expansion with k physical
+  // blocks per logical), so the planner walks k times fewer ids. Logical id 0 is the null block
+  // and so are all k of its kernel blocks (vLLM's expansion checks only kernel id 0). Block-table
+  // indexes (local_first_block, remote_first_block) and tokens per block stay in kernel blocks.
+  // Mamba groups (logical ids already): must be 1.
+  uint64_t local_kernel_blocks_per_id = 1;
+  uint64_t remote_kernel_blocks_per_id = 1;
 };
+
+// Checks a side's kernel_blocks_per_id for a group of `kind` (`side` is "local" or "remote"):
+// 0 is InvalidArgument, so is anything but 1 for a Mamba group; with k > 1 every id must expand
+// without overflow (id*k + k-1 < 2^64; Overflow naming the id and its position).
+void check_kernel_blocks_per_id(GroupKind kind, std::span<const uint64_t> ids, uint64_t k,
+                                const char* side);
+
+// The kernel ids a list of ids stands for with k kernel blocks per id (a copy of ids when k is
+// 1); the null id 0 becomes k null ids. Call check_kernel_blocks_per_id first.
+std::vector<uint64_t> expand_kernel_ids(std::span<const uint64_t> ids, uint64_t k);
 
 struct GroupTrim {
   GroupKind kind = GroupKind::Attention;

@@ -119,6 +119,8 @@ struct PlanGroupView {
   uint64_t sliding_window = 0;
   std::optional<uint64_t> local_first_block;
   uint64_t remote_first_block = 0;
+  uint64_t local_kernel_blocks_per_id = 1;   // GroupTrimInput's: 1 = kernel ids, k > 1 = logical ids
+  uint64_t remote_kernel_blocks_per_id = 1;
   std::span<const uint32_t> regions;  // empty: all regions
   std::span<const uint32_t> layers;   // empty: paired by region index (see PlanGroup::layers)
 };
