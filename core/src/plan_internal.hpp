@@ -70,10 +70,12 @@ struct Trimmed {
   struct Range {
     uint64_t begin = 0;
     uint64_t end = 0;
+    friend bool operator==(const Range&, const Range&) = default;
   };
   std::vector<std::vector<Range>> got, want;
   std::vector<uint64_t> d_size, p_size;
   std::vector<int> same_as;
+  std::vector<uint8_t> verified_as;  // region checked through an identical earlier region
   std::vector<uint64_t> groups_of;
   std::vector<std::vector<std::pair<size_t, size_t>>> consumed;  // per plan rank: reads a hint covered
   std::vector<size_t> rank_at;

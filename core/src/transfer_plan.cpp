@@ -478,6 +478,30 @@ class PlanBuilder {
 
   // Whether P rank p has a read vector (the per-read path reports a rank past P's TP size).
   bool has_rank(uint32_t p) const { return p < plan_.ranks.size(); }
+  size_t size(uint32_t p) const { return plan_.ranks[p].reads.size(); }
+  uint64_t pieces() const { return pieces_; }
+  uint64_t attention_bytes() const { return attention_bytes_; }
+
+  // Appends copies of rank p's reads [begin, end) with their regions replaced (a region laid out
+  // like theirs), counting the pieces and bytes they counted. The first copy cannot merge into
+  // the rank's last read: that one belongs to another region.
+  void repeat(uint32_t p, size_t begin, size_t end, uint32_t region, uint32_t rregion, uint64_t pieces,
+              uint64_t bytes) {
+    auto& v = plan_.ranks[p].reads;
+    if (begin == end) return;
+    if (v.back().local_region == region) [[unlikely]] {
+      fail(Status::Internal, "region " + s(region) + " emitted twice in one group");
+    }
+    v.reserve(v.size() + (end - begin));
+    for (size_t i = begin; i < end; ++i) {
+      PlanRead r = v[i];
+      r.local_region = region;
+      r.remote_region = rregion;
+      v.push_back(r);
+    }
+    pieces_ += pieces;
+    attention_bytes_ = add_checked(attention_bytes_, bytes, "plan bytes");
+  }
 
   // Appends one template rank's reads of a page at (lpage, rpage). The first read may coalesce
   // into the rank's previous one exactly as add() would; the others cannot (the template is
@@ -678,6 +702,12 @@ bool linear_tokens(const PlanContext& ctx, const AttentionRegion& a) {
 void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedGroup& rg,
                          std::span<const SpanRun> spans, AttentionRegion& a, bool& have_a) {
   const uint64_t lbs = rg.g.local_tokens_per_block, rbs = rg.g.remote_tokens_per_block;
+  // The previous region's linear emission: its P rank, its reads [prev_begin, prev_end) in that
+  // rank's list, and what they counted.
+  bool prev_linear = false;
+  uint32_t prev_rank = 0;
+  size_t prev_begin = 0, prev_end = 0;
+  uint64_t prev_pieces = 0, prev_bytes = 0;
   for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
     const uint32_t region = rg.regions[ri], rregion = rg.remote_regions[ri];
     // Regions of one model usually share their geometry: keep the per-token reads of the last
@@ -696,6 +726,18 @@ void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedG
     if (linear_tokens(ctx, a)) {
       const uint32_t p = a.token_reads.front().p_rank;
       const uint64_t lt = a.local_token_bytes, rt = a.remote_token_bytes;
+      // A region laid out like the previous one (same block lengths on both sides, checked
+      // above, and the same P rank) gets the previous region's reads with its own region
+      // indexes: the same offsets, lengths and coalescing (reads of different regions never
+      // merge, so the copy starts no differently than a fresh emission would).
+      if (same && prev_linear && prev_rank == p && b.has_rank(p)) {
+        b.repeat(p, prev_begin, prev_end, region, rregion, prev_pieces, prev_bytes);
+        continue;
+      }
+      prev_linear = b.has_rank(p);
+      prev_rank = p;
+      prev_begin = b.size(p);
+      const uint64_t pieces0 = b.pieces(), bytes0 = b.attention_bytes();
       for (const SpanRun& run : spans) {
         const uint64_t lbase = mul_checked(run.local_block, a.local_block_len, "local block offset");
         const uint64_t rbase = mul_checked(run.remote_block, a.remote_block_len, "remote block offset");
@@ -705,8 +747,12 @@ void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedG
                mul_checked(run.num_tokens, lt, "attention run length")},
               false, run.block_runs);
       }
+      prev_end = b.size(p);
+      prev_pieces = b.pieces() - pieces0;
+      prev_bytes = b.attention_bytes() - bytes0;
       continue;
     }
+    prev_linear = false;
     for (const SpanRun& run : spans) {
       for_each_block_run(run, lbs, rbs, [&](const TokenRun& tr) {
         add_attention_pieces(b, a, region, rregion, tr, lbs, rbs);

@@ -235,6 +235,46 @@ TEST(TransferPlan, NemotronNanoConsecutiveIdsCoalesceToOneReadPerRegion) {
   EXPECT_EQ(p.stats.pieces_after_coalescing, 6u);
 }
 
+// Regions laid out alike get the same reads (the planner copies the first region's), and the
+// coverage check skips sorting a region whose reads repeat an alike region's: a read changed,
+// dropped or added in any one of those regions must still be refused, naming that region.
+TEST(TransferPlan, RegionsAlikeAreEachCheckedWhenTheirReadsDiffer) {
+  const Nano n;
+  const std::vector<PlanGroup> groups = {attention_group({10, 3, 12}, {20, 9, 25, 22, 30}, 5000),
+                                         mamba_group({40}, {50}, 5000)};
+  const TransferPlan p = compile_transfer_plan(n.ctx, groups);
+  ASSERT_NO_THROW(validate_transfer_plan(p, n.ctx, groups));
+  // Every region holds the same offsets (region 0's reads with the region index replaced).
+  std::vector<std::vector<PlanRead>> by_region(6);
+  for (const PlanRead& r : p.ranks[0].reads) by_region[r.local_region].push_back(r);
+  for (uint32_t region = 1; region < 6; ++region) {
+    ASSERT_EQ(by_region[region].size(), by_region[0].size());
+    for (size_t i = 0; i < by_region[0].size(); ++i) {
+      EXPECT_EQ(by_region[region][i].local_offset, by_region[0][i].local_offset);
+      EXPECT_EQ(by_region[region][i].remote_offset, by_region[0][i].remote_offset);
+      EXPECT_EQ(by_region[region][i].length, by_region[0][i].length);
+      EXPECT_EQ(by_region[region][i].remote_region, region);
+    }
+  }
+  for (uint32_t region : {0u, 3u, 5u}) {
+    size_t at = 0;
+    while (p.ranks[0].reads[at].local_region != region) ++at;
+    std::string msg;
+    TransferPlan shorter = p;
+    shorter.ranks[0].reads[at].length -= 512;
+    EXPECT_EQ(status_of([&] { validate_transfer_plan(shorter, n.ctx, groups); }, &msg), Status::Coverage);
+    EXPECT_NE(msg.find("D region " + std::to_string(region) + " "), std::string::npos) << msg;
+    TransferPlan dropped = p;
+    dropped.ranks[0].reads.erase(dropped.ranks[0].reads.begin() + static_cast<std::ptrdiff_t>(at));
+    EXPECT_EQ(status_of([&] { validate_transfer_plan(dropped, n.ctx, groups); }, &msg), Status::Coverage);
+    EXPECT_NE(msg.find("misses D region " + std::to_string(region) + " "), std::string::npos) << msg;
+    TransferPlan twice = p;
+    twice.ranks[0].reads.push_back(p.ranks[0].reads[at]);
+    EXPECT_EQ(status_of([&] { validate_transfer_plan(twice, n.ctx, groups); }, &msg), Status::Coverage);
+    EXPECT_NE(msg.find("overlap: D region " + std::to_string(region) + " "), std::string::npos) << msg;
+  }
+}
+
 TEST(TransferPlan, NemotronNanoMambaGroupsReadBothShardsPerHmaRegions) {
   const Nano n;
   // HMA: 6 attention layers -> group size 6; 23 Mamba layers -> 4 groups (6,6,6,5 regions).
