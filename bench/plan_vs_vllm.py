@@ -5,10 +5,14 @@ planning, measured in one run on the same requests; prints a markdown table of m
 vLLM's side is ../shared/tools/vllm_plan_baseline.py (it runs vLLM main's own functions from a
 git checkout given with --mirror; no vLLM code is in this repository). pdkv's C++ and C sides are
 build/bench/plan_vs_vllm (bench/plan_vs_vllm.cpp); the Python side is timed here through the
-``pdkv`` package on the requests bench/plan_request.hpp builds (the generator is mirrored below):
-``ctx.compile(groups, reuse=plan)`` (the "Python" column) and ``ctx.compile(groups).close()``
-("Py new"); likewise C times pdkv_transfer_plan_compile_into into one reused plan ("C") and
-pdkv_transfer_plan_compile + pdkv_transfer_plan_free ("C new").
+``pdkv`` package on the requests bench/plan_request.hpp builds (the generator is mirrored below).
+
+The attention ids are given two ways: as KERNEL ids (expanded from the block tables' logical ids
+the way vLLM expands them; columns "C kernel ids", "Python kernel ids": ``ctx.compile(groups,
+reuse=plan)``) and as the LOGICAL ids themselves with ``kernel_blocks_per_id`` = ppl, where
+vLLM's planning starts (columns "C++", "C" = pdkv_transfer_plan_compile_into into one reused
+plan, "Python" = ``ctx.compile(groups, reuse=plan)``, "Py prepared" = ``PlanRequest.compile`` of
+a layout prepared once with ``ctx.prepare``). Every pdkv path is checked to give the same plan.
 
     /usr/bin/python3 bench/plan_vs_vllm.py --mirror VLLM_GIT_DIR [--build build] [--repeat 3]
         [--tokens 4096,32768,131072,1048576] [--hits 0,50] [--alloc contig,frag] [--target-s 0.3]
@@ -59,7 +63,8 @@ def logical_ids(pool: int, total: int, frag: bool, seed: int) -> List[int]:
     return out
 
 
-def make_groups(pdkv, tokens: int, hit_pct: int, frag: bool, d_block: int, p_block: int, d_ppl: int, p_ppl: int):
+def make_groups(pdkv, tokens: int, hit_pct: int, frag: bool, d_block: int, p_block: int, d_ppl: int, p_ppl: int,
+                logical: bool = False):
     n_load = tokens - 1
     nd_total = -(-n_load // d_block)
     hit = nd_total * hit_pct // 100
@@ -75,11 +80,15 @@ def make_groups(pdkv, tokens: int, hit_pct: int, frag: bool, d_block: int, p_blo
             kind=pdkv.GroupKind.MAMBA, cache_mode=mode, local_blocks=array("Q", [local[g]]),
             remote_blocks=array("Q", [remote[g]]), remote_computed_tokens=n_load, local_hit_tokens=hit * d_block)
         groups.append(pdkv.PlanGroup(trim, (0, 1, 2, 3, 4) if g == 3 else ()))
-    lk = array("Q", [l * d_ppl + j for l in local[4:] for j in range(d_ppl)])
-    rk = array("Q", [r * p_ppl + j for r in remote[4:] for j in range(p_ppl)])
+    if logical:  # the block tables' own ids, kernel_blocks_per_id = ppl
+        lk, rk, lpk, rpk = array("Q", local[4:]), array("Q", remote[4:]), d_ppl, p_ppl
+    else:  # expanded to kernel ids, as vLLM expands them
+        lk = array("Q", [l * d_ppl + j for l in local[4:] for j in range(d_ppl)])
+        rk = array("Q", [r * p_ppl + j for r in remote[4:] for j in range(p_ppl)])
+        lpk = rpk = 1
     groups.append(pdkv.PlanGroup(pdkv.GroupTrimInput(
         kind=pdkv.GroupKind.ATTENTION, local_blocks=lk, remote_blocks=rk, remote_computed_tokens=n_load,
-        local_hit_tokens=hit * d_block)))
+        local_hit_tokens=hit * d_block, local_kernel_blocks_per_id=lpk, remote_kernel_blocks_per_id=rpk)))
     return groups
 
 
@@ -120,19 +129,33 @@ def python_side(args, geometry: str) -> Dict[str, tuple]:
             with pdkv.PlanContext(d, ps, local_geometry=dg, remote_geometry=pg) as ctx:
                 for tok_s in args.tokens.split(","):
                     for alloc in args.alloc.split(","):
-                        groups = make_groups(pdkv, int(tok_s), hit_pct, alloc == "frag", di.block_size, pi.block_size,
-                                             di.physical_per_logical, pi.physical_per_logical)
-
-                        def once():
-                            ctx.compile(groups).close()
-
+                        shape = (pdkv, int(tok_s), hit_pct, alloc == "frag", di.block_size, pi.block_size,
+                                 di.physical_per_logical, pi.physical_per_logical)
+                        groups = make_groups(*shape)
+                        lgroups = make_groups(*shape, logical=True)
                         plan = pdkv.TransferPlan.empty()
 
                         def reused():
                             ctx.compile(groups, reuse=plan)
 
+                        def logical():
+                            ctx.compile(lgroups, reuse=plan)
+
+                        # The engine's layout prepared once; per request its ids and token counts.
+                        req = ctx.prepare(lgroups)
+                        ids_l = [g.trim.local_blocks for g in lgroups]
+                        ids_r = [g.trim.remote_blocks for g in lgroups]
+                        computed = lgroups[0].trim.remote_computed_tokens
+                        hits = [g.trim.local_hit_tokens for g in lgroups]
+
+                        def prepared():
+                            req.compile(ids_l, ids_r, computed, hits, reuse=plan)
+
+                        want = ctx.compile(groups).to_json()
+                        assert ctx.compile(lgroups).to_json() == want and req.compile(ids_l, ids_r, computed, hits).to_json() == want
                         case = f"{geometry}/{tok_s}/hit{hit_pct}/{alloc}"
-                        out[case] = (time_python(reused, args.target_s), time_python(once, args.target_s))
+                        out[case] = (time_python(reused, args.target_s), time_python(logical, args.target_s),
+                                     time_python(prepared, args.target_s))
                         plan.close()
             for h in [d, *ps, dg, pg]:
                 h.close()
@@ -170,10 +193,11 @@ def main() -> None:
             r = json.loads(line)
             e = run.setdefault(r["case"], {})
             e.update(cpp=r["cpp_median_ns"], c=r["c_median_ns"], c_new=r["c_new_median_ns"], reads=r["reads"],
-                     kernel_ids=r["kernel_ids"])
+                     kernel_ids=r["kernel_ids"], cpp_logical=r["cpp_logical_median_ns"],
+                     c_logical=r["c_logical_median_ns"])
         for geo in args.geometry.split(","):
-            for case, (ns, ns_new) in python_side(args, geo).items():
-                run.setdefault(case, {}).update(python=ns, python_new=ns_new)
+            for case, (ns, ns_logical, ns_prepared) in python_side(args, geo).items():
+                run.setdefault(case, {}).update(python=ns, python_logical=ns_logical, python_prepared=ns_prepared)
         runs.append(run)
         print(f"run {rep + 1}/{args.repeat} done", file=sys.stderr)
     if args.json:
@@ -190,17 +214,20 @@ def main() -> None:
     def ratio(a, b):
         return "—" if a is None or b is None else f"{a / b:,.0f}×" if a / b >= 10 else f"{a / b:.1f}×"
 
-    print("| geometry | tokens | hit | ids | kernel ids | reads | vLLM µs | C++ µs | C µs | C new µs | Python µs | "
-          "Py new µs | vLLM/C | vLLM/Python | Python/C |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| geometry | tokens | hit | ids | kernel ids | reads | vLLM µs | C kernel ids µs | Python kernel ids µs | "
+          "C++ µs | C µs | Python µs | Py prepared µs | vLLM/C | vLLM/Py prepared | Py prepared/C | frag/contig C |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for case in runs[0]:
         geo, tok, hit, alloc = case.split("/")
-        v, cpp, c, py = med(case, "vllm"), med(case, "cpp"), med(case, "c"), med(case, "python")
-        c_new, py_new = med(case, "c_new"), med(case, "python_new")
+        v, ck, pk = med(case, "vllm"), med(case, "c"), med(case, "python")
+        cpp, c, py, pp = med(case, "cpp_logical"), med(case, "c_logical"), med(case, "python_logical"), \
+            med(case, "python_prepared")
+        contig = med(f"{geo}/{tok}/{hit}/contig", "c_logical")
+        frag = f"{c / contig:.1f}×" if alloc == "frag" and c is not None and contig else ""
         print(f"| {geo} | {int(tok):,} | {hit[3:]}% | {alloc} | {runs[0][case].get('kernel_ids', '')} | "
-              f"{runs[0][case].get('reads', '')} | {us(v)} | {us(cpp)} | {us(c)} | {us(c_new)} | {us(py)} | "
-              f"{us(py_new)} | {ratio(v, c)} | {ratio(v, py)} | "
-              f"{'—' if py is None or c is None else f'{py / c:.1f}×'} |")
+              f"{runs[0][case].get('reads', '')} | {us(v)} | {us(ck)} | {us(pk)} | {us(cpp)} | {us(c)} | {us(py)} | "
+              f"{us(pp)} | {ratio(v, c)} | {ratio(v, pp)} | {'—' if pp is None or c is None else f'{pp / c:.1f}×'} | "
+              f"{frag} |")
 
 
 if __name__ == "__main__":

@@ -152,6 +152,7 @@ from .plan import (
     TransferPlanInfo,
     permute_kv_block,
 )
+from .plan_request import PlanRequest
 from .pipeline import StagePair, pipeline_layer_window, pipeline_notifications_expected, pipeline_stage_pairs
 from .scheduler import (
     AlignedSplitInput,
@@ -260,6 +261,7 @@ __all__ = [
     "PeerLostError",
     "PlanContext",
     "PlanGroup",
+    "PlanRequest",
     "PlanGroupZero",
     "PlanRead",
     "PresetInfo",

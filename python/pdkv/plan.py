@@ -10,7 +10,7 @@ import struct
 import threading
 import weakref
 from ctypes import POINTER, byref, c_size_t, c_uint32, c_uint64
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
 from ._base import (
@@ -38,6 +38,9 @@ from .geometry import Geometry
 from .metadata import EngineMetadata
 from .topology import TpMapping
 from .trim import GroupTrimInput
+
+if TYPE_CHECKING:
+    from .plan_request import PlanRequest
 
 
 class PlanContext(Handle):
@@ -97,6 +100,13 @@ class PlanContext(Handle):
     def compile(self, groups: Iterable["PlanGroup"], reuse: Optional["TransferPlan"] = None) -> "TransferPlan":
         """Compiles one request's plan (see :meth:`TransferPlan.compile`, also for ``reuse``)."""
         return _compile(self, groups, reuse)
+
+    def prepare(self, groups: Sequence["PlanGroup"]) -> "PlanRequest":
+        """The engine's group layout packed once (a :class:`PlanRequest`), for planning each
+        request from its block ids and token counts alone at close to the C call's cost."""
+        from .plan_request import PlanRequest
+
+        return PlanRequest(self, groups)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,21 +366,28 @@ class _PlanMemory:
 @operation
 def _compile(ctx: PlanContext, groups: Iterable[PlanGroup], reuse: Optional["TransferPlan"]) -> "TransferPlan":
     """PlanContext.compile / TransferPlan.compile (one operation: the context stays in use)."""
+    return _compile_packed_in_operation(ctx, lambda: _groups(groups), reuse)
+
+
+def _compile_packed_in_operation(ctx: PlanContext, pack: Any, reuse: Optional["TransferPlan"]) -> "TransferPlan":
+    """Compiles the C groups array ``pack()`` returns as (array, count, what to keep alive),
+    into ``reuse`` when it can be rewritten, else into a new plan. Runs inside the caller's
+    operation (the hot path of PlanRequest.compile saves a nested one)."""
     c = handle_arg("ctx", ctx, PlanContext)
     if reuse is not None:
-        if not isinstance(reuse, TransferPlan):
+        if type(reuse) is not TransferPlan and not isinstance(reuse, TransferPlan):
             raise TypeError(f"reuse must be a pdkv.TransferPlan, got {type(reuse).__name__}")
         # A plan whose memory zero-copy views may still show is never rewritten.
         ptr = reuse._take() if getattr(reuse, "_owner_holder", None) is None else None
         if ptr is not None:
             try:
-                arr, n, keep = _groups(groups)
+                arr, n, keep = pack()
                 call("pdkv_transfer_plan_compile_into", c, arr, n, ptr)
                 del keep
             finally:
                 reuse._give_back()
             return reuse
-    arr, n, keep = _groups(groups)
+    arr, n, keep = pack()
     out = POINTER(_ffi.TransferPlanT)()
     call("pdkv_transfer_plan_compile", c, arr, n, byref(out))
     del keep
