@@ -74,7 +74,11 @@ AgentCore::AgentCore(AgentOptions options) : opt_(std::move(options)) {
   core::check_metadata(opt_.metadata, Status::InvalidArgument);
   host_id_ = host_identity();
   regs_.resize(opt_.metadata.regions.size());
-  context_ = std::make_unique<UcxContext>(opt_.transport);
+  cma_probe_ = std::make_unique<cma::Probe>();
+  // UCX carries tcp peers only: a same-host (shm) peer is served with cross-memory attach
+  // (cma/cma.hpp), never through UCX's shared-memory transports, whose 1.13.1 release can wedge
+  // the worker or keep operations for ever when the peer dies mid-transfer.
+  context_ = std::make_unique<UcxContext>(TransportMode::Tcp);
   worker_ = std::make_unique<UcxWorker>(*context_);
   worker_address_ = worker_->address();
   listener_.emplace(opt_.listen);
@@ -136,7 +140,11 @@ void AgentCore::shutdown() {
     if (slot->thread.joinable()) slot->thread.join();
   }
 
-  std::lock_guard<std::mutex> g(mu_);
+  std::unique_lock<std::mutex> g(mu_);
+  // A caller-progress thread may be copying a cross-memory-attach batch without the lock: wait
+  // for it (batches are bounded; none starts once stopping_ is set), so no byte moves into or out
+  // of the caller's memory after the agent is freed.
+  cma_idle_.wait(g, [&] { return cma_batches_inflight_ == 0; });
   stopped_ = true;
   for (auto& job : active_) fail_job_locked(*job, Status::Shutdown, "the agent was shut down");
   std::vector<std::shared_ptr<PeerConn>> peers;
@@ -278,7 +286,8 @@ unsigned AgentCore::progress_locked() {
     }
     if (n == 0) break;
   }
-  // A tcp endpoint UCX declared failed: the peer is gone (shm never reports; heartbeats do).
+  // A tcp endpoint UCX declared failed, or a cma copy found the process gone: the peer is lost
+  // (otherwise the control channel's heartbeats tell).
   std::vector<std::shared_ptr<PeerConn>> failed;
   for (auto& [key, p] : peers_) {
     if ((p->ep && p->ep->failed()) || !p->record->connected) failed.push_back(p);
@@ -286,7 +295,7 @@ unsigned AgentCore::progress_locked() {
   for (auto& p : failed) {
     lose_peer_locked(p, Status::PeerLost,
                      p->ep && p->ep->failed() ? "UCX reported the peer failed: " + ucs_text(p->ep->failure_status())
-                                             : std::string("its UCX operations failed"),
+                                             : std::string("its transfers found it gone"),
                      false);
   }
   for (size_t i = 0; i < active_.size(); ++i) {
@@ -303,9 +312,11 @@ unsigned AgentCore::progress_locked() {
 }
 
 unsigned AgentCore::progress() {
-  std::lock_guard<std::mutex> g(mu_);
+  std::unique_lock<std::mutex> g(mu_);
   if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
-  const unsigned n = progress_locked();
+  unsigned n = progress_locked();
+  n += run_cma_batches(g);
+  if (stopped_) return n;  // shut down while a batch was copied without the lock
   if (n == 0 && opt_.progress == ProgressMode::Caller) {
     // Re-arm so the event fd reports the next completion; BUSY means more work is pending,
     // which the caller's next call handles.
@@ -335,8 +346,10 @@ bool AgentCore::progress_round() {
   bool busy = false;
   Clock::time_point next_deadline = Clock::now() + std::chrono::milliseconds(100);
   {
-    std::lock_guard<std::mutex> g(mu_);
+    std::unique_lock<std::mutex> g(mu_);
     n = progress_locked();
+    n += run_cma_batches(g);
+    if (stopped_) return false;
     for (const auto& j : active_) {
       if (!j->finalized) busy = true;
       if (!j->finalized && j->deadline < next_deadline) next_deadline = j->deadline;

@@ -22,6 +22,7 @@
 #include "agent/agent.hpp"
 #include "agent/lease_table.hpp"
 #include "agent/range_check.hpp"
+#include "cma/cma.hpp"
 #include "control/channel.hpp"
 #include "control/handshake.hpp"
 #include "pdkv/core/kv_permute.hpp"
@@ -39,6 +40,14 @@ using Clock = std::chrono::steady_clock;
 // this grace they are given up on (their transfer is reported failed, their memory stays busy).
 inline constexpr auto kCancelGrace = std::chrono::milliseconds(200);
 
+// Cross-memory attach (shm peers): one batch is at most this many bytes in at most this many
+// pieces (a larger piece is split across batches), copied by one thread without the core's mutex.
+// Each progress round takes one batch per lane of every transfer, so transfers and peers share
+// progress, and deadlines, cancels and frees act between batches (a batch takes well under a
+// millisecond at memory bandwidth).
+inline constexpr uint64_t kCmaBatchBytes = 4u << 20;
+inline constexpr size_t kCmaBatchSegments = 512;
+
 inline Clock::time_point deadline_after(Clock::time_point now, std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) return now;
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
@@ -51,13 +60,18 @@ struct PeerConn {
   uint64_t id = 0;  // epoll key of its control channel
   std::shared_ptr<PeerRecord> record;
   std::optional<ControlChannel> channel;
+  // The data path: a UCX endpoint (tcp peers) or cross-memory attach to the peer's process (shm
+  // peers, `cma`), never both. A cma peer has no endpoint and no unpacked keys.
   std::unique_ptr<UcxEndpoint> ep;
+  std::unique_ptr<cma::PeerProcess> cma;
+  uint64_t cma_probe_address = 0;  // the peer's probe, re-read to tell "gone" from "unmapped"
+  cma::ProbeValue cma_probe{};
   std::vector<UcxRemoteKey> rkeys;              // per region index (empty: not advertised)
   std::vector<RegisteredRange> remote_ranges;   // per region index
   Clock::time_point last_heard{};
   Clock::time_point next_ping{};
   uint64_t ping_seq = 0;
-  uint64_t inflight = 0;  // UCX operations on ep not yet called back
+  uint64_t inflight = 0;  // UCX operations on ep not yet called back / cma batches being copied
   bool lost = false;
   Clock::time_point lost_at{};      // when lost was set (shutdown waits kCancelGrace at most)
   bool wire_done = false;            // the admission flush returned (agent_peers.cpp)
@@ -74,6 +88,7 @@ class TransferJob {
     uint64_t remote = 0;
     uint32_t remote_region = 0;
     uint64_t length = 0;
+    uint64_t cma_done = 0;  // bytes already copied (a piece larger than a cma batch spans several)
     enum class State : uint8_t { Pending, InFlight, Done, Failed } state = State::Pending;
   };
   struct Lane {
@@ -87,6 +102,12 @@ class TransferJob {
     bool complete = false;    // data complete (READ) / data complete and flushed (WRITE)
     bool posted_any = false;  // a PUT of this lane reached UCX (a stopping WRITE flushes it)
     bool notified = false;
+    // Cross-memory attach lanes: the lane's operations (indices into ops, in order), the next one
+    // to copy, and whether a batch of them is being copied now (one at a time per lane).
+    bool cma = false;
+    std::vector<uint32_t> cma_ops;
+    size_t cma_next = 0;
+    bool cma_busy = false;
   };
 
   AgentCore* core = nullptr;  // for the UCX callbacks; they only run while the core lives
@@ -198,6 +219,13 @@ class AgentCore {
   // --- agent_transfer.cpp
   void post_some_locked(TransferJob& job);
   void op_done_locked(TransferJob::Op& op, ucs_status_t status);
+  void op_succeeded_locked(TransferJob::Op& op);
+  void op_failed_locked(TransferJob::Op& op, core::Status status, const std::string& message);
+  // Cross-memory attach: claims one batch per lane of every transfer (under `g`), copies them
+  // with `g` released, and completes them under `g` again. Returns the operations completed.
+  unsigned run_cma_batches(std::unique_lock<std::mutex>& g);
+  struct CmaBatch;
+  void cma_batch_done_locked(CmaBatch& batch, const cma::CopyResult& result, bool peer_exited);
   void lane_data_complete_locked(TransferJob& job, TransferJob::Lane& lane);
   void flush_done_locked(TransferJob::Lane& lane, ucs_status_t status);
   void fail_job_locked(TransferJob& job, core::Status status, const std::string& message);
@@ -219,6 +247,9 @@ class AgentCore {
   bool stopped_ = false;  // guarded by mu_
   std::atomic<bool> stopping_{false};
 
+  std::unique_ptr<cma::Probe> cma_probe_;  // this process's identity for same-host peers
+  uint64_t cma_batches_inflight_ = 0;  // guarded by mu_; shutdown waits for 0 (cma_idle_)
+  std::condition_variable cma_idle_;
   std::unique_ptr<UcxContext> context_;
   std::unique_ptr<UcxWorker> worker_;
   std::vector<uint8_t> worker_address_;
@@ -274,6 +305,17 @@ struct InboundSlot {
   std::atomic<bool> authenticated{false};    // the peer's proof and PeerInfo were checked
   bool evicted = false;                      // interrupted to make room (accept_inbound)
 };
+
+// Admission's transport choice (agent_peers.cpp), the same on both sides: tcp when either side's
+// transport is tcp or the peer runs on another host, shm (cross-memory attach) when both sides
+// read each other's probe back; otherwise tcp, unless a side's transport is shm, which refuses
+// the peer (`refusal` says why: the failing verdict's reason, which side it is from).
+struct TransportChoice {
+  TransportMode mode = TransportMode::Tcp;
+  std::string refusal;  // non-empty: the peer cannot be served
+};
+TransportChoice choose_transport(TransportMode mine, TransportMode theirs, bool same_host,
+                                 const TransportOffer& my_offer, const TransportOffer& their_offer);
 
 // Expressed in one place: how a ucs_status_t of a failed operation reads in messages.
 std::string ucs_text(ucs_status_t status);

@@ -54,6 +54,9 @@ HandshakeParams AgentCore::handshake_params_locked() const {
   p.info.metadata = core::encode(opt_.metadata);
   p.info.worker_address = worker_address_;
   p.info.transport_hint = static_cast<uint8_t>(opt_.transport);
+  p.info.cma_pid = cma_probe_->pid();
+  p.info.cma_probe_address = cma_probe_->address();
+  p.info.cma_probe = cma_probe_->value();
   for (const auto& reg : regs_) {
     if (!reg || !reg->ucx) continue;
     RegionKey k;
@@ -86,6 +89,10 @@ AgentCore::CheckedPeer AgentCore::check_peer(const Hello& hello, const PeerInfo&
     core::fail(Status::Protocol, "peer's Hello names engine '" + hello.engine_id + "' rank " +
                                      std::to_string(hello.tp_rank) + " but its metadata names '" +
                                      md.engine_id + "' rank " + std::to_string(md.tp_rank));
+  }
+  if (info.transport_hint > static_cast<uint8_t>(TransportMode::Auto)) {
+    core::fail(Status::Protocol, "peer's transport hint " + std::to_string(info.transport_hint) +
+                                     " is not a transport (0 shm, 1 tcp, 2 auto)");
   }
   if (md.engine_id == opt_.metadata.engine_id && md.tp_rank == opt_.metadata.tp_rank) {
     core::fail(Status::InvalidArgument, "peer has this agent's own identity: engine '" +
@@ -180,16 +187,97 @@ Frame AgentCore::recv_progressing(ControlChannel& channel, Clock::time_point dea
   }
 }
 
-// Admission in three steps. (1) Under the lock: the endpoint (the peer just answered: creating
-// it is safe; UCX 1.13.1 aborts the process on ucp_ep_create to a dead worker) and the keys (from
-// an authenticated peer, length-checked by the frame layer). (2) Without the lock: wire the
-// endpoint up (a flush completes only once UCX's own connection setup has) and exchange a Ready
-// frame, so neither side starts using, or tearing down, a half-wired endpoint: a tcp endpoint
-// whose peer vanishes during UCX's wireup trips an assertion in UCX 1.13.1 that aborts the process.
-// (3) Under the lock: publish the peer.
+TransportChoice choose_transport(TransportMode mine, TransportMode theirs, bool same_host,
+                                 const TransportOffer& my_offer, const TransportOffer& their_offer) {
+  TransportChoice c;
+  const bool needs_shm = mine == TransportMode::Shm || theirs == TransportMode::Shm;
+  auto side = [&](bool is_mine) { return is_mine ? std::string("this side") : std::string("the peer"); };
+  if (mine == TransportMode::Tcp || theirs == TransportMode::Tcp) {
+    if (needs_shm) {
+      c.refusal = side(mine == TransportMode::Shm) + " requires transport shm but " +
+                  side(mine == TransportMode::Tcp) + " uses tcp; configure the same transport (or auto) on both";
+    }
+    return c;
+  }
+  if (!same_host) {
+    if (needs_shm) {
+      c.refusal = side(mine == TransportMode::Shm) +
+                  " requires transport shm (cross-memory attach), which needs both on one host, but the peer "
+                  "runs on another host; use tcp or auto";
+    }
+    return c;
+  }
+  if (my_offer.cma == CmaVerdict::Works && their_offer.cma == CmaVerdict::Works) {
+    c.mode = TransportMode::Shm;
+    return c;
+  }
+  if (needs_shm) {
+    std::string why;
+    if (my_offer.cma != CmaVerdict::Works) {
+      why = "this side cannot attach to the peer's memory: " +
+            (my_offer.reason.empty() ? std::string("it did not try") : my_offer.reason);
+    }
+    if (their_offer.cma != CmaVerdict::Works) {
+      if (!why.empty()) why += "; ";
+      why += "the peer cannot attach to this side's memory: " +
+             (their_offer.reason.empty() ? std::string("it did not try") : their_offer.reason);
+    }
+    c.refusal = side(mine == TransportMode::Shm) + " requires transport shm (cross-memory attach, "
+                "process_vm_readv/writev) but " + why + "; use tcp or auto";
+  }
+  return c;  // auto on both sides: tcp
+}
+
+// Admission in four steps. (0) Without the lock: agree on the data path. A same-host peer whose
+// transports allow shm is probed (its advertised pid and probe read back with process_vm_readv);
+// the two verdicts travel in Transport frames (client first) and both sides choose the same way
+// (choose_transport); a side that cannot serve the choice tells the peer why and refuses.
+// (1) Under the lock: a cma peer gets its pidfd; a tcp peer its UCX endpoint (the peer just
+// answered: creating it is safe; UCX 1.13.1 aborts the process on ucp_ep_create to a dead worker)
+// and keys (from an authenticated peer, length-checked by the frame layer). (2) Without the lock:
+// wire a UCX endpoint up (a flush completes only once UCX's own connection setup has) and
+// exchange a Ready frame, so neither side starts using, or tearing down, a half-wired endpoint: a
+// tcp endpoint whose peer vanishes during UCX's wireup trips an assertion in UCX 1.13.1 that
+// aborts the process. (3) Under the lock: publish the peer.
 std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const HandshakeResult& result,
                                              CheckedPeer checked, bool inbound, Clock::time_point deadline,
                                              InboundSlot* slot) {
+  // (0)
+  const std::string who = peer_name(checked.metadata.engine_id, checked.metadata.tp_rank, channel.peer());
+  const bool same_host = result.peer_hello.host_id == host_id_;
+  const auto their_mode = static_cast<TransportMode>(result.peer_info.transport_hint);  // checked
+  TransportOffer mine;
+  if (same_host && opt_.transport != TransportMode::Tcp && their_mode != TransportMode::Tcp) {
+    const std::string why = cma::check_probe(result.peer_info.cma_pid, result.peer_info.cma_probe_address,
+                                             result.peer_info.cma_probe);
+    mine.cma = why.empty() ? CmaVerdict::Works : CmaVerdict::Failed;
+    mine.reason = clip_message_text(why);
+  }
+  TransportChoice choice;
+  {
+    if (!inbound) channel.send(mine, deadline);
+    const Frame f = recv_progressing(channel, deadline);
+    if (f.type != FrameType::Transport) {
+      core::fail(Status::Protocol, who + ": expected Transport after the handshake, got " + frame_type_name(f.type));
+    }
+    const TransportOffer theirs = TransportOffer::decode(f.payload);
+    choice = choose_transport(opt_.transport, their_mode, same_host, mine, theirs);
+    if (!choice.refusal.empty()) {
+      try {
+        ErrorMessage e;
+        e.status = Status::Transport;
+        e.message = clip_message_text("engine '" + opt_.metadata.engine_id + "' rank " +
+                                      std::to_string(opt_.metadata.tp_rank) + " refused the connection: " +
+                                      choice.refusal);
+        channel.queue(e);
+        channel.flush_some();
+      } catch (const core::Error&) {
+      }
+      core::fail(Status::Transport, who + ": " + choice.refusal);
+    }
+    if (inbound) channel.send(mine, deadline);
+  }
+
   auto conn = std::make_shared<PeerConn>();
   auto rec = std::make_shared<PeerRecord>();
   {
@@ -200,25 +288,26 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
     rec->pp_rank = checked.metadata.pp_rank;
     rec->address = channel.peer();
     rec->inbound = inbound;
-    const bool same_host = result.peer_hello.host_id == host_id_;
-    switch (opt_.transport) {
-      case TransportMode::Shm: rec->transport = TransportMode::Shm; break;
-      case TransportMode::Tcp: rec->transport = TransportMode::Tcp; break;
-      case TransportMode::Auto: rec->transport = same_host ? TransportMode::Shm : TransportMode::Tcp; break;
-    }
+    rec->transport = choice.mode;
     rec->metadata = std::move(checked.metadata);
     conn->record = rec;
     conn->remote_ranges = std::move(checked.ranges);
-    conn->ep = UcxEndpoint::create(*worker_, result.peer_info.worker_address,
-                                   rec->transport == TransportMode::Shm ? ErrorMode::None : ErrorMode::Peer);
-    conn->rkeys.resize(conn->remote_ranges.size());
-    for (const auto& k : result.peer_info.regions) conn->rkeys[k.region] = conn->ep->unpack_rkey(k.rkey);
-    const PostResult r = conn->ep->post_flush(&on_wire_flush, conn.get());
-    if (r.state == PostState::InFlight) {
-      conn->inflight++;
-    } else {
+    if (choice.mode == TransportMode::Shm) {
+      conn->cma = std::make_unique<cma::PeerProcess>(result.peer_info.cma_pid);
+      conn->cma_probe_address = result.peer_info.cma_probe_address;
+      conn->cma_probe = result.peer_info.cma_probe;
       conn->wire_done = true;
-      conn->wire_status = r.status;
+    } else {
+      conn->ep = UcxEndpoint::create(*worker_, result.peer_info.worker_address, ErrorMode::Peer);
+      conn->rkeys.resize(conn->remote_ranges.size());
+      for (const auto& k : result.peer_info.regions) conn->rkeys[k.region] = conn->ep->unpack_rkey(k.rkey);
+      const PostResult r = conn->ep->post_flush(&on_wire_flush, conn.get());
+      if (r.state == PostState::InFlight) {
+        conn->inflight++;
+      } else {
+        conn->wire_done = true;
+        conn->wire_status = r.status;
+      }
     }
   }
   auto discard = [&](Status st, const std::string& why) {

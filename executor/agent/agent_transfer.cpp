@@ -1,10 +1,14 @@
-// Transfers: a plan becomes a list of UCX operations, every range checked before any is posted;
-// a bounded window of them is in flight at a time; completions count bytes per lane (one lane per
-// peer), notify a peer once its data is complete, and decide the final state. Deadlines and
-// cancels stop posting; a deadline with operations still in flight force-closes the endpoints
-// carrying them (the only way to get UCX to return them), so no operation outlives its
-// transfer's deadline touching memory the caller believes idle.
+// Transfers: a plan becomes a list of operations, every range checked before any byte moves; one
+// lane per peer. A tcp lane posts its operations to UCX through a bounded window of them in
+// flight; a shm lane's operations are copied with cross-memory attach in bounded batches by
+// whoever drives progress (run_cma_batches). Completions count bytes per lane, notify a peer once
+// its data is complete, and decide the final state. Deadlines and cancels stop posting and
+// batching; a deadline with UCX operations still in flight force-closes the endpoints carrying
+// them (the only way to get UCX to return them), so no operation outlives its transfer's deadline
+// touching memory the caller believes idle (a cma batch always returns within its bound).
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 
 #include "agent/agent_core.hpp"
 #include "pdkv/core/checked_math.hpp"
@@ -220,7 +224,12 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
     lane.peer = lanes[l].peer;
     lane.p_rank = lanes[l].p_rank;
     lane.remaining = per_lane[l].size();
+    lane.cma = lanes[l].peer->cma != nullptr;
     job->lanes.push_back(std::move(lane));
+  }
+  for (size_t i = 0; i < job->ops.size(); ++i) {
+    TransferJob::Lane& lane = job->lanes[job->ops[i].lane];
+    if (lane.cma) lane.cma_ops.push_back(static_cast<uint32_t>(i));
   }
   uint64_t bytes = 0;
   for (auto& op : job->ops) {
@@ -259,6 +268,7 @@ void AgentCore::post_some_locked(TransferJob& job) {
   while (!job.stopping() && job.next_post < job.ops.size() && job.inflight < window) {
     TransferJob::Op& op = job.ops[job.next_post++];
     TransferJob::Lane& lane = job.lanes[op.lane];
+    if (lane.cma) continue;  // copied by run_cma_batches, not posted to UCX
     PeerConn& peer = *lane.peer;
     if (peer.lost || !peer.ep) {
       op.state = TransferJob::Op::State::Failed;
@@ -304,6 +314,26 @@ void AgentCore::op_done_locked(TransferJob::Op& op, ucs_status_t status) {
   TransferJob& job = *op.job;
   TransferJob::Lane& lane = job.lanes[op.lane];
   if (status == UCS_OK) {
+    op_succeeded_locked(op);
+    return;
+  }
+  // UCX's ways of saying the peer is gone are a lost peer, not a transport malfunction.
+  const bool gone = lane.peer->lost || (lane.peer->ep && lane.peer->ep->failed()) ||
+                    status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_CONNECTION_RESET ||
+                    status == UCS_ERR_UNREACHABLE || status == UCS_ERR_NOT_CONNECTED ||
+                    status == UCS_ERR_CANCELED;
+  const auto& rec = *lane.peer->record;
+  op_failed_locked(op, gone ? Status::PeerLost : Status::Transport,
+                   std::string(job.op == TransferOp::Read ? "GET" : "PUT") + " of read " +
+                       std::to_string(op.read_index) + " (P rank " + std::to_string(lane.p_rank) +
+                       ") with peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) +
+                       " failed: " + ucs_text(status));
+}
+
+void AgentCore::op_succeeded_locked(TransferJob::Op& op) {
+  TransferJob& job = *op.job;
+  TransferJob::Lane& lane = job.lanes[op.lane];
+  {
     op.state = TransferJob::Op::State::Done;
     job.done_ops++;
     job.done_bytes += op.length;
@@ -318,28 +348,22 @@ void AgentCore::op_done_locked(TransferJob::Op& op, ucs_status_t status) {
       job.visible.bytes_done = job.done_bytes;
     }
     if (lane.remaining > 0 && --lane.remaining == 0) lane_data_complete_locked(job, lane);
-    return;
   }
+}
+
+void AgentCore::op_failed_locked(TransferJob::Op& op, Status status, const std::string& message) {
+  TransferJob& job = *op.job;
+  TransferJob::Lane& lane = job.lanes[op.lane];
   op.state = TransferJob::Op::State::Failed;
   lane.peer->record->operations_failed++;
-  const auto& rec = *lane.peer->record;
-  // UCX's ways of saying the peer is gone are a lost peer, not a transport malfunction.
-  const bool gone = lane.peer->lost || (lane.peer->ep && lane.peer->ep->failed()) ||
-                    status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_CONNECTION_RESET ||
-                    status == UCS_ERR_UNREACHABLE || status == UCS_ERR_NOT_CONNECTED ||
-                    status == UCS_ERR_CANCELED;
-  if (gone && !lane.peer->lost) {
+  if (status == Status::PeerLost && !lane.peer->lost) {
     // The peer is closed and dropped after this progress round (closing an endpoint from inside
     // its own completion is not safe); its record says so from now on, so the failed transfer
     // and the peer's state agree.
     lane.peer->record->connected = false;
     lane.peer->record->lost_status = static_cast<int32_t>(Status::PeerLost);
   }
-  fail_job_locked(job, gone ? Status::PeerLost : Status::Transport,
-                  std::string(job.op == TransferOp::Read ? "GET" : "PUT") + " of read " +
-                      std::to_string(op.read_index) + " (P rank " + std::to_string(lane.p_rank) +
-                      ") with peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) +
-                      " failed: " + ucs_text(status));
+  fail_job_locked(job, status, message);
 }
 
 void AgentCore::lane_data_complete_locked(TransferJob& job, TransferJob::Lane& lane) {
@@ -353,8 +377,17 @@ void AgentCore::lane_data_complete_locked(TransferJob& job, TransferJob::Lane& l
     }
     return;
   }
-  // PUTs completed locally only: flush for remote completion before telling D.
   PeerConn& peer = *lane.peer;
+  if (lane.cma) {
+    // process_vm_writev returned: every byte is in D's memory already (nothing to flush).
+    lane.complete = true;
+    if (job.notify && !job.stopping()) {
+      send_notify_locked(lane.peer, NotifyKind::WriteDone, job.request_id, lane.bytes, Status::Ok);
+      lane.notified = true;
+    }
+    return;
+  }
+  // PUTs completed locally only: flush for remote completion before telling D.
   if (peer.lost || !peer.ep) {
     fail_job_locked(job, Status::PeerLost, "peer lost before the flush");
     return;
@@ -455,7 +488,7 @@ bool AgentCore::flush_stopping_write_locked(TransferJob& job) {
   job.stop_flushed = true;
   for (auto& lane : job.lanes) {
     PeerConn& peer = *lane.peer;
-    if (lane.complete || lane.flush_inflight || !lane.posted_any) continue;
+    if (lane.cma || lane.complete || lane.flush_inflight || !lane.posted_any) continue;
     if (peer.lost || !peer.ep || peer.ep->failed()) continue;
     lane.flush_inflight = true;
     const PostResult res = peer.ep->post_flush(&AgentCore::on_flush_done, &lane);
@@ -501,10 +534,10 @@ void AgentCore::finalize_locked(TransferJob& job) {
   }
   std::vector<FailedRead> failed;
   if (!ok) {
-    // A read is listed unless it landed: its operation completed and, for WRITE, its lane's
-    // flush made it remotely complete.
+    // A read is listed unless it landed: its operation completed and, for a WRITE over UCX, its
+    // lane's flush made it remotely complete (a cma copy is remotely complete when it returns).
     for (const auto& op : job.ops) {
-      const bool lane_ok = job.op == TransferOp::Read || job.lanes[op.lane].complete;
+      const bool lane_ok = job.op == TransferOp::Read || job.lanes[op.lane].cma || job.lanes[op.lane].complete;
       if (op.state == TransferJob::Op::State::Done && lane_ok) continue;
       failed.push_back({job.lanes[op.lane].p_rank, op.read_index, job.fail_status});
     }
@@ -545,7 +578,8 @@ void AgentCore::check_deadlines_locked(Clock::time_point now) {
       // within the deadline), then collect the cancelled completions.
       std::vector<std::shared_ptr<PeerConn>> stuck;
       for (auto& lane : job->lanes) {
-        if (lane.peer->inflight != 0 && !lane.peer->lost) stuck.push_back(lane.peer);
+        // Only UCX endpoints: a cma batch being copied returns within its bound by itself.
+        if (lane.peer->ep && lane.peer->inflight != 0 && !lane.peer->lost) stuck.push_back(lane.peer);
       }
       for (auto& p : stuck) {
         lose_peer_locked(p, Status::PeerLost, "operations still in flight at a transfer's deadline", true);
@@ -562,6 +596,160 @@ void AgentCore::check_deadlines_locked(Clock::time_point now) {
       zombies_.push_back(job);
     }
   }
+}
+
+// ---- cross-memory attach (shm peers) ----
+
+struct AgentCore::CmaBatch {
+  std::shared_ptr<TransferJob> job;
+  uint32_t lane = 0;
+  std::shared_ptr<PeerConn> peer;
+  cma::Direction direction = cma::Direction::Read;
+  std::vector<uint32_t> ops;         // per segment: the operation's index in job->ops
+  std::vector<cma::Segment> segments;
+  cma::CopyResult result;
+  bool exited = false;               // the peer process had exited when the copy returned
+};
+
+namespace {
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+unsigned AgentCore::run_cma_batches(std::unique_lock<std::mutex>& g) {
+  if (stopped_ || stopping_.load()) return 0;
+  std::vector<CmaBatch> batches;
+  // Claim: one batch per lane of every transfer (fair across transfers and peers). Nothing is
+  // marked until every batch is built, so an allocation failure leaves no state behind.
+  for (const auto& job_ptr : active_) {
+    TransferJob& job = *job_ptr;
+    if (job.finalized || job.stopping()) continue;
+    for (uint32_t l = 0; l < job.lanes.size() && !job.stopping(); ++l) {
+      TransferJob::Lane& lane = job.lanes[l];
+      if (!lane.cma || lane.cma_busy || lane.cma_next >= lane.cma_ops.size()) continue;
+      PeerConn& peer = *lane.peer;
+      const auto& rec = *peer.record;
+      if (peer.lost || !peer.cma) {
+        fail_job_locked(job, Status::PeerLost, "peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) +
+                                                   " was lost");
+        continue;
+      }
+      if (peer.cma->exited()) {
+        op_failed_locked(job.ops[lane.cma_ops[lane.cma_next]], Status::PeerLost,
+                         "peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) + " (pid " +
+                             std::to_string(peer.cma->pid()) + ") exited");
+        continue;
+      }
+      CmaBatch b;
+      b.job = job_ptr;
+      b.lane = l;
+      b.peer = lane.peer;
+      b.direction = job.op == TransferOp::Read ? cma::Direction::Read : cma::Direction::Write;
+      uint64_t bytes = 0;
+      for (size_t k = lane.cma_next;
+           k < lane.cma_ops.size() && b.segments.size() < kCmaBatchSegments && bytes < kCmaBatchBytes; ++k) {
+        const TransferJob::Op& op = job.ops[lane.cma_ops[k]];
+        const uint64_t take = std::min(op.length - op.cma_done, kCmaBatchBytes - bytes);
+        b.segments.push_back({static_cast<uint8_t*>(op.local) + op.cma_done, op.remote + op.cma_done, take});
+        b.ops.push_back(lane.cma_ops[k]);
+        bytes += take;
+        if (op.cma_done + take != op.length) break;  // the rest of this piece goes in the next batch
+      }
+      batches.push_back(std::move(b));
+    }
+  }
+  if (batches.empty()) return 0;
+  for (CmaBatch& b : batches) {
+    TransferJob::Lane& lane = b.job->lanes[b.lane];
+    lane.cma_busy = true;
+    for (uint32_t i : b.ops) b.job->ops[i].state = TransferJob::Op::State::InFlight;
+    b.job->inflight++;
+    b.peer->inflight++;
+  }
+  cma_batches_inflight_ += batches.size();
+
+  // Copy without the lock: the jobs, peers and registrations stay alive and busy (inflight).
+  g.unlock();
+  for (CmaBatch& b : batches) {
+    b.result = cma::copy(b.peer->cma->pid(), b.direction, b.segments);
+    b.exited = b.peer->cma->exited();
+  }
+  g.lock();
+
+  unsigned n = 0;
+  for (CmaBatch& b : batches) {
+    n += static_cast<unsigned>(b.ops.size());
+    cma_batch_done_locked(b, b.result, b.exited);
+  }
+  cma_batches_inflight_ -= batches.size();
+  if (cma_batches_inflight_ == 0) cma_idle_.notify_all();
+  return n;
+}
+
+void AgentCore::cma_batch_done_locked(CmaBatch& b, const cma::CopyResult& result, bool peer_exited) {
+  TransferJob& job = *b.job;
+  TransferJob::Lane& lane = job.lanes[b.lane];
+  PeerConn& peer = *b.peer;
+  lane.cma_busy = false;
+  job.inflight--;
+  peer.inflight--;
+  // A peer that exited while the batch ran: none of it counts (its pid could be another
+  // process's by now), so the batch fails at its first piece.
+  uint64_t left = peer_exited ? 0 : result.bytes;
+  const int error = peer_exited ? ESRCH : result.error;
+  size_t i = 0;
+  for (; i < b.segments.size(); ++i) {
+    TransferJob::Op& op = job.ops[b.ops[i]];
+    const uint64_t len = b.segments[i].length;
+    if (left < len) break;
+    left -= len;
+    op.cma_done += len;
+    if (op.cma_done == op.length) {
+      op_succeeded_locked(op);
+      if (lane.cma_next < lane.cma_ops.size() && lane.cma_ops[lane.cma_next] == b.ops[i]) ++lane.cma_next;
+    } else {
+      op.state = TransferJob::Op::State::Pending;  // a split piece: the next batch goes on with it
+    }
+  }
+  if (i < b.segments.size()) {
+    TransferJob::Op& op = job.ops[b.ops[i]];
+    const uint64_t copied = op.cma_done + left;
+    for (size_t j = i + 1; j < b.segments.size(); ++j) job.ops[b.ops[j]].state = TransferJob::Op::State::Pending;
+    const auto& rec = *peer.record;
+    const bool reading = job.op == TransferOp::Read;
+    std::string why;
+    Status status = Status::Transport;
+    if (error == ESRCH || peer_exited) {
+      status = Status::PeerLost;
+      why = "the peer process is gone";
+    } else if (error == EFAULT) {
+      // Either the peer is going away (its memory is being torn down) or a range that passed
+      // the checks against its advertised regions is not mapped: its probe tells which.
+      const std::string probe = cma::check_probe(static_cast<uint32_t>(peer.cma->pid()), peer.cma_probe_address, peer.cma_probe);
+      if (!probe.empty() || peer.cma->exited()) {
+        status = Status::PeerLost;
+        why = "the peer process is going away (" + (probe.empty() ? std::string("it exited") : probe) + ")";
+      } else {
+        why = std::string("the peer's advertised region does not map ") + (reading ? "the source" : "the target") +
+              " range any more (or this side's registered memory was unmapped)";
+      }
+    } else if (error == EPERM) {
+      why = "cross-memory attach to the peer is no longer permitted";
+    }
+    op_failed_locked(op, status,
+                     std::string(cma::syscall_name(b.direction)) + " of read " + std::to_string(op.read_index) +
+                         " (P rank " + std::to_string(lane.p_rank) + ") " + (reading ? "from" : "into") +
+                         " peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) + " (pid " +
+                         std::to_string(peer.cma->pid()) + ", remote " + hex(op.remote) + ", " +
+                         std::to_string(op.length) + " bytes) failed after " + std::to_string(copied) +
+                         " bytes: " + cma::errno_text(error) + (why.empty() ? "" : ": " + why));
+  }
+  check_final_locked(job);
 }
 
 }  // namespace pdkv::exec

@@ -32,7 +32,7 @@ std::string hex32(uint32_t v) {
 }  // namespace
 
 bool is_known_frame_type(uint16_t type) noexcept {
-  return type >= static_cast<uint16_t>(FrameType::Hello) && type <= static_cast<uint16_t>(FrameType::Bye);
+  return type >= static_cast<uint16_t>(FrameType::Hello) && type <= static_cast<uint16_t>(FrameType::Transport);
 }
 
 const char* frame_type_name(FrameType type) noexcept {
@@ -48,6 +48,7 @@ const char* frame_type_name(FrameType type) noexcept {
     case FrameType::Pong: return "Pong";
     case FrameType::Error: return "Error";
     case FrameType::Bye: return "Bye";
+    case FrameType::Transport: return "Transport";
   }
   return "unknown";
 }

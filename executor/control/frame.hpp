@@ -40,6 +40,7 @@ enum class FrameType : uint16_t {
   Pong = 9,
   Error = 10,
   Bye = 11,
+  Transport = 12,  // protocol 3: admission's transport agreement (messages.hpp)
 };
 
 bool is_known_frame_type(uint16_t type) noexcept;

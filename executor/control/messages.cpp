@@ -121,6 +121,9 @@ std::vector<uint8_t> PeerInfo::encode() const {
     w.bytes(k.rkey, kMaxRkeyBytes, "PeerInfo.regions[].rkey");
   }
   w.u8(transport_hint);
+  w.u32(cma_pid);
+  w.u64(cma_probe_address);
+  w.raw(cma_probe);
   return w.take();
 }
 
@@ -142,6 +145,9 @@ PeerInfo PeerInfo::decode(std::span<const uint8_t> payload) {
     m.regions.push_back(std::move(k));
   }
   m.transport_hint = r.u8("transport_hint");
+  m.cma_pid = r.u32("cma_pid");
+  m.cma_probe_address = r.u64("cma_probe_address");
+  r.raw(m.cma_probe, "cma_probe");
   r.expect_end();
   return m;
 }
@@ -151,6 +157,26 @@ std::vector<uint8_t> Ready::encode() const { return {}; }
 Ready Ready::decode(std::span<const uint8_t> payload) {
   WireReader(payload, "Ready").expect_end();
   return {};
+}
+
+std::vector<uint8_t> TransportOffer::encode() const {
+  WireWriter w;
+  w.u8(static_cast<uint8_t>(cma));
+  w.string(reason, kMaxMessageTextBytes, "Transport.reason");
+  return w.take();
+}
+
+TransportOffer TransportOffer::decode(std::span<const uint8_t> payload) {
+  WireReader r(payload, "Transport");
+  TransportOffer m;
+  const uint8_t v = r.u8("cma");
+  if (v > static_cast<uint8_t>(CmaVerdict::Failed)) {
+    r.fail("cma " + std::to_string(v) + " is not a verdict (0 not tried, 1 works, 2 failed)");
+  }
+  m.cma = static_cast<CmaVerdict>(v);
+  m.reason = r.string("reason", kMaxMessageTextBytes);
+  r.expect_end();
+  return m;
 }
 
 std::vector<uint8_t> Reject::encode() const {

@@ -19,7 +19,10 @@ namespace pdkv::exec {
 
 // 2: with a pre-shared key, every frame after the proofs is sealed (session_crypto.hpp), which a
 // version 1 peer cannot read.
-inline constexpr uint16_t kControlProtoMajor = 2;
+// 3: PeerInfo carries the sender's cross-memory-attach identity (pid, probe address and value) and
+// admission begins with a Transport exchange (same-host peers move bytes with process_vm_readv /
+// writev instead of UCX shared memory); a version 2 peer can decode neither.
+inline constexpr uint16_t kControlProtoMajor = 3;
 inline constexpr uint16_t kControlProtoMinor = 0;
 
 inline constexpr size_t kNonceBytes = 32;
@@ -84,12 +87,21 @@ struct RegionKey {
   bool operator==(const RegionKey&) const = default;
 };
 
+inline constexpr size_t kCmaProbeBytes = 32;
+using CmaProbeValue = std::array<uint8_t, kCmaProbeBytes>;
+
 struct PeerInfo {
   static constexpr FrameType kType = FrameType::PeerInfo;
   std::vector<uint8_t> metadata;        // pdkv::core::encode(EngineMetadata), <= kMaxMetadataBytes
   std::vector<uint8_t> worker_address;  // <= kMaxWorkerAddressBytes
   std::vector<RegionKey> regions;       // <= kMaxRegions
   uint8_t transport_hint = 0;           // the agent's transport enum, decoded as is
+  // The sender's cross-memory-attach identity (protocol 3): its pid as it sees it (0: none
+  // offered) and the address of kCmaProbeBytes random bytes in its memory, which a same-host peer
+  // reads back with process_vm_readv to prove the pid is this sender's before using it.
+  uint32_t cma_pid = 0;
+  uint64_t cma_probe_address = 0;
+  CmaProbeValue cma_probe{};
 
   std::vector<uint8_t> encode() const;
   static PeerInfo decode(std::span<const uint8_t> payload);
@@ -99,6 +111,24 @@ struct Ready {
   static constexpr FrameType kType = FrameType::Ready;
   std::vector<uint8_t> encode() const;
   static Ready decode(std::span<const uint8_t> payload);
+};
+
+// Admission's first step (protocol 3), both ways, before any data path exists: whether this side
+// can reach the peer with cross-memory attach (it read the peer's probe back). Both sides then
+// choose the same transport from the two verdicts and the two transport hints (agent_peers.cpp).
+enum class CmaVerdict : uint8_t {
+  NotTried = 0,  // another host, or a side whose transport is tcp
+  Works = 1,     // the probe read back equal
+  Failed = 2,    // the probe failed; `reason` says why
+};
+
+struct TransportOffer {
+  static constexpr FrameType kType = FrameType::Transport;
+  CmaVerdict cma = CmaVerdict::NotTried;
+  std::string reason;  // why cross-memory attach was not tried / failed; <= kMaxMessageTextBytes
+
+  std::vector<uint8_t> encode() const;
+  static TransportOffer decode(std::span<const uint8_t> payload);
 };
 
 // The peer's validation refused the pair (handshake) with this status and text.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent/agent.hpp"
+#include "cma/cma.hpp"
 #include "control/handshake.hpp"
 #include "pdkv/core/geometry.hpp"
 #include "pdkv/core/metadata_from_geometry.hpp"
@@ -72,7 +73,7 @@ class FakePeer {
   FakePeer& operator=(const FakePeer&) = delete;
 
   // Connects and runs the client side of the handshake (keys proven, PeerInfo both ways). The
-  // agent then wires its UCX endpoint up and waits for this side's Ready.
+  // agent then waits for agree_transport() (and, over tcp, wires its UCX endpoint up after it).
   // `keys` go out in this side's PeerInfo as they are (a test may forge them).
   void handshake(const HostPort& agent, Deadline deadline = deadline_in(3s), std::vector<RegionKey> keys = {}) {
     channel_.emplace(ControlChannel::connect(agent, deadline));
@@ -84,7 +85,26 @@ class FakePeer {
     p.info.worker_address = worker_.address();
     p.info.transport_hint = static_cast<uint8_t>(context_.mode());
     p.info.regions = std::move(keys);
-    handshake_client(*channel_, p, deadline);
+    p.info.cma_pid = probe_.pid();
+    p.info.cma_probe_address = probe_.address();
+    p.info.cma_probe = probe_.value();
+    result_ = handshake_client(*channel_, p, deadline);
+  }
+
+  // After handshake(): admission's Transport exchange, this side's verdict from a real probe of
+  // the agent (same process) unless this side is tcp. Returns the agent's offer.
+  TransportOffer agree_transport(Deadline deadline = deadline_in(3s)) {
+    TransportOffer offer;
+    if (context_.mode() != TransportMode::Tcp) {
+      const std::string why = cma::check_probe(result_.peer_info.cma_pid, result_.peer_info.cma_probe_address,
+                                               result_.peer_info.cma_probe);
+      offer.cma = why.empty() ? CmaVerdict::Works : CmaVerdict::Failed;
+      offer.reason = why;
+    }
+    channel_->send(offer, deadline);
+    const Frame f = channel_->recv(deadline);
+    if (f.type != FrameType::Transport) throw core::Error(core::Status::Protocol, "expected Transport");
+    return TransportOffer::decode(f.payload);
   }
 
   // A key for region `r` covering exactly its advertised range, with the given packed bytes.
@@ -93,9 +113,10 @@ class FakePeer {
     return RegionKey{r, reg.base, reg.block_len * reg.num_blocks, 0, std::move(packed)};
   }
 
-  // handshake(), then the Ready exchange: the agent publishes this peer.
+  // handshake(), the Transport exchange, then the Ready exchange: the agent publishes this peer.
   void admit(const HostPort& agent, Deadline deadline = deadline_in(3s)) {
     handshake(agent, deadline);
+    agree_transport(deadline);
     channel_->send(Ready{}, deadline);
     const Frame f = channel_->recv(deadline);
     if (f.type != FrameType::Ready) throw core::Error(core::Status::Protocol, "expected Ready");
@@ -108,6 +129,8 @@ class FakePeer {
   core::EngineMetadata md_;
   UcxContext context_;
   UcxWorker worker_;
+  cma::Probe probe_;
+  HandshakeResult result_;
   std::optional<ControlChannel> channel_;
   std::atomic<bool> stop_{false};
   std::thread progress_;

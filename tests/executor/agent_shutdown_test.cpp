@@ -24,6 +24,7 @@ TEST_P(AgentShutdown, FreeDoesNotWaitForAPeerStuckInAdmission) {
   auto agent = tiny_agent(GetParam(), 20s);
   FakePeer peer(GetParam(), /*progress_worker=*/false);
   peer.handshake(agent->info().listen);
+  peer.agree_transport();
   std::this_thread::sleep_for(100ms);  // the agent is now in admission
   EXPECT_EQ(agent->info().num_peers, 0u);
   const auto t0 = std::chrono::steady_clock::now();

@@ -44,6 +44,9 @@ PeerInfo sample_info() {
     p.regions.push_back(RegionKey{i, 0x7f0000000000ull + i * 4096, 4096, 0, std::vector<uint8_t>(i + 10, 0x11)});
   }
   p.transport_hint = 2;
+  p.cma_pid = 4242;
+  p.cma_probe_address = 0x7ffd12345678ull;
+  for (size_t i = 0; i < p.cma_probe.size(); ++i) p.cma_probe[i] = static_cast<uint8_t>(0xC0 + i);
   return p;
 }
 
@@ -83,6 +86,7 @@ std::vector<Case> all_cases() {
       {"Pong", Pong{5, 6}.encode(), [](auto b) { Pong::decode(b); }},
       {"Error", ErrorMessage{Status::Auth, "bad key"}.encode(), [](auto b) { ErrorMessage::decode(b); }},
       {"Bye", Bye{}.encode(), [](auto b) { Bye::decode(b); }},
+      {"Transport", TransportOffer{CmaVerdict::Failed, "EPERM"}.encode(), [](auto b) { TransportOffer::decode(b); }},
   };
 }
 
@@ -103,6 +107,13 @@ TEST(ControlMessages, RoundTrip) {
   EXPECT_EQ(pi.worker_address, sample_info().worker_address);
   EXPECT_EQ(pi.regions, sample_info().regions);
   EXPECT_EQ(pi.transport_hint, 2);
+  EXPECT_EQ(pi.cma_pid, 4242u);
+  EXPECT_EQ(pi.cma_probe_address, 0x7ffd12345678ull);
+  EXPECT_EQ(pi.cma_probe, sample_info().cma_probe);
+
+  const TransportOffer to = TransportOffer::decode(TransportOffer{CmaVerdict::Works, ""}.encode());
+  EXPECT_EQ(to.cma, CmaVerdict::Works);
+  EXPECT_EQ(to.reason, "");
 
   const Notify n = Notify::decode(sample_notify().encode());
   EXPECT_EQ(n.request_id, "req-abc");
@@ -227,4 +238,10 @@ TEST(ControlMessages, ClipMessageTextKeepsUtf8Whole) {
   EXPECT_EQ(c.size(), kMaxMessageTextBytes - 1);
   EXPECT_EQ(clip_message_text("short"), "short");
   EXPECT_NO_THROW(Reject(Reject{Status::Incompatible, clip_message_text(std::string(1 << 20, 'x'))}).encode());
+}
+
+TEST(ControlMessages, TransportOfferRefusesAnUnknownVerdict) {
+  std::vector<uint8_t> b = TransportOffer{CmaVerdict::NotTried, "another host"}.encode();
+  b[0] = 3;
+  expect_protocol([&] { TransportOffer::decode(b); }, {"Transport", "cma 3", "not a verdict"});
 }

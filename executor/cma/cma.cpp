@@ -1,0 +1,170 @@
+#include "cma/cma.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "pdkv/core/error.hpp"
+
+namespace pdkv::exec::cma {
+
+namespace {
+
+// A single call moves at most this much: the kernel refuses totals above SSIZE_MAX, and smaller
+// calls keep a huge piece from holding the caller for seconds (the caller's batches are far
+// smaller anyway).
+constexpr uint64_t kMaxCallBytes = 1ull << 30;
+
+ssize_t vm_call(pid_t pid, Direction d, const iovec* local, const iovec* remote, unsigned long n) noexcept {
+  return d == Direction::Read ? ::process_vm_readv(pid, local, n, remote, n, 0)
+                              : ::process_vm_writev(pid, local, n, remote, n, 0);
+}
+
+}  // namespace
+
+const char* syscall_name(Direction direction) noexcept {
+  return direction == Direction::Read ? "process_vm_readv" : "process_vm_writev";
+}
+
+std::string errno_text(int error) {
+  const char* name = ::strerrorname_np(error);
+  return std::string(name ? name : ("errno " + std::to_string(error)).c_str()) + " (" + std::strerror(error) + ")";
+}
+
+CopyResult copy(pid_t pid, Direction direction, std::span<const Segment> segments) noexcept {
+  CopyResult out;
+  iovec local[kMaxIov];
+  iovec remote[kMaxIov];
+  size_t seg = 0;
+  uint64_t off = 0;  // bytes of segments[seg] already copied
+  while (seg < segments.size()) {
+    if (segments[seg].length == off) {
+      ++seg;
+      off = 0;
+      continue;
+    }
+    // Fill one call from (seg, off) on.
+    unsigned long n = 0;
+    uint64_t total = 0;
+    for (size_t s = seg; s < segments.size() && n < kMaxIov && total < kMaxCallBytes; ++s) {
+      const uint64_t start = s == seg ? off : 0;
+      const uint64_t len = std::min<uint64_t>(segments[s].length - start, kMaxCallBytes - total);
+      if (len == 0) continue;
+      local[n].iov_base = static_cast<uint8_t*>(segments[s].local) + start;
+      local[n].iov_len = static_cast<size_t>(len);
+      remote[n].iov_base = reinterpret_cast<void*>(static_cast<uintptr_t>(segments[s].remote + start));
+      remote[n].iov_len = static_cast<size_t>(len);
+      ++n;
+      total += len;
+    }
+    const ssize_t r = vm_call(pid, direction, local, remote, n);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      out.error = errno;
+      return out;
+    }
+    if (r == 0) {
+      out.error = EFAULT;  // no progress and no error: never loop on it
+      return out;
+    }
+    // Advance by r bytes.
+    uint64_t left = static_cast<uint64_t>(r);
+    out.bytes += left;
+    while (left > 0 && seg < segments.size()) {
+      const uint64_t in_seg = segments[seg].length - off;
+      if (left >= in_seg) {
+        left -= in_seg;
+        ++seg;
+        off = 0;
+      } else {
+        off += left;
+        left = 0;
+      }
+    }
+  }
+  return out;
+}
+
+Probe::Probe() : pid_(static_cast<uint32_t>(::getpid())) {
+  size_t got = 0;
+  while (got < value_.size()) {
+    const ssize_t r = ::getrandom(value_.data() + got, value_.size() - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw core::Error(core::Status::Io, "getrandom for the cross-memory-attach probe: " + errno_text(errno),
+                        core::CauseDomain::Errno, errno);
+    }
+    got += static_cast<size_t>(r);
+  }
+}
+
+std::string check_probe(uint32_t pid, uint64_t address, const ProbeValue& expected) {
+  if (pid == 0 || pid > static_cast<uint32_t>(INT32_MAX)) {
+    return "the peer advertised no usable process id (" + std::to_string(pid) + ")";
+  }
+  ProbeValue got{};
+  const Segment s{got.data(), address, got.size()};
+  const CopyResult r = copy(static_cast<pid_t>(pid), Direction::Read, std::span<const Segment>(&s, 1));
+  if (r.error != 0) {
+    std::string why = "process_vm_readv of its probe at 0x";
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(address));
+    why += hex;
+    why += " in pid " + std::to_string(pid) + " failed: " + errno_text(r.error);
+    switch (r.error) {
+      case EPERM:
+        why += "; cross-memory attach needs ptrace access to the peer (same user and "
+               "kernel.yama.ptrace_scope 0, or CAP_SYS_PTRACE; containers: the seccomp profile must allow "
+               "process_vm_readv)";
+        break;
+      case ESRCH:
+        why += "; no such process here: the peer runs in another pid namespace (container) or exited";
+        break;
+      case EFAULT:
+        why += "; the address is not mapped in that process: pid " + std::to_string(pid) +
+               " is another process here (another pid namespace)";
+        break;
+      case ENOSYS:
+        why += "; this kernel has no cross-memory attach";
+        break;
+      default:
+        break;
+    }
+    return why;
+  }
+  if (got != expected) {
+    return "pid " + std::to_string(pid) +
+           " holds other bytes at the advertised probe address: it is another process here (the peer "
+           "runs in another pid namespace)";
+  }
+  return {};
+}
+
+PeerProcess::PeerProcess(uint32_t pid) noexcept : pid_(static_cast<pid_t>(pid)) {
+#ifdef SYS_pidfd_open
+  const long fd = ::syscall(SYS_pidfd_open, pid_, 0);
+  pidfd_ = fd >= 0 ? static_cast<int>(fd) : -1;
+#endif
+}
+
+PeerProcess::~PeerProcess() {
+  if (pidfd_ >= 0) ::close(pidfd_);
+}
+
+bool PeerProcess::exited() const noexcept {
+  if (pidfd_ >= 0) {
+    pollfd p{pidfd_, POLLIN, 0};
+    const int r = ::poll(&p, 1, 0);
+    return r > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+  }
+  return ::kill(pid_, 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace pdkv::exec::cma
