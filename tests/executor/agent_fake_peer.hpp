@@ -85,7 +85,7 @@ class FakePeer {
     p.info.worker_address = worker_.address();
     p.info.transport_hint = static_cast<uint8_t>(context_.mode());
     p.info.regions = std::move(keys);
-    p.info.cma_pid = probe_.pid();
+    p.info.cma_pid = forged_pid_ ? *forged_pid_ : probe_.pid();
     p.info.cma_probe_address = probe_.address();
     p.info.cma_probe = probe_.value();
     result_ = handshake_client(*channel_, p, deadline);
@@ -122,6 +122,9 @@ class FakePeer {
     if (f.type != FrameType::Ready) throw core::Error(core::Status::Protocol, "expected Ready");
   }
 
+  // Advertise this pid instead of this process's own (a peer lying, or in another pid namespace).
+  void forge_pid(uint32_t pid) { forged_pid_ = pid; }
+
   ControlChannel& channel() { return *channel_; }
   const core::EngineMetadata& metadata() const { return md_; }
 
@@ -131,6 +134,7 @@ class FakePeer {
   UcxWorker worker_;
   cma::Probe probe_;
   HandshakeResult result_;
+  std::optional<uint32_t> forged_pid_;
   std::optional<ControlChannel> channel_;
   std::atomic<bool> stop_{false};
   std::thread progress_;

@@ -71,6 +71,10 @@ TEST_CASE("P killed with SIGKILL mid-transfer: PEER_LOST within the deadline, th
   AgentSettings st;
   st.transport = transport;
   st.max_outstanding = 4;
+  // Over shm D copies P's memory itself (process_vm_readv): a stopped P does not hold anything
+  // up, so D drives progress itself (CALLER) and nothing moves before the kill; its first batch
+  // after the kill finds the process gone.
+  if (transport == PDKV_TRANSPORT_SHM) st.progress = PDKV_PROGRESS_CALLER;
   DSide d(s, st);
   auto p = PeerProcess::start_peer(peer_args("tiny", transport));
   for (int rep = 0; rep < kRepeats; ++rep) {
@@ -78,9 +82,8 @@ TEST_CASE("P killed with SIGKILL mid-transfer: PEER_LOST within the deadline, th
     d.connect_all(*p);
     const PlanPtr plan = d.plan_from_peers();
     d.reset_memory();
-    // UCX 1.13.1 emulates a GET with messages the target's worker answers, over tcp and over shm
-    // alike: a stopped P keeps every GET in flight, so the kill lands mid-transfer for sure (and
-    // never in the middle of P writing a reply: see the shm known issue below).
+    // Over tcp UCX 1.13.1 emulates a GET with messages the target's worker answers: a stopped P
+    // keeps every GET in flight, so the kill lands mid-transfer for sure.
     p->stop();
     TransferPtr t;
     const auto t0 = Clock::now();
@@ -132,9 +135,7 @@ TEST_CASE("P killed with SIGKILL mid-transfer: PEER_LOST within the deadline, th
     p = PeerProcess::start_peer(peer_args("tiny", transport));
     serve_fresh_peer(d, *p, "fresh-" + std::to_string(rep));
   }
-  // Freeing D does not wait for the operations UCX never returns from a killed peer (over shm,
-  // UCX 1.13.1 keeps those queued for ever): it gives up on them a short grace after the peer was
-  // lost, where it used to poll the worker for its whole 2 s bound.
+  // Freeing D does not wait for the network: nothing is left in flight to a killed peer.
   const auto f0 = Clock::now();
   d.rank().free_agent();
   const int64_t free_ms = ms_since(f0);
@@ -142,31 +143,50 @@ TEST_CASE("P killed with SIGKILL mid-transfer: PEER_LOST within the deadline, th
   CHECK(free_ms < 1000);
 }
 
-// Known issue (see the e2e findings, F3): a P process killed while it is answering D's GETs over
-// shm (UCX 1.13.1 answers them with messages through D's shared-memory FIFO) leaves D unable to
-// wire up any new shm peer: every later connect times out in "UCX connection setup". A P stopped
-// before the kill (the test above) does not do it. Hidden until the executor copes:
-// `executor_e2e_tests "[known-issue]"`.
-TEST_CASE("D serves a fresh shm peer after a running P was killed mid-transfer", "[.][known-issue][e2e][fault]") {
+// e2e finding F3 (fixed): a P process killed while it answered D's GETs over UCX's shared memory
+// (UCX 1.13.1 answers them with messages through D's shared-memory FIFO) used to leave D unable
+// to wire up any new shm peer. Over shm D now reads P's memory itself (process_vm_readv): a P
+// killed at any point is an error code from the next copy, nothing of it stays queued in D, and
+// D's memory is free to deregister at once.
+TEST_CASE("D serves a fresh shm peer after a running P was killed mid-transfer", "[e2e][fault][sigkill]") {
   const Scenario& s = scenario("tiny");
   AgentSettings st;
   st.transport = PDKV_TRANSPORT_SHM;
   st.max_outstanding = 4;
   DSide d(s, st);
-  for (int rep = 0; rep < 10; ++rep) {
+  for (int rep = 0; rep < 5; ++rep) {
     INFO("repetition " << rep);
     auto p = PeerProcess::start_peer(peer_args("tiny", PDKV_TRANSPORT_SHM));
     d.connect_all(*p);
     const PlanPtr plan = d.plan_from_peers();
+    d.reset_memory();
     TransferPtr t;
+    const auto t0 = Clock::now();
     REQUIRE(d.post(plan.get(), "running-kill", kDeadlineMs, &t).ok());
+    std::this_thread::sleep_for(std::chrono::microseconds(100 * rep));  // land the kill at several points
     p->signal(SIGKILL);
     REQUIRE(p->wait_exit(5000ms));
     bool finished = false;
-    d.wait(t.get(), kDeadlineMs + 1000, &finished);
+    const Result w = d.wait(t.get(), kDeadlineMs + 1000, &finished);
     REQUIRE(finished);
+    INFO(pdkv_status_name(w.status) << ": " << w.message);
+    CHECK(ms_since(t0) < static_cast<int64_t>(kDeadlineMs));
+    // Done before the kill (every byte checked) or PEER_LOST; never anything else.
+    if (w.ok()) {
+      const std::string bad = d.verify(plan.get());
+      INFO(bad);
+      CHECK(bad.empty());
+    } else {
+      CHECK(w.status == PDKV_ERR_PEER_LOST);
+      check_failed_reads(t.get(), plan.get(), PDKV_ERR_PEER_LOST);
+    }
+    // Nothing stays busy: every region deregisters and registers again.
+    for (uint32_t r = 0; r < s.d.num_regions; ++r) {
+      E2E_OK(pdkv_memory_deregister(d.rank().registration(r), err));
+      E2E_OK(d.rank().reregister(r, err));
+    }
     auto fresh = PeerProcess::start_peer(peer_args("tiny", PDKV_TRANSPORT_SHM));
-    serve_fresh_peer(d, *fresh, "fresh");
+    serve_fresh_peer(d, *fresh, "fresh-" + std::to_string(rep));
   }
 }
 
@@ -536,16 +556,14 @@ TEST_CASE("CALLER-mode agents on both sides connect without anybody calling pdkv
   }
 }
 
-// Known issue (issue 8; the mirror image of the two above, found by helper-put): UCX 1.13.1 also
-// emulates ucp_put_nbx over tcp and shm (ep_cfg "rma_am(tcp/lo)" over tcp; over shm the rma lanes
-// are sysv/posix, which cannot key user memory, and cma is never an rma lane because it only has
-// zcopy), so a WRITE's PUTs are executed by D's worker: it copies each PUT and answers it with a
-// completion through ucp_request_send. A P killed while D answers: D's process aborts over tcp
-// (ucs_fatal "unexpected error: Endpoint timeout" under ucp_put_handler; 4 of 7 runs of up to 10
-// repetitions, release build), and over shm a P killed mid-PUT can leave D's shm wedged (no fresh
-// shm peer connects: TIMED_OUT in UCX connection setup; 6 of 7 runs, at repetition 1 or 2). So executing a READ as P-side PUTs would not remove
-// F1/F3, it would move them onto D. The tcp case aborts THIS test process when it reproduces.
-// Hidden: `executor_e2e_tests "[known-issue]"`.
+// The mirror image of the READ faults: P killed while it WRITEs into D. Over tcp this is a known
+// issue (found by helper-put): UCX 1.13.1 emulates ucp_put_nbx over tcp (ep_cfg "rma_am(tcp/lo)"),
+// so a WRITE's PUTs are executed by D's worker, which copies each PUT and answers it with a
+// completion through ucp_request_send; a P killed while D answers aborts D's process (ucs_fatal
+// "unexpected error: Endpoint timeout" under ucp_put_handler; 4 of 7 runs of up to 10
+// repetitions, release build). The tcp case aborts THIS test process when it reproduces; hidden:
+// `executor_e2e_tests "[known-issue]"`. Over shm it used to wedge D's UCX shared memory the same
+// way (F3); P now writes with process_vm_writev, which leaves nothing behind in D.
 void kill_p_mid_write(int32_t transport, int reps) {
   const Scenario& s = scenario("tiny");
   AgentSettings st;
@@ -572,6 +590,6 @@ TEST_CASE("D survives a P killed mid-WRITE over tcp", "[.][known-issue][e2e][fau
   kill_p_mid_write(PDKV_TRANSPORT_TCP, 10);
 }
 
-TEST_CASE("D serves a fresh shm peer after a P was killed mid-WRITE", "[.][known-issue][e2e][fault]") {
-  kill_p_mid_write(PDKV_TRANSPORT_SHM, 10);
+TEST_CASE("D serves a fresh shm peer after a P was killed mid-WRITE", "[e2e][fault][sigkill]") {
+  kill_p_mid_write(PDKV_TRANSPORT_SHM, 5);
 }

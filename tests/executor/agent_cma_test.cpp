@@ -1,0 +1,253 @@
+// The agent's cross-memory-attach data path (shm peers), in one process: a P and a D agent whose
+// plans are built by hand so the pieces can be large. Batching (a piece above the batch budget
+// spans several batches; one progress call copies at most one batch per lane), a cancel between
+// batches (final, nothing BUSY, no byte after it), a peer range that unmaps (EFAULT: TRANSPORT
+// naming the read, not PEER_LOST while the peer lives), and the probe: a peer whose pid is not
+// the process it claims is refused by transport shm with the reason and served over tcp by auto.
+#include <gtest/gtest.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/agent.hpp"
+#include "agent/agent_core.hpp"
+#include "agent_fake_peer.hpp"
+#include "pdkv/core/geometry.hpp"
+#include "pdkv/core/metadata_from_geometry.hpp"
+#include "pdkv/core/transfer_plan.hpp"
+
+using namespace pdkv;
+using namespace pdkv::exec;
+using namespace pdkv::exec::testing;
+using core::Status;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint64_t kBlocks = 2048;  // 8 KiB blocks: 16 MiB per region
+
+// One rank whose single region lives in an mmap'ed area (so a test can unmap part of it).
+struct Side {
+  std::string engine;
+  core::EngineMetadata md;
+  uint8_t* mem = nullptr;
+  uint64_t bytes = 0;
+  std::unique_ptr<Agent> agent;
+  std::shared_ptr<Registration> reg;
+
+  Side(const std::string& e, uint8_t salt, TransportMode mode, ProgressMode progress) : engine(e) {
+    core::ModelDesc m;
+    m.name = "tiny-gqa";
+    m.attention.num_kv_heads = 8;
+    m.attention.head_size = 64;
+    m.attention.head_size_v = 64;
+    m.dtype_bytes = 1;
+    core::EngineConfig cfg;
+    cfg.tp_size = 1;
+    cfg.user_block_size = 16;
+    const auto geo = core::derive_geometry(m, cfg);
+    auto probe = core::metadata_from_geometry(m, cfg, geo, {e, 0, kBlocks, 1, 1ull << 40});
+    bytes = probe.regions[0].region.block_len * probe.regions[0].region.num_blocks;
+    mem = static_cast<uint8_t*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (mem == MAP_FAILED) std::abort();
+    for (uint64_t i = 0; i < bytes; ++i) mem[i] = static_cast<uint8_t>((i * 131 + salt) % 251);
+    md = core::metadata_from_geometry(m, cfg, geo, {e, 0, kBlocks, 1, reinterpret_cast<uint64_t>(mem)});
+    AgentOptions o;
+    o.metadata = md;
+    o.transport = mode;
+    o.progress = progress;
+    o.default_timeout = 5000ms;
+    o.heartbeat_interval = 100ms;
+    o.heartbeat_timeout = 3000ms;
+    agent = std::make_unique<Agent>(o);
+    const auto& r = md.regions[0].region;
+    reg = agent->register_memory(0, r.base, r.block_len * r.num_blocks, MemoryType::Host);
+  }
+  ~Side() {
+    agent.reset();
+    ::munmap(mem, bytes);
+  }
+  uint8_t expected(uint64_t i, uint8_t salt) const { return static_cast<uint8_t>((i * 131 + salt) % 251); }
+};
+
+// A READ plan of D from P with the given (local offset, remote offset, length) pieces.
+core::TransferPlan plan_of(const Side& d, const Side& p, const std::vector<std::array<uint64_t, 3>>& pieces) {
+  core::TransferPlan plan;
+  plan.d_engine_id = d.engine;
+  plan.p_engine_id = p.engine;
+  core::RankReads rr;
+  rr.p_rank = 0;
+  for (const auto& x : pieces) rr.reads.push_back({0, x[0], 0, x[1], x[2]});
+  plan.ranks.push_back(rr);
+  plan.notify_ranks = {0};
+  return plan;
+}
+
+constexpr uint8_t kP = 3, kD = 77;
+
+class AgentCma : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    p = std::make_unique<Side>("pre", kP, TransportMode::Shm, ProgressMode::Thread);
+    d = std::make_unique<Side>("dec", kD, TransportMode::Shm, ProgressMode::Caller);
+    auto rec = d->agent->connect(p->agent->info().listen, 3000ms);
+    ASSERT_EQ(rec->transport, TransportMode::Shm);
+  }
+  TransferHandle post(const core::TransferPlan& plan, const std::string& id, std::chrono::milliseconds t = 5000ms) {
+    PostParams pp;
+    pp.plan = &plan;
+    pp.peer_engine_id = "pre";
+    pp.request_id = id;
+    pp.timeout = t;
+    return d->agent->post(pp);
+  }
+  std::unique_ptr<Side> p, d;
+};
+
+// 12 MiB in one piece (three batches of 4 MiB) beside 600 pieces of 512 bytes (two batches of at
+// most 512 pieces): each progress call copies one batch of each transfer, then every byte checks.
+TEST_F(AgentCma, LargePiecesSpanBatchesAndTransfersShareEachProgressCall) {
+  const uint64_t big = 12u << 20;
+  const auto plan_big = plan_of(*d, *p, {{0, 1u << 20, big}});
+  std::vector<std::array<uint64_t, 3>> small;
+  for (uint64_t k = 0; k < 600; ++k) small.push_back({(14u << 20) + k * 512, k * 1024, 512});
+  const auto plan_small = plan_of(*d, *p, small);
+  auto a = post(plan_big, "big");
+  auto b = post(plan_small, "small");
+  EXPECT_EQ(a.status().bytes_done, 0u) << "nothing moves before progress is driven";
+  // The big piece lands batch by batch: exactly the first 4 MiB after one call, 8 after two.
+  auto landed = [&](uint64_t upto) {
+    return d->mem[upto - 1] == p->expected((1u << 20) + upto - 1, kP) &&
+           d->mem[upto] == d->expected(upto, kD) && d->mem[big - 1] == d->expected(big - 1, kD);
+  };
+  d->agent->progress();
+  EXPECT_TRUE(landed(kCmaBatchBytes));
+  EXPECT_EQ(a.status().ops_done, 0u);
+  EXPECT_EQ(b.status().ops_done, kCmaBatchSegments);
+  d->agent->progress();
+  EXPECT_TRUE(landed(2 * kCmaBatchBytes));
+  EXPECT_EQ(b.status().state, TransferState::Done);
+  ASSERT_TRUE(a.wait(5000ms));
+  ASSERT_EQ(a.status().status, Status::Ok) << a.status().message;
+  EXPECT_EQ(a.status().ops_done, 1u);
+  size_t bad = 0;
+  for (uint64_t i = 0; i < big; ++i) bad += d->mem[i] != p->expected((1u << 20) + i, kP);
+  for (uint64_t k = 0; k < 600; ++k)
+    for (uint64_t j = 0; j < 512; ++j) bad += d->mem[(14u << 20) + k * 512 + j] != p->expected(k * 1024 + j, kP);
+  for (uint64_t i = big; i < (14u << 20); ++i) bad += d->mem[i] != d->expected(i, kD);  // untouched
+  EXPECT_EQ(bad, 0u);
+  auto peer = d->agent->find_peer("pre", 0);
+  EXPECT_EQ(peer->bytes_read.load(), big + 600 * 512);
+}
+
+// A cancel between batches is final at once: the first batch landed, nothing after it, the read
+// is reported failed, and the region is free to deregister.
+TEST_F(AgentCma, ACancelBetweenBatchesStopsTheCopyAndLeavesNothingBusy) {
+  const uint64_t big = 12u << 20;
+  const auto plan = plan_of(*d, *p, {{0, 0, big}});
+  auto t = post(plan, "cancelled");
+  d->agent->progress();
+  EXPECT_EQ(d->mem[kCmaBatchBytes - 1], p->expected(kCmaBatchBytes - 1, kP));
+  t.cancel();
+  const auto s = t.status();
+  EXPECT_EQ(s.state, TransferState::Failed);
+  EXPECT_EQ(s.status, Status::Cancelled);
+  ASSERT_EQ(s.failed.size(), 1u);
+  EXPECT_EQ(s.failed[0].read_index, 0u);
+  for (int i = 0; i < 3; ++i) d->agent->progress();
+  size_t bad = 0;
+  for (uint64_t i = 0; i < kCmaBatchBytes; ++i) bad += d->mem[i] != p->expected(i, kP);
+  for (uint64_t i = kCmaBatchBytes; i < big; ++i) bad += d->mem[i] != d->expected(i, kD);
+  EXPECT_EQ(bad, 0u);
+  EXPECT_NO_THROW(deregister_memory(d->agent->core(), d->reg));
+}
+
+// P's region loses its second half while P lives: the READ stops with EFAULT after the bytes
+// before the hole and fails with TRANSPORT (the peer is alive: its probe still reads back),
+// naming the read, the peer and the cause; the peer stays connected.
+TEST_F(AgentCma, APeerRangeThatUnmapsFailsTheReadWithTransportAndNamesIt) {
+  const uint64_t half = p->bytes / 2;
+  const auto plan = plan_of(*d, *p, {{0, 0, 4096}, {4096, half - 4096, 8192}, {16384, half + 8192, 4096}});
+  ASSERT_EQ(::munmap(p->mem + half, p->bytes - half), 0);
+  auto t = post(plan, "hole");
+  ASSERT_TRUE(t.wait(5000ms));
+  const auto s = t.status();
+  EXPECT_EQ(s.status, Status::Transport) << s.message;
+  EXPECT_NE(s.message.find("EFAULT"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("read 1"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("'pre'"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("after 4096 bytes"), std::string::npos) << s.message;
+  ASSERT_EQ(s.failed.size(), 2u);  // read 1 (cut by the hole) and read 2 (not copied)
+  EXPECT_EQ(s.failed[0].read_index, 1u);
+  EXPECT_EQ(s.failed[1].read_index, 2u);
+  for (uint64_t i = 0; i < 4096; ++i) ASSERT_EQ(d->mem[i], p->expected(i, kP));
+  EXPECT_TRUE(d->agent->find_peer("pre", 0)->connected.load());
+  EXPECT_NO_THROW(deregister_memory(d->agent->core(), d->reg));
+  // Give P its pages back before it deregisters them.
+  ASSERT_NE(::mmap(p->mem + half, p->bytes - half, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+            MAP_FAILED);
+}
+
+// A peer that advertises a pid which is not its own (here: init's): transport shm refuses it,
+// naming the peer and why; auto serves it over tcp.
+TEST(AgentCmaProbe, APeerWhosePidIsNotItsOwnIsRefusedByShmAndServedOverTcpByAuto) {
+  {
+    auto agent = tiny_agent(TransportMode::Shm);
+    FakePeer peer(TransportMode::Shm);
+    peer.forge_pid(1);
+    peer.handshake(agent->info().listen);
+    try {
+      peer.agree_transport();
+      FAIL() << "the agent accepted a peer whose probe does not read back";
+    } catch (const core::Error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(e.status(), Status::Transport) << m;
+      EXPECT_NE(m.find("refused the connection"), std::string::npos) << m;
+      EXPECT_NE(m.find("requires transport shm"), std::string::npos) << m;
+      EXPECT_NE(m.find("pid 1"), std::string::npos) << m;
+    }
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(agent->info().num_peers, 0u);
+  }
+  {
+    auto agent = tiny_agent(TransportMode::Auto);
+    FakePeer peer(TransportMode::Auto);
+    peer.forge_pid(1);
+    peer.admit(agent->info().listen);
+    auto rec = agent->find_peer("dec", 0);
+    EXPECT_EQ(rec->transport, TransportMode::Tcp);
+  }
+}
+
+// Both sides' choice, as admission makes it on each.
+TEST(AgentCmaProbe, TheTransportChoiceIsTheSameOnBothSides) {
+  using M = TransportMode;
+  const TransportOffer works{CmaVerdict::Works, ""};
+  const TransportOffer failed{CmaVerdict::Failed, "EPERM here"};
+  const TransportOffer none{};
+  EXPECT_EQ(choose_transport(M::Auto, M::Auto, true, works, works).mode, M::Shm);
+  EXPECT_EQ(choose_transport(M::Shm, M::Auto, true, works, works).mode, M::Shm);
+  auto c = choose_transport(M::Auto, M::Auto, true, works, failed);
+  EXPECT_EQ(c.mode, M::Tcp);
+  EXPECT_TRUE(c.refusal.empty());
+  c = choose_transport(M::Shm, M::Auto, true, works, failed);
+  EXPECT_NE(c.refusal.find("the peer cannot attach to this side's memory: EPERM here"), std::string::npos) << c.refusal;
+  c = choose_transport(M::Auto, M::Shm, true, failed, works);
+  EXPECT_NE(c.refusal.find("the peer requires transport shm"), std::string::npos) << c.refusal;
+  EXPECT_NE(c.refusal.find("this side cannot attach to the peer's memory: EPERM here"), std::string::npos) << c.refusal;
+  c = choose_transport(M::Shm, M::Auto, false, none, none);
+  EXPECT_NE(c.refusal.find("another host"), std::string::npos) << c.refusal;
+  EXPECT_EQ(choose_transport(M::Auto, M::Auto, false, none, none).mode, M::Tcp);
+  c = choose_transport(M::Shm, M::Tcp, true, none, none);
+  EXPECT_NE(c.refusal.find("uses tcp"), std::string::npos) << c.refusal;
+  EXPECT_EQ(choose_transport(M::Tcp, M::Auto, true, none, none).mode, M::Tcp);
+}
+
+}  // namespace
