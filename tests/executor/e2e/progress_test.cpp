@@ -155,8 +155,16 @@ TEST_CASE("CALLER progress mode: the event fd and pdkv_agent_progress drive tran
       bool finished = false;
       const Result w = d.wait(t.get(), UINT64_MAX, &finished);
       CHECK(finished);
-      CHECK(w.status == PDKV_ERR_TIMED_OUT);
       CHECK(ms_since(t0) < 300 + kSlackMs);
+      if (transport == PDKV_TRANSPORT_TCP) {
+        // UCX's GETs over tcp are answered by P's worker: a stopped P holds them past the deadline.
+        CHECK(w.status == PDKV_ERR_TIMED_OUT);
+      } else {
+        // Over shm D copies P's memory itself: a stopped P holds nothing back.
+        INFO(w.message);
+        CHECK(w.ok());
+        CHECK(d.verify(plan.get()).empty());
+      }
       p->resume();
     }
   }
