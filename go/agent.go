@@ -25,14 +25,16 @@ import (
 // call's timeout, its cancellation cancels the operation) or from time.Duration fields,
 // rounded up to whole milliseconds; negative durations are ErrInvalidArgument.
 
-// Transport says how UCX carries data (pdkv_transport_t).
+// Transport says how an agent moves a peer's bytes (pdkv_transport_t).
 type Transport int32
 
 // Transports.
 const (
-	// TransportAuto is shared memory for a peer on the same host, TCP otherwise.
+	// TransportAuto is cross-memory attach for a peer on the same host that both sides can
+	// attach to, TCP otherwise.
 	TransportAuto Transport = C.PDKV_TRANSPORT_AUTO
-	// TransportSHM is UCX shared memory and cross-memory attach (one host).
+	// TransportSHM is cross-memory attach (process_vm_readv/writev, one host; the connect fails
+	// with StatusTransport where the two processes cannot attach to each other).
 	TransportSHM Transport = C.PDKV_TRANSPORT_SHM
 	// TransportTCP is UCX over TCP with peer error handling.
 	TransportTCP Transport = C.PDKV_TRANSPORT_TCP

@@ -446,7 +446,7 @@ class RegionKind(IntEnum):
 
 
 class Transport(IntEnum):
-    """``pdkv_transport_t``: How UCX carries data. Numeric values are stable."""
+    """``pdkv_transport_t``: How an agent moves a peer's bytes. Numeric values are stable."""
 
     AUTO = 0
     SHM = 1

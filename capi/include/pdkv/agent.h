@@ -1,7 +1,7 @@
 /*
  * pdkv/agent.h - the transfer executor: one agent per engine rank moves the bytes a compiled
- * pdkv_transfer_plan_t names, over UCX (shared memory / CMA on one host, TCP across hosts),
- * with pdkv's own authenticated control channel for handshakes, heartbeats and notifications.
+ * pdkv_transfer_plan_t names, with Linux cross-memory attach on one host (process_vm_readv /
+ * process_vm_writev) and UCX over TCP across hosts, with pdkv's own authenticated control channel for handshakes, heartbeats and notifications.
  * Included by pdkv.h; do not include it on its own.
  *
  * Conventions beyond those at the top of pdkv.h:
@@ -46,12 +46,19 @@ typedef struct pdkv_transfer pdkv_transfer_t;
 /* A batch of notifications taken from an agent. Immutable. */
 typedef struct pdkv_notification_list pdkv_notification_list_t;
 
-/* How UCX carries data. Numeric values are stable. */
+/* How an agent moves a peer's bytes. Numeric values are stable. */
 typedef enum pdkv_transport {
-  /* Shared memory for a peer on the same host (as SHM), TCP otherwise (as TCP). */
+  /* As SHM for a peer on the same host when both sides can attach to each other, as TCP
+   * otherwise (another host, a TCP peer, or cross-memory attach not permitted). */
   PDKV_TRANSPORT_AUTO = 0,
-  /* UCX shared memory and cross-memory attach, one host only, UCX error handling off: a dead
-   * peer is detected by pdkv's heartbeats on the control channel. */
+  /* Cross-memory attach, one host only: the posting agent copies between the two processes'
+   * registered memory itself (process_vm_readv for a READ, process_vm_writev for a WRITE), in
+   * bounded batches driven by progress; no transport library is involved. At connect each side
+   * proves it can reach the other (it reads back a random value the peer advertises at an
+   * address in its memory); where it cannot (another pid namespace, a ptrace policy or seccomp
+   * profile that forbids it, another host, a TCP peer) the connect fails with TRANSPORT naming
+   * the peer and why. A dead peer is an error from its next copy (PEER_LOST) or from pdkv's
+   * heartbeats on the control channel. */
   PDKV_TRANSPORT_SHM = 1,
   /* UCX over TCP with UCX peer error handling on: works across hosts. */
   PDKV_TRANSPORT_TCP = 2
@@ -126,7 +133,8 @@ typedef struct pdkv_agent_options {
   uint32_t heartbeat_interval_ms;         /* Ping period per peer. Default 500 */
   uint32_t heartbeat_timeout_ms;          /* a peer silent this long is lost. Default 5000;
                                              must exceed the interval */
-  uint32_t max_outstanding;               /* UCX operations in flight per transfer. Default 64 */
+  uint32_t max_outstanding;               /* UCX operations in flight per transfer (TCP peers).
+                                             Default 64 */
 } pdkv_agent_options_t;
 
 /* Creates an agent: UCX context and worker for the transport, the control listener (bound
@@ -164,8 +172,9 @@ typedef struct pdkv_agent_info {
 PDKV_API pdkv_status_t pdkv_agent_get_info(const pdkv_agent_t *agent, pdkv_agent_info_t *out,
                                            pdkv_error_t **err);
 
-/* Drives UCX progress, deadlines and retries once, without blocking; *events (may be NULL)
- * receives the number of completions handled. Needed in CALLER mode (call it when the event fd
+/* Drives progress once: UCX completions, one batch of cross-memory-attach copies per transfer
+ * and peer (at most 4 MiB each, copied without the agent's lock), deadlines and retries, without
+ * waiting for the network; *events (may be NULL) receives the number of completions handled. Needed in CALLER mode (call it when the event fd
  * is readable and at least every few milliseconds while transfers are in flight); harmless in
  * THREAD mode. Errors: NULL_POINTER, SHUTDOWN, TRANSPORT. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_agent_progress(pdkv_agent_t *agent, uint32_t *events,
@@ -203,8 +212,9 @@ PDKV_API pdkv_status_t pdkv_agent_register_memory(pdkv_agent_t *agent,
                                                   const pdkv_memory_desc_t *desc,
                                                   pdkv_memory_t **out, pdkv_error_t **err);
 
-/* Deregisters now. Errors: NULL_POINTER, BUSY (a transfer in flight uses the region, or UCX may
- * still touch it after a failed transfer: names the region and how many operations), and the
+/* Deregisters now. Errors: NULL_POINTER, BUSY (a transfer in flight uses the region, or, over
+ * TCP, UCX may still touch it after a failed transfer: names the region and how many transfers),
+ * and the
  * registration stays. Calling it twice is OK. Peers connected earlier keep a stale key: pdkv
  * refuses their later transfers that name the region only on this side's checks, so deregister
  * when no peer will read the region again. Thread-safe. */
@@ -231,11 +241,13 @@ typedef struct pdkv_connect_options {
  * deadline also bounds the lookup of a host name, a numeric address needs none): versions,
  * pre-shared key proof, then metadata, UCX addresses and region keys (sealed when a key is set),
  * and the pair's
- * validation on both sides. Connecting to an (engine, rank) already connected replaces the old
+ * validation on both sides, then the choice of the data path (PDKV_TRANSPORT_*). Connecting to an (engine, rank) already connected replaces the old
  * connection. Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (bad address), PEER_LOST
  * (refused or closed), TIMED_OUT, AUTH (key mismatch: names the peer), PROTOCOL (malformed or
  * lying frames, e.g. keys for regions it does not advertise), INCOMPATIBLE (the pair fails
- * validation: every item), SHUTDOWN, TRANSPORT. *out owned by the caller (pdkv_peer_free).
+ * validation: every item), SHUTDOWN, TRANSPORT (UCX failed, or the transports cannot serve the
+ * pair: SHM needs cross-memory attach both ways, see PDKV_TRANSPORT_SHM). *out owned by the
+ * caller (pdkv_peer_free).
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_agent_connect(pdkv_agent_t *agent,
                                           const pdkv_connect_options_t *options,

@@ -55,14 +55,15 @@ pub(crate) fn millis(what: &str, d: Duration, max: u64) -> Result<u64> {
     })
 }
 
-/// How UCX carries data (`pdkv_transport_t`).
+/// How an agent moves a peer's bytes (`pdkv_transport_t`).
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Transport {
-    /// Shared memory for a peer on the same host, TCP otherwise.
+    /// Cross-memory attach for a same-host peer both sides can attach to, TCP otherwise.
     #[default]
     Auto,
-    /// UCX shared memory and cross-memory attach (one host; dead peers found by heartbeats).
+    /// Cross-memory attach (`process_vm_readv`/`writev`, one host; the connect fails with
+    /// `Status::Transport` where the two processes cannot attach to each other).
     Shm,
     /// UCX over TCP with peer error handling.
     Tcp,
