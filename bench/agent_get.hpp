@@ -4,6 +4,8 @@
 // and posts the pieces as one READ transfer (a TransferPlan whose reads are the pieces, in the
 // list's order), with the agent's window equal to the raw loop's. Timed per pass: post -> final
 // state (the agent's range checks, posting, completions, and its one notification included).
+// Over shm the agent copies with process_vm_readv in batches (executor/cma/), over tcp with UCX;
+// the window (max_outstanding) only bounds UCX operations.
 //
 // The engine geometry is a stand-in that only shapes the regions: a one-region pure-attention
 // model whose 16-token kernel block is 4 KiB, with as many blocks as the working set needs; the

@@ -8,7 +8,9 @@
 // the reads of P rank 0 for a real request: NVIDIA-Nemotron-3-Nano-30B-A3B, P TP4 -> D TP2 rank 0,
 // 131072 prompt tokens, no prefix hit, contiguous block ids, FlashAttention geometry (2096-token
 // blocks), compiled by pdkv's core.
-//   executor  pdkv's agent in the same two processes over the same list and window (agent_get.hpp).
+//   executor  pdkv's agent in the same two processes over the same list and window (agent_get.hpp):
+//             over shm it copies with process_vm_readv (cross-memory attach), over tcp with UCX.
+//   raw cma   shm only: a plain process_vm_readv loop, one call per piece (cma_raw_read.hpp).
 //
 // Usage: executor_bench [--sizes 65536,1048576] [--working-set BYTES] [--window 64] [--reps 5]
 //                       [--modes shm,tcp] [--no-plan] [--no-perftest] [--json]
@@ -27,6 +29,7 @@
 #include "transfer_pieces.hpp"
 #include "ucx_perftest_run.hpp"
 #include "agent_get.hpp"
+#include "cma_raw_read.hpp"
 #include "ucx_raw_get.hpp"
 
 using namespace pdkv;
@@ -78,6 +81,7 @@ struct Row {
   uint64_t pieces, bytes, working_set, median_piece;
   Measurement raw;
   Measurement agent;
+  Measurement cma;  // shm rows only
   PerftestResult perf;
   Measurement mem;
 };
@@ -134,11 +138,16 @@ int main(int argc, char** argv) {
     const Measurement mem = memcpy_pieces(pl, reps);
     for (const std::string& mode_name : split(modes)) {
       const exec::TransportMode mode = mode_name == "tcp" ? exec::TransportMode::Tcp : exec::TransportMode::Shm;
-      Row r{pl.name, mode_name, pl.pieces.size(), pl.bytes, pl.remote_bytes, median_piece, {}, {}, {}, mem};
+      Row r{pl.name, mode_name, pl.pieces.size(), pl.bytes, pl.remote_bytes, median_piece, {}, {}, {}, {}, mem};
       const int mode_reps = mode == exec::TransportMode::Tcp ? std::min(reps, 3) : reps;
       // Raw UCX and the agent back to back on the same list, window and working sets.
       r.raw = raw_ucx_get(pl, mode, window, mode_reps);
       r.agent = agent_get(pl, mode, window, mode_reps);
+      if (mode == exec::TransportMode::Shm) {
+        r.cma = raw_cma_read(pl, mode_reps);
+      } else {
+        r.cma.error = "shm only";
+      }
       if (perftest) {
         r.perf = run_ucx_perftest(mode, median_piece, window,
                                   mode == exec::TransportMode::Tcp ? (512ull << 20) : (4ull << 30));
@@ -158,12 +167,12 @@ int main(int argc, char** argv) {
       const Row& r = rows[i];
       std::printf("  {\"list\": \"%s\", \"mode\": \"%s\", \"pieces\": %llu, \"bytes\": %llu, \"working_set\": %llu, "
                   "\"median_piece\": %llu, \"raw_ucx_gbps\": %.3f, \"raw_ucx_best_gbps\": %.3f, \"raw_ucx_verified\": %s, "
-                  "\"raw_ucx_error\": \"%s\", \"executor_gbps\": %.3f, \"executor_verified\": %s, \"executor_error\": \"%s\", \"perftest_cache_hot_gbps\": %s, \"memcpy_gbps\": %.3f, \"memcpy_verified\": %s}%s\n",
+                  "\"raw_ucx_error\": \"%s\", \"executor_gbps\": %.3f, \"executor_verified\": %s, \"executor_error\": \"%s\", \"raw_cma_gbps\": %.3f, \"raw_cma_error\": \"%s\", \"perftest_cache_hot_gbps\": %s, \"memcpy_gbps\": %.3f, \"memcpy_verified\": %s}%s\n",
                   r.list.c_str(), r.mode.c_str(), static_cast<unsigned long long>(r.pieces),
                   static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.working_set),
                   static_cast<unsigned long long>(r.median_piece), r.raw.median_gbps, r.raw.best_gbps,
                   r.raw.verified ? "true" : "false", r.raw.error.c_str(), r.agent.median_gbps,
-                  r.agent.verified ? "true" : "false", r.agent.error.c_str(),
+                  r.agent.verified ? "true" : "false", r.agent.error.c_str(), r.cma.median_gbps, r.cma.error.c_str(),
                   r.perf.ran ? std::to_string(r.perf.gbps).c_str() : "null", r.mem.median_gbps,
                   r.mem.verified ? "true" : "false", i + 1 < rows.size() ? "," : "");
     }
@@ -172,10 +181,18 @@ int main(int argc, char** argv) {
   }
   std::printf("window %u, %d timed passes (median; tcp: %d), GB/s = 1e9 bytes/s of piece bytes\n\n", window, reps,
               std::min(reps, 3));
-  std::printf("| pieces | mode | count | bytes | median piece (by bytes) | raw UCX GET | raw best | pdkv executor | executor / raw | ucx_perftest (cache-hot) | memcpy |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| pieces | mode | count | bytes | median piece (by bytes) | raw UCX GET | raw best | pdkv executor | executor / raw | raw process_vm_readv | executor / raw cma | ucx_perftest (cache-hot) | memcpy |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
-    char raw[64], best[64], perf[64], agent[64], ratio[64];
+    char raw[64], best[64], perf[64], agent[64], ratio[64], cma[64], cma_ratio[64];
+    if (r.cma.error.empty()) {
+      std::snprintf(cma, sizeof cma, "%.2f GB/s", r.cma.median_gbps);
+      std::snprintf(cma_ratio, sizeof cma_ratio, "%.0f%%",
+                    r.agent.error.empty() ? 100.0 * r.agent.median_gbps / r.cma.median_gbps : 0.0);
+    } else {
+      std::snprintf(cma, sizeof cma, "-");
+      std::snprintf(cma_ratio, sizeof cma_ratio, "-");
+    }
     if (r.agent.error.empty()) {
       std::snprintf(agent, sizeof agent, "%.2f GB/s", r.agent.median_gbps);
     } else {
@@ -195,9 +212,11 @@ int main(int argc, char** argv) {
     }
     if (r.perf.ran) std::snprintf(perf, sizeof perf, "%.2f GB/s", r.perf.gbps);
     else std::snprintf(perf, sizeof perf, "not run");
-    std::printf("| %s | %s | %llu | %.1f MiB | %llu | %s | %s | %s | %s | %s | %.2f GB/s |\n", r.list.c_str(),
+    std::printf("| %s | %s | %llu | %.1f MiB | %llu | %s | %s | %s | %s | %s | %s | %s | %.2f GB/s |\n", r.list.c_str(),
                 r.mode.c_str(), static_cast<unsigned long long>(r.pieces), static_cast<double>(r.bytes) / 1048576.0,
-                static_cast<unsigned long long>(r.median_piece), raw, best, agent, ratio, perf, r.mem.median_gbps);
+                static_cast<unsigned long long>(r.median_piece), raw, best, agent, ratio, cma, cma_ratio, perf,
+                r.mem.median_gbps);
+    if (!r.cma.error.empty() && r.mode == "shm") std::fprintf(stderr, "raw cma %s: %s\n", r.list.c_str(), r.cma.error.c_str());
     if (!r.agent.error.empty()) std::fprintf(stderr, "executor %s %s: %s\n", r.list.c_str(), r.mode.c_str(), r.agent.error.c_str());
     if (!r.raw.error.empty()) std::fprintf(stderr, "raw UCX %s %s: %s\n", r.list.c_str(), r.mode.c_str(), r.raw.error.c_str());
     if (!r.perf.ran) std::fprintf(stderr, "ucx_perftest %s %s: %s\n", r.list.c_str(), r.mode.c_str(), r.perf.error.c_str());

@@ -90,12 +90,16 @@ AgentCore::AgentCore(AgentOptions options) : opt_(std::move(options)) {
   progress_wake_ = make_eventfd();
   notify_fd_ = make_eventfd();
   user_epoll_ = make_epoll();
+  cma_fd_ = make_eventfd();
   epoll_add(control_epoll_, listener_->fd(), 1);
   epoll_add(control_epoll_, control_wake_, 2);
   epoll_add(progress_epoll_, worker_->event_fd(), 1);
   epoll_add(progress_epoll_, progress_wake_, 2);
   epoll_add(user_epoll_, notify_fd_, 1);
-  if (opt_.progress == ProgressMode::Caller) epoll_add(user_epoll_, worker_->event_fd(), 2);
+  if (opt_.progress == ProgressMode::Caller) {
+    epoll_add(user_epoll_, worker_->event_fd(), 2);
+    epoll_add(user_epoll_, cma_fd_, 3);
+  }
 }
 
 AgentCore::~AgentCore() {
@@ -106,6 +110,7 @@ AgentCore::~AgentCore() {
   close_fd(progress_wake_);
   close_fd(notify_fd_);
   close_fd(user_epoll_);
+  close_fd(cma_fd_);
 }
 
 void AgentCore::start() {
@@ -317,6 +322,7 @@ unsigned AgentCore::progress() {
   unsigned n = progress_locked();
   n += run_cma_batches(g);
   if (stopped_) return n;  // shut down while a batch was copied without the lock
+  settle_cma_fd_locked();
   if (n == 0 && opt_.progress == ProgressMode::Caller) {
     // Re-arm so the event fd reports the next completion; BUSY means more work is pending,
     // which the caller's next call handles.
@@ -326,6 +332,18 @@ unsigned AgentCore::progress() {
 }
 
 void AgentCore::wake_progress() { signal_fd(progress_wake_); }
+
+void AgentCore::signal_cma_work() { signal_fd(cma_fd_); }
+
+void AgentCore::settle_cma_fd_locked() {
+  for (const auto& job : active_) {
+    if (job->finalized || job->stopping()) continue;
+    for (const auto& lane : job->lanes) {
+      if (lane.cma && lane.cma_next < lane.cma_ops.size()) return;  // still work: stays readable
+    }
+  }
+  drain_fd(cma_fd_);
+}
 
 void AgentCore::progress_thread_main() {
   while (!stopping_.load()) {

@@ -184,6 +184,10 @@ class AgentCore {
   void push_note_locked(Notification n);
   bool note_room_for_peer_locked(const std::string& request_id) const;
   void wake_progress();
+  // Caller mode: the event fd stays readable while cma batches wait to be copied (nothing else
+  // would wake an event loop for them: no UCX event comes).
+  void signal_cma_work();
+  void settle_cma_fd_locked();
   void release_registrations_locked(TransferJob& job);
 
   // --- agent_peers.cpp
@@ -282,6 +286,7 @@ class AgentCore {
   int progress_wake_ = -1;  // eventfd: wakes the progress thread
   int notify_fd_ = -1;      // eventfd: readable while notifications are pending
   int user_epoll_ = -1;     // what pdkv_agent_event_fd returns
+  int cma_fd_ = -1;         // eventfd: readable while cma work is pending (caller mode)
   // The control thread stops watching the listener for a while after accept() failed (no
   // descriptor left: the connection stays queued and the listener readable). Control thread only.
   std::optional<Clock::time_point> accept_paused_until_;

@@ -231,6 +231,12 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
     TransferJob::Lane& lane = job->lanes[job->ops[i].lane];
     if (lane.cma) lane.cma_ops.push_back(static_cast<uint32_t>(i));
   }
+  for (const auto& lane : job->lanes) {
+    if (lane.cma && !lane.cma_ops.empty()) {
+      signal_cma_work();
+      break;
+    }
+  }
   uint64_t bytes = 0;
   for (auto& op : job->ops) {
     op.job = job.get();
