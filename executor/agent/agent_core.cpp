@@ -127,6 +127,12 @@ void AgentCore::shutdown() {
     if (progress_thread_.joinable()) progress_thread_.join();
     return;
   }
+  {
+    // First of all: peers copying with cross-memory attach check this probe around every batch,
+    // so none starts a batch into or out of this process's memory from here on.
+    std::lock_guard<std::mutex> g(mu_);
+    cma_probe_->revoke();
+  }
   signal_fd(control_wake_);
   signal_fd(progress_wake_);
   if (progress_thread_.joinable()) progress_thread_.join();

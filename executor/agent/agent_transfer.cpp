@@ -615,6 +615,8 @@ struct AgentCore::CmaBatch {
   std::vector<cma::Segment> segments;
   cma::CopyResult result;
   bool exited = false;               // the peer process had exited when the copy returned
+  std::string gone;                  // why the peer's agent is gone (its probe did not read back)
+  bool gone_before = false;          // ... already before the copy (nothing was copied)
 };
 
 namespace {
@@ -682,7 +684,16 @@ unsigned AgentCore::run_cma_batches(std::unique_lock<std::mutex>& g) {
   // Copy without the lock: the jobs, peers and registrations stay alive and busy (inflight).
   g.unlock();
   for (CmaBatch& b : batches) {
+    // The peer's probe reads back before and after the copy, or the copy does not count: a peer
+    // agent that shut down (it revokes its probe first) or a pid that is another process by now.
+    const uint32_t pid = static_cast<uint32_t>(b.peer->cma->pid());
+    b.gone = cma::check_probe(pid, b.peer->cma_probe_address, b.peer->cma_probe);
+    if (!b.gone.empty()) {
+      b.gone_before = true;
+      continue;
+    }
     b.result = cma::copy(b.peer->cma->pid(), b.direction, b.segments);
+    b.gone = cma::check_probe(pid, b.peer->cma_probe_address, b.peer->cma_probe);
     b.exited = b.peer->cma->exited();
   }
   g.lock();
@@ -704,10 +715,12 @@ void AgentCore::cma_batch_done_locked(CmaBatch& b, const cma::CopyResult& result
   lane.cma_busy = false;
   job.inflight--;
   peer.inflight--;
-  // A peer that exited while the batch ran: none of it counts (its pid could be another
-  // process's by now), so the batch fails at its first piece.
-  uint64_t left = peer_exited ? 0 : result.bytes;
-  const int error = peer_exited ? ESRCH : result.error;
+  // A peer that exited, or whose agent went away (its probe no longer reads back), while the
+  // batch ran: none of it counts (its pid could be another process's by now, or its memory
+  // reused), so the batch fails at its first piece.
+  const bool gone = peer_exited || !b.gone.empty();
+  uint64_t left = gone ? 0 : result.bytes;
+  const int error = gone ? ESRCH : result.error;
   size_t i = 0;
   for (; i < b.segments.size(); ++i) {
     TransferJob::Op& op = job.ops[b.ops[i]];
@@ -730,7 +743,11 @@ void AgentCore::cma_batch_done_locked(CmaBatch& b, const cma::CopyResult& result
     const bool reading = job.op == TransferOp::Read;
     std::string why;
     Status status = Status::Transport;
-    if (error == ESRCH || peer_exited) {
+    if (!b.gone.empty() && !peer_exited) {
+      status = Status::PeerLost;
+      why = std::string("the peer's agent is gone ") + (b.gone_before ? "(before the copy: nothing copied)" : "(during the copy)") +
+            ": " + b.gone;
+    } else if (error == ESRCH || peer_exited) {
       status = Status::PeerLost;
       why = "the peer process is gone";
     } else if (error == EFAULT) {
@@ -753,7 +770,8 @@ void AgentCore::cma_batch_done_locked(CmaBatch& b, const cma::CopyResult& result
                          " peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) + " (pid " +
                          std::to_string(peer.cma->pid()) + ", remote " + hex(op.remote) + ", " +
                          std::to_string(op.length) + " bytes) failed after " + std::to_string(copied) +
-                         " bytes: " + cma::errno_text(error) + (why.empty() ? "" : ": " + why));
+                         " bytes: " + (!b.gone.empty() && !peer_exited ? why
+                                                                       : cma::errno_text(error) + (why.empty() ? "" : ": " + why)));
   }
   check_final_locked(job);
 }

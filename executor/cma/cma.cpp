@@ -105,7 +105,17 @@ Probe::Probe() : pid_(static_cast<uint32_t>(::getpid())) {
   }
 }
 
+Probe::~Probe() { revoke(); }
+
+void Probe::revoke() noexcept {
+  volatile uint8_t* p = value_.data();
+  for (size_t i = 0; i < value_.size(); ++i) p[i] = 0;
+}
+
 std::string check_probe(uint32_t pid, uint64_t address, const ProbeValue& expected) {
+  if (std::all_of(expected.begin(), expected.end(), [](uint8_t b) { return b == 0; })) {
+    return "the peer advertised a revoked (all-zero) probe";
+  }
   if (pid == 0 || pid > static_cast<uint32_t>(INT32_MAX)) {
     return "the peer advertised no usable process id (" + std::to_string(pid) + ")";
   }

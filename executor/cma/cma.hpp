@@ -52,10 +52,14 @@ inline constexpr size_t kProbeBytes = 32;
 using ProbeValue = std::array<uint8_t, kProbeBytes>;
 
 // This process's proof of identity for its peers: kProbeBytes random bytes (getrandom) at a fixed
-// address for the object's lifetime.
+// address for the object's lifetime. Peers read it back before and after every batch they copy,
+// so revoke() (and the destructor), which zero it, stop every peer's copies: an agent revokes its
+// probe first thing when it shuts down, before its caller may reuse the memory.
 class Probe {
  public:
   Probe();  // Error(Io) when no random bytes can be had
+  ~Probe();
+  void revoke() noexcept;
   Probe(const Probe&) = delete;
   Probe& operator=(const Probe&) = delete;
 

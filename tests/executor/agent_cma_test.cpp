@@ -195,6 +195,21 @@ TEST_F(AgentCma, APeerRangeThatUnmapsFailsTheReadWithTransportAndNamesIt) {
             MAP_FAILED);
 }
 
+// A P agent freed while its process (and memory) lives on: it revokes its probe first, so D's
+// next batch finds it gone whether or not D heard its Bye yet; nothing is copied, never Ok.
+TEST_F(AgentCma, APeerAgentFreedWhileItsProcessLivesIsLostNotReadFrom) {
+  const auto plan = plan_of(*d, *p, {{0, 0, 1u << 20}});
+  for (int i = 0; i < 3; ++i) d->agent->progress();
+  auto t = post(plan, "after-free");
+  p->agent.reset();
+  ASSERT_TRUE(t.wait(5000ms));
+  const auto s = t.status();
+  EXPECT_EQ(s.status, Status::PeerLost) << s.message;
+  size_t bad = 0;
+  for (uint64_t i = 0; i < (1u << 20); ++i) bad += d->mem[i] != d->expected(i, kD);
+  EXPECT_EQ(bad, 0u) << "bytes were copied from a peer whose agent was gone";
+}
+
 // A peer that advertises a pid which is not its own (here: init's): transport shm refuses it,
 // naming the peer and why; auto serves it over tcp.
 TEST(AgentCmaProbe, APeerWhosePidIsNotItsOwnIsRefusedByShmAndServedOverTcpByAuto) {

@@ -181,6 +181,18 @@ TEST(Cma, ProbeAcceptsOnlyThePeerItNames) {
   EXPECT_NE(gone.find("pid namespace"), std::string::npos) << gone;
 }
 
+// A revoked probe (an agent shutting down) no longer reads back, and nobody can pass one off.
+TEST(Cma, ARevokedProbeFailsTheCheck) {
+  cma::Probe probe;
+  const cma::ProbeValue before = probe.value();
+  ASSERT_EQ(cma::check_probe(probe.pid(), probe.address(), before), "");
+  probe.revoke();
+  const std::string after = cma::check_probe(probe.pid(), probe.address(), before);
+  EXPECT_NE(after.find("another process"), std::string::npos) << after;
+  const std::string zero = cma::check_probe(probe.pid(), probe.address(), probe.value());
+  EXPECT_NE(zero.find("revoked"), std::string::npos) << zero;
+}
+
 TEST(Cma, PeerProcessReportsTheExitOfItsProcess) {
   Child child([] {});
   cma::PeerProcess watched(static_cast<uint32_t>(child.pid()));
