@@ -111,18 +111,7 @@ void BM_EngineRequestPlan(benchmark::State& state) {
   for (auto _ : state) {
     const std::vector<PlanGroup> groups = engine_request_groups(s.groups, d, p, s.request);
     views.clear();
-    for (const PlanGroup& g : groups) {
-      PlanGroupView v;
-      v.kind = g.trim.kind;
-      v.cache_mode = g.trim.cache_mode;
-      v.local_blocks = g.trim.local_blocks;
-      v.remote_blocks = g.trim.remote_blocks;
-      v.remote_computed_tokens = g.trim.remote_computed_tokens;
-      v.local_hit_tokens = g.trim.local_hit_tokens;
-      v.local_first_block = g.trim.local_first_block;
-      v.regions = g.regions;
-      views.push_back(v);
-    }
+    for (const PlanGroup& g : groups) views.push_back(view_of(g));
     compile_transfer_plan_into(s.ctx, views, plan, verdict);
     benchmark::DoNotOptimize(plan.stats.bytes);
   }

@@ -285,23 +285,7 @@ PDKV_API pdkv_status_t pdkv_engine_plan_request(const pdkv_engine_t* engine, con
     const std::vector<core::PlanGroup> plan_groups = core::engine_request_groups(engine->groups, local, remote, req);
     std::vector<core::PlanGroupView> views;
     views.reserve(plan_groups.size());
-    for (const core::PlanGroup& g : plan_groups) {
-      core::PlanGroupView v;
-      v.kind = g.trim.kind;
-      v.cache_mode = g.trim.cache_mode;
-      v.local_blocks = g.trim.local_blocks;
-      v.remote_blocks = g.trim.remote_blocks;
-      v.local_tokens_per_block = g.trim.local_tokens_per_block;
-      v.remote_tokens_per_block = g.trim.remote_tokens_per_block;
-      v.remote_computed_tokens = g.trim.remote_computed_tokens;
-      v.local_hit_tokens = g.trim.local_hit_tokens;
-      v.sliding_window = g.trim.sliding_window;
-      v.local_first_block = g.trim.local_first_block;
-      v.remote_first_block = g.trim.remote_first_block;
-      v.regions = g.regions;
-      v.layers = g.layers;
-      views.push_back(v);
-    }
+    for (const core::PlanGroup& g : plan_groups) views.push_back(core::view_of(g));
     auto h = std::make_unique<pdkv_transfer_plan>();
     core::compile_transfer_plan_into(ctx->ctx, views, h->plan, ctx->verdict);
     *out = pdkv::capi::finish_plan(std::move(h));

@@ -152,9 +152,12 @@ std::vector<PlanGroup> engine_request_groups(const std::vector<KvCacheGroup>& gr
     const std::vector<uint64_t> unhashed(in.local_block_ids.begin() + static_cast<std::ptrdiff_t>(skip),
                                          in.local_block_ids.end());
     if (attention) {
-      pg.trim.local_blocks = logical_to_kernel_block_ids(unhashed, grp.kind, lr.ppl);
-      pg.trim.remote_blocks = logical_to_kernel_block_ids(
-          std::vector<uint64_t>(in.remote_block_ids.begin(), in.remote_block_ids.end()), grp.kind, rr.ppl);
+      // The block tables' logical ids as they are: the planner walks them as the kernel ids
+      // they stand for (kernel_blocks_per_id), never expanded.
+      pg.trim.local_blocks = unhashed;
+      pg.trim.remote_blocks.assign(in.remote_block_ids.begin(), in.remote_block_ids.end());
+      pg.trim.local_kernel_blocks_per_id = lr.ppl;
+      pg.trim.remote_kernel_blocks_per_id = rr.ppl;
       pg.trim.local_first_block = mul_checked(first, lr.ppl, "first kernel block");
     } else {
       const MambaCacheMode mode = d.cache_mode;
