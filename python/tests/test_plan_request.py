@@ -156,3 +156,16 @@ def test_closed_context_is_refused(ctx: Any) -> None:
         c.close()
         with pytest.raises(pdkv.ClosedError):
             req.compile([[3]], [[4]], 10)
+
+
+def test_plan_requests_example_runs() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "python" / "plan_requests.py"
+    out = subprocess.run([sys.executable, str(example), "--requests", "5", "--tokens", "8192"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "5 requests of 8192 tokens planned" in out.stdout
+    assert "viewed in place" in out.stdout
