@@ -4,7 +4,8 @@
 //                ucp_get_nbx for every piece with at most `window` outstanding and progresses
 //                until all completed. Plain UCX calls, no pdkv logic: the ceiling the executor is
 //                judged against. shm: posix,sysv,cma,self with error handling off; tcp:
-//                tcp,self with peer error handling (the agent's two configurations).
+//                tcp,self with peer error handling (the agent's two configurations until the
+//                agent moved shm peers to cross-memory attach; see cma_raw_read.hpp).
 //   memcpy_pieces  the same pieces copied in one process.
 #pragma once
 

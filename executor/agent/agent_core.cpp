@@ -162,9 +162,9 @@ void AgentCore::shutdown() {
   for (auto& [key, p] : peers_) peers.push_back(p);
   for (auto& p : peers) lose_peer_locked(p, Status::Shutdown, "the agent was shut down", true);
   // Let the force-closed endpoints close and call back their operations (bounded). Operations
-  // of a peer lost more than kCancelGrace ago are not waited for: UCX 1.13.1 never returns those
-  // queued on a shared-memory endpoint whose peer died, and waiting would spin for the whole
-  // bound; destroying the worker below guarantees they are never called back.
+  // of a peer lost more than kCancelGrace ago are not waited for (UCX 1.13.1 never returned those
+  // queued on a shared-memory endpoint whose peer died; the agent's endpoints are tcp only now,
+  // the bound stays); destroying the worker below guarantees they are never called back.
   const auto until = Clock::now() + std::chrono::seconds(2);
   while (true) {
     worker_->progress();

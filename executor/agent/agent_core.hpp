@@ -35,9 +35,10 @@ using Clock = std::chrono::steady_clock;
 
 // now + timeout, saturating at the clock's last instant: a caller's "practically never" (up to
 // milliseconds::max()) must not wrap around into the past (signed overflow).
-// How long operations cancelled by closing their endpoint may take to be called back. UCX 1.13.1
-// does not always return operations queued on a shared-memory endpoint whose peer vanished; past
-// this grace they are given up on (their transfer is reported failed, their memory stays busy).
+// How long operations cancelled by closing their endpoint may take to be called back; past this
+// grace they are given up on (their transfer is reported failed, their memory stays busy). UCX
+// 1.13.1 did not always return operations queued on a shared-memory endpoint whose peer vanished;
+// the agent's endpoints are tcp only now (shm peers use cma), the grace stays as a bound.
 inline constexpr auto kCancelGrace = std::chrono::milliseconds(200);
 
 // Cross-memory attach (shm peers): one batch is at most this many bytes in at most this many

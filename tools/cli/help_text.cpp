@@ -104,7 +104,7 @@ constexpr const char* kDemo =
     "                                 (default nemotron-3-nano-30b)\n"
     "  --prefill-tp N                 prefill ranks (default 4)\n"
     "  --decode-tp N                  decode ranks (default 2)\n"
-    "  --transport auto|shm|tcp       how the agents move bytes (default auto: shared memory here)\n"
+    "  --transport auto|shm|tcp       how the agents move bytes (default auto: cross-memory attach here)\n"
     "  --requests N                   requests to run (default 32)\n"
     "  --tokens MIN-MAX               prompt lengths, drawn uniformly (default 512-12288; or N)\n"
     "  --partial-hit-rate PCT         percent of requests D already holds a prefix of, in whole\n"
