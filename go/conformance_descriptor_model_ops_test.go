@@ -56,7 +56,7 @@ func regionsInput(i *in, key string) []Region {
 func mappingInput(i *in, key string) TpMappingParams {
 	m := i.obj(key)
 	return TpMappingParams{
-		LocalTp: m.u32("local_tp"), LocalRank: m.u32("local_rank"), RemoteTp: m.u32("remote_tp"),
+		LocalTpSize: m.u32("local_tp_size"), LocalTpRank: m.u32("local_tp_rank"), RemoteTpSize: m.u32("remote_tp_size"),
 		TotalKVHeads: m.u32("total_kv_heads"), UseMLA: m.boolean("use_mla"), HasMamba: m.boolean("has_mamba"),
 	}
 }
@@ -104,7 +104,7 @@ func opAttentionRemoteDescriptors(t *testing.T, i *in) (out, error) {
 
 func opAttentionSplitDescriptors(t *testing.T, i *in) (out, error) {
 	regions, mp := regionsInput(i, "regions"), mappingInput(i, "mapping")
-	bsr, pRank := i.u32("block_size_ratio"), i.u32("p_rank")
+	bsr, pTpRank := i.u32("block_size_ratio"), i.u32("p_tp_rank")
 	m, err := newMapping(t, mp)
 	if err != nil {
 		return nil, err
@@ -114,7 +114,7 @@ func opAttentionSplitDescriptors(t *testing.T, i *in) (out, error) {
 		return nil, err
 	}
 	defer local.Close()
-	return descriptorsOut(AttentionSplitDescriptors(local, m, bsr, pRank))
+	return descriptorsOut(AttentionSplitDescriptors(local, m, bsr, pTpRank))
 }
 
 func opMambaLocalDescriptors(t *testing.T, i *in) (out, error) {
@@ -143,7 +143,7 @@ type readsInput struct {
 	model      string
 	pCfg, dCfg EngineConfig
 	pErr, dErr error
-	dRank      uint32
+	dTpRank    uint32
 	rule       MambaReadsRule
 }
 
@@ -151,7 +151,7 @@ func readReadsInput(i *in) readsInput {
 	r := readsInput{model: i.str("model")}
 	r.pCfg, r.pErr = engineConfig(i.obj("prefill"))
 	r.dCfg, r.dErr = engineConfig(i.obj("decode"))
-	r.dRank = i.u32("decode_rank")
+	r.dTpRank = i.u32("decode_rank")
 	switch rule := i.str("rule"); rule {
 	case "pdkv":
 		r.rule = MambaReadsPdkv
@@ -177,7 +177,7 @@ func (r readsInput) build(t *testing.T) (readsCase, error) {
 	if err != nil {
 		return readsCase{}, err
 	}
-	l, err := NewMambaReads(pg, dg, r.dRank, r.rule)
+	l, err := NewMambaReads(pg, dg, r.dTpRank, r.rule)
 	if err != nil {
 		return readsCase{}, err
 	}
@@ -187,22 +187,22 @@ func (r readsInput) build(t *testing.T) (readsCase, error) {
 
 func opMambaRemoteDescriptors(t *testing.T, i *in) (out, error) {
 	ri := readReadsInput(i)
-	regions, ppl, pRank := regionsInput(i, "p_regions"), i.u64("p_ppl"), i.u32("p_rank")
+	regions, ppl, pTpRank := regionsInput(i, "p_regions"), i.u64("p_ppl"), i.u32("p_tp_rank")
 	rc, err := ri.build(t)
 	if err != nil {
 		return nil, err
 	}
-	return descriptorsOut(MambaRemoteDescriptors(regions, ppl, rc.p, rc.reads, pRank))
+	return descriptorsOut(MambaRemoteDescriptors(regions, ppl, rc.p, rc.reads, pTpRank))
 }
 
 func opMambaLocalSplitDescriptors(t *testing.T, i *in) (out, error) {
 	ri := readReadsInput(i)
-	regions, ppl, pRank := regionsInput(i, "d_regions"), i.u64("d_ppl"), i.u32("p_rank")
+	regions, ppl, pTpRank := regionsInput(i, "d_regions"), i.u64("d_ppl"), i.u32("p_tp_rank")
 	rc, err := ri.build(t)
 	if err != nil {
 		return nil, err
 	}
-	return descriptorsOut(MambaLocalSplitDescriptors(regions, ppl, rc.d, rc.reads, pRank))
+	return descriptorsOut(MambaLocalSplitDescriptors(regions, ppl, rc.d, rc.reads, pTpRank))
 }
 
 // caseGeometry reads {model, engine} and builds that geometry (closed at the end of the test).
@@ -240,7 +240,7 @@ func opMambaLocalConvOffsets(t *testing.T, i *in) (out, error) {
 func opMambaRemoteConvOffsets(t *testing.T, i *in) (out, error) {
 	name := i.str("model")
 	cfg, cfgErr := engineConfig(i.obj("engine"))
-	rank, ratio := i.u32("local_rank"), i.i32("tp_ratio")
+	rank, ratio := i.u32("local_tp_rank"), i.i32("tp_ratio")
 	g, err := caseGeometry(t, name, cfg, cfgErr)
 	if err != nil {
 		return nil, err
@@ -252,7 +252,7 @@ func opMambaSSMReadRange(t *testing.T, i *in) (out, error) {
 	name := i.str("model")
 	cfg, cfgErr := engineConfig(i.obj("engine"))
 	conv, ssm := i.u64("remote_conv_bytes"), i.u64("remote_ssm_bytes")
-	rank, ratio := i.u32("local_rank"), i.i32("tp_ratio")
+	rank, ratio := i.u32("local_tp_rank"), i.i32("tp_ratio")
 	g, err := caseGeometry(t, name, cfg, cfgErr)
 	if err != nil {
 		return nil, err
@@ -349,19 +349,19 @@ func TestConformanceRunnerFailsCases(t *testing.T) {
 		}
 	}
 	fails(`{"name":"x","op":"no_such_op","input":{},"output":{}}`, "unknown op")
-	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp":1,"remote_tp":1}}`, "exactly one")
-	fails(`{"name":"x","op":"physical_head_range","input":{"tp":1,"total_kv_heads":2,"rank":0},"output":{"begin":0}}`,
+	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1}}`, "exactly one")
+	fails(`{"name":"x","op":"physical_head_range","input":{"tp_size":1,"tp_rank":0,"total_kv_heads":2},"output":{"begin":0}}`,
 		"the vector lacks this output key")
-	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp":1,"remote_tp":1},"output":{"tp_ratio":1,"x":2}}`, "does not produce this key")
-	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp":1,"remote_tp":1,"typo":3},"output":{"tp_ratio":1}}`, "input.typo")
-	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp":4,"remote_tp":2},"output":{"tp_ratio":3}}`, "expected 3, got 2")
-	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}}`,
+	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1},"output":{"tp_ratio":1,"x":2}}`, "does not produce this key")
+	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1,"typo":3},"output":{"tp_ratio":1}}`, "input.typo")
+	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp_size":4,"remote_tp_size":2},"output":{"tp_ratio":3}}`, "expected 3, got 2")
+	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}}`,
 		`does not contain "zzz"`)
-	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_OVERFLOW"}}`,
+	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_OVERFLOW"}}`,
 		"expected PDKV_ERR_OVERFLOW")
-	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp":4,"remote_tp":2},"error":{"status":"PDKV_ERR_OVERFLOW"}}`, "succeeded")
-	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp":2,"remote_tp":1.5},"output":{"tp_ratio":1}}`, "malformed case")
-	passes(`{"name":"x","op":"tp_ratio","input":{"local_tp":4,"remote_tp":2},"output":{"tp_ratio":2}}`)
+	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp_size":4,"remote_tp_size":2},"error":{"status":"PDKV_ERR_OVERFLOW"}}`, "succeeded")
+	fails(`{"name":"x","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":1.5},"output":{"tp_ratio":1}}`, "malformed case")
+	passes(`{"name":"x","op":"tp_ratio","input":{"local_tp_size":4,"remote_tp_size":2},"output":{"tp_ratio":2}}`)
 
 	// item_messages_contain: a missing substring or a count different from the item count fails.
 	ranks := `"ranks":[{"model":"nemotron-3-nano-30b","engine":{"tp_size":2},"layout":{"engine_id":"p"}},
@@ -389,7 +389,7 @@ func TestConformanceRunnerFailsCases(t *testing.T) {
 	fails(`{"name":"x","op":"attention_local_descriptors","input":{"regions":[{"base":0,"block_len":16,"num_blocks":2,"ppl":1}],"block_size_ratio":1},
 		"output":{"descriptors":[{"addr":0,"len":16},{"addr":16,"len":16}]}}`, "input.regions[0].ppl")
 	fails(`{"name":"x","op":"mamba_remote_conv_offsets","input":{"model":"nemotron-3-nano-30b","engine":{"tp_size":2},
-		"local_rank":0,"tp_ratio":4294967297},"output":{"ranges":[]}}`, "does not fit int32")
+		"local_tp_rank":0,"tp_ratio":4294967297},"output":{"ranges":[]}}`, "does not fit int32")
 	fails(`{"name":"x","op":"model_hf_config","input":{"json":"{}","name":""},"output":{}}`, "empty")
 
 	// A changed line of a plan's JSON dump fails.
@@ -400,14 +400,14 @@ func TestConformanceRunnerFailsCases(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := got["lines"].([]interface{})
-	if len(lines) < 3 || lines[0] != "{" || lines[len(lines)-1] != "}" || lines[1] != `  "d_rank": 0,` {
+	if len(lines) < 3 || lines[0] != "{" || lines[len(lines)-1] != "}" || lines[3] != `  "d_tp_rank": 0,` {
 		t.Fatalf("plan JSON lines %q", lines)
 	}
 	good, _ := json.Marshal(lines)
 	passes(`{"name":"x","op":"transfer_plan_json",` + plan + `,"output":{"lines":` + string(good) + `}}`)
-	lines[1] = `  "d_rank": 1,`
+	lines[3] = `  "d_tp_rank": 1,`
 	bad, _ := json.Marshal(lines)
-	fails(`{"name":"x","op":"transfer_plan_json",`+plan+`,"output":{"lines":`+string(bad)+`}}`, "output.lines[1]")
+	fails(`{"name":"x","op":"transfer_plan_json",`+plan+`,"output":{"lines":`+string(bad)+`}}`, "output.lines[3]")
 
 	// The optional transfer_plan inputs: exactly one of model / hf_config, prefill.ranks (a typo
 	// of it, a P rank left out, its order).

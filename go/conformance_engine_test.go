@@ -36,7 +36,7 @@ func opEnginePlan(t *testing.T, i *in) (out, error) {
 		return side{cfg: cfg, err: err, id: l.str("engine_id"), blocks: l.u64("num_logical_blocks")}
 	}
 	p, d := sideOf("prefill"), sideOf("decode")
-	dRank := i.u32("decode_rank")
+	dTpRank := i.u32("decode_rank")
 	rq := i.obj("request")
 	var req EngineRequest
 	for _, g := range rq.objs("groups") {
@@ -65,7 +65,7 @@ func opEnginePlan(t *testing.T, i *in) (out, error) {
 		o.EngineID, o.TpRank, o.NumLogicalBlocks = s.id, rank, s.blocks
 		return o
 	}
-	engine, err := NewEngine(m, d.cfg, opts(d, dRank))
+	engine, err := NewEngine(m, d.cfg, opts(d, dTpRank))
 	if err != nil {
 		return nil, err
 	}

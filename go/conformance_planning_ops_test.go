@@ -231,7 +231,7 @@ func layoutFrom(o *in) EngineLayout {
 
 // opPipelineLayerWindow runs PipelineLayerWindow.
 func opPipelineLayerWindow(t *testing.T, i *in) (out, error) {
-	b, e, err := PipelineLayerWindow(i.u32("num_layers"), i.u32("pp_rank"), i.u32("pp_size"))
+	b, e, err := PipelineLayerWindow(i.u32("num_layers"), i.u32("pp_size"), i.u32("pp_rank"))
 	if err != nil {
 		return nil, err
 	}
@@ -281,13 +281,13 @@ func opPipelineStagePairs(t *testing.T, i *in) (out, error) {
 	if err != nil {
 		return nil, err
 	}
-	pairs, err := PipelineStagePairs(d, p)
+	pairs, err := PipelineStagePairs(p, d)
 	if err != nil {
 		return nil, err
 	}
 	po2 := make([]interface{}, len(pairs))
 	for k, x := range pairs {
-		po2[k] = out2{"d_pp_rank": x.DPpRank, "p_pp_rank": x.PPpRank, "layer_begin": x.LayerBegin, "layer_end": x.LayerEnd}
+		po2[k] = out2{"p_pp_rank": x.PPpRank, "d_pp_rank": x.DPpRank, "layer_begin": x.LayerBegin, "layer_end": x.LayerEnd}
 	}
 	info, err := p[0].Info()
 	if err != nil {
@@ -606,7 +606,7 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 			pRanks = append(pRanks, uint32(r))
 		}
 	}
-	dRank := i.u32("decode_rank")
+	dTpRank := i.u32("decode_rank")
 	permute := i.has("permute_on_receive") && i.boolean("permute_on_receive")
 	var groups []PlanGroup
 	for _, g := range i.objs("groups") {
@@ -655,7 +655,7 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 		}
 		remote = append(remote, md)
 	}
-	dLayout.TpRank = dRank
+	dLayout.TpRank = dTpRank
 	local, err := modelMetadata(t, m, dCfg, dLayout)
 	if err != nil {
 		return nil, err
@@ -712,10 +712,10 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 		return nil, fmt.Errorf("plan info counts (%d read, %d notify) disagree with the lists %v, %v",
 			info.NumReadRanks, info.NumNotifyRanks, readRanks, notify)
 	}
-	reads := make([]interface{}, info.PTp)
-	rankBytes := make([]uint64, info.PTp)
+	reads := make([]interface{}, info.PTpSize)
+	rankBytes := make([]uint64, info.PTpSize)
 	total := uint64(0)
-	for p := uint32(0); p < info.PTp; p++ {
+	for p := uint32(0); p < info.PTpSize; p++ {
 		rs, bytes, err := plan.RankReads(p)
 		if err != nil {
 			return nil, err
@@ -755,7 +755,7 @@ func transferPlanCase(t *testing.T, i *in, asJSON bool) (out, error) {
 			"permute_blocks": z.PermuteBlocks, "permute_regions": z.PermuteRegions}
 	}
 	return out{
-		"d_tp": info.DTp, "p_tp": info.PTp, "read_ranks": readRanks, "notify_ranks": notify,
+		"d_tp_size": info.DTpSize, "p_tp_size": info.PTpSize, "read_ranks": readRanks, "notify_ranks": notify,
 		"notifications_per_p_rank": info.NotificationsPerPRank, "reads": reads, "rank_bytes": rankBytes, "groups": gz,
 		"pieces_before_coalescing": info.PiecesBeforeCoalescing, "pieces_after_coalescing": info.PiecesAfterCoalescing,
 		"bytes": info.Bytes, "attention_bytes": info.AttentionBytes, "mamba_bytes": info.MambaBytes, "empty": info.Empty,
@@ -888,7 +888,7 @@ func TestPlanningOpsSelfCheck(t *testing.T) {
 		"decode": {"engine": {"tp_size": 2}, "layout": {"engine_id": "d", "num_regions": 6}},
 		"groups": [{"kind": "attention", "local_blocks": [10, 12], "remote_blocks": [20, 25, 22], "remote_computed_tokens": 3000}]}`)
 	must(t, err)
-	w, _ = normalise(map[string]interface{}{"d_tp": 2, "p_tp": 4, "read_ranks": []int{0}, "notify_ranks": []int{0, 1},
+	w, _ = normalise(map[string]interface{}{"d_tp_size": 2, "p_tp_size": 4, "read_ranks": []int{0}, "notify_ranks": []int{0, 1},
 		"bytes": 6 * 3000 * 512, "mamba_bytes": 0, "empty": false, "rank_bytes": []int{6 * 3000 * 512, 0, 0, 0}})
 	for k, v := range w.(map[string]interface{}) {
 		if errs := compare("transfer_plan."+k, v, plan[k]); len(errs) > 0 {

@@ -276,24 +276,24 @@ func presetModel(t *testing.T, name string) (*Model, error) {
 // ops maps every op of docs/conformance.md to its runner. An op not listed here fails.
 var ops = map[string]opFunc{
 	"tp_ratio": func(t *testing.T, i *in) (out, error) {
-		r, err := TpRatio(i.u32("local_tp"), i.u32("remote_tp"))
+		r, err := TpRatio(i.u32("local_tp_size"), i.u32("remote_tp_size"))
 		return out{"tp_ratio": r}, err
 	},
 	"handshake_target_ranks": func(t *testing.T, i *in) (out, error) {
-		r, err := HandshakeTargetRanks(i.u32("local_tp"), i.u32("local_rank"), i.u32("remote_tp"))
+		r, err := HandshakeTargetRanks(i.u32("local_tp_size"), i.u32("local_tp_rank"), i.u32("remote_tp_size"))
 		return out{"ranks": r}, err
 	},
 	"physical_head_range": func(t *testing.T, i *in) (out, error) {
-		b, e, err := PhysicalHeadRange(i.u32("tp"), i.u32("total_kv_heads"), i.u32("rank"))
+		b, e, err := PhysicalHeadRange(i.u32("tp_size"), i.u32("tp_rank"), i.u32("total_kv_heads"))
 		return out{"begin": b, "end": e}, err
 	},
 	"notifications_expected": func(t *testing.T, i *in) (out, error) {
-		n, err := NotificationsExpectedPerRequest(i.u32("p_tp"), i.u32("d_tp"))
+		n, err := NotificationsExpectedPerRequest(i.u32("p_tp_size"), i.u32("d_tp_size"))
 		return out{"count": n}, err
 	},
 	"tp_mapping": func(t *testing.T, i *in) (out, error) {
 		m, err := NewTpMapping(TpMappingParams{
-			LocalTp: i.u32("local_tp"), LocalRank: i.u32("local_rank"), RemoteTp: i.u32("remote_tp"),
+			LocalTpSize: i.u32("local_tp_size"), LocalTpRank: i.u32("local_tp_rank"), RemoteTpSize: i.u32("remote_tp_size"),
 			TotalKVHeads: i.u32("total_kv_heads"), UseMLA: i.boolean("use_mla"), HasMamba: i.boolean("has_mamba"),
 		})
 		if err != nil {
@@ -385,7 +385,7 @@ var ops = map[string]opFunc{
 		name := i.str("model")
 		pcfg, pErr := engineConfig(i.obj("prefill"))
 		dcfg, dErr := engineConfig(i.obj("decode"))
-		dRank := i.u32("decode_rank")
+		dTpRank := i.u32("decode_rank")
 		var rule MambaReadsRule
 		switch r := i.str("rule"); r {
 		case "pdkv":
@@ -407,7 +407,7 @@ var ops = map[string]opFunc{
 		if err != nil {
 			return nil, err
 		}
-		l, err := NewMambaReads(pg, dg, dRank, rule)
+		l, err := NewMambaReads(pg, dg, dTpRank, rule)
 		if err != nil {
 			return nil, err
 		}
@@ -422,7 +422,7 @@ var ops = map[string]opFunc{
 		}
 		reads := make([]interface{}, len(items))
 		for k, r := range items {
-			reads[k] = out{"p_rank": r.PRank, "part": r.Part, "remote_offset": r.RemoteOffset, "local_offset": r.LocalOffset, "length": r.Length}
+			reads[k] = out{"p_tp_rank": r.PTpRank, "part": r.Part, "remote_offset": r.RemoteOffset, "local_offset": r.LocalOffset, "length": r.Length}
 		}
 		return out{"reads": reads, "source_ranks": src}, nil
 	},

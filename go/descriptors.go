@@ -132,11 +132,11 @@ func AttentionRemoteDescriptors(localRegions, remoteRegions []Region, mapping *T
 	return finishList(st, out, cerr)
 }
 
-// AttentionSplitDescriptors builds the local split handle for remote rank pRank (D TP < P TP):
+// AttentionSplitDescriptors builds the local split handle for remote rank pTpRank (D TP < P TP):
 // each local attention descriptor (from AttentionLocalDescriptors) cut to that rank's head
-// slot. Errors: ErrInvalidArgument (tp_ratio > 0, or pRank not a source rank), ErrIncompatible,
+// slot. Errors: ErrInvalidArgument (tp_ratio > 0, or pTpRank not a source rank), ErrIncompatible,
 // ErrClosed.
-func AttentionSplitDescriptors(localAttention *DescriptorList, mapping *TpMapping, blockSizeRatio, pRank uint32) (*DescriptorList, error) {
+func AttentionSplitDescriptors(localAttention *DescriptorList, mapping *TpMapping, blockSizeRatio, pTpRank uint32) (*DescriptorList, error) {
 	lp, err := localAttention.ref().acquireArg("local_attention")
 	if err != nil {
 		return nil, err
@@ -149,7 +149,7 @@ func AttentionSplitDescriptors(localAttention *DescriptorList, mapping *TpMappin
 	defer mapping.h.release()
 	var out *C.pdkv_descriptor_list_t
 	var cerr *C.pdkv_error_t
-	st := C.pdkv_attention_split_descriptors(lp, mp, C.uint32_t(blockSizeRatio), C.uint32_t(pRank), &out, &cerr)
+	st := C.pdkv_attention_split_descriptors(lp, mp, C.uint32_t(blockSizeRatio), C.uint32_t(pTpRank), &out, &cerr)
 	runtime.KeepAlive(localAttention)
 	runtime.KeepAlive(mapping)
 	return finishList(st, out, cerr)
@@ -189,10 +189,10 @@ func mambaSplitArgs(geometry *Geometry, geometryArg string, reads *MambaReadList
 	return gp, rp, func() { reads.h.release(); geometry.h.release() }, nil
 }
 
-// MambaRemoteDescriptors builds the descriptors in P rank pRank's Mamba regions for the reads
-// whose PRank matches (empty when it supplies nothing). pGeometry is the P engine's.
+// MambaRemoteDescriptors builds the descriptors in P rank pTpRank's Mamba regions for the reads
+// whose PTpRank matches (empty when it supplies nothing). pGeometry is the P engine's.
 // Errors: as MambaLocalDescriptors, plus ErrOutOfBounds for a read leaving the P page.
-func MambaRemoteDescriptors(pRegions []Region, pPpl uint64, pGeometry *Geometry, reads *MambaReadList, pRank uint32) (*DescriptorList, error) {
+func MambaRemoteDescriptors(pRegions []Region, pPpl uint64, pGeometry *Geometry, reads *MambaReadList, pTpRank uint32) (*DescriptorList, error) {
 	gp, lp, release, err := mambaSplitArgs(pGeometry, "p_geometry", reads)
 	if err != nil {
 		return nil, err
@@ -201,7 +201,7 @@ func MambaRemoteDescriptors(pRegions []Region, pPpl uint64, pGeometry *Geometry,
 	rp, rn, keep := cRegions(pRegions)
 	var out *C.pdkv_descriptor_list_t
 	var cerr *C.pdkv_error_t
-	st := C.pdkv_mamba_remote_descriptors(rp, rn, C.uint64_t(pPpl), gp, lp, C.uint32_t(pRank), &out, &cerr)
+	st := C.pdkv_mamba_remote_descriptors(rp, rn, C.uint64_t(pPpl), gp, lp, C.uint32_t(pTpRank), &out, &cerr)
 	runtime.KeepAlive(keep)
 	runtime.KeepAlive(pGeometry)
 	runtime.KeepAlive(reads)
@@ -209,9 +209,9 @@ func MambaRemoteDescriptors(pRegions []Region, pPpl uint64, pGeometry *Geometry,
 }
 
 // MambaLocalSplitDescriptors builds the D rank's local destinations matching
-// MambaRemoteDescriptors(..., pRank) one to one. dGeometry is the D engine's.
+// MambaRemoteDescriptors(..., pTpRank) one to one. dGeometry is the D engine's.
 // Errors: as MambaLocalDescriptors.
-func MambaLocalSplitDescriptors(dRegions []Region, dPpl uint64, dGeometry *Geometry, reads *MambaReadList, pRank uint32) (*DescriptorList, error) {
+func MambaLocalSplitDescriptors(dRegions []Region, dPpl uint64, dGeometry *Geometry, reads *MambaReadList, pTpRank uint32) (*DescriptorList, error) {
 	gp, lp, release, err := mambaSplitArgs(dGeometry, "d_geometry", reads)
 	if err != nil {
 		return nil, err
@@ -220,7 +220,7 @@ func MambaLocalSplitDescriptors(dRegions []Region, dPpl uint64, dGeometry *Geome
 	rp, rn, keep := cRegions(dRegions)
 	var out *C.pdkv_descriptor_list_t
 	var cerr *C.pdkv_error_t
-	st := C.pdkv_mamba_local_split_descriptors(rp, rn, C.uint64_t(dPpl), gp, lp, C.uint32_t(pRank), &out, &cerr)
+	st := C.pdkv_mamba_local_split_descriptors(rp, rn, C.uint64_t(dPpl), gp, lp, C.uint32_t(pTpRank), &out, &cerr)
 	runtime.KeepAlive(keep)
 	runtime.KeepAlive(dGeometry)
 	runtime.KeepAlive(reads)

@@ -59,18 +59,18 @@ func (g *Geometry) LocalConvOffsets() ([]ByteRange, error) {
 	return out, err
 }
 
-// RemoteConvOffsets returns vLLM main's remote conv slices for localRank (this geometry is the
-// LOCAL engine's): tpRatio >= 1 reads (base + lo*size, size) with lo = localRank % tpRatio;
+// RemoteConvOffsets returns vLLM main's remote conv slices for localTpRank (this geometry is the
+// LOCAL engine's): tpRatio >= 1 reads (base + lo*size, size) with lo = localTpRank % tpRatio;
 // tpRatio < 0 reads each whole remote projection. Wrong for Mamba2 with n_groups < TP (vLLM
 // #55208): plan with NewMambaReads. Errors: ErrInvalidArgument (tpRatio 0, indivisible sizes).
-func (g *Geometry) RemoteConvOffsets(localRank uint32, tpRatio int32) ([]ByteRange, error) {
+func (g *Geometry) RemoteConvOffsets(localTpRank uint32, tpRatio int32) ([]ByteRange, error) {
 	p, err := g.ref().acquire()
 	if err != nil {
 		return nil, err
 	}
 	defer g.h.release()
 	out, err := rangesCall(func(buf *C.pdkv_byte_range_t, c C.size_t, n *C.size_t, e **C.pdkv_error_t) C.pdkv_status_t {
-		return C.pdkv_mamba_remote_conv_offsets(p, C.uint32_t(localRank), C.int32_t(tpRatio), buf, c, n, e)
+		return C.pdkv_mamba_remote_conv_offsets(p, C.uint32_t(localTpRank), C.int32_t(tpRatio), buf, c, n, e)
 	})
 	runtime.KeepAlive(g)
 	return out, err
@@ -79,7 +79,7 @@ func (g *Geometry) RemoteConvOffsets(localRank uint32, tpRatio int32) ([]ByteRan
 // SSMReadRange returns vLLM's SSM temporal-state read in the remote page: tpRatio >= 1 reads
 // the local ssm bytes at remoteConvBytes + lo*local_ssm_bytes; tpRatio < 0 the whole remote
 // state. Errors: ErrInvalidArgument, ErrOverflow.
-func (g *Geometry) SSMReadRange(remoteConvBytes, remoteSSMBytes uint64, localRank uint32, tpRatio int32) (ByteRange, error) {
+func (g *Geometry) SSMReadRange(remoteConvBytes, remoteSSMBytes uint64, localTpRank uint32, tpRatio int32) (ByteRange, error) {
 	p, err := g.ref().acquire()
 	if err != nil {
 		return ByteRange{}, err
@@ -87,7 +87,7 @@ func (g *Geometry) SSMReadRange(remoteConvBytes, remoteSSMBytes uint64, localRan
 	defer g.h.release()
 	var r C.pdkv_byte_range_t
 	var cerr *C.pdkv_error_t
-	st := C.pdkv_mamba_ssm_read_range(p, C.uint64_t(remoteConvBytes), C.uint64_t(remoteSSMBytes), C.uint32_t(localRank), C.int32_t(tpRatio), &r, &cerr)
+	st := C.pdkv_mamba_ssm_read_range(p, C.uint64_t(remoteConvBytes), C.uint64_t(remoteSSMBytes), C.uint32_t(localTpRank), C.int32_t(tpRatio), &r, &cerr)
 	runtime.KeepAlive(g)
 	if err := check(st, cerr); err != nil {
 		return ByteRange{}, err
@@ -108,8 +108,8 @@ func PhysicalBlocksPerLogical(convBytes, ssmBytes, blockLen uint64) (uint64, err
 
 // MambaRead is one contiguous copy from a P rank's Mamba page into the D rank's page.
 type MambaRead struct {
-	// PRank is the remote (P) rank.
-	PRank uint32
+	// PTpRank is the remote (P) rank.
+	PTpRank uint32
 	// Part is "x", "B", "C", "Q", "K", "V" or "ssm".
 	Part string
 	// RemoteOffset is the offset in the P rank's page.
@@ -150,10 +150,10 @@ func acquire2(a, b *Geometry, an, bn string) (*C.pdkv_geometry_t, *C.pdkv_geomet
 	return pa, pb, func() { b.h.release(); a.h.release() }, nil
 }
 
-// NewMambaReads computes the reads of D rank dRank given the P and D geometries of the same
-// model. Errors: ErrInvalidArgument (unknown rule, dRank >= D TP), ErrIncompatible (different
+// NewMambaReads computes the reads of D rank dTpRank given the P and D geometries of the same
+// model. Errors: ErrInvalidArgument (unknown rule, dTpRank >= D TP), ErrIncompatible (different
 // models), ErrTpNotDivisible, ErrUnsupportedMambaType, ErrClosed.
-func NewMambaReads(pGeometry, dGeometry *Geometry, dRank uint32, rule MambaReadsRule) (*MambaReadList, error) {
+func NewMambaReads(pGeometry, dGeometry *Geometry, dTpRank uint32, rule MambaReadsRule) (*MambaReadList, error) {
 	pp, dp, release, err := acquire2(pGeometry, dGeometry, "p_geometry", "d_geometry")
 	if err != nil {
 		return nil, err
@@ -161,7 +161,7 @@ func NewMambaReads(pGeometry, dGeometry *Geometry, dRank uint32, rule MambaReads
 	defer release()
 	var out *C.pdkv_mamba_read_list_t
 	var cerr *C.pdkv_error_t
-	st := C.pdkv_mamba_reads_new(pp, dp, C.uint32_t(dRank), C.int32_t(rule), &out, &cerr)
+	st := C.pdkv_mamba_reads_new(pp, dp, C.uint32_t(dTpRank), C.int32_t(rule), &out, &cerr)
 	runtime.KeepAlive(pGeometry)
 	runtime.KeepAlive(dGeometry)
 	if err := check(st, cerr); err != nil {
@@ -203,7 +203,7 @@ func (l *MambaReadList) Items() ([]MambaRead, error) {
 	if n > 0 {
 		for i, r := range unsafe.Slice(items, int(n)) {
 			out[i] = MambaRead{
-				PRank:        uint32(r.p_rank),
+				PTpRank:      uint32(r.p_tp_rank),
 				Part:         C.GoString(r.part),
 				RemoteOffset: uint64(r.remote_offset),
 				LocalOffset:  uint64(r.local_offset),

@@ -226,7 +226,7 @@ func TestTransferPlan(t *testing.T) {
 	defer plan.Close()
 	info, err := plan.Info()
 	must(t, err)
-	if info.DRank != 0 || info.DTp != 2 || info.PTp != 4 || info.NumReadRanks != 1 || info.NumNotifyRanks != 2 ||
+	if info.DTpRank != 0 || info.DTpSize != 2 || info.PTpSize != 4 || info.NumReadRanks != 1 || info.NumNotifyRanks != 2 ||
 		info.Bytes != 6*3000*512 || info.AttentionBytes != info.Bytes || info.MambaBytes != 0 || info.Empty || info.NumGroups != 1 {
 		t.Fatalf("plan info %+v", info)
 	}

@@ -244,7 +244,7 @@ var nilArgCases = []nilArgCase{
 	{name: "HandshakeValidate", fn: HandshakeValidate, args: map[int]string{0: "local", 1: "remote"}},
 	{name: "HandshakeRequireCompatible", fn: HandshakeRequireCompatible, args: map[int]string{0: "local", 1: "remote"}},
 	{name: "HandshakeValidateEngineRanks", fn: HandshakeValidateEngineRanks, args: map[int]string{0: "ranks"}},
-	{name: "PipelineStagePairs", fn: PipelineStagePairs, args: map[int]string{0: "d_stages", 1: "p_stages"}},
+	{name: "PipelineStagePairs", fn: PipelineStagePairs, args: map[int]string{0: "p_stages", 1: "d_stages"}},
 	{name: "NewPlanContext", fn: NewPlanContext,
 		fields:   map[string]string{"Local": "params.Local", "Remote": "params.Remote"},
 		optional: []string{"LocalGeometry", "RemoteGeometry", "Mapping"}},
@@ -338,7 +338,7 @@ func handleFixtures(t *testing.T) (fx map[reflect.Type]reflect.Value, closeAll f
 	keep(g2, err)
 	g4, err := NewGeometry(m, cfg(4))
 	keep(g4, err)
-	mp, err := NewTpMapping(TpMappingParams{LocalTp: 2, LocalRank: 0, RemoteTp: 4, TotalKVHeads: 8})
+	mp, err := NewTpMapping(TpMappingParams{LocalTpSize: 2, LocalTpRank: 0, RemoteTpSize: 4, TotalKVHeads: 8})
 	keep(mp, err)
 	reads, err := NewMambaReads(g4, g2, 0, MambaReadsPdkv)
 	keep(reads, err)

@@ -205,14 +205,14 @@ func TestTopology(t *testing.T) {
 	_, err = HandshakeTargetRanks(2, 2, 4)
 	wantErr(t, err, ErrInvalidArgument)
 
-	b, e, err := PhysicalHeadRange(4, 8, 1)
+	b, e, err := PhysicalHeadRange(4, 1, 8)
 	must(t, err)
 	if b != 2 || e != 4 {
 		t.Fatalf("head range [%d,%d)", b, e)
 	}
-	_, _, err = PhysicalHeadRange(3, 8, 0)
+	_, _, err = PhysicalHeadRange(3, 0, 8)
 	wantErr(t, err, ErrHeadsNotDivisible, "8", "3")
-	_, _, err = PhysicalHeadRange(4, 8, 4)
+	_, _, err = PhysicalHeadRange(4, 4, 8)
 	wantErr(t, err, ErrInvalidArgument)
 
 	n, err := NotificationsExpectedPerRequest(2, 8)
@@ -225,7 +225,7 @@ func TestTopology(t *testing.T) {
 }
 
 func TestTpMapping(t *testing.T) {
-	m, err := NewTpMapping(TpMappingParams{LocalTp: 1, LocalRank: 0, RemoteTp: 4, TotalKVHeads: 2, HasMamba: true})
+	m, err := NewTpMapping(TpMappingParams{LocalTpSize: 1, LocalTpRank: 0, RemoteTpSize: 4, TotalKVHeads: 2, HasMamba: true})
 	must(t, err)
 	defer m.Close()
 	info, err := m.Info()
@@ -260,9 +260,9 @@ func TestTpMapping(t *testing.T) {
 	_, err = m.Ranks(TpList(42))
 	wantErr(t, err, ErrInvalidArgument)
 
-	_, err = NewTpMapping(TpMappingParams{LocalTp: 2, RemoteTp: 3, TotalKVHeads: 8})
+	_, err = NewTpMapping(TpMappingParams{LocalTpSize: 2, RemoteTpSize: 3, TotalKVHeads: 8})
 	wantErr(t, err, ErrTpNotDivisible, "2", "3")
-	_, err = NewTpMapping(TpMappingParams{LocalTp: 2, LocalRank: 2, RemoteTp: 4, TotalKVHeads: 8})
+	_, err = NewTpMapping(TpMappingParams{LocalTpSize: 2, LocalTpRank: 2, RemoteTpSize: 4, TotalKVHeads: 8})
 	wantErr(t, err, ErrInvalidArgument)
 
 	must(t, m.Close())
@@ -618,7 +618,7 @@ func TestDescriptors(t *testing.T) {
 		t.Fatalf("empty regions: %v %v", e, err)
 	}
 
-	mp, err := NewTpMapping(TpMappingParams{LocalTp: 4, LocalRank: 3, RemoteTp: 2, TotalKVHeads: 8})
+	mp, err := NewTpMapping(TpMappingParams{LocalTpSize: 4, LocalTpRank: 3, RemoteTpSize: 2, TotalKVHeads: 8})
 	must(t, err)
 	defer mp.Close()
 	dRegions := []Region{{0, 1024, 4}}
@@ -638,7 +638,7 @@ func TestDescriptors(t *testing.T) {
 	_, err = AttentionSplitDescriptors(rl, mp, 1, 0)
 	wantErr(t, err, ErrInvalidArgument)
 
-	neg, err := NewTpMapping(TpMappingParams{LocalTp: 1, RemoteTp: 4, TotalKVHeads: 2, HasMamba: true})
+	neg, err := NewTpMapping(TpMappingParams{LocalTpSize: 1, RemoteTpSize: 4, TotalKVHeads: 2, HasMamba: true})
 	must(t, err)
 	defer neg.Close()
 	fa, err := AttentionLocalDescriptors([]Region{{4096, 1024, 2}}, 1)

@@ -13,47 +13,47 @@ import (
 // PipelineLayerWindow returns vLLM's default split of numLayers over ppSize pipeline stages: the
 // layers [begin, end) of stage ppRank. Errors: ErrInvalidArgument (ppRank >= ppSize, ppSize 0,
 // fewer layers than stages).
-func PipelineLayerWindow(numLayers, ppRank, ppSize uint32) (begin, end uint32, err error) {
+func PipelineLayerWindow(numLayers, ppSize, ppRank uint32) (begin, end uint32, err error) {
 	var b, e C.uint32_t
 	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_pipeline_layer_window(C.uint32_t(numLayers), C.uint32_t(ppRank), C.uint32_t(ppSize), &b, &e, &cerr), cerr); err != nil {
+	if err := check(C.pdkv_pipeline_layer_window(C.uint32_t(numLayers), C.uint32_t(ppSize), C.uint32_t(ppRank), &b, &e, &cerr), cerr); err != nil {
 		return 0, 0, err
 	}
 	return uint32(b), uint32(e), nil
 }
 
-// StagePair is one overlapping (D stage, P stage) pair: D's ranks of stage DPpRank handshake
+// StagePair is one overlapping (P stage, D stage) pair: D's ranks of stage DPpRank handshake
 // P's ranks of stage PPpRank (each (engine, PP rank) a separate peer) and read the layers
 // [LayerBegin, LayerEnd) from them (LayerEnd 0: through the model's last layer).
 type StagePair struct {
-	DPpRank    uint32
 	PPpRank    uint32
+	DPpRank    uint32
 	LayerBegin uint32
 	LayerEnd   uint32
 }
 
-// PipelineStagePairs pairs D stages with P stages by their layer windows: dStages holds one
-// rank's metadata of each D stage to pair (any subset), pStages one rank's metadata of EVERY P
-// stage. It returns every overlapping pair, ordered by (D stage, P stage). Errors:
+// PipelineStagePairs pairs P stages with D stages by their layer windows: pStages holds one
+// rank's metadata of EVERY P stage, dStages one rank's metadata of each D stage to pair (any
+// subset). It returns every overlapping pair, ordered by (D stage, P stage). Errors:
 // ErrInvalidArgument (an empty side, mixed engines or pp sizes, a stage twice, a P stage
 // missing), ErrIncompatible (P's stages not consecutive from layer 0, a D stage past P's last
 // layer), ErrClosed.
-func PipelineStagePairs(dStages, pStages []*EngineMetadata) ([]StagePair, error) {
+func PipelineStagePairs(pStages, dStages []*EngineMetadata) ([]StagePair, error) {
 	var a cArena
 	defer a.free()
-	d, releaseD, err := acquireAll(&a, dStages, "d_stages")
-	if err != nil {
-		return nil, err
-	}
-	defer releaseD()
 	p, releaseP, err := acquireAll(&a, pStages, "p_stages")
 	if err != nil {
 		return nil, err
 	}
 	defer releaseP()
+	d, releaseD, err := acquireAll(&a, dStages, "d_stages")
+	if err != nil {
+		return nil, err
+	}
+	defer releaseD()
 	var need C.size_t
 	var cerr *C.pdkv_error_t
-	st := C.pdkv_pipeline_stage_pairs(d, C.size_t(len(dStages)), p, C.size_t(len(pStages)), nil, 0, &need, &cerr)
+	st := C.pdkv_pipeline_stage_pairs(p, C.size_t(len(pStages)), d, C.size_t(len(dStages)), nil, 0, &need, &cerr)
 	if st != C.PDKV_ERR_BUFFER_TOO_SMALL {
 		if err := check(st, cerr); err != nil {
 			return nil, err
@@ -64,7 +64,7 @@ func PipelineStagePairs(dStages, pStages []*EngineMetadata) ([]StagePair, error)
 	buf := (*C.pdkv_stage_pair_t)(a.alloc(uintptr(need) * unsafe.Sizeof(C.pdkv_stage_pair_t{})))
 	var n C.size_t
 	cerr = nil
-	st = C.pdkv_pipeline_stage_pairs(d, C.size_t(len(dStages)), p, C.size_t(len(pStages)), buf, need, &n, &cerr)
+	st = C.pdkv_pipeline_stage_pairs(p, C.size_t(len(pStages)), d, C.size_t(len(dStages)), buf, need, &n, &cerr)
 	runtime.KeepAlive(dStages)
 	runtime.KeepAlive(pStages)
 	if err := check(st, cerr); err != nil {
@@ -72,27 +72,27 @@ func PipelineStagePairs(dStages, pStages []*EngineMetadata) ([]StagePair, error)
 	}
 	out := make([]StagePair, int(n))
 	for i, x := range unsafe.Slice(buf, int(n)) {
-		out[i] = StagePair{uint32(x.d_pp_rank), uint32(x.p_pp_rank), uint32(x.layer_begin), uint32(x.layer_end)}
+		out[i] = StagePair{uint32(x.p_pp_rank), uint32(x.d_pp_rank), uint32(x.layer_begin), uint32(x.layer_end)}
 	}
 	return out, nil
 }
 
 // PipelineNotificationsExpected returns the READ notifications each rank of P stage pPpRank
 // waits for per request: the pairs naming it (pairs over ALL of D's stages) times the TP rule
-// for (pTp, dTp); 0 when no D stage reads it. Errors: ErrTpNotDivisible.
-func PipelineNotificationsExpected(pairs []StagePair, pPpRank, pTp, dTp uint32) (uint32, error) {
+// for (pTpSize, dTpSize); 0 when no D stage reads it. Errors: ErrTpNotDivisible.
+func PipelineNotificationsExpected(pairs []StagePair, pPpRank, pTpSize, dTpSize uint32) (uint32, error) {
 	var a cArena
 	defer a.free()
 	var cp *C.pdkv_stage_pair_t
 	if len(pairs) > 0 {
 		cp = (*C.pdkv_stage_pair_t)(a.alloc(uintptr(len(pairs)) * unsafe.Sizeof(C.pdkv_stage_pair_t{})))
 		for i, x := range pairs {
-			unsafe.Slice(cp, len(pairs))[i] = C.pdkv_stage_pair_t{C.uint32_t(x.DPpRank), C.uint32_t(x.PPpRank), C.uint32_t(x.LayerBegin), C.uint32_t(x.LayerEnd)}
+			unsafe.Slice(cp, len(pairs))[i] = C.pdkv_stage_pair_t{C.uint32_t(x.PPpRank), C.uint32_t(x.DPpRank), C.uint32_t(x.LayerBegin), C.uint32_t(x.LayerEnd)}
 		}
 	}
 	var out C.uint32_t
 	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_pipeline_notifications_expected(cp, C.size_t(len(pairs)), C.uint32_t(pPpRank), C.uint32_t(pTp), C.uint32_t(dTp), &out, &cerr), cerr); err != nil {
+	if err := check(C.pdkv_pipeline_notifications_expected(cp, C.size_t(len(pairs)), C.uint32_t(pPpRank), C.uint32_t(pTpSize), C.uint32_t(dTpSize), &out, &cerr), cerr); err != nil {
 		return 0, err
 	}
 	return uint32(out), nil

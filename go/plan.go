@@ -197,12 +197,12 @@ var (
 
 // TransferPlanInfo holds the scalars of a plan.
 type TransferPlanInfo struct {
-	// DRank is the reading D rank.
-	DRank uint32
-	// DTp is D's TP size.
-	DTp uint32
-	// PTp is P's TP size.
-	PTp uint32
+	// PTpSize is P's TP size.
+	PTpSize uint32
+	// DTpSize is D's TP size.
+	DTpSize uint32
+	// DTpRank is the reading D rank.
+	DTpRank uint32
 	// NumReadRanks is the P ranks with at least one read.
 	NumReadRanks int
 	// NumNotifyRanks is the P ranks notified.
@@ -223,10 +223,10 @@ type TransferPlanInfo struct {
 	MambaBytes uint64
 	// Empty is true when there is nothing to read (full prefix hit): notify only.
 	Empty bool
-	// DPpSize and DPpRank are D's pipeline stages (1, 0 without PP), PPpSize and PPpRank P's:
+	// PPpSize and PPpRank are P's pipeline stages (1, 0 without PP), DPpSize and DPpRank D's:
 	// the plan's P ranks are TP ranks of stage PPpRank. The plan moves the layers
 	// [LayerBegin, LayerEnd) (LayerEnd 0: through the model's last layer).
-	DPpSize, DPpRank, PPpSize, PPpRank uint32
+	PPpSize, PPpRank, DPpSize, DPpRank uint32
 	LayerBegin, LayerEnd               uint32
 	// Permute is the receive-side permutation of the blocks each group lists
 	// (PlanGroupZero.PermuteBlocks); inactive (equal layouts) when nothing is permuted.
@@ -407,13 +407,13 @@ func (t *TransferPlan) Info() (TransferPlanInfo, error) {
 		return TransferPlanInfo{}, err
 	}
 	return TransferPlanInfo{
-		DRank: uint32(ci.d_rank), DTp: uint32(ci.d_tp), PTp: uint32(ci.p_tp),
+		PTpSize: uint32(ci.p_tp_size), DTpSize: uint32(ci.d_tp_size), DTpRank: uint32(ci.d_tp_rank),
 		NumReadRanks: int(ci.num_read_ranks), NumNotifyRanks: int(ci.num_notify_ranks),
 		NotificationsPerPRank: uint32(ci.notifications_per_p_rank), NumGroups: int(ci.num_groups),
 		PiecesBeforeCoalescing: uint64(ci.pieces_before_coalescing), PiecesAfterCoalescing: uint64(ci.pieces_after_coalescing),
 		Bytes: uint64(ci.bytes), AttentionBytes: uint64(ci.attention_bytes), MambaBytes: uint64(ci.mamba_bytes),
 		Empty:   ci.empty != 0,
-		DPpSize: uint32(ci.d_pp_size), DPpRank: uint32(ci.d_pp_rank), PPpSize: uint32(ci.p_pp_size), PPpRank: uint32(ci.p_pp_rank),
+		PPpSize: uint32(ci.p_pp_size), PPpRank: uint32(ci.p_pp_rank), DPpSize: uint32(ci.d_pp_size), DPpRank: uint32(ci.d_pp_rank),
 		LayerBegin: uint32(ci.layer_begin), LayerEnd: uint32(ci.layer_end),
 		Permute: BlockPermute{From: KVLayout(ci.permute_from_layout), To: KVLayout(ci.permute_to_layout),
 			Heads: uint64(ci.permute_heads), Tokens: uint64(ci.permute_tokens), HeadBytes: uint64(ci.permute_head_bytes)},
@@ -452,9 +452,9 @@ func (t *TransferPlan) ranks(call func(*C.pdkv_transfer_plan_t, **C.uint32_t, *C
 	return out, nil
 }
 
-// RankReads returns the reads D issues against P rank pRank, in issue order (empty for a rank
-// it does not read from), and their total length. Errors: ErrInvalidArgument (pRank >= P TP).
-func (t *TransferPlan) RankReads(pRank uint32) ([]PlanRead, uint64, error) {
+// RankReads returns the reads D issues against P rank pTpRank, in issue order (empty for a rank
+// it does not read from), and their total length. Errors: ErrInvalidArgument (pTpRank >= P TP).
+func (t *TransferPlan) RankReads(pTpRank uint32) ([]PlanRead, uint64, error) {
 	p, err := t.ref().acquire()
 	if err != nil {
 		return nil, 0, err
@@ -464,7 +464,7 @@ func (t *TransferPlan) RankReads(pRank uint32) ([]PlanRead, uint64, error) {
 	var n C.size_t
 	var bytes C.uint64_t
 	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_transfer_plan_rank_reads(p, C.uint32_t(pRank), &r, &n, &bytes, &cerr), cerr); err != nil {
+	if err := check(C.pdkv_transfer_plan_rank_reads(p, C.uint32_t(pTpRank), &r, &n, &bytes, &cerr), cerr); err != nil {
 		return nil, 0, err
 	}
 	out := make([]PlanRead, int(n))

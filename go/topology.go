@@ -11,25 +11,25 @@ import (
 )
 
 // TpRatio returns vLLM's tp_ratio evaluated on the local engine (D when pulling):
-// +local/remote when localTp >= remoteTp, else -(remote/local); never 0.
+// +local/remote when localTpSize >= remoteTpSize, else -(remote/local); never 0.
 // Errors: ErrInvalidArgument (a zero size), ErrTpNotDivisible (names both sizes).
-func TpRatio(localTp, remoteTp uint32) (int32, error) {
+func TpRatio(localTpSize, remoteTpSize uint32) (int32, error) {
 	var out C.int32_t
 	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_tp_ratio(C.uint32_t(localTp), C.uint32_t(remoteTp), &out, &cerr), cerr); err != nil {
+	if err := check(C.pdkv_tp_ratio(C.uint32_t(localTpSize), C.uint32_t(remoteTpSize), &out, &cerr), cerr); err != nil {
 		return 0, err
 	}
 	return int32(out), nil
 }
 
-// HandshakeTargetRanks returns the remote ranks that local rank localRank handshakes with.
-// Errors: ErrInvalidArgument (localRank >= localTp, a zero size), ErrTpNotDivisible.
-func HandshakeTargetRanks(localTp, localRank, remoteTp uint32) ([]uint32, error) {
+// HandshakeTargetRanks returns the remote ranks that local rank localTpRank handshakes with.
+// Errors: ErrInvalidArgument (localTpRank >= localTpSize, a zero size), ErrTpNotDivisible.
+func HandshakeTargetRanks(localTpSize, localTpRank, remoteTpSize uint32) ([]uint32, error) {
 	// First ask for the count, then fill a C buffer of that size (the count is also reported
 	// on BUFFER_TOO_SMALL, which is how the query is answered).
 	var need C.size_t
 	var cerr *C.pdkv_error_t
-	st := C.pdkv_handshake_target_ranks(C.uint32_t(localTp), C.uint32_t(localRank), C.uint32_t(remoteTp), nil, 0, &need, &cerr)
+	st := C.pdkv_handshake_target_ranks(C.uint32_t(localTpSize), C.uint32_t(localTpRank), C.uint32_t(remoteTpSize), nil, 0, &need, &cerr)
 	if st != C.PDKV_ERR_BUFFER_TOO_SMALL {
 		if err := check(st, cerr); err != nil {
 			return nil, err
@@ -40,7 +40,7 @@ func HandshakeTargetRanks(localTp, localRank, remoteTp uint32) ([]uint32, error)
 	buf := make([]C.uint32_t, int(need))
 	var n C.size_t
 	cerr = nil
-	st = C.pdkv_handshake_target_ranks(C.uint32_t(localTp), C.uint32_t(localRank), C.uint32_t(remoteTp), &buf[0], need, &n, &cerr)
+	st = C.pdkv_handshake_target_ranks(C.uint32_t(localTpSize), C.uint32_t(localTpRank), C.uint32_t(remoteTpSize), &buf[0], need, &n, &cerr)
 	if err := check(st, cerr); err != nil {
 		return nil, err
 	}
@@ -51,25 +51,25 @@ func HandshakeTargetRanks(localTp, localRank, remoteTp uint32) ([]uint32, error)
 	return out, nil
 }
 
-// PhysicalHeadRange returns the KV heads [begin, end) that rank of a TP group of size tp
-// physically holds (contiguous GQA placement). Errors: ErrInvalidArgument (tp or heads zero,
-// rank >= tp), ErrHeadsNotDivisible (names the heads and tp).
-func PhysicalHeadRange(tp, totalKVHeads, rank uint32) (begin, end uint32, err error) {
+// PhysicalHeadRange returns the KV heads [begin, end) that rank tpRank of a TP group of size
+// tpSize physically holds (contiguous GQA placement). Errors: ErrInvalidArgument (tpSize or
+// heads zero, tpRank >= tpSize), ErrHeadsNotDivisible (names the heads and the TP size).
+func PhysicalHeadRange(tpSize, tpRank, totalKVHeads uint32) (begin, end uint32, err error) {
 	var b, e C.uint32_t
 	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_physical_head_range(C.uint32_t(tp), C.uint32_t(totalKVHeads), C.uint32_t(rank), &b, &e, &cerr), cerr); err != nil {
+	if err := check(C.pdkv_physical_head_range(C.uint32_t(tpSize), C.uint32_t(tpRank), C.uint32_t(totalKVHeads), &b, &e, &cerr), cerr); err != nil {
 		return 0, 0, err
 	}
 	return uint32(b), uint32(e), nil
 }
 
 // NotificationsExpectedPerRequest returns the READ-done notifications each P rank must receive
-// per request before freeing its blocks (pull mode): dTp/pTp when dTp > pTp, else 1.
+// per request before freeing its blocks (pull mode): dTpSize/pTpSize when dTpSize > pTpSize, else 1.
 // Errors: ErrInvalidArgument, ErrTpNotDivisible.
-func NotificationsExpectedPerRequest(pTp, dTp uint32) (uint32, error) {
+func NotificationsExpectedPerRequest(pTpSize, dTpSize uint32) (uint32, error) {
 	var out C.uint32_t
 	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_notifications_expected_per_request(C.uint32_t(pTp), C.uint32_t(dTp), &out, &cerr), cerr); err != nil {
+	if err := check(C.pdkv_notifications_expected_per_request(C.uint32_t(pTpSize), C.uint32_t(dTpSize), &out, &cerr), cerr); err != nil {
 		return 0, err
 	}
 	return uint32(out), nil
@@ -77,12 +77,12 @@ func NotificationsExpectedPerRequest(pTp, dTp uint32) (uint32, error) {
 
 // TpMappingParams are the inputs of a TP mapping: one local rank against one remote engine.
 type TpMappingParams struct {
-	// LocalTp is the local (D) TP size.
-	LocalTp uint32
-	// LocalRank is the local rank, < LocalTp.
-	LocalRank uint32
-	// RemoteTp is the remote (P) TP size.
-	RemoteTp uint32
+	// LocalTpSize is the local (D) TP size.
+	LocalTpSize uint32
+	// LocalTpRank is the local rank, < LocalTpSize.
+	LocalTpRank uint32
+	// RemoteTpSize is the remote (P) TP size.
+	RemoteTpSize uint32
 	// TotalKVHeads is the model's KV heads (MLA: 1).
 	TotalKVHeads uint32
 	// UseMLA marks multi-head latent attention.
@@ -101,9 +101,9 @@ type TpMappingInfo struct {
 	LocalReplicated bool
 	// RemoteReplicated is true when the remote TP exceeds the KV heads.
 	RemoteReplicated bool
-	// LocalPhysicalHeads is max(1, K/local_tp).
+	// LocalPhysicalHeads is max(1, K/local_tp_size).
 	LocalPhysicalHeads uint32
-	// RemotePhysicalHeads is max(1, K/remote_tp).
+	// RemotePhysicalHeads is max(1, K/remote_tp_size).
 	RemotePhysicalHeads uint32
 	// NumAttentionReads is the number of attention source ranks.
 	NumAttentionReads uint32
@@ -135,14 +135,14 @@ type TpMapping struct {
 	h handle[C.pdkv_tp_mapping_t]
 }
 
-// NewTpMapping computes the mapping. Errors: ErrInvalidArgument (zero TP or heads, LocalRank >=
-// LocalTp), ErrTpNotDivisible (names both sizes), ErrHeadsNotDivisible.
+// NewTpMapping computes the mapping. Errors: ErrInvalidArgument (zero TP or heads, LocalTpRank >=
+// LocalTpSize), ErrTpNotDivisible (names both sizes), ErrHeadsNotDivisible.
 func NewTpMapping(params TpMappingParams) (*TpMapping, error) {
 	var cp C.pdkv_tp_mapping_params_t
 	cp.struct_size = C.size_t(unsafe.Sizeof(cp))
-	cp.local_tp = C.uint32_t(params.LocalTp)
-	cp.local_rank = C.uint32_t(params.LocalRank)
-	cp.remote_tp = C.uint32_t(params.RemoteTp)
+	cp.local_tp_size = C.uint32_t(params.LocalTpSize)
+	cp.local_tp_rank = C.uint32_t(params.LocalTpRank)
+	cp.remote_tp_size = C.uint32_t(params.RemoteTpSize)
 	cp.total_kv_heads = C.uint32_t(params.TotalKVHeads)
 	cp.use_mla = cBool(params.UseMLA)
 	cp.has_mamba = cBool(params.HasMamba)
@@ -216,9 +216,9 @@ func (m *TpMapping) Ranks(which TpList) ([]uint32, error) {
 	return out, nil
 }
 
-// AttentionSlot returns the attention slot of remoteRank (its index in the attention sources,
+// AttentionSlot returns the attention slot of remoteTpRank (its index in the attention sources,
 // or its duplicate-head twin's). Errors: ErrInvalidArgument (not a source rank).
-func (m *TpMapping) AttentionSlot(remoteRank uint32) (uint32, error) {
+func (m *TpMapping) AttentionSlot(remoteTpRank uint32) (uint32, error) {
 	p, err := m.ref().acquire()
 	if err != nil {
 		return 0, err
@@ -226,7 +226,7 @@ func (m *TpMapping) AttentionSlot(remoteRank uint32) (uint32, error) {
 	defer m.h.release()
 	var out C.uint32_t
 	var cerr *C.pdkv_error_t
-	st := C.pdkv_tp_mapping_attention_slot(p, C.uint32_t(remoteRank), &out, &cerr)
+	st := C.pdkv_tp_mapping_attention_slot(p, C.uint32_t(remoteTpRank), &out, &cerr)
 	runtime.KeepAlive(m)
 	if err := check(st, cerr); err != nil {
 		return 0, err

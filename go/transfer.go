@@ -65,9 +65,9 @@ type TransferInfo struct {
 
 // FailedRead is one plan read that did not complete.
 type FailedRead struct {
-	// PRank is the P rank whose read list holds it; ReadIndex its index in
-	// TransferPlan.RankReads(PRank).
-	PRank     uint32
+	// PTpRank is the P rank whose read list holds it; ReadIndex its index in
+	// TransferPlan.RankReads(PTpRank).
+	PTpRank   uint32
 	ReadIndex uint64
 	Status    Status
 }
@@ -289,7 +289,7 @@ func (t *Transfer) FailedReads() ([]FailedRead, error) {
 	out := make([]FailedRead, int(n))
 	if n > 0 {
 		for i, r := range unsafe.Slice(reads, int(n)) {
-			out[i] = FailedRead{PRank: uint32(r.p_rank), ReadIndex: uint64(r.read_index), Status: Status(r.status)}
+			out[i] = FailedRead{PTpRank: uint32(r.p_tp_rank), ReadIndex: uint64(r.read_index), Status: Status(r.status)}
 		}
 	}
 	return out, nil

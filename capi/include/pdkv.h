@@ -46,6 +46,13 @@
  *    arrays are read during the call and never retained. Boolean inputs are uint8_t and must
  *    be 0 or 1 (INVALID_ARGUMENT otherwise). Enum-typed fields and arguments are int32_t; an
  *    unknown value is INVALID_ARGUMENT naming it.
+ *  - Tensor-parallel sizes and ranks have one naming scheme. Of one engine they are `tp_size`
+ *    and `tp_rank`. Where two engines meet, the same words take a prefix: `p_` and `d_` where
+ *    the role (prefill, decode) matters (`p_tp_size`, `d_tp_size`, `d_tp_rank`, `p_tp_rank`),
+ *    `local_` and `remote_` where the call works from either side (`local_tp_size`,
+ *    `local_tp_rank`, `remote_tp_size`, `remote_tp_rank`). Pipeline stages follow the same rule
+ *    with `pp` (`pp_size`, `pp_rank`, `p_pp_rank`, `d_pp_rank`). In argument lists and struct
+ *    fields P comes before D, local before remote, and a size before the rank it bounds.
  *
  * The declarations live in one header per concept under pdkv/ (included below, in order):
  *   pdkv/errors.h       status codes, error objects, version
@@ -76,8 +83,8 @@
 
 /* ABI version of this header. A change of MAJOR breaks the ABI; MINOR adds functions or
  * grows structs at their end. Compare with pdkv_version() at run time. */
-#define PDKV_VERSION_MAJOR 0
-#define PDKV_VERSION_MINOR 2
+#define PDKV_VERSION_MAJOR 1
+#define PDKV_VERSION_MINOR 0
 #define PDKV_VERSION_PATCH 0
 
 #include "pdkv/errors.h"

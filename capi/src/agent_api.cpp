@@ -449,7 +449,7 @@ PDKV_API pdkv_status_t pdkv_transfer_failed_reads(const pdkv_transfer_t* transfe
       }
       for (const auto& f : s.failed) {
         pdkv_failed_read_t c{};
-        c.p_rank = f.p_rank;
+        c.p_tp_rank = f.p_rank;
         c.read_index = f.read_index;
         c.status = static_cast<int32_t>(f.status);
         transfer->failed.push_back(c);

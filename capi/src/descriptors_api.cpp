@@ -85,7 +85,7 @@ PDKV_API pdkv_status_t pdkv_attention_remote_descriptors(const pdkv_region_t* lo
 
 PDKV_API pdkv_status_t pdkv_attention_split_descriptors(const pdkv_descriptor_list_t* local_attention,
                                                         const pdkv_tp_mapping_t* mapping, uint32_t block_size_ratio,
-                                                        uint32_t p_rank, pdkv_descriptor_list_t** out,
+                                                        uint32_t p_tp_rank, pdkv_descriptor_list_t** out,
                                                         pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(local_attention, "local_attention");
@@ -97,12 +97,12 @@ PDKV_API pdkv_status_t pdkv_attention_split_descriptors(const pdkv_descriptor_li
     for (const auto& d : local_attention->items) local.push_back(core::Descriptor{d.addr, d.len});
     const auto handles = core::attention_split_handles(local, mapping->mapping, block_size_ratio);
     for (const auto& h : handles) {
-      if (h.p_rank == p_rank) {
+      if (h.p_rank == p_tp_rank) {
         *out = to_list(h.descriptors);
         return;
       }
     }
-    core::fail(core::Status::InvalidArgument, "remote rank " + std::to_string(p_rank) +
+    core::fail(core::Status::InvalidArgument, "remote rank " + std::to_string(p_tp_rank) +
                                                   " is not a source rank of this mapping (see "
                                                   "PDKV_TP_LIST_ALL_SOURCES)");
   });
@@ -122,7 +122,7 @@ PDKV_API pdkv_status_t pdkv_mamba_local_descriptors(const pdkv_region_t* regions
 
 PDKV_API pdkv_status_t pdkv_mamba_remote_descriptors(const pdkv_region_t* p_regions, size_t num_p_regions,
                                                      uint64_t p_ppl, const pdkv_geometry_t* p_geometry,
-                                                     const pdkv_mamba_read_list_t* reads, uint32_t p_rank,
+                                                     const pdkv_mamba_read_list_t* reads, uint32_t p_tp_rank,
                                                      pdkv_descriptor_list_t** out, pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(p_geometry, "p_geometry");
@@ -130,13 +130,13 @@ PDKV_API pdkv_status_t pdkv_mamba_remote_descriptors(const pdkv_region_t* p_regi
     require_non_null(out, "out");
     *out = nullptr;
     const auto r = regions_from_c(p_regions, num_p_regions, "p_regions");
-    *out = to_list(core::mamba_remote_descriptors(r, p_ppl, mamba_state_of(p_geometry), reads->reads, p_rank));
+    *out = to_list(core::mamba_remote_descriptors(r, p_ppl, mamba_state_of(p_geometry), reads->reads, p_tp_rank));
   });
 }
 
 PDKV_API pdkv_status_t pdkv_mamba_local_split_descriptors(const pdkv_region_t* d_regions, size_t num_d_regions,
                                                           uint64_t d_ppl, const pdkv_geometry_t* d_geometry,
-                                                          const pdkv_mamba_read_list_t* reads, uint32_t p_rank,
+                                                          const pdkv_mamba_read_list_t* reads, uint32_t p_tp_rank,
                                                           pdkv_descriptor_list_t** out, pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(d_geometry, "d_geometry");
@@ -144,7 +144,7 @@ PDKV_API pdkv_status_t pdkv_mamba_local_split_descriptors(const pdkv_region_t* d
     require_non_null(out, "out");
     *out = nullptr;
     const auto r = regions_from_c(d_regions, num_d_regions, "d_regions");
-    *out = to_list(core::mamba_local_split_descriptors(r, d_ppl, mamba_state_of(d_geometry), reads->reads, p_rank));
+    *out = to_list(core::mamba_local_split_descriptors(r, d_ppl, mamba_state_of(d_geometry), reads->reads, p_tp_rank));
   });
 }
 

@@ -45,26 +45,26 @@ PDKV_API pdkv_status_t pdkv_mamba_local_conv_offsets(const pdkv_geometry_t* geom
   });
 }
 
-PDKV_API pdkv_status_t pdkv_mamba_remote_conv_offsets(const pdkv_geometry_t* geometry, uint32_t local_rank,
+PDKV_API pdkv_status_t pdkv_mamba_remote_conv_offsets(const pdkv_geometry_t* geometry, uint32_t local_tp_rank,
                                                       int32_t tp_ratio, pdkv_byte_range_t* ranges, size_t capacity,
                                                       size_t* out_count, pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(geometry, "geometry");
     require_non_null(out_count, "out_count");
     *out_count = 0;
-    pdkv::capi::copy_to_buffer(to_c(core::remote_conv_offsets(hybrid_state(geometry), local_rank, tp_ratio)),
+    pdkv::capi::copy_to_buffer(to_c(core::remote_conv_offsets(hybrid_state(geometry), local_tp_rank, tp_ratio)),
                                ranges, capacity, out_count, "ranges");
   });
 }
 
 PDKV_API pdkv_status_t pdkv_mamba_ssm_read_range(const pdkv_geometry_t* geometry, uint64_t remote_conv_bytes,
-                                                 uint64_t remote_ssm_bytes, uint32_t local_rank, int32_t tp_ratio,
+                                                 uint64_t remote_ssm_bytes, uint32_t local_tp_rank, int32_t tp_ratio,
                                                  pdkv_byte_range_t* out, pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(geometry, "geometry");
     require_non_null(out, "out");
     const core::MambaByteRange r =
-        core::ssm_read_range(hybrid_state(geometry), remote_conv_bytes, remote_ssm_bytes, local_rank, tp_ratio);
+        core::ssm_read_range(hybrid_state(geometry), remote_conv_bytes, remote_ssm_bytes, local_tp_rank, tp_ratio);
     *out = pdkv_byte_range_t{r.offset, r.size};
   });
 }
@@ -78,7 +78,7 @@ PDKV_API pdkv_status_t pdkv_physical_blocks_per_logical(uint64_t conv_bytes, uin
 }
 
 PDKV_API pdkv_status_t pdkv_mamba_reads_new(const pdkv_geometry_t* p_geometry, const pdkv_geometry_t* d_geometry,
-                                            uint32_t d_rank, int32_t rule, pdkv_mamba_read_list_t** out,
+                                            uint32_t d_tp_rank, int32_t rule, pdkv_mamba_read_list_t** out,
                                             pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(p_geometry, "p_geometry");
@@ -89,8 +89,8 @@ PDKV_API pdkv_status_t pdkv_mamba_reads_new(const pdkv_geometry_t* p_geometry, c
     const core::MambaState& d = hybrid_state(d_geometry);
     auto list = std::make_unique<pdkv_mamba_read_list>();
     switch (rule) {
-      case PDKV_MAMBA_READS_PDKV: list->reads = core::mamba_reads(p, d, d_rank); break;
-      case PDKV_MAMBA_READS_VLLM: list->reads = core::vllm_mamba_reads(p, d, d_rank); break;
+      case PDKV_MAMBA_READS_PDKV: list->reads = core::mamba_reads(p, d, d_tp_rank); break;
+      case PDKV_MAMBA_READS_VLLM: list->reads = core::vllm_mamba_reads(p, d, d_tp_rank); break;
       default:
         core::fail(core::Status::InvalidArgument,
                    "rule = " + std::to_string(rule) + " is not a pdkv_mamba_reads_rule_t value (expected 0 or 1)");

@@ -32,7 +32,7 @@ std::vector<core::EngineMetadata> stages_of(const pdkv_engine_metadata_t* const*
 
 extern "C" {
 
-PDKV_API pdkv_status_t pdkv_pipeline_layer_window(uint32_t num_layers, uint32_t pp_rank, uint32_t pp_size,
+PDKV_API pdkv_status_t pdkv_pipeline_layer_window(uint32_t num_layers, uint32_t pp_size, uint32_t pp_rank,
                                                   uint32_t* begin, uint32_t* end, pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(begin, "begin");
@@ -43,25 +43,25 @@ PDKV_API pdkv_status_t pdkv_pipeline_layer_window(uint32_t num_layers, uint32_t 
   });
 }
 
-PDKV_API pdkv_status_t pdkv_pipeline_stage_pairs(const pdkv_engine_metadata_t* const* d_stages, size_t n_d,
-                                                 const pdkv_engine_metadata_t* const* p_stages, size_t n_p,
+PDKV_API pdkv_status_t pdkv_pipeline_stage_pairs(const pdkv_engine_metadata_t* const* p_stages, size_t n_p,
+                                                 const pdkv_engine_metadata_t* const* d_stages, size_t n_d,
                                                  pdkv_stage_pair_t* out, size_t capacity, size_t* count,
                                                  pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(count, "count");
     *count = 0;
-    const std::vector<core::EngineMetadata> d = stages_of(d_stages, n_d, "d_stages");
     const std::vector<core::EngineMetadata> p = stages_of(p_stages, n_p, "p_stages");
+    const std::vector<core::EngineMetadata> d = stages_of(d_stages, n_d, "d_stages");
     std::vector<pdkv_stage_pair_t> pairs;
     for (const core::StagePair& sp : core::pair_pipeline_stages(d, p)) {
-      pairs.push_back(pdkv_stage_pair_t{sp.d_pp_rank, sp.p_pp_rank, sp.layer_begin, sp.layer_end});
+      pairs.push_back(pdkv_stage_pair_t{sp.p_pp_rank, sp.d_pp_rank, sp.layer_begin, sp.layer_end});
     }
     pdkv::capi::copy_to_buffer(pairs, out, capacity, count, "out");
   });
 }
 
 PDKV_API pdkv_status_t pdkv_pipeline_notifications_expected(const pdkv_stage_pair_t* pairs, size_t n_pairs,
-                                                            uint32_t p_pp_rank, uint32_t p_tp, uint32_t d_tp,
+                                                            uint32_t p_pp_rank, uint32_t p_tp_size, uint32_t d_tp_size,
                                                             uint32_t* out, pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(out, "out");
@@ -72,8 +72,8 @@ PDKV_API pdkv_status_t pdkv_pipeline_notifications_expected(const pdkv_stage_pai
       v.push_back(core::StagePair{pairs[i].d_pp_rank, pairs[i].p_pp_rank, pairs[i].layer_begin, pairs[i].layer_end});
     }
     // The TP rule is checked even when no pair names the stage, so a bad pair of sizes is never 0.
-    core::notifications_expected_per_request(p_tp, d_tp);
-    *out = core::pipeline_notifications_expected(v, p_pp_rank, p_tp, d_tp);
+    core::notifications_expected_per_request(p_tp_size, d_tp_size);
+    *out = core::pipeline_notifications_expected(v, p_pp_rank, p_tp_size, d_tp_size);
   });
 }
 

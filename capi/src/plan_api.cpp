@@ -283,9 +283,9 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_get_info(const pdkv_transfer_plan_t* p
     require_non_null(out, "out");
     const core::TransferPlan& p = plan->plan;
     pdkv_transfer_plan_info_t i{};
-    i.d_rank = p.d_rank;
-    i.d_tp = p.d_tp;
-    i.p_tp = p.p_tp;
+    i.p_tp_size = p.p_tp;
+    i.d_tp_size = p.d_tp;
+    i.d_tp_rank = p.d_rank;
     i.num_read_ranks = p.ranks.size();
     i.num_notify_ranks = p.notify_ranks.size();
     i.notifications_per_p_rank = p.notifications_per_p_rank;
@@ -296,10 +296,10 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_get_info(const pdkv_transfer_plan_t* p
     i.attention_bytes = p.stats.attention_bytes;
     i.mamba_bytes = p.stats.mamba_bytes;
     i.empty = p.empty() ? 1 : 0;
-    i.d_pp_size = p.d_pp_size;
-    i.d_pp_rank = p.d_pp_rank;
     i.p_pp_size = p.p_pp_size;
     i.p_pp_rank = p.p_pp_rank;
+    i.d_pp_size = p.d_pp_size;
+    i.d_pp_rank = p.d_pp_rank;
     i.layer_begin = p.layer_begin;
     i.layer_end = p.layer_end;
     i.permute_from_layout = static_cast<uint64_t>(p.permute.from);
@@ -322,22 +322,22 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_read_ranks(const pdkv_transfer_plan_t*
   });
 }
 
-PDKV_API pdkv_status_t pdkv_transfer_plan_rank_reads(const pdkv_transfer_plan_t* plan, uint32_t p_rank,
+PDKV_API pdkv_status_t pdkv_transfer_plan_rank_reads(const pdkv_transfer_plan_t* plan, uint32_t p_tp_rank,
                                                      const pdkv_plan_read_t** reads, size_t* count, uint64_t* bytes,
                                                      pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(plan, "plan");
     require_non_null(reads, "reads");
     require_non_null(count, "count");
-    if (p_rank >= plan->plan.p_tp) {
-      core::fail(core::Status::InvalidArgument, "p_rank " + std::to_string(p_rank) + " is not a rank of the P engine (P TP " +
+    if (p_tp_rank >= plan->plan.p_tp) {
+      core::fail(core::Status::InvalidArgument, "p_tp_rank " + std::to_string(p_tp_rank) + " is not a rank of the P engine (P TP " +
                                                     std::to_string(plan->plan.p_tp) + ")");
     }
     *reads = nullptr;
     *count = 0;
     if (bytes != nullptr) *bytes = 0;
     for (size_t i = 0; i < plan->plan.ranks.size(); ++i) {
-      if (plan->plan.ranks[i].p_rank != p_rank) continue;
+      if (plan->plan.ranks[i].p_rank != p_tp_rank) continue;
       *reads = c_reads(plan->plan.ranks[i].reads);
       *count = plan->plan.ranks[i].reads.size();
       if (bytes != nullptr) *bytes = plan->plan.ranks[i].bytes;

@@ -79,7 +79,7 @@ static_assert(offsetof(pdkv_engine_config_t, kv_cache_element_bits) >= kEngineCo
 static_assert(offsetof(pdkv_engine_layout_t, pp_size) >= kEngineLayoutMinSize, "pp_size in the 0.1 padding");
 static_assert(offsetof(pdkv_engine_metadata_info_t, pp_size) >= kMetadataInfoMinSize, "pp_size in the 0.1 padding");
 static_assert(offsetof(pdkv_plan_group_t, layers) >= kPlanGroupMinSize, "layers in the 0.1 padding");
-static_assert(offsetof(pdkv_transfer_plan_info_t, d_pp_size) >= kPlanInfoMinSize, "d_pp_size in the 0.1 padding");
+static_assert(offsetof(pdkv_transfer_plan_info_t, p_pp_size) >= kPlanInfoMinSize, "p_pp_size in the 0.1 padding");
 static_assert(offsetof(pdkv_plan_context_params_t, permute_on_receive) >= kPlanContextParamsMinSize,
               "permute_on_receive in the 0.1 padding");
 static_assert(offsetof(pdkv_plan_group_zero_t, permute_blocks) >= kGroupZeroMinSize, "permute_blocks in the 0.1 padding");

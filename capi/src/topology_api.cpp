@@ -9,20 +9,20 @@ namespace core = pdkv::core;
 
 extern "C" {
 
-PDKV_API pdkv_status_t pdkv_tp_ratio(uint32_t local_tp, uint32_t remote_tp, int32_t* out, pdkv_error_t** err) {
+PDKV_API pdkv_status_t pdkv_tp_ratio(uint32_t local_tp_size, uint32_t remote_tp_size, int32_t* out, pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(out, "out");
-    *out = core::tp_ratio(local_tp, remote_tp);
+    *out = core::tp_ratio(local_tp_size, remote_tp_size);
   });
 }
 
-PDKV_API pdkv_status_t pdkv_handshake_target_ranks(uint32_t local_tp, uint32_t local_rank, uint32_t remote_tp,
+PDKV_API pdkv_status_t pdkv_handshake_target_ranks(uint32_t local_tp_size, uint32_t local_tp_rank, uint32_t remote_tp_size,
                                                    uint32_t* ranks, size_t capacity, size_t* out_count,
                                                    pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(out_count, "out_count");
     *out_count = 0;
-    pdkv::capi::copy_to_buffer(core::handshake_target_ranks(local_tp, local_rank, remote_tp), ranks, capacity,
+    pdkv::capi::copy_to_buffer(core::handshake_target_ranks(local_tp_size, local_tp_rank, remote_tp_size), ranks, capacity,
                                out_count, "ranks");
   });
 }

@@ -17,22 +17,22 @@ using pdkv::capi::kTpMappingParamsMinSize;
 
 extern "C" {
 
-PDKV_API pdkv_status_t pdkv_physical_head_range(uint32_t tp, uint32_t total_kv_heads, uint32_t rank,
+PDKV_API pdkv_status_t pdkv_physical_head_range(uint32_t tp_size, uint32_t tp_rank, uint32_t total_kv_heads,
                                                 uint32_t* begin, uint32_t* end, pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(begin, "begin");
     require_non_null(end, "end");
-    const core::HeadRange r = core::physical_head_range(tp, total_kv_heads, rank);
+    const core::HeadRange r = core::physical_head_range(tp_size, total_kv_heads, tp_rank);
     *begin = r.begin;
     *end = r.end;
   });
 }
 
-PDKV_API pdkv_status_t pdkv_notifications_expected_per_request(uint32_t p_tp, uint32_t d_tp, uint32_t* out,
+PDKV_API pdkv_status_t pdkv_notifications_expected_per_request(uint32_t p_tp_size, uint32_t d_tp_size, uint32_t* out,
                                                               pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(out, "out");
-    *out = core::notifications_expected_per_request(p_tp, d_tp);
+    *out = core::notifications_expected_per_request(p_tp_size, d_tp_size);
   });
 }
 
@@ -46,9 +46,9 @@ PDKV_API pdkv_status_t pdkv_tp_mapping_new(const pdkv_tp_mapping_params_t* param
         pdkv::capi::read_struct_prefix(*params, kTpMappingParamsMinSize, "pdkv_tp_mapping_params_t");
     params = &copy;
     core::TpMappingInput in;
-    in.local_tp = params->local_tp;
-    in.local_rank = params->local_rank;
-    in.remote_tp = params->remote_tp;
+    in.local_tp = params->local_tp_size;
+    in.local_rank = params->local_tp_rank;
+    in.remote_tp = params->remote_tp_size;
     in.total_kv_heads = params->total_kv_heads;
     in.use_mla = pdkv::capi::flag_from_c(params->use_mla, "pdkv_tp_mapping_params_t.use_mla");
     in.has_mamba = pdkv::capi::flag_from_c(params->has_mamba, "pdkv_tp_mapping_params_t.has_mamba");
@@ -102,12 +102,12 @@ PDKV_API pdkv_status_t pdkv_tp_mapping_ranks(const pdkv_tp_mapping_t* mapping, i
   });
 }
 
-PDKV_API pdkv_status_t pdkv_tp_mapping_attention_slot(const pdkv_tp_mapping_t* mapping, uint32_t remote_rank,
+PDKV_API pdkv_status_t pdkv_tp_mapping_attention_slot(const pdkv_tp_mapping_t* mapping, uint32_t remote_tp_rank,
                                                       uint32_t* out, pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(mapping, "mapping");
     require_non_null(out, "out");
-    *out = mapping->mapping.attention_slot_of(remote_rank);
+    *out = mapping->mapping.attention_slot_of(remote_tp_rank);
   });
 }
 

@@ -9,15 +9,15 @@ namespace pdkv::core {
 std::string plan_to_json(const TransferPlan& plan) {
   using nlohmann::ordered_json;
   ordered_json j;
-  j["d_rank"] = plan.d_rank;
-  j["d_tp"] = plan.d_tp;
-  j["p_tp"] = plan.p_tp;
+  j["p_tp_size"] = plan.p_tp;
+  j["d_tp_size"] = plan.d_tp;
+  j["d_tp_rank"] = plan.d_rank;
   j["notify_ranks"] = plan.notify_ranks;
   j["notifications_per_p_rank"] = plan.notifications_per_p_rank;
   // Only a plan between pipeline stages says which (the dump of every other plan is unchanged).
   if (plan.d_pp_size > 1 || plan.p_pp_size > 1) {
-    j["pipeline"] = {{"d_pp_size", plan.d_pp_size},     {"d_pp_rank", plan.d_pp_rank},
-                     {"p_pp_size", plan.p_pp_size},     {"p_pp_rank", plan.p_pp_rank},
+    j["pipeline"] = {{"p_pp_size", plan.p_pp_size},     {"p_pp_rank", plan.p_pp_rank},
+                     {"d_pp_size", plan.d_pp_size},     {"d_pp_rank", plan.d_pp_rank},
                      {"layer_begin", plan.layer_begin}, {"layer_end", plan.layer_end}};
   }
   ordered_json ranks = ordered_json::array();
@@ -30,7 +30,7 @@ std::string plan_to_json(const TransferPlan& plan) {
                        {"remote_offset", r.remote_offset},
                        {"length", r.length}});
     }
-    ranks.push_back({{"p_rank", rr.p_rank}, {"bytes", rr.bytes}, {"reads", std::move(reads)}});
+    ranks.push_back({{"p_tp_rank", rr.p_rank}, {"bytes", rr.bytes}, {"reads", std::move(reads)}});
   }
   j["ranks"] = std::move(ranks);
   ordered_json zero = ordered_json::array();

@@ -1,7 +1,7 @@
 /*
  * plan_example: explains a P/D deployment of a preset model through the pdkv C API.
  * Default: nemotron-3-nano-30b, prefill (P) TP4 -> decode (D) TP2, FlashAttention on both.
- * Usage: example_plan_example [preset [p_tp d_tp]]
+ * Usage: example_plan_example [preset [p_tp_size d_tp_size]]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,14 +54,14 @@ static pdkv_geometry_t *engine_geometry(const pdkv_model_t *model, uint32_t tp, 
 
 int main(int argc, char **argv) {
   const char *preset = argc > 1 ? argv[1] : "nemotron-3-nano-30b";
-  uint32_t p_tp = argc > 3 ? (uint32_t)strtoul(argv[2], NULL, 10) : 4;
-  uint32_t d_tp = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 2;
+  uint32_t p_tp_size = argc > 3 ? (uint32_t)strtoul(argv[2], NULL, 10) : 4;
+  uint32_t d_tp_size = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 2;
   pdkv_error_t *err = NULL;
   pdkv_model_t *model = NULL;
   pdkv_model_desc_t desc;
   pdkv_geometry_t *pg, *dg;
   int32_t ratio = 0;
-  uint32_t d_rank;
+  uint32_t d_tp_rank;
 
   printf("pdkv %s\n", pdkv_version_string());
   check(pdkv_model_from_preset(preset, &model, &err), err, "pdkv_model_from_preset");
@@ -70,12 +70,12 @@ int main(int argc, char **argv) {
   printf("model %s: %u KV heads x %u, Mamba %s\n\n", desc.name, (unsigned)desc.num_kv_heads,
          (unsigned)desc.head_size, pdkv_mamba_type_name(desc.mamba_type));
 
-  pg = engine_geometry(model, p_tp, "P (prefill)");
-  dg = engine_geometry(model, d_tp, "D (decode)");
-  check(pdkv_tp_ratio(d_tp, p_tp, &ratio, &err), err, "pdkv_tp_ratio");
+  pg = engine_geometry(model, p_tp_size, "P (prefill)");
+  dg = engine_geometry(model, d_tp_size, "D (decode)");
+  check(pdkv_tp_ratio(d_tp_size, p_tp_size, &ratio, &err), err, "pdkv_tp_ratio");
   printf("\ntp_ratio on D = %d\n", (int)ratio);
 
-  for (d_rank = 0; d_rank < d_tp; ++d_rank) {
+  for (d_tp_rank = 0; d_tp_rank < d_tp_size; ++d_tp_rank) {
     pdkv_tp_mapping_params_t params;
     pdkv_tp_mapping_t *mapping = NULL;
     pdkv_tp_mapping_info_t mi;
@@ -85,16 +85,16 @@ int main(int argc, char **argv) {
     size_t n = 0, i;
 
     params.struct_size = sizeof params;
-    params.local_tp = d_tp;
-    params.local_rank = d_rank;
-    params.remote_tp = p_tp;
+    params.local_tp_size = d_tp_size;
+    params.local_tp_rank = d_tp_rank;
+    params.remote_tp_size = p_tp_size;
     params.total_kv_heads = desc.num_kv_heads;
     params.use_mla = desc.use_mla;
     params.has_mamba = desc.mamba_type != PDKV_MAMBA_NONE;
     check(pdkv_tp_mapping_new(&params, &mapping, &err), err, "pdkv_tp_mapping_new");
     mi.struct_size = sizeof mi;
     check(pdkv_tp_mapping_get_info(mapping, &mi, &err), err, "pdkv_tp_mapping_get_info");
-    printf("\nD rank %u:\n", (unsigned)d_rank);
+    printf("\nD rank %u:\n", (unsigned)d_tp_rank);
     check(pdkv_tp_mapping_ranks(mapping, PDKV_TP_LIST_HANDSHAKE_TARGETS, &ranks, &n, &err), err, "ranks");
     print_list("handshake with P ranks", ranks, n);
     check(pdkv_tp_mapping_ranks(mapping, PDKV_TP_LIST_ATTENTION_SOURCES, &ranks, &n, &err), err, "ranks");
@@ -107,11 +107,11 @@ int main(int argc, char **argv) {
            (unsigned)mi.rank_offset_factor, (unsigned)mi.notifications_expected);
 
     if (desc.mamba_type != PDKV_MAMBA_NONE) {
-      check(pdkv_mamba_reads_new(pg, dg, d_rank, PDKV_MAMBA_READS_PDKV, &reads, &err), err, "pdkv_mamba_reads_new");
+      check(pdkv_mamba_reads_new(pg, dg, d_tp_rank, PDKV_MAMBA_READS_PDKV, &reads, &err), err, "pdkv_mamba_reads_new");
       check(pdkv_mamba_read_list_items(reads, &items, &n, &err), err, "pdkv_mamba_read_list_items");
       printf("    Mamba reads per block per layer (%zu):\n", n);
       for (i = 0; i < n; ++i) {
-        printf("      P%u %-3s  remote +%-8llu -> local +%-8llu %llu B\n", (unsigned)items[i].p_rank, items[i].part,
+        printf("      P%u %-3s  remote +%-8llu -> local +%-8llu %llu B\n", (unsigned)items[i].p_tp_rank, items[i].part,
                (unsigned long long)items[i].remote_offset, (unsigned long long)items[i].local_offset,
                (unsigned long long)items[i].length);
       }

@@ -131,9 +131,9 @@ int main(int argc, char **argv) {
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
   if (check(pdkv_transfer_plan_get_info(plan, &info, &err), err, "get_info")) goto done;
-  printf("Nemotron-3-Nano-30B P TP%u -> D TP%u, D rank %u, 3000 tokens, 5 groups\n", info.p_tp, info.d_tp,
-         info.d_rank);
-  for (r = 0; r < info.p_tp; ++r) {
+  printf("Nemotron-3-Nano-30B P TP%u -> D TP%u, D rank %u, 3000 tokens, 5 groups\n", info.p_tp_size, info.d_tp_size,
+         info.d_tp_rank);
+  for (r = 0; r < info.p_tp_size; ++r) {
     const pdkv_plan_read_t *reads = NULL;
     size_t n = 0;
     uint64_t bytes = 0;

@@ -54,8 +54,8 @@ def main(argv: List[str]) -> int:
     """Entry point; returns the exit status."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="nemotron-3-nano-30b")
-    ap.add_argument("--p-tp", type=int, default=4)
-    ap.add_argument("--d-tp", type=int, default=2)
+    ap.add_argument("--p-tp", dest="p_tp_size", type=int, default=4)
+    ap.add_argument("--d-tp", dest="d_tp_size", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=3000)
     ap.add_argument("--json", action="store_true", help="also print the plan of D rank 0 as JSON")
     args = ap.parse_args(argv)
@@ -69,14 +69,14 @@ def main(argv: List[str]) -> int:
             f"model {desc.name}: {desc.num_kv_heads} KV heads x {desc.head_size},"
             f" Mamba {pdkv.mamba_type_name(desc.mamba_type)}, {n_attn} attention + {n_mamba} Mamba layers\n"
         )
-        pg = describe_engine(model, args.p_tp, "P (prefill)")
-        dg = describe_engine(model, args.d_tp, "D (decode)")
-        print(f"\ntp_ratio on D = {pdkv.tp_ratio(args.d_tp, args.p_tp)}")
+        pg = describe_engine(model, args.p_tp_size, "P (prefill)")
+        dg = describe_engine(model, args.d_tp_size, "D (decode)")
+        print(f"\ntp_ratio on D = {pdkv.tp_ratio(args.d_tp_size, args.p_tp_size)}")
         hybrid = desc.mamba_type != pdkv.MambaType.NONE
-        for d_rank in range(args.d_tp):
-            with pdkv.TpMapping(args.d_tp, d_rank, args.p_tp, desc.num_kv_heads, desc.use_mla, hybrid) as m:
+        for d_tp_rank in range(args.d_tp_size):
+            with pdkv.TpMapping(args.d_tp_size, d_tp_rank, args.p_tp_size, desc.num_kv_heads, desc.use_mla, hybrid) as m:
                 mi = m.info()
-                print(f"\nD rank {d_rank}:")
+                print(f"\nD rank {d_tp_rank}:")
                 print(f"    handshake with P ranks {fmt(m.handshake_targets)}")
                 print(f"    attention from         {fmt(m.attention_sources)}")
                 print(f"    mamba state from       {fmt(m.mamba_sources)}")
@@ -86,16 +86,16 @@ def main(argv: List[str]) -> int:
                     f" {mi.notifications_expected} notification(s) per request"
                 )
             if hybrid:
-                with pdkv.MambaReadList(pg, dg, d_rank) as reads:
+                with pdkv.MambaReadList(pg, dg, d_tp_rank) as reads:
                     items = reads.items()
                     print(f"    Mamba reads per block per layer ({len(items)}):")
                     for r in items:
                         print(
-                            f"      P{r.p_rank} {r.part:<3}  remote +{r.remote_offset:<8} -> local"
+                            f"      P{r.p_tp_rank} {r.part:<3}  remote +{r.remote_offset:<8} -> local"
                             f" +{r.local_offset:<8} {r.length} B"
                         )
-            vllm = pdkv.MambaReadList(pg, dg, d_rank, pdkv.MambaReadsRule.VLLM).items() if hybrid else ()
-            pdkv_reads = pdkv.MambaReadList(pg, dg, d_rank).items() if hybrid else ()
+            vllm = pdkv.MambaReadList(pg, dg, d_tp_rank, pdkv.MambaReadsRule.VLLM).items() if hybrid else ()
+            pdkv_reads = pdkv.MambaReadList(pg, dg, d_tp_rank).items() if hybrid else ()
             if hybrid and vllm != pdkv_reads:
                 print("    NOTE: vLLM main reads differently here (see vLLM #55208)")
 
@@ -116,7 +116,7 @@ def compile_plan(
     p_cfg, d_cfg = pg.config, dg.config
     p_meta = [
         pdkv.EngineMetadata.from_model(model, p_cfg, pdkv.EngineLayout("prefill", r, num_regions=regions))
-        for r in range(args.p_tp)
+        for r in range(args.p_tp_size)
     ]
     report = pdkv.handshake_validate_engine_ranks(p_meta)
     assert report.compatible, [i.text for i in report]
@@ -126,8 +126,8 @@ def compile_plan(
     remote_blocks = tuple(range(20, 20 + -(-tokens // p_block)))
     local_blocks = tuple(range(10, 10 + -(-tokens // d_info_block)))
     print(f"\nTransfer plan for one {tokens}-token prompt (P blocks {fmt(remote_blocks)}, D blocks {fmt(local_blocks)}):")
-    for d_rank in range(args.d_tp):
-        d_meta = pdkv.EngineMetadata.from_model(model, d_cfg, pdkv.EngineLayout("decode", d_rank, num_regions=regions))
+    for d_tp_rank in range(args.d_tp_size):
+        d_meta = pdkv.EngineMetadata.from_model(model, d_cfg, pdkv.EngineLayout("decode", d_tp_rank, num_regions=regions))
         items = pdkv.handshake_validate(d_meta, p_meta[0])
         for item in items:
             print(f"    handshake: {item.text}")
@@ -146,22 +146,22 @@ def compile_plan(
             plan.validate(ctx, groups)
             i = plan.info()
             print(
-                f"  D rank {d_rank}: reads from P {fmt(plan.read_ranks())}, notifies {fmt(plan.notify_ranks())};"
+                f"  D rank {d_tp_rank}: reads from P {fmt(plan.read_ranks())}, notifies {fmt(plan.notify_ranks())};"
                 f" {i.bytes} B ({i.attention_bytes} attention + {i.mamba_bytes} Mamba),"
                 f" {i.pieces_before_coalescing} pieces -> {i.pieces_after_coalescing} reads"
             )
-            for p_rank in plan.read_ranks():
-                reads = plan.rank_reads(p_rank)
+            for p_tp_rank in plan.read_ranks():
+                reads = plan.rank_reads(p_tp_rank)
                 first = reads[0]
                 print(
-                    f"    P{p_rank}: {len(reads)} reads, {plan.rank_bytes(p_rank)} B; first: region"
+                    f"    P{p_tp_rank}: {len(reads)} reads, {plan.rank_bytes(p_tp_rank)} B; first: region"
                     f" {first.remote_region} +{first.remote_offset} -> region {first.local_region}"
                     f" +{first.local_offset}, {first.length} B"
                 )
             for gi, z in enumerate(plan.group_zeros()):
                 if z.zero:
                     print(f"    group {gi} ({pdkv.group_kind_name(z.kind)}): zero {len(z.zero)} range(s), first {z.zero[0]}")
-            if args.json and d_rank == 0:
+            if args.json and d_tp_rank == 0:
                 print(json.dumps(plan.to_dict(), indent=2))
 
 

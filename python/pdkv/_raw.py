@@ -29,8 +29,8 @@ from enum import IntEnum
 from typing import Any, Dict, List, Tuple
 
 #: PDKV_VERSION_MAJOR / _MINOR / _PATCH of the header this module was generated from.
-HEADER_VERSION_MAJOR = 0
-HEADER_VERSION_MINOR = 2
+HEADER_VERSION_MAJOR = 1
+HEADER_VERSION_MINOR = 0
 HEADER_VERSION_PATCH = 0
 
 # ---- #define constants -------------------------------------------------------------------
@@ -617,9 +617,9 @@ class TpMappingParamsC(Structure):
     _c_name_ = "pdkv_tp_mapping_params_t"
     _fields_ = [
         ("struct_size", c_size_t),
-        ("local_tp", c_uint32),
-        ("local_rank", c_uint32),
-        ("remote_tp", c_uint32),
+        ("local_tp_size", c_uint32),
+        ("local_tp_rank", c_uint32),
+        ("remote_tp_size", c_uint32),
         ("total_kv_heads", c_uint32),
         ("use_mla", c_uint8),
         ("has_mamba", c_uint8),
@@ -737,7 +737,7 @@ class MambaReadC(Structure):
 
     _c_name_ = "pdkv_mamba_read_t"
     _fields_ = [
-        ("p_rank", c_uint32),
+        ("p_tp_rank", c_uint32),
         ("part", c_char_p),
         ("remote_offset", c_uint64),
         ("local_offset", c_uint64),
@@ -1062,9 +1062,9 @@ class TransferPlanInfoC(Structure):
     _c_name_ = "pdkv_transfer_plan_info_t"
     _fields_ = [
         ("struct_size", c_size_t),
-        ("d_rank", c_uint32),
-        ("d_tp", c_uint32),
-        ("p_tp", c_uint32),
+        ("p_tp_size", c_uint32),
+        ("d_tp_size", c_uint32),
+        ("d_tp_rank", c_uint32),
         ("num_read_ranks", c_size_t),
         ("num_notify_ranks", c_size_t),
         ("notifications_per_p_rank", c_uint32),
@@ -1075,10 +1075,10 @@ class TransferPlanInfoC(Structure):
         ("attention_bytes", c_uint64),
         ("mamba_bytes", c_uint64),
         ("empty", c_uint8),
-        ("d_pp_size", c_uint64),
-        ("d_pp_rank", c_uint64),
         ("p_pp_size", c_uint64),
         ("p_pp_rank", c_uint64),
+        ("d_pp_size", c_uint64),
+        ("d_pp_rank", c_uint64),
         ("layer_begin", c_uint64),
         ("layer_end", c_uint64),
         ("permute_from_layout", c_uint64),
@@ -1114,8 +1114,8 @@ class StagePairC(Structure):
 
     _c_name_ = "pdkv_stage_pair_t"
     _fields_ = [
-        ("d_pp_rank", c_uint32),
         ("p_pp_rank", c_uint32),
+        ("d_pp_rank", c_uint32),
         ("layer_begin", c_uint32),
         ("layer_end", c_uint32),
     ]
@@ -1281,7 +1281,7 @@ class FailedReadC(Structure):
 
     _c_name_ = "pdkv_failed_read_t"
     _fields_ = [
-        ("p_rank", c_uint32),
+        ("p_tp_rank", c_uint32),
         ("reserved", c_uint32),
         ("read_index", c_uint64),
         ("status", c_int32),

@@ -145,8 +145,8 @@ class TransferInfo:
 class FailedRead:
     """One plan read that did not complete (``pdkv_failed_read_t``)."""
 
-    p_rank: int  #: The P rank whose read list holds it.
-    read_index: int  #: Index in ``plan.rank_reads(p_rank)``.
+    p_tp_rank: int  #: The P rank whose read list holds it.
+    read_index: int  #: Index in ``plan.rank_reads(p_tp_rank)``.
     status: Union[Status, int]  #: Why.
 
 
@@ -628,7 +628,7 @@ class Transfer(Handle):
         n = ctypes.c_size_t()
         call("pdkv_transfer_failed_reads", self._p(), byref(ptr), byref(n))
         return tuple(
-            FailedRead(p_rank=ptr[i].p_rank, read_index=ptr[i].read_index, status=to_enum(Status, ptr[i].status))
+            FailedRead(p_tp_rank=ptr[i].p_tp_rank, read_index=ptr[i].read_index, status=to_enum(Status, ptr[i].status))
             for i in range(n.value)
         )
 

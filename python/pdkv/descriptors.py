@@ -104,9 +104,9 @@ def attention_remote_descriptors(
 
 @operation
 def attention_split_descriptors(
-    local_attention: DescriptorList, mapping: TpMapping, block_size_ratio: int, p_rank: int
+    local_attention: DescriptorList, mapping: TpMapping, block_size_ratio: int, p_tp_rank: int
 ) -> DescriptorList:
-    """The local split handle for remote rank ``p_rank`` (D_TP < P_TP)."""
+    """The local split handle for remote rank ``p_tp_rank`` (D_TP < P_TP)."""
     la = handle_arg("local_attention", local_attention, DescriptorList)
     m = handle_arg("mapping", mapping, TpMapping)
     return DescriptorList._make(
@@ -114,7 +114,7 @@ def attention_split_descriptors(
         la,
         m,
         u32("block_size_ratio", block_size_ratio),
-        u32("p_rank", p_rank),
+        u32("p_tp_rank", p_tp_rank),
     )
 
 
@@ -128,25 +128,25 @@ def mamba_local_descriptors(regions: Iterable[Region], ppl: int, geometry: Geome
 
 @operation
 def mamba_remote_descriptors(
-    p_regions: Iterable[Region], p_ppl: int, p_geometry: Geometry, reads: MambaReadList, p_rank: int
+    p_regions: Iterable[Region], p_ppl: int, p_geometry: Geometry, reads: MambaReadList, p_tp_rank: int
 ) -> DescriptorList:
-    """Descriptors in P rank ``p_rank``'s Mamba regions for its reads in ``reads``."""
+    """Descriptors in P rank ``p_tp_rank``'s Mamba regions for its reads in ``reads``."""
     arr, n = _regions("p_regions", p_regions)
     g = handle_arg("p_geometry", p_geometry, Geometry)
     r = handle_arg("reads", reads, MambaReadList)
     return DescriptorList._make(
-        "pdkv_mamba_remote_descriptors", arr, n, u64("p_ppl", p_ppl), g, r, u32("p_rank", p_rank)
+        "pdkv_mamba_remote_descriptors", arr, n, u64("p_ppl", p_ppl), g, r, u32("p_tp_rank", p_tp_rank)
     )
 
 
 @operation
 def mamba_local_split_descriptors(
-    d_regions: Iterable[Region], d_ppl: int, d_geometry: Geometry, reads: MambaReadList, p_rank: int
+    d_regions: Iterable[Region], d_ppl: int, d_geometry: Geometry, reads: MambaReadList, p_tp_rank: int
 ) -> DescriptorList:
     """The D rank's local destinations matching :func:`mamba_remote_descriptors` one to one."""
     arr, n = _regions("d_regions", d_regions)
     g = handle_arg("d_geometry", d_geometry, Geometry)
     r = handle_arg("reads", reads, MambaReadList)
     return DescriptorList._make(
-        "pdkv_mamba_local_split_descriptors", arr, n, u64("d_ppl", d_ppl), g, r, u32("p_rank", p_rank)
+        "pdkv_mamba_local_split_descriptors", arr, n, u64("d_ppl", d_ppl), g, r, u32("p_tp_rank", p_tp_rank)
     )

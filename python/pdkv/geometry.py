@@ -237,15 +237,15 @@ class Geometry(Handle):
         """Cumulative (offset, size) of each conv projection in the local page."""
         return _ranges("pdkv_mamba_local_conv_offsets", self._p())
 
-    def mamba_remote_conv_offsets(self, local_rank: int, tp_ratio: int) -> Tuple[ByteRange, ...]:
-        """vLLM main's remote conv slices for ``local_rank`` (this is the LOCAL engine's
+    def mamba_remote_conv_offsets(self, local_tp_rank: int, tp_ratio: int) -> Tuple[ByteRange, ...]:
+        """vLLM main's remote conv slices for ``local_tp_rank`` (this is the LOCAL engine's
         geometry). Wrong for Mamba2 with n_groups < TP (vLLM #55208); plan with MambaReadList."""
         return _ranges(
-            "pdkv_mamba_remote_conv_offsets", self._p(), u32("local_rank", local_rank), i32("tp_ratio", tp_ratio)
+            "pdkv_mamba_remote_conv_offsets", self._p(), u32("local_tp_rank", local_tp_rank), i32("tp_ratio", tp_ratio)
         )
 
     def mamba_ssm_read_range(
-        self, remote_conv_bytes: int, remote_ssm_bytes: int, local_rank: int, tp_ratio: int
+        self, remote_conv_bytes: int, remote_ssm_bytes: int, local_tp_rank: int, tp_ratio: int
     ) -> ByteRange:
         """vLLM's SSM temporal-state read in the remote page."""
         out = _ffi.ByteRangeC()
@@ -254,7 +254,7 @@ class Geometry(Handle):
             self._p(),
             u64("remote_conv_bytes", remote_conv_bytes),
             u64("remote_ssm_bytes", remote_ssm_bytes),
-            u32("local_rank", local_rank),
+            u32("local_tp_rank", local_tp_rank),
             i32("tp_ratio", tp_ratio),
             byref(out),
         )

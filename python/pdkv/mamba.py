@@ -16,7 +16,7 @@ from .geometry import Geometry
 class MambaRead:
     """One contiguous copy from a P rank's Mamba page into the D rank's page."""
 
-    p_rank: int  #: Remote (P) rank.
+    p_tp_rank: int  #: Remote (P) rank.
     part: str  #: "x", "B", "C", "Q", "K", "V" or "ssm".
     remote_offset: int  #: Offset in the P rank's page.
     local_offset: int  #: Offset in the D rank's page.
@@ -32,16 +32,16 @@ class MambaReadList(Handle):
         self,
         p_geometry: Geometry,
         d_geometry: Geometry,
-        d_rank: int,
+        d_tp_rank: int,
         rule: Union[MambaReadsRule, int, str] = MambaReadsRule.PDKV,
     ) -> None:
-        """Reads of D rank ``d_rank`` from the P and D geometries of one model. Raises
+        """Reads of D rank ``d_tp_rank`` from the P and D geometries of one model. Raises
         :class:`IncompatibleError` (different models), :class:`TpNotDivisibleError`, ..."""
         pg = handle_arg("p_geometry", p_geometry, Geometry)
         dg = handle_arg("d_geometry", d_geometry, Geometry)
         r = enum_value("rule", MambaReadsRule, rule)
         out = POINTER(_ffi.MambaReadListT)()
-        call("pdkv_mamba_reads_new", pg, dg, u32("d_rank", d_rank), int(r), byref(out))
+        call("pdkv_mamba_reads_new", pg, dg, u32("d_tp_rank", d_tp_rank), int(r), byref(out))
         self._adopt(out)
 
     def items(self) -> Tuple[MambaRead, ...]:
@@ -50,7 +50,7 @@ class MambaReadList(Handle):
         n = c_size_t()
         call("pdkv_mamba_read_list_items", self._p(), byref(ptr), byref(n))
         return array_copy(
-            ptr, n.value, lambda r: MambaRead(r.p_rank, decode(r.part), r.remote_offset, r.local_offset, r.length)
+            ptr, n.value, lambda r: MambaRead(r.p_tp_rank, decode(r.part), r.remote_offset, r.local_offset, r.length)
         )
 
     def source_ranks(self) -> Tuple[int, ...]:

@@ -13,24 +13,24 @@ from .errors import Status
 from .metadata import EngineMetadata
 
 
-def pipeline_layer_window(num_layers: int, pp_rank: int, pp_size: int) -> Tuple[int, int]:
+def pipeline_layer_window(num_layers: int, pp_size: int, pp_rank: int) -> Tuple[int, int]:
     """vLLM's default split of ``num_layers`` over ``pp_size`` stages: the layers
     ``[begin, end)`` of stage ``pp_rank``. Raises :class:`InvalidArgumentError` for a stage that
     does not exist or more stages than layers."""
     b, e = c_uint32(), c_uint32()
-    call("pdkv_pipeline_layer_window", u32("num_layers", num_layers), u32("pp_rank", pp_rank),
-         u32("pp_size", pp_size), byref(b), byref(e))
+    call("pdkv_pipeline_layer_window", u32("num_layers", num_layers), u32("pp_size", pp_size),
+         u32("pp_rank", pp_rank), byref(b), byref(e))
     return b.value, e.value
 
 
 @dataclasses.dataclass(frozen=True)
 class StagePair:
-    """One overlapping (D stage, P stage) pair: D's ranks of stage ``d_pp_rank`` read the layers
+    """One overlapping (P stage, D stage) pair: D's ranks of stage ``d_pp_rank`` read the layers
     ``[layer_begin, layer_end)`` (``layer_end`` 0: through the model's last layer) from the
     ranks of P stage ``p_pp_rank``, a separate peer."""
 
-    d_pp_rank: int  #: D's stage.
     p_pp_rank: int  #: P's stage.
+    d_pp_rank: int  #: D's stage.
     layer_begin: int  #: First layer both hold.
     layer_end: int  #: One past the last (0: through the model's last layer).
 
@@ -47,30 +47,30 @@ def _stages(name: str, stages: Sequence[EngineMetadata]) -> Tuple[Optional[Any],
 
 
 @operation
-def pipeline_stage_pairs(d_stages: Sequence[EngineMetadata], p_stages: Sequence[EngineMetadata]) -> Tuple[StagePair, ...]:
-    """Pairs D stages with P stages by their layer windows: ``d_stages`` one rank's metadata of
-    each D stage to pair (any subset), ``p_stages`` one rank's metadata of EVERY P stage. Every
+def pipeline_stage_pairs(p_stages: Sequence[EngineMetadata], d_stages: Sequence[EngineMetadata]) -> Tuple[StagePair, ...]:
+    """Pairs P stages with D stages by their layer windows: ``p_stages`` one rank's metadata of
+    EVERY P stage, ``d_stages`` one rank's metadata of each D stage to pair (any subset). Every
     overlapping pair, ordered by (D stage, P stage). Raises :class:`InvalidArgumentError` (an
     empty side, mixed engines, a stage twice, a P stage missing) or :class:`IncompatibleError`
     (P's stages not consecutive from layer 0, a D stage past P's last layer)."""
-    d, nd = _stages("d_stages", d_stages)
     p, np_ = _stages("p_stages", p_stages)
+    d, nd = _stages("d_stages", d_stages)
     count = c_size_t()
     capacity = 4
     while True:
         buf = (_ffi.StagePairC * capacity)()
-        status, exc = call_status("pdkv_pipeline_stage_pairs", d, nd, p, np_, buf, capacity, byref(count))
+        status, exc = call_status("pdkv_pipeline_stage_pairs", p, np_, d, nd, buf, capacity, byref(count))
         if status == Status.BUFFER_TOO_SMALL and count.value > capacity:
             capacity = count.value
             continue
         if exc is not None:
             raise exc
-        return tuple(StagePair(x.d_pp_rank, x.p_pp_rank, x.layer_begin, x.layer_end) for x in buf[: count.value])
+        return tuple(StagePair(x.p_pp_rank, x.d_pp_rank, x.layer_begin, x.layer_end) for x in buf[: count.value])
 
 
-def pipeline_notifications_expected(pairs: Sequence[StagePair], p_pp_rank: int, p_tp: int, d_tp: int) -> int:
+def pipeline_notifications_expected(pairs: Sequence[StagePair], p_pp_rank: int, p_tp_size: int, d_tp_size: int) -> int:
     """Notifications each rank of P stage ``p_pp_rank`` waits for per request: the pairs naming it
-    (pairs over ALL of D's stages) times the TP rule for (p_tp, d_tp); 0 when no D stage reads it.
+    (pairs over ALL of D's stages) times the TP rule for (p_tp_size, d_tp_size); 0 when no D stage reads it.
     Raises :class:`TpNotDivisibleError`."""
     items = list(pairs)
     arr = (_ffi.StagePairC * len(items))() if items else None
@@ -78,9 +78,9 @@ def pipeline_notifications_expected(pairs: Sequence[StagePair], p_pp_rank: int, 
         if not isinstance(x, StagePair):
             raise TypeError(f"pairs[{i}] must be a pdkv.StagePair, got {type(x).__name__}")
         assert arr is not None
-        arr[i] = _ffi.StagePairC(u32("d_pp_rank", x.d_pp_rank), u32("p_pp_rank", x.p_pp_rank),
+        arr[i] = _ffi.StagePairC(u32("p_pp_rank", x.p_pp_rank), u32("d_pp_rank", x.d_pp_rank),
                                  u32("layer_begin", x.layer_begin), u32("layer_end", x.layer_end))
     out = c_uint32()
     call("pdkv_pipeline_notifications_expected", arr, len(items), u32("p_pp_rank", p_pp_rank),
-         u32("p_tp", p_tp), u32("d_tp", d_tp), byref(out))
+         u32("p_tp_size", p_tp_size), u32("d_tp_size", d_tp_size), byref(out))
     return out.value

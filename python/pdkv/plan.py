@@ -414,9 +414,9 @@ def plan_read_dtype() -> Any:
 class TransferPlanInfo:
     """Scalars of a :class:`TransferPlan`."""
 
-    d_rank: int  #: The D rank.
-    d_tp: int  #: D TP size.
-    p_tp: int  #: P TP size.
+    p_tp_size: int  #: P TP size.
+    d_tp_size: int  #: D TP size.
+    d_tp_rank: int  #: The reading D rank.
     num_read_ranks: int  #: P ranks with at least one read.
     num_notify_ranks: int  #: P ranks notified.
     notifications_per_p_rank: int  #: Each P rank waits for this many per request.
@@ -427,10 +427,10 @@ class TransferPlanInfo:
     attention_bytes: int  #: Attention bytes moved.
     mamba_bytes: int  #: Mamba bytes moved.
     empty: bool  #: Nothing to read (full prefix hit), notify only.
-    d_pp_size: int = 1  #: D's pipeline stages (1 without PP).
-    d_pp_rank: int = 0  #: D's stage.
     p_pp_size: int = 1  #: P's pipeline stages; the plan's P ranks are TP ranks of stage p_pp_rank.
     p_pp_rank: int = 0  #: P's stage.
+    d_pp_size: int = 1  #: D's pipeline stages (1 without PP).
+    d_pp_rank: int = 0  #: D's stage.
     layer_begin: int = 0  #: First model layer the plan moves.
     layer_end: int = 0  #: One past its last layer; 0: through the model's last layer.
     #: The receive-side permutation of the blocks each group lists (inactive: equal layouts).
@@ -561,19 +561,19 @@ class TransferPlan(Handle):
         call("pdkv_transfer_plan_notify_ranks", self._p(), byref(ptr), byref(n))
         return array_copy(ptr, n.value, int)
 
-    def rank_reads(self, p_rank: int) -> Tuple[PlanRead, ...]:
-        """The reads D issues against P rank ``p_rank``, in issue order."""
-        return self._rank_reads(p_rank)[0]
+    def rank_reads(self, p_tp_rank: int) -> Tuple[PlanRead, ...]:
+        """The reads D issues against P rank ``p_tp_rank``, in issue order."""
+        return self._rank_reads(p_tp_rank)[0]
 
-    def rank_bytes(self, p_rank: int) -> int:
-        """Total bytes D reads from P rank ``p_rank``."""
-        return self._rank_reads(p_rank)[1]
+    def rank_bytes(self, p_tp_rank: int) -> int:
+        """Total bytes D reads from P rank ``p_tp_rank``."""
+        return self._rank_reads(p_tp_rank)[1]
 
-    def _rank_reads(self, p_rank: int) -> Tuple[Tuple[PlanRead, ...], int]:
+    def _rank_reads(self, p_tp_rank: int) -> Tuple[Tuple[PlanRead, ...], int]:
         ptr = POINTER(_ffi.PlanReadC)()
         n = c_size_t()
         total = c_uint64()
-        call("pdkv_transfer_plan_rank_reads", self._p(), u32("p_rank", p_rank), byref(ptr), byref(n), byref(total))
+        call("pdkv_transfer_plan_rank_reads", self._p(), u32("p_tp_rank", p_tp_rank), byref(ptr), byref(n), byref(total))
         reads = array_copy(
             ptr,
             n.value,
@@ -581,8 +581,8 @@ class TransferPlan(Handle):
         )
         return reads, total.value
 
-    def rank_reads_view(self, p_rank: int) -> memoryview:
-        """The reads D issues against P rank ``p_rank`` as a read-only ``memoryview`` of
+    def rank_reads_view(self, p_tp_rank: int) -> memoryview:
+        """The reads D issues against P rank ``p_tp_rank`` as a read-only ``memoryview`` of
         ``pdkv_plan_read_t`` records over the plan's own memory: no copy, no Python object per
         read. Its format is a ctypes struct (fields local_region, local_offset, remote_region,
         remote_offset, length; 40 bytes each); ``numpy.asarray`` of it, or :meth:`rank_reads_numpy`,
@@ -591,18 +591,18 @@ class TransferPlan(Handle):
         is gone. Empty view for a rank D does not read from."""
         ptr = POINTER(_ffi.PlanReadC)()
         n = c_size_t()
-        call("pdkv_transfer_plan_rank_reads", self._p(), u32("p_rank", p_rank), byref(ptr), byref(n), None)
+        call("pdkv_transfer_plan_rank_reads", self._p(), u32("p_tp_rank", p_tp_rank), byref(ptr), byref(n), None)
         arr = (_ffi.PlanReadC * n.value).from_address(ctypes.addressof(ptr.contents)) if n.value else (
             _ffi.PlanReadC * 0)()
         arr._pdkv_owner = self._memory_owner()  # type: ignore[attr-defined]
         return memoryview(arr).toreadonly()
 
-    def rank_reads_numpy(self, p_rank: int) -> Any:
+    def rank_reads_numpy(self, p_tp_rank: int) -> Any:
         """:meth:`rank_reads_view` as a read-only numpy structured array of dtype
         :data:`PLAN_READ_DTYPE` (no copy; needs numpy)."""
         import numpy as np
 
-        view = self.rank_reads_view(p_rank)
+        view = self.rank_reads_view(p_tp_rank)
         return np.frombuffer(view.cast("B"), dtype=plan_read_dtype())
 
     def _memory_owner(self) -> "_PlanMemory":

@@ -13,18 +13,18 @@ from .enums import TpMappingList
 from .errors import Status
 
 
-def tp_ratio(local_tp: int, remote_tp: int) -> int:
+def tp_ratio(local_tp_size: int, remote_tp_size: int) -> int:
     """vLLM's tp_ratio on the local engine: +local/remote when local >= remote, else
     -(remote/local). Raises :class:`TpNotDivisibleError` (naming both sizes) or
     :class:`InvalidArgumentError` (a zero size)."""
     out = c_int32()
-    call("pdkv_tp_ratio", u32("local_tp", local_tp), u32("remote_tp", remote_tp), byref(out))
+    call("pdkv_tp_ratio", u32("local_tp_size", local_tp_size), u32("remote_tp_size", remote_tp_size), byref(out))
     return out.value
 
 
-def handshake_target_ranks(local_tp: int, local_rank: int, remote_tp: int) -> Tuple[int, ...]:
-    """Remote ranks that ``local_rank`` handshakes with."""
-    args = (u32("local_tp", local_tp), u32("local_rank", local_rank), u32("remote_tp", remote_tp))
+def handshake_target_ranks(local_tp_size: int, local_tp_rank: int, remote_tp_size: int) -> Tuple[int, ...]:
+    """Remote ranks that ``local_tp_rank`` handshakes with."""
+    args = (u32("local_tp_size", local_tp_size), u32("local_tp_rank", local_tp_rank), u32("remote_tp_size", remote_tp_size))
     count = c_size_t()
     capacity = 8
     while True:
@@ -38,24 +38,24 @@ def handshake_target_ranks(local_tp: int, local_rank: int, remote_tp: int) -> Tu
         return tuple(buf[: count.value])
 
 
-def physical_head_range(tp: int, total_kv_heads: int, rank: int) -> Tuple[int, int]:
-    """KV heads rank ``rank`` of a TP group of ``tp`` holds, as half-open (begin, end)."""
+def physical_head_range(tp_size: int, tp_rank: int, total_kv_heads: int) -> Tuple[int, int]:
+    """KV heads rank ``tp_rank`` of a TP group of ``tp_size`` holds, as half-open (begin, end)."""
     b, e = c_uint32(), c_uint32()
     call(
         "pdkv_physical_head_range",
-        u32("tp", tp),
+        u32("tp_size", tp_size),
+        u32("tp_rank", tp_rank),
         u32("total_kv_heads", total_kv_heads),
-        u32("rank", rank),
         byref(b),
         byref(e),
     )
     return b.value, e.value
 
 
-def notifications_expected_per_request(p_tp: int, d_tp: int) -> int:
+def notifications_expected_per_request(p_tp_size: int, d_tp_size: int) -> int:
     """READ-done notifications each P rank receives per request in pull mode."""
     out = c_uint32()
-    call("pdkv_notifications_expected_per_request", u32("p_tp", p_tp), u32("d_tp", d_tp), byref(out))
+    call("pdkv_notifications_expected_per_request", u32("p_tp_size", p_tp_size), u32("d_tp_size", d_tp_size), byref(out))
     return out.value
 
 
@@ -67,13 +67,13 @@ class TpMappingInfo:
     tp_ratio: int
     #: Head-slice offset in the remote block, in local block_lens.
     rank_offset_factor: int
-    #: local_tp > K.
+    #: local_tp_size > K.
     local_replicated: bool
-    #: remote_tp > K.
+    #: remote_tp_size > K.
     remote_replicated: bool
-    #: max(1, K / local_tp).
+    #: max(1, K / local_tp_size).
     local_physical_heads: int
-    #: max(1, K / remote_tp).
+    #: max(1, K / remote_tp_size).
     remote_physical_heads: int
     #: Number of attention source ranks.
     num_attention_reads: int
@@ -89,9 +89,9 @@ class TpMapping(Handle):
 
     def __init__(
         self,
-        local_tp: int,
-        local_rank: int,
-        remote_tp: int,
+        local_tp_size: int,
+        local_tp_rank: int,
+        remote_tp_size: int,
         total_kv_heads: int,
         use_mla: bool = False,
         has_mamba: bool = False,
@@ -100,9 +100,9 @@ class TpMapping(Handle):
         :class:`HeadsNotDivisibleError`, :class:`InvalidArgumentError`."""
         p = _ffi.TpMappingParamsC()
         p.struct_size = ctypes.sizeof(p)
-        p.local_tp = u32("local_tp", local_tp)
-        p.local_rank = u32("local_rank", local_rank)
-        p.remote_tp = u32("remote_tp", remote_tp)
+        p.local_tp_size = u32("local_tp_size", local_tp_size)
+        p.local_tp_rank = u32("local_tp_rank", local_tp_rank)
+        p.remote_tp_size = u32("remote_tp_size", remote_tp_size)
         p.total_kv_heads = u32("total_kv_heads", total_kv_heads)
         p.use_mla = flag("use_mla", use_mla)
         p.has_mamba = flag("has_mamba", has_mamba)
@@ -164,8 +164,8 @@ class TpMapping(Handle):
         """Remote ranks notified per request."""
         return self.ranks(TpMappingList.NOTIFY_TARGETS)
 
-    def attention_slot(self, remote_rank: int) -> int:
-        """Attention slot of ``remote_rank``; :class:`InvalidArgumentError` if not a source."""
+    def attention_slot(self, remote_tp_rank: int) -> int:
+        """Attention slot of ``remote_tp_rank``; :class:`InvalidArgumentError` if not a source."""
         out = c_uint32()
-        call("pdkv_tp_mapping_attention_slot", self._p(), u32("remote_rank", remote_rank), byref(out))
+        call("pdkv_tp_mapping_attention_slot", self._p(), u32("remote_tp_rank", remote_tp_rank), byref(out))
         return out.value

@@ -210,7 +210,7 @@ def test_transfer_deadline_expires_and_wait_timeouts(model: pdkv.Model) -> None:
             assert (ti.state, ti.status) == (pdkv.TransferState.FAILED, pdkv.Status.TIMED_OUT)
             failed = t.failed_reads()
             assert failed and len(failed) == ti.reads_failed
-            assert all(f.p_rank == 0 and f.read_index < len(plan.rank_reads(0)) for f in failed)
+            assert all(f.p_tp_rank == 0 and f.read_index < len(plan.rank_reads(0)) for f in failed)
 
 
 def test_cancel_and_closing_an_inflight_transfer(model: pdkv.Model) -> None:

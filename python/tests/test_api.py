@@ -42,7 +42,7 @@ def test_tp_mapping_bad_sizes() -> None:
     with pytest.raises(pdkv.InvalidArgumentError):
         pdkv.TpMapping(2, 2, 4, 8)  # rank >= TP
     with pytest.raises(pdkv.HeadsNotDivisibleError):
-        pdkv.physical_head_range(3, 4, 0)
+        pdkv.physical_head_range(3, 0, 4)
 
 
 def test_every_status_has_a_class_and_library_name() -> None:
@@ -444,7 +444,7 @@ def test_nano_plan(nano: pdkv.Model) -> None:
         plan = ctx.compile(groups)
         plan.validate(ctx, groups)
         i = plan.info()
-        assert (i.d_rank, i.d_tp, i.p_tp, i.bytes, i.empty) == (0, 2, 4, 6 * 3000 * 512, False)
+        assert (i.d_tp_rank, i.d_tp_size, i.p_tp_size, i.bytes, i.empty) == (0, 2, 4, 6 * 3000 * 512, False)
         assert plan.read_ranks() == (0,) and plan.notify_ranks() == (0, 1)
         ld, lp = 2096 * 512, 1056 * 512
         assert plan.rank_reads(0)[0] == pdkv.PlanRead(0, 10 * ld, 0, 20 * lp, 1056 * 512)
@@ -522,9 +522,9 @@ def test_pipeline_stages_pair_and_plan_by_layer(nano: pdkv.Model) -> None:
     """P PP2 TP4 -> D PP1 TP2 on Nemotron-3-Nano (52 layers, split 26/26): stage metadata is
     labelled 1.2, stages pair by their windows, and a plan against P stage 1 whose attention
     group names its layers reads layers 26, 33, 42 from P regions 0..2 into D regions 3..5."""
-    assert pdkv.pipeline_layer_window(52, 1, 2) == (26, 52)
+    assert pdkv.pipeline_layer_window(52, 2, 1) == (26, 52)
     with pytest.raises(pdkv.InvalidArgumentError, match="pp_size 3"):
-        pdkv.pipeline_layer_window(2, 0, 3)
+        pdkv.pipeline_layer_window(2, 3, 0)
     p_cfg, d_cfg = pdkv.EngineConfig(tp_size=4), pdkv.EngineConfig(tp_size=2)
 
     def stage(s: int, r: int) -> pdkv.EngineLayout:
@@ -539,11 +539,12 @@ def test_pipeline_stages_pair_and_plan_by_layer(nano: pdkv.Model) -> None:
     info = p[0].info()
     assert (info.pp_size, info.pp_rank, info.layer_begin, info.layer_end) == (2, 1, 26, 52)
     assert p[0].encode()[6] == 2
-    pairs = pdkv.pipeline_stage_pairs([d], [p[0], p0])
-    assert pairs == (pdkv.StagePair(0, 0, 0, 26), pdkv.StagePair(0, 1, 26, 52))
+    pairs = pdkv.pipeline_stage_pairs([p[0], p0], [d])
+    assert pairs == (pdkv.StagePair(0, 0, 0, 26), pdkv.StagePair(1, 0, 26, 52))
+    assert pairs[1] == pdkv.StagePair(p_pp_rank=1, d_pp_rank=0, layer_begin=26, layer_end=52)
     assert pdkv.pipeline_notifications_expected(pairs, 1, 4, 2) == 1
     with pytest.raises(pdkv.InvalidArgumentError, match="missing"):
-        pdkv.pipeline_stage_pairs([d], [p[0]])
+        pdkv.pipeline_stage_pairs([p[0]], [d])
     attention = pdkv.PlanGroup(
         pdkv.GroupTrimInput(kind=pdkv.GroupKind.ATTENTION, local_blocks=[6], remote_blocks=[7],
                             remote_computed_tokens=1000),

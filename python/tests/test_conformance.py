@@ -118,27 +118,27 @@ def _kind(name: str) -> pdkv.GroupKind:
 
 
 def op_tp_ratio(i: Input) -> Dict[str, Any]:
-    return {"tp_ratio": pdkv.tp_ratio(i.int("local_tp"), i.int("remote_tp"))}
+    return {"tp_ratio": pdkv.tp_ratio(i.int("local_tp_size"), i.int("remote_tp_size"))}
 
 
 def op_handshake_target_ranks(i: Input) -> Dict[str, Any]:
-    return {"ranks": list(pdkv.handshake_target_ranks(i.int("local_tp"), i.int("local_rank"), i.int("remote_tp")))}
+    return {"ranks": list(pdkv.handshake_target_ranks(i.int("local_tp_size"), i.int("local_tp_rank"), i.int("remote_tp_size")))}
 
 
 def op_physical_head_range(i: Input) -> Dict[str, Any]:
-    b, e = pdkv.physical_head_range(i.int("tp"), i.int("total_kv_heads"), i.int("rank"))
+    b, e = pdkv.physical_head_range(i.int("tp_size"), i.int("tp_rank"), i.int("total_kv_heads"))
     return {"begin": b, "end": e}
 
 
 def op_notifications_expected(i: Input) -> Dict[str, Any]:
-    return {"count": pdkv.notifications_expected_per_request(i.int("p_tp"), i.int("d_tp"))}
+    return {"count": pdkv.notifications_expected_per_request(i.int("p_tp_size"), i.int("d_tp_size"))}
 
 
 def op_tp_mapping(i: Input) -> Dict[str, Any]:
     with pdkv.TpMapping(
-        i.int("local_tp"),
-        i.int("local_rank"),
-        i.int("remote_tp"),
+        i.int("local_tp_size"),
+        i.int("local_tp_rank"),
+        i.int("remote_tp_size"),
         i.int("total_kv_heads"),
         use_mla=i.bool("use_mla"),
         has_mamba=i.bool("has_mamba"),
@@ -204,12 +204,12 @@ def op_mamba_reads(i: Input) -> Dict[str, Any]:
     name = i.str("model")
     p_cfg = engine(i.sub("prefill"))
     d_cfg = engine(i.sub("decode"))
-    d_rank = i.int("decode_rank")
+    d_tp_rank = i.int("decode_rank")
     rule = {"pdkv": pdkv.MambaReadsRule.PDKV, "vllm": pdkv.MambaReadsRule.VLLM}.get(i.str("rule"))
     if rule is None:
         raise VectorError(f"unknown rule {i.obj['rule']!r}")
     with pdkv.Model.from_preset(name) as model, pdkv.Geometry(model, p_cfg) as pg, pdkv.Geometry(model, d_cfg) as dg:
-        with pdkv.MambaReadList(pg, dg, d_rank, rule) as reads:
+        with pdkv.MambaReadList(pg, dg, d_tp_rank, rule) as reads:
             return {
                 "reads": [dataclass_dict(r) for r in reads.items()],
                 "source_ranks": list(reads.source_ranks()),
@@ -626,7 +626,7 @@ def _compiled_plan(i: Input, stack: contextlib.ExitStack) -> pdkv.TransferPlan:
     has_model = "model" in i.obj
     hf_config = i.str("hf_config") if "hf_config" in i.obj else None
     p_in, d_in = i.sub("prefill"), i.sub("decode")
-    d_rank = i.int("decode_rank")
+    d_tp_rank = i.int("decode_rank")
     permute = i.bool("permute_on_receive", False)
     p_cfg, d_cfg = engine(p_in.sub("engine")), engine(d_in.sub("engine"))
     p_layout, d_layout = _optional_layout(p_in), _optional_layout(d_in)
@@ -646,7 +646,7 @@ def _compiled_plan(i: Input, stack: contextlib.ExitStack) -> pdkv.TransferPlan:
     else:
         model = stack.enter_context(pdkv.Model.from_hf_config_json(hf_config))
     local = stack.enter_context(
-        pdkv.EngineMetadata.from_model(model, d_cfg, dataclasses.replace(d_layout, tp_rank=d_rank))
+        pdkv.EngineMetadata.from_model(model, d_cfg, dataclasses.replace(d_layout, tp_rank=d_tp_rank))
     )
     remote = [
         stack.enter_context(pdkv.EngineMetadata.from_model(model, p_cfg, dataclasses.replace(p_layout, tp_rank=p)))
@@ -670,7 +670,7 @@ def op_transfer_plan(i: Input) -> Dict[str, Any]:
         if (len(read_ranks), len(notify_ranks)) != (info.num_read_ranks, info.num_notify_ranks):
             raise VectorError("plan info counts disagree with the rank lists")
         reads, rank_bytes = [], []
-        for p in range(info.p_tp):
+        for p in range(info.p_tp_size):
             rank_reads = sorted(plan.rank_reads(p), key=lambda r: (r.local_region, r.local_offset))
             total = plan.rank_bytes(p)
             if sum(r.length for r in rank_reads) != total:
@@ -683,8 +683,8 @@ def op_transfer_plan(i: Input) -> Dict[str, Any]:
         if len(zeros) != info.num_groups:
             raise VectorError("group_zeros() length differs from num_groups")
         return {
-            "d_tp": info.d_tp,
-            "p_tp": info.p_tp,
+            "d_tp_size": info.d_tp_size,
+            "p_tp_size": info.p_tp_size,
             "read_ranks": list(read_ranks),
             "notify_ranks": list(notify_ranks),
             "notifications_per_p_rank": info.notifications_per_p_rank,
@@ -732,7 +732,7 @@ def op_permute_kv_block(i: Input) -> Dict[str, Any]:
 
 
 def op_pipeline_layer_window(i: Input) -> Dict[str, Any]:
-    b, e = pdkv.pipeline_layer_window(i.int("num_layers"), i.int("pp_rank"), i.int("pp_size"))
+    b, e = pdkv.pipeline_layer_window(i.int("num_layers"), i.int("pp_size"), i.int("pp_rank"))
     return {"begin": b, "end": e}
 
 
@@ -748,7 +748,7 @@ def op_pipeline_stage_pairs(i: Input) -> Dict[str, Any]:
         model = stack.enter_context(model_of(i))
         p = [stack.enter_context(pdkv.EngineMetadata.from_model(model, p_cfg, x)) for x in p_layouts]
         d = [stack.enter_context(pdkv.EngineMetadata.from_model(model, d_cfg, x)) for x in d_layouts]
-        pairs = pdkv.pipeline_stage_pairs(d, p)
+        pairs = pdkv.pipeline_stage_pairs(p, d)
         notes = [
             pdkv.pipeline_notifications_expected(pairs, s, p_cfg.tp_size, d_cfg.tp_size)
             for s in range(p[0].info().pp_size)
@@ -781,9 +781,9 @@ def _descriptors(lst: pdkv.DescriptorList) -> Dict[str, Any]:
 def _mapping(m: Input) -> pdkv.TpMapping:
     """A TpMapping from an object with the ``tp_mapping`` input keys."""
     args = dict(
-        local_tp=m.int("local_tp"),
-        local_rank=m.int("local_rank"),
-        remote_tp=m.int("remote_tp"),
+        local_tp_size=m.int("local_tp_size"),
+        local_tp_rank=m.int("local_tp_rank"),
+        remote_tp_size=m.int("remote_tp_size"),
         total_kv_heads=m.int("total_kv_heads"),
         use_mla=m.bool("use_mla"),
         has_mamba=m.bool("has_mamba"),
@@ -806,9 +806,9 @@ def op_attention_remote_descriptors(i: Input) -> Dict[str, Any]:
 
 def op_attention_split_descriptors(i: Input) -> Dict[str, Any]:
     regions, mapping_in = _regions(i, "regions"), i.sub("mapping")
-    bsr, p_rank = i.int("block_size_ratio"), i.int("p_rank")
+    bsr, p_tp_rank = i.int("block_size_ratio"), i.int("p_tp_rank")
     with _mapping(mapping_in) as m, pdkv.attention_local_descriptors(regions, bsr) as local:
-        return _descriptors(pdkv.attention_split_descriptors(local, m, bsr, p_rank))
+        return _descriptors(pdkv.attention_split_descriptors(local, m, bsr, p_tp_rank))
 
 
 def _model_engine(i: Input) -> Tuple[str, pdkv.EngineConfig]:
@@ -827,17 +827,17 @@ def _mamba_reads_case(
     i: Input, regions_key: str, ppl_key: str, build: Callable[..., pdkv.DescriptorList], on_prefill: bool
 ) -> Dict[str, Any]:
     """``mamba_remote_descriptors`` (P's regions, ``on_prefill``) / ``mamba_local_split_descriptors``
-    (D's regions): the reads of (model, prefill, decode, decode_rank, rule) for ``p_rank``."""
+    (D's regions): the reads of (model, prefill, decode, decode_rank, rule) for ``p_tp_rank``."""
     name = i.str("model")
     p_cfg, d_cfg = engine(i.sub("prefill")), engine(i.sub("decode"))
-    d_rank = i.int("decode_rank")
+    d_tp_rank = i.int("decode_rank")
     rule = {"pdkv": pdkv.MambaReadsRule.PDKV, "vllm": pdkv.MambaReadsRule.VLLM}.get(i.str("rule"))
     if rule is None:
         raise VectorError(f"unknown rule {i.obj['rule']!r}")
-    regions, ppl, p_rank = _regions(i, regions_key), i.int(ppl_key), i.int("p_rank")
+    regions, ppl, p_tp_rank = _regions(i, regions_key), i.int(ppl_key), i.int("p_tp_rank")
     with pdkv.Model.from_preset(name) as model, pdkv.Geometry(model, p_cfg) as pg, pdkv.Geometry(model, d_cfg) as dg:
-        with pdkv.MambaReadList(pg, dg, d_rank, rule) as reads:
-            return _descriptors(build(regions, ppl, pg if on_prefill else dg, reads, p_rank))
+        with pdkv.MambaReadList(pg, dg, d_tp_rank, rule) as reads:
+            return _descriptors(build(regions, ppl, pg if on_prefill else dg, reads, p_tp_rank))
 
 
 def op_mamba_remote_descriptors(i: Input) -> Dict[str, Any]:
@@ -860,7 +860,7 @@ def op_mamba_local_conv_offsets(i: Input) -> Dict[str, Any]:
 
 def op_mamba_remote_conv_offsets(i: Input) -> Dict[str, Any]:
     name, cfg = _model_engine(i)
-    rank, ratio = i.int("local_rank"), i.int("tp_ratio")
+    rank, ratio = i.int("local_tp_rank"), i.int("tp_ratio")
     with pdkv.Model.from_preset(name) as model, pdkv.Geometry(model, cfg) as g:
         return {"ranges": _ranges_out(g.mamba_remote_conv_offsets(rank, ratio))}
 
@@ -868,7 +868,7 @@ def op_mamba_remote_conv_offsets(i: Input) -> Dict[str, Any]:
 def op_mamba_ssm_read_range(i: Input) -> Dict[str, Any]:
     name, cfg = _model_engine(i)
     rc, rs = i.int("remote_conv_bytes"), i.int("remote_ssm_bytes")
-    rank, ratio = i.int("local_rank"), i.int("tp_ratio")
+    rank, ratio = i.int("local_tp_rank"), i.int("tp_ratio")
     with pdkv.Model.from_preset(name) as model, pdkv.Geometry(model, cfg) as g:
         r = g.mamba_ssm_read_range(rc, rs, rank, ratio)
         return {"offset": r.offset, "size": r.size}
@@ -984,7 +984,7 @@ def op_engine_plan(i: Input) -> Dict[str, Any]:
         sides[key] = (engine(s.sub("engine")), lay.str("engine_id"), lay.int("num_logical_blocks"))
         lay.check_all_used()
         s.check_all_used()
-    d_rank = i.int("decode_rank")
+    d_tp_rank = i.int("decode_rank")
     rq = i.sub("request")
     groups = []
     for g in rq.obj_list("groups"):
@@ -999,7 +999,7 @@ def op_engine_plan(i: Input) -> Dict[str, Any]:
             model = stack.enter_context(pdkv.Model.from_hf_config_json(i.str("hf_config")))
         p_cfg, p_id, p_blocks = sides["prefill"]
         d_cfg, d_id, d_blocks = sides["decode"]
-        d = stack.enter_context(pdkv.Engine(model, d_cfg, d_id, d_rank, d_blocks))
+        d = stack.enter_context(pdkv.Engine(model, d_cfg, d_id, d_tp_rank, d_blocks))
         remote = []
         for r in range(p_cfg.tp_size):
             with pdkv.Engine(model, p_cfg, p_id, r, p_blocks) as p:
@@ -1118,8 +1118,8 @@ OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
     "transfer_plan": (
         op_transfer_plan,
         {
-            "d_tp",
-            "p_tp",
+            "d_tp_size",
+            "p_tp_size",
             "read_ranks",
             "notify_ranks",
             "notifications_per_p_rank",
@@ -1275,13 +1275,13 @@ def test_runner_fails_on_unknown_op() -> None:
 
 def test_runner_fails_on_wrong_value() -> None:
     with pytest.raises(AssertionError):
-        run_case({"name": "x", "op": "tp_ratio", "input": {"local_tp": 2, "remote_tp": 4}, "output": {"tp_ratio": 2}})
+        run_case({"name": "x", "op": "tp_ratio", "input": {"local_tp_size": 2, "remote_tp_size": 4}, "output": {"tp_ratio": 2}})
 
 
 def test_runner_fails_on_unknown_input_key() -> None:
     with pytest.raises(VectorError, match="unknown input"):
         run_case(
-            {"name": "x", "op": "tp_ratio", "input": {"local_tp": 2, "remote_tp": 4, "typo": 1}, "output": {"tp_ratio": -2}}
+            {"name": "x", "op": "tp_ratio", "input": {"local_tp_size": 2, "remote_tp_size": 4, "typo": 1}, "output": {"tp_ratio": -2}}
         )
 
 
@@ -1326,11 +1326,11 @@ def test_runner_fails_on_unknown_nested_input_key() -> None:
 
 def test_runner_fails_on_missing_output_key() -> None:
     with pytest.raises(VectorError, match="output keys"):
-        run_case({"name": "x", "op": "physical_head_range", "input": {"tp": 2, "total_kv_heads": 4, "rank": 1}, "output": {"begin": 2}})
+        run_case({"name": "x", "op": "physical_head_range", "input": {"tp_size": 2, "tp_rank": 1, "total_kv_heads": 4}, "output": {"begin": 2}})
 
 
 def test_runner_fails_on_wrong_status_or_message() -> None:
-    case = {"name": "x", "op": "tp_ratio", "input": {"local_tp": 2, "remote_tp": 3}}
+    case = {"name": "x", "op": "tp_ratio", "input": {"local_tp_size": 2, "remote_tp_size": 3}}
     with pytest.raises(AssertionError):
         run_case({**case, "error": {"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": []}})
     with pytest.raises(AssertionError):
@@ -1341,7 +1341,7 @@ def test_runner_fails_on_wrong_status_or_message() -> None:
 def test_runner_fails_when_an_error_case_succeeds() -> None:
     with pytest.raises(BaseException):
         run_case(
-            {"name": "x", "op": "tp_ratio", "input": {"local_tp": 2, "remote_tp": 4}, "error": {"status": "PDKV_ERR_TP_NOT_DIVISIBLE", "message_contains": []}}
+            {"name": "x", "op": "tp_ratio", "input": {"local_tp_size": 2, "remote_tp_size": 4}, "error": {"status": "PDKV_ERR_TP_NOT_DIVISIBLE", "message_contains": []}}
         )
 
 
@@ -1427,17 +1427,17 @@ def test_runner_honours_prefill_ranks() -> None:
         lambda c: "output" in c
         and "ranks" not in c["input"]["prefill"]
         and c["output"]["read_ranks"]
-        and c["output"]["p_tp"] > 1,
+        and c["output"]["p_tp_size"] > 1,
     )
-    p_tp = case["output"]["p_tp"]
+    p_tp_size = case["output"]["p_tp_size"]
     prefill = case["input"]["prefill"]
 
     def with_prefill(**extra: Any) -> Dict[str, Any]:
         return {**case, "input": {**case["input"], "prefill": {**prefill, **extra}}}
 
-    run_case(with_prefill(ranks=list(range(p_tp))[::-1]))
+    run_case(with_prefill(ranks=list(range(p_tp_size))[::-1]))
     missing = case["output"]["read_ranks"][0]
-    others = [p for p in range(p_tp) if p != missing]
+    others = [p for p in range(p_tp_size) if p != missing]
     err = with_prefill(ranks=others)
     del err["output"]
     err["error"] = {"status": "PDKV_ERR_NOT_FOUND", "message_contains": [f"P rank {missing}"]}

@@ -211,14 +211,14 @@ struct Op {
 };
 
 json op_tp_ratio(Input& in) {
-  const uint32_t l = in.u32("local_tp"), r = in.u32("remote_tp");
+  const uint32_t l = in.u32("local_tp_size"), r = in.u32("remote_tp_size");
   int32_t out = 0;
   call([&](pdkv_error_t** e) { return pdkv_tp_ratio(l, r, &out, e); });
   return {{"tp_ratio", out}};
 }
 
 json op_handshake_target_ranks(Input& in) {
-  const uint32_t l = in.u32("local_tp"), rank = in.u32("local_rank"), r = in.u32("remote_tp");
+  const uint32_t l = in.u32("local_tp_size"), rank = in.u32("local_tp_rank"), r = in.u32("remote_tp_size");
   size_t n = 0;
   // First ask for the count (BUFFER_TOO_SMALL with the needed count, or OK for zero).
   pdkv_error_t* e0 = nullptr;
@@ -236,14 +236,14 @@ json op_handshake_target_ranks(Input& in) {
 }
 
 json op_physical_head_range(Input& in) {
-  const uint32_t tp = in.u32("tp"), k = in.u32("total_kv_heads"), rank = in.u32("rank");
+  const uint32_t tp_size = in.u32("tp_size"), tp_rank = in.u32("tp_rank"), k = in.u32("total_kv_heads");
   uint32_t b = 0, e = 0;
-  call([&](pdkv_error_t** err) { return pdkv_physical_head_range(tp, k, rank, &b, &e, err); });
+  call([&](pdkv_error_t** err) { return pdkv_physical_head_range(tp_size, tp_rank, k, &b, &e, err); });
   return {{"begin", b}, {"end", e}};
 }
 
 json op_notifications_expected(Input& in) {
-  const uint32_t p = in.u32("p_tp"), d = in.u32("d_tp");
+  const uint32_t p = in.u32("p_tp_size"), d = in.u32("d_tp_size");
   uint32_t out = 0;
   call([&](pdkv_error_t** e) { return pdkv_notifications_expected_per_request(p, d, &out, e); });
   return {{"count", out}};
@@ -252,9 +252,9 @@ json op_notifications_expected(Input& in) {
 json op_tp_mapping(Input& in) {
   pdkv_tp_mapping_params_t p{};
   p.struct_size = sizeof p;
-  p.local_tp = in.u32("local_tp");
-  p.local_rank = in.u32("local_rank");
-  p.remote_tp = in.u32("remote_tp");
+  p.local_tp_size = in.u32("local_tp_size");
+  p.local_tp_rank = in.u32("local_tp_rank");
+  p.remote_tp_size = in.u32("remote_tp_size");
   p.total_kv_heads = in.u32("total_kv_heads");
   p.use_mla = in.boolean("use_mla") ? 1 : 0;
   p.has_mamba = in.boolean("has_mamba") ? 1 : 0;
@@ -353,7 +353,7 @@ json op_mamba_reads(Input& in) {
   const std::string model = in.str("model");
   Input p_in = in.object("prefill");
   Input d_in = in.object("decode");
-  const uint32_t d_rank = in.u32("decode_rank");
+  const uint32_t d_tp_rank = in.u32("decode_rank");
   const std::string rule_name = in.str("rule");
   int32_t rule = 0;
   if (rule_name == "pdkv") rule = PDKV_MAMBA_READS_PDKV;
@@ -365,14 +365,14 @@ json op_mamba_reads(Input& in) {
   GeometryPtr pg = geometry(m.get(), pc);
   GeometryPtr dg = geometry(m.get(), dc);
   pdkv_mamba_read_list_t* raw = nullptr;
-  call([&](pdkv_error_t** e) { return pdkv_mamba_reads_new(pg.get(), dg.get(), d_rank, rule, &raw, e); });
+  call([&](pdkv_error_t** e) { return pdkv_mamba_reads_new(pg.get(), dg.get(), d_tp_rank, rule, &raw, e); });
   ReadListPtr list(raw);
   const pdkv_mamba_read_t* reads = nullptr;
   size_t n = 0;
   call([&](pdkv_error_t** e) { return pdkv_mamba_read_list_items(list.get(), &reads, &n, e); });
   json out = json::array();
   for (size_t k = 0; k < n; ++k)
-    out.push_back({{"p_rank", reads[k].p_rank}, {"part", reads[k].part}, {"remote_offset", reads[k].remote_offset},
+    out.push_back({{"p_tp_rank", reads[k].p_tp_rank}, {"part", reads[k].part}, {"remote_offset", reads[k].remote_offset},
                    {"local_offset", reads[k].local_offset}, {"length", reads[k].length}});
   const uint32_t* ranks = nullptr;
   size_t nr = 0;
@@ -956,9 +956,9 @@ json descriptors_json(pdkv_descriptor_list_t* raw) {
 TpMappingPtr mapping_of(Input mi) {
   pdkv_tp_mapping_params_t p{};
   p.struct_size = sizeof p;
-  p.local_tp = mi.u32("local_tp");
-  p.local_rank = mi.u32("local_rank");
-  p.remote_tp = mi.u32("remote_tp");
+  p.local_tp_size = mi.u32("local_tp_size");
+  p.local_tp_rank = mi.u32("local_tp_rank");
+  p.remote_tp_size = mi.u32("remote_tp_size");
   p.total_kv_heads = mi.u32("total_kv_heads");
   p.use_mla = mi.boolean("use_mla") ? 1 : 0;
   p.has_mamba = mi.boolean("has_mamba") ? 1 : 0;
@@ -991,12 +991,12 @@ json op_attention_remote_descriptors(Input& in) {
 json op_attention_split_descriptors(Input& in) {
   const std::vector<pdkv_region_t> r = regions_of(in.raw("regions"), "regions");
   TpMappingPtr m = mapping_of(in.object("mapping"));
-  const uint32_t bsr = in.u32("block_size_ratio"), p_rank = in.u32("p_rank");
+  const uint32_t bsr = in.u32("block_size_ratio"), p_tp_rank = in.u32("p_tp_rank");
   pdkv_descriptor_list_t* local_raw = nullptr;
   call([&](pdkv_error_t** e) { return pdkv_attention_local_descriptors(r.data(), r.size(), bsr, &local_raw, e); });
   DescListPtr local(local_raw);
   pdkv_descriptor_list_t* raw = nullptr;
-  call([&](pdkv_error_t** e) { return pdkv_attention_split_descriptors(local.get(), m.get(), bsr, p_rank, &raw, e); });
+  call([&](pdkv_error_t** e) { return pdkv_attention_split_descriptors(local.get(), m.get(), bsr, p_tp_rank, &raw, e); });
   return {{"descriptors", descriptors_json(raw)}};
 }
 
@@ -1027,7 +1027,7 @@ ReadsOfCase reads_of_case(Input& in) {
   Input d_in = in.object("decode");
   const pdkv_engine_config_t pc = engine_config(p_in);
   const pdkv_engine_config_t dc = engine_config(d_in);
-  const uint32_t d_rank = in.u32("decode_rank");
+  const uint32_t d_tp_rank = in.u32("decode_rank");
   const std::string rule_name = in.str("rule");
   int32_t rule = 0;
   if (rule_name == "pdkv") rule = PDKV_MAMBA_READS_PDKV;
@@ -1036,7 +1036,7 @@ ReadsOfCase reads_of_case(Input& in) {
   rc.p = geometry(rc.model.get(), pc);
   rc.d = geometry(rc.model.get(), dc);
   pdkv_mamba_read_list_t* raw = nullptr;
-  call([&](pdkv_error_t** e) { return pdkv_mamba_reads_new(rc.p.get(), rc.d.get(), d_rank, rule, &raw, e); });
+  call([&](pdkv_error_t** e) { return pdkv_mamba_reads_new(rc.p.get(), rc.d.get(), d_tp_rank, rule, &raw, e); });
   rc.reads.reset(raw);
   return rc;
 }
@@ -1045,10 +1045,10 @@ json op_mamba_remote_descriptors(Input& in) {
   ReadsOfCase rc = reads_of_case(in);
   const std::vector<pdkv_region_t> r = regions_of(in.raw("p_regions"), "p_regions");
   const uint64_t ppl = in.u64("p_ppl");
-  const uint32_t p_rank = in.u32("p_rank");
+  const uint32_t p_tp_rank = in.u32("p_tp_rank");
   pdkv_descriptor_list_t* raw = nullptr;
   call([&](pdkv_error_t** e) {
-    return pdkv_mamba_remote_descriptors(r.data(), r.size(), ppl, rc.p.get(), rc.reads.get(), p_rank, &raw, e);
+    return pdkv_mamba_remote_descriptors(r.data(), r.size(), ppl, rc.p.get(), rc.reads.get(), p_tp_rank, &raw, e);
   });
   return {{"descriptors", descriptors_json(raw)}};
 }
@@ -1057,10 +1057,10 @@ json op_mamba_local_split_descriptors(Input& in) {
   ReadsOfCase rc = reads_of_case(in);
   const std::vector<pdkv_region_t> r = regions_of(in.raw("d_regions"), "d_regions");
   const uint64_t ppl = in.u64("d_ppl");
-  const uint32_t p_rank = in.u32("p_rank");
+  const uint32_t p_tp_rank = in.u32("p_tp_rank");
   pdkv_descriptor_list_t* raw = nullptr;
   call([&](pdkv_error_t** e) {
-    return pdkv_mamba_local_split_descriptors(r.data(), r.size(), ppl, rc.d.get(), rc.reads.get(), p_rank, &raw, e);
+    return pdkv_mamba_local_split_descriptors(r.data(), r.size(), ppl, rc.d.get(), rc.reads.get(), p_tp_rank, &raw, e);
   });
   return {{"descriptors", descriptors_json(raw)}};
 }
@@ -1116,7 +1116,7 @@ int32_t i32_of(Input& in, const std::string& k) {
 
 json op_mamba_remote_conv_offsets(Input& in) {
   GeometryOfCase gc = geometry_of_case(in);
-  const uint32_t rank = in.u32("local_rank");
+  const uint32_t rank = in.u32("local_tp_rank");
   const int32_t ratio = i32_of(in, "tp_ratio");
   return {{"ranges", ranges_json([&](pdkv_byte_range_t* r, size_t cap, size_t* n, pdkv_error_t** e) {
              return pdkv_mamba_remote_conv_offsets(gc.g.get(), rank, ratio, r, cap, n, e);
@@ -1126,7 +1126,7 @@ json op_mamba_remote_conv_offsets(Input& in) {
 json op_mamba_ssm_read_range(Input& in) {
   GeometryOfCase gc = geometry_of_case(in);
   const uint64_t rc = in.u64("remote_conv_bytes"), rs = in.u64("remote_ssm_bytes");
-  const uint32_t rank = in.u32("local_rank");
+  const uint32_t rank = in.u32("local_tp_rank");
   const int32_t ratio = i32_of(in, "tp_ratio");
   pdkv_byte_range_t out{};
   call([&](pdkv_error_t** e) { return pdkv_mamba_ssm_read_range(gc.g.get(), rc, rs, rank, ratio, &out, e); });
@@ -1260,7 +1260,7 @@ json transfer_plan_case(Input& in, bool as_json) {
   }
   Input p_in = in.object("prefill");
   Input d_in = in.object("decode");
-  const uint32_t d_rank = in.u32("decode_rank");
+  const uint32_t d_tp_rank = in.u32("decode_rank");
   Input p_engine_in = p_in.object("engine");
   Input d_engine_in = d_in.object("engine");
   const pdkv_engine_config_t pc = engine_config(p_engine_in);
@@ -1281,7 +1281,7 @@ json transfer_plan_case(Input& in, bool as_json) {
   p_in.check_all_used();
   d_in.check_all_used();
   const bool permute_on_receive = in.bool_or("permute_on_receive", false);
-  d_layout->c.tp_rank = d_rank;
+  d_layout->c.tp_rank = d_tp_rank;
   MetadataPtr local = metadata_of(m.get(), dc, d_layout->c);
   std::vector<MetadataPtr> remote;
   std::vector<const pdkv_engine_metadata_t*> remote_ptrs;
@@ -1372,7 +1372,7 @@ json transfer_plan_case(Input& in, bool as_json) {
   if (nrr != i.num_read_ranks || nnt != i.num_notify_ranks) throw VectorError("plan info counts disagree with the lists");
   json reads = json::array(), rank_bytes = json::array();
   uint64_t total = 0;
-  for (uint32_t p = 0; p < i.p_tp; ++p) {
+  for (uint32_t p = 0; p < i.p_tp_size; ++p) {
     const pdkv_plan_read_t* r = nullptr;
     size_t n = 0;
     uint64_t bytes = 0;
@@ -1405,8 +1405,8 @@ json transfer_plan_case(Input& in, bool as_json) {
                   {"permute_blocks", array_of(z.permute_blocks, z.num_permute_blocks)},
                   {"permute_regions", array_of(z.permute_regions, z.num_permute_regions)}});
   }
-  return {{"d_tp", i.d_tp},
-          {"p_tp", i.p_tp},
+  return {{"d_tp_size", i.d_tp_size},
+          {"p_tp_size", i.p_tp_size},
           {"read_ranks", array_of(rr, nrr)},
           {"notify_ranks", array_of(nt, nnt)},
           {"notifications_per_p_rank", i.notifications_per_p_rank},
@@ -1451,12 +1451,12 @@ json op_permute_kv_block(Input& in) {
 json op_pipeline_layer_window(Input& in) {
   uint32_t b = 0, e = 0;
   call([&](pdkv_error_t** x) {
-    return pdkv_pipeline_layer_window(in.u32("num_layers"), in.u32("pp_rank"), in.u32("pp_size"), &b, &e, x);
+    return pdkv_pipeline_layer_window(in.u32("num_layers"), in.u32("pp_size"), in.u32("pp_rank"), &b, &e, x);
   });
   return {{"begin", b}, {"end", e}};
 }
 
-/// Pairs D stages with P stages (pdkv_pipeline_stage_pairs) and reports, per P stage, the
+/// Pairs P stages with D stages (pdkv_pipeline_stage_pairs) and reports, per P stage, the
 /// notifications each of its ranks waits for (pdkv_pipeline_notifications_expected).
 json op_pipeline_stage_pairs(Input& in) {
   ModelPtr m = model_of(in);
@@ -1484,22 +1484,22 @@ json op_pipeline_stage_pairs(Input& in) {
   const auto ds = stages(d_in, dc, dk);
   size_t count = 0;
   pdkv_error_t* e0 = nullptr;
-  const pdkv_status_t st = pdkv_pipeline_stage_pairs(ds.data(), ds.size(), ps.data(), ps.size(), nullptr, 0, &count, &e0);
+  const pdkv_status_t st = pdkv_pipeline_stage_pairs(ps.data(), ps.size(), ds.data(), ds.size(), nullptr, 0, &count, &e0);
   if (st != PDKV_OK && st != PDKV_ERR_BUFFER_TOO_SMALL) {
     // The real error: re-run through call() so the case sees its status and message.
     pdkv_error_free(e0);
     call([&](pdkv_error_t** x) {
-      return pdkv_pipeline_stage_pairs(ds.data(), ds.size(), ps.data(), ps.size(), nullptr, 0, &count, x);
+      return pdkv_pipeline_stage_pairs(ps.data(), ps.size(), ds.data(), ds.size(), nullptr, 0, &count, x);
     });
   }
   pdkv_error_free(e0);
   std::vector<pdkv_stage_pair_t> pairs(count);
   call([&](pdkv_error_t** x) {
-    return pdkv_pipeline_stage_pairs(ds.data(), ds.size(), ps.data(), ps.size(), pairs.data(), pairs.size(), &count, x);
+    return pdkv_pipeline_stage_pairs(ps.data(), ps.size(), ds.data(), ds.size(), pairs.data(), pairs.size(), &count, x);
   });
   json pj = json::array();
   for (const auto& p : pairs) {
-    pj.push_back({{"d_pp_rank", p.d_pp_rank}, {"p_pp_rank", p.p_pp_rank}, {"layer_begin", p.layer_begin},
+    pj.push_back({{"p_pp_rank", p.p_pp_rank}, {"d_pp_rank", p.d_pp_rank}, {"layer_begin", p.layer_begin},
                   {"layer_end", p.layer_end}});
   }
   pdkv_engine_metadata_info_t pi{};
@@ -1697,7 +1697,7 @@ const std::map<std::string, Op>& ops() {
       {"metadata_decode", {{METADATA_KEYS}, op_metadata_decode}},
       {"handshake_validate", {{"items", "compatible"}, op_handshake_validate}},
       {"transfer_plan",
-       {{"d_tp", "p_tp", "read_ranks", "notify_ranks", "notifications_per_p_rank", "reads", "rank_bytes", "groups",
+       {{"d_tp_size", "p_tp_size", "read_ranks", "notify_ranks", "notifications_per_p_rank", "reads", "rank_bytes", "groups",
          "pieces_before_coalescing", "pieces_after_coalescing", "bytes", "attention_bytes", "mamba_bytes", "empty",
          "d_pp_size", "d_pp_rank", "p_pp_size", "p_pp_rank", "layer_begin", "layer_end", "permute"},
         op_transfer_plan}},
@@ -1858,27 +1858,27 @@ TEST_CASE("conformance runner rejects malformed cases", "[capi][conformance]") {
   // The runner itself must fail on these, so a broken vector can never pass silently.
   CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"no_such_op","input":{},"output":{}})")),
              Catch::Matchers::Contains("unknown op"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":1,"remote_tp":1}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1}})")),
              Catch::Matchers::Contains("exactly one"));
   CHECK_THAT(run_case(json::parse(
-                 R"({"name":"x","op":"tp_ratio","input":{"local_tp":1,"remote_tp":1},"output":{"tp_ratio":1},
+                 R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1},"output":{"tp_ratio":1},
                      "error":{"status":"PDKV_OK"}})")),
              Catch::Matchers::Contains("exactly one"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"physical_head_range","input":{"tp":1,"total_kv_heads":2,"rank":0},"output":{"begin":0}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"physical_head_range","input":{"tp_size":1,"tp_rank":0,"total_kv_heads":2},"output":{"begin":0}})")),
              Catch::Matchers::Contains("missing output key 'end'"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":1,"remote_tp":1},"output":{"tp_ratio":1,"x":2}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1},"output":{"tp_ratio":1,"x":2}})")),
              Catch::Matchers::Contains("extra output key"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":1,"remote_tp":1,"typo":3},"output":{"tp_ratio":1}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1,"typo":3},"output":{"tp_ratio":1}})")),
              Catch::Matchers::Contains("unknown input key"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":4,"remote_tp":2},"output":{"tp_ratio":3}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":4,"remote_tp_size":2},"output":{"tp_ratio":3}})")),
              Catch::Matchers::Contains("expected 3, got 2"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}})")),
              Catch::Matchers::Contains("does not contain 'zzz'"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_OVERFLOW"}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_OVERFLOW"}})")),
              Catch::Matchers::Contains("expected PDKV_ERR_OVERFLOW"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":2,"remote_tp":1.5},"output":{"tp_ratio":1}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":1.5},"output":{"tp_ratio":1}})")),
              Catch::Matchers::Contains("floats"));
-  CHECK(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp":4,"remote_tp":2},"output":{"tp_ratio":2}})")) == "");
+  CHECK(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":4,"remote_tp_size":2},"output":{"tp_ratio":2}})")) == "");
   // item_messages_contain: a substring missing from an item's message, or a count different from
   // the item count, fails the case.
   const std::string ranks =

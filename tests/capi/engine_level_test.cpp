@@ -114,10 +114,10 @@ struct Pair {
     return i.mamba_type != PDKV_MAMBA_NONE;
   }
 
-  Pair(ModelPtr m, const pdkv_engine_config_t& dc, const pdkv_engine_config_t& pc, uint32_t d_rank,
+  Pair(ModelPtr m, const pdkv_engine_config_t& dc, const pdkv_engine_config_t& pc, uint32_t d_tp_rank,
        uint64_t blocks = 64, int32_t prefix_caching = -1)
       : model(std::move(m)), d_config(dc), p_config(pc) {
-    d = make_engine(model.get(), d_config, "decode", d_rank, blocks, prefix_caching);
+    d = make_engine(model.get(), d_config, "decode", d_tp_rank, blocks, prefix_caching);
     std::vector<const pdkv_engine_metadata_t*> remote;
     for (uint32_t r = 0; r < p_config.tp_size; ++r) {
       p.push_back(make_engine(model.get(), p_config, "prefill", r, blocks, prefix_caching));
@@ -436,7 +436,7 @@ TEST_CASE("engine: metadata and registration descriptors match the low-level cal
 TEST_CASE("engine: a request's plan equals the low-level plan built by hand", "[engine]") {
   struct Deployment {
     const char* model;  // a preset, or "" for the pure attention model
-    uint32_t p_tp, d_tp, d_rank;
+    uint32_t p_tp_size, d_tp_size, d_tp_rank;
     int32_t mode;
     uint32_t spec;
     int32_t backend;
@@ -459,8 +459,8 @@ TEST_CASE("engine: a request's plan equals the low-level plan built by hand", "[
     for (int prefix_caching : {0, 1}) {
       if (dep.mode == PDKV_MAMBA_CACHE_NONE && prefix_caching == 1 && !attention_only) continue;
       if (dep.mode != PDKV_MAMBA_CACHE_NONE && prefix_caching == 0) continue;
-      Pair pr(attention_only ? attention_model() : preset(dep.model), config(dep.d_tp, dep.mode, dep.spec, dep.backend),
-              config(dep.p_tp, dep.mode, dep.spec, dep.backend), dep.d_rank, 256, prefix_caching);
+      Pair pr(attention_only ? attention_model() : preset(dep.model), config(dep.d_tp_size, dep.mode, dep.spec, dep.backend),
+              config(dep.p_tp_size, dep.mode, dep.spec, dep.backend), dep.d_tp_rank, 256, prefix_caching);
       const pdkv_engine_info_t di = info_of(pr.d.get());
       const uint64_t bs = di.logical_block_size;
       // Prompts: within one block, several blocks plus a few tokens, exactly whole blocks + 1.
@@ -470,8 +470,8 @@ TEST_CASE("engine: a request's plan equals the low-level plan built by hand", "[
           for (uint64_t h = bs; h <= prompt; h += bs) hits.push_back(h);  // partial and full hits
         }
         for (uint64_t hit : hits) {
-          INFO((attention_only ? "gqa-test-4l" : dep.model) << " P" << dep.p_tp << " -> D" << dep.d_tp << " rank "
-                                                              << dep.d_rank << " mode " << dep.mode << " spec "
+          INFO((attention_only ? "gqa-test-4l" : dep.model) << " P" << dep.p_tp_size << " -> D" << dep.d_tp_size << " rank "
+                                                              << dep.d_tp_rank << " mode " << dep.mode << " spec "
                                                               << dep.spec << " prompt " << prompt << " hit " << hit);
           const Request r = make_request(pr, prompt, hit);
           bool empty = true;

@@ -27,9 +27,9 @@ std::vector<pdkv_mamba_read_t> reads_of(const pdkv_mamba_read_list_t* l) {
   return n == 0 ? std::vector<pdkv_mamba_read_t>{} : std::vector<pdkv_mamba_read_t>(r, r + n);
 }
 
-ReadListPtr make_reads(const pdkv_geometry_t* p, const pdkv_geometry_t* d, uint32_t d_rank, int32_t rule) {
+ReadListPtr make_reads(const pdkv_geometry_t* p, const pdkv_geometry_t* d, uint32_t d_tp_rank, int32_t rule) {
   pdkv_mamba_read_list_t* l = nullptr;
-  REQUIRE_OK(pdkv_mamba_reads_new(p, d, d_rank, rule, &l, err));
+  REQUIRE_OK(pdkv_mamba_reads_new(p, d, d_tp_rank, rule, &l, err));
   return ReadListPtr(l);
 }
 
@@ -134,7 +134,7 @@ TEST_CASE("byte-exact Mamba reads, P TP4 -> D TP2 rank 1", "[capi][mamba]") {
   REQUIRE(reads.size() == 8);
   for (size_t i = 0; i < 8; ++i) {
     INFO("read " << i);
-    CHECK(reads[i].p_rank == expected[i].p);
+    CHECK(reads[i].p_tp_rank == expected[i].p);
     CHECK(std::string(reads[i].part) == expected[i].part);
     CHECK(reads[i].remote_offset == expected[i].ro);
     CHECK(reads[i].local_offset == expected[i].lo);
@@ -188,14 +188,14 @@ TEST_CASE("replicated Mamba2 groups (n_groups < TP): pdkv fixes vLLM #55208", "[
 TEST_CASE("pdkv reads write every D byte exactly once for all TP pairs up to 16", "[capi][mamba][property]") {
   ModelPtr m = make_model(nemotron3_nano_desc());  // K=2 limits nothing here: Mamba heads 64, groups 8
   const uint32_t sizes[] = {1, 2, 4, 8, 16};
-  for (uint32_t p_tp : sizes) {
-    GeometryPtr p = make_geometry(m.get(), engine(p_tp));
+  for (uint32_t p_tp_size : sizes) {
+    GeometryPtr p = make_geometry(m.get(), engine(p_tp_size));
     const pdkv_geometry_info_t pi = info_of(p.get());
-    for (uint32_t d_tp : sizes) {
-      GeometryPtr dg = make_geometry(m.get(), engine(d_tp));
+    for (uint32_t d_tp_size : sizes) {
+      GeometryPtr dg = make_geometry(m.get(), engine(d_tp_size));
       const pdkv_geometry_info_t di = info_of(dg.get());
-      for (uint32_t rank = 0; rank < d_tp; ++rank) {
-        INFO("P TP" << p_tp << " -> D TP" << d_tp << " rank " << rank);
+      for (uint32_t rank = 0; rank < d_tp_size; ++rank) {
+        INFO("P TP" << p_tp_size << " -> D TP" << d_tp_size << " rank " << rank);
         ReadListPtr l = make_reads(p.get(), dg.get(), rank, PDKV_MAMBA_READS_PDKV);
         std::vector<uint8_t> covered(di.mamba_page_bytes, 0);
         for (const auto& r : reads_of(l.get())) {

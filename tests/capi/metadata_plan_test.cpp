@@ -165,10 +165,10 @@ CallResult compile_status(const pdkv_plan_context_t* ctx, std::vector<Group>& gr
   });
 }
 
-std::vector<pdkv_plan_read_t> reads_of(const pdkv_transfer_plan_t* plan, uint32_t p_rank, uint64_t* bytes = nullptr) {
+std::vector<pdkv_plan_read_t> reads_of(const pdkv_transfer_plan_t* plan, uint32_t p_tp_rank, uint64_t* bytes = nullptr) {
   const pdkv_plan_read_t* reads = nullptr;
   size_t n = 0;
-  REQUIRE_OK(pdkv_transfer_plan_rank_reads(plan, p_rank, &reads, &n, bytes, err));
+  REQUIRE_OK(pdkv_transfer_plan_rank_reads(plan, p_tp_rank, &reads, &n, bytes, err));
   return n == 0 ? std::vector<pdkv_plan_read_t>{} : std::vector<pdkv_plan_read_t>(reads, reads + n);
 }
 
@@ -582,9 +582,9 @@ TEST_CASE("transfer plan: Nemotron-3-Nano P TP4 -> D TP2, attention token runs p
   pdkv_transfer_plan_info_t info{};
   info.struct_size = sizeof info;
   REQUIRE_OK(pdkv_transfer_plan_get_info(plan.get(), &info, err));
-  CHECK(info.d_rank == 0);
-  CHECK(info.d_tp == 2);
-  CHECK(info.p_tp == 4);
+  CHECK(info.d_tp_rank == 0);
+  CHECK(info.d_tp_size == 2);
+  CHECK(info.p_tp_size == 4);
   CHECK(info.num_read_ranks == 1);  // P rank 1 holds the same head (GQA twin)
   CHECK(info.num_notify_ranks == 2);
   CHECK(info.notifications_per_p_rank == 1);
@@ -662,7 +662,7 @@ TEST_CASE("transfer plan: Nemotron-3-Nano P TP4 -> D TP2, attention token runs p
     REQUIRE_OK(pdkv_string_text(s, &text, &tlen, err));
     CHECK(tlen == len);
     CHECK(std::string(text) == std::string(buf.data()));
-    CHECK_THAT(std::string(text), Contains("\"p_tp\"") && Contains("\"notify_ranks\""));
+    CHECK_THAT(std::string(text), Contains("\"p_tp_size\"") && Contains("\"notify_ranks\""));
     REQUIRE_OK(pdkv_string_text(s, &text, nullptr, err));
     CHECK(capture([&](pdkv_error_t** e) { return pdkv_string_text(s, nullptr, &tlen, e); }).status ==
           PDKV_ERR_NULL_POINTER);
@@ -678,7 +678,7 @@ TEST_CASE("transfer plan: Nemotron-3-Nano P TP4 -> D TP2, attention token runs p
     const pdkv_plan_read_t* rd = nullptr;
     auto r = capture([&](pdkv_error_t** e) { return pdkv_transfer_plan_rank_reads(plan.get(), 4, &rd, &count, nullptr, e); });
     CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
-    CHECK_THAT(r.message, Contains("p_rank 4") && Contains("P TP 4"));
+    CHECK_THAT(r.message, Contains("p_tp_rank 4") && Contains("P TP 4"));
     CHECK(capture([&](pdkv_error_t** e) { return pdkv_transfer_plan_rank_reads(plan.get(), 0, nullptr, &count, nullptr, e); })
               .status == PDKV_ERR_NULL_POINTER);
     r = capture([&](pdkv_error_t** e) { return pdkv_transfer_plan_group_zero(plan.get(), 1, &z, e); });

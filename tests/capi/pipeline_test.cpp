@@ -109,10 +109,10 @@ TEST_CASE("pipeline: stage metadata, layer split, pairing and notifications", "[
   }
 
   uint32_t b = 9, e = 9;
-  REQUIRE_OK(pdkv_pipeline_layer_window(5, 1, 3, &b, &e, err));
+  REQUIRE_OK(pdkv_pipeline_layer_window(5, 3, 1, &b, &e, err));
   CHECK(b == 2);
   CHECK(e == 4);
-  CHECK(capture([&](pdkv_error_t** x) { return pdkv_pipeline_layer_window(2, 0, 3, &b, &e, x); }).status ==
+  CHECK(capture([&](pdkv_error_t** x) { return pdkv_pipeline_layer_window(2, 3, 0, &b, &e, x); }).status ==
         PDKV_ERR_INVALID_ARGUMENT);
 
   // P PP2 [0,2) [2,4); D PP2 [0,3) [3,open).
@@ -122,13 +122,13 @@ TEST_CASE("pipeline: stage metadata, layer split, pairing and notifications", "[
   const pdkv_engine_metadata_t* ds[] = {d1.get(), d0.get()};
   const pdkv_engine_metadata_t* ps[] = {p1.get(), p0.get()};
   size_t count = 0;
-  const CallResult small = capture([&](pdkv_error_t** x) { return pdkv_pipeline_stage_pairs(ds, 2, ps, 2, nullptr, 0, &count, x); });
+  const CallResult small = capture([&](pdkv_error_t** x) { return pdkv_pipeline_stage_pairs(ps, 2, ds, 2, nullptr, 0, &count, x); });
   CHECK(small.status == PDKV_ERR_BUFFER_TOO_SMALL);
   CHECK(count == 3);
   std::vector<pdkv_stage_pair_t> pairs(count);
-  REQUIRE_OK(pdkv_pipeline_stage_pairs(ds, 2, ps, 2, pairs.data(), pairs.size(), &count, err));
+  REQUIRE_OK(pdkv_pipeline_stage_pairs(ps, 2, ds, 2, pairs.data(), pairs.size(), &count, err));
   REQUIRE(count == 3);
-  const pdkv_stage_pair_t want[] = {{0, 0, 0, 2}, {0, 1, 2, 3}, {1, 1, 3, 4}};
+  const pdkv_stage_pair_t want[] = {{0, 0, 0, 2}, {1, 0, 2, 3}, {1, 1, 3, 4}};  // {p, d, begin, end}
   for (size_t k = 0; k < 3; ++k) {
     CHECK(pairs[k].d_pp_rank == want[k].d_pp_rank);
     CHECK(pairs[k].p_pp_rank == want[k].p_pp_rank);
@@ -141,7 +141,7 @@ TEST_CASE("pipeline: stage metadata, layer split, pairing and notifications", "[
   CHECK(capture([&](pdkv_error_t** x) { return pdkv_pipeline_notifications_expected(pairs.data(), 3, 1, 2, 3, &n, x); })
             .status == PDKV_ERR_TP_NOT_DIVISIBLE);
   const pdkv_engine_metadata_t* only_p1[] = {p1.get()};
-  const CallResult missing = capture([&](pdkv_error_t** x) { return pdkv_pipeline_stage_pairs(ds, 2, only_p1, 1, nullptr, 0, &count, x); });
+  const CallResult missing = capture([&](pdkv_error_t** x) { return pdkv_pipeline_stage_pairs(only_p1, 1, ds, 2, nullptr, 0, &count, x); });
   CHECK(missing.status == PDKV_ERR_INVALID_ARGUMENT);
   CHECK_THAT(missing.message, Contains("P stage 0 of 2") && Contains("missing"));
 }

@@ -56,15 +56,15 @@ MdPtr metadata(const pdkv_model_t* m, uint32_t tp, const pdkv_engine_layout_t& l
   return MdPtr(md);
 }
 
-// D rank 0 of d_tp reading from every rank of a P engine of p_tp, both in `kv_layout`.
+// D rank 0 of d_tp_size reading from every rank of a P engine of p_tp_size, both in `kv_layout`.
 struct Pair {
   ModelPtr model = gqa8();
   MdPtr d;
   std::vector<MdPtr> p;
-  Pair(uint32_t d_tp, uint32_t p_tp, int32_t kv_layout) {
-    d = metadata(model.get(), d_tp, layout("d", 0, 1ull << 40, kv_layout));
-    for (uint32_t r = 0; r < p_tp; ++r)
-      p.push_back(metadata(model.get(), p_tp, layout("p", r, (2ull + r) << 40, kv_layout)));
+  Pair(uint32_t d_tp_size, uint32_t p_tp_size, int32_t kv_layout) {
+    d = metadata(model.get(), d_tp_size, layout("d", 0, 1ull << 40, kv_layout));
+    for (uint32_t r = 0; r < p_tp_size; ++r)
+      p.push_back(metadata(model.get(), p_tp_size, layout("p", r, (2ull + r) << 40, kv_layout)));
   }
   CtxPtr context() const {
     std::vector<const pdkv_engine_metadata_t*> r;

@@ -99,8 +99,8 @@ TEST_CASE("struct_size: the 0.1 size of every model / topology / geometry struct
   });
 
   pdkv_tp_mapping_params_t params{};
-  params.local_tp = 2;
-  params.remote_tp = 4;
+  params.local_tp_size = 2;
+  params.remote_tp_size = 4;
   params.total_kv_heads = 2;
   params.has_mamba = 1;
   check_oldest_size("pdkv_tp_mapping_params_t", 32, sizeof(pdkv_tp_mapping_params_t),

@@ -15,12 +15,12 @@ std::vector<uint32_t> ranks_of(const pdkv_tp_mapping_t* m, int32_t which) {
   return n == 0 ? std::vector<uint32_t>{} : std::vector<uint32_t>(r, r + n);
 }
 
-TpMappingPtr mapping(uint32_t local_tp, uint32_t local_rank, uint32_t remote_tp, uint32_t k, bool mla, bool mamba) {
+TpMappingPtr mapping(uint32_t local_tp_size, uint32_t local_tp_rank, uint32_t remote_tp_size, uint32_t k, bool mla, bool mamba) {
   pdkv_tp_mapping_params_t p{};
   p.struct_size = sizeof p;
-  p.local_tp = local_tp;
-  p.local_rank = local_rank;
-  p.remote_tp = remote_tp;
+  p.local_tp_size = local_tp_size;
+  p.local_tp_rank = local_tp_rank;
+  p.remote_tp_size = remote_tp_size;
   p.total_kv_heads = k;
   p.use_mla = mla ? 1 : 0;
   p.has_mamba = mamba ? 1 : 0;
@@ -92,21 +92,21 @@ TEST_CASE("handshake targets with the caller buffer convention", "[capi][topolog
 
 TEST_CASE("physical head ranges", "[capi][topology]") {
   uint32_t b = 0, e = 0;
-  REQUIRE_OK(pdkv_physical_head_range(4, 8, 1, &b, &e, err));
+  REQUIRE_OK(pdkv_physical_head_range(4, 1, 8, &b, &e, err));
   CHECK(b == 2);
   CHECK(e == 4);
-  REQUIRE_OK(pdkv_physical_head_range(8, 2, 5, &b, &e, err));  // replicated: h = 5*2/8
+  REQUIRE_OK(pdkv_physical_head_range(8, 5, 2, &b, &e, err));  // replicated: h = 5*2/8
   CHECK(b == 1);
   CHECK(e == 2);
-  auto r = capture([&](pdkv_error_t** err) { return pdkv_physical_head_range(3, 8, 0, &b, &e, err); });
+  auto r = capture([&](pdkv_error_t** err) { return pdkv_physical_head_range(3, 0, 8, &b, &e, err); });
   CHECK(r.status == PDKV_ERR_HEADS_NOT_DIVISIBLE);
   CHECK_THAT(r.message, Contains("8") && Contains("3"));
-  r = capture([&](pdkv_error_t** err) { return pdkv_physical_head_range(4, 8, 4, &b, &e, err); });
+  r = capture([&](pdkv_error_t** err) { return pdkv_physical_head_range(4, 4, 8, &b, &e, err); });
   CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
-  r = capture([&](pdkv_error_t** err) { return pdkv_physical_head_range(4, 8, 0, nullptr, &e, err); });
+  r = capture([&](pdkv_error_t** err) { return pdkv_physical_head_range(4, 0, 8, nullptr, &e, err); });
   CHECK(r.status == PDKV_ERR_NULL_POINTER);
   CHECK_THAT(r.message, Contains("begin"));
-  r = capture([&](pdkv_error_t** err) { return pdkv_physical_head_range(4, 8, 0, &b, nullptr, err); });
+  r = capture([&](pdkv_error_t** err) { return pdkv_physical_head_range(4, 0, 8, &b, nullptr, err); });
   CHECK(r.status == PDKV_ERR_NULL_POINTER);
   CHECK_THAT(r.message, Contains("end"));
 }
@@ -169,20 +169,20 @@ TEST_CASE("TP mapping: offset factors and MLA", "[capi][topology][mapping]") {
 TEST_CASE("TP mapping error paths", "[capi][topology][mapping][errors]") {
   pdkv_tp_mapping_params_t p{};
   p.struct_size = sizeof p;
-  p.local_tp = 2;
-  p.local_rank = 0;
-  p.remote_tp = 3;
+  p.local_tp_size = 2;
+  p.local_tp_rank = 0;
+  p.remote_tp_size = 3;
   p.total_kv_heads = 6;
   pdkv_tp_mapping_t* m = nullptr;
   auto r = capture([&](pdkv_error_t** err) { return pdkv_tp_mapping_new(&p, &m, err); });
   CHECK(r.status == PDKV_ERR_TP_NOT_DIVISIBLE);
   CHECK_THAT(r.message, Contains("2") && Contains("3"));
   CHECK(m == nullptr);
-  p.remote_tp = 4;
-  p.local_rank = 2;
+  p.remote_tp_size = 4;
+  p.local_tp_rank = 2;
   r = capture([&](pdkv_error_t** err) { return pdkv_tp_mapping_new(&p, &m, err); });
   CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
-  p.local_rank = 0;
+  p.local_tp_rank = 0;
   p.total_kv_heads = 0;
   r = capture([&](pdkv_error_t** err) { return pdkv_tp_mapping_new(&p, &m, err); });
   CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
@@ -235,13 +235,13 @@ TEST_CASE("TP mapping error paths", "[capi][topology][mapping][errors]") {
 TEST_CASE("TP mapping lists agree with pdkv_handshake_target_ranks for every pair up to TP 16",
           "[capi][topology][mapping][property]") {
   const uint32_t sizes[] = {1, 2, 4, 8, 16};
-  for (uint32_t d_tp : sizes) {
-    for (uint32_t p_tp : sizes) {
-      for (uint32_t rank = 0; rank < d_tp; ++rank) {
-        TpMappingPtr m = mapping(d_tp, rank, p_tp, 16, false, true);
+  for (uint32_t d_tp_size : sizes) {
+    for (uint32_t p_tp_size : sizes) {
+      for (uint32_t rank = 0; rank < d_tp_size; ++rank) {
+        TpMappingPtr m = mapping(d_tp_size, rank, p_tp_size, 16, false, true);
         uint32_t buf[16];
         size_t n = 0;
-        REQUIRE_OK(pdkv_handshake_target_ranks(d_tp, rank, p_tp, buf, 16, &n, err));
+        REQUIRE_OK(pdkv_handshake_target_ranks(d_tp_size, rank, p_tp_size, buf, 16, &n, err));
         CHECK(ranks_of(m.get(), PDKV_TP_LIST_HANDSHAKE_TARGETS) == V(buf, buf + n));
         // Mamba state is sharded: a D rank reads from every handshake target.
         CHECK(ranks_of(m.get(), PDKV_TP_LIST_MAMBA_SOURCES) == V(buf, buf + n));

@@ -24,9 +24,9 @@ void require_invalid(const CallResult& r, const std::string& needle) {
 pdkv_tp_mapping_params_t mapping_params() {
   pdkv_tp_mapping_params_t p{};
   p.struct_size = sizeof p;
-  p.local_tp = 2;
-  p.local_rank = 0;
-  p.remote_tp = 4;
+  p.local_tp_size = 2;
+  p.local_tp_rank = 0;
+  p.remote_tp_size = 4;
   p.total_kv_heads = 2;
   return p;
 }

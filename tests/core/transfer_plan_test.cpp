@@ -454,10 +454,10 @@ TEST(TransferPlan, JsonDumpHoldsEveryReadAndTheStats) {
   const TransferPlan p = compile_transfer_plan(
       ctx, {attention_group({2, 3}, {4, 6}, 20), mamba_group({5}, {1}, 20)});
   const auto j = nlohmann::json::parse(plan_to_json(p));
-  EXPECT_EQ(j["d_tp"], 1);
-  EXPECT_EQ(j["p_tp"], 2);
+  EXPECT_EQ(j["d_tp_size"], 1);
+  EXPECT_EQ(j["p_tp_size"], 2);
   ASSERT_EQ(j["ranks"].size(), 2u);
-  EXPECT_EQ(j["ranks"][1]["p_rank"], 1);
+  EXPECT_EQ(j["ranks"][1]["p_tp_rank"], 1);
   EXPECT_EQ(j["ranks"][1]["reads"][0]["local_offset"], 1280);
   EXPECT_EQ(j["ranks"][1]["reads"][0]["remote_offset"], 1024);
   EXPECT_EQ(j["ranks"][1]["reads"][0]["length"], 256);

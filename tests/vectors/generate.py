@@ -30,22 +30,22 @@ def check(actual, expected, what):
 # TP topology oracle (docs/semantics.md §2)
 # ---------------------------------------------------------------------------------------------
 
-def tp_ratio(local_tp, remote_tp):
+def tp_ratio(local_tp_size, remote_tp_size):
     """§2.1: +local/remote when local >= remote, else -(remote/local); must divide."""
-    if local_tp >= remote_tp:
-        assert local_tp % remote_tp == 0
-        return local_tp // remote_tp
-    assert remote_tp % local_tp == 0
-    return -(remote_tp // local_tp)
+    if local_tp_size >= remote_tp_size:
+        assert local_tp_size % remote_tp_size == 0
+        return local_tp_size // remote_tp_size
+    assert remote_tp_size % local_tp_size == 0
+    return -(remote_tp_size // local_tp_size)
 
 
-def handshake_targets(local_tp, local_rank, remote_tp):
+def handshake_targets(local_tp_size, local_tp_rank, remote_tp_size):
     """§2.2 handshake_target_ranks."""
-    r = tp_ratio(local_tp, remote_tp)
+    r = tp_ratio(local_tp_size, remote_tp_size)
     if r > 0:
-        return [local_rank // r]
+        return [local_tp_rank // r]
     a = -r
-    return [local_rank * a + i for i in range(a)]
+    return [local_tp_rank * a + i for i in range(a)]
 
 
 def head_range(tp, k, rank):
@@ -57,22 +57,22 @@ def head_range(tp, k, rank):
     return [h, h + 1]
 
 
-def notifications(p_tp, d_tp):
+def notifications(p_tp_size, d_tp_size):
     """§7: D_TP/P_TP readers per P rank when D_TP > P_TP, else 1."""
-    return d_tp // p_tp if d_tp > p_tp else 1
+    return d_tp_size // p_tp_size if d_tp_size > p_tp_size else 1
 
 
-def tp_mapping(local_tp, local_rank, remote_tp, k, mla, mamba):
+def tp_mapping(local_tp_size, local_tp_rank, remote_tp_size, k, mla, mamba):
     """§2.2 compute_tp_mapping, with the rank lists and scalars pdkv exposes."""
-    ratio = tp_ratio(local_tp, remote_tp)
-    hs = handshake_targets(local_tp, local_rank, remote_tp)
-    h = lambda r: r * k // remote_tp  # head of remote rank r
-    if mla or local_tp >= remote_tp:
-        attn = [local_rank * remote_tp // local_tp]
+    ratio = tp_ratio(local_tp_size, remote_tp_size)
+    hs = handshake_targets(local_tp_size, local_tp_rank, remote_tp_size)
+    h = lambda r: r * k // remote_tp_size  # head of remote rank r
+    if mla or local_tp_size >= remote_tp_size:
+        attn = [local_tp_rank * remote_tp_size // local_tp_size]
         cands = attn
     else:
-        a = remote_tp // local_tp
-        cands = list(range(local_rank * a, (local_rank + 1) * a))
+        a = remote_tp_size // local_tp_size
+        cands = list(range(local_tp_rank * a, (local_tp_rank + 1) * a))
         attn, seen = [], set()
         for r in cands:
             if h(r) not in seen:
@@ -80,9 +80,9 @@ def tp_mapping(local_tp, local_rank, remote_tp, k, mla, mamba):
                 attn.append(r)
     if not mamba:
         ssm = []
-    elif local_tp < remote_tp:
-        ssm = list(cands) if not mla else list(range(local_rank * (remote_tp // local_tp),
-                                                     (local_rank + 1) * (remote_tp // local_tp)))
+    elif local_tp_size < remote_tp_size:
+        ssm = list(cands) if not mla else list(range(local_tp_rank * (remote_tp_size // local_tp_size),
+                                                     (local_tp_rank + 1) * (remote_tp_size // local_tp_size)))
     else:
         ssm = list(attn)
     allr = sorted(set(attn) | set(ssm))
@@ -93,12 +93,12 @@ def tp_mapping(local_tp, local_rank, remote_tp, k, mla, mamba):
                 return i
         return 0
 
-    if mla or local_tp <= remote_tp:
+    if mla or local_tp_size <= remote_tp_size:
         off = 0
-    elif local_tp > k:
-        off = local_rank * k // local_tp - attn[0] * k // remote_tp
+    elif local_tp_size > k:
+        off = local_tp_rank * k // local_tp_size - attn[0] * k // remote_tp_size
     else:
-        off = local_rank % (local_tp // remote_tp)
+        off = local_tp_rank % (local_tp_size // remote_tp_size)
     return {
         "tp_ratio": ratio,
         "handshake_targets": hs,
@@ -108,10 +108,10 @@ def tp_mapping(local_tp, local_rank, remote_tp, k, mla, mamba):
         "attention_slots": [slot(r) for r in allr],
         "notify_ranks": hs,
         "rank_offset_factor": off,
-        "local_replicated": local_tp > k,
-        "remote_replicated": remote_tp > k,
-        "local_physical_heads": max(1, k // local_tp),
-        "remote_physical_heads": max(1, k // remote_tp),
+        "local_replicated": local_tp_size > k,
+        "remote_replicated": remote_tp_size > k,
+        "local_physical_heads": max(1, k // local_tp_size),
+        "remote_physical_heads": max(1, k // remote_tp_size),
     }
 
 
@@ -133,27 +133,27 @@ def topology_cases():
 
     # tp_ratio (§2.1)
     for l, r in [(1, 1), (4, 2), (2, 4), (8, 8), (8, 1), (1, 8), (4, 1), (1, 4)]:
-        add(f"tp_ratio/local{l}_remote{r}", "tp_ratio", {"local_tp": l, "remote_tp": r},
+        add(f"tp_ratio/local{l}_remote{r}", "tp_ratio", {"local_tp_size": l, "remote_tp_size": r},
             {"tp_ratio": tp_ratio(l, r)})
     check(tp_ratio(2, 4), -2, "tp_ratio D2<-P4")
-    add("tp_ratio/not_divisible_2_3", "tp_ratio", {"local_tp": 2, "remote_tp": 3},
+    add("tp_ratio/not_divisible_2_3", "tp_ratio", {"local_tp_size": 2, "remote_tp_size": 3},
         err={"status": "PDKV_ERR_TP_NOT_DIVISIBLE", "message_contains": ["2", "3"]})
-    add("tp_ratio/not_divisible_3_2", "tp_ratio", {"local_tp": 3, "remote_tp": 2},
+    add("tp_ratio/not_divisible_3_2", "tp_ratio", {"local_tp_size": 3, "remote_tp_size": 2},
         err={"status": "PDKV_ERR_TP_NOT_DIVISIBLE", "message_contains": ["3", "2"]})
-    add("tp_ratio/zero_local", "tp_ratio", {"local_tp": 0, "remote_tp": 2},
+    add("tp_ratio/zero_local", "tp_ratio", {"local_tp_size": 0, "remote_tp_size": 2},
         err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["0"]})
 
     # handshake targets (§2.2)
     for l, rank, r in [(2, 1, 4), (4, 3, 2), (1, 0, 8), (4, 0, 4), (8, 5, 2), (2, 0, 8)]:
         add(f"handshake_target_ranks/d{l}_r{rank}_p{r}", "handshake_target_ranks",
-            {"local_tp": l, "local_rank": rank, "remote_tp": r},
+            {"local_tp_size": l, "local_tp_rank": rank, "remote_tp_size": r},
             {"ranks": handshake_targets(l, rank, r)})
     check(handshake_targets(2, 1, 4), [2, 3], "handshake D2 rank1 <- P4")
     add("handshake_target_ranks/rank_out_of_range", "handshake_target_ranks",
-        {"local_tp": 2, "local_rank": 2, "remote_tp": 4},
+        {"local_tp_size": 2, "local_tp_rank": 2, "remote_tp_size": 4},
         err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["2"]})
     add("handshake_target_ranks/not_divisible", "handshake_target_ranks",
-        {"local_tp": 4, "local_rank": 0, "remote_tp": 6},
+        {"local_tp_size": 4, "local_tp_rank": 0, "remote_tp_size": 6},
         err={"status": "PDKV_ERR_TP_NOT_DIVISIBLE", "message_contains": ["4", "6"]})
 
     # physical head range (§2.3)
@@ -161,21 +161,21 @@ def topology_cases():
                         (16, 4, 15)]:
         b, e = head_range(tp, k, rank)
         add(f"physical_head_range/tp{tp}_k{k}_r{rank}", "physical_head_range",
-            {"tp": tp, "total_kv_heads": k, "rank": rank}, {"begin": b, "end": e})
+            {"tp_size": tp, "tp_rank": rank, "total_kv_heads": k}, {"begin": b, "end": e})
     check(head_range(4, 2, 3), [1, 2], "4 ranks over 2 heads, rank 3")
     add("physical_head_range/heads_not_divisible", "physical_head_range",
-        {"tp": 4, "total_kv_heads": 6, "rank": 0},
+        {"tp_size": 4, "tp_rank": 0, "total_kv_heads": 6},
         err={"status": "PDKV_ERR_HEADS_NOT_DIVISIBLE", "message_contains": ["6", "4"]})
     add("physical_head_range/rank_out_of_range", "physical_head_range",
-        {"tp": 2, "total_kv_heads": 8, "rank": 2},
+        {"tp_size": 2, "tp_rank": 2, "total_kv_heads": 8},
         err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["2"]})
 
     # notifications (§7)
     for p, d in [(1, 1), (1, 4), (2, 4), (4, 2), (4, 1), (2, 8)]:
-        add(f"notifications_expected/p{p}_d{d}", "notifications_expected", {"p_tp": p, "d_tp": d},
+        add(f"notifications_expected/p{p}_d{d}", "notifications_expected", {"p_tp_size": p, "d_tp_size": d},
             {"count": notifications(p, d)})
     check(notifications(2, 8), 4, "P2 D8 notifications")
-    add("notifications_expected/not_divisible", "notifications_expected", {"p_tp": 3, "d_tp": 4},
+    add("notifications_expected/not_divisible", "notifications_expected", {"p_tp_size": 3, "d_tp_size": 4},
         err={"status": "PDKV_ERR_TP_NOT_DIVISIBLE", "message_contains": ["3", "4"]})
 
     # TP mapping: §2.2 examples and the §2.3 worked table (K=2 hybrid)
@@ -184,7 +184,7 @@ def topology_cases():
         for key, val in (expect or {}).items():
             check(out[key], val, f"{name}.{key}")
         add(f"tp_mapping/{name}", "tp_mapping",
-            {"local_tp": l, "local_rank": rank, "remote_tp": r, "total_kv_heads": k,
+            {"local_tp_size": l, "local_tp_rank": rank, "remote_tp_size": r, "total_kv_heads": k,
              "use_mla": mla, "has_mamba": mamba}, out)
 
     tm("k2_d1_from_p4_hybrid", 1, 0, 4, 2, False, True,
@@ -223,11 +223,11 @@ def topology_cases():
     tm("k4_d2_r1_from_p8_dedup", 2, 1, 8, 4, False, True,
        {"attention_source_ranks": [4, 6], "attention_slots": [0, 0, 1, 1]})
     add("tp_mapping/not_divisible", "tp_mapping",
-        {"local_tp": 2, "local_rank": 0, "remote_tp": 3, "total_kv_heads": 2,
+        {"local_tp_size": 2, "local_tp_rank": 0, "remote_tp_size": 3, "total_kv_heads": 2,
          "use_mla": False, "has_mamba": False},
         err={"status": "PDKV_ERR_TP_NOT_DIVISIBLE", "message_contains": ["2", "3"]})
     add("tp_mapping/rank_out_of_range", "tp_mapping",
-        {"local_tp": 2, "local_rank": 5, "remote_tp": 4, "total_kv_heads": 2,
+        {"local_tp_size": 2, "local_tp_rank": 5, "remote_tp_size": 4, "total_kv_heads": 2,
          "use_mla": False, "has_mamba": True},
         err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["5"]})
 
@@ -459,67 +459,67 @@ def layout(m, tp, rank, spec, dt, ssm_dt):
     return out
 
 
-def mamba_reads(model, p_tp, d_tp, d_rank, rule, spec=0):
+def mamba_reads(model, p_tp_size, d_tp_size, d_tp_rank, rule, spec=0):
     """spec: speculative tokens of both engines (conv rows of spec-row models); "pdkv" rule only."""
     m = MODELS[model]
     dt, sdt = m["dt"], m["ssm_dt"]
     reads = []
     if rule == "pdkv":
-        dl = layout(m, d_tp, d_rank, spec, dt, sdt)
+        dl = layout(m, d_tp_size, d_tp_rank, spec, dt, sdt)
         for i, (name, u0, u1, ub, doff) in enumerate(dl):
-            for p in range(p_tp):
-                pname, p0, p1, pub, poff = layout(m, p_tp, p, spec, dt, sdt)[i]
+            for p in range(p_tp_size):
+                pname, p0, p1, pub, poff = layout(m, p_tp_size, p, spec, dt, sdt)[i]
                 assert pname == name and pub == ub
                 lo, hi = max(u0, p0), min(u1, p1)
                 if lo >= hi:
                     continue
-                reads.append({"p_rank": p, "part": name, "remote_offset": poff + (lo - p0) * ub,
+                reads.append({"p_tp_rank": p, "part": name, "remote_offset": poff + (lo - p0) * ub,
                               "local_offset": doff + (lo - u0) * ub, "length": (hi - lo) * ub})
-                if p1 - p0 == 1 and p_tp > ({"B": m.get("groups"), "C": m.get("groups")}.get(name) or 1 << 30):
+                if p1 - p0 == 1 and p_tp_size > ({"B": m.get("groups"), "C": m.get("groups")}.get(name) or 1 << 30):
                     sys.exit("replicated P parts have no unique owner: not generated")
     else:
-        ratio = tp_ratio(d_tp, p_tp)
-        dl = layout(m, d_tp, d_rank, 0, dt, sdt)
+        ratio = tp_ratio(d_tp_size, p_tp_size)
+        dl = layout(m, d_tp_size, d_tp_rank, 0, dt, sdt)
         d_conv = sum((u1 - u0) * ub for (n, u0, u1, ub, o) in dl[:-1])
         d_ssm = (dl[-1][2] - dl[-1][1]) * dl[-1][3]
         if ratio >= 1:
-            p = d_rank // ratio
-            lo = d_rank % ratio
-            pl = layout(m, p_tp, p, 0, dt, sdt)
+            p = d_tp_rank // ratio
+            lo = d_tp_rank % ratio
+            pl = layout(m, p_tp_size, p, 0, dt, sdt)
             p_conv = sum((u1 - u0) * ub for (n, u0, u1, ub, o) in pl[:-1])
             base = 0
             for (name, u0, u1, ub, doff) in dl[:-1]:
                 size = (u1 - u0) * ub
-                reads.append({"p_rank": p, "part": name, "remote_offset": base + lo * size,
+                reads.append({"p_tp_rank": p, "part": name, "remote_offset": base + lo * size,
                               "local_offset": doff, "length": size})
                 base += size * ratio
-            reads.append({"p_rank": p, "part": "ssm", "remote_offset": p_conv + lo * d_ssm,
+            reads.append({"p_tp_rank": p, "part": "ssm", "remote_offset": p_conv + lo * d_ssm,
                           "local_offset": d_conv, "length": d_ssm})
         else:
             a = -ratio
             for idx in range(a):
-                p = d_rank * a + idx
-                pl = layout(m, p_tp, p, 0, dt, sdt)
+                p = d_tp_rank * a + idx
+                pl = layout(m, p_tp_size, p, 0, dt, sdt)
                 for (name, u0, u1, ub, doff), (pn, p0, p1, pub, poff) in zip(dl, pl):
                     size = (p1 - p0) * pub
-                    reads.append({"p_rank": p, "part": name, "remote_offset": poff,
+                    reads.append({"p_tp_rank": p, "part": name, "remote_offset": poff,
                                   "local_offset": doff + idx * size, "length": size})
-    reads.sort(key=lambda r: (r["local_offset"], r["p_rank"]))
-    return {"reads": reads, "source_ranks": sorted({r["p_rank"] for r in reads})}
+    reads.sort(key=lambda r: (r["local_offset"], r["p_tp_rank"]))
+    return {"reads": reads, "source_ranks": sorted({r["p_tp_rank"] for r in reads})}
 
 
 def mamba_cases():
     cases = []
 
-    def r(name, model, p_tp, d_tp, d_rank, rule, expect_reads=None):
-        out = mamba_reads(model, p_tp, d_tp, d_rank, rule)
+    def r(name, model, p_tp_size, d_tp_size, d_tp_rank, rule, expect_reads=None):
+        out = mamba_reads(model, p_tp_size, d_tp_size, d_tp_rank, rule)
         if expect_reads is not None:
-            got = [(x["p_rank"], x["part"], x["remote_offset"], x["local_offset"], x["length"])
+            got = [(x["p_tp_rank"], x["part"], x["remote_offset"], x["local_offset"], x["length"])
                    for x in out["reads"]]
             check(got, expect_reads, name)
         cases.append({"name": f"mamba_reads/{name}", "op": "mamba_reads",
-                      "input": {"model": model, "prefill": {"tp_size": p_tp},
-                                "decode": {"tp_size": d_tp}, "decode_rank": d_rank, "rule": rule},
+                      "input": {"model": model, "prefill": {"tp_size": p_tp_size},
+                                "decode": {"tp_size": d_tp_size}, "decode_rank": d_tp_rank, "rule": rule},
                       "output": out})
 
     # Falcon-H1-0.5B P TP1 -> D TP2 (n_groups 1 < TP: B/C replicated on D). Hand-derived:
@@ -1140,7 +1140,7 @@ def coalesce(pieces):
     return merged
 
 
-def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ranks=None, permute_on_receive=False,
+def plan(model, p_eng, d_eng, d_tp_rank, groups, p_layout=None, d_layout=None, p_ranks=None, permute_on_receive=False,
          issue_order=False):
     """Independent transfer-plan model: trims each group, maps attention tokens to HND head
     slices (per D head, the P rank holding it), Mamba pairs to mamba_reads pieces at page stride,
@@ -1151,7 +1151,7 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
     mm = MODELS[model] if model in MODELS else ATTN_MODELS[model] if model in ATTN_MODELS else MIXED_MODELS[model]
     geo = (lambda e: geometry(model, e)) if model in MODELS else (lambda e: attn_geometry(mm, e))
     k, mla = mm["k"], bool(mm.get("mla"))
-    p_tp, d_tp = p_eng["tp_size"], d_eng["tp_size"]
+    p_tp_size, d_tp_size = p_eng["tp_size"], d_eng["tp_size"]
     pg, dg = geo(p_eng), geo(d_eng)
     dl, pl = layout_defaults(d_layout), layout_defaults(p_layout)
     nreg = dl["num_regions"]
@@ -1164,21 +1164,21 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
         assert pl["num_regions"] == nreg
     w_begin, w_end = max(dwin[0], pwin[0]), min(dwin[1], pwin[1])
     assert w_begin < w_end, "the stages share no layer"
-    mapping = tp_mapping(d_tp, d_rank, p_tp, k, mla, True)
+    mapping = tp_mapping(d_tp_size, d_tp_rank, p_tp_size, k, mla, True)
     bph = dg["attn_bytes_per_token"] // dg["kv_heads_per_rank"]
     assert bph == pg["attn_bytes_per_token"] // pg["kv_heads_per_rank"]
-    d_heads = range(*head_range(d_tp, k, d_rank))
+    d_heads = range(*head_range(d_tp_size, k, d_tp_rank))
     lbs, rbs = dg["kernel_block_size"], pg["kernel_block_size"]
     Ld, Lp = dg["kernel_page_bytes"], pg["kernel_page_bytes"]
     # MLA-typed regions of a GQA model (MIXED_MODELS): one latent per token, the same bytes on
-    # every rank, read whole from P rank d_rank * P_TP / D_TP (the first handshake target).
+    # every rank, read whole from P rank d_tp_rank * P_TP / D_TP (the first handshake target).
     d_kinds = region_kinds(mm, nreg, dl)
     p_kinds = region_kinds(mm, pl["num_regions"], pl)
     if same_window:
         check(p_kinds, d_kinds, "both sides register the same region kinds")
     else:
         assert not mm.get("mla_head"), "pipeline vectors use models without MLA-typed layers"
-    mla_src = d_rank * p_tp // d_tp
+    mla_src = d_tp_rank * p_tp_size // d_tp_size
     kv_bits = lambda eng: eng.get("kv_cache_element_bits", 0) or 8 * (eng.get("kv_cache_dtype_bytes", 0) or mm["dt"])
     mla_a = {side: mm.get("mla_head", 0) * kv_bits(eng) // 8 for side, eng in (("D", d_eng), ("P", p_eng))}
     check(mla_a["D"], mla_a["P"], "MLA latent bytes per token")
@@ -1204,7 +1204,7 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
                                                                 "permute_on_receive"])
             permute = True
         nhd = pl["kv_layout"] == "NHD"  # the staging layout: P's (D's own when they agree)
-    pieces = {p: [] for p in range(p_tp)}  # p -> [(lr, lo, rr, ro, len, kind)]
+    pieces = {p: [] for p in range(p_tp_size)}  # p -> [(lr, lo, rr, ro, len, kind)]
     issue = []  # (p, piece) in the order the pieces are produced
     gz = []
     trims = []
@@ -1270,8 +1270,8 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
                 by_src = {}
                 for hl, h in enumerate(d_heads):
                     src = next(p for p in mapping["attention_source_ranks"]
-                               if head_range(p_tp, k, p)[0] <= h < head_range(p_tp, k, p)[1])
-                    hp = h - head_range(p_tp, k, src)[0]
+                               if head_range(p_tp_size, k, p)[0] <= h < head_range(p_tp_size, k, p)[1])
+                    hp = h - head_range(p_tp_size, k, src)[0]
                     by_src.setdefault(src, []).append((hl, hp))
                 for src, hs in by_src.items():
                     if whole:
@@ -1286,14 +1286,14 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
             for st in tr["states"]:
                 spec = d_eng.get("num_speculative_tokens", 0)
                 assert spec == p_eng.get("num_speculative_tokens", 0), "the plan oracle models equal spec tokens"
-                for r in mamba_reads(model, p_tp, d_tp, d_rank, "pdkv", spec)["reads"]:
-                    add(r["p_rank"],
+                for r in mamba_reads(model, p_tp_size, d_tp_size, d_tp_rank, "pdkv", spec)["reads"]:
+                    add(r["p_tp_rank"],
                         (reg, st["local_block"] * Ld * dg["physical_per_logical"] + r["local_offset"], rreg,
                          st["remote_block"] * Lp * pg["physical_per_logical"] + r["remote_offset"],
                          r["length"], "m"))
     before = sum(len(v) for v in pieces.values())
     reads, rank_bytes, after, ab, mb = [], [], 0, 0, 0
-    for p in range(p_tp):
+    for p in range(p_tp_size):
         if pieces[p] and p_ranks is not None and p not in p_ranks:
             raise PlanError("PDKV_ERR_NOT_FOUND", ["P rank %d" % p])
         # Local-order and issue-order coalescing must agree, or the vector would depend on the
@@ -1316,17 +1316,17 @@ def plan(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, p_ra
         # run), which is the order a plan dump lists them; else in local order.
         reads.append(coalesce([x for q, x in issue if q == p]) if issue_order else merged)
         rank_bytes.append(sum(r["length"] for r in merged))
-    return {"d_tp": d_tp, "p_tp": p_tp, "read_ranks": [p for p in range(p_tp) if reads[p]],
-            "notify_ranks": handshake_targets(d_tp, d_rank, p_tp),
-            "notifications_per_p_rank": notifications(p_tp, d_tp), "reads": reads,
+    return {"p_tp_size": p_tp_size, "d_tp_size": d_tp_size, "read_ranks": [p for p in range(p_tp_size) if reads[p]],
+            "notify_ranks": handshake_targets(d_tp_size, d_tp_rank, p_tp_size),
+            "notifications_per_p_rank": notifications(p_tp_size, d_tp_size), "reads": reads,
             "rank_bytes": rank_bytes, "groups": gz, "pieces_before_coalescing": before,
             "pieces_after_coalescing": after, "bytes": sum(rank_bytes), "attention_bytes": ab,
             "mamba_bytes": mb, "empty": before == 0,
             "permute": {"from": pl["kv_layout"] if permute else "HND", "to": dl["kv_layout"] if permute else "HND",
                         "heads": dg["kv_heads_per_rank"] if permute else 0, "tokens": lbs if permute else 0,
                         "head_bytes": bph if permute else 0},
-            "d_pp_size": dl["pp_size"], "d_pp_rank": dl["pp_rank"], "p_pp_size": pl["pp_size"],
-            "p_pp_rank": pl["pp_rank"], "layer_begin": w_begin, "layer_end": 0 if w_end == 1 << 32 else w_end}
+            "p_pp_size": pl["pp_size"], "p_pp_rank": pl["pp_rank"], "d_pp_size": dl["pp_size"],
+            "d_pp_rank": dl["pp_rank"], "layer_begin": w_begin, "layer_end": 0 if w_end == 1 << 32 else w_end}
 
 
 def trim_cases():
@@ -1795,11 +1795,11 @@ def plan_cases():
     cases = []
     nano = "nemotron-3-nano-30b"
 
-    def p(name, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, expect=None):
-        out = plan(nano, p_eng, d_eng, d_rank, groups, p_layout, d_layout)
+    def p(name, p_eng, d_eng, d_tp_rank, groups, p_layout=None, d_layout=None, expect=None):
+        out = plan(nano, p_eng, d_eng, d_tp_rank, groups, p_layout, d_layout)
         for key, val in (expect or {}).items():
             check(out[key], val, "plan " + name + "." + key)
-        inp = {"model": nano, "prefill": {"engine": p_eng}, "decode": {"engine": d_eng}, "decode_rank": d_rank,
+        inp = {"model": nano, "prefill": {"engine": p_eng}, "decode": {"engine": d_eng}, "decode_rank": d_tp_rank,
                "groups": groups}
         if p_layout:
             inp["prefill"]["layout"] = p_layout
@@ -1889,9 +1889,9 @@ def plan_modes_layouts_errors_cases():
     cases = []
     nano, jamba = "nemotron-3-nano-30b", "jamba-v0.1"
 
-    def p(name, model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, expect=None,
+    def p(name, model, p_eng, d_eng, d_tp_rank, groups, p_layout=None, d_layout=None, expect=None,
           p_ranks=None, error=None):
-        inp = {"model": model, "prefill": {"engine": p_eng}, "decode": {"engine": d_eng}, "decode_rank": d_rank,
+        inp = {"model": model, "prefill": {"engine": p_eng}, "decode": {"engine": d_eng}, "decode_rank": d_tp_rank,
                "groups": groups}
         if model in ATTN_MODELS:
             inp = {"hf_config": ATTN_MODELS[model]["hf_config"], **{k: v for k, v in inp.items() if k != "model"}}
@@ -1902,7 +1902,7 @@ def plan_modes_layouts_errors_cases():
         if p_ranks is not None:
             inp["prefill"]["ranks"] = p_ranks
         try:
-            out = plan(model, p_eng, d_eng, d_rank, groups, p_layout, d_layout, p_ranks)
+            out = plan(model, p_eng, d_eng, d_tp_rank, groups, p_layout, d_layout, p_ranks)
         except PlanError as e:
             check((e.status, e.contains), error, "plan error " + name)
             cases.append({"name": "transfer_plan/" + name, "op": "transfer_plan", "input": inp,
@@ -2139,12 +2139,12 @@ def fa_remote(local_regions, remote_regions, mp, mla, bsr):
     return out
 
 
-def fa_split(local_descs, mp, mla, p_rank):
+def fa_split(local_descs, mp, mla, p_tp_rank):
     """§3 local split handles: descriptor j cut to len/fa_splits at addr + slot(p)*chunk."""
     if mla:
         return list(local_descs)
     n = len(mp["attention_source_ranks"])
-    slot = mp["attention_slots"][mp["all_source_ranks"].index(p_rank)]
+    slot = mp["attention_slots"][mp["all_source_ranks"].index(p_tp_rank)]
     return [{"addr": d["addr"] + slot * (d["len"] // n), "len": d["len"] // n} for d in local_descs]
 
 
@@ -2160,13 +2160,13 @@ def mamba_local(model, engine, regions, ppl):
     return out
 
 
-def mamba_split(regions, ppl, reads, p_rank, side):
-    """Per region, per read of p_rank (list order), every logical block at the read's offset."""
+def mamba_split(regions, ppl, reads, p_tp_rank, side):
+    """Per region, per read of p_tp_rank (list order), every logical block at the read's offset."""
     out = []
     for r in regions:
         stride = r["block_len"] * ppl
         for rd in reads:
-            if rd["p_rank"] != p_rank:
+            if rd["p_tp_rank"] != p_tp_rank:
                 continue
             out += [{"addr": r["base"] + b * stride + rd[side + "_offset"], "len": rd["length"]}
                     for b in range(r["num_blocks"] // ppl)]
@@ -2177,12 +2177,12 @@ def local_conv_offsets(model, engine):
     return [{"offset": p["offset"], "size": p["bytes"]} for p in geometry(model, engine)["projections"]]
 
 
-def remote_conv_offsets(model, engine, local_rank, ratio):
+def remote_conv_offsets(model, engine, local_tp_rank, ratio):
     """§4 remote_conv_offsets on main (reproduces #55208 for replicated Mamba2 groups)."""
     sizes = [p["bytes"] for p in geometry(model, engine)["projections"]]
     out, base = [], 0
     if ratio >= 1:
-        lo = local_rank % ratio
+        lo = local_tp_rank % ratio
         for s in sizes:
             out.append({"offset": base + lo * s, "size": s})
             base += s * ratio
@@ -2193,11 +2193,11 @@ def remote_conv_offsets(model, engine, local_rank, ratio):
     return out
 
 
-def ssm_read_range(model, engine, rconv, rssm, local_rank, ratio):
+def ssm_read_range(model, engine, rconv, rssm, local_tp_rank, ratio):
     """§4 SSM temporal read: tp_ratio >= 1 local ssm at rconv + lo*ssm; < 0 the whole remote ssm."""
     if ratio >= 1:
         s = geometry(model, engine)["ssm_bytes"]
-        return {"offset": rconv + (local_rank % ratio) * s, "size": s}
+        return {"offset": rconv + (local_tp_rank % ratio) * s, "size": s}
     return {"offset": rconv, "size": rssm}
 
 
@@ -2208,11 +2208,11 @@ def descriptor_cases():
     E = "PDKV_ERR_"
 
     def mapping(l, rank, r, k, mla=False, mamba=False):
-        return {"local_tp": l, "local_rank": rank, "remote_tp": r, "total_kv_heads": k, "use_mla": mla,
+        return {"local_tp_size": l, "local_tp_rank": rank, "remote_tp_size": r, "total_kv_heads": k, "use_mla": mla,
                 "has_mamba": mamba}
 
     def tm(m):
-        return tp_mapping(m["local_tp"], m["local_rank"], m["remote_tp"], m["total_kv_heads"], m["use_mla"],
+        return tp_mapping(m["local_tp_size"], m["local_tp_rank"], m["remote_tp_size"], m["total_kv_heads"], m["use_mla"],
                           m["has_mamba"])
 
     M1 = 1 << 20
@@ -2277,12 +2277,12 @@ def descriptor_cases():
          "mapping": mapping(1, 0, 4, 2, mamba=True), "block_size_ratio": 2},
         err={"status": E + "INCOMPATIBLE", "message_contains": ["block_size_ratio 2"]})
 
-    def split(name, regions, m, bsr, p_rank, mla=False, expect=None):
-        got = fa_split(fa_local(regions, bsr), tm(m), mla, p_rank)
+    def split(name, regions, m, bsr, p_tp_rank, mla=False, expect=None):
+        got = fa_split(fa_local(regions, bsr), tm(m), mla, p_tp_rank)
         if expect is not None:
             check(got, expect, name)
         add("attention_split_descriptors/" + name, "attention_split_descriptors",
-            {"regions": regions, "mapping": m, "block_size_ratio": bsr, "p_rank": p_rank}, {"descriptors": got})
+            {"regions": regions, "mapping": m, "block_size_ratio": bsr, "p_tp_rank": p_tp_rank}, {"descriptors": got})
 
     one = [{"base": M1, "block_len": 1024, "num_blocks": 2}]
     # K=2 hybrid D TP1 <- P TP4: slots {0:0, 1:0, 2:1, 3:1}; P ranks 1 and 3 are duplicate heads.
@@ -2295,10 +2295,10 @@ def descriptor_cases():
     split("mla_d1_from_p4_whole", [{"base": 0, "block_len": 1152, "num_blocks": 2}],
           mapping(1, 0, 4, 1, mla=True, mamba=True), 1, 2, mla=True)
     add("attention_split_descriptors/not_a_source_rank", "attention_split_descriptors",
-        {"regions": one, "mapping": mapping(2, 1, 8, 8), "block_size_ratio": 1, "p_rank": 1},
+        {"regions": one, "mapping": mapping(2, 1, 8, 8), "block_size_ratio": 1, "p_tp_rank": 1},
         err={"status": E + "INVALID_ARGUMENT", "message_contains": ["1"]})
     add("attention_split_descriptors/positive_tp_ratio", "attention_split_descriptors",
-        {"regions": one, "mapping": mapping(4, 3, 2, 8), "block_size_ratio": 1, "p_rank": 1},
+        {"regions": one, "mapping": mapping(4, 3, 2, 8), "block_size_ratio": 1, "p_tp_rank": 1},
         err={"status": E + "INVALID_ARGUMENT", "message_contains": ["4", "2"]})
 
     # ---- Mamba descriptors -------------------------------------------------------------------
@@ -2339,16 +2339,16 @@ def descriptor_cases():
         {"model": nano, "engine": {"tp_size": 2}, "regions": [{"base": G4, "block_len": 1048576, "num_blocks": 2}],
          "ppl": 1}, err={"status": E + "OUT_OF_BOUNDS", "message_contains": [str(g2["mamba_page_bytes"]), "1048576"]})
 
-    def msplit(op, name, model, p_tp, d_tp, d_rank, rule, regions, ppl, p_rank, expect=None):
-        reads = mamba_reads(model, p_tp, d_tp, d_rank, rule)["reads"]
+    def msplit(op, name, model, p_tp_size, d_tp_size, d_tp_rank, rule, regions, ppl, p_tp_rank, expect=None):
+        reads = mamba_reads(model, p_tp_size, d_tp_size, d_tp_rank, rule)["reads"]
         side = "remote" if op == "mamba_remote_descriptors" else "local"
-        got = mamba_split(regions, ppl, reads, p_rank, side)
+        got = mamba_split(regions, ppl, reads, p_tp_rank, side)
         if expect is not None:
             check(got, expect, op + " " + name)
         rk, pk = ("p_regions", "p_ppl") if side == "remote" else ("d_regions", "d_ppl")
         add(op + "/" + name, op,
-            {"model": model, "prefill": {"tp_size": p_tp}, "decode": {"tp_size": d_tp}, "decode_rank": d_rank,
-             "rule": rule, rk: regions, pk: ppl, "p_rank": p_rank}, {"descriptors": got})
+            {"model": model, "prefill": {"tp_size": p_tp_size}, "decode": {"tp_size": d_tp_size}, "decode_rank": d_tp_rank,
+             "rule": rule, rk: regions, pk: ppl, "p_tp_rank": p_tp_rank}, {"descriptors": got})
 
     g4 = geometry(nano, {"tp_size": 4})
     P = [{"base": 2 * G4, "block_len": g4["kernel_page_bytes"], "num_blocks": 2}]
@@ -2386,7 +2386,7 @@ def descriptor_cases():
            [{"base": G4, "block_len": gj["kernel_page_bytes"], "num_blocks": 2}], 1, 1)
     add("mamba_remote_descriptors/read_leaves_page", "mamba_remote_descriptors",
         {"model": nano, "prefill": {"tp_size": 4}, "decode": {"tp_size": 2}, "decode_rank": 0, "rule": "pdkv",
-         "p_regions": [{"base": G4, "block_len": 1024, "num_blocks": 2}], "p_ppl": 1, "p_rank": 0},
+         "p_regions": [{"base": G4, "block_len": 1024, "num_blocks": 2}], "p_ppl": 1, "p_tp_rank": 0},
         err={"status": E + "OUT_OF_BOUNDS", "message_contains": []})
 
     # ---- vLLM conv-offset helpers (§4) -------------------------------------------------------
@@ -2410,7 +2410,7 @@ def descriptor_cases():
         if expect is not None:
             check(got, expect, name)
         add("mamba_remote_conv_offsets/" + name, "mamba_remote_conv_offsets",
-            {"model": model, "engine": engine, "local_rank": rank, "tp_ratio": ratio}, {"ranges": got})
+            {"model": model, "engine": engine, "local_tp_rank": rank, "tp_ratio": ratio}, {"ranges": got})
 
     rco("nano_d2_rank1_from_p1_ratio2", nano, {"tp_size": 2}, 1, 2,
         [{"offset": 12288, "size": 12288}, {"offset": 24576 + 3072, "size": 3072},
@@ -2424,7 +2424,7 @@ def descriptor_cases():
     rco("jamba_d1_ratio_minus2", "jamba-v0.1", {"tp_size": 1}, 0, -2, [{"offset": 0, "size": 24576}])
     rco("nano_d4_rank3_ratio4", nano, {"tp_size": 4}, 3, 4)
     add("mamba_remote_conv_offsets/tp_ratio_zero", "mamba_remote_conv_offsets",
-        {"model": nano, "engine": {"tp_size": 2}, "local_rank": 0, "tp_ratio": 0},
+        {"model": nano, "engine": {"tp_size": 2}, "local_tp_rank": 0, "tp_ratio": 0},
         err={"status": E + "INVALID_ARGUMENT", "message_contains": ["0"]})
 
     def ssm(name, model, engine, rconv, rssm, rank, ratio, expect=None):
@@ -2433,7 +2433,7 @@ def descriptor_cases():
             check(got, expect, name)
         add("mamba_ssm_read_range/" + name, "mamba_ssm_read_range",
             {"model": model, "engine": engine, "remote_conv_bytes": rconv, "remote_ssm_bytes": rssm,
-             "local_rank": rank, "tp_ratio": ratio}, got)
+             "local_tp_rank": rank, "tp_ratio": ratio}, got)
 
     ssm("nano_d2_rank1_from_p1", nano, {"tp_size": 2}, 36864, 2097152, 1, 2,
         {"offset": 36864 + 1048576, "size": 1048576})
@@ -2441,7 +2441,7 @@ def descriptor_cases():
     ssm("nano_d2_from_p4_whole_remote", nano, {"tp_size": 2}, 9216, 524288, 1, -2, {"offset": 9216, "size": 524288})
     ssm("nano_homogeneous_tp2", nano, {"tp_size": 2}, 18432, 1048576, 1, 1, {"offset": 18432, "size": 1048576})
     add("mamba_ssm_read_range/tp_ratio_zero", "mamba_ssm_read_range",
-        {"model": nano, "engine": {"tp_size": 2}, "remote_conv_bytes": 1, "remote_ssm_bytes": 1, "local_rank": 0,
+        {"model": nano, "engine": {"tp_size": 2}, "remote_conv_bytes": 1, "remote_ssm_bytes": 1, "local_tp_rank": 0,
          "tp_ratio": 0}, err={"status": E + "INVALID_ARGUMENT", "message_contains": ["0"]})
     return cases
 
@@ -2788,12 +2788,12 @@ def mixed_mla_cases():
       [["0x%016x" % mixed_fingerprint(mm), "0x%016x" % mixed_fingerprint(half)],
        ["MLA region 1", "48 bytes per token", "24 on the remote", "tp_size 4"]])
 
-    def pl(n, p_eng, d_eng, d_rank, groups, p_layout, d_layout, expect=None):
-        out = plan(name, p_eng, d_eng, d_rank, groups, p_layout, d_layout)
+    def pl(n, p_eng, d_eng, d_tp_rank, groups, p_layout, d_layout, expect=None):
+        out = plan(name, p_eng, d_eng, d_tp_rank, groups, p_layout, d_layout)
         for key, val in (expect or {}).items():
             check(out[key], no_permute_defaults(key, val), "plan " + n + "." + key)
         inp = {"model": desc, "prefill": {"engine": p_eng, "layout": p_layout},
-               "decode": {"engine": d_eng, "layout": d_layout}, "decode_rank": d_rank, "groups": groups}
+               "decode": {"engine": d_eng, "layout": d_layout}, "decode_rank": d_tp_rank, "groups": groups}
         cases.append({"name": "transfer_plan/" + n, "op": "transfer_plan", "input": inp, "output": out})
 
     lay = lambda eid: {"engine_id": eid, "num_regions": 2, "num_logical_blocks": 8}
@@ -2878,15 +2878,15 @@ def kv_format_cases():
     e("kv_head_extra_bytes_over_bound", {"tp_size": 1, "kv_cache_head_extra_bytes": 4097},
       "PDKV_ERR_INVALID_ARGUMENT", ["kv_cache_head_extra_bytes = 4097"])
 
-    def pl(name, p_eng, d_eng, d_rank, groups, expect):
-        out = plan(q, p_eng, d_eng, d_rank, groups, {"engine_id": "p", "num_logical_blocks": 8},
+    def pl(name, p_eng, d_eng, d_tp_rank, groups, expect):
+        out = plan(q, p_eng, d_eng, d_tp_rank, groups, {"engine_id": "p", "num_logical_blocks": 8},
                    {"engine_id": "d", "num_logical_blocks": 8})
         for key, val in expect.items():
             check(out[key], no_permute_defaults(key, val), "plan " + name + "." + key)
         cases.append({"name": "transfer_plan/" + name, "op": "transfer_plan",
                       "input": {"model": q, "prefill": {"engine": p_eng, "layout": {"engine_id": "p", "num_logical_blocks": 8}},
                                 "decode": {"engine": d_eng, "layout": {"engine_id": "d", "num_logical_blocks": 8}},
-                                "decode_rank": d_rank, "groups": groups},
+                                "decode_rank": d_tp_rank, "groups": groups},
                       "output": out})
 
     # D TP2 rank 1 (heads 2, 3) <- P TP1, int8 per-token-head, block 1552 on both sides (fp32 SSM):
@@ -2930,20 +2930,20 @@ def kv_format_cases():
     return cases
 
 
-def plan_json_lines(model, p_eng, d_eng, d_rank, groups, p_layout=None, d_layout=None, permute_on_receive=False,
+def plan_json_lines(model, p_eng, d_eng, d_tp_rank, groups, p_layout=None, d_layout=None, permute_on_receive=False,
                     issue_order=False):
     """plan_to_json: the plan oracle as nlohmann dump(2) (ordered keys, reads in issue order; the
     cases below are chosen so that issue order is (local_region, local_offset) order, or pass
     issue_order to list them in the oracle's production order)."""
-    out = plan(model, p_eng, d_eng, d_rank, groups, p_layout, d_layout, permute_on_receive=permute_on_receive,
+    out = plan(model, p_eng, d_eng, d_tp_rank, groups, p_layout, d_layout, permute_on_receive=permute_on_receive,
                issue_order=issue_order)
     permuted = out["permute"]["from"] != out["permute"]["to"]
-    doc = {"d_rank": d_rank, "d_tp": out["d_tp"], "p_tp": out["p_tp"], "notify_ranks": out["notify_ranks"],
-           "notifications_per_p_rank": out["notifications_per_p_rank"]}
+    doc = {"p_tp_size": out["p_tp_size"], "d_tp_size": out["d_tp_size"], "d_tp_rank": d_tp_rank,
+           "notify_ranks": out["notify_ranks"], "notifications_per_p_rank": out["notifications_per_p_rank"]}
     if out["d_pp_size"] > 1 or out["p_pp_size"] > 1:  # only a plan between pipeline stages says so
-        doc["pipeline"] = {k: out[k] for k in ("d_pp_size", "d_pp_rank", "p_pp_size", "p_pp_rank",
+        doc["pipeline"] = {k: out[k] for k in ("p_pp_size", "p_pp_rank", "d_pp_size", "d_pp_rank",
                                                 "layer_begin", "layer_end")}
-    doc.update({"ranks": [{"p_rank": p, "bytes": out["rank_bytes"][p], "reads": out["reads"][p]}
+    doc.update({"ranks": [{"p_tp_rank": p, "bytes": out["rank_bytes"][p], "reads": out["reads"][p]}
                      for p in out["read_ranks"]],
            "zero": [dict({"group": i, "kind": g["kind"], "regions": g["regions"], "zero": g["zero_ranges"],
                           "unfilled_states": g["unfilled_states"]},
@@ -2961,10 +2961,10 @@ def plan_json_cases():
     cases = []
     nano = "nemotron-3-nano-30b"
 
-    def pj(name, p_eng, d_eng, d_rank, groups, p_layout, d_layout):
-        lines = plan_json_lines(nano, p_eng, d_eng, d_rank, groups, p_layout, d_layout)
+    def pj(name, p_eng, d_eng, d_tp_rank, groups, p_layout, d_layout):
+        lines = plan_json_lines(nano, p_eng, d_eng, d_tp_rank, groups, p_layout, d_layout)
         inp = {"model": nano, "prefill": {"engine": p_eng, "layout": p_layout},
-               "decode": {"engine": d_eng, "layout": d_layout}, "decode_rank": d_rank, "groups": groups}
+               "decode": {"engine": d_eng, "layout": d_layout}, "decode_rank": d_tp_rank, "groups": groups}
         cases.append({"name": "transfer_plan_json/" + name, "op": "transfer_plan_json", "input": inp,
                       "output": {"lines": lines}})
         return lines
@@ -2972,7 +2972,7 @@ def plan_json_cases():
     lines = pj("homogeneous_tp2_rank1_one_read", {"tp_size": 2}, {"tp_size": 2}, 1,
                [{"kind": "attention", "local_blocks": [3, 4], "remote_blocks": [7, 8], "remote_computed_tokens": 2106}],
                {"engine_id": "p", "num_logical_blocks": 16}, {"engine_id": "d", "num_logical_blocks": 16})
-    check(lines[:3], ["{", '  "d_rank": 1,', '  "d_tp": 2,'], "plan json head")
+    check(lines[:4], ["{", '  "p_tp_size": 2,', '  "d_tp_size": 2,', '  "d_tp_rank": 1,'], "plan json head")
     pj("nano_p4_d2_rank0_attention_and_mamba", {"tp_size": 4}, {"tp_size": 2}, 0,
        [{"kind": "attention", "local_blocks": [1, 2], "remote_blocks": [1, 2, 3, 4], "remote_computed_tokens": 3000},
         {"kind": "mamba", "local_blocks": [0, 5], "remote_blocks": [0, 0, 6], "cache_mode": "none",
@@ -3115,32 +3115,32 @@ def engine_cases():
     cases = []
     E = "PDKV_ERR_"
 
-    def inp_of(model, p_eng, d_eng, d_rank, request, blocks, hf=None):
+    def inp_of(model, p_eng, d_eng, d_tp_rank, request, blocks, hf=None):
         inp = {"prefill": {"engine": p_eng, "layout": {"engine_id": "prefill", "num_logical_blocks": blocks}},
                "decode": {"engine": d_eng, "layout": {"engine_id": "decode", "num_logical_blocks": blocks}},
-               "decode_rank": d_rank, "request": request}
+               "decode_rank": d_tp_rank, "request": request}
         if hf:
             inp["hf_config"] = hf
         else:
             inp["model"] = model
         return inp
 
-    def ep(name, model, p_eng, d_eng, d_rank, prompt, hit, blocks=64, tables=None, hf=None):
+    def ep(name, model, p_eng, d_eng, d_tp_rank, prompt, hit, blocks=64, tables=None, hf=None):
         tables = tables or engine_tables(model, p_eng, d_eng, prompt, hit, blocks, blocks)
         request = {"num_prompt_tokens": prompt, "num_local_computed_tokens": hit, "groups": tables}
         groups, pgroups = engine_request_groups(model, p_eng, d_eng, request)
         nreg = max(len(g["layers"]) for g in groups)
         lay = lambda eid: {"engine_id": eid, "num_logical_blocks": blocks, "num_regions": nreg}
-        lines = plan_json_lines(model, p_eng, d_eng, d_rank, copy.deepcopy(pgroups), lay("prefill"), lay("decode"),
+        lines = plan_json_lines(model, p_eng, d_eng, d_tp_rank, copy.deepcopy(pgroups), lay("prefill"), lay("decode"),
                                 issue_order=True)
         cases.append({"name": "engine_plan/" + name, "op": "engine_plan",
-                      "input": inp_of(model, p_eng, d_eng, d_rank, request, blocks, hf),
+                      "input": inp_of(model, p_eng, d_eng, d_tp_rank, request, blocks, hf),
                       "output": {"groups": groups, "num_regions": nreg, "lines": lines}})
         return lines
 
-    def ee(name, model, p_eng, d_eng, d_rank, request, status, contains, blocks=64):
+    def ee(name, model, p_eng, d_eng, d_tp_rank, request, status, contains, blocks=64):
         cases.append({"name": "engine_plan/" + name, "op": "engine_plan",
-                      "input": inp_of(model, p_eng, d_eng, d_rank, request, blocks),
+                      "input": inp_of(model, p_eng, d_eng, d_tp_rank, request, blocks),
                       "error": {"status": E + status, "message_contains": contains}})
 
     nano = "nemotron-3-nano-30b"
@@ -3238,7 +3238,7 @@ def stage_pairs(d_windows, p_windows):
         for p, (pb, pe) in enumerate(p_windows):
             b, e = max(db, pb), min(de or 1 << 32, pe or 1 << 32)
             if b < e:
-                out.append({"d_pp_rank": d, "p_pp_rank": p, "layer_begin": b, "layer_end": 0 if e == 1 << 32 else e})
+                out.append({"p_pp_rank": p, "d_pp_rank": d, "layer_begin": b, "layer_end": 0 if e == 1 << 32 else e})
     return out
 
 
@@ -3257,9 +3257,9 @@ def pipeline_cases():
                            (5, 3, 1, (2, 4)), (5, 3, 2, (4, 5)), (52, 2, 1, (26, 52)), (52, 3, 1, (17, 35))]:
         check(pp_window(n, r, pp), want, "vLLM pipeline split")
         add("pipeline_layer_window/%d_layers_pp%d_rank%d" % (n, pp, r), "pipeline_layer_window",
-            {"num_layers": n, "pp_rank": r, "pp_size": pp}, {"begin": want[0], "end": want[1]})
+            {"num_layers": n, "pp_size": pp, "pp_rank": r}, {"begin": want[0], "end": want[1]})
     add("pipeline_layer_window/more_stages_than_layers", "pipeline_layer_window",
-        {"num_layers": 2, "pp_rank": 0, "pp_size": 3},
+        {"num_layers": 2, "pp_size": 3, "pp_rank": 0},
         err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["pp_size 3", "2 layers"]})
 
     nano = "nemotron-3-nano-30b"
@@ -3335,18 +3335,18 @@ def pipeline_cases():
 
     # Stage pairing (D stages given: all of D's; P: every stage) and the notifications a P stage
     # waits for: its pairs times the TP rule.
-    def pairs_case(name, p_tp, d_tp, p_windows, d_windows, d_given=None):
+    def pairs_case(name, p_tp_size, d_tp_size, p_windows, d_windows, d_given=None):
         pp, dp = len(p_windows), len(d_windows)
         d_given = list(range(dp)) if d_given is None else d_given
         pstages = [stage_layout("p", 0, pp, s, w) for s, w in enumerate(p_windows)]
         dstages = [stage_layout("d", 0, dp, s, d_windows[s]) for s in d_given]
         pairs = stage_pairs([(s, (d_windows[s][0], 0 if dp == 1 else d_windows[s][1])) for s in d_given],
                             [(w[0], 0 if pp == 1 else w[1]) for w in p_windows])
-        per = notifications(p_tp, d_tp)
+        per = notifications(p_tp_size, d_tp_size)
         notes = [per * sum(1 for x in pairs if x["p_pp_rank"] == s) for s in range(pp)]
         add("pipeline_stage_pairs/" + name, "pipeline_stage_pairs",
-            {"model": nano, "prefill": {"engine": {"tp_size": p_tp}, "stages": pstages},
-             "decode": {"engine": {"tp_size": d_tp}, "stages": dstages}}, {"pairs": pairs, "notifications": notes})
+            {"model": nano, "prefill": {"engine": {"tp_size": p_tp_size}, "stages": pstages},
+             "decode": {"engine": {"tp_size": d_tp_size}, "stages": dstages}}, {"pairs": pairs, "notifications": notes})
         return pairs, notes
 
     w2 = [pp_window(n, s, 2) for s in range(2)]
@@ -3376,19 +3376,19 @@ def pipeline_cases():
                             "remote_computed_tokens": 1000, "layers": layers})
         return out
 
-    def plan_case(name, p_tp, d_tp, d_rank, p_lay, d_lay, json_too=False, expect=None):
-        p_eng, d_eng = {"tp_size": p_tp}, {"tp_size": d_tp}
+    def plan_case(name, p_tp_size, d_tp_size, d_tp_rank, p_lay, d_lay, json_too=False, expect=None):
+        p_eng, d_eng = {"tp_size": p_tp_size}, {"tp_size": d_tp_size}
         gs = request()
-        out = plan(nano, p_eng, d_eng, d_rank, gs, p_lay, d_lay)
+        out = plan(nano, p_eng, d_eng, d_tp_rank, gs, p_lay, d_lay)
         for k, v in (expect or {}).items():
             check(out[k], v, name + "." + k)
         inp = {"model": nano, "prefill": {"engine": p_eng, "layout": p_lay}, "decode": {"engine": d_eng, "layout": d_lay},
-               "decode_rank": d_rank, "groups": gs}
+               "decode_rank": d_tp_rank, "groups": gs}
         add("transfer_plan/" + name, "transfer_plan", inp, out)
         if json_too:  # the attention group alone: its reads are issued in (region, offset) order
             gj = [g for g in gs if g["kind"] == "attention"]
             add("transfer_plan_json/" + name + "_attention", "transfer_plan_json", dict(inp, groups=gj),
-                {"lines": plan_json_lines(nano, p_eng, d_eng, d_rank, gj, p_lay, d_lay)})
+                {"lines": plan_json_lines(nano, p_eng, d_eng, d_tp_rank, gj, p_lay, d_lay)})
         return out
 
     # PP 2 -> 1, P TP4 -> D TP2, D rank 1: each P stage's plan reads its 26 layers.
@@ -3453,14 +3453,14 @@ def kv_layout_cases():
 
     jamba = "jamba-v0.1"
 
-    def p(name, p_tp, d_tp, d_rank, p_kv, d_kv, groups, flag=True, json_too=False, err=None):
-        p_eng, d_eng = {"tp_size": p_tp}, {"tp_size": d_tp}
+    def p(name, p_tp_size, d_tp_size, d_tp_rank, p_kv, d_kv, groups, flag=True, json_too=False, err=None):
+        p_eng, d_eng = {"tp_size": p_tp_size}, {"tp_size": d_tp_size}
         pl = {"engine_id": "p", "num_logical_blocks": 8, "kv_layout": p_kv}
         dl = {"engine_id": "d", "num_logical_blocks": 8, "kv_layout": d_kv}
         inp = {"model": jamba, "prefill": {"engine": p_eng, "layout": pl}, "decode": {"engine": d_eng, "layout": dl},
-               "decode_rank": d_rank, "groups": groups, "permute_on_receive": flag}
+               "decode_rank": d_tp_rank, "groups": groups, "permute_on_receive": flag}
         try:
-            out = plan(jamba, p_eng, d_eng, d_rank, groups, pl, dl, permute_on_receive=flag)
+            out = plan(jamba, p_eng, d_eng, d_tp_rank, groups, pl, dl, permute_on_receive=flag)
         except PlanError as e:
             check((e.status, err is not None), (e.status, True), "kv layouts " + name + " refused")
             add("transfer_plan/" + name, "transfer_plan", inp,
@@ -3470,7 +3470,7 @@ def kv_layout_cases():
         add("transfer_plan/" + name, "transfer_plan", inp, out)
         if json_too:
             add("transfer_plan_json/" + name, "transfer_plan_json", inp,
-                {"lines": plan_json_lines(jamba, p_eng, d_eng, d_rank, groups, pl, dl, permute_on_receive=flag)})
+                {"lines": plan_json_lines(jamba, p_eng, d_eng, d_tp_rank, groups, pl, dl, permute_on_receive=flag)})
         return out
 
     gd = geometry(jamba, {"tp_size": 2})

@@ -327,7 +327,7 @@ typedef struct pdkv_transfer_params {
   uint8_t notify;                    /* 1: notify the plan's peers after the data (default 1) */
 } pdkv_transfer_params_t;
 
-/* Posts a transfer and returns at once. READ (on D rank plan.d_rank): GETs every read of the
+/* Posts a transfer and returns at once. READ (on D rank plan.d_tp_rank): GETs every read of the
  * plan from the connected P ranks of peer_engine_id, then notifies each of the plan's notify
  * ranks (READ_DONE there) once its data is complete. WRITE (on P rank r): PUTs the plan's reads
  * for P rank r into the D rank, flushes, then notifies D (WRITE_DONE). Before any byte moves,
@@ -378,9 +378,9 @@ PDKV_API pdkv_status_t pdkv_transfer_cancel(pdkv_transfer_t *transfer, pdkv_erro
 
 /* One plan read that did not complete. Element layout fixed for the major version. */
 typedef struct pdkv_failed_read {
-  uint32_t p_rank;     /* the P rank whose read list holds it */
+  uint32_t p_tp_rank;     /* the P rank whose read list holds it */
   uint32_t reserved;
-  uint64_t read_index; /* index in pdkv_transfer_plan_rank_reads(plan, p_rank) */
+  uint64_t read_index; /* index in pdkv_transfer_plan_rank_reads(plan, p_tp_rank) */
   int32_t status;      /* a pdkv_status_t */
   uint32_t reserved2;
 } pdkv_failed_read_t;

@@ -75,15 +75,15 @@ PDKV_API pdkv_status_t pdkv_attention_remote_descriptors(const pdkv_region_t *lo
                                                          pdkv_descriptor_list_t **out,
                                                          pdkv_error_t **err);
 
-/* The local split handle for remote rank `p_rank` (D_TP < P_TP): each local attention
+/* The local split handle for remote rank `p_tp_rank` (D_TP < P_TP): each local attention
  * descriptor (from pdkv_attention_local_descriptors) cut to that rank's head slot. Neither
  * input is retained. Errors: NULL_POINTER (local_attention, mapping, out), INVALID_ARGUMENT
- * (tp_ratio > 0, or p_rank is not a source rank of the mapping, bsr 0), INCOMPATIBLE
+ * (tp_ratio > 0, or p_tp_rank is not a source rank of the mapping, bsr 0), INCOMPATIBLE
  * (head-sharded with bsr > 1). *out owned by the caller (pdkv_descriptor_list_free).
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_attention_split_descriptors(const pdkv_descriptor_list_t *local_attention,
                                                         const pdkv_tp_mapping_t *mapping,
-                                                        uint32_t block_size_ratio, uint32_t p_rank,
+                                                        uint32_t block_size_ratio, uint32_t p_tp_rank,
                                                         pdkv_descriptor_list_t **out,
                                                         pdkv_error_t **err);
 
@@ -100,7 +100,7 @@ PDKV_API pdkv_status_t pdkv_mamba_local_descriptors(const pdkv_region_t *regions
                                                     pdkv_descriptor_list_t **out,
                                                     pdkv_error_t **err);
 
-/* Descriptors in P rank `p_rank`'s Mamba regions for the reads of `reads` whose p_rank
+/* Descriptors in P rank `p_tp_rank`'s Mamba regions for the reads of `reads` whose p_tp_rank
  * matches (empty when it supplies nothing). p_geometry is the P engine's. Nothing is retained.
  * Errors: as pdkv_mamba_local_descriptors (NULL_POINTER also for reads), plus OUT_OF_BOUNDS for
  * a read leaving the P page. *out owned by the caller (pdkv_descriptor_list_free).
@@ -109,11 +109,11 @@ PDKV_API pdkv_status_t pdkv_mamba_remote_descriptors(const pdkv_region_t *p_regi
                                                      size_t num_p_regions, uint64_t p_ppl,
                                                      const pdkv_geometry_t *p_geometry,
                                                      const pdkv_mamba_read_list_t *reads,
-                                                     uint32_t p_rank,
+                                                     uint32_t p_tp_rank,
                                                      pdkv_descriptor_list_t **out,
                                                      pdkv_error_t **err);
 
-/* The D rank's local destinations matching pdkv_mamba_remote_descriptors(..., p_rank) one to
+/* The D rank's local destinations matching pdkv_mamba_remote_descriptors(..., p_tp_rank) one to
  * one. d_geometry is the D engine's. Nothing is retained. Errors: as
  * pdkv_mamba_local_descriptors (NULL_POINTER also for reads), plus OUT_OF_BOUNDS for a read
  * leaving the D page. *out owned by the caller (pdkv_descriptor_list_free). Thread-safe. */
@@ -121,7 +121,7 @@ PDKV_API pdkv_status_t pdkv_mamba_local_split_descriptors(const pdkv_region_t *d
                                                           size_t num_d_regions, uint64_t d_ppl,
                                                           const pdkv_geometry_t *d_geometry,
                                                           const pdkv_mamba_read_list_t *reads,
-                                                          uint32_t p_rank,
+                                                          uint32_t p_tp_rank,
                                                           pdkv_descriptor_list_t **out,
                                                           pdkv_error_t **err);
 

@@ -17,42 +17,45 @@ extern "C" {
 /* ---- TP topology ------------------------------------------------------------------- */
 
 /* vLLM's tp_ratio sign convention, evaluated on the "local" engine (D when pulling):
- * +local_tp/remote_tp when local_tp >= remote_tp, else -(remote_tp/local_tp). Never 0.
+ * +local_tp_size/remote_tp_size when local_tp_size >= remote_tp_size, else
+ * -(remote_tp_size/local_tp_size). Never 0.
  * Errors: NULL_POINTER (out), INVALID_ARGUMENT (a zero size), TP_NOT_DIVISIBLE (message names
  * both sizes). Thread-safe. */
-PDKV_API pdkv_status_t pdkv_tp_ratio(uint32_t local_tp, uint32_t remote_tp, int32_t *out,
-                                     pdkv_error_t **err);
+PDKV_API pdkv_status_t pdkv_tp_ratio(uint32_t local_tp_size, uint32_t remote_tp_size,
+                                     int32_t *out, pdkv_error_t **err);
 
-/* Remote ranks that local rank `local_rank` handshakes with, written to ranks[0..capacity).
+/* Remote ranks that local rank `local_tp_rank` handshakes with, written to ranks[0..capacity).
  * *out_count always receives the number of ranks needed (also on BUFFER_TOO_SMALL, so the caller
  * can retry with a larger buffer). ranks may be NULL when capacity is 0. Errors: NULL_POINTER
- * (out_count; ranks with capacity > 0), INVALID_ARGUMENT (local_rank >= local_tp), TP_NOT_DIVISIBLE,
- * BUFFER_TOO_SMALL. The caller owns the buffer. Thread-safe. */
-PDKV_API pdkv_status_t pdkv_handshake_target_ranks(uint32_t local_tp, uint32_t local_rank,
-                                                   uint32_t remote_tp, uint32_t *ranks,
+ * (out_count; ranks with capacity > 0), INVALID_ARGUMENT (local_tp_rank >= local_tp_size),
+ * TP_NOT_DIVISIBLE, BUFFER_TOO_SMALL. The caller owns the buffer. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_handshake_target_ranks(uint32_t local_tp_size, uint32_t local_tp_rank,
+                                                   uint32_t remote_tp_size, uint32_t *ranks,
                                                    size_t capacity, size_t *out_count,
                                                    pdkv_error_t **err);
 
-/* KV heads that rank `rank` of a TP group of size `tp` physically holds (contiguous GQA
- * placement), as the half-open range [*begin, *end). tp <= K: K/tp heads per rank; tp > K: one
- * head shared by tp/K consecutive ranks. Errors: NULL_POINTER (begin, end), INVALID_ARGUMENT
- * (tp or K zero, rank >= tp), HEADS_NOT_DIVISIBLE (names K and tp). Thread-safe. */
-PDKV_API pdkv_status_t pdkv_physical_head_range(uint32_t tp, uint32_t total_kv_heads,
-                                                uint32_t rank, uint32_t *begin, uint32_t *end,
-                                                pdkv_error_t **err);
+/* KV heads that rank `tp_rank` of a TP group of size `tp_size` physically holds (contiguous GQA
+ * placement), as the half-open range [*begin, *end). tp_size <= K: K/tp_size heads per rank;
+ * tp_size > K: one head shared by tp_size/K consecutive ranks. Errors: NULL_POINTER (begin, end),
+ * INVALID_ARGUMENT (tp_size or K zero, tp_rank >= tp_size), HEADS_NOT_DIVISIBLE (names K and the
+ * TP size). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_physical_head_range(uint32_t tp_size, uint32_t tp_rank,
+                                                uint32_t total_kv_heads, uint32_t *begin,
+                                                uint32_t *end, pdkv_error_t **err);
 
 /* P side, pull mode: READ-done notifications each P rank must receive per request before it
- * frees the request's blocks (d_tp/p_tp when D_TP > P_TP, else 1). Errors: NULL_POINTER (out),
- * INVALID_ARGUMENT, TP_NOT_DIVISIBLE. Thread-safe. */
-PDKV_API pdkv_status_t pdkv_notifications_expected_per_request(uint32_t p_tp, uint32_t d_tp,
-                                                              uint32_t *out, pdkv_error_t **err);
+ * frees the request's blocks (d_tp_size/p_tp_size when d_tp_size > p_tp_size, else 1). Errors:
+ * NULL_POINTER (out), INVALID_ARGUMENT, TP_NOT_DIVISIBLE. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_notifications_expected_per_request(uint32_t p_tp_size,
+                                                              uint32_t d_tp_size, uint32_t *out,
+                                                              pdkv_error_t **err);
 
 /* Inputs of a TP mapping: one local rank against one remote engine. */
 typedef struct pdkv_tp_mapping_params {
   size_t struct_size;         /* sizeof(pdkv_tp_mapping_params_t) */
-  uint32_t local_tp;
-  uint32_t local_rank;        /* < local_tp */
-  uint32_t remote_tp;
+  uint32_t local_tp_size;
+  uint32_t local_tp_rank;     /* < local_tp_size */
+  uint32_t remote_tp_size;
   uint32_t total_kv_heads;    /* K (MLA: 1) */
   uint8_t use_mla;            /* 0 or 1 */
   uint8_t has_mamba;          /* 0 or 1: the model has SSM groups (always TP-sharded) */
@@ -66,10 +69,10 @@ typedef struct pdkv_tp_mapping_info {
   size_t struct_size;               /* sizeof(pdkv_tp_mapping_info_t) */
   int32_t tp_ratio;                 /* see pdkv_tp_ratio */
   uint32_t rank_offset_factor;      /* head-slice offset in the remote block, in local block_lens */
-  uint8_t local_replicated;         /* local_tp > K */
-  uint8_t remote_replicated;        /* remote_tp > K */
-  uint32_t local_physical_heads;    /* max(1, K/local_tp) */
-  uint32_t remote_physical_heads;   /* max(1, K/remote_tp) */
+  uint8_t local_replicated;         /* local_tp_size > K */
+  uint8_t remote_replicated;        /* remote_tp_size > K */
+  uint32_t local_physical_heads;    /* max(1, K/local_tp_size) */
+  uint32_t remote_physical_heads;   /* max(1, K/remote_tp_size) */
   uint32_t num_attention_reads;     /* number of attention source ranks */
   uint32_t notifications_expected;  /* per request on each remote (P) rank; see
                                      * pdkv_notifications_expected_per_request */
@@ -86,10 +89,9 @@ typedef enum pdkv_tp_mapping_list {
 } pdkv_tp_mapping_list_t;
 
 /* Computes the mapping (params are not retained). Errors: NULL_POINTER (params, out),
- * STRUCT_SIZE, INVALID_ARGUMENT (zero TP or K, local_rank >= local_tp, use_mla or has_mamba not
- * 0 or 1), TP_NOT_DIVISIBLE
- * (names both sizes), HEADS_NOT_DIVISIBLE. *out owned by the caller (pdkv_tp_mapping_free).
- * Thread-safe. */
+ * STRUCT_SIZE, INVALID_ARGUMENT (zero TP or K, local_tp_rank >= local_tp_size, use_mla or
+ * has_mamba not 0 or 1), TP_NOT_DIVISIBLE (names both sizes), HEADS_NOT_DIVISIBLE. *out owned
+ * by the caller (pdkv_tp_mapping_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_tp_mapping_new(const pdkv_tp_mapping_params_t *params,
                                            pdkv_tp_mapping_t **out, pdkv_error_t **err);
 
@@ -105,11 +107,11 @@ PDKV_API pdkv_status_t pdkv_tp_mapping_ranks(const pdkv_tp_mapping_t *mapping, i
                                              const uint32_t **ranks, size_t *count,
                                              pdkv_error_t **err);
 
-/* Attention slot of remote rank `remote_rank` (its index in ATTENTION_SOURCES, or its
+/* Attention slot of remote rank `remote_tp_rank` (its index in ATTENTION_SOURCES, or its
  * duplicate-head twin's). Errors: NULL_POINTER, INVALID_ARGUMENT (not a source rank).
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_tp_mapping_attention_slot(const pdkv_tp_mapping_t *mapping,
-                                                      uint32_t remote_rank, uint32_t *out,
+                                                      uint32_t remote_tp_rank, uint32_t *out,
                                                       pdkv_error_t **err);
 
 /* Frees a mapping and its rank lists. NULL is allowed. Not thread-safe with concurrent use of

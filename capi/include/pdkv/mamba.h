@@ -36,7 +36,7 @@ PDKV_API pdkv_status_t pdkv_mamba_local_conv_offsets(const pdkv_geometry_t *geom
  * Errors: NULL_POINTER (geometry, out), INVALID_ARGUMENT, OVERFLOW. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_mamba_ssm_read_range(const pdkv_geometry_t *geometry,
                                                  uint64_t remote_conv_bytes,
-                                                 uint64_t remote_ssm_bytes, uint32_t local_rank,
+                                                 uint64_t remote_ssm_bytes, uint32_t local_tp_rank,
                                                  int32_t tp_ratio, pdkv_byte_range_t *out,
                                                  pdkv_error_t **err);
 
@@ -50,7 +50,7 @@ PDKV_API pdkv_status_t pdkv_physical_blocks_per_logical(uint64_t conv_bytes, uin
 /* One contiguous copy from a P rank's Mamba page into the D rank's page. The element layout is
  * fixed for the major version (arrays of it cannot grow). */
 typedef struct pdkv_mamba_read {
-  uint32_t p_rank;          /* remote (P) rank */
+  uint32_t p_tp_rank;          /* remote (P) rank */
   const char *part;         /* "x", "B", "C", "Q", "K", "V" or "ssm"; owned by the list */
   uint64_t remote_offset;   /* in the P rank's page */
   uint64_t local_offset;    /* in the D rank's page */
@@ -66,13 +66,13 @@ typedef enum pdkv_mamba_reads_rule {
 /* A byte-exact list of Mamba reads. Immutable. */
 typedef struct pdkv_mamba_read_list pdkv_mamba_read_list_t;
 
-/* Reads of D rank `d_rank` given the P and D geometries of the same model (`rule` is a
+/* Reads of D rank `d_tp_rank` given the P and D geometries of the same model (`rule` is a
  * pdkv_mamba_reads_rule_t). Neither geometry is retained. Errors: NULL_POINTER (p_geometry,
- * d_geometry, out), INVALID_ARGUMENT (unknown rule, d_rank >= D TP), INCOMPATIBLE (the two
+ * d_geometry, out), INVALID_ARGUMENT (unknown rule, d_tp_rank >= D TP), INCOMPATIBLE (the two
  * geometries describe different models; names both values), TP_NOT_DIVISIBLE,
  * UNSUPPORTED_MAMBA_TYPE. *out owned by the caller (pdkv_mamba_read_list_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_mamba_reads_new(const pdkv_geometry_t *p_geometry,
-                                            const pdkv_geometry_t *d_geometry, uint32_t d_rank,
+                                            const pdkv_geometry_t *d_geometry, uint32_t d_tp_rank,
                                             int32_t rule, pdkv_mamba_read_list_t **out,
                                             pdkv_error_t **err);
 

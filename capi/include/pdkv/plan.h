@@ -137,9 +137,9 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_validate(const pdkv_transfer_plan_t *p
 /* Scalars of a plan (output struct). */
 typedef struct pdkv_transfer_plan_info {
   size_t struct_size;                /* sizeof(pdkv_transfer_plan_info_t) */
-  uint32_t d_rank;
-  uint32_t d_tp;
-  uint32_t p_tp;
+  uint32_t p_tp_size;
+  uint32_t d_tp_size;
+  uint32_t d_tp_rank;                /* the reading D rank */
   size_t num_read_ranks;             /* P ranks with at least one read */
   size_t num_notify_ranks;
   uint32_t notifications_per_p_rank; /* each P rank waits for this many per request */
@@ -154,10 +154,10 @@ typedef struct pdkv_transfer_plan_info {
    * are TP ranks of P stage p_pp_rank) and the layers it moves, [layer_begin, layer_end) with
    * layer_end 0 meaning through the model's last layer. (uint64_t: they start at byte 104, the
    * 0.1 size, past the padding after `empty`.) */
-  uint64_t d_pp_size;
-  uint64_t d_pp_rank;
   uint64_t p_pp_size;
   uint64_t p_pp_rank;
+  uint64_t d_pp_size;
+  uint64_t d_pp_rank;
   uint64_t layer_begin;
   uint64_t layer_end;
   /* Appended after 0.1: the receive-side permutation of the blocks each group lists
@@ -184,12 +184,12 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_read_ranks(const pdkv_transfer_plan_t 
                                                      const uint32_t **ranks, size_t *count,
                                                      pdkv_error_t **err);
 
-/* The reads D issues against P rank `p_rank`, in issue order (*count 0 and *reads NULL for a P
+/* The reads D issues against P rank `p_tp_rank`, in issue order (*count 0 and *reads NULL for a P
  * rank it does not read from); *bytes (may be NULL) their total length. Owned by the plan.
- * Errors: NULL_POINTER (plan, reads, count), INVALID_ARGUMENT (p_rank >= P TP, naming both).
+ * Errors: NULL_POINTER (plan, reads, count), INVALID_ARGUMENT (p_tp_rank >= P TP, naming both).
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_transfer_plan_rank_reads(const pdkv_transfer_plan_t *plan,
-                                                     uint32_t p_rank,
+                                                     uint32_t p_tp_rank,
                                                      const pdkv_plan_read_t **reads,
                                                      size_t *count, uint64_t *bytes,
                                                      pdkv_error_t **err);
@@ -259,41 +259,41 @@ PDKV_API pdkv_status_t pdkv_permute_kv_block(uint8_t *block, size_t len, int32_t
  * [*begin, *end) (num_layers / pp_size each; the remainder goes one layer per stage from the
  * second-to-last stage towards the first). Errors: NULL_POINTER (begin, end), INVALID_ARGUMENT
  * (pp_size 0, pp_rank >= pp_size, fewer layers than stages). Thread-safe. */
-PDKV_API pdkv_status_t pdkv_pipeline_layer_window(uint32_t num_layers, uint32_t pp_rank,
-                                                  uint32_t pp_size, uint32_t *begin, uint32_t *end,
+PDKV_API pdkv_status_t pdkv_pipeline_layer_window(uint32_t num_layers, uint32_t pp_size,
+                                                  uint32_t pp_rank, uint32_t *begin, uint32_t *end,
                                                   pdkv_error_t **err);
 
-/* One overlapping (D stage, P stage) pair: the ranks of D stage d_pp_rank handshake the ranks of
+/* One overlapping (P stage, D stage) pair: the ranks of D stage d_pp_rank handshake the ranks of
  * P stage p_pp_rank (each (engine, PP rank) a separate peer) and read the layers
  * [layer_begin, layer_end) from them (layer_end 0: through the model's last layer). Element
  * layout fixed for the major version. */
 typedef struct pdkv_stage_pair {
-  uint32_t d_pp_rank;
   uint32_t p_pp_rank;
+  uint32_t d_pp_rank;
   uint32_t layer_begin;
   uint32_t layer_end;
 } pdkv_stage_pair_t;
 
-/* Pairs D stages with P stages by their layer windows. d_stages: one rank's metadata of each D
- * stage to pair (any subset of D's stages); p_stages: one rank's metadata of EVERY P stage. Writes
+/* Pairs P stages with D stages by their layer windows. p_stages: one rank's metadata of EVERY P
+ * stage; d_stages: one rank's metadata of each D stage to pair (any subset of D's stages). Writes
  * every overlapping pair, ordered by (d_pp_rank, p_pp_rank), into out[0..capacity); *count always
  * receives the number of pairs (also on BUFFER_TOO_SMALL, whose message names it). out may be
  * NULL when capacity is 0. Errors: NULL_POINTER (arrays with n > 0, an element, count; out with
  * capacity > 0), INVALID_ARGUMENT (an empty side, a side mixing engines or pp_sizes, a stage given
  * twice, a P stage missing), INCOMPATIBLE (P's stages not holding consecutive layers from layer 0,
  * a D stage holding layers past P's last), BUFFER_TOO_SMALL. Thread-safe. */
-PDKV_API pdkv_status_t pdkv_pipeline_stage_pairs(const pdkv_engine_metadata_t *const *d_stages,
-                                                 size_t n_d, const pdkv_engine_metadata_t *const *p_stages,
-                                                 size_t n_p, pdkv_stage_pair_t *out, size_t capacity,
+PDKV_API pdkv_status_t pdkv_pipeline_stage_pairs(const pdkv_engine_metadata_t *const *p_stages,
+                                                 size_t n_p, const pdkv_engine_metadata_t *const *d_stages,
+                                                 size_t n_d, pdkv_stage_pair_t *out, size_t capacity,
                                                  size_t *count, pdkv_error_t **err);
 
 /* Notifications one rank of P stage p_pp_rank waits for per request: every D stage paired with it
  * (pairs over ALL of D's stages) notifies it as a single-stage D would, so *out is the number of
- * pairs naming p_pp_rank times the TP rule for (p_tp, d_tp); 0 when no D stage reads it. Errors:
+ * pairs naming p_pp_rank times the TP rule for (p_tp_size, d_tp_size); 0 when no D stage reads it. Errors:
  * NULL_POINTER (pairs with n > 0, out), TP_NOT_DIVISIBLE. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_pipeline_notifications_expected(const pdkv_stage_pair_t *pairs,
                                                             size_t n_pairs, uint32_t p_pp_rank,
-                                                            uint32_t p_tp, uint32_t d_tp,
+                                                            uint32_t p_tp_size, uint32_t d_tp_size,
                                                             uint32_t *out, pdkv_error_t **err);
 
 #ifdef __cplusplus

@@ -26,9 +26,9 @@ import (
 )
 
 const (
-	pTP   = 4
-	dTP   = 2
-	dRank = 0
+	pTP     = 4
+	dTP     = 2
+	dTpRank = 0
 )
 
 // groups is the request as the schedulers hold it, one entry per group in the engine's order:
@@ -69,7 +69,7 @@ func planJSON(configJSON string) (string, error) {
 	pConfig, dConfig := engineConfig(pTP), engineConfig(dTP)
 
 	// Once per engine rank: its description.
-	d, err := newEngine(model, dConfig, "decode", dRank)
+	d, err := newEngine(model, dConfig, "decode", dTpRank)
 	if err != nil {
 		return "", err
 	}
@@ -78,7 +78,7 @@ func planJSON(configJSON string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fmt.Fprintf(os.Stderr, "D rank %d: %d KV-cache groups over %d regions, blocks of %d tokens\n", dRank,
+	fmt.Fprintf(os.Stderr, "D rank %d: %d KV-cache groups over %d regions, blocks of %d tokens\n", dTpRank,
 		info.NumGroups, info.NumRegions, info.LogicalBlockSize)
 
 	// Once per P engine: each rank's metadata (an engine decodes it from the handshake) and the

@@ -3,7 +3,7 @@
 // reads attention KV and Mamba state from, the byte-exact Mamba reads, and the compiled,
 // validated transfer plan of one request (a 3000-token prompt, no prefix hit on D) per D rank.
 //
-// Usage: go run ./examples/explain [preset [p_tp d_tp]]
+// Usage: go run ./examples/explain [preset [p_tp_size d_tp_size]]
 // (default: nemotron-3-nano-30b, P TP4 -> D TP2; cgo flags as documented in package pdkv).
 package main
 
@@ -50,7 +50,7 @@ func describeEngine(model *pdkv.Model, tp uint32, role string) *pdkv.Geometry {
 
 func main() {
 	preset := "nemotron-3-nano-30b"
-	pTp, dTp := uint32(4), uint32(2)
+	pTpSize, dTpSize := uint32(4), uint32(2)
 	if len(os.Args) > 1 {
 		preset = os.Args[1]
 	}
@@ -58,9 +58,9 @@ func main() {
 		p, err1 := strconv.ParseUint(os.Args[2], 10, 32)
 		d, err2 := strconv.ParseUint(os.Args[3], 10, 32)
 		if err1 != nil || err2 != nil {
-			fail("usage", fmt.Errorf("explain [preset [p_tp d_tp]]"))
+			fail("usage", fmt.Errorf("explain [preset [p_tp_size d_tp_size]]"))
 		}
-		pTp, dTp = uint32(p), uint32(d)
+		pTpSize, dTpSize = uint32(p), uint32(d)
 	}
 
 	fmt.Printf("pdkv %s\n", pdkv.VersionString())
@@ -75,20 +75,20 @@ func main() {
 	}
 	fmt.Printf("model %s: %d KV heads x %d, Mamba %s\n\n", desc.Name, desc.NumKVHeads, desc.HeadSize, desc.MambaType)
 
-	pg := describeEngine(model, pTp, "P (prefill)")
+	pg := describeEngine(model, pTpSize, "P (prefill)")
 	defer pg.Close()
-	dg := describeEngine(model, dTp, "D (decode)")
+	dg := describeEngine(model, dTpSize, "D (decode)")
 	defer dg.Close()
-	ratio, err := pdkv.TpRatio(dTp, pTp)
+	ratio, err := pdkv.TpRatio(dTpSize, pTpSize)
 	if err != nil {
 		fail("tp_ratio", err)
 	}
 	fmt.Printf("\ntp_ratio on D = %d\n", ratio)
 
-	for rank := uint32(0); rank < dTp; rank++ {
-		explainRank(model, desc, pg, dg, pTp, dTp, rank)
+	for rank := uint32(0); rank < dTpSize; rank++ {
+		explainRank(model, desc, pg, dg, pTpSize, dTpSize, rank)
 	}
-	compilePlans(model, pg, dg, pTp, dTp, 3000)
+	compilePlans(model, pg, dg, pTpSize, dTpSize, 3000)
 }
 
 // metadataFor builds the handshake metadata of one rank with `regions` registered regions.
@@ -114,7 +114,7 @@ func blockRange(first, tokens, blockSize uint64) []uint64 {
 }
 
 // compilePlans validates the handshake and compiles one request's plan for every D rank.
-func compilePlans(model *pdkv.Model, pg, dg *pdkv.Geometry, pTp, dTp uint32, tokens uint64) {
+func compilePlans(model *pdkv.Model, pg, dg *pdkv.Geometry, pTpSize, dTpSize uint32, tokens uint64) {
 	nAttn, nMamba, err := model.LayerCounts()
 	if err != nil {
 		fail("layer counts", err)
@@ -125,8 +125,8 @@ func compilePlans(model *pdkv.Model, pg, dg *pdkv.Geometry, pTp, dTp uint32, tok
 		regions = 1
 	}
 	var pMeta []*pdkv.EngineMetadata
-	for r := uint32(0); r < pTp; r++ {
-		md := metadataFor(model, pTp, r, "prefill", (2+uint64(r))<<40, regions)
+	for r := uint32(0); r < pTpSize; r++ {
+		md := metadataFor(model, pTpSize, r, "prefill", (2+uint64(r))<<40, regions)
 		defer md.Close()
 		pMeta = append(pMeta, md)
 	}
@@ -160,8 +160,8 @@ func compilePlans(model *pdkv.Model, pg, dg *pdkv.Geometry, pTp, dTp uint32, tok
 		}
 		groups = append(groups, group)
 	}
-	for rank := uint32(0); rank < dTp; rank++ {
-		dMeta := metadataFor(model, dTp, rank, "decode", 1<<40, regions)
+	for rank := uint32(0); rank < dTpSize; rank++ {
+		dMeta := metadataFor(model, dTpSize, rank, "decode", 1<<40, regions)
 		defer dMeta.Close()
 		if err := pdkv.HandshakeRequireCompatible(dMeta, pMeta[0]); err != nil {
 			fail("handshake", err)
@@ -215,9 +215,9 @@ func compilePlans(model *pdkv.Model, pg, dg *pdkv.Geometry, pTp, dTp uint32, tok
 }
 
 // explainRank prints what D rank `rank` reads and from where.
-func explainRank(model *pdkv.Model, desc pdkv.ModelDesc, pg, dg *pdkv.Geometry, pTp, dTp, rank uint32) {
+func explainRank(model *pdkv.Model, desc pdkv.ModelDesc, pg, dg *pdkv.Geometry, pTpSize, dTpSize, rank uint32) {
 	m, err := pdkv.NewTpMapping(pdkv.TpMappingParams{
-		LocalTp: dTp, LocalRank: rank, RemoteTp: pTp, TotalKVHeads: desc.NumKVHeads,
+		LocalTpSize: dTpSize, LocalTpRank: rank, RemoteTpSize: pTpSize, TotalKVHeads: desc.NumKVHeads,
 		UseMLA: desc.UseMLA, HasMamba: desc.MambaType != pdkv.MambaNone,
 	})
 	if err != nil {
@@ -260,6 +260,6 @@ func explainRank(model *pdkv.Model, desc pdkv.ModelDesc, pg, dg *pdkv.Geometry, 
 	}
 	fmt.Printf("    Mamba reads per block per layer (%d):\n", len(items))
 	for _, r := range items {
-		fmt.Printf("      P%d %-3s  remote +%-8d -> local +%-8d %d B\n", r.PRank, r.Part, r.RemoteOffset, r.LocalOffset, r.Length)
+		fmt.Printf("      P%d %-3s  remote +%-8d -> local +%-8d %d B\n", r.PTpRank, r.Part, r.RemoteOffset, r.LocalOffset, r.Length)
 	}
 }

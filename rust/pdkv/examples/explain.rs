@@ -2,7 +2,7 @@
 //! each side, per D rank the P ranks it handshakes with and reads from (attention and Mamba
 //! state, byte-exact), then compiles and validates the transfer plan of one request.
 //!
-//! Usage: `cargo run --example explain -- [preset [p_tp d_tp [prompt_tokens]]]`
+//! Usage: `cargo run --example explain -- [preset [p_tp_size d_tp_size [prompt_tokens]]]`
 //! (default: nemotron-3-nano-30b, P TP4 -> D TP2, 3000 tokens).
 use pdkv::*;
 
@@ -50,7 +50,7 @@ fn describe_engine(model: &Model, tp: u32, label: &str) -> Result<(Geometry, Eng
     Ok((g, cfg))
 }
 
-fn run(preset: &str, p_tp: u32, d_tp: u32, tokens: u64) -> Result<()> {
+fn run(preset: &str, p_tp_size: u32, d_tp_size: u32, tokens: u64) -> Result<()> {
     println!("pdkv {}", version_string());
     let model = Model::from_preset(preset)?;
     let desc = model.describe()?;
@@ -64,21 +64,21 @@ fn run(preset: &str, p_tp: u32, d_tp: u32, tokens: u64) -> Result<()> {
         n_attn,
         n_mamba
     );
-    let (pg, p_cfg) = describe_engine(&model, p_tp, "P (prefill)")?;
-    let (dg, d_cfg) = describe_engine(&model, d_tp, "D (decode)")?;
-    println!("\ntp_ratio on D = {}", tp_ratio(d_tp, p_tp)?);
+    let (pg, p_cfg) = describe_engine(&model, p_tp_size, "P (prefill)")?;
+    let (dg, d_cfg) = describe_engine(&model, d_tp_size, "D (decode)")?;
+    println!("\ntp_ratio on D = {}", tp_ratio(d_tp_size, p_tp_size)?);
     let hybrid = desc.mamba_type != MambaType::None;
-    for d_rank in 0..d_tp {
+    for d_tp_rank in 0..d_tp_size {
         let m = TpMapping::new(&TpMappingParams {
-            local_tp: d_tp,
-            local_rank: d_rank,
-            remote_tp: p_tp,
+            local_tp_size: d_tp_size,
+            local_tp_rank: d_tp_rank,
+            remote_tp_size: p_tp_size,
             total_kv_heads: desc.num_kv_heads,
             use_mla: desc.use_mla,
             has_mamba: hybrid,
         })?;
         let mi = m.info()?;
-        println!("\nD rank {d_rank}:");
+        println!("\nD rank {d_tp_rank}:");
         println!(
             "    handshake with P ranks {}",
             fmt(m.ranks(TpList::HandshakeTargets)?)
@@ -100,16 +100,16 @@ fn run(preset: &str, p_tp: u32, d_tp: u32, tokens: u64) -> Result<()> {
             mi.rank_offset_factor, mi.notifications_expected
         );
         if hybrid {
-            let reads = MambaReadList::new(&pg, &dg, d_rank, MambaReadsRule::Pdkv)?;
+            let reads = MambaReadList::new(&pg, &dg, d_tp_rank, MambaReadsRule::Pdkv)?;
             let items = reads.items()?;
             println!("    Mamba reads per block per layer ({}):", items.len());
             for r in &items {
                 println!(
                     "      P{} {:<3}  remote +{:<8} -> local +{:<8} {} B",
-                    r.p_rank, r.part, r.remote_offset, r.local_offset, r.length
+                    r.p_tp_rank, r.part, r.remote_offset, r.local_offset, r.length
                 );
             }
-            let vllm = MambaReadList::new(&pg, &dg, d_rank, MambaReadsRule::Vllm)?;
+            let vllm = MambaReadList::new(&pg, &dg, d_tp_rank, MambaReadsRule::Vllm)?;
             if vllm.items()? != items {
                 println!("    NOTE: vLLM main reads differently here (see vLLM #55208)");
             }
@@ -152,10 +152,10 @@ fn compile_plan(
     let remote_blocks: Vec<u64> = (20..20 + tokens.div_ceil(p_block)).collect();
     let local_blocks: Vec<u64> = (10..10 + tokens.div_ceil(d_block)).collect();
     println!("\nTransfer plan for one {tokens}-token prompt (P blocks {remote_blocks:?}, D blocks {local_blocks:?}):");
-    for d_rank in 0..d_cfg.tp_size {
+    for d_tp_rank in 0..d_cfg.tp_size {
         let layout = EngineLayout {
             engine_id: "decode".into(),
-            tp_rank: d_rank,
+            tp_rank: d_tp_rank,
             num_regions: regions,
             ..Default::default()
         };
@@ -198,7 +198,7 @@ fn compile_plan(
         plan.validate(&ctx, &groups)?;
         let i = plan.info()?;
         println!(
-            "  D rank {d_rank}: reads from P {}, notifies {}; {} B ({} attention + {} Mamba), {} pieces -> {} reads",
+            "  D rank {d_tp_rank}: reads from P {}, notifies {}; {} B ({} attention + {} Mamba), {} pieces -> {} reads",
             fmt(plan.read_ranks()?),
             fmt(plan.notify_ranks()?),
             i.bytes,
@@ -207,11 +207,11 @@ fn compile_plan(
             i.pieces_before_coalescing,
             i.pieces_after_coalescing
         );
-        for &p_rank in plan.read_ranks()? {
-            let (reads, bytes) = plan.rank_reads(p_rank)?;
+        for &p_tp_rank in plan.read_ranks()? {
+            let (reads, bytes) = plan.rank_reads(p_tp_rank)?;
             let f = reads[0];
             println!(
-                "    P{p_rank}: {} reads, {bytes} B; first: region {} +{} -> region {} +{}, {} B",
+                "    P{p_tp_rank}: {} reads, {bytes} B; first: region {} +{} -> region {} +{}, {} B",
                 reads.len(),
                 f.remote_region,
                 f.remote_offset,
@@ -238,8 +238,8 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let preset = args.first().map_or("nemotron-3-nano-30b", String::as_str);
     let num = |i: usize, d: u64| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
-    let (p_tp, d_tp, tokens) = (num(1, 4) as u32, num(2, 2) as u32, num(3, 3000));
-    if let Err(e) = run(preset, p_tp, d_tp, tokens) {
+    let (p_tp_size, d_tp_size, tokens) = (num(1, 4) as u32, num(2, 2) as u32, num(3, 3000));
+    if let Err(e) = run(preset, p_tp_size, d_tp_size, tokens) {
         eprintln!("error: {e}");
         std::process::exit(1);
     }

@@ -134,13 +134,13 @@ pub fn attention_remote_descriptors(
     DescriptorList::from_out(out)
 }
 
-/// The local split handle for remote rank `p_rank` (D_TP < P_TP;
+/// The local split handle for remote rank `p_tp_rank` (D_TP < P_TP;
 /// `pdkv_attention_split_descriptors`).
 pub fn attention_split_descriptors(
     local_attention: &DescriptorList,
     mapping: &TpMapping,
     block_size_ratio: u32,
-    p_rank: u32,
+    p_tp_rank: u32,
 ) -> Result<DescriptorList> {
     let mut out = ptr::null_mut();
     // SAFETY: live handles.
@@ -149,7 +149,7 @@ pub fn attention_split_descriptors(
             local_attention.as_ptr(),
             mapping.as_ptr(),
             block_size_ratio,
-            p_rank,
+            p_tp_rank,
             &mut out,
             e,
         )
@@ -178,14 +178,14 @@ pub fn mamba_local_descriptors(
     DescriptorList::from_out(out)
 }
 
-/// Descriptors in P rank `p_rank`'s Mamba regions for the reads of `reads` whose p_rank
+/// Descriptors in P rank `p_tp_rank`'s Mamba regions for the reads of `reads` whose p_tp_rank
 /// matches (`pdkv_mamba_remote_descriptors`).
 pub fn mamba_remote_descriptors(
     p_regions: &[Region],
     p_ppl: u64,
     p_geometry: &Geometry,
     reads: &MambaReadList,
-    p_rank: u32,
+    p_tp_rank: u32,
 ) -> Result<DescriptorList> {
     let mut out = ptr::null_mut();
     // SAFETY: regions read, not retained; live handles.
@@ -196,7 +196,7 @@ pub fn mamba_remote_descriptors(
             p_ppl,
             p_geometry.as_ptr(),
             reads.as_ptr(),
-            p_rank,
+            p_tp_rank,
             &mut out,
             e,
         )
@@ -211,7 +211,7 @@ pub fn mamba_local_split_descriptors(
     d_ppl: u64,
     d_geometry: &Geometry,
     reads: &MambaReadList,
-    p_rank: u32,
+    p_tp_rank: u32,
 ) -> Result<DescriptorList> {
     let mut out = ptr::null_mut();
     // SAFETY: regions read, not retained; live handles.
@@ -222,7 +222,7 @@ pub fn mamba_local_split_descriptors(
             d_ppl,
             d_geometry.as_ptr(),
             reads.as_ptr(),
-            p_rank,
+            p_tp_rank,
             &mut out,
             e,
         )

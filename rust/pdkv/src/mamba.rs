@@ -41,19 +41,19 @@ impl Geometry {
         })
     }
 
-    /// vLLM main's remote conv slices for `local_rank` (this geometry is the LOCAL engine's;
+    /// vLLM main's remote conv slices for `local_tp_rank` (this geometry is the LOCAL engine's;
     /// `pdkv_mamba_remote_conv_offsets`). Wrong for Mamba2 with n_groups < TP (vLLM #55208):
     /// plan with [`MambaReadList::new`].
     pub fn mamba_remote_conv_offsets(
         &self,
-        local_rank: u32,
+        local_tp_rank: u32,
         tp_ratio: i32,
     ) -> Result<Vec<ByteRange>> {
         // SAFETY: as above.
         fill_vec(|buf: *mut ByteRange, cap, n, e| unsafe {
             sys::pdkv_mamba_remote_conv_offsets(
                 self.as_ptr(),
-                local_rank,
+                local_tp_rank,
                 tp_ratio,
                 buf.cast(),
                 cap,
@@ -68,7 +68,7 @@ impl Geometry {
         &self,
         remote_conv_bytes: u64,
         remote_ssm_bytes: u64,
-        local_rank: u32,
+        local_tp_rank: u32,
         tp_ratio: i32,
     ) -> Result<ByteRange> {
         let mut out = sys::pdkv_byte_range_t { offset: 0, size: 0 };
@@ -78,7 +78,7 @@ impl Geometry {
                 self.as_ptr(),
                 remote_conv_bytes,
                 remote_ssm_bytes,
-                local_rank,
+                local_tp_rank,
                 tp_ratio,
                 &mut out,
                 e,
@@ -127,7 +127,7 @@ impl MambaReadsRule {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MambaRead<'a> {
     /// Remote (P) rank.
-    pub p_rank: u32,
+    pub p_tp_rank: u32,
     /// "x", "B", "C", "Q", "K", "V" or "ssm".
     pub part: &'a str,
     /// Offset in the P rank's page.
@@ -157,18 +157,18 @@ impl Drop for MambaReadList {
 }
 
 impl MambaReadList {
-    /// Reads of D rank `d_rank` given the P and D geometries of the same model
+    /// Reads of D rank `d_tp_rank` given the P and D geometries of the same model
     /// (`pdkv_mamba_reads_new`).
     pub fn new(
         p: &Geometry,
         d: &Geometry,
-        d_rank: u32,
+        d_tp_rank: u32,
         rule: MambaReadsRule,
     ) -> Result<MambaReadList> {
         let mut out = ptr::null_mut();
         // SAFETY: live geometries, valid out pointer; neither is retained.
         check(|e| unsafe {
-            sys::pdkv_mamba_reads_new(p.as_ptr(), d.as_ptr(), d_rank, rule.raw(), &mut out, e)
+            sys::pdkv_mamba_reads_new(p.as_ptr(), d.as_ptr(), d_tp_rank, rule.raw(), &mut out, e)
         })?;
         NonNull::new(out)
             .map(|ptr| MambaReadList { ptr })
@@ -187,7 +187,7 @@ impl MambaReadList {
         Ok(raw
             .iter()
             .map(|r| MambaRead {
-                p_rank: r.p_rank,
+                p_tp_rank: r.p_tp_rank,
                 // SAFETY: `part` is owned by the list.
                 part: unsafe { borrowed_str(r.part) },
                 remote_offset: r.remote_offset,

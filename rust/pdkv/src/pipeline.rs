@@ -8,25 +8,25 @@ use pdkv_sys as sys;
 /// vLLM's default split of `num_layers` over `pp_size` stages: the layers `[begin, end)` of
 /// stage `pp_rank` (`pdkv_pipeline_layer_window`). [`crate::Status::InvalidArgument`] for a
 /// stage that does not exist or more stages than layers.
-pub fn pipeline_layer_window(num_layers: u32, pp_rank: u32, pp_size: u32) -> Result<(u32, u32)> {
+pub fn pipeline_layer_window(num_layers: u32, pp_size: u32, pp_rank: u32) -> Result<(u32, u32)> {
     let (mut b, mut e) = (0u32, 0u32);
     // SAFETY: valid out pointers.
     check(|x| unsafe {
-        sys::pdkv_pipeline_layer_window(num_layers, pp_rank, pp_size, &mut b, &mut e, x)
+        sys::pdkv_pipeline_layer_window(num_layers, pp_size, pp_rank, &mut b, &mut e, x)
     })?;
     Ok((b, e))
 }
 
-/// One overlapping (D stage, P stage) pair and the layers both hold, `[layer_begin,
+/// One overlapping (P stage, D stage) pair and the layers both hold, `[layer_begin,
 /// layer_end)` (`layer_end` 0: through the model's last layer). Layout-identical to
 /// `pdkv_stage_pair_t`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct StagePair {
-    /// D's stage.
-    pub d_pp_rank: u32,
     /// P's stage: its TP ranks are the peer D's stage reads these layers from.
     pub p_pp_rank: u32,
+    /// D's stage.
+    pub d_pp_rank: u32,
     /// First layer both stages hold.
     pub layer_begin: u32,
     /// One past the last (0: through the model's last layer).
@@ -36,18 +36,18 @@ pub struct StagePair {
 const _: () =
     assert!(std::mem::size_of::<StagePair>() == std::mem::size_of::<sys::pdkv_stage_pair_t>());
 
-/// Pairs D stages with P stages by their layer windows (`pdkv_pipeline_stage_pairs`):
-/// `d_stages` one rank's metadata of each D stage to pair (any subset), `p_stages` one rank's
-/// metadata of EVERY P stage. Every overlapping pair, ordered by (D stage, P stage).
+/// Pairs P stages with D stages by their layer windows (`pdkv_pipeline_stage_pairs`):
+/// `p_stages` one rank's metadata of EVERY P stage, `d_stages` one rank's metadata of each D
+/// stage to pair (any subset). Every overlapping pair, ordered by (D stage, P stage).
 pub fn pipeline_stage_pairs(
-    d_stages: &[&EngineMetadata],
     p_stages: &[&EngineMetadata],
+    d_stages: &[&EngineMetadata],
 ) -> Result<Vec<StagePair>> {
-    let d: Vec<*const sys::pdkv_engine_metadata_t> = d_stages.iter().map(|m| m.as_ptr()).collect();
     let p: Vec<*const sys::pdkv_engine_metadata_t> = p_stages.iter().map(|m| m.as_ptr()).collect();
+    let d: Vec<*const sys::pdkv_engine_metadata_t> = d_stages.iter().map(|m| m.as_ptr()).collect();
     // SAFETY: the handles live for the call; fill_vec passes a buffer of `cap` pairs (or NULL).
     fill_vec(|buf: *mut StagePair, cap, n, e| unsafe {
-        sys::pdkv_pipeline_stage_pairs(sp(&d), d.len(), sp(&p), p.len(), buf.cast(), cap, n, e)
+        sys::pdkv_pipeline_stage_pairs(sp(&p), p.len(), sp(&d), d.len(), buf.cast(), cap, n, e)
     })
 }
 
@@ -56,8 +56,8 @@ pub fn pipeline_stage_pairs(
 pub fn pipeline_notifications_expected(
     pairs: &[StagePair],
     p_pp_rank: u32,
-    p_tp: u32,
-    d_tp: u32,
+    p_tp_size: u32,
+    d_tp_size: u32,
 ) -> Result<u32> {
     let mut out = 0u32;
     // SAFETY: pairs is read during the call only (layout-identical to pdkv_stage_pair_t).
@@ -66,8 +66,8 @@ pub fn pipeline_notifications_expected(
             sp(pairs),
             pairs.len(),
             p_pp_rank,
-            p_tp,
-            d_tp,
+            p_tp_size,
+            d_tp_size,
             &mut out,
             e,
         )

@@ -268,12 +268,12 @@ const _: () = assert!(align_of::<PlanRead>() == align_of::<sys::pdkv_plan_read_t
 /// Scalars of a plan (`pdkv_transfer_plan_info_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TransferPlanInfo {
-    /// D rank.
-    pub d_rank: u32,
-    /// D TP size.
-    pub d_tp: u32,
     /// P TP size.
-    pub p_tp: u32,
+    pub p_tp_size: u32,
+    /// D TP size.
+    pub d_tp_size: u32,
+    /// The reading D rank.
+    pub d_tp_rank: u32,
     /// P ranks with at least one read.
     pub num_read_ranks: usize,
     /// P ranks notified.
@@ -294,14 +294,15 @@ pub struct TransferPlanInfo {
     pub mamba_bytes: u64,
     /// Nothing to read (full prefix hit): notify only.
     pub empty: bool,
-    /// Pipeline stages of D (1 without PP) and the D rank's stage.
-    pub d_pp_size: u32,
-    /// D's stage.
-    pub d_pp_rank: u32,
-    /// Pipeline stages of P; the plan's P ranks are TP ranks of stage `p_pp_rank`.
+    /// Pipeline stages of P (1 without PP); the plan's P ranks are TP ranks of stage
+    /// `p_pp_rank`.
     pub p_pp_size: u32,
     /// P's stage.
     pub p_pp_rank: u32,
+    /// Pipeline stages of D (1 without PP).
+    pub d_pp_size: u32,
+    /// The D rank's stage.
+    pub d_pp_rank: u32,
     /// First model layer the plan moves.
     pub layer_begin: u32,
     /// One past its last layer; 0: through the model's last layer.
@@ -523,9 +524,9 @@ impl TransferPlan {
         // SAFETY: live handle, valid out struct.
         check(|e| unsafe { sys::pdkv_transfer_plan_get_info(self.ptr.as_ptr(), &mut r, e) })?;
         Ok(TransferPlanInfo {
-            d_rank: r.d_rank,
-            d_tp: r.d_tp,
-            p_tp: r.p_tp,
+            p_tp_size: r.p_tp_size,
+            d_tp_size: r.d_tp_size,
+            d_tp_rank: r.d_tp_rank,
             num_read_ranks: r.num_read_ranks,
             num_notify_ranks: r.num_notify_ranks,
             notifications_per_p_rank: r.notifications_per_p_rank,
@@ -537,10 +538,10 @@ impl TransferPlan {
             mamba_bytes: r.mamba_bytes,
             empty: r.empty != 0,
             // The library's values are u32 stage numbers and layers in u64 fields.
-            d_pp_size: r.d_pp_size as u32,
-            d_pp_rank: r.d_pp_rank as u32,
             p_pp_size: r.p_pp_size as u32,
             p_pp_rank: r.p_pp_rank as u32,
+            d_pp_size: r.d_pp_size as u32,
+            d_pp_rank: r.d_pp_rank as u32,
             layer_begin: r.layer_begin as u32,
             layer_end: r.layer_end as u32,
             permute: BlockPermute {
@@ -564,15 +565,15 @@ impl TransferPlan {
         Ok(unsafe { slice(p, n) })
     }
 
-    /// The reads against P rank `p_rank` in issue order, and their total bytes
+    /// The reads against P rank `p_tp_rank` in issue order, and their total bytes
     /// (`pdkv_transfer_plan_rank_reads`).
-    pub fn rank_reads(&self, p_rank: u32) -> Result<(&[PlanRead], u64)> {
+    pub fn rank_reads(&self, p_tp_rank: u32) -> Result<(&[PlanRead], u64)> {
         let (mut p, mut n, mut bytes) = (ptr::null(), 0usize, 0u64);
         // SAFETY: live handle, valid out pointers.
         check(|e| unsafe {
             sys::pdkv_transfer_plan_rank_reads(
                 self.ptr.as_ptr(),
-                p_rank,
+                p_tp_rank,
                 &mut p,
                 &mut n,
                 &mut bytes,

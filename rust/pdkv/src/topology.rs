@@ -7,40 +7,54 @@ use std::ops::Range;
 use std::ptr::{self, NonNull};
 
 /// vLLM's `tp_ratio` evaluated on the local engine (D when pulling): `+local/remote` when
-/// `local_tp >= remote_tp`, else `-(remote/local)` (`pdkv_tp_ratio`).
+/// `local_tp_size >= remote_tp_size`, else `-(remote/local)` (`pdkv_tp_ratio`).
 /// Indivisible sizes are [`Status::TpNotDivisible`] with both sizes in the message.
-pub fn tp_ratio(local_tp: u32, remote_tp: u32) -> Result<i32> {
+pub fn tp_ratio(local_tp_size: u32, remote_tp_size: u32) -> Result<i32> {
     let mut out = 0i32;
     // SAFETY: valid out pointer.
-    check(|e| unsafe { sys::pdkv_tp_ratio(local_tp, remote_tp, &mut out, e) })?;
+    check(|e| unsafe { sys::pdkv_tp_ratio(local_tp_size, remote_tp_size, &mut out, e) })?;
     Ok(out)
 }
 
-/// Remote ranks that `local_rank` handshakes with (`pdkv_handshake_target_ranks`).
-pub fn handshake_target_ranks(local_tp: u32, local_rank: u32, remote_tp: u32) -> Result<Vec<u32>> {
+/// Remote ranks that `local_tp_rank` handshakes with (`pdkv_handshake_target_ranks`).
+pub fn handshake_target_ranks(
+    local_tp_size: u32,
+    local_tp_rank: u32,
+    remote_tp_size: u32,
+) -> Result<Vec<u32>> {
     // SAFETY: fill_vec passes a buffer of `cap` elements (or NULL with cap 0) and a count.
     fill_vec(|buf, cap, count, e| unsafe {
-        sys::pdkv_handshake_target_ranks(local_tp, local_rank, remote_tp, buf, cap, count, e)
+        sys::pdkv_handshake_target_ranks(
+            local_tp_size,
+            local_tp_rank,
+            remote_tp_size,
+            buf,
+            cap,
+            count,
+            e,
+        )
     })
 }
 
-/// KV heads that `rank` of a TP group of size `tp` physically holds, as a half-open range
-/// (`pdkv_physical_head_range`).
-pub fn physical_head_range(tp: u32, total_kv_heads: u32, rank: u32) -> Result<Range<u32>> {
+/// KV heads that rank `tp_rank` of a TP group of size `tp_size` physically holds, as a
+/// half-open range (`pdkv_physical_head_range`).
+pub fn physical_head_range(tp_size: u32, tp_rank: u32, total_kv_heads: u32) -> Result<Range<u32>> {
     let (mut b, mut en) = (0u32, 0u32);
     // SAFETY: valid out pointers.
     check(|e| unsafe {
-        sys::pdkv_physical_head_range(tp, total_kv_heads, rank, &mut b, &mut en, e)
+        sys::pdkv_physical_head_range(tp_size, tp_rank, total_kv_heads, &mut b, &mut en, e)
     })?;
     Ok(b..en)
 }
 
 /// READ-done notifications each P rank receives per request in pull mode
 /// (`pdkv_notifications_expected_per_request`).
-pub fn notifications_expected_per_request(p_tp: u32, d_tp: u32) -> Result<u32> {
+pub fn notifications_expected_per_request(p_tp_size: u32, d_tp_size: u32) -> Result<u32> {
     let mut out = 0u32;
     // SAFETY: valid out pointer.
-    check(|e| unsafe { sys::pdkv_notifications_expected_per_request(p_tp, d_tp, &mut out, e) })?;
+    check(|e| unsafe {
+        sys::pdkv_notifications_expected_per_request(p_tp_size, d_tp_size, &mut out, e)
+    })?;
     Ok(out)
 }
 
@@ -48,11 +62,11 @@ pub fn notifications_expected_per_request(p_tp: u32, d_tp: u32) -> Result<u32> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TpMappingParams {
     /// Local TP size.
-    pub local_tp: u32,
-    /// Local rank, `< local_tp`.
-    pub local_rank: u32,
+    pub local_tp_size: u32,
+    /// Local rank, `< local_tp_size`.
+    pub local_tp_rank: u32,
     /// Remote TP size.
-    pub remote_tp: u32,
+    pub remote_tp_size: u32,
     /// Total KV heads K (MLA: 1).
     pub total_kv_heads: u32,
     /// Multi-head latent attention.
@@ -68,13 +82,13 @@ pub struct TpMappingInfo {
     pub tp_ratio: i32,
     /// Head-slice offset in the remote block, in local block_lens.
     pub rank_offset_factor: u32,
-    /// `local_tp > K`.
+    /// `local_tp_size > K`.
     pub local_replicated: bool,
-    /// `remote_tp > K`.
+    /// `remote_tp_size > K`.
     pub remote_replicated: bool,
-    /// `max(1, K/local_tp)`.
+    /// `max(1, K/local_tp_size)`.
     pub local_physical_heads: u32,
-    /// `max(1, K/remote_tp)`.
+    /// `max(1, K/remote_tp_size)`.
     pub remote_physical_heads: u32,
     /// Number of attention source ranks.
     pub num_attention_reads: u32,
@@ -142,9 +156,9 @@ impl TpMapping {
     pub fn new(params: &TpMappingParams) -> Result<TpMapping> {
         let raw = sys::pdkv_tp_mapping_params_t {
             struct_size: mem::size_of::<sys::pdkv_tp_mapping_params_t>(),
-            local_tp: params.local_tp,
-            local_rank: params.local_rank,
-            remote_tp: params.remote_tp,
+            local_tp_size: params.local_tp_size,
+            local_tp_rank: params.local_tp_rank,
+            remote_tp_size: params.remote_tp_size,
             total_kv_heads: params.total_kv_heads,
             use_mla: params.use_mla as u8,
             has_mamba: params.has_mamba as u8,
@@ -187,12 +201,12 @@ impl TpMapping {
         Ok(unsafe { slice(p, n) })
     }
 
-    /// Attention slot of `remote_rank` (`pdkv_tp_mapping_attention_slot`).
-    pub fn attention_slot(&self, remote_rank: u32) -> Result<u32> {
+    /// Attention slot of `remote_tp_rank` (`pdkv_tp_mapping_attention_slot`).
+    pub fn attention_slot(&self, remote_tp_rank: u32) -> Result<u32> {
         let mut out = 0u32;
         // SAFETY: live handle, valid out pointer.
         check(|e| unsafe {
-            sys::pdkv_tp_mapping_attention_slot(self.ptr.as_ptr(), remote_rank, &mut out, e)
+            sys::pdkv_tp_mapping_attention_slot(self.ptr.as_ptr(), remote_tp_rank, &mut out, e)
         })?;
         Ok(out)
     }

@@ -145,8 +145,8 @@ pub struct TransferInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FailedRead {
     /// The P rank whose read list holds it.
-    pub p_rank: u32,
-    /// Index in [`TransferPlan::rank_reads`]`(p_rank)`.
+    pub p_tp_rank: u32,
+    /// Index in [`TransferPlan::rank_reads`]`(p_tp_rank)`.
     pub read_index: u64,
     /// Why.
     pub status: Status,
@@ -241,7 +241,7 @@ impl Transfer {
         Ok(unsafe { slice(p, n) }
             .iter()
             .map(|r| FailedRead {
-                p_rank: r.p_rank,
+                p_tp_rank: r.p_tp_rank,
                 read_index: r.read_index,
                 status: Status::from_raw(r.status as sys::pdkv_status_t),
             })

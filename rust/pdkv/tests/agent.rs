@@ -266,7 +266,7 @@ fn transfer_deadline_expires() {
     let n_reads = plan.rank_reads(0).unwrap().0.len() as u64;
     assert!(failed
         .iter()
-        .all(|f| f.p_rank == 0 && f.read_index < n_reads));
+        .all(|f| f.p_tp_rank == 0 && f.read_index < n_reads));
 }
 
 #[test]

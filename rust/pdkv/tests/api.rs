@@ -212,10 +212,10 @@ fn topology_free_functions() {
         handshake_target_ranks(2, 2, 4).unwrap_err().status(),
         Status::InvalidArgument
     );
-    assert_eq!(physical_head_range(4, 8, 3).unwrap(), 6..8);
-    assert_eq!(physical_head_range(8, 2, 5).unwrap(), 1..2);
+    assert_eq!(physical_head_range(4, 3, 8).unwrap(), 6..8);
+    assert_eq!(physical_head_range(8, 5, 2).unwrap(), 1..2);
     assert_eq!(
-        physical_head_range(3, 8, 0).unwrap_err().status(),
+        physical_head_range(3, 0, 8).unwrap_err().status(),
         Status::HeadsNotDivisible
     );
     assert_eq!(notifications_expected_per_request(2, 4).unwrap(), 2);
@@ -225,9 +225,9 @@ fn topology_free_functions() {
 #[test]
 fn tp_mapping_d2_from_p4() {
     let m = TpMapping::new(&TpMappingParams {
-        local_tp: 2,
-        local_rank: 1,
-        remote_tp: 4,
+        local_tp_size: 2,
+        local_tp_rank: 1,
+        remote_tp_size: 4,
         total_kv_heads: 2,
         use_mla: false,
         has_mamba: true,
@@ -253,9 +253,9 @@ fn tp_mapping_d2_from_p4() {
         Status::InvalidArgument
     );
     let bad = TpMapping::new(&TpMappingParams {
-        local_tp: 2,
-        local_rank: 0,
-        remote_tp: 3,
+        local_tp_size: 2,
+        local_tp_rank: 0,
+        remote_tp_size: 3,
         total_kv_heads: 2,
         ..Default::default()
     });
@@ -383,9 +383,12 @@ fn mamba_reads_p4_to_d2_tile_the_d_page() {
     let p = Geometry::new(&m, &EngineConfig::with_tp(4)).unwrap();
     let d = Geometry::new(&m, &EngineConfig::with_tp(2)).unwrap();
     let di = d.info().unwrap();
-    for d_rank in 0..2 {
-        let list = MambaReadList::new(&p, &d, d_rank, MambaReadsRule::Pdkv).unwrap();
-        assert_eq!(list.source_ranks().unwrap(), &[2 * d_rank, 2 * d_rank + 1]);
+    for d_tp_rank in 0..2 {
+        let list = MambaReadList::new(&p, &d, d_tp_rank, MambaReadsRule::Pdkv).unwrap();
+        assert_eq!(
+            list.source_ranks().unwrap(),
+            &[2 * d_tp_rank, 2 * d_tp_rank + 1]
+        );
         let mut reads = list.items().unwrap();
         assert_eq!(reads.last().unwrap().part, "ssm");
         reads.sort_by_key(|r| r.local_offset);
@@ -465,9 +468,9 @@ fn descriptors_attention_and_mamba() {
 
     // D TP2 rank 0 reading from P TP4 (2 KV heads): head slices of the local blocks.
     let map = TpMapping::new(&TpMappingParams {
-        local_tp: 2,
-        local_rank: 0,
-        remote_tp: 4,
+        local_tp_size: 2,
+        local_tp_rank: 0,
+        remote_tp_size: 4,
         total_kv_heads: 4,
         ..Default::default()
     })
@@ -512,16 +515,16 @@ fn descriptors_attention_and_mamba() {
     let all_local = mamba_local_descriptors(&d_mamba, di.physical_per_logical, &d).unwrap();
     assert_eq!(all_local.items().unwrap().len(), 2 * 4); // x, B, C, ssm per logical block
     let reads = MambaReadList::new(&p, &d, 0, MambaReadsRule::Pdkv).unwrap();
-    for p_rank in 0..4 {
-        let r = mamba_remote_descriptors(&p_mamba, pi.physical_per_logical, &p, &reads, p_rank)
+    for p_tp_rank in 0..4 {
+        let r = mamba_remote_descriptors(&p_mamba, pi.physical_per_logical, &p, &reads, p_tp_rank)
             .unwrap();
         let l =
-            mamba_local_split_descriptors(&d_mamba, di.physical_per_logical, &d, &reads, p_rank)
+            mamba_local_split_descriptors(&d_mamba, di.physical_per_logical, &d, &reads, p_tp_rank)
                 .unwrap();
         let (r, l) = (r.items().unwrap(), l.items().unwrap());
         assert_eq!(r.len(), l.len());
         assert!(r.iter().zip(l).all(|(a, b)| a.len == b.len));
-        assert_eq!(r.is_empty(), p_rank >= 2, "p_rank {p_rank}");
+        assert_eq!(r.is_empty(), p_tp_rank >= 2, "p_tp_rank {p_tp_rank}");
     }
     assert_eq!(
         mamba_local_descriptors(&d_mamba, 0, &d)
@@ -623,9 +626,9 @@ fn mixed_mla_model_geometry_and_region_kinds() {
 #[test]
 fn pipeline_stages_pair_and_plan_by_layer() {
     let m = nano();
-    assert_eq!(pipeline_layer_window(52, 1, 2).unwrap(), (26, 52));
+    assert_eq!(pipeline_layer_window(52, 2, 1).unwrap(), (26, 52));
     assert_eq!(
-        pipeline_layer_window(2, 0, 3).unwrap_err().status(),
+        pipeline_layer_window(2, 3, 0).unwrap_err().status(),
         Status::InvalidArgument
     );
     let (p_cfg, d_cfg) = (EngineConfig::with_tp(4), EngineConfig::with_tp(2));
@@ -658,19 +661,19 @@ fn pipeline_stages_pair_and_plan_by_layer() {
         ..Default::default()
     };
     let d = EngineMetadata::from_model(&m, &d_cfg, &d_layout).unwrap();
-    let pairs = pipeline_stage_pairs(&[&d], &[&p[0], &p0]).unwrap();
+    let pairs = pipeline_stage_pairs(&[&p[0], &p0], &[&d]).unwrap();
     assert_eq!(
         pairs,
         vec![
             StagePair {
-                d_pp_rank: 0,
                 p_pp_rank: 0,
+                d_pp_rank: 0,
                 layer_begin: 0,
                 layer_end: 26
             },
             StagePair {
-                d_pp_rank: 0,
                 p_pp_rank: 1,
+                d_pp_rank: 0,
                 layer_begin: 26,
                 layer_end: 52
             },

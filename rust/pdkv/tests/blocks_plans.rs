@@ -517,7 +517,10 @@ fn transfer_plan_nano_p4_to_d2() {
     reused.compile_into(&ctx, &groups).unwrap();
     assert_eq!(reused.to_json().unwrap(), plan.to_json().unwrap());
     let i = plan.info().unwrap();
-    assert_eq!((i.d_rank, i.d_tp, i.p_tp, i.num_groups), (1, 2, 4, 2));
+    assert_eq!(
+        (i.d_tp_rank, i.d_tp_size, i.p_tp_size, i.num_groups),
+        (1, 2, 4, 2)
+    );
     assert_eq!(plan.read_ranks().unwrap(), &[2, 3]);
     assert_eq!(plan.notify_ranks().unwrap(), &[2, 3]);
     assert_eq!(i.bytes, i.attention_bytes + i.mamba_bytes);

@@ -309,14 +309,14 @@ fn check_keys(what: &str, m: &BTreeMap<String, Json>, allowed: &[&str]) -> CaseR
 /// Input keys each op defines (required and optional), per docs/conformance.md.
 fn input_keys(op: &str) -> Option<&'static [&'static str]> {
     Some(match op {
-        "tp_ratio" => &["local_tp", "remote_tp"],
-        "handshake_target_ranks" => &["local_tp", "local_rank", "remote_tp"],
-        "physical_head_range" => &["tp", "total_kv_heads", "rank"],
-        "notifications_expected" => &["p_tp", "d_tp"],
+        "tp_ratio" => &["local_tp_size", "remote_tp_size"],
+        "handshake_target_ranks" => &["local_tp_size", "local_tp_rank", "remote_tp_size"],
+        "physical_head_range" => &["tp_size", "tp_rank", "total_kv_heads"],
+        "notifications_expected" => &["p_tp_size", "d_tp_size"],
         "tp_mapping" => &[
-            "local_tp",
-            "local_rank",
-            "remote_tp",
+            "local_tp_size",
+            "local_tp_rank",
+            "remote_tp_size",
             "total_kv_heads",
             "use_mla",
             "has_mamba",
@@ -437,7 +437,7 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
             "mapping",
             "block_size_ratio",
         ],
-        "attention_split_descriptors" => &["regions", "mapping", "block_size_ratio", "p_rank"],
+        "attention_split_descriptors" => &["regions", "mapping", "block_size_ratio", "p_tp_rank"],
         "mamba_local_descriptors" => &["model", "engine", "regions", "ppl"],
         "mamba_remote_descriptors" => &[
             "model",
@@ -447,7 +447,7 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
             "rule",
             "p_regions",
             "p_ppl",
-            "p_rank",
+            "p_tp_rank",
         ],
         "mamba_local_split_descriptors" => &[
             "model",
@@ -457,22 +457,22 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
             "rule",
             "d_regions",
             "d_ppl",
-            "p_rank",
+            "p_tp_rank",
         ],
         "mamba_local_conv_offsets" => &["model", "engine"],
-        "mamba_remote_conv_offsets" => &["model", "engine", "local_rank", "tp_ratio"],
+        "mamba_remote_conv_offsets" => &["model", "engine", "local_tp_rank", "tp_ratio"],
         "mamba_ssm_read_range" => &[
             "model",
             "engine",
             "remote_conv_bytes",
             "remote_ssm_bytes",
-            "local_rank",
+            "local_tp_rank",
             "tp_ratio",
         ],
         "model_preset" => &["model"],
         "model_hf_config" => &["json", "name"],
         "handshake_validate_engine_ranks" => &["ranks", "item_messages_contain"],
-        "pipeline_layer_window" => &["num_layers", "pp_rank", "pp_size"],
+        "pipeline_layer_window" => &["num_layers", "pp_size", "pp_rank"],
         "pipeline_stage_pairs" => &["model", "prefill", "decode"],
         _ => return None,
     })
@@ -934,18 +934,18 @@ fn mapping_of(m: &BTreeMap<String, Json>) -> CaseResult<Result<TpMapping, Error>
         "mapping",
         m,
         &[
-            "local_tp",
-            "local_rank",
-            "remote_tp",
+            "local_tp_size",
+            "local_tp_rank",
+            "remote_tp_size",
             "total_kv_heads",
             "use_mla",
             "has_mamba",
         ],
     )?;
     Ok(TpMapping::new(&TpMappingParams {
-        local_tp: u32_of(m, "local_tp")?,
-        local_rank: u32_of(m, "local_rank")?,
-        remote_tp: u32_of(m, "remote_tp")?,
+        local_tp_size: u32_of(m, "local_tp_size")?,
+        local_tp_rank: u32_of(m, "local_tp_rank")?,
+        remote_tp_size: u32_of(m, "remote_tp_size")?,
         total_kv_heads: u32_of(m, "total_kv_heads")?,
         use_mla: bool_of(m, "use_mla")?,
         has_mamba: bool_of(m, "has_mamba")?,
@@ -1111,10 +1111,10 @@ fn compile_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<TransferPla
     check_keys("decode", dec, &["engine", "layout"])?;
     let p_cfg = lib_or_return!(engine(field(pre, "engine")?)?);
     let d_cfg = lib_or_return!(engine(field(dec, "engine")?)?);
-    let d_rank = u32_of(input, "decode_rank")?;
+    let d_tp_rank = u32_of(input, "decode_rank")?;
     let p_layout = layout_of(pre.get("layout"))?;
     let d_layout = EngineLayout {
-        tp_rank: d_rank,
+        tp_rank: d_tp_rank,
         ..layout_of(dec.get("layout"))?
     };
     // Optional `prefill.ranks`: the P ranks whose metadata the context receives, in that order
@@ -1215,7 +1215,7 @@ fn engine_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<Outcome, Err
     };
     let (p_cfg, p_id, p_blocks) = side("prefill")?;
     let (d_cfg, d_id, d_blocks) = side("decode")?;
-    let d_rank = u32_of(input, "decode_rank")?;
+    let d_tp_rank = u32_of(input, "decode_rank")?;
     let rq = obj_field(input, "request")?;
     check_keys(
         "request",
@@ -1239,7 +1239,7 @@ fn engine_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<Outcome, Err
     let d = lib_or_return!(Engine::new(
         &model,
         &d_cfg,
-        &EngineOptions::new(&d_id, d_rank, d_blocks)
+        &EngineOptions::new(&d_id, d_tp_rank, d_blocks)
     ));
     let mut remote = Vec::new();
     for r in 0..p_cfg.tp_size {
@@ -1300,24 +1300,24 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
     Ok(match op {
         "tp_ratio" => {
             let r = lib!(tp_ratio(
-                u32_of(input, "local_tp")?,
-                u32_of(input, "remote_tp")?
+                u32_of(input, "local_tp_size")?,
+                u32_of(input, "remote_tp_size")?
             ));
             out(vec![("tp_ratio", Json::Int(r as i64))])
         }
         "handshake_target_ranks" => {
             let r = lib!(handshake_target_ranks(
-                u32_of(input, "local_tp")?,
-                u32_of(input, "local_rank")?,
-                u32_of(input, "remote_tp")?
+                u32_of(input, "local_tp_size")?,
+                u32_of(input, "local_tp_rank")?,
+                u32_of(input, "remote_tp_size")?
             ));
             out(vec![("ranks", ranks(&r))])
         }
         "physical_head_range" => {
             let r = lib!(physical_head_range(
-                u32_of(input, "tp")?,
-                u32_of(input, "total_kv_heads")?,
-                u32_of(input, "rank")?
+                u32_of(input, "tp_size")?,
+                u32_of(input, "tp_rank")?,
+                u32_of(input, "total_kv_heads")?
             ));
             out(vec![
                 ("begin", Json::Int(r.start as i64)),
@@ -1326,16 +1326,16 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
         }
         "notifications_expected" => {
             let n = lib!(notifications_expected_per_request(
-                u32_of(input, "p_tp")?,
-                u32_of(input, "d_tp")?
+                u32_of(input, "p_tp_size")?,
+                u32_of(input, "d_tp_size")?
             ));
             out(vec![("count", Json::Int(n as i64))])
         }
         "tp_mapping" => {
             let m = lib!(TpMapping::new(&TpMappingParams {
-                local_tp: u32_of(input, "local_tp")?,
-                local_rank: u32_of(input, "local_rank")?,
-                remote_tp: u32_of(input, "remote_tp")?,
+                local_tp_size: u32_of(input, "local_tp_size")?,
+                local_tp_rank: u32_of(input, "local_tp_rank")?,
+                remote_tp_size: u32_of(input, "remote_tp_size")?,
                 total_kv_heads: u32_of(input, "total_kv_heads")?,
                 use_mla: bool_of(input, "use_mla")?,
                 has_mamba: bool_of(input, "has_mamba")?,
@@ -1416,7 +1416,7 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 .into_iter()
                 .map(|r| {
                     Json::Obj(BTreeMap::from([
-                        ("p_rank".to_owned(), Json::Int(r.p_rank as i64)),
+                        ("p_tp_rank".to_owned(), Json::Int(r.p_tp_rank as i64)),
                         ("part".to_owned(), Json::Str(r.part.to_owned())),
                         ("remote_offset".to_owned(), u(r.remote_offset)),
                         ("local_offset".to_owned(), u(r.local_offset)),
@@ -1725,7 +1725,7 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             let i = lib!(plan.info());
             let mut reads = Vec::new();
             let mut rank_bytes = Vec::new();
-            for p in 0..i.p_tp {
+            for p in 0..i.p_tp_size {
                 let (r, bytes) = lib!(plan.rank_reads(p));
                 if r.iter().map(|x| x.length).sum::<u64>() != bytes {
                     return Err(format!(
@@ -1777,8 +1777,8 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 return Err("plan info counts disagree with the rank lists".into());
             }
             out(vec![
-                ("d_tp", Json::Int(i.d_tp as i64)),
-                ("p_tp", Json::Int(i.p_tp as i64)),
+                ("d_tp_size", Json::Int(i.d_tp_size as i64)),
+                ("p_tp_size", Json::Int(i.p_tp_size as i64)),
                 ("read_ranks", ranks(read_ranks)),
                 ("notify_ranks", ranks(notify_ranks)),
                 (
@@ -1834,8 +1834,8 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
         "pipeline_layer_window" => {
             let (b, e) = lib!(pipeline_layer_window(
                 u32_of(input, "num_layers")?,
-                u32_of(input, "pp_rank")?,
-                u32_of(input, "pp_size")?
+                u32_of(input, "pp_size")?,
+                u32_of(input, "pp_rank")?
             ));
             out(vec![
                 ("begin", Json::Int(b as i64)),
@@ -1868,7 +1868,7 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             let d = lib!(stages(dec, &d_cfg)?);
             let (pr, dr): (Vec<&EngineMetadata>, Vec<&EngineMetadata>) =
                 (p.iter().collect(), d.iter().collect());
-            let pairs = lib!(pipeline_stage_pairs(&dr, &pr));
+            let pairs = lib!(pipeline_stage_pairs(&pr, &dr));
             let p_pp = lib!(p[0].info()).pp_size;
             let mut notes = Vec::new();
             for s in 0..p_pp {
@@ -1887,8 +1887,8 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                             .iter()
                             .map(|x| {
                                 obj_of(vec![
-                                    ("d_pp_rank", Json::Int(x.d_pp_rank as i64)),
                                     ("p_pp_rank", Json::Int(x.p_pp_rank as i64)),
+                                    ("d_pp_rank", Json::Int(x.d_pp_rank as i64)),
                                     ("layer_begin", Json::Int(x.layer_begin as i64)),
                                     ("layer_end", Json::Int(x.layer_end as i64)),
                                 ])
@@ -1942,7 +1942,7 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 &local,
                 &mapping,
                 bsr,
-                u32_of(input, "p_rank")?
+                u32_of(input, "p_tp_rank")?
             ));
             out(vec![("descriptors", lib!(descriptors_json(&list)))])
         }
@@ -1954,24 +1954,26 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             out(vec![("descriptors", lib!(descriptors_json(&list)))])
         }
         "mamba_remote_descriptors" => {
-            let (regions, ppl, p_rank) = (
+            let (regions, ppl, p_tp_rank) = (
                 regions_of(input, "p_regions")?,
                 u64_of(input, "p_ppl")?,
-                u32_of(input, "p_rank")?,
+                u32_of(input, "p_tp_rank")?,
             );
             let (p, _d, reads) = lib!(reads_of_case(input)?);
-            let list = lib!(mamba_remote_descriptors(&regions, ppl, &p, &reads, p_rank));
+            let list = lib!(mamba_remote_descriptors(
+                &regions, ppl, &p, &reads, p_tp_rank
+            ));
             out(vec![("descriptors", lib!(descriptors_json(&list)))])
         }
         "mamba_local_split_descriptors" => {
-            let (regions, ppl, p_rank) = (
+            let (regions, ppl, p_tp_rank) = (
                 regions_of(input, "d_regions")?,
                 u64_of(input, "d_ppl")?,
-                u32_of(input, "p_rank")?,
+                u32_of(input, "p_tp_rank")?,
             );
             let (_p, d, reads) = lib!(reads_of_case(input)?);
             let list = lib!(mamba_local_split_descriptors(
-                &regions, ppl, &d, &reads, p_rank
+                &regions, ppl, &d, &reads, p_tp_rank
             ));
             out(vec![("descriptors", lib!(descriptors_json(&list)))])
         }
@@ -1983,7 +1985,7 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             )])
         }
         "mamba_remote_conv_offsets" => {
-            let (rank, ratio) = (u32_of(input, "local_rank")?, i32_of(input, "tp_ratio")?);
+            let (rank, ratio) = (u32_of(input, "local_tp_rank")?, i32_of(input, "tp_ratio")?);
             let g = lib!(geometry_of_case(input)?);
             out(vec![(
                 "ranges",
@@ -1995,7 +1997,7 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 u64_of(input, "remote_conv_bytes")?,
                 u64_of(input, "remote_ssm_bytes")?,
             );
-            let (rank, ratio) = (u32_of(input, "local_rank")?, i32_of(input, "tp_ratio")?);
+            let (rank, ratio) = (u32_of(input, "local_tp_rank")?, i32_of(input, "tp_ratio")?);
             let g = lib!(geometry_of_case(input)?);
             let r = lib!(g.mamba_ssm_read_range(rc, rs, rank, ratio));
             out(vec![("offset", u(r.offset)), ("size", u(r.size))])
@@ -2198,10 +2200,10 @@ fn parser_accepts_the_subset_and_rejects_the_rest() {
 #[test]
 fn runner_detects_mismatches_and_unknown_ops() {
     let case = |s: &str| Parser::parse(s).unwrap();
-    assert!(run_case(&case(r#"{"name":"ok","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4},"output":{"tp_ratio":-2}}"#)).is_ok());
-    assert!(run_case(&case(r#"{"name":"bad","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4},"output":{"tp_ratio":2}}"#)).is_err());
+    assert!(run_case(&case(r#"{"name":"ok","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":4},"output":{"tp_ratio":-2}}"#)).is_ok());
+    assert!(run_case(&case(r#"{"name":"bad","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":4},"output":{"tp_ratio":2}}"#)).is_err());
     assert!(run_case(&case(
-        r#"{"name":"key","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4},"output":{"nope":2}}"#
+        r#"{"name":"key","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":4},"output":{"nope":2}}"#
     ))
     .is_err());
     assert!(run_case(&case(
@@ -2210,16 +2212,16 @@ fn runner_detects_mismatches_and_unknown_ops() {
     .unwrap_err()
     .contains("unknown op"));
     let typo = run_case(&case(
-        r#"{"name":"typo","op":"tp_ratio","input":{"local_tp":2,"remote_tp":4,"remote_pt":1},"output":{"tp_ratio":-2}}"#,
+        r#"{"name":"typo","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":4,"remote_pt":1},"output":{"tp_ratio":-2}}"#,
     ));
     assert!(typo.unwrap_err().contains("remote_pt"));
     let lacking = run_case(&case(
-        r#"{"name":"lack","op":"physical_head_range","input":{"tp":2,"total_kv_heads":4,"rank":1},"output":{"begin":2}}"#,
+        r#"{"name":"lack","op":"physical_head_range","input":{"tp_size":2,"tp_rank":1,"total_kv_heads":4},"output":{"begin":2}}"#,
     ));
     assert!(lacking.unwrap_err().contains("end"));
-    assert!(run_case(&case(r#"{"name":"st","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_OVERFLOW","message_contains":[]}}"#)).is_err());
-    assert!(run_case(&case(r#"{"name":"msg","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}}"#)).is_err());
-    assert!(run_case(&case(r#"{"name":"err","op":"tp_ratio","input":{"local_tp":2,"remote_tp":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["2","3"]}}"#)).is_ok());
+    assert!(run_case(&case(r#"{"name":"st","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_OVERFLOW","message_contains":[]}}"#)).is_err());
+    assert!(run_case(&case(r#"{"name":"msg","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}}"#)).is_err());
+    assert!(run_case(&case(r#"{"name":"err","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["2","3"]}}"#)).is_ok());
 }
 
 /// Cross-op checks of the planning handlers beyond the vectors: each must run, produce its
@@ -2391,7 +2393,7 @@ fn descriptor_and_model_handlers_detect_mismatches() {
 
     let mapping_typo = run_case(&case(
         r#"{"name":"x","op":"attention_remote_descriptors","input":{"local_regions":[],"remote_regions":[],
-            "mapping":{"local_tp":1,"local_rank":0,"remote_tp":1,"total_kv_heads":2,"use_mla":false,"has_mamba":false,"mla":true},
+            "mapping":{"local_tp_size":1,"local_tp_rank":0,"remote_tp_size":1,"total_kv_heads":2,"use_mla":false,"has_mamba":false,"mla":true},
             "block_size_ratio":1},"output":{"descriptors":[]}}"#,
     ));
     assert!(mapping_typo.unwrap_err().contains("mla"));
@@ -2448,9 +2450,9 @@ fn descriptor_and_model_handlers_detect_mismatches() {
         (l.first(), l.last()),
         (Some(&Json::Str("{".into())), Some(&Json::Str("}".into())))
     );
-    assert_eq!(l[1], Json::Str("  \"d_rank\": 1,".into()));
+    assert_eq!(l[3], Json::Str("  \"d_tp_rank\": 1,".into()));
     let mut changed = l.clone();
-    changed[1] = Json::Str("  \"d_rank\": 0,".into());
+    changed[3] = Json::Str("  \"d_tp_rank\": 0,".into());
     assert!(compare("output", &Json::Arr(changed), &lines).is_some());
 }
 

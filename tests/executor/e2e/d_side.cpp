@@ -195,12 +195,12 @@ void check_failed_reads(const pdkv_transfer_t* t, const pdkv_transfer_plan_t* pl
   CHECK(!failed.empty());
   for (size_t i = 0; i < failed.size(); ++i) {
     const auto& f = failed[i];
-    INFO("failed read " << i << ": P rank " << f.p_rank << " index " << f.read_index);
+    INFO("failed read " << i << ": P rank " << f.p_tp_rank << " index " << f.read_index);
     CHECK(f.status == status);
-    CHECK(f.read_index < rank_reads(plan, f.p_rank).size());
+    CHECK(f.read_index < rank_reads(plan, f.p_tp_rank).size());
     if (i > 0) {
       const auto& g = failed[i - 1];
-      CHECK((g.p_rank < f.p_rank || (g.p_rank == f.p_rank && g.read_index < f.read_index)));
+      CHECK((g.p_tp_rank < f.p_tp_rank || (g.p_tp_rank == f.p_tp_rank && g.read_index < f.read_index)));
     }
   }
 }

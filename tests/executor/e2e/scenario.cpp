@@ -386,7 +386,7 @@ std::string verify_d_memory(const Scenario& s, const RankMemory& d, const pdkv_t
   }
   std::vector<std::vector<uint8_t>> any_read(d.num_regions());  // 1 where any read writes
   for (uint32_t r = 0; r < d.num_regions(); ++r) any_read[r].assign(d.region_size(r), 0);
-  for (uint32_t p = 0; p < info.p_tp; ++p) {
+  for (uint32_t p = 0; p < info.p_tp_size; ++p) {
     const auto reads = rank_reads(plan, p);
     for (const auto& rd : reads) {
       if (rd.local_region >= d.num_regions() || rd.local_offset + rd.length > d.region_size(rd.local_region)) {
