@@ -534,6 +534,8 @@ type Notification struct {
 	Count, Expected uint32
 	// Bytes the sender moved for this request.
 	Bytes uint64
+	// PpRank is the remote rank's pipeline stage (0 without pipeline parallelism).
+	PpRank uint32
 }
 
 // PollNotifications takes every pending notification, oldest first, including those
@@ -569,21 +571,20 @@ func (a *Agent) takeNotifications() error {
 		return err
 	}
 	defer C.pdkv_notification_list_free(list)
+	var items *C.pdkv_notification_t
 	var n C.size_t
-	if err := check(C.pdkv_notification_list_count(list, &n, &cerr), cerr); err != nil {
+	if err := check(C.pdkv_notification_list_items(list, &items, &n, &cerr), cerr); err != nil {
 		return err
 	}
-	for i := C.size_t(0); i < n; i++ {
-		var cn C.pdkv_notification_t
-		cn.struct_size = C.size_t(unsafe.Sizeof(cn))
-		if err := check(C.pdkv_notification_list_get(list, i, &cn, &cerr), cerr); err != nil {
-			return err
-		}
+	if n == 0 {
+		return nil
+	}
+	for _, cn := range unsafe.Slice(items, int(n)) {
 		a.pending = append(a.pending, Notification{
 			Kind: NotificationKind(cn.kind), Status: Status(cn.status),
 			RequestID: C.GoString(cn.request_id), EngineID: C.GoString(cn.engine_id),
 			TpRank: uint32(cn.tp_rank), Count: uint32(cn.count), Expected: uint32(cn.expected),
-			Bytes: uint64(cn.bytes),
+			Bytes: uint64(cn.bytes), PpRank: uint32(cn.pp_rank),
 		})
 	}
 	return nil

@@ -18,28 +18,25 @@ type ByteRange struct {
 	Size uint64
 }
 
-// rangesCall runs a pdkv function with the (ranges, capacity, out_count) buffer convention:
-// a first call learns the count, a second fills a Go-allocated buffer of plain integers.
-func rangesCall(call func(buf *C.pdkv_byte_range_t, capacity C.size_t, count *C.size_t, cerr **C.pdkv_error_t) C.pdkv_status_t) ([]ByteRange, error) {
-	var need C.size_t
+// rangesCall runs a pdkv function that returns an owned pdkv_byte_range_list_t, copies its
+// ranges into Go memory and frees the list.
+func rangesCall(call func(out **C.pdkv_byte_range_list_t, cerr **C.pdkv_error_t) C.pdkv_status_t) ([]ByteRange, error) {
+	var list *C.pdkv_byte_range_list_t
 	var cerr *C.pdkv_error_t
-	st := call(nil, 0, &need, &cerr)
-	if st != C.PDKV_ERR_BUFFER_TOO_SMALL {
-		if err := check(st, cerr); err != nil {
-			return nil, err
-		}
-		return []ByteRange{}, nil
+	if err := check(call(&list, &cerr), cerr); err != nil {
+		return nil, err
 	}
-	C.pdkv_error_free(cerr)
-	buf := make([]C.pdkv_byte_range_t, int(need))
+	defer C.pdkv_byte_range_list_free(list)
+	var items *C.pdkv_byte_range_t
 	var n C.size_t
-	cerr = nil
-	if err := check(call(&buf[0], need, &n, &cerr), cerr); err != nil {
+	if err := check(C.pdkv_byte_range_list_items(list, &items, &n, &cerr), cerr); err != nil {
 		return nil, err
 	}
 	out := make([]ByteRange, int(n))
-	for i := range out {
-		out[i] = ByteRange{Offset: uint64(buf[i].offset), Size: uint64(buf[i].size)}
+	if n > 0 {
+		for i, r := range unsafe.Slice(items, int(n)) {
+			out[i] = ByteRange{Offset: uint64(r.offset), Size: uint64(r.size)}
+		}
 	}
 	return out, nil
 }
@@ -52,8 +49,8 @@ func (g *Geometry) LocalConvOffsets() ([]ByteRange, error) {
 		return nil, err
 	}
 	defer g.h.release()
-	out, err := rangesCall(func(buf *C.pdkv_byte_range_t, c C.size_t, n *C.size_t, e **C.pdkv_error_t) C.pdkv_status_t {
-		return C.pdkv_mamba_local_conv_offsets(p, buf, c, n, e)
+	out, err := rangesCall(func(l **C.pdkv_byte_range_list_t, e **C.pdkv_error_t) C.pdkv_status_t {
+		return C.pdkv_mamba_local_conv_offsets(p, l, e)
 	})
 	runtime.KeepAlive(g)
 	return out, err
@@ -69,8 +66,8 @@ func (g *Geometry) RemoteConvOffsets(localTpRank uint32, tpRatio int32) ([]ByteR
 		return nil, err
 	}
 	defer g.h.release()
-	out, err := rangesCall(func(buf *C.pdkv_byte_range_t, c C.size_t, n *C.size_t, e **C.pdkv_error_t) C.pdkv_status_t {
-		return C.pdkv_mamba_remote_conv_offsets(p, C.uint32_t(localTpRank), C.int32_t(tpRatio), buf, c, n, e)
+	out, err := rangesCall(func(l **C.pdkv_byte_range_list_t, e **C.pdkv_error_t) C.pdkv_status_t {
+		return C.pdkv_mamba_remote_conv_offsets(p, C.uint32_t(localTpRank), C.int32_t(tpRatio), l, e)
 	})
 	runtime.KeepAlive(g)
 	return out, err

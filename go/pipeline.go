@@ -51,28 +51,25 @@ func PipelineStagePairs(pStages, dStages []*EngineMetadata) ([]StagePair, error)
 		return nil, err
 	}
 	defer releaseD()
-	var need C.size_t
+	var list *C.pdkv_stage_pair_list_t
 	var cerr *C.pdkv_error_t
-	st := C.pdkv_pipeline_stage_pairs(p, C.size_t(len(pStages)), d, C.size_t(len(dStages)), nil, 0, &need, &cerr)
-	if st != C.PDKV_ERR_BUFFER_TOO_SMALL {
-		if err := check(st, cerr); err != nil {
-			return nil, err
-		}
-		return []StagePair{}, nil
-	}
-	C.pdkv_error_free(cerr)
-	buf := (*C.pdkv_stage_pair_t)(a.alloc(uintptr(need) * unsafe.Sizeof(C.pdkv_stage_pair_t{})))
-	var n C.size_t
-	cerr = nil
-	st = C.pdkv_pipeline_stage_pairs(p, C.size_t(len(pStages)), d, C.size_t(len(dStages)), buf, need, &n, &cerr)
-	runtime.KeepAlive(dStages)
+	st := C.pdkv_pipeline_stage_pairs(p, C.size_t(len(pStages)), d, C.size_t(len(dStages)), &list, &cerr)
 	runtime.KeepAlive(pStages)
+	runtime.KeepAlive(dStages)
 	if err := check(st, cerr); err != nil {
 		return nil, err
 	}
+	defer C.pdkv_stage_pair_list_free(list)
+	var items *C.pdkv_stage_pair_t
+	var n C.size_t
+	if err := check(C.pdkv_stage_pair_list_items(list, &items, &n, &cerr), cerr); err != nil {
+		return nil, err
+	}
 	out := make([]StagePair, int(n))
-	for i, x := range unsafe.Slice(buf, int(n)) {
-		out[i] = StagePair{uint32(x.p_pp_rank), uint32(x.d_pp_rank), uint32(x.layer_begin), uint32(x.layer_end)}
+	if n > 0 {
+		for i, x := range unsafe.Slice(items, int(n)) {
+			out[i] = StagePair{uint32(x.p_pp_rank), uint32(x.d_pp_rank), uint32(x.layer_begin), uint32(x.layer_end)}
+		}
 	}
 	return out, nil
 }

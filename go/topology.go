@@ -25,30 +25,19 @@ func TpRatio(localTpSize, remoteTpSize uint32) (int32, error) {
 // HandshakeTargetRanks returns the remote ranks that local rank localTpRank handshakes with.
 // Errors: ErrInvalidArgument (localTpRank >= localTpSize, a zero size), ErrTpNotDivisible.
 func HandshakeTargetRanks(localTpSize, localTpRank, remoteTpSize uint32) ([]uint32, error) {
-	// First ask for the count, then fill a C buffer of that size (the count is also reported
-	// on BUFFER_TOO_SMALL, which is how the query is answered).
-	var need C.size_t
+	var list *C.pdkv_u32_list_t
 	var cerr *C.pdkv_error_t
-	st := C.pdkv_handshake_target_ranks(C.uint32_t(localTpSize), C.uint32_t(localTpRank), C.uint32_t(remoteTpSize), nil, 0, &need, &cerr)
-	if st != C.PDKV_ERR_BUFFER_TOO_SMALL {
-		if err := check(st, cerr); err != nil {
-			return nil, err
-		}
-		return []uint32{}, nil
-	}
-	C.pdkv_error_free(cerr)
-	buf := make([]C.uint32_t, int(need))
-	var n C.size_t
-	cerr = nil
-	st = C.pdkv_handshake_target_ranks(C.uint32_t(localTpSize), C.uint32_t(localTpRank), C.uint32_t(remoteTpSize), &buf[0], need, &n, &cerr)
+	st := C.pdkv_handshake_target_ranks(C.uint32_t(localTpSize), C.uint32_t(localTpRank), C.uint32_t(remoteTpSize), &list, &cerr)
 	if err := check(st, cerr); err != nil {
 		return nil, err
 	}
-	out := make([]uint32, int(n))
-	for i := range out {
-		out[i] = uint32(buf[i])
+	defer C.pdkv_u32_list_free(list)
+	var items *C.uint32_t
+	var n C.size_t
+	if err := check(C.pdkv_u32_list_items(list, &items, &n, &cerr), cerr); err != nil {
+		return nil, err
 	}
-	return out, nil
+	return u32Slice(items, n), nil
 }
 
 // PhysicalHeadRange returns the KV heads [begin, end) that rank tpRank of a TP group of size

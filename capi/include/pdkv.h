@@ -46,6 +46,16 @@
  *    arrays are read during the call and never retained. Boolean inputs are uint8_t and must
  *    be 0 or 1 (INVALID_ARGUMENT otherwise). Enum-typed fields and arguments are int32_t; an
  *    unknown value is INVALID_ARGUMENT naming it.
+ *  - Variable-length results have one shape: an owned, immutable list handle pdkv_X_list_t
+ *    returned through `**out`, read with pdkv_X_list_items(list, &items, &count) (a contiguous
+ *    array owned by the list, NULL when count is 0, valid together with every string its
+ *    elements point to until pdkv_X_list_free) and freed with pdkv_X_list_free. An array a
+ *    handle already holds (a plan's ranks, a geometry's shape) is lent the same way, as
+ *    (const T **items, size_t *count) valid until that handle is freed. Byte strings and text
+ *    are the exception: they come back as pdkv_bytes_t / pdkv_string_t handles or, where a
+ *    caller wants them in its own memory (pdkv_engine_metadata_encode, pdkv_transfer_plan_to_json),
+ *    into a caller buffer (buf, capacity, *out_len: *out_len always receives the size needed,
+ *    also on BUFFER_TOO_SMALL). No other call takes a result buffer and a capacity.
  *  - Tensor-parallel sizes and ranks have one naming scheme. Of one engine they are `tp_size`
  *    and `tp_rank`. Where two engines meet, the same words take a prefix: `p_` and `d_` where
  *    the role (prefill, decode) matters (`p_tp_size`, `d_tp_size`, `d_tp_rank`, `p_tp_rank`),

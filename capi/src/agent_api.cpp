@@ -50,7 +50,8 @@ struct pdkv_transfer {
 };
 
 struct pdkv_notification_list {
-  std::vector<exec::Notification> items;
+  std::vector<exec::Notification> notes;  // owns the strings items point to
+  std::vector<pdkv_notification_t> items;
 };
 
 namespace {
@@ -64,7 +65,6 @@ constexpr size_t kAgentInfoMin = sizeof(pdkv_agent_info_t);
 // Output structs grown since first published: the size up to their first published last field.
 constexpr size_t kPeerInfoMin = PDKV_SIZE_0_1(pdkv_peer_info_t, heartbeat_rtt_us);
 constexpr size_t kTransferInfoMin = sizeof(pdkv_transfer_info_t);
-constexpr size_t kNotificationMin = PDKV_SIZE_0_1(pdkv_notification_t, bytes);
 
 void check_mask(uint64_t mask, uint64_t known, const char* type) {
   if ((mask & ~known) != 0) {
@@ -486,41 +486,34 @@ PDKV_API pdkv_status_t pdkv_agent_poll_notifications(pdkv_agent_t* agent, pdkv_n
     require_non_null(out, "out");
     *out = nullptr;
     auto h = std::make_unique<pdkv_notification_list>();
-    h->items = agent->agent->poll_notifications();
+    h->notes = agent->agent->poll_notifications();
+    h->items.reserve(h->notes.size());
+    for (const auto& n : h->notes) {
+      pdkv_notification_t c{};
+      c.kind = static_cast<int32_t>(n.kind);
+      c.status = static_cast<int32_t>(n.status);
+      c.request_id = n.request_id.c_str();
+      c.engine_id = n.engine_id.c_str();
+      c.tp_rank = n.tp_rank;
+      c.count = n.count;
+      c.expected = n.expected;
+      c.bytes = n.bytes;
+      c.pp_rank = n.pp_rank;
+      h->items.push_back(c);
+    }
     *out = h.release();
   });
 }
 
-PDKV_API pdkv_status_t pdkv_notification_list_count(const pdkv_notification_list_t* list, size_t* count,
+PDKV_API pdkv_status_t pdkv_notification_list_items(const pdkv_notification_list_t* list,
+                                                    const pdkv_notification_t** items, size_t* count,
                                                     pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(list, "list");
+    require_non_null(items, "items");
     require_non_null(count, "count");
+    *items = list->items.empty() ? nullptr : list->items.data();
     *count = list->items.size();
-  });
-}
-
-PDKV_API pdkv_status_t pdkv_notification_list_get(const pdkv_notification_list_t* list, size_t index,
-                                                  pdkv_notification_t* out, pdkv_error_t** err) {
-  return guard(err, [&] {
-    require_non_null(list, "list");
-    require_non_null(out, "out");
-    if (index >= list->items.size()) {
-      core::fail(Status::OutOfBounds, "notification index " + std::to_string(index) + " >= count " +
-                                          std::to_string(list->items.size()));
-    }
-    const auto& n = list->items[index];
-    pdkv_notification_t c{};
-    c.kind = static_cast<int32_t>(n.kind);
-    c.status = static_cast<int32_t>(n.status);
-    c.request_id = n.request_id.c_str();
-    c.engine_id = n.engine_id.c_str();
-    c.tp_rank = n.tp_rank;
-    c.count = n.count;
-    c.expected = n.expected;
-    c.bytes = n.bytes;
-    c.pp_rank = n.pp_rank;
-    write_struct_prefix(out, c, kNotificationMin, "pdkv_notification_t");
   });
 }
 

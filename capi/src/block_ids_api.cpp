@@ -89,6 +89,45 @@ PDKV_API pdkv_status_t pdkv_u64_list_items(const pdkv_u64_list_t* list, const ui
 
 PDKV_API void pdkv_u64_list_free(pdkv_u64_list_t* list) { delete list; }
 
+PDKV_API pdkv_status_t pdkv_u32_list_items(const pdkv_u32_list_t* list, const uint32_t** items, size_t* count,
+                                           pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(list, "list");
+    require_non_null(items, "items");
+    require_non_null(count, "count");
+    *items = list->items.empty() ? nullptr : list->items.data();
+    *count = list->items.size();
+  });
+}
+
+PDKV_API void pdkv_u32_list_free(pdkv_u32_list_t* list) { delete list; }
+
+PDKV_API pdkv_status_t pdkv_byte_range_list_items(const pdkv_byte_range_list_t* list, const pdkv_byte_range_t** items,
+                                                  size_t* count, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(list, "list");
+    require_non_null(items, "items");
+    require_non_null(count, "count");
+    *items = list->items.empty() ? nullptr : list->items.data();
+    *count = list->items.size();
+  });
+}
+
+PDKV_API void pdkv_byte_range_list_free(pdkv_byte_range_list_t* list) { delete list; }
+
+PDKV_API pdkv_status_t pdkv_stage_pair_list_items(const pdkv_stage_pair_list_t* list, const pdkv_stage_pair_t** items,
+                                                  size_t* count, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(list, "list");
+    require_non_null(items, "items");
+    require_non_null(count, "count");
+    *items = list->items.empty() ? nullptr : list->items.data();
+    *count = list->items.size();
+  });
+}
+
+PDKV_API void pdkv_stage_pair_list_free(pdkv_stage_pair_list_t* list) { delete list; }
+
 PDKV_API pdkv_status_t pdkv_bytes_data(const pdkv_bytes_t* bytes, const uint8_t** data, size_t* len,
                                        pdkv_error_t** err) {
   return guard(err, [&] {

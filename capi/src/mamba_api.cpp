@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "boundary.hpp"
-#include "buffers.hpp"
+#include "plan_handles.hpp"
 #include "model_geometry_handles.hpp"
 #include "pdkv/core/mamba_split.hpp"
 
@@ -34,26 +34,28 @@ std::vector<pdkv_byte_range_t> to_c(const std::vector<core::MambaByteRange>& ran
 
 extern "C" {
 
-PDKV_API pdkv_status_t pdkv_mamba_local_conv_offsets(const pdkv_geometry_t* geometry, pdkv_byte_range_t* ranges,
-                                                     size_t capacity, size_t* out_count, pdkv_error_t** err) {
+PDKV_API pdkv_status_t pdkv_mamba_local_conv_offsets(const pdkv_geometry_t* geometry, pdkv_byte_range_list_t** out,
+                                                     pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(geometry, "geometry");
-    require_non_null(out_count, "out_count");
-    *out_count = 0;
-    pdkv::capi::copy_to_buffer(to_c(core::local_conv_offsets(hybrid_state(geometry))), ranges, capacity, out_count,
-                               "ranges");
+    require_non_null(out, "out");
+    *out = nullptr;
+    auto list = std::make_unique<pdkv_byte_range_list>();
+    list->items = to_c(core::local_conv_offsets(hybrid_state(geometry)));
+    *out = list.release();
   });
 }
 
 PDKV_API pdkv_status_t pdkv_mamba_remote_conv_offsets(const pdkv_geometry_t* geometry, uint32_t local_tp_rank,
-                                                      int32_t tp_ratio, pdkv_byte_range_t* ranges, size_t capacity,
-                                                      size_t* out_count, pdkv_error_t** err) {
+                                                      int32_t tp_ratio, pdkv_byte_range_list_t** out,
+                                                      pdkv_error_t** err) {
   return guard(err, [&] {
     require_non_null(geometry, "geometry");
-    require_non_null(out_count, "out_count");
-    *out_count = 0;
-    pdkv::capi::copy_to_buffer(to_c(core::remote_conv_offsets(hybrid_state(geometry), local_tp_rank, tp_ratio)),
-                               ranges, capacity, out_count, "ranges");
+    require_non_null(out, "out");
+    *out = nullptr;
+    auto list = std::make_unique<pdkv_byte_range_list>();
+    list->items = to_c(core::remote_conv_offsets(hybrid_state(geometry), local_tp_rank, tp_ratio));
+    *out = list.release();
   });
 }
 

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "boundary.hpp"
-#include "buffers.hpp"
 #include "plan_handles.hpp"
 #include "pdkv/core/pipeline.hpp"
 #include "pdkv/core/tp_topology.hpp"
@@ -45,18 +44,17 @@ PDKV_API pdkv_status_t pdkv_pipeline_layer_window(uint32_t num_layers, uint32_t 
 
 PDKV_API pdkv_status_t pdkv_pipeline_stage_pairs(const pdkv_engine_metadata_t* const* p_stages, size_t n_p,
                                                  const pdkv_engine_metadata_t* const* d_stages, size_t n_d,
-                                                 pdkv_stage_pair_t* out, size_t capacity, size_t* count,
-                                                 pdkv_error_t** err) {
+                                                 pdkv_stage_pair_list_t** out, pdkv_error_t** err) {
   return guard(err, [&] {
-    require_non_null(count, "count");
-    *count = 0;
+    require_non_null(out, "out");
+    *out = nullptr;
     const std::vector<core::EngineMetadata> p = stages_of(p_stages, n_p, "p_stages");
     const std::vector<core::EngineMetadata> d = stages_of(d_stages, n_d, "d_stages");
-    std::vector<pdkv_stage_pair_t> pairs;
+    auto list = std::make_unique<pdkv_stage_pair_list>();
     for (const core::StagePair& sp : core::pair_pipeline_stages(d, p)) {
-      pairs.push_back(pdkv_stage_pair_t{sp.p_pp_rank, sp.d_pp_rank, sp.layer_begin, sp.layer_end});
+      list->items.push_back(pdkv_stage_pair_t{sp.p_pp_rank, sp.d_pp_rank, sp.layer_begin, sp.layer_end});
     }
-    pdkv::capi::copy_to_buffer(pairs, out, capacity, count, "out");
+    *out = list.release();
   });
 }
 

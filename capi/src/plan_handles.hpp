@@ -25,6 +25,18 @@ struct pdkv_u64_list {
   std::vector<uint64_t> items;
 };
 
+struct pdkv_u32_list {
+  std::vector<uint32_t> items;
+};
+
+struct pdkv_byte_range_list {
+  std::vector<pdkv_byte_range_t> items;
+};
+
+struct pdkv_stage_pair_list {
+  std::vector<pdkv_stage_pair_t> items;
+};
+
 struct pdkv_bytes {
   std::vector<uint8_t> data;
 };

@@ -1,6 +1,8 @@
 // TP topology: the tp_ratio sign convention and handshake targets (core/tp_topology.hpp).
 #include "boundary.hpp"
-#include "buffers.hpp"
+#include <memory>
+
+#include "plan_handles.hpp"
 #include "pdkv/core/tp_topology.hpp"
 
 using pdkv::capi::guard;
@@ -17,13 +19,13 @@ PDKV_API pdkv_status_t pdkv_tp_ratio(uint32_t local_tp_size, uint32_t remote_tp_
 }
 
 PDKV_API pdkv_status_t pdkv_handshake_target_ranks(uint32_t local_tp_size, uint32_t local_tp_rank, uint32_t remote_tp_size,
-                                                   uint32_t* ranks, size_t capacity, size_t* out_count,
-                                                   pdkv_error_t** err) {
+                                                   pdkv_u32_list_t** out, pdkv_error_t** err) {
   return guard(err, [&] {
-    require_non_null(out_count, "out_count");
-    *out_count = 0;
-    pdkv::capi::copy_to_buffer(core::handshake_target_ranks(local_tp_size, local_tp_rank, remote_tp_size), ranks, capacity,
-                               out_count, "ranks");
+    require_non_null(out, "out");
+    *out = nullptr;
+    auto list = std::make_unique<pdkv_u32_list>();
+    list->items = core::handshake_target_ranks(local_tp_size, local_tp_rank, remote_tp_size);
+    *out = list.release();
   });
 }
 

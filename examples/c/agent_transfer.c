@@ -182,23 +182,17 @@ static int wait_complete(const node_t *p, const char *request, long timeout_ms) 
   const long end = now_ms() + timeout_ms;
   do {
     pdkv_notification_list_t *list = NULL;
+    const pdkv_notification_t *items = NULL;
     size_t count = 0, i;
     int done = -1;
     TRY(pdkv_agent_poll_notifications(p->agent, &list, ERR_OUT), "poll notifications");
     {
       pdkv_error_t *err_ = NULL;
-      if (pdkv_notification_list_count(list, &count, ERR_OUT) != PDKV_OK) count = 0;
+      if (pdkv_notification_list_items(list, &items, &count, ERR_OUT) != PDKV_OK) count = 0;
       pdkv_error_free(err_);
     }
     for (i = 0; i < count && done < 0; i++) {
-      pdkv_notification_t n;
-      pdkv_error_t *err_ = NULL;
-      memset(&n, 0, sizeof n);
-      n.struct_size = sizeof n;
-      if (pdkv_notification_list_get(list, i, &n, ERR_OUT) != PDKV_OK) {
-        pdkv_error_free(err_);
-        continue;
-      }
+      const pdkv_notification_t n = items[i];
       if (strcmp(n.request_id, request) != 0) continue;
       if (n.kind == PDKV_NOTIFY_REQUEST_COMPLETE) done = 0;
       if (n.kind == PDKV_NOTIFY_LEASE_EXPIRED) {

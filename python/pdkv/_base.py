@@ -457,6 +457,21 @@ def u32_array(name: str, values: Any) -> Tuple[Any, int]:
     return (ctypes.c_uint32 * len(items))(*items), len(items)
 
 
+def take_list(kind: str, item_type: Any, convert: Callable[[Any], Any], fn: str, *args: Any) -> Tuple[Any, ...]:
+    """Calls ``fn(*args, pdkv_<kind>_list_t **out, err)``, the one shape of every
+    variable-length result, converts the items (``pdkv_<kind>_list_items``) and frees the list."""
+    list_type = getattr(_ffi, "".join(p.capitalize() for p in kind.split("_")) + "ListT")
+    out = POINTER(list_type)()
+    call(fn, *args, byref(out))
+    try:
+        ptr = POINTER(item_type)()
+        n = ctypes.c_size_t()
+        call(f"pdkv_{kind}_list_items", out, byref(ptr), byref(n))
+        return array_copy(ptr, n.value, convert)
+    finally:
+        _ffi.function(f"pdkv_{kind}_list_free")(out)
+
+
 def take_u64_list(fn: str, *args: Any) -> Tuple[int, ...]:
     """Calls ``fn(*args, pdkv_u64_list_t **out, err)``, copies the values and frees the list."""
     out = POINTER(_ffi.U64ListT)()

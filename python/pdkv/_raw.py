@@ -503,12 +503,20 @@ class ModelT(Structure):
     """Opaque ``pdkv_model_t``."""
 
 
+class U32ListT(Structure):
+    """Opaque ``pdkv_u32_list_t``."""
+
+
 class TpMappingT(Structure):
     """Opaque ``pdkv_tp_mapping_t``."""
 
 
 class GeometryT(Structure):
     """Opaque ``pdkv_geometry_t``."""
+
+
+class ByteRangeListT(Structure):
+    """Opaque ``pdkv_byte_range_list_t``."""
 
 
 class MambaReadListT(Structure):
@@ -553,6 +561,10 @@ class PlanContextT(Structure):
 
 class TransferPlanT(Structure):
     """Opaque ``pdkv_transfer_plan_t``."""
+
+
+class StagePairListT(Structure):
+    """Opaque ``pdkv_stage_pair_list_t``."""
 
 
 class AgentT(Structure):
@@ -1294,7 +1306,6 @@ class NotificationC(Structure):
 
     _c_name_ = "pdkv_notification_t"
     _fields_ = [
-        ("struct_size", c_size_t),
         ("kind", c_int32),
         ("status", c_int32),
         ("request_id", c_char_p),
@@ -1496,7 +1507,7 @@ STRUCT_FORMATS: Dict[str, str] = {
     "pdkv_transfer_params_t": "NQiPPPQB0N",
     "pdkv_transfer_info_t": "NiiQQQQQQ",
     "pdkv_failed_read_t": "IIQiI0Q",
-    "pdkv_notification_t": "NiiPPIIIQI0N",
+    "pdkv_notification_t": "iiPPIIIQI0P",
     "pdkv_engine_options_t": "NPPPIQQPNii0N",
     "pdkv_engine_info_t": "NNIIIiQQQQQB0N",
     "pdkv_engine_group_t": "NiPNPN",
@@ -1529,8 +1540,10 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_preset_count": (c_size_t, []),
     "pdkv_preset_at": (c_int, [c_size_t, POINTER(c_char_p), POINTER(c_char_p), POINTER(c_char_p), POINTER(POINTER(ErrorT))]),
     # pdkv/geometry.h
+    "pdkv_u32_list_items": (c_int, [POINTER(U32ListT), POINTER(POINTER(c_uint32)), POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
+    "pdkv_u32_list_free": (None, [POINTER(U32ListT)]),
     "pdkv_tp_ratio": (c_int, [c_uint32, c_uint32, POINTER(c_int32), POINTER(POINTER(ErrorT))]),
-    "pdkv_handshake_target_ranks": (c_int, [c_uint32, c_uint32, c_uint32, POINTER(c_uint32), c_size_t, POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
+    "pdkv_handshake_target_ranks": (c_int, [c_uint32, c_uint32, c_uint32, POINTER(POINTER(U32ListT)), POINTER(POINTER(ErrorT))]),
     "pdkv_physical_head_range": (c_int, [c_uint32, c_uint32, c_uint32, POINTER(c_uint32), POINTER(c_uint32), POINTER(POINTER(ErrorT))]),
     "pdkv_notifications_expected_per_request": (c_int, [c_uint32, c_uint32, POINTER(c_uint32), POINTER(POINTER(ErrorT))]),
     "pdkv_tp_mapping_new": (c_int, [POINTER(TpMappingParamsC), POINTER(POINTER(TpMappingT)), POINTER(POINTER(ErrorT))]),
@@ -1549,7 +1562,9 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_geometry_free": (None, [POINTER(GeometryT)]),
     "pdkv_block_size_ratio": (c_int, [c_uint64, c_uint64, POINTER(c_uint64), POINTER(POINTER(ErrorT))]),
     # pdkv/mamba.h
-    "pdkv_mamba_local_conv_offsets": (c_int, [POINTER(GeometryT), POINTER(ByteRangeC), c_size_t, POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
+    "pdkv_byte_range_list_items": (c_int, [POINTER(ByteRangeListT), POINTER(POINTER(ByteRangeC)), POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
+    "pdkv_byte_range_list_free": (None, [POINTER(ByteRangeListT)]),
+    "pdkv_mamba_local_conv_offsets": (c_int, [POINTER(GeometryT), POINTER(POINTER(ByteRangeListT)), POINTER(POINTER(ErrorT))]),
     "pdkv_mamba_ssm_read_range": (c_int, [POINTER(GeometryT), c_uint64, c_uint64, c_uint32, c_int32, POINTER(ByteRangeC), POINTER(POINTER(ErrorT))]),
     "pdkv_physical_blocks_per_logical": (c_int, [c_uint64, c_uint64, c_uint64, POINTER(c_uint64), POINTER(POINTER(ErrorT))]),
     "pdkv_mamba_reads_new": (c_int, [POINTER(GeometryT), POINTER(GeometryT), c_uint32, c_int32, POINTER(POINTER(MambaReadListT)), POINTER(POINTER(ErrorT))]),
@@ -1632,10 +1647,12 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_transfer_plan_free": (None, [POINTER(TransferPlanT)]),
     "pdkv_permute_kv_block": (c_int, [POINTER(c_uint8), c_size_t, c_int32, c_int32, c_uint64, c_uint64, c_uint64, POINTER(POINTER(ErrorT))]),
     "pdkv_pipeline_layer_window": (c_int, [c_uint32, c_uint32, c_uint32, POINTER(c_uint32), POINTER(c_uint32), POINTER(POINTER(ErrorT))]),
-    "pdkv_pipeline_stage_pairs": (c_int, [POINTER(POINTER(EngineMetadataT)), c_size_t, POINTER(POINTER(EngineMetadataT)), c_size_t, POINTER(StagePairC), c_size_t, POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
+    "pdkv_stage_pair_list_items": (c_int, [POINTER(StagePairListT), POINTER(POINTER(StagePairC)), POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
+    "pdkv_stage_pair_list_free": (None, [POINTER(StagePairListT)]),
+    "pdkv_pipeline_stage_pairs": (c_int, [POINTER(POINTER(EngineMetadataT)), c_size_t, POINTER(POINTER(EngineMetadataT)), c_size_t, POINTER(POINTER(StagePairListT)), POINTER(POINTER(ErrorT))]),
     "pdkv_pipeline_notifications_expected": (c_int, [POINTER(StagePairC), c_size_t, c_uint32, c_uint32, c_uint32, POINTER(c_uint32), POINTER(POINTER(ErrorT))]),
     # pdkv/vllm_compat.h
-    "pdkv_mamba_remote_conv_offsets": (c_int, [POINTER(GeometryT), c_uint32, c_int32, POINTER(ByteRangeC), c_size_t, POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
+    "pdkv_mamba_remote_conv_offsets": (c_int, [POINTER(GeometryT), c_uint32, c_int32, POINTER(POINTER(ByteRangeListT)), POINTER(POINTER(ErrorT))]),
     "pdkv_descriptor_ids": (c_int, [POINTER(GroupBlockIdsC), c_size_t, POINTER(DescriptorLayoutC), POINTER(POINTER(U64ListT)), POINTER(POINTER(ErrorT))]),
     "pdkv_mamba_descriptor_ids": (c_int, [POINTER(c_uint64), c_size_t, c_uint64, c_uint64, c_uint64, c_uint64, POINTER(POINTER(U64ListT)), POINTER(POINTER(ErrorT))]),
     "pdkv_mamba_aligned_split_v0604": (c_int, [POINTER(AlignedSplitV0604InputC), POINTER(c_uint64), POINTER(POINTER(ErrorT))]),
@@ -1663,8 +1680,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_transfer_free": (None, [POINTER(TransferT)]),
     "pdkv_agent_lease": (c_int, [POINTER(AgentT), c_char_p, c_uint32, c_uint64, POINTER(POINTER(ErrorT))]),
     "pdkv_agent_poll_notifications": (c_int, [POINTER(AgentT), POINTER(POINTER(NotificationListT)), POINTER(POINTER(ErrorT))]),
-    "pdkv_notification_list_count": (c_int, [POINTER(NotificationListT), POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
-    "pdkv_notification_list_get": (c_int, [POINTER(NotificationListT), c_size_t, POINTER(NotificationC), POINTER(POINTER(ErrorT))]),
+    "pdkv_notification_list_items": (c_int, [POINTER(NotificationListT), POINTER(POINTER(NotificationC)), POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
     "pdkv_notification_list_free": (None, [POINTER(NotificationListT)]),
     # pdkv/engine.h
     "pdkv_engine_options_init": (c_int, [POINTER(EngineOptionsC), POINTER(POINTER(ErrorT))]),
@@ -1800,8 +1816,10 @@ __all__ = [
     "NotificationKind",
     "ErrorT",
     "ModelT",
+    "U32ListT",
     "TpMappingT",
     "GeometryT",
+    "ByteRangeListT",
     "MambaReadListT",
     "DescriptorListT",
     "U64ListT",
@@ -1813,6 +1831,7 @@ __all__ = [
     "HandshakeReportT",
     "PlanContextT",
     "TransferPlanT",
+    "StagePairListT",
     "AgentT",
     "MemoryT",
     "PeerT",

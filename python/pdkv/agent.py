@@ -423,12 +423,13 @@ class Agent(Handle):
         lst = POINTER(_ffi.NotificationListT)()
         call("pdkv_agent_poll_notifications", self._p(), byref(lst))
         try:
+            ptr = POINTER(_ffi.NotificationC)()
             n = ctypes.c_size_t()
-            call("pdkv_notification_list_count", lst, byref(n))
+            call("pdkv_notification_list_items", lst, byref(ptr), byref(n))
+            if n.value and not ptr:
+                raise PdkvError(Status.INTERNAL, "library returned NULL for a non-empty array")
             for i in range(n.value):
-                c = _ffi.NotificationC()
-                c.struct_size = ctypes.sizeof(c)
-                call("pdkv_notification_list_get", lst, i, byref(c))
+                c = ptr[i]
                 self._pending.append(
                     Notification(
                         kind=to_enum(NotificationKind, c.kind),

@@ -12,18 +12,17 @@ from ._base import (
     Handle,
     array_copy,
     call,
-    call_status,
     decode,
     enum_value,
     handle_arg,
     i32,
     index_arg,
+    take_list,
     to_enum,
     u32,
     u64,
 )
 from .enums import AttentionBackend, ConvLayout, MambaCacheMode, MambaType
-from .errors import Status
 from .model import Model, backend_from_name
 
 
@@ -160,18 +159,11 @@ class ByteRange:
 
 
 def _ranges(fn: str, *args: Any) -> Tuple[ByteRange, ...]:
-    """Calls a (ranges, capacity, out_count) function, growing the buffer as needed."""
-    count = c_size_t()
-    capacity = 8
-    while True:
-        buf = (_ffi.ByteRangeC * capacity)()
-        status, exc = call_status(fn, *args, buf, capacity, byref(count))
-        if status == Status.BUFFER_TOO_SMALL and count.value > capacity:
-            capacity = count.value
-            continue
-        if exc is not None:
-            raise exc
-        return tuple(ByteRange(buf[i].offset, buf[i].size) for i in range(count.value))
+    """Calls a function returning a byte-range list and copies its ranges."""
+    ranges: Tuple[ByteRange, ...] = take_list(
+        "byte_range", _ffi.ByteRangeC, lambda r: ByteRange(r.offset, r.size), fn, *args
+    )
+    return ranges
 
 
 class Geometry(Handle):

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
-from ctypes import POINTER, byref, c_size_t, c_uint32
+from ctypes import POINTER, byref, c_uint32
 from typing import Any, Optional, Sequence, Tuple
 
 from . import _ffi
-from ._base import call, call_status, handle_arg, operation, u32
-from .errors import Status
+from ._base import call, handle_arg, operation, take_list, u32
 from .metadata import EngineMetadata
 
 
@@ -55,17 +54,16 @@ def pipeline_stage_pairs(p_stages: Sequence[EngineMetadata], d_stages: Sequence[
     (P's stages not consecutive from layer 0, a D stage past P's last layer)."""
     p, np_ = _stages("p_stages", p_stages)
     d, nd = _stages("d_stages", d_stages)
-    count = c_size_t()
-    capacity = 4
-    while True:
-        buf = (_ffi.StagePairC * capacity)()
-        status, exc = call_status("pdkv_pipeline_stage_pairs", p, np_, d, nd, buf, capacity, byref(count))
-        if status == Status.BUFFER_TOO_SMALL and count.value > capacity:
-            capacity = count.value
-            continue
-        if exc is not None:
-            raise exc
-        return tuple(StagePair(x.p_pp_rank, x.d_pp_rank, x.layer_begin, x.layer_end) for x in buf[: count.value])
+    return take_list(
+        "stage_pair",
+        _ffi.StagePairC,
+        lambda x: StagePair(x.p_pp_rank, x.d_pp_rank, x.layer_begin, x.layer_end),
+        "pdkv_pipeline_stage_pairs",
+        p,
+        np_,
+        d,
+        nd,
+    )
 
 
 def pipeline_notifications_expected(pairs: Sequence[StagePair], p_pp_rank: int, p_tp_size: int, d_tp_size: int) -> int:

@@ -8,9 +8,8 @@ from ctypes import POINTER, byref, c_int32, c_size_t, c_uint32
 from typing import Tuple, Union
 
 from . import _ffi
-from ._base import Handle, array_copy, call, call_status, enum_value, flag, u32
+from ._base import Handle, array_copy, call, enum_value, flag, take_list, u32
 from .enums import TpMappingList
-from .errors import Status
 
 
 def tp_ratio(local_tp_size: int, remote_tp_size: int) -> int:
@@ -25,17 +24,7 @@ def tp_ratio(local_tp_size: int, remote_tp_size: int) -> int:
 def handshake_target_ranks(local_tp_size: int, local_tp_rank: int, remote_tp_size: int) -> Tuple[int, ...]:
     """Remote ranks that ``local_tp_rank`` handshakes with."""
     args = (u32("local_tp_size", local_tp_size), u32("local_tp_rank", local_tp_rank), u32("remote_tp_size", remote_tp_size))
-    count = c_size_t()
-    capacity = 8
-    while True:
-        buf = (c_uint32 * capacity)()
-        status, exc = call_status("pdkv_handshake_target_ranks", *args, buf, capacity, byref(count))
-        if status == Status.BUFFER_TOO_SMALL and count.value > capacity:
-            capacity = count.value
-            continue
-        if exc is not None:
-            raise exc
-        return tuple(buf[: count.value])
+    return take_list("u32", c_uint32, int, "pdkv_handshake_target_ranks", *args)
 
 
 def physical_head_range(tp_size: int, tp_rank: int, total_kv_heads: int) -> Tuple[int, int]:

@@ -483,44 +483,37 @@ TEST_CASE("the agent's calls refuse NULL, struct_size and enum values naming the
     CHECK(r.status == PDKV_ERR_NULL_POINTER);
     // The control loop expires the lease within a tick or two (50 ms each); allow a loaded machine.
     ListPtr list;
+    const pdkv_notification_t* items = nullptr;
     size_t count = 0;
     for (int i = 0; i < 300 && count == 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       pdkv_notification_list_t* l = nullptr;
       REQUIRE_OK(pdkv_agent_poll_notifications(a, &l, err));
       list.reset(l);
-      REQUIRE_OK(pdkv_notification_list_count(list.get(), &count, err));
+      REQUIRE_OK(pdkv_notification_list_items(list.get(), &items, &count, err));
+      CHECK((count == 0) == (items == nullptr));
     }
     REQUIRE(count == 1);
-    pdkv_notification_t note{};
-    r = capture([&](pdkv_error_t** e) { return pdkv_notification_list_get(list.get(), 0, &note, e); });
-    CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
-    CHECK_THAT(r.message, Contains("pdkv_notification_t"));
-    note.struct_size = sizeof note;
-    r = capture([&](pdkv_error_t** e) { return pdkv_notification_list_get(list.get(), 1, &note, e); });
-    CHECK(r.status == PDKV_ERR_OUT_OF_BOUNDS);
-    CHECK_THAT(r.message, Contains("index 1"));
-    REQUIRE_OK(pdkv_notification_list_get(list.get(), 0, &note, err));
+    const pdkv_notification_t& note = items[0];
     CHECK(note.kind == PDKV_NOTIFY_LEASE_EXPIRED);
-    // A caller compiled before pp_rank was appended passes the first published size: every
-    // earlier field is filled and nothing past its struct_size is written.
-    struct {
-      pdkv_notification_t n;
-      uint64_t guard;
-    } old{};
-    old.n.struct_size = offsetof(pdkv_notification_t, bytes) + sizeof(uint64_t);
-    std::memset(reinterpret_cast<uint8_t*>(&old.n) + old.n.struct_size, 0xAB,
-                sizeof old - old.n.struct_size);
-    REQUIRE_OK(pdkv_notification_list_get(list.get(), 0, &old.n, err));
-    CHECK(old.n.kind == PDKV_NOTIFY_LEASE_EXPIRED);
-    CHECK(old.n.pp_rank == 0xABABABABu);
-    old.n.struct_size = offsetof(pdkv_notification_t, bytes);  // shorter than first published
-    r = capture([&](pdkv_error_t** e) { return pdkv_notification_list_get(list.get(), 0, &old.n, e); });
-    CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
     CHECK(note.status == PDKV_ERR_TIMED_OUT);
     CHECK(std::string(note.request_id) == "r");
-    r = capture([&](pdkv_error_t** e) { return pdkv_notification_list_count(nullptr, &count, e); });
+    CHECK(std::string(note.engine_id).empty());
+    CHECK(note.expected == 1);
+    // The items stay put across queries of the same list.
+    const pdkv_notification_t* again = nullptr;
+    size_t n2 = 0;
+    REQUIRE_OK(pdkv_notification_list_items(list.get(), &again, &n2, err));
+    CHECK((again == items && n2 == 1));
+    r = capture([&](pdkv_error_t** e) { return pdkv_notification_list_items(nullptr, &items, &count, e); });
     CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("list"));
+    r = capture([&](pdkv_error_t** e) { return pdkv_notification_list_items(list.get(), nullptr, &count, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("items"));
+    r = capture([&](pdkv_error_t** e) { return pdkv_notification_list_items(list.get(), &items, nullptr, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("count"));
   }
   pdkv_agent_free(nullptr);
   pdkv_memory_free(nullptr);

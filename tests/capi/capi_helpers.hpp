@@ -46,6 +46,27 @@ using GeometryPtr = std::unique_ptr<pdkv_geometry_t, GeometryDeleter>;
 using TpMappingPtr = std::unique_ptr<pdkv_tp_mapping_t, TpMappingDeleter>;
 using ReadListPtr = std::unique_ptr<pdkv_mamba_read_list_t, ReadListDeleter>;
 
+// Copies an owned list's items (pdkv_X_list_items) into a vector and frees the list.
+template <typename List, typename T>
+std::vector<T> take_items(List* list, pdkv_status_t (*items_fn)(const List*, const T**, size_t*, pdkv_error_t**),
+                          void (*free_fn)(List*)) {
+  const T* items = nullptr;
+  size_t n = 0;
+  const pdkv_status_t st = items_fn(list, &items, &n, nullptr);
+  std::vector<T> out = (st == PDKV_OK && n > 0) ? std::vector<T>(items, items + n) : std::vector<T>{};
+  free_fn(list);
+  REQUIRE(st == PDKV_OK);
+  REQUIRE((n == 0) == (items == nullptr));
+  return out;
+}
+inline std::vector<uint32_t> take_u32s(pdkv_u32_list_t* l) { return take_items(l, pdkv_u32_list_items, pdkv_u32_list_free); }
+inline std::vector<pdkv_byte_range_t> take_byte_ranges(pdkv_byte_range_list_t* l) {
+  return take_items(l, pdkv_byte_range_list_items, pdkv_byte_range_list_free);
+}
+inline std::vector<pdkv_stage_pair_t> take_stage_pairs(pdkv_stage_pair_list_t* l) {
+  return take_items(l, pdkv_stage_pair_list_items, pdkv_stage_pair_list_free);
+}
+
 // nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 from its published config.json (the preset's
 // source in core/src/presets.cpp): K=2 KV heads of 128, Mamba2 64 heads x 64, d_state 128,
 // 8 groups, conv kernel 4, chunk 128, SSM state float32 by default, 6 attention + 23 Mamba layers.

@@ -219,20 +219,13 @@ json op_tp_ratio(Input& in) {
 
 json op_handshake_target_ranks(Input& in) {
   const uint32_t l = in.u32("local_tp_size"), rank = in.u32("local_tp_rank"), r = in.u32("remote_tp_size");
+  pdkv_u32_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return pdkv_handshake_target_ranks(l, rank, r, &raw, e); });
+  std::unique_ptr<pdkv_u32_list_t, void (*)(pdkv_u32_list_t*)> list(raw, pdkv_u32_list_free);
+  const uint32_t* items = nullptr;
   size_t n = 0;
-  // First ask for the count (BUFFER_TOO_SMALL with the needed count, or OK for zero).
-  pdkv_error_t* e0 = nullptr;
-  const pdkv_status_t st = pdkv_handshake_target_ranks(l, rank, r, nullptr, 0, &n, &e0);
-  if (st != PDKV_OK && st != PDKV_ERR_BUFFER_TOO_SMALL) {
-    ApiFailure f{st, pdkv_error_message(e0)};
-    pdkv_error_free(e0);
-    throw f;
-  }
-  pdkv_error_free(e0);
-  std::vector<uint32_t> ranks(n);
-  call([&](pdkv_error_t** e) { return pdkv_handshake_target_ranks(l, rank, r, ranks.data(), ranks.size(), &n, e); });
-  ranks.resize(n);
-  return {{"ranks", ranks}};
+  call([&](pdkv_error_t** e) { return pdkv_u32_list_items(list.get(), &items, &n, e); });
+  return {{"ranks", n == 0 ? std::vector<uint32_t>{} : std::vector<uint32_t>(items, items + n)}};
 }
 
 json op_physical_head_range(Input& in) {
@@ -1065,24 +1058,17 @@ json op_mamba_local_split_descriptors(Input& in) {
   return {{"descriptors", descriptors_json(raw)}};
 }
 
-/// Calls a (ranges, capacity, out_count) function twice: size query, then the real call.
+/// Calls a function returning a byte-range list and lists its ranges.
 template <typename F>
 json ranges_json(F&& f) {
+  pdkv_byte_range_list_t* raw = nullptr;
+  call([&](pdkv_error_t** e) { return f(&raw, e); });
+  std::unique_ptr<pdkv_byte_range_list_t, void (*)(pdkv_byte_range_list_t*)> list(raw, pdkv_byte_range_list_free);
+  const pdkv_byte_range_t* r = nullptr;
   size_t n = 0;
-  pdkv_error_t* e0 = nullptr;
-  const pdkv_status_t st = f(nullptr, 0, &n, &e0);
-  if (st != PDKV_OK && st != PDKV_ERR_BUFFER_TOO_SMALL) {
-    ApiFailure fail{st, pdkv_error_message(e0)};
-    pdkv_error_free(e0);
-    throw fail;
-  }
-  pdkv_error_free(e0);
-  std::vector<pdkv_byte_range_t> r(n);
-  size_t got = 0;
-  call([&](pdkv_error_t** e) { return f(r.data(), r.size(), &got, e); });
-  if (got != n) throw VectorError("range count differs between the size query and the call");
+  call([&](pdkv_error_t** e) { return pdkv_byte_range_list_items(list.get(), &r, &n, e); });
   json a = json::array();
-  for (const auto& x : r) a.push_back({{"offset", x.offset}, {"size", x.size}});
+  for (size_t i = 0; i < n; ++i) a.push_back({{"offset", r[i].offset}, {"size", r[i].size}});
   return a;
 }
 
@@ -1103,8 +1089,8 @@ GeometryOfCase geometry_of_case(Input& in) {
 
 json op_mamba_local_conv_offsets(Input& in) {
   GeometryOfCase gc = geometry_of_case(in);
-  return {{"ranges", ranges_json([&](pdkv_byte_range_t* r, size_t cap, size_t* n, pdkv_error_t** e) {
-             return pdkv_mamba_local_conv_offsets(gc.g.get(), r, cap, n, e);
+  return {{"ranges", ranges_json([&](pdkv_byte_range_list_t** out, pdkv_error_t** e) {
+             return pdkv_mamba_local_conv_offsets(gc.g.get(), out, e);
            })}};
 }
 
@@ -1118,8 +1104,8 @@ json op_mamba_remote_conv_offsets(Input& in) {
   GeometryOfCase gc = geometry_of_case(in);
   const uint32_t rank = in.u32("local_tp_rank");
   const int32_t ratio = i32_of(in, "tp_ratio");
-  return {{"ranges", ranges_json([&](pdkv_byte_range_t* r, size_t cap, size_t* n, pdkv_error_t** e) {
-             return pdkv_mamba_remote_conv_offsets(gc.g.get(), rank, ratio, r, cap, n, e);
+  return {{"ranges", ranges_json([&](pdkv_byte_range_list_t** out, pdkv_error_t** e) {
+             return pdkv_mamba_remote_conv_offsets(gc.g.get(), rank, ratio, out, e);
            })}};
 }
 
@@ -1482,21 +1468,14 @@ json op_pipeline_stage_pairs(Input& in) {
   std::vector<MetadataPtr> pk, dk;
   const auto ps = stages(p_in, pc, pk);
   const auto ds = stages(d_in, dc, dk);
+  pdkv_stage_pair_list_t* raw = nullptr;
+  call([&](pdkv_error_t** x) { return pdkv_pipeline_stage_pairs(ps.data(), ps.size(), ds.data(), ds.size(), &raw, x); });
+  std::unique_ptr<pdkv_stage_pair_list_t, void (*)(pdkv_stage_pair_list_t*)> list(raw, pdkv_stage_pair_list_free);
+  const pdkv_stage_pair_t* items = nullptr;
   size_t count = 0;
-  pdkv_error_t* e0 = nullptr;
-  const pdkv_status_t st = pdkv_pipeline_stage_pairs(ps.data(), ps.size(), ds.data(), ds.size(), nullptr, 0, &count, &e0);
-  if (st != PDKV_OK && st != PDKV_ERR_BUFFER_TOO_SMALL) {
-    // The real error: re-run through call() so the case sees its status and message.
-    pdkv_error_free(e0);
-    call([&](pdkv_error_t** x) {
-      return pdkv_pipeline_stage_pairs(ps.data(), ps.size(), ds.data(), ds.size(), nullptr, 0, &count, x);
-    });
-  }
-  pdkv_error_free(e0);
-  std::vector<pdkv_stage_pair_t> pairs(count);
-  call([&](pdkv_error_t** x) {
-    return pdkv_pipeline_stage_pairs(ps.data(), ps.size(), ds.data(), ds.size(), pairs.data(), pairs.size(), &count, x);
-  });
+  call([&](pdkv_error_t** x) { return pdkv_stage_pair_list_items(list.get(), &items, &count, x); });
+  const std::vector<pdkv_stage_pair_t> pairs =
+      count == 0 ? std::vector<pdkv_stage_pair_t>{} : std::vector<pdkv_stage_pair_t>(items, items + count);
   json pj = json::array();
   for (const auto& p : pairs) {
     pj.push_back({{"p_pp_rank", p.p_pp_rank}, {"d_pp_rank", p.d_pp_rank}, {"layer_begin", p.layer_begin},

@@ -14,10 +14,15 @@ struct DescListDeleter { void operator()(pdkv_descriptor_list_t* p) const { pdkv
 using DescListPtr = std::unique_ptr<pdkv_descriptor_list_t, DescListDeleter>;
 
 std::vector<pdkv_byte_range_t> ranges_local(const pdkv_geometry_t* g) {
-  pdkv_byte_range_t buf[4];
-  size_t n = 0;
-  REQUIRE_OK(pdkv_mamba_local_conv_offsets(g, buf, 4, &n, err));
-  return {buf, buf + n};
+  pdkv_byte_range_list_t* l = nullptr;
+  REQUIRE_OK(pdkv_mamba_local_conv_offsets(g, &l, err));
+  return take_byte_ranges(l);
+}
+
+std::vector<pdkv_byte_range_t> ranges_remote(const pdkv_geometry_t* g, uint32_t local_tp_rank, int32_t tp_ratio) {
+  pdkv_byte_range_list_t* l = nullptr;
+  REQUIRE_OK(pdkv_mamba_remote_conv_offsets(g, local_tp_rank, tp_ratio, &l, err));
+  return take_byte_ranges(l);
 }
 
 std::vector<pdkv_mamba_read_t> reads_of(const pdkv_mamba_read_list_t* l) {
@@ -55,16 +60,15 @@ TEST_CASE("conv split views: local offsets, vLLM remote offsets, SSM read", "[ca
   CHECK((local[1].offset == 12288 && local[1].size == 3072));
   CHECK((local[2].offset == 15360 && local[2].size == 3072));
 
-  pdkv_byte_range_t buf[3];
-  size_t n = 0;
   // D TP2 <- P TP4 (tp_ratio -2): each whole P projection at its cumulative P offset.
-  REQUIRE_OK(pdkv_mamba_remote_conv_offsets(d2.get(), 1, -2, buf, 3, &n, err));
-  REQUIRE(n == 3);
+  auto buf = ranges_remote(d2.get(), 1, -2);
+  REQUIRE(buf.size() == 3);
   CHECK((buf[0].offset == 0 && buf[0].size == 6144));
   CHECK((buf[1].offset == 6144 && buf[1].size == 1536));
   CHECK((buf[2].offset == 7680 && buf[2].size == 1536));
   // D TP4 rank 1 <- P TP2 (tp_ratio 2): the rank's half of each P projection.
-  REQUIRE_OK(pdkv_mamba_remote_conv_offsets(d4.get(), 1, 2, buf, 3, &n, err));
+  buf = ranges_remote(d4.get(), 1, 2);
+  REQUIRE(buf.size() == 3);
   CHECK((buf[0].offset == 6144 && buf[0].size == 6144));
   CHECK((buf[1].offset == 13824 && buf[1].size == 1536));
   CHECK((buf[2].offset == 16896 && buf[2].size == 1536));
@@ -75,20 +79,29 @@ TEST_CASE("conv split views: local offsets, vLLM remote offsets, SSM read", "[ca
   REQUIRE_OK(pdkv_mamba_ssm_read_range(d4.get(), 18432, 1048576, 1, 2, &ssm, err));
   CHECK((ssm.offset == 18432 + 524288 && ssm.size == 524288));
 
-  auto r = capture([&](pdkv_error_t** err) { return pdkv_mamba_local_conv_offsets(d2.get(), buf, 2, &n, err); });
-  CHECK(r.status == PDKV_ERR_BUFFER_TOO_SMALL);
-  CHECK(n == 3);
-  r = capture([&](pdkv_error_t** err) { return pdkv_mamba_remote_conv_offsets(d2.get(), 1, 0, buf, 3, &n, err); });
+  pdkv_byte_range_list_t* list = reinterpret_cast<pdkv_byte_range_list_t*>(0x1);  // NULL on failure
+  auto r = capture([&](pdkv_error_t** err) { return pdkv_mamba_remote_conv_offsets(d2.get(), 1, 0, &list, err); });
   CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
-  r = capture([&](pdkv_error_t** err) { return pdkv_mamba_remote_conv_offsets(d2.get(), 1, -2, buf, 1, &n, err); });
-  CHECK(r.status == PDKV_ERR_BUFFER_TOO_SMALL);
-  CHECK(n == 3);
-  r = capture([&](pdkv_error_t** err) { return pdkv_mamba_local_conv_offsets(nullptr, buf, 3, &n, err); });
+  CHECK(list == nullptr);
+  r = capture([&](pdkv_error_t** err) { return pdkv_mamba_local_conv_offsets(nullptr, &list, err); });
   CHECK(r.status == PDKV_ERR_NULL_POINTER);
-  r = capture([&](pdkv_error_t** err) { return pdkv_mamba_local_conv_offsets(d2.get(), buf, 3, nullptr, err); });
+  CHECK_THAT(r.message, Contains("geometry"));
+  r = capture([&](pdkv_error_t** err) { return pdkv_mamba_local_conv_offsets(d2.get(), nullptr, err); });
   CHECK(r.status == PDKV_ERR_NULL_POINTER);
-  r = capture([&](pdkv_error_t** err) { return pdkv_mamba_remote_conv_offsets(nullptr, 0, 1, buf, 3, &n, err); });
+  CHECK_THAT(r.message, Contains("out"));
+  r = capture([&](pdkv_error_t** err) { return pdkv_mamba_remote_conv_offsets(nullptr, 0, 1, &list, err); });
   CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  r = capture([&](pdkv_error_t** err) { return pdkv_mamba_remote_conv_offsets(d2.get(), 0, 1, nullptr, err); });
+  CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  REQUIRE_OK(pdkv_mamba_local_conv_offsets(d2.get(), &list, err));
+  const pdkv_byte_range_t* items = nullptr;
+  size_t n = 0;
+  r = capture([&](pdkv_error_t** err) { return pdkv_byte_range_list_items(list, nullptr, &n, err); });
+  CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  r = capture([&](pdkv_error_t** err) { return pdkv_byte_range_list_items(nullptr, &items, &n, err); });
+  CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  pdkv_byte_range_list_free(list);
+  pdkv_byte_range_list_free(nullptr);
   r = capture([&](pdkv_error_t** err) { return pdkv_mamba_ssm_read_range(d2.get(), 0, 0, 0, 1, nullptr, err); });
   CHECK(r.status == PDKV_ERR_NULL_POINTER);
   r = capture([&](pdkv_error_t** err) { return pdkv_mamba_ssm_read_range(nullptr, 0, 0, 0, 1, &ssm, err); });
@@ -100,7 +113,9 @@ TEST_CASE("conv split views: local offsets, vLLM remote offsets, SSM read", "[ca
   attn.layer_pattern = "****";
   ModelPtr am = make_model(attn);
   GeometryPtr ag = make_geometry(am.get(), engine(2));
-  r = capture([&](pdkv_error_t** err) { return pdkv_mamba_local_conv_offsets(ag.get(), buf, 3, &n, err); });
+  r = capture([&](pdkv_error_t** err) { return pdkv_mamba_local_conv_offsets(ag.get(), &list, err); });
+  CHECK(r.status == PDKV_ERR_UNSUPPORTED_MAMBA_TYPE);
+  r = capture([&](pdkv_error_t** err) { return pdkv_mamba_remote_conv_offsets(ag.get(), 0, 1, &list, err); });
   CHECK(r.status == PDKV_ERR_UNSUPPORTED_MAMBA_TYPE);
 }
 

@@ -121,13 +121,10 @@ TEST_CASE("pipeline: stage metadata, layer split, pairing and notifications", "[
   const Md d1 = stage_md(m.get(), 1, 0, "d", 1, 4ull << 40, 2, 1, 3, 0);
   const pdkv_engine_metadata_t* ds[] = {d1.get(), d0.get()};
   const pdkv_engine_metadata_t* ps[] = {p1.get(), p0.get()};
-  size_t count = 0;
-  const CallResult small = capture([&](pdkv_error_t** x) { return pdkv_pipeline_stage_pairs(ps, 2, ds, 2, nullptr, 0, &count, x); });
-  CHECK(small.status == PDKV_ERR_BUFFER_TOO_SMALL);
-  CHECK(count == 3);
-  std::vector<pdkv_stage_pair_t> pairs(count);
-  REQUIRE_OK(pdkv_pipeline_stage_pairs(ps, 2, ds, 2, pairs.data(), pairs.size(), &count, err));
-  REQUIRE(count == 3);
+  pdkv_stage_pair_list_t* list = nullptr;
+  REQUIRE_OK(pdkv_pipeline_stage_pairs(ps, 2, ds, 2, &list, err));
+  const std::vector<pdkv_stage_pair_t> pairs = take_stage_pairs(list);
+  REQUIRE(pairs.size() == 3);
   const pdkv_stage_pair_t want[] = {{0, 0, 0, 2}, {1, 0, 2, 3}, {1, 1, 3, 4}};  // {p, d, begin, end}
   for (size_t k = 0; k < 3; ++k) {
     CHECK(pairs[k].d_pp_rank == want[k].d_pp_rank);
@@ -141,9 +138,19 @@ TEST_CASE("pipeline: stage metadata, layer split, pairing and notifications", "[
   CHECK(capture([&](pdkv_error_t** x) { return pdkv_pipeline_notifications_expected(pairs.data(), 3, 1, 2, 3, &n, x); })
             .status == PDKV_ERR_TP_NOT_DIVISIBLE);
   const pdkv_engine_metadata_t* only_p1[] = {p1.get()};
-  const CallResult missing = capture([&](pdkv_error_t** x) { return pdkv_pipeline_stage_pairs(only_p1, 1, ds, 2, nullptr, 0, &count, x); });
+  list = reinterpret_cast<pdkv_stage_pair_list_t*>(0x1);  // set to NULL on failure
+  const CallResult missing = capture([&](pdkv_error_t** x) { return pdkv_pipeline_stage_pairs(only_p1, 1, ds, 2, &list, x); });
   CHECK(missing.status == PDKV_ERR_INVALID_ARGUMENT);
   CHECK_THAT(missing.message, Contains("P stage 0 of 2") && Contains("missing"));
+  CHECK(list == nullptr);
+  const CallResult no_out = capture([&](pdkv_error_t** x) { return pdkv_pipeline_stage_pairs(ps, 2, ds, 2, nullptr, x); });
+  CHECK(no_out.status == PDKV_ERR_NULL_POINTER);
+  CHECK_THAT(no_out.message, Contains("out"));
+  const pdkv_stage_pair_t* items = nullptr;
+  size_t count = 0;
+  CHECK(capture([&](pdkv_error_t** x) { return pdkv_stage_pair_list_items(nullptr, &items, &count, x); }).status ==
+        PDKV_ERR_NULL_POINTER);
+  pdkv_stage_pair_list_free(nullptr);
 }
 
 TEST_CASE("pipeline: a plan between stages pairs regions by layer", "[capi][pipeline]") {

@@ -58,36 +58,41 @@ TEST_CASE("tp_ratio sign convention", "[capi][topology]") {
   CHECK_THAT(res.message, Contains("out"));
 }
 
-TEST_CASE("handshake targets with the caller buffer convention", "[capi][topology]") {
-  uint32_t buf[4] = {99, 99, 99, 99};
-  size_t n = 0;
-  REQUIRE_OK(pdkv_handshake_target_ranks(2, 1, 4, buf, 4, &n, err));
-  REQUIRE(n == 2);
-  CHECK(buf[0] == 2);
-  CHECK(buf[1] == 3);
-  CHECK(buf[2] == 99);
-  REQUIRE_OK(pdkv_handshake_target_ranks(4, 3, 2, buf, 1, &n, err));
-  CHECK(n == 1);
-  CHECK(buf[0] == 1);
+TEST_CASE("handshake targets come back as an owned u32 list", "[capi][topology]") {
+  pdkv_u32_list_t* list = nullptr;
+  REQUIRE_OK(pdkv_handshake_target_ranks(2, 1, 4, &list, err));
+  CHECK(take_u32s(list) == std::vector<uint32_t>{2, 3});
+  REQUIRE_OK(pdkv_handshake_target_ranks(4, 3, 2, &list, err));
+  CHECK(take_u32s(list) == std::vector<uint32_t>{1});
+  REQUIRE_OK(pdkv_handshake_target_ranks(1, 0, 8, &list, err));
+  CHECK(take_u32s(list) == std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7});
 
-  auto r = capture([&](pdkv_error_t** err) { return pdkv_handshake_target_ranks(1, 0, 8, buf, 4, &n, err); });
-  CHECK(r.status == PDKV_ERR_BUFFER_TOO_SMALL);
-  CHECK(n == 8);  // the needed count, so the caller can retry
-  CHECK_THAT(r.message, Contains("4") && Contains("8"));
-  r = capture([&](pdkv_error_t** err) { return pdkv_handshake_target_ranks(1, 0, 8, nullptr, 0, &n, err); });
-  CHECK(r.status == PDKV_ERR_BUFFER_TOO_SMALL);
-  CHECK(n == 8);
-  r = capture([&](pdkv_error_t** err) { return pdkv_handshake_target_ranks(2, 0, 4, nullptr, 4, &n, err); });
+  // The list accessors refuse NULL and name the argument; free accepts NULL.
+  REQUIRE_OK(pdkv_handshake_target_ranks(2, 0, 4, &list, err));
+  const uint32_t* items = nullptr;
+  size_t n = 0;
+  auto r = capture([&](pdkv_error_t** err) { return pdkv_u32_list_items(list, nullptr, &n, err); });
   CHECK(r.status == PDKV_ERR_NULL_POINTER);
-  CHECK_THAT(r.message, Contains("ranks"));
-  r = capture([&](pdkv_error_t** err) { return pdkv_handshake_target_ranks(2, 0, 4, buf, 4, nullptr, err); });
+  CHECK_THAT(r.message, Contains("items"));
+  r = capture([&](pdkv_error_t** err) { return pdkv_u32_list_items(list, &items, nullptr, err); });
   CHECK(r.status == PDKV_ERR_NULL_POINTER);
-  CHECK_THAT(r.message, Contains("out_count"));
-  r = capture([&](pdkv_error_t** err) { return pdkv_handshake_target_ranks(2, 2, 4, buf, 4, &n, err); });
+  CHECK_THAT(r.message, Contains("count"));
+  r = capture([&](pdkv_error_t** err) { return pdkv_u32_list_items(nullptr, &items, &n, err); });
+  CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  CHECK_THAT(r.message, Contains("list"));
+  pdkv_u32_list_free(list);
+  pdkv_u32_list_free(nullptr);
+
+  list = reinterpret_cast<pdkv_u32_list_t*>(0x1);  // set to NULL on failure
+  r = capture([&](pdkv_error_t** err) { return pdkv_handshake_target_ranks(2, 2, 4, &list, err); });
   CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
-  r = capture([&](pdkv_error_t** err) { return pdkv_handshake_target_ranks(3, 0, 2, buf, 4, &n, err); });
+  CHECK(list == nullptr);
+  r = capture([&](pdkv_error_t** err) { return pdkv_handshake_target_ranks(3, 0, 2, &list, err); });
   CHECK(r.status == PDKV_ERR_TP_NOT_DIVISIBLE);
   CHECK_THAT(r.message, Contains("3") && Contains("2"));
+  r = capture([&](pdkv_error_t** err) { return pdkv_handshake_target_ranks(2, 0, 4, nullptr, err); });
+  CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  CHECK_THAT(r.message, Contains("out"));
 }
 
 TEST_CASE("physical head ranges", "[capi][topology]") {
@@ -239,12 +244,12 @@ TEST_CASE("TP mapping lists agree with pdkv_handshake_target_ranks for every pai
     for (uint32_t p_tp_size : sizes) {
       for (uint32_t rank = 0; rank < d_tp_size; ++rank) {
         TpMappingPtr m = mapping(d_tp_size, rank, p_tp_size, 16, false, true);
-        uint32_t buf[16];
-        size_t n = 0;
-        REQUIRE_OK(pdkv_handshake_target_ranks(d_tp_size, rank, p_tp_size, buf, 16, &n, err));
-        CHECK(ranks_of(m.get(), PDKV_TP_LIST_HANDSHAKE_TARGETS) == V(buf, buf + n));
+        pdkv_u32_list_t* list = nullptr;
+        REQUIRE_OK(pdkv_handshake_target_ranks(d_tp_size, rank, p_tp_size, &list, err));
+        const std::vector<uint32_t> targets = take_u32s(list);
+        CHECK(ranks_of(m.get(), PDKV_TP_LIST_HANDSHAKE_TARGETS) == V(targets.begin(), targets.end()));
         // Mamba state is sharded: a D rank reads from every handshake target.
-        CHECK(ranks_of(m.get(), PDKV_TP_LIST_MAMBA_SOURCES) == V(buf, buf + n));
+        CHECK(ranks_of(m.get(), PDKV_TP_LIST_MAMBA_SOURCES) == V(targets.begin(), targets.end()));
         CHECK(ranks_of(m.get(), PDKV_TP_LIST_ALL_SOURCES).size() ==
               ranks_of(m.get(), PDKV_TP_LIST_ATTENTION_SLOTS).size());
       }

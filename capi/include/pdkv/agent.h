@@ -411,9 +411,9 @@ PDKV_API void pdkv_transfer_free(pdkv_transfer_t *transfer);
 PDKV_API pdkv_status_t pdkv_agent_lease(pdkv_agent_t *agent, const char *request_id,
                                         uint32_t expected, uint64_t ttl_ms, pdkv_error_t **err);
 
-/* One notification (output struct); strings owned by the list. */
+/* One notification, an element of a pdkv_notification_list_t; its strings are owned by the
+ * list. Element layout fixed for the major version (arrays of it cannot grow). */
 typedef struct pdkv_notification {
-  size_t struct_size;      /* sizeof(pdkv_notification_t) */
   int32_t kind;            /* a pdkv_notification_kind_t */
   int32_t status;          /* PDKV_OK, or the failure a peer reported (READ/WRITE_DONE), or why
                               a peer was lost (PEER_LOST kind) */
@@ -425,8 +425,7 @@ typedef struct pdkv_notification {
                               counted, so a duplicate never completes a lease early) */
   uint32_t expected;       /* the lease's expected count (0: no lease) */
   uint64_t bytes;          /* bytes the sender moved for this request */
-  uint32_t pp_rank;        /* the remote rank's pipeline stage (appended in 0.2, like
-                              pdkv_peer_info_t's) */
+  uint32_t pp_rank;        /* the remote rank's pipeline stage */
 } pdkv_notification_t;
 
 /* Takes every pending notification, oldest first (*out may hold 0 items). Poll regularly: a
@@ -438,15 +437,12 @@ PDKV_API pdkv_status_t pdkv_agent_poll_notifications(pdkv_agent_t *agent,
                                                      pdkv_notification_list_t **out,
                                                      pdkv_error_t **err);
 
-/* Number of notifications. Errors: NULL_POINTER. Thread-safe. */
-PDKV_API pdkv_status_t pdkv_notification_list_count(const pdkv_notification_list_t *list,
+/* The notifications, oldest first: *items points to *count entries owned by the list, valid
+ * (with every string they point to) until pdkv_notification_list_free (NULL when *count is 0).
+ * Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_notification_list_items(const pdkv_notification_list_t *list,
+                                                    const pdkv_notification_t **items,
                                                     size_t *count, pdkv_error_t **err);
-
-/* Notification `index` (< count) into the caller's prefix of *out; strings valid until
- * pdkv_notification_list_free. Errors: NULL_POINTER, STRUCT_SIZE, OUT_OF_BOUNDS. Thread-safe. */
-PDKV_API pdkv_status_t pdkv_notification_list_get(const pdkv_notification_list_t *list,
-                                                  size_t index, pdkv_notification_t *out,
-                                                  pdkv_error_t **err);
 
 /* Frees a list. NULL is allowed. Not thread-safe with concurrent use of the same list. */
 PDKV_API void pdkv_notification_list_free(pdkv_notification_list_t *list);

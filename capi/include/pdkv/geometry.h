@@ -16,6 +16,18 @@ extern "C" {
 
 /* ---- TP topology ------------------------------------------------------------------- */
 
+/* An immutable list of uint32_t values (ranks; pdkv/blocks.h has the uint64_t one). */
+typedef struct pdkv_u32_list pdkv_u32_list_t;
+
+/* The values: *items points to *count entries owned by the list, valid until
+ * pdkv_u32_list_free (NULL when *count is 0). Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_u32_list_items(const pdkv_u32_list_t *list, const uint32_t **items,
+                                           size_t *count, pdkv_error_t **err);
+
+/* Frees a value list and its items. NULL is allowed. Not thread-safe with concurrent use of the
+ * same list. */
+PDKV_API void pdkv_u32_list_free(pdkv_u32_list_t *list);
+
 /* vLLM's tp_ratio sign convention, evaluated on the "local" engine (D when pulling):
  * +local_tp_size/remote_tp_size when local_tp_size >= remote_tp_size, else
  * -(remote_tp_size/local_tp_size). Never 0.
@@ -24,14 +36,11 @@ extern "C" {
 PDKV_API pdkv_status_t pdkv_tp_ratio(uint32_t local_tp_size, uint32_t remote_tp_size,
                                      int32_t *out, pdkv_error_t **err);
 
-/* Remote ranks that local rank `local_tp_rank` handshakes with, written to ranks[0..capacity).
- * *out_count always receives the number of ranks needed (also on BUFFER_TOO_SMALL, so the caller
- * can retry with a larger buffer). ranks may be NULL when capacity is 0. Errors: NULL_POINTER
- * (out_count; ranks with capacity > 0), INVALID_ARGUMENT (local_tp_rank >= local_tp_size),
- * TP_NOT_DIVISIBLE, BUFFER_TOO_SMALL. The caller owns the buffer. Thread-safe. */
+/* Remote ranks that local rank `local_tp_rank` handshakes with, ascending. Errors: NULL_POINTER
+ * (out), INVALID_ARGUMENT (a zero size, local_tp_rank >= local_tp_size), TP_NOT_DIVISIBLE.
+ * *out owned by the caller (pdkv_u32_list_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_handshake_target_ranks(uint32_t local_tp_size, uint32_t local_tp_rank,
-                                                   uint32_t remote_tp_size, uint32_t *ranks,
-                                                   size_t capacity, size_t *out_count,
+                                                   uint32_t remote_tp_size, pdkv_u32_list_t **out,
                                                    pdkv_error_t **err);
 
 /* KV heads that rank `tp_rank` of a TP group of size `tp_size` physically holds (contiguous GQA

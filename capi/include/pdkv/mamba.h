@@ -22,13 +22,26 @@ typedef struct pdkv_byte_range {
   uint64_t size;
 } pdkv_byte_range_t;
 
+/* An immutable list of byte ranges. */
+typedef struct pdkv_byte_range_list pdkv_byte_range_list_t;
+
+/* The ranges: *items points to *count entries owned by the list, valid until
+ * pdkv_byte_range_list_free (NULL when *count is 0). Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_byte_range_list_items(const pdkv_byte_range_list_t *list,
+                                                  const pdkv_byte_range_t **items, size_t *count,
+                                                  pdkv_error_t **err);
+
+/* Frees a byte-range list and its items. NULL is allowed. Not thread-safe with concurrent use
+ * of the same list. */
+PDKV_API void pdkv_byte_range_list_free(pdkv_byte_range_list_t *list);
+
 /* Cumulative (offset, size) of each conv projection in the local page of `geometry`
- * ([x|B|C], [Q|K|V] or [x]) into ranges[0..capacity); *out_count receives the needed count (also
- * on BUFFER_TOO_SMALL). Errors: NULL_POINTER, UNSUPPORTED_MAMBA_TYPE (not hybrid),
- * BUFFER_TOO_SMALL. Caller owns the buffer. Thread-safe. */
+ * ([x|B|C], [Q|K|V] or [x]), in page order. Errors: NULL_POINTER (geometry, out),
+ * UNSUPPORTED_MAMBA_TYPE (not hybrid). *out owned by the caller (pdkv_byte_range_list_free).
+ * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_mamba_local_conv_offsets(const pdkv_geometry_t *geometry,
-                                                     pdkv_byte_range_t *ranges, size_t capacity,
-                                                     size_t *out_count, pdkv_error_t **err);
+                                                     pdkv_byte_range_list_t **out,
+                                                     pdkv_error_t **err);
 
 
 /* vLLM's SSM temporal-state read in the remote page: tp_ratio >= 1 reads the local ssm bytes at

@@ -274,23 +274,36 @@ typedef struct pdkv_stage_pair {
   uint32_t layer_end;
 } pdkv_stage_pair_t;
 
+/* An immutable list of stage pairs. */
+typedef struct pdkv_stage_pair_list pdkv_stage_pair_list_t;
+
+/* The pairs: *items points to *count entries owned by the list, valid until
+ * pdkv_stage_pair_list_free (NULL when *count is 0). Errors: NULL_POINTER. Thread-safe. */
+PDKV_API pdkv_status_t pdkv_stage_pair_list_items(const pdkv_stage_pair_list_t *list,
+                                                  const pdkv_stage_pair_t **items, size_t *count,
+                                                  pdkv_error_t **err);
+
+/* Frees a stage-pair list and its items. NULL is allowed. Not thread-safe with concurrent use of
+ * the same list. */
+PDKV_API void pdkv_stage_pair_list_free(pdkv_stage_pair_list_t *list);
+
 /* Pairs P stages with D stages by their layer windows. p_stages: one rank's metadata of EVERY P
- * stage; d_stages: one rank's metadata of each D stage to pair (any subset of D's stages). Writes
- * every overlapping pair, ordered by (d_pp_rank, p_pp_rank), into out[0..capacity); *count always
- * receives the number of pairs (also on BUFFER_TOO_SMALL, whose message names it). out may be
- * NULL when capacity is 0. Errors: NULL_POINTER (arrays with n > 0, an element, count; out with
- * capacity > 0), INVALID_ARGUMENT (an empty side, a side mixing engines or pp_sizes, a stage given
- * twice, a P stage missing), INCOMPATIBLE (P's stages not holding consecutive layers from layer 0,
- * a D stage holding layers past P's last), BUFFER_TOO_SMALL. Thread-safe. */
+ * stage; d_stages: one rank's metadata of each D stage to pair (any subset of D's stages). *out
+ * receives every overlapping pair, ordered by (d_pp_rank, p_pp_rank). Errors: NULL_POINTER
+ * (arrays with n > 0, an element, out), INVALID_ARGUMENT (an empty side, a side mixing engines
+ * or pp_sizes, a stage given twice, a P stage missing), INCOMPATIBLE (P's stages not holding
+ * consecutive layers from layer 0, a D stage holding layers past P's last). *out owned by the
+ * caller (pdkv_stage_pair_list_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_pipeline_stage_pairs(const pdkv_engine_metadata_t *const *p_stages,
-                                                 size_t n_p, const pdkv_engine_metadata_t *const *d_stages,
-                                                 size_t n_d, pdkv_stage_pair_t *out, size_t capacity,
-                                                 size_t *count, pdkv_error_t **err);
+                                                 size_t n_p,
+                                                 const pdkv_engine_metadata_t *const *d_stages,
+                                                 size_t n_d, pdkv_stage_pair_list_t **out,
+                                                 pdkv_error_t **err);
 
 /* Notifications one rank of P stage p_pp_rank waits for per request: every D stage paired with it
  * (pairs over ALL of D's stages) notifies it as a single-stage D would, so *out is the number of
- * pairs naming p_pp_rank times the TP rule for (p_tp_size, d_tp_size); 0 when no D stage reads it. Errors:
- * NULL_POINTER (pairs with n > 0, out), TP_NOT_DIVISIBLE. Thread-safe. */
+ * pairs naming p_pp_rank times the TP rule for (p_tp_size, d_tp_size); 0 when no D stage reads
+ * it. Errors: NULL_POINTER (pairs with n > 0, out), TP_NOT_DIVISIBLE. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_pipeline_notifications_expected(const pdkv_stage_pair_t *pairs,
                                                             size_t n_pairs, uint32_t p_pp_rank,
                                                             uint32_t p_tp_size, uint32_t d_tp_size,

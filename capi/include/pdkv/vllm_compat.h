@@ -23,12 +23,13 @@ extern "C" {
 /* vLLM main's remote conv slices for local rank `local_tp_rank` (geometry is the LOCAL engine's):
  * tp_ratio >= 1 reads (base + lo*size, size) with lo = local_tp_rank % tp_ratio; tp_ratio < 0 reads
  * each whole remote projection. Wrong for Mamba2 with n_groups < TP (vLLM #55208): for planning
- * use pdkv_mamba_reads_new. Buffer convention as pdkv_mamba_local_conv_offsets. Errors:
- * NULL_POINTER, INVALID_ARGUMENT (tp_ratio 0, indivisible sizes), BUFFER_TOO_SMALL. Thread-safe. */
+ * use pdkv_mamba_reads_new. Errors: NULL_POINTER (geometry, out), INVALID_ARGUMENT (tp_ratio 0,
+ * indivisible sizes), UNSUPPORTED_MAMBA_TYPE (not hybrid). *out owned by the caller
+ * (pdkv_byte_range_list_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_mamba_remote_conv_offsets(const pdkv_geometry_t *geometry,
                                                       uint32_t local_tp_rank, int32_t tp_ratio,
-                                                      pdkv_byte_range_t *ranges, size_t capacity,
-                                                      size_t *out_count, pdkv_error_t **err);
+                                                      pdkv_byte_range_list_t **out,
+                                                      pdkv_error_t **err);
 
 /* How an engine's descriptors are laid out: all attention descriptors region-major, then all
  * Mamba descriptors region-major. */

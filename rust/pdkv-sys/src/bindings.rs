@@ -188,6 +188,23 @@ extern "C" {
         err: *mut *mut pdkv_error_t,
     ) -> pdkv_status_t;
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_u32_list {
+    _unused: [u8; 0],
+}
+pub type pdkv_u32_list_t = pdkv_u32_list;
+extern "C" {
+    pub fn pdkv_u32_list_items(
+        list: *const pdkv_u32_list_t,
+        items: *mut *const u32,
+        count: *mut usize,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_u32_list_free(list: *mut pdkv_u32_list_t);
+}
 extern "C" {
     pub fn pdkv_tp_ratio(
         local_tp_size: u32,
@@ -201,9 +218,7 @@ extern "C" {
         local_tp_size: u32,
         local_tp_rank: u32,
         remote_tp_size: u32,
-        ranks: *mut u32,
-        capacity: usize,
-        out_count: *mut usize,
+        out: *mut *mut pdkv_u32_list_t,
         err: *mut *mut pdkv_error_t,
     ) -> pdkv_status_t;
 }
@@ -466,12 +481,27 @@ pub struct pdkv_byte_range {
     pub size: u64,
 }
 pub type pdkv_byte_range_t = pdkv_byte_range;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_byte_range_list {
+    _unused: [u8; 0],
+}
+pub type pdkv_byte_range_list_t = pdkv_byte_range_list;
+extern "C" {
+    pub fn pdkv_byte_range_list_items(
+        list: *const pdkv_byte_range_list_t,
+        items: *mut *const pdkv_byte_range_t,
+        count: *mut usize,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_byte_range_list_free(list: *mut pdkv_byte_range_list_t);
+}
 extern "C" {
     pub fn pdkv_mamba_local_conv_offsets(
         geometry: *const pdkv_geometry_t,
-        ranges: *mut pdkv_byte_range_t,
-        capacity: usize,
-        out_count: *mut usize,
+        out: *mut *mut pdkv_byte_range_list_t,
         err: *mut *mut pdkv_error_t,
     ) -> pdkv_status_t;
 }
@@ -1466,15 +1496,30 @@ pub struct pdkv_stage_pair {
     pub layer_end: u32,
 }
 pub type pdkv_stage_pair_t = pdkv_stage_pair;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pdkv_stage_pair_list {
+    _unused: [u8; 0],
+}
+pub type pdkv_stage_pair_list_t = pdkv_stage_pair_list;
+extern "C" {
+    pub fn pdkv_stage_pair_list_items(
+        list: *const pdkv_stage_pair_list_t,
+        items: *mut *const pdkv_stage_pair_t,
+        count: *mut usize,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_stage_pair_list_free(list: *mut pdkv_stage_pair_list_t);
+}
 extern "C" {
     pub fn pdkv_pipeline_stage_pairs(
         p_stages: *const *const pdkv_engine_metadata_t,
         n_p: usize,
         d_stages: *const *const pdkv_engine_metadata_t,
         n_d: usize,
-        out: *mut pdkv_stage_pair_t,
-        capacity: usize,
-        count: *mut usize,
+        out: *mut *mut pdkv_stage_pair_list_t,
         err: *mut *mut pdkv_error_t,
     ) -> pdkv_status_t;
 }
@@ -1494,9 +1539,7 @@ extern "C" {
         geometry: *const pdkv_geometry_t,
         local_tp_rank: u32,
         tp_ratio: i32,
-        ranges: *mut pdkv_byte_range_t,
-        capacity: usize,
-        out_count: *mut usize,
+        out: *mut *mut pdkv_byte_range_list_t,
         err: *mut *mut pdkv_error_t,
     ) -> pdkv_status_t;
 }
@@ -1876,7 +1919,6 @@ extern "C" {
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pdkv_notification {
-    pub struct_size: usize,
     pub kind: i32,
     pub status: i32,
     pub request_id: *const ::std::os::raw::c_char,
@@ -1896,17 +1938,10 @@ extern "C" {
     ) -> pdkv_status_t;
 }
 extern "C" {
-    pub fn pdkv_notification_list_count(
+    pub fn pdkv_notification_list_items(
         list: *const pdkv_notification_list_t,
+        items: *mut *const pdkv_notification_t,
         count: *mut usize,
-        err: *mut *mut pdkv_error_t,
-    ) -> pdkv_status_t;
-}
-extern "C" {
-    pub fn pdkv_notification_list_get(
-        list: *const pdkv_notification_list_t,
-        index: usize,
-        out: *mut pdkv_notification_t,
         err: *mut *mut pdkv_error_t,
     ) -> pdkv_status_t;
 }

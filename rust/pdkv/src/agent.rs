@@ -12,7 +12,7 @@
 //! earlier than asked); a zero deadline, or one too long for the C field, is an
 //! [`Status::InvalidArgument`] error naming the value, never a silent substitute.
 use crate::error::{Error, Result, Status};
-use crate::ffi_util::{borrowed_str, check, cstring};
+use crate::ffi_util::{borrowed_str, check, cstring, slice};
 use crate::memory::{HostBuffer, Memory, MemoryDesc};
 use crate::metadata::EngineMetadata;
 use crate::transfer::{Transfer, TransferParams};
@@ -567,15 +567,11 @@ impl Agent {
             }
         }
         let g = Guard(list);
-        let mut n = 0usize;
-        // SAFETY: live list.
-        check(|e| unsafe { sys::pdkv_notification_list_count(g.0, &mut n, e) })?;
-        for i in 0..n {
-            // SAFETY: plain-data struct, all-zero valid.
-            let mut r: sys::pdkv_notification_t = unsafe { zeroed() };
-            r.struct_size = size_of::<sys::pdkv_notification_t>();
-            // SAFETY: live list, i < n, valid out struct.
-            check(|e| unsafe { sys::pdkv_notification_list_get(g.0, i, &mut r, e) })?;
+        let (mut items, mut n) = (ptr::null(), 0usize);
+        // SAFETY: live list, valid out pointers.
+        check(|e| unsafe { sys::pdkv_notification_list_items(g.0, &mut items, &mut n, e) })?;
+        // SAFETY: n items owned by the live list, copied below before it is freed.
+        for r in unsafe { slice(items, n) } {
             q.push_back(Notification {
                 kind: NotificationKind::from_raw(r.kind),
                 status: status_of(r.status),
@@ -586,6 +582,7 @@ impl Agent {
                 count: r.count,
                 expected: r.expected,
                 bytes: r.bytes,
+                pp_rank: r.pp_rank,
             });
         }
         Ok(())
@@ -655,6 +652,8 @@ pub struct Notification {
     pub expected: u32,
     /// Bytes the sender moved for this request.
     pub bytes: u64,
+    /// The remote rank's pipeline stage (0 without pipeline parallelism).
+    pub pp_rank: u32,
 }
 
 /// A peer's identity, state and counters (`pdkv_peer_info_t`).

@@ -82,8 +82,41 @@ pub(crate) unsafe fn slice<'a, T>(p: *const T, count: usize) -> &'a [T] {
     }
 }
 
+/// The one shape of every variable-length result: `make` returns an owned `pdkv_X_list_t`, whose
+/// items (`items`: `pdkv_X_list_items`) are converted before the list is freed (`free`).
+pub(crate) fn take_list<L, T, U>(
+    make: impl FnOnce(*mut *mut L, *mut *mut sys::pdkv_error_t) -> sys::pdkv_status_t,
+    items: unsafe fn(
+        *const L,
+        *mut *const T,
+        *mut usize,
+        *mut *mut sys::pdkv_error_t,
+    ) -> sys::pdkv_status_t,
+    free: unsafe fn(*mut L),
+    convert: impl FnMut(&T) -> U,
+) -> Result<Vec<U>> {
+    struct Guard<L>(*mut L, unsafe fn(*mut L));
+    impl<L> Drop for Guard<L> {
+        fn drop(&mut self) {
+            // SAFETY: we own the list; NULL is allowed.
+            unsafe { (self.1)(self.0) }
+        }
+    }
+    let mut list: *mut L = ptr::null_mut();
+    check(|e| make(&mut list, e))?;
+    let g = Guard(list, free);
+    if g.0.is_null() {
+        return Err(Error::new(Status::Internal, "pdkv returned a NULL list"));
+    }
+    let (mut p, mut n) = (ptr::null(), 0usize);
+    // SAFETY: live list, valid out pointers.
+    check(|e| unsafe { items(g.0, &mut p, &mut n, e) })?;
+    // SAFETY: n items owned by the list, converted before it is freed.
+    Ok(unsafe { slice(p, n) }.iter().map(convert).collect())
+}
+
 /// Calls a "caller buffer + needed count" function twice: first to learn the count, then to
-/// fill a buffer of that size.
+/// fill a buffer of that size (byte strings only: every other result is a list).
 pub(crate) fn fill_vec<T: Default + Clone>(
     mut f: impl FnMut(*mut T, usize, *mut usize, *mut *mut sys::pdkv_error_t) -> sys::pdkv_status_t,
 ) -> Result<Vec<T>> {

@@ -1,6 +1,6 @@
 //! Mamba state transfer: conv offsets, SSM read ranges and byte-exact read lists.
 use crate::error::{Error, Result, Status};
-use crate::ffi_util::{borrowed_str, check, fill_vec, slice};
+use crate::ffi_util::{borrowed_str, check, slice, take_list};
 use crate::geometry::Geometry;
 use pdkv_sys as sys;
 use std::ptr::{self, NonNull};
@@ -30,15 +30,24 @@ const _: () =
 const _: () =
     assert!(std::mem::align_of::<ByteRange>() == std::mem::align_of::<sys::pdkv_byte_range_t>());
 
+fn byte_range_of(r: &sys::pdkv_byte_range_t) -> ByteRange {
+    ByteRange {
+        offset: r.offset,
+        size: r.size,
+    }
+}
+
 impl Geometry {
     /// Cumulative (offset, size) of each conv projection in the local page
     /// (`pdkv_mamba_local_conv_offsets`).
     pub fn mamba_local_conv_offsets(&self) -> Result<Vec<ByteRange>> {
-        // SAFETY: fill_vec passes a buffer of `cap` elements (or NULL, 0); ByteRange has the
-        // layout of pdkv_byte_range_t (asserted above).
-        fill_vec(|buf: *mut ByteRange, cap, n, e| unsafe {
-            sys::pdkv_mamba_local_conv_offsets(self.as_ptr(), buf.cast(), cap, n, e)
-        })
+        take_list(
+            // SAFETY: live handle, valid out pointers.
+            |out, e| unsafe { sys::pdkv_mamba_local_conv_offsets(self.as_ptr(), out, e) },
+            sys::pdkv_byte_range_list_items,
+            sys::pdkv_byte_range_list_free,
+            byte_range_of,
+        )
     }
 
     /// vLLM main's remote conv slices for `local_tp_rank` (this geometry is the LOCAL engine's;
@@ -49,18 +58,15 @@ impl Geometry {
         local_tp_rank: u32,
         tp_ratio: i32,
     ) -> Result<Vec<ByteRange>> {
-        // SAFETY: as above.
-        fill_vec(|buf: *mut ByteRange, cap, n, e| unsafe {
-            sys::pdkv_mamba_remote_conv_offsets(
-                self.as_ptr(),
-                local_tp_rank,
-                tp_ratio,
-                buf.cast(),
-                cap,
-                n,
-                e,
-            )
-        })
+        take_list(
+            // SAFETY: live handle, valid out pointers.
+            |out, e| unsafe {
+                sys::pdkv_mamba_remote_conv_offsets(self.as_ptr(), local_tp_rank, tp_ratio, out, e)
+            },
+            sys::pdkv_byte_range_list_items,
+            sys::pdkv_byte_range_list_free,
+            byte_range_of,
+        )
     }
 
     /// vLLM's SSM temporal-state read in the remote page (`pdkv_mamba_ssm_read_range`).

@@ -1,7 +1,7 @@
 //! Pipeline parallelism: vLLM's default layer split, the pairing of D stages with P stages (each
 //! (engine, PP rank) a separate peer) and the notifications a P stage waits for.
 use crate::error::Result;
-use crate::ffi_util::{check, fill_vec, sp};
+use crate::ffi_util::{check, sp, take_list};
 use crate::metadata::EngineMetadata;
 use pdkv_sys as sys;
 
@@ -45,10 +45,20 @@ pub fn pipeline_stage_pairs(
 ) -> Result<Vec<StagePair>> {
     let p: Vec<*const sys::pdkv_engine_metadata_t> = p_stages.iter().map(|m| m.as_ptr()).collect();
     let d: Vec<*const sys::pdkv_engine_metadata_t> = d_stages.iter().map(|m| m.as_ptr()).collect();
-    // SAFETY: the handles live for the call; fill_vec passes a buffer of `cap` pairs (or NULL).
-    fill_vec(|buf: *mut StagePair, cap, n, e| unsafe {
-        sys::pdkv_pipeline_stage_pairs(sp(&p), p.len(), sp(&d), d.len(), buf.cast(), cap, n, e)
-    })
+    take_list(
+        // SAFETY: the handles live for the call; valid out pointers.
+        |out, e| unsafe {
+            sys::pdkv_pipeline_stage_pairs(sp(&p), p.len(), sp(&d), d.len(), out, e)
+        },
+        sys::pdkv_stage_pair_list_items,
+        sys::pdkv_stage_pair_list_free,
+        |x| StagePair {
+            p_pp_rank: x.p_pp_rank,
+            d_pp_rank: x.d_pp_rank,
+            layer_begin: x.layer_begin,
+            layer_end: x.layer_end,
+        },
+    )
 }
 
 /// Notifications each rank of P stage `p_pp_rank` waits for per request: the pairs naming it

@@ -1,6 +1,6 @@
 //! TP topology: tp_ratio, handshake targets, GQA head placement and per-rank TP mappings.
 use crate::error::{Error, Result, Status};
-use crate::ffi_util::{check, fill_vec, slice};
+use crate::ffi_util::{check, slice, take_list};
 use pdkv_sys as sys;
 use std::mem;
 use std::ops::Range;
@@ -22,18 +22,15 @@ pub fn handshake_target_ranks(
     local_tp_rank: u32,
     remote_tp_size: u32,
 ) -> Result<Vec<u32>> {
-    // SAFETY: fill_vec passes a buffer of `cap` elements (or NULL with cap 0) and a count.
-    fill_vec(|buf, cap, count, e| unsafe {
-        sys::pdkv_handshake_target_ranks(
-            local_tp_size,
-            local_tp_rank,
-            remote_tp_size,
-            buf,
-            cap,
-            count,
-            e,
-        )
-    })
+    take_list(
+        // SAFETY: valid out pointers.
+        |out, e| unsafe {
+            sys::pdkv_handshake_target_ranks(local_tp_size, local_tp_rank, remote_tp_size, out, e)
+        },
+        sys::pdkv_u32_list_items,
+        sys::pdkv_u32_list_free,
+        |&r| r,
+    )
 }
 
 /// KV heads that rank `tp_rank` of a TP group of size `tp_size` physically holds, as a

@@ -150,12 +150,11 @@ std::vector<pdkv_failed_read_t> DSide::failed_reads(const pdkv_transfer_t* t) {
 void DSide::poll_notes() {
   pdkv_notification_list_t* list = nullptr;
   E2E_OK(pdkv_agent_poll_notifications(agent(), &list, err));
+  const pdkv_notification_t* items = nullptr;
   size_t n = 0;
-  E2E_OK(pdkv_notification_list_count(list, &n, err));
+  E2E_OK(pdkv_notification_list_items(list, &items, &n, err));
   for (size_t i = 0; i < n; ++i) {
-    pdkv_notification_t x{};
-    x.struct_size = sizeof x;
-    E2E_OK(pdkv_notification_list_get(list, i, &x, err));
+    const pdkv_notification_t& x = items[i];
     notes_.push_back({x.kind, static_cast<pdkv_status_t>(x.status), x.request_id, x.engine_id, x.tp_rank, x.count,
                       x.expected, x.bytes});
   }

@@ -347,18 +347,16 @@ TEST_CASE("Registration, connect, post and lease errors name the value", "[e2e][
           PDKV_ERR_NULL_POINTER);
     pdkv_notification_list_t* list = nullptr;
     E2E_OK(pdkv_agent_poll_notifications(d.agent(), &list, err));
+    const pdkv_notification_t* items = nullptr;
     size_t n = 0;
-    E2E_OK(pdkv_notification_list_count(list, &n, err));
-    pdkv_notification_t x{};
-    x.struct_size = sizeof x;
-    const Result r = call([&](pdkv_error_t** e) { return pdkv_notification_list_get(list, n, &x, e); });
-    CHECK(r.status == PDKV_ERR_OUT_OF_BOUNDS);
-    CHECK_THAT(r.message, Contains(std::to_string(n)));
-    x.struct_size = 4;
-    if (n > 0) {
-      CHECK(call([&](pdkv_error_t** e) { return pdkv_notification_list_get(list, 0, &x, e); }).status ==
-            PDKV_ERR_STRUCT_SIZE);
-    }
+    E2E_OK(pdkv_notification_list_items(list, &items, &n, err));
+    CHECK((n == 0) == (items == nullptr));
+    Result r = call([&](pdkv_error_t** e) { return pdkv_notification_list_items(list, nullptr, &n, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("items"));
+    r = call([&](pdkv_error_t** e) { return pdkv_notification_list_items(nullptr, &items, &n, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(r.message, Contains("list"));
     pdkv_notification_list_free(list);
     pdkv_notification_list_free(nullptr);
   }

@@ -355,12 +355,11 @@ class Peer {
       for (auto& ra : ranks_) {
         pdkv_notification_list_t* list = nullptr;
         if (pdkv_agent_poll_notifications(ra->agent(), &list, nullptr) != PDKV_OK) continue;
+        const pdkv_notification_t* items = nullptr;
         size_t n = 0;
-        pdkv_notification_list_count(list, &n, nullptr);
+        if (pdkv_notification_list_items(list, &items, &n, nullptr) != PDKV_OK) n = 0;
         for (size_t i = 0; i < n; ++i) {
-          pdkv_notification_t x{};
-          x.struct_size = sizeof x;
-          if (pdkv_notification_list_get(list, i, &x, nullptr) != PDKV_OK) continue;
+          const pdkv_notification_t& x = items[i];
           std::ostringstream os;
           os << "NOTE " << ra->memory().rank() << " " << kind_name(x.kind) << " "
              << pdkv_status_name(static_cast<pdkv_status_t>(x.status)) << " " << dash(x.request_id) << " "
