@@ -65,7 +65,8 @@ inline uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
   std::_Exit(rc);
 }
 
-inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsigned window, int reps) {
+inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsigned window, int reps,
+                             uint32_t cma_copy_threads = 0) {
   Measurement m;
   int to_parent[2], to_child[2];
   if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) {
@@ -92,6 +93,7 @@ inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsi
     o.metadata = bench_metadata("bench-d", reinterpret_cast<uint64_t>(local.data), local.size);
     o.transport = mode;
     o.max_outstanding = window;
+    o.cma_copy_threads = cma_copy_threads;
     o.default_timeout = std::chrono::seconds(120);
     exec::Agent agent(o);
     agent.register_memory(0, reinterpret_cast<uint64_t>(local.data), local.size, exec::MemoryType::Host);

@@ -14,6 +14,7 @@
 //
 // Usage: executor_bench [--sizes 65536,1048576] [--working-set BYTES] [--window 64] [--reps 5]
 //                       [--modes shm,tcp] [--no-plan] [--no-perftest] [--json]
+//                       [--cma-threads N]   (the agent's copy threads over shm; default: its own choice)
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
   unsigned window = 64;
   int reps = 5;
   bool plan = true, perftest = true, json = false;
+  uint32_t cma_threads = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -111,6 +113,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-plan") plan = false;
     else if (a == "--no-perftest") perftest = false;
     else if (a == "--json") json = true;
+    else if (a == "--cma-threads") cma_threads = static_cast<uint32_t>(std::stoul(value()));
     else {
       std::fprintf(stderr, "unknown option %s (see the usage at the top of bench/executor_bench.cpp)\n", a.c_str());
       return 1;
@@ -142,7 +145,7 @@ int main(int argc, char** argv) {
       const int mode_reps = mode == exec::TransportMode::Tcp ? std::min(reps, 3) : reps;
       // Raw UCX and the agent back to back on the same list, window and working sets.
       r.raw = raw_ucx_get(pl, mode, window, mode_reps);
-      r.agent = agent_get(pl, mode, window, mode_reps);
+      r.agent = agent_get(pl, mode, window, mode_reps, cma_threads);
       if (mode == exec::TransportMode::Shm) {
         r.cma = raw_cma_read(pl, mode_reps);
       } else {

@@ -51,6 +51,9 @@ struct AgentOptions {
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds heartbeat_timeout{5000};
   uint32_t max_outstanding = 64;
+  // Threads that copy one cma batch (shm peers): 0 picks 2 where the machine has at least 4
+  // hardware threads, else 1. A batch of at least 1 MiB is cut into this many parts (cma::Copier).
+  uint32_t cma_copy_threads = 0;
 };
 
 enum class NotificationKind : uint8_t {

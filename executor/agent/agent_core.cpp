@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -75,6 +76,10 @@ AgentCore::AgentCore(AgentOptions options) : opt_(std::move(options)) {
   host_id_ = host_identity();
   regs_.resize(opt_.metadata.regions.size());
   cma_probe_ = std::make_unique<cma::Probe>();
+  const unsigned copy_threads = opt_.cma_copy_threads != 0 ? std::min<uint32_t>(opt_.cma_copy_threads, 16)
+                                : std::thread::hardware_concurrency() >= 4 ? 2u
+                                                                            : 1u;
+  cma_copier_ = std::make_unique<cma::Copier>(copy_threads);
   // UCX carries tcp peers only: a same-host (shm) peer is served with cross-memory attach
   // (cma/cma.hpp), never through UCX's shared-memory transports, whose 1.13.1 release can wedge
   // the worker or keep operations for ever when the peer dies mid-transfer.
@@ -339,9 +344,14 @@ unsigned AgentCore::progress() {
 
 void AgentCore::wake_progress() { signal_fd(progress_wake_); }
 
-void AgentCore::signal_cma_work() { signal_fd(cma_fd_); }
+void AgentCore::signal_cma_work() {
+  if (opt_.progress != ProgressMode::Caller) return;  // nobody watches it
+  cma_fd_signaled_ = true;
+  signal_fd(cma_fd_);
+}
 
 void AgentCore::settle_cma_fd_locked() {
+  if (!cma_fd_signaled_) return;
   for (const auto& job : active_) {
     if (job->finalized || job->stopping()) continue;
     for (const auto& lane : job->lanes) {
@@ -349,6 +359,7 @@ void AgentCore::settle_cma_fd_locked() {
     }
   }
   drain_fd(cma_fd_);
+  cma_fd_signaled_ = false;
 }
 
 void AgentCore::progress_thread_main() {

@@ -48,6 +48,7 @@ inline constexpr auto kCancelGrace = std::chrono::milliseconds(200);
 // millisecond at memory bandwidth).
 inline constexpr uint64_t kCmaBatchBytes = 4u << 20;
 inline constexpr size_t kCmaBatchSegments = 512;
+inline constexpr uint64_t kCmaSplitBytes = 1u << 20;  // smaller batches are copied by one thread
 
 inline Clock::time_point deadline_after(Clock::time_point now, std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) return now;
@@ -253,6 +254,7 @@ class AgentCore {
   std::atomic<bool> stopping_{false};
 
   std::unique_ptr<cma::Probe> cma_probe_;  // this process's identity for same-host peers
+  std::unique_ptr<cma::Copier> cma_copier_;  // copies batches (several threads where cores allow)
   uint64_t cma_batches_inflight_ = 0;  // guarded by mu_; shutdown waits for 0 (cma_idle_)
   std::condition_variable cma_idle_;
   std::unique_ptr<UcxContext> context_;
@@ -288,6 +290,7 @@ class AgentCore {
   int notify_fd_ = -1;      // eventfd: readable while notifications are pending
   int user_epoll_ = -1;     // what pdkv_agent_event_fd returns
   int cma_fd_ = -1;         // eventfd: readable while cma work is pending (caller mode)
+  bool cma_fd_signaled_ = false;  // guarded by mu_: cma_fd_ may be readable (drain it once idle)
   // The control thread stops watching the listener for a while after accept() failed (no
   // descriptor left: the connection stays queued and the listener readable). Control thread only.
   std::optional<Clock::time_point> accept_paused_until_;

@@ -692,7 +692,7 @@ unsigned AgentCore::run_cma_batches(std::unique_lock<std::mutex>& g) {
       b.gone_before = true;
       continue;
     }
-    b.result = cma::copy(b.peer->cma->pid(), b.direction, b.segments);
+    b.result = cma_copier_->copy(b.peer->cma->pid(), b.direction, b.segments, kCmaSplitBytes);
     b.gone = cma::check_probe(pid, b.peer->cma_probe_address, b.peer->cma_probe);
     b.exited = b.peer->cma->exited();
   }

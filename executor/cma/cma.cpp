@@ -92,6 +92,91 @@ CopyResult copy(pid_t pid, Direction direction, std::span<const Segment> segment
   return out;
 }
 
+Copier::Copier(unsigned threads) {
+  for (unsigned i = 1; i < threads; ++i) {
+    auto h = std::make_unique<Helper>();
+    Helper* hp = h.get();
+    h->thread = std::thread([hp] {
+      std::unique_lock<std::mutex> g(hp->m);
+      for (;;) {
+        hp->cv.wait(g, [&] { return hp->has_task || hp->stop; });
+        if (hp->stop) return;
+        hp->has_task = false;
+        g.unlock();
+        const CopyResult r = cma::copy(hp->pid, hp->direction, hp->segments);
+        g.lock();
+        hp->result = r;
+        hp->done = true;
+        hp->cv.notify_all();
+      }
+    });
+    helpers_.push_back(std::move(h));
+  }
+}
+
+Copier::~Copier() {
+  for (auto& h : helpers_) {
+    {
+      std::lock_guard<std::mutex> g(h->m);
+      h->stop = true;
+    }
+    h->cv.notify_all();
+    if (h->thread.joinable()) h->thread.join();
+  }
+}
+
+CopyResult Copier::copy(pid_t pid, Direction direction, std::span<const Segment> segments, uint64_t min_split_bytes) {
+  uint64_t total = 0;
+  for (const Segment& s : segments) total += s.length;
+  std::unique_lock<std::mutex> busy(busy_, std::defer_lock);
+  if (helpers_.empty() || total < min_split_bytes || total < threads() || !busy.try_lock()) {
+    return cma::copy(pid, direction, segments);
+  }
+  // Cut into threads() parts of about total / threads() bytes each.
+  const unsigned n = threads();
+  std::vector<std::vector<Segment>> parts(n);
+  std::vector<uint64_t> part_bytes(n, 0);
+  const uint64_t share = (total + n - 1) / n;
+  unsigned k = 0;
+  for (const Segment& s : segments) {
+    uint64_t off = 0;
+    while (off < s.length) {
+      if (part_bytes[k] >= share && k + 1 < n) ++k;
+      const uint64_t take = std::min(s.length - off, k + 1 < n ? share - part_bytes[k] : s.length - off);
+      parts[k].push_back({static_cast<uint8_t*>(s.local) + off, s.remote + off, take});
+      part_bytes[k] += take;
+      off += take;
+    }
+  }
+  for (unsigned i = 1; i < n; ++i) {
+    Helper& h = *helpers_[i - 1];
+    std::lock_guard<std::mutex> g(h.m);
+    h.pid = pid;
+    h.direction = direction;
+    h.segments = std::move(parts[i]);
+    h.done = false;
+    h.has_task = true;
+    h.cv.notify_all();
+  }
+  std::vector<CopyResult> results(n);
+  results[0] = cma::copy(pid, direction, parts[0]);
+  for (unsigned i = 1; i < n; ++i) {
+    Helper& h = *helpers_[i - 1];
+    std::unique_lock<std::mutex> g(h.m);
+    h.cv.wait(g, [&] { return h.done; });
+    results[i] = h.result;
+  }
+  CopyResult out;
+  for (unsigned i = 0; i < n; ++i) {
+    out.bytes += results[i].bytes;
+    if (results[i].error != 0) {
+      out.error = results[i].error;
+      return out;
+    }
+  }
+  return out;
+}
+
 Probe::Probe() : pid_(static_cast<uint32_t>(::getpid())) {
   size_t got = 0;
   while (got < value_.size()) {

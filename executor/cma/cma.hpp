@@ -16,10 +16,15 @@
 #include <sys/types.h>
 
 #include <array>
+#include <memory>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace pdkv::exec::cma {
 
@@ -44,6 +49,36 @@ struct CopyResult {
 // until every byte is copied or a call fails (EINTR is retried). A call that copies nothing
 // without an error stops the copy with EFAULT. Never throws.
 CopyResult copy(pid_t pid, Direction direction, std::span<const Segment> segments) noexcept;
+
+// copy() on several threads: a call of at least `min_split_bytes` is cut into `threads` parts of
+// about equal bytes (a segment may be cut), part 0 copied by the calling thread and the others by
+// helper threads the Copier owns. The result reads as copy()'s: bytes in segment order up to the
+// first part that failed. Safe to call from several threads: a call that finds the helpers busy
+// copies alone. With threads == 1 it is copy().
+class Copier {
+ public:
+  explicit Copier(unsigned threads);
+  ~Copier();
+  Copier(const Copier&) = delete;
+  Copier& operator=(const Copier&) = delete;
+
+  unsigned threads() const noexcept { return static_cast<unsigned>(helpers_.size()) + 1; }
+  CopyResult copy(pid_t pid, Direction direction, std::span<const Segment> segments, uint64_t min_split_bytes);
+
+ private:
+  struct Helper {
+    std::mutex m;
+    std::condition_variable cv;
+    bool has_task = false, done = false, stop = false;
+    pid_t pid = 0;
+    Direction direction = Direction::Read;
+    std::vector<Segment> segments;
+    CopyResult result;
+    std::thread thread;
+  };
+  std::vector<std::unique_ptr<Helper>> helpers_;
+  std::mutex busy_;  // held by the call using the helpers
+};
 
 // "process_vm_readv" / "process_vm_writev".
 const char* syscall_name(Direction direction) noexcept;

@@ -42,7 +42,8 @@ struct Side {
   std::unique_ptr<Agent> agent;
   std::shared_ptr<Registration> reg;
 
-  Side(const std::string& e, uint8_t salt, TransportMode mode, ProgressMode progress) : engine(e) {
+  Side(const std::string& e, uint8_t salt, TransportMode mode, ProgressMode progress, uint32_t copy_threads = 1)
+      : engine(e) {
     core::ModelDesc m;
     m.name = "tiny-gqa";
     m.attention.num_kv_heads = 8;
@@ -66,6 +67,7 @@ struct Side {
     o.default_timeout = 5000ms;
     o.heartbeat_interval = 100ms;
     o.heartbeat_timeout = 3000ms;
+    o.cma_copy_threads = copy_threads;
     agent = std::make_unique<Agent>(o);
     const auto& r = md.regions[0].region;
     reg = agent->register_memory(0, r.base, r.block_len * r.num_blocks, MemoryType::Host);
@@ -145,6 +147,33 @@ TEST_F(AgentCma, LargePiecesSpanBatchesAndTransfersShareEachProgressCall) {
   EXPECT_EQ(bad, 0u);
   auto peer = d->agent->find_peer("pre", 0);
   EXPECT_EQ(peer->bytes_read.load(), big + 600 * 512);
+}
+
+// Two copy threads per batch (what a machine with 4+ hardware threads gets): the same bytes, in
+// thread mode, for a READ of large and small pieces at once.
+TEST(AgentCmaThreads, TwoCopyThreadsMoveEveryByte) {
+  Side p("pre", kP, TransportMode::Shm, ProgressMode::Thread);
+  Side d("dec", kD, TransportMode::Shm, ProgressMode::Thread, 2);
+  d.agent->connect(p.agent->info().listen, 3000ms);
+  std::vector<std::array<uint64_t, 3>> pieces{{0, 1u << 20, 9u << 20}};
+  for (uint64_t k = 0; k < 700; ++k) pieces.push_back({(10u << 20) + k * 4096, k * 8192, 3000});
+  const auto plan = plan_of(d, p, pieces);
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "two-threads";
+  auto t = d.agent->post(pp);
+  ASSERT_TRUE(t.wait(5000ms));
+  ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+  size_t bad = 0;
+  for (uint64_t i = 0; i < (9u << 20); ++i) bad += d.mem[i] != p.expected((1u << 20) + i, kP);
+  for (uint64_t k = 0; k < 700; ++k) {
+    for (uint64_t j = 0; j < 4096; ++j) {
+      const uint8_t want = j < 3000 ? p.expected(k * 8192 + j, kP) : d.expected((10u << 20) + k * 4096 + j, kD);
+      bad += d.mem[(10u << 20) + k * 4096 + j] != want;
+    }
+  }
+  EXPECT_EQ(bad, 0u);
 }
 
 // A cancel between batches is final at once: the first batch landed, nothing after it, the read

@@ -137,6 +137,48 @@ TEST(Cma, AnUnmappedPeerRangeStopsTheCopyWithEfaultAfterTheBytesBeforeIt) {
   ::munmap(area, 3 * kPage);
 }
 
+// The Copier cuts a large call into parts copied by helper threads; the bytes and the in-order
+// result are those of copy(), including where a hole stops it.
+TEST(Cma, ACopierOnSeveralThreadsMovesTheSameBytesAndStopsAtTheSameHole) {
+  std::vector<uint8_t> remote(3000 * 128);
+  Child child([&] {
+    for (size_t i = 0; i < remote.size(); ++i) remote[i] = pattern(i, 21);
+  });
+  cma::Copier copier(3);
+  ASSERT_EQ(copier.threads(), 3u);
+  std::vector<uint8_t> local(3000 * 100, 0xEE);
+  std::vector<cma::Segment> segs;
+  for (size_t k = 0; k < 3000; ++k) {
+    segs.push_back({local.data() + k * 100, reinterpret_cast<uint64_t>(remote.data()) + k * 128, 100});
+  }
+  for (int rep = 0; rep < 3; ++rep) {
+    std::fill(local.begin(), local.end(), 0xEE);
+    const auto r = copier.copy(child.pid(), cma::Direction::Read, segs, 1);
+    ASSERT_EQ(r.error, 0) << cma::errno_text(r.error);
+    EXPECT_EQ(r.bytes, 3000u * 100);
+    size_t bad = 0;
+    for (size_t k = 0; k < 3000; ++k)
+      for (size_t j = 0; j < 100; ++j) bad += local[k * 100 + j] != pattern(k * 128 + j, 21);
+    EXPECT_EQ(bad, 0u);
+  }
+  // Below the split size it copies alone, with the same result.
+  EXPECT_EQ(copier.copy(child.pid(), cma::Direction::Read, segs, 1u << 30).bytes, 3000u * 100);
+
+  auto* area = static_cast<uint8_t*>(::mmap(nullptr, 8 * kPage, PROT_READ | PROT_WRITE,
+                                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(area, MAP_FAILED);
+  Child holed([&] { ::munmap(area + 5 * kPage, kPage); });  // page 5 of 8 is a hole
+  std::vector<uint8_t> into(8 * kPage);
+  const cma::Segment whole{into.data(), reinterpret_cast<uint64_t>(area), 8 * kPage};
+  for (unsigned threads : {2u, 3u, 4u}) {
+    cma::Copier c(threads);
+    const auto r = c.copy(holed.pid(), cma::Direction::Read, {&whole, 1}, 1);
+    EXPECT_EQ(r.error, EFAULT) << threads;
+    EXPECT_EQ(r.bytes, 5 * kPage) << threads;
+  }
+  ::munmap(area, 8 * kPage);
+}
+
 TEST(Cma, AVanishedProcessIsEsrch) {
   std::vector<uint8_t> buf(64, 1);
   Child child([] {});
