@@ -12,7 +12,9 @@ the way vLLM expands them; columns "C kernel ids", "Python kernel ids": ``ctx.co
 reuse=plan)``) and as the LOGICAL ids themselves with ``kernel_blocks_per_id`` = ppl, where
 vLLM's planning starts (columns "C++", "C" = pdkv_transfer_plan_compile_into into one reused
 plan, "Python" = ``ctx.compile(groups, reuse=plan)``, "Py prepared" = ``PlanRequest.compile`` of
-a layout prepared once with ``ctx.prepare``). Every pdkv path is checked to give the same plan.
+a layout prepared once with ``ctx.prepare``; "Rust" = ``TransferPlan::compile_into`` and "Go" =
+``PlanContext.CompileInto``, the same logical-id requests, run from rust/pdkv/benches and
+go/bench/planvsvllm). Every pdkv path is checked to give the same plan.
 
     /usr/bin/python3 bench/plan_vs_vllm.py --mirror VLLM_GIT_DIR [--build build] [--repeat 3]
         [--tokens 4096,32768,131072,1048576] [--hits 0,50] [--alloc contig,frag] [--target-s 0.3]
@@ -162,6 +164,22 @@ def python_side(args, geometry: str) -> Dict[str, tuple]:
     return out
 
 
+def binding_side(args, name: str) -> List[dict]:
+    """JSON lines of the Rust (rust/pdkv/benches/plan_vs_vllm.rs) or Go (go/bench/planvsvllm)
+    timing of the same requests, logical ids, one reused plan."""
+    opts = ["--tokens", args.tokens, "--hits", args.hits, "--alloc", args.alloc, "--geometry", args.geometry,
+            "--target-s", str(args.target_s)]
+    env = dict(os.environ, PDKV_LIB_DIR=os.path.join(os.path.abspath(args.build), "capi"),
+               PKG_CONFIG_PATH=os.path.join(os.path.abspath(args.build), "pkgconfig"),
+               GOCACHE=os.path.join(os.path.abspath(args.build), "go-cache"), GOFLAGS="-mod=mod", GOPROXY="off")
+    if name == "rust":
+        cmd, cwd = ["cargo", "bench", "--offline", "-q", "-p", "pdkv", "--bench", "plan_vs_vllm", "--"] + opts, "rust"
+    else:
+        cmd, cwd = ["go", "run", "./bench/planvsvllm"] + ["-" + o[2:] if o.startswith("--") else o for o in opts], "go"
+    out = subprocess.run(cmd, cwd=os.path.join(ROOT, cwd), env=env, check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mirror", default=os.environ.get("VLLM_MIRROR"))
@@ -174,6 +192,7 @@ def main() -> None:
     ap.add_argument("--target-s", type=float, default=0.3)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", help="also write every run's raw numbers here")
+    ap.add_argument("--bindings", default="rust,go", help="also time these bindings (rust, go; empty: none)")
     args = ap.parse_args()
     os.environ.setdefault("PDKV_LIB_DIR", os.path.join(args.build, "capi"))
     runs: List[Dict[str, Dict[str, float]]] = []
@@ -195,6 +214,10 @@ def main() -> None:
             e.update(cpp=r["cpp_median_ns"], c=r["c_median_ns"], c_new=r["c_new_median_ns"], reads=r["reads"],
                      kernel_ids=r["kernel_ids"], cpp_logical=r["cpp_logical_median_ns"],
                      c_logical=r["c_logical_median_ns"])
+        for name, key in (("rust", "rust_median_ns"), ("go", "go_median_ns")):
+            if name in args.bindings.split(","):
+                for r in binding_side(args, name):
+                    run.setdefault(r["case"], {})[name] = r[key]
         for geo in args.geometry.split(","):
             for case, (ns, ns_logical, ns_prepared) in python_side(args, geo).items():
                 run.setdefault(case, {}).update(python=ns, python_logical=ns_logical, python_prepared=ns_prepared)
@@ -215,8 +238,9 @@ def main() -> None:
         return "—" if a is None or b is None else f"{a / b:,.0f}×" if a / b >= 10 else f"{a / b:.1f}×"
 
     print("| geometry | tokens | hit | ids | kernel ids | reads | vLLM µs | C kernel ids µs | Python kernel ids µs | "
-          "C++ µs | C µs | Python µs | Py prepared µs | vLLM/C | vLLM/Py prepared | Py prepared/C | frag/contig C |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "C++ µs | C µs | Rust µs | Go µs | Python µs | Py prepared µs | vLLM/C | vLLM/Py prepared | Py prepared/C | "
+          "frag/contig C |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for case in runs[0]:
         geo, tok, hit, alloc = case.split("/")
         v, ck, pk = med(case, "vllm"), med(case, "c"), med(case, "python")
@@ -225,7 +249,8 @@ def main() -> None:
         contig = med(f"{geo}/{tok}/{hit}/contig", "c_logical")
         frag = f"{c / contig:.1f}×" if alloc == "frag" and c is not None and contig else ""
         print(f"| {geo} | {int(tok):,} | {hit[3:]}% | {alloc} | {runs[0][case].get('kernel_ids', '')} | "
-              f"{runs[0][case].get('reads', '')} | {us(v)} | {us(ck)} | {us(pk)} | {us(cpp)} | {us(c)} | {us(py)} | "
+              f"{runs[0][case].get('reads', '')} | {us(v)} | {us(ck)} | {us(pk)} | {us(cpp)} | {us(c)} | "
+              f"{us(med(case, 'rust'))} | {us(med(case, 'go'))} | {us(py)} | "
               f"{us(pp)} | {ratio(v, c)} | {ratio(v, pp)} | {'—' if pp is None or c is None else f'{pp / c:.1f}×'} | "
               f"{frag} |")
 
