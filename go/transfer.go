@@ -151,6 +151,13 @@ func (a *Agent) Post(ctx context.Context, params TransferParams) (*Transfer, err
 		go func() {
 			select {
 			case <-done:
+				// The context's deadline is the library's own (ctxTimeout put it into
+				// timeout_ms): the library ends the transfer there as TIMED_OUT. Cancelling
+				// here too would race it and could report a deadline as CANCELLED; only a
+				// cancellation is forwarded.
+				if ms > 0 && ctx.Err() == context.DeadlineExceeded {
+					return
+				}
 				if tp, err := t.h.acquire(); err == nil {
 					C.pdkv_transfer_cancel(tp, nil)
 					t.h.release()
