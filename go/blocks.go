@@ -197,17 +197,6 @@ func MambaDescriptorIDs(logicalBlockIDs []uint64, numLogicalBlocks, numRegions, 
 	return takeU64List(st, out, cerr)
 }
 
-// SlidingWindowBlocksToKeep returns the blocks a sliding-window group keeps:
-// ceil(window / blockSize) + 1. Errors: ErrInvalidArgument (blockSize 0), ErrOverflow.
-func SlidingWindowBlocksToKeep(window, blockSize uint64) (uint64, error) {
-	var out C.uint64_t
-	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_sliding_window_blocks_to_keep(C.uint64_t(window), C.uint64_t(blockSize), &out, &cerr), cerr); err != nil {
-		return 0, err
-	}
-	return uint64(out), nil
-}
-
 // ExchangeClipParams says which of a request's block ids are worth exchanging (vLLM
 // get_exchange_clipped_blocks).
 type ExchangeClipParams struct {

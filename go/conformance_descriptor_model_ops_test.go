@@ -475,7 +475,7 @@ func TestConformanceOpsMatchDocs(t *testing.T) {
 		}
 	}
 	for op := range ops {
-		if !documented[op] {
+		if !documented[op] && !plainOps[op] { // plain ops: documented once, by their rule
 			t.Errorf("Go runner op %q is not in docs/conformance.md", op)
 		}
 	}

@@ -454,14 +454,3 @@ func (g *Geometry) LogLines() ([]string, error) {
 	}
 	return out, nil
 }
-
-// BlockSizeRatio returns vLLM's block_size_ratio = local / remote kernel block size.
-// Errors: ErrInvalidArgument (a zero size), ErrIncompatible (remote does not divide local).
-func BlockSizeRatio(localKernelBlockSize, remoteKernelBlockSize uint64) (uint64, error) {
-	var out C.uint64_t
-	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_block_size_ratio(C.uint64_t(localKernelBlockSize), C.uint64_t(remoteKernelBlockSize), &out, &cerr), cerr); err != nil {
-		return 0, err
-	}
-	return uint64(out), nil
-}

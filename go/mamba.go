@@ -92,17 +92,6 @@ func (g *Geometry) SSMReadRange(remoteConvBytes, remoteSSMBytes uint64, localTpR
 	return ByteRange{Offset: uint64(r.offset), Size: uint64(r.size)}, nil
 }
 
-// PhysicalBlocksPerLogical returns ceil((convBytes + ssmBytes) / blockLen): kernel blocks per
-// logical Mamba block. Errors: ErrInvalidArgument (blockLen 0), ErrOverflow.
-func PhysicalBlocksPerLogical(convBytes, ssmBytes, blockLen uint64) (uint64, error) {
-	var out C.uint64_t
-	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_physical_blocks_per_logical(C.uint64_t(convBytes), C.uint64_t(ssmBytes), C.uint64_t(blockLen), &out, &cerr), cerr); err != nil {
-		return 0, err
-	}
-	return uint64(out), nil
-}
-
 // MambaRead is one contiguous copy from a P rank's Mamba page into the D rank's page.
 type MambaRead struct {
 	// PTpRank is the remote (P) rank.

@@ -116,17 +116,6 @@ func MambaAlignedSplit(in AlignedSplitInput) (uint64, error) {
 	return uint64(out), nil
 }
 
-// DNumNewMatchedTokens is the D side of the N-1 rule: the tokens P will provide. hasMamba and
-// N > 1: (N-1) - computed, otherwise N - computed; never negative.
-func DNumNewMatchedTokens(numPromptTokens, numComputedTokens uint64, hasMamba bool) (uint64, error) {
-	var out C.uint64_t
-	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_d_num_new_matched_tokens(C.uint64_t(numPromptTokens), C.uint64_t(numComputedTokens), cBool(hasMamba), &out, &cerr), cerr); err != nil {
-		return 0, err
-	}
-	return uint64(out), nil
-}
-
 // RemoteDecodePrefill is the P side of a request decoded remotely.
 type RemoteDecodePrefill struct {
 	// NumPromptTokens is the prompt length.

@@ -10,36 +10,6 @@ import (
 	"unsafe"
 )
 
-// TpRatio returns vLLM's tp_ratio evaluated on the local engine (D when pulling):
-// +local/remote when localTpSize >= remoteTpSize, else -(remote/local); never 0.
-// Errors: ErrInvalidArgument (a zero size), ErrTpNotDivisible (names both sizes).
-func TpRatio(localTpSize, remoteTpSize uint32) (int32, error) {
-	var out C.int32_t
-	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_tp_ratio(C.uint32_t(localTpSize), C.uint32_t(remoteTpSize), &out, &cerr), cerr); err != nil {
-		return 0, err
-	}
-	return int32(out), nil
-}
-
-// HandshakeTargetRanks returns the remote ranks that local rank localTpRank handshakes with.
-// Errors: ErrInvalidArgument (localTpRank >= localTpSize, a zero size), ErrTpNotDivisible.
-func HandshakeTargetRanks(localTpSize, localTpRank, remoteTpSize uint32) ([]uint32, error) {
-	var list *C.pdkv_u32_list_t
-	var cerr *C.pdkv_error_t
-	st := C.pdkv_handshake_target_ranks(C.uint32_t(localTpSize), C.uint32_t(localTpRank), C.uint32_t(remoteTpSize), &list, &cerr)
-	if err := check(st, cerr); err != nil {
-		return nil, err
-	}
-	defer C.pdkv_u32_list_free(list)
-	var items *C.uint32_t
-	var n C.size_t
-	if err := check(C.pdkv_u32_list_items(list, &items, &n, &cerr), cerr); err != nil {
-		return nil, err
-	}
-	return u32Slice(items, n), nil
-}
-
 // PhysicalHeadRange returns the KV heads [begin, end) that rank tpRank of a TP group of size
 // tpSize physically holds (contiguous GQA placement). Errors: ErrInvalidArgument (tpSize or
 // heads zero, tpRank >= tpSize), ErrHeadsNotDivisible (names the heads and the TP size).
@@ -50,18 +20,6 @@ func PhysicalHeadRange(tpSize, tpRank, totalKVHeads uint32) (begin, end uint32, 
 		return 0, 0, err
 	}
 	return uint32(b), uint32(e), nil
-}
-
-// NotificationsExpectedPerRequest returns the READ-done notifications each P rank must receive
-// per request before freeing its blocks (pull mode): dTpSize/pTpSize when dTpSize > pTpSize, else 1.
-// Errors: ErrInvalidArgument, ErrTpNotDivisible.
-func NotificationsExpectedPerRequest(pTpSize, dTpSize uint32) (uint32, error) {
-	var out C.uint32_t
-	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_notifications_expected_per_request(C.uint32_t(pTpSize), C.uint32_t(dTpSize), &out, &cerr), cerr); err != nil {
-		return 0, err
-	}
-	return uint32(out), nil
 }
 
 // TpMappingParams are the inputs of a TP mapping: one local rank against one remote engine.

@@ -898,6 +898,324 @@ def gen_rust_enums(api: Api) -> str:
     return "\n".join(out) + "\n"
 
 
+# ---- Plain functions: generated idiomatic wrappers and conformance ops --------------------------
+#
+# A function whose header comment carries the marker `@plain` (pdkv.h's conventions state the rule)
+# gets its idiomatic wrapper generated in Python, Go and Rust and a conformance op named after it
+# in the four vector runners. The shape is checked, never guessed: the function returns
+# pdkv_status_t; its parameters are scalar inputs (uint32_t, uint64_t, int32_t -- an enum --, or
+# uint8_t -- a 0/1 flag, a bool in the bindings), then exactly one output (a uint32_t, uint64_t,
+# int32_t or uint8_t pointer, or `pdkv_X_list_t **` of a list of uint32_t / uint64_t items), then
+# `pdkv_error_t **err`. A marked function of any other shape stops the generator.
+
+PLAIN_MARK = "@plain"
+PLAIN_INPUTS = {"uint32_t", "uint64_t", "int32_t", "uint8_t"}
+PLAIN_OUTPUTS = {"uint32_t", "uint64_t", "int32_t", "uint8_t"}
+GO_KEYWORDS = {"break", "case", "chan", "const", "continue", "default", "defer", "else", "fallthrough",
+               "for", "func", "go", "goto", "if", "import", "interface", "map", "package", "range",
+               "return", "select", "struct", "switch", "type", "var", "len", "cap", "new", "make",
+               "copy", "append", "delete", "panic", "print", "string", "error", "out", "in"}
+RUST_KEYWORDS = {"as", "box", "break", "const", "continue", "crate", "else", "enum", "extern", "fn",
+                 "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub",
+                 "ref", "return", "self", "static", "struct", "super", "trait", "type", "unsafe",
+                 "use", "where", "while", "e", "out"}
+
+
+@dataclass
+class Plain:
+    fn: Function
+    short: str  # tp_ratio
+    inputs: List[Param]
+    out: Param
+    list_kind: Optional[str]  # "u32" for pdkv_u32_list_t, None for a scalar output
+    item: str  # C type of the scalar output or of the list items
+    doc: str  # the header comment without the marker
+
+
+def plain_functions(api: Api) -> List[Plain]:
+    found: List[Plain] = []
+    for f in api.functions:
+        if PLAIN_MARK not in f.doc:
+            continue
+        where = f"{f.header}: {f.name}"
+        if f.ret.c() != "pdkv_status_t":
+            raise HeaderError(f"{where}: {PLAIN_MARK} function must return pdkv_status_t")
+        if len(f.params) < 2 or f.params[-1].type.c() != "pdkv_error_t * *" or f.params[-1].name != "err":
+            raise HeaderError(f"{where}: {PLAIN_MARK} function must end with pdkv_error_t **err")
+        *inputs, out = f.params[:-1]
+        for p in inputs:
+            if p.type.ptrs or p.type.const or p.type.base not in PLAIN_INPUTS:
+                raise HeaderError(f"{where}: {PLAIN_MARK} input {p.name} is {p.type.c()}, not one of {sorted(PLAIN_INPUTS)}")
+        t = out.type
+        list_kind: Optional[str] = None
+        if t.ptrs == (False,) and not t.const and t.base in PLAIN_OUTPUTS:
+            item = t.base
+        elif t.ptrs == (False, False) and not t.const and re.fullmatch(r"pdkv_(\w+)_list_t", t.base):
+            list_kind = t.base[len("pdkv_"):-len("_list_t")]
+            items = next((g for g in api.functions if g.name == f"pdkv_{list_kind}_list_items"), None)
+            if items is None or len(items.params) != 4 or items.params[1].type.ptrs != (False, False) \
+                    or items.params[1].type.base not in ("uint32_t", "uint64_t"):
+                raise HeaderError(f"{where}: {PLAIN_MARK} output {t.base} is not a list of uint32_t or uint64_t")
+            item = items.params[1].type.base
+        else:
+            raise HeaderError(f"{where}: {PLAIN_MARK} output {out.name} is {t.c()}, not a scalar pointer or a pdkv_X_list_t **")
+        doc = " ".join(f.doc.replace(PLAIN_MARK, "").split())
+        found.append(Plain(f, f.name[len("pdkv_"):], inputs, out, list_kind, item, doc))
+    return found
+
+
+def _wrap(text: str, width: int, prefix: str) -> List[str]:
+    return [prefix + ln if ln else prefix.rstrip() for ln in
+            textwrap.wrap(text, width - len(prefix), break_on_hyphens=False, break_long_words=False)]
+
+
+def _go_ident(snake: str, exported: bool) -> str:
+    parts = snake.split("_")
+    s = "".join(p.capitalize() for p in parts)
+    if not exported:
+        s = s[0].lower() + s[1:]
+        if s in GO_KEYWORDS:
+            s += "Arg"
+    return s
+
+
+GO_TYPES = {"uint32_t": "uint32", "uint64_t": "uint64", "int32_t": "int32", "uint8_t": "bool"}
+RUST_TYPES = {"uint32_t": "u32", "uint64_t": "u64", "int32_t": "i32", "uint8_t": "bool"}
+PY_CHECKS = {"uint32_t": "u32", "uint64_t": "u64", "int32_t": "i32", "uint8_t": "flag"}
+
+
+def _py_doc(p: Plain) -> List[str]:
+    text = sentence(p.doc).replace("\\", "\\\\").replace('"""', "'''")
+    lines = _wrap(text, 100, "    ")
+    lines[0] = '    """' + lines[0].lstrip()
+    lines += [""] + _wrap(f"Generated wrapper of ``{p.fn.name}``: a failure raises the :class:`PdkvError` "
+                          "subclass of its status.", 100, "    ")
+    lines[-1] += '"""'
+    return lines
+
+
+def gen_python_plain(api: Api) -> str:
+    plains = plain_functions(api)
+    out: List[str] = [f"# {BANNER}",
+                      '"""Idiomatic wrappers of the header\'s plain functions (marked ``@plain``: scalar inputs, one',
+                      "scalar or list output), generated from ``capi/include/pdkv.h``; :mod:`pdkv` re-exports them.",
+                      '"""', "", "from __future__ import annotations", ""]
+    ctypes_used = sorted({PY_SCALARS[p.item] for p in plains if p.list_kind is None} | ({"byref"} if any(p.list_kind is None for p in plains) else set())
+                         | {PY_SCALARS[p.item] for p in plains if p.list_kind})
+    out.append(f"from ctypes import {', '.join(ctypes_used)}")
+    out.append("from typing import Any, Callable, Dict, Tuple")
+    out.append("")
+    checks = sorted({PY_CHECKS[q.type.base] for p in plains for q in p.inputs} | {"call"} |
+                    ({"take_list"} if any(p.list_kind for p in plains) else set()))
+    out.append(f"from ._base import {', '.join(checks)}")
+    table: List[str] = []
+    for p in plains:
+        params = ", ".join(f"{q.name}: {'bool' if q.type.base == 'uint8_t' else 'int'}" for q in p.inputs)
+        args = ", ".join(f'{PY_CHECKS[q.type.base]}("{q.name}", {q.name})' for q in p.inputs)
+        ret = "Tuple[int, ...]" if p.list_kind else ("bool" if p.item == "uint8_t" else "int")
+        out += ["", "", f"def {p.short}({params}) -> {ret}:"]
+        out += _py_doc(p)
+        if p.list_kind:
+            out.append(f'    return take_list("{p.list_kind}", {PY_SCALARS[p.item]}, int, "{p.fn.name}", {args})')
+        else:
+            out.append(f"    out = {PY_SCALARS[p.item]}()")
+            out.append(f'    call("{p.fn.name}", {args}, byref(out))')
+            out.append("    return bool(out.value)" if p.item == "uint8_t" else "    return out.value")
+        kinds = ", ".join(f'("{q.name}", "{"bool" if q.type.base == "uint8_t" else "int"}")' for q in p.inputs)
+        table.append(f'    "{p.fn.name}": ({p.short}, ({kinds},), "{p.out.name}"),')
+    out += ["", "",
+            "#: The conformance op of each plain function: C name -> (wrapper, ((input key, \"int\" | \"bool\"),",
+            "#: ...), output key). The vector runner of tests/test_conformance.py executes them.",
+            "PLAIN_OPS: Dict[str, Tuple[Callable[..., Any], Tuple[Tuple[str, str], ...], str]] = {"]
+    out += table
+    out.append("}")
+    out.append("")
+    out.append(f"__all__ = [{', '.join(repr(p.short) for p in plains)}]")
+    return "\n".join(out) + "\n"
+
+
+def _go_doc(name: str, p: Plain) -> List[str]:
+    text = f"{name} wraps {p.fn.name}: {sentence(p.doc)} A failure is an *Error of the C status."
+    return _wrap(text, 100, "// ")
+
+
+def gen_go_plain(api: Api) -> str:
+    plains = plain_functions(api)
+    out = [f"// Code generated by scripts/gen_bindings.py from capi/include/pdkv.h; DO NOT EDIT.",
+           f"// Regenerate: {REGENERATE}", "",
+           "// Idiomatic wrappers of the header's plain functions (marked @plain: scalar inputs, one",
+           "// scalar or list output).", "",
+           "package pdkv", "", "/*", "#include <pdkv.h>", "*/", 'import "C"']
+    for p in plains:
+        name = _go_ident(p.short, True)
+        params = ", ".join(f"{_go_ident(q.name, False)} {GO_TYPES[q.type.base]}" for q in p.inputs)
+        cargs = ", ".join(f"cBool({_go_ident(q.name, False)})" if q.type.base == "uint8_t"
+                          else f"C.{q.type.base}({_go_ident(q.name, False)})" for q in p.inputs)
+        out += [""] + _go_doc(name, p)
+        if p.list_kind:
+            gt = "[]" + GO_TYPES[p.item]
+            out += [f"func {name}({params}) ({gt}, error) {{",
+                    f"\tvar list *C.pdkv_{p.list_kind}_list_t",
+                    "\tvar cerr *C.pdkv_error_t",
+                    f"\tif err := check(C.{p.fn.name}({cargs}, &list, &cerr), cerr); err != nil {{",
+                    "\t\treturn nil, err", "\t}",
+                    f"\tdefer C.pdkv_{p.list_kind}_list_free(list)",
+                    f"\tvar items *C.{p.item}", "\tvar n C.size_t",
+                    f"\tif err := check(C.pdkv_{p.list_kind}_list_items(list, &items, &n, &cerr), cerr); err != nil {{",
+                    "\t\treturn nil, err", "\t}",
+                    f"\treturn {'u32Slice' if p.item == 'uint32_t' else 'u64Slice'}(items, n), nil", "}"]
+        else:
+            gt = GO_TYPES[p.item]
+            zero = "false" if gt == "bool" else "0"
+            conv = "out != 0" if gt == "bool" else f"{gt}(out)"
+            out += [f"func {name}({params}) ({gt}, error) {{",
+                    f"\tvar out C.{p.item}",
+                    "\tvar cerr *C.pdkv_error_t",
+                    f"\tif err := check(C.{p.fn.name}({cargs}, &out, &cerr), cerr); err != nil {{",
+                    f"\t\treturn {zero}, err", "\t}",
+                    f"\treturn {conv}, nil", "}"]
+    return "\n".join(out) + "\n"
+
+
+GO_ACCESSORS = {"uint32_t": "u32", "uint64_t": "u64", "int32_t": "i32", "uint8_t": "boolean"}
+
+
+def gen_go_plain_test(api: Api) -> str:
+    plains = plain_functions(api)
+    out = ["// Code generated by scripts/gen_bindings.py from capi/include/pdkv.h; DO NOT EDIT.",
+           f"// Regenerate: {REGENERATE}", "",
+           "package pdkv", "", 'import "testing"', "",
+           "// plainOps names the plain functions' ops (documented by their rule in docs/conformance.md).",
+           "var plainOps = map[string]bool{}", "",
+            "// The conformance op of each plain function: named after the C function, its inputs are the C",
+            "// parameters, its one output key is the C output parameter.",
+            "func init() {"]
+    for p in plains:
+        args = ", ".join(f'i.{GO_ACCESSORS[q.type.base]}("{q.name}")' for q in p.inputs)
+        out += [f'\tplainOps["{p.fn.name}"] = true',
+                f'\tops["{p.fn.name}"] = func(t *testing.T, i *in) (out, error) {{',
+                f"\t\tr, err := {_go_ident(p.short, True)}({args})",
+                f'\t\treturn out{{"{p.out.name}": r}}, err',
+                "\t}"]
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def _rust_doc(p: Plain) -> List[str]:
+    text = sentence(p.doc)
+    for a, b in (("\\", "\\\\"), ("[", "\\["), ("]", "\\]"), ("<", "\\<"), (">", "\\>"), ("*", "\\*")):
+        text = text.replace(a, b)
+    return _wrap(text, 100, "/// ") + ["///", f"/// Generated wrapper of `{p.fn.name}`."]
+
+
+def _rust_name(n: str) -> str:
+    return n + "_arg" if n in RUST_KEYWORDS else n
+
+
+def gen_rust_plain(api: Api) -> str:
+    plains = plain_functions(api)
+    out = [f"// {BANNER}", "",
+           "//! Idiomatic wrappers of the header's plain functions (marked `@plain`: scalar inputs, one",
+           "//! scalar or list output).",
+           "use crate::error::Result;"]
+    uses = ["check"] + (["take_list"] if any(p.list_kind for p in plains) else [])
+    out += [f"use crate::ffi_util::{{{', '.join(uses)}}};" if len(uses) > 1 else f"use crate::ffi_util::{uses[0]};",
+            "use pdkv_sys as sys;"]
+    for p in plains:
+        params = ", ".join(f"{_rust_name(q.name)}: {RUST_TYPES[q.type.base]}" for q in p.inputs)
+        cargs = ", ".join(f"u8::from({_rust_name(q.name)})" if q.type.base == "uint8_t" else _rust_name(q.name)
+                          for q in p.inputs)
+        out += [""] + _rust_doc(p)
+        if p.list_kind:
+            rt = RUST_TYPES[p.item]
+            out += [f"pub fn {p.short}({params}) -> Result<Vec<{rt}>> {{",
+                    "    take_list(",
+                    "        // SAFETY: scalar arguments and valid out pointers.",
+                    f"        |out, e| unsafe {{ sys::{p.fn.name}({cargs}, out, e) }},",
+                    f"        sys::pdkv_{p.list_kind}_list_items,",
+                    f"        sys::pdkv_{p.list_kind}_list_free,",
+                    "        |&v| v,",
+                    "    )", "}"]
+        else:
+            rt = RUST_TYPES[p.item]
+            raw = "u8" if rt == "bool" else rt
+            out += [f"pub fn {p.short}({params}) -> Result<{rt}> {{",
+                    f"    let mut out = 0{raw};",
+                    "    // SAFETY: scalar arguments and a valid out pointer.",
+                    f"    check(|e| unsafe {{ sys::{p.fn.name}({cargs}, &mut out, e) }})?;",
+                    "    Ok(out != 0)" if rt == "bool" else "    Ok(out)", "}"]
+    return "\n".join(out) + "\n"
+
+
+RUST_ACCESSORS = {"uint32_t": "u32_of", "uint64_t": "u64_of", "int32_t": "i32_of", "uint8_t": "bool_of"}
+
+
+def gen_rust_plain_ops(api: Api) -> str:
+    plains = plain_functions(api)
+    out = [f"// {BANNER}", "",
+           "// The conformance op of each plain function (included by tests/conformance.rs): named after",
+           "// the C function, its inputs are the C parameters, its one output key is the C output parameter.",
+           "",
+           "/// Runs plain op `op`; `None` when `op` is not one.",
+           "fn plain_op(op: &str, input: &BTreeMap<String, Json>) -> Option<CaseResult<Outcome>> {",
+           "    let run: fn(&BTreeMap<String, Json>) -> CaseResult<Outcome> = match op {"]
+    for p in plains:
+        out.append(f'        "{p.fn.name}" => plain_{p.short},')
+    out += ["        _ => return None,", "    };", "    Some(run(input))", "}"]
+    for p in plains:
+        keys = ", ".join(f'"{q.name}"' for q in p.inputs)
+        args = ", ".join(f'{RUST_ACCESSORS[q.type.base]}(input, "{q.name}")?' for q in p.inputs)
+        if p.list_kind:
+            conv = 'i64::try_from(v).expect("fits i64")' if p.item == "uint64_t" else "i64::from(v)"
+            val = f"Json::Arr(r.iter().map(|&v| Json::Int({conv})).collect())"
+        elif p.item == "uint8_t":
+            val = "Json::Bool(r)"
+        elif p.item == "uint64_t":
+            val = "Json::Int(i64::try_from(r).expect(\"fits i64\"))"
+        else:
+            val = "Json::Int(i64::from(r))"
+        out += ["", f"fn plain_{p.short}(input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {{",
+                f"    check_keys(\"input\", input, &[{keys}])?;",
+                f"    let r = lib!({p.short}({args}));",
+                f'    Ok(out(vec![("{p.out.name}", {val})]))', "}"]
+    return "\n".join(out) + "\n"
+
+
+CPP_ACCESSORS = {"uint32_t": 'in.u32("{n}")', "uint64_t": 'in.u64("{n}")', "int32_t": 'i32_of(in, "{n}")',
+                 "uint8_t": 'static_cast<uint8_t>(in.boolean("{n}") ? 1 : 0)'}
+
+
+def gen_cpp_plain_ops(api: Api) -> str:
+    plains = plain_functions(api)
+    out = [f"// {BANNER}",
+           "// The conformance op of each plain function (included by conformance_test.cpp): named after the",
+           "// C function, its inputs are the C parameters, its one output key is the C output parameter.",
+           "",
+           "void add_plain_ops(std::map<std::string, Op>& table) {"]
+    for p in plains:
+        out.append(f'  table["{p.fn.name}"] = {{{{"{p.out.name}"}}, [](Input& in) -> json {{')
+        for q in p.inputs:
+            out.append(f"    const {q.type.base} {q.name} = {CPP_ACCESSORS[q.type.base].format(n=q.name)};")
+        names = ", ".join(q.name for q in p.inputs)
+        if p.list_kind:
+            lt = f"pdkv_{p.list_kind}_list_t"
+            out += [f"    {lt}* raw = nullptr;",
+                    f"    call([&](pdkv_error_t** e) {{ return {p.fn.name}({names}, &raw, e); }});",
+                    f"    std::unique_ptr<{lt}, void (*)({lt}*)> list(raw, pdkv_{p.list_kind}_list_free);",
+                    f"    const {p.item}* items = nullptr;",
+                    "    size_t n = 0;",
+                    f"    call([&](pdkv_error_t** e) {{ return pdkv_{p.list_kind}_list_items(list.get(), &items, &n, e); }});",
+                    f'    return {{{{"{p.out.name}", array_of(items, n)}}}};']
+        else:
+            out += [f"    {p.item} out = 0;",
+                    f"    call([&](pdkv_error_t** e) {{ return {p.fn.name}({names}, &out, e); }});",
+                    f'    return {{{{"{p.out.name}", out != 0}}}};' if p.item == "uint8_t"
+                    else f'    return {{{{"{p.out.name}", out}}}};']
+        out.append("  }};")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
 # ---- Driver ------------------------------------------------------------------------------------
 
 OUTPUTS = {
@@ -907,6 +1225,12 @@ OUTPUTS = {
     "rust/pdkv/src/status.rs": gen_rust_status,
     "rust/pdkv/tests/common/header_functions.rs": gen_rust_functions,
     "rust/pdkv/tests/common/header_enums.rs": gen_rust_enums,
+    "python/pdkv/_plain.py": gen_python_plain,
+    "go/zz_plain.go": gen_go_plain,
+    "go/zz_plain_test.go": gen_go_plain_test,
+    "rust/pdkv/src/plain.rs": gen_rust_plain,
+    "rust/pdkv/tests/common/plain_ops.rs": gen_rust_plain_ops,
+    "tests/capi/conformance_plain.inc": gen_cpp_plain_ops,
 }
 
 

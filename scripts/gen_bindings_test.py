@@ -144,6 +144,36 @@ def main() -> int:
         check('("drift_probe", c_uint64),' in out["python/pdkv/_raw.py"], "an added field is mirrored")
         check(run_check(root).returncode == 1, "the drift check fails on an added field")
 
+        # 6. A function marked @plain: its wrappers and conformance ops in every language; a marked
+        #    function of another shape stops the generator.
+        fn = ("/* A probe. @plain */\n"
+              "PDKV_API pdkv_status_t pdkv_plain_probe(uint32_t a_size, uint8_t flag_on, int32_t kind,\n"
+              "                                        pdkv_u64_list_t **out, pdkv_error_t **err);\n")
+        root = edited_copy(tmp, "plain", "plan.h", "#ifdef __cplusplus\n} /* extern \"C\" */", fn + "\n#ifdef __cplusplus\n} /* extern \"C\" */")
+        out = gen.generate(root)
+        check("def plain_probe(a_size: int, flag_on: bool, kind: int) -> Tuple[int, ...]:" in out["python/pdkv/_plain.py"]
+              and '"pdkv_plain_probe": (plain_probe, (("a_size", "int"), ("flag_on", "bool"), ("kind", "int"),), "out"),'
+              in out["python/pdkv/_plain.py"], "a @plain function gets its Python wrapper and op")
+        check("func PlainProbe(aSize uint32, flagOn bool, kind int32) ([]uint64, error) {" in out["go/zz_plain.go"]
+              and 'ops["pdkv_plain_probe"]' in out["go/zz_plain_test.go"], "a @plain function gets its Go wrapper and op")
+        check("pub fn plain_probe(a_size: u32, flag_on: bool, kind: i32) -> Result<Vec<u64>> {" in out["rust/pdkv/src/plain.rs"]
+              and '"pdkv_plain_probe" => plain_plain_probe,' in out["rust/pdkv/tests/common/plain_ops.rs"],
+              "a @plain function gets its Rust wrapper and op")
+        check('table["pdkv_plain_probe"]' in out["tests/capi/conformance_plain.inc"], "a @plain function gets its C op")
+        r = run_check(root)
+        check(r.returncode == 1 and "python/pdkv/_plain.py" in r.stdout and "go/zz_plain.go" in r.stdout
+              and "rust/pdkv/src/plain.rs" in r.stdout and "tests/capi/conformance_plain.inc" in r.stdout,
+              "the drift check fails on an added @plain function in every generated wrapper file")
+        for what, bad in [("pointer input", "const uint32_t *ids"), ("handle input", "const pdkv_model_t *model")]:
+            root = edited_copy(tmp, "plain-" + what.replace(" ", "-"), "plan.h", "#ifdef __cplusplus\n} /* extern \"C\" */",
+                               f"/* @plain */\nPDKV_API pdkv_status_t pdkv_plain_bad({bad}, uint64_t *out, pdkv_error_t **err);\n"
+                               "\n#ifdef __cplusplus\n} /* extern \"C\" */")
+            try:
+                gen.generate(root)
+                check(False, f"a @plain function with a {what} is refused")
+            except gen.HeaderError as e:
+                check("pdkv_plain_bad" in str(e) and "@plain" in str(e), f"a @plain function with a {what} is refused ({e})")
+
         # 5. What the reader does not understand stops it with file:line.
         expect_error(tmp, "array", "plan.h", "typedef struct pdkv_stage_pair {\n",
                      "typedef struct pdkv_stage_pair {\n  uint32_t probe[4];\n", "expected ';'")

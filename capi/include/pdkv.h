@@ -63,6 +63,12 @@
  *    `local_tp_rank`, `remote_tp_size`, `remote_tp_rank`). Pipeline stages follow the same rule
  *    with `pp` (`pp_size`, `pp_rank`, `p_pp_rank`, `d_pp_rank`). In argument lists and struct
  *    fields P comes before D, local before remote, and a size before the rank it bounds.
+ *  - A function whose comment ends in @plain has the plain shape: it returns pdkv_status_t,
+ *    takes only scalar inputs (uint32_t, uint64_t, int32_t enums, uint8_t booleans), then one
+ *    output (a uint32_t, uint64_t, int32_t or uint8_t pointer, or a pdkv_X_list_t ** of
+ *    integers), then err. Its idiomatic wrappers in the bindings and its conformance op are
+ *    generated from this header (scripts/gen_bindings.py refuses a marked function of another
+ *    shape).
  *
  * The declarations live in one header per concept under pdkv/ (included below, in order):
  *   pdkv/errors.h       status codes, error objects, version

@@ -1,8 +1,11 @@
 // Engine settings: defaults and backend names.
 #include <limits>
+#include <string>
 
 #include "boundary.hpp"
 #include "pdkv/core/backends.hpp"
+#include "pdkv/core/error.hpp"
+#include "pdkv/core/geometry.hpp"
 
 using pdkv::capi::guard;
 using pdkv::capi::require_non_null;
@@ -48,6 +51,20 @@ PDKV_API pdkv_status_t pdkv_backend_from_name(const char* name, int32_t* out, pd
     require_non_null(name, "name");
     require_non_null(out, "out");
     *out = static_cast<int32_t>(core::backend_from_name(name));
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_backend_kernel_block_size(int32_t backend, uint64_t block_size, uint64_t* out,
+                                                      pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(out, "out");
+    if (backend < PDKV_BACKEND_FLASH_ATTN || backend > PDKV_BACKEND_FLASHINFER_MLA)
+      core::fail(core::Status::InvalidArgument,
+                 "backend " + std::to_string(backend) +
+                     " is not a named attention backend (custom kernel sizes have no fixed answer)");
+    core::EngineConfig e;
+    core::apply_backend(e, static_cast<core::Backend>(backend));
+    *out = core::select_kernel_block_size(e, block_size);
   });
 }
 

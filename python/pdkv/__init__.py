@@ -84,10 +84,18 @@ from .geometry import (
     EngineConfig,
     Geometry,
     GeometryInfo,
-    block_size_ratio,
-    physical_blocks_per_logical,
 )
 from .mamba import MambaRead, MambaReadList
+from ._plain import (
+    backend_kernel_block_size,
+    block_size_ratio,
+    d_num_new_matched_tokens,
+    handshake_target_ranks,
+    notifications_expected_per_request,
+    physical_blocks_per_logical,
+    sliding_window_blocks_to_keep,
+    tp_ratio,
+)
 from .model import (
     Model,
     ModelDesc,
@@ -105,10 +113,7 @@ from .model import (
 from .topology import (
     TpMapping,
     TpMappingInfo,
-    handshake_target_ranks,
-    notifications_expected_per_request,
     physical_head_range,
-    tp_ratio,
 )
 
 from .blocks import (
@@ -123,7 +128,6 @@ from .blocks import (
     mamba_descriptor_ids,
     map_block_ids_for_block_size_ratio,
     receive_zero_ranges,
-    sliding_window_blocks_to_keep,
     uncovered_token_ranges,
 )
 from .enums import GroupKind, KvLayout, RegionKind
@@ -161,7 +165,6 @@ from .scheduler import (
     OffloadLayer,
     RemoteDecodePrefill,
     RemoteDecodePrefillPlan,
-    d_num_new_matched_tokens,
     derive_offload_geometry,
     mamba_aligned_split,
     mamba_aligned_split_v0604,
@@ -299,6 +302,7 @@ __all__ = [
     "attention_remote_descriptors",
     "attention_split_descriptors",
     "backend_from_name",
+    "backend_kernel_block_size",
     "backend_name",
     "block_size_ratio",
     "buffer_address",

@@ -1554,6 +1554,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_engine_config_init": (c_int, [POINTER(EngineConfigC), POINTER(POINTER(ErrorT))]),
     "pdkv_backend_name": (c_char_p, [c_int32]),
     "pdkv_backend_from_name": (c_int, [c_char_p, POINTER(c_int32), POINTER(POINTER(ErrorT))]),
+    "pdkv_backend_kernel_block_size": (c_int, [c_int32, c_uint64, POINTER(c_uint64), POINTER(POINTER(ErrorT))]),
     "pdkv_geometry_new": (c_int, [POINTER(ModelT), POINTER(EngineConfigC), POINTER(POINTER(GeometryT)), POINTER(POINTER(ErrorT))]),
     "pdkv_geometry_get_info": (c_int, [POINTER(GeometryT), POINTER(GeometryInfoC), POINTER(POINTER(ErrorT))]),
     "pdkv_geometry_projection": (c_int, [POINTER(GeometryT), c_size_t, POINTER(ConvProjectionC), POINTER(POINTER(ErrorT))]),

@@ -127,13 +127,6 @@ def mamba_descriptor_ids(
     )
 
 
-def sliding_window_blocks_to_keep(window: int, block_size: int) -> int:
-    """Blocks a sliding-window group keeps: ceil(window / block_size) + 1."""
-    out = c_uint64()
-    call("pdkv_sliding_window_blocks_to_keep", u64("window", window), u64("block_size", block_size), byref(out))
-    return out.value
-
-
 def clip_exchange_blocks(
     ids: Sequence[int],
     kind: KindLike,

@@ -252,28 +252,3 @@ class Geometry(Handle):
         )
         return ByteRange(out.offset, out.size)
 
-
-def block_size_ratio(local_kernel_block_size: int, remote_kernel_block_size: int) -> int:
-    """vLLM's block_size_ratio = local / remote kernel block size; :class:`IncompatibleError`
-    when the remote does not divide the local."""
-    out = c_uint64()
-    call(
-        "pdkv_block_size_ratio",
-        u64("local_kernel_block_size", local_kernel_block_size),
-        u64("remote_kernel_block_size", remote_kernel_block_size),
-        byref(out),
-    )
-    return out.value
-
-
-def physical_blocks_per_logical(conv_bytes: int, ssm_bytes: int, block_len: int) -> int:
-    """ceil((conv_bytes + ssm_bytes) / block_len): kernel blocks per logical Mamba block."""
-    out = c_uint64()
-    call(
-        "pdkv_physical_blocks_per_logical",
-        u64("conv_bytes", conv_bytes),
-        u64("ssm_bytes", ssm_bytes),
-        u64("block_len", block_len),
-        byref(out),
-    )
-    return out.value

@@ -80,19 +80,6 @@ def mamba_aligned_split(input: AlignedSplitInput) -> int:
     return out.value
 
 
-def d_num_new_matched_tokens(num_prompt_tokens: int, num_computed_tokens: int, has_mamba: bool) -> int:
-    """D side of the N-1 rule: tokens P will provide."""
-    out = c_uint64()
-    call(
-        "pdkv_d_num_new_matched_tokens",
-        u64("num_prompt_tokens", num_prompt_tokens),
-        u64("num_computed_tokens", num_computed_tokens),
-        flag("has_mamba", has_mamba),
-        byref(out),
-    )
-    return out.value
-
-
 @dataclasses.dataclass(frozen=True)
 class RemoteDecodePrefill:
     """P side of a request decoded remotely."""

@@ -4,27 +4,12 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-from ctypes import POINTER, byref, c_int32, c_size_t, c_uint32
+from ctypes import POINTER, byref, c_size_t, c_uint32
 from typing import Tuple, Union
 
 from . import _ffi
-from ._base import Handle, array_copy, call, enum_value, flag, take_list, u32
+from ._base import Handle, array_copy, call, enum_value, flag, u32
 from .enums import TpMappingList
-
-
-def tp_ratio(local_tp_size: int, remote_tp_size: int) -> int:
-    """vLLM's tp_ratio on the local engine: +local/remote when local >= remote, else
-    -(remote/local). Raises :class:`TpNotDivisibleError` (naming both sizes) or
-    :class:`InvalidArgumentError` (a zero size)."""
-    out = c_int32()
-    call("pdkv_tp_ratio", u32("local_tp_size", local_tp_size), u32("remote_tp_size", remote_tp_size), byref(out))
-    return out.value
-
-
-def handshake_target_ranks(local_tp_size: int, local_tp_rank: int, remote_tp_size: int) -> Tuple[int, ...]:
-    """Remote ranks that ``local_tp_rank`` handshakes with."""
-    args = (u32("local_tp_size", local_tp_size), u32("local_tp_rank", local_tp_rank), u32("remote_tp_size", remote_tp_size))
-    return take_list("u32", c_uint32, int, "pdkv_handshake_target_ranks", *args)
 
 
 def physical_head_range(tp_size: int, tp_rank: int, total_kv_heads: int) -> Tuple[int, int]:
@@ -39,13 +24,6 @@ def physical_head_range(tp_size: int, tp_rank: int, total_kv_heads: int) -> Tupl
         byref(e),
     )
     return b.value, e.value
-
-
-def notifications_expected_per_request(p_tp_size: int, d_tp_size: int) -> int:
-    """READ-done notifications each P rank receives per request in pull mode."""
-    out = c_uint32()
-    call("pdkv_notifications_expected_per_request", u32("p_tp_size", p_tp_size), u32("d_tp_size", d_tp_size), byref(out))
-    return out.value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1635,9 +1635,13 @@ json op_engine_plan(Input& in) {
       "cache_mode", "model_fingerprint", "pp_size", "pp_rank", "layer_begin", "layer_end", "encoded_length", \
       "payload_crc32c"
 
-/// The ops table of docs/conformance.md.
+// The plain functions' ops (named after the C function; generated from the header).
+#include "conformance_plain.inc"
+
+/// The ops table of docs/conformance.md, plus one op per plain function (add_plain_ops).
 const std::map<std::string, Op>& ops() {
-  static const std::map<std::string, Op> table = {
+  static const std::map<std::string, Op> table = [] {
+    std::map<std::string, Op> t = {
       {"tp_ratio", {{"tp_ratio"}, op_tp_ratio}},
       {"handshake_target_ranks", {{"ranks"}, op_handshake_target_ranks}},
       {"physical_head_range", {{"begin", "end"}, op_physical_head_range}},
@@ -1697,7 +1701,10 @@ const std::map<std::string, Op>& ops() {
       {"pipeline_layer_window", {{"begin", "end"}, op_pipeline_layer_window}},
       {"pipeline_stage_pairs", {{"pairs", "notifications"}, op_pipeline_stage_pairs}},
       {"permute_kv_block", {{"hex"}, op_permute_kv_block}},
-  };
+    };
+    add_plain_ops(t);
+    return t;
+  }();
   return table;
 }
 

@@ -3499,6 +3499,77 @@ def kv_layout_cases():
     return cases
 
 
+
+# pdkv_attention_backend_t values (capi/include/pdkv/geometry.h), in the order of BACKENDS.
+BACKEND_VALUES = {"flash_attn": 0, "triton": 1, "flashinfer": 2, "flashmla": 3, "cutlass_mla": 4,
+                  "flashinfer_mla": 5}
+
+
+def kernel_block_size(backend, block):
+    """vLLM's select_common_block_size for one backend: the block itself when the backend's
+    kernels take it (any multiple of 16, or one of its listed sizes), else the largest listed
+    size dividing it; None when nothing fits."""
+    kernels = BACKENDS[backend][1]
+    if kernels is None:
+        return block if block % 16 == 0 else None
+    if block in kernels:
+        return block
+    fits = [k for k in kernels if block % k == 0]
+    return max(fits) if fits else None
+
+
+def plain_cases():
+    """Cases of the plain functions' generic ops (op = the C function, inputs = its parameters,
+    output = its output parameter); every binding runs them through its generated wrapper."""
+    cases = []
+
+    def add(name, op, inp, out=None, err=None):
+        c = {"name": name, "op": op, "input": inp}
+        if err is None:
+            c["output"] = out
+        else:
+            c["error"] = err
+        cases.append(c)
+
+    # pdkv_backend_kernel_block_size: every backend over block sizes around its kernel sizes.
+    for backend, value in BACKEND_VALUES.items():
+        for block in (16, 32, 48, 64, 96, 128, 256, 528, 1056, 2096):
+            k = kernel_block_size(backend, block)
+            inp = {"backend": value, "block_size": block}
+            if k is None:
+                add(f"backend_kernel_block_size/{backend}_{block}_none", "pdkv_backend_kernel_block_size", inp,
+                    err={"status": "PDKV_ERR_INCOMPATIBLE", "message_contains": [f"block size {block}"]})
+            else:
+                assert block % k == 0
+                add(f"backend_kernel_block_size/{backend}_{block}", "pdkv_backend_kernel_block_size", inp,
+                    {"out": k})
+    add("backend_kernel_block_size/block_0", "pdkv_backend_kernel_block_size", {"backend": 0, "block_size": 0},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": ["block size 0"]})
+    for bad in (100, 6, -1):
+        add(f"backend_kernel_block_size/backend_{bad}", "pdkv_backend_kernel_block_size",
+            {"backend": bad, "block_size": 16},
+            err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": [f"backend {bad}"]})
+
+    # The other plain functions through their generic op (their named ops keep the rest).
+    add("plain/tp_ratio_d_larger", "pdkv_tp_ratio", {"local_tp_size": 2, "remote_tp_size": 8}, {"out": -4})
+    add("plain/tp_ratio_zero", "pdkv_tp_ratio", {"local_tp_size": 0, "remote_tp_size": 8},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": []})
+    add("plain/handshake_target_ranks", "pdkv_handshake_target_ranks",
+        {"local_tp_size": 2, "local_tp_rank": 1, "remote_tp_size": 8}, {"out": [4, 5, 6, 7]})
+    add("plain/notifications_expected_per_request", "pdkv_notifications_expected_per_request",
+        {"p_tp_size": 2, "d_tp_size": 8}, {"out": 4})
+    add("plain/block_size_ratio", "pdkv_block_size_ratio",
+        {"local_kernel_block_size": 64, "remote_kernel_block_size": 16}, {"out": 4})
+    add("plain/physical_blocks_per_logical", "pdkv_physical_blocks_per_logical",
+        {"conv_bytes": 36864, "ssm_bytes": 2097152, "block_len": 8192}, {"out": -(-(36864 + 2097152) // 8192)})
+    add("plain/sliding_window_blocks_to_keep", "pdkv_sliding_window_blocks_to_keep",
+        {"window": 100, "block_size": 16}, {"out": -(-100 // 16) + 1})
+    add("plain/d_num_new_matched_tokens_mamba", "pdkv_d_num_new_matched_tokens",
+        {"num_prompt_tokens": 100, "num_computed_tokens": 32, "has_mamba": True}, {"out": 99 - 32})
+    add("plain/d_num_new_matched_tokens_attention", "pdkv_d_num_new_matched_tokens",
+        {"num_prompt_tokens": 100, "num_computed_tokens": 32, "has_mamba": False}, {"out": 100 - 32})
+    return cases
+
 def write(name, cases):
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)), "duplicate case names in " + name
@@ -3532,3 +3603,4 @@ if __name__ == "__main__":
     write("pipeline", pipeline_cases())
     write("kv_layouts", kv_layout_cases())
     write("engine", engine_cases())
+    write("plain", plain_cases())

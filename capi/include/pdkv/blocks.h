@@ -107,7 +107,7 @@ typedef struct pdkv_exchange_clip_params {
 } pdkv_exchange_clip_params_t;
 
 /* Blocks a sliding-window group keeps: ceil(window / block_size) + 1. Errors: NULL_POINTER
- * (out), INVALID_ARGUMENT (block_size 0), OVERFLOW. Thread-safe. */
+ * (out), INVALID_ARGUMENT (block_size 0), OVERFLOW. Thread-safe. @plain */
 PDKV_API pdkv_status_t pdkv_sliding_window_blocks_to_keep(uint64_t window, uint64_t block_size,
                                                           uint64_t *out, pdkv_error_t **err);
 

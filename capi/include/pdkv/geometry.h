@@ -32,13 +32,13 @@ PDKV_API void pdkv_u32_list_free(pdkv_u32_list_t *list);
  * +local_tp_size/remote_tp_size when local_tp_size >= remote_tp_size, else
  * -(remote_tp_size/local_tp_size). Never 0.
  * Errors: NULL_POINTER (out), INVALID_ARGUMENT (a zero size), TP_NOT_DIVISIBLE (message names
- * both sizes). Thread-safe. */
+ * both sizes). Thread-safe. @plain */
 PDKV_API pdkv_status_t pdkv_tp_ratio(uint32_t local_tp_size, uint32_t remote_tp_size,
                                      int32_t *out, pdkv_error_t **err);
 
 /* Remote ranks that local rank `local_tp_rank` handshakes with, ascending. Errors: NULL_POINTER
  * (out), INVALID_ARGUMENT (a zero size, local_tp_rank >= local_tp_size), TP_NOT_DIVISIBLE.
- * *out owned by the caller (pdkv_u32_list_free). Thread-safe. */
+ * *out owned by the caller (pdkv_u32_list_free). Thread-safe. @plain */
 PDKV_API pdkv_status_t pdkv_handshake_target_ranks(uint32_t local_tp_size, uint32_t local_tp_rank,
                                                    uint32_t remote_tp_size, pdkv_u32_list_t **out,
                                                    pdkv_error_t **err);
@@ -54,7 +54,7 @@ PDKV_API pdkv_status_t pdkv_physical_head_range(uint32_t tp_size, uint32_t tp_ra
 
 /* P side, pull mode: READ-done notifications each P rank must receive per request before it
  * frees the request's blocks (d_tp_size/p_tp_size when d_tp_size > p_tp_size, else 1). Errors:
- * NULL_POINTER (out), INVALID_ARGUMENT, TP_NOT_DIVISIBLE. Thread-safe. */
+ * NULL_POINTER (out), INVALID_ARGUMENT, TP_NOT_DIVISIBLE. Thread-safe. @plain */
 PDKV_API pdkv_status_t pdkv_notifications_expected_per_request(uint32_t p_tp_size,
                                                               uint32_t d_tp_size, uint32_t *out,
                                                               pdkv_error_t **err);
@@ -200,6 +200,16 @@ PDKV_API const char *pdkv_backend_name(int32_t backend);
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_backend_from_name(const char *name, int32_t *out, pdkv_error_t **err);
 
+/* Kernel block size (tokens) that an engine on `backend` (a pdkv_attention_backend_t other than
+ * PDKV_BACKEND_CUSTOM) with logical block size `block_size` allocates: block_size itself when
+ * the backend's kernels accept it, else the largest of the backend's kernel sizes that divides
+ * it (vLLM's select_common_block_size). Each logical block is block_size / *out kernel blocks.
+ * Errors: NULL_POINTER (out), INVALID_ARGUMENT (block_size 0, an unknown or custom backend),
+ * INCOMPATIBLE (no kernel size of the backend divides block_size; names them). Thread-safe.
+ * @plain */
+PDKV_API pdkv_status_t pdkv_backend_kernel_block_size(int32_t backend, uint64_t block_size,
+                                                      uint64_t *out, pdkv_error_t **err);
+
 /* ---- Geometry ---------------------------------------------------------------------- */
 
 /* Per-engine geometry of a model: attention bytes per token, Mamba page, the hybrid block-size
@@ -299,7 +309,7 @@ PDKV_API void pdkv_geometry_free(pdkv_geometry_t *geometry);
 /* vLLM's block_size_ratio = local_kernel_bs / remote_kernel_bs. Errors: NULL_POINTER (out),
  * INVALID_ARGUMENT (a zero size), INCOMPATIBLE (the remote block does not divide the local one;
  * names both).
- * Thread-safe. */
+ * Thread-safe. @plain */
 PDKV_API pdkv_status_t pdkv_block_size_ratio(uint64_t local_kernel_block_size,
                                              uint64_t remote_kernel_block_size, uint64_t *out,
                                              pdkv_error_t **err);

@@ -55,7 +55,7 @@ PDKV_API pdkv_status_t pdkv_mamba_ssm_read_range(const pdkv_geometry_t *geometry
 
 /* ceil((conv_bytes + ssm_bytes) / block_len): kernel blocks per logical Mamba block, as vLLM
  * derived the remote ratio before the handshake carried it. Errors: NULL_POINTER (out),
- * INVALID_ARGUMENT (block_len 0), OVERFLOW. Thread-safe. */
+ * INVALID_ARGUMENT (block_len 0), OVERFLOW. Thread-safe. @plain */
 PDKV_API pdkv_status_t pdkv_physical_blocks_per_logical(uint64_t conv_bytes, uint64_t ssm_bytes,
                                                         uint64_t block_len, uint64_t *out,
                                                         pdkv_error_t **err);

@@ -52,7 +52,7 @@ PDKV_API pdkv_status_t pdkv_mamba_aligned_split(const pdkv_aligned_split_input_t
 
 /* D side of the N-1 rule: tokens P will provide. has_mamba and N > 1: (N-1) - computed,
  * otherwise N - computed; never negative. Errors: NULL_POINTER (out), INVALID_ARGUMENT
- * (has_mamba not 0/1). Thread-safe. */
+ * (has_mamba not 0/1). Thread-safe. @plain */
 PDKV_API pdkv_status_t pdkv_d_num_new_matched_tokens(uint64_t num_prompt_tokens,
                                                      uint64_t num_computed_tokens,
                                                      uint8_t has_mamba, uint64_t *out,

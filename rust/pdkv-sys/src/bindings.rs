@@ -370,6 +370,14 @@ extern "C" {
         err: *mut *mut pdkv_error_t,
     ) -> pdkv_status_t;
 }
+extern "C" {
+    pub fn pdkv_backend_kernel_block_size(
+        backend: i32,
+        block_size: u64,
+        out: *mut u64,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pdkv_geometry {

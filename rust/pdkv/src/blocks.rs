@@ -171,15 +171,6 @@ pub fn mamba_descriptor_ids(
     take_u64_list(out)
 }
 
-/// Blocks a sliding-window group keeps: `ceil(window / block_size) + 1`
-/// (`pdkv_sliding_window_blocks_to_keep`).
-pub fn sliding_window_blocks_to_keep(window: u64, block_size: u64) -> Result<u64> {
-    let mut out = 0u64;
-    // SAFETY: valid out pointer.
-    check(|e| unsafe { sys::pdkv_sliding_window_blocks_to_keep(window, block_size, &mut out, e) })?;
-    Ok(out)
-}
-
 /// Which of a request's block ids are worth exchanging (`pdkv_exchange_clip_params_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExchangeClipParams {

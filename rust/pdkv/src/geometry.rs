@@ -222,21 +222,3 @@ impl Geometry {
         self.ptr.as_ptr()
     }
 }
-
-/// vLLM's `block_size_ratio = local_kernel_bs / remote_kernel_bs` (`pdkv_block_size_ratio`).
-pub fn block_size_ratio(
-    local_kernel_block_size: u64,
-    remote_kernel_block_size: u64,
-) -> Result<u64> {
-    let mut out = 0u64;
-    // SAFETY: valid out pointer.
-    check(|e| unsafe {
-        sys::pdkv_block_size_ratio(
-            local_kernel_block_size,
-            remote_kernel_block_size,
-            &mut out,
-            e,
-        )
-    })?;
-    Ok(out)
-}

@@ -57,6 +57,8 @@ mod memory;
 mod metadata;
 mod model;
 mod pipeline;
+#[rustfmt::skip]
+mod plain;
 mod plan;
 mod scheduler;
 mod status;
@@ -70,9 +72,8 @@ pub use agent::{
 };
 pub use blocks::{
     clip_exchange_blocks, descriptor_ids, logical_to_kernel_block_ids, mamba_descriptor_ids,
-    map_block_ids_for_block_size_ratio, receive_zero_ranges, sliding_window_blocks_to_keep,
-    uncovered_token_ranges, DescriptorLayout, ExchangeClipParams, GroupBlockIds, GroupKind,
-    TokenInterval, ZeroRange,
+    map_block_ids_for_block_size_ratio, receive_zero_ranges, uncovered_token_ranges,
+    DescriptorLayout, ExchangeClipParams, GroupBlockIds, GroupKind, TokenInterval, ZeroRange,
 };
 pub use descriptors::{
     attention_local_descriptors, attention_remote_descriptors, attention_split_descriptors,
@@ -82,8 +83,8 @@ pub use descriptors::{
 pub use engine::{Backend, ConvLayout, EngineConfig, MambaCacheMode};
 pub use engine_level::{Engine, EngineGroup, EngineInfo, EngineOptions, RequestGroup};
 pub use error::{Cause, Error, Result, Status};
-pub use geometry::{block_size_ratio, ConvProjection, Geometry, GeometryInfo};
-pub use mamba::{physical_blocks_per_logical, ByteRange, MambaRead, MambaReadList, MambaReadsRule};
+pub use geometry::{ConvProjection, Geometry, GeometryInfo};
+pub use mamba::{ByteRange, MambaRead, MambaReadList, MambaReadsRule};
 pub use memory::{HostBuffer, Memory, MemoryDesc, MemoryType};
 pub use metadata::{
     crc32c, handshake_require_compatible, handshake_validate, handshake_validate_engine_ranks,
@@ -94,20 +95,22 @@ pub use model::{preset_at, preset_count, presets, MambaType, Model, ModelDesc, P
 pub use pipeline::{
     pipeline_layer_window, pipeline_notifications_expected, pipeline_stage_pairs, StagePair,
 };
+pub use plain::{
+    backend_kernel_block_size, block_size_ratio, d_num_new_matched_tokens, handshake_target_ranks,
+    notifications_expected_per_request, physical_blocks_per_logical, sliding_window_blocks_to_keep,
+    tp_ratio,
+};
 pub use plan::{
     permute_kv_block, BlockPermute, PlanContext, PlanContextParams, PlanGroup, PlanGroupRef,
     PlanGroupZero, PlanRead, TransferPlan, TransferPlanInfo,
 };
 pub use scheduler::{
-    d_num_new_matched_tokens, derive_offload_geometry, mamba_aligned_split,
-    mamba_aligned_split_v0604, plan_remote_decode_prefill, truncate_for_remote_decode,
-    AlignedSplitInput, AlignedSplitV0604Input, OffloadGeometry, OffloadLayer, RemoteDecodePrefill,
+    derive_offload_geometry, mamba_aligned_split, mamba_aligned_split_v0604,
+    plan_remote_decode_prefill, truncate_for_remote_decode, AlignedSplitInput,
+    AlignedSplitV0604Input, OffloadGeometry, OffloadLayer, RemoteDecodePrefill,
     RemoteDecodePrefillPlan,
 };
-pub use topology::{
-    handshake_target_ranks, notifications_expected_per_request, physical_head_range, tp_ratio,
-    TpList, TpMapping, TpMappingInfo, TpMappingParams,
-};
+pub use topology::{physical_head_range, TpList, TpMapping, TpMappingInfo, TpMappingParams};
 pub use transfer::{FailedRead, Transfer, TransferInfo, TransferOp, TransferParams, TransferState};
 pub use trim::{GroupTrim, GroupTrimInput, StatePair, TokenRun};
 

@@ -94,16 +94,6 @@ impl Geometry {
     }
 }
 
-/// `ceil((conv_bytes + ssm_bytes) / block_len)` (`pdkv_physical_blocks_per_logical`).
-pub fn physical_blocks_per_logical(conv_bytes: u64, ssm_bytes: u64, block_len: u64) -> Result<u64> {
-    let mut out = 0u64;
-    // SAFETY: valid out pointer.
-    check(|e| unsafe {
-        sys::pdkv_physical_blocks_per_logical(conv_bytes, ssm_bytes, block_len, &mut out, e)
-    })?;
-    Ok(out)
-}
-
 /// Which rule computes Mamba reads (`pdkv_mamba_reads_rule_t`).
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -106,26 +106,6 @@ pub fn mamba_aligned_split(input: &AlignedSplitInput) -> Result<u64> {
     Ok(out)
 }
 
-/// D side of the N-1 rule: tokens P will provide (`pdkv_d_num_new_matched_tokens`).
-pub fn d_num_new_matched_tokens(
-    num_prompt_tokens: u64,
-    num_computed_tokens: u64,
-    has_mamba: bool,
-) -> Result<u64> {
-    let mut out = 0u64;
-    // SAFETY: valid out pointer.
-    check(|e| unsafe {
-        sys::pdkv_d_num_new_matched_tokens(
-            num_prompt_tokens,
-            num_computed_tokens,
-            has_mamba as u8,
-            &mut out,
-            e,
-        )
-    })?;
-    Ok(out)
-}
-
 /// P side of a request decoded remotely (`pdkv_remote_decode_prefill_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RemoteDecodePrefill {

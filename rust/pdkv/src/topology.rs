@@ -1,37 +1,10 @@
 //! TP topology: tp_ratio, handshake targets, GQA head placement and per-rank TP mappings.
 use crate::error::{Error, Result, Status};
-use crate::ffi_util::{check, slice, take_list};
+use crate::ffi_util::{check, slice};
 use pdkv_sys as sys;
 use std::mem;
 use std::ops::Range;
 use std::ptr::{self, NonNull};
-
-/// vLLM's `tp_ratio` evaluated on the local engine (D when pulling): `+local/remote` when
-/// `local_tp_size >= remote_tp_size`, else `-(remote/local)` (`pdkv_tp_ratio`).
-/// Indivisible sizes are [`Status::TpNotDivisible`] with both sizes in the message.
-pub fn tp_ratio(local_tp_size: u32, remote_tp_size: u32) -> Result<i32> {
-    let mut out = 0i32;
-    // SAFETY: valid out pointer.
-    check(|e| unsafe { sys::pdkv_tp_ratio(local_tp_size, remote_tp_size, &mut out, e) })?;
-    Ok(out)
-}
-
-/// Remote ranks that `local_tp_rank` handshakes with (`pdkv_handshake_target_ranks`).
-pub fn handshake_target_ranks(
-    local_tp_size: u32,
-    local_tp_rank: u32,
-    remote_tp_size: u32,
-) -> Result<Vec<u32>> {
-    take_list(
-        // SAFETY: valid out pointers.
-        |out, e| unsafe {
-            sys::pdkv_handshake_target_ranks(local_tp_size, local_tp_rank, remote_tp_size, out, e)
-        },
-        sys::pdkv_u32_list_items,
-        sys::pdkv_u32_list_free,
-        |&r| r,
-    )
-}
 
 /// KV heads that rank `tp_rank` of a TP group of size `tp_size` physically holds, as a
 /// half-open range (`pdkv_physical_head_range`).
@@ -42,17 +15,6 @@ pub fn physical_head_range(tp_size: u32, tp_rank: u32, total_kv_heads: u32) -> R
         sys::pdkv_physical_head_range(tp_size, tp_rank, total_kv_heads, &mut b, &mut en, e)
     })?;
     Ok(b..en)
-}
-
-/// READ-done notifications each P rank receives per request in pull mode
-/// (`pdkv_notifications_expected_per_request`).
-pub fn notifications_expected_per_request(p_tp_size: u32, d_tp_size: u32) -> Result<u32> {
-    let mut out = 0u32;
-    // SAFETY: valid out pointer.
-    check(|e| unsafe {
-        sys::pdkv_notifications_expected_per_request(p_tp_size, d_tp_size, &mut out, e)
-    })?;
-    Ok(out)
 }
 
 /// Inputs of a TP mapping: one local rank against one remote engine.
@@ -75,7 +37,7 @@ pub struct TpMappingParams {
 /// Scalars of a TP mapping (`pdkv_tp_mapping_info_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TpMappingInfo {
-    /// See [`tp_ratio`].
+    /// See [`crate::tp_ratio`].
     pub tp_ratio: i32,
     /// Head-slice offset in the remote block, in local block_lens.
     pub rank_offset_factor: u32,

@@ -1292,8 +1292,14 @@ fn layout_name(l: KvLayout) -> CaseResult<&'static str> {
     }
 }
 
+// The plain functions' ops (named after the C function; generated from the header).
+include!("common/plain_ops.rs");
+
 /// Executes one op. `Err` is a malformed case or an unknown op (a runner failure).
 fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
+    if let Some(outcome) = plain_op(op, input) {
+        return outcome;
+    }
     let allowed = input_keys(op)
         .ok_or_else(|| format!("unknown op {op:?}: this runner cannot execute it"))?;
     check_keys("input", input, allowed)?;

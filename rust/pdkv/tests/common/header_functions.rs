@@ -33,6 +33,7 @@ pub const HEADER_FUNCTIONS: &[&str] = &[
     "pdkv_engine_config_init",
     "pdkv_backend_name",
     "pdkv_backend_from_name",
+    "pdkv_backend_kernel_block_size",
     "pdkv_geometry_new",
     "pdkv_geometry_get_info",
     "pdkv_geometry_projection",
