@@ -10,8 +10,9 @@
  *  - the metadata the rank advertises in the handshake and its registration descriptors.
  * Per request, the decode (D) engine passes, per group, the logical block ids as its block table
  * holds them and as the prefill (P) engine exported them, the prompt length and D's own
- * prefix-cache hit; pdkv applies the N-1 rule of Mamba models, expands logical ids to kernel ids
- * with each side's blocks-per-logical, picks the Mamba slots of each cache mode, and compiles
+ * prefix-cache hit; pdkv applies the N-1 rule of Mamba models, reads attention's logical ids as
+ * the kernel blocks they stand for with each side's blocks-per-logical (kernel_blocks_per_id,
+ * never expanded), picks the Mamba slots of each cache mode, and compiles
  * the same pdkv_transfer_plan_t the low-level pdkv_transfer_plan_compile returns (every plan
  * accessor and the executor's transfer calls take it unchanged).
  *
