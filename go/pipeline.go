@@ -10,18 +10,6 @@ import (
 	"unsafe"
 )
 
-// PipelineLayerWindow returns vLLM's default split of numLayers over ppSize pipeline stages: the
-// layers [begin, end) of stage ppRank. Errors: ErrInvalidArgument (ppRank >= ppSize, ppSize 0,
-// fewer layers than stages).
-func PipelineLayerWindow(numLayers, ppSize, ppRank uint32) (begin, end uint32, err error) {
-	var b, e C.uint32_t
-	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_pipeline_layer_window(C.uint32_t(numLayers), C.uint32_t(ppSize), C.uint32_t(ppRank), &b, &e, &cerr), cerr); err != nil {
-		return 0, 0, err
-	}
-	return uint32(b), uint32(e), nil
-}
-
 // StagePair is one overlapping (P stage, D stage) pair: D's ranks of stage DPpRank handshake
 // P's ranks of stage PPpRank (each (engine, PP rank) a separate peer) and read the layers
 // [LayerBegin, LayerEnd) from them (LayerEnd 0: through the model's last layer).

@@ -123,3 +123,18 @@ func DNumNewMatchedTokens(numPromptTokens uint64, numComputedTokens uint64, hasM
 	}
 	return uint64(out), nil
 }
+
+// PipelineLayerWindow wraps pdkv_pipeline_layer_window: vLLM's default split of num_layers over
+// pp_size stages: stage pp_rank holds the layers [*begin, *end) (num_layers / pp_size each; the
+// remainder goes one layer per stage from the second-to-last stage towards the first). Errors:
+// NULL_POINTER (begin, end), INVALID_ARGUMENT (pp_size 0, pp_rank >= pp_size, fewer layers than
+// stages). Thread-safe. A failure is an *Error of the C status.
+func PipelineLayerWindow(numLayers uint32, ppSize uint32, ppRank uint32) (uint32, uint32, error) {
+	var outBegin C.uint32_t
+	var outEnd C.uint32_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_pipeline_layer_window(C.uint32_t(numLayers), C.uint32_t(ppSize), C.uint32_t(ppRank), &outBegin, &outEnd, &cerr), cerr); err != nil {
+		return 0, 0, err
+	}
+	return uint32(outBegin), uint32(outEnd), nil
+}

@@ -9,46 +9,51 @@ import "testing"
 var plainOps = map[string]bool{}
 
 // The conformance op of each plain function: named after the C function, its inputs are the C
-// parameters, its one output key is the C output parameter.
+// parameters, its output keys are the C output parameters.
 func init() {
 	plainOps["pdkv_tp_ratio"] = true
 	ops["pdkv_tp_ratio"] = func(t *testing.T, i *in) (out, error) {
-		r, err := TpRatio(i.u32("local_tp_size"), i.u32("remote_tp_size"))
-		return out{"out": r}, err
+		r0, err := TpRatio(i.u32("local_tp_size"), i.u32("remote_tp_size"))
+		return out{"out": r0}, err
 	}
 	plainOps["pdkv_handshake_target_ranks"] = true
 	ops["pdkv_handshake_target_ranks"] = func(t *testing.T, i *in) (out, error) {
-		r, err := HandshakeTargetRanks(i.u32("local_tp_size"), i.u32("local_tp_rank"), i.u32("remote_tp_size"))
-		return out{"out": r}, err
+		r0, err := HandshakeTargetRanks(i.u32("local_tp_size"), i.u32("local_tp_rank"), i.u32("remote_tp_size"))
+		return out{"out": r0}, err
 	}
 	plainOps["pdkv_notifications_expected_per_request"] = true
 	ops["pdkv_notifications_expected_per_request"] = func(t *testing.T, i *in) (out, error) {
-		r, err := NotificationsExpectedPerRequest(i.u32("p_tp_size"), i.u32("d_tp_size"))
-		return out{"out": r}, err
+		r0, err := NotificationsExpectedPerRequest(i.u32("p_tp_size"), i.u32("d_tp_size"))
+		return out{"out": r0}, err
 	}
 	plainOps["pdkv_backend_kernel_block_size"] = true
 	ops["pdkv_backend_kernel_block_size"] = func(t *testing.T, i *in) (out, error) {
-		r, err := BackendKernelBlockSize(i.i32("backend"), i.u64("block_size"))
-		return out{"out": r}, err
+		r0, err := BackendKernelBlockSize(i.i32("backend"), i.u64("block_size"))
+		return out{"out": r0}, err
 	}
 	plainOps["pdkv_block_size_ratio"] = true
 	ops["pdkv_block_size_ratio"] = func(t *testing.T, i *in) (out, error) {
-		r, err := BlockSizeRatio(i.u64("local_kernel_block_size"), i.u64("remote_kernel_block_size"))
-		return out{"out": r}, err
+		r0, err := BlockSizeRatio(i.u64("local_kernel_block_size"), i.u64("remote_kernel_block_size"))
+		return out{"out": r0}, err
 	}
 	plainOps["pdkv_physical_blocks_per_logical"] = true
 	ops["pdkv_physical_blocks_per_logical"] = func(t *testing.T, i *in) (out, error) {
-		r, err := PhysicalBlocksPerLogical(i.u64("conv_bytes"), i.u64("ssm_bytes"), i.u64("block_len"))
-		return out{"out": r}, err
+		r0, err := PhysicalBlocksPerLogical(i.u64("conv_bytes"), i.u64("ssm_bytes"), i.u64("block_len"))
+		return out{"out": r0}, err
 	}
 	plainOps["pdkv_sliding_window_blocks_to_keep"] = true
 	ops["pdkv_sliding_window_blocks_to_keep"] = func(t *testing.T, i *in) (out, error) {
-		r, err := SlidingWindowBlocksToKeep(i.u64("window"), i.u64("block_size"))
-		return out{"out": r}, err
+		r0, err := SlidingWindowBlocksToKeep(i.u64("window"), i.u64("block_size"))
+		return out{"out": r0}, err
 	}
 	plainOps["pdkv_d_num_new_matched_tokens"] = true
 	ops["pdkv_d_num_new_matched_tokens"] = func(t *testing.T, i *in) (out, error) {
-		r, err := DNumNewMatchedTokens(i.u64("num_prompt_tokens"), i.u64("num_computed_tokens"), i.boolean("has_mamba"))
-		return out{"out": r}, err
+		r0, err := DNumNewMatchedTokens(i.u64("num_prompt_tokens"), i.u64("num_computed_tokens"), i.boolean("has_mamba"))
+		return out{"out": r0}, err
+	}
+	plainOps["pdkv_pipeline_layer_window"] = true
+	ops["pdkv_pipeline_layer_window"] = func(t *testing.T, i *in) (out, error) {
+		r0, r1, err := PipelineLayerWindow(i.u32("num_layers"), i.u32("pp_size"), i.u32("pp_rank"))
+		return out{"begin": r0, "end": r1}, err
 	}
 }

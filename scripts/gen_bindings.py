@@ -12,6 +12,15 @@ include order) writes:
   rust/pdkv/tests/common/header_functions.rs   Rust: the header's function names (coverage test)
   rust/pdkv/tests/common/header_enums.rs       Rust: every enum's values (the round-trip test)
 
+and, for the functions the header marks @plain (scalar inputs, scalar or integer-list outputs),
+their idiomatic wrappers and conformance ops:
+
+  python/pdkv/_plain.py             Python wrappers (re-exported by pdkv) and PLAIN_OPS
+  go/zz_plain.go, go/zz_plain_test.go          Go wrappers; their ops in the Go vector runner
+  rust/pdkv/src/plain.rs            Rust wrappers (re-exported by the pdkv crate)
+  rust/pdkv/tests/common/plain_ops.rs          their ops in the Rust vector runner
+  tests/capi/conformance_plain.inc  their ops in the C vector runner
+
 (bindgen already writes Rust's raw FFI, rust/pdkv-sys/src/bindings.rs, with its own drift test.)
 
 Usage:
@@ -904,9 +913,10 @@ def gen_rust_enums(api: Api) -> str:
 # gets its idiomatic wrapper generated in Python, Go and Rust and a conformance op named after it
 # in the four vector runners. The shape is checked, never guessed: the function returns
 # pdkv_status_t; its parameters are scalar inputs (uint32_t, uint64_t, int32_t -- an enum --, or
-# uint8_t -- a 0/1 flag, a bool in the bindings), then exactly one output (a uint32_t, uint64_t,
-# int32_t or uint8_t pointer, or `pdkv_X_list_t **` of a list of uint32_t / uint64_t items), then
-# `pdkv_error_t **err`. A marked function of any other shape stops the generator.
+# uint8_t -- a 0/1 flag, a bool in the bindings), then its outputs: one or more uint32_t,
+# uint64_t, int32_t or uint8_t pointers (several come back as a tuple), or one `pdkv_X_list_t **`
+# of uint32_t / uint64_t items; then `pdkv_error_t **err`. A marked function of any other shape
+# stops the generator.
 
 PLAIN_MARK = "@plain"
 PLAIN_INPUTS = {"uint32_t", "uint64_t", "int32_t", "uint8_t"}
@@ -914,11 +924,12 @@ PLAIN_OUTPUTS = {"uint32_t", "uint64_t", "int32_t", "uint8_t"}
 GO_KEYWORDS = {"break", "case", "chan", "const", "continue", "default", "defer", "else", "fallthrough",
                "for", "func", "go", "goto", "if", "import", "interface", "map", "package", "range",
                "return", "select", "struct", "switch", "type", "var", "len", "cap", "new", "make",
-               "copy", "append", "delete", "panic", "print", "string", "error", "out", "in"}
+               "copy", "append", "delete", "panic", "print", "string", "error", "out", "in", "err", "cerr",
+               "list", "items", "n"}
 RUST_KEYWORDS = {"as", "box", "break", "const", "continue", "crate", "else", "enum", "extern", "fn",
                  "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub",
                  "ref", "return", "self", "static", "struct", "super", "trait", "type", "unsafe",
-                 "use", "where", "while", "e", "out"}
+                 "use", "where", "while", "e", "out", "v"}
 
 
 @dataclass
@@ -926,10 +937,18 @@ class Plain:
     fn: Function
     short: str  # tp_ratio
     inputs: List[Param]
-    out: Param
-    list_kind: Optional[str]  # "u32" for pdkv_u32_list_t, None for a scalar output
-    item: str  # C type of the scalar output or of the list items
+    outs: List[Param]  # the outputs: one list, or one or more scalars
+    list_kind: Optional[str]  # "u32" for pdkv_u32_list_t, None for scalar outputs
+    item: str  # C type of the list items (list) or of the first scalar output
     doc: str  # the header comment without the marker
+
+    @property
+    def out(self) -> Param:
+        return self.outs[0]
+
+    def out_vars(self) -> List[str]:
+        """Local names of the scalar outputs in generated code ("out" when there is one)."""
+        return ["out"] if len(self.outs) == 1 else [f"out_{q.name}" for q in self.outs]
 
 
 def plain_functions(api: Api) -> List[Plain]:
@@ -942,15 +961,22 @@ def plain_functions(api: Api) -> List[Plain]:
             raise HeaderError(f"{where}: {PLAIN_MARK} function must return pdkv_status_t")
         if len(f.params) < 2 or f.params[-1].type.c() != "pdkv_error_t * *" or f.params[-1].name != "err":
             raise HeaderError(f"{where}: {PLAIN_MARK} function must end with pdkv_error_t **err")
-        *inputs, out = f.params[:-1]
+        params = f.params[:-1]
+        n_in = next((k for k, q in enumerate(params) if q.type.ptrs), len(params))
+        inputs, outs = params[:n_in], params[n_in:]
+        if not outs:
+            raise HeaderError(f"{where}: {PLAIN_MARK} function has no output")
+        out = outs[0]
         for p in inputs:
             if p.type.ptrs or p.type.const or p.type.base not in PLAIN_INPUTS:
                 raise HeaderError(f"{where}: {PLAIN_MARK} input {p.name} is {p.type.c()}, not one of {sorted(PLAIN_INPUTS)}")
         t = out.type
         list_kind: Optional[str] = None
-        if t.ptrs == (False,) and not t.const and t.base in PLAIN_OUTPUTS:
+        if all(q.type.ptrs == (False,) and not q.type.const and q.type.base in PLAIN_OUTPUTS for q in outs):
             item = t.base
         elif t.ptrs == (False, False) and not t.const and re.fullmatch(r"pdkv_(\w+)_list_t", t.base):
+            if len(outs) != 1:
+                raise HeaderError(f"{where}: {PLAIN_MARK} list output {out.name} must be the only output")
             list_kind = t.base[len("pdkv_"):-len("_list_t")]
             items = next((g for g in api.functions if g.name == f"pdkv_{list_kind}_list_items"), None)
             if items is None or len(items.params) != 4 or items.params[1].type.ptrs != (False, False) \
@@ -958,9 +984,12 @@ def plain_functions(api: Api) -> List[Plain]:
                 raise HeaderError(f"{where}: {PLAIN_MARK} output {t.base} is not a list of uint32_t or uint64_t")
             item = items.params[1].type.base
         else:
-            raise HeaderError(f"{where}: {PLAIN_MARK} output {out.name} is {t.c()}, not a scalar pointer or a pdkv_X_list_t **")
+            bad = next((q for q in outs if not (q.type.ptrs == (False,) and not q.type.const
+                                                and q.type.base in PLAIN_OUTPUTS)), out)
+            raise HeaderError(f"{where}: {PLAIN_MARK} output {bad.name} is {bad.type.c()}, not a scalar pointer "
+                              "or a lone pdkv_X_list_t **")
         doc = " ".join(f.doc.replace(PLAIN_MARK, "").split())
-        found.append(Plain(f, f.name[len("pdkv_"):], inputs, out, list_kind, item, doc))
+        found.append(Plain(f, f.name[len("pdkv_"):], inputs, outs, list_kind, item, doc))
     return found
 
 
@@ -1000,7 +1029,8 @@ def gen_python_plain(api: Api) -> str:
                       '"""Idiomatic wrappers of the header\'s plain functions (marked ``@plain``: scalar inputs, one',
                       "scalar or list output), generated from ``capi/include/pdkv.h``; :mod:`pdkv` re-exports them.",
                       '"""', "", "from __future__ import annotations", ""]
-    ctypes_used = sorted({PY_SCALARS[p.item] for p in plains if p.list_kind is None} | ({"byref"} if any(p.list_kind is None for p in plains) else set())
+    ctypes_used = sorted({PY_SCALARS[q.type.base] for p in plains if p.list_kind is None for q in p.outs}
+                         | ({"byref"} if any(p.list_kind is None for p in plains) else set())
                          | {PY_SCALARS[p.item] for p in plains if p.list_kind})
     out.append(f"from ctypes import {', '.join(ctypes_used)}")
     out.append("from typing import Any, Callable, Dict, Tuple")
@@ -1012,21 +1042,28 @@ def gen_python_plain(api: Api) -> str:
     for p in plains:
         params = ", ".join(f"{q.name}: {'bool' if q.type.base == 'uint8_t' else 'int'}" for q in p.inputs)
         args = ", ".join(f'{PY_CHECKS[q.type.base]}("{q.name}", {q.name})' for q in p.inputs)
-        ret = "Tuple[int, ...]" if p.list_kind else ("bool" if p.item == "uint8_t" else "int")
+        kinds_out = ["bool" if q.type.base == "uint8_t" else "int" for q in p.outs]
+        ret = "Tuple[int, ...]" if p.list_kind else (kinds_out[0] if len(p.outs) == 1
+                                                      else f"Tuple[{', '.join(kinds_out)}]")
         out += ["", "", f"def {p.short}({params}) -> {ret}:"]
         out += _py_doc(p)
         if p.list_kind:
             out.append(f'    return take_list("{p.list_kind}", {PY_SCALARS[p.item]}, int, "{p.fn.name}", {args})')
         else:
-            out.append(f"    out = {PY_SCALARS[p.item]}()")
-            out.append(f'    call("{p.fn.name}", {args}, byref(out))')
-            out.append("    return bool(out.value)" if p.item == "uint8_t" else "    return out.value")
+            vs = p.out_vars()
+            for v, q in zip(vs, p.outs):
+                out.append(f"    {v} = {PY_SCALARS[q.type.base]}()")
+            out.append(f'    call("{p.fn.name}", {args}, {", ".join(f"byref({v})" for v in vs)})')
+            vals = [f"bool({v}.value)" if q.type.base == "uint8_t" else f"{v}.value" for v, q in zip(vs, p.outs)]
+            out.append(f"    return {vals[0]}" if len(vals) == 1 else f"    return ({', '.join(vals)})")
         kinds = ", ".join(f'("{q.name}", "{"bool" if q.type.base == "uint8_t" else "int"}")' for q in p.inputs)
-        table.append(f'    "{p.fn.name}": ({p.short}, ({kinds},), "{p.out.name}"),')
+        keys = ", ".join(f'"{q.name}"' for q in p.outs) + ("," if len(p.outs) == 1 else "")
+        table.append(f'    "{p.fn.name}": ({p.short}, ({kinds},), ({keys})),')
     out += ["", "",
             "#: The conformance op of each plain function: C name -> (wrapper, ((input key, \"int\" | \"bool\"),",
-            "#: ...), output key). The vector runner of tests/test_conformance.py executes them.",
-            "PLAIN_OPS: Dict[str, Tuple[Callable[..., Any], Tuple[Tuple[str, str], ...], str]] = {"]
+            "#: ...), output keys: one, or one per element of the returned tuple). The vector runner of",
+            "#: tests/test_conformance.py executes them.",
+            "PLAIN_OPS: Dict[str, Tuple[Callable[..., Any], Tuple[Tuple[str, str], ...], Tuple[str, ...]]] = {"]
     out += table
     out.append("}")
     out.append("")
@@ -1065,15 +1102,16 @@ def gen_go_plain(api: Api) -> str:
                     "\t\treturn nil, err", "\t}",
                     f"\treturn {'u32Slice' if p.item == 'uint32_t' else 'u64Slice'}(items, n), nil", "}"]
         else:
-            gt = GO_TYPES[p.item]
-            zero = "false" if gt == "bool" else "0"
-            conv = "out != 0" if gt == "bool" else f"{gt}(out)"
-            out += [f"func {name}({params}) ({gt}, error) {{",
-                    f"\tvar out C.{p.item}",
-                    "\tvar cerr *C.pdkv_error_t",
-                    f"\tif err := check(C.{p.fn.name}({cargs}, &out, &cerr), cerr); err != nil {{",
-                    f"\t\treturn {zero}, err", "\t}",
-                    f"\treturn {conv}, nil", "}"]
+            vs = [v if v == "out" else _go_ident(v, False) for v in p.out_vars()]
+            gts = [GO_TYPES[q.type.base] for q in p.outs]
+            zeros = ", ".join("false" if gt == "bool" else "0" for gt in gts)
+            convs = ", ".join(f"{v} != 0" if gt == "bool" else f"{gt}({v})" for v, gt in zip(vs, gts))
+            out += [f"func {name}({params}) ({', '.join(gts)}, error) {{"]
+            out += [f"\tvar {v} C.{q.type.base}" for v, q in zip(vs, p.outs)]
+            out += ["\tvar cerr *C.pdkv_error_t",
+                    f"\tif err := check(C.{p.fn.name}({cargs}, {', '.join('&' + v for v in vs)}, &cerr), cerr); err != nil {{",
+                    f"\t\treturn {zeros}, err", "\t}",
+                    f"\treturn {convs}, nil", "}"]
     return "\n".join(out) + "\n"
 
 
@@ -1088,14 +1126,14 @@ def gen_go_plain_test(api: Api) -> str:
            "// plainOps names the plain functions' ops (documented by their rule in docs/conformance.md).",
            "var plainOps = map[string]bool{}", "",
             "// The conformance op of each plain function: named after the C function, its inputs are the C",
-            "// parameters, its one output key is the C output parameter.",
+            "// parameters, its output keys are the C output parameters.",
             "func init() {"]
     for p in plains:
         args = ", ".join(f'i.{GO_ACCESSORS[q.type.base]}("{q.name}")' for q in p.inputs)
         out += [f'\tplainOps["{p.fn.name}"] = true',
                 f'\tops["{p.fn.name}"] = func(t *testing.T, i *in) (out, error) {{',
-                f"\t\tr, err := {_go_ident(p.short, True)}({args})",
-                f'\t\treturn out{{"{p.out.name}": r}}, err',
+                f"\t\t{''.join(f'r{k}, ' for k in range(len(p.outs)))}err := {_go_ident(p.short, True)}({args})",
+                f"\t\treturn out{{{', '.join(f'{chr(34)}{q.name}{chr(34)}: r{k}' for k, q in enumerate(p.outs))}}}, err",
                 "\t}"]
     out.append("}")
     return "\n".join(out) + "\n"
@@ -1137,13 +1175,15 @@ def gen_rust_plain(api: Api) -> str:
                     "        |&v| v,",
                     "    )", "}"]
         else:
-            rt = RUST_TYPES[p.item]
-            raw = "u8" if rt == "bool" else rt
-            out += [f"pub fn {p.short}({params}) -> Result<{rt}> {{",
-                    f"    let mut out = 0{raw};",
-                    "    // SAFETY: scalar arguments and a valid out pointer.",
-                    f"    check(|e| unsafe {{ sys::{p.fn.name}({cargs}, &mut out, e) }})?;",
-                    "    Ok(out != 0)" if rt == "bool" else "    Ok(out)", "}"]
+            vs = p.out_vars()
+            rts = [RUST_TYPES[q.type.base] for q in p.outs]
+            rt = rts[0] if len(rts) == 1 else f"({', '.join(rts)})"
+            vals = [f"{v} != 0" if t == "bool" else v for v, t in zip(vs, rts)]
+            out += [f"pub fn {p.short}({params}) -> Result<{rt}> {{"]
+            out += [f"    let mut {v} = 0{'u8' if t == 'bool' else t};" for v, t in zip(vs, rts)]
+            out += [f"    // SAFETY: scalar arguments and valid out pointers.",
+                    f"    check(|e| unsafe {{ sys::{p.fn.name}({cargs}, {', '.join('&mut ' + v for v in vs)}, e) }})?;",
+                    f"    Ok({vals[0]})" if len(vals) == 1 else f"    Ok(({', '.join(vals)}))", "}"]
     return "\n".join(out) + "\n"
 
 
@@ -1154,7 +1194,7 @@ def gen_rust_plain_ops(api: Api) -> str:
     plains = plain_functions(api)
     out = [f"// {BANNER}", "",
            "// The conformance op of each plain function (included by tests/conformance.rs): named after",
-           "// the C function, its inputs are the C parameters, its one output key is the C output parameter.",
+           "// the C function, its inputs are the C parameters, its output keys are the C output parameters.",
            "",
            "/// Runs plain op `op`; `None` when `op` is not one.",
            "fn plain_op(op: &str, input: &BTreeMap<String, Json>) -> Option<CaseResult<Outcome>> {",
@@ -1165,19 +1205,23 @@ def gen_rust_plain_ops(api: Api) -> str:
     for p in plains:
         keys = ", ".join(f'"{q.name}"' for q in p.inputs)
         args = ", ".join(f'{RUST_ACCESSORS[q.type.base]}(input, "{q.name}")?' for q in p.inputs)
-        if p.list_kind:
-            conv = 'i64::try_from(v).expect("fits i64")' if p.item == "uint64_t" else "i64::from(v)"
-            val = f"Json::Arr(r.iter().map(|&v| Json::Int({conv})).collect())"
-        elif p.item == "uint8_t":
-            val = "Json::Bool(r)"
-        elif p.item == "uint64_t":
-            val = "Json::Int(i64::try_from(r).expect(\"fits i64\"))"
-        else:
-            val = "Json::Int(i64::from(r))"
+        pairs = []
+        for k, q in enumerate(p.outs):
+            r = "r" if len(p.outs) == 1 else f"r.{k}"
+            if p.list_kind:
+                conv = 'i64::try_from(v).expect("fits i64")' if p.item == "uint64_t" else "i64::from(v)"
+                val = f"Json::Arr(r.iter().map(|&v| Json::Int({conv})).collect())"
+            elif q.type.base == "uint8_t":
+                val = f"Json::Bool({r})"
+            elif q.type.base == "uint64_t":
+                val = f"Json::Int(i64::try_from({r}).expect(\"fits i64\"))"
+            else:
+                val = f"Json::Int(i64::from({r}))"
+            pairs.append(f'("{q.name}", {val})')
         out += ["", f"fn plain_{p.short}(input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {{",
                 f"    check_keys(\"input\", input, &[{keys}])?;",
                 f"    let r = lib!({p.short}({args}));",
-                f'    Ok(out(vec![("{p.out.name}", {val})]))', "}"]
+                f"    Ok(out(vec![{', '.join(pairs)}]))", "}"]
     return "\n".join(out) + "\n"
 
 
@@ -1189,11 +1233,12 @@ def gen_cpp_plain_ops(api: Api) -> str:
     plains = plain_functions(api)
     out = [f"// {BANNER}",
            "// The conformance op of each plain function (included by conformance_test.cpp): named after the",
-           "// C function, its inputs are the C parameters, its one output key is the C output parameter.",
+           "// C function, its inputs are the C parameters, its output keys are the C output parameters.",
            "",
            "void add_plain_ops(std::map<std::string, Op>& table) {"]
     for p in plains:
-        out.append(f'  table["{p.fn.name}"] = {{{{"{p.out.name}"}}, [](Input& in) -> json {{')
+        keys = ", ".join(f'"{q.name}"' for q in p.outs)
+        out.append(f'  table["{p.fn.name}"] = {{{{{keys}}}, [](Input& in) -> json {{')
         for q in p.inputs:
             out.append(f"    const {q.type.base} {q.name} = {CPP_ACCESSORS[q.type.base].format(n=q.name)};")
         names = ", ".join(q.name for q in p.inputs)
@@ -1207,10 +1252,12 @@ def gen_cpp_plain_ops(api: Api) -> str:
                     f"    call([&](pdkv_error_t** e) {{ return pdkv_{p.list_kind}_list_items(list.get(), &items, &n, e); }});",
                     f'    return {{{{"{p.out.name}", array_of(items, n)}}}};']
         else:
-            out += [f"    {p.item} out = 0;",
-                    f"    call([&](pdkv_error_t** e) {{ return {p.fn.name}({names}, &out, e); }});",
-                    f'    return {{{{"{p.out.name}", out != 0}}}};' if p.item == "uint8_t"
-                    else f'    return {{{{"{p.out.name}", out}}}};']
+            vs = p.out_vars()
+            out += [f"    {q.type.base} {v} = 0;" for v, q in zip(vs, p.outs)]
+            out.append(f"    call([&](pdkv_error_t** e) {{ return {p.fn.name}({names}, {', '.join('&' + v for v in vs)}, e); }});")
+            vals = ", ".join(f'{{"{q.name}", {v} != 0}}' if q.type.base == "uint8_t" else f'{{"{q.name}", {v}}}'
+                             for v, q in zip(vs, p.outs))
+            out.append(f"    return {{{vals}}};")
         out.append("  }};")
     out.append("}")
     return "\n".join(out) + "\n"

@@ -152,7 +152,7 @@ def main() -> int:
         root = edited_copy(tmp, "plain", "plan.h", "#ifdef __cplusplus\n} /* extern \"C\" */", fn + "\n#ifdef __cplusplus\n} /* extern \"C\" */")
         out = gen.generate(root)
         check("def plain_probe(a_size: int, flag_on: bool, kind: int) -> Tuple[int, ...]:" in out["python/pdkv/_plain.py"]
-              and '"pdkv_plain_probe": (plain_probe, (("a_size", "int"), ("flag_on", "bool"), ("kind", "int"),), "out"),'
+              and '"pdkv_plain_probe": (plain_probe, (("a_size", "int"), ("flag_on", "bool"), ("kind", "int"),), ("out",)),'
               in out["python/pdkv/_plain.py"], "a @plain function gets its Python wrapper and op")
         check("func PlainProbe(aSize uint32, flagOn bool, kind int32) ([]uint64, error) {" in out["go/zz_plain.go"]
               and 'ops["pdkv_plain_probe"]' in out["go/zz_plain_test.go"], "a @plain function gets its Go wrapper and op")

@@ -64,9 +64,9 @@
  *    with `pp` (`pp_size`, `pp_rank`, `p_pp_rank`, `d_pp_rank`). In argument lists and struct
  *    fields P comes before D, local before remote, and a size before the rank it bounds.
  *  - A function whose comment ends in @plain has the plain shape: it returns pdkv_status_t,
- *    takes only scalar inputs (uint32_t, uint64_t, int32_t enums, uint8_t booleans), then one
- *    output (a uint32_t, uint64_t, int32_t or uint8_t pointer, or a pdkv_X_list_t ** of
- *    integers), then err. Its idiomatic wrappers in the bindings and its conformance op are
+ *    takes only scalar inputs (uint32_t, uint64_t, int32_t enums, uint8_t booleans), then its
+ *    outputs (one or more uint32_t, uint64_t, int32_t or uint8_t pointers, or one
+ *    pdkv_X_list_t ** of integers), then err. Its idiomatic wrappers in the bindings and its conformance op are
  *    generated from this header (scripts/gen_bindings.py refuses a marked function of another
  *    shape).
  *

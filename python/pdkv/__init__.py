@@ -93,6 +93,7 @@ from ._plain import (
     handshake_target_ranks,
     notifications_expected_per_request,
     physical_blocks_per_logical,
+    pipeline_layer_window,
     sliding_window_blocks_to_keep,
     tp_ratio,
 )
@@ -157,7 +158,7 @@ from .plan import (
     permute_kv_block,
 )
 from .plan_request import PlanRequest
-from .pipeline import StagePair, pipeline_layer_window, pipeline_notifications_expected, pipeline_stage_pairs
+from .pipeline import StagePair, pipeline_notifications_expected, pipeline_stage_pairs
 from .scheduler import (
     AlignedSplitInput,
     AlignedSplitV0604Input,

@@ -108,17 +108,33 @@ def d_num_new_matched_tokens(num_prompt_tokens: int, num_computed_tokens: int, h
     return out.value
 
 
+def pipeline_layer_window(num_layers: int, pp_size: int, pp_rank: int) -> Tuple[int, int]:
+    """vLLM's default split of num_layers over pp_size stages: stage pp_rank holds the layers [*begin,
+    *end) (num_layers / pp_size each; the remainder goes one layer per stage from the second-to-last
+    stage towards the first). Errors: NULL_POINTER (begin, end), INVALID_ARGUMENT (pp_size 0,
+    pp_rank >= pp_size, fewer layers than stages). Thread-safe.
+
+    Generated wrapper of ``pdkv_pipeline_layer_window``: a failure raises the :class:`PdkvError`
+    subclass of its status."""
+    out_begin = c_uint32()
+    out_end = c_uint32()
+    call("pdkv_pipeline_layer_window", u32("num_layers", num_layers), u32("pp_size", pp_size), u32("pp_rank", pp_rank), byref(out_begin), byref(out_end))
+    return (out_begin.value, out_end.value)
+
+
 #: The conformance op of each plain function: C name -> (wrapper, ((input key, "int" | "bool"),
-#: ...), output key). The vector runner of tests/test_conformance.py executes them.
-PLAIN_OPS: Dict[str, Tuple[Callable[..., Any], Tuple[Tuple[str, str], ...], str]] = {
-    "pdkv_tp_ratio": (tp_ratio, (("local_tp_size", "int"), ("remote_tp_size", "int"),), "out"),
-    "pdkv_handshake_target_ranks": (handshake_target_ranks, (("local_tp_size", "int"), ("local_tp_rank", "int"), ("remote_tp_size", "int"),), "out"),
-    "pdkv_notifications_expected_per_request": (notifications_expected_per_request, (("p_tp_size", "int"), ("d_tp_size", "int"),), "out"),
-    "pdkv_backend_kernel_block_size": (backend_kernel_block_size, (("backend", "int"), ("block_size", "int"),), "out"),
-    "pdkv_block_size_ratio": (block_size_ratio, (("local_kernel_block_size", "int"), ("remote_kernel_block_size", "int"),), "out"),
-    "pdkv_physical_blocks_per_logical": (physical_blocks_per_logical, (("conv_bytes", "int"), ("ssm_bytes", "int"), ("block_len", "int"),), "out"),
-    "pdkv_sliding_window_blocks_to_keep": (sliding_window_blocks_to_keep, (("window", "int"), ("block_size", "int"),), "out"),
-    "pdkv_d_num_new_matched_tokens": (d_num_new_matched_tokens, (("num_prompt_tokens", "int"), ("num_computed_tokens", "int"), ("has_mamba", "bool"),), "out"),
+#: ...), output keys: one, or one per element of the returned tuple). The vector runner of
+#: tests/test_conformance.py executes them.
+PLAIN_OPS: Dict[str, Tuple[Callable[..., Any], Tuple[Tuple[str, str], ...], Tuple[str, ...]]] = {
+    "pdkv_tp_ratio": (tp_ratio, (("local_tp_size", "int"), ("remote_tp_size", "int"),), ("out",)),
+    "pdkv_handshake_target_ranks": (handshake_target_ranks, (("local_tp_size", "int"), ("local_tp_rank", "int"), ("remote_tp_size", "int"),), ("out",)),
+    "pdkv_notifications_expected_per_request": (notifications_expected_per_request, (("p_tp_size", "int"), ("d_tp_size", "int"),), ("out",)),
+    "pdkv_backend_kernel_block_size": (backend_kernel_block_size, (("backend", "int"), ("block_size", "int"),), ("out",)),
+    "pdkv_block_size_ratio": (block_size_ratio, (("local_kernel_block_size", "int"), ("remote_kernel_block_size", "int"),), ("out",)),
+    "pdkv_physical_blocks_per_logical": (physical_blocks_per_logical, (("conv_bytes", "int"), ("ssm_bytes", "int"), ("block_len", "int"),), ("out",)),
+    "pdkv_sliding_window_blocks_to_keep": (sliding_window_blocks_to_keep, (("window", "int"), ("block_size", "int"),), ("out",)),
+    "pdkv_d_num_new_matched_tokens": (d_num_new_matched_tokens, (("num_prompt_tokens", "int"), ("num_computed_tokens", "int"), ("has_mamba", "bool"),), ("out",)),
+    "pdkv_pipeline_layer_window": (pipeline_layer_window, (("num_layers", "int"), ("pp_size", "int"), ("pp_rank", "int"),), ("begin", "end")),
 }
 
-__all__ = ['tp_ratio', 'handshake_target_ranks', 'notifications_expected_per_request', 'backend_kernel_block_size', 'block_size_ratio', 'physical_blocks_per_logical', 'sliding_window_blocks_to_keep', 'd_num_new_matched_tokens']
+__all__ = ['tp_ratio', 'handshake_target_ranks', 'notifications_expected_per_request', 'backend_kernel_block_size', 'block_size_ratio', 'physical_blocks_per_logical', 'sliding_window_blocks_to_keep', 'd_num_new_matched_tokens', 'pipeline_layer_window']

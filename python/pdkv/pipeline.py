@@ -12,16 +12,6 @@ from ._base import call, handle_arg, operation, take_list, u32
 from .metadata import EngineMetadata
 
 
-def pipeline_layer_window(num_layers: int, pp_size: int, pp_rank: int) -> Tuple[int, int]:
-    """vLLM's default split of ``num_layers`` over ``pp_size`` stages: the layers
-    ``[begin, end)`` of stage ``pp_rank``. Raises :class:`InvalidArgumentError` for a stage that
-    does not exist or more stages than layers."""
-    b, e = c_uint32(), c_uint32()
-    call("pdkv_pipeline_layer_window", u32("num_layers", num_layers), u32("pp_size", pp_size),
-         u32("pp_rank", pp_rank), byref(b), byref(e))
-    return b.value, e.value
-
-
 @dataclasses.dataclass(frozen=True)
 class StagePair:
     """One overlapping (P stage, D stage) pair: D's ranks of stage ``d_pp_rank`` read the layers

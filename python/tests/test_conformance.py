@@ -1183,19 +1183,23 @@ def compare(expected: Any, actual: Any, path: str = "output") -> None:
         assert type(expected) is type(actual) and expected == actual, f"{path}: expected {expected!r}, got {actual!r}"
 
 
-def _plain_handler(fn: Callable[..., Any], params: Tuple[Tuple[str, str], ...], key: str) -> Callable[[Input], Dict[str, Any]]:
-    """The op of one plain function: its C parameters as input keys, its output as ``key``."""
+def _plain_handler(
+    fn: Callable[..., Any], params: Tuple[Tuple[str, str], ...], keys: Tuple[str, ...]
+) -> Callable[[Input], Dict[str, Any]]:
+    """The op of one plain function: its C parameters as input keys, its outputs as ``keys``
+    (one key: the returned value; several: the elements of the returned tuple)."""
 
     def run(i: Input) -> Dict[str, Any]:
         args = {name: (i.bool(name) if kind == "bool" else i.int(name)) for name, kind in params}
-        return {key: fn(**args)}
+        result = fn(**args)
+        return {keys[0]: result} if len(keys) == 1 else dict(zip(keys, result))
 
     return run
 
 
 # The plain functions' ops (named after the C function; table generated from the header).
-for _name, (_fn, _params, _key) in PLAIN_OPS.items():
-    OPS[_name] = (_plain_handler(_fn, _params, _key), {_key})
+for _name, (_fn, _params, _keys) in PLAIN_OPS.items():
+    OPS[_name] = (_plain_handler(_fn, _params, _keys), set(_keys))
 
 
 def run_case(case: Dict[str, Any]) -> None:

@@ -3568,7 +3568,16 @@ def plain_cases():
         {"num_prompt_tokens": 100, "num_computed_tokens": 32, "has_mamba": True}, {"out": 99 - 32})
     add("plain/d_num_new_matched_tokens_attention", "pdkv_d_num_new_matched_tokens",
         {"num_prompt_tokens": 100, "num_computed_tokens": 32, "has_mamba": False}, {"out": 100 - 32})
+    for layers, size in ((32, 4), (61, 4), (7, 7)):
+        for rank in range(size):
+            b, e = pp_window(layers, rank, size)
+            add(f"plain/pipeline_layer_window_{layers}_{size}_{rank}", "pdkv_pipeline_layer_window",
+                {"num_layers": layers, "pp_size": size, "pp_rank": rank}, {"begin": b, "end": e})
+    add("plain/pipeline_layer_window_more_stages_than_layers", "pdkv_pipeline_layer_window",
+        {"num_layers": 3, "pp_size": 4, "pp_rank": 0},
+        err={"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": []})
     return cases
+
 
 def write(name, cases):
     names = [c["name"] for c in cases]

@@ -258,7 +258,7 @@ PDKV_API pdkv_status_t pdkv_permute_kv_block(uint8_t *block, size_t len, int32_t
 /* vLLM's default split of num_layers over pp_size stages: stage pp_rank holds the layers
  * [*begin, *end) (num_layers / pp_size each; the remainder goes one layer per stage from the
  * second-to-last stage towards the first). Errors: NULL_POINTER (begin, end), INVALID_ARGUMENT
- * (pp_size 0, pp_rank >= pp_size, fewer layers than stages). Thread-safe. */
+ * (pp_size 0, pp_rank >= pp_size, fewer layers than stages). Thread-safe. @plain */
 PDKV_API pdkv_status_t pdkv_pipeline_layer_window(uint32_t num_layers, uint32_t pp_size,
                                                   uint32_t pp_rank, uint32_t *begin, uint32_t *end,
                                                   pdkv_error_t **err);

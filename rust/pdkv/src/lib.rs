@@ -92,13 +92,11 @@ pub use metadata::{
     KvLayout, MetadataRegion, RegionKind,
 };
 pub use model::{preset_at, preset_count, presets, MambaType, Model, ModelDesc, Preset};
-pub use pipeline::{
-    pipeline_layer_window, pipeline_notifications_expected, pipeline_stage_pairs, StagePair,
-};
+pub use pipeline::{pipeline_notifications_expected, pipeline_stage_pairs, StagePair};
 pub use plain::{
     backend_kernel_block_size, block_size_ratio, d_num_new_matched_tokens, handshake_target_ranks,
-    notifications_expected_per_request, physical_blocks_per_logical, sliding_window_blocks_to_keep,
-    tp_ratio,
+    notifications_expected_per_request, physical_blocks_per_logical, pipeline_layer_window,
+    sliding_window_blocks_to_keep, tp_ratio,
 };
 pub use plan::{
     permute_kv_block, BlockPermute, PlanContext, PlanContextParams, PlanGroup, PlanGroupRef,

@@ -5,18 +5,6 @@ use crate::ffi_util::{check, sp, take_list};
 use crate::metadata::EngineMetadata;
 use pdkv_sys as sys;
 
-/// vLLM's default split of `num_layers` over `pp_size` stages: the layers `[begin, end)` of
-/// stage `pp_rank` (`pdkv_pipeline_layer_window`). [`crate::Status::InvalidArgument`] for a
-/// stage that does not exist or more stages than layers.
-pub fn pipeline_layer_window(num_layers: u32, pp_size: u32, pp_rank: u32) -> Result<(u32, u32)> {
-    let (mut b, mut e) = (0u32, 0u32);
-    // SAFETY: valid out pointers.
-    check(|x| unsafe {
-        sys::pdkv_pipeline_layer_window(num_layers, pp_size, pp_rank, &mut b, &mut e, x)
-    })?;
-    Ok((b, e))
-}
-
 /// One overlapping (P stage, D stage) pair and the layers both hold, `[layer_begin,
 /// layer_end)` (`layer_end` 0: through the model's last layer). Layout-identical to
 /// `pdkv_stage_pair_t`.

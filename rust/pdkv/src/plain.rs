@@ -14,7 +14,7 @@ use pdkv_sys as sys;
 /// Generated wrapper of `pdkv_tp_ratio`.
 pub fn tp_ratio(local_tp_size: u32, remote_tp_size: u32) -> Result<i32> {
     let mut out = 0i32;
-    // SAFETY: scalar arguments and a valid out pointer.
+    // SAFETY: scalar arguments and valid out pointers.
     check(|e| unsafe { sys::pdkv_tp_ratio(local_tp_size, remote_tp_size, &mut out, e) })?;
     Ok(out)
 }
@@ -41,7 +41,7 @@ pub fn handshake_target_ranks(local_tp_size: u32, local_tp_rank: u32, remote_tp_
 /// Generated wrapper of `pdkv_notifications_expected_per_request`.
 pub fn notifications_expected_per_request(p_tp_size: u32, d_tp_size: u32) -> Result<u32> {
     let mut out = 0u32;
-    // SAFETY: scalar arguments and a valid out pointer.
+    // SAFETY: scalar arguments and valid out pointers.
     check(|e| unsafe { sys::pdkv_notifications_expected_per_request(p_tp_size, d_tp_size, &mut out, e) })?;
     Ok(out)
 }
@@ -56,7 +56,7 @@ pub fn notifications_expected_per_request(p_tp_size: u32, d_tp_size: u32) -> Res
 /// Generated wrapper of `pdkv_backend_kernel_block_size`.
 pub fn backend_kernel_block_size(backend: i32, block_size: u64) -> Result<u64> {
     let mut out = 0u64;
-    // SAFETY: scalar arguments and a valid out pointer.
+    // SAFETY: scalar arguments and valid out pointers.
     check(|e| unsafe { sys::pdkv_backend_kernel_block_size(backend, block_size, &mut out, e) })?;
     Ok(out)
 }
@@ -68,7 +68,7 @@ pub fn backend_kernel_block_size(backend: i32, block_size: u64) -> Result<u64> {
 /// Generated wrapper of `pdkv_block_size_ratio`.
 pub fn block_size_ratio(local_kernel_block_size: u64, remote_kernel_block_size: u64) -> Result<u64> {
     let mut out = 0u64;
-    // SAFETY: scalar arguments and a valid out pointer.
+    // SAFETY: scalar arguments and valid out pointers.
     check(|e| unsafe { sys::pdkv_block_size_ratio(local_kernel_block_size, remote_kernel_block_size, &mut out, e) })?;
     Ok(out)
 }
@@ -80,7 +80,7 @@ pub fn block_size_ratio(local_kernel_block_size: u64, remote_kernel_block_size: 
 /// Generated wrapper of `pdkv_physical_blocks_per_logical`.
 pub fn physical_blocks_per_logical(conv_bytes: u64, ssm_bytes: u64, block_len: u64) -> Result<u64> {
     let mut out = 0u64;
-    // SAFETY: scalar arguments and a valid out pointer.
+    // SAFETY: scalar arguments and valid out pointers.
     check(|e| unsafe { sys::pdkv_physical_blocks_per_logical(conv_bytes, ssm_bytes, block_len, &mut out, e) })?;
     Ok(out)
 }
@@ -91,7 +91,7 @@ pub fn physical_blocks_per_logical(conv_bytes: u64, ssm_bytes: u64, block_len: u
 /// Generated wrapper of `pdkv_sliding_window_blocks_to_keep`.
 pub fn sliding_window_blocks_to_keep(window: u64, block_size: u64) -> Result<u64> {
     let mut out = 0u64;
-    // SAFETY: scalar arguments and a valid out pointer.
+    // SAFETY: scalar arguments and valid out pointers.
     check(|e| unsafe { sys::pdkv_sliding_window_blocks_to_keep(window, block_size, &mut out, e) })?;
     Ok(out)
 }
@@ -103,7 +103,21 @@ pub fn sliding_window_blocks_to_keep(window: u64, block_size: u64) -> Result<u64
 /// Generated wrapper of `pdkv_d_num_new_matched_tokens`.
 pub fn d_num_new_matched_tokens(num_prompt_tokens: u64, num_computed_tokens: u64, has_mamba: bool) -> Result<u64> {
     let mut out = 0u64;
-    // SAFETY: scalar arguments and a valid out pointer.
+    // SAFETY: scalar arguments and valid out pointers.
     check(|e| unsafe { sys::pdkv_d_num_new_matched_tokens(num_prompt_tokens, num_computed_tokens, u8::from(has_mamba), &mut out, e) })?;
     Ok(out)
+}
+
+/// vLLM's default split of num_layers over pp_size stages: stage pp_rank holds the layers
+/// \[\*begin, \*end) (num_layers / pp_size each; the remainder goes one layer per stage from the
+/// second-to-last stage towards the first). Errors: NULL_POINTER (begin, end), INVALID_ARGUMENT
+/// (pp_size 0, pp_rank \>= pp_size, fewer layers than stages). Thread-safe.
+///
+/// Generated wrapper of `pdkv_pipeline_layer_window`.
+pub fn pipeline_layer_window(num_layers: u32, pp_size: u32, pp_rank: u32) -> Result<(u32, u32)> {
+    let mut out_begin = 0u32;
+    let mut out_end = 0u32;
+    // SAFETY: scalar arguments and valid out pointers.
+    check(|e| unsafe { sys::pdkv_pipeline_layer_window(num_layers, pp_size, pp_rank, &mut out_begin, &mut out_end, e) })?;
+    Ok((out_begin, out_end))
 }
