@@ -29,7 +29,6 @@ func init() {
 		"transfer_plan":                   opTransferPlan,
 		"transfer_plan_json":              opTransferPlanJSON,
 		"handshake_validate_engine_ranks": opHandshakeValidateEngineRanks,
-		"pipeline_layer_window":           opPipelineLayerWindow,
 		"pipeline_stage_pairs":            opPipelineStagePairs,
 		"permute_kv_block":                opPermuteKVBlock,
 	} {
@@ -227,15 +226,6 @@ func layoutFrom(o *in) EngineLayout {
 	l.LayerBegin = o.u32Or("layer_begin", l.LayerBegin)
 	l.LayerEnd = o.u32Or("layer_end", l.LayerEnd)
 	return l
-}
-
-// opPipelineLayerWindow runs PipelineLayerWindow.
-func opPipelineLayerWindow(t *testing.T, i *in) (out, error) {
-	b, e, err := PipelineLayerWindow(i.u32("num_layers"), i.u32("pp_size"), i.u32("pp_rank"))
-	if err != nil {
-		return nil, err
-	}
-	return out{"begin": b, "end": e}, nil
 }
 
 // opPipelineStagePairs pairs the D stages with the P stages and reports, per P stage, the

@@ -275,21 +275,9 @@ func presetModel(t *testing.T, name string) (*Model, error) {
 
 // ops maps every op of docs/conformance.md to its runner. An op not listed here fails.
 var ops = map[string]opFunc{
-	"tp_ratio": func(t *testing.T, i *in) (out, error) {
-		r, err := TpRatio(i.u32("local_tp_size"), i.u32("remote_tp_size"))
-		return out{"tp_ratio": r}, err
-	},
-	"handshake_target_ranks": func(t *testing.T, i *in) (out, error) {
-		r, err := HandshakeTargetRanks(i.u32("local_tp_size"), i.u32("local_tp_rank"), i.u32("remote_tp_size"))
-		return out{"ranks": r}, err
-	},
 	"physical_head_range": func(t *testing.T, i *in) (out, error) {
 		b, e, err := PhysicalHeadRange(i.u32("tp_size"), i.u32("tp_rank"), i.u32("total_kv_heads"))
 		return out{"begin": b, "end": e}, err
-	},
-	"notifications_expected": func(t *testing.T, i *in) (out, error) {
-		n, err := NotificationsExpectedPerRequest(i.u32("p_tp_size"), i.u32("d_tp_size"))
-		return out{"count": n}, err
 	},
 	"tp_mapping": func(t *testing.T, i *in) (out, error) {
 		m, err := NewTpMapping(TpMappingParams{
@@ -327,14 +315,6 @@ var ops = map[string]opFunc{
 			o[key] = r
 		}
 		return o, nil
-	},
-	"physical_blocks_per_logical": func(t *testing.T, i *in) (out, error) {
-		n, err := PhysicalBlocksPerLogical(i.u64("conv_bytes"), i.u64("ssm_bytes"), i.u64("block_len"))
-		return out{"ppl": n}, err
-	},
-	"block_size_ratio": func(t *testing.T, i *in) (out, error) {
-		n, err := BlockSizeRatio(i.u64("local_kernel_block_size"), i.u64("remote_kernel_block_size"))
-		return out{"ratio": n}, err
 	},
 	"geometry": func(t *testing.T, i *in) (out, error) {
 		name := i.str("model")
@@ -446,10 +426,6 @@ var ops = map[string]opFunc{
 		})
 		return out{"ids": r}, err
 	},
-	"sliding_window_blocks_to_keep": func(t *testing.T, i *in) (out, error) {
-		n, err := SlidingWindowBlocksToKeep(i.u64("window"), i.u64("block_size"))
-		return out{"blocks": n}, err
-	},
 	"clip_exchange_blocks": func(t *testing.T, i *in) (out, error) {
 		r, err := ClipExchangeBlocks(i.u64s("ids"), ExchangeClipParams{
 			Kind: i.kind("kind"), HMAEnabled: i.boolOr("hma_enabled", true),
@@ -457,10 +433,6 @@ var ops = map[string]opFunc{
 			CacheMode: i.cacheMode("cache_mode", "none"), NumSpeculativeBlocks: i.u64Or("num_speculative_blocks", 0),
 		})
 		return out{"ids": r}, err
-	},
-	"d_num_new_matched_tokens": func(t *testing.T, i *in) (out, error) {
-		n, err := DNumNewMatchedTokens(i.u64("num_prompt_tokens"), i.u64("num_computed_tokens"), i.boolean("has_mamba"))
-		return out{"tokens": n}, err
 	},
 	"plan_remote_decode_prefill": func(t *testing.T, i *in) (out, error) {
 		p, err := PlanRemoteDecodePrefill(i.u64("num_prompt_tokens"), i.u64("local_hit_tokens"), i.u64("block_size"), i.boolean("has_mamba"))

@@ -118,21 +118,9 @@ def _kind(name: str) -> pdkv.GroupKind:
 # ---- ops ----------------------------------------------------------------------------------
 
 
-def op_tp_ratio(i: Input) -> Dict[str, Any]:
-    return {"tp_ratio": pdkv.tp_ratio(i.int("local_tp_size"), i.int("remote_tp_size"))}
-
-
-def op_handshake_target_ranks(i: Input) -> Dict[str, Any]:
-    return {"ranks": list(pdkv.handshake_target_ranks(i.int("local_tp_size"), i.int("local_tp_rank"), i.int("remote_tp_size")))}
-
-
 def op_physical_head_range(i: Input) -> Dict[str, Any]:
     b, e = pdkv.physical_head_range(i.int("tp_size"), i.int("tp_rank"), i.int("total_kv_heads"))
     return {"begin": b, "end": e}
-
-
-def op_notifications_expected(i: Input) -> Dict[str, Any]:
-    return {"count": pdkv.notifications_expected_per_request(i.int("p_tp_size"), i.int("d_tp_size"))}
 
 
 def op_tp_mapping(i: Input) -> Dict[str, Any]:
@@ -164,14 +152,6 @@ def op_tp_mapping(i: Input) -> Dict[str, Any]:
             "local_physical_heads": info.local_physical_heads,
             "remote_physical_heads": info.remote_physical_heads,
         }
-
-
-def op_physical_blocks_per_logical(i: Input) -> Dict[str, Any]:
-    return {"ppl": pdkv.physical_blocks_per_logical(i.int("conv_bytes"), i.int("ssm_bytes"), i.int("block_len"))}
-
-
-def op_block_size_ratio(i: Input) -> Dict[str, Any]:
-    return {"ratio": pdkv.block_size_ratio(i.int("local_kernel_block_size"), i.int("remote_kernel_block_size"))}
 
 
 def op_geometry(i: Input) -> Dict[str, Any]:
@@ -239,10 +219,6 @@ def op_clip_exchange_blocks(i: Input) -> Dict[str, Any]:
     }
 
 
-def op_sliding_window_blocks_to_keep(i: Input) -> Dict[str, Any]:
-    return {"blocks": pdkv.sliding_window_blocks_to_keep(i.int("window"), i.int("block_size"))}
-
-
 def op_descriptor_ids(i: Input) -> Dict[str, Any]:
     groups = []
     for g in i.obj_list("groups"):
@@ -283,14 +259,6 @@ def op_derive_offload_geometry(i: Input) -> Dict[str, Any]:
         i.int("config_num_blocks"), i.int("gpu_block_size"), i.int("hash_block_size"), layers
     )
     return {"num_blocks": g.num_blocks, "hash_blocks_per_block": g.hash_blocks_per_block}
-
-
-def op_d_num_new_matched_tokens(i: Input) -> Dict[str, Any]:
-    return {
-        "tokens": pdkv.d_num_new_matched_tokens(
-            i.int("num_prompt_tokens"), i.int("num_computed_tokens"), i.bool("has_mamba")
-        )
-    }
 
 
 def op_plan_remote_decode_prefill(i: Input) -> Dict[str, Any]:
@@ -732,11 +700,6 @@ def op_permute_kv_block(i: Input) -> Dict[str, Any]:
     return {"hex": bytes(block).hex()}
 
 
-def op_pipeline_layer_window(i: Input) -> Dict[str, Any]:
-    b, e = pdkv.pipeline_layer_window(i.int("num_layers"), i.int("pp_size"), i.int("pp_rank"))
-    return {"begin": b, "end": e}
-
-
 def op_pipeline_stage_pairs(i: Input) -> Dict[str, Any]:
     """Pairs the D stages with the P stages; per P stage, the notifications its ranks wait for."""
     p_in, d_in = i.sub("prefill"), i.sub("decode")
@@ -1047,10 +1010,7 @@ _METADATA_KEYS = {
 
 #: op -> (handler, full output key set).
 OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
-    "tp_ratio": (op_tp_ratio, {"tp_ratio"}),
-    "handshake_target_ranks": (op_handshake_target_ranks, {"ranks"}),
     "physical_head_range": (op_physical_head_range, {"begin", "end"}),
-    "notifications_expected": (op_notifications_expected, {"count"}),
     "tp_mapping": (
         op_tp_mapping,
         {
@@ -1068,8 +1028,6 @@ OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
             "remote_physical_heads",
         },
     ),
-    "physical_blocks_per_logical": (op_physical_blocks_per_logical, {"ppl"}),
-    "block_size_ratio": (op_block_size_ratio, {"ratio"}),
     "geometry": (
         op_geometry,
         {
@@ -1092,12 +1050,10 @@ OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
     ),
     "mamba_reads": (op_mamba_reads, {"reads", "source_ranks"}),
     "clip_exchange_blocks": (op_clip_exchange_blocks, {"ids"}),
-    "sliding_window_blocks_to_keep": (op_sliding_window_blocks_to_keep, {"blocks"}),
     "descriptor_ids": (op_descriptor_ids, {"ids"}),
     "logical_to_kernel_block_ids": (op_logical_to_kernel_block_ids, {"ids"}),
     "map_block_ids_for_block_size_ratio": (op_map_block_ids_for_block_size_ratio, {"ids"}),
     "derive_offload_geometry": (op_derive_offload_geometry, {"num_blocks", "hash_blocks_per_block"}),
-    "d_num_new_matched_tokens": (op_d_num_new_matched_tokens, {"tokens"}),
     "plan_remote_decode_prefill": (
         op_plan_remote_decode_prefill,
         {"num_prompt_tokens", "computed_tokens", "new_tokens"},
@@ -1156,7 +1112,6 @@ OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
     "handshake_validate_engine_ranks": (op_handshake_validate_engine_ranks, {"items"}),
     "transfer_plan_json": (op_transfer_plan_json, {"lines"}),
     "engine_plan": (op_engine_plan, {"groups", "num_regions", "lines"}),
-    "pipeline_layer_window": (op_pipeline_layer_window, {"begin", "end"}),
     "pipeline_stage_pairs": (op_pipeline_stage_pairs, {"pairs", "notifications"}),
     "permute_kv_block": (op_permute_kv_block, {"hex"}),
 }
@@ -1295,13 +1250,13 @@ def test_runner_fails_on_unknown_op() -> None:
 
 def test_runner_fails_on_wrong_value() -> None:
     with pytest.raises(AssertionError):
-        run_case({"name": "x", "op": "tp_ratio", "input": {"local_tp_size": 2, "remote_tp_size": 4}, "output": {"tp_ratio": 2}})
+        run_case({"name": "x", "op": "pdkv_tp_ratio", "input": {"local_tp_size": 2, "remote_tp_size": 4}, "output": {"out": 2}})
 
 
 def test_runner_fails_on_unknown_input_key() -> None:
     with pytest.raises(VectorError, match="unknown input"):
         run_case(
-            {"name": "x", "op": "tp_ratio", "input": {"local_tp_size": 2, "remote_tp_size": 4, "typo": 1}, "output": {"tp_ratio": -2}}
+            {"name": "x", "op": "pdkv_tp_ratio", "input": {"local_tp_size": 2, "remote_tp_size": 4, "typo": 1}, "output": {"out": -2}}
         )
 
 
@@ -1350,7 +1305,7 @@ def test_runner_fails_on_missing_output_key() -> None:
 
 
 def test_runner_fails_on_wrong_status_or_message() -> None:
-    case = {"name": "x", "op": "tp_ratio", "input": {"local_tp_size": 2, "remote_tp_size": 3}}
+    case = {"name": "x", "op": "pdkv_tp_ratio", "input": {"local_tp_size": 2, "remote_tp_size": 3}}
     with pytest.raises(AssertionError):
         run_case({**case, "error": {"status": "PDKV_ERR_INVALID_ARGUMENT", "message_contains": []}})
     with pytest.raises(AssertionError):
@@ -1361,7 +1316,7 @@ def test_runner_fails_on_wrong_status_or_message() -> None:
 def test_runner_fails_when_an_error_case_succeeds() -> None:
     with pytest.raises(BaseException):
         run_case(
-            {"name": "x", "op": "tp_ratio", "input": {"local_tp_size": 2, "remote_tp_size": 4}, "error": {"status": "PDKV_ERR_TP_NOT_DIVISIBLE", "message_contains": []}}
+            {"name": "x", "op": "pdkv_tp_ratio", "input": {"local_tp_size": 2, "remote_tp_size": 4}, "error": {"status": "PDKV_ERR_TP_NOT_DIVISIBLE", "message_contains": []}}
         )
 
 

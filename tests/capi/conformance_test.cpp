@@ -210,23 +210,7 @@ struct Op {
   Handler run;
 };
 
-json op_tp_ratio(Input& in) {
-  const uint32_t l = in.u32("local_tp_size"), r = in.u32("remote_tp_size");
-  int32_t out = 0;
-  call([&](pdkv_error_t** e) { return pdkv_tp_ratio(l, r, &out, e); });
-  return {{"tp_ratio", out}};
-}
 
-json op_handshake_target_ranks(Input& in) {
-  const uint32_t l = in.u32("local_tp_size"), rank = in.u32("local_tp_rank"), r = in.u32("remote_tp_size");
-  pdkv_u32_list_t* raw = nullptr;
-  call([&](pdkv_error_t** e) { return pdkv_handshake_target_ranks(l, rank, r, &raw, e); });
-  std::unique_ptr<pdkv_u32_list_t, void (*)(pdkv_u32_list_t*)> list(raw, pdkv_u32_list_free);
-  const uint32_t* items = nullptr;
-  size_t n = 0;
-  call([&](pdkv_error_t** e) { return pdkv_u32_list_items(list.get(), &items, &n, e); });
-  return {{"ranks", n == 0 ? std::vector<uint32_t>{} : std::vector<uint32_t>(items, items + n)}};
-}
 
 json op_physical_head_range(Input& in) {
   const uint32_t tp_size = in.u32("tp_size"), tp_rank = in.u32("tp_rank"), k = in.u32("total_kv_heads");
@@ -235,12 +219,6 @@ json op_physical_head_range(Input& in) {
   return {{"begin", b}, {"end", e}};
 }
 
-json op_notifications_expected(Input& in) {
-  const uint32_t p = in.u32("p_tp_size"), d = in.u32("d_tp_size");
-  uint32_t out = 0;
-  call([&](pdkv_error_t** e) { return pdkv_notifications_expected_per_request(p, d, &out, e); });
-  return {{"count", out}};
-}
 
 json op_tp_mapping(Input& in) {
   pdkv_tp_mapping_params_t p{};
@@ -288,19 +266,7 @@ json op_tp_mapping(Input& in) {
           {"remote_physical_heads", i.remote_physical_heads}};
 }
 
-json op_physical_blocks_per_logical(Input& in) {
-  const uint64_t c = in.u64("conv_bytes"), s = in.u64("ssm_bytes"), b = in.u64("block_len");
-  uint64_t out = 0;
-  call([&](pdkv_error_t** e) { return pdkv_physical_blocks_per_logical(c, s, b, &out, e); });
-  return {{"ppl", out}};
-}
 
-json op_block_size_ratio(Input& in) {
-  const uint64_t l = in.u64("local_kernel_block_size"), r = in.u64("remote_kernel_block_size");
-  uint64_t out = 0;
-  call([&](pdkv_error_t** e) { return pdkv_block_size_ratio(l, r, &out, e); });
-  return {{"ratio", out}};
-}
 
 json op_geometry(Input& in) {
   const std::string model = in.str("model");
@@ -425,12 +391,6 @@ json op_clip_exchange_blocks(Input& in) {
   return {{"ids", items_of(raw)}};
 }
 
-json op_sliding_window_blocks_to_keep(Input& in) {
-  const uint64_t w = in.u64("window"), bs = in.u64("block_size");
-  uint64_t out = 0;
-  call([&](pdkv_error_t** e) { return pdkv_sliding_window_blocks_to_keep(w, bs, &out, e); });
-  return {{"blocks", out}};
-}
 
 json op_descriptor_ids(Input& in) {
   const json& groups_in = in.raw("groups");
@@ -480,13 +440,6 @@ json op_map_block_ids_for_block_size_ratio(Input& in) {
   return {{"ids", items_of(raw)}};
 }
 
-json op_d_num_new_matched_tokens(Input& in) {
-  const uint64_t n = in.u64("num_prompt_tokens"), c = in.u64("num_computed_tokens");
-  const uint8_t mamba = in.boolean("has_mamba") ? 1 : 0;
-  uint64_t out = 0;
-  call([&](pdkv_error_t** e) { return pdkv_d_num_new_matched_tokens(n, c, mamba, &out, e); });
-  return {{"tokens", out}};
-}
 
 json op_derive_offload_geometry(Input& in) {
   const uint64_t nb = in.u64("config_num_blocks"), gbs = in.u64("gpu_block_size"), hbs = in.u64("hash_block_size");
@@ -1434,13 +1387,6 @@ json op_permute_kv_block(Input& in) {
 }
 
 /// vLLM's default pipeline split of `num_layers` (pdkv_pipeline_layer_window).
-json op_pipeline_layer_window(Input& in) {
-  uint32_t b = 0, e = 0;
-  call([&](pdkv_error_t** x) {
-    return pdkv_pipeline_layer_window(in.u32("num_layers"), in.u32("pp_size"), in.u32("pp_rank"), &b, &e, x);
-  });
-  return {{"begin", b}, {"end", e}};
-}
 
 /// Pairs P stages with D stages (pdkv_pipeline_stage_pairs) and reports, per P stage, the
 /// notifications each of its ranks waits for (pdkv_pipeline_notifications_expected).
@@ -1642,17 +1588,12 @@ json op_engine_plan(Input& in) {
 const std::map<std::string, Op>& ops() {
   static const std::map<std::string, Op> table = [] {
     std::map<std::string, Op> t = {
-      {"tp_ratio", {{"tp_ratio"}, op_tp_ratio}},
-      {"handshake_target_ranks", {{"ranks"}, op_handshake_target_ranks}},
       {"physical_head_range", {{"begin", "end"}, op_physical_head_range}},
-      {"notifications_expected", {{"count"}, op_notifications_expected}},
       {"tp_mapping",
        {{"tp_ratio", "handshake_targets", "attention_source_ranks", "mamba_source_ranks", "all_source_ranks",
          "attention_slots", "notify_ranks", "rank_offset_factor", "local_replicated", "remote_replicated",
          "local_physical_heads", "remote_physical_heads"},
         op_tp_mapping}},
-      {"physical_blocks_per_logical", {{"ppl"}, op_physical_blocks_per_logical}},
-      {"block_size_ratio", {{"ratio"}, op_block_size_ratio}},
       {"geometry",
        {{"kv_heads_per_rank", "kv_head_bytes_per_token", "attn_bytes_per_token", "conv_bytes", "ssm_bytes", "mamba_page_bytes", "block_size",
          "mamba_block_size", "attn_page_bytes", "padding_ppm", "kernel_block_size", "physical_per_logical",
@@ -1660,11 +1601,9 @@ const std::map<std::string, Op>& ops() {
         op_geometry}},
       {"mamba_reads", {{"reads", "source_ranks"}, op_mamba_reads}},
       {"clip_exchange_blocks", {{"ids"}, op_clip_exchange_blocks}},
-      {"sliding_window_blocks_to_keep", {{"blocks"}, op_sliding_window_blocks_to_keep}},
       {"descriptor_ids", {{"ids"}, op_descriptor_ids}},
       {"logical_to_kernel_block_ids", {{"ids"}, op_logical_to_kernel_block_ids}},
       {"map_block_ids_for_block_size_ratio", {{"ids"}, op_map_block_ids_for_block_size_ratio}},
-      {"d_num_new_matched_tokens", {{"tokens"}, op_d_num_new_matched_tokens}},
       {"plan_remote_decode_prefill", {{"num_prompt_tokens", "computed_tokens", "new_tokens"}, op_plan_remote_decode_prefill}},
       {"derive_offload_geometry", {{"num_blocks", "hash_blocks_per_block"}, op_derive_offload_geometry}},
       {"trim_group",
@@ -1698,7 +1637,6 @@ const std::map<std::string, Op>& ops() {
       {"handshake_validate_engine_ranks", {{"items"}, op_handshake_validate_engine_ranks}},
       {"transfer_plan_json", {{"lines"}, op_transfer_plan_json}},
       {"engine_plan", {{"groups", "num_regions", "lines"}, op_engine_plan}},
-      {"pipeline_layer_window", {{"begin", "end"}, op_pipeline_layer_window}},
       {"pipeline_stage_pairs", {{"pairs", "notifications"}, op_pipeline_stage_pairs}},
       {"permute_kv_block", {{"hex"}, op_permute_kv_block}},
     };
@@ -1844,27 +1782,27 @@ TEST_CASE("conformance runner rejects malformed cases", "[capi][conformance]") {
   // The runner itself must fail on these, so a broken vector can never pass silently.
   CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"no_such_op","input":{},"output":{}})")),
              Catch::Matchers::Contains("unknown op"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1}})")),
              Catch::Matchers::Contains("exactly one"));
   CHECK_THAT(run_case(json::parse(
-                 R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1},"output":{"tp_ratio":1},
+                 R"({"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1},"output":{"out":1},
                      "error":{"status":"PDKV_OK"}})")),
              Catch::Matchers::Contains("exactly one"));
   CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"physical_head_range","input":{"tp_size":1,"tp_rank":0,"total_kv_heads":2},"output":{"begin":0}})")),
              Catch::Matchers::Contains("missing output key 'end'"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1},"output":{"tp_ratio":1,"x":2}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1},"output":{"out":1,"x":2}})")),
              Catch::Matchers::Contains("extra output key"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1,"typo":3},"output":{"tp_ratio":1}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1,"typo":3},"output":{"out":1}})")),
              Catch::Matchers::Contains("unknown input key"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":4,"remote_tp_size":2},"output":{"tp_ratio":3}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":4,"remote_tp_size":2},"output":{"out":3}})")),
              Catch::Matchers::Contains("expected 3, got 2"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}})")),
              Catch::Matchers::Contains("does not contain 'zzz'"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_OVERFLOW"}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_OVERFLOW"}})")),
              Catch::Matchers::Contains("expected PDKV_ERR_OVERFLOW"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":1.5},"output":{"tp_ratio":1}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":2,"remote_tp_size":1.5},"output":{"out":1}})")),
              Catch::Matchers::Contains("floats"));
-  CHECK(run_case(json::parse(R"({"name":"x","op":"tp_ratio","input":{"local_tp_size":4,"remote_tp_size":2},"output":{"tp_ratio":2}})")) == "");
+  CHECK(run_case(json::parse(R"({"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":4,"remote_tp_size":2},"output":{"out":2}})")) == "");
   // item_messages_contain: a substring missing from an item's message, or a count different from
   // the item count, fails the case.
   const std::string ranks =

@@ -309,10 +309,7 @@ fn check_keys(what: &str, m: &BTreeMap<String, Json>, allowed: &[&str]) -> CaseR
 /// Input keys each op defines (required and optional), per docs/conformance.md.
 fn input_keys(op: &str) -> Option<&'static [&'static str]> {
     Some(match op {
-        "tp_ratio" => &["local_tp_size", "remote_tp_size"],
-        "handshake_target_ranks" => &["local_tp_size", "local_tp_rank", "remote_tp_size"],
         "physical_head_range" => &["tp_size", "tp_rank", "total_kv_heads"],
-        "notifications_expected" => &["p_tp_size", "d_tp_size"],
         "tp_mapping" => &[
             "local_tp_size",
             "local_tp_rank",
@@ -321,8 +318,6 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
             "use_mla",
             "has_mamba",
         ],
-        "physical_blocks_per_logical" => &["conv_bytes", "ssm_bytes", "block_len"],
-        "block_size_ratio" => &["local_kernel_block_size", "remote_kernel_block_size"],
         "geometry" => &["model", "engine"],
         "mamba_reads" => &["model", "prefill", "decode", "decode_rank", "rule"],
         "clip_exchange_blocks" => &[
@@ -334,7 +329,6 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
             "cache_mode",
             "num_speculative_blocks",
         ],
-        "sliding_window_blocks_to_keep" => &["window", "block_size"],
         "descriptor_ids" => &[
             "groups",
             "num_blocks",
@@ -345,7 +339,6 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
         ],
         "logical_to_kernel_block_ids" => &["ids", "kind", "blocks_per_logical"],
         "map_block_ids_for_block_size_ratio" => &["ids", "kind", "block_size_ratio", "remote_len"],
-        "d_num_new_matched_tokens" => &["num_prompt_tokens", "num_computed_tokens", "has_mamba"],
         "plan_remote_decode_prefill" => &[
             "num_prompt_tokens",
             "local_hit_tokens",
@@ -472,7 +465,6 @@ fn input_keys(op: &str) -> Option<&'static [&'static str]> {
         "model_preset" => &["model"],
         "model_hf_config" => &["json", "name"],
         "handshake_validate_engine_ranks" => &["ranks", "item_messages_contain"],
-        "pipeline_layer_window" => &["num_layers", "pp_size", "pp_rank"],
         "pipeline_stage_pairs" => &["model", "prefill", "decode"],
         _ => return None,
     })
@@ -1304,21 +1296,6 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
         .ok_or_else(|| format!("unknown op {op:?}: this runner cannot execute it"))?;
     check_keys("input", input, allowed)?;
     Ok(match op {
-        "tp_ratio" => {
-            let r = lib!(tp_ratio(
-                u32_of(input, "local_tp_size")?,
-                u32_of(input, "remote_tp_size")?
-            ));
-            out(vec![("tp_ratio", Json::Int(r as i64))])
-        }
-        "handshake_target_ranks" => {
-            let r = lib!(handshake_target_ranks(
-                u32_of(input, "local_tp_size")?,
-                u32_of(input, "local_tp_rank")?,
-                u32_of(input, "remote_tp_size")?
-            ));
-            out(vec![("ranks", ranks(&r))])
-        }
         "physical_head_range" => {
             let r = lib!(physical_head_range(
                 u32_of(input, "tp_size")?,
@@ -1329,13 +1306,6 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 ("begin", Json::Int(r.start as i64)),
                 ("end", Json::Int(r.end as i64)),
             ])
-        }
-        "notifications_expected" => {
-            let n = lib!(notifications_expected_per_request(
-                u32_of(input, "p_tp_size")?,
-                u32_of(input, "d_tp_size")?
-            ));
-            out(vec![("count", Json::Int(n as i64))])
         }
         "tp_mapping" => {
             let m = lib!(TpMapping::new(&TpMappingParams {
@@ -1379,21 +1349,6 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                     Json::Int(i.remote_physical_heads as i64),
                 ),
             ])
-        }
-        "physical_blocks_per_logical" => {
-            let p = lib!(physical_blocks_per_logical(
-                u64_of(input, "conv_bytes")?,
-                u64_of(input, "ssm_bytes")?,
-                u64_of(input, "block_len")?
-            ));
-            out(vec![("ppl", u(p))])
-        }
-        "block_size_ratio" => {
-            let r = lib!(block_size_ratio(
-                u64_of(input, "local_kernel_block_size")?,
-                u64_of(input, "remote_kernel_block_size")?
-            ));
-            out(vec![("ratio", u(r))])
         }
         "geometry" => {
             let model = lib!(Model::from_preset(str_of(input, "model")?));
@@ -1451,13 +1406,6 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
             let ids = lib!(clip_exchange_blocks(&u64s(field(input, "ids")?)?, &params));
             out(vec![("ids", u64_arr(&ids))])
         }
-        "sliding_window_blocks_to_keep" => {
-            let n = lib!(sliding_window_blocks_to_keep(
-                u64_of(input, "window")?,
-                u64_of(input, "block_size")?
-            ));
-            out(vec![("blocks", u(n))])
-        }
         "descriptor_ids" => {
             let groups = match field(input, "groups")? {
                 Json::Arr(v) => v
@@ -1499,14 +1447,6 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 u64_of(input, "remote_len")?
             ));
             out(vec![("ids", u64_arr(&ids))])
-        }
-        "d_num_new_matched_tokens" => {
-            let n = lib!(d_num_new_matched_tokens(
-                u64_of(input, "num_prompt_tokens")?,
-                u64_of(input, "num_computed_tokens")?,
-                bool_of(input, "has_mamba")?
-            ));
-            out(vec![("tokens", u(n))])
         }
         "plan_remote_decode_prefill" => {
             let p = lib!(plan_remote_decode_prefill(
@@ -1836,17 +1776,6 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 u64_of(input, "head_bytes")?
             ));
             out(vec![("hex", Json::Str(hex_encode(&b)))])
-        }
-        "pipeline_layer_window" => {
-            let (b, e) = lib!(pipeline_layer_window(
-                u32_of(input, "num_layers")?,
-                u32_of(input, "pp_size")?,
-                u32_of(input, "pp_rank")?
-            ));
-            out(vec![
-                ("begin", Json::Int(b as i64)),
-                ("end", Json::Int(e as i64)),
-            ])
         }
         "pipeline_stage_pairs" => {
             let model = lib!(model_of(input)?);
@@ -2206,10 +2135,10 @@ fn parser_accepts_the_subset_and_rejects_the_rest() {
 #[test]
 fn runner_detects_mismatches_and_unknown_ops() {
     let case = |s: &str| Parser::parse(s).unwrap();
-    assert!(run_case(&case(r#"{"name":"ok","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":4},"output":{"tp_ratio":-2}}"#)).is_ok());
-    assert!(run_case(&case(r#"{"name":"bad","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":4},"output":{"tp_ratio":2}}"#)).is_err());
+    assert!(run_case(&case(r#"{"name":"ok","op":"pdkv_tp_ratio","input":{"local_tp_size":2,"remote_tp_size":4},"output":{"out":-2}}"#)).is_ok());
+    assert!(run_case(&case(r#"{"name":"bad","op":"pdkv_tp_ratio","input":{"local_tp_size":2,"remote_tp_size":4},"output":{"out":2}}"#)).is_err());
     assert!(run_case(&case(
-        r#"{"name":"key","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":4},"output":{"nope":2}}"#
+        r#"{"name":"key","op":"pdkv_tp_ratio","input":{"local_tp_size":2,"remote_tp_size":4},"output":{"nope":2}}"#
     ))
     .is_err());
     assert!(run_case(&case(
@@ -2218,16 +2147,16 @@ fn runner_detects_mismatches_and_unknown_ops() {
     .unwrap_err()
     .contains("unknown op"));
     let typo = run_case(&case(
-        r#"{"name":"typo","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":4,"remote_pt":1},"output":{"tp_ratio":-2}}"#,
+        r#"{"name":"typo","op":"pdkv_tp_ratio","input":{"local_tp_size":2,"remote_tp_size":4,"remote_pt":1},"output":{"out":-2}}"#,
     ));
     assert!(typo.unwrap_err().contains("remote_pt"));
     let lacking = run_case(&case(
         r#"{"name":"lack","op":"physical_head_range","input":{"tp_size":2,"tp_rank":1,"total_kv_heads":4},"output":{"begin":2}}"#,
     ));
     assert!(lacking.unwrap_err().contains("end"));
-    assert!(run_case(&case(r#"{"name":"st","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_OVERFLOW","message_contains":[]}}"#)).is_err());
-    assert!(run_case(&case(r#"{"name":"msg","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}}"#)).is_err());
-    assert!(run_case(&case(r#"{"name":"err","op":"tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["2","3"]}}"#)).is_ok());
+    assert!(run_case(&case(r#"{"name":"st","op":"pdkv_tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_OVERFLOW","message_contains":[]}}"#)).is_err());
+    assert!(run_case(&case(r#"{"name":"msg","op":"pdkv_tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["zzz"]}}"#)).is_err());
+    assert!(run_case(&case(r#"{"name":"err","op":"pdkv_tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_TP_NOT_DIVISIBLE","message_contains":["2","3"]}}"#)).is_ok());
 }
 
 /// Cross-op checks of the planning handlers beyond the vectors: each must run, produce its
