@@ -986,8 +986,9 @@ def plain_functions(api: Api) -> List[Plain]:
         else:
             bad = next((q for q in outs if not (q.type.ptrs == (False,) and not q.type.const
                                                 and q.type.base in PLAIN_OUTPUTS)), out)
-            raise HeaderError(f"{where}: {PLAIN_MARK} output {bad.name} is {bad.type.c()}, not a scalar pointer "
-                              "or a lone pdkv_X_list_t **")
+            raise HeaderError(f"{where}: {PLAIN_MARK} parameter {bad.name} is {bad.type.c()}: the inputs are "
+                              "uint32_t, uint64_t, int32_t or uint8_t values, the outputs after them non-const "
+                              "pointers to those, or one pdkv_X_list_t **")
         doc = " ".join(f.doc.replace(PLAIN_MARK, "").split())
         found.append(Plain(f, f.name[len("pdkv_"):], inputs, outs, list_kind, item, doc))
     return found

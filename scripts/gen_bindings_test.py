@@ -164,7 +164,17 @@ def main() -> int:
         check(r.returncode == 1 and "python/pdkv/_plain.py" in r.stdout and "go/zz_plain.go" in r.stdout
               and "rust/pdkv/src/plain.rs" in r.stdout and "tests/capi/conformance_plain.inc" in r.stdout,
               "the drift check fails on an added @plain function in every generated wrapper file")
-        for what, bad in [("pointer input", "const uint32_t *ids"), ("handle input", "const pdkv_model_t *model")]:
+        fn2 = ("/* Two outputs. @plain */\n"
+               "PDKV_API pdkv_status_t pdkv_plain_pair(uint64_t x, uint32_t *lo, uint8_t *hi, pdkv_error_t **err);\n")
+        root = edited_copy(tmp, "plain-pair", "plan.h", "#ifdef __cplusplus\n} /* extern \"C\" */", fn2 + "\n#ifdef __cplusplus\n} /* extern \"C\" */")
+        out = gen.generate(root)
+        check("def plain_pair(x: int) -> Tuple[int, bool]:" in out["python/pdkv/_plain.py"]
+              and "func PlainPair(x uint64) (uint32, bool, error) {" in out["go/zz_plain.go"]
+              and "pub fn plain_pair(x: u64) -> Result<(u32, bool)> {" in out["rust/pdkv/src/plain.rs"]
+              and 'table["pdkv_plain_pair"] = {{"lo", "hi"},' in out["tests/capi/conformance_plain.inc"],
+              "a @plain function with two scalar outputs returns a tuple and has one op key per output")
+        for what, bad in [("pointer input", "const uint32_t *ids"), ("handle input", "const pdkv_model_t *model"),
+                          ("list beside a scalar output", "uint32_t x, uint32_t *n, pdkv_u32_list_t **more")]:
             root = edited_copy(tmp, "plain-" + what.replace(" ", "-"), "plan.h", "#ifdef __cplusplus\n} /* extern \"C\" */",
                                f"/* @plain */\nPDKV_API pdkv_status_t pdkv_plain_bad({bad}, uint64_t *out, pdkv_error_t **err);\n"
                                "\n#ifdef __cplusplus\n} /* extern \"C\" */")
