@@ -350,7 +350,7 @@ func TestConformanceRunnerFailsCases(t *testing.T) {
 	}
 	fails(`{"name":"x","op":"no_such_op","input":{},"output":{}}`, "unknown op")
 	fails(`{"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1}}`, "exactly one")
-	fails(`{"name":"x","op":"physical_head_range","input":{"tp_size":1,"tp_rank":0,"total_kv_heads":2},"output":{"begin":0}}`,
+	fails(`{"name":"x","op":"pdkv_physical_head_range","input":{"tp_size":1,"tp_rank":0,"total_kv_heads":2},"output":{"begin":0}}`,
 		"the vector lacks this output key")
 	fails(`{"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1},"output":{"out":1,"x":2}}`, "does not produce this key")
 	fails(`{"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1,"typo":3},"output":{"out":1}}`, "input.typo")

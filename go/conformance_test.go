@@ -275,10 +275,6 @@ func presetModel(t *testing.T, name string) (*Model, error) {
 
 // ops maps every op of docs/conformance.md to its runner. An op not listed here fails.
 var ops = map[string]opFunc{
-	"physical_head_range": func(t *testing.T, i *in) (out, error) {
-		b, e, err := PhysicalHeadRange(i.u32("tp_size"), i.u32("tp_rank"), i.u32("total_kv_heads"))
-		return out{"begin": b, "end": e}, err
-	},
 	"tp_mapping": func(t *testing.T, i *in) (out, error) {
 		m, err := NewTpMapping(TpMappingParams{
 			LocalTpSize: i.u32("local_tp_size"), LocalTpRank: i.u32("local_tp_rank"), RemoteTpSize: i.u32("remote_tp_size"),

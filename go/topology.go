@@ -10,18 +10,6 @@ import (
 	"unsafe"
 )
 
-// PhysicalHeadRange returns the KV heads [begin, end) that rank tpRank of a TP group of size
-// tpSize physically holds (contiguous GQA placement). Errors: ErrInvalidArgument (tpSize or
-// heads zero, tpRank >= tpSize), ErrHeadsNotDivisible (names the heads and the TP size).
-func PhysicalHeadRange(tpSize, tpRank, totalKVHeads uint32) (begin, end uint32, err error) {
-	var b, e C.uint32_t
-	var cerr *C.pdkv_error_t
-	if err := check(C.pdkv_physical_head_range(C.uint32_t(tpSize), C.uint32_t(tpRank), C.uint32_t(totalKVHeads), &b, &e, &cerr), cerr); err != nil {
-		return 0, 0, err
-	}
-	return uint32(b), uint32(e), nil
-}
-
 // TpMappingParams are the inputs of a TP mapping: one local rank against one remote engine.
 type TpMappingParams struct {
 	// LocalTpSize is the local (D) TP size.

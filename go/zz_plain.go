@@ -44,6 +44,22 @@ func HandshakeTargetRanks(localTpSize uint32, localTpRank uint32, remoteTpSize u
 	return u32Slice(items, n), nil
 }
 
+// PhysicalHeadRange wraps pdkv_physical_head_range: KV heads that rank `tp_rank` of a TP group of
+// size `tp_size` physically holds (contiguous GQA placement), as the half-open range [*begin,
+// *end). tp_size <= K: K/tp_size heads per rank; tp_size > K: one head shared by tp_size/K
+// consecutive ranks. Errors: NULL_POINTER (begin, end), INVALID_ARGUMENT (tp_size or K zero,
+// tp_rank >= tp_size), HEADS_NOT_DIVISIBLE (names K and the TP size). Thread-safe. A failure is an
+// *Error of the C status.
+func PhysicalHeadRange(tpSize uint32, tpRank uint32, totalKvHeads uint32) (uint32, uint32, error) {
+	var outBegin C.uint32_t
+	var outEnd C.uint32_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_physical_head_range(C.uint32_t(tpSize), C.uint32_t(tpRank), C.uint32_t(totalKvHeads), &outBegin, &outEnd, &cerr), cerr); err != nil {
+		return 0, 0, err
+	}
+	return uint32(outBegin), uint32(outEnd), nil
+}
+
 // NotificationsExpectedPerRequest wraps pdkv_notifications_expected_per_request: P side, pull mode:
 // READ-done notifications each P rank must receive per request before it frees the request's blocks
 // (d_tp_size/p_tp_size when d_tp_size > p_tp_size, else 1). Errors: NULL_POINTER (out),

@@ -21,6 +21,11 @@ func init() {
 		r0, err := HandshakeTargetRanks(i.u32("local_tp_size"), i.u32("local_tp_rank"), i.u32("remote_tp_size"))
 		return out{"out": r0}, err
 	}
+	plainOps["pdkv_physical_head_range"] = true
+	ops["pdkv_physical_head_range"] = func(t *testing.T, i *in) (out, error) {
+		r0, r1, err := PhysicalHeadRange(i.u32("tp_size"), i.u32("tp_rank"), i.u32("total_kv_heads"))
+		return out{"begin": r0, "end": r1}, err
+	}
 	plainOps["pdkv_notifications_expected_per_request"] = true
 	ops["pdkv_notifications_expected_per_request"] = func(t *testing.T, i *in) (out, error) {
 		r0, err := NotificationsExpectedPerRequest(i.u32("p_tp_size"), i.u32("d_tp_size"))

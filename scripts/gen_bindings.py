@@ -941,6 +941,7 @@ class Plain:
     list_kind: Optional[str]  # "u32" for pdkv_u32_list_t, None for scalar outputs
     item: str  # C type of the list items (list) or of the first scalar output
     doc: str  # the header comment without the marker
+    range: bool = False  # @plain(range): outputs begin and end of a half-open range (Rust: Range)
 
     @property
     def out(self) -> Param:
@@ -989,8 +990,12 @@ def plain_functions(api: Api) -> List[Plain]:
             raise HeaderError(f"{where}: {PLAIN_MARK} parameter {bad.name} is {bad.type.c()}: the inputs are "
                               "uint32_t, uint64_t, int32_t or uint8_t values, the outputs after them non-const "
                               "pointers to those, or one pdkv_X_list_t **")
-        doc = " ".join(f.doc.replace(PLAIN_MARK, "").split())
-        found.append(Plain(f, f.name[len("pdkv_"):], inputs, outs, list_kind, item, doc))
+        is_range = PLAIN_MARK + "(range)" in f.doc
+        if is_range and ([q.name for q in outs] != ["begin", "end"] or outs[0].type != outs[1].type
+                         or list_kind is not None or item == "uint8_t"):
+            raise HeaderError(f"{where}: {PLAIN_MARK}(range) needs exactly the integer outputs begin and end")
+        doc = " ".join(f.doc.replace(PLAIN_MARK + "(range)", "").replace(PLAIN_MARK, "").split())
+        found.append(Plain(f, f.name[len("pdkv_"):], inputs, outs, list_kind, item, doc, is_range))
     return found
 
 
@@ -1180,11 +1185,14 @@ def gen_rust_plain(api: Api) -> str:
             rts = [RUST_TYPES[q.type.base] for q in p.outs]
             rt = rts[0] if len(rts) == 1 else f"({', '.join(rts)})"
             vals = [f"{v} != 0" if t == "bool" else v for v, t in zip(vs, rts)]
+            if p.range:
+                rt = f"std::ops::Range<{rts[0]}>"
             out += [f"pub fn {p.short}({params}) -> Result<{rt}> {{"]
             out += [f"    let mut {v} = 0{'u8' if t == 'bool' else t};" for v, t in zip(vs, rts)]
             out += [f"    // SAFETY: scalar arguments and valid out pointers.",
                     f"    check(|e| unsafe {{ sys::{p.fn.name}({cargs}, {', '.join('&mut ' + v for v in vs)}, e) }})?;",
-                    f"    Ok({vals[0]})" if len(vals) == 1 else f"    Ok(({', '.join(vals)}))", "}"]
+                    f"    Ok({vals[0]})" if len(vals) == 1 else
+                    f"    Ok({vals[0]}..{vals[1]})" if p.range else f"    Ok(({', '.join(vals)}))", "}"]
     return "\n".join(out) + "\n"
 
 
@@ -1208,7 +1216,7 @@ def gen_rust_plain_ops(api: Api) -> str:
         args = ", ".join(f'{RUST_ACCESSORS[q.type.base]}(input, "{q.name}")?' for q in p.inputs)
         pairs = []
         for k, q in enumerate(p.outs):
-            r = "r" if len(p.outs) == 1 else f"r.{k}"
+            r = "r" if len(p.outs) == 1 else (f"r.{('start', 'end')[k]}" if p.range else f"r.{k}")
             if p.list_kind:
                 conv = 'i64::try_from(v).expect("fits i64")' if p.item == "uint64_t" else "i64::from(v)"
                 val = f"Json::Arr(r.iter().map(|&v| Json::Int({conv})).collect())"

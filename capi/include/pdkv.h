@@ -66,7 +66,8 @@
  *  - A function whose comment ends in @plain has the plain shape: it returns pdkv_status_t,
  *    takes only scalar inputs (uint32_t, uint64_t, int32_t enums, uint8_t booleans), then its
  *    outputs (one or more uint32_t, uint64_t, int32_t or uint8_t pointers, or one
- *    pdkv_X_list_t ** of integers), then err. Its idiomatic wrappers in the bindings and its conformance op are
+ *    pdkv_X_list_t ** of integers), then err. @plain(range) marks outputs named begin and end
+ *    as a half-open range. Its idiomatic wrappers in the bindings and its conformance op are
  *    generated from this header (scripts/gen_bindings.py refuses a marked function of another
  *    shape).
  *

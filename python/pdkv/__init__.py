@@ -93,6 +93,7 @@ from ._plain import (
     handshake_target_ranks,
     notifications_expected_per_request,
     physical_blocks_per_logical,
+    physical_head_range,
     pipeline_layer_window,
     sliding_window_blocks_to_keep,
     tp_ratio,
@@ -114,7 +115,6 @@ from .model import (
 from .topology import (
     TpMapping,
     TpMappingInfo,
-    physical_head_range,
 )
 
 from .blocks import (

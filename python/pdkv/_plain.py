@@ -34,6 +34,21 @@ def handshake_target_ranks(local_tp_size: int, local_tp_rank: int, remote_tp_siz
     return take_list("u32", c_uint32, int, "pdkv_handshake_target_ranks", u32("local_tp_size", local_tp_size), u32("local_tp_rank", local_tp_rank), u32("remote_tp_size", remote_tp_size))
 
 
+def physical_head_range(tp_size: int, tp_rank: int, total_kv_heads: int) -> Tuple[int, int]:
+    """KV heads that rank `tp_rank` of a TP group of size `tp_size` physically holds (contiguous GQA
+    placement), as the half-open range [*begin, *end). tp_size <= K: K/tp_size heads per rank;
+    tp_size > K: one head shared by tp_size/K consecutive ranks. Errors: NULL_POINTER (begin, end),
+    INVALID_ARGUMENT (tp_size or K zero, tp_rank >= tp_size), HEADS_NOT_DIVISIBLE (names K and the
+    TP size). Thread-safe.
+
+    Generated wrapper of ``pdkv_physical_head_range``: a failure raises the :class:`PdkvError`
+    subclass of its status."""
+    out_begin = c_uint32()
+    out_end = c_uint32()
+    call("pdkv_physical_head_range", u32("tp_size", tp_size), u32("tp_rank", tp_rank), u32("total_kv_heads", total_kv_heads), byref(out_begin), byref(out_end))
+    return (out_begin.value, out_end.value)
+
+
 def notifications_expected_per_request(p_tp_size: int, d_tp_size: int) -> int:
     """P side, pull mode: READ-done notifications each P rank must receive per request before it frees
     the request's blocks (d_tp_size/p_tp_size when d_tp_size > p_tp_size, else 1). Errors:
@@ -128,6 +143,7 @@ def pipeline_layer_window(num_layers: int, pp_size: int, pp_rank: int) -> Tuple[
 PLAIN_OPS: Dict[str, Tuple[Callable[..., Any], Tuple[Tuple[str, str], ...], Tuple[str, ...]]] = {
     "pdkv_tp_ratio": (tp_ratio, (("local_tp_size", "int"), ("remote_tp_size", "int"),), ("out",)),
     "pdkv_handshake_target_ranks": (handshake_target_ranks, (("local_tp_size", "int"), ("local_tp_rank", "int"), ("remote_tp_size", "int"),), ("out",)),
+    "pdkv_physical_head_range": (physical_head_range, (("tp_size", "int"), ("tp_rank", "int"), ("total_kv_heads", "int"),), ("begin", "end")),
     "pdkv_notifications_expected_per_request": (notifications_expected_per_request, (("p_tp_size", "int"), ("d_tp_size", "int"),), ("out",)),
     "pdkv_backend_kernel_block_size": (backend_kernel_block_size, (("backend", "int"), ("block_size", "int"),), ("out",)),
     "pdkv_block_size_ratio": (block_size_ratio, (("local_kernel_block_size", "int"), ("remote_kernel_block_size", "int"),), ("out",)),
@@ -137,4 +153,4 @@ PLAIN_OPS: Dict[str, Tuple[Callable[..., Any], Tuple[Tuple[str, str], ...], Tupl
     "pdkv_pipeline_layer_window": (pipeline_layer_window, (("num_layers", "int"), ("pp_size", "int"), ("pp_rank", "int"),), ("begin", "end")),
 }
 
-__all__ = ['tp_ratio', 'handshake_target_ranks', 'notifications_expected_per_request', 'backend_kernel_block_size', 'block_size_ratio', 'physical_blocks_per_logical', 'sliding_window_blocks_to_keep', 'd_num_new_matched_tokens', 'pipeline_layer_window']
+__all__ = ['tp_ratio', 'handshake_target_ranks', 'physical_head_range', 'notifications_expected_per_request', 'backend_kernel_block_size', 'block_size_ratio', 'physical_blocks_per_logical', 'sliding_window_blocks_to_keep', 'd_num_new_matched_tokens', 'pipeline_layer_window']

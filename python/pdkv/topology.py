@@ -12,19 +12,6 @@ from ._base import Handle, array_copy, call, enum_value, flag, u32
 from .enums import TpMappingList
 
 
-def physical_head_range(tp_size: int, tp_rank: int, total_kv_heads: int) -> Tuple[int, int]:
-    """KV heads rank ``tp_rank`` of a TP group of ``tp_size`` holds, as half-open (begin, end)."""
-    b, e = c_uint32(), c_uint32()
-    call(
-        "pdkv_physical_head_range",
-        u32("tp_size", tp_size),
-        u32("tp_rank", tp_rank),
-        u32("total_kv_heads", total_kv_heads),
-        byref(b),
-        byref(e),
-    )
-    return b.value, e.value
-
 
 @dataclasses.dataclass(frozen=True)
 class TpMappingInfo:

@@ -118,11 +118,6 @@ def _kind(name: str) -> pdkv.GroupKind:
 # ---- ops ----------------------------------------------------------------------------------
 
 
-def op_physical_head_range(i: Input) -> Dict[str, Any]:
-    b, e = pdkv.physical_head_range(i.int("tp_size"), i.int("tp_rank"), i.int("total_kv_heads"))
-    return {"begin": b, "end": e}
-
-
 def op_tp_mapping(i: Input) -> Dict[str, Any]:
     with pdkv.TpMapping(
         i.int("local_tp_size"),
@@ -1010,7 +1005,6 @@ _METADATA_KEYS = {
 
 #: op -> (handler, full output key set).
 OPS: Dict[str, Tuple[Callable[[Input], Dict[str, Any]], Set[str]]] = {
-    "physical_head_range": (op_physical_head_range, {"begin", "end"}),
     "tp_mapping": (
         op_tp_mapping,
         {
@@ -1301,7 +1295,7 @@ def test_runner_fails_on_unknown_nested_input_key() -> None:
 
 def test_runner_fails_on_missing_output_key() -> None:
     with pytest.raises(VectorError, match="output keys"):
-        run_case({"name": "x", "op": "physical_head_range", "input": {"tp_size": 2, "tp_rank": 1, "total_kv_heads": 4}, "output": {"begin": 2}})
+        run_case({"name": "x", "op": "pdkv_physical_head_range", "input": {"tp_size": 2, "tp_rank": 1, "total_kv_heads": 4}, "output": {"begin": 2}})
 
 
 def test_runner_fails_on_wrong_status_or_message() -> None:

@@ -212,12 +212,6 @@ struct Op {
 
 
 
-json op_physical_head_range(Input& in) {
-  const uint32_t tp_size = in.u32("tp_size"), tp_rank = in.u32("tp_rank"), k = in.u32("total_kv_heads");
-  uint32_t b = 0, e = 0;
-  call([&](pdkv_error_t** err) { return pdkv_physical_head_range(tp_size, tp_rank, k, &b, &e, err); });
-  return {{"begin", b}, {"end", e}};
-}
 
 
 json op_tp_mapping(Input& in) {
@@ -1588,7 +1582,6 @@ json op_engine_plan(Input& in) {
 const std::map<std::string, Op>& ops() {
   static const std::map<std::string, Op> table = [] {
     std::map<std::string, Op> t = {
-      {"physical_head_range", {{"begin", "end"}, op_physical_head_range}},
       {"tp_mapping",
        {{"tp_ratio", "handshake_targets", "attention_source_ranks", "mamba_source_ranks", "all_source_ranks",
          "attention_slots", "notify_ranks", "rank_offset_factor", "local_replicated", "remote_replicated",
@@ -1788,7 +1781,7 @@ TEST_CASE("conformance runner rejects malformed cases", "[capi][conformance]") {
                  R"({"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1},"output":{"out":1},
                      "error":{"status":"PDKV_OK"}})")),
              Catch::Matchers::Contains("exactly one"));
-  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"physical_head_range","input":{"tp_size":1,"tp_rank":0,"total_kv_heads":2},"output":{"begin":0}})")),
+  CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"pdkv_physical_head_range","input":{"tp_size":1,"tp_rank":0,"total_kv_heads":2},"output":{"begin":0}})")),
              Catch::Matchers::Contains("missing output key 'end'"));
   CHECK_THAT(run_case(json::parse(R"({"name":"x","op":"pdkv_tp_ratio","input":{"local_tp_size":1,"remote_tp_size":1},"output":{"out":1,"x":2}})")),
              Catch::Matchers::Contains("extra output key"));

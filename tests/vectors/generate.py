@@ -3590,6 +3590,7 @@ PLAIN_OF_NAMED = {
     "sliding_window_blocks_to_keep": ("pdkv_sliding_window_blocks_to_keep", {"blocks": "out"}),
     "d_num_new_matched_tokens": ("pdkv_d_num_new_matched_tokens", {"tokens": "out"}),
     "pipeline_layer_window": ("pdkv_pipeline_layer_window", {}),
+    "physical_head_range": ("pdkv_physical_head_range", {}),
 }
 
 

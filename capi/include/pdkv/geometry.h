@@ -47,7 +47,7 @@ PDKV_API pdkv_status_t pdkv_handshake_target_ranks(uint32_t local_tp_size, uint3
  * placement), as the half-open range [*begin, *end). tp_size <= K: K/tp_size heads per rank;
  * tp_size > K: one head shared by tp_size/K consecutive ranks. Errors: NULL_POINTER (begin, end),
  * INVALID_ARGUMENT (tp_size or K zero, tp_rank >= tp_size), HEADS_NOT_DIVISIBLE (names K and the
- * TP size). Thread-safe. */
+ * TP size). Thread-safe. @plain(range) */
 PDKV_API pdkv_status_t pdkv_physical_head_range(uint32_t tp_size, uint32_t tp_rank,
                                                 uint32_t total_kv_heads, uint32_t *begin,
                                                 uint32_t *end, pdkv_error_t **err);

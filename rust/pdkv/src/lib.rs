@@ -95,8 +95,8 @@ pub use model::{preset_at, preset_count, presets, MambaType, Model, ModelDesc, P
 pub use pipeline::{pipeline_notifications_expected, pipeline_stage_pairs, StagePair};
 pub use plain::{
     backend_kernel_block_size, block_size_ratio, d_num_new_matched_tokens, handshake_target_ranks,
-    notifications_expected_per_request, physical_blocks_per_logical, pipeline_layer_window,
-    sliding_window_blocks_to_keep, tp_ratio,
+    notifications_expected_per_request, physical_blocks_per_logical, physical_head_range,
+    pipeline_layer_window, sliding_window_blocks_to_keep, tp_ratio,
 };
 pub use plan::{
     permute_kv_block, BlockPermute, PlanContext, PlanContextParams, PlanGroup, PlanGroupRef,
@@ -108,7 +108,7 @@ pub use scheduler::{
     AlignedSplitV0604Input, OffloadGeometry, OffloadLayer, RemoteDecodePrefill,
     RemoteDecodePrefillPlan,
 };
-pub use topology::{physical_head_range, TpList, TpMapping, TpMappingInfo, TpMappingParams};
+pub use topology::{TpList, TpMapping, TpMappingInfo, TpMappingParams};
 pub use transfer::{FailedRead, Transfer, TransferInfo, TransferOp, TransferParams, TransferState};
 pub use trim::{GroupTrim, GroupTrimInput, StatePair, TokenRun};
 

@@ -34,6 +34,21 @@ pub fn handshake_target_ranks(local_tp_size: u32, local_tp_rank: u32, remote_tp_
     )
 }
 
+/// KV heads that rank `tp_rank` of a TP group of size `tp_size` physically holds (contiguous GQA
+/// placement), as the half-open range \[\*begin, \*end). tp_size \<= K: K/tp_size heads per rank;
+/// tp_size \> K: one head shared by tp_size/K consecutive ranks. Errors: NULL_POINTER (begin, end),
+/// INVALID_ARGUMENT (tp_size or K zero, tp_rank \>= tp_size), HEADS_NOT_DIVISIBLE (names K and the
+/// TP size). Thread-safe.
+///
+/// Generated wrapper of `pdkv_physical_head_range`.
+pub fn physical_head_range(tp_size: u32, tp_rank: u32, total_kv_heads: u32) -> Result<std::ops::Range<u32>> {
+    let mut out_begin = 0u32;
+    let mut out_end = 0u32;
+    // SAFETY: scalar arguments and valid out pointers.
+    check(|e| unsafe { sys::pdkv_physical_head_range(tp_size, tp_rank, total_kv_heads, &mut out_begin, &mut out_end, e) })?;
+    Ok(out_begin..out_end)
+}
+
 /// P side, pull mode: READ-done notifications each P rank must receive per request before it frees
 /// the request's blocks (d_tp_size/p_tp_size when d_tp_size \> p_tp_size, else 1). Errors:
 /// NULL_POINTER (out), INVALID_ARGUMENT, TP_NOT_DIVISIBLE. Thread-safe.

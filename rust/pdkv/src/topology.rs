@@ -3,19 +3,7 @@ use crate::error::{Error, Result, Status};
 use crate::ffi_util::{check, slice};
 use pdkv_sys as sys;
 use std::mem;
-use std::ops::Range;
 use std::ptr::{self, NonNull};
-
-/// KV heads that rank `tp_rank` of a TP group of size `tp_size` physically holds, as a
-/// half-open range (`pdkv_physical_head_range`).
-pub fn physical_head_range(tp_size: u32, tp_rank: u32, total_kv_heads: u32) -> Result<Range<u32>> {
-    let (mut b, mut en) = (0u32, 0u32);
-    // SAFETY: valid out pointers.
-    check(|e| unsafe {
-        sys::pdkv_physical_head_range(tp_size, tp_rank, total_kv_heads, &mut b, &mut en, e)
-    })?;
-    Ok(b..en)
-}
 
 /// Inputs of a TP mapping: one local rank against one remote engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

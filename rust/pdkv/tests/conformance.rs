@@ -309,7 +309,6 @@ fn check_keys(what: &str, m: &BTreeMap<String, Json>, allowed: &[&str]) -> CaseR
 /// Input keys each op defines (required and optional), per docs/conformance.md.
 fn input_keys(op: &str) -> Option<&'static [&'static str]> {
     Some(match op {
-        "physical_head_range" => &["tp_size", "tp_rank", "total_kv_heads"],
         "tp_mapping" => &[
             "local_tp_size",
             "local_tp_rank",
@@ -1296,17 +1295,6 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
         .ok_or_else(|| format!("unknown op {op:?}: this runner cannot execute it"))?;
     check_keys("input", input, allowed)?;
     Ok(match op {
-        "physical_head_range" => {
-            let r = lib!(physical_head_range(
-                u32_of(input, "tp_size")?,
-                u32_of(input, "tp_rank")?,
-                u32_of(input, "total_kv_heads")?
-            ));
-            out(vec![
-                ("begin", Json::Int(r.start as i64)),
-                ("end", Json::Int(r.end as i64)),
-            ])
-        }
         "tp_mapping" => {
             let m = lib!(TpMapping::new(&TpMappingParams {
                 local_tp_size: u32_of(input, "local_tp_size")?,
@@ -2151,7 +2139,7 @@ fn runner_detects_mismatches_and_unknown_ops() {
     ));
     assert!(typo.unwrap_err().contains("remote_pt"));
     let lacking = run_case(&case(
-        r#"{"name":"lack","op":"physical_head_range","input":{"tp_size":2,"tp_rank":1,"total_kv_heads":4},"output":{"begin":2}}"#,
+        r#"{"name":"lack","op":"pdkv_physical_head_range","input":{"tp_size":2,"tp_rank":1,"total_kv_heads":4},"output":{"begin":2}}"#,
     ));
     assert!(lacking.unwrap_err().contains("end"));
     assert!(run_case(&case(r#"{"name":"st","op":"pdkv_tp_ratio","input":{"local_tp_size":2,"remote_tp_size":3},"error":{"status":"PDKV_ERR_OVERFLOW","message_contains":[]}}"#)).is_err());

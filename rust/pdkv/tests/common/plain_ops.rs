@@ -8,6 +8,7 @@ fn plain_op(op: &str, input: &BTreeMap<String, Json>) -> Option<CaseResult<Outco
     let run: fn(&BTreeMap<String, Json>) -> CaseResult<Outcome> = match op {
         "pdkv_tp_ratio" => plain_tp_ratio,
         "pdkv_handshake_target_ranks" => plain_handshake_target_ranks,
+        "pdkv_physical_head_range" => plain_physical_head_range,
         "pdkv_notifications_expected_per_request" => plain_notifications_expected_per_request,
         "pdkv_backend_kernel_block_size" => plain_backend_kernel_block_size,
         "pdkv_block_size_ratio" => plain_block_size_ratio,
@@ -30,6 +31,12 @@ fn plain_handshake_target_ranks(input: &BTreeMap<String, Json>) -> CaseResult<Ou
     check_keys("input", input, &["local_tp_size", "local_tp_rank", "remote_tp_size"])?;
     let r = lib!(handshake_target_ranks(u32_of(input, "local_tp_size")?, u32_of(input, "local_tp_rank")?, u32_of(input, "remote_tp_size")?));
     Ok(out(vec![("out", Json::Arr(r.iter().map(|&v| Json::Int(i64::from(v))).collect()))]))
+}
+
+fn plain_physical_head_range(input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
+    check_keys("input", input, &["tp_size", "tp_rank", "total_kv_heads"])?;
+    let r = lib!(physical_head_range(u32_of(input, "tp_size")?, u32_of(input, "tp_rank")?, u32_of(input, "total_kv_heads")?));
+    Ok(out(vec![("begin", Json::Int(i64::from(r.start))), ("end", Json::Int(i64::from(r.end)))]))
 }
 
 fn plain_notifications_expected_per_request(input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
