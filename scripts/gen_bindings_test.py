@@ -173,6 +173,17 @@ def main() -> int:
               and "pub fn plain_pair(x: u64) -> Result<(u32, bool)> {" in out["rust/pdkv/src/plain.rs"]
               and 'table["pdkv_plain_pair"] = {{"lo", "hi"},' in out["tests/capi/conformance_plain.inc"],
               "a @plain function with two scalar outputs returns a tuple and has one op key per output")
+        check("pub fn physical_head_range(tp_size: u32, tp_rank: u32, total_kv_heads: u32) -> Result<std::ops::Range<u32>> {"
+              in base["rust/pdkv/src/plain.rs"] and "Ok(out_begin..out_end)" in base["rust/pdkv/src/plain.rs"],
+              "@plain(range) makes the Rust wrapper return a Range")
+        root = edited_copy(tmp, "plain-range-names", "plan.h", "#ifdef __cplusplus\n} /* extern \"C\" */",
+                           "/* @plain(range) */\nPDKV_API pdkv_status_t pdkv_plain_bad(uint32_t x, uint32_t *lo, uint32_t *hi, pdkv_error_t **err);\n"
+                           "\n#ifdef __cplusplus\n} /* extern \"C\" */")
+        try:
+            gen.generate(root)
+            check(False, "@plain(range) with outputs not named begin, end is refused")
+        except gen.HeaderError as e:
+            check("begin and end" in str(e), f"@plain(range) with outputs not named begin, end is refused ({e})")
         for what, bad in [("pointer input", "const uint32_t *ids"), ("handle input", "const pdkv_model_t *model"),
                           ("list beside a scalar output", "uint32_t x, uint32_t *n, pdkv_u32_list_t **more")]:
             root = edited_copy(tmp, "plain-" + what.replace(" ", "-"), "plan.h", "#ifdef __cplusplus\n} /* extern \"C\" */",
