@@ -302,6 +302,7 @@ unsigned AgentCore::progress_locked() {
     }
     if (n == 0) break;
   }
+  total += tcp_progress_locked();
   // A tcp endpoint UCX declared failed, or a cma copy found the process gone: the peer is lost
   // (otherwise the control channel's heartbeats tell).
   std::vector<std::shared_ptr<PeerConn>> failed;

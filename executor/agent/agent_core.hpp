@@ -4,6 +4,8 @@
 // (posting, completions, deadlines). Internal to executor/.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <deque>
 #include <list>
@@ -25,6 +27,7 @@
 #include "cma/cma.hpp"
 #include "control/channel.hpp"
 #include "control/handshake.hpp"
+#include "tcpdp/data_frame.hpp"
 #include "pdkv/core/kv_permute.hpp"
 #include "ucx/endpoint.hpp"
 #include "ucx/worker.hpp"
@@ -50,11 +53,68 @@ inline constexpr uint64_t kCmaBatchBytes = 4u << 20;
 inline constexpr size_t kCmaBatchSegments = 512;
 inline constexpr uint64_t kCmaSplitBytes = 1u << 20;  // smaller batches are copied by one thread
 
+// The tcp data connection (tcp peers, agent_tcp.cpp): a lane keeps at most this many batches of
+// at most tcpdp::kMaxBatchBytes / tcpdp::kMaxPieces started and unanswered; a side that serves
+// READs stops reading requests while this many answers wait to be sent; one progress round moves
+// at most kTcpRoundBytes per peer and direction, so peers share progress and deadlines, cancels and
+// frees act between rounds. Nothing blocks: the socket is nonblocking and driven by progress.
+inline constexpr uint32_t kTcpWindow = 4;
+inline constexpr size_t kTcpMaxQueuedFrames = 16;
+inline constexpr uint64_t kTcpRoundBytes = 16u << 20;
+
 inline Clock::time_point deadline_after(Clock::time_point now, std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) return now;
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
   return timeout >= left ? Clock::time_point::max() : now + timeout;
 }
+
+class TransferJob;
+
+// A batch this side started on a tcp data connection (a READ's request, a WRITE's bytes), until
+// the peer answers it (ReadData, WriteAck) or the connection drops.
+struct TcpBatch {
+  std::shared_ptr<TransferJob> job;
+  uint32_t lane = 0;
+  bool write = false;
+  std::vector<uint32_t> ops;           // per piece: the operation's index in job->ops
+  std::vector<tcpdp::Piece> pieces;    // the peer's (region, offset, length)
+  std::vector<iovec> local;            // this side's memory, per piece
+  bool holds = false;                  // counted in job->inflight and the peer's inflight
+};
+
+// One frame queued for sending: its header and descriptors, then bytes straight from registered
+// memory.
+struct TcpOut {
+  std::vector<uint8_t> head;
+  std::vector<iovec> body;
+  uint64_t total = 0;
+  uint64_t sent = 0;
+  uint64_t write_batch = 0;                           // a Write frame: its batch (0: none)
+  std::vector<std::shared_ptr<Registration>> busy;    // a ReadData: regions busy until sent
+};
+
+// A tcp peer's data connection (nonblocking), its send queue, its unanswered batches and the
+// frame being received.
+struct TcpData {
+  int fd = -1;
+  tcpdp::FrameReader reader;
+  std::deque<TcpOut> out;
+  std::map<uint64_t, TcpBatch> batches;
+  uint64_t next_batch = 1;
+  // The payload being received: where it lands (registered memory or `sink`).
+  std::vector<iovec> rx;
+  size_t rx_index = 0;
+  uint64_t rx_batch = 0;                                  // ReadData: the batch it answers
+  bool rx_write = false;                                  // a Write: ack it when complete
+  uint32_t rx_ack_status = 0;
+  std::vector<std::shared_ptr<Registration>> rx_busy;     // a Write's target regions
+  std::vector<uint8_t> sink;                              // bytes nobody may keep
+  bool want_out = false;                                  // EPOLLOUT is watched
+  TcpData() = default;
+  TcpData(const TcpData&) = delete;
+  TcpData& operator=(const TcpData&) = delete;
+  ~TcpData();
+};
 
 // A connected peer's live resources. Owned by the core; destroyed (rkeys before the endpoint)
 // only once its endpoint has closed and no operation on it is in flight.
@@ -66,6 +126,7 @@ struct PeerConn {
   // peers, `cma`), never both. A cma peer has no endpoint and no unpacked keys.
   std::unique_ptr<UcxEndpoint> ep;
   std::unique_ptr<cma::PeerProcess> cma;
+  std::unique_ptr<TcpData> tcp;  // tcp peers: pdkv's own data connection
   uint64_t cma_probe_address = 0;  // the peer's probe, re-read to tell "gone" from "unmapped"
   cma::ProbeValue cma_probe{};
   std::vector<UcxRemoteKey> rkeys;              // per region index (empty: not advertised)
@@ -91,6 +152,8 @@ class TransferJob {
     uint32_t remote_region = 0;
     uint64_t length = 0;
     uint64_t cma_done = 0;  // bytes already copied (a piece larger than a cma batch spans several)
+    uint64_t tcp_started = 0;  // tcp: bytes handed to batches
+    uint64_t tcp_landed = 0;   // tcp: bytes that arrived (READ) or were acknowledged (WRITE)
     enum class State : uint8_t { Pending, InFlight, Done, Failed } state = State::Pending;
   };
   struct Lane {
@@ -110,6 +173,12 @@ class TransferJob {
     std::vector<uint32_t> cma_ops;
     size_t cma_next = 0;
     bool cma_busy = false;
+    // tcp data connection lanes: the operations (in order), the next one to start, and how many
+    // batches are started and unanswered (at most kTcpWindow).
+    bool tcp = false;
+    std::vector<uint32_t> tcp_ops;
+    size_t tcp_next = 0;
+    uint32_t tcp_outstanding = 0;
   };
 
   AgentCore* core = nullptr;  // for the UCX callbacks; they only run while the core lives
@@ -221,6 +290,32 @@ class AgentCore {
   void send_notify_locked(const std::shared_ptr<PeerConn>& peer, NotifyKind kind,
                           const std::string& request, uint64_t bytes, core::Status status);
   void flush_channel_locked(const std::shared_ptr<PeerConn>& peer);
+
+  // --- agent_tcp.cpp (the tcp data connection)
+  // Admission: the accepting side's listener for the peer's data connection, and the token the
+  // peer must present on it.
+  struct TcpOffer {
+    std::optional<Listener> listener;
+    std::array<uint8_t, tcpdp::kTokenBytes> token{};
+  };
+  std::unique_ptr<TcpOffer> tcp_offer(const ControlChannel& channel);
+  std::unique_ptr<TcpData> tcp_accept(TcpOffer& offer, Clock::time_point deadline);
+  std::unique_ptr<TcpData> tcp_connect(const ControlChannel& channel, uint16_t port,
+                                       const std::array<uint8_t, tcpdp::kTokenBytes>& token,
+                                       Clock::time_point deadline);
+  void tcp_attach_locked(PeerConn& peer);
+  unsigned tcp_progress_locked();  // frames received completely
+  void tcp_start_batches_locked(const std::shared_ptr<TransferJob>& job);
+  // Returns "" or why the connection failed (then *status says how).
+  std::string tcp_send_locked(PeerConn& peer);
+  std::string tcp_recv_locked(PeerConn& peer, core::Status* status, unsigned* frames);
+  void tcp_frame_ready_locked(PeerConn& peer);
+  void tcp_frame_done_locked(PeerConn& peer);
+  void tcp_batch_landed_locked(PeerConn& peer, TcpBatch& batch);
+  void tcp_drop_locked(PeerConn& peer, core::Status status, const std::string& why);
+  // The registered range [offset, offset + length) of this agent's region, or an empty string
+  // and `out` set: every range a peer names is checked here before a byte moves.
+  std::string tcp_check_local(const tcpdp::Piece& piece, iovec* out, std::shared_ptr<Registration>* reg) const;
 
   // --- agent_transfer.cpp
   void post_some_locked(TransferJob& job);

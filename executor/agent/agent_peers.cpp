@@ -159,15 +159,6 @@ std::shared_ptr<PeerRecord> AgentCore::connect(const HostPort& address,
   return admit(channel, result, std::move(*checked), false, deadline);
 }
 
-namespace {
-void on_wire_flush(void* user, ucs_status_t status) {
-  auto* conn = static_cast<PeerConn*>(user);
-  conn->inflight--;
-  conn->wire_status = status;
-  conn->wire_done = true;
-}
-}  // namespace
-
 // Waits for the next control frame while driving the worker every few milliseconds. Over tcp the
 // peer's own wire-up flush needs this worker's answers: once this side's flush is done, a
 // caller-progress agent has nobody else driving its worker while its application is blocked in
@@ -254,6 +245,7 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
     mine.reason = clip_message_text(why);
   }
   TransportChoice choice;
+  std::unique_ptr<TcpData> data;  // tcp: the data connection (agent_tcp.cpp)
   {
     if (!inbound) channel.send(mine, deadline);
     const Frame f = recv_progressing(channel, deadline);
@@ -275,7 +267,22 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
       }
       core::fail(Status::Transport, who + ": " + choice.refusal);
     }
-    if (inbound) channel.send(mine, deadline);
+    std::unique_ptr<TcpOffer> offer;
+    if (inbound) {
+      if (choice.mode == TransportMode::Tcp) {
+        offer = tcp_offer(channel);
+        mine.data_port = offer->listener->port();
+        mine.data_token = offer->token;
+      }
+      channel.send(mine, deadline);
+    }
+    if (choice.mode == TransportMode::Tcp) {
+      try {
+        data = inbound ? tcp_accept(*offer, deadline) : tcp_connect(channel, theirs.data_port, theirs.data_token, deadline);
+      } catch (const core::Error& e) {
+        core::fail(e.status(), who + ": opening the data connection: " + e.what());
+      }
+    }
   }
 
   auto conn = std::make_shared<PeerConn>();
@@ -298,16 +305,8 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
       conn->cma_probe = result.peer_info.cma_probe;
       conn->wire_done = true;
     } else {
-      conn->ep = UcxEndpoint::create(*worker_, result.peer_info.worker_address, ErrorMode::Peer);
-      conn->rkeys.resize(conn->remote_ranges.size());
-      for (const auto& k : result.peer_info.regions) conn->rkeys[k.region] = conn->ep->unpack_rkey(k.rkey);
-      const PostResult r = conn->ep->post_flush(&on_wire_flush, conn.get());
-      if (r.state == PostState::InFlight) {
-        conn->inflight++;
-      } else {
-        conn->wire_done = true;
-        conn->wire_status = r.status;
-      }
+      conn->tcp = std::move(data);
+      conn->wire_done = true;
     }
   }
   auto discard = [&](Status st, const std::string& why) {
@@ -375,6 +374,7 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
   }
   peers_[key] = conn;
   by_id_[conn->id] = conn;
+  if (conn->tcp) tcp_attach_locked(*conn);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = conn->id;
@@ -773,6 +773,8 @@ void AgentCore::lose_peer_locked(std::shared_ptr<PeerConn> peer, Status status,
   if (peer->inflight == 0) peer->rkeys.clear();
   // Cancels every operation in flight on it (each is called back with an error).
   if (peer->ep) peer->ep->close(true);
+  // Fails every batch on its data connection and closes it (nothing stays in flight).
+  tcp_drop_locked(*peer, status == Status::Shutdown ? Status::Shutdown : Status::PeerLost, name + " lost: " + why);
   for (auto& job : active_) {
     if (job->finalized) continue;
     bool uses = false;

@@ -225,11 +225,13 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
     lane.p_rank = lanes[l].p_rank;
     lane.remaining = per_lane[l].size();
     lane.cma = lanes[l].peer->cma != nullptr;
+    lane.tcp = lanes[l].peer->tcp != nullptr;
     job->lanes.push_back(std::move(lane));
   }
   for (size_t i = 0; i < job->ops.size(); ++i) {
     TransferJob::Lane& lane = job->lanes[job->ops[i].lane];
     if (lane.cma) lane.cma_ops.push_back(static_cast<uint32_t>(i));
+    if (lane.tcp) lane.tcp_ops.push_back(static_cast<uint32_t>(i));
   }
   for (const auto& lane : job->lanes) {
     if (lane.cma && !lane.cma_ops.empty()) {
@@ -274,7 +276,7 @@ void AgentCore::post_some_locked(TransferJob& job) {
   while (!job.stopping() && job.next_post < job.ops.size() && job.inflight < window) {
     TransferJob::Op& op = job.ops[job.next_post++];
     TransferJob::Lane& lane = job.lanes[op.lane];
-    if (lane.cma) continue;  // copied by run_cma_batches, not posted to UCX
+    if (lane.cma || lane.tcp) continue;  // moved by run_cma_batches / tcp_progress_locked, not UCX
     PeerConn& peer = *lane.peer;
     if (peer.lost || !peer.ep) {
       op.state = TransferJob::Op::State::Failed;
@@ -384,8 +386,9 @@ void AgentCore::lane_data_complete_locked(TransferJob& job, TransferJob::Lane& l
     return;
   }
   PeerConn& peer = *lane.peer;
-  if (lane.cma) {
-    // process_vm_writev returned: every byte is in D's memory already (nothing to flush).
+  if (lane.cma || lane.tcp) {
+    // process_vm_writev returned / D acknowledged every batch: every byte is in D's memory
+    // already (nothing to flush).
     lane.complete = true;
     if (job.notify && !job.stopping()) {
       send_notify_locked(lane.peer, NotifyKind::WriteDone, job.request_id, lane.bytes, Status::Ok);
@@ -494,7 +497,7 @@ bool AgentCore::flush_stopping_write_locked(TransferJob& job) {
   job.stop_flushed = true;
   for (auto& lane : job.lanes) {
     PeerConn& peer = *lane.peer;
-    if (lane.cma || lane.complete || lane.flush_inflight || !lane.posted_any) continue;
+    if (lane.cma || lane.tcp || lane.complete || lane.flush_inflight || !lane.posted_any) continue;
     if (peer.lost || !peer.ep || peer.ep->failed()) continue;
     lane.flush_inflight = true;
     const PostResult res = peer.ep->post_flush(&AgentCore::on_flush_done, &lane);
@@ -543,7 +546,9 @@ void AgentCore::finalize_locked(TransferJob& job) {
     // A read is listed unless it landed: its operation completed and, for a WRITE over UCX, its
     // lane's flush made it remotely complete (a cma copy is remotely complete when it returns).
     for (const auto& op : job.ops) {
-      const bool lane_ok = job.op == TransferOp::Read || job.lanes[op.lane].cma || job.lanes[op.lane].complete;
+      // (over tcp a WRITE's operation is done only once D acknowledged its bytes).
+      const bool lane_ok = job.op == TransferOp::Read || job.lanes[op.lane].cma || job.lanes[op.lane].tcp ||
+                           job.lanes[op.lane].complete;
       if (op.state == TransferJob::Op::State::Done && lane_ok) continue;
       failed.push_back({job.lanes[op.lane].p_rank, op.read_index, job.fail_status});
     }
@@ -585,7 +590,8 @@ void AgentCore::check_deadlines_locked(Clock::time_point now) {
       std::vector<std::shared_ptr<PeerConn>> stuck;
       for (auto& lane : job->lanes) {
         // Only UCX endpoints: a cma batch being copied returns within its bound by itself.
-        if (lane.peer->ep && lane.peer->inflight != 0 && !lane.peer->lost) stuck.push_back(lane.peer);
+        // A tcp data connection with batches of this job in flight is dropped the same way.
+        if ((lane.peer->ep || lane.peer->tcp) && lane.peer->inflight != 0 && !lane.peer->lost) stuck.push_back(lane.peer);
       }
       for (auto& p : stuck) {
         lose_peer_locked(p, Status::PeerLost, "operations still in flight at a transfer's deadline", true);

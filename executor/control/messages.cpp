@@ -163,6 +163,8 @@ std::vector<uint8_t> TransportOffer::encode() const {
   WireWriter w;
   w.u8(static_cast<uint8_t>(cma));
   w.string(reason, kMaxMessageTextBytes, "Transport.reason");
+  w.u16(data_port);
+  for (uint8_t b : data_token) w.u8(b);
   return w.take();
 }
 
@@ -175,6 +177,8 @@ TransportOffer TransportOffer::decode(std::span<const uint8_t> payload) {
   }
   m.cma = static_cast<CmaVerdict>(v);
   m.reason = r.string("reason", kMaxMessageTextBytes);
+  m.data_port = r.u16("data_port");
+  for (auto& b : m.data_token) b = r.u8("data_token");
   r.expect_end();
   return m;
 }

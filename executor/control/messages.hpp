@@ -126,6 +126,11 @@ struct TransportOffer {
   static constexpr FrameType kType = FrameType::Transport;
   CmaVerdict cma = CmaVerdict::NotTried;
   std::string reason;  // why cross-memory attach was not tried / failed; <= kMaxMessageTextBytes
+  // The accepting side's tcp data connection (transport tcp): the port its peer connects to (on
+  // the address the control connection reached) and the one-time token it must present first.
+  // Port 0 and a zero token otherwise (the connecting side, or shm).
+  uint16_t data_port = 0;
+  std::array<uint8_t, 32> data_token{};
 
   std::vector<uint8_t> encode() const;
   static TransportOffer decode(std::span<const uint8_t> payload);

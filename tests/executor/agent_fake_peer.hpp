@@ -104,7 +104,19 @@ class FakePeer {
     channel_->send(offer, deadline);
     const Frame f = channel_->recv(deadline);
     if (f.type != FrameType::Transport) throw core::Error(core::Status::Protocol, "expected Transport");
-    return TransportOffer::decode(f.payload);
+    agent_offer_ = TransportOffer::decode(f.payload);
+    return agent_offer_;
+  }
+
+  // After agree_transport() chose tcp: opens the data connection to the port the agent offered
+  // and presents `token` (the agent's own unless a test forges one). Returns the socket.
+  Socket& open_data(Deadline deadline = deadline_in(3s), std::optional<std::array<uint8_t, 32>> token = std::nullopt) {
+    HostPort hp = parse_host_port(channel_->peer());
+    hp.port = agent_offer_.data_port;
+    data_.emplace(Socket::connect(hp, deadline));
+    const auto t = token ? *token : agent_offer_.data_token;
+    data_->send_all(t, deadline);
+    return *data_;
   }
 
   // A key for region `r` covering exactly its advertised range, with the given packed bytes.
@@ -117,6 +129,7 @@ class FakePeer {
   void admit(const HostPort& agent, Deadline deadline = deadline_in(3s)) {
     handshake(agent, deadline);
     agree_transport(deadline);
+    if (agent_offer_.data_port != 0) open_data(deadline);
     channel_->send(Ready{}, deadline);
     const Frame f = channel_->recv(deadline);
     if (f.type != FrameType::Ready) throw core::Error(core::Status::Protocol, "expected Ready");
@@ -126,6 +139,8 @@ class FakePeer {
   void forge_pid(uint32_t pid) { forged_pid_ = pid; }
 
   ControlChannel& channel() { return *channel_; }
+  const TransportOffer& agent_offer() const { return agent_offer_; }
+  Socket* data() { return data_ ? &*data_ : nullptr; }
   const core::EngineMetadata& metadata() const { return md_; }
 
  private:
@@ -136,6 +151,8 @@ class FakePeer {
   HandshakeResult result_;
   std::optional<uint32_t> forged_pid_;
   std::optional<ControlChannel> channel_;
+  TransportOffer agent_offer_;
+  std::optional<Socket> data_;
   std::atomic<bool> stop_{false};
   std::thread progress_;
 };

@@ -78,7 +78,7 @@ class DSide {
   // Connects to every P rank the peer process serves (at host:port), checking who answered.
   void connect_all(const PeerProcess& p, const std::string& host = "127.0.0.1", uint64_t timeout_ms = 5000);
   // In CALLER progress mode a thread calls pdkv_agent_progress while the connect runs, as an
-  // application's event loop would (see the known issue "CALLER-mode connect" in fault_test.cpp).
+  // application's event loop would (see finding F4, "CALLER-mode connect", in fault_test.cpp).
   Result connect(const std::string& address, uint64_t timeout_ms, PeerPtr* out = nullptr);
   PeerPtr peer(uint32_t p_rank) const;
   pdkv_peer_info_t peer_info(uint32_t p_rank) const;

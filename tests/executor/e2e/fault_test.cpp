@@ -440,12 +440,12 @@ TEST_CASE("A wrong pre-shared key is AUTH naming the peer, within the deadline; 
   serve_fresh_peer(d, *p, "right-key");
 }
 
-// Known issue (see the e2e findings): over tcp UCX 1.13.1 answers D's GETs from P's worker
-// (a software GET); when D's worker is gone before P answered a GET it already received, P's
-// reply fails and UCX aborts the P process (ucs_fatal "unexpected error: Endpoint timeout" in
-// ucp_get_req_handler). A D rank that exits or frees its agent mid-READ then kills the P rank.
-// Hidden until the executor avoids it: run with `executor_e2e_tests "[known-issue]"`.
-TEST_CASE("P survives a D agent freed with its GETs in flight over tcp", "[.][known-issue][e2e][fault]") {
+// e2e finding F1 (fixed): over tcp UCX 1.13.1 answered D's GETs from P's worker (a software
+// GET); when D's worker was gone before P answered a GET it had received, P's reply failed and
+// UCX aborted the P process (ucs_fatal "unexpected error: Endpoint timeout" in
+// ucp_get_req_handler). tcp peers now move bytes over pdkv's own data connection: a D that goes
+// away is a socket error for P, which drops that peer and serves the next one.
+TEST_CASE("P survives a D agent freed with its reads in flight over tcp", "[e2e][fault]") {
   const Scenario& s = scenario("tiny");
   auto p = PeerProcess::start_peer(peer_args("tiny", PDKV_TRANSPORT_TCP, {"--hb-timeout", "5000"}));
   SECTION("P busy (stopped) while D goes away") {
@@ -556,14 +556,13 @@ TEST_CASE("CALLER-mode agents on both sides connect without anybody calling pdkv
   }
 }
 
-// The mirror image of the READ faults: P killed while it WRITEs into D. Over tcp this is a known
-// issue (found by helper-put): UCX 1.13.1 emulates ucp_put_nbx over tcp (ep_cfg "rma_am(tcp/lo)"),
-// so a WRITE's PUTs are executed by D's worker, which copies each PUT and answers it with a
-// completion through ucp_request_send; a P killed while D answers aborts D's process (ucs_fatal
-// "unexpected error: Endpoint timeout" under ucp_put_handler; 4 of 7 runs of up to 10
-// repetitions, release build). The tcp case aborts THIS test process when it reproduces; hidden:
-// `executor_e2e_tests "[known-issue]"`. Over shm it used to wedge D's UCX shared memory the same
-// way (F3); P now writes with process_vm_writev, which leaves nothing behind in D.
+// The mirror image of the READ faults: P killed while it WRITEs into D. Over tcp this used to
+// abort D (found by helper-put): UCX 1.13.1 emulated ucp_put_nbx over tcp, D's worker answered
+// each PUT, and a P killed while D answered aborted D's process (ucs_fatal "unexpected error:
+// Endpoint timeout" under ucp_put_handler). P now writes over pdkv's tcp data connection, which
+// D reads itself: a killed P is EOF or ECONNRESET there. Over shm it used to wedge D's UCX shared
+// memory the same way (F3); P now writes with process_vm_writev, which leaves nothing behind in D.
+// Either way the surviving D then reads from a fresh P, every byte verified.
 void kill_p_mid_write(int32_t transport, int reps) {
   const Scenario& s = scenario("tiny");
   AgentSettings st;
@@ -580,13 +579,11 @@ void kill_p_mid_write(int32_t transport, int reps) {
     REQUIRE(p->wait_exit(5000ms));
     std::this_thread::sleep_for(300ms);  // D's worker handles what P left behind
     auto fresh = PeerProcess::start_peer(peer_args("tiny", transport));
-    const Result r = d.connect("127.0.0.1:" + std::to_string(fresh->port(0)), 3000);
-    INFO(pdkv_status_name(r.status) << ": " << r.message);
-    REQUIRE(r.ok());
+    serve_fresh_peer(d, *fresh, "fresh-" + std::to_string(rep));
   }
 }
 
-TEST_CASE("D survives a P killed mid-WRITE over tcp", "[.][known-issue][e2e][fault]") {
+TEST_CASE("D survives a P killed mid-WRITE over tcp", "[e2e][fault][sigkill]") {
   kill_p_mid_write(PDKV_TRANSPORT_TCP, 10);
 }
 

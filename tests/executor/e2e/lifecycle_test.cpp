@@ -194,7 +194,10 @@ TEST_CASE("A transfer handle may be freed in any state", "[e2e][free]") {
   const Scenario& s = scenario("tiny");
   auto p = PeerProcess::start_peer(patient_peer_args());
 
-  SECTION("in flight: cancelled, its memory busy until UCX returned every operation") {
+  SECTION("in flight: cancelled; its memory is idle at once while no answer is being received") {
+    // Over pdkv's tcp data connection a cancelled READ's requests that P has not begun to answer
+    // hold nothing: their answers, when they come, go to a sink. P is stopped, so nothing is
+    // being received into D's memory and it may be deregistered right away.
     DSide d(s, tcp_settings());
     d.connect_all(*p);
     const PlanPtr plan = d.plan_from_peers();
@@ -203,12 +206,18 @@ TEST_CASE("A transfer handle may be freed in any state", "[e2e][free]") {
     REQUIRE(d.post(plan.get(), "freed-in-flight", 3000, &t).ok());
     std::this_thread::sleep_for(20ms);
     t.reset();
-    CHECK(call([&](pdkv_error_t** e) { return pdkv_memory_deregister(d.rank().registration(0), e); }).status ==
-          PDKV_ERR_BUSY);
-    p->resume();
-    const Result r = deregister_when_idle(d, 0, 2000ms);
+    const Result r = deregister_when_idle(d, 0, 1000ms);
     INFO(r.message);
     CHECK(r.ok());
+    p->resume();
+    // P's late answers are taken in and dropped: the peer stays connected and serves again.
+    std::this_thread::sleep_for(200ms);
+    {
+      pdkv_agent_info_t pi{};
+      pi.struct_size = sizeof pi;
+      E2E_OK(pdkv_agent_get_info(d.agent(), &pi, err));
+      CHECK(pi.num_peers == s.p.tp_size);
+    }
     // The agent's count of transfers in flight drops to 0 without the handle.
     pdkv_agent_info_t ai{};
     ai.struct_size = sizeof ai;
@@ -229,11 +238,11 @@ TEST_CASE("A transfer handle may be freed in any state", "[e2e][free]") {
     REQUIRE(d.wait(failed.get(), 3000).status == PDKV_ERR_TIMED_OUT);
     CHECK(!DSide::failed_reads(failed.get()).empty());
     failed.reset();
-    // D closed its endpoints at the deadline; a resumed P would answer the stale GETs, and if D's
-    // worker were gone by then UCX 1.13.1 would abort P (the known issue): replace P instead.
-    p->signal(SIGKILL);
-    REQUIRE(p->wait_exit(5000ms));
-    p = PeerProcess::start_peer(patient_peer_args());
+    // The resumed P answers the stale requests; D takes them in and drops them, and P lives on
+    // (it used to be replaced here: UCX 1.13.1 aborted a P answering GETs of a vanished worker).
+    p->resume();
+    std::this_thread::sleep_for(200ms);
+    REQUIRE_FALSE(p->wait_exit(0ms));
   }
   SECTION("in flight when the agent is freed: SHUTDOWN, every handle still answers") {
     auto d = std::make_unique<DSide>(s, tcp_settings());
@@ -267,12 +276,11 @@ TEST_CASE("A transfer handle may be freed in any state", "[e2e][free]") {
     t.reset();
     peer.reset();
     d.reset();
-    // Resuming P now would let it answer GETs of a worker that is gone, which UCX 1.13.1 turns
-    // into an abort of the P process (a known issue, fault_test.cpp "[known-issue]"): this
-    // section is about D's handles, so the stopped P is replaced.
-    p->signal(SIGKILL);
-    REQUIRE(p->wait_exit(5000ms));
-    p = PeerProcess::start_peer(patient_peer_args());
+    // The resumed P answers requests of a D that is gone: a socket error on its data
+    // connection, which drops that peer; the P process lives on and serves the next D below.
+    p->resume();
+    std::this_thread::sleep_for(200ms);
+    REQUIRE_FALSE(p->wait_exit(0ms));
   }
   // The P process served all of it and still serves a new D.
   DSide d(s, tcp_settings());

@@ -1,0 +1,639 @@
+// The tcp data connection: how a tcp peer pair moves bytes (instead of UCX RMA, whose tcp GET and
+// PUT on UCX 1.13.1 are emulated by a reply from the target's worker that aborts the target's
+// process when the requester vanished). One nonblocking connection per peer pair, opened during
+// admission: the side that accepted the control connection listens on an ephemeral port of the
+// same local address and sends the port and a one-time random token over the (authenticated,
+// sealed when keyed) control channel; the connecting side connects and presents the token, which
+// is compared in constant time before anything else is read. Frames: tcpdp/data_frame.hpp.
+//
+// READ: D starts batches (ReadRequest) of P ranges; P checks every range against its own live
+// registrations and answers with ReadData written straight from registered memory (or a refusal);
+// D checks the echoed pieces against the batch it asked for and receives into its registered
+// memory, never past a piece. WRITE: P sends Write (descriptors, then bytes from registered
+// memory); D checks every target range against its own registrations before receiving (a refused
+// batch is received into a sink) and acknowledges with WriteAck; P counts a piece only once it is
+// acknowledged. A dead peer is a socket error or EOF: the peer is lost (PEER_LOST), garbled frames
+// lose it with PROTOCOL, and nothing ever aborts. Everything runs under the core's mutex from
+// progress (the progress thread or pdkv_agent_progress), bounded per round.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "agent/agent_core.hpp"
+#include "cma/cma.hpp"
+
+namespace pdkv::exec {
+
+using core::Status;
+
+TcpData::~TcpData() {
+  if (fd >= 0) ::close(fd);
+}
+
+namespace {
+
+std::string sock_host(int fd, bool peer) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  const int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len)
+                      : ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  if (rc != 0) core::fail(Status::Io, std::string(peer ? "getpeername" : "getsockname") + " of the control connection: " + cma::errno_text(errno));
+  SocketAddress a;
+  a.storage = ss;
+  a.length = len;
+  HostPort hp = parse_host_port(a.to_string());
+  return hp.host;
+}
+
+// Takes the descriptor out of a Socket (a duplicate; the Socket closes its own).
+int take_fd(Socket& s) {
+  const int fd = ::fcntl(s.fd(), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) core::fail(Status::Io, "duplicating the data connection: " + cma::errno_text(errno));
+  s.close();
+  const int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+// The sink every discarded payload is received into, cut into iovecs.
+void sink_iov(TcpData& d, uint64_t bytes) {
+  constexpr size_t kSink = 1u << 20;
+  if (d.sink.size() < kSink) d.sink.resize(kSink);
+  d.rx.clear();
+  while (bytes > 0) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes, kSink));
+    d.rx.push_back({d.sink.data(), n});
+    bytes -= n;
+  }
+  d.rx_index = 0;
+}
+
+std::string peer_label(const PeerConn& p) {
+  return "peer '" + p.record->engine_id + "' rank " + std::to_string(p.record->tp_rank) + " (" + p.record->address + ")";
+}
+
+}  // namespace
+
+std::unique_ptr<AgentCore::TcpOffer> AgentCore::tcp_offer(const ControlChannel& channel) {
+  auto o = std::make_unique<TcpOffer>();
+  o->listener.emplace(HostPort{sock_host(channel.fd(), false), 0}, 4);
+  size_t got = 0;
+  while (got < o->token.size()) {
+    const ssize_t n = ::getrandom(o->token.data() + got, o->token.size() - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) core::fail(Status::Io, "getrandom for the data connection's token: " + cma::errno_text(errno));
+    got += static_cast<size_t>(n);
+  }
+  return o;
+}
+
+std::unique_ptr<TcpData> AgentCore::tcp_accept(TcpOffer& offer, Clock::time_point deadline) {
+  // Connections that do not present the token (within a second) are closed; the peer's own must
+  // arrive by the deadline. The token is read before anything else and compared in constant time.
+  // Waits in short slices so shutdown() does not wait for a peer that never connects.
+  const auto slice = std::chrono::milliseconds(50);
+  for (;;) {
+    if (stopping_.load()) core::fail(Status::Shutdown, "the agent was shut down");
+    const auto now = Clock::now();
+    if (now >= deadline) core::fail(Status::TimedOut, "the peer did not open its data connection in time");
+    std::optional<Socket> s = offer.listener->accept();
+    if (!s) {
+      pollfd p{offer.listener->fd(), POLLIN, 0};
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(deadline - now, Clock::duration(slice)));
+      ::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, wait.count())));
+      continue;
+    }
+    std::array<uint8_t, tcpdp::kTokenBytes> got{};
+    size_t have = 0;
+    const auto token_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+    bool presented = true;
+    while (have < got.size()) {
+      if (stopping_.load()) core::fail(Status::Shutdown, "the agent was shut down");
+      if (Clock::now() >= token_deadline) {
+        presented = false;
+        break;
+      }
+      try {
+        have += s->recv_some(std::span<uint8_t>(got).subspan(have), std::min(token_deadline, Clock::now() + slice),
+                             "the data connection's token");
+      } catch (const core::Error& e) {
+        if (e.status() != Status::TimedOut) {
+          presented = false;  // that connection went away
+          break;
+        }
+      }
+    }
+    if (!presented) continue;  // wait for the next connection
+    if (CRYPTO_memcmp(got.data(), offer.token.data(), got.size()) != 0) continue;
+    auto d = std::make_unique<TcpData>();
+    d->fd = take_fd(*s);
+    offer.listener.reset();
+    return d;
+  }
+}
+
+std::unique_ptr<TcpData> AgentCore::tcp_connect(const ControlChannel& channel, uint16_t port,
+                                                const std::array<uint8_t, tcpdp::kTokenBytes>& token,
+                                                Clock::time_point deadline) {
+  if (port == 0) core::fail(Status::Protocol, "the peer chose tcp but offered no data connection port");
+  Socket s = Socket::connect(HostPort{sock_host(channel.fd(), true), port}, deadline);
+  s.send_all(token, deadline, "the data connection's token");
+  auto d = std::make_unique<TcpData>();
+  d->fd = take_fd(s);
+  return d;
+}
+
+void AgentCore::tcp_attach_locked(PeerConn& peer) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 4;
+  ::epoll_ctl(progress_epoll_, EPOLL_CTL_ADD, peer.tcp->fd, &ev);
+  if (opt_.progress == ProgressMode::Caller) {
+    ev.data.u64 = 4;
+    ::epoll_ctl(user_epoll_, EPOLL_CTL_ADD, peer.tcp->fd, &ev);
+  }
+}
+
+std::string AgentCore::tcp_check_local(const tcpdp::Piece& piece, iovec* out,
+                                       std::shared_ptr<Registration>* reg) const {
+  if (piece.region >= regs_.size() || !regs_[piece.region] || !regs_[piece.region]->ucx) {
+    return "region " + std::to_string(piece.region) + " is not registered";
+  }
+  const auto& r = regs_[piece.region];
+  if (piece.offset > r->length || piece.length > r->length - piece.offset) {
+    return "bytes " + std::to_string(piece.offset) + "+" + std::to_string(piece.length) + " of region " +
+           std::to_string(piece.region) + " lie outside its " + std::to_string(r->length) + " registered bytes";
+  }
+  out->iov_base = reinterpret_cast<void*>(static_cast<uintptr_t>(r->base + piece.offset));
+  out->iov_len = static_cast<size_t>(piece.length);
+  *reg = r;
+  return "";
+}
+
+void AgentCore::tcp_start_batches_locked(const std::shared_ptr<TransferJob>& job_ptr) {
+  TransferJob& job = *job_ptr;
+  if (job.finalized || job.stopping()) return;
+  const bool write = job.op == TransferOp::Write;
+  for (uint32_t l = 0; l < job.lanes.size(); ++l) {
+    TransferJob::Lane& lane = job.lanes[l];
+    if (!lane.tcp) continue;
+    PeerConn& peer = *lane.peer;
+    while (lane.tcp_outstanding < kTcpWindow && lane.tcp_next < lane.tcp_ops.size()) {
+      if (peer.lost || !peer.tcp) {
+        fail_job_locked(job, Status::PeerLost, peer_label(peer) + " was lost");
+        return;
+      }
+      TcpBatch b;
+      b.job = job_ptr;
+      b.lane = l;
+      b.write = write;
+      uint64_t bytes = 0;
+      for (size_t k = lane.tcp_next; k < lane.tcp_ops.size() && b.pieces.size() < tcpdp::kMaxPieces &&
+                                     bytes < tcpdp::kMaxBatchBytes; ++k) {
+        TransferJob::Op& op = job.ops[lane.tcp_ops[k]];
+        const uint64_t take = std::min(op.length - op.tcp_started, tcpdp::kMaxBatchBytes - bytes);
+        const RegisteredRange& rr = peer.remote_ranges[op.remote_region];
+        b.pieces.push_back({op.remote_region, op.remote - rr.base + op.tcp_started, take});
+        b.local.push_back({static_cast<uint8_t*>(op.local) + op.tcp_started, static_cast<size_t>(take)});
+        b.ops.push_back(lane.tcp_ops[k]);
+        op.tcp_started += take;
+        op.state = TransferJob::Op::State::InFlight;
+        bytes += take;
+        if (op.tcp_started == op.length) lane.tcp_next = k + 1;
+        else break;  // the rest of this piece goes in the next batch
+      }
+      const uint64_t id = peer.tcp->next_batch++;
+      TcpOut o;
+      tcpdp::Header h;
+      h.type = write ? tcpdp::FrameType::Write : tcpdp::FrameType::ReadRequest;
+      h.batch = id;
+      o.head = tcpdp::encode(h, b.pieces);
+      o.total = o.head.size();
+      if (write) {
+        o.body = b.local;
+        o.total += bytes;
+        o.write_batch = id;
+        b.holds = true;
+        job.inflight++;
+        peer.inflight++;
+        lane.posted_any = true;
+      }
+      peer.tcp->out.push_back(std::move(o));
+      peer.tcp->batches.emplace(id, std::move(b));
+      lane.tcp_outstanding++;
+    }
+  }
+}
+
+std::string AgentCore::tcp_send_locked(PeerConn& peer) {
+  TcpData& d = *peer.tcp;
+  uint64_t budget = kTcpRoundBytes;
+  while (!d.out.empty() && budget > 0) {
+    TcpOut& o = d.out.front();
+    if (o.sent == 0 && o.write_batch != 0) {
+      // A Write not started for a transfer that stopped: it is not sent (nothing of it lands).
+      auto it = d.batches.find(o.write_batch);
+      if (it != d.batches.end() && (it->second.job->stopping() || it->second.job->finalized)) {
+        TcpBatch& b = it->second;
+        TransferJob& job = *b.job;
+        for (uint32_t i : b.ops) {
+          if (job.ops[i].state == TransferJob::Op::State::InFlight) job.ops[i].state = TransferJob::Op::State::Pending;
+        }
+        job.lanes[b.lane].tcp_outstanding--;
+        if (b.holds) {
+          job.inflight--;
+          peer.inflight--;
+        }
+        auto keep = b.job;
+        d.batches.erase(it);
+        d.out.pop_front();
+        check_final_locked(*keep);
+        continue;
+      }
+    }
+    iovec iov[cma::kMaxIov];
+    int n = 0;
+    uint64_t skip = o.sent;
+    if (skip < o.head.size()) {
+      iov[n++] = {o.head.data() + skip, o.head.size() - skip};
+      skip = 0;
+    } else {
+      skip -= o.head.size();
+    }
+    for (const iovec& b : o.body) {
+      if (n == static_cast<int>(cma::kMaxIov)) break;
+      if (skip >= b.iov_len) {
+        skip -= b.iov_len;
+        continue;
+      }
+      iov[n++] = {static_cast<uint8_t*>(b.iov_base) + skip, b.iov_len - skip};
+      skip = 0;
+    }
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<size_t>(n);
+    const ssize_t k = ::sendmsg(d.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return "sending on the data connection: " + cma::errno_text(errno);
+    }
+    o.sent += static_cast<uint64_t>(k);
+    budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
+    if (o.sent == o.total) {
+      for (auto& r : o.busy) {
+        if (r->busy > 0) --r->busy;
+        if (r->busy == 0 && r->release_when_idle && r->ucx) {
+          r->ucx.reset();
+          if (r->region < regs_.size() && regs_[r->region] == r) regs_[r->region].reset();
+        }
+      }
+      d.out.pop_front();
+    }
+  }
+  return "";
+}
+
+std::string AgentCore::tcp_recv_locked(PeerConn& peer, Status* status, unsigned* frames) {
+  TcpData& d = *peer.tcp;
+  uint64_t budget = kTcpRoundBytes;
+  *status = Status::PeerLost;
+  while (budget > 0 && !peer.lost) {
+    if (!d.reader.ready()) {
+      // Answers waiting to be sent: read no further request until they drain (a peer cannot
+      // queue unbounded work here; its own sends just stall).
+      if (d.reader.idle() && d.out.size() >= kTcpMaxQueuedFrames) break;
+      const std::span<uint8_t> want = d.reader.want();
+      const ssize_t k = ::recv(d.fd, want.data(), want.size(), MSG_DONTWAIT);
+      if (k == 0) return "the data connection was closed by the peer";
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        return "receiving on the data connection: " + cma::errno_text(errno);
+      }
+      budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
+      try {
+        d.reader.received(static_cast<size_t>(k));
+        if (d.reader.ready()) tcp_frame_ready_locked(peer);
+      } catch (const core::Error& e) {
+        *status = e.status();
+        return e.what();
+      }
+    } else if (!d.reader.complete()) {
+      iovec iov[cma::kMaxIov];
+      int n = 0;
+      for (size_t i = d.rx_index; i < d.rx.size() && n < static_cast<int>(cma::kMaxIov); ++i) iov[n++] = d.rx[i];
+      const ssize_t k = ::readv(d.fd, iov, n);
+      if (k == 0) return "the data connection was closed by the peer";
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        return "receiving on the data connection: " + cma::errno_text(errno);
+      }
+      uint64_t left = static_cast<uint64_t>(k);
+      budget -= std::min<uint64_t>(budget, left);
+      d.reader.payload_received(left);
+      while (left > 0) {
+        iovec& v = d.rx[d.rx_index];
+        const size_t t = static_cast<size_t>(std::min<uint64_t>(left, v.iov_len));
+        v.iov_base = static_cast<uint8_t*>(v.iov_base) + t;
+        v.iov_len -= t;
+        left -= t;
+        if (v.iov_len == 0) ++d.rx_index;
+      }
+    }
+    if (d.reader.complete()) {
+      try {
+        tcp_frame_done_locked(peer);
+      } catch (const core::Error& e) {
+        *status = e.status();
+        return e.what();
+      }
+      d.reader.next();
+      ++*frames;
+    }
+  }
+  return "";
+}
+
+void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
+  TcpData& d = *peer.tcp;
+  const tcpdp::Header& h = d.reader.header();
+  const auto& pieces = d.reader.pieces();
+  const std::string who = peer_label(peer);
+  switch (h.type) {
+    case tcpdp::FrameType::ReadRequest: {
+      // Serving a READ: every range the peer names is checked against this agent's live
+      // registrations; one outside them refuses the whole batch (nothing of it is sent).
+      TcpOut o;
+      tcpdp::Header a;
+      a.type = tcpdp::FrameType::ReadData;
+      a.batch = h.batch;
+      std::vector<std::shared_ptr<Registration>> regs;
+      std::vector<iovec> body;
+      uint64_t bytes = 0;
+      bool refused = false;
+      for (const auto& p : pieces) {
+        iovec v{};
+        std::shared_ptr<Registration> reg;
+        if (!tcp_check_local(p, &v, &reg).empty()) {
+          refused = true;
+          break;
+        }
+        body.push_back(v);
+        bytes += p.length;
+        if (std::find(regs.begin(), regs.end(), reg) == regs.end()) regs.push_back(reg);
+      }
+      if (refused) {
+        a.status = static_cast<uint32_t>(tcpdp::Refusal::Range);
+        o.head = tcpdp::encode(a, {});
+        o.total = o.head.size();
+        peer.record->operations_failed++;
+      } else {
+        o.head = tcpdp::encode(a, pieces);
+        o.body = std::move(body);
+        o.total = o.head.size() + bytes;
+        for (auto& r : regs) r->busy++;
+        o.busy = std::move(regs);
+      }
+      d.out.push_back(std::move(o));
+      return;
+    }
+    case tcpdp::FrameType::ReadData: {
+      auto it = d.batches.find(h.batch);
+      if (it == d.batches.end() || it->second.write) {
+        core::fail(Status::Protocol, who + " answered batch " + std::to_string(h.batch) + ", which this side did not request");
+      }
+      TcpBatch& b = it->second;
+      TransferJob& job = *b.job;
+      if (h.status != 0) {
+        auto keep = b.job;
+        const uint32_t lane = b.lane;
+        const uint32_t first = b.ops.front();
+        for (uint32_t i : b.ops) job.ops[i].state = TransferJob::Op::State::Pending;
+        d.batches.erase(it);
+        job.lanes[lane].tcp_outstanding--;
+        if (!job.finalized) {
+          op_failed_locked(job.ops[first], Status::Transport,
+                           who + " refused to serve read " + std::to_string(job.ops[first].read_index) +
+                               ": a range lies outside its registered memory (was a region deregistered?)");
+        }
+        check_final_locked(*keep);
+        return;
+      }
+      if (pieces != b.pieces) {
+        core::fail(Status::Protocol, who + " answered batch " + std::to_string(h.batch) + " with other pieces than were requested");
+      }
+      d.rx_batch = h.batch;
+      d.rx_write = false;
+      if (job.finalized || job.stopping()) {
+        sink_iov(d, d.reader.payload_left());  // nobody wants these bytes any more
+      } else {
+        d.rx = b.local;
+        d.rx_index = 0;
+        b.holds = true;
+        job.inflight++;
+        peer.inflight++;
+      }
+      return;
+    }
+    case tcpdp::FrameType::Write: {
+      // Receiving a WRITE: every target range is checked against this agent's registrations
+      // before a byte is received; a batch with one outside them goes to the sink and is refused.
+      d.rx_write = true;
+      d.rx_batch = h.batch;
+      d.rx_ack_status = 0;
+      d.rx_busy.clear();
+      std::vector<iovec> to;
+      for (const auto& p : pieces) {
+        iovec v{};
+        std::shared_ptr<Registration> reg;
+        if (!tcp_check_local(p, &v, &reg).empty()) {
+          d.rx_ack_status = static_cast<uint32_t>(tcpdp::Refusal::Range);
+          break;
+        }
+        to.push_back(v);
+        if (std::find(d.rx_busy.begin(), d.rx_busy.end(), reg) == d.rx_busy.end()) d.rx_busy.push_back(reg);
+      }
+      if (d.rx_ack_status != 0) {
+        d.rx_busy.clear();
+        sink_iov(d, d.reader.payload_left());
+      } else {
+        for (auto& r : d.rx_busy) r->busy++;
+        d.rx = std::move(to);
+        d.rx_index = 0;
+      }
+      return;
+    }
+    case tcpdp::FrameType::WriteAck: {
+      auto it = d.batches.find(h.batch);
+      if (it == d.batches.end() || !it->second.write) {
+        core::fail(Status::Protocol, who + " acknowledged batch " + std::to_string(h.batch) + ", which this side did not write");
+      }
+      for (const auto& o : d.out) {
+        if (o.write_batch == h.batch) {
+          core::fail(Status::Protocol, who + " acknowledged batch " + std::to_string(h.batch) + " before it was sent");
+        }
+      }
+      TcpBatch& b = it->second;
+      auto keep = b.job;
+      TransferJob& job = *keep;
+      if (b.holds) {
+        job.inflight--;
+        peer.inflight--;
+        b.holds = false;
+      }
+      job.lanes[b.lane].tcp_outstanding--;
+      if (h.status == 0) {
+        tcp_batch_landed_locked(peer, b);
+      } else if (!job.finalized) {
+        op_failed_locked(job.ops[b.ops.front()], Status::Transport,
+                         who + " refused the bytes of read " + std::to_string(job.ops[b.ops.front()].read_index) +
+                             ": a target range lies outside its registered memory (was a region deregistered?)");
+      }
+      d.batches.erase(it);
+      check_final_locked(job);
+      return;
+    }
+  }
+}
+
+void AgentCore::tcp_batch_landed_locked(PeerConn&, TcpBatch& b) {
+  TransferJob& job = *b.job;
+  if (job.finalized) return;
+  for (size_t i = 0; i < b.ops.size(); ++i) {
+    TransferJob::Op& op = job.ops[b.ops[i]];
+    op.tcp_landed += b.pieces[i].length;
+    if (op.tcp_landed == op.length) op_succeeded_locked(op);
+  }
+}
+
+void AgentCore::tcp_frame_done_locked(PeerConn& peer) {
+  TcpData& d = *peer.tcp;
+  const tcpdp::Header& h = d.reader.header();
+  d.rx.clear();
+  d.rx_index = 0;
+  if (h.type == tcpdp::FrameType::ReadData && h.status == 0) {
+    auto it = d.batches.find(d.rx_batch);
+    if (it == d.batches.end()) return;
+    TcpBatch& b = it->second;
+    auto keep = b.job;
+    TransferJob& job = *keep;
+    job.lanes[b.lane].tcp_outstanding--;
+    if (b.holds) {
+      job.inflight--;
+      peer.inflight--;
+      b.holds = false;
+      if (!job.stopping()) tcp_batch_landed_locked(peer, b);
+    }
+    d.batches.erase(it);
+    check_final_locked(job);
+  } else if (h.type == tcpdp::FrameType::Write) {
+    for (auto& r : d.rx_busy) {
+      if (r->busy > 0) --r->busy;
+      if (r->busy == 0 && r->release_when_idle && r->ucx) {
+        r->ucx.reset();
+        if (r->region < regs_.size() && regs_[r->region] == r) regs_[r->region].reset();
+      }
+    }
+    d.rx_busy.clear();
+    TcpOut o;
+    tcpdp::Header a;
+    a.type = tcpdp::FrameType::WriteAck;
+    a.batch = d.rx_batch;
+    a.status = d.rx_ack_status;
+    o.head = tcpdp::encode(a, {});
+    o.total = o.head.size();
+    d.out.push_back(std::move(o));
+  }
+}
+
+void AgentCore::tcp_drop_locked(PeerConn& peer, Status status, const std::string& why) {
+  if (!peer.tcp) return;
+  TcpData& d = *peer.tcp;
+  if (d.fd >= 0) {
+    ::epoll_ctl(progress_epoll_, EPOLL_CTL_DEL, d.fd, nullptr);
+    if (opt_.progress == ProgressMode::Caller) ::epoll_ctl(user_epoll_, EPOLL_CTL_DEL, d.fd, nullptr);
+    ::shutdown(d.fd, SHUT_RDWR);
+  }
+  auto unbusy = [&](std::vector<std::shared_ptr<Registration>>& regs) {
+    for (auto& r : regs) {
+      if (r->busy > 0) --r->busy;
+      if (r->busy == 0 && r->release_when_idle && r->ucx) {
+        r->ucx.reset();
+        if (r->region < regs_.size() && regs_[r->region] == r) regs_[r->region].reset();
+      }
+    }
+    regs.clear();
+  };
+  for (auto& o : d.out) unbusy(o.busy);
+  d.out.clear();
+  unbusy(d.rx_busy);
+  d.rx.clear();
+  std::vector<std::shared_ptr<TransferJob>> touched;
+  for (auto& [id, b] : d.batches) {
+    TransferJob& job = *b.job;
+    if (b.holds) {
+      job.inflight--;
+      peer.inflight--;
+    }
+    job.lanes[b.lane].tcp_outstanding--;
+    if (!job.finalized) {
+      TransferJob::Op& op = job.ops[b.ops.front()];
+      op_failed_locked(op, status, peer_label(peer) + ": " + why);
+    }
+    touched.push_back(b.job);
+  }
+  d.batches.clear();
+  for (auto& j : touched) check_final_locked(*j);
+  peer.tcp.reset();
+}
+
+unsigned AgentCore::tcp_progress_locked() {
+  unsigned frames = 0;
+  for (auto& job : active_) {
+    if (!job->finalized && !job->stopping()) tcp_start_batches_locked(job);
+  }
+  std::vector<std::tuple<std::shared_ptr<PeerConn>, Status, std::string>> failed;
+  for (auto& [key, p] : peers_) {
+    if (!p->tcp || p->lost) continue;
+    Status st = Status::PeerLost;
+    std::string why = tcp_send_locked(*p);
+    if (why.empty()) why = tcp_recv_locked(*p, &st, &frames);
+    if (why.empty()) why = tcp_send_locked(*p);  // answers queued by what arrived
+    if (!why.empty()) {
+      failed.emplace_back(p, st, why);
+      continue;
+    }
+    const bool want_out = !p->tcp->out.empty();
+    if (want_out != p->tcp->want_out) {
+      p->tcp->want_out = want_out;
+      epoll_event ev{};
+      ev.events = EPOLLIN | (want_out ? EPOLLOUT : 0u);
+      ev.data.u64 = 4;
+      ::epoll_ctl(progress_epoll_, EPOLL_CTL_MOD, p->tcp->fd, &ev);
+      if (opt_.progress == ProgressMode::Caller) ::epoll_ctl(user_epoll_, EPOLL_CTL_MOD, p->tcp->fd, &ev);
+    }
+  }
+  for (auto& [p, st, why] : failed) {
+    const std::string text = st == Status::Protocol ? "garbled data connection: " + why : why;
+    tcp_drop_locked(*p, st, text);
+    lose_peer_locked(p, st, text, true);
+  }
+  return frames;
+}
+
+}  // namespace pdkv::exec
