@@ -9,7 +9,8 @@
 // 131072 prompt tokens, no prefix hit, contiguous block ids, FlashAttention geometry (2096-token
 // blocks), compiled by pdkv's core.
 //   executor  pdkv's agent in the same two processes over the same list and window (agent_get.hpp):
-//             over shm it copies with process_vm_readv (cross-memory attach), over tcp with UCX.
+//             over shm it copies with process_vm_readv (cross-memory attach), over tcp through
+//             pdkv's own data connection (executor/tcpdp/, agent_tcp.cpp).
 //   raw cma   shm only: a plain process_vm_readv loop, one call per piece (cma_raw_read.hpp).
 //
 // Usage: executor_bench [--sizes 65536,1048576] [--working-set BYTES] [--window 64] [--reps 5]

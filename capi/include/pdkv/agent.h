@@ -1,7 +1,7 @@
 /*
  * pdkv/agent.h - the transfer executor: one agent per engine rank moves the bytes a compiled
  * pdkv_transfer_plan_t names, with Linux cross-memory attach on one host (process_vm_readv /
- * process_vm_writev) and UCX over TCP across hosts, with pdkv's own authenticated control channel for handshakes, heartbeats and notifications.
+ * process_vm_writev) and pdkv's own TCP data connection across hosts, with pdkv's own authenticated control channel for handshakes, heartbeats and notifications.
  * Included by pdkv.h; do not include it on its own.
  *
  * Conventions beyond those at the top of pdkv.h:
@@ -60,7 +60,9 @@ typedef enum pdkv_transport {
    * the peer and why. A dead peer is an error from its next copy (PEER_LOST) or from pdkv's
    * heartbeats on the control channel. */
   PDKV_TRANSPORT_SHM = 1,
-  /* UCX over TCP with UCX peer error handling on: works across hosts. */
+  /* pdkv's TCP data connection (one per peer pair, admitted with a one-time token sent over the
+   * control channel; the serving side checks every requested range against its registrations;
+   * the bytes are not encrypted): works across hosts. A dead peer is a socket error (PEER_LOST). */
   PDKV_TRANSPORT_TCP = 2
 } pdkv_transport_t;
 
@@ -133,8 +135,9 @@ typedef struct pdkv_agent_options {
   uint32_t heartbeat_interval_ms;         /* Ping period per peer. Default 500 */
   uint32_t heartbeat_timeout_ms;          /* a peer silent this long is lost. Default 5000;
                                              must exceed the interval */
-  uint32_t max_outstanding;               /* UCX operations in flight per transfer (TCP peers).
-                                             Default 64 */
+  uint32_t max_outstanding;               /* no longer used by any transport (TCP peers keep at
+                                             most 4 batches of 4 MiB unanswered per lane); kept
+                                             for ABI stability. Default 64 */
 } pdkv_agent_options_t;
 
 /* Creates an agent: UCX context and worker for the transport, the control listener (bound
@@ -172,7 +175,7 @@ typedef struct pdkv_agent_info {
 PDKV_API pdkv_status_t pdkv_agent_get_info(const pdkv_agent_t *agent, pdkv_agent_info_t *out,
                                            pdkv_error_t **err);
 
-/* Drives progress once: UCX completions, one batch of cross-memory-attach copies per transfer
+/* Drives progress once: TCP data connections (at most 16 MiB per peer and direction), one batch of cross-memory-attach copies per transfer
  * and peer (at most 4 MiB each, copied without the agent's lock), deadlines and retries, without
  * waiting for the network; *events (may be NULL) receives the number of completions handled. Needed in CALLER mode (call it when the event fd
  * is readable and at least every few milliseconds while transfers are in flight); harmless in
@@ -213,7 +216,7 @@ PDKV_API pdkv_status_t pdkv_agent_register_memory(pdkv_agent_t *agent,
                                                   pdkv_memory_t **out, pdkv_error_t **err);
 
 /* Deregisters now. Errors: NULL_POINTER, BUSY (a transfer in flight uses the region, or, over
- * TCP, UCX may still touch it after a failed transfer: names the region and how many transfers),
+ * TCP, a batch of a failed transfer is still being received or sent: names the region and how many transfers),
  * and the
  * registration stays. Calling it twice is OK. Peers connected earlier keep a stale key: pdkv
  * refuses their later transfers that name the region only on this side's checks, so deregister
