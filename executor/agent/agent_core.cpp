@@ -166,31 +166,15 @@ void AgentCore::shutdown() {
   std::vector<std::shared_ptr<PeerConn>> peers;
   for (auto& [key, p] : peers_) peers.push_back(p);
   for (auto& p : peers) lose_peer_locked(p, Status::Shutdown, "the agent was shut down", true);
-  // Let the force-closed endpoints close and call back their operations (bounded). Operations
-  // of a peer lost more than kCancelGrace ago are not waited for (UCX 1.13.1 never returned those
-  // queued on a shared-memory endpoint whose peer died; the agent's endpoints are tcp only now,
-  // the bound stays); destroying the worker below guarantees they are never called back.
-  const auto until = Clock::now() + std::chrono::seconds(2);
-  while (true) {
-    worker_->progress();
-    const auto now = Clock::now();
-    bool pending = false;
-    for (auto& p : dead_peers_) {
-      if (p->ep && !p->ep->closed()) pending = true;
-      if (p->inflight != 0 && now - p->lost_at < kCancelGrace) pending = true;
-    }
-    if (!pending || now >= until) break;
-  }
+  // Losing a peer returned its tcp batches at once; cma batches being copied are waited for by
+  // the caller of this function (cma_idle_).
   for (auto& job : active_) {
     if (!job->finalized) finalize_locked(*job);
   }
-  // Jobs with operations UCX never returned stay in zombies_: the worker dies below, so no
-  // callback can touch them afterwards.
+  // Jobs with a cma batch still being copied stay in zombies_ (shutdown waits for those batches).
   for (auto& job : active_) zombies_.push_back(job);
   active_.clear();
   for (auto& p : dead_peers_) {
-    p->rkeys.clear();
-    p->ep.reset();
     if (p->channel) p->channel->close();
   }
   dead_peers_.clear();
@@ -292,32 +276,17 @@ void AgentCore::release_registrations_locked(TransferJob& job) {
 unsigned AgentCore::progress_locked() {
   if (stopped_) return 0;
   unsigned total = 0;
-  // Refill every transfer's window after each progress call, so the pipeline never drains
-  // while completions are being collected.
-  for (int i = 0; i < 64; ++i) {
-    const unsigned n = worker_->progress();
-    total += n;
-    for (auto& job : active_) {
-      if (!job->stopping() && job->next_post < job->ops.size()) post_some_locked(*job);
-    }
-    if (n == 0) break;
-  }
+  // tcp data connections: start batches, send, receive (bounded per peer and round).
   total += tcp_progress_locked();
-  // A tcp endpoint UCX declared failed, or a cma copy found the process gone: the peer is lost
-  // (otherwise the control channel's heartbeats tell).
+  // A cma copy found the process gone: the peer is lost (otherwise the control channel's
+  // heartbeats and the data connection's socket errors tell).
   std::vector<std::shared_ptr<PeerConn>> failed;
   for (auto& [key, p] : peers_) {
-    if ((p->ep && p->ep->failed()) || !p->record->connected) failed.push_back(p);
+    if (!p->record->connected) failed.push_back(p);
   }
-  for (auto& p : failed) {
-    lose_peer_locked(p, Status::PeerLost,
-                     p->ep && p->ep->failed() ? "UCX reported the peer failed: " + ucs_text(p->ep->failure_status())
-                                             : std::string("its transfers found it gone"),
-                     false);
-  }
+  for (auto& p : failed) lose_peer_locked(p, Status::PeerLost, "its transfers found it gone", false);
   for (size_t i = 0; i < active_.size(); ++i) {
     auto job = active_[i];
-    if (!job->stopping()) post_some_locked(*job);
     check_final_locked(*job);
   }
   check_deadlines_locked(Clock::now());

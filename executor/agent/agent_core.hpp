@@ -116,29 +116,24 @@ struct TcpData {
   ~TcpData();
 };
 
-// A connected peer's live resources. Owned by the core; destroyed (rkeys before the endpoint)
-// only once its endpoint has closed and no operation on it is in flight.
+// A connected peer's live resources. Owned by the core; destroyed once nothing is in flight on it.
 struct PeerConn {
   uint64_t id = 0;  // epoll key of its control channel
   std::shared_ptr<PeerRecord> record;
   std::optional<ControlChannel> channel;
-  // The data path: a UCX endpoint (tcp peers) or cross-memory attach to the peer's process (shm
-  // peers, `cma`), never both. A cma peer has no endpoint and no unpacked keys.
-  std::unique_ptr<UcxEndpoint> ep;
+  // The data path: pdkv's tcp data connection (tcp peers, `tcp`) or cross-memory attach to the
+  // peer's process (shm peers, `cma`), never both.
   std::unique_ptr<cma::PeerProcess> cma;
   std::unique_ptr<TcpData> tcp;  // tcp peers: pdkv's own data connection
   uint64_t cma_probe_address = 0;  // the peer's probe, re-read to tell "gone" from "unmapped"
   cma::ProbeValue cma_probe{};
-  std::vector<UcxRemoteKey> rkeys;              // per region index (empty: not advertised)
   std::vector<RegisteredRange> remote_ranges;   // per region index
   Clock::time_point last_heard{};
   Clock::time_point next_ping{};
   uint64_t ping_seq = 0;
-  uint64_t inflight = 0;  // UCX operations on ep not yet called back / cma batches being copied
+  uint64_t inflight = 0;  // tcp batches holding a transfer / cma batches being copied
   bool lost = false;
   Clock::time_point lost_at{};      // when lost was set (shutdown waits kCancelGrace at most)
-  bool wire_done = false;            // the admission flush returned (agent_peers.cpp)
-  ucs_status_t wire_status = UCS_OK;
 };
 
 class TransferJob {
@@ -163,9 +158,7 @@ class TransferJob {
     uint64_t remaining = 0;   // ops not yet done
     uint64_t bytes = 0;
     bool data_complete = false;
-    bool flush_inflight = false;
     bool complete = false;    // data complete (READ) / data complete and flushed (WRITE)
-    bool posted_any = false;  // a PUT of this lane reached UCX (a stopping WRITE flushes it)
     bool notified = false;
     // Cross-memory attach lanes: the lane's operations (indices into ops, in order), the next one
     // to copy, and whether a batch of them is being copied now (one at a time per lane).
@@ -196,7 +189,6 @@ class TransferJob {
   // each permute.block_bytes() long) permuted into this rank's layout once every read is done.
   core::BlockPermute permute;
   std::vector<uint8_t*> permute_blocks;
-  size_t next_post = 0;
   uint64_t inflight = 0;        // ops + flushes called back later
   uint64_t done_ops = 0;
   uint64_t done_bytes = 0;
@@ -205,7 +197,6 @@ class TransferJob {
   Clock::time_point stopped_at{};  // when fail_status was set
   bool finalized = false;       // the visible state is final
   bool released = false;        // registrations released (nothing in flight any more)
-  bool stop_flushed = false;    // a stopping WRITE flushed its lanes before reporting failure
 
   // The caller-visible state.
   mutable std::mutex m;
@@ -318,8 +309,6 @@ class AgentCore {
   std::string tcp_check_local(const tcpdp::Piece& piece, iovec* out, std::shared_ptr<Registration>* reg) const;
 
   // --- agent_transfer.cpp
-  void post_some_locked(TransferJob& job);
-  void op_done_locked(TransferJob::Op& op, ucs_status_t status);
   void op_succeeded_locked(TransferJob::Op& op);
   void op_failed_locked(TransferJob::Op& op, core::Status status, const std::string& message);
   // Cross-memory attach: claims one batch per lane of every transfer (under `g`), copies them
@@ -328,15 +317,10 @@ class AgentCore {
   struct CmaBatch;
   void cma_batch_done_locked(CmaBatch& batch, const cma::CopyResult& result, bool peer_exited);
   void lane_data_complete_locked(TransferJob& job, TransferJob::Lane& lane);
-  void flush_done_locked(TransferJob::Lane& lane, ucs_status_t status);
   void fail_job_locked(TransferJob& job, core::Status status, const std::string& message);
   void check_final_locked(TransferJob& job);
-  // Returns true when flushes were posted and finalization must wait for them.
-  bool flush_stopping_write_locked(TransferJob& job);
   void finalize_locked(TransferJob& job);
   void check_deadlines_locked(Clock::time_point now);
-  static void on_op_done(void* user, ucs_status_t status);
-  static void on_flush_done(void* user, ucs_status_t status);
 
   friend struct InboundSlot;
 

@@ -303,10 +303,8 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
       conn->cma = std::make_unique<cma::PeerProcess>(result.peer_info.cma_pid);
       conn->cma_probe_address = result.peer_info.cma_probe_address;
       conn->cma_probe = result.peer_info.cma_probe;
-      conn->wire_done = true;
     } else {
       conn->tcp = std::move(data);
-      conn->wire_done = true;
     }
   }
   auto discard = [&](Status st, const std::string& why) {
@@ -314,30 +312,12 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
     conn->lost = true;
     rec->connected = false;
     rec->lost_status = static_cast<int32_t>(st);
-    if (conn->inflight == 0) conn->rkeys.clear();
-    if (conn->ep) conn->ep->close(true);
     dead_peers_.push_back(conn);
     core::fail(st, peer_name(rec->engine_id, rec->tp_rank, rec->address) + ": " + why);
   };
-  // (2) Wire up: drive the worker ourselves (a caller-progress agent has nobody else to).
-  // stopping_, not only stopped_: shutdown() joins inbound handshakes before it sets stopped_, so
-  // a peer that stopped answering must not hold it until this admission's deadline.
-  ucs_status_t wire_status = UCS_OK;
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      if (stopped_ || stopping_.load()) break;
-      worker_->progress();
-      if (conn->wire_done) {
-        wire_status = conn->wire_status;
-        break;
-      }
-    }
-    if (Clock::now() >= deadline) discard(Status::TimedOut, "UCX connection setup did not finish in time");
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
+  // (2) stopping_, not only stopped_: shutdown() joins inbound handshakes before it sets
+  // stopped_, so a peer that stopped answering must not hold it until this admission's deadline.
   if (stopping_.load()) discard(Status::Shutdown, "the agent was shut down");
-  if (wire_status != UCS_OK) discard(Status::Transport, "UCX connection setup failed: " + ucs_text(wire_status));
   // The server publishes before its last Ready, so when connect() returns on the client the
   // server already knows the peer (a WRITE posted by it right away finds it). An inbound slot
   // still holds the descriptor here, so shutdown() interrupts this wait.
@@ -767,12 +747,6 @@ void AgentCore::lose_peer_locked(std::shared_ptr<PeerConn> peer, Status status,
   auto key = key_of(rec);
   if (auto it = peers_.find(key); it != peers_.end() && it->second == peer) peers_.erase(it);
   by_id_.erase(peer->id);
-  // Keys go before the endpoint closes: Debian's UCX 1.13.1 crashes in uct_rkey_release when a
-  // shared-memory rkey is destroyed after its endpoint closed. With operations in flight they
-  // must live until those are called back (reap_dead_peers_locked).
-  if (peer->inflight == 0) peer->rkeys.clear();
-  // Cancels every operation in flight on it (each is called back with an error).
-  if (peer->ep) peer->ep->close(true);
   // Fails every batch on its data connection and closes it (nothing stays in flight).
   tcp_drop_locked(*peer, status == Status::Shutdown ? Status::Shutdown : Status::PeerLost, name + " lost: " + why);
   for (auto& job : active_) {
@@ -795,11 +769,7 @@ void AgentCore::lose_peer_locked(std::shared_ptr<PeerConn> peer, Status status,
 
 void AgentCore::reap_dead_peers_locked() {
   std::erase_if(dead_peers_, [](const std::shared_ptr<PeerConn>& p) {
-    if (p->inflight != 0) return false;
-    if (p->ep && !p->ep->closed()) return false;
-    p->rkeys.clear();  // before the endpoint they were unpacked on
-    p->ep.reset();
-    return true;
+    return p->inflight == 0;
   });
 }
 

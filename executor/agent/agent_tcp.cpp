@@ -229,7 +229,6 @@ void AgentCore::tcp_start_batches_locked(const std::shared_ptr<TransferJob>& job
         b.holds = true;
         job.inflight++;
         peer.inflight++;
-        lane.posted_any = true;
       }
       peer.tcp->out.push_back(std::move(o));
       peer.tcp->batches.emplace(id, std::move(b));

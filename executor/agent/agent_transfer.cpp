@@ -265,77 +265,9 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
   for (auto& lane : job->lanes) {
     if (lane.remaining == 0) lane_data_complete_locked(*job, lane);
   }
-  post_some_locked(*job);
   check_final_locked(*job);
   wake_progress();
   return job;
-}
-
-void AgentCore::post_some_locked(TransferJob& job) {
-  const uint64_t window = std::max<uint32_t>(1, opt_.max_outstanding);
-  while (!job.stopping() && job.next_post < job.ops.size() && job.inflight < window) {
-    TransferJob::Op& op = job.ops[job.next_post++];
-    TransferJob::Lane& lane = job.lanes[op.lane];
-    if (lane.cma || lane.tcp) continue;  // moved by run_cma_batches / tcp_progress_locked, not UCX
-    PeerConn& peer = *lane.peer;
-    if (peer.lost || !peer.ep) {
-      op.state = TransferJob::Op::State::Failed;
-      fail_job_locked(job, Status::PeerLost, "peer '" + peer.record->engine_id + "' rank " +
-                                                 std::to_string(peer.record->tp_rank) + " was lost");
-      break;
-    }
-    // A present remote range always has its key (admit() unpacks one per advertised range).
-    const UcxRemoteKey* rkey = &peer.rkeys[op.remote_region];
-    op.state = TransferJob::Op::State::InFlight;
-    lane.posted_any = true;
-    const PostResult res = job.op == TransferOp::Read
-                               ? peer.ep->post_get(op.local, op.length, op.remote, *rkey, &AgentCore::on_op_done, &op)
-                               : peer.ep->post_put(op.local, op.length, op.remote, *rkey, &AgentCore::on_op_done, &op);
-    switch (res.state) {
-      case PostState::Done:
-        op_done_locked(op, UCS_OK);
-        break;
-      case PostState::InFlight:
-        job.inflight++;
-        peer.inflight++;
-        break;
-      case PostState::Failed:
-        op_done_locked(op, res.status);
-        break;
-    }
-  }
-}
-
-void AgentCore::on_op_done(void* user, ucs_status_t status) {
-  auto* op = static_cast<TransferJob::Op*>(user);
-  TransferJob& job = *op->job;
-  // Runs inside worker.progress() with the core's mutex held; the job is alive (active_ or
-  // zombies_ hold it until every operation returned).
-  job.inflight--;
-  job.lanes[op->lane].peer->inflight--;
-  AgentCore* core = job.core;
-  core->op_done_locked(*op, status);
-  core->check_final_locked(job);
-}
-
-void AgentCore::op_done_locked(TransferJob::Op& op, ucs_status_t status) {
-  TransferJob& job = *op.job;
-  TransferJob::Lane& lane = job.lanes[op.lane];
-  if (status == UCS_OK) {
-    op_succeeded_locked(op);
-    return;
-  }
-  // UCX's ways of saying the peer is gone are a lost peer, not a transport malfunction.
-  const bool gone = lane.peer->lost || (lane.peer->ep && lane.peer->ep->failed()) ||
-                    status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_CONNECTION_RESET ||
-                    status == UCS_ERR_UNREACHABLE || status == UCS_ERR_NOT_CONNECTED ||
-                    status == UCS_ERR_CANCELED;
-  const auto& rec = *lane.peer->record;
-  op_failed_locked(op, gone ? Status::PeerLost : Status::Transport,
-                   std::string(job.op == TransferOp::Read ? "GET" : "PUT") + " of read " +
-                       std::to_string(op.read_index) + " (P rank " + std::to_string(lane.p_rank) +
-                       ") with peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) +
-                       " failed: " + ucs_text(status));
 }
 
 void AgentCore::op_succeeded_locked(TransferJob::Op& op) {
@@ -385,74 +317,7 @@ void AgentCore::lane_data_complete_locked(TransferJob& job, TransferJob::Lane& l
     }
     return;
   }
-  PeerConn& peer = *lane.peer;
-  if (lane.cma || lane.tcp) {
-    // process_vm_writev returned / D acknowledged every batch: every byte is in D's memory
-    // already (nothing to flush).
-    lane.complete = true;
-    if (job.notify && !job.stopping()) {
-      send_notify_locked(lane.peer, NotifyKind::WriteDone, job.request_id, lane.bytes, Status::Ok);
-      lane.notified = true;
-    }
-    return;
-  }
-  // PUTs completed locally only: flush for remote completion before telling D.
-  if (peer.lost || !peer.ep) {
-    fail_job_locked(job, Status::PeerLost, "peer lost before the flush");
-    return;
-  }
-  if (lane.bytes == 0) {
-    lane.complete = true;
-  } else {
-    lane.flush_inflight = true;
-    const PostResult res = peer.ep->post_flush(&AgentCore::on_flush_done, &lane);
-    if (res.state == PostState::InFlight) {
-      job.inflight++;
-      peer.inflight++;
-      return;
-    }
-    lane.flush_inflight = false;
-    if (res.state == PostState::Failed) {
-      fail_job_locked(job, Status::Transport, "flush to the D rank failed: " + ucs_text(res.status));
-      return;
-    }
-    lane.complete = true;
-  }
-  if (job.notify && !job.stopping()) {
-    send_notify_locked(lane.peer, NotifyKind::WriteDone, job.request_id, lane.bytes, Status::Ok);
-    lane.notified = true;
-  }
-}
-
-void AgentCore::on_flush_done(void* user, ucs_status_t status) {
-  auto* lane = static_cast<TransferJob::Lane*>(user);
-  TransferJob& job = *lane->job;
-  job.inflight--;
-  lane->peer->inflight--;
-  job.core->flush_done_locked(*lane, status);
-  job.core->check_final_locked(job);
-}
-
-void AgentCore::flush_done_locked(TransferJob::Lane& lane, ucs_status_t status) {
-  TransferJob& job = *lane.job;
-  lane.flush_inflight = false;
-  if (status != UCS_OK) {
-    // UCX's ways of saying the peer is gone are a lost peer, not a transport malfunction.
-  const bool gone = lane.peer->lost || (lane.peer->ep && lane.peer->ep->failed()) ||
-                    status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_CONNECTION_RESET ||
-                    status == UCS_ERR_UNREACHABLE || status == UCS_ERR_NOT_CONNECTED ||
-                    status == UCS_ERR_CANCELED;
-  if (gone && !lane.peer->lost) {
-    // The peer is closed and dropped after this progress round (closing an endpoint from inside
-    // its own completion is not safe); its record says so from now on, so the failed transfer
-    // and the peer's state agree.
-    lane.peer->record->connected = false;
-    lane.peer->record->lost_status = static_cast<int32_t>(Status::PeerLost);
-  }
-  fail_job_locked(job, gone ? Status::PeerLost : Status::Transport,
-                    "flush to the D rank failed: " + ucs_text(status));
-    return;
-  }
+  // process_vm_writev returned / D acknowledged every batch (tcp): every byte is in D's memory.
   lane.complete = true;
   if (job.notify && !job.stopping()) {
     send_notify_locked(lane.peer, NotifyKind::WriteDone, job.request_id, lane.bytes, Status::Ok);
@@ -481,37 +346,11 @@ void AgentCore::check_final_locked(TransferJob& job) {
     return;
   }
   if (job.inflight != 0) return;
-  bool all_complete = job.next_post == job.ops.size();
+  bool all_complete = true;
   for (const auto& lane : job.lanes) all_complete &= lane.complete;
   if (!all_complete && !job.stopping()) return;
-  if (job.stopping() && flush_stopping_write_locked(job)) return;
   finalize_locked(job);
   release_registrations_locked(job);
-}
-
-bool AgentCore::flush_stopping_write_locked(TransferJob& job) {
-  // A PUT completes locally while its bytes may still be in a socket buffer (tcp). A WRITE that
-  // stops early must not tell D it failed (D then reuses the blocks) while some of its bytes can
-  // still land: flush every lane that sent anything to a peer still connected, once, first.
-  if (job.op != TransferOp::Write || job.stop_flushed) return false;
-  job.stop_flushed = true;
-  for (auto& lane : job.lanes) {
-    PeerConn& peer = *lane.peer;
-    if (lane.cma || lane.tcp || lane.complete || lane.flush_inflight || !lane.posted_any) continue;
-    if (peer.lost || !peer.ep || peer.ep->failed()) continue;
-    lane.flush_inflight = true;
-    const PostResult res = peer.ep->post_flush(&AgentCore::on_flush_done, &lane);
-    if (res.state == PostState::InFlight) {
-      job.inflight++;
-      peer.inflight++;
-      continue;
-    }
-    lane.flush_inflight = false;
-    // Flushed at once: the lane's PUTs are remotely complete (or the peer is failing, which
-    // makes the transfer's failure final anyway).
-    lane.complete = res.state == PostState::Done;
-  }
-  return job.inflight != 0;
 }
 
 void AgentCore::finalize_locked(TransferJob& job) {
@@ -543,13 +382,10 @@ void AgentCore::finalize_locked(TransferJob& job) {
   }
   std::vector<FailedRead> failed;
   if (!ok) {
-    // A read is listed unless it landed: its operation completed and, for a WRITE over UCX, its
-    // lane's flush made it remotely complete (a cma copy is remotely complete when it returns).
+    // A read is listed unless it landed: a cma copy is remotely complete when it returns, a tcp
+    // WRITE's operation is done only once D acknowledged its bytes.
     for (const auto& op : job.ops) {
-      // (over tcp a WRITE's operation is done only once D acknowledged its bytes).
-      const bool lane_ok = job.op == TransferOp::Read || job.lanes[op.lane].cma || job.lanes[op.lane].tcp ||
-                           job.lanes[op.lane].complete;
-      if (op.state == TransferJob::Op::State::Done && lane_ok) continue;
+      if (op.state == TransferJob::Op::State::Done) continue;
       failed.push_back({job.lanes[op.lane].p_rank, op.read_index, job.fail_status});
     }
     std::sort(failed.begin(), failed.end(), [](const FailedRead& a, const FailedRead& b) {
@@ -584,27 +420,22 @@ void AgentCore::check_deadlines_locked(Clock::time_point now) {
                         " ms deadline with " + std::to_string(job->done_ops) + " of " +
                         std::to_string(job->ops.size()) + " operations done");
     if (job->inflight != 0) {
-      // UCX returns operations in flight only when their endpoint closes: close the endpoints
-      // still carrying this job's operations (their peers are unusable: they did not serve
-      // within the deadline), then collect the cancelled completions.
+      // A tcp batch of this job still being received or sent: drop that peer's data connection
+      // (the peer did not serve within the deadline), which returns every batch at once. A cma
+      // batch being copied returns within its bound by itself.
       std::vector<std::shared_ptr<PeerConn>> stuck;
       for (auto& lane : job->lanes) {
-        // Only UCX endpoints: a cma batch being copied returns within its bound by itself.
-        // A tcp data connection with batches of this job in flight is dropped the same way.
-        if ((lane.peer->ep || lane.peer->tcp) && lane.peer->inflight != 0 && !lane.peer->lost) stuck.push_back(lane.peer);
+        if (lane.peer->tcp && lane.peer->inflight != 0 && !lane.peer->lost) stuck.push_back(lane.peer);
       }
       for (auto& p : stuck) {
-        lose_peer_locked(p, Status::PeerLost, "operations still in flight at a transfer's deadline", true);
-      }
-      for (int k = 0; k < 64 && job->inflight != 0; ++k) {
-        if (worker_->progress() == 0) break;
+        lose_peer_locked(p, Status::PeerLost, "data still in flight at a transfer's deadline", true);
       }
     }
     if (!job->finalized) finalize_locked(*job);
     if (job->inflight == 0) {
       release_registrations_locked(*job);
     } else {
-      // UCX did not return them: keep the job (and its registrations busy) until it does.
+      // A cma batch is being copied: keep the job (and its registrations busy) until it returns.
       zombies_.push_back(job);
     }
   }
