@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent
 REPO_ROOT = PYTHON_DIR.parent
@@ -13,3 +16,19 @@ HF_CONFIGS = REPO_ROOT / "tests" / "data" / "hf_configs"
 
 if str(PYTHON_DIR) not in sys.path:
     sys.path.insert(0, str(PYTHON_DIR))
+
+
+@pytest.fixture(scope="module")
+def ctx() -> Iterator[Any]:
+    """A PlanContext for NVIDIA-Nemotron-3-Nano-30B-A3B, P TP4 -> D TP2 rank 0, both engines at
+    2096-token blocks with FlashInfer kernel blocks (131 per block), 64 blocks and 6 regions per
+    rank: the request shape of docs/benchmarks.md's planning section."""
+    import pdkv  # after sys.path is set up above
+
+    with pdkv.Model.from_preset("nemotron-3-nano-30b") as m:
+        cfg = {tp: pdkv.EngineConfig(tp_size=tp, user_block_size=2096, backend="flashinfer") for tp in (2, 4)}
+        p = [pdkv.EngineMetadata.from_model(m, cfg[4], pdkv.EngineLayout("p", r, 64, 6)) for r in range(4)]
+        d = pdkv.EngineMetadata.from_model(m, cfg[2], pdkv.EngineLayout("d", 0, 64, 6))
+        dg, pg = pdkv.Geometry(m, cfg[2]), pdkv.Geometry(m, cfg[4])
+        with pdkv.PlanContext(d, p, local_geometry=dg, remote_geometry=pg) as c:
+            yield c

@@ -19,16 +19,6 @@ except ImportError:  # numpy is optional for the package; these tests use it whe
 PPL = 131  # FlashInfer kernel blocks per 2096-token block on both sides (TP2 and TP4)
 
 
-@pytest.fixture(scope="module")
-def ctx() -> Any:
-    with pdkv.Model.from_preset("nemotron-3-nano-30b") as m:
-        cfg = {tp: pdkv.EngineConfig(tp_size=tp, user_block_size=2096, backend="flashinfer") for tp in (2, 4)}
-        p = [pdkv.EngineMetadata.from_model(m, cfg[4], pdkv.EngineLayout("p", r, 64, 6)) for r in range(4)]
-        d = pdkv.EngineMetadata.from_model(m, cfg[2], pdkv.EngineLayout("d", 0, 64, 6))
-        dg, pg = pdkv.Geometry(m, cfg[2]), pdkv.Geometry(m, cfg[4])
-        with pdkv.PlanContext(d, p, local_geometry=dg, remote_geometry=pg) as c:
-            yield c
-
 
 def layout(logical: bool) -> List[pdkv.PlanGroup]:
     """The engine's groups: two Mamba groups (the second on regions 0-4) and attention, whose
