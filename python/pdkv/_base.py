@@ -42,6 +42,12 @@ def call_status(name: str, *args: Any) -> Tuple[int, Optional[PdkvError]]:
         if err:
             _ffi.lib().pdkv_error_free(err)
         return status, None
+    return status, error_from(name, status, err)
+
+
+def error_from(name: str, status: int, err: Any) -> PdkvError:
+    """The :class:`PdkvError` for a failed call of C function ``name`` that returned ``status``
+    and set ``err`` (a ``pdkv_error_t *``, may be NULL), which this frees."""
     lib = _ffi.lib()
     domain, code = ctypes.c_int32(0), ctypes.c_int64(0)
     try:
@@ -58,7 +64,7 @@ def call_status(name: str, *args: Any) -> Tuple[int, Optional[PdkvError]]:
     exc = error_for(status, message)
     if domain.value != 0:
         exc.cause = (int(domain.value), int(code.value))
-    return status, exc
+    return exc
 
 
 def decode(raw: Optional[bytes]) -> str:
@@ -230,10 +236,11 @@ def _as_operation(attr: Any) -> Any:
     if isinstance(attr, property):
         fget = operation(attr.fget) if attr.fget is not None else None
         return property(fget, attr.fset, attr.fdel, attr.__doc__)
-    if isinstance(attr, classmethod):
-        return classmethod(operation(attr.__func__))
-    if isinstance(attr, staticmethod):
-        return staticmethod(operation(attr.__func__))
+    if isinstance(attr, (classmethod, staticmethod)):
+        fn = attr.__func__
+        if getattr(fn, "__pdkv_operation__", False) or getattr(fn, "__pdkv_outside__", False):
+            return attr
+        return type(attr)(operation(fn))
     if (
         callable(attr)
         and hasattr(attr, "__code__")
@@ -263,9 +270,16 @@ class Handle:
     marks the handle closed, so later calls raise :class:`ClosedError`, and waits until the
     calls in flight have returned before it frees the C object. A call therefore either
     completes normally or raises :class:`ClosedError`; it never touches freed memory.
+
+    Handles whose class sets ``_owned`` (the plan context and plans, on the planning hot path)
+    also give their C object an :class:`_Owner`: the object is freed when the last reference to
+    the owner goes, not by close() itself. close() drops the handle's reference (so it frees at
+    once when nothing else holds the owner), and a hot-path call that holds the owner in a
+    local variable instead of counting itself in flight keeps the object alive until it returns.
     """
 
     _free_name: str = ""
+    _owned: bool = False
     _ptr: Any
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -278,12 +292,31 @@ class Handle:
 
     def _adopt(self, ptr: Any) -> None:
         """Takes ownership of the C pointer ``ptr``."""
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._in_flight = 0
+        self._waiters = 0  # threads waiting on _cond (notify only when there are some)
         self._closing = False
         self._exclusive = False  # an in-place rewrite of the C object is running (see _take)
         self._ptr = ptr
-        self._finalizer = weakref.finalize(self, _free, self._free_name, ptr)
+        if self._owned:
+            owner = _Owner(ptr)
+            weakref.finalize(owner, _free, self._free_name, ptr)
+            holder = [owner]
+            #: [owner] while the handle is open; emptied by close() (and when it is collected).
+            self._owner_holder = holder
+            self._arg = owner.arg  # the address for untyped calls made while the handle is in use
+            self._finalizer = weakref.finalize(self, holder.clear)
+        else:
+            self._finalizer = weakref.finalize(self, _free, self._free_name, ptr)
+
+    def _wait(self, predicate: Callable[[], bool]) -> None:
+        """``_cond.wait_for(predicate)``, counted in ``_waiters``; ``_cond`` must be held."""
+        self._waiters += 1
+        try:
+            self._cond.wait_for(predicate)
+        finally:
+            self._waiters -= 1
 
     def close(self) -> None:
         """Frees the C object now. Idempotent; later method calls raise :class:`ClosedError`.
@@ -297,10 +330,10 @@ class Handle:
         with cond:
             if self._closing:
                 if not own:  # another thread is closing it: return once it is freed
-                    cond.wait_for(lambda: self._ptr is None)
+                    self._wait(lambda: self._ptr is None)
                 return
             self._closing = True
-            cond.wait_for(lambda: self._in_flight <= own)
+            self._wait(lambda: self._in_flight <= own)
             self._finalizer()
             self._ptr = None
             cond.notify_all()
@@ -325,8 +358,8 @@ class Handle:
         if cond is None:
             raise ClosedError(f"pdkv.{type(self).__name__}")
         with cond:
-            while self._exclusive:  # wait for an in-place rewrite to finish
-                cond.wait()
+            if self._exclusive:  # wait for an in-place rewrite to finish
+                self._wait(lambda: not self._exclusive)
             if self._closing or not self._ptr:
                 raise ClosedError(f"pdkv.{type(self).__name__}")
             self._in_flight += 1
@@ -340,10 +373,10 @@ class Handle:
         exclusive, so calls from other threads wait until :meth:`_give_back` and close() waits
         too. None (nothing taken) when the handle is closed or closing, or in use by any call
         (this thread's included)."""
-        cond = getattr(self, "_cond", None)
-        if cond is None:
+        lock = getattr(self, "_lock", None)
+        if lock is None:
             return None
-        with cond:
+        with lock:
             if self._closing or not self._ptr or self._in_flight or self._exclusive:
                 return None
             self._exclusive = True
@@ -352,16 +385,17 @@ class Handle:
 
     def _give_back(self) -> None:
         """Ends what :meth:`_take` began."""
-        with self._cond:
+        with self._lock:
             self._exclusive = False
             self._in_flight = 0
-            self._cond.notify_all()
+            if self._waiters:
+                self._cond.notify_all()
 
     def _release(self) -> None:
         """Ends one use taken by :meth:`_p`; wakes a waiting close() when none is left."""
-        with self._cond:
+        with self._lock:
             self._in_flight -= 1
-            if self._in_flight <= 1:
+            if self._in_flight <= 1 and self._waiters:
                 self._cond.notify_all()
 
     @operation
@@ -378,6 +412,18 @@ class Handle:
 
 
 H = TypeVar("H", bound=Handle)
+
+
+class _Owner:
+    """What an ``_owned`` handle's C object lives as long as (see :class:`Handle`): ``ptr`` is
+    the typed C pointer, ``arg`` the same address as a ``c_void_p`` for calls made without
+    argtypes conversion. A ``weakref.finalize`` on the owner frees the object."""
+
+    __slots__ = ("ptr", "arg", "__weakref__")
+
+    def __init__(self, ptr: Any) -> None:
+        self.ptr = ptr
+        self.arg = ctypes.c_void_p(ctypes.cast(ptr, ctypes.c_void_p).value)
 
 
 def _free(free_name: str, ptr: Any) -> None:

@@ -8,22 +8,22 @@ import dataclasses
 import json
 import struct
 import threading
-import weakref
 from ctypes import POINTER, byref, c_size_t, c_uint32, c_uint64
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
 from ._base import (
     Handle,
-    operation,
+    _Owner,
     _buffer_array,
-    _free,
     array_copy,
     call,
     call_status,
     enum_value,
+    error_from,
     handle_arg,
     index_arg,
+    outside_operation,
     take_string,
     to_enum,
     u32,
@@ -33,7 +33,7 @@ from ._base import (
 )
 from .blocks import ZeroRange, zero_range_of
 from .enums import GroupKind, KvLayout, MambaCacheMode
-from .errors import Status
+from .errors import ClosedError, Status
 from .geometry import Geometry
 from .metadata import EngineMetadata
 from .topology import TpMapping
@@ -48,6 +48,10 @@ class PlanContext(Handle):
     (``pdkv_plan_context_t``). Build it once after the handshake; immutable, thread-safe."""
 
     _free_name = "pdkv_plan_context_free"
+    _owned = True  # the planning hot path holds its _Owner instead of counting itself in flight
+    #: Block ids a compile may pass and still keep the GIL (see _into); set from the engines'
+    #: region count when the context is built from metadata, conservative otherwise.
+    _gil_ids = 1536 // 64
 
     def __init__(
         self,
@@ -87,7 +91,9 @@ class PlanContext(Handle):
         p.permute_on_receive = int(permute_on_receive)
         out = POINTER(_ffi.PlanContextT)()
         call("pdkv_plan_context_new", byref(p), byref(out))
+        regions = max(len(md.regions()) for md in [local, *items])
         self._adopt(out)
+        self._gil_ids = _GIL_WORK // max(1, regions)
 
     def mapping(self) -> TpMapping:
         """The context's TP mapping (a new handle)."""
@@ -97,6 +103,7 @@ class PlanContext(Handle):
         m._adopt(out)
         return m
 
+    @outside_operation  # keeps the context alive through its _Owner (the hot path)
     def compile(self, groups: Iterable["PlanGroup"], reuse: Optional["TransferPlan"] = None) -> "TransferPlan":
         """Compiles one request's plan (see :meth:`TransferPlan.compile`, also for ``reuse``)."""
         return _compile(self, groups, reuse)
@@ -195,10 +202,11 @@ def _ids_address(values: Any, name: str) -> Optional[Tuple[int, int, Any]]:
     if type(values) is array.array:
         if values.typecode not in _ARRAY_TYPECODES_U64:
             return None
+        pin = memoryview(values)  # first: the array cannot be resized once it is pinned
         n = len(values)
         if n == 0:
             return 0, 0, None
-        return values.buffer_info()[0], n, memoryview(values)
+        return values.buffer_info()[0], n, pin
     if type(values) is tuple or type(values) is list:
         if len(values) > 16:  # long sequences: the checked path converts them id by id
             return None
@@ -215,42 +223,70 @@ _TRIM_FORMAT, _GROUP_FORMAT = "NiiPNPNQQQQQBQQQQ", "NPPNPN"  # pdkv_group_trim_i
 assert struct.calcsize("@" + _TRIM_FORMAT) == _TRIM_SIZE and struct.calcsize("@" + _GROUP_FORMAT) == _PLAN_GROUP_SIZE
 
 
+class _CallSlot:
+    """The error out-parameter of one buffer's compile calls (``pdkv_error_t *`` and a
+    ``byref`` of it, made once): whoever holds the buffer holds its slot."""
+
+    __slots__ = ("err", "ref")
+
+    def __init__(self) -> None:
+        self.err = POINTER(_ffi.ErrorT)()
+        self.ref = byref(self.err)
+
+
+class _PackBuffer:
+    """One C groups array (n ``pdkv_plan_group_t``, then their n ``pdkv_group_trim_input_t``;
+    both sizes are multiples of 8, so no padding falls between them) packed with one
+    ``struct.pack_into``, with the arguments of its calls made once: ``arg`` (its address as a
+    ``c_void_p``), ``typed`` (as ``pdkv_plan_group_t *``), ``count`` (n as a ``c_size_t``)."""
+
+    __slots__ = ("st", "buf", "mb", "base", "arg", "typed", "count", "slot")
+
+    def __init__(self, n: int) -> None:
+        self.st = struct.Struct("@" + _GROUP_FORMAT * n + _TRIM_FORMAT * n)
+        self.buf = (ctypes.c_char * self.st.size)()
+        self.mb = memoryview(self.buf).cast("B")  # packing through a memoryview is cheaper
+        self.base = ctypes.addressof(self.buf)
+        self.arg = ctypes.c_void_p(self.base)
+        self.typed = ctypes.cast(self.base, POINTER(_ffi.PlanGroupC))
+        self.count = c_size_t(n)
+        self.slot = _CallSlot()
+
+
 class _PackBuffers(threading.local):
-    """Per thread: for each group count n, the struct of the whole C groups array (n
-    ``pdkv_plan_group_t``, then their n ``pdkv_group_trim_input_t``; both sizes are multiples of
-    8, so no padding falls between them) and one buffer it is packed into, reused call after
-    call. A thread packs the next request only after the library returned from the previous one
+    """Per thread: for each group count n, one :class:`_PackBuffer`, reused call after call. A
+    thread packs the next request only after the library returned from the previous one
     (ctypes calls do not re-enter Python), so reusing the buffer is safe."""
 
     def __init__(self) -> None:
-        self.by_count: Dict[int, Tuple[Any, Any, int]] = {}
+        self.by_count: Dict[int, _PackBuffer] = {}
 
 
 _pack_buffers = _PackBuffers()
 
 
-def _pack_buffer(n: int) -> Tuple[Any, Any, int]:
-    """(struct.Struct, ctypes buffer, its address) for n groups on this thread."""
+def _pack_buffer(n: int) -> _PackBuffer:
+    """The pack buffer for n groups on this thread."""
     hit = _pack_buffers.by_count.get(n)
     if hit is None:
-        st = struct.Struct("@" + _GROUP_FORMAT * n + _TRIM_FORMAT * n)
-        buf = (ctypes.c_char * st.size)()
-        hit = (st, buf, ctypes.addressof(buf))
+        hit = _PackBuffer(n)
         if len(_pack_buffers.by_count) < 64:
             _pack_buffers.by_count[n] = hit
     return hit
 
 
-def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[Any, List[Any]]]:
+def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[_PackBuffer, int, List[Any]]]:
     """The C groups array for the common case (PlanGroup of GroupTrimInput with plain ints,
-    enum members, ids in buffers, region tuples): every struct is packed into one reused buffer
-    with a single ``struct.pack_into`` (which range-checks every field) and no per-id work.
-    None as soon as anything needs the checked path, which then builds the array again and
-    reports the offending field by name."""
+    enum members, ids in buffers, region tuples): every struct is packed into this thread's
+    reused buffer with a single ``struct.pack_into`` (which range-checks every field) and no
+    per-id work. Returns (the buffer, how many block ids the groups pass, what must stay alive
+    during the call), or None as soon as anything needs the checked path, which then builds the
+    array again and reports the offending field by name."""
     n = len(items)
-    st, buf, base = _pack_buffer(n)
-    trims_at = base + n * _PLAN_GROUP_SIZE
-    keep: List[Any] = [buf]
+    pb = _pack_buffer(n)
+    trims_at = pb.base + n * _PLAN_GROUP_SIZE
+    keep: List[Any] = []
+    total = 0
     group_values: List[Any] = []
     trim_values: List[Any] = []
     # One pass, few calls: this runs once per request, so every Python operation counts.
@@ -278,8 +314,8 @@ def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[Any, List[Any]]]:
         lb: Any = t.local_blocks
         rb: Any = t.remote_blocks
         if type(lb) is array.array and lb.typecode in _ARRAY_TYPECODES_U64:
+            keep.append(memoryview(lb))  # pins it first: no resize while the library reads it
             la, ln = lb.buffer_info()
-            keep.append(memoryview(lb))  # pins it: no resize while the library reads it
         else:
             x = _ids_address(lb, "local_blocks")
             if x is None:
@@ -287,8 +323,8 @@ def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[Any, List[Any]]]:
             la, ln = x[0], x[1]
             keep.append(x[2])
         if type(rb) is array.array and rb.typecode in _ARRAY_TYPECODES_U64:
-            ra, rn = rb.buffer_info()
             keep.append(memoryview(rb))
+            ra, rn = rb.buffer_info()
         else:
             x = _ids_address(rb, "remote_blocks")
             if x is None:
@@ -310,14 +346,15 @@ def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[Any, List[Any]]]:
                 return None
         keep.append(reg[2])
         keep.append(lay[2])
+        total += ln + rn
         trim_values += (_TRIM_SIZE, k, m, la, ln, ra, rn, lpt, rpt, computed, hit, window, has_lf, lf, rfirst, lk, rk)
         group_values += (_PLAN_GROUP_SIZE, trims_at + i * _TRIM_SIZE, reg[0], reg[1], lay[0], lay[1])
         i += 1
     try:
-        st.pack_into(buf, 0, *group_values, *trim_values)
+        pb.st.pack_into(pb.mb, 0, *group_values, *trim_values)
     except struct.error:  # a value out of its C type's range
         return None
-    return ctypes.cast(base, POINTER(_ffi.PlanGroupC)), keep
+    return pb, total, keep
 
 
 def _groups(groups: Iterable[PlanGroup]) -> Tuple[Any, int, List[Any]]:
@@ -327,7 +364,7 @@ def _groups(groups: Iterable[PlanGroup]) -> Tuple[Any, int, List[Any]]:
         if items:
             fast = _groups_fast(items)
             if fast is not None:
-                return fast[0], len(items), fast[1]
+                return fast[0].typed, len(items), fast[2]
     if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
         raise TypeError(f"groups must be a sequence of pdkv.PlanGroup, got {type(groups).__name__}")
     items = list(groups)
@@ -359,41 +396,104 @@ class PlanRead:
     length: int  #: Bytes.
 
 
-class _PlanMemory:
-    """Owner of a compiled plan's C memory once zero-copy views of it exist."""
+# A compile keeps the GIL (the ctypes call goes through a PyDLL function) when its ids times the
+# engines' region count is at most this: a few to about 15 µs of C work on the machine of
+# docs/benchmarks.md, where releasing and retaking the GIL costs more than it lets other threads
+# do, and where a thread that released it may wait a whole switch interval (5 ms) to get it
+# back while others run. Longer compiles release it, as every other call does.
+_GIL_WORK = 1536
+
+# pdkv_transfer_plan_compile_into without argtypes (every argument is passed as a made-once
+# ctypes object): [releasing the GIL (CDLL), holding it (PyDLL)].
+_INTO: List[Any] = []
 
 
-@operation
-def _compile(ctx: PlanContext, groups: Iterable[PlanGroup], reuse: Optional["TransferPlan"]) -> "TransferPlan":
-    """PlanContext.compile / TransferPlan.compile (one operation: the context stays in use)."""
-    return _compile_packed_in_operation(ctx, lambda: _groups(groups), reuse)
+def _into_functions() -> List[Any]:
+    if not _INTO:
+        _ffi.function("pdkv_transfer_plan_compile_into")  # MissingFunctionError for an old library
+        lib = _ffi.lib()
+        fns = []
+        for dll in (lib, ctypes.PyDLL(_ffi.library_path(), handle=lib._handle)):
+            fn = dll["pdkv_transfer_plan_compile_into"]  # a new function object, undeclared
+            fn.restype = ctypes.c_int
+            fns.append(fn)
+        _INTO[:] = fns
+    return _INTO
 
 
-def _compile_packed_in_operation(ctx: PlanContext, pack: Any, reuse: Optional["TransferPlan"]) -> "TransferPlan":
-    """Compiles the C groups array ``pack()`` returns as (array, count, what to keep alive),
-    into ``reuse`` when it can be rewritten, else into a new plan. Runs inside the caller's
-    operation (the hot path of PlanRequest.compile saves a nested one)."""
-    c = handle_arg("ctx", ctx, PlanContext)
-    if reuse is not None:
-        if type(reuse) is not TransferPlan and not isinstance(reuse, TransferPlan):
-            raise TypeError(f"reuse must be a pdkv.TransferPlan, got {type(reuse).__name__}")
-        # A plan whose memory zero-copy views may still show is never rewritten.
-        ptr = reuse._take() if getattr(reuse, "_owner_holder", None) is None else None
-        if ptr is not None:
-            try:
-                arr, n, keep = pack()
-                call("pdkv_transfer_plan_compile_into", c, arr, n, ptr)
-                del keep
-            finally:
-                reuse._give_back()
-            return reuse
-    arr, n, keep = pack()
+def _ctx_owner(ctx: Any) -> _Owner:
+    """The :class:`_Owner` of ``ctx``'s C context: holding it keeps the context alive whatever
+    another thread's close() does (the free happens when the last holder lets go)."""
+    if type(ctx) is not PlanContext and not isinstance(ctx, PlanContext):
+        raise TypeError(f"ctx must be a pdkv.PlanContext, got {type(ctx).__name__}")
+    try:
+        return ctx._owner_holder[0]
+    except (IndexError, AttributeError):
+        raise ClosedError("pdkv.PlanContext") from None
+
+
+def _check_reuse(reuse: Any) -> None:
+    if reuse is not None and type(reuse) is not TransferPlan and not isinstance(reuse, TransferPlan):
+        raise TypeError(f"reuse must be a pdkv.TransferPlan, got {type(reuse).__name__}")
+
+
+def _into(co: _Owner, arg: Any, count: Any, plan: "TransferPlan", slot: _CallSlot, hold_gil: bool) -> bool:
+    """Recompiles ``plan`` in place from the packed groups at ``arg`` (``count`` of them) for
+    the context ``co``; False, doing nothing, when the plan cannot be rewritten now (closed or
+    closing, in use by a call on another thread, or zero-copy views were taken from it). The
+    plan's lock is held for the call: every other use of the plan (a call starting, one
+    returning, close()) waits for it, as they wait for what :meth:`Handle._take` holds."""
+    lock = plan._lock
+    lock.acquire()
+    try:
+        if plan._in_flight or plan._exclusive or plan._closing or plan._viewed:  # (closing stays set once closed)
+            return False
+        status = (_INTO or _into_functions())[hold_gil](co.arg, arg, count, plan._arg, slot.ref)
+    finally:
+        lock.release()
+    if status:
+        raise error_from("pdkv_transfer_plan_compile_into", status, slot.err)
+    return True
+
+
+def _new_plan(co: _Owner, groups: Any, n: int) -> "TransferPlan":
+    """A new plan compiled from the C groups array ``groups`` (n of them) for the context ``co``."""
     out = POINTER(_ffi.TransferPlanT)()
-    call("pdkv_transfer_plan_compile", c, arr, n, byref(out))
-    del keep
+    call("pdkv_transfer_plan_compile", co.ptr, groups, n, byref(out))
     plan = object.__new__(TransferPlan)
     plan._adopt(out)
     return plan
+
+
+def _compile(ctx: PlanContext, groups: Iterable[PlanGroup], reuse: Optional["TransferPlan"]) -> "TransferPlan":
+    """PlanContext.compile / TransferPlan.compile: the context is held through its owner."""
+    co = _ctx_owner(ctx)
+    _check_reuse(reuse)
+    if (type(groups) is list or type(groups) is tuple) and groups:
+        fast = _groups_fast(groups)
+        if fast is not None:
+            pb, ids, keep = fast
+            if reuse is not None and _into(co, pb.arg, pb.count, reuse, pb.slot, ids <= ctx._gil_ids):
+                return reuse
+            plan = _new_plan(co, pb.typed, len(groups))
+            del keep
+            return plan
+    arr, n, keep = _groups(groups)
+    return _compile_checked(co, arr, n, reuse)
+
+
+def _compile_checked(co: _Owner, arr: Any, n: int, reuse: Optional["TransferPlan"]) -> "TransferPlan":
+    """Compiles the typed C groups array ``arr`` into ``reuse`` when it can be rewritten, else
+    into a new plan (the path of groups the fast packing does not take)."""
+    if reuse is not None and not reuse._viewed:
+        ptr = reuse._take()
+        if ptr is not None:
+            try:
+                call("pdkv_transfer_plan_compile_into", co.ptr, arr, n, ptr)
+            finally:
+                reuse._give_back()
+            return reuse
+    return _new_plan(co, arr, n)
 
 
 def plan_read_dtype() -> Any:
@@ -497,11 +597,14 @@ class TransferPlan(Handle):
     byte needed is written exactly once and no read leaves a registered region. Immutable."""
 
     _free_name = "pdkv_transfer_plan_free"
+    _owned = True  # zero-copy views hold its _Owner: the memory outlives close() while they live
+    _viewed = False  # set once views of its memory were taken: never rewritten in place after
 
     def __init__(self) -> None:
         raise TypeError("use TransferPlan.compile or PlanContext.compile")
 
     @classmethod
+    @outside_operation  # holds the context through its _Owner (the hot path)
     def compile(cls, ctx: PlanContext, groups: Iterable[PlanGroup],
                 reuse: Optional["TransferPlan"] = None) -> "TransferPlan":
         """Compiles and validates one request's plan; raises :class:`CoverageError`,
@@ -605,20 +708,13 @@ class TransferPlan(Handle):
         view = self.rank_reads_view(p_tp_rank)
         return np.frombuffer(view.cast("B"), dtype=plan_read_dtype())
 
-    def _memory_owner(self) -> "_PlanMemory":
-        """The object whose lifetime the plan's C memory follows once views exist: the handle's
-        own finalizer is swapped for one that only drops the handle's reference to it, and the
-        C plan is freed when the owner goes (the handle closed or collected, every view gone).
-        Runs inside an operation, so close() cannot free the plan meanwhile."""
-        holder: Optional[List[_PlanMemory]] = getattr(self, "_owner_holder", None)
-        if holder is None:
-            owner = _PlanMemory()
-            weakref.finalize(owner, _free, self._free_name, self._ptr)
-            self._finalizer.detach()
-            holder = [owner]
-            self._owner_holder = holder
-            self._finalizer = weakref.finalize(self, holder.clear)
-        return holder[0]
+    def _memory_owner(self) -> _Owner:
+        """The object whose lifetime the plan's C memory follows: views hold it, so the plan is
+        freed when it goes (the handle closed or collected, every view gone), and the plan is
+        never rewritten in place once views were taken. Runs inside an operation, so close()
+        cannot drop it meanwhile."""
+        self._viewed = True
+        return self._owner_holder[0]
 
     def group_zero(self, index: int) -> PlanGroupZero:
         """Receive-side work of group ``index``; :class:`OutOfBoundsError` past the end."""

@@ -12,29 +12,35 @@ from __future__ import annotations
 import array
 import ctypes
 import struct
-import threading
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
-from ._base import operation, u64, u64_array
+from ._base import error_from, u64, u64_array
 from .enums import GroupKind, MambaCacheMode
-from .errors import Status, error_for
+from .errors import ClosedError, Status, error_for
 from .plan import (
     PlanContext,
     PlanGroup,
     TransferPlan,
+    _CallSlot,
     _GROUP_FORMAT,
     _PLAN_GROUP_SIZE,
     _TRIM_FORMAT,
     _TRIM_SIZE,
-    _compile_packed_in_operation,
+    _check_reuse,
+    _ctx_owner,
     _groups,
     _ids_address,
+    _INTO,
+    _into_functions,
+    _new_plan,
     _regions,
 )
 
 _U64 = (1 << 64) - 1
+_ARRAY = array.array
 _Q_CODES = frozenset(c for c in "QL" if array.array(c).itemsize == 8)
+_ERRORS = (TypeError, ValueError, OverflowError, struct.error)  # the fast path hands these to the checked one
 # The fields of one pdkv_group_trim_input_t from local_blocks to local_hit_tokens (fields 3..10
 # of _TRIM_FORMAT), and their byte offset in the struct.
 _WINDOW = struct.Struct("@" + _TRIM_FORMAT[3:11])
@@ -42,21 +48,87 @@ _WINDOW_OFFSET = _ffi.GroupTrimInputC.local_blocks.offset
 assert _TRIM_FORMAT[3:11] == "PNPNQQQQ" and _ffi.GroupTrimInputC.local_hit_tokens.offset + 8 == _WINDOW_OFFSET + _WINDOW.size
 _TRIM_FIELDS = len(_TRIM_FORMAT)
 _GROUP_FIELDS = len(_GROUP_FORMAT)
+# In a packing each trim is followed by two 8-byte words: a group's local and remote id when it
+# passes one each (a Mamba group's usual request), copied there instead of pinning its buffer.
+_TRIM_STRIDE = _TRIM_SIZE + 16
+_GROUP_STRUCT: Dict[int, struct.Struct] = {}  # n -> struct of n pdkv_plan_group_t
+_TRIM_STRUCT = struct.Struct("@" + _TRIM_FORMAT)
 
 
 class _Packing:
-    """One packed copy of the groups array (n pdkv_plan_group_t, then their n trims), its
-    per-engine fields written once."""
+    """One packed copy of the groups array (n pdkv_plan_group_t, then their n trims, each with
+    its two scratch words), its per-engine fields written once, and the made-once arguments of
+    its calls. Whoever holds the packing is the only writer of its buffer and of its slot."""
 
-    def __init__(self, st: struct.Struct, values: List[Any], n: int) -> None:
-        self.buf = (ctypes.c_char * st.size)()
-        self.base = ctypes.addressof(self.buf)
-        trims_at = self.base + n * _PLAN_GROUP_SIZE
-        values = list(values)
+    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "fill")
+
+    def __init__(self, req: "PlanRequest") -> None:
+        n = req._n
+        trims = n * _PLAN_GROUP_SIZE
+        self.buf = (ctypes.c_char * (trims + n * _TRIM_STRIDE))()
+        base = ctypes.addressof(self.buf)
+        self.mb = memoryview(self.buf).cast("B")
+        self.q = self.mb.cast("Q")  # the scratch words, as uint64 (a store range-checks the id)
+        values = list(req._group_template)
         for i in range(n):  # each group points at its own trim in this buffer
-            values[_GROUP_FIELDS * i + 1] = trims_at + i * _TRIM_SIZE
-        st.pack_into(self.buf, 0, *values)
-        self.array = ctypes.cast(self.base, ctypes.POINTER(_ffi.PlanGroupC))
+            values[_GROUP_FIELDS * i + 1] = base + trims + i * _TRIM_STRIDE
+        st = _GROUP_STRUCT.get(n)
+        if st is None:
+            st = _GROUP_STRUCT.setdefault(n, struct.Struct("@" + _GROUP_FORMAT * n))
+        st.pack_into(self.mb, 0, *values)
+        # Per group: its window's byte offset, the word index of its local scratch id (the
+        # remote one follows), the two scratch addresses, and its tokens per block (local, remote).
+        self.groups: List[Tuple[int, int, int, int, int, int]] = []
+        for i, t in enumerate(req._trim_templates):
+            at = trims + i * _TRIM_STRIDE
+            _TRIM_STRUCT.pack_into(self.mb, at, *t)
+            scratch = at + _TRIM_SIZE
+            self.groups.append((at + _WINDOW_OFFSET, scratch // 8, base + scratch, base + scratch + 8, t[7], t[8]))
+        self.arg = ctypes.c_void_p(base)
+        self.typed = ctypes.cast(base, ctypes.POINTER(_ffi.PlanGroupC))
+        self.count = ctypes.c_size_t(n)
+        self.slot = _CallSlot()
+        self.fill = _fill_function(self)
+
+
+def _fill_function(pk: _Packing) -> Any:
+    """The fast path of :meth:`PlanRequest.compile` for this packing, generated with its
+    offsets and addresses as constants and one block per group (no loop, no per-group lookup):
+    ``fill(local_blocks, remote_blocks, computed_tokens, hits, pins)`` writes every group's
+    window and returns how many ids the request passes (groups of one id a side not counted:
+    2n at most), or -1 as soon as a group is not two ``array('Q')`` / ``array('L')`` (64-bit)
+    or two one-id arrays of any integer type, or a count is not an int; it may also raise
+    TypeError / ValueError / OverflowError / struct.error for a bad value. On -1 or an error
+    the caller takes the checked path, which writes every window again."""
+    lines = ["def fill(L, R, c, H, pins, q=q, mb=mb, window=window, A=A, QC=QC, type=type, len=len, int=int,",
+             "         memoryview=memoryview):",
+             "    pin = pins.append",
+             "    total = 0"]
+    for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
+        lines += [
+            f"    x = L[{i}]",
+            f"    y = R[{i}]",
+            f"    h = H[{i}]",
+            "    if type(h) is not int or type(x) is not A or type(y) is not A:",
+            "        return -1",
+            "    if len(x) == 1 and len(y) == 1:  # one id a side (a Mamba group): copied, range-checked",
+            f"        q[{k}] = x[0]",
+            f"        q[{k + 1}] = y[0]",
+            f"        window(mb, {at}, {sl}, 1, {sr}, 1, {lpt}, {rpt}, c, h)",
+            "    elif x.typecode in QC and y.typecode in QC:",
+            "        pin(memoryview(x))  # before the address is read: no resize until the call returned",
+            "        pin(memoryview(y))",
+            "        la, ln = x.buffer_info()",
+            "        ra, rn = y.buffer_info()",
+            f"        window(mb, {at}, la, ln, ra, rn, {lpt}, {rpt}, c, h)",
+            "        total += ln + rn",
+            "    else:",
+            "        return -1",
+        ]
+    lines.append("    return total")
+    ns: Dict[str, Any] = {"q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into, "A": array.array, "QC": _Q_CODES}
+    exec("\n".join(lines), ns)  # noqa: S102 - generated from ints of this module, nothing else
+    return ns["fill"]
 
 
 class PlanRequest:
@@ -68,7 +140,9 @@ class PlanRequest:
     block, sliding window, ``local_first_block``, ``remote_first_block``, kernel blocks per id);
     their block ids and token counts are ignored (each request passes its own). The context is
     kept alive by this object. Thread-safe: several threads may compile through one
-    PlanRequest at once (a thread that finds the prepared buffer in use packs into a new one)."""
+    PlanRequest at once (a thread that finds every prepared buffer in use packs into a new one),
+    and the context may be closed meanwhile (a compile in flight keeps it alive until it returns;
+    later ones raise :class:`ClosedError`)."""
 
     def __init__(self, ctx: PlanContext, groups: Sequence[PlanGroup]) -> None:
         if not isinstance(ctx, PlanContext):
@@ -80,11 +154,12 @@ class PlanRequest:
         _arr, _n, keep = _groups(items)
         del _arr, keep
         self._ctx = ctx
+        self._ctx_holder = ctx._owner_holder
+        self._gil_ids = ctx._gil_ids
         self._n = len(items)
         self._keep: List[Any] = []
-        self._st = struct.Struct("@" + _GROUP_FORMAT * self._n + _TRIM_FORMAT * self._n)
-        self._template: List[Any] = []
-        trims: List[Any] = []
+        self._group_template: List[Any] = []
+        self._trim_templates: List[Tuple[Any, ...]] = []
         for i, g in enumerate(items):
             c, _ = g.trim._to_c()
             # The library checks these per call; a layout that can never plan is refused here.
@@ -95,22 +170,15 @@ class PlanRequest:
             regions, nr = _regions(i, g.regions)
             layers, nl = _regions(i, g.layers, "layers")
             self._keep += [regions, layers]
-            self._template += [_PLAN_GROUP_SIZE, None, ctypes.addressof(regions) if nr else 0, nr,
-                               ctypes.addressof(layers) if nl else 0, nl]
-            trims += [_TRIM_SIZE, c.kind, c.cache_mode, 0, 0, 0, 0, c.local_tokens_per_block,
-                      c.remote_tokens_per_block, 0, 0, c.sliding_window, c.has_local_first_block,
-                      c.local_first_block, c.remote_first_block, c.local_kernel_blocks_per_id,
-                      c.remote_kernel_blocks_per_id]
-        self._template += trims
-        # Byte offset of each trim's per-request window, and its per-engine tokens per block.
-        self._window_at = [self._n * _PLAN_GROUP_SIZE + i * _TRIM_SIZE + _WINDOW_OFFSET for i in range(self._n)]
-        self._window_static = [(trims[_TRIM_FIELDS * i + 7], trims[_TRIM_FIELDS * i + 8]) for i in range(self._n)]
-        self._lock = threading.Lock()
-        self._packing = self._new_packing()
-
-    def _new_packing(self) -> _Packing:
-        """A buffer holding the groups array with every per-engine field packed."""
-        return _Packing(self._st, self._template, self._n)
+            self._group_template += [_PLAN_GROUP_SIZE, None, ctypes.addressof(regions) if nr else 0, nr,
+                                     ctypes.addressof(layers) if nl else 0, nl]
+            self._trim_templates.append((
+                _TRIM_SIZE, c.kind, c.cache_mode, 0, 0, 0, 0, c.local_tokens_per_block, c.remote_tokens_per_block,
+                0, 0, c.sliding_window, c.has_local_first_block, c.local_first_block, c.remote_first_block,
+                c.local_kernel_blocks_per_id, c.remote_kernel_blocks_per_id))
+        # Packings not in use: a compile pops one (or makes one when several threads compile at
+        # once) and puts it back (list.pop / append are atomic).
+        self._pool = [_Packing(self)]
 
     @property
     def num_groups(self) -> int:
@@ -126,79 +194,87 @@ class PlanRequest:
         tokens P computed (N-1 rule applied), ``hit_tokens`` the tokens D already holds (one
         count for every group, or one per group). ``reuse`` as for :meth:`PlanContext.compile`.
         Raises what :meth:`PlanContext.compile` raises, and ValueError / TypeError naming a
-        request argument of the wrong shape."""
-        return _compile_request(self, local_blocks, remote_blocks, computed_tokens, hit_tokens, reuse)
+        request argument of the wrong shape.
+
+        The ids are read by the library during the call: a buffer used in place is pinned (it
+        cannot be resized meanwhile: resizing raises BufferError), and a group passing one id
+        per side has them copied. A request of few ids (see ``_GIL_WORK`` in plan.py: up to 256
+        ids with six regions) is planned with the GIL held, a larger one releases it."""
+        # Everything below runs once per request: every Python operation counts.
+        try:
+            co = self._ctx_holder[0]  # keeps the context alive until this returns
+        except IndexError:
+            raise ClosedError("pdkv.PlanContext") from None
+        if reuse is not None and type(reuse) is not TransferPlan:
+            _check_reuse(reuse)
+        pool = self._pool
+        try:
+            pk = pool.pop()
+        except IndexError:  # every packing is in use by another thread
+            pk = _Packing(self)
+        try:
+            pins: List[Any] = []  # every buffer read in place, pinned until the call returned
+            n = self._n
+            ids = -1
+            try:
+                if type(computed_tokens) is int and len(local_blocks) == n and len(remote_blocks) == n:
+                    hits = (hit_tokens,) * n if type(hit_tokens) is int else hit_tokens
+                    if len(hits) == n:  # type: ignore[arg-type]
+                        ids = pk.fill(local_blocks, remote_blocks, computed_tokens, hits, pins)
+            except _ERRORS:
+                ids = -1
+            if ids < 0:  # anything else: the checked path, which names what is wrong
+                pins.clear()
+                ids = self._pack(pk, local_blocks, remote_blocks, computed_tokens, hit_tokens, pins)
+            if reuse is not None:
+                # plan._into inlined (one Python call less per request): the plan's lock is held
+                # for the call, so no other use of the plan starts or ends meanwhile.
+                plock = reuse._lock
+                plock.acquire()
+                try:
+                    if not (reuse._in_flight or reuse._exclusive or reuse._closing or reuse._viewed):
+                        status = (_INTO or _into_functions())[ids <= self._gil_ids](
+                            co.arg, pk.arg, pk.count, reuse._arg, pk.slot.ref)
+                        if not status:
+                            return reuse
+                        raise error_from("pdkv_transfer_plan_compile_into", status, pk.slot.err)
+                finally:
+                    plock.release()
+            return _new_plan(co, pk.typed, n)
+        finally:
+            pool.append(pk)
 
     def _pack(self, packing: _Packing, local_blocks: Sequence[Any], remote_blocks: Sequence[Any],
-              computed_tokens: int, hit_tokens: Union[int, Sequence[int]], pins: List[Any]) -> None:
-        """Writes the request's values into ``packing`` and packs it (pins what must stay alive)."""
+              computed_tokens: int, hit_tokens: Union[int, Sequence[int]], pins: List[Any]) -> int:
+        """Writes the request's values into ``packing``, each checked (errors name the argument),
+        pins what must stay alive, and returns how many ids the request passes."""
         n = self._n
         if len(local_blocks) != n or len(remote_blocks) != n:
             raise ValueError(f"this PlanRequest has {n} groups: pass {n} local_blocks and {n} remote_blocks "
                              f"(got {len(local_blocks)} and {len(remote_blocks)})")
-        if type(computed_tokens) is not int or not 0 <= computed_tokens <= _U64:
-            computed_tokens = u64("computed_tokens", computed_tokens)
-        per_group = type(hit_tokens) is not int
-        if per_group:
-            hits = list(hit_tokens)  # type: ignore[arg-type]
+        computed_tokens = u64("computed_tokens", computed_tokens)
+        if type(hit_tokens) is int or isinstance(hit_tokens, bool) or not hasattr(hit_tokens, "__iter__"):
+            hits = [u64("hit_tokens", hit_tokens)] * n
+        else:
+            hits = list(hit_tokens)
             if len(hits) != n:
                 raise ValueError(f"hit_tokens: pass one count or {n} (one per group), got {len(hits)}")
-            hits = [h if type(h) is int and 0 <= h <= _U64 else u64(f"hit_tokens[{i}]", h) for i, h in enumerate(hits)]
-        elif not 0 <= hit_tokens <= _U64:  # type: ignore[operator]
-            u64("hit_tokens", hit_tokens)
-        # Only the per-request window of each trim is written (its fields 3..10: the two id
-        # arrays, the two tokens per block, computed and hit tokens); the rest was packed once.
-        buf, window, at, static = packing.buf, _WINDOW.pack_into, self._window_at, self._window_static
-        for i in range(n):
-            x = local_blocks[i]
-            if type(x) is array.array and x.typecode in _Q_CODES:
-                la, ln = x.buffer_info()
-                pins.append(memoryview(x))  # no resize while the library reads it
-            else:
-                la, ln = self._ids(f"local_blocks[{i}]", x, pins)
-            x = remote_blocks[i]
-            if type(x) is array.array and x.typecode in _Q_CODES:
-                ra, rn = x.buffer_info()
-                pins.append(memoryview(x))
-            else:
-                ra, rn = self._ids(f"remote_blocks[{i}]", x, pins)
-            lpt, rpt = static[i]
-            window(buf, at[i], la, ln, ra, rn, lpt, rpt, computed_tokens, hits[i] if per_group else hit_tokens)
+            hits = [u64(f"hit_tokens[{i}]", h) for i, h in enumerate(hits)]
+        total = 0
+        for i, (at, _k, _sl, _sr, lpt, rpt) in enumerate(packing.groups):
+            la, ln = self._ids(f"local_blocks[{i}]", local_blocks[i], pins)
+            ra, rn = self._ids(f"remote_blocks[{i}]", remote_blocks[i], pins)
+            _WINDOW.pack_into(packing.mb, at, la, ln, ra, rn, lpt, rpt, computed_tokens, hits[i])
+            total += ln + rn
+        return total
 
     @staticmethod
     def _ids(name: str, values: Any, pins: List[Any]) -> Tuple[int, int]:
-        """(address, count) of block ids that are not an ``array('Q')``: other unsigned 64-bit
-        buffers in place, sequences of ints converted (each checked, naming the offender)."""
+        """(address, count) of block ids: unsigned 64-bit buffers in place (pinned), sequences
+        of ints converted (each checked, naming the offender)."""
         hit = _ids_address(values, name)
         if hit is None:
             arr, count = u64_array(name, values)
             hit = (ctypes.addressof(arr) if count else 0, count, arr)
         pins.append(hit[2])
         return hit[0], hit[1]
-
-
-@operation
-def _compile_request(req: PlanRequest, local_blocks: Sequence[Any], remote_blocks: Sequence[Any],
-                     computed_tokens: int, hit_tokens: Union[int, Sequence[int]],
-                     reuse: Optional[TransferPlan]) -> TransferPlan:
-    """PlanRequest.compile as one operation (the context stays in use during the call)."""
-    if not req._lock.acquire(blocking=False):
-        # Another thread is packing or planning with the prepared buffer: use a private one.
-        return _compile_with(req, req._new_packing(), local_blocks, remote_blocks, computed_tokens,
-                             hit_tokens, reuse)
-    try:
-        return _compile_with(req, req._packing, local_blocks, remote_blocks, computed_tokens, hit_tokens, reuse)
-    finally:
-        req._lock.release()
-
-
-def _compile_with(req: PlanRequest, packing: _Packing, local_blocks: Sequence[Any], remote_blocks: Sequence[Any],
-                  computed_tokens: int, hit_tokens: Union[int, Sequence[int]],
-                  reuse: Optional[TransferPlan]) -> TransferPlan:
-    pins: List[Any] = []
-
-    def pack() -> Tuple[Any, int, List[Any]]:
-        req._pack(packing, local_blocks, remote_blocks, computed_tokens, hit_tokens, pins)
-        return packing.array, req._n, pins
-
-    return _compile_packed_in_operation(req._ctx, pack, reuse)

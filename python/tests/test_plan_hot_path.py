@@ -1,0 +1,462 @@
+"""The planning hot path (PlanRequest.compile, PlanContext.compile with ``reuse``): untyped ctypes
+calls with made-once arguments, the context kept alive by reference counting instead of an
+in-flight count, one-id groups copied and other id buffers pinned for the call, the GIL held for
+small requests. These tests check what could go wrong there: the plans equal the checked path's,
+bad buffers are refused by name, a buffer resized during the call cannot be, close() racing
+compiles never frees what a call uses, and a context nobody uses is freed by close() at once."""
+
+from __future__ import annotations
+
+import gc
+import random
+import threading
+from array import array
+from typing import Any, Callable, Iterator, List, Tuple
+
+import pytest
+
+import pdkv
+from pdkv import plan as plan_mod
+
+try:
+    import numpy as np
+except ImportError:  # numpy is optional for the package; these tests use it when present
+    np = None
+
+PPL = 131  # FlashInfer kernel blocks per 2096-token block on both sides (TP2 and TP4)
+BLOCK = 2096
+POOL = 64
+
+
+def make_ctx() -> Tuple[pdkv.PlanContext, List[Any]]:
+    """A context of its own (the tests below close it), and the handles it was built from."""
+    m = pdkv.Model.from_preset("nemotron-3-nano-30b")
+    cfg = {tp: pdkv.EngineConfig(tp_size=tp, user_block_size=BLOCK, backend="flashinfer") for tp in (2, 4)}
+    p = [pdkv.EngineMetadata.from_model(m, cfg[4], pdkv.EngineLayout("p", r, POOL, 6)) for r in range(4)]
+    d = pdkv.EngineMetadata.from_model(m, cfg[2], pdkv.EngineLayout("d", 0, POOL, 6))
+    dg, pg = pdkv.Geometry(m, cfg[2]), pdkv.Geometry(m, cfg[4])
+    return pdkv.PlanContext(d, p, local_geometry=dg, remote_geometry=pg), [m, d, *p, dg, pg]
+
+
+@pytest.fixture()
+def own_ctx() -> Iterator[pdkv.PlanContext]:
+    c, handles = make_ctx()
+    yield c
+    c.close()
+    for h in handles:
+        h.close()
+
+
+def layout(logical: bool = True) -> List[pdkv.PlanGroup]:
+    """Two Mamba groups (the second on regions 0-4) and attention, logical or kernel ids."""
+    k = PPL if logical else 1
+    return [
+        pdkv.PlanGroup(pdkv.GroupTrimInput(pdkv.GroupKind.MAMBA)),
+        pdkv.PlanGroup(pdkv.GroupTrimInput(pdkv.GroupKind.MAMBA), (0, 1, 2, 3, 4)),
+        pdkv.PlanGroup(pdkv.GroupTrimInput(pdkv.GroupKind.ATTENTION, local_kernel_blocks_per_id=k,
+                                           remote_kernel_blocks_per_id=k)),
+    ]
+
+
+def checked_groups(logical: bool, local: List[Any], remote: List[Any], computed: int,
+                   hits: List[int]) -> List[pdkv.PlanGroup]:
+    """The same request as whole PlanGroups with ids in long-enough tuples or lists that the
+    fast packing refuses them: the checked path, converting id by id."""
+    out = []
+    for g, lb, rb, hit in zip(layout(logical), local, remote, hits):
+        t = g.trim
+        out.append(pdkv.PlanGroup(pdkv.GroupTrimInput(
+            t.kind, tuple(int(v) for v in lb), tuple(int(v) for v in rb), remote_computed_tokens=computed,
+            local_hit_tokens=hit, local_kernel_blocks_per_id=t.local_kernel_blocks_per_id,
+            remote_kernel_blocks_per_id=t.remote_kernel_blocks_per_id), g.regions))
+    return out
+
+
+def checked_json(ctx: pdkv.PlanContext, groups: List[pdkv.PlanGroup]) -> str:
+    """The plan of ``groups`` through the typed, checked C call (no fast path involved)."""
+    from pdkv.plan import _compile_checked, _ctx_owner, _groups
+
+    arr, n, keep = _groups([pdkv.PlanGroup(g.trim, g.regions) for g in groups])
+    plan = _compile_checked(_ctx_owner(ctx), arr, n, None)
+    del keep
+    return plan.to_json()
+
+
+def kernel(logical: List[int]) -> List[int]:
+    return [b * PPL + j for b in logical for j in range(PPL)]
+
+
+def random_request(rng: random.Random, logical: bool) -> Tuple[List[List[int]], List[List[int]], int, List[int]]:
+    """A request of 1-5 D blocks with a random hit and random (possibly scattered) ids."""
+    nd = rng.randint(1, 5)
+    hit_blocks = rng.randint(0, nd - 1)
+    computed = nd * BLOCK - rng.randint(1, BLOCK - 1) if rng.random() < 0.5 else nd * BLOCK - 1
+    d_ids = rng.sample(range(1, POOL), nd - hit_blocks)
+    p_ids = rng.sample(range(1, POOL), nd)
+    mamba = rng.sample(range(1, POOL), 4)
+    attn_l = d_ids if logical else kernel(d_ids)
+    attn_r = p_ids if logical else kernel(p_ids)
+    hit = hit_blocks * BLOCK
+    return [[mamba[0]], [mamba[1]], attn_l], [[mamba[2]], [mamba[3]], attn_r], computed, [hit, 0, hit]
+
+
+@pytest.mark.parametrize("logical", [True, False])
+def test_random_requests_plan_as_the_checked_path(ctx: Any, logical: bool) -> None:
+    """Random requests through every input form of the fast path (one-id arrays copied,
+    array('Q') / array('L') pinned, the GIL held or released) give the checked path's plan."""
+    rng = random.Random(10 + logical)
+    req = ctx.prepare(layout(logical))
+    plan = pdkv.TransferPlan.empty()
+    for _ in range(60):
+        local, remote, computed, hits = random_request(rng, logical)
+        hits = [hits[0], hits[0], hits[0]] if rng.random() < 0.5 else hits
+        try:
+            want = checked_json(ctx, checked_groups(logical, local, remote, computed, hits))
+        except pdkv.PdkvError as e:  # the fast path must raise the same error
+            with pytest.raises(type(e)):
+                req.compile([array("Q", x) for x in local], [array("Q", x) for x in remote], computed, hits,
+                            reuse=plan)
+            continue
+        code = rng.choice("QL") if array("L").itemsize == 8 else "Q"
+        as_arrays = ([array(code, x) for x in local], [array(code, x) for x in remote])
+        one = hits[0] if len(set(hits)) == 1 and rng.random() < 0.5 else hits
+        assert req.compile(*as_arrays, computed, one, reuse=plan) is plan
+        assert plan.to_json() == want
+        groups = checked_groups(logical, local, remote, computed, hits)
+        fast_groups = [pdkv.PlanGroup(pdkv.GroupTrimInput(
+            g.trim.kind, array("Q", g.trim.local_blocks), array("Q", g.trim.remote_blocks),
+            remote_computed_tokens=computed, local_hit_tokens=g.trim.local_hit_tokens,
+            local_kernel_blocks_per_id=g.trim.local_kernel_blocks_per_id,
+            remote_kernel_blocks_per_id=g.trim.remote_kernel_blocks_per_id), g.regions) for g in groups]
+        assert ctx.compile(fast_groups, reuse=plan) is plan
+        assert plan.to_json() == want
+        assert req.compile(*as_arrays, computed, hits).to_json() == want  # a new plan
+
+
+def test_gil_is_held_only_for_small_requests(ctx: Any, monkeypatch: Any) -> None:
+    """The PyDLL entry (GIL held) plans requests up to the context's id budget, the CDLL one
+    (GIL released) larger ones; both plan alike."""
+    fns = plan_mod._into_functions()
+    used: List[int] = []
+
+    def spy(which: int) -> Callable[..., int]:
+        def call(*args: Any) -> int:
+            used.append(which)
+            return int(fns[which](*args))
+        return call
+
+    monkeypatch.setattr(plan_mod, "_INTO", [spy(0), spy(1)])
+    from pdkv import plan_request as pr
+    monkeypatch.setattr(pr, "_INTO", plan_mod._INTO)
+    req = ctx.prepare(layout(False))
+    plan = pdkv.TransferPlan.empty()
+    budget = ctx._gil_ids
+    assert 16 <= budget <= 1536
+    small = ([[60], [61], kernel([3])], [[62], [63], kernel([20])], BLOCK - 1, 0)  # 262 kernel ids
+    req_l = ctx.prepare(layout(True))
+    req_l.compile([[60], [61], array("Q", [3])], [[62], [63], array("Q", [20])], BLOCK - 1, 0, reuse=plan)
+    assert used == [1]
+    want = plan.to_json()
+    req.compile([array("Q", x) for x in small[0]], [array("Q", x) for x in small[1]], BLOCK - 1, 0, reuse=plan)
+    assert used == [1, 0] and 2 * PPL > budget
+    assert plan.to_json() == want
+
+
+def test_bad_buffers_are_refused_by_name(ctx: Any) -> None:
+    req = ctx.prepare(layout(True))
+    ok_l = [array("Q", [60]), array("Q", [61]), array("Q", [3, 4, 10])]
+    ok_r = [array("Q", [62]), array("Q", [63]), array("Q", [20, 5, 6])]
+    computed = 3 * BLOCK - 1
+
+    def swap(side: List[Any], i: int, value: Any) -> List[Any]:
+        out = list(side)
+        out[i] = value
+        return out
+
+    with pytest.raises(TypeError, match=r"local_blocks\[2\]\[0\] must be an int, got float"):
+        req.compile(swap(ok_l, 2, array("d", [3.0, 4.0])), ok_r, computed)
+    with pytest.raises(TypeError, match=r"remote_blocks\[0\]\[0\] must be an int, got float"):
+        req.compile(ok_l, swap(ok_r, 0, array("d", [62.0])), computed)
+    with pytest.raises(pdkv.InvalidArgumentError, match=r"local_blocks\[1\]\[0\] = -61"):
+        req.compile(swap(ok_l, 1, array("q", [-61])), ok_r, computed)
+    with pytest.raises(pdkv.InvalidArgumentError, match=r"remote_blocks\[2\]\[1\] = -5"):
+        req.compile(ok_l, swap(ok_r, 2, array("q", [20, -5, 6])), computed)
+    with pytest.raises(TypeError, match=r"local_blocks\[0\] must be a sequence of ints, got bytes"):
+        req.compile(swap(ok_l, 0, b"\x3c"), ok_r, computed)
+    with pytest.raises(TypeError, match=r"remote_blocks\[1\] must be a sequence of ints, got NoneType"):
+        req.compile(ok_l, swap(ok_r, 1, None), computed)
+    with pytest.raises(ValueError, match="3 groups: pass 3 local_blocks and 3 remote_blocks"):
+        req.compile(ok_l + [array("Q", [1])], ok_r + [array("Q", [1])], computed)
+    with pytest.raises(ValueError, match="hit_tokens: pass one count or 3"):
+        req.compile(ok_l, ok_r, computed, (0, 0))
+    with pytest.raises(TypeError, match="computed_tokens must be an int, got bool"):
+        req.compile(ok_l, ok_r, True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"hit_tokens\[2\] must be an int, got bool"):
+        req.compile(ok_l, ok_r, computed, [0, 0, False])
+    with pytest.raises(pdkv.InvalidArgumentError, match=r"computed_tokens = 18446744073709551616"):
+        req.compile(ok_l, ok_r, 1 << 64)
+    with pytest.raises(TypeError, match="reuse must be a pdkv.TransferPlan"):
+        req.compile(ok_l, ok_r, computed, reuse="plan")  # type: ignore[arg-type]
+    if np is not None:
+        strided = np.arange(1, 13, dtype=np.uint64)[::2]
+        with pytest.raises(TypeError, match="contiguous"):
+            req.compile(swap(ok_l, 2, strided), ok_r, computed)
+    # After every refusal the prepared buffers still plan correctly.
+    want = ctx.compile(checked_groups(True, [[60], [61], [3, 4, 10]], [[62], [63], [20, 5, 6]], computed,
+                                      [0, 0, 0])).to_json()
+    assert req.compile(ok_l, ok_r, computed).to_json() == want
+
+
+def test_buffers_cannot_be_resized_during_the_call(ctx: Any, monkeypatch: Any) -> None:
+    """During the C call every id buffer read in place is pinned (resizing it raises
+    BufferError), one-id groups were copied (changing them then does not change the plan), and
+    afterwards the buffers are free again."""
+    fns = plan_mod._into_functions()
+    seen: List[str] = []
+    local = [array("Q", [60]), array("Q", [61]), array("Q", [3, 4, 10])]
+    remote = [array("Q", [62]), array("Q", [63]), array("Q", [20, 5, 6])]
+
+    def meddle(*args: Any) -> int:
+        for side in (local, remote):
+            try:
+                side[2].append(7)
+                seen.append("resized")
+            except BufferError:
+                seen.append("pinned")
+            side[0][0] = 1  # a copied one-id group: the library reads the copy
+        return int(fns[1](*args))
+
+    from pdkv import plan_request as pr
+    monkeypatch.setattr(pr, "_INTO", [meddle, meddle])
+    req = ctx.prepare(layout(True))
+    computed = 3 * BLOCK - 1
+    want = ctx.compile(checked_groups(True, [[60], [61], [3, 4, 10]], [[62], [63], [20, 5, 6]], computed,
+                                      [0, 0, 0])).to_json()
+    plan = pdkv.TransferPlan.empty()
+    assert req.compile(local, remote, computed, reuse=plan) is plan
+    assert seen == ["pinned", "pinned"]
+    assert plan.to_json() == want
+    local[2].append(7)  # no pin left once compile returned
+    remote[2].pop()
+
+
+def test_resizing_threads_cannot_crash_compiles(ctx: Any) -> None:
+    """Threads resize and rewrite the id buffers as fast as they can while others plan from
+    them (big kernel-id requests, so that the GIL is released during the C call): every compile
+    either plans or raises a pdkv error, the resizers only ever see BufferError."""
+    req = ctx.prepare(layout(False))
+    computed = 3 * BLOCK - 1
+    local = [array("Q", [60]), array("Q", [61]), array("Q", kernel([3, 4, 10]))]
+    remote = [array("Q", [62]), array("Q", [63]), array("Q", kernel([20, 5, 6]))]
+    stop = threading.Event()
+    errors: List[BaseException] = []
+    counts = {"ok": 0, "refused": 0, "pinned": 0}
+
+    def resizer() -> None:
+        rng = random.Random(1)
+        while not stop.is_set():
+            for side in (local, remote):
+                try:
+                    if rng.random() < 0.5:
+                        side[2].extend(side[2][:PPL])
+                    elif len(side[2]) > PPL:
+                        del side[2][-PPL:]
+                    side[0][0] = rng.randint(1, POOL - 1)
+                    side[2][0] = rng.randint(0, 1 << 20)
+                except BufferError:
+                    counts["pinned"] += 1
+                except BaseException as e:  # pragma: no cover - reported below
+                    errors.append(e)
+                    return
+
+    def planner() -> None:
+        plan = pdkv.TransferPlan.empty()
+        for _ in range(300):
+            try:
+                req.compile(local, remote, computed, reuse=plan)
+                counts["ok"] += 1
+            except pdkv.PdkvError:
+                counts["refused"] += 1
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+                return
+
+    rs = [threading.Thread(target=resizer) for _ in range(2)]
+    ps = [threading.Thread(target=planner) for _ in range(2)]
+    for t in rs + ps:
+        t.start()
+    for t in ps:
+        t.join(60)
+    stop.set()
+    for t in rs:
+        t.join(10)
+    assert not errors, errors
+    assert counts["ok"] + counts["refused"] == 600
+
+
+def test_close_does_not_wait_for_a_compile_and_frees_after_it(own_ctx: pdkv.PlanContext,
+                                                               monkeypatch: Any) -> None:
+    """A compile in flight holds the context's owner: close() from another thread returns at
+    once, later compiles raise ClosedError, the compile in flight completes with the right plan,
+    and the C context is freed when it returns, not before."""
+    c = own_ctx
+    req = c.prepare(layout(True))
+    computed = 3 * BLOCK - 1
+    local = [[60], [61], array("Q", [3, 4, 10])]
+    remote = [[62], [63], array("Q", [20, 5, 6])]
+    want = c.compile(checked_groups(True, [[60], [61], [3, 4, 10]], [[62], [63], [20, 5, 6]], computed,
+                                    [0, 0, 0])).to_json()
+    owner = c._owner_holder[0]
+    import weakref
+
+    gone = weakref.ref(owner)
+    del owner
+    fns = plan_mod._into_functions()
+    inside, release = threading.Event(), threading.Event()
+
+    def held(*args: Any) -> int:
+        inside.set()
+        assert release.wait(10)
+        return int(fns[1](*args))
+
+    from pdkv import plan_request as pr
+    monkeypatch.setattr(pr, "_INTO", [held, held])
+    got: List[str] = []
+    plan = pdkv.TransferPlan.empty()
+    user = threading.Thread(target=lambda: got.append(req.compile(local, remote, computed, reuse=plan).to_json()))
+    user.start()
+    assert inside.wait(10)
+    closer = threading.Thread(target=c.close)
+    closer.start()
+    closer.join(5)
+    assert not closer.is_alive(), "close() waited for a compile holding the owner"
+    assert c.closed and gone() is not None  # closed, but the C context is still alive
+    with pytest.raises(pdkv.ClosedError):
+        req.compile(local, remote, computed)
+    with pytest.raises(pdkv.ClosedError):
+        c.compile(checked_groups(True, [[60], [61], [3]], [[62], [63], [20]], computed, [0, 0, 0]))
+    release.set()
+    user.join(10)
+    assert got == [want]
+    assert gone() is None  # freed when the compile returned
+
+
+def test_close_of_an_unused_context_frees_at_once(own_ctx: pdkv.PlanContext) -> None:
+    import weakref
+
+    c = own_ctx
+    req = c.prepare(layout(True))
+    req.compile([[60], [61], [3]], [[62], [63], [20]], BLOCK - 1)
+    gone = weakref.ref(c._owner_holder[0])
+    c.close()
+    assert gone() is None and c.closed and not c._owner_holder
+    with pytest.raises(pdkv.ClosedError):
+        req.compile([[60], [61], [3]], [[62], [63], [20]], BLOCK - 1)
+    with pytest.raises(pdkv.ClosedError):
+        c.mapping()
+
+
+def test_plan_close_waits_for_its_rewrite(ctx: Any, monkeypatch: Any) -> None:
+    """A plan being recompiled in place is held: close() from another thread waits for the
+    rewrite, then frees the plan."""
+    fns = plan_mod._into_functions()
+    inside, release = threading.Event(), threading.Event()
+
+    def held(*args: Any) -> int:
+        inside.set()
+        assert release.wait(10)
+        return int(fns[1](*args))
+
+    from pdkv import plan_request as pr
+    monkeypatch.setattr(pr, "_INTO", [held, held])
+    req = ctx.prepare(layout(True))
+    plan = pdkv.TransferPlan.empty()
+    user = threading.Thread(target=req.compile, args=([[60], [61], [3]], [[62], [63], [20]], BLOCK - 1),
+                            kwargs={"reuse": plan})
+    user.start()
+    assert inside.wait(10)
+    closer = threading.Thread(target=plan.close)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive(), "close() freed a plan during its rewrite"
+    release.set()
+    user.join(10)
+    closer.join(10)
+    assert not closer.is_alive() and plan.closed and not plan._owner_holder
+
+
+def test_close_racing_compiles_from_threads() -> None:
+    """Threads plan through a PlanRequest and ctx.compile (one reused plan each, one shared
+    plan too) while another thread closes the context, then the plans: every call plans or
+    raises ClosedError, nothing crashes, and every C object is freed in the end."""
+    import weakref
+
+    for round_ in range(15):
+        c, handles = make_ctx()
+        req = c.prepare(layout(True))
+        computed = 3 * BLOCK - 1
+        local = [array("Q", [60]), array("Q", [61]), array("Q", [3, 4, 10])]
+        remote = [array("Q", [62]), array("Q", [63]), array("Q", [20, 5, 6])]
+        groups = [pdkv.PlanGroup(pdkv.GroupTrimInput(
+            g.trim.kind, lb, rb, remote_computed_tokens=computed,
+            local_kernel_blocks_per_id=g.trim.local_kernel_blocks_per_id,
+            remote_kernel_blocks_per_id=g.trim.remote_kernel_blocks_per_id), g.regions)
+            for g, lb, rb in zip(layout(True), local, remote)]
+        want = c.compile(groups).to_json()
+        shared = pdkv.TransferPlan.empty()
+        gone = [weakref.ref(c._owner_holder[0]), weakref.ref(shared._owner_holder[0])]
+        start = threading.Barrier(5, timeout=10)
+        stop = threading.Event()
+        errors: List[BaseException] = []
+        counts = {"ok": 0, "closed": 0}
+        lock = threading.Lock()
+
+        def hammer(k: int) -> None:
+            own = pdkv.TransferPlan.empty()
+            gone.append(weakref.ref(own._owner_holder[0]))
+            start.wait()
+            i = k
+            while not stop.is_set():
+                try:
+                    target = shared if i % 3 == 0 else own
+                    got = req.compile(local, remote, computed, reuse=target) if i % 2 else \
+                        c.compile(groups, reuse=target)
+                    if got.to_json() != want:
+                        errors.append(AssertionError(f"thread {k}: wrong plan"))
+                        return
+                    with lock:
+                        counts["ok"] += 1
+                except pdkv.ClosedError:
+                    with lock:
+                        counts["closed"] += 1
+                except BaseException as e:  # noqa: BLE001 - anything else is a failure
+                    errors.append(e)
+                    return
+                i += 1
+            own.close()
+
+        threads = [threading.Thread(target=hammer, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        start.wait()
+        import time
+
+        time.sleep(0.001 * (round_ % 5))
+        closers = [threading.Thread(target=h.close) for h in (c, shared)]
+        for t in closers:
+            t.start()
+        for t in closers:
+            t.join(10)
+        assert not any(t.is_alive() for t in closers), "close() hung"
+        time.sleep(0.005)
+        stop.set()
+        for t in threads:
+            t.join(10)
+        assert not any(t.is_alive() for t in threads)
+        assert not errors, errors
+        assert counts["closed"] > 0
+        del req, t, threads
+        gc.collect()
+        assert all(g() is None for g in gone), "a C object outlived every user"
+        for h in handles:
+            h.close()
