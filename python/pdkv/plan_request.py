@@ -60,7 +60,7 @@ class _Packing:
     its two scratch words), its per-engine fields written once, and the made-once arguments of
     its calls. Whoever holds the packing is the only writer of its buffer and of its slot."""
 
-    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "fill")
+    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "single", "fill")
 
     def __init__(self, req: "PlanRequest") -> None:
         n = req._n
@@ -88,34 +88,52 @@ class _Packing:
         self.typed = ctypes.cast(base, ctypes.POINTER(_ffi.PlanGroupC))
         self.count = ctypes.c_size_t(n)
         self.slot = _CallSlot()
+        self.single = [False] * n  # see _fill_function
         self.fill = _fill_function(self)
 
 
 def _fill_function(pk: _Packing) -> Any:
     """The fast path of :meth:`PlanRequest.compile` for this packing, generated with its
     offsets and addresses as constants and one block per group (no loop, no per-group lookup):
-    ``fill(local_blocks, remote_blocks, computed_tokens, hits, pins)`` writes every group's
-    window and returns how many ids the request passes (groups of one id a side not counted:
-    2n at most), or -1 as soon as a group is not two ``array('Q')`` / ``array('L')`` (64-bit)
-    or two one-id arrays of any integer type, or a count is not an int; it may also raise
-    TypeError / ValueError / OverflowError / struct.error for a bad value. On -1 or an error
-    the caller takes the checked path, which writes every window again."""
-    lines = ["def fill(L, R, c, H, pins, q=q, mb=mb, window=window, A=A, QC=QC, type=type, len=len, int=int,",
-             "         memoryview=memoryview):",
+    ``fill(local_blocks, remote_blocks, computed_tokens, hit_tokens, pins)`` writes every group's
+    per-request fields and returns how many ids the request passes (groups of one id a side not
+    counted: 2n at most), or -1 as soon as the request is not n groups of two ``array('Q')`` /
+    ``array('L')`` (64-bit) or of two one-id arrays of any integer type with int counts; it may
+    also raise TypeError / ValueError / OverflowError / struct.error for a bad value. On -1 or an
+    error the caller takes the checked path, which writes every window again (and clears
+    ``pk.single``).
+
+    ``pk.single[i]`` records that group i's window holds its one-id layout (ids in its scratch
+    words): the next one-id request then writes only the ids and the two token counts."""
+    n = len(pk.groups)
+    lines = ["def fill(L, R, c, H, pins, q=q, mb=mb, window=window, S=S, A=A, QC=QC, type=type, len=len,",
+             "         int=int, memoryview=memoryview):",
+             f"    if type(c) is not int or len(L) != {n} or len(R) != {n}:",
+             "        return -1",
+             "    one = type(H) is int",
+             f"    if not one and (len(H) != {n} or type(H) is not list and type(H) is not tuple):",
+             "        return -1",
              "    pin = pins.append",
              "    total = 0"]
     for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
+        counts = (at - _WINDOW_OFFSET + _ffi.GroupTrimInputC.remote_computed_tokens.offset) // 8
         lines += [
             f"    x = L[{i}]",
             f"    y = R[{i}]",
-            f"    h = H[{i}]",
+            f"    h = H if one else H[{i}]",
             "    if type(h) is not int or type(x) is not A or type(y) is not A:",
             "        return -1",
             "    if len(x) == 1 and len(y) == 1:  # one id a side (a Mamba group): copied, range-checked",
             f"        q[{k}] = x[0]",
             f"        q[{k + 1}] = y[0]",
-            f"        window(mb, {at}, {sl}, 1, {sr}, 1, {lpt}, {rpt}, c, h)",
+            f"        if S[{i}]:",
+            f"            q[{counts}] = c",
+            f"            q[{counts + 1}] = h",
+            "        else:",
+            f"            window(mb, {at}, {sl}, 1, {sr}, 1, {lpt}, {rpt}, c, h)",
+            f"            S[{i}] = True",
             "    elif x.typecode in QC and y.typecode in QC:",
+            f"        S[{i}] = False",
             "        pin(memoryview(x))  # before the address is read: no resize until the call returned",
             "        pin(memoryview(y))",
             "        la, ln = x.buffer_info()",
@@ -126,7 +144,8 @@ def _fill_function(pk: _Packing) -> Any:
             "        return -1",
         ]
     lines.append("    return total")
-    ns: Dict[str, Any] = {"q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into, "A": array.array, "QC": _Q_CODES}
+    ns: Dict[str, Any] = {"q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into, "S": pk.single, "A": array.array,
+                          "QC": _Q_CODES}
     exec("\n".join(lines), ns)  # noqa: S102 - generated from ints of this module, nothing else
     return ns["fill"]
 
@@ -214,13 +233,8 @@ class PlanRequest:
             pk = _Packing(self)
         try:
             pins: List[Any] = []  # every buffer read in place, pinned until the call returned
-            n = self._n
-            ids = -1
             try:
-                if type(computed_tokens) is int and len(local_blocks) == n and len(remote_blocks) == n:
-                    hits = (hit_tokens,) * n if type(hit_tokens) is int else hit_tokens
-                    if len(hits) == n:  # type: ignore[arg-type]
-                        ids = pk.fill(local_blocks, remote_blocks, computed_tokens, hits, pins)
+                ids = pk.fill(local_blocks, remote_blocks, computed_tokens, hit_tokens, pins)
             except _ERRORS:
                 ids = -1
             if ids < 0:  # anything else: the checked path, which names what is wrong
@@ -240,7 +254,7 @@ class PlanRequest:
                         raise error_from("pdkv_transfer_plan_compile_into", status, pk.slot.err)
                 finally:
                     plock.release()
-            return _new_plan(co, pk.typed, n)
+            return _new_plan(co, pk.typed, self._n)
         finally:
             pool.append(pk)
 
@@ -249,6 +263,7 @@ class PlanRequest:
         """Writes the request's values into ``packing``, each checked (errors name the argument),
         pins what must stay alive, and returns how many ids the request passes."""
         n = self._n
+        packing.single[:] = [False] * n  # every window is rewritten below (see _fill_function)
         if len(local_blocks) != n or len(remote_blocks) != n:
             raise ValueError(f"this PlanRequest has {n} groups: pass {n} local_blocks and {n} remote_blocks "
                              f"(got {len(local_blocks)} and {len(remote_blocks)})")
