@@ -221,6 +221,8 @@ def _ids_address(values: Any, name: str) -> Optional[Tuple[int, int, Any]]:
 
 _TRIM_FORMAT, _GROUP_FORMAT = "NiiPNPNQQQQQBQQQQ", "NPPNPN"  # pdkv_group_trim_input_t, pdkv_plan_group_t
 assert struct.calcsize("@" + _TRIM_FORMAT) == _TRIM_SIZE and struct.calcsize("@" + _GROUP_FORMAT) == _PLAN_GROUP_SIZE
+_TRIM_SCRATCH = struct.Struct("@" + _TRIM_FORMAT + "QQ")  # a trim and its two scratch words (see _PackBuffer)
+_GROUP_STRUCT = struct.Struct("@" + _GROUP_FORMAT)
 
 
 class _CallSlot:
@@ -235,16 +237,15 @@ class _CallSlot:
 
 
 class _PackBuffer:
-    """One C groups array (n ``pdkv_plan_group_t``, then their n ``pdkv_group_trim_input_t``;
-    both sizes are multiples of 8, so no padding falls between them) packed with one
-    ``struct.pack_into``, with the arguments of its calls made once: ``arg`` (its address as a
+    """One C groups array (n ``pdkv_plan_group_t``, then their n ``pdkv_group_trim_input_t``,
+    each trim followed by two 8-byte scratch words that hold the group's ids when it passes one
+    a side; all sizes are multiples of 8, so no padding falls between them), with the arguments of its calls made once: ``arg`` (its address as a
     ``c_void_p``), ``typed`` (as ``pdkv_plan_group_t *``), ``count`` (n as a ``c_size_t``)."""
 
-    __slots__ = ("st", "buf", "mb", "base", "arg", "typed", "count", "slot")
+    __slots__ = ("buf", "mb", "base", "arg", "typed", "count", "slot")
 
     def __init__(self, n: int) -> None:
-        self.st = struct.Struct("@" + _GROUP_FORMAT * n + _TRIM_FORMAT * n)
-        self.buf = (ctypes.c_char * self.st.size)()
+        self.buf = (ctypes.c_char * (n * _GROUP_STRUCT.size + n * _TRIM_SCRATCH.size))()
         self.mb = memoryview(self.buf).cast("B")  # packing through a memoryview is cheaper
         self.base = ctypes.addressof(self.buf)
         self.arg = ctypes.c_void_p(self.base)
@@ -278,17 +279,21 @@ def _pack_buffer(n: int) -> _PackBuffer:
 def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[_PackBuffer, int, List[Any]]]:
     """The C groups array for the common case (PlanGroup of GroupTrimInput with plain ints,
     enum members, ids in buffers, region tuples): every struct is packed into this thread's
-    reused buffer with a single ``struct.pack_into`` (which range-checks every field) and no
-    per-id work. Returns (the buffer, how many block ids the groups pass, what must stay alive
+    reused buffer with one ``struct.pack_into`` each (which range-checks every field) and no
+    per-id work (a group's one id a side is copied into its trim's scratch words, longer
+    ``array('Q')`` are pinned and read in place). Returns (the buffer, how many block ids the groups pass, what must stay alive
     during the call), or None as soon as anything needs the checked path, which then builds the
     array again and reports the offending field by name."""
     n = len(items)
     pb = _pack_buffer(n)
     trims_at = pb.base + n * _PLAN_GROUP_SIZE
+    stride = _TRIM_SIZE + 16  # each trim is followed by its two scratch words
     keep: List[Any] = []
     total = 0
-    group_values: List[Any] = []
-    trim_values: List[Any] = []
+    mb = pb.mb
+    trim_pack, group_pack = _TRIM_SCRATCH.pack_into, _GROUP_STRUCT.pack_into
+    group_at = 0
+    trim_at = n * _PLAN_GROUP_SIZE  # offsets in the buffer
     # One pass, few calls: this runs once per request, so every Python operation counts.
     i = 0
     for g in items:
@@ -313,18 +318,29 @@ def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[_PackBuffer, int, List[
             return None
         lb: Any = t.local_blocks
         rb: Any = t.remote_blocks
-        if type(lb) is array.array and lb.typecode in _ARRAY_TYPECODES_U64:
+        at = trims_at + i * stride
+        lv = rv = 0  # the scratch words: a one-id group's ids, copied (pack_into range-checks them)
+        tl, tr = type(lb), type(rb)
+        if tl is array.array and len(lb) == 1:
+            lv, la, ln = lb[0], at + _TRIM_SIZE, 1
+        elif tl is array.array and lb.typecode in _ARRAY_TYPECODES_U64:
             keep.append(memoryview(lb))  # pins it first: no resize while the library reads it
             la, ln = lb.buffer_info()
+        elif (tl is tuple or tl is list) and len(lb) == 1 and type(lb[0]) is int:
+            lv, la, ln = lb[0], at + _TRIM_SIZE, 1
         else:
             x = _ids_address(lb, "local_blocks")
             if x is None:
                 return None
             la, ln = x[0], x[1]
             keep.append(x[2])
-        if type(rb) is array.array and rb.typecode in _ARRAY_TYPECODES_U64:
+        if tr is array.array and len(rb) == 1:
+            rv, ra, rn = rb[0], at + _TRIM_SIZE + 8, 1
+        elif tr is array.array and rb.typecode in _ARRAY_TYPECODES_U64:
             keep.append(memoryview(rb))
             ra, rn = rb.buffer_info()
+        elif (tr is tuple or tr is list) and len(rb) == 1 and type(rb[0]) is int:
+            rv, ra, rn = rb[0], at + _TRIM_SIZE + 8, 1
         else:
             x = _ids_address(rb, "remote_blocks")
             if x is None:
@@ -347,13 +363,15 @@ def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[_PackBuffer, int, List[
         keep.append(reg[2])
         keep.append(lay[2])
         total += ln + rn
-        trim_values += (_TRIM_SIZE, k, m, la, ln, ra, rn, lpt, rpt, computed, hit, window, has_lf, lf, rfirst, lk, rk)
-        group_values += (_PLAN_GROUP_SIZE, trims_at + i * _TRIM_SIZE, reg[0], reg[1], lay[0], lay[1])
+        try:  # one pack per struct (cheaper than one of them all): each range-checks its fields
+            trim_pack(mb, trim_at, _TRIM_SIZE, k, m, la, ln, ra, rn, lpt, rpt, computed, hit, window, has_lf, lf, rfirst,
+                      lk, rk, lv, rv)
+            group_pack(mb, group_at, _PLAN_GROUP_SIZE, at, reg[0], reg[1], lay[0], lay[1])
+        except struct.error:  # a value out of its C type's range
+            return None
         i += 1
-    try:
-        pb.st.pack_into(pb.mb, 0, *group_values, *trim_values)
-    except struct.error:  # a value out of its C type's range
-        return None
+        trim_at += stride
+        group_at += _PLAN_GROUP_SIZE
     return pb, total, keep
 
 
