@@ -207,10 +207,11 @@ def test_bad_buffers_are_refused_by_name(ctx: Any) -> None:
     assert req.compile(ok_l, ok_r, computed).to_json() == want
 
 
-def test_buffers_cannot_be_resized_during_the_call(ctx: Any, monkeypatch: Any) -> None:
+@pytest.mark.parametrize("prepared", [True, False])
+def test_buffers_cannot_be_resized_during_the_call(ctx: Any, monkeypatch: Any, prepared: bool) -> None:
     """During the C call every id buffer read in place is pinned (resizing it raises
     BufferError), one-id groups were copied (changing them then does not change the plan), and
-    afterwards the buffers are free again."""
+    afterwards the buffers are free again; through PlanRequest.compile and ctx.compile."""
     fns = plan_mod._into_functions()
     seen: List[str] = []
     local = [array("Q", [60]), array("Q", [61]), array("Q", [3, 4, 10])]
@@ -227,13 +228,21 @@ def test_buffers_cannot_be_resized_during_the_call(ctx: Any, monkeypatch: Any) -
         return int(fns[1](*args))
 
     from pdkv import plan_request as pr
-    monkeypatch.setattr(pr, "_INTO", [meddle, meddle])
+    monkeypatch.setattr(pr if prepared else plan_mod, "_INTO", [meddle, meddle])
     req = ctx.prepare(layout(True))
     computed = 3 * BLOCK - 1
     want = ctx.compile(checked_groups(True, [[60], [61], [3, 4, 10]], [[62], [63], [20, 5, 6]], computed,
                                       [0, 0, 0])).to_json()
     plan = pdkv.TransferPlan.empty()
-    assert req.compile(local, remote, computed, reuse=plan) is plan
+    if prepared:
+        assert req.compile(local, remote, computed, reuse=plan) is plan
+    else:
+        groups = [pdkv.PlanGroup(pdkv.GroupTrimInput(
+            g.trim.kind, lb, rb, remote_computed_tokens=computed,
+            local_kernel_blocks_per_id=g.trim.local_kernel_blocks_per_id,
+            remote_kernel_blocks_per_id=g.trim.remote_kernel_blocks_per_id), g.regions)
+            for g, lb, rb in zip(layout(True), local, remote)]
+        assert ctx.compile(groups, reuse=plan) is plan
     assert seen == ["pinned", "pinned"]
     assert plan.to_json() == want
     local[2].append(7)  # no pin left once compile returned
