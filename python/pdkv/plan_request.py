@@ -28,7 +28,6 @@ from .plan import (
     _TRIM_FORMAT,
     _TRIM_SIZE,
     _check_reuse,
-    _ctx_owner,
     _groups,
     _ids_address,
     _INTO,
@@ -37,7 +36,6 @@ from .plan import (
     _regions,
 )
 
-_U64 = (1 << 64) - 1
 _ARRAY = array.array
 _Q_CODES = frozenset(c for c in "QL" if array.array(c).itemsize == 8)
 _ERRORS = (TypeError, ValueError, OverflowError, struct.error)  # the fast path hands these to the checked one
@@ -46,7 +44,6 @@ _ERRORS = (TypeError, ValueError, OverflowError, struct.error)  # the fast path 
 _WINDOW = struct.Struct("@" + _TRIM_FORMAT[3:11])
 _WINDOW_OFFSET = _ffi.GroupTrimInputC.local_blocks.offset
 assert _TRIM_FORMAT[3:11] == "PNPNQQQQ" and _ffi.GroupTrimInputC.local_hit_tokens.offset + 8 == _WINDOW_OFFSET + _WINDOW.size
-_TRIM_FIELDS = len(_TRIM_FORMAT)
 _GROUP_FIELDS = len(_GROUP_FORMAT)
 # In a packing each trim is followed by two 8-byte words: a group's local and remote id when it
 # passes one each (a Mamba group's usual request), copied there instead of pinning its buffer.

@@ -464,7 +464,7 @@ def test_close_racing_compiles_from_threads() -> None:
         assert not any(t.is_alive() for t in threads)
         assert not errors, errors
         assert counts["closed"] > 0
-        del req, t, threads
+        del t, threads
         gc.collect()
         assert all(g() is None for g in gone), "a C object outlived every user"
         for h in handles:
