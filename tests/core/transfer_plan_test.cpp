@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "../../core/src/plan_internal.hpp"
 #include "pdkv/core/geometry.hpp"
 #include "pdkv/core/handshake.hpp"
 #include "pdkv/core/mamba_split.hpp"
@@ -273,6 +275,99 @@ TEST(TransferPlan, RegionsAlikeAreEachCheckedWhenTheirReadsDiffer) {
     EXPECT_EQ(status_of([&] { validate_transfer_plan(twice, n.ctx, groups); }, &msg), Status::Coverage);
     EXPECT_NE(msg.find("overlap: D region " + std::to_string(region) + " "), std::string::npos) << msg;
   }
+}
+
+// The coverage check compares a run of reads that repeats the previous region's run read for
+// read instead of checking each read: that stands only where the run's own regions are at least
+// as large on both sides and every read matches. A repeated run into a smaller region, a read of
+// it moved out of bounds or into another region must still be refused; the same reads split and
+// reordered (runs that no longer repeat, ranges that touch) must still pass.
+TEST(TransferPlan, RepeatedRegionRunsAreCheckedAgainstTheirOwnRegions) {
+  const Nano n;
+  const std::vector<PlanGroup> groups = {attention_group({10, 3, 12}, {20, 9, 25, 22, 30}, 5000)};
+  const TransferPlan p = compile_transfer_plan(n.ctx, groups);
+  ASSERT_NO_THROW(validate_transfer_plan(p, n.ctx, groups));
+  const uint64_t Ld = 2096 * 512, Lp = 1056 * 512;
+  auto first_of = [&](const TransferPlan& plan, uint32_t region) {
+    size_t at = 0;
+    while (plan.ranks[0].reads[at].local_region != region) ++at;
+    return at;
+  };
+  std::string msg;
+  // A region smaller than the others fails the handshake first (every region holds the same
+  // number of blocks), so the check itself is called on such contexts.
+  const std::vector<PlanGroupView> views = {view_of(groups[0])};
+  auto check = [&](const PlanContext& ctx) {
+    EXPECT_EQ(status_of([&] { validate_transfer_plan(p, ctx, groups); }), Status::Incompatible);
+    plan_detail::Trimmed t;
+    plan_detail::resolve(ctx, views, t);
+    plan_detail::trim_groups(t);
+    return status_of([&] { plan_detail::check_coverage(p, ctx, t); }, &msg);
+  };
+  // D region 3 holding 12 blocks (the others 64): its read of D block 12 lies past its end.
+  PlanContext small_d = n.ctx;
+  small_d.local.regions[3].region.num_blocks = 12;
+  EXPECT_EQ(check(small_d), Status::OutOfBounds);
+  EXPECT_NE(msg.find("D region 3: read at offset " + std::to_string(12 * Ld)), std::string::npos) << msg;
+  // P region 4 holding 25 blocks on every rank: its read of P block 25 lies past its end.
+  PlanContext small_p = n.ctx;
+  for (EngineMetadata& m : small_p.remote) m.regions[4].region.num_blocks = 25;
+  EXPECT_EQ(check(small_p), Status::OutOfBounds);
+  EXPECT_NE(msg.find("P rank 0 region 4: read at offset " + std::to_string(25 * Lp)), std::string::npos) << msg;
+  // The last read of region 2's run moved past P's region (its D side unchanged).
+  TransferPlan far = p;
+  const size_t last2 = first_of(far, 3) - 1;
+  ASSERT_EQ(far.ranks[0].reads[last2].local_region, 2u);
+  far.ranks[0].reads[last2].remote_offset = 64 * Lp;
+  EXPECT_EQ(status_of([&] { validate_transfer_plan(far, n.ctx, groups); }, &msg), Status::OutOfBounds);
+  EXPECT_NE(msg.find("P rank 0 region 2: read at offset " + std::to_string(64 * Lp)), std::string::npos) << msg;
+  // The last read of region 5's run written into region 4 instead.
+  TransferPlan moved = p;
+  moved.ranks[0].reads.back().local_region = 4;
+  moved.ranks[0].reads.back().remote_region = 4;
+  EXPECT_EQ(status_of([&] { validate_transfer_plan(moved, n.ctx, groups); }, &msg), Status::Coverage);
+  EXPECT_NE(msg.find("D region 4 "), std::string::npos) << msg;
+  // Every read split at 512 tokens, the first parts in reverse order, then the second parts:
+  // the same bytes, in runs that touch and do not repeat one another.
+  TransferPlan split = p;
+  auto& reads = split.ranks[0].reads;
+  std::vector<PlanRead> heads, tails;
+  for (const PlanRead& r : reads) {
+    const uint64_t cut = std::min<uint64_t>(r.length / 2, 512 * 512);
+    heads.push_back({r.local_region, r.local_offset, r.remote_region, r.remote_offset, cut});
+    tails.push_back({r.local_region, r.local_offset + cut, r.remote_region, r.remote_offset + cut, r.length - cut});
+  }
+  std::reverse(heads.begin(), heads.end());
+  reads = heads;
+  reads.insert(reads.end(), tails.begin(), tails.end());
+  EXPECT_NO_THROW(validate_transfer_plan(split, n.ctx, groups));
+  // A run whose first range continues an earlier one of its region (region 0's tail after its
+  // head), then a run repeating it in region 1 ahead of that region's head: still the same bytes.
+  TransferPlan merged = p;
+  {
+    auto& v = merged.ranks[0].reads;
+    const PlanRead x = v[first_of(p, 0)], y = v[first_of(p, 1)], z = v[first_of(p, 2)];
+    const uint64_t cut = 512 * 512;
+    ASSERT_GT(x.length, cut);
+    auto part = [&](const PlanRead& r, bool head) {
+      return head ? PlanRead{r.local_region, r.local_offset, r.remote_region, r.remote_offset, cut}
+                  : PlanRead{r.local_region, r.local_offset + cut, r.remote_region, r.remote_offset + cut,
+                             r.length - cut};
+    };
+    std::vector<PlanRead> out = {part(x, true), z, part(x, false), part(y, false), part(y, true)};
+    for (const PlanRead& r : v)
+      if (!(r == x) && !(r == y) && !(r == z)) out.push_back(r);
+    v = out;
+  }
+  EXPECT_NO_THROW(validate_transfer_plan(merged, n.ctx, groups));
+  // Region 1's run repeated as region 1 again: its bytes written twice.
+  TransferPlan twice = p;
+  const size_t b1 = first_of(twice, 1), e1 = first_of(twice, 2);
+  twice.ranks[0].reads.insert(twice.ranks[0].reads.begin() + static_cast<std::ptrdiff_t>(e1),
+                              p.ranks[0].reads.begin() + static_cast<std::ptrdiff_t>(b1),
+                              p.ranks[0].reads.begin() + static_cast<std::ptrdiff_t>(e1));
+  EXPECT_EQ(status_of([&] { validate_transfer_plan(twice, n.ctx, groups); }, &msg), Status::Coverage);
+  EXPECT_NE(msg.find("overlap: D region 1 "), std::string::npos) << msg;
 }
 
 TEST(TransferPlan, NemotronNanoMambaGroupsReadBothShardsPerHmaRegions) {
