@@ -21,6 +21,9 @@ namespace {
 size_t consecutive_end(std::span<const uint64_t> ids, size_t i) {
   using v2 = uint64_t __attribute__((vector_size(16)));
   size_t j = i + 1;
+  // Scattered ids (a run of one) end here, before the vector loop's setup.
+  if (j >= ids.size() || ids[j] - ids[j - 1] != 1 || (ids[j - 1] >> 63) != 0) return j;
+  ++j;
   constexpr size_t kStep = 8;
   const uint64_t* p = ids.data();
   while (j + kStep <= ids.size()) {
@@ -53,6 +56,8 @@ struct SideCursor {
   uint64_t size = 0;             // kernel blocks the list stands for
   uint64_t run_end = 0;          // exclusive end (kernel index) of the run holding the cursor
   uint64_t run_begin = 0;
+  uint64_t run_end_li = 0;    // run_end / per_id: the list index the next run starts at
+  uint64_t run_first_id = 0;  // kernel id at run_begin
 
   SideCursor(std::span<const uint64_t> list, uint64_t k, uint64_t first_index, uint64_t tpb, const char* name)
       : ids(list), per_id(k), first(first_index), tokens_per_block(tpb), side(name),
@@ -78,21 +83,31 @@ struct SideCursor {
                                s(t) + " is the null block 0: that token has no storage");
   }
 
-  // Positions the cursor at token t (checked exactly as trim_group does, with the same messages:
-  // in the list and not the null block); returns its kernel index.
-  uint64_t seek(uint64_t t) {
-    const uint64_t idx = t / tokens_per_block;
+  // Positions the cursor at kernel block index idx = t / tokens_per_block, holding token t
+  // (checked exactly as trim_group does, with the same messages: in the list and not the null
+  // block); returns the kernel id there. Ids grow by one along a run, so the kernel id at any
+  // index of the run is the run's first one plus the distance; a walk that continues where the
+  // last run ended knows the list index it starts at without dividing.
+  uint64_t seek(uint64_t t, uint64_t idx) {
     const uint64_t end = add_checked(first, size, "block index");
     if (idx < first || idx >= end) fail_not_covered(t, idx);
     const uint64_t i = idx - first;
-    if (i >= run_begin && i < run_end) return i;  // inside the run already scanned
+    if (i >= run_begin && i < run_end) return run_first_id + (i - run_begin);  // inside the scanned run
     // A new run starts at i: only its first id can be the null block (ids grow by one along a
     // run, and a run never wraps past UINT64_MAX: consecutive_end).
-    const size_t li = static_cast<size_t>(i / per_id);
-    if (ids[li] == kNullBlock) fail_null(t, idx);
+    size_t li = static_cast<size_t>(run_end_li);
+    uint64_t within = 0;
+    if (i != run_end) {
+      li = static_cast<size_t>(i / per_id);
+      within = i - li * per_id;
+    }
+    const uint64_t id = ids[li];
+    if (id == kNullBlock) fail_null(t, idx);
     run_begin = i;
-    run_end = static_cast<uint64_t>(consecutive_end(ids, li)) * per_id;
-    return i;
+    run_end_li = consecutive_end(ids, li);
+    run_end = run_end_li * per_id;
+    run_first_id = id * per_id + within;  // no overflow: check_kernel_blocks_per_id bounded the ids
+    return run_first_id;
   }
 
   // First token after the current run (the run ends at a block boundary or the list's end).
@@ -187,12 +202,20 @@ void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
   const uint64_t lf = g.local_first_block.value_or(g.local_hit_tokens / lbs);
   SideCursor local(g.local_blocks, g.local_kernel_blocks_per_id, lf, lbs, "local");
   SideCursor remote(g.remote_blocks, g.remote_kernel_blocks_per_id, g.remote_first_block, rbs, "remote");
+  const bool same_bs = lbs == rbs;
   for (uint64_t t = need_begin; t < n;) {
-    const uint64_t li = local.seek(t);
-    const uint64_t ri = remote.seek(t);
+    const uint64_t lidx = t / lbs, loff = t - lidx * lbs;
+    uint64_t ridx = lidx, roff = loff;
+    if (!same_bs) {
+      ridx = t / rbs;
+      roff = t - ridx * rbs;
+    }
+    const uint64_t lk = local.seek(t, lidx);
+    const uint64_t rk = remote.seek(t, ridx);
     const uint64_t end = std::min({local.run_end_token(), remote.run_end_token(), n});
-    spans.push_back({t, end - t, local.kernel_id(li), t % lbs, remote.kernel_id(ri), t % rbs,
-                     block_runs(t, end, lbs, rbs)});
+    // Equal block sizes: the span splits at D's block boundaries only (block_runs' first term).
+    const uint64_t pieces = same_bs ? (end - 1) / lbs - lidx + 1 : block_runs(t, end, lbs, rbs);
+    spans.push_back({t, end - t, lk, loff, rk, roff, pieces});
     t = end;
   }
   zero.clear();
