@@ -146,6 +146,31 @@ uint64_t block_runs(uint64_t begin, uint64_t end, uint64_t lbs, uint64_t rbs) {
 // Zero ranges exactly as uncovered_token_ranges(local, first, lbs, held, {[need_begin, n)}) with
 // an empty interval list when need_begin >= n, but jumping over the blocks that yield nothing:
 // blocks D holds entirely and blocks inside the written interval.
+// Whether the block at index idx and every later block of the list start at or past both `held`
+// and `n` (then nothing of them is held or written), with no overflow in their token offsets
+// (checked on the last block: the per-block walk reports it otherwise).
+bool tail_is_whole(const SideCursor& local, uint64_t idx, uint64_t held, uint64_t n) {
+  const uint64_t lbs = local.tokens_per_block;
+  uint64_t last = 0, lo = 0, hi = 0;
+  if (__builtin_add_overflow(local.first, local.size - 1, &last) || __builtin_mul_overflow(last, lbs, &lo) ||
+      __builtin_add_overflow(lo, lbs, &hi)) {
+    return false;
+  }
+  return idx * lbs >= std::max(held, n);
+}
+
+// {kernel id, 0, tokens_per_block} for every non-null block from kernel index i to the list's end.
+void whole_blocks(const SideCursor& local, uint64_t i, std::vector<ZeroRange>& out) {
+  const uint64_t k = local.per_id, lbs = local.tokens_per_block;
+  out.reserve(out.size() + static_cast<size_t>(local.size - i));
+  for (size_t li = static_cast<size_t>(i / k); li < local.ids.size(); ++li) {
+    const uint64_t id = local.ids[li];
+    const uint64_t w0 = li == i / k ? i % k : 0;
+    if (id == kNullBlock) continue;
+    for (uint64_t w = w0; w < k; ++w) out.push_back({id * k + w, 0, lbs});
+  }
+}
+
 void zero_ranges(const SideCursor& local, uint64_t held, uint64_t need_begin, uint64_t n,
                  std::vector<ZeroRange>& out) {
   const uint64_t first = local.first, lbs = local.tokens_per_block;
@@ -166,6 +191,12 @@ void zero_ranges(const SideCursor& local, uint64_t held, uint64_t need_begin, ui
     }
     const uint64_t block = local.kernel_id(i);
     if (block == kNullBlock) continue;
+    if (idx >= covered_end && i + 1 < local.size && tail_is_whole(local, idx, held, n)) {
+      // This block and every later one lie wholly past D's hit and the written tokens: each is
+      // zeroed whole. Walked id by id (kernel ids of one listed id are consecutive).
+      whole_blocks(local, i, out);
+      return;
+    }
     const uint64_t lo = mul_checked(idx, lbs, "block token offset");
     const uint64_t hi = add_checked(lo, lbs, "block token end");
     uint64_t cur = std::max(lo, std::min(held, hi));
