@@ -89,22 +89,75 @@ class _Packing:
         self.fill = _fill_function(self)
 
 
+_INT_ONLY = frozenset((int,))
+_U64_FORMATS = frozenset(p + c for p in ("", "@", "=", "<") for c in "QL" if struct.calcsize("@" + c) == 8)
+
+
+def _other_ids(v: Any, pins: List[Any], q: Any, k: int, scratch: int) -> Optional[Tuple[int, int]]:
+    """(address, count) of block ids given as anything but ``array('Q')`` on the fast path:
+    a list or tuple of ints (one id copied into the scratch word ``q[k]`` at ``scratch``, more
+    converted at C speed into an ``array('Q')`` kept in ``pins``; bools and other int types
+    refused), an ``array`` of one id of any integer type (copied), an ``array('Q')``/``('L')``
+    (pinned), or a contiguous one-dimensional buffer of unsigned 64-bit ints (numpy ``uint64``,
+    a memoryview: one id copied, more pinned and read in place when it is writable). None for anything else (the checked path
+    then converts it or names what is wrong); a value out of range raises (same)."""
+    t = type(v)
+    if t is list or t is tuple:
+        if len(v) == 1:
+            x = v[0]
+            if type(x) is not int:
+                return None
+            q[k] = x
+            return scratch, 1
+        if not _INT_ONLY.issuperset(map(type, v)):
+            return None
+        a = _ARRAY("Q", v)  # OverflowError for a negative or too large id
+        pins.append(a)
+        return a.buffer_info()
+    if t is _ARRAY:
+        if len(v) == 1:
+            q[k] = v[0]
+            return scratch, 1
+        if v.typecode not in _Q_CODES:
+            return None
+        pins.append(memoryview(v))  # first: no resize until the call returned
+        return v.buffer_info()  # type: ignore[no-any-return]
+    try:
+        mv = memoryview(v)
+    except TypeError:
+        return None
+    if mv.ndim != 1 or mv.format not in _U64_FORMATS or not mv.c_contiguous:
+        return None
+    n = mv.shape[0]  # type: ignore[index]
+    if n == 1:  # copied, as above
+        q[k] = mv[0]
+        return scratch, 1
+    if n == 0:
+        return 0, 0
+    if mv.readonly:  # ctypes reads writable buffers only: the checked path copies it
+        return None
+    c = ctypes.c_char.from_buffer(mv)  # holds the buffer exported (pinned) while it lives
+    pins.append(c)
+    return ctypes.addressof(c), n
+
+
 def _fill_function(pk: _Packing) -> Any:
     """The fast path of :meth:`PlanRequest.compile` for this packing, generated with its
     offsets and addresses as constants and one block per group (no loop, no per-group lookup):
     ``fill(local_blocks, remote_blocks, computed_tokens, hit_tokens, pins)`` writes every group's
     per-request fields and returns how many ids the request passes (groups of one id a side not
-    counted: 2n at most), or -1 as soon as the request is not n groups of two ``array('Q')`` /
-    ``array('L')`` (64-bit) or of two one-id arrays of any integer type with int counts; it may
-    also raise TypeError / ValueError / OverflowError / struct.error for a bad value. On -1 or an
+    counted: 2n at most), or -1 as soon as the request is not n groups of ids the fast path takes
+    (two ``array('Q')`` / ``array('L')`` (64-bit) or two one-id arrays inline, anything else
+    through :func:`_other_ids`) with int counts; it may also raise TypeError / ValueError /
+    OverflowError / struct.error for a bad value. On -1 or an
     error the caller takes the checked path, which writes every window again (and clears
     ``pk.single``).
 
     ``pk.single[i]`` records that group i's window holds its one-id layout (ids in its scratch
     words): the next one-id request then writes only the ids and the two token counts."""
     n = len(pk.groups)
-    lines = ["def fill(L, R, c, H, pins, q=q, mb=mb, window=window, S=S, A=A, QC=QC, type=type, len=len,",
-             "         int=int, memoryview=memoryview):",
+    lines = ["def fill(L, R, c, H, pins, q=q, mb=mb, window=window, S=S, A=A, QC=QC, other=other, type=type,",
+             "         len=len, int=int, memoryview=memoryview):",
              f"    if type(c) is not int or len(L) != {n} or len(R) != {n}:",
              "        return -1",
              "    one = type(H) is int",
@@ -118,9 +171,17 @@ def _fill_function(pk: _Packing) -> Any:
             f"    x = L[{i}]",
             f"    y = R[{i}]",
             f"    h = H if one else H[{i}]",
-            "    if type(h) is not int or type(x) is not A or type(y) is not A:",
+            "    if type(h) is not int:",
             "        return -1",
-            "    if len(x) == 1 and len(y) == 1:  # one id a side (a Mamba group): copied, range-checked",
+            "    if type(x) is not A or type(y) is not A:  # lists, tuples, numpy, memoryviews",
+            f"        a = other(x, pins, q, {k}, {sl})",
+            f"        b = other(y, pins, q, {k + 1}, {sr})",
+            "        if a is None or b is None:",
+            "            return -1",
+            f"        S[{i}] = False",
+            f"        window(mb, {at}, a[0], a[1], b[0], b[1], {lpt}, {rpt}, c, h)",
+            "        total += a[1] + b[1]",
+            "    elif len(x) == 1 and len(y) == 1:  # one id a side (a Mamba group): copied, range-checked",
             f"        q[{k}] = x[0]",
             f"        q[{k + 1}] = y[0]",
             f"        if S[{i}]:",
@@ -142,7 +203,7 @@ def _fill_function(pk: _Packing) -> Any:
         ]
     lines.append("    return total")
     ns: Dict[str, Any] = {"q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into, "S": pk.single, "A": array.array,
-                          "QC": _Q_CODES}
+                          "QC": _Q_CODES, "other": _other_ids}
     exec("\n".join(lines), ns)  # noqa: S102 - generated from ints of this module, nothing else
     return ns["fill"]
 

@@ -100,6 +100,22 @@ def random_request(rng: random.Random, logical: bool) -> Tuple[List[List[int]], 
     return [[mamba[0]], [mamba[1]], attn_l], [[mamba[2]], [mamba[3]], attn_r], computed, [hit, 0, hit]
 
 
+def id_form(rng: random.Random, ids: List[int]) -> Any:
+    """``ids`` as one of the inputs PlanRequest.compile takes (the ones its fast path handles,
+    and some it leaves to the checked path: signed arrays, read-only numpy)."""
+    forms: List[Callable[[], Any]] = [lambda: array("Q", ids), lambda: list(ids), lambda: tuple(ids),
+                                      lambda: array("q", ids), lambda: memoryview(array("Q", ids))]
+    if np is not None:
+        forms += [lambda: np.array(ids, dtype=np.uint64), lambda: np.array(ids, dtype=np.int64)]
+
+        def read_only() -> Any:
+            a = np.array(ids, dtype=np.uint64)
+            a.flags.writeable = False
+            return a
+        forms.append(read_only)
+    return rng.choice(forms)()
+
+
 @pytest.mark.parametrize("logical", [True, False])
 def test_random_requests_plan_as_the_checked_path(ctx: Any, logical: bool) -> None:
     """Random requests through every input form of the fast path (one-id arrays copied,
@@ -121,6 +137,10 @@ def test_random_requests_plan_as_the_checked_path(ctx: Any, logical: bool) -> No
         as_arrays = ([array(code, x) for x in local], [array(code, x) for x in remote])
         one = hits[0] if len(set(hits)) == 1 and rng.random() < 0.5 else hits
         assert req.compile(*as_arrays, computed, one, reuse=plan) is plan
+        assert plan.to_json() == want
+        # Every other form the fast path takes, mixed per group and side.
+        mixed = ([id_form(rng, x) for x in local], [id_form(rng, x) for x in remote])
+        assert req.compile(*mixed, computed, one, reuse=plan) is plan
         assert plan.to_json() == want
         groups = checked_groups(logical, local, remote, computed, hits)
         fast_groups = [pdkv.PlanGroup(pdkv.GroupTrimInput(
@@ -173,6 +193,21 @@ def test_bad_buffers_are_refused_by_name(ctx: Any) -> None:
         out[i] = value
         return out
 
+    with pytest.raises(TypeError, match=r"local_blocks\[2\]\[1\] must be an int, got bool"):
+        req.compile(swap(ok_l, 2, [3, True, 10]), ok_r, computed)
+    with pytest.raises(TypeError, match=r"remote_blocks\[0\]\[0\] must be an int, got bool"):
+        req.compile(ok_l, swap(ok_r, 0, [True]), computed)
+    with pytest.raises(pdkv.InvalidArgumentError, match=r"remote_blocks\[2\]\[2\] = -6"):
+        req.compile(ok_l, swap(ok_r, 2, [20, 5, -6]), computed)
+    with pytest.raises(pdkv.InvalidArgumentError, match=r"local_blocks\[2\]\[0\] = 18446744073709551616"):
+        req.compile(swap(ok_l, 2, (1 << 64, 4)), ok_r, computed)
+    with pytest.raises(TypeError, match=r"local_blocks\[1\]\[0\] must be an int, got str"):
+        req.compile(swap(ok_l, 1, ["61"]), ok_r, computed)
+    if np is not None:
+        with pytest.raises(pdkv.InvalidArgumentError, match=r"remote_blocks\[2\]\[1\] = -5"):
+            req.compile(ok_l, swap(ok_r, 2, np.array([20, -5, 6], dtype=np.int64)), computed)
+        with pytest.raises(TypeError, match=r"local_blocks\[2\]\[0\] must be an int, got float"):
+            req.compile(swap(ok_l, 2, np.array([3.0, 4.0, 10.0])), ok_r, computed)
     with pytest.raises(TypeError, match=r"local_blocks\[2\]\[0\] must be an int, got float"):
         req.compile(swap(ok_l, 2, array("d", [3.0, 4.0])), ok_r, computed)
     with pytest.raises(TypeError, match=r"remote_blocks\[0\]\[0\] must be an int, got float"):
@@ -247,6 +282,46 @@ def test_buffers_cannot_be_resized_during_the_call(ctx: Any, monkeypatch: Any, p
     assert plan.to_json() == want
     local[2].append(7)  # no pin left once compile returned
     remote[2].pop()
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_memoryview_bases_cannot_be_resized_during_the_call(ctx: Any, monkeypatch: Any, prepared: bool) -> None:
+    """Ids in a memoryview over a bytearray (read in place): during the call the bytearray stays
+    exported, even once the caller released its view (resizing it raises BufferError)."""
+    fns = plan_mod._into_functions()
+    seen: List[str] = []
+    raw = bytearray(array("Q", [20, 5, 6]).tobytes())
+    view = memoryview(raw).cast("Q")
+    local = [[60], [61], [3, 4, 10]]
+    remote = [[62], [63], view]
+
+    def meddle(*args: Any) -> int:
+        view.release()
+        try:
+            raw.extend(b"x" * 8 * 4096)  # would move the ids the library is reading
+            seen.append("resized")
+        except BufferError:
+            seen.append("held")
+        return int(fns[1](*args))
+
+    from pdkv import plan_request as pr
+    monkeypatch.setattr(pr if prepared else plan_mod, "_INTO", [meddle, meddle])
+    computed = 3 * BLOCK - 1
+    want = ctx.compile(checked_groups(True, [[60], [61], [3, 4, 10]], [[62], [63], [20, 5, 6]], computed,
+                                      [0, 0, 0])).to_json()
+    plan = pdkv.TransferPlan.empty()
+    if prepared:
+        assert ctx.prepare(layout(True)).compile(local, remote, computed, reuse=plan) is plan
+    else:
+        groups = [pdkv.PlanGroup(pdkv.GroupTrimInput(
+            g.trim.kind, lb, rb, remote_computed_tokens=computed,
+            local_kernel_blocks_per_id=g.trim.local_kernel_blocks_per_id,
+            remote_kernel_blocks_per_id=g.trim.remote_kernel_blocks_per_id), g.regions)
+            for g, lb, rb in zip(layout(True), local, remote)]
+        assert ctx.compile(groups, reuse=plan) is plan
+    assert seen == ["held"]
+    assert plan.to_json() == want
+    raw.extend(b"x" * 8)  # free once compile returned
 
 
 def test_resizing_threads_cannot_crash_compiles(ctx: Any) -> None:
