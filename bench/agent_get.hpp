@@ -4,8 +4,9 @@
 // and posts the pieces as one READ transfer (a TransferPlan whose reads are the pieces, in the
 // list's order), with the agent's window equal to the raw loop's. Timed per pass: post -> final
 // state (the agent's range checks, posting, completions, and its one notification included).
-// Over shm the agent copies with process_vm_readv in batches (executor/cma/), over tcp with UCX;
-// the window (max_outstanding) only bounds UCX operations.
+// Over shm the agent copies with process_vm_readv in batches (executor/cma/), over tcp on its own
+// data connection (agent_tcp.cpp); the window is the agent's max_outstanding: the pieces in
+// flight per peer (tcp: in at most 4 unanswered batches; shm: in the batch being copied).
 //
 // The engine geometry is a stand-in that only shapes the regions: a one-region pure-attention
 // model whose 16-token kernel block is 4 KiB, with as many blocks as the working set needs; the

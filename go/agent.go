@@ -169,7 +169,8 @@ type AgentOptions struct {
 	// HeartbeatInterval is the ping period per peer (0: 500 ms); HeartbeatTimeout the silence
 	// after which a peer is lost (0: 5 s). Setting either sets both (the other at its default).
 	HeartbeatInterval, HeartbeatTimeout time.Duration
-	// MaxOutstanding is the UCX operations in flight per transfer (0: 64).
+	// MaxOutstanding is the most operations (plan reads) one transfer keeps in flight per
+	// peer (0: 64); see pdkv_agent_options_t.max_outstanding.
 	MaxOutstanding uint32
 }
 

@@ -50,6 +50,9 @@ struct AgentOptions {
   std::optional<PresharedKey> key;
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds heartbeat_timeout{5000};
+  // The most operations (plan pieces; a piece larger than a batch counts once per batch it
+  // spans) one transfer keeps in flight per peer: over tcp in a lane's unanswered batches, over
+  // shm in the batch being copied. >= 1.
   uint32_t max_outstanding = 64;
   // Threads that copy one cma batch (shm peers): 0 picks 2 where the machine has at least 4
   // hardware threads, else 1. A batch of at least 1 MiB is cut into this many parts (cma::Copier).
@@ -102,6 +105,9 @@ struct PeerRecord {
   std::atomic<int32_t> lost_status{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0}, transfers_done{0}, transfers_failed{0},
       operations_failed{0}, notifications_sent{0}, notifications_received{0}, heartbeat_rtt_us{0};
+  // The most operations one transfer had in flight on this peer at once (the agent's
+  // max_outstanding bounds it); internal, for tests.
+  std::atomic<uint64_t> max_ops_in_flight{0};
 };
 
 enum class TransferOp : uint8_t { Read = 0, Write = 1 };

@@ -6,6 +6,7 @@
 
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <list>
@@ -61,6 +62,24 @@ inline constexpr uint64_t kCmaSplitBytes = 1u << 20;  // smaller batches are cop
 inline constexpr uint32_t kTcpWindow = 4;
 inline constexpr size_t kTcpMaxQueuedFrames = 16;
 inline constexpr uint64_t kTcpRoundBytes = 16u << 20;
+
+// AgentOptions::max_outstanding bounds the operations (plan pieces, or the part of a piece a
+// batch carries) one transfer has in flight per peer: over tcp the pieces of a lane's unanswered
+// batches, each batch taking at most a quarter of them (so the window refills while the first
+// answers arrive); over shm the pieces of the one batch being copied per lane.
+inline uint64_t tcp_pieces_per_batch(uint32_t max_outstanding) {
+  const uint64_t quarter = (static_cast<uint64_t>(max_outstanding) + kTcpWindow - 1) / kTcpWindow;
+  return std::clamp<uint64_t>(quarter, 1, tcpdp::kMaxPieces);
+}
+inline size_t cma_segments_per_batch(uint32_t max_outstanding) {
+  return std::clamp<size_t>(max_outstanding, 1, kCmaBatchSegments);
+}
+// Records a lane's operations in flight in the peer's high-water mark (PeerRecord).
+inline void note_ops_in_flight(PeerRecord& peer, uint64_t n) {
+  uint64_t seen = peer.max_ops_in_flight.load(std::memory_order_relaxed);
+  while (n > seen && !peer.max_ops_in_flight.compare_exchange_weak(seen, n, std::memory_order_relaxed)) {
+  }
+}
 
 inline Clock::time_point deadline_after(Clock::time_point now, std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) return now;
@@ -167,11 +186,18 @@ class TransferJob {
     size_t cma_next = 0;
     bool cma_busy = false;
     // tcp data connection lanes: the operations (in order), the next one to start, and how many
-    // batches are started and unanswered (at most kTcpWindow).
+    // batches are started and unanswered (at most kTcpWindow, holding at most max_outstanding
+    // pieces).
     bool tcp = false;
     std::vector<uint32_t> tcp_ops;
     size_t tcp_next = 0;
     uint32_t tcp_outstanding = 0;
+    uint64_t tcp_pieces = 0;  // pieces in those batches (at most the agent's max_outstanding)
+    // A batch of this lane was answered, refused or dropped: it leaves the window.
+    void tcp_retire(const TcpBatch& b) {
+      tcp_outstanding--;
+      tcp_pieces -= b.pieces.size();
+    }
   };
 
   AgentCore* core = nullptr;  // for the UCX callbacks; they only run while the core lives

@@ -191,7 +191,12 @@ void AgentCore::tcp_start_batches_locked(const std::shared_ptr<TransferJob>& job
     TransferJob::Lane& lane = job.lanes[l];
     if (!lane.tcp) continue;
     PeerConn& peer = *lane.peer;
-    while (lane.tcp_outstanding < kTcpWindow && lane.tcp_next < lane.tcp_ops.size()) {
+    // The window: at most kTcpWindow batches and at most max_outstanding pieces unanswered per
+    // lane; a batch takes a quarter of max_outstanding pieces (at least one), so the window
+    // refills in steps while the first answers arrive.
+    const uint64_t max_pieces = tcp_pieces_per_batch(opt_.max_outstanding);
+    while (lane.tcp_outstanding < kTcpWindow && lane.tcp_pieces < opt_.max_outstanding &&
+           lane.tcp_next < lane.tcp_ops.size()) {
       if (peer.lost || !peer.tcp) {
         fail_job_locked(job, Status::PeerLost, peer_label(peer) + " was lost");
         return;
@@ -201,7 +206,8 @@ void AgentCore::tcp_start_batches_locked(const std::shared_ptr<TransferJob>& job
       b.lane = l;
       b.write = write;
       uint64_t bytes = 0;
-      for (size_t k = lane.tcp_next; k < lane.tcp_ops.size() && b.pieces.size() < tcpdp::kMaxPieces &&
+      const uint64_t room = std::min<uint64_t>(max_pieces, opt_.max_outstanding - lane.tcp_pieces);
+      for (size_t k = lane.tcp_next; k < lane.tcp_ops.size() && b.pieces.size() < room &&
                                      bytes < tcpdp::kMaxBatchBytes; ++k) {
         TransferJob::Op& op = job.ops[lane.tcp_ops[k]];
         const uint64_t take = std::min(op.length - op.tcp_started, tcpdp::kMaxBatchBytes - bytes);
@@ -230,9 +236,11 @@ void AgentCore::tcp_start_batches_locked(const std::shared_ptr<TransferJob>& job
         job.inflight++;
         peer.inflight++;
       }
+      lane.tcp_outstanding++;
+      lane.tcp_pieces += b.pieces.size();
+      note_ops_in_flight(*peer.record, lane.tcp_pieces);
       peer.tcp->out.push_back(std::move(o));
       peer.tcp->batches.emplace(id, std::move(b));
-      lane.tcp_outstanding++;
     }
   }
 }
@@ -251,7 +259,7 @@ std::string AgentCore::tcp_send_locked(PeerConn& peer) {
         for (uint32_t i : b.ops) {
           if (job.ops[i].state == TransferJob::Op::State::InFlight) job.ops[i].state = TransferJob::Op::State::Pending;
         }
-        job.lanes[b.lane].tcp_outstanding--;
+        job.lanes[b.lane].tcp_retire(b);
         if (b.holds) {
           job.inflight--;
           peer.inflight--;
@@ -420,11 +428,10 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
       TransferJob& job = *b.job;
       if (h.status != 0) {
         auto keep = b.job;
-        const uint32_t lane = b.lane;
         const uint32_t first = b.ops.front();
         for (uint32_t i : b.ops) job.ops[i].state = TransferJob::Op::State::Pending;
+        job.lanes[b.lane].tcp_retire(b);
         d.batches.erase(it);
-        job.lanes[lane].tcp_outstanding--;
         if (!job.finalized) {
           op_failed_locked(job.ops[first], Status::Transport,
                            who + " refused to serve read " + std::to_string(job.ops[first].read_index) +
@@ -495,7 +502,7 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
         peer.inflight--;
         b.holds = false;
       }
-      job.lanes[b.lane].tcp_outstanding--;
+      job.lanes[b.lane].tcp_retire(b);
       if (h.status == 0) {
         tcp_batch_landed_locked(peer, b);
       } else if (!job.finalized) {
@@ -531,7 +538,7 @@ void AgentCore::tcp_frame_done_locked(PeerConn& peer) {
     TcpBatch& b = it->second;
     auto keep = b.job;
     TransferJob& job = *keep;
-    job.lanes[b.lane].tcp_outstanding--;
+    job.lanes[b.lane].tcp_retire(b);
     if (b.holds) {
       job.inflight--;
       peer.inflight--;
@@ -589,7 +596,7 @@ void AgentCore::tcp_drop_locked(PeerConn& peer, Status status, const std::string
       job.inflight--;
       peer.inflight--;
     }
-    job.lanes[b.lane].tcp_outstanding--;
+    job.lanes[b.lane].tcp_retire(b);
     if (!job.finalized) {
       TransferJob::Op& op = job.ops[b.ops.front()];
       op_failed_locked(op, status, peer_label(peer) + ": " + why);

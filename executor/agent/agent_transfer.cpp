@@ -496,8 +496,9 @@ unsigned AgentCore::run_cma_batches(std::unique_lock<std::mutex>& g) {
       b.peer = lane.peer;
       b.direction = job.op == TransferOp::Read ? cma::Direction::Read : cma::Direction::Write;
       uint64_t bytes = 0;
+      const size_t max_segments = cma_segments_per_batch(opt_.max_outstanding);
       for (size_t k = lane.cma_next;
-           k < lane.cma_ops.size() && b.segments.size() < kCmaBatchSegments && bytes < kCmaBatchBytes; ++k) {
+           k < lane.cma_ops.size() && b.segments.size() < max_segments && bytes < kCmaBatchBytes; ++k) {
         const TransferJob::Op& op = job.ops[lane.cma_ops[k]];
         const uint64_t take = std::min(op.length - op.cma_done, kCmaBatchBytes - bytes);
         b.segments.push_back({static_cast<uint8_t*>(op.local) + op.cma_done, op.remote + op.cma_done, take});
@@ -512,6 +513,7 @@ unsigned AgentCore::run_cma_batches(std::unique_lock<std::mutex>& g) {
   for (CmaBatch& b : batches) {
     TransferJob::Lane& lane = b.job->lanes[b.lane];
     lane.cma_busy = true;
+    note_ops_in_flight(*b.peer->record, b.segments.size());
     for (uint32_t i : b.ops) b.job->ops[i].state = TransferJob::Op::State::InFlight;
     b.job->inflight++;
     b.peer->inflight++;

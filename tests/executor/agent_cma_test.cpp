@@ -68,6 +68,7 @@ struct Side {
     o.heartbeat_interval = 100ms;
     o.heartbeat_timeout = 3000ms;
     o.cma_copy_threads = copy_threads;
+    o.max_outstanding = 4096;  // batches end at their own caps (4 MiB, kCmaBatchSegments), not the window
     agent = std::make_unique<Agent>(o);
     const auto& r = md.regions[0].region;
     reg = agent->register_memory(0, r.base, r.block_len * r.num_blocks, MemoryType::Host);

@@ -53,7 +53,8 @@ struct Rank {
 std::unique_ptr<Rank> make_rank(const std::string& engine, uint32_t tp, uint32_t rank, uint8_t fill,
                                 TransportMode mode, std::chrono::milliseconds hb_timeout = 2000ms,
                                 ProgressMode progress = ProgressMode::Thread,
-                                core::KvLayout kv_layout = core::KvLayout::HND) {
+                                core::KvLayout kv_layout = core::KvLayout::HND,
+                                uint32_t max_outstanding = 4) {
   auto r = std::make_unique<Rank>();
   r->engine = engine;
   r->rank = rank;
@@ -80,7 +81,7 @@ std::unique_ptr<Rank> make_rank(const std::string& engine, uint32_t tp, uint32_t
   o.default_timeout = 5000ms;
   o.heartbeat_interval = 100ms;
   o.heartbeat_timeout = hb_timeout;
-  o.max_outstanding = 4;  // small, so the window actually refills
+  o.max_outstanding = max_outstanding;  // 4 by default: small, so the window actually refills
   o.progress = progress;
   r->agent = std::make_unique<Agent>(o);
   r->core = r->agent->core();
@@ -260,6 +261,45 @@ TEST_P(AgentLoopback, WriteMirrorsTheReadAndNotifiesD) {
   EXPECT_EQ(notes[1].kind, NotificationKind::WriteDone);
   EXPECT_EQ(notes[2].kind, NotificationKind::RequestComplete);
   verify(*d, ps, plan, 0xEE);
+}
+
+// max_outstanding bounds the operations one transfer keeps in flight per peer (tcp: the pieces of
+// a lane's unanswered batches; shm: the pieces of the batch being copied), and the window fills
+// up to it: the peer's high-water mark is exactly min(pieces, max_outstanding), READ and WRITE.
+TEST_P(AgentLoopback, MaxOutstandingBoundsTheOperationsInFlightPerPeer) {
+  for (const uint32_t window : {1u, 4u, 7u, 64u}) {
+    SCOPED_TRACE("max_outstanding " + std::to_string(window));
+    auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::HND, window);
+    auto p0 = make_rank("pre", 2, 0, 0, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::HND, window);
+    auto p1 = make_rank("pre", 2, 1, 0, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::HND, window);
+    std::vector<Rank*> ps{p0.get(), p1.get()};
+    connect_all(*d, ps);
+    const auto plan = make_plan(*d, ps, 16 * 16);
+    ASSERT_EQ(plan.ranks.size(), 2u);
+    PostParams pp;
+    pp.plan = &plan;
+    pp.peer_engine_id = "pre";
+    pp.request_id = "win-r";
+    auto t = d->agent->post(pp);
+    ASSERT_TRUE(t.wait(5000ms));
+    ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+    verify(*d, ps, plan, 0xEE);
+    for (const auto& rr : plan.ranks) {
+      ASSERT_GT(rr.reads.size(), 7u);
+      const uint64_t want = std::min<uint64_t>(rr.reads.size(), window);
+      EXPECT_EQ(d->agent->find_peer("pre", rr.p_rank)->max_ops_in_flight.load(), want) << "P rank " << rr.p_rank;
+    }
+    // WRITE: P rank 0 pushes its reads into D with the same bound.
+    std::fill(d->mem.begin(), d->mem.end(), 0xEE);
+    pp.op = TransferOp::Write;
+    pp.peer_engine_id = "dec";
+    pp.request_id = "win-w";
+    auto w = p0->agent->post(pp);
+    ASSERT_TRUE(w.wait(5000ms));
+    ASSERT_EQ(w.status().status, Status::Ok) << w.status().message;
+    const uint64_t want = std::min<uint64_t>(plan.ranks[0].reads.size(), window);
+    EXPECT_EQ(p0->agent->find_peer("dec", 0)->max_ops_in_flight.load(), want);
+  }
 }
 
 TEST_P(AgentLoopback, OutOfRangePlanIsRefusedBeforeAnyByteMoves) {

@@ -135,9 +135,12 @@ typedef struct pdkv_agent_options {
   uint32_t heartbeat_interval_ms;         /* Ping period per peer. Default 500 */
   uint32_t heartbeat_timeout_ms;          /* a peer silent this long is lost. Default 5000;
                                              must exceed the interval */
-  uint32_t max_outstanding;               /* no longer used by any transport (TCP peers keep at
-                                             most 4 batches of 4 MiB unanswered per lane); kept
-                                             for ABI stability. Default 64 */
+  uint32_t max_outstanding;               /* the most operations (plan reads; a read longer
+                                             than 4 MiB counts once per 4 MiB part) one transfer
+                                             keeps in flight per peer: over TCP in unanswered
+                                             batches (at most 4, each a quarter of this), over
+                                             SHM in the one batch being copied (at most 512).
+                                             Default 64; must be >= 1 */
 } pdkv_agent_options_t;
 
 /* Creates an agent: UCX context and worker for the transport, the control listener (bound
@@ -336,7 +339,8 @@ typedef struct pdkv_transfer_params {
  * for P rank r into the D rank, flushes, then notifies D (WRITE_DONE). Before any byte moves,
  * every local range is checked against this agent's registrations and every remote range against
  * the peer's advertised, registered regions: a violation is OUT_OF_BOUNDS naming the read, side,
- * region and range, and nothing is posted. At most max_outstanding operations are in flight.
+ * region and range, and nothing is posted. At most max_outstanding operations are in flight per
+ * peer (pdkv_agent_options_t).
  * Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (unknown bits, op, empty or long request
  * id, a plan for another rank or TP size: names both), NOT_FOUND (a peer rank the plan needs is
  * not connected: names engine and rank), OUT_OF_BOUNDS, SHUTDOWN. *out owned by the caller

@@ -197,7 +197,8 @@ impl<'a> AgentOptions<'a> {
         self
     }
 
-    /// UCX operations in flight per transfer. Default 64.
+    /// The most operations (plan reads) one transfer keeps in flight per peer
+    /// (`pdkv_agent_options_t.max_outstanding`). Default 64.
     #[must_use]
     pub fn max_outstanding(mut self, n: u32) -> Self {
         self.max_outstanding = Some(n);
