@@ -1,19 +1,19 @@
-// The agent: one engine rank's executor. It owns a UCX context and worker, a control listener,
-// its peers (a control channel, a UCX endpoint and the peer's unpacked region keys each), its
-// memory registrations and the transfers in flight, and runs two threads: the control loop
-// (accepts, heartbeats, notifications) and, in thread mode, the progress loop (UCX completions,
-// windows, deadlines). Inbound handshakes run on short-lived threads of their own so a silent
-// peer never stalls the others.
+// The agent: one engine rank's executor. It owns a control listener, its peers (a control
+// channel each, and a data path: the peer's process for cross-memory attach on one host, or
+// pdkv's tcp data connection), its memory registrations (UCX's ucp_mem_map, whose packed keys the
+// handshake still advertises; no byte moves through UCX) and the transfers in flight, and runs
+// two threads: the control loop (accepts, heartbeats, notifications, deadlines) and, in thread
+// mode, the progress loop (tcp data connections, cma batches, deadlines). Inbound handshakes run
+// on short-lived threads of their own so a silent peer never stalls the others.
 //
-// Locking: one mutex (AgentCore::mu_) guards every piece of agent state AND every call into UCX
-// (the worker is UCS_THREAD_MODE_SERIALIZED). UCX completion callbacks run inside
-// worker.progress(), i.e. with mu_ held, so they update transfers directly. Blocking network I/O
-// (handshakes) never holds mu_. Each transfer's visible state has its own mutex + condition
-// variable (taken after mu_, never before), so waiters never contend with the data path.
+// Locking: one mutex (AgentCore::mu_) guards every piece of agent state. Blocking network I/O
+// (handshakes) never holds mu_; cma batches are copied without it. Each transfer's visible state
+// has its own mutex + condition variable (taken after mu_, never before), so waiters never
+// contend with the data path.
 //
 // Lifetimes: the C API's handles hold shared_ptrs to the records below (Registration, PeerRecord,
 // TransferJob) and a weak_ptr to the core, so any handle may outlive the agent: after shutdown
-// the core has released every UCX object and the records only report their final state.
+// the core has released every registration and the records only report their final state.
 #pragma once
 
 #include <atomic>
@@ -81,7 +81,8 @@ struct Notification {
 };
 
 // One region's registration. `ucx` is reset by deregistration or by the agent's shutdown (never
-// after the UCX context is gone). busy counts UCX operations that may still touch the memory.
+// after the UCX context is gone). busy counts transfers and tcp frames that may still touch the
+// memory.
 struct Registration {
   uint32_t region = 0;
   uint64_t base = 0;

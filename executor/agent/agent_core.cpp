@@ -9,8 +9,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ucx/status.hpp"
-
 namespace pdkv::exec {
 
 using core::Status;
@@ -56,10 +54,6 @@ void close_fd(int& fd) {
 
 }  // namespace
 
-std::string ucs_text(ucs_status_t status) {
-  return std::string(ucs_status_string(status)) + " (UCX status " + std::to_string(static_cast<int>(status)) + ")";
-}
-
 void check_request_id(std::string_view id, Status status, std::string_view what) {
   if (id.empty() || id.size() > kMaxRequestIdBytes) {
     core::fail(status, std::string(what) + " must be 1.." + std::to_string(kMaxRequestIdBytes) + " bytes, got " +
@@ -80,12 +74,9 @@ AgentCore::AgentCore(AgentOptions options) : opt_(std::move(options)) {
                                 : std::thread::hardware_concurrency() >= 4 ? 2u
                                                                             : 1u;
   cma_copier_ = std::make_unique<cma::Copier>(copy_threads);
-  // UCX carries tcp peers only: a same-host (shm) peer is served with cross-memory attach
-  // (cma/cma.hpp), never through UCX's shared-memory transports, whose 1.13.1 release can wedge
-  // the worker or keep operations for ever when the peer dies mid-transfer.
+  // UCX only registers memory and packs region keys (no worker: no byte moves through UCX).
+  // Its tcp transport list is the one that needs nothing of the host to initialise.
   context_ = std::make_unique<UcxContext>(TransportMode::Tcp);
-  worker_ = std::make_unique<UcxWorker>(*context_);
-  worker_address_ = worker_->address();
   listener_.emplace(opt_.listen);
   listen_text_ = listener_->address().to_string();
 
@@ -98,13 +89,9 @@ AgentCore::AgentCore(AgentOptions options) : opt_(std::move(options)) {
   cma_fd_ = make_eventfd();
   epoll_add(control_epoll_, listener_->fd(), 1);
   epoll_add(control_epoll_, control_wake_, 2);
-  epoll_add(progress_epoll_, worker_->event_fd(), 1);
   epoll_add(progress_epoll_, progress_wake_, 2);
   epoll_add(user_epoll_, notify_fd_, 1);
-  if (opt_.progress == ProgressMode::Caller) {
-    epoll_add(user_epoll_, worker_->event_fd(), 2);
-    epoll_add(user_epoll_, cma_fd_, 3);
-  }
+  if (opt_.progress == ProgressMode::Caller) epoll_add(user_epoll_, cma_fd_, 3);
 }
 
 AgentCore::~AgentCore() {
@@ -184,7 +171,6 @@ void AgentCore::shutdown() {
   }
   regs_.clear();
   if (listener_) listener_->close();
-  worker_.reset();
   context_.reset();
 }
 
@@ -304,11 +290,6 @@ unsigned AgentCore::progress() {
   n += run_cma_batches(g);
   if (stopped_) return n;  // shut down while a batch was copied without the lock
   settle_cma_fd_locked();
-  if (n == 0 && opt_.progress == ProgressMode::Caller) {
-    // Re-arm so the event fd reports the next completion; BUSY means more work is pending,
-    // which the caller's next call handles.
-    (void)worker_->arm();
-  }
   return n;
 }
 
@@ -337,9 +318,8 @@ void AgentCore::progress_thread_main() {
     try {
       if (!progress_round()) break;
     } catch (const std::exception&) {
-      // e.g. ucp_worker_arm failing, or no memory: an exception leaving this thread would
-      // terminate the process. Try again after a pause (deadlines are also enforced by the
-      // control thread).
+      // e.g. no memory: an exception leaving this thread would terminate the process. Try
+      // again after a pause (deadlines are also enforced by the control thread).
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
@@ -364,21 +344,6 @@ bool AgentCore::progress_round() {
   if (busy) {
     // Transfers in flight: keep polling (completions arrive in microseconds), but let
     // posting threads take the lock between rounds.
-    std::this_thread::yield();
-    return true;
-  }
-  bool armed;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (stopped_) return false;
-    armed = worker_->arm();
-  }
-  if (!armed) {
-    // UCS_ERR_BUSY although the progress round above found nothing: over shm UCX 1.13.1 reports
-    // that for as long as a peer has not drained what this worker sent it (a P rank answering
-    // emulated GETs), which can be many thousand rounds. Retrying at once spins this thread at
-    // full speed against the very peer it waits for: with two P/D pairs on 2 cores, shm
-    // requests took 250-400 ms instead of 10 ms (pdkv demo). Give up the CPU first.
     std::this_thread::yield();
     return true;
   }

@@ -30,19 +30,15 @@
 #include "control/handshake.hpp"
 #include "tcpdp/data_frame.hpp"
 #include "pdkv/core/kv_permute.hpp"
-#include "ucx/endpoint.hpp"
-#include "ucx/worker.hpp"
 
 namespace pdkv::exec {
 
 using Clock = std::chrono::steady_clock;
 
-// now + timeout, saturating at the clock's last instant: a caller's "practically never" (up to
-// milliseconds::max()) must not wrap around into the past (signed overflow).
-// How long operations cancelled by closing their endpoint may take to be called back; past this
-// grace they are given up on (their transfer is reported failed, their memory stays busy). UCX
-// 1.13.1 did not always return operations queued on a shared-memory endpoint whose peer vanished;
-// the agent's endpoints are tcp only now (shm peers use cma), the grace stays as a bound.
+// A transfer that failed with PEER_LOST while a cross-memory-attach batch of it is still being
+// copied (the peer was lost by the control thread meanwhile) is reported failed after this grace
+// at the latest; the batch itself returns within its bound, and the transfer's memory stays busy
+// until it has (zombies_). A tcp peer's loss returns its batches at once.
 inline constexpr auto kCancelGrace = std::chrono::milliseconds(200);
 
 // Cross-memory attach (shm peers): one batch is at most this many bytes in at most this many
@@ -81,6 +77,8 @@ inline void note_ops_in_flight(PeerRecord& peer, uint64_t n) {
   }
 }
 
+// now + timeout, saturating at the clock's last instant: a caller's "practically never" (up to
+// milliseconds::max()) must not wrap around into the past (signed overflow).
 inline Clock::time_point deadline_after(Clock::time_point now, std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) return now;
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
@@ -152,7 +150,6 @@ struct PeerConn {
   uint64_t ping_seq = 0;
   uint64_t inflight = 0;  // tcp batches holding a transfer / cma batches being copied
   bool lost = false;
-  Clock::time_point lost_at{};      // when lost was set (shutdown waits kCancelGrace at most)
 };
 
 class TransferJob {
@@ -200,7 +197,7 @@ class TransferJob {
     }
   };
 
-  AgentCore* core = nullptr;  // for the UCX callbacks; they only run while the core lives
+  AgentCore* core = nullptr;
   TransferOp op = TransferOp::Read;
   std::string request_id;
   bool notify = true;
@@ -215,7 +212,7 @@ class TransferJob {
   // each permute.block_bytes() long) permuted into this rank's layout once every read is done.
   core::BlockPermute permute;
   std::vector<uint8_t*> permute_blocks;
-  uint64_t inflight = 0;        // ops + flushes called back later
+  uint64_t inflight = 0;        // tcp batches holding the job / cma batches being copied
   uint64_t done_ops = 0;
   uint64_t done_bytes = 0;
   core::Status fail_status = core::Status::Ok;
@@ -272,8 +269,8 @@ class AgentCore {
   void push_note_locked(Notification n);
   bool note_room_for_peer_locked(const std::string& request_id) const;
   void wake_progress();
-  // Caller mode: the event fd stays readable while cma batches wait to be copied (nothing else
-  // would wake an event loop for them: no UCX event comes).
+  // Caller mode: the event fd stays readable while cma batches wait to be copied (no socket
+  // event comes for them).
   void signal_cma_work();
   void settle_cma_fd_locked();
   void release_registrations_locked(TransferJob& job);
@@ -296,8 +293,9 @@ class AgentCore {
   std::shared_ptr<PeerRecord> admit(ControlChannel& channel, const HandshakeResult& result,
                                     CheckedPeer checked, bool inbound, Clock::time_point deadline,
                                     struct InboundSlot* slot = nullptr);
-  // channel.recv(deadline) that keeps driving the worker while it waits (admission's Ready).
-  Frame recv_progressing(ControlChannel& channel, Clock::time_point deadline);
+  // channel.recv(deadline) in short waits that give up once the agent is shutting down
+  // (admission's Transport and Ready frames on the connecting caller's thread).
+  Frame recv_admission(ControlChannel& channel, Clock::time_point deadline);
   void handle_frames_locked(const std::shared_ptr<PeerConn>& peer);
   void handle_notify_locked(const std::shared_ptr<PeerConn>& peer, const Notify& n);
   void timers_locked(Clock::time_point now);
@@ -362,9 +360,9 @@ class AgentCore {
   std::unique_ptr<cma::Copier> cma_copier_;  // copies batches (several threads where cores allow)
   uint64_t cma_batches_inflight_ = 0;  // guarded by mu_; shutdown waits for 0 (cma_idle_)
   std::condition_variable cma_idle_;
+  // UCX registers the agent's memory (ucp_mem_map) and packs the region keys a peer takes each
+  // region's range from; nothing else of UCX is used (no worker, endpoint or GET/PUT).
   std::unique_ptr<UcxContext> context_;
-  std::unique_ptr<UcxWorker> worker_;
-  std::vector<uint8_t> worker_address_;
   std::optional<Listener> listener_;
 
   std::vector<std::shared_ptr<Registration>> regs_;  // per region index
@@ -377,7 +375,7 @@ class AgentCore {
   std::vector<std::shared_ptr<PeerConn>> dead_peers_;
   uint64_t next_peer_id_ = 16;  // below: reserved epoll keys
   std::vector<std::shared_ptr<TransferJob>> active_;
-  std::vector<std::shared_ptr<TransferJob>> zombies_;  // final but with operations UCX never returned
+  std::vector<std::shared_ptr<TransferJob>> zombies_;  // final, a cma batch of them still being copied
   LeaseTable leases_;
   // Notifications waiting for poll_notifications. A peer's Notify is refused (the peer dropped
   // with Protocol) while kMaxPeerNotes or kMaxPeerNoteBytes are waiting, so an authenticated peer
@@ -430,9 +428,6 @@ struct TransportChoice {
 };
 TransportChoice choose_transport(TransportMode mine, TransportMode theirs, bool same_host,
                                  const TransportOffer& my_offer, const TransportOffer& their_offer);
-
-// Expressed in one place: how a ucs_status_t of a failed operation reads in messages.
-std::string ucs_text(ucs_status_t status);
 
 // A request id as posted, leased or received in a Notify: 1..kMaxRequestIdBytes bytes and no NUL
 // (the C API hands ids out as C strings, which a NUL would cut short). Error(`status`) naming the

@@ -1,6 +1,6 @@
-// Peers: handshakes (outbound on the caller's thread, inbound on a thread each), admission (UCX
-// endpoint and keys only after the peer just answered), the control loop (frames, heartbeats,
-// lease expiry) and peer loss.
+// Peers: handshakes (outbound on the caller's thread, inbound on a thread each), admission (the
+// data path: cross-memory attach or the tcp data connection), the control loop (frames,
+// heartbeats, lease expiry) and peer loss.
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -52,7 +52,8 @@ HandshakeParams AgentCore::handshake_params_locked() const {
   p.hello.tp_rank = opt_.metadata.tp_rank;
   p.hello.host_id = host_id_;
   p.info.metadata = core::encode(opt_.metadata);
-  p.info.worker_address = worker_address_;
+  // The PeerInfo frame keeps its worker address field, sent empty: no agent creates a UCX
+  // endpoint any more (peers move bytes with cross-memory attach or the tcp data connection).
   p.info.transport_hint = static_cast<uint8_t>(opt_.transport);
   p.info.cma_pid = cma_probe_->pid();
   p.info.cma_probe_address = cma_probe_->address();
@@ -159,22 +160,18 @@ std::shared_ptr<PeerRecord> AgentCore::connect(const HostPort& address,
   return admit(channel, result, std::move(*checked), false, deadline);
 }
 
-// Waits for the next control frame while driving the worker every few milliseconds. Over tcp the
-// peer's own wire-up flush needs this worker's answers: once this side's flush is done, a
-// caller-progress agent has nobody else driving its worker while its application is blocked in
-// connect, so without this the peer's admission timed out and it hung up (e2e finding F4).
-// The channel's decoder keeps a partly received frame across the short waits.
-Frame AgentCore::recv_progressing(ControlChannel& channel, Clock::time_point deadline) {
+// Waits for the next control frame in slices of 50 ms, so an outbound admission (on the caller's
+// thread: shutdown cannot interrupt its socket) gives up soon after the agent starts shutting
+// down. The channel's decoder keeps a partly received frame across the slices.
+Frame AgentCore::recv_admission(ControlChannel& channel, Clock::time_point deadline) {
   for (;;) {
-    const Clock::time_point slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(2));
+    const Clock::time_point slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(50));
     try {
       return channel.recv(slice);
     } catch (const core::Error& e) {
       if (e.status() != Status::TimedOut || slice >= deadline) throw;
     }
-    std::lock_guard<std::mutex> g(mu_);
-    if (stopped_ || stopping_.load()) core::fail(Status::Shutdown, "the agent was shut down");
-    worker_->progress();
+    if (stopping_.load()) core::fail(Status::Shutdown, "the agent was shut down");
   }
 }
 
@@ -223,13 +220,10 @@ TransportChoice choose_transport(TransportMode mine, TransportMode theirs, bool 
 // transports allow shm is probed (its advertised pid and probe read back with process_vm_readv);
 // the two verdicts travel in Transport frames (client first) and both sides choose the same way
 // (choose_transport); a side that cannot serve the choice tells the peer why and refuses.
-// (1) Under the lock: a cma peer gets its pidfd; a tcp peer its UCX endpoint (the peer just
-// answered: creating it is safe; UCX 1.13.1 aborts the process on ucp_ep_create to a dead worker)
-// and keys (from an authenticated peer, length-checked by the frame layer). (2) Without the lock:
-// wire a UCX endpoint up (a flush completes only once UCX's own connection setup has) and
-// exchange a Ready frame, so neither side starts using, or tearing down, a half-wired endpoint: a
-// tcp endpoint whose peer vanishes during UCX's wireup trips an assertion in UCX 1.13.1 that
-// aborts the process. (3) Under the lock: publish the peer.
+// A tcp peer's data connection is opened and its token checked here too (agent_tcp.cpp).
+// (1) Under the lock: a cma peer gets its pidfd; a tcp peer its data connection. (2) Without the
+// lock: exchange a Ready frame, so neither side uses the peer before both have set it up.
+// (3) Under the lock: publish the peer.
 std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const HandshakeResult& result,
                                              CheckedPeer checked, bool inbound, Clock::time_point deadline,
                                              InboundSlot* slot) {
@@ -248,7 +242,7 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
   std::unique_ptr<TcpData> data;  // tcp: the data connection (agent_tcp.cpp)
   {
     if (!inbound) channel.send(mine, deadline);
-    const Frame f = recv_progressing(channel, deadline);
+    const Frame f = recv_admission(channel, deadline);
     if (f.type != FrameType::Transport) {
       core::fail(Status::Protocol, who + ": expected Transport after the handshake, got " + frame_type_name(f.type));
     }
@@ -323,7 +317,7 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
   // still holds the descriptor here, so shutdown() interrupts this wait.
   try {
     if (!inbound) channel.send(Ready{}, deadline);
-    const Frame f = recv_progressing(channel, deadline);
+    const Frame f = recv_admission(channel, deadline);
     if (f.type != FrameType::Ready) {
       core::fail(Status::Protocol, std::string("expected Ready after the transport setup, got ") + frame_type_name(f.type));
     }
@@ -718,7 +712,6 @@ void AgentCore::lose_peer_locked(std::shared_ptr<PeerConn> peer, Status status,
                                  const std::string& why, bool tell_peer) {
   if (peer->lost) return;
   peer->lost = true;
-  peer->lost_at = Clock::now();
   auto& rec = *peer->record;
   rec.connected = false;
   rec.lost_status = static_cast<int32_t>(status);

@@ -1,11 +1,12 @@
 // Transfers: a plan becomes a list of operations, every range checked before any byte moves; one
-// lane per peer. A tcp lane posts its operations to UCX through a bounded window of them in
-// flight; a shm lane's operations are copied with cross-memory attach in bounded batches by
-// whoever drives progress (run_cma_batches). Completions count bytes per lane, notify a peer once
-// its data is complete, and decide the final state. Deadlines and cancels stop posting and
-// batching; a deadline with UCX operations still in flight force-closes the endpoints carrying
-// them (the only way to get UCX to return them), so no operation outlives its transfer's deadline
-// touching memory the caller believes idle (a cma batch always returns within its bound).
+// lane per peer. A tcp lane's operations go over the peer's data connection in batches, a bounded
+// window of them unanswered (agent_tcp.cpp); a shm lane's operations are copied with cross-memory
+// attach in bounded batches by whoever drives progress (run_cma_batches). Completions count bytes
+// per lane, notify a peer once its data is complete, and decide the final state. Deadlines and
+// cancels stop starting batches; a deadline with a tcp batch still holding the transfer drops
+// that peer's data connection (which returns every batch at once), so no operation outlives its
+// transfer's deadline touching memory the caller believes idle (a cma batch always returns
+// within its bound).
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>

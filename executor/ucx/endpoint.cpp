@@ -47,30 +47,6 @@ ucp_request_param_t op_params() {
 
 }  // namespace
 
-std::string packed_rkey_layout_error(std::span<const uint8_t> packed) {
-  constexpr size_t kMapBytes = 8;
-  if (packed.size() < kMapBytes + 1) {
-    return std::to_string(packed.size()) + " bytes cannot hold the 8-byte domain map and the memory type";
-  }
-  uint64_t map = 0;
-  for (size_t i = 0; i < kMapBytes; ++i) map |= static_cast<uint64_t>(packed[i]) << (8 * i);
-  size_t at = kMapBytes + 1;
-  for (unsigned bit = 0; bit < 64; ++bit) {
-    if ((map >> bit & 1) == 0) continue;
-    if (at >= packed.size()) {
-      return "domain " + std::to_string(bit) + "'s size byte is at offset " + std::to_string(at) +
-             ", past the key's " + std::to_string(packed.size()) + " bytes";
-    }
-    const size_t len = packed[at];
-    if (len > packed.size() - at - 1) {
-      return "domain " + std::to_string(bit) + " announces " + std::to_string(len) + " bytes at offset " +
-             std::to_string(at + 1) + " but the key has " + std::to_string(packed.size() - at - 1) + " left";
-    }
-    at += 1 + len;
-  }
-  return {};
-}
-
 UcxRemoteKey::~UcxRemoteKey() {
   if (rkey_ != nullptr) ucp_rkey_destroy(rkey_);
 }

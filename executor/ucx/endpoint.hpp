@@ -23,6 +23,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "ucx/memory.hpp"
 #include "ucx/worker.hpp"
 
 namespace pdkv::exec {
@@ -64,13 +65,6 @@ class UcxRemoteKey {
  private:
   ucp_rkey_h rkey_ = nullptr;
 };
-
-// What is wrong with the layout of a packed rkey's bytes ("" when nothing is): an 8-byte map of
-// memory domains, a memory-type byte, then for each bit of the map a size byte and that many
-// bytes. ucp_ep_rkey_unpack takes no length and walks exactly this layout (UCX 1.13.1), so a key
-// that announces more than it holds would make UCX read past it. Says nothing about whether the
-// contents are sound (see unpack_rkey).
-std::string packed_rkey_layout_error(std::span<const uint8_t> packed);
 
 class UcxEndpoint {
  public:

@@ -3,6 +3,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 #include <ucp/api/ucp.h>
@@ -21,6 +23,13 @@ enum class MemoryType : uint8_t {
 };
 
 const char* memory_type_name(MemoryType type) noexcept;
+
+// What is wrong with the layout of a packed rkey's bytes ("" when nothing is): an 8-byte map of
+// memory domains, a memory-type byte, then for each bit of the map a size byte and that many
+// bytes. ucp_ep_rkey_unpack takes no length and walks exactly this layout (UCX 1.13.1), so a key
+// that announces more than it holds would make UCX read past it. Says nothing about whether the
+// contents are sound (UcxEndpoint::unpack_rkey).
+std::string packed_rkey_layout_error(std::span<const uint8_t> packed);
 
 class UcxRegistration {
  public:

@@ -454,7 +454,9 @@ class Transport(IntEnum):
 
 
 class ProgressMode(IntEnum):
-    """``pdkv_progress_mode_t``: Who drives UCX progress. Numeric values are stable."""
+    """``pdkv_progress_mode_t``: Who drives the agent's data path (TCP data connections,
+    cross-memory-attach batches) and its deadlines. Numeric values are stable.
+    """
 
     THREAD = 0  #: a background thread of the agent (default)
     CALLER = 1  #: the caller calls pdkv_agent_progress (e.g. from its event loop)

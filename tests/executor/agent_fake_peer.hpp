@@ -1,5 +1,5 @@
 // A hostile peer for the agent's tests: it speaks pdkv's control protocol from the building
-// blocks (handshake, channel, a UCX worker of its own) instead of running an agent, so a test can
+// blocks (handshake, channel, a cma probe, a tcp data socket) instead of running an agent, so a test can
 // stop after any step or send frames no agent would. Header-only, shared by agent_*_test.cpp.
 #pragma once
 
@@ -16,7 +16,7 @@
 #include "control/handshake.hpp"
 #include "pdkv/core/geometry.hpp"
 #include "pdkv/core/metadata_from_geometry.hpp"
-#include "ucx/worker.hpp"
+#include "ucx/context.hpp"
 
 namespace pdkv::exec::testing {
 
@@ -51,29 +51,16 @@ inline std::unique_ptr<Agent> tiny_agent(TransportMode mode, std::chrono::millis
   return std::make_unique<Agent>(o);
 }
 
-// The fake peer: engine "dec" rank 0, a real UCX worker (so the agent's endpoint to it is valid),
-// progressed by a thread of its own only when asked (a peer that stopped does not progress).
+// The fake peer: engine "dec" rank 0 with the transport `mode` (like an agent, it has no UCX
+// worker: its PeerInfo's worker address is empty).
 class FakePeer {
  public:
-  explicit FakePeer(TransportMode mode, bool progress_worker = true)
-      : md_(tiny_metadata("dec", 0, 1ull << 41)), context_(mode), worker_(context_) {
-    if (progress_worker) {
-      progress_ = std::thread([this] {
-        while (!stop_.load()) {
-          if (worker_.progress() == 0) std::this_thread::sleep_for(100us);
-        }
-      });
-    }
-  }
-  ~FakePeer() {
-    stop_ = true;
-    if (progress_.joinable()) progress_.join();
-  }
+  explicit FakePeer(TransportMode mode) : md_(tiny_metadata("dec", 0, 1ull << 41)), mode_(mode) {}
   FakePeer(const FakePeer&) = delete;
   FakePeer& operator=(const FakePeer&) = delete;
 
   // Connects and runs the client side of the handshake (keys proven, PeerInfo both ways). The
-  // agent then waits for agree_transport() (and, over tcp, wires its UCX endpoint up after it).
+  // agent then waits for agree_transport().
   // `keys` go out in this side's PeerInfo as they are (a test may forge them).
   void handshake(const HostPort& agent, Deadline deadline = deadline_in(3s), std::vector<RegionKey> keys = {}) {
     channel_.emplace(ControlChannel::connect(agent, deadline));
@@ -82,8 +69,7 @@ class FakePeer {
     p.hello.tp_rank = md_.tp_rank;
     p.hello.host_id = host_identity();
     p.info.metadata = core::encode(md_);
-    p.info.worker_address = worker_.address();
-    p.info.transport_hint = static_cast<uint8_t>(context_.mode());
+    p.info.transport_hint = static_cast<uint8_t>(mode_);
     p.info.regions = std::move(keys);
     p.info.cma_pid = forged_pid_ ? *forged_pid_ : probe_.pid();
     p.info.cma_probe_address = probe_.address();
@@ -95,7 +81,7 @@ class FakePeer {
   // the agent (same process) unless this side is tcp. Returns the agent's offer.
   TransportOffer agree_transport(Deadline deadline = deadline_in(3s)) {
     TransportOffer offer;
-    if (context_.mode() != TransportMode::Tcp) {
+    if (mode_ != TransportMode::Tcp) {
       const std::string why = cma::check_probe(result_.peer_info.cma_pid, result_.peer_info.cma_probe_address,
                                                result_.peer_info.cma_probe);
       offer.cma = why.empty() ? CmaVerdict::Works : CmaVerdict::Failed;
@@ -142,19 +128,18 @@ class FakePeer {
   const TransportOffer& agent_offer() const { return agent_offer_; }
   Socket* data() { return data_ ? &*data_ : nullptr; }
   const core::EngineMetadata& metadata() const { return md_; }
+  // What the agent sent in the handshake (after handshake()).
+  const PeerInfo& agent_info() const { return result_.peer_info; }
 
  private:
   core::EngineMetadata md_;
-  UcxContext context_;
-  UcxWorker worker_;
+  TransportMode mode_;
   cma::Probe probe_;
   HandshakeResult result_;
   std::optional<uint32_t> forged_pid_;
   std::optional<ControlChannel> channel_;
   TransportOffer agent_offer_;
   std::optional<Socket> data_;
-  std::atomic<bool> stop_{false};
-  std::thread progress_;
 };
 
 }  // namespace pdkv::exec::testing

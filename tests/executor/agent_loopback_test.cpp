@@ -598,14 +598,11 @@ TEST_P(AgentLoopback, CancelIsFinalAndConsistentWhenItWinsOrLosesTheRace) {
   std::printf("cancel won %d times, lost %d times\n", cancelled, done);
 }
 
-// A WRITE that fails or is cancelled flushes what it sent before it is final: once P reports
-// it final (and D heard of the failure), no byte of it lands in D's memory any more. A locally
-// complete PUT may still sit in a socket buffer or a shared-memory FIFO until D's worker
-// progresses; without the flush those bytes land after the failure, when D may already have
-// reused the blocks. D runs in caller-progress mode, held back while P posts and cancels.
-// Over tcp this once ran only with PDKV_KNOWN_ISSUES=1: a flush posted while D was held back
-// stalled in about 1 of 60 repetitions under load. It no longer does (0 of 816 repetitions on
-// 2026-11-25, release and ASan, with two busy loops on the 2 cores), so it runs again.
+// A WRITE that fails or is cancelled waits for what it sent before it is final: once P reports
+// it final (and D heard of the failure), no byte of it lands in D's memory any more. Over tcp a
+// Write frame P sent may still sit in a socket buffer until D's progress receives it; P counts it
+// only once D acknowledged it, so those bytes never land after the failure, when D may already
+// have reused the blocks. D runs in caller-progress mode, held back while P posts and cancels.
 TEST_P(AgentLoopback, ACancelledWriteLandsNothingAfterItIsFinal) {
   auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 2000ms, ProgressMode::Caller);
   auto p0 = make_rank("pre", 2, 0, 0, GetParam());
@@ -655,8 +652,8 @@ TEST_P(AgentLoopback, ACancelledWriteLandsNothingAfterItIsFinal) {
   driver.join();
 }
 
-// Over tcp a GET is emulated and needs the target's worker to progress: P agents in caller
-// progress mode whose caller never calls leave every GET in flight. Deregistering D's memory is
+// Over tcp a READ's batches are answered by P's progress: P agents in caller progress mode whose
+// caller never calls leave every batch unanswered. Deregistering D's memory is
 // refused while they are, the deadline fails the transfer on time with TimedOut and the reads
 // listed, and afterwards the memory is free to deregister.
 TEST(AgentDeadline, StuckOperationsTimeOutOnTimeAndKeepMemoryBusyUntilReturned) {
@@ -674,7 +671,7 @@ TEST(AgentDeadline, StuckOperationsTimeOutOnTimeAndKeepMemoryBusyUntilReturned) 
   const auto t0 = std::chrono::steady_clock::now();
   auto t = d->agent->post(pp);
   std::this_thread::sleep_for(50ms);
-  ASSERT_EQ(t.status().state, TransferState::InFlight) << "the GETs completed: the test proves nothing";
+  ASSERT_EQ(t.status().state, TransferState::InFlight) << "the reads completed: the test proves nothing";
   try {
     deregister_memory(d->core, d->regs[0]);
     FAIL() << "deregistered memory a transfer is writing into";

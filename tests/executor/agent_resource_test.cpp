@@ -164,7 +164,7 @@ TEST(AgentResources, DescriptorExhaustionDoesNotSpinTheControlThread) {
 // bytes the peer still sends must not wake the loop for a connection it no longer knows.
 TEST(AgentResources, ADroppedPeersSocketHeldByAForkedChildDoesNotSpinTheControlThread) {
   auto agent = tiny_agent(TransportMode::Shm);
-  FakePeer peer(TransportMode::Shm, /*progress_worker=*/false);
+  FakePeer peer(TransportMode::Shm);
   peer.admit(agent->info().listen);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);

@@ -1,6 +1,6 @@
 // Shutting an agent down never waits for the network: a peer that completed the handshake and then
-// went silent (mid-admission: UCX wireup or the Ready exchange) is abandoned at once, not after the
-// agent's default timeout.
+// went silent (mid-admission: the data connection or the Ready exchange) is abandoned at once, not
+// after the agent's default timeout.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -17,12 +17,12 @@ namespace {
 
 class AgentShutdown : public ::testing::TestWithParam<TransportMode> {};
 
-// The fake peer's worker never progresses and it never sends Ready: the agent's inbound handshake
-// thread is left in admission (the wireup flush over tcp, the Ready wait over shm) with a 20 s
-// deadline. Freeing the agent must not wait it out.
+// The fake peer never opens its data connection (tcp) or sends Ready (shm): the agent's inbound
+// handshake thread is left in admission with a 20 s deadline. Freeing the agent must not wait it
+// out.
 TEST_P(AgentShutdown, FreeDoesNotWaitForAPeerStuckInAdmission) {
   auto agent = tiny_agent(GetParam(), 20s);
-  FakePeer peer(GetParam(), /*progress_worker=*/false);
+  FakePeer peer(GetParam());
   peer.handshake(agent->info().listen);
   peer.agree_transport();
   std::this_thread::sleep_for(100ms);  // the agent is now in admission

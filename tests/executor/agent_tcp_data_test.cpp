@@ -10,6 +10,7 @@
 
 #include "agent_fake_peer.hpp"
 #include "tcpdp/data_frame.hpp"
+#include "ucx/memory.hpp"
 
 using namespace pdkv;
 using namespace pdkv::exec;
@@ -92,6 +93,22 @@ TEST(AgentTcpData, ADataConnectionWithTheWrongTokenIsClosedAndTheRightOneAdmits)
   const Frame f = peer.channel().recv(deadline_in(3s));
   EXPECT_EQ(f.type, FrameType::Ready);
   EXPECT_EQ(p.agent->info().num_peers, 1u);
+}
+
+// The agent uses UCX only to register memory: its handshake carries the key of each registered
+// region (a peer takes the region's range from it) and an empty worker address (no UCX worker).
+TEST(AgentTcpData, TheHandshakeCarriesRegionKeysButNoUcxWorkerAddress) {
+  ServingAgent p;
+  FakePeer peer(TransportMode::Tcp);
+  peer.handshake(p.agent->info().listen);
+  const PeerInfo& info = peer.agent_info();
+  EXPECT_TRUE(info.worker_address.empty()) << info.worker_address.size() << " bytes of worker address";
+  ASSERT_EQ(info.regions.size(), 1u);
+  EXPECT_EQ(info.regions[0].region, 0u);
+  EXPECT_EQ(info.regions[0].base, p.reg->base);
+  EXPECT_EQ(info.regions[0].length, p.length);
+  EXPECT_FALSE(info.regions[0].rkey.empty());
+  EXPECT_EQ(packed_rkey_layout_error(info.regions[0].rkey), "");
 }
 
 TEST(AgentTcpData, ReadRangesOutsideTheRegistrationsAreRefusedAndNothingOutsideIsSent) {

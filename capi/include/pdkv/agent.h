@@ -35,7 +35,9 @@ extern "C" {
 
 /* ---- Handles and enums -------------------------------------------------------------- */
 
-/* One engine rank's executor: UCX context and worker, control listener, peers. */
+/* One engine rank's executor: control listener, peers and their data paths, memory
+ * registrations (UCX registers the memory and packs the region keys the handshake advertises; no
+ * byte moves through UCX). */
 typedef struct pdkv_agent pdkv_agent_t;
 /* A registration of one metadata region's memory with an agent. */
 typedef struct pdkv_memory pdkv_memory_t;
@@ -66,7 +68,8 @@ typedef enum pdkv_transport {
   PDKV_TRANSPORT_TCP = 2
 } pdkv_transport_t;
 
-/* Who drives UCX progress. Numeric values are stable. */
+/* Who drives the agent's data path (TCP data connections, cross-memory-attach batches) and its
+ * deadlines. Numeric values are stable. */
 typedef enum pdkv_progress_mode {
   PDKV_PROGRESS_THREAD = 0, /* a background thread of the agent (default) */
   PDKV_PROGRESS_CALLER = 1  /* the caller calls pdkv_agent_progress (e.g. from its event loop) */
@@ -143,7 +146,7 @@ typedef struct pdkv_agent_options {
                                              Default 64; must be >= 1 */
 } pdkv_agent_options_t;
 
-/* Creates an agent: UCX context and worker for the transport, the control listener (bound
+/* Creates an agent: a UCX context for memory registration, the control listener (bound
  * before return), and the progress thread in THREAD mode. Errors: NULL_POINTER (options,
  * metadata, out), STRUCT_SIZE, INVALID_ARGUMENT (unknown field_mask bits, enum values, bad
  * address, key shorter than 16 bytes, timeouts 0 or heartbeat timeout <= interval, naming the
@@ -154,7 +157,7 @@ PDKV_API pdkv_status_t pdkv_agent_new(const pdkv_agent_options_t *options, pdkv_
                                       pdkv_error_t **err);
 
 /* Shuts the agent down: transfers still in flight fail with SHUTDOWN, peers are told Bye and
- * closed, threads are joined, UCX resources released once no operation can touch them.
+ * closed, threads are joined, registrations released once no operation can touch them.
  * Registrations not yet freed are released with the agent. Handles of memory, peers and
  * transfers stay valid until freed. NULL is allowed. Must not be called from a thread inside a
  * call on this agent; otherwise thread-safe. */
@@ -245,7 +248,7 @@ typedef struct pdkv_connect_options {
 
 /* Connects to a peer agent and runs the handshake (blocking until done or the deadline; the
  * deadline also bounds the lookup of a host name, a numeric address needs none): versions,
- * pre-shared key proof, then metadata, UCX addresses and region keys (sealed when a key is set),
+ * pre-shared key proof, then metadata and region keys (sealed when a key is set),
  * and the pair's
  * validation on both sides, then the choice of the data path (PDKV_TRANSPORT_*). Connecting to an (engine, rank) already connected replaces the old
  * connection. Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (bad address), PEER_LOST
@@ -289,7 +292,8 @@ typedef struct pdkv_peer_info {
   uint64_t bytes_written;       /* by WRITE transfers into this peer */
   uint64_t transfers_done;
   uint64_t transfers_failed;
-  uint64_t operations_failed;   /* UCX operations that completed with an error */
+  uint64_t operations_failed;   /* operations with this peer that failed (a copy or batch), and
+                                   its READ batches this side refused to serve */
   uint64_t notifications_sent;
   uint64_t notifications_received;
   uint64_t heartbeat_rtt_us;    /* last heartbeat round trip */
@@ -333,10 +337,11 @@ typedef struct pdkv_transfer_params {
   uint8_t notify;                    /* 1: notify the plan's peers after the data (default 1) */
 } pdkv_transfer_params_t;
 
-/* Posts a transfer and returns at once. READ (on D rank plan.d_tp_rank): GETs every read of the
+/* Posts a transfer and returns at once. READ (on D rank plan.d_tp_rank): pulls every read of the
  * plan from the connected P ranks of peer_engine_id, then notifies each of the plan's notify
- * ranks (READ_DONE there) once its data is complete. WRITE (on P rank r): PUTs the plan's reads
- * for P rank r into the D rank, flushes, then notifies D (WRITE_DONE). Before any byte moves,
+ * ranks (READ_DONE there) once its data is complete. WRITE (on P rank r): pushes the plan's reads
+ * for P rank r into the D rank and, once every byte is in D's memory (copied, or acknowledged by D
+ * over TCP), notifies D (WRITE_DONE). Before any byte moves,
  * every local range is checked against this agent's registrations and every remote range against
  * the peer's advertised, registered regions: a violation is OUT_OF_BOUNDS naming the read, side,
  * region and range, and nothing is posted. At most max_outstanding operations are in flight per
@@ -376,10 +381,10 @@ PDKV_API pdkv_status_t pdkv_transfer_wait(pdkv_transfer_t *transfer, uint64_t ti
                                           uint8_t *finished, pdkv_error_t **err);
 
 /* Asks the transfer to stop: nothing more is posted, and it fails with CANCELLED once the
- * operations already in flight have completed (bounded by its deadline); a WRITE first flushes
- * what it sent, so no byte of it lands in D after D hears of the failure. Its failed reads are
- * those that did not land: none when every read had landed before the cancel took effect. No
- * effect on a transfer already finished. Never fails on a valid handle. Errors: NULL_POINTER.
+ * operations already in flight have completed (bounded by its deadline); a WRITE first waits for
+ * D to acknowledge what it already sent, so no byte of it lands in D after D hears of the
+ * failure. Its failed reads are those that did not land: none when every read had landed before
+ * the cancel took effect. No effect on a transfer already finished. Never fails on a valid handle. Errors: NULL_POINTER.
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_transfer_cancel(pdkv_transfer_t *transfer, pdkv_error_t **err);
 
