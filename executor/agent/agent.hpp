@@ -162,6 +162,7 @@ struct AgentInfo {
   TransportMode transport = TransportMode::Auto;
   ProgressMode progress = ProgressMode::Thread;
   size_t num_peers = 0, transfers_in_flight = 0;
+  uint64_t progress_rounds = 0;  // rounds of the progress thread so far (internal, for tests)
 };
 
 // The public face used by capi/: thin, every call forwards to the core. Destroying it shuts the

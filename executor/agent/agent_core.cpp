@@ -86,12 +86,12 @@ AgentCore::AgentCore(AgentOptions options) : opt_(std::move(options)) {
   progress_wake_ = make_eventfd();
   notify_fd_ = make_eventfd();
   user_epoll_ = make_epoll();
-  cma_fd_ = make_eventfd();
+  work_fd_ = make_eventfd();
   epoll_add(control_epoll_, listener_->fd(), 1);
   epoll_add(control_epoll_, control_wake_, 2);
   epoll_add(progress_epoll_, progress_wake_, 2);
   epoll_add(user_epoll_, notify_fd_, 1);
-  if (opt_.progress == ProgressMode::Caller) epoll_add(user_epoll_, cma_fd_, 3);
+  if (opt_.progress == ProgressMode::Caller) epoll_add(user_epoll_, work_fd_, 3);
 }
 
 AgentCore::~AgentCore() {
@@ -102,7 +102,7 @@ AgentCore::~AgentCore() {
   close_fd(progress_wake_);
   close_fd(notify_fd_);
   close_fd(user_epoll_);
-  close_fd(cma_fd_);
+  close_fd(work_fd_);
 }
 
 void AgentCore::start() {
@@ -185,6 +185,7 @@ AgentInfo AgentCore::info() const {
   i.progress = opt_.progress;
   i.num_peers = peers_.size();
   for (const auto& j : active_) i.transfers_in_flight += j->finalized ? 0 : 1;
+  i.progress_rounds = progress_rounds_.load(std::memory_order_relaxed);
   return i;
 }
 
@@ -289,28 +290,40 @@ unsigned AgentCore::progress() {
   unsigned n = progress_locked();
   n += run_cma_batches(g);
   if (stopped_) return n;  // shut down while a batch was copied without the lock
-  settle_cma_fd_locked();
+  settle_work_fd_locked();
   return n;
 }
 
 void AgentCore::wake_progress() { signal_fd(progress_wake_); }
 
-void AgentCore::signal_cma_work() {
+void AgentCore::signal_work() {
   if (opt_.progress != ProgressMode::Caller) return;  // nobody watches it
-  cma_fd_signaled_ = true;
-  signal_fd(cma_fd_);
+  work_fd_signaled_ = true;
+  signal_fd(work_fd_);
 }
 
-void AgentCore::settle_cma_fd_locked() {
-  if (!cma_fd_signaled_) return;
+// After a progress call: readable exactly while the next call has work no socket announces (a cma
+// batch to copy, or a tcp window with room for a batch, e.g. after answers emptied it).
+void AgentCore::settle_work_fd_locked() {
+  if (opt_.progress != ProgressMode::Caller) return;
+  bool pending = false;
   for (const auto& job : active_) {
     if (job->finalized || job->stopping()) continue;
     for (const auto& lane : job->lanes) {
-      if (lane.cma && lane.cma_next < lane.cma_ops.size()) return;  // still work: stays readable
+      if (lane.cma && lane.cma_next < lane.cma_ops.size()) pending = true;
+      if (lane.tcp && lane.tcp_next < lane.tcp_ops.size() && lane.tcp_outstanding < kTcpWindow &&
+          lane.tcp_pieces < opt_.max_outstanding && lane.peer->tcp && !lane.peer->lost) {
+        pending = true;
+      }
     }
+    if (pending) break;
   }
-  drain_fd(cma_fd_);
-  cma_fd_signaled_ = false;
+  if (pending && !work_fd_signaled_) {
+    signal_work();
+  } else if (!pending && work_fd_signaled_) {
+    drain_fd(work_fd_);
+    work_fd_signaled_ = false;
+  }
 }
 
 void AgentCore::progress_thread_main() {
@@ -327,8 +340,8 @@ void AgentCore::progress_thread_main() {
 
 // One round of the progress thread; false once the agent is stopped.
 bool AgentCore::progress_round() {
+  progress_rounds_.fetch_add(1, std::memory_order_relaxed);
   unsigned n = 0;
-  bool busy = false;
   Clock::time_point next_deadline = Clock::now() + std::chrono::milliseconds(100);
   {
     std::unique_lock<std::mutex> g(mu_);
@@ -336,17 +349,19 @@ bool AgentCore::progress_round() {
     n += run_cma_batches(g);
     if (stopped_) return false;
     for (const auto& j : active_) {
-      if (!j->finalized) busy = true;
-      if (!j->finalized && j->deadline < next_deadline) next_deadline = j->deadline;
+      if (j->finalized) continue;
+      next_deadline = std::min(next_deadline, j->deadline);
+      if (j->fail_status == Status::PeerLost && j->inflight != 0) {
+        next_deadline = std::min(next_deadline, j->stopped_at + kCancelGrace);
+      }
     }
   }
+  // A round that completed something may have made room for more (a window, a queue): go on.
   if (n != 0) return true;
-  if (busy) {
-    // Transfers in flight: keep polling (completions arrive in microseconds), but let
-    // posting threads take the lock between rounds.
-    std::this_thread::yield();
-    return true;
-  }
+  // Nothing to do until something happens: sleep in epoll until a data connection is readable
+  // (or writable with frames queued), a post, cancel or shutdown wakes this thread, or the next
+  // deadline (at most 100 ms, a safety net: every change that needs this thread wakes it). cma
+  // batches never wait here: a round copies one per lane, so n != 0 while any is pending.
   const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - Clock::now());
   epoll_event evs[4];
   const int k = ::epoll_wait(progress_epoll_, evs, 4, static_cast<int>(std::max<int64_t>(1, wait.count())));

@@ -4,6 +4,7 @@
 // (posting, completions, deadlines). Internal to executor/.
 #pragma once
 
+#include <sys/epoll.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -126,7 +127,9 @@ struct TcpData {
   uint32_t rx_ack_status = 0;
   std::vector<std::shared_ptr<Registration>> rx_busy;     // a Write's target regions
   std::vector<uint8_t> sink;                              // bytes nobody may keep
-  bool want_out = false;                                  // EPOLLOUT is watched
+  // The epoll events watched on fd: EPOLLOUT while frames wait to be sent; EPOLLIN unless
+  // reading is paused (answers queued up to kTcpMaxQueuedFrames), so progress sleeps meanwhile.
+  uint32_t watched = EPOLLIN;
   TcpData() = default;
   TcpData(const TcpData&) = delete;
   TcpData& operator=(const TcpData&) = delete;
@@ -269,10 +272,10 @@ class AgentCore {
   void push_note_locked(Notification n);
   bool note_room_for_peer_locked(const std::string& request_id) const;
   void wake_progress();
-  // Caller mode: the event fd stays readable while cma batches wait to be copied (no socket
-  // event comes for them).
-  void signal_cma_work();
-  void settle_cma_fd_locked();
+  // Caller mode: the event fd stays readable while a progress call has work that no socket event
+  // announces: cma batches waiting to be copied, tcp batches of a new transfer waiting to start.
+  void signal_work();
+  void settle_work_fd_locked();
   void release_registrations_locked(TransferJob& job);
 
   // --- agent_peers.cpp
@@ -355,6 +358,7 @@ class AgentCore {
   mutable std::mutex mu_;
   bool stopped_ = false;  // guarded by mu_
   std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> progress_rounds_{0};  // progress_round() calls (AgentInfo)
 
   std::unique_ptr<cma::Probe> cma_probe_;  // this process's identity for same-host peers
   std::unique_ptr<cma::Copier> cma_copier_;  // copies batches (several threads where cores allow)
@@ -392,8 +396,8 @@ class AgentCore {
   int progress_wake_ = -1;  // eventfd: wakes the progress thread
   int notify_fd_ = -1;      // eventfd: readable while notifications are pending
   int user_epoll_ = -1;     // what pdkv_agent_event_fd returns
-  int cma_fd_ = -1;         // eventfd: readable while cma work is pending (caller mode)
-  bool cma_fd_signaled_ = false;  // guarded by mu_: cma_fd_ may be readable (drain it once idle)
+  int work_fd_ = -1;        // eventfd: readable while progress has work no socket announces (caller mode)
+  bool work_fd_signaled_ = false;  // guarded by mu_: work_fd_ may be readable (drain it once idle)
   // The control thread stops watching the listener for a while after accept() failed (no
   // descriptor left: the connection stays queued and the listener readable). Control thread only.
   std::optional<Clock::time_point> accept_paused_until_;

@@ -624,11 +624,13 @@ unsigned AgentCore::tcp_progress_locked() {
       failed.emplace_back(p, st, why);
       continue;
     }
-    const bool want_out = !p->tcp->out.empty();
-    if (want_out != p->tcp->want_out) {
-      p->tcp->want_out = want_out;
+    TcpData& d = *p->tcp;
+    const bool paused = d.reader.idle() && d.out.size() >= kTcpMaxQueuedFrames;
+    const uint32_t want = (paused ? 0u : static_cast<uint32_t>(EPOLLIN)) | (d.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
+    if (want != d.watched) {
+      d.watched = want;
       epoll_event ev{};
-      ev.events = EPOLLIN | (want_out ? EPOLLOUT : 0u);
+      ev.events = want;
       ev.data.u64 = 4;
       ::epoll_ctl(progress_epoll_, EPOLL_CTL_MOD, p->tcp->fd, &ev);
       if (opt_.progress == ProgressMode::Caller) ::epoll_ctl(user_epoll_, EPOLL_CTL_MOD, p->tcp->fd, &ev);

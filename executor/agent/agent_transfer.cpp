@@ -234,9 +234,10 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
     if (lane.cma) lane.cma_ops.push_back(static_cast<uint32_t>(i));
     if (lane.tcp) lane.tcp_ops.push_back(static_cast<uint32_t>(i));
   }
+  // Caller mode: the first batches wait for a progress call, which only the event fd can ask for.
   for (const auto& lane : job->lanes) {
-    if (lane.cma && !lane.cma_ops.empty()) {
-      signal_cma_work();
+    if ((lane.cma && !lane.cma_ops.empty()) || (lane.tcp && !lane.tcp_ops.empty())) {
+      signal_work();
       break;
     }
   }

@@ -5,6 +5,8 @@
 // job: here the P agent is freed mid-way), cancel, deregistration refused while busy, and range
 // checks refusing a plan that leaves registered memory before any byte moves.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -687,6 +689,147 @@ TEST(AgentDeadline, StuckOperationsTimeOutOnTimeAndKeepMemoryBusyUntilReturned) 
   EXPECT_LT(elapsed, 1500ms);
   EXPECT_GE(elapsed, 400ms);
   EXPECT_NO_THROW(deregister_memory(d->core, d->regs[0]));
+}
+
+// ---- progress: agents sleep when there is nothing to do, and the event fd wakes a loop ----
+
+// CPU time (user + system) of this whole process so far: every agent thread of the test included.
+std::chrono::microseconds process_cpu() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return std::chrono::seconds(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         std::chrono::microseconds(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// CPU the process spends over `wall` of sleeping on this thread.
+std::chrono::microseconds cpu_over(std::chrono::milliseconds wall) {
+  const auto c0 = process_cpu();
+  std::this_thread::sleep_for(wall);
+  return process_cpu() - c0;
+}
+
+bool readable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, timeout_ms) > 0;
+}
+
+// Three connected agents with their progress threads and nothing to move sleep in epoll: over a
+// second they use a small fraction of a core (heartbeats every 100 ms, timers), not a core each,
+// and each progress thread wakes about 10 times (its 100 ms safety net). CPU time alone would not
+// catch a spinning thread on a loaded machine (a yielding thread gets little of a busy core): the
+// rounds do.
+TEST_P(AgentLoopback, IdleAgentsSleep) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam());
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam());
+  connect_all(*d, {p0.get(), p1.get()});
+  std::this_thread::sleep_for(100ms);
+  const uint64_t r0 = d->agent->info().progress_rounds;
+  const auto used = cpu_over(1000ms);
+  const uint64_t rounds = d->agent->info().progress_rounds - r0;
+  std::printf("3 idle agents: %lld us of CPU in 1 s; D's progress thread: %llu rounds\n",
+              static_cast<long long>(used.count()), static_cast<unsigned long long>(rounds));
+  EXPECT_LT(used, 150ms);
+  EXPECT_LT(rounds, 100u);
+}
+
+// A D agent whose transfer waits for P ranks that do not answer (caller-progress P agents whose
+// caller never calls) sleeps until an answer, a wakeup or its deadline: it does not spin.
+TEST(AgentProgress, ATransferWaitingOnSilentPeersDoesNotSpin) {
+  auto d = make_rank("dec", 1, 0, 0xEE, TransportMode::Tcp);
+  auto p0 = make_rank("pre", 2, 0, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
+  auto p1 = make_rank("pre", 2, 1, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const auto plan = make_plan(*d, ps, 16 * 14);
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "silent";
+  pp.timeout = 3000ms;
+  auto t = d->agent->post(pp);
+  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(t.status().state, TransferState::InFlight) << "the reads completed: the test proves nothing";
+  const uint64_t r0 = d->agent->info().progress_rounds;
+  const auto used = cpu_over(1000ms);
+  const uint64_t rounds = d->agent->info().progress_rounds - r0;
+  std::printf("D waiting on silent P ranks: %lld us of CPU in 1 s, %llu progress rounds\n",
+              static_cast<long long>(used.count()), static_cast<unsigned long long>(rounds));
+  EXPECT_EQ(t.status().state, TransferState::InFlight);
+  EXPECT_LT(used, 250ms);
+  EXPECT_LT(rounds, 100u) << "the progress thread polls instead of sleeping";
+  // The P ranks' callers start progressing: the transfer completes.
+  std::atomic<bool> run{true};
+  std::thread driver([&] {
+    while (run) {
+      for (auto* p : ps) p->agent->progress();
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  const bool final_now = t.wait(3000ms);
+  run = false;
+  driver.join();
+  ASSERT_TRUE(final_now);
+  ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+  verify(*d, ps, plan, 0xEE);
+}
+
+// The event fd becomes readable when a notification arrives (here a lease expiring, pushed by the
+// control thread), in either progress mode, and is quiet again once the notifications are taken.
+TEST(AgentProgress, TheEventFdWakesALoopWhenANotificationArrives) {
+  for (const ProgressMode mode : {ProgressMode::Thread, ProgressMode::Caller}) {
+    SCOPED_TRACE(mode == ProgressMode::Thread ? "thread" : "caller");
+    auto d = make_rank("dec", 1, 0, 0xEE, TransportMode::Tcp, 2000ms, mode);
+    auto p0 = make_rank("pre", 2, 0, 0, TransportMode::Tcp);
+    connect_all(*d, {p0.get()});
+    const int fd = d->agent->event_fd();
+    ASSERT_GE(fd, 0);
+    (void)d->agent->poll_notifications();  // PEER_CONNECTED
+    EXPECT_FALSE(readable(fd, 50)) << "readable with nothing to do: an event loop would spin";
+    d->agent->lease("soon", 1, 100ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(readable(fd, 3000)) << "no wakeup for the expired lease";
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
+    const auto notes = d->agent->poll_notifications();
+    ASSERT_EQ(notes.size(), 1u);
+    EXPECT_EQ(notes[0].kind, NotificationKind::LeaseExpired);
+    EXPECT_FALSE(readable(fd, 50)) << "still readable after the notifications were taken";
+  }
+}
+
+// CALLER mode: an event loop that calls pdkv_agent_progress only when the event fd is readable
+// completes a transfer (the fd wakes it for a new post, for data and for answers) and goes quiet
+// afterwards.
+TEST_P(AgentLoopback, ACallerModeEventLoopNeedsNothingButTheEventFd) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 2000ms, ProgressMode::Caller);
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam());
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  (void)d->agent->poll_notifications();
+  const int fd = d->agent->event_fd();
+  EXPECT_FALSE(readable(fd, 50));
+  const auto plan = make_plan(*d, ps, 16 * 14 + 3);
+  for (int rep = 0; rep < 3; ++rep) {
+    SCOPED_TRACE("repetition " + std::to_string(rep));
+    std::fill(d->mem.begin(), d->mem.end(), 0xEE);
+    PostParams pp;
+    pp.plan = &plan;
+    pp.peer_engine_id = "pre";
+    pp.request_id = "loop-" + std::to_string(rep);
+    auto t = d->agent->post(pp);
+    int wakeups = 0;
+    while (t.status().state == TransferState::InFlight) {
+      ASSERT_TRUE(readable(fd, 3000)) << "the event fd stayed quiet with the transfer in flight ("
+                                      << t.status().ops_done << " of " << t.status().ops_total << " done)";
+      ++wakeups;
+      d->agent->progress();
+    }
+    ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+    verify(*d, ps, plan, 0xEE);
+    EXPECT_GT(wakeups, 0);
+    EXPECT_FALSE(readable(fd, 50)) << "readable after the transfer finished: an event loop would spin";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, AgentLoopback, ::testing::Values(TransportMode::Shm, TransportMode::Tcp),

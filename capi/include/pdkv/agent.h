@@ -181,17 +181,21 @@ typedef struct pdkv_agent_info {
 PDKV_API pdkv_status_t pdkv_agent_get_info(const pdkv_agent_t *agent, pdkv_agent_info_t *out,
                                            pdkv_error_t **err);
 
-/* Drives progress once: TCP data connections (at most 16 MiB per peer and direction), one batch of cross-memory-attach copies per transfer
- * and peer (at most 4 MiB each, copied without the agent's lock), deadlines and retries, without
- * waiting for the network; *events (may be NULL) receives the number of completions handled. Needed in CALLER mode (call it when the event fd
- * is readable and at least every few milliseconds while transfers are in flight); harmless in
- * THREAD mode. Errors: NULL_POINTER, SHUTDOWN, TRANSPORT. Thread-safe. */
+/* Drives progress once: TCP data connections (at most 16 MiB per peer and direction), one batch
+ * of cross-memory-attach copies per transfer and peer (at most 4 MiB each, copied without the
+ * agent's lock), deadlines and retries, without waiting for the network; *events (may be NULL)
+ * receives the number of completions handled. Needed in CALLER mode: call it whenever the event
+ * fd is readable (that is enough: the fd stays readable while a call has work, and deadlines are
+ * kept by the agent's own control thread); harmless in THREAD mode. Errors: NULL_POINTER,
+ * SHUTDOWN, TRANSPORT. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_agent_progress(pdkv_agent_t *agent, uint32_t *events,
                                            pdkv_error_t **err);
 
-/* A file descriptor that becomes readable when the agent has work for pdkv_agent_progress or
- * notifications to poll (level-triggered; owned by the agent, never close it). Errors:
- * NULL_POINTER. Thread-safe. */
+/* A file descriptor that is readable while notifications wait to be polled and, in CALLER mode,
+ * while pdkv_agent_progress has work (a new transfer's first batches, data or answers on a TCP
+ * data connection, cross-memory-attach batches to copy); quiet otherwise, so an event loop that
+ * waits on it sleeps when the agent is idle. Level-triggered; owned by the agent, never close it.
+ * Errors: NULL_POINTER. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_agent_event_fd(const pdkv_agent_t *agent, int *fd,
                                            pdkv_error_t **err);
 

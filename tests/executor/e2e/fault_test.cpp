@@ -82,8 +82,8 @@ TEST_CASE("P killed with SIGKILL mid-transfer: PEER_LOST within the deadline, th
     d.connect_all(*p);
     const PlanPtr plan = d.plan_from_peers();
     d.reset_memory();
-    // Over tcp UCX 1.13.1 emulates a GET with messages the target's worker answers: a stopped P
-    // keeps every GET in flight, so the kill lands mid-transfer for sure.
+    // Over tcp P's progress answers D's batches: a stopped P keeps every batch in flight, so the
+    // kill lands mid-transfer for sure.
     p->stop();
     TransferPtr t;
     const auto t0 = Clock::now();
@@ -517,11 +517,12 @@ TimedConnect connect_alone(pdkv_agent_t* agent, uint16_t port) {
 }
 }  // namespace
 
-// e2e finding F4 (fixed): an agent in CALLER progress mode used to stop driving its worker once
-// its own end of the UCX wire-up was done and then wait for the peer's Ready frame; over tcp the
-// peer's wire-up flush needs this worker's answers, so the peer's admission timed out (5 s) and
-// it hung up (1 of 15 connects under ASan). Admission now waits for Ready in short slices and
-// progresses the worker between them. Nobody calls pdkv_agent_progress in these tests.
+// e2e finding F4 (fixed, and gone with the agent's UCX worker): an agent in CALLER progress mode
+// used to stop driving its worker once its own end of the UCX wire-up was done; over tcp the
+// peer's wire-up flush needed this worker's answers, so the peer's admission timed out (5 s) and
+// it hung up (1 of 15 connects under ASan). Admission now needs nothing of progress at all (the
+// data connection is opened by the handshake threads). Nobody calls pdkv_agent_progress in these
+// tests.
 TEST_CASE("CALLER-mode connect completes without anybody calling pdkv_agent_progress",
           "[e2e][caller]") {
   const Scenario& s = scenario("tiny");
@@ -542,7 +543,7 @@ TEST_CASE("CALLER-mode connect completes without anybody calling pdkv_agent_prog
 }
 
 // The server side of F4: an inbound handshake on a CALLER-mode agent runs on its handshake thread
-// and must drive the worker itself while it waits for the client's Ready. Both agents here are
+// and must complete admission by itself while it waits for the client's Ready. Both agents here are
 // CALLER-mode and in this process; nobody calls pdkv_agent_progress.
 TEST_CASE("CALLER-mode agents on both sides connect without anybody calling pdkv_agent_progress",
           "[e2e][caller]") {

@@ -110,8 +110,7 @@ TEST_CASE("CALLER progress mode: the event fd and pdkv_agent_progress drive tran
   SECTION("an event loop: poll the fd, call progress") {
     TransferPtr t;
     REQUIRE(d.post(plan.get(), "loop", 3000, &t).ok());
-    // Nobody progresses D's worker: the GET replies (messages from P's worker, over tcp and shm
-    // alike in UCX 1.13.1) are not taken in.
+    // Nobody drives D's progress: no batch starts (tcp) or is copied (shm).
     std::this_thread::sleep_for(100ms);
     CHECK(DSide::info(t.get()).state == PDKV_TRANSFER_IN_FLIGHT);
     const auto until = Clock::now() + 5000ms;
@@ -157,7 +156,7 @@ TEST_CASE("CALLER progress mode: the event fd and pdkv_agent_progress drive tran
       CHECK(finished);
       CHECK(ms_since(t0) < 300 + kSlackMs);
       if (transport == PDKV_TRANSPORT_TCP) {
-        // UCX's GETs over tcp are answered by P's worker: a stopped P holds them past the deadline.
+        // Over tcp P's progress answers D's batches: a stopped P holds them past the deadline.
         CHECK(w.status == PDKV_ERR_TIMED_OUT);
       } else {
         // Over shm D copies P's memory itself: a stopped P holds nothing back.
