@@ -321,7 +321,9 @@ class Handle:
     def close(self) -> None:
         """Frees the C object now. Idempotent; later method calls raise :class:`ClosedError`.
         Calls in flight on other threads finish first (this waits for them); calls that start
-        after this began raise :class:`ClosedError`."""
+        after this began raise :class:`ClosedError`. For an ``_owned`` handle, hot-path calls
+        holding its owner (plan compiles holding the context) are not waited for: the C object
+        is freed when the last of them returns, at once when none runs."""
         cond = getattr(self, "_cond", None)
         if cond is None:  # never adopted a pointer (construction failed)
             self._ptr = None
