@@ -162,13 +162,16 @@ bool tail_is_whole(const SideCursor& local, uint64_t idx, uint64_t held, uint64_
 // {kernel id, 0, tokens_per_block} for every non-null block from kernel index i to the list's end.
 void whole_blocks(const SideCursor& local, uint64_t i, std::vector<ZeroRange>& out) {
   const uint64_t k = local.per_id, lbs = local.tokens_per_block;
-  out.reserve(out.size() + static_cast<size_t>(local.size - i));
+  const size_t at = out.size();
+  out.resize(at + static_cast<size_t>(local.size - i));  // at most this many
+  ZeroRange* o = out.data() + at;
   for (size_t li = static_cast<size_t>(i / k); li < local.ids.size(); ++li) {
     const uint64_t id = local.ids[li];
     const uint64_t w0 = li == i / k ? i % k : 0;
     if (id == kNullBlock) continue;
-    for (uint64_t w = w0; w < k; ++w) out.push_back({id * k + w, 0, lbs});
+    for (uint64_t w = w0; w < k; ++w) *o++ = {id * k + w, 0, lbs};
   }
+  out.resize(static_cast<size_t>(o - out.data()));
 }
 
 void zero_ranges(const SideCursor& local, uint64_t held, uint64_t need_begin, uint64_t n,

@@ -94,11 +94,10 @@ uint64_t last_non_null(const std::vector<uint64_t>& v, bool* found) {
 
 // none / align: one running state per request. Placeholder nulls ([0, 0, 14]) are skipped; the
 // last real slot on each side is the running state.
-GroupTrim trim_single_state(const GroupTrimInput& in) {
-  GroupTrim out;
-  out.kind = in.kind;
+// Fills `out` (emptied by the caller, its vectors' capacity kept).
+void trim_single_state(const GroupTrimInput& in, GroupTrim& out) {
   const uint64_t n = in.remote_computed_tokens;
-  if (in.local_hit_tokens >= n) return out;  // D holds the state already: nothing moves
+  if (in.local_hit_tokens >= n) return;  // D holds the state already: nothing moves
   bool have_local = false;
   const uint64_t local = last_non_null(in.local_blocks, &have_local);
   if (!have_local) {
@@ -122,7 +121,6 @@ GroupTrim trim_single_state(const GroupTrimInput& in) {
   for (uint64_t b : in.local_blocks) {
     if (b != kNullBlock && b != local) out.unfilled_states.push_back(b);
   }
-  return out;
 }
 
 // "all": position p holds the state after min((p+1)*B, N) tokens. Pair local and remote slots
@@ -227,12 +225,27 @@ std::vector<uint64_t> expand_kernel_ids(std::span<const uint64_t> ids, uint64_t 
   return out;
 }
 
-GroupTrim trim_group(const GroupTrimInput& in) {
+void trim_group_into(const GroupTrimInput& in, GroupTrim& out) {
+  out.kind = in.kind;
+  out.runs.clear();
+  out.states.clear();
+  out.zero.clear();
+  out.unfilled_states.clear();
   check_kernel_blocks_per_id(in.kind, in.local_blocks, in.local_kernel_blocks_per_id, "local");
   check_kernel_blocks_per_id(in.kind, in.remote_blocks, in.remote_kernel_blocks_per_id, "remote");
-  if (is_attention_kind(in.kind)) return trim_attention(in);
-  if (in.cache_mode == MambaCacheMode::All) return trim_all_positions(in);
-  return trim_single_state(in);
+  if (is_attention_kind(in.kind)) {
+    out = trim_attention(in);
+  } else if (in.cache_mode == MambaCacheMode::All) {
+    out = trim_all_positions(in);
+  } else {
+    trim_single_state(in, out);
+  }
+}
+
+GroupTrim trim_group(const GroupTrimInput& in) {
+  GroupTrim out;
+  trim_group_into(in, out);
+  return out;
 }
 
 std::vector<GroupTrim> trim_prefix(const std::vector<GroupTrimInput>& groups) {

@@ -405,8 +405,12 @@ void trim_groups(Trimmed& t) {
   for (size_t g = 0; g < n; ++g) {
     const PlanGroupView& v = t.groups[g].g;
     t.span_begin[g] = t.spans.size();
-    t.mamba[g] = GroupTrim{};
-    t.mamba[g].kind = v.kind;
+    GroupTrim& mt = t.mamba[g];
+    mt.kind = v.kind;
+    mt.runs.clear();
+    mt.states.clear();
+    mt.zero.clear();
+    mt.unfilled_states.clear();
     try {
       if (is_attention_kind(v.kind)) {
         trim_attention_runs(v, t.spans, t.zero[g]);
@@ -425,7 +429,7 @@ void trim_groups(Trimmed& t) {
         mamba_in.remote_first_block = v.remote_first_block;
         mamba_in.local_kernel_blocks_per_id = v.local_kernel_blocks_per_id;
         mamba_in.remote_kernel_blocks_per_id = v.remote_kernel_blocks_per_id;
-        t.mamba[g] = trim_group(mamba_in);
+        trim_group_into(mamba_in, mt);
       }
     } catch (const Error& e) {
       fail(e.status(), "group " + std::to_string(g) + " (" + group_kind_name(v.kind) + "): " +

@@ -105,6 +105,11 @@ struct GroupTrim {
 // position ("all"), is Coverage, never an empty result.
 GroupTrim trim_group(const GroupTrimInput& in);
 
+// trim_group into `out`, reusing its vectors' capacity where it can (a planner trimming request
+// after request allocates nothing for single-state Mamba groups). On error `out` holds no
+// complete trim (cleared or partly filled).
+void trim_group_into(const GroupTrimInput& in, GroupTrim& out);
+
 // Trims every group; errors are prefixed with "group <i> (<kind>)".
 std::vector<GroupTrim> trim_prefix(const std::vector<GroupTrimInput>& groups);
 
