@@ -2,6 +2,7 @@
 // trim result and D's own layout (its heads inside a kernel block, its Mamba page), without
 // looking at the reads, then compared with the union of the plan's local ranges.
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -152,6 +153,12 @@ void compare(const std::vector<Range>& want, const std::vector<Range>& got, uint
   }
 }
 
+// Whether two range lists are equal (Range is two words, no padding: compared as bytes).
+bool same_ranges(const std::vector<Range>& a, const std::vector<Range>& b) {
+  static_assert(sizeof(Range) == 2 * sizeof(uint64_t));
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Range)) == 0);
+}
+
 // `size` is region_size(m, region) when the region exists (the caller's cache), else unused.
 [[gnu::noinline, gnu::cold]] void fail_bounds(const EngineMetadata& m, const char* side, uint32_t region,
                                                uint64_t offset, uint64_t length, uint64_t size) {
@@ -278,12 +285,12 @@ void check_rank_reads(const std::vector<PlanRead>& reads, const std::vector<std:
           psz[rr] >= psz[prev_rr] && (got[lr].empty() || got[lr].back().end != f.local_offset)) {
         const PlanRead* a = rd + i;
         const PlanRead* b = rd + prev_begin;
-        bool same = true;
+        uint64_t diff = 0;  // any bit set: some field differs
         for (size_t k = 0; k < len; ++k) {
-          same &= a[k].local_region == lr && a[k].remote_region == rr && a[k].local_offset == b[k].local_offset &&
-                  a[k].remote_offset == b[k].remote_offset && a[k].length == b[k].length;
+          diff |= (a[k].local_offset ^ b[k].local_offset) | (a[k].remote_offset ^ b[k].remote_offset) |
+                  (a[k].length ^ b[k].length) | (a[k].local_region ^ lr) | (a[k].remote_region ^ rr);
         }
-        if (same) {
+        if (diff == 0) {
           std::vector<Range>& to = got[lr];
           const std::vector<Range>& from = got[prev_lr];
           const size_t at = to.size();
@@ -430,7 +437,7 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
   verified_as.assign(d.regions.size(), 0);
   for (uint32_t region = 0; region < d.regions.size(); ++region) {
     const int q = same_as[region];
-    verified_as[region] = q >= 0 && got[region] == got[static_cast<size_t>(q)];
+    verified_as[region] = q >= 0 && same_ranges(got[region], got[static_cast<size_t>(q)]);
   }
   for (uint32_t region = 0; region < d.regions.size(); ++region) {
     if (verified_as[region]) continue;
@@ -440,7 +447,7 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
       // The plan's ranges listed exactly as D's expected ones (the emitter walks the spans in
       // the order the expected ranges are derived): both lists normalise alike, so only the
       // expected one is sorted (which also finds overlaps among them).
-      const bool listed_alike = got[region] == want[region];
+      const bool listed_alike = same_ranges(got[region], want[region]);
       normalise(want[region], region, "groups' blocks");
       if (listed_alike) continue;
     }

@@ -237,8 +237,12 @@ void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
   SideCursor local(g.local_blocks, g.local_kernel_blocks_per_id, lf, lbs, "local");
   SideCursor remote(g.remote_blocks, g.remote_kernel_blocks_per_id, g.remote_first_block, rbs, "remote");
   const bool same_bs = lbs == rbs;
+  // FlashInfer's 16-token kernel blocks: divisions by D's block size become shifts.
+  const bool pow2 = (lbs & (lbs - 1)) == 0;
+  const unsigned shift = static_cast<unsigned>(__builtin_ctzll(lbs));
+  auto div_lbs = [&](uint64_t x) { return pow2 ? x >> shift : x / lbs; };
   for (uint64_t t = need_begin; t < n;) {
-    const uint64_t lidx = t / lbs, loff = t - lidx * lbs;
+    const uint64_t lidx = div_lbs(t), loff = t - lidx * lbs;
     uint64_t ridx = lidx, roff = loff;
     if (!same_bs) {
       ridx = t / rbs;
@@ -248,7 +252,7 @@ void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
     const uint64_t rk = remote.seek(t, ridx);
     const uint64_t end = std::min({local.run_end_token(), remote.run_end_token(), n});
     // Equal block sizes: the span splits at D's block boundaries only (block_runs' first term).
-    const uint64_t pieces = same_bs ? (end - 1) / lbs - lidx + 1 : block_runs(t, end, lbs, rbs);
+    const uint64_t pieces = same_bs ? div_lbs(end - 1) - lidx + 1 : block_runs(t, end, lbs, rbs);
     spans.push_back({t, end - t, lk, loff, rk, roff, pieces});
     t = end;
   }

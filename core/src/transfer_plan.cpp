@@ -496,12 +496,14 @@ class PlanBuilder {
     if (v.back().local_region == region) [[unlikely]] {
       fail(Status::Internal, "region " + s(region) + " emitted twice in one group");
     }
-    v.reserve(v.size() + (end - begin));
-    for (size_t i = begin; i < end; ++i) {
-      PlanRead r = v[i];
-      r.local_region = region;
-      r.remote_region = rregion;
-      v.push_back(r);
+    const size_t at = v.size();
+    v.resize(at + (end - begin));
+    PlanRead* out = v.data() + at;
+    const PlanRead* in = v.data() + begin;
+    for (size_t i = 0; i < end - begin; ++i) {
+      out[i] = in[i];
+      out[i].local_region = region;
+      out[i].remote_region = rregion;
     }
     pieces_ += pieces;
     attention_bytes_ = add_checked(attention_bytes_, bytes, "plan bytes");
