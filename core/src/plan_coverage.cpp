@@ -198,51 +198,57 @@ size_t plan_rank_index(const TransferPlan& plan, uint32_t p) {
 // ignored, and its reads are checked one by one like any other.
 void accept_hints(const TransferPlan& plan, const Prepared& pre, Trimmed& t) {
   const MambaTemplate& m = pre.mamba;
-  auto& consumed = t.consumed;
-  auto& rank_at = t.rank_at;  // template rank -> plan.ranks index
-  rank_at.resize(m.ranks.size());
-  for (size_t j = 0; j < m.ranks.size(); ++j) rank_at[j] = plan_rank_index(plan, m.ranks[j].p_rank);
+  auto& ranks = t.hint_ranks;
+  ranks.resize(m.ranks.size());
+  for (size_t j = 0; j < m.ranks.size(); ++j) {
+    const size_t ri = plan_rank_index(plan, m.ranks[j].p_rank);
+    if (ri == SIZE_MAX) return;  // a page needs every template rank: no hint can be accepted
+    Trimmed::HintRank& k = ranks[j];
+    const auto& reads = plan.ranks[ri].reads;
+    const auto& psize = pre.p_size[m.ranks[j].pos];
+    k.reads = reads.data();
+    k.num_reads = reads.size();
+    k.tmpl = m.ranks[j].reads.data();
+    k.num_tmpl = m.ranks[j].reads.size();
+    k.stride = m.remote_stride[j].data();
+    k.num_stride = m.remote_stride[j].size();
+    k.psize = psize.data();
+    k.num_psize = psize.size();
+    k.extent = m.ranks[j].remote_extent;
+    k.consumed = &t.consumed[ri];
+  }
+  const size_t nr = ranks.size();
   for (const PageHint& h : t.hints) {
     uint64_t lend = 0;
     if (h.region >= pre.d_size.size() || __builtin_add_overflow(h.lpage, m.local_page, &lend) ||
-        lend > pre.d_size[h.region] || h.at + m.ranks.size() > t.hint_index.size()) {
+        lend > pre.d_size[h.region] || h.at + nr > t.hint_index.size()) {
       continue;
     }
+    const size_t* firsts = t.hint_index.data() + h.at;
     bool ok = true;
-    for (size_t j = 0; j < m.ranks.size() && ok; ++j) {
-      const size_t ri = rank_at[j];
-      if (ri == SIZE_MAX) {
-        ok = false;
-        break;
-      }
-      const auto& reads = plan.ranks[ri].reads;
-      const auto& tmpl = m.ranks[j].reads;
-      const size_t first = t.hint_index[h.at + j];
+    for (size_t j = 0; j < nr && ok; ++j) {
+      const Trimmed::HintRank& k = ranks[j];
+      const size_t first = firsts[j];
       uint64_t rstride = 0, rpage = 0, rend = 0;
-      const auto& psize = pre.p_size[m.ranks[j].pos];
-      if (first > reads.size() || reads.size() - first < tmpl.size() || h.rregion >= m.remote_stride[j].size() ||
-          h.rregion >= psize.size() || (rstride = m.remote_stride[j][h.rregion]) == 0 ||
+      if (first > k.num_reads || k.num_reads - first < k.num_tmpl || h.rregion >= k.num_stride ||
+          h.rregion >= k.num_psize || (rstride = k.stride[h.rregion]) == 0 ||
           __builtin_mul_overflow(h.remote_block, rstride, &rpage) ||
-          __builtin_add_overflow(rpage, m.ranks[j].remote_extent, &rend) || rend > psize[h.rregion] ||
-          (!consumed[ri].empty() && consumed[ri].back().second > first)) {
+          __builtin_add_overflow(rpage, k.extent, &rend) || rend > k.psize[h.rregion] ||
+          (!k.consumed->empty() && k.consumed->back().second > first)) {
         ok = false;
         break;
       }
-      for (size_t k = 0; k < tmpl.size(); ++k) {
-        const PlanRead& r = reads[first + k];
-        const TemplateRead& x = tmpl[k];
-        if (r.local_region != h.region || r.remote_region != h.rregion || r.length != x.length ||
-            r.local_offset != h.lpage + x.local_offset || r.remote_offset != rpage + x.remote_offset) {
-          ok = false;
-          break;
-        }
+      const PlanRead* r = k.reads + first;
+      uint64_t diff = 0;  // any bit set: some field differs from the template at this page
+      for (size_t i = 0; i < k.num_tmpl; ++i) {
+        const TemplateRead& x = k.tmpl[i];
+        diff |= (r[i].local_region ^ h.region) | (r[i].remote_region ^ h.rregion) | (r[i].length ^ x.length) |
+                (r[i].local_offset ^ (h.lpage + x.local_offset)) | (r[i].remote_offset ^ (rpage + x.remote_offset));
       }
+      ok = diff == 0;
     }
     if (!ok) continue;
-    for (size_t j = 0; j < m.ranks.size(); ++j) {
-      const size_t first = t.hint_index[h.at + j];
-      consumed[rank_at[j]].push_back({first, first + m.ranks[j].reads.size()});
-    }
+    for (size_t j = 0; j < nr; ++j) ranks[j].consumed->push_back({firsts[j], firsts[j] + ranks[j].num_tmpl});
     push(t.got[h.region], h.lpage, lend);
   }
 }

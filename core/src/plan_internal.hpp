@@ -78,7 +78,21 @@ struct Trimmed {
   std::vector<uint8_t> verified_as;  // region checked through an identical earlier region
   std::vector<uint64_t> groups_of;
   std::vector<std::vector<std::pair<size_t, size_t>>> consumed;  // per plan rank: reads a hint covered
-  std::vector<size_t> rank_at;
+  // accept_hints' per template rank view: the plan rank's reads, the template's reads, the P
+  // rank's page strides and region sizes (looked up once per call, not per page).
+  struct HintRank {
+    const PlanRead* reads = nullptr;
+    size_t num_reads = 0;
+    const TemplateRead* tmpl = nullptr;
+    size_t num_tmpl = 0;
+    const uint64_t* stride = nullptr;
+    size_t num_stride = 0;
+    const uint64_t* psize = nullptr;
+    size_t num_psize = 0;
+    uint64_t extent = 0;
+    std::vector<std::pair<size_t, size_t>>* consumed = nullptr;
+  };
+  std::vector<HintRank> hint_ranks;
 };
 
 // Checks the context (mapping vs metadata, remote ranks of one engine, Mamba states), resolves
