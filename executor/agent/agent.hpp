@@ -7,7 +7,8 @@
 // on short-lived threads of their own so a silent peer never stalls the others.
 //
 // Locking: one mutex (AgentCore::mu_) guards every piece of agent state. Blocking network I/O
-// (handshakes) never holds mu_; cma batches are copied without it. Each transfer's visible state
+// (handshakes) never holds mu_; cma batches are copied and tcp data connections' system calls
+// made without it (by a progress call that claimed them). Each transfer's visible state
 // has its own mutex + condition variable (taken after mu_, never before), so waiters never
 // contend with the data path.
 //

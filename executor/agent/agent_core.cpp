@@ -144,17 +144,18 @@ void AgentCore::shutdown() {
   }
 
   std::unique_lock<std::mutex> g(mu_);
-  // A caller-progress thread may be copying a cross-memory-attach batch without the lock: wait
-  // for it (batches are bounded; none starts once stopping_ is set), so no byte moves into or out
-  // of the caller's memory after the agent is freed.
-  cma_idle_.wait(g, [&] { return cma_batches_inflight_ == 0; });
+  // A caller-progress thread may be copying a cross-memory-attach batch or be in a tcp data
+  // connection's system call without the lock: wait for it (both are bounded; none starts once
+  // stopping_ is set), so no byte moves into or out of the caller's memory after the agent is
+  // freed.
+  unlocked_idle_.wait(g, [&] { return unlocked_io_ == 0; });
   stopped_ = true;
   for (auto& job : active_) fail_job_locked(*job, Status::Shutdown, "the agent was shut down");
   std::vector<std::shared_ptr<PeerConn>> peers;
   for (auto& [key, p] : peers_) peers.push_back(p);
   for (auto& p : peers) lose_peer_locked(p, Status::Shutdown, "the agent was shut down", true);
-  // Losing a peer returned its tcp batches at once; cma batches being copied are waited for by
-  // the caller of this function (cma_idle_).
+  // Losing a peer returned its tcp batches at once (no progress call holds a connection any more);
+  // cma batches being copied were waited for above (unlocked_idle_).
   for (auto& job : active_) {
     if (!job->finalized) finalize_locked(*job);
   }
@@ -260,11 +261,12 @@ void AgentCore::release_registrations_locked(TransferJob& job) {
 
 // ---- progress ----
 
-unsigned AgentCore::progress_locked() {
+unsigned AgentCore::progress_locked(std::unique_lock<std::mutex>& g) {
   if (stopped_) return 0;
   unsigned total = 0;
-  // tcp data connections: start batches, send, receive (bounded per peer and round).
-  total += tcp_progress_locked();
+  // tcp data connections: start batches, send, receive (bounded per peer and round; the system
+  // calls without the lock).
+  total += tcp_progress(g);
   // A cma copy found the process gone: the peer is lost (otherwise the control channel's
   // heartbeats and the data connection's socket errors tell).
   std::vector<std::shared_ptr<PeerConn>> failed;
@@ -287,7 +289,7 @@ unsigned AgentCore::progress_locked() {
 unsigned AgentCore::progress() {
   std::unique_lock<std::mutex> g(mu_);
   if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
-  unsigned n = progress_locked();
+  unsigned n = progress_locked(g);
   n += run_cma_batches(g);
   if (stopped_) return n;  // shut down while a batch was copied without the lock
   settle_work_fd_locked();
@@ -345,7 +347,7 @@ bool AgentCore::progress_round() {
   Clock::time_point next_deadline = Clock::now() + std::chrono::milliseconds(100);
   {
     std::unique_lock<std::mutex> g(mu_);
-    n = progress_locked();
+    n = progress_locked(g);
     n += run_cma_batches(g);
     if (stopped_) return false;
     for (const auto& j : active_) {

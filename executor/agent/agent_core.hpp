@@ -130,6 +130,11 @@ struct TcpData {
   // The epoll events watched on fd: EPOLLOUT while frames wait to be sent; EPOLLIN unless
   // reading is paused (answers queued up to kTcpMaxQueuedFrames), so progress sleeps meanwhile.
   uint32_t watched = EPOLLIN;
+  // A progress call claimed this connection and runs its system calls without the core's mutex
+  // (tcp_progress): nobody else starts batches on it, and a drop meanwhile is left to that call
+  // (`drop`: the status and reason given, the socket already shut down so the call returns).
+  bool io = false;
+  std::optional<std::pair<core::Status, std::string>> drop;
   TcpData() = default;
   TcpData(const TcpData&) = delete;
   TcpData& operator=(const TcpData&) = delete;
@@ -268,7 +273,8 @@ class AgentCore {
   // --- agent_core.cpp
   void progress_thread_main();
   bool progress_round();
-  unsigned progress_locked();
+  // Under `g`; the tcp data connections' system calls run with `g` released (tcp_progress).
+  unsigned progress_locked(std::unique_lock<std::mutex>& g);
   void push_note_locked(Notification n);
   bool note_room_for_peer_locked(const std::string& request_id) const;
   void wake_progress();
@@ -322,11 +328,23 @@ class AgentCore {
                                        const std::array<uint8_t, tcpdp::kTokenBytes>& token,
                                        Clock::time_point deadline);
   void tcp_attach_locked(PeerConn& peer);
-  unsigned tcp_progress_locked();  // frames received completely
+  // Starts batches, then claims the data connections no other progress call uses and sends and
+  // receives on them (at most kTcpRoundBytes per peer and direction), each system call with `g`
+  // released. Returns the frames received completely.
+  unsigned tcp_progress(std::unique_lock<std::mutex>& g);
   void tcp_start_batches_locked(const std::shared_ptr<TransferJob>& job);
   // Returns "" or why the connection failed (then *status says how).
-  std::string tcp_send_locked(PeerConn& peer);
-  std::string tcp_recv_locked(PeerConn& peer, core::Status* status, unsigned* frames);
+  std::string tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer);
+  std::string tcp_recv(std::unique_lock<std::mutex>& g, PeerConn& peer, core::Status* status, unsigned* frames);
+  // Runs one system call `f` with `g` released; *err is its errno.
+  template <class F>
+  static ssize_t without_lock(std::unique_lock<std::mutex>& g, int* err, F&& f) {
+    g.unlock();
+    const ssize_t r = f();
+    *err = errno;
+    g.lock();
+    return r;
+  }
   void tcp_frame_ready_locked(PeerConn& peer);
   void tcp_frame_done_locked(PeerConn& peer);
   void tcp_batch_landed_locked(PeerConn& peer, TcpBatch& batch);
@@ -362,8 +380,10 @@ class AgentCore {
 
   std::unique_ptr<cma::Probe> cma_probe_;  // this process's identity for same-host peers
   std::unique_ptr<cma::Copier> cma_copier_;  // copies batches (several threads where cores allow)
-  uint64_t cma_batches_inflight_ = 0;  // guarded by mu_; shutdown waits for 0 (cma_idle_)
-  std::condition_variable cma_idle_;
+  // cma batches being copied and progress calls in tcp system calls, both without mu_; guarded by
+  // mu_; shutdown waits for 0 (unlocked_idle_) so no byte moves after the agent is freed.
+  uint64_t unlocked_io_ = 0;
+  std::condition_variable unlocked_idle_;
   // UCX registers the agent's memory (ucp_mem_map) and packs the region keys a peer takes each
   // region's range from; nothing else of UCX is used (no worker, endpoint or GET/PUT).
   std::unique_ptr<UcxContext> context_;

@@ -13,8 +13,9 @@
 // memory); D checks every target range against its own registrations before receiving (a refused
 // batch is received into a sink) and acknowledges with WriteAck; P counts a piece only once it is
 // acknowledged. A dead peer is a socket error or EOF: the peer is lost (PEER_LOST), garbled frames
-// lose it with PROTOCOL, and nothing ever aborts. Everything runs under the core's mutex from
-// progress (the progress thread or pdkv_agent_progress), bounded per round.
+// lose it with PROTOCOL, and nothing ever aborts. Everything runs from progress (the progress
+// thread or pdkv_agent_progress), bounded per round, under the core's mutex except the system
+// calls on a data connection, which the progress call that claimed it makes without the mutex.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -191,6 +192,7 @@ void AgentCore::tcp_start_batches_locked(const std::shared_ptr<TransferJob>& job
     TransferJob::Lane& lane = job.lanes[l];
     if (!lane.tcp) continue;
     PeerConn& peer = *lane.peer;
+    if (peer.tcp && peer.tcp->io) continue;  // another progress call is using it: its next round
     // The window: at most kTcpWindow batches and at most max_outstanding pieces unanswered per
     // lane; a batch takes a quarter of max_outstanding pieces (at least one), so the window
     // refills in steps while the first answers arrive.
@@ -245,10 +247,10 @@ void AgentCore::tcp_start_batches_locked(const std::shared_ptr<TransferJob>& job
   }
 }
 
-std::string AgentCore::tcp_send_locked(PeerConn& peer) {
+std::string AgentCore::tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer) {
   TcpData& d = *peer.tcp;
   uint64_t budget = kTcpRoundBytes;
-  while (!d.out.empty() && budget > 0) {
+  while (!d.out.empty() && budget > 0 && !d.drop) {
     TcpOut& o = d.out.front();
     if (o.sent == 0 && o.write_batch != 0) {
       // A Write not started for a transfer that stopped: it is not sent (nothing of it lands).
@@ -292,11 +294,12 @@ std::string AgentCore::tcp_send_locked(PeerConn& peer) {
     msghdr m{};
     m.msg_iov = iov;
     m.msg_iovlen = static_cast<size_t>(n);
-    const ssize_t k = ::sendmsg(d.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    int err = 0;
+    const ssize_t k = without_lock(g, &err, [&] { return ::sendmsg(d.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT); });
     if (k < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      return "sending on the data connection: " + cma::errno_text(errno);
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) break;
+      return "sending on the data connection: " + cma::errno_text(err);
     }
     o.sent += static_cast<uint64_t>(k);
     budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
@@ -314,22 +317,23 @@ std::string AgentCore::tcp_send_locked(PeerConn& peer) {
   return "";
 }
 
-std::string AgentCore::tcp_recv_locked(PeerConn& peer, Status* status, unsigned* frames) {
+std::string AgentCore::tcp_recv(std::unique_lock<std::mutex>& g, PeerConn& peer, Status* status, unsigned* frames) {
   TcpData& d = *peer.tcp;
   uint64_t budget = kTcpRoundBytes;
   *status = Status::PeerLost;
-  while (budget > 0 && !peer.lost) {
+  while (budget > 0 && !peer.lost && !d.drop) {
     if (!d.reader.ready()) {
       // Answers waiting to be sent: read no further request until they drain (a peer cannot
       // queue unbounded work here; its own sends just stall).
       if (d.reader.idle() && d.out.size() >= kTcpMaxQueuedFrames) break;
       const std::span<uint8_t> want = d.reader.want();
-      const ssize_t k = ::recv(d.fd, want.data(), want.size(), MSG_DONTWAIT);
+      int err = 0;
+      const ssize_t k = without_lock(g, &err, [&] { return ::recv(d.fd, want.data(), want.size(), MSG_DONTWAIT); });
       if (k == 0) return "the data connection was closed by the peer";
       if (k < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        return "receiving on the data connection: " + cma::errno_text(errno);
+        if (err == EINTR) continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) break;
+        return "receiving on the data connection: " + cma::errno_text(err);
       }
       budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
       try {
@@ -343,12 +347,13 @@ std::string AgentCore::tcp_recv_locked(PeerConn& peer, Status* status, unsigned*
       iovec iov[cma::kMaxIov];
       int n = 0;
       for (size_t i = d.rx_index; i < d.rx.size() && n < static_cast<int>(cma::kMaxIov); ++i) iov[n++] = d.rx[i];
-      const ssize_t k = ::readv(d.fd, iov, n);
+      int err = 0;
+      const ssize_t k = without_lock(g, &err, [&] { return ::readv(d.fd, iov, n); });
       if (k == 0) return "the data connection was closed by the peer";
       if (k < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        return "receiving on the data connection: " + cma::errno_text(errno);
+        if (err == EINTR) continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) break;
+        return "receiving on the data connection: " + cma::errno_text(err);
       }
       uint64_t left = static_cast<uint64_t>(k);
       budget -= std::min<uint64_t>(budget, left);
@@ -570,6 +575,13 @@ void AgentCore::tcp_frame_done_locked(PeerConn& peer) {
 void AgentCore::tcp_drop_locked(PeerConn& peer, Status status, const std::string& why) {
   if (!peer.tcp) return;
   TcpData& d = *peer.tcp;
+  if (d.io) {
+    // A progress call is in a system call on this connection without the lock: shut the socket
+    // down (that call returns at once) and let that progress call drop it when it is back.
+    if (!d.drop) d.drop.emplace(status, why);
+    if (d.fd >= 0) ::shutdown(d.fd, SHUT_RDWR);
+    return;
+  }
   if (d.fd >= 0) {
     ::epoll_ctl(progress_epoll_, EPOLL_CTL_DEL, d.fd, nullptr);
     if (opt_.progress == ProgressMode::Caller) ::epoll_ctl(user_epoll_, EPOLL_CTL_DEL, d.fd, nullptr);
@@ -608,23 +620,54 @@ void AgentCore::tcp_drop_locked(PeerConn& peer, Status status, const std::string
   peer.tcp.reset();
 }
 
-unsigned AgentCore::tcp_progress_locked() {
+unsigned AgentCore::tcp_progress(std::unique_lock<std::mutex>& g) {
   unsigned frames = 0;
   for (auto& job : active_) {
     if (!job->finalized && !job->stopping()) tcp_start_batches_locked(job);
   }
-  std::vector<std::tuple<std::shared_ptr<PeerConn>, Status, std::string>> failed;
+  if (stopping_.load()) return 0;
+  // Claim every data connection no other progress call is using: their system calls then run
+  // without the lock (other calls on the agent are not held up by kernel copies), and shutdown
+  // waits for them (unlocked_io_) so no byte moves after the agent is freed.
+  std::vector<std::shared_ptr<PeerConn>> mine;
   for (auto& [key, p] : peers_) {
-    if (!p->tcp || p->lost) continue;
+    if (!p->tcp || p->lost || p->tcp->io) continue;
+    p->tcp->io = true;
+    mine.push_back(p);
+  }
+  if (mine.empty()) return 0;
+  ++unlocked_io_;
+  struct Claim {  // gives the claims back if an exception leaves this function (under the lock)
+    AgentCore& core;
+    std::vector<std::shared_ptr<PeerConn>>& mine;
+    bool done = false;
+    ~Claim() {
+      if (done) return;
+      for (auto& p : mine) {
+        if (p->tcp) p->tcp->io = false;
+      }
+      if (--core.unlocked_io_ == 0) core.unlocked_idle_.notify_all();
+    }
+  } claim{*this, mine};
+  std::vector<std::tuple<std::shared_ptr<PeerConn>, Status, std::string>> failed;
+  for (auto& p : mine) {
     Status st = Status::PeerLost;
-    std::string why = tcp_send_locked(*p);
-    if (why.empty()) why = tcp_recv_locked(*p, &st, &frames);
-    if (why.empty()) why = tcp_send_locked(*p);  // answers queued by what arrived
+    std::string why = tcp_send(g, *p);
+    if (why.empty()) why = tcp_recv(g, *p, &st, &frames);
+    if (why.empty()) why = tcp_send(g, *p);  // answers queued by what arrived
+    TcpData& d = *p->tcp;  // a drop meanwhile waited for this call (d.drop)
+    d.io = false;
+    if (d.drop) {
+      // The peer was lost (or its transfer missed its deadline) while this call was in a system
+      // call: finish the drop now, with the reason given then.
+      const auto [status, text] = *d.drop;
+      tcp_drop_locked(*p, status, text);
+      continue;
+    }
     if (!why.empty()) {
       failed.emplace_back(p, st, why);
       continue;
     }
-    TcpData& d = *p->tcp;
     const bool paused = d.reader.idle() && d.out.size() >= kTcpMaxQueuedFrames;
     const uint32_t want = (paused ? 0u : static_cast<uint32_t>(EPOLLIN)) | (d.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
     if (want != d.watched) {
@@ -632,10 +675,12 @@ unsigned AgentCore::tcp_progress_locked() {
       epoll_event ev{};
       ev.events = want;
       ev.data.u64 = 4;
-      ::epoll_ctl(progress_epoll_, EPOLL_CTL_MOD, p->tcp->fd, &ev);
-      if (opt_.progress == ProgressMode::Caller) ::epoll_ctl(user_epoll_, EPOLL_CTL_MOD, p->tcp->fd, &ev);
+      ::epoll_ctl(progress_epoll_, EPOLL_CTL_MOD, d.fd, &ev);
+      if (opt_.progress == ProgressMode::Caller) ::epoll_ctl(user_epoll_, EPOLL_CTL_MOD, d.fd, &ev);
     }
   }
+  claim.done = true;
+  if (--unlocked_io_ == 0) unlocked_idle_.notify_all();
   for (auto& [p, st, why] : failed) {
     const std::string text = st == Status::Protocol ? "garbled data connection: " + why : why;
     tcp_drop_locked(*p, st, text);

@@ -520,7 +520,7 @@ unsigned AgentCore::run_cma_batches(std::unique_lock<std::mutex>& g) {
     b.job->inflight++;
     b.peer->inflight++;
   }
-  cma_batches_inflight_ += batches.size();
+  unlocked_io_ += batches.size();
 
   // Copy without the lock: the jobs, peers and registrations stay alive and busy (inflight).
   g.unlock();
@@ -544,8 +544,8 @@ unsigned AgentCore::run_cma_batches(std::unique_lock<std::mutex>& g) {
     n += static_cast<unsigned>(b.ops.size());
     cma_batch_done_locked(b, b.result, b.exited);
   }
-  cma_batches_inflight_ -= batches.size();
-  if (cma_batches_inflight_ == 0) cma_idle_.notify_all();
+  unlocked_io_ -= batches.size();
+  if (unlocked_io_ == 0) unlocked_idle_.notify_all();
   return n;
 }
 
