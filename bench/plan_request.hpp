@@ -107,6 +107,7 @@ struct Request {
       t.num_remote_blocks = g.remote.size();
       t.remote_computed_tokens = g.computed;
       t.local_hit_tokens = g.hit;
+      t.field_mask |= PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID;
       t.local_kernel_blocks_per_id = g.local_k;
       t.remote_kernel_blocks_per_id = g.remote_k;
       c.groups[i] = {};

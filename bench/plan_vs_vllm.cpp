@@ -77,6 +77,7 @@ pdkv_engine_config_t c_config(uint32_t tp, bool flashinfer, MambaCacheMode mode)
   check(pdkv_engine_config_init(&c, &err), err, "pdkv_engine_config_init");
   c.tp_size = tp;
   c.user_block_size = 2096;
+  c.field_mask |= PDKV_CONFIG_FIELD_BLOCK_SIZE;
   c.attention_backend = flashinfer ? PDKV_BACKEND_FLASHINFER : PDKV_BACKEND_FLASH_ATTN;
   c.mamba_cache_mode = static_cast<int32_t>(mode);
   return c;
@@ -154,7 +155,6 @@ int main(int argc, char** argv) {
         l.num_logical_blocks = pool;
         l.num_regions = kRegions;
         l.base = base;
-        l.prefix_caching = -1;
         return l;
       };
       pdkv_engine_metadata_t* cd = nullptr;

@@ -110,7 +110,7 @@ func TestClippingAndZeroing(t *testing.T) {
 func TestGroupTrim(t *testing.T) {
 	remote := []uint64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
 	tr, err := NewGroupTrim(GroupTrimInput{Kind: GroupAttention, LocalBlocks: []uint64{6, 7, 8, 9}, RemoteBlocks: remote,
-		LocalTokensPerBlock: 16, RemoteTokensPerBlock: 16, RemoteComputedTokens: 160, LocalHitTokens: 96})
+		LocalTokensPerBlock: Ptr[uint64](16), RemoteTokensPerBlock: Ptr[uint64](16), RemoteComputedTokens: 160, LocalHitTokens: 96})
 	must(t, err)
 	defer tr.Close()
 	runs, err := tr.Runs()
@@ -136,7 +136,7 @@ func TestGroupTrim(t *testing.T) {
 	}
 
 	tail, err := NewGroupTrim(GroupTrimInput{Kind: GroupAttention, LocalBlocks: []uint64{3, 4}, RemoteBlocks: []uint64{8, 9},
-		LocalTokensPerBlock: 32, RemoteTokensPerBlock: 32, RemoteComputedTokens: 40})
+		LocalTokensPerBlock: Ptr[uint64](32), RemoteTokensPerBlock: Ptr[uint64](32), RemoteComputedTokens: 40})
 	must(t, err)
 	defer tail.Close()
 	z, err := tail.ZeroRanges()
@@ -146,7 +146,7 @@ func TestGroupTrim(t *testing.T) {
 	}
 
 	m, err := NewGroupTrim(GroupTrimInput{Kind: GroupMamba, CacheMode: MambaCacheAlign, LocalBlocks: []uint64{42}, RemoteBlocks: []uint64{0, 0, 43},
-		LocalTokensPerBlock: 160, RemoteTokensPerBlock: 160, RemoteComputedTokens: 160, LocalHitTokens: 159})
+		LocalTokensPerBlock: Ptr[uint64](160), RemoteTokensPerBlock: Ptr[uint64](160), RemoteComputedTokens: 160, LocalHitTokens: 159})
 	must(t, err)
 	defer m.Close()
 	states, err := m.States()
@@ -156,10 +156,10 @@ func TestGroupTrim(t *testing.T) {
 	}
 
 	_, err = NewGroupTrim(GroupTrimInput{Kind: GroupAttention, LocalBlocks: []uint64{10}, RemoteBlocks: []uint64{20, 21, 22},
-		LocalTokensPerBlock: 16, RemoteTokensPerBlock: 16, RemoteComputedTokens: 48})
+		LocalTokensPerBlock: Ptr[uint64](16), RemoteTokensPerBlock: Ptr[uint64](16), RemoteComputedTokens: 48})
 	wantErr(t, err, ErrCoverage, "token")
 	_, err = NewGroupTrim(GroupTrimInput{Kind: GroupKind(3), LocalBlocks: []uint64{10}, RemoteBlocks: []uint64{20},
-		LocalTokensPerBlock: 16, RemoteTokensPerBlock: 16, RemoteComputedTokens: 16})
+		LocalTokensPerBlock: Ptr[uint64](16), RemoteTokensPerBlock: Ptr[uint64](16), RemoteComputedTokens: 16})
 	wantErr(t, err, ErrInvalidArgument, "3")
 
 	must(t, m.Close())
@@ -195,7 +195,7 @@ func TestScheduler(t *testing.T) {
 	if n, err = MambaAlignedSplit(a); err != nil || n != 32 {
 		t.Fatalf("split %d %v", n, err)
 	}
-	a = AlignedSplitInput{NumPromptTokens: 1300, NumTokens: 1300, BlockSize: 512, LongPrefillTokenThreshold: 400, NumNewTokens: 400}
+	a = AlignedSplitInput{NumPromptTokens: 1300, NumTokens: 1300, BlockSize: 512, LongPrefillTokenThreshold: Ptr[uint64](400), NumNewTokens: 400}
 	// The block (512) is wider than every chunk (400): vLLM main keeps the chunk unfloored.
 	if n, err = MambaAlignedSplit(a); err != nil || n != 400 {
 		t.Fatalf("oversized-block split %d %v, want 400", n, err)

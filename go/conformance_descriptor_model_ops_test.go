@@ -284,8 +284,9 @@ func modelFields(m *Model) (out, error) {
 		"use_mla": d.UseMLA, "sliding_window": d.SlidingWindow, "mamba_type": d.MambaType.String(),
 		"mamba_num_heads": d.MambaNumHeads, "mamba_head_dim": d.MambaHeadDim, "mamba_d_state": d.MambaDState,
 		"mamba_n_groups": d.MambaNGroups, "mamba_d_inner": d.MambaDInner, "mamba_conv_kernel": d.MambaConvKernel,
-		"mamba_chunk_size": d.MambaChunkSize, "mamba_conv_rows_include_spec": d.MambaConvRowsIncludeSpec,
-		"dtype_bytes": d.DtypeBytes, "default_ssm_dtype_bytes": d.DefaultSSMDtypeBytes, "layer_pattern": d.LayerPattern,
+		"mamba_chunk_size": deref(d.MambaChunkSize, 0), "mamba_conv_rows_include_spec": d.MambaConvRowsIncludeSpec,
+		// The vectors write an unset optional field as 0.
+		"dtype_bytes": d.DtypeBytes, "default_ssm_dtype_bytes": deref(d.DefaultSSMDtypeBytes, 0), "layer_pattern": d.LayerPattern,
 		"num_attention_layers": na, "num_mamba_layers": nm, "model_fingerprint": fmt.Sprintf("%016x", fp),
 	}, nil
 }

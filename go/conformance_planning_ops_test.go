@@ -55,17 +55,15 @@ func trimInput(i *in) GroupTrimInput {
 		CacheMode:               i.cacheMode("cache_mode", "none"),
 		LocalBlocks:             i.u64s("local_blocks"),
 		RemoteBlocks:            i.u64s("remote_blocks"),
-		LocalTokensPerBlock:     i.u64Or("local_tokens_per_block", 0),
-		RemoteTokensPerBlock:    i.u64Or("remote_tokens_per_block", 0),
+		LocalTokensPerBlock:     i.u64Opt("local_tokens_per_block"),
+		RemoteTokensPerBlock:    i.u64Opt("remote_tokens_per_block"),
 		RemoteComputedTokens:    i.u64Or("remote_computed_tokens", 0),
 		LocalHitTokens:          i.u64Or("local_hit_tokens", 0),
 		SlidingWindow:           i.u64Or("sliding_window", 0),
 		RemoteFirstBlock:        i.u64Or("remote_first_block", 0),
-		LocalKernelBlocksPerID:  i.u64Or("local_kernel_blocks_per_id", 0),
-		RemoteKernelBlocksPerID: i.u64Or("remote_kernel_blocks_per_id", 0),
-	}
-	if i.has("local_first_block") {
-		t.HasLocalFirstBlock, t.LocalFirstBlock = true, i.u64("local_first_block")
+		LocalKernelBlocksPerID:  i.u64Opt("local_kernel_blocks_per_id"),
+		RemoteKernelBlocksPerID: i.u64Opt("remote_kernel_blocks_per_id"),
+		LocalFirstBlock:         i.u64Opt("local_first_block"),
 	}
 	return t
 }
@@ -133,9 +131,9 @@ func opAlignedSplitV0604(t *testing.T, i *in) (out, error) {
 func opAlignedSplit(t *testing.T, i *in) (out, error) {
 	n, err := MambaAlignedSplit(AlignedSplitInput{
 		Start: i.u64Or("start", 0), NumNewTokens: i.u64Or("num_new_tokens", 0), NumPromptTokens: i.u64Or("num_prompt_tokens", 0),
-		NumTokens: i.u64Or("num_tokens", 0), BlockSize: i.u64Or("block_size", 0), FloorUnit: i.u64Or("floor_unit", 0),
-		TailHashBlockSize: i.u64Or("tail_hash_block_size", 0), SharedPrefixTokens: i.u64Or("shared_prefix_tokens", 0),
-		MaxNumScheduledTokens: i.u64Or("max_num_scheduled_tokens", 0), LongPrefillTokenThreshold: i.u64Or("long_prefill_token_threshold", 0),
+		NumTokens: i.u64Or("num_tokens", 0), BlockSize: i.u64Or("block_size", 0), FloorUnit: i.u64Opt("floor_unit"),
+		TailHashBlockSize: i.u64Opt("tail_hash_block_size"), SharedPrefixTokens: i.u64Or("shared_prefix_tokens", 0),
+		MaxNumScheduledTokens: i.u64Opt("max_num_scheduled_tokens"), LongPrefillTokenThreshold: i.u64Opt("long_prefill_token_threshold"),
 		UseEagle: i.boolOr("use_eagle", false), LoadKVAsync: i.boolOr("load_kv_async", false),
 		DeferOversizedBlock: i.boolOr("defer_oversized_block", false),
 	})
@@ -209,7 +207,7 @@ func layoutFrom(o *in) EngineLayout {
 		panic(badVector{fmt.Sprintf("unknown kv_layout %q", kv)})
 	}
 	if o.has("prefix_caching") {
-		l.PrefixCaching = int32(o.i64("prefix_caching"))
+		l.PrefixCaching = Ptr(o.i64("prefix_caching") != 0)
 	}
 	if o.has("region_kinds") {
 		for k, v := range o.array("region_kinds") {
@@ -224,7 +222,7 @@ func layoutFrom(o *in) EngineLayout {
 	l.PpSize = o.u32Or("pp_size", l.PpSize)
 	l.PpRank = o.u32Or("pp_rank", l.PpRank)
 	l.LayerBegin = o.u32Or("layer_begin", l.LayerBegin)
-	l.LayerEnd = o.u32Or("layer_end", l.LayerEnd)
+	l.LayerEnd = o.u32Opt("layer_end")
 	return l
 }
 

@@ -112,6 +112,21 @@ func (o *in) u32Or(key string, def uint32) uint32 {
 	return o.u32(key)
 }
 
+// u32Opt and u64Opt read an optional field: nil (unset) when the vector does not name it.
+func (o *in) u32Opt(key string) *uint32 {
+	if !o.has(key) {
+		return nil
+	}
+	return Ptr(o.u32(key))
+}
+
+func (o *in) u64Opt(key string) *uint64 {
+	if !o.has(key) {
+		return nil
+	}
+	return Ptr(o.u64(key))
+}
+
 func (o *in) u64Or(key string, def uint64) uint64 {
 	if !o.has(key) {
 		return def
@@ -223,13 +238,13 @@ type opFunc func(t *testing.T, input *in) (out, error)
 func engineConfig(e *in) (EngineConfig, error) {
 	c := DefaultEngineConfig()
 	c.TpSize = e.u32("tp_size")
-	c.KVCacheDtypeBytes = e.u32Or("kv_cache_dtype_bytes", 0)
-	c.ConvStateDtypeBytes = e.u32Or("conv_state_dtype_bytes", 0)
-	c.SSMStateDtypeBytes = e.u32Or("ssm_state_dtype_bytes", 0)
+	c.KVCacheDtypeBytes = e.u32Opt("kv_cache_dtype_bytes")
+	c.ConvStateDtypeBytes = e.u32Opt("conv_state_dtype_bytes")
+	c.SSMStateDtypeBytes = e.u32Opt("ssm_state_dtype_bytes")
 	c.NumSpeculativeTokens = e.u32Or("num_speculative_tokens", 0)
-	c.UserBlockSize = e.u32Or("user_block_size", 0)
-	c.UserMambaBlockSize = e.u32Or("user_mamba_block_size", 0)
-	c.KVCacheElementBits = e.u32Or("kv_cache_element_bits", 0)
+	c.UserBlockSize = e.u32Opt("user_block_size")
+	c.UserMambaBlockSize = e.u32Opt("user_mamba_block_size")
+	c.KVCacheElementBits = e.u32Opt("kv_cache_element_bits")
 	c.KVCacheHeadExtraBytes = e.u32Or("kv_cache_head_extra_bytes", 0)
 	backend := e.strOr("backend", "flash_attn")
 	c.MambaCacheMode = e.cacheMode("mamba_cache_mode", "none")

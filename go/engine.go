@@ -89,12 +89,9 @@ func NewEngine(model *Model, config EngineConfig, opts EngineOptions) (*Engine, 
 	o.region_bases = a.u64s(opts.RegionBases)
 	o.num_region_bases = C.size_t(len(opts.RegionBases))
 	o.kv_layout = C.int32_t(opts.KVLayout)
-	o.prefix_caching = -1
 	if opts.PrefixCaching != nil {
-		o.prefix_caching = 0
-		if *opts.PrefixCaching {
-			o.prefix_caching = 1
-		}
+		o.field_mask |= C.PDKV_ENGINE_FIELD_PREFIX_CACHING
+		o.prefix_caching = cBool(*opts.PrefixCaching)
 	}
 	var out *C.pdkv_engine_t
 	var cerr *C.pdkv_error_t

@@ -175,7 +175,7 @@ func TestEnginePlanEqualsTheLowLevelPlan(t *testing.T) {
 		loc, rem := exampleGroups[k].LocalBlockIDs, exampleGroups[k].RemoteBlockIDs
 		tr := GroupTrimInput{Kind: g.Kind, RemoteBlocks: rem, RemoteComputedTokens: 5000, LocalHitTokens: 2096}
 		if g.Kind == GroupAttention {
-			tr.LocalBlocks, tr.HasLocalFirstBlock, tr.LocalFirstBlock = loc[1:], true, 1
+			tr.LocalBlocks, tr.LocalFirstBlock = loc[1:], Ptr[uint64](1)
 		} else {
 			tr.CacheMode, tr.LocalBlocks = MambaCacheAlign, loc[len(loc)-1:]
 		}

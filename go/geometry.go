@@ -82,18 +82,20 @@ const (
 type EngineConfig struct {
 	// TpSize is the tensor-parallel size, >= 1.
 	TpSize uint32
-	// KVCacheDtypeBytes is the KV cache dtype size; 0 means the model dtype.
-	KVCacheDtypeBytes uint32
-	// ConvStateDtypeBytes is the conv state dtype size; 0 means the model dtype.
-	ConvStateDtypeBytes uint32
-	// SSMStateDtypeBytes is the SSM state dtype size; 0 means the model default, else conv dtype.
-	SSMStateDtypeBytes uint32
+	// KVCacheDtypeBytes is the KV cache dtype size; nil ("auto"): the model dtype. Optional
+	// fields are set with Ptr.
+	KVCacheDtypeBytes *uint32
+	// ConvStateDtypeBytes is the conv state dtype size; nil ("auto"): the model dtype.
+	ConvStateDtypeBytes *uint32
+	// SSMStateDtypeBytes is the SSM state dtype size; nil ("auto"): the model default, else the
+	// conv dtype.
+	SSMStateDtypeBytes *uint32
 	// NumSpeculativeTokens is the number of speculative tokens.
 	NumSpeculativeTokens uint32
-	// UserBlockSize is --block-size; 0 means not set.
-	UserBlockSize uint32
-	// UserMambaBlockSize is --mamba-block-size ("all" mode); 0 means the model chunk size.
-	UserMambaBlockSize uint32
+	// UserBlockSize is --block-size; nil: not given.
+	UserBlockSize *uint32
+	// UserMambaBlockSize is --mamba-block-size ("all" mode); nil: the model chunk size.
+	UserMambaBlockSize *uint32
 	// Backend is the attention backend.
 	Backend Backend
 	// PreferredBlockSize is the backend's preferred block size (BackendCustom only).
@@ -107,9 +109,9 @@ type EngineConfig struct {
 	MambaCacheMode MambaCacheMode
 	// ConvLayout is the conv state layout.
 	ConvLayout ConvLayout
-	// KVCacheElementBits is the KV element format's bits per K/V element (4, 8, 16, 32, 64); 0
+	// KVCacheElementBits is the KV element format's bits per K/V element (4, 8, 16, 32, 64); nil
 	// means 8 * the KV dtype bytes. A set KVCacheDtypeBytes must agree with it.
-	KVCacheElementBits uint32
+	KVCacheElementBits *uint32
 	// KVCacheHeadExtraBytes is the bytes packed per token per KV head beside K and V (vLLM's
 	// per-token-head scales: 8); they travel with the head in every head-sliced read. 0: none.
 	KVCacheHeadExtraBytes uint32
@@ -126,12 +128,7 @@ func DefaultEngineConfig() EngineConfig {
 	}
 	return EngineConfig{
 		TpSize:                uint32(c.tp_size),
-		KVCacheDtypeBytes:     uint32(c.kv_cache_dtype_bytes),
-		ConvStateDtypeBytes:   uint32(c.conv_state_dtype_bytes),
-		SSMStateDtypeBytes:    uint32(c.ssm_state_dtype_bytes),
 		NumSpeculativeTokens:  uint32(c.num_speculative_tokens),
-		UserBlockSize:         uint32(c.user_block_size),
-		UserMambaBlockSize:    uint32(c.user_mamba_block_size),
 		Backend:               Backend(c.attention_backend),
 		PreferredBlockSize:    uint32(c.preferred_block_size),
 		KernelBlockMultipleOf: uint32(c.kernel_block_multiple_of),
@@ -147,18 +144,28 @@ func (c *EngineConfig) toC(out *C.pdkv_engine_config_t) func() {
 	C.pdkv_engine_config_init(out, &cerr)
 	C.pdkv_error_free(cerr)
 	out.tp_size = C.uint32_t(c.TpSize)
-	out.kv_cache_dtype_bytes = C.uint32_t(c.KVCacheDtypeBytes)
-	out.conv_state_dtype_bytes = C.uint32_t(c.ConvStateDtypeBytes)
-	out.ssm_state_dtype_bytes = C.uint32_t(c.SSMStateDtypeBytes)
+	// An optional field is set (its bit with it) when its pointer is non-nil.
+	opt := func(p *uint32, bit C.uint64_t, field *C.uint32_t) {
+		if p != nil {
+			out.field_mask |= bit
+			*field = C.uint32_t(*p)
+		}
+	}
+	opt(c.KVCacheDtypeBytes, C.PDKV_CONFIG_FIELD_KV_CACHE_DTYPE, &out.kv_cache_dtype_bytes)
+	opt(c.ConvStateDtypeBytes, C.PDKV_CONFIG_FIELD_CONV_STATE_DTYPE, &out.conv_state_dtype_bytes)
+	opt(c.SSMStateDtypeBytes, C.PDKV_CONFIG_FIELD_SSM_STATE_DTYPE, &out.ssm_state_dtype_bytes)
+	opt(c.UserBlockSize, C.PDKV_CONFIG_FIELD_BLOCK_SIZE, &out.user_block_size)
+	opt(c.UserMambaBlockSize, C.PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE, &out.user_mamba_block_size)
+	if c.KVCacheElementBits != nil {
+		out.field_mask |= C.PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS
+		out.kv_cache_element_bits = C.uint64_t(*c.KVCacheElementBits)
+	}
 	out.num_speculative_tokens = C.uint32_t(c.NumSpeculativeTokens)
-	out.user_block_size = C.uint32_t(c.UserBlockSize)
-	out.user_mamba_block_size = C.uint32_t(c.UserMambaBlockSize)
 	out.attention_backend = C.int32_t(c.Backend)
 	out.preferred_block_size = C.uint32_t(c.PreferredBlockSize)
 	out.kernel_block_multiple_of = C.uint32_t(c.KernelBlockMultipleOf)
 	out.mamba_cache_mode = C.int32_t(c.MambaCacheMode)
 	out.conv_layout = C.int32_t(c.ConvLayout)
-	out.kv_cache_element_bits = C.uint64_t(c.KVCacheElementBits)
 	out.kv_cache_head_extra_bytes = C.uint64_t(c.KVCacheHeadExtraBytes)
 	out.kernel_block_sizes = nil
 	out.num_kernel_block_sizes = 0

@@ -54,24 +54,24 @@ type EngineLayout struct {
 	RegionBases []uint64
 	// KVLayout is the attention KV layout.
 	KVLayout KVLayout
-	// PrefixCaching is -1 (on iff the Mamba cache mode is not none), 0 off or 1 on.
-	PrefixCaching int32
+	// PrefixCaching is nil to derive it (on iff the Mamba cache mode is not none), else on/off.
+	PrefixCaching *bool
 	// RegionKinds, if non-empty, gives the kind of each of the NumRegions regions. Empty:
 	// RegionMamba for hybrids, else RegionAttention, and for a model with MLA-typed layers the
 	// kinds of its attention layers in LayerPattern order, repeated over the regions.
 	RegionKinds []RegionKind
 	// PpSize, PpRank, LayerBegin and LayerEnd describe a pipeline stage (metadata format 1.2):
 	// stage PpRank of PpSize holding the model layers [LayerBegin, LayerEnd); region i's layer
-	// is LayerBegin + i. PpSize 0 or 1 is one stage holding every layer; LayerEnd 0 means
-	// through the model's last layer.
+	// is LayerBegin + i. PpSize 1 (the default) is one stage holding every layer; LayerEnd nil
+	// means through the model's last layer.
 	PpSize     uint32
 	PpRank     uint32
 	LayerBegin uint32
-	LayerEnd   uint32
+	LayerEnd   *uint32
 }
 
 // DefaultEngineLayout returns pdkv_engine_layout_init's defaults: engine id "engine", rank 0,
-// 64 logical blocks, 1 region at 2^40, HND, derived prefix caching.
+// 64 logical blocks, 1 region at 2^40, HND, derived prefix caching, one pipeline stage.
 func DefaultEngineLayout() EngineLayout {
 	var c C.pdkv_engine_layout_t
 	var cerr *C.pdkv_error_t
@@ -85,11 +85,9 @@ func DefaultEngineLayout() EngineLayout {
 		NumRegions:       uint32(c.num_regions),
 		Base:             uint64(c.base),
 		KVLayout:         KVLayout(c.kv_layout),
-		PrefixCaching:    int32(c.prefix_caching),
 		PpSize:           uint32(c.pp_size),
 		PpRank:           uint32(c.pp_rank),
 		LayerBegin:       uint32(c.layer_begin),
-		LayerEnd:         uint32(c.layer_end),
 	}
 }
 
@@ -185,7 +183,7 @@ func (m *EngineMetadata) ref() *handle[C.pdkv_engine_metadata_t] {
 
 // EngineMetadataFromModel builds the metadata of rank layout.TpRank of an engine running model
 // with config. Errors: those of NewGeometry, ErrInvalidArgument (empty engine id, rank >= TP,
-// unknown KV layout, PrefixCaching not -1/0/1, overlapping regions, RegionBases or RegionKinds
+// unknown KV layout, PpSize 0, LayerEnd not above LayerBegin, overlapping regions, RegionBases or RegionKinds
 // of the wrong length, a region kind the model lacks...), ErrOverflow, ErrClosed.
 func EngineMetadataFromModel(model *Model, config EngineConfig, layout EngineLayout) (*EngineMetadata, error) {
 	mp, err := model.ref().acquireArg("model")
@@ -214,11 +212,18 @@ func EngineMetadataFromModel(model *Model, config EngineConfig, layout EngineLay
 	cl.base = C.uint64_t(layout.Base)
 	cl.region_bases = a.u64s(layout.RegionBases)
 	cl.kv_layout = C.int32_t(layout.KVLayout)
-	cl.prefix_caching = C.int32_t(layout.PrefixCaching)
+	if layout.PrefixCaching != nil {
+		cl.field_mask |= C.PDKV_LAYOUT_FIELD_PREFIX_CACHING
+		cl.prefix_caching = cBool(*layout.PrefixCaching)
+	}
+	cl.field_mask |= C.PDKV_LAYOUT_FIELD_PIPELINE
 	cl.pp_size = C.uint32_t(layout.PpSize)
 	cl.pp_rank = C.uint32_t(layout.PpRank)
 	cl.layer_begin = C.uint32_t(layout.LayerBegin)
-	cl.layer_end = C.uint32_t(layout.LayerEnd)
+	if layout.LayerEnd != nil {
+		cl.field_mask |= C.PDKV_LAYOUT_FIELD_LAYER_END
+		cl.layer_end = C.uint32_t(*layout.LayerEnd)
+	}
 	if len(layout.RegionKinds) > 0 {
 		p := a.alloc(uintptr(len(layout.RegionKinds)) * 4)
 		kinds := unsafe.Slice((*int32)(p), len(layout.RegionKinds))

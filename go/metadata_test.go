@@ -22,7 +22,7 @@ func nanoMetadata(t *testing.T, m *Model, tp, rank uint32, id string, base uint6
 
 func TestEngineMetadata(t *testing.T) {
 	l := DefaultEngineLayout()
-	if l.EngineID != "engine" || l.NumLogicalBlocks != 64 || l.PrefixCaching != -1 || l.KVLayout != KVLayoutHND {
+	if l.EngineID != "engine" || l.NumLogicalBlocks != 64 || l.PrefixCaching != nil || l.LayerEnd != nil || l.PpSize != 1 || l.KVLayout != KVLayoutHND {
 		t.Fatalf("layout defaults %+v", l)
 	}
 	m := nano(t)
@@ -353,7 +353,7 @@ func TestMixedMLAModel(t *testing.T) {
 		t.Fatalf("MLAHeadSize %d", back.MLAHeadSize)
 	}
 	c := DefaultEngineConfig()
-	c.TpSize, c.UserBlockSize = 2, 16
+	c.TpSize, c.UserBlockSize = 2, Ptr[uint32](16)
 	g, err := NewGeometry(m, c)
 	must(t, err)
 	defer g.Close()

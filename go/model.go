@@ -66,14 +66,15 @@ type ModelDesc struct {
 	MambaDInner uint64
 	// MambaConvKernel is d_conv.
 	MambaConvKernel uint32
-	// MambaChunkSize is the Mamba chunk size; 0 means 2048.
-	MambaChunkSize uint32
+	// MambaChunkSize is the Mamba chunk size; nil: 2048. Optional fields are set with Ptr.
+	MambaChunkSize *uint32
 	// MambaConvRowsIncludeSpec is true when speculative tokens add conv rows (NemotronH, GDN).
 	MambaConvRowsIncludeSpec bool
 	// DtypeBytes is the model dtype size, 1..8.
 	DtypeBytes uint32
-	// DefaultSSMDtypeBytes is the engine "auto" SSM state dtype size; 0 means the conv dtype.
-	DefaultSSMDtypeBytes uint32
+	// DefaultSSMDtypeBytes is the SSM state dtype size an engine's "auto" picks; nil: the conv
+	// dtype.
+	DefaultSSMDtypeBytes *uint32
 	// LayerPattern has one char per layer: '*' attention, 'M' Mamba, 'P' both, 'L' MLA-typed
 	// attention in a GQA model, '-' neither.
 	LayerPattern string
@@ -141,11 +142,17 @@ func NewModel(desc ModelDesc) (*Model, error) {
 	cd.mamba_n_groups = C.uint32_t(desc.MambaNGroups)
 	cd.mamba_d_inner = C.uint64_t(desc.MambaDInner)
 	cd.mamba_conv_kernel = C.uint32_t(desc.MambaConvKernel)
-	cd.mamba_chunk_size = C.uint32_t(desc.MambaChunkSize)
+	if desc.MambaChunkSize != nil {
+		cd.field_mask |= C.PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE
+		cd.mamba_chunk_size = C.uint32_t(*desc.MambaChunkSize)
+	}
 	cd.mamba_conv_rows_include_spec = cBool(desc.MambaConvRowsIncludeSpec)
 	cd.mla_head_size = C.uint32_t(desc.MLAHeadSize)
 	cd.dtype_bytes = C.uint32_t(desc.DtypeBytes)
-	cd.default_ssm_dtype_bytes = C.uint32_t(desc.DefaultSSMDtypeBytes)
+	if desc.DefaultSSMDtypeBytes != nil {
+		cd.field_mask |= C.PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE
+		cd.default_ssm_dtype_bytes = C.uint32_t(*desc.DefaultSSMDtypeBytes)
+	}
 	var out *C.pdkv_model_t
 	var cerr *C.pdkv_error_t
 	if err := check(C.pdkv_model_new(&cd, &out, &cerr), cerr); err != nil {
@@ -256,10 +263,10 @@ func (m *Model) Describe() (ModelDesc, error) {
 		MambaNGroups:             uint32(cd.mamba_n_groups),
 		MambaDInner:              uint64(cd.mamba_d_inner),
 		MambaConvKernel:          uint32(cd.mamba_conv_kernel),
-		MambaChunkSize:           uint32(cd.mamba_chunk_size),
+		MambaChunkSize:           optU32(cd.field_mask&C.PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE != 0, cd.mamba_chunk_size),
 		MambaConvRowsIncludeSpec: cd.mamba_conv_rows_include_spec != 0,
 		DtypeBytes:               uint32(cd.dtype_bytes),
-		DefaultSSMDtypeBytes:     uint32(cd.default_ssm_dtype_bytes),
+		DefaultSSMDtypeBytes:     optU32(cd.field_mask&C.PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE != 0, cd.default_ssm_dtype_bytes),
 		LayerPattern:             C.GoString(cd.layer_pattern),
 		MLAHeadSize:              uint32(cd.mla_head_size),
 	}
@@ -324,4 +331,13 @@ func Presets() ([]Preset, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// optU32 is a pointer to v when set, else nil (an optional field of an output struct).
+func optU32(set bool, v C.uint32_t) *uint32 {
+	if !set {
+		return nil
+	}
+	x := uint32(v)
+	return &x
 }

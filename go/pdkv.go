@@ -11,7 +11,7 @@
 //   - in the repository, a build tree B carries a pdkv.pc for itself in B/pkgconfig
 //     (PKG_CONFIG_PATH=B/pkgconfig).
 //
-// That pdkv.pc adds -Wl,-rpath,<libdir>, so programs built with this package find libpdkv.so.1
+// That pdkv.pc adds -Wl,-rpath,<libdir>, so programs built with this package find libpdkv.so.2
 // when they run, with no LD_LIBRARY_PATH (a build configured with -DPDKV_PKGCONFIG_RPATH=OFF
 // leaves it out, for prefixes the dynamic loader searches anyway). cgo cannot read other
 // variables: PDKV_LIB_DIR, which the Rust and Python bindings honour, does not apply to Go.

@@ -67,16 +67,17 @@ type AlignedSplitInput struct {
 	// BlockSize is the Mamba block size in tokens.
 	BlockSize uint64
 	// FloorUnit is a finer unit to floor a sub-block chunk end to (used when the block is
-	// wider than every chunk and that floor still advances); 0 means no floor (vLLM main).
-	FloorUnit uint64
-	// TailHashBlockSize is the tail hash block size; 0 is off.
-	TailHashBlockSize uint64
+	// wider than every chunk and that floor still advances); nil means no floor (vLLM main).
+	// Optional fields are set with Ptr.
+	FloorUnit *uint64
+	// TailHashBlockSize is the tail hash block size; nil is off.
+	TailHashBlockSize *uint64
 	// SharedPrefixTokens is the shared prefix; 0 is none.
 	SharedPrefixTokens uint64
-	// MaxNumScheduledTokens is the step budget; 0 is unlimited.
-	MaxNumScheduledTokens uint64
-	// LongPrefillTokenThreshold is the long-prefill threshold; 0 is none.
-	LongPrefillTokenThreshold uint64
+	// MaxNumScheduledTokens is the step budget; nil is unlimited.
+	MaxNumScheduledTokens *uint64
+	// LongPrefillTokenThreshold is the long-prefill threshold; nil is none.
+	LongPrefillTokenThreshold *uint64
 	// UseEagle keeps one block back (EAGLE).
 	UseEagle bool
 	// LoadKVAsync marks an asynchronous connector load.
@@ -98,11 +99,18 @@ func MambaAlignedSplit(in AlignedSplitInput) (uint64, error) {
 	c.num_prompt_tokens = C.uint64_t(in.NumPromptTokens)
 	c.num_tokens = C.uint64_t(in.NumTokens)
 	c.block_size = C.uint64_t(in.BlockSize)
-	c.floor_unit = C.uint64_t(in.FloorUnit)
-	c.tail_hash_block_size = C.uint64_t(in.TailHashBlockSize)
+	// An optional field is set (its bit with it) when its pointer is non-nil.
+	opt := func(p *uint64, bit C.uint64_t, field *C.uint64_t) {
+		if p != nil {
+			c.field_mask |= bit
+			*field = C.uint64_t(*p)
+		}
+	}
+	opt(in.FloorUnit, C.PDKV_SPLIT_FIELD_FLOOR_UNIT, &c.floor_unit)
+	opt(in.TailHashBlockSize, C.PDKV_SPLIT_FIELD_TAIL_HASH_BLOCK_SIZE, &c.tail_hash_block_size)
 	c.shared_prefix_tokens = C.uint64_t(in.SharedPrefixTokens)
-	c.max_num_scheduled_tokens = C.uint64_t(in.MaxNumScheduledTokens)
-	c.long_prefill_token_threshold = C.uint64_t(in.LongPrefillTokenThreshold)
+	opt(in.MaxNumScheduledTokens, C.PDKV_SPLIT_FIELD_MAX_NUM_SCHEDULED_TOKENS, &c.max_num_scheduled_tokens)
+	opt(in.LongPrefillTokenThreshold, C.PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD, &c.long_prefill_token_threshold)
 	c.use_eagle = cBool(in.UseEagle)
 	c.load_kv_async = cBool(in.LoadKVAsync)
 	if in.DeferOversizedBlock {

@@ -22,30 +22,29 @@ type GroupTrimInput struct {
 	// RemoteBlocks are the P blocks of the request.
 	RemoteBlocks []uint64
 	// LocalTokensPerBlock is D's tokens per block (kernel block size for attention kinds, Mamba
-	// block size in "all" mode); in a transfer plan 0 means "from metadata".
-	LocalTokensPerBlock uint64
-	// RemoteTokensPerBlock is P's tokens per block; in a transfer plan 0 means "from metadata".
-	RemoteTokensPerBlock uint64
+	// block size in "all" mode); nil in a transfer plan: from the metadata (NewGroupTrim needs it
+	// for attention kinds and "all" mode). Set it with Ptr.
+	LocalTokensPerBlock *uint64
+	// RemoteTokensPerBlock is P's tokens per block; nil in a transfer plan: from the metadata.
+	RemoteTokensPerBlock *uint64
 	// RemoteComputedTokens is the prompt tokens P computed (N-1 rule already applied).
 	RemoteComputedTokens uint64
 	// LocalHitTokens is the tokens D already holds (its prefix-cache hit).
 	LocalHitTokens uint64
 	// SlidingWindow is the window in tokens (sliding-window groups).
 	SlidingWindow uint64
-	// HasLocalFirstBlock says LocalFirstBlock is set; otherwise it is LocalHitTokens / tokens
+	// LocalFirstBlock is the block-table index of LocalBlocks[0]; nil: LocalHitTokens / tokens
 	// per block.
-	HasLocalFirstBlock bool
-	// LocalFirstBlock is the block-table index of LocalBlocks[0] (if HasLocalFirstBlock).
-	LocalFirstBlock uint64
+	LocalFirstBlock *uint64
 	// RemoteFirstBlock is the block-table index of RemoteBlocks[0] (0 unless clipped).
 	RemoteFirstBlock uint64
 	// LocalKernelBlocksPerID (attention kinds): kernel blocks each LocalBlocks id stands for.
-	// 0 or 1: kernel ids. k > 1: logical ids as the block table keeps them (logical block b is
+	// nil or 1: kernel ids. k > 1: logical ids as the block table keeps them (logical block b is
 	// kernel blocks b*k .. b*k+k-1; id 0 is null with all k), so nothing expands them. Block-table
-	// indexes and tokens per block stay in kernel blocks. Mamba groups: 0 or 1.
-	LocalKernelBlocksPerID uint64
+	// indexes and tokens per block stay in kernel blocks. Mamba groups: nil or 1.
+	LocalKernelBlocksPerID *uint64
 	// RemoteKernelBlocksPerID is the same for RemoteBlocks.
-	RemoteKernelBlocksPerID uint64
+	RemoteKernelBlocksPerID *uint64
 }
 
 // toC fills a C trim input whose arrays live in the arena.
@@ -57,16 +56,38 @@ func (in *GroupTrimInput) toC(a *cArena, c *C.pdkv_group_trim_input_t) {
 	c.num_local_blocks = C.size_t(len(in.LocalBlocks))
 	c.remote_blocks = a.u64s(in.RemoteBlocks)
 	c.num_remote_blocks = C.size_t(len(in.RemoteBlocks))
-	c.local_tokens_per_block = C.uint64_t(in.LocalTokensPerBlock)
-	c.remote_tokens_per_block = C.uint64_t(in.RemoteTokensPerBlock)
+	// An optional field is set (its bit with it) when its pointer is non-nil; of a pair sharing
+	// one bit, a nil side takes its default (tokens per block: 0, refused; kernel blocks: 1).
+	c.field_mask = 0
+	if in.LocalTokensPerBlock != nil || in.RemoteTokensPerBlock != nil {
+		c.field_mask |= C.PDKV_TRIM_FIELD_TOKENS_PER_BLOCK
+		c.local_tokens_per_block = C.uint64_t(deref(in.LocalTokensPerBlock, 0))
+		c.remote_tokens_per_block = C.uint64_t(deref(in.RemoteTokensPerBlock, 0))
+	}
 	c.remote_computed_tokens = C.uint64_t(in.RemoteComputedTokens)
 	c.local_hit_tokens = C.uint64_t(in.LocalHitTokens)
 	c.sliding_window = C.uint64_t(in.SlidingWindow)
-	c.has_local_first_block = cBool(in.HasLocalFirstBlock)
-	c.local_first_block = C.uint64_t(in.LocalFirstBlock)
+	if in.LocalFirstBlock != nil {
+		c.field_mask |= C.PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK
+		c.local_first_block = C.uint64_t(*in.LocalFirstBlock)
+	}
 	c.remote_first_block = C.uint64_t(in.RemoteFirstBlock)
-	c.local_kernel_blocks_per_id = C.uint64_t(in.LocalKernelBlocksPerID)
-	c.remote_kernel_blocks_per_id = C.uint64_t(in.RemoteKernelBlocksPerID)
+	if in.LocalKernelBlocksPerID != nil || in.RemoteKernelBlocksPerID != nil {
+		c.field_mask |= C.PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID
+		c.local_kernel_blocks_per_id = C.uint64_t(deref(in.LocalKernelBlocksPerID, 1))
+		c.remote_kernel_blocks_per_id = C.uint64_t(deref(in.RemoteKernelBlocksPerID, 1))
+	}
+}
+
+// Ptr returns a pointer to v: how an optional field of an input struct is set.
+func Ptr[T any](v T) *T { return &v }
+
+// deref is *p, or def when p is nil.
+func deref[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 // TokenRun is NumTokens tokens copied from RemoteBlock (from RemoteTokenBegin) into LocalBlock

@@ -13,7 +13,7 @@
 # the engine-level API (pdkv/engine.h: the engine ranks described once, the request given as the
 # schedulers' block tables) from Nemotron-3-Nano's config.json and compared byte for byte with the
 # shared vector tests/vectors/engine.json "engine_plan/example_nano_config_json_p4_d2_align_prefix_hit".
-# None of the programs is given LD_LIBRARY_PATH: they find libpdkv.so.1 through the rpath that
+# None of the programs is given LD_LIBRARY_PATH: they find libpdkv.so.2 through the rpath that
 # pdkv.pc and CMake put in them (C, Go) or by the bindings' own search (Rust, Python), and the
 # Rust and Python ones print the library they loaded, which must be the installed one.
 #

@@ -10,30 +10,33 @@
  *    There is no thread-local "last error".
  *  - Handles are typed opaque pointers. Objects returned through `**out` are owned by the
  *    caller and freed with the matching pdkv_*_free(); free functions accept NULL.
- *  - Options structs begin with `size_t struct_size`, which the caller sets to
- *    sizeof(the struct) as compiled. The library accepts any size from the first published
- *    size of the struct up to its current size that is a multiple of alignof(size_t) (every
- *    size a struct is published at is one; any other value would end inside a field), so
- *    structs can grow without breaking the ABI; other sizes are PDKV_ERR_STRUCT_SIZE (the
- *    message names the struct, the value and the valid range).
- *    The "first published size" of every struct of this header is its size in pdkv 0.1, i.e.
- *    the end of its last 0.1 field rounded up to alignof(size_t); the library pins it to that
- *    field, so it never moves when a field is appended. In bytes on LP64 (x86-64, AArch64):
- *      pdkv_model_desc_t 104, pdkv_tp_mapping_params_t 32, pdkv_tp_mapping_info_t 40,
- *      pdkv_engine_config_t 80, pdkv_geometry_info_t 200, pdkv_conv_projection_t 56,
- *      pdkv_descriptor_layout_t 48, pdkv_exchange_clip_params_t 48,
- *      pdkv_group_trim_input_t 112, pdkv_aligned_split_v0604_input_t 72,
- *      pdkv_aligned_split_input_t 96, pdkv_remote_decode_prefill_t 32,
- *      pdkv_remote_decode_prefill_plan_t 32, pdkv_offload_geometry_t 24,
- *      pdkv_engine_layout_t 64, pdkv_engine_metadata_info_t 128, pdkv_incompatibility_t 64,
- *      pdkv_plan_context_params_t 56, pdkv_plan_group_t 32, pdkv_transfer_plan_info_t 104,
- *      pdkv_plan_group_zero_t 64.
- *    A field added later starts at or after that size (never in the 0.1 tail padding) and,
- *    in an input struct, is treated as zero when the caller's struct_size does not reach it.
- *    Output structs follow the same rule: the library fills only the first struct_size bytes.
- *  - Structs without struct_size (elements of arrays: pdkv_region_t, pdkv_descriptor_t,
- *    pdkv_plan_read_t, pdkv_zero_range_t, ...) have a layout fixed for major version 0: they
- *    never grow; a change would be a new major version.
+ *  - Growth of structs (the one rule for every struct of every pdkv/ header):
+ *    - Input structs (options, descriptions, requests: what the caller fills) begin with
+ *      `size_t struct_size`, set to sizeof(the struct) as compiled, then `uint64_t field_mask`.
+ *      A required field has no bit and is always read (its zero is a value, documented beside
+ *      it where it has a meaning). An optional field (one with a default) has a bit
+ *      PDKV_<STRUCT>_FIELD_<NAME>, defined beside the struct: it is read only when its bit is in
+ *      field_mask; unset, it takes the default written beside it whatever its bytes hold. No
+ *      field has an in-band "not set" value (-1, "0 means auto", a has_x flag). A NULL pointer
+ *      (with a count of 0) is not such a value: it is how an absent array or string is written.
+ *      Bits the library does not know are PDKV_ERR_INVALID_ARGUMENT naming the struct and the
+ *      bits, so a caller built against a newer header learns that its field would be ignored.
+ *    - A field added in a later minor version is appended at the end of its struct and always
+ *      gets a bit, so "not set" is explicit and an older caller (whose mask lacks the bit)
+ *      keeps the default.
+ *    - The first published size of every struct is its size in pdkv 2.0. struct_size must be
+ *      a multiple of alignof(size_t) from that size up to the library's own size of the struct;
+ *      any other value is PDKV_ERR_STRUCT_SIZE naming the struct, the value and the valid
+ *      range. A struct's *_init function sets struct_size, field_mask 0 and the defaults of its
+ *      required fields.
+ *    - Output structs (the library fills them: *_info_t, pdkv_engine_group_t, ...) begin with
+ *      `size_t struct_size` only: the caller sets it and the library writes exactly that many
+ *      bytes, so a field appended later is simply absent for an older caller. A struct that is
+ *      both input and output (pdkv_model_desc_t, pdkv_remote_decode_prefill_t) follows the
+ *      input rule; as output its field_mask receives the bits of the optional fields written.
+ *    - Structs without struct_size (elements of arrays: pdkv_region_t, pdkv_descriptor_t,
+ *      pdkv_plan_read_t, pdkv_zero_range_t, ...) have a layout fixed for the major version:
+ *      they never grow; a change would be a new major version.
  *  - Nothing that may grow is passed by value.
  *  - No exception crosses this boundary; an unexpected one becomes PDKV_ERR_INTERNAL.
  *  - Thread safety: handles are immutable after creation unless stated otherwise, so const
@@ -98,9 +101,10 @@
 #define PDKV_API
 #endif
 
-/* ABI version of this header. A change of MAJOR breaks the ABI; MINOR adds functions or
- * grows structs at their end. Compare with pdkv_version() at run time. */
-#define PDKV_VERSION_MAJOR 1
+/* ABI version of this header. A change of MAJOR breaks the ABI (the library's SONAME is
+ * libpdkv.so.<MAJOR>); MINOR adds functions or grows structs at their end, by the growth rule
+ * above. Compare with pdkv_version() at run time. */
+#define PDKV_VERSION_MAJOR 2
 #define PDKV_VERSION_MINOR 0
 #define PDKV_VERSION_PATCH 0
 

@@ -17,7 +17,6 @@
 #include "struct_sizes.hpp"
 
 using pdkv::capi::guard;
-using pdkv::capi::read_struct_prefix;
 using pdkv::capi::require_non_null;
 using pdkv::capi::write_struct_prefix;
 namespace core = pdkv::core;
@@ -55,25 +54,6 @@ struct pdkv_notification_list {
 };
 
 namespace {
-
-// Options structs of agent.h: first published in 0.2 at their current size.
-constexpr size_t kAgentOptionsMin = sizeof(pdkv_agent_options_t);
-constexpr size_t kMemoryDescMin = sizeof(pdkv_memory_desc_t);
-constexpr size_t kConnectOptionsMin = sizeof(pdkv_connect_options_t);
-constexpr size_t kTransferParamsMin = sizeof(pdkv_transfer_params_t);
-constexpr size_t kAgentInfoMin = sizeof(pdkv_agent_info_t);
-// Output structs grown since first published: the size up to their first published last field.
-constexpr size_t kPeerInfoMin = PDKV_SIZE_0_1(pdkv_peer_info_t, heartbeat_rtt_us);
-constexpr size_t kTransferInfoMin = sizeof(pdkv_transfer_info_t);
-
-void check_mask(uint64_t mask, uint64_t known, const char* type) {
-  if ((mask & ~known) != 0) {
-    char hex[32];
-    std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(mask & ~known));
-    core::fail(Status::InvalidArgument, std::string(type) + ".field_mask has unknown bits " + hex +
-                                            " (a field this library does not have)");
-  }
-}
 
 exec::TransportMode transport_from_c(int32_t t) {
   switch (t) {
@@ -127,12 +107,11 @@ PDKV_API pdkv_status_t pdkv_agent_new(const pdkv_agent_options_t* options, pdkv_
     require_non_null(options, "options");
     require_non_null(out, "out");
     *out = nullptr;
-    const auto o = read_struct_prefix(*options, kAgentOptionsMin, "pdkv_agent_options_t");
-    check_mask(o.field_mask,
-               PDKV_AGENT_FIELD_LISTEN_ADDRESS | PDKV_AGENT_FIELD_TRANSPORT | PDKV_AGENT_FIELD_PROGRESS_MODE |
-                   PDKV_AGENT_FIELD_DEFAULT_TIMEOUT | PDKV_AGENT_FIELD_PRESHARED_KEY |
-                   PDKV_AGENT_FIELD_HEARTBEAT | PDKV_AGENT_FIELD_MAX_OUTSTANDING,
-               "pdkv_agent_options_t");
+    const auto o = pdkv::capi::read_options(*options, pdkv::capi::kAgentOptionsMinSize, "pdkv_agent_options_t",
+                                            PDKV_AGENT_FIELD_LISTEN_ADDRESS | PDKV_AGENT_FIELD_TRANSPORT |
+                                             PDKV_AGENT_FIELD_PROGRESS_MODE | PDKV_AGENT_FIELD_DEFAULT_TIMEOUT |
+                                             PDKV_AGENT_FIELD_PRESHARED_KEY | PDKV_AGENT_FIELD_HEARTBEAT |
+                                             PDKV_AGENT_FIELD_MAX_OUTSTANDING);
     require_non_null(o.metadata, "options->metadata");
     exec::AgentOptions a;
     a.metadata = o.metadata->md;
@@ -202,7 +181,7 @@ PDKV_API pdkv_status_t pdkv_agent_get_info(const pdkv_agent_t* agent, pdkv_agent
     c.progress_mode = i.progress == exec::ProgressMode::Caller ? PDKV_PROGRESS_CALLER : PDKV_PROGRESS_THREAD;
     c.num_peers = i.num_peers;
     c.transfers_in_flight = i.transfers_in_flight;
-    write_struct_prefix(out, c, kAgentInfoMin, "pdkv_agent_info_t");
+    write_struct_prefix(out, c, pdkv::capi::kAgentInfoMinSize, "pdkv_agent_info_t");
   });
 }
 
@@ -229,8 +208,8 @@ PDKV_API pdkv_status_t pdkv_agent_register_memory(pdkv_agent_t* agent, const pdk
     require_non_null(desc, "desc");
     require_non_null(out, "out");
     *out = nullptr;
-    const auto d = read_struct_prefix(*desc, kMemoryDescMin, "pdkv_memory_desc_t");
-    check_mask(d.field_mask, PDKV_MEMORY_FIELD_MEMORY_TYPE | PDKV_MEMORY_FIELD_DEVICE, "pdkv_memory_desc_t");
+    const auto d = pdkv::capi::read_options(*desc, pdkv::capi::kMemoryDescMinSize, "pdkv_memory_desc_t",
+                                            PDKV_MEMORY_FIELD_MEMORY_TYPE | PDKV_MEMORY_FIELD_DEVICE);
     exec::MemoryType type = exec::MemoryType::Host;
     if (d.field_mask & PDKV_MEMORY_FIELD_MEMORY_TYPE) {
       if (d.memory_type == PDKV_MEMORY_CUDA) {
@@ -275,8 +254,8 @@ PDKV_API pdkv_status_t pdkv_agent_connect(pdkv_agent_t* agent, const pdkv_connec
     require_non_null(options, "options");
     require_non_null(out, "out");
     *out = nullptr;
-    const auto o = read_struct_prefix(*options, kConnectOptionsMin, "pdkv_connect_options_t");
-    check_mask(o.field_mask, PDKV_CONNECT_FIELD_TIMEOUT, "pdkv_connect_options_t");
+    const auto o = pdkv::capi::read_options(*options, pdkv::capi::kConnectOptionsMinSize, "pdkv_connect_options_t",
+                                            PDKV_CONNECT_FIELD_TIMEOUT);
     const auto address = exec::parse_host_port(c_text(o.address, "options->address"));
     std::optional<std::chrono::milliseconds> timeout;
     if (o.field_mask & PDKV_CONNECT_FIELD_TIMEOUT) timeout = ms(o.timeout_ms, "timeout_ms");
@@ -337,7 +316,7 @@ PDKV_API pdkv_status_t pdkv_peer_get_info(const pdkv_peer_t* peer, pdkv_peer_inf
     c.notifications_received = r.notifications_received;
     c.heartbeat_rtt_us = r.heartbeat_rtt_us;
     c.pp_rank = r.pp_rank;
-    write_struct_prefix(out, c, kPeerInfoMin, "pdkv_peer_info_t");
+    write_struct_prefix(out, c, pdkv::capi::kPeerInfoMinSize, "pdkv_peer_info_t");
   });
 }
 
@@ -366,8 +345,8 @@ PDKV_API pdkv_status_t pdkv_agent_post(pdkv_agent_t* agent, const pdkv_transfer_
     require_non_null(params, "params");
     require_non_null(out, "out");
     *out = nullptr;
-    const auto p = read_struct_prefix(*params, kTransferParamsMin, "pdkv_transfer_params_t");
-    check_mask(p.field_mask, PDKV_TRANSFER_FIELD_TIMEOUT | PDKV_TRANSFER_FIELD_NOTIFY, "pdkv_transfer_params_t");
+    const auto p = pdkv::capi::read_options(*params, pdkv::capi::kTransferParamsMinSize, "pdkv_transfer_params_t",
+                                            PDKV_TRANSFER_FIELD_TIMEOUT | PDKV_TRANSFER_FIELD_NOTIFY);
     require_non_null(p.plan, "params->plan");
     exec::PostParams q;
     if (p.op == PDKV_TRANSFER_READ) {
@@ -406,7 +385,7 @@ PDKV_API pdkv_status_t pdkv_transfer_get_info(const pdkv_transfer_t* transfer, p
     c.reads_failed = s.failed.size();
     const auto end = s.state == exec::TransferState::InFlight ? std::chrono::steady_clock::now() : s.finished;
     c.elapsed_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(end - s.posted).count());
-    write_struct_prefix(out, c, kTransferInfoMin, "pdkv_transfer_info_t");
+    write_struct_prefix(out, c, pdkv::capi::kTransferInfoMinSize, "pdkv_transfer_info_t");
   });
 }
 

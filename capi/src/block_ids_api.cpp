@@ -49,6 +49,24 @@ bool flag_from_c(uint8_t v, const char* field) {
   return v == 1;
 }
 
+uint64_t kernel_blocks_per_id(uint64_t v, const char* field) {
+  if (v == 0) {
+    core::fail(core::Status::InvalidArgument,
+               std::string(field) + " = 0 with PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID set: each id stands for at least "
+                                    "one kernel block (leave the bit unset for kernel ids)");
+  }
+  return v;
+}
+
+uint64_t tokens_per_block(uint64_t v, const char* field) {
+  if (v == 0) {
+    core::fail(core::Status::InvalidArgument,
+               std::string(field) + " = 0 with PDKV_TRIM_FIELD_TOKENS_PER_BLOCK set: a block holds at least one token "
+                                    "(leave the bit unset to take it from the metadata in a plan)");
+  }
+  return v;
+}
+
 void copy_text(const std::string& text, char* buf, size_t capacity, size_t* out_len, const char* what) {
   *out_len = text.size();
   if (text.size() >= capacity) {
@@ -190,7 +208,7 @@ PDKV_API pdkv_status_t pdkv_descriptor_ids(const pdkv_group_block_ids_t* groups,
     require_non_null(out, "out");
     *out = nullptr;
     const pdkv_descriptor_layout_t copy =
-        pdkv::capi::read_struct_prefix(*layout, pdkv::capi::kDescriptorLayoutMinSize, "pdkv_descriptor_layout_t");
+        pdkv::capi::read_options(*layout, pdkv::capi::kDescriptorLayoutMinSize, "pdkv_descriptor_layout_t", 0);
     layout = &copy;
     if (n_groups > 0) require_non_null(groups, "groups");
     std::vector<core::GroupBlockIds> g;

@@ -17,21 +17,25 @@ namespace {
                                                 std::to_string(v) + " is not valid (expected " + expected + ")");
 }
 
+// The PDKV_CONFIG_FIELD_* bits this library knows.
+constexpr uint64_t kEngineConfigFields = PDKV_CONFIG_FIELD_KV_CACHE_DTYPE | PDKV_CONFIG_FIELD_CONV_STATE_DTYPE |
+                                         PDKV_CONFIG_FIELD_SSM_STATE_DTYPE | PDKV_CONFIG_FIELD_BLOCK_SIZE |
+                                         PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE | PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS;
+
 }  // namespace
 
 EngineSettings engine_from_c(const pdkv_engine_config_t& caller, const core::ModelDesc& model) {
-  const pdkv_engine_config_t c = read_struct_prefix(caller, kEngineConfigMinSize, "pdkv_engine_config_t");
-  EngineSettings s;
-  core::EngineConfig& e = s.engine;
-  e.tp_size = c.tp_size;
-  e.kv_cache_dtype_bytes = c.kv_cache_dtype_bytes;
-  e.conv_state_dtype_bytes = c.conv_state_dtype_bytes;
-  e.ssm_state_dtype_bytes = c.ssm_state_dtype_bytes;
-  e.num_speculative_tokens = c.num_speculative_tokens;
-  e.user_block_size = c.user_block_size;
-  s.options.user_mamba_block_size = c.user_mamba_block_size;
-  // Appended uint64_t fields (they start at the 0.1 size); the core holds 32 bits, so a larger
-  // value is refused here, naming it, instead of being cut.
+  const pdkv_engine_config_t c = read_options(caller, kEngineConfigMinSize, "pdkv_engine_config_t", kEngineConfigFields);
+  // An optional field: its value when its bit is set (and then non-zero), else the core's "auto" (0).
+  const auto optional = [&](uint64_t bit, uint64_t v, const char* field, const char* bit_name) -> uint64_t {
+    if ((c.field_mask & bit) == 0) return 0;
+    if (v == 0) {
+      core::fail(core::Status::InvalidArgument, std::string("pdkv_engine_config_t.") + field + " = 0 with " +
+                                                    bit_name + " set: set a value, or leave the bit unset for auto");
+    }
+    return v;
+  };
+  // The core holds 32 bits, so a larger value is refused here, naming it, instead of being cut.
   const auto narrow = [](uint64_t v, const char* field) {
     if (v > UINT32_MAX) {
       core::fail(core::Status::InvalidArgument, std::string("pdkv_engine_config_t.") + field + " = " +
@@ -39,7 +43,24 @@ EngineSettings engine_from_c(const pdkv_engine_config_t& caller, const core::Mod
     }
     return static_cast<uint32_t>(v);
   };
-  e.kv_cache_element_bits = narrow(c.kv_cache_element_bits, "kv_cache_element_bits");
+  EngineSettings s;
+  core::EngineConfig& e = s.engine;
+  e.tp_size = c.tp_size;
+  e.kv_cache_dtype_bytes = static_cast<uint32_t>(optional(PDKV_CONFIG_FIELD_KV_CACHE_DTYPE, c.kv_cache_dtype_bytes,
+                                                          "kv_cache_dtype_bytes", "PDKV_CONFIG_FIELD_KV_CACHE_DTYPE"));
+  e.conv_state_dtype_bytes = static_cast<uint32_t>(optional(PDKV_CONFIG_FIELD_CONV_STATE_DTYPE, c.conv_state_dtype_bytes,
+                                                            "conv_state_dtype_bytes", "PDKV_CONFIG_FIELD_CONV_STATE_DTYPE"));
+  e.ssm_state_dtype_bytes = static_cast<uint32_t>(optional(PDKV_CONFIG_FIELD_SSM_STATE_DTYPE, c.ssm_state_dtype_bytes,
+                                                           "ssm_state_dtype_bytes", "PDKV_CONFIG_FIELD_SSM_STATE_DTYPE"));
+  e.num_speculative_tokens = c.num_speculative_tokens;
+  e.user_block_size = static_cast<uint32_t>(
+      optional(PDKV_CONFIG_FIELD_BLOCK_SIZE, c.user_block_size, "user_block_size", "PDKV_CONFIG_FIELD_BLOCK_SIZE"));
+  s.options.user_mamba_block_size = static_cast<uint32_t>(optional(
+      PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE, c.user_mamba_block_size, "user_mamba_block_size", "PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE"));
+  e.kv_cache_element_bits =
+      narrow(optional(PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS, c.kv_cache_element_bits, "kv_cache_element_bits",
+                      "PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS"),
+             "kv_cache_element_bits");
   e.kv_cache_head_extra_bytes = narrow(c.kv_cache_head_extra_bytes, "kv_cache_head_extra_bytes");
 
   if (c.mamba_cache_mode < PDKV_MAMBA_CACHE_NONE || c.mamba_cache_mode > PDKV_MAMBA_CACHE_ALL) {

@@ -30,13 +30,6 @@ struct pdkv_engine {
 
 namespace {
 
-// The structs of engine.h were first published in 0.2 at their current size.
-constexpr size_t kEngineOptionsMin = sizeof(pdkv_engine_options_t);
-constexpr size_t kEngineInfoMin = sizeof(pdkv_engine_info_t);
-constexpr size_t kEngineGroupMin = sizeof(pdkv_engine_group_t);
-constexpr size_t kEnginePeerMin = sizeof(pdkv_engine_peer_t);
-constexpr size_t kEngineRequestMin = sizeof(pdkv_engine_request_t);
-
 // Rethrows the error of a nested C call as the core error the boundary maps back.
 void rethrow(pdkv_status_t st, pdkv_error_t* e) {
   if (st == PDKV_OK) return;
@@ -68,7 +61,8 @@ PDKV_API pdkv_status_t pdkv_engine_options_init(pdkv_engine_options_t* options, 
     options->num_logical_blocks = l.num_logical_blocks;
     options->base = l.base;
     options->kv_layout = l.kv_layout;
-    options->prefix_caching = l.prefix_caching;
+    options->field_mask = 0;
+    options->prefix_caching = 0;  // read only with PDKV_ENGINE_FIELD_PREFIX_CACHING
   });
 }
 
@@ -79,7 +73,8 @@ PDKV_API pdkv_status_t pdkv_engine_new(const pdkv_engine_options_t* options, pdk
     require_non_null(out, "out");
     *out = nullptr;
     const pdkv_engine_options_t o =
-        pdkv::capi::read_struct_prefix(*options, kEngineOptionsMin, "pdkv_engine_options_t");
+        pdkv::capi::read_options(*options, pdkv::capi::kEngineOptionsMinSize, "pdkv_engine_options_t",
+                                 PDKV_ENGINE_FIELD_PREFIX_CACHING);
     require_non_null(o.model, "pdkv_engine_options_t.model");
     require_non_null(o.config, "pdkv_engine_options_t.config");
     require_non_null(o.engine_id, "pdkv_engine_options_t.engine_id");
@@ -108,7 +103,11 @@ PDKV_API pdkv_status_t pdkv_engine_new(const pdkv_engine_options_t* options, pdk
     l.base = o.base;
     l.region_bases = o.region_bases;
     l.kv_layout = o.kv_layout;
-    l.prefix_caching = o.prefix_caching;
+    if (o.field_mask & PDKV_ENGINE_FIELD_PREFIX_CACHING) {
+      l.prefix_caching = static_cast<uint8_t>(
+          pdkv::capi::flag_from_c(o.prefix_caching, "pdkv_engine_options_t.prefix_caching") ? 1 : 0);
+      l.field_mask |= PDKV_LAYOUT_FIELD_PREFIX_CACHING;
+    }
     pdkv_engine_metadata_t* md = nullptr;
     call([&](pdkv_error_t** e) { return pdkv_engine_metadata_from_model(o.model, o.config, &l, &md, e); });
     h->metadata.reset(md);
@@ -136,7 +135,7 @@ PDKV_API pdkv_status_t pdkv_engine_get_info(const pdkv_engine_t* engine, pdkv_en
     i.num_logical_blocks = m.physical_blocks_per_logical == 0 ? 0 : m.num_kernel_blocks / m.physical_blocks_per_logical;
     i.num_speculative_tokens = engine->num_speculative_tokens;
     i.prefix_caching = m.prefix_caching ? 1 : 0;
-    pdkv::capi::write_struct_prefix(out, i, kEngineInfoMin, "pdkv_engine_info_t");
+    pdkv::capi::write_struct_prefix(out, i, pdkv::capi::kEngineInfoMinSize, "pdkv_engine_info_t");
   });
 }
 
@@ -153,7 +152,7 @@ PDKV_API pdkv_status_t pdkv_engine_group(const pdkv_engine_t* engine, size_t ind
     c.num_layers = g.layers.size();
     c.regions = g.regions.data();
     c.num_regions = g.regions.size();
-    pdkv::capi::write_struct_prefix(out, c, kEngineGroupMin, "pdkv_engine_group_t");
+    pdkv::capi::write_struct_prefix(out, c, pdkv::capi::kEngineGroupMinSize, "pdkv_engine_group_t");
   });
 }
 
@@ -202,7 +201,7 @@ PDKV_API pdkv_status_t pdkv_engine_plan_context_new(const pdkv_engine_t* engine,
     require_non_null(peer, "peer");
     require_non_null(out, "out");
     *out = nullptr;
-    const pdkv_engine_peer_t p = pdkv::capi::read_struct_prefix(*peer, kEnginePeerMin, "pdkv_engine_peer_t");
+    const pdkv_engine_peer_t p = pdkv::capi::read_options(*peer, pdkv::capi::kEnginePeerMinSize, "pdkv_engine_peer_t", 0);
     require_non_null(p.remote_config, "pdkv_engine_peer_t.remote_config");
     if (p.num_remote == 0) {
       core::fail(core::Status::InvalidArgument,
@@ -257,7 +256,7 @@ PDKV_API pdkv_status_t pdkv_engine_plan_request(const pdkv_engine_t* engine, con
     require_non_null(out, "out");
     *out = nullptr;
     const pdkv_engine_request_t r =
-        pdkv::capi::read_struct_prefix(*request, kEngineRequestMin, "pdkv_engine_request_t");
+        pdkv::capi::read_options(*request, pdkv::capi::kEngineRequestMinSize, "pdkv_engine_request_t", 0);
     const core::EngineMetadata& d = engine->metadata->md;
     if (!(ctx->ctx.local == d)) {
       core::fail(core::Status::InvalidArgument,

@@ -59,7 +59,8 @@ PDKV_API pdkv_status_t pdkv_engine_layout_init(pdkv_engine_layout_t* layout, pdk
     c.base = d.base;
     c.region_bases = nullptr;
     c.kv_layout = PDKV_KV_LAYOUT_HND;
-    c.prefix_caching = -1;
+    c.field_mask = 0;      // prefix caching derived, one stage holding every layer
+    c.prefix_caching = 0;  // read only with PDKV_LAYOUT_FIELD_PREFIX_CACHING
     c.region_kinds = nullptr;
     c.pp_size = d.pp_size;
     c.pp_rank = d.pp_rank;
@@ -78,8 +79,9 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_from_model(const pdkv_model_t* model
     require_non_null(layout, "layout");
     require_non_null(out, "out");
     *out = nullptr;
-    const pdkv_engine_layout_t copy =
-        pdkv::capi::read_struct_prefix(*layout, kEngineLayoutMinSize, "pdkv_engine_layout_t");
+    const pdkv_engine_layout_t copy = pdkv::capi::read_options(
+        *layout, kEngineLayoutMinSize, "pdkv_engine_layout_t",
+        PDKV_LAYOUT_FIELD_PREFIX_CACHING | PDKV_LAYOUT_FIELD_PIPELINE | PDKV_LAYOUT_FIELD_LAYER_END);
     layout = &copy;
     require_non_null(layout->engine_id, "pdkv_engine_layout_t.engine_id");
     if (layout->kv_layout != PDKV_KV_LAYOUT_HND && layout->kv_layout != PDKV_KV_LAYOUT_NHD) {
@@ -87,10 +89,22 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_from_model(const pdkv_model_t* model
                                                     std::to_string(layout->kv_layout) +
                                                     " is not a pdkv_kv_layout_t (0 HND, 1 NHD)");
     }
-    if (layout->prefix_caching < -1 || layout->prefix_caching > 1) {
-      core::fail(core::Status::InvalidArgument, "pdkv_engine_layout_t.prefix_caching = " +
-                                                    std::to_string(layout->prefix_caching) +
-                                                    " is not valid (-1 derive from the cache mode, 0 off, 1 on)");
+    const bool set_prefix_caching = (layout->field_mask & PDKV_LAYOUT_FIELD_PREFIX_CACHING) != 0;
+    const bool prefix_caching =
+        set_prefix_caching && pdkv::capi::flag_from_c(layout->prefix_caching, "pdkv_engine_layout_t.prefix_caching");
+    const bool set_pipeline = (layout->field_mask & PDKV_LAYOUT_FIELD_PIPELINE) != 0;
+    const bool set_layer_end = (layout->field_mask & PDKV_LAYOUT_FIELD_LAYER_END) != 0;
+    if (set_pipeline && layout->pp_size == 0) {
+      core::fail(core::Status::InvalidArgument,
+                 "pdkv_engine_layout_t.pp_size = 0 with PDKV_LAYOUT_FIELD_PIPELINE set: a pipeline has at least one "
+                 "stage (leave the bit unset for one stage holding every layer)");
+    }
+    if (set_layer_end && layout->layer_end <= (set_pipeline ? layout->layer_begin : 0)) {
+      core::fail(core::Status::InvalidArgument,
+                 "pdkv_engine_layout_t.layer_end = " + std::to_string(layout->layer_end) +
+                     " with PDKV_LAYOUT_FIELD_LAYER_END set must be above layer_begin " +
+                     std::to_string(set_pipeline ? layout->layer_begin : 0) +
+                     " (leave the bit unset for a stage through the model's last layer)");
     }
     const auto settings = pdkv::capi::engine_from_c(*config, model->desc);
     const core::EngineGeometry g = core::derive_geometry(model->desc, settings.engine, settings.options);
@@ -100,11 +114,11 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_from_model(const pdkv_model_t* model
     l.num_logical_blocks = layout->num_logical_blocks;
     l.num_regions = layout->num_regions;
     l.base = layout->base;
-    // Zero (a caller older than the fields) is one stage holding every layer.
-    l.pp_size = layout->pp_size == 0 ? 1 : layout->pp_size;
-    l.pp_rank = layout->pp_rank;
-    l.layer_begin = layout->layer_begin;
-    l.layer_end = layout->layer_end;
+    // Unset: one stage holding every layer; the window open at its end.
+    l.pp_size = set_pipeline ? layout->pp_size : 1;
+    l.pp_rank = set_pipeline ? layout->pp_rank : 0;
+    l.layer_begin = set_pipeline ? layout->layer_begin : 0;
+    l.layer_end = set_layer_end ? layout->layer_end : core::kLayerEndOpen;
     if (layout->region_kinds != nullptr) {
       for (uint32_t i = 0; i < layout->num_regions; ++i) {
         const int32_t k = layout->region_kinds[i];
@@ -126,8 +140,8 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_from_model(const pdkv_model_t* model
       md.kv_layout = static_cast<core::KvLayout>(layout->kv_layout);
       changed = true;
     }
-    if (layout->prefix_caching != -1) {
-      md.prefix_caching = layout->prefix_caching == 1;
+    if (set_prefix_caching) {
+      md.prefix_caching = prefix_caching;
       changed = true;
     }
     if (changed) core::check_metadata(md, core::Status::InvalidArgument);

@@ -47,18 +47,30 @@ core::ModelDesc model_from_c(const pdkv_model_desc_t& d) {
   m.mamba.n_groups = d.mamba_n_groups;
   m.mamba.d_inner = d.mamba_d_inner;
   m.mamba.conv_kernel = d.mamba_conv_kernel;
-  m.mamba.chunk_size = d.mamba_chunk_size;
+  // Unset optional fields are the core's 0 ("2048", "the conv dtype"); a set one must be non-zero.
+  const auto optional = [&](uint64_t bit, uint32_t v, const char* field, const char* bit_name) -> uint32_t {
+    if ((d.field_mask & bit) == 0) return 0;
+    if (v == 0) {
+      core::fail(core::Status::InvalidArgument, std::string("pdkv_model_desc_t.") + field + " = 0 with " + bit_name +
+                                                    " set: set a value, or leave the bit unset for the default");
+    }
+    return v;
+  };
+  m.mamba.chunk_size = optional(PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE, d.mamba_chunk_size, "mamba_chunk_size",
+                                "PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE");
   m.mamba.conv_rows_include_spec =
       pdkv::capi::flag_from_c(d.mamba_conv_rows_include_spec, "pdkv_model_desc_t.mamba_conv_rows_include_spec");
   m.dtype_bytes = d.dtype_bytes;
-  m.default_ssm_dtype_bytes = d.default_ssm_dtype_bytes;
+  m.default_ssm_dtype_bytes = optional(PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE, d.default_ssm_dtype_bytes,
+                                       "default_ssm_dtype_bytes", "PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE");
   m.layer_pattern = str_or_empty(d.layer_pattern);
   m.mla_head_size = d.mla_head_size;
   return m;
 }
 
 // Writes the description into a full-size local struct, then copies only the caller's prefix,
-// so an older (smaller) caller struct is never written past its end.
+// so an older (smaller) caller struct is never written past its end. field_mask receives the bits
+// of the optional fields the model has (an unset one is written as 0).
 void model_to_c(const core::ModelDesc& m, pdkv_model_desc_t* out) {
   pdkv_model_desc_t full{};
   full.struct_size = out->struct_size;
@@ -77,6 +89,8 @@ void model_to_c(const core::ModelDesc& m, pdkv_model_desc_t* out) {
   full.mamba_d_inner = m.mamba.d_inner;
   full.mamba_conv_kernel = m.mamba.conv_kernel;
   full.mamba_chunk_size = m.mamba.chunk_size;
+  if (m.mamba.chunk_size != 0) full.field_mask |= PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE;
+  if (m.default_ssm_dtype_bytes != 0) full.field_mask |= PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE;
   full.mamba_conv_rows_include_spec = m.mamba.conv_rows_include_spec ? 1 : 0;
   full.dtype_bytes = m.dtype_bytes;
   full.default_ssm_dtype_bytes = m.default_ssm_dtype_bytes;
@@ -95,7 +109,8 @@ PDKV_API pdkv_status_t pdkv_model_new(const pdkv_model_desc_t* desc, pdkv_model_
     require_non_null(out, "out");
     *out = nullptr;
     core::ModelDesc m =
-        model_from_c(pdkv::capi::read_struct_prefix(*desc, pdkv::capi::kModelDescMinSize, "pdkv_model_desc_t"));
+        model_from_c(pdkv::capi::read_options(*desc, pdkv::capi::kModelDescMinSize, "pdkv_model_desc_t",
+                                              PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE | PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE));
     core::validate_model(m);
     *out = new pdkv_model{std::move(m)};
   });

@@ -42,7 +42,8 @@ void require_array(const void* p, size_t count, size_t index, const char* field)
 
 // The groups as views over the caller's arrays: block ids and region lists are read in place
 // during the call, never copied. The groups array's stride is groups[0].struct_size (a caller
-// compiled against an older, smaller pdkv_plan_group_t passes an array of the smaller struct);
+// compiled against an older 2.x header, with a smaller pdkv_plan_group_t, passes an array of the
+// smaller struct);
 // every element must declare the same. Fills a per-thread vector reused across calls.
 std::span<const core::PlanGroupView> groups_from_c(const pdkv_plan_group_t* groups, size_t n_groups) {
   thread_local std::vector<core::PlanGroupView> out;
@@ -62,18 +63,31 @@ std::span<const core::PlanGroupView> groups_from_c(const pdkv_plan_group_t* grou
                                                std::to_string(stride) + ": every element must be sizeof(pdkv_plan_group_t)");
     }
     std::memcpy(&g, base + i * stride, stride);
+    if (g.field_mask != 0) [[unlikely]] {
+      pdkv::capi::check_field_mask(g.field_mask, 0, ("groups[" + std::to_string(i) + "] (pdkv_plan_group_t)").c_str());
+    }
     if (g.trim == nullptr) {
       core::fail(core::Status::NullPointer, "groups[" + std::to_string(i) + "].trim is NULL");
     }
-    const pdkv_group_trim_input_t t =
-        pdkv::capi::read_struct_prefix(*g.trim, kGroupTrimInputMinSize, "pdkv_group_trim_input_t");
+    const pdkv_group_trim_input_t t = pdkv::capi::read_options(*g.trim, kGroupTrimInputMinSize,
+                                                               "pdkv_group_trim_input_t", pdkv::capi::kTrimInputFields);
+    const bool set_kbpi = (t.field_mask & PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID) != 0;
+    const bool set_tpb = (t.field_mask & PDKV_TRIM_FIELD_TOKENS_PER_BLOCK) != 0;
     core::PlanGroupView v;
     if (t.kind < PDKV_GROUP_ATTENTION || t.kind > PDKV_GROUP_MAMBA || t.cache_mode < 0 || t.cache_mode > 2 ||
-        t.has_local_first_block > 1) [[unlikely]] {
+        (set_kbpi && (t.local_kernel_blocks_per_id == 0 || t.remote_kernel_blocks_per_id == 0)) ||
+        (set_tpb && (t.local_tokens_per_block == 0 || t.remote_tokens_per_block == 0))) [[unlikely]] {
       const std::string name = "groups[" + std::to_string(i) + "].trim";
       v.kind = pdkv::capi::group_kind_from_c(t.kind, (name + ".kind").c_str());
       v.cache_mode = pdkv::capi::cache_mode_from_c(t.cache_mode, (name + ".cache_mode").c_str());
-      pdkv::capi::flag_from_c(t.has_local_first_block, (name + ".has_local_first_block").c_str());
+      if (set_kbpi) {
+        pdkv::capi::kernel_blocks_per_id(t.local_kernel_blocks_per_id, (name + ".local_kernel_blocks_per_id").c_str());
+        pdkv::capi::kernel_blocks_per_id(t.remote_kernel_blocks_per_id, (name + ".remote_kernel_blocks_per_id").c_str());
+      }
+      if (set_tpb) {
+        pdkv::capi::tokens_per_block(t.local_tokens_per_block, (name + ".local_tokens_per_block").c_str());
+        pdkv::capi::tokens_per_block(t.remote_tokens_per_block, (name + ".remote_tokens_per_block").c_str());
+      }
     }
     v.kind = static_cast<core::GroupKind>(t.kind);
     v.cache_mode = static_cast<core::MambaCacheMode>(t.cache_mode);
@@ -81,16 +95,18 @@ std::span<const core::PlanGroupView> groups_from_c(const pdkv_plan_group_t* grou
     require_array(t.remote_blocks, t.num_remote_blocks, i, "trim.remote_blocks");
     if (t.num_local_blocks > 0) v.local_blocks = {t.local_blocks, t.num_local_blocks};
     if (t.num_remote_blocks > 0) v.remote_blocks = {t.remote_blocks, t.num_remote_blocks};
-    v.local_tokens_per_block = t.local_tokens_per_block;
-    v.remote_tokens_per_block = t.remote_tokens_per_block;
+    // Unset: 0, which the core fills from the metadata.
+    v.local_tokens_per_block = set_tpb ? t.local_tokens_per_block : 0;
+    v.remote_tokens_per_block = set_tpb ? t.remote_tokens_per_block : 0;
     v.remote_computed_tokens = t.remote_computed_tokens;
     v.local_hit_tokens = t.local_hit_tokens;
     v.sliding_window = t.sliding_window;
-    if (t.has_local_first_block) v.local_first_block = t.local_first_block;
+    if (t.field_mask & PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK) v.local_first_block = t.local_first_block;
     v.remote_first_block = t.remote_first_block;
-    // 0 is "not set" (an older caller's zero-filled tail): kernel ids.
-    v.local_kernel_blocks_per_id = t.local_kernel_blocks_per_id == 0 ? 1 : t.local_kernel_blocks_per_id;
-    v.remote_kernel_blocks_per_id = t.remote_kernel_blocks_per_id == 0 ? 1 : t.remote_kernel_blocks_per_id;
+    if (set_kbpi) {
+      v.local_kernel_blocks_per_id = t.local_kernel_blocks_per_id;
+      v.remote_kernel_blocks_per_id = t.remote_kernel_blocks_per_id;
+    }
     require_array(g.regions, g.num_regions, i, "regions");
     if (g.num_regions > 0) v.regions = {g.regions, g.num_regions};
     // Zero past an older caller's struct_size (the copy above): no layers.
@@ -153,7 +169,7 @@ PDKV_API pdkv_status_t pdkv_plan_context_new(const pdkv_plan_context_params_t* p
     require_non_null(out, "out");
     *out = nullptr;
     const pdkv_plan_context_params_t copy =
-        pdkv::capi::read_struct_prefix(*params, kPlanContextParamsMinSize, "pdkv_plan_context_params_t");
+        pdkv::capi::read_options(*params, kPlanContextParamsMinSize, "pdkv_plan_context_params_t", 0);
     params = &copy;
     require_non_null(params->local, "pdkv_plan_context_params_t.local");
     if (params->num_remote == 0) {

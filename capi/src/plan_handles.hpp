@@ -95,6 +95,16 @@ pdkv::core::GroupKind group_kind_from_c(int32_t kind, const char* field);
 pdkv::core::MambaCacheMode cache_mode_from_c(int32_t mode, const char* field);
 bool flag_from_c(uint8_t v, const char* field);
 
+// The PDKV_TRIM_FIELD_* bits this library knows.
+inline constexpr uint64_t kTrimInputFields =
+    PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK | PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID | PDKV_TRIM_FIELD_TOKENS_PER_BLOCK;
+
+// A set kernel_blocks_per_id: >= 1 (InvalidArgument naming the field otherwise).
+uint64_t kernel_blocks_per_id(uint64_t v, const char* field);
+
+// A set tokens per block: >= 1 (InvalidArgument naming the field otherwise).
+uint64_t tokens_per_block(uint64_t v, const char* field);
+
 // pdkv_group_trim_input_t -> core (struct_size, pointers, enums, flags checked).
 pdkv::core::GroupTrimInput trim_input_from_c(const pdkv_group_trim_input_t* in, const char* arg);
 

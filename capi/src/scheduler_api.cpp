@@ -22,15 +22,12 @@ using pdkv::capi::kRemoteDecodePlanMinSize;
 using pdkv::capi::kRemoteDecodePrefillMinSize;
 using pdkv::capi::kSplitMinSize;
 using pdkv::capi::kSplitV0604MinSize;
-using pdkv::capi::read_struct_prefix;
+using pdkv::capi::read_options;
 
-// The growth rule of pdkv.h: a field appended after 0.1 starts at or after the 0.1 size.
-static_assert(offsetof(pdkv_aligned_split_input_t, defer_oversized_block) >= kSplitMinSize,
-              "defer_oversized_block must not sit in the 0.1 tail padding");
 
 namespace {
-// A 0/1 flag held in a uint64_t field (pdkv_aligned_split_input_t.defer_oversized_block is that
-// wide so it starts at the struct's 0.1 size): InvalidArgument naming the field and the value.
+// A 0/1 flag held in a uint64_t field (pdkv_aligned_split_input_t.defer_oversized_block):
+// InvalidArgument naming the field and the value.
 bool wide_flag_from_c(uint64_t v, const char* field) {
   if (v > 1) {
     core::fail(core::Status::InvalidArgument,
@@ -48,7 +45,7 @@ PDKV_API pdkv_status_t pdkv_mamba_aligned_split_v0604(const pdkv_aligned_split_v
     require_non_null(input, "input");
     require_non_null(out, "out");
     const pdkv_aligned_split_v0604_input_t copy =
-        read_struct_prefix(*input, kSplitV0604MinSize, "pdkv_aligned_split_v0604_input_t");
+        read_options(*input, kSplitV0604MinSize, "pdkv_aligned_split_v0604_input_t", 0);
     input = &copy;
     core::AlignedSplitV0604Input in;
     in.num_computed_tokens = input->num_computed_tokens;
@@ -69,19 +66,36 @@ PDKV_API pdkv_status_t pdkv_mamba_aligned_split(const pdkv_aligned_split_input_t
   return guard(err, [&] {
     require_non_null(input, "input");
     require_non_null(out, "out");
-    const pdkv_aligned_split_input_t copy = read_struct_prefix(*input, kSplitMinSize, "pdkv_aligned_split_input_t");
+    const pdkv_aligned_split_input_t copy = read_options(
+        *input, kSplitMinSize, "pdkv_aligned_split_input_t",
+        PDKV_SPLIT_FIELD_FLOOR_UNIT | PDKV_SPLIT_FIELD_TAIL_HASH_BLOCK_SIZE | PDKV_SPLIT_FIELD_MAX_NUM_SCHEDULED_TOKENS |
+            PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD);
     input = &copy;
+    // An optional field: its value when its bit is set (and then > 0), else the core's 0 (off).
+    const auto optional = [&](uint64_t bit, uint64_t v, const char* field, const char* bit_name) -> uint64_t {
+      if ((input->field_mask & bit) == 0) return 0;
+      if (v == 0) {
+        core::fail(core::Status::InvalidArgument, std::string("pdkv_aligned_split_input_t.") + field + " = 0 with " +
+                                                      bit_name + " set: set a value, or leave the bit unset");
+      }
+      return v;
+    };
     core::AlignedSplitInput in;
     in.start = input->start;
     in.num_new_tokens = input->num_new_tokens;
     in.num_prompt_tokens = input->num_prompt_tokens;
     in.num_tokens = input->num_tokens;
     in.block_size = input->block_size;
-    in.floor_unit = input->floor_unit;
-    in.tail_hash_block_size = input->tail_hash_block_size;
+    in.floor_unit = optional(PDKV_SPLIT_FIELD_FLOOR_UNIT, input->floor_unit, "floor_unit", "PDKV_SPLIT_FIELD_FLOOR_UNIT");
+    in.tail_hash_block_size = optional(PDKV_SPLIT_FIELD_TAIL_HASH_BLOCK_SIZE, input->tail_hash_block_size,
+                                       "tail_hash_block_size", "PDKV_SPLIT_FIELD_TAIL_HASH_BLOCK_SIZE");
     in.shared_prefix_tokens = input->shared_prefix_tokens;
-    in.max_num_scheduled_tokens = input->max_num_scheduled_tokens;
-    in.long_prefill_token_threshold = input->long_prefill_token_threshold;
+    in.max_num_scheduled_tokens =
+        optional(PDKV_SPLIT_FIELD_MAX_NUM_SCHEDULED_TOKENS, input->max_num_scheduled_tokens, "max_num_scheduled_tokens",
+                 "PDKV_SPLIT_FIELD_MAX_NUM_SCHEDULED_TOKENS");
+    in.long_prefill_token_threshold = optional(PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD,
+                                               input->long_prefill_token_threshold, "long_prefill_token_threshold",
+                                               "PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD");
     in.use_eagle = flag_from_c(input->use_eagle, "pdkv_aligned_split_input_t.use_eagle");
     in.load_kv_async = flag_from_c(input->load_kv_async, "pdkv_aligned_split_input_t.load_kv_async");
     in.defer_oversized_block =
@@ -104,7 +118,7 @@ PDKV_API pdkv_status_t pdkv_truncate_for_remote_decode(const pdkv_remote_decode_
     require_non_null(in, "in");
     require_non_null(out, "out");
     const pdkv_remote_decode_prefill_t copy =
-        read_struct_prefix(*in, kRemoteDecodePrefillMinSize, "pdkv_remote_decode_prefill_t");
+        read_options(*in, kRemoteDecodePrefillMinSize, "pdkv_remote_decode_prefill_t", 0);
     in = &copy;  // in and out may be the same struct: read it completely before writing out
     core::RemoteDecodePrefill r;
     r.num_prompt_tokens = in->num_prompt_tokens;

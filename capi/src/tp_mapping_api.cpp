@@ -43,7 +43,7 @@ PDKV_API pdkv_status_t pdkv_tp_mapping_new(const pdkv_tp_mapping_params_t* param
     require_non_null(out, "out");
     *out = nullptr;
     const pdkv_tp_mapping_params_t copy =
-        pdkv::capi::read_struct_prefix(*params, kTpMappingParamsMinSize, "pdkv_tp_mapping_params_t");
+        pdkv::capi::read_options(*params, kTpMappingParamsMinSize, "pdkv_tp_mapping_params_t", 0);
     params = &copy;
     core::TpMappingInput in;
     in.local_tp = params->local_tp_size;

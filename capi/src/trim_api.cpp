@@ -30,25 +30,32 @@ namespace pdkv::capi {
 core::GroupTrimInput trim_input_from_c(const pdkv_group_trim_input_t* in, const char* arg) {
   require_non_null(in, arg);
   const std::string a(arg);
-  const pdkv_group_trim_input_t copy = read_struct_prefix(*in, kGroupTrimInputMinSize, "pdkv_group_trim_input_t");
+  const pdkv_group_trim_input_t copy =
+      read_options(*in, kGroupTrimInputMinSize, "pdkv_group_trim_input_t", kTrimInputFields);
   in = &copy;
   core::GroupTrimInput t;
   t.kind = group_kind_from_c(in->kind, (a + ".kind").c_str());
   t.cache_mode = cache_mode_from_c(in->cache_mode, (a + ".cache_mode").c_str());
   t.local_blocks = u64_vector(in->local_blocks, in->num_local_blocks, (a + ".local_blocks").c_str());
   t.remote_blocks = u64_vector(in->remote_blocks, in->num_remote_blocks, (a + ".remote_blocks").c_str());
-  t.local_tokens_per_block = in->local_tokens_per_block;
-  t.remote_tokens_per_block = in->remote_tokens_per_block;
+  if (in->field_mask & PDKV_TRIM_FIELD_TOKENS_PER_BLOCK) {
+    t.local_tokens_per_block = tokens_per_block(in->local_tokens_per_block, (a + ".local_tokens_per_block").c_str());
+    t.remote_tokens_per_block = tokens_per_block(in->remote_tokens_per_block, (a + ".remote_tokens_per_block").c_str());
+  } else if (t.kind != core::GroupKind::Mamba || t.cache_mode == core::MambaCacheMode::All) {
+    core::fail(core::Status::InvalidArgument,
+               a + ": tokens per block are needed for this group (attention kinds, Mamba \"all\" mode): set "
+                   "local_tokens_per_block and remote_tokens_per_block with PDKV_TRIM_FIELD_TOKENS_PER_BLOCK");
+  }
   t.remote_computed_tokens = in->remote_computed_tokens;
   t.local_hit_tokens = in->local_hit_tokens;
   t.sliding_window = in->sliding_window;
-  if (flag_from_c(in->has_local_first_block, (a + ".has_local_first_block").c_str())) {
-    t.local_first_block = in->local_first_block;
-  }
+  if (in->field_mask & PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK) t.local_first_block = in->local_first_block;
   t.remote_first_block = in->remote_first_block;
-  // 0 is "not set" (an older caller's zero-filled tail): kernel ids.
-  t.local_kernel_blocks_per_id = in->local_kernel_blocks_per_id == 0 ? 1 : in->local_kernel_blocks_per_id;
-  t.remote_kernel_blocks_per_id = in->remote_kernel_blocks_per_id == 0 ? 1 : in->remote_kernel_blocks_per_id;
+  if (in->field_mask & PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID) {
+    t.local_kernel_blocks_per_id = kernel_blocks_per_id(in->local_kernel_blocks_per_id, (a + ".local_kernel_blocks_per_id").c_str());
+    t.remote_kernel_blocks_per_id =
+        kernel_blocks_per_id(in->remote_kernel_blocks_per_id, (a + ".remote_kernel_blocks_per_id").c_str());
+  }
   return t;
 }
 
@@ -156,8 +163,8 @@ PDKV_API pdkv_status_t pdkv_clip_exchange_blocks(const uint64_t* ids, size_t cou
     require_non_null(params, "params");
     require_non_null(out, "out");
     *out = nullptr;
-    const pdkv_exchange_clip_params_t copy = pdkv::capi::read_struct_prefix(
-        *params, pdkv::capi::kExchangeClipParamsMinSize, "pdkv_exchange_clip_params_t");
+    const pdkv_exchange_clip_params_t copy = pdkv::capi::read_options(
+        *params, pdkv::capi::kExchangeClipParamsMinSize, "pdkv_exchange_clip_params_t", 0);
     params = &copy;
     const auto v = pdkv::capi::u64_vector(ids, count, "ids");
     core::ExchangeClipParams p;

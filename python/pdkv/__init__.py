@@ -1,7 +1,7 @@
 """pdkv: transfer configuration for prefill/decode disaggregated LLM serving, from Python.
 
 A ctypes binding of ``libpdkv`` (the stable C API ``pdkv.h``), standard library only.
-The library (``libpdkv.so.1``) is found in ``$PDKV_LIB_DIR`` (the directory variable every pdkv
+The library (``libpdkv.so.2``) is found in ``$PDKV_LIB_DIR`` (the directory variable every pdkv
 binding shares), then next to this package, then in the directory recorded when the package was
 installed (``pip install`` asks ``pkg-config`` for an installed pdkv), then in
 ``build/release/capi/`` of the source checkout, then through the dynamic loader; importing this
@@ -190,7 +190,7 @@ from .agent import (
 _ffi.lib()
 
 #: Version of this Python package (follows the C library's).
-__version__ = "1.0.0"
+__version__ = "2.0.0"
 
 #: Public names, listed literally so that type checkers see them as exported (PEP 484: a
 #: ``py.typed`` package re-exports only what ``__all__`` names). tests/test_ffi.py checks that it

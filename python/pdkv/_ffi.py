@@ -39,7 +39,7 @@ _REPO_ROOT = _PACKAGE_DIR.parent.parent
 
 
 def library_file_name() -> str:
-    """The file name looked for: the library's SONAME, one per ABI major version (``libpdkv.so.1``)."""
+    """The file name looked for: the library's SONAME, one per ABI major version (``libpdkv.so.2``)."""
     return f"libpdkv.so.{HEADER_VERSION_MAJOR}"
 
 
@@ -59,13 +59,13 @@ def library_candidates(
 ) -> List[Tuple[str, Optional[str]]]:
     """The places libpdkv is looked for, in order, as (description, path or None).
 
-    1. ``$PDKV_LIB_DIR/libpdkv.so.1``: ``PDKV_LIB_DIR`` is the one variable every pdkv binding
+    1. ``$PDKV_LIB_DIR/libpdkv.so.2``: ``PDKV_LIB_DIR`` is the one variable every pdkv binding
        reads (Rust, Python), the directory holding the library;
-    2. ``libpdkv.so.1`` next to this package (a package shipped with its library);
+    2. ``libpdkv.so.2`` next to this package (a package shipped with its library);
     3. the directory recorded at install time (``PDKV_LIB_DIR`` when ``pip install`` ran, else
        ``pkg-config --variable=libdir pdkv``, else the checkout's ``build/release/capi``);
     4. ``build/release/capi`` of the source checkout this package sits in, if any;
-    5. ``libpdkv.so.1`` through the dynamic loader's own search (``LD_LIBRARY_PATH``,
+    5. ``libpdkv.so.2`` through the dynamic loader's own search (``LD_LIBRARY_PATH``,
        ``ldconfig``'s cache, the system directories).
 
     ``environ`` and ``installed_lib_dir`` default to the process environment and the recorded

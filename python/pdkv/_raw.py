@@ -29,12 +29,30 @@ from enum import IntEnum
 from typing import Any, Dict, List, Tuple
 
 #: PDKV_VERSION_MAJOR / _MINOR / _PATCH of the header this module was generated from.
-HEADER_VERSION_MAJOR = 1
+HEADER_VERSION_MAJOR = 2
 HEADER_VERSION_MINOR = 0
 HEADER_VERSION_PATCH = 0
 
 # ---- #define constants -------------------------------------------------------------------
 
+PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE = 1
+PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE = 2
+PDKV_CONFIG_FIELD_KV_CACHE_DTYPE = 1
+PDKV_CONFIG_FIELD_CONV_STATE_DTYPE = 2
+PDKV_CONFIG_FIELD_SSM_STATE_DTYPE = 4
+PDKV_CONFIG_FIELD_BLOCK_SIZE = 8
+PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE = 16
+PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS = 32
+PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK = 1
+PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID = 2
+PDKV_TRIM_FIELD_TOKENS_PER_BLOCK = 4
+PDKV_SPLIT_FIELD_FLOOR_UNIT = 1
+PDKV_SPLIT_FIELD_TAIL_HASH_BLOCK_SIZE = 2
+PDKV_SPLIT_FIELD_MAX_NUM_SCHEDULED_TOKENS = 4
+PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD = 8
+PDKV_LAYOUT_FIELD_PREFIX_CACHING = 1
+PDKV_LAYOUT_FIELD_PIPELINE = 2
+PDKV_LAYOUT_FIELD_LAYER_END = 4
 PDKV_AGENT_FIELD_LISTEN_ADDRESS = 1
 PDKV_AGENT_FIELD_TRANSPORT = 2
 PDKV_AGENT_FIELD_PROGRESS_MODE = 4
@@ -47,9 +65,28 @@ PDKV_MEMORY_FIELD_DEVICE = 2
 PDKV_CONNECT_FIELD_TIMEOUT = 1
 PDKV_TRANSFER_FIELD_TIMEOUT = 1
 PDKV_TRANSFER_FIELD_NOTIFY = 2
+PDKV_ENGINE_FIELD_PREFIX_CACHING = 1
 
 #: Every integer ``#define`` of the header, name -> value.
 MACROS: Dict[str, int] = {
+    "PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE": PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE,
+    "PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE": PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE,
+    "PDKV_CONFIG_FIELD_KV_CACHE_DTYPE": PDKV_CONFIG_FIELD_KV_CACHE_DTYPE,
+    "PDKV_CONFIG_FIELD_CONV_STATE_DTYPE": PDKV_CONFIG_FIELD_CONV_STATE_DTYPE,
+    "PDKV_CONFIG_FIELD_SSM_STATE_DTYPE": PDKV_CONFIG_FIELD_SSM_STATE_DTYPE,
+    "PDKV_CONFIG_FIELD_BLOCK_SIZE": PDKV_CONFIG_FIELD_BLOCK_SIZE,
+    "PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE": PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE,
+    "PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS": PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS,
+    "PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK": PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK,
+    "PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID": PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID,
+    "PDKV_TRIM_FIELD_TOKENS_PER_BLOCK": PDKV_TRIM_FIELD_TOKENS_PER_BLOCK,
+    "PDKV_SPLIT_FIELD_FLOOR_UNIT": PDKV_SPLIT_FIELD_FLOOR_UNIT,
+    "PDKV_SPLIT_FIELD_TAIL_HASH_BLOCK_SIZE": PDKV_SPLIT_FIELD_TAIL_HASH_BLOCK_SIZE,
+    "PDKV_SPLIT_FIELD_MAX_NUM_SCHEDULED_TOKENS": PDKV_SPLIT_FIELD_MAX_NUM_SCHEDULED_TOKENS,
+    "PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD": PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD,
+    "PDKV_LAYOUT_FIELD_PREFIX_CACHING": PDKV_LAYOUT_FIELD_PREFIX_CACHING,
+    "PDKV_LAYOUT_FIELD_PIPELINE": PDKV_LAYOUT_FIELD_PIPELINE,
+    "PDKV_LAYOUT_FIELD_LAYER_END": PDKV_LAYOUT_FIELD_LAYER_END,
     "PDKV_AGENT_FIELD_LISTEN_ADDRESS": PDKV_AGENT_FIELD_LISTEN_ADDRESS,
     "PDKV_AGENT_FIELD_TRANSPORT": PDKV_AGENT_FIELD_TRANSPORT,
     "PDKV_AGENT_FIELD_PROGRESS_MODE": PDKV_AGENT_FIELD_PROGRESS_MODE,
@@ -62,6 +99,7 @@ MACROS: Dict[str, int] = {
     "PDKV_CONNECT_FIELD_TIMEOUT": PDKV_CONNECT_FIELD_TIMEOUT,
     "PDKV_TRANSFER_FIELD_TIMEOUT": PDKV_TRANSFER_FIELD_TIMEOUT,
     "PDKV_TRANSFER_FIELD_NOTIFY": PDKV_TRANSFER_FIELD_NOTIFY,
+    "PDKV_ENGINE_FIELD_PREFIX_CACHING": PDKV_ENGINE_FIELD_PREFIX_CACHING,
 }
 #: The ``PDKV_*_FIELD_*`` bits of the executor's options structs.
 FIELD_BITS: Dict[str, int] = {k: v for k, v in MACROS.items() if "_FIELD_" in k}
@@ -602,6 +640,7 @@ class ModelDescC(Structure):
     _c_name_ = "pdkv_model_desc_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("name", c_char_p),
         ("source", c_char_p),
         ("num_kv_heads", c_uint32),
@@ -631,6 +670,7 @@ class TpMappingParamsC(Structure):
     _c_name_ = "pdkv_tp_mapping_params_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("local_tp_size", c_uint32),
         ("local_tp_rank", c_uint32),
         ("remote_tp_size", c_uint32),
@@ -663,6 +703,7 @@ class EngineConfigC(Structure):
     _c_name_ = "pdkv_engine_config_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("tp_size", c_uint32),
         ("kv_cache_dtype_bytes", c_uint32),
         ("conv_state_dtype_bytes", c_uint32),
@@ -797,6 +838,7 @@ class ExchangeClipParamsC(Structure):
     _c_name_ = "pdkv_exchange_clip_params_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("kind", c_int32),
         ("hma_enabled", c_uint8),
         ("sliding_window", c_uint64),
@@ -833,6 +875,7 @@ class GroupTrimInputC(Structure):
     _c_name_ = "pdkv_group_trim_input_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("kind", c_int32),
         ("cache_mode", c_int32),
         ("local_blocks", POINTER(c_uint64)),
@@ -844,7 +887,6 @@ class GroupTrimInputC(Structure):
         ("remote_computed_tokens", c_uint64),
         ("local_hit_tokens", c_uint64),
         ("sliding_window", c_uint64),
-        ("has_local_first_block", c_uint8),
         ("local_first_block", c_uint64),
         ("remote_first_block", c_uint64),
         ("local_kernel_blocks_per_id", c_uint64),
@@ -882,6 +924,7 @@ class AlignedSplitInputC(Structure):
     _c_name_ = "pdkv_aligned_split_input_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("start", c_uint64),
         ("num_new_tokens", c_uint64),
         ("num_prompt_tokens", c_uint64),
@@ -904,6 +947,7 @@ class RemoteDecodePrefillC(Structure):
     _c_name_ = "pdkv_remote_decode_prefill_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("num_prompt_tokens", c_uint64),
         ("max_tokens", c_uint64),
         ("truncated", c_uint8),
@@ -949,6 +993,7 @@ class EngineLayoutC(Structure):
     _c_name_ = "pdkv_engine_layout_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("engine_id", c_char_p),
         ("tp_rank", c_uint32),
         ("num_logical_blocks", c_uint64),
@@ -956,7 +1001,7 @@ class EngineLayoutC(Structure):
         ("base", c_uint64),
         ("region_bases", POINTER(c_uint64)),
         ("kv_layout", c_int32),
-        ("prefix_caching", c_int32),
+        ("prefix_caching", c_uint8),
         ("region_kinds", POINTER(c_int32)),
         ("pp_size", c_uint32),
         ("pp_rank", c_uint32),
@@ -1033,6 +1078,7 @@ class PlanContextParamsC(Structure):
     _c_name_ = "pdkv_plan_context_params_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("local", POINTER(EngineMetadataT)),
         ("remote", POINTER(POINTER(EngineMetadataT))),
         ("num_remote", c_size_t),
@@ -1049,6 +1095,7 @@ class PlanGroupC(Structure):
     _c_name_ = "pdkv_plan_group_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("trim", POINTER(GroupTrimInputC)),
         ("regions", POINTER(c_uint32)),
         ("num_regions", c_size_t),
@@ -1141,6 +1188,7 @@ class DescriptorLayoutC(Structure):
     _c_name_ = "pdkv_descriptor_layout_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("num_blocks", c_uint64),
         ("block_size_ratio", c_uint64),
         ("blocks_per_logical", c_uint64),
@@ -1155,6 +1203,7 @@ class AlignedSplitV0604InputC(Structure):
     _c_name_ = "pdkv_aligned_split_v0604_input_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("num_computed_tokens", c_uint64),
         ("num_new_local_computed_tokens", c_uint64),
         ("num_external_computed_tokens", c_uint64),
@@ -1240,6 +1289,7 @@ class PeerInfoC(Structure):
         ("struct_size", c_size_t),
         ("engine_id", c_char_p),
         ("tp_rank", c_uint32),
+        ("pp_rank", c_uint32),
         ("address", c_char_p),
         ("connected", c_uint8),
         ("inbound", c_uint8),
@@ -1253,7 +1303,6 @@ class PeerInfoC(Structure):
         ("notifications_sent", c_uint64),
         ("notifications_received", c_uint64),
         ("heartbeat_rtt_us", c_uint64),
-        ("pp_rank", c_uint32),
     ]
 
 
@@ -1326,6 +1375,7 @@ class EngineOptionsC(Structure):
     _c_name_ = "pdkv_engine_options_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("model", POINTER(ModelT)),
         ("config", POINTER(EngineConfigC)),
         ("engine_id", c_char_p),
@@ -1335,7 +1385,7 @@ class EngineOptionsC(Structure):
         ("region_bases", POINTER(c_uint64)),
         ("num_region_bases", c_size_t),
         ("kv_layout", c_int32),
-        ("prefix_caching", c_int32),
+        ("prefix_caching", c_uint8),
     ]
 
 
@@ -1379,6 +1429,7 @@ class EnginePeerC(Structure):
     _c_name_ = "pdkv_engine_peer_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("remote", POINTER(POINTER(EngineMetadataT))),
         ("num_remote", c_size_t),
         ("remote_config", POINTER(EngineConfigC)),
@@ -1404,6 +1455,7 @@ class EngineRequestC(Structure):
     _c_name_ = "pdkv_engine_request_t"
     _fields_ = [
         ("struct_size", c_size_t),
+        ("field_mask", c_uint64),
         ("groups", POINTER(EngineRequestGroupC)),
         ("num_groups", c_size_t),
         ("num_prompt_tokens", c_uint64),
@@ -1467,10 +1519,10 @@ STRUCTS: Tuple[type, ...] = (
 #: :mod:`struct` format of every struct (native alignment: use it after ``@``; it ends aligned,
 #: so formats concatenate into arrays), for packing many structs with one ``pack_into``.
 STRUCT_FORMATS: Dict[str, str] = {
-    "pdkv_model_desc_t": "NPPIIIBIiIIIIQIIBIIPI0N",
-    "pdkv_tp_mapping_params_t": "NIIIIBB0N",
+    "pdkv_model_desc_t": "NQPPIIIBIiIIIIQIIBIIPI0N",
+    "pdkv_tp_mapping_params_t": "NQIIIIBB0N",
     "pdkv_tp_mapping_info_t": "NiIBBIIII0N",
-    "pdkv_engine_config_t": "NIIIIIIIiIPNIiiQQ",
+    "pdkv_engine_config_t": "NQIIIIIIIiIPNIiiQQ",
     "pdkv_geometry_info_t": "NIIQBiQQIIQQQIQQBQQQQdQQQNNNQQQ",
     "pdkv_conv_projection_t": "NPQQBQQ",
     "pdkv_byte_range_t": "QQ",
@@ -1478,44 +1530,44 @@ STRUCT_FORMATS: Dict[str, str] = {
     "pdkv_region_t": "QQQ",
     "pdkv_descriptor_t": "QQ",
     "pdkv_group_block_ids_t": "iPN",
-    "pdkv_exchange_clip_params_t": "NiBQQiQ",
+    "pdkv_exchange_clip_params_t": "NQiBQQiQ",
     "pdkv_zero_range_t": "QQQ",
     "pdkv_token_interval_t": "QQ",
-    "pdkv_group_trim_input_t": "NiiPNPNQQQQQBQQQQ",
+    "pdkv_group_trim_input_t": "NQiiPNPNQQQQQQQQQ",
     "pdkv_token_run_t": "QQQQQ",
     "pdkv_state_pair_t": "QQQ",
-    "pdkv_aligned_split_input_t": "NQQQQQQQQQQBBQ",
-    "pdkv_remote_decode_prefill_t": "NQQB0N",
+    "pdkv_aligned_split_input_t": "NQQQQQQQQQQQBBQ",
+    "pdkv_remote_decode_prefill_t": "NQQQB0N",
     "pdkv_remote_decode_prefill_plan_t": "NQQQ",
     "pdkv_offload_layer_t": "QQ",
     "pdkv_offload_geometry_t": "NQQ",
-    "pdkv_engine_layout_t": "NPIQIQPiiPIIII0N",
+    "pdkv_engine_layout_t": "NQPIQIQPiBPIIII0N",
     "pdkv_engine_metadata_info_t": "NPIIiiIIIQNiQQNQBIBiQIIII0N",
     "pdkv_metadata_region_t": "QQQiI0Q",
     "pdkv_incompatibility_t": "NiPPPPPP",
-    "pdkv_plan_context_params_t": "NPPNPPPB0N",
-    "pdkv_plan_group_t": "NPPNPN",
+    "pdkv_plan_context_params_t": "NQPPNPPPB0N",
+    "pdkv_plan_group_t": "NQPPNPN",
     "pdkv_plan_read_t": "IQIQQ",
     "pdkv_transfer_plan_info_t": "NIIINNINQQQQQBQQQQQQQQQQQ",
     "pdkv_plan_group_zero_t": "NiPNPNPNPNPN",
     "pdkv_stage_pair_t": "IIII",
-    "pdkv_descriptor_layout_t": "NQQQQQ",
-    "pdkv_aligned_split_v0604_input_t": "NQQQQQQQBB0N",
+    "pdkv_descriptor_layout_t": "NQQQQQQ",
+    "pdkv_aligned_split_v0604_input_t": "NQQQQQQQQBB0N",
     "pdkv_agent_options_t": "NQPPiiQPNIII0N",
     "pdkv_agent_info_t": "NPIIPHiiNN",
     "pdkv_memory_desc_t": "NQIQQii0N",
     "pdkv_connect_options_t": "NQPQ",
-    "pdkv_peer_info_t": "NPIPBBiiQQQQQQQQI0N",
+    "pdkv_peer_info_t": "NPIIPBBiiQQQQQQQQ",
     "pdkv_transfer_params_t": "NQiPPPQB0N",
     "pdkv_transfer_info_t": "NiiQQQQQQ",
     "pdkv_failed_read_t": "IIQiI0Q",
     "pdkv_notification_t": "iiPPIIIQI0P",
-    "pdkv_engine_options_t": "NPPPIQQPNii0N",
+    "pdkv_engine_options_t": "NQPPPIQQPNiB0N",
     "pdkv_engine_info_t": "NNIIIiQQQQQB0N",
     "pdkv_engine_group_t": "NiPNPN",
-    "pdkv_engine_peer_t": "NPNPB0N",
+    "pdkv_engine_peer_t": "NQPNPB0N",
     "pdkv_engine_request_group_t": "PNPN",
-    "pdkv_engine_request_t": "NPNQQ",
+    "pdkv_engine_request_t": "NQPNQQ",
 }
 
 # ---- Functions ----------------------------------------------------------------------------
@@ -1701,6 +1753,24 @@ __all__ = [
     "HEADER_VERSION_MAJOR",
     "HEADER_VERSION_MINOR",
     "HEADER_VERSION_PATCH",
+    "PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE",
+    "PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE",
+    "PDKV_CONFIG_FIELD_KV_CACHE_DTYPE",
+    "PDKV_CONFIG_FIELD_CONV_STATE_DTYPE",
+    "PDKV_CONFIG_FIELD_SSM_STATE_DTYPE",
+    "PDKV_CONFIG_FIELD_BLOCK_SIZE",
+    "PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE",
+    "PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS",
+    "PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK",
+    "PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID",
+    "PDKV_TRIM_FIELD_TOKENS_PER_BLOCK",
+    "PDKV_SPLIT_FIELD_FLOOR_UNIT",
+    "PDKV_SPLIT_FIELD_TAIL_HASH_BLOCK_SIZE",
+    "PDKV_SPLIT_FIELD_MAX_NUM_SCHEDULED_TOKENS",
+    "PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD",
+    "PDKV_LAYOUT_FIELD_PREFIX_CACHING",
+    "PDKV_LAYOUT_FIELD_PIPELINE",
+    "PDKV_LAYOUT_FIELD_LAYER_END",
     "PDKV_AGENT_FIELD_LISTEN_ADDRESS",
     "PDKV_AGENT_FIELD_TRANSPORT",
     "PDKV_AGENT_FIELD_PROGRESS_MODE",
@@ -1713,6 +1783,7 @@ __all__ = [
     "PDKV_CONNECT_FIELD_TIMEOUT",
     "PDKV_TRANSFER_FIELD_TIMEOUT",
     "PDKV_TRANSFER_FIELD_NOTIFY",
+    "PDKV_ENGINE_FIELD_PREFIX_CACHING",
     "MACROS",
     "FIELD_BITS",
     "PDKV_OK",

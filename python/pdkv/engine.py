@@ -103,11 +103,10 @@ class Engine(Handle):
             o.region_bases = ctypes.cast(keep, POINTER(ctypes.c_uint64)) if n else None
             o.num_region_bases = n
         o.kv_layout = int(enum_value("kv_layout", KvLayout, kv_layout))
-        if prefix_caching is None:
-            o.prefix_caching = -1
-        elif isinstance(prefix_caching, bool):
+        if isinstance(prefix_caching, bool):
+            o.field_mask |= _ffi.FIELD_BITS["PDKV_ENGINE_FIELD_PREFIX_CACHING"]
             o.prefix_caching = int(prefix_caching)
-        else:
+        elif prefix_caching is not None:
             raise TypeError(f"prefix_caching must be a bool or None, got {type(prefix_caching).__name__}")
         out = POINTER(_ffi.EngineT)()
         call("pdkv_engine_new", byref(o), byref(out))

@@ -29,23 +29,24 @@ from .model import Model, backend_from_name
 @dataclasses.dataclass(frozen=True)
 class EngineConfig:
     """Settings of one engine (P or D) that change the geometry (``pdkv_engine_config_t``).
-    Byte sizes of 0 mean "auto". Enum fields accept the enum, its value or its name
+    None leaves an optional field unset (vLLM's "auto" or "not given"). Enum fields accept the
+    enum, its value or its name
     (``backend`` also any pdkv/vLLM backend name, e.g. ``"FLASH_ATTN"``)."""
 
     #: Tensor-parallel size, >= 1.
     tp_size: int = 1
-    #: KV cache dtype bytes; 0: model dtype.
-    kv_cache_dtype_bytes: int = 0
-    #: Conv state dtype bytes; 0: model dtype.
-    conv_state_dtype_bytes: int = 0
-    #: SSM state dtype bytes; 0: model default, else the conv dtype.
-    ssm_state_dtype_bytes: int = 0
+    #: KV cache dtype bytes; None: the model dtype.
+    kv_cache_dtype_bytes: Optional[int] = None
+    #: Conv state dtype bytes; None: the model dtype.
+    conv_state_dtype_bytes: Optional[int] = None
+    #: SSM state dtype bytes; None: the model default, else the conv dtype.
+    ssm_state_dtype_bytes: Optional[int] = None
     #: Speculative tokens (add conv rows for some models).
     num_speculative_tokens: int = 0
-    #: --block-size; 0: not set.
-    user_block_size: int = 0
-    #: --mamba-block-size ("all" mode); 0: model chunk size.
-    user_mamba_block_size: int = 0
+    #: --block-size; None: not given.
+    user_block_size: Optional[int] = None
+    #: --mamba-block-size ("all" mode); None: the model chunk size.
+    user_mamba_block_size: Optional[int] = None
     #: Attention backend.
     backend: Union[AttentionBackend, int, str] = AttentionBackend.FLASH_ATTN
     #: CUSTOM backend only: preferred block size.
@@ -58,8 +59,8 @@ class EngineConfig:
     mamba_cache_mode: Union[MambaCacheMode, int, str] = MambaCacheMode.NONE
     #: Conv state layout (SD is rejected by the geometry).
     conv_layout: Union[ConvLayout, int, str] = ConvLayout.DS
-    #: KV element format: bits per K/V element (4, 8, 16, 32, 64); 0: 8 * the KV dtype bytes.
-    kv_cache_element_bits: int = 0
+    #: KV element format: bits per K/V element (4, 8, 16, 32, 64); None: 8 * the KV dtype bytes.
+    kv_cache_element_bits: Optional[int] = None
     #: Bytes packed per token per KV head beside K and V (per-token-head scales: 8); 0: none.
     kv_cache_head_extra_bytes: int = 0
 
@@ -75,12 +76,12 @@ class EngineConfig:
         c = _ffi.EngineConfigC()
         call("pdkv_engine_config_init", byref(c))
         c.tp_size = u32("tp_size", self.tp_size)
-        c.kv_cache_dtype_bytes = u32("kv_cache_dtype_bytes", self.kv_cache_dtype_bytes)
-        c.conv_state_dtype_bytes = u32("conv_state_dtype_bytes", self.conv_state_dtype_bytes)
-        c.ssm_state_dtype_bytes = u32("ssm_state_dtype_bytes", self.ssm_state_dtype_bytes)
+        for name, bit in _CONFIG_OPTIONAL:
+            value = getattr(self, name)
+            if value is not None:  # an optional field: set with its bit
+                c.field_mask |= _ffi.FIELD_BITS[bit]
+                setattr(c, name, u32(name, value))
         c.num_speculative_tokens = u32("num_speculative_tokens", self.num_speculative_tokens)
-        c.user_block_size = u32("user_block_size", self.user_block_size)
-        c.user_mamba_block_size = u32("user_mamba_block_size", self.user_mamba_block_size)
         c.attention_backend = int(self.backend_value())
         c.preferred_block_size = u32("preferred_block_size", self.preferred_block_size)
         sizes = self.kernel_block_sizes
@@ -94,9 +95,19 @@ class EngineConfig:
         c.kernel_block_multiple_of = u32("kernel_block_multiple_of", self.kernel_block_multiple_of)
         c.mamba_cache_mode = int(enum_value("mamba_cache_mode", MambaCacheMode, self.mamba_cache_mode))
         c.conv_layout = int(enum_value("conv_layout", ConvLayout, self.conv_layout))
-        c.kv_cache_element_bits = u32("kv_cache_element_bits", self.kv_cache_element_bits)
         c.kv_cache_head_extra_bytes = u32("kv_cache_head_extra_bytes", self.kv_cache_head_extra_bytes)
         return c
+
+
+# The optional fields of pdkv_engine_config_t and their bits.
+_CONFIG_OPTIONAL = (
+    ("kv_cache_dtype_bytes", "PDKV_CONFIG_FIELD_KV_CACHE_DTYPE"),
+    ("conv_state_dtype_bytes", "PDKV_CONFIG_FIELD_CONV_STATE_DTYPE"),
+    ("ssm_state_dtype_bytes", "PDKV_CONFIG_FIELD_SSM_STATE_DTYPE"),
+    ("user_block_size", "PDKV_CONFIG_FIELD_BLOCK_SIZE"),
+    ("user_mamba_block_size", "PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE"),
+    ("kv_cache_element_bits", "PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS"),
+)
 
 
 @dataclasses.dataclass(frozen=True)

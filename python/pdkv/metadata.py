@@ -50,12 +50,12 @@ class EngineLayout:
     #: layer_pattern order for a model with MLA-typed layers), or one kind per region.
     region_kinds: Optional[Tuple[Union[RegionKind, int, str], ...]] = None
     #: Pipeline stage (metadata format 1.2): stage pp_rank of pp_size holding the model layers
-    #: [layer_begin, layer_end); layer_end 0 means through the model's last layer. One stage
+    #: [layer_begin, layer_end); layer_end None: through the model's last layer. One stage
     #: (the default) holds every layer.
     pp_size: int = 1
     pp_rank: int = 0
     layer_begin: int = 0
-    layer_end: int = 0
+    layer_end: Optional[int] = None
 
     def _to_c(self) -> Tuple[_ffi.EngineLayoutC, Any]:
         c = _ffi.EngineLayoutC()
@@ -65,10 +65,13 @@ class EngineLayout:
         c.num_logical_blocks = u64("num_logical_blocks", self.num_logical_blocks)
         c.num_regions = u32("num_regions", self.num_regions)
         c.base = u64("base", self.base)
+        c.field_mask |= _ffi.FIELD_BITS["PDKV_LAYOUT_FIELD_PIPELINE"]
         c.pp_size = u32("pp_size", self.pp_size)
         c.pp_rank = u32("pp_rank", self.pp_rank)
         c.layer_begin = u32("layer_begin", self.layer_begin)
-        c.layer_end = u32("layer_end", self.layer_end)
+        if self.layer_end is not None:
+            c.field_mask |= _ffi.FIELD_BITS["PDKV_LAYOUT_FIELD_LAYER_END"]
+            c.layer_end = u32("layer_end", self.layer_end)
         keep = None
         if self.region_bases is not None:
             keep, n = u64_array("region_bases", self.region_bases)
@@ -88,12 +91,12 @@ class EngineLayout:
             c.region_kinds = ctypes.cast(kinds_c, POINTER(c_int32))
             keep = (keep, kinds_c)
         c.kv_layout = int(enum_value("kv_layout", KvLayout, self.kv_layout))
-        if self.prefix_caching is None:
-            c.prefix_caching = -1
-        elif isinstance(self.prefix_caching, bool):
-            c.prefix_caching = int(self.prefix_caching)
-        else:
-            c.prefix_caching = integer("prefix_caching", self.prefix_caching, -1, 1)
+        if self.prefix_caching is not None:
+            c.field_mask |= _ffi.FIELD_BITS["PDKV_LAYOUT_FIELD_PREFIX_CACHING"]
+            if isinstance(self.prefix_caching, bool):
+                c.prefix_caching = int(self.prefix_caching)
+            else:
+                c.prefix_caching = integer("prefix_caching", self.prefix_caching, 0, 255)
         return c, keep
 
 

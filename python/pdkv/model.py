@@ -47,6 +47,10 @@ def backend_from_name(name: str) -> Union[AttentionBackend, int]:
     return to_enum(AttentionBackend, out.value)
 
 
+_CHUNK_BIT = _ffi.FIELD_BITS["PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE"]
+_SSM_DTYPE_BIT = _ffi.FIELD_BITS["PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE"]
+
+
 @dataclasses.dataclass(frozen=True)
 class PresetInfo:
     """A built-in model preset."""
@@ -110,14 +114,14 @@ class ModelDesc:
     mamba_d_inner: int = 0
     #: d_conv.
     mamba_conv_kernel: int = 0
-    #: 0 means 2048.
-    mamba_chunk_size: int = 0
+    #: None: 2048.
+    mamba_chunk_size: Optional[int] = None
     #: Speculative tokens add conv rows (NemotronH, GDN).
     mamba_conv_rows_include_spec: bool = False
     #: Model dtype size in bytes, 1..8.
     dtype_bytes: int = 2
-    #: Engine "auto" SSM state dtype; 0 = conv dtype.
-    default_ssm_dtype_bytes: int = 0
+    #: The SSM state dtype an engine's "auto" picks; None: the conv dtype.
+    default_ssm_dtype_bytes: Optional[int] = None
     #: One char per layer: '*' attention, 'M' Mamba, 'P' both, 'L' MLA-typed attention in a GQA
     #: model, '-' neither; "" = unknown.
     layer_pattern: str = ""
@@ -143,10 +147,14 @@ class ModelDesc:
         c.mamba_n_groups = u32("mamba_n_groups", self.mamba_n_groups)
         c.mamba_d_inner = u64("mamba_d_inner", self.mamba_d_inner)
         c.mamba_conv_kernel = u32("mamba_conv_kernel", self.mamba_conv_kernel)
-        c.mamba_chunk_size = u32("mamba_chunk_size", self.mamba_chunk_size)
+        if self.mamba_chunk_size is not None:
+            c.field_mask |= _ffi.FIELD_BITS["PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE"]
+            c.mamba_chunk_size = u32("mamba_chunk_size", self.mamba_chunk_size)
         c.mamba_conv_rows_include_spec = flag("mamba_conv_rows_include_spec", self.mamba_conv_rows_include_spec)
         c.dtype_bytes = u32("dtype_bytes", self.dtype_bytes)
-        c.default_ssm_dtype_bytes = u32("default_ssm_dtype_bytes", self.default_ssm_dtype_bytes)
+        if self.default_ssm_dtype_bytes is not None:
+            c.field_mask |= _ffi.FIELD_BITS["PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE"]
+            c.default_ssm_dtype_bytes = u32("default_ssm_dtype_bytes", self.default_ssm_dtype_bytes)
         c.layer_pattern = encode("layer_pattern", self.layer_pattern)
         c.mla_head_size = u32("mla_head_size", self.mla_head_size)
         return c
@@ -168,10 +176,10 @@ class ModelDesc:
             mamba_n_groups=c.mamba_n_groups,
             mamba_d_inner=c.mamba_d_inner,
             mamba_conv_kernel=c.mamba_conv_kernel,
-            mamba_chunk_size=c.mamba_chunk_size,
+            mamba_chunk_size=c.mamba_chunk_size if c.field_mask & _CHUNK_BIT else None,
             mamba_conv_rows_include_spec=bool(c.mamba_conv_rows_include_spec),
             dtype_bytes=c.dtype_bytes,
-            default_ssm_dtype_bytes=c.default_ssm_dtype_bytes,
+            default_ssm_dtype_bytes=c.default_ssm_dtype_bytes if c.field_mask & _SSM_DTYPE_BIT else None,
             layer_pattern=decode(c.layer_pattern),
             mla_head_size=c.mla_head_size,
         )

@@ -37,7 +37,7 @@ from .errors import ClosedError, Status
 from .geometry import Geometry
 from .metadata import EngineMetadata
 from .topology import TpMapping
-from .trim import GroupTrimInput
+from .trim import GroupTrimInput, trim_optionals
 
 if TYPE_CHECKING:
     from .plan_request import PlanRequest
@@ -179,7 +179,8 @@ class _TrimFastC(ctypes.Structure):
 class _PlanGroupFastC(ctypes.Structure):
     """``pdkv_plan_group_t`` with untyped pointers (same layout)."""
 
-    _fields_ = [("struct_size", c_size_t), ("trim", ctypes.c_void_p), ("regions", ctypes.c_void_p),
+    _fields_ = [("struct_size", c_size_t), ("field_mask", ctypes.c_uint64), ("trim", ctypes.c_void_p),
+                ("regions", ctypes.c_void_p),
                 ("num_regions", c_size_t), ("layers", ctypes.c_void_p), ("num_layers", c_size_t)]
 
 
@@ -219,7 +220,7 @@ def _ids_address(values: Any, name: str) -> Optional[Tuple[int, int, Any]]:
     return (ctypes.addressof(arr) if n else 0), n, arr
 
 
-_TRIM_FORMAT, _GROUP_FORMAT = "NiiPNPNQQQQQBQQQQ", "NPPNPN"  # pdkv_group_trim_input_t, pdkv_plan_group_t
+_TRIM_FORMAT, _GROUP_FORMAT = "NQiiPNPNQQQQQQQQQ", "NQPPNPN"  # pdkv_group_trim_input_t, pdkv_plan_group_t
 assert struct.calcsize("@" + _TRIM_FORMAT) == _TRIM_SIZE and struct.calcsize("@" + _GROUP_FORMAT) == _PLAN_GROUP_SIZE
 _TRIM_SCRATCH = struct.Struct("@" + _TRIM_FORMAT + "QQ")  # a trim and its two scratch words (see _PackBuffer)
 _GROUP_STRUCT = struct.Struct("@" + _GROUP_FORMAT)
@@ -304,13 +305,10 @@ def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[_PackBuffer, int, List[
             return None
         k, m = t.kind, t.cache_mode
         tk, tm = type(k), type(m)
-        lpt, rpt, computed, hit = t.local_tokens_per_block, t.remote_tokens_per_block, t.remote_computed_tokens, \
-            t.local_hit_tokens
-        window, rfirst, lf = t.sliding_window, t.remote_first_block, t.local_first_block
+        mask, lpt, rpt, lf = trim_optionals(t.local_tokens_per_block, t.remote_tokens_per_block, t.local_first_block)
+        computed, hit = t.remote_computed_tokens, t.local_hit_tokens
+        window, rfirst = t.sliding_window, t.remote_first_block
         lk, rk = t.local_kernel_blocks_per_id, t.remote_kernel_blocks_per_id
-        has_lf = 1
-        if lf is None:
-            lf, has_lf = 0, 0
         # bools, floats, IntEnums of other types: the checked path
         if not ((tk is int or tk is GroupKind) and (tm is int or tm is MambaCacheMode) and type(lpt) is int and
                 type(rpt) is int and type(computed) is int and type(hit) is int and type(window) is int and
@@ -364,9 +362,9 @@ def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[_PackBuffer, int, List[
         keep.append(lay[2])
         total += ln + rn
         try:  # one pack per struct (cheaper than one of them all): each range-checks its fields
-            trim_pack(mb, trim_at, _TRIM_SIZE, k, m, la, ln, ra, rn, lpt, rpt, computed, hit, window, has_lf, lf, rfirst,
+            trim_pack(mb, trim_at, _TRIM_SIZE, mask, k, m, la, ln, ra, rn, lpt, rpt, computed, hit, window, lf, rfirst,
                       lk, rk, lv, rv)
-            group_pack(mb, group_at, _PLAN_GROUP_SIZE, at, reg[0], reg[1], lay[0], lay[1])
+            group_pack(mb, group_at, _PLAN_GROUP_SIZE, 0, at, reg[0], reg[1], lay[0], lay[1])
         except struct.error:  # a value out of its C type's range
             return None
         i += 1
@@ -398,7 +396,7 @@ def _groups(groups: Iterable[PlanGroup]) -> Tuple[Any, int, List[Any]]:
         layers, nl = _regions(i, g.layers, "layers")
         keep += [trim_c, trim_keep, regions, layers]
         assert arr is not None
-        arr[i] = _ffi.PlanGroupC(_PLAN_GROUP_SIZE, ctypes.pointer(trim_c), regions, n, layers, nl)
+        arr[i] = _ffi.PlanGroupC(_PLAN_GROUP_SIZE, 0, ctypes.pointer(trim_c), regions, n, layers, nl)
     return arr, len(items), keep
 
 

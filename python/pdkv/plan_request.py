@@ -39,11 +39,11 @@ from .plan import (
 _ARRAY = array.array
 _Q_CODES = frozenset(c for c in "QL" if array.array(c).itemsize == 8)
 _ERRORS = (TypeError, ValueError, OverflowError, struct.error)  # the fast path hands these to the checked one
-# The fields of one pdkv_group_trim_input_t from local_blocks to local_hit_tokens (fields 3..10
+# The fields of one pdkv_group_trim_input_t from local_blocks to local_hit_tokens (fields 4..11
 # of _TRIM_FORMAT), and their byte offset in the struct.
-_WINDOW = struct.Struct("@" + _TRIM_FORMAT[3:11])
+_WINDOW = struct.Struct("@" + _TRIM_FORMAT[4:12])
 _WINDOW_OFFSET = _ffi.GroupTrimInputC.local_blocks.offset
-assert _TRIM_FORMAT[3:11] == "PNPNQQQQ" and _ffi.GroupTrimInputC.local_hit_tokens.offset + 8 == _WINDOW_OFFSET + _WINDOW.size
+assert _TRIM_FORMAT[4:12] == "PNPNQQQQ" and _ffi.GroupTrimInputC.local_hit_tokens.offset + 8 == _WINDOW_OFFSET + _WINDOW.size
 _GROUP_FIELDS = len(_GROUP_FORMAT)
 # In a packing each trim is followed by two 8-byte words: a group's local and remote id when it
 # passes one each (a Mamba group's usual request), copied there instead of pinning its buffer.
@@ -68,7 +68,7 @@ class _Packing:
         self.q = self.mb.cast("Q")  # the scratch words, as uint64 (a store range-checks the id)
         values = list(req._group_template)
         for i in range(n):  # each group points at its own trim in this buffer
-            values[_GROUP_FIELDS * i + 1] = base + trims + i * _TRIM_STRIDE
+            values[_GROUP_FIELDS * i + 2] = base + trims + i * _TRIM_STRIDE
         st = _GROUP_STRUCT.get(n)
         if st is None:
             st = _GROUP_STRUCT.setdefault(n, struct.Struct("@" + _GROUP_FORMAT * n))
@@ -80,7 +80,7 @@ class _Packing:
             at = trims + i * _TRIM_STRIDE
             _TRIM_STRUCT.pack_into(self.mb, at, *t)
             scratch = at + _TRIM_SIZE
-            self.groups.append((at + _WINDOW_OFFSET, scratch // 8, base + scratch, base + scratch + 8, t[7], t[8]))
+            self.groups.append((at + _WINDOW_OFFSET, scratch // 8, base + scratch, base + scratch + 8, t[8], t[9]))
         self.arg = ctypes.c_void_p(base)
         self.typed = ctypes.cast(base, ctypes.POINTER(_ffi.PlanGroupC))
         self.count = ctypes.c_size_t(n)
@@ -247,11 +247,11 @@ class PlanRequest:
             regions, nr = _regions(i, g.regions)
             layers, nl = _regions(i, g.layers, "layers")
             self._keep += [regions, layers]
-            self._group_template += [_PLAN_GROUP_SIZE, None, ctypes.addressof(regions) if nr else 0, nr,
+            self._group_template += [_PLAN_GROUP_SIZE, 0, None, ctypes.addressof(regions) if nr else 0, nr,
                                      ctypes.addressof(layers) if nl else 0, nl]
             self._trim_templates.append((
-                _TRIM_SIZE, c.kind, c.cache_mode, 0, 0, 0, 0, c.local_tokens_per_block, c.remote_tokens_per_block,
-                0, 0, c.sliding_window, c.has_local_first_block, c.local_first_block, c.remote_first_block,
+                _TRIM_SIZE, c.field_mask, c.kind, c.cache_mode, 0, 0, 0, 0, c.local_tokens_per_block,
+                c.remote_tokens_per_block, 0, 0, c.sliding_window, c.local_first_block, c.remote_first_block,
                 c.local_kernel_blocks_per_id, c.remote_kernel_blocks_per_id))
         # Packings not in use: a compile pops one (or makes one when several threads compile at
         # once) and puts it back (list.pop / append are atomic).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 from ctypes import byref, c_uint64
-from typing import Iterable
+from typing import Iterable, Optional
 
 from . import _ffi
 from ._base import call, flag, u64
@@ -50,11 +50,11 @@ class AlignedSplitInput:
     num_prompt_tokens: int  #: Prompt length.
     num_tokens: int  #: Prompt + output so far.
     block_size: int  #: Mamba block size.
-    floor_unit: int = 0  #: Finer floor for a sub-block chunk end; 0: none (vLLM main).
-    tail_hash_block_size: int = 0  #: 0: off.
-    shared_prefix_tokens: int = 0  #: 0: none.
-    max_num_scheduled_tokens: int = 0  #: 0: unlimited.
-    long_prefill_token_threshold: int = 0  #: 0: none.
+    floor_unit: Optional[int] = None  #: Finer floor for a sub-block chunk end; None: none (vLLM main).
+    tail_hash_block_size: Optional[int] = None  #: Fine-grained tail hits; None: off.
+    shared_prefix_tokens: int = 0  #: 0: no shared prefix.
+    max_num_scheduled_tokens: Optional[int] = None  #: None: unlimited.
+    long_prefill_token_threshold: Optional[int] = None  #: None: no threshold.
     use_eagle: bool = False  #: EAGLE keeps one block back.
     load_kv_async: bool = False  #: Asynchronous connector load.
     #: Return 0 (the request waits) instead of a sub-block chunk that no floor keeps when the
@@ -63,6 +63,12 @@ class AlignedSplitInput:
 
 
 _SPLIT_FLAGS = ("use_eagle", "load_kv_async", "defer_oversized_block")
+_SPLIT_OPTIONAL = {
+    "floor_unit": "PDKV_SPLIT_FIELD_FLOOR_UNIT",
+    "tail_hash_block_size": "PDKV_SPLIT_FIELD_TAIL_HASH_BLOCK_SIZE",
+    "max_num_scheduled_tokens": "PDKV_SPLIT_FIELD_MAX_NUM_SCHEDULED_TOKENS",
+    "long_prefill_token_threshold": "PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD",
+}
 
 
 def mamba_aligned_split(input: AlignedSplitInput) -> int:
@@ -74,6 +80,11 @@ def mamba_aligned_split(input: AlignedSplitInput) -> int:
     c.struct_size = ctypes.sizeof(c)
     for f in dataclasses.fields(input):
         v = getattr(input, f.name)
+        bit = _SPLIT_OPTIONAL.get(f.name)
+        if bit is not None:
+            if v is None:  # an optional field left unset
+                continue
+            c.field_mask |= _ffi.FIELD_BITS[bit]
         setattr(c, f.name, flag(f.name, v) if f.name in _SPLIT_FLAGS else u64(f.name, v))
     out = c_uint64()
     call("pdkv_mamba_aligned_split", byref(c), byref(out))

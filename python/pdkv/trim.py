@@ -17,13 +17,15 @@ from .enums import GroupKind, MambaCacheMode
 class GroupTrimInput:
     """One group's trimming inputs (``pdkv_group_trim_input_t``). Attention kinds use KERNEL
     block ids of each side; Mamba groups use logical ids, exchange-clipped exactly once. Id 0 is
-    the null block. ``local_first_block`` None: derived as local_hit_tokens / tokens per block."""
+    the null block. ``local_first_block`` None: derived as local_hit_tokens / tokens per block.
+    ``local_tokens_per_block`` / ``remote_tokens_per_block`` None: from the metadata in a plan
+    (:func:`trim_group` needs them for attention kinds and Mamba "all" mode)."""
 
     kind: KindLike  #: Group kind.
     local_blocks: Tuple[int, ...] = ()  #: D blocks still to fill (after D's prefix hit).
     remote_blocks: Tuple[int, ...] = ()  #: P blocks of the request.
-    local_tokens_per_block: int = 0  #: D tokens per block (0 in a plan: from metadata).
-    remote_tokens_per_block: int = 0  #: P tokens per block (0 in a plan: from metadata).
+    local_tokens_per_block: Optional[int] = None  #: D tokens per block (None in a plan: from metadata).
+    remote_tokens_per_block: Optional[int] = None  #: P tokens per block (None in a plan: from metadata).
     remote_computed_tokens: int = 0  #: Prompt tokens P computed (N-1 rule applied).
     local_hit_tokens: int = 0  #: Tokens D already holds.
     sliding_window: int = 0  #: Sliding-window groups: window in tokens.
@@ -52,13 +54,19 @@ class GroupTrimInput:
         c.num_local_blocks = ln
         c.remote_blocks = ctypes.cast(ra, POINTER(c_uint64)) if ra is not None else None
         c.num_remote_blocks = rn
-        c.local_tokens_per_block = u64("local_tokens_per_block", self.local_tokens_per_block)
-        c.remote_tokens_per_block = u64("remote_tokens_per_block", self.remote_tokens_per_block)
+        mask = _TRIM_KBPI
+        lpt, rpt = self.local_tokens_per_block, self.remote_tokens_per_block
+        if lpt is not None or rpt is not None:
+            mask |= _TRIM_TPB
+            c.local_tokens_per_block = 0 if lpt is None else u64("local_tokens_per_block", lpt)
+            c.remote_tokens_per_block = 0 if rpt is None else u64("remote_tokens_per_block", rpt)
         c.remote_computed_tokens = u64("remote_computed_tokens", self.remote_computed_tokens)
         c.local_hit_tokens = u64("local_hit_tokens", self.local_hit_tokens)
         c.sliding_window = u64("sliding_window", self.sliding_window)
-        c.has_local_first_block = flag("has_local_first_block", self.local_first_block is not None)
-        c.local_first_block = 0 if self.local_first_block is None else u64("local_first_block", self.local_first_block)
+        if self.local_first_block is not None:
+            mask |= _TRIM_LFB
+            c.local_first_block = u64("local_first_block", self.local_first_block)
+        c.field_mask = mask
         c.remote_first_block = u64("remote_first_block", self.remote_first_block)
         c.local_kernel_blocks_per_id = u64("local_kernel_blocks_per_id", self.local_kernel_blocks_per_id)
         c.remote_kernel_blocks_per_id = u64("remote_kernel_blocks_per_id", self.remote_kernel_blocks_per_id)
@@ -75,26 +83,46 @@ class GroupTrimInput:
             m = int(m)
         if type(k) is not int or type(m) is not int or not (-_I32 <= k < _I32 and -_I32 <= m < _I32):
             return None
-        ints = (self.local_tokens_per_block, self.remote_tokens_per_block, self.remote_computed_tokens,
+        mask, lpt, rpt, lf = trim_optionals(self.local_tokens_per_block, self.remote_tokens_per_block,
+                                            self.local_first_block)
+        ints = (lpt, rpt, self.remote_computed_tokens,
                 self.local_hit_tokens, self.sliding_window, self.remote_first_block,
-                self.local_kernel_blocks_per_id, self.remote_kernel_blocks_per_id)
+                self.local_kernel_blocks_per_id, self.remote_kernel_blocks_per_id, lf)
         for v in ints:
             if type(v) is not int or v < 0 or v > _U64:
                 return None
-        lf = self.local_first_block
-        if lf is not None and (type(lf) is not int or lf < 0 or lf > _U64):
-            return None
         la, ln = u64_array("local_blocks", self.local_blocks)
         ra, rn = u64_array("remote_blocks", self.remote_blocks)
         c = _ffi.GroupTrimInputC(
-            _TRIM_SIZE, k, m, la, ln, ra, rn, ints[0], ints[1], ints[2], ints[3], ints[4],
-            0 if lf is None else 1, 0 if lf is None else lf, ints[5], ints[6], ints[7])
+            _TRIM_SIZE, mask, k, m, la, ln, ra, rn, ints[0], ints[1], ints[2], ints[3], ints[4],
+            lf, ints[5], ints[6], ints[7])
         return c, [la, ra]
 
 
 _U64 = (1 << 64) - 1
 _I32 = 1 << 31
 _TRIM_SIZE = ctypes.sizeof(_ffi.GroupTrimInputC)
+_TRIM_LFB = _ffi.FIELD_BITS["PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK"]
+_TRIM_KBPI = _ffi.FIELD_BITS["PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID"]
+_TRIM_TPB = _ffi.FIELD_BITS["PDKV_TRIM_FIELD_TOKENS_PER_BLOCK"]
+
+
+def trim_optionals(lpt: Optional[int], rpt: Optional[int], lf: Optional[int]) -> Tuple[int, Any, Any, Any]:
+    """(field_mask, local tokens per block, remote tokens per block, local first block) of a
+    trim input: None leaves a field's bit unset (and its value 0). The kernel blocks per id are
+    always set (their default, 1, is the library's)."""
+    mask = _TRIM_KBPI
+    if lpt is not None or rpt is not None:
+        mask |= _TRIM_TPB
+        lpt = 0 if lpt is None else lpt
+        rpt = 0 if rpt is None else rpt
+    else:
+        lpt = rpt = 0
+    if lf is not None:
+        mask |= _TRIM_LFB
+    else:
+        lf = 0
+    return mask, lpt, rpt, lf
 
 
 @dataclasses.dataclass(frozen=True)

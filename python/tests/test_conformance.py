@@ -83,17 +83,22 @@ class Input:
             raise VectorError(f"unknown input key(s) {extra}")
 
 
+def _opt(i: Input, key: str) -> Optional[int]:
+    """An optional field: the vector's value, or None (unset) when the vector does not name it."""
+    return i.int(key) if key in i.obj else None
+
+
 def engine(e: Input) -> pdkv.EngineConfig:
     """docs/conformance.md "Shared input shapes": an engine object."""
     cfg = pdkv.EngineConfig(
         tp_size=e.int("tp_size"),
-        kv_cache_dtype_bytes=e.int("kv_cache_dtype_bytes", 0),
-        conv_state_dtype_bytes=e.int("conv_state_dtype_bytes", 0),
-        ssm_state_dtype_bytes=e.int("ssm_state_dtype_bytes", 0),
+        kv_cache_dtype_bytes=_opt(e, "kv_cache_dtype_bytes"),
+        conv_state_dtype_bytes=_opt(e, "conv_state_dtype_bytes"),
+        ssm_state_dtype_bytes=_opt(e, "ssm_state_dtype_bytes"),
         num_speculative_tokens=e.int("num_speculative_tokens", 0),
-        user_block_size=e.int("user_block_size", 0),
-        user_mamba_block_size=e.int("user_mamba_block_size", 0),
-        kv_cache_element_bits=e.int("kv_cache_element_bits", 0),
+        user_block_size=_opt(e, "user_block_size"),
+        user_mamba_block_size=_opt(e, "user_mamba_block_size"),
+        kv_cache_element_bits=_opt(e, "kv_cache_element_bits"),
         kv_cache_head_extra_bytes=e.int("kv_cache_head_extra_bytes", 0),
         backend=pdkv.backend_from_name(e.str("backend", "flash_attn")),
         mamba_cache_mode=_choice("mamba_cache_mode", e.str("mamba_cache_mode", "none"), ("none", "align", "all")),
@@ -280,8 +285,8 @@ def trim_input(i: Input) -> pdkv.GroupTrimInput:
         cache_mode=_choice("cache_mode", i.str("cache_mode", "none"), _CACHE_MODES),
         local_blocks=tuple(i.ints("local_blocks")),
         remote_blocks=tuple(i.ints("remote_blocks")),
-        local_tokens_per_block=i.int("local_tokens_per_block", 0),
-        remote_tokens_per_block=i.int("remote_tokens_per_block", 0),
+        local_tokens_per_block=_opt(i, "local_tokens_per_block"),
+        remote_tokens_per_block=_opt(i, "remote_tokens_per_block"),
         remote_computed_tokens=i.int("remote_computed_tokens", 0),
         local_hit_tokens=i.int("local_hit_tokens", 0),
         sliding_window=i.int("sliding_window", 0),
@@ -329,11 +334,11 @@ def op_mamba_aligned_split(i: Input) -> Dict[str, Any]:
         num_prompt_tokens=i.int("num_prompt_tokens", 0),
         num_tokens=i.int("num_tokens", 0),
         block_size=i.int("block_size", 0),
-        floor_unit=i.int("floor_unit", 0),
-        tail_hash_block_size=i.int("tail_hash_block_size", 0),
+        floor_unit=_opt(i, "floor_unit"),
+        tail_hash_block_size=_opt(i, "tail_hash_block_size"),
         shared_prefix_tokens=i.int("shared_prefix_tokens", 0),
-        max_num_scheduled_tokens=i.int("max_num_scheduled_tokens", 0),
-        long_prefill_token_threshold=i.int("long_prefill_token_threshold", 0),
+        max_num_scheduled_tokens=_opt(i, "max_num_scheduled_tokens"),
+        long_prefill_token_threshold=_opt(i, "long_prefill_token_threshold"),
         use_eagle=i.bool("use_eagle", False),
         load_kv_async=i.bool("load_kv_async", False),
         defer_oversized_block=i.bool("defer_oversized_block", False),
@@ -422,7 +427,7 @@ def layout(i: Optional[Input]) -> pdkv.EngineLayout:
         return pdkv.EngineLayout()
     d = pdkv.EngineLayout()
     bases = i.ints("region_bases") if "region_bases" in i.obj else None
-    prefix = i.int("prefix_caching", -1)
+    prefix = _opt(i, "prefix_caching")
     out = pdkv.EngineLayout(
         engine_id=i.str("engine_id", d.engine_id),
         tp_rank=i.int("tp_rank", d.tp_rank),
@@ -431,7 +436,7 @@ def layout(i: Optional[Input]) -> pdkv.EngineLayout:
         base=i.int("base", d.base),
         region_bases=tuple(bases) if bases is not None else None,
         kv_layout=_choice("kv_layout", i.str("kv_layout", "HND"), ("HND", "NHD")),
-        prefix_caching={-1: None, 0: False, 1: True}.get(prefix, prefix),
+        prefix_caching=None if prefix is None else {0: False, 1: True}.get(prefix, prefix),  # type: ignore[arg-type]
         region_kinds=(
             tuple(_choice("region_kinds", k, _REGION_KINDS) for k in i.raw("region_kinds"))
             if "region_kinds" in i.obj
@@ -440,7 +445,7 @@ def layout(i: Optional[Input]) -> pdkv.EngineLayout:
         pp_size=i.int("pp_size", d.pp_size),
         pp_rank=i.int("pp_rank", d.pp_rank),
         layer_begin=i.int("layer_begin", d.layer_begin),
-        layer_end=i.int("layer_end", d.layer_end),
+        layer_end=_opt(i, "layer_end"),
     )
     i.check_all_used()
     return out
@@ -853,10 +858,10 @@ def model_fields(model: pdkv.Model) -> Dict[str, Any]:
         "mamba_n_groups": d.mamba_n_groups,
         "mamba_d_inner": d.mamba_d_inner,
         "mamba_conv_kernel": d.mamba_conv_kernel,
-        "mamba_chunk_size": d.mamba_chunk_size,
+        "mamba_chunk_size": d.mamba_chunk_size or 0,  # the vectors write an unset field as 0
         "mamba_conv_rows_include_spec": d.mamba_conv_rows_include_spec,
         "dtype_bytes": d.dtype_bytes,
-        "default_ssm_dtype_bytes": d.default_ssm_dtype_bytes,
+        "default_ssm_dtype_bytes": d.default_ssm_dtype_bytes or 0,
         "layer_pattern": d.layer_pattern,
         "num_attention_layers": attention,
         "num_mamba_layers": mamba,

@@ -165,11 +165,11 @@ def test_every_header_struct_is_mirrored() -> None:
 
 
 def test_load_failure_lists_every_place_tried(tmp_path: Path) -> None:
-    bogus = tmp_path / "libpdkv.so.1"
+    bogus = tmp_path / "libpdkv.so.2"
     bogus.write_text("not an ELF file")
     candidates = [
         ("$PDKV_LIB_DIR", None),
-        ("next to the package", str(tmp_path / "missing" / "libpdkv.so.1")),
+        ("next to the package", str(tmp_path / "missing" / "libpdkv.so.2")),
         ("the directory recorded at install time", None),
         ("source checkout build", str(bogus)),
         ("the dynamic loader", "libpdkv-does-not-exist.so.0"),
@@ -182,7 +182,7 @@ def test_load_failure_lists_every_place_tried(tmp_path: Path) -> None:
     assert "no such file" in msg and str(tmp_path / "missing") in msg
     assert str(bogus) in msg
     assert "libpdkv-does-not-exist.so.0" in msg
-    assert "set PDKV_LIB_DIR to the directory holding libpdkv.so.1" in msg
+    assert "set PDKV_LIB_DIR to the directory holding libpdkv.so.2" in msg
     assert len(info.value.attempts) == 5
     assert isinstance(info.value, ImportError)
 
@@ -203,11 +203,11 @@ def test_candidates_order_and_env() -> None:
         "source checkout build",
         "the dynamic loader",
     ]
-    assert c[0][1] == "/x/lib/libpdkv.so.1"
-    assert c[1][1] == str(PYTHON_DIR / "pdkv" / "libpdkv.so.1")
-    assert c[2][1] == "/opt/pdkv/lib/libpdkv.so.1"
-    assert c[3][1] == str(REPO_ROOT / "build" / "release" / "capi" / "libpdkv.so.1")
-    assert c[4][1] == "libpdkv.so.1"
+    assert c[0][1] == "/x/lib/libpdkv.so.2"
+    assert c[1][1] == str(PYTHON_DIR / "pdkv" / "libpdkv.so.2")
+    assert c[2][1] == "/opt/pdkv/lib/libpdkv.so.2"
+    assert c[3][1] == str(REPO_ROOT / "build" / "release" / "capi" / "libpdkv.so.2")
+    assert c[4][1] == "libpdkv.so.2"
     assert _ffi.library_file_name() == f"libpdkv.so.{_ffi.HEADER_VERSION_MAJOR}"
     # An empty variable is unset; "" for the recorded directory means none was recorded.
     c = _ffi.library_candidates({"PDKV_LIB_DIR": ""}, installed_lib_dir="")
@@ -217,12 +217,12 @@ def test_candidates_order_and_env() -> None:
 def test_pdkv_lib_dir_is_a_directory_and_wins(tmp_path: Path) -> None:
     # PDKV_LIB_DIR names the directory (the same meaning as in the Rust crate): a copy of the
     # loaded library there is the one loaded, before the source checkout build.
-    (tmp_path / "libpdkv.so.1").symlink_to(os.path.realpath(_ffi.library_path()))
+    (tmp_path / "libpdkv.so.2").symlink_to(os.path.realpath(_ffi.library_path()))
     env = dict(os.environ, PDKV_LIB_DIR=str(tmp_path), PYTHONPATH=str(PYTHON_DIR))
     r = subprocess.run([sys.executable, "-c", "import pdkv; print(pdkv.library_path())"], env=env,
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == str(tmp_path / "libpdkv.so.1")
+    assert r.stdout.strip() == str(tmp_path / "libpdkv.so.2")
 
 
 def test_import_fails_clearly_without_a_library(tmp_path: Path) -> None:
@@ -234,7 +234,7 @@ def test_import_fails_clearly_without_a_library(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-c", "import pdkv"], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode != 0
     assert "LibraryLoadError" in r.stderr
-    assert str(tmp_path / "nowhere" / "libpdkv.so.1") in r.stderr and "no such file" in r.stderr
+    assert str(tmp_path / "nowhere" / "libpdkv.so.2") in r.stderr and "no such file" in r.stderr
 
 
 def test_the_package_is_typed() -> None:

@@ -53,6 +53,7 @@ pdkv_group_trim_input_t attention_input(const V& local, const V& remote, uint64_
   in.num_local_blocks = local.size();
   in.remote_blocks = remote.data();
   in.num_remote_blocks = remote.size();
+  in.field_mask = PDKV_TRIM_FIELD_TOKENS_PER_BLOCK;
   in.local_tokens_per_block = bs;
   in.remote_tokens_per_block = bs;
   in.remote_computed_tokens = n;
@@ -126,7 +127,7 @@ TEST_CASE("block ids: descriptor ids with and without Mamba groups", "[capi][blo
   const V att{3, 5}, mam{1, 2};
   pdkv_group_block_ids_t groups[2] = {{PDKV_GROUP_ATTENTION, att.data(), att.size()},
                                       {PDKV_GROUP_MAMBA, mam.data(), mam.size()}};
-  pdkv_descriptor_layout_t layout{sizeof(pdkv_descriptor_layout_t), 100, 1, 1, 2, 4};
+  pdkv_descriptor_layout_t layout{sizeof(pdkv_descriptor_layout_t), 0, 100, 1, 1, 2, 4};
   pdkv_u64_list_t* out = nullptr;
   REQUIRE_OK(pdkv_descriptor_ids(groups, 2, &layout, &out, err));
   U64ListPtr a(out);
@@ -379,8 +380,8 @@ TEST_CASE("prefix trimming: token runs, zero ranges and Mamba state pairs", "[ca
     // D's list starts at table index 2 although it holds 0 tokens: tokens 0..31 have no slot.
     const V local{3, 4}, remote{8, 9};
     pdkv_group_trim_input_t in = attention_input(local, remote, 16, 32, 0);
-    in.has_local_first_block = 1;
     in.local_first_block = 2;
+    in.field_mask |= PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK;
     auto r = capture([&](pdkv_error_t** e) {
       pdkv_group_trim_t* t = nullptr;
       const pdkv_status_t st = pdkv_group_trim_new(&in, &t, e);
@@ -417,10 +418,10 @@ TEST_CASE("prefix trimming: token runs, zero ranges and Mamba state pairs", "[ca
     CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
     CHECK_THAT(r.message, Contains("input.kind = 3"));
     in = attention_input(local, remote, 16, 16, 0);
-    in.has_local_first_block = 5;
+    in.field_mask |= 1ULL << 40;
     r = capture([&](pdkv_error_t** e) { return pdkv_group_trim_new(&in, &t, e); });
     CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
-    CHECK_THAT(r.message, Contains("has_local_first_block = 5"));
+    CHECK_THAT(r.message, Contains("pdkv_group_trim_input_t.field_mask has unknown bits 0x10000000000"));
     in = attention_input(local, remote, 0, 16, 0);
     CHECK(capture([&](pdkv_error_t** e) { return pdkv_group_trim_new(&in, &t, e); }).status ==
           PDKV_ERR_INVALID_ARGUMENT);
@@ -503,6 +504,7 @@ TEST_CASE("scheduler: aligned splits, the N-1 rule and P-side truncation", "[cap
   a.struct_size = sizeof a;
   a.num_prompt_tokens = a.num_tokens = 1300;
   a.block_size = 512;
+  a.field_mask |= PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD;
   a.long_prefill_token_threshold = 400;
   a.num_new_tokens = 400;
   REQUIRE_OK(pdkv_mamba_aligned_split(&a, &out, err));
@@ -510,14 +512,16 @@ TEST_CASE("scheduler: aligned splits, the N-1 rule and P-side truncation", "[cap
   a.defer_oversized_block = 1;
   REQUIRE_OK(pdkv_mamba_aligned_split(&a, &out, err));
   CHECK(out == 0);  // the explicit deferral
-  // A caller compiled against the 0.1 layout (struct_size 96) never reaches the appended field:
-  // whatever its memory holds there reads as 0.
-  a.struct_size = 96;
-  REQUIRE_OK(pdkv_mamba_aligned_split(&a, &out, err));
-  CHECK(out == 400);
+  CallResult bad;
+  // Below the 2.0 size: refused, naming the struct and the value.
+  a.struct_size = offsetof(pdkv_aligned_split_input_t, defer_oversized_block);
+  bad = capture([&](pdkv_error_t** e) { return pdkv_mamba_aligned_split(&a, &out, e); });
+  CHECK(bad.status == PDKV_ERR_STRUCT_SIZE);
+  CHECK_THAT(bad.message, Contains("pdkv_aligned_split_input_t.struct_size = " +
+                                   std::to_string(offsetof(pdkv_aligned_split_input_t, defer_oversized_block))));
   a.struct_size = sizeof a;
   a.defer_oversized_block = 2;
-  auto bad = capture([&](pdkv_error_t** e) { return pdkv_mamba_aligned_split(&a, &out, e); });
+  bad = capture([&](pdkv_error_t** e) { return pdkv_mamba_aligned_split(&a, &out, e); });
   CHECK(bad.status == PDKV_ERR_INVALID_ARGUMENT);
   CHECK_THAT(bad.message, Contains("defer_oversized_block = 2"));
   a.defer_oversized_block = 1;
@@ -550,7 +554,7 @@ TEST_CASE("scheduler: aligned splits, the N-1 rule and P-side truncation", "[cap
   CHECK(capture([&](pdkv_error_t** e) { return pdkv_d_num_new_matched_tokens(100, 0, 1, nullptr, e); }).status ==
         PDKV_ERR_NULL_POINTER);
 
-  pdkv_remote_decode_prefill_t req{sizeof(pdkv_remote_decode_prefill_t), 100, 50, 0};
+  pdkv_remote_decode_prefill_t req{sizeof(pdkv_remote_decode_prefill_t), 0, 100, 50, 0};
   pdkv_remote_decode_prefill_t once{};
   once.struct_size = sizeof once;
   REQUIRE_OK(pdkv_truncate_for_remote_decode(&req, 1, &once, err));

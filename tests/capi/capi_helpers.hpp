@@ -85,9 +85,11 @@ inline pdkv_model_desc_t nemotron3_nano_desc() {
   d.mamba_n_groups = 8;
   d.mamba_conv_kernel = 4;
   d.mamba_chunk_size = 128;
+  d.field_mask |= PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE;
   d.mamba_conv_rows_include_spec = 1;
   d.dtype_bytes = 2;
   d.default_ssm_dtype_bytes = 4;
+  d.field_mask |= PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE;
   d.layer_pattern = "M-M-M*-M-M-M*-M-M-M*-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M-";
   return d;
 }

@@ -171,13 +171,19 @@ pdkv_engine_config_t engine_config(Input in) {
   pdkv_engine_config_t c;
   call([&](pdkv_error_t** e) { return pdkv_engine_config_init(&c, e); });
   c.tp_size = in.u32("tp_size");
-  c.kv_cache_dtype_bytes = in.u32_or("kv_cache_dtype_bytes", 0);
-  c.conv_state_dtype_bytes = in.u32_or("conv_state_dtype_bytes", 0);
-  c.ssm_state_dtype_bytes = in.u32_or("ssm_state_dtype_bytes", 0);
+  // An optional field is set (its bit with it) when the vector names it.
+  auto optional = [&](const char* key, uint64_t bit, auto& field) {
+    if (!in.has(key)) return;
+    field = in.u32(key);
+    c.field_mask |= bit;
+  };
+  optional("kv_cache_dtype_bytes", PDKV_CONFIG_FIELD_KV_CACHE_DTYPE, c.kv_cache_dtype_bytes);
+  optional("conv_state_dtype_bytes", PDKV_CONFIG_FIELD_CONV_STATE_DTYPE, c.conv_state_dtype_bytes);
+  optional("ssm_state_dtype_bytes", PDKV_CONFIG_FIELD_SSM_STATE_DTYPE, c.ssm_state_dtype_bytes);
   c.num_speculative_tokens = in.u32_or("num_speculative_tokens", 0);
-  c.user_block_size = in.u32_or("user_block_size", 0);
-  c.user_mamba_block_size = in.u32_or("user_mamba_block_size", 0);
-  c.kv_cache_element_bits = in.u32_or("kv_cache_element_bits", 0);
+  optional("user_block_size", PDKV_CONFIG_FIELD_BLOCK_SIZE, c.user_block_size);
+  optional("user_mamba_block_size", PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE, c.user_mamba_block_size);
+  optional("kv_cache_element_bits", PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS, c.kv_cache_element_bits);
   c.kv_cache_head_extra_bytes = in.u32_or("kv_cache_head_extra_bytes", 0);
   const std::string backend = in.str_or("backend", "flash_attn");
   const std::string mode = in.str_or("mamba_cache_mode", "none");
@@ -530,16 +536,25 @@ std::unique_ptr<TrimInput> trim_input(Input& in) {
   c.remote_blocks = t->remote.data();
   c.num_remote_blocks = t->remote.size();
   auto opt = [&](const char* k) { return in.has(k) ? in.u64(k) : 0; };
-  c.local_tokens_per_block = opt("local_tokens_per_block");
-  c.remote_tokens_per_block = opt("remote_tokens_per_block");
+  // Optional fields are set (their bit with them) when the vector names them.
+  if (in.has("local_tokens_per_block") || in.has("remote_tokens_per_block")) {
+    c.field_mask |= PDKV_TRIM_FIELD_TOKENS_PER_BLOCK;
+    c.local_tokens_per_block = opt("local_tokens_per_block");
+    c.remote_tokens_per_block = opt("remote_tokens_per_block");
+  }
   c.remote_computed_tokens = opt("remote_computed_tokens");
   c.local_hit_tokens = opt("local_hit_tokens");
   c.sliding_window = opt("sliding_window");
-  c.has_local_first_block = in.has("local_first_block") ? 1 : 0;
-  c.local_first_block = opt("local_first_block");
+  if (in.has("local_first_block")) {
+    c.field_mask |= PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK;
+    c.local_first_block = in.u64("local_first_block");
+  }
   c.remote_first_block = opt("remote_first_block");
-  c.local_kernel_blocks_per_id = opt("local_kernel_blocks_per_id");
-  c.remote_kernel_blocks_per_id = opt("remote_kernel_blocks_per_id");
+  if (in.has("local_kernel_blocks_per_id") || in.has("remote_kernel_blocks_per_id")) {
+    c.field_mask |= PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID;
+    c.local_kernel_blocks_per_id = in.has("local_kernel_blocks_per_id") ? in.u64("local_kernel_blocks_per_id") : 1;
+    c.remote_kernel_blocks_per_id = in.has("remote_kernel_blocks_per_id") ? in.u64("remote_kernel_blocks_per_id") : 1;
+  }
   return t;
 }
 
@@ -603,11 +618,18 @@ json op_mamba_aligned_split(Input& in) {
   s.num_prompt_tokens = opt("num_prompt_tokens");
   s.num_tokens = opt("num_tokens");
   s.block_size = opt("block_size");
-  s.floor_unit = opt("floor_unit");
-  s.tail_hash_block_size = opt("tail_hash_block_size");
+  // An optional field is set (its bit with it) when the vector names it.
+  auto optional = [&](const char* k, uint64_t bit, uint64_t& field) {
+    if (!in.has(k)) return;
+    field = in.u64(k);
+    s.field_mask |= bit;
+  };
+  optional("floor_unit", PDKV_SPLIT_FIELD_FLOOR_UNIT, s.floor_unit);
+  optional("tail_hash_block_size", PDKV_SPLIT_FIELD_TAIL_HASH_BLOCK_SIZE, s.tail_hash_block_size);
   s.shared_prefix_tokens = opt("shared_prefix_tokens");
-  s.max_num_scheduled_tokens = opt("max_num_scheduled_tokens");
-  s.long_prefill_token_threshold = opt("long_prefill_token_threshold");
+  optional("max_num_scheduled_tokens", PDKV_SPLIT_FIELD_MAX_NUM_SCHEDULED_TOKENS, s.max_num_scheduled_tokens);
+  optional("long_prefill_token_threshold", PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD,
+           s.long_prefill_token_threshold);
   s.use_eagle = in.bool_or("use_eagle", false) ? 1 : 0;
   s.load_kv_async = in.bool_or("load_kv_async", false) ? 1 : 0;
   s.defer_oversized_block = in.bool_or("defer_oversized_block", false) ? 1 : 0;
@@ -715,11 +737,21 @@ std::unique_ptr<LayoutHolder> layout_of(Input* in) {
     if (kv == "HND") h->c.kv_layout = PDKV_KV_LAYOUT_HND;
     else if (kv == "NHD") h->c.kv_layout = PDKV_KV_LAYOUT_NHD;
     else throw VectorError("unknown kv_layout '" + kv + "'");
-    if (in->has("prefix_caching")) h->c.prefix_caching = static_cast<int32_t>(in->i64("prefix_caching"));
-    h->c.pp_size = in->u32_or("pp_size", h->c.pp_size);
-    h->c.pp_rank = in->u32_or("pp_rank", h->c.pp_rank);
-    h->c.layer_begin = in->u32_or("layer_begin", h->c.layer_begin);
-    h->c.layer_end = in->u32_or("layer_end", h->c.layer_end);
+    // Optional fields are set (their bit with them) when the vector names them.
+    if (in->has("prefix_caching")) {
+      h->c.field_mask |= PDKV_LAYOUT_FIELD_PREFIX_CACHING;
+      h->c.prefix_caching = static_cast<uint8_t>(in->i64("prefix_caching"));
+    }
+    if (in->has("pp_size") || in->has("pp_rank") || in->has("layer_begin")) {
+      h->c.field_mask |= PDKV_LAYOUT_FIELD_PIPELINE;
+      h->c.pp_size = in->u32_or("pp_size", 1);
+      h->c.pp_rank = in->u32_or("pp_rank", 0);
+      h->c.layer_begin = in->u32_or("layer_begin", 0);
+    }
+    if (in->has("layer_end")) {
+      h->c.field_mask |= PDKV_LAYOUT_FIELD_LAYER_END;
+      h->c.layer_end = in->u32("layer_end");
+    }
     if (in->has("region_kinds")) {
       const json& kinds = in->raw("region_kinds");
       if (!kinds.is_array()) throw VectorError("region_kinds must be an array");

@@ -159,6 +159,7 @@ TEST_CASE("Nemotron-3-Nano-30B TP4 and the cache modes", "[capi][geometry]") {
 
   c = engine(2);
   c.user_block_size = 4096;  // larger than B: kept, only the padding line is logged
+  c.field_mask |= PDKV_CONFIG_FIELD_BLOCK_SIZE;
   const pdkv_geometry_info_t user = info_of(make_geometry(m.get(), c).get());
   CHECK(user.block_size == 4096);
   CHECK(user.block_size_raised == 0);
@@ -180,8 +181,8 @@ TEST_CASE("geometry info and projection structs are filled only up to struct_siz
   REQUIRE_OK(pdkv_geometry_get_info(g.get(), &i, err));
   CHECK(i.num_log_lines == 2);
 
-  // Below the 0.1 size (the struct's last 0.1 field cut off) and above the current size.
-  for (size_t bad : {size_t{0}, offsetof(pdkv_geometry_info_t, num_log_lines), sizeof(pdkv_geometry_info_t) + 8}) {
+  // Below the 2.0 size (the struct's last 2.0 field cut off) and above the current size.
+  for (size_t bad : {size_t{0}, offsetof(pdkv_geometry_info_t, kv_head_bytes_per_token), sizeof(pdkv_geometry_info_t) + 8}) {
     i.struct_size = bad;
     auto r = capture([&](pdkv_error_t** err) { return pdkv_geometry_get_info(g.get(), &i, err); });
     CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
@@ -352,8 +353,10 @@ TEST_CASE("KV element format: per-token-head scales through pdkv_engine_config_t
   CHECK(c.kv_cache_element_bits == 0);
   CHECK(c.kv_cache_head_extra_bytes == 0);
   c.kv_cache_element_bits = 8;
+  c.field_mask |= PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS;
   c.kv_cache_head_extra_bytes = 8;
   c.ssm_state_dtype_bytes = 2;
+  c.field_mask |= PDKV_CONFIG_FIELD_SSM_STATE_DTYPE;
   c.num_speculative_tokens = 7;
   const GeometryPtr g = make_geometry(m.get(), c);
   const pdkv_geometry_info_t i = info_of(g.get());
@@ -362,11 +365,11 @@ TEST_CASE("KV element format: per-token-head scales through pdkv_engine_config_t
   CHECK(i.block_size == 864);
   CHECK(i.padding_ppm == 10944);
 
-  // A caller compiled before the fields existed (the 0.1 struct size) gets the model dtype.
-  pdkv_engine_config_t old = c;
-  old.struct_size = offsetof(pdkv_engine_config_t, kv_cache_element_bits);
-  const GeometryPtr g_old = make_geometry(m.get(), old);
-  CHECK(info_of(g_old.get()).kv_head_bytes_per_token == 1024);
+  // Without its bit the element size is never read: the model dtype.
+  pdkv_engine_config_t unset = c;
+  unset.field_mask &= ~PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS;
+  const GeometryPtr g_unset = make_geometry(m.get(), unset);
+  CHECK(info_of(g_unset.get()).kv_head_bytes_per_token == 1032);  // 2 x 256 x 2 bytes + 8 extra
 
   pdkv_engine_config_t bad = c;
   bad.kv_cache_head_extra_bytes = uint64_t{1} << 32;
@@ -380,7 +383,9 @@ TEST_CASE("KV element format: per-token-head scales through pdkv_engine_config_t
   CHECK_THAT(r.message, Contains("kv_cache_head_extra_bytes = 4294967296"));
   bad = c;
   bad.kv_cache_element_bits = 8;
+  bad.field_mask |= PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS;
   bad.kv_cache_dtype_bytes = 2;
+  bad.field_mask |= PDKV_CONFIG_FIELD_KV_CACHE_DTYPE;
   r = capture([&](pdkv_error_t** e) {
     pdkv_geometry_t* out = nullptr;
     const pdkv_status_t st = pdkv_geometry_new(m.get(), &bad, &out, e);

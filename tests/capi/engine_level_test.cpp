@@ -53,7 +53,7 @@ pdkv_engine_config_t config(uint32_t tp, int32_t mode, uint32_t spec = 0, int32_
 }
 
 EnginePtr make_engine(const pdkv_model_t* m, const pdkv_engine_config_t& c, const char* id, uint32_t rank,
-                      uint64_t blocks = 64, int32_t prefix_caching = -1) {
+                      uint64_t blocks = 64, int32_t prefix_caching = -1) {  // -1: bit unset
   pdkv_engine_options_t o;
   REQUIRE_OK(pdkv_engine_options_init(&o, err));
   o.model = m;
@@ -61,7 +61,10 @@ EnginePtr make_engine(const pdkv_model_t* m, const pdkv_engine_config_t& c, cons
   o.engine_id = id;
   o.tp_rank = rank;
   o.num_logical_blocks = blocks;
-  o.prefix_caching = prefix_caching;
+  if (prefix_caching >= 0) {
+    o.field_mask |= PDKV_ENGINE_FIELD_PREFIX_CACHING;
+    o.prefix_caching = static_cast<uint8_t>(prefix_caching);
+  }
   pdkv_engine_t* e = nullptr;
   REQUIRE_OK(pdkv_engine_new(&o, &e, err));
   return EnginePtr(e);
@@ -229,6 +232,7 @@ std::string hand_plan(const Pair& pr, const Request& r) {
     l.tp_rank = rank;
     l.num_logical_blocks = blocks;
     l.num_regions = di.num_regions;
+    l.field_mask |= PDKV_LAYOUT_FIELD_PREFIX_CACHING;
     l.prefix_caching = di.prefix_caching;
     pdkv_engine_metadata_t* m = nullptr;
     REQUIRE_OK(pdkv_engine_metadata_from_model(pr.model.get(), &c, &l, &m, err));
@@ -275,16 +279,16 @@ std::string hand_plan(const Pair& pr, const Request& r) {
       local[g] = expand(V(table.begin() + static_cast<std::ptrdiff_t>(first), table.end()),
                         di.physical_blocks_per_logical);
       remote_ids[g] = expand(r.remote[g], pi.physical_blocks_per_logical);
-      t.has_local_first_block = 1;
       t.local_first_block = first * di.physical_blocks_per_logical;
+      t.field_mask |= PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK;
     } else {
       t.cache_mode = di.cache_mode;
       V positions(table.begin() + static_cast<std::ptrdiff_t>(first),
                   table.end() - static_cast<std::ptrdiff_t>(di.num_speculative_tokens));
       if (di.cache_mode == PDKV_MAMBA_CACHE_ALL) {
         local[g] = positions;
-        t.has_local_first_block = 1;
         t.local_first_block = first;
+        t.field_mask |= PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK;
       } else if (!positions.empty()) {
         local[g] = {positions.back()};
       }
@@ -505,7 +509,7 @@ TEST_CASE("engine: pdkv_engine_new refusals name the value", "[engine]") {
   REQUIRE_OK(pdkv_engine_options_init(&o, err));
   CHECK(o.struct_size == sizeof o);
   CHECK(o.model == nullptr);
-  CHECK(o.prefix_caching == -1);
+  CHECK(o.field_mask == 0);  // prefix caching derived
   o.model = m.get();
   o.config = &c;
   pdkv_engine_t* e = nullptr;

@@ -21,6 +21,7 @@ std::unique_ptr<pdkv_engine_metadata_t, LMd> layout_md(const pdkv_model_t* m, ui
                                                        uint64_t base, int32_t kv_layout) {
   pdkv_engine_config_t c = engine(tp);
   c.user_block_size = 16;
+  c.field_mask |= PDKV_CONFIG_FIELD_BLOCK_SIZE;
   pdkv_engine_layout_t l;
   REQUIRE_OK(pdkv_engine_layout_init(&l, err));
   l.engine_id = id;
@@ -101,12 +102,11 @@ TEST_CASE("kv layouts: D NHD reads P HND and permutes the received blocks", "[ca
     CHECK(z.permute_blocks[1] == 5);
     REQUIRE(z.num_permute_regions == 1);
     CHECK(z.permute_regions[0] == 0);
-    // A caller of the 0.1 group struct gets its prefix only.
+    // Below the 2.0 size: refused.
     pdkv_plan_group_zero_t old{};
     old.struct_size = offsetof(pdkv_plan_group_zero_t, permute_blocks);
-    old.num_permute_blocks = 99;
-    REQUIRE_OK(pdkv_transfer_plan_group_zero(plan.get(), 0, &old, err));
-    CHECK(old.num_permute_blocks == 99);
+    CHECK(capture([&](pdkv_error_t** e) { return pdkv_transfer_plan_group_zero(plan.get(), 0, &old, e); }).status ==
+          PDKV_ERR_STRUCT_SIZE);
     // The dump names the permutation.
     pdkv_string_t* s = nullptr;
     REQUIRE_OK(pdkv_transfer_plan_to_json_string(plan.get(), &s, err));

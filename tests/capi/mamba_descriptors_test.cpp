@@ -289,7 +289,7 @@ TEST_CASE("attention descriptors: local, remote, split", "[capi][descriptors]") 
   CHECK(same(d[1], 1256, 256));
 
   // K=8, D rank 3 of TP4 (2 heads, L=1024) <- P TP2 (4 heads, 2048): offset factor 1.
-  pdkv_tp_mapping_params_t p{sizeof(pdkv_tp_mapping_params_t), 4, 3, 2, 8, 0, 0};
+  pdkv_tp_mapping_params_t p{sizeof(pdkv_tp_mapping_params_t), 0, 4, 3, 2, 8, 0, 0};
   pdkv_tp_mapping_t* mp = nullptr;
   REQUIRE_OK(pdkv_tp_mapping_new(&p, &mp, err));
   TpMappingPtr mapping(mp);
@@ -315,7 +315,7 @@ TEST_CASE("attention descriptors: local, remote, split", "[capi][descriptors]") 
   CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
 
   // K=2, D TP1 (2 heads, L=1024) <- P TP4 hybrid: attention sources [0, 2]; rank 1 is 0's twin.
-  pdkv_tp_mapping_params_t q{sizeof(pdkv_tp_mapping_params_t), 1, 0, 4, 2, 0, 1};
+  pdkv_tp_mapping_params_t q{sizeof(pdkv_tp_mapping_params_t), 0, 1, 0, 4, 2, 0, 1};
   REQUIRE_OK(pdkv_tp_mapping_new(&q, &mp, err));
   TpMappingPtr neg(mp);
   const pdkv_region_t one[] = {{4096, 1024, 2}};

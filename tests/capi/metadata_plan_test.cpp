@@ -224,17 +224,13 @@ TEST_CASE("engine metadata from a model: Nemotron-3-Nano D TP2 worked numbers", 
   CHECK(proj[1] == 3072);
   CHECK(proj[2] == 3072);
 
-  SECTION("an older caller's smaller info struct gets only its prefix") {
+  SECTION("an info struct below its 2.0 size is refused") {
     pdkv_engine_metadata_info_t small{};
-    small.struct_size = offsetof(pdkv_engine_metadata_info_t, pp_size) - 1;
-    CHECK(capture([&](pdkv_error_t** e) { return pdkv_engine_metadata_get_info(d.get(), &small, e); }).status ==
-          PDKV_ERR_STRUCT_SIZE);
-    // The 0.1 size: filled up to model_fingerprint, the pipeline fields left alone.
     small.struct_size = offsetof(pdkv_engine_metadata_info_t, pp_size);
-    small.pp_size = 77;
-    REQUIRE_OK(pdkv_engine_metadata_get_info(d.get(), &small, err));
-    CHECK(small.tp_size == 2);
-    CHECK(small.pp_size == 77);
+    const CallResult r = capture([&](pdkv_error_t** e) { return pdkv_engine_metadata_get_info(d.get(), &small, e); });
+    CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
+    CHECK_THAT(r.message, Contains("pdkv_engine_metadata_info_t.struct_size = " +
+                                   std::to_string(offsetof(pdkv_engine_metadata_info_t, pp_size))));
   }
   SECTION("fingerprints ignore names but not geometry") {
     pdkv_model_desc_t other = nemotron3_nano_desc();
@@ -257,11 +253,12 @@ TEST_CASE("engine metadata from a model: Nemotron-3-Nano D TP2 worked numbers", 
     CHECK(l.struct_size == sizeof l);
     CHECK(std::string(l.engine_id) == "engine");
     CHECK(l.num_logical_blocks == 64);
-    CHECK(l.prefix_caching == -1);
+    CHECK(l.field_mask == 0);  // prefix caching derived
     const uint64_t bases[2] = {5ull << 40, 3ull << 40};
     l.num_regions = 2;
     l.region_bases = bases;
     l.kv_layout = PDKV_KV_LAYOUT_NHD;
+    l.field_mask |= PDKV_LAYOUT_FIELD_PREFIX_CACHING;
     l.prefix_caching = 1;
     pdkv_engine_metadata_t* md = nullptr;
     REQUIRE_OK(pdkv_engine_metadata_from_model(m.get(), &c, &l, &md, err));
@@ -307,9 +304,13 @@ TEST_CASE("engine metadata from a model: Nemotron-3-Nano D TP2 worked numbers", 
     CHECK_THAT(r.message, Contains("kv_layout = 2"));
     bad = l;
     bad.prefix_caching = 2;
-    CHECK(build(bad, c).status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK(build(bad, c).status == PDKV_OK);  // unset: never read
+    bad.field_mask |= PDKV_LAYOUT_FIELD_PREFIX_CACHING;
+    r = build(bad, c);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("prefix_caching = 2"));
     bad = l;
-    bad.struct_size = offsetof(pdkv_engine_layout_t, prefix_caching);  // below the 0.1 size
+    bad.struct_size = offsetof(pdkv_engine_layout_t, prefix_caching);  // below the 2.0 size
     r = build(bad, c);
     CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
     CHECK_THAT(r.message, Contains("pdkv_engine_layout_t"));
@@ -852,7 +853,7 @@ TEST_CASE("transfer plan: context and compile errors", "[capi][plan]") {
   auto remote = n.remote();
   SECTION("context parameters") {
     pdkv_plan_context_params_t c = n.params(remote, true);
-    c.struct_size = offsetof(pdkv_plan_context_params_t, mapping);  // below the 0.1 size
+    c.struct_size = offsetof(pdkv_plan_context_params_t, mapping);  // below the 2.0 size
     auto r = capture([&](pdkv_error_t** e) { return pdkv_plan_context_new(&c, &ctx, e); });
     CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
     CHECK_THAT(r.message, Contains("pdkv_plan_context_params_t"));
@@ -978,7 +979,9 @@ TEST_CASE("transfer plan: context and compile errors", "[capi][plan]") {
     CHECK_THAT(r.message, Contains("region index 6 is out of range"));
     // Tokens per block disagreeing with the metadata.
     g = {Group(PDKV_GROUP_ATTENTION, {1}, {1}, 100)};
+    g[0].trim.field_mask |= PDKV_TRIM_FIELD_TOKENS_PER_BLOCK;
     g[0].trim.local_tokens_per_block = 16;
+    g[0].trim.remote_tokens_per_block = 2096;
     r = compile_status(n.ctx.get(), g);
     CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
     CHECK_THAT(r.message, Contains("16 disagrees with the metadata's 2096"));
@@ -1064,6 +1067,8 @@ TEST_CASE("mixed MLA model: region kinds, geometry, handshake and a plan through
 
   pdkv_engine_config_t c2 = engine(2), c4 = engine(4);
   c2.user_block_size = c4.user_block_size = 16;
+  c2.field_mask |= PDKV_CONFIG_FIELD_BLOCK_SIZE;
+  c4.field_mask |= PDKV_CONFIG_FIELD_BLOCK_SIZE;
   const GeometryPtr g2 = make_geometry(m.get(), c2);
   const pdkv_geometry_info_t gi = info_of(g2.get());
   CHECK(gi.attn_bytes_per_token == 64);

@@ -78,8 +78,8 @@ TEST_CASE("pdkv_model_new rejects NULL pointers naming the argument", "[capi][mo
 TEST_CASE("pdkv_model_new checks struct_size both ways", "[capi][model][errors]") {
   pdkv_model_desc_t d = nemotron3_nano_desc();
   pdkv_model_t* m = nullptr;
-  // Below the 0.1 size (its last field, layer_pattern, cut off) and above the current size.
-  for (size_t bad : {size_t{0}, offsetof(pdkv_model_desc_t, layer_pattern) + 7, sizeof(pdkv_model_desc_t) + 8}) {
+  // Below the 2.0 size (its last field, mla_head_size, cut off) and above the current size.
+  for (size_t bad : {size_t{0}, offsetof(pdkv_model_desc_t, mla_head_size), sizeof(pdkv_model_desc_t) + 8}) {
     d.struct_size = bad;
     auto r = capture([&](pdkv_error_t** err) { return pdkv_model_new(&d, &m, err); });
     CHECK(r.status == PDKV_ERR_STRUCT_SIZE);

@@ -37,6 +37,7 @@ Md stage_md(const pdkv_model_t* m, uint32_t tp, uint32_t rank, const char* id, u
             uint32_t pp_size, uint32_t pp_rank, uint32_t begin, uint32_t end) {
   pdkv_engine_config_t c = engine(tp);
   c.user_block_size = 16;
+  c.field_mask |= PDKV_CONFIG_FIELD_BLOCK_SIZE;
   pdkv_engine_layout_t l;
   REQUIRE_OK(pdkv_engine_layout_init(&l, err));
   CHECK(l.pp_size == 1);
@@ -46,10 +47,14 @@ Md stage_md(const pdkv_model_t* m, uint32_t tp, uint32_t rank, const char* id, u
   l.num_logical_blocks = 16;
   l.num_regions = regions;
   l.base = base;
+  l.field_mask |= PDKV_LAYOUT_FIELD_PIPELINE;
   l.pp_size = pp_size;
   l.pp_rank = pp_rank;
   l.layer_begin = begin;
-  l.layer_end = end;
+  if (end != 0) {  // 0 here: this helper's "through the last layer", the bit left unset
+    l.field_mask |= PDKV_LAYOUT_FIELD_LAYER_END;
+    l.layer_end = end;
+  }
   pdkv_engine_metadata_t* md = nullptr;
   REQUIRE_OK(pdkv_engine_metadata_from_model(m, &c, &l, &md, err));
   return Md(md);
@@ -80,12 +85,15 @@ TEST_CASE("pipeline: stage metadata, layer split, pairing and notifications", "[
   REQUIRE_OK(pdkv_engine_metadata_equal(back, p1.get(), &same, err));
   CHECK(same == 1);
 
-  // A layout struct from before the pipeline fields is one stage holding every layer.
+  // Pipeline fields without their bits are never read: one stage holding every layer.
   {
     pdkv_engine_layout_t l;
     REQUIRE_OK(pdkv_engine_layout_init(&l, err));
-    l.struct_size = offsetof(pdkv_engine_layout_t, pp_size);
-    l.pp_size = 9;  // past the caller's struct: never read
+    CHECK(l.field_mask == 0);
+    l.pp_size = 9;
+    l.pp_rank = 4;
+    l.layer_begin = 7;
+    l.layer_end = 3;
     const pdkv_engine_config_t c = engine(1);
     pdkv_engine_metadata_t* md = nullptr;
     REQUIRE_OK(pdkv_engine_metadata_from_model(m.get(), &c, &l, &md, err));
@@ -101,6 +109,7 @@ TEST_CASE("pipeline: stage metadata, layer split, pairing and notifications", "[
     pdkv_engine_layout_t l;
     REQUIRE_OK(pdkv_engine_layout_init(&l, err));
     l.pp_size = 2;
+    l.field_mask |= PDKV_LAYOUT_FIELD_PIPELINE;
     const pdkv_engine_config_t c = engine(1);
     pdkv_engine_metadata_t* md = nullptr;
     const CallResult r = capture([&](pdkv_error_t** e) { return pdkv_engine_metadata_from_model(m.get(), &c, &l, &md, e); });
@@ -209,10 +218,11 @@ TEST_CASE("pipeline: a plan between stages pairs regions by layer", "[capi][pipe
       CHECK(r[k].length == 128);
     }
   }
-  // The same group from a caller compiled before `layers` existed names no layers: refused,
-  // naming both windows, instead of reading P's regions by D's indexes.
+  // The same group naming no layers: refused, naming both windows, instead of reading P's
+  // regions by D's indexes.
   pdkv_plan_group_t old = g;
-  old.struct_size = offsetof(pdkv_plan_group_t, layers);
+  old.layers = nullptr;
+  old.num_layers = 0;
   const CallResult r = capture([&](pdkv_error_t** e) { return pdkv_transfer_plan_compile(ctx.get(), &old, 1, &raw, e); });
   CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
   CHECK_THAT(r.message, Contains("names no layers") && Contains("[0, open)") && Contains("[2, 4)"));

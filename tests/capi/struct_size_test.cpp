@@ -1,9 +1,11 @@
-// C API tests: the oldest accepted struct_size of every options / output struct is the struct's
-// size as published in pdkv 0.1 (the header's "first published size"), pinned as the literal LP64
-// byte count here, independent of sizeof(the struct as compiled now). Every struct is passed to a
-// function with exactly that size (accepted) and with one byte less (STRUCT_SIZE naming the
-// type), so a minimum that drifts when a struct grows (sizeof(current) used as the minimum) fails
-// here as soon as the struct has grown. Only built for LP64, where the 0.1 byte counts are known.
+// C API tests: the oldest accepted struct_size of every input / output struct is the struct's
+// size as published in pdkv 2.0 (the header's growth rule: "the first published size of every
+// struct is its size in pdkv 2.0"), pinned as the literal LP64 byte count here, independent of
+// sizeof(the struct as compiled now). Every struct is passed to a function with exactly that size
+// (accepted), one byte less and one field (8 bytes) less (STRUCT_SIZE naming the type and the
+// value), so a minimum that drifts when a struct grows (sizeof(current) used as the minimum)
+// fails here as soon as the struct has grown. Only built for LP64, where the 2.0 byte counts are
+// known.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -29,27 +31,32 @@ using ContextPtr = std::unique_ptr<pdkv_plan_context_t, ContextDeleter>;
 using PlanPtr = std::unique_ptr<pdkv_transfer_plan_t, PlanDeleter>;
 using ReportPtr = std::unique_ptr<pdkv_handshake_report_t, ReportDeleter>;
 
-// Calls `call` with struct_size = v01_size (must succeed), v01_size - 1 (STRUCT_SIZE naming the
+// Calls `call` with struct_size = v20_size (must succeed), v20_size - 1 (STRUCT_SIZE naming the
 // type) and the current size + 1 (STRUCT_SIZE). `call(size, err)` sets the struct's struct_size
 // to size, makes the call, frees what it returned and returns the status.
-void check_oldest_size(const char* type, size_t v01_size, size_t current_size,
+void check_oldest_size(const char* type, size_t v20_size, size_t current_size,
                        const std::function<pdkv_status_t(size_t, pdkv_error_t**)>& call) {
   INFO(type);
-  REQUIRE(current_size >= v01_size);
-  const CallResult at_min = capture([&](pdkv_error_t** e) { return call(v01_size, e); });
+  REQUIRE(current_size >= v20_size);
+  const CallResult at_min = capture([&](pdkv_error_t** e) { return call(v20_size, e); });
   INFO(at_min.message);
   CHECK(at_min.status == PDKV_OK);
-  const CallResult below = capture([&](pdkv_error_t** e) { return call(v01_size - 1, e); });
+  const CallResult below = capture([&](pdkv_error_t** e) { return call(v20_size - 1, e); });
   CHECK(below.status == PDKV_ERR_STRUCT_SIZE);
-  CHECK_THAT(below.message, Contains(type) && Contains(std::to_string(v01_size - 1)));
+  CHECK_THAT(below.message, Contains(type) && Contains(std::to_string(v20_size - 1)));
+  // A whole field below the 2.0 size (a multiple of alignof(size_t)): refused, naming the range.
+  const CallResult field_below = capture([&](pdkv_error_t** e) { return call(v20_size - 8, e); });
+  CHECK(field_below.status == PDKV_ERR_STRUCT_SIZE);
+  CHECK_THAT(field_below.message, Contains(std::string(type) + ".struct_size = " + std::to_string(v20_size - 8)) &&
+                                      Contains("[" + std::to_string(v20_size) + ", "));
   CHECK(capture([&](pdkv_error_t** e) { return call(current_size + 1, e); }).status == PDKV_ERR_STRUCT_SIZE);
-  if (current_size >= v01_size + 8) {
+  if (current_size >= v20_size + 8) {
     // Between two published sizes but ending inside a field: refused, never read half-torn.
-    const CallResult torn = capture([&](pdkv_error_t** e) { return call(v01_size + 4, e); });
+    const CallResult torn = capture([&](pdkv_error_t** e) { return call(v20_size + 4, e); });
     CHECK(torn.status == PDKV_ERR_STRUCT_SIZE);
-    CHECK_THAT(torn.message, Contains(type) && Contains(std::to_string(v01_size + 4)) && Contains("multiple of 8"));
+    CHECK_THAT(torn.message, Contains(type) && Contains(std::to_string(v20_size + 4)) && Contains("multiple of 8"));
     // A size on a field boundary in between is accepted (the later fields read as zero / unset).
-    CHECK(capture([&](pdkv_error_t** e) { return call(v01_size + 8, e); }).status == PDKV_OK);
+    CHECK(capture([&](pdkv_error_t** e) { return call(v20_size + 8, e); }).status == PDKV_OK);
   }
 }
 
@@ -81,10 +88,10 @@ MetadataPtr metadata(const pdkv_model_t* m, uint32_t tp, uint32_t rank, const ch
 
 }  // namespace
 
-TEST_CASE("struct_size: the 0.1 size of every model / topology / geometry struct is accepted", "[capi][abi]") {
+TEST_CASE("struct_size: the 2.0 size of every model / topology / geometry struct is accepted", "[capi][abi]") {
   const ModelPtr nano = make_model(nemotron3_nano_desc());
 
-  check_oldest_size("pdkv_model_desc_t", 104, sizeof(pdkv_model_desc_t), [&](size_t size, pdkv_error_t** e) {
+  check_oldest_size("pdkv_model_desc_t", 120, sizeof(pdkv_model_desc_t), [&](size_t size, pdkv_error_t** e) {
     pdkv_model_desc_t d = nemotron3_nano_desc();
     d.struct_size = size;
     pdkv_model_t* m = nullptr;
@@ -92,7 +99,7 @@ TEST_CASE("struct_size: the 0.1 size of every model / topology / geometry struct
     pdkv_model_free(m);
     return st;
   });
-  check_oldest_size("pdkv_model_desc_t", 104, sizeof(pdkv_model_desc_t), [&](size_t size, pdkv_error_t** e) {
+  check_oldest_size("pdkv_model_desc_t", 120, sizeof(pdkv_model_desc_t), [&](size_t size, pdkv_error_t** e) {
     pdkv_model_desc_t out{};
     out.struct_size = size;
     return pdkv_model_describe(nano.get(), &out, e);
@@ -103,7 +110,7 @@ TEST_CASE("struct_size: the 0.1 size of every model / topology / geometry struct
   params.remote_tp_size = 4;
   params.total_kv_heads = 2;
   params.has_mamba = 1;
-  check_oldest_size("pdkv_tp_mapping_params_t", 32, sizeof(pdkv_tp_mapping_params_t),
+  check_oldest_size("pdkv_tp_mapping_params_t", 40, sizeof(pdkv_tp_mapping_params_t),
                     [&](size_t size, pdkv_error_t** e) {
                       params.struct_size = size;
                       pdkv_tp_mapping_t* m = nullptr;
@@ -121,7 +128,7 @@ TEST_CASE("struct_size: the 0.1 size of every model / topology / geometry struct
     return pdkv_tp_mapping_get_info(mapping.get(), &out, e);
   });
 
-  check_oldest_size("pdkv_engine_config_t", 80, sizeof(pdkv_engine_config_t), [&](size_t size, pdkv_error_t** e) {
+  check_oldest_size("pdkv_engine_config_t", 104, sizeof(pdkv_engine_config_t), [&](size_t size, pdkv_error_t** e) {
     pdkv_engine_config_t c = engine(2);
     c.struct_size = size;
     pdkv_geometry_t* g = nullptr;
@@ -130,7 +137,7 @@ TEST_CASE("struct_size: the 0.1 size of every model / topology / geometry struct
     return st;
   });
   const GeometryPtr g = make_geometry(nano.get(), engine(2));
-  check_oldest_size("pdkv_geometry_info_t", 200, sizeof(pdkv_geometry_info_t), [&](size_t size, pdkv_error_t** e) {
+  check_oldest_size("pdkv_geometry_info_t", 224, sizeof(pdkv_geometry_info_t), [&](size_t size, pdkv_error_t** e) {
     pdkv_geometry_info_t out{};
     out.struct_size = size;
     return pdkv_geometry_get_info(g.get(), &out, e);
@@ -142,10 +149,10 @@ TEST_CASE("struct_size: the 0.1 size of every model / topology / geometry struct
   });
 }
 
-TEST_CASE("struct_size: the 0.1 size of every block-id / trimming / scheduler struct is accepted", "[capi][abi]") {
+TEST_CASE("struct_size: the 2.0 size of every block-id / trimming / scheduler struct is accepted", "[capi][abi]") {
   const uint64_t kernel_ids[2] = {0, 3};
   pdkv_group_block_ids_t group{PDKV_GROUP_ATTENTION, kernel_ids, 2};
-  check_oldest_size("pdkv_descriptor_layout_t", 48, sizeof(pdkv_descriptor_layout_t),
+  check_oldest_size("pdkv_descriptor_layout_t", 56, sizeof(pdkv_descriptor_layout_t),
                     [&](size_t size, pdkv_error_t** e) {
                       pdkv_descriptor_layout_t layout{};
                       layout.struct_size = size;
@@ -160,7 +167,7 @@ TEST_CASE("struct_size: the 0.1 size of every block-id / trimming / scheduler st
                     });
 
   const uint64_t ids[3] = {1, 2, 3};
-  check_oldest_size("pdkv_exchange_clip_params_t", 48, sizeof(pdkv_exchange_clip_params_t),
+  check_oldest_size("pdkv_exchange_clip_params_t", 56, sizeof(pdkv_exchange_clip_params_t),
                     [&](size_t size, pdkv_error_t** e) {
                       pdkv_exchange_clip_params_t p{};
                       p.struct_size = size;
@@ -176,10 +183,11 @@ TEST_CASE("struct_size: the 0.1 size of every block-id / trimming / scheduler st
 
   const uint64_t local[2] = {5, 6};
   const uint64_t remote[2] = {7, 8};
-  check_oldest_size("pdkv_group_trim_input_t", 112, sizeof(pdkv_group_trim_input_t),
+  check_oldest_size("pdkv_group_trim_input_t", 128, sizeof(pdkv_group_trim_input_t),
                     [&](size_t size, pdkv_error_t** e) {
                       pdkv_group_trim_input_t in{};
                       in.struct_size = size;
+                      in.field_mask = PDKV_TRIM_FIELD_TOKENS_PER_BLOCK;
                       in.kind = PDKV_GROUP_ATTENTION;
                       in.local_blocks = local;
                       in.num_local_blocks = 2;
@@ -194,7 +202,7 @@ TEST_CASE("struct_size: the 0.1 size of every block-id / trimming / scheduler st
                       return st;
                     });
 
-  check_oldest_size("pdkv_aligned_split_v0604_input_t", 72, sizeof(pdkv_aligned_split_v0604_input_t),
+  check_oldest_size("pdkv_aligned_split_v0604_input_t", 80, sizeof(pdkv_aligned_split_v0604_input_t),
                     [&](size_t size, pdkv_error_t** e) {
                       pdkv_aligned_split_v0604_input_t in{};
                       in.struct_size = size;
@@ -205,7 +213,7 @@ TEST_CASE("struct_size: the 0.1 size of every block-id / trimming / scheduler st
                       uint64_t out = 0;
                       return pdkv_mamba_aligned_split_v0604(&in, &out, e);
                     });
-  check_oldest_size("pdkv_aligned_split_input_t", 96, sizeof(pdkv_aligned_split_input_t),
+  check_oldest_size("pdkv_aligned_split_input_t", 112, sizeof(pdkv_aligned_split_input_t),
                     [&](size_t size, pdkv_error_t** e) {
                       pdkv_aligned_split_input_t in{};
                       in.struct_size = size;
@@ -218,7 +226,7 @@ TEST_CASE("struct_size: the 0.1 size of every block-id / trimming / scheduler st
                     });
 
   // pdkv_remote_decode_prefill_t is both the input and the output of the call.
-  check_oldest_size("pdkv_remote_decode_prefill_t", 32, sizeof(pdkv_remote_decode_prefill_t),
+  check_oldest_size("pdkv_remote_decode_prefill_t", 40, sizeof(pdkv_remote_decode_prefill_t),
                     [&](size_t size, pdkv_error_t** e) {
                       pdkv_remote_decode_prefill_t in{};
                       in.struct_size = size;
@@ -228,7 +236,7 @@ TEST_CASE("struct_size: the 0.1 size of every block-id / trimming / scheduler st
                       out.struct_size = sizeof out;
                       return pdkv_truncate_for_remote_decode(&in, 1, &out, e);
                     });
-  check_oldest_size("pdkv_remote_decode_prefill_t", 32, sizeof(pdkv_remote_decode_prefill_t),
+  check_oldest_size("pdkv_remote_decode_prefill_t", 40, sizeof(pdkv_remote_decode_prefill_t),
                     [&](size_t size, pdkv_error_t** e) {
                       pdkv_remote_decode_prefill_t in{};
                       in.struct_size = sizeof in;
@@ -253,10 +261,10 @@ TEST_CASE("struct_size: the 0.1 size of every block-id / trimming / scheduler st
   });
 }
 
-TEST_CASE("struct_size: the 0.1 size of every metadata / handshake / plan struct is accepted", "[capi][abi]") {
+TEST_CASE("struct_size: the 2.0 size of every metadata / handshake / plan struct is accepted", "[capi][abi]") {
   const ModelPtr m = tiny_attention_model();
   const pdkv_engine_config_t config = engine(1);
-  check_oldest_size("pdkv_engine_layout_t", 64, sizeof(pdkv_engine_layout_t), [&](size_t size, pdkv_error_t** e) {
+  check_oldest_size("pdkv_engine_layout_t", 96, sizeof(pdkv_engine_layout_t), [&](size_t size, pdkv_error_t** e) {
     pdkv_engine_layout_t l;
     REQUIRE(pdkv_engine_layout_init(&l, nullptr) == PDKV_OK);
     l.struct_size = size;
@@ -268,7 +276,7 @@ TEST_CASE("struct_size: the 0.1 size of every metadata / handshake / plan struct
 
   const MetadataPtr d = metadata(m.get(), 1, 0, "d", 1ull << 40);
   const MetadataPtr p = metadata(m.get(), 1, 0, "p", 2ull << 40);
-  check_oldest_size("pdkv_engine_metadata_info_t", 128, sizeof(pdkv_engine_metadata_info_t),
+  check_oldest_size("pdkv_engine_metadata_info_t", 144, sizeof(pdkv_engine_metadata_info_t),
                     [&](size_t size, pdkv_error_t** e) {
                       pdkv_engine_metadata_info_t out{};
                       out.struct_size = size;
@@ -290,7 +298,7 @@ TEST_CASE("struct_size: the 0.1 size of every metadata / handshake / plan struct
   });
 
   const pdkv_engine_metadata_t* remote[1] = {p.get()};
-  check_oldest_size("pdkv_plan_context_params_t", 56, sizeof(pdkv_plan_context_params_t),
+  check_oldest_size("pdkv_plan_context_params_t", 72, sizeof(pdkv_plan_context_params_t),
                     [&](size_t size, pdkv_error_t** e) {
                       pdkv_plan_context_params_t c{};
                       c.struct_size = size;
@@ -324,7 +332,7 @@ TEST_CASE("struct_size: the 0.1 size of every metadata / handshake / plan struct
   trim.num_remote_blocks = 2;
   trim.remote_computed_tokens = 20;
   // The groups array's stride is its struct_size: lay two groups out at exactly that stride.
-  check_oldest_size("pdkv_plan_group_t", 32, sizeof(pdkv_plan_group_t), [&](size_t size, pdkv_error_t** e) {
+  check_oldest_size("pdkv_plan_group_t", 56, sizeof(pdkv_plan_group_t), [&](size_t size, pdkv_error_t** e) {
     pdkv_plan_group_t one{};
     one.struct_size = size;
     one.trim = &trim;
@@ -348,36 +356,36 @@ TEST_CASE("struct_size: the 0.1 size of every metadata / handshake / plan struct
   pdkv_transfer_plan_t* plan_raw = nullptr;
   REQUIRE_OK(pdkv_transfer_plan_compile(ctx.get(), &group, 1, &plan_raw, err));
   const PlanPtr plan(plan_raw);
-  check_oldest_size("pdkv_transfer_plan_info_t", 104, sizeof(pdkv_transfer_plan_info_t),
+  check_oldest_size("pdkv_transfer_plan_info_t", 192, sizeof(pdkv_transfer_plan_info_t),
                     [&](size_t size, pdkv_error_t** e) {
                       pdkv_transfer_plan_info_t out{};
                       out.struct_size = size;
                       return pdkv_transfer_plan_get_info(plan.get(), &out, e);
                     });
-  check_oldest_size("pdkv_plan_group_zero_t", 64, sizeof(pdkv_plan_group_zero_t), [&](size_t size, pdkv_error_t** e) {
+  check_oldest_size("pdkv_plan_group_zero_t", 96, sizeof(pdkv_plan_group_zero_t), [&](size_t size, pdkv_error_t** e) {
     pdkv_plan_group_zero_t out{};
     out.struct_size = size;
     return pdkv_transfer_plan_group_zero(plan.get(), 0, &out, e);
   });
 }
 
-TEST_CASE("struct_size: an output struct of the 0.1 size gets exactly that many bytes", "[capi][abi]") {
+TEST_CASE("struct_size: an output struct of the 2.0 size gets exactly that many bytes", "[capi][abi]") {
   // The library writes only the caller's prefix: bytes past struct_size stay untouched.
   const ModelPtr m = make_model(nemotron3_nano_desc());
   const GeometryPtr g = make_geometry(m.get(), engine(2));
   alignas(pdkv_geometry_info_t) unsigned char buf[sizeof(pdkv_geometry_info_t) + 64];
   std::memset(buf, 0xA5, sizeof buf);
-  const size_t v01 = 200;
-  std::memcpy(buf, &v01, sizeof v01);
+  const size_t v20 = 224;
+  std::memcpy(buf, &v20, sizeof v20);
   REQUIRE_OK(pdkv_geometry_get_info(g.get(), reinterpret_cast<pdkv_geometry_info_t*>(buf), err));
-  for (size_t i = v01; i < sizeof buf; ++i) {
+  for (size_t i = v20; i < sizeof buf; ++i) {
     INFO("byte " << i);
     REQUIRE(buf[i] == 0xA5);
   }
   pdkv_geometry_info_t info{};
-  std::memcpy(&info, buf, v01);
+  std::memcpy(&info, buf, v20);
   CHECK(info.tp_size == 2);
-  CHECK(info.num_log_lines > 0);  // the last 0.1 field is filled
+  CHECK(info.num_log_lines > 0);  // the last 2.0 field is filled
 }
 
 #endif  // LP64

@@ -47,23 +47,41 @@ CallResult model_status(const pdkv_model_desc_t& d) {
 
 }  // namespace
 
-TEST_CASE("engine config: dtype byte sizes must be 0, 1, 2, 4 or 8", "[validation]") {
-  for (uint32_t ok : {0u, 1u, 2u, 4u, 8u}) {
+TEST_CASE("engine config: dtype byte sizes must be 1, 2, 4 or 8 when set (unset: auto)", "[validation]") {
+  constexpr uint64_t kDtypes =
+      PDKV_CONFIG_FIELD_KV_CACHE_DTYPE | PDKV_CONFIG_FIELD_CONV_STATE_DTYPE | PDKV_CONFIG_FIELD_SSM_STATE_DTYPE;
+  for (uint32_t ok : {1u, 2u, 4u, 8u}) {
     pdkv_engine_config_t c = engine(2);
+    c.field_mask |= kDtypes;
     c.kv_cache_dtype_bytes = ok;
     c.conv_state_dtype_bytes = ok;
     c.ssm_state_dtype_bytes = ok;
     INFO(ok);
     REQUIRE(geometry_status(c).status == PDKV_OK);
   }
+  {
+    // Unset: auto, whatever the bytes hold.
+    pdkv_engine_config_t c = engine(2);
+    c.kv_cache_dtype_bytes = 3;
+    c.conv_state_dtype_bytes = 6;
+    c.ssm_state_dtype_bytes = 16;
+    REQUIRE(geometry_status(c).status == PDKV_OK);
+    // Set to 0: refused (0 is no "auto" marker any more).
+    c = engine(2);
+    c.field_mask |= PDKV_CONFIG_FIELD_KV_CACHE_DTYPE;
+    require_invalid(geometry_status(c), "kv_cache_dtype_bytes = 0 with PDKV_CONFIG_FIELD_KV_CACHE_DTYPE set");
+  }
   pdkv_engine_config_t c = engine(2);
   c.kv_cache_dtype_bytes = 3;
+  c.field_mask |= PDKV_CONFIG_FIELD_KV_CACHE_DTYPE;
   require_invalid(geometry_status(c), "kv_cache_dtype_bytes = 3");
   c = engine(2);
   c.conv_state_dtype_bytes = 6;
+  c.field_mask |= PDKV_CONFIG_FIELD_CONV_STATE_DTYPE;
   require_invalid(geometry_status(c), "conv_state_dtype_bytes = 6");
   c = engine(2);
   c.ssm_state_dtype_bytes = 16;
+  c.field_mask |= PDKV_CONFIG_FIELD_SSM_STATE_DTYPE;
   require_invalid(geometry_status(c), "ssm_state_dtype_bytes = 16");
 }
 
@@ -78,11 +96,13 @@ TEST_CASE("engine config: speculative tokens, block sizes and TP are bounded", "
 
   c = engine(2);
   c.user_block_size = (1u << 20) + 1;
+  c.field_mask |= PDKV_CONFIG_FIELD_BLOCK_SIZE;
   require_invalid(geometry_status(c), "user_block_size = 1048577");
 
   c = engine(2);
   c.mamba_cache_mode = PDKV_MAMBA_CACHE_ALL;
   c.user_mamba_block_size = (1u << 20) + 1;
+  c.field_mask |= PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE;
   require_invalid(geometry_status(c), "user_mamba_block_size = 1048577");
 
   c = engine((1u << 16) + 1);

@@ -971,7 +971,7 @@ MODES = {"none": 0, "align": 1, "all": 2}
 
 def layout_defaults(layout):
     l = {"engine_id": "engine", "tp_rank": 0, "num_logical_blocks": 64, "num_regions": 1,
-         "base": 1 << 40, "kv_layout": "HND", "prefix_caching": -1,
+         "base": 1 << 40, "kv_layout": "HND", "prefix_caching": None,  # None: unset (derived)
          # Pipeline stage (format 1.2): stage pp_rank of pp_size holding layers [begin, end);
          # layer_end 0: through the model's last layer.
          "pp_size": 1, "pp_rank": 0, "layer_begin": 0, "layer_end": 0}
@@ -1000,7 +1000,7 @@ def metadata(model, engine, layout=None):
         "mamba_type": kind, "conv_bytes": g["conv_bytes"], "ssm_bytes": g["ssm_bytes"],
         "conv_projection_bytes": [p["bytes"] for p in g["projections"]],
         "attention_bytes_per_token": g["attn_bytes_per_token"], "use_mla": False,
-        "total_kv_heads": mm["k"], "prefix_caching": (mode != "none") if pc == -1 else bool(pc),
+        "total_kv_heads": mm["k"], "prefix_caching": (mode != "none") if pc is None else bool(pc),
         "cache_mode": mode, "model_fingerprint": "%016x" % fingerprint(model),
         "pp_size": l["pp_size"], "pp_rank": l["pp_rank"], "layer_begin": l["layer_begin"],
         "layer_end": l["layer_end"],

@@ -5,12 +5,6 @@
  * Included by pdkv.h; do not include it on its own.
  *
  * Conventions beyond those at the top of pdkv.h:
- *  - Options structs of this header begin with `size_t struct_size` and `uint64_t field_mask`.
- *    A field is "set" only when its PDKV_*_FIELD_* bit is in field_mask; unset fields take the
- *    default written beside them, whatever their bytes hold. Bits this library does not know are
- *    refused with PDKV_ERR_INVALID_ARGUMENT naming the bits, so a caller built against a newer
- *    header learns that its field would be ignored. Later fields are appended with a new bit.
- *    The first published size of each struct is its size in this header (pdkv 0.2).
  *  - Lifetimes. pdkv_agent_t, pdkv_memory_t, pdkv_peer_t and pdkv_transfer_t hold live
  *    resources. Their internals are reference counted: a handle may be freed in any order
  *    relative to the others (a transfer or peer handle stays valid after pdkv_agent_free; its
@@ -287,6 +281,7 @@ typedef struct pdkv_peer_info {
   size_t struct_size;           /* sizeof(pdkv_peer_info_t) */
   const char *engine_id;        /* owned by the peer handle, valid until pdkv_peer_free */
   uint32_t tp_rank;
+  uint32_t pp_rank;             /* the peer's pipeline stage (0 without pipeline parallelism) */
   const char *address;          /* the control connection's remote "ip:port"; owned likewise */
   uint8_t connected;            /* 0 once lost or disconnected */
   uint8_t inbound;              /* 1: the peer connected to us */
@@ -301,9 +296,6 @@ typedef struct pdkv_peer_info {
   uint64_t notifications_sent;
   uint64_t notifications_received;
   uint64_t heartbeat_rtt_us;    /* last heartbeat round trip */
-  uint32_t pp_rank;             /* the peer's pipeline stage (0 without pipeline parallelism);
-                                   appended in 0.2: a caller whose struct_size ends before it
-                                   gets every earlier field */
 } pdkv_peer_info_t;
 
 /* Fills the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE. Thread-safe. */
@@ -326,9 +318,8 @@ PDKV_API void pdkv_peer_free(pdkv_peer_t *peer);
 /* ---- Transfers ---------------------------------------------------------------------- */
 
 #define PDKV_TRANSFER_FIELD_TIMEOUT (1ULL << 0)
-#define PDKV_TRANSFER_FIELD_NOTIFY (1ULL << 1)
-
 /* What to execute. */
+#define PDKV_TRANSFER_FIELD_NOTIFY (1ULL << 1)
 typedef struct pdkv_transfer_params {
   size_t struct_size;                /* sizeof(pdkv_transfer_params_t) */
   uint64_t field_mask;               /* PDKV_TRANSFER_FIELD_* bits */

@@ -98,6 +98,7 @@ typedef struct pdkv_group_block_ids {
 /* Which of a request's block ids are worth exchanging (vLLM get_exchange_clipped_blocks). */
 typedef struct pdkv_exchange_clip_params {
   size_t struct_size;              /* sizeof(pdkv_exchange_clip_params_t) */
+  uint64_t field_mask;             /* no optional fields yet: 0 */
   int32_t kind;                    /* a pdkv_group_kind_t */
   uint8_t hma_enabled;             /* 0 or 1; without the hybrid manager lists pass unchanged */
   uint64_t sliding_window;         /* tokens (sliding-window groups) */
@@ -174,33 +175,44 @@ PDKV_API pdkv_status_t pdkv_uncovered_token_ranges(const uint64_t *local_blocks,
 
 /* ---- Prefix trimming --------------------------------------------------------------- */
 
+/* Optional fields of pdkv_group_trim_input_t. */
+#define PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK (1ULL << 0)
+/* both sides' kernel_blocks_per_id (one bit) */
+#define PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID (1ULL << 1)
+/* both sides' tokens_per_block (one bit) */
+#define PDKV_TRIM_FIELD_TOKENS_PER_BLOCK (1ULL << 2)
+
 /* One group's trimming inputs. Attention kinds use KERNEL block ids of each side; Mamba groups
  * use logical ids, exchange-clipped exactly once. Id 0 is the null block. */
 typedef struct pdkv_group_trim_input {
   size_t struct_size;              /* sizeof(pdkv_group_trim_input_t) */
+  uint64_t field_mask;             /* PDKV_TRIM_FIELD_* bits of the optional fields set */
   int32_t kind;                    /* a pdkv_group_kind_t */
   int32_t cache_mode;              /* a pdkv_mamba_cache_mode_t (Mamba groups only) */
   const uint64_t *local_blocks;    /* D blocks still to fill (after D's prefix hit) */
   size_t num_local_blocks;
   const uint64_t *remote_blocks;   /* P blocks of the request */
   size_t num_remote_blocks;
-  /* Tokens per block on each side: kernel block size (attention kinds), Mamba block size
-   * ("all" mode); unused by single-state modes. In a transfer plan 0 means "from metadata". */
+  /* PDKV_TRIM_FIELD_TOKENS_PER_BLOCK (both > 0 when set). Tokens per block on each side: kernel
+   * block size (attention kinds), Mamba block size ("all" mode); unused by single-state modes.
+   * Unset: from the metadata in a transfer plan; pdkv_group_trim_new needs them set for
+   * attention kinds and "all" mode. */
   uint64_t local_tokens_per_block;
   uint64_t remote_tokens_per_block;
   uint64_t remote_computed_tokens; /* prompt tokens P computed (N-1 rule already applied) */
   uint64_t local_hit_tokens;       /* tokens D already holds (its prefix-cache hit) */
   uint64_t sliding_window;         /* sliding-window groups: window in tokens */
-  uint8_t has_local_first_block;   /* 0: local_first_block = local_hit_tokens / tokens per block */
-  uint64_t local_first_block;      /* block-table index of local_blocks[0] (if has_...) */
+  uint64_t local_first_block;      /* PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK: block-table index of
+                                      local_blocks[0]. Unset: local_hit_tokens / local tokens
+                                      per block */
   uint64_t remote_first_block;     /* block-table index of remote_blocks[0] (0 unless clipped) */
-  /* Appended after 0.2 (at byte 112; 0 for an older caller). Attention kinds: kernel blocks each
-   * listed id stands for, per side. 0 or 1: the lists hold kernel ids. k > 1: they hold LOGICAL
-   * ids as the block table keeps them, logical block b being kernel blocks b*k .. b*k+k-1 (e.g.
+  /* PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID (unset: 1 on both sides). Attention kinds: kernel
+   * blocks each listed id stands for, per side, >= 1. 1: the lists hold kernel ids. k > 1: they
+   * hold LOGICAL ids as the block table keeps them, logical block b being kernel blocks b*k .. b*k+k-1 (e.g.
    * 131 for 2096-token blocks with 16-token FlashInfer kernel blocks), so nothing expands them
    * and planning walks k times fewer ids; logical id 0 is the null block, all k of its kernel
    * blocks with it. Block-table indexes and tokens per block stay in kernel blocks. Mamba groups:
-   * 0 or 1 (INVALID_ARGUMENT otherwise). An id whose kernel ids leave 64 bits is OVERFLOW. */
+   * 1 (INVALID_ARGUMENT otherwise). An id whose kernel ids leave 64 bits is OVERFLOW. */
   uint64_t local_kernel_blocks_per_id;
   uint64_t remote_kernel_blocks_per_id;
 } pdkv_group_trim_input_t;
@@ -227,8 +239,9 @@ typedef struct pdkv_state_pair {
 typedef struct pdkv_group_trim pdkv_group_trim_t;
 
 /* Trims one group (input is not retained). Errors: NULL_POINTER (input, out, a block array with
- * a non-zero count), STRUCT_SIZE, INVALID_ARGUMENT (unknown kind / cache mode, has_local_first_block
- * not 0/1, zero tokens per block where needed), COVERAGE (a token or the final state D needs
+ * a non-zero count), STRUCT_SIZE, INVALID_ARGUMENT (unknown kind / cache mode, unknown
+ * field_mask bits, a set kernel_blocks_per_id or tokens per block of 0, tokens per block unset
+ * where needed), COVERAGE (a token or the final state D needs
  * has no local slot or no remote source: names the token, block index and list bounds),
  * OVERFLOW. *out owned by the caller (pdkv_group_trim_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_group_trim_new(const pdkv_group_trim_input_t *input,

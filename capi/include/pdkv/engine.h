@@ -22,8 +22,7 @@
  * attention, MLA-typed layers beside GQA ones, no layer pattern) are refused at pdkv_engine_new;
  * engines that keep their own grouping use the low-level calls.
  *
- * The conventions at the top of pdkv.h hold for every function here. The structs of this file
- * were first published in pdkv 0.2 at their current size.
+ * The conventions at the top of pdkv.h hold for every function here.
  */
 #ifndef PDKV_ENGINE_H
 #define PDKV_ENGINE_H
@@ -39,9 +38,13 @@ extern "C" {
 /* One engine rank described once. Immutable. */
 typedef struct pdkv_engine pdkv_engine_t;
 
+/* Optional fields of pdkv_engine_options_t. */
+#define PDKV_ENGINE_FIELD_PREFIX_CACHING (1ULL << 0)
+
 /* What describes an engine rank. Fill with pdkv_engine_options_init() and override. */
 typedef struct pdkv_engine_options {
   size_t struct_size;                  /* sizeof(pdkv_engine_options_t) */
+  uint64_t field_mask;                 /* PDKV_ENGINE_FIELD_* bits of the optional fields set */
   const pdkv_model_t *model;           /* the model (read during pdkv_engine_new, not retained) */
   const pdkv_engine_config_t *config;  /* the engine's settings, as its flags say (copied) */
   const char *engine_id;               /* non-empty UTF-8 the engine advertises (copied) */
@@ -52,12 +55,14 @@ typedef struct pdkv_engine_options {
   const uint64_t *region_bases;        /* NULL, or one address per region (read, not retained) */
   size_t num_region_bases;             /* entries of region_bases: the engine's region count */
   int32_t kv_layout;                   /* a pdkv_kv_layout_t (default HND) */
-  int32_t prefix_caching;              /* -1: on iff the Mamba cache mode is not none (default;
-                                          pure attention models: off), 0 off, 1 on */
+  uint8_t prefix_caching;              /* PDKV_ENGINE_FIELD_PREFIX_CACHING: 0 off, 1 on. Unset:
+                                          on iff the Mamba cache mode is not none (pure
+                                          attention models: off) */
 } pdkv_engine_options_t;
 
 /* Defaults: model and config NULL (the caller sets both), engine_id "engine", rank 0, 64 logical
- * blocks, regions back to back from 2^40, HND, derived prefix caching; sets struct_size.
+ * blocks, regions back to back from 2^40, HND; sets struct_size and field_mask 0 (prefix
+ * caching derived).
  * Errors: NULL_POINTER. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_engine_options_init(pdkv_engine_options_t *options, pdkv_error_t **err);
 
@@ -66,8 +71,8 @@ PDKV_API pdkv_status_t pdkv_engine_options_init(pdkv_engine_options_t *options, 
  * with num_region_bases > 0), STRUCT_SIZE (options, config), INVALID_ARGUMENT (a model whose
  * groups pdkv does not form, naming why and pointing to the low-level calls; num_region_bases
  * other than the engine's region count, naming both; and what pdkv_engine_metadata_from_model
- * refuses: rank >= TP, an unknown kv_layout, prefix_caching not -1/0/1, overlapping regions),
- * the errors of pdkv_geometry_new, OVERFLOW. *out owned by the caller (pdkv_engine_free).
+ * refuses: rank >= TP, an unknown kv_layout, a set prefix_caching not 0/1, overlapping regions;
+ * unknown field_mask bits), the errors of pdkv_geometry_new, OVERFLOW. *out owned by the caller (pdkv_engine_free).
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_engine_new(const pdkv_engine_options_t *options, pdkv_engine_t **out,
                                        pdkv_error_t **err);
@@ -133,6 +138,7 @@ PDKV_API pdkv_status_t pdkv_engine_registration_descriptors(const pdkv_engine_t 
  * handshake) and its engine settings. */
 typedef struct pdkv_engine_peer {
   size_t struct_size;                          /* sizeof(pdkv_engine_peer_t) */
+  uint64_t field_mask;                         /* no optional fields yet: 0 */
   const pdkv_engine_metadata_t *const *remote; /* P ranks of ONE engine, any order, each once */
   size_t num_remote;                           /* >= 1 */
   const pdkv_engine_config_t *remote_config;   /* P's settings (its geometry; copied) */
@@ -167,6 +173,7 @@ typedef struct pdkv_engine_request_group {
 /* One request as D's scheduler holds it. */
 typedef struct pdkv_engine_request {
   size_t struct_size;                        /* sizeof(pdkv_engine_request_t) */
+  uint64_t field_mask;                       /* no optional fields yet: 0 */
   const pdkv_engine_request_group_t *groups; /* one per engine group (read during the call) */
   size_t num_groups;
   uint64_t num_prompt_tokens;                /* N; P computes N-1 of them for Mamba models */

@@ -62,6 +62,7 @@ PDKV_API pdkv_status_t pdkv_notifications_expected_per_request(uint32_t p_tp_siz
 /* Inputs of a TP mapping: one local rank against one remote engine. */
 typedef struct pdkv_tp_mapping_params {
   size_t struct_size;         /* sizeof(pdkv_tp_mapping_params_t) */
+  uint64_t field_mask;        /* no optional fields yet: 0 */
   uint32_t local_tp_size;
   uint32_t local_tp_rank;     /* < local_tp_size */
   uint32_t remote_tp_size;
@@ -155,17 +156,35 @@ typedef enum pdkv_conv_layout {
   PDKV_CONV_LAYOUT_SD = 1
 } pdkv_conv_layout_t;
 
-/* Settings of one engine (P or D) that change the geometry. Byte sizes of 0 mean "auto".
- * Enum-typed fields are int32_t. Fill with pdkv_engine_config_init() and then override. */
+/* Optional fields of pdkv_engine_config_t (vLLM's "auto" and "not given"). A set field must be
+ * non-zero. */
+/* kv_cache_dtype_bytes */
+#define PDKV_CONFIG_FIELD_KV_CACHE_DTYPE (1ULL << 0)
+/* conv_state_dtype_bytes */
+#define PDKV_CONFIG_FIELD_CONV_STATE_DTYPE (1ULL << 1)
+/* ssm_state_dtype_bytes */
+#define PDKV_CONFIG_FIELD_SSM_STATE_DTYPE (1ULL << 2)
+/* user_block_size */
+#define PDKV_CONFIG_FIELD_BLOCK_SIZE (1ULL << 3)
+/* user_mamba_block_size */
+#define PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE (1ULL << 4)
+/* kv_cache_element_bits */
+#define PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS (1ULL << 5)
+
+/* Settings of one engine (P or D) that change the geometry. Enum-typed fields are int32_t.
+ * Fill with pdkv_engine_config_init() and then override (setting the bit of an optional field). */
 typedef struct pdkv_engine_config {
   size_t struct_size;               /* sizeof(pdkv_engine_config_t) */
+  uint64_t field_mask;              /* PDKV_CONFIG_FIELD_* bits of the optional fields set */
   uint32_t tp_size;                 /* >= 1 */
-  uint32_t kv_cache_dtype_bytes;    /* 0: model dtype */
-  uint32_t conv_state_dtype_bytes;  /* 0: model dtype */
-  uint32_t ssm_state_dtype_bytes;   /* 0: model default, else the conv dtype */
-  uint32_t num_speculative_tokens;
-  uint32_t user_block_size;         /* --block-size; 0: not set */
-  uint32_t user_mamba_block_size;   /* --mamba-block-size ("all" mode); 0: model chunk size */
+  uint32_t kv_cache_dtype_bytes;    /* optional; unset ("auto"): the model dtype */
+  uint32_t conv_state_dtype_bytes;  /* optional; unset ("auto"): the model dtype */
+  uint32_t ssm_state_dtype_bytes;   /* optional; unset ("auto"): the model's default SSM dtype,
+                                       else the conv dtype */
+  uint32_t num_speculative_tokens;  /* 0: no speculative decoding */
+  uint32_t user_block_size;         /* optional (--block-size); unset: not given */
+  uint32_t user_mamba_block_size;   /* optional (--mamba-block-size, "all" mode); unset: the
+                                       model chunk size */
   int32_t attention_backend;        /* a pdkv_attention_backend_t */
   /* Used only with PDKV_BACKEND_CUSTOM: */
   uint32_t preferred_block_size;    /* backend's preferred block size */
@@ -175,20 +194,19 @@ typedef struct pdkv_engine_config {
   /* Mamba state: */
   int32_t mamba_cache_mode;         /* a pdkv_mamba_cache_mode_t */
   int32_t conv_layout;              /* a pdkv_conv_layout_t */
-  /* Appended after 0.1 (uint64_t so that they start at byte 80, the 0.1 size; a caller whose
-   * struct_size stops before them gets 0). The KV cache element format: one KV head's entry per
-   * token is its K and V elements of kv_cache_element_bits each plus kv_cache_head_extra_bytes
-   * packed beside them (vLLM's int8/fp8_per_token_head: 8 bits + 8 bytes of fp32 scales, 520 B
-   * per head at head size 256; int4_per_token_head: 4 bits + 8 bytes). Attention bytes per
-   * token, the hybrid block size and head-sliced reads (a head's scales travel with its data)
-   * follow from it. */
-  uint64_t kv_cache_element_bits;     /* 0 (8 * the KV dtype bytes), 4, 8, 16, 32 or 64; must
-                                         agree with a non-zero kv_cache_dtype_bytes */
+  /* The KV cache element format: one KV head's entry per token is its K and V elements of
+   * kv_cache_element_bits each plus kv_cache_head_extra_bytes packed beside them (vLLM's
+   * int8/fp8_per_token_head: 8 bits + 8 bytes of fp32 scales, 520 B per head at head size 256;
+   * int4_per_token_head: 4 bits + 8 bytes). Attention bytes per token, the hybrid block size and
+   * head-sliced reads (a head's scales travel with its data) follow from it. */
+  uint64_t kv_cache_element_bits;     /* optional: 4, 8, 16, 32 or 64; must agree with a set
+                                         kv_cache_dtype_bytes. Unset: 8 * the KV dtype bytes */
   uint64_t kv_cache_head_extra_bytes; /* 0..4096 bytes per token per KV head; not with MLA */
 } pdkv_engine_config_t;
 
-/* Fills *config with defaults (TP 1, auto dtypes, FlashAttention, cache mode none, DS layout)
- * and sets struct_size = sizeof(pdkv_engine_config_t). Errors: NULL_POINTER. Thread-safe. */
+/* Fills *config with defaults (TP 1, FlashAttention, cache mode none, DS layout) and sets
+ * struct_size = sizeof(pdkv_engine_config_t) and field_mask 0 (auto dtypes, no block sizes).
+ * Errors: NULL_POINTER. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_engine_config_init(pdkv_engine_config_t *config, pdkv_error_t **err);
 
 /* Stable name of a backend ("flash_attn", "flashinfer", ..., "custom"); "unknown" otherwise.
@@ -246,12 +264,12 @@ typedef struct pdkv_geometry_info {
   size_t num_projections;           /* conv projections (pdkv_geometry_projection) */
   size_t num_temporal_dims;         /* rank of the temporal state (pdkv_geometry_temporal_shape) */
   size_t num_log_lines;             /* vLLM log lines (pdkv_geometry_log_line) */
-  /* Appended after 0.1 (at byte 200, the 0.1 size). MLA-typed layers of a GQA model
+  /* MLA-typed layers of a GQA model
    * (pdkv_model_desc_t.mla_head_size): bytes per token of their replicated latent (the same at
    * every TP) and their kernel page (kernel_block_size tokens). 0 for other models. */
   uint64_t mla_bytes_per_token;
   uint64_t mla_kernel_page_bytes;
-  /* Appended after 0.1: one KV head's entry per token (K and V elements plus the per-token-head
+  /* One KV head's entry per token (K and V elements plus the per-token-head
    * extras of pdkv_engine_config_t); attn_bytes_per_token = kv_heads_per_rank * this. */
   uint64_t kv_head_bytes_per_token;
 } pdkv_geometry_info_t;
@@ -269,8 +287,9 @@ typedef struct pdkv_conv_projection {
 
 /* Derives the geometry of `model` on the engine `config` (neither is retained). Errors:
  * NULL_POINTER (model, config, out), STRUCT_SIZE (config), INVALID_ARGUMENT (unknown enum value,
- * zero TP or TP > 65536, a dtype size other than 0/1/2/4/8, more than 64 speculative tokens, a
- * user block size above 2^20, a KV element size other than 0/4/8/16/32/64 bits or disagreeing
+ * unknown field_mask bits, a set optional field holding 0, zero TP or TP > 65536, a dtype size
+ * other than 1/2/4/8, more than 64 speculative tokens, a user block size above 2^20, a KV
+ * element size other than 4/8/16/32/64 bits or disagreeing
  * with kv_cache_dtype_bytes, K/V elements of a head not filling whole bytes, per-token-head
  * extras with MLA latents, ...), HEADS_NOT_DIVISIBLE, UNSUPPORTED_MAMBA_TYPE, UNSUPPORTED_LAYOUT (SD conv),
  * INCOMPATIBLE (MLA backend with a non-MLA model, or no kernel size fits), OVERFLOW.

@@ -35,10 +35,17 @@ typedef enum pdkv_region_kind {
 /* What one engine rank advertises in the handshake (wire format 1.x). Immutable. */
 typedef struct pdkv_engine_metadata pdkv_engine_metadata_t;
 
+/* Optional fields of pdkv_engine_layout_t. */
+#define PDKV_LAYOUT_FIELD_PREFIX_CACHING (1ULL << 0)
+/* pp_size, pp_rank and layer_begin together */
+#define PDKV_LAYOUT_FIELD_PIPELINE (1ULL << 1)
+#define PDKV_LAYOUT_FIELD_LAYER_END (1ULL << 2)
+
 /* Where an engine's regions live and what it advertises beyond its geometry. Fill with
  * pdkv_engine_layout_init() and override. */
 typedef struct pdkv_engine_layout {
   size_t struct_size;            /* sizeof(pdkv_engine_layout_t) */
+  uint64_t field_mask;           /* PDKV_LAYOUT_FIELD_* bits of the optional fields set */
   const char *engine_id;         /* non-empty UTF-8, at most 256 bytes (copied) */
   uint32_t tp_rank;              /* < config tp_size */
   uint64_t num_logical_blocks;   /* per region; kernel blocks = this * ppl */
@@ -46,16 +53,19 @@ typedef struct pdkv_engine_layout {
   uint64_t base;                 /* address of region 0; regions follow back to back */
   const uint64_t *region_bases;  /* NULL, or num_regions explicit region addresses */
   int32_t kv_layout;             /* a pdkv_kv_layout_t (default HND) */
-  int32_t prefix_caching;        /* -1: on iff mamba_cache_mode != none (default); 0 off; 1 on */
-  /* Appended after 0.1 (at byte 64, the 0.1 size). NULL (default), or num_regions
+  uint8_t prefix_caching;        /* PDKV_LAYOUT_FIELD_PREFIX_CACHING: 0 off, 1 on. Unset: on
+                                    iff mamba_cache_mode != none */
+  /* NULL (default), or num_regions
    * pdkv_region_kind_t values, one per region (read, not retained). NULL: MAMBA for hybrids,
    * ATTENTION otherwise, and for a model with MLA-typed layers the kinds of its attention layers
    * in layer_pattern order (ATTENTION for '*', MLA for 'L'), repeated over the regions. */
   const int32_t *region_kinds;
-  /* Appended after 0.1. Pipeline stage (metadata format 1.2): stage pp_rank of pp_size holding
-   * the model layers [layer_begin, layer_end); region i's layer is layer_begin + i. pp_size 0
-   * means 1 (one stage holding every layer, the 0.1 behaviour); layer_end 0 means "through the
-   * model's last layer" (a single stage, or the last stage). */
+  /* Pipeline stage (metadata format 1.2): stage pp_rank of pp_size holding the model layers
+   * [layer_begin, layer_end); region i's layer is layer_begin + i.
+   * PDKV_LAYOUT_FIELD_PIPELINE: pp_size (>= 1), pp_rank and layer_begin. Unset: one stage
+   * holding every layer (pp_size 1, pp_rank 0, layer_begin 0).
+   * PDKV_LAYOUT_FIELD_LAYER_END: layer_end (> layer_begin). Unset: through the model's last
+   * layer (a single stage, or the last stage). */
   uint32_t pp_size;
   uint32_t pp_rank;
   uint32_t layer_begin;
@@ -63,18 +73,19 @@ typedef struct pdkv_engine_layout {
 } pdkv_engine_layout_t;
 
 /* Defaults: engine_id "engine", rank 0, 64 logical blocks, 1 region at 2^40, HND, derived
- * prefix caching, derived region kinds, one pipeline stage (pp_size 1, window [0, last]); sets
- * struct_size. Errors: NULL_POINTER. Thread-safe. */
+ * region kinds; sets struct_size and field_mask 0 (prefix caching derived, one pipeline stage
+ * holding every layer). Errors: NULL_POINTER. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_engine_layout_init(pdkv_engine_layout_t *layout, pdkv_error_t **err);
 
 /* Metadata of rank layout->tp_rank of an engine running `model` with `config` (geometry derived
  * as pdkv_geometry_new does; nothing is retained). Errors: NULL_POINTER (model, config, layout,
  * out), STRUCT_SIZE (config, layout), the errors of pdkv_geometry_new, INVALID_ARGUMENT (bad
- * layout: empty engine id, rank >= TP, unknown kv_layout, prefix_caching not -1/0/1, regions
- * overlapping or leaving the address space, a region kind that is not a pdkv_region_kind_t or
+ * layout: empty engine id, rank >= TP, unknown kv_layout, a set prefix_caching not 0/1, unknown
+ * field_mask bits, regions overlapping or leaving the address space, a region kind that is not a pdkv_region_kind_t or
  * that the model lacks (MLA without mla_head_size, MAMBA without Mamba layers), a pipeline
  * stage out of range (pp_rank >= pp_size, an empty window, a single stage not starting at layer
- * 0, a stage other than the last without layer_end, more regions than the window's layers)...),
+ * 0, a set pp_size of 0 or layer_end not above layer_begin, a stage other than the last without
+ * layer_end, more regions than the window's layers)...),
  * OVERFLOW. *out owned by the caller
  * (pdkv_engine_metadata_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_engine_metadata_from_model(const pdkv_model_t *model,
@@ -106,7 +117,7 @@ typedef struct pdkv_engine_metadata_info {
   uint8_t prefix_caching;
   int32_t cache_mode;                   /* a pdkv_mamba_cache_mode_t */
   uint64_t model_fingerprint;
-  /* Appended after 0.1 (metadata format 1.2): pipeline stage pp_rank of pp_size holding the
+  /* Metadata format 1.2: pipeline stage pp_rank of pp_size holding the
    * layers [layer_begin, layer_end), layer_end 0 meaning through the model's last layer. A
    * single-stage engine reports 1, 0, 0, 0. */
   uint32_t pp_size;

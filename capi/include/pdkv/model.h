@@ -32,11 +32,17 @@ typedef enum pdkv_mamba_type {
 /* An immutable model description. */
 typedef struct pdkv_model pdkv_model_t;
 
+/* Optional fields of pdkv_model_desc_t. */
+#define PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE (1ULL << 0)
+/* default_ssm_dtype_bytes */
+#define PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE (1ULL << 1)
+
 /* Everything pdkv needs to know about a model. Used both as input (pdkv_model_new) and as
  * output (pdkv_model_describe). Enum-typed fields are int32_t so the struct layout never
- * depends on the compiler's enum size. First published size: the whole struct of 0.1. */
+ * depends on the compiler's enum size. */
 typedef struct pdkv_model_desc {
   size_t struct_size;            /* sizeof(pdkv_model_desc_t) */
+  uint64_t field_mask;           /* PDKV_MODEL_FIELD_* bits of the optional fields set */
   const char *name;              /* e.g. "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"; NULL = "" */
   const char *source;            /* where the numbers come from; NULL = "" */
   /* Attention. */
@@ -53,16 +59,16 @@ typedef struct pdkv_model_desc {
   uint32_t mamba_n_groups;       /* Mamba2: n_groups; GDN: key heads */
   uint64_t mamba_d_inner;        /* Mamba1 only */
   uint32_t mamba_conv_kernel;    /* d_conv */
-  uint32_t mamba_chunk_size;     /* 0 means 2048 */
+  uint32_t mamba_chunk_size;     /* optional (non-zero); unset: 2048 */
   uint8_t mamba_conv_rows_include_spec; /* 1: speculative tokens add conv rows (NemotronH, GDN) */
   /* Dtypes and layers. */
   uint32_t dtype_bytes;          /* model dtype size, 1..8 */
-  uint32_t default_ssm_dtype_bytes; /* engine "auto" SSM state dtype; 0 = conv dtype */
+  uint32_t default_ssm_dtype_bytes; /* optional: the SSM state dtype an engine's "auto" picks
+                                     (1, 2, 4 or 8); unset: the conv dtype */
   const char *layer_pattern;     /* one char per layer: '*' attention, 'M' Mamba, 'P' both,
                                   * 'L' MLA-typed attention in a GQA model (see mla_head_size),
                                   * '-' neither; NULL or "" = unknown */
-  /* Appended after 0.1 (at byte 104, the 0.1 size; a caller whose struct_size stops before it
-   * gets 0). Width of the latent of the 'L' layers of a GQA model, in elements (e.g. an indexer
+  /* Width of the latent of the 'L' layers of a GQA model, in elements (e.g. an indexer
    * key cache vLLM registers as an MLA spec): one head replicated on every rank, read whole
    * from one prefill rank. 0: no such layers. A pure MLA model (use_mla) leaves it 0. */
   uint32_t mla_head_size;
@@ -70,7 +76,8 @@ typedef struct pdkv_model_desc {
 
 /* Creates a model from a description. The strings are copied; desc is not retained.
  * Errors: NULL_POINTER (desc, out), STRUCT_SIZE, INVALID_ARGUMENT (unknown mamba_type value,
- * zero heads, bad layer_pattern char, a 0/1 flag such as use_mla or
+ * unknown field_mask bits, a set optional field holding 0, zero heads, bad layer_pattern char,
+ * a 0/1 flag such as use_mla or
  * mamba_conv_rows_include_spec holding another value, ...). On success *out is owned by the caller
  * (pdkv_model_free). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_model_new(const pdkv_model_desc_t *desc, pdkv_model_t **out,
@@ -99,7 +106,9 @@ PDKV_API pdkv_status_t pdkv_model_from_hf_config_json(const char *json, size_t l
                                                       pdkv_error_t **err);
 
 /* Fills *out (up to out->struct_size bytes, which the caller sets) with the model's
- * description. The strings in *out are owned by the model and valid until pdkv_model_free.
+ * description; out->field_mask receives the bits of the optional fields the model has (an
+ * unset one is written as 0), so the description passed back to pdkv_model_new gives the same
+ * model. The strings in *out are owned by the model and valid until pdkv_model_free.
  * Errors: NULL_POINTER (model, out), STRUCT_SIZE. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_model_describe(const pdkv_model_t *model, pdkv_model_desc_t *out,
                                            pdkv_error_t **err);

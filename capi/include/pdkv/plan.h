@@ -23,6 +23,7 @@ typedef struct pdkv_plan_context pdkv_plan_context_t;
 /* Inputs of a plan context. */
 typedef struct pdkv_plan_context_params {
   size_t struct_size;                        /* sizeof(pdkv_plan_context_params_t) */
+  uint64_t field_mask;                       /* no optional fields yet: 0 */
   const pdkv_engine_metadata_t *local;       /* the D rank (reader) */
   const pdkv_engine_metadata_t *const *remote; /* P ranks of ONE engine, any order, each once */
   size_t num_remote;                         /* >= 1 */
@@ -33,7 +34,7 @@ typedef struct pdkv_plan_context_params {
   /* NULL: the mapping is derived from the metadata (local = D tp_size / tp_rank, remote = P
    * tp_size, K = total_kv_heads, MLA and Mamba flags). Else this mapping is used (copied). */
   const pdkv_tp_mapping_t *mapping;
-  /* Appended after 0.1 (at byte 56, the 0.1 size; 0 for an older caller). 1: when D's and P's KV
+  /* 1: when D's and P's KV
    * layouts differ, D writes received attention blocks in P's layout and permutes each into its
    * own after receipt (the plan lists them; vLLM: enable_permute_local_kv). 0: different layouts
    * are UNSUPPORTED_LAYOUT naming this flag. Other values: INVALID_ARGUMENT. */
@@ -62,10 +63,12 @@ PDKV_API void pdkv_plan_context_free(pdkv_plan_context_t *ctx);
  * structs whose struct_size must all be equal: it is the array's stride. */
 typedef struct pdkv_plan_group {
   size_t struct_size;                   /* sizeof(pdkv_plan_group_t) */
-  const pdkv_group_trim_input_t *trim;  /* kind, blocks, tokens (tokens per block 0: metadata) */
+  uint64_t field_mask;                  /* no optional fields yet: 0 */
+  const pdkv_group_trim_input_t *trim;  /* kind, blocks, tokens (tokens per block unset:
+                                           from the metadata) */
   const uint32_t *regions;              /* region indices of the group's layers; NULL + 0: all */
   size_t num_regions;
-  /* Appended after 0.1. NULL + 0 (default): regions are paired by index (`regions`), which needs
+  /* NULL + 0 (default): regions are paired by index (`regions`), which needs
    * D's and P's stages to hold the same layer window. Else the group's model layers over the
    * whole model, strictly ascending, exclusive with `regions` (read in place during the call):
    * the region of layer L on a pipeline stage is the number of the group's layers in
@@ -150,17 +153,16 @@ typedef struct pdkv_transfer_plan_info {
   uint64_t attention_bytes;
   uint64_t mamba_bytes;
   uint8_t empty;                     /* 1: nothing to read (full prefix hit), notify only */
-  /* Appended after 0.1: the pipeline stages of the pair (1 and 0 without PP; the plan's P ranks
+  /* The pipeline stages of the pair (1 and 0 without PP; the plan's P ranks
    * are TP ranks of P stage p_pp_rank) and the layers it moves, [layer_begin, layer_end) with
-   * layer_end 0 meaning through the model's last layer. (uint64_t: they start at byte 104, the
-   * 0.1 size, past the padding after `empty`.) */
+   * layer_end 0 meaning through the model's last layer. */
   uint64_t p_pp_size;
   uint64_t p_pp_rank;
   uint64_t d_pp_size;
   uint64_t d_pp_rank;
   uint64_t layer_begin;
   uint64_t layer_end;
-  /* Appended after 0.1: the receive-side permutation of the blocks each group lists
+  /* The receive-side permutation of the blocks each group lists
    * (pdkv_plan_group_zero_t.permute_blocks), from the layout the received bytes lie in (P's) to
    * D's, both pdkv_kv_layout_t values; one D kernel block is permute_heads heads x
    * permute_tokens tokens x permute_head_bytes bytes. Equal layouts (and zeros): nothing to
@@ -211,7 +213,7 @@ typedef struct pdkv_plan_group_zero {
   size_t num_zero;
   const uint64_t *unfilled_states;    /* Mamba slots never to publish as cache hits */
   size_t num_unfilled_states;
-  /* Appended after 0.1 (at byte 64): the D kernel blocks (ascending) that receive bytes in P's
+  /* The D kernel blocks (ascending) that receive bytes in P's
    * layout and must be permuted into D's (pdkv_transfer_plan_info_t.permute_*) in each of
    * permute_regions, after the data and before the zero ranges; empty when nothing is permuted. */
   const uint64_t *permute_blocks;

@@ -18,6 +18,12 @@ extern "C" {
 
 
 
+/* Optional fields of pdkv_aligned_split_input_t. */
+#define PDKV_SPLIT_FIELD_FLOOR_UNIT (1ULL << 0)
+#define PDKV_SPLIT_FIELD_TAIL_HASH_BLOCK_SIZE (1ULL << 1)
+#define PDKV_SPLIT_FIELD_MAX_NUM_SCHEDULED_TOKENS (1ULL << 2)
+#define PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD (1ULL << 3)
+
 /* Inputs of the main-branch Mamba align-mode split (see core/scheduler.hpp for the rules).
  * When the Mamba block is wider than every chunk (block_size > the smaller of
  * max_num_scheduled_tokens and long_prefill_token_threshold) and a chunk reaches no block
@@ -25,28 +31,28 @@ extern "C" {
  * when that still advances; the request always progresses unless defer_oversized_block is 1. */
 typedef struct pdkv_aligned_split_input {
   size_t struct_size;                     /* sizeof(pdkv_aligned_split_input_t) */
+  uint64_t field_mask;                    /* PDKV_SPLIT_FIELD_* bits of the optional fields set */
   uint64_t start;                         /* tokens already computed (incl. external) */
   uint64_t num_new_tokens;                /* proposed by budget / threshold */
   uint64_t num_prompt_tokens;
   uint64_t num_tokens;
   uint64_t block_size;
-  uint64_t floor_unit;                    /* 0: no finer floor for a sub-block chunk */
-  uint64_t tail_hash_block_size;          /* 0: off */
-  uint64_t shared_prefix_tokens;          /* 0: none */
-  uint64_t max_num_scheduled_tokens;      /* 0: unlimited */
-  uint64_t long_prefill_token_threshold;  /* 0: none */
+  /* Optional fields (each > 0 when set): */
+  uint64_t floor_unit;                    /* unset: no finer floor for a sub-block chunk */
+  uint64_t tail_hash_block_size;          /* unset: fine-grained tail hits off */
+  uint64_t shared_prefix_tokens;          /* required; 0: no shared prefix */
+  uint64_t max_num_scheduled_tokens;      /* unset: unlimited */
+  uint64_t long_prefill_token_threshold;  /* unset: no threshold */
   uint8_t use_eagle;                      /* 0 or 1 */
   uint8_t load_kv_async;                  /* 0 or 1 */
-  /* Appended after 0.1. uint64_t so that it starts at byte 96, the 0.1 size, not in the 0.1
-   * tail padding; a caller whose struct_size stops before it gets 0. */
   uint64_t defer_oversized_block;         /* 0 (vLLM main) or 1: return 0 (the request waits)
                                              for a sub-block chunk that no floor keeps */
 } pdkv_aligned_split_input_t;
 
 /* New tokens for this step, main-branch form. 0 means the request waits this step: a block that
  * fits in a chunk is not reached by this step's budget, or defer_oversized_block asked for it.
- * Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (block_size 0, a flag not 0/1).
- * Thread-safe. */
+ * Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (block_size 0, a flag not 0/1, unknown
+ * field_mask bits, a set optional field holding 0). Thread-safe. */
 PDKV_API pdkv_status_t pdkv_mamba_aligned_split(const pdkv_aligned_split_input_t *input,
                                                 uint64_t *out, pdkv_error_t **err);
 
@@ -61,6 +67,7 @@ PDKV_API pdkv_status_t pdkv_d_num_new_matched_tokens(uint64_t num_prompt_tokens,
 /* P side of a request decoded remotely; used as input and output. */
 typedef struct pdkv_remote_decode_prefill {
   size_t struct_size;         /* sizeof(pdkv_remote_decode_prefill_t) */
+  uint64_t field_mask;        /* no optional fields yet: 0 */
   uint64_t num_prompt_tokens;
   uint64_t max_tokens;
   uint8_t truncated;          /* 0 or 1: the N-1 truncation was applied */

@@ -35,6 +35,7 @@ PDKV_API pdkv_status_t pdkv_mamba_remote_conv_offsets(const pdkv_geometry_t *geo
  * Mamba descriptors region-major. */
 typedef struct pdkv_descriptor_layout {
   size_t struct_size;             /* sizeof(pdkv_descriptor_layout_t) */
+  uint64_t field_mask;            /* no optional fields yet: 0 */
   uint64_t num_blocks;            /* kernel blocks of the engine whose handle is addressed */
   uint64_t block_size_ratio;      /* bsr (local handle only; the remote uses 1) */
   uint64_t blocks_per_logical;    /* ppl of that engine */
@@ -65,6 +66,7 @@ PDKV_API pdkv_status_t pdkv_mamba_descriptor_ids(const uint64_t *logical_block_i
 /* Inputs of the v0604 Mamba align-mode block-aligned chunk split (vLLM #42554). */
 typedef struct pdkv_aligned_split_v0604_input {
   size_t struct_size;                     /* sizeof(pdkv_aligned_split_v0604_input_t) */
+  uint64_t field_mask;                    /* no optional fields yet: 0 */
   uint64_t num_computed_tokens;
   uint64_t num_new_local_computed_tokens;
   uint64_t num_external_computed_tokens;

@@ -89,7 +89,7 @@ func groups(s shape, mode pdkv.MambaCacheMode) []pdkv.PlanGroup {
 	}
 	return append(out, pdkv.PlanGroup{Trim: pdkv.GroupTrimInput{
 		Kind: pdkv.GroupAttention, LocalBlocks: local[4:], RemoteBlocks: remote[4:], RemoteComputedTokens: nLoad,
-		LocalHitTokens: hit * s.dBlock, LocalKernelBlocksPerID: s.dPPL, RemoteKernelBlocksPerID: s.pPPL,
+		LocalHitTokens: hit * s.dBlock, LocalKernelBlocksPerID: pdkv.Ptr(s.dPPL), RemoteKernelBlocksPerID: pdkv.Ptr(s.pPPL),
 	}})
 }
 
@@ -146,7 +146,7 @@ func main() {
 			}
 			cfg := func(tp uint32) pdkv.EngineConfig {
 				c := pdkv.DefaultEngineConfig()
-				c.TpSize, c.UserBlockSize, c.Backend, c.MambaCacheMode = tp, 2096, backend, mode
+				c.TpSize, c.UserBlockSize, c.Backend, c.MambaCacheMode = tp, pdkv.Ptr[uint32](2096), backend, mode
 				return c
 			}
 			dg, err := pdkv.NewGeometry(model, cfg(2))

@@ -11,7 +11,7 @@
 //! The crate does not link libpdkv: it loads it at run time, when the first function is called
 //! (or [`load`] is), so a program depending on this crate or on `pdkv` builds with nothing set
 //! and runs with no `LD_LIBRARY_PATH`. It looks, in order, in `$PDKV_LIB_DIR` (the variable every
-//! pdkv binding shares: the directory holding `libpdkv.so.1`), next to the executable, in the
+//! pdkv binding shares: the directory holding `libpdkv.so.2`), next to the executable, in the
 //! directory found when the crate was built (`PDKV_LIB_DIR` then, else
 //! `pkg-config --variable=libdir pdkv`, else the source checkout's `build/release/capi`), then
 //! through the dynamic loader's own search. [`load`] reports every attempt; a function called

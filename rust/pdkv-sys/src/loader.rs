@@ -252,7 +252,7 @@ mod tests {
             ("$PDKV_LIB_DIR".to_owned(), None),
             (
                 "missing".to_owned(),
-                Some(PathBuf::from("/nonexistent-pdkv/libpdkv.so.1")),
+                Some(PathBuf::from("/nonexistent-pdkv/libpdkv.so.2")),
             ),
             // A real shared library without pdkv's symbols is refused, not used.
             ("libm".to_owned(), Some(PathBuf::from("libm.so.6"))),
@@ -265,7 +265,7 @@ mod tests {
             ("$PDKV_LIB_DIR".to_owned(), "not set".to_owned())
         );
         assert_eq!(err.attempts[1].1, "no such file");
-        assert!(err.attempts[1].0.contains("/nonexistent-pdkv/libpdkv.so.1"));
+        assert!(err.attempts[1].0.contains("/nonexistent-pdkv/libpdkv.so.2"));
         assert!(
             err.attempts[2].1.contains("no pdkv_version symbol"),
             "{:?}",

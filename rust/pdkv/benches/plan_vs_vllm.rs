@@ -86,8 +86,8 @@ fn groups(s: &Shape, mode: MambaCacheMode) -> Vec<PlanGroup> {
             remote_blocks: remote[4..].to_vec(),
             remote_computed_tokens: n_load,
             local_hit_tokens: hit * s.d_block,
-            local_kernel_blocks_per_id: s.d_ppl,
-            remote_kernel_blocks_per_id: s.p_ppl,
+            local_kernel_blocks_per_id: Some(s.d_ppl),
+            remote_kernel_blocks_per_id: Some(s.p_ppl),
             ..Default::default()
         },
         regions: vec![],
@@ -166,7 +166,7 @@ fn main() -> Result<()> {
                 MambaCacheMode::None
             };
             let cfg = |tp| EngineConfig {
-                user_block_size: 2096,
+                user_block_size: Some(2096),
                 backend,
                 mamba_cache_mode: mode,
                 ..EngineConfig::with_tp(tp)

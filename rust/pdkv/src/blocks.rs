@@ -132,6 +132,7 @@ pub fn descriptor_ids(groups: &[GroupBlockIds], layout: &DescriptorLayout) -> Re
         .collect();
     let raw_layout = sys::pdkv_descriptor_layout_t {
         struct_size: size_of::<sys::pdkv_descriptor_layout_t>(),
+        field_mask: 0,
         num_blocks: layout.num_blocks,
         block_size_ratio: layout.block_size_ratio,
         blocks_per_logical: layout.blocks_per_logical,
@@ -192,6 +193,7 @@ pub struct ExchangeClipParams {
 pub fn clip_exchange_blocks(ids: &[u64], params: &ExchangeClipParams) -> Result<Vec<u64>> {
     let raw = sys::pdkv_exchange_clip_params_t {
         struct_size: size_of::<sys::pdkv_exchange_clip_params_t>(),
+        field_mask: 0,
         kind: params.kind.raw(),
         hma_enabled: params.hma_enabled as u8,
         sliding_window: params.sliding_window,

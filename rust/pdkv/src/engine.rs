@@ -143,7 +143,8 @@ impl ConvLayout {
     }
 }
 
-/// Settings of one engine (P or D) that change the geometry. Byte sizes of 0 mean "auto".
+/// Settings of one engine (P or D) that change the geometry. `None` leaves an optional field
+/// unset (vLLM's "auto" or "not given").
 ///
 /// `Default` takes the library's defaults (`pdkv_engine_config_init`: TP 1, auto dtypes,
 /// FlashAttention, cache mode none, DS layout); the consuming setters of the same names build
@@ -152,18 +153,18 @@ impl ConvLayout {
 pub struct EngineConfig {
     /// TP size, >= 1.
     pub tp_size: u32,
-    /// KV cache dtype bytes; 0: model dtype.
-    pub kv_cache_dtype_bytes: u32,
-    /// Conv state dtype bytes; 0: model dtype.
-    pub conv_state_dtype_bytes: u32,
-    /// SSM state dtype bytes; 0: model default, else the conv dtype.
-    pub ssm_state_dtype_bytes: u32,
+    /// KV cache dtype bytes; `None`: the model dtype.
+    pub kv_cache_dtype_bytes: Option<u32>,
+    /// Conv state dtype bytes; `None`: the model dtype.
+    pub conv_state_dtype_bytes: Option<u32>,
+    /// SSM state dtype bytes; `None`: the model default, else the conv dtype.
+    pub ssm_state_dtype_bytes: Option<u32>,
     /// Speculative tokens.
     pub num_speculative_tokens: u32,
-    /// `--block-size`; 0: not set.
-    pub user_block_size: u32,
-    /// `--mamba-block-size` ("all" mode); 0: model chunk size.
-    pub user_mamba_block_size: u32,
+    /// `--block-size`; `None`: not given.
+    pub user_block_size: Option<u32>,
+    /// `--mamba-block-size` ("all" mode); `None`: the model chunk size.
+    pub user_mamba_block_size: Option<u32>,
     /// Attention backend.
     pub backend: Backend,
     /// [`Backend::Custom`] only: preferred block size.
@@ -176,9 +177,9 @@ pub struct EngineConfig {
     pub mamba_cache_mode: MambaCacheMode,
     /// Conv state layout.
     pub conv_layout: ConvLayout,
-    /// KV element format: bits per K/V element (4, 8, 16, 32, 64); 0: 8 * the KV dtype bytes.
-    /// A set `kv_cache_dtype_bytes` must agree with it.
-    pub kv_cache_element_bits: u32,
+    /// KV element format: bits per K/V element (4, 8, 16, 32, 64); `None`: 8 * the KV dtype
+    /// bytes. A set `kv_cache_dtype_bytes` must agree with it.
+    pub kv_cache_element_bits: Option<u32>,
     /// Bytes packed per token per KV head beside K and V (vLLM's per-token-head scales: 8);
     /// they travel with the head in every head-sliced read. 0: none.
     pub kv_cache_head_extra_bytes: u32,
@@ -192,19 +193,19 @@ impl Default for EngineConfig {
         let _ = unsafe { sys::pdkv_engine_config_init(&mut raw, std::ptr::null_mut()) };
         EngineConfig {
             tp_size: raw.tp_size,
-            kv_cache_dtype_bytes: raw.kv_cache_dtype_bytes,
-            conv_state_dtype_bytes: raw.conv_state_dtype_bytes,
-            ssm_state_dtype_bytes: raw.ssm_state_dtype_bytes,
+            kv_cache_dtype_bytes: None,
+            conv_state_dtype_bytes: None,
+            ssm_state_dtype_bytes: None,
             num_speculative_tokens: raw.num_speculative_tokens,
-            user_block_size: raw.user_block_size,
-            user_mamba_block_size: raw.user_mamba_block_size,
+            user_block_size: None,
+            user_mamba_block_size: None,
             backend: Backend::from_raw(raw.attention_backend),
             preferred_block_size: raw.preferred_block_size,
             kernel_block_sizes: Vec::new(),
             kernel_block_multiple_of: raw.kernel_block_multiple_of,
             mamba_cache_mode: MambaCacheMode::from_raw(raw.mamba_cache_mode),
             conv_layout: ConvLayout::from_raw(raw.conv_layout),
-            kv_cache_element_bits: raw.kv_cache_element_bits as u32,
+            kv_cache_element_bits: None,
             kv_cache_head_extra_bytes: raw.kv_cache_head_extra_bytes as u32,
         }
     }
@@ -223,6 +224,20 @@ macro_rules! setter {
     };
 }
 
+/// Consuming setters of optional fields: `value` sets the field (`Some(value)`).
+macro_rules! optional_setter {
+    ($(#[$doc:meta] $field:ident: $ty:ty),* $(,)?) => {
+        $(
+            #[$doc]
+            #[must_use]
+            pub fn $field(mut self, value: $ty) -> Self {
+                self.$field = Some(value);
+                self
+            }
+        )*
+    };
+}
+
 impl EngineConfig {
     /// Defaults with the given TP size.
     pub fn with_tp(tp_size: u32) -> EngineConfig {
@@ -232,18 +247,8 @@ impl EngineConfig {
     setter! {
         /// Sets the TP size.
         tp_size: u32,
-        /// Sets the KV cache dtype bytes (0: model dtype).
-        kv_cache_dtype_bytes: u32,
-        /// Sets the conv state dtype bytes (0: model dtype).
-        conv_state_dtype_bytes: u32,
-        /// Sets the SSM state dtype bytes (0: auto).
-        ssm_state_dtype_bytes: u32,
         /// Sets the number of speculative tokens.
         num_speculative_tokens: u32,
-        /// Sets `--block-size` (0: not set).
-        user_block_size: u32,
-        /// Sets `--mamba-block-size` (0: chunk size).
-        user_mamba_block_size: u32,
         /// Sets the attention backend.
         backend: Backend,
         /// Sets the preferred block size ([`Backend::Custom`]).
@@ -256,23 +261,54 @@ impl EngineConfig {
         mamba_cache_mode: MambaCacheMode,
         /// Sets the conv state layout.
         conv_layout: ConvLayout,
-        /// Sets the KV element bits (0: 8 * the KV dtype bytes).
-        kv_cache_element_bits: u32,
         /// Sets the bytes packed per token per KV head (per-token-head scales).
         kv_cache_head_extra_bytes: u32,
+    }
+
+    optional_setter! {
+        /// Sets the KV cache dtype bytes (unset: the model dtype).
+        kv_cache_dtype_bytes: u32,
+        /// Sets the conv state dtype bytes (unset: the model dtype).
+        conv_state_dtype_bytes: u32,
+        /// Sets the SSM state dtype bytes (unset: auto).
+        ssm_state_dtype_bytes: u32,
+        /// Sets `--block-size` (unset: not given).
+        user_block_size: u32,
+        /// Sets `--mamba-block-size` (unset: the chunk size).
+        user_mamba_block_size: u32,
+        /// Sets the KV element bits (unset: 8 * the KV dtype bytes).
+        kv_cache_element_bits: u32,
     }
 
     /// The C struct; it borrows `kernel_block_sizes` from `self`.
     pub(crate) fn to_raw(&self) -> sys::pdkv_engine_config_t {
         sys::pdkv_engine_config_t {
             struct_size: mem::size_of::<sys::pdkv_engine_config_t>(),
+            field_mask: optional_bit(
+                self.kv_cache_dtype_bytes,
+                sys::PDKV_CONFIG_FIELD_KV_CACHE_DTYPE,
+            ) | optional_bit(
+                self.conv_state_dtype_bytes,
+                sys::PDKV_CONFIG_FIELD_CONV_STATE_DTYPE,
+            ) | optional_bit(
+                self.ssm_state_dtype_bytes,
+                sys::PDKV_CONFIG_FIELD_SSM_STATE_DTYPE,
+            ) | optional_bit(self.user_block_size, sys::PDKV_CONFIG_FIELD_BLOCK_SIZE)
+                | optional_bit(
+                    self.user_mamba_block_size,
+                    sys::PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE,
+                )
+                | optional_bit(
+                    self.kv_cache_element_bits,
+                    sys::PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS,
+                ),
             tp_size: self.tp_size,
-            kv_cache_dtype_bytes: self.kv_cache_dtype_bytes,
-            conv_state_dtype_bytes: self.conv_state_dtype_bytes,
-            ssm_state_dtype_bytes: self.ssm_state_dtype_bytes,
+            kv_cache_dtype_bytes: self.kv_cache_dtype_bytes.unwrap_or(0),
+            conv_state_dtype_bytes: self.conv_state_dtype_bytes.unwrap_or(0),
+            ssm_state_dtype_bytes: self.ssm_state_dtype_bytes.unwrap_or(0),
             num_speculative_tokens: self.num_speculative_tokens,
-            user_block_size: self.user_block_size,
-            user_mamba_block_size: self.user_mamba_block_size,
+            user_block_size: self.user_block_size.unwrap_or(0),
+            user_mamba_block_size: self.user_mamba_block_size.unwrap_or(0),
             attention_backend: self.backend.raw(),
             preferred_block_size: self.preferred_block_size,
             kernel_block_sizes: if self.kernel_block_sizes.is_empty() {
@@ -284,8 +320,17 @@ impl EngineConfig {
             kernel_block_multiple_of: self.kernel_block_multiple_of,
             mamba_cache_mode: self.mamba_cache_mode.raw(),
             conv_layout: self.conv_layout.raw(),
-            kv_cache_element_bits: u64::from(self.kv_cache_element_bits),
+            kv_cache_element_bits: u64::from(self.kv_cache_element_bits.unwrap_or(0)),
             kv_cache_head_extra_bytes: u64::from(self.kv_cache_head_extra_bytes),
         }
+    }
+}
+
+/// The field_mask bit of an optional field: `bit` when it is set, else 0.
+pub(crate) fn optional_bit<T>(value: Option<T>, bit: u32) -> u64 {
+    if value.is_some() {
+        u64::from(bit)
+    } else {
+        0
     }
 }

@@ -150,6 +150,10 @@ impl Engine {
         let cc = config.to_raw();
         let raw = sys::pdkv_engine_options_t {
             struct_size: size_of::<sys::pdkv_engine_options_t>(),
+            field_mask: crate::engine::optional_bit(
+                options.prefix_caching,
+                sys::PDKV_ENGINE_FIELD_PREFIX_CACHING,
+            ),
             model: model.as_ptr(),
             config: &cc,
             engine_id: id.as_ptr(),
@@ -159,7 +163,7 @@ impl Engine {
             region_bases: sp(&options.region_bases),
             num_region_bases: options.region_bases.len(),
             kv_layout: options.kv_layout.raw(),
-            prefix_caching: options.prefix_caching.map_or(-1, i32::from),
+            prefix_caching: u8::from(options.prefix_caching.unwrap_or(false)),
         };
         let mut out = ptr::null_mut();
         // SAFETY: every pointer lives for the call; nothing is retained.
@@ -250,6 +254,7 @@ impl Engine {
         let cc = remote_config.to_raw();
         let peer = sys::pdkv_engine_peer_t {
             struct_size: size_of::<sys::pdkv_engine_peer_t>(),
+            field_mask: 0,
             remote: sp(&ptrs),
             num_remote: ptrs.len(),
             remote_config: &cc,
@@ -286,6 +291,7 @@ impl Engine {
             .collect();
         let req = sys::pdkv_engine_request_t {
             struct_size: size_of::<sys::pdkv_engine_request_t>(),
+            field_mask: 0,
             groups: sp(&raw),
             num_groups: raw.len(),
             num_prompt_tokens,

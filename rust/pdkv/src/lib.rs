@@ -29,7 +29,7 @@
 //! # Finding libpdkv
 //!
 //! Nothing needs to be set to build or run a program using this crate: `pdkv-sys` loads
-//! `libpdkv.so.1` when it is first needed, from `$PDKV_LIB_DIR` (the directory variable every
+//! `libpdkv.so.2` when it is first needed, from `$PDKV_LIB_DIR` (the directory variable every
 //! pdkv binding shares), next to the executable, the directory found when `pdkv-sys` was built
 //! (`PDKV_LIB_DIR` then, else `pkg-config --variable=libdir pdkv`: an installed prefix), or the
 //! dynamic loader's own search. [`load_library`] reports where it came from, or every place

@@ -101,15 +101,15 @@ pub struct EngineLayout {
     /// model with MLA-typed layers its attention layers' kinds in layer-pattern order).
     pub region_kinds: Vec<RegionKind>,
     /// Pipeline stage (metadata format 1.2): stage `pp_rank` of `pp_size` holding the model
-    /// layers `[layer_begin, layer_end)`; `layer_end` 0 means through the model's last layer.
+    /// layers `[layer_begin, layer_end)`; `layer_end` `None` means through the model's last layer.
     /// One stage (the default) holds every layer.
     pub pp_size: u32,
     /// This stage, `< pp_size`.
     pub pp_rank: u32,
     /// First layer of the stage.
     pub layer_begin: u32,
-    /// One past its last layer (0: through the model's last layer).
-    pub layer_end: u32,
+    /// One past its last layer (`None`: through the model's last layer).
+    pub layer_end: Option<u32>,
 }
 
 impl Default for EngineLayout {
@@ -127,15 +127,11 @@ impl Default for EngineLayout {
             region_bases: Vec::new(),
             region_kinds: Vec::new(),
             kv_layout: KvLayout::from_raw(raw.kv_layout),
-            prefix_caching: match raw.prefix_caching {
-                0 => Some(false),
-                1 => Some(true),
-                _ => None,
-            },
+            prefix_caching: None,
             pp_size: raw.pp_size,
             pp_rank: raw.pp_rank,
             layer_begin: raw.layer_begin,
-            layer_end: raw.layer_end,
+            layer_end: None,
         }
     }
 }
@@ -268,6 +264,11 @@ impl EngineMetadata {
         }
         let raw_layout = sys::pdkv_engine_layout_t {
             struct_size: size_of::<sys::pdkv_engine_layout_t>(),
+            field_mask: crate::engine::optional_bit(
+                layout.prefix_caching,
+                sys::PDKV_LAYOUT_FIELD_PREFIX_CACHING,
+            ) | u64::from(sys::PDKV_LAYOUT_FIELD_PIPELINE)
+                | crate::engine::optional_bit(layout.layer_end, sys::PDKV_LAYOUT_FIELD_LAYER_END),
             engine_id: id.as_ptr(),
             tp_rank: layout.tp_rank,
             num_logical_blocks: layout.num_logical_blocks,
@@ -275,7 +276,7 @@ impl EngineMetadata {
             base: layout.base,
             region_bases: sp(&layout.region_bases),
             kv_layout: layout.kv_layout.raw(),
-            prefix_caching: layout.prefix_caching.map_or(-1, |b| b as i32),
+            prefix_caching: u8::from(layout.prefix_caching.unwrap_or(false)),
             region_kinds: if kinds.is_empty() {
                 ptr::null()
             } else {
@@ -284,7 +285,7 @@ impl EngineMetadata {
             pp_size: layout.pp_size,
             pp_rank: layout.pp_rank,
             layer_begin: layout.layer_begin,
-            layer_end: layout.layer_end,
+            layer_end: layout.layer_end.unwrap_or(0),
         };
         if !layout.region_bases.is_empty()
             && layout.region_bases.len() != layout.num_regions as usize

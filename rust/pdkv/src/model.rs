@@ -97,14 +97,14 @@ pub struct ModelDesc {
     pub mamba_d_inner: u64,
     /// d_conv.
     pub mamba_conv_kernel: u32,
-    /// Chunk size; 0 means 2048.
-    pub mamba_chunk_size: u32,
+    /// Chunk size; `None`: 2048.
+    pub mamba_chunk_size: Option<u32>,
     /// Speculative tokens add conv rows (NemotronH, GDN).
     pub mamba_conv_rows_include_spec: bool,
     /// Model dtype size in bytes, 1..8.
     pub dtype_bytes: u32,
-    /// Engine "auto" SSM state dtype; 0 = conv dtype.
-    pub default_ssm_dtype_bytes: u32,
+    /// The SSM state dtype an engine's "auto" picks; `None`: the conv dtype.
+    pub default_ssm_dtype_bytes: Option<u32>,
     /// One char per layer: '*' attention, 'M' Mamba, 'P' both, 'L' MLA-typed attention in a
     /// GQA model, '-' neither; "" = unknown.
     pub layer_pattern: String,
@@ -149,6 +149,13 @@ impl Model {
         let pattern = cstring(&desc.layer_pattern, "layer pattern")?;
         let raw = sys::pdkv_model_desc_t {
             struct_size: mem::size_of::<sys::pdkv_model_desc_t>(),
+            field_mask: crate::engine::optional_bit(
+                desc.mamba_chunk_size,
+                sys::PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE,
+            ) | crate::engine::optional_bit(
+                desc.default_ssm_dtype_bytes,
+                sys::PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE,
+            ),
             name: name.as_ptr(),
             source: source.as_ptr(),
             num_kv_heads: desc.num_kv_heads,
@@ -163,10 +170,10 @@ impl Model {
             mamba_n_groups: desc.mamba_n_groups,
             mamba_d_inner: desc.mamba_d_inner,
             mamba_conv_kernel: desc.mamba_conv_kernel,
-            mamba_chunk_size: desc.mamba_chunk_size,
+            mamba_chunk_size: desc.mamba_chunk_size.unwrap_or(0),
             mamba_conv_rows_include_spec: desc.mamba_conv_rows_include_spec as u8,
             dtype_bytes: desc.dtype_bytes,
-            default_ssm_dtype_bytes: desc.default_ssm_dtype_bytes,
+            default_ssm_dtype_bytes: desc.default_ssm_dtype_bytes.unwrap_or(0),
             layer_pattern: pattern.as_ptr(),
             mla_head_size: desc.mla_head_size,
         };
@@ -254,10 +261,16 @@ impl Model {
                 mamba_n_groups: raw.mamba_n_groups,
                 mamba_d_inner: raw.mamba_d_inner,
                 mamba_conv_kernel: raw.mamba_conv_kernel,
-                mamba_chunk_size: raw.mamba_chunk_size,
+                mamba_chunk_size: (raw.field_mask
+                    & u64::from(sys::PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE)
+                    != 0)
+                    .then_some(raw.mamba_chunk_size),
                 mamba_conv_rows_include_spec: raw.mamba_conv_rows_include_spec != 0,
                 dtype_bytes: raw.dtype_bytes,
-                default_ssm_dtype_bytes: raw.default_ssm_dtype_bytes,
+                default_ssm_dtype_bytes: (raw.field_mask
+                    & u64::from(sys::PDKV_MODEL_FIELD_DEFAULT_SSM_DTYPE)
+                    != 0)
+                    .then_some(raw.default_ssm_dtype_bytes),
                 layer_pattern: owned_str(raw.layer_pattern),
                 mla_head_size: raw.mla_head_size,
             })

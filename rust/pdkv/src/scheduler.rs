@@ -1,4 +1,5 @@
 //! Scheduler helpers (N-1 rule, Mamba aligned chunk split) and KV offload geometry.
+use crate::engine::optional_bit;
 use crate::error::Result;
 use crate::ffi_util::{check, sp};
 use pdkv_sys as sys;
@@ -31,6 +32,7 @@ pub struct AlignedSplitV0604Input {
 pub fn mamba_aligned_split_v0604(input: &AlignedSplitV0604Input) -> Result<u64> {
     let raw = sys::pdkv_aligned_split_v0604_input_t {
         struct_size: size_of::<sys::pdkv_aligned_split_v0604_input_t>(),
+        field_mask: 0,
         num_computed_tokens: input.num_computed_tokens,
         num_new_local_computed_tokens: input.num_new_local_computed_tokens,
         num_external_computed_tokens: input.num_external_computed_tokens,
@@ -61,16 +63,16 @@ pub struct AlignedSplitInput {
     /// Mamba block size.
     pub block_size: u64,
     /// A finer unit to floor a sub-block chunk end to, used when the block is wider than every
-    /// chunk and that floor still advances; 0: no floor (vLLM main).
-    pub floor_unit: u64,
-    /// 0: off.
-    pub tail_hash_block_size: u64,
-    /// 0: none.
+    /// chunk and that floor still advances; `None`: no floor (vLLM main).
+    pub floor_unit: Option<u64>,
+    /// Fine-grained tail hits; `None`: off.
+    pub tail_hash_block_size: Option<u64>,
+    /// 0: no shared prefix.
     pub shared_prefix_tokens: u64,
-    /// 0: unlimited.
-    pub max_num_scheduled_tokens: u64,
-    /// 0: none.
-    pub long_prefill_token_threshold: u64,
+    /// `None`: unlimited.
+    pub max_num_scheduled_tokens: Option<u64>,
+    /// `None`: no threshold.
+    pub long_prefill_token_threshold: Option<u64>,
     /// EAGLE keeps one block back.
     pub use_eagle: bool,
     /// Asynchronous connector load.
@@ -86,16 +88,29 @@ pub struct AlignedSplitInput {
 pub fn mamba_aligned_split(input: &AlignedSplitInput) -> Result<u64> {
     let raw = sys::pdkv_aligned_split_input_t {
         struct_size: size_of::<sys::pdkv_aligned_split_input_t>(),
+        field_mask: optional_bit(input.floor_unit, sys::PDKV_SPLIT_FIELD_FLOOR_UNIT)
+            | optional_bit(
+                input.tail_hash_block_size,
+                sys::PDKV_SPLIT_FIELD_TAIL_HASH_BLOCK_SIZE,
+            )
+            | optional_bit(
+                input.max_num_scheduled_tokens,
+                sys::PDKV_SPLIT_FIELD_MAX_NUM_SCHEDULED_TOKENS,
+            )
+            | optional_bit(
+                input.long_prefill_token_threshold,
+                sys::PDKV_SPLIT_FIELD_LONG_PREFILL_TOKEN_THRESHOLD,
+            ),
         start: input.start,
         num_new_tokens: input.num_new_tokens,
         num_prompt_tokens: input.num_prompt_tokens,
         num_tokens: input.num_tokens,
         block_size: input.block_size,
-        floor_unit: input.floor_unit,
-        tail_hash_block_size: input.tail_hash_block_size,
+        floor_unit: input.floor_unit.unwrap_or(0),
+        tail_hash_block_size: input.tail_hash_block_size.unwrap_or(0),
         shared_prefix_tokens: input.shared_prefix_tokens,
-        max_num_scheduled_tokens: input.max_num_scheduled_tokens,
-        long_prefill_token_threshold: input.long_prefill_token_threshold,
+        max_num_scheduled_tokens: input.max_num_scheduled_tokens.unwrap_or(0),
+        long_prefill_token_threshold: input.long_prefill_token_threshold.unwrap_or(0),
         use_eagle: input.use_eagle as u8,
         load_kv_async: input.load_kv_async as u8,
         defer_oversized_block: input.defer_oversized_block as u64,
@@ -125,6 +140,7 @@ pub fn truncate_for_remote_decode(
 ) -> Result<RemoteDecodePrefill> {
     let raw = sys::pdkv_remote_decode_prefill_t {
         struct_size: size_of::<sys::pdkv_remote_decode_prefill_t>(),
+        field_mask: 0,
         num_prompt_tokens: input.num_prompt_tokens,
         max_tokens: input.max_tokens,
         truncated: input.truncated as u8,

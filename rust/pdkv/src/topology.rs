@@ -103,6 +103,7 @@ impl TpMapping {
     pub fn new(params: &TpMappingParams) -> Result<TpMapping> {
         let raw = sys::pdkv_tp_mapping_params_t {
             struct_size: mem::size_of::<sys::pdkv_tp_mapping_params_t>(),
+            field_mask: 0,
             local_tp_size: params.local_tp_size,
             local_tp_rank: params.local_tp_rank,
             remote_tp_size: params.remote_tp_size,

@@ -20,10 +20,10 @@ pub struct GroupTrimInput {
     pub local_blocks: Vec<u64>,
     /// P blocks of the request.
     pub remote_blocks: Vec<u64>,
-    /// Tokens per local block (0 in a plan: from metadata).
-    pub local_tokens_per_block: u64,
-    /// Tokens per remote block (0 in a plan: from metadata).
-    pub remote_tokens_per_block: u64,
+    /// Tokens per local block (`None` in a plan: from the metadata).
+    pub local_tokens_per_block: Option<u64>,
+    /// Tokens per remote block (`None` in a plan: from the metadata).
+    pub remote_tokens_per_block: Option<u64>,
     /// Prompt tokens P computed (N-1 rule already applied).
     pub remote_computed_tokens: u64,
     /// Tokens D already holds (its prefix-cache hit).
@@ -34,13 +34,13 @@ pub struct GroupTrimInput {
     pub local_first_block: Option<u64>,
     /// Block-table index of `remote_blocks[0]` (0 unless clipped).
     pub remote_first_block: u64,
-    /// Attention kinds: kernel blocks each listed local id stands for. 0 or 1: kernel ids; k > 1:
+    /// Attention kinds: kernel blocks each listed local id stands for. `None` or 1: kernel ids; k > 1:
     /// logical ids as the block table keeps them (logical block b is kernel blocks b*k .. b*k+k-1;
     /// id 0 is null with all k), so nothing expands them. Block-table indexes and tokens per
-    /// block stay in kernel blocks. Mamba groups: 0 or 1.
-    pub local_kernel_blocks_per_id: u64,
+    /// block stay in kernel blocks. Mamba groups: `None` or 1.
+    pub local_kernel_blocks_per_id: Option<u64>,
     /// The same for the remote ids.
-    pub remote_kernel_blocks_per_id: u64,
+    pub remote_kernel_blocks_per_id: Option<u64>,
 }
 
 impl GroupTrimInput {
@@ -48,22 +48,28 @@ impl GroupTrimInput {
     pub(crate) fn to_raw(&self) -> sys::pdkv_group_trim_input_t {
         sys::pdkv_group_trim_input_t {
             struct_size: size_of::<sys::pdkv_group_trim_input_t>(),
+            field_mask: crate::trim::trim_field_mask(
+                self.local_tokens_per_block,
+                self.remote_tokens_per_block,
+                self.local_first_block,
+                self.local_kernel_blocks_per_id,
+                self.remote_kernel_blocks_per_id,
+            ),
             kind: self.kind.raw(),
             cache_mode: self.cache_mode.raw(),
             local_blocks: sp(&self.local_blocks),
             num_local_blocks: self.local_blocks.len(),
             remote_blocks: sp(&self.remote_blocks),
             num_remote_blocks: self.remote_blocks.len(),
-            local_tokens_per_block: self.local_tokens_per_block,
-            remote_tokens_per_block: self.remote_tokens_per_block,
+            local_tokens_per_block: self.local_tokens_per_block.unwrap_or(0),
+            remote_tokens_per_block: self.remote_tokens_per_block.unwrap_or(0),
             remote_computed_tokens: self.remote_computed_tokens,
             local_hit_tokens: self.local_hit_tokens,
             sliding_window: self.sliding_window,
-            has_local_first_block: self.local_first_block.is_some() as u8,
             local_first_block: self.local_first_block.unwrap_or(0),
             remote_first_block: self.remote_first_block,
-            local_kernel_blocks_per_id: self.local_kernel_blocks_per_id,
-            remote_kernel_blocks_per_id: self.remote_kernel_blocks_per_id,
+            local_kernel_blocks_per_id: self.local_kernel_blocks_per_id.unwrap_or(1),
+            remote_kernel_blocks_per_id: self.remote_kernel_blocks_per_id.unwrap_or(1),
         }
     }
 }
@@ -171,4 +177,27 @@ impl GroupTrim {
         /// Local Mamba slots no remote state fills (never publish them as cache hits),
         /// borrowed (`pdkv_group_trim_unfilled_states`).
         unfilled_states, sys::pdkv_group_trim_unfilled_states, u64, u64);
+}
+
+/// The field_mask of a trim input: the bit of each optional field set (`Some`); of a pair
+/// sharing one bit, a `None` side takes its default (tokens per block: 0, refused where needed;
+/// kernel blocks per id: 1).
+pub(crate) fn trim_field_mask(
+    local_tokens_per_block: Option<u64>,
+    remote_tokens_per_block: Option<u64>,
+    local_first_block: Option<u64>,
+    local_kernel_blocks_per_id: Option<u64>,
+    remote_kernel_blocks_per_id: Option<u64>,
+) -> u64 {
+    let mut mask = 0;
+    if local_tokens_per_block.is_some() || remote_tokens_per_block.is_some() {
+        mask |= u64::from(sys::PDKV_TRIM_FIELD_TOKENS_PER_BLOCK);
+    }
+    if local_first_block.is_some() {
+        mask |= u64::from(sys::PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK);
+    }
+    if local_kernel_blocks_per_id.is_some() || remote_kernel_blocks_per_id.is_some() {
+        mask |= u64::from(sys::PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID);
+    }
+    mask
 }

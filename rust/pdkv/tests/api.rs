@@ -574,7 +574,7 @@ fn mixed_mla_model_geometry_and_region_kinds() {
     assert_eq!(m.describe().unwrap().mla_head_size, 24);
     let cfg = EngineConfig {
         tp_size: 2,
-        user_block_size: 16,
+        user_block_size: Some(16),
         ..EngineConfig::default()
     };
     let info = Geometry::new(&m, &cfg).unwrap().info().unwrap();
@@ -640,7 +640,7 @@ fn pipeline_stages_pair_and_plan_by_layer() {
         pp_size: 2,
         pp_rank: s,
         layer_begin: 26 * s,
-        layer_end: 26 * s + 26,
+        layer_end: Some(26 * s + 26),
         ..Default::default()
     };
     let p: Vec<EngineMetadata> = (0..4)

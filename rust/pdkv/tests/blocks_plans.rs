@@ -164,8 +164,8 @@ fn trimming() {
         kind: GroupKind::Attention,
         local_blocks: vec![6, 7, 8, 9],
         remote_blocks: (0..10).collect(),
-        local_tokens_per_block: 16,
-        remote_tokens_per_block: 16,
+        local_tokens_per_block: Some(16),
+        remote_tokens_per_block: Some(16),
         remote_computed_tokens: 160,
         local_hit_tokens: 96,
         ..Default::default()

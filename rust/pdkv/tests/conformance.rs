@@ -255,6 +255,24 @@ fn str_or<'j>(m: &'j BTreeMap<String, Json>, k: &str, default: &'j str) -> CaseR
     }
 }
 
+/// An optional field: `None` (unset) when the vector does not name it.
+fn u32_opt(m: &BTreeMap<String, Json>, k: &str) -> CaseResult<Option<u32>> {
+    if m.contains_key(k) {
+        u32_of(m, k).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// An optional field: `None` (unset) when the vector does not name it.
+fn u64_opt(m: &BTreeMap<String, Json>, k: &str) -> CaseResult<Option<u64>> {
+    if m.contains_key(k) {
+        u64_of(m, k).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
 fn u64_or(m: &BTreeMap<String, Json>, k: &str, default: u64) -> CaseResult<u64> {
     if m.contains_key(k) {
         u64_of(m, k)
@@ -547,8 +565,8 @@ fn trim_input(m: &BTreeMap<String, Json>) -> CaseResult<GroupTrimInput> {
         cache_mode: cache_mode_of(str_or(m, "cache_mode", "none")?)?,
         local_blocks: u64s(field(m, "local_blocks")?)?,
         remote_blocks: u64s(field(m, "remote_blocks")?)?,
-        local_tokens_per_block: u64_or(m, "local_tokens_per_block", 0)?,
-        remote_tokens_per_block: u64_or(m, "remote_tokens_per_block", 0)?,
+        local_tokens_per_block: u64_opt(m, "local_tokens_per_block")?,
+        remote_tokens_per_block: u64_opt(m, "remote_tokens_per_block")?,
         remote_computed_tokens: u64_or(m, "remote_computed_tokens", 0)?,
         local_hit_tokens: u64_or(m, "local_hit_tokens", 0)?,
         sliding_window: u64_or(m, "sliding_window", 0)?,
@@ -558,8 +576,8 @@ fn trim_input(m: &BTreeMap<String, Json>) -> CaseResult<GroupTrimInput> {
             None
         },
         remote_first_block: u64_or(m, "remote_first_block", 0)?,
-        local_kernel_blocks_per_id: u64_or(m, "local_kernel_blocks_per_id", 0)?,
-        remote_kernel_blocks_per_id: u64_or(m, "remote_kernel_blocks_per_id", 0)?,
+        local_kernel_blocks_per_id: u64_opt(m, "local_kernel_blocks_per_id")?,
+        remote_kernel_blocks_per_id: u64_opt(m, "remote_kernel_blocks_per_id")?,
     })
 }
 
@@ -652,15 +670,15 @@ fn layout_of(v: Option<&Json>) -> CaseResult<EngineLayout> {
         other => return Err(format!("layout: unknown kv_layout {other:?}")),
     };
     l.prefix_caching = match int_or(m, "prefix_caching", -1)? {
-        -1 => None,
+        -1 => None, // absent: unset
         0 => Some(false),
         1 => Some(true),
-        other => return Err(format!("layout: prefix_caching {other} is not -1/0/1")),
+        other => return Err(format!("layout: prefix_caching {other} is not 0/1")),
     };
     l.pp_size = u32_or(m, "pp_size", l.pp_size)?;
     l.pp_rank = u32_or(m, "pp_rank", l.pp_rank)?;
     l.layer_begin = u32_or(m, "layer_begin", l.layer_begin)?;
-    l.layer_end = u32_or(m, "layer_end", l.layer_end)?;
+    l.layer_end = u32_opt(m, "layer_end")?;
     Ok(l)
 }
 
@@ -815,18 +833,19 @@ fn engine(v: &Json) -> CaseResult<Result<EngineConfig, Error>> {
         Ok(b) => b,
         Err(e) => return Ok(Err(e)),
     };
-    Ok(Ok(EngineConfig::with_tp(u32_of(m, "tp_size")?)
-        .kv_cache_dtype_bytes(u32_or(m, "kv_cache_dtype_bytes", 0)?)
-        .conv_state_dtype_bytes(u32_or(m, "conv_state_dtype_bytes", 0)?)
-        .ssm_state_dtype_bytes(u32_or(m, "ssm_state_dtype_bytes", 0)?)
+    let mut c = EngineConfig::with_tp(u32_of(m, "tp_size")?)
         .num_speculative_tokens(u32_or(m, "num_speculative_tokens", 0)?)
-        .user_block_size(u32_or(m, "user_block_size", 0)?)
-        .user_mamba_block_size(u32_or(m, "user_mamba_block_size", 0)?)
-        .kv_cache_element_bits(u32_or(m, "kv_cache_element_bits", 0)?)
         .kv_cache_head_extra_bytes(u32_or(m, "kv_cache_head_extra_bytes", 0)?)
         .backend(backend)
         .mamba_cache_mode(mode)
-        .conv_layout(layout)))
+        .conv_layout(layout);
+    c.kv_cache_dtype_bytes = u32_opt(m, "kv_cache_dtype_bytes")?;
+    c.conv_state_dtype_bytes = u32_opt(m, "conv_state_dtype_bytes")?;
+    c.ssm_state_dtype_bytes = u32_opt(m, "ssm_state_dtype_bytes")?;
+    c.user_block_size = u32_opt(m, "user_block_size")?;
+    c.user_mamba_block_size = u32_opt(m, "user_mamba_block_size")?;
+    c.kv_cache_element_bits = u32_opt(m, "kv_cache_element_bits")?;
+    Ok(Ok(c))
 }
 
 /// Turns a library Result into an Outcome, building the output from the value.
@@ -1013,7 +1032,11 @@ fn model_fields(m: &Model) -> Result<Json, Error> {
         ("mamba_n_groups", Json::Int(d.mamba_n_groups as i64)),
         ("mamba_d_inner", u(d.mamba_d_inner)),
         ("mamba_conv_kernel", Json::Int(d.mamba_conv_kernel as i64)),
-        ("mamba_chunk_size", Json::Int(d.mamba_chunk_size as i64)),
+        // The vectors write an unset optional field as 0.
+        (
+            "mamba_chunk_size",
+            Json::Int(d.mamba_chunk_size.unwrap_or(0) as i64),
+        ),
         (
             "mamba_conv_rows_include_spec",
             Json::Bool(d.mamba_conv_rows_include_spec),
@@ -1021,7 +1044,7 @@ fn model_fields(m: &Model) -> Result<Json, Error> {
         ("dtype_bytes", Json::Int(d.dtype_bytes as i64)),
         (
             "default_ssm_dtype_bytes",
-            Json::Int(d.default_ssm_dtype_bytes as i64),
+            Json::Int(d.default_ssm_dtype_bytes.unwrap_or(0) as i64),
         ),
         ("layer_pattern", Json::Str(d.layer_pattern)),
         ("num_attention_layers", Json::Int(na as i64)),
@@ -1530,11 +1553,11 @@ fn execute(op: &str, input: &BTreeMap<String, Json>) -> CaseResult<Outcome> {
                 num_prompt_tokens: u64_or(input, "num_prompt_tokens", 0)?,
                 num_tokens: u64_or(input, "num_tokens", 0)?,
                 block_size: u64_or(input, "block_size", 0)?,
-                floor_unit: u64_or(input, "floor_unit", 0)?,
-                tail_hash_block_size: u64_or(input, "tail_hash_block_size", 0)?,
+                floor_unit: u64_opt(input, "floor_unit")?,
+                tail_hash_block_size: u64_opt(input, "tail_hash_block_size")?,
                 shared_prefix_tokens: u64_or(input, "shared_prefix_tokens", 0)?,
-                max_num_scheduled_tokens: u64_or(input, "max_num_scheduled_tokens", 0)?,
-                long_prefill_token_threshold: u64_or(input, "long_prefill_token_threshold", 0)?,
+                max_num_scheduled_tokens: u64_opt(input, "max_num_scheduled_tokens")?,
+                long_prefill_token_threshold: u64_opt(input, "long_prefill_token_threshold")?,
                 use_eagle: bool_or(input, "use_eagle", false)?,
                 load_kv_async: bool_or(input, "load_kv_async", false)?,
                 defer_oversized_block: bool_or(input, "defer_oversized_block", false)?,

@@ -24,8 +24,8 @@ std::map<std::string, Scenario> make_scenarios() {
     Scenario s;
     s.name = "nano-align";
     s.description = "Nemotron-3-Nano P TP4 -> D TP2 rank 0, align mode, 2096-token prefix hit";
-    s.p = {"nano-p", 4, PDKV_BACKEND_FLASH_ATTN, PDKV_MAMBA_CACHE_ALIGN, 0, 8, 3};
-    s.d = {"nano-d", 2, PDKV_BACKEND_FLASH_ATTN, PDKV_MAMBA_CACHE_ALIGN, 0, 8, 3};
+    s.p = {"nano-p", 4, PDKV_BACKEND_FLASH_ATTN, PDKV_MAMBA_CACHE_ALIGN, std::nullopt, 8, 3};
+    s.d = {"nano-d", 2, PDKV_BACKEND_FLASH_ATTN, PDKV_MAMBA_CACHE_ALIGN, std::nullopt, 8, 3};
     s.d_rank = 0;
     s.groups.push_back({PDKV_GROUP_ATTENTION, PDKV_MAMBA_CACHE_NONE, {4, 5}, {1, 2, 3, 6, 7}, 5000, 2096, {}});
     s.groups.push_back({PDKV_GROUP_MAMBA, PDKV_MAMBA_CACHE_ALIGN, {0, 6, 7}, {0, 0, 0, 0, 5}, 5000, 2096, {}});
@@ -37,8 +37,8 @@ std::map<std::string, Scenario> make_scenarios() {
     Scenario s;
     s.name = "nano-full-hit";
     s.description = "Nemotron-3-Nano P TP4 -> D TP2 rank 1, full prefix hit (notify only)";
-    s.p = {"nano-p", 4, PDKV_BACKEND_FLASH_ATTN, PDKV_MAMBA_CACHE_NONE, 0, 4, 2};
-    s.d = {"nano-d", 2, PDKV_BACKEND_FLASH_ATTN, PDKV_MAMBA_CACHE_NONE, 0, 4, 2};
+    s.p = {"nano-p", 4, PDKV_BACKEND_FLASH_ATTN, PDKV_MAMBA_CACHE_NONE, std::nullopt, 4, 2};
+    s.d = {"nano-d", 2, PDKV_BACKEND_FLASH_ATTN, PDKV_MAMBA_CACHE_NONE, std::nullopt, 4, 2};
     s.d_rank = 1;
     s.groups.push_back({PDKV_GROUP_ATTENTION, PDKV_MAMBA_CACHE_NONE, {}, {1, 2}, 2000, 2000, {}});
     out[s.name] = s;
@@ -49,8 +49,8 @@ std::map<std::string, Scenario> make_scenarios() {
     Scenario s;
     s.name = "mla";
     s.description = "DeepSeek-V3 MLA (FlashMLA) P TP4 -> D TP2 rank 1, 64-token prefix hit";
-    s.p = {"mla-p", 4, PDKV_BACKEND_FLASHMLA, PDKV_MAMBA_CACHE_NONE, 0, 16, 2};
-    s.d = {"mla-d", 2, PDKV_BACKEND_FLASHMLA, PDKV_MAMBA_CACHE_NONE, 0, 16, 2};
+    s.p = {"mla-p", 4, PDKV_BACKEND_FLASHMLA, PDKV_MAMBA_CACHE_NONE, std::nullopt, 16, 2};
+    s.d = {"mla-d", 2, PDKV_BACKEND_FLASHMLA, PDKV_MAMBA_CACHE_NONE, std::nullopt, 16, 2};
     s.d_rank = 1;
     s.groups.push_back({PDKV_GROUP_ATTENTION, PDKV_MAMBA_CACHE_NONE, {2, 3}, {4, 5, 6}, 150, 64, {}});
     out[s.name] = s;
@@ -149,7 +149,10 @@ pdkv_engine_config_t Scenario::config(const EngineSpec& e) const {
   c.tp_size = e.tp_size;
   c.attention_backend = e.backend;
   c.mamba_cache_mode = e.mamba_cache_mode;
-  c.user_block_size = e.user_block_size;
+  if (e.user_block_size) {
+    c.field_mask |= PDKV_CONFIG_FIELD_BLOCK_SIZE;
+    c.user_block_size = *e.user_block_size;
+  }
   return c;
 }
 

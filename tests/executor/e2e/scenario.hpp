@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -57,7 +58,7 @@ struct EngineSpec {
   uint32_t tp_size = 1;
   int32_t backend = PDKV_BACKEND_FLASH_ATTN;
   int32_t mamba_cache_mode = PDKV_MAMBA_CACHE_NONE;
-  uint32_t user_block_size = 0;
+  std::optional<uint32_t> user_block_size;  // unset: --block-size not given
   uint64_t num_logical_blocks = 8;
   uint32_t num_regions = 2;
 };
