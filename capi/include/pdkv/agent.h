@@ -318,8 +318,9 @@ PDKV_API void pdkv_peer_free(pdkv_peer_t *peer);
 /* ---- Transfers ---------------------------------------------------------------------- */
 
 #define PDKV_TRANSFER_FIELD_TIMEOUT (1ULL << 0)
-/* What to execute. */
 #define PDKV_TRANSFER_FIELD_NOTIFY (1ULL << 1)
+
+/* What to execute. */
 typedef struct pdkv_transfer_params {
   size_t struct_size;                /* sizeof(pdkv_transfer_params_t) */
   uint64_t field_mask;               /* PDKV_TRANSFER_FIELD_* bits */
