@@ -44,22 +44,12 @@ struct Side {
 
   Side(const std::string& e, uint8_t salt, TransportMode mode, ProgressMode progress, uint32_t copy_threads = 1)
       : engine(e) {
-    core::ModelDesc m;
-    m.name = "tiny-gqa";
-    m.attention.num_kv_heads = 8;
-    m.attention.head_size = 64;
-    m.attention.head_size_v = 64;
-    m.dtype_bytes = 1;
-    core::EngineConfig cfg;
-    cfg.tp_size = 1;
-    cfg.user_block_size = 16;
-    const auto geo = core::derive_geometry(m, cfg);
-    auto probe = core::metadata_from_geometry(m, cfg, geo, {e, 0, kBlocks, 1, 1ull << 40});
+    const auto probe = tiny_metadata(e, 0, 1ull << 40, kBlocks, 1);
     bytes = probe.regions[0].region.block_len * probe.regions[0].region.num_blocks;
     mem = static_cast<uint8_t*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     if (mem == MAP_FAILED) std::abort();
     for (uint64_t i = 0; i < bytes; ++i) mem[i] = static_cast<uint8_t>((i * 131 + salt) % 251);
-    md = core::metadata_from_geometry(m, cfg, geo, {e, 0, kBlocks, 1, reinterpret_cast<uint64_t>(mem)});
+    md = tiny_metadata(e, 0, reinterpret_cast<uint64_t>(mem), kBlocks, 1);
     AgentOptions o;
     o.metadata = md;
     o.transport = mode;

@@ -22,9 +22,11 @@ namespace pdkv::exec::testing {
 
 using namespace std::chrono_literals;
 
-// Metadata of one rank of a small GQA engine whose regions start at `base` (nothing is mapped
-// there: the fake peer never registers memory, and the agent only needs numbers that validate).
-inline core::EngineMetadata tiny_metadata(const std::string& engine, uint32_t rank, uint64_t base) {
+// Metadata of one rank of a small GQA engine (8 KiB blocks) whose `regions` regions of `blocks`
+// blocks start at `base`, back to back (for the fake peer nothing is mapped there: it never
+// registers memory, and the agent only needs numbers that validate).
+inline core::EngineMetadata tiny_metadata(const std::string& engine, uint32_t rank, uint64_t base,
+                                           uint64_t blocks = 32, uint32_t regions = 3) {
   core::ModelDesc m;
   m.name = "tiny-gqa";
   m.attention.num_kv_heads = 8;
@@ -35,7 +37,7 @@ inline core::EngineMetadata tiny_metadata(const std::string& engine, uint32_t ra
   cfg.tp_size = 1;
   cfg.user_block_size = 16;
   const auto geo = core::derive_geometry(m, cfg);
-  return core::metadata_from_geometry(m, cfg, geo, {engine, rank, 32, 3, base});
+  return core::metadata_from_geometry(m, cfg, geo, {engine, rank, blocks, regions, base});
 }
 
 // An agent for engine "pre" rank 0 (TP 1) with no memory registered.
