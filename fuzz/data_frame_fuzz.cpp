@@ -13,33 +13,20 @@
 #include <cstring>
 #include <vector>
 
-#include <sanitizer/allocator_interface.h>
-
+#include "allocation_cap.hpp"
 #include "pdkv/core/error.hpp"
 #include "tcpdp/data_frame.hpp"
 
 using namespace pdkv::exec::tcpdp;
 using pdkv::core::Error;
 using pdkv::core::Status;
+using pdkv::fuzzing::Armed;
+using pdkv::fuzzing::bug;
+using pdkv::fuzzing::install;
 
 namespace {
 
-bool g_armed = false;
 constexpr size_t kAllocationCap = kMaxPieces * kPieceBytes + (16u << 10);
-
-[[noreturn]] void bug(const char* what, const char* detail = "") {
-  std::fprintf(stderr, "data_frame_fuzz: %s %s\n", what, detail);
-  std::abort();
-}
-
-void on_malloc(const volatile void*, size_t n) {
-  if (g_armed && n > kAllocationCap) {
-    g_armed = false;
-    std::fprintf(stderr, "data_frame_fuzz: allocation of %zu bytes exceeds the cap of %zu\n", n, kAllocationCap);
-    std::abort();
-  }
-}
-void on_free(const volatile void*) {}
 
 void run(const uint8_t* data, size_t size) {
   if (size < 1) return;
@@ -87,17 +74,16 @@ void run(const uint8_t* data, size_t size) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
+  install("data_frame_fuzz", kAllocationCap);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  g_armed = true;
+  const Armed armed;
   try {
     run(data, size);
   } catch (const std::exception& e) {
     bug("an exception escaped", e.what());
   }
-  g_armed = false;
   return 0;
 }

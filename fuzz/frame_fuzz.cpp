@@ -19,37 +19,22 @@
 #include <cstdlib>
 #include <vector>
 
-#include <sanitizer/allocator_interface.h>
-
 #include "control/frame.hpp"
 #include "control/messages.hpp"
 #include "control/session_crypto.hpp"
+#include "allocation_cap.hpp"
 #include "pdkv/core/error.hpp"
 
 using namespace pdkv::exec;
 using pdkv::core::Error;
 using pdkv::core::Status;
+using pdkv::fuzzing::Armed;
+using pdkv::fuzzing::bug;
+using pdkv::fuzzing::install;
 
 namespace {
 
-// Armed only while the harness runs an input, so libFuzzer's own bookkeeping is not judged.
-bool g_armed = false;
 constexpr size_t kAllocationCap = kMaxFramePayload + (64u << 10);
-
-[[noreturn]] void bug(const char* what, const char* detail = "") {
-  std::fprintf(stderr, "frame_fuzz: %s %s\n", what, detail);
-  std::abort();
-}
-
-// The sanitizer allocator calls this for every malloc and operator new.
-void on_malloc(const volatile void*, size_t n) {
-  if (g_armed && n > kAllocationCap) {
-    g_armed = false;
-    std::fprintf(stderr, "frame_fuzz: allocation of %zu bytes exceeds the cap of %zu\n", n, kAllocationCap);
-    std::abort();
-  }
-}
-void on_free(const volatile void*) {}
 
 template <class M>
 void decode_message(std::span<const uint8_t> bytes) {
@@ -192,13 +177,12 @@ void run(const uint8_t* data, size_t size) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
+  install("frame_fuzz", kAllocationCap);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  g_armed = true;
+  const Armed armed;
   run(data, size);
-  g_armed = false;
   return 0;
 }
