@@ -74,6 +74,7 @@ AgentCore::AgentCore(AgentOptions options) : opt_(std::move(options)) {
                                 : std::thread::hardware_concurrency() >= 4 ? 2u
                                                                             : 1u;
   cma_copier_ = std::make_unique<cma::Copier>(copy_threads);
+  cma_batch_bytes_ = cma_batch_bytes(copy_threads);
   // UCX only registers memory and packs region keys (no worker: no byte moves through UCX).
   // Its tcp transport list is the one that needs nothing of the host to initialise.
   context_ = std::make_unique<UcxContext>(TransportMode::Tcp);

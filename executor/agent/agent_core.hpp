@@ -42,14 +42,22 @@ using Clock = std::chrono::steady_clock;
 // until it has (zombies_). A tcp peer's loss returns its batches at once.
 inline constexpr auto kCancelGrace = std::chrono::milliseconds(200);
 
-// Cross-memory attach (shm peers): one batch is at most this many bytes in at most this many
-// pieces (a larger piece is split across batches), copied by one thread without the core's mutex.
-// Each progress round takes one batch per lane of every transfer, so transfers and peers share
-// progress, and deadlines, cancels and frees act between batches (a batch takes well under a
+// Cross-memory attach (shm peers): one batch is at most cma_batch_bytes() bytes in at most
+// kCmaBatchSegments pieces (a larger piece is split across batches), copied without the core's
+// mutex. Each progress round takes one batch per lane of every transfer, so transfers and peers
+// share progress, and deadlines, cancels and frees act between batches (a batch takes about a
 // millisecond at memory bandwidth).
-inline constexpr uint64_t kCmaBatchBytes = 4u << 20;
+inline constexpr uint64_t kCmaBatchBytes = 4u << 20;  // with one copy thread
 inline constexpr size_t kCmaBatchSegments = 512;
 inline constexpr uint64_t kCmaSplitBytes = 1u << 20;  // smaller batches are copied by one thread
+// With several copy threads a batch gives each thread 8 MiB. Why: every batch wakes the helper
+// threads and waits for the slowest, plus two probe reads; at 4 MiB per batch (2 MiB, ~0.3 ms per
+// thread) that hand-off cost a quarter of the throughput on an idle 2-vCPU VM (executor_bench,
+// 2 threads: 8.3-10.2 GB/s at 4 MiB batches, 10.0-12.6 GB/s at 16 MiB; docs/benchmarks.md).
+inline constexpr uint64_t kCmaBatchBytesPerThread = 8u << 20;
+inline constexpr uint64_t cma_batch_bytes(unsigned copy_threads) {
+  return copy_threads > 1 ? copy_threads * kCmaBatchBytesPerThread : kCmaBatchBytes;
+}
 
 // The tcp data connection (tcp peers, agent_tcp.cpp): a lane keeps at most this many batches of
 // at most tcpdp::kMaxBatchBytes / tcpdp::kMaxPieces started and unanswered; a side that serves
@@ -380,6 +388,7 @@ class AgentCore {
 
   std::unique_ptr<cma::Probe> cma_probe_;  // this process's identity for same-host peers
   std::unique_ptr<cma::Copier> cma_copier_;  // copies batches (several threads where cores allow)
+  uint64_t cma_batch_bytes_ = kCmaBatchBytes;  // cma_batch_bytes(the copier's threads)
   // cma batches being copied and progress calls in tcp system calls, both without mu_; guarded by
   // mu_; shutdown waits for 0 (unlocked_idle_) so no byte moves after the agent is freed.
   uint64_t unlocked_io_ = 0;

@@ -500,9 +500,9 @@ unsigned AgentCore::run_cma_batches(std::unique_lock<std::mutex>& g) {
       uint64_t bytes = 0;
       const size_t max_segments = cma_segments_per_batch(opt_.max_outstanding);
       for (size_t k = lane.cma_next;
-           k < lane.cma_ops.size() && b.segments.size() < max_segments && bytes < kCmaBatchBytes; ++k) {
+           k < lane.cma_ops.size() && b.segments.size() < max_segments && bytes < cma_batch_bytes_; ++k) {
         const TransferJob::Op& op = job.ops[lane.cma_ops[k]];
-        const uint64_t take = std::min(op.length - op.cma_done, kCmaBatchBytes - bytes);
+        const uint64_t take = std::min(op.length - op.cma_done, cma_batch_bytes_ - bytes);
         b.segments.push_back({static_cast<uint8_t*>(op.local) + op.cma_done, op.remote + op.cma_done, take});
         b.ops.push_back(lane.cma_ops[k]);
         bytes += take;

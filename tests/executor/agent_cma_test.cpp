@@ -167,6 +167,31 @@ TEST(AgentCmaThreads, TwoCopyThreadsMoveEveryByte) {
   EXPECT_EQ(bad, 0u);
 }
 
+// With two copy threads a batch is cma_batch_bytes(2) = 16 MiB (each thread 8 MiB, so the
+// helper's wake-up is paid once per 8 MiB): a 12 MiB piece lands in ONE progress call, where one
+// copy thread lands only its first kCmaBatchBytes (the fixture's test above).
+TEST(AgentCmaThreads, TwoCopyThreadsCopyLargerBatches) {
+  static_assert(cma_batch_bytes(1) == kCmaBatchBytes && cma_batch_bytes(2) == (16u << 20));
+  Side p("pre", kP, TransportMode::Shm, ProgressMode::Thread);
+  Side d("dec", kD, TransportMode::Shm, ProgressMode::Caller, 2);
+  d.agent->connect(p.agent->info().listen, 3000ms);
+  const uint64_t big = 12u << 20;
+  const auto plan = plan_of(d, p, {{0, 1u << 20, big}});
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "one-batch";
+  auto t = d.agent->post(pp);
+  d.agent->progress();
+  const auto s = t.status();
+  EXPECT_EQ(s.state, TransferState::Done) << "12 MiB is one batch with two copy threads";
+  EXPECT_EQ(s.status, Status::Ok) << s.message;
+  size_t bad = 0;
+  for (uint64_t i = 0; i < big; ++i) bad += d.mem[i] != p.expected((1u << 20) + i, kP);
+  for (uint64_t i = big; i < d.bytes; ++i) bad += d.mem[i] != d.expected(i, kD);
+  EXPECT_EQ(bad, 0u);
+}
+
 // A cancel between batches is final at once: the first batch landed, nothing after it, the read
 // is reported failed, and the region is free to deregister.
 TEST_F(AgentCma, ACancelBetweenBatchesStopsTheCopyAndLeavesNothingBusy) {
