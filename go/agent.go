@@ -79,6 +79,7 @@ const (
 	fieldPresharedKey   = uint64(C.PDKV_AGENT_FIELD_PRESHARED_KEY)
 	fieldHeartbeat      = uint64(C.PDKV_AGENT_FIELD_HEARTBEAT)
 	fieldMaxOutstanding = uint64(C.PDKV_AGENT_FIELD_MAX_OUTSTANDING)
+	fieldCopyThreads    = uint64(C.PDKV_AGENT_FIELD_COPY_THREADS)
 	fieldMemoryType     = uint64(C.PDKV_MEMORY_FIELD_MEMORY_TYPE)
 	fieldMemoryDevice   = uint64(C.PDKV_MEMORY_FIELD_DEVICE)
 	fieldConnectTimeout = uint64(C.PDKV_CONNECT_FIELD_TIMEOUT)
@@ -172,6 +173,9 @@ type AgentOptions struct {
 	// MaxOutstanding is the most operations (plan reads) one transfer keeps in flight per
 	// peer (0: 64); see pdkv_agent_options_t.max_outstanding.
 	MaxOutstanding uint32
+	// CopyThreads is how many threads copy each shm batch, 1 to 16 (0: 2 where the machine
+	// has 4+ hardware threads, else 1); see pdkv_agent_options_t.copy_threads.
+	CopyThreads uint32
 }
 
 // AgentInfo holds an agent's scalars.
@@ -184,6 +188,7 @@ type AgentInfo struct {
 	ProgressMode      ProgressMode
 	NumPeers          int
 	TransfersInFlight int
+	CopyThreads       uint32 // threads copying each shm batch (the option or its default)
 }
 
 // Agent is one engine rank's executor: UCX context and worker, control listener, peers.
@@ -298,6 +303,10 @@ func NewAgent(opts AgentOptions) (*Agent, error) {
 		co.max_outstanding = C.uint32_t(opts.MaxOutstanding)
 		mask |= fieldMaxOutstanding
 	}
+	if opts.CopyThreads != 0 {
+		co.copy_threads = C.uint32_t(opts.CopyThreads)
+		mask |= fieldCopyThreads
+	}
 	co.field_mask = C.uint64_t(mask)
 	var out *C.pdkv_agent_t
 	var cerr *C.pdkv_error_t
@@ -344,6 +353,7 @@ func (a *Agent) Info() (AgentInfo, error) {
 		ListenAddress: C.GoString(ci.listen_address), Port: uint16(ci.port),
 		Transport: Transport(ci.transport), ProgressMode: ProgressMode(ci.progress_mode),
 		NumPeers: int(ci.num_peers), TransfersInFlight: int(ci.transfers_in_flight),
+		CopyThreads: uint32(ci.copy_threads),
 	}, nil
 }
 

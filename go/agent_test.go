@@ -507,6 +507,24 @@ func TestAgentRefusals(t *testing.T) {
 	bad(pdkv.AgentOptions{DefaultTimeout: -time.Second}, pdkv.ErrInvalidArgument, "DefaultTimeout")
 	bad(pdkv.AgentOptions{ListenAddress: "no-port"}, pdkv.ErrInvalidArgument)
 	bad(pdkv.AgentOptions{ListenAddress: "a\x00b"}, pdkv.ErrInvalidArgument)
+	bad(pdkv.AgentOptions{CopyThreads: 17}, pdkv.ErrInvalidArgument, "copy_threads", "17")
+	for _, n := range []uint32{0, 1, 3, 16} {
+		a, err := pdkv.NewAgent(pdkv.AgentOptions{Metadata: md, CopyThreads: n})
+		ok(t, err)
+		info, err := a.Info()
+		ok(t, err)
+		want := n
+		if n == 0 {
+			want = 1
+			if runtime.NumCPU() >= 4 {
+				want = 2
+			}
+		}
+		if info.CopyThreads != want {
+			t.Fatalf("CopyThreads %d: the agent copies with %d threads, want %d", n, info.CopyThreads, want)
+		}
+		_ = a.Close()
+	}
 	_, err = pdkv.NewAgent(pdkv.AgentOptions{})
 	isErr(t, err, pdkv.ErrNullPointer)
 

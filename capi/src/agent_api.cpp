@@ -111,7 +111,7 @@ PDKV_API pdkv_status_t pdkv_agent_new(const pdkv_agent_options_t* options, pdkv_
                                             PDKV_AGENT_FIELD_LISTEN_ADDRESS | PDKV_AGENT_FIELD_TRANSPORT |
                                              PDKV_AGENT_FIELD_PROGRESS_MODE | PDKV_AGENT_FIELD_DEFAULT_TIMEOUT |
                                              PDKV_AGENT_FIELD_PRESHARED_KEY | PDKV_AGENT_FIELD_HEARTBEAT |
-                                             PDKV_AGENT_FIELD_MAX_OUTSTANDING);
+                                             PDKV_AGENT_FIELD_MAX_OUTSTANDING | PDKV_AGENT_FIELD_COPY_THREADS);
     require_non_null(o.metadata, "options->metadata");
     exec::AgentOptions a;
     a.metadata = o.metadata->md;
@@ -149,6 +149,15 @@ PDKV_API pdkv_status_t pdkv_agent_new(const pdkv_agent_options_t* options, pdkv_
       if (o.max_outstanding == 0) core::fail(Status::InvalidArgument, "max_outstanding must be >= 1, got 0");
       a.max_outstanding = o.max_outstanding;
     }
+    if (o.field_mask & PDKV_AGENT_FIELD_COPY_THREADS) {
+      // In the 2.0 struct's tail padding (struct_sizes.hpp): inside every accepted struct_size.
+      static_assert(offsetof(pdkv_agent_options_t, copy_threads) + sizeof(uint32_t) <= pdkv::capi::kAgentOptionsMinSize);
+      if (o.copy_threads < 1 || o.copy_threads > 16) {
+        core::fail(Status::InvalidArgument,
+                   "copy_threads must be 1 to 16, got " + std::to_string(o.copy_threads));
+      }
+      a.cma_copy_threads = o.copy_threads;
+    }
     auto h = std::make_unique<pdkv_agent>();
     h->agent = std::make_unique<exec::Agent>(std::move(a));
     const auto info = h->agent->info();
@@ -181,6 +190,7 @@ PDKV_API pdkv_status_t pdkv_agent_get_info(const pdkv_agent_t* agent, pdkv_agent
     c.progress_mode = i.progress == exec::ProgressMode::Caller ? PDKV_PROGRESS_CALLER : PDKV_PROGRESS_THREAD;
     c.num_peers = i.num_peers;
     c.transfers_in_flight = i.transfers_in_flight;
+    c.copy_threads = i.copy_threads;
     write_struct_prefix(out, c, pdkv::capi::kAgentInfoMinSize, "pdkv_agent_info_t");
   });
 }

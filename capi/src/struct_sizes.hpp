@@ -9,7 +9,12 @@
 // begins with a size_t and none has a member aligned more strictly). The static_asserts pin the
 // LP64 byte counts of the 2.0 structs: if one fires, a 2.0 field was moved or resized, which
 // breaks the ABI (a new major version). Whoever appends a field gives it a field_mask bit
-// (input structs) and starts it at or after the 2.0 size, never in the 2.0 tail padding.
+// (input structs). An input struct's appended field may sit in the 2.0 tail padding (as
+// pdkv_agent_options_t.copy_threads does): its bit, which no 2.0 caller can set, says whether it
+// was written, not struct_size. One that starts at or after the 2.0 size must be checked with
+// PDKV_REQUIRE_APPENDED_FIELD when its bit is set: otherwise a caller whose struct_size stops
+// before it would be read as zero from the copy's zeroed tail, silently. Output structs append
+// at or after their 2.0 size, so a 2.0 caller's struct_size leaves the new field unwritten.
 #pragma once
 
 #include <cstddef>
@@ -111,6 +116,22 @@ T read_struct_prefix(const T& in, size_t min_size, const char* type_name) {
   std::memcpy(static_cast<void*>(&copy), &in, in.struct_size);
   return copy;
 }
+
+// A field appended after 2.0 whose bit is set must lie inside the caller's struct_size: a caller
+// that sets the bit of a field its struct does not have is STRUCT_SIZE naming both (never a
+// default read silently from the zeroed tail of the copy).
+inline void require_appended_field(size_t struct_size, size_t field_end, const char* type_name,
+                                   const char* field_name) {
+  if (struct_size < field_end) {
+    pdkv::core::fail(pdkv::core::Status::StructSize,
+                     std::string(type_name) + ".field_mask sets the bit of " + field_name + ", which ends at byte " +
+                         std::to_string(field_end) + ", but struct_size is " + std::to_string(struct_size) +
+                         ": set struct_size to sizeof(" + type_name + ") of a header that has the field");
+  }
+}
+#define PDKV_REQUIRE_APPENDED_FIELD(copy, T, field)                                                      \
+  ::pdkv::capi::require_appended_field((copy).struct_size, offsetof(T, field) + sizeof((copy).field), #T, \
+                                       #field)
 
 // read_struct_prefix for an input struct, then refuses field_mask bits outside `known_bits`.
 template <typename T>

@@ -56,7 +56,8 @@ struct AgentOptions {
   // shm in the batch being copied. >= 1.
   uint32_t max_outstanding = 64;
   // Threads that copy one cma batch (shm peers): 0 picks 2 where the machine has at least 4
-  // hardware threads, else 1. A batch of at least 1 MiB is cut into this many parts (cma::Copier).
+  // hardware threads, else 1; at most 16 are used. A batch of at least 1 MiB is cut into this
+  // many parts (cma::Copier).
   uint32_t cma_copy_threads = 0;
 };
 
@@ -163,6 +164,7 @@ struct AgentInfo {
   TransportMode transport = TransportMode::Auto;
   ProgressMode progress = ProgressMode::Thread;
   size_t num_peers = 0, transfers_in_flight = 0;
+  unsigned copy_threads = 1;     // threads copying each cma batch
   uint64_t progress_rounds = 0;  // rounds of the progress thread so far (internal, for tests)
 };
 

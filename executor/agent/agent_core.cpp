@@ -185,6 +185,7 @@ AgentInfo AgentCore::info() const {
   i.listen = listener_ ? listener_->address() : opt_.listen;
   i.transport = opt_.transport;
   i.progress = opt_.progress;
+  i.copy_threads = cma_copier_->threads();
   i.num_peers = peers_.size();
   for (const auto& j : active_) i.transfers_in_flight += j->finalized ? 0 : 1;
   i.progress_rounds = progress_rounds_.load(std::memory_order_relaxed);

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Tuple
 
 #: PDKV_VERSION_MAJOR / _MINOR / _PATCH of the header this module was generated from.
 HEADER_VERSION_MAJOR = 2
-HEADER_VERSION_MINOR = 0
+HEADER_VERSION_MINOR = 1
 HEADER_VERSION_PATCH = 0
 
 # ---- #define constants -------------------------------------------------------------------
@@ -60,6 +60,7 @@ PDKV_AGENT_FIELD_DEFAULT_TIMEOUT = 8
 PDKV_AGENT_FIELD_PRESHARED_KEY = 16
 PDKV_AGENT_FIELD_HEARTBEAT = 32
 PDKV_AGENT_FIELD_MAX_OUTSTANDING = 64
+PDKV_AGENT_FIELD_COPY_THREADS = 128
 PDKV_MEMORY_FIELD_MEMORY_TYPE = 1
 PDKV_MEMORY_FIELD_DEVICE = 2
 PDKV_CONNECT_FIELD_TIMEOUT = 1
@@ -94,6 +95,7 @@ MACROS: Dict[str, int] = {
     "PDKV_AGENT_FIELD_PRESHARED_KEY": PDKV_AGENT_FIELD_PRESHARED_KEY,
     "PDKV_AGENT_FIELD_HEARTBEAT": PDKV_AGENT_FIELD_HEARTBEAT,
     "PDKV_AGENT_FIELD_MAX_OUTSTANDING": PDKV_AGENT_FIELD_MAX_OUTSTANDING,
+    "PDKV_AGENT_FIELD_COPY_THREADS": PDKV_AGENT_FIELD_COPY_THREADS,
     "PDKV_MEMORY_FIELD_MEMORY_TYPE": PDKV_MEMORY_FIELD_MEMORY_TYPE,
     "PDKV_MEMORY_FIELD_DEVICE": PDKV_MEMORY_FIELD_DEVICE,
     "PDKV_CONNECT_FIELD_TIMEOUT": PDKV_CONNECT_FIELD_TIMEOUT,
@@ -1233,6 +1235,7 @@ class AgentOptionsC(Structure):
         ("heartbeat_interval_ms", c_uint32),
         ("heartbeat_timeout_ms", c_uint32),
         ("max_outstanding", c_uint32),
+        ("copy_threads", c_uint32),
     ]
 
 
@@ -1251,6 +1254,7 @@ class AgentInfoC(Structure):
         ("progress_mode", c_int32),
         ("num_peers", c_size_t),
         ("transfers_in_flight", c_size_t),
+        ("copy_threads", c_uint32),
     ]
 
 
@@ -1553,8 +1557,8 @@ STRUCT_FORMATS: Dict[str, str] = {
     "pdkv_stage_pair_t": "IIII",
     "pdkv_descriptor_layout_t": "NQQQQQQ",
     "pdkv_aligned_split_v0604_input_t": "NQQQQQQQQBB0N",
-    "pdkv_agent_options_t": "NQPPiiQPNIII0N",
-    "pdkv_agent_info_t": "NPIIPHiiNN",
+    "pdkv_agent_options_t": "NQPPiiQPNIIII0N",
+    "pdkv_agent_info_t": "NPIIPHiiNNI0N",
     "pdkv_memory_desc_t": "NQIQQii0N",
     "pdkv_connect_options_t": "NQPQ",
     "pdkv_peer_info_t": "NPIIPBBiiQQQQQQQQ",
@@ -1778,6 +1782,7 @@ __all__ = [
     "PDKV_AGENT_FIELD_PRESHARED_KEY",
     "PDKV_AGENT_FIELD_HEARTBEAT",
     "PDKV_AGENT_FIELD_MAX_OUTSTANDING",
+    "PDKV_AGENT_FIELD_COPY_THREADS",
     "PDKV_MEMORY_FIELD_MEMORY_TYPE",
     "PDKV_MEMORY_FIELD_DEVICE",
     "PDKV_CONNECT_FIELD_TIMEOUT",

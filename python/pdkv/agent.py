@@ -103,6 +103,7 @@ class AgentInfo:
     progress_mode: Union[ProgressMode, int]  #: Who drives progress.
     num_peers: int  #: Peers currently connected.
     transfers_in_flight: int  #: Transfers in flight.
+    copy_threads: int  #: Threads copying each shm batch (the option or its default).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,11 +200,14 @@ class Agent(Handle):
         heartbeat_interval: Optional[float] = None,
         heartbeat_timeout: Optional[float] = None,
         max_outstanding: Optional[int] = None,
+        copy_threads: Optional[int] = None,
     ) -> None:
         """Creates the agent of the rank ``metadata`` describes (copied); its control listener
         is bound before this returns. Options left None take the library's defaults
-        (listen "127.0.0.1:0", AUTO, THREAD, 30 s, no key, heartbeats 0.5 s / 5 s, 64). Setting
-        either heartbeat option sets both (the other at its default)."""
+        (listen "127.0.0.1:0", AUTO, THREAD, 30 s, no key, heartbeats 0.5 s / 5 s, 64, copy
+        threads 2 from 4 hardware threads up, else 1). Setting either heartbeat option sets both
+        (the other at its default). ``copy_threads`` (1-16) is how many threads copy each shm
+        batch (``pdkv_agent_options_t.copy_threads``)."""
         bits = _ffi.FIELD_BITS
         o = _ffi.AgentOptionsC()
         o.struct_size = ctypes.sizeof(o)
@@ -240,6 +244,9 @@ class Agent(Handle):
         if max_outstanding is not None:
             o.max_outstanding = u32("max_outstanding", max_outstanding)
             mask |= bits["PDKV_AGENT_FIELD_MAX_OUTSTANDING"]
+        if copy_threads is not None:
+            o.copy_threads = u32("copy_threads", copy_threads)
+            mask |= bits["PDKV_AGENT_FIELD_COPY_THREADS"]
         o.field_mask = mask
         out = POINTER(_ffi.AgentT)()
         call("pdkv_agent_new", byref(o), byref(out))
@@ -266,6 +273,7 @@ class Agent(Handle):
             progress_mode=to_enum(ProgressMode, c.progress_mode),
             num_peers=c.num_peers,
             transfers_in_flight=c.transfers_in_flight,
+            copy_threads=c.copy_threads,
         )
 
     @property

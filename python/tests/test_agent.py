@@ -360,6 +360,16 @@ def test_preshared_keys(model: pdkv.Model) -> None:
             good.agent.connect(p.agent.address, timeout=LONG).close()
 
 
+def test_copy_threads_reach_the_agent(model: pdkv.Model) -> None:
+    with pdkv.EngineMetadata.from_model(model, pdkv.EngineConfig(), pdkv.EngineLayout()) as md:
+        default = 2 if (os.cpu_count() or 1) >= 4 else 1
+        with pdkv.Agent(md) as a:
+            assert a.info().copy_threads == default
+        for n in (1, 3, 16):
+            with pdkv.Agent(md, copy_threads=n) as a:
+                assert a.info().copy_threads == n
+
+
 def test_refusals(model: pdkv.Model) -> None:
     with pdkv.EngineMetadata.from_model(model, pdkv.EngineConfig(), pdkv.EngineLayout()) as md:
         for kwargs in [
@@ -371,6 +381,8 @@ def test_refusals(model: pdkv.Model) -> None:
             dict(listen_address="a\0b"),
             dict(default_timeout=0),
             dict(transport="carrier-pigeon"),
+            dict(copy_threads=0),
+            dict(copy_threads=17),
         ]:
             with pytest.raises(pdkv.InvalidArgumentError):
                 pdkv.Agent(md, **kwargs)

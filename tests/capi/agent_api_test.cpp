@@ -295,6 +295,60 @@ TEST_CASE("pdkv_agent_new refuses each bad argument naming it", "[agent]") {
   }
 }
 
+// copy_threads, the first field appended after 2.0 (pdkv 2.1): read only with its bit (a 2.0
+// caller cannot set it), refused outside 1..16, and reported by pdkv_agent_get_info (also when
+// defaulted), which a 2.0-sized info struct omits.
+TEST_CASE("copy_threads (2.1) is honoured, bounded, and needs a struct that has it", "[agent]") {
+  auto m = tiny_model();
+  auto md = metadata(m.get(), "pre", nullptr);
+  auto o = options(md.get());
+  const uint32_t hw = std::thread::hardware_concurrency();
+  const uint32_t by_default = hw >= 4 ? 2 : 1;
+  auto info_threads = [](pdkv_agent_t* a) {
+    pdkv_agent_info_t i{};
+    i.struct_size = sizeof i;
+    REQUIRE_OK(pdkv_agent_get_info(a, &i, err));
+    return i.copy_threads;
+  };
+  SECTION("unset: the default, whatever the field holds") {
+    o.copy_threads = 999;
+    auto a = new_agent(o);
+    CHECK(info_threads(a.get()) == by_default);
+  }
+  SECTION("set: the count asked for") {
+    o.field_mask = PDKV_AGENT_FIELD_COPY_THREADS;
+    for (uint32_t n : {1u, 3u, 16u}) {
+      o.copy_threads = n;
+      auto a = new_agent(o);
+      CHECK(info_threads(a.get()) == n);
+    }
+  }
+  SECTION("out of range") {
+    o.field_mask = PDKV_AGENT_FIELD_COPY_THREADS;
+    for (uint32_t n : {0u, 17u}) {
+      o.copy_threads = n;
+      const auto r = new_agent_fails(o);
+      CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+      CHECK_THAT(r.message, Contains("copy_threads must be 1 to 16, got " + std::to_string(n)));
+    }
+  }
+  SECTION("it lives in the 2.0 struct's tail padding: the size is unchanged, the bit decides") {
+    CHECK(sizeof(pdkv_agent_options_t) == 80);
+    CHECK(offsetof(pdkv_agent_options_t, copy_threads) == 76);
+  }
+  SECTION("a 2.0-sized info struct is filled without the 2.1 field") {
+    o.field_mask = PDKV_AGENT_FIELD_COPY_THREADS;
+    o.copy_threads = 5;
+    auto a = new_agent(o);
+    pdkv_agent_info_t i{};
+    i.copy_threads = 77;
+    i.struct_size = offsetof(pdkv_agent_info_t, copy_threads);
+    REQUIRE_OK(pdkv_agent_get_info(a.get(), &i, err));
+    CHECK(i.copy_threads == 77);
+    CHECK(i.tp_size >= 1);
+  }
+}
+
 TEST_CASE("the agent's calls refuse NULL, struct_size and enum values naming them", "[agent]") {
   auto n = node("pre", PDKV_TRANSPORT_SHM, PDKV_PROGRESS_THREAD);
   pdkv_agent_t* a = n->agent.get();

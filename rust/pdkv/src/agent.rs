@@ -31,6 +31,7 @@ pub(crate) const FIELD_DEFAULT_TIMEOUT: u64 = sys::PDKV_AGENT_FIELD_DEFAULT_TIME
 pub(crate) const FIELD_PRESHARED_KEY: u64 = sys::PDKV_AGENT_FIELD_PRESHARED_KEY as u64;
 pub(crate) const FIELD_HEARTBEAT: u64 = sys::PDKV_AGENT_FIELD_HEARTBEAT as u64;
 pub(crate) const FIELD_MAX_OUTSTANDING: u64 = sys::PDKV_AGENT_FIELD_MAX_OUTSTANDING as u64;
+pub(crate) const FIELD_COPY_THREADS: u64 = sys::PDKV_AGENT_FIELD_COPY_THREADS as u64;
 pub(crate) const FIELD_MEMORY_TYPE: u64 = sys::PDKV_MEMORY_FIELD_MEMORY_TYPE as u64;
 pub(crate) const FIELD_MEMORY_DEVICE: u64 = sys::PDKV_MEMORY_FIELD_DEVICE as u64;
 pub(crate) const FIELD_CONNECT_TIMEOUT: u64 = sys::PDKV_CONNECT_FIELD_TIMEOUT as u64;
@@ -138,6 +139,7 @@ pub struct AgentOptions<'a> {
     preshared_key: Option<Vec<u8>>,
     heartbeat: Option<(Duration, Duration)>,
     max_outstanding: Option<u32>,
+    copy_threads: Option<u32>,
 }
 
 impl<'a> AgentOptions<'a> {
@@ -152,6 +154,7 @@ impl<'a> AgentOptions<'a> {
             preshared_key: None,
             heartbeat: None,
             max_outstanding: None,
+            copy_threads: None,
         }
     }
 
@@ -204,6 +207,14 @@ impl<'a> AgentOptions<'a> {
         self.max_outstanding = Some(n);
         self
     }
+
+    /// Threads that copy each shm batch, 1 to 16 (`pdkv_agent_options_t.copy_threads`).
+    /// Default: 2 where the machine has at least 4 hardware threads, else 1.
+    #[must_use]
+    pub fn copy_threads(mut self, n: u32) -> Self {
+        self.copy_threads = Some(n);
+        self
+    }
 }
 
 /// Scalars of an agent (`pdkv_agent_info_t`).
@@ -227,6 +238,8 @@ pub struct AgentInfo {
     pub num_peers: usize,
     /// Transfers in flight.
     pub transfers_in_flight: usize,
+    /// Threads copying each shm batch (the option or its default).
+    pub copy_threads: u32,
 }
 
 /// What outlives the C agent for the binding's sake: the registered buffers, which must stay
@@ -317,6 +330,10 @@ impl Agent {
             raw.field_mask |= FIELD_MAX_OUTSTANDING;
             raw.max_outstanding = n;
         }
+        if let Some(n) = options.copy_threads {
+            raw.field_mask |= FIELD_COPY_THREADS;
+            raw.copy_threads = n;
+        }
         let mut out = ptr::null_mut();
         // SAFETY: raw and the strings/key it points to live for the call; all copied.
         check(|e| unsafe { sys::pdkv_agent_new(&raw, &mut out, e) })?;
@@ -356,6 +373,7 @@ impl Agent {
             progress_mode: ProgressMode::from_raw(r.progress_mode),
             num_peers: r.num_peers,
             transfers_in_flight: r.transfers_in_flight,
+            copy_threads: r.copy_threads,
         })
     }
 

@@ -434,6 +434,22 @@ fn refusals_name_the_value() {
     ));
     assert_eq!(e.status(), Status::InvalidArgument);
     assert!(e.message().contains("heartbeat timeout"), "{e}");
+    for n in [0, 17] {
+        let e = bad(AgentOptions::new(&r.metadata).copy_threads(n));
+        assert_eq!(e.status(), Status::InvalidArgument);
+        assert!(e.message().contains("copy_threads"), "{e}");
+    }
+    let default = if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 4 {
+        2
+    } else {
+        1
+    };
+    let a = Agent::new(&AgentOptions::new(&r.metadata)).unwrap();
+    assert_eq!(a.info().unwrap().copy_threads, default);
+    for n in [1, 3, 16] {
+        let a = Agent::new(&AgentOptions::new(&r.metadata).copy_threads(n)).unwrap();
+        assert_eq!(a.info().unwrap().copy_threads, n);
+    }
     let e = bad(AgentOptions::new(&r.metadata).listen_address("no-port"));
     assert_eq!(e.status(), Status::InvalidArgument);
     let e = bad(AgentOptions::new(&r.metadata).listen_address("a\0b"));
