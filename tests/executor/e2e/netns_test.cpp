@@ -8,9 +8,11 @@
 #include <thread>
 
 #include "d_side.hpp"
-#include "netns.hpp"
+#include "support/netns.hpp"
 
 using namespace e2e;
+using pdkv::test_support::VethNamespace;
+using pdkv::test_support::VethUser;
 
 namespace {
 
@@ -39,7 +41,7 @@ void read_and_verify(DSide& d, const std::string& req) {
 TEST_CASE("P in another network namespace over veth: transfers, and the link cut mid-transfer",
           "[e2e][netns]") {
   std::string why;
-  const auto ns = VethNamespace::create(&why);
+  const auto ns = VethNamespace::create(VethUser::E2eTest, &why);
   if (!ns) {
     WARN("SKIPPED: P and D in separate network namespaces need root and iproute2 here: " << why);
     return;

@@ -94,8 +94,4 @@ std::function<bool(const std::string&)> note_is(const std::string& kind, const s
 // Path of the pdkv_test_peer binary built beside the tests.
 std::string test_peer_path();
 
-// Runs a command to completion (stdout and stderr into *output when given); returns its exit
-// status (-1 when it could not run).
-int run_command(const std::vector<std::string>& argv, std::string* output = nullptr);
-
 }  // namespace e2e
