@@ -45,7 +45,8 @@ inline core::EngineMetadata bench_metadata(const std::string& engine, uint64_t b
 
 inline uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
 
-[[noreturn]] inline void run_agent_target(exec::TransportMode mode, uint64_t bytes, int out, int in) {
+[[noreturn]] inline void run_agent_target(exec::TransportMode mode, uint64_t bytes, const std::string& listen, int out,
+                                          int in) {
   int rc = 0;
   try {
     Buffer buf(round_page(bytes));
@@ -53,6 +54,7 @@ inline uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
     exec::AgentOptions o;
     o.metadata = bench_metadata("bench-p", reinterpret_cast<uint64_t>(buf.data), buf.size);
     o.transport = mode;
+    o.listen = exec::HostPort{listen, 0};
     exec::Agent agent(o);
     agent.register_memory(0, reinterpret_cast<uint64_t>(buf.data), buf.size, exec::MemoryType::Host);
     const uint16_t port = agent.info().listen.port;
@@ -66,8 +68,10 @@ inline uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
   std::_Exit(rc);
 }
 
+// P in another network namespace where `where` says so (placement.hpp): it listens on its end of
+// the veth pair and D connects there.
 inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsigned window, int reps,
-                             uint32_t cma_copy_threads = 0) {
+                             uint32_t cma_copy_threads = 0, const Placement& where = loopback_placement()) {
   Measurement m;
   int to_parent[2], to_child[2];
   if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) {
@@ -82,7 +86,8 @@ inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsi
   if (pid == 0) {
     ::close(to_parent[0]);
     ::close(to_child[1]);
-    run_agent_target(mode, pl.remote_bytes, to_parent[1], to_child[0]);
+    enter_p_side(where);
+    run_agent_target(mode, pl.remote_bytes, where.p_address, to_parent[1], to_child[0]);
   }
   ::close(to_parent[1]);
   ::close(to_child[0]);
@@ -98,7 +103,7 @@ inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsi
     o.default_timeout = std::chrono::seconds(120);
     exec::Agent agent(o);
     agent.register_memory(0, reinterpret_cast<uint64_t>(local.data), local.size, exec::MemoryType::Host);
-    agent.connect(exec::HostPort{"127.0.0.1", port}, std::chrono::seconds(10));
+    agent.connect(exec::HostPort{where.p_address, port}, std::chrono::seconds(10));
     core::TransferPlan plan;
     plan.d_engine_id = "bench-d";
     plan.p_engine_id = "bench-p";

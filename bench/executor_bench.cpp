@@ -13,9 +13,19 @@
 //             pdkv's own data connection (executor/tcpdp/, agent_tcp.cpp).
 //   raw cma   shm only: a plain process_vm_readv loop, one call per piece (cma_raw_read.hpp).
 //
+// Modes: shm and tcp run P and D on loopback; netns is tcp across two network namespaces joined
+// by a veth pair ("two hosts" of one kernel, tests/support/netns.hpp): P's process lives in its
+// own namespace, D connects to P's end of the link (placement.hpp), and the bytes each column
+// received on D's end of the link must be at least what it moved (else that column fails).
+// `--netns` is `--modes netns`; shm cannot cross hosts, so there is no shm column there.
+//
 // Usage: executor_bench [--sizes 65536,1048576] [--working-set BYTES] [--window 64] [--reps 5]
-//                       [--modes shm,tcp] [--no-plan] [--no-perftest] [--json]
+//                       [--modes shm,tcp,netns | --netns] [--no-plan] [--no-perftest] [--json]
 //                       [--cma-threads N]   (the agent's copy threads over shm; default: its own choice)
+// Exit status: 0 every column ran and its first pass moved the right bytes; 1 usage error; 2 a
+// column failed or moved wrong bytes (named on stderr); 77 netns mode where the machine does not
+// permit network namespaces (not root, no iproute2, no veth: the reason on stderr). The namespace
+// and its veth pair are removed at exit, on errors, and on SIGINT / SIGTERM / SIGHUP.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -32,6 +42,8 @@
 #include "ucx_perftest_run.hpp"
 #include "agent_get.hpp"
 #include "cma_raw_read.hpp"
+#include "placement.hpp"
+#include "support/netns.hpp"
 #include "ucx_raw_get.hpp"
 
 using namespace pdkv;
@@ -79,19 +91,56 @@ PieceList nemotron_pieces() {
 }
 
 struct Row {
-  std::string list, mode;
+  std::string list, mode;  // mode: shm, tcp or netns
   uint64_t pieces, bytes, working_set, median_piece;
   Measurement raw;
   Measurement agent;
   Measurement cma;  // shm rows only
   PerftestResult perf;
   Measurement mem;
+  uint64_t raw_link_bytes = 0, agent_link_bytes = 0;  // netns: received on D's end of the veth pair
+  double load = -1;  // the 1-minute load average when the row was done (a shared machine is noisy)
 };
+
+double load_average() {
+  double v = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &v) != 1) v = -1;
+    std::fclose(f);
+  }
+  return v;
+}
+
+// netns rows: the bytes D's end of the veth pair received while a column ran (its warm-up pass
+// and `passes` timed ones) must cover what it moved, else the column did not cross the link.
+void check_link(Measurement& m, uint64_t received, uint64_t piece_bytes, int passes) {
+  const uint64_t moved = piece_bytes * static_cast<uint64_t>(passes + 1);
+  if (m.error.empty() && received < moved) {
+    m.error = "only " + std::to_string(received) + " bytes crossed the veth link for " + std::to_string(moved) +
+              " bytes moved";
+  }
+}
+
+std::string json_text(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+int usage_error(const std::string& what) {
+  std::fprintf(stderr, "%s (see the usage at the top of bench/executor_bench.cpp)\n", what.c_str());
+  return 1;
+}
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   std::string sizes = "65536,1048576", modes = "shm,tcp";
+  bool modes_given = false, netns_flag = false;
   uint64_t working_set = 1ull << 30;
   unsigned window = 64;
   int reps = 5;
@@ -106,22 +155,63 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--sizes") sizes = value();
-    else if (a == "--working-set") working_set = std::stoull(value());
-    else if (a == "--window") window = static_cast<unsigned>(std::stoul(value()));
-    else if (a == "--reps") reps = std::stoi(value());
-    else if (a == "--modes") modes = value();
-    else if (a == "--no-plan") plan = false;
-    else if (a == "--no-perftest") perftest = false;
-    else if (a == "--json") json = true;
-    else if (a == "--cma-threads") cma_threads = static_cast<uint32_t>(std::stoul(value()));
-    else {
-      std::fprintf(stderr, "unknown option %s (see the usage at the top of bench/executor_bench.cpp)\n", a.c_str());
-      return 1;
+    try {
+      if (a == "--sizes") sizes = value();
+      else if (a == "--working-set") working_set = std::stoull(value());
+      else if (a == "--window") window = static_cast<unsigned>(std::stoul(value()));
+      else if (a == "--reps") reps = std::stoi(value());
+      else if (a == "--modes") modes = value(), modes_given = true;
+      else if (a == "--netns") netns_flag = true;
+      else if (a == "--no-plan") plan = false;
+      else if (a == "--no-perftest") perftest = false;
+      else if (a == "--json") json = true;
+      else if (a == "--cma-threads") cma_threads = static_cast<uint32_t>(std::stoul(value()));
+      else return usage_error("unknown option " + a);
+    } catch (const std::exception&) {  // std::stoull and friends
+      return usage_error("bad value for " + a);
+    }
+  }
+  if (netns_flag && modes_given) {
+    return usage_error("--netns is --modes netns: give one of them (e.g. --modes tcp,netns)");
+  }
+  if (netns_flag) modes = "netns";
+  bool want_netns = false;
+  for (const std::string& m : split(modes)) {
+    if (m != "shm" && m != "tcp" && m != "netns") {
+      return usage_error("unknown mode " + m + " in --modes (shm, tcp, netns; shm cannot cross network namespaces)");
+    }
+    want_netns |= m == "netns";
+  }
+  if (window == 0 || reps <= 0) return usage_error("--window and --reps must be positive");
+
+  // P's network namespace, made before any process is forked and removed on every way out.
+  std::unique_ptr<test_support::VethNamespace> ns;
+  Placement across;
+  if (want_netns) {
+    test_support::VethNamespace::tear_down_on_signals();
+    std::string why;
+    ns = test_support::VethNamespace::create(test_support::VethUser::Bench, &why);
+    if (!ns) {
+      std::fprintf(stderr,
+                   "executor_bench: mode netns needs P and D in two network namespaces joined by a veth pair, "
+                   "which this machine does not permit: %s\n",
+                   why.c_str());
+      return 77;
+    }
+    across = netns_placement(*ns);
+    if (!json) {
+      std::fprintf(stderr, "netns: P in %s at %s (%s), D at %s (%s)\n", ns->name().c_str(), ns->ns_ip().c_str(),
+                   ns->ns_if().c_str(), ns->host_ip().c_str(), ns->host_if().c_str());
     }
   }
   std::vector<PieceList> lists;
-  for (const std::string& s : split(sizes)) lists.push_back(spread_pieces(std::stoull(s), working_set));
+  for (const std::string& s : split(sizes)) {
+    try {
+      lists.push_back(spread_pieces(std::stoull(s), working_set));
+    } catch (const std::exception& e) {
+      return usage_error("bad piece size " + s + " for working set " + std::to_string(working_set) + ": " + e.what());
+    }
+  }
   if (plan) lists.push_back(nemotron_pieces());
 
   std::vector<Row> rows;
@@ -141,12 +231,22 @@ int main(int argc, char** argv) {
     }
     const Measurement mem = memcpy_pieces(pl, reps);
     for (const std::string& mode_name : split(modes)) {
-      const exec::TransportMode mode = mode_name == "tcp" ? exec::TransportMode::Tcp : exec::TransportMode::Shm;
+      const bool netns = mode_name == "netns";
+      const exec::TransportMode mode = mode_name == "shm" ? exec::TransportMode::Shm : exec::TransportMode::Tcp;
+      const Placement where = netns ? across : loopback_placement();
       Row r{pl.name, mode_name, pl.pieces.size(), pl.bytes, pl.remote_bytes, median_piece, {}, {}, {}, {}, mem};
       const int mode_reps = mode == exec::TransportMode::Tcp ? std::min(reps, 3) : reps;
       // Raw UCX and the agent back to back on the same list, window and working sets.
-      r.raw = raw_ucx_get(pl, mode, window, mode_reps);
-      r.agent = agent_get(pl, mode, window, mode_reps, cma_threads);
+      const uint64_t rx0 = netns ? ns->host_rx_bytes() : 0;
+      r.raw = raw_ucx_get(pl, mode, window, mode_reps, where);
+      const uint64_t rx1 = netns ? ns->host_rx_bytes() : 0;
+      r.agent = agent_get(pl, mode, window, mode_reps, cma_threads, where);
+      if (netns) {
+        r.raw_link_bytes = rx1 - rx0;
+        r.agent_link_bytes = ns->host_rx_bytes() - rx1;
+        check_link(r.raw, r.raw_link_bytes, pl.bytes, mode_reps);
+        check_link(r.agent, r.agent_link_bytes, pl.bytes, mode_reps);
+      }
       if (mode == exec::TransportMode::Shm) {
         r.cma = raw_cma_read(pl, mode_reps);
       } else {
@@ -154,10 +254,11 @@ int main(int argc, char** argv) {
       }
       if (perftest) {
         r.perf = run_ucx_perftest(mode, median_piece, window,
-                                  mode == exec::TransportMode::Tcp ? (512ull << 20) : (4ull << 30));
+                                  mode == exec::TransportMode::Tcp ? (512ull << 20) : (4ull << 30), where);
       } else {
         r.perf.error = "skipped (--no-perftest)";
       }
+      r.load = load_average();
       rows.push_back(r);
       if (!json) {
         std::fprintf(stderr, "done: %s %s\n", pl.name.c_str(), mode_name.c_str());
@@ -165,28 +266,60 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Every column that should have run must have moved the right bytes (ucx_perftest, which checks
+  // no bytes, only reports).
+  bool failed = false;
+  for (const Row& r : rows) {
+    auto fail = [&](const char* column, const std::string& error) {
+      std::fprintf(stderr, "%s %s %s: %s\n", column, r.list.c_str(), r.mode.c_str(), error.c_str());
+      failed = true;
+    };
+    if (r.mode == "shm" && !r.cma.error.empty()) fail("raw cma", r.cma.error);
+    if (!r.agent.error.empty()) fail("executor", r.agent.error);
+    if (!r.raw.error.empty()) fail("raw UCX", r.raw.error);
+    if (!r.mem.error.empty()) fail("memcpy", r.mem.error);
+    if (!r.perf.ran) {
+      std::fprintf(stderr, "ucx_perftest %s %s: %s\n", r.list.c_str(), r.mode.c_str(), r.perf.error.c_str());
+    }
+  }
+  const int status = failed ? 2 : 0;
+
   if (json) {
-    std::printf("{\"window\": %u, \"reps\": %d, \"rows\": [\n", window, reps);
+    std::printf("{\"window\": %u, \"reps\": %d, \"netns\": ", window, reps);
+    if (ns) {
+      std::printf("{\"name\": \"%s\", \"p_address\": \"%s\", \"d_address\": \"%s\"}", ns->name().c_str(),
+                  ns->ns_ip().c_str(), ns->host_ip().c_str());
+    } else {
+      std::printf("null");
+    }
+    std::printf(", \"rows\": [\n");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::printf("  {\"list\": \"%s\", \"mode\": \"%s\", \"pieces\": %llu, \"bytes\": %llu, \"working_set\": %llu, "
                   "\"median_piece\": %llu, \"raw_ucx_gbps\": %.3f, \"raw_ucx_best_gbps\": %.3f, \"raw_ucx_verified\": %s, "
-                  "\"raw_ucx_error\": \"%s\", \"executor_gbps\": %.3f, \"executor_verified\": %s, \"executor_error\": \"%s\", \"raw_cma_gbps\": %.3f, \"raw_cma_error\": \"%s\", \"perftest_cache_hot_gbps\": %s, \"memcpy_gbps\": %.3f, \"memcpy_verified\": %s}%s\n",
+                  "\"raw_ucx_error\": \"%s\", \"executor_gbps\": %.3f, \"executor_verified\": %s, \"executor_error\": \"%s\", "
+                  "\"raw_cma_gbps\": %.3f, \"raw_cma_error\": \"%s\", \"perftest_cache_hot_gbps\": %s, \"memcpy_gbps\": %.3f, "
+                  "\"memcpy_verified\": %s, "
+                  "\"veth_rx_raw_ucx_bytes\": %llu, \"veth_rx_executor_bytes\": %llu, \"load_1min\": %.2f}%s\n",
                   r.list.c_str(), r.mode.c_str(), static_cast<unsigned long long>(r.pieces),
                   static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.working_set),
                   static_cast<unsigned long long>(r.median_piece), r.raw.median_gbps, r.raw.best_gbps,
-                  r.raw.verified ? "true" : "false", r.raw.error.c_str(), r.agent.median_gbps,
-                  r.agent.verified ? "true" : "false", r.agent.error.c_str(), r.cma.median_gbps, r.cma.error.c_str(),
-                  r.perf.ran ? std::to_string(r.perf.gbps).c_str() : "null", r.mem.median_gbps,
-                  r.mem.verified ? "true" : "false", i + 1 < rows.size() ? "," : "");
+                  r.raw.verified ? "true" : "false", json_text(r.raw.error).c_str(), r.agent.median_gbps,
+                  r.agent.verified ? "true" : "false", json_text(r.agent.error).c_str(), r.cma.median_gbps,
+                  json_text(r.cma.error).c_str(), r.perf.ran ? std::to_string(r.perf.gbps).c_str() : "null",
+                  r.mem.median_gbps, r.mem.verified ? "true" : "false",
+                  static_cast<unsigned long long>(r.raw_link_bytes),
+                  static_cast<unsigned long long>(r.agent_link_bytes), r.load, i + 1 < rows.size() ? "," : "");
     }
     std::printf("]}\n");
-    return 0;
+    return status;
   }
   std::printf("window %u, %d timed passes (median; tcp: %d), GB/s = 1e9 bytes/s of piece bytes\n\n", window, reps,
               std::min(reps, 3));
-  std::printf("| pieces | mode | count | bytes | median piece (by bytes) | raw UCX GET | raw best | pdkv executor | executor / raw | raw process_vm_readv | executor / raw cma | ucx_perftest (cache-hot) | memcpy |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| pieces | mode | count | bytes | median piece (by bytes) | raw UCX GET | raw best | pdkv executor | "
+              "executor / raw | raw process_vm_readv | executor / raw cma | ucx_perftest (cache-hot) | memcpy | "
+              "load (1 min) |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     char raw[64], best[64], perf[64], agent[64], ratio[64], cma[64], cma_ratio[64];
     if (r.cma.error.empty()) {
@@ -216,15 +349,27 @@ int main(int argc, char** argv) {
     }
     if (r.perf.ran) std::snprintf(perf, sizeof perf, "%.2f GB/s", r.perf.gbps);
     else std::snprintf(perf, sizeof perf, "not run");
-    std::printf("| %s | %s | %llu | %.1f MiB | %llu | %s | %s | %s | %s | %s | %s | %s | %.2f GB/s |\n", r.list.c_str(),
-                r.mode.c_str(), static_cast<unsigned long long>(r.pieces), static_cast<double>(r.bytes) / 1048576.0,
+    std::printf("| %s | %s | %llu | %.1f MiB | %llu | %s | %s | %s | %s | %s | %s | %s | %.2f GB/s | %.2f |\n",
+                r.list.c_str(),
+                r.mode == "netns" ? "tcp across netns (veth)" : r.mode.c_str(), static_cast<unsigned long long>(r.pieces),
+                static_cast<double>(r.bytes) / 1048576.0,
                 static_cast<unsigned long long>(r.median_piece), raw, best, agent, ratio, cma, cma_ratio, perf,
-                r.mem.median_gbps);
-    if (!r.cma.error.empty() && r.mode == "shm") std::fprintf(stderr, "raw cma %s: %s\n", r.list.c_str(), r.cma.error.c_str());
-    if (!r.agent.error.empty()) std::fprintf(stderr, "executor %s %s: %s\n", r.list.c_str(), r.mode.c_str(), r.agent.error.c_str());
-    if (!r.raw.error.empty()) std::fprintf(stderr, "raw UCX %s %s: %s\n", r.list.c_str(), r.mode.c_str(), r.raw.error.c_str());
-    if (!r.perf.ran) std::fprintf(stderr, "ucx_perftest %s %s: %s\n", r.list.c_str(), r.mode.c_str(), r.perf.error.c_str());
-    if (!r.mem.verified) std::fprintf(stderr, "memcpy %s: wrong bytes\n", r.list.c_str());
+                r.mem.median_gbps, r.load);
   }
-  return 0;
+  if (ns) {
+    std::printf("\nnetns: P in network namespace %s at %s, D at %s, over a veth pair (tcp; UCX held to the veth "
+                "devices)\n",
+                ns->name().c_str(), ns->ns_ip().c_str(), ns->host_ip().c_str());
+  }
+  std::printf("\nfirst pass of every column verified byte for byte: %s\n", failed ? "NO (see stderr)" : "yes");
+  return status;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // the namespace, if any, is gone by now (unwound)
+    std::fprintf(stderr, "executor_bench: %s\n", e.what());
+    return 2;
+  }
 }

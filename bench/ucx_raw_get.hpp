@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "placement.hpp"
 #include "transfer_pieces.hpp"
 #include "ucx/context.hpp"
 #include "ucx/endpoint.hpp"
@@ -160,9 +161,11 @@ inline void on_get_done(void* request, ucs_status_t status, void* user) {
 
 }  // namespace detail
 
-// See the file comment. D's process is this one; P is a forked child. Nothing of UCX may be alive
-// in this process when it is called (fork and UCX do not mix).
-inline Measurement raw_ucx_get(const PieceList& pl, exec::TransportMode mode, unsigned window, int reps) {
+// See the file comment. D's process is this one; P is a forked child, in another network namespace
+// where `where` says so (placement.hpp). Nothing of UCX may be alive in this process when it is
+// called (fork and UCX do not mix).
+inline Measurement raw_ucx_get(const PieceList& pl, exec::TransportMode mode, unsigned window, int reps,
+                               const Placement& where = loopback_placement()) {
   Measurement m;
   int to_parent[2], to_child[2];
   if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) {
@@ -177,6 +180,7 @@ inline Measurement raw_ucx_get(const PieceList& pl, exec::TransportMode mode, un
   if (pid == 0) {
     ::close(to_parent[0]);
     ::close(to_child[1]);
+    enter_p_side(where);
     detail::run_target(mode, pl.remote_bytes, to_parent[1], to_child[0]);
   }
   ::close(to_parent[1]);
@@ -188,6 +192,7 @@ inline Measurement raw_ucx_get(const PieceList& pl, exec::TransportMode mode, un
     if (address.empty() || base_bytes.size() != 8 || rkey_bytes.empty()) throw std::runtime_error("P did not start");
     uint64_t base = 0;
     std::memcpy(&base, base_bytes.data(), 8);
+    const DSideUcxDevice device(where);
     exec::UcxContext ctx(mode);
     exec::UcxWorker worker(ctx);
     auto ep = exec::UcxEndpoint::create(worker, address,
