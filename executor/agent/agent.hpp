@@ -111,6 +111,13 @@ struct PeerRecord {
   // The most operations one transfer had in flight on this peer at once (the agent's
   // max_outstanding bounds it); internal, for tests.
   std::atomic<uint64_t> max_ops_in_flight{0};
+  // Shm peers: the peer's registered regions this side mapped at admission (they lie in the
+  // peer's pdkv shared allocations; their bytes move with memcpy), the bytes moved through those
+  // mappings, and, when a region it advertised as mappable could not be mapped (or none was
+  // advertised), why: those move with cross-memory attach. Set before the peer is published.
+  uint32_t mapped_regions = 0;
+  std::string mapping_note;
+  std::atomic<uint64_t> bytes_mapped{0};
 };
 
 enum class TransferOp : uint8_t { Read = 0, Write = 1 };

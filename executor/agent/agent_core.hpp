@@ -27,6 +27,7 @@
 #include "agent/lease_table.hpp"
 #include "agent/range_check.hpp"
 #include "cma/cma.hpp"
+#include "cma/shared_memory.hpp"
 #include "control/channel.hpp"
 #include "control/handshake.hpp"
 #include "tcpdp/data_frame.hpp"
@@ -161,6 +162,10 @@ struct PeerConn {
   uint64_t cma_probe_address = 0;  // the peer's probe, re-read to tell "gone" from "unmapped"
   cma::ProbeValue cma_probe{};
   std::vector<RegisteredRange> remote_ranges;   // per region index
+  // Shm peers: per region index, the peer's registered range mapped here (null: copied with
+  // cross-memory attach). A batch copying through a mapping holds it, so losing the peer (which
+  // clears this) unmaps only once no batch can touch it.
+  std::vector<std::shared_ptr<const cma::PeerMapping>> maps;
   Clock::time_point last_heard{};
   Clock::time_point next_ping{};
   uint64_t ping_seq = 0;
@@ -300,6 +305,13 @@ class AgentCore {
   void start_inbound_thread(const std::shared_ptr<struct InboundSlot>& slot, std::shared_ptr<Socket> sock);
   void run_inbound_handshake(std::shared_ptr<struct InboundSlot> slot);
   HandshakeParams handshake_params_locked() const;
+  // Shm admission: this agent's registered regions that lie in pdkv shared allocations (takes
+  // mu_), and the peer's offered ones mapped here (per region index; null where not mapped,
+  // *note says why).
+  std::vector<MappableRegion> mappable_regions() const;
+  static std::vector<std::shared_ptr<const cma::PeerMapping>> map_peer_regions(
+      const cma::PeerProcess& process, const std::vector<RegisteredRange>& ranges,
+      const std::vector<MappableRegion>& offered, uint32_t* mapped, std::string* note);
   struct CheckedPeer {
     core::EngineMetadata metadata;
     std::vector<RegisteredRange> ranges;

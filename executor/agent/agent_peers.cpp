@@ -46,6 +46,53 @@ std::string peer_name(const std::string& engine, uint32_t rank, const std::strin
 
 }  // namespace
 
+std::vector<MappableRegion> AgentCore::mappable_regions() const {
+  std::vector<MappableRegion> out;
+  std::lock_guard<std::mutex> g(mu_);
+  for (const auto& reg : regs_) {
+    if (!reg || !reg->ucx || reg->type != MemoryType::Host) continue;
+    const auto at = cma::find_shared(reg->base, reg->length);
+    if (!at) continue;
+    MappableRegion x;
+    x.region = reg->region;
+    x.base = reg->base;
+    x.length = reg->length;
+    x.fd = static_cast<uint32_t>(at->fd);
+    x.offset = at->offset;
+    x.file_size = at->file_size;
+    x.dev = at->dev;
+    x.ino = at->ino;
+    out.push_back(x);
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<const cma::PeerMapping>> AgentCore::map_peer_regions(
+    const cma::PeerProcess& process, const std::vector<RegisteredRange>& ranges,
+    const std::vector<MappableRegion>& offered, uint32_t* mapped, std::string* note) {
+  std::vector<std::shared_ptr<const cma::PeerMapping>> maps(ranges.size());
+  *mapped = 0;
+  if (offered.empty()) *note = "the peer advertised no region in a pdkv shared allocation";
+  for (const MappableRegion& x : offered) {
+    // Only exactly the range the peer registered and advertised (and this side range-checks
+    // every read against): a mapping never reaches beyond it.
+    if (x.region >= ranges.size() || !ranges[x.region].present || ranges[x.region].base != x.base ||
+        ranges[x.region].length != x.length || maps[x.region]) {
+      *note = "region " + std::to_string(x.region) + ": advertised as mappable with a range it did not register";
+      continue;
+    }
+    std::string why;
+    auto m = cma::PeerMapping::open(process.pidfd(), x.fd, x.offset, x.length, x.file_size, x.dev, x.ino, &why);
+    if (!m) {
+      *note = "region " + std::to_string(x.region) + ": " + why;
+      continue;
+    }
+    maps[x.region] = std::move(m);
+    ++*mapped;
+  }
+  return maps;
+}
+
 HandshakeParams AgentCore::handshake_params_locked() const {
   HandshakeParams p;
   p.hello.engine_id = opt_.metadata.engine_id;
@@ -237,8 +284,10 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
                                              result.peer_info.cma_probe);
     mine.cma = why.empty() ? CmaVerdict::Works : CmaVerdict::Failed;
     mine.reason = clip_message_text(why);
+    if (why.empty() && result.peer_hello.proto_minor >= 1) mine.mappable = mappable_regions();
   }
   TransportChoice choice;
+  std::vector<MappableRegion> theirs_mappable;
   std::unique_ptr<TcpData> data;  // tcp: the data connection (agent_tcp.cpp)
   {
     if (!inbound) channel.send(mine, deadline);
@@ -246,7 +295,8 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
     if (f.type != FrameType::Transport) {
       core::fail(Status::Protocol, who + ": expected Transport after the handshake, got " + frame_type_name(f.type));
     }
-    const TransportOffer theirs = TransportOffer::decode(f.payload);
+    TransportOffer theirs = TransportOffer::decode(f.payload);
+    theirs_mappable = std::move(theirs.mappable);
     choice = choose_transport(opt_.transport, their_mode, same_host, mine, theirs);
     if (!choice.refusal.empty()) {
       try {
@@ -279,6 +329,16 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
     }
   }
 
+  // Shm: map the peer's regions that lie in its pdkv shared allocations (PeerMapping), before
+  // the lock; a region that cannot be mapped is copied with cross-memory attach (mapping_note).
+  std::unique_ptr<cma::PeerProcess> process;
+  std::vector<std::shared_ptr<const cma::PeerMapping>> maps;
+  uint32_t mapped = 0;
+  std::string mapping_note;
+  if (choice.mode == TransportMode::Shm) {
+    process = std::make_unique<cma::PeerProcess>(result.peer_info.cma_pid);
+    maps = map_peer_regions(*process, checked.ranges, theirs_mappable, &mapped, &mapping_note);
+  }
   auto conn = std::make_shared<PeerConn>();
   auto rec = std::make_shared<PeerRecord>();
   {
@@ -294,7 +354,10 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
     conn->record = rec;
     conn->remote_ranges = std::move(checked.ranges);
     if (choice.mode == TransportMode::Shm) {
-      conn->cma = std::make_unique<cma::PeerProcess>(result.peer_info.cma_pid);
+      conn->cma = std::move(process);
+      conn->maps = std::move(maps);
+      rec->mapped_regions = mapped;
+      rec->mapping_note = std::move(mapping_note);
       conn->cma_probe_address = result.peer_info.cma_probe_address;
       conn->cma_probe = result.peer_info.cma_probe;
     } else {
@@ -737,6 +800,8 @@ void AgentCore::lose_peer_locked(std::shared_ptr<PeerConn> peer, Status status,
     if (peer->channel->fd() >= 0) ::epoll_ctl(control_epoll_, EPOLL_CTL_DEL, peer->channel->fd(), nullptr);
     peer->channel->close();
   }
+  // Its mappings go once the batches copying through them (which hold them) return.
+  peer->maps.clear();
   auto key = key_of(rec);
   if (auto it = peers_.find(key); it != peers_.end() && it->second == peer) peers_.erase(it);
   by_id_.erase(peer->id);

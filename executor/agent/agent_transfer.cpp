@@ -453,6 +453,10 @@ struct AgentCore::CmaBatch {
   std::vector<uint32_t> ops;         // per segment: the operation's index in job->ops
   std::vector<cma::Segment> segments;
   cma::CopyResult result;
+  // Every segment's remote side lies in a mapping of the peer's memory (`remote` is then the
+  // address in that mapping, and the copy is memcpy); the batch holds the mappings it uses.
+  bool mapped = false;
+  std::vector<std::shared_ptr<const cma::PeerMapping>> maps;
   bool exited = false;               // the peer process had exited when the copy returned
   std::string gone;                  // why the peer's agent is gone (its probe did not read back)
   bool gone_before = false;          // ... already before the copy (nothing was copied)
@@ -502,8 +506,32 @@ unsigned AgentCore::run_cma_batches(std::unique_lock<std::mutex>& g) {
       for (size_t k = lane.cma_next;
            k < lane.cma_ops.size() && b.segments.size() < max_segments && bytes < cma_batch_bytes_; ++k) {
         const TransferJob::Op& op = job.ops[lane.cma_ops[k]];
+        // The peer's range in a mapping here: exactly its registered range of the region, which
+        // the posting checks already held this read to (checked again, so a mapping is never
+        // left). One batch copies either through mappings or with cross-memory attach.
+        const cma::PeerMapping* map = nullptr;
+        if (op.remote_region < peer.maps.size() && peer.maps[op.remote_region] &&
+            op.remote_region < peer.remote_ranges.size()) {
+          const RegisteredRange& range = peer.remote_ranges[op.remote_region];
+          const cma::PeerMapping* m = peer.maps[op.remote_region].get();
+          if (op.remote >= range.base && op.remote - range.base <= m->length() &&
+              op.length <= m->length() - (op.remote - range.base)) {
+            map = m;
+          }
+        }
+        if (b.segments.empty()) {
+          b.mapped = map != nullptr;
+        } else if (b.mapped != (map != nullptr)) {
+          break;
+        }
         const uint64_t take = std::min(op.length - op.cma_done, cma_batch_bytes_ - bytes);
-        b.segments.push_back({static_cast<uint8_t*>(op.local) + op.cma_done, op.remote + op.cma_done, take});
+        uint64_t remote = op.remote + op.cma_done;
+        if (map != nullptr) {
+          const uint8_t* view = b.direction == cma::Direction::Read ? map->read_view() : map->write_view();
+          remote = reinterpret_cast<uintptr_t>(view) + (remote - peer.remote_ranges[op.remote_region].base);
+          if (b.maps.empty() || b.maps.back() != peer.maps[op.remote_region]) b.maps.push_back(peer.maps[op.remote_region]);
+        }
+        b.segments.push_back({static_cast<uint8_t*>(op.local) + op.cma_done, remote, take});
         b.ops.push_back(lane.cma_ops[k]);
         bytes += take;
         if (op.cma_done + take != op.length) break;  // the rest of this piece goes in the next batch
@@ -533,7 +561,7 @@ unsigned AgentCore::run_cma_batches(std::unique_lock<std::mutex>& g) {
       b.gone_before = true;
       continue;
     }
-    b.result = cma_copier_->copy(b.peer->cma->pid(), b.direction, b.segments, kCmaSplitBytes);
+    b.result = cma_copier_->copy(b.peer->cma->pid(), b.direction, b.segments, kCmaSplitBytes, b.mapped);
     b.gone = cma::check_probe(pid, b.peer->cma_probe_address, b.peer->cma_probe);
     b.exited = b.peer->cma->exited();
   }
@@ -568,6 +596,7 @@ void AgentCore::cma_batch_done_locked(CmaBatch& b, const cma::CopyResult& result
     const uint64_t len = b.segments[i].length;
     if (left < len) break;
     left -= len;
+    if (b.mapped) peer.record->bytes_mapped.fetch_add(len, std::memory_order_relaxed);
     op.cma_done += len;
     if (op.cma_done == op.length) {
       op_succeeded_locked(op);
@@ -606,7 +635,9 @@ void AgentCore::cma_batch_done_locked(CmaBatch& b, const cma::CopyResult& result
       why = "cross-memory attach to the peer is no longer permitted";
     }
     op_failed_locked(op, status,
-                     std::string(cma::syscall_name(b.direction)) + " of read " + std::to_string(op.read_index) +
+                     std::string(b.mapped ? (reading ? "memcpy from the mapping" : "memcpy into the mapping")
+                                          : cma::syscall_name(b.direction)) +
+                         " of read " + std::to_string(op.read_index) +
                          " (P rank " + std::to_string(lane.p_rank) + ") " + (reading ? "from" : "into") +
                          " peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) + " (pid " +
                          std::to_string(peer.cma->pid()) + ", remote " + hex(op.remote) + ", " +

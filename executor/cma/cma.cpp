@@ -92,6 +92,20 @@ CopyResult copy(pid_t pid, Direction direction, std::span<const Segment> segment
   return out;
 }
 
+CopyResult copy_mapped(Direction direction, std::span<const Segment> segments) noexcept {
+  CopyResult out;
+  for (const Segment& s : segments) {
+    void* remote = reinterpret_cast<void*>(static_cast<uintptr_t>(s.remote));
+    if (direction == Direction::Read) {
+      std::memcpy(s.local, remote, static_cast<size_t>(s.length));
+    } else {
+      std::memcpy(remote, s.local, static_cast<size_t>(s.length));
+    }
+    out.bytes += s.length;
+  }
+  return out;
+}
+
 Copier::Copier(unsigned threads) {
   for (unsigned i = 1; i < threads; ++i) {
     auto h = std::make_unique<Helper>();
@@ -103,7 +117,8 @@ Copier::Copier(unsigned threads) {
         if (hp->stop) return;
         hp->has_task = false;
         g.unlock();
-        const CopyResult r = cma::copy(hp->pid, hp->direction, hp->segments);
+        const CopyResult r = hp->mapped ? cma::copy_mapped(hp->direction, hp->segments)
+                                        : cma::copy(hp->pid, hp->direction, hp->segments);
         g.lock();
         hp->result = r;
         hp->done = true;
@@ -125,12 +140,16 @@ Copier::~Copier() {
   }
 }
 
-CopyResult Copier::copy(pid_t pid, Direction direction, std::span<const Segment> segments, uint64_t min_split_bytes) {
+CopyResult Copier::copy(pid_t pid, Direction direction, std::span<const Segment> segments, uint64_t min_split_bytes,
+                        bool mapped) {
+  auto one = [&](std::span<const Segment> part) {
+    return mapped ? cma::copy_mapped(direction, part) : cma::copy(pid, direction, part);
+  };
   uint64_t total = 0;
   for (const Segment& s : segments) total += s.length;
   std::unique_lock<std::mutex> busy(busy_, std::defer_lock);
   if (helpers_.empty() || total < min_split_bytes || total < threads() || !busy.try_lock()) {
-    return cma::copy(pid, direction, segments);
+    return one(segments);
   }
   // Cut into threads() parts of about total / threads() bytes each.
   const unsigned n = threads();
@@ -153,13 +172,14 @@ CopyResult Copier::copy(pid_t pid, Direction direction, std::span<const Segment>
     std::lock_guard<std::mutex> g(h.m);
     h.pid = pid;
     h.direction = direction;
+    h.mapped = mapped;
     h.segments = std::move(parts[i]);
     h.done = false;
     h.has_task = true;
     h.cv.notify_all();
   }
   std::vector<CopyResult> results(n);
-  results[0] = cma::copy(pid, direction, parts[0]);
+  results[0] = one(parts[0]);
   for (unsigned i = 1; i < n; ++i) {
     Helper& h = *helpers_[i - 1];
     std::unique_lock<std::mutex> g(h.m);

@@ -50,10 +50,16 @@ struct CopyResult {
 // without an error stops the copy with EFAULT. Never throws.
 CopyResult copy(pid_t pid, Direction direction, std::span<const Segment> segments) noexcept;
 
+// copy() between this process's memory and a peer's memory mapped here (shared_memory.hpp):
+// `remote` of each segment is the address of the peer's bytes in this process's mapping. A READ
+// copies remote -> local, a WRITE local -> remote, with memcpy. Never fails (the mapping's file
+// is sealed against shrinking, so no access to it can fault); bytes is the total.
+CopyResult copy_mapped(Direction direction, std::span<const Segment> segments) noexcept;
+
 // copy() on several threads: a call of at least `min_split_bytes` is cut into `threads` parts of
 // about equal bytes (a segment may be cut), part 0 copied by the calling thread and the others by
 // helper threads the Copier owns. The result reads as copy()'s: bytes in segment order up to the
-// first part that failed. Safe to call from several threads: a call that finds the helpers busy
+// first part that failed. With `mapped` each part is copy_mapped()'s instead. Safe to call from several threads: a call that finds the helpers busy
 // copies alone. With threads == 1 it is copy().
 class Copier {
  public:
@@ -63,13 +69,14 @@ class Copier {
   Copier& operator=(const Copier&) = delete;
 
   unsigned threads() const noexcept { return static_cast<unsigned>(helpers_.size()) + 1; }
-  CopyResult copy(pid_t pid, Direction direction, std::span<const Segment> segments, uint64_t min_split_bytes);
+  CopyResult copy(pid_t pid, Direction direction, std::span<const Segment> segments, uint64_t min_split_bytes,
+                  bool mapped = false);
 
  private:
   struct Helper {
     std::mutex m;
     std::condition_variable cv;
-    bool has_task = false, done = false, stop = false;
+    bool has_task = false, done = false, stop = false, mapped = false;
     pid_t pid = 0;
     Direction direction = Direction::Read;
     std::vector<Segment> segments;
@@ -123,6 +130,7 @@ class PeerProcess {
   PeerProcess& operator=(const PeerProcess&) = delete;
 
   pid_t pid() const noexcept { return pid_; }
+  int pidfd() const noexcept { return pidfd_; }  // -1 without pidfd support
   bool exited() const noexcept;
 
  private:

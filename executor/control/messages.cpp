@@ -165,6 +165,23 @@ std::vector<uint8_t> TransportOffer::encode() const {
   w.string(reason, kMaxMessageTextBytes, "Transport.reason");
   w.u16(data_port);
   for (uint8_t b : data_token) w.u8(b);
+  if (!mappable.empty()) {
+    if (mappable.size() > kMaxRegions) {
+      throw core::Error(Status::InvalidArgument, "Transport.mappable has " + std::to_string(mappable.size()) +
+                                                     " entries, more than the limit of " + std::to_string(kMaxRegions));
+    }
+    w.u32(static_cast<uint32_t>(mappable.size()));
+    for (const MappableRegion& x : mappable) {
+      w.u32(x.region);
+      w.u64(x.base);
+      w.u64(x.length);
+      w.u32(x.fd);
+      w.u64(x.offset);
+      w.u64(x.file_size);
+      w.u64(x.dev);
+      w.u64(x.ino);
+    }
+  }
   return w.take();
 }
 
@@ -179,6 +196,23 @@ TransportOffer TransportOffer::decode(std::span<const uint8_t> payload) {
   m.reason = r.string("reason", kMaxMessageTextBytes);
   m.data_port = r.u16("data_port");
   for (auto& b : m.data_token) b = r.u8("data_token");
+  if (r.remaining() >= 4) {  // 3.1's optional tail (fewer bytes: trailing, refused below)
+    const uint32_t n = r.count("mappable", kMaxRegions, 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8);
+    m.mappable.reserve(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      const std::string at = "mappable[" + std::to_string(i) + "].";
+      MappableRegion x;
+      x.region = r.u32(at + "region");
+      x.base = r.u64(at + "base");
+      x.length = r.u64(at + "length");
+      x.fd = r.u32(at + "fd");
+      x.offset = r.u64(at + "offset");
+      x.file_size = r.u64(at + "file_size");
+      x.dev = r.u64(at + "dev");
+      x.ino = r.u64(at + "ino");
+      m.mappable.push_back(x);
+    }
+  }
   r.expect_end();
   return m;
 }

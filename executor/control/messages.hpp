@@ -23,7 +23,10 @@ namespace pdkv::exec {
 // admission begins with a Transport exchange (same-host peers move bytes with process_vm_readv /
 // writev instead of UCX shared memory); a version 2 peer can decode neither.
 inline constexpr uint16_t kControlProtoMajor = 3;
-inline constexpr uint16_t kControlProtoMinor = 0;
+// 3.1: a Transport frame may end with the sender's mappable regions (MappableRegion); a sender
+// appends them only for a peer whose Hello says 3.1 or later, and a 3.1 decoder reads a frame
+// without them as "none", so 3.0 and 3.1 peers still admit each other (over cross-memory attach).
+inline constexpr uint16_t kControlProtoMinor = 1;
 
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
@@ -122,6 +125,22 @@ enum class CmaVerdict : uint8_t {
   Failed = 2,    // the probe failed; `reason` says why
 };
 
+// A registered region of the sender that lies in a pdkv shared allocation (a sealed memfd): a
+// same-host peer may take descriptor `fd` out of the sender's process (pidfd_getfd) and map
+// [offset, offset + length) of it, which holds the region's bytes [base, base + length).
+struct MappableRegion {
+  uint32_t region = 0;
+  uint64_t base = 0;
+  uint64_t length = 0;
+  uint32_t fd = 0;          // the descriptor's number in the sender's process
+  uint64_t offset = 0;      // of `base` in the file
+  uint64_t file_size = 0;   // the file's size, device and inode, checked after pidfd_getfd
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+
+  bool operator==(const MappableRegion&) const = default;
+};
+
 struct TransportOffer {
   static constexpr FrameType kType = FrameType::Transport;
   CmaVerdict cma = CmaVerdict::NotTried;
@@ -131,6 +150,9 @@ struct TransportOffer {
   // Port 0 and a zero token otherwise (the connecting side, or shm).
   uint16_t data_port = 0;
   std::array<uint8_t, 32> data_token{};
+  // Protocol 3.1 (an optional tail: absent when empty): the sender's mappable regions, at most
+  // kMaxRegions, sent only to a same-host peer whose probe read back.
+  std::vector<MappableRegion> mappable;
 
   std::vector<uint8_t> encode() const;
   static TransportOffer decode(std::span<const uint8_t> payload);
