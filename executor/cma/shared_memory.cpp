@@ -55,6 +55,11 @@ std::unique_ptr<SharedMemory> SharedMemory::allocate(uint64_t bytes) {
   if (::ftruncate(m->fd_, static_cast<off_t>(m->mapped_)) != 0) {
     fail_errno("ftruncate to " + std::to_string(m->mapped_) + " bytes", errno);
   }
+  // Every page allocated now (not at a peer's first write into a hole, where a failed allocation
+  // would be SIGBUS in the copying process).
+  if (const int e = ::posix_fallocate(m->fd_, 0, static_cast<off_t>(m->mapped_)); e != 0) {
+    fail_errno("fallocate of " + std::to_string(m->mapped_) + " bytes", e);
+  }
   // Sealed before anyone can see the file: a mapping of it can never lose its backing pages.
   if (::fcntl(m->fd_, F_ADD_SEALS, kSeals) != 0) fail_errno("sealing the memfd (F_ADD_SEALS)", errno);
   void* p = ::mmap(nullptr, m->mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd_, 0);

@@ -11,10 +11,10 @@
 // pidfd_getfd (the same ptrace permission as process_vm_readv; Linux >= 5.6), checks that it is
 // the advertised file (device, inode, size, and the seals that keep it from shrinking), and maps
 // exactly the advertised range twice: read-only (the source of READs) and read-write (the target
-// of WRITEs). The file can neither shrink nor grow (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL
-// are set before anyone sees it), so a mapped page always has a backing page and a copy through
-// the mapping can never raise SIGBUS, even when the owner dies mid-copy: its pages live on until
-// the last mapping goes.
+// of WRITEs). Every page of the file is allocated up front (fallocate) and the file can neither
+// shrink nor grow (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL are set before anyone sees it), so a
+// mapped page always has a backing page and a copy through the mapping can never raise SIGBUS,
+// even when the owner dies mid-copy: its pages live on until the last mapping goes.
 //
 // Internal to executor/. Depends on nothing but libc (and pdkv/core/error.hpp for messages).
 #pragma once
