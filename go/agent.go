@@ -664,6 +664,11 @@ type PeerInfo struct {
 	NotificationsSent     uint64
 	NotificationsReceived uint64
 	HeartbeatRTT          time.Duration
+	// MappedRegions counts the peer's regions mapped at connect (same-host peers whose regions
+	// lie in a NewSharedHostBuffer): their bytes move with memcpy, the others' with cross-memory
+	// attach. BytesMapped counts the bytes copied through those mappings.
+	MappedRegions uint32
+	BytesMapped   uint64
 }
 
 // Peer is a connected (or formerly connected) remote engine rank. Close frees the handle and
@@ -708,7 +713,8 @@ func (pe *Peer) Info() (PeerInfo, error) {
 		BytesWritten: uint64(ci.bytes_written), TransfersDone: uint64(ci.transfers_done),
 		TransfersFailed: uint64(ci.transfers_failed), OperationsFailed: uint64(ci.operations_failed),
 		NotificationsSent: uint64(ci.notifications_sent), NotificationsReceived: uint64(ci.notifications_received),
-		HeartbeatRTT: time.Duration(ci.heartbeat_rtt_us) * time.Microsecond,
+		HeartbeatRTT:  time.Duration(ci.heartbeat_rtt_us) * time.Microsecond,
+		MappedRegions: uint32(ci.mapped_regions), BytesMapped: uint64(ci.bytes_mapped),
 	}, nil
 }
 

@@ -199,6 +199,42 @@ func TestAgentReadMovesEveryByte(t *testing.T) {
 	}
 }
 
+func TestSharedHostBufferIsReadThroughThePeersMapping(t *testing.T) {
+	p := newNode(t, true, xfer.Options{Transport: pdkv.TransportSHM, Shared: true})
+	d := newNode(t, false, xfer.Options{Transport: pdkv.TransportSHM})
+	peer, err := d.Agent.Connect(timeout(t, long), address(t, p))
+	ok(t, err)
+	defer peer.Close()
+	pi, err := peer.Info()
+	ok(t, err)
+	if int(pi.MappedRegions) != len(p.Buffers) {
+		t.Fatalf("mapped regions %d, want %d", pi.MappedRegions, len(p.Buffers))
+	}
+	pl := plan(t, d)
+	tr, err := d.Agent.Post(bg(), read(pl, "req-m"))
+	ok(t, err)
+	defer tr.Close()
+	ok(t, tr.Wait(timeout(t, long)))
+	n, err := xfer.Verify(pl, d.Buffers)
+	ok(t, err)
+	pi, err = peer.Info()
+	ok(t, err)
+	if pi.BytesMapped != n || pi.BytesRead != n {
+		t.Fatalf("bytes mapped %d, read %d, want %d", pi.BytesMapped, pi.BytesRead, n)
+	}
+	_, err = pdkv.NewSharedHostBuffer(0)
+	isErr(t, err, pdkv.ErrInvalidArgument)
+	b, err := pdkv.NewSharedHostBuffer(100)
+	ok(t, err)
+	if len(b.Bytes()) != 100 || b.Bytes()[99] != 0 || b.Addr()%4096 != 0 {
+		t.Fatalf("shared buffer of %d bytes at %#x", len(b.Bytes()), b.Addr())
+	}
+	ok(t, b.Free())
+	if b.Bytes() != nil {
+		t.Fatal("Bytes after Free")
+	}
+}
+
 func TestAgentWriteMovesEveryByte(t *testing.T) {
 	p := newNode(t, true, xfer.Options{Transport: pdkv.TransportSHM})
 	d := newNode(t, false, xfer.Options{Transport: pdkv.TransportSHM})

@@ -21,10 +21,38 @@ import (
 // because the agent or a peer may still touch the memory. A finalizer unmaps a forgotten,
 // unpinned buffer.
 type HostBuffer struct {
-	mu    sync.Mutex
-	mem   []byte
-	pins  int
-	freed bool
+	mu     sync.Mutex
+	mem    []byte
+	pins   int
+	freed  bool
+	shared *C.pdkv_shared_memory_t // NewSharedHostBuffer: the C allocation behind mem
+}
+
+// NewSharedHostBuffer allocates size zeroed bytes of host memory that same-host peer agents can
+// map (pdkv_shared_memory_alloc): a region registered inside it is copied by a same-host SHM
+// peer with memcpy instead of cross-memory attach (PeerInfo.MappedRegions). Otherwise it is a
+// HostBuffer like any other (Bytes, Addr, Free refused while registered with an open agent).
+// Errors: ErrInvalidArgument (size <= 0), ErrIO (the allocation failed; names the call and
+// errno).
+func NewSharedHostBuffer(size int) (*HostBuffer, error) {
+	if size <= 0 {
+		return nil, goErr(StatusInvalidArgument, "HostBuffer size %d: must be positive", size)
+	}
+	var sm *C.pdkv_shared_memory_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_shared_memory_alloc(C.size_t(size), &sm, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	var addr unsafe.Pointer
+	var n C.size_t
+	var aerr *C.pdkv_error_t
+	if err := check(C.pdkv_shared_memory_address(sm, &addr, &n, &aerr), aerr); err != nil {
+		C.pdkv_shared_memory_free(sm)
+		return nil, err
+	}
+	b := &HostBuffer{mem: unsafe.Slice((*byte)(addr), int(n)), shared: sm}
+	runtime.SetFinalizer(b, func(b *HostBuffer) { _ = b.Free() })
+	return b, nil
 }
 
 // NewHostBuffer maps size zeroed bytes. Errors: ErrInvalidArgument (size <= 0), ErrIO (mmap
@@ -83,6 +111,12 @@ func (b *HostBuffer) Free() error {
 		return goErr(StatusBusy, "HostBuffer at %#x is registered with %d open agent(s): close them first", uintptr(unsafe.Pointer(&b.mem[0])), b.pins)
 	}
 	b.freed = true
+	if b.shared != nil {
+		C.pdkv_shared_memory_free(b.shared)
+		b.shared, b.mem = nil, nil
+		runtime.SetFinalizer(b, nil)
+		return nil
+	}
 	err := syscall.Munmap(b.mem)
 	b.mem = nil
 	runtime.SetFinalizer(b, nil)

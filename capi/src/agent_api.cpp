@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "agent/agent.hpp"
+#include "cma/shared_memory.hpp"
 #include "boundary.hpp"
 #include "struct_sizes.hpp"
 #include "plan_handles.hpp"
@@ -32,6 +33,10 @@ struct pdkv_agent {
 struct pdkv_memory {
   std::shared_ptr<exec::Registration> reg;
   std::weak_ptr<exec::AgentCore> core;
+};
+
+struct pdkv_shared_memory {
+  std::unique_ptr<exec::cma::SharedMemory> memory;
 };
 
 struct pdkv_peer {
@@ -248,6 +253,28 @@ PDKV_API pdkv_status_t pdkv_memory_deregister(pdkv_memory_t* memory, pdkv_error_
   });
 }
 
+PDKV_API pdkv_status_t pdkv_shared_memory_alloc(size_t bytes, pdkv_shared_memory_t** out, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(out, "out");
+    auto h = std::make_unique<pdkv_shared_memory>();
+    h->memory = exec::cma::SharedMemory::allocate(bytes);
+    *out = h.release();
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_shared_memory_address(const pdkv_shared_memory_t* memory, void** address, size_t* bytes,
+                                                  pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(memory, "memory");
+    require_non_null(address, "address");
+    require_non_null(bytes, "bytes");
+    *address = memory->memory->data();
+    *bytes = static_cast<size_t>(memory->memory->size());
+  });
+}
+
+PDKV_API void pdkv_shared_memory_free(pdkv_shared_memory_t* memory) { delete memory; }
+
 PDKV_API void pdkv_memory_free(pdkv_memory_t* memory) {
   if (memory == nullptr) return;
   try {
@@ -326,6 +353,8 @@ PDKV_API pdkv_status_t pdkv_peer_get_info(const pdkv_peer_t* peer, pdkv_peer_inf
     c.notifications_received = r.notifications_received;
     c.heartbeat_rtt_us = r.heartbeat_rtt_us;
     c.pp_rank = r.pp_rank;
+    c.mapped_regions = r.mapped_regions;
+    c.bytes_mapped = r.bytes_mapped;
     write_struct_prefix(out, c, pdkv::capi::kPeerInfoMinSize, "pdkv_peer_info_t");
   });
 }

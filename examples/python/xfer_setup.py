@@ -86,8 +86,9 @@ class Node:
         self.close()
 
 
-def node(m: pdkv.Model, prefill: bool, **agent_options: Any) -> Node:
-    """Allocates a rank's regions (P: the pattern, D: 0xFF), builds its metadata at their
+def node(m: pdkv.Model, prefill: bool, shared: bool = False, **agent_options: Any) -> Node:
+    """Allocates a rank's regions (P: the pattern, D: 0xFF; ``shared``: each in a
+    :class:`pdkv.SharedMemory`, which same-host peers map), builds its metadata at their
     addresses (the sizes come from a first metadata at the default base), creates its agent on
     127.0.0.1 (free port) with short heartbeats (``agent_options`` override) and registers
     every region."""
@@ -96,7 +97,7 @@ def node(m: pdkv.Model, prefill: bool, **agent_options: Any) -> Node:
         sizes = [r.block_len * r.num_blocks for r in probe.regions()]
     buffers = []
     for r, size in enumerate(sizes):
-        b = mmap.mmap(-1, size)
+        b: Any = pdkv.SharedMemory(size).buffer if shared else mmap.mmap(-1, size)
         b[:] = pattern_bytes(r, size) if prefill else bytes([D_FILL]) * size
         buffers.append(b)
     md = pdkv.EngineMetadata.from_model(m, pdkv.EngineConfig(), _layout(engine_id, [pdkv.buffer_address(b) for b in buffers]))

@@ -629,6 +629,10 @@ class NotificationListT(Structure):
     """Opaque ``pdkv_notification_list_t``."""
 
 
+class SharedMemoryT(Structure):
+    """Opaque ``pdkv_shared_memory_t``."""
+
+
 class EngineT(Structure):
     """Opaque ``pdkv_engine_t``."""
 
@@ -1307,6 +1311,8 @@ class PeerInfoC(Structure):
         ("notifications_sent", c_uint64),
         ("notifications_received", c_uint64),
         ("heartbeat_rtt_us", c_uint64),
+        ("mapped_regions", c_uint32),
+        ("bytes_mapped", c_uint64),
     ]
 
 
@@ -1561,7 +1567,7 @@ STRUCT_FORMATS: Dict[str, str] = {
     "pdkv_agent_info_t": "NPIIPHiiNNI0N",
     "pdkv_memory_desc_t": "NQIQQii0N",
     "pdkv_connect_options_t": "NQPQ",
-    "pdkv_peer_info_t": "NPIIPBBiiQQQQQQQQ",
+    "pdkv_peer_info_t": "NPIIPBBiiQQQQQQQQIQ",
     "pdkv_transfer_params_t": "NQiPPPQB0N",
     "pdkv_transfer_info_t": "NiiQQQQQQ",
     "pdkv_failed_read_t": "IIQiI0Q",
@@ -1724,6 +1730,9 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_agent_register_memory": (c_int, [POINTER(AgentT), POINTER(MemoryDescC), POINTER(POINTER(MemoryT)), POINTER(POINTER(ErrorT))]),
     "pdkv_memory_deregister": (c_int, [POINTER(MemoryT), POINTER(POINTER(ErrorT))]),
     "pdkv_memory_free": (None, [POINTER(MemoryT)]),
+    "pdkv_shared_memory_alloc": (c_int, [c_size_t, POINTER(POINTER(SharedMemoryT)), POINTER(POINTER(ErrorT))]),
+    "pdkv_shared_memory_address": (c_int, [POINTER(SharedMemoryT), POINTER(c_void_p), POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
+    "pdkv_shared_memory_free": (None, [POINTER(SharedMemoryT)]),
     "pdkv_agent_connect": (c_int, [POINTER(AgentT), POINTER(ConnectOptionsC), POINTER(POINTER(PeerT)), POINTER(POINTER(ErrorT))]),
     "pdkv_agent_find_peer": (c_int, [POINTER(AgentT), c_char_p, c_uint32, POINTER(POINTER(PeerT)), POINTER(POINTER(ErrorT))]),
     "pdkv_agent_find_stage_peer": (c_int, [POINTER(AgentT), c_char_p, c_uint32, c_uint32, POINTER(POINTER(PeerT)), POINTER(POINTER(ErrorT))]),
@@ -1916,6 +1925,7 @@ __all__ = [
     "PeerT",
     "TransferT",
     "NotificationListT",
+    "SharedMemoryT",
     "EngineT",
     "ModelDescC",
     "TpMappingParamsC",

@@ -38,7 +38,7 @@ from ._base import (
     u64,
 )
 from .enums import MemoryType, NotificationKind, ProgressMode, TransferOp, TransferState, Transport
-from .errors import InvalidArgumentError, PdkvError, Status
+from .errors import ClosedError, InvalidArgumentError, PdkvError, Status
 from .metadata import EngineMetadata
 from .plan import TransferPlan
 
@@ -126,6 +126,10 @@ class PeerInfo:
     notifications_received: int  #: Notifications received.
     heartbeat_rtt: float  #: Last heartbeat round trip, seconds.
     pp_rank: int = 0  #: The peer's pipeline stage (0 without pipeline parallelism).
+    #: The peer's regions mapped at connect (same-host peers whose regions lie in
+    #: :class:`SharedMemory`): their bytes move with memcpy, the others' with cross-memory attach.
+    mapped_regions: int = 0
+    bytes_mapped: int = 0  #: Bytes copied through those mappings.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -553,6 +557,8 @@ class Peer(Handle):
             notifications_received=c.notifications_received,
             heartbeat_rtt=c.heartbeat_rtt_us / 1e6,
             pp_rank=c.pp_rank,
+            mapped_regions=c.mapped_regions,
+            bytes_mapped=c.bytes_mapped,
         )
 
     def metadata(self) -> EngineMetadata:
@@ -651,3 +657,56 @@ class Transfer(Handle):
         except PdkvError:
             pass  # already closed (ClosedError): nothing to cancel
         Handle.close(self)
+
+
+class SharedMemory:
+    """Host memory that same-host peer agents can map (``pdkv_shared_memory_t``): build the
+    engine's regions inside :attr:`buffer` and register them with :meth:`Agent.register_memory`;
+    a same-host SHM peer then copies them with memcpy instead of cross-memory attach
+    (:attr:`PeerInfo.mapped_regions`).
+
+    ``buffer`` is a writable byte memoryview over the whole allocation (zero-filled). The memory
+    is freed once this object is closed (or collected) *and* no view of it is left: every view
+    (and every registration made from one, which holds its buffer) keeps it mapped, so no view can
+    outlive it. Thread-safe.
+    """
+
+    def __init__(self, nbytes: int) -> None:
+        ptr = POINTER(_ffi.SharedMemoryT)()
+        call("pdkv_shared_memory_alloc", ctypes.c_size_t(u64("nbytes", nbytes)), byref(ptr))
+        address = ctypes.c_void_p()
+        size = ctypes.c_size_t()
+        try:
+            call("pdkv_shared_memory_address", ptr, byref(address), byref(size))
+        except BaseException:
+            _ffi.function("pdkv_shared_memory_free")(ptr)
+            raise
+        array = (ctypes.c_ubyte * size.value).from_address(address.value or 0)
+        # The C memory goes with the array, which every view keeps alive (memoryview.obj).
+        weakref.finalize(array, _ffi.function("pdkv_shared_memory_free"), ptr)
+        self._array: Optional[Any] = array
+        self._view: Optional[memoryview] = memoryview(array).cast("B")
+        self._nbytes = size.value
+
+    @property
+    def buffer(self) -> memoryview:
+        """The memory as a writable byte memoryview (:class:`pdkv.ClosedError` once closed)."""
+        if self._view is None:
+            raise ClosedError("SharedMemory is closed")
+        return self._view
+
+    @property
+    def nbytes(self) -> int:
+        """The size asked for."""
+        return self._nbytes
+
+    def close(self) -> None:
+        """Drops this object's view; the memory is freed when no other view holds it."""
+        self._view = None
+        self._array = None
+
+    def __enter__(self) -> "SharedMemory":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -370,6 +370,29 @@ def test_copy_threads_reach_the_agent(model: pdkv.Model) -> None:
                 assert a.info().copy_threads == n
 
 
+def test_shared_memory_is_read_through_the_peers_mapping(model: pdkv.Model) -> None:
+    p = xfer.node(model, True, shared=True, transport=pdkv.Transport.SHM)
+    d = xfer.node(model, False, transport=pdkv.Transport.SHM)
+    with p, d:
+        with d.agent.connect(p.agent.address, timeout=LONG) as peer:
+            assert peer.info().mapped_regions == len(p.buffers)
+            with xfer.plan_from_peer(d) as plan, d.agent.read(plan, xfer.P_ENGINE, "req-m") as t:
+                total = plan.info().bytes
+                assert t.wait() is True
+                assert xfer.verify(plan, d.buffers) == total
+            assert (peer.info().bytes_mapped, peer.info().bytes_read) == (total, total)
+    sm = pdkv.SharedMemory(100)
+    view = sm.buffer
+    assert (len(view), sm.nbytes, view[99]) == (100, 100, 0)
+    view[0] = 7
+    sm.close()
+    assert view[0] == 7  # a view keeps the memory mapped after close()
+    with pytest.raises(pdkv.ClosedError):
+        sm.buffer
+    with pytest.raises(pdkv.InvalidArgumentError, match="bytes 0"):
+        pdkv.SharedMemory(0)
+
+
 def test_refusals(model: pdkv.Model) -> None:
     with pdkv.EngineMetadata.from_model(model, pdkv.EngineConfig(), pdkv.EngineLayout()) as md:
         for kwargs in [

@@ -80,8 +80,14 @@ CallResult new_agent_fails(const pdkv_agent_options_t& o) {
   return r;
 }
 
-// One engine rank with real memory behind its regions.
+struct SharedDel { void operator()(pdkv_shared_memory_t* p) const { pdkv_shared_memory_free(p); } };
+using SharedPtr = std::unique_ptr<pdkv_shared_memory_t, SharedDel>;
+
+// One engine rank with real memory behind its regions (`shared`: in one pdkv_shared_memory_t,
+// `view` then says where each region lies).
 struct Node {
+  SharedPtr shared;
+  std::vector<std::pair<uint8_t*, size_t>> view;
   ModelPtr model;
   MetadataPtr md;
   std::vector<std::vector<uint8_t>> mem;
@@ -89,7 +95,7 @@ struct Node {
   std::vector<MemoryPtr> regs;
 };
 
-std::unique_ptr<Node> node(const char* engine, int32_t transport, int32_t progress) {
+std::unique_ptr<Node> node(const char* engine, int32_t transport, int32_t progress, bool shared = false) {
   auto n = std::make_unique<Node>();
   n->model = tiny_model();
   auto probe = metadata(n->model.get(), engine, nullptr);
@@ -98,9 +104,30 @@ std::unique_ptr<Node> node(const char* engine, int32_t transport, int32_t progre
   REQUIRE_OK(pdkv_engine_metadata_regions(probe.get(), &regions, &count, err));
   REQUIRE(count == kRegions);
   std::vector<uint64_t> bases;
-  for (size_t r = 0; r < count; ++r) {
-    n->mem.emplace_back(regions[r].block_len * regions[r].num_blocks, static_cast<uint8_t>(0x40 + r));
-    bases.push_back(reinterpret_cast<uint64_t>(n->mem.back().data()));
+  if (shared) {
+    size_t total = 0;
+    for (size_t r = 0; r < count; ++r) total += regions[r].block_len * regions[r].num_blocks;
+    pdkv_shared_memory_t* sm = nullptr;
+    REQUIRE_OK(pdkv_shared_memory_alloc(total, &sm, err));
+    n->shared.reset(sm);
+    void* at = nullptr;
+    size_t bytes = 0;
+    REQUIRE_OK(pdkv_shared_memory_address(sm, &at, &bytes, err));
+    REQUIRE(bytes == total);
+    auto* p = static_cast<uint8_t*>(at);
+    for (size_t r = 0; r < count; ++r) {
+      const size_t len = regions[r].block_len * regions[r].num_blocks;
+      for (size_t i = 0; i < len; ++i) p[i] = static_cast<uint8_t>(i * 7 + r);
+      n->view.emplace_back(p, len);
+      bases.push_back(reinterpret_cast<uint64_t>(p));
+      p += len;
+    }
+  } else {
+    for (size_t r = 0; r < count; ++r) {
+      n->mem.emplace_back(regions[r].block_len * regions[r].num_blocks, static_cast<uint8_t>(0x40 + r));
+      bases.push_back(reinterpret_cast<uint64_t>(n->mem.back().data()));
+      n->view.emplace_back(n->mem.back().data(), n->mem.back().size());
+    }
   }
   n->md = metadata(n->model.get(), engine, bases.data());
   auto o = options(n->md.get());
@@ -115,7 +142,7 @@ std::unique_ptr<Node> node(const char* engine, int32_t transport, int32_t progre
     d.struct_size = sizeof d;
     d.region = r;
     d.address = bases[r];
-    d.length = n->mem[r].size();
+    d.length = n->view[r].second;
     pdkv_memory_t* m = nullptr;
     REQUIRE_OK(pdkv_agent_register_memory(n->agent.get(), &d, &m, err));
     n->regs.emplace_back(m);
@@ -653,5 +680,64 @@ TEST_CASE("agent handles may be freed in any order, also mid-transfer", "[agent]
     d->agent.reset();
     REQUIRE_OK(pdkv_transfer_get_info(transfer.get(), &info, err));
     CHECK(info.state == PDKV_TRANSFER_FAILED);
+  }
+}
+
+TEST_CASE("shared host memory: regions inside it are read through the peer's mapping", "[agent]") {
+  SECTION("allocation errors name the value") {
+    pdkv_shared_memory_t* sm = reinterpret_cast<pdkv_shared_memory_t*>(0x1);
+    auto r = capture([&](pdkv_error_t** e) { return pdkv_shared_memory_alloc(0, &sm, e); });
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("bytes 0"));
+    r = capture([&](pdkv_error_t** e) { return pdkv_shared_memory_alloc(64, nullptr, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    REQUIRE_OK(pdkv_shared_memory_alloc(100, &sm, err));
+    SharedPtr held(sm);
+    void* at = nullptr;
+    size_t bytes = 0;
+    r = capture([&](pdkv_error_t** e) { return pdkv_shared_memory_address(sm, nullptr, &bytes, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    r = capture([&](pdkv_error_t** e) { return pdkv_shared_memory_address(nullptr, &at, &bytes, e); });
+    CHECK(r.status == PDKV_ERR_NULL_POINTER);
+    REQUIRE_OK(pdkv_shared_memory_address(sm, &at, &bytes, err));
+    CHECK(bytes == 100);
+    CHECK(reinterpret_cast<uintptr_t>(at) % 4096 == 0);
+    CHECK(static_cast<uint8_t*>(at)[99] == 0);
+    pdkv_shared_memory_free(nullptr);
+  }
+  for (const bool shared : {true, false}) {
+    DYNAMIC_SECTION((shared ? "P's regions in shared memory: memcpy" : "ordinary memory: cross-memory attach")) {
+      auto p = node("pre", PDKV_TRANSPORT_SHM, PDKV_PROGRESS_THREAD, shared);
+      auto d = node("dec", PDKV_TRANSPORT_SHM, PDKV_PROGRESS_THREAD);
+      auto peer = connect(d->agent.get(), p->agent.get());
+      auto plan = read_plan(d->md.get(), p->md.get());
+      auto t = transfer_params(plan.get(), "mapped");
+      pdkv_transfer_t* tr = nullptr;
+      REQUIRE_OK(pdkv_agent_post(d->agent.get(), &t, &tr, err));
+      TransferPtr transfer(tr);
+      uint8_t finished = 0;
+      REQUIRE_OK(pdkv_transfer_wait(transfer.get(), 10000, &finished, err));
+      REQUIRE(finished == 1);
+      pdkv_transfer_info_t ti{};
+      ti.struct_size = sizeof ti;
+      REQUIRE_OK(pdkv_transfer_get_info(transfer.get(), &ti, err));
+      pdkv_peer_info_t pi{};
+      pi.struct_size = sizeof pi;
+      REQUIRE_OK(pdkv_peer_get_info(peer.get(), &pi, err));
+      CHECK(pi.transport == PDKV_TRANSPORT_SHM);
+      CHECK(pi.mapped_regions == (shared ? kRegions : 0));
+      CHECK(pi.bytes_mapped == (shared ? ti.bytes_total : 0));
+      CHECK(pi.bytes_read == ti.bytes_total);
+      for (uint32_t r = 0; r < kRegions; ++r) {
+        const size_t block = d->view[r].second / kBlocks;  // blocks 1.. were read into the same blocks
+        CHECK(std::memcmp(d->view[r].first + block, p->view[r].first + block, d->view[r].second - block) == 0);
+      }
+      // A 2.1-sized info struct is filled without the 2.2 fields.
+      pdkv_peer_info_t old{};
+      old.struct_size = offsetof(pdkv_peer_info_t, mapped_regions);
+      old.mapped_regions = 77;
+      REQUIRE_OK(pdkv_peer_get_info(peer.get(), &old, err));
+      CHECK(old.mapped_regions == 77);
+    }
   }
 }

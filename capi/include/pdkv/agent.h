@@ -243,6 +243,37 @@ PDKV_API pdkv_status_t pdkv_memory_deregister(pdkv_memory_t *memory, pdkv_error_
  * NULL is allowed. Not thread-safe with concurrent use of the same handle. */
 PDKV_API void pdkv_memory_free(pdkv_memory_t *memory);
 
+/* ---- Shared host memory (the mapped same-host data path) ----------------------------- */
+
+/* Host memory that pdkv allocates so that same-host peers can map it: an anonymous file in
+ * memory (memfd), sealed against shrinking and growing, mapped shared. A region registered
+ * inside it (pdkv_agent_register_memory) is mapped by every same-host SHM peer at connect (it
+ * takes the file out of this process with pidfd_getfd, which needs the same permission as cross-
+ * memory attach, on Linux >= 5.6) and its bytes are then copied with memcpy rather than with
+ * process_vm_readv / process_vm_writev; anywhere that fails the peer uses cross-memory attach
+ * (pdkv_peer_info_t.mapped_regions says which). Build the engine's KV cache inside it. */
+typedef struct pdkv_shared_memory pdkv_shared_memory_t;
+
+/* Allocates `bytes` of zeroed, page-aligned host memory that same-host peers can map (whole
+ * pages; the size is rounded up to the page size). Errors: NULL_POINTER (out), INVALID_ARGUMENT
+ * (bytes 0 or above 2^47: names the value), IO (memfd_create, ftruncate, the seals or mmap
+ * failed: names the call and errno; pdkv_error_cause gives errno). *out owned by the caller
+ * (pdkv_shared_memory_free). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_shared_memory_alloc(size_t bytes, pdkv_shared_memory_t **out,
+                                                pdkv_error_t **err);
+
+/* The memory's first byte and the size asked for. *address stays valid until
+ * pdkv_shared_memory_free. Errors: NULL_POINTER (memory, address, bytes). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_shared_memory_address(const pdkv_shared_memory_t *memory,
+                                                  void **address, size_t *bytes,
+                                                  pdkv_error_t **err);
+
+/* Unmaps the memory in this process. Deregister (or free) every registration inside it first,
+ * as for any registered memory. Peers that mapped it keep their mappings of its pages until they
+ * disconnect; they never touch this process's address space through them. NULL is allowed. Not
+ * thread-safe with concurrent use of the same handle. */
+PDKV_API void pdkv_shared_memory_free(pdkv_shared_memory_t *memory);
+
 /* ---- Peers -------------------------------------------------------------------------- */
 
 #define PDKV_CONNECT_FIELD_TIMEOUT (1ULL << 0)
@@ -308,6 +339,11 @@ typedef struct pdkv_peer_info {
   uint64_t notifications_sent;
   uint64_t notifications_received;
   uint64_t heartbeat_rtt_us;    /* last heartbeat round trip */
+  uint32_t mapped_regions;      /* since 2.2: the peer's regions this side mapped at connect
+                                   (SHM peers whose regions lie in pdkv_shared_memory_t): their
+                                   bytes move with memcpy; the others with cross-memory attach */
+  uint64_t bytes_mapped;        /* since 2.2: bytes of READs and WRITEs with this peer that were
+                                   copied through those mappings */
 } pdkv_peer_info_t;
 
 /* Fills the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE. Thread-safe. */

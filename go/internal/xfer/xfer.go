@@ -83,6 +83,8 @@ type Options struct {
 	Transport    pdkv.Transport
 	ProgressMode pdkv.ProgressMode
 	Key          []byte
+	// Shared puts each region in a NewSharedHostBuffer (same-host peers map it).
+	Shared bool
 }
 
 // NewNode allocates a rank's regions (P: the pattern, D: 0xFF), builds its metadata at their
@@ -106,7 +108,11 @@ func NewNode(model *pdkv.Model, prefill bool, o Options) (*Node, error) {
 	n := &Node{}
 	var bases []uint64
 	for r, reg := range regions {
-		b, err := pdkv.NewHostBuffer(int(reg.BlockLen * reg.NumBlocks))
+		alloc := pdkv.NewHostBuffer
+		if o.Shared {
+			alloc = pdkv.NewSharedHostBuffer
+		}
+		b, err := alloc(int(reg.BlockLen * reg.NumBlocks))
 		if err != nil {
 			n.Close()
 			return nil, err

@@ -1792,6 +1792,30 @@ extern "C" {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct pdkv_shared_memory {
+    _unused: [u8; 0],
+}
+pub type pdkv_shared_memory_t = pdkv_shared_memory;
+extern "C" {
+    pub fn pdkv_shared_memory_alloc(
+        bytes: usize,
+        out: *mut *mut pdkv_shared_memory_t,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_shared_memory_address(
+        memory: *const pdkv_shared_memory_t,
+        address: *mut *mut ::std::os::raw::c_void,
+        bytes: *mut usize,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
+extern "C" {
+    pub fn pdkv_shared_memory_free(memory: *mut pdkv_shared_memory_t);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct pdkv_connect_options {
     pub struct_size: usize,
     pub field_mask: u64,
@@ -1846,6 +1870,8 @@ pub struct pdkv_peer_info {
     pub notifications_sent: u64,
     pub notifications_received: u64,
     pub heartbeat_rtt_us: u64,
+    pub mapped_regions: u32,
+    pub bytes_mapped: u64,
 }
 pub type pdkv_peer_info_t = pdkv_peer_info;
 extern "C" {

@@ -708,6 +708,12 @@ pub struct PeerInfo {
     pub notifications_received: u64,
     /// Last heartbeat round trip.
     pub heartbeat_rtt: Duration,
+    /// The peer's regions mapped at connect (same-host peers whose regions lie in
+    /// [`HostBuffer::new_shared`] memory): their bytes move with memcpy, the others' with
+    /// cross-memory attach.
+    pub mapped_regions: u32,
+    /// Bytes copied through those mappings.
+    pub bytes_mapped: u64,
 }
 
 /// A connected (or formerly connected) remote engine rank (`pdkv_peer_t`). Dropping the handle
@@ -764,6 +770,8 @@ impl Peer {
             notifications_sent: r.notifications_sent,
             notifications_received: r.notifications_received,
             heartbeat_rtt: Duration::from_micros(r.heartbeat_rtt_us),
+            mapped_regions: r.mapped_regions,
+            bytes_mapped: r.bytes_mapped,
         })
     }
 

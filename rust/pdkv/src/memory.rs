@@ -21,6 +21,8 @@ const PAGE: usize = 4096;
 pub struct HostBuffer {
     ptr: NonNull<u8>,
     len: usize,
+    // new_shared: the pdkv shared allocation behind ptr (freed with pdkv_shared_memory_free).
+    shared: Option<NonNull<sys::pdkv_shared_memory_t>>,
 }
 
 // SAFETY: the buffer owns its allocation; &self methods only copy through raw pointers.
@@ -52,7 +54,39 @@ impl HostBuffer {
                 format!("allocation of {len} bytes for a HostBuffer failed"),
             )
         })?;
-        Ok(HostBuffer { ptr, len })
+        Ok(HostBuffer {
+            ptr,
+            len,
+            shared: None,
+        })
+    }
+
+    /// Allocates `len` zeroed, page-aligned bytes that same-host peer agents can map
+    /// (`pdkv_shared_memory_alloc`): a region registered inside it is copied by a same-host SHM
+    /// peer with memcpy instead of cross-memory attach (`PeerInfo::mapped_regions`). Otherwise
+    /// it is a `HostBuffer` like any other. `len` 0 is refused (InvalidArgument).
+    pub fn new_shared(len: usize) -> Result<HostBuffer> {
+        let mut out: *mut sys::pdkv_shared_memory_t = ptr::null_mut();
+        check(|e| unsafe { sys::pdkv_shared_memory_alloc(len, &mut out, e) })?;
+        let shared = NonNull::new(out)
+            .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL shared memory"))?;
+        let mut addr: *mut std::ffi::c_void = ptr::null_mut();
+        let mut n: usize = 0;
+        // SAFETY: a live allocation; out-pointers to locals.
+        if let Err(e) = check(|e| unsafe {
+            sys::pdkv_shared_memory_address(shared.as_ptr(), &mut addr, &mut n, e)
+        }) {
+            // SAFETY: allocated above, freed once.
+            unsafe { sys::pdkv_shared_memory_free(shared.as_ptr()) };
+            return Err(e);
+        }
+        let ptr = NonNull::new(addr.cast::<u8>())
+            .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL address"))?;
+        Ok(HostBuffer {
+            ptr,
+            len: n,
+            shared: Some(shared),
+        })
     }
 
     /// The address to advertise (`EngineLayout::region_bases`).
@@ -122,6 +156,11 @@ impl HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
+        if let Some(shared) = self.shared {
+            // SAFETY: allocated in new_shared; freed once, here.
+            unsafe { sys::pdkv_shared_memory_free(shared.as_ptr()) };
+            return;
+        }
         // SAFETY: allocated in new with this layout (validated there).
         unsafe {
             dealloc(

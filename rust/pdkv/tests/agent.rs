@@ -155,6 +155,34 @@ fn read_moves_every_byte_and_notifies() {
 }
 
 #[test]
+fn shared_host_buffer_is_read_through_the_peers_mapping() {
+    let model = xfer::model().unwrap();
+    let p = xfer::node_in(&model, true, Transport::Shm, ProgressMode::Thread, true).unwrap();
+    let d = node(false, Transport::Shm, ProgressMode::Thread);
+    let peer = d.agent.connect(&addr(&p), Some(LONG)).unwrap();
+    assert_eq!(peer.info().unwrap().mapped_regions as usize, p.memory.len());
+    let plan = plan_for(&d);
+    let total = plan.info().unwrap().bytes;
+    let t = d
+        .agent
+        .post(&TransferParams::read(&plan, xfer::P_ENGINE, "req-m").timeout(LONG))
+        .unwrap();
+    assert!(t.wait(None).unwrap());
+    assert_eq!(xfer::verify(&plan, &d.memory).unwrap(), total);
+    let pi = peer.info().unwrap();
+    assert_eq!((pi.bytes_mapped, pi.bytes_read), (total, total));
+    assert_eq!(
+        HostBuffer::new_shared(0).unwrap_err().status(),
+        Status::InvalidArgument
+    );
+    let mut b = HostBuffer::new_shared(100).unwrap();
+    assert_eq!((b.len(), b.addr() % 4096), (100, 0));
+    assert!(b.as_mut_slice().iter().all(|&x| x == 0));
+    b.as_mut_slice()[99] = 5;
+    assert_eq!(b.to_vec()[99], 5);
+}
+
+#[test]
 fn write_moves_every_byte() {
     let p = node(true, Transport::Shm, ProgressMode::Thread);
     let d = node(false, Transport::Shm, ProgressMode::Thread);

@@ -70,12 +70,23 @@ fn layout(engine_id: &str, bases: Vec<u64>) -> EngineLayout {
 /// Allocates a rank's regions (P: the pattern, D: 0xFF) and builds its metadata at their
 /// addresses. The region sizes come from a first metadata at the default base.
 pub fn rank(model: &Model, prefill: bool) -> Result<Rank> {
+    rank_in(model, prefill, false)
+}
+
+/// [`rank`] with each region in [`HostBuffer::new_shared`] memory (`shared`), which same-host
+/// peers map.
+pub fn rank_in(model: &Model, prefill: bool, shared: bool) -> Result<Rank> {
     let id = if prefill { P_ENGINE } else { D_ENGINE };
     let cfg = EngineConfig::with_tp(1);
     let probe = EngineMetadata::from_model(model, &cfg, &layout(id, Vec::new()))?;
     let mut buffers = Vec::new();
     for (r, region) in probe.regions()?.iter().enumerate() {
-        let mut b = HostBuffer::new((region.block_len * region.num_blocks) as usize)?;
+        let len = (region.block_len * region.num_blocks) as usize;
+        let mut b = if shared {
+            HostBuffer::new_shared(len)?
+        } else {
+            HostBuffer::new(len)?
+        };
         for (o, x) in b.as_mut_slice().iter_mut().enumerate() {
             *x = if prefill {
                 pattern(r as u32, o as u64)
@@ -108,7 +119,18 @@ pub fn node(
     transport: Transport,
     mode: ProgressMode,
 ) -> Result<Node> {
-    let Rank { metadata, buffers } = rank(model, prefill)?;
+    node_in(model, prefill, transport, mode, false)
+}
+
+/// [`node`] with its regions in shared memory (`shared`, see [`rank_in`]).
+pub fn node_in(
+    model: &Model,
+    prefill: bool,
+    transport: Transport,
+    mode: ProgressMode,
+    shared: bool,
+) -> Result<Node> {
+    let Rank { metadata, buffers } = rank_in(model, prefill, shared)?;
     let opts = AgentOptions::new(&metadata)
         .listen_address("127.0.0.1:0")
         .transport(transport)
