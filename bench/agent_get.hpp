@@ -8,12 +8,18 @@
 // data connection (agent_tcp.cpp); the window is the agent's max_outstanding: the pieces in
 // flight per peer (tcp: in at most 4 unanswered batches; shm: in the batch being copied).
 //
+// With `shared` (shm only: the "mapped" column) P's working set lies in a pdkv shared allocation
+// (executor/cma/shared_memory.hpp), which D's agent maps at connect and copies with memcpy; the
+// column is an error unless every byte went through the mapping (the peer's bytes_mapped).
+//
 // The engine geometry is a stand-in that only shapes the regions: a one-region pure-attention
 // model whose 16-token kernel block is 4 KiB, with as many blocks as the working set needs; the
 // handshake validates it like any other pair.
 #pragma once
 
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +28,7 @@
 #include <unistd.h>
 
 #include "agent/agent.hpp"
+#include "cma/shared_memory.hpp"
 #include "pdkv/core/geometry.hpp"
 #include "pdkv/core/metadata_from_geometry.hpp"
 #include "ucx_raw_get.hpp"
@@ -46,17 +53,27 @@ inline core::EngineMetadata bench_metadata(const std::string& engine, uint64_t b
 inline uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
 
 [[noreturn]] inline void run_agent_target(exec::TransportMode mode, uint64_t bytes, const std::string& listen, int out,
-                                          int in) {
+                                          int in, bool shared = false) {
   int rc = 0;
   try {
-    Buffer buf(round_page(bytes));
-    fill_pattern(buf.data, bytes);
+    std::optional<Buffer> own;
+    std::unique_ptr<exec::cma::SharedMemory> shm;
+    uint8_t* data = nullptr;
+    const uint64_t size = round_page(bytes);
+    if (shared) {
+      shm = exec::cma::SharedMemory::allocate(size);
+      data = static_cast<uint8_t*>(shm->data());
+    } else {
+      own.emplace(size);
+      data = own->data;
+    }
+    fill_pattern(data, bytes);
     exec::AgentOptions o;
-    o.metadata = bench_metadata("bench-p", reinterpret_cast<uint64_t>(buf.data), buf.size);
+    o.metadata = bench_metadata("bench-p", reinterpret_cast<uint64_t>(data), size);
     o.transport = mode;
     o.listen = exec::HostPort{listen, 0};
     exec::Agent agent(o);
-    agent.register_memory(0, reinterpret_cast<uint64_t>(buf.data), buf.size, exec::MemoryType::Host);
+    agent.register_memory(0, reinterpret_cast<uint64_t>(data), size, exec::MemoryType::Host);
     const uint16_t port = agent.info().listen.port;
     if (!detail::write_all(out, &port, sizeof port)) std::_Exit(3);
     char c;
@@ -71,7 +88,8 @@ inline uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
 // P in another network namespace where `where` says so (placement.hpp): it listens on its end of
 // the veth pair and D connects there.
 inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsigned window, int reps,
-                             uint32_t cma_copy_threads = 0, const Placement& where = loopback_placement()) {
+                             uint32_t cma_copy_threads = 0, const Placement& where = loopback_placement(),
+                             bool shared = false) {
   Measurement m;
   int to_parent[2], to_child[2];
   if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) {
@@ -87,7 +105,7 @@ inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsi
     ::close(to_parent[0]);
     ::close(to_child[1]);
     enter_p_side(where);
-    run_agent_target(mode, pl.remote_bytes, where.p_address, to_parent[1], to_child[0]);
+    run_agent_target(mode, pl.remote_bytes, where.p_address, to_parent[1], to_child[0], shared);
   }
   ::close(to_parent[1]);
   ::close(to_child[0]);
@@ -103,7 +121,8 @@ inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsi
     o.default_timeout = std::chrono::seconds(120);
     exec::Agent agent(o);
     agent.register_memory(0, reinterpret_cast<uint64_t>(local.data), local.size, exec::MemoryType::Host);
-    agent.connect(exec::HostPort{where.p_address, port}, std::chrono::seconds(10));
+    const auto peer = agent.connect(exec::HostPort{where.p_address, port}, std::chrono::seconds(10));
+    if (shared && peer->mapped_regions == 0) throw std::runtime_error("P's memory was not mapped: " + peer->mapping_note);
     core::TransferPlan plan;
     plan.d_engine_id = "bench-d";
     plan.p_engine_id = "bench-p";
@@ -138,6 +157,9 @@ inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsi
     }
     m = summarize(secs, pl.bytes);
     m.verified = ok;
+    if (shared && peer->bytes_mapped.load() != pl.bytes * static_cast<uint64_t>(reps + 1)) {
+      m.error = "not every byte went through the mapping";
+    }
     if (!ok) m.error = "the agent moved wrong bytes";
   } catch (const std::exception& e) {
     m.error = e.what();
