@@ -274,6 +274,12 @@ TEST(AgentMappedTwoProcesses, ReadsThroughTheMappingAndAKilledPeerIsLost) {
     }
   }
   ::close(port_pipe[1]);
+  struct Reaper {  // a failed assertion must not leave the child running
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{child};
   uint16_t port = 0;
   ASSERT_EQ(::read(port_pipe[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
   ::close(port_pipe[0]);
@@ -297,6 +303,7 @@ TEST(AgentMappedTwoProcesses, ReadsThroughTheMappingAndAKilledPeerIsLost) {
     ASSERT_EQ(::kill(child, SIGKILL), 0);
     int st = 0;
     ASSERT_EQ(::waitpid(child, &st, 0), child);
+    reaper.pid = 0;
     for (int i = 0; i < 10 && t2.status().state == TransferState::InFlight; ++i) d.agent->progress();
     ASSERT_TRUE(t2.wait(5000ms));
     EXPECT_EQ(t2.status().status, Status::PeerLost) << t2.status().message;
