@@ -1,5 +1,6 @@
 #include "control/handshake.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -24,7 +25,9 @@ class Run {
       : ch_(ch), p_(params), deadline_(deadline) {
     local_ = params.hello;
     local_.proto_major = kControlProtoMajor;
-    local_.proto_minor = kControlProtoMinor;
+    // A side may say an older minor than this build's (Hello's default is this build's): tests
+    // play an older peer that way.
+    local_.proto_minor = std::min(params.hello.proto_minor, kControlProtoMinor);
     local_.has_key = params.key.has_value();
     local_.nonce = random_nonce();
     // A stranger until its proof (or, without a key, until the exchange of proofs) is checked.

@@ -58,6 +58,7 @@ inline std::unique_ptr<Agent> tiny_agent(TransportMode mode, std::chrono::millis
 class FakePeer {
  public:
   explicit FakePeer(TransportMode mode) : md_(tiny_metadata("dec", 0, 1ull << 41)), mode_(mode) {}
+  FakePeer(TransportMode mode, core::EngineMetadata md) : md_(std::move(md)), mode_(mode) {}
   FakePeer(const FakePeer&) = delete;
   FakePeer& operator=(const FakePeer&) = delete;
 
@@ -70,6 +71,7 @@ class FakePeer {
     p.hello.engine_id = md_.engine_id;
     p.hello.tp_rank = md_.tp_rank;
     p.hello.host_id = host_identity();
+    if (proto_minor_) p.hello.proto_minor = *proto_minor_;
     p.info.metadata = core::encode(md_);
     p.info.transport_hint = static_cast<uint8_t>(mode_);
     p.info.regions = std::move(keys);
@@ -125,6 +127,8 @@ class FakePeer {
 
   // Advertise this pid instead of this process's own (a peer lying, or in another pid namespace).
   void forge_pid(uint32_t pid) { forged_pid_ = pid; }
+  // Say this control protocol minor in the Hello (an older peer).
+  void say_minor(uint16_t minor) { proto_minor_ = minor; }
 
   ControlChannel& channel() { return *channel_; }
   const TransportOffer& agent_offer() const { return agent_offer_; }
@@ -141,6 +145,7 @@ class FakePeer {
   std::optional<uint32_t> forged_pid_;
   std::optional<ControlChannel> channel_;
   TransportOffer agent_offer_;
+  std::optional<uint16_t> proto_minor_;
   std::optional<Socket> data_;
 };
 

@@ -3,8 +3,10 @@
 // READ and WRITE land every byte through the mapping (the peer's bytes_mapped counts them), a
 // region in ordinary memory falls back to cross-memory attach (and says so), ranges outside the
 // registration are refused before anything moves, a peer agent that goes away mid-transfer and a
-// peer process killed mid-transfer end with PEER_LOST and nothing crashes, and the shared
-// allocation registry finds ranges only inside live allocations.
+// peer process killed mid-transfer end with PEER_LOST and nothing crashes, a WRITE from this
+// process lands in another process's shared region, the mappable regions go only to peers that
+// say protocol 3.1, and the shared allocation registry finds ranges only inside live
+// allocations.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -158,6 +160,31 @@ TEST(TransportOfferTail, MappableRegionsRoundTripAndAnOldFrameReadsAsNone) {
   EXPECT_THROW(TransportOffer::decode(cut), core::Error) << "a truncated tail is malformed";
 }
 
+// An agent offers its mappable regions only to a peer that says protocol 3.1 or later: a 3.0 peer
+// gets the Transport frame it can decode (no tail), a 3.1 peer the region, its file offset and
+// the file's identity.
+TEST(AgentMappedProtocol, TheMappableTailGoesOnlyToPeersThatSayMinorOne) {
+  Side p("pre", 3, true, ProgressMode::Thread);
+  for (const uint16_t minor : {0, 1}) {
+    FakePeer peer(TransportMode::Shm, tiny_metadata("dec", 0, 1ull << 41, kBlocks, 1));
+    peer.say_minor(minor);
+    peer.handshake(p.agent->info().listen);
+    const TransportOffer offer = peer.agree_transport();
+    EXPECT_EQ(offer.cma, CmaVerdict::Works);
+    if (minor == 0) {
+      EXPECT_TRUE(offer.mappable.empty());
+    } else {
+      ASSERT_EQ(offer.mappable.size(), 1u);
+      const MappableRegion& x = offer.mappable[0];
+      EXPECT_EQ(x.region, 0u);
+      EXPECT_EQ(x.base, reinterpret_cast<uint64_t>(p.mem));
+      EXPECT_EQ(x.length, p.bytes);
+      EXPECT_EQ(x.offset, 4096u);
+      EXPECT_EQ(x.fd, static_cast<uint32_t>(p.shm->fd()));
+    }
+  }
+}
+
 class AgentMapped : public ::testing::Test {
  protected:
   void connect(bool p_shared, bool d_shared, uint32_t threads = 1) {
@@ -309,6 +336,64 @@ TEST(AgentMappedTwoProcesses, ReadsThroughTheMappingAndAKilledPeerIsLost) {
     EXPECT_EQ(t2.status().status, Status::PeerLost) << t2.status().message;
     EXPECT_LE(rec->bytes_mapped.load(), 64u * (64u << 10) + kCmaBatchBytes);
   }
+}
+
+}  // namespace
+
+namespace {
+
+// A D process with its region in a pdkv shared allocation: P (this process) writes into it
+// through the mapping; the child checks the bytes itself and reports in its exit status.
+TEST(AgentMappedTwoProcesses, WritesThroughTheMappingLandInThePeersMemory) {
+  int port_pipe[2], go_pipe[2];
+  ASSERT_EQ(::pipe(port_pipe), 0);
+  ASSERT_EQ(::pipe(go_pipe), 0);
+  const auto ps = pieces(64);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(port_pipe[0]);
+    ::close(go_pipe[1]);
+    int rc = 3;
+    {
+      Side d("dec", 77, true, ProgressMode::Thread);
+      const uint16_t port = d.agent->info().listen.port;
+      if (::write(port_pipe[1], &port, sizeof port) != sizeof port) ::_exit(2);
+      char c = 0;
+      if (::read(go_pipe[0], &c, 1) == 1) rc = mismatches(d, 3, ps) == 0 ? 0 : 1;
+    }
+    ::_exit(rc);
+  }
+  ::close(port_pipe[1]);
+  ::close(go_pipe[0]);
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{child};
+  uint16_t port = 0;
+  ASSERT_EQ(::read(port_pipe[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  ::close(port_pipe[0]);
+  Side p("pre", 3, false, ProgressMode::Thread);
+  HostPort at;
+  at.host = "127.0.0.1";
+  at.port = port;
+  auto rec = p.agent->connect(at, 3000ms);
+  ASSERT_EQ(rec->transport, TransportMode::Shm);
+  EXPECT_EQ(rec->mapped_regions, 1u) << rec->mapping_note;
+  auto t = post(p, plan_of("dec", "pre", ps), TransferOp::Write, "dec", "w");
+  ASSERT_TRUE(t.wait(5000ms));
+  ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+  EXPECT_EQ(rec->bytes_mapped.load(), 64u * (64u << 10));
+  const char go = 1;
+  ASSERT_EQ(::write(go_pipe[1], &go, 1), 1);
+  ::close(go_pipe[1]);
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  reaper.pid = 0;
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "the child found wrong bytes (1) or was not told to check (3)";
 }
 
 }  // namespace

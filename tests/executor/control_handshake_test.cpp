@@ -258,11 +258,11 @@ TEST(ControlHandshake, OtherProtocolMajorIsRefusedNamingBothVersions) {
       params("prefill", 1));
   ASSERT_TRUE(o.error);
   EXPECT_EQ(o.error->status(), Status::Protocol);
-  EXPECT_TRUE(contains(*o.error, std::to_string(kControlProtoMajor + 1) + ".0")) << o.error->what();
-  EXPECT_TRUE(contains(*o.error, std::to_string(kControlProtoMajor) + ".0")) << o.error->what();
+  EXPECT_TRUE(contains(*o.error, std::to_string(kControlProtoMajor + 1) + "." + std::to_string(kControlProtoMinor))) << o.error->what();
+  EXPECT_TRUE(contains(*o.error, std::to_string(kControlProtoMajor) + "." + std::to_string(kControlProtoMinor))) << o.error->what();
   ASSERT_TRUE(raw_error);
   EXPECT_EQ(raw_error->status(), Status::Protocol);
-  EXPECT_TRUE(contains(*raw_error, "cannot serve " + std::to_string(kControlProtoMajor + 1) + ".0")) << raw_error->what();
+  EXPECT_TRUE(contains(*raw_error, "cannot serve " + std::to_string(kControlProtoMajor + 1) + "." + std::to_string(kControlProtoMinor))) << raw_error->what();
 }
 
 TEST(ControlHandshake, UnexpectedFrameIsProtocolNamingIt) {
