@@ -31,75 +31,91 @@ std::string where(uint32_t region, uint64_t begin, uint64_t end) {
   v.push_back({b, e});
 }
 
-// Expected D byte ranges per region, from D's own layout and nothing the emitter computed: for
-// every span of tokens (ids consecutive on D over the span), the bytes those tokens occupy in D's
-// blocks. Tokens of one kernel block lie back to back when D's tokens are whole (NHD: token t of
-// block b at b*L + t*heads*head_bytes) or D holds one head (HND with one head, MLA); then the
-// span is one range, since consecutive ids place block b+1 right after block b. Otherwise (HND,
-// several heads: head h of block b at b*L + h*tokens*head_bytes) a kernel block the span covers
-// whole is the whole block [b*L, (b+1)*L), and a partly covered one is one range per head.
+// Expected D byte ranges of group g in one region, appended to v, from D's own layout and
+// nothing the emitter computed: for every span of tokens (ids consecutive on D over the span),
+// the bytes those tokens occupy in D's blocks. Tokens of one kernel block lie back to back when
+// D's tokens are whole (NHD: token t of block b at b*L + t*heads*head_bytes) or D holds one head
+// (HND with one head, MLA); then the span is one range, since consecutive ids place block b+1
+// right after block b. Otherwise (HND, several heads: head h of block b at
+// b*L + h*tokens*head_bytes) a kernel block the span covers whole is the whole block
+// [b*L, (b+1)*L), and a partly covered one is one range per head.
 // Mamba: the whole unpadded state of every paired local page.
-// Regions whose `same_as` entry is set are skipped (their ranges are those of that region).
-void expected_ranges(const PlanContext& ctx, const Trimmed& t, const std::vector<int>& same_as,
-                     std::vector<std::vector<Range>>& out) {
+void group_ranges(const PlanContext& ctx, const Trimmed& t, size_t g, uint32_t region, std::vector<Range>& v) {
   const EngineMetadata& d = ctx.local;
   // The layout D's blocks are written in: D's own, or P's when D permutes on receive (the
   // permutation then brings them into D's); with one head (MLA, or a single KV head per rank)
   // both layouts place the same bytes. Heads per region: an MLA region (pure MLA model, or an
   // MLA-typed region of a GQA model) holds one latent head.
   const bool nhd = t.staging == KvLayout::NHD;
+  const ResolvedGroup& rg = t.groups[g];
+  if (is_attention_kind(rg.g.kind)) {
+    const uint64_t heads = d.region_is_mla(region) ? 1 : ctx.mapping.local_physical_heads;
+    const uint64_t L = d.regions[region].region.block_len;
+    const uint64_t lbs = rg.g.local_tokens_per_block;
+    const uint64_t hb = region_bytes_per_token(d, region, "D") / heads;
+    const uint64_t token = heads * hb;  // all of D's heads of one token
+    for (size_t k = t.span_begin[g]; k < t.span_begin[g + 1]; ++k) {
+      const SpanRun& r = t.spans[k];
+      if (nhd || heads == 1) {
+        const uint64_t base = mul_checked(r.local_block, L, "local block offset");
+        const uint64_t b = add_checked(base, mul_checked(r.local_token_begin, token, "offset"), "offset");
+        push(v, b, add_checked(b, mul_checked(r.num_tokens, token, "offset"), "offset"));
+        continue;
+      }
+      // Walk D's blocks of the span: [begin, end) tokens of block `block`.
+      uint64_t block = r.local_block, begin = r.local_token_begin, left = r.num_tokens;
+      while (left > 0) {
+        const uint64_t end = std::min(lbs, begin + left);
+        const uint64_t base = mul_checked(block, L, "local block offset");
+        if (begin == 0 && end == lbs && heads * lbs * hb == L) {
+          push(v, base, add_checked(base, L, "offset"));
+        } else {
+          for (uint64_t h = 0; h < heads; ++h) {
+            const uint64_t b = add_checked(base, (h * lbs + begin) * hb, "offset");
+            push(v, b, add_checked(b, (end - begin) * hb, "offset"));
+          }
+        }
+        left -= end - begin;
+        begin = 0;
+        ++block;
+      }
+    }
+  } else if (!t.mamba[g].states.empty()) {
+    const uint64_t page = ctx.local_mamba->page_bytes();
+    const uint64_t stride = mamba_page_stride(d, region, page, "D");
+    for (const StatePair& sp : t.mamba[g].states) {
+      const uint64_t b = mul_checked(sp.local_block, stride, "local page");
+      push(v, b, add_checked(b, page, "local page end"));
+    }
+  }
+}
+
+// Expected D byte ranges, group by group in group order (so that a derivation error is the one
+// the first offending group reports), each region's attention and Mamba parts apart: the
+// attention ranges into att[region] for regions whose att_as entry is unset (the others share
+// them: same attention groups, block_len and kind), the Mamba pages into mam[region] for regions
+// whose same_as entry is unset (the others share every range).
+void expected_ranges(const PlanContext& ctx, const Trimmed& t, const std::vector<int>& same_as,
+                     const std::vector<int>& att_as, std::vector<std::vector<Range>>& att,
+                     std::vector<std::vector<Range>>& mam) {
   for (size_t g = 0; g < t.groups.size(); ++g) {
     const ResolvedGroup& rg = t.groups[g];
+    const bool attention = is_attention_kind(rg.g.kind);
     for (uint32_t region : rg.regions) {
-      if (same_as[region] >= 0) continue;
-      auto& v = out[region];
-      if (is_attention_kind(rg.g.kind)) {
-        const uint64_t heads = d.region_is_mla(region) ? 1 : ctx.mapping.local_physical_heads;
-        const uint64_t L = d.regions[region].region.block_len;
-        const uint64_t lbs = rg.g.local_tokens_per_block;
-        const uint64_t hb = region_bytes_per_token(d, region, "D") / heads;
-        const uint64_t token = heads * hb;  // all of D's heads of one token
-        for (size_t k = t.span_begin[g]; k < t.span_begin[g + 1]; ++k) {
-          const SpanRun& r = t.spans[k];
-          if (nhd || heads == 1) {
-            const uint64_t base = mul_checked(r.local_block, L, "local block offset");
-            const uint64_t b = add_checked(base, mul_checked(r.local_token_begin, token, "offset"), "offset");
-            push(v, b, add_checked(b, mul_checked(r.num_tokens, token, "offset"), "offset"));
-            continue;
-          }
-          // Walk D's blocks of the span: [begin, end) tokens of block `block`.
-          uint64_t block = r.local_block, begin = r.local_token_begin, left = r.num_tokens;
-          while (left > 0) {
-            const uint64_t end = std::min(lbs, begin + left);
-            const uint64_t base = mul_checked(block, L, "local block offset");
-            if (begin == 0 && end == lbs && heads * lbs * hb == L) {
-              push(v, base, add_checked(base, L, "offset"));
-            } else {
-              for (uint64_t h = 0; h < heads; ++h) {
-                const uint64_t b = add_checked(base, (h * lbs + begin) * hb, "offset");
-                push(v, b, add_checked(b, (end - begin) * hb, "offset"));
-              }
-            }
-            left -= end - begin;
-            begin = 0;
-            ++block;
-          }
-        }
-      } else if (!t.mamba[g].states.empty()) {
-        const uint64_t page = ctx.local_mamba->page_bytes();
-        const uint64_t stride = mamba_page_stride(d, region, page, "D");
-        for (const StatePair& sp : t.mamba[g].states) {
-          const uint64_t b = mul_checked(sp.local_block, stride, "local page");
-          push(v, b, add_checked(b, page, "local page end"));
-        }
+      if (attention) {
+        if (att_as[region] < 0) group_ranges(ctx, t, g, region, att[region]);
+      } else if (same_as[region] < 0) {
+        group_ranges(ctx, t, g, region, mam[region]);
       }
     }
   }
 }
 
-// Sorts and merges touching ranges in place; overlapping ranges are an error (`what` says
-// whose).
-void normalise(std::vector<Range>& v, uint32_t region, const char* what) {
+// Sorts and merges touching ranges in place and drops empty ones. Overlapping ranges: with
+// kThrow a Coverage error naming the first overlap in address order (`what` says whose),
+// otherwise false (v is then sorted but not merged).
+template <bool kThrow>
+bool sort_merge(std::vector<Range>& v, uint32_t region, const char* what) {
   // Often in order already (one span per region, ascending ids): a linear look saves the sort.
   const auto by_begin = [](const Range& a, const Range& b) { return a.begin < b.begin; };
   if (!std::is_sorted(v.begin(), v.end(), by_begin)) std::sort(v.begin(), v.end(), by_begin);
@@ -108,6 +124,7 @@ void normalise(std::vector<Range>& v, uint32_t region, const char* what) {
     const Range r = v[i];
     if (r.begin == r.end) continue;
     if (out > 0 && r.begin < v[out - 1].end) {
+      if constexpr (!kThrow) return false;
       const uint64_t e = std::min(r.end, v[out - 1].end);
       fail(Status::Coverage, std::string(what) + " overlap: " + where(region, r.begin, e) +
                                  " would be written twice");
@@ -119,7 +136,12 @@ void normalise(std::vector<Range>& v, uint32_t region, const char* what) {
     }
   }
   v.resize(out);
+  return true;
 }
+
+void normalise(std::vector<Range>& v, uint32_t region, const char* what) { sort_merge<true>(v, region, what); }
+
+bool normalise_ok(std::vector<Range>& v) { return sort_merge<false>(v, 0, ""); }
 
 // First byte range where the two merged lists differ, reported as missing or unexpected.
 void compare(const std::vector<Range>& want, const std::vector<Range>& got, uint32_t region) {
@@ -159,6 +181,35 @@ bool same_ranges(const std::vector<Range>& a, const std::vector<Range>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Range)) == 0);
 }
 
+// Whether v[at, at + part.size()) equals part (compared as bytes, like same_ranges).
+bool prefix_is(const std::vector<Range>& v, size_t at, const std::vector<Range>& part) {
+  return part.empty() || std::memcmp(v.data() + at, part.data(), part.size() * sizeof(Range)) == 0;
+}
+
+// Whether no range of m overlaps a range of a (both sorted and merged; touching is fine): for
+// each of m's ranges (a few Mamba pages), the first range of a ending past its begin must begin
+// at or after its end.
+bool disjoint(const std::vector<Range>& m, const std::vector<Range>& a) {
+  for (const Range& r : m) {
+    const auto it = std::upper_bound(a.begin(), a.end(), r.begin, [](uint64_t b, const Range& x) { return b < x.end; });
+    if (it != a.end() && it->begin < r.end) return false;
+  }
+  return true;
+}
+
+// out = the union of m and a (both sorted and merged) as one sorted, merged list; false when
+// a range of one overlaps a range of the other.
+bool merge_into(const std::vector<Range>& m, const std::vector<Range>& a, std::vector<Range>& out) {
+  out.clear();
+  size_t i = 0, j = 0;
+  while (i < m.size() || j < a.size()) {
+    const Range r = j == a.size() || (i < m.size() && m[i].begin < a[j].begin) ? m[i++] : a[j++];
+    if (!out.empty() && r.begin < out.back().end) return false;
+    push(out, r.begin, r.end);
+  }
+  return true;
+}
+
 // `size` is region_size(m, region) when the region exists (the caller's cache), else unused.
 [[gnu::noinline, gnu::cold]] void fail_bounds(const EngineMetadata& m, const char* side, uint32_t region,
                                                uint64_t offset, uint64_t length, uint64_t size) {
@@ -191,11 +242,14 @@ size_t plan_rank_index(const TransferPlan& plan, uint32_t p) {
   return SIZE_MAX;
 }
 
-// Accepts the hints whose reads equal the verified template at the hint's page bases and whose
-// pages lie inside the registered regions on both sides: each stands for [lpage, +page) of D
-// region `region` (the template tiles the page exactly), and its reads are recorded in
-// t.consumed so that the per-read pass skips them. A hint that does not match in every read is
-// ignored, and its reads are checked one by one like any other.
+// Accepts the hints whose reads equal the verified template at every page of their group and
+// whose pages lie inside the registered regions on both sides: each page stands for [lpage,
+// +page) of its D region (the template tiles the page exactly, verified when the context was
+// judged). The page bases are derived here, not taken from the emitter: the trimmed state's
+// block ids times the template's page strides (block_len x ppl of each region, from the
+// metadata). The group's reads are recorded in t.consumed so that the per-read pass skips them.
+// A hint that does not match in every read of every page is ignored, and its reads are checked
+// one by one like any other.
 void accept_hints(const TransferPlan& plan, const Prepared& pre, Trimmed& t) {
   const MambaTemplate& m = pre.mamba;
   auto& ranks = t.hint_ranks;
@@ -218,38 +272,57 @@ void accept_hints(const TransferPlan& plan, const Prepared& pre, Trimmed& t) {
     k.consumed = &t.consumed[ri];
   }
   const size_t nr = ranks.size();
-  for (const PageHint& h : t.hints) {
-    uint64_t lend = 0;
-    if (h.region >= pre.d_size.size() || __builtin_add_overflow(h.lpage, m.local_page, &lend) ||
-        lend > pre.d_size[h.region] || h.at + nr > t.hint_index.size()) {
-      continue;
-    }
+  const uint64_t page = m.local_page;
+  for (const MambaHint& h : t.hints) {
+    if (h.group >= t.groups.size() || h.at + nr > t.hint_index.size()) continue;
+    const ResolvedGroup& rg = t.groups[h.group];
+    const std::vector<StatePair>& states = t.mamba[h.group].states;
+    const size_t pages = rg.regions.size() * states.size();
     const size_t* firsts = t.hint_index.data() + h.at;
     bool ok = true;
-    for (size_t j = 0; j < nr && ok; ++j) {
+    for (size_t j = 0; j < nr && ok; ++j) {  // every rank's reads of the group exist, after those consumed
       const Trimmed::HintRank& k = ranks[j];
-      const size_t first = firsts[j];
-      uint64_t rstride = 0, rpage = 0, rend = 0;
-      if (first > k.num_reads || k.num_reads - first < k.num_tmpl || h.rregion >= k.num_stride ||
-          h.rregion >= k.num_psize || (rstride = k.stride[h.rregion]) == 0 ||
-          __builtin_mul_overflow(h.remote_block, rstride, &rpage) ||
-          __builtin_add_overflow(rpage, k.extent, &rend) || rend > k.psize[h.rregion] ||
-          (!k.consumed->empty() && k.consumed->back().second > first)) {
+      ok = firsts[j] <= k.num_reads && (k.num_reads - firsts[j]) / k.num_tmpl >= pages &&
+           (k.consumed->empty() || k.consumed->back().second <= firsts[j]);
+    }
+    uint64_t bad = 0;  // any bit set: a page out of bounds, an overflow, or a read off the template
+    for (size_t ri = 0; ri < rg.regions.size() && ok; ++ri) {
+      const uint32_t region = rg.regions[ri], rregion = rg.remote_regions[ri];
+      if (region >= pre.d_size.size() || region >= m.local_stride.size() || m.local_stride[region] == 0) {
         ok = false;
         break;
       }
-      const PlanRead* r = k.reads + first;
-      uint64_t diff = 0;  // any bit set: some field differs from the template at this page
-      for (size_t i = 0; i < k.num_tmpl; ++i) {
-        const TemplateRead& x = k.tmpl[i];
-        diff |= (r[i].local_region ^ h.region) | (r[i].remote_region ^ h.rregion) | (r[i].length ^ x.length) |
-                (r[i].local_offset ^ (h.lpage + x.local_offset)) | (r[i].remote_offset ^ (rpage + x.remote_offset));
+      const uint64_t ls = m.local_stride[region], dmax = pre.d_size[region];
+      for (size_t j = 0; j < nr && ok; ++j) {
+        const Trimmed::HintRank& k = ranks[j];
+        ok = rregion < k.num_stride && rregion < k.num_psize && k.stride[rregion] != 0;
       }
-      ok = diff == 0;
+      for (size_t si = 0; si < states.size() && ok; ++si) {
+        const StatePair& sp = states[si];
+        uint64_t lpage = 0, lend = 0;
+        bad |= static_cast<uint64_t>(__builtin_mul_overflow(sp.local_block, ls, &lpage) |
+                                     __builtin_add_overflow(lpage, page, &lend) | (lend > dmax));
+        const size_t pg = ri * states.size() + si;
+        for (size_t j = 0; j < nr; ++j) {
+          const Trimmed::HintRank& k = ranks[j];
+          uint64_t rpage = 0, rend = 0;
+          bad |= static_cast<uint64_t>(__builtin_mul_overflow(sp.remote_block, k.stride[rregion], &rpage) |
+                                       __builtin_add_overflow(rpage, k.extent, &rend) | (rend > k.psize[rregion]));
+          const PlanRead* r = k.reads + firsts[j] + pg * k.num_tmpl;
+          for (size_t i = 0; i < k.num_tmpl; ++i) {
+            const TemplateRead& x = k.tmpl[i];
+            bad |= (r[i].local_region ^ region) | (r[i].remote_region ^ rregion) | (r[i].length ^ x.length) |
+                   (r[i].local_offset ^ (lpage + x.local_offset)) | (r[i].remote_offset ^ (rpage + x.remote_offset));
+          }
+        }
+      }
     }
-    if (!ok) continue;
-    for (size_t j = 0; j < nr; ++j) ranks[j].consumed->push_back({firsts[j], firsts[j] + ranks[j].num_tmpl});
-    push(t.got[h.region], h.lpage, lend);
+    if (!ok || bad != 0) continue;
+    for (size_t j = 0; j < nr; ++j) ranks[j].consumed->push_back({firsts[j], firsts[j] + pages * ranks[j].num_tmpl});
+    for (uint32_t region : rg.regions) {
+      const uint64_t ls = m.local_stride[region];
+      for (const StatePair& sp : states) push(t.got[region], sp.local_block * ls, sp.local_block * ls + page);
+    }
   }
 }
 
@@ -416,49 +489,97 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
   }
   // D's expected bytes in a region depend only on which groups use it and on its block_len
   // (bytes per token and the Mamba page stride follow from it): regions alike in both (under
-  // vLLM's HMA, usually all of them) share one derivation and one sort.
+  // vLLM's HMA, usually all of them) share one derivation (same_as). The attention part depends
+  // only on the attention groups using the region and its block_len and kind: regions alike in
+  // those share one attention derivation and one sort (att_as), even when their Mamba groups
+  // differ (Nemotron's 5-layer Mamba group leaves one region out).
   auto& same_as = t.same_as;
+  auto& att_as = t.att_as;
   auto& groups_of = t.groups_of;
-  same_as.assign(d.regions.size(), -1);
-  groups_of.assign(d.regions.size(), 0);
+  auto& att_of = t.att_of;
+  const size_t nreg = d.regions.size();
+  same_as.assign(nreg, -1);
+  att_as.assign(nreg, -1);
+  groups_of.assign(nreg, 0);
+  att_of.assign(nreg, 0);
   const bool comparable = t.groups.size() <= 64;
   for (size_t g = 0; g < t.groups.size() && comparable; ++g) {
-    for (uint32_t region : t.groups[g].regions) groups_of[region] |= uint64_t{1} << g;
-  }
-  for (uint32_t r = 0; r < d.regions.size() && comparable; ++r) {
-    for (uint32_t q = 0; q < r; ++q) {
-      if (same_as[q] < 0 && groups_of[q] == groups_of[r] &&
-          d.regions[q].region.block_len == d.regions[r].region.block_len &&
-          d.region_is_mla(q) == d.region_is_mla(r)) {
-        same_as[r] = static_cast<int>(q);
-        break;
-      }
+    const bool attention = is_attention_kind(t.groups[g].g.kind);
+    for (uint32_t region : t.groups[g].regions) {
+      groups_of[region] |= uint64_t{1} << g;
+      if (attention) att_of[region] |= uint64_t{1} << g;
     }
   }
-  expected_ranges(ctx, t, same_as, want);
+  for (uint32_t r = 0; r < nreg && comparable; ++r) {
+    for (uint32_t q = 0; q < r; ++q) {
+      if (d.regions[q].region.block_len != d.regions[r].region.block_len || d.region_is_mla(q) != d.region_is_mla(r)) {
+        continue;
+      }
+      if (same_as[r] < 0 && same_as[q] < 0 && groups_of[q] == groups_of[r]) same_as[r] = static_cast<int>(q);
+      if (att_as[r] < 0 && att_as[q] < 0 && att_of[q] == att_of[r]) att_as[r] = static_cast<int>(q);
+    }
+  }
+  auto& att = t.want;  // attention ranges per attention class
+  auto& mam = t.mam;   // Mamba pages per region class
+  mam.resize(nreg);
+  for (auto& v : mam) v.clear();
+  expected_ranges(ctx, t, same_as, att_as, att, mam);
+  auto rep = [](const std::vector<int>& as, uint32_t r) { return as[r] < 0 ? r : static_cast<uint32_t>(as[r]); };
   // A region alike an earlier one whose plan ranges, as the reads list them, are exactly that
   // region's needs no sort of its own: the same list normalises to the same ranges, and those
   // were compared with the same expected bytes (its reads were bounds-checked one by one above).
+  // A region whose plan ranges are listed exactly as its expected ones (its Mamba pages, then its
+  // attention ranges: the emitter walks the pages and the spans in the order they are derived)
+  // needs only its expected ranges sorted (which finds overlaps among them): both lists
+  // normalise alike. Both are decided on the lists as derived and as read, before any sort.
   auto& verified_as = t.verified_as;
-  verified_as.assign(d.regions.size(), 0);
-  for (uint32_t region = 0; region < d.regions.size(); ++region) {
+  auto& alike = t.alike;
+  verified_as.assign(nreg, 0);
+  alike.assign(nreg, 0);
+  for (uint32_t region = 0; region < nreg; ++region) {
     const int q = same_as[region];
     verified_as[region] = q >= 0 && same_ranges(got[region], got[static_cast<size_t>(q)]);
-  }
-  for (uint32_t region = 0; region < d.regions.size(); ++region) {
     if (verified_as[region]) continue;
-    if (same_as[region] >= 0) {
-      want[region] = want[static_cast<size_t>(same_as[region])];  // normalised already
-    } else {
-      // The plan's ranges listed exactly as D's expected ones (the emitter walks the spans in
-      // the order the expected ranges are derived): both lists normalise alike, so only the
-      // expected one is sorted (which also finds overlaps among them).
-      const bool listed_alike = same_ranges(got[region], want[region]);
-      normalise(want[region], region, "groups' blocks");
-      if (listed_alike) continue;
+    const auto& m = mam[rep(same_as, region)];
+    const auto& a = att[rep(att_as, region)];
+    const auto& g = got[region];
+    alike[region] = g.size() == m.size() + a.size() && prefix_is(g, 0, m) && prefix_is(g, m.size(), a);
+  }
+  // Each shared list is sorted once, when a region first needs it (0: as derived, 1: sorted and
+  // merged, 2: it overlaps itself).
+  auto& att_state = t.att_state;
+  auto& mam_state = t.mam_state;
+  att_state.assign(nreg, 0);
+  mam_state.assign(nreg, 0);
+  auto sorted = [](std::vector<Range>& v, uint8_t& state) {
+    if (state == 0) state = normalise_ok(v) ? 1 : 2;
+    return state == 1;
+  };
+  auto& merged = t.merged;
+  for (uint32_t region = 0; region < nreg; ++region) {
+    if (verified_as[region]) continue;
+    const uint32_t qa = rep(att_as, region), qm = rep(same_as, region);
+    if (sorted(att[qa], att_state[qa]) && sorted(mam[qm], mam_state[qm])) {
+      const auto& a = att[qa];
+      const auto& m = mam[qm];
+      if (alike[region]) {
+        if (disjoint(m, a)) continue;
+      } else if (merge_into(m, a, merged)) {
+        normalise(got[region], region, "plan reads");
+        compare(merged, got[region], region);
+        continue;
+      }
     }
+    // Some expected ranges overlap: derived again for this region alone, as one list in group
+    // order, and normalised, which reports the overlap.
+    merged.clear();
+    for (size_t g = 0; g < t.groups.size(); ++g) {
+      const auto& regs = t.groups[g].regions;
+      if (std::find(regs.begin(), regs.end(), region) != regs.end()) group_ranges(ctx, t, g, region, merged);
+    }
+    normalise(merged, region, "groups' blocks");
     normalise(got[region], region, "plan reads");
-    compare(want[region], got[region], region);
+    compare(merged, got[region], region);
   }
 }
 

@@ -54,10 +54,10 @@ struct Trimmed {
   // (attention_layouts), known once a group with a head-split region was resolved.
   KvLayout staging = KvLayout::HND;
   bool permute = false;
-  // Mamba pages the emitter wrote from the context's template (PageHint), and per hint the index
+  // Mamba groups the emitter wrote from the context's template (MambaHint), and per hint the index
   // of each template rank's first read; only compile fills them, and check_coverage accepts a
   // hint only after comparing the reads it points at.
-  std::vector<PageHint> hints;
+  std::vector<MambaHint> hints;
   std::vector<size_t> hint_index;
 
   // Scratch of the emitter and the coverage check, kept here so that one thread-local lookup
@@ -74,9 +74,12 @@ struct Trimmed {
   };
   std::vector<std::vector<Range>> got, want;
   std::vector<uint64_t> d_size, p_size;
-  std::vector<int> same_as;
+  std::vector<int> same_as, att_as;   // region classes of the expected ranges (check_coverage)
   std::vector<uint8_t> verified_as;  // region checked through an identical earlier region
-  std::vector<uint64_t> groups_of;
+  std::vector<uint8_t> alike, att_state, mam_state;
+  std::vector<uint64_t> groups_of, att_of;
+  std::vector<std::vector<Range>> mam;  // expected Mamba pages (want: attention ranges)
+  std::vector<Range> merged;
   std::vector<std::vector<std::pair<size_t, size_t>>> consumed;  // per plan rank: reads a hint covered
   // accept_hints' per template rank view: the plan rank's reads, the template's reads, the P
   // rank's page strides and region sizes (looked up once per call, not per page).

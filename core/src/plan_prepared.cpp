@@ -94,6 +94,7 @@ void build_mamba_template(const PlanContext& ctx, const std::vector<MambaRead>& 
       it = out.ranks.end() - 1;
     }
     out.bytes += r.length;
+    it->bytes += r.length;
     // Coalesced exactly as PlanBuilder::add merges a read into the rank's previous one.
     if (!it->reads.empty()) {
       TemplateRead& last = it->reads.back();

@@ -8,7 +8,7 @@
 // tile the D page [0, page_bytes) exactly (no gap, no overlap) and its P ranges stay inside the
 // P page. The coverage check leans on that verdict per request: a run of plan reads that equals
 // the template at a page base (checked read by read) covers exactly that page, so it only has to
-// check the page's bounds and merge one range per page (check_coverage, PageHint). A template
+// check the page's bounds and merge one range per page (check_coverage, MambaHint). A template
 // that fails verification is not used: compilation and the check take the per-read path, which
 // reports whatever is wrong.
 // Not installed; not part of the public API.
@@ -44,6 +44,7 @@ struct MambaTemplate {
     uint32_t pos = 0;                 // index of the P rank's metadata in ctx.remote
     std::vector<TemplateRead> reads;  // in mamba_reads order, coalesced as PlanBuilder would
     uint64_t remote_extent = 0;       // max remote_offset + length
+    uint64_t bytes = 0;               // sum of the reads' lengths
   };
   std::vector<Rank> ranks;  // in order of first appearance in mamba_reads
   // Page stride per D region (block_len * ppl), 0 where the page does not fit (the per-read path
@@ -72,14 +73,13 @@ void build_mamba_template(const PlanContext& ctx, const std::vector<MambaRead>& 
 // [0, t.remote_page) with a non-zero length; `why` (may be null) says what is wrong.
 bool verify_mamba_template(const MambaTemplate& t, std::string* why);
 
-// One Mamba page the emitter wrote from the template: D region `region` at `lpage`, P region
-// `rregion` for P block `remote_block`; the reads of template rank j start at index
-// indices[at + j] of that P rank's read vector. A hint is only a place to look: check_coverage
-// accepts it only if the reads there equal the template at those bases.
-struct PageHint {
-  uint32_t region = 0, rregion = 0;
-  uint64_t lpage = 0;
-  uint64_t remote_block = 0;
+// One Mamba group the emitter wrote from the template: every page of group `group` (region by
+// region in the group's resolved order, each region's states in order), template rank j's reads
+// of them starting at index indices[at + j] of that P rank's read vector, n_j reads per page. A
+// hint is only a place to look: check_coverage accepts it only if the reads there equal the
+// template at the page bases it derives itself (state block ids x the context's strides).
+struct MambaHint {
+  uint32_t group = 0;
   size_t at = 0;
 };
 

@@ -253,7 +253,16 @@ void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
     const uint64_t end = std::min({local.run_end_token(), remote.run_end_token(), n});
     // Equal block sizes: the span splits at D's block boundaries only (block_runs' first term).
     const uint64_t pieces = same_bs ? div_lbs(end - 1) - lidx + 1 : block_runs(t, end, lbs, rbs);
-    spans.push_back({t, end - t, lk, loff, rk, roff, pieces});
+    // Written in place field by field (a SpanRun built on the stack and copied is reloaded in
+    // 16-byte halves of 8-byte stores, a store-forwarding stall per span).
+    SpanRun& sr = spans.emplace_back();
+    sr.token_begin = t;
+    sr.num_tokens = end - t;
+    sr.local_block = lk;
+    sr.local_token_begin = loff;
+    sr.remote_block = rk;
+    sr.remote_token_begin = roff;
+    sr.block_runs = pieces;
     t = end;
   }
   zero.clear();

@@ -445,6 +445,13 @@ namespace {
 
 using namespace plan_detail;
 
+// Room for `extra` more reads, growing geometrically as push_back would (reserve alone grows to
+// exactly the size asked for, one reallocation per call on a plan that is not reused).
+inline void reserve_more(std::vector<PlanRead>& v, size_t extra) {
+  const size_t need = v.size() + extra;
+  if (need > v.capacity()) v.reserve(std::max(need, 2 * v.capacity()));
+}
+
 // Appends reads per P rank and counts pieces; merges a read into the previous one of the same
 // rank when both sides continue it (coalescing in issue order keeps the plan deterministic).
 // Writes into the plan's own per-rank vectors, so a reused plan keeps their capacity.
@@ -459,25 +466,33 @@ class PlanBuilder {
     }
   }
 
-  void add(uint32_t p, const PlanRead& r, bool mamba, uint64_t pieces = 1) {
+  // The read D's [local_offset, +length) of `region` <- P's [remote_offset, +length) of
+  // `rregion`, passed field by field in registers. Out of line with push_back inlined into it
+  // (flatten): a PlanRead built by the caller and passed by reference, or handed to an out-of-line
+  // push_back, goes through the stack and is reloaded in 16-byte halves of 8-byte stores, a
+  // store-forwarding stall on every read.
+  [[gnu::noinline, gnu::flatten]] void add(uint32_t p, uint32_t region, uint64_t local_offset, uint32_t rregion,
+                                  uint64_t remote_offset, uint64_t length, bool mamba, uint64_t pieces = 1) {
     pieces_ += pieces;
     uint64_t& kind_bytes = mamba ? mamba_bytes_ : attention_bytes_;
-    kind_bytes = add_checked(kind_bytes, r.length, "plan bytes");
-    if (p >= plan_.ranks.size()) [[unlikely]] {
-      fail(Status::Internal, "read from P rank " + s(p) + " beyond P tp_size " +
-                                 s(plan_.ranks.size()));
-    }
-    auto& v = plan_.ranks[p].reads;
+    kind_bytes = add_checked(kind_bytes, length, "plan bytes");
+    if (p >= plan_.ranks.size()) [[unlikely]] fail_rank(p);
+    RankReads& rr = plan_.ranks[p];
+    rr.bytes += length;  // a part of kind_bytes, which cannot have overflowed
+    auto& v = rr.reads;
     if (!v.empty()) {
       PlanRead& last = v.back();
-      if (last.local_region == r.local_region && last.remote_region == r.remote_region &&
-          last.local_offset + last.length == r.local_offset &&
-          last.remote_offset + last.length == r.remote_offset) {
-        last.length += r.length;
+      if (last.local_region == region && last.remote_region == rregion &&
+          last.local_offset + last.length == local_offset && last.remote_offset + last.length == remote_offset) {
+        last.length += length;
         return;
       }
     }
-    v.push_back(r);
+    v.push_back({region, local_offset, rregion, remote_offset, length});
+  }
+
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_rank(uint32_t p) const {
+    fail(Status::Internal, "read from P rank " + s(p) + " beyond P tp_size " + s(plan_.ranks.size()));
   }
 
   // Whether P rank p has a read vector (the per-read path reports a rank past P's TP size).
@@ -489,51 +504,71 @@ class PlanBuilder {
   // Appends copies of rank p's reads [begin, end) with their regions replaced (a region laid out
   // like theirs), counting the pieces and bytes they counted. The first copy cannot merge into
   // the rank's last read: that one belongs to another region.
-  void repeat(uint32_t p, size_t begin, size_t end, uint32_t region, uint32_t rregion, uint64_t pieces,
+  [[gnu::flatten]] void repeat(uint32_t p, size_t begin, size_t end, uint32_t region, uint32_t rregion, uint64_t pieces,
               uint64_t bytes) {
     auto& v = plan_.ranks[p].reads;
     if (begin == end) return;
     if (v.back().local_region == region) [[unlikely]] {
       fail(Status::Internal, "region " + s(region) + " emitted twice in one group");
     }
-    const size_t at = v.size();
-    v.resize(at + (end - begin));
-    PlanRead* out = v.data() + at;
-    const PlanRead* in = v.data() + begin;
-    for (size_t i = 0; i < end - begin; ++i) {
-      out[i] = in[i];
-      out[i].local_region = region;
-      out[i].remote_region = rregion;
+    // Grown once (the source reads stay where they are), without value-initialising the new
+    // reads before they are overwritten.
+    reserve_more(v, end - begin);
+    for (size_t i = begin; i < end; ++i) {
+      const PlanRead& in = v[i];
+      v.push_back({region, in.local_offset, rregion, in.remote_offset, in.length});
     }
     pieces_ += pieces;
     attention_bytes_ = add_checked(attention_bytes_, bytes, "plan bytes");
+    plan_.ranks[p].bytes += bytes;  // a part of attention_bytes_
   }
 
-  // Appends one template rank's reads of a page at (lpage, rpage). The first read may coalesce
-  // into the rank's previous one exactly as add() would; the others cannot (the template is
-  // coalesced already, so a read continuing its predecessor on both sides was merged into it).
-  // `first` is the index of the first appended read; false when that read was merged instead.
-  bool add_template(uint32_t p, uint32_t region, uint32_t rregion, uint64_t lpage, uint64_t rpage,
-                    const std::vector<TemplateRead>& reads, size_t& first) {
-    auto& v = plan_.ranks[p].reads;
+  // Appends template rank j's reads of every page of a Mamba group, page by page in the order
+  // add_mamba_group emits them (region by region, each region's states in order), at the page
+  // bases block id x stride on each side: into the P rank's vector grown once, written in place.
+  // The first read of a page may coalesce into the read before it exactly as add() would merge
+  // it; the others cannot (the template is coalesced already, so a read continuing its
+  // predecessor on both sides was merged into it). `first` is the index of the group's first
+  // read in the rank's vector; false when some page's first read was merged instead.
+  bool add_template_group(const MambaTemplate& m, size_t j, const ResolvedGroup& rg, std::span<const StatePair> states,
+                          size_t& first) {
+    const MambaTemplate::Rank& rank = m.ranks[j];
+    RankReads& rr = plan_.ranks[rank.p_rank];
+    const size_t n = rank.reads.size();
+    const TemplateRead* tmpl = rank.reads.data();
+    auto& v = rr.reads;
     first = v.size();
-    size_t k = 0;
+    const size_t pages = rg.regions.size() * states.size();
+    v.resize(first + pages * n);  // no overflow: the template reads of every page fit in memory
+    PlanRead* out = v.data() + first;
+    PlanRead* last = first > 0 ? out - 1 : nullptr;
     bool clean = true;
-    if (!v.empty()) {
-      PlanRead& last = v.back();
-      const TemplateRead& r = reads.front();
-      if (last.local_region == region && last.remote_region == rregion &&
-          last.local_offset + last.length == lpage + r.local_offset &&
-          last.remote_offset + last.length == rpage + r.remote_offset) {
-        last.length += r.length;
-        k = 1;
-        clean = false;
+    const uint64_t* rstride = m.remote_stride[j].data();
+    for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
+      const uint32_t region = rg.regions[ri], rregion = rg.remote_regions[ri];
+      const uint64_t ls = m.local_stride[region], rs = rstride[rregion];
+      for (const StatePair& sp : states) {
+        const uint64_t lpage = sp.local_block * ls, rpage = sp.remote_block * rs;  // bounded: no overflow
+        size_t k = 0;
+        if (last != nullptr && last->local_region == region && last->remote_region == rregion &&
+            last->local_offset + last->length == lpage + tmpl[0].local_offset &&
+            last->remote_offset + last->length == rpage + tmpl[0].remote_offset) [[unlikely]] {
+          last->length += tmpl[0].length;
+          k = 1;
+          clean = false;
+        }
+        for (; k < n; ++k) {
+          out->local_region = region;
+          out->local_offset = lpage + tmpl[k].local_offset;
+          out->remote_region = rregion;
+          out->remote_offset = rpage + tmpl[k].remote_offset;
+          out->length = tmpl[k].length;
+          last = out++;
+        }
       }
     }
-    for (; k < reads.size(); ++k) {
-      const TemplateRead& r = reads[k];
-      v.push_back({region, lpage + r.local_offset, rregion, rpage + r.remote_offset, r.length});
-    }
+    v.resize(static_cast<size_t>(out - v.data()));
+    rr.bytes += pages * rank.bytes;  // a part of the pages' bytes, which count_mamba checks
     return clean;
   }
 
@@ -543,17 +578,19 @@ class PlanBuilder {
     mamba_bytes_ = add_checked(mamba_bytes_, bytes, "plan bytes");
   }
 
+  // Each rank's bytes were summed as its reads were added (every read's length went into one
+  // of the two checked kind totals as well, so no rank's sum can overflow): no pass over the
+  // reads here.
   void finish() {
     plan_.stats.pieces_before_coalescing = pieces_;
     plan_.stats.attention_bytes = attention_bytes_;
     plan_.stats.mamba_bytes = mamba_bytes_;
+    plan_.stats.bytes = add_checked(attention_bytes_, mamba_bytes_, "plan bytes");
     size_t kept = 0;
     for (size_t p = 0; p < plan_.ranks.size(); ++p) {
       RankReads& rr = plan_.ranks[p];
       if (rr.reads.empty()) continue;
-      for (const auto& r : rr.reads) rr.bytes = add_checked(rr.bytes, r.length, "plan bytes");
       plan_.stats.pieces_after_coalescing += rr.reads.size();
-      plan_.stats.bytes = add_checked(plan_.stats.bytes, rr.bytes, "plan bytes");
       if (kept != p) std::swap(plan_.ranks[kept], rr);  // keeps both vectors' capacity
       ++kept;
     }
@@ -656,11 +693,9 @@ void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t reg
     // NHD: token t of a block starts at t * (heads x head bytes); a run of tokens over all the
     // rank's heads is one contiguous piece on both sides, whole block or not.
     const AttentionRead& r = a.token_reads.front();
-    b.add(r.p_rank,
-          {region, add_checked(lbase, run.local_token_begin * a.local_token_bytes, "local read offset"),
-           rregion, add_checked(rbase, run.remote_token_begin * a.remote_token_bytes, "remote read offset"),
-           mul_checked(run.num_tokens, a.local_token_bytes, "attention run length")},
-          false);
+    b.add(r.p_rank, region, add_checked(lbase, run.local_token_begin * a.local_token_bytes, "local read offset"),
+          rregion, add_checked(rbase, run.remote_token_begin * a.remote_token_bytes, "remote read offset"),
+          mul_checked(run.num_tokens, a.local_token_bytes, "attention run length"), false);
     return;
   }
   const bool whole = run.local_token_begin == 0 && run.remote_token_begin == 0 &&
@@ -670,9 +705,8 @@ void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t reg
     const uint64_t rh = r.remote_offset / hb;  // the same head's index in the P block
     const uint64_t nh = r.length / hb;
     if (whole) {  // a head slice of a whole block is contiguous on both sides
-      b.add(r.p_rank, {region, add_checked(lbase, lh * lbs * hb, "local read offset"), rregion,
-                       add_checked(rbase, rh * rbs * hb, "remote read offset"),
-                       mul_checked(r.length, lbs, "attention read length")},
+      b.add(r.p_rank, region, add_checked(lbase, lh * lbs * hb, "local read offset"), rregion,
+            add_checked(rbase, rh * rbs * hb, "remote read offset"), mul_checked(r.length, lbs, "attention read length"),
             false);
       continue;
     }
@@ -680,10 +714,8 @@ void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t reg
     for (uint64_t j = 0; j < nh; ++j) {
       // In-block offsets stay below block_len (heads x tokens x bytes), so only the block base
       // can overflow.
-      b.add(r.p_rank,
-            {region, add_checked(lbase, ((lh + j) * lbs + run.local_token_begin) * hb, "local read offset"),
-             rregion, add_checked(rbase, ((rh + j) * rbs + run.remote_token_begin) * hb, "remote read offset"),
-             len},
+      b.add(r.p_rank, region, add_checked(lbase, ((lh + j) * lbs + run.local_token_begin) * hb, "local read offset"),
+            rregion, add_checked(rbase, ((rh + j) * rbs + run.remote_token_begin) * hb, "remote read offset"), len,
             false);
     }
   }
@@ -747,11 +779,9 @@ void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedG
       for (const SpanRun& run : spans) {
         const uint64_t lbase = mul_checked(run.local_block, a.local_block_len, "local block offset");
         const uint64_t rbase = mul_checked(run.remote_block, a.remote_block_len, "remote block offset");
-        b.add(p,
-              {region, add_checked(lbase, run.local_token_begin * lt, "local read offset"), rregion,
-               add_checked(rbase, run.remote_token_begin * rt, "remote read offset"),
-               mul_checked(run.num_tokens, lt, "attention run length")},
-              false, run.block_runs);
+        b.add(p, region, add_checked(lbase, run.local_token_begin * lt, "local read offset"), rregion,
+              add_checked(rbase, run.remote_token_begin * rt, "remote read offset"),
+              mul_checked(run.num_tokens, lt, "attention run length"), false, run.block_runs);
       }
       prev_end = b.size(p);
       prev_pieces = b.pieces() - pieces0;
@@ -771,10 +801,11 @@ void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedG
 // of each P rank's template reads, the same reads in the same order as add_mamba_group. Emits
 // nothing and returns false when the template cannot serve the group (no valid template, a
 // region whose page does not fit or that P lacks, a P rank past P's TP size, a page offset that
-// could overflow): add_mamba_group then runs and reports any error. Records a PageHint for every
-// page whose reads did not coalesce into earlier ones.
-bool add_mamba_group_template(PlanBuilder& b, const Prepared& pre, const ResolvedGroup& rg, const GroupTrim& t,
-                              std::vector<PageHint>& hints, std::vector<size_t>& hint_index) {
+// could overflow): add_mamba_group then runs and reports any error. Records a MambaHint for the
+// group (where each template rank's reads of it begin) when no page's reads coalesced into
+// earlier ones.
+bool add_mamba_group_template(PlanBuilder& b, const Prepared& pre, uint32_t g, const ResolvedGroup& rg,
+                              const GroupTrim& t, std::vector<MambaHint>& hints, std::vector<size_t>& hint_index) {
   const MambaTemplate& m = pre.mamba;
   if (!m.valid || t.states.empty()) return false;
   uint64_t max_l = 0, max_r = 0;
@@ -797,26 +828,18 @@ bool add_mamba_group_template(PlanBuilder& b, const Prepared& pre, const Resolve
   for (const auto& k : m.ranks) {
     if (!b.has_rank(k.p_rank)) return false;
   }
-  for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
-    const uint32_t region = rg.regions[ri], rregion = rg.remote_regions[ri];
-    const uint64_t ls = m.local_stride[region];
-    for (const StatePair& sp : t.states) {
-      const uint64_t lpage = sp.local_block * ls;  // bounded above: no overflow
-      const size_t at = hint_index.size();
-      bool clean = true;
-      for (size_t j = 0; j < m.ranks.size(); ++j) {
-        size_t first = 0;
-        clean &= b.add_template(m.ranks[j].p_rank, region, rregion, lpage, sp.remote_block * m.remote_stride[j][rregion],
-                                m.ranks[j].reads, first);
-        hint_index.push_back(first);
-      }
-      b.count_mamba(m.pieces, m.bytes);
-      if (clean) {
-        hints.push_back({region, rregion, lpage, sp.remote_block, at});
-      } else {
-        hint_index.resize(at);
-      }
-    }
+  const size_t at = hint_index.size();
+  bool clean = true;
+  for (size_t j = 0; j < m.ranks.size(); ++j) {
+    size_t first = 0;
+    clean &= b.add_template_group(m, j, rg, t.states, first);
+    hint_index.push_back(first);
+  }
+  for (size_t p = 0; p < rg.regions.size() * t.states.size(); ++p) b.count_mamba(m.pieces, m.bytes);
+  if (clean && !rg.regions.empty()) {
+    hints.push_back({g, at});
+  } else {
+    hint_index.resize(at);
   }
   return true;
 }
@@ -850,10 +873,8 @@ void add_mamba_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedGroup
           remote_stride[k] = mamba_page_stride(p, rregion, ctx.remote_mamba->page_bytes(), "P");
         }
         const uint64_t rpage = mul_checked(sp.remote_block, remote_stride[k], "remote page");
-        b.add(r.p_rank,
-              {region, add_checked(lpage, r.local_offset, "local read offset"), rregion,
-               add_checked(rpage, r.remote_offset, "remote read offset"), r.length},
-              true);
+        b.add(r.p_rank, region, add_checked(lpage, r.local_offset, "local read offset"), rregion,
+              add_checked(rpage, r.remote_offset, "remote read offset"), r.length, true);
       }
     }
   }
@@ -1016,7 +1037,8 @@ void compile_body(const PlanContext& ctx, std::span<const PlanGroupView> groups,
       if (is_attention_kind(rg.g.kind)) {
         add_attention_group(b, ctx, rg, spans, a, have_a);
       } else {
-        if (pre == nullptr || !add_mamba_group_template(b, *pre, rg, mt, t.hints, t.hint_index)) {
+        if (pre == nullptr ||
+            !add_mamba_group_template(b, *pre, static_cast<uint32_t>(g), rg, mt, t.hints, t.hint_index)) {
           add_mamba_group(b, ctx, rg, mt, t.mreads, have_mreads, t.remote_stride);
         }
       }

@@ -1,5 +1,5 @@
 // The context's precomputed Mamba template (core/src/plan_prepared.*) and the coverage check's
-// page-wise acceptance of it (check_coverage with PageHints):
+// group-wise acceptance of it (check_coverage with MambaHints):
 //  * on random Nemotron-3-Nano requests (P TP4 -> D TP2 and others, both kernel geometries,
 //    fragmented and consecutive ids, hits, out-of-range and overflowing Mamba ids) the verdict
 //    path compiles the same plan as the per-read path, or fails with the same error;
@@ -189,7 +189,8 @@ TEST(PlanTemplate, MalformedTemplatesAreRefused) {
 }
 
 // The coverage check with hints, driven directly: hints derived here from the plan (where each
-// page's template reads start), then the plan or the hints tampered with.
+// Mamba group's template reads start in each P rank's reads), then the plan or the hints
+// tampered with.
 struct Checked {
   Pair x;
   std::shared_ptr<const Prepared> pre;
@@ -197,6 +198,13 @@ struct Checked {
   TransferPlan plan;
   Trimmed t;
 };
+
+// Index in `reads` of the read of D region `region` at D offset `offset`.
+size_t find_read(const std::vector<PlanRead>& reads, uint32_t region, uint64_t offset) {
+  size_t at = 0;
+  while (at < reads.size() && !(reads[at].local_region == region && reads[at].local_offset == offset)) ++at;
+  return at;
+}
 
 void setup(Checked& c) {
   c.x = nemotron(2, 0, 4, true, MambaCacheMode::None);
@@ -221,24 +229,18 @@ void setup(Checked& c) {
   resolve(c.x.ctx, views, c.t);
   trim_groups(c.t);
   const MambaTemplate& m = c.pre->mamba;
-  for (size_t g = 0; g < 4; ++g) {
+  for (uint32_t g = 0; g < 4; ++g) {
     const auto& rg = c.t.groups[g];
-    for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
-      for (const StatePair& sp : c.t.mamba[g].states) {
-        const uint64_t lpage = sp.local_block * m.local_stride[rg.regions[ri]];
-        PageHint h{rg.regions[ri], rg.remote_regions[ri], lpage, sp.remote_block, c.t.hint_index.size()};
-        for (const auto& k : m.ranks) {
-          const auto& reads = c.plan.ranks[k.p_rank].reads;
-          size_t at = 0;
-          while (at < reads.size() && !(reads[at].local_region == h.region &&
-                                        reads[at].local_offset == lpage + k.reads[0].local_offset))
-            ++at;
-          ASSERT_LT(at, reads.size());
-          c.t.hint_index.push_back(at);
-        }
-        c.t.hints.push_back(h);
-      }
+    const StatePair& sp = c.t.mamba[g].states.front();
+    const uint64_t lpage = sp.local_block * m.local_stride[rg.regions[0]];
+    MambaHint h{g, c.t.hint_index.size()};
+    for (const auto& k : m.ranks) {
+      const auto& reads = c.plan.ranks[k.p_rank].reads;
+      const size_t at = find_read(reads, rg.regions[0], lpage + k.reads[0].local_offset);
+      ASSERT_LT(at, reads.size());
+      c.t.hint_index.push_back(at);
     }
+    c.t.hints.push_back(h);
   }
 }
 
@@ -268,57 +270,74 @@ size_t consumed_reads(const Trimmed& t) {
   return n;
 }
 
+// Template rank j's read k of page `page` (region by region, in the group's order) of the Mamba
+// group named by hint h.
+PlanRead& page_read(Checked& c, size_t h, size_t j, size_t page, size_t k) {
+  const MambaTemplate& m = c.pre->mamba;
+  auto& reads = c.plan.ranks[m.ranks[j].p_rank].reads;
+  return reads[c.t.hint_index[c.t.hints[h].at + j] + page * m.ranks[j].reads.size() + k];
+}
+
 TEST(PlanTemplate, CheckAcceptsExactTemplatePagesOnly) {
   Checked c;
   setup(c);
-  ASSERT_EQ(c.t.hints.size(), 23u);  // 6 + 6 + 6 + 5 Mamba layers, one state each
+  ASSERT_EQ(c.t.hints.size(), 4u);  // the four Mamba groups: 6 + 6 + 6 + 5 pages, one state each
   check_coverage(c.plan, c.x.ctx, c.t, c.pre.get());
   EXPECT_EQ(consumed_reads(c.t), 23u * 8u);  // every Mamba read came through a verified page
 
   // A read of an accepted page moved by one byte, shortened, or sent to another region: the
-  // hint no longer matches, the read is checked on its own, and the plan is refused.
+  // hint no longer matches, the group's reads are checked on their own, and the plan is refused.
   for (int edit = 0; edit < 3; ++edit) {
     Checked d = c;
-    PlanRead& r = d.plan.ranks[1].reads[d.t.hint_index[d.t.hints[4].at + 1] + 1];
+    PlanRead& r = page_read(d, 1, 1, 1, 1);
     if (edit == 0) r.local_offset += 1;
     if (edit == 1) r.length -= 1;
     if (edit == 2) r.local_region = (r.local_region + 1) % 6;
     EXPECT_THROW(check_coverage(d.plan, d.x.ctx, d.t, d.pre.get()), Error) << "edit " << edit;
   }
-  // A page's reads issued twice (appended again at the end of the rank's reads).
+  // A group's reads issued twice (appended again at the end of each rank's reads), even with a
+  // second hint pointing at the copy.
   {
     Checked d = c;
-    auto& v = d.plan.ranks[0].reads;
-    const size_t first = d.t.hint_index[d.t.hints[2].at];
-    for (size_t k = 0; k < d.pre->mamba.ranks[0].reads.size(); ++k) v.push_back(v[first + k]);
-    d.t.hints.push_back(d.t.hints[2]);  // even with a hint pointing at the copy
-    d.t.hints.back().at = d.t.hint_index.size();
-    d.t.hint_index.push_back(v.size() - d.pre->mamba.ranks[0].reads.size());
-    d.t.hint_index.push_back(d.t.hint_index[d.t.hints[2].at + 1]);
+    const MambaTemplate& m = d.pre->mamba;
+    const MambaHint h = d.t.hints[2];
+    MambaHint copy{h.group, d.t.hint_index.size()};
+    const size_t pages = d.t.groups[h.group].regions.size();
+    for (size_t j = 0; j < m.ranks.size(); ++j) {
+      auto& v = d.plan.ranks[m.ranks[j].p_rank].reads;
+      const size_t first = d.t.hint_index[h.at + j], n = pages * m.ranks[j].reads.size();
+      d.t.hint_index.push_back(v.size());
+      for (size_t k = 0; k < n; ++k) v.push_back(v[first + k]);
+    }
+    d.t.hints.push_back(copy);
     EXPECT_THROW(check_coverage(d.plan, d.x.ctx, d.t, d.pre.get()), Error);
   }
-  // Wrong hints on a correct plan: a duplicated hint, one pointing at the wrong page base, one
-  // with an index past the reads. They are not accepted (the reads are then checked one by one)
-  // and the correct plan still passes.
+  // Wrong hints on a correct plan: a duplicated hint, one naming another group than the reads it
+  // points at, one with an index past the reads, one naming the attention group. They are not
+  // accepted (the reads are then checked one by one) and the correct plan still passes.
   {
     Checked d = c;
     d.t.hints.push_back(d.t.hints[0]);
-    d.t.hints[1].lpage += d.pre->mamba.local_stride[d.t.hints[1].region];
+    d.t.hints[1].at = d.t.hints[0].at;        // group 1's hint at group 0's reads
     d.t.hint_index[d.t.hints[2].at] = 1u << 30;
+    d.t.hints.push_back({4, d.t.hints[3].at});  // the attention group has no pages
     check_coverage(d.plan, d.x.ctx, d.t, d.pre.get());
-    EXPECT_EQ(consumed_reads(d.t), 21u * 8u);
+    EXPECT_EQ(consumed_reads(d.t), (23u - 6u - 6u) * 8u);
   }
-  // A page past D's region: refused with the per-read bounds error.
+  // A page past D's region (the state's block id and the group's reads moved past it together):
+  // refused with the per-read bounds error.
   {
     Checked d = c;
-    const uint64_t past = d.pre->d_size[d.t.hints[0].region];
-    const uint64_t shift = past - d.t.hints[0].lpage;
-    for (size_t j = 0; j < d.pre->mamba.ranks.size(); ++j) {
-      auto& v = d.plan.ranks[d.pre->mamba.ranks[j].p_rank].reads;
-      for (size_t k = 0; k < d.pre->mamba.ranks[j].reads.size(); ++k)
-        v[d.t.hint_index[d.t.hints[0].at + j] + k].local_offset += shift;
-    }
-    d.t.hints[0].lpage += shift;
+    const MambaTemplate& m = d.pre->mamba;
+    const auto& rg = d.t.groups[0];
+    StatePair& sp = d.t.mamba[0].states.front();
+    const uint64_t stride = m.local_stride[rg.regions[0]];
+    const uint64_t past = d.pre->d_size[rg.regions[0]] / stride;  // the first block past the region
+    const uint64_t shift = (past - sp.local_block) * stride;
+    for (size_t j = 0; j < m.ranks.size(); ++j)
+      for (size_t p = 0; p < rg.regions.size(); ++p)
+        for (size_t k = 0; k < m.ranks[j].reads.size(); ++k) page_read(d, 0, j, p, k).local_offset += shift;
+    sp.local_block = past;
     try {
       check_coverage(d.plan, d.x.ctx, d.t, d.pre.get());
       ADD_FAILURE() << "a page past the region passed";
@@ -326,6 +345,54 @@ TEST(PlanTemplate, CheckAcceptsExactTemplatePagesOnly) {
       EXPECT_EQ(e.status(), Status::OutOfBounds) << e.what();
     }
   }
+}
+
+// Every field of every template-derived read, in every page of every Mamba group, changed on its
+// own (by one, or to another region): the check refuses the plan each time, whether it then
+// sees the change as a missing byte, a byte written twice, a byte D does not need or a read
+// outside a region. Changing a P offset or a P region moves no D byte: the group's hint is
+// refused and the read is bounds-checked on its own, so only a P side that leaves the region
+// is an error; those edits must at least take the hint's pages off the accepted ones.
+TEST(PlanTemplate, EveryTamperedTemplateReadIsRefusedOrLeftToTheReadByReadCheck) {
+  Checked c;
+  setup(c);
+  const MambaTemplate& m = c.pre->mamba;
+  size_t refused = 0, unhinted = 0;
+  for (size_t h = 0; h < c.t.hints.size(); ++h) {
+    const size_t pages = c.t.groups[c.t.hints[h].group].regions.size();
+    for (size_t j = 0; j < m.ranks.size(); ++j) {
+      for (size_t p = 0; p < pages; ++p) {
+        for (size_t k = 0; k < m.ranks[j].reads.size(); ++k) {
+          for (int field = 0; field < 6; ++field) {
+            Checked d = c;
+            PlanRead& r = page_read(d, h, j, p, k);
+            switch (field) {
+              case 0: r.local_offset += 1; break;
+              case 1: r.local_offset -= 1; break;
+              case 2: r.length += 1; break;
+              case 3: r.local_region = (r.local_region + 1) % 6; break;
+              case 4: r.remote_offset = d.pre->p_size[m.ranks[j].pos][r.remote_region]; break;  // past P's region
+              case 5: r.remote_region = 6; break;  // no such P region
+            }
+            SCOPED_TRACE("hint " + std::to_string(h) + " rank " + std::to_string(j) + " page " + std::to_string(p) +
+                         " read " + std::to_string(k) + " field " + std::to_string(field));
+            try {
+              check_coverage(d.plan, d.x.ctx, d.t, d.pre.get());
+              ADD_FAILURE() << "a tampered template read passed";
+            } catch (const Error& e) {
+              EXPECT_TRUE(e.status() == Status::Coverage || e.status() == Status::OutOfBounds) << e.what();
+              ++refused;
+            }
+            // Whatever the outcome, the tampered group is never taken on trust.
+            EXPECT_LT(consumed_reads(d.t), 23u * 8u);
+            ++unhinted;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(refused, 23u * 8u * 6u);
+  EXPECT_EQ(unhinted, refused);
 }
 
 }  // namespace
