@@ -44,9 +44,11 @@ void require_array(const void* p, size_t count, size_t index, const char* field)
 // during the call, never copied. The groups array's stride is groups[0].struct_size (a caller
 // compiled against an older 2.x header, with a smaller pdkv_plan_group_t, passes an array of the
 // smaller struct);
-// every element must declare the same. Fills a per-thread vector reused across calls.
-std::span<const core::PlanGroupView> groups_from_c(const pdkv_plan_group_t* groups, size_t n_groups) {
-  thread_local std::vector<core::PlanGroupView> out;
+// every element must declare the same. A struct of the current size is read where it lies (all of
+// its fields are the caller's); an older, smaller one through a zero-padded copy, so that a field
+// past the caller's struct is never read. Fills `out` (cleared first).
+std::span<const core::PlanGroupView> groups_from_c(const pdkv_plan_group_t* groups, size_t n_groups,
+                                                   std::vector<core::PlanGroupView>& out) {
   out.clear();
   if (n_groups == 0) return out;
   require_non_null(groups, "groups");
@@ -54,23 +56,39 @@ std::span<const core::PlanGroupView> groups_from_c(const pdkv_plan_group_t* grou
   pdkv::capi::require_struct_size(stride, kPlanGroupMinSize, sizeof(pdkv_plan_group_t), "pdkv_plan_group_t");
   core::mul_checked(n_groups, stride, "groups array bytes");
   const auto* base = reinterpret_cast<const unsigned char*>(groups);
+  out.reserve(n_groups);
   for (size_t i = 0; i < n_groups; ++i) {
-    pdkv_plan_group_t g{};
-    std::memcpy(&g, base + i * stride, sizeof(size_t));
-    if (g.struct_size != stride) {
+    size_t size_i = 0;
+    std::memcpy(&size_i, base + i * stride, sizeof(size_t));
+    if (size_i != stride) {
       core::fail(core::Status::StructSize, "groups[" + std::to_string(i) + "].struct_size = " +
-                                               std::to_string(g.struct_size) + " differs from groups[0].struct_size = " +
+                                               std::to_string(size_i) + " differs from groups[0].struct_size = " +
                                                std::to_string(stride) + ": every element must be sizeof(pdkv_plan_group_t)");
     }
-    std::memcpy(&g, base + i * stride, stride);
+    pdkv_plan_group_t g_copy;
+    const pdkv_plan_group_t* gp = reinterpret_cast<const pdkv_plan_group_t*>(base + i * stride);
+    if (stride != sizeof(pdkv_plan_group_t)) {
+      std::memset(static_cast<void*>(&g_copy), 0, sizeof g_copy);
+      std::memcpy(static_cast<void*>(&g_copy), gp, stride);
+      gp = &g_copy;
+    }
+    const pdkv_plan_group_t& g = *gp;
     if (g.field_mask != 0) [[unlikely]] {
       pdkv::capi::check_field_mask(g.field_mask, 0, ("groups[" + std::to_string(i) + "] (pdkv_plan_group_t)").c_str());
     }
     if (g.trim == nullptr) {
       core::fail(core::Status::NullPointer, "groups[" + std::to_string(i) + "].trim is NULL");
     }
-    const pdkv_group_trim_input_t t = pdkv::capi::read_options(*g.trim, kGroupTrimInputMinSize,
-                                                               "pdkv_group_trim_input_t", pdkv::capi::kTrimInputFields);
+    pdkv_group_trim_input_t t_copy;
+    const pdkv_group_trim_input_t* tp = g.trim;
+    if (tp->struct_size == sizeof(pdkv_group_trim_input_t)) {
+      pdkv::capi::check_field_mask(tp->field_mask, pdkv::capi::kTrimInputFields, "pdkv_group_trim_input_t");
+    } else {
+      t_copy = pdkv::capi::read_options(*tp, kGroupTrimInputMinSize, "pdkv_group_trim_input_t",
+                                        pdkv::capi::kTrimInputFields);
+      tp = &t_copy;
+    }
+    const pdkv_group_trim_input_t& t = *tp;
     const bool set_kbpi = (t.field_mask & PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID) != 0;
     const bool set_tpb = (t.field_mask & PDKV_TRIM_FIELD_TOKENS_PER_BLOCK) != 0;
     core::PlanGroupView v;
@@ -115,6 +133,12 @@ std::span<const core::PlanGroupView> groups_from_c(const pdkv_plan_group_t* grou
     out.push_back(v);
   }
   return out;
+}
+
+// groups_from_c into a per-thread vector (calls that have no plan handle to keep it in).
+std::span<const core::PlanGroupView> groups_from_c(const pdkv_plan_group_t* groups, size_t n_groups) {
+  thread_local std::vector<core::PlanGroupView> out;
+  return groups_from_c(groups, n_groups, out);
 }
 
 std::optional<core::MambaState> mamba_of(const pdkv_geometry_t* g) {
@@ -269,7 +293,7 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_compile_into(const pdkv_plan_context_t
     require_non_null(ctx, "ctx");
     require_non_null(plan, "plan");
     try {
-      const auto g = groups_from_c(groups, n_groups);
+      const auto g = groups_from_c(groups, n_groups, plan->views);
       core::compile_transfer_plan_into(ctx->ctx, g, plan->plan, ctx->verdict);
     } catch (...) {
       // Whatever the request got to, the handle must not look like a plan for it.

@@ -82,6 +82,8 @@ struct pdkv_plan_context {
 struct pdkv_transfer_plan {
   pdkv::core::TransferPlan plan;
   std::vector<uint32_t> read_ranks;                     // plan.ranks[i].p_rank
+  // The request's groups as core views, kept for the next compile into this handle.
+  std::vector<pdkv::core::PlanGroupView> views;
 };
 
 namespace pdkv::capi {

@@ -92,19 +92,19 @@ void group_ranges(const PlanContext& ctx, const Trimmed& t, size_t g, uint32_t r
 
 // Expected D byte ranges, group by group in group order (so that a derivation error is the one
 // the first offending group reports), each region's attention and Mamba parts apart: the
-// attention ranges into att[region] for regions whose att_as entry is unset (the others share
-// them: same attention groups, block_len and kind), the Mamba pages into mam[region] for regions
-// whose same_as entry is unset (the others share every range).
-void expected_ranges(const PlanContext& ctx, const Trimmed& t, const std::vector<int>& same_as,
-                     const std::vector<int>& att_as, std::vector<std::vector<Range>>& att,
+// attention ranges into att[region] for regions whose att_as class entry is unset (the others
+// share them: same attention groups, block_len and kind), the Mamba pages into mam[region] for
+// regions whose same_as entry is unset (the others share every range).
+void expected_ranges(const PlanContext& ctx, const Trimmed& t, std::vector<std::vector<Range>>& att,
                      std::vector<std::vector<Range>>& mam) {
+  const auto& rc = t.region_class;
   for (size_t g = 0; g < t.groups.size(); ++g) {
     const ResolvedGroup& rg = t.groups[g];
     const bool attention = is_attention_kind(rg.g.kind);
     for (uint32_t region : rg.regions) {
       if (attention) {
-        if (att_as[region] < 0) group_ranges(ctx, t, g, region, att[region]);
-      } else if (same_as[region] < 0) {
+        if (rc[region].att_as < 0) group_ranges(ctx, t, g, region, att[region]);
+      } else if (rc[region].same_as < 0) {
         group_ranges(ctx, t, g, region, mam[region]);
       }
     }
@@ -493,38 +493,35 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
   // only on the attention groups using the region and its block_len and kind: regions alike in
   // those share one attention derivation and one sort (att_as), even when their Mamba groups
   // differ (Nemotron's 5-layer Mamba group leaves one region out).
-  auto& same_as = t.same_as;
-  auto& att_as = t.att_as;
-  auto& groups_of = t.groups_of;
-  auto& att_of = t.att_of;
+  using RC = Trimmed::RegionClass;
   const size_t nreg = d.regions.size();
-  same_as.assign(nreg, -1);
-  att_as.assign(nreg, -1);
-  groups_of.assign(nreg, 0);
-  att_of.assign(nreg, 0);
+  auto& rc = t.region_class;
+  rc.assign(nreg, RC{});
   const bool comparable = t.groups.size() <= 64;
   for (size_t g = 0; g < t.groups.size() && comparable; ++g) {
-    const bool attention = is_attention_kind(t.groups[g].g.kind);
+    const uint64_t bit = uint64_t{1} << g;
+    const uint64_t att_bit = is_attention_kind(t.groups[g].g.kind) ? bit : 0;
     for (uint32_t region : t.groups[g].regions) {
-      groups_of[region] |= uint64_t{1} << g;
-      if (attention) att_of[region] |= uint64_t{1} << g;
+      rc[region].groups |= bit;
+      rc[region].att_groups |= att_bit;
     }
   }
   for (uint32_t r = 0; r < nreg && comparable; ++r) {
-    for (uint32_t q = 0; q < r; ++q) {
-      if (d.regions[q].region.block_len != d.regions[r].region.block_len || d.region_is_mla(q) != d.region_is_mla(r)) {
-        continue;
-      }
-      if (same_as[r] < 0 && same_as[q] < 0 && groups_of[q] == groups_of[r]) same_as[r] = static_cast<int>(q);
-      if (att_as[r] < 0 && att_as[q] < 0 && att_of[q] == att_of[r]) att_as[r] = static_cast<int>(q);
+    const uint64_t len = d.regions[r].region.block_len;
+    const bool mla = d.region_is_mla(r);
+    for (uint32_t q = 0; q < r && (rc[r].same_as < 0 || rc[r].att_as < 0); ++q) {
+      if (d.regions[q].region.block_len != len || d.region_is_mla(q) != mla) continue;
+      if (rc[r].same_as < 0 && rc[q].same_as < 0 && rc[q].groups == rc[r].groups) rc[r].same_as = static_cast<int>(q);
+      if (rc[r].att_as < 0 && rc[q].att_as < 0 && rc[q].att_groups == rc[r].att_groups) rc[r].att_as = static_cast<int>(q);
     }
   }
   auto& att = t.want;  // attention ranges per attention class
   auto& mam = t.mam;   // Mamba pages per region class
   mam.resize(nreg);
   for (auto& v : mam) v.clear();
-  expected_ranges(ctx, t, same_as, att_as, att, mam);
-  auto rep = [](const std::vector<int>& as, uint32_t r) { return as[r] < 0 ? r : static_cast<uint32_t>(as[r]); };
+  expected_ranges(ctx, t, att, mam);
+  const auto att_rep = [&](uint32_t r) { return rc[r].att_as < 0 ? r : static_cast<uint32_t>(rc[r].att_as); };
+  const auto mam_rep = [&](uint32_t r) { return rc[r].same_as < 0 ? r : static_cast<uint32_t>(rc[r].same_as); };
   // A region alike an earlier one whose plan ranges, as the reads list them, are exactly that
   // region's needs no sort of its own: the same list normalises to the same ranges, and those
   // were compared with the same expected bytes (its reads were bounds-checked one by one above).
@@ -532,37 +529,29 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
   // attention ranges: the emitter walks the pages and the spans in the order they are derived)
   // needs only its expected ranges sorted (which finds overlaps among them): both lists
   // normalise alike. Both are decided on the lists as derived and as read, before any sort.
-  auto& verified_as = t.verified_as;
-  auto& alike = t.alike;
-  verified_as.assign(nreg, 0);
-  alike.assign(nreg, 0);
   for (uint32_t region = 0; region < nreg; ++region) {
-    const int q = same_as[region];
-    verified_as[region] = q >= 0 && same_ranges(got[region], got[static_cast<size_t>(q)]);
-    if (verified_as[region]) continue;
-    const auto& m = mam[rep(same_as, region)];
-    const auto& a = att[rep(att_as, region)];
+    RC& c = rc[region];
+    c.verified = c.same_as >= 0 && same_ranges(got[region], got[static_cast<size_t>(c.same_as)]);
+    if (c.verified) continue;
+    const auto& m = mam[mam_rep(region)];
+    const auto& a = att[att_rep(region)];
     const auto& g = got[region];
-    alike[region] = g.size() == m.size() + a.size() && prefix_is(g, 0, m) && prefix_is(g, m.size(), a);
+    c.alike = g.size() == m.size() + a.size() && prefix_is(g, 0, m) && prefix_is(g, m.size(), a);
   }
   // Each shared list is sorted once, when a region first needs it (0: as derived, 1: sorted and
   // merged, 2: it overlaps itself).
-  auto& att_state = t.att_state;
-  auto& mam_state = t.mam_state;
-  att_state.assign(nreg, 0);
-  mam_state.assign(nreg, 0);
-  auto sorted = [](std::vector<Range>& v, uint8_t& state) {
+  const auto sorted = [](std::vector<Range>& v, uint8_t& state) {
     if (state == 0) state = normalise_ok(v) ? 1 : 2;
     return state == 1;
   };
   auto& merged = t.merged;
   for (uint32_t region = 0; region < nreg; ++region) {
-    if (verified_as[region]) continue;
-    const uint32_t qa = rep(att_as, region), qm = rep(same_as, region);
-    if (sorted(att[qa], att_state[qa]) && sorted(mam[qm], mam_state[qm])) {
+    if (rc[region].verified) continue;
+    const uint32_t qa = att_rep(region), qm = mam_rep(region);
+    if (sorted(att[qa], rc[qa].att_state) && sorted(mam[qm], rc[qm].mam_state)) {
       const auto& a = att[qa];
       const auto& m = mam[qm];
-      if (alike[region]) {
+      if (rc[region].alike) {
         if (disjoint(m, a)) continue;
       } else if (merge_into(m, a, merged)) {
         normalise(got[region], region, "plan reads");

@@ -74,10 +74,17 @@ struct Trimmed {
   };
   std::vector<std::vector<Range>> got, want;
   std::vector<uint64_t> d_size, p_size;
-  std::vector<int> same_as, att_as;   // region classes of the expected ranges (check_coverage)
-  std::vector<uint8_t> verified_as;  // region checked through an identical earlier region
-  std::vector<uint8_t> alike, att_state, mam_state;
-  std::vector<uint64_t> groups_of, att_of;
+  // check_coverage's view of each D region: which groups use it, the earlier region whose
+  // expected ranges it shares (all of them: same_as; the attention ones: att_as; -1: none),
+  // whether it was verified through its same_as region, whether its plan ranges are listed as
+  // its expected ones, and whether its shared lists are sorted yet.
+  struct RegionClass {
+    uint64_t groups = 0, att_groups = 0;
+    int same_as = -1, att_as = -1;
+    bool verified = false, alike = false;
+    uint8_t att_state = 0, mam_state = 0;
+  };
+  std::vector<RegionClass> region_class;
   std::vector<std::vector<Range>> mam;  // expected Mamba pages (want: attention ranges)
   std::vector<Range> merged;
   std::vector<std::vector<std::pair<size_t, size_t>>> consumed;  // per plan rank: reads a hint covered

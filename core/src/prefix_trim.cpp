@@ -204,9 +204,9 @@ void check_kernel_blocks_per_id(GroupKind kind, std::span<const uint64_t> ids, u
   }
   if (k == 1) return;
   const uint64_t max_id = (UINT64_MAX - (k - 1)) / k;
-  uint64_t top = 0;
-  for (uint64_t id : ids) top = std::max(top, id);  // one pass, usually all in range
-  if (top <= max_id) return;
+  uint64_t bits = 0;
+  for (uint64_t id : ids) bits |= id;  // at least every id; one vectorised pass, usually all in range
+  if (bits <= max_id) return;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] > max_id) {
       fail(Status::Overflow, std::string(side) + " block id " + s(ids[i]) + " at position " + s(i) +

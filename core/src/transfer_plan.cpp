@@ -504,23 +504,71 @@ class PlanBuilder {
   // Appends copies of rank p's reads [begin, end) with their regions replaced (a region laid out
   // like theirs), counting the pieces and bytes they counted. The first copy cannot merge into
   // the rank's last read: that one belongs to another region.
-  [[gnu::flatten]] void repeat(uint32_t p, size_t begin, size_t end, uint32_t region, uint32_t rregion, uint64_t pieces,
+  void repeat(uint32_t p, size_t begin, size_t end, uint32_t region, uint32_t rregion, uint64_t pieces,
               uint64_t bytes) {
     auto& v = plan_.ranks[p].reads;
     if (begin == end) return;
     if (v.back().local_region == region) [[unlikely]] {
       fail(Status::Internal, "region " + s(region) + " emitted twice in one group");
     }
-    // Grown once (the source reads stay where they are), without value-initialising the new
-    // reads before they are overwritten.
-    reserve_more(v, end - begin);
-    for (size_t i = begin; i < end; ++i) {
-      const PlanRead& in = v[i];
-      v.push_back({region, in.local_offset, rregion, in.remote_offset, in.length});
+    // Grown once, then written through pointers (a push_back per read reloads the vector's
+    // bounds after every store).
+    const size_t at = v.size(), n = end - begin;
+    reserve_more(v, n);
+    v.resize(at + n);
+    const PlanRead* in = v.data() + begin;
+    PlanRead* out = v.data() + at;
+    for (size_t i = 0; i < n; ++i) {
+      out[i].local_region = region;
+      out[i].local_offset = in[i].local_offset;
+      out[i].remote_region = rregion;
+      out[i].remote_offset = in[i].remote_offset;
+      out[i].length = in[i].length;
     }
     pieces_ += pieces;
     attention_bytes_ = add_checked(attention_bytes_, bytes, "plan bytes");
     plan_.ranks[p].bytes += bytes;  // a part of attention_bytes_
+  }
+
+  // add() for every span of a linear region (tokens back to back across blocks on both sides:
+  // one read per span at block x block_len + token x token bytes), with the same checks, counts
+  // and coalescing, into the rank's vector grown once and written through pointers.
+  void add_spans(uint32_t p, uint32_t region, uint32_t rregion, std::span<const SpanRun> spans, uint64_t lbl,
+                 uint64_t rbl, uint64_t lt, uint64_t rt) {
+    if (p >= plan_.ranks.size()) [[unlikely]] fail_rank(p);
+    RankReads& rr = plan_.ranks[p];
+    auto& v = rr.reads;
+    const size_t at = v.size();
+    reserve_more(v, spans.size());
+    v.resize(at + spans.size());
+    PlanRead* out = v.data() + at;
+    PlanRead* last = at > 0 ? out - 1 : nullptr;
+    uint64_t bytes = attention_bytes_, pieces = pieces_, rank_bytes = rr.bytes;
+    for (const SpanRun& run : spans) {
+      const uint64_t lbase = mul_checked(run.local_block, lbl, "local block offset");
+      const uint64_t rbase = mul_checked(run.remote_block, rbl, "remote block offset");
+      const uint64_t lo = add_checked(lbase, run.local_token_begin * lt, "local read offset");
+      const uint64_t ro = add_checked(rbase, run.remote_token_begin * rt, "remote read offset");
+      const uint64_t len = mul_checked(run.num_tokens, lt, "attention run length");
+      pieces += run.block_runs;
+      bytes = add_checked(bytes, len, "plan bytes");
+      rank_bytes += len;  // a part of bytes, which cannot have overflowed
+      if (last != nullptr && last->local_region == region && last->remote_region == rregion &&
+          last->local_offset + last->length == lo && last->remote_offset + last->length == ro) {
+        last->length += len;
+        continue;
+      }
+      out->local_region = region;
+      out->local_offset = lo;
+      out->remote_region = rregion;
+      out->remote_offset = ro;
+      out->length = len;
+      last = out++;
+    }
+    v.resize(static_cast<size_t>(out - v.data()));
+    attention_bytes_ = bytes;
+    pieces_ = pieces;
+    rr.bytes = rank_bytes;
   }
 
   // Appends template rank j's reads of every page of a Mamba group, page by page in the order
@@ -776,13 +824,7 @@ void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedG
       prev_rank = p;
       prev_begin = b.size(p);
       const uint64_t pieces0 = b.pieces(), bytes0 = b.attention_bytes();
-      for (const SpanRun& run : spans) {
-        const uint64_t lbase = mul_checked(run.local_block, a.local_block_len, "local block offset");
-        const uint64_t rbase = mul_checked(run.remote_block, a.remote_block_len, "remote block offset");
-        b.add(p, region, add_checked(lbase, run.local_token_begin * lt, "local read offset"), rregion,
-              add_checked(rbase, run.remote_token_begin * rt, "remote read offset"),
-              mul_checked(run.num_tokens, lt, "attention run length"), false, run.block_runs);
-      }
+      b.add_spans(p, region, rregion, spans, a.local_block_len, a.remote_block_len, lt, rt);
       prev_end = b.size(p);
       prev_pieces = b.pieces() - pieces0;
       prev_bytes = b.attention_bytes() - bytes0;
