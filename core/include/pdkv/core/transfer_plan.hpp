@@ -279,8 +279,9 @@ void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGrou
 // template (one state page's reads relative to the page bases, coalesced per P rank, with each
 // region's page stride). The template is verified when the verdict is built (its D reads tile
 // the D page exactly, its P reads stay inside the P page) and is used only then; per request
-// the planner multiplies block ids by strides and copies it, and the coverage check confirms
-// that the plan's reads equal the template at each page base and that each page is in bounds,
+// the planner multiplies block ids by strides and copies it, and the coverage check confirms,
+// for each Mamba group, that the plan's reads equal the template at every page base (which it
+// derives itself from the trimmed states and the strides) and that each page is in bounds,
 // which with the verified template is the same guarantee as checking every read. The plan is
 // identical, byte for byte and in order, to the one compiled without a verdict.
 struct PlanContextVerdict {
