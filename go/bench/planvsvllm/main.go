@@ -153,13 +153,17 @@ func main() {
 			must(err)
 			pg, err := pdkv.NewGeometry(model, cfg(4))
 			must(err)
-			d, err := pdkv.EngineMetadataFromModel(model, cfg(2), pdkv.EngineLayout{
-				EngineID: "decode", TpRank: 0, NumLogicalBlocks: dPool, NumRegions: regions, Base: 1 << 40})
+			// From the defaults (one pipeline stage, HND): a bare EngineLayout{} has PpSize 0.
+			layout := func(id string, rank uint32, pool uint64, base uint64) pdkv.EngineLayout {
+				l := pdkv.DefaultEngineLayout()
+				l.EngineID, l.TpRank, l.NumLogicalBlocks, l.NumRegions, l.Base = id, rank, pool, regions, base
+				return l
+			}
+			d, err := pdkv.EngineMetadataFromModel(model, cfg(2), layout("decode", 0, dPool, 1<<40))
 			must(err)
 			var ps []*pdkv.EngineMetadata
 			for r := uint32(0); r < 4; r++ {
-				p, err := pdkv.EngineMetadataFromModel(model, cfg(4), pdkv.EngineLayout{
-					EngineID: "prefill", TpRank: r, NumLogicalBlocks: pPool, NumRegions: regions, Base: uint64(2+r) << 44})
+				p, err := pdkv.EngineMetadataFromModel(model, cfg(4), layout("prefill", r, pPool, uint64(2+r)<<44))
 				must(err)
 				ps = append(ps, p)
 			}
