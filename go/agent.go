@@ -170,8 +170,9 @@ type AgentOptions struct {
 	// HeartbeatInterval is the ping period per peer (0: 500 ms); HeartbeatTimeout the silence
 	// after which a peer is lost (0: 5 s). Setting either sets both (the other at its default).
 	HeartbeatInterval, HeartbeatTimeout time.Duration
-	// MaxOutstanding is the most operations (plan reads) one transfer keeps in flight per
-	// peer (0: 64); see pdkv_agent_options_t.max_outstanding.
+	// MaxOutstanding is the most operations (plan reads) in flight per peer, across all
+	// transfers with that peer, which take turns (0: 64); see
+	// pdkv_agent_options_t.max_outstanding.
 	MaxOutstanding uint32
 	// CopyThreads is how many threads copy each shm batch, 1 to 16 (0: 2 where the machine
 	// has 4+ hardware threads, else 1); see pdkv_agent_options_t.copy_threads.

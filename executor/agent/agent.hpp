@@ -52,8 +52,8 @@ struct AgentOptions {
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds heartbeat_timeout{5000};
   // The most operations (plan pieces; a piece larger than a batch counts once per batch it
-  // spans) one transfer keeps in flight per peer: over tcp in a lane's unanswered batches, over
-  // shm in the batch being copied. >= 1.
+  // spans) in flight per peer, across every transfer with that peer (which share it
+  // round-robin): over tcp in its unanswered batches, over shm in the batches being copied. >= 1.
   uint32_t max_outstanding = 64;
   // Threads that copy one cma batch (shm peers): 0 picks 2 where the machine has at least 4
   // hardware threads, else 1; at most 16 are used. A batch of at least 1 MiB is cut into this
@@ -108,7 +108,7 @@ struct PeerRecord {
   std::atomic<int32_t> lost_status{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0}, transfers_done{0}, transfers_failed{0},
       operations_failed{0}, notifications_sent{0}, notifications_received{0}, heartbeat_rtt_us{0};
-  // The most operations one transfer had in flight on this peer at once (the agent's
+  // The most operations in flight on this peer at once, across its transfers (the agent's
   // max_outstanding bounds it); internal, for tests.
   std::atomic<uint64_t> max_ops_in_flight{0};
   // Shm peers: the peer's registered regions this side mapped at admission (they lie in the
@@ -146,7 +146,8 @@ class TransferHandle {
  public:
   TransferHandle(std::shared_ptr<TransferJob> job, std::weak_ptr<AgentCore> core);
   TransferStatus status() const;
-  // True when final within `timeout` (in caller-progress mode the wait drives progress).
+  // True when final within `timeout`. In caller-progress mode the wait drives progress itself,
+  // sleeping until the agent's work epoll says a progress call has work or the transfer is final.
   bool wait(std::chrono::milliseconds timeout) const;
   void cancel();
 
@@ -172,7 +173,10 @@ struct AgentInfo {
   ProgressMode progress = ProgressMode::Thread;
   size_t num_peers = 0, transfers_in_flight = 0;
   unsigned copy_threads = 1;     // threads copying each cma batch
-  uint64_t progress_rounds = 0;  // rounds of the progress thread so far (internal, for tests)
+  // Internal, for tests: rounds of the progress thread plus progress calls (pdkv_agent_progress,
+  // and those a caller-mode wait makes) so far, and rounds of the control thread so far.
+  uint64_t progress_rounds = 0;
+  uint64_t control_rounds = 0;
 };
 
 // The public face used by capi/: thin, every call forwards to the core. Destroying it shuts the

@@ -1,6 +1,7 @@
 // Agent lifecycle, memory registration, the progress loop and the notification queue.
 #include "agent/agent_core.hpp"
 
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -92,7 +93,13 @@ AgentCore::AgentCore(AgentOptions options) : opt_(std::move(options)) {
   epoll_add(control_epoll_, control_wake_, 2);
   epoll_add(progress_epoll_, progress_wake_, 2);
   epoll_add(user_epoll_, notify_fd_, 1);
-  if (opt_.progress == ProgressMode::Caller) epoll_add(user_epoll_, work_fd_, 3);
+  if (opt_.progress == ProgressMode::Caller) {
+    // The work a progress call has (work_fd_, the tcp data connections) sits in an epoll of its
+    // own, nested in the event fd's: a caller-mode wait sleeps on it alone.
+    work_epoll_ = make_epoll();
+    epoll_add(work_epoll_, work_fd_, 3);
+    epoll_add(user_epoll_, work_epoll_, 5);
+  }
 }
 
 AgentCore::~AgentCore() {
@@ -103,7 +110,12 @@ AgentCore::~AgentCore() {
   close_fd(progress_wake_);
   close_fd(notify_fd_);
   close_fd(user_epoll_);
+  close_fd(work_epoll_);
   close_fd(work_fd_);
+}
+
+TransferJob::~TransferJob() {
+  if (done_fd >= 0) ::close(done_fd);
 }
 
 void AgentCore::start() {
@@ -189,6 +201,7 @@ AgentInfo AgentCore::info() const {
   i.num_peers = peers_.size();
   for (const auto& j : active_) i.transfers_in_flight += j->finalized ? 0 : 1;
   i.progress_rounds = progress_rounds_.load(std::memory_order_relaxed);
+  i.control_rounds = control_rounds_.load(std::memory_order_relaxed);
   return i;
 }
 
@@ -289,6 +302,7 @@ unsigned AgentCore::progress_locked(std::unique_lock<std::mutex>& g) {
 }
 
 unsigned AgentCore::progress() {
+  progress_rounds_.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock<std::mutex> g(mu_);
   if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
   unsigned n = progress_locked(g);
@@ -307,16 +321,22 @@ void AgentCore::signal_work() {
 }
 
 // After a progress call: readable exactly while the next call has work no socket announces (a cma
-// batch to copy, or a tcp window with room for a batch, e.g. after answers emptied it).
+// batch to copy, or a tcp window with room for a batch, e.g. after answers emptied it). A lane
+// whose batch another progress call is copying, or whose peer has no room or is claimed by another
+// call, is that call's to announce: it settles this fd again when it ends.
 void AgentCore::settle_work_fd_locked() {
   if (opt_.progress != ProgressMode::Caller) return;
   bool pending = false;
   for (const auto& job : active_) {
     if (job->finalized || job->stopping()) continue;
     for (const auto& lane : job->lanes) {
-      if (lane.cma && lane.cma_next < lane.cma_ops.size()) pending = true;
+      const PeerConn& peer = *lane.peer;
+      if (lane.cma && lane.cma_next < lane.cma_ops.size() && !lane.cma_busy &&
+          peer.cma_segments < opt_.max_outstanding) {
+        pending = true;
+      }
       if (lane.tcp && lane.tcp_next < lane.tcp_ops.size() && lane.tcp_outstanding < kTcpWindow &&
-          lane.tcp_pieces < opt_.max_outstanding && lane.peer->tcp && !lane.peer->lost) {
+          peer.tcp_pieces < opt_.max_outstanding && peer.tcp && !peer.tcp->io && !peer.lost) {
         pending = true;
       }
     }
@@ -344,7 +364,7 @@ void AgentCore::progress_thread_main() {
 
 // One round of the progress thread; false once the agent is stopped.
 bool AgentCore::progress_round() {
-  progress_rounds_.fetch_add(1, std::memory_order_relaxed);
+  progress_rounds_.fetch_add(1, std::memory_order_relaxed);  // not through progress(): counted once
   unsigned n = 0;
   Clock::time_point next_deadline = Clock::now() + std::chrono::milliseconds(100);
   {
@@ -417,9 +437,13 @@ void AgentCore::lease(const std::string& request_id, uint32_t expected,
   if (ttl.count() <= 0) core::fail(Status::InvalidArgument, "ttl_ms must be > 0, got 0");
   std::lock_guard<std::mutex> g(mu_);
   if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
-  auto done = leases_.lease(request_id, expected, deadline_after(Clock::now(), ttl));
-  if (done) push_note_locked(std::move(*done));
-  signal_fd(control_wake_);  // the control loop recomputes its next lease deadline
+  const auto deadline = deadline_after(Clock::now(), ttl);
+  auto done = leases_.lease(request_id, expected, deadline);
+  if (done) {
+    push_note_locked(std::move(*done));
+  } else {
+    wake_control_at_locked(deadline);  // earlier than the control thread's sleep: it wakes now
+  }
 }
 
 // ---- the public face ----
@@ -485,26 +509,60 @@ TransferStatus TransferHandle::status() const {
 
 bool TransferHandle::wait(std::chrono::milliseconds timeout) const {
   const auto until = deadline_after(Clock::now(), timeout);
+  auto final_now = [&] { return job_->visible.state != TransferState::InFlight; };
+  std::shared_ptr<AgentCore> core = core_.lock();
+  const int work = core && core->caller_progress() ? core->work_epoll() : -1;
+  int done = -1;
+  if (work >= 0) {
+    std::lock_guard<std::mutex> g(job_->m);
+    if (final_now()) return true;
+    if (job_->done_fd < 0) job_->done_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // -1: polled below
+    done = job_->done_fd;
+  }
+  if (work < 0) {
+    // Thread mode (or the agent is gone, when every transfer is final): sleep until the state
+    // changes, in slices (a wait_until at the clock's last instant is not portable).
+    core.reset();
+    std::unique_lock<std::mutex> g(job_->m);
+    for (;;) {
+      if (final_now()) return true;
+      const auto now = Clock::now();
+      if (now >= until) return false;
+      const auto slice = std::chrono::milliseconds(200);
+      job_->cv.wait_until(g, until - now < slice ? until : now + slice, final_now);
+    }
+  }
+  // Caller mode: sleep until a progress call has work (the work epoll: a new transfer's batches, a
+  // window with room, data or answers on a tcp data connection) or the transfer is final (done,
+  // raised by whichever thread finalizes it: a progress call, a cancel, the control thread's
+  // deadlines), and drive progress only in the first case. The core stays alive meanwhile (so do
+  // its descriptors); freeing the agent finalizes every transfer, which wakes this wait.
+  // A wait of 0 still makes the progress call that has work waiting.
   for (;;) {
-    auto core = core_.lock();
-    const bool drive = core && core->caller_progress();
-    if (drive) {
+    const auto now = Clock::now();
+    auto left = until > now ? std::chrono::duration_cast<std::chrono::nanoseconds>(until - now)
+                            : std::chrono::nanoseconds(0);
+    timespec ts{};
+    const timespec* tsp = nullptr;  // until the clock's last instant: no timeout
+    if (until != Clock::time_point::max() || done < 0) {
+      // Without an eventfd for the final state (descriptors ran out), look at it every 10 ms.
+      if (done < 0) left = std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(10));
+      ts.tv_sec = static_cast<time_t>(left.count() / 1000000000);
+      ts.tv_nsec = static_cast<long>(left.count() % 1000000000);
+      tsp = &ts;
+    }
+    pollfd fds[2] = {{work, POLLIN, 0}, {done, POLLIN, 0}};
+    const int r = ::ppoll(fds, done >= 0 ? 2 : 1, tsp, nullptr);
+    if (r > 0 && fds[0].revents != 0) {
       try {
         core->progress();
       } catch (const core::Error&) {
-        // Shut down meanwhile: the job's state is final or about to be; fall through.
+        // Shut down meanwhile: the job's state is final or about to be (its done fd says when).
       }
     }
-    core.reset();
-    std::unique_lock<std::mutex> g(job_->m);
-    if (job_->visible.state != TransferState::InFlight) return true;
-    const auto now = Clock::now();
-    if (now >= until) return false;
-    // In caller mode wake up often to drive progress; otherwise sleep until the state changes.
-    const auto slice = drive ? std::chrono::milliseconds(1) : std::chrono::milliseconds(200);
-    const auto wake = until - now < slice ? until : now + slice;
-    job_->cv.wait_until(g, wake, [&] { return job_->visible.state != TransferState::InFlight; });
-    if (job_->visible.state != TransferState::InFlight) return true;
+    std::lock_guard<std::mutex> g(job_->m);
+    if (final_now()) return true;
+    if (Clock::now() >= until) return false;
   }
 }
 

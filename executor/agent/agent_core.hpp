@@ -70,9 +70,11 @@ inline constexpr size_t kTcpMaxQueuedFrames = 16;
 inline constexpr uint64_t kTcpRoundBytes = 16u << 20;
 
 // AgentOptions::max_outstanding bounds the operations (plan pieces, or the part of a piece a
-// batch carries) one transfer has in flight per peer: over tcp the pieces of a lane's unanswered
-// batches, each batch taking at most a quarter of them (so the window refills while the first
-// answers arrive); over shm the pieces of the one batch being copied per lane.
+// batch carries) in flight per peer, across every transfer with that peer: over tcp the pieces of
+// its unanswered batches, each batch taking at most a quarter of them (so the window refills while
+// the first answers arrive); over shm the pieces of the batches being copied (one per transfer at
+// a time). Transfers on one peer share that room round-robin (PeerConn::rr_last), so a large
+// transfer does not hold back one posted after it.
 inline uint64_t tcp_pieces_per_batch(uint32_t max_outstanding) {
   const uint64_t quarter = (static_cast<uint64_t>(max_outstanding) + kTcpWindow - 1) / kTcpWindow;
   return std::clamp<uint64_t>(quarter, 1, tcpdp::kMaxPieces);
@@ -80,7 +82,7 @@ inline uint64_t tcp_pieces_per_batch(uint32_t max_outstanding) {
 inline size_t cma_segments_per_batch(uint32_t max_outstanding) {
   return std::clamp<size_t>(max_outstanding, 1, kCmaBatchSegments);
 }
-// Records a lane's operations in flight in the peer's high-water mark (PeerRecord).
+// Records the peer's operations in flight in its high-water mark (PeerRecord).
 inline void note_ops_in_flight(PeerRecord& peer, uint64_t n) {
   uint64_t seen = peer.max_ops_in_flight.load(std::memory_order_relaxed);
   while (n > seen && !peer.max_ops_in_flight.compare_exchange_weak(seen, n, std::memory_order_relaxed)) {
@@ -170,6 +172,17 @@ struct PeerConn {
   Clock::time_point next_ping{};
   uint64_t ping_seq = 0;
   uint64_t inflight = 0;  // tcp batches holding a transfer / cma batches being copied
+  // Operations in flight with this peer across its transfers, at most the agent's
+  // max_outstanding: pieces of unanswered tcp batches, pieces of cma batches being copied.
+  uint64_t tcp_pieces = 0;
+  uint64_t cma_segments = 0;
+  // Round-robin between the transfers on this peer: the sequence number (TransferJob::seq) of the
+  // transfer that last started a batch here, and its value when the current round began; transfers
+  // posted after it go first.
+  uint64_t rr_last = 0;
+  uint64_t rr_mark = 0;
+  // The epoll events watched on the control channel: EPOLLOUT while frames wait to be sent.
+  uint32_t watched = EPOLLIN;
   bool lost = false;
 };
 
@@ -204,21 +217,26 @@ class TransferJob {
     size_t cma_next = 0;
     bool cma_busy = false;
     // tcp data connection lanes: the operations (in order), the next one to start, and how many
-    // batches are started and unanswered (at most kTcpWindow, holding at most max_outstanding
-    // pieces).
+    // batches are started and unanswered (at most kTcpWindow; their pieces count in the peer's
+    // tcp_pieces, at most max_outstanding across the peer's transfers).
     bool tcp = false;
     std::vector<uint32_t> tcp_ops;
     size_t tcp_next = 0;
     uint32_t tcp_outstanding = 0;
-    uint64_t tcp_pieces = 0;  // pieces in those batches (at most the agent's max_outstanding)
     // A batch of this lane was answered, refused or dropped: it leaves the window.
     void tcp_retire(const TcpBatch& b) {
       tcp_outstanding--;
-      tcp_pieces -= b.pieces.size();
+      peer->tcp_pieces -= b.pieces.size();
     }
   };
 
+  TransferJob() = default;
+  TransferJob(const TransferJob&) = delete;
+  TransferJob& operator=(const TransferJob&) = delete;
+  ~TransferJob();
+
   AgentCore* core = nullptr;
+  uint64_t seq = 0;             // posting order on this agent (round-robin between transfers)
   TransferOp op = TransferOp::Read;
   std::string request_id;
   bool notify = true;
@@ -246,6 +264,9 @@ class TransferJob {
   mutable std::mutex m;
   std::condition_variable cv;
   TransferStatus visible;
+  // Guarded by m: an eventfd made readable when the state becomes final, created by the first
+  // caller-progress wait (TransferHandle::wait sleeps in ppoll on it and the agent's work epoll).
+  int done_fd = -1;
 
   bool stopping() const { return fail_status != core::Status::Ok; }
 };
@@ -263,6 +284,9 @@ class AgentCore {
   AgentInfo info() const;
   unsigned progress();
   int event_fd() const { return user_epoll_; }
+  // Caller mode: readable exactly while a progress call has work (the event fd without the
+  // notifications); -1 in thread mode.
+  int work_epoll() const { return work_epoll_; }
   bool caller_progress() const { return opt_.progress == ProgressMode::Caller; }
 
   std::shared_ptr<Registration> register_memory(uint32_t region, uint64_t address, uint64_t length,
@@ -295,6 +319,11 @@ class AgentCore {
   // announces: cma batches waiting to be copied, tcp batches of a new transfer waiting to start.
   void signal_work();
   void settle_work_fd_locked();
+  // The control thread sleeps until the earliest of its timers (next_timer_locked); a timer
+  // earlier than that sleep wakes it (control_wake_).
+  Clock::time_point next_timer_locked(Clock::time_point now) const;
+  void wake_control_at_locked(Clock::time_point t);
+  void watch_channel_locked(PeerConn& peer);
   void release_registrations_locked(TransferJob& job);
 
   // --- agent_peers.cpp
@@ -352,7 +381,10 @@ class AgentCore {
   // receives on them (at most kTcpRoundBytes per peer and direction), each system call with `g`
   // released. Returns the frames received completely.
   unsigned tcp_progress(std::unique_lock<std::mutex>& g);
-  void tcp_start_batches_locked(const std::shared_ptr<TransferJob>& job);
+  // Starts batches on every tcp peer, round-robin between the transfers waiting for each peer.
+  void tcp_start_batches_locked();
+  // Starts lane `l`'s next batch if its window and its peer's room allow (false otherwise).
+  bool tcp_start_batch_locked(const std::shared_ptr<TransferJob>& job, uint32_t l);
   // Returns "" or why the connection failed (then *status says how).
   std::string tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer);
   std::string tcp_recv(std::unique_lock<std::mutex>& g, PeerConn& peer, core::Status* status, unsigned* frames);
@@ -396,7 +428,11 @@ class AgentCore {
   mutable std::mutex mu_;
   bool stopped_ = false;  // guarded by mu_
   std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> progress_rounds_{0};  // progress_round() calls (AgentInfo)
+  std::atomic<uint64_t> progress_rounds_{0};  // progress rounds and calls (AgentInfo)
+  std::atomic<uint64_t> control_rounds_{0};   // control_round() calls (AgentInfo)
+  uint64_t next_job_seq_ = 0;                 // guarded by mu_: TransferJob::seq
+  // Guarded by mu_: when the control thread wakes next (its earliest timer when it went to sleep).
+  Clock::time_point control_wake_at_ = Clock::time_point::min();
 
   std::unique_ptr<cma::Probe> cma_probe_;  // this process's identity for same-host peers
   std::unique_ptr<cma::Copier> cma_copier_;  // copies batches (several threads where cores allow)
@@ -437,6 +473,9 @@ class AgentCore {
   int progress_wake_ = -1;  // eventfd: wakes the progress thread
   int notify_fd_ = -1;      // eventfd: readable while notifications are pending
   int user_epoll_ = -1;     // what pdkv_agent_event_fd returns
+  // Caller mode: work_fd_ and the tcp data connections, nested in user_epoll_ (so a caller-mode
+  // wait sleeps on the work without waking for notifications nobody polled).
+  int work_epoll_ = -1;
   int work_fd_ = -1;        // eventfd: readable while progress has work no socket announces (caller mode)
   bool work_fd_signaled_ = false;  // guarded by mu_: work_fd_ may be readable (drain it once idle)
   // The control thread stops watching the listener for a while after accept() failed (no

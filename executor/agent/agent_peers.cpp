@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -403,6 +404,7 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
   const auto now = Clock::now();
   conn->last_heard = now;
   conn->next_ping = now + opt_.heartbeat_interval;
+  wake_control_at_locked(conn->next_ping);  // its first heartbeat may come before the control thread's sleep ends
   const auto key = key_of(*rec);
   if (auto it = peers_.find(key); it != peers_.end()) {
     // The same engine, stage and rank again: a restarted peer. The old connection is gone.
@@ -415,6 +417,7 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = conn->id;
+  conn->watched = EPOLLIN;
   ::epoll_ctl(control_epoll_, EPOLL_CTL_ADD, conn->channel->fd(), &ev);
   Notification n;
   n.kind = NotificationKind::PeerConnected;
@@ -595,7 +598,12 @@ void AgentCore::control_thread_main() {
   }
 }
 
+// One round of the control thread: sleep in epoll until a control channel is readable (or writable
+// with frames queued), a connection arrives, control_wake_ is raised, or the earliest timer is due
+// (next_timer_locked); then handle what woke it and run the timers. No periodic tick: an idle
+// agent wakes for its heartbeats (sending its pings, the peers' pongs and pings) and its timers.
 void AgentCore::control_round() {
+  control_rounds_.fetch_add(1, std::memory_order_relaxed);
   epoll_event evs[64];
   if (accept_paused_until_ && Clock::now() >= *accept_paused_until_) {
     accept_paused_until_.reset();
@@ -604,11 +612,18 @@ void AgentCore::control_round() {
     ev.data.u64 = 1;
     ::epoll_ctl(control_epoll_, EPOLL_CTL_ADD, listener_->fd(), &ev);
   }
-  int timeout_ms = 50;
+  int timeout_ms = -1;
   {
     std::lock_guard<std::mutex> g(mu_);
-    for (auto& [key, p] : peers_) {
-      if (p->channel && p->channel->wants_write()) timeout_ms = 5;
+    const auto now = Clock::now();
+    const auto next = next_timer_locked(now);
+    // A thread that creates an earlier timer from here on raises control_wake_
+    // (wake_control_at_locked), so this sleep never outlasts it.
+    control_wake_at_ = next;
+    if (next != Clock::time_point::max()) {
+      // Rounded up: waking before the timer is due would only spin until it is.
+      const auto ms = next <= now ? 0 : std::chrono::ceil<std::chrono::milliseconds>(next - now).count();
+      timeout_ms = static_cast<int>(std::min<int64_t>(ms, INT_MAX));
     }
   }
   const int k = ::epoll_wait(control_epoll_, evs, 64, timeout_ms);
@@ -625,12 +640,59 @@ void AgentCore::control_round() {
       auto it = by_id_.find(key);
       if (it == by_id_.end()) continue;
       const std::shared_ptr<PeerConn> peer = it->second;  // a loss erases the map's copy
-      handle_frames_locked(peer);
+      if ((evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0) {
+        handle_frames_locked(peer);
+      } else {
+        flush_channel_locked(peer);  // writable again: send what waits
+      }
     }
   }
   std::lock_guard<std::mutex> g(mu_);
   if (stopped_) return;
   timers_locked(Clock::now());
+}
+
+// Every timer timers_locked() runs: each peer's next ping and its heartbeat timeout, the earliest
+// lease expiry, each transfer's deadline and the grace of one whose peer was lost under a cma
+// batch; a stopped transfer with nothing in flight is finalized at once. Plus the end of an
+// accept() pause (control thread only). Clock::time_point::max() when there is none.
+Clock::time_point AgentCore::next_timer_locked(Clock::time_point now) const {
+  Clock::time_point next = Clock::time_point::max();
+  for (const auto& [key, p] : peers_) {
+    next = std::min(next, p->next_ping);
+    // Lost once silent for longer than the timeout: check just after it.
+    next = std::min(next, p->last_heard + opt_.heartbeat_timeout + std::chrono::milliseconds(1));
+  }
+  if (const auto lease = leases_.next_deadline()) next = std::min(next, *lease);
+  for (const auto& j : active_) {
+    if (j->finalized) continue;
+    next = std::min(next, j->deadline);
+    if (j->stopping()) {
+      if (j->inflight == 0) next = now;  // final as soon as timers_locked looks at it
+      if (j->fail_status == Status::PeerLost && j->inflight != 0) next = std::min(next, j->stopped_at + kCancelGrace);
+    }
+  }
+  if (accept_paused_until_) next = std::min(next, *accept_paused_until_);
+  return next;
+}
+
+void AgentCore::wake_control_at_locked(Clock::time_point t) {
+  if (t >= control_wake_at_) return;  // the control thread is awake by then anyway
+  control_wake_at_ = t;
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t r = ::write(control_wake_, &one, sizeof one);
+}
+
+// The control channel's epoll events follow its send queue: EPOLLOUT only while frames wait.
+void AgentCore::watch_channel_locked(PeerConn& peer) {
+  if (peer.lost || !peer.channel || peer.channel->fd() < 0) return;
+  const uint32_t want = EPOLLIN | (peer.channel->wants_write() ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+  if (want == peer.watched) return;
+  peer.watched = want;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = peer.id;
+  ::epoll_ctl(control_epoll_, EPOLL_CTL_MOD, peer.channel->fd(), &ev);
 }
 
 void AgentCore::handle_frames_locked(const std::shared_ptr<PeerConn>& peer) {
@@ -732,7 +794,9 @@ void AgentCore::flush_channel_locked(const std::shared_ptr<PeerConn>& peer) {
     }
   } catch (const core::Error& e) {
     lose_peer_locked(peer, Status::PeerLost, e.what(), false);
+    return;
   }
+  watch_channel_locked(*peer);
 }
 
 void AgentCore::timers_locked(Clock::time_point now) {
@@ -823,6 +887,9 @@ void AgentCore::lose_peer_locked(std::shared_ptr<PeerConn> peer, Status status,
   n.pp_rank = rec.pp_rank;
   push_note_locked(std::move(n));
   dead_peers_.push_back(peer);
+  // The transfers failed above are finalized by the control thread's next round (once nothing of
+  // them is in flight): wake it now rather than at its next timer.
+  wake_control_at_locked(Clock::now());
 }
 
 void AgentCore::reap_dead_peers_locked() {

@@ -162,10 +162,7 @@ void AgentCore::tcp_attach_locked(PeerConn& peer) {
   ev.events = EPOLLIN;
   ev.data.u64 = 4;
   ::epoll_ctl(progress_epoll_, EPOLL_CTL_ADD, peer.tcp->fd, &ev);
-  if (opt_.progress == ProgressMode::Caller) {
-    ev.data.u64 = 4;
-    ::epoll_ctl(user_epoll_, EPOLL_CTL_ADD, peer.tcp->fd, &ev);
-  }
+  if (opt_.progress == ProgressMode::Caller) ::epoll_ctl(work_epoll_, EPOLL_CTL_ADD, peer.tcp->fd, &ev);
 }
 
 std::string AgentCore::tcp_check_local(const tcpdp::Piece& piece, iovec* out,
@@ -184,67 +181,86 @@ std::string AgentCore::tcp_check_local(const tcpdp::Piece& piece, iovec* out,
   return "";
 }
 
-void AgentCore::tcp_start_batches_locked(const std::shared_ptr<TransferJob>& job_ptr) {
-  TransferJob& job = *job_ptr;
-  if (job.finalized || job.stopping()) return;
-  const bool write = job.op == TransferOp::Write;
-  for (uint32_t l = 0; l < job.lanes.size(); ++l) {
-    TransferJob::Lane& lane = job.lanes[l];
-    if (!lane.tcp) continue;
-    PeerConn& peer = *lane.peer;
-    if (peer.tcp && peer.tcp->io) continue;  // another progress call is using it: its next round
-    // The window: at most kTcpWindow batches and at most max_outstanding pieces unanswered per
-    // lane; a batch takes a quarter of max_outstanding pieces (at least one), so the window
-    // refills in steps while the first answers arrive.
-    const uint64_t max_pieces = tcp_pieces_per_batch(opt_.max_outstanding);
-    while (lane.tcp_outstanding < kTcpWindow && lane.tcp_pieces < opt_.max_outstanding &&
-           lane.tcp_next < lane.tcp_ops.size()) {
-      if (peer.lost || !peer.tcp) {
-        fail_job_locked(job, Status::PeerLost, peer_label(peer) + " was lost");
-        return;
+// Every tcp lane of every transfer gets batches in turns: each pass gives each lane at most one,
+// until no lane can start one (window full, peer's room taken, nothing left). On each peer the
+// transfers posted after the one that last started a batch there go first, so when the peer's
+// room frees one batch at a time it goes round the transfers instead of to the oldest.
+void AgentCore::tcp_start_batches_locked() {
+  for (auto& [key, p] : peers_) p->rr_mark = p->rr_last;
+  for (bool started = true; started;) {
+    started = false;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t i = 0; i < active_.size(); ++i) {
+        const std::shared_ptr<TransferJob> job = active_[i];
+        for (uint32_t l = 0; l < job->lanes.size(); ++l) {
+          if (job->finalized || job->stopping()) break;
+          const TransferJob::Lane& lane = job->lanes[l];
+          if (!lane.tcp || (job->seq > lane.peer->rr_mark) != (pass == 0)) continue;
+          started |= tcp_start_batch_locked(job, l);
+        }
       }
-      TcpBatch b;
-      b.job = job_ptr;
-      b.lane = l;
-      b.write = write;
-      uint64_t bytes = 0;
-      const uint64_t room = std::min<uint64_t>(max_pieces, opt_.max_outstanding - lane.tcp_pieces);
-      for (size_t k = lane.tcp_next; k < lane.tcp_ops.size() && b.pieces.size() < room &&
-                                     bytes < tcpdp::kMaxBatchBytes; ++k) {
-        TransferJob::Op& op = job.ops[lane.tcp_ops[k]];
-        const uint64_t take = std::min(op.length - op.tcp_started, tcpdp::kMaxBatchBytes - bytes);
-        const RegisteredRange& rr = peer.remote_ranges[op.remote_region];
-        b.pieces.push_back({op.remote_region, op.remote - rr.base + op.tcp_started, take});
-        b.local.push_back({static_cast<uint8_t*>(op.local) + op.tcp_started, static_cast<size_t>(take)});
-        b.ops.push_back(lane.tcp_ops[k]);
-        op.tcp_started += take;
-        op.state = TransferJob::Op::State::InFlight;
-        bytes += take;
-        if (op.tcp_started == op.length) lane.tcp_next = k + 1;
-        else break;  // the rest of this piece goes in the next batch
-      }
-      const uint64_t id = peer.tcp->next_batch++;
-      TcpOut o;
-      tcpdp::Header h;
-      h.type = write ? tcpdp::FrameType::Write : tcpdp::FrameType::ReadRequest;
-      h.batch = id;
-      o.head = tcpdp::encode(h, b.pieces);
-      o.total = o.head.size();
-      if (write) {
-        o.body = b.local;
-        o.total += bytes;
-        o.write_batch = id;
-        b.holds = true;
-        job.inflight++;
-        peer.inflight++;
-      }
-      lane.tcp_outstanding++;
-      lane.tcp_pieces += b.pieces.size();
-      note_ops_in_flight(*peer.record, lane.tcp_pieces);
-      peer.tcp->out.push_back(std::move(o));
-      peer.tcp->batches.emplace(id, std::move(b));
     }
   }
+}
+
+bool AgentCore::tcp_start_batch_locked(const std::shared_ptr<TransferJob>& job_ptr, uint32_t l) {
+  TransferJob& job = *job_ptr;
+  TransferJob::Lane& lane = job.lanes[l];
+  if (lane.tcp_next >= lane.tcp_ops.size() || lane.tcp_outstanding >= kTcpWindow) return false;
+  PeerConn& peer = *lane.peer;
+  if (peer.lost || !peer.tcp) {
+    fail_job_locked(job, Status::PeerLost, peer_label(peer) + " was lost");
+    return false;
+  }
+  if (peer.tcp->io) return false;  // another progress call is using it: its next round
+  // The window: at most kTcpWindow batches per lane and max_outstanding pieces per peer (across
+  // its transfers) unanswered; a batch takes a quarter of max_outstanding pieces (at least one),
+  // so the window refills in steps while the first answers arrive.
+  if (peer.tcp_pieces >= opt_.max_outstanding) return false;
+  const bool write = job.op == TransferOp::Write;
+  const uint64_t room = std::min<uint64_t>(tcp_pieces_per_batch(opt_.max_outstanding),
+                                           opt_.max_outstanding - peer.tcp_pieces);
+  TcpBatch b;
+  b.job = job_ptr;
+  b.lane = l;
+  b.write = write;
+  uint64_t bytes = 0;
+  for (size_t k = lane.tcp_next; k < lane.tcp_ops.size() && b.pieces.size() < room && bytes < tcpdp::kMaxBatchBytes;
+       ++k) {
+    TransferJob::Op& op = job.ops[lane.tcp_ops[k]];
+    const uint64_t take = std::min(op.length - op.tcp_started, tcpdp::kMaxBatchBytes - bytes);
+    const RegisteredRange& rr = peer.remote_ranges[op.remote_region];
+    b.pieces.push_back({op.remote_region, op.remote - rr.base + op.tcp_started, take});
+    b.local.push_back({static_cast<uint8_t*>(op.local) + op.tcp_started, static_cast<size_t>(take)});
+    b.ops.push_back(lane.tcp_ops[k]);
+    op.tcp_started += take;
+    op.state = TransferJob::Op::State::InFlight;
+    bytes += take;
+    if (op.tcp_started == op.length) lane.tcp_next = k + 1;
+    else break;  // the rest of this piece goes in the next batch
+  }
+  const uint64_t id = peer.tcp->next_batch++;
+  TcpOut o;
+  tcpdp::Header h;
+  h.type = write ? tcpdp::FrameType::Write : tcpdp::FrameType::ReadRequest;
+  h.batch = id;
+  o.head = tcpdp::encode(h, b.pieces);
+  o.total = o.head.size();
+  if (write) {
+    o.body = b.local;
+    o.total += bytes;
+    o.write_batch = id;
+    b.holds = true;
+    job.inflight++;
+    peer.inflight++;
+  }
+  lane.tcp_outstanding++;
+  peer.tcp_pieces += b.pieces.size();
+  peer.rr_last = job.seq;
+  note_ops_in_flight(*peer.record, peer.tcp_pieces);
+  peer.tcp->out.push_back(std::move(o));
+  peer.tcp->batches.emplace(id, std::move(b));
+  return true;
 }
 
 std::string AgentCore::tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer) {
@@ -584,7 +600,7 @@ void AgentCore::tcp_drop_locked(PeerConn& peer, Status status, const std::string
   }
   if (d.fd >= 0) {
     ::epoll_ctl(progress_epoll_, EPOLL_CTL_DEL, d.fd, nullptr);
-    if (opt_.progress == ProgressMode::Caller) ::epoll_ctl(user_epoll_, EPOLL_CTL_DEL, d.fd, nullptr);
+    if (opt_.progress == ProgressMode::Caller) ::epoll_ctl(work_epoll_, EPOLL_CTL_DEL, d.fd, nullptr);
     ::shutdown(d.fd, SHUT_RDWR);
   }
   auto unbusy = [&](std::vector<std::shared_ptr<Registration>>& regs) {
@@ -622,9 +638,7 @@ void AgentCore::tcp_drop_locked(PeerConn& peer, Status status, const std::string
 
 unsigned AgentCore::tcp_progress(std::unique_lock<std::mutex>& g) {
   unsigned frames = 0;
-  for (auto& job : active_) {
-    if (!job->finalized && !job->stopping()) tcp_start_batches_locked(job);
-  }
+  tcp_start_batches_locked();
   if (stopping_.load()) return 0;
   // Claim every data connection no other progress call is using: their system calls then run
   // without the lock (other calls on the agent are not held up by kernel copies), and shutdown
@@ -676,7 +690,7 @@ unsigned AgentCore::tcp_progress(std::unique_lock<std::mutex>& g) {
       ev.events = want;
       ev.data.u64 = 4;
       ::epoll_ctl(progress_epoll_, EPOLL_CTL_MOD, d.fd, &ev);
-      if (opt_.progress == ProgressMode::Caller) ::epoll_ctl(user_epoll_, EPOLL_CTL_MOD, d.fd, &ev);
+      if (opt_.progress == ProgressMode::Caller) ::epoll_ctl(work_epoll_, EPOLL_CTL_MOD, d.fd, &ev);
     }
   }
   claim.done = true;

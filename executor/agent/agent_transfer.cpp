@@ -7,6 +7,8 @@
 // that peer's data connection (which returns every batch at once), so no operation outlives its
 // transfer's deadline touching memory the caller believes idle (a cma batch always returns
 // within its bound).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -43,6 +45,7 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
   if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
   auto job = std::make_shared<TransferJob>();
   job->core = this;
+  job->seq = ++next_job_seq_;
   job->op = params.op;
   job->request_id = params.request_id;
   job->notify = params.notify;
@@ -263,6 +266,7 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
     job->visible.ops_total = total;
   }
   active_.push_back(job);
+  wake_control_at_locked(job->deadline);  // the control thread enforces it even if nobody progresses
   // Lanes with nothing to move (a full prefix hit, a P rank without reads) are complete now.
   for (auto& lane : job->lanes) {
     if (lane.remaining == 0) lane_data_complete_locked(*job, lane);
@@ -332,6 +336,9 @@ void AgentCore::fail_job_locked(TransferJob& job, Status status, const std::stri
   job.fail_status = status;
   job.fail_message = message;
   job.stopped_at = Clock::now();
+  // A peer lost under a cma batch being copied: the transfer is reported failed after the grace at
+  // the latest (check_deadlines_locked), a timer of the control thread.
+  if (status == Status::PeerLost && job.inflight != 0) wake_control_at_locked(job.stopped_at + kCancelGrace);
 }
 
 void AgentCore::cancel(const std::shared_ptr<TransferJob>& job) {
@@ -403,6 +410,10 @@ void AgentCore::finalize_locked(TransferJob& job) {
                                                    " reads incomplete)";
     job.visible.failed = std::move(failed);
     job.visible.finished = Clock::now();
+    if (job.done_fd >= 0) {
+      const uint64_t one = 1;
+      [[maybe_unused]] const ssize_t r = ::write(job.done_fd, &one, sizeof one);  // wakes caller-mode waits
+    }
   }
   job.cv.notify_all();
 }
@@ -475,75 +486,88 @@ std::string hex(uint64_t v) {
 unsigned AgentCore::run_cma_batches(std::unique_lock<std::mutex>& g) {
   if (stopped_ || stopping_.load()) return 0;
   std::vector<CmaBatch> batches;
-  // Claim: one batch per lane of every transfer (fair across transfers and peers). Nothing is
-  // marked until every batch is built, so an allocation failure leaves no state behind.
-  for (const auto& job_ptr : active_) {
-    TransferJob& job = *job_ptr;
-    if (job.finalized || job.stopping()) continue;
-    for (uint32_t l = 0; l < job.lanes.size() && !job.stopping(); ++l) {
-      TransferJob::Lane& lane = job.lanes[l];
-      if (!lane.cma || lane.cma_busy || lane.cma_next >= lane.cma_ops.size()) continue;
-      PeerConn& peer = *lane.peer;
-      const auto& rec = *peer.record;
-      if (peer.lost || !peer.cma) {
-        fail_job_locked(job, Status::PeerLost, "peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) +
-                                                   " was lost");
-        continue;
-      }
-      if (peer.cma->exited()) {
-        op_failed_locked(job.ops[lane.cma_ops[lane.cma_next]], Status::PeerLost,
-                         "peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) + " (pid " +
-                             std::to_string(peer.cma->pid()) + ") exited");
-        continue;
-      }
-      CmaBatch b;
-      b.job = job_ptr;
-      b.lane = l;
-      b.peer = lane.peer;
-      b.direction = job.op == TransferOp::Read ? cma::Direction::Read : cma::Direction::Write;
-      uint64_t bytes = 0;
-      const size_t max_segments = cma_segments_per_batch(opt_.max_outstanding);
-      for (size_t k = lane.cma_next;
-           k < lane.cma_ops.size() && b.segments.size() < max_segments && bytes < cma_batch_bytes_; ++k) {
-        const TransferJob::Op& op = job.ops[lane.cma_ops[k]];
-        // The peer's range in a mapping here: exactly its registered range of the region, which
-        // the posting checks already held this read to (checked again, so a mapping is never
-        // left). One batch copies either through mappings or with cross-memory attach.
-        const cma::PeerMapping* map = nullptr;
-        if (op.remote_region < peer.maps.size() && peer.maps[op.remote_region] &&
-            op.remote_region < peer.remote_ranges.size()) {
-          const RegisteredRange& range = peer.remote_ranges[op.remote_region];
-          const cma::PeerMapping* m = peer.maps[op.remote_region].get();
-          if (op.remote >= range.base && op.remote - range.base <= m->length() &&
-              op.length <= m->length() - (op.remote - range.base)) {
-            map = m;
+  // Claim: one batch per lane of every transfer, within each peer's room (max_outstanding pieces
+  // in flight across its transfers). The transfers of a peer take the room in turns: those posted
+  // after the one that last claimed a batch on it go first (the first pass), then the others.
+  // Nothing is marked until every batch is built, so an allocation failure leaves no state behind.
+  for (auto& [key, p] : peers_) p->rr_mark = p->rr_last;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& job_ptr : active_) {
+      TransferJob& job = *job_ptr;
+      if (job.finalized || job.stopping()) continue;
+      for (uint32_t l = 0; l < job.lanes.size() && !job.stopping(); ++l) {
+        TransferJob::Lane& lane = job.lanes[l];
+        if (!lane.cma || lane.cma_busy || lane.cma_next >= lane.cma_ops.size()) continue;
+        PeerConn& peer = *lane.peer;
+        if ((job.seq > peer.rr_mark) != (pass == 0)) continue;
+        const auto& rec = *peer.record;
+        if (peer.lost || !peer.cma) {
+          fail_job_locked(job, Status::PeerLost, "peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) +
+                                                     " was lost");
+          continue;
+        }
+        if (peer.cma->exited()) {
+          op_failed_locked(job.ops[lane.cma_ops[lane.cma_next]], Status::PeerLost,
+                           "peer '" + rec.engine_id + "' rank " + std::to_string(rec.tp_rank) + " (pid " +
+                               std::to_string(peer.cma->pid()) + ") exited");
+          continue;
+        }
+        // The peer's room: what is being copied (by other progress calls too) and claimed above.
+        uint64_t taken = peer.cma_segments;
+        for (const CmaBatch& c : batches) taken += c.peer.get() == &peer ? c.segments.size() : 0;
+        if (taken >= opt_.max_outstanding) continue;
+        CmaBatch b;
+        b.job = job_ptr;
+        b.lane = l;
+        b.peer = lane.peer;
+        b.direction = job.op == TransferOp::Read ? cma::Direction::Read : cma::Direction::Write;
+        uint64_t bytes = 0;
+        const size_t max_segments = std::min<uint64_t>(cma_segments_per_batch(opt_.max_outstanding),
+                                                       opt_.max_outstanding - taken);
+        for (size_t k = lane.cma_next;
+             k < lane.cma_ops.size() && b.segments.size() < max_segments && bytes < cma_batch_bytes_; ++k) {
+          const TransferJob::Op& op = job.ops[lane.cma_ops[k]];
+          // The peer's range in a mapping here: exactly its registered range of the region, which
+          // the posting checks already held this read to (checked again, so a mapping is never
+          // left). One batch copies either through mappings or with cross-memory attach.
+          const cma::PeerMapping* map = nullptr;
+          if (op.remote_region < peer.maps.size() && peer.maps[op.remote_region] &&
+              op.remote_region < peer.remote_ranges.size()) {
+            const RegisteredRange& range = peer.remote_ranges[op.remote_region];
+            const cma::PeerMapping* m = peer.maps[op.remote_region].get();
+            if (op.remote >= range.base && op.remote - range.base <= m->length() &&
+                op.length <= m->length() - (op.remote - range.base)) {
+              map = m;
+            }
           }
+          if (b.segments.empty()) {
+            b.mapped = map != nullptr;
+          } else if (b.mapped != (map != nullptr)) {
+            break;
+          }
+          const uint64_t take = std::min(op.length - op.cma_done, cma_batch_bytes_ - bytes);
+          uint64_t remote = op.remote + op.cma_done;
+          if (map != nullptr) {
+            const uint8_t* view = b.direction == cma::Direction::Read ? map->read_view() : map->write_view();
+            remote = reinterpret_cast<uintptr_t>(view) + (remote - peer.remote_ranges[op.remote_region].base);
+            if (b.maps.empty() || b.maps.back() != peer.maps[op.remote_region]) b.maps.push_back(peer.maps[op.remote_region]);
+          }
+          b.segments.push_back({static_cast<uint8_t*>(op.local) + op.cma_done, remote, take});
+          b.ops.push_back(lane.cma_ops[k]);
+          bytes += take;
+          if (op.cma_done + take != op.length) break;  // the rest of this piece goes in the next batch
         }
-        if (b.segments.empty()) {
-          b.mapped = map != nullptr;
-        } else if (b.mapped != (map != nullptr)) {
-          break;
-        }
-        const uint64_t take = std::min(op.length - op.cma_done, cma_batch_bytes_ - bytes);
-        uint64_t remote = op.remote + op.cma_done;
-        if (map != nullptr) {
-          const uint8_t* view = b.direction == cma::Direction::Read ? map->read_view() : map->write_view();
-          remote = reinterpret_cast<uintptr_t>(view) + (remote - peer.remote_ranges[op.remote_region].base);
-          if (b.maps.empty() || b.maps.back() != peer.maps[op.remote_region]) b.maps.push_back(peer.maps[op.remote_region]);
-        }
-        b.segments.push_back({static_cast<uint8_t*>(op.local) + op.cma_done, remote, take});
-        b.ops.push_back(lane.cma_ops[k]);
-        bytes += take;
-        if (op.cma_done + take != op.length) break;  // the rest of this piece goes in the next batch
+        batches.push_back(std::move(b));
       }
-      batches.push_back(std::move(b));
     }
   }
   if (batches.empty()) return 0;
   for (CmaBatch& b : batches) {
     TransferJob::Lane& lane = b.job->lanes[b.lane];
     lane.cma_busy = true;
-    note_ops_in_flight(*b.peer->record, b.segments.size());
+    b.peer->cma_segments += b.segments.size();
+    b.peer->rr_last = b.job->seq;
+    note_ops_in_flight(*b.peer->record, b.peer->cma_segments);
     for (uint32_t i : b.ops) b.job->ops[i].state = TransferJob::Op::State::InFlight;
     b.job->inflight++;
     b.peer->inflight++;
@@ -584,6 +608,7 @@ void AgentCore::cma_batch_done_locked(CmaBatch& b, const cma::CopyResult& result
   lane.cma_busy = false;
   job.inflight--;
   peer.inflight--;
+  peer.cma_segments -= b.segments.size();
   // A peer that exited, or whose agent went away (its probe no longer reads back), while the
   // batch ran: none of it counts (its pid could be another process's by now, or its memory
   // reused), so the batch fails at its first piece.

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -56,7 +57,8 @@ std::unique_ptr<Rank> make_rank(const std::string& engine, uint32_t tp, uint32_t
                                 TransportMode mode, std::chrono::milliseconds hb_timeout = 2000ms,
                                 ProgressMode progress = ProgressMode::Thread,
                                 core::KvLayout kv_layout = core::KvLayout::HND,
-                                uint32_t max_outstanding = 4) {
+                                uint32_t max_outstanding = 4,
+                                std::chrono::milliseconds hb_interval = 100ms) {
   auto r = std::make_unique<Rank>();
   r->engine = engine;
   r->rank = rank;
@@ -81,7 +83,7 @@ std::unique_ptr<Rank> make_rank(const std::string& engine, uint32_t tp, uint32_t
   o.metadata = r->md;
   o.transport = mode;
   o.default_timeout = 5000ms;
-  o.heartbeat_interval = 100ms;
+  o.heartbeat_interval = hb_interval;
   o.heartbeat_timeout = hb_timeout;
   o.max_outstanding = max_outstanding;  // 4 by default: small, so the window actually refills
   o.progress = progress;
@@ -265,43 +267,122 @@ TEST_P(AgentLoopback, WriteMirrorsTheReadAndNotifiesD) {
   verify(*d, ps, plan, 0xEE);
 }
 
-// max_outstanding bounds the operations one transfer keeps in flight per peer (tcp: the pieces of
-// a lane's unanswered batches; shm: the pieces of the batch being copied), and the window fills
-// up to it: the peer's high-water mark is exactly min(pieces, max_outstanding), READ and WRITE.
-TEST_P(AgentLoopback, MaxOutstandingBoundsTheOperationsInFlightPerPeer) {
-  for (const uint32_t window : {1u, 4u, 7u, 64u}) {
-    SCOPED_TRACE("max_outstanding " + std::to_string(window));
-    auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::HND, window);
-    auto p0 = make_rank("pre", 2, 0, 0, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::HND, window);
-    auto p1 = make_rank("pre", 2, 1, 0, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::HND, window);
-    std::vector<Rank*> ps{p0.get(), p1.get()};
-    connect_all(*d, ps);
-    const auto plan = make_plan(*d, ps, 16 * 16);
-    ASSERT_EQ(plan.ranks.size(), 2u);
-    PostParams pp;
-    pp.plan = &plan;
-    pp.peer_engine_id = "pre";
-    pp.request_id = "win-r";
-    auto t = d->agent->post(pp);
-    ASSERT_TRUE(t.wait(5000ms));
-    ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
-    verify(*d, ps, plan, 0xEE);
-    for (const auto& rr : plan.ranks) {
-      ASSERT_GT(rr.reads.size(), 7u);
-      const uint64_t want = std::min<uint64_t>(rr.reads.size(), window);
-      EXPECT_EQ(d->agent->find_peer("pre", rr.p_rank)->max_ops_in_flight.load(), want) << "P rank " << rr.p_rank;
+// Calls progress on caller-mode agents from a thread of its own while it lives (the side that
+// serves, while the posting side's waits drive its own progress).
+class Driver {
+ public:
+  explicit Driver(std::vector<Agent*> agents) : agents_(std::move(agents)), thread_([this] {
+    while (run_) {
+      for (Agent* a : agents_) a->progress();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    // WRITE: P rank 0 pushes its reads into D with the same bound.
-    std::fill(d->mem.begin(), d->mem.end(), 0xEE);
-    pp.op = TransferOp::Write;
-    pp.peer_engine_id = "dec";
-    pp.request_id = "win-w";
-    auto w = p0->agent->post(pp);
-    ASSERT_TRUE(w.wait(5000ms));
-    ASSERT_EQ(w.status().status, Status::Ok) << w.status().message;
-    const uint64_t want = std::min<uint64_t>(plan.ranks[0].reads.size(), window);
-    EXPECT_EQ(p0->agent->find_peer("dec", 0)->max_ops_in_flight.load(), want);
+  }) {}
+  ~Driver() {
+    run_ = false;
+    thread_.join();
   }
+
+ private:
+  std::vector<Agent*> agents_;
+  std::atomic<bool> run_{true};
+  std::thread thread_;
+};
+
+// max_outstanding bounds the operations in flight per peer across all of its transfers (tcp: the
+// pieces of unanswered batches; shm: the pieces of the batches being copied), and the window fills
+// up to it: the peer's high-water mark is exactly min(pieces, max_outstanding), READ and WRITE,
+// for one transfer and for three posted at once (their pieces added up). The posting side of
+// concurrent transfers runs in caller mode, so all three are posted before any batch starts.
+TEST_P(AgentLoopback, MaxOutstandingBoundsTheOperationsInFlightPerPeer) {
+  for (const uint32_t concurrent : {1u, 3u}) {
+    for (const uint32_t window : {1u, 4u, 7u, 64u}) {
+      SCOPED_TRACE(std::to_string(concurrent) + " transfer(s), max_outstanding " + std::to_string(window));
+      const ProgressMode mode = concurrent == 1 ? ProgressMode::Thread : ProgressMode::Caller;
+      auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 2000ms, mode, core::KvLayout::HND, window);
+      auto p0 = make_rank("pre", 2, 0, 0, GetParam(), 2000ms, mode, core::KvLayout::HND, window);
+      auto p1 = make_rank("pre", 2, 1, 0, GetParam(), 2000ms, mode, core::KvLayout::HND, window);
+      std::vector<Rank*> ps{p0.get(), p1.get()};
+      connect_all(*d, ps);
+      const auto plan = make_plan(*d, ps, 16 * 16);
+      ASSERT_EQ(plan.ranks.size(), 2u);
+      PostParams pp;
+      pp.plan = &plan;
+      pp.peer_engine_id = "pre";
+      {
+        std::optional<Driver> serve;
+        if (mode == ProgressMode::Caller) serve.emplace(std::vector<Agent*>{p0->agent.get(), p1->agent.get()});
+        std::vector<TransferHandle> ts;
+        for (uint32_t i = 0; i < concurrent; ++i) {
+          pp.request_id = "win-r" + std::to_string(i);
+          ts.push_back(d->agent->post(pp));
+        }
+        for (auto& t : ts) {
+          ASSERT_TRUE(t.wait(5000ms));
+          ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+        }
+      }
+      verify(*d, ps, plan, 0xEE);
+      for (const auto& rr : plan.ranks) {
+        ASSERT_GT(rr.reads.size(), 7u);
+        const uint64_t want = std::min<uint64_t>(concurrent * rr.reads.size(), window);
+        EXPECT_EQ(d->agent->find_peer("pre", rr.p_rank)->max_ops_in_flight.load(), want) << "P rank " << rr.p_rank;
+      }
+      // WRITE: P rank 0 pushes its reads into D with the same bound.
+      std::fill(d->mem.begin(), d->mem.end(), 0xEE);
+      pp.op = TransferOp::Write;
+      pp.peer_engine_id = "dec";
+      {
+        std::optional<Driver> serve;
+        if (mode == ProgressMode::Caller) serve.emplace(std::vector<Agent*>{d->agent.get()});
+        std::vector<TransferHandle> ts;
+        for (uint32_t i = 0; i < concurrent; ++i) {
+          pp.request_id = "win-w" + std::to_string(i);
+          ts.push_back(p0->agent->post(pp));
+        }
+        for (auto& t : ts) {
+          ASSERT_TRUE(t.wait(5000ms));
+          ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+        }
+      }
+      const uint64_t want = std::min<uint64_t>(concurrent * plan.ranks[0].reads.size(), window);
+      EXPECT_EQ(p0->agent->find_peer("dec", 0)->max_ops_in_flight.load(), want);
+    }
+  }
+}
+
+// The transfers on one peer share its window in turns: a small transfer posted while a large one
+// fills the window gets room as soon as some frees and completes long before the large one (which
+// would keep the window to itself until its last batch started if the oldest transfer came first).
+TEST_P(AgentLoopback, ASmallTransferPostedBehindALargeOneIsNotStarved) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 2000ms, ProgressMode::Caller, core::KvLayout::HND, 4);
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam());
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const auto big_plan = make_plan(*d, ps, 16 * 16);
+  const auto small_plan = make_plan(*d, ps, 16 * 2);
+  std::printf("big: %zu + %zu reads, small: %zu + %zu reads, window 4\n", big_plan.ranks[0].reads.size(),
+              big_plan.ranks[1].reads.size(), small_plan.ranks[0].reads.size(), small_plan.ranks[1].reads.size());
+  ASSERT_GT(big_plan.ranks[0].reads.size(), 4 * small_plan.ranks[0].reads.size());
+  PostParams pp;
+  pp.plan = &big_plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "big";
+  auto big = d->agent->post(pp);
+  d->agent->progress();  // the large transfer takes the whole window
+  pp.plan = &small_plan;
+  pp.request_id = "small";
+  auto small = d->agent->post(pp);
+  ASSERT_TRUE(small.wait(5000ms));  // drives progress (caller mode)
+  ASSERT_EQ(small.status().status, Status::Ok) << small.status().message;
+  const auto b = big.status();
+  std::printf("when the small transfer was done: %llu of %llu operations of the large one\n",
+              static_cast<unsigned long long>(b.ops_done), static_cast<unsigned long long>(b.ops_total));
+  EXPECT_EQ(b.state, TransferState::InFlight) << "the large transfer finished first";
+  EXPECT_LT(b.ops_done, b.ops_total / 2);
+  ASSERT_TRUE(big.wait(5000ms));
+  ASSERT_EQ(big.status().status, Status::Ok) << big.status().message;
+  verify(*d, ps, big_plan, 0xEE);  // the large plan covers the small one's blocks
 }
 
 TEST_P(AgentLoopback, OutOfRangePlanIsRefusedBeforeAnyByteMoves) {
@@ -772,6 +853,155 @@ TEST(AgentProgress, ATransferWaitingOnSilentPeersDoesNotSpin) {
   ASSERT_TRUE(final_now);
   ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
   verify(*d, ps, plan, 0xEE);
+}
+
+// CALLER mode: a wait drives progress only when the agent has work for it (its work epoll: a new
+// transfer's batches, answers on a data connection) or the transfer becomes final, not in slices:
+// waiting 300 ms on P ranks that do not answer takes a few progress calls (the old 1 ms slices took
+// about 300) and returns at its timeout, a cancel from another thread ends the wait at once, and
+// once the P ranks answer the wait completes the transfer promptly.
+TEST(AgentProgress, ACallerModeWaitSleepsUntilProgressHasWork) {
+  auto d = make_rank("dec", 1, 0, 0xEE, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
+  auto p0 = make_rank("pre", 2, 0, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
+  auto p1 = make_rank("pre", 2, 1, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const auto plan = make_plan(*d, ps, 16 * 14);
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "silent";
+  pp.timeout = 5000ms;
+  auto t = d->agent->post(pp);
+  const uint64_t r0 = d->agent->info().progress_rounds;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(t.wait(300ms));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  const uint64_t rounds = d->agent->info().progress_rounds - r0;
+  std::printf("a caller-mode wait of 300 ms on silent P ranks: %llu progress calls, %lld ms\n",
+              static_cast<unsigned long long>(rounds),
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()));
+  ASSERT_EQ(t.status().state, TransferState::InFlight) << "the reads completed: the test proves nothing";
+  EXPECT_GE(rounds, 1u) << "the new transfer's batches were never started";
+  EXPECT_LE(rounds, 10u) << "the wait polls progress instead of sleeping until there is work";
+  EXPECT_GE(waited, 300ms);
+  EXPECT_LT(waited, 300ms + 150ms);
+  // Another thread cancels it: the wait returns at once (the transfer's final state wakes it).
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(100ms);
+    t.cancel();
+  });
+  const auto t1 = std::chrono::steady_clock::now();
+  const bool final_now = t.wait(5000ms);
+  const auto to_cancel = std::chrono::steady_clock::now() - t1;
+  canceller.join();
+  ASSERT_TRUE(final_now);
+  EXPECT_EQ(t.status().status, Status::Cancelled) << t.status().message;
+  EXPECT_LT(to_cancel, 1000ms) << "the wait did not see the cancel";
+  // The P ranks' callers progress now: a new transfer completes promptly under the wait.
+  Driver serve({p0->agent.get(), p1->agent.get()});
+  pp.request_id = "answered";
+  auto t2 = d->agent->post(pp);
+  const auto t3 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(t2.wait(5000ms));
+  const auto took = std::chrono::steady_clock::now() - t3;
+  ASSERT_EQ(t2.status().status, Status::Ok) << t2.status().message;
+  EXPECT_LT(took, 2000ms);
+  verify(*d, ps, plan, 0xEE);
+}
+
+// CALLER mode over either transport: a wait alone moves a transfer to the end (no other progress
+// calls), promptly.
+TEST_P(AgentLoopback, ACallerModeWaitAloneCompletesATransfer) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 2000ms, ProgressMode::Caller);
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam());
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const auto plan = make_plan(*d, ps, 16 * 14 + 3);
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "by-wait";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t = d->agent->post(pp);
+  ASSERT_TRUE(t.wait(5000ms));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2000ms);
+  ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+  verify(*d, ps, plan, 0xEE);
+}
+
+// The control thread has no tick: with a connected peer and nothing else to do it wakes for its
+// heartbeats only (sending its pings every 500 ms, the peer's pongs and the peer's own pings:
+// about 6 rounds a second; a 50 ms tick alone would add 20).
+TEST_P(AgentLoopback, AnIdleAgentsControlThreadWakesOnlyForHeartbeats) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 5000ms, ProgressMode::Thread, core::KvLayout::HND, 4, 500ms);
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam(), 5000ms, ProgressMode::Thread, core::KvLayout::HND, 4, 500ms);
+  connect_all(*d, {p0.get()});
+  std::this_thread::sleep_for(200ms);
+  const uint64_t d0 = d->agent->info().control_rounds, p0r = p0->agent->info().control_rounds;
+  std::this_thread::sleep_for(2000ms);
+  const uint64_t drounds = d->agent->info().control_rounds - d0, prounds = p0->agent->info().control_rounds - p0r;
+  std::printf("idle for 2 s with heartbeats every 500 ms: control rounds D %llu, P %llu\n",
+              static_cast<unsigned long long>(drounds), static_cast<unsigned long long>(prounds));
+  EXPECT_GE(drounds, 4u) << "no heartbeats";
+  EXPECT_LE(drounds, 20u);
+  EXPECT_LE(prounds, 20u);
+  EXPECT_TRUE(d->agent->find_peer("pre", 0)->connected.load());
+}
+
+// Without a tick the control thread sleeps until its earliest timer: a 30 ms transfer deadline
+// fires on time with heartbeats a second apart and nobody driving progress (caller mode, never
+// called), each time, and a 30 ms lease expires on time (on a P rank, whose event fd is quiet
+// otherwise).
+TEST_P(AgentLoopback, ShortDeadlinesFireOnTimeWithoutATick) {
+  auto d = make_rank("dec", 1, 0, 0xEE, GetParam(), 5000ms, ProgressMode::Caller, core::KvLayout::HND, 4, 1000ms);
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam(), 5000ms, ProgressMode::Thread, core::KvLayout::HND, 4, 1000ms);
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam(), 5000ms, ProgressMode::Thread, core::KvLayout::HND, 4, 1000ms);
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  (void)d->agent->poll_notifications();
+  const auto plan = make_plan(*d, ps, 16 * 4);
+  std::vector<int64_t> late_us;
+  for (int rep = 0; rep < 5; ++rep) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(37 * rep));  // another phase against the heartbeats
+    PostParams pp;
+    pp.plan = &plan;
+    pp.peer_engine_id = "pre";
+    pp.request_id = "deadline-" + std::to_string(rep);
+    pp.timeout = 30ms;
+    auto t = d->agent->post(pp);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (t.status().state == TransferState::InFlight && std::chrono::steady_clock::now() - t0 < 3000ms) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    const auto s = t.status();
+    ASSERT_EQ(s.state, TransferState::Failed) << "rep " << rep;
+    EXPECT_EQ(s.status, Status::TimedOut) << s.message;
+    const auto took = s.finished - s.posted;
+    EXPECT_GE(took, 30ms);
+    late_us.push_back(std::chrono::duration_cast<std::chrono::microseconds>(took - 30ms).count());
+  }
+  // A lease: its expiry makes the event fd readable.
+  const int fd = p0->agent->event_fd();
+  std::this_thread::sleep_for(20ms);
+  (void)p0->agent->poll_notifications();  // PEER_CONNECTED, the failed transfers' READ_DONE
+  EXPECT_FALSE(readable(fd, 0));
+  p0->agent->lease("short", 1, 30ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(readable(fd, 3000));
+  const auto lease_took = std::chrono::steady_clock::now() - t0;
+  std::sort(late_us.begin(), late_us.end());
+  std::printf("30 ms deadlines fired late by (us): %lld %lld %lld %lld %lld; a 30 ms lease after %lld us\n",
+              static_cast<long long>(late_us[0]), static_cast<long long>(late_us[1]), static_cast<long long>(late_us[2]),
+              static_cast<long long>(late_us[3]), static_cast<long long>(late_us[4]),
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(lease_took).count()));
+  EXPECT_LT(late_us[2], 15000) << "the median deadline fired more than 15 ms late";
+  EXPECT_LT(late_us[4], 250000) << "a deadline waited for a heartbeat";
+  EXPECT_LT(lease_took, 250ms);
+  const auto notes = p0->agent->poll_notifications();
+  ASSERT_FALSE(notes.empty());
+  EXPECT_EQ(notes.back().kind, NotificationKind::LeaseExpired);
 }
 
 // The event fd becomes readable when a notification arrives (here a lease expiring, pushed by the

@@ -134,12 +134,15 @@ typedef struct pdkv_agent_options {
   uint32_t heartbeat_timeout_ms;          /* a peer silent this long is lost. Default 5000;
                                              must exceed the interval */
   uint32_t max_outstanding;               /* the most operations (plan reads; a read longer
-                                             than a batch counts once per batch it spans) one
-                                             transfer keeps in flight per peer: over TCP in
-                                             unanswered batches (at most 4 of at most 4 MiB,
-                                             each a quarter of this), over SHM in the one batch
-                                             being copied (at most 512 pieces and 4 MiB, or
-                                             8 MiB per copy thread). Default 64; must be >= 1 */
+                                             than a batch counts once per batch it spans) in
+                                             flight per peer, across all transfers with that
+                                             peer (they take turns, so a large transfer does not
+                                             hold back one posted after it): over TCP in
+                                             unanswered batches (at most 4 per transfer, of at
+                                             most 4 MiB, each a quarter of this), over SHM in the
+                                             batches being copied (one per transfer at a time, at
+                                             most 512 pieces and 4 MiB, or 8 MiB per copy
+                                             thread). Default 64; must be >= 1 */
   uint32_t copy_threads;                  /* since 2.1: threads that copy one SHM batch (cross-
                                              memory attach) of at least 1 MiB, each taking an
                                              equal part; the caller's thread is one of them.
@@ -389,7 +392,7 @@ typedef struct pdkv_transfer_params {
  * every local range is checked against this agent's registrations and every remote range against
  * the peer's advertised, registered regions: a violation is OUT_OF_BOUNDS naming the read, side,
  * region and range, and nothing is posted. At most max_outstanding operations are in flight per
- * peer (pdkv_agent_options_t).
+ * peer, shared in turns with the other transfers on that peer (pdkv_agent_options_t).
  * Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (unknown bits, op, empty or long request
  * id, a plan for another rank or TP size: names both), NOT_FOUND (a peer rank the plan needs is
  * not connected: names engine and rank), OUT_OF_BOUNDS, SHUTDOWN. *out owned by the caller
@@ -419,8 +422,11 @@ PDKV_API pdkv_status_t pdkv_transfer_get_info(const pdkv_transfer_t *transfer,
  * transfer's own deadline bounds) for the final state. Returns PDKV_OK with *finished = 1 when
  * the transfer is DONE, its failure status (with the message naming the reads and peers) with
  * *finished = 1 when FAILED, and PDKV_OK with *finished = 0 when the wait timed out.
- * In CALLER mode the wait drives progress itself. Errors: NULL_POINTER, the transfer's status.
- * Thread-safe; several threads may wait on one transfer. */
+ * In CALLER mode the wait drives progress itself: it sleeps until pdkv_agent_progress has work
+ * (what makes the event fd readable, notifications aside) or the transfer is final, and calls it
+ * only then, so waiting on a peer that does not answer costs no CPU. Errors: NULL_POINTER, the
+ * transfer's status. Thread-safe; several threads may wait on one transfer (the first CALLER-mode
+ * wait on a transfer takes one descriptor, an eventfd, released with the transfer). */
 PDKV_API pdkv_status_t pdkv_transfer_wait(pdkv_transfer_t *transfer, uint64_t timeout_ms,
                                           uint8_t *finished, pdkv_error_t **err);
 

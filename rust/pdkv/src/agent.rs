@@ -200,8 +200,8 @@ impl<'a> AgentOptions<'a> {
         self
     }
 
-    /// The most operations (plan reads) one transfer keeps in flight per peer
-    /// (`pdkv_agent_options_t.max_outstanding`). Default 64.
+    /// The most operations (plan reads) in flight per peer, across all transfers with that
+    /// peer, which take turns (`pdkv_agent_options_t.max_outstanding`). Default 64.
     #[must_use]
     pub fn max_outstanding(mut self, n: u32) -> Self {
         self.max_outstanding = Some(n);
