@@ -49,6 +49,11 @@ struct AgentOptions {
   ProgressMode progress = ProgressMode::Thread;
   std::chrono::milliseconds default_timeout{30000};
   std::optional<PresharedKey> key;
+  // With a key: seal every frame of tcp data connections (headers and KV bytes) with AES-256-GCM
+  // (tcpdp/data_seal.hpp). false carries them in clear for trusted fabrics (the control channel
+  // stays sealed). Both sides must agree: admission refuses a peer with the other setting (Auth).
+  // Without a key there is nothing to seal with and this is not read.
+  bool seal_data = true;
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds heartbeat_timeout{5000};
   // The most operations (plan pieces; a piece larger than a batch counts once per batch it

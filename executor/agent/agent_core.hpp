@@ -31,6 +31,7 @@
 #include "control/channel.hpp"
 #include "control/handshake.hpp"
 #include "tcpdp/data_frame.hpp"
+#include "tcpdp/data_seal.hpp"
 #include "pdkv/core/kv_permute.hpp"
 
 namespace pdkv::exec {
@@ -112,12 +113,19 @@ struct TcpBatch {
 };
 
 // One frame queued for sending: its header and descriptors, then bytes straight from registered
-// memory.
+// memory. On a sealed connection the head is sealed when the frame starts (so records are numbered
+// in wire order and a frame never sent uses no number) and the body is sealed one segment at a
+// time into TcpData::tx; `total` then counts the sealed bytes.
 struct TcpOut {
   std::vector<uint8_t> head;
   std::vector<iovec> body;
   uint64_t total = 0;
   uint64_t sent = 0;
+  bool sealed = false;        // head sealed, total counts the wire bytes
+  uint64_t body_bytes = 0;    // sealed: the clear payload bytes
+  uint64_t body_sealed = 0;   // sealed: payload bytes sealed into tx so far
+  size_t body_index = 0;      // sealed: where body_sealed is in `body`
+  size_t body_offset = 0;
   uint64_t write_batch = 0;                           // a Write frame: its batch (0: none)
   std::vector<std::shared_ptr<Registration>> busy;    // a ReadData: regions busy until sent
 };
@@ -126,7 +134,12 @@ struct TcpOut {
 // frame being received.
 struct TcpData {
   int fd = -1;
-  tcpdp::FrameReader reader;
+  tcpdp::FrameReader reader;  // opens sealed records when `sealer` is set
+  // Sealed connections (both agents hold a key and seal): this side's sending cipher, and the
+  // current payload segment sealed for sending (at most tcpdp::kSegmentBytes + a tag).
+  std::optional<tcpdp::RecordCipher> sealer;
+  std::vector<uint8_t> tx;
+  size_t tx_sent = 0;
   std::deque<TcpOut> out;
   std::map<uint64_t, TcpBatch> batches;
   uint64_t next_batch = 1;

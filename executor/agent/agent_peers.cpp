@@ -280,6 +280,10 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
   const bool same_host = result.peer_hello.host_id == host_id_;
   const auto their_mode = static_cast<TransportMode>(result.peer_info.transport_hint);  // checked
   TransportOffer mine;
+  // Sealed data connection (tcpdp/data_seal.hpp): with a key unless turned off; both sides must
+  // agree. A peer older than 3.2 could not decode the setting: it is not sent to it.
+  const uint8_t my_seal = opt_.key && opt_.seal_data ? 1 : 0;
+  if (result.peer_hello.proto_minor >= 2) mine.data_seal = my_seal;
   if (same_host && opt_.transport != TransportMode::Tcp && their_mode != TransportMode::Tcp) {
     const std::string why = cma::check_probe(result.peer_info.cma_pid, result.peer_info.cma_probe_address,
                                              result.peer_info.cma_probe);
@@ -298,6 +302,30 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
     }
     TransportOffer theirs = TransportOffer::decode(f.payload);
     theirs_mappable = std::move(theirs.mappable);
+    // A peer older than control protocol 3.2 sends no seal setting: it cannot seal.
+    const uint8_t their_seal = theirs.data_seal.value_or(0);
+    if (their_seal != my_seal) {
+      if (!opt_.key) {
+        core::fail(Status::Protocol, who + ": asks for a sealed data connection, but neither side holds a pre-shared key");
+      }
+      auto setting = [](uint8_t seal) { return seal ? std::string("seals its tcp data connection (seal_data on)")
+                                                    : std::string("sends its tcp data connection in clear (seal_data off)"); };
+      const std::string text = "engine '" + opt_.metadata.engine_id + "' rank " + std::to_string(opt_.metadata.tp_rank) +
+                               " " + setting(my_seal) + " but engine '" + checked.metadata.engine_id + "' rank " +
+                               std::to_string(checked.metadata.tp_rank) + " " + setting(their_seal) +
+                               (result.peer_hello.proto_minor < 2 ? " (it runs control protocol 3." + std::to_string(result.peer_hello.proto_minor) + ", older than sealing)" : std::string()) +
+                               "; set seal_data the same on both agents";
+      try {
+        ErrorMessage e;
+        e.status = Status::Auth;
+        e.message = clip_message_text("refused by engine '" + opt_.metadata.engine_id + "' rank " +
+                                      std::to_string(opt_.metadata.tp_rank) + ": " + text);
+        channel.queue(e);
+        channel.flush_some();
+      } catch (const core::Error&) {
+      }
+      core::fail(Status::Auth, who + ": " + text);
+    }
     choice = choose_transport(opt_.transport, their_mode, same_host, mine, theirs);
     if (!choice.refusal.empty()) {
       try {
@@ -326,6 +354,12 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
         data = inbound ? tcp_accept(*offer, deadline) : tcp_connect(channel, theirs.data_port, theirs.data_token, deadline);
       } catch (const core::Error& e) {
         core::fail(e.status(), who + ": opening the data connection: " + e.what());
+      }
+      if (my_seal) {
+        // This connection's data keys (derived by the handshake from the key and its transcript).
+        if (!result.data_keys) core::fail(Status::Internal, who + ": a sealed data connection without data keys");
+        data->sealer.emplace(result.data_keys->send, tcpdp::RecordCipher::Mode::Seal);
+        data->reader = tcpdp::FrameReader(result.data_keys->recv);
       }
     }
   }

@@ -72,6 +72,9 @@ int take_fd(Socket& s) {
 // The sink every discarded payload is received into, cut into iovecs.
 void sink_iov(TcpData& d, uint64_t bytes) {
   constexpr size_t kSink = 1u << 20;
+  // Sealed payload segments start at multiples of kSegmentBytes of the payload, so none spans two
+  // of these iovecs (which alias one buffer): a segment is decrypted where it was received.
+  static_assert(kSink % tcpdp::kSegmentBytes == 0);
   if (d.sink.size() < kSink) d.sink.resize(kSink);
   d.rx.clear();
   while (bytes > 0) {
@@ -263,12 +266,53 @@ bool AgentCore::tcp_start_batch_locked(const std::shared_ptr<TransferJob>& job_p
   return true;
 }
 
+
+namespace {
+
+// The frame at the front of a sealed connection's queue is about to start: its head becomes the
+// sealed header (and descriptor) records, numbered now, in wire order.
+void seal_frame_head(TcpData& d, TcpOut& o) {
+  o.body_bytes = o.total - o.head.size();
+  o.head = tcpdp::seal_head(*d.sealer, o.head);
+  o.total = o.head.size() + tcpdp::sealed_payload_bytes(o.body_bytes);
+  o.sealed = true;
+  d.tx.clear();
+  d.tx_sent = 0;
+}
+
+// Seals the frame's next payload segment from its body (registered memory) into d.tx. Runs
+// without the core's mutex: the claimer owns the connection, and the memory stays busy (a ReadData's
+// regions) or held (a Write's batch) until the frame is sent.
+void seal_next_segment(TcpData& d, TcpOut& o) {
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(tcpdp::kSegmentBytes, o.body_bytes - o.body_sealed));
+  d.tx.resize(n + tcpdp::kTagBytes);
+  d.tx_sent = 0;
+  tcpdp::RecordCipher& c = *d.sealer;
+  c.begin(tcpdp::RecordKind::Payload);
+  size_t done = 0;
+  while (done < n) {
+    const iovec& v = o.body[o.body_index];
+    const size_t t = std::min(n - done, v.iov_len - o.body_offset);
+    c.update(static_cast<const uint8_t*>(v.iov_base) + o.body_offset, d.tx.data() + done, t);
+    done += t;
+    o.body_offset += t;
+    if (o.body_offset == v.iov_len) {
+      ++o.body_index;
+      o.body_offset = 0;
+    }
+  }
+  c.finish(std::span<uint8_t, tcpdp::kTagBytes>(d.tx.data() + n, tcpdp::kTagBytes));
+  o.body_sealed += n;
+}
+
+}  // namespace
+
 std::string AgentCore::tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer) {
   TcpData& d = *peer.tcp;
   uint64_t budget = kTcpRoundBytes;
   while (!d.out.empty() && budget > 0 && !d.drop) {
     TcpOut& o = d.out.front();
-    if (o.sent == 0 && o.write_batch != 0) {
+    if (o.sent == 0 && !o.sealed && o.write_batch != 0) {
       // A Write not started for a transfer that stopped: it is not sent (nothing of it lands).
       auto it = d.batches.find(o.write_batch);
       if (it != d.batches.end() && (it->second.job->stopping() || it->second.job->finalized)) {
@@ -291,33 +335,60 @@ std::string AgentCore::tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer)
     }
     iovec iov[cma::kMaxIov];
     int n = 0;
-    uint64_t skip = o.sent;
-    if (skip < o.head.size()) {
-      iov[n++] = {o.head.data() + skip, o.head.size() - skip};
-      skip = 0;
-    } else {
-      skip -= o.head.size();
-    }
-    for (const iovec& b : o.body) {
-      if (n == static_cast<int>(cma::kMaxIov)) break;
-      if (skip >= b.iov_len) {
-        skip -= b.iov_len;
-        continue;
-      }
-      iov[n++] = {static_cast<uint8_t*>(b.iov_base) + skip, b.iov_len - skip};
-      skip = 0;
-    }
-    msghdr m{};
-    m.msg_iov = iov;
-    m.msg_iovlen = static_cast<size_t>(n);
+    size_t head_part = 0;  // bytes of iov[0] that are the head (sealed: the rest comes from tx)
     int err = 0;
-    const ssize_t k = without_lock(g, &err, [&] { return ::sendmsg(d.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT); });
+    ssize_t k = 0;
+    if (d.sealer) {
+      // Sealed: the head records, then one sealed payload segment at a time from d.tx.
+      std::string failed;
+      k = without_lock(g, &err, [&]() -> ssize_t {
+        try {
+          if (!o.sealed) seal_frame_head(d, o);
+          if (d.tx_sent == d.tx.size() && o.body_sealed < o.body_bytes) seal_next_segment(d, o);
+        } catch (const std::exception& e) {
+          failed = e.what();
+          return -2;
+        }
+        if (o.sent < o.head.size()) {
+          head_part = o.head.size() - o.sent;
+          iov[n++] = {o.head.data() + o.sent, head_part};
+        }
+        if (d.tx_sent < d.tx.size()) iov[n++] = {d.tx.data() + d.tx_sent, d.tx.size() - d.tx_sent};
+        msghdr m{};
+        m.msg_iov = iov;
+        m.msg_iovlen = static_cast<size_t>(n);
+        return ::sendmsg(d.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+      });
+      if (k == -2) return "sealing a data frame: " + failed;
+    } else {
+      uint64_t skip = o.sent;
+      if (skip < o.head.size()) {
+        iov[n++] = {o.head.data() + skip, o.head.size() - skip};
+        skip = 0;
+      } else {
+        skip -= o.head.size();
+      }
+      for (const iovec& b : o.body) {
+        if (n == static_cast<int>(cma::kMaxIov)) break;
+        if (skip >= b.iov_len) {
+          skip -= b.iov_len;
+          continue;
+        }
+        iov[n++] = {static_cast<uint8_t*>(b.iov_base) + skip, b.iov_len - skip};
+        skip = 0;
+      }
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = static_cast<size_t>(n);
+      k = without_lock(g, &err, [&] { return ::sendmsg(d.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT); });
+    }
     if (k < 0) {
       if (err == EINTR) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) break;
       return "sending on the data connection: " + cma::errno_text(err);
     }
     o.sent += static_cast<uint64_t>(k);
+    if (d.sealer) d.tx_sent += static_cast<size_t>(k) - std::min<size_t>(static_cast<size_t>(k), head_part);
     budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
     if (o.sent == o.total) {
       for (auto& r : o.busy) {
@@ -328,6 +399,8 @@ std::string AgentCore::tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer)
         }
       }
       d.out.pop_front();
+      d.tx.clear();
+      d.tx_sent = 0;
     }
   }
   return "";
@@ -338,11 +411,11 @@ std::string AgentCore::tcp_recv(std::unique_lock<std::mutex>& g, PeerConn& peer,
   uint64_t budget = kTcpRoundBytes;
   *status = Status::PeerLost;
   while (budget > 0 && !peer.lost && !d.drop) {
-    if (!d.reader.ready()) {
+    const std::span<uint8_t> want = d.reader.want();
+    if (!want.empty()) {
       // Answers waiting to be sent: read no further request until they drain (a peer cannot
       // queue unbounded work here; its own sends just stall).
       if (d.reader.idle() && d.out.size() >= kTcpMaxQueuedFrames) break;
-      const std::span<uint8_t> want = d.reader.want();
       int err = 0;
       const ssize_t k = without_lock(g, &err, [&] { return ::recv(d.fd, want.data(), want.size(), MSG_DONTWAIT); });
       if (k == 0) return "the data connection was closed by the peer";
@@ -353,35 +426,60 @@ std::string AgentCore::tcp_recv(std::unique_lock<std::mutex>& g, PeerConn& peer,
       }
       budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
       try {
+        const bool was_ready = d.reader.ready();
+        // Sealed: opens the header / descriptor record, or checks a payload segment's tag.
         d.reader.received(static_cast<size_t>(k));
-        if (d.reader.ready()) tcp_frame_ready_locked(peer);
+        if (!was_ready && d.reader.ready()) tcp_frame_ready_locked(peer);
       } catch (const core::Error& e) {
         *status = e.status();
         return e.what();
       }
     } else if (!d.reader.complete()) {
+      // Payload bytes land where tcp_frame_ready_locked put them (checked registered memory or the
+      // sink), at most the current sealed segment at a time (its tag follows it); sealed, they are
+      // decrypted there in place, and count only once every tag of the frame verified.
       iovec iov[cma::kMaxIov];
       int n = 0;
-      for (size_t i = d.rx_index; i < d.rx.size() && n < static_cast<int>(cma::kMaxIov); ++i) iov[n++] = d.rx[i];
+      uint64_t room = d.reader.payload_chunk();
+      for (size_t i = d.rx_index; i < d.rx.size() && n < static_cast<int>(cma::kMaxIov) && room > 0; ++i) {
+        const size_t t = static_cast<size_t>(std::min<uint64_t>(room, d.rx[i].iov_len));
+        iov[n++] = {d.rx[i].iov_base, t};
+        room -= t;
+      }
       int err = 0;
-      const ssize_t k = without_lock(g, &err, [&] { return ::readv(d.fd, iov, n); });
+      std::string failed;
+      const ssize_t k = without_lock(g, &err, [&]() -> ssize_t {
+        const ssize_t got = ::readv(d.fd, iov, n);
+        if (got <= 0) return got;
+        const int saved = errno;
+        try {
+          uint64_t left = static_cast<uint64_t>(got);
+          while (left > 0) {
+            iovec& v = d.rx[d.rx_index];
+            const size_t t = static_cast<size_t>(std::min<uint64_t>(left, v.iov_len));
+            d.reader.payload_received(std::span<uint8_t>(static_cast<uint8_t*>(v.iov_base), t));
+            v.iov_base = static_cast<uint8_t*>(v.iov_base) + t;
+            v.iov_len -= t;
+            left -= t;
+            if (v.iov_len == 0) ++d.rx_index;
+          }
+        } catch (const std::exception& e) {
+          failed = e.what();
+        }
+        errno = saved;
+        return got;
+      });
+      if (!failed.empty()) {
+        *status = Status::Internal;
+        return failed;
+      }
       if (k == 0) return "the data connection was closed by the peer";
       if (k < 0) {
         if (err == EINTR) continue;
         if (err == EAGAIN || err == EWOULDBLOCK) break;
         return "receiving on the data connection: " + cma::errno_text(err);
       }
-      uint64_t left = static_cast<uint64_t>(k);
-      budget -= std::min<uint64_t>(budget, left);
-      d.reader.payload_received(left);
-      while (left > 0) {
-        iovec& v = d.rx[d.rx_index];
-        const size_t t = static_cast<size_t>(std::min<uint64_t>(left, v.iov_len));
-        v.iov_base = static_cast<uint8_t*>(v.iov_base) + t;
-        v.iov_len -= t;
-        left -= t;
-        if (v.iov_len == 0) ++d.rx_index;
-      }
+      budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
     }
     if (d.reader.complete()) {
       try {

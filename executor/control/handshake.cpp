@@ -53,7 +53,8 @@ class Run {
       // The server seals everything after checking this proof; so does this side from here on.
       if (p_.key) ch_.protect(derive_session_keys(*p_.key, t, /*local_is_client=*/true));
       ch_.set_max_payload(kMaxFramePayload);  // the server proved the key: its PeerInfo may be large
-      HandshakeResult r{peer_, PeerInfo::decode(expect(FrameType::PeerInfo).payload)};
+      HandshakeResult r{peer_, PeerInfo::decode(expect(FrameType::PeerInfo).payload), std::nullopt};
+      if (p_.key) r.data_keys = derive_data_keys(*p_.key, t, /*local_is_client=*/true);
       validate(r);
       send(p_.info);
       expect(FrameType::Ready);
@@ -79,7 +80,8 @@ class Run {
       // Only now, with the peer's proof checked, do this side's region keys leave the process,
       // and (with a key) sealed so that only that peer can read them.
       send(p_.info);
-      HandshakeResult r{peer_, PeerInfo::decode(expect(FrameType::PeerInfo).payload)};
+      HandshakeResult r{peer_, PeerInfo::decode(expect(FrameType::PeerInfo).payload), std::nullopt};
+      if (p_.key) r.data_keys = derive_data_keys(*p_.key, t, /*local_is_client=*/false);
       validate(r);
       send(Ready{});
       return r;

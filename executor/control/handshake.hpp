@@ -42,6 +42,9 @@ struct HandshakeParams {
 struct HandshakeResult {
   Hello peer_hello;
   PeerInfo peer_info;
+  // With a key: this connection's data connection keys (derive_data_keys), for a tcp peer whose
+  // data connection is sealed. Empty without a key.
+  std::optional<SessionKeys> data_keys;
 };
 
 HandshakeResult handshake_client(ControlChannel& channel, const HandshakeParams& params,

@@ -182,6 +182,7 @@ std::vector<uint8_t> TransportOffer::encode() const {
       w.u64(x.ino);
     }
   }
+  if (data_seal) w.u8(*data_seal);  // 3.2's optional last byte
   return w.take();
 }
 
@@ -212,6 +213,11 @@ TransportOffer TransportOffer::decode(std::span<const uint8_t> payload) {
       x.ino = r.u64(at + "ino");
       m.mappable.push_back(x);
     }
+  }
+  if (r.remaining() == 1) {  // 3.2's optional last byte (the mappable tail needs at least 4)
+    const uint8_t v = r.u8("data_seal");
+    if (v > 1) r.fail("data_seal " + std::to_string(v) + " is not 0 (clear) or 1 (sealed)");
+    m.data_seal = v;
   }
   r.expect_end();
   return m;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,7 +27,11 @@ inline constexpr uint16_t kControlProtoMajor = 3;
 // 3.1: a Transport frame may end with the sender's mappable regions (MappableRegion); a sender
 // appends them only for a peer whose Hello says 3.1 or later, and a 3.1 decoder reads a frame
 // without them as "none", so 3.0 and 3.1 peers still admit each other (over cross-memory attach).
-inline constexpr uint16_t kControlProtoMinor = 1;
+// 3.2: a Transport frame may end (after the mappable regions, if any) with the sender's
+// data_seal (tcpdp/data_seal.hpp), sent only to a peer whose Hello says 3.2 or later; a frame
+// without it reads as "clear" (a 3.1 peer cannot seal), so 3.1 and 3.2 peers still admit each other
+// without a key, and with one a 3.2 peer that seals refuses a 3.1 peer with Auth.
+inline constexpr uint16_t kControlProtoMinor = 2;
 
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
@@ -153,6 +158,11 @@ struct TransportOffer {
   // Protocol 3.1 (an optional tail: absent when empty): the sender's mappable regions, at most
   // kMaxRegions, sent only to a same-host peer whose probe read back.
   std::vector<MappableRegion> mappable;
+  // Protocol 3.2 (an optional last byte): 1 when the sender seals its tcp data connection
+  // (tcpdp/data_seal.hpp: it holds a key and did not turn sealing off), 0 when it sends it in
+  // clear; empty (not sent, or from a peer older than 3.2) reads as clear. With a key, admission
+  // refuses a peer whose setting differs (Auth); without one it must be clear.
+  std::optional<uint8_t> data_seal;
 
   std::vector<uint8_t> encode() const;
   static TransportOffer decode(std::span<const uint8_t> payload);

@@ -23,6 +23,10 @@ namespace {
 // nothing else, so a frame can never be reflected back to its sender.
 constexpr std::string_view kClientToServer = "pdkv-control-v2 client-to-server frame key";
 constexpr std::string_view kServerToClient = "pdkv-control-v2 server-to-client frame key";
+// The data connection's keys: other labels, so no key (and no nonce under a key) is shared with
+// the control channel.
+constexpr std::string_view kDataClientToServer = "pdkv-data-v1 client-to-server record key";
+constexpr std::string_view kDataServerToClient = "pdkv-data-v1 server-to-client record key";
 constexpr size_t kGcmNonceBytes = 12;
 
 struct PkeyCtxFree {
@@ -81,6 +85,12 @@ std::array<uint8_t, 3> aad_for(uint16_t type, uint8_t version_minor) {
 SessionKeys derive_session_keys(const PresharedKey& key, const AuthTranscript& transcript, bool local_is_client) {
   const SealKey c2s = hkdf(key, transcript, kClientToServer);
   const SealKey s2c = hkdf(key, transcript, kServerToClient);
+  return local_is_client ? SessionKeys{c2s, s2c} : SessionKeys{s2c, c2s};
+}
+
+SessionKeys derive_data_keys(const PresharedKey& key, const AuthTranscript& transcript, bool local_is_client) {
+  const SealKey c2s = hkdf(key, transcript, kDataClientToServer);
+  const SealKey s2c = hkdf(key, transcript, kDataServerToClient);
   return local_is_client ? SessionKeys{c2s, s2c} : SessionKeys{s2c, c2s};
 }
 

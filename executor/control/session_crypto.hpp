@@ -42,6 +42,13 @@ struct SessionKeys {
 // OpenSSL failure: Error(Internal, cause OpenSsl).
 SessionKeys derive_session_keys(const PresharedKey& key, const AuthTranscript& transcript, bool local_is_client);
 
+// The keys of the same connection's tcp data connection (tcpdp/data_seal.hpp): the same HKDF
+// inputs under other labels ("pdkv-data-v1 ..."), so they are fresh per control connection (both
+// nonces), bound to its transcript, never equal to the control channel's keys (whose frame
+// counters start at 0 too) and distinct per direction. `local_is_client`: this side opened the
+// control connection (it connects the data connection too).
+SessionKeys derive_data_keys(const PresharedKey& key, const AuthTranscript& transcript, bool local_is_client);
+
 // One direction's AEAD state: the key and the next frame number. Move-only; the key is wiped
 // when destroyed.
 class FrameSealer {

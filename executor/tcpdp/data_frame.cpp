@@ -1,8 +1,10 @@
 #include "tcpdp/data_frame.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "pdkv/core/error.hpp"
+#include "tcpdp/data_seal.hpp"
 
 namespace pdkv::exec::tcpdp {
 
@@ -116,12 +118,19 @@ uint64_t payload_bytes(const Header& h, std::span<const Piece> pieces) {
   return total;
 }
 
-FrameReader::FrameReader() { pbuf_.reserve(kMaxPieces * kPieceBytes); }
+FrameReader::FrameReader() { pbuf_.reserve(kMaxPieces * kPieceBytes + kTagBytes); }
+FrameReader::FrameReader(const RecordKeyBytes& key) : FrameReader() {
+  cipher_ = std::make_unique<RecordCipher>(key, RecordCipher::Mode::Open);
+}
+FrameReader::FrameReader(FrameReader&&) noexcept = default;
+FrameReader& FrameReader::operator=(FrameReader&&) noexcept = default;
+FrameReader::~FrameReader() = default;
 
 std::span<uint8_t> FrameReader::want() {
   switch (stage_) {
-    case Stage::Header: return std::span<uint8_t>(hbuf_).subspan(have_);
+    case Stage::Header: return std::span<uint8_t>(hbuf_).first(kHeaderBytes + (sealed() ? kTagBytes : 0)).subspan(have_);
     case Stage::Pieces: return std::span<uint8_t>(pbuf_).subspan(have_);
+    case Stage::Tag: return std::span<uint8_t>(tag_).subspan(have_);
     default: return {};
   }
 }
@@ -129,23 +138,35 @@ std::span<uint8_t> FrameReader::want() {
 void FrameReader::received(size_t n) {
   if (n > want().size()) core::fail(Status::Internal, "FrameReader::received beyond want()");
   have_ += n;
-  if (stage_ == Stage::Header && have_ == kHeaderBytes) header_done();
-  else if (stage_ == Stage::Pieces && have_ == pbuf_.size()) pieces_done();
+  if (!want().empty()) return;
+  switch (stage_) {
+    case Stage::Header: header_done(); break;
+    case Stage::Pieces: pieces_done(); break;
+    case Stage::Tag:
+      have_ = 0;
+      cipher_->finish(std::span<uint8_t, kTagBytes>(tag_));  // Protocol on a mismatch
+      if (payload_left_ == 0) stage_ = Stage::Done;
+      else segment_start();
+      break;
+    default: break;
+  }
 }
 
 void FrameReader::header_done() {
-  header_ = decode_header(std::span<const uint8_t, kHeaderBytes>(hbuf_));
+  if (sealed()) cipher_->open(RecordKind::Header, std::span<uint8_t>(hbuf_));  // authenticated first
+  header_ = decode_header(std::span<const uint8_t, kHeaderBytes>(hbuf_.data(), kHeaderBytes));
   pieces_.clear();
   have_ = 0;
   if (header_.count == 0) {
     pieces_done();
     return;
   }
-  pbuf_.assign(static_cast<size_t>(header_.count) * kPieceBytes, 0);
+  pbuf_.assign(static_cast<size_t>(header_.count) * kPieceBytes + (sealed() ? kTagBytes : 0), 0);
   stage_ = Stage::Pieces;
 }
 
 void FrameReader::pieces_done() {
+  if (sealed() && header_.count > 0) cipher_->open(RecordKind::Pieces, std::span<uint8_t>(pbuf_));
   pieces_.reserve(header_.count);
   for (uint32_t i = 0; i < header_.count; ++i) {
     pieces_.push_back(decode_piece(std::span<const uint8_t, kPieceBytes>(pbuf_.data() + i * kPieceBytes, kPieceBytes), i));
@@ -156,19 +177,45 @@ void FrameReader::pieces_done() {
         " bytes (at most " + std::to_string(kMaxBatchBytes) + " per batch)");
   }
   have_ = 0;
-  stage_ = payload_left_ == 0 ? Stage::Done : Stage::Payload;
+  if (payload_left_ == 0) {
+    stage_ = Stage::Done;
+  } else if (sealed()) {
+    segment_start();
+  } else {
+    stage_ = Stage::Payload;
+  }
 }
 
-void FrameReader::payload_received(uint64_t n) {
-  if (stage_ != Stage::Payload || n > payload_left_) core::fail(Status::Internal, "FrameReader::payload_received beyond the payload");
+void FrameReader::segment_start() {
+  segment_left_ = std::min<uint64_t>(payload_left_, kSegmentBytes);
+  cipher_->begin(RecordKind::Payload);
+  stage_ = Stage::Payload;
+}
+
+void FrameReader::payload_received(std::span<uint8_t> bytes) {
+  if (stage_ != Stage::Payload || bytes.size() > payload_chunk()) {
+    core::fail(Status::Internal, "FrameReader::payload_received beyond the payload");
+  }
+  const uint64_t n = bytes.size();
   payload_left_ -= n;
-  if (payload_left_ == 0) stage_ = Stage::Done;
+  if (!sealed()) {
+    if (payload_left_ == 0) stage_ = Stage::Done;
+    return;
+  }
+  cipher_->update(bytes.data(), bytes.data(), bytes.size());
+  segment_left_ -= n;
+  if (segment_left_ == 0) {
+    stage_ = Stage::Tag;
+    have_ = 0;
+  }
 }
 
 void FrameReader::next() {
+  if (sealed() && cipher_->in_record()) core::fail(Status::Internal, "FrameReader::next inside a sealed record");
   stage_ = Stage::Header;
   have_ = 0;
   payload_left_ = 0;
+  segment_left_ = 0;
 }
 
 }  // namespace pdkv::exec::tcpdp

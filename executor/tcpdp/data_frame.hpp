@@ -20,11 +20,14 @@
 // bytes; WriteAck (D -> P) says whether they landed. A batch's pieces add up to at most
 // kMaxBatchBytes. Everything here is a pure codec (no sockets): FrameReader is the incremental
 // parser the agent and the fuzz target (fuzz/data_frame_fuzz.cpp) drive. Malformed input is
-// core::Error(Protocol) naming the field and the value. Internal to executor/.
+// core::Error(Protocol) naming the field and the value. With a pre-shared key (unless sealing was
+// turned off on both agents) the same frames travel as AES-256-GCM records: data_seal.hpp.
+// Internal to executor/.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <memory>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -76,37 +79,57 @@ Piece decode_piece(std::span<const uint8_t, kPieceBytes> bytes, uint32_t index);
 // Bytes that follow a frame's descriptors.
 uint64_t payload_bytes(const Header& h, std::span<const Piece> pieces);
 
-// Incremental parser of one direction of a data connection. The caller receives into want()
-// (header or descriptor bytes) and reports how many arrived with received(); once ready() the
-// frame's header and pieces are known and payload_left() bytes follow, which the caller receives
-// where it chooses and reports with payload_received(). After the payload, next() starts the next
-// frame. Throws core::Error(Protocol) on a malformed header or descriptor, or a payload larger than
-// kMaxBatchBytes; it never allocates more than kMaxPieces descriptors.
+class RecordCipher;  // data_seal.hpp
+using RecordKeyBytes = std::array<uint8_t, 32>;
+
+// Incremental parser of one direction of a data connection, clear or sealed (data_seal.hpp). The
+// caller receives into want() (header, descriptor or tag bytes) and reports how many arrived with
+// received(); once ready() the frame's header and pieces are known (and, sealed, authenticated)
+// and payload_left() bytes follow: the caller receives at most payload_chunk() of them at a time
+// where it chooses and hands each contiguous run to payload_received(), which decrypts it in place
+// when sealed (a sealed segment's tag is then wanted through want(), and checked by received()).
+// After the payload, complete() (every tag verified), and next() starts the next frame. Throws
+// core::Error(Protocol) on a malformed header or descriptor, a payload larger than
+// kMaxBatchBytes, or (sealed) a record that fails authentication; it never allocates more than
+// kMaxPieces descriptors.
 class FrameReader {
  public:
-  FrameReader();
-  std::span<uint8_t> want();                 // empty once ready()
+  FrameReader();                                  // clear frames
+  explicit FrameReader(const RecordKeyBytes& key);  // sealed frames, opened with `key`
+  FrameReader(FrameReader&&) noexcept;
+  FrameReader& operator=(FrameReader&&) noexcept;
+  ~FrameReader();
+  std::span<uint8_t> want();                 // empty while payload bytes are wanted, or complete
   void received(size_t n);
-  bool ready() const noexcept { return stage_ == Stage::Payload || stage_ == Stage::Done; }
+  bool ready() const noexcept { return stage_ != Stage::Header && stage_ != Stage::Pieces; }
   const Header& header() const noexcept { return header_; }
   const std::vector<Piece>& pieces() const noexcept { return pieces_; }
   uint64_t payload_left() const noexcept { return payload_left_; }
-  void payload_received(uint64_t n);
+  // Payload bytes the caller may receive now: the rest of the current sealed segment (clear: the
+  // rest of the payload); 0 while a tag is wanted or outside the payload.
+  uint64_t payload_chunk() const noexcept { return stage_ == Stage::Payload ? (sealed() ? segment_left_ : payload_left_) : 0; }
+  // The next payload_chunk() bytes arrived in `bytes` (decrypted there in place when sealed).
+  void payload_received(std::span<uint8_t> bytes);
   bool complete() const noexcept { return stage_ == Stage::Done; }
   void next();
   bool idle() const noexcept { return stage_ == Stage::Header && have_ == 0; }  // between frames
+  bool sealed() const noexcept { return cipher_ != nullptr; }
 
  private:
-  enum class Stage : uint8_t { Header, Pieces, Payload, Done };
+  enum class Stage : uint8_t { Header, Pieces, Payload, Tag, Done };
   void header_done();
   void pieces_done();
+  void segment_start();
   Stage stage_ = Stage::Header;
-  std::array<uint8_t, kHeaderBytes> hbuf_{};
+  std::array<uint8_t, kHeaderBytes + 16> hbuf_{};  // sealed: the header record's ciphertext and tag
+  std::array<uint8_t, 16> tag_{};
   std::vector<uint8_t> pbuf_;
   size_t have_ = 0;
   Header header_;
   std::vector<Piece> pieces_;
   uint64_t payload_left_ = 0;
+  uint64_t segment_left_ = 0;
+  std::unique_ptr<RecordCipher> cipher_;
 };
 
 }  // namespace pdkv::exec::tcpdp

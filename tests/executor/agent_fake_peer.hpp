@@ -14,6 +14,7 @@
 #include "agent/agent.hpp"
 #include "cma/cma.hpp"
 #include "control/handshake.hpp"
+#include "tcpdp/data_seal.hpp"
 #include "pdkv/core/geometry.hpp"
 #include "pdkv/core/metadata_from_geometry.hpp"
 #include "ucx/context.hpp"
@@ -59,6 +60,14 @@ class FakePeer {
  public:
   explicit FakePeer(TransportMode mode) : md_(tiny_metadata("dec", 0, 1ull << 41)), mode_(mode) {}
   FakePeer(TransportMode mode, core::EngineMetadata md) : md_(std::move(md)), mode_(mode) {}
+  // A peer holding `key`; `seal`: what its Transport frame says of sealing the data connection.
+  FakePeer(TransportMode mode, const PresharedKey& key, bool seal = true) : FakePeer(mode) {
+    key_.emplace(key);
+    seal_ = seal;
+  }
+  // Another identity (a fake P for an agent that posts READs, say), at `base`.
+  FakePeer(TransportMode mode, const core::EngineMetadata& md, std::optional<PresharedKey> key, bool seal)
+      : md_(md), mode_(mode), key_(std::move(key)), seal_(seal && key_.has_value()) {}
   FakePeer(const FakePeer&) = delete;
   FakePeer& operator=(const FakePeer&) = delete;
 
@@ -78,6 +87,7 @@ class FakePeer {
     p.info.cma_pid = forged_pid_ ? *forged_pid_ : probe_.pid();
     p.info.cma_probe_address = probe_.address();
     p.info.cma_probe = probe_.value();
+    p.key = key_;
     result_ = handshake_client(*channel_, p, deadline);
   }
 
@@ -91,6 +101,7 @@ class FakePeer {
       offer.cma = why.empty() ? CmaVerdict::Works : CmaVerdict::Failed;
       offer.reason = why;
     }
+    offer.data_seal = seal_ ? 1 : 0;
     channel_->send(offer, deadline);
     const Frame f = channel_->recv(deadline);
     if (f.type != FrameType::Transport) throw core::Error(core::Status::Protocol, "expected Transport");
@@ -106,8 +117,18 @@ class FakePeer {
     data_.emplace(Socket::connect(hp, deadline));
     const auto t = token ? *token : agent_offer_.data_token;
     data_->send_all(t, deadline);
+    if (seal_ && result_.data_keys) {
+      sealer_.emplace(result_.data_keys->send, tcpdp::RecordCipher::Mode::Seal);
+      reader_ = tcpdp::FrameReader(result_.data_keys->recv);
+    }
     return *data_;
   }
+
+  // Sealed data connection (a key and sealing): this side's sending cipher (null when clear), and
+  // the reader of what the agent sends (opens sealed records when sealed).
+  tcpdp::RecordCipher* sealer() { return sealer_ ? &*sealer_ : nullptr; }
+  tcpdp::FrameReader& reader() { return reader_; }
+  const HandshakeResult& handshake_result() const { return result_; }
 
   // A key for region `r` covering exactly its advertised range, with the given packed bytes.
   RegionKey key_for(uint32_t r, std::vector<uint8_t> packed) const {
@@ -116,8 +137,8 @@ class FakePeer {
   }
 
   // handshake(), the Transport exchange, then the Ready exchange: the agent publishes this peer.
-  void admit(const HostPort& agent, Deadline deadline = deadline_in(3s)) {
-    handshake(agent, deadline);
+  void admit(const HostPort& agent, Deadline deadline = deadline_in(3s), std::vector<RegionKey> keys = {}) {
+    handshake(agent, deadline, std::move(keys));
     agree_transport(deadline);
     if (agent_offer_.data_port != 0) open_data(deadline);
     channel_->send(Ready{}, deadline);
@@ -147,6 +168,10 @@ class FakePeer {
   TransportOffer agent_offer_;
   std::optional<uint16_t> proto_minor_;
   std::optional<Socket> data_;
+  std::optional<PresharedKey> key_;
+  bool seal_ = false;
+  std::optional<tcpdp::RecordCipher> sealer_;
+  tcpdp::FrameReader reader_;
 };
 
 }  // namespace pdkv::exec::testing

@@ -240,6 +240,25 @@ TEST(ControlMessages, ClipMessageTextKeepsUtf8Whole) {
   EXPECT_NO_THROW(Reject(Reject{Status::Incompatible, clip_message_text(std::string(1 << 20, 'x'))}).encode());
 }
 
+TEST(ControlMessages, TransportOfferCarriesTheSealSettingAndRefusesOtherValues) {
+  TransportOffer sealed{CmaVerdict::NotTried, "tcp"};
+  sealed.data_seal = 1;
+  EXPECT_EQ(TransportOffer::decode(sealed.encode()).data_seal, std::optional<uint8_t>(1));
+  sealed.data_seal = 0;
+  EXPECT_EQ(TransportOffer::decode(sealed.encode()).data_seal, std::optional<uint8_t>(0));
+  // Not sent (a peer older than 3.2): absent, which admission reads as clear.
+  EXPECT_FALSE(TransportOffer::decode(TransportOffer{}.encode()).data_seal.has_value());
+  sealed.data_seal = 1;
+  std::vector<uint8_t> b = sealed.encode();
+  b.back() = 2;  // the last byte
+  expect_protocol([&] { TransportOffer::decode(b); }, {"Transport", "data_seal 2"});
+  // After the mappable regions too.
+  sealed.mappable.push_back(MappableRegion{});
+  const TransportOffer both = TransportOffer::decode(sealed.encode());
+  EXPECT_EQ(both.mappable.size(), 1u);
+  EXPECT_EQ(both.data_seal, std::optional<uint8_t>(1));
+}
+
 TEST(ControlMessages, TransportOfferRefusesAnUnknownVerdict) {
   std::vector<uint8_t> b = TransportOffer{CmaVerdict::NotTried, "another host"}.encode();
   b[0] = 3;

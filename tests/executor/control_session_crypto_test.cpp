@@ -70,6 +70,21 @@ TEST(SessionCrypto, BothSidesDeriveMatchingDirectionalKeys) {
   EXPECT_NE(derive_session_keys(PresharedKey::from_string("another-key-0123456789"), transcript(), true).send, c.send);
 }
 
+TEST(SessionCrypto, DataConnectionKeysMatchPerDirectionAndDifferFromTheControlChannels) {
+  const SessionKeys c = derive_data_keys(kKey, transcript(), true);
+  const SessionKeys s = derive_data_keys(kKey, transcript(), false);
+  EXPECT_EQ(c.send, s.recv);
+  EXPECT_EQ(c.recv, s.send);
+  EXPECT_NE(c.send, c.recv);
+  // Never a control channel key (both count their frames / records from 0 under their keys).
+  const SessionKeys control = derive_session_keys(kKey, transcript(), true);
+  for (const auto& k : {c.send, c.recv}) {
+    EXPECT_NE(k, control.send);
+    EXPECT_NE(k, control.recv);
+  }
+  EXPECT_NE(derive_data_keys(kKey, transcript(7), true).send, c.send);  // fresh per connection
+}
+
 TEST(SessionCrypto, SealedFramesOpenInOrderAndHideThePlaintext) {
   const SessionKeys c = derive_session_keys(kKey, transcript(), true);
   const SessionKeys s = derive_session_keys(kKey, transcript(), false);
@@ -276,3 +291,32 @@ TEST(SessionCrypto, AKeyedHandshakeSendsRegionKeysSealed) {
 }
 
 }  // namespace
+
+// The handshake hands both sides the same data connection keys (each side's send is the other's
+// receive), and none without a key.
+TEST(SessionCrypto, AKeyedHandshakeDerivesTheDataConnectionKeysOnBothSides) {
+  Listener listener(HostPort{"127.0.0.1", 0});
+  auto with_key = [](HandshakeParams p, bool keyed) {
+    if (!keyed) p.key.reset();
+    return p;
+  };
+  for (const bool keyed : {true, false}) {
+    SCOPED_TRACE(keyed ? "keyed" : "no key");
+    std::optional<HandshakeResult> server;
+    std::thread t([&] {
+      ControlChannel ch(listener.accept(deadline_in(3s)));
+      server = handshake_server(ch, with_key(params("prefill", 1), keyed), deadline_in(3s));
+    });
+    ControlChannel ch = ControlChannel::connect(HostPort{"127.0.0.1", listener.port()}, deadline_in(3s));
+    const HandshakeResult client =
+        handshake_client(ch, with_key(params("decode", 0), keyed), deadline_in(3s));
+    t.join();
+    ASSERT_TRUE(server.has_value());
+    ASSERT_EQ(client.data_keys.has_value(), keyed);
+    ASSERT_EQ(server->data_keys.has_value(), keyed);
+    if (keyed) {
+      EXPECT_EQ(client.data_keys->send, server->data_keys->recv);
+      EXPECT_EQ(client.data_keys->recv, server->data_keys->send);
+    }
+  }
+}
