@@ -36,7 +36,8 @@ const (
 	// TransportSHM is cross-memory attach (process_vm_readv/writev, one host; the connect fails
 	// with StatusTransport where the two processes cannot attach to each other).
 	TransportSHM Transport = C.PDKV_TRANSPORT_SHM
-	// TransportTCP is UCX over TCP with peer error handling.
+	// TransportTCP is pdkv's TCP data connection (sealed with a pre-shared key unless
+	// AgentOptions.SealData is false).
 	TransportTCP Transport = C.PDKV_TRANSPORT_TCP
 )
 
@@ -80,6 +81,7 @@ const (
 	fieldHeartbeat      = uint64(C.PDKV_AGENT_FIELD_HEARTBEAT)
 	fieldMaxOutstanding = uint64(C.PDKV_AGENT_FIELD_MAX_OUTSTANDING)
 	fieldCopyThreads    = uint64(C.PDKV_AGENT_FIELD_COPY_THREADS)
+	fieldSealData       = uint64(C.PDKV_AGENT_FIELD_SEAL_DATA)
 	fieldMemoryType     = uint64(C.PDKV_MEMORY_FIELD_MEMORY_TYPE)
 	fieldMemoryDevice   = uint64(C.PDKV_MEMORY_FIELD_DEVICE)
 	fieldConnectTimeout = uint64(C.PDKV_CONNECT_FIELD_TIMEOUT)
@@ -177,6 +179,11 @@ type AgentOptions struct {
 	// CopyThreads is how many threads copy each shm batch, 1 to 16 (0: 2 where the machine
 	// has 4+ hardware threads, else 1); see pdkv_agent_options_t.copy_threads.
 	CopyThreads uint32
+	// SealData says whether, with a PresharedKey, the TCP data connections are sealed
+	// (AES-256-GCM; pdkv_agent_options_t.seal_data): nil is the default (sealed with a key),
+	// pdkv.Ptr(false) sends them in clear (trusted fabrics only). Both agents of a pair must
+	// agree (a mismatch is ErrAuth at connect); pdkv.Ptr(true) without a key is refused.
+	SealData *bool
 }
 
 // AgentInfo holds an agent's scalars.
@@ -307,6 +314,13 @@ func NewAgent(opts AgentOptions) (*Agent, error) {
 	if opts.CopyThreads != 0 {
 		co.copy_threads = C.uint32_t(opts.CopyThreads)
 		mask |= fieldCopyThreads
+	}
+	if opts.SealData != nil {
+		co.seal_data = 0
+		if *opts.SealData {
+			co.seal_data = 1
+		}
+		mask |= fieldSealData
 	}
 	co.field_mask = C.uint64_t(mask)
 	var out *C.pdkv_agent_t

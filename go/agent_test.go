@@ -515,6 +515,22 @@ func TestPresharedKeys(t *testing.T) {
 	ok(t, peer.Close())
 }
 
+func TestSealDataIsPassedThrough(t *testing.T) {
+	key := []byte("0123456789abcdef-secret")
+	p := newNode(t, true, xfer.Options{Transport: pdkv.TransportTCP, Key: key, SealData: pdkv.Ptr(false)})
+	// Sealed by default with a key: P's SealData false makes the pair differ.
+	d := newNode(t, false, xfer.Options{Transport: pdkv.TransportTCP, Key: key})
+	_, err := d.Agent.Connect(timeout(t, long), address(t, p))
+	isErr(t, err, pdkv.ErrAuth)
+	if !strings.Contains(err.Error(), "seal_data off") || !strings.Contains(err.Error(), "seal_data on") {
+		t.Fatalf("%v does not name both settings", err)
+	}
+	clear := newNode(t, false, xfer.Options{Transport: pdkv.TransportTCP, Key: key, SealData: pdkv.Ptr(false)})
+	peer, err := clear.Agent.Connect(timeout(t, long), address(t, p))
+	ok(t, err)
+	ok(t, peer.Close())
+}
+
 func TestAgentRefusals(t *testing.T) {
 	m, err := xfer.Model()
 	ok(t, err)
@@ -539,6 +555,7 @@ func TestAgentRefusals(t *testing.T) {
 	bad(pdkv.AgentOptions{Transport: 9}, pdkv.ErrInvalidArgument, "9")
 	bad(pdkv.AgentOptions{ProgressMode: 7}, pdkv.ErrInvalidArgument)
 	bad(pdkv.AgentOptions{PresharedKey: []byte("short")}, pdkv.ErrInvalidArgument)
+	bad(pdkv.AgentOptions{SealData: pdkv.Ptr(true)}, pdkv.ErrInvalidArgument, "seal_data 1")
 	bad(pdkv.AgentOptions{HeartbeatInterval: 2 * time.Second, HeartbeatTimeout: time.Second}, pdkv.ErrInvalidArgument)
 	bad(pdkv.AgentOptions{DefaultTimeout: -time.Second}, pdkv.ErrInvalidArgument, "DefaultTimeout")
 	bad(pdkv.AgentOptions{ListenAddress: "no-port"}, pdkv.ErrInvalidArgument)

@@ -116,7 +116,8 @@ PDKV_API pdkv_status_t pdkv_agent_new(const pdkv_agent_options_t* options, pdkv_
                                             PDKV_AGENT_FIELD_LISTEN_ADDRESS | PDKV_AGENT_FIELD_TRANSPORT |
                                              PDKV_AGENT_FIELD_PROGRESS_MODE | PDKV_AGENT_FIELD_DEFAULT_TIMEOUT |
                                              PDKV_AGENT_FIELD_PRESHARED_KEY | PDKV_AGENT_FIELD_HEARTBEAT |
-                                             PDKV_AGENT_FIELD_MAX_OUTSTANDING | PDKV_AGENT_FIELD_COPY_THREADS);
+                                             PDKV_AGENT_FIELD_MAX_OUTSTANDING | PDKV_AGENT_FIELD_COPY_THREADS |
+                                             PDKV_AGENT_FIELD_SEAL_DATA);
     require_non_null(o.metadata, "options->metadata");
     exec::AgentOptions a;
     a.metadata = o.metadata->md;
@@ -162,6 +163,17 @@ PDKV_API pdkv_status_t pdkv_agent_new(const pdkv_agent_options_t* options, pdkv_
                    "copy_threads must be 1 to 16, got " + std::to_string(o.copy_threads));
       }
       a.cma_copy_threads = o.copy_threads;
+    }
+    if (o.field_mask & PDKV_AGENT_FIELD_SEAL_DATA) {
+      PDKV_REQUIRE_APPENDED_FIELD(o, pdkv_agent_options_t, seal_data);  // at the 2.0 size, past a 2.0 struct
+      if (o.seal_data > 1) {
+        core::fail(Status::InvalidArgument, "seal_data " + std::to_string(o.seal_data) + " is not 0 (clear) or 1 (sealed)");
+      }
+      if (o.seal_data == 1 && !a.key) {
+        core::fail(Status::InvalidArgument, "seal_data 1 needs a preshared_key (the data connection is sealed with keys "
+                                            "derived from it); set the key, or leave seal_data unset");
+      }
+      a.seal_data = o.seal_data == 1;
     }
     auto h = std::make_unique<pdkv_agent>();
     h->agent = std::make_unique<exec::Agent>(std::move(a));

@@ -61,6 +61,7 @@ PDKV_AGENT_FIELD_PRESHARED_KEY = 16
 PDKV_AGENT_FIELD_HEARTBEAT = 32
 PDKV_AGENT_FIELD_MAX_OUTSTANDING = 64
 PDKV_AGENT_FIELD_COPY_THREADS = 128
+PDKV_AGENT_FIELD_SEAL_DATA = 256
 PDKV_MEMORY_FIELD_MEMORY_TYPE = 1
 PDKV_MEMORY_FIELD_DEVICE = 2
 PDKV_CONNECT_FIELD_TIMEOUT = 1
@@ -96,6 +97,7 @@ MACROS: Dict[str, int] = {
     "PDKV_AGENT_FIELD_HEARTBEAT": PDKV_AGENT_FIELD_HEARTBEAT,
     "PDKV_AGENT_FIELD_MAX_OUTSTANDING": PDKV_AGENT_FIELD_MAX_OUTSTANDING,
     "PDKV_AGENT_FIELD_COPY_THREADS": PDKV_AGENT_FIELD_COPY_THREADS,
+    "PDKV_AGENT_FIELD_SEAL_DATA": PDKV_AGENT_FIELD_SEAL_DATA,
     "PDKV_MEMORY_FIELD_MEMORY_TYPE": PDKV_MEMORY_FIELD_MEMORY_TYPE,
     "PDKV_MEMORY_FIELD_DEVICE": PDKV_MEMORY_FIELD_DEVICE,
     "PDKV_CONNECT_FIELD_TIMEOUT": PDKV_CONNECT_FIELD_TIMEOUT,
@@ -1240,6 +1242,7 @@ class AgentOptionsC(Structure):
         ("heartbeat_timeout_ms", c_uint32),
         ("max_outstanding", c_uint32),
         ("copy_threads", c_uint32),
+        ("seal_data", c_uint8),
     ]
 
 
@@ -1563,7 +1566,7 @@ STRUCT_FORMATS: Dict[str, str] = {
     "pdkv_stage_pair_t": "IIII",
     "pdkv_descriptor_layout_t": "NQQQQQQ",
     "pdkv_aligned_split_v0604_input_t": "NQQQQQQQQBB0N",
-    "pdkv_agent_options_t": "NQPPiiQPNIIII0N",
+    "pdkv_agent_options_t": "NQPPiiQPNIIIIB0N",
     "pdkv_agent_info_t": "NPIIPHiiNNI0N",
     "pdkv_memory_desc_t": "NQIQQii0N",
     "pdkv_connect_options_t": "NQPQ",
@@ -1792,6 +1795,7 @@ __all__ = [
     "PDKV_AGENT_FIELD_HEARTBEAT",
     "PDKV_AGENT_FIELD_MAX_OUTSTANDING",
     "PDKV_AGENT_FIELD_COPY_THREADS",
+    "PDKV_AGENT_FIELD_SEAL_DATA",
     "PDKV_MEMORY_FIELD_MEMORY_TYPE",
     "PDKV_MEMORY_FIELD_DEVICE",
     "PDKV_CONNECT_FIELD_TIMEOUT",

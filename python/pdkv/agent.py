@@ -205,13 +205,16 @@ class Agent(Handle):
         heartbeat_timeout: Optional[float] = None,
         max_outstanding: Optional[int] = None,
         copy_threads: Optional[int] = None,
+        seal_data: Optional[bool] = None,
     ) -> None:
         """Creates the agent of the rank ``metadata`` describes (copied); its control listener
         is bound before this returns. Options left None take the library's defaults
         (listen "127.0.0.1:0", AUTO, THREAD, 30 s, no key, heartbeats 0.5 s / 5 s, 64, copy
         threads 2 from 4 hardware threads up, else 1). Setting either heartbeat option sets both
         (the other at its default). ``copy_threads`` (1-16) is how many threads copy each shm
-        batch (``pdkv_agent_options_t.copy_threads``)."""
+        batch (``pdkv_agent_options_t.copy_threads``). With a key the TCP data connection is
+        sealed; ``seal_data=False`` sends it in clear (trusted fabrics only), and both agents of
+        a pair must agree (``pdkv_agent_options_t.seal_data``)."""
         bits = _ffi.FIELD_BITS
         o = _ffi.AgentOptionsC()
         o.struct_size = ctypes.sizeof(o)
@@ -251,6 +254,11 @@ class Agent(Handle):
         if copy_threads is not None:
             o.copy_threads = u32("copy_threads", copy_threads)
             mask |= bits["PDKV_AGENT_FIELD_COPY_THREADS"]
+        if seal_data is not None:
+            if not isinstance(seal_data, bool):
+                raise TypeError(f"seal_data must be a bool, got {type(seal_data).__name__}")
+            o.seal_data = 1 if seal_data else 0
+            mask |= bits["PDKV_AGENT_FIELD_SEAL_DATA"]
         o.field_mask = mask
         out = POINTER(_ffi.AgentT)()
         call("pdkv_agent_new", byref(o), byref(out))

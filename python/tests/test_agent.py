@@ -393,6 +393,34 @@ def test_shared_memory_is_read_through_the_peers_mapping(model: pdkv.Model) -> N
         pdkv.SharedMemory(0)
 
 
+def test_seal_data_is_passed_through(model: pdkv.Model) -> None:
+    key = b"0123456789abcdef-secret"
+    # Sealed by default with a key; seal_data=False on one side only: refused, naming both.
+    with xfer.node(model, True, preshared_key=key, seal_data=False, transport="tcp") as p:
+        with xfer.node(model, False, preshared_key=key, transport="tcp") as d:
+            with pytest.raises(pdkv.AuthError, match="seal_data off") as e:
+                d.agent.connect(p.agent.address, timeout=LONG)
+            assert "seal_data on" in str(e.value)
+        # Off on both: connected, bytes move.
+        with xfer.node(model, False, preshared_key=key, seal_data=False, transport="tcp") as d:
+            with d.agent.connect(p.agent.address, timeout=LONG), xfer.plan_from_peer(d) as plan:
+                with d.agent.read(plan, xfer.P_ENGINE, "clear-1") as t:
+                    assert t.wait() is True
+                    assert xfer.verify(plan, d.buffers) == plan.info().bytes
+    # Explicitly on both: sealed, every byte verified.
+    with xfer.node(model, True, preshared_key=key, seal_data=True, transport="tcp") as p:
+        with xfer.node(model, False, preshared_key=key, seal_data=True, transport="tcp") as d:
+            with d.agent.connect(p.agent.address, timeout=LONG), xfer.plan_from_peer(d) as plan:
+                with d.agent.read(plan, xfer.P_ENGINE, "sealed-1") as t:
+                    assert t.wait() is True
+                    assert xfer.verify(plan, d.buffers) == plan.info().bytes
+    with pdkv.EngineMetadata.from_model(model, pdkv.EngineConfig(), pdkv.EngineLayout()) as md:
+        with pytest.raises(pdkv.InvalidArgumentError, match="seal_data 1"):
+            pdkv.Agent(md, seal_data=True)  # sealing needs a key
+        with pytest.raises(TypeError):
+            pdkv.Agent(md, seal_data=1)  # type: ignore[arg-type]
+
+
 def test_refusals(model: pdkv.Model) -> None:
     with pdkv.EngineMetadata.from_model(model, pdkv.EngineConfig(), pdkv.EngineLayout()) as md:
         for kwargs in [

@@ -95,7 +95,10 @@ struct Node {
   std::vector<MemoryPtr> regs;
 };
 
-std::unique_ptr<Node> node(const char* engine, int32_t transport, int32_t progress, bool shared = false) {
+// `shared`: regions in pdkv shared memory; `key`: a pre-shared key (NULL: none); `seal`:
+// seal_data with its bit (-1: left unset).
+std::unique_ptr<Node> node(const char* engine, int32_t transport, int32_t progress, bool shared = false,
+                           const char* key = nullptr, int seal = -1) {
   auto n = std::make_unique<Node>();
   n->model = tiny_model();
   auto probe = metadata(n->model.get(), engine, nullptr);
@@ -136,6 +139,15 @@ std::unique_ptr<Node> node(const char* engine, int32_t transport, int32_t progre
   o.progress_mode = progress;
   o.heartbeat_interval_ms = 100;
   o.heartbeat_timeout_ms = 3000;
+  if (key != nullptr) {
+    o.field_mask |= PDKV_AGENT_FIELD_PRESHARED_KEY;
+    o.preshared_key = reinterpret_cast<const uint8_t*>(key);
+    o.preshared_key_len = std::strlen(key);
+  }
+  if (seal >= 0) {
+    o.field_mask |= PDKV_AGENT_FIELD_SEAL_DATA;
+    o.seal_data = static_cast<uint8_t>(seal);
+  }
   n->agent = new_agent(o);
   for (uint32_t r = 0; r < kRegions; ++r) {
     pdkv_memory_desc_t d{};
@@ -294,6 +306,32 @@ TEST_CASE("pdkv_agent_new refuses each bad argument naming it", "[agent]") {
     CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
     CHECK_THAT(r.message, Contains("8 bytes"));
   }
+  SECTION("seal_data") {
+    o.field_mask = PDKV_AGENT_FIELD_SEAL_DATA;
+    o.struct_size = 80;  // an older caller's struct ends before seal_data: its bit cannot be honoured
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
+    CHECK_THAT(r.message, Contains("seal_data") && Contains("80"));
+    o.struct_size = sizeof o;
+    o.seal_data = 2;
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("seal_data 2"));
+    o.seal_data = 1;  // sealing needs a key
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("seal_data 1") && Contains("preshared_key"));
+    o.seal_data = 0;  // nothing to turn off without a key: accepted
+    CHECK(new_agent(o) != nullptr);
+    const uint8_t key[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    o.field_mask = PDKV_AGENT_FIELD_SEAL_DATA | PDKV_AGENT_FIELD_PRESHARED_KEY;
+    o.preshared_key = key;
+    o.preshared_key_len = sizeof key;
+    for (uint8_t v : {uint8_t{0}, uint8_t{1}}) {
+      o.seal_data = v;
+      CHECK(new_agent(o) != nullptr);
+    }
+  }
   SECTION("listen address") {
     o.field_mask = PDKV_AGENT_FIELD_LISTEN_ADDRESS;
     r = new_agent_fails(o);
@@ -312,6 +350,7 @@ TEST_CASE("pdkv_agent_new refuses each bad argument naming it", "[agent]") {
     o.preshared_key_len = 3;
     o.heartbeat_interval_ms = 0;
     o.max_outstanding = 0;
+    o.seal_data = 7;
     auto agent = new_agent(o);
     pdkv_agent_info_t i{};
     i.struct_size = sizeof i;
@@ -360,8 +399,8 @@ TEST_CASE("copy_threads (2.1) is honoured, bounded, and needs a struct that has 
     }
   }
   SECTION("it lives in the 2.0 struct's tail padding: the size is unchanged, the bit decides") {
-    CHECK(sizeof(pdkv_agent_options_t) == 80);
     CHECK(offsetof(pdkv_agent_options_t, copy_threads) == 76);
+    CHECK(offsetof(pdkv_agent_options_t, seal_data) == 80);  // 2.3's field starts at the 2.0 size
   }
   SECTION("a 2.0-sized info struct is filled without the 2.1 field") {
     o.field_mask = PDKV_AGENT_FIELD_COPY_THREADS;
@@ -373,6 +412,48 @@ TEST_CASE("copy_threads (2.1) is honoured, bounded, and needs a struct that has 
     REQUIRE_OK(pdkv_agent_get_info(a.get(), &i, err));
     CHECK(i.copy_threads == 77);
     CHECK(i.tp_size >= 1);
+  }
+}
+
+// With a key, tcp data connections are sealed unless seal_data is 0 on both agents; agents whose
+// settings differ are refused at connect with AUTH naming both engines and settings.
+TEST_CASE("seal_data: sealed by default with a key, off on both, refused when they differ", "[agent]") {
+  const char* key = "a sixteen+ byte pre-shared key";
+  for (const int p_seal : {-1, 1, 0}) {
+    const int d_seal = p_seal == 0 ? 0 : -1;  // off on both, or on (default / explicit) on both
+    INFO("P seal_data " << p_seal << ", D seal_data " << d_seal);
+    auto p = node("pre", PDKV_TRANSPORT_TCP, PDKV_PROGRESS_THREAD, false, key, p_seal);
+    auto d = node("dec", PDKV_TRANSPORT_TCP, PDKV_PROGRESS_THREAD, false, key, d_seal);
+    for (size_t r = 0; r < kRegions; ++r) {
+      for (size_t i = 0; i < p->mem[r].size(); ++i) p->mem[r][i] = static_cast<uint8_t>(i * 31 + r);
+    }
+    auto peer = connect(d->agent.get(), p->agent.get());
+    auto plan = read_plan(d->md.get(), p->md.get());
+    auto t = transfer_params(plan.get(), "sealed");
+    pdkv_transfer_t* tr = nullptr;
+    REQUIRE_OK(pdkv_agent_post(d->agent.get(), &t, &tr, err));
+    TransferPtr transfer(tr);
+    uint8_t finished = 0;
+    REQUIRE_OK(pdkv_transfer_wait(tr, 5000, &finished, err));
+    CHECK(finished == 1);
+    for (size_t r = 0; r < kRegions; ++r) {
+      const size_t block = d->mem[r].size() / kBlocks;  // block 0 (the null block) is not read
+      CHECK(std::memcmp(d->mem[r].data() + block, p->mem[r].data() + block, d->mem[r].size() - block) == 0);
+    }
+  }
+  for (const bool d_seals : {true, false}) {
+    INFO(std::string(d_seals ? "D seals, P does not" : "P seals, D does not"));
+    auto p = node("pre", PDKV_TRANSPORT_TCP, PDKV_PROGRESS_THREAD, false, key, d_seals ? 0 : 1);
+    auto d = node("dec", PDKV_TRANSPORT_TCP, PDKV_PROGRESS_THREAD, false, key, d_seals ? 1 : 0);
+    const std::string address = listen_of(p->agent.get());
+    pdkv_connect_options_t c{};
+    c.struct_size = sizeof c;
+    c.address = address.c_str();
+    pdkv_peer_t* out = nullptr;
+    const CallResult r = capture([&](pdkv_error_t** e) { return pdkv_agent_connect(d->agent.get(), &c, &out, e); });
+    CHECK(out == nullptr);
+    CHECK(r.status == PDKV_ERR_AUTH);
+    CHECK_THAT(r.message, Contains("'pre'") && Contains("'dec'") && Contains("seal_data on") && Contains("seal_data off"));
   }
 }
 

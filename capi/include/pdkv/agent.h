@@ -58,7 +58,8 @@ typedef enum pdkv_transport {
   PDKV_TRANSPORT_SHM = 1,
   /* pdkv's TCP data connection (one per peer pair, admitted with a one-time token sent over the
    * control channel; the serving side checks every requested range against its registrations;
-   * the bytes are not encrypted): works across hosts. A dead peer is a socket error (PEER_LOST). */
+   * with a pre-shared key every frame is sealed with AES-256-GCM unless seal_data turned it off,
+   * see pdkv_agent_options_t): works across hosts. A dead peer is a socket error (PEER_LOST). */
   PDKV_TRANSPORT_TCP = 2
 } pdkv_transport_t;
 
@@ -110,6 +111,8 @@ typedef enum pdkv_notification_kind {
 #define PDKV_AGENT_FIELD_HEARTBEAT (1ULL << 5)
 #define PDKV_AGENT_FIELD_MAX_OUTSTANDING (1ULL << 6)
 #define PDKV_AGENT_FIELD_COPY_THREADS (1ULL << 7)
+/* Since 2.3. */
+#define PDKV_AGENT_FIELD_SEAL_DATA (1ULL << 8)
 
 /* Options of pdkv_agent_new. Zero it, set struct_size, set the fields you want with their bits. */
 typedef struct pdkv_agent_options {
@@ -126,9 +129,10 @@ typedef struct pdkv_agent_options {
                                              copied); NULL with length 0: no key. Default none.
                                              With a key, every control frame after the proofs
                                              (addresses, region keys, notifications) is sealed
-                                             with AES-256-GCM under per-connection keys; without
-                                             one the control channel is plaintext and only for
-                                             trusted networks */
+                                             with AES-256-GCM under per-connection keys, and so
+                                             is the TCP data connection (see seal_data); without
+                                             one both are plaintext and only for trusted
+                                             networks */
   size_t preshared_key_len;
   uint32_t heartbeat_interval_ms;         /* Ping period per peer. Default 500 */
   uint32_t heartbeat_timeout_ms;          /* a peer silent this long is lost. Default 5000;
@@ -151,13 +155,28 @@ typedef struct pdkv_agent_options {
                                              which). 1 to 16. With 2 on a 2-vCPU VM the copy
                                              moved ~1.6x the bytes per second of 1
                                              (docs/benchmarks.md) */
+  uint8_t seal_data;                      /* since 2.3, at offset 80 (the 2.0 size; a caller
+                                             setting its bit needs a struct_size that holds it,
+                                             STRUCT_SIZE otherwise). With a preshared_key: 1
+                                             seals every frame of the TCP data connections
+                                             (headers and KV bytes) with AES-256-GCM under
+                                             per-connection keys derived from the key, so a
+                                             frame altered, replayed, reordered or injected on
+                                             the path fails the transfer with PROTOCOL; 0 sends
+                                             them in clear, for trusted fabrics only (the control
+                                             channel stays sealed). Default 1 with a key, 0
+                                             without one; 1 without a key, or a value other than
+                                             0 and 1, is INVALID_ARGUMENT. Both agents of a pair
+                                             must agree: a peer with the other setting is refused
+                                             at connect (AUTH naming both engines and settings).
+                                             SHM peers never use the data connection */
 } pdkv_agent_options_t;
 
 /* Creates an agent: a UCX context for memory registration, the control listener (bound
  * before return), and the progress thread in THREAD mode. Errors: NULL_POINTER (options,
  * metadata, out), STRUCT_SIZE, INVALID_ARGUMENT (unknown field_mask bits, enum values, bad
- * address, key shorter than 16 bytes, timeouts 0 or heartbeat timeout <= interval, naming the
- * field and value), IO (the address cannot be bound: names it and errno), TRANSPORT (UCX failed:
+ * address, key shorter than 16 bytes, timeouts 0 or heartbeat timeout <= interval, seal_data
+ * other than 0 or 1 or 1 without a key, naming the field and value), IO (the address cannot be bound: names it and errno), TRANSPORT (UCX failed:
  * pdkv_error_cause gives the ucs_status_t). *out owned by the caller (pdkv_agent_free).
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_agent_new(const pdkv_agent_options_t *options, pdkv_agent_t **out,
@@ -296,7 +315,8 @@ typedef struct pdkv_connect_options {
  * and the pair's
  * validation on both sides, then the choice of the data path (PDKV_TRANSPORT_*). Connecting to an (engine, rank) already connected replaces the old
  * connection. Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (bad address), PEER_LOST
- * (refused or closed), TIMED_OUT, AUTH (key mismatch: names the peer), PROTOCOL (malformed or
+ * (refused or closed), TIMED_OUT, AUTH (key mismatch: names the peer; or the two agents'
+ * seal_data differ: names both engines and settings), PROTOCOL (malformed or
  * lying frames, e.g. keys for regions it does not advertise), INCOMPATIBLE (the pair fails
  * validation: every item), SHUTDOWN, TRANSPORT (UCX failed, or the transports cannot serve the
  * pair: SHM needs cross-memory attach both ways, see PDKV_TRANSPORT_SHM). *out owned by the

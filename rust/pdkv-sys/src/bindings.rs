@@ -29,6 +29,7 @@ pub const PDKV_AGENT_FIELD_PRESHARED_KEY: u32 = 16;
 pub const PDKV_AGENT_FIELD_HEARTBEAT: u32 = 32;
 pub const PDKV_AGENT_FIELD_MAX_OUTSTANDING: u32 = 64;
 pub const PDKV_AGENT_FIELD_COPY_THREADS: u32 = 128;
+pub const PDKV_AGENT_FIELD_SEAL_DATA: u32 = 256;
 pub const PDKV_MEMORY_FIELD_MEMORY_TYPE: u32 = 1;
 pub const PDKV_MEMORY_FIELD_DEVICE: u32 = 2;
 pub const PDKV_CONNECT_FIELD_TIMEOUT: u32 = 1;
@@ -1712,6 +1713,7 @@ pub struct pdkv_agent_options {
     pub heartbeat_timeout_ms: u32,
     pub max_outstanding: u32,
     pub copy_threads: u32,
+    pub seal_data: u8,
 }
 pub type pdkv_agent_options_t = pdkv_agent_options;
 extern "C" {

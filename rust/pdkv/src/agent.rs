@@ -32,6 +32,7 @@ pub(crate) const FIELD_PRESHARED_KEY: u64 = sys::PDKV_AGENT_FIELD_PRESHARED_KEY 
 pub(crate) const FIELD_HEARTBEAT: u64 = sys::PDKV_AGENT_FIELD_HEARTBEAT as u64;
 pub(crate) const FIELD_MAX_OUTSTANDING: u64 = sys::PDKV_AGENT_FIELD_MAX_OUTSTANDING as u64;
 pub(crate) const FIELD_COPY_THREADS: u64 = sys::PDKV_AGENT_FIELD_COPY_THREADS as u64;
+pub(crate) const FIELD_SEAL_DATA: u64 = sys::PDKV_AGENT_FIELD_SEAL_DATA as u64;
 pub(crate) const FIELD_MEMORY_TYPE: u64 = sys::PDKV_MEMORY_FIELD_MEMORY_TYPE as u64;
 pub(crate) const FIELD_MEMORY_DEVICE: u64 = sys::PDKV_MEMORY_FIELD_DEVICE as u64;
 pub(crate) const FIELD_CONNECT_TIMEOUT: u64 = sys::PDKV_CONNECT_FIELD_TIMEOUT as u64;
@@ -140,6 +141,7 @@ pub struct AgentOptions<'a> {
     heartbeat: Option<(Duration, Duration)>,
     max_outstanding: Option<u32>,
     copy_threads: Option<u32>,
+    seal_data: Option<bool>,
 }
 
 impl<'a> AgentOptions<'a> {
@@ -155,6 +157,7 @@ impl<'a> AgentOptions<'a> {
             heartbeat: None,
             max_outstanding: None,
             copy_threads: None,
+            seal_data: None,
         }
     }
 
@@ -213,6 +216,16 @@ impl<'a> AgentOptions<'a> {
     #[must_use]
     pub fn copy_threads(mut self, n: u32) -> Self {
         self.copy_threads = Some(n);
+        self
+    }
+
+    /// With a pre-shared key, whether the TCP data connections are sealed (AES-256-GCM;
+    /// `pdkv_agent_options_t.seal_data`). `false` sends them in clear, for trusted fabrics
+    /// only; both agents of a pair must agree (a mismatch is refused at connect with
+    /// [`Status::Auth`]). `true` without a key is refused. Default: sealed with a key.
+    #[must_use]
+    pub fn seal_data(mut self, seal: bool) -> Self {
+        self.seal_data = Some(seal);
         self
     }
 }
@@ -333,6 +346,10 @@ impl Agent {
         if let Some(n) = options.copy_threads {
             raw.field_mask |= FIELD_COPY_THREADS;
             raw.copy_threads = n;
+        }
+        if let Some(seal) = options.seal_data {
+            raw.field_mask |= FIELD_SEAL_DATA;
+            raw.seal_data = u8::from(seal);
         }
         let mut out = ptr::null_mut();
         // SAFETY: raw and the strings/key it points to live for the call; all copied.

@@ -436,6 +436,37 @@ fn preshared_keys() {
 }
 
 #[test]
+fn seal_data_is_passed_through() {
+    let model = xfer::model().unwrap();
+    let key = b"0123456789abcdef-secret";
+    let mk = |prefill: bool, seal: Option<bool>| {
+        let r = xfer::rank(&model, prefill).unwrap();
+        let mut o = AgentOptions::new(&r.metadata)
+            .preshared_key(key)
+            .transport(Transport::Tcp);
+        if let Some(s) = seal {
+            o = o.seal_data(s);
+        }
+        Agent::new(&o).unwrap()
+    };
+    let p = mk(true, Some(false));
+    let target = p.info().unwrap().listen_address;
+    // Sealed by default with a key: P's seal_data(false) makes the pair differ.
+    let e = mk(false, None).connect(&target, Some(LONG)).unwrap_err();
+    assert_eq!(e.status(), Status::Auth, "{e}");
+    assert!(
+        e.message().contains("seal_data off") && e.message().contains("seal_data on"),
+        "{e}"
+    );
+    mk(false, Some(false)).connect(&target, Some(LONG)).unwrap();
+    // Sealing needs a key.
+    let r = xfer::rank(&model, true).unwrap();
+    let e = Agent::new(&AgentOptions::new(&r.metadata).seal_data(true)).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("seal_data 1"), "{e}");
+}
+
+#[test]
 fn refusals_name_the_value() {
     let model = xfer::model().unwrap();
     let r = xfer::rank(&model, true).unwrap();
