@@ -369,6 +369,222 @@ TEST_CASE("struct_size: the 2.0 size of every metadata / handshake / plan struct
   });
 }
 
+TEST_CASE("struct_size: the 2.0 size of every engine-level struct is accepted", "[capi][abi]") {
+  const ModelPtr m = tiny_attention_model();
+  const pdkv_engine_config_t config = engine(1);
+  auto new_engine = [&](size_t size, const char* id, pdkv_engine_t** out, pdkv_error_t** e) {
+    pdkv_engine_options_t o;
+    REQUIRE(pdkv_engine_options_init(&o, nullptr) == PDKV_OK);
+    o.struct_size = size;
+    o.model = m.get();
+    o.config = &config;
+    o.engine_id = id;
+    return pdkv_engine_new(&o, out, e);
+  };
+  check_oldest_size("pdkv_engine_options_t", 88, sizeof(pdkv_engine_options_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_engine_t* out = nullptr;
+    const pdkv_status_t st = new_engine(size, "d", &out, e);
+    pdkv_engine_free(out);
+    return st;
+  });
+  pdkv_engine_t* d_raw = nullptr;
+  pdkv_engine_t* p_raw = nullptr;
+  REQUIRE_OK(new_engine(sizeof(pdkv_engine_options_t), "d", &d_raw, err));
+  const std::unique_ptr<pdkv_engine_t, void (*)(pdkv_engine_t*)> d(d_raw, pdkv_engine_free);
+  REQUIRE_OK(new_engine(sizeof(pdkv_engine_options_t), "p", &p_raw, err));
+  const std::unique_ptr<pdkv_engine_t, void (*)(pdkv_engine_t*)> p(p_raw, pdkv_engine_free);
+  check_oldest_size("pdkv_engine_info_t", 80, sizeof(pdkv_engine_info_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_engine_info_t out{};
+    out.struct_size = size;
+    return pdkv_engine_get_info(d.get(), &out, e);
+  });
+  check_oldest_size("pdkv_engine_group_t", 48, sizeof(pdkv_engine_group_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_engine_group_t out{};
+    out.struct_size = size;
+    return pdkv_engine_group(d.get(), 0, &out, e);
+  });
+  pdkv_engine_metadata_t* p_md_raw = nullptr;
+  REQUIRE_OK(pdkv_engine_get_metadata(p.get(), &p_md_raw, err));
+  const MetadataPtr p_md(p_md_raw);
+  const pdkv_engine_metadata_t* remote[1] = {p_md.get()};
+  auto new_context = [&](size_t size, pdkv_plan_context_t** out, pdkv_error_t** e) {
+    pdkv_engine_peer_t peer{};
+    peer.struct_size = size;
+    peer.remote = remote;
+    peer.num_remote = 1;
+    peer.remote_config = &config;
+    return pdkv_engine_plan_context_new(d.get(), &peer, out, e);
+  };
+  check_oldest_size("pdkv_engine_peer_t", 48, sizeof(pdkv_engine_peer_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_plan_context_t* ctx = nullptr;
+    const pdkv_status_t st = new_context(size, &ctx, e);
+    pdkv_plan_context_free(ctx);
+    return st;
+  });
+  pdkv_plan_context_t* ctx_raw = nullptr;
+  REQUIRE_OK(new_context(sizeof(pdkv_engine_peer_t), &ctx_raw, err));
+  const ContextPtr ctx(ctx_raw);
+  pdkv_engine_info_t info{};
+  info.struct_size = sizeof info;
+  REQUIRE_OK(pdkv_engine_get_info(d.get(), &info, err));
+  // One block per group on each side, a one-block prompt.
+  const uint64_t local_ids[1] = {1};
+  const uint64_t remote_ids[1] = {2};
+  std::vector<pdkv_engine_request_group_t> groups(info.num_groups, {local_ids, 1, remote_ids, 1});
+  check_oldest_size("pdkv_engine_request_t", 48, sizeof(pdkv_engine_request_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_engine_request_t q{};
+    q.struct_size = size;
+    q.groups = groups.data();
+    q.num_groups = groups.size();
+    q.num_prompt_tokens = info.logical_block_size;
+    pdkv_transfer_plan_t* plan = nullptr;
+    const pdkv_status_t st = pdkv_engine_plan_request(d.get(), ctx.get(), &q, &plan, e);
+    pdkv_transfer_plan_free(plan);
+    return st;
+  });
+}
+
+TEST_CASE("struct_size: the 2.0 size of every agent struct is accepted", "[capi][abi]") {
+  const ModelPtr m = tiny_attention_model();
+  // Two ranks over real memory (the metadata's regions back to back in one buffer each).
+  auto ranked = [&](const char* id, std::vector<uint8_t>& mem) {
+    const MetadataPtr probe = metadata(m.get(), 1, 0, id, 1ull << 40);
+    const pdkv_metadata_region_t* regions = nullptr;
+    size_t count = 0;
+    REQUIRE_OK(pdkv_engine_metadata_regions(probe.get(), &regions, &count, err));
+    uint64_t bytes = 0;
+    for (size_t r = 0; r < count; ++r) bytes += regions[r].block_len * regions[r].num_blocks;
+    mem.assign(bytes, 0x5A);
+    return metadata(m.get(), 1, 0, id, reinterpret_cast<uint64_t>(mem.data()));
+  };
+  std::vector<uint8_t> d_mem, p_mem;
+  const MetadataPtr d_md = ranked("d", d_mem);
+  const MetadataPtr p_md = ranked("p", p_mem);
+  using AgentPtr = std::unique_ptr<pdkv_agent_t, void (*)(pdkv_agent_t*)>;
+  auto new_agent = [&](size_t size, const pdkv_engine_metadata_t* md, pdkv_agent_t** out, pdkv_error_t** e) {
+    pdkv_agent_options_t o{};
+    o.struct_size = size;
+    o.metadata = md;
+    return pdkv_agent_new(&o, out, e);
+  };
+  check_oldest_size("pdkv_agent_options_t", 80, sizeof(pdkv_agent_options_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_agent_t* a = nullptr;
+    const pdkv_status_t st = new_agent(size, d_md.get(), &a, e);
+    pdkv_agent_free(a);
+    return st;
+  });
+  pdkv_agent_t* raw = nullptr;
+  REQUIRE_OK(new_agent(sizeof(pdkv_agent_options_t), d_md.get(), &raw, err));
+  const AgentPtr d(raw, pdkv_agent_free);
+  REQUIRE_OK(new_agent(sizeof(pdkv_agent_options_t), p_md.get(), &raw, err));
+  const AgentPtr p(raw, pdkv_agent_free);
+  check_oldest_size("pdkv_agent_info_t", 64, sizeof(pdkv_agent_info_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_agent_info_t out{};
+    out.struct_size = size;
+    return pdkv_agent_get_info(d.get(), &out, e);
+  });
+  auto register_region = [&](pdkv_agent_t* a, const pdkv_engine_metadata_t* md, uint32_t r, size_t size,
+                             pdkv_memory_t** out, pdkv_error_t** e) {
+    const pdkv_metadata_region_t* regions = nullptr;
+    size_t count = 0;
+    REQUIRE_OK(pdkv_engine_metadata_regions(md, &regions, &count, err));
+    pdkv_memory_desc_t desc{};
+    desc.struct_size = size;
+    desc.region = r;
+    desc.address = regions[r].base;
+    desc.length = regions[r].block_len * regions[r].num_blocks;
+    return pdkv_agent_register_memory(a, &desc, out, e);
+  };
+  check_oldest_size("pdkv_memory_desc_t", 48, sizeof(pdkv_memory_desc_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_memory_t* mem = nullptr;
+    const pdkv_status_t st = register_region(d.get(), d_md.get(), 0, size, &mem, e);
+    if (mem != nullptr) REQUIRE_OK(pdkv_memory_deregister(mem, err));
+    pdkv_memory_free(mem);
+    return st;
+  });
+  std::vector<std::unique_ptr<pdkv_memory_t, void (*)(pdkv_memory_t*)>> regs;
+  for (uint32_t r = 0; r < 2; ++r) {
+    for (auto [a, md] : {std::pair{d.get(), d_md.get()}, std::pair{p.get(), p_md.get()}}) {
+      pdkv_memory_t* mem = nullptr;
+      REQUIRE_OK(register_region(a, md, r, sizeof(pdkv_memory_desc_t), &mem, err));
+      regs.emplace_back(mem, pdkv_memory_free);
+    }
+  }
+  pdkv_agent_info_t pi{};
+  pi.struct_size = sizeof pi;
+  REQUIRE_OK(pdkv_agent_get_info(p.get(), &pi, err));
+  const std::string address = pi.listen_address;
+  auto connect = [&](size_t size, pdkv_peer_t** out, pdkv_error_t** e) {
+    pdkv_connect_options_t c{};
+    c.struct_size = size;
+    c.address = address.c_str();
+    return pdkv_agent_connect(d.get(), &c, out, e);
+  };
+  check_oldest_size("pdkv_connect_options_t", 32, sizeof(pdkv_connect_options_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_peer_t* peer = nullptr;
+    const pdkv_status_t st = connect(size, &peer, e);
+    pdkv_peer_free(peer);
+    return st;
+  });
+  pdkv_peer_t* peer_raw = nullptr;
+  REQUIRE_OK(connect(sizeof(pdkv_connect_options_t), &peer_raw, err));
+  const std::unique_ptr<pdkv_peer_t, void (*)(pdkv_peer_t*)> peer(peer_raw, pdkv_peer_free);
+  check_oldest_size("pdkv_peer_info_t", 112, sizeof(pdkv_peer_info_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_peer_info_t out{};
+    out.struct_size = size;
+    return pdkv_peer_get_info(peer.get(), &out, e);
+  });
+  // D reads P's blocks 3, 4 into its blocks 1, 2.
+  const pdkv_engine_metadata_t* remote[1] = {p_md.get()};
+  pdkv_plan_context_params_t cp{};
+  cp.struct_size = sizeof cp;
+  cp.local = d_md.get();
+  cp.remote = remote;
+  cp.num_remote = 1;
+  pdkv_plan_context_t* ctx_raw = nullptr;
+  REQUIRE_OK(pdkv_plan_context_new(&cp, &ctx_raw, err));
+  const ContextPtr ctx(ctx_raw);
+  const uint64_t local[2] = {1, 2};
+  const uint64_t remote_blocks[2] = {3, 4};
+  pdkv_group_trim_input_t trim{};
+  trim.struct_size = sizeof trim;
+  trim.kind = PDKV_GROUP_ATTENTION;
+  trim.local_blocks = local;
+  trim.num_local_blocks = 2;
+  trim.remote_blocks = remote_blocks;
+  trim.num_remote_blocks = 2;
+  trim.remote_computed_tokens = 20;
+  pdkv_plan_group_t g{};
+  g.struct_size = sizeof g;
+  g.trim = &trim;
+  pdkv_transfer_plan_t* plan_raw = nullptr;
+  REQUIRE_OK(pdkv_transfer_plan_compile(ctx.get(), &g, 1, &plan_raw, err));
+  const PlanPtr plan(plan_raw);
+  auto post = [&](size_t size, pdkv_transfer_t** out, pdkv_error_t** e) {
+    pdkv_transfer_params_t t{};
+    t.struct_size = size;
+    t.op = PDKV_TRANSFER_READ;
+    t.plan = plan.get();
+    t.peer_engine_id = "p";
+    t.request_id = "struct-size";
+    return pdkv_agent_post(d.get(), &t, out, e);
+  };
+  check_oldest_size("pdkv_transfer_params_t", 64, sizeof(pdkv_transfer_params_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_transfer_t* t = nullptr;
+    const pdkv_status_t st = post(size, &t, e);
+    pdkv_transfer_free(t);
+    return st;
+  });
+  pdkv_transfer_t* t_raw = nullptr;
+  REQUIRE_OK(post(sizeof(pdkv_transfer_params_t), &t_raw, err));
+  const std::unique_ptr<pdkv_transfer_t, void (*)(pdkv_transfer_t*)> transfer(t_raw, pdkv_transfer_free);
+  check_oldest_size("pdkv_transfer_info_t", 64, sizeof(pdkv_transfer_info_t), [&](size_t size, pdkv_error_t** e) {
+    pdkv_transfer_info_t out{};
+    out.struct_size = size;
+    return pdkv_transfer_get_info(transfer.get(), &out, e);
+  });
+}
+
 TEST_CASE("struct_size: an output struct of the 2.0 size gets exactly that many bytes", "[capi][abi]") {
   // The library writes only the caller's prefix: bytes past struct_size stay untouched.
   const ModelPtr m = make_model(nemotron3_nano_desc());
