@@ -52,8 +52,20 @@ inline core::EngineMetadata bench_metadata(const std::string& engine, uint64_t b
 
 inline uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
 
+// A pre-shared key for both agents (empty: none) and whether they seal the tcp data connection.
+struct AgentSecurity {
+  std::string key;
+  bool seal = true;
+  void apply(exec::AgentOptions& o) const {
+    if (key.empty()) return;
+    o.key.emplace(exec::PresharedKey::from_string(key));
+    o.seal_data = seal;
+  }
+};
+
 [[noreturn]] inline void run_agent_target(exec::TransportMode mode, uint64_t bytes, const std::string& listen, int out,
-                                          int in, bool shared = false) {
+                                          int in, bool shared = false,
+                                          const AgentSecurity& security = {}) {
   int rc = 0;
   try {
     std::optional<Buffer> own;
@@ -72,6 +84,7 @@ inline uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
     o.metadata = bench_metadata("bench-p", reinterpret_cast<uint64_t>(data), size);
     o.transport = mode;
     o.listen = exec::HostPort{listen, 0};
+    security.apply(o);
     exec::Agent agent(o);
     agent.register_memory(0, reinterpret_cast<uint64_t>(data), size, exec::MemoryType::Host);
     const uint16_t port = agent.info().listen.port;
@@ -89,7 +102,7 @@ inline uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
 // the veth pair and D connects there.
 inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsigned window, int reps,
                              uint32_t cma_copy_threads = 0, const Placement& where = loopback_placement(),
-                             bool shared = false) {
+                             bool shared = false, const AgentSecurity& security = {}) {
   Measurement m;
   int to_parent[2], to_child[2];
   if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) {
@@ -105,7 +118,7 @@ inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsi
     ::close(to_parent[0]);
     ::close(to_child[1]);
     enter_p_side(where);
-    run_agent_target(mode, pl.remote_bytes, where.p_address, to_parent[1], to_child[0], shared);
+    run_agent_target(mode, pl.remote_bytes, where.p_address, to_parent[1], to_child[0], shared, security);
   }
   ::close(to_parent[1]);
   ::close(to_child[0]);
@@ -119,6 +132,7 @@ inline Measurement agent_get(const PieceList& pl, exec::TransportMode mode, unsi
     o.max_outstanding = window;
     o.cma_copy_threads = cma_copy_threads;
     o.default_timeout = std::chrono::seconds(120);
+    security.apply(o);
     exec::Agent agent(o);
     agent.register_memory(0, reinterpret_cast<uint64_t>(local.data), local.size, exec::MemoryType::Host);
     const auto peer = agent.connect(exec::HostPort{where.p_address, port}, std::chrono::seconds(10));

@@ -24,6 +24,9 @@
 // Usage: executor_bench [--sizes 65536,1048576] [--working-set BYTES] [--window 64] [--reps 5]
 //                       [--modes shm,tcp,netns | --netns] [--no-plan] [--no-perftest] [--json]
 //                       [--cma-threads N]   (the agent's copy threads over shm; default: its own choice)
+//                       [--key TEXT]        (tcp rows also run the executor with this pre-shared key on
+//                                            both agents, its data connection sealed (AES-256-GCM,
+//                                            tcpdp/data_seal.hpp), back to back with the unkeyed run)
 // Exit status: 0 every column ran and its first pass moved the right bytes; 1 usage error; 2 a
 // column failed or moved wrong bytes (named on stderr); 77 netns mode where the machine does not
 // permit network namespaces (not root, no iproute2, no veth: the reason on stderr). The namespace
@@ -103,6 +106,7 @@ struct Row {
   Measurement mem;
   uint64_t raw_link_bytes = 0, agent_link_bytes = 0;  // netns: received on D's end of the veth pair
   double load = -1;  // the 1-minute load average when the row was done (a shared machine is noisy)
+  Measurement sealed;  // tcp rows with --key: the executor with a key, data connection sealed
 };
 
 double load_average() {
@@ -149,6 +153,7 @@ int run(int argc, char** argv) {
   int reps = 5;
   bool plan = true, perftest = true, json = false;
   uint32_t cma_threads = 0;
+  std::string key;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -169,6 +174,7 @@ int run(int argc, char** argv) {
       else if (a == "--no-perftest") perftest = false;
       else if (a == "--json") json = true;
       else if (a == "--cma-threads") cma_threads = static_cast<uint32_t>(std::stoul(value()));
+      else if (a == "--key") key = value();
       else return usage_error("unknown option " + a);
     } catch (const std::exception&) {  // std::stoull and friends
       return usage_error("bad value for " + a);
@@ -250,6 +256,11 @@ int run(int argc, char** argv) {
         check_link(r.raw, r.raw_link_bytes, pl.bytes, mode_reps);
         check_link(r.agent, r.agent_link_bytes, pl.bytes, mode_reps);
       }
+      if (mode == exec::TransportMode::Tcp && !key.empty()) {
+        r.sealed = agent_get(pl, mode, window, mode_reps, cma_threads, where, false, AgentSecurity{key, true});
+      } else {
+        r.sealed.error = key.empty() ? "no --key" : "tcp only";
+      }
       if (mode == exec::TransportMode::Shm) {
         r.mapped = agent_get(pl, mode, window, mode_reps, cma_threads, where, true);
         r.cma = raw_cma_read(pl, mode_reps);
@@ -284,6 +295,7 @@ int run(int argc, char** argv) {
     if (r.mode == "shm" && !r.mapped.error.empty()) fail("executor (mapped)", r.mapped.error);
     if (!r.raw.error.empty()) fail("raw UCX", r.raw.error);
     if (!r.mem.error.empty()) fail("memcpy", r.mem.error);
+    if (!key.empty() && r.mode != "shm" && !r.sealed.error.empty()) fail("executor (sealed)", r.sealed.error);
     if (!r.perf.ran) {
       std::fprintf(stderr, "ucx_perftest %s %s: %s\n", r.list.c_str(), r.mode.c_str(), r.perf.error.c_str());
     }
@@ -306,7 +318,8 @@ int run(int argc, char** argv) {
                   "\"raw_ucx_error\": \"%s\", \"executor_gbps\": %.3f, \"executor_verified\": %s, \"executor_error\": \"%s\", "
                   "\"mapped_gbps\": %.3f, \"mapped_error\": \"%s\", \"raw_cma_gbps\": %.3f, \"raw_cma_error\": \"%s\", \"perftest_cache_hot_gbps\": %s, \"memcpy_gbps\": %.3f, "
                   "\"memcpy_verified\": %s, "
-                  "\"veth_rx_raw_ucx_bytes\": %llu, \"veth_rx_executor_bytes\": %llu, \"load_1min\": %.2f}%s\n",
+                  "\"veth_rx_raw_ucx_bytes\": %llu, \"veth_rx_executor_bytes\": %llu, \"load_1min\": %.2f, "
+                  "\"sealed_gbps\": %.3f, \"sealed_verified\": %s, \"sealed_error\": \"%s\"}%s\n",
                   r.list.c_str(), r.mode.c_str(), static_cast<unsigned long long>(r.pieces),
                   static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.working_set),
                   static_cast<unsigned long long>(r.median_piece), r.raw.median_gbps, r.raw.best_gbps,
@@ -316,7 +329,8 @@ int run(int argc, char** argv) {
                   json_text(r.cma.error).c_str(), r.perf.ran ? std::to_string(r.perf.gbps).c_str() : "null",
                   r.mem.median_gbps, r.mem.verified ? "true" : "false",
                   static_cast<unsigned long long>(r.raw_link_bytes),
-                  static_cast<unsigned long long>(r.agent_link_bytes), r.load, i + 1 < rows.size() ? "," : "");
+                  static_cast<unsigned long long>(r.agent_link_bytes), r.load, r.sealed.median_gbps,
+                  r.sealed.verified ? "true" : "false", json_text(r.sealed.error).c_str(), i + 1 < rows.size() ? "," : "");
     }
     std::printf("]}\n");
     return status;
@@ -377,6 +391,22 @@ int run(int argc, char** argv) {
     std::printf("\nnetns: P in network namespace %s at %s, D at %s, over a veth pair (tcp; UCX held to the veth "
                 "devices)\n",
                 ns->name().c_str(), ns->ns_ip().c_str(), ns->host_ip().c_str());
+  }
+  if (!key.empty()) {
+    // The cost of sealing: the same list and window, the unkeyed executor and the sealed one back
+    // to back in the same run.
+    std::printf("\n| pieces | mode | pdkv executor (no key) | sealed (key, AES-256-GCM) | sealed / clear |\n");
+    std::printf("|---|---|---:|---:|---:|\n");
+    for (const Row& r : rows) {
+      if (r.mode == "shm") continue;
+      if (!r.agent.error.empty() || !r.sealed.error.empty()) {
+        std::printf("| %s | %s | %s | %s | - |\n", r.list.c_str(), r.mode.c_str(), r.agent.error.empty() ? "ok" : "error",
+                    r.sealed.error.empty() ? "ok" : "error");
+        continue;
+      }
+      std::printf("| %s | %s | %.2f GB/s | %.2f GB/s | %.0f%% |\n", r.list.c_str(), r.mode.c_str(), r.agent.median_gbps,
+                  r.sealed.median_gbps, 100.0 * r.sealed.median_gbps / r.agent.median_gbps);
+    }
   }
   std::printf("\nfirst pass of every column verified byte for byte: %s\n", failed ? "NO (see stderr)" : "yes");
   return status;
