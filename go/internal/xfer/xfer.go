@@ -84,8 +84,8 @@ type Options struct {
 	ProgressMode pdkv.ProgressMode
 	Key          []byte
 	// Shared puts each region in a NewSharedHostBuffer (same-host peers map it).
-	Shared bool
-	SealData     *bool // pdkv.AgentOptions.SealData
+	Shared   bool
+	SealData *bool // pdkv.AgentOptions.SealData
 }
 
 // NewNode allocates a rank's regions (P: the pattern, D: 0xFF), builds its metadata at their
