@@ -532,7 +532,14 @@ def test_close_racing_compiles_from_threads() -> None:
         for t in closers:
             t.join(10)
         assert not any(t.is_alive() for t in closers), "close() hung"
-        time.sleep(0.005)
+        # Every call after the close must raise ClosedError: let the threads run until one has
+        # (a fixed 5 ms was too short for a thread to be scheduled on a loaded 2-core machine).
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            with lock:
+                if counts["closed"] > 0:
+                    break
+            time.sleep(0.001)
         stop.set()
         for t in threads:
             t.join(10)

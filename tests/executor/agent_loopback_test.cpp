@@ -378,8 +378,12 @@ TEST_P(AgentLoopback, ASmallTransferPostedBehindALargeOneIsNotStarved) {
   const auto b = big.status();
   std::printf("when the small transfer was done: %llu of %llu operations of the large one\n",
               static_cast<unsigned long long>(b.ops_done), static_cast<unsigned long long>(b.ops_total));
+  // Oldest-first (the bug) finishes all 96 operations of the large transfer first. Taking turns,
+  // the small one ends while the large one is in flight: over shm at 20 of 96, over tcp at 20-24 in
+  // most runs but up to 60 with a loaded CPU (12 runs beside a CI build, 4 of them past half), so
+  // only "still in flight" is asserted; why tcp varies that much under load is not yet known.
   EXPECT_EQ(b.state, TransferState::InFlight) << "the large transfer finished first";
-  EXPECT_LT(b.ops_done, b.ops_total / 2);
+  EXPECT_LT(b.ops_done, b.ops_total);
   ASSERT_TRUE(big.wait(5000ms));
   ASSERT_EQ(big.status().status, Status::Ok) << big.status().message;
   verify(*d, ps, big_plan, 0xEE);  // the large plan covers the small one's blocks
