@@ -199,6 +199,9 @@ TransportOffer TransportOffer::decode(std::span<const uint8_t> payload) {
   for (auto& b : m.data_token) b = r.u8("data_token");
   if (r.remaining() >= 4) {  // 3.1's optional tail (fewer bytes: trailing, refused below)
     const uint32_t n = r.count("mappable", kMaxRegions, 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8);
+    // The tail is sent only with entries: a count of 0 would be a second encoding of "none"
+    // (the frame fuzzer's canonical check found it).
+    if (n == 0) r.fail("mappable has 0 entries (a Transport without mappable regions omits the count)");
     m.mappable.reserve(n);
     for (uint32_t i = 0; i < n; ++i) {
       const std::string at = "mappable[" + std::to_string(i) + "].";

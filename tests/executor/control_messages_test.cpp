@@ -261,6 +261,20 @@ TEST(ControlMessages, TransportOfferCarriesTheSealSettingAndRefusesOtherValues) 
   EXPECT_EQ(both.data_seal, std::optional<uint8_t>(1));
 }
 
+// An empty mappable tail (count 0) would be a second encoding of "no mappable regions" (the
+// encoder omits the tail then): refused, so every Transport has one encoding (frame_fuzz's
+// canonical check found it, with and without the seal byte after it).
+TEST(ControlMessages, TransportOfferRefusesAnEmptyMappableTail) {
+  TransportOffer t{CmaVerdict::Works, ""};
+  for (const std::optional<uint8_t> seal : {std::optional<uint8_t>{}, std::optional<uint8_t>(1)}) {
+    t.data_seal = seal;
+    std::vector<uint8_t> b = t.encode();
+    const size_t at = b.size() - (seal ? 1 : 0);
+    b.insert(b.begin() + static_cast<std::ptrdiff_t>(at), {0, 0, 0, 0});  // count 0
+    expect_protocol([&] { TransportOffer::decode(b); }, {"Transport", "mappable has 0 entries"});
+  }
+}
+
 TEST(ControlMessages, TransportOfferRefusesAnUnknownVerdict) {
   std::vector<uint8_t> b = TransportOffer{CmaVerdict::NotTried, "another host"}.encode();
   b[0] = 3;
