@@ -36,6 +36,21 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// Kills and reaps a forked child when the test ends, also when a failed assertion returns early.
+struct ChildReaper {
+  pid_t pid;
+  ~ChildReaper() {
+    if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+  }
+};
+
+HostPort loopback(uint16_t port) {
+  HostPort at;
+  at.host = "127.0.0.1";
+  at.port = port;
+  return at;
+}
+
 constexpr uint64_t kBlocks = 2048;  // 8 KiB blocks: 16 MiB per region
 
 uint8_t pattern(uint64_t i, uint8_t salt) { return static_cast<uint8_t>((i * 131 + salt) % 251); }
@@ -301,21 +316,13 @@ TEST(AgentMappedTwoProcesses, ReadsThroughTheMappingAndAKilledPeerIsLost) {
     }
   }
   ::close(port_pipe[1]);
-  struct Reaper {  // a failed assertion must not leave the child running
-    pid_t pid;
-    ~Reaper() {
-      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
-    }
-  } reaper{child};
+  ChildReaper reaper{child};
   uint16_t port = 0;
   ASSERT_EQ(::read(port_pipe[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
   ::close(port_pipe[0]);
   {
     Side d("dec", 77, false, ProgressMode::Caller);
-    HostPort at;
-    at.host = "127.0.0.1";
-    at.port = port;
-    auto rec = d.agent->connect(at, 3000ms);
+    auto rec = d.agent->connect(loopback(port), 3000ms);
     ASSERT_EQ(rec->transport, TransportMode::Shm);
     EXPECT_EQ(rec->mapped_regions, 1u) << rec->mapping_note;
     const auto ps = pieces(64);
@@ -366,20 +373,12 @@ TEST(AgentMappedTwoProcesses, WritesThroughTheMappingLandInThePeersMemory) {
   }
   ::close(port_pipe[1]);
   ::close(go_pipe[0]);
-  struct Reaper {
-    pid_t pid;
-    ~Reaper() {
-      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
-    }
-  } reaper{child};
+  ChildReaper reaper{child};
   uint16_t port = 0;
   ASSERT_EQ(::read(port_pipe[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
   ::close(port_pipe[0]);
   Side p("pre", 3, false, ProgressMode::Thread);
-  HostPort at;
-  at.host = "127.0.0.1";
-  at.port = port;
-  auto rec = p.agent->connect(at, 3000ms);
+  auto rec = p.agent->connect(loopback(port), 3000ms);
   ASSERT_EQ(rec->transport, TransportMode::Shm);
   EXPECT_EQ(rec->mapped_regions, 1u) << rec->mapping_note;
   auto t = post(p, plan_of("dec", "pre", ps), TransferOp::Write, "dec", "w");
