@@ -141,6 +141,51 @@ def _other_ids(v: Any, pins: List[Any], q: Any, k: int, scratch: int) -> Optiona
     return ctypes.addressof(c), n
 
 
+def _fill_body(pk: _Packing, ind: str, per_group: Optional[str]) -> List[str]:
+    """The per-group blocks of the generated fill (see :func:`_fill_function`), indented by
+    ``ind``; ``per_group`` names the sequence of hit counts, or None when ``h`` is already the
+    one count for every group. The common case of each group is tested first: two
+    ``array('Q')`` of one id each (a Mamba group), then two longer ``array('Q')``."""
+    out: List[str] = []
+    for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
+        counts = (at - _WINDOW_OFFSET + _ffi.GroupTrimInputC.remote_computed_tokens.offset) // 8
+        if per_group is not None:
+            out += [f"h = {per_group}[{i}]", "if type(h) is not int:", "    return -1"]
+        out += [
+            f"x = L[{i}]",
+            f"y = R[{i}]",
+            "if type(x) is A is type(y):",
+            "    if len(x) == 1 == len(y):  # one id a side (a Mamba group): copied, range-checked",
+            f"        q[{k}] = x[0]",
+            f"        q[{k + 1}] = y[0]",
+            f"        if S[{i}]:",
+            f"            q[{counts}] = c",
+            f"            q[{counts + 1}] = h",
+            "        else:",
+            f"            window(mb, {at}, {sl}, 1, {sr}, 1, {lpt}, {rpt}, c, h)",
+            f"            S[{i}] = True",
+            "    elif x.typecode in QC and y.typecode in QC:",
+            f"        S[{i}] = False",
+            "        pins.append(memoryview(x))  # before the address is read: no resize until the call returned",
+            "        pins.append(memoryview(y))",
+            "        la, ln = x.buffer_info()",
+            "        ra, rn = y.buffer_info()",
+            f"        window(mb, {at}, la, ln, ra, rn, {lpt}, {rpt}, c, h)",
+            "        total += ln + rn",
+            "    else:",
+            "        return -1",
+            "else:  # lists, tuples, numpy, memoryviews",
+            f"    a = other(x, pins, q, {k}, {sl})",
+            f"    b = other(y, pins, q, {k + 1}, {sr})",
+            "    if a is None or b is None:",
+            "        return -1",
+            f"    S[{i}] = False",
+            f"    window(mb, {at}, a[0], a[1], b[0], b[1], {lpt}, {rpt}, c, h)",
+            "    total += a[1] + b[1]",
+        ]
+    return [ind + line for line in out]
+
+
 def _fill_function(pk: _Packing) -> Any:
     """The fast path of :meth:`PlanRequest.compile` for this packing, generated with its
     offsets and addresses as constants and one block per group (no loop, no per-group lookup):
@@ -160,48 +205,14 @@ def _fill_function(pk: _Packing) -> Any:
              "         len=len, int=int, memoryview=memoryview):",
              f"    if type(c) is not int or len(L) != {n} or len(R) != {n}:",
              "        return -1",
-             "    one = type(H) is int",
-             f"    if not one and (len(H) != {n} or type(H) is not list and type(H) is not tuple):",
-             "        return -1",
-             "    pin = pins.append",
-             "    total = 0"]
-    for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
-        counts = (at - _WINDOW_OFFSET + _ffi.GroupTrimInputC.remote_computed_tokens.offset) // 8
-        lines += [
-            f"    x = L[{i}]",
-            f"    y = R[{i}]",
-            f"    h = H if one else H[{i}]",
-            "    if type(h) is not int:",
-            "        return -1",
-            "    if type(x) is not A or type(y) is not A:  # lists, tuples, numpy, memoryviews",
-            f"        a = other(x, pins, q, {k}, {sl})",
-            f"        b = other(y, pins, q, {k + 1}, {sr})",
-            "        if a is None or b is None:",
-            "            return -1",
-            f"        S[{i}] = False",
-            f"        window(mb, {at}, a[0], a[1], b[0], b[1], {lpt}, {rpt}, c, h)",
-            "        total += a[1] + b[1]",
-            "    elif len(x) == 1 and len(y) == 1:  # one id a side (a Mamba group): copied, range-checked",
-            f"        q[{k}] = x[0]",
-            f"        q[{k + 1}] = y[0]",
-            f"        if S[{i}]:",
-            f"            q[{counts}] = c",
-            f"            q[{counts + 1}] = h",
-            "        else:",
-            f"            window(mb, {at}, {sl}, 1, {sr}, 1, {lpt}, {rpt}, c, h)",
-            f"            S[{i}] = True",
-            "    elif x.typecode in QC and y.typecode in QC:",
-            f"        S[{i}] = False",
-            "        pin(memoryview(x))  # before the address is read: no resize until the call returned",
-            "        pin(memoryview(y))",
-            "        la, ln = x.buffer_info()",
-            "        ra, rn = y.buffer_info()",
-            f"        window(mb, {at}, la, ln, ra, rn, {lpt}, {rpt}, c, h)",
-            "        total += ln + rn",
-            "    else:",
-            "        return -1",
-        ]
-    lines.append("    return total")
+             "    total = 0",
+             "    if type(H) is int:  # one hit count for every group",
+             "        h = H"]
+    # The body twice: with one hit count (no per-group lookup) and with one per group.
+    lines += _fill_body(pk, "        ", None)
+    lines += [f"    elif (type(H) is list or type(H) is tuple) and len(H) == {n}:"]
+    lines += _fill_body(pk, "        ", "H")
+    lines += ["    else:", "        return -1", "    return total"]
     ns: Dict[str, Any] = {"q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into, "S": pk.single, "A": array.array,
                           "QC": _Q_CODES, "other": _other_ids}
     exec("\n".join(lines), ns)  # noqa: S102 - generated from ints of this module, nothing else
