@@ -280,9 +280,7 @@ func NewAgent(opts AgentOptions) (*Agent, error) {
 	}
 	if opts.PresharedKey != nil {
 		if len(opts.PresharedKey) > 0 {
-			p := a.alloc(uintptr(len(opts.PresharedKey)))
-			copy(unsafe.Slice((*byte)(p), len(opts.PresharedKey)), opts.PresharedKey)
-			co.preshared_key = (*C.uint8_t)(p)
+			co.preshared_key = (*C.uint8_t)(a.secret(opts.PresharedKey))
 		}
 		co.preshared_key_len = C.size_t(len(opts.PresharedKey))
 		mask |= fieldPresharedKey

@@ -11,20 +11,58 @@ import (
 	"unsafe"
 )
 
-// cArena collects C allocations made to build an input that holds pointers (cgo forbids Go
-// pointers inside memory passed to C), freed together after the call.
-type cArena struct{ ptrs []unsafe.Pointer }
+// cArena collects the C memory an input that holds pointers is built in (cgo forbids Go
+// pointers inside memory passed to C), freed together after the call. Small pieces are carved
+// from 4 KiB chunks: a request's structs and ids take one C allocation (a cgo call each way)
+// instead of one per piece, which cost ~2 us per plan compile with five groups.
+type cArena struct {
+	ptrs []unsafe.Pointer // every C allocation the arena owns: chunks, large pieces, strings
+	cur  unsafe.Pointer   // the chunk pieces are carved from, nil before the first
+	off  uintptr          // bytes of cur handed out
+	size uintptr          // bytes in cur
+	wipe [][]byte         // secrets copied in (a pre-shared key): zeroed before the memory is freed
+}
 
-// alloc returns n zeroed bytes of C memory (at least 1 byte, never NULL).
-func (a *cArena) alloc(n uintptr) unsafe.Pointer {
+const (
+	arenaChunk = 4096 // bytes per chunk
+	arenaAlign = 16   // every piece starts at a multiple of this, as malloc's do
+	arenaLarge = 1024 // a piece this large gets an allocation of its own
+)
+
+// raw returns n bytes of C memory (at least 1 byte, never NULL) that the caller overwrites.
+func (a *cArena) raw(n uintptr) unsafe.Pointer {
 	if n == 0 {
 		n = 1
 	}
-	p := C.calloc(1, C.size_t(n))
+	n = (n + arenaAlign - 1) &^ (arenaAlign - 1)
+	if n >= arenaLarge {
+		return a.own(n)
+	}
+	if a.cur == nil || a.size-a.off < n {
+		a.cur, a.off, a.size = a.own(arenaChunk), 0, arenaChunk
+	}
+	p := unsafe.Add(a.cur, a.off)
+	a.off += n
+	return p
+}
+
+// own makes one C allocation of n bytes that the arena frees.
+func (a *cArena) own(n uintptr) unsafe.Pointer {
+	p := C.malloc(C.size_t(n))
 	if p == nil {
 		panic("pdkv: C allocation failed")
 	}
 	a.ptrs = append(a.ptrs, p)
+	return p
+}
+
+// alloc returns n zeroed bytes of C memory (at least 1 byte, never NULL).
+func (a *cArena) alloc(n uintptr) unsafe.Pointer {
+	p := a.raw(n)
+	b := unsafe.Slice((*byte)(p), n)
+	for i := range b {
+		b[i] = 0
+	}
 	return p
 }
 
@@ -33,7 +71,7 @@ func (a *cArena) u64s(vs []uint64) *C.uint64_t {
 	if len(vs) == 0 {
 		return nil
 	}
-	p := a.alloc(uintptr(len(vs)) * 8)
+	p := a.raw(uintptr(len(vs)) * 8)
 	copy(unsafe.Slice((*uint64)(p), len(vs)), vs)
 	return (*C.uint64_t)(p)
 }
@@ -43,7 +81,7 @@ func (a *cArena) u32s(vs []uint32) *C.uint32_t {
 	if len(vs) == 0 {
 		return nil
 	}
-	p := a.alloc(uintptr(len(vs)) * 4)
+	p := a.raw(uintptr(len(vs)) * 4)
 	copy(unsafe.Slice((*uint32)(p), len(vs)), vs)
 	return (*C.uint32_t)(p)
 }
@@ -58,12 +96,32 @@ func (a *cArena) str(arg, s string) (*C.char, error) {
 	return cs, nil
 }
 
-// free releases every allocation.
+// secret copies b into C memory that free zeroes before releasing it (no key bytes are left
+// in the C heap after the call).
+func (a *cArena) secret(b []byte) unsafe.Pointer {
+	p := a.own(uintptr(len(b)) + 1)
+	c := unsafe.Slice((*byte)(p), len(b))
+	copy(c, b)
+	a.wipe = append(a.wipe, c)
+	return p
+}
+
+// wipeSecrets zeroes every secret copied in.
+func (a *cArena) wipeSecrets() {
+	for _, c := range a.wipe {
+		for i := range c {
+			c[i] = 0
+		}
+	}
+}
+
+// free zeroes the secrets and releases every allocation.
 func (a *cArena) free() {
+	a.wipeSecrets()
 	for _, p := range a.ptrs {
 		C.free(p)
 	}
-	a.ptrs = nil
+	*a = cArena{}
 }
 
 // takeU64List copies an owned pdkv_u64_list_t into a Go slice and frees it.
