@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"runtime"
 	"sync"
@@ -184,6 +185,37 @@ type AgentOptions struct {
 	// pdkv.Ptr(false) sends them in clear (trusted fabrics only). Both agents of a pair must
 	// agree (a mismatch is ErrAuth at connect); pdkv.Ptr(true) without a key is refused.
 	SealData *bool
+}
+
+// Format prints the options as fmt prints a struct (%v, %+v, %#v, %s), except that the
+// pre-shared key shows only its length: options logged with fmt never reveal the key.
+func (o AgentOptions) Format(f fmt.State, verb rune) {
+	// The same fields, the key replaced by its length (a local type: %#v names it pdkv.AgentOptions).
+	type AgentOptions struct {
+		Metadata                            *EngineMetadata
+		ListenAddress                       string
+		Transport                           Transport
+		ProgressMode                        ProgressMode
+		DefaultTimeout                      time.Duration
+		PresharedKey                        string
+		HeartbeatInterval, HeartbeatTimeout time.Duration
+		MaxOutstanding                      uint32
+		CopyThreads                         uint32
+		SealData                            *bool
+	}
+	key := "<nil>"
+	if o.PresharedKey != nil {
+		key = fmt.Sprintf("<%d bytes, not shown>", len(o.PresharedKey))
+	}
+	shown := AgentOptions{o.Metadata, o.ListenAddress, o.Transport, o.ProgressMode, o.DefaultTimeout, key,
+		o.HeartbeatInterval, o.HeartbeatTimeout, o.MaxOutstanding, o.CopyThreads, o.SealData}
+	format := "%"
+	for _, flag := range "+#" {
+		if f.Flag(int(flag)) {
+			format += string(flag)
+		}
+	}
+	fmt.Fprintf(f, format+string(verb), shown)
 }
 
 // AgentInfo holds an agent's scalars.

@@ -515,6 +515,29 @@ func TestPresharedKeys(t *testing.T) {
 	ok(t, peer.Close())
 }
 
+// Options printed with fmt, in every form, show the key's length and never its bytes.
+func TestAgentOptionsNeverPrintTheKey(t *testing.T) {
+	key := []byte("0123456789abcdef-do-not-print")
+	o := pdkv.AgentOptions{ListenAddress: "127.0.0.1:0", PresharedKey: key, MaxOutstanding: 7, SealData: pdkv.Ptr(true)}
+	for _, form := range []string{"%v", "%+v", "%#v", "%s"} {
+		shown := fmt.Sprintf(form, o)
+		if !strings.Contains(shown, "<29 bytes, not shown>") || !strings.Contains(shown, "127.0.0.1:0") {
+			t.Fatalf("%s: %s lacks the key's length or another field", form, shown)
+		}
+		for _, needle := range []string{"do-not-print", "0123456789", "48 49 50", "0x30, 0x31", "[48"} {
+			if strings.Contains(shown, needle) {
+				t.Fatalf("%s: %q shows up in %s", form, needle, shown)
+			}
+		}
+	}
+	if shown := fmt.Sprintf("%+v", &o); strings.Contains(shown, "do-not-print") || strings.Contains(shown, "48 49") {
+		t.Fatalf("a pointer to the options printed the key: %s", shown)
+	}
+	if shown := fmt.Sprintf("%+v", pdkv.AgentOptions{}); !strings.Contains(shown, "PresharedKey:<nil>") {
+		t.Fatalf("no key: %s", shown)
+	}
+}
+
 func TestSealDataIsPassedThrough(t *testing.T) {
 	key := []byte("0123456789abcdef-secret")
 	p := newNode(t, true, xfer.Options{Transport: pdkv.TransportTCP, Key: key, SealData: pdkv.Ptr(false)})

@@ -261,7 +261,11 @@ class Agent(Handle):
             mask |= bits["PDKV_AGENT_FIELD_SEAL_DATA"]
         o.field_mask = mask
         out = POINTER(_ffi.AgentT)()
-        call("pdkv_agent_new", byref(o), byref(out))
+        try:
+            call("pdkv_agent_new", byref(o), byref(out))
+        finally:
+            if key_buf is not None:  # the library keeps its own copy: zero this one now
+                ctypes.memset(key_buf, 0, ctypes.sizeof(key_buf))
         del key_buf
         self._pins: List[Any] = []
         self._pending: Deque[Notification] = collections.deque()

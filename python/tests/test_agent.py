@@ -360,6 +360,28 @@ def test_preshared_keys(model: pdkv.Model) -> None:
             good.agent.connect(p.agent.address, timeout=LONG).close()
 
 
+def test_the_key_copy_is_zeroed_once_the_agent_exists(model: pdkv.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C copy of the pre-shared key that pdkv_agent_new reads holds the key during the call
+    and zeros right after it (the library keeps its own copy)."""
+    import ctypes
+    from pdkv import agent as agent_mod
+    real, seen = agent_mod.call, {}
+
+    def spy(name: str, *args: object) -> object:
+        if name == "pdkv_agent_new":
+            o = args[0]._obj  # type: ignore[attr-defined]  # the options struct behind byref
+            seen["ptr"], seen["len"] = o.preshared_key, o.preshared_key_len  # the pointer keeps the copy alive
+            seen["during"] = ctypes.string_at(o.preshared_key, o.preshared_key_len)
+        return real(name, *args)
+
+    monkeypatch.setattr(agent_mod, "call", spy)
+    key = b"0123456789abcdef-do-not-keep"
+    with xfer.node(model, True, preshared_key=key):
+        pass
+    assert seen["during"] == key
+    assert ctypes.string_at(seen["ptr"], seen["len"]) == bytes(len(key))  # type: ignore[arg-type]
+
+
 def test_copy_threads_reach_the_agent(model: pdkv.Model) -> None:
     with pdkv.EngineMetadata.from_model(model, pdkv.EngineConfig(), pdkv.EngineLayout()) as md:
         default = 2 if (os.cpu_count() or 1) >= 4 else 1

@@ -18,6 +18,7 @@ use crate::metadata::EngineMetadata;
 use crate::transfer::{Transfer, TransferParams};
 use pdkv_sys as sys;
 use std::collections::VecDeque;
+use std::fmt;
 use std::mem::{size_of, zeroed};
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -130,18 +131,76 @@ impl ProgressMode {
 
 /// Options of [`Agent::new`] (`pdkv_agent_options_t`); every unset field takes the library's
 /// default. Builder style: `AgentOptions::new(&metadata).transport(Transport::Tcp)`.
-#[derive(Debug, Clone)]
+///
+/// The pre-shared key is never printed (`Debug` shows its length only) and its copy is zeroed
+/// when the options are dropped.
+#[derive(Clone)]
 pub struct AgentOptions<'a> {
     metadata: &'a EngineMetadata,
     listen_address: Option<String>,
     transport: Option<Transport>,
     progress_mode: Option<ProgressMode>,
     default_timeout: Option<Duration>,
-    preshared_key: Option<Vec<u8>>,
+    preshared_key: Option<SecretKey>,
     heartbeat: Option<(Duration, Duration)>,
     max_outstanding: Option<u32>,
     copy_threads: Option<u32>,
     seal_data: Option<bool>,
+}
+
+impl fmt::Debug for AgentOptions<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentOptions")
+            .field("metadata", &self.metadata)
+            .field("listen_address", &self.listen_address)
+            .field("transport", &self.transport)
+            .field("progress_mode", &self.progress_mode)
+            .field("default_timeout", &self.default_timeout)
+            .field(
+                "preshared_key",
+                &self
+                    .preshared_key
+                    .as_ref()
+                    .map(|k| format!("<{} bytes, not shown>", k.0.len())),
+            )
+            .field("heartbeat", &self.heartbeat)
+            .field("max_outstanding", &self.max_outstanding)
+            .field("copy_threads", &self.copy_threads)
+            .field("seal_data", &self.seal_data)
+            .finish()
+    }
+}
+
+/// A copy of a pre-shared key, zeroed when dropped (a type of its own, without the options'
+/// lifetime, so that `AgentOptions` itself needs no `Drop` and borrows as before).
+#[derive(Clone)]
+struct SecretKey(Vec<u8>);
+
+impl SecretKey {
+    fn wipe(&mut self) {
+        for b in self.0.iter_mut() {
+            // SAFETY: `b` is a valid, aligned, exclusive reference to one byte; a volatile store
+            // is one the optimizer may not drop as dead.
+            unsafe { ptr::write_volatile(b, 0) };
+        }
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for SecretKey {
+    fn drop(&mut self) {
+        self.wipe();
+    }
+}
+
+#[cfg(test)]
+mod secret_key_tests {
+    #[test]
+    fn wipe_zeroes_every_byte() {
+        let mut k = super::SecretKey(b"0123456789abcdef-key".to_vec());
+        k.wipe();
+        assert_eq!(k.0, vec![0u8; 20]);
+    }
 }
 
 impl<'a> AgentOptions<'a> {
@@ -192,7 +251,7 @@ impl<'a> AgentOptions<'a> {
     /// Pre-shared key both sides must hold (at least 16 bytes, copied). Default: none.
     #[must_use]
     pub fn preshared_key(mut self, key: &[u8]) -> Self {
-        self.preshared_key = Some(key.to_vec());
+        self.preshared_key = Some(SecretKey(key.to_vec()));
         self
     }
 
@@ -323,7 +382,7 @@ impl Agent {
             raw.field_mask |= FIELD_DEFAULT_TIMEOUT;
             raw.default_timeout_ms = millis("default_timeout", d, u64::MAX)?;
         }
-        if let Some(k) = &options.preshared_key {
+        if let Some(SecretKey(k)) = &options.preshared_key {
             raw.field_mask |= FIELD_PRESHARED_KEY;
             raw.preshared_key = if k.is_empty() {
                 ptr::null()

@@ -436,6 +436,33 @@ fn preshared_keys() {
 }
 
 #[test]
+fn debug_never_prints_the_preshared_key() {
+    let model = xfer::model().unwrap();
+    let r = xfer::rank(&model, true).unwrap();
+    let key = b"0123456789abcdef-do-not-print";
+    let opts = AgentOptions::new(&r.metadata)
+        .preshared_key(b"an-earlier-key-0123")
+        .preshared_key(key)
+        .max_outstanding(7);
+    let shown = format!("{opts:?}");
+    assert!(shown.contains("<29 bytes, not shown>"), "{shown}");
+    assert!(shown.contains("max_outstanding: Some(7)"), "{shown}");
+    // Neither the text nor the bytes as Debug prints a Vec<u8> ("48, 49, ...").
+    let as_numbers = format!("{:?}", &key[..4]);
+    for needle in [
+        "do-not-print",
+        "0123456789abcdef",
+        "an-earlier-key",
+        &as_numbers[1..as_numbers.len() - 1],
+    ] {
+        assert!(!shown.contains(needle), "{needle:?} in {shown}");
+    }
+    let clone = opts.clone();
+    drop(opts); // the clone holds its own copy: still usable after the original's is wiped
+    Agent::new(&clone).unwrap();
+}
+
+#[test]
 fn seal_data_is_passed_through() {
     let model = xfer::model().unwrap();
     let key = b"0123456789abcdef-secret";
