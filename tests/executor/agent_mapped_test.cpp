@@ -5,17 +5,26 @@
 // registration are refused before anything moves, a peer agent that goes away mid-transfer and a
 // peer process killed mid-transfer end with PEER_LOST and nothing crashes, a WRITE from this
 // process lands in another process's shared region, the mappable regions go only to peers that
-// say protocol 3.1, and the shared allocation registry finds ranges only inside live
-// allocations.
+// say protocol 3.1, the shared allocation registry finds ranges only inside live
+// allocations, and a process whose pidfd_getfd is refused (seccomp) falls back to cross-memory
+// attach, says why, and still moves the right bytes.
 #include <gtest/gtest.h>
 
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -393,6 +402,170 @@ TEST(AgentMappedTwoProcesses, WritesThroughTheMappingLandInThePeersMemory) {
   reaper.pid = 0;
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 0) << "the child found wrong bytes (1) or was not told to check (3)";
+}
+
+}  // namespace
+
+namespace {
+
+// pidfd_getfd refused in the process that maps. The refusal is real: a seccomp-bpf filter that
+// answers SYS_pidfd_getfd (and nothing else) with EPERM, as a container's seccomp profile or an
+// LSM would. Seccomp filters cannot be removed and are inherited, so the test runs in processes
+// of its own: a mapper child M forks the owner O (its region in a pdkv shared allocation; M is
+// O's parent, so ptrace access holds even with Yama's ptrace_scope 1), then M (optionally)
+// installs the filter, starts a D agent in ordinary memory, connects to O and READs from it. M
+// writes what it found down a pipe, one "FAIL ..." line per failed check, or "SKIP ..." when
+// seccomp is not available.
+
+#if defined(__x86_64__)
+constexpr uint32_t kAuditArch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+constexpr uint32_t kAuditArch = AUDIT_ARCH_AARCH64;
+#else
+constexpr uint32_t kAuditArch = 0;  // no filter written for this architecture: the test skips
+#endif
+
+// Installs the filter in this process (every thread started later inherits it). "" when
+// installed and seen to refuse pidfd_getfd, "SKIP why" where seccomp filters are not available,
+// "FAIL why" when an installed filter does not refuse.
+std::string refuse_pidfd_getfd() {
+#ifndef SYS_pidfd_getfd
+  return "SKIP this build's headers have no SYS_pidfd_getfd";
+#else
+  if (kAuditArch == 0) return "SKIP no seccomp filter written for this architecture";
+  sock_filter insns[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kAuditArch, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_getfd, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(std::size(insns)), insns};
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return "SKIP PR_SET_NO_NEW_PRIVS: " + cma::errno_text(errno);
+  if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+    return "SKIP seccomp filters unavailable (PR_SET_SECCOMP: " + cma::errno_text(errno) + ")";
+  }
+  // The filter answers before the kernel looks at the arguments: a bad pidfd gets EPERM, not EBADF.
+  errno = 0;
+  if (::syscall(SYS_pidfd_getfd, -1, 0, 0) != -1 || errno != EPERM) {
+    return "FAIL the installed filter did not refuse pidfd_getfd (" + cma::errno_text(errno) + ")";
+  }
+  return "";
+#endif
+}
+
+// Runs in M. Returns the report.
+std::string map_owner_and_read(bool refuse, const std::vector<std::array<uint64_t, 3>>& ps) {
+  int port_pipe[2];
+  if (::pipe(port_pipe) != 0) return "FAIL pipe: " + cma::errno_text(errno) + "\n";
+  const pid_t owner = ::fork();
+  if (owner < 0) return "FAIL fork: " + cma::errno_text(errno) + "\n";
+  if (owner == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::close(port_pipe[0]);
+    Side p("pre", 3, true, ProgressMode::Thread);
+    const uint16_t port = p.agent->info().listen.port;
+    if (::write(port_pipe[1], &port, sizeof port) != sizeof port) ::_exit(2);
+    for (;;) ::pause();  // until killed
+  }
+  ::close(port_pipe[1]);
+  ChildReaper reaper{owner};
+  uint16_t port = 0;
+  if (::read(port_pipe[0], &port, sizeof port) != sizeof port) return "FAIL the owner process sent no port\n";
+  ::close(port_pipe[0]);
+  if (refuse) {
+    if (const std::string why = refuse_pidfd_getfd(); !why.empty()) return why + "\n";
+  }
+  std::string out;
+  auto check = [&out](bool ok, const std::string& what) {
+    if (!ok) out += "FAIL " + what + "\n";
+  };
+  try {
+    Side d("dec", 77, false, ProgressMode::Thread);
+    auto rec = d.agent->connect(loopback(port), 3000ms);
+    check(rec->transport == TransportMode::Shm, "the peer is not a shm peer");
+    const std::string note = " (note: '" + rec->mapping_note + "')";
+    if (refuse) {
+      check(rec->mapped_regions == 0, "mapped_regions " + std::to_string(rec->mapped_regions) + ", not 0" + note);
+      check(rec->mapping_note.find("pidfd_getfd") != std::string::npos, "the note does not name pidfd_getfd" + note);
+      check(rec->mapping_note.find("EPERM") != std::string::npos, "the note does not name EPERM" + note);
+    } else {
+      check(rec->mapped_regions == 1, "mapped_regions " + std::to_string(rec->mapped_regions) + ", not 1" + note);
+    }
+    auto t = post(d, plan_of("dec", "pre", ps), TransferOp::Read, "pre", refuse ? "refused" : "mapped");
+    check(t.wait(5000ms), "the READ did not end in 5 s");
+    check(t.status().status == Status::Ok, "the READ failed: " + t.status().message);
+    const size_t bad = mismatches(d, 3, ps);
+    check(bad == 0, std::to_string(bad) + " wrong bytes in the pieces read");
+    size_t touched = 0;  // D's bytes outside the pieces keep their own pattern
+    for (uint64_t i = 64u << 10; i < (128u << 10); ++i) touched += d.mem[i] != pattern(i, d.salt);
+    check(touched == 0, std::to_string(touched) + " bytes outside the pieces changed");
+    const uint64_t total = ps.size() * (64u << 10);
+    check(rec->bytes_read.load() == total, "bytes_read " + std::to_string(rec->bytes_read.load()));
+    check(rec->bytes_mapped.load() == (refuse ? 0 : total), "bytes_mapped " + std::to_string(rec->bytes_mapped.load()));
+  } catch (const std::exception& e) {
+    out += "FAIL " + std::string(e.what()) + "\n";
+  }
+  return out;
+}
+
+// Forks M and collects its report (M is killed after 60 s).
+std::string in_mapper_process(bool refuse, const std::vector<std::array<uint64_t, 3>>& ps) {
+  int report[2];
+  if (::pipe(report) != 0) return "FAIL pipe\n";
+  const pid_t m = ::fork();
+  if (m < 0) return "FAIL fork\n";
+  if (m == 0) {
+    ::close(report[0]);
+    const std::string out = map_owner_and_read(refuse, ps);
+    size_t at = 0;
+    while (at < out.size()) {
+      const ssize_t w = ::write(report[1], out.data() + at, out.size() - at);
+      if (w <= 0) break;
+      at += static_cast<size_t>(w);
+    }
+    ::_exit(0);  // no destructors or atexit handlers of the test process in the child
+  }
+  ::close(report[1]);
+  ChildReaper reaper{m};
+  std::string out;
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    pollfd pfd{report[0], POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) == 0) {
+      out += "FAIL the mapper process did not finish in 60 s\n";
+      break;
+    }
+    char buf[512];
+    const ssize_t r = ::read(report[0], buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    out.append(buf, static_cast<size_t>(r));
+  }
+  ::close(report[0]);
+  if (out.find("FAIL the mapper") == std::string::npos) {
+    int st = 0;
+    if (::waitpid(m, &st, 0) == m) {
+      reaper.pid = 0;
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        out += "FAIL the mapper process ended with status " + std::to_string(st) + "\n";
+      }
+    }
+  }
+  return out;
+}
+
+TEST(AgentMappedRefused, PidfdGetfdRefusedFallsBackToCrossMemoryAttachWithTheRightBytes) {
+  const auto ps = pieces(64);
+  // The same processes without the filter map the region: what changes below is only the refusal.
+  const std::string mapped = in_mapper_process(false, ps);
+  ASSERT_EQ(mapped, "") << "without the filter";
+  const std::string refused = in_mapper_process(true, ps);
+  if (refused.rfind("SKIP ", 0) == 0) GTEST_SKIP() << refused.substr(5);
+  EXPECT_EQ(refused, "") << "with pidfd_getfd refused";
 }
 
 }  // namespace
