@@ -1,0 +1,173 @@
+// How fast a plan of a given size can be produced at all, beside how fast pdkv produces it: a
+// floor for the aim "fragmented ids within 2x of consecutive ones" of issue 10.
+//
+// For each request of bench/plan_vs_vllm.cpp (the same generator, geometry and context), this
+// compiles the plan once through the C++ core (logical ids, one reused plan, the context's
+// verdict judged once, as plan_vs_vllm's "C++" column) and then times, on the reads of that very
+// plan, the work any planner that hands out those reads must do at least:
+//   * write:     store every read into a reused buffer of the plan's size (a copy of the reads:
+//                no arithmetic, no check), the floor of producing the plan's bytes;
+//   * write+read: the same, then read every read back once (the least a check of the plan can
+//                look at: one pass over it);
+//   * sort:      the D ranges of every read (region, offset, length) sorted, which is what a
+//                check that finds overlapping D ranges by sorting pays on top (informative).
+// So a fragmented request whose write+read floor already exceeds twice the consecutive request's
+// whole compile cannot meet the 2x aim with a plan that lists its reads.
+//
+// Usage: plan_floor [--tokens 131072,1048576] [--hits 0,50] [--geometry flashinfer,flash_attn]
+//                   [--target-s 0.3]
+// Prints one JSON line per request (times in ns, medians).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "pdkv/core/geometry.hpp"
+#include "pdkv/core/metadata_from_geometry.hpp"
+#include "pdkv/core/presets.hpp"
+#include "pdkv/core/transfer_plan.hpp"
+#include "plan_request.hpp"
+
+using namespace pdkv::core;
+
+namespace {
+
+constexpr uint32_t kRegions = 6;  // as bench/plan_vs_vllm.cpp
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    const size_t e = s.find(',', b);
+    const std::string item = s.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    if (!item.empty()) out.push_back(item);
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  return out;
+}
+
+EngineConfig config(uint32_t tp, bool flashinfer, MambaCacheMode mode) {
+  EngineConfig c;
+  c.tp_size = tp;
+  c.user_block_size = 2096;
+  c.cache_mode = mode;
+  if (flashinfer) c.kernel_block_sizes = {16, 32, 64};
+  return c;
+}
+
+// Median ns per call of f, in samples of enough calls for ~20 us each, for about target_s.
+template <class F>
+double median_ns(F&& f, double target_s) {
+  using clock = std::chrono::steady_clock;
+  f();
+  const auto t0 = clock::now();
+  f();
+  const double one = std::chrono::duration<double>(clock::now() - t0).count();
+  const int reps = std::max(1, static_cast<int>(20e-6 / std::max(one, 1e-9)));
+  std::vector<double> samples;
+  const auto start = clock::now();
+  while (samples.size() < 15 ||
+         (std::chrono::duration<double>(clock::now() - start).count() < target_s && samples.size() < 100000)) {
+    const auto a = clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    samples.push_back(std::chrono::duration<double, std::nano>(clock::now() - a).count() / reps);
+  }
+  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+  return samples[samples.size() / 2];
+}
+
+// Keeps the compiler from dropping stores and loads whose results are otherwise unused.
+inline void keep(const void* p) { asm volatile("" : : "r"(p) : "memory"); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string tokens = "131072,1048576", hits = "0,50", geometries = "flashinfer,flash_attn";
+  double target_s = 0.3;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s needs a value\n", a.c_str());
+      return 1;
+    }
+    if (a == "--tokens") tokens = argv[i + 1];
+    else if (a == "--hits") hits = argv[i + 1];
+    else if (a == "--geometry") geometries = argv[i + 1];
+    else if (a == "--target-s") target_s = std::atof(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 1;
+    }
+  }
+  const ModelDesc m = preset_model("nemotron-3-nano-30b");
+  for (const std::string& geo : split(geometries)) {
+    const bool fi = geo == "flashinfer";
+    for (const std::string& hit_s : split(hits)) {
+      const uint64_t hit_pct = std::stoull(hit_s);
+      const MambaCacheMode mode = hit_pct ? MambaCacheMode::Align : MambaCacheMode::None;
+      const EngineConfig dc = config(2, fi, mode), pc = config(4, fi, mode);
+      const EngineGeometry dg = derive_geometry(m, dc), pg = derive_geometry(m, pc);
+      std::vector<EngineMetadata> remote;
+      for (uint32_t r = 0; r < 4; ++r)
+        remote.push_back(metadata_from_geometry(m, pc, pg, {"prefill", r, pdkv::bench::kPPool, kRegions, (2ull + r) << 44}));
+      const PlanContext ctx = make_plan_context(
+          metadata_from_geometry(m, dc, dg, {"decode", 0, pdkv::bench::kDPool, kRegions, 1ull << 40}), remote,
+          dg.mamba, pg.mamba);
+      validate_plan_context(ctx);
+      const PlanContextVerdict verdict = judge_plan_context(ctx);
+      for (const std::string& tok_s : split(tokens)) {
+        for (const bool frag : {false, true}) {
+          const uint64_t t = std::stoull(tok_s);
+          const auto rq = pdkv::bench::make_request(t, hit_pct, frag, dg.block_size, pg.block_size,
+                                                    dg.physical_per_logical, pg.physical_per_logical, mode)
+                              .as_logical();
+          const auto views = rq.views();
+          TransferPlan plan;
+          compile_transfer_plan_into(ctx, views, plan, verdict);
+          const double compile = median_ns([&] { compile_transfer_plan_into(ctx, views, plan, verdict); }, target_s);
+
+          std::vector<PlanRead> reads;  // every read of the plan, rank after rank
+          for (const RankReads& rr : plan.ranks) reads.insert(reads.end(), rr.reads.begin(), rr.reads.end());
+          std::vector<PlanRead> out(reads.size());
+          const double write = median_ns(
+              [&] {
+                std::copy(reads.begin(), reads.end(), out.begin());
+                keep(out.data());
+              },
+              target_s);
+          const double write_read = median_ns(
+              [&] {
+                std::copy(reads.begin(), reads.end(), out.begin());
+                keep(out.data());
+                uint64_t sum = 0;
+                for (const PlanRead& r : out) sum += r.local_region + r.local_offset + r.remote_offset + r.length;
+                keep(&sum);
+              },
+              target_s);
+          std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> ranges(reads.size());
+          const double sort = median_ns(
+              [&] {
+                for (size_t i = 0; i < reads.size(); ++i)
+                  ranges[i] = {reads[i].local_region, reads[i].local_offset, reads[i].length};
+                std::sort(ranges.begin(), ranges.end());
+                keep(ranges.data());
+              },
+              target_s);
+          std::printf(
+              "{\"case\": \"%s/%llu/hit%llu/%s\", \"reads\": %zu, \"read_bytes\": %zu, \"compile_ns\": %.0f, "
+              "\"write_ns\": %.0f, \"write_read_ns\": %.0f, \"sort_d_ranges_ns\": %.0f}\n",
+              geo.c_str(), static_cast<unsigned long long>(t), static_cast<unsigned long long>(hit_pct),
+              frag ? "frag" : "contig", reads.size(), reads.size() * sizeof(PlanRead), compile, write, write_read, sort);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return 0;
+}
