@@ -13,6 +13,8 @@
 //             pdkv's own data connection (executor/tcpdp/, agent_tcp.cpp).
 //   mapped    shm only: the executor again with P's working set in a pdkv shared allocation
 //             (pdkv_shared_memory_alloc), which D maps and copies with memcpy.
+//   raw UCX, shared  shm only: the raw UCX loop again with P's working set in a pdkv shared
+//             allocation too, so that the mapped column has a baseline over the same kind of memory.
 //   raw cma   shm only: a plain process_vm_readv loop, one call per piece (cma_raw_read.hpp).
 //
 // Modes: shm and tcp run P and D on loopback; netns is tcp across two network namespaces joined
@@ -107,6 +109,7 @@ struct Row {
   uint64_t raw_link_bytes = 0, agent_link_bytes = 0;  // netns: received on D's end of the veth pair
   double load = -1;  // the 1-minute load average when the row was done (a shared machine is noisy)
   Measurement sealed;  // tcp rows with --key: the executor with a key, data connection sealed
+  Measurement raw_shared;  // shm rows only: raw UCX with P's working set in a pdkv shared allocation
 };
 
 double load_average() {
@@ -243,7 +246,7 @@ int run(int argc, char** argv) {
       const bool netns = mode_name == "netns";
       const exec::TransportMode mode = mode_name == "shm" ? exec::TransportMode::Shm : exec::TransportMode::Tcp;
       const Placement where = netns ? across : loopback_placement();
-      Row r{pl.name, mode_name, pl.pieces.size(), pl.bytes, pl.remote_bytes, median_piece, {}, {}, {}, {}, {}, mem};
+      Row r{pl.name, mode_name, pl.pieces.size(), pl.bytes, pl.remote_bytes, median_piece, {}, {}, {}, {}, {}, mem, 0, 0, -1, {}, {}};
       const int mode_reps = mode == exec::TransportMode::Tcp ? std::min(reps, 3) : reps;
       // Raw UCX and the agent back to back on the same list, window and working sets.
       const uint64_t rx0 = netns ? ns->host_rx_bytes() : 0;
@@ -262,10 +265,12 @@ int run(int argc, char** argv) {
         r.sealed.error = key.empty() ? "no --key" : "tcp only";
       }
       if (mode == exec::TransportMode::Shm) {
+        r.raw_shared = raw_ucx_get(pl, mode, window, mode_reps, where, true);
         r.mapped = agent_get(pl, mode, window, mode_reps, cma_threads, where, true);
         r.cma = raw_cma_read(pl, mode_reps);
       } else {
         r.mapped.error = "shm only";
+        r.raw_shared.error = "shm only";
         r.cma.error = "shm only";
       }
       if (perftest) {
@@ -293,6 +298,7 @@ int run(int argc, char** argv) {
     if (r.mode == "shm" && !r.cma.error.empty()) fail("raw cma", r.cma.error);
     if (!r.agent.error.empty()) fail("executor", r.agent.error);
     if (r.mode == "shm" && !r.mapped.error.empty()) fail("executor (mapped)", r.mapped.error);
+    if (r.mode == "shm" && !r.raw_shared.error.empty()) fail("raw UCX (P shared)", r.raw_shared.error);
     if (!r.raw.error.empty()) fail("raw UCX", r.raw.error);
     if (!r.mem.error.empty()) fail("memcpy", r.mem.error);
     if (!key.empty() && r.mode != "shm" && !r.sealed.error.empty()) fail("executor (sealed)", r.sealed.error);
@@ -316,7 +322,7 @@ int run(int argc, char** argv) {
       std::printf("  {\"list\": \"%s\", \"mode\": \"%s\", \"pieces\": %llu, \"bytes\": %llu, \"working_set\": %llu, "
                   "\"median_piece\": %llu, \"raw_ucx_gbps\": %.3f, \"raw_ucx_best_gbps\": %.3f, \"raw_ucx_verified\": %s, "
                   "\"raw_ucx_error\": \"%s\", \"executor_gbps\": %.3f, \"executor_verified\": %s, \"executor_error\": \"%s\", "
-                  "\"mapped_gbps\": %.3f, \"mapped_error\": \"%s\", \"raw_cma_gbps\": %.3f, \"raw_cma_error\": \"%s\", \"perftest_cache_hot_gbps\": %s, \"memcpy_gbps\": %.3f, "
+                  "\"mapped_gbps\": %.3f, \"mapped_error\": \"%s\", \"raw_ucx_shared_gbps\": %.3f, \"raw_ucx_shared_error\": \"%s\", \"raw_cma_gbps\": %.3f, \"raw_cma_error\": \"%s\", \"perftest_cache_hot_gbps\": %s, \"memcpy_gbps\": %.3f, "
                   "\"memcpy_verified\": %s, "
                   "\"veth_rx_raw_ucx_bytes\": %llu, \"veth_rx_executor_bytes\": %llu, \"load_1min\": %.2f, "
                   "\"sealed_gbps\": %.3f, \"sealed_verified\": %s, \"sealed_error\": \"%s\"}%s\n",
@@ -325,7 +331,8 @@ int run(int argc, char** argv) {
                   static_cast<unsigned long long>(r.median_piece), r.raw.median_gbps, r.raw.best_gbps,
                   r.raw.verified ? "true" : "false", json_text(r.raw.error).c_str(), r.agent.median_gbps,
                   r.agent.verified ? "true" : "false", json_text(r.agent.error).c_str(), r.mapped.median_gbps,
-                  json_text(r.mapped.error).c_str(), r.cma.median_gbps,
+                  json_text(r.mapped.error).c_str(), r.raw_shared.median_gbps, json_text(r.raw_shared.error).c_str(),
+                  r.cma.median_gbps,
                   json_text(r.cma.error).c_str(), r.perf.ran ? std::to_string(r.perf.gbps).c_str() : "null",
                   r.mem.median_gbps, r.mem.verified ? "true" : "false",
                   static_cast<unsigned long long>(r.raw_link_bytes),
@@ -338,11 +345,22 @@ int run(int argc, char** argv) {
   std::printf("window %u, %d timed passes (median; tcp: %d), GB/s = 1e9 bytes/s of piece bytes\n\n", window, reps,
               std::min(reps, 3));
   std::printf("| pieces | mode | count | bytes | median piece (by bytes) | raw UCX GET | raw best | pdkv executor | "
-              "executor / raw | executor, mapped | mapped / raw | raw process_vm_readv | executor / raw cma | ucx_perftest (cache-hot) | memcpy | "
+              "executor / raw | executor, mapped | mapped / raw | raw UCX GET, P shared | mapped / raw shared | raw process_vm_readv | executor / raw cma | ucx_perftest (cache-hot) | memcpy | "
               "load (1 min) |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     char raw[64], best[64], perf[64], agent[64], ratio[64], cma[64], cma_ratio[64], mapped[64], mapped_ratio[64];
+    char raw_shared[64], shared_ratio[64];
+    if (r.raw_shared.error.empty()) {
+      std::snprintf(raw_shared, sizeof raw_shared, "%.2f GB/s", r.raw_shared.median_gbps);
+    } else {
+      std::snprintf(raw_shared, sizeof raw_shared, "%s", r.mode == "shm" ? "error" : "-");
+    }
+    if (r.mapped.error.empty() && r.raw_shared.error.empty() && r.raw_shared.median_gbps > 0) {
+      std::snprintf(shared_ratio, sizeof shared_ratio, "%.0f%%", 100.0 * r.mapped.median_gbps / r.raw_shared.median_gbps);
+    } else {
+      std::snprintf(shared_ratio, sizeof shared_ratio, "-");
+    }
     if (r.mapped.error.empty()) {
       std::snprintf(mapped, sizeof mapped, "%.2f GB/s", r.mapped.median_gbps);
     } else {
@@ -380,11 +398,12 @@ int run(int argc, char** argv) {
     }
     if (r.perf.ran) std::snprintf(perf, sizeof perf, "%.2f GB/s", r.perf.gbps);
     else std::snprintf(perf, sizeof perf, "not run");
-    std::printf("| %s | %s | %llu | %.1f MiB | %llu | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f GB/s | %.2f |\n",
+    std::printf("| %s | %s | %llu | %.1f MiB | %llu | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f GB/s | %.2f |\n",
                 r.list.c_str(),
                 r.mode == "netns" ? "tcp across netns (veth)" : r.mode.c_str(), static_cast<unsigned long long>(r.pieces),
                 static_cast<double>(r.bytes) / 1048576.0,
-                static_cast<unsigned long long>(r.median_piece), raw, best, agent, ratio, mapped, mapped_ratio, cma, cma_ratio, perf,
+                static_cast<unsigned long long>(r.median_piece), raw, best, agent, ratio, mapped, mapped_ratio, raw_shared,
+                shared_ratio, cma, cma_ratio, perf,
                 r.mem.median_gbps, r.load);
   }
   if (ns) {

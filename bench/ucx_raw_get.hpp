@@ -5,7 +5,10 @@
 //                until all completed. Plain UCX calls, no pdkv logic: the ceiling the executor is
 //                judged against. shm: posix,sysv,cma,self with error handling off; tcp:
 //                tcp,self with peer error handling (the agent's two configurations until the
-//                agent moved shm peers to cross-memory attach; see cma_raw_read.hpp).
+//                agent moved shm peers to cross-memory attach; see cma_raw_read.hpp). P's working
+//                set is private anonymous memory, or (p_shared) a pdkv shared allocation, the
+//                memory the executor's mapped column reads, so both can be compared on the same
+//                kind of memory.
 //   memcpy_pieces  the same pieces copied in one process.
 #pragma once
 
@@ -14,6 +17,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cma/shared_memory.hpp"
 #include "placement.hpp"
 #include "transfer_pieces.hpp"
 #include "ucx/context.hpp"
@@ -122,15 +128,24 @@ inline std::vector<uint8_t> recv_blob(int fd) {
 
 // P: fills and registers its working set, publishes address/base/rkey, progresses until D closes
 // the pipe.
-[[noreturn]] inline void run_target(exec::TransportMode mode, uint64_t bytes, int out, int in) {
+[[noreturn]] inline void run_target(exec::TransportMode mode, uint64_t bytes, int out, int in, bool shared) {
   int rc = 0;
   try {
     exec::UcxContext ctx(mode);
     exec::UcxWorker worker(ctx);
-    Buffer buf(bytes);
-    fill_pattern(buf.data, bytes);
-    exec::UcxRegistration reg(ctx, buf.data, bytes);
-    const uint64_t base = reinterpret_cast<uint64_t>(buf.data);
+    std::optional<Buffer> own;
+    std::unique_ptr<exec::cma::SharedMemory> shm;
+    uint8_t* data = nullptr;
+    if (shared) {
+      shm = exec::cma::SharedMemory::allocate((bytes + 4095) & ~uint64_t{4095});
+      data = static_cast<uint8_t*>(shm->data());
+    } else {
+      own.emplace(bytes);
+      data = own->data;
+    }
+    fill_pattern(data, bytes);
+    exec::UcxRegistration reg(ctx, data, bytes);
+    const uint64_t base = reinterpret_cast<uint64_t>(data);
     std::vector<uint8_t> base_bytes(sizeof base);
     std::memcpy(base_bytes.data(), &base, sizeof base);
     if (!send_blob(out, worker.address()) || !send_blob(out, base_bytes) || !send_blob(out, reg.packed_rkey())) {
@@ -165,7 +180,7 @@ inline void on_get_done(void* request, ucs_status_t status, void* user) {
 // where `where` says so (placement.hpp). Nothing of UCX may be alive in this process when it is
 // called (fork and UCX do not mix).
 inline Measurement raw_ucx_get(const PieceList& pl, exec::TransportMode mode, unsigned window, int reps,
-                               const Placement& where = loopback_placement()) {
+                               const Placement& where = loopback_placement(), bool p_shared = false) {
   Measurement m;
   int to_parent[2], to_child[2];
   if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) {
@@ -181,7 +196,7 @@ inline Measurement raw_ucx_get(const PieceList& pl, exec::TransportMode mode, un
     ::close(to_parent[0]);
     ::close(to_child[1]);
     enter_p_side(where);
-    detail::run_target(mode, pl.remote_bytes, to_parent[1], to_child[0]);
+    detail::run_target(mode, pl.remote_bytes, to_parent[1], to_child[0], p_shared);
   }
   ::close(to_parent[1]);
   ::close(to_child[0]);
