@@ -17,6 +17,7 @@ import collections
 import ctypes
 import dataclasses
 import math
+import select
 import threading
 import time
 import weakref
@@ -46,6 +47,8 @@ _U64_MAX = (1 << 64) - 1
 _U32_MAX = (1 << 32) - 1
 #: Longest single blocking C wait: close() and KeyboardInterrupt are noticed within this.
 _WAIT_SLICE = 0.05
+# Longest sleep of wait_notification on the event fd between checks for a close().
+_NOTIFY_SLICE = 0.1
 
 
 def _millis(name: str, seconds: Any, *, max_ms: int = _U64_MAX) -> int:
@@ -270,6 +273,10 @@ class Agent(Handle):
         self._pins: List[Any] = []
         self._pending: Deque[Notification] = collections.deque()
         self._pending_lock = threading.Lock()
+        # Waiters of wait_notification: the one that sleeps on the event fd (_leading) wakes the
+        # others through this condition when notifications come into _pending.
+        self._pending_cond = threading.Condition(self._pending_lock)
+        self._leading = False
         self._adopt(out)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _free_agent, out, self._pins)
@@ -476,22 +483,58 @@ class Agent(Handle):
     ) -> Optional[Notification]:
         """Waits until a notification satisfies ``predicate`` (None: any) and returns it, or
         None after ``timeout`` seconds (None: no limit). The others stay pending, in order. It
-        drives :meth:`progress` as it waits, so it also serves caller-mode agents."""
+        drives :meth:`progress` as it waits, so it also serves caller-mode agents.
+
+        It sleeps on the agent's :meth:`event_fd` (``select.poll``, without the GIL), so it wakes
+        when a notification arrives or progress has work, not on a timer. Several threads may
+        wait at once, with different predicates: one of them sleeps on the descriptor and the
+        others on a condition, woken whenever notifications are taken into the shared queue (by
+        any waiter). Each sleep on the descriptor lasts at most 0.1 s, so a wait notices a
+        ``close()`` from another thread (:class:`pdkv.ClosedError`); Ctrl-C interrupts it."""
         end = None if timeout is None else time.monotonic() + _millis("timeout", timeout) / 1000
-        nap = 0.0001
-        while True:
-            self.progress()
-            with self._pending_lock:
-                self._take_notifications()
-                for i, n in enumerate(self._pending):
-                    if predicate is None or predicate(n):
-                        del self._pending[i]
-                        return n
-            now = time.monotonic()
-            if end is not None and now >= end:
-                return None
-            time.sleep(nap if end is None else min(nap, end - now))
-            nap = min(nap * 2, 0.005)
+        cond = self._pending_cond
+        fd = self.event_fd()
+        leading = False  # this thread sleeps on the event fd; the other waiters on cond
+        ready = True  # drive progress before the next look (first look, or the fd was readable)
+        try:
+            while True:
+                if ready:
+                    self.progress()
+                with cond:
+                    before = len(self._pending)
+                    self._take_notifications()
+                    if len(self._pending) != before:
+                        cond.notify_all()  # other waiters' predicates may match what came
+                    for i, n in enumerate(self._pending):
+                        if predicate is None or predicate(n):
+                            del self._pending[i]
+                            return n
+                    now = time.monotonic()
+                    if end is not None and now >= end:
+                        return None
+                    left = None if end is None else end - now
+                    if not leading:
+                        if self._leading:
+                            ready = False
+                            cond.wait(left)
+                            continue
+                        self._leading = leading = True
+                # Not readable after a slice: the next look's take raises ClosedError once
+                # another thread closed the agent.
+                ready = _wait_readable(fd, _NOTIFY_SLICE if left is None else min(left, _NOTIFY_SLICE))
+        finally:
+            if leading:
+                with cond:
+                    self._leading = False
+                    cond.notify_all()  # a follower takes over the event fd
+
+
+def _wait_readable(fd: int, timeout: float) -> bool:
+    """Sleeps until ``fd`` is readable or ``timeout`` seconds pass (without the GIL; signal
+    handlers run, and their exceptions propagate, PEP 475). True when readable."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(math.ceil(max(0.0, timeout) * 1000)))
 
 
 def _enum_or_int(name: str, cls: Any, value: Any) -> int:

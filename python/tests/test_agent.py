@@ -544,3 +544,138 @@ def test_example_runs_both_ranks() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "VERIFIED 12288" in r.stdout
+
+
+def _drain(agent: pdkv.Agent) -> None:
+    agent.poll_notifications()
+
+
+def test_wait_notification_sleeps_on_the_event_fd(model: pdkv.Model) -> None:
+    """An idle wait sleeps on the agent's event fd instead of waking on a timer: a 0.3 s wait on
+    a connected, silent agent drives progress a few times (the 100 us..5 ms naps it replaced
+    made ~65 calls). The same in caller mode, whose wait must still drive the transfers."""
+    for options in ({}, {"transport": "tcp", "progress_mode": "caller"}):
+        p, d = pair(model, **options)
+        with p, d:
+            with Pump(p.agent), Pump(d.agent):
+                d.agent.connect(p.agent.address, timeout=LONG).close()
+            _drain(p.agent)
+            calls = [0]
+            progress = p.agent.progress
+
+            def counted() -> int:
+                calls[0] += 1
+                return progress()
+
+            p.agent.progress = counted  # type: ignore[method-assign]
+            start = time.monotonic()
+            assert p.agent.wait_notification(lambda n: False, timeout=0.3) is None
+            assert 0.29 <= time.monotonic() - start < 5
+            assert 1 <= calls[0] <= 8, (options, calls[0])
+            # Caller mode: nobody pumps P, so D's read moves only while P's wait drives it.
+            with xfer.plan_from_peer(d) as plan, Pump(d.agent):
+                t = d.agent.read(plan, xfer.P_ENGINE, "ev-1", timeout=LONG)
+                with t:
+                    n = wait_kind(p.agent, pdkv.NotificationKind.READ_DONE, "ev-1")
+                    assert n.engine_id == xfer.D_ENGINE
+                    assert t.wait(LONG)
+                    xfer.verify(plan, d.buffers)
+
+
+def test_a_peers_notification_wakes_a_waiting_thread(model: pdkv.Model) -> None:
+    """A thread waiting while a peer disconnects gets PEER_LOST; the latency from the disconnect
+    call to the wait's return is printed (a measurement, not asserted: pytest -s shows it)."""
+    p, d = pair(model)
+    latencies = []
+    with p, d:
+        for _ in range(10):
+            peer = d.agent.connect(p.agent.address, timeout=LONG)
+            assert p.agent.wait_notification(lambda n: n.kind == pdkv.NotificationKind.PEER_CONNECTED, LONG)
+            _drain(p.agent)
+            got: list = []
+            waiter = threading.Thread(
+                target=lambda: got.append(
+                    (p.agent.wait_notification(lambda n: n.kind == pdkv.NotificationKind.PEER_LOST, LONG),
+                     time.monotonic())
+                )
+            )
+            waiter.start()
+            time.sleep(0.05)  # the waiter is asleep (the old naps had grown to 5 ms by now)
+            start = time.monotonic()
+            peer.disconnect()
+            waiter.join(LONG)
+            peer.close()
+            assert got and got[0][0] is not None and got[0][0].engine_id == xfer.D_ENGINE
+            latencies.append(got[0][1] - start)
+    latencies.sort()
+    print(f"\nwait_notification PEER_LOST latency: median {latencies[len(latencies) // 2] * 1e6:.0f} us, "
+          f"max {latencies[-1] * 1e6:.0f} us over {len(latencies)}")
+
+
+def test_two_waiters_with_different_predicates(model: pdkv.Model) -> None:
+    """Waiter B sleeps on the event fd; waiter A (started later, so it waits on the condition)
+    wants only PEER_CONNECTED. B's take moves it into the shared queue and must wake A at once,
+    not when B's own wait ends; B then gets its PEER_LOST, and nothing else is lost."""
+    p, d = pair(model)
+    with p, d:
+        got = {}
+
+        def wait(name: str, kind: pdkv.NotificationKind) -> None:
+            n = p.agent.wait_notification(lambda n: n.kind == kind, LONG)
+            got[name] = (n, time.monotonic())
+
+        b = threading.Thread(target=wait, args=("b", pdkv.NotificationKind.PEER_LOST))
+        b.start()
+        deadline = time.monotonic() + LONG
+        while not p.agent._leading and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert p.agent._leading  # B sleeps on the fd
+        a = threading.Thread(target=wait, args=("a", pdkv.NotificationKind.PEER_CONNECTED))
+        a.start()
+        time.sleep(0.05)
+        start = time.monotonic()
+        peer = d.agent.connect(p.agent.address, timeout=LONG)
+        a.join(5)
+        assert "a" in got and got["a"][0] is not None, got
+        assert got["a"][1] - start < 2.0  # B's wait lasts until the disconnect below (or 10 s)
+        assert "b" not in got
+        peer.disconnect()
+        peer.close()
+        b.join(LONG)
+        assert got["b"][0] is not None and got["b"][0].kind == pdkv.NotificationKind.PEER_LOST
+        assert p.agent.poll_notifications() == []
+
+
+def test_wait_notification_is_interruptible_and_notices_close(model: pdkv.Model) -> None:
+    with xfer.node(model, True) as p:
+        # SIGINT while the main thread sleeps on the event fd: KeyboardInterrupt, and the next
+        # wait still works (the interrupted one gave the fd back).
+        timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            p.agent.wait_notification(lambda n: False, timeout=LONG)
+        assert time.monotonic() - start < 2
+        timer.join()
+        assert not p.agent._leading
+        p.agent.lease("soon", 1, 0.05)
+        n = p.agent.wait_notification(timeout=LONG)
+        assert n is not None and n.kind == pdkv.NotificationKind.LEASE_EXPIRED
+        # close() from another thread: both the fd sleeper and a condition waiter raise.
+        errors = []
+
+        def wait() -> None:
+            try:
+                p.agent.wait_notification(lambda n: False)
+            except pdkv.ClosedError as e:
+                errors.append(e)
+
+        waiters = [threading.Thread(target=wait) for _ in range(2)]
+        for w in waiters:
+            w.start()
+        time.sleep(0.1)
+        start = time.monotonic()
+        p.agent.close()
+        for w in waiters:
+            w.join(LONG)
+        assert len(errors) == 2 and time.monotonic() - start < 2
