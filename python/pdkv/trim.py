@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 from ctypes import POINTER, byref, c_int32, c_size_t, c_uint64
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
 from ._base import Handle, array_copy, call, enum_value, flag, i32, to_enum, u64, u64_array
@@ -19,11 +19,13 @@ class GroupTrimInput:
     block ids of each side; Mamba groups use logical ids, exchange-clipped exactly once. Id 0 is
     the null block. ``local_first_block`` None: derived as local_hit_tokens / tokens per block.
     ``local_tokens_per_block`` / ``remote_tokens_per_block`` None: from the metadata in a plan
-    (:func:`trim_group` needs them for attention kinds and Mamba "all" mode)."""
+    (:func:`trim_group` needs them for attention kinds and Mamba "all" mode). Block ids: a
+    sequence of ints or a buffer of unsigned 64-bit ints (``array('Q')``, numpy ``uint64``),
+    which compiling a plan reads in place."""
 
     kind: KindLike  #: Group kind.
-    local_blocks: Tuple[int, ...] = ()  #: D blocks still to fill (after D's prefix hit).
-    remote_blocks: Tuple[int, ...] = ()  #: P blocks of the request.
+    local_blocks: Sequence[int] = ()  #: D blocks still to fill (after D's prefix hit).
+    remote_blocks: Sequence[int] = ()  #: P blocks of the request.
     local_tokens_per_block: Optional[int] = None  #: D tokens per block (None in a plan: from metadata).
     remote_tokens_per_block: Optional[int] = None  #: P tokens per block (None in a plan: from metadata).
     remote_computed_tokens: int = 0  #: Prompt tokens P computed (N-1 rule applied).
