@@ -26,7 +26,7 @@ from ctypes import (
     c_void_p,
 )
 from enum import IntEnum
-from typing import Any, Dict, List, Tuple
+from typing import Any, ClassVar, Dict, List, Tuple, Type
 
 #: PDKV_VERSION_MAJOR / _MINOR / _PATCH of the header this module was generated from.
 HEADER_VERSION_MAJOR = 2
@@ -642,7 +642,14 @@ class EngineT(Structure):
 # ---- Struct mirrors -----------------------------------------------------------------------
 
 
-class ModelDescC(Structure):
+class StructMirror(Structure):
+    """Base of the struct mirrors: each names the C struct it mirrors and lists its fields."""
+
+    _c_name_: ClassVar[str]  #: The C struct's name (``pdkv_..._t``).
+    _fields_: ClassVar[List[Tuple[str, Any]]]  #: (name, ctypes type) of each field, in order.
+
+
+class ModelDescC(StructMirror):
     """``pdkv_model_desc_t``."""
 
     _c_name_ = "pdkv_model_desc_t"
@@ -672,7 +679,7 @@ class ModelDescC(Structure):
     ]
 
 
-class TpMappingParamsC(Structure):
+class TpMappingParamsC(StructMirror):
     """``pdkv_tp_mapping_params_t``."""
 
     _c_name_ = "pdkv_tp_mapping_params_t"
@@ -688,7 +695,7 @@ class TpMappingParamsC(Structure):
     ]
 
 
-class TpMappingInfoC(Structure):
+class TpMappingInfoC(StructMirror):
     """``pdkv_tp_mapping_info_t``."""
 
     _c_name_ = "pdkv_tp_mapping_info_t"
@@ -705,7 +712,7 @@ class TpMappingInfoC(Structure):
     ]
 
 
-class EngineConfigC(Structure):
+class EngineConfigC(StructMirror):
     """``pdkv_engine_config_t``."""
 
     _c_name_ = "pdkv_engine_config_t"
@@ -731,7 +738,7 @@ class EngineConfigC(Structure):
     ]
 
 
-class GeometryInfoC(Structure):
+class GeometryInfoC(StructMirror):
     """``pdkv_geometry_info_t``."""
 
     _c_name_ = "pdkv_geometry_info_t"
@@ -770,7 +777,7 @@ class GeometryInfoC(Structure):
     ]
 
 
-class ConvProjectionC(Structure):
+class ConvProjectionC(StructMirror):
     """``pdkv_conv_projection_t``."""
 
     _c_name_ = "pdkv_conv_projection_t"
@@ -785,7 +792,7 @@ class ConvProjectionC(Structure):
     ]
 
 
-class ByteRangeC(Structure):
+class ByteRangeC(StructMirror):
     """``pdkv_byte_range_t``."""
 
     _c_name_ = "pdkv_byte_range_t"
@@ -795,7 +802,7 @@ class ByteRangeC(Structure):
     ]
 
 
-class MambaReadC(Structure):
+class MambaReadC(StructMirror):
     """``pdkv_mamba_read_t``."""
 
     _c_name_ = "pdkv_mamba_read_t"
@@ -808,7 +815,7 @@ class MambaReadC(Structure):
     ]
 
 
-class RegionC(Structure):
+class RegionC(StructMirror):
     """``pdkv_region_t``."""
 
     _c_name_ = "pdkv_region_t"
@@ -819,7 +826,7 @@ class RegionC(Structure):
     ]
 
 
-class DescriptorC(Structure):
+class DescriptorC(StructMirror):
     """``pdkv_descriptor_t``."""
 
     _c_name_ = "pdkv_descriptor_t"
@@ -829,7 +836,7 @@ class DescriptorC(Structure):
     ]
 
 
-class GroupBlockIdsC(Structure):
+class GroupBlockIdsC(StructMirror):
     """``pdkv_group_block_ids_t``."""
 
     _c_name_ = "pdkv_group_block_ids_t"
@@ -840,7 +847,7 @@ class GroupBlockIdsC(Structure):
     ]
 
 
-class ExchangeClipParamsC(Structure):
+class ExchangeClipParamsC(StructMirror):
     """``pdkv_exchange_clip_params_t``."""
 
     _c_name_ = "pdkv_exchange_clip_params_t"
@@ -856,7 +863,7 @@ class ExchangeClipParamsC(Structure):
     ]
 
 
-class ZeroRangeC(Structure):
+class ZeroRangeC(StructMirror):
     """``pdkv_zero_range_t``."""
 
     _c_name_ = "pdkv_zero_range_t"
@@ -867,7 +874,7 @@ class ZeroRangeC(Structure):
     ]
 
 
-class TokenIntervalC(Structure):
+class TokenIntervalC(StructMirror):
     """``pdkv_token_interval_t``."""
 
     _c_name_ = "pdkv_token_interval_t"
@@ -877,7 +884,7 @@ class TokenIntervalC(Structure):
     ]
 
 
-class GroupTrimInputC(Structure):
+class GroupTrimInputC(StructMirror):
     """``pdkv_group_trim_input_t``."""
 
     _c_name_ = "pdkv_group_trim_input_t"
@@ -902,7 +909,7 @@ class GroupTrimInputC(Structure):
     ]
 
 
-class TokenRunC(Structure):
+class TokenRunC(StructMirror):
     """``pdkv_token_run_t``."""
 
     _c_name_ = "pdkv_token_run_t"
@@ -915,7 +922,7 @@ class TokenRunC(Structure):
     ]
 
 
-class StatePairC(Structure):
+class StatePairC(StructMirror):
     """``pdkv_state_pair_t``."""
 
     _c_name_ = "pdkv_state_pair_t"
@@ -926,7 +933,7 @@ class StatePairC(Structure):
     ]
 
 
-class AlignedSplitInputC(Structure):
+class AlignedSplitInputC(StructMirror):
     """``pdkv_aligned_split_input_t``."""
 
     _c_name_ = "pdkv_aligned_split_input_t"
@@ -949,7 +956,7 @@ class AlignedSplitInputC(Structure):
     ]
 
 
-class RemoteDecodePrefillC(Structure):
+class RemoteDecodePrefillC(StructMirror):
     """``pdkv_remote_decode_prefill_t``."""
 
     _c_name_ = "pdkv_remote_decode_prefill_t"
@@ -962,7 +969,7 @@ class RemoteDecodePrefillC(Structure):
     ]
 
 
-class RemoteDecodePrefillPlanC(Structure):
+class RemoteDecodePrefillPlanC(StructMirror):
     """``pdkv_remote_decode_prefill_plan_t``."""
 
     _c_name_ = "pdkv_remote_decode_prefill_plan_t"
@@ -974,7 +981,7 @@ class RemoteDecodePrefillPlanC(Structure):
     ]
 
 
-class OffloadLayerC(Structure):
+class OffloadLayerC(StructMirror):
     """``pdkv_offload_layer_t``."""
 
     _c_name_ = "pdkv_offload_layer_t"
@@ -984,7 +991,7 @@ class OffloadLayerC(Structure):
     ]
 
 
-class OffloadGeometryC(Structure):
+class OffloadGeometryC(StructMirror):
     """``pdkv_offload_geometry_t``."""
 
     _c_name_ = "pdkv_offload_geometry_t"
@@ -995,7 +1002,7 @@ class OffloadGeometryC(Structure):
     ]
 
 
-class EngineLayoutC(Structure):
+class EngineLayoutC(StructMirror):
     """``pdkv_engine_layout_t``."""
 
     _c_name_ = "pdkv_engine_layout_t"
@@ -1018,7 +1025,7 @@ class EngineLayoutC(Structure):
     ]
 
 
-class EngineMetadataInfoC(Structure):
+class EngineMetadataInfoC(StructMirror):
     """``pdkv_engine_metadata_info_t``."""
 
     _c_name_ = "pdkv_engine_metadata_info_t"
@@ -1051,7 +1058,7 @@ class EngineMetadataInfoC(Structure):
     ]
 
 
-class MetadataRegionC(Structure):
+class MetadataRegionC(StructMirror):
     """``pdkv_metadata_region_t``."""
 
     _c_name_ = "pdkv_metadata_region_t"
@@ -1064,7 +1071,7 @@ class MetadataRegionC(Structure):
     ]
 
 
-class IncompatibilityC(Structure):
+class IncompatibilityC(StructMirror):
     """``pdkv_incompatibility_t``."""
 
     _c_name_ = "pdkv_incompatibility_t"
@@ -1080,7 +1087,7 @@ class IncompatibilityC(Structure):
     ]
 
 
-class PlanContextParamsC(Structure):
+class PlanContextParamsC(StructMirror):
     """``pdkv_plan_context_params_t``."""
 
     _c_name_ = "pdkv_plan_context_params_t"
@@ -1097,7 +1104,7 @@ class PlanContextParamsC(Structure):
     ]
 
 
-class PlanGroupC(Structure):
+class PlanGroupC(StructMirror):
     """``pdkv_plan_group_t``."""
 
     _c_name_ = "pdkv_plan_group_t"
@@ -1112,7 +1119,7 @@ class PlanGroupC(Structure):
     ]
 
 
-class PlanReadC(Structure):
+class PlanReadC(StructMirror):
     """``pdkv_plan_read_t``."""
 
     _c_name_ = "pdkv_plan_read_t"
@@ -1125,7 +1132,7 @@ class PlanReadC(Structure):
     ]
 
 
-class TransferPlanInfoC(Structure):
+class TransferPlanInfoC(StructMirror):
     """``pdkv_transfer_plan_info_t``."""
 
     _c_name_ = "pdkv_transfer_plan_info_t"
@@ -1158,7 +1165,7 @@ class TransferPlanInfoC(Structure):
     ]
 
 
-class PlanGroupZeroC(Structure):
+class PlanGroupZeroC(StructMirror):
     """``pdkv_plan_group_zero_t``."""
 
     _c_name_ = "pdkv_plan_group_zero_t"
@@ -1178,7 +1185,7 @@ class PlanGroupZeroC(Structure):
     ]
 
 
-class StagePairC(Structure):
+class StagePairC(StructMirror):
     """``pdkv_stage_pair_t``."""
 
     _c_name_ = "pdkv_stage_pair_t"
@@ -1190,7 +1197,7 @@ class StagePairC(Structure):
     ]
 
 
-class DescriptorLayoutC(Structure):
+class DescriptorLayoutC(StructMirror):
     """``pdkv_descriptor_layout_t``."""
 
     _c_name_ = "pdkv_descriptor_layout_t"
@@ -1205,7 +1212,7 @@ class DescriptorLayoutC(Structure):
     ]
 
 
-class AlignedSplitV0604InputC(Structure):
+class AlignedSplitV0604InputC(StructMirror):
     """``pdkv_aligned_split_v0604_input_t``."""
 
     _c_name_ = "pdkv_aligned_split_v0604_input_t"
@@ -1224,7 +1231,7 @@ class AlignedSplitV0604InputC(Structure):
     ]
 
 
-class AgentOptionsC(Structure):
+class AgentOptionsC(StructMirror):
     """``pdkv_agent_options_t``."""
 
     _c_name_ = "pdkv_agent_options_t"
@@ -1246,7 +1253,7 @@ class AgentOptionsC(Structure):
     ]
 
 
-class AgentInfoC(Structure):
+class AgentInfoC(StructMirror):
     """``pdkv_agent_info_t``."""
 
     _c_name_ = "pdkv_agent_info_t"
@@ -1265,7 +1272,7 @@ class AgentInfoC(Structure):
     ]
 
 
-class MemoryDescC(Structure):
+class MemoryDescC(StructMirror):
     """``pdkv_memory_desc_t``."""
 
     _c_name_ = "pdkv_memory_desc_t"
@@ -1280,7 +1287,7 @@ class MemoryDescC(Structure):
     ]
 
 
-class ConnectOptionsC(Structure):
+class ConnectOptionsC(StructMirror):
     """``pdkv_connect_options_t``."""
 
     _c_name_ = "pdkv_connect_options_t"
@@ -1292,7 +1299,7 @@ class ConnectOptionsC(Structure):
     ]
 
 
-class PeerInfoC(Structure):
+class PeerInfoC(StructMirror):
     """``pdkv_peer_info_t``."""
 
     _c_name_ = "pdkv_peer_info_t"
@@ -1319,7 +1326,7 @@ class PeerInfoC(Structure):
     ]
 
 
-class TransferParamsC(Structure):
+class TransferParamsC(StructMirror):
     """``pdkv_transfer_params_t``."""
 
     _c_name_ = "pdkv_transfer_params_t"
@@ -1335,7 +1342,7 @@ class TransferParamsC(Structure):
     ]
 
 
-class TransferInfoC(Structure):
+class TransferInfoC(StructMirror):
     """``pdkv_transfer_info_t``."""
 
     _c_name_ = "pdkv_transfer_info_t"
@@ -1352,7 +1359,7 @@ class TransferInfoC(Structure):
     ]
 
 
-class FailedReadC(Structure):
+class FailedReadC(StructMirror):
     """``pdkv_failed_read_t``."""
 
     _c_name_ = "pdkv_failed_read_t"
@@ -1365,7 +1372,7 @@ class FailedReadC(Structure):
     ]
 
 
-class NotificationC(Structure):
+class NotificationC(StructMirror):
     """``pdkv_notification_t``."""
 
     _c_name_ = "pdkv_notification_t"
@@ -1382,7 +1389,7 @@ class NotificationC(Structure):
     ]
 
 
-class EngineOptionsC(Structure):
+class EngineOptionsC(StructMirror):
     """``pdkv_engine_options_t``."""
 
     _c_name_ = "pdkv_engine_options_t"
@@ -1402,7 +1409,7 @@ class EngineOptionsC(Structure):
     ]
 
 
-class EngineInfoC(Structure):
+class EngineInfoC(StructMirror):
     """``pdkv_engine_info_t``."""
 
     _c_name_ = "pdkv_engine_info_t"
@@ -1422,7 +1429,7 @@ class EngineInfoC(Structure):
     ]
 
 
-class EngineGroupC(Structure):
+class EngineGroupC(StructMirror):
     """``pdkv_engine_group_t``."""
 
     _c_name_ = "pdkv_engine_group_t"
@@ -1436,7 +1443,7 @@ class EngineGroupC(Structure):
     ]
 
 
-class EnginePeerC(Structure):
+class EnginePeerC(StructMirror):
     """``pdkv_engine_peer_t``."""
 
     _c_name_ = "pdkv_engine_peer_t"
@@ -1450,7 +1457,7 @@ class EnginePeerC(Structure):
     ]
 
 
-class EngineRequestGroupC(Structure):
+class EngineRequestGroupC(StructMirror):
     """``pdkv_engine_request_group_t``."""
 
     _c_name_ = "pdkv_engine_request_group_t"
@@ -1462,7 +1469,7 @@ class EngineRequestGroupC(Structure):
     ]
 
 
-class EngineRequestC(Structure):
+class EngineRequestC(StructMirror):
     """``pdkv_engine_request_t``."""
 
     _c_name_ = "pdkv_engine_request_t"
@@ -1477,7 +1484,7 @@ class EngineRequestC(Structure):
 
 
 #: Every struct mirror, in header order.
-STRUCTS: Tuple[type, ...] = (
+STRUCTS: Tuple[Type[StructMirror], ...] = (
     ModelDescC,
     TpMappingParamsC,
     TpMappingInfoC,
@@ -1931,6 +1938,7 @@ __all__ = [
     "NotificationListT",
     "SharedMemoryT",
     "EngineT",
+    "StructMirror",
     "ModelDescC",
     "TpMappingParamsC",
     "TpMappingInfoC",
