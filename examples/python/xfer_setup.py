@@ -20,7 +20,7 @@ import mmap
 import sys
 from array import array
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "python"))
 
@@ -101,7 +101,7 @@ def node(m: pdkv.Model, prefill: bool, shared: bool = False, **agent_options: An
         b[:] = pattern_bytes(r, size) if prefill else bytes([D_FILL]) * size
         buffers.append(b)
     md = pdkv.EngineMetadata.from_model(m, pdkv.EngineConfig(), _layout(engine_id, [pdkv.buffer_address(b) for b in buffers]))
-    options = dict(
+    options: Dict[str, Any] = dict(
         listen_address="127.0.0.1:0", default_timeout=10, heartbeat_interval=0.1, heartbeat_timeout=1.5
     )
     options.update(agent_options)

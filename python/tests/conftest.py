@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
+
+if TYPE_CHECKING:
+    import pdkv
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent
 REPO_ROOT = PYTHON_DIR.parent
@@ -19,7 +22,7 @@ if str(PYTHON_DIR) not in sys.path:
 
 
 @pytest.fixture(scope="module")
-def ctx() -> Iterator[Any]:
+def ctx() -> Iterator[pdkv.PlanContext]:
     """A PlanContext for NVIDIA-Nemotron-3-Nano-30B-A3B, P TP4 -> D TP2 rank 0, both engines at
     2096-token blocks with FlashInfer kernel blocks (131 per block), 64 blocks and 6 regions per
     rank: the request shape of docs/benchmarks.md's planning section."""

@@ -16,7 +16,7 @@ import threading
 import time
 from array import array
 from pathlib import Path
-from typing import Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import pytest
 
@@ -36,7 +36,7 @@ def model() -> Iterator[pdkv.Model]:
         yield m
 
 
-def pair(model: pdkv.Model, **options: object) -> Tuple[xfer.Node, xfer.Node]:
+def pair(model: pdkv.Model, **options: Any) -> Tuple[xfer.Node, xfer.Node]:
     return xfer.node(model, True, **options), xfer.node(model, False, **options)
 
 
@@ -121,15 +121,17 @@ def test_read_moves_every_byte_and_notifies(model: pdkv.Model) -> None:
 
 @pytest.mark.parametrize("ids", ["array", "memoryview", "tuple", "numpy"])
 def test_block_ids_from_any_buffer_move_the_same_bytes(model: pdkv.Model, ids: str) -> None:
+    make: Callable[[Sequence[int]], Any]
     if ids == "numpy":
         np = pytest.importorskip("numpy")
         make = lambda v: np.array(v, dtype=np.uint64)  # noqa: E731
     else:
-        make = {
+        forms: Dict[str, Callable[[Sequence[int]], Any]] = {
             "array": lambda v: array("Q", v),
             "memoryview": lambda v: memoryview(array("Q", v)),
             "tuple": tuple,
-        }[ids]
+        }
+        make = forms[ids]
     p, d = pair(model, transport="shm")
     with p, d:
         d.agent.connect(p.agent.address, timeout=LONG).close()
@@ -228,7 +230,7 @@ def test_cancel_and_closing_an_inflight_transfer(model: pdkv.Model) -> None:
             t.info()
         # close() from another thread while this one waits: the wait returns promptly.
         t2 = d.agent.read(plan, xfer.P_ENGINE, "closed", timeout=LONG)
-        result: list = []
+        result: List[object] = []
 
         def waiter() -> None:
             try:
@@ -346,7 +348,7 @@ def test_leases(model: pdkv.Model) -> None:
             with pytest.raises(pdkv.InvalidArgumentError, match="ttl"):
                 p.agent.lease("x", 1, ttl)
         with pytest.raises(TypeError):
-            p.agent.lease("x", 1, "soon")
+            p.agent.lease("x", 1, "soon")  # type: ignore[arg-type]
         assert p.agent.wait_notification(timeout=0.01) is None
 
 
@@ -365,7 +367,8 @@ def test_the_key_copy_is_zeroed_once_the_agent_exists(model: pdkv.Model, monkeyp
     and zeros right after it (the library keeps its own copy)."""
     import ctypes
     from pdkv import agent as agent_mod
-    real, seen = agent_mod.call, {}
+    real: Callable[..., Any] = getattr(agent_mod, "call")  # agent.py's name for _base.call (not exported)
+    seen: Dict[str, Any] = {}
 
     def spy(name: str, *args: object) -> object:
         if name == "pdkv_agent_new":
@@ -379,7 +382,7 @@ def test_the_key_copy_is_zeroed_once_the_agent_exists(model: pdkv.Model, monkeyp
     with xfer.node(model, True, preshared_key=key):
         pass
     assert seen["during"] == key
-    assert ctypes.string_at(seen["ptr"], seen["len"]) == bytes(len(key))  # type: ignore[arg-type]
+    assert ctypes.string_at(seen["ptr"], seen["len"]) == bytes(len(key))
 
 
 def test_copy_threads_reach_the_agent(model: pdkv.Model) -> None:
@@ -445,7 +448,7 @@ def test_seal_data_is_passed_through(model: pdkv.Model) -> None:
 
 def test_refusals(model: pdkv.Model) -> None:
     with pdkv.EngineMetadata.from_model(model, pdkv.EngineConfig(), pdkv.EngineLayout()) as md:
-        for kwargs in [
+        refused: List[Dict[str, Any]] = [
             dict(transport=9),
             dict(progress_mode=7),
             dict(preshared_key=b"short"),
@@ -456,11 +459,12 @@ def test_refusals(model: pdkv.Model) -> None:
             dict(transport="carrier-pigeon"),
             dict(copy_threads=0),
             dict(copy_threads=17),
-        ]:
+        ]
+        for kwargs in refused:
             with pytest.raises(pdkv.InvalidArgumentError):
                 pdkv.Agent(md, **kwargs)
         with pytest.raises(TypeError):
-            pdkv.Agent("metadata")
+            pdkv.Agent("metadata")  # type: ignore[arg-type]
         with pdkv.Agent(md) as a:
             region = md.regions()[0]
             size = region.block_len * region.num_blocks
@@ -504,7 +508,7 @@ def test_post_refusals(model: pdkv.Model) -> None:
             with pytest.raises(pdkv.InvalidArgumentError):
                 d.agent.read(plan, xfer.P_ENGINE, "r", timeout=-1)
             with pytest.raises(TypeError):
-                d.agent.read("plan", xfer.P_ENGINE, "r")
+                d.agent.read("plan", xfer.P_ENGINE, "r")  # type: ignore[arg-type]
         with pytest.raises(pdkv.ClosedError):
             d.agent.read(plan, xfer.P_ENGINE, "r")
 

@@ -7,6 +7,8 @@ import dataclasses
 import gc
 import subprocess
 import sys
+from pathlib import Path
+from typing import Callable, Iterator, Type
 
 import pytest
 
@@ -18,7 +20,7 @@ NANO = "nemotron-3-nano-30b"
 
 
 @pytest.fixture()
-def nano() -> pdkv.Model:
+def nano() -> Iterator[pdkv.Model]:
     with pdkv.Model.from_preset(NANO) as m:
         yield m
 
@@ -32,6 +34,7 @@ def test_tp_not_divisible_names_both_sizes() -> None:
     e = info.value
     assert e.status == pdkv.Status.TP_NOT_DIVISIBLE and isinstance(e, pdkv.PdkvError)
     assert "2" in e.message and "3" in e.message
+    assert isinstance(e.status, pdkv.Status)
     assert pdkv.status_name(e.status) == "PDKV_ERR_TP_NOT_DIVISIBLE" == e.status.c_name
 
 
@@ -70,7 +73,7 @@ def test_geometry_and_mamba_errors(nano: pdkv.Model) -> None:
         pdkv.block_size_ratio(16, 32)
 
 
-def test_model_errors(tmp_path) -> None:
+def test_model_errors(tmp_path: Path) -> None:
     with pytest.raises(pdkv.NotFoundError, match="no-such-model"):
         pdkv.Model.from_preset("no-such-model")
     missing = tmp_path / "config.json"
@@ -236,42 +239,44 @@ def test_handles_cannot_be_built_directly() -> None:
 # ---- bad inputs ------------------------------------------------------------------------------------
 
 
+# The wrong types below are passed on purpose (hence the type: ignore comments): the binding
+# must refuse them at run time, whatever a type checker would have said.
 @pytest.mark.parametrize(
     "call, exc",
     [
-        (lambda: pdkv.tp_ratio(None, 2), TypeError),
-        (lambda: pdkv.tp_ratio("2", 2), TypeError),
-        (lambda: pdkv.tp_ratio(2.0, 2), TypeError),
+        (lambda: pdkv.tp_ratio(None, 2), TypeError),  # type: ignore[arg-type]
+        (lambda: pdkv.tp_ratio("2", 2), TypeError),  # type: ignore[arg-type]
+        (lambda: pdkv.tp_ratio(2.0, 2), TypeError),  # type: ignore[arg-type]
         (lambda: pdkv.tp_ratio(True, 2), TypeError),
         (lambda: pdkv.tp_ratio(-1, 2), ValueError),
         (lambda: pdkv.tp_ratio(1 << 32, 2), ValueError),
         (lambda: pdkv.tp_ratio(10**100, 2), ValueError),
         (lambda: pdkv.physical_head_range(2, 4, -1), ValueError),
         (lambda: pdkv.block_size_ratio(1 << 64, 1), ValueError),
-        (lambda: pdkv.Model.from_preset(None), TypeError),
-        (lambda: pdkv.Model.from_preset(b"nemotron"), TypeError),
+        (lambda: pdkv.Model.from_preset(None), TypeError),  # type: ignore[arg-type]
+        (lambda: pdkv.Model.from_preset(b"nemotron"), TypeError),  # type: ignore[arg-type]
         (lambda: pdkv.Model.from_preset("a\0b"), ValueError),
-        (lambda: pdkv.Model.from_hf_config_json(None), TypeError),
-        (lambda: pdkv.Model.new(None), TypeError),
-        (lambda: pdkv.Geometry(None), TypeError),
-        (lambda: pdkv.Geometry("nemotron"), TypeError),
-        (lambda: pdkv.TpMapping(2, 0, 4, 2, use_mla=2), ValueError),
+        (lambda: pdkv.Model.from_hf_config_json(None), TypeError),  # type: ignore[arg-type]
+        (lambda: pdkv.Model.new(None), TypeError),  # type: ignore[arg-type]
+        (lambda: pdkv.Geometry(None), TypeError),  # type: ignore[arg-type]
+        (lambda: pdkv.Geometry("nemotron"), TypeError),  # type: ignore[arg-type]
+        (lambda: pdkv.TpMapping(2, 0, 4, 2, use_mla=2), ValueError),  # type: ignore[arg-type]
         (lambda: pdkv.EngineConfig(tp_size=2, mamba_cache_mode="bogus")._to_c(), ValueError),
         (lambda: pdkv.EngineConfig(tp_size=-2)._to_c(), ValueError),
-        (lambda: pdkv.attention_local_descriptors(None), TypeError),
-        (lambda: pdkv.attention_local_descriptors([(0, 64, 1)]), TypeError),
+        (lambda: pdkv.attention_local_descriptors(None), TypeError),  # type: ignore[arg-type]
+        (lambda: pdkv.attention_local_descriptors([(0, 64, 1)]), TypeError),  # type: ignore[list-item]
         (lambda: pdkv.attention_local_descriptors([pdkv.Region(-1, 64, 1)]), ValueError),
-        (lambda: pdkv.attention_split_descriptors(None, None, 1, 0), TypeError),
-        (lambda: pdkv.MambaReadList(None, None, 0), TypeError),
+        (lambda: pdkv.attention_split_descriptors(None, None, 1, 0), TypeError),  # type: ignore[arg-type]
+        (lambda: pdkv.MambaReadList(None, None, 0), TypeError),  # type: ignore[arg-type]
         (lambda: pdkv.clip_exchange_blocks([1, -2], "attention"), ValueError),
-        (lambda: pdkv.clip_exchange_blocks("12", "attention"), TypeError),
+        (lambda: pdkv.clip_exchange_blocks("12", "attention"), TypeError),  # type: ignore[arg-type]
         (lambda: pdkv.clip_exchange_blocks([1], "bogus_kind"), ValueError),
-        (lambda: pdkv.EngineMetadata.decode("text"), TypeError),
-        (lambda: pdkv.crc32c(None), TypeError),
+        (lambda: pdkv.EngineMetadata.decode("text"), TypeError),  # type: ignore[arg-type]
+        (lambda: pdkv.crc32c(None), TypeError),  # type: ignore[arg-type]
         (lambda: pdkv.TpMapping(2, 0, 4, 2).ranks(99), ValueError),
     ],
 )
-def test_bad_inputs_raise_python_exceptions(call, exc) -> None:
+def test_bad_inputs_raise_python_exceptions(call: Callable[[], object], exc: Type[Exception]) -> None:
     with pytest.raises(exc) as info:
         call()
     if exc is ValueError:  # every bad value is an InvalidArgumentError (and still a ValueError)
@@ -290,13 +295,13 @@ def test_bad_inputs_raise_python_exceptions(call, exc) -> None:
         (lambda: pdkv.EngineConfig(tp_size=-2)._to_c(), "tp_size = -2 is out of range"),
         (lambda: pdkv.attention_local_descriptors([pdkv.Region(-1, 64, 1)]), "= -1 is out of range"),
         (lambda: pdkv.clip_exchange_blocks([1, -2], "attention"), "[1] = -2 is out of range"),
-        (lambda: pdkv.TpMapping(2, 0, 4, 2, use_mla=2), "use_mla = 2 is out of range [0, 1]"),
+        (lambda: pdkv.TpMapping(2, 0, 4, 2, use_mla=2), "use_mla = 2 is out of range [0, 1]"),  # type: ignore[arg-type]
         (lambda: pdkv.Model.from_preset("a\0b"), "contains a NUL byte"),
         (lambda: pdkv.clip_exchange_blocks([1], "bogus_kind"), "'bogus_kind' is not a GroupKind"),
         (lambda: pdkv.TpMapping(2, 0, 4, 2).ranks(99), "= 99 is not a TpMappingList value"),
     ],
 )
-def test_bad_values_are_invalid_argument_errors_naming_the_value(call, message) -> None:
+def test_bad_values_are_invalid_argument_errors_naming_the_value(call: Callable[[], object], message: str) -> None:
     with pytest.raises(pdkv.InvalidArgumentError) as info:
         call()
     e = info.value
@@ -324,7 +329,7 @@ def test_negative_index_is_out_of_bounds(nano: pdkv.Model) -> None:
         with pytest.raises(pdkv.OutOfBoundsError, match="does not fit in size_t"):
             g.log_line(1 << 64)
         with pytest.raises(TypeError):
-            g.projection(1.0)
+            g.projection(1.0)  # type: ignore[arg-type]
 
 
 def test_library_rejects_unknown_enum_values() -> None:

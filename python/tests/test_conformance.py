@@ -6,6 +6,7 @@ missing an expected substring, or any differing value. Nothing is skipped."""
 from __future__ import annotations
 
 import array
+import builtins
 import contextlib
 import dataclasses
 import json
@@ -30,15 +31,15 @@ class Input:
         if not isinstance(obj, dict):
             raise VectorError("input must be an object")
         self.obj = obj
-        self.used: Set[str] = set()
+        self.used: Set[builtins.str] = set()
 
-    def raw(self, key: str) -> Any:
+    def raw(self, key: builtins.str) -> Any:
         if key not in self.obj:
             raise VectorError(f"missing input key {key!r}")
         self.used.add(key)
         return self.obj[key]
 
-    def int(self, key: str, default: Any = None) -> int:
+    def int(self, key: builtins.str, default: Optional[builtins.int] = None) -> builtins.int:
         if default is not None and key not in self.obj:
             return default
         v = self.raw(key)
@@ -46,7 +47,7 @@ class Input:
             raise VectorError(f"input {key!r} must be an integer")
         return v
 
-    def bool(self, key: str, default: Any = None) -> bool:
+    def bool(self, key: builtins.str, default: Optional[builtins.bool] = None) -> builtins.bool:
         if default is not None and key not in self.obj:
             return default
         v = self.raw(key)
@@ -54,7 +55,7 @@ class Input:
             raise VectorError(f"input {key!r} must be a boolean")
         return v
 
-    def str(self, key: str, default: Any = None) -> str:
+    def str(self, key: builtins.str, default: Optional[builtins.str] = None) -> builtins.str:
         if default is not None and key not in self.obj:
             return default
         v = self.raw(key)
@@ -62,19 +63,19 @@ class Input:
             raise VectorError(f"input {key!r} must be a string")
         return v
 
-    def ints(self, key: str) -> List[int]:
+    def ints(self, key: builtins.str) -> List[builtins.int]:
         v = self.raw(key)
         if not isinstance(v, list) or any(isinstance(e, bool) or not isinstance(e, int) for e in v):
             raise VectorError(f"input {key!r} must be an array of integers")
         return v
 
-    def obj_list(self, key: str) -> List["Input"]:
+    def obj_list(self, key: builtins.str) -> List["Input"]:
         v = self.raw(key)
         if not isinstance(v, list):
             raise VectorError(f"input {key!r} must be an array")
         return [Input(e) for e in v]
 
-    def sub(self, key: str) -> "Input":
+    def sub(self, key: builtins.str) -> "Input":
         return Input(self.raw(key))
 
     def check_all_used(self) -> None:
@@ -459,7 +460,8 @@ def _enum_name(value: Any, what: str) -> str:
     """Lower-case name of a known enum member; an unknown raw int is a contract violation."""
     if not hasattr(value, "name"):
         raise VectorError(f"unknown {what} {value!r}")
-    return value.name
+    name: str = value.name
+    return name
 
 
 def metadata_fields(md: pdkv.EngineMetadata, encoded: bytes) -> Dict[str, Any]:
@@ -592,7 +594,6 @@ def _compiled_plan(i: Input, stack: contextlib.ExitStack) -> pdkv.TransferPlan:
     compiled and re-validated. Handles live on ``stack``."""
     if ("model" in i.obj) == ("hf_config" in i.obj):
         raise VectorError("transfer_plan needs exactly one of model / hf_config")
-    has_model = "model" in i.obj
     hf_config = i.str("hf_config") if "hf_config" in i.obj else None
     p_in, d_in = i.sub("prefill"), i.sub("decode")
     d_tp_rank = i.int("decode_rank")
@@ -610,7 +611,7 @@ def _compiled_plan(i: Input, stack: contextlib.ExitStack) -> pdkv.TransferPlan:
         layers = tuple(g.ints("layers")) if "layers" in g.obj else ()
         groups.append(pdkv.PlanGroup(trim_input(g), regions, layers))
         g.check_all_used()
-    if has_model:
+    if hf_config is None:  # then the vector names a model (exactly one of the two, checked above)
         model = stack.enter_context(model_of(i))
     else:
         model = stack.enter_context(pdkv.Model.from_hf_config_json(hf_config))
@@ -651,7 +652,7 @@ def op_transfer_plan(i: Input) -> Dict[str, Any]:
         zeros = plan.group_zeros()
         if len(zeros) != info.num_groups:
             raise VectorError("group_zeros() length differs from num_groups")
-        return {
+        out = {
             "d_tp_size": info.d_tp_size,
             "p_tp_size": info.p_tp_size,
             "read_ranks": list(read_ranks),
@@ -690,6 +691,7 @@ def op_transfer_plan(i: Input) -> Dict[str, Any]:
                 "head_bytes": info.permute.head_bytes,
             },
         }
+    return out  # after the with (here and below): to mypy an ExitStack may swallow an exception
 
 
 def op_permute_kv_block(i: Input) -> Dict[str, Any]:
@@ -717,7 +719,8 @@ def op_pipeline_stage_pairs(i: Input) -> Dict[str, Any]:
             pdkv.pipeline_notifications_expected(pairs, s, p_cfg.tp_size, d_cfg.tp_size)
             for s in range(p[0].info().pp_size)
         ]
-        return {"pairs": [dataclass_dict(x) for x in pairs], "notifications": notes}
+        out = {"pairs": [dataclass_dict(x) for x in pairs], "notifications": notes}
+    return out
 
 
 # ---- descriptor and model ops: descriptor builders, conv-offset helpers, model description,
@@ -744,7 +747,7 @@ def _descriptors(lst: pdkv.DescriptorList) -> Dict[str, Any]:
 
 def _mapping(m: Input) -> pdkv.TpMapping:
     """A TpMapping from an object with the ``tp_mapping`` input keys."""
-    args = dict(
+    args: Dict[str, Any] = dict(
         local_tp_size=m.int("local_tp_size"),
         local_tp_rank=m.int("local_tp_rank"),
         remote_tp_size=m.int("remote_tp_size"),
@@ -919,7 +922,8 @@ def op_handshake_validate_engine_ranks(i: Input) -> Dict[str, Any]:
             items = _report_items(report, i)
             if report.compatible != (not items):
                 raise VectorError("HandshakeReport.compatible disagrees with its items")
-            return {"items": items}
+            out = {"items": items}
+    return out
 
 
 def op_transfer_plan_json(i: Input) -> Dict[str, Any]:
@@ -931,7 +935,8 @@ def op_transfer_plan_json(i: Input) -> Dict[str, Any]:
             raise VectorError("TransferPlan.to_json_buffered() differs from to_json()")
         if plan.to_dict() != json.loads(text):
             raise VectorError("TransferPlan.to_dict() differs from the parsed to_json()")
-        return {"lines": text.split("\n")}
+        out = {"lines": text.split("\n")}
+    return out
 
 
 def op_engine_plan(i: Input) -> Dict[str, Any]:
@@ -971,11 +976,12 @@ def op_engine_plan(i: Input) -> Dict[str, Any]:
         ctx = stack.enter_context(d.plan_context(remote, p_cfg))
         plan = stack.enter_context(d.plan_request(ctx, groups, prompt, hit))
         info = d.info()
-        return {
+        out = {
             "groups": [{"kind": pdkv.group_kind_name(g.kind), "layers": list(g.layers)} for g in d.groups()],
             "num_regions": info.num_regions,
             "lines": plan.to_json().split("\n"),
         }
+    return out
 
 
 _METADATA_KEYS = {

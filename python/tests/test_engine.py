@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import array
 import json
+from typing import Iterator, List, Tuple
 
 import pytest
 
@@ -16,12 +17,16 @@ def _align(tp: int) -> pdkv.EngineConfig:
     return pdkv.EngineConfig(tp_size=tp, mamba_cache_mode="align")
 
 
+#: (the model, D's engine, P's rank metadata, the plan context of the two).
+Pair = Tuple[pdkv.Model, pdkv.Engine, List[pdkv.EngineMetadata], pdkv.PlanContext]
+
+
 @pytest.fixture
-def pair():
+def pair() -> Iterator[Pair]:
     """Nemotron-3-Nano, P TP4 -> D TP2 rank 0, align mode: D's engine, P's metadata, the context."""
     model = pdkv.Model.from_preset("nemotron-3-nano-30b")
     d = pdkv.Engine(model, _align(2), "decode", 0, 16)
-    remote = []
+    remote: List[pdkv.EngineMetadata] = []
     for r in range(4):
         with pdkv.Engine(model, _align(4), "prefill", r, 16) as p:
             remote.append(p.metadata())
@@ -36,7 +41,7 @@ EXAMPLE = [([10, 0, 6], [6]), ([11, 0, 7], [7]), ([12, 0, 13], [8]), ([14, 0, 15
            ([9, 4, 5], [1, 2, 3, 4, 5])]
 
 
-def test_groups_info_and_metadata(pair) -> None:
+def test_groups_info_and_metadata(pair: Pair) -> None:
     model, d, _, _ = pair
     info = d.info()
     assert (info.num_groups, info.num_regions, info.tp_size, info.tp_rank) == (5, 6, 2, 0)
@@ -59,7 +64,7 @@ def test_groups_info_and_metadata(pair) -> None:
     assert len(items) > 6 * 16 and items[0].addr == 1 << 40
 
 
-def test_plan_equals_the_low_level_plan(pair) -> None:
+def test_plan_equals_the_low_level_plan(pair: Pair) -> None:
     model, d, remote, ctx = pair
     groups = [pdkv.RequestGroup(array.array("Q", loc), array.array("Q", rem)) for loc, rem in EXAMPLE]
     with d.plan_request(ctx, groups, 5001, 2096) as plan:
@@ -85,7 +90,7 @@ def test_plan_equals_the_low_level_plan(pair) -> None:
         assert plan.to_json() == engine_json
 
 
-def test_shared_vector_of_the_examples(pair) -> None:
+def test_shared_vector_of_the_examples(pair: Pair) -> None:
     from conftest import VECTORS_DIR
 
     cases = json.loads((VECTORS_DIR / "engine.json").read_text())["cases"]
@@ -96,7 +101,7 @@ def test_shared_vector_of_the_examples(pair) -> None:
         assert plan.to_json().split("\n") == case["output"]["lines"]
 
 
-def test_refusals_say_what_to_pass(pair) -> None:
+def test_refusals_say_what_to_pass(pair: Pair) -> None:
     model, d, remote, ctx = pair
     with pytest.raises(pdkv.InvalidArgumentError, match="5 KV-cache groups"):
         d.plan_request(ctx, EXAMPLE[:4], 5001, 2096)
@@ -114,12 +119,12 @@ def test_refusals_say_what_to_pass(pair) -> None:
     with pytest.raises(pdkv.InvalidArgumentError, match="num_region_bases = 2"):
         pdkv.Engine(model, _align(2), region_bases=[1 << 40, 2 << 40])
     with pytest.raises(TypeError):
-        d.plan_request(ctx, [1, 2], 10)
+        d.plan_request(ctx, [1, 2], 10)  # type: ignore[list-item]  # ints, not groups: refused
     with pytest.raises(pdkv.InvalidArgumentError, match="out of range"):
         d.plan_request(ctx, EXAMPLE, -1)
 
 
-def test_block_ids_from_buffers_are_not_copied_per_element(pair) -> None:
+def test_block_ids_from_buffers_are_not_copied_per_element(pair: Pair) -> None:
     _, d, _, ctx = pair
     # A memoryview over array('Q') and a bytes-backed read-only buffer both reach C as buffers.
     groups = [(memoryview(array.array("Q", loc)), memoryview(array.array("Q", rem)).toreadonly()) for loc, rem in EXAMPLE]

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import importlib
 from array import array
-from typing import Any, List
+from typing import Any, List, cast
 
 import pytest
 
 import pdkv
+from pdkv._ffi import PlanReadC
 
+# numpy is optional for the package; these tests use it when present. Imported by name so that
+# np is typed Any whether numpy is installed or not (CI runs mypy without it).
+np: Any
 try:
-    import numpy as np
-except ImportError:  # numpy is optional for the package; these tests use it when present
+    np = importlib.import_module("numpy")
+except ImportError:
     np = None
 
 
@@ -36,7 +42,12 @@ def groups(local: Any, remote: Any, mamba_local: Any = (7,), mamba_remote: Any =
 LOCAL, REMOTE = kernel([3, 4, 10]), kernel([20, 5, 6])
 
 
-def test_buffers_give_the_plan_of_tuples(ctx: Any) -> None:
+def records(view: memoryview) -> ctypes.Array[PlanReadC]:
+    """The ctypes array of ``pdkv_plan_read_t`` a rank_reads_view shows (its ``obj``)."""
+    return cast("ctypes.Array[PlanReadC]", view.obj)
+
+
+def test_buffers_give_the_plan_of_tuples(ctx: pdkv.PlanContext) -> None:
     want = ctx.compile(groups(tuple(LOCAL), tuple(REMOTE))).to_json()
     assert ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE))).to_json() == want
     assert ctx.compile(groups(memoryview(array("Q", LOCAL)), array("Q", REMOTE))).to_json() == want
@@ -51,7 +62,7 @@ def test_buffers_give_the_plan_of_tuples(ctx: Any) -> None:
         assert ctx.compile(groups(np.array(LOCAL, dtype=np.uint64), np.asarray(REMOTE, dtype=np.uint64))).to_json() == want
 
 
-def test_buffer_ids_are_read_in_place_and_checked_by_the_library(ctx: Any) -> None:
+def test_buffer_ids_are_read_in_place_and_checked_by_the_library(ctx: pdkv.PlanContext) -> None:
     local = array("Q", LOCAL)
     local[131] = 0  # the null block: the library refuses it, naming it
     with pytest.raises(pdkv.CoverageError, match="null block"):
@@ -65,13 +76,13 @@ def test_buffer_ids_are_read_in_place_and_checked_by_the_library(ctx: Any) -> No
             ctx.compile(groups(np.array(LOCAL + LOCAL, dtype=np.uint64)[::2], REMOTE))
 
 
-def test_fast_path_errors_name_the_field(ctx: Any) -> None:
+def test_fast_path_errors_name_the_field(ctx: pdkv.PlanContext) -> None:
     bad = pdkv.GroupTrimInput(pdkv.GroupKind.ATTENTION, array("Q", LOCAL), array("Q", REMOTE),
                               remote_computed_tokens=1 << 64)
     with pytest.raises(pdkv.InvalidArgumentError, match="remote_computed_tokens"):
         ctx.compile([pdkv.PlanGroup(bad)])
     bad = pdkv.GroupTrimInput(pdkv.GroupKind.ATTENTION, array("Q", LOCAL), array("Q", REMOTE),
-                              remote_computed_tokens=True)  # type: ignore[arg-type]
+                              remote_computed_tokens=True)  # a bool is an int to mypy, not to pdkv
     with pytest.raises(TypeError, match="remote_computed_tokens"):
         ctx.compile([pdkv.PlanGroup(bad)])
     with pytest.raises(pdkv.InvalidArgumentError, match="kind"):
@@ -81,7 +92,7 @@ def test_fast_path_errors_name_the_field(ctx: Any) -> None:
         ctx.compile([pdkv.PlanGroup(groups(LOCAL, REMOTE)[1].trim, (9,))])
 
 
-def test_read_view_is_the_plans_memory_and_outlives_close(ctx: Any) -> None:
+def test_read_view_is_the_plans_memory_and_outlives_close(ctx: pdkv.PlanContext) -> None:
     plan = ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE)))
     ranks = plan.read_ranks()
     want = {r: plan.rank_reads(r) for r in ranks}
@@ -89,7 +100,7 @@ def test_read_view_is_the_plans_memory_and_outlives_close(ctx: Any) -> None:
     for r, v in views.items():
         assert v.readonly and v.nbytes == 40 * len(want[r]) and len(v) == len(want[r])
         assert [pdkv.PlanRead(x.local_region, x.local_offset, x.remote_region, x.remote_offset, x.length)
-                for x in (v.obj[i] for i in range(len(v)))] == list(want[r])
+                for x in (records(v)[i] for i in range(len(v)))] == list(want[r])
     assert len(plan.rank_reads_view(3)) == 0  # D reads nothing from P rank 3
     plan.close()
     with pytest.raises(pdkv.ClosedError):
@@ -97,12 +108,12 @@ def test_read_view_is_the_plans_memory_and_outlives_close(ctx: Any) -> None:
     del plan
     gc.collect()
     for r, v in views.items():  # still the plan's bytes: freed only with the last view
-        x = v.obj[len(v) - 1]
+        x = records(v)[len(v) - 1]
         assert (x.local_offset, x.length) == (want[r][-1].local_offset, want[r][-1].length)
 
 
 @pytest.mark.skipif(np is None, reason="numpy not installed")
-def test_numpy_reads(ctx: Any) -> None:
+def test_numpy_reads(ctx: pdkv.PlanContext) -> None:
     plan = ctx.compile(groups(np.array(LOCAL, dtype=np.uint64), np.array(REMOTE, dtype=np.uint64)))
     for r in plan.read_ranks():
         a = plan.rank_reads_numpy(r)
@@ -133,7 +144,7 @@ def request(local: List[int], remote: List[int], tokens: int, mamba: Any = (7, 9
     ]
 
 
-def test_reuse_recompiles_the_same_plan_in_place(ctx: Any) -> None:
+def test_reuse_recompiles_the_same_plan_in_place(ctx: pdkv.PlanContext) -> None:
     plan = pdkv.TransferPlan.empty()
     info = plan.info()
     assert info.num_groups == 0 and info.empty and plan.read_ranks() == ()
@@ -148,7 +159,7 @@ def test_reuse_recompiles_the_same_plan_in_place(ctx: Any) -> None:
         assert pdkv.TransferPlan.compile(ctx, rq, reuse=plan) is plan
 
 
-def test_reuse_errors_leave_an_empty_plan(ctx: Any) -> None:
+def test_reuse_errors_leave_an_empty_plan(ctx: pdkv.PlanContext) -> None:
     plan = ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE)))
     with pytest.raises(pdkv.CoverageError):
         ctx.compile(groups(array("Q", LOCAL[:-131]), array("Q", REMOTE)), reuse=plan)
@@ -159,7 +170,7 @@ def test_reuse_errors_leave_an_empty_plan(ctx: Any) -> None:
         ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE)), reuse="plan")  # type: ignore[arg-type]
 
 
-def test_reuse_never_rewrites_memory_a_view_shows(ctx: Any) -> None:
+def test_reuse_never_rewrites_memory_a_view_shows(ctx: pdkv.PlanContext) -> None:
     plan = ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE)))
     r = plan.read_ranks()[0]
     want = plan.rank_reads(r)
@@ -167,14 +178,14 @@ def test_reuse_never_rewrites_memory_a_view_shows(ctx: Any) -> None:
     other = ctx.compile(request([3], [20], 2000), reuse=plan)
     assert other is not plan  # a new plan: the view's memory stays as it was
     assert plan.rank_reads(r) == want
-    x = view.obj[0]
+    x = records(view)[0]
     assert (x.local_offset, x.length) == (want[0].local_offset, want[0].length)
     plan.close()
     fresh = ctx.compile(request([3], [20], 2000), reuse=plan)  # closed: a new plan
     assert fresh is not plan and fresh.to_json() == other.to_json()
 
 
-def test_reuse_while_other_threads_read_the_plan(ctx: Any) -> None:
+def test_reuse_while_other_threads_read_the_plan(ctx: pdkv.PlanContext) -> None:
     import threading
 
     a = groups(array("Q", LOCAL), array("Q", REMOTE))

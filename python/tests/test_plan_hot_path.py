@@ -8,19 +8,23 @@ compiles never frees what a call uses, and a context nobody uses is freed by clo
 from __future__ import annotations
 
 import gc
+import importlib
 import random
 import threading
 from array import array
-from typing import Any, Callable, Iterator, List, Tuple
+from typing import Any, Callable, Iterator, List, Tuple, Union
 
 import pytest
 
 import pdkv
 from pdkv import plan as plan_mod
 
+# numpy is optional for the package; these tests use it when present. Imported by name so that
+# np is typed Any whether numpy is installed or not (CI runs mypy without it).
+np: Any
 try:
-    import numpy as np
-except ImportError:  # numpy is optional for the package; these tests use it when present
+    np = importlib.import_module("numpy")
+except ImportError:
     np = None
 
 PPL = 131  # FlashInfer kernel blocks per 2096-token block on both sides (TP2 and TP4)
@@ -117,7 +121,7 @@ def id_form(rng: random.Random, ids: List[int]) -> Any:
 
 
 @pytest.mark.parametrize("logical", [True, False])
-def test_random_requests_plan_as_the_checked_path(ctx: Any, logical: bool) -> None:
+def test_random_requests_plan_as_the_checked_path(ctx: pdkv.PlanContext, logical: bool) -> None:
     """Random requests through every input form of the fast path (one-id arrays copied,
     array('Q') / array('L') pinned, the GIL held or released) give the checked path's plan."""
     rng = random.Random(10 + logical)
@@ -135,7 +139,7 @@ def test_random_requests_plan_as_the_checked_path(ctx: Any, logical: bool) -> No
             continue
         code = rng.choice("QL") if array("L").itemsize == 8 else "Q"
         as_arrays = ([array(code, x) for x in local], [array(code, x) for x in remote])
-        one = hits[0] if len(set(hits)) == 1 and rng.random() < 0.5 else hits
+        one: Union[int, List[int]] = hits[0] if len(set(hits)) == 1 and rng.random() < 0.5 else hits
         assert req.compile(*as_arrays, computed, one, reuse=plan) is plan
         assert plan.to_json() == want
         # Every other form the fast path takes, mixed per group and side.
@@ -153,7 +157,7 @@ def test_random_requests_plan_as_the_checked_path(ctx: Any, logical: bool) -> No
         assert req.compile(*as_arrays, computed, hits).to_json() == want  # a new plan
 
 
-def test_gil_is_held_only_for_small_requests(ctx: Any, monkeypatch: Any) -> None:
+def test_gil_is_held_only_for_small_requests(ctx: pdkv.PlanContext, monkeypatch: pytest.MonkeyPatch) -> None:
     """The PyDLL entry (GIL held) plans requests up to the context's id budget, the CDLL one
     (GIL released) larger ones; both plan alike."""
     fns = plan_mod._into_functions()
@@ -182,7 +186,7 @@ def test_gil_is_held_only_for_small_requests(ctx: Any, monkeypatch: Any) -> None
     assert plan.to_json() == want
 
 
-def test_bad_buffers_are_refused_by_name(ctx: Any) -> None:
+def test_bad_buffers_are_refused_by_name(ctx: pdkv.PlanContext) -> None:
     req = ctx.prepare(layout(True))
     ok_l = [array("Q", [60]), array("Q", [61]), array("Q", [3, 4, 10])]
     ok_r = [array("Q", [62]), array("Q", [63]), array("Q", [20, 5, 6])]
@@ -225,7 +229,7 @@ def test_bad_buffers_are_refused_by_name(ctx: Any) -> None:
     with pytest.raises(ValueError, match="hit_tokens: pass one count or 3"):
         req.compile(ok_l, ok_r, computed, (0, 0))
     with pytest.raises(TypeError, match="computed_tokens must be an int, got bool"):
-        req.compile(ok_l, ok_r, True)  # type: ignore[arg-type]
+        req.compile(ok_l, ok_r, True)  # a bool is an int to mypy: only the binding refuses it
     with pytest.raises(TypeError, match=r"hit_tokens\[2\] must be an int, got bool"):
         req.compile(ok_l, ok_r, computed, [0, 0, False])
     with pytest.raises(pdkv.InvalidArgumentError, match=r"computed_tokens = 18446744073709551616"):
@@ -243,7 +247,7 @@ def test_bad_buffers_are_refused_by_name(ctx: Any) -> None:
 
 
 @pytest.mark.parametrize("prepared", [True, False])
-def test_buffers_cannot_be_resized_during_the_call(ctx: Any, monkeypatch: Any, prepared: bool) -> None:
+def test_buffers_cannot_be_resized_during_the_call(ctx: pdkv.PlanContext, monkeypatch: pytest.MonkeyPatch, prepared: bool) -> None:
     """During the C call every id buffer read in place is pinned (resizing it raises
     BufferError), one-id groups were copied (changing them then does not change the plan), and
     afterwards the buffers are free again; through PlanRequest.compile and ctx.compile."""
@@ -285,7 +289,7 @@ def test_buffers_cannot_be_resized_during_the_call(ctx: Any, monkeypatch: Any, p
 
 
 @pytest.mark.parametrize("prepared", [True, False])
-def test_memoryview_bases_cannot_be_resized_during_the_call(ctx: Any, monkeypatch: Any, prepared: bool) -> None:
+def test_memoryview_bases_cannot_be_resized_during_the_call(ctx: pdkv.PlanContext, monkeypatch: pytest.MonkeyPatch, prepared: bool) -> None:
     """Ids in a memoryview over a bytearray (read in place): during the call the bytearray stays
     exported, even once the caller released its view (resizing it raises BufferError)."""
     fns = plan_mod._into_functions()
@@ -324,7 +328,7 @@ def test_memoryview_bases_cannot_be_resized_during_the_call(ctx: Any, monkeypatc
     raw.extend(b"x" * 8)  # free once compile returned
 
 
-def test_resizing_threads_cannot_crash_compiles(ctx: Any) -> None:
+def test_resizing_threads_cannot_crash_compiles(ctx: pdkv.PlanContext) -> None:
     """Threads resize and rewrite the id buffers as fast as they can while others plan from
     them (big kernel-id requests, so that the GIL is released during the C call): every compile
     either plans or raises a pdkv error, the resizers only ever see BufferError."""
@@ -379,7 +383,7 @@ def test_resizing_threads_cannot_crash_compiles(ctx: Any) -> None:
 
 
 def test_close_does_not_wait_for_a_compile_and_frees_after_it(own_ctx: pdkv.PlanContext,
-                                                               monkeypatch: Any) -> None:
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A compile in flight holds the context's owner: close() from another thread returns at
     once, later compiles raise ClosedError, the compile in flight completes with the right plan,
     and the C context is freed when it returns, not before."""
@@ -440,7 +444,7 @@ def test_close_of_an_unused_context_frees_at_once(own_ctx: pdkv.PlanContext) -> 
         c.mapping()
 
 
-def test_plan_close_waits_for_its_rewrite(ctx: Any, monkeypatch: Any) -> None:
+def test_plan_close_waits_for_its_rewrite(ctx: pdkv.PlanContext, monkeypatch: pytest.MonkeyPatch) -> None:
     """A plan being recompiled in place is held: close() from another thread waits for the
     rewrite, then frees the plan."""
     fns = plan_mod._into_functions()

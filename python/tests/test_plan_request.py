@@ -3,6 +3,7 @@ block ids and token counts alone; errors name the request argument; safe from ma
 
 from __future__ import annotations
 
+import importlib
 import threading
 from array import array
 from typing import Any, List
@@ -11,9 +12,12 @@ import pytest
 
 import pdkv
 
+# numpy is optional for the package; these tests use it when present. Imported by name so that
+# np is typed Any whether numpy is installed or not (CI runs mypy without it).
+np: Any
 try:
-    import numpy as np
-except ImportError:  # numpy is optional for the package; these tests use it when present
+    np = importlib.import_module("numpy")
+except ImportError:
     np = None
 
 PPL = 131  # FlashInfer kernel blocks per 2096-token block on both sides (TP2 and TP4)
@@ -56,7 +60,7 @@ CASES = [  # (D logical ids, P logical ids, computed tokens, hit tokens per grou
 
 
 @pytest.mark.parametrize("logical", [True, False])
-def test_prepared_plans_equal_full_compiles(ctx: Any, logical: bool) -> None:
+def test_prepared_plans_equal_full_compiles(ctx: pdkv.PlanContext, logical: bool) -> None:
     req = ctx.prepare(layout(logical))
     assert req.num_groups == 3
     plan = pdkv.TransferPlan.empty()
@@ -78,7 +82,7 @@ def test_prepared_plans_equal_full_compiles(ctx: Any, logical: bool) -> None:
             assert req.compile(local, remote, computed, hits[0]).to_json() == want
 
 
-def test_logical_and_kernel_ids_plan_alike(ctx: Any) -> None:
+def test_logical_and_kernel_ids_plan_alike(ctx: pdkv.PlanContext) -> None:
     d_ids, p_ids, computed, hits = CASES[0]
     by_logical = ctx.prepare(layout(True)).compile([[60], [61], d_ids], [[62], [63], p_ids], computed, hits)
     by_kernel = ctx.prepare(layout(False)).compile([[60], [61], kernel(d_ids)], [[62], [63], kernel(p_ids)],
@@ -86,7 +90,7 @@ def test_logical_and_kernel_ids_plan_alike(ctx: Any) -> None:
     assert by_logical.to_json() == by_kernel.to_json()
 
 
-def test_request_errors_name_the_argument(ctx: Any) -> None:
+def test_request_errors_name_the_argument(ctx: pdkv.PlanContext) -> None:
     req = ctx.prepare(layout(True))
     ok_l, ok_r = [[60], [61], [3, 4, 10]], [[62], [63], [20, 5, 6]]
     with pytest.raises(ValueError, match="3 groups: pass 3 local_blocks and 3 remote_blocks"):
@@ -110,7 +114,7 @@ def test_request_errors_name_the_argument(ctx: Any) -> None:
         ctx.prepare([pdkv.PlanGroup(pdkv.GroupTrimInput(pdkv.GroupKind.MAMBA, cache_mode=7))])
 
 
-def test_many_threads_share_one_prepared_request(ctx: Any) -> None:
+def test_many_threads_share_one_prepared_request(ctx: pdkv.PlanContext) -> None:
     req = ctx.prepare(layout(True))
     wants = []
     for d_ids, p_ids, computed, hits in CASES:
@@ -136,7 +140,7 @@ def test_many_threads_share_one_prepared_request(ctx: Any) -> None:
     assert errors == []
 
 
-def test_closed_context_is_refused(ctx: Any) -> None:
+def test_closed_context_is_refused(ctx: pdkv.PlanContext) -> None:
     with pdkv.Model.from_preset("nemotron-3-nano-30b") as m:
         cfg = pdkv.EngineConfig(tp_size=2, user_block_size=2096, backend="flashinfer")
         d = pdkv.EngineMetadata.from_model(m, cfg, pdkv.EngineLayout("d", 0, 64, 6))
