@@ -66,8 +66,8 @@ if [ -f go/go.mod ]; then
 fi
 
 if [ -d python/pdkv ]; then
-  stage "Python bindings (pytest, mypy --strict)"
-  (cd python && /usr/bin/python3 -m pytest -q tests && /usr/bin/python3 -m mypy pdkv)
+  stage "Python bindings (pytest, mypy --strict of the package and its tests)"
+  (cd python && /usr/bin/python3 -m pytest -q tests && /usr/bin/python3 -m mypy pdkv tests)
 fi
 
 if [ -f rust/Cargo.toml ] && [ -f go/go.mod ] && [ -d python/pdkv ]; then
