@@ -16,7 +16,7 @@ import threading
 import time
 from array import array
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -558,7 +558,8 @@ def test_wait_notification_sleeps_on_the_event_fd(model: pdkv.Model) -> None:
     """An idle wait sleeps on the agent's event fd instead of waking on a timer: a 0.3 s wait on
     a connected, silent agent drives progress a few times (the 100 us..5 ms naps it replaced
     made ~65 calls). The same in caller mode, whose wait must still drive the transfers."""
-    for options in ({}, {"transport": "tcp", "progress_mode": "caller"}):
+    option_sets: Tuple[Dict[str, Any], ...] = ({}, {"transport": "tcp", "progress_mode": "caller"})
+    for options in option_sets:
         p, d = pair(model, **options)
         with p, d:
             with Pump(p.agent), Pump(d.agent):
@@ -571,7 +572,7 @@ def test_wait_notification_sleeps_on_the_event_fd(model: pdkv.Model) -> None:
                 calls[0] += 1
                 return progress()
 
-            p.agent.progress = counted  # type: ignore[method-assign]
+            p.agent.progress = counted  # type: ignore[assignment]  # counts the calls (method-assign in mypy >= 1.1)
             start = time.monotonic()
             assert p.agent.wait_notification(lambda n: False, timeout=0.3) is None
             assert 0.29 <= time.monotonic() - start < 5
@@ -596,7 +597,7 @@ def test_a_peers_notification_wakes_a_waiting_thread(model: pdkv.Model) -> None:
             peer = d.agent.connect(p.agent.address, timeout=LONG)
             assert p.agent.wait_notification(lambda n: n.kind == pdkv.NotificationKind.PEER_CONNECTED, LONG)
             _drain(p.agent)
-            got: list = []
+            got: List[Tuple[Optional[pdkv.Notification], float]] = []
             waiter = threading.Thread(
                 target=lambda: got.append(
                     (p.agent.wait_notification(lambda n: n.kind == pdkv.NotificationKind.PEER_LOST, LONG),
