@@ -66,7 +66,7 @@ class GroupBlockIds:
     logical ids (Mamba)."""
 
     kind: KindLike  #: Group kind.
-    ids: Tuple[int, ...]  #: Block ids.
+    ids: Sequence[int]  #: Block ids (any sequence of ints: tuple, list, array, numpy uint64; copied and checked per call).
 
 
 @dataclasses.dataclass(frozen=True)
