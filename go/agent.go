@@ -1,8 +1,19 @@
 package pdkv
 
 /*
+#include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <pdkv.h>
+
+// Sleeps until fd is readable or ms milliseconds pass: 1 readable, 0 not (timed out, or a
+// signal interrupted the sleep: the caller looks again), -1 with errno on failure.
+static int go_wait_readable(int fd, int ms) {
+  struct pollfd p = {fd, POLLIN, 0};
+  int r = poll(&p, 1, ms);
+  if (r < 0 && errno == EINTR) return 0;
+  return r;
+}
 */
 import "C"
 
@@ -12,6 +23,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -242,6 +254,13 @@ type Agent struct {
 	// WaitNotification keeps those that did not match here, so nothing is lost.
 	pendingMu sync.Mutex
 	pending   []Notification
+	// leading is true while a WaitNotification sleeps on the event fd; the other waiters wait
+	// for wake, which is closed (and replaced) whenever notifications come into pending or the
+	// leader returns. Both guarded by pendingMu.
+	leading bool
+	wake    chan struct{}
+	// waitProgress counts the Progress calls WaitNotification made (tests read it).
+	waitProgress atomic.Uint64
 }
 
 // pinList holds the HostBuffers registered with one agent. It is separate from the Agent so
@@ -650,43 +669,122 @@ func (a *Agent) takeNotifications() error {
 // stay pending, in order, for the next poll or wait. It returns ctx.Err() (matching
 // context.DeadlineExceeded / context.Canceled) when ctx ends first. It drives Progress as it
 // waits, so it also serves ProgressCaller agents.
+//
+// It sleeps on the agent's EventFD (poll(2)), so it wakes when a notification arrives or
+// Progress has work, not on a timer. Several goroutines may wait at once, with different
+// predicates: one of them sleeps on the descriptor, in slices of at most 50 ms (so that it
+// notices ctx and Close), and the others on a channel that every take of notifications into the
+// shared queue closes; those return as soon as ctx ends.
 func (a *Agent) WaitNotification(ctx context.Context, match func(Notification) bool) (Notification, error) {
-	nap := 100 * time.Microsecond
-	timer := time.NewTimer(nap)
-	defer timer.Stop()
-	for {
-		if _, err := a.Progress(); err != nil {
-			return Notification{}, err
+	fd, err := a.EventFD()
+	if err != nil {
+		return Notification{}, err
+	}
+	leading := false // this goroutine sleeps on the event fd
+	defer func() {
+		if leading {
+			a.pendingMu.Lock()
+			a.leading = false
+			a.wakeWaitersLocked() // another waiter takes over the event fd
+			a.pendingMu.Unlock()
 		}
-		if n, found, err := a.takeMatching(match); err != nil || found {
+	}()
+	ready := true // drive progress before the next look (first look, or the fd was readable)
+	for {
+		if ready {
+			a.waitProgress.Add(1)
+			if _, err := a.Progress(); err != nil {
+				return Notification{}, err
+			}
+		}
+		n, found, wake, err := a.look(match, &leading)
+		if err != nil || found {
 			return n, err
 		}
-		select {
-		case <-ctx.Done():
-			return Notification{}, ctx.Err()
-		case <-timer.C:
+		if err := ctx.Err(); err != nil {
+			return Notification{}, err
 		}
-		if nap < 5*time.Millisecond {
-			nap *= 2
+		if wake != nil {
+			ready = false
+			select {
+			case <-ctx.Done():
+				return Notification{}, ctx.Err()
+			case <-wake:
+			}
+			continue
 		}
-		timer.Reset(nap)
+		slice := notifySlice
+		if dl, ok := ctx.Deadline(); ok {
+			if left := time.Until(dl); left < slice {
+				slice = left
+			}
+		}
+		if ready, err = a.waitEventFD(fd, slice); err != nil {
+			return Notification{}, err
+		}
 	}
 }
 
-// takeMatching removes and returns the first pending notification that satisfies match.
-func (a *Agent) takeMatching(match func(Notification) bool) (Notification, bool, error) {
+// notifySlice bounds each sleep of WaitNotification on the event fd, so that it notices ctx's
+// cancellation and Close within it.
+const notifySlice = 50 * time.Millisecond
+
+// look takes the library's notifications into a.pending (waking the other waiters when any
+// came) and removes and returns the first that satisfies match. When none does, the caller
+// leads (sleeps on the event fd; *leading set) unless another waiter does: then it returns the
+// channel to wait on.
+func (a *Agent) look(match func(Notification) bool, leading *bool) (Notification, bool, <-chan struct{}, error) {
 	a.pendingMu.Lock()
 	defer a.pendingMu.Unlock()
-	if err := a.takeNotifications(); err != nil {
-		return Notification{}, false, err
+	before := len(a.pending)
+	err := a.takeNotifications()
+	if len(a.pending) != before {
+		a.wakeWaitersLocked() // their predicates may match what came
+	}
+	if err != nil {
+		return Notification{}, false, nil, err
 	}
 	for i, n := range a.pending {
 		if match(n) {
 			a.pending = append(a.pending[:i], a.pending[i+1:]...)
-			return n, true, nil
+			return n, true, nil, nil
 		}
 	}
-	return Notification{}, false, nil
+	if *leading || !a.leading {
+		a.leading, *leading = true, true
+		return Notification{}, false, nil, nil
+	}
+	if a.wake == nil {
+		a.wake = make(chan struct{})
+	}
+	return Notification{}, false, a.wake, nil
+}
+
+// wakeWaitersLocked wakes every WaitNotification waiting on the channel (pendingMu held).
+func (a *Agent) wakeWaitersLocked() {
+	if a.wake != nil {
+		close(a.wake)
+		a.wake = nil
+	}
+}
+
+// waitEventFD sleeps until the event fd is readable or d passes (rounded up to whole
+// milliseconds), holding the handle so that Close does not free the descriptor meanwhile (it
+// waits at most d). True when readable; ErrClosed once the agent is closed.
+func (a *Agent) waitEventFD(fd int, d time.Duration) (bool, error) {
+	if _, err := a.ref().acquire(); err != nil {
+		return false, err
+	}
+	defer a.h.release()
+	if d < 0 {
+		d = 0
+	}
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	r, errno := C.go_wait_readable(C.int(fd), C.int(ms))
+	if r < 0 {
+		return false, goErr(StatusIO, "poll of the agent's event fd %d: %v", fd, errno)
+	}
+	return r > 0, nil
 }
 
 // PeerInfo holds a peer's identity, state and counters.
