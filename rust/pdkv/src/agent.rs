@@ -21,8 +21,8 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::mem::{size_of, zeroed};
 use std::ptr::{self, NonNull};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 // Field bits of the options structs (bindgen types the `PDKV_*_FIELD_*` macros as u32).
 pub(crate) const FIELD_LISTEN_ADDRESS: u64 = sys::PDKV_AGENT_FIELD_LISTEN_ADDRESS as u64;
@@ -338,8 +338,17 @@ pub struct Agent {
     ptr: NonNull<sys::pdkv_agent_t>,
     shared: Arc<Shared>,
     // Notifications taken from the library but not yet returned (wait_notification keeps
-    // those that did not match here, so nothing is lost).
-    pending: Mutex<VecDeque<Notification>>,
+    // those that did not match here, so nothing is lost), and whether a wait_notification
+    // sleeps on the event fd; the other waiters sleep on `pending_cv`, notified whenever
+    // notifications come into the queue or that leader returns.
+    pending: Mutex<Pending>,
+    pending_cv: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    queue: VecDeque<Notification>,
+    leading: bool,
 }
 
 // SAFETY: pdkv/agent.h: every agent function may be called from any thread, concurrently with
@@ -419,6 +428,7 @@ impl Agent {
             ptr,
             shared: Arc::default(),
             pending: Mutex::default(),
+            pending_cv: Condvar::new(),
         })
     }
 
@@ -611,41 +621,78 @@ impl Agent {
     /// Takes every pending notification, oldest first (`pdkv_agent_poll_notifications`),
     /// including those [`Agent::wait_notification`] took but did not return.
     pub fn poll_notifications(&self) -> Result<Vec<Notification>> {
-        let mut q = self.pending_queue();
-        self.take_into(&mut q)?;
-        Ok(q.drain(..).collect())
+        let mut p = self.pending_state();
+        self.take_into(&mut p.queue)?;
+        Ok(p.queue.drain(..).collect())
     }
 
     /// Waits until a notification satisfies `pred` or `timeout` passes, and returns it (None
     /// on timeout). The others stay pending, in order, for the next poll or wait. In
     /// [`ProgressMode::Caller`] it drives [`Agent::progress`] as it waits.
+    ///
+    /// It sleeps on the agent's [`Agent::event_fd`] (`poll(2)`), so it wakes when a
+    /// notification arrives or progress has work, not on a timer. Several threads may wait at
+    /// once, with different predicates: one of them sleeps on the descriptor, the others on a
+    /// condition variable that every take of notifications into the shared queue signals.
     pub fn wait_notification(
         &self,
         timeout: Duration,
         mut pred: impl FnMut(&Notification) -> bool,
     ) -> Result<Option<Notification>> {
-        let end = std::time::Instant::now() + timeout;
-        let mut nap = Duration::from_micros(100);
+        // None: a timeout too long for an Instant, waited without end.
+        let end = Instant::now().checked_add(timeout);
+        let fd = self.event_fd()?;
+        // Some while this thread sleeps on the event fd: gives it back to another waiter
+        // when the wait ends, by a return, an error or a panic of pred.
+        let mut leader: Option<Leader<'_>> = None;
+        let mut ready = true; // drive progress before the next look (first, or fd readable)
         loop {
-            self.progress()?;
-            {
-                let mut q = self.pending_queue();
-                self.take_into(&mut q)?;
-                if let Some(i) = q.iter().position(&mut pred) {
-                    return Ok(q.remove(i));
+            if ready {
+                self.progress()?;
+            }
+            let left = {
+                let mut p = self.pending_state();
+                let before = p.queue.len();
+                let taken = self.take_into(&mut p.queue);
+                if p.queue.len() != before {
+                    self.pending_cv.notify_all(); // other waiters' predicates may match
                 }
-            }
-            let now = std::time::Instant::now();
-            if now >= end {
-                return Ok(None);
-            }
-            std::thread::sleep(nap.min(end - now));
-            nap = (nap * 2).min(Duration::from_millis(5));
+                taken?;
+                if let Some(i) = p.queue.iter().position(&mut pred) {
+                    return Ok(p.queue.remove(i));
+                }
+                let left = match end {
+                    Some(end) => match end.checked_duration_since(Instant::now()) {
+                        Some(left) if !left.is_zero() => Some(left),
+                        _ => return Ok(None),
+                    },
+                    None => None,
+                };
+                if leader.is_none() {
+                    if p.leading {
+                        ready = false;
+                        let p = match left {
+                            Some(left) => self
+                                .pending_cv
+                                .wait_timeout(p, left)
+                                .map(|(p, _)| p)
+                                .unwrap_or_else(|e| e.into_inner().0),
+                            None => self.pending_cv.wait(p).unwrap_or_else(|e| e.into_inner()),
+                        };
+                        drop(p);
+                        continue;
+                    }
+                    p.leading = true;
+                    leader = Some(Leader(self));
+                }
+                left
+            };
+            ready = wait_readable(fd, left)?;
         }
     }
 
-    fn pending_queue(&self) -> MutexGuard<'_, VecDeque<Notification>> {
-        // A panic while holding the lock leaves a consistent queue: recover it.
+    fn pending_state(&self) -> MutexGuard<'_, Pending> {
+        // A panic while holding the lock (in a predicate) leaves a consistent queue: recover it.
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -682,6 +729,62 @@ impl Agent {
         }
         Ok(())
     }
+}
+
+/// The waiter of [`Agent::wait_notification`] that sleeps on the event fd; dropping it gives
+/// the fd back and wakes the other waiters, so that one of them takes over.
+struct Leader<'a>(&'a Agent);
+
+impl Drop for Leader<'_> {
+    fn drop(&mut self) {
+        self.0.pending_state().leading = false;
+        self.0.pending_cv.notify_all();
+    }
+}
+
+#[repr(C)]
+struct PollFd {
+    fd: std::os::raw::c_int,
+    events: std::os::raw::c_short,
+    revents: std::os::raw::c_short,
+}
+
+const POLLIN: std::os::raw::c_short = 0x1;
+
+extern "C" {
+    // poll(2) of the C library (linked anyway): no crate needed for one call.
+    fn poll(
+        fds: *mut PollFd,
+        nfds: std::os::raw::c_ulong,
+        timeout: std::os::raw::c_int,
+    ) -> std::os::raw::c_int;
+}
+
+/// Sleeps until `fd` is readable or `left` passes (None: no limit), rounded up to whole
+/// milliseconds. True when readable; false after the time or a signal (the caller looks again).
+fn wait_readable(fd: std::os::fd::RawFd, left: Option<Duration>) -> Result<bool> {
+    let ms = match left {
+        Some(d) => i32::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX),
+        None => -1,
+    };
+    let mut p = PollFd {
+        fd,
+        events: POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the call; the agent owns fd and outlives the wait (&self).
+    let r = unsafe { poll(&mut p, 1, ms) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(Error::new(
+            Status::Io,
+            format!("poll of the agent's event fd {fd}: {e}"),
+        ));
+    }
+    Ok(r > 0)
 }
 
 /// `None` for PDKV_OK, else the status.

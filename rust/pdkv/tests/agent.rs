@@ -636,3 +636,164 @@ fn executor_handles_are_send_and_sync() {
     send_sync::<Transfer>();
     send_sync::<HostBuffer>();
 }
+
+/// The calling thread's voluntary context switches so far (each sleep is at least one).
+fn voluntary_switches() -> u64 {
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("voluntary_ctxt_switches:"))
+        .unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// An idle wait sleeps on the agent's event fd instead of waking on a timer: 300 ms on a
+/// connected, silent agent put the waiting thread to sleep a few times (the 100 us..5 ms naps
+/// it replaced slept ~60 times). The same in caller mode, whose wait must still drive P's side
+/// of a read.
+#[test]
+fn wait_notification_sleeps_on_the_event_fd() {
+    for (transport, mode) in [
+        (Transport::Auto, ProgressMode::Thread),
+        (Transport::Tcp, ProgressMode::Caller),
+    ] {
+        let p = node(true, transport, mode);
+        let d = node(false, transport, mode);
+        pumping(&p.agent, || {
+            pumping(&d.agent, || d.agent.connect(&addr(&p), Some(LONG)).unwrap())
+        });
+        p.agent.poll_notifications().unwrap();
+        let before = voluntary_switches();
+        let start = Instant::now();
+        assert_eq!(
+            p.agent
+                .wait_notification(Duration::from_millis(300), |_| false)
+                .unwrap(),
+            None
+        );
+        let slept = voluntary_switches() - before;
+        let elapsed = start.elapsed();
+        assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
+        assert!(slept <= 8, "{mode:?}: {slept} sleeps in a 300 ms idle wait");
+        println!("{mode:?}: {slept} sleeps in a 300 ms idle wait");
+        // Caller mode: nobody pumps P, so D's read moves only while P's wait drives it.
+        let plan = plan_for(&d);
+        pumping(&d.agent, || {
+            let t = d
+                .agent
+                .post(&TransferParams::read(&plan, xfer::P_ENGINE, "ev-1").timeout(LONG))
+                .unwrap();
+            let n = wait_kind(&p.agent, NotificationKind::ReadDone, "ev-1");
+            assert_eq!(n.engine_id, xfer::D_ENGINE);
+            assert!(t.wait(Some(LONG)).unwrap());
+        });
+        xfer::verify(&plan, &d.memory).unwrap();
+    }
+}
+
+/// A thread waiting while a peer disconnects gets PEER_LOST; the latency from the disconnect
+/// call to the wait's return is printed (a measurement, not asserted: --nocapture shows it).
+#[test]
+fn a_peers_notification_wakes_a_waiting_thread() {
+    let p = node(true, Transport::Auto, ProgressMode::Thread);
+    let d = node(false, Transport::Auto, ProgressMode::Thread);
+    let mut latencies = Vec::new();
+    for _ in 0..10 {
+        let peer = d.agent.connect(&addr(&p), Some(LONG)).unwrap();
+        p.agent
+            .wait_notification(LONG, |n| n.kind == NotificationKind::PeerConnected)
+            .unwrap()
+            .expect("PEER_CONNECTED");
+        p.agent.poll_notifications().unwrap();
+        let (n, at, start) = std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let n = p
+                    .agent
+                    .wait_notification(LONG, |n| n.kind == NotificationKind::PeerLost)
+                    .unwrap();
+                (n, Instant::now())
+            });
+            // The waiter sleeps (the old naps had grown to 5 ms by now).
+            std::thread::sleep(Duration::from_millis(50));
+            let start = Instant::now();
+            peer.disconnect().unwrap();
+            let (n, at) = waiter.join().unwrap();
+            (n, at, start)
+        });
+        assert_eq!(n.expect("PEER_LOST").engine_id, xfer::D_ENGINE);
+        latencies.push(at - start);
+    }
+    latencies.sort();
+    println!(
+        "wait_notification PEER_LOST latency: median {:?}, max {:?} over {}",
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1],
+        latencies.len()
+    );
+}
+
+/// Waiter B sleeps on the event fd; waiter A (started later, so it waits on the condition
+/// variable) wants only PEER_CONNECTED. B's take moves it into the shared queue and must wake A
+/// at once, not when B's own wait ends; B then gets its PEER_LOST, and nothing else is lost.
+#[test]
+fn two_waiters_with_different_predicates() {
+    let p = node(true, Transport::Auto, ProgressMode::Thread);
+    let d = node(false, Transport::Auto, ProgressMode::Thread);
+    let wait = |kind: NotificationKind| {
+        let n = p.agent.wait_notification(LONG, |n| n.kind == kind).unwrap();
+        (n, Instant::now())
+    };
+    std::thread::scope(|s| {
+        let b = s.spawn(|| wait(NotificationKind::PeerLost));
+        // B's first look makes it the leader at once; this leaves it ample time.
+        std::thread::sleep(Duration::from_millis(100));
+        let a = s.spawn(|| wait(NotificationKind::PeerConnected));
+        std::thread::sleep(Duration::from_millis(50));
+        let start = Instant::now();
+        let peer = d.agent.connect(&addr(&p), Some(LONG)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !a.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // B's wait lasts until the disconnect below (or 10 s): A must not wait for it.
+        assert!(a.is_finished(), "A was not woken by B's take");
+        let (n, at) = a.join().unwrap();
+        assert_eq!(
+            n.expect("A's notification").kind,
+            NotificationKind::PeerConnected
+        );
+        assert!(at - start < Duration::from_secs(2), "{:?}", at - start);
+        assert!(!b.is_finished());
+        peer.disconnect().unwrap();
+        let (n, _) = b.join().unwrap();
+        assert_eq!(
+            n.expect("B's notification").kind,
+            NotificationKind::PeerLost
+        );
+    });
+    assert_eq!(p.agent.poll_notifications().unwrap(), Vec::new());
+}
+
+/// A predicate that panics in the waiter sleeping on the event fd gives the fd back: the next
+/// wait still sleeps on it and gets its notification (it would wait on the condition variable
+/// for ever otherwise).
+#[test]
+fn a_panicking_predicate_gives_the_event_fd_back() {
+    let p = node(true, Transport::Auto, ProgressMode::Thread);
+    p.agent.lease("a", 1, Duration::from_millis(50)).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        p.agent.wait_notification(LONG, |_| panic!("predicate"))
+    }));
+    assert!(r.is_err());
+    let left = p.agent.poll_notifications().unwrap();
+    assert_eq!(left.len(), 1, "{left:?}"); // the notification it panicked on stays
+    p.agent.lease("b", 1, Duration::from_millis(50)).unwrap();
+    let start = Instant::now();
+    let n = wait_kind(&p.agent, NotificationKind::LeaseExpired, "b");
+    assert_eq!(n.request_id, "b");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+}
