@@ -110,6 +110,9 @@ struct SideCursor {
     return run_first_id;
   }
 
+  // Block-table index of the block after the current run (first + size at most: no overflow).
+  uint64_t run_end_index() const { return first + run_end; }
+
   // First token after the current run (the run ends at a block boundary or the list's end).
   // Saturates: a run reaching past 2^64 tokens reaches past every request.
   uint64_t run_end_token() const {
@@ -241,18 +244,44 @@ void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
   const bool pow2 = (lbs & (lbs - 1)) == 0;
   const unsigned shift = static_cast<unsigned>(__builtin_ctzll(lbs));
   auto div_lbs = [&](uint64_t x) { return pow2 ? x >> shift : x / lbs; };
+  // Block index and offset of token t on each side. A span ends where a run of either side ends
+  // (a block boundary of that side, whose index the cursor knows) or at n: the next span's
+  // positions follow without a division except after a span ending inside a block (at n, or on
+  // one side when block sizes differ).
+  uint64_t lidx = div_lbs(need_begin), loff = need_begin - lidx * lbs;
+  uint64_t ridx = lidx, roff = loff;
+  if (!same_bs) {
+    ridx = need_begin / rbs;
+    roff = need_begin - ridx * rbs;
+  }
   for (uint64_t t = need_begin; t < n;) {
-    const uint64_t lidx = div_lbs(t), loff = t - lidx * lbs;
-    uint64_t ridx = lidx, roff = loff;
-    if (!same_bs) {
-      ridx = t / rbs;
-      roff = t - ridx * rbs;
-    }
     const uint64_t lk = local.seek(t, lidx);
     const uint64_t rk = remote.seek(t, ridx);
-    const uint64_t end = std::min({local.run_end_token(), remote.run_end_token(), n});
-    // Equal block sizes: the span splits at D's block boundaries only (block_runs' first term).
-    const uint64_t pieces = same_bs ? div_lbs(end - 1) - lidx + 1 : block_runs(t, end, lbs, rbs);
+    const uint64_t lend = local.run_end_token(), rend = remote.run_end_token();
+    const uint64_t end = std::min({lend, rend, n});
+    // Where token `end` lies on each side (when end < n). run_end_token saturates only past
+    // 2^64 tokens: a saturated end is n itself (UINT64_MAX), where the walk stops.
+    uint64_t nlidx = 0, nloff = 0, nridx = 0, nroff = 0;
+    if (end == lend && lend != UINT64_MAX) {
+      nlidx = local.run_end_index();
+    } else if (same_bs && end == rend && rend != UINT64_MAX) {
+      nlidx = remote.run_end_index();
+    } else {
+      nlidx = div_lbs(end);
+      nloff = end - nlidx * lbs;
+    }
+    if (same_bs) {
+      nridx = nlidx;
+      nroff = nloff;
+    } else if (end == rend && rend != UINT64_MAX) {
+      nridx = remote.run_end_index();
+    } else {
+      nridx = end / rbs;
+      nroff = end - nridx * rbs;
+    }
+    // Equal block sizes: the span splits at D's block boundaries only (block_runs' first term);
+    // its last block is the one before nlidx, or nlidx itself when `end` lies inside it.
+    const uint64_t pieces = same_bs ? nlidx - lidx + (nloff != 0 ? 1 : 0) : block_runs(t, end, lbs, rbs);
     // Written in place field by field (a SpanRun built on the stack and copied is reloaded in
     // 16-byte halves of 8-byte stores, a store-forwarding stall per span).
     SpanRun& sr = spans.emplace_back();
@@ -264,6 +293,10 @@ void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
     sr.remote_token_begin = roff;
     sr.block_runs = pieces;
     t = end;
+    lidx = nlidx;
+    loff = nloff;
+    ridx = nridx;
+    roff = nroff;
   }
   zero.clear();
   zero_ranges(local, g.local_hit_tokens, need_begin, n, zero);
