@@ -63,6 +63,7 @@ struct Trimmed {
   // Scratch of the emitter and the coverage check, kept here so that one thread-local lookup
   // serves a whole compile (each thread_local of a shared library costs a __tls_get_addr call).
   std::vector<std::pair<size_t, size_t>> paired_at;
+  std::vector<size_t> rank_used;  // the emitter's reads per P rank (PlanBuilder)
   std::vector<MambaRead> mreads;
   std::vector<uint64_t> remote_stride;
   std::vector<uint64_t> blocks;

@@ -445,23 +445,20 @@ namespace {
 
 using namespace plan_detail;
 
-// Room for `extra` more reads, growing geometrically as push_back would (reserve alone grows to
-// exactly the size asked for, one reallocation per call on a plan that is not reused).
-inline void reserve_more(std::vector<PlanRead>& v, size_t extra) {
-  const size_t need = v.size() + extra;
-  if (need > v.capacity()) v.reserve(std::max(need, 2 * v.capacity()));
-}
-
 // Appends reads per P rank and counts pieces; merges a read into the previous one of the same
 // rank when both sides continue it (coalescing in issue order keeps the plan deterministic).
-// Writes into the plan's own per-rank vectors, so a reused plan keeps their capacity.
+// Writes into the plan's own per-rank vectors, so a reused plan keeps their capacity, and keeps
+// their elements too: rank p's reads are the first used[p] elements of its vector, the elements
+// after them (left by the plan's previous compile) are overwritten in place, and finish() cuts
+// each vector to its used reads. Only growth past a vector's size value-initialises elements
+// (resize), so compiling a request no larger than the plan's last one writes each read once.
 class PlanBuilder {
  public:
-  PlanBuilder(TransferPlan& plan, uint32_t p_tp) : plan_(plan) {
+  PlanBuilder(TransferPlan& plan, uint32_t p_tp, std::vector<size_t>& used) : plan_(plan), used_(used) {
     plan_.ranks.resize(p_tp);
+    used_.assign(p_tp, 0);
     for (uint32_t p = 0; p < p_tp; ++p) {
       plan_.ranks[p].p_rank = p;
-      plan_.ranks[p].reads.clear();
       plan_.ranks[p].bytes = 0;
     }
   }
@@ -480,15 +477,40 @@ class PlanBuilder {
     RankReads& rr = plan_.ranks[p];
     rr.bytes += length;  // a part of kind_bytes, which cannot have overflowed
     auto& v = rr.reads;
-    if (!v.empty()) {
-      PlanRead& last = v.back();
+    size_t& used = used_[p];
+    if (used > 0) {
+      PlanRead& last = v[used - 1];
       if (last.local_region == region && last.remote_region == rregion &&
           last.local_offset + last.length == local_offset && last.remote_offset + last.length == remote_offset) {
         last.length += length;
         return;
       }
     }
-    v.push_back({region, local_offset, rregion, remote_offset, length});
+    if (used == v.size()) {
+      v.push_back({region, local_offset, rregion, remote_offset, length});
+    } else {
+      PlanRead& o = v[used];
+      o.local_region = region;
+      o.local_offset = local_offset;
+      o.remote_region = rregion;
+      o.remote_offset = remote_offset;
+      o.length = length;
+    }
+    ++used;
+  }
+
+  // The first of `extra` writable reads after rank p's used ones (the caller writes them, then
+  // adds what it wrote to used_[p]). The vector grows only when its elements run out, then
+  // geometrically, as push_back would (reserve alone grows to exactly the size asked for, one
+  // reallocation per call on a plan that is not reused).
+  PlanRead* room(uint32_t p, size_t extra) {
+    auto& v = plan_.ranks[p].reads;
+    const size_t need = used_[p] + extra;
+    if (need > v.size()) [[unlikely]] {
+      if (need > v.capacity()) v.reserve(std::max(need, 2 * v.capacity()));
+      v.resize(need);
+    }
+    return v.data() + used_[p];
   }
 
   [[noreturn, gnu::cold, gnu::noinline]] void fail_rank(uint32_t p) const {
@@ -497,7 +519,7 @@ class PlanBuilder {
 
   // Whether P rank p has a read vector (the per-read path reports a rank past P's TP size).
   bool has_rank(uint32_t p) const { return p < plan_.ranks.size(); }
-  size_t size(uint32_t p) const { return plan_.ranks[p].reads.size(); }
+  size_t size(uint32_t p) const { return used_[p]; }
   uint64_t pieces() const { return pieces_; }
   uint64_t attention_bytes() const { return attention_bytes_; }
 
@@ -506,18 +528,16 @@ class PlanBuilder {
   // the rank's last read: that one belongs to another region.
   void repeat(uint32_t p, size_t begin, size_t end, uint32_t region, uint32_t rregion, uint64_t pieces,
               uint64_t bytes) {
-    auto& v = plan_.ranks[p].reads;
     if (begin == end) return;
-    if (v.back().local_region == region) [[unlikely]] {
+    if (plan_.ranks[p].reads[used_[p] - 1].local_region == region) [[unlikely]] {
       fail(Status::Internal, "region " + s(region) + " emitted twice in one group");
     }
-    // Grown once, then written through pointers (a push_back per read reloads the vector's
+    // Room made once, then written through pointers (a push_back per read reloads the vector's
     // bounds after every store).
-    const size_t at = v.size(), n = end - begin;
-    reserve_more(v, n);
-    v.resize(at + n);
-    const PlanRead* in = v.data() + begin;
-    PlanRead* out = v.data() + at;
+    const size_t n = end - begin;
+    PlanRead* out = room(p, n);
+    const PlanRead* in = plan_.ranks[p].reads.data() + begin;
+    used_[p] += n;
     for (size_t i = 0; i < n; ++i) {
       out[i].local_region = region;
       out[i].local_offset = in[i].local_offset;
@@ -537,12 +557,9 @@ class PlanBuilder {
                  uint64_t rbl, uint64_t lt, uint64_t rt) {
     if (p >= plan_.ranks.size()) [[unlikely]] fail_rank(p);
     RankReads& rr = plan_.ranks[p];
-    auto& v = rr.reads;
-    const size_t at = v.size();
-    reserve_more(v, spans.size());
-    v.resize(at + spans.size());
-    PlanRead* out = v.data() + at;
-    PlanRead* last = at > 0 ? out - 1 : nullptr;
+    PlanRead* const start = room(p, spans.size());
+    PlanRead* out = start;
+    PlanRead* last = used_[p] > 0 ? out - 1 : nullptr;
     uint64_t bytes = attention_bytes_, pieces = pieces_, rank_bytes = rr.bytes;
     for (const SpanRun& run : spans) {
       const uint64_t lbase = mul_checked(run.local_block, lbl, "local block offset");
@@ -565,7 +582,7 @@ class PlanBuilder {
       out->length = len;
       last = out++;
     }
-    v.resize(static_cast<size_t>(out - v.data()));
+    used_[p] += static_cast<size_t>(out - start);
     attention_bytes_ = bytes;
     pieces_ = pieces;
     rr.bytes = rank_bytes;
@@ -584,11 +601,10 @@ class PlanBuilder {
     RankReads& rr = plan_.ranks[rank.p_rank];
     const size_t n = rank.reads.size();
     const TemplateRead* tmpl = rank.reads.data();
-    auto& v = rr.reads;
-    first = v.size();
+    first = used_[rank.p_rank];
     const size_t pages = rg.regions.size() * states.size();
-    v.resize(first + pages * n);  // no overflow: the template reads of every page fit in memory
-    PlanRead* out = v.data() + first;
+    PlanRead* const start = room(rank.p_rank, pages * n);  // no overflow: every page's reads fit in memory
+    PlanRead* out = start;
     PlanRead* last = first > 0 ? out - 1 : nullptr;
     bool clean = true;
     const uint64_t* rstride = m.remote_stride[j].data();
@@ -615,7 +631,7 @@ class PlanBuilder {
         }
       }
     }
-    v.resize(static_cast<size_t>(out - v.data()));
+    used_[rank.p_rank] += static_cast<size_t>(out - start);
     rr.bytes += pages * rank.bytes;  // a part of the pages' bytes, which count_mamba checks
     return clean;
   }
@@ -637,6 +653,7 @@ class PlanBuilder {
     size_t kept = 0;
     for (size_t p = 0; p < plan_.ranks.size(); ++p) {
       RankReads& rr = plan_.ranks[p];
+      rr.reads.resize(used_[p]);  // cuts the elements left from an earlier compile
       if (rr.reads.empty()) continue;
       plan_.stats.pieces_after_coalescing += rr.reads.size();
       if (kept != p) std::swap(plan_.ranks[kept], rr);  // keeps both vectors' capacity
@@ -647,6 +664,7 @@ class PlanBuilder {
 
  private:
   TransferPlan& plan_;
+  std::vector<size_t>& used_;  // per P rank: how many of its vector's elements are this plan's reads
   uint64_t pieces_ = 0;
   uint64_t attention_bytes_ = 0;
   uint64_t mamba_bytes_ = 0;
@@ -1045,7 +1063,7 @@ void compile_body(const PlanContext& ctx, std::span<const PlanGroupView> groups,
   plan.zero.resize(t.groups.size());
 
   plan.permute = block_permute(ctx, {t.staging, t.permute});
-  PlanBuilder b(plan, plan.p_tp);
+  PlanBuilder b(plan, plan.p_tp, t.rank_used);
   bool have_mreads = false;
   AttentionRegion a;
   bool have_a = false;

@@ -47,14 +47,18 @@ inline void expect_same_plan(const TransferPlan& a, const TransferPlan& b) {
 }
 
 // Compiles `groups` through the verdict path into a reused plan (twice, so that stale buffers
-// would show) and compares with `want` (the per-read path's plan).
+// would show) and compares with `want` (the per-read path's plan). A third compile goes into
+// one plan shared by every call of the test program, last filled by another request (larger or
+// smaller, other P ranks, another context): reads or ranks left from it would show.
 inline void expect_verdict_path_same(const PlanContext& ctx, const std::vector<PlanGroup>& groups,
                                      const TransferPlan& want) {
   const PlanContextVerdict v = judge_plan_context(ctx);
   std::vector<PlanGroupView> views;
   for (const PlanGroup& g : groups) views.push_back(view_of(g));
-  TransferPlan got;
-  for (int i = 0; i < 2; ++i) {
+  static TransferPlan shared;
+  TransferPlan fresh;
+  for (int i = 0; i < 3; ++i) {
+    TransferPlan& got = i < 2 ? fresh : shared;
     try {
       compile_transfer_plan_into(ctx, views, got, v);
     } catch (const Error& e) {
