@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "pdkv/core/mamba_split.hpp"
@@ -68,11 +69,13 @@ struct Trimmed {
   std::vector<uint64_t> remote_stride;
   std::vector<uint64_t> blocks;
   std::vector<uint32_t> regions;
+  // Trivial (no member initialisers), so that copying lists of them is a memmove.
   struct Range {
-    uint64_t begin = 0;
-    uint64_t end = 0;
+    uint64_t begin;
+    uint64_t end;
     friend bool operator==(const Range&, const Range&) = default;
   };
+  static_assert(std::is_trivial_v<Range>);
   std::vector<std::vector<Range>> got, want;
   std::vector<uint64_t> d_size, p_size;
   // check_coverage's view of each D region: which groups use it, the earlier region whose
