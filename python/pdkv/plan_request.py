@@ -57,7 +57,7 @@ class _Packing:
     its two scratch words), its per-engine fields written once, and the made-once arguments of
     its calls. Whoever holds the packing is the only writer of its buffer and of its slot."""
 
-    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "single", "fill")
+    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "single", "fill", "run")
 
     def __init__(self, req: "PlanRequest") -> None:
         n = req._n
@@ -87,6 +87,7 @@ class _Packing:
         self.slot = _CallSlot()
         self.single = [False] * n  # see _fill_function
         self.fill = _fill_function(self)
+        self.run = _run_function(self, req._gil_ids)
 
 
 _INT_ONLY = frozenset((int,))
@@ -141,16 +142,17 @@ def _other_ids(v: Any, pins: List[Any], q: Any, k: int, scratch: int) -> Optiona
     return ctypes.addressof(c), n
 
 
-def _fill_body(pk: _Packing, ind: str, per_group: Optional[str]) -> List[str]:
+def _fill_body(pk: _Packing, ind: str, per_group: Optional[str], give_up: str = "return -1") -> List[str]:
     """The per-group blocks of the generated fill (see :func:`_fill_function`), indented by
-    ``ind``; ``per_group`` names the sequence of hit counts, or None when ``h`` is already the
-    one count for every group. The common case of each group is tested first: two
+    ``ind``; ``per_group`` is None when ``h`` is already the one count for every group, else the
+    prefix of the names the hit counts were unpacked into (``h0``, ``h1``, ... checked to be ints
+    by the caller); ``give_up`` is the statement for a request the fast path does not take. The common case of each group is tested first: two
     ``array('Q')`` of one id each (a Mamba group), then two longer ``array('Q')``."""
     out: List[str] = []
     for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
         counts = (at - _WINDOW_OFFSET + _ffi.GroupTrimInputC.remote_computed_tokens.offset) // 8
         if per_group is not None:
-            out += [f"h = {per_group}[{i}]", "if type(h) is not int:", "    return -1"]
+            out += [f"h = {per_group}{i}"]
         out += [
             f"x = L[{i}]",
             f"y = R[{i}]",
@@ -173,12 +175,12 @@ def _fill_body(pk: _Packing, ind: str, per_group: Optional[str]) -> List[str]:
             f"        window(mb, {at}, la, ln, ra, rn, {lpt}, {rpt}, c, h)",
             "        total += ln + rn",
             "    else:",
-            "        return -1",
+            "        " + give_up,
             "else:  # lists, tuples, numpy, memoryviews",
             f"    a = other(x, pins, q, {k}, {sl})",
             f"    b = other(y, pins, q, {k + 1}, {sr})",
             "    if a is None or b is None:",
-            "        return -1",
+            "        " + give_up,
             f"    S[{i}] = False",
             f"    window(mb, {at}, a[0], a[1], b[0], b[1], {lpt}, {rpt}, c, h)",
             "    total += a[1] + b[1]",
@@ -211,12 +213,76 @@ def _fill_function(pk: _Packing) -> Any:
     # The body twice: with one hit count (no per-group lookup) and with one per group.
     lines += _fill_body(pk, "        ", None)
     lines += [f"    elif (type(H) is list or type(H) is tuple) and len(H) == {n}:"]
-    lines += _fill_body(pk, "        ", "H")
+    lines += _unpack_hits(n, "        ", "return -1")
+    lines += _fill_body(pk, "        ", "h")
     lines += ["    else:", "        return -1", "    return total"]
     ns: Dict[str, Any] = {"q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into, "S": pk.single, "A": array.array,
                           "QC": _Q_CODES, "other": _other_ids}
     exec("\n".join(lines), ns)  # noqa: S102 - generated from ints of this module, nothing else
     return ns["fill"]
+
+
+def _unpack_hits(n: int, ind: str, give_up: str) -> List[str]:
+    """Lines unpacking the per-group hit counts H (a list or tuple of n) into h0..h{n-1}, giving
+    up unless every one is an int."""
+    names = ", ".join(f"h{i}" for i in range(n))
+    checks = " or ".join(f"type(h{i}) is not int" for i in range(n))
+    return [ind + f"{names}{',' if n == 1 else ''} = H", ind + f"if {checks}:", ind + "    " + give_up]
+
+
+def _run_function(pk: _Packing, gil_ids: int) -> Any:
+    """The whole fast path of :meth:`PlanRequest.compile` into a reused plan, as one generated
+    function (one Python call per request instead of three): ``run(local_blocks, remote_blocks,
+    computed_tokens, hit_tokens, co, plan)`` fills the packing as ``fill`` does and recompiles
+    ``plan`` in place under the plan's lock, returning ``plan``; it returns None, having called
+    nothing, for a request ``fill`` would not take (the caller then takes the checked path),
+    and ``_BUSY`` when the plan cannot be rewritten now (in use on another thread, closing, or
+    viewed; the packing is filled: the caller compiles it into a new plan). A library error is
+    raised as from :meth:`PlanRequest.compile`. The ids' buffers stay pinned until it returns.
+    ``_INTO`` is looked up in this module per call (tests replace it)."""
+    n = len(pk.groups)
+    lines = ["def run(L, R, c, H, co, plan, q=q, mb=mb, window=window, S=S, A=A, QC=QC, other=other, type=type,",
+             "        len=len, int=int, memoryview=memoryview, M=M, arg=arg, count=count, slot=slot,",
+             "        ref=ref, busy=busy, fail=fail, errors=errors):",
+             f"    if type(c) is not int or len(L) != {n} or len(R) != {n}:",
+             "        return None",
+             "    pins = []  # every buffer read in place, pinned until the call returned",
+             "    total = 0",
+             "    try:",
+             "        if type(H) is int:  # one hit count for every group",
+             "            h = H"]
+    lines += _fill_body(pk, "            ", None, "return None")
+    lines += [f"        elif (type(H) is list or type(H) is tuple) and len(H) == {n}:"]
+    lines += _unpack_hits(n, "            ", "return None")
+    lines += _fill_body(pk, "            ", "h", "return None")
+    lines += ["        else:", "            return None",
+              "    except errors:",
+              "        return None",
+              "    lock = plan._lock",
+              "    lock.acquire()",
+              "    try:",
+              "        if plan._in_flight or plan._closing or plan._viewed:  # (_exclusive implies _in_flight)",
+              "            return busy",
+              f"        status = (M._INTO or M._into_functions())[total <= {gil_ids}](co.arg, arg, count, plan._arg, ref)",
+              "    finally:",
+              "        lock.release()",
+              "    if status:",
+              "        fail(status, slot.err)",
+              "    return plan"]
+    import sys
+    ns: Dict[str, Any] = {"q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into, "S": pk.single, "A": array.array,
+                          "QC": _Q_CODES, "other": _other_ids, "M": sys.modules[__name__], "arg": pk.arg,
+                          "count": pk.count, "slot": pk.slot, "ref": pk.slot.ref, "busy": _BUSY,
+                          "fail": _raise_compile_error, "errors": _ERRORS}
+    exec("\n".join(lines), ns)  # noqa: S102 - generated from ints of this module, nothing else
+    return ns["run"]
+
+
+def _raise_compile_error(status: int, err: Any) -> None:
+    raise error_from("pdkv_transfer_plan_compile_into", status, err)
+
+
+_BUSY = object()  # run(): the plan cannot be rewritten now
 
 
 class PlanRequest:
@@ -293,14 +359,18 @@ class PlanRequest:
             co = self._ctx_holder[0]  # keeps the context alive until this returns
         except IndexError:
             raise ClosedError("pdkv.PlanContext") from None
-        if reuse is not None and type(reuse) is not TransferPlan:
-            _check_reuse(reuse)
         pool = self._pool
         try:
             pk = pool.pop()
         except IndexError:  # every packing is in use by another thread
             pk = _Packing(self)
         try:
+            if type(reuse) is TransferPlan:  # the usual request: one generated function does it all
+                done = pk.run(local_blocks, remote_blocks, computed_tokens, hit_tokens, co, reuse)
+                if done is not None:
+                    return reuse if done is reuse else _new_plan(co, pk.typed, self._n)
+            elif reuse is not None:
+                _check_reuse(reuse)
             pins: List[Any] = []  # every buffer read in place, pinned until the call returned
             try:
                 ids = pk.fill(local_blocks, remote_blocks, computed_tokens, hit_tokens, pins)

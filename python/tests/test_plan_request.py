@@ -163,3 +163,29 @@ def test_plan_requests_example_runs() -> None:
     assert out.returncode == 0, out.stderr
     assert "5 requests of 8192 tokens planned" in out.stdout
     assert "viewed in place" in out.stdout
+
+
+def test_reused_plan_that_cannot_be_rewritten_gets_a_new_one_and_errors_are_typed(ctx: pdkv.PlanContext) -> None:
+    """The one-call fast path into a reused plan: a plan whose memory a view shows is never
+    rewritten (a new plan comes back, the view unchanged), and a refusal by the library is raised
+    as its typed error naming the value, after which the same plan plans again."""
+    req = ctx.prepare(layout(True))
+    local = [array("Q", [60]), array("Q", [61]), array("Q", [3, 4, 10])]
+    remote = [array("Q", [62]), array("Q", [63]), array("Q", [20, 5, 6])]
+    computed = 3 * 2096 - 1
+    plan = pdkv.TransferPlan.empty()
+    assert req.compile(local, remote, computed, 0, reuse=plan) is plan
+    want = plan.to_json()
+    view = plan.rank_reads_view(plan.read_ranks()[0])
+    before = bytes(view)
+    other = [array("Q", [60]), array("Q", [61]), array("Q", [3])]
+    fresh = req.compile(other, [array("Q", [62]), array("Q", [63]), array("Q", [20])], 2096 - 1, 0, reuse=plan)
+    assert fresh is not plan and bytes(view) == before and plan.to_json() == want
+    assert fresh.to_json() == ctx.compile(full(True, [[60], [61], [3]], [[62], [63], [20]], 2096 - 1, [0, 0, 0])).to_json()
+    # A library refusal through the fast path (a D block id past the pool), then a good request.
+    plan2 = pdkv.TransferPlan.empty()
+    bad = [array("Q", [60]), array("Q", [61]), array("Q", [3, 4, 1 << 40])]
+    with pytest.raises(pdkv.OutOfBoundsError, match="D region 0: read at offset .* leaves the registered region"):
+        req.compile(bad, remote, computed, [0, 0, 0], reuse=plan2)
+    assert req.compile(local, remote, computed, [0, 0, 0], reuse=plan2) is plan2
+    assert plan2.to_json() == want
