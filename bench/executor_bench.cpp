@@ -44,7 +44,7 @@
 #include "pdkv/core/metadata_from_geometry.hpp"
 #include "pdkv/core/presets.hpp"
 #include "pdkv/core/transfer_plan.hpp"
-#include "plan_request.hpp"
+#include "plan_setup.hpp"
 #include "transfer_pieces.hpp"
 #include "ucx_perftest_run.hpp"
 #include "agent_get.hpp"
@@ -58,40 +58,14 @@ using namespace pdkv::bench;
 
 namespace {
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b <= s.size()) {
-    const size_t e = s.find(',', b);
-    std::string item = s.substr(b, e == std::string::npos ? std::string::npos : e - b);
-    if (!item.empty()) out.push_back(item);
-    if (e == std::string::npos) break;
-    b = e + 1;
-  }
-  return out;
-}
-
 // P rank 0's reads of the Nemotron-3-Nano 128k request (see the file comment).
 PieceList nemotron_pieces() {
   using namespace core;
-  constexpr uint32_t kRegions = 6;
-  const ModelDesc m = preset_model("nemotron-3-nano-30b");
-  EngineConfig dc, pc;
-  dc.tp_size = 2;
-  pc.tp_size = 4;
-  dc.user_block_size = pc.user_block_size = 2096;
-  const EngineGeometry dg = derive_geometry(m, dc), pg = derive_geometry(m, pc);
-  std::vector<EngineMetadata> remote;
-  for (uint32_t r = 0; r < 4; ++r)
-    remote.push_back(metadata_from_geometry(m, pc, pg, {"prefill", r, kPPool, kRegions, (2ull + r) << 44}));
-  const PlanContext ctx = make_plan_context(
-      metadata_from_geometry(m, dc, dg, {"decode", 0, kDPool, kRegions, 1ull << 40}), remote, dg.mamba, pg.mamba);
-  validate_plan_context(ctx);
-  const Request rq = make_request(131072, 0, false, dg.block_size, pg.block_size, dg.physical_per_logical,
-                                  pg.physical_per_logical, MambaCacheMode::None);
+  const PlanSetup setup = make_plan_setup(false, MambaCacheMode::None);  // FlashAttention geometry
+  const Request rq = setup_request(setup, 131072, 0, false, MambaCacheMode::None);
   const auto views = rq.views();
   TransferPlan plan;
-  compile_transfer_plan_into(ctx, views, plan);
+  compile_transfer_plan_into(setup.ctx, views, plan);
   if (plan.ranks.empty()) throw std::runtime_error("the Nemotron plan reads nothing");
   return plan_pieces(plan.ranks.front(), "Nemotron-3-Nano 128k, P TP4->D TP2, P rank " +
                                              std::to_string(plan.ranks.front().p_rank) + " reads");
@@ -188,7 +162,7 @@ int run(int argc, char** argv) {
   }
   if (netns_flag) modes = "netns";
   bool want_netns = false;
-  for (const std::string& m : split(modes)) {
+  for (const std::string& m : split_list(modes)) {
     if (m != "shm" && m != "tcp" && m != "netns") {
       return usage_error("unknown mode " + m + " in --modes (shm, tcp, netns; shm cannot cross network namespaces)");
     }
@@ -217,7 +191,7 @@ int run(int argc, char** argv) {
     }
   }
   std::vector<PieceList> lists;
-  for (const std::string& s : split(sizes)) {
+  for (const std::string& s : split_list(sizes)) {
     try {
       lists.push_back(spread_pieces(std::stoull(s), working_set));
     } catch (const std::exception& e) {
@@ -242,7 +216,7 @@ int run(int argc, char** argv) {
       }
     }
     const Measurement mem = memcpy_pieces(pl, reps);
-    for (const std::string& mode_name : split(modes)) {
+    for (const std::string& mode_name : split_list(modes)) {
       const bool netns = mode_name == "netns";
       const exec::TransportMode mode = mode_name == "shm" ? exec::TransportMode::Shm : exec::TransportMode::Tcp;
       const Placement where = netns ? across : loopback_placement();

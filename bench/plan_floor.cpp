@@ -18,7 +18,6 @@
 //                   [--target-s 0.3]
 // Prints one JSON line per request (times in ns, medians).
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -27,60 +26,13 @@
 #include <tuple>
 #include <vector>
 
-#include "pdkv/core/geometry.hpp"
-#include "pdkv/core/metadata_from_geometry.hpp"
-#include "pdkv/core/presets.hpp"
 #include "pdkv/core/transfer_plan.hpp"
-#include "plan_request.hpp"
+#include "plan_setup.hpp"
 
 using namespace pdkv::core;
+using namespace pdkv::bench;
 
 namespace {
-
-constexpr uint32_t kRegions = 6;  // as bench/plan_vs_vllm.cpp
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b <= s.size()) {
-    const size_t e = s.find(',', b);
-    const std::string item = s.substr(b, e == std::string::npos ? std::string::npos : e - b);
-    if (!item.empty()) out.push_back(item);
-    if (e == std::string::npos) break;
-    b = e + 1;
-  }
-  return out;
-}
-
-EngineConfig config(uint32_t tp, bool flashinfer, MambaCacheMode mode) {
-  EngineConfig c;
-  c.tp_size = tp;
-  c.user_block_size = 2096;
-  c.cache_mode = mode;
-  if (flashinfer) c.kernel_block_sizes = {16, 32, 64};
-  return c;
-}
-
-// Median ns per call of f, in samples of enough calls for ~20 us each, for about target_s.
-template <class F>
-double median_ns(F&& f, double target_s) {
-  using clock = std::chrono::steady_clock;
-  f();
-  const auto t0 = clock::now();
-  f();
-  const double one = std::chrono::duration<double>(clock::now() - t0).count();
-  const int reps = std::max(1, static_cast<int>(20e-6 / std::max(one, 1e-9)));
-  std::vector<double> samples;
-  const auto start = clock::now();
-  while (samples.size() < 15 ||
-         (std::chrono::duration<double>(clock::now() - start).count() < target_s && samples.size() < 100000)) {
-    const auto a = clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    samples.push_back(std::chrono::duration<double, std::nano>(clock::now() - a).count() / reps);
-  }
-  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  return samples[samples.size() / 2];
-}
 
 // Keeps the compiler from dropping stores and loads whose results are otherwise unused.
 inline void keep(const void* p) { asm volatile("" : : "r"(p) : "memory"); }
@@ -105,43 +57,34 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  const ModelDesc m = preset_model("nemotron-3-nano-30b");
-  for (const std::string& geo : split(geometries)) {
+  for (const std::string& geo : split_list(geometries)) {
     const bool fi = geo == "flashinfer";
-    for (const std::string& hit_s : split(hits)) {
+    for (const std::string& hit_s : split_list(hits)) {
       const uint64_t hit_pct = std::stoull(hit_s);
       const MambaCacheMode mode = hit_pct ? MambaCacheMode::Align : MambaCacheMode::None;
-      const EngineConfig dc = config(2, fi, mode), pc = config(4, fi, mode);
-      const EngineGeometry dg = derive_geometry(m, dc), pg = derive_geometry(m, pc);
-      std::vector<EngineMetadata> remote;
-      for (uint32_t r = 0; r < 4; ++r)
-        remote.push_back(metadata_from_geometry(m, pc, pg, {"prefill", r, pdkv::bench::kPPool, kRegions, (2ull + r) << 44}));
-      const PlanContext ctx = make_plan_context(
-          metadata_from_geometry(m, dc, dg, {"decode", 0, pdkv::bench::kDPool, kRegions, 1ull << 40}), remote,
-          dg.mamba, pg.mamba);
-      validate_plan_context(ctx);
-      const PlanContextVerdict verdict = judge_plan_context(ctx);
-      for (const std::string& tok_s : split(tokens)) {
+      const PlanSetup setup = make_plan_setup(fi, mode);  // plan_vs_vllm's context
+      const PlanContext& ctx = setup.ctx;
+      const PlanContextVerdict& verdict = setup.verdict;
+      for (const std::string& tok_s : split_list(tokens)) {
         for (const bool frag : {false, true}) {
           const uint64_t t = std::stoull(tok_s);
-          const auto rq = pdkv::bench::make_request(t, hit_pct, frag, dg.block_size, pg.block_size,
-                                                    dg.physical_per_logical, pg.physical_per_logical, mode)
-                              .as_logical();
+          const auto rq = setup_request(setup, t, hit_pct, frag, mode).as_logical();
           const auto views = rq.views();
           TransferPlan plan;
           compile_transfer_plan_into(ctx, views, plan, verdict);
-          const double compile = median_ns([&] { compile_transfer_plan_into(ctx, views, plan, verdict); }, target_s);
+          const double compile = time_calls([&] { compile_transfer_plan_into(ctx, views, plan, verdict); }, target_s).first;
 
           std::vector<PlanRead> reads;  // every read of the plan, rank after rank
           for (const RankReads& rr : plan.ranks) reads.insert(reads.end(), rr.reads.begin(), rr.reads.end());
           std::vector<PlanRead> out(reads.size());
-          const double write = median_ns(
+          const double write = time_calls(
               [&] {
                 std::copy(reads.begin(), reads.end(), out.begin());
                 keep(out.data());
               },
-              target_s);
-          const double write_read = median_ns(
+              target_s)
+              .first;
+          const double write_read = time_calls(
               [&] {
                 std::copy(reads.begin(), reads.end(), out.begin());
                 keep(out.data());
@@ -149,16 +92,18 @@ int main(int argc, char** argv) {
                 for (const PlanRead& r : out) sum += r.local_region + r.local_offset + r.remote_offset + r.length;
                 keep(&sum);
               },
-              target_s);
+              target_s)
+              .first;
           std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> ranges(reads.size());
-          const double sort = median_ns(
+          const double sort = time_calls(
               [&] {
                 for (size_t i = 0; i < reads.size(); ++i)
                   ranges[i] = {reads[i].local_region, reads[i].local_offset, reads[i].length};
                 std::sort(ranges.begin(), ranges.end());
                 keep(ranges.data());
               },
-              target_s);
+              target_s)
+              .first;
           std::printf(
               "{\"case\": \"%s/%llu/hit%llu/%s\", \"reads\": %zu, \"read_bytes\": %zu, \"compile_ns\": %.0f, "
               "\"write_ns\": %.0f, \"write_read_ns\": %.0f, \"sort_d_ranges_ns\": %.0f}\n",

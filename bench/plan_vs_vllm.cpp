@@ -34,41 +34,18 @@
 #include "pdkv/core/metadata_from_geometry.hpp"
 #include "pdkv/core/presets.hpp"
 #include "pdkv/core/transfer_plan.hpp"
-#include "plan_request.hpp"
+#include "plan_setup.hpp"
 
 using namespace pdkv::core;
 using pdkv::bench::Request;
+using pdkv::bench::time_calls;
 
 namespace {
-
-constexpr uint32_t kRegions = 6;
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b <= s.size()) {
-    const size_t e = s.find(',', b);
-    const std::string item = s.substr(b, e == std::string::npos ? std::string::npos : e - b);
-    if (!item.empty()) out.push_back(item);
-    if (e == std::string::npos) break;
-    b = e + 1;
-  }
-  return out;
-}
 
 void check(pdkv_status_t st, pdkv_error_t* err, const char* what) {
   if (st == PDKV_OK) return;
   std::fprintf(stderr, "%s failed: %s\n", what, err ? pdkv_error_message(err) : "?");
   std::exit(2);
-}
-
-EngineConfig core_config(uint32_t tp, bool flashinfer, MambaCacheMode mode) {
-  EngineConfig c;
-  c.tp_size = tp;
-  c.user_block_size = 2096;
-  c.cache_mode = mode;
-  if (flashinfer) c.kernel_block_sizes = {16, 32, 64};
-  return c;
 }
 
 pdkv_engine_config_t c_config(uint32_t tp, bool flashinfer, MambaCacheMode mode) {
@@ -81,27 +58,6 @@ pdkv_engine_config_t c_config(uint32_t tp, bool flashinfer, MambaCacheMode mode)
   c.attention_backend = flashinfer ? PDKV_BACKEND_FLASHINFER : PDKV_BACKEND_FLASH_ATTN;
   c.mamba_cache_mode = static_cast<int32_t>(mode);
   return c;
-}
-
-// Median and min of per-call times: samples of `reps` calls each for about target_s seconds.
-template <class F>
-std::pair<double, double> time_calls(F&& f, double target_s) {
-  using clock = std::chrono::steady_clock;
-  f();  // warm: buffers reach the request's size
-  const auto t0 = clock::now();
-  f();
-  const double one = std::chrono::duration<double>(clock::now() - t0).count();
-  const int reps = std::max(1, static_cast<int>(20e-6 / std::max(one, 1e-9)));
-  std::vector<double> samples;
-  const auto start = clock::now();
-  while (samples.size() < 15 || (std::chrono::duration<double>(clock::now() - start).count() < target_s &&
-                                  samples.size() < 100000)) {
-    const auto a = clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    samples.push_back(std::chrono::duration<double, std::nano>(clock::now() - a).count() / reps);
-  }
-  std::sort(samples.begin(), samples.end());
-  return {samples[samples.size() / 2], samples.front()};
 }
 
 }  // namespace
@@ -122,26 +78,18 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  const ModelDesc m = preset_model("nemotron-3-nano-30b");
   pdkv_model_t* cm = nullptr;
   pdkv_error_t* err = nullptr;
   check(pdkv_model_from_preset("nemotron-3-nano-30b", &cm, &err), err, "pdkv_model_from_preset");
-  for (const std::string& geo : split(geometries)) {
+  for (const std::string& geo : pdkv::bench::split_list(geometries)) {
     const bool fi = geo == "flashinfer";
-    for (const std::string& hit_s : split(hits)) {
+    for (const std::string& hit_s : pdkv::bench::split_list(hits)) {
       const uint64_t hit_pct = std::stoull(hit_s);
       const MambaCacheMode mode = hit_pct ? MambaCacheMode::Align : MambaCacheMode::None;
-      // C++ context.
-      const EngineConfig dc = core_config(2, fi, mode), pc = core_config(4, fi, mode);
-      const EngineGeometry dg = derive_geometry(m, dc), pg = derive_geometry(m, pc);
-      std::vector<EngineMetadata> remote;
-      for (uint32_t r = 0; r < 4; ++r)
-        remote.push_back(metadata_from_geometry(m, pc, pg, {"prefill", r, pdkv::bench::kPPool, kRegions, (2ull + r) << 44}));
-      const PlanContext ctx = make_plan_context(
-          metadata_from_geometry(m, dc, dg, {"decode", 0, pdkv::bench::kDPool, kRegions, 1ull << 40}), remote,
-          dg.mamba, pg.mamba);
-      validate_plan_context(ctx);
-      const PlanContextVerdict verdict = judge_plan_context(ctx);  // once per peer, as an engine would
+      // C++ context, validated and judged once per peer, as an engine would.
+      const pdkv::bench::PlanSetup setup = pdkv::bench::make_plan_setup(fi, mode);
+      const PlanContext& ctx = setup.ctx;
+      const PlanContextVerdict& verdict = setup.verdict;
       // C context, built the way a binding builds it.
       pdkv_engine_config_t cdc = c_config(2, fi, mode), cpc = c_config(4, fi, mode);
       pdkv_geometry_t *cdg = nullptr, *cpg = nullptr;
@@ -153,7 +101,7 @@ int main(int argc, char** argv) {
         l.engine_id = id;
         l.tp_rank = rank;
         l.num_logical_blocks = pool;
-        l.num_regions = kRegions;
+        l.num_regions = pdkv::bench::kRegions;
         l.base = base;
         return l;
       };
@@ -175,12 +123,10 @@ int main(int argc, char** argv) {
       pdkv_plan_context_t* cctx = nullptr;
       check(pdkv_plan_context_new(&params, &cctx, &err), err, "pdkv_plan_context_new");
 
-      for (const std::string& tok_s : split(tokens)) {
-        for (const std::string& alloc : split(allocs)) {
+      for (const std::string& tok_s : pdkv::bench::split_list(tokens)) {
+        for (const std::string& alloc : pdkv::bench::split_list(allocs)) {
           const uint64_t t = std::stoull(tok_s);
-          const Request rq = pdkv::bench::make_request(t, hit_pct, alloc == "frag", dg.block_size,
-                                                       pg.block_size, dg.physical_per_logical,
-                                                       pg.physical_per_logical, mode);
+          const Request rq = pdkv::bench::setup_request(setup, t, hit_pct, alloc == "frag", mode);
           const auto views = rq.views();
           TransferPlan plan;
           compile_transfer_plan_into(ctx, views, plan, verdict);
