@@ -808,22 +808,43 @@ TEST_P(AgentLoopback, ACancelledWriteLandsNothingAfterItIsFinal) {
   driver.join();
 }
 
+// D (progress mode d_progress) connected over tcp to two P ranks in caller progress mode whose
+// caller never calls, so every batch D sends them stays unanswered until a test drives them; the
+// plan reads 16 x 14 tokens from both, and `params` posts it (request id and timeout the test's).
+struct SilentPeers {
+  std::unique_ptr<Rank> d, p0, p1;
+  std::vector<Rank*> ps;
+  core::TransferPlan plan;
+
+  explicit SilentPeers(ProgressMode d_progress = ProgressMode::Thread)
+      : d(make_rank("dec", 1, 0, 0xEE, TransportMode::Tcp, 2000ms, d_progress)),
+        p0(make_rank("pre", 2, 0, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller)),
+        p1(make_rank("pre", 2, 1, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller)),
+        ps{p0.get(), p1.get()} {
+    connect_all(*d, ps);
+    plan = make_plan(*d, ps, 16 * 14);
+  }
+
+  PostParams params(const std::string& request_id, std::chrono::milliseconds timeout) const {
+    PostParams pp;
+    pp.plan = &plan;
+    pp.peer_engine_id = "pre";
+    pp.request_id = request_id;
+    pp.timeout = timeout;
+    return pp;
+  }
+};
+
 // Over tcp a READ's batches are answered by P's progress: P agents in caller progress mode whose
 // caller never calls leave every batch unanswered. Deregistering D's memory is
 // refused while they are, the deadline fails the transfer on time with TimedOut and the reads
 // listed, and afterwards the memory is free to deregister.
 TEST(AgentDeadline, StuckOperationsTimeOutOnTimeAndKeepMemoryBusyUntilReturned) {
-  auto d = make_rank("dec", 1, 0, 0xEE, TransportMode::Tcp);
-  auto p0 = make_rank("pre", 2, 0, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
-  auto p1 = make_rank("pre", 2, 1, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
-  std::vector<Rank*> ps{p0.get(), p1.get()};
-  connect_all(*d, ps);
-  const auto plan = make_plan(*d, ps, 16 * 14);
-  PostParams pp;
-  pp.plan = &plan;
-  pp.peer_engine_id = "pre";
-  pp.request_id = "stuck";
-  pp.timeout = 400ms;
+  SilentPeers sp;
+  auto& d = sp.d;
+  auto& ps = sp.ps;
+  const auto& plan = sp.plan;
+  PostParams pp = sp.params("stuck", 400ms);
   const auto t0 = std::chrono::steady_clock::now();
   auto t = d->agent->post(pp);
   std::this_thread::sleep_for(50ms);
@@ -890,17 +911,11 @@ TEST_P(AgentLoopback, IdleAgentsSleep) {
 // A D agent whose transfer waits for P ranks that do not answer (caller-progress P agents whose
 // caller never calls) sleeps until an answer, a wakeup or its deadline: it does not spin.
 TEST(AgentProgress, ATransferWaitingOnSilentPeersDoesNotSpin) {
-  auto d = make_rank("dec", 1, 0, 0xEE, TransportMode::Tcp);
-  auto p0 = make_rank("pre", 2, 0, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
-  auto p1 = make_rank("pre", 2, 1, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
-  std::vector<Rank*> ps{p0.get(), p1.get()};
-  connect_all(*d, ps);
-  const auto plan = make_plan(*d, ps, 16 * 14);
-  PostParams pp;
-  pp.plan = &plan;
-  pp.peer_engine_id = "pre";
-  pp.request_id = "silent";
-  pp.timeout = 3000ms;
+  SilentPeers sp;
+  auto& d = sp.d;
+  auto& ps = sp.ps;
+  const auto& plan = sp.plan;
+  const PostParams pp = sp.params("silent", 3000ms);
   auto t = d->agent->post(pp);
   std::this_thread::sleep_for(100ms);
   ASSERT_EQ(t.status().state, TransferState::InFlight) << "the reads completed: the test proves nothing";
@@ -934,17 +949,11 @@ TEST(AgentProgress, ATransferWaitingOnSilentPeersDoesNotSpin) {
 // about 300) and returns at its timeout, a cancel from another thread ends the wait at once, and
 // once the P ranks answer the wait completes the transfer promptly.
 TEST(AgentProgress, ACallerModeWaitSleepsUntilProgressHasWork) {
-  auto d = make_rank("dec", 1, 0, 0xEE, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
-  auto p0 = make_rank("pre", 2, 0, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
-  auto p1 = make_rank("pre", 2, 1, 0, TransportMode::Tcp, 2000ms, ProgressMode::Caller);
-  std::vector<Rank*> ps{p0.get(), p1.get()};
-  connect_all(*d, ps);
-  const auto plan = make_plan(*d, ps, 16 * 14);
-  PostParams pp;
-  pp.plan = &plan;
-  pp.peer_engine_id = "pre";
-  pp.request_id = "silent";
-  pp.timeout = 5000ms;
+  SilentPeers sp(ProgressMode::Caller);
+  auto& d = sp.d;
+  auto& ps = sp.ps;
+  const auto& plan = sp.plan;
+  PostParams pp = sp.params("silent", 5000ms);
   auto t = d->agent->post(pp);
   const uint64_t r0 = d->agent->info().progress_rounds;
   const auto t0 = std::chrono::steady_clock::now();
@@ -972,7 +981,7 @@ TEST(AgentProgress, ACallerModeWaitSleepsUntilProgressHasWork) {
   EXPECT_EQ(t.status().status, Status::Cancelled) << t.status().message;
   EXPECT_LT(to_cancel, 1000ms) << "the wait did not see the cancel";
   // The P ranks' callers progress now: a new transfer completes promptly under the wait.
-  Driver serve({p0->agent.get(), p1->agent.get()});
+  Driver serve({sp.p0->agent.get(), sp.p1->agent.get()});
   pp.request_id = "answered";
   auto t2 = d->agent->post(pp);
   const auto t3 = std::chrono::steady_clock::now();

@@ -306,29 +306,52 @@ TEST(AgentMappedLoss, APeerAgentFreedMidTransferIsLostAndNothingMoreIsCopied) {
   EXPECT_EQ(bad, 0u) << "bytes were copied after the peer's agent was gone";
 }
 
+// A forked process holding a P agent ("pre", rank 3) whose region lies in a pdkv shared
+// allocation, serving until it is killed (and dying with the process that forked it): its pid
+// and the port it listens on, or pid -1 and `why`.
+struct SharedOwner {
+  pid_t pid = -1;
+  uint16_t port = 0;
+  std::string why;
+};
+
+SharedOwner fork_shared_owner() {
+  SharedOwner o;
+  int port_pipe[2];
+  if (::pipe(port_pipe) != 0) {
+    o.why = "pipe: " + cma::errno_text(errno);
+    return o;
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    o.why = "fork: " + cma::errno_text(errno);
+    return o;
+  }
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::close(port_pipe[0]);
+    Side p("pre", 3, true, ProgressMode::Thread);
+    const uint16_t port = p.agent->info().listen.port;
+    if (::write(port_pipe[1], &port, sizeof port) != sizeof port) ::_exit(2);
+    for (;;) ::pause();  // until killed
+  }
+  ::close(port_pipe[1]);
+  o.pid = pid;
+  if (::read(port_pipe[0], &o.port, sizeof o.port) != sizeof o.port) o.why = "the owner process sent no port";
+  ::close(port_pipe[0]);
+  return o;
+}
+
 // A P process with its region in a pdkv shared allocation: D (this process) reads it through
 // the mapping, then the child is killed in the middle of a READ: PEER_LOST, no crash (the memfd's
 // pages outlive the process while mapped, and the file is sealed against shrinking, so the
 // mapping can never fault with SIGBUS).
 TEST(AgentMappedTwoProcesses, ReadsThroughTheMappingAndAKilledPeerIsLost) {
-  int port_pipe[2];
-  ASSERT_EQ(::pipe(port_pipe), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(port_pipe[0]);
-    {
-      Side p("pre", 3, true, ProgressMode::Thread);
-      const uint16_t port = p.agent->info().listen.port;
-      if (::write(port_pipe[1], &port, sizeof port) != sizeof port) ::_exit(2);
-      for (;;) ::pause();  // until killed
-    }
-  }
-  ::close(port_pipe[1]);
-  ChildReaper reaper{child};
-  uint16_t port = 0;
-  ASSERT_EQ(::read(port_pipe[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
-  ::close(port_pipe[0]);
+  const SharedOwner owner = fork_shared_owner();
+  ChildReaper reaper{owner.pid};
+  ASSERT_TRUE(owner.why.empty()) << owner.why;
+  const pid_t child = owner.pid;
+  const uint16_t port = owner.port;
   {
     Side d("dec", 77, false, ProgressMode::Caller);
     auto rec = d.agent->connect(loopback(port), 3000ms);
@@ -458,23 +481,10 @@ std::string refuse_pidfd_getfd() {
 
 // Runs in M. Returns the report.
 std::string map_owner_and_read(bool refuse, const std::vector<std::array<uint64_t, 3>>& ps) {
-  int port_pipe[2];
-  if (::pipe(port_pipe) != 0) return "FAIL pipe: " + cma::errno_text(errno) + "\n";
-  const pid_t owner = ::fork();
-  if (owner < 0) return "FAIL fork: " + cma::errno_text(errno) + "\n";
-  if (owner == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ::close(port_pipe[0]);
-    Side p("pre", 3, true, ProgressMode::Thread);
-    const uint16_t port = p.agent->info().listen.port;
-    if (::write(port_pipe[1], &port, sizeof port) != sizeof port) ::_exit(2);
-    for (;;) ::pause();  // until killed
-  }
-  ::close(port_pipe[1]);
-  ChildReaper reaper{owner};
-  uint16_t port = 0;
-  if (::read(port_pipe[0], &port, sizeof port) != sizeof port) return "FAIL the owner process sent no port\n";
-  ::close(port_pipe[0]);
+  const SharedOwner owner = fork_shared_owner();
+  ChildReaper reaper{owner.pid};
+  if (!owner.why.empty()) return "FAIL " + owner.why + "\n";
+  const uint16_t port = owner.port;
   if (refuse) {
     if (const std::string why = refuse_pidfd_getfd(); !why.empty()) return why + "\n";
   }
