@@ -57,7 +57,7 @@ class _Packing:
     its two scratch words), its per-engine fields written once, and the made-once arguments of
     its calls. Whoever holds the packing is the only writer of its buffer and of its slot."""
 
-    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "single", "fill", "run")
+    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "single", "run")
 
     def __init__(self, req: "PlanRequest") -> None:
         n = req._n
@@ -85,8 +85,7 @@ class _Packing:
         self.typed = ctypes.cast(base, ctypes.POINTER(_ffi.PlanGroupC))
         self.count = ctypes.c_size_t(n)
         self.slot = _CallSlot()
-        self.single = [False] * n  # see _fill_function
-        self.fill = _fill_function(self)
+        self.single = [False] * n  # see _run_function
         self.run = _run_function(self, req._gil_ids)
 
 
@@ -142,11 +141,11 @@ def _other_ids(v: Any, pins: List[Any], q: Any, k: int, scratch: int) -> Optiona
     return ctypes.addressof(c), n
 
 
-def _fill_body(pk: _Packing, ind: str, per_group: Optional[str], give_up: str = "return -1") -> List[str]:
-    """The per-group blocks of the generated fill (see :func:`_fill_function`), indented by
+def _fill_body(pk: _Packing, ind: str, per_group: Optional[str]) -> List[str]:
+    """The per-group blocks of the generated run (see :func:`_run_function`), indented by
     ``ind``; ``per_group`` is None when ``h`` is already the one count for every group, else the
     prefix of the names the hit counts were unpacked into (``h0``, ``h1``, ... checked to be ints
-    by the caller); ``give_up`` is the statement for a request the fast path does not take. The common case of each group is tested first: two
+    by the caller). A request the fast path does not take returns None. The common case of each group is tested first: two
     ``array('Q')`` of one id each (a Mamba group), then two longer ``array('Q')``."""
     out: List[str] = []
     for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
@@ -175,12 +174,12 @@ def _fill_body(pk: _Packing, ind: str, per_group: Optional[str], give_up: str = 
             f"        window(mb, {at}, la, ln, ra, rn, {lpt}, {rpt}, c, h)",
             "        total += ln + rn",
             "    else:",
-            "        " + give_up,
+            "        return None",
             "else:  # lists, tuples, numpy, memoryviews",
             f"    a = other(x, pins, q, {k}, {sl})",
             f"    b = other(y, pins, q, {k + 1}, {sr})",
             "    if a is None or b is None:",
-            "        " + give_up,
+            "        return None",
             f"    S[{i}] = False",
             f"    window(mb, {at}, a[0], a[1], b[0], b[1], {lpt}, {rpt}, c, h)",
             "    total += a[1] + b[1]",
@@ -188,81 +187,56 @@ def _fill_body(pk: _Packing, ind: str, per_group: Optional[str], give_up: str = 
     return [ind + line for line in out]
 
 
-def _fill_function(pk: _Packing) -> Any:
-    """The fast path of :meth:`PlanRequest.compile` for this packing, generated with its
-    offsets and addresses as constants and one block per group (no loop, no per-group lookup):
-    ``fill(local_blocks, remote_blocks, computed_tokens, hit_tokens, pins)`` writes every group's
-    per-request fields and returns how many ids the request passes (groups of one id a side not
-    counted: 2n at most), or -1 as soon as the request is not n groups of ids the fast path takes
-    (two ``array('Q')`` / ``array('L')`` (64-bit) or two one-id arrays inline, anything else
-    through :func:`_other_ids`) with int counts; it may also raise TypeError / ValueError /
-    OverflowError / struct.error for a bad value. On -1 or an
-    error the caller takes the checked path, which writes every window again (and clears
-    ``pk.single``).
+def _unpack_hits(n: int, ind: str) -> List[str]:
+    """Lines unpacking the per-group hit counts H (a list or tuple of n) into h0..h{n-1},
+    returning None unless every one is an int."""
+    names = ", ".join(f"h{i}" for i in range(n))
+    checks = " or ".join(f"type(h{i}) is not int" for i in range(n))
+    return [ind + f"{names}{',' if n == 1 else ''} = H", ind + f"if {checks}:", ind + "    return None"]
+
+
+def _run_function(pk: _Packing, gil_ids: int) -> Any:
+    """The fast path of :meth:`PlanRequest.compile` for this packing, generated with its offsets
+    and addresses as constants and one block per group (no loop, no per-group lookup), written
+    twice (one hit count for every group, or one per group): ``run(local_blocks, remote_blocks,
+    computed_tokens, hit_tokens, pins, co, plan)`` writes every group's per-request fields,
+    pinning in ``pins`` every buffer the library will read in place, and, when ``plan`` is given
+    and can be rewritten now, recompiles it in place under the plan's lock and returns it (a
+    library error is raised as from :meth:`PlanRequest.compile`; ``_INTO`` is looked up in this
+    module per call, tests replace it). It returns ``_FILLED`` when the packing is written but
+    nothing was called (no plan, or one in use on another thread, closing, or viewed: the caller
+    compiles the packing into a new plan while ``pins`` lives), and None as soon as the request is
+    not n groups of ids the fast path takes (two ``array('Q')`` / ``array('L')`` (64-bit) or two
+    one-id arrays inline, anything else through :func:`_other_ids`) with int counts, or a value
+    is out of range: the caller then takes the checked path, which writes every window again
+    (and clears ``pk.single``) and names what is wrong.
 
     ``pk.single[i]`` records that group i's window holds its one-id layout (ids in its scratch
     words): the next one-id request then writes only the ids and the two token counts."""
     n = len(pk.groups)
-    lines = ["def fill(L, R, c, H, pins, q=q, mb=mb, window=window, S=S, A=A, QC=QC, other=other, type=type,",
-             "         len=len, int=int, memoryview=memoryview):",
-             f"    if type(c) is not int or len(L) != {n} or len(R) != {n}:",
-             "        return -1",
-             "    total = 0",
-             "    if type(H) is int:  # one hit count for every group",
-             "        h = H"]
-    # The body twice: with one hit count (no per-group lookup) and with one per group.
-    lines += _fill_body(pk, "        ", None)
-    lines += [f"    elif (type(H) is list or type(H) is tuple) and len(H) == {n}:"]
-    lines += _unpack_hits(n, "        ", "return -1")
-    lines += _fill_body(pk, "        ", "h")
-    lines += ["    else:", "        return -1", "    return total"]
-    ns: Dict[str, Any] = {"q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into, "S": pk.single, "A": array.array,
-                          "QC": _Q_CODES, "other": _other_ids}
-    exec("\n".join(lines), ns)  # noqa: S102 - generated from ints of this module, nothing else
-    return ns["fill"]
-
-
-def _unpack_hits(n: int, ind: str, give_up: str) -> List[str]:
-    """Lines unpacking the per-group hit counts H (a list or tuple of n) into h0..h{n-1}, giving
-    up unless every one is an int."""
-    names = ", ".join(f"h{i}" for i in range(n))
-    checks = " or ".join(f"type(h{i}) is not int" for i in range(n))
-    return [ind + f"{names}{',' if n == 1 else ''} = H", ind + f"if {checks}:", ind + "    " + give_up]
-
-
-def _run_function(pk: _Packing, gil_ids: int) -> Any:
-    """The whole fast path of :meth:`PlanRequest.compile` into a reused plan, as one generated
-    function (one Python call per request instead of three): ``run(local_blocks, remote_blocks,
-    computed_tokens, hit_tokens, co, plan)`` fills the packing as ``fill`` does and recompiles
-    ``plan`` in place under the plan's lock, returning ``plan``; it returns None, having called
-    nothing, for a request ``fill`` would not take (the caller then takes the checked path),
-    and ``_BUSY`` when the plan cannot be rewritten now (in use on another thread, closing, or
-    viewed; the packing is filled: the caller compiles it into a new plan). A library error is
-    raised as from :meth:`PlanRequest.compile`. The ids' buffers stay pinned until it returns.
-    ``_INTO`` is looked up in this module per call (tests replace it)."""
-    n = len(pk.groups)
-    lines = ["def run(L, R, c, H, co, plan, q=q, mb=mb, window=window, S=S, A=A, QC=QC, other=other, type=type,",
-             "        len=len, int=int, memoryview=memoryview, M=M, arg=arg, count=count, slot=slot,",
-             "        ref=ref, busy=busy, fail=fail, errors=errors):",
+    lines = ["def run(L, R, c, H, pins, co, plan, q=q, mb=mb, window=window, S=S, A=A, QC=QC, other=other,",
+             "        type=type, len=len, int=int, memoryview=memoryview, M=M, arg=arg, count=count, slot=slot,",
+             "        ref=ref, filled=filled, fail=fail, errors=errors):",
              f"    if type(c) is not int or len(L) != {n} or len(R) != {n}:",
              "        return None",
-             "    pins = []  # every buffer read in place, pinned until the call returned",
              "    total = 0",
              "    try:",
              "        if type(H) is int:  # one hit count for every group",
              "            h = H"]
-    lines += _fill_body(pk, "            ", None, "return None")
+    lines += _fill_body(pk, "            ", None)
     lines += [f"        elif (type(H) is list or type(H) is tuple) and len(H) == {n}:"]
-    lines += _unpack_hits(n, "            ", "return None")
-    lines += _fill_body(pk, "            ", "h", "return None")
+    lines += _unpack_hits(n, "            ")
+    lines += _fill_body(pk, "            ", "h")
     lines += ["        else:", "            return None",
               "    except errors:",
               "        return None",
+              "    if plan is None:",
+              "        return filled",
               "    lock = plan._lock",
               "    lock.acquire()",
               "    try:",
               "        if plan._in_flight or plan._closing or plan._viewed:  # (_exclusive implies _in_flight)",
-              "            return busy",
+              "            return filled",
               f"        status = (M._INTO or M._into_functions())[total <= {gil_ids}](co.arg, arg, count, plan._arg, ref)",
               "    finally:",
               "        lock.release()",
@@ -272,7 +246,7 @@ def _run_function(pk: _Packing, gil_ids: int) -> Any:
     import sys
     ns: Dict[str, Any] = {"q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into, "S": pk.single, "A": array.array,
                           "QC": _Q_CODES, "other": _other_ids, "M": sys.modules[__name__], "arg": pk.arg,
-                          "count": pk.count, "slot": pk.slot, "ref": pk.slot.ref, "busy": _BUSY,
+                          "count": pk.count, "slot": pk.slot, "ref": pk.slot.ref, "filled": _FILLED,
                           "fail": _raise_compile_error, "errors": _ERRORS}
     exec("\n".join(lines), ns)  # noqa: S102 - generated from ints of this module, nothing else
     return ns["run"]
@@ -282,7 +256,7 @@ def _raise_compile_error(status: int, err: Any) -> None:
     raise error_from("pdkv_transfer_plan_compile_into", status, err)
 
 
-_BUSY = object()  # run(): the plan cannot be rewritten now
+_FILLED = object()  # run(): the packing is written, nothing was called
 
 
 class PlanRequest:
@@ -365,20 +339,18 @@ class PlanRequest:
         except IndexError:  # every packing is in use by another thread
             pk = _Packing(self)
         try:
-            if type(reuse) is TransferPlan:  # the usual request: one generated function does it all
-                done = pk.run(local_blocks, remote_blocks, computed_tokens, hit_tokens, co, reuse)
-                if done is not None:
-                    return reuse if done is reuse else _new_plan(co, pk.typed, self._n)
-            elif reuse is not None:
+            if reuse is not None and type(reuse) is not TransferPlan:
                 _check_reuse(reuse)
             pins: List[Any] = []  # every buffer read in place, pinned until the call returned
-            try:
-                ids = pk.fill(local_blocks, remote_blocks, computed_tokens, hit_tokens, pins)
-            except _ERRORS:
-                ids = -1
-            if ids < 0:  # anything else: the checked path, which names what is wrong
-                pins.clear()
-                ids = self._pack(pk, local_blocks, remote_blocks, computed_tokens, hit_tokens, pins)
+            # The usual request: one generated function fills the packing and makes the call.
+            done = pk.run(local_blocks, remote_blocks, computed_tokens, hit_tokens, pins, co, reuse)
+            if done is _FILLED:
+                return _new_plan(co, pk.typed, self._n)
+            if done is not None:
+                return reuse  # type: ignore[return-value]  # (done is reuse)
+            # Anything else: the checked path, which names what is wrong.
+            pins.clear()
+            ids = self._pack(pk, local_blocks, remote_blocks, computed_tokens, hit_tokens, pins)
             if reuse is not None:
                 # plan._into inlined (one Python call less per request): the plan's lock is held
                 # for the call, so no other use of the plan starts or ends meanwhile.
@@ -402,7 +374,7 @@ class PlanRequest:
         """Writes the request's values into ``packing``, each checked (errors name the argument),
         pins what must stay alive, and returns how many ids the request passes."""
         n = self._n
-        packing.single[:] = [False] * n  # every window is rewritten below (see _fill_function)
+        packing.single[:] = [False] * n  # every window is rewritten below (see _run_function)
         if len(local_blocks) != n or len(remote_blocks) != n:
             raise ValueError(f"this PlanRequest has {n} groups: pass {n} local_blocks and {n} remote_blocks "
                              f"(got {len(local_blocks)} and {len(remote_blocks)})")
