@@ -8,6 +8,7 @@ import dataclasses
 import json
 import struct
 import threading
+import traceback
 from ctypes import POINTER, byref, c_size_t, c_uint32, c_uint64
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -489,13 +490,22 @@ def _compile(ctx: PlanContext, groups: Iterable[PlanGroup], reuse: Optional["Tra
         fast = _groups_fast(groups)
         if fast is not None:
             pb, ids, keep = fast
-            if reuse is not None and _into(co, pb.arg, pb.count, reuse, pb.slot, ids <= ctx._gil_ids):
-                return reuse
-            plan = _new_plan(co, pb.typed, len(groups))
-            del keep
-            return plan
+            try:
+                if reuse is not None and _into(co, pb.arg, pb.count, reuse, pb.slot, ids <= ctx._gil_ids):
+                    return reuse
+                return _new_plan(co, pb.typed, len(groups))
+            finally:
+                keep.clear()  # the buffers it pins released now, not kept by an error's traceback
     arr, n, keep = _groups(groups)
-    return _compile_checked(co, arr, n, reuse)
+    try:
+        return _compile_checked(co, arr, n, reuse)
+    except BaseException as e:
+        # The C structs refer to the pinned buffers (ctypes keeps what a field was set from):
+        # the error's traceback holds this frame and the ones below it, so none may keep them.
+        arr = None
+        keep.clear()
+        traceback.clear_frames(e.__traceback__)  # (skips this frame, still running)
+        raise
 
 
 def _compile_checked(co: _Owner, arr: Any, n: int, reuse: Optional["TransferPlan"]) -> "TransferPlan":

@@ -57,16 +57,16 @@ class _Packing:
     its two scratch words), its per-engine fields written once, and the made-once arguments of
     its calls. Whoever holds the packing is the only writer of its buffer and of its slot."""
 
-    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "single", "run")
+    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "single", "gil_ids", "free")
 
-    def __init__(self, req: "PlanRequest") -> None:
-        n = req._n
+    def __init__(self, layout: "_Layout") -> None:
+        n = layout.n
         trims = n * _PLAN_GROUP_SIZE
         self.buf = (ctypes.c_char * (trims + n * _TRIM_STRIDE))()
         base = ctypes.addressof(self.buf)
         self.mb = memoryview(self.buf).cast("B")
         self.q = self.mb.cast("Q")  # the scratch words, as uint64 (a store range-checks the id)
-        values = list(req._group_template)
+        values = list(layout.group_template)
         for i in range(n):  # each group points at its own trim in this buffer
             values[_GROUP_FIELDS * i + 2] = base + trims + i * _TRIM_STRIDE
         st = _GROUP_STRUCT.get(n)
@@ -76,7 +76,7 @@ class _Packing:
         # Per group: its window's byte offset, the word index of its local scratch id (the
         # remote one follows), the two scratch addresses, and its tokens per block (local, remote).
         self.groups: List[Tuple[int, int, int, int, int, int]] = []
-        for i, t in enumerate(req._trim_templates):
+        for i, t in enumerate(layout.trim_templates):
             at = trims + i * _TRIM_STRIDE
             _TRIM_STRUCT.pack_into(self.mb, at, *t)
             scratch = at + _TRIM_SIZE
@@ -85,8 +85,9 @@ class _Packing:
         self.typed = ctypes.cast(base, ctypes.POINTER(_ffi.PlanGroupC))
         self.count = ctypes.c_size_t(n)
         self.slot = _CallSlot()
-        self.single = [False] * n  # see _run_function
-        self.run = _run_function(self, req._gil_ids)
+        self.single = [False] * (n + 1)  # see _compile_function and _usual_block
+        self.gil_ids = layout.gil_ids
+        self.free = [True]  # not empty while no compile uses the packing (see _compile_function)
 
 
 _INT_ONLY = frozenset((int,))
@@ -141,12 +142,13 @@ def _other_ids(v: Any, pins: List[Any], q: Any, k: int, scratch: int) -> Optiona
     return ctypes.addressof(c), n
 
 
-def _fill_body(pk: _Packing, ind: str, per_group: Optional[str]) -> List[str]:
-    """The per-group blocks of the generated run (see :func:`_run_function`), indented by
-    ``ind``; ``per_group`` is None when ``h`` is already the one count for every group, else the
-    prefix of the names the hit counts were unpacked into (``h0``, ``h1``, ... checked to be ints
-    by the caller). A request the fast path does not take returns None. The common case of each group is tested first: two
-    ``array('Q')`` of one id each (a Mamba group), then two longer ``array('Q')``."""
+def _by_group_body(pk: _Packing, ind: str, per_group: Optional[str]) -> List[str]:
+    """The per-group blocks of the generated ``by_group`` (see :func:`_compile_function`),
+    indented by ``ind``; ``per_group`` is None when ``h`` is already the one count for every
+    group, else the prefix of the names the hit counts were unpacked into (``h0``, ``h1``, ...
+    checked to be ints by the caller). A request the fast path does not take raises ``Slow``.
+    The common case of each group is tested first: two ``array('Q')`` of one id each (a Mamba
+    group), then two longer ``array('Q')``."""
     out: List[str] = []
     for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
         counts = (at - _WINDOW_OFFSET + _ffi.GroupTrimInputC.remote_computed_tokens.offset) // 8
@@ -174,12 +176,12 @@ def _fill_body(pk: _Packing, ind: str, per_group: Optional[str]) -> List[str]:
             f"        window(mb, {at}, la, ln, ra, rn, {lpt}, {rpt}, c, h)",
             "        total += ln + rn",
             "    else:",
-            "        return None",
+            "        raise Slow",
             "else:  # lists, tuples, numpy, memoryviews",
             f"    a = other(x, pins, q, {k}, {sl})",
             f"    b = other(y, pins, q, {k + 1}, {sr})",
             "    if a is None or b is None:",
-            "        return None",
+            "        raise Slow",
             f"    S[{i}] = False",
             f"    window(mb, {at}, a[0], a[1], b[0], b[1], {lpt}, {rpt}, c, h)",
             "    total += a[1] + b[1]",
@@ -187,76 +189,296 @@ def _fill_body(pk: _Packing, ind: str, per_group: Optional[str]) -> List[str]:
     return [ind + line for line in out]
 
 
-def _unpack_hits(n: int, ind: str) -> List[str]:
-    """Lines unpacking the per-group hit counts H (a list or tuple of n) into h0..h{n-1},
-    returning None unless every one is an int."""
-    names = ", ".join(f"h{i}" for i in range(n))
-    checks = " or ".join(f"type(h{i}) is not int" for i in range(n))
-    return [ind + f"{names}{',' if n == 1 else ''} = H", ind + f"if {checks}:", ind + "    return None"]
-
-
-def _run_function(pk: _Packing, gil_ids: int) -> Any:
-    """The fast path of :meth:`PlanRequest.compile` for this packing, generated with its offsets
-    and addresses as constants and one block per group (no loop, no per-group lookup), written
-    twice (one hit count for every group, or one per group): ``run(local_blocks, remote_blocks,
-    computed_tokens, hit_tokens, pins, co, plan)`` writes every group's per-request fields,
-    pinning in ``pins`` every buffer the library will read in place, and, when ``plan`` is given
-    and can be rewritten now, recompiles it in place under the plan's lock and returns it (a
-    library error is raised as from :meth:`PlanRequest.compile`; ``_INTO`` is looked up in this
-    module per call, tests replace it). It returns ``_FILLED`` when the packing is written but
-    nothing was called (no plan, or one in use on another thread, closing, or viewed: the caller
-    compiles the packing into a new plan while ``pins`` lives), and None as soon as the request is
-    not n groups of ids the fast path takes (two ``array('Q')`` / ``array('L')`` (64-bit) or two
-    one-id arrays inline, anything else through :func:`_other_ids`) with int counts, or a value
-    is out of range: the caller then takes the checked path, which writes every window again
-    (and clears ``pk.single``) and names what is wrong.
-
-    ``pk.single[i]`` records that group i's window holds its one-id layout (ids in its scratch
-    words): the next one-id request then writes only the ids and the two token counts."""
+def _by_group_function(pk: _Packing) -> List[str]:
+    """The source of ``by_group(L, R, c, H, pins)``: the packing filled group by group, for any
+    request the fast path takes (see :func:`_other_ids`), pinning in ``pins`` what the library
+    reads in place; it returns how many ids are read in place, and raises ``Slow`` (or one of
+    ``_ERRORS``) for a request it does not take, to be named by the checked path. Written twice:
+    one hit count for every group, or one per group."""
     n = len(pk.groups)
-    lines = ["def run(L, R, c, H, pins, co, plan, q=q, mb=mb, window=window, S=S, A=A, QC=QC, other=other,",
-             "        type=type, len=len, int=int, memoryview=memoryview, M=M, arg=arg, count=count, slot=slot,",
-             "        ref=ref, filled=filled, fail=fail, errors=errors):",
+    names = ", ".join(f"h{i}" for i in range(n)) + ("," if n == 1 else "")
+    ints = " or ".join(f"type(h{i}) is not int" for i in range(n))
+    lines = ["def by_group(L, R, c, H, pins):",
+             f"    S[{n}] = False  # (see _usual_block)",
              f"    if type(c) is not int or len(L) != {n} or len(R) != {n}:",
-             "        return None",
+             "        raise Slow",
              "    total = 0",
-             "    try:",
-             "        if type(H) is int:  # one hit count for every group",
-             "            h = H"]
-    lines += _fill_body(pk, "            ", None)
-    lines += [f"        elif (type(H) is list or type(H) is tuple) and len(H) == {n}:"]
-    lines += _unpack_hits(n, "            ")
-    lines += _fill_body(pk, "            ", "h")
-    lines += ["        else:", "            return None",
-              "    except errors:",
-              "        return None",
-              "    if plan is None:",
-              "        return filled",
-              "    lock = plan._lock",
-              "    lock.acquire()",
-              "    try:",
-              "        if plan._in_flight or plan._closing or plan._viewed:  # (_exclusive implies _in_flight)",
-              "            return filled",
-              f"        status = (M._INTO or M._into_functions())[total <= {gil_ids}](co.arg, arg, count, plan._arg, ref)",
-              "    finally:",
-              "        lock.release()",
-              "    if status:",
-              "        fail(status, slot.err)",
-              "    return plan"]
+             "    if type(H) is int:  # one hit count for every group",
+             "        h = H"]
+    lines += _by_group_body(pk, "        ", None)
+    lines += [f"    elif (type(H) is list or type(H) is tuple) and len(H) == {n}:",
+              f"        {names} = H",
+              f"        if {ints}:",
+              "            raise Slow"]
+    lines += _by_group_body(pk, "        ", "h")
+    lines += ["    else:", "        raise Slow", "    return total"]
+    return lines
+
+
+def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
+    """Lines filling the packing for the layout's usual request at once, indented by ``ind``:
+    n groups, each Mamba group one id a side in two ``array``s (copied into its scratch words),
+    each other group two 64-bit ``array('Q')``/``('L')`` (pinned in ``p<i>a``/``p<i>b`` and read
+    in place), int counts. The groups are unpacked (another count raises ValueError: the checked
+    path names it), every condition is tested in one expression and every group is filled
+    without a branch of its own (fewer bytecodes than ``by_group``, see
+    :func:`_by_group_function`, which runs when a condition fails: nothing was written then).
+    ``S[n]`` records that every Mamba group's window holds its one-id layout, so that
+    only the ids and the two token counts are written."""
+    n = len(pk.groups)
+    mamba = [t[2] == GroupKind.MAMBA for t in layout.trim_templates]
+    xs = ", ".join(f"x{i}" for i in range(n)) + ("," if n == 1 else "")
+    ys = ", ".join(f"y{i}" for i in range(n)) + ("," if n == 1 else "")
+    hs = ", ".join(f"h{i}" for i in range(n)) + ("," if n == 1 else "")
+    types = [f"type({v}{i})" for i in range(n) for v in "xy"]
+    checks = ["type(c) is int is type(h0)", " is ".join(types[:1] + ["A"] + types[1:])]
+    singles = [i for i in range(n) if mamba[i]]
+    if singles:
+        checks.append(" == ".join(f"len({v}{i})" for i in singles for v in "xy") + " == 1")
+    checks += [f"x{i}.typecode in QC and y{i}.typecode in QC" for i in range(n) if not mamba[i]]
+    out = [
+        f"{xs} = L",
+        f"{ys} = R",
+        "if type(H) is int:  # one hit count for every group",
+        f"    {' = '.join(f'h{i}' for i in range(n))} = H",
+        "else:",
+        f"    {hs} = H",
+        f"    if not (int is {' is '.join(f'type(h{i})' for i in range(n))}):",
+        "        h0 = None  # fails the check below",
+        "if (" + checks[0],
+        *[f"        and {check}" for check in checks[1:-1]],
+        f"        and {checks[-1]}):",
+        f"    if not S[{n}]:  # the Mamba groups' windows take their one-id layout once",
+    ]
+    for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
+        if mamba[i]:
+            out += [f"        window(mb, {at}, {sl}, 1, {sr}, 1, {lpt}, {rpt}, 0, 0)", f"        S[{i}] = True"]
+        else:
+            out += [f"        S[{i}] = False"]
+    out += [f"        S[{n}] = True"]
+    for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
+        counts = (at - _WINDOW_OFFSET + _ffi.GroupTrimInputC.remote_computed_tokens.offset) // 8
+        if mamba[i]:
+            out += [f"    q[{k}] = x{i}[0]", f"    q[{k + 1}] = y{i}[0]", f"    q[{counts}] = c", f"    q[{counts + 1}] = h{i}"]
+        else:
+            out += [f"    p{i}a = memoryview(x{i})  # before the address is read: no resize until the call returned",
+                    f"    p{i}b = memoryview(y{i})",
+                    f"    la, ln = x{i}.buffer_info()",
+                    f"    ra, rn = y{i}.buffer_info()",
+                    f"    window(mb, {at}, la, ln, ra, rn, {lpt}, {rpt}, c, h{i})",
+                    "    total += ln + rn"]
+    out += ["else:  # group by group", "    pins = []", "    total = by_group(L, R, c, H, pins)"]
+    return [ind + line for line in out]
+
+
+class _Slow(Exception):
+    """Raised inside a generated compile when the request is not one its fast path takes."""
+
+
+def _compile_function(pk: _Packing, layout: "_Layout", pool: Optional[List[Any]]) -> Any:
+    """:meth:`PlanRequest.compile` for this packing, generated with its offsets and addresses as
+    constants (no loop, no per-group lookup), so that planning a request is one Python call
+    around the C call. It takes the packing (``free.pop()``: a thread that finds it in use goes
+    to ``pool``, the packings beyond the first, instead), writes every group's per-request
+    fields (:func:`_usual_block`, else ``by_group``), pins every buffer the library will read in
+    place, and, given a plan it may rewrite now, recompiles it in place under the plan's lock
+    (``_INTO`` is looked up in this module per call, tests replace it); without one, or with one
+    in use on another thread, closing or viewed, it compiles the packing into a new plan.
+
+    A request that is not n groups of ids the fast path takes (two ``array('Q')`` /
+    ``array('L')`` (64-bit) or two one-id arrays inline, anything else through
+    :func:`_other_ids`) with int counts, or a value out of range, goes to the checked path
+    (:func:`_checked`), which writes every window again (and clears ``pk.single``) and names
+    what is wrong. ``pk.single[i]`` records that group i's window holds its one-id layout (ids
+    in its scratch words): the next one-id request then writes only the ids and the two token
+    counts.
+
+    Nothing the function refers to refers back to it (no reference cycle): ``free`` holds a
+    token, not the packing, and ``pool`` holds the other packings' functions, which get no pool."""
+    n = len(pk.groups)
+    singles = [t[2] == GroupKind.MAMBA for t in layout.trim_templates]
+    pins = [f"p{i}a, p{i}b" for i in range(n) if not singles[i]] + ["pins"]
+    unpin = f"{', '.join(pins)} = {', '.join(['None'] * (len(pins) + sum(1 for s in singles if not s)))}"
+    body = [
+        "def compile(local_blocks, remote_blocks, computed_tokens, hit_tokens=0, reuse=None):",
+        "    try:",
+        "        co = holder[0]  # keeps the context alive until this returns",
+        "    except IndexError:",
+        "        raise ClosedError('pdkv.PlanContext') from None",
+        "    try:",
+        "        free.pop()",
+        "    except IndexError:  # another thread is compiling through this packing",
+        "        return busy(layout, pool, local_blocks, remote_blocks, computed_tokens, hit_tokens, reuse)",
+        "    try:",
+        "        L = local_blocks",
+        "        R = remote_blocks",
+        "        c = computed_tokens",
+        "        H = hit_tokens",
+        "        total = 0",
+        "        try:"]
+    body += _usual_block(pk, layout, "            ")
+    body += [
+        "        except errors:",
+        "            pass  # to the checked path, below (outside this block: its errors get no context)",
+        "        else:",
+        "            if type(reuse) is TP:",
+        "                lock = reuse._lock",
+        "                lock.acquire()",
+        "                try:",
+        "                    if reuse._in_flight or reuse._closing or reuse._viewed:  # (_exclusive implies _in_flight)",
+        "                        status = None",
+        "                    else:",
+        f"                        status = (M._INTO or M._into_functions())[total <= {pk.gil_ids}](co.arg, arg, count, reuse._arg, ref)",
+        "                finally:",
+        "                    lock.release()",
+        "                if not status:",
+        f"                    return reuse if status is not None else new_plan(co, typed, {n})",
+        f"                {unpin}  # not kept alive by the error's traceback",
+        "                fail(status, slot.err)",
+        "            if reuse is None:",
+        f"                return new_plan(co, typed, {n})",
+        "            # reuse of another type (refused by name) or a subclass: the checked path",
+        f"        {unpin}",
+        "        return checked(pk, co, L, R, c, H, reuse)",
+        "    finally:",
+        "        free.append(True)",
+    ]
     import sys
-    ns: Dict[str, Any] = {"q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into, "S": pk.single, "A": array.array,
-                          "QC": _Q_CODES, "other": _other_ids, "M": sys.modules[__name__], "arg": pk.arg,
-                          "count": pk.count, "slot": pk.slot, "ref": pk.slot.ref, "filled": _FILLED,
-                          "fail": _raise_compile_error, "errors": _ERRORS}
-    exec("\n".join(lines), ns)  # noqa: S102 - generated from ints of this module, nothing else
-    return ns["run"]
+    # Each function gets a globals dict of its own holding its constants: a global is read
+    # faster than a closure cell (a closure copies its ~30 cells into every call's frame). Each
+    # name is taken out of the dict it was defined in, so no function is reachable from its own
+    # globals (no reference cycle).
+    shared: Dict[str, Any] = {"S": pk.single, "q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into,
+                              "A": array.array, "QC": _Q_CODES, "Slow": _Slow}
+    fill_ns = dict(shared, other=_other_ids)
+    ns = dict(shared, layout=layout, pool=pool, holder=layout.holder, free=pk.free, busy=_compile_busy,
+              checked=_checked, ClosedError=ClosedError, M=sys.modules[__name__], arg=pk.arg, count=pk.count,
+              slot=pk.slot, ref=pk.slot.ref, fail=_raise_compile_error, errors=_ERRORS + (_Slow,),
+              TP=TransferPlan, new_plan=_new_plan, typed=pk.typed, pk=pk)
+    # noqa: S102 below - generated from ints of this module, nothing else
+    exec("\n".join(_by_group_function(pk)), fill_ns)  # noqa: S102
+    ns["by_group"] = fill_ns.pop("by_group")
+    exec("\n".join(body), ns)  # noqa: S102
+    fn = ns.pop("compile")
+    fn.__doc__ = PlanRequest.compile.__doc__
+    fn.__qualname__ = "PlanRequest.compile"
+    return fn
 
 
 def _raise_compile_error(status: int, err: Any) -> None:
     raise error_from("pdkv_transfer_plan_compile_into", status, err)
 
 
-_FILLED = object()  # run(): the packing is written, nothing was called
+class _Layout:
+    """What every packing of one :class:`PlanRequest` is made from (its context, its group
+    structs' per-engine fields) and the packings not in use beyond the first. The generated
+    compile functions hold this, not the PlanRequest, so nothing refers back to it."""
+
+    __slots__ = ("ctx", "holder", "gil_ids", "n", "keep", "group_template", "trim_templates")
+
+    def __init__(self, ctx: PlanContext, items: List[PlanGroup]) -> None:
+        self.ctx = ctx  # kept alive while a compile function lives
+        self.holder = ctx._owner_holder
+        self.gil_ids = ctx._gil_ids
+        self.n = len(items)
+        self.keep: List[Any] = []
+        self.group_template: List[Any] = []
+        self.trim_templates: List[Tuple[Any, ...]] = []
+        for i, g in enumerate(items):
+            c, _ = g.trim._to_c()
+            # The library checks these per call; a layout that can never plan is refused here.
+            for field, value, enum in (("kind", c.kind, GroupKind), ("cache_mode", c.cache_mode, MambaCacheMode)):
+                if value not in {int(e) for e in enum}:
+                    raise error_for(Status.INVALID_ARGUMENT,
+                                    f"groups[{i}].trim.{field} = {value} is not a {enum.__name__} value")
+            regions, nr = _regions(i, g.regions)
+            layers, nl = _regions(i, g.layers, "layers")
+            self.keep += [regions, layers]
+            self.group_template += [_PLAN_GROUP_SIZE, 0, None, ctypes.addressof(regions) if nr else 0, nr,
+                                    ctypes.addressof(layers) if nl else 0, nl]
+            self.trim_templates.append((
+                _TRIM_SIZE, c.field_mask, c.kind, c.cache_mode, 0, 0, 0, 0, c.local_tokens_per_block,
+                c.remote_tokens_per_block, 0, 0, c.sliding_window, c.local_first_block, c.remote_first_block,
+                c.local_kernel_blocks_per_id, c.remote_kernel_blocks_per_id))
+
+
+def _compile_busy(layout: _Layout, pool: List[Any], local_blocks: Sequence[Any], remote_blocks: Sequence[Any],
+                  computed_tokens: int, hit_tokens: Union[int, Sequence[int]],
+                  reuse: Optional[TransferPlan]) -> TransferPlan:
+    """A compile that found the first packing in use by another thread: through another one,
+    from ``pool`` (the compile functions of the packings beyond the first that are not in use;
+    list.pop / append are atomic), or a new one when every packing is in use."""
+    try:
+        fn = pool.pop()
+    except IndexError:
+        fn = _compile_function(_Packing(layout), layout, None)  # (only its owner calls it: never busy)
+    try:
+        return fn(local_blocks, remote_blocks, computed_tokens, hit_tokens, reuse)  # type: ignore[no-any-return]
+    finally:
+        pool.append(fn)
+
+
+def _checked(pk: _Packing, co: Any, local_blocks: Sequence[Any], remote_blocks: Sequence[Any],
+             computed_tokens: int, hit_tokens: Union[int, Sequence[int]], reuse: Optional[TransferPlan]) -> TransferPlan:
+    """The checked path of a compile holding ``pk``: every value converted and checked (errors
+    name the argument), then the same call as the fast path."""
+    _check_reuse(reuse)
+    pins: List[Any] = []  # every buffer read in place, pinned until the call returned
+    try:
+        ids = _pack(pk, local_blocks, remote_blocks, computed_tokens, hit_tokens, pins)
+        if reuse is not None:
+            # The plan's lock is held for the call, so no other use of the plan starts or ends meanwhile.
+            plock = reuse._lock
+            plock.acquire()
+            try:
+                if not (reuse._in_flight or reuse._exclusive or reuse._closing or reuse._viewed):
+                    status = (_INTO or _into_functions())[ids <= pk.gil_ids](co.arg, pk.arg, pk.count, reuse._arg,
+                                                                             pk.slot.ref)
+                    if not status:
+                        return reuse
+                    raise error_from("pdkv_transfer_plan_compile_into", status, pk.slot.err)
+            finally:
+                plock.release()
+        return _new_plan(co, pk.typed, len(pk.groups))
+    finally:
+        pins.clear()  # released now, not kept pinned by an error's traceback
+
+
+def _pack(packing: _Packing, local_blocks: Sequence[Any], remote_blocks: Sequence[Any],
+          computed_tokens: int, hit_tokens: Union[int, Sequence[int]], pins: List[Any]) -> int:
+    """Writes the request's values into ``packing``, each checked (errors name the argument),
+    pins what must stay alive, and returns how many ids the request passes."""
+    n = len(packing.groups)
+    packing.single[:] = [False] * (n + 1)  # every window is rewritten below (see _compile_function)
+    if len(local_blocks) != n or len(remote_blocks) != n:
+        raise ValueError(f"this PlanRequest has {n} groups: pass {n} local_blocks and {n} remote_blocks "
+                         f"(got {len(local_blocks)} and {len(remote_blocks)})")
+    computed_tokens = u64("computed_tokens", computed_tokens)
+    if type(hit_tokens) is int or isinstance(hit_tokens, bool) or not hasattr(hit_tokens, "__iter__"):
+        hits = [u64("hit_tokens", hit_tokens)] * n
+    else:
+        hits = list(hit_tokens)
+        if len(hits) != n:
+            raise ValueError(f"hit_tokens: pass one count or {n} (one per group), got {len(hits)}")
+        hits = [u64(f"hit_tokens[{i}]", h) for i, h in enumerate(hits)]
+    total = 0
+    for i, (at, _k, _sl, _sr, lpt, rpt) in enumerate(packing.groups):
+        la, ln = _ids(f"local_blocks[{i}]", local_blocks[i], pins)
+        ra, rn = _ids(f"remote_blocks[{i}]", remote_blocks[i], pins)
+        _WINDOW.pack_into(packing.mb, at, la, ln, ra, rn, lpt, rpt, computed_tokens, hits[i])
+        total += ln + rn
+    return total
+
+
+def _ids(name: str, values: Any, pins: List[Any]) -> Tuple[int, int]:
+    """(address, count) of block ids: unsigned 64-bit buffers in place (pinned), sequences of
+    ints converted (each checked, naming the offender)."""
+    hit = _ids_address(values, name)
+    if hit is None:
+        arr, count = u64_array(name, values)
+        hit = (ctypes.addressof(arr) if count else 0, count, arr)
+    pins.append(hit[2])
+    return hit[0], hit[1]
 
 
 class PlanRequest:
@@ -281,37 +503,17 @@ class PlanRequest:
         # The checked path validates every field once and names the offending one.
         _arr, _n, keep = _groups(items)
         del _arr, keep
-        self._ctx = ctx
-        self._ctx_holder = ctx._owner_holder
-        self._gil_ids = ctx._gil_ids
-        self._n = len(items)
-        self._keep: List[Any] = []
-        self._group_template: List[Any] = []
-        self._trim_templates: List[Tuple[Any, ...]] = []
-        for i, g in enumerate(items):
-            c, _ = g.trim._to_c()
-            # The library checks these per call; a layout that can never plan is refused here.
-            for field, value, enum in (("kind", c.kind, GroupKind), ("cache_mode", c.cache_mode, MambaCacheMode)):
-                if value not in {int(e) for e in enum}:
-                    raise error_for(Status.INVALID_ARGUMENT,
-                                    f"groups[{i}].trim.{field} = {value} is not a {enum.__name__} value")
-            regions, nr = _regions(i, g.regions)
-            layers, nl = _regions(i, g.layers, "layers")
-            self._keep += [regions, layers]
-            self._group_template += [_PLAN_GROUP_SIZE, 0, None, ctypes.addressof(regions) if nr else 0, nr,
-                                     ctypes.addressof(layers) if nl else 0, nl]
-            self._trim_templates.append((
-                _TRIM_SIZE, c.field_mask, c.kind, c.cache_mode, 0, 0, 0, 0, c.local_tokens_per_block,
-                c.remote_tokens_per_block, 0, 0, c.sliding_window, c.local_first_block, c.remote_first_block,
-                c.local_kernel_blocks_per_id, c.remote_kernel_blocks_per_id))
-        # Packings not in use: a compile pops one (or makes one when several threads compile at
-        # once) and puts it back (list.pop / append are atomic).
-        self._pool = [_Packing(self)]
+        self._layout = _Layout(ctx, items)
+        # req.compile(...) is the first packing's generated function itself, stored on the
+        # instance so that it shadows the method below: one Python call per request, not two.
+        # Nothing it refers to refers back to it or to this object (no reference cycle).
+        self._compile = _compile_function(_Packing(self._layout), self._layout, [])
+        self.__dict__["compile"] = self._compile
 
     @property
     def num_groups(self) -> int:
         """How many groups each request passes."""
-        return self._n
+        return self._layout.n
 
     def compile(self, local_blocks: Sequence[Any], remote_blocks: Sequence[Any], computed_tokens: int,
                 hit_tokens: Union[int, Sequence[int]] = 0,
@@ -327,80 +529,9 @@ class PlanRequest:
         The ids are read by the library during the call: a buffer used in place is pinned (it
         cannot be resized meanwhile: resizing raises BufferError), and a group passing one id
         per side has them copied. A request of few ids (see ``_GIL_WORK`` in plan.py: up to 256
-        ids with six regions) is planned with the GIL held, a larger one releases it."""
-        # Everything below runs once per request: every Python operation counts.
-        try:
-            co = self._ctx_holder[0]  # keeps the context alive until this returns
-        except IndexError:
-            raise ClosedError("pdkv.PlanContext") from None
-        pool = self._pool
-        try:
-            pk = pool.pop()
-        except IndexError:  # every packing is in use by another thread
-            pk = _Packing(self)
-        try:
-            if reuse is not None and type(reuse) is not TransferPlan:
-                _check_reuse(reuse)
-            pins: List[Any] = []  # every buffer read in place, pinned until the call returned
-            # The usual request: one generated function fills the packing and makes the call.
-            done = pk.run(local_blocks, remote_blocks, computed_tokens, hit_tokens, pins, co, reuse)
-            if done is _FILLED:
-                return _new_plan(co, pk.typed, self._n)
-            if done is not None:
-                return reuse  # type: ignore[return-value]  # (done is reuse)
-            # Anything else: the checked path, which names what is wrong.
-            pins.clear()
-            ids = self._pack(pk, local_blocks, remote_blocks, computed_tokens, hit_tokens, pins)
-            if reuse is not None:
-                # plan._into inlined (one Python call less per request): the plan's lock is held
-                # for the call, so no other use of the plan starts or ends meanwhile.
-                plock = reuse._lock
-                plock.acquire()
-                try:
-                    if not (reuse._in_flight or reuse._exclusive or reuse._closing or reuse._viewed):
-                        status = (_INTO or _into_functions())[ids <= self._gil_ids](
-                            co.arg, pk.arg, pk.count, reuse._arg, pk.slot.ref)
-                        if not status:
-                            return reuse
-                        raise error_from("pdkv_transfer_plan_compile_into", status, pk.slot.err)
-                finally:
-                    plock.release()
-            return _new_plan(co, pk.typed, self._n)
-        finally:
-            pool.append(pk)
+        ids with six regions) is planned with the GIL held, a larger one releases it.
 
-    def _pack(self, packing: _Packing, local_blocks: Sequence[Any], remote_blocks: Sequence[Any],
-              computed_tokens: int, hit_tokens: Union[int, Sequence[int]], pins: List[Any]) -> int:
-        """Writes the request's values into ``packing``, each checked (errors name the argument),
-        pins what must stay alive, and returns how many ids the request passes."""
-        n = self._n
-        packing.single[:] = [False] * n  # every window is rewritten below (see _run_function)
-        if len(local_blocks) != n or len(remote_blocks) != n:
-            raise ValueError(f"this PlanRequest has {n} groups: pass {n} local_blocks and {n} remote_blocks "
-                             f"(got {len(local_blocks)} and {len(remote_blocks)})")
-        computed_tokens = u64("computed_tokens", computed_tokens)
-        if type(hit_tokens) is int or isinstance(hit_tokens, bool) or not hasattr(hit_tokens, "__iter__"):
-            hits = [u64("hit_tokens", hit_tokens)] * n
-        else:
-            hits = list(hit_tokens)
-            if len(hits) != n:
-                raise ValueError(f"hit_tokens: pass one count or {n} (one per group), got {len(hits)}")
-            hits = [u64(f"hit_tokens[{i}]", h) for i, h in enumerate(hits)]
-        total = 0
-        for i, (at, _k, _sl, _sr, lpt, rpt) in enumerate(packing.groups):
-            la, ln = self._ids(f"local_blocks[{i}]", local_blocks[i], pins)
-            ra, rn = self._ids(f"remote_blocks[{i}]", remote_blocks[i], pins)
-            _WINDOW.pack_into(packing.mb, at, la, ln, ra, rn, lpt, rpt, computed_tokens, hits[i])
-            total += ln + rn
-        return total
-
-    @staticmethod
-    def _ids(name: str, values: Any, pins: List[Any]) -> Tuple[int, int]:
-        """(address, count) of block ids: unsigned 64-bit buffers in place (pinned), sequences
-        of ints converted (each checked, naming the offender)."""
-        hit = _ids_address(values, name)
-        if hit is None:
-            arr, count = u64_array(name, values)
-            hit = (ctypes.addressof(arr) if count else 0, count, arr)
-        pins.append(hit[2])
-        return hit[0], hit[1]
+        (On an instance this name is the generated function of :func:`_compile_function`; this
+        method, reached only through the class, calls it.)"""
+        return self._compile(local_blocks, remote_blocks, computed_tokens,  # type: ignore[no-any-return]
+                             hit_tokens, reuse)

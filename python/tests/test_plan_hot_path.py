@@ -555,3 +555,117 @@ def test_close_racing_compiles_from_threads() -> None:
         assert all(g() is None for g in gone), "a C object outlived every user"
         for h in handles:
             h.close()
+
+
+def test_usual_and_group_by_group_requests_share_one_packing(ctx: pdkv.PlanContext) -> None:
+    """One PlanRequest and one reused plan through requests that alternate between the layout's
+    usual request (every Mamba group one id a side, filled at once) and requests filled group by
+    group (a Mamba group passing several ids, lists, one-id attention, a library refusal midway),
+    each planned as the checked path plans it: neither fill may rely on a window the other
+    rewrote (a Mamba group's window left pointing at an earlier request's ids would read them)."""
+    req = ctx.prepare(layout(True))
+    plan = pdkv.TransferPlan.empty()
+    computed = 3 * BLOCK - 1
+    attn_l, attn_r = [3, 4, 10], [20, 5, 6]
+    requests: List[Tuple[List[Any], List[Any], Any]] = [
+        ([[60], [61], attn_l], [[62], [63], attn_r], 0),                   # usual
+        ([[60], [61], attn_l], [[62, 30], [63], attn_r], [0, 0, 0]),      # Mamba group 0: 2 P ids
+        ([[57], [58], attn_l], [[31], [32], attn_r], 0),                   # usual again
+        ([[57], [58], attn_l], [[31], [32], attn_r], [BLOCK, 0, BLOCK]),   # usual, per-group hits
+        ([[59], [56], [3]], [[33], [34], [20]], 0),                        # attention one id a side
+        ([[55], [54], attn_l], [[35], [36], attn_r], 0),                   # usual
+        ([[55], [54], attn_l], [[35, 37, 38], [36], attn_r], 0),           # several ids again
+        ([[60], [61], attn_l], [[62], [63], attn_r], 0),                   # usual
+    ]
+    for step, (local, remote, hits) in enumerate(requests):
+        n_ids = len(local[2])
+        c = n_ids * BLOCK - 1 if n_ids < 3 else computed
+        per_group = hits if isinstance(hits, list) else [hits] * 3
+        want = checked_json(ctx, checked_groups(True, local, remote, c, per_group))
+        got = req.compile([array("Q", x) for x in local], [array("Q", x) for x in remote], c, hits, reuse=plan)
+        assert got is plan and plan.to_json() == want, f"request {step}"
+        if step == 2:  # a refusal by the library from the usual fill, then the usual request again
+            with pytest.raises(pdkv.CoverageError):
+                req.compile([array("Q", [57]), array("Q", [58]), array("Q", [3])], [array("Q", x) for x in remote],
+                            c, hits, reuse=plan)  # D's one attention block cannot hold the 3 blocks P sends
+            with pytest.raises(pdkv.InvalidArgumentError, match=r"local_blocks\[1\]\[0\] = -58"):
+                req.compile([array("Q", [57]), array("q", [-58]), array("Q", attn_l)],
+                            [array("Q", x) for x in remote], c, hits, reuse=plan)
+            assert req.compile([array("Q", x) for x in local], [array("Q", x) for x in remote], c, hits,
+                               reuse=plan) is plan
+            assert plan.to_json() == want
+
+
+@pytest.mark.parametrize("path", ["usual", "group by group", "checked", "ctx.compile", "ctx.compile checked"])
+def test_an_error_leaves_no_buffer_pinned(ctx: pdkv.PlanContext, path: str) -> None:
+    """A compile that raises releases every buffer it pinned: with the error (and its traceback,
+    which holds the compile's frames) still alive, the id arrays can be resized. The error has
+    no internal exception chained to it. Through PlanRequest.compile's three paths and
+    PlanContext.compile's two."""
+    req = ctx.prepare(layout(True))
+    attn_l, attn_r = array("Q", [3, 4]), array("Q", [20, 5, 6])  # D's 2 blocks cannot hold P's 3
+    mamba_l: List[Any] = [array("Q", [60]), array("Q", [61])]
+    if path == "group by group":
+        mamba_l = [[60], array("Q", [61])]  # a list: filled group by group, ids copied
+    local: List[Any] = mamba_l + [attn_l]
+    if path == "checked":  # read-only ids: the checked path copies them (and pins attn_r)
+        local[2] = memoryview(attn_l.tobytes()).cast("Q")
+    remote = [array("Q", [62]), array("Q", [63]), attn_r]
+    with pytest.raises(pdkv.CoverageError) as info:
+        if path.startswith("ctx.compile"):
+            groups = [pdkv.PlanGroup(pdkv.GroupTrimInput(
+                g.trim.kind, lb, rb, remote_computed_tokens=3 * BLOCK - 1,
+                local_kernel_blocks_per_id=g.trim.local_kernel_blocks_per_id,
+                remote_kernel_blocks_per_id=g.trim.remote_kernel_blocks_per_id), g.regions)
+                for g, lb, rb in zip(layout(True), local, remote)]
+            # Groups from an iterator: the checked packing, group by group.
+            ctx.compile(iter(groups) if path.endswith("checked") else groups, reuse=pdkv.TransferPlan.empty())
+        else:
+            req.compile(local, remote, 3 * BLOCK - 1, 0, reuse=pdkv.TransferPlan.empty())
+    err = info.value
+    assert err.__context__ is None and err.__cause__ is None
+    attn_l.append(11)  # BufferError if the error's traceback still held a pin
+    attn_r.append(7)
+    del err
+
+
+def test_a_prepared_request_needs_no_cycle_collector(ctx: pdkv.PlanContext) -> None:
+    """Dropping a PlanRequest frees it and its compile functions at once, the extra packings
+    made for a compile that found the first one in use included (no reference cycle); and its
+    compile function alone keeps everything it needs alive."""
+    import weakref
+
+    local = [array("Q", [60]), array("Q", [61]), array("Q", [3, 4, 10])]
+    remote = [array("Q", [62]), array("Q", [63]), array("Q", [20, 5, 6])]
+    computed = 3 * BLOCK - 1
+    want = checked_json(ctx, checked_groups(True, [[60], [61], [3, 4, 10]], [[62], [63], [20, 5, 6]],
+                                            computed, [0, 0, 0]))
+    gc.collect()
+    gc.disable()
+    try:
+        req = ctx.prepare(layout(True))
+        inner: List[str] = []
+
+        class Reentering(list):  # type: ignore[type-arg]
+            """Local ids whose iteration plans a request through the same PlanRequest: the inner
+            compile finds the first packing in use and makes another."""
+
+            def __iter__(self) -> Any:
+                if not inner:
+                    inner.append(req.compile(local, remote, computed).to_json())
+                return super().__iter__()
+
+        assert req.compile(Reentering(local), remote, computed).to_json() == want
+        assert inner == [want]
+        pool = req.compile.__globals__["pool"]
+        assert len(pool) == 1
+        refs: List[Any] = [weakref.ref(req), weakref.ref(req.compile), weakref.ref(pool[0])]
+        del pool, Reentering
+        fn = req.compile
+        del req
+        assert refs[0]() is None  # the request itself; its first function lives on in fn
+        assert fn(local, remote, computed).to_json() == want
+        del fn
+        assert [r() for r in refs] == [None, None, None]
+    finally:
+        gc.enable()
