@@ -45,30 +45,32 @@ _WINDOW = struct.Struct("@" + _TRIM_FORMAT[4:12])
 _WINDOW_OFFSET = _ffi.GroupTrimInputC.local_blocks.offset
 assert _TRIM_FORMAT[4:12] == "PNPNQQQQ" and _ffi.GroupTrimInputC.local_hit_tokens.offset + 8 == _WINDOW_OFFSET + _WINDOW.size
 _GROUP_FIELDS = len(_GROUP_FORMAT)
-# In a packing each trim is followed by two 8-byte words: a group's local and remote id when it
-# passes one each (a Mamba group's usual request), copied there instead of pinning its buffer.
-_TRIM_STRIDE = _TRIM_SIZE + 16
+# After its trims a packing has two 8-byte scratch words per group: a group's local and remote id
+# when it passes one each (a Mamba group's usual request), copied there instead of pinning its
+# buffer. The Mamba groups' words come first, in group order, so that the usual request writes
+# them all with one struct pack.
 _GROUP_STRUCT: Dict[int, struct.Struct] = {}  # n -> struct of n pdkv_plan_group_t
 _TRIM_STRUCT = struct.Struct("@" + _TRIM_FORMAT)
 
 
 class _Packing:
-    """One packed copy of the groups array (n pdkv_plan_group_t, then their n trims, each with
-    its two scratch words), its per-engine fields written once, and the made-once arguments of
-    its calls. Whoever holds the packing is the only writer of its buffer and of its slot."""
+    """One packed copy of the groups array (n pdkv_plan_group_t, then their n trims, then two
+    scratch words per group), its per-engine fields written once, and the made-once arguments
+    of its calls. Whoever holds the packing is the only writer of its buffer and of its slot."""
 
     __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "single", "gil_ids", "free")
 
     def __init__(self, layout: "_Layout") -> None:
         n = layout.n
         trims = n * _PLAN_GROUP_SIZE
-        self.buf = (ctypes.c_char * (trims + n * _TRIM_STRIDE))()
+        words = trims + n * _TRIM_SIZE  # where the scratch words start
+        self.buf = (ctypes.c_char * (words + n * 16))()
         base = ctypes.addressof(self.buf)
         self.mb = memoryview(self.buf).cast("B")
         self.q = self.mb.cast("Q")  # the scratch words, as uint64 (a store range-checks the id)
         values = list(layout.group_template)
         for i in range(n):  # each group points at its own trim in this buffer
-            values[_GROUP_FIELDS * i + 2] = base + trims + i * _TRIM_STRIDE
+            values[_GROUP_FIELDS * i + 2] = base + trims + i * _TRIM_SIZE
         st = _GROUP_STRUCT.get(n)
         if st is None:
             st = _GROUP_STRUCT.setdefault(n, struct.Struct("@" + _GROUP_FORMAT * n))
@@ -76,10 +78,11 @@ class _Packing:
         # Per group: its window's byte offset, the word index of its local scratch id (the
         # remote one follows), the two scratch addresses, and its tokens per block (local, remote).
         self.groups: List[Tuple[int, int, int, int, int, int]] = []
+        order = sorted(range(n), key=lambda i: bool(layout.trim_templates[i][2] != GroupKind.MAMBA))  # stable
         for i, t in enumerate(layout.trim_templates):
-            at = trims + i * _TRIM_STRIDE
+            at = trims + i * _TRIM_SIZE
             _TRIM_STRUCT.pack_into(self.mb, at, *t)
-            scratch = at + _TRIM_SIZE
+            scratch = words + order.index(i) * 16
             self.groups.append((at + _WINDOW_OFFSET, scratch // 8, base + scratch, base + scratch + 8, t[8], t[9]))
         self.arg = ctypes.c_void_p(base)
         self.typed = ctypes.cast(base, ctypes.POINTER(_ffi.PlanGroupC))
@@ -256,10 +259,13 @@ def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
         else:
             out += [f"        S[{i}] = False"]
     out += [f"        S[{n}] = True"]
+    if singles:  # their scratch words are contiguous (see _Packing), from the first one's
+        ids = ", ".join(f"x{i}[0], y{i}[0]" for i in singles)
+        out += [f"    words(mb, {pk.groups[singles[0]][1] * 8}, {ids})"]
     for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
         counts = (at - _WINDOW_OFFSET + _ffi.GroupTrimInputC.remote_computed_tokens.offset) // 8
         if mamba[i]:
-            out += [f"    q[{k}] = x{i}[0]", f"    q[{k + 1}] = y{i}[0]", f"    q[{counts}] = c", f"    q[{counts + 1}] = h{i}"]
+            out += [f"    q[{counts}] = c", f"    q[{counts + 1}] = h{i}"]
         else:
             out += [f"    p{i}a = memoryview(x{i})  # before the address is read: no resize until the call returned",
                     f"    p{i}b = memoryview(y{i})",
@@ -349,6 +355,7 @@ def _compile_function(pk: _Packing, layout: "_Layout", pool: Optional[List[Any]]
     # name is taken out of the dict it was defined in, so no function is reachable from its own
     # globals (no reference cycle).
     shared: Dict[str, Any] = {"S": pk.single, "q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into,
+                              "words": struct.Struct(f"@{2 * sum(singles)}Q").pack_into,
                               "A": array.array, "QC": _Q_CODES, "Slow": _Slow}
     fill_ns = dict(shared, other=_other_ids)
     ns = dict(shared, layout=layout, pool=pool, holder=layout.holder, free=pk.free, busy=_compile_busy,

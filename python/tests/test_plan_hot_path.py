@@ -557,13 +557,19 @@ def test_close_racing_compiles_from_threads() -> None:
             h.close()
 
 
-def test_usual_and_group_by_group_requests_share_one_packing(ctx: pdkv.PlanContext) -> None:
+@pytest.mark.parametrize("order", [(0, 1, 2), (0, 2, 1), (2, 0, 1)])
+def test_usual_and_group_by_group_requests_share_one_packing(ctx: pdkv.PlanContext, order: Tuple[int, ...]) -> None:
     """One PlanRequest and one reused plan through requests that alternate between the layout's
     usual request (every Mamba group one id a side, filled at once) and requests filled group by
     group (a Mamba group passing several ids, lists, one-id attention, a library refusal midway),
     each planned as the checked path plans it: neither fill may rely on a window the other
-    rewrote (a Mamba group's window left pointing at an earlier request's ids would read them)."""
-    req = ctx.prepare(layout(True))
+    rewrote (a Mamba group's window left pointing at an earlier request's ids would read them).
+    With the groups in other orders too (attention between the Mamba groups, or first)."""
+
+    def perm(items: List[Any]) -> List[Any]:
+        return [items[o] for o in order]
+
+    req = ctx.prepare(perm(layout(True)))
     plan = pdkv.TransferPlan.empty()
     computed = 3 * BLOCK - 1
     attn_l, attn_r = [3, 4, 10], [20, 5, 6]
@@ -581,18 +587,18 @@ def test_usual_and_group_by_group_requests_share_one_packing(ctx: pdkv.PlanConte
         n_ids = len(local[2])
         c = n_ids * BLOCK - 1 if n_ids < 3 else computed
         per_group = hits if isinstance(hits, list) else [hits] * 3
-        want = checked_json(ctx, checked_groups(True, local, remote, c, per_group))
-        got = req.compile([array("Q", x) for x in local], [array("Q", x) for x in remote], c, hits, reuse=plan)
+        want = checked_json(ctx, perm(checked_groups(True, local, remote, c, per_group)))
+        arrays = (perm([array("Q", x) for x in local]), perm([array("Q", x) for x in remote]))
+        got = req.compile(*arrays, c, perm(hits) if isinstance(hits, list) else hits, reuse=plan)
         assert got is plan and plan.to_json() == want, f"request {step}"
-        if step == 2:  # a refusal by the library from the usual fill, then the usual request again
+        if step == 2:  # refusals (by the library, by the binding) from the usual fill, then it again
             with pytest.raises(pdkv.CoverageError):
-                req.compile([array("Q", [57]), array("Q", [58]), array("Q", [3])], [array("Q", x) for x in remote],
-                            c, hits, reuse=plan)  # D's one attention block cannot hold the 3 blocks P sends
-            with pytest.raises(pdkv.InvalidArgumentError, match=r"local_blocks\[1\]\[0\] = -58"):
-                req.compile([array("Q", [57]), array("q", [-58]), array("Q", attn_l)],
-                            [array("Q", x) for x in remote], c, hits, reuse=plan)
-            assert req.compile([array("Q", x) for x in local], [array("Q", x) for x in remote], c, hits,
-                               reuse=plan) is plan
+                req.compile(perm([array("Q", [57]), array("Q", [58]), array("Q", [3])]), arrays[1], c, hits,
+                            reuse=plan)  # D's one attention block cannot hold the 3 blocks P sends
+            with pytest.raises(pdkv.InvalidArgumentError, match=rf"local_blocks\[{order.index(1)}\]\[0\] = -58"):
+                req.compile(perm([array("Q", [57]), array("q", [-58]), array("Q", attn_l)]), arrays[1], c, hits,
+                            reuse=plan)
+            assert req.compile(*arrays, c, hits, reuse=plan) is plan
             assert plan.to_json() == want
 
 
