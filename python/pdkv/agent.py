@@ -17,6 +17,7 @@ import collections
 import ctypes
 import dataclasses
 import math
+import os
 import select
 import threading
 import time
@@ -47,8 +48,6 @@ _U64_MAX = (1 << 64) - 1
 _U32_MAX = (1 << 32) - 1
 #: Longest single blocking C wait: close() and KeyboardInterrupt are noticed within this.
 _WAIT_SLICE = 0.05
-# Longest sleep of wait_notification on the event fd between checks for a close().
-_NOTIFY_SLICE = 0.1
 
 
 def _millis(name: str, seconds: Any, *, max_ms: int = _U64_MAX) -> int:
@@ -264,8 +263,12 @@ class Agent(Handle):
             mask |= bits["PDKV_AGENT_FIELD_SEAL_DATA"]
         o.field_mask = mask
         out = POINTER(_ffi.AgentT)()
+        wake = _Wake()
         try:
             call("pdkv_agent_new", byref(o), byref(out))
+        except BaseException:
+            wake.close()
+            raise
         finally:
             if key_buf is not None:  # the library keeps its own copy: zero this one now
                 ctypes.memset(key_buf, 0, ctypes.sizeof(key_buf))
@@ -277,9 +280,37 @@ class Agent(Handle):
         # others through this condition when notifications come into _pending.
         self._pending_cond = threading.Condition(self._pending_lock)
         self._leading = False
+        # close() signals _wake (once: _wake_signalled) so that the waiter sleeping in poll() on
+        # the event fd and on it wakes at once; the descriptor is closed when the last of the
+        # wait_notification calls counted in _notify_waiters leaves after that, or when the
+        # agent is collected (_wake_finalizer). All three guarded by _pending_lock.
+        self._wake = wake
+        self._wake_signalled = False
+        self._notify_waiters = 0
+        self._wake_finalizer = weakref.finalize(self, wake.close)
         self._adopt(out)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _free_agent, out, self._pins)
+
+    @outside_operation  # not an operation: Handle.close waits for this agent's operations
+    def close(self) -> None:
+        """Shuts the agent down and frees it (see :class:`Agent`). Idempotent; waits for the
+        calls in flight on other threads, and ends their :meth:`wait_notification` at once
+        (:class:`pdkv.ClosedError`)."""
+        cond = getattr(self, "_pending_cond", None)
+        if cond is None:  # construction failed
+            Handle.close(self)
+            return
+        with cond:
+            signal = not self._wake_signalled
+            self._wake_signalled = True
+        if signal:  # open: only a close that finds it signalled, or the finalizer, closes it
+            self._wake.signal()
+        Handle.close(self)
+        with cond:
+            idle = self._notify_waiters == 0
+        if idle:  # else the last waiter to leave closes it
+            self._wake_finalizer()
 
     def info(self) -> AgentInfo:
         """The agent's scalars."""
@@ -489,14 +520,23 @@ class Agent(Handle):
         when a notification arrives or progress has work, not on a timer. Several threads may
         wait at once, with different predicates: one of them sleeps on the descriptor and the
         others on a condition, woken whenever notifications are taken into the shared queue (by
-        any waiter). Each sleep on the descriptor lasts at most 0.1 s, so a wait notices a
-        ``close()`` from another thread (:class:`pdkv.ClosedError`); Ctrl-C interrupts it."""
+        any waiter). The sleep lasts until the timeout, without waking in between when nothing
+        happens: ``close()`` from another thread wakes it through a descriptor of the binding's
+        own, polled with the event fd, and the wait raises :class:`pdkv.ClosedError`; Ctrl-C
+        interrupts it (KeyboardInterrupt, on the main thread)."""
         end = None if timeout is None else time.monotonic() + _millis("timeout", timeout) / 1000
         cond = self._pending_cond
         fd = self.event_fd()
+        with cond:
+            if self._wake_signalled:  # close() began: its descriptor may be gone
+                raise ClosedError("pdkv.Agent")
+            self._notify_waiters += 1  # _wake stays open until this wait leaves
         leading = False  # this thread sleeps on the event fd; the other waiters on cond
         ready = True  # drive progress before the next look (first look, or the fd was readable)
         try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.register(self._wake.read_fd, select.POLLIN)
             while True:
                 if ready:
                     self.progress()
@@ -519,22 +559,51 @@ class Agent(Handle):
                             cond.wait(left)
                             continue
                         self._leading = leading = True
-                # Not readable after a slice: the next look's take raises ClosedError once
-                # another thread closed the agent.
-                ready = _wait_readable(fd, _NOTIFY_SLICE if left is None else min(left, _NOTIFY_SLICE))
+                ready = _wait_readable(poller, left)
+                if self._wake_signalled:  # close() began (the event fd may be closed or reused)
+                    raise ClosedError("pdkv.Agent")
         finally:
-            if leading:
-                with cond:
+            with cond:
+                if leading:
                     self._leading = False
                     cond.notify_all()  # a follower takes over the event fd
+                self._notify_waiters -= 1
+                last = self._notify_waiters == 0 and self._wake_signalled
+            if last:  # close() ran meanwhile and left _wake open for this wait
+                self._wake_finalizer()
 
 
-def _wait_readable(fd: int, timeout: float) -> bool:
-    """Sleeps until ``fd`` is readable or ``timeout`` seconds pass (without the GIL; signal
-    handlers run, and their exceptions propagate, PEP 475). True when readable."""
-    p = select.poll()
-    p.register(fd, select.POLLIN)
-    return bool(p.poll(math.ceil(max(0.0, timeout) * 1000)))
+def _wait_readable(poller: Any, timeout: Optional[float]) -> bool:
+    """Sleeps until a descriptor of ``poller`` (a ``select.poll``) is ready or ``timeout``
+    seconds pass (None: no limit), without the GIL; signal handlers run, and their exceptions
+    propagate (PEP 475). True when ready (a closed descriptor, POLLNVAL, counts as ready)."""
+    return bool(poller.poll(None if timeout is None else math.ceil(max(0.0, timeout) * 1000)))
+
+
+class _Wake:
+    """A pipe an :class:`Agent`'s ``close()`` makes readable, once and for good, to wake a
+    :meth:`Agent.wait_notification` sleeping in poll(); both ends non-blocking and not inherited
+    (PEP 446)."""
+
+    __slots__ = ("read_fd", "write_fd")
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        try:
+            os.set_blocking(self.read_fd, False)
+            os.set_blocking(self.write_fd, False)
+        except BaseException:
+            self.close()
+            raise
+
+    def signal(self) -> None:
+        """Makes the read end readable (it is never drained)."""
+        os.write(self.write_fd, b"\x01")
+
+    def close(self) -> None:
+        """Closes both ends (called once, by the agent's wake finalizer)."""
+        os.close(self.read_fd)
+        os.close(self.write_fd)
 
 
 def _enum_or_int(name: str, cls: Any, value: Any) -> int:

@@ -554,10 +554,25 @@ def _drain(agent: pdkv.Agent) -> None:
     agent.poll_notifications()
 
 
-def test_wait_notification_sleeps_on_the_event_fd(model: pdkv.Model) -> None:
+def _record_polls(monkeypatch: pytest.MonkeyPatch) -> List[Optional[float]]:
+    """Records the timeout (seconds, None: none) of every sleep of wait_notification's leader
+    on the event fd."""
+    polls: List[Optional[float]] = []
+    real = pdkv.agent._wait_readable
+
+    def recorded(poller: Any, timeout: Optional[float]) -> bool:
+        polls.append(timeout)
+        return real(poller, timeout)
+
+    monkeypatch.setattr(pdkv.agent, "_wait_readable", recorded)
+    return polls
+
+
+def test_wait_notification_sleeps_on_the_event_fd(model: pdkv.Model, monkeypatch: pytest.MonkeyPatch) -> None:
     """An idle wait sleeps on the agent's event fd instead of waking on a timer: a 0.3 s wait on
-    a connected, silent agent drives progress a few times (the 100 us..5 ms naps it replaced
-    made ~65 calls). The same in caller mode, whose wait must still drive the transfers."""
+    a connected, silent agent drives progress once or twice (the 100 us..5 ms naps it replaced
+    made ~65 calls) and sleeps in one poll() for the whole wait (the 0.1 s slices before it
+    woke 3 times). The same in caller mode, whose wait must still drive the transfers."""
     option_sets: Tuple[Dict[str, Any], ...] = ({}, {"transport": "tcp", "progress_mode": "caller"})
     for options in option_sets:
         p, d = pair(model, **options)
@@ -573,10 +588,15 @@ def test_wait_notification_sleeps_on_the_event_fd(model: pdkv.Model) -> None:
                 return progress()
 
             p.agent.progress = counted  # type: ignore[assignment]  # counts the calls (method-assign in mypy >= 1.1)
+            polls = _record_polls(monkeypatch)
             start = time.monotonic()
             assert p.agent.wait_notification(lambda n: False, timeout=0.3) is None
             assert 0.29 <= time.monotonic() - start < 5
-            assert 1 <= calls[0] <= 8, (options, calls[0])
+            assert 1 <= calls[0] <= 2, (options, calls[0])
+            # One sleep for the whole wait; a second one only if poll() returned a hair early.
+            assert 1 <= len(polls) <= 2, (options, polls)
+            assert polls[0] is not None and polls[0] > 0.25, (options, polls)
+            monkeypatch.undo()
             # Caller mode: nobody pumps P, so D's read moves only while P's wait drives it.
             with xfer.plan_from_peer(d) as plan, Pump(d.agent):
                 t = d.agent.read(plan, xfer.P_ENGINE, "ev-1", timeout=LONG)
@@ -651,18 +671,24 @@ def test_two_waiters_with_different_predicates(model: pdkv.Model) -> None:
         assert p.agent.poll_notifications() == []
 
 
-def test_wait_notification_is_interruptible_and_notices_close(model: pdkv.Model) -> None:
+def test_wait_notification_is_interruptible_and_notices_close(model: pdkv.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader sleeps in poll() without a timeout when the wait has none, and without waking
+    until something happens: Ctrl-C (SIGINT) and close() from another thread still end the wait
+    at once. The 2 s bounds only guard against a hang (the wait would never end otherwise)."""
+    polls = _record_polls(monkeypatch)
     with xfer.node(model, True) as p:
-        # SIGINT while the main thread sleeps on the event fd: KeyboardInterrupt, and the next
-        # wait still works (the interrupted one gave the fd back).
-        timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
-        start = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            p.agent.wait_notification(lambda n: False, timeout=LONG)
-        assert time.monotonic() - start < 2
-        timer.join()
-        assert not p.agent._leading
+        # SIGINT while the main thread sleeps on the event fd, with a timeout and without one:
+        # KeyboardInterrupt, and the next wait still works (the interrupted one gave the fd back).
+        for wait_timeout in (LONG, None):
+            timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
+            timer.start()
+            start = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                p.agent.wait_notification(lambda n: False, timeout=wait_timeout)
+            assert time.monotonic() - start < 2
+            timer.join()
+            assert not p.agent._leading
+        assert len(polls) == 2 and polls[0] is not None and polls[0] > LONG - 1 and polls[1] is None, polls
         p.agent.lease("soon", 1, 0.05)
         n = p.agent.wait_notification(timeout=LONG)
         assert n is not None and n.kind == pdkv.NotificationKind.LEASE_EXPIRED
@@ -675,12 +701,66 @@ def test_wait_notification_is_interruptible_and_notices_close(model: pdkv.Model)
             except pdkv.ClosedError as e:
                 errors.append(e)
 
-        waiters = [threading.Thread(target=wait) for _ in range(2)]
+        # Daemons: a wait that close() failed to end would otherwise keep pytest from exiting.
+        waiters = [threading.Thread(target=wait, daemon=True) for _ in range(2)]
+        del polls[:]
         for w in waiters:
             w.start()
-        time.sleep(0.1)
+        time.sleep(0.2)
+        assert p.agent._notify_waiters == 2 and p.agent._leading
+        assert polls == [None], polls  # one sleep without a timeout, not woken since
         start = time.monotonic()
         p.agent.close()
         for w in waiters:
             w.join(LONG)
         assert len(errors) == 2 and time.monotonic() - start < 2
+        assert all(t is None for t in polls), polls
+        # The last waiter to leave closed the descriptor close() woke it through.
+        assert not p.agent._wake_finalizer.alive
+        with pytest.raises(pdkv.ClosedError):
+            p.agent.wait_notification(timeout=0.01)
+
+
+def test_the_wake_descriptor_outlives_the_waits_that_poll_it(model: pdkv.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """close() during a wait leaves the descriptor that woke it open (the wait may poll it
+    again: a closed number could be reused by then); the wait closes it as it leaves."""
+    woke, gate = threading.Event(), threading.Event()
+    real = pdkv.agent._wait_readable
+
+    def held(poller: Any, timeout: Optional[float]) -> bool:
+        ready = real(poller, timeout)
+        woke.set()
+        gate.wait(LONG)  # the wait is still in wait_notification when close() returns
+        return ready
+
+    monkeypatch.setattr(pdkv.agent, "_wait_readable", held)
+    with xfer.node(model, True) as p:
+        errors = []
+
+        def wait() -> None:
+            try:
+                p.agent.wait_notification(lambda n: False)
+            except pdkv.ClosedError as e:
+                errors.append(e)
+
+        w = threading.Thread(target=wait, daemon=True)
+        w.start()
+        deadline = time.monotonic() + LONG
+        while not p.agent._leading and time.monotonic() < deadline:
+            time.sleep(0.001)
+        p.agent.close()
+        assert woke.wait(LONG)  # close() woke the sleeping wait
+        assert p.agent._wake_finalizer.alive and p.agent._notify_waiters == 1
+        gate.set()
+        w.join(LONG)
+        assert len(errors) == 1 and p.agent._notify_waiters == 0
+        assert not p.agent._wake_finalizer.alive
+
+
+def test_close_without_waiters_closes_the_wake_descriptor(model: pdkv.Model) -> None:
+    with xfer.node(model, True) as p:
+        assert p.agent.wait_notification(lambda n: False, timeout=0.01) is None
+        assert p.agent._wake_finalizer.alive and p.agent._notify_waiters == 0
+        p.agent.close()
+        assert not p.agent._wake_finalizer.alive
+        p.agent.close()  # idempotent
