@@ -12,7 +12,7 @@ import importlib
 import random
 import threading
 from array import array
-from typing import Any, Callable, Iterator, List, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Tuple, Union
 
 import pytest
 
@@ -675,3 +675,85 @@ def test_a_prepared_request_needs_no_cycle_collector(ctx: pdkv.PlanContext) -> N
         assert [r() for r in refs] == [None, None, None]
     finally:
         gc.enable()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # numpy converting -1 to uint64
+def test_any_input_plans_or_fails_as_the_checked_path(ctx: pdkv.PlanContext) -> None:
+    """Random requests of every shape (ids as arrays of any type code, lists, tuples, numpy
+    arrays, memoryviews, dicts, bytes, strings, None; ids out of range, bools, floats; wrong group
+    counts; counts of every type) through PlanRequest.compile give what the checked path alone
+    gives: the same plan, or an error of the same type. The generated fast paths may take a
+    request or leave it, never take one the checked path refuses or refuse one it takes."""
+    from pdkv import plan_request as pr
+
+    rng = random.Random(7)
+    req = ctx.prepare(layout(True))
+    oracle = ctx.prepare(layout(True))
+    pk = oracle._compile.__globals__["pk"]  # the checked path on a packing of its own
+    co = ctx._owner_holder[0]
+
+    def ids(n: int) -> List[Any]:
+        v: List[Any] = [rng.randint(1, POOL - 1) for _ in range(n)]
+        if rng.random() < 0.05:
+            v[rng.randrange(n)] = rng.choice([-1, 1 << 64, True, 2.0, "3", None])
+        return v
+
+    def array_of(code: str, v: List[Any]) -> Any:
+        try:
+            return array(code, v)
+        except (TypeError, OverflowError):
+            return list(v)
+
+    def form(v: List[Any]) -> Any:
+        good: List[Callable[[], Any]] = [lambda: array("Q", v), lambda: list(v), lambda: tuple(v),
+                                         lambda: array("q", v), lambda: memoryview(array("Q", v))]
+        bad: List[Callable[[], Any]] = [lambda: array("d", v), lambda: bytes(len(v)), lambda: None,
+                                        lambda: {0: v[0]}, lambda: str(v)]
+        if np is not None:
+            good += [lambda: np.array(v, dtype=np.uint64), lambda: np.array(v, dtype=np.int64)]
+            bad.append(lambda: np.array(v))
+        try:
+            return rng.choice(good if rng.random() < 0.93 else bad)()
+        except (TypeError, ValueError, OverflowError):
+            return list(v)
+
+    def mamba() -> int:  # ids of a Mamba group: one, or a few (P's last one is read; D's overlap)
+        return 1 if rng.random() < 0.9 else rng.randint(2, 3)
+
+    def side(n: int, usual: bool) -> Any:
+        # Half the requests are the usual one (every group in array('Q'): the fast path's first
+        # test), most of them with their counts or an id out of line.
+        if usual:
+            out = [array_of("Q", ids(mamba())) if rng.random() < 0.95 else form(ids(mamba())) for _ in range(2)]
+            out.append(array_of(rng.choice("QQQQQQLqdb"), ids(n)) if rng.random() < 0.95 else form(ids(n)))
+        else:
+            out = [form(ids(mamba())), form(ids(mamba())), form(ids(n))]
+        k = rng.random()
+        if k < 0.05:
+            return out[:2]
+        if k < 0.1:
+            return out + [array("Q", [1])]
+        if k < 0.15:
+            return tuple(out)
+        return out
+
+    outcomes: Dict[str, int] = {}
+    for step in range(1500):
+        n = rng.randint(1, 4)
+        usual = rng.random() < 0.5
+        local, remote = side(n, usual), side(n, usual)
+        computed: Any = rng.choice([n * BLOCK - 1] * 6 + [0, -1, 1 << 64, True, 2.0, None])
+        hits: Any = rng.choice([0] * 4 + [[0, 0, 0], (0, BLOCK, 0)] * 2 + [[0, 0], [0, 0, True], 1.5, None, BLOCK])
+        try:
+            want: Any = pr._checked(pk, co, local, remote, computed, hits, None).to_json()
+        except (TypeError, ValueError, pdkv.PdkvError) as e:
+            want = type(e)
+        reuse = pdkv.TransferPlan.empty() if rng.random() < 0.5 else None
+        try:
+            got: Any = req.compile(local, remote, computed, hits, reuse=reuse).to_json()
+        except (TypeError, ValueError, pdkv.PdkvError) as e:
+            got = type(e)
+        assert got == want, f"request {step}: {local!r} {remote!r} {computed!r} {hits!r}"
+        key = "plan" if isinstance(want, str) else want.__name__
+        outcomes[key] = outcomes.get(key, 0) + 1
+    assert outcomes.get("plan", 0) >= 150 and len(outcomes) >= 4, outcomes  # both sides of the line were tried
