@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -19,6 +20,12 @@ HF_CONFIGS = REPO_ROOT / "tests" / "data" / "hf_configs"
 
 if str(PYTHON_DIR) not in sys.path:
     sys.path.insert(0, str(PYTHON_DIR))
+
+# PDKV_TEST_WITHOUT_NUMPY=1: run as on a machine without numpy (pdkv never needs it), whether or
+# not it is installed: every ``import numpy`` raises ImportError (scripts/test-all.sh runs both).
+WITHOUT_NUMPY = bool(os.environ.get("PDKV_TEST_WITHOUT_NUMPY"))
+if WITHOUT_NUMPY:
+    sys.modules["numpy"] = None  # type: ignore[assignment]
 
 
 @pytest.fixture(scope="module")

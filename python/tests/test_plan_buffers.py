@@ -214,3 +214,20 @@ def test_reuse_while_other_threads_read_the_plan(ctx: pdkv.PlanContext) -> None:
         t.join()
     assert not errors
     assert seen and set(seen) <= want
+
+
+def test_numpy_is_optional(ctx: pdkv.PlanContext) -> None:
+    """Without numpy (PDKV_TEST_WITHOUT_NUMPY=1 hides it) pdkv imports and plans, its plan reads
+    are still a zero-copy memoryview, and only the numpy view fails, with ImportError; with numpy
+    (as CI installs it), the numpy view is there."""
+    from conftest import WITHOUT_NUMPY
+
+    plan = ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE)))
+    r = plan.read_ranks()[0]
+    assert len(plan.rank_reads_view(r)) == len(plan.rank_reads(r)) > 0
+    if WITHOUT_NUMPY:
+        assert np is None
+        with pytest.raises(ImportError):
+            plan.rank_reads_numpy(r)
+    elif np is not None:
+        assert len(plan.rank_reads_numpy(r)) == len(plan.rank_reads(r))
