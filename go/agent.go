@@ -3,16 +3,37 @@ package pdkv
 /*
 #include <errno.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <pdkv.h>
 
-// Sleeps until fd is readable or ms milliseconds pass: 1 readable, 0 not (timed out, or a
-// signal interrupted the sleep: the caller looks again), -1 with errno on failure.
-static int go_wait_readable(int fd, int ms) {
-  struct pollfd p = {fd, POLLIN, 0};
-  int r = poll(&p, 1, ms);
-  if (r < 0 && errno == EINTR) return 0;
-  return r;
+// Sleeps until fd or wake is readable or ms milliseconds pass (ms < 0: no limit). Returns a
+// mask: 1 fd is ready, 2 wake is; 0 neither (timed out, or a signal interrupted the sleep: the
+// caller looks again); -1 with errno on failure.
+static int go_wait_readable(int fd, int wake, int ms) {
+  struct pollfd p[2] = {{fd, POLLIN, 0}, {wake, POLLIN, 0}};
+  int r = poll(p, 2, ms);
+  if (r < 0) return errno == EINTR ? 0 : -1;
+  return (p[0].revents ? 1 : 0) | (p[1].revents ? 2 : 0);
+}
+
+// The wake descriptor of an Agent: a non-blocking eventfd (-1 with errno on failure).
+static int go_wake_new(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+
+// Makes wake readable (until drained).
+static void go_wake_signal(int wake) {
+  uint64_t one = 1;
+  while (write(wake, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+// Makes wake unreadable again.
+static void go_wake_drain(int wake) {
+  uint64_t n;
+  while (read(wake, &n, sizeof n) < 0 && errno == EINTR) {
+  }
 }
 */
 import "C"
@@ -259,8 +280,21 @@ type Agent struct {
 	// leader returns. Both guarded by pendingMu.
 	leading bool
 	wake    chan struct{}
-	// waitProgress counts the Progress calls WaitNotification made (tests read it).
+	// wakeFD is an eventfd the leader polls with the event fd, so that it sleeps without a
+	// timeout yet wakes at once for Close (which writes it and sets closing; never drained
+	// after that, so every later poll returns at once) or for its ctx (its watcher goroutine
+	// writes it; the leader drains that). It stays open while any WaitNotification counted in
+	// waiters runs: Close closes it when none does, else the last one to return; the finalizer
+	// when the agent is collected unclosed. -1 once closed. All guarded by pendingMu.
+	wakeFD  C.int
+	closing bool
+	waiters int
+	// waitProgress counts the Progress calls WaitNotification made, waitPolls its polls of the
+	// event fd (tests read them).
 	waitProgress atomic.Uint64
+	waitPolls    atomic.Uint64
+	// afterPoll, when set (by tests, before any wait), runs after each poll of the event fd.
+	afterPoll func()
 }
 
 // pinList holds the HostBuffers registered with one agent. It is separate from the Agent so
@@ -379,18 +413,52 @@ func NewAgent(opts AgentOptions) (*Agent, error) {
 	if err := check(st, cerr); err != nil {
 		return nil, err
 	}
+	wake, errno := C.go_wake_new()
+	if wake < 0 {
+		C.pdkv_agent_free(out)
+		return nil, goErr(StatusIO, "eventfd for the agent's waits: %v", errno)
+	}
 	pins := &pinList{}
-	ag := &Agent{pins: pins, h: handle[C.pdkv_agent_t]{ptr: out, free: func(p *C.pdkv_agent_t) {
+	ag := &Agent{pins: pins, wakeFD: wake, h: handle[C.pdkv_agent_t]{ptr: out, free: func(p *C.pdkv_agent_t) {
 		C.pdkv_agent_free(p)
 		pins.releaseAll()
 	}}}
-	runtime.SetFinalizer(ag, func(ag *Agent) { ag.h.close() })
+	runtime.SetFinalizer(ag, func(ag *Agent) {
+		ag.h.close()
+		ag.closeWakeLocked() // unreachable: no wait runs, nobody else holds pendingMu
+	})
 	return ag, nil
 }
 
 // Close shuts the agent down and frees it. Idempotent; waits for calls in flight (a Connect
-// in progress ends within its deadline). Close on a nil *Agent does nothing.
-func (a *Agent) Close() error { return closeHandle(a, a.ref()) }
+// in progress ends within its deadline) and ends every WaitNotification at once with
+// ErrClosed. Close on a nil *Agent does nothing.
+func (a *Agent) Close() error {
+	if a == nil {
+		return nil
+	}
+	a.pendingMu.Lock()
+	if !a.closing && a.wakeFD >= 0 {
+		C.go_wake_signal(a.wakeFD) // under pendingMu: no waiter can close it meanwhile
+	}
+	a.closing = true
+	a.pendingMu.Unlock()
+	err := closeHandle(a, a.ref())
+	a.pendingMu.Lock()
+	if a.waiters == 0 {
+		a.closeWakeLocked()
+	} // else the last waiter closes it
+	a.pendingMu.Unlock()
+	return err
+}
+
+// closeWakeLocked closes wakeFD once (pendingMu held; no WaitNotification runs).
+func (a *Agent) closeWakeLocked() {
+	if a.wakeFD >= 0 {
+		C.close(a.wakeFD)
+		a.wakeFD = -1
+	}
+}
 
 func (a *Agent) ref() *handle[C.pdkv_agent_t] {
 	if a == nil {
@@ -667,26 +735,45 @@ func (a *Agent) takeNotifications() error {
 
 // WaitNotification waits until a notification satisfies match and returns it; the others
 // stay pending, in order, for the next poll or wait. It returns ctx.Err() (matching
-// context.DeadlineExceeded / context.Canceled) when ctx ends first. It drives Progress as it
-// waits, so it also serves ProgressCaller agents.
+// context.DeadlineExceeded / context.Canceled) when ctx ends first, and ErrClosed when the
+// agent is closed meanwhile. It drives Progress as it waits, so it also serves ProgressCaller
+// agents.
 //
 // It sleeps on the agent's EventFD (poll(2)), so it wakes when a notification arrives or
 // Progress has work, not on a timer. Several goroutines may wait at once, with different
-// predicates: one of them sleeps on the descriptor, in slices of at most 50 ms (so that it
-// notices ctx and Close), and the others on a channel that every take of notifications into the
-// shared queue closes; those return as soon as ctx ends.
+// predicates: one of them sleeps on the descriptor and the others on a channel that every take
+// of notifications into the shared queue closes. The one on the descriptor polls an eventfd of
+// the binding's own with it, which Close writes, and which a goroutine watching ctx writes
+// when ctx ends, so an idle wait does not wake until something happens; those on the channel
+// return as soon as ctx ends.
 func (a *Agent) WaitNotification(ctx context.Context, match func(Notification) bool) (Notification, error) {
 	fd, err := a.EventFD()
 	if err != nil {
 		return Notification{}, err
 	}
+	a.pendingMu.Lock()
+	if a.closing { // Close began: wakeFD may be gone
+		a.pendingMu.Unlock()
+		return Notification{}, closedErr("Agent")
+	}
+	a.waiters++ // wakeFD stays open until this wait returns
+	wake := a.wakeFD
+	a.pendingMu.Unlock()
 	leading := false // this goroutine sleeps on the event fd
+	var w *ctxWatch  // writes wake when ctx ends (started by the leader, stopped before it returns)
 	defer func() {
+		a.pendingMu.Lock()
+		defer a.pendingMu.Unlock()
+		if w != nil && w.stop() && !a.closing {
+			C.go_wake_drain(wake) // its write is not meant for the next leader
+		}
 		if leading {
-			a.pendingMu.Lock()
 			a.leading = false
 			a.wakeWaitersLocked() // another waiter takes over the event fd
-			a.pendingMu.Unlock()
+		}
+		a.waiters--
+		if a.waiters == 0 && a.closing {
+			a.closeWakeLocked() // Close ran meanwhile and left it open for this wait
 		}
 	}()
 	ready := true // drive progress before the next look (first look, or the fd was readable)
@@ -697,42 +784,94 @@ func (a *Agent) WaitNotification(ctx context.Context, match func(Notification) b
 				return Notification{}, err
 			}
 		}
-		n, found, wake, err := a.look(match, &leading)
+		n, found, ch, err := a.look(match, &leading)
 		if err != nil || found {
 			return n, err
 		}
 		if err := ctx.Err(); err != nil {
 			return Notification{}, err
 		}
-		if wake != nil {
+		if ch != nil {
 			ready = false
 			select {
 			case <-ctx.Done():
 				return Notification{}, ctx.Err()
-			case <-wake:
+			case <-ch:
 			}
 			continue
 		}
-		slice := notifySlice
+		if w == nil && ctx.Done() != nil {
+			w = watchCtx(ctx, wake)
+		}
+		ms := -1 // no deadline: sleep until an event, Close or ctx's cancellation
 		if dl, ok := ctx.Deadline(); ok {
-			if left := time.Until(dl); left < slice {
-				slice = left
+			left := time.Until(dl)
+			if left <= 0 { // ctx's timer fires any moment now: no poll(0) until then
+				<-ctx.Done()
+				return Notification{}, ctx.Err()
+			}
+			if left = (left + time.Millisecond - 1) / time.Millisecond; left < math.MaxInt32 {
+				ms = int(left)
 			}
 		}
-		if ready, err = a.waitEventFD(fd, slice); err != nil {
+		var woken bool
+		if ready, woken, err = a.waitEventFD(fd, wake, ms); err != nil {
 			return Notification{}, err
+		}
+		if a.afterPoll != nil {
+			a.afterPoll()
+		}
+		if woken {
+			a.pendingMu.Lock()
+			closing := a.closing
+			if !closing && ctx.Err() == nil {
+				C.go_wake_drain(wake) // not expected: every leader drains its watcher's write
+			}
+			a.pendingMu.Unlock()
+			if closing {
+				return Notification{}, closedErr("Agent")
+			}
+			// Else this wait's ctx watcher wrote it: the ctx check above returns (and the
+			// deferred stop drains it).
 		}
 	}
 }
 
-// notifySlice bounds each sleep of WaitNotification on the event fd, so that it notices ctx's
-// cancellation and Close within it.
-const notifySlice = 50 * time.Millisecond
+// ctxWatch is the goroutine a leading WaitNotification starts to write the agent's wakeFD
+// when its ctx ends, so that its poll has no timeout to wake for.
+type ctxWatch struct {
+	quit, done chan struct{}
+	fired      bool // wrote the fd; read after done is closed
+}
+
+// watchCtx starts a watch of ctx (whose Done channel is not nil) that writes wake.
+func watchCtx(ctx context.Context, wake C.int) *ctxWatch {
+	w := &ctxWatch{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		select {
+		case <-ctx.Done():
+			C.go_wake_signal(wake)
+			w.fired = true
+		case <-w.quit:
+		}
+	}()
+	return w
+}
+
+// stop ends the watch and waits until its goroutine has returned (so it never writes the fd
+// after this, and none leaks); true when it wrote the fd.
+func (w *ctxWatch) stop() bool {
+	close(w.quit)
+	<-w.done
+	return w.fired
+}
 
 // look takes the library's notifications into a.pending (waking the other waiters when any
 // came) and removes and returns the first that satisfies match. When none does, the caller
 // leads (sleeps on the event fd; *leading set) unless another waiter does: then it returns the
-// channel to wait on.
+// channel to wait on. ErrClosed once Close began (the leader must not sleep after Close wrote
+// wakeFD, in case its write was drained).
 func (a *Agent) look(match func(Notification) bool, leading *bool) (Notification, bool, <-chan struct{}, error) {
 	a.pendingMu.Lock()
 	defer a.pendingMu.Unlock()
@@ -749,6 +888,9 @@ func (a *Agent) look(match func(Notification) bool, leading *bool) (Notification
 			a.pending = append(a.pending[:i], a.pending[i+1:]...)
 			return n, true, nil, nil
 		}
+	}
+	if a.closing {
+		return Notification{}, false, nil, closedErr("Agent")
 	}
 	if *leading || !a.leading {
 		a.leading, *leading = true, true
@@ -768,23 +910,21 @@ func (a *Agent) wakeWaitersLocked() {
 	}
 }
 
-// waitEventFD sleeps until the event fd is readable or d passes (rounded up to whole
-// milliseconds), holding the handle so that Close does not free the descriptor meanwhile (it
-// waits at most d). True when readable; ErrClosed once the agent is closed.
-func (a *Agent) waitEventFD(fd int, d time.Duration) (bool, error) {
+// waitEventFD sleeps until the event fd or wake is readable or ms milliseconds pass (-1: no
+// limit), holding the handle so that Close does not free the event fd meanwhile (Close writes
+// wake first). ready: the event fd is readable; woken: wake is. ErrClosed once the agent is
+// closed.
+func (a *Agent) waitEventFD(fd int, wake C.int, ms int) (ready, woken bool, err error) {
 	if _, err := a.ref().acquire(); err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer a.h.release()
-	if d < 0 {
-		d = 0
-	}
-	ms := (d + time.Millisecond - 1) / time.Millisecond
-	r, errno := C.go_wait_readable(C.int(fd), C.int(ms))
+	a.waitPolls.Add(1)
+	r, errno := C.go_wait_readable(C.int(fd), wake, C.int(ms))
 	if r < 0 {
-		return false, goErr(StatusIO, "poll of the agent's event fd %d: %v", fd, errno)
+		return false, false, goErr(StatusIO, "poll of the agent's event fd %d: %v", fd, errno)
 	}
-	return r > 0, nil
+	return r&1 != 0, r&2 != 0, nil
 }
 
 // PeerInfo holds a peer's identity, state and counters.

@@ -9,3 +9,16 @@ func WaitLeading(a *Agent) bool {
 	defer a.pendingMu.Unlock()
 	return a.leading
 }
+
+// WaitPolls is the number of polls of the event fd a's WaitNotification made (for tests).
+func WaitPolls(a *Agent) uint64 { return a.waitPolls.Load() }
+
+// WakeOpen reports whether a's wake descriptor is still open (for tests).
+func WakeOpen(a *Agent) bool {
+	a.pendingMu.Lock()
+	defer a.pendingMu.Unlock()
+	return a.wakeFD >= 0
+}
+
+// SetAfterPoll makes f run after each poll of a's WaitNotification (set before any wait).
+func SetAfterPoll(a *Agent, f func()) { a.afterPoll = f }

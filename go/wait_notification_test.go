@@ -3,6 +3,7 @@ package pdkv_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sort"
 	"sync"
 	"testing"
@@ -19,8 +20,10 @@ func kindIs(kind pdkv.NotificationKind) func(pdkv.Notification) bool {
 }
 
 // An idle WaitNotification sleeps on the agent's event fd instead of waking on a timer: 300 ms
-// on a connected, silent agent drive progress a few times (the 100 us..5 ms naps it replaced
-// made ~65 calls). The same in caller mode, whose wait must still drive P's side of a read.
+// on a connected, silent agent drive progress once or twice (the 100 us..5 ms naps it replaced
+// made ~65 calls) and poll once, for the whole wait (the 50 ms slices before woke 6 times; a
+// second poll only if a signal interrupted the first). The same in caller mode, whose wait must
+// still drive P's side of a read.
 func TestWaitNotificationSleepsOnTheEventFD(t *testing.T) {
 	for _, o := range []xfer.Options{{}, {Transport: pdkv.TransportTCP, ProgressMode: pdkv.ProgressCaller}} {
 		p := newNode(t, true, o)
@@ -32,15 +35,18 @@ func TestWaitNotificationSleepsOnTheEventFD(t *testing.T) {
 		ok(t, peer.Close())
 		_, err = p.Agent.PollNotifications()
 		ok(t, err)
-		before := pdkv.WaitProgressCalls(p.Agent)
+		before, polls := pdkv.WaitProgressCalls(p.Agent), pdkv.WaitPolls(p.Agent)
 		start := time.Now()
 		_, err = p.Agent.WaitNotification(timeout(t, 300*time.Millisecond), never)
 		isErr(t, err, context.DeadlineExceeded)
 		if el := time.Since(start); el < 290*time.Millisecond || el > 5*time.Second {
 			t.Fatalf("waited %v", el)
 		}
-		if calls := pdkv.WaitProgressCalls(p.Agent) - before; calls < 1 || calls > 8 {
+		if calls := pdkv.WaitProgressCalls(p.Agent) - before; calls < 1 || calls > 2 {
 			t.Fatalf("%+v: %d progress calls in a 300 ms idle wait", o, calls)
+		}
+		if n := pdkv.WaitPolls(p.Agent) - polls; n < 1 || n > 2 {
+			t.Fatalf("%+v: %d polls in a 300 ms idle wait", o, n)
 		}
 		// Caller mode: nobody pumps P, so D's read moves only while P's wait drives it.
 		pl := plan(t, d)
@@ -155,15 +161,29 @@ func TestTwoWaitersWithDifferentPredicates(t *testing.T) {
 	}
 }
 
-// Cancelling ctx ends both the goroutine that sleeps on the event fd and one that waits on the
-// channel promptly; a later wait still works (the fd was given back). Close ends both with
-// ErrClosed.
+// settledGoroutines waits (up to 2 s) until at most want goroutines run and returns how many do.
+func settledGoroutines(want int) int {
+	n := runtime.NumGoroutine()
+	for end := time.Now().Add(2 * time.Second); n > want && time.Now().Before(end); n = runtime.NumGoroutine() {
+		time.Sleep(time.Millisecond)
+	}
+	return n
+}
+
+// Cancelling ctx (which has no deadline) ends both the goroutine that sleeps on the event fd and
+// one that waits on the channel promptly; a later wait still works (the fd was given back, and
+// the ctx watcher's wakeup drained: the next idle wait polls once). Close ends both with
+// ErrClosed. The leader sleeps in one poll without a timeout until then, and no goroutine
+// outlives the waits (their ctx is still live when Close ends them). The 2 s bounds only guard
+// against a hang.
 func TestWaitNotificationCancelAndClose(t *testing.T) {
 	p := newNode(t, true, xfer.Options{})
 	for _, how := range []string{"cancel", "close"} {
 		ctx, cancel := context.WithCancel(bg())
 		errs := make(chan error, 2)
 		var wg sync.WaitGroup
+		base := runtime.NumGoroutine()
+		polls := pdkv.WaitPolls(p.Agent)
 		for i := 0; i < 2; i++ {
 			wg.Add(1)
 			go func() {
@@ -172,27 +192,48 @@ func TestWaitNotificationCancelAndClose(t *testing.T) {
 				errs <- err
 			}()
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
+		if n := pdkv.WaitPolls(p.Agent) - polls; n != 1 {
+			t.Fatalf("%s: %d polls in 200 ms of an idle wait without a deadline", how, n)
+		}
 		start := time.Now()
-		if how == "cancel" {
-			cancel()
-		} else {
-			ok(t, p.Agent.Close())
+		ended := make(chan error, 1)
+		go func() {
+			var err error
+			if how == "cancel" {
+				cancel()
+			} else {
+				err = p.Agent.Close() // waits for the leader's poll
+			}
+			wg.Wait()
+			ended <- err
+		}()
+		select {
+		case err := <-ended:
+			ok(t, err)
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%s: the waits still run after 2 s", how) // the cleanup's Close may hang then
 		}
-		wg.Wait()
-		if el := time.Since(start); el > 2*time.Second {
-			t.Fatalf("%s: waiters returned after %v", how, el)
-		}
+		t.Logf("%s: the waits ended %v after it", how, time.Since(start))
 		for i := 0; i < 2; i++ {
 			err := <-errs
 			if how == "cancel" && !errors.Is(err, context.Canceled) || how == "close" && !errors.Is(err, pdkv.ErrClosed) {
 				t.Fatalf("%s: %v", how, err)
 			}
 		}
+		if n := settledGoroutines(base); n > base {
+			t.Fatalf("%s: %d goroutines after the waits, %d before", how, n, base)
+		}
 		cancel()
 		if how == "cancel" {
 			if pdkv.WaitLeading(p.Agent) {
 				t.Fatal("the cancelled leader kept the event fd")
+			}
+			polls := pdkv.WaitPolls(p.Agent)
+			_, err := p.Agent.WaitNotification(timeout(t, 100*time.Millisecond), never)
+			isErr(t, err, context.DeadlineExceeded)
+			if n := pdkv.WaitPolls(p.Agent) - polls; n != 1 {
+				t.Fatalf("%d polls in a 100 ms idle wait after a cancelled one", n)
 			}
 			ok(t, p.Agent.Lease("soon", 1, 50*time.Millisecond))
 			n, err := p.Agent.WaitNotification(timeout(t, long), kindIs(pdkv.NotifyLeaseExpired))
@@ -200,6 +241,48 @@ func TestWaitNotificationCancelAndClose(t *testing.T) {
 			if n.RequestID != "soon" {
 				t.Fatalf("got %+v", n)
 			}
+		} else {
+			if pdkv.WakeOpen(p.Agent) {
+				t.Fatal("the wake descriptor outlived Close and the waits")
+			}
+			_, err := p.Agent.WaitNotification(bg(), never)
+			isErr(t, err, pdkv.ErrClosed)
 		}
+	}
+}
+
+// Close during a wait leaves the wake descriptor that woke it open (the wait may still poll it:
+// a closed number could be reused by then); the wait closes it as it returns.
+func TestTheWakeDescriptorOutlivesTheWaitsThatPollIt(t *testing.T) {
+	p := newNode(t, true, xfer.Options{})
+	woke, gate := make(chan struct{}, 1), make(chan struct{})
+	pdkv.SetAfterPoll(p.Agent, func() {
+		select {
+		case woke <- struct{}{}:
+		default:
+		}
+		<-gate // the wait is still in WaitNotification when Close returns
+	})
+	errs := make(chan error, 1)
+	go func() {
+		_, err := p.Agent.WaitNotification(bg(), never)
+		errs <- err
+	}()
+	for end := time.Now().Add(long); !pdkv.WaitLeading(p.Agent) && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	ok(t, p.Agent.Close())
+	select {
+	case <-woke: // Close woke the sleeping wait
+	case <-time.After(long):
+		t.Fatal("Close did not wake the wait")
+	}
+	if !pdkv.WakeOpen(p.Agent) {
+		t.Fatal("Close closed the wake descriptor under a running wait")
+	}
+	close(gate)
+	isErr(t, <-errs, pdkv.ErrClosed)
+	if pdkv.WakeOpen(p.Agent) {
+		t.Fatal("the last wait did not close the wake descriptor")
 	}
 }
