@@ -302,9 +302,11 @@ def _compile_function(pk: _Packing, layout: "_Layout", pool: Optional[List[Any]]
     Nothing the function refers to refers back to it (no reference cycle): ``free`` holds a
     token, not the packing, and ``pool`` holds the other packings' functions, which get no pool."""
     n = len(pk.groups)
-    singles = [t[2] == GroupKind.MAMBA for t in layout.trim_templates]
-    pins = [f"p{i}a, p{i}b" for i in range(n) if not singles[i]] + ["pins"]
-    unpin = f"{', '.join(pins)} = {', '.join(['None'] * (len(pins) + sum(1 for s in singles if not s)))}"
+    mamba = [t[2] == GroupKind.MAMBA for t in layout.trim_templates]
+    # Every local that may pin a buffer (see _usual_block and by_group), set to None before an
+    # error leaves this function, so that the error's traceback pins nothing.
+    pinned = [f"p{i}{side}" for i in range(n) if not mamba[i] for side in "ab"] + ["pins"]
+    unpin = f"{', '.join(pinned)} = {', '.join(['None'] * len(pinned))}"
     body = [
         "def compile(local_blocks, remote_blocks, computed_tokens, hit_tokens=0, reuse=None):",
         "    try:",
@@ -355,7 +357,7 @@ def _compile_function(pk: _Packing, layout: "_Layout", pool: Optional[List[Any]]
     # name is taken out of the dict it was defined in, so no function is reachable from its own
     # globals (no reference cycle).
     shared: Dict[str, Any] = {"S": pk.single, "q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into,
-                              "words": struct.Struct(f"@{2 * sum(singles)}Q").pack_into,
+                              "words": struct.Struct(f"@{2 * sum(mamba)}Q").pack_into,
                               "A": array.array, "QC": _Q_CODES, "Slow": _Slow}
     fill_ns = dict(shared, other=_other_ids)
     ns = dict(shared, layout=layout, pool=pool, holder=layout.holder, free=pk.free, busy=_compile_busy,
