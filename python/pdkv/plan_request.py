@@ -220,25 +220,61 @@ def _by_group_function(pk: _Packing) -> List[str]:
 
 def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
     """Lines filling the packing for the layout's usual request at once, indented by ``ind``:
-    n groups, each Mamba group one id a side in two ``array``s (copied into its scratch words),
-    each other group two 64-bit ``array('Q')``/``('L')`` (pinned in ``p<i>a``/``p<i>b`` and read
-    in place), int counts. The groups are unpacked (another count raises ValueError: the checked
-    path names it), every condition is tested in one expression and every group is filled
-    without a branch of its own (fewer bytecodes than ``by_group``, see
-    :func:`_by_group_function`, which runs when a condition fails: nothing was written then).
-    ``S[n]`` records that every Mamba group's window holds its one-id layout, so that
-    only the ids and the two token counts are written."""
+    n groups, int counts, and the ids either all in ``array``s (each Mamba group one id a side,
+    copied into its scratch words; each other group two 64-bit ``array('Q')``/``('L')``, pinned
+    in ``p<i>a``/``p<i>b`` and read in place) or all in lists (as vLLM's block tables hold them:
+    each Mamba group one int a side, copied; each other group's ints converted at C speed into
+    an ``array('Q')`` of this call, after a check that every one is an int and no bool). The
+    groups are unpacked (another count raises ValueError: the checked path names it), each
+    form's conditions are tested in one expression and every group is filled without a branch of
+    its own (fewer bytecodes than ``by_group``, see :func:`_by_group_function`, which runs when
+    neither form's conditions hold: nothing was written then). ``S[n]`` records that every
+    Mamba group's window holds its one-id layout, so that only the ids and the two token counts
+    are written."""
     n = len(pk.groups)
     mamba = [t[2] == GroupKind.MAMBA for t in layout.trim_templates]
+    singles = [i for i in range(n) if mamba[i]]
+    others = [i for i in range(n) if not mamba[i]]
     xs = ", ".join(f"x{i}" for i in range(n)) + ("," if n == 1 else "")
     ys = ", ".join(f"y{i}" for i in range(n)) + ("," if n == 1 else "")
     hs = ", ".join(f"h{i}" for i in range(n)) + ("," if n == 1 else "")
     types = [f"type({v}{i})" for i in range(n) for v in "xy"]
-    checks = ["type(c) is int is type(h0)", " is ".join(types[:1] + ["A"] + types[1:])]
-    singles = [i for i in range(n) if mamba[i]]
-    if singles:
-        checks.append(" == ".join(f"len({v}{i})" for i in singles for v in "xy") + " == 1")
-    checks += [f"x{i}.typecode in QC and y{i}.typecode in QC" for i in range(n) if not mamba[i]]
+    lens = [" == ".join(f"len({v}{i})" for i in singles for v in "xy") + " == 1"] if singles else []
+
+    def conditions(container: str, per_other: str) -> List[str]:
+        checks = ["type(c) is int is type(h0)", " is ".join(types[:1] + [container] + types[1:])] + lens
+        if container == "list" and singles:  # a list's one id must be an int (not a bool)
+            checks.append("int is " + " is ".join(f"type({v}{i}[0])" for i in singles for v in "xy"))
+        checks += [per_other.format(i=i) for i in others]
+        return ["(" + checks[0], *[f"        and {check}" for check in checks[1:-1]], f"        and {checks[-1]})"]
+
+    def fill(arrays: bool) -> List[str]:
+        lines = [f"    if not S[{n}]:  # the Mamba groups' windows take their one-id layout once"]
+        for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
+            if mamba[i]:
+                lines += [f"        window(mb, {at}, {sl}, 1, {sr}, 1, {lpt}, {rpt}, 0, 0)", f"        S[{i}] = True"]
+            else:
+                lines += [f"        S[{i}] = False"]
+        lines += [f"        S[{n}] = True"]
+        if singles:  # their scratch words are contiguous (see _Packing), from the first one's
+            ids = ", ".join(f"x{i}[0], y{i}[0]" for i in singles)
+            lines += [f"    words(mb, {pk.groups[singles[0]][1] * 8}, {ids})"]
+        for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
+            counts = (at - _WINDOW_OFFSET + _ffi.GroupTrimInputC.remote_computed_tokens.offset) // 8
+            if mamba[i]:
+                lines += [f"    q[{counts}] = c", f"    q[{counts + 1}] = h{i}"]
+                continue
+            if arrays:  # pinned before the address is read: no resize until the call returned
+                lines += [f"    p{i}a = memoryview(x{i})", f"    p{i}b = memoryview(y{i})",
+                          f"    la, ln = x{i}.buffer_info()", f"    ra, rn = y{i}.buffer_info()"]
+            else:  # arrays of this call (OverflowError for an id out of range: the checked path)
+                lines += [f"    p{i}a = A('Q', x{i})", f"    p{i}b = A('Q', y{i})",
+                          f"    la, ln = p{i}a.buffer_info()", f"    ra, rn = p{i}b.buffer_info()"]
+            lines += [f"    window(mb, {at}, la, ln, ra, rn, {lpt}, {rpt}, c, h{i})", "    total += ln + rn"]
+        return lines
+
+    array_ok = conditions("A", "x{i}.typecode in QC and y{i}.typecode in QC")
+    list_ok = conditions("list", "INT.issuperset(map(type, x{i})) and INT.issuperset(map(type, y{i}))")
     out = [
         f"{xs} = L",
         f"{ys} = R",
@@ -247,33 +283,13 @@ def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
         "else:",
         f"    {hs} = H",
         f"    if not (int is {' is '.join(f'type(h{i})' for i in range(n))}):",
-        "        h0 = None  # fails the check below",
-        "if (" + checks[0],
-        *[f"        and {check}" for check in checks[1:-1]],
-        f"        and {checks[-1]}):",
-        f"    if not S[{n}]:  # the Mamba groups' windows take their one-id layout once",
+        "        h0 = None  # fails the checks below",
+        "if " + array_ok[0], *array_ok[1:-1], array_ok[-1] + ":",
+        *fill(True),
+        "elif " + list_ok[0], *list_ok[1:-1], list_ok[-1] + ":",
+        *fill(False),
+        "else:  # group by group", "    pins = []", "    total = by_group(L, R, c, H, pins)",
     ]
-    for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
-        if mamba[i]:
-            out += [f"        window(mb, {at}, {sl}, 1, {sr}, 1, {lpt}, {rpt}, 0, 0)", f"        S[{i}] = True"]
-        else:
-            out += [f"        S[{i}] = False"]
-    out += [f"        S[{n}] = True"]
-    if singles:  # their scratch words are contiguous (see _Packing), from the first one's
-        ids = ", ".join(f"x{i}[0], y{i}[0]" for i in singles)
-        out += [f"    words(mb, {pk.groups[singles[0]][1] * 8}, {ids})"]
-    for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
-        counts = (at - _WINDOW_OFFSET + _ffi.GroupTrimInputC.remote_computed_tokens.offset) // 8
-        if mamba[i]:
-            out += [f"    q[{counts}] = c", f"    q[{counts + 1}] = h{i}"]
-        else:
-            out += [f"    p{i}a = memoryview(x{i})  # before the address is read: no resize until the call returned",
-                    f"    p{i}b = memoryview(y{i})",
-                    f"    la, ln = x{i}.buffer_info()",
-                    f"    ra, rn = y{i}.buffer_info()",
-                    f"    window(mb, {at}, la, ln, ra, rn, {lpt}, {rpt}, c, h{i})",
-                    "    total += ln + rn"]
-    out += ["else:  # group by group", "    pins = []", "    total = by_group(L, R, c, H, pins)"]
     return [ind + line for line in out]
 
 
@@ -358,7 +374,7 @@ def _compile_function(pk: _Packing, layout: "_Layout", pool: Optional[List[Any]]
     # globals (no reference cycle).
     shared: Dict[str, Any] = {"S": pk.single, "q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into,
                               "words": struct.Struct(f"@{2 * sum(mamba)}Q").pack_into,
-                              "A": array.array, "QC": _Q_CODES, "Slow": _Slow}
+                              "A": array.array, "QC": _Q_CODES, "INT": _INT_ONLY, "Slow": _Slow}
     fill_ns = dict(shared, other=_other_ids)
     ns = dict(shared, layout=layout, pool=pool, holder=layout.holder, free=pk.free, busy=_compile_busy,
               checked=_checked, ClosedError=ClosedError, M=sys.modules[__name__], arg=pk.arg, count=pk.count,

@@ -681,8 +681,8 @@ def test_a_prepared_request_needs_no_cycle_collector(ctx: pdkv.PlanContext) -> N
 def test_any_input_plans_or_fails_as_the_checked_path(ctx: pdkv.PlanContext) -> None:
     """Random requests of every shape (ids as arrays of any type code, lists, tuples, numpy
     arrays, memoryviews, dicts, bytes, strings, None; ids out of range, bools, floats; wrong group
-    counts; counts of every type) through PlanRequest.compile give what the checked path alone
-    gives: the same plan, or an error of the same type. The generated fast paths may take a
+    counts; counts of every type; a third of them all arrays, a third all lists, as the fast
+    path's two usual forms) through PlanRequest.compile give what the checked path alone gives: the same plan, or an error of the same type. The generated fast paths may take a
     request or leave it, never take one the checked path refuses or refuse one it takes."""
     from pdkv import plan_request as pr
 
@@ -720,14 +720,8 @@ def test_any_input_plans_or_fails_as_the_checked_path(ctx: pdkv.PlanContext) -> 
     def mamba() -> int:  # ids of a Mamba group: one, or a few (P's last one is read; D's overlap)
         return 1 if rng.random() < 0.9 else rng.randint(2, 3)
 
-    def side(n: int, usual: bool) -> Any:
-        # Half the requests are the usual one (every group in array('Q'): the fast path's first
-        # test), most of them with their counts or an id out of line.
-        if usual:
-            out = [array_of("Q", ids(mamba())) if rng.random() < 0.95 else form(ids(mamba())) for _ in range(2)]
-            out.append(array_of(rng.choice("QQQQQQLqdb"), ids(n)) if rng.random() < 0.95 else form(ids(n)))
-        else:
-            out = [form(ids(mamba())), form(ids(mamba())), form(ids(n))]
+    def side(n: int) -> Any:
+        out = [form(ids(mamba())), form(ids(mamba())), form(ids(n))]
         k = rng.random()
         if k < 0.05:
             return out[:2]
@@ -737,13 +731,44 @@ def test_any_input_plans_or_fails_as_the_checked_path(ctx: pdkv.PlanContext) -> 
             return tuple(out)
         return out
 
+    bad_ids: List[Any] = [-1, 1 << 64, True, False, 2.0, "3", None]
+
+    def usual(n: int, arrays: bool) -> Tuple[Any, Any, Any, Any]:
+        """A usual request (every group in array('Q'), or every group in a list: the fast
+        path's first two tests), with at most one thing out of line."""
+        clean = [[rng.randint(1, POOL - 1) for _ in range(k)] for k in (mamba(), mamba(), n, mamba(), mamba(), n)]
+        computed: Any = n * BLOCK - 1
+        hits: Any = rng.choice([0, [0, 0, 0], (0, BLOCK, 0)])
+        fault = rng.randrange(8)
+        if fault == 0:  # one id out of range or of another type
+            v = clean[rng.randrange(6)]
+            v[rng.randrange(len(v))] = rng.choice(bad_ids)
+        sides = [array_of("Q", v) if arrays else list(v) for v in clean]
+        if fault == 1:  # one group in another form
+            g = rng.randrange(6)
+            sides[g] = form(clean[g])
+        elif fault == 2 and arrays:  # one group's array of another type code
+            g = rng.randrange(6)
+            sides[g] = array_of(rng.choice("qLdb"), clean[g])
+        elif fault == 3:
+            computed = rng.choice([0, -1, 1 << 64, True, 2.0, None])
+        elif fault == 4:
+            hits = rng.choice([[0, 0], [0, 0, True], (0, 1 << 64, 0), 1.5, None, True])
+        local, remote = sides[:3], sides[3:]
+        if fault == 5:
+            local = local[:2] if rng.random() < 0.5 else local + [array("Q", [1])]
+        return local, remote, computed, hits
+
     outcomes: Dict[str, int] = {}
-    for step in range(1500):
+    for step in range(2000):
         n = rng.randint(1, 4)
-        usual = rng.random() < 0.5
-        local, remote = side(n, usual), side(n, usual)
-        computed: Any = rng.choice([n * BLOCK - 1] * 6 + [0, -1, 1 << 64, True, 2.0, None])
-        hits: Any = rng.choice([0] * 4 + [[0, 0, 0], (0, BLOCK, 0)] * 2 + [[0, 0], [0, 0, True], 1.5, None, BLOCK])
+        mode = rng.choice(["arrays", "lists", "any"])
+        if mode == "any":
+            local, remote = side(n), side(n)
+            computed: Any = rng.choice([n * BLOCK - 1] * 6 + [0, -1, 1 << 64, True, 2.0, None])
+            hits: Any = rng.choice([0] * 4 + [[0, 0, 0], (0, BLOCK, 0)] * 2 + [[0, 0], [0, 0, True], 1.5, None, BLOCK])
+        else:
+            local, remote, computed, hits = usual(n, mode == "arrays")
         try:
             want: Any = pr._checked(pk, co, local, remote, computed, hits, None).to_json()
         except (TypeError, ValueError, pdkv.PdkvError) as e:
@@ -756,4 +781,4 @@ def test_any_input_plans_or_fails_as_the_checked_path(ctx: pdkv.PlanContext) -> 
         assert got == want, f"request {step}: {local!r} {remote!r} {computed!r} {hits!r}"
         key = "plan" if isinstance(want, str) else want.__name__
         outcomes[key] = outcomes.get(key, 0) + 1
-    assert outcomes.get("plan", 0) >= 150 and len(outcomes) >= 4, outcomes  # both sides of the line were tried
+    assert outcomes.get("plan", 0) >= 300 and len(outcomes) >= 4, outcomes  # both sides of the line were tried
