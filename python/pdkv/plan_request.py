@@ -545,7 +545,7 @@ class PlanRequest:
                 reuse: Optional[TransferPlan] = None) -> TransferPlan:
         """Plans one request: ``local_blocks[i]`` and ``remote_blocks[i]`` are group i's D and P
         block ids (``array('Q')``, numpy ``uint64`` or any buffer of unsigned 64-bit ints, used
-        in place; a short list or tuple of ints is converted), ``computed_tokens`` the prompt
+        in place; a list or tuple of ints is converted at C speed), ``computed_tokens`` the prompt
         tokens P computed (N-1 rule applied), ``hit_tokens`` the tokens D already holds (one
         count for every group, or one per group). ``reuse`` as for :meth:`PlanContext.compile`.
         Raises what :meth:`PlanContext.compile` raises, and ValueError / TypeError naming a
