@@ -322,62 +322,33 @@ int run(int argc, char** argv) {
               "executor / raw | executor, mapped | mapped / raw | raw UCX GET, P shared | mapped / raw shared | raw process_vm_readv | executor / raw cma | ucx_perftest (cache-hot) | memcpy | "
               "load (1 min) |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  // A measurement's cell ("missing" when it failed or was not taken) and one measurement as a
+  // share of another ("-" unless both were taken).
+  auto rate = [](const Measurement& m, const char* missing) {
+    char cell[64];
+    if (m.error.empty()) std::snprintf(cell, sizeof cell, "%.2f GB/s", m.median_gbps);
+    return m.error.empty() ? std::string(cell) : std::string(missing);
+  };
+  auto share = [](const Measurement& num, const Measurement& den) {
+    char cell[64];
+    if (!num.error.empty() || !den.error.empty() || den.median_gbps <= 0) return std::string("-");
+    std::snprintf(cell, sizeof cell, "%.0f%%", 100.0 * num.median_gbps / den.median_gbps);
+    return std::string(cell);
+  };
   for (const Row& r : rows) {
-    char raw[64], best[64], perf[64], agent[64], ratio[64], cma[64], cma_ratio[64], mapped[64], mapped_ratio[64];
-    char raw_shared[64], shared_ratio[64];
-    if (r.raw_shared.error.empty()) {
-      std::snprintf(raw_shared, sizeof raw_shared, "%.2f GB/s", r.raw_shared.median_gbps);
-    } else {
-      std::snprintf(raw_shared, sizeof raw_shared, "%s", r.mode == "shm" ? "error" : "-");
-    }
-    if (r.mapped.error.empty() && r.raw_shared.error.empty() && r.raw_shared.median_gbps > 0) {
-      std::snprintf(shared_ratio, sizeof shared_ratio, "%.0f%%", 100.0 * r.mapped.median_gbps / r.raw_shared.median_gbps);
-    } else {
-      std::snprintf(shared_ratio, sizeof shared_ratio, "-");
-    }
-    if (r.mapped.error.empty()) {
-      std::snprintf(mapped, sizeof mapped, "%.2f GB/s", r.mapped.median_gbps);
-    } else {
-      std::snprintf(mapped, sizeof mapped, "%s", r.mode == "shm" ? "error" : "-");
-    }
-    if (r.mapped.error.empty() && r.raw.error.empty() && r.raw.median_gbps > 0) {
-      std::snprintf(mapped_ratio, sizeof mapped_ratio, "%.0f%%", 100.0 * r.mapped.median_gbps / r.raw.median_gbps);
-    } else {
-      std::snprintf(mapped_ratio, sizeof mapped_ratio, "-");
-    }
-    if (r.cma.error.empty()) {
-      std::snprintf(cma, sizeof cma, "%.2f GB/s", r.cma.median_gbps);
-      std::snprintf(cma_ratio, sizeof cma_ratio, "%.0f%%",
-                    r.agent.error.empty() ? 100.0 * r.agent.median_gbps / r.cma.median_gbps : 0.0);
-    } else {
-      std::snprintf(cma, sizeof cma, "-");
-      std::snprintf(cma_ratio, sizeof cma_ratio, "-");
-    }
-    if (r.agent.error.empty()) {
-      std::snprintf(agent, sizeof agent, "%.2f GB/s", r.agent.median_gbps);
-    } else {
-      std::snprintf(agent, sizeof agent, "error");
-    }
-    if (r.agent.error.empty() && r.raw.error.empty() && r.raw.median_gbps > 0) {
-      std::snprintf(ratio, sizeof ratio, "%.0f%%", 100.0 * r.agent.median_gbps / r.raw.median_gbps);
-    } else {
-      std::snprintf(ratio, sizeof ratio, "-");
-    }
-    if (r.raw.error.empty()) {
-      std::snprintf(raw, sizeof raw, "%.2f GB/s", r.raw.median_gbps);
-      std::snprintf(best, sizeof best, "%.2f", r.raw.best_gbps);
-    } else {
-      std::snprintf(raw, sizeof raw, "error");
-      std::snprintf(best, sizeof best, "-");
-    }
+    const char* shm_only = r.mode == "shm" ? "error" : "-";  // mapped and raw-shared run on shm rows only
+    char best[64], perf[64];
+    if (r.raw.error.empty()) std::snprintf(best, sizeof best, "%.2f", r.raw.best_gbps);
+    else std::snprintf(best, sizeof best, "-");
     if (r.perf.ran) std::snprintf(perf, sizeof perf, "%.2f GB/s", r.perf.gbps);
     else std::snprintf(perf, sizeof perf, "not run");
     std::printf("| %s | %s | %llu | %.1f MiB | %llu | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f GB/s | %.2f |\n",
                 r.list.c_str(),
                 r.mode == "netns" ? "tcp across netns (veth)" : r.mode.c_str(), static_cast<unsigned long long>(r.pieces),
-                static_cast<double>(r.bytes) / 1048576.0,
-                static_cast<unsigned long long>(r.median_piece), raw, best, agent, ratio, mapped, mapped_ratio, raw_shared,
-                shared_ratio, cma, cma_ratio, perf,
+                static_cast<double>(r.bytes) / 1048576.0, static_cast<unsigned long long>(r.median_piece),
+                rate(r.raw, "error").c_str(), best, rate(r.agent, "error").c_str(), share(r.agent, r.raw).c_str(),
+                rate(r.mapped, shm_only).c_str(), share(r.mapped, r.raw).c_str(), rate(r.raw_shared, shm_only).c_str(),
+                share(r.mapped, r.raw_shared).c_str(), rate(r.cma, "-").c_str(), share(r.agent, r.cma).c_str(), perf,
                 r.mem.median_gbps, r.load);
   }
   if (ns) {
