@@ -693,16 +693,9 @@ def test_wait_notification_is_interruptible_and_notices_close(model: pdkv.Model,
         n = p.agent.wait_notification(timeout=LONG)
         assert n is not None and n.kind == pdkv.NotificationKind.LEASE_EXPIRED
         # close() from another thread: both the fd sleeper and a condition waiter raise.
-        errors = []
-
-        def wait() -> None:
-            try:
-                p.agent.wait_notification(lambda n: False)
-            except pdkv.ClosedError as e:
-                errors.append(e)
-
+        errors: List[BaseException] = []
         # Daemons: a wait that close() failed to end would otherwise keep pytest from exiting.
-        waiters = [threading.Thread(target=wait, daemon=True) for _ in range(2)]
+        waiters = [_closed_wait(p.agent, errors) for _ in range(2)]
         del polls[:]
         for w in waiters:
             w.start()
@@ -721,6 +714,19 @@ def test_wait_notification_is_interruptible_and_notices_close(model: pdkv.Model,
             p.agent.wait_notification(timeout=0.01)
 
 
+def _closed_wait(agent: pdkv.Agent, errors: List[BaseException]) -> threading.Thread:
+    """A daemon thread (not started) that waits for a notification that never comes, until the
+    agent is closed: its ClosedError goes to ``errors``."""
+
+    def wait() -> None:
+        try:
+            agent.wait_notification(lambda n: False)
+        except pdkv.ClosedError as e:
+            errors.append(e)
+
+    return threading.Thread(target=wait, daemon=True)
+
+
 def test_the_wake_descriptor_outlives_the_waits_that_poll_it(model: pdkv.Model, monkeypatch: pytest.MonkeyPatch) -> None:
     """close() during a wait leaves the descriptor that woke it open (the wait may poll it
     again: a closed number could be reused by then); the wait closes it as it leaves."""
@@ -735,15 +741,8 @@ def test_the_wake_descriptor_outlives_the_waits_that_poll_it(model: pdkv.Model, 
 
     monkeypatch.setattr(pdkv.agent, "_wait_readable", held)
     with xfer.node(model, True) as p:
-        errors = []
-
-        def wait() -> None:
-            try:
-                p.agent.wait_notification(lambda n: False)
-            except pdkv.ClosedError as e:
-                errors.append(e)
-
-        w = threading.Thread(target=wait, daemon=True)
+        errors: List[BaseException] = []
+        w = _closed_wait(p.agent, errors)
         w.start()
         deadline = time.monotonic() + LONG
         while not p.agent._leading and time.monotonic() < deadline:
