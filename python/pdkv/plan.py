@@ -132,38 +132,44 @@ class PlanGroup:
 
 
 # Region lists are tiny and the same for every request of an engine: their C arrays are cached by
-# value (tuples of ints are immutable and the library never writes the array).
+# value (tuples of ints are immutable and the library never writes the array). Equal is not
+# enough to use a cached array: (False, True) == (0, 1) with the same hash, and the bools must
+# be refused by name as they are on a first call, so a hit counts only for a tuple of exact ints.
 _REGION_CACHE: Dict[Tuple[int, ...], Tuple[Any, int]] = {}
+_EXACT_INT = frozenset((int,))
 
 
-# (address, count, array) of the cached C arrays above, for the packing fast path (which keeps
-# the array alive during its call, whatever another thread does to the caches).
-_REGION_ADDRESS: Dict[Tuple[int, ...], Tuple[int, int, Any]] = {(): (0, 0, None)}
+# (address, count, array, tuple) of the cached C arrays above, for the packing fast path (which
+# keeps the array alive during its call, whatever another thread does to the caches). The fast
+# path takes a hit only for the very tuple object it was stored for (checked to hold exact ints
+# then), so it needs no per-element check; another equal tuple goes through _region_address.
+_REGION_ADDRESS: Dict[Tuple[int, ...], Tuple[int, int, Any, Tuple[int, ...]]] = {(): (0, 0, None, ())}
 
 
-def _region_address(i: int, regions: Tuple[int, ...], field: str) -> Optional[Tuple[int, int, Any]]:
-    """(address, count, array) of a region tuple's cached C array (see :func:`_regions`); None
-    when the tuple is not cacheable (the checked path then)."""
+def _region_address(i: int, regions: Tuple[int, ...], field: str) -> Optional[Tuple[int, int, Any, Tuple[int, ...]]]:
+    """(address, count, array, regions) of a region tuple's cached C array (see
+    :func:`_regions`, which refuses what is not a list of indices); None when the tuple is not
+    cacheable (the checked path then)."""
     arr, n = _regions(i, regions, field)
-    if _REGION_CACHE.get(regions) is None:
+    if _REGION_CACHE.get(regions) is None or not _EXACT_INT.issuperset(map(type, regions)):
         return None
-    hit = (ctypes.addressof(arr) if n else 0, n, arr)
+    hit = (ctypes.addressof(arr) if n else 0, n, arr, regions)
     _REGION_ADDRESS[regions] = hit
     return hit
 
 
 def _regions(i: int, regions: Any, field: str = "regions") -> Tuple[Any, int]:
-    """The C array of a group's region (or layer) list, cached by value for tuples."""
+    """The C array of a group's region (or layer) list, cached by value for tuples of ints."""
     if type(regions) is tuple:
         hit = _REGION_CACHE.get(regions)
-        if hit is not None:
+        if hit is not None and _EXACT_INT.issuperset(map(type, regions)):
             return hit
         arr = u32_array(f"groups[{i}].{field}", regions)
         if len(_REGION_CACHE) >= 256:
             _REGION_CACHE.clear()
             _REGION_ADDRESS.clear()
-            _REGION_ADDRESS[()] = (0, 0, None)
-        if all(type(r) is int for r in regions):  # not e.g. IntEnum members equal to ints
+            _REGION_ADDRESS[()] = (0, 0, None, ())
+        if _EXACT_INT.issuperset(map(type, regions)):  # not e.g. IntEnum members equal to ints
             _REGION_CACHE[regions] = arr
         return arr
     return u32_array(f"groups[{i}].{field}", regions)
@@ -350,12 +356,12 @@ def _groups_fast(items: Sequence[Any]) -> Optional[Tuple[_PackBuffer, int, List[
         if type(regions) is not tuple or type(layers) is not tuple:
             return None
         reg = _REGION_ADDRESS.get(regions)
-        if reg is None:
+        if reg is None or reg[3] is not regions:  # (an equal tuple may hold bools: see _REGION_CACHE)
             reg = _region_address(i, regions, "regions")
             if reg is None:
                 return None
         lay = _REGION_ADDRESS.get(layers)
-        if lay is None:
+        if lay is None or lay[3] is not layers:
             lay = _region_address(i, layers, "layers")
             if lay is None:
                 return None

@@ -246,6 +246,34 @@ def test_bad_buffers_are_refused_by_name(ctx: pdkv.PlanContext) -> None:
     assert req.compile(ok_l, ok_r, computed).to_json() == want
 
 
+@pytest.mark.parametrize("field", ["regions", "layers"])
+@pytest.mark.parametrize("prepared", [False, True])
+def test_bools_in_a_region_list_are_refused_after_an_equal_list_of_ints(ctx: pdkv.PlanContext, field: str,
+                                                                           prepared: bool) -> None:
+    """(False, True) == (0, 1) and both hash alike: the C arrays cached by value for the ints
+    must not be found for the bools, which the checked path refuses by name."""
+    g = layout(True)
+
+    def groups(indices: Tuple[Any, ...]) -> List[pdkv.PlanGroup]:
+        mamba = pdkv.GroupTrimInput(pdkv.GroupKind.MAMBA, array("Q", [5]), array("Q", [6]),
+                                    remote_computed_tokens=BLOCK - 1)
+        return [g[0], pdkv.PlanGroup(mamba, **{field: indices}), g[2]]
+
+    ints = groups((0, 1))
+    ctx.compile(ints)  # caches (0, 1)'s C array
+    ctx.prepare(ints)
+    bools = groups((False, True))
+    with pytest.raises(TypeError, match=rf"groups\[1\]\.{field}\[0\] must be an int, got bool"):
+        if prepared:
+            ctx.prepare(bools)
+        else:
+            ctx.compile(bools)
+    # An equal tuple of ints that is another object still plans (and as the first one).
+    again = groups(tuple(int(v) for v in "01"))
+    assert getattr(again[1], field) is not getattr(ints[1], field)
+    assert ctx.compile(again).to_json() == ctx.compile(ints).to_json()
+
+
 @pytest.mark.parametrize("prepared", [True, False])
 def test_buffers_cannot_be_resized_during_the_call(ctx: pdkv.PlanContext, monkeypatch: pytest.MonkeyPatch, prepared: bool) -> None:
     """During the C call every id buffer read in place is pinned (resizing it raises
