@@ -18,8 +18,12 @@ import (
 // of remote writers). Its address goes into EngineLayout.RegionBases.
 //
 // Free unmaps it; it is refused (ErrBusy) while an agent it was registered with is open,
-// because the agent or a peer may still touch the memory. A finalizer unmaps a forgotten,
-// unpinned buffer.
+// because the agent or a peer may still touch the memory. Only Free unmaps it: there is no
+// finalizer, because a slice from Bytes points outside the Go heap and does not keep the
+// *HostBuffer reachable, so a collector-run Free would unmap memory such a slice still uses (a
+// fault, or a write into whatever is mapped there next). A HostBuffer never freed stays mapped
+// until the process ends, as memory from syscall.Mmap does. Slices from Bytes must not be used
+// after Free.
 type HostBuffer struct {
 	mu     sync.Mutex
 	mem    []byte
@@ -50,9 +54,8 @@ func NewSharedHostBuffer(size int) (*HostBuffer, error) {
 		C.pdkv_shared_memory_free(sm)
 		return nil, err
 	}
-	b := &HostBuffer{mem: unsafe.Slice((*byte)(addr), int(n)), shared: sm}
-	runtime.SetFinalizer(b, func(b *HostBuffer) { _ = b.Free() })
-	return b, nil
+	// No finalizer: see HostBuffer (slices from Bytes outlive the *HostBuffer).
+	return &HostBuffer{mem: unsafe.Slice((*byte)(addr), int(n)), shared: sm}, nil
 }
 
 // NewHostBuffer maps size zeroed bytes. Errors: ErrInvalidArgument (size <= 0), ErrIO (mmap
@@ -69,12 +72,13 @@ func NewHostBuffer(size int) (*HostBuffer, error) {
 		}
 		return nil, e
 	}
-	b := &HostBuffer{mem: mem}
-	runtime.SetFinalizer(b, func(b *HostBuffer) { _ = b.Free() })
-	return b, nil
+	// No finalizer: see HostBuffer (slices from Bytes outlive the *HostBuffer).
+	return &HostBuffer{mem: mem}, nil
 }
 
-// Bytes returns the memory (nil once freed). While transfers that write the buffer are in
+// Bytes returns the memory (nil once freed; a slice taken before Free must not be used after
+// it, and does not keep the HostBuffer from being collected, which leaves the memory mapped).
+// While transfers that write the buffer are in
 // flight, reads of it may observe partial data; do not write memory a transfer reads.
 func (b *HostBuffer) Bytes() []byte {
 	b.mu.Lock()
@@ -114,12 +118,10 @@ func (b *HostBuffer) Free() error {
 	if b.shared != nil {
 		C.pdkv_shared_memory_free(b.shared)
 		b.shared, b.mem = nil, nil
-		runtime.SetFinalizer(b, nil)
 		return nil
 	}
 	err := syscall.Munmap(b.mem)
 	b.mem = nil
-	runtime.SetFinalizer(b, nil)
 	if err != nil {
 		return goErr(StatusIO, "munmap: %v", err)
 	}
