@@ -305,9 +305,8 @@ type pinList struct {
 	bufs []*HostBuffer
 }
 
-// add pins b until the agent is freed.
+// add keeps b, pinned by the caller, pinned until the agent is freed.
 func (l *pinList) add(b *HostBuffer) {
-	b.pin()
 	l.mu.Lock()
 	l.bufs = append(l.bufs, b)
 	l.mu.Unlock()

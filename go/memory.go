@@ -128,10 +128,16 @@ func (b *HostBuffer) Free() error {
 	return nil
 }
 
-func (b *HostBuffer) pin() {
+// pinLive pins b and returns its address and length, or fails when it is already freed: a
+// Free from then on is refused (ErrBusy) until unpin.
+func (b *HostBuffer) pinLive() (uint64, int, error) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.freed || len(b.mem) == 0 {
+		return 0, 0, goErr(StatusInvalidArgument, "HostBuffer is freed")
+	}
 	b.pins++
-	b.mu.Unlock()
+	return uint64(uintptr(unsafe.Pointer(&b.mem[0]))), len(b.mem), nil
 }
 
 func (b *HostBuffer) unpin() {
@@ -178,16 +184,22 @@ func (a *Agent) RegisterBuffer(region uint32, buf *HostBuffer) (*Memory, error) 
 	if _, err := a.ref().acquire(); err != nil {
 		return nil, err
 	}
-	a.h.release()
+	// Held until buf is in the pin list: a Close meanwhile waits for it, so the agent's free
+	// unpins buf too (released earlier, a Close between the registration and the pin would free
+	// the agent first and leave buf pinned for good).
+	defer a.h.release()
 	if buf == nil {
 		return nil, nilErr("HostBuffer", "buf")
 	}
-	addr, n := buf.Addr(), buf.Len()
-	if n == 0 {
-		return nil, goErr(StatusInvalidArgument, "HostBuffer is freed")
+	// Pinned before the C registration, not after it: a Free racing this call then either ran
+	// first (refused here) or fails with ErrBusy; it never unmaps memory being registered.
+	addr, n, err := buf.pinLive()
+	if err != nil {
+		return nil, err
 	}
 	m, err := a.register(MemoryDesc{Region: region, Address: addr, Length: uint64(n)})
 	if err != nil {
+		buf.unpin()
 		return nil, err
 	}
 	a.pins.add(buf)

@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	pdkv "github.com/pdkv/pdkv/go"
+	"github.com/pdkv/pdkv/go/internal/xfer"
 )
 
 // TestHelperHostBufferBytes is not a test: run by TestHostBufferBytesOutliveTheHandle in a child
@@ -49,4 +51,73 @@ func TestHostBufferBytesOutliveTheHandle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("writing Bytes() of a HostBuffer nothing else refers to: %v\n%s", err, out)
 	}
+}
+
+// TestRegisterBufferRacingFree frees each buffer from another goroutine while it is being
+// registered: either the registration fails (the buffer was freed first) or Free does (ErrBusy:
+// the buffer is pinned), never both succeed, which would leave the agent registered on unmapped
+// memory that peers then write. The other goroutine spins, so that its Free lands at varying
+// points of RegisterBuffer, the C registration included.
+func TestRegisterBufferRacingFree(t *testing.T) {
+	const regions = 1024
+	m, err := xfer.Model()
+	ok(t, err)
+	defer m.Close()
+	probe, err := pdkv.EngineMetadataFromModel(m, pdkv.DefaultEngineConfig(), raceLayout(regions, nil))
+	ok(t, err)
+	info, err := probe.Regions()
+	ok(t, err)
+	_ = probe.Close()
+	size := int(info[0].BlockLen * info[0].NumBlocks)
+	bufs := make([]*pdkv.HostBuffer, regions)
+	bases := make([]uint64, regions)
+	for i := range bufs {
+		bufs[i], err = pdkv.NewHostBuffer(size)
+		ok(t, err)
+		bases[i] = bufs[i].Addr()
+	}
+	md, err := pdkv.EngineMetadataFromModel(m, pdkv.DefaultEngineConfig(), raceLayout(regions, bases))
+	ok(t, err)
+	defer md.Close()
+	a, err := pdkv.NewAgent(pdkv.AgentOptions{Metadata: md})
+	ok(t, err)
+	defer a.Close()
+	both := 0
+	var spin atomic.Int64
+	for i, b := range bufs {
+		var start atomic.Bool
+		freed := make(chan error, 1)
+		delay := int64(i % 16 * 8) // busy loops before the Free: sweeps the window
+		go func() {
+			for !start.Load() {
+			}
+			for j := int64(0); j < delay; j++ {
+				spin.Add(1)
+			}
+			freed <- b.Free()
+		}()
+		start.Store(true)
+		reg, rerr := a.RegisterBuffer(uint32(i), b)
+		ferr := <-freed
+		if rerr == nil && ferr == nil {
+			both++
+		}
+		if rerr == nil {
+			_ = reg.Close()
+		}
+	}
+	if both > 0 {
+		t.Fatalf("%d of %d buffers were freed while RegisterBuffer registered them", both, regions)
+	}
+	ok(t, a.Close())
+	for _, b := range bufs {
+		ok(t, b.Free()) // the agent is closed: nothing is pinned any more
+	}
+}
+
+func raceLayout(n uint32, bases []uint64) pdkv.EngineLayout {
+	l := pdkv.DefaultEngineLayout()
+	l.NumRegions = n
+	l.RegionBases = bases
+	return l
 }
