@@ -517,14 +517,18 @@ def _compile(ctx: PlanContext, groups: Iterable[PlanGroup], reuse: Optional["Tra
 def _compile_checked(co: _Owner, arr: Any, n: int, reuse: Optional["TransferPlan"]) -> "TransferPlan":
     """Compiles the typed C groups array ``arr`` into ``reuse`` when it can be rewritten, else
     into a new plan (the path of groups the fast packing does not take)."""
-    if reuse is not None and not reuse._viewed:
+    if reuse is not None:
         ptr = reuse._take()
         if ptr is not None:
             try:
-                call("pdkv_transfer_plan_compile_into", co.ptr, arr, n, ptr)
+                # _viewed is read only once the plan is taken: views are taken inside operations
+                # on the plan, which _take excludes, so none appears from here on (read before
+                # _take, a view another thread took in between was rewritten under it).
+                if not reuse._viewed:
+                    call("pdkv_transfer_plan_compile_into", co.ptr, arr, n, ptr)
+                    return reuse
             finally:
                 reuse._give_back()
-            return reuse
     return _new_plan(co, arr, n)
 
 

@@ -185,6 +185,35 @@ def test_reuse_never_rewrites_memory_a_view_shows(ctx: pdkv.PlanContext) -> None
     assert fresh is not plan and fresh.to_json() == other.to_json()
 
 
+def test_checked_reuse_never_rewrites_a_view_taken_meanwhile(ctx: pdkv.PlanContext,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checked path (groups given as an iterator) decides whether ``reuse`` may be rewritten
+    in place once it holds the plan exclusively: a view another thread takes just before that
+    (here: while the compile asks for the plan) keeps the plan from being rewritten under it."""
+    import threading
+
+    plan = ctx.compile(groups(array("Q", LOCAL), array("Q", REMOTE)))
+    r = plan.read_ranks()[0]
+    want = plan.rank_reads(r)
+    views: List[memoryview] = []
+    take = pdkv.TransferPlan._take
+
+    def take_after_a_view(self: pdkv.TransferPlan) -> Any:
+        if self is plan and not views:  # another thread takes a view at this point
+            t = threading.Thread(target=lambda: views.append(plan.rank_reads_view(r)))
+            t.start()
+            t.join()
+        return take(self)
+
+    monkeypatch.setattr(pdkv.TransferPlan, "_take", take_after_a_view)
+    other = ctx.compile(iter(request([3], [20], 2000)), reuse=plan)
+    assert len(views) == 1
+    assert other is not plan  # a new plan: the view's memory stays as it was
+    assert plan.rank_reads(r) == want
+    x = records(views[0])[0]
+    assert (x.local_offset, x.length) == (want[0].local_offset, want[0].length)
+
+
 def test_reuse_while_other_threads_read_the_plan(ctx: pdkv.PlanContext) -> None:
     import threading
 
