@@ -285,8 +285,13 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
   const uint8_t my_seal = opt_.key && opt_.seal_data ? 1 : 0;
   if (result.peer_hello.proto_minor >= 2) mine.data_seal = my_seal;
   if (same_host && opt_.transport != TransportMode::Tcp && their_mode != TransportMode::Tcp) {
-    const std::string why = cma::check_probe(result.peer_info.cma_pid, result.peer_info.cma_probe_address,
-                                             result.peer_info.cma_probe);
+    std::string why = cma::check_probe(result.peer_info.cma_pid, result.peer_info.cma_probe_address,
+                                       result.peer_info.cma_probe);
+    // The probe only shows that the pid holds bytes the peer knows, which may be another process's
+    // (a copy forked from the peer, or bytes the peer read from some agent's registered memory,
+    // this agent's included): before this agent copies into and out of that process at the
+    // addresses the peer advertises, the pid must hold the other end of this connection.
+    if (why.empty()) why = cma::check_connection_owner(result.peer_info.cma_pid, channel.fd());
     mine.cma = why.empty() ? CmaVerdict::Works : CmaVerdict::Failed;
     mine.reason = clip_message_text(why);
     if (why.empty() && result.peer_hello.proto_minor >= 1) mine.mappable = mappable_regions();

@@ -1,15 +1,23 @@
 #include "cma/cma.hpp"
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "pdkv/core/error.hpp"
 
@@ -258,6 +266,159 @@ std::string check_probe(uint32_t pid, uint64_t address, const ProbeValue& expect
     return "pid " + std::to_string(pid) +
            " holds other bytes at the advertised probe address: it is another process here (the peer "
            "runs in another pid namespace)";
+  }
+  return {};
+}
+
+namespace {
+
+// A TCP endpoint as /proc/net/tcp6 lists it: the address as 16 bytes (IPv4 as ::ffff:a.b.c.d, the
+// form tcp6 lists an IPv4 peer of a dual-stack socket in) and the port.
+struct Endpoint {
+  std::array<uint8_t, 16> addr{};
+  uint16_t port = 0;
+  bool operator==(const Endpoint&) const = default;
+};
+
+bool endpoint_of(const sockaddr_storage& ss, Endpoint* out) {
+  if (ss.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(ss);
+    out->addr = {};
+    out->addr[10] = 0xff;
+    out->addr[11] = 0xff;
+    std::memcpy(out->addr.data() + 12, &a.sin_addr, 4);
+    out->port = ntohs(a.sin_port);
+    return true;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(ss);
+    std::memcpy(out->addr.data(), &a.sin6_addr, 16);
+    out->port = ntohs(a.sin6_port);
+    return true;
+  }
+  return false;
+}
+
+// "0100007F:1F90" (tcp: one 32-bit word) or 32 hex digits ":" port (tcp6: four words). The kernel
+// prints each word of the address as the number its bytes (network order) make in this machine's
+// order, so the word's bytes in memory are the address's bytes.
+bool parse_endpoint(const char* text, bool v6, Endpoint* out) {
+  const size_t words = v6 ? 4 : 1;
+  uint8_t bytes[16];
+  for (size_t w = 0; w < words; ++w) {
+    char hex[9];
+    std::memcpy(hex, text + 8 * w, 8);
+    hex[8] = '\0';
+    char* end = nullptr;
+    const uint32_t v = static_cast<uint32_t>(std::strtoul(hex, &end, 16));
+    if (end != hex + 8) return false;
+    std::memcpy(bytes + 4 * w, &v, 4);
+  }
+  if (text[8 * words] != ':') return false;
+  char* end = nullptr;
+  const unsigned long port = std::strtoul(text + 8 * words + 1, &end, 16);
+  if (end == text + 8 * words + 1 || port > 0xffff) return false;
+  out->addr = {};
+  if (v6) {
+    std::memcpy(out->addr.data(), bytes, 16);
+  } else {
+    out->addr[10] = 0xff;
+    out->addr[11] = 0xff;
+    std::memcpy(out->addr.data() + 12, bytes, 4);
+  }
+  out->port = static_cast<uint16_t>(port);
+  return true;
+}
+
+std::string endpoint_text(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(ss);
+    ::inet_ntop(AF_INET, &a.sin_addr, host, sizeof host);
+    port = ntohs(a.sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(ss);
+    ::inet_ntop(AF_INET6, &a.sin6_addr, host, sizeof host);
+    port = ntohs(a.sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+std::string check_connection_owner(uint32_t pid, int fd) {
+  if (pid == 0 || pid > static_cast<uint32_t>(INT32_MAX)) {
+    return "the peer advertised no usable process id (" + std::to_string(pid) + ")";
+  }
+  sockaddr_storage mine{};
+  sockaddr_storage theirs{};
+  socklen_t mine_len = sizeof mine;
+  socklen_t theirs_len = sizeof theirs;
+  Endpoint local;
+  Endpoint remote;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &theirs_len) != 0) {
+    return "the control connection's addresses cannot be read: " + errno_text(errno);
+  }
+  if (!endpoint_of(mine, &local) || !endpoint_of(theirs, &remote)) {
+    return "the control connection is not a TCP/IP connection";
+  }
+  const std::string conn = endpoint_text(theirs) + " -> " + endpoint_text(mine);
+  const std::string proc = "/proc/" + std::to_string(pid);
+  // The far end of the connection, in pid's network namespace: local = our peer, remote = us.
+  std::set<unsigned long> inodes;
+  for (const bool v6 : {false, true}) {
+    FILE* f = std::fopen((proc + (v6 ? "/net/tcp6" : "/net/tcp")).c_str(), "re");
+    if (f == nullptr) continue;
+    char line[512];
+    bool header = true;
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      if (header) {
+        header = false;
+        continue;
+      }
+      // "sl: local remote st tx:rx tr:when retrnsmt uid timeout inode ..."
+      char sl[32], loc[64], rem[64], st[8], q[32], tr[32], retr[16];
+      unsigned long uid = 0, timeout = 0, inode = 0;
+      if (std::sscanf(line, "%31s %63s %63s %7s %31s %31s %15s %lu %lu %lu", sl, loc, rem, st, q, tr, retr, &uid, &timeout,
+                      &inode) != 10) {
+        continue;
+      }
+      Endpoint l;
+      Endpoint r;
+      if (inode == 0 || !parse_endpoint(loc, v6, &l) || !parse_endpoint(rem, v6, &r)) continue;
+      if (l == remote && r == local) inodes.insert(inode);
+    }
+    std::fclose(f);
+  }
+  if (inodes.empty()) {
+    return "pid " + std::to_string(pid) + " does not hold the other end of this control connection (" + conn +
+           "): its network namespace has no such socket, so it is not the peer that authenticated";
+  }
+  DIR* dir = ::opendir((proc + "/fd").c_str());
+  if (dir == nullptr) {
+    return "cannot list the descriptors of pid " + std::to_string(pid) + " to check that it holds the other end of " +
+           "this control connection: " + errno_text(errno);
+  }
+  bool found = false;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    char target[64];
+    const ssize_t n = ::readlinkat(::dirfd(dir), e->d_name, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    unsigned long inode = 0;
+    char close = '\0';
+    if (std::sscanf(target, "socket:[%lu%c", &inode, &close) == 2 && close == ']' && inodes.count(inode) != 0) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(dir);
+  if (!found) {
+    return "pid " + std::to_string(pid) + " does not hold the other end of this control connection (" + conn +
+           "): another process does, so pid " + std::to_string(pid) + " is not the peer that authenticated";
   }
   return {};
 }

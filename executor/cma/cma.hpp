@@ -119,6 +119,17 @@ class Probe {
 // another pid namespace, a ptrace policy, a process that is gone).
 std::string check_probe(uint32_t pid, uint64_t address, const ProbeValue& expected);
 
+// Whether process `pid` holds the other end of this process's connected TCP socket `fd`: the
+// socket whose local address is fd's peer address and whose peer address is fd's local address,
+// as pid's own network namespace lists it (/proc/<pid>/net/tcp and tcp6), must be one of pid's
+// descriptors (/proc/<pid>/fd). Returns "" when it is; otherwise why not, in words.
+// Why: check_probe only shows that pid holds bytes the peer knows, and a peer can know another
+// process's bytes (a forked copy of a probe, or bytes of a registered region it read over tcp, in
+// another agent's process or in this one). Attaching to pid is only safe once pid is shown to be
+// the process at the far end of the connection that authenticated the peer; a relaying or remote
+// peer cannot make another process hold its socket.
+std::string check_connection_owner(uint32_t pid, int fd);
+
 // A peer process watched through a pidfd, so a pid that the kernel recycled after the peer died
 // is never read or written: exited() turns true once the peer has exited (before its pid can be
 // reused). Without pidfd support (kernel < 5.3) exited() only reports what kill(pid, 0) says.

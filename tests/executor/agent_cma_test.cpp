@@ -6,7 +6,10 @@
 // the process it claims is refused by transport shm with the reason and served over tcp by auto.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -283,6 +286,81 @@ TEST(AgentCmaProbe, APeerWhosePidIsNotItsOwnIsRefusedByShmAndServedOverTcpByAuto
     peer.admit(agent->info().listen);
     auto rec = agent->find_peer("dec", 0);
     EXPECT_EQ(rec->transport, TransportMode::Tcp);
+  }
+}
+
+// A peer that presents another process's identity: the pid of a process whose memory it knows
+// (here a child forked from this process, which holds a copy of a probe at the same address) and
+// that probe. The probe reads back, yet that process is not the peer. Believed, it would make this
+// agent's cross-memory-attach copies read and write that process's memory at whatever addresses
+// the peer advertises as its regions: a WRITE would land this agent's bytes anywhere in it (and a
+// remote peer could name the agent's own pid with bytes of its registered memory read over tcp,
+// making it write into itself). The agent checks that the pid holds the other end of this very
+// control connection: it does not, so shm refuses the peer naming why, and auto serves it over tcp.
+TEST(AgentCmaProbe, APeerPresentingAnotherProcesssIdentityIsNotAttachedTo) {
+  const cma::Probe borrowed;  // before fork: the child holds the same bytes at the same address
+  int gate[2];
+  ASSERT_EQ(::pipe2(gate, O_CLOEXEC), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(gate[1]);
+    char c;
+    while (::read(gate[0], &c, 1) > 0) {
+    }  // until the parent closes its end (or dies)
+    ::_exit(0);
+  }
+  ::close(gate[0]);
+  struct Reap {
+    pid_t pid;
+    int fd;
+    ~Reap() {
+      ::close(fd);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reap{child, gate[1]};
+  // The child really holds the probe: the probe alone proves nothing about who the peer is.
+  ASSERT_EQ(cma::check_probe(static_cast<uint32_t>(child), borrowed.address(), borrowed.value()), "");
+  const std::string pid_text = "pid " + std::to_string(child);
+  {
+    auto agent = tiny_agent(TransportMode::Shm);
+    FakePeer peer(TransportMode::Shm);
+    peer.forge_pid(static_cast<uint32_t>(child));
+    peer.forge_probe(borrowed.address(), borrowed.value());
+    peer.handshake(agent->info().listen);
+    try {
+      peer.agree_transport();
+      FAIL() << "the agent would attach to a process that is not the peer";
+    } catch (const core::Error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(e.status(), Status::Transport) << m;
+      EXPECT_NE(m.find(pid_text), std::string::npos) << m;
+      EXPECT_NE(m.find("does not hold the other end of this control connection"), std::string::npos) << m;
+    }
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(agent->info().num_peers, 0u);
+  }
+  {
+    auto agent = tiny_agent(TransportMode::Auto);
+    FakePeer peer(TransportMode::Auto);
+    peer.forge_pid(static_cast<uint32_t>(child));
+    peer.forge_probe(borrowed.address(), borrowed.value());
+    peer.admit(agent->info().listen);
+    EXPECT_EQ(peer.agent_offer().cma, CmaVerdict::Failed) << peer.agent_offer().reason;
+    EXPECT_NE(peer.agent_offer().reason.find(pid_text + " does not hold the other end of this control connection"),
+              std::string::npos)
+        << peer.agent_offer().reason;
+    EXPECT_NE(peer.agent_offer().reason.find("another process does"), std::string::npos) << peer.agent_offer().reason;
+    EXPECT_EQ(agent->find_peer("dec", 0)->transport, TransportMode::Tcp);
+  }
+  // The same peer presenting its own identity (this process holds its end) is attached to.
+  {
+    auto agent = tiny_agent(TransportMode::Shm);
+    FakePeer peer(TransportMode::Shm);
+    peer.admit(agent->info().listen);
+    EXPECT_EQ(peer.agent_offer().cma, CmaVerdict::Works) << peer.agent_offer().reason;
+    EXPECT_EQ(agent->find_peer("dec", 0)->transport, TransportMode::Shm);
   }
 }
 

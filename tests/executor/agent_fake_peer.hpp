@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "agent/agent.hpp"
@@ -85,8 +86,8 @@ class FakePeer {
     p.info.transport_hint = static_cast<uint8_t>(mode_);
     p.info.regions = std::move(keys);
     p.info.cma_pid = forged_pid_ ? *forged_pid_ : probe_.pid();
-    p.info.cma_probe_address = probe_.address();
-    p.info.cma_probe = probe_.value();
+    p.info.cma_probe_address = forged_probe_ ? forged_probe_->first : probe_.address();
+    p.info.cma_probe = forged_probe_ ? forged_probe_->second : probe_.value();
     p.key = key_;
     result_ = handshake_client(*channel_, p, deadline);
   }
@@ -148,6 +149,9 @@ class FakePeer {
 
   // Advertise this pid instead of this process's own (a peer lying, or in another pid namespace).
   void forge_pid(uint32_t pid) { forged_pid_ = pid; }
+  // Advertise this probe (address and bytes) instead of this side's own: with forge_pid, a peer
+  // presenting another process's identity (one whose memory it knows).
+  void forge_probe(uint64_t address, const cma::ProbeValue& value) { forged_probe_.emplace(address, value); }
   // Say this control protocol minor in the Hello (an older peer).
   void say_minor(uint16_t minor) { proto_minor_ = minor; }
 
@@ -164,6 +168,7 @@ class FakePeer {
   cma::Probe probe_;
   HandshakeResult result_;
   std::optional<uint32_t> forged_pid_;
+  std::optional<std::pair<uint64_t, cma::ProbeValue>> forged_probe_;
   std::optional<ControlChannel> channel_;
   TransportOffer agent_offer_;
   std::optional<uint16_t> proto_minor_;
