@@ -201,26 +201,40 @@ TEST_CASE("replicated Mamba2 groups (n_groups < TP): pdkv fixes vLLM #55208", "[
 }
 
 TEST_CASE("pdkv reads write every D byte exactly once for all TP pairs up to 16", "[capi][mamba][property]") {
-  ModelPtr m = make_model(nemotron3_nano_desc());  // K=2 limits nothing here: Mamba heads 64, groups 8
-  const uint32_t sizes[] = {1, 2, 4, 8, 16};
-  for (uint32_t p_tp_size : sizes) {
-    GeometryPtr p = make_geometry(m.get(), engine(p_tp_size));
-    const pdkv_geometry_info_t pi = info_of(p.get());
-    for (uint32_t d_tp_size : sizes) {
-      GeometryPtr dg = make_geometry(m.get(), engine(d_tp_size));
-      const pdkv_geometry_info_t di = info_of(dg.get());
-      for (uint32_t rank = 0; rank < d_tp_size; ++rank) {
-        INFO("P TP" << p_tp_size << " -> D TP" << d_tp_size << " rank " << rank);
-        ReadListPtr l = make_reads(p.get(), dg.get(), rank, PDKV_MAMBA_READS_PDKV);
-        std::vector<uint8_t> covered(di.mamba_page_bytes, 0);
-        for (const auto& r : reads_of(l.get())) {
-          REQUIRE(r.remote_offset + r.length <= pi.mamba_page_bytes);
-          REQUIRE(r.local_offset + r.length <= di.mamba_page_bytes);
-          for (uint64_t k = 0; k < r.length; ++k) covered[r.local_offset + k]++;
+  // Nemotron-3-Nano's 8 groups shard up to TP8; vLLM refuses TP16 (MambaMixer2: a TP that does
+  // not divide n_groups needs n_groups 1), and so does pdkv. The one-group variant replicates its
+  // group and runs up to TP16 (64 Mamba heads; K=2 limits nothing here).
+  ModelPtr grouped = make_model(nemotron3_nano_desc());
+  const pdkv_engine_config_t tp16 = engine(16);
+  pdkv_geometry_t* refused = nullptr;
+  auto r16 = capture([&](pdkv_error_t** err) { return pdkv_geometry_new(grouped.get(), &tp16, &refused, err); });
+  CHECK(r16.status == PDKV_ERR_HEADS_NOT_DIVISIBLE);
+  CHECK_THAT(r16.message, Contains("n_groups 8"));
+  pdkv_model_desc_t one = nemotron3_nano_desc();
+  one.mamba_n_groups = 1;
+  ModelPtr one_group = make_model(one);
+  for (const pdkv_model_t* m : {grouped.get(), one_group.get()}) {
+    const uint32_t max_tp = m == grouped.get() ? 8 : 16;
+    for (uint32_t p_tp_size = 1; p_tp_size <= max_tp; p_tp_size *= 2) {
+      GeometryPtr p = make_geometry(m, engine(p_tp_size));
+      const pdkv_geometry_info_t pi = info_of(p.get());
+      for (uint32_t d_tp_size = 1; d_tp_size <= max_tp; d_tp_size *= 2) {
+        GeometryPtr dg = make_geometry(m, engine(d_tp_size));
+        const pdkv_geometry_info_t di = info_of(dg.get());
+        for (uint32_t rank = 0; rank < d_tp_size; ++rank) {
+          INFO("n_groups " << (m == grouped.get() ? 8 : 1) << " P TP" << p_tp_size << " -> D TP" << d_tp_size
+                           << " rank " << rank);
+          ReadListPtr l = make_reads(p.get(), dg.get(), rank, PDKV_MAMBA_READS_PDKV);
+          std::vector<uint8_t> covered(di.mamba_page_bytes, 0);
+          for (const auto& r : reads_of(l.get())) {
+            REQUIRE(r.remote_offset + r.length <= pi.mamba_page_bytes);
+            REQUIRE(r.local_offset + r.length <= di.mamba_page_bytes);
+            for (uint64_t k = 0; k < r.length; ++k) covered[r.local_offset + k]++;
+          }
+          bool exact = true;
+          for (uint8_t c : covered) exact = exact && c == 1;
+          CHECK(exact);
         }
-        bool exact = true;
-        for (uint8_t c : covered) exact = exact && c == 1;
-        CHECK(exact);
       }
     }
   }

@@ -25,7 +25,8 @@ std::vector<ModelDesc> models() {
           nemotron_h_8b(),
           falcon_h1_05b(),
           mamba2_model("falcon-h1-1.5b", 48, 64, 256, 1, 4),
-          mamba2_model("groups-2", 32, 64, 64, 2, 4),
+          mamba2_model("groups-2", 32, 64, 64, 2, 4),  // TP 4+ refused (vLLM: n_groups must be 1)
+          mamba2_model("one-group-64h", 64, 64, 128, 1, 4),  // replicated B/C up to TP16
           qwen3_next(),
           qwen35_27b(),
           jamba()};

@@ -160,22 +160,27 @@ TEST(MambaSplit, Issue55208ReplicatedGroupsVllmWrongPdkvRight) {
 }
 
 TEST(MambaSplit, ReplicatedGroupReadFromTheRankHoldingDsHeads) {
-  // Nemotron-H-8B-like n_groups 8, P TP16 -> D TP1: group g is on P ranks 2g and 2g+1; pdkv
-  // reads it from 2g (the rank holding D's first head of the group), once.
-  const ModelDesc m = mamba2_model("g8", 128, 64, 128, 8, 4);
-  const MambaState p = mamba_state_at(m, 16);
-  const MambaState d = mamba_state_at(m, 1);
-  const std::vector<MambaRead> reads = mamba_reads(p, d, 0);
-  uint32_t b_reads = 0;
+  // One group (the only replicated case vLLM runs), 64 heads, P TP8 -> D TP2: every P rank holds
+  // a copy of the group. D rank 1 holds heads 32..63, whose x channels start on P rank 4; pdkv
+  // reads B and C once each, from that rank (one D reads x from anyway), whole.
+  const ModelDesc m = mamba2_model("one-group", 64, 64, 128, 1, 4);
+  const MambaState p = mamba_state_at(m, 8);
+  const MambaState d = mamba_state_at(m, 2);
+  ASSERT_TRUE(p.projections[1].replicated);
+  ASSERT_EQ(p.projections[1].bytes, d.projections[1].bytes);
+  const std::vector<MambaRead> reads = mamba_reads(p, d, 1);
+  uint32_t bc_reads = 0;
   for (const MambaRead& r : reads) {
-    if (r.part != "B") continue;
-    EXPECT_EQ(r.p_rank % 2, 0u);
-    EXPECT_EQ(r.remote_offset, p.projections[1].offset);
-    EXPECT_EQ(r.local_offset, d.projections[1].offset + (r.p_rank / 2) * p.projections[1].bytes);
-    EXPECT_EQ(r.length, p.projections[1].bytes);
-    ++b_reads;
+    if (r.part == "x") EXPECT_GE(r.p_rank, 4u);
+    if (r.part != "B" && r.part != "C") continue;
+    const size_t k = r.part == "B" ? 1 : 2;
+    EXPECT_EQ(r.p_rank, 4u) << r.part;
+    EXPECT_EQ(r.remote_offset, p.projections[k].offset) << r.part;
+    EXPECT_EQ(r.local_offset, d.projections[k].offset) << r.part;
+    EXPECT_EQ(r.length, d.projections[k].bytes) << r.part;
+    ++bc_reads;
   }
-  EXPECT_EQ(b_reads, 8u);
+  EXPECT_EQ(bc_reads, 2u);
 }
 
 TEST(MambaSplit, ReadErrors) {

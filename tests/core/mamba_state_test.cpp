@@ -67,9 +67,24 @@ TEST(MambaState, NemotronH8B) {
   EXPECT_EQ(s8.conv_dim_local, 1024u + 128 + 128);
   EXPECT_EQ(s8.temporal_shape, (std::vector<uint64_t>{16, 64, 128}));
   EXPECT_FALSE(s8.projections[1].replicated);
-  // TP16 > n_groups 8: each rank keeps one (replicated) group.
-  MambaState s16 = derive_mamba_state(nemotron_h_8b(), tp_config(16));
-  expect_proj(s16.projections[1], "B", 128, 1024, true, 768, 3072);
+}
+
+// vLLM replicates B/C groups only for a one-group model: MambaMixer2 asserts "If tensor parallel
+// world size does not divide num_groups, then num_groups must equal 1", so an engine with
+// n_groups 8 at TP16 never starts. pdkv must refuse it too instead of describing (and planning
+// transfers for) an engine that cannot exist.
+TEST(MambaState, GroupsNotDividedByTpMustBeOneGroupAsInVllm) {
+  std::string msg;
+  EXPECT_EQ(status_of(nemotron_h_8b(), tp_config(16), &msg), Status::HeadsNotDivisible);
+  EXPECT_NE(msg.find("n_groups 8"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tp_size 16"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("must be 1"), std::string::npos) << msg;
+  EXPECT_EQ(status_of(mamba2_model("groups-2", 32, 64, 64, 2, 4), tp_config(4), &msg),
+            Status::HeadsNotDivisible);
+  EXPECT_NE(msg.find("n_groups 2"), std::string::npos) << msg;
+  // One group: every rank keeps a copy (Falcon-H1), at any TP dividing the heads.
+  const MambaState s = derive_mamba_state(mamba2_model("one-group", 32, 64, 128, 1, 4), tp_config(16));
+  expect_proj(s.projections[1], "B", 128, 128, true, 768, 768);
 }
 
 TEST(MambaState, SpeculativeRowsOnlyWhereTheModelTakesThem) {

@@ -1,8 +1,8 @@
 // Mamba2 (Nemotron-H, Falcon-H1, Granite-4.0-H, Zamba2): conv projections x | B | C, temporal
 // state (heads, head_dim, d_state). x and the heads shard by TP. B and C hold n_groups groups of
-// d_state channels: sharded when TP divides n_groups, otherwise (n_groups < TP, TP a multiple)
-// every rank keeps a copy of the one group its heads belong to, so a group is the unit the
-// split never cuts and B/C bytes need not scale with TP.
+// d_state channels: sharded when TP divides n_groups, otherwise (a one-group model, the only
+// other case vLLM's MambaMixer2 accepts) every rank keeps a copy of the group, so a group is the
+// unit the split never cuts and B/C bytes need not scale with TP.
 #include "kind_support.hpp"
 
 #include <string>
@@ -67,16 +67,18 @@ class Mamba2 final : public MambaKind {
     bool replicated = false;
     if (mb.n_groups % tp == 0) {
       groups_local = mb.n_groups / tp;
-    } else if (mb.n_groups < tp && tp % mb.n_groups == 0) {
+    } else if (mb.n_groups == 1) {
       groups_local = 1;
       replicated = true;
     } else {
-      // Any other ratio would put heads of two groups on one rank, which the engines cannot lay
-      // out either.
+      // vLLM replicates groups only for a one-group model: MambaMixer2 asserts that tp divides
+      // n_groups or n_groups is 1 (its weight loader copies group 0 to every rank, nothing
+      // else), so an engine with, e.g., n_groups 8 at TP16 never starts and has no layout.
       fail(Status::HeadsNotDivisible,
-           "mamba n_groups " + std::to_string(mb.n_groups) + " and " + tp_str(tp) +
-               " do not divide each other (groups are sharded when tp divides n_groups, "
-               "replicated when n_groups divides tp; pick such a tp_size)");
+           "mamba n_groups " + std::to_string(mb.n_groups) + " is not divisible by " + tp_str(tp) +
+               " (groups are sharded when tp divides n_groups and replicated only for one group: "
+               "vLLM's MambaMixer2 asserts that n_groups must be 1 otherwise; pick a tp_size that divides " +
+               std::to_string(mb.n_groups) + ")");
     }
     const uint64_t x_total = mul_checked(mb.num_heads, mb.head_dim, "mamba d_inner");
     const uint64_t bc_total = mul_checked(mb.n_groups, mb.d_state, "mamba B/C channels");
