@@ -468,6 +468,9 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
     conn->channel->queue(Ready{});
     flush_channel_locked(conn);
   }
+  // Frames the peer sent right after its Ready (a Notify, a Bye) may have come in with it and
+  // wait decoded in the channel, where no epoll event will announce them: handle them now.
+  if (conn->channel->has_decoded_frames()) handle_frames_locked(conn);
   return rec;
 }
 

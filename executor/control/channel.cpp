@@ -109,6 +109,12 @@ std::vector<Frame> ControlChannel::read_available() {
     pending_error_.reset();
     throw e;
   }
+  // Frames decoded before this call (a blocking recv() read them with the frame it returned)
+  // come first: no new byte may ever arrive to hand them out.
+  while (std::optional<Frame> f = decoder_.next()) {
+    open_in_place(*f);
+    frames.push_back(std::move(*f));
+  }
   if (read_buf_.empty()) read_buf_.resize(kReadChunkBytes);
   size_t budget = kReadBudgetBytes;
   while (budget > 0) {

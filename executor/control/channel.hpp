@@ -45,10 +45,14 @@ class ControlChannel {
   Frame recv(Deadline deadline);
 
   // Every complete frame the socket has now, never blocking (Error frames included, as frames:
-  // see peer_error()). Reads at most kReadBudgetBytes per call so one flooding peer cannot starve
+  // see peer_error()), after those a recv() already decoded (see has_decoded_frames()). Reads at most kReadBudgetBytes per call so one flooding peer cannot starve
   // the loop; with level-triggered epoll the rest is read on the next wakeup. EOF: PeerLost.
   std::vector<Frame> read_available();
   static constexpr size_t kReadBudgetBytes = 1u << 20;
+
+  // Frames that arrived with one recv() returned and wait in the decoder: read_available() hands
+  // them out, but no socket event announces them (switching from recv() to an epoll loop, check).
+  bool has_decoded_frames() const noexcept { return decoder_.pending_frames() != 0; }
 
   void queue(FrameType type, std::span<const uint8_t> payload);
   template <class Message>

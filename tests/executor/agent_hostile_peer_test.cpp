@@ -4,6 +4,7 @@
 // notifications whose text the C API would cut short (an embedded NUL) are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -134,6 +135,36 @@ TEST(AgentHostilePeer, ANotifyWhoseRequestIdHasANulIsRefused) {
   EXPECT_EQ(count_kind(notes, NotificationKind::ReadDone), 0u);
   ASSERT_EQ(count_kind(notes, NotificationKind::PeerLost), 1u);
   EXPECT_EQ(notes.back().status, Status::Protocol);
+}
+
+// A Notify that reaches the agent in the same segment as the peer's Ready (here one write of
+// both frames) is decoded by admission's read of the Ready and waits in the channel's decoder.
+// It must be handled once the peer is published, not when the peer next sends something: a peer
+// that sends nothing more (no Pong: the fake peer never answers Pings) would otherwise have its
+// notification held back until the heartbeat timeout drops it.
+TEST(AgentHostilePeer, ANotifyThatArrivesWithTheReadyIsHandledAtOnce) {
+  auto agent = tiny_agent(TransportMode::Tcp);
+  FakePeer peer(TransportMode::Tcp);
+  peer.handshake(agent->info().listen);
+  peer.agree_transport();
+  peer.open_data();
+  std::vector<uint8_t> bytes = encode_frame(FrameType::Ready, Ready{}.encode());
+  const std::vector<uint8_t> notify = encode_frame(FrameType::Notify, notify_of(peer, "with-ready").encode());
+  bytes.insert(bytes.end(), notify.begin(), notify.end());
+  peer.channel().socket().send_all(bytes, deadline_in(3s));
+  const Frame f = peer.channel().recv(deadline_in(3s));
+  ASSERT_EQ(f.type, FrameType::Ready);
+  std::vector<Notification> notes;
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  while (std::chrono::steady_clock::now() < until && count_kind(notes, NotificationKind::ReadDone) == 0) {
+    auto got = agent->poll_notifications();
+    notes.insert(notes.end(), got.begin(), got.end());
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(count_kind(notes, NotificationKind::ReadDone), 1u) << "the Notify sent with the Ready was not handled";
+  const auto it = std::find_if(notes.begin(), notes.end(), [](const Notification& n) { return n.kind == NotificationKind::ReadDone; });
+  EXPECT_EQ(it->request_id, "with-ready");
+  EXPECT_EQ(count_kind(notes, NotificationKind::PeerLost), 0u);
 }
 
 // A packed key shorter than its own layout says: UCX's unpacker takes no length and would read

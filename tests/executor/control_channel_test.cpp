@@ -144,6 +144,24 @@ TEST(ControlChannel, FramesBeforeACloseAreDeliveredThenPeerLost) {
   EXPECT_EQ(lost.status(), Status::PeerLost);
 }
 
+// Two frames in one segment: recv() returns the first and the second waits decoded. Switching to
+// the event loop, read_available() hands it out without any new byte (none may ever come), and
+// has_decoded_frames() says it is there (no epoll event will).
+TEST(ControlChannel, FramesDecodedByRecvAreHandedOutByReadAvailable) {
+  Pair p;
+  std::vector<uint8_t> two = encode_frame(FrameType::Ready, Ready{}.encode());
+  const std::vector<uint8_t> ping = encode_frame(FrameType::Ping, Ping{7, 9}.encode());
+  two.insert(two.end(), ping.begin(), ping.end());
+  p.client.socket().send_all(two, deadline_in(10s));
+  EXPECT_EQ(p.server.recv(deadline_in(10s)).type, FrameType::Ready);
+  EXPECT_TRUE(p.server.has_decoded_frames());
+  const std::vector<Frame> rest = p.server.read_available();
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].type, FrameType::Ping);
+  EXPECT_EQ(Ping::decode(rest[0].payload).seq, 7u);
+  EXPECT_FALSE(p.server.has_decoded_frames());
+}
+
 TEST(ControlChannel, ReadAvailableReturnsErrorFramesAsFrames) {
   Pair p;
   p.server.send(ErrorMessage{Status::Shutdown, "agent closing"}, deadline_in(10s));
