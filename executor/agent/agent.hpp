@@ -98,6 +98,10 @@ struct Registration {
   std::optional<UcxRegistration> ucx;  // guarded by the core's mutex
   uint64_t busy = 0;                   // guarded by the core's mutex
   bool release_when_idle = false;      // the handle was freed while busy
+  // Registered and not let go of: the only state in which a new transfer or a peer's new request
+  // may use it. A registration whose handle was freed while busy only finishes what it holds: the
+  // engine, its handle gone, may unmap the memory once those end (guarded by the core's mutex).
+  bool usable() const noexcept { return ucx.has_value() && !release_when_idle; }
 };
 
 // What the C API reports of a peer; counters are atomics so reading them takes no agent lock.

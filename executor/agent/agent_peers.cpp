@@ -51,7 +51,7 @@ std::vector<MappableRegion> AgentCore::mappable_regions() const {
   std::vector<MappableRegion> out;
   std::lock_guard<std::mutex> g(mu_);
   for (const auto& reg : regs_) {
-    if (!reg || !reg->ucx || reg->type != MemoryType::Host) continue;
+    if (!reg || !reg->usable() || reg->type != MemoryType::Host) continue;
     const auto at = cma::find_shared(reg->base, reg->length);
     if (!at) continue;
     MappableRegion x;
@@ -107,7 +107,7 @@ HandshakeParams AgentCore::handshake_params_locked() const {
   p.info.cma_probe_address = cma_probe_->address();
   p.info.cma_probe = cma_probe_->value();
   for (const auto& reg : regs_) {
-    if (!reg || !reg->ucx) continue;
+    if (!reg || !reg->usable()) continue;
     RegionKey k;
     k.region = reg->region;
     k.base = reg->base;

@@ -170,7 +170,9 @@ void AgentCore::tcp_attach_locked(PeerConn& peer) {
 
 std::string AgentCore::tcp_check_local(const tcpdp::Piece& piece, iovec* out,
                                        std::shared_ptr<Registration>* reg) const {
-  if (piece.region >= regs_.size() || !regs_[piece.region] || !regs_[piece.region]->ucx) {
+  // A registration whose handle was freed serves nothing new (Registration::usable): it would stay
+  // busy for as long as a peer kept asking, and its memory may be unmapped once it is idle.
+  if (piece.region >= regs_.size() || !regs_[piece.region] || !regs_[piece.region]->usable()) {
     return "region " + std::to_string(piece.region) + " is not registered";
   }
   const auto& r = regs_[piece.region];

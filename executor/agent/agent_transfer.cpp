@@ -25,7 +25,7 @@ namespace {
 std::vector<RegisteredRange> local_ranges(const std::vector<std::shared_ptr<Registration>>& regs) {
   std::vector<RegisteredRange> out(regs.size());
   for (size_t i = 0; i < regs.size(); ++i) {
-    if (regs[i] && regs[i]->ucx) out[i] = RegisteredRange{regs[i]->base, regs[i]->length, true};
+    if (regs[i] && regs[i]->usable()) out[i] = RegisteredRange{regs[i]->base, regs[i]->length, true};
   }
   return out;
 }

@@ -67,6 +67,11 @@ Received recv_frame(Socket& s) {
   return out;
 }
 
+void wait_readable_for(int fd, std::chrono::milliseconds within) {
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, static_cast<int>(within.count())), 1);
+}
+
 bool closed_within(int fd, std::chrono::milliseconds within) {
   pollfd p{fd, POLLIN, 0};
   if (::poll(&p, 1, static_cast<int>(within.count())) <= 0) return false;
@@ -186,3 +191,56 @@ TEST(AgentTcpData, AGarbledDataFrameLosesThePeerWithProtocolAndTheNextPeerIsServ
   send_frame(*fresh.data(), {tcpdp::FrameType::ReadRequest, 1, 0, 0}, {{0, 0, 8}});
   EXPECT_EQ(recv_frame(*fresh.data()).header.status, 0u);
 }
+
+// A registration whose handle the engine freed (pdkv_memory_free) while a peer's batch still used
+// it is released once that batch is sent, and meanwhile serves nothing new. Before, the agent went
+// on answering a peer's new requests from it (each keeping it busy again, for as long as the
+// peer kept asking) although the engine, its handle freed, may unmap the memory
+// (pdkv_shared_memory_free asks only that every registration inside be deregistered or freed).
+TEST(AgentTcpData, ARegistrationWhoseHandleWasFreedServesNothingNew) {
+  constexpr uint64_t kBlocks = 4096;  // 8 KiB blocks: 32 MiB regions
+  constexpr uint64_t kAnswer = tcpdp::kMaxBatchBytes;
+  std::vector<uint8_t> memory(kBlocks * 8192 + 4096, 0x5a);
+  AgentOptions o;
+  o.metadata = tiny_metadata("pre", 0, reinterpret_cast<uintptr_t>(memory.data()), kBlocks);  // region 0 registered
+  o.transport = TransportMode::Tcp;
+  o.default_timeout = 5000ms;
+  o.heartbeat_interval = 100ms;
+  o.heartbeat_timeout = 10000ms;
+  const auto& r0 = o.metadata.regions[0].region;
+  const uint64_t length = r0.block_len * r0.num_blocks;
+  auto agent = std::make_unique<Agent>(o);
+  auto reg = agent->register_memory(0, r0.base, length, MemoryType::Host);
+  FakePeer peer(TransportMode::Tcp);
+  peer.admit(agent->info().listen);
+  Socket& d = *peer.data();
+  // 8 answers of 4 MiB, far more than the two sockets hold while the peer reads nothing: the
+  // agent's send queue keeps the region busy.
+  for (uint64_t b = 1; b <= 8; ++b) send_frame(d, {tcpdp::FrameType::ReadRequest, b, 0, 0}, {{0, (b - 1) * kAnswer, kAnswer}});
+  wait_readable_for(d.fd(), 3000ms);
+  std::this_thread::sleep_for(50ms);
+  release_memory(agent->core(), reg);  // the engine frees its handle: released when idle
+  send_frame(d, {tcpdp::FrameType::ReadRequest, 9, 0, 0}, {{0, 0, 8}});
+  for (uint64_t b = 1; b <= 8; ++b) {
+    const Received r = recv_frame(d);
+    EXPECT_EQ(r.header.batch, b);
+    EXPECT_EQ(r.header.status, 0u);
+    EXPECT_EQ(r.payload.size(), kAnswer);
+  }
+  const Received late = recv_frame(d);
+  EXPECT_EQ(late.header.batch, 9u);
+  EXPECT_EQ(late.header.status, static_cast<uint32_t>(tcpdp::Refusal::Range)) << "a freed registration was served";
+  EXPECT_TRUE(late.payload.empty());
+  // With its last batch sent the registration is gone: the region can be registered again.
+  std::shared_ptr<Registration> again;
+  for (int i = 0; i < 200 && !again; ++i) {
+    try {
+      again = agent->register_memory(0, r0.base, length, MemoryType::Host);
+    } catch (const core::Error& e) {
+      ASSERT_EQ(e.status(), core::Status::Busy) << e.what();
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  EXPECT_TRUE(again) << "the freed registration was never released";
+}
+
