@@ -261,7 +261,10 @@ PDKV_API pdkv_status_t pdkv_agent_register_memory(pdkv_agent_t *agent,
  * when no peer will read the region again. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_memory_deregister(pdkv_memory_t *memory, pdkv_error_t **err);
 
-/* Frees the handle. A registration still in use is released when its last operation ends.
+/* Frees the handle. A registration still in use is released when its last operation ends; until
+ * then it serves no new transfer or peer request, but what it already holds (a transfer of this
+ * agent, or a peer's batch being sent or received, which the peer can drag out) still reads or
+ * writes its memory: before unmapping the memory, deregister (OK, not BUSY) or free the agent.
  * NULL is allowed. Not thread-safe with concurrent use of the same handle. */
 PDKV_API void pdkv_memory_free(pdkv_memory_t *memory);
 
@@ -290,8 +293,9 @@ PDKV_API pdkv_status_t pdkv_shared_memory_address(const pdkv_shared_memory_t *me
                                                   void **address, size_t *bytes,
                                                   pdkv_error_t **err);
 
-/* Unmaps the memory in this process. Deregister (or free) every registration inside it first,
- * as for any registered memory. Peers that mapped it keep their mappings of its pages until they
+/* Unmaps the memory in this process. Deregister every registration inside it first (or free the
+ * agents they belong to), as for any registered memory: a registration handle freed while in use
+ * may still touch the memory (pdkv_memory_free). Peers that mapped it keep their mappings of its pages until they
  * disconnect; they never touch this process's address space through them. NULL is allowed. Not
  * thread-safe with concurrent use of the same handle. */
 PDKV_API void pdkv_shared_memory_free(pdkv_shared_memory_t *memory);
