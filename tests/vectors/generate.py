@@ -302,6 +302,9 @@ def parts_of(m, tp, spec, conv_dt, ssm_dt, rank=0):
     rows = m["d_conv"] - 1 + (spec if m["spec_rows"] else 0)
     cb = rows * conv_dt
     if m["kind"] == "mamba2":
+        # vLLM (MambaMixer2): groups are sharded when TP divides them, else there is one group,
+        # replicated on every rank.
+        assert m["groups"] % tp == 0 or m["groups"] == 1, (m["groups"], tp)
         return rows, [("x", units(m["heads"], tp, rank), m["head_dim"] * cb),
                       ("B", units(m["groups"], tp, rank), m["d_state"] * cb),
                       ("C", units(m["groups"], tp, rank), m["d_state"] * cb),
@@ -436,6 +439,10 @@ def geometry_cases():
     e("sd_layout", "nemotron-3-nano-30b", {"tp_size": 2, "conv_layout": "SD"},
       "PDKV_ERR_UNSUPPORTED_LAYOUT", ["SD"])
     e("heads_not_divisible", "nemotron-3-nano-30b", {"tp_size": 3}, "PDKV_ERR_HEADS_NOT_DIVISIBLE", ["2", "3"])
+    # 8 Mamba2 groups at TP16: vLLM's MambaMixer2 asserts that TP divides n_groups or n_groups is 1
+    # (only a single group is replicated), so no such engine exists.
+    e("mamba2_groups_not_divided_by_tp", "nemotron-3-nano-30b", {"tp_size": 16},
+      "PDKV_ERR_HEADS_NOT_DIVISIBLE", ["n_groups 8", "tp_size 16"])
     e("unknown_preset", "no-such-model", {"tp_size": 1}, "PDKV_ERR_NOT_FOUND", ["no-such-model"])
     e("unknown_backend", "nemotron-3-nano-30b", {"tp_size": 1, "backend": "warp_attn"},
       "PDKV_ERR_NOT_FOUND", ["warp_attn"])
