@@ -112,7 +112,14 @@ std::vector<Frame> ControlChannel::read_available() {
   // Frames decoded before this call (a blocking recv() read them with the frame it returned)
   // come first: no new byte may ever arrive to hand them out.
   while (std::optional<Frame> f = decoder_.next()) {
-    open_in_place(*f);
+    try {
+      open_in_place(*f);
+    } catch (const Error& e) {
+      // As below: hand out the frames that opened; the connection is broken from here on.
+      if (frames.empty()) throw;
+      pending_error_ = e;
+      return frames;
+    }
     frames.push_back(std::move(*f));
   }
   if (read_buf_.empty()) read_buf_.resize(kReadChunkBytes);

@@ -162,6 +162,34 @@ TEST(ControlChannel, FramesDecodedByRecvAreHandedOutByReadAvailable) {
   EXPECT_FALSE(p.server.has_decoded_frames());
 }
 
+// Sealed frames decoded by recv(): read_available() hands out those that open, then reports the
+// one that fails to open (the connection is broken from there), as it does for frames it reads.
+TEST(ControlChannel, DecodedFramesThatOpenAreHandedOutBeforeOneThatDoesNot) {
+  Pair p;
+  SealKey to_client{};
+  SealKey to_server{};
+  to_client[0] = 1;
+  to_server[0] = 2;
+  p.server.protect(SessionKeys{to_client, to_server});
+  FrameSealer client_send(to_server);
+  std::vector<uint8_t> bytes;
+  for (uint64_t i = 0; i < 3; ++i) {
+    std::vector<uint8_t> sealed =
+        client_send.seal(static_cast<uint16_t>(FrameType::Ping), kFrameVersionMinor, Ping{i, 0}.encode());
+    if (i == 2) sealed[0] ^= 1;  // altered on the way
+    const std::vector<uint8_t> frame = encode_frame(FrameType::Ping, sealed);
+    bytes.insert(bytes.end(), frame.begin(), frame.end());
+  }
+  p.client.socket().send_all(bytes, deadline_in(10s));
+  EXPECT_EQ(Ping::decode(p.server.recv(deadline_in(10s)).payload).seq, 0u);
+  const std::vector<Frame> rest = p.server.read_available();
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(Ping::decode(rest[0].payload).seq, 1u);
+  const Error e = catch_error([&] { p.server.read_available(); });
+  EXPECT_EQ(e.status(), Status::Protocol) << e.what();
+  EXPECT_TRUE(contains(e, "failed authentication")) << e.what();
+}
+
 TEST(ControlChannel, ReadAvailableReturnsErrorFramesAsFrames) {
   Pair p;
   p.server.send(ErrorMessage{Status::Shutdown, "agent closing"}, deadline_in(10s));
