@@ -279,7 +279,11 @@ class Agent(Handle):
         # Waiters of wait_notification: the one that sleeps on the event fd (_leading) wakes the
         # others through this condition when notifications come into _pending.
         self._pending_cond = threading.Condition(self._pending_lock)
+        # _leading: a wait sleeps on the event fd now (set for the sleep only).
         self._leading = False
+        # Bumped (under _pending_lock) whenever a take adds to _pending: a wait whose predicate
+        # ran without the lock looks again, instead of sleeping, when it moved meanwhile.
+        self._pending_takes = 0
         # close() signals _wake (once: _wake_signalled) so that the waiter sleeping in poll() on
         # the event fd and on it wakes at once; the descriptor is closed when the last of the
         # wait_notification calls counted in _notify_waiters leaves after that, or when the
@@ -523,7 +527,14 @@ class Agent(Handle):
         any waiter). The sleep lasts until the timeout, without waking in between when nothing
         happens: ``close()`` from another thread wakes it through a descriptor of the binding's
         own, polled with the event fd, and the wait raises :class:`pdkv.ClosedError`; Ctrl-C
-        interrupts it (KeyboardInterrupt, on the main thread)."""
+        interrupts it (KeyboardInterrupt, on the main thread).
+
+        ``predicate`` runs without any lock of the agent's held, on a copy of the queue, so it
+        may call this agent's :meth:`poll_notifications`, another :meth:`wait_notification` or
+        :meth:`close` (this wait then raises :class:`pdkv.ClosedError`). A notification it
+        matches is returned only if it is still pending by then (a poll or another wait may
+        have taken it meanwhile: the wait looks again), so each is delivered to exactly one
+        caller. It may be called more than once on the same notification."""
         end = None if timeout is None else time.monotonic() + _millis("timeout", timeout) / 1000
         cond = self._pending_cond
         fd = self.event_fd()
@@ -531,7 +542,9 @@ class Agent(Handle):
             if self._wake_signalled:  # close() began: its descriptor may be gone
                 raise ClosedError("pdkv.Agent")
             self._notify_waiters += 1  # _wake stays open until this wait leaves
-        leading = False  # this thread sleeps on the event fd; the other waiters on cond
+        # This wait slept on the event fd and has not seen another waiter take that over since:
+        # followers may be waiting for it, so it wakes them as it leaves.
+        led = False
         ready = True  # drive progress before the next look (first look, or the fd was readable)
         try:
             poller = select.poll()
@@ -544,28 +557,46 @@ class Agent(Handle):
                     before = len(self._pending)
                     self._take_notifications()
                     if len(self._pending) != before:
+                        self._pending_takes += 1
                         cond.notify_all()  # other waiters' predicates may match what came
-                    for i, n in enumerate(self._pending):
-                        if predicate is None or predicate(n):
-                            del self._pending[i]
-                            return n
+                    takes = self._pending_takes
+                    candidates = list(self._pending)
+                # The predicate runs without the lock: with it held, a predicate calling
+                # poll_notifications, another wait or close() on this agent deadlocked.
+                match = next((n for n in candidates if predicate is None or predicate(n)), None)
+                with cond:
+                    if match is not None:
+                        for i, n in enumerate(self._pending):
+                            if n is match:  # still pending: this wait is the one that takes it
+                                del self._pending[i]
+                                return n
+                    if self._wake_signalled:  # close() began (the predicate may have called it)
+                        raise ClosedError("pdkv.Agent")
+                    if match is not None or self._pending_takes != takes:
+                        ready = False  # the queue moved while the predicate ran: look again
+                        continue
                     now = time.monotonic()
                     if end is not None and now >= end:
                         return None
                     left = None if end is None else end - now
-                    if not leading:
-                        if self._leading:
-                            ready = False
-                            cond.wait(left)
-                            continue
-                        self._leading = leading = True
-                ready = _wait_readable(poller, left)
+                    if self._leading:
+                        led = False  # the one on the fd now wakes the followers as it leaves
+                        ready = False
+                        cond.wait(left)
+                        continue
+                    self._leading = led = True
+                try:
+                    ready = _wait_readable(poller, left)
+                finally:
+                    # Given up while this wait looks and runs the predicate (a predicate's own
+                    # wait takes it then); taken again before the next sleep unless another has.
+                    with cond:
+                        self._leading = False
                 if self._wake_signalled:  # close() began (the event fd may be closed or reused)
                     raise ClosedError("pdkv.Agent")
         finally:
             with cond:
-                if leading:
-                    self._leading = False
+                if led:
                     cond.notify_all()  # a follower takes over the event fd
                 self._notify_waiters -= 1
                 last = self._notify_waiters == 0 and self._wake_signalled

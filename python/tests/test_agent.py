@@ -6,6 +6,7 @@ that releases the GIL, context managers and refusals."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import signal
@@ -763,3 +764,140 @@ def test_close_without_waiters_closes_the_wake_descriptor(model: pdkv.Model) -> 
         p.agent.close()
         assert not p.agent._wake_finalizer.alive
         p.agent.close()  # idempotent
+
+
+def _expired(agent: pdkv.Agent, *requests: str) -> None:
+    """Leases each request for 10 ms and waits until the library has queued every
+    LEASE_EXPIRED (taken into the agent's queue: the next wait's predicate sees them)."""
+    for r in requests:
+        agent.lease(r, 1, 0.01)
+    deadline = time.monotonic() + LONG
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        got = agent.poll_notifications()
+        agent._pending.extend(got)  # back into the queue, in order, for the wait under test
+        if sum(n.kind == pdkv.NotificationKind.LEASE_EXPIRED for n in got) == len(requests):
+            return
+        agent._pending.clear()
+    raise AssertionError(f"no LEASE_EXPIRED for {requests}")
+
+
+def _returns(fn: Callable[[], Any], limit: float = 5.0) -> Any:
+    """Runs fn on a daemon thread and returns its result, failing (instead of hanging the run)
+    when it has not returned within ``limit`` seconds."""
+    out: List[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(("ok", fn()))
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            out.append(("raised", e))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(limit)
+    if t.is_alive():
+        raise _Hung("hung (a predicate that calls back into the agent deadlocked)")
+    return out[0]
+
+
+class _Hung(AssertionError):
+    """A call under test did not return: its thread may hold the agent's locks for good."""
+
+
+@contextlib.contextmanager
+def _node(model: pdkv.Model) -> Iterator[xfer.Node]:
+    """A P node, closed as the test ends unless a call hung: closing would wait for the locks
+    the hung thread holds, so that node is left to the interpreter's exit (the test fails)."""
+    node = xfer.node(model, True)
+    try:
+        yield node
+    except _Hung:
+        raise
+    except BaseException:
+        node.close()
+        raise
+    node.close()
+
+
+def test_a_predicate_may_poll_the_agent(model: pdkv.Model) -> None:
+    """The predicate runs without the queue's lock: one that calls poll_notifications gets the
+    notification (once) instead of deadlocking, and the wait, whose match was taken by that
+    poll, goes on to its timeout; nothing is delivered twice."""
+    with _node(model) as p:
+        _expired(p.agent, "poll-a")
+        polled: List[pdkv.Notification] = []
+
+        def predicate(n: pdkv.Notification) -> bool:
+            polled.extend(p.agent.poll_notifications())
+            return n.request_id == "poll-a"
+
+        kind, got = _returns(lambda: p.agent.wait_notification(predicate, timeout=0.3))
+        assert (kind, got) == ("ok", None)
+        assert [n.request_id for n in polled] == ["poll-a"]
+        assert p.agent.poll_notifications() == []
+
+
+def test_a_predicate_may_wait_again(model: pdkv.Model) -> None:
+    """A predicate may run another wait on the same agent (even while its own wait is the one
+    that sleeps on the event fd): each returns its own notification."""
+    with _node(model) as p:
+        _expired(p.agent, "outer", "inner")
+        inner: List[Optional[pdkv.Notification]] = []
+
+        def predicate(n: pdkv.Notification) -> bool:
+            if n.request_id != "outer":
+                return False
+            inner.append(p.agent.wait_notification(lambda m: m.request_id == "inner", timeout=LONG))
+            return True
+
+        kind, got = _returns(lambda: p.agent.wait_notification(predicate, timeout=LONG))
+        assert kind == "ok" and got is not None and got.request_id == "outer"
+        assert len(inner) == 1 and inner[0] is not None and inner[0].request_id == "inner"
+        assert p.agent.poll_notifications() == []
+
+
+def test_a_predicate_may_close_the_agent(model: pdkv.Model) -> None:
+    """close() from a predicate ends that wait with ClosedError instead of deadlocking."""
+    with _node(model) as p:
+        _expired(p.agent, "close")
+
+        def predicate(n: pdkv.Notification) -> bool:
+            p.agent.close()
+            return False
+
+        kind, got = _returns(lambda: p.agent.wait_notification(predicate, timeout=LONG))
+        assert kind == "raised" and isinstance(got, pdkv.ClosedError), got
+        assert p.agent.closed and not p.agent._wake_finalizer.alive
+
+
+def test_many_waiters_with_slow_predicates_get_each_notification_once(model: pdkv.Model) -> None:
+    """Predicates run outside the lock, so several run at once and the queue changes under
+    them: still every waiter gets exactly its own notification, and a poller racing them gets
+    only the ones left, so none is lost or delivered twice."""
+    with _node(model) as p:
+        ids = [f"many-{i}" for i in range(8)]
+        got: Dict[str, Optional[pdkv.Notification]] = {}
+
+        def wait(r: str) -> None:
+            def predicate(n: pdkv.Notification) -> bool:
+                time.sleep(0.001)  # widens the window in which others change the queue
+                return n.request_id == r
+
+            got[r] = p.agent.wait_notification(predicate, timeout=LONG)
+
+        threads = [threading.Thread(target=wait, args=(r,), daemon=True) for r in ids]
+        for t in threads:
+            t.start()
+        for r in ids + ["spare-1", "spare-2"]:
+            p.agent.lease(r, 1, 0.01)
+        for t in threads:
+            t.join(LONG)
+        assert not any(t.is_alive() for t in threads)
+        assert {r: n.request_id if n else None for r, n in got.items()} == {r: r for r in ids}
+        deadline = time.monotonic() + LONG
+        spare: List[str] = []
+        while len(spare) < 2 and time.monotonic() < deadline:
+            spare += [n.request_id for n in p.agent.poll_notifications()]
+            time.sleep(0.01)
+        assert sorted(spare) == ["spare-1", "spare-2"]
