@@ -364,6 +364,33 @@ TEST(AgentCmaProbe, APeerPresentingAnotherProcesssIdentityIsNotAttachedTo) {
   }
 }
 
+// The connection-owner check reads the socket tables in both forms: a same-host peer over IPv6
+// loopback (tcp6), and one over IPv4 reaching an agent listening on every IPv6 and IPv4 address
+// ("::", whose socket sees the peer as ::ffff:127.0.0.1 while the peer's lists 127.0.0.1 in
+// tcp), is attached to.
+TEST(AgentCmaProbe, TheConnectionOwnerIsFoundOverIpv6AndDualStackSockets) {
+  for (const auto& [listen, reach] : {std::pair<std::string, std::string>{"::1", "::1"}, {"::", "127.0.0.1"}}) {
+    SCOPED_TRACE(listen + " reached at " + reach);
+    AgentOptions o;
+    o.metadata = tiny_metadata("pre", 0, 1ull << 40);
+    o.listen = HostPort{listen, 0};
+    o.transport = TransportMode::Shm;
+    o.default_timeout = 5000ms;
+    o.heartbeat_interval = 100ms;
+    o.heartbeat_timeout = 10000ms;
+    Agent agent(o);
+    FakePeer peer(TransportMode::Shm);
+    try {
+      peer.admit(HostPort{reach, agent.info().listen.port});
+    } catch (const core::Error& e) {
+      ADD_FAILURE() << e.what();
+      continue;
+    }
+    EXPECT_EQ(peer.agent_offer().cma, CmaVerdict::Works) << peer.agent_offer().reason;
+    EXPECT_EQ(agent.find_peer("dec", 0)->transport, TransportMode::Shm);
+  }
+}
+
 // Both sides' choice, as admission makes it on each.
 TEST(AgentCmaProbe, TheTransportChoiceIsTheSameOnBothSides) {
   using M = TransportMode;
