@@ -272,12 +272,14 @@ type Agent struct {
 	pins *pinList // buffers registered with this agent, pinned until it is freed
 
 	// pending holds notifications taken from the library but not yet returned:
-	// WaitNotification keeps those that did not match here, so nothing is lost.
+	// WaitNotification keeps those that did not match here, so nothing is lost. queued counts
+	// the notifications ever added to it (each entry's id is its number).
 	pendingMu sync.Mutex
-	pending   []Notification
-	// leading is true while a WaitNotification sleeps on the event fd; the other waiters wait
-	// for wake, which is closed (and replaced) whenever notifications come into pending or the
-	// leader returns. Both guarded by pendingMu.
+	pending   []queued
+	queued    uint64
+	// leading is true while a WaitNotification sleeps on the event fd (for the sleep only); the
+	// other waiters wait for wake, which is closed (and replaced) whenever notifications come
+	// into pending or the waiter that last slept on the fd returns. Both guarded by pendingMu.
 	leading bool
 	wake    chan struct{}
 	// wakeFD is an eventfd the leader polls with the event fd, so that it sleeps without a
@@ -692,12 +694,19 @@ func (a *Agent) PollNotifications() ([]Notification, error) {
 	if err := a.takeNotifications(); err != nil {
 		return nil, err
 	}
-	out := a.pending
-	a.pending = nil
-	if out == nil {
-		out = []Notification{}
+	out := make([]Notification, len(a.pending))
+	for i, q := range a.pending {
+		out[i] = q.n
 	}
+	a.pending = nil
 	return out, nil
+}
+
+// queued is a notification in Agent.pending, with an id that names it while a predicate of
+// WaitNotification looks at a copy of the queue without pendingMu.
+type queued struct {
+	id uint64
+	n  Notification
 }
 
 // takeNotifications appends the library's pending notifications to a.pending (pendingMu held).
@@ -722,12 +731,13 @@ func (a *Agent) takeNotifications() error {
 		return nil
 	}
 	for _, cn := range unsafe.Slice(items, int(n)) {
-		a.pending = append(a.pending, Notification{
+		a.queued++
+		a.pending = append(a.pending, queued{id: a.queued, n: Notification{
 			Kind: NotificationKind(cn.kind), Status: Status(cn.status),
 			RequestID: C.GoString(cn.request_id), EngineID: C.GoString(cn.engine_id),
 			TpRank: uint32(cn.tp_rank), Count: uint32(cn.count), Expected: uint32(cn.expected),
 			Bytes: uint64(cn.bytes), PpRank: uint32(cn.pp_rank),
-		})
+		}})
 	}
 	return nil
 }
@@ -745,6 +755,12 @@ func (a *Agent) takeNotifications() error {
 // the binding's own with it, which Close writes, and which a goroutine watching ctx writes
 // when ctx ends, so an idle wait does not wake until something happens; those on the channel
 // return as soon as ctx ends.
+//
+// match runs without any lock of the agent's held, on a copy of the queue, so it may call this
+// agent's PollNotifications, another WaitNotification or Close (this wait then returns
+// ErrClosed). A notification it matches is returned only if it is still pending by then (a poll
+// or another wait may have taken it meanwhile: the wait looks again), so each is delivered to
+// exactly one caller. It may be called more than once on the same notification.
 func (a *Agent) WaitNotification(ctx context.Context, match func(Notification) bool) (Notification, error) {
 	fd, err := a.EventFD()
 	if err != nil {
@@ -758,16 +774,13 @@ func (a *Agent) WaitNotification(ctx context.Context, match func(Notification) b
 	a.waiters++ // wakeFD stays open until this wait returns
 	wake := a.wakeFD
 	a.pendingMu.Unlock()
-	leading := false // this goroutine sleeps on the event fd
-	var w *ctxWatch  // writes wake when ctx ends (started by the leader, stopped before it returns)
+	// led: this wait slept on the event fd and has not seen another waiter take that over
+	// since; the waiters on the channel may be waiting for it, so it wakes them as it returns.
+	led := false
 	defer func() {
 		a.pendingMu.Lock()
 		defer a.pendingMu.Unlock()
-		if w != nil && w.stop() && !a.closing {
-			C.go_wake_drain(wake) // its write is not meant for the next leader
-		}
-		if leading {
-			a.leading = false
+		if led {
 			a.wakeWaitersLocked() // another waiter takes over the event fd
 		}
 		a.waiters--
@@ -783,15 +796,31 @@ func (a *Agent) WaitNotification(ctx context.Context, match func(Notification) b
 				return Notification{}, err
 			}
 		}
-		n, found, ch, err := a.look(match, &leading)
-		if err != nil || found {
-			return n, err
+		ready = false
+		candidates, count, err := a.look()
+		if err != nil {
+			return Notification{}, err
+		}
+		// match runs without pendingMu: with it held, a match calling PollNotifications,
+		// another WaitNotification or Close on this agent deadlocked.
+		var id uint64
+		for _, q := range candidates {
+			if match(q.n) {
+				id = q.id
+				break
+			}
 		}
 		if err := ctx.Err(); err != nil {
 			return Notification{}, err
 		}
+		n, found, again, ch, err := a.settle(id, count, &led)
+		if err != nil || found {
+			return n, err
+		}
+		if again {
+			continue
+		}
 		if ch != nil {
-			ready = false
 			select {
 			case <-ctx.Done():
 				return Notification{}, ctx.Err()
@@ -799,41 +828,62 @@ func (a *Agent) WaitNotification(ctx context.Context, match func(Notification) b
 			}
 			continue
 		}
-		if w == nil && ctx.Done() != nil {
-			w = watchCtx(ctx, wake)
-		}
-		ms := -1 // no deadline: sleep until an event, Close or ctx's cancellation
-		if dl, ok := ctx.Deadline(); ok {
-			left := time.Until(dl)
-			if left <= 0 { // ctx's timer fires any moment now: no poll(0) until then
-				<-ctx.Done()
-				return Notification{}, ctx.Err()
-			}
-			if left = (left + time.Millisecond - 1) / time.Millisecond; left < math.MaxInt32 {
-				ms = int(left)
-			}
-		}
-		var woken bool
-		if ready, woken, err = a.waitEventFD(fd, wake, ms); err != nil {
+		if ready, err = a.lead(ctx, fd, wake); err != nil {
 			return Notification{}, err
 		}
-		if a.afterPoll != nil {
-			a.afterPoll()
+	}
+}
+
+// lead sleeps on the event fd for WaitNotification, which settle made the leader, until it is
+// readable, Close writes wake, or ctx ends, and then gives the role up (the wait looks and runs
+// its match without it: a wait in its match may take it). When ctx can end, a goroutine writes
+// wake if it does during the sleep; lead stops it (and drains its write) before it gives the
+// role up, so one wait's watcher never wakes another's sleep. ready: the event fd is readable.
+func (a *Agent) lead(ctx context.Context, fd int, wake C.int) (ready bool, err error) {
+	var w *ctxWatch
+	defer func() {
+		a.pendingMu.Lock()
+		defer a.pendingMu.Unlock()
+		if w != nil && w.stop() && !a.closing {
+			C.go_wake_drain(wake) // its write is not meant for the next leader
 		}
-		if woken {
-			a.pendingMu.Lock()
-			closing := a.closing
-			if !closing && ctx.Err() == nil {
-				C.go_wake_drain(wake) // not expected: every leader drains its watcher's write
-			}
-			a.pendingMu.Unlock()
-			if closing {
-				return Notification{}, closedErr("Agent")
-			}
-			// Else this wait's ctx watcher wrote it: the ctx check above returns (and the
-			// deferred stop drains it).
+		a.leading = false
+	}()
+	ms := -1 // no deadline: sleep until an event, Close or ctx's cancellation
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left <= 0 { // ctx's timer fires any moment now: no poll(0) until then
+			<-ctx.Done()
+			return false, ctx.Err()
+		}
+		if left = (left + time.Millisecond - 1) / time.Millisecond; left < math.MaxInt32 {
+			ms = int(left)
 		}
 	}
+	if ctx.Done() != nil {
+		w = watchCtx(ctx, wake)
+	}
+	ready, woken, err := a.waitEventFD(fd, wake, ms)
+	if err != nil {
+		return false, err
+	}
+	if a.afterPoll != nil {
+		a.afterPoll()
+	}
+	if woken {
+		a.pendingMu.Lock()
+		closing := a.closing
+		a.pendingMu.Unlock()
+		if closing {
+			return false, closedErr("Agent")
+		}
+		// Else this sleep's ctx watcher wrote it (nothing else does: only the leader has one):
+		// ctx ended, and the deferred stop drains it.
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+	}
+	return ready, nil
 }
 
 // ctxWatch is the goroutine a leading WaitNotification starts to write the agent's wakeFD
@@ -867,38 +917,54 @@ func (w *ctxWatch) stop() bool {
 }
 
 // look takes the library's notifications into a.pending (waking the other waiters when any
-// came) and removes and returns the first that satisfies match. When none does, the caller
-// leads (sleeps on the event fd; *leading set) unless another waiter does: then it returns the
-// channel to wait on. ErrClosed once Close began (the leader must not sleep after Close wrote
-// wakeFD, in case its write was drained).
-func (a *Agent) look(match func(Notification) bool, leading *bool) (Notification, bool, <-chan struct{}, error) {
+// came) and returns a copy of it for WaitNotification's match, with a.queued.
+func (a *Agent) look() ([]queued, uint64, error) {
 	a.pendingMu.Lock()
 	defer a.pendingMu.Unlock()
-	before := len(a.pending)
+	before := a.queued
 	err := a.takeNotifications()
-	if len(a.pending) != before {
+	if a.queued != before {
 		a.wakeWaitersLocked() // their predicates may match what came
 	}
 	if err != nil {
-		return Notification{}, false, nil, err
+		return nil, 0, err
 	}
-	for i, n := range a.pending {
-		if match(n) {
-			a.pending = append(a.pending[:i], a.pending[i+1:]...)
-			return n, true, nil, nil
+	return append([]queued(nil), a.pending...), a.queued, nil
+}
+
+// settle decides, after WaitNotification's match looked at look's copy (count: a.queued then;
+// id: the notification it matched, 0 for none), what the wait does: found, it removes and
+// returns that notification if it is still pending; again, it looks again at once (the match
+// was taken meanwhile, or more came while match ran); else it waits for ch when another waiter
+// sleeps on the event fd, or sleeps there itself (ch nil; a.leading and *led set). ErrClosed
+// once Close began (the leader must not sleep after Close wrote wakeFD, in case its write was
+// drained).
+func (a *Agent) settle(id, count uint64, led *bool) (n Notification, found, again bool, ch <-chan struct{}, err error) {
+	a.pendingMu.Lock()
+	defer a.pendingMu.Unlock()
+	if id != 0 {
+		for i, q := range a.pending {
+			if q.id == id {
+				a.pending = append(a.pending[:i], a.pending[i+1:]...)
+				return q.n, true, false, nil, nil
+			}
 		}
 	}
 	if a.closing {
-		return Notification{}, false, nil, closedErr("Agent")
+		return Notification{}, false, false, nil, closedErr("Agent")
 	}
-	if *leading || !a.leading {
-		a.leading, *leading = true, true
-		return Notification{}, false, nil, nil
+	if id != 0 || a.queued != count {
+		return Notification{}, false, true, nil, nil
 	}
-	if a.wake == nil {
-		a.wake = make(chan struct{})
+	if a.leading {
+		*led = false // the waiter on the fd wakes the channel's waiters as it returns
+		if a.wake == nil {
+			a.wake = make(chan struct{})
+		}
+		return Notification{}, false, false, a.wake, nil
 	}
-	return Notification{}, false, a.wake, nil
+	a.leading, *led = true, true
+	return Notification{}, false, false, nil, nil
 }
 
 // wakeWaitersLocked wakes every WaitNotification waiting on the channel (pendingMu held).

@@ -3,9 +3,11 @@ package pdkv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -284,5 +286,175 @@ func TestTheWakeDescriptorOutlivesTheWaitsThatPollIt(t *testing.T) {
 	isErr(t, <-errs, pdkv.ErrClosed)
 	if pdkv.WakeOpen(p.Agent) {
 		t.Fatal("the last wait did not close the wake descriptor")
+	}
+}
+
+// leftOpenIfHung is newNode whose cleanup leaves the node open when *hung is set: Close would
+// wait for the lock a hung wait holds, so the failed test would hang the run instead.
+func leftOpenIfHung(t *testing.T, hung *atomic.Bool) *xfer.Node {
+	t.Helper()
+	m, err := xfer.Model()
+	ok(t, err)
+	defer m.Close()
+	n, err := xfer.NewNode(m, true, xfer.Options{})
+	ok(t, err)
+	t.Cleanup(func() {
+		if !hung.Load() {
+			n.Close()
+		}
+	})
+	return n
+}
+
+// within runs f on a goroutine and fails the test (setting *hung) when it has not returned in 5 s.
+func within(t *testing.T, hung *atomic.Bool, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		hung.Store(true)
+		t.Fatal("hung (a predicate that calls back into the agent deadlocked)")
+	}
+}
+
+// The predicate runs without the queue's lock: one that calls PollNotifications gets the
+// notification (once) instead of deadlocking, and the wait, whose match that poll took, goes on
+// until its ctx ends; nothing is delivered twice.
+func TestAPredicateMayPollTheAgent(t *testing.T) {
+	var hung atomic.Bool
+	p := leftOpenIfHung(t, &hung)
+	ok(t, p.Agent.Lease("poll-a", 1, 10*time.Millisecond))
+	var polled []string
+	var err error
+	ctx := timeout(t, 300*time.Millisecond)
+	within(t, &hung, func() {
+		_, err = p.Agent.WaitNotification(ctx, func(n pdkv.Notification) bool {
+			got, err := p.Agent.PollNotifications()
+			if err != nil {
+				t.Error(err)
+			}
+			for _, g := range got {
+				polled = append(polled, g.RequestID)
+			}
+			return n.RequestID == "poll-a"
+		})
+	})
+	isErr(t, err, context.DeadlineExceeded)
+	if len(polled) != 1 || polled[0] != "poll-a" {
+		t.Fatalf("polled %v", polled)
+	}
+	left, err := p.Agent.PollNotifications()
+	ok(t, err)
+	if len(left) != 0 {
+		t.Fatalf("left pending: %+v", left)
+	}
+}
+
+// A predicate may run another wait on the same agent (even while its own wait is the one that
+// sleeps on the event fd): each returns its own notification.
+func TestAPredicateMayWaitAgain(t *testing.T) {
+	var hung atomic.Bool
+	p := leftOpenIfHung(t, &hung)
+	ok(t, p.Agent.Lease("outer", 1, 10*time.Millisecond))
+	ok(t, p.Agent.Lease("inner", 1, 10*time.Millisecond))
+	var outer, inner pdkv.Notification
+	var outerErr, innerErr error
+	ctx := timeout(t, long)
+	within(t, &hung, func() {
+		outer, outerErr = p.Agent.WaitNotification(ctx, func(n pdkv.Notification) bool {
+			if n.RequestID != "outer" {
+				return false
+			}
+			inner, innerErr = p.Agent.WaitNotification(ctx, func(m pdkv.Notification) bool {
+				return m.RequestID == "inner"
+			})
+			return true
+		})
+	})
+	ok(t, outerErr)
+	ok(t, innerErr)
+	if outer.RequestID != "outer" || inner.RequestID != "inner" {
+		t.Fatalf("outer %+v, inner %+v", outer, inner)
+	}
+	left, err := p.Agent.PollNotifications()
+	ok(t, err)
+	if len(left) != 0 {
+		t.Fatalf("left pending: %+v", left)
+	}
+}
+
+// Close from a predicate ends that wait with ErrClosed instead of deadlocking.
+func TestAPredicateMayCloseTheAgent(t *testing.T) {
+	var hung atomic.Bool
+	p := leftOpenIfHung(t, &hung)
+	ok(t, p.Agent.Lease("close", 1, 10*time.Millisecond))
+	var err, closeErr error
+	ctx := timeout(t, long)
+	within(t, &hung, func() {
+		_, err = p.Agent.WaitNotification(ctx, func(pdkv.Notification) bool {
+			closeErr = p.Agent.Close()
+			return false
+		})
+	})
+	ok(t, closeErr)
+	isErr(t, err, pdkv.ErrClosed)
+	if pdkv.WakeOpen(p.Agent) {
+		t.Fatal("the wake descriptor outlived Close and the wait")
+	}
+}
+
+// Predicates run outside the lock, so several run at once and the queue changes under them:
+// still every waiter gets exactly its own notification, and a poller gets only the ones left,
+// so none is lost or delivered twice.
+func TestManyWaitersWithSlowPredicatesGetEachNotificationOnce(t *testing.T) {
+	p := newNode(t, true, xfer.Options{})
+	const waiters = 8
+	got := make(chan string, waiters)
+	errs := make(chan error, waiters)
+	ctx := timeout(t, long)
+	for i := 0; i < waiters; i++ {
+		id := fmt.Sprintf("many-%d", i)
+		go func() {
+			n, err := p.Agent.WaitNotification(ctx, func(n pdkv.Notification) bool {
+				time.Sleep(time.Millisecond) // widens the window in which others change the queue
+				return n.RequestID == id
+			})
+			errs <- err
+			got <- n.RequestID
+		}()
+	}
+	want := map[string]bool{}
+	for i := 0; i < waiters; i++ {
+		id := fmt.Sprintf("many-%d", i)
+		want[id] = true
+		ok(t, p.Agent.Lease(id, 1, 10*time.Millisecond))
+	}
+	ok(t, p.Agent.Lease("spare-1", 1, 10*time.Millisecond))
+	ok(t, p.Agent.Lease("spare-2", 1, 10*time.Millisecond))
+	for i := 0; i < waiters; i++ {
+		ok(t, <-errs)
+		id := <-got
+		if !want[id] {
+			t.Fatalf("got %q twice or unasked", id)
+		}
+		delete(want, id)
+	}
+	var spare []string
+	for end := time.Now().Add(long); len(spare) < 2 && time.Now().Before(end); {
+		left, err := p.Agent.PollNotifications()
+		ok(t, err)
+		for _, n := range left {
+			spare = append(spare, n.RequestID)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	sort.Strings(spare)
+	if len(spare) != 2 || spare[0] != "spare-1" || spare[1] != "spare-2" {
+		t.Fatalf("left: %v", spare)
 	}
 }
