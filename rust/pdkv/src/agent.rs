@@ -339,15 +339,19 @@ pub struct Agent {
     shared: Arc<Shared>,
     // Notifications taken from the library but not yet returned (wait_notification keeps
     // those that did not match here, so nothing is lost), and whether a wait_notification
-    // sleeps on the event fd; the other waiters sleep on `pending_cv`, notified whenever
-    // notifications come into the queue or that leader returns.
+    // sleeps on the event fd (for the sleep only); the other waiters sleep on `pending_cv`,
+    // notified whenever notifications come into the queue or the waiter that last slept on
+    // the fd returns.
     pending: Mutex<Pending>,
     pending_cv: Condvar,
 }
 
 #[derive(Debug, Default)]
 struct Pending {
-    queue: VecDeque<Notification>,
+    // Each with an id (its number in `queued`, the count of notifications ever queued) that
+    // names it while a predicate looks at a copy of the queue without the lock.
+    queue: VecDeque<(u64, Notification)>,
+    queued: u64,
     leading: bool,
 }
 
@@ -622,8 +626,8 @@ impl Agent {
     /// including those [`Agent::wait_notification`] took but did not return.
     pub fn poll_notifications(&self) -> Result<Vec<Notification>> {
         let mut p = self.pending_state();
-        self.take_into(&mut p.queue)?;
-        Ok(p.queue.drain(..).collect())
+        self.take_into(&mut p)?;
+        Ok(p.queue.drain(..).map(|(_, n)| n).collect())
     }
 
     /// Waits until a notification satisfies `pred` or `timeout` passes, and returns it (None
@@ -634,6 +638,13 @@ impl Agent {
     /// notification arrives or progress has work, not on a timer. Several threads may wait at
     /// once, with different predicates: one of them sleeps on the descriptor, the others on a
     /// condition variable that every take of notifications into the shared queue signals.
+    ///
+    /// `pred` runs without any lock of the agent's held, on a copy of the queue, so it may call
+    /// this agent's [`Agent::poll_notifications`] or another wait (it cannot drop the agent it
+    /// borrows). A notification it matches is returned only if it is still pending by then (a
+    /// poll or another wait may have taken it meanwhile: the wait looks again), so each is
+    /// delivered to exactly one caller. It may be called more than once on the same
+    /// notification.
     pub fn wait_notification(
         &self,
         timeout: Duration,
@@ -642,62 +653,77 @@ impl Agent {
         // None: a timeout too long for an Instant, waited without end.
         let end = Instant::now().checked_add(timeout);
         let fd = self.event_fd()?;
-        // Some while this thread sleeps on the event fd: gives it back to another waiter
-        // when the wait ends, by a return, an error or a panic of pred.
-        let mut leader: Option<Leader<'_>> = None;
+        // Some while this wait slept on the event fd and has not seen another waiter take that
+        // over since: the waiters on the condition variable may be waiting for it, so it wakes
+        // them when the wait ends, by a return, an error or a panic of pred.
+        let mut led: Option<Led<'_>> = None;
         let mut ready = true; // drive progress before the next look (first, or fd readable)
         loop {
             if ready {
                 self.progress()?;
             }
-            let left = {
+            let (candidates, queued) = {
                 let mut p = self.pending_state();
-                let before = p.queue.len();
-                let taken = self.take_into(&mut p.queue);
-                if p.queue.len() != before {
+                let before = p.queued;
+                let taken = self.take_into(&mut p);
+                if p.queued != before {
                     self.pending_cv.notify_all(); // other waiters' predicates may match
                 }
                 taken?;
-                if let Some(i) = p.queue.iter().position(&mut pred) {
-                    return Ok(p.queue.remove(i));
-                }
-                let left = match end {
-                    Some(end) => match end.checked_duration_since(Instant::now()) {
-                        Some(left) if !left.is_zero() => Some(left),
-                        _ => return Ok(None),
-                    },
-                    None => None,
-                };
-                if leader.is_none() {
-                    if p.leading {
-                        ready = false;
-                        let p = match left {
-                            Some(left) => self
-                                .pending_cv
-                                .wait_timeout(p, left)
-                                .map(|(p, _)| p)
-                                .unwrap_or_else(|e| e.into_inner().0),
-                            None => self.pending_cv.wait(p).unwrap_or_else(|e| e.into_inner()),
-                        };
-                        drop(p);
-                        continue;
-                    }
-                    p.leading = true;
-                    leader = Some(Leader(self));
-                }
-                left
+                (p.queue.clone(), p.queued)
             };
-            ready = wait_readable(fd, left)?;
+            // pred runs without the lock: with it held, a pred calling poll_notifications or
+            // another wait on this agent deadlocked.
+            let id = candidates.iter().find(|(_, n)| pred(n)).map(|(id, _)| *id);
+            let mut p = self.pending_state();
+            if let Some(id) = id {
+                if let Some(i) = p.queue.iter().position(|(q, _)| *q == id) {
+                    return Ok(p.queue.remove(i).map(|(_, n)| n)); // still pending: it is ours
+                }
+            }
+            ready = false;
+            if id.is_some() || p.queued != queued {
+                continue; // the queue moved while pred ran: look again
+            }
+            let left = match end {
+                Some(end) => match end.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return Ok(None),
+                },
+                None => None,
+            };
+            if p.leading {
+                led = None; // the waiter on the fd wakes the others when it returns
+                let p = match left {
+                    Some(left) => self
+                        .pending_cv
+                        .wait_timeout(p, left)
+                        .map(|(p, _)| p)
+                        .unwrap_or_else(|e| e.into_inner().0),
+                    None => self.pending_cv.wait(p).unwrap_or_else(|e| e.into_inner()),
+                };
+                drop(p);
+                continue;
+            }
+            p.leading = true;
+            led.get_or_insert(Led(self));
+            drop(p);
+            let slept = wait_readable(fd, left);
+            // Given up while this wait looks and runs pred (a wait in pred takes it then);
+            // taken again before the next sleep unless another waiter has.
+            self.pending_state().leading = false;
+            ready = slept?;
         }
     }
 
     fn pending_state(&self) -> MutexGuard<'_, Pending> {
-        // A panic while holding the lock (in a predicate) leaves a consistent queue: recover it.
+        // No code that can panic runs with the lock held (predicates run without it); recover
+        // a poisoned lock anyway: the queue stays consistent.
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends the library's pending notifications to `q`.
-    fn take_into(&self, q: &mut VecDeque<Notification>) -> Result<()> {
+    /// Appends the library's pending notifications to `p`'s queue, numbering them.
+    fn take_into(&self, p: &mut Pending) -> Result<()> {
         let mut list = ptr::null_mut();
         // SAFETY: live handle, valid out pointer.
         check(|e| unsafe { sys::pdkv_agent_poll_notifications(self.ptr.as_ptr(), &mut list, e) })?;
@@ -714,30 +740,37 @@ impl Agent {
         check(|e| unsafe { sys::pdkv_notification_list_items(g.0, &mut items, &mut n, e) })?;
         // SAFETY: n items owned by the live list, copied below before it is freed.
         for r in unsafe { slice(items, n) } {
-            q.push_back(Notification {
-                kind: NotificationKind::from_raw(r.kind),
-                status: status_of(r.status),
-                // SAFETY: strings owned by the live list; copied now.
-                request_id: unsafe { borrowed_str(r.request_id) }.to_owned(),
-                engine_id: unsafe { borrowed_str(r.engine_id) }.to_owned(),
-                tp_rank: r.tp_rank,
-                count: r.count,
-                expected: r.expected,
-                bytes: r.bytes,
-                pp_rank: r.pp_rank,
-            });
+            p.queued += 1;
+            let id = p.queued;
+            p.queue.push_back((
+                id,
+                Notification {
+                    kind: NotificationKind::from_raw(r.kind),
+                    status: status_of(r.status),
+                    // SAFETY: strings owned by the live list; copied now.
+                    request_id: unsafe { borrowed_str(r.request_id) }.to_owned(),
+                    engine_id: unsafe { borrowed_str(r.engine_id) }.to_owned(),
+                    tp_rank: r.tp_rank,
+                    count: r.count,
+                    expected: r.expected,
+                    bytes: r.bytes,
+                    pp_rank: r.pp_rank,
+                },
+            ));
         }
         Ok(())
     }
 }
 
-/// The waiter of [`Agent::wait_notification`] that sleeps on the event fd; dropping it gives
-/// the fd back and wakes the other waiters, so that one of them takes over.
-struct Leader<'a>(&'a Agent);
+/// Held by a [`Agent::wait_notification`] that slept on the event fd (which it gives back
+/// after each sleep) until it sees another waiter sleep there; dropping it wakes the other
+/// waiters, so that one of them takes over.
+struct Led<'a>(&'a Agent);
 
-impl Drop for Leader<'_> {
+impl Drop for Led<'_> {
     fn drop(&mut self) {
-        self.0.pending_state().leading = false;
+        // `leading` was cleared under the lock after the sleep: a waiter that saw it set is
+        // already waiting, so a notify without the lock reaches it.
         self.0.pending_cv.notify_all();
     }
 }

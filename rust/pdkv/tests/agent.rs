@@ -797,3 +797,125 @@ fn a_panicking_predicate_gives_the_event_fd_back() {
         start.elapsed()
     );
 }
+
+/// Runs `f` on a thread of its own and returns its result, panicking (instead of hanging the
+/// run) when it has not returned in 5 s: what that thread holds is then never dropped.
+fn returns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(5)) {
+        Ok(v) => v,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("hung (a predicate that calls back into the agent deadlocked)")
+        }
+        Err(e) => panic!("the call panicked: {e}"),
+    }
+}
+
+/// The predicate runs without the queue's lock: one that calls poll_notifications gets the
+/// notification (once) instead of deadlocking, and the wait, whose match that poll took, goes
+/// on to its timeout; nothing is delivered twice.
+#[test]
+fn a_predicate_may_poll_the_agent() {
+    let p = std::sync::Arc::new(node(true, Transport::Auto, ProgressMode::Thread));
+    p.agent
+        .lease("poll-a", 1, Duration::from_millis(10))
+        .unwrap();
+    let q = p.clone();
+    let (got, polled) = returns(move || {
+        let mut polled = Vec::new();
+        let got = q
+            .agent
+            .wait_notification(Duration::from_millis(300), |n| {
+                polled.extend(q.agent.poll_notifications().unwrap());
+                n.request_id == "poll-a"
+            })
+            .unwrap();
+        (got, polled)
+    });
+    assert_eq!(got, None);
+    let polled: Vec<_> = polled.iter().map(|n| n.request_id.as_str()).collect();
+    assert_eq!(polled, ["poll-a"]);
+    assert!(p.agent.poll_notifications().unwrap().is_empty());
+}
+
+/// A predicate may run another wait on the same agent (even while its own wait is the one that
+/// sleeps on the event fd): each returns its own notification. (A predicate cannot drop the
+/// agent it borrows, so Rust has no close-from-a-predicate case.)
+#[test]
+fn a_predicate_may_wait_again() {
+    let p = std::sync::Arc::new(node(true, Transport::Auto, ProgressMode::Thread));
+    for r in ["outer", "inner"] {
+        p.agent.lease(r, 1, Duration::from_millis(10)).unwrap();
+    }
+    let q = p.clone();
+    let (outer, inner) = returns(move || {
+        let mut inner = None;
+        let outer = q
+            .agent
+            .wait_notification(LONG, |n| {
+                if n.request_id != "outer" {
+                    return false;
+                }
+                inner = q
+                    .agent
+                    .wait_notification(LONG, |m| m.request_id == "inner")
+                    .unwrap();
+                true
+            })
+            .unwrap();
+        (outer, inner)
+    });
+    assert_eq!(outer.expect("outer").request_id, "outer");
+    assert_eq!(inner.expect("inner").request_id, "inner");
+    assert!(p.agent.poll_notifications().unwrap().is_empty());
+}
+
+/// Predicates run outside the lock, so several run at once and the queue changes under them:
+/// still every waiter gets exactly its own notification, and a poller gets only the ones left,
+/// so none is lost or delivered twice.
+#[test]
+fn many_waiters_with_slow_predicates_get_each_notification_once() {
+    let p = node(true, Transport::Auto, ProgressMode::Thread);
+    let ids: Vec<String> = (0..8).map(|i| format!("many-{i}")).collect();
+    let got: Vec<String> = std::thread::scope(|s| {
+        let waiters: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let agent = &p.agent;
+                s.spawn(move || {
+                    agent
+                        .wait_notification(LONG, |n| {
+                            // Widens the window in which the others change the queue.
+                            std::thread::sleep(Duration::from_millis(1));
+                            n.request_id == *id
+                        })
+                        .unwrap()
+                        .expect("its notification")
+                        .request_id
+                })
+            })
+            .collect();
+        for r in ids.iter().map(String::as_str).chain(["spare-1", "spare-2"]) {
+            p.agent.lease(r, 1, Duration::from_millis(10)).unwrap();
+        }
+        waiters.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert_eq!(got, ids);
+    let mut spare = Vec::new();
+    let deadline = Instant::now() + LONG;
+    while spare.len() < 2 && Instant::now() < deadline {
+        spare.extend(
+            p.agent
+                .poll_notifications()
+                .unwrap()
+                .into_iter()
+                .map(|n| n.request_id),
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    spare.sort();
+    assert_eq!(spare, ["spare-1", "spare-2"]);
+}
