@@ -314,8 +314,9 @@ pub struct AgentInfo {
     pub copy_threads: u32,
 }
 
-/// What outlives the C agent for the binding's sake: the registered buffers, which must stay
-/// allocated until nothing of the agent (registrations, transfers, peers) can touch them.
+/// What outlives the C agent for the binding's sake: the buffers of registrations dropped
+/// while busy, which must stay allocated until nothing of the agent (registrations, transfers,
+/// peers) can touch them (an idle one's buffer is freed as it is dropped).
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     buffers: Mutex<Vec<Arc<HostBuffer>>>,
@@ -327,6 +328,10 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(b);
+    }
+
+    fn kept(&self) -> usize {
+        self.buffers.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
 
@@ -445,6 +450,12 @@ impl Agent {
         self.shared.clone()
     }
 
+    /// How many buffers of dropped registrations the agent keeps alive (for tests).
+    #[doc(hidden)]
+    pub fn kept_buffers(&self) -> usize {
+        self.shared.kept()
+    }
+
     /// The scalars (`pdkv_agent_get_info`).
     pub fn info(&self) -> Result<AgentInfo> {
         // SAFETY: plain-data struct, all-zero valid.
@@ -503,7 +514,7 @@ impl Agent {
 
     /// Registers `buffer` as the memory of `region` (its address must be the region's
     /// advertised base and its length the region's size). The registration owns the buffer
-    /// and keeps it allocated until nothing of this agent can touch it.
+    /// and keeps it allocated until nothing of this agent can touch it (see [`Memory`]).
     pub fn register_buffer(&self, region: u32, buffer: HostBuffer) -> Result<Memory> {
         let desc = MemoryDesc {
             region,
@@ -515,8 +526,8 @@ impl Agent {
         let raw = desc.to_raw();
         let buffer = Arc::new(buffer);
         let mut out = ptr::null_mut();
-        // SAFETY: the buffer is owned by the registration, then by the keep-alive list, so it
-        // outlives every use the library or a peer can make of it.
+        // SAFETY: the buffer is owned by the registration, then (when dropped busy) by the
+        // keep-alive list, so it outlives every use the library can make of it.
         check(|e| unsafe {
             sys::pdkv_agent_register_memory(self.ptr.as_ptr(), &raw, &mut out, e)
         })?;

@@ -919,3 +919,37 @@ fn many_waiters_with_slow_predicates_get_each_notification_once() {
     spare.sort();
     assert_eq!(spare, ["spare-1", "spare-2"]);
 }
+
+/// A registration dropped while idle frees its buffer at once (deregister said OK: nothing of
+/// the library touches it any more), so an engine that registers and drops memory per request
+/// does not grow the agent's keep-alive list; one dropped while a transfer uses its region is
+/// kept (deregister said BUSY) until the agent goes, and a registered buffer stays usable.
+#[test]
+fn dropped_registrations_release_their_buffers() {
+    let (p, d) = stalled_pair();
+    let plan = plan_for(&d);
+    let mut p_memory = p.memory;
+    let kept = p_memory.pop().expect("a registration");
+    let dropped = p_memory.len();
+    assert!(dropped > 0, "the model has a single region");
+    drop(p_memory);
+    assert_eq!(
+        p.agent.kept_buffers(),
+        0,
+        "after dropping {dropped} idle registrations"
+    );
+    assert!(kept.buffer().unwrap().to_vec().iter().any(|&b| b != 0));
+    // D's read cannot move (nobody progresses P): D's regions stay busy until it is cancelled.
+    let t = d
+        .agent
+        .post(&TransferParams::read(&plan, xfer::P_ENGINE, "busy").timeout(LONG))
+        .unwrap();
+    let regions = d.memory.len();
+    drop(d.memory);
+    let busy = d.agent.kept_buffers();
+    assert!(busy > 0 && busy <= regions, "{busy} of {regions} kept");
+    t.cancel().unwrap();
+    assert!(t.wait(Some(LONG)).is_err());
+    drop(kept);
+    assert_eq!(p.agent.kept_buffers(), 0);
+}
