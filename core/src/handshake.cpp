@@ -366,6 +366,12 @@ std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const Engine
   return out.take();
 }
 
+std::vector<Incompatibility> validate_pair_either_role(const EngineMetadata& a, const EngineMetadata& b) {
+  auto items = validate_pair(a, b);
+  if (!items.empty() && validate_pair(b, a).empty()) items.clear();
+  return items;
+}
+
 void require_compatible(const EngineMetadata& local, const EngineMetadata& remote) {
   const auto items = validate_pair(local, remote);
   if (items.empty()) return;

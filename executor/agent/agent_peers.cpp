@@ -178,8 +178,12 @@ AgentCore::CheckedPeer AgentCore::check_peer(const Hello& hello, const PeerInfo&
     }
     out.ranges[k.region] = RegisteredRange{k.base, k.length, true};
   }
-  const auto items = we_connected ? core::validate_pair(opt_.metadata, md)
-                                  : core::validate_pair(md, opt_.metadata);
+  // Which engine reads is not known here (either may dial, a pair may READ or WRITE): the pair is
+  // admitted when it can be served with either as D; a direction it cannot serve is refused when the
+  // D rank compiles a plan (compile_transfer_plan validates every P rank against D), so none exists. (The dialer was taken for D before, so a P
+  // dialing a D it could serve was refused, and the pair vLLM refuses was admitted.)
+  const auto items = we_connected ? core::validate_pair_either_role(opt_.metadata, md)
+                                  : core::validate_pair_either_role(md, opt_.metadata);
   if (!items.empty()) {
     std::string msg = "engines '" + opt_.metadata.engine_id + "' and '" + md.engine_id +
                       "' cannot be paired: ";

@@ -334,6 +334,21 @@ TEST(HandshakeRules, PureAttentionReplicatedRemoteWithMoreRanks) {
   EXPECT_TRUE(validate_pair(nemotron(1, 0, "d"), nemotron(4, 0, "p")).empty());
 }
 
+// An agent's admission does not know which engine will read: the pair above is admitted there
+// (it is served with the TP16 engine as D), whichever side is passed first; the refused direction
+// is left to the plan context. A pair no direction serves is refused with validate_pair's items.
+TEST(HandshakeRules, EitherRoleAdmitsAPairServedInOneDirectionOnly) {
+  const auto d4 = llama(4, 0, "d"), p16 = llama(16, 0, "p");
+  EXPECT_FALSE(validate_pair(d4, p16).empty());
+  EXPECT_TRUE(validate_pair(p16, d4).empty());
+  EXPECT_TRUE(validate_pair_either_role(d4, p16).empty());
+  EXPECT_TRUE(validate_pair_either_role(p16, d4).empty());
+  const auto p3 = llama(3, 0, "p");
+  EXPECT_FALSE(validate_pair(d4, p3).empty());
+  expect_item(validate_pair_either_role(d4, p3), "tp_size", Status::TpNotDivisible, {"do not divide each other"});
+  expect_item(validate_pair_either_role(p3, d4), "tp_size", Status::TpNotDivisible, {"do not divide each other"});
+}
+
 TEST(HandshakeRules, SameEngineId) {
   expect_item(validate_pair(llama(2, 0, "x"), llama(2, 1, "x")), "engine_id",
               Status::Incompatible, {"'x'", "two distinct engines"});

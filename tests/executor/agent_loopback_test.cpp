@@ -510,6 +510,51 @@ TEST_P(AgentLoopback, PlansCannotBeExecutedWithTheRolesSwapped) {
   EXPECT_EQ(p0->mem, before);
 }
 
+// Which engine reads is not known at admission: a P may dial the D it serves. A D of TP16 over a
+// P of TP2 (8 KV heads: D's heads replicated) is a pair vLLM serves, and the connection P dialed
+// carries D's READ; the reverse roles (a D of TP2 reading a P of TP16 whose heads are replicated,
+// vLLM's refusal) are admitted too, as the same two agents may serve it the other way, and are
+// refused when D compiles a plan against that context. (The dialer was taken for D before: P
+// dialing here was refused with INCOMPATIBLE.)
+TEST_P(AgentLoopback, EitherEngineMayDialAndThePlanContextEnforcesTheRoles) {
+  auto d = make_rank("dec", 16, 0, 0xEE, GetParam());
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam());
+  auto rec = p0->agent->connect(d->agent->info().listen, 3000ms);
+  ASSERT_EQ(rec->engine_id, "dec");
+  const std::vector<Rank*> ps{p0.get()};
+  const auto plan = make_plan(*d, ps, 16 * 3);
+  ASSERT_FALSE(plan.ranks.empty());
+  PostParams pp;
+  pp.op = TransferOp::Read;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "p-dialed";
+  p0->agent->lease("p-dialed", plan.notifications_per_p_rank, 5000ms);
+  for (int i = 0; i < 300; ++i) {  // D learns of the peer that dialed it on its control thread
+    try {
+      auto t = d->agent->post(pp);
+      ASSERT_TRUE(t.wait(5000ms));
+      ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+      break;
+    } catch (const core::Error& e) {
+      ASSERT_EQ(e.status(), Status::NotFound) << e.what();
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  verify(*d, ps, plan, 0xEE);
+  // The roles vLLM refuses: admitted by the agents, refused by D's plan compile.
+  auto d2 = make_rank("dec2", 2, 0, 0xEE, GetParam());
+  auto p16 = make_rank("pre16", 16, 0, 0, GetParam());
+  d2->agent->connect(p16->agent->info().listen, 3000ms);
+  try {
+    make_plan(*d2, {p16.get()}, 16 * 3);
+    FAIL() << "a plan for D TP2 reading a P of TP16 with replicated heads was compiled";
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.status(), Status::Incompatible);
+    EXPECT_NE(std::string(e.what()).find("replicated remote KV heads"), std::string::npos) << e.what();
+  }
+}
+
 // A plan between pipeline stages names them; an agent (one stage) refuses one for another stage
 // than its own, or for a peer stage that is not connected, before any byte moves.
 TEST_P(AgentLoopback, PlansOfAnotherPipelineStageAreRefused) {

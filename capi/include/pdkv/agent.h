@@ -317,7 +317,9 @@ typedef struct pdkv_connect_options {
  * deadline also bounds the lookup of a host name, a numeric address needs none): versions,
  * pre-shared key proof, then metadata and region keys (sealed when a key is set),
  * and the pair's
- * validation on both sides, then the choice of the data path (PDKV_TRANSPORT_*). Connecting to an (engine, rank) already connected replaces the old
+ * validation on both sides, then the choice of the data path (PDKV_TRANSPORT_*). Either engine
+ * may dial the other: the pair is admitted when it can be served with either one as the reading
+ * (decode) side, and a direction it cannot serve is refused when D compiles a plan for it. Connecting to an (engine, rank) already connected replaces the old
  * connection. Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (bad address), PEER_LOST
  * (refused or closed), TIMED_OUT, AUTH (key mismatch: names the peer; or the two agents'
  * seal_data differ: names both engines and settings), PROTOCOL (malformed or

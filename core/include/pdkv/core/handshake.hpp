@@ -53,6 +53,15 @@ std::string to_string(const Incompatibility& item);
 // compile_transfer_plan refuses a context in which any P rank fails this check.
 std::vector<Incompatibility> validate_pair(const EngineMetadata& local, const EngineMetadata& remote);
 
+// The pair as an executor agent's admission sees it, not knowing which of the two engines will
+// read (D) and which will be read (P): either agent may dial the other, and a connected pair may
+// READ or WRITE. Empty when validate_pair accepts the pair with either engine as the local (D)
+// one; otherwise validate_pair(a, b)'s items. The rules bound to a direction (vLLM's refusal of
+// replicated P heads with P_TP > D_TP in a pure attention model) are enforced where the roles are
+// known: by compile_transfer_plan on the D rank's plan context, so no transfer in the refused
+// direction is ever planned.
+std::vector<Incompatibility> validate_pair_either_role(const EngineMetadata& a, const EngineMetadata& b);
+
 // Throws Error(Incompatible) whose message joins every item of validate_pair with "; ".
 void require_compatible(const EngineMetadata& local, const EngineMetadata& remote);
 
