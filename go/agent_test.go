@@ -342,6 +342,37 @@ func TestTransferDeadlineExpires(t *testing.T) {
 	}
 }
 
+// A transfer posted with a cancellable context that is never cancelled, and that nobody waits
+// for, closes or asks about (the engine follows the notifications instead): its context
+// watcher ends once the transfer is final, instead of keeping the Transfer (and itself) alive
+// until the context ends.
+func TestPostsContextWatcherEndsWithTheTransfer(t *testing.T) {
+	p := newNode(t, true, xfer.Options{})
+	d := newNode(t, false, xfer.Options{})
+	peer, err := d.Agent.Connect(timeout(t, long), address(t, p))
+	ok(t, err)
+	defer peer.Close()
+	pl := plan(t, d)
+	ctx, cancel := context.WithCancel(bg())
+	defer cancel()
+	before := pdkv.TransferWatchers()
+	tr, err := d.Agent.Post(ctx, read(pl, "watched"))
+	ok(t, err)
+	if n := pdkv.TransferWatchers() - before; n != 1 {
+		t.Fatalf("%d watchers after Post", n)
+	}
+	waitKind(t, p.Agent, pdkv.NotifyReadDone, "watched") // D's read finished
+	for end := time.Now().Add(long); pdkv.TransferWatchers() > before && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := pdkv.TransferWatchers() - before; n != 0 {
+		t.Fatalf("the watcher of a finished transfer still runs (%d)", n)
+	}
+	runtime.KeepAlive(tr) // unclosed, not collected: only the watcher's own exit counts
+	ok(t, tr.Wait(timeout(t, long)))
+	ok(t, tr.Close())
+}
+
 func TestTransferCancelAndClose(t *testing.T) {
 	p, d := stalledPair(t)
 	pl := plan(t, d)

@@ -22,3 +22,6 @@ func WakeOpen(a *Agent) bool {
 
 // SetAfterPoll makes f run after each poll of a's WaitNotification (set before any wait).
 func SetAfterPoll(a *Agent, f func()) { a.afterPoll = f }
+
+// TransferWatchers is the number of Post's context watchers running (for tests).
+func TransferWatchers() int64 { return transferWatchers.Load() }

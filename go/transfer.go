@@ -10,6 +10,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -82,16 +83,21 @@ type Transfer struct {
 	h        handle[C.pdkv_transfer_t]
 	stopOnce sync.Once
 	// stop ends the context watcher of a transfer posted with a cancellable context: closed
-	// once the final state is seen or by Close. Until then the watcher keeps the Transfer
-	// reachable, as a goroutine tied to a context does.
+	// once Wait or Info sees the final state, or by Close. Until then (or until the watcher
+	// sees the final state itself) the watcher keeps the Transfer reachable, as a goroutine
+	// tied to a context does.
 	stop chan struct{}
 }
 
 func (t *Transfer) stopWatcher() { t.stopOnce.Do(func() { close(t.stop) }) }
 
+// transferWatchers counts the context watchers running (tests read it).
+var transferWatchers atomic.Int64
+
 // Post posts a transfer and returns at once. ctx's deadline becomes the transfer's deadline
 // (with Timeout, the shorter); cancelling ctx cancels the transfer (it then fails with
-// ErrCancelled). Errors: ErrInvalidArgument (op, empty or long request id, a plan for another
+// ErrCancelled): a goroutine watches ctx until the transfer is final (seen within 100 ms),
+// closed, or ctx ends. Errors: ErrInvalidArgument (op, empty or long request id, a plan for another
 // rank: names both), ErrNotFound (a peer rank the plan needs is not connected), ErrOutOfBounds
 // (a range outside the registrations: names the read, side, region and range), ErrShutdown,
 // ErrCancelled / ErrTimedOut wrapping ctx.Err() for a context already done, ErrClosed.
@@ -148,25 +154,65 @@ func (a *Agent) Post(ctx context.Context, params TransferParams) (*Transfer, err
 	t.h = handle[C.pdkv_transfer_t]{ptr: out, free: func(p *C.pdkv_transfer_t) { C.pdkv_transfer_free(p) }}
 	runtime.SetFinalizer(t, func(t *Transfer) { _ = t.Close() })
 	if done := ctx.Done(); done != nil {
+		transferWatchers.Add(1)
 		go func() {
-			select {
-			case <-done:
-				// The context's deadline is the library's own (ctxTimeout put it into
-				// timeout_ms): the library ends the transfer there as TIMED_OUT. Cancelling
-				// here too would race it and could report a deadline as CANCELLED; only a
-				// cancellation is forwarded.
-				if ms > 0 && ctx.Err() == context.DeadlineExceeded {
+			defer transferWatchers.Add(-1)
+			// Nothing tells the watcher that the transfer ended, so it looks (after 1 ms, then
+			// at doubling intervals up to watchMaxLook) and returns once it is final: else a
+			// transfer that nobody waits for, asks about or closes kept this goroutine, and
+			// the Transfer it holds, until ctx ended (never, for one that is never cancelled).
+			look := time.Millisecond
+			timer := time.NewTimer(look)
+			defer timer.Stop()
+			for {
+				select {
+				case <-done:
+					// The context's deadline is the library's own (ctxTimeout put it into
+					// timeout_ms): the library ends the transfer there as TIMED_OUT.
+					// Cancelling here too would race it and could report a deadline as
+					// CANCELLED; only a cancellation is forwarded.
+					if ms > 0 && ctx.Err() == context.DeadlineExceeded {
+						return
+					}
+					if tp, err := t.h.acquire(); err == nil {
+						C.pdkv_transfer_cancel(tp, nil)
+						t.h.release()
+					}
 					return
+				case <-t.stop:
+					return
+				case <-timer.C:
+					if t.final() {
+						return
+					}
+					if look < watchMaxLook {
+						look *= 2
+					}
+					timer.Reset(look)
 				}
-				if tp, err := t.h.acquire(); err == nil {
-					C.pdkv_transfer_cancel(tp, nil)
-					t.h.release()
-				}
-			case <-t.stop:
 			}
 		}()
 	}
 	return t, nil
+}
+
+// watchMaxLook bounds the interval at which Post's context watcher looks whether its
+// transfer is final.
+const watchMaxLook = 100 * time.Millisecond
+
+// final reports whether the transfer is in its final state, or closed (for Post's watcher).
+func (t *Transfer) final() bool {
+	p, err := t.h.acquire()
+	if err != nil {
+		return true
+	}
+	defer t.h.release()
+	var ci C.pdkv_transfer_info_t
+	ci.struct_size = C.size_t(unsafe.Sizeof(ci))
+	if C.pdkv_transfer_get_info(p, &ci, nil) != C.PDKV_OK {
+		return false
+	}
+	return TransferState(ci.state) != TransferInFlight
 }
 
 // Close cancels the transfer if it is still in flight and frees it (the library releases its
