@@ -80,8 +80,14 @@ impl HostBuffer {
             unsafe { sys::pdkv_shared_memory_free(shared.as_ptr()) };
             return Err(e);
         }
-        let ptr = NonNull::new(addr.cast::<u8>())
-            .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL address"))?;
+        let Some(ptr) = NonNull::new(addr.cast::<u8>()) else {
+            // Freed here: returning the error with `?` leaked the allocation (no HostBuffer owns
+            // it yet). No test: the library never returns NULL for a live allocation, and it
+            // has no fault-injection hook to make it.
+            // SAFETY: allocated above, freed once.
+            unsafe { sys::pdkv_shared_memory_free(shared.as_ptr()) };
+            return Err(Error::new(Status::Internal, "pdkv returned a NULL address"));
+        };
         Ok(HostBuffer {
             ptr,
             len: n,
