@@ -524,7 +524,7 @@ class Agent(Handle):
         when a notification arrives or progress has work, not on a timer. Several threads may
         wait at once, with different predicates: one of them sleeps on the descriptor and the
         others on a condition, woken whenever notifications are taken into the shared queue (by
-        any waiter). The sleep lasts until the timeout, without waking in between when nothing
+        any waiter, but only while none sleeps on the descriptor). The sleep lasts until the timeout, without waking in between when nothing
         happens: ``close()`` from another thread wakes it through a descriptor of the binding's
         own, polled with the event fd, and the wait raises :class:`pdkv.ClosedError`; Ctrl-C
         interrupts it (KeyboardInterrupt, on the main thread).
@@ -555,7 +555,11 @@ class Agent(Handle):
                     self.progress()
                 with cond:
                     before = len(self._pending)
-                    self._take_notifications()
+                    # Not while another wait sleeps on the event fd: a take here drains it under
+                    # that wait, which then slept on with what only it wanted in the queue. It
+                    # takes them itself when it wakes (and wakes this one).
+                    if not self._leading:
+                        self._take_notifications()
                     if len(self._pending) != before:
                         self._pending_takes += 1
                         cond.notify_all()  # other waiters' predicates may match what came

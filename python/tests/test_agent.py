@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -901,3 +902,47 @@ def test_many_waiters_with_slow_predicates_get_each_notification_once(model: pdk
             spare += [n.request_id for n in p.agent.poll_notifications()]
             time.sleep(0.01)
         assert sorted(spare) == ["spare-1", "spare-2"]
+
+
+def test_a_wait_leaves_the_library_to_the_one_sleeping_on_the_event_fd(
+    model: pdkv.Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one wait sleeps on the event fd, another wait's look leaves the library's
+    notifications to it: a take there drained the event fd under the sleeping wait, which then
+    slept on (here until its 5 s timeout) with the notification only it wanted in the queue."""
+    with xfer.node(model, True) as p:
+        leader_gated, f_looked = threading.Event(), threading.Event()
+        real = pdkv.agent._wait_readable
+
+        def gated(poller: Any, timeout: Optional[float]) -> bool:
+            if threading.current_thread().name == "leader" and not leader_gated.is_set():
+                leader_gated.set()  # it holds the event fd; it polls once F has looked (or 1 s)
+                f_looked.wait(1.0)
+            return real(poller, timeout)
+
+        monkeypatch.setattr(pdkv.agent, "_wait_readable", gated)
+        got: List[Tuple[Optional[pdkv.Notification], float]] = []
+        leader = threading.Thread(
+            name="leader",
+            target=lambda: got.append(
+                (p.agent.wait_notification(lambda n: n.request_id == "for-leader", 5.0), time.monotonic())
+            ),
+        )
+        leader.start()
+        assert leader_gated.wait(LONG)
+        p.agent.lease("for-leader", 1, 0.01)
+        fd_poll = select.poll()
+        fd_poll.register(p.agent.event_fd(), select.POLLIN)
+        assert fd_poll.poll(int(LONG * 1000))  # the LEASE_EXPIRED waits in the library
+        start = time.monotonic()
+
+        def other(n: pdkv.Notification) -> bool:
+            f_looked.set()  # F saw a notification: it took it from the library
+            return False
+
+        f = threading.Thread(target=lambda: p.agent.wait_notification(other, 0.5))
+        f.start()
+        leader.join(LONG)
+        f.join(LONG)
+        assert got and got[0][0] is not None and got[0][0].request_id == "for-leader", got
+        assert got[0][1] - start < 2.0, got[0][1] - start
