@@ -295,8 +295,9 @@ type Agent struct {
 	// event fd (tests read them).
 	waitProgress atomic.Uint64
 	waitPolls    atomic.Uint64
-	// afterPoll, when set (by tests, before any wait), runs after each poll of the event fd.
-	afterPoll func()
+	// afterPoll and beforePoll, when set (by tests, before any wait), run after and before
+	// each poll of the event fd.
+	afterPoll, beforePoll func()
 }
 
 // pinList holds the HostBuffers registered with one agent. It is separate from the Agent so
@@ -863,6 +864,9 @@ func (a *Agent) lead(ctx context.Context, fd int, wake C.int) (ready bool, err e
 	if ctx.Done() != nil {
 		w = watchCtx(ctx, wake)
 	}
+	if a.beforePoll != nil {
+		a.beforePoll()
+	}
 	ready, woken, err := a.waitEventFD(fd, wake, ms)
 	if err != nil {
 		return false, err
@@ -917,12 +921,18 @@ func (w *ctxWatch) stop() bool {
 }
 
 // look takes the library's notifications into a.pending (waking the other waiters when any
-// came) and returns a copy of it for WaitNotification's match, with a.queued.
+// came) and returns a copy of it for WaitNotification's match, with a.queued. It leaves them
+// in the library while another wait sleeps on the event fd: a take here drained the fd under
+// that wait, which then slept on with what only it matched in the queue. That wait takes them
+// when it wakes (and wakes this one).
 func (a *Agent) look() ([]queued, uint64, error) {
 	a.pendingMu.Lock()
 	defer a.pendingMu.Unlock()
 	before := a.queued
-	err := a.takeNotifications()
+	var err error
+	if !a.leading {
+		err = a.takeNotifications()
+	}
 	if a.queued != before {
 		a.wakeWaitersLocked() // their predicates may match what came
 	}

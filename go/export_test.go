@@ -25,3 +25,6 @@ func SetAfterPoll(a *Agent, f func()) { a.afterPoll = f }
 
 // TransferWatchers is the number of Post's context watchers running (for tests).
 func TransferWatchers() int64 { return transferWatchers.Load() }
+
+// SetBeforePoll makes f run before each poll of a's WaitNotification (set before any wait).
+func SetBeforePoll(a *Agent, f func()) { a.beforePoll = f }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -457,4 +458,67 @@ func TestManyWaitersWithSlowPredicatesGetEachNotificationOnce(t *testing.T) {
 	if len(spare) != 2 || spare[0] != "spare-1" || spare[1] != "spare-2" {
 		t.Fatalf("left: %v", spare)
 	}
+}
+
+// While one wait sleeps on the event fd, another wait's look leaves the library's
+// notifications to it: a take there drained the event fd under the sleeping wait, which then
+// slept on (here until its 5 s deadline) with the notification only it wanted in the queue.
+func TestAWaitLeavesTheLibraryToTheOneSleepingOnTheEventFD(t *testing.T) {
+	p := newNode(t, true, xfer.Options{})
+	gated, fLooked := make(chan struct{}), make(chan struct{})
+	var gate, look sync.Once
+	pdkv.SetBeforePoll(p.Agent, func() {
+		gate.Do(func() { // the first leader: it polls once F has looked (or after 1 s)
+			close(gated)
+			select {
+			case <-fLooked:
+			case <-time.After(time.Second):
+			}
+		})
+	})
+	type result struct {
+		n   pdkv.Notification
+		err error
+		at  time.Time
+	}
+	leader := make(chan result, 1)
+	go func() {
+		n, err := p.Agent.WaitNotification(timeout(t, 5*time.Second), func(n pdkv.Notification) bool {
+			return n.RequestID == "for-leader"
+		})
+		leader <- result{n, err, time.Now()}
+	}()
+	<-gated
+	ok(t, p.Agent.Lease("for-leader", 1, 10*time.Millisecond))
+	fd, err := p.Agent.EventFD()
+	ok(t, err)
+	if !readable(t, fd, long) {
+		t.Fatal("no notification in the library")
+	}
+	start := time.Now()
+	follower := make(chan error, 1)
+	go func() {
+		_, err := p.Agent.WaitNotification(timeout(t, 500*time.Millisecond), func(pdkv.Notification) bool {
+			look.Do(func() { close(fLooked) }) // F saw a notification: it took it from the library
+			return false
+		})
+		follower <- err
+	}()
+	r := <-leader
+	ok(t, r.err)
+	if r.n.RequestID != "for-leader" || r.at.Sub(start) > 2*time.Second {
+		t.Fatalf("the leader got %+v after %v", r.n, r.at.Sub(start))
+	}
+	isErr(t, <-follower, context.DeadlineExceeded)
+}
+
+// readable waits up to d for fd to be readable (select(2)).
+func readable(t *testing.T, fd int, d time.Duration) bool {
+	t.Helper()
+	var set syscall.FdSet
+	set.Bits[fd/64] |= 1 << (uint(fd) % 64)
+	tv := syscall.NsecToTimeval(d.Nanoseconds())
+	n, err := syscall.Select(fd+1, &set, nil, nil, &tv)
+	ok(t, err)
+	return n > 0
 }
