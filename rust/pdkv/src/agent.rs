@@ -349,6 +349,17 @@ pub struct Agent {
     // the fd returns.
     pending: Mutex<Pending>,
     pending_cv: Condvar,
+    // Runs before each sleep of a wait_notification on the event fd (set by tests).
+    before_sleep: std::sync::OnceLock<Hook>,
+}
+
+/// A test hook (see [`Agent::set_before_sleep`]).
+struct Hook(Box<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 #[derive(Debug, Default)]
@@ -438,6 +449,7 @@ impl Agent {
             shared: Arc::default(),
             pending: Mutex::default(),
             pending_cv: Condvar::new(),
+            before_sleep: std::sync::OnceLock::new(),
         })
     }
 
@@ -448,6 +460,13 @@ impl Agent {
 
     pub(crate) fn shared(&self) -> Arc<Shared> {
         self.shared.clone()
+    }
+
+    /// Makes `f` run before each sleep of [`Agent::wait_notification`] on the event fd (for
+    /// tests; once per agent, before any wait).
+    #[doc(hidden)]
+    pub fn set_before_sleep(&self, f: impl Fn() + Send + Sync + 'static) {
+        let _ = self.before_sleep.set(Hook(Box::new(f)));
     }
 
     /// How many buffers of dropped registrations the agent keeps alive (for tests).
@@ -648,7 +667,8 @@ impl Agent {
     /// It sleeps on the agent's [`Agent::event_fd`] (`poll(2)`), so it wakes when a
     /// notification arrives or progress has work, not on a timer. Several threads may wait at
     /// once, with different predicates: one of them sleeps on the descriptor, the others on a
-    /// condition variable that every take of notifications into the shared queue signals.
+    /// condition variable that every take of notifications into the shared queue signals
+    /// (only the one on the descriptor takes them while it sleeps there).
     ///
     /// `pred` runs without any lock of the agent's held, on a copy of the queue, so it may call
     /// this agent's [`Agent::poll_notifications`] or another wait (it cannot drop the agent it
@@ -676,7 +696,14 @@ impl Agent {
             let (candidates, queued) = {
                 let mut p = self.pending_state();
                 let before = p.queued;
-                let taken = self.take_into(&mut p);
+                // Not while another wait sleeps on the event fd: a take here drains it under
+                // that wait, which then slept on with what only it matched in the queue. It
+                // takes them itself when it wakes (and wakes this one).
+                let taken = if p.leading {
+                    Ok(())
+                } else {
+                    self.take_into(&mut p)
+                };
                 if p.queued != before {
                     self.pending_cv.notify_all(); // other waiters' predicates may match
                 }
@@ -719,6 +746,9 @@ impl Agent {
             p.leading = true;
             led.get_or_insert(Led(self));
             drop(p);
+            if let Some(Hook(f)) = self.before_sleep.get() {
+                f();
+            }
             let slept = wait_readable(fd, left);
             // Given up while this wait looks and runs pred (a wait in pred takes it then);
             // taken again before the next sleep unless another waiter has.

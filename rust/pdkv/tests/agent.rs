@@ -953,3 +953,71 @@ fn dropped_registrations_release_their_buffers() {
     drop(kept);
     assert_eq!(p.agent.kept_buffers(), 0);
 }
+
+/// While one wait sleeps on the event fd, another wait's look leaves the library's
+/// notifications to it: a take there drained the event fd under the sleeping wait, which then
+/// slept on (here until its 5 s timeout) with the notification only it wanted in the queue.
+#[test]
+fn a_wait_leaves_the_library_to_the_one_sleeping_on_the_event_fd() {
+    use std::sync::mpsc;
+    let p = node(true, Transport::Auto, ProgressMode::Thread);
+    let (gated_tx, gated_rx) = mpsc::sync_channel::<()>(1);
+    let (looked_tx, looked_rx) = mpsc::sync_channel::<()>(1);
+    let looked_rx = std::sync::Mutex::new(Some(looked_rx));
+    p.agent.set_before_sleep(move || {
+        // The first sleeper polls once the other wait has looked (or after 1 s).
+        if let Some(rx) = looked_rx.lock().unwrap().take() {
+            gated_tx.send(()).unwrap();
+            let _ = rx.recv_timeout(Duration::from_secs(1));
+        }
+    });
+    std::thread::scope(|s| {
+        let leader = s.spawn(|| {
+            let n = p
+                .agent
+                .wait_notification(Duration::from_secs(5), |n| n.request_id == "for-leader")
+                .unwrap();
+            (n, Instant::now())
+        });
+        gated_rx.recv_timeout(LONG).unwrap();
+        p.agent
+            .lease("for-leader", 1, Duration::from_millis(10))
+            .unwrap();
+        let mut fd = PollFd {
+            fd: p.agent.event_fd().unwrap(),
+            events: 1,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; the agent owns the descriptor and outlives the call.
+        assert_eq!(unsafe { poll(&mut fd, 1, 10_000) }, 1, "no notification");
+        let start = Instant::now();
+        let follower = s.spawn(|| {
+            p.agent
+                .wait_notification(Duration::from_millis(500), |_| {
+                    // It saw a notification: it took it from the library.
+                    let _ = looked_tx.try_send(());
+                    false
+                })
+                .unwrap()
+        });
+        let (n, at) = leader.join().unwrap();
+        assert_eq!(n.expect("for-leader").request_id, "for-leader");
+        assert!(at - start < Duration::from_secs(2), "{:?}", at - start);
+        assert_eq!(follower.join().unwrap(), None);
+    });
+}
+
+#[repr(C)]
+struct PollFd {
+    fd: std::os::raw::c_int,
+    events: std::os::raw::c_short,
+    revents: std::os::raw::c_short,
+}
+
+extern "C" {
+    fn poll(
+        fds: *mut PollFd,
+        nfds: std::os::raw::c_ulong,
+        timeout: std::os::raw::c_int,
+    ) -> std::os::raw::c_int;
+}
