@@ -314,9 +314,15 @@ pub struct AgentInfo {
     pub copy_threads: u32,
 }
 
-/// What outlives the C agent for the binding's sake: the buffers of registrations dropped
-/// while busy, which must stay allocated until nothing of the agent (registrations, transfers,
-/// peers) can touch them (an idle one's buffer is freed as it is dropped).
+/// What outlives the C agent for the binding's sake: the registered buffers, which must stay
+/// allocated until nothing of the agent (registrations, transfers, peers) can touch them.
+///
+/// `buffers` holds those of dropped registrations, even when their deregistration succeeded:
+/// a same-host peer connected earlier writes a region with process_vm_writev at the address it
+/// was told, without asking this side, so freeing the buffer then would let a stale write land
+/// in reused memory. The list stays bounded by the region count: a region is registered only
+/// at its advertised base, which a kept buffer occupies, so no second buffer can be registered
+/// for it (an engine that cycles registrations uses `register_memory` on memory it owns).
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     buffers: Mutex<Vec<Arc<HostBuffer>>>,
@@ -533,7 +539,7 @@ impl Agent {
 
     /// Registers `buffer` as the memory of `region` (its address must be the region's
     /// advertised base and its length the region's size). The registration owns the buffer
-    /// and keeps it allocated until nothing of this agent can touch it (see [`Memory`]).
+    /// and keeps it allocated until nothing of this agent can touch it.
     pub fn register_buffer(&self, region: u32, buffer: HostBuffer) -> Result<Memory> {
         let desc = MemoryDesc {
             region,
@@ -545,8 +551,8 @@ impl Agent {
         let raw = desc.to_raw();
         let buffer = Arc::new(buffer);
         let mut out = ptr::null_mut();
-        // SAFETY: the buffer is owned by the registration, then (when dropped busy) by the
-        // keep-alive list, so it outlives every use the library can make of it.
+        // SAFETY: the buffer is owned by the registration, then by the keep-alive list, so it
+        // outlives every use the library or a peer can make of it.
         check(|e| unsafe {
             sys::pdkv_agent_register_memory(self.ptr.as_ptr(), &raw, &mut out, e)
         })?;

@@ -232,12 +232,9 @@ impl MemoryDesc {
 }
 
 /// A registration of one region's memory (`pdkv_memory_t`). Dropping it deregisters and
-/// frees the handle; a [`HostBuffer`] it owns is freed then when the deregistration succeeds,
-/// else (a transfer still uses the region: BUSY) kept alive until the agent and every handle
-/// taken from it (transfers, peers, registrations) are dropped, because what the registration
-/// holds may still touch it until then. As `pdkv_memory_deregister` says, peers connected
-/// earlier keep a stale key: drop a registration when no peer will read or write the region
-/// again.
+/// frees the handle; a [`HostBuffer`] it owns is kept alive until the agent and every handle
+/// taken from it (transfers, peers, registrations) are dropped, because UCX or a peer holding
+/// the old key may still touch it until then.
 #[derive(Debug)]
 pub struct Memory {
     ptr: NonNull<sys::pdkv_memory_t>,
@@ -282,22 +279,15 @@ impl Memory {
 
 impl Drop for Memory {
     fn drop(&mut self) {
+        // A BUSY registration is released by the library when its last operation ends; the
+        // buffer outlives it either way (moved to the agent's keep-alive list below).
         // SAFETY: owned handle, no other user (Drop has exclusive access).
-        let idle = unsafe { sys::pdkv_memory_deregister(self.ptr.as_ptr(), ptr::null_mut()) }
-            == sys::PDKV_OK;
-        // A BUSY registration is released by the library when its last operation ends.
-        // SAFETY: as above; freed once, here.
-        unsafe { sys::pdkv_memory_free(self.ptr.as_ptr()) };
+        unsafe {
+            let _ = sys::pdkv_memory_deregister(self.ptr.as_ptr(), ptr::null_mut());
+            sys::pdkv_memory_free(self.ptr.as_ptr());
+        }
         if let Some(b) = self.buffer.take() {
-            // Deregistered (OK): nothing of the library touches the memory any more
-            // (pdkv_memory_free's contract), so the buffer is freed here. Keeping every
-            // dropped registration's buffer until the agent went grew the keep-alive list with
-            // each register/drop cycle of a long-running engine. A BUSY one may still be
-            // read or written by what it holds, and no call tells when that ends: it is kept
-            // until the agent and its handles are gone.
-            if !idle {
-                self.shared.keep(b);
-            }
+            self.shared.keep(b);
         }
     }
 }
