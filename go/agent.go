@@ -305,14 +305,26 @@ type Agent struct {
 // the Agent reachable from itself and keep its finalizer from ever running).
 type pinList struct {
 	mu   sync.Mutex
-	bufs []*HostBuffer
+	bufs map[*HostBuffer]struct{}
 }
 
-// add keeps b, pinned by the caller, pinned until the agent is freed.
+// add keeps b, pinned by the caller, pinned until the agent is freed. A buffer registered
+// again (after its registration was closed) keeps its one entry and one pin: an entry and a pin
+// per registration grew the list with every register/close cycle of an engine that registers
+// per request, and made Free's error count registrations as agents.
 func (l *pinList) add(b *HostBuffer) {
 	l.mu.Lock()
-	l.bufs = append(l.bufs, b)
+	_, again := l.bufs[b]
+	if !again {
+		if l.bufs == nil {
+			l.bufs = map[*HostBuffer]struct{}{}
+		}
+		l.bufs[b] = struct{}{}
+	}
 	l.mu.Unlock()
+	if again {
+		b.unpin() // the caller's pin: the entry's pin already keeps it
+	}
 }
 
 // releaseAll unpins every buffer (the agent is freed: nothing of it touches them any more).
@@ -321,7 +333,7 @@ func (l *pinList) releaseAll() {
 	bufs := l.bufs
 	l.bufs = nil
 	l.mu.Unlock()
-	for _, b := range bufs {
+	for b := range bufs {
 		b.unpin()
 	}
 }

@@ -28,3 +28,10 @@ func TransferWatchers() int64 { return transferWatchers.Load() }
 
 // SetBeforePoll makes f run before each poll of a's WaitNotification (set before any wait).
 func SetBeforePoll(a *Agent, f func()) { a.beforePoll = f }
+
+// PinnedBuffers is the number of HostBuffers a's pin list holds (for tests).
+func PinnedBuffers(a *Agent) int {
+	a.pins.mu.Lock()
+	defer a.pins.mu.Unlock()
+	return len(a.pins.bufs)
+}

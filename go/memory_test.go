@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,4 +121,29 @@ func raceLayout(n uint32, bases []uint64) pdkv.EngineLayout {
 	l.NumRegions = n
 	l.RegionBases = bases
 	return l
+}
+
+// Registering the same HostBuffer again after closing its registration (an engine that
+// registers per request) keeps one pin list entry and one pin per agent, not one per
+// registration: the list stays at one buffer, Free is refused while the agent is open (naming
+// one agent) and allowed once it is closed.
+func TestRegisterCyclesOfOneBufferKeepOnePin(t *testing.T) {
+	p := newNode(t, true, xfer.Options{})
+	ok(t, p.Memory[0].Close())
+	before := pdkv.PinnedBuffers(p.Agent)
+	for i := 0; i < 100; i++ {
+		m, err := p.Agent.RegisterBuffer(0, p.Buffers[0])
+		ok(t, err)
+		ok(t, m.Close())
+	}
+	if n := pdkv.PinnedBuffers(p.Agent); n != before {
+		t.Fatalf("%d pinned buffers after 100 register/close cycles of one buffer, %d before", n, before)
+	}
+	err := p.Buffers[0].Free()
+	isErr(t, err, pdkv.ErrBusy)
+	if !strings.Contains(err.Error(), "with 1 open agent(s)") {
+		t.Fatalf("Free: %v", err)
+	}
+	ok(t, p.Agent.Close())
+	ok(t, p.Buffers[0].Free())
 }
