@@ -23,7 +23,7 @@ import threading
 import time
 import weakref
 from ctypes import POINTER, byref
-from typing import Any, Callable, Deque, List, Optional, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
 from . import _ffi
 from ._base import (
@@ -172,7 +172,7 @@ class Notification:
     pp_rank: int = 0  #: The remote rank's pipeline stage.
 
 
-def _free_agent(ptr: Any, pins: List[Any]) -> None:
+def _free_agent(ptr: Any, pins: Dict[Tuple[int, int], Any]) -> None:
     """Finalizer of an agent: frees it, then releases the registered buffers (nothing of the
     agent touches them any more)."""
     _ffi.function("pdkv_agent_free")(ptr)
@@ -273,7 +273,10 @@ class Agent(Handle):
             if key_buf is not None:  # the library keeps its own copy: zero this one now
                 ctypes.memset(key_buf, 0, ctypes.sizeof(key_buf))
         del key_buf
-        self._pins: List[Any] = []
+        # The registered buffers, by (address, size): a buffer registered again (after its
+        # registration was closed) keeps one entry; a list entry per registration grew with
+        # every register/close cycle of an engine that registers per request.
+        self._pins: Dict[Tuple[int, int], Any] = {}
         self._pending: Deque[Notification] = collections.deque()
         self._pending_lock = threading.Lock()
         # Waiters of wait_notification: the one that sleeps on the event fd (_leading) wakes the
@@ -362,7 +365,7 @@ class Agent(Handle):
         arr = _writable_bytes("buffer", buffer)
         m = self._register(u32("region", region), ctypes.addressof(arr), ctypes.sizeof(arr), MemoryType.HOST, 0)
         m._buffer = memoryview(arr).cast("B")
-        self._pins.append(arr)
+        self._pins[(ctypes.addressof(arr), ctypes.sizeof(arr))] = arr
         return m
 
     def register_address(

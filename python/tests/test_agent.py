@@ -946,3 +946,19 @@ def test_a_wait_leaves_the_library_to_the_one_sleeping_on_the_event_fd(
         f.join(LONG)
         assert got and got[0][0] is not None and got[0][0].request_id == "for-leader", got
         assert got[0][1] - start < 2.0, got[0][1] - start
+
+
+def test_register_cycles_of_one_buffer_keep_one_pin(model: pdkv.Model) -> None:
+    """Registering the same buffer again after closing its registration (an engine that
+    registers per request) keeps one pin of it, not one per registration, until the agent is
+    closed; the buffer stays held (an mmap cannot be closed) until then."""
+    with xfer.node(model, True) as p:
+        p.memory[0].close()
+        before = len(p.agent._pins)
+        for _ in range(100):
+            p.agent.register_memory(0, p.buffers[0]).close()
+        assert len(p.agent._pins) == before
+        with pytest.raises(BufferError):
+            p.buffers[0].close()  # still held (no registration of it is open)
+        p.agent.close()
+        assert len(p.agent._pins) == 0
