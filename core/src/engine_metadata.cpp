@@ -234,6 +234,18 @@ void check_metadata(const EngineMetadata& m, Status status) {
     bad("layer_end", "is open for pp_rank " + num(m.pp_rank) + " of pp_size " + num(m.pp_size) +
                          "; only the last stage may hold the layers through the model's last one");
   }
+  {
+    const ElementFormat formats[] = {m.model_dtype, m.kv_cache_dtype, m.conv_state_dtype, m.ssm_state_dtype};
+    const char* names[] = {"model_dtype", "kv_cache_dtype", "conv_state_dtype", "ssm_state_dtype"};
+    for (size_t k = 0; k < 4; ++k) {
+      if (static_cast<uint8_t>(formats[k]) > static_cast<uint8_t>(kLastElementFormat)) {
+        bad(names[k], "has unknown value " + num(static_cast<uint8_t>(formats[k])));
+      }
+      if (k != 1 && is_per_token_head_format(formats[k])) {
+        bad(names[k], "= " + std::string(element_format_name(formats[k])) + " is a KV cache format");
+      }
+    }
+  }
   if (static_cast<uint8_t>(m.kv_layout) > 1) {
     bad("kv_layout", "has unknown value " + num(static_cast<uint8_t>(m.kv_layout)));
   }
@@ -488,7 +500,7 @@ std::vector<uint8_t> encode(const EngineMetadata& m) {
     return r.kind == RegionKind::Mla;
   });
   w.u16(kMetadataMajorVersion);
-  w.u16(m.is_pipeline_stage() ? 2 : has_mla_region ? 1 : 0);
+  w.u16(m.has_formats() ? 3 : m.is_pipeline_stage() ? 2 : has_mla_region ? 1 : 0);
   w.u32(0);  // payload length, patched below
   w.u32(0);  // checksum, patched below
 
@@ -526,6 +538,12 @@ std::vector<uint8_t> encode(const EngineMetadata& m) {
     w.u32(m.pp_rank);
     w.u32(m.layer_begin);
     w.u32(m.layer_end);
+  }
+  if (m.has_formats()) {  // 1.3, last: a 1.2 reader skips it as a newer minor's trailing bytes
+    w.u8(static_cast<uint8_t>(m.model_dtype));
+    w.u8(static_cast<uint8_t>(m.kv_cache_dtype));
+    w.u8(static_cast<uint8_t>(m.conv_state_dtype));
+    w.u8(static_cast<uint8_t>(m.ssm_state_dtype));
   }
 
   std::vector<uint8_t>& out = w.out();
@@ -649,6 +667,21 @@ EngineMetadata decode(std::span<const uint8_t> bytes) {
     if (m.pp_size < 2) {
       fail(Status::Parse, q("pp_size") + " = " + std::to_string(m.pp_size) +
                               " under the pipeline flag; single-stage metadata is encoded without it");
+    }
+  }
+  if (minor >= 3) {
+    const auto fmt = [&](const char* f) {
+      return checked_enum<ElementFormat>(r.u8(f), static_cast<uint64_t>(kLastElementFormat), f);
+    };
+    m.model_dtype = fmt("model_dtype");
+    m.kv_cache_dtype = fmt("kv_cache_dtype");
+    m.conv_state_dtype = fmt("conv_state_dtype");
+    m.ssm_state_dtype = fmt("ssm_state_dtype");
+    // Written only when a format is known (one encoding per metadata): all Unknown is 1.2's. A
+    // newer minor may carry them all Unknown ahead of its own fields.
+    if (minor == 3 && !m.has_formats()) {
+      fail(Status::Parse, q("kv_cache_dtype") + ": format " + std::to_string(major) + "." + std::to_string(minor) +
+                              " element formats are all unknown; such metadata is encoded without them (1.2)");
     }
   }
   // Newer minors append fields we do not know yet; within our own minor, extra bytes mean

@@ -93,6 +93,7 @@ void align_hybrid_block_size(const ModelDesc& m, const EngineConfig& e, const Ge
 EngineGeometry derive_geometry(const ModelDesc& m, const EngineConfig& e, const GeometryOptions& opt) {
   validate_model(m);
   validate_engine_config(e);
+  validate_engine_formats(m, e);
   require(opt.user_mamba_block_size <= kEngineMaxUserBlockSize, Status::InvalidArgument,
           "engine config: user_mamba_block_size = " + std::to_string(opt.user_mamba_block_size) +
               " exceeds the maximum " + std::to_string(kEngineMaxUserBlockSize) + " tokens");

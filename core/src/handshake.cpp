@@ -190,6 +190,37 @@ std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const Engine
             "serve the same model on P and D");
   }
 
+  // ---- element formats (metadata 1.3) ----
+  // Equal sizes do not make equal formats: fp8_e4m3 vs fp8_e5m2 KV, int8 vs fp8 per-token-head,
+  // a bf16 vs fp16 model or conv state all move the same bytes, which the other side would decode
+  // as garbage (vLLM's compatibility check compares the KV cache dtype and the model dtype too).
+  // Unknown (the engine named no format, or runs a pdkv before 1.3) is compatible with anything.
+  {
+    struct Fmt {
+      const char* field;
+      ElementFormat l, r;
+      const char* what;
+      const char* fix;
+    };
+    const Fmt fmts[] = {
+        {"model_dtype", l.model_dtype, r.model_dtype, "model dtype", "use the same --dtype on both engines"},
+        {"kv_cache_dtype", l.kv_cache_dtype, r.kv_cache_dtype, "KV cache format",
+         "use the same --kv-cache-dtype on both engines"},
+        {"conv_state_dtype", l.conv_state_dtype, r.conv_state_dtype, "Mamba conv state dtype",
+         "use the same --mamba-cache-dtype on both engines"},
+        {"ssm_state_dtype", l.ssm_state_dtype, r.ssm_state_dtype, "Mamba SSM state dtype",
+         "use the same --mamba-ssm-cache-dtype on both engines"},
+    };
+    for (const Fmt& f : fmts) {
+      if (f.l == ElementFormat::Unknown || f.r == ElementFormat::Unknown || f.l == f.r) continue;
+      const std::string a = element_format_name(f.l), b = element_format_name(f.r);
+      out.add(Status::Incompatible, f.field, a, b,
+              std::string(f.field) + ": " + a + " vs " + b + ": the engines store the " + f.what +
+                  " in different formats; the bytes would move but the receiver would decode them wrongly",
+              f.fix);
+    }
+  }
+
   // ---- TP ----
   const bool tp_ok = divides_either_way(l.tp_size, r.tp_size);
   if (!tp_ok) {

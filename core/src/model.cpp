@@ -187,3 +187,129 @@ uint32_t dtype_bytes_from_name(const std::string& name) {
 }
 
 }  // namespace pdkv::core
+
+namespace pdkv::core {
+
+namespace {
+struct FormatInfo {
+  ElementFormat format;
+  const char* name;
+  uint32_t bits;
+  uint32_t head_extra_bytes;
+};
+constexpr FormatInfo kFormats[] = {
+    {ElementFormat::BFloat16, "bfloat16", 16, 0},       {ElementFormat::Float16, "float16", 16, 0},
+    {ElementFormat::Float32, "float32", 32, 0},         {ElementFormat::Fp8E4m3, "fp8_e4m3", 8, 0},
+    {ElementFormat::Fp8E5m2, "fp8_e5m2", 8, 0},         {ElementFormat::Int8PerTokenHead, "int8_per_token_head", 8, 8},
+    {ElementFormat::Fp8PerTokenHead, "fp8_per_token_head", 8, 8},
+    {ElementFormat::Int4PerTokenHead, "int4_per_token_head", 4, 8},
+};
+const FormatInfo* format_info(ElementFormat f) noexcept {
+  for (const FormatInfo& i : kFormats) {
+    if (i.format == f) return &i;
+  }
+  return nullptr;
+}
+}  // namespace
+
+const char* element_format_name(ElementFormat f) noexcept {
+  const FormatInfo* i = format_info(f);
+  return i ? i->name : "unknown";
+}
+
+ElementFormat element_format_from_name(const std::string& name) {
+  const std::string n = ascii_lower(name);
+  if (n == "auto" || n == "unknown") return ElementFormat::Unknown;
+  if (n == "bf16") return ElementFormat::BFloat16;
+  if (n == "fp16" || n == "half") return ElementFormat::Float16;
+  if (n == "fp32" || n == "float") return ElementFormat::Float32;
+  if (n == "fp8") return ElementFormat::Fp8E4m3;
+  std::string names;
+  for (const FormatInfo& i : kFormats) {
+    if (n == i.name) return i.format;
+    names += std::string(names.empty() ? "" : ", ") + i.name;
+  }
+  fail(Status::NotFound, "unknown element format '" + name + "' (expected auto or one of " + names + ")");
+}
+
+bool is_per_token_head_format(ElementFormat f) noexcept {
+  const FormatInfo* i = format_info(f);
+  return i && i->head_extra_bytes != 0;
+}
+
+KvCacheFormat kv_cache_format_of(ElementFormat f) noexcept {
+  const FormatInfo* i = format_info(f);
+  return i ? KvCacheFormat{i->bits, i->head_extra_bytes} : KvCacheFormat{};
+}
+
+void validate_engine_formats(const ModelDesc& m, const EngineConfig& e) {
+  const ElementFormat named[] = {e.model_dtype, e.kv_cache_dtype, e.conv_state_dtype, e.ssm_state_dtype};
+  const char* fields[] = {"model_dtype", "kv_cache_dtype", "conv_state_dtype", "ssm_state_dtype"};
+  for (size_t k = 0; k < 4; ++k) {
+    require(named[k] == ElementFormat::Unknown || format_info(named[k]) != nullptr, Status::InvalidArgument,
+            std::string("engine config: ") + fields[k] + " = " +
+                std::to_string(static_cast<unsigned>(named[k])) + " is not an element format");
+    require(k == 1 || !is_per_token_head_format(named[k]), Status::InvalidArgument,
+            std::string("engine config: ") + fields[k] + " = " + element_format_name(named[k]) +
+                " is a KV cache format (per-token-head scales); name a plain dtype");
+  }
+  const auto disagree = [](const char* field, ElementFormat f, const std::string& what, const std::string& fix) {
+    fail(Status::InvalidArgument, std::string("engine config: ") + field + " = " + element_format_name(f) +
+                                      " (" + std::to_string(kv_cache_format_of(f).element_bits) +
+                                      " bits) disagrees with " + what + "; " + fix);
+  };
+  if (e.model_dtype != ElementFormat::Unknown && kv_cache_format_of(e.model_dtype).element_bits != 8 * m.dtype_bytes) {
+    disagree("model_dtype", e.model_dtype, "the model's dtype_bytes = " + std::to_string(m.dtype_bytes),
+             "name the model's dtype");
+  }
+  if (e.kv_cache_dtype != ElementFormat::Unknown) {
+    const KvCacheFormat f = kv_cache_format_of(e.kv_cache_dtype);
+    const uint32_t bits = resolved_kv_element_bits(m, e);
+    if (f.element_bits != bits) {
+      disagree("kv_cache_dtype", e.kv_cache_dtype,
+               "the KV element size " + std::to_string(bits) + " bits (kv_cache_element_bits = " +
+                   std::to_string(e.kv_cache_element_bits) + ", kv_cache_dtype_bytes = " +
+                   std::to_string(e.kv_cache_dtype_bytes) + ", 0 meaning the model dtype of " +
+                   std::to_string(m.dtype_bytes) + " bytes)",
+               "set kv_cache_element_bits = " + std::to_string(f.element_bits) + " as well");
+    }
+    if (f.head_extra_bytes != e.kv_cache_head_extra_bytes) {
+      disagree("kv_cache_dtype", e.kv_cache_dtype,
+               "kv_cache_head_extra_bytes = " + std::to_string(e.kv_cache_head_extra_bytes),
+               "set kv_cache_head_extra_bytes = " + std::to_string(f.head_extra_bytes) + " as well");
+    }
+  }
+  const std::pair<const char*, std::pair<ElementFormat, uint32_t>> states[] = {
+      {"conv_state_dtype", {e.conv_state_dtype, resolved_conv_dtype_bytes(m, e)}},
+      {"ssm_state_dtype", {e.ssm_state_dtype, resolved_ssm_dtype_bytes(m, e)}}};
+  for (const auto& [field, fv] : states) {
+    const auto [f, bytes] = fv;
+    if (f != ElementFormat::Unknown && kv_cache_format_of(f).element_bits != 8 * bytes) {
+      const std::string size_field = std::string(field).replace(std::string(field).find("_dtype"), 6, "_dtype_bytes");
+      disagree(field, f, "the resolved state dtype of " + std::to_string(bytes) + " bytes", "set " + size_field +
+                                                                                             " = " +
+                                                                                             std::to_string(kv_cache_format_of(f).element_bits / 8) +
+                                                                                             " as well");
+    }
+  }
+}
+
+ResolvedFormats resolved_formats(const ModelDesc& m, const EngineConfig& e) {
+  ResolvedFormats r;
+  r.model_dtype = e.model_dtype;
+  const bool kv_auto = e.kv_cache_dtype_bytes == 0 && e.kv_cache_element_bits == 0 && e.kv_cache_head_extra_bytes == 0;
+  r.kv_cache_dtype = e.kv_cache_dtype != ElementFormat::Unknown ? e.kv_cache_dtype
+                     : kv_auto                                  ? e.model_dtype
+                                                                : ElementFormat::Unknown;
+  if (m.is_hybrid()) {
+    r.conv_state_dtype = e.conv_state_dtype != ElementFormat::Unknown ? e.conv_state_dtype
+                         : e.conv_state_dtype_bytes == 0                ? e.model_dtype
+                                                                        : ElementFormat::Unknown;
+    r.ssm_state_dtype = e.ssm_state_dtype != ElementFormat::Unknown                          ? e.ssm_state_dtype
+                        : e.ssm_state_dtype_bytes == 0 && m.default_ssm_dtype_bytes == 0 ? r.conv_state_dtype
+                                                                                            : ElementFormat::Unknown;
+  }
+  return r;
+}
+
+}  // namespace pdkv::core

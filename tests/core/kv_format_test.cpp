@@ -186,4 +186,89 @@ TEST(KvFormat, HandshakeRefusesDifferentFormatsOnTheTwoSides) {
   EXPECT_TRUE(int4_named);
 }
 
+// A named format labels the sizes and travels in the metadata: two engines that differ only in the
+// format's name (same bits, same extras, same geometry) are refused by name.
+EngineConfig named(uint32_t tp, const char* kv_dtype) {
+  EngineConfig e = with_format(tp, kv_dtype);
+  e.kv_cache_dtype = element_format_from_name(kv_dtype);
+  return e;
+}
+
+TEST(KvFormat, PairsDifferingOnlyInTheFormatNameAreRefusedByName) {
+  const ModelDesc m = qwen35_27b();
+  const std::pair<const char*, const char*> pairs[] = {{"fp8_e4m3", "fp8_e5m2"},
+                                                       {"int8_per_token_head", "fp8_per_token_head"}};
+  for (const auto& [a, b] : pairs) {
+    const EngineConfig pc = named(1, a), dc = named(2, b);
+    const EngineMetadata p = metadata_from_geometry(m, pc, derive_geometry(m, pc), {"p", 0, 8, 1});
+    const EngineMetadata d = metadata_from_geometry(m, dc, derive_geometry(m, dc), {"d", 0, 8, 1});
+    EXPECT_EQ(p.attention_bytes_per_token * 2, d.attention_bytes_per_token * 4);  // sizes agree
+    EXPECT_EQ(encode(p).size(), encode(metadata_from_geometry(m, with_format(1, a), derive_geometry(m, with_format(1, a)),
+                                                              {"p", 0, 8, 1})).size() + 4);
+    const auto items = validate_pair(d, decode(encode(p)));
+    ASSERT_EQ(items.size(), 1u) << a << " vs " << b;
+    EXPECT_EQ(items[0].field, "kv_cache_dtype");
+    EXPECT_NE(to_string(items[0]).find(std::string("kv_cache_dtype: ") + b + " vs " + a), std::string::npos)
+        << to_string(items[0]);
+    // Sizes only on one side (an engine that named no format): compatible.
+    const EngineConfig plain = with_format(2, b);
+    const EngineMetadata d2 = metadata_from_geometry(m, plain, derive_geometry(m, plain), {"d", 0, 8, 1});
+    EXPECT_EQ(d2.kv_cache_dtype, ElementFormat::Unknown);
+    EXPECT_TRUE(validate_pair(d2, p).empty());
+  }
+}
+
+TEST(KvFormat, AutoFormatsResolveThroughTheModelDtype) {
+  const ModelDesc m = qwen35_27b();  // bf16, fp32 default SSM state
+  EngineConfig bf;
+  bf.model_dtype = ElementFormat::BFloat16;
+  EngineConfig fp = bf;
+  fp.model_dtype = ElementFormat::Float16;
+  const EngineMetadata a = metadata_from_geometry(m, bf, derive_geometry(m, bf), {"p", 0, 8, 1});
+  const EngineMetadata b = metadata_from_geometry(m, fp, derive_geometry(m, fp), {"d", 0, 8, 1});
+  EXPECT_EQ(a.kv_cache_dtype, ElementFormat::BFloat16);     // "auto" KV: the model dtype
+  EXPECT_EQ(a.conv_state_dtype, ElementFormat::BFloat16);   // "auto" conv state: the model dtype
+  EXPECT_EQ(a.ssm_state_dtype, ElementFormat::Unknown);     // the model's own default, not named
+  std::vector<std::string> fields;
+  for (const auto& it : validate_pair(b, a)) fields.push_back(it.field);
+  EXPECT_EQ(fields, (std::vector<std::string>{"model_dtype", "kv_cache_dtype", "conv_state_dtype"}));
+}
+
+TEST(KvFormat, ANamedFormatMustAgreeWithTheSizesItLabels) {
+  const ModelDesc m = qwen35_27b();  // bf16
+  EngineConfig e;
+  e.kv_cache_dtype = ElementFormat::Fp8E5m2;  // KV bytes left "auto": 16 bits, not 8
+  expect_error([&] { derive_geometry(m, e); }, Status::InvalidArgument,
+               {"kv_cache_dtype = fp8_e5m2 (8 bits)", "16 bits", "kv_cache_element_bits = 8"});
+  e.kv_cache_dtype_bytes = 1;
+  EXPECT_NO_THROW(derive_geometry(m, e));
+  e.kv_cache_dtype = ElementFormat::Int8PerTokenHead;  // needs the 8 scale bytes
+  expect_error([&] { derive_geometry(m, e); }, Status::InvalidArgument,
+               {"kv_cache_dtype = int8_per_token_head", "kv_cache_head_extra_bytes = 0"});
+  EngineConfig f;
+  f.model_dtype = ElementFormat::Float32;
+  expect_error([&] { derive_geometry(m, f); }, Status::InvalidArgument, {"model_dtype = float32", "dtype_bytes = 2"});
+  f.model_dtype = ElementFormat::Fp8PerTokenHead;
+  expect_error([&] { derive_geometry(m, f); }, Status::InvalidArgument, {"model_dtype = fp8_per_token_head", "KV cache format"});
+  EngineConfig g;
+  g.ssm_state_dtype = ElementFormat::BFloat16;  // the model's default SSM state is fp32
+  expect_error([&] { derive_geometry(m, g); }, Status::InvalidArgument,
+               {"ssm_state_dtype = bfloat16", "4 bytes", "ssm_state_dtype_bytes = 2"});
+}
+
+TEST(KvFormat, ElementFormatNames) {
+  EXPECT_EQ(element_format_from_name("FP8"), ElementFormat::Fp8E4m3);
+  EXPECT_EQ(element_format_from_name("fp8_e5m2"), ElementFormat::Fp8E5m2);
+  EXPECT_EQ(element_format_from_name("bf16"), ElementFormat::BFloat16);
+  EXPECT_EQ(element_format_from_name("auto"), ElementFormat::Unknown);
+  EXPECT_STREQ(element_format_name(ElementFormat::Int4PerTokenHead), "int4_per_token_head");
+  EXPECT_STREQ(element_format_name(static_cast<ElementFormat>(200)), "unknown");
+  expect_error([] { element_format_from_name("nvfp4"); }, Status::NotFound, {"nvfp4", "fp8_e5m2"});
+  for (uint8_t v = 1; v <= static_cast<uint8_t>(kLastElementFormat); ++v) {
+    const auto f = static_cast<ElementFormat>(v);
+    EXPECT_EQ(element_format_from_name(element_format_name(f)), f);
+    if (is_per_token_head_format(f)) EXPECT_EQ(kv_cache_format_of(f), kv_cache_format_from_name(element_format_name(f)));
+  }
+}
+
 }  // namespace

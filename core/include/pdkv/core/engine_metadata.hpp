@@ -3,7 +3,7 @@
 // (docs/semantics.md §1), extended with what the validation in handshake.hpp needs: the logical
 // block size, per-token attention bytes, total KV heads, prefix caching and a model fingerprint.
 //
-// Wire format (version 1.2), all integers little-endian:
+// Wire format (version 1.3), all integers little-endian:
 //   header  (16 B): "PDKV" | u16 major | u16 minor | u32 payload_len | u32 crc32c(payload)
 //   payload       : fields in the order of EngineMetadata below (see engine_metadata.cpp).
 // A reader accepts any minor version of its major and ignores payload bytes after the fields it
@@ -12,7 +12,12 @@
 // layout. The writer labels each encoding with the lowest minor that describes it (1.1 only when
 // a region is `mla`), so metadata a 1.0 reader can plan with stays byte-identical to 1.0 and a
 // 1.0 reader refuses an `mla` region with a Parse error naming it; a reader refuses `mla` under
-// a 1.0 label.
+// a 1.0 label. 1.2 adds a pipeline stage's fields (flag bit 4, after the regions). 1.3 appends
+// the element formats (4 x u8 ElementFormat: model, KV cache, conv state, SSM state) after
+// everything else, written (and labelled 1.3) only when one of them is known: a 1.2 reader
+// ignores them as a newer minor's trailing bytes, and metadata from a pdkv before 1.3 (or with no
+// format named) decodes with every format Unknown, which the handshake treats as compatible with
+// any format.
 //
 // The bytes come from the network: decode() never reads outside the buffer, never allocates from
 // an unchecked count, and rejects out-of-range fields, so a decoded value is always safe to plan
@@ -91,7 +96,18 @@ struct EngineMetadata {
   uint32_t pp_rank = 0;
   uint32_t layer_begin = 0;
   uint32_t layer_end = kLayerEndOpen;
+  // Format 1.3: the engine's element formats (model.hpp ElementFormat), resolved through the
+  // "auto" rules (resolved_formats). Unknown: the engine named none, or runs an older pdkv; the
+  // handshake compares two formats only when both are known.
+  ElementFormat model_dtype = ElementFormat::Unknown;
+  ElementFormat kv_cache_dtype = ElementFormat::Unknown;
+  ElementFormat conv_state_dtype = ElementFormat::Unknown;
+  ElementFormat ssm_state_dtype = ElementFormat::Unknown;
 
+  bool has_formats() const {
+    return model_dtype != ElementFormat::Unknown || kv_cache_dtype != ElementFormat::Unknown ||
+           conv_state_dtype != ElementFormat::Unknown || ssm_state_dtype != ElementFormat::Unknown;
+  }
   bool is_hybrid() const { return mamba_type != MambaType::None; }
   // Whether region i holds an MLA latent (replicated, read whole from one P rank): every
   // attention region of a pure MLA model, and the `Mla` regions of a GQA model.
@@ -110,7 +126,7 @@ struct EngineMetadata {
 };
 
 inline constexpr uint16_t kMetadataMajorVersion = 1;
-inline constexpr uint16_t kMetadataMinorVersion = 2;  // the newest minor this pdkv reads and writes
+inline constexpr uint16_t kMetadataMinorVersion = 3;  // the newest minor this pdkv reads and writes
 inline constexpr size_t kMetadataHeaderBytes = 16;
 inline constexpr size_t kMaxEngineIdBytes = 256;
 inline constexpr size_t kMaxRegions = 1u << 16;        // far above any real model's layer count

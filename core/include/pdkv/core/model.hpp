@@ -94,6 +94,34 @@ struct ModelDesc {
 // sizes validate_engine_config accepts (e.g. "dtype_bytes = 3" is refused).
 void validate_model(const ModelDesc& m);
 
+// The identity of an element format, beyond its byte size: formats of equal size (fp8_e4m3 and
+// fp8_e5m2, int8_per_token_head and fp8_per_token_head, bfloat16 and float16) hold the same bytes
+// but decode differently, so a P/D pair must agree on them (handshake.hpp). Unknown (0): the
+// engine gave only byte sizes (or runs a pdkv from before format 1.3); an unknown format is
+// compatible with any other. Numeric values are stable (they travel in the metadata).
+enum class ElementFormat : uint8_t {
+  Unknown = 0,
+  BFloat16 = 1,
+  Float16 = 2,
+  Float32 = 3,
+  Fp8E4m3 = 4,           // vLLM's "fp8" (on CUDA) and "fp8_e4m3"
+  Fp8E5m2 = 5,
+  Int8PerTokenHead = 6,  // KV cache only: 8-bit K/V + two fp32 scales per token and head
+  Fp8PerTokenHead = 7,   // KV cache only
+  Int4PerTokenHead = 8,  // KV cache only: 4-bit K/V + two fp32 scales
+};
+inline constexpr ElementFormat kLastElementFormat = ElementFormat::Int4PerTokenHead;
+
+// Canonical lower-case name ("fp8_e4m3", "bfloat16", ...; "unknown" for Unknown and values out of
+// range). Static storage.
+const char* element_format_name(ElementFormat f) noexcept;
+// The format of a name, case-insensitive: the canonical names, "auto" and "unknown" (Unknown),
+// and the aliases bf16, fp16/half, fp32/float, fp8 (= fp8_e4m3, as vLLM on CUDA). NotFound names
+// the string and lists the canonical names.
+ElementFormat element_format_from_name(const std::string& name);
+// True for the per-token-head formats (KV cache only).
+bool is_per_token_head_format(ElementFormat f) noexcept;
+
 // Settings of one engine (P or D) that change the geometry. Byte sizes of 0 mean "auto".
 struct EngineConfig {
   uint32_t tp_size = 1;
@@ -116,6 +144,16 @@ struct EngineConfig {
   // bytes (kv_cache_dtype_bytes or the model dtype); when both are set they must agree.
   uint32_t kv_cache_element_bits = 0;
   uint32_t kv_cache_head_extra_bytes = 0;
+  // Named element formats (vLLM's --dtype, --kv-cache-dtype, --mamba-cache-dtype,
+  // --mamba-ssm-cache-dtype), advertised in the metadata so the handshake refuses a pair whose
+  // formats differ with equal sizes. Unknown: not given (only the byte sizes above are known).
+  // They label, never size: a named format must agree with the sizes the fields above resolve to
+  // (validate_engine_formats), e.g. kv_cache_dtype fp8_e5m2 needs kv_cache_dtype_bytes 1 (or
+  // kv_cache_element_bits 8), int8_per_token_head also kv_cache_head_extra_bytes 8.
+  ElementFormat model_dtype = ElementFormat::Unknown;
+  ElementFormat kv_cache_dtype = ElementFormat::Unknown;
+  ElementFormat conv_state_dtype = ElementFormat::Unknown;
+  ElementFormat ssm_state_dtype = ElementFormat::Unknown;
 };
 
 // A named KV cache format (vLLM's --kv-cache-dtype): bits per K/V element (0: the model dtype)
@@ -132,6 +170,8 @@ struct KvCacheFormat {
 // per byte; K and V each carry one fp32 scale per token and head). NotFound names the string and
 // lists the valid names. (NVFP4's block scales grow with the head size and are not described.)
 KvCacheFormat kv_cache_format_from_name(const std::string& name);
+// The KV format of a named element format ({bits, extra bytes}; Unknown: {0, 0}).
+KvCacheFormat kv_cache_format_of(ElementFormat f) noexcept;
 
 // Bounds of the KV element format (validate_engine_config).
 constexpr uint32_t kMaxKvHeadExtraBytes = 4096;
@@ -167,6 +207,25 @@ uint32_t resolved_kv_element_bits(const ModelDesc& m, const EngineConfig& e);
 uint64_t kv_head_bytes_per_token(const ModelDesc& m, const EngineConfig& e);
 uint32_t resolved_conv_dtype_bytes(const ModelDesc& m, const EngineConfig& e);
 uint32_t resolved_ssm_dtype_bytes(const ModelDesc& m, const EngineConfig& e);
+
+// Throws InvalidArgument when a named format of `e` disagrees with the sizes it labels, naming the
+// field, the format and the resolved size: model_dtype vs the model's dtype_bytes, kv_cache_dtype
+// vs resolved_kv_element_bits and kv_cache_head_extra_bytes, conv_state_dtype / ssm_state_dtype
+// vs resolved_conv_dtype_bytes / resolved_ssm_dtype_bytes, or a per-token-head format named for
+// anything but the KV cache. derive_geometry calls it after validate_engine_config.
+void validate_engine_formats(const ModelDesc& m, const EngineConfig& e);
+
+// The formats an engine advertises (EngineMetadata), resolved through the "auto" rules: a named
+// field; else, for a size left "auto", the format it falls back to when that one is named (KV
+// cache and conv state: model_dtype; SSM state: the conv state's, when the model has no default
+// SSM dtype); else Unknown. Conv and SSM formats are Unknown for a model without Mamba layers.
+struct ResolvedFormats {
+  ElementFormat model_dtype = ElementFormat::Unknown;
+  ElementFormat kv_cache_dtype = ElementFormat::Unknown;
+  ElementFormat conv_state_dtype = ElementFormat::Unknown;
+  ElementFormat ssm_state_dtype = ElementFormat::Unknown;
+};
+ResolvedFormats resolved_formats(const ModelDesc& m, const EngineConfig& e);
 
 // Byte size of a dtype name ("bfloat16", "bf16", "float16", "fp8", "float32", "auto" -> 0).
 // Throws NotFound naming the string.
