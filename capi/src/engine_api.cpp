@@ -19,6 +19,10 @@ static_assert(static_cast<int>(core::Backend::CutlassMLA) == PDKV_BACKEND_CUTLAS
 static_assert(static_cast<int>(core::Backend::FlashInferMLA) == PDKV_BACKEND_FLASHINFER_MLA, "backend enums drifted");
 static_assert(static_cast<int>(core::MambaCacheMode::All) == PDKV_MAMBA_CACHE_ALL, "cache mode enums drifted");
 static_assert(static_cast<int>(core::ConvLayout::SD) == PDKV_CONV_LAYOUT_SD, "conv layout enums drifted");
+static_assert(static_cast<int>(core::ElementFormat::Fp8E5m2) == PDKV_FORMAT_FP8_E5M2 &&
+                  static_cast<int>(core::ElementFormat::BFloat16) == PDKV_FORMAT_BFLOAT16 &&
+                  static_cast<int>(core::kLastElementFormat) == PDKV_FORMAT_INT4_PER_TOKEN_HEAD,
+              "element format enums drifted");
 
 extern "C" {
 
@@ -44,6 +48,19 @@ PDKV_API const char* pdkv_backend_name(int32_t backend) {
   if (backend == PDKV_BACKEND_CUSTOM) return "custom";
   if (backend < PDKV_BACKEND_FLASH_ATTN || backend > PDKV_BACKEND_FLASHINFER_MLA) return "unknown";
   return core::backend_name(static_cast<core::Backend>(backend));
+}
+
+PDKV_API const char* pdkv_element_format_name(int32_t format) {
+  if (format < 0 || format > static_cast<int32_t>(core::kLastElementFormat)) return "unknown";
+  return core::element_format_name(static_cast<core::ElementFormat>(format));
+}
+
+PDKV_API pdkv_status_t pdkv_element_format_from_name(const char* name, int32_t* out, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(name, "name");
+    require_non_null(out, "out");
+    *out = static_cast<int32_t>(core::element_format_from_name(name));
+  });
 }
 
 PDKV_API pdkv_status_t pdkv_backend_from_name(const char* name, int32_t* out, pdkv_error_t** err) {

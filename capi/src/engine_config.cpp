@@ -20,7 +20,9 @@ namespace {
 // The PDKV_CONFIG_FIELD_* bits this library knows.
 constexpr uint64_t kEngineConfigFields = PDKV_CONFIG_FIELD_KV_CACHE_DTYPE | PDKV_CONFIG_FIELD_CONV_STATE_DTYPE |
                                          PDKV_CONFIG_FIELD_SSM_STATE_DTYPE | PDKV_CONFIG_FIELD_BLOCK_SIZE |
-                                         PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE | PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS;
+                                         PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE | PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS |
+                                         PDKV_CONFIG_FIELD_MODEL_FORMAT | PDKV_CONFIG_FIELD_KV_CACHE_FORMAT |
+                                         PDKV_CONFIG_FIELD_CONV_STATE_FORMAT | PDKV_CONFIG_FIELD_SSM_STATE_FORMAT;
 
 }  // namespace
 
@@ -62,6 +64,29 @@ EngineSettings engine_from_c(const pdkv_engine_config_t& caller, const core::Mod
                       "PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS"),
              "kv_cache_element_bits");
   e.kv_cache_head_extra_bytes = narrow(c.kv_cache_head_extra_bytes, "kv_cache_head_extra_bytes");
+  // Named element formats (appended after the 2.0 struct: read only under their bit).
+  const auto format = [&](uint64_t bit, int32_t v, const char* field, const char* bit_name) {
+    if ((c.field_mask & bit) == 0) return core::ElementFormat::Unknown;
+    if (v <= PDKV_FORMAT_UNKNOWN || v > static_cast<int32_t>(core::kLastElementFormat)) {
+      core::fail(core::Status::InvalidArgument,
+                 std::string("pdkv_engine_config_t.") + field + " = " + std::to_string(v) + " with " + bit_name +
+                     " set is not a pdkv_element_format_t (1.." +
+                     std::to_string(static_cast<int>(core::kLastElementFormat)) +
+                     "); leave the bit unset for an unknown format");
+    }
+    return static_cast<core::ElementFormat>(v);
+  };
+  if ((c.field_mask & PDKV_CONFIG_FIELD_MODEL_FORMAT) != 0) PDKV_REQUIRE_APPENDED_FIELD(c, pdkv_engine_config_t, model_format);
+  if ((c.field_mask & PDKV_CONFIG_FIELD_KV_CACHE_FORMAT) != 0) PDKV_REQUIRE_APPENDED_FIELD(c, pdkv_engine_config_t, kv_cache_format);
+  if ((c.field_mask & PDKV_CONFIG_FIELD_CONV_STATE_FORMAT) != 0) PDKV_REQUIRE_APPENDED_FIELD(c, pdkv_engine_config_t, conv_state_format);
+  if ((c.field_mask & PDKV_CONFIG_FIELD_SSM_STATE_FORMAT) != 0) PDKV_REQUIRE_APPENDED_FIELD(c, pdkv_engine_config_t, ssm_state_format);
+  e.model_format = format(PDKV_CONFIG_FIELD_MODEL_FORMAT, c.model_format, "model_format", "PDKV_CONFIG_FIELD_MODEL_FORMAT");
+  e.kv_cache_format = format(PDKV_CONFIG_FIELD_KV_CACHE_FORMAT, c.kv_cache_format, "kv_cache_format",
+                             "PDKV_CONFIG_FIELD_KV_CACHE_FORMAT");
+  e.conv_state_format = format(PDKV_CONFIG_FIELD_CONV_STATE_FORMAT, c.conv_state_format, "conv_state_format",
+                               "PDKV_CONFIG_FIELD_CONV_STATE_FORMAT");
+  e.ssm_state_format = format(PDKV_CONFIG_FIELD_SSM_STATE_FORMAT, c.ssm_state_format, "ssm_state_format",
+                              "PDKV_CONFIG_FIELD_SSM_STATE_FORMAT");
 
   if (c.mamba_cache_mode < PDKV_MAMBA_CACHE_NONE || c.mamba_cache_mode > PDKV_MAMBA_CACHE_ALL) {
     bad_enum("mamba_cache_mode", c.mamba_cache_mode, "a pdkv_mamba_cache_mode_t: 0 none, 1 align, 2 all");

@@ -180,6 +180,10 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_get_info(const pdkv_engine_metadata_
     i.pp_rank = m.pp_rank;
     i.layer_begin = m.layer_begin;
     i.layer_end = m.layer_end;
+    i.model_format = static_cast<int32_t>(m.model_format);
+    i.kv_cache_format = static_cast<int32_t>(m.kv_cache_format);
+    i.conv_state_format = static_cast<int32_t>(m.conv_state_format);
+    i.ssm_state_format = static_cast<int32_t>(m.ssm_state_format);
     write_struct_prefix(out, i, kMetadataInfoMinSize, "pdkv_engine_metadata_info_t");
   });
 }

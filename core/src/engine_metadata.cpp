@@ -235,8 +235,8 @@ void check_metadata(const EngineMetadata& m, Status status) {
                          "; only the last stage may hold the layers through the model's last one");
   }
   {
-    const ElementFormat formats[] = {m.model_dtype, m.kv_cache_dtype, m.conv_state_dtype, m.ssm_state_dtype};
-    const char* names[] = {"model_dtype", "kv_cache_dtype", "conv_state_dtype", "ssm_state_dtype"};
+    const ElementFormat formats[] = {m.model_format, m.kv_cache_format, m.conv_state_format, m.ssm_state_format};
+    const char* names[] = {"model_format", "kv_cache_format", "conv_state_format", "ssm_state_format"};
     for (size_t k = 0; k < 4; ++k) {
       if (static_cast<uint8_t>(formats[k]) > static_cast<uint8_t>(kLastElementFormat)) {
         bad(names[k], "has unknown value " + num(static_cast<uint8_t>(formats[k])));
@@ -540,10 +540,10 @@ std::vector<uint8_t> encode(const EngineMetadata& m) {
     w.u32(m.layer_end);
   }
   if (m.has_formats()) {  // 1.3, last: a 1.2 reader skips it as a newer minor's trailing bytes
-    w.u8(static_cast<uint8_t>(m.model_dtype));
-    w.u8(static_cast<uint8_t>(m.kv_cache_dtype));
-    w.u8(static_cast<uint8_t>(m.conv_state_dtype));
-    w.u8(static_cast<uint8_t>(m.ssm_state_dtype));
+    w.u8(static_cast<uint8_t>(m.model_format));
+    w.u8(static_cast<uint8_t>(m.kv_cache_format));
+    w.u8(static_cast<uint8_t>(m.conv_state_format));
+    w.u8(static_cast<uint8_t>(m.ssm_state_format));
   }
 
   std::vector<uint8_t>& out = w.out();
@@ -673,14 +673,14 @@ EngineMetadata decode(std::span<const uint8_t> bytes) {
     const auto fmt = [&](const char* f) {
       return checked_enum<ElementFormat>(r.u8(f), static_cast<uint64_t>(kLastElementFormat), f);
     };
-    m.model_dtype = fmt("model_dtype");
-    m.kv_cache_dtype = fmt("kv_cache_dtype");
-    m.conv_state_dtype = fmt("conv_state_dtype");
-    m.ssm_state_dtype = fmt("ssm_state_dtype");
+    m.model_format = fmt("model_format");
+    m.kv_cache_format = fmt("kv_cache_format");
+    m.conv_state_format = fmt("conv_state_format");
+    m.ssm_state_format = fmt("ssm_state_format");
     // Written only when a format is known (one encoding per metadata): all Unknown is 1.2's. A
     // newer minor may carry them all Unknown ahead of its own fields.
     if (minor == 3 && !m.has_formats()) {
-      fail(Status::Parse, q("kv_cache_dtype") + ": format " + std::to_string(major) + "." + std::to_string(minor) +
+      fail(Status::Parse, q("kv_cache_format") + ": format " + std::to_string(major) + "." + std::to_string(minor) +
                               " element formats are all unknown; such metadata is encoded without them (1.2)");
     }
   }

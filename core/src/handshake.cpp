@@ -203,12 +203,12 @@ std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const Engine
       const char* fix;
     };
     const Fmt fmts[] = {
-        {"model_dtype", l.model_dtype, r.model_dtype, "model dtype", "use the same --dtype on both engines"},
-        {"kv_cache_dtype", l.kv_cache_dtype, r.kv_cache_dtype, "KV cache format",
+        {"model_format", l.model_format, r.model_format, "model dtype", "use the same --dtype on both engines"},
+        {"kv_cache_format", l.kv_cache_format, r.kv_cache_format, "KV cache format",
          "use the same --kv-cache-dtype on both engines"},
-        {"conv_state_dtype", l.conv_state_dtype, r.conv_state_dtype, "Mamba conv state dtype",
+        {"conv_state_format", l.conv_state_format, r.conv_state_format, "Mamba conv state dtype",
          "use the same --mamba-cache-dtype on both engines"},
-        {"ssm_state_dtype", l.ssm_state_dtype, r.ssm_state_dtype, "Mamba SSM state dtype",
+        {"ssm_state_format", l.ssm_state_format, r.ssm_state_format, "Mamba SSM state dtype",
          "use the same --mamba-ssm-cache-dtype on both engines"},
     };
     for (const Fmt& f : fmts) {

@@ -102,10 +102,10 @@ EngineMetadata metadata_from_geometry(const ModelDesc& m, const EngineConfig& e,
   md.prefix_caching = e.cache_mode != MambaCacheMode::None;
   md.model_fingerprint = model_fingerprint(m);
   const ResolvedFormats f = resolved_formats(m, e);
-  md.model_dtype = f.model_dtype;
-  md.kv_cache_dtype = f.kv_cache_dtype;
-  md.conv_state_dtype = f.conv_state_dtype;
-  md.ssm_state_dtype = f.ssm_state_dtype;
+  md.model_format = f.model_format;
+  md.kv_cache_format = f.kv_cache_format;
+  md.conv_state_format = f.conv_state_format;
+  md.ssm_state_format = f.ssm_state_format;
   check_metadata(md, Status::InvalidArgument);
   return md;
 }

@@ -243,8 +243,8 @@ KvCacheFormat kv_cache_format_of(ElementFormat f) noexcept {
 }
 
 void validate_engine_formats(const ModelDesc& m, const EngineConfig& e) {
-  const ElementFormat named[] = {e.model_dtype, e.kv_cache_dtype, e.conv_state_dtype, e.ssm_state_dtype};
-  const char* fields[] = {"model_dtype", "kv_cache_dtype", "conv_state_dtype", "ssm_state_dtype"};
+  const ElementFormat named[] = {e.model_format, e.kv_cache_format, e.conv_state_format, e.ssm_state_format};
+  const char* fields[] = {"model_format", "kv_cache_format", "conv_state_format", "ssm_state_format"};
   for (size_t k = 0; k < 4; ++k) {
     require(named[k] == ElementFormat::Unknown || format_info(named[k]) != nullptr, Status::InvalidArgument,
             std::string("engine config: ") + fields[k] + " = " +
@@ -258,15 +258,15 @@ void validate_engine_formats(const ModelDesc& m, const EngineConfig& e) {
                                       " (" + std::to_string(kv_cache_format_of(f).element_bits) +
                                       " bits) disagrees with " + what + "; " + fix);
   };
-  if (e.model_dtype != ElementFormat::Unknown && kv_cache_format_of(e.model_dtype).element_bits != 8 * m.dtype_bytes) {
-    disagree("model_dtype", e.model_dtype, "the model's dtype_bytes = " + std::to_string(m.dtype_bytes),
+  if (e.model_format != ElementFormat::Unknown && kv_cache_format_of(e.model_format).element_bits != 8 * m.dtype_bytes) {
+    disagree("model_format", e.model_format, "the model's dtype_bytes = " + std::to_string(m.dtype_bytes),
              "name the model's dtype");
   }
-  if (e.kv_cache_dtype != ElementFormat::Unknown) {
-    const KvCacheFormat f = kv_cache_format_of(e.kv_cache_dtype);
+  if (e.kv_cache_format != ElementFormat::Unknown) {
+    const KvCacheFormat f = kv_cache_format_of(e.kv_cache_format);
     const uint32_t bits = resolved_kv_element_bits(m, e);
     if (f.element_bits != bits) {
-      disagree("kv_cache_dtype", e.kv_cache_dtype,
+      disagree("kv_cache_format", e.kv_cache_format,
                "the KV element size " + std::to_string(bits) + " bits (kv_cache_element_bits = " +
                    std::to_string(e.kv_cache_element_bits) + ", kv_cache_dtype_bytes = " +
                    std::to_string(e.kv_cache_dtype_bytes) + ", 0 meaning the model dtype of " +
@@ -274,39 +274,42 @@ void validate_engine_formats(const ModelDesc& m, const EngineConfig& e) {
                "set kv_cache_element_bits = " + std::to_string(f.element_bits) + " as well");
     }
     if (f.head_extra_bytes != e.kv_cache_head_extra_bytes) {
-      disagree("kv_cache_dtype", e.kv_cache_dtype,
+      disagree("kv_cache_format", e.kv_cache_format,
                "kv_cache_head_extra_bytes = " + std::to_string(e.kv_cache_head_extra_bytes),
                "set kv_cache_head_extra_bytes = " + std::to_string(f.head_extra_bytes) + " as well");
     }
   }
-  const std::pair<const char*, std::pair<ElementFormat, uint32_t>> states[] = {
-      {"conv_state_dtype", {e.conv_state_dtype, resolved_conv_dtype_bytes(m, e)}},
-      {"ssm_state_dtype", {e.ssm_state_dtype, resolved_ssm_dtype_bytes(m, e)}}};
-  for (const auto& [field, fv] : states) {
-    const auto [f, bytes] = fv;
-    if (f != ElementFormat::Unknown && kv_cache_format_of(f).element_bits != 8 * bytes) {
-      const std::string size_field = std::string(field).replace(std::string(field).find("_dtype"), 6, "_dtype_bytes");
-      disagree(field, f, "the resolved state dtype of " + std::to_string(bytes) + " bytes", "set " + size_field +
-                                                                                             " = " +
-                                                                                             std::to_string(kv_cache_format_of(f).element_bits / 8) +
-                                                                                             " as well");
+  struct State {
+    const char* field;
+    const char* size_field;
+    ElementFormat format;
+    uint32_t bytes;
+  };
+  const State states[] = {
+      {"conv_state_format", "conv_state_dtype_bytes", e.conv_state_format, resolved_conv_dtype_bytes(m, e)},
+      {"ssm_state_format", "ssm_state_dtype_bytes", e.ssm_state_format, resolved_ssm_dtype_bytes(m, e)}};
+  for (const State& st : states) {
+    const uint32_t bits = kv_cache_format_of(st.format).element_bits;
+    if (st.format != ElementFormat::Unknown && bits != 8 * st.bytes) {
+      disagree(st.field, st.format, "the resolved state dtype of " + std::to_string(st.bytes) + " bytes",
+               std::string("set ") + st.size_field + " = " + std::to_string(bits / 8) + " as well");
     }
   }
 }
 
 ResolvedFormats resolved_formats(const ModelDesc& m, const EngineConfig& e) {
   ResolvedFormats r;
-  r.model_dtype = e.model_dtype;
+  r.model_format = e.model_format;
   const bool kv_auto = e.kv_cache_dtype_bytes == 0 && e.kv_cache_element_bits == 0 && e.kv_cache_head_extra_bytes == 0;
-  r.kv_cache_dtype = e.kv_cache_dtype != ElementFormat::Unknown ? e.kv_cache_dtype
-                     : kv_auto                                  ? e.model_dtype
+  r.kv_cache_format = e.kv_cache_format != ElementFormat::Unknown ? e.kv_cache_format
+                     : kv_auto                                  ? e.model_format
                                                                 : ElementFormat::Unknown;
   if (m.is_hybrid()) {
-    r.conv_state_dtype = e.conv_state_dtype != ElementFormat::Unknown ? e.conv_state_dtype
-                         : e.conv_state_dtype_bytes == 0                ? e.model_dtype
+    r.conv_state_format = e.conv_state_format != ElementFormat::Unknown ? e.conv_state_format
+                         : e.conv_state_dtype_bytes == 0                ? e.model_format
                                                                         : ElementFormat::Unknown;
-    r.ssm_state_dtype = e.ssm_state_dtype != ElementFormat::Unknown                          ? e.ssm_state_dtype
-                        : e.ssm_state_dtype_bytes == 0 && m.default_ssm_dtype_bytes == 0 ? r.conv_state_dtype
+    r.ssm_state_format = e.ssm_state_format != ElementFormat::Unknown                          ? e.ssm_state_format
+                        : e.ssm_state_dtype_bytes == 0 && m.default_ssm_dtype_bytes == 0 ? r.conv_state_format
                                                                                             : ElementFormat::Unknown;
   }
   return r;

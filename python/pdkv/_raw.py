@@ -43,6 +43,10 @@ PDKV_CONFIG_FIELD_SSM_STATE_DTYPE = 4
 PDKV_CONFIG_FIELD_BLOCK_SIZE = 8
 PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE = 16
 PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS = 32
+PDKV_CONFIG_FIELD_MODEL_FORMAT = 64
+PDKV_CONFIG_FIELD_KV_CACHE_FORMAT = 128
+PDKV_CONFIG_FIELD_CONV_STATE_FORMAT = 256
+PDKV_CONFIG_FIELD_SSM_STATE_FORMAT = 512
 PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK = 1
 PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID = 2
 PDKV_TRIM_FIELD_TOKENS_PER_BLOCK = 4
@@ -79,6 +83,10 @@ MACROS: Dict[str, int] = {
     "PDKV_CONFIG_FIELD_BLOCK_SIZE": PDKV_CONFIG_FIELD_BLOCK_SIZE,
     "PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE": PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE,
     "PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS": PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS,
+    "PDKV_CONFIG_FIELD_MODEL_FORMAT": PDKV_CONFIG_FIELD_MODEL_FORMAT,
+    "PDKV_CONFIG_FIELD_KV_CACHE_FORMAT": PDKV_CONFIG_FIELD_KV_CACHE_FORMAT,
+    "PDKV_CONFIG_FIELD_CONV_STATE_FORMAT": PDKV_CONFIG_FIELD_CONV_STATE_FORMAT,
+    "PDKV_CONFIG_FIELD_SSM_STATE_FORMAT": PDKV_CONFIG_FIELD_SSM_STATE_FORMAT,
     "PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK": PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK,
     "PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID": PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID,
     "PDKV_TRIM_FIELD_TOKENS_PER_BLOCK": PDKV_TRIM_FIELD_TOKENS_PER_BLOCK,
@@ -179,6 +187,17 @@ PDKV_MAMBA_CACHE_ALL = 2
 # pdkv_conv_layout_t
 PDKV_CONV_LAYOUT_DS = 0
 PDKV_CONV_LAYOUT_SD = 1
+
+# pdkv_element_format_t
+PDKV_FORMAT_UNKNOWN = 0
+PDKV_FORMAT_BFLOAT16 = 1
+PDKV_FORMAT_FLOAT16 = 2
+PDKV_FORMAT_FLOAT32 = 3
+PDKV_FORMAT_FP8_E4M3 = 4
+PDKV_FORMAT_FP8_E5M2 = 5
+PDKV_FORMAT_INT8_PER_TOKEN_HEAD = 6
+PDKV_FORMAT_FP8_PER_TOKEN_HEAD = 7
+PDKV_FORMAT_INT4_PER_TOKEN_HEAD = 8
 
 # pdkv_mamba_reads_rule_t
 PDKV_MAMBA_READS_PDKV = 0
@@ -299,6 +318,17 @@ ENUMS: Dict[str, Dict[str, int]] = {
     "pdkv_conv_layout_t": {
         "PDKV_CONV_LAYOUT_DS": PDKV_CONV_LAYOUT_DS,
         "PDKV_CONV_LAYOUT_SD": PDKV_CONV_LAYOUT_SD,
+    },
+    "pdkv_element_format_t": {
+        "PDKV_FORMAT_UNKNOWN": PDKV_FORMAT_UNKNOWN,
+        "PDKV_FORMAT_BFLOAT16": PDKV_FORMAT_BFLOAT16,
+        "PDKV_FORMAT_FLOAT16": PDKV_FORMAT_FLOAT16,
+        "PDKV_FORMAT_FLOAT32": PDKV_FORMAT_FLOAT32,
+        "PDKV_FORMAT_FP8_E4M3": PDKV_FORMAT_FP8_E4M3,
+        "PDKV_FORMAT_FP8_E5M2": PDKV_FORMAT_FP8_E5M2,
+        "PDKV_FORMAT_INT8_PER_TOKEN_HEAD": PDKV_FORMAT_INT8_PER_TOKEN_HEAD,
+        "PDKV_FORMAT_FP8_PER_TOKEN_HEAD": PDKV_FORMAT_FP8_PER_TOKEN_HEAD,
+        "PDKV_FORMAT_INT4_PER_TOKEN_HEAD": PDKV_FORMAT_INT4_PER_TOKEN_HEAD,
     },
     "pdkv_mamba_reads_rule_t": {
         "PDKV_MAMBA_READS_PDKV": PDKV_MAMBA_READS_PDKV,
@@ -451,6 +481,25 @@ class ConvLayout(IntEnum):
 
     DS = 0
     SD = 1
+
+
+class ElementFormat(IntEnum):
+    """``pdkv_element_format_t``: Element formats: the identity of a dtype beyond its byte size.
+    Formats of equal size (FP8_E4M3 and FP8_E5M2, INT8_ and FP8_PER_TOKEN_HEAD, BFLOAT16 and
+    FLOAT16) move the same bytes but decode differently, so the handshake refuses a pair whose named
+    formats differ. UNKNOWN: not named (only byte sizes given), compatible with any format. Numeric
+    values are stable (they travel in the engine metadata, format 1.3).
+    """
+
+    UNKNOWN = 0
+    BFLOAT16 = 1
+    FLOAT16 = 2
+    FLOAT32 = 3
+    FP8_E4M3 = 4  #: vLLM's "fp8" (CUDA) and "fp8_e4m3"
+    FP8_E5M2 = 5
+    INT8_PER_TOKEN_HEAD = 6  #: KV cache only: 8-bit K/V + two fp32 scales per head
+    FP8_PER_TOKEN_HEAD = 7  #: KV cache only
+    INT4_PER_TOKEN_HEAD = 8  #: KV cache only: 4-bit K/V + two fp32 scales per head
 
 
 class MambaReadsRule(IntEnum):
@@ -735,6 +784,10 @@ class EngineConfigC(StructMirror):
         ("conv_layout", c_int32),
         ("kv_cache_element_bits", c_uint64),
         ("kv_cache_head_extra_bytes", c_uint64),
+        ("model_format", c_int32),
+        ("kv_cache_format", c_int32),
+        ("conv_state_format", c_int32),
+        ("ssm_state_format", c_int32),
     ]
 
 
@@ -1055,6 +1108,10 @@ class EngineMetadataInfoC(StructMirror):
         ("pp_rank", c_uint32),
         ("layer_begin", c_uint32),
         ("layer_end", c_uint32),
+        ("model_format", c_int32),
+        ("kv_cache_format", c_int32),
+        ("conv_state_format", c_int32),
+        ("ssm_state_format", c_int32),
     ]
 
 
@@ -1542,7 +1599,7 @@ STRUCT_FORMATS: Dict[str, str] = {
     "pdkv_model_desc_t": "NQPPIIIBIiIIIIQIIBIIPI0N",
     "pdkv_tp_mapping_params_t": "NQIIIIBB0N",
     "pdkv_tp_mapping_info_t": "NiIBBIIII0N",
-    "pdkv_engine_config_t": "NQIIIIIIIiIPNIiiQQ",
+    "pdkv_engine_config_t": "NQIIIIIIIiIPNIiiQQiiii0N",
     "pdkv_geometry_info_t": "NIIQBiQQIIQQQIQQBQQQQdQQQNNNQQQ",
     "pdkv_conv_projection_t": "NPQQBQQ",
     "pdkv_byte_range_t": "QQ",
@@ -1562,7 +1619,7 @@ STRUCT_FORMATS: Dict[str, str] = {
     "pdkv_offload_layer_t": "QQ",
     "pdkv_offload_geometry_t": "NQQ",
     "pdkv_engine_layout_t": "NQPIQIQPiBPIIII0N",
-    "pdkv_engine_metadata_info_t": "NPIIiiIIIQNiQQNQBIBiQIIII0N",
+    "pdkv_engine_metadata_info_t": "NPIIiiIIIQNiQQNQBIBiQIIIIiiii0N",
     "pdkv_metadata_region_t": "QQQiI0Q",
     "pdkv_incompatibility_t": "NiPPPPPP",
     "pdkv_plan_context_params_t": "NQPPNPPPB0N",
@@ -1625,6 +1682,8 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_tp_mapping_ranks": (c_int, [POINTER(TpMappingT), c_int32, POINTER(POINTER(c_uint32)), POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
     "pdkv_tp_mapping_attention_slot": (c_int, [POINTER(TpMappingT), c_uint32, POINTER(c_uint32), POINTER(POINTER(ErrorT))]),
     "pdkv_tp_mapping_free": (None, [POINTER(TpMappingT)]),
+    "pdkv_element_format_name": (c_char_p, [c_int32]),
+    "pdkv_element_format_from_name": (c_int, [c_char_p, POINTER(c_int32), POINTER(POINTER(ErrorT))]),
     "pdkv_engine_config_init": (c_int, [POINTER(EngineConfigC), POINTER(POINTER(ErrorT))]),
     "pdkv_backend_name": (c_char_p, [c_int32]),
     "pdkv_backend_from_name": (c_int, [c_char_p, POINTER(c_int32), POINTER(POINTER(ErrorT))]),
@@ -1784,6 +1843,10 @@ __all__ = [
     "PDKV_CONFIG_FIELD_BLOCK_SIZE",
     "PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE",
     "PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS",
+    "PDKV_CONFIG_FIELD_MODEL_FORMAT",
+    "PDKV_CONFIG_FIELD_KV_CACHE_FORMAT",
+    "PDKV_CONFIG_FIELD_CONV_STATE_FORMAT",
+    "PDKV_CONFIG_FIELD_SSM_STATE_FORMAT",
     "PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK",
     "PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID",
     "PDKV_TRIM_FIELD_TOKENS_PER_BLOCK",
@@ -1867,6 +1930,15 @@ __all__ = [
     "PDKV_MAMBA_CACHE_ALL",
     "PDKV_CONV_LAYOUT_DS",
     "PDKV_CONV_LAYOUT_SD",
+    "PDKV_FORMAT_UNKNOWN",
+    "PDKV_FORMAT_BFLOAT16",
+    "PDKV_FORMAT_FLOAT16",
+    "PDKV_FORMAT_FLOAT32",
+    "PDKV_FORMAT_FP8_E4M3",
+    "PDKV_FORMAT_FP8_E5M2",
+    "PDKV_FORMAT_INT8_PER_TOKEN_HEAD",
+    "PDKV_FORMAT_FP8_PER_TOKEN_HEAD",
+    "PDKV_FORMAT_INT4_PER_TOKEN_HEAD",
     "PDKV_MAMBA_READS_PDKV",
     "PDKV_MAMBA_READS_VLLM",
     "PDKV_GROUP_ATTENTION",
@@ -1903,6 +1975,7 @@ __all__ = [
     "AttentionBackend",
     "MambaCacheMode",
     "ConvLayout",
+    "ElementFormat",
     "MambaReadsRule",
     "GroupKind",
     "KvLayout",

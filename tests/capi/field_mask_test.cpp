@@ -119,7 +119,9 @@ TEST_CASE("field_mask: unknown bits are refused naming the struct and the bits",
                      });
   constexpr uint64_t kConfigBits = PDKV_CONFIG_FIELD_KV_CACHE_DTYPE | PDKV_CONFIG_FIELD_CONV_STATE_DTYPE |
                                    PDKV_CONFIG_FIELD_SSM_STATE_DTYPE | PDKV_CONFIG_FIELD_BLOCK_SIZE |
-                                   PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE | PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS;
+                                   PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE | PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS |
+                                   PDKV_CONFIG_FIELD_MODEL_FORMAT | PDKV_CONFIG_FIELD_KV_CACHE_FORMAT |
+                                   PDKV_CONFIG_FIELD_CONV_STATE_FORMAT | PDKV_CONFIG_FIELD_SSM_STATE_FORMAT;
   check_unknown_bits("pdkv_engine_config_t", kConfigBits, [&](uint64_t mask, pdkv_error_t** e) {
     pdkv_engine_config_t c = engine(2);
     c.field_mask = mask;

@@ -349,7 +349,7 @@ TEST_CASE("engine metadata: encode, decode and every decode error class", "[capi
   uint16_t major = 0, minor = 9;
   pdkv_metadata_wire_version(&major, &minor);
   CHECK(major == 1);
-  CHECK(minor == 2);  // the newest this library reads and writes
+  CHECK(minor == 3);  // the newest this library reads and writes
   CHECK(bytes[6] == 0);  // an encoding without mla regions is labelled 1.0
   pdkv_metadata_wire_version(nullptr, nullptr);
 
@@ -1151,4 +1151,111 @@ TEST_CASE("mixed MLA model: region kinds, geometry, handshake and a plan through
   size_t items = 9;
   REQUIRE_OK(pdkv_handshake_report_count(ok.get(), &items, err));
   CHECK(items == 0);
+}
+
+TEST_CASE("element formats: a pair differing only in a format's name is INCOMPATIBLE naming both", "[capi][handshake]") {
+  pdkv_model_t* raw = nullptr;
+  REQUIRE_OK(pdkv_model_from_preset("qwen3.5-27b", &raw, err));
+  const ModelPtr m(raw);
+  const auto config = [](uint32_t tp, int32_t kv_format) {
+    pdkv_engine_config_t c = engine(tp);
+    c.kv_cache_dtype_bytes = 1;
+    c.field_mask |= PDKV_CONFIG_FIELD_KV_CACHE_DTYPE;
+    if (kv_format != PDKV_FORMAT_UNKNOWN) {
+      c.kv_cache_format = kv_format;
+      c.field_mask |= PDKV_CONFIG_FIELD_KV_CACHE_FORMAT;
+    }
+    return c;
+  };
+  const auto make = [&](const pdkv_engine_config_t& c, const char* id) {
+    pdkv_engine_layout_t l;
+    REQUIRE_OK(pdkv_engine_layout_init(&l, err));
+    l.engine_id = id;
+    l.num_regions = 4;
+    pdkv_engine_metadata_t* md = nullptr;
+    REQUIRE_OK(pdkv_engine_metadata_from_model(m.get(), &c, &l, &md, err));
+    return MetadataPtr(md);
+  };
+  const MetadataPtr p = make(config(1, PDKV_FORMAT_FP8_E4M3), "p");
+  const MetadataPtr d = make(config(2, PDKV_FORMAT_FP8_E5M2), "d");
+  CHECK(info_of(p.get()).kv_cache_format == PDKV_FORMAT_FP8_E4M3);
+  CHECK(info_of(d.get()).kv_cache_format == PDKV_FORMAT_FP8_E5M2);
+  CHECK(info_of(d.get()).model_format == PDKV_FORMAT_UNKNOWN);
+
+  // Through the wire: the formats survive encode / decode (format 1.3).
+  const std::vector<uint8_t> pb = encoded(p.get());
+  CHECK(pb[6] == 3);
+  pdkv_engine_metadata_t* decoded = nullptr;
+  REQUIRE_OK(pdkv_engine_metadata_decode(pb.data(), pb.size(), &decoded, err));
+  const MetadataPtr p_wire(decoded);
+  CHECK(info_of(p_wire.get()).kv_cache_format == PDKV_FORMAT_FP8_E4M3);
+
+  const CallResult r =
+      capture([&](pdkv_error_t** e) { return pdkv_handshake_require_compatible(d.get(), p_wire.get(), e); });
+  CHECK(r.status == PDKV_ERR_INCOMPATIBLE);
+  CHECK_THAT(r.message, Contains("kv_cache_format: fp8_e5m2 vs fp8_e4m3") && Contains("--kv-cache-dtype"));
+  pdkv_handshake_report_t* rep = nullptr;
+  REQUIRE_OK(pdkv_handshake_validate(d.get(), p_wire.get(), &rep, err));
+  size_t n = 0;
+  REQUIRE_OK(pdkv_handshake_report_count(rep, &n, err));
+  REQUIRE(n == 1);
+  pdkv_incompatibility_t it{};
+  it.struct_size = sizeof it;
+  REQUIRE_OK(pdkv_handshake_report_item(rep, 0, &it, err));
+  CHECK(it.status == PDKV_ERR_INCOMPATIBLE);
+  CHECK(std::string(it.field) == "kv_cache_format");
+  CHECK(std::string(it.local_value) == "fp8_e5m2");
+  CHECK(std::string(it.remote_value) == "fp8_e4m3");
+  pdkv_handshake_report_free(rep);
+
+  // Sizes only (no format named) on one side: unknown, compatible.
+  const MetadataPtr d_plain = make(config(2, PDKV_FORMAT_UNKNOWN), "d");
+  CHECK(info_of(d_plain.get()).kv_cache_format == PDKV_FORMAT_UNKNOWN);
+  REQUIRE_OK(pdkv_handshake_require_compatible(d_plain.get(), p.get(), err));
+
+  // A named format must agree with the sizes it labels, and be a format.
+  pdkv_engine_config_t bad = config(1, PDKV_FORMAT_FP8_E5M2);
+  bad.field_mask &= ~PDKV_CONFIG_FIELD_KV_CACHE_DTYPE;  // KV bytes back to "auto": the model's bf16
+  CallResult b = capture([&](pdkv_error_t** e) {
+    pdkv_geometry_t* g = nullptr;
+    const pdkv_status_t st = pdkv_geometry_new(m.get(), &bad, &g, e);
+    pdkv_geometry_free(g);
+    return st;
+  });
+  CHECK(b.status == PDKV_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(b.message, Contains("kv_cache_format = fp8_e5m2 (8 bits)") && Contains("16 bits"));
+  bad = config(1, 42);
+  b = capture([&](pdkv_error_t** e) {
+    pdkv_geometry_t* g = nullptr;
+    const pdkv_status_t st = pdkv_geometry_new(m.get(), &bad, &g, e);
+    pdkv_geometry_free(g);
+    return st;
+  });
+  CHECK(b.status == PDKV_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(b.message, Contains("pdkv_engine_config_t.kv_cache_format = 42"));
+  // Its bit set in a struct too old to hold it is STRUCT_SIZE.
+  bad = config(1, PDKV_FORMAT_FP8_E5M2);
+  bad.struct_size = 104;
+  b = capture([&](pdkv_error_t** e) {
+    pdkv_geometry_t* g = nullptr;
+    const pdkv_status_t st = pdkv_geometry_new(m.get(), &bad, &g, e);
+    pdkv_geometry_free(g);
+    return st;
+  });
+  CHECK(b.status == PDKV_ERR_STRUCT_SIZE);
+  CHECK_THAT(b.message, Contains("kv_cache_format"));
+
+  // Names.
+  int32_t f = -1;
+  REQUIRE_OK(pdkv_element_format_from_name("FP8", &f, err));
+  CHECK(f == PDKV_FORMAT_FP8_E4M3);
+  REQUIRE_OK(pdkv_element_format_from_name("auto", &f, err));
+  CHECK(f == PDKV_FORMAT_UNKNOWN);
+  CHECK(std::string(pdkv_element_format_name(PDKV_FORMAT_INT8_PER_TOKEN_HEAD)) == "int8_per_token_head");
+  CHECK(std::string(pdkv_element_format_name(99)) == "unknown");
+  const CallResult nf = capture([&](pdkv_error_t** e) { return pdkv_element_format_from_name("nvfp4", &f, e); });
+  CHECK(nf.status == PDKV_ERR_NOT_FOUND);
+  CHECK_THAT(nf.message, Contains("nvfp4"));
+  CHECK(capture([&](pdkv_error_t** e) { return pdkv_element_format_from_name(nullptr, &f, e); }).status ==
+        PDKV_ERR_NULL_POINTER);
 }

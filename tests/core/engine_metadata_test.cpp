@@ -188,7 +188,7 @@ TEST(EngineMetadata, NewerMinorMayAppendFieldsSameMinorMayNot) {
   expect_error(b, Status::Parse, {"2 unexpected trailing payload bytes", "1.2"});
   b[6] = 3;  // 1.3 appends the element formats: 0xAB is no format
   reseal(b);
-  expect_error(b, Status::Parse, {"model_dtype", "unknown value 171"});
+  expect_error(b, Status::Parse, {"model_format", "unknown value 171"});
   // minor 4: the 1.3 formats (here all unknown, which only a newer minor may write), then fields
   // we do not know yet, skipped
   b.resize(b.size() - 2);
@@ -203,14 +203,14 @@ TEST(EngineMetadata, ElementFormatsRoundTripAsMinor3AndOldMetadataDecodesUnknown
   const auto old_bytes = encode(m);  // no format known: the 1.0 encoding, byte for byte
   EXPECT_EQ(old_bytes[6], 0);
   const EngineMetadata old = decode(old_bytes);
-  EXPECT_EQ(old.kv_cache_dtype, ElementFormat::Unknown);
-  EXPECT_EQ(old.model_dtype, ElementFormat::Unknown);
+  EXPECT_EQ(old.kv_cache_format, ElementFormat::Unknown);
+  EXPECT_EQ(old.model_format, ElementFormat::Unknown);
   EXPECT_FALSE(old.has_formats());
 
-  m.model_dtype = ElementFormat::BFloat16;
-  m.kv_cache_dtype = ElementFormat::Fp8E5m2;
-  m.conv_state_dtype = ElementFormat::BFloat16;
-  m.ssm_state_dtype = ElementFormat::Float32;
+  m.model_format = ElementFormat::BFloat16;
+  m.kv_cache_format = ElementFormat::Fp8E5m2;
+  m.conv_state_format = ElementFormat::BFloat16;
+  m.ssm_state_format = ElementFormat::Float32;
   const auto b = encode(m);
   EXPECT_EQ(b[6], 3);  // labelled 1.3
   EXPECT_EQ(b.size(), old_bytes.size() + 4);
@@ -218,7 +218,7 @@ TEST(EngineMetadata, ElementFormatsRoundTripAsMinor3AndOldMetadataDecodesUnknown
   EXPECT_EQ(tail, (std::vector<uint8_t>{1, 5, 1, 3}));  // model, KV, conv, SSM, stable values
   const EngineMetadata back = decode(b);
   EXPECT_EQ(back, m);
-  EXPECT_EQ(back.kv_cache_dtype, ElementFormat::Fp8E5m2);
+  EXPECT_EQ(back.kv_cache_format, ElementFormat::Fp8E5m2);
   EXPECT_EQ(encode(back), b);
 
   // A 1.2 reader's view: the same payload minus the formats under label 1.2 is the old metadata
@@ -232,20 +232,20 @@ TEST(EngineMetadata, ElementFormatsRoundTripAsMinor3AndOldMetadataDecodesUnknown
   auto zeros = b;
   for (size_t i = zeros.size() - 4; i < zeros.size(); ++i) zeros[i] = 0;
   reseal(zeros);
-  expect_error(zeros, Status::Parse, {"kv_cache_dtype", "all unknown"});
+  expect_error(zeros, Status::Parse, {"kv_cache_format", "all unknown"});
   // An out-of-range format and a per-token-head format outside the KV cache are refused.
   auto bad = b;
   bad[bad.size() - 3] = 9;
   reseal(bad);
-  expect_error(bad, Status::Parse, {"kv_cache_dtype", "unknown value 9"});
+  expect_error(bad, Status::Parse, {"kv_cache_format", "unknown value 9"});
   bad = b;
   bad[bad.size() - 4] = static_cast<uint8_t>(ElementFormat::Int8PerTokenHead);
   reseal(bad);
-  expect_error(bad, Status::Parse, {"model_dtype", "int8_per_token_head"});
+  expect_error(bad, Status::Parse, {"model_format", "int8_per_token_head"});
   // Truncated formats name the field.
   bad = std::vector<uint8_t>(b.begin(), b.end() - 1);
   reseal(bad);
-  expect_error(bad, Status::Parse, {"truncated", "ssm_state_dtype"});
+  expect_error(bad, Status::Parse, {"truncated", "ssm_state_format"});
 }
 
 TEST(EngineMetadata, PayloadLengthMismatch) {

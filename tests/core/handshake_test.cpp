@@ -454,45 +454,45 @@ TEST(HandshakeRules, BytesPerTokenMustSplitIntoWholeHeads) {
 TEST(Handshake, KvCacheFormatsOfEqualSizeMustMatch) {
   EngineMetadata p = nemotron(2, 0, "prefill");
   EngineMetadata d = nemotron(2, 0, "decode");
-  p.kv_cache_dtype = ElementFormat::Fp8E4m3;
-  d.kv_cache_dtype = ElementFormat::Fp8E5m2;
+  p.kv_cache_format = ElementFormat::Fp8E4m3;
+  d.kv_cache_format = ElementFormat::Fp8E5m2;
   const auto items = validate_pair(d, p);
   ASSERT_EQ(items.size(), 1u);
   EXPECT_EQ(items[0].status, Status::Incompatible);
-  EXPECT_EQ(items[0].field, "kv_cache_dtype");
+  EXPECT_EQ(items[0].field, "kv_cache_format");
   EXPECT_EQ(items[0].local_value, "fp8_e5m2");
   EXPECT_EQ(items[0].remote_value, "fp8_e4m3");
   const std::string text = to_string(items[0]);
-  EXPECT_NE(text.find("kv_cache_dtype: fp8_e5m2 vs fp8_e4m3"), std::string::npos) << text;
+  EXPECT_NE(text.find("kv_cache_format: fp8_e5m2 vs fp8_e4m3"), std::string::npos) << text;
   EXPECT_NE(text.find("--kv-cache-dtype"), std::string::npos) << text;
   EXPECT_THROW(require_compatible(d, p), Error);
 
   // int8 vs fp8 per-token-head (same 8 bits + 8 scale bytes per head).
-  p.kv_cache_dtype = ElementFormat::Int8PerTokenHead;
-  d.kv_cache_dtype = ElementFormat::Fp8PerTokenHead;
+  p.kv_cache_format = ElementFormat::Int8PerTokenHead;
+  d.kv_cache_format = ElementFormat::Fp8PerTokenHead;
   ASSERT_EQ(validate_pair(d, p).size(), 1u);
-  EXPECT_EQ(validate_pair(d, p)[0].field, "kv_cache_dtype");
+  EXPECT_EQ(validate_pair(d, p)[0].field, "kv_cache_format");
 
   // The same format on both sides passes.
-  d.kv_cache_dtype = ElementFormat::Int8PerTokenHead;
+  d.kv_cache_format = ElementFormat::Int8PerTokenHead;
   EXPECT_TRUE(validate_pair(d, p).empty());
 }
 
 TEST(Handshake, ModelAndStateDtypesOfEqualSizeMustMatchEachNamed) {
   EngineMetadata p = nemotron(2, 0, "prefill");
   EngineMetadata d = nemotron(4, 1, "decode");
-  p.model_dtype = ElementFormat::BFloat16;
-  d.model_dtype = ElementFormat::Float16;
-  p.conv_state_dtype = ElementFormat::BFloat16;
-  d.conv_state_dtype = ElementFormat::Float16;
-  p.ssm_state_dtype = ElementFormat::Float32;
-  d.ssm_state_dtype = ElementFormat::Float32;
+  p.model_format = ElementFormat::BFloat16;
+  d.model_format = ElementFormat::Float16;
+  p.conv_state_format = ElementFormat::BFloat16;
+  d.conv_state_format = ElementFormat::Float16;
+  p.ssm_state_format = ElementFormat::Float32;
+  d.ssm_state_format = ElementFormat::Float32;
   const auto items = validate_pair(d, p);
   ASSERT_EQ(items.size(), 2u);
-  EXPECT_EQ(items[0].field, "model_dtype");
-  EXPECT_NE(items[0].message.find("model_dtype: float16 vs bfloat16"), std::string::npos) << items[0].message;
+  EXPECT_EQ(items[0].field, "model_format");
+  EXPECT_NE(items[0].message.find("model_format: float16 vs bfloat16"), std::string::npos) << items[0].message;
   EXPECT_NE(items[0].fix.find("--dtype"), std::string::npos);
-  EXPECT_EQ(items[1].field, "conv_state_dtype");
+  EXPECT_EQ(items[1].field, "conv_state_format");
   EXPECT_EQ(items[1].local_value, "float16");
   EXPECT_EQ(items[1].remote_value, "bfloat16");
   EXPECT_NE(items[1].fix.find("--mamba-cache-dtype"), std::string::npos);
@@ -502,10 +502,10 @@ TEST(Handshake, AnUnknownFormatIsCompatibleWithAnyFormat) {
   // An engine that gave only byte sizes, or a peer running a pdkv before metadata 1.3.
   EngineMetadata p = nemotron(2, 0, "prefill");
   EngineMetadata d = nemotron(2, 1, "decode");
-  p.kv_cache_dtype = ElementFormat::Fp8E4m3;
-  p.model_dtype = ElementFormat::BFloat16;
+  p.kv_cache_format = ElementFormat::Fp8E4m3;
+  p.model_format = ElementFormat::BFloat16;
   EXPECT_TRUE(validate_pair(d, p).empty());
   EXPECT_TRUE(validate_pair(p, d).empty());
-  d.ssm_state_dtype = ElementFormat::Float32;  // known on one side only: still compatible
+  d.ssm_state_format = ElementFormat::Float32;  // known on one side only: still compatible
   EXPECT_TRUE(validate_pair(d, p).empty());
 }

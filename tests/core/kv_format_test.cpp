@@ -190,7 +190,7 @@ TEST(KvFormat, HandshakeRefusesDifferentFormatsOnTheTwoSides) {
 // format's name (same bits, same extras, same geometry) are refused by name.
 EngineConfig named(uint32_t tp, const char* kv_dtype) {
   EngineConfig e = with_format(tp, kv_dtype);
-  e.kv_cache_dtype = element_format_from_name(kv_dtype);
+  e.kv_cache_format = element_format_from_name(kv_dtype);
   return e;
 }
 
@@ -207,13 +207,13 @@ TEST(KvFormat, PairsDifferingOnlyInTheFormatNameAreRefusedByName) {
                                                               {"p", 0, 8, 1})).size() + 4);
     const auto items = validate_pair(d, decode(encode(p)));
     ASSERT_EQ(items.size(), 1u) << a << " vs " << b;
-    EXPECT_EQ(items[0].field, "kv_cache_dtype");
-    EXPECT_NE(to_string(items[0]).find(std::string("kv_cache_dtype: ") + b + " vs " + a), std::string::npos)
+    EXPECT_EQ(items[0].field, "kv_cache_format");
+    EXPECT_NE(to_string(items[0]).find(std::string("kv_cache_format: ") + b + " vs " + a), std::string::npos)
         << to_string(items[0]);
     // Sizes only on one side (an engine that named no format): compatible.
     const EngineConfig plain = with_format(2, b);
     const EngineMetadata d2 = metadata_from_geometry(m, plain, derive_geometry(m, plain), {"d", 0, 8, 1});
-    EXPECT_EQ(d2.kv_cache_dtype, ElementFormat::Unknown);
+    EXPECT_EQ(d2.kv_cache_format, ElementFormat::Unknown);
     EXPECT_TRUE(validate_pair(d2, p).empty());
   }
 }
@@ -221,39 +221,39 @@ TEST(KvFormat, PairsDifferingOnlyInTheFormatNameAreRefusedByName) {
 TEST(KvFormat, AutoFormatsResolveThroughTheModelDtype) {
   const ModelDesc m = qwen35_27b();  // bf16, fp32 default SSM state
   EngineConfig bf;
-  bf.model_dtype = ElementFormat::BFloat16;
+  bf.model_format = ElementFormat::BFloat16;
   EngineConfig fp = bf;
-  fp.model_dtype = ElementFormat::Float16;
+  fp.model_format = ElementFormat::Float16;
   const EngineMetadata a = metadata_from_geometry(m, bf, derive_geometry(m, bf), {"p", 0, 8, 1});
   const EngineMetadata b = metadata_from_geometry(m, fp, derive_geometry(m, fp), {"d", 0, 8, 1});
-  EXPECT_EQ(a.kv_cache_dtype, ElementFormat::BFloat16);     // "auto" KV: the model dtype
-  EXPECT_EQ(a.conv_state_dtype, ElementFormat::BFloat16);   // "auto" conv state: the model dtype
-  EXPECT_EQ(a.ssm_state_dtype, ElementFormat::Unknown);     // the model's own default, not named
+  EXPECT_EQ(a.kv_cache_format, ElementFormat::BFloat16);     // "auto" KV: the model dtype
+  EXPECT_EQ(a.conv_state_format, ElementFormat::BFloat16);   // "auto" conv state: the model dtype
+  EXPECT_EQ(a.ssm_state_format, ElementFormat::Unknown);     // the model's own default, not named
   std::vector<std::string> fields;
   for (const auto& it : validate_pair(b, a)) fields.push_back(it.field);
-  EXPECT_EQ(fields, (std::vector<std::string>{"model_dtype", "kv_cache_dtype", "conv_state_dtype"}));
+  EXPECT_EQ(fields, (std::vector<std::string>{"model_format", "kv_cache_format", "conv_state_format"}));
 }
 
 TEST(KvFormat, ANamedFormatMustAgreeWithTheSizesItLabels) {
   const ModelDesc m = qwen35_27b();  // bf16
   EngineConfig e;
-  e.kv_cache_dtype = ElementFormat::Fp8E5m2;  // KV bytes left "auto": 16 bits, not 8
+  e.kv_cache_format = ElementFormat::Fp8E5m2;  // KV bytes left "auto": 16 bits, not 8
   expect_error([&] { derive_geometry(m, e); }, Status::InvalidArgument,
-               {"kv_cache_dtype = fp8_e5m2 (8 bits)", "16 bits", "kv_cache_element_bits = 8"});
+               {"kv_cache_format = fp8_e5m2 (8 bits)", "16 bits", "kv_cache_element_bits = 8"});
   e.kv_cache_dtype_bytes = 1;
   EXPECT_NO_THROW(derive_geometry(m, e));
-  e.kv_cache_dtype = ElementFormat::Int8PerTokenHead;  // needs the 8 scale bytes
+  e.kv_cache_format = ElementFormat::Int8PerTokenHead;  // needs the 8 scale bytes
   expect_error([&] { derive_geometry(m, e); }, Status::InvalidArgument,
-               {"kv_cache_dtype = int8_per_token_head", "kv_cache_head_extra_bytes = 0"});
+               {"kv_cache_format = int8_per_token_head", "kv_cache_head_extra_bytes = 0"});
   EngineConfig f;
-  f.model_dtype = ElementFormat::Float32;
-  expect_error([&] { derive_geometry(m, f); }, Status::InvalidArgument, {"model_dtype = float32", "dtype_bytes = 2"});
-  f.model_dtype = ElementFormat::Fp8PerTokenHead;
-  expect_error([&] { derive_geometry(m, f); }, Status::InvalidArgument, {"model_dtype = fp8_per_token_head", "KV cache format"});
+  f.model_format = ElementFormat::Float32;
+  expect_error([&] { derive_geometry(m, f); }, Status::InvalidArgument, {"model_format = float32", "dtype_bytes = 2"});
+  f.model_format = ElementFormat::Fp8PerTokenHead;
+  expect_error([&] { derive_geometry(m, f); }, Status::InvalidArgument, {"model_format = fp8_per_token_head", "KV cache format"});
   EngineConfig g;
-  g.ssm_state_dtype = ElementFormat::BFloat16;  // the model's default SSM state is fp32
+  g.ssm_state_format = ElementFormat::BFloat16;  // the model's default SSM state is fp32
   expect_error([&] { derive_geometry(m, g); }, Status::InvalidArgument,
-               {"ssm_state_dtype = bfloat16", "4 bytes", "ssm_state_dtype_bytes = 2"});
+               {"ssm_state_format = bfloat16", "4 bytes", "ssm_state_dtype_bytes = 2"});
 }
 
 TEST(KvFormat, ElementFormatNames) {

@@ -156,6 +156,33 @@ typedef enum pdkv_conv_layout {
   PDKV_CONV_LAYOUT_SD = 1
 } pdkv_conv_layout_t;
 
+/* Element formats: the identity of a dtype beyond its byte size. Formats of equal size
+ * (FP8_E4M3 and FP8_E5M2, INT8_ and FP8_PER_TOKEN_HEAD, BFLOAT16 and FLOAT16) move the same bytes
+ * but decode differently, so the handshake refuses a pair whose named formats differ. UNKNOWN:
+ * not named (only byte sizes given), compatible with any format. Numeric values are stable
+ * (they travel in the engine metadata, format 1.3). */
+typedef enum pdkv_element_format {
+  PDKV_FORMAT_UNKNOWN = 0,
+  PDKV_FORMAT_BFLOAT16 = 1,
+  PDKV_FORMAT_FLOAT16 = 2,
+  PDKV_FORMAT_FLOAT32 = 3,
+  PDKV_FORMAT_FP8_E4M3 = 4,            /* vLLM's "fp8" (CUDA) and "fp8_e4m3" */
+  PDKV_FORMAT_FP8_E5M2 = 5,
+  PDKV_FORMAT_INT8_PER_TOKEN_HEAD = 6, /* KV cache only: 8-bit K/V + two fp32 scales per head */
+  PDKV_FORMAT_FP8_PER_TOKEN_HEAD = 7,  /* KV cache only */
+  PDKV_FORMAT_INT4_PER_TOKEN_HEAD = 8  /* KV cache only: 4-bit K/V + two fp32 scales per head */
+} pdkv_element_format_t;
+
+/* Canonical lower-case name of an element format ("fp8_e4m3", "bfloat16", ...); "unknown" for
+ * PDKV_FORMAT_UNKNOWN and other values. Static storage. Thread-safe. */
+PDKV_API const char *pdkv_element_format_name(int32_t format);
+
+/* Element format of a name, case-insensitive: the canonical names, vLLM's --dtype /
+ * --kv-cache-dtype names and aliases (bf16, fp16, half, fp32, float, fp8 = fp8_e4m3), and "auto"
+ * (PDKV_FORMAT_UNKNOWN). Errors: NULL_POINTER (name, out), NOT_FOUND (names the string and lists
+ * the canonical names). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_element_format_from_name(const char *name, int32_t *out, pdkv_error_t **err);
+
 /* Optional fields of pdkv_engine_config_t (vLLM's "auto" and "not given"). A set field must be
  * non-zero. */
 /* kv_cache_dtype_bytes */
@@ -170,6 +197,14 @@ typedef enum pdkv_conv_layout {
 #define PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE (1ULL << 4)
 /* kv_cache_element_bits */
 #define PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS (1ULL << 5)
+/* model_format */
+#define PDKV_CONFIG_FIELD_MODEL_FORMAT (1ULL << 6)
+/* kv_cache_format */
+#define PDKV_CONFIG_FIELD_KV_CACHE_FORMAT (1ULL << 7)
+/* conv_state_format */
+#define PDKV_CONFIG_FIELD_CONV_STATE_FORMAT (1ULL << 8)
+/* ssm_state_format */
+#define PDKV_CONFIG_FIELD_SSM_STATE_FORMAT (1ULL << 9)
 
 /* Settings of one engine (P or D) that change the geometry. Enum-typed fields are int32_t.
  * Fill with pdkv_engine_config_init() and then override (setting the bit of an optional field). */
@@ -202,6 +237,20 @@ typedef struct pdkv_engine_config {
   uint64_t kv_cache_element_bits;     /* optional: 4, 8, 16, 32 or 64; must agree with a set
                                          kv_cache_dtype_bytes. Unset: 8 * the KV dtype bytes */
   uint64_t kv_cache_head_extra_bytes; /* 0..4096 bytes per token per KV head; not with MLA */
+  /* Named element formats (pdkv_element_format_t; vLLM's --dtype, --kv-cache-dtype,
+   * --mamba-cache-dtype, --mamba-ssm-cache-dtype), advertised in the metadata so the handshake
+   * refuses a peer whose format differs at equal size. Each is optional (its PDKV_CONFIG_FIELD_*_FORMAT
+   * bit; set: not PDKV_FORMAT_UNKNOWN). Unset: unknown, except that a size left "auto" takes the
+   * format it falls back to (KV cache and conv state: model_format; SSM state: the conv state's
+   * when the model has no default SSM dtype). A format labels, never sizes: it must agree with the
+   * sizes above (e.g. kv_cache_format FP8_E5M2 needs kv_cache_dtype_bytes 1 or
+   * kv_cache_element_bits 8; INT8_PER_TOKEN_HEAD also kv_cache_head_extra_bytes 8; model_format
+   * the model's dtype_bytes), else INVALID_ARGUMENT naming both; the *_PER_TOKEN_HEAD formats
+   * are for kv_cache_format only. */
+  int32_t model_format;
+  int32_t kv_cache_format;
+  int32_t conv_state_format;
+  int32_t ssm_state_format;
 } pdkv_engine_config_t;
 
 /* Fills *config with defaults (TP 1, FlashAttention, cache mode none, DS layout) and sets

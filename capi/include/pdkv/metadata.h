@@ -124,6 +124,13 @@ typedef struct pdkv_engine_metadata_info {
   uint32_t pp_rank;
   uint32_t layer_begin;
   uint32_t layer_end;
+  /* Metadata format 1.3: the engine's element formats (pdkv_element_format_t, resolved as
+   * pdkv_engine_config_t describes). PDKV_FORMAT_UNKNOWN: not named, or metadata from a pdkv
+   * before 1.3; the handshake treats it as compatible with any format. */
+  int32_t model_format;
+  int32_t kv_cache_format;
+  int32_t conv_state_format;
+  int32_t ssm_state_format;
 } pdkv_engine_metadata_info_t;
 
 /* Fills the caller's prefix of *out (out->struct_size bytes, set by the caller); engine_id is
@@ -186,11 +193,13 @@ PDKV_API pdkv_status_t pdkv_engine_metadata_equal(const pdkv_engine_metadata_t *
  * use of the same metadata. */
 PDKV_API void pdkv_engine_metadata_free(pdkv_engine_metadata_t *metadata);
 
-/* Newest wire format version this library reads and writes (major, minor): 1.2. Each encoding
- * is labelled with the lowest minor that describes it (1.2 for a pipeline stage, pp_size > 1;
- * else 1.1 when a region is PDKV_REGION_MLA; else 1.0), so a 1.0 reader can read every
- * encoding of a single-stage engine without MLA-typed regions, and an older reader refuses a
- * stage's metadata (PARSE on its unknown flag bit) rather than take it for the whole model.
+/* Newest wire format version this library reads and writes (major, minor): 1.3. Each encoding
+ * is labelled with the lowest minor that describes it (1.3 when an element format is known,
+ * appended as four trailing bytes; else 1.2 for a pipeline stage, pp_size > 1; else 1.1 when a
+ * region is PDKV_REGION_MLA; else 1.0), so a 1.0 reader can read every encoding of a
+ * single-stage engine without MLA-typed regions, an older reader refuses a stage's metadata
+ * (PARSE on its unknown flag bit) rather than take it for the whole model, and a 1.2 reader
+ * skips the formats (a newer minor's trailing bytes): it cannot compare them.
  * Either pointer may be NULL. Never fails. Thread-safe. */
 PDKV_API void pdkv_metadata_wire_version(uint16_t *major, uint16_t *minor);
 
@@ -222,7 +231,11 @@ typedef struct pdkv_incompatibility {
 } pdkv_incompatibility_t;
 
 /* Validates a (local, remote) pair ("local" runs the check: D when pulling). An incompatible
- * pair is NOT an error: the report lists every item (empty: the pair can be served). Errors:
+ * pair is NOT an error: the report lists every item (empty: the pair can be served). Element
+ * formats known on both sides must be equal: each difference is an INCOMPATIBLE item on
+ * "model_format", "kv_cache_format", "conv_state_format" or "ssm_state_format" whose message
+ * names both formats ("kv_cache_format: fp8_e4m3 vs fp8_e5m2: ...") and whose fix names the vLLM
+ * flag; PDKV_FORMAT_UNKNOWN on either side is compatible. Errors:
  * NULL_POINTER (local, remote, out). *out owned by the caller (pdkv_handshake_report_free).
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_handshake_validate(const pdkv_engine_metadata_t *local,

@@ -11,6 +11,10 @@ pub const PDKV_CONFIG_FIELD_SSM_STATE_DTYPE: u32 = 4;
 pub const PDKV_CONFIG_FIELD_BLOCK_SIZE: u32 = 8;
 pub const PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE: u32 = 16;
 pub const PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS: u32 = 32;
+pub const PDKV_CONFIG_FIELD_MODEL_FORMAT: u32 = 64;
+pub const PDKV_CONFIG_FIELD_KV_CACHE_FORMAT: u32 = 128;
+pub const PDKV_CONFIG_FIELD_CONV_STATE_FORMAT: u32 = 256;
+pub const PDKV_CONFIG_FIELD_SSM_STATE_FORMAT: u32 = 512;
 pub const PDKV_TRIM_FIELD_LOCAL_FIRST_BLOCK: u32 = 1;
 pub const PDKV_TRIM_FIELD_KERNEL_BLOCKS_PER_ID: u32 = 2;
 pub const PDKV_TRIM_FIELD_TOKENS_PER_BLOCK: u32 = 4;
@@ -355,6 +359,27 @@ pub const PDKV_CONV_LAYOUT_DS: pdkv_conv_layout = 0;
 pub const PDKV_CONV_LAYOUT_SD: pdkv_conv_layout = 1;
 pub type pdkv_conv_layout = ::std::os::raw::c_uint;
 pub use self::pdkv_conv_layout as pdkv_conv_layout_t;
+pub const PDKV_FORMAT_UNKNOWN: pdkv_element_format = 0;
+pub const PDKV_FORMAT_BFLOAT16: pdkv_element_format = 1;
+pub const PDKV_FORMAT_FLOAT16: pdkv_element_format = 2;
+pub const PDKV_FORMAT_FLOAT32: pdkv_element_format = 3;
+pub const PDKV_FORMAT_FP8_E4M3: pdkv_element_format = 4;
+pub const PDKV_FORMAT_FP8_E5M2: pdkv_element_format = 5;
+pub const PDKV_FORMAT_INT8_PER_TOKEN_HEAD: pdkv_element_format = 6;
+pub const PDKV_FORMAT_FP8_PER_TOKEN_HEAD: pdkv_element_format = 7;
+pub const PDKV_FORMAT_INT4_PER_TOKEN_HEAD: pdkv_element_format = 8;
+pub type pdkv_element_format = ::std::os::raw::c_uint;
+pub use self::pdkv_element_format as pdkv_element_format_t;
+extern "C" {
+    pub fn pdkv_element_format_name(format: i32) -> *const ::std::os::raw::c_char;
+}
+extern "C" {
+    pub fn pdkv_element_format_from_name(
+        name: *const ::std::os::raw::c_char,
+        out: *mut i32,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pdkv_engine_config {
@@ -376,6 +401,10 @@ pub struct pdkv_engine_config {
     pub conv_layout: i32,
     pub kv_cache_element_bits: u64,
     pub kv_cache_head_extra_bytes: u64,
+    pub model_format: i32,
+    pub kv_cache_format: i32,
+    pub conv_state_format: i32,
+    pub ssm_state_format: i32,
 }
 pub type pdkv_engine_config_t = pdkv_engine_config;
 extern "C" {
@@ -1150,6 +1179,10 @@ pub struct pdkv_engine_metadata_info {
     pub pp_rank: u32,
     pub layer_begin: u32,
     pub layer_end: u32,
+    pub model_format: i32,
+    pub kv_cache_format: i32,
+    pub conv_state_format: i32,
+    pub ssm_state_format: i32,
 }
 pub type pdkv_engine_metadata_info_t = pdkv_engine_metadata_info;
 extern "C" {

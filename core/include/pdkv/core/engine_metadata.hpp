@@ -99,14 +99,14 @@ struct EngineMetadata {
   // Format 1.3: the engine's element formats (model.hpp ElementFormat), resolved through the
   // "auto" rules (resolved_formats). Unknown: the engine named none, or runs an older pdkv; the
   // handshake compares two formats only when both are known.
-  ElementFormat model_dtype = ElementFormat::Unknown;
-  ElementFormat kv_cache_dtype = ElementFormat::Unknown;
-  ElementFormat conv_state_dtype = ElementFormat::Unknown;
-  ElementFormat ssm_state_dtype = ElementFormat::Unknown;
+  ElementFormat model_format = ElementFormat::Unknown;
+  ElementFormat kv_cache_format = ElementFormat::Unknown;
+  ElementFormat conv_state_format = ElementFormat::Unknown;
+  ElementFormat ssm_state_format = ElementFormat::Unknown;
 
   bool has_formats() const {
-    return model_dtype != ElementFormat::Unknown || kv_cache_dtype != ElementFormat::Unknown ||
-           conv_state_dtype != ElementFormat::Unknown || ssm_state_dtype != ElementFormat::Unknown;
+    return model_format != ElementFormat::Unknown || kv_cache_format != ElementFormat::Unknown ||
+           conv_state_format != ElementFormat::Unknown || ssm_state_format != ElementFormat::Unknown;
   }
   bool is_hybrid() const { return mamba_type != MambaType::None; }
   // Whether region i holds an MLA latent (replicated, read whole from one P rank): every

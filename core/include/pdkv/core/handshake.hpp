@@ -50,11 +50,11 @@ std::string to_string(const Incompatibility& item);
 // bytes per token on both sides whatever the TP sizes (a latent is replicated, never split): one
 // whose size scaled with TP is an Incompatible item on "regions[i].block_len" naming the region,
 // both sizes and both TP sizes.
-// Element formats (metadata 1.3: model_dtype, kv_cache_dtype, conv_state_dtype, ssm_state_dtype)
+// Element formats (metadata 1.3: model_format, kv_cache_format, conv_state_format, ssm_state_format)
 // known on both sides must be equal: formats of equal size (fp8_e4m3 vs fp8_e5m2, int8 vs fp8
 // per-token-head, bfloat16 vs float16) pass every size rule, yet the receiver would decode the
 // bytes wrongly. Each difference is an Incompatible item on that field naming both formats
-// ("kv_cache_dtype: fp8_e4m3 vs fp8_e5m2 ..."). An Unknown format (an engine that gave only byte
+// ("kv_cache_format: fp8_e4m3 vs fp8_e5m2 ..."). An Unknown format (an engine that gave only byte
 // sizes, or metadata from a pdkv before 1.3) is compatible with any format.
 // compile_transfer_plan refuses a context in which any P rank fails this check.
 std::vector<Incompatibility> validate_pair(const EngineMetadata& local, const EngineMetadata& remote);

@@ -148,12 +148,12 @@ struct EngineConfig {
   // --mamba-ssm-cache-dtype), advertised in the metadata so the handshake refuses a pair whose
   // formats differ with equal sizes. Unknown: not given (only the byte sizes above are known).
   // They label, never size: a named format must agree with the sizes the fields above resolve to
-  // (validate_engine_formats), e.g. kv_cache_dtype fp8_e5m2 needs kv_cache_dtype_bytes 1 (or
+  // (validate_engine_formats), e.g. kv_cache_format fp8_e5m2 needs kv_cache_dtype_bytes 1 (or
   // kv_cache_element_bits 8), int8_per_token_head also kv_cache_head_extra_bytes 8.
-  ElementFormat model_dtype = ElementFormat::Unknown;
-  ElementFormat kv_cache_dtype = ElementFormat::Unknown;
-  ElementFormat conv_state_dtype = ElementFormat::Unknown;
-  ElementFormat ssm_state_dtype = ElementFormat::Unknown;
+  ElementFormat model_format = ElementFormat::Unknown;
+  ElementFormat kv_cache_format = ElementFormat::Unknown;
+  ElementFormat conv_state_format = ElementFormat::Unknown;
+  ElementFormat ssm_state_format = ElementFormat::Unknown;
 };
 
 // A named KV cache format (vLLM's --kv-cache-dtype): bits per K/V element (0: the model dtype)
@@ -209,21 +209,21 @@ uint32_t resolved_conv_dtype_bytes(const ModelDesc& m, const EngineConfig& e);
 uint32_t resolved_ssm_dtype_bytes(const ModelDesc& m, const EngineConfig& e);
 
 // Throws InvalidArgument when a named format of `e` disagrees with the sizes it labels, naming the
-// field, the format and the resolved size: model_dtype vs the model's dtype_bytes, kv_cache_dtype
-// vs resolved_kv_element_bits and kv_cache_head_extra_bytes, conv_state_dtype / ssm_state_dtype
+// field, the format and the resolved size: model_format vs the model's dtype_bytes, kv_cache_format
+// vs resolved_kv_element_bits and kv_cache_head_extra_bytes, conv_state_format / ssm_state_format
 // vs resolved_conv_dtype_bytes / resolved_ssm_dtype_bytes, or a per-token-head format named for
 // anything but the KV cache. derive_geometry calls it after validate_engine_config.
 void validate_engine_formats(const ModelDesc& m, const EngineConfig& e);
 
 // The formats an engine advertises (EngineMetadata), resolved through the "auto" rules: a named
 // field; else, for a size left "auto", the format it falls back to when that one is named (KV
-// cache and conv state: model_dtype; SSM state: the conv state's, when the model has no default
+// cache and conv state: model_format; SSM state: the conv state's, when the model has no default
 // SSM dtype); else Unknown. Conv and SSM formats are Unknown for a model without Mamba layers.
 struct ResolvedFormats {
-  ElementFormat model_dtype = ElementFormat::Unknown;
-  ElementFormat kv_cache_dtype = ElementFormat::Unknown;
-  ElementFormat conv_state_dtype = ElementFormat::Unknown;
-  ElementFormat ssm_state_dtype = ElementFormat::Unknown;
+  ElementFormat model_format = ElementFormat::Unknown;
+  ElementFormat kv_cache_format = ElementFormat::Unknown;
+  ElementFormat conv_state_format = ElementFormat::Unknown;
+  ElementFormat ssm_state_format = ElementFormat::Unknown;
 };
 ResolvedFormats resolved_formats(const ModelDesc& m, const EngineConfig& e);
 

@@ -91,6 +91,20 @@ pub const HEADER_ENUMS: &[(&str, &[(&str, i64)])] = &[
         &[("PDKV_CONV_LAYOUT_DS", 0), ("PDKV_CONV_LAYOUT_SD", 1)],
     ),
     (
+        "pdkv_element_format_t",
+        &[
+            ("PDKV_FORMAT_UNKNOWN", 0),
+            ("PDKV_FORMAT_BFLOAT16", 1),
+            ("PDKV_FORMAT_FLOAT16", 2),
+            ("PDKV_FORMAT_FLOAT32", 3),
+            ("PDKV_FORMAT_FP8_E4M3", 4),
+            ("PDKV_FORMAT_FP8_E5M2", 5),
+            ("PDKV_FORMAT_INT8_PER_TOKEN_HEAD", 6),
+            ("PDKV_FORMAT_FP8_PER_TOKEN_HEAD", 7),
+            ("PDKV_FORMAT_INT4_PER_TOKEN_HEAD", 8),
+        ],
+    ),
+    (
         "pdkv_mamba_reads_rule_t",
         &[("PDKV_MAMBA_READS_PDKV", 0), ("PDKV_MAMBA_READS_VLLM", 1)],
     ),

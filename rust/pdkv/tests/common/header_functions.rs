@@ -30,6 +30,8 @@ pub const HEADER_FUNCTIONS: &[&str] = &[
     "pdkv_tp_mapping_ranks",
     "pdkv_tp_mapping_attention_slot",
     "pdkv_tp_mapping_free",
+    "pdkv_element_format_name",
+    "pdkv_element_format_from_name",
     "pdkv_engine_config_init",
     "pdkv_backend_name",
     "pdkv_backend_from_name",
