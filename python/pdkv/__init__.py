@@ -46,7 +46,7 @@ from .descriptors import (
     mamba_local_split_descriptors,
     mamba_remote_descriptors,
 )
-from .enums import AttentionBackend, ConvLayout, MambaCacheMode, MambaReadsRule, MambaType, TpMappingList
+from .enums import AttentionBackend, ConvLayout, ElementFormat, MambaCacheMode, MambaReadsRule, MambaType, TpMappingList
 from .errors import (
     AuthError,
     BufferTooSmallError,
@@ -104,6 +104,8 @@ from .model import (
     PresetInfo,
     backend_from_name,
     backend_name,
+    element_format_from_name,
+    element_format_name,
     mamba_type_name,
     preset_at,
     preset_count,
@@ -211,6 +213,7 @@ __all__ = [
     "ChecksumError",
     "ClosedError",
     "ConvLayout",
+    "ElementFormat",
     "ConvProjection",
     "CoverageError",
     "Descriptor",
@@ -305,6 +308,8 @@ __all__ = [
     "attention_remote_descriptors",
     "attention_split_descriptors",
     "backend_from_name",
+    "element_format_from_name",
+    "element_format_name",
     "backend_kernel_block_size",
     "backend_name",
     "block_size_ratio",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._raw import (
     AttentionBackend as AttentionBackend,
     ConvLayout as ConvLayout,
+    ElementFormat as ElementFormat,
     GroupKind as GroupKind,
     KvLayout as KvLayout,
     MambaCacheMode as MambaCacheMode,
@@ -30,6 +31,7 @@ __all__ = [
     "AttentionBackend",
     "MambaCacheMode",
     "ConvLayout",
+    "ElementFormat",
     "TpMappingList",
     "MambaReadsRule",
     "GroupKind",

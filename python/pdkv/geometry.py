@@ -22,8 +22,8 @@ from ._base import (
     u32,
     u64,
 )
-from .enums import AttentionBackend, ConvLayout, MambaCacheMode, MambaType
-from .model import Model, backend_from_name
+from .enums import AttentionBackend, ConvLayout, ElementFormat, MambaCacheMode, MambaType
+from .model import Model, backend_from_name, element_format_from_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +63,16 @@ class EngineConfig:
     kv_cache_element_bits: Optional[int] = None
     #: Bytes packed per token per KV head beside K and V (per-token-head scales: 8); 0: none.
     kv_cache_head_extra_bytes: int = 0
+    #: Named element formats (:class:`ElementFormat`, its value, or a canonical / vLLM name such
+    #: as ``"fp8_e5m2"``, ``"fp8"``, ``"bf16"``, ``"int8_per_token_head"``) of the model (--dtype),
+    #: the KV cache (--kv-cache-dtype) and the Mamba conv / SSM state. None (or ``"auto"``): not
+    #: named, except that a size left auto takes the format it falls back to (KV cache and conv
+    #: state: model_format). They label the sizes above and must agree with them; the handshake
+    #: refuses a peer whose known format differs (an unknown one is compatible with anything).
+    model_format: Optional[Union[ElementFormat, int, str]] = None
+    kv_cache_format: Optional[Union[ElementFormat, int, str]] = None
+    conv_state_format: Optional[Union[ElementFormat, int, str]] = None
+    ssm_state_format: Optional[Union[ElementFormat, int, str]] = None
 
     def backend_value(self) -> Union[AttentionBackend, int]:
         """The backend as an :class:`AttentionBackend` (names resolved by the library; a backend
@@ -96,7 +106,32 @@ class EngineConfig:
         c.mamba_cache_mode = int(enum_value("mamba_cache_mode", MambaCacheMode, self.mamba_cache_mode))
         c.conv_layout = int(enum_value("conv_layout", ConvLayout, self.conv_layout))
         c.kv_cache_head_extra_bytes = u32("kv_cache_head_extra_bytes", self.kv_cache_head_extra_bytes)
+        for name, bit in _CONFIG_FORMATS:
+            fmt = _format_value(name, getattr(self, name))
+            if fmt is not None:
+                c.field_mask |= _ffi.FIELD_BITS[bit]
+                setattr(c, name, fmt)
         return c
+
+
+def _format_value(name: str, value: Optional[Union[ElementFormat, int, str]]) -> Optional[int]:
+    """An element format field as its C value, or None when not named (None, "auto", UNKNOWN)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        fmt = int(element_format_from_name(value))
+    else:
+        fmt = int(enum_value(name, ElementFormat, value))
+    return None if fmt == ElementFormat.UNKNOWN else fmt
+
+
+# The element format fields of pdkv_engine_config_t and their bits.
+_CONFIG_FORMATS = (
+    ("model_format", "PDKV_CONFIG_FIELD_MODEL_FORMAT"),
+    ("kv_cache_format", "PDKV_CONFIG_FIELD_KV_CACHE_FORMAT"),
+    ("conv_state_format", "PDKV_CONFIG_FIELD_CONV_STATE_FORMAT"),
+    ("ssm_state_format", "PDKV_CONFIG_FIELD_SSM_STATE_FORMAT"),
+)
 
 
 # The optional fields of pdkv_engine_config_t and their bits.

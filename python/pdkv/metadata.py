@@ -27,7 +27,7 @@ from ._base import (
     u64,
     u64_array,
 )
-from .enums import ConvLayout, KvLayout, MambaCacheMode, MambaType, RegionKind
+from .enums import ConvLayout, ElementFormat, KvLayout, MambaCacheMode, MambaType, RegionKind
 from .errors import InvalidArgumentError, Status
 from .geometry import EngineConfig
 from .model import Model
@@ -128,6 +128,12 @@ class EngineMetadataInfo:
     pp_rank: int = 0  #: This rank's stage.
     layer_begin: int = 0  #: First model layer the stage holds.
     layer_end: int = 0  #: One past its last layer; 0: through the model's last layer.
+    #: Element formats (metadata format 1.3); UNKNOWN: not named, or metadata from an older pdkv
+    #: (compatible with any format in the handshake).
+    model_format: Union[ElementFormat, int] = ElementFormat.UNKNOWN
+    kv_cache_format: Union[ElementFormat, int] = ElementFormat.UNKNOWN
+    conv_state_format: Union[ElementFormat, int] = ElementFormat.UNKNOWN
+    ssm_state_format: Union[ElementFormat, int] = ElementFormat.UNKNOWN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +203,8 @@ class EngineMetadata(Handle):
         values["cache_mode"] = to_enum(MambaCacheMode, c.cache_mode)
         values["use_mla"] = bool(c.use_mla)
         values["prefix_caching"] = bool(c.prefix_caching)
+        for name in ("model_format", "kv_cache_format", "conv_state_format", "ssm_state_format"):
+            values[name] = to_enum(ElementFormat, getattr(c, name))
         return EngineMetadataInfo(**values)
 
     def regions(self) -> Tuple[MetadataRegion, ...]:

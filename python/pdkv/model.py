@@ -10,7 +10,7 @@ from typing import Optional, Tuple, Union
 
 from . import _ffi
 from ._base import Handle, call, decode, encode, flag, i32, index_arg, to_enum, u32, u64
-from .enums import AttentionBackend, MambaType
+from .enums import AttentionBackend, ElementFormat, MambaType
 
 
 def version() -> Tuple[int, int, int]:
@@ -45,6 +45,19 @@ def backend_from_name(name: str) -> Union[AttentionBackend, int]:
     out = c_int32()
     call("pdkv_backend_from_name", encode("name", name), byref(out))
     return to_enum(AttentionBackend, out.value)
+
+
+def element_format_from_name(name: str) -> Union[ElementFormat, int]:
+    """Element format from its canonical or vLLM name, case-insensitive ("fp8_e5m2", "fp8" =
+    fp8_e4m3, "bf16", "int8_per_token_head"; "auto": UNKNOWN); raises :class:`NotFoundError`."""
+    out = c_int32()
+    call("pdkv_element_format_from_name", encode("name", name), byref(out))
+    return to_enum(ElementFormat, out.value)
+
+
+def element_format_name(fmt: Union[ElementFormat, int]) -> str:
+    """Canonical name of an element format ("unknown" for UNKNOWN and unknown values)."""
+    return decode(_ffi.lib().pdkv_element_format_name(i32("fmt", fmt)))
 
 
 _CHUNK_BIT = _ffi.FIELD_BITS["PDKV_MODEL_FIELD_MAMBA_CHUNK_SIZE"]

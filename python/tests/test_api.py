@@ -439,6 +439,37 @@ def test_metadata_round_trip_and_handshake(nano: pdkv.Model) -> None:
         same.item(len(same))
 
 
+def test_element_formats_refuse_a_pair_differing_only_in_the_kv_format(nano: pdkv.Model) -> None:
+    # Nemotron-3-Nano with fp8 KV on both sides: same sizes, e4m3 on P and e5m2 on D.
+    p_cfg = pdkv.EngineConfig(tp_size=4, kv_cache_dtype_bytes=1, kv_cache_format="fp8")
+    d_cfg = pdkv.EngineConfig(tp_size=2, kv_cache_dtype_bytes=1, kv_cache_format=pdkv.ElementFormat.FP8_E5M2)
+    p = pdkv.EngineMetadata.from_model(nano, p_cfg, pdkv.EngineLayout("p", 0, num_regions=6))
+    d = pdkv.EngineMetadata.from_model(nano, d_cfg, pdkv.EngineLayout("d", 0, num_regions=6))
+    assert p.info().kv_cache_format is pdkv.ElementFormat.FP8_E4M3
+    assert p.info().model_format is pdkv.ElementFormat.UNKNOWN
+    wire = pdkv.EngineMetadata.decode(p.encode())
+    assert wire.info().kv_cache_format is pdkv.ElementFormat.FP8_E4M3
+    report = pdkv.handshake_validate(d, wire)
+    assert len(report) == 1
+    item = report[0]
+    assert (item.field, item.local_value, item.remote_value) == ("kv_cache_format", "fp8_e5m2", "fp8_e4m3")
+    with pytest.raises(pdkv.IncompatibleError, match="kv_cache_format: fp8_e5m2 vs fp8_e4m3"):
+        pdkv.handshake_require_compatible(d, wire)
+    # Only sizes on one side (unknown format), or "auto": compatible.
+    plain_cfg = pdkv.EngineConfig(tp_size=2, kv_cache_dtype_bytes=1, kv_cache_format="auto")
+    plain = pdkv.EngineMetadata.from_model(nano, plain_cfg, pdkv.EngineLayout("d", 0, num_regions=6))
+    assert plain.info().kv_cache_format is pdkv.ElementFormat.UNKNOWN
+    assert pdkv.handshake_validate(plain, p).compatible
+    # A format that disagrees with the sizes it labels, and names.
+    with pytest.raises(pdkv.InvalidArgumentError, match="kv_cache_format = fp8_e5m2"):
+        pdkv.Geometry(nano, pdkv.EngineConfig(tp_size=2, kv_cache_format="fp8_e5m2"))
+    with pytest.raises(pdkv.NotFoundError, match="nvfp4"):
+        pdkv.EngineConfig(kv_cache_format="nvfp4")._to_c()
+    assert pdkv.element_format_from_name("BF16") is pdkv.ElementFormat.BFLOAT16
+    assert pdkv.element_format_name(pdkv.ElementFormat.INT8_PER_TOKEN_HEAD) == "int8_per_token_head"
+    assert pdkv.element_format_name(99) == "unknown"
+
+
 def test_nano_plan(nano: pdkv.Model) -> None:
     pcfg, dcfg = pdkv.EngineConfig(tp_size=4), pdkv.EngineConfig(tp_size=2)
     p_meta = [pdkv.EngineMetadata.from_model(nano, pcfg, pdkv.EngineLayout("p", r, num_regions=6)) for r in range(4)]
