@@ -77,6 +77,54 @@ const (
 	ConvLayoutSD ConvLayout = C.PDKV_CONV_LAYOUT_SD
 )
 
+// ElementFormat is the identity of a dtype beyond its byte size (pdkv_element_format_t): formats
+// of equal size (FP8 e4m3 and e5m2, int8 and fp8 per-token-head, bfloat16 and float16) move the
+// same bytes but decode differently, so the handshake refuses a pair whose named formats differ.
+// FormatUnknown (the zero value): not named, compatible with any format.
+type ElementFormat int32
+
+// Element formats.
+const (
+	// FormatUnknown: not named (only byte sizes given), or metadata from an older pdkv.
+	FormatUnknown ElementFormat = C.PDKV_FORMAT_UNKNOWN
+	// FormatBFloat16 is bfloat16.
+	FormatBFloat16 ElementFormat = C.PDKV_FORMAT_BFLOAT16
+	// FormatFloat16 is float16.
+	FormatFloat16 ElementFormat = C.PDKV_FORMAT_FLOAT16
+	// FormatFloat32 is float32.
+	FormatFloat32 ElementFormat = C.PDKV_FORMAT_FLOAT32
+	// FormatFP8E4M3 is fp8 e4m3 (vLLM's "fp8" on CUDA and "fp8_e4m3").
+	FormatFP8E4M3 ElementFormat = C.PDKV_FORMAT_FP8_E4M3
+	// FormatFP8E5M2 is fp8 e5m2.
+	FormatFP8E5M2 ElementFormat = C.PDKV_FORMAT_FP8_E5M2
+	// FormatInt8PerTokenHead is int8 K/V with two fp32 scales per token and head (KV cache only).
+	FormatInt8PerTokenHead ElementFormat = C.PDKV_FORMAT_INT8_PER_TOKEN_HEAD
+	// FormatFP8PerTokenHead is fp8 K/V with two fp32 scales per token and head (KV cache only).
+	FormatFP8PerTokenHead ElementFormat = C.PDKV_FORMAT_FP8_PER_TOKEN_HEAD
+	// FormatInt4PerTokenHead is int4 K/V with two fp32 scales per token and head (KV cache only).
+	FormatInt4PerTokenHead ElementFormat = C.PDKV_FORMAT_INT4_PER_TOKEN_HEAD
+)
+
+// String returns the canonical format name ("fp8_e4m3", "bfloat16", ...; "unknown" otherwise).
+func (f ElementFormat) String() string { return C.GoString(C.pdkv_element_format_name(C.int32_t(f))) }
+
+// ElementFormatFromName returns the element format of a canonical or vLLM name, case-insensitive
+// ("fp8_e5m2", "fp8" = fp8_e4m3, "bf16", "int8_per_token_head"; "auto": FormatUnknown). Errors:
+// ErrNotFound (names the string and the canonical names).
+func ElementFormatFromName(name string) (ElementFormat, error) {
+	cs, err := cString("element format name", name)
+	if err != nil {
+		return 0, err
+	}
+	defer C.free(unsafe.Pointer(cs))
+	var out C.int32_t
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_element_format_from_name(cs, &out, &cerr), cerr); err != nil {
+		return 0, err
+	}
+	return ElementFormat(out), nil
+}
+
 // EngineConfig holds the settings of one engine (P or D) that change the geometry. Byte sizes
 // of 0 mean "auto". Start from DefaultEngineConfig and override.
 type EngineConfig struct {
@@ -115,6 +163,16 @@ type EngineConfig struct {
 	// KVCacheHeadExtraBytes is the bytes packed per token per KV head beside K and V (vLLM's
 	// per-token-head scales: 8); they travel with the head in every head-sliced read. 0: none.
 	KVCacheHeadExtraBytes uint32
+	// ModelFormat, KVCacheFormat, ConvStateFormat and SSMStateFormat name the element formats of
+	// the model (--dtype), the KV cache (--kv-cache-dtype) and the Mamba conv / SSM state;
+	// FormatUnknown (the zero value) leaves one unnamed, except that a size left "auto" takes the
+	// format it falls back to (KV cache and conv state: ModelFormat). They label the sizes above
+	// and must agree with them (ErrInvalidArgument naming both); the handshake refuses a peer
+	// whose known format differs, and treats an unknown one as compatible.
+	ModelFormat     ElementFormat
+	KVCacheFormat   ElementFormat
+	ConvStateFormat ElementFormat
+	SSMStateFormat  ElementFormat
 }
 
 // DefaultEngineConfig returns the library defaults (TP 1, auto dtypes, FlashAttention, cache
@@ -167,6 +225,16 @@ func (c *EngineConfig) toC(out *C.pdkv_engine_config_t) func() {
 	out.mamba_cache_mode = C.int32_t(c.MambaCacheMode)
 	out.conv_layout = C.int32_t(c.ConvLayout)
 	out.kv_cache_head_extra_bytes = C.uint64_t(c.KVCacheHeadExtraBytes)
+	format := func(f ElementFormat, bit C.uint64_t, field *C.int32_t) {
+		if f != FormatUnknown {
+			out.field_mask |= bit
+			*field = C.int32_t(f)
+		}
+	}
+	format(c.ModelFormat, C.PDKV_CONFIG_FIELD_MODEL_FORMAT, &out.model_format)
+	format(c.KVCacheFormat, C.PDKV_CONFIG_FIELD_KV_CACHE_FORMAT, &out.kv_cache_format)
+	format(c.ConvStateFormat, C.PDKV_CONFIG_FIELD_CONV_STATE_FORMAT, &out.conv_state_format)
+	format(c.SSMStateFormat, C.PDKV_CONFIG_FIELD_SSM_STATE_FORMAT, &out.ssm_state_format)
 	out.kernel_block_sizes = nil
 	out.num_kernel_block_sizes = 0
 	if len(c.KernelBlockSizes) == 0 {

@@ -139,6 +139,13 @@ type EngineMetadataInfo struct {
 	PpRank     uint32
 	LayerBegin uint32
 	LayerEnd   uint32
+	// ModelFormat, KVCacheFormat, ConvStateFormat and SSMStateFormat are the engine's element
+	// formats (metadata format 1.3); FormatUnknown: not named, or metadata from an older pdkv
+	// (compatible with any format in the handshake).
+	ModelFormat     ElementFormat
+	KVCacheFormat   ElementFormat
+	ConvStateFormat ElementFormat
+	SSMStateFormat  ElementFormat
 }
 
 // MetadataRegion is one advertised region.
@@ -300,6 +307,10 @@ func (m *EngineMetadata) Info() (EngineMetadataInfo, error) {
 		PpRank:                   uint32(ci.pp_rank),
 		LayerBegin:               uint32(ci.layer_begin),
 		LayerEnd:                 uint32(ci.layer_end),
+		ModelFormat:              ElementFormat(ci.model_format),
+		KVCacheFormat:            ElementFormat(ci.kv_cache_format),
+		ConvStateFormat:          ElementFormat(ci.conv_state_format),
+		SSMStateFormat:           ElementFormat(ci.ssm_state_format),
 	}
 	runtime.KeepAlive(m)
 	return info, nil

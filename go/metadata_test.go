@@ -192,6 +192,60 @@ func TestHandshake(t *testing.T) {
 	wantErr(t, err, ErrClosed)
 }
 
+// A pair that differs only in the KV cache format's name (fp8 e4m3 vs e5m2, same sizes) is
+// refused naming both formats; an unnamed format (sizes only) is compatible.
+func TestHandshakeRefusesKVFormatsOfEqualSize(t *testing.T) {
+	m := nano(t)
+	build := func(tp uint32, id string, f ElementFormat) *EngineMetadata {
+		c := DefaultEngineConfig()
+		c.TpSize = tp
+		c.KVCacheDtypeBytes = Ptr(uint32(1))
+		c.KVCacheFormat = f
+		l := DefaultEngineLayout()
+		l.EngineID, l.NumRegions = id, 6
+		md, err := EngineMetadataFromModel(m, c, l)
+		must(t, err)
+		t.Cleanup(func() { _ = md.Close() })
+		return md
+	}
+	e4m3, err := ElementFormatFromName("fp8")
+	must(t, err)
+	if e4m3 != FormatFP8E4M3 || e4m3.String() != "fp8_e4m3" {
+		t.Fatalf("fp8 is %v", e4m3)
+	}
+	p := build(4, "p", e4m3)
+	d := build(2, "d", FormatFP8E5M2)
+	info, err := p.Info()
+	must(t, err)
+	if info.KVCacheFormat != FormatFP8E4M3 || info.ModelFormat != FormatUnknown {
+		t.Fatalf("formats %v / %v", info.KVCacheFormat, info.ModelFormat)
+	}
+	wire, err := p.Encode()
+	must(t, err)
+	pw, err := DecodeEngineMetadata(wire)
+	must(t, err)
+	defer pw.Close()
+	items, err := HandshakeValidate(d, pw)
+	must(t, err)
+	if len(items) != 1 || items[0].Field != "kv_cache_format" || items[0].LocalValue != "fp8_e5m2" ||
+		items[0].RemoteValue != "fp8_e4m3" {
+		t.Fatalf("items %+v", items)
+	}
+	wantErr(t, HandshakeRequireCompatible(d, pw), ErrIncompatible, "kv_cache_format: fp8_e5m2 vs fp8_e4m3")
+	plain := build(2, "d", FormatUnknown)
+	must(t, HandshakeRequireCompatible(plain, p))
+
+	c := DefaultEngineConfig()
+	c.KVCacheFormat = FormatFP8E5M2 // KV bytes "auto": the model's bf16
+	_, err = NewGeometry(m, c)
+	wantErr(t, err, ErrInvalidArgument, "kv_cache_format = fp8_e5m2")
+	_, err = ElementFormatFromName("nvfp4")
+	wantErr(t, err, ErrNotFound, "nvfp4")
+	if ElementFormat(99).String() != "unknown" {
+		t.Fatal("99 has a name")
+	}
+}
+
 // nanoContext is the D TP2 rank 0 <- P TP4 context of the C API tests.
 func nanoContext(t *testing.T, withGeometry bool) *PlanContext {
 	t.Helper()
