@@ -143,6 +143,87 @@ impl ConvLayout {
     }
 }
 
+/// The identity of an element format beyond its byte size (`pdkv_element_format_t`). Formats of
+/// equal size (fp8 e4m3 and e5m2, int8 and fp8 per-token-head, bfloat16 and float16) move the
+/// same bytes but decode differently, so the handshake refuses a pair whose named formats differ.
+/// [`ElementFormat::Unknown`] (the default): not named, compatible with any format.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ElementFormat {
+    /// Not named (only byte sizes given), or metadata from an older pdkv.
+    #[default]
+    Unknown,
+    /// bfloat16.
+    BFloat16,
+    /// float16.
+    Float16,
+    /// float32.
+    Float32,
+    /// fp8 e4m3 (vLLM's "fp8" on CUDA and "fp8_e4m3").
+    Fp8E4m3,
+    /// fp8 e5m2.
+    Fp8E5m2,
+    /// int8 K/V with two fp32 scales per token and head (KV cache only).
+    Int8PerTokenHead,
+    /// fp8 K/V with two fp32 scales per token and head (KV cache only).
+    Fp8PerTokenHead,
+    /// int4 K/V with two fp32 scales per token and head (KV cache only).
+    Int4PerTokenHead,
+    /// A raw value this version does not know (the library rejects unknown values).
+    Other(i32),
+}
+
+impl ElementFormat {
+    /// Maps a raw `pdkv_element_format_t` value.
+    pub fn from_raw(v: i32) -> ElementFormat {
+        match v {
+            0 => ElementFormat::Unknown,
+            1 => ElementFormat::BFloat16,
+            2 => ElementFormat::Float16,
+            3 => ElementFormat::Float32,
+            4 => ElementFormat::Fp8E4m3,
+            5 => ElementFormat::Fp8E5m2,
+            6 => ElementFormat::Int8PerTokenHead,
+            7 => ElementFormat::Fp8PerTokenHead,
+            8 => ElementFormat::Int4PerTokenHead,
+            other => ElementFormat::Other(other),
+        }
+    }
+
+    /// The raw `pdkv_element_format_t` value.
+    pub fn raw(self) -> i32 {
+        match self {
+            ElementFormat::Unknown => 0,
+            ElementFormat::BFloat16 => 1,
+            ElementFormat::Float16 => 2,
+            ElementFormat::Float32 => 3,
+            ElementFormat::Fp8E4m3 => 4,
+            ElementFormat::Fp8E5m2 => 5,
+            ElementFormat::Int8PerTokenHead => 6,
+            ElementFormat::Fp8PerTokenHead => 7,
+            ElementFormat::Int4PerTokenHead => 8,
+            ElementFormat::Other(v) => v,
+        }
+    }
+
+    /// The format of a canonical or vLLM name, case-insensitive ("fp8_e5m2", "fp8" = fp8_e4m3,
+    /// "bf16", "int8_per_token_head"; "auto": [`ElementFormat::Unknown`])
+    /// (`pdkv_element_format_from_name`). Errors: `NotFound` naming the string.
+    pub fn from_name(name: &str) -> Result<ElementFormat> {
+        let c = cstring(name, "element format name")?;
+        let mut out = 0i32;
+        // SAFETY: valid C string and out pointer.
+        check(|e| unsafe { sys::pdkv_element_format_from_name(c.as_ptr(), &mut out, e) })?;
+        Ok(ElementFormat::from_raw(out))
+    }
+
+    /// The canonical name ("fp8_e4m3", "bfloat16", ...; "unknown" otherwise).
+    pub fn name(self) -> &'static str {
+        // SAFETY: any value accepted; static storage.
+        unsafe { static_str(sys::pdkv_element_format_name(self.raw())) }
+    }
+}
+
 /// Settings of one engine (P or D) that change the geometry. `None` leaves an optional field
 /// unset (vLLM's "auto" or "not given").
 ///
@@ -183,6 +264,18 @@ pub struct EngineConfig {
     /// Bytes packed per token per KV head beside K and V (vLLM's per-token-head scales: 8);
     /// they travel with the head in every head-sliced read. 0: none.
     pub kv_cache_head_extra_bytes: u32,
+    /// Element format of the model (`--dtype`); [`ElementFormat::Unknown`]: not named. The
+    /// named formats label the sizes above and must agree with them; the handshake refuses a
+    /// peer whose known format differs and treats an unknown one as compatible.
+    pub model_format: ElementFormat,
+    /// Element format of the KV cache (`--kv-cache-dtype`); unknown: `model_format` when the KV
+    /// size is left auto, else not named.
+    pub kv_cache_format: ElementFormat,
+    /// Element format of the Mamba conv state; unknown: `model_format` when its size is auto.
+    pub conv_state_format: ElementFormat,
+    /// Element format of the Mamba SSM state; unknown: the conv state's when its size is auto
+    /// and the model has no default SSM dtype.
+    pub ssm_state_format: ElementFormat,
 }
 
 impl Default for EngineConfig {
@@ -207,6 +300,10 @@ impl Default for EngineConfig {
             conv_layout: ConvLayout::from_raw(raw.conv_layout),
             kv_cache_element_bits: None,
             kv_cache_head_extra_bytes: raw.kv_cache_head_extra_bytes as u32,
+            model_format: ElementFormat::from_raw(raw.model_format),
+            kv_cache_format: ElementFormat::from_raw(raw.kv_cache_format),
+            conv_state_format: ElementFormat::from_raw(raw.conv_state_format),
+            ssm_state_format: ElementFormat::from_raw(raw.ssm_state_format),
         }
     }
 }
@@ -263,6 +360,14 @@ impl EngineConfig {
         conv_layout: ConvLayout,
         /// Sets the bytes packed per token per KV head (per-token-head scales).
         kv_cache_head_extra_bytes: u32,
+        /// Names the model's element format (`--dtype`).
+        model_format: ElementFormat,
+        /// Names the KV cache's element format (`--kv-cache-dtype`).
+        kv_cache_format: ElementFormat,
+        /// Names the Mamba conv state's element format.
+        conv_state_format: ElementFormat,
+        /// Names the Mamba SSM state's element format.
+        ssm_state_format: ElementFormat,
     }
 
     optional_setter! {
@@ -301,6 +406,16 @@ impl EngineConfig {
                 | optional_bit(
                     self.kv_cache_element_bits,
                     sys::PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS,
+                )
+                | format_bit(self.model_format, sys::PDKV_CONFIG_FIELD_MODEL_FORMAT)
+                | format_bit(self.kv_cache_format, sys::PDKV_CONFIG_FIELD_KV_CACHE_FORMAT)
+                | format_bit(
+                    self.conv_state_format,
+                    sys::PDKV_CONFIG_FIELD_CONV_STATE_FORMAT,
+                )
+                | format_bit(
+                    self.ssm_state_format,
+                    sys::PDKV_CONFIG_FIELD_SSM_STATE_FORMAT,
                 ),
             tp_size: self.tp_size,
             kv_cache_dtype_bytes: self.kv_cache_dtype_bytes.unwrap_or(0),
@@ -322,7 +437,20 @@ impl EngineConfig {
             conv_layout: self.conv_layout.raw(),
             kv_cache_element_bits: u64::from(self.kv_cache_element_bits.unwrap_or(0)),
             kv_cache_head_extra_bytes: u64::from(self.kv_cache_head_extra_bytes),
+            model_format: self.model_format.raw(),
+            kv_cache_format: self.kv_cache_format.raw(),
+            conv_state_format: self.conv_state_format.raw(),
+            ssm_state_format: self.ssm_state_format.raw(),
         }
+    }
+}
+
+/// The field_mask bit of a format field: `bit` when it names a format, else 0.
+fn format_bit(format: ElementFormat, bit: u32) -> u64 {
+    if format == ElementFormat::Unknown {
+        0
+    } else {
+        u64::from(bit)
     }
 }
 

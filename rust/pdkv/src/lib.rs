@@ -80,7 +80,7 @@ pub use descriptors::{
     mamba_local_descriptors, mamba_local_split_descriptors, mamba_remote_descriptors, Descriptor,
     DescriptorList, Region,
 };
-pub use engine::{Backend, ConvLayout, EngineConfig, MambaCacheMode};
+pub use engine::{Backend, ConvLayout, ElementFormat, EngineConfig, MambaCacheMode};
 pub use engine_level::{Engine, EngineGroup, EngineInfo, EngineOptions, RequestGroup};
 pub use error::{Cause, Error, Result, Status};
 pub use geometry::{ConvProjection, Geometry, GeometryInfo};

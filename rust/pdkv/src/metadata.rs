@@ -1,5 +1,5 @@
 //! Engine metadata (the handshake payload), its wire format, CRC-32C and handshake validation.
-use crate::engine::{ConvLayout, EngineConfig, MambaCacheMode};
+use crate::engine::{ConvLayout, ElementFormat, EngineConfig, MambaCacheMode};
 use crate::error::{Error, Result, Status};
 use crate::ffi_util::{borrowed_str, check, cstring, owned_str, slice, sp};
 use crate::model::{MambaType, Model};
@@ -187,6 +187,15 @@ pub struct EngineMetadataInfo {
     pub layer_begin: u32,
     /// One past its last layer; 0: through the model's last layer.
     pub layer_end: u32,
+    /// Element formats (metadata format 1.3); [`ElementFormat::Unknown`]: not named, or
+    /// metadata from an older pdkv (compatible with any format in the handshake).
+    pub model_format: ElementFormat,
+    /// The KV cache's element format.
+    pub kv_cache_format: ElementFormat,
+    /// The Mamba conv state's element format.
+    pub conv_state_format: ElementFormat,
+    /// The Mamba SSM state's element format.
+    pub ssm_state_format: ElementFormat,
 }
 
 /// One advertised region (`pdkv_metadata_region_t`).
@@ -381,6 +390,10 @@ impl EngineMetadata {
             pp_rank: r.pp_rank,
             layer_begin: r.layer_begin,
             layer_end: r.layer_end,
+            model_format: ElementFormat::from_raw(r.model_format),
+            kv_cache_format: ElementFormat::from_raw(r.kv_cache_format),
+            conv_state_format: ElementFormat::from_raw(r.conv_state_format),
+            ssm_state_format: ElementFormat::from_raw(r.ssm_state_format),
         })
     }
 

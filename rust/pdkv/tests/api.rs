@@ -797,3 +797,69 @@ fn different_kv_layouts_permute_on_receive() {
         Status::InvalidArgument
     );
 }
+
+// ---- element formats ----------------------------------------------------------------------
+
+#[test]
+fn a_pair_differing_only_in_the_kv_format_is_incompatible_naming_both() {
+    let m = nano();
+    let build = |tp: u32, id: &str, f: ElementFormat| {
+        let c = EngineConfig::with_tp(tp)
+            .kv_cache_dtype_bytes(1)
+            .kv_cache_format(f);
+        let l = EngineLayout {
+            engine_id: id.into(),
+            num_regions: 6,
+            ..EngineLayout::default()
+        };
+        EngineMetadata::from_model(&m, &c, &l).expect("metadata")
+    };
+    let e4m3 = ElementFormat::from_name("fp8").expect("fp8");
+    assert_eq!(e4m3, ElementFormat::Fp8E4m3);
+    assert_eq!(e4m3.name(), "fp8_e4m3");
+    let p = build(4, "p", e4m3);
+    let d = build(2, "d", ElementFormat::Fp8E5m2);
+    let info = p.info().expect("info");
+    assert_eq!(info.kv_cache_format, ElementFormat::Fp8E4m3);
+    assert_eq!(info.model_format, ElementFormat::Unknown);
+    let wire = EngineMetadata::decode(&p.encode().expect("encode")).expect("decode");
+    assert_eq!(
+        wire.info().expect("info").kv_cache_format,
+        ElementFormat::Fp8E4m3
+    );
+    let items = handshake_validate(&d, &wire).expect("validate");
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0].field, "kv_cache_format");
+    assert_eq!(
+        (
+            items[0].local_value.as_str(),
+            items[0].remote_value.as_str()
+        ),
+        ("fp8_e5m2", "fp8_e4m3")
+    );
+    let err = handshake_require_compatible(&d, &wire).unwrap_err();
+    assert_eq!(err.status(), Status::Incompatible);
+    assert!(
+        err.message()
+            .contains("kv_cache_format: fp8_e5m2 vs fp8_e4m3"),
+        "{}",
+        err.message()
+    );
+    // Only sizes (no format named) on one side: compatible.
+    let plain = build(2, "d", ElementFormat::Unknown);
+    handshake_require_compatible(&plain, &p).expect("unknown is compatible");
+    // A format that disagrees with the sizes it labels, and an unknown name.
+    let bad = EngineConfig::with_tp(2).kv_cache_format(ElementFormat::Fp8E5m2);
+    let err = Geometry::new(&m, &bad).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(
+        err.message().contains("kv_cache_format = fp8_e5m2"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(
+        ElementFormat::from_name("nvfp4").unwrap_err().status(),
+        Status::NotFound
+    );
+    assert_eq!(ElementFormat::Other(99).name(), "unknown");
+}

@@ -3,8 +3,8 @@
 //! to a named variant (not the `Other` fallback) and back to itself, and each enum has exactly
 //! the header's values. A member added to a C enum without its Rust variant fails here.
 use pdkv::{
-    Backend, ConvLayout, GroupKind, KvLayout, MambaCacheMode, MambaReadsRule, MambaType,
-    MemoryType, NotificationKind, ProgressMode, RegionKind, Status, TpList, TransferOp,
+    Backend, ConvLayout, ElementFormat, GroupKind, KvLayout, MambaCacheMode, MambaReadsRule,
+    MambaType, MemoryType, NotificationKind, ProgressMode, RegionKind, Status, TpList, TransferOp,
     TransferState, Transport,
 };
 
@@ -70,6 +70,7 @@ fn every_header_enum_value_round_trips() {
     there_and_back!(Backend, "pdkv_attention_backend_t");
     there_and_back!(MambaCacheMode, "pdkv_mamba_cache_mode_t");
     there_and_back!(ConvLayout, "pdkv_conv_layout_t");
+    there_and_back!(ElementFormat, "pdkv_element_format_t");
     there_and_back!(MambaType, "pdkv_mamba_type_t");
     there_and_back!(GroupKind, "pdkv_group_kind_t");
     there_and_back!(KvLayout, "pdkv_kv_layout_t");
@@ -112,8 +113,8 @@ fn every_header_status_round_trips() {
 
 #[test]
 fn every_enum_of_the_header_is_checked_here() {
-    // The 15 enums and the status above, plus pdkv_cause_domain_t (mapped inside Error::from_raw).
-    let checked = 17;
+    // The 16 enums and the status above, plus pdkv_cause_domain_t (mapped inside Error::from_raw).
+    let checked = 18;
     assert_eq!(
         HEADER_ENUMS.len(),
         checked,
