@@ -256,12 +256,26 @@ func engineConfig(e *in) (EngineConfig, error) {
 	default:
 		panic(badVector{fmt.Sprintf("unknown conv_layout %q", l)})
 	}
+	formats := []struct {
+		name   string
+		target *ElementFormat
+	}{
+		{e.strOr("model_format", "auto"), &c.ModelFormat},
+		{e.strOr("kv_cache_format", "auto"), &c.KVCacheFormat},
+		{e.strOr("conv_state_format", "auto"), &c.ConvStateFormat},
+		{e.strOr("ssm_state_format", "auto"), &c.SSMStateFormat},
+	}
 	// Every key is read before the first library call, which may fail the case.
 	b, err := BackendFromName(backend)
 	if err != nil {
 		return c, err
 	}
 	c.Backend = b
+	for _, f := range formats {
+		if *f.target, err = ElementFormatFromName(f.name); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
 }
 

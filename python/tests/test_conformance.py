@@ -104,6 +104,10 @@ def engine(e: Input) -> pdkv.EngineConfig:
         backend=pdkv.backend_from_name(e.str("backend", "flash_attn")),
         mamba_cache_mode=_choice("mamba_cache_mode", e.str("mamba_cache_mode", "none"), ("none", "align", "all")),
         conv_layout=_choice("conv_layout", e.str("conv_layout", "DS"), ("DS", "SD")),
+        model_format=e.str("model_format", "auto"),
+        kv_cache_format=e.str("kv_cache_format", "auto"),
+        conv_state_format=e.str("conv_state_format", "auto"),
+        ssm_state_format=e.str("ssm_state_format", "auto"),
     )
     e.check_all_used()
     return cfg

@@ -185,6 +185,16 @@ pdkv_engine_config_t engine_config(Input in) {
   optional("user_mamba_block_size", PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE, c.user_mamba_block_size);
   optional("kv_cache_element_bits", PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS, c.kv_cache_element_bits);
   c.kv_cache_head_extra_bytes = in.u32_or("kv_cache_head_extra_bytes", 0);
+  // Element formats by name ("fp8", "fp8_e5m2", "bfloat16", ...), each with its bit.
+  const std::pair<const char*, std::pair<uint64_t, int32_t*>> formats[] = {
+      {"model_format", {PDKV_CONFIG_FIELD_MODEL_FORMAT, &c.model_format}},
+      {"kv_cache_format", {PDKV_CONFIG_FIELD_KV_CACHE_FORMAT, &c.kv_cache_format}},
+      {"conv_state_format", {PDKV_CONFIG_FIELD_CONV_STATE_FORMAT, &c.conv_state_format}},
+      {"ssm_state_format", {PDKV_CONFIG_FIELD_SSM_STATE_FORMAT, &c.ssm_state_format}}};
+  std::vector<std::pair<std::string, std::pair<uint64_t, int32_t*>>> named;
+  for (const auto& [key, target] : formats) {
+    if (in.has(key)) named.push_back({in.str(key), target});
+  }
   const std::string backend = in.str_or("backend", "flash_attn");
   const std::string mode = in.str_or("mamba_cache_mode", "none");
   if (mode == "none") c.mamba_cache_mode = PDKV_MAMBA_CACHE_NONE;
@@ -197,6 +207,10 @@ pdkv_engine_config_t engine_config(Input in) {
   else throw VectorError("unknown conv_layout '" + layout + "'");
   in.check_all_used();
   call([&](pdkv_error_t** e) { return pdkv_backend_from_name(backend.c_str(), &c.attention_backend, e); });
+  for (const auto& [name, target] : named) {
+    call([&](pdkv_error_t** e) { return pdkv_element_format_from_name(name.c_str(), target.second, e); });
+    c.field_mask |= target.first;
+  }
   return c;
 }
 

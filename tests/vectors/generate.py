@@ -1688,6 +1688,32 @@ def metadata_cases():
     return cases
 
 
+FORMAT_FIELDS = ("model_format", "kv_cache_format", "conv_state_format", "ssm_state_format")
+
+
+def formats(model, engine):
+    """The element formats an engine advertises (metadata 1.3), resolved by the documented "auto"
+    rules (model.hpp resolved_formats): a named format; else, for a size left auto, the format it
+    falls back to (KV cache and conv state: model_format; SSM state: the conv state's when the
+    model has no default SSM dtype of its own, here one that differs from the model dtype); else
+    "unknown". Names are canonical ("fp8" is fp8_e4m3)."""
+    canon = lambda n: {"fp8": "fp8_e4m3", "bf16": "bfloat16", "fp16": "float16", "auto": "unknown"}.get(n, n)
+    named = {f: canon(engine.get(f, "unknown")) for f in FORMAT_FIELDS}
+    mm = MODELS[model]
+    out = {"model_format": named["model_format"]}
+    kv_auto = not any(engine.get(k) for k in ("kv_cache_dtype_bytes", "kv_cache_element_bits",
+                                              "kv_cache_head_extra_bytes"))
+    out["kv_cache_format"] = named["kv_cache_format"] if named["kv_cache_format"] != "unknown" else (
+        named["model_format"] if kv_auto else "unknown")
+    conv = named["conv_state_format"] if named["conv_state_format"] != "unknown" else (
+        named["model_format"] if not engine.get("conv_state_dtype_bytes") else "unknown")
+    out["conv_state_format"] = conv
+    own_ssm_default = mm["ssm_dt"] != mm["dt"]
+    out["ssm_state_format"] = named["ssm_state_format"] if named["ssm_state_format"] != "unknown" else (
+        conv if not engine.get("ssm_state_dtype_bytes") and not own_ssm_default else "unknown")
+    return out
+
+
 def validate(l, r):
     """The documented handshake rules (handshake.hpp) on two metadata dicts, in report order."""
     items = []
@@ -1703,6 +1729,12 @@ def validate(l, r):
         add(inc, "total_kv_heads")
     if l["mamba_type"] != r["mamba_type"]:
         add(inc, "mamba_type")
+    # Element formats known on both sides must be equal (equal sizes do not make equal formats);
+    # "unknown" (sizes only, or a peer before metadata 1.3) is compatible with anything.
+    for f in FORMAT_FIELDS:
+        a, b = l.get(f, "unknown"), r.get(f, "unknown")
+        if "unknown" not in (a, b) and a != b:
+            add(inc, f)
     a, b = l["tp_size"], r["tp_size"]
     if a % b and b % a:
         add("PDKV_ERR_TP_NOT_DIVISIBLE", "tp_size")
@@ -1752,8 +1784,8 @@ def handshake_cases():
     cases = []
 
     def h(name, local, remote, expect=None):
-        items = validate(metadata(local["model"], local["engine"], local.get("layout")),
-                         metadata(remote["model"], remote["engine"], remote.get("layout")))
+        side = lambda x: dict(metadata(x["model"], x["engine"], x.get("layout")), **formats(x["model"], x["engine"]))
+        items = validate(side(local), side(remote))
         if expect is not None:
             check(items, expect, "handshake " + name)
         cases.append({"name": "handshake_validate/" + name, "op": "handshake_validate",
@@ -1795,6 +1827,29 @@ def handshake_cases():
       {"model": nano, "engine": {"tp_size": 2, "mamba_cache_mode": "align"}, "layout": {"engine_id": "d"}},
       {"model": nano, "engine": {"tp_size": 2, "mamba_cache_mode": "all"}, "layout": {"engine_id": "p"}},
       [{"status": "PDKV_ERR_INCOMPATIBLE", "field": "cache_mode"}])
+    # Element formats (metadata 1.3): equal sizes, different formats are refused by name; an
+    # engine that names no format (sizes only) is compatible with any.
+    e4m3 = {"kv_cache_dtype_bytes": 1, "kv_cache_format": "fp8"}
+    e5m2 = {"kv_cache_dtype_bytes": 1, "kv_cache_format": "fp8_e5m2"}
+    h("kv_format_fp8_e5m2_vs_fp8_e4m3",
+      {"model": nano, "engine": dict(e5m2, tp_size=2), "layout": {"engine_id": "d"}},
+      {"model": nano, "engine": dict(e4m3, tp_size=4), "layout": {"engine_id": "p"}},
+      [{"status": "PDKV_ERR_INCOMPATIBLE", "field": "kv_cache_format"}])
+    h("kv_format_unknown_vs_fp8_e4m3_accepted",
+      {"model": nano, "engine": {"tp_size": 2, "kv_cache_dtype_bytes": 1}, "layout": {"engine_id": "d"}},
+      {"model": nano, "engine": dict(e4m3, tp_size=4), "layout": {"engine_id": "p"}}, [])
+    # The model dtype named alone: the auto KV cache and conv state take it, the SSM state keeps
+    # the model's own float32 default (unknown), so three fields differ.
+    h("model_format_float16_vs_bfloat16",
+      {"model": nano, "engine": {"tp_size": 2, "model_format": "float16"}, "layout": {"engine_id": "d"}},
+      {"model": nano, "engine": {"tp_size": 2, "model_format": "bf16"}, "layout": {"engine_id": "p"}},
+      [{"status": "PDKV_ERR_INCOMPATIBLE", "field": "model_format"},
+       {"status": "PDKV_ERR_INCOMPATIBLE", "field": "kv_cache_format"},
+       {"status": "PDKV_ERR_INCOMPATIBLE", "field": "conv_state_format"}])
+    h("ssm_format_named_on_both_sides_equal_accepted",
+      {"model": nano, "engine": {"tp_size": 2, "ssm_state_format": "float32"}, "layout": {"engine_id": "d"}},
+      {"model": nano, "engine": {"tp_size": 4, "ssm_state_format": "float32", "model_format": "bfloat16"},
+       "layout": {"engine_id": "p"}}, [])
     return cases
 
 

@@ -819,9 +819,25 @@ fn engine(v: &Json) -> CaseResult<Result<EngineConfig, Error>> {
         "backend",
         "mamba_cache_mode",
         "conv_layout",
+        "model_format",
+        "kv_cache_format",
+        "conv_state_format",
+        "ssm_state_format",
     ];
     if let Some(k) = m.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(format!("engine: unknown key {k:?}"));
+    }
+    let mut formats = [ElementFormat::Unknown; 4];
+    for (slot, key) in formats.iter_mut().zip([
+        "model_format",
+        "kv_cache_format",
+        "conv_state_format",
+        "ssm_state_format",
+    ]) {
+        *slot = match ElementFormat::from_name(str_or(m, key, "auto")?) {
+            Ok(f) => f,
+            Err(e) => return Ok(Err(e)),
+        };
     }
     let mode = cache_mode_of(str_or(m, "mamba_cache_mode", "none")?)?;
     let layout = match str_or(m, "conv_layout", "DS")? {
@@ -838,7 +854,11 @@ fn engine(v: &Json) -> CaseResult<Result<EngineConfig, Error>> {
         .kv_cache_head_extra_bytes(u32_or(m, "kv_cache_head_extra_bytes", 0)?)
         .backend(backend)
         .mamba_cache_mode(mode)
-        .conv_layout(layout);
+        .conv_layout(layout)
+        .model_format(formats[0])
+        .kv_cache_format(formats[1])
+        .conv_state_format(formats[2])
+        .ssm_state_format(formats[3]);
     c.kv_cache_dtype_bytes = u32_opt(m, "kv_cache_dtype_bytes")?;
     c.conv_state_dtype_bytes = u32_opt(m, "conv_state_dtype_bytes")?;
     c.ssm_state_dtype_bytes = u32_opt(m, "ssm_state_dtype_bytes")?;
