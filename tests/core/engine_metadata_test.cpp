@@ -246,6 +246,13 @@ TEST(EngineMetadata, ElementFormatsRoundTripAsMinor3AndOldMetadataDecodesUnknown
   bad = std::vector<uint8_t>(b.begin(), b.end() - 1);
   reseal(bad);
   expect_error(bad, Status::Parse, {"truncated", "ssm_state_format"});
+  // A pipeline stage with formats: its 1.2 fields, then the formats, labelled 1.3.
+  m.pp_size = 2;
+  m.layer_end = 8;
+  const auto staged = encode(m);
+  EXPECT_EQ(staged[6], 3);
+  EXPECT_EQ(decode(staged), m);
+  EXPECT_EQ(std::vector<uint8_t>(staged.end() - 4, staged.end()), (std::vector<uint8_t>{1, 5, 1, 3}));
 }
 
 TEST(EngineMetadata, PayloadLengthMismatch) {
