@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Dict, List, Tuple, Type
 
 #: PDKV_VERSION_MAJOR / _MINOR / _PATCH of the header this module was generated from.
 HEADER_VERSION_MAJOR = 2
-HEADER_VERSION_MINOR = 3
+HEADER_VERSION_MINOR = 4
 HEADER_VERSION_PATCH = 0
 
 # ---- #define constants -------------------------------------------------------------------
@@ -488,7 +488,7 @@ class ElementFormat(IntEnum):
     Formats of equal size (FP8_E4M3 and FP8_E5M2, INT8_ and FP8_PER_TOKEN_HEAD, BFLOAT16 and
     FLOAT16) move the same bytes but decode differently, so the handshake refuses a pair whose named
     formats differ. UNKNOWN: not named (only byte sizes given), compatible with any format. Numeric
-    values are stable (they travel in the engine metadata, format 1.3).
+    values are stable (they travel in the engine metadata, format 1.3). Since 2.4.
     """
 
     UNKNOWN = 0

@@ -160,7 +160,7 @@ typedef enum pdkv_conv_layout {
  * (FP8_E4M3 and FP8_E5M2, INT8_ and FP8_PER_TOKEN_HEAD, BFLOAT16 and FLOAT16) move the same bytes
  * but decode differently, so the handshake refuses a pair whose named formats differ. UNKNOWN:
  * not named (only byte sizes given), compatible with any format. Numeric values are stable
- * (they travel in the engine metadata, format 1.3). */
+ * (they travel in the engine metadata, format 1.3). Since 2.4. */
 typedef enum pdkv_element_format {
   PDKV_FORMAT_UNKNOWN = 0,
   PDKV_FORMAT_BFLOAT16 = 1,
@@ -174,13 +174,13 @@ typedef enum pdkv_element_format {
 } pdkv_element_format_t;
 
 /* Canonical lower-case name of an element format ("fp8_e4m3", "bfloat16", ...); "unknown" for
- * PDKV_FORMAT_UNKNOWN and other values. Static storage. Thread-safe. */
+ * PDKV_FORMAT_UNKNOWN and other values. Static storage. Thread-safe. Since 2.4. */
 PDKV_API const char *pdkv_element_format_name(int32_t format);
 
 /* Element format of a name, case-insensitive: the canonical names, vLLM's --dtype /
  * --kv-cache-dtype names and aliases (bf16, fp16, half, fp32, float, fp8 = fp8_e4m3), and "auto"
  * (PDKV_FORMAT_UNKNOWN). Errors: NULL_POINTER (name, out), NOT_FOUND (names the string and lists
- * the canonical names). Thread-safe. */
+ * the canonical names). Thread-safe. Since 2.4. */
 PDKV_API pdkv_status_t pdkv_element_format_from_name(const char *name, int32_t *out, pdkv_error_t **err);
 
 /* Optional fields of pdkv_engine_config_t (vLLM's "auto" and "not given"). A set field must be
@@ -197,7 +197,7 @@ PDKV_API pdkv_status_t pdkv_element_format_from_name(const char *name, int32_t *
 #define PDKV_CONFIG_FIELD_MAMBA_BLOCK_SIZE (1ULL << 4)
 /* kv_cache_element_bits */
 #define PDKV_CONFIG_FIELD_KV_CACHE_ELEMENT_BITS (1ULL << 5)
-/* model_format */
+/* model_format (this bit and the three below: since 2.4) */
 #define PDKV_CONFIG_FIELD_MODEL_FORMAT (1ULL << 6)
 /* kv_cache_format */
 #define PDKV_CONFIG_FIELD_KV_CACHE_FORMAT (1ULL << 7)
@@ -246,7 +246,7 @@ typedef struct pdkv_engine_config {
    * sizes above (e.g. kv_cache_format FP8_E5M2 needs kv_cache_dtype_bytes 1 or
    * kv_cache_element_bits 8; INT8_PER_TOKEN_HEAD also kv_cache_head_extra_bytes 8; model_format
    * the model's dtype_bytes), else INVALID_ARGUMENT naming both; the *_PER_TOKEN_HEAD formats
-   * are for kv_cache_format only. */
+   * are for kv_cache_format only. Since 2.4 (a 2.3 struct_size ends before them). */
   int32_t model_format;
   int32_t kv_cache_format;
   int32_t conv_state_format;

@@ -126,7 +126,7 @@ typedef struct pdkv_engine_metadata_info {
   uint32_t layer_end;
   /* Metadata format 1.3: the engine's element formats (pdkv_element_format_t, resolved as
    * pdkv_engine_config_t describes). PDKV_FORMAT_UNKNOWN: not named, or metadata from a pdkv
-   * before 1.3; the handshake treats it as compatible with any format. */
+   * before 1.3; the handshake treats it as compatible with any format. Since 2.4. */
   int32_t model_format;
   int32_t kv_cache_format;
   int32_t conv_state_format;
