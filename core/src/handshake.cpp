@@ -469,6 +469,33 @@ std::vector<Incompatibility> validate_engine_ranks(std::span<const EngineMetadat
            },
            "restart the remote engine consistently");
   }
+  // Element formats: D compares each rank with its own, which lets anything through where D named
+  // none, so the ranks must agree among themselves. Known ones only (unknown: sizes only, or an
+  // older pdkv), each against the first rank that names it.
+  struct Field {
+    const char* name;
+    ElementFormat EngineMetadata::*format;
+  };
+  for (const Field f : {Field{"model_format", &EngineMetadata::model_format},
+                        Field{"kv_cache_format", &EngineMetadata::kv_cache_format},
+                        Field{"conv_state_format", &EngineMetadata::conv_state_format},
+                        Field{"ssm_state_format", &EngineMetadata::ssm_state_format}}) {
+    size_t first = ranks.size();
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const ElementFormat v = ranks[i].*f.format;
+      if (v == ElementFormat::Unknown) continue;
+      if (first == ranks.size()) {
+        first = i;
+        continue;
+      }
+      const ElementFormat w = ranks[first].*f.format;
+      if (v == w) continue;
+      const std::string va = element_format_name(w), vb = element_format_name(v);
+      out.add(Status::Incompatible, f.name, va, vb,
+              who(i) + " disagrees with rank entry " + num(first) + " on " + f.name + " (" + va + " vs " + vb + ")",
+              "run every rank of an engine with the same dtype flags");
+    }
+  }
   return out.take();
 }
 

@@ -391,6 +391,24 @@ TEST(EngineRanks, MustAgreeAndBeDistinct) {
   expect_item(items, "tp_rank", Status::Incompatible, {"repeats a tp_rank"});
 }
 
+// The ranks of one engine must agree on the element formats they name: D checks each P rank
+// against its own formats, which passes anything when D names none, so a P engine whose ranks
+// store the KV cache in two fp8 formats would hand D bytes it decodes two ways.
+TEST(EngineRanks, NamedFormatsMustAgreeAcrossRanks) {
+  std::vector<EngineMetadata> ranks = {nemotron(4, 0, "p"), nemotron(4, 1, "p"), nemotron(4, 2, "p")};
+  ranks[0].kv_cache_format = ElementFormat::Fp8E4m3;
+  ranks[2].kv_cache_format = ElementFormat::Fp8E5m2;
+  expect_item(validate_engine_ranks(ranks), "kv_cache_format", Status::Incompatible,
+              {"rank entry 2 (tp_rank 2) disagrees with rank entry 0 on kv_cache_format (fp8_e4m3 vs fp8_e5m2)"});
+  // Unknown on a rank (sizes only, or an older pdkv) stays compatible, as in validate_pair.
+  ranks[2].kv_cache_format = ElementFormat::Unknown;
+  ranks[1].model_format = ElementFormat::BFloat16;
+  EXPECT_TRUE(validate_engine_ranks(ranks).empty());
+  ranks[2].model_format = ElementFormat::Float16;
+  expect_item(validate_engine_ranks(ranks), "model_format", Status::Incompatible,
+              {"rank entry 2 (tp_rank 2) disagrees with rank entry 1 on model_format (bfloat16 vs float16)"});
+}
+
 // Regions sharing bytes on either side (hand-built metadata; decode() refuses them already):
 // a read into one would overwrite another layer's KV.
 TEST(HandshakeRules, OverlappingRegions) {

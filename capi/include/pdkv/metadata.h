@@ -243,8 +243,8 @@ PDKV_API pdkv_status_t pdkv_handshake_validate(const pdkv_engine_metadata_t *loc
                                                pdkv_handshake_report_t **out, pdkv_error_t **err);
 
 /* Checks that the ranks of ONE remote engine agree (engine id, TP size, block counts, region
- * count, geometry, distinct tp_ranks); items compare ranks[0] ("local") with the offending rank
- * ("remote"). ranks is an array of n_ranks handles. Errors: NULL_POINTER (ranks with n > 0, an
+ * count, geometry, distinct tp_ranks, and the element formats two ranks both name); items compare
+ * ranks[0] ("local") with the offending rank ("remote"), for a format the first rank naming it. ranks is an array of n_ranks handles. Errors: NULL_POINTER (ranks with n > 0, an
  * element, out). *out owned by the caller. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_handshake_validate_engine_ranks(
     const pdkv_engine_metadata_t *const *ranks, size_t n_ranks, pdkv_handshake_report_t **out,

@@ -73,7 +73,8 @@ void require_compatible(const EngineMetadata& local, const EngineMetadata& remot
 
 // The ranks of ONE remote engine (as gathered by handshakes with several of its ranks) must agree
 // with each other: engine id, TP size, block counts (vLLM: dst_num_blocks[engine] ==
-// meta.num_blocks), region count, geometry; and their tp_ranks must be distinct. Items compare
+// meta.num_blocks), region count, geometry, the element formats two ranks both name; and their
+// tp_ranks must be distinct. Items compare
 // ranks[0] ("local_value") with the offending rank ("remote_value").
 std::vector<Incompatibility> validate_engine_ranks(std::span<const EngineMetadata> ranks);
 
