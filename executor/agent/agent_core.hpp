@@ -159,6 +159,23 @@ struct TcpData {
   // (`drop`: the status and reason given, the socket already shut down so the call returns).
   bool io = false;
   std::optional<std::pair<core::Status, std::string>> drop;
+  // Liveness (AgentCore::tcp_stalled_locked): while work is pending on the connection (batches
+  // this side started and the peer has not answered, frames waiting to be sent, or a frame being
+  // received), the peer must move bytes: `moved_at` is the last time a system call here moved one
+  // (either direction), or the kernel's count of bytes the peer acknowledged (`wire_acked`,
+  // sampled at `sampled_at`) was seen to grow, or the connection went from idle to pending.
+  // Pending and nothing moved for the heartbeat timeout: the peer is lost.
+  Clock::time_point moved_at{};
+  Clock::time_point sampled_at{};
+  uint64_t wire_acked = 0;
+  bool wire_stale = true;  // a call here moved bytes after the sample
+  void note_moved() {
+    moved_at = Clock::now();
+    wire_stale = true;
+  }
+  // Work pending. Under the core's mutex; the frame reader is touched without it by a progress
+  // call that claimed the connection (io), so it counts only when nobody has.
+  bool pending() const { return !batches.empty() || !out.empty() || (!io && !reader.idle()); }
   TcpData() = default;
   TcpData(const TcpData&) = delete;
   TcpData& operator=(const TcpData&) = delete;
@@ -414,6 +431,14 @@ class AgentCore {
   void tcp_frame_done_locked(PeerConn& peer);
   void tcp_batch_landed_locked(PeerConn& peer, TcpBatch& batch);
   void tcp_drop_locked(PeerConn& peer, core::Status status, const std::string& why);
+  // Data-connection liveness, run by the control thread's timers (timers_locked): the peers whose
+  // data connection had work pending and moved no byte for the heartbeat timeout (checked against
+  // the kernel's counters and this side's own backlog first). When the next check of `peer` is
+  // due (next_timer_locked); Clock::time_point::max() while nothing is pending.
+  std::vector<std::pair<std::shared_ptr<PeerConn>, std::string>> tcp_stalled_locked(Clock::time_point now);
+  Clock::time_point tcp_check_due_locked(const PeerConn& peer) const;
+  // The connection is about to have work pending: if it had none, the wait for the peer starts now.
+  void tcp_pending_begins_locked(PeerConn& peer);
   // The registered range [offset, offset + length) of this agent's region, or an empty string
   // and `out` set: every range a peer names is checked here before a byte moves.
   std::string tcp_check_local(const tcpdp::Piece& piece, iovec* out, std::shared_ptr<Registration>* reg) const;

@@ -708,6 +708,7 @@ Clock::time_point AgentCore::next_timer_locked(Clock::time_point now) const {
     next = std::min(next, p->next_ping);
     // Lost once silent for longer than the timeout: check just after it.
     next = std::min(next, p->last_heard + opt_.heartbeat_timeout + std::chrono::milliseconds(1));
+    next = std::min(next, tcp_check_due_locked(*p));  // its data connection's liveness, while pending
   }
   if (const auto lease = leases_.next_deadline()) next = std::min(next, *lease);
   for (const auto& j : active_) {
@@ -867,6 +868,9 @@ void AgentCore::timers_locked(Clock::time_point now) {
                          std::to_string(opt_.heartbeat_timeout.count()) + " ms)",
                      true);
   }
+  // A data connection with work pending that moved nothing for the heartbeat timeout: the peer
+  // stopped reading it or answering (its control channel may still be alive).
+  for (auto& [p, why] : tcp_stalled_locked(now)) lose_peer_locked(p, Status::PeerLost, why, true);
   std::vector<std::shared_ptr<PeerConn>> all;
   for (auto& [key, p] : peers_) all.push_back(p);
   for (auto& p : all) flush_channel_locked(p);

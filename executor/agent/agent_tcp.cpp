@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "agent/agent_core.hpp"
@@ -259,6 +260,7 @@ bool AgentCore::tcp_start_batch_locked(const std::shared_ptr<TransferJob>& job_p
     job.inflight++;
     peer.inflight++;
   }
+  tcp_pending_begins_locked(peer);
   lane.tcp_outstanding++;
   peer.tcp_pieces += b.pieces.size();
   peer.rr_last = job.seq;
@@ -390,6 +392,7 @@ std::string AgentCore::tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer)
       return "sending on the data connection: " + cma::errno_text(err);
     }
     o.sent += static_cast<uint64_t>(k);
+    if (k > 0) d.note_moved();
     if (d.sealer) d.tx_sent += static_cast<size_t>(k) - std::min<size_t>(static_cast<size_t>(k), head_part);
     budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
     if (o.sent == o.total) {
@@ -426,6 +429,7 @@ std::string AgentCore::tcp_recv(std::unique_lock<std::mutex>& g, PeerConn& peer,
         if (err == EAGAIN || err == EWOULDBLOCK) break;
         return "receiving on the data connection: " + cma::errno_text(err);
       }
+      d.note_moved();
       budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
       try {
         const bool was_ready = d.reader.ready();
@@ -481,6 +485,7 @@ std::string AgentCore::tcp_recv(std::unique_lock<std::mutex>& g, PeerConn& peer,
         if (err == EAGAIN || err == EWOULDBLOCK) break;
         return "receiving on the data connection: " + cma::errno_text(err);
       }
+      d.note_moved();
       budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
     }
     if (d.reader.complete()) {
@@ -736,6 +741,94 @@ void AgentCore::tcp_drop_locked(PeerConn& peer, Status status, const std::string
   peer.tcp.reset();
 }
 
+namespace {
+
+// The kernel's tcp_info up to its count of the bytes the peer acknowledged (Linux 4.1; glibc's
+// struct ends before it, at the layout's tcpi_total_retrans).
+struct TcpInfoAcked {
+  tcp_info base;
+  uint64_t pacing_rate;
+  uint64_t max_pacing_rate;
+  uint64_t bytes_acked;
+};
+static_assert(sizeof(tcp_info) == 104 && offsetof(TcpInfoAcked, bytes_acked) == 120,
+              "tcp_info's layout differs from the kernel's");
+
+// Bytes of what this side sent that the peer acknowledged, as the kernel counts them: the count
+// grows while a slow peer drains the socket, before a send here finds room again. False where the
+// kernel does not say.
+bool wire_acked(int fd, uint64_t* acked) {
+  TcpInfoAcked info{};
+  socklen_t len = sizeof info;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  if (len < offsetof(TcpInfoAcked, bytes_acked) + sizeof info.bytes_acked) return false;
+  *acked = info.bytes_acked;
+  return true;
+}
+
+}  // namespace
+
+void AgentCore::tcp_pending_begins_locked(PeerConn& peer) {
+  TcpData& d = *peer.tcp;
+  if (d.pending()) return;
+  d.note_moved();
+  wake_control_at_locked(tcp_check_due_locked(peer));
+}
+
+// Checked every quarter of the timeout once nothing has moved for that long, so a peer that
+// stopped is lost between 1 and 1.25 timeouts after its last byte.
+Clock::time_point AgentCore::tcp_check_due_locked(const PeerConn& peer) const {
+  if (peer.lost || !peer.tcp || peer.tcp->fd < 0 || !peer.tcp->pending()) return Clock::time_point::max();
+  const auto quarter = std::max<Clock::duration>(opt_.heartbeat_timeout / 4, std::chrono::milliseconds(1));
+  return std::max(peer.tcp->moved_at, peer.tcp->sampled_at) + quarter;
+}
+
+std::vector<std::pair<std::shared_ptr<PeerConn>, std::string>> AgentCore::tcp_stalled_locked(Clock::time_point now) {
+  std::vector<std::pair<std::shared_ptr<PeerConn>, std::string>> stalled;
+  for (auto& [key, p] : peers_) {
+    if (now < tcp_check_due_locked(*p)) continue;
+    TcpData& d = *p->tcp;
+    d.sampled_at = now;
+    // A progress call is on the connection now: it moves what can move.
+    if (d.io) continue;
+    // The peer acknowledged bytes although no call here moved any since (it drains a full socket
+    // slowly): it is alive. (Bytes it sends are read here as they come, or count below while this
+    // side does not read; while this side holds back reads, its sending does not count.)
+    uint64_t acked = 0;
+    if (wire_acked(d.fd, &acked)) {
+      // A sample taken before a call here last moved bytes is only a new baseline: the kernel
+      // counted those bytes, not the peer's since.
+      const bool counts = acked != d.wire_acked && !d.wire_stale;
+      d.wire_acked = acked;
+      d.wire_stale = false;
+      if (counts) {
+        d.moved_at = now;
+        continue;
+      }
+    }
+    // This side's own backlog (a caller-progress agent whose caller has not called): bytes
+    // waiting to be read here, or room to send what is queued, are not the peer's silence.
+    pollfd pf{d.fd, POLLIN | POLLOUT, 0};
+    if (::poll(&pf, 1, 0) == 1) {
+      const bool readable = (pf.revents & POLLIN) != 0 && (d.watched & EPOLLIN) != 0;
+      const bool writable = (pf.revents & POLLOUT) != 0 && !d.out.empty();
+      if ((pf.revents & (POLLERR | POLLHUP)) == 0 && (readable || writable)) {
+        d.moved_at = now;
+        continue;
+      }
+    }
+    if (now - d.moved_at < opt_.heartbeat_timeout) continue;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - d.moved_at).count();
+    uint64_t queued = 0;
+    for (const auto& o : d.out) queued += o.total - o.sent;
+    stalled.emplace_back(p, "its data connection made no progress for " + std::to_string(ms) +
+                                " ms (heartbeat timeout " + std::to_string(opt_.heartbeat_timeout.count()) +
+                                " ms) with " + std::to_string(d.batches.size()) + " batches unanswered and " +
+                                std::to_string(queued) + " bytes waiting to be sent");
+  }
+  return stalled;
+}
+
 unsigned AgentCore::tcp_progress(std::unique_lock<std::mutex>& g) {
   unsigned frames = 0;
   tcp_start_batches_locked();
@@ -784,6 +877,10 @@ unsigned AgentCore::tcp_progress(std::unique_lock<std::mutex>& g) {
     }
     const bool paused = d.reader.idle() && d.out.size() >= kTcpMaxQueuedFrames;
     const uint32_t want = (paused ? 0u : static_cast<uint32_t>(EPOLLIN)) | (d.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
+    // Work left pending (answers queued, batches unanswered): the control thread checks the peer
+    // moves bytes (tcp_stalled_locked), waking for it if its sleep would end later.
+    const auto due = tcp_check_due_locked(*p);
+    if (due != Clock::time_point::max()) wake_control_at_locked(due);
     if (want != d.watched) {
       d.watched = want;
       epoll_event ev{};
