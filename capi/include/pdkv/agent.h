@@ -135,8 +135,12 @@ typedef struct pdkv_agent_options {
                                              networks */
   size_t preshared_key_len;
   uint32_t heartbeat_interval_ms;         /* Ping period per peer. Default 500 */
-  uint32_t heartbeat_timeout_ms;          /* a peer silent this long is lost. Default 5000;
-                                             must exceed the interval */
+  uint32_t heartbeat_timeout_ms;          /* a peer silent this long is lost, and so is a
+                                             tcp peer whose data connection has work pending
+                                             (batches unanswered, bytes to send) and moves no
+                                             byte this long (a caller-progress agent must call
+                                             progress at least this often while a transfer
+                                             moves). Default 5000; must exceed the interval */
   uint32_t max_outstanding;               /* the most operations (plan reads; a read longer
                                              than a batch counts once per batch it spans) in
                                              flight per peer, across all transfers with that
