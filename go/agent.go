@@ -204,7 +204,9 @@ type AgentOptions struct {
 	// PresharedKey is the key both sides must hold (>= 16 bytes; nil: none).
 	PresharedKey []byte
 	// HeartbeatInterval is the ping period per peer (0: 500 ms); HeartbeatTimeout the silence
-	// after which a peer is lost (0: 5 s). Setting either sets both (the other at its default).
+	// after which a peer is lost (0: 5 s), on its control channel or on a tcp data connection
+	// with work pending (a caller-progress agent must call Progress at least this often while a
+	// transfer moves). Setting either sets both (the other at its default).
 	HeartbeatInterval, HeartbeatTimeout time.Duration
 	// MaxOutstanding is the most operations (plan reads) in flight per peer, across all
 	// transfers with that peer, which take turns (0: 64); see

@@ -213,7 +213,10 @@ class Agent(Handle):
         is bound before this returns. Options left None take the library's defaults
         (listen "127.0.0.1:0", AUTO, THREAD, 30 s, no key, heartbeats 0.5 s / 5 s, 64, copy
         threads 2 from 4 hardware threads up, else 1). Setting either heartbeat option sets both
-        (the other at its default). ``copy_threads`` (1-16) is how many threads copy each shm
+        (the other at its default); ``heartbeat_timeout`` is the silence after which a peer is
+        lost, on its control channel or on a TCP data connection with work pending (a
+        CALLER-progress agent must call ``progress`` at least that often while a transfer
+        moves). ``copy_threads`` (1-16) is how many threads copy each shm
         batch (``pdkv_agent_options_t.copy_threads``). With a key the TCP data connection is
         sealed; ``seal_data=False`` sends it in clear (trusted fabrics only), and both agents of
         a pair must agree (``pdkv_agent_options_t.seal_data``)."""

@@ -255,7 +255,9 @@ impl<'a> AgentOptions<'a> {
         self
     }
 
-    /// Heartbeat period and the silence after which a peer is lost. Default 500 ms / 5 s.
+    /// Heartbeat period and the silence after which a peer is lost, on its control channel or on
+    /// a tcp data connection with work pending (a caller-progress agent must call progress at
+    /// least this often while a transfer moves). Default 500 ms / 5 s.
     #[must_use]
     pub fn heartbeat(mut self, interval: Duration, timeout: Duration) -> Self {
         self.heartbeat = Some((interval, timeout));
