@@ -272,6 +272,37 @@ TEST(AgentDataLiveness, AWriteToAPeerThatStopsReadingFailsAndReleasesItsMemory) 
   EXPECT_TRUE(deregisters_within(*p.agent, p.regs[0], 1000ms));
 }
 
+// A peer that stops in the middle of a frame it sends: a fake P writes half of a 1 MiB Write into
+// this agent's region 0 and sends nothing more (its control channel stays alive). The region,
+// busy while the Write is received, deregisters once the agent lost the peer, about a heartbeat
+// timeout later. Before, it stayed BUSY until the peer went away.
+TEST(AgentDataLiveness, APeerThatStopsMidFrameReleasesTheRegionItWasWriting) {
+  BigServer d(256, kTimeout);  // the agent written to: 2 MiB in region 0
+  FakePeer p(TransportMode::Tcp);
+  p.admit(d.agent->info().listen);
+  Pinger pinger(p);
+  constexpr uint64_t kBytes = 1u << 20;
+  tcpdp::Header h;
+  h.type = tcpdp::FrameType::Write;
+  h.batch = 1;
+  const std::vector<tcpdp::Piece> pieces{tcpdp::Piece{0, 0, kBytes}};
+  p.data()->send_all(tcpdp::encode(h, pieces), deadline_in(3s));
+  const std::vector<uint8_t> half(kBytes / 2, 0x5A);
+  p.data()->send_all(half, deadline_in(3s));
+  std::this_thread::sleep_for(100ms);
+  const auto t0 = SteadyClock::now();
+  try {
+    deregister_memory(d.agent->core(), d.reg);
+    FAIL() << "the region being written was not busy: the test proves nothing";
+  } catch (const core::Error& e) {
+    ASSERT_EQ(e.status(), Status::Busy) << e.what();
+  }
+  EXPECT_TRUE(deregisters_within(*d.agent, d.reg, kTimeout + 2000ms))
+      << "the region stays BUSY while the peer sends nothing more of its Write";
+  EXPECT_LT(SteadyClock::now() - t0, kTimeout + 1000ms);
+  EXPECT_EQ(d.agent->info().num_peers, 0u);
+}
+
 // A slow peer that keeps moving bytes is not lost: a fake D asks P (heartbeat timeout 300 ms) for
 // 8 MiB and reads the answer in 128 KiB slices 50 ms apart (over 3 s in all), so P's data
 // connection stays backed up for seconds, each of P's sends waiting for room (on loopback here
