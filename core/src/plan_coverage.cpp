@@ -210,6 +210,177 @@ bool merge_into(const std::vector<Range>& m, const std::vector<Range>& a, std::v
   return true;
 }
 
+// ---- Blocks two groups share in one region ----------------------------------------------------
+// The overlap check above sees only bytes that are written. Two more uses of a D block must not
+// meet another group's write in the same region: an attention group's zero ranges (D zeroes them
+// after the data arrives, wiping whatever another group wrote there) and the prefix-hit tokens of
+// its listed blocks (D's cached tokens, never written: a write there corrupts D's cached prefix).
+// Those bytes ("guards") are derived per region class like the expected ranges and looked up by
+// binary search in the class's sorted lists: a few per group (the partly filled tail block, the
+// block holding the first missing token), nothing when no group zeroes or holds anything.
+
+using Guard = Trimmed::Guard;
+
+// Where the tokens of one attention group's D kernel blocks lie in one region (group_ranges'
+// rules): one range per token span when D's tokens are whole or D holds one head, else one per
+// head (a whole block: the whole block). In the layout the writes are checked in (P's when D
+// permutes on receive), so that a group's own writes and its zeroed or held tokens, disjoint as
+// tokens, are disjoint as bytes. A zeroed or held block that no group writes a token of is the
+// same bytes in either layout.
+// (block_len / kernel block size is whole: check_coverage's derivation checked it.)
+struct TokenLayout {
+  bool one = true;
+  uint64_t heads = 1, L = 0, lbs = 0, token = 0;
+};
+
+[[gnu::always_inline]] inline TokenLayout token_layout(const PlanContext& ctx, const Trimmed& t, const ResolvedGroup& rg,
+                                                      uint32_t region) {
+  const EngineMetadata& d = ctx.local;
+  TokenLayout y;
+  y.heads = d.region_is_mla(region) ? 1 : ctx.mapping.local_physical_heads;
+  y.L = d.regions[region].region.block_len;
+  y.lbs = rg.g.local_tokens_per_block;
+  y.token = d.region_bytes_per_token(region);
+  y.one = t.staging == KvLayout::NHD || y.heads == 1;
+  return y;
+}
+
+// Appends the bytes of tokens [tb, te) (tb < te <= lbs) of D kernel block `block`. A block
+// whose bytes would pass 2^64 is left out: no write (each one bounds-checked) can reach it.
+void add_guard(const TokenLayout& y, uint64_t block, uint64_t tb, uint64_t te, uint32_t g, bool held,
+               std::vector<Guard>& out) {
+  uint64_t base = 0;
+  if (tb >= te || __builtin_mul_overflow(block, y.L, &base) || base > UINT64_MAX - y.L) return;
+  if (y.one) {
+    out.push_back({base + tb * y.token, base + te * y.token, block, tb, te, g, held});
+    return;
+  }
+  const uint64_t hb = y.token / y.heads;
+  if (tb == 0 && te == y.lbs && y.heads * y.lbs * hb == y.L) {
+    out.push_back({base, base + y.L, block, tb, te, g, held});
+  } else {
+    for (uint64_t h = 0; h < y.heads; ++h) {
+      const uint64_t b = base + (h * y.lbs + tb) * hb;
+      out.push_back({b, b + (te - tb) * hb, block, tb, te, g, held});
+    }
+  }
+}
+
+// Block-table indexes below this hold tokens of D's prefix hit (local_hit_tokens).
+inline uint64_t held_end(const PlanGroupView& v) {
+  return v.local_hit_tokens / v.local_tokens_per_block + (v.local_hit_tokens % v.local_tokens_per_block != 0);
+}
+
+inline uint64_t first_index(const PlanGroupView& v) {
+  return v.local_first_block.value_or(v.local_hit_tokens / v.local_tokens_per_block);
+}
+
+// Whether attention group g zeroes or holds any token of its listed blocks. The zero ranges are
+// the plan's (what D applies; compile moved the derived ones there).
+[[gnu::always_inline]] inline bool guards_any(const TransferPlan& plan, const Trimmed& t, size_t g) {
+  const ResolvedGroup& rg = t.groups[g];
+  if (!is_attention_kind(rg.g.kind) || rg.g.local_tokens_per_block == 0) return false;
+  return !plan.zero[g].zero.empty() ||
+         (rg.g.local_hit_tokens != 0 && !rg.g.local_blocks.empty() && first_index(rg.g) < held_end(rg.g));
+}
+
+// The guards of every attention group using `region`.
+void collect_guards(const TransferPlan& plan, const PlanContext& ctx, const Trimmed& t, uint32_t region,
+                    std::vector<Guard>& out) {
+  out.clear();
+  for (size_t g = 0; g < t.groups.size(); ++g) {
+    if (!guards_any(plan, t, g)) continue;
+    const ResolvedGroup& rg = t.groups[g];
+    if (std::find(rg.regions.begin(), rg.regions.end(), region) == rg.regions.end()) continue;
+    const TokenLayout y = token_layout(ctx, t, rg, region);
+    const auto gi = static_cast<uint32_t>(g);
+    for (const ZeroRange& z : plan.zero[g].zero) add_guard(y, z.block, z.token_begin, std::min(z.token_end, y.lbs), gi, false, out);
+    const PlanGroupView& v = rg.g;
+    const uint64_t lf = first_index(v), he = held_end(v), k = v.local_kernel_blocks_per_id;
+    if (lf >= he) continue;
+    const uint64_t held = he - lf;  // listed kernel positions holding hit tokens (at most)
+    for (size_t i = 0; i < v.local_blocks.size(); ++i) {
+      uint64_t p0 = 0;
+      if (__builtin_mul_overflow(static_cast<uint64_t>(i), k, &p0) || p0 >= held) break;
+      const uint64_t id = v.local_blocks[i];
+      for (uint64_t j = 0; j < k && p0 + j < held; ++j) {
+        if (id == 0) break;  // the null block holds nothing
+        const uint64_t x = lf + p0 + j;  // its block-table index: x * lbs < local_hit_tokens
+        add_guard(y, id * k + j, 0, std::min(y.lbs, v.local_hit_tokens - x * y.lbs), gi, true, out);
+      }
+    }
+  }
+}
+
+// Whether [b, e) overlaps a range of v (sorted and merged).
+[[gnu::always_inline]] inline bool overlaps(const std::vector<Range>& v, uint64_t b, uint64_t e) {
+  const auto it = std::upper_bound(v.begin(), v.end(), b, [](uint64_t x, const Range& r) { return x < r.end; });
+  return it != v.end() && it->begin < e;
+}
+
+// Names the group whose write meets guard gd in `region` (derived again: the error path only).
+[[gnu::noinline, gnu::cold]] void fail_shared(const PlanContext& ctx, const Trimmed& t, uint32_t region, const Guard& gd) {
+  std::vector<Range> v;
+  const ResolvedGroup& og = t.groups[gd.group];
+  for (size_t g = 0; g < t.groups.size(); ++g) {
+    const ResolvedGroup& rg = t.groups[g];
+    if (std::find(rg.regions.begin(), rg.regions.end(), region) == rg.regions.end()) continue;
+    v.clear();
+    group_ranges(ctx, t, g, region, v);
+    for (const Range& r : v) {
+      if (r.end <= gd.begin || gd.end <= r.begin) continue;
+      const uint64_t at = std::max(r.begin, gd.begin);
+      const bool attention = is_attention_kind(rg.g.kind);
+      const uint64_t stride = attention ? ctx.local.regions[region].region.block_len
+                                        : mamba_page_stride(ctx.local, region, ctx.local_mamba->page_bytes(), "D");
+      const std::string writer = "group " + s(g) + " (" + group_kind_name(rg.g.kind) + ")";
+      const std::string owner = "group " + s(gd.group) + " (" + group_kind_name(og.g.kind) + ")";
+      const std::string use = gd.held ? " lists as holding D's cached prefix (tokens " + s(gd.token_begin) + ".." +
+                                            s(gd.token_end) + " of its D block " + s(gd.block) +
+                                            ", never written): the write would corrupt D's cached prefix"
+                                      : " zeroes after the data arrives (tokens " + s(gd.token_begin) + ".." +
+                                            s(gd.token_end) + " of its D block " + s(gd.block) +
+                                            "): the zeroing would wipe what " + writer + " wrote";
+      fail(Status::Coverage, writer + " writes " + (attention ? "" : "its state into ") + "D block " +
+                                 s(at / stride) + " of region " + s(region) + " (" +
+                                 where(region, at, std::min(r.end, gd.end)) + "), which " + owner + use +
+                                 (g == gd.group ? "; a group may not list one D block twice"
+                                                : "; two groups may not share a D block in one region"));
+    }
+  }
+  fail(Status::Coverage, "D region " + s(region) + ": block " + s(gd.block) + " of group " + s(gd.group) +
+                             " is written by another group");
+}
+
+// Checks the guards of every attention class against its list of expected attention ranges and
+// those of every Mamba class against its list of Mamba pages, each list once (all sorted and
+// merged by check_coverage by now: a list that was not failed there). The guards depend only on
+// the attention class (its groups, block_len and kind): regions of one class share them. Kept
+// out of line: check_coverage calls it only when some group zeroes or holds a token.
+[[gnu::noinline]] void check_guards(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t) {
+  auto& rc = t.region_class;
+  const auto& att = t.want;
+  const auto& mam = t.mam;
+  auto& guards = t.guards;
+  uint32_t guards_of = UINT32_MAX;  // the attention class `guards` holds
+  for (uint32_t region = 0; region < rc.size(); ++region) {
+    // A class this region heads whose list is sorted (any other state was refused already).
+    const bool att_class = rc[region].att_as < 0 && rc[region].att_state == 1;
+    const bool mam_class = rc[region].same_as < 0 && rc[region].mam_state == 1;
+    if (!att_class && !mam_class) continue;  // an earlier region's classes
+    const uint32_t qa = rc[region].att_as < 0 ? region : static_cast<uint32_t>(rc[region].att_as);
+    if (guards_of != qa) {
+      collect_guards(plan, ctx, t, region, guards);
+      guards_of = qa;
+    }
+    for (const Guard& gd : guards) {
+      if ((att_class && overlaps(att[qa], gd.begin, gd.end)) || (mam_class && overlaps(mam[region], gd.begin, gd.end))) {
+        fail_shared(ctx, t, region, gd);
+      }
+    }
+  }
+}
+
 // `size` is region_size(m, region) when the region exists (the caller's cache), else unused.
 [[gnu::noinline, gnu::cold]] void fail_bounds(const EngineMetadata& m, const char* side, uint32_t region,
                                                uint64_t offset, uint64_t length, uint64_t size) {
@@ -569,6 +740,13 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
     normalise(merged, region, "groups' blocks");
     normalise(got[region], region, "plan reads");
     compare(merged, got[region], region);
+  }
+  // No group's zero ranges or prefix-hit tokens may meet a write (see check_guards).
+  for (size_t g = 0; g < t.groups.size(); ++g) {
+    if (guards_any(plan, t, g)) {
+      check_guards(plan, ctx, t);
+      break;
+    }
   }
 }
 

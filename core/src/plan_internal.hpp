@@ -91,6 +91,19 @@ struct Trimmed {
   std::vector<RegionClass> region_class;
   std::vector<std::vector<Range>> mam;  // expected Mamba pages (want: attention ranges)
   std::vector<Range> merged;
+  // Bytes of one D region that no group may write (check_coverage's shared-block check): an
+  // attention group's zero ranges and its listed blocks' prefix-hit tokens, each with its group,
+  // its D kernel block and whether it is a hit (D's cached tokens) or a zero range.
+  struct Guard {
+    uint64_t begin;
+    uint64_t end;
+    uint64_t block;
+    uint64_t token_begin;
+    uint64_t token_end;
+    uint32_t group;
+    bool held;
+  };
+  std::vector<Guard> guards;
   std::vector<std::vector<std::pair<size_t, size_t>>> consumed;  // per plan rank: reads a hint covered
   // accept_hints' per template rank view: the plan rank's reads, the template's reads, the P
   // rank's page strides and region sizes (looked up once per call, not per page).

@@ -420,6 +420,90 @@ TEST(TransferPlan, FullHitOnEveryGroupIsAnEmptyPlanThatStillNotifies) {
   EXPECT_EQ(p.notify_ranks, (std::vector<uint32_t>{0, 1}));
 }
 
+// --- one D block used by two groups of a region --------------------------------------------
+// vLLM hands each group its own ids from the pool. A caller that passes one D id to two groups
+// sharing a region is refused (naming both groups, the block and the region) when one group's
+// receive-side work or cached prefix meets the other's write: the overlap of two writes was
+// refused already, but a zero range or prefix-hit tokens of one group under another's write
+// planned and corrupted D's memory.
+
+bool has(const std::string& msg, const std::string& part) { return msg.find(part) != std::string::npos; }
+
+TEST(TransferPlanSharedBlocks, MambaStateInABlockAnAttentionGroupZeroesIsRefused) {
+  const Nano n;
+  // 2000 tokens into D block 10; block 12, listed past P's tokens, is zeroed whole after the data
+  // arrives, over the Mamba state written into it (no write of the two overlaps the other).
+  const std::vector<PlanGroup> groups = {attention_group({10, 12}, {20, 25, 22}, 2000),
+                                         mamba_group({12}, {50}, 2000)};
+  std::string msg;
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(n.ctx, groups); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "group 1 (mamba) writes its state into D block 12 of region 0 (D region 0 offset " +
+                           std::to_string(12 * 2096 * 512) + " ")) << msg;
+  EXPECT_TRUE(has(msg, "which group 0 (attention) zeroes after the data arrives (tokens 0..2096 of its D block 12)"))
+      << msg;
+  EXPECT_TRUE(has(msg, "two groups may not share a D block in one region")) << msg;
+  // The same ids in disjoint regions are different memory: planned.
+  std::vector<PlanGroup> apart = groups;
+  apart[0].regions = {0, 1, 2};
+  apart[1].regions = {3, 4, 5};
+  const TransferPlan p = compile_transfer_plan(n.ctx, apart);
+  EXPECT_EQ(p.zero[0].zero, (std::vector<ZeroRange>{{10, 2000, 2096}, {12, 0, 2096}}));
+  EXPECT_NO_THROW(validate_transfer_plan(p, n.ctx, apart));
+  // Distinct ids in one region: planned.
+  const std::vector<PlanGroup> distinct = {attention_group({10, 12}, {20, 25, 22}, 2000),
+                                           mamba_group({13}, {50}, 2000)};
+  TransferPlan ok = compile_transfer_plan(n.ctx, distinct);
+  EXPECT_NO_THROW(validate_transfer_plan(ok, n.ctx, distinct));
+  // validate_transfer_plan checks the zero ranges a plan carries (what D applies): one altered to
+  // zero the Mamba group's block is refused.
+  ok.zero[0].zero.push_back({13, 0, 2096});
+  EXPECT_EQ(status_of([&] { validate_transfer_plan(ok, n.ctx, distinct); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "group 1 (mamba) writes its state into D block 13 of region 0")) << msg;
+}
+
+TEST(TransferPlanSharedBlocks, WriteIntoAnotherGroupsCachedPrefixBlockIsRefused) {
+  const Nano n;
+  // D holds tokens 0..2096 (all of block 10, listed first) and receives 2096..3000 into block 12.
+  PlanGroup att = attention_group({10, 12}, {20, 25, 22}, 3000, /*hit=*/2096);
+  att.trim.local_first_block = 0;
+  std::string msg;
+  // A Mamba state written into block 10.
+  const std::vector<PlanGroup> mamba = {att, mamba_group({10}, {50}, 3000)};
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(n.ctx, mamba); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "group 1 (mamba) writes its state into D block 10 of region 0 (D region 0 offset " +
+                           std::to_string(10 * 2096 * 512) + " ")) << msg;
+  EXPECT_TRUE(has(msg, "which group 0 (attention) lists as holding D's cached prefix (tokens 0..2096 of its D block "
+                       "10, never written)")) << msg;
+  // Another attention group's tokens written into block 10 (the partly held case: tokens 0..1000
+  // of block 10 held when the hit ends inside it).
+  PlanGroup part = attention_group({10, 12}, {20, 25, 22}, 3000, /*hit=*/1000);
+  const std::vector<PlanGroup> attention = {part, attention_group({10}, {20}, 1000)};
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(n.ctx, attention); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "group 1 (attention) writes D block 10 of region 0 (D region 0 offset " +
+                           std::to_string(10 * 2096 * 512) + " length " + std::to_string(1000 * 512) + ")"))
+      << msg;
+  EXPECT_TRUE(has(msg, "which group 0 (attention) lists as holding D's cached prefix (tokens 0..1000 of its D block 10"))
+      << msg;
+  // The same ids in disjoint regions, or distinct ids: planned.
+  std::vector<PlanGroup> apart = mamba;
+  apart[0].regions = {0, 1};
+  apart[1].regions = {2, 3, 4, 5};
+  EXPECT_NO_THROW(validate_transfer_plan(compile_transfer_plan(n.ctx, apart), n.ctx, apart));
+  const std::vector<PlanGroup> distinct = {att, mamba_group({11}, {50}, 3000)};
+  EXPECT_NO_THROW(validate_transfer_plan(compile_transfer_plan(n.ctx, distinct), n.ctx, distinct));
+}
+
+TEST(TransferPlanSharedBlocks, OneGroupListingABlockTwiceOverItsOwnZeroRangeIsRefused) {
+  const Nano n;
+  // 2000 tokens fill block 10 from token 0; its second listing lies past P's tokens and would be
+  // zeroed whole after the data arrives.
+  const std::vector<PlanGroup> groups = {attention_group({10, 10}, {20, 25}, 2000)};
+  std::string msg;
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(n.ctx, groups); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "group 0 (attention) writes D block 10 of region 0")) << msg;
+  EXPECT_TRUE(has(msg, "a group may not list one D block twice")) << msg;
+}
+
 // --- MLA -------------------------------------------------------------------------------------
 
 // One 576-byte latent per token, replicated: D TP2 rank 1 reads whole blocks from P TP4 rank 2

@@ -253,7 +253,10 @@ void validate_plan_context(const PlanContext& ctx);
 //                    block_len vs kernel block size x bytes per token, head ratios, P ranks
 //                    disagreeing on block_len or KV layout);
 //  Coverage        - from prefix trimming, or when the reads would not write every needed D byte
-//                    exactly once (names region, offset, length);
+//                    exactly once (names region, offset, length), or when a group writes into
+//                    bytes of a D region that another group zeroes after receipt or holds as D's
+//                    prefix-cache hit (one block id given to two groups: names both groups, the
+//                    block and the region);
 //  OutOfBounds     - a read would leave a registered region (names region, offset, length, size);
 //  Overflow.
 TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<PlanGroup>& groups);
