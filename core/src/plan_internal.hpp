@@ -100,6 +100,7 @@ struct Trimmed {
     uint64_t block;
     uint64_t token_begin;
     uint64_t token_end;
+    uint64_t last_block;  // > block: the guard runs on through the next blocks up to token_end of this one
     uint32_t group;
     bool held;
   };
