@@ -429,6 +429,22 @@ TEST(TransferPlan, FullHitOnEveryGroupIsAnEmptyPlanThatStillNotifies) {
 
 bool has(const std::string& msg, const std::string& part) { return msg.find(part) != std::string::npos; }
 
+// The zeroed tail of consecutive D blocks is one guard (one lookup per region, however many
+// kernel blocks it spans): a write into any block of it is refused, the message naming the span.
+TEST(TransferPlanSharedBlocks, AWriteIntoAZeroedRunOfConsecutiveBlocksIsRefused) {
+  const Nano n;
+  const std::vector<PlanGroup> groups = {attention_group({10, 11, 12}, {20, 25, 22}, 2000),
+                                         mamba_group({11}, {50}, 2000)};
+  std::string msg;
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(n.ctx, groups); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "group 1 (mamba) writes its state into D block 11 of region 0")) << msg;
+  EXPECT_TRUE(has(msg, "which group 0 (attention) zeroes after the data arrives (from token 2000 of its D block 10 "
+                       "to token 2096 of its D block 12)")) << msg;
+  std::vector<PlanGroup> apart = groups;  // block 13 lies past the zeroed run: planned
+  apart[1] = mamba_group({13}, {50}, 2000);
+  EXPECT_NO_THROW(compile_transfer_plan(n.ctx, apart));
+}
+
 TEST(TransferPlanSharedBlocks, MambaStateInABlockAnAttentionGroupZeroesIsRefused) {
   const Nano n;
   // 2000 tokens into D block 10; block 12, listed past P's tokens, is zeroed whole after the data
