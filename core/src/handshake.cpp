@@ -153,6 +153,25 @@ std::string to_string(const Incompatibility& it) {
   return s;
 }
 
+namespace {
+
+// The element formats an engine may name (metadata 1.3), compared by validate_pair (local against
+// remote) and validate_engine_ranks (rank against rank): field, what it stores, vLLM's flag.
+struct FormatField {
+  const char* field;
+  ElementFormat EngineMetadata::*format;
+  const char* what;
+  const char* flag;
+};
+constexpr FormatField kFormatFields[] = {
+    {"model_format", &EngineMetadata::model_format, "model dtype", "--dtype"},
+    {"kv_cache_format", &EngineMetadata::kv_cache_format, "KV cache format", "--kv-cache-dtype"},
+    {"conv_state_format", &EngineMetadata::conv_state_format, "Mamba conv state dtype", "--mamba-cache-dtype"},
+    {"ssm_state_format", &EngineMetadata::ssm_state_format, "Mamba SSM state dtype", "--mamba-ssm-cache-dtype"},
+};
+
+}  // namespace
+
 std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const EngineMetadata& r) {
   Items out;
 
@@ -195,30 +214,14 @@ std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const Engine
   // a bf16 vs fp16 model or conv state all move the same bytes, which the other side would decode
   // as garbage (vLLM's compatibility check compares the KV cache dtype and the model dtype too).
   // Unknown (the engine named no format, or runs a pdkv before 1.3) is compatible with anything.
-  {
-    struct Fmt {
-      const char* field;
-      ElementFormat l, r;
-      const char* what;
-      const char* fix;
-    };
-    const Fmt fmts[] = {
-        {"model_format", l.model_format, r.model_format, "model dtype", "use the same --dtype on both engines"},
-        {"kv_cache_format", l.kv_cache_format, r.kv_cache_format, "KV cache format",
-         "use the same --kv-cache-dtype on both engines"},
-        {"conv_state_format", l.conv_state_format, r.conv_state_format, "Mamba conv state dtype",
-         "use the same --mamba-cache-dtype on both engines"},
-        {"ssm_state_format", l.ssm_state_format, r.ssm_state_format, "Mamba SSM state dtype",
-         "use the same --mamba-ssm-cache-dtype on both engines"},
-    };
-    for (const Fmt& f : fmts) {
-      if (f.l == ElementFormat::Unknown || f.r == ElementFormat::Unknown || f.l == f.r) continue;
-      const std::string a = element_format_name(f.l), b = element_format_name(f.r);
-      out.add(Status::Incompatible, f.field, a, b,
-              std::string(f.field) + ": " + a + " vs " + b + ": the engines store the " + f.what +
-                  " in different formats; the bytes would move but the receiver would decode them wrongly",
-              f.fix);
-    }
+  for (const FormatField& f : kFormatFields) {
+    const ElementFormat lf = l.*f.format, rf = r.*f.format;
+    if (lf == ElementFormat::Unknown || rf == ElementFormat::Unknown || lf == rf) continue;
+    const std::string a = element_format_name(lf), b = element_format_name(rf);
+    out.add(Status::Incompatible, f.field, a, b,
+            std::string(f.field) + ": " + a + " vs " + b + ": the engines store the " + f.what +
+                " in different formats; the bytes would move but the receiver would decode them wrongly",
+            std::string("use the same ") + f.flag + " on both engines");
   }
 
   // ---- TP ----
@@ -472,14 +475,7 @@ std::vector<Incompatibility> validate_engine_ranks(std::span<const EngineMetadat
   // Element formats: D compares each rank with its own, which lets anything through where D named
   // none, so the ranks must agree among themselves. Known ones only (unknown: sizes only, or an
   // older pdkv), each against the first rank that names it.
-  struct Field {
-    const char* name;
-    ElementFormat EngineMetadata::*format;
-  };
-  for (const Field f : {Field{"model_format", &EngineMetadata::model_format},
-                        Field{"kv_cache_format", &EngineMetadata::kv_cache_format},
-                        Field{"conv_state_format", &EngineMetadata::conv_state_format},
-                        Field{"ssm_state_format", &EngineMetadata::ssm_state_format}}) {
+  for (const FormatField& f : kFormatFields) {
     size_t first = ranks.size();
     for (size_t i = 0; i < ranks.size(); ++i) {
       const ElementFormat v = ranks[i].*f.format;
@@ -491,8 +487,8 @@ std::vector<Incompatibility> validate_engine_ranks(std::span<const EngineMetadat
       const ElementFormat w = ranks[first].*f.format;
       if (v == w) continue;
       const std::string va = element_format_name(w), vb = element_format_name(v);
-      out.add(Status::Incompatible, f.name, va, vb,
-              who(i) + " disagrees with rank entry " + num(first) + " on " + f.name + " (" + va + " vs " + vb + ")",
+      out.add(Status::Incompatible, f.field, va, vb,
+              who(i) + " disagrees with rank entry " + num(first) + " on " + f.field + " (" + va + " vs " + vb + ")",
               "run every rank of an engine with the same dtype flags");
     }
   }

@@ -102,6 +102,21 @@ Frame ControlChannel::recv(Deadline deadline) {
   }
 }
 
+bool ControlChannel::take_decoded(std::vector<Frame>& frames) {
+  while (std::optional<Frame> f = decoder_.next()) {
+    try {
+      open_in_place(*f);
+    } catch (const Error& e) {
+      // Hand out the frames that opened; the connection is broken from here on.
+      if (frames.empty()) throw;
+      pending_error_ = e;
+      return false;
+    }
+    frames.push_back(std::move(*f));
+  }
+  return true;
+}
+
 std::vector<Frame> ControlChannel::read_available() {
   std::vector<Frame> frames;
   if (pending_error_) {
@@ -111,17 +126,7 @@ std::vector<Frame> ControlChannel::read_available() {
   }
   // Frames decoded before this call (a blocking recv() read them with the frame it returned)
   // come first: no new byte may ever arrive to hand them out.
-  while (std::optional<Frame> f = decoder_.next()) {
-    try {
-      open_in_place(*f);
-    } catch (const Error& e) {
-      // As below: hand out the frames that opened; the connection is broken from here on.
-      if (frames.empty()) throw;
-      pending_error_ = e;
-      return frames;
-    }
-    frames.push_back(std::move(*f));
-  }
+  if (!take_decoded(frames)) return frames;
   if (read_buf_.empty()) read_buf_.resize(kReadChunkBytes);
   size_t budget = kReadBudgetBytes;
   while (budget > 0) {
@@ -137,17 +142,7 @@ std::vector<Frame> ControlChannel::read_available() {
     if (!n) break;
     decoder_.feed(read_buf_.data(), *n);
     budget -= *n;
-    while (std::optional<Frame> f = decoder_.next()) {
-      try {
-        open_in_place(*f);
-      } catch (const Error& e) {
-        // Hand out the frames that opened; the connection is broken from here on.
-        if (frames.empty()) throw;
-        pending_error_ = e;
-        return frames;
-      }
-      frames.push_back(std::move(*f));
-    }
+    if (!take_decoded(frames)) return frames;
   }
   return frames;
 }

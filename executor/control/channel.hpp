@@ -92,6 +92,9 @@ class ControlChannel {
   std::optional<FrameSealer> opener_;  // incoming frames, likewise
 
   void open_in_place(Frame& frame);
+  // Moves the frames waiting in the decoder into `frames`, opened; false when one failed to open
+  // after others did (the error is kept in pending_error_ for the next call; throws when none did).
+  bool take_decoded(std::vector<Frame>& frames);
 };
 
 // This machine's identity for "is the peer on the same host": the kernel boot id
