@@ -240,19 +240,15 @@ PDKV_API pdkv_status_t pdkv_agent_register_memory(pdkv_agent_t* agent, const pdk
     exec::MemoryType type = exec::MemoryType::Host;
     if (d.field_mask & PDKV_MEMORY_FIELD_MEMORY_TYPE) {
       if (d.memory_type == PDKV_MEMORY_CUDA) {
-        core::fail(Status::InvalidArgument,
-                   "memory_type PDKV_MEMORY_CUDA: this build's UCX has no CUDA support (host memory only)");
-      }
-      if (d.memory_type != PDKV_MEMORY_HOST) {
+        type = exec::MemoryType::Cuda;
+      } else if (d.memory_type != PDKV_MEMORY_HOST) {
         core::fail(Status::InvalidArgument, "memory_type " + std::to_string(d.memory_type) +
                                                 " is not a pdkv_memory_type_t (HOST 0, CUDA 1)");
       }
     }
-    if ((d.field_mask & PDKV_MEMORY_FIELD_DEVICE) && d.device != 0) {
-      core::fail(Status::InvalidArgument, "device " + std::to_string(d.device) + " applies to CUDA memory only");
-    }
+    const int32_t device = (d.field_mask & PDKV_MEMORY_FIELD_DEVICE) ? d.device : 0;
     auto h = std::make_unique<pdkv_memory>();
-    h->reg = agent->agent->register_memory(d.region, d.address, d.length, type);
+    h->reg = agent->agent->register_memory(d.region, d.address, d.length, type, device);
     h->core = agent->agent->core();
     *out = h.release();
   });

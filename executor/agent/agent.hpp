@@ -34,6 +34,7 @@
 #include "pdkv/core/transfer_plan.hpp"
 #include "ucx/context.hpp"
 #include "ucx/memory.hpp"
+#include "device/device_memory.hpp"
 
 namespace pdkv::exec {
 
@@ -87,7 +88,7 @@ struct Notification {
   uint64_t bytes = 0;
 };
 
-// One region's registration. `ucx` is reset by deregistration or by the agent's shutdown (never
+// One region's registration. It ends (end()) at deregistration or the agent's shutdown (never
 // after the UCX context is gone). busy counts transfers and tcp frames that may still touch the
 // memory.
 struct Registration {
@@ -95,13 +96,22 @@ struct Registration {
   uint64_t base = 0;
   uint64_t length = 0;
   MemoryType type = MemoryType::Host;
-  std::optional<UcxRegistration> ucx;  // guarded by the core's mutex
+  // Cuda: the device's ordinal and the backend that stages its bytes through host memory
+  // (device/device_memory.hpp); the bytes move only over the tcp data connection.
+  int device = 0;
+  std::shared_ptr<device::Backend> staging;
+  std::optional<UcxRegistration> ucx;  // Host: UCX's registration, whose key the handshake sends
+  bool live = false;                   // registered and not ended (guarded by the core's mutex)
   uint64_t busy = 0;                   // guarded by the core's mutex
   bool release_when_idle = false;      // the handle was freed while busy
+  void end() noexcept {
+    ucx.reset();
+    live = false;
+  }
   // Registered and not let go of: the only state in which a new transfer or a peer's new request
   // may use it. A registration whose handle was freed while busy only finishes what it holds: the
   // engine, its handle gone, may unmap the memory once those end (guarded by the core's mutex).
-  bool usable() const noexcept { return ucx.has_value() && !release_when_idle; }
+  bool usable() const noexcept { return live && !release_when_idle; }
 };
 
 // What the C API reports of a peer; counters are atomics so reading them takes no agent lock.
@@ -201,8 +211,9 @@ class Agent {
   unsigned progress();
   int event_fd() const;
 
+  // Host memory, or CUDA device memory of device `device` (staged over the tcp data connection).
   std::shared_ptr<Registration> register_memory(uint32_t region, uint64_t address, uint64_t length,
-                                                MemoryType type);
+                                                MemoryType type, int device = 0);
   std::shared_ptr<PeerRecord> connect(const HostPort& address,
                                       std::optional<std::chrono::milliseconds> timeout);
   // The connected peer of that TP rank; NotFound when none, InvalidArgument naming the stages

@@ -181,7 +181,7 @@ void AgentCore::shutdown() {
   dead_peers_.clear();
   by_id_.clear();
   for (auto& r : regs_) {
-    if (r) r->ucx.reset();
+    if (r) r->end();
   }
   regs_.clear();
   if (listener_) listener_->close();
@@ -208,9 +208,7 @@ AgentInfo AgentCore::info() const {
 // ---- memory ----
 
 std::shared_ptr<Registration> AgentCore::register_memory(uint32_t region, uint64_t address,
-                                                         uint64_t length, MemoryType type) {
-  std::lock_guard<std::mutex> g(mu_);
-  if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
+                                                         uint64_t length, MemoryType type, int device) {
   const auto& regions = opt_.metadata.regions;
   if (region >= regions.size()) {
     core::fail(Status::InvalidArgument, "region " + std::to_string(region) +
@@ -225,52 +223,83 @@ std::shared_ptr<Registration> AgentCore::register_memory(uint32_t region, uint64
                    ", +" + std::to_string(length) + ") must equal the advertised range [" +
                    std::to_string(r.base) + ", +" + std::to_string(want_len) + ")");
   }
-  if (regs_[region] && regs_[region]->ucx) {
-    core::fail(Status::Busy, "region " + std::to_string(region) + " is already registered");
+  if (type != MemoryType::Host && type != MemoryType::Cuda) {
+    core::fail(Status::InvalidArgument,
+               "memory type " + std::to_string(static_cast<int>(type)) + " is not host (0) or cuda (1)");
   }
+  if (type == MemoryType::Host && device != 0) {
+    core::fail(Status::InvalidArgument, "device " + std::to_string(device) + " applies to CUDA memory only");
+  }
+  if (device < 0) core::fail(Status::InvalidArgument, "device " + std::to_string(device) + " is not a CUDA ordinal");
   auto reg = std::make_shared<Registration>();
   reg->region = region;
   reg->base = address;
   reg->length = length;
   reg->type = type;
-  reg->ucx.emplace(*context_, reinterpret_cast<void*>(static_cast<uintptr_t>(address)),
-                   static_cast<size_t>(length), type);
+  reg->device = device;
+  if (type == MemoryType::Cuda) {
+    // Asked of the driver before the lock (it may take a while): every byte must be device memory
+    // of that device, so a staged copy never reaches anything else.
+    if (length == 0) core::fail(Status::InvalidArgument, "region " + std::to_string(region) + " has no bytes to register");
+    reg->staging = device::backend();
+    try {
+      reg->staging->check_range(address, length, device);
+    } catch (const core::Error& e) {
+      throw core::Error(e.status(), "region " + std::to_string(region) + " registered as CUDA device " +
+                                        std::to_string(device) + " memory: " + e.what(),
+                        e.cause_domain(), e.cause_code());
+    }
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
+  if (regs_[region] && regs_[region]->live) {
+    core::fail(Status::Busy, "region " + std::to_string(region) + " is already registered");
+  }
+  if (type == MemoryType::Host) {
+    reg->ucx.emplace(*context_, reinterpret_cast<void*>(static_cast<uintptr_t>(address)),
+                     static_cast<size_t>(length), type);
+  }
+  reg->live = true;
   regs_[region] = reg;
   return reg;
 }
 
 void AgentCore::deregister(const std::shared_ptr<Registration>& reg) {
   std::lock_guard<std::mutex> g(mu_);
-  if (!reg->ucx) return;
+  if (!reg->live) return;
   if (reg->busy != 0) {
     core::fail(Status::Busy, "region " + std::to_string(reg->region) + " is in use by " +
                                  std::to_string(reg->busy) +
                                  " transfer(s) whose operations may still touch it");
   }
-  reg->ucx.reset();
-  if (reg->region < regs_.size() && regs_[reg->region] == reg) regs_[reg->region].reset();
+  end_registration_locked(reg);
 }
 
 void AgentCore::release(const std::shared_ptr<Registration>& reg) {
   std::lock_guard<std::mutex> g(mu_);
-  if (!reg->ucx) return;
+  if (!reg->live) return;
   if (reg->busy != 0) {
     reg->release_when_idle = true;
     return;
   }
-  reg->ucx.reset();
+  end_registration_locked(reg);
+}
+
+void AgentCore::end_registration_locked(const std::shared_ptr<Registration>& reg) {
+  reg->end();
   if (reg->region < regs_.size() && regs_[reg->region] == reg) regs_[reg->region].reset();
+}
+
+void AgentCore::unbusy_locked(const std::shared_ptr<Registration>& reg) {
+  if (reg->busy > 0) --reg->busy;
+  if (reg->busy == 0 && reg->release_when_idle && reg->live) end_registration_locked(reg);
 }
 
 void AgentCore::release_registrations_locked(TransferJob& job) {
   if (job.released) return;
   job.released = true;
   for (auto& reg : job.local_regs) {
-    if (reg->busy > 0) --reg->busy;
-    if (reg->busy == 0 && reg->release_when_idle && reg->ucx) {
-      reg->ucx.reset();
-      if (reg->region < regs_.size() && regs_[reg->region] == reg) regs_[reg->region].reset();
-    }
+    unbusy_locked(reg);
   }
 }
 
@@ -459,8 +488,8 @@ unsigned Agent::progress() { return core_->progress(); }
 int Agent::event_fd() const { return core_->event_fd(); }
 
 std::shared_ptr<Registration> Agent::register_memory(uint32_t region, uint64_t address,
-                                                     uint64_t length, MemoryType type) {
-  return core_->register_memory(region, address, length, type);
+                                                     uint64_t length, MemoryType type, int device) {
+  return core_->register_memory(region, address, length, type, device);
 }
 
 std::shared_ptr<PeerRecord> Agent::connect(const HostPort& address,

@@ -128,6 +128,15 @@ struct TcpOut {
   size_t body_offset = 0;
   uint64_t write_batch = 0;                           // a Write frame: its batch (0: none)
   std::vector<std::shared_ptr<Registration>> busy;    // a ReadData: regions busy until sent
+  std::vector<uint8_t> staged;  // the body's device bytes, copied to host when queued (device_staging.hpp)
+};
+
+// Payload bytes of a received frame bound for device memory: where they wait in host memory and
+// where they go (device_staging.hpp).
+struct DeviceLanding {
+  std::shared_ptr<device::Backend> staging;
+  int device = 0;
+  device::Copy copy;
 };
 
 // A tcp peer's data connection (nonblocking), its send queue, its unanswered batches and the
@@ -150,6 +159,10 @@ struct TcpData {
   bool rx_write = false;                                  // a Write: ack it when complete
   uint32_t rx_ack_status = 0;
   std::vector<std::shared_ptr<Registration>> rx_busy;     // a Write's target regions
+  // Payload bytes bound for device memory: received into rx_staged, copied to the device when the
+  // frame is complete (and every sealed tag verified): device_staging.hpp.
+  std::vector<uint8_t> rx_staged;
+  std::vector<DeviceLanding> rx_device;
   std::vector<uint8_t> sink;                              // bytes nobody may keep
   // The epoll events watched on fd: EPOLLOUT while frames wait to be sent; EPOLLIN unless
   // reading is paused (answers queued up to kTcpMaxQueuedFrames), so progress sleeps meanwhile.
@@ -229,6 +242,9 @@ class TransferJob {
     uint64_t cma_done = 0;  // bytes already copied (a piece larger than a cma batch spans several)
     uint64_t tcp_started = 0;  // tcp: bytes handed to batches
     uint64_t tcp_landed = 0;   // tcp: bytes that arrived (READ) or were acknowledged (WRITE)
+    // The local range lies in CUDA device memory of this registration (the job holds it busy):
+    // its bytes are staged through host memory (tcp only).
+    const Registration* local_device = nullptr;
     enum class State : uint8_t { Pending, InFlight, Done, Failed } state = State::Pending;
   };
   struct Lane {
@@ -319,8 +335,9 @@ class AgentCore {
   int work_epoll() const { return work_epoll_; }
   bool caller_progress() const { return opt_.progress == ProgressMode::Caller; }
 
+  // Cuda: `device` is the CUDA ordinal; the range is checked with the device backend first.
   std::shared_ptr<Registration> register_memory(uint32_t region, uint64_t address, uint64_t length,
-                                                MemoryType type);
+                                                MemoryType type, int device = 0);
   void deregister(const std::shared_ptr<Registration>& reg);
   void release(const std::shared_ptr<Registration>& reg);
 
@@ -355,6 +372,10 @@ class AgentCore {
   void wake_control_at_locked(Clock::time_point t);
   void watch_channel_locked(PeerConn& peer);
   void release_registrations_locked(TransferJob& job);
+  // A registration ends: nothing may use it any more (deregistered, or freed and now idle).
+  void end_registration_locked(const std::shared_ptr<Registration>& reg);
+  // One user of reg is done with it; a registration freed while busy ends when the last is.
+  void unbusy_locked(const std::shared_ptr<Registration>& reg);
 
   // --- agent_peers.cpp
   void control_thread_main();
@@ -368,6 +389,10 @@ class AgentCore {
   // mu_), and the peer's offered ones mapped here (per region index; null where not mapped,
   // *note says why).
   std::vector<MappableRegion> mappable_regions() const;
+  // Why cross-memory attach cannot serve a same-host peer ("" when nothing stands in its way): a
+  // CUDA region registered here or advertised by the peer (`theirs`). Takes mu_.
+  std::string device_region_note(const std::vector<RegisteredRange>& theirs, const std::string& their_engine,
+                                 uint32_t their_rank) const;
   static std::vector<std::shared_ptr<const cma::PeerMapping>> map_peer_regions(
       const cma::PeerProcess& process, const std::vector<RegisteredRange>& ranges,
       const std::vector<MappableRegion>& offered, uint32_t* mapped, std::string* note);

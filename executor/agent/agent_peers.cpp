@@ -68,6 +68,26 @@ std::vector<MappableRegion> AgentCore::mappable_regions() const {
   return out;
 }
 
+std::string AgentCore::device_region_note(const std::vector<RegisteredRange>& theirs, const std::string& their_engine,
+                                          uint32_t their_rank) const {
+  auto note = [](const std::string& engine, uint32_t rank, size_t region) {
+    return "region " + std::to_string(region) + " of engine '" + engine + "' rank " + std::to_string(rank) +
+           " is CUDA device memory, which cross-memory attach cannot reach (it copies host memory only)";
+  };
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const auto& reg : regs_) {
+      if (reg && reg->usable() && reg->type == MemoryType::Cuda) {
+        return note(opt_.metadata.engine_id, opt_.metadata.tp_rank, reg->region);
+      }
+    }
+  }
+  for (size_t i = 0; i < theirs.size(); ++i) {
+    if (theirs[i].present && theirs[i].device) return note(their_engine, their_rank, i);
+  }
+  return "";
+}
+
 std::vector<std::shared_ptr<const cma::PeerMapping>> AgentCore::map_peer_regions(
     const cma::PeerProcess& process, const std::vector<RegisteredRange>& ranges,
     const std::vector<MappableRegion>& offered, uint32_t* mapped, std::string* note) {
@@ -78,7 +98,7 @@ std::vector<std::shared_ptr<const cma::PeerMapping>> AgentCore::map_peer_regions
     // Only exactly the range the peer registered and advertised (and this side range-checks
     // every read against): a mapping never reaches beyond it.
     if (x.region >= ranges.size() || !ranges[x.region].present || ranges[x.region].base != x.base ||
-        ranges[x.region].length != x.length || maps[x.region]) {
+        ranges[x.region].length != x.length || ranges[x.region].device || maps[x.region]) {
       *note = "region " + std::to_string(x.region) + ": advertised as mappable with a range it did not register";
       continue;
     }
@@ -113,7 +133,7 @@ HandshakeParams AgentCore::handshake_params_locked() const {
     k.base = reg->base;
     k.length = reg->length;
     k.memory_type = static_cast<uint32_t>(reg->type);
-    k.rkey = reg->ucx->packed_rkey();
+    if (reg->ucx) k.rkey = reg->ucx->packed_rkey();  // device memory has no UCX key: sent empty
     p.info.regions.push_back(std::move(k));
   }
   p.key = opt_.key;
@@ -162,21 +182,31 @@ AgentCore::CheckedPeer AgentCore::check_peer(const Hello& hello, const PeerInfo&
                                        ") but the region is [" + std::to_string(r.base) + ", +" +
                                        std::to_string(len) + ")");
     }
-    if (k.memory_type != static_cast<uint32_t>(MemoryType::Host)) {
+    // Host regions carry UCX's packed key (its layout is checked, its bytes unused); CUDA regions
+    // carry none: their bytes move over the tcp data connection only, staged by their owner.
+    // (A peer older than device memory refuses a CUDA region here as an unknown type.)
+    const bool device = k.memory_type == static_cast<uint32_t>(MemoryType::Cuda);
+    if (k.memory_type != static_cast<uint32_t>(MemoryType::Host) && !device) {
       core::fail(Status::Protocol, "peer's region " + std::to_string(k.region) +
                                        " has memory type " + std::to_string(k.memory_type) +
-                                       ", which this build cannot reach");
+                                       ", which is neither host (0) nor cuda (1)");
     }
-    if (k.rkey.empty()) {
+    if (device && !k.rkey.empty()) {
+      core::fail(Status::Protocol, "peer's CUDA region " + std::to_string(k.region) + " came with a " +
+                                       std::to_string(k.rkey.size()) + "-byte key; device memory has none");
+    }
+    if (!device && k.rkey.empty()) {
       core::fail(Status::Protocol, "peer's key for region " + std::to_string(k.region) + " is empty");
     }
-    if (const std::string why = packed_rkey_layout_error(k.rkey); !why.empty()) {
-      core::fail(Status::Protocol, "peer's key for region " + std::to_string(k.region) + " is malformed: " + why);
+    if (!device) {
+      if (const std::string why = packed_rkey_layout_error(k.rkey); !why.empty()) {
+        core::fail(Status::Protocol, "peer's key for region " + std::to_string(k.region) + " is malformed: " + why);
+      }
     }
     if (out.ranges[k.region].present) {
       core::fail(Status::Protocol, "peer sent two keys for region " + std::to_string(k.region));
     }
-    out.ranges[k.region] = RegisteredRange{k.base, k.length, true};
+    out.ranges[k.region] = RegisteredRange{k.base, k.length, true, device};
   }
   // Which engine reads is not known here (either may dial, a pair may READ or WRITE): the pair is
   // admitted when it can be served with either as D; a direction it cannot serve is refused when the
@@ -289,7 +319,11 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
   const uint8_t my_seal = opt_.key && opt_.seal_data ? 1 : 0;
   if (result.peer_hello.proto_minor >= 2) mine.data_seal = my_seal;
   if (same_host && opt_.transport != TransportMode::Tcp && their_mode != TransportMode::Tcp) {
-    std::string why = cma::check_probe(result.peer_info.cma_pid, result.peer_info.cma_probe_address,
+    // Device memory on either side rules cross-memory attach out (it reaches host pages only):
+    // auto then chooses tcp, shm is refused saying which region. Both sides see both regions'
+    // types (each sent its own), so they choose alike.
+    std::string why = device_region_note(checked.ranges, checked.metadata.engine_id, checked.metadata.tp_rank);
+    if (why.empty()) why = cma::check_probe(result.peer_info.cma_pid, result.peer_info.cma_probe_address,
                                        result.peer_info.cma_probe);
     // The probe only shows that the pid holds bytes the peer knows, which may be another process's
     // (a copy forked from the peer, or bytes the peer read from some agent's registered memory,

@@ -33,6 +33,7 @@
 #include <cstring>
 
 #include "agent/agent_core.hpp"
+#include "agent/device_staging.hpp"
 #include "cma/cma.hpp"
 
 namespace pdkv::exec {
@@ -245,15 +246,29 @@ bool AgentCore::tcp_start_batch_locked(const std::shared_ptr<TransferJob>& job_p
     if (op.tcp_started == op.length) lane.tcp_next = k + 1;
     else break;  // the rest of this piece goes in the next batch
   }
-  const uint64_t id = peer.tcp->next_batch++;
   TcpOut o;
+  if (write) {
+    o.body = b.local;
+    std::vector<const Registration*> devices(b.ops.size(), nullptr);
+    bool any = false;
+    for (size_t i = 0; i < b.ops.size(); ++i) any |= (devices[i] = job.ops[b.ops[i]].local_device) != nullptr;
+    if (any) {
+      try {
+        stage_outgoing(o, devices);  // device bytes copied to host now, under the lock (see README)
+      } catch (const core::Error& e) {
+        fail_job_locked(job, e.status(), "copying the bytes of read " + std::to_string(job.ops[b.ops.front()].read_index) +
+                                             " out of CUDA device memory: " + e.what());
+        return false;
+      }
+    }
+  }
+  const uint64_t id = peer.tcp->next_batch++;
   tcpdp::Header h;
   h.type = write ? tcpdp::FrameType::Write : tcpdp::FrameType::ReadRequest;
   h.batch = id;
   o.head = tcpdp::encode(h, b.pieces);
   o.total = o.head.size();
   if (write) {
-    o.body = b.local;
     o.total += bytes;
     o.write_batch = id;
     b.holds = true;
@@ -397,11 +412,7 @@ std::string AgentCore::tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer)
     budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
     if (o.sent == o.total) {
       for (auto& r : o.busy) {
-        if (r->busy > 0) --r->busy;
-        if (r->busy == 0 && r->release_when_idle && r->ucx) {
-          r->ucx.reset();
-          if (r->region < regs_.size() && regs_[r->region] == r) regs_[r->region].reset();
-        }
+        unbusy_locked(r);
       }
       d.out.pop_front();
       d.tx.clear();
@@ -517,23 +528,40 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
       a.batch = h.batch;
       std::vector<std::shared_ptr<Registration>> regs;
       std::vector<iovec> body;
+      std::vector<const Registration*> devices;
+      bool any_device = false;
       uint64_t bytes = 0;
-      bool refused = false;
+      tcpdp::Refusal refusal = tcpdp::Refusal::None;
       for (const auto& p : pieces) {
         iovec v{};
         std::shared_ptr<Registration> reg;
         if (!tcp_check_local(p, &v, &reg).empty()) {
-          refused = true;
+          refusal = tcpdp::Refusal::Range;
           break;
         }
         body.push_back(v);
         bytes += p.length;
+        devices.push_back(reg->type == MemoryType::Cuda ? reg.get() : nullptr);
+        any_device |= devices.back() != nullptr;
         if (std::find(regs.begin(), regs.end(), reg) == regs.end()) regs.push_back(reg);
       }
-      if (refused) {
-        a.status = static_cast<uint32_t>(tcpdp::Refusal::Range);
+      if (refusal == tcpdp::Refusal::None && any_device) {
+        // Device bytes are copied to host now, under the lock: the answer owns the copy, so the
+        // regions need not stay busy for them.
+        o.body = std::move(body);
+        try {
+          stage_outgoing(o, devices);
+        } catch (const core::Error&) {
+          refusal = tcpdp::Refusal::Device;
+        }
+        body = std::move(o.body);
+        o.body.clear();
+      }
+      if (refusal != tcpdp::Refusal::None) {
+        a.status = static_cast<uint32_t>(refusal);
         o.head = tcpdp::encode(a, {});
         o.total = o.head.size();
+        o.staged.clear();
         peer.record->operations_failed++;
       } else {
         o.head = tcpdp::encode(a, pieces);
@@ -560,8 +588,8 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
         d.batches.erase(it);
         if (!job.finalized) {
           op_failed_locked(job.ops[first], Status::Transport,
-                           who + " refused to serve read " + std::to_string(job.ops[first].read_index) +
-                               ": a range lies outside its registered memory (was a region deregistered?)");
+                           who + " refused to serve read " + std::to_string(job.ops[first].read_index) + ": " +
+                               tcpdp::refusal_reason(h.status, "a range lies outside its registered memory (was a region deregistered?)"));
         }
         check_final_locked(*keep);
         return;
@@ -576,6 +604,10 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
       } else {
         d.rx = b.local;
         d.rx_index = 0;
+        std::vector<const Registration*> devices(b.ops.size(), nullptr);
+        bool any = false;
+        for (size_t i = 0; i < b.ops.size(); ++i) any |= (devices[i] = job.ops[b.ops[i]].local_device) != nullptr;
+        if (any) stage_incoming(d, d.rx, devices);
         b.holds = true;
         job.inflight++;
         peer.inflight++;
@@ -590,6 +622,8 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
       d.rx_ack_status = 0;
       d.rx_busy.clear();
       std::vector<iovec> to;
+      std::vector<const Registration*> devices;
+      bool any_device = false;
       for (const auto& p : pieces) {
         iovec v{};
         std::shared_ptr<Registration> reg;
@@ -598,6 +632,8 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
           break;
         }
         to.push_back(v);
+        devices.push_back(reg->type == MemoryType::Cuda ? reg.get() : nullptr);
+        any_device |= devices.back() != nullptr;
         if (std::find(d.rx_busy.begin(), d.rx_busy.end(), reg) == d.rx_busy.end()) d.rx_busy.push_back(reg);
       }
       if (d.rx_ack_status != 0) {
@@ -605,6 +641,7 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
         sink_iov(d, d.reader.payload_left());
       } else {
         for (auto& r : d.rx_busy) r->busy++;
+        if (any_device) stage_incoming(d, to, devices);  // the regions stay busy until the copy
         d.rx = std::move(to);
         d.rx_index = 0;
       }
@@ -633,8 +670,8 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
         tcp_batch_landed_locked(peer, b);
       } else if (!job.finalized) {
         op_failed_locked(job.ops[b.ops.front()], Status::Transport,
-                         who + " refused the bytes of read " + std::to_string(job.ops[b.ops.front()].read_index) +
-                             ": a target range lies outside its registered memory (was a region deregistered?)");
+                         who + " refused the bytes of read " + std::to_string(job.ops[b.ops.front()].read_index) + ": " +
+                             tcpdp::refusal_reason(h.status, "a target range lies outside its registered memory (was a region deregistered?)"));
       }
       d.batches.erase(it);
       check_final_locked(job);
@@ -660,7 +697,10 @@ void AgentCore::tcp_frame_done_locked(PeerConn& peer) {
   d.rx_index = 0;
   if (h.type == tcpdp::FrameType::ReadData && h.status == 0) {
     auto it = d.batches.find(d.rx_batch);
-    if (it == d.batches.end()) return;
+    if (it == d.batches.end()) {
+      d.rx_device.clear();
+      return;
+    }
     TcpBatch& b = it->second;
     auto keep = b.job;
     TransferJob& job = *keep;
@@ -669,17 +709,35 @@ void AgentCore::tcp_frame_done_locked(PeerConn& peer) {
       job.inflight--;
       peer.inflight--;
       b.holds = false;
-      if (!job.stopping()) tcp_batch_landed_locked(peer, b);
+      if (!job.stopping()) {
+        bool landed = true;
+        if (!d.rx_device.empty()) {
+          try {
+            land_incoming(d);  // the staged device bytes, now that the whole frame is here
+          } catch (const core::Error& e) {
+            landed = false;
+            op_failed_locked(job.ops[b.ops.front()], e.status(),
+                             "copying the bytes of read " + std::to_string(job.ops[b.ops.front()].read_index) +
+                                 " into CUDA device memory: " + e.what());
+          }
+        }
+        if (landed) tcp_batch_landed_locked(peer, b);
+      }
     }
+    d.rx_device.clear();
     d.batches.erase(it);
     check_final_locked(job);
   } else if (h.type == tcpdp::FrameType::Write) {
-    for (auto& r : d.rx_busy) {
-      if (r->busy > 0) --r->busy;
-      if (r->busy == 0 && r->release_when_idle && r->ucx) {
-        r->ucx.reset();
-        if (r->region < regs_.size() && regs_[r->region] == r) regs_[r->region].reset();
+    if (d.rx_ack_status == 0 && !d.rx_device.empty()) {
+      try {
+        land_incoming(d);  // before the acknowledgement: an acknowledged byte is in device memory
+      } catch (const core::Error&) {
+        d.rx_ack_status = static_cast<uint32_t>(tcpdp::Refusal::Device);
       }
+    }
+    d.rx_device.clear();
+    for (auto& r : d.rx_busy) {
+      unbusy_locked(r);
     }
     d.rx_busy.clear();
     TcpOut o;
@@ -710,11 +768,7 @@ void AgentCore::tcp_drop_locked(PeerConn& peer, Status status, const std::string
   }
   auto unbusy = [&](std::vector<std::shared_ptr<Registration>>& regs) {
     for (auto& r : regs) {
-      if (r->busy > 0) --r->busy;
-      if (r->busy == 0 && r->release_when_idle && r->ucx) {
-        r->ucx.reset();
-        if (r->region < regs_.size() && regs_[r->region] == r) regs_[r->region].reset();
-      }
+      unbusy_locked(r);
     }
     regs.clear();
   };
@@ -722,6 +776,7 @@ void AgentCore::tcp_drop_locked(PeerConn& peer, Status status, const std::string
   d.out.clear();
   unbusy(d.rx_busy);
   d.rx.clear();
+  d.rx_device.clear();  // staged device bytes of a frame that will never complete
   std::vector<std::shared_ptr<TransferJob>> touched;
   for (auto& [id, b] : d.batches) {
     TransferJob& job = *b.job;

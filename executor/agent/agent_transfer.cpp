@@ -25,7 +25,9 @@ namespace {
 std::vector<RegisteredRange> local_ranges(const std::vector<std::shared_ptr<Registration>>& regs) {
   std::vector<RegisteredRange> out(regs.size());
   for (size_t i = 0; i < regs.size(); ++i) {
-    if (regs[i] && regs[i]->usable()) out[i] = RegisteredRange{regs[i]->base, regs[i]->length, true};
+    if (regs[i] && regs[i]->usable()) {
+      out[i] = RegisteredRange{regs[i]->base, regs[i]->length, true, regs[i]->type == MemoryType::Cuda};
+    }
   }
   return out;
 }
@@ -184,6 +186,24 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
         op.remote_region = r.local_region;
         uses_region[r.remote_region] = true;
       }
+      // Device memory moves over the tcp data connection only (staged through host memory):
+      // a same-host shm peer admitted before this agent registered a CUDA region cannot carry it.
+      const uint32_t here = params.op == TransferOp::Read ? r.local_region : r.remote_region;
+      const bool here_device = mine[here].device;
+      if (here_device) op.local_device = regs_[here].get();  // checked_address found it registered
+      if (!L.peer->tcp) {
+        const uint32_t there = op.remote_region;
+        if (here_device || L.peer->remote_ranges[there].device) {
+          core::fail(Status::InvalidArgument,
+                     "read " + std::to_string(i) + " of P rank " + std::to_string(L.p_rank) + ": " +
+                         (here_device ? "this agent's region " + std::to_string(here)
+                                      : "the peer's region " + std::to_string(there)) +
+                         " is CUDA device memory, but engine '" + L.peer->record->engine_id + "' rank " +
+                         std::to_string(L.peer->record->tp_rank) +
+                         " is connected over shm (cross-memory attach reaches host memory only): register device "
+                         "memory before connecting, so the agents choose tcp, or use transport tcp");
+        }
+      }
       per_lane[l].push_back(op);
     }
   }
@@ -203,6 +223,13 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
                          " but this agent's region " + std::to_string(region) +
                          (region < me.regions.size() ? " has blocks of " + std::to_string(me.regions[region].region.block_len) + " bytes"
                                                      : " does not exist"));
+        }
+        if (region < mine.size() && mine[region].device) {
+          core::fail(Status::InvalidArgument,
+                     "the plan permutes received blocks of region " + std::to_string(region) +
+                         ", which is CUDA device memory: the executor permutes on the CPU, in host memory; "
+                         "apply the plan's permutation on the device after the READ (pdkv_permute_kv_block's "
+                         "shapes), or receive into host memory");
         }
         for (uint64_t b : z.permute_blocks) {
           const uint64_t offset = core::mul_checked(b, len, "permuted block offset");

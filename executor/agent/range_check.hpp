@@ -16,6 +16,7 @@ struct RegisteredRange {
   uint64_t base = 0;
   uint64_t length = 0;
   bool present = false;
+  bool device = false;  // CUDA device memory: reachable over the tcp data connection only
 };
 
 // Where a read sits in its plan, for messages.

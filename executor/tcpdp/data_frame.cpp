@@ -84,7 +84,8 @@ Header decode_header(std::span<const uint8_t, kHeaderBytes> b) {
         std::to_string(kMaxPieces) + ")");
   }
   const bool may_refuse = h.type == FrameType::ReadData || h.type == FrameType::WriteAck;
-  if (h.status != 0 && (!may_refuse || h.status != static_cast<uint32_t>(Refusal::Range))) {
+  if (h.status != 0 && (!may_refuse || (h.status != static_cast<uint32_t>(Refusal::Range) &&
+                                        h.status != static_cast<uint32_t>(Refusal::Device)))) {
     bad(std::string(frame_type_name(h.type)) + " has status " + std::to_string(h.status));
   }
   if (h.type == FrameType::WriteAck && h.count != 0) bad("WriteAck lists " + std::to_string(h.count) + " pieces");
@@ -216,6 +217,15 @@ void FrameReader::next() {
   have_ = 0;
   payload_left_ = 0;
   segment_left_ = 0;
+}
+
+std::string refusal_reason(uint32_t status, const std::string& range_text) {
+  switch (static_cast<Refusal>(status)) {
+    case Refusal::Range: return range_text;
+    case Refusal::Device: return "copying the bytes out of or into its CUDA device memory failed";
+    case Refusal::None: break;
+  }
+  return "refusal code " + std::to_string(status) + ", which this build does not know";
 }
 
 }  // namespace pdkv::exec::tcpdp

@@ -48,8 +48,13 @@ enum class FrameType : uint8_t { ReadRequest = 1, ReadData = 2, Write = 3, Write
 // Why the receiving side refused a batch (ReadData / WriteAck status).
 enum class Refusal : uint32_t {
   None = 0,
-  Range = 1,  // a piece lies outside the refusing side's live registrations
+  Range = 1,   // a piece lies outside the refusing side's live registrations
+  Device = 2,  // copying the bytes out of / into the refusing side's CUDA device memory failed
 };
+
+// Why a batch was refused, for the failed read's message: `range_text` for Range (each side says
+// it in its own words), a fixed text for Device and for a code this build does not know.
+std::string refusal_reason(uint32_t status, const std::string& range_text);
 
 struct Piece {
   uint32_t region = 0;

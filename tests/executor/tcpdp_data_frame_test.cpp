@@ -87,6 +87,23 @@ TEST(TcpDataFrame, FramesRoundTripInAnyChunking) {
   EXPECT_EQ(r.payload_left(), 4196u);
 }
 
+// Answers may refuse with Range or Device (a failed CUDA copy); any other code is garbled.
+TEST(TcpDataFrame, AnswersRefuseWithKnownCodesOnly) {
+  for (FrameType t : {FrameType::ReadData, FrameType::WriteAck}) {
+    for (uint32_t code : {1u, 2u}) {
+      FrameReader r;
+      const auto hs = feed(r, encode({t, 1, 0, code}, {}), 7);
+      ASSERT_EQ(hs.size(), 1u);
+      EXPECT_EQ(hs[0].status, code);
+    }
+    auto b = encode({t, 1, 0, 3}, {});
+    EXPECT_NE(protocol_error(b).find("status 3"), std::string::npos);
+  }
+  EXPECT_EQ(refusal_reason(1, "outside"), "outside");
+  EXPECT_NE(refusal_reason(2, "outside").find("CUDA device memory failed"), std::string::npos);
+  EXPECT_NE(refusal_reason(9, "outside").find("refusal code 9"), std::string::npos);
+}
+
 TEST(TcpDataFrame, ATruncatedFrameIsNeverReady) {
   const auto b = encode({FrameType::ReadRequest, 1, 0, 0}, std::vector<Piece>{{0, 0, 8}, {1, 8, 8}});
   for (size_t cut = 0; cut < b.size(); ++cut) {

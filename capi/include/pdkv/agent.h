@@ -73,7 +73,9 @@ typedef enum pdkv_progress_mode {
 /* Where registered memory lives. Numeric values are stable. */
 typedef enum pdkv_memory_type {
   PDKV_MEMORY_HOST = 0,
-  PDKV_MEMORY_CUDA = 1 /* GPU device memory: reserved; this build refuses it (INVALID_ARGUMENT) */
+  /* GPU device memory (since 2.5; refused before). Its bytes are staged through host memory and
+   * move over the TCP data connection only (see pdkv_agent_register_memory). */
+  PDKV_MEMORY_CUDA = 1
 } pdkv_memory_type_t;
 
 /* Direction of a transfer. Numeric values are stable. */
@@ -249,10 +251,21 @@ typedef struct pdkv_memory_desc {
 
 /* Registers a region's memory so peers can reach it and local transfers may use it. Register
  * every region before connecting: a peer receives the keys of the regions registered when its
- * handshake runs. Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (unknown bits, region index
- * out of range, the range not equal to the advertised one (names both ranges), CUDA memory in
- * this build), BUSY (the region is already registered), SHUTDOWN, TRANSPORT. *out owned by the
- * caller. Thread-safe. */
+ * handshake runs.
+ * CUDA memory (memory_type CUDA, device its ordinal): every byte of the range must be device
+ * memory of that device (one cudaMalloc'd allocation or several mapped back to back), as the CUDA
+ * driver (libcuda.so.1, loaded at run time: the library needs no CUDA otherwise) reports. Its
+ * bytes are copied through host memory on a stream of the device's primary context that does not
+ * wait for the engine's work: the engine must have finished writing a block before P serves it,
+ * and reads a received block only after the transfer is DONE. They move over the TCP data
+ * connection only: an agent that holds a CUDA region, or whose peer does, uses TCP with a
+ * same-host peer too (AUTO chooses it; SHM is refused naming the region), and permute_on_receive
+ * plans are refused for CUDA regions (the permutation runs on the CPU).
+ * Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (unknown bits, region index out of range,
+ * the range not equal to the advertised one (names both ranges), DEVICE set for host memory, CUDA
+ * memory where no CUDA driver or device is usable (says why), a CUDA range holding an address that
+ * is not device memory of that device (names it)), BUSY (the region is already registered),
+ * SHUTDOWN, TRANSPORT (the driver failed; cause CUDA). *out owned by the caller. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_agent_register_memory(pdkv_agent_t *agent,
                                                   const pdkv_memory_desc_t *desc,
                                                   pdkv_memory_t **out, pdkv_error_t **err);

@@ -54,7 +54,7 @@ typedef enum pdkv_cause_domain {
   PDKV_CAUSE_NONE = 0,
   PDKV_CAUSE_UCX = 1,     /* code is a ucs_status_t */
   PDKV_CAUSE_ERRNO = 2,   /* code is an errno value */
-  PDKV_CAUSE_CUDA = 3,    /* code is a cudaError_t */
+  PDKV_CAUSE_CUDA = 3,    /* code is a CUDA driver API CUresult (executor: device memory) */
   PDKV_CAUSE_OPENSSL = 4  /* code is an ERR_get_error() value */
 } pdkv_cause_domain_t;
 

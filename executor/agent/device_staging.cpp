@@ -1,0 +1,93 @@
+#include "agent/device_staging.hpp"
+
+namespace pdkv::exec {
+
+namespace {
+
+// Runs the copies in order, one backend call per run of copies on the same (backend, device).
+template <typename Each>
+void run_grouped(size_t n, Each&& each, bool to_host) {
+  std::vector<device::Copy> group;
+  device::Backend* backend = nullptr;
+  int device = 0;
+  auto flush = [&] {
+    if (group.empty()) return;
+    if (to_host) backend->to_host(device, group);
+    else backend->to_device(device, group);
+    group.clear();
+  };
+  for (size_t i = 0; i < n; ++i) {
+    device::Backend* b = nullptr;
+    int dev = 0;
+    device::Copy c;
+    if (!each(i, &b, &dev, &c)) continue;
+    if (b != backend || dev != device) {
+      flush();
+      backend = b;
+      device = dev;
+    }
+    group.push_back(c);
+  }
+  flush();
+}
+
+}  // namespace
+
+void stage_outgoing(TcpOut& o, std::span<const Registration* const> devices) {
+  size_t bytes = 0;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i] != nullptr) bytes += o.body[i].iov_len;
+  }
+  if (bytes == 0) return;
+  o.staged.resize(bytes);  // sized once: the iovecs below point into it
+  size_t at = 0;
+  run_grouped(
+      devices.size(),
+      [&](size_t i, device::Backend** b, int* dev, device::Copy* c) {
+        const Registration* r = devices[i];
+        if (r == nullptr) return false;
+        iovec& v = o.body[i];
+        *b = r->staging.get();
+        *dev = r->device;
+        *c = {o.staged.data() + at, reinterpret_cast<uint64_t>(v.iov_base), v.iov_len};
+        v.iov_base = o.staged.data() + at;
+        at += v.iov_len;
+        return true;
+      },
+      true);
+}
+
+void stage_incoming(TcpData& d, std::vector<iovec>& to, std::span<const Registration* const> devices) {
+  d.rx_device.clear();
+  size_t bytes = 0;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i] != nullptr) bytes += to[i].iov_len;
+  }
+  if (bytes == 0) return;
+  if (d.rx_staged.size() < bytes) d.rx_staged.resize(bytes);  // kept for the connection's next frames
+  size_t at = 0;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const Registration* r = devices[i];
+    if (r == nullptr) continue;
+    iovec& v = to[i];
+    d.rx_device.push_back({r->staging, r->device, {d.rx_staged.data() + at, reinterpret_cast<uint64_t>(v.iov_base), v.iov_len}});
+    v.iov_base = d.rx_staged.data() + at;
+    at += v.iov_len;
+  }
+}
+
+void land_incoming(TcpData& d) {
+  std::vector<DeviceLanding> landing;
+  landing.swap(d.rx_device);
+  run_grouped(
+      landing.size(),
+      [&](size_t i, device::Backend** b, int* dev, device::Copy* c) {
+        *b = landing[i].staging.get();
+        *dev = landing[i].device;
+        *c = landing[i].copy;
+        return true;
+      },
+      false);
+}
+
+}  // namespace pdkv::exec
