@@ -153,7 +153,8 @@ type MemoryType int32
 const (
 	// MemoryHost is host memory.
 	MemoryHost MemoryType = C.PDKV_MEMORY_HOST
-	// MemoryCUDA is GPU device memory (this build of the library refuses it).
+	// MemoryCUDA is GPU device memory (since 2.5): staged through host memory over the tcp data
+	// connection; needs a CUDA driver where it is registered (see pdkv_agent_register_memory).
 	MemoryCUDA MemoryType = C.PDKV_MEMORY_CUDA
 )
 
@@ -208,7 +209,8 @@ func (a *Agent) RegisterBuffer(region uint32, buf *HostBuffer) (*Memory, error) 
 
 // RegisterMemory registers memory given by address (e.g. memory another allocator owns). The
 // caller keeps it valid for reads and writes by peers until the agent is closed. Errors: as
-// RegisterBuffer, and ErrInvalidArgument for CUDA memory in this build.
+// RegisterBuffer, and ErrInvalidArgument for CUDA memory that is not device memory of desc.Device
+// or where no CUDA driver is usable (the message says why).
 func (a *Agent) RegisterMemory(desc MemoryDesc) (*Memory, error) { return a.register(desc) }
 
 func (a *Agent) register(desc MemoryDesc) (*Memory, error) {

@@ -93,7 +93,7 @@ const (
 	CauseUCX CauseDomain = C.PDKV_CAUSE_UCX
 	// CauseErrno: the code is an errno value.
 	CauseErrno CauseDomain = C.PDKV_CAUSE_ERRNO
-	// CauseCUDA: the code is a cudaError_t.
+	// CauseCUDA: the code is a CUDA driver API CUresult.
 	CauseCUDA CauseDomain = C.PDKV_CAUSE_CUDA
 	// CauseOpenSSL: the code is an OpenSSL ERR_get_error() value.
 	CauseOpenSSL CauseDomain = C.PDKV_CAUSE_OPENSSL

@@ -557,7 +557,7 @@ class MemoryType(IntEnum):
     """``pdkv_memory_type_t``: Where registered memory lives. Numeric values are stable."""
 
     HOST = 0
-    CUDA = 1  #: GPU device memory: reserved; this build refuses it (INVALID_ARGUMENT)
+    CUDA = 1
 
 
 class TransferOp(IntEnum):

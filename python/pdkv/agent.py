@@ -380,7 +380,12 @@ class Agent(Handle):
         device: int = 0,
     ) -> "Memory":
         """Registers memory by address (memory another allocator owns; the caller keeps it valid
-        for reads and writes by peers until the agent is closed)."""
+        for reads and writes by peers until the agent is closed).
+
+        GPU memory (e.g. a torch tensor's ``data_ptr()``): ``memory_type=MemoryType.CUDA`` and
+        ``device`` its ordinal; every byte must be device memory of that device, and its bytes
+        travel staged through host memory over the tcp data connection (since 2.5; see
+        ``pdkv_agent_register_memory``)."""
         return self._register(
             u32("region", region),
             u64("address", address),

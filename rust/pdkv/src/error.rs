@@ -41,7 +41,7 @@ pub enum Cause {
     Ucx(i64),
     /// An `errno` value.
     Errno(i64),
-    /// A CUDA `cudaError_t`.
+    /// A CUDA driver API `CUresult` (device memory copies and checks).
     Cuda(i64),
     /// An OpenSSL `ERR_get_error()` value.
     OpenSsl(i64),

@@ -184,7 +184,8 @@ pub enum MemoryType {
     /// Host memory.
     #[default]
     Host,
-    /// GPU device memory (this build of the library refuses it).
+    /// GPU device memory (since 2.5): staged through host memory over the tcp data connection;
+    /// registering it needs a CUDA driver (see `pdkv_agent_register_memory`).
     Cuda,
     /// A raw value this version does not know.
     Other(i32),
