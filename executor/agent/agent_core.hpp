@@ -162,6 +162,7 @@ struct TcpData {
   // Payload bytes bound for device memory: received into rx_staged, copied to the device when the
   // frame is complete (and every sealed tag verified): device_staging.hpp.
   std::vector<uint8_t> rx_staged;
+  std::vector<std::vector<uint8_t>> staging_spare;  // outgoing frames' staging buffers, for reuse
   std::vector<DeviceLanding> rx_device;
   std::vector<uint8_t> sink;                              // bytes nobody may keep
   // The epoll events watched on fd: EPOLLOUT while frames wait to be sent; EPOLLIN unless

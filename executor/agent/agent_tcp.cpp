@@ -254,7 +254,7 @@ bool AgentCore::tcp_start_batch_locked(const std::shared_ptr<TransferJob>& job_p
     for (size_t i = 0; i < b.ops.size(); ++i) any |= (devices[i] = job.ops[b.ops[i]].local_device) != nullptr;
     if (any) {
       try {
-        stage_outgoing(o, devices);  // device bytes copied to host now, under the lock (see README)
+        stage_outgoing(*peer.tcp, o, devices);  // device bytes copied to host now, under the lock (see README)
       } catch (const core::Error& e) {
         fail_job_locked(job, e.status(), "copying the bytes of read " + std::to_string(job.ops[b.ops.front()].read_index) +
                                              " out of CUDA device memory: " + e.what());
@@ -347,6 +347,7 @@ std::string AgentCore::tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer)
         }
         auto keep = b.job;
         d.batches.erase(it);
+        recycle_staging(d, d.out.front());
         d.out.pop_front();
         check_final_locked(*keep);
         continue;
@@ -414,6 +415,7 @@ std::string AgentCore::tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer)
       for (auto& r : o.busy) {
         unbusy_locked(r);
       }
+      recycle_staging(d, o);
       d.out.pop_front();
       d.tx.clear();
       d.tx_sent = 0;
@@ -546,11 +548,10 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
         if (std::find(regs.begin(), regs.end(), reg) == regs.end()) regs.push_back(reg);
       }
       if (refusal == tcpdp::Refusal::None && any_device) {
-        // Device bytes are copied to host now, under the lock: the answer owns the copy, so the
-        // regions need not stay busy for them.
+        // Device bytes are copied to host now, under the lock: the answer sends the copy.
         o.body = std::move(body);
         try {
-          stage_outgoing(o, devices);
+          stage_outgoing(d, o, devices);
         } catch (const core::Error&) {
           refusal = tcpdp::Refusal::Device;
         }
@@ -561,7 +562,7 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
         a.status = static_cast<uint32_t>(refusal);
         o.head = tcpdp::encode(a, {});
         o.total = o.head.size();
-        o.staged.clear();
+        recycle_staging(d, o);
         peer.record->operations_failed++;
       } else {
         o.head = tcpdp::encode(a, pieces);

@@ -1,5 +1,7 @@
 #include "agent/device_staging.hpp"
 
+#include <algorithm>
+
 namespace pdkv::exec {
 
 namespace {
@@ -33,13 +35,21 @@ void run_grouped(size_t n, Each&& each, bool to_host) {
 
 }  // namespace
 
-void stage_outgoing(TcpOut& o, std::span<const Registration* const> devices) {
+void stage_outgoing(TcpData& d, TcpOut& o, std::span<const Registration* const> devices) {
   size_t bytes = 0;
   for (size_t i = 0; i < devices.size(); ++i) {
     if (devices[i] != nullptr) bytes += o.body[i].iov_len;
   }
   if (bytes == 0) return;
-  o.staged.resize(bytes);  // sized once: the iovecs below point into it
+  // Sized once (the iovecs below point into it): a spare that holds `bytes`, or a new buffer.
+  auto spare = std::find_if(d.staging_spare.begin(), d.staging_spare.end(),
+                            [&](const std::vector<uint8_t>& b) { return b.size() >= bytes; });
+  if (spare != d.staging_spare.end()) {
+    o.staged = std::move(*spare);
+    d.staging_spare.erase(spare);
+  } else {
+    o.staged.resize(bytes);
+  }
   size_t at = 0;
   run_grouped(
       devices.size(),
@@ -55,6 +65,13 @@ void stage_outgoing(TcpOut& o, std::span<const Registration* const> devices) {
         return true;
       },
       true);
+}
+
+void recycle_staging(TcpData& d, TcpOut& o) {
+  constexpr size_t kSpares = 4;  // a batch is at most tcpdp::kMaxBatchBytes: 16 MiB kept at most
+  if (o.staged.empty()) return;
+  if (d.staging_spare.size() < kSpares) d.staging_spare.push_back(std::move(o.staged));
+  o.staged = {};
 }
 
 void stage_incoming(TcpData& d, std::vector<iovec>& to, std::span<const Registration* const> devices) {

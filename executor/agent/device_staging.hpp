@@ -13,9 +13,13 @@
 namespace pdkv::exec {
 
 // body[i] lies in the device memory of devices[i] (null: host memory). Copies those pieces into
-// o.staged and points their iovecs there. Throws core::Error (Transport, cause CUDA) when a copy
-// fails; `o` is then unusable.
-void stage_outgoing(TcpOut& o, std::span<const Registration* const> devices);
+// o.staged (a spare buffer of d's when one is large enough) and points their iovecs there. Throws
+// core::Error (Transport, cause CUDA) when a copy fails; `o` is then unusable.
+void stage_outgoing(TcpData& d, TcpOut& o, std::span<const Registration* const> devices);
+
+// A frame left the queue: its staging buffer becomes a spare of d's (a few are kept), so a stream
+// of frames reuses warm pages instead of faulting in fresh ones for every batch.
+void recycle_staging(TcpData& d, TcpOut& o);
 
 // to[i] is where piece i of the frame being received belongs, in the device memory of devices[i]
 // (null: host). Points those iovecs into d.rx_staged and records in d.rx_device where each goes.
