@@ -128,7 +128,7 @@ struct TcpOut {
   size_t body_offset = 0;
   uint64_t write_batch = 0;                           // a Write frame: its batch (0: none)
   std::vector<std::shared_ptr<Registration>> busy;    // a ReadData: regions busy until sent
-  std::vector<uint8_t> staged;  // the body's device bytes, copied to host when queued (device_staging.hpp)
+  device::StagingBuffer staged;  // the body's device bytes, copied to host when queued (device_staging.hpp)
 };
 
 // Payload bytes of a received frame bound for device memory: where they wait in host memory and
@@ -161,8 +161,8 @@ struct TcpData {
   std::vector<std::shared_ptr<Registration>> rx_busy;     // a Write's target regions
   // Payload bytes bound for device memory: received into rx_staged, copied to the device when the
   // frame is complete (and every sealed tag verified): device_staging.hpp.
-  std::vector<uint8_t> rx_staged;
-  std::vector<std::vector<uint8_t>> staging_spare;  // outgoing frames' staging buffers, for reuse
+  device::StagingBuffer rx_staged;
+  std::vector<device::StagingBuffer> staging_spare;  // outgoing frames' staging buffers, for reuse
   std::vector<DeviceLanding> rx_device;
   std::vector<uint8_t> sink;                              // bytes nobody may keep
   // The epoll events watched on fd: EPOLLOUT while frames wait to be sent; EPOLLIN unless

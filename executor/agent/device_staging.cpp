@@ -41,14 +41,16 @@ void stage_outgoing(TcpData& d, TcpOut& o, std::span<const Registration* const> 
     if (devices[i] != nullptr) bytes += o.body[i].iov_len;
   }
   if (bytes == 0) return;
-  // Sized once (the iovecs below point into it): a spare that holds `bytes`, or a new buffer.
+  // Sized once (the iovecs below point into it): a spare that holds `bytes`, or a new buffer
+  // (page-locked when the backend gives one: the device copies those at full speed).
   auto spare = std::find_if(d.staging_spare.begin(), d.staging_spare.end(),
-                            [&](const std::vector<uint8_t>& b) { return b.size() >= bytes; });
+                            [&](const device::StagingBuffer& b) { return b.size() >= bytes; });
   if (spare != d.staging_spare.end()) {
     o.staged = std::move(*spare);
     d.staging_spare.erase(spare);
   } else {
-    o.staged.resize(bytes);
+    const Registration* first = *std::find_if(devices.begin(), devices.end(), [](const Registration* r) { return r != nullptr; });
+    o.staged = device::StagingBuffer(first->staging, first->device, bytes);
   }
   size_t at = 0;
   run_grouped(
@@ -71,7 +73,7 @@ void recycle_staging(TcpData& d, TcpOut& o) {
   constexpr size_t kSpares = 4;  // a batch is at most tcpdp::kMaxBatchBytes: 16 MiB kept at most
   if (o.staged.empty()) return;
   if (d.staging_spare.size() < kSpares) d.staging_spare.push_back(std::move(o.staged));
-  o.staged = {};
+  o.staged = device::StagingBuffer();
 }
 
 void stage_incoming(TcpData& d, std::vector<iovec>& to, std::span<const Registration* const> devices) {
@@ -81,7 +83,10 @@ void stage_incoming(TcpData& d, std::vector<iovec>& to, std::span<const Registra
     if (devices[i] != nullptr) bytes += to[i].iov_len;
   }
   if (bytes == 0) return;
-  if (d.rx_staged.size() < bytes) d.rx_staged.resize(bytes);  // kept for the connection's next frames
+  if (d.rx_staged.size() < bytes) {  // kept for the connection's next frames (page-locked if it can be)
+    const Registration* first = *std::find_if(devices.begin(), devices.end(), [](const Registration* r) { return r != nullptr; });
+    d.rx_staged = device::StagingBuffer(first->staging, first->device, std::max<size_t>(bytes, tcpdp::kMaxBatchBytes));
+  }
   size_t at = 0;
   for (size_t i = 0; i < devices.size(); ++i) {
     const Registration* r = devices[i];

@@ -57,6 +57,8 @@ Loaded load() {
                   resolve(lib, "cuStreamSynchronize", &d.StreamSynchronize, &why) &&
                   resolve(lib, "cuMemcpyDtoHAsync_v2", &d.MemcpyDtoHAsync, &why) &&
                   resolve(lib, "cuMemcpyHtoDAsync_v2", &d.MemcpyHtoDAsync, &why) &&
+                  resolve(lib, "cuMemHostAlloc", &d.MemHostAlloc, &why) &&
+                  resolve(lib, "cuMemFreeHost", &d.MemFreeHost, &why) &&
                   resolve(lib, "cuMemAlloc_v2", &d.MemAlloc, &why) && resolve(lib, "cuMemFree_v2", &d.MemFree, &why) &&
                   resolve(lib, "cuMemcpyHtoD_v2", &d.MemcpyHtoD, &why) &&
                   resolve(lib, "cuMemcpyDtoH_v2", &d.MemcpyDtoH, &why);

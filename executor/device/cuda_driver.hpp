@@ -26,6 +26,7 @@ inline constexpr unsigned kMemoryTypeHost = 1;
 inline constexpr unsigned kMemoryTypeDevice = 2;
 inline constexpr unsigned kMemoryTypeUnified = 4;
 inline constexpr unsigned kStreamNonBlocking = 1;
+inline constexpr unsigned kMemHostAllocPortable = 1;  // page-locked for every context
 
 // Function pointers into libcuda.so.1 (the _v2 entry points where cuda.h maps a name to one).
 struct Driver {
@@ -43,6 +44,8 @@ struct Driver {
   CUresult (*StreamSynchronize)(CUstream stream) = nullptr;
   CUresult (*MemcpyDtoHAsync)(void* dst, CUdeviceptr src, size_t bytes, CUstream stream) = nullptr;
   CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream) = nullptr;
+  CUresult (*MemHostAlloc)(void** pointer, size_t bytes, unsigned flags) = nullptr;
+  CUresult (*MemFreeHost)(void* pointer) = nullptr;
   // Not used by the library: the GPU tests allocate and inspect device memory with them.
   CUresult (*MemAlloc)(CUdeviceptr* pointer, size_t bytes) = nullptr;
   CUresult (*MemFree)(CUdeviceptr pointer) = nullptr;

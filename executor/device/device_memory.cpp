@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "device/cuda_driver.hpp"
 #include "pdkv/core/error.hpp"
@@ -68,6 +69,30 @@ class CudaBackend final : public Backend {
   void to_host(int ordinal, std::span<const Copy> copies) override { run(ordinal, copies, true); }
   void to_device(int ordinal, std::span<const Copy> copies) override { run(ordinal, copies, false); }
 
+  void* host_alloc(int ordinal, size_t bytes) noexcept override {
+    try {
+      const PerDevice pd = device(ordinal);
+      if (d_.CtxPushCurrent(pd.context) != cuda::kSuccess) return nullptr;
+      void* p = nullptr;
+      if (d_.MemHostAlloc(&p, bytes, cuda::kMemHostAllocPortable) != cuda::kSuccess) p = nullptr;
+      cuda::CUcontext popped = nullptr;
+      d_.CtxPopCurrent(&popped);
+      return p;
+    } catch (...) {
+      return nullptr;  // pageable memory will do
+    }
+  }
+  void host_free(int ordinal, void* pointer) noexcept override {
+    try {
+      const PerDevice pd = device(ordinal);
+      if (d_.CtxPushCurrent(pd.context) != cuda::kSuccess) return;
+      d_.MemFreeHost(pointer);
+      cuda::CUcontext popped = nullptr;
+      d_.CtxPopCurrent(&popped);
+    } catch (...) {
+    }
+  }
+
  private:
   struct PerDevice {
     cuda::CUcontext context = nullptr;
@@ -131,6 +156,36 @@ std::mutex g_mu;
 std::shared_ptr<Backend> g_replacement;
 
 }  // namespace
+
+StagingBuffer::StagingBuffer(std::shared_ptr<Backend> backend, int ordinal, size_t bytes) : ordinal_(ordinal), size_(bytes) {
+  if (bytes == 0) return;
+  if (backend) data_ = static_cast<uint8_t*>(backend->host_alloc(ordinal, bytes));
+  if (data_ != nullptr) {
+    backend_ = std::move(backend);
+  } else {
+    data_ = new uint8_t[bytes];  // not zeroed: every byte is written before it is read
+  }
+}
+
+StagingBuffer& StagingBuffer::operator=(StagingBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    backend_ = std::move(other.backend_);
+    ordinal_ = other.ordinal_;
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void StagingBuffer::release() noexcept {
+  if (data_ == nullptr) return;
+  if (backend_) backend_->host_free(ordinal_, data_);
+  else delete[] data_;
+  data_ = nullptr;
+  size_ = 0;
+  backend_.reset();
+}
 
 std::shared_ptr<Backend> backend() {
   {

@@ -42,6 +42,36 @@ class Backend {
   virtual void to_host(int ordinal, std::span<const Copy> copies) = 0;
   // Host -> device, every copy of the span; returns once all bytes are in device memory.
   virtual void to_device(int ordinal, std::span<const Copy> copies) = 0;
+  // Page-locked host memory for staging (the device copies it at full speed, and the copy does
+  // not first go through the driver's own bounce buffer); nullptr when the backend gives none.
+  // Freed with host_free on the same ordinal. Never throws.
+  virtual void* host_alloc(int ordinal, size_t bytes) noexcept = 0;
+  virtual void host_free(int ordinal, void* pointer) noexcept = 0;
+};
+
+// A host buffer for staged bytes: page-locked from the backend when it gives one, else ordinary
+// memory. Move-only; frees what it holds.
+class StagingBuffer {
+ public:
+  StagingBuffer() = default;
+  StagingBuffer(std::shared_ptr<Backend> backend, int ordinal, size_t bytes);
+  ~StagingBuffer() { release(); }
+  StagingBuffer(StagingBuffer&& other) noexcept { *this = std::move(other); }
+  StagingBuffer& operator=(StagingBuffer&& other) noexcept;
+  StagingBuffer(const StagingBuffer&) = delete;
+  StagingBuffer& operator=(const StagingBuffer&) = delete;
+
+  uint8_t* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  bool pinned() const noexcept { return backend_ != nullptr; }
+
+ private:
+  void release() noexcept;
+  std::shared_ptr<Backend> backend_;  // set when the memory is the backend's page-locked memory
+  int ordinal_ = 0;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 // The process's backend: the CUDA driver, loaded on first call (and kept). Throws

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -62,6 +63,17 @@ class FakeDevice final : public device::Backend {
   }
   void to_host(int ordinal, std::span<const device::Copy> copies) override { run(ordinal, copies, true); }
   void to_device(int ordinal, std::span<const device::Copy> copies) override { run(ordinal, copies, false); }
+  // "Page-locked" buffers: plain heap memory, counted (and refused while give_pinned is off).
+  void* host_alloc(int, size_t bytes) noexcept override {
+    if (!give_pinned) return nullptr;
+    pinned_live++;
+    pinned_allocs++;
+    return std::malloc(bytes);
+  }
+  void host_free(int, void* p) noexcept override {
+    pinned_live--;
+    std::free(p);
+  }
 
   // The test's own access to device bytes (what cudaMemcpy would be for an engine).
   void store(uint8_t* at, const std::vector<uint8_t>& bytes) {
@@ -76,6 +88,8 @@ class FakeDevice final : public device::Backend {
 
   std::atomic<uint64_t> bytes_to_host{0}, bytes_to_device{0}, calls{0};
   std::atomic<int> fail_to_host{0}, fail_to_device{0};  // the next N calls fail
+  std::atomic<bool> give_pinned{true};
+  std::atomic<int64_t> pinned_live{0}, pinned_allocs{0};
 
  private:
   struct Alloc {
@@ -374,6 +388,16 @@ TEST_F(AgentDeviceMemory, ReadAndWriteStageDeviceBytesThroughHostMemory) {
       }
     }
   }
+  // Staging buffers came from the backend's page-locked memory, and every one went back with its
+  // agent.
+  EXPECT_GT(fake->pinned_allocs.load(), 0);
+  EXPECT_EQ(fake->pinned_live.load(), 0);
+  // Where the backend gives no page-locked memory, ordinary buffers do the same work.
+  fake->give_pinned = false;
+  const auto before = fake->pinned_allocs.load();
+  run_pair(Where::Fake, Where::Fake, TransferOp::Read, {}, fake, nullptr);
+  run_pair(Where::Fake, Where::Fake, TransferOp::Write, {}, fake, nullptr);
+  EXPECT_EQ(fake->pinned_allocs.load(), before);
 }
 
 TEST_F(AgentDeviceMemory, RegistrationChecksTheRangeIsDeviceMemoryOfThatDevice) {

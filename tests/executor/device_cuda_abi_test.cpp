@@ -26,6 +26,7 @@ static_assert(c::kMemoryTypeHost == CU_MEMORYTYPE_HOST);
 static_assert(c::kMemoryTypeDevice == CU_MEMORYTYPE_DEVICE);
 static_assert(c::kMemoryTypeUnified == CU_MEMORYTYPE_UNIFIED);
 static_assert(c::kStreamNonBlocking == CU_STREAM_NON_BLOCKING);
+static_assert(c::kMemHostAllocPortable == CU_MEMHOSTALLOC_PORTABLE);
 
 // Each entry point has the parameters cuda.h gives the symbol dlsym resolves (cuda.h maps the
 // plain names to the _v2 ones where this file resolves those), with CUresult as int.
@@ -58,6 +59,8 @@ PDKV_SAME(StreamCreate, cuStreamCreate);
 PDKV_SAME(StreamSynchronize, cuStreamSynchronize);
 PDKV_SAME(MemcpyDtoHAsync, cuMemcpyDtoHAsync_v2);
 PDKV_SAME(MemcpyHtoDAsync, cuMemcpyHtoDAsync_v2);
+PDKV_SAME(MemHostAlloc, cuMemHostAlloc);
+PDKV_SAME(MemFreeHost, cuMemFreeHost);
 PDKV_SAME(MemAlloc, cuMemAlloc_v2);
 PDKV_SAME(MemFree, cuMemFree_v2);
 PDKV_SAME(MemcpyHtoD, cuMemcpyHtoD_v2);
