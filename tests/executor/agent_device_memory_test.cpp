@@ -20,10 +20,9 @@
 #include <vector>
 
 #include "agent/agent.hpp"
+#include "agent_fake_peer.hpp"
 #include "device/cuda_driver.hpp"
 #include "device/device_memory.hpp"
-#include "pdkv/core/geometry.hpp"
-#include "pdkv/core/metadata_from_geometry.hpp"
 #include "pdkv/core/transfer_plan.hpp"
 
 using namespace pdkv;
@@ -32,6 +31,19 @@ using core::Status;
 using namespace std::chrono_literals;
 
 namespace {
+
+// Runs f, which must throw core::Error with `status` and a message holding every one of `parts`;
+// `what` says what f did wrong if it returned.
+template <typename F>
+void expect_error(F&& f, Status status, std::initializer_list<std::string> parts, const std::string& what) {
+  try {
+    f();
+    ADD_FAILURE() << what;
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    for (const auto& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
 
 // ---- the fake device --------------------------------------------------------------------
 
@@ -156,16 +168,6 @@ enum class Where { Host, Fake, Cuda };
 
 const char* where_name(Where w) { return w == Where::Host ? "host" : w == Where::Fake ? "fake-device" : "cuda"; }
 
-core::ModelDesc model() {
-  core::ModelDesc m;
-  m.name = "tiny-gqa";
-  m.attention.num_kv_heads = 8;
-  m.attention.head_size = 64;
-  m.attention.head_size_v = 64;
-  m.dtype_bytes = 1;
-  return m;
-}
-
 constexpr uint32_t kRegions = 3;
 constexpr uint64_t kBlocks = 32;
 
@@ -228,17 +230,13 @@ std::unique_ptr<Rank> make_rank(const std::string& engine, uint32_t tp, uint32_t
   r->where = where;
   r->fake = std::move(fake);
   r->driver = driver;
-  const auto m = model();
-  core::EngineConfig cfg;
-  cfg.tp_size = tp;
-  cfg.user_block_size = 16;
-  const auto geo = core::derive_geometry(m, cfg);
-  auto probe = core::metadata_from_geometry(m, cfg, geo, {engine, rank, kBlocks, kRegions, 1ull << 40});
-  for (auto& reg : probe.regions) r->bytes += reg.region.block_len * reg.region.num_blocks;
+  for (auto& reg : pdkv::exec::testing::tiny_metadata(engine, rank, 1ull << 40, kBlocks, kRegions, tp).regions) {
+    r->bytes += reg.region.block_len * reg.region.num_blocks;
+  }
   if (where == Where::Host) r->host.assign(r->bytes, 0);
   if (where == Where::Fake) r->device_base = r->fake->alloc(r->bytes, 0);
   if (where == Where::Cuda) EXPECT_EQ(driver->MemAlloc(&r->cuda, r->bytes), 0);
-  r->md = core::metadata_from_geometry(m, cfg, geo, {engine, rank, kBlocks, kRegions, r->base()});
+  r->md = pdkv::exec::testing::tiny_metadata(engine, rank, r->base(), kBlocks, kRegions, tp);
   r->md.kv_layout = opt.layout;
   AgentOptions o;
   o.metadata = r->md;
@@ -355,6 +353,25 @@ uint64_t plan_bytes(const core::TransferPlan& plan) {
   return n;
 }
 
+// Device memory (`device`) on D, on P, on both; READ and WRITE; clear and sealed: `body` runs
+// once per case, traced.
+template <typename Body>
+void for_each_case(Where device, TransportMode transport, Body&& body) {
+  const std::vector<std::pair<Where, Where>> sides{{device, Where::Host}, {Where::Host, device}, {device, device}};
+  for (const auto& [d_where, p_where] : sides) {
+    for (TransferOp op : {TransferOp::Read, TransferOp::Write}) {
+      for (bool sealed : {false, true}) {
+        SCOPED_TRACE(std::string("D ") + where_name(d_where) + ", P " + where_name(p_where) +
+                     (op == TransferOp::Read ? ", READ" : ", WRITE") + (sealed ? ", sealed" : ", clear"));
+        RankOptions opt;
+        opt.transport = transport;
+        if (sealed) opt.key = std::vector<uint8_t>(32, 0x5A);
+        body(d_where, p_where, op, opt);
+      }
+    }
+  }
+}
+
 class AgentDeviceMemory : public ::testing::Test {
  protected:
   void SetUp() override { device::set_backend_for_testing(fake); }
@@ -367,27 +384,17 @@ class AgentDeviceMemory : public ::testing::Test {
 // Every combination of where P's and D's bytes live, READ and WRITE, clear and sealed: D ends
 // with exactly the planned bytes, and each device byte moved was staged once.
 TEST_F(AgentDeviceMemory, ReadAndWriteStageDeviceBytesThroughHostMemory) {
-  const std::vector<std::pair<Where, Where>> sides{
-      {Where::Fake, Where::Host}, {Where::Host, Where::Fake}, {Where::Fake, Where::Fake}};
-  for (const auto& [d_where, p_where] : sides) {
-    for (TransferOp op : {TransferOp::Read, TransferOp::Write}) {
-      for (bool sealed : {false, true}) {
-        SCOPED_TRACE(std::string("D ") + where_name(d_where) + ", P " + where_name(p_where) +
-                     (op == TransferOp::Read ? ", READ" : ", WRITE") + (sealed ? ", sealed" : ", clear"));
-        RankOptions opt;
-        if (sealed) opt.key = std::vector<uint8_t>(32, 0x5A);
-        const uint64_t to_host = fake->bytes_to_host, to_device = fake->bytes_to_device;
-        run_pair(d_where, p_where, op, opt, fake, nullptr);
-        // The bytes of one plan: the same for both engines' TP split, whichever side posts.
-        auto probe_d = make_rank("dec", 1, 0, Where::Host, fake, nullptr, {.register_regions = 0});
-        auto probe_p0 = make_rank("pre", 2, 0, Where::Host, fake, nullptr, {.register_regions = 0});
-        auto probe_p1 = make_rank("pre", 2, 1, Where::Host, fake, nullptr, {.register_regions = 0});
-        const uint64_t moved = plan_bytes(make_plan(*probe_d, {probe_p0.get(), probe_p1.get()}, 16 * 11 + 5));
-        EXPECT_EQ(fake->bytes_to_host - to_host, p_where == Where::Fake ? moved : 0u);
-        EXPECT_EQ(fake->bytes_to_device - to_device, d_where == Where::Fake ? moved : 0u);
-      }
-    }
-  }
+  for_each_case(Where::Fake, TransportMode::Tcp, [&](Where d_where, Where p_where, TransferOp op, const RankOptions& opt) {
+    const uint64_t to_host = fake->bytes_to_host, to_device = fake->bytes_to_device;
+    run_pair(d_where, p_where, op, opt, fake, nullptr);
+    // The bytes of one plan: the same for both engines' TP split, whichever side posts.
+    auto probe_d = make_rank("dec", 1, 0, Where::Host, fake, nullptr, {.register_regions = 0});
+    auto probe_p0 = make_rank("pre", 2, 0, Where::Host, fake, nullptr, {.register_regions = 0});
+    auto probe_p1 = make_rank("pre", 2, 1, Where::Host, fake, nullptr, {.register_regions = 0});
+    const uint64_t moved = plan_bytes(make_plan(*probe_d, {probe_p0.get(), probe_p1.get()}, 16 * 11 + 5));
+    EXPECT_EQ(fake->bytes_to_host - to_host, p_where == Where::Fake ? moved : 0u);
+    EXPECT_EQ(fake->bytes_to_device - to_device, d_where == Where::Fake ? moved : 0u);
+  });
   // Staging buffers came from the backend's page-locked memory, and every one went back with its
   // agent.
   EXPECT_GT(fake->pinned_allocs.load(), 0);
@@ -404,31 +411,15 @@ TEST_F(AgentDeviceMemory, RegistrationChecksTheRangeIsDeviceMemoryOfThatDevice) 
   auto r = make_rank("pre", 1, 0, Where::Fake, fake, nullptr, {.register_regions = 0});
   const auto& reg0 = r->md.regions[0].region;
   const uint64_t len = reg0.block_len * reg0.num_blocks;
-  try {
-    r->agent->register_memory(0, reg0.base, len, MemoryType::Cuda, 1);
-    FAIL() << "registered as device 1 memory of device 0";
-  } catch (const core::Error& e) {
-    EXPECT_EQ(e.status(), Status::InvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("region 0 registered as CUDA device 1 memory"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("not on device 1"), std::string::npos) << e.what();
-  }
-  try {
-    r->agent->register_memory(0, reg0.base, len, MemoryType::Host, 2);
-    FAIL() << "a device ordinal for host memory";
-  } catch (const core::Error& e) {
-    EXPECT_EQ(e.status(), Status::InvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("device 2 applies to CUDA memory only"), std::string::npos) << e.what();
-  }
+  expect_error([&] { r->agent->register_memory(0, reg0.base, len, MemoryType::Cuda, 1); }, Status::InvalidArgument,
+               {"region 0 registered as CUDA device 1 memory", "not on device 1"}, "registered as device 1 memory of device 0");
+  expect_error([&] { r->agent->register_memory(0, reg0.base, len, MemoryType::Host, 2); }, Status::InvalidArgument,
+               {"device 2 applies to CUDA memory only"}, "a device ordinal for host memory");
   // Host memory registered as CUDA memory: the backend does not know it.
   auto h = make_rank("dec", 1, 0, Where::Host, fake, nullptr, {.register_regions = 0});
   const auto& hreg = h->md.regions[1].region;
-  try {
-    h->agent->register_memory(1, hreg.base, hreg.block_len * hreg.num_blocks, MemoryType::Cuda);
-    FAIL() << "host memory registered as CUDA memory";
-  } catch (const core::Error& e) {
-    EXPECT_EQ(e.status(), Status::InvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("is not fake device memory"), std::string::npos) << e.what();
-  }
+  expect_error([&] { h->agent->register_memory(1, hreg.base, hreg.block_len * hreg.num_blocks, MemoryType::Cuda); },
+               Status::InvalidArgument, {"is not fake device memory"}, "host memory registered as CUDA memory");
   // The right device registers, once.
   auto reg = r->agent->register_memory(0, reg0.base, len, MemoryType::Cuda, 0);
   EXPECT_EQ(reg->type, MemoryType::Cuda);
@@ -452,14 +443,8 @@ TEST_F(AgentDeviceMemory, ASameHostPairWithDeviceMemoryUsesTcpAndShmIsRefusedNam
   }
   auto d = make_rank("dec", 1, 0, Where::Host, fake, nullptr, {.transport = TransportMode::Shm});
   auto p = make_rank("pre", 1, 0, Where::Fake, fake, nullptr, {.transport = TransportMode::Shm});
-  try {
-    d->agent->connect(p->agent->info().listen, 3000ms);
-    FAIL() << "shm admitted a peer whose regions are device memory";
-  } catch (const core::Error& e) {
-    EXPECT_EQ(e.status(), Status::Transport);
-    EXPECT_NE(std::string(e.what()).find("region 0 of engine 'pre' rank 0 is CUDA device memory"), std::string::npos)
-        << e.what();
-  }
+  expect_error([&] { d->agent->connect(p->agent->info().listen, 3000ms); }, Status::Transport,
+               {"region 0 of engine 'pre' rank 0 is CUDA device memory"}, "shm admitted a peer whose regions are device memory");
 }
 
 // A region registered as device memory after a shm peer was admitted cannot go to that peer.
@@ -476,15 +461,8 @@ TEST_F(AgentDeviceMemory, APostOverShmThatTouchesDeviceMemoryIsRefusedBeforeAnyB
   pp.plan = &plan;
   pp.peer_engine_id = "pre";
   pp.request_id = "req";
-  try {
-    d->agent->post(pp);
-    FAIL() << "posted device memory over shm";
-  } catch (const core::Error& e) {
-    EXPECT_EQ(e.status(), Status::InvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("is CUDA device memory, but engine 'pre' rank 0 is connected over shm"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error([&] { d->agent->post(pp); }, Status::InvalidArgument,
+               {"is CUDA device memory, but engine 'pre' rank 0 is connected over shm"}, "posted device memory over shm");
   EXPECT_EQ(fake->calls.load(), 0u);
 }
 
@@ -526,14 +504,8 @@ TEST_F(AgentDeviceMemory, PermuteOnReceiveIntoDeviceMemoryIsRefused) {
   pp.plan = &plan;
   pp.peer_engine_id = "pre";
   pp.request_id = "req";
-  try {
-    d->agent->post(pp);
-    FAIL() << "a CPU permutation of device memory was posted";
-  } catch (const core::Error& e) {
-    EXPECT_EQ(e.status(), Status::InvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("which is CUDA device memory: the executor permutes on the CPU"), std::string::npos)
-        << e.what();
-  }
+  expect_error([&] { d->agent->post(pp); }, Status::InvalidArgument,
+               {"which is CUDA device memory: the executor permutes on the CPU"}, "a CPU permutation of device memory was posted");
 }
 
 // Without a test backend, CUDA memory needs the driver: where there is none, registering it says
@@ -543,19 +515,10 @@ TEST(AgentCudaDriver, RegisteringHostMemoryAsCudaIsRefusedSayingWhy) {
   const auto& reg = r->md.regions[0].region;
   std::string why;
   const bool driver = device::cuda::load_driver(&why) != nullptr;
-  try {
-    r->agent->register_memory(0, reg.base, reg.block_len * reg.num_blocks, MemoryType::Cuda);
-    FAIL() << "host memory registered as CUDA memory";
-  } catch (const core::Error& e) {
-    EXPECT_EQ(e.status(), Status::InvalidArgument);
-    if (driver) {
-      EXPECT_NE(std::string(e.what()).find("is not CUDA device memory"), std::string::npos) << e.what();
-    } else {
-      EXPECT_NE(std::string(e.what()).find("CUDA device memory cannot be registered on this machine: " + why),
-                std::string::npos)
-          << e.what();
-    }
-  }
+  expect_error([&] { r->agent->register_memory(0, reg.base, reg.block_len * reg.num_blocks, MemoryType::Cuda); },
+               Status::InvalidArgument,
+               {driver ? std::string("is not CUDA device memory") : "CUDA device memory cannot be registered on this machine: " + why},
+               "host memory registered as CUDA memory");
 }
 
 // Real device memory (cuMemAlloc), on a machine with a CUDA driver and device.
@@ -563,20 +526,10 @@ TEST(CudaDevice, ReadAndWriteBetweenDeviceAndHostRegions) {
   std::string why;
   const device::cuda::Driver* driver = cuda_ready(&why);
   if (driver == nullptr) GTEST_SKIP() << "no usable CUDA device here: " << why;
-  const std::vector<std::pair<Where, Where>> sides{
-      {Where::Cuda, Where::Host}, {Where::Host, Where::Cuda}, {Where::Cuda, Where::Cuda}};
-  for (const auto& [d_where, p_where] : sides) {
-    for (TransferOp op : {TransferOp::Read, TransferOp::Write}) {
-      for (bool sealed : {false, true}) {
-        SCOPED_TRACE(std::string("D ") + where_name(d_where) + ", P " + where_name(p_where) +
-                     (op == TransferOp::Read ? ", READ" : ", WRITE") + (sealed ? ", sealed" : ", clear"));
-        RankOptions opt;
-        opt.transport = TransportMode::Auto;  // device memory makes it tcp
-        if (sealed) opt.key = std::vector<uint8_t>(32, 0x5A);
-        run_pair(d_where, p_where, op, opt, nullptr, driver);
-      }
-    }
-  }
+  // Auto: device memory makes it tcp.
+  for_each_case(Where::Cuda, TransportMode::Auto, [&](Where d_where, Where p_where, TransferOp op, const RankOptions& opt) {
+    run_pair(d_where, p_where, op, opt, nullptr, driver);
+  });
 }
 
 TEST(CudaDevice, RegistrationRefusesARangeReachingPastTheAllocation) {
@@ -585,11 +538,7 @@ TEST(CudaDevice, RegistrationRefusesARangeReachingPastTheAllocation) {
   if (driver == nullptr) GTEST_SKIP() << "no usable CUDA device here: " << why;
   auto r = make_rank("pre", 1, 0, Where::Cuda, nullptr, driver, {.register_regions = 0});
   // A range reaching 1 GiB past the allocation (nothing else is allocated there in this test).
-  try {
-    device::backend()->check_range(r->base(), r->bytes + (1ull << 30), 0);
-    FAIL() << "a range past the allocation was accepted";
-  } catch (const core::Error& e) {
-    EXPECT_EQ(e.status(), Status::InvalidArgument) << e.what();
-  }
+  expect_error([&] { device::backend()->check_range(r->base(), r->bytes + (1ull << 30), 0); }, Status::InvalidArgument,
+               {"is not CUDA device memory"}, "a range past the allocation was accepted");
   EXPECT_NO_THROW(device::backend()->check_range(r->base(), r->bytes, 0));
 }

@@ -24,11 +24,11 @@ namespace pdkv::exec::testing {
 
 using namespace std::chrono_literals;
 
-// Metadata of one rank of a small GQA engine (8 KiB blocks) whose `regions` regions of `blocks`
-// blocks start at `base`, back to back (for the fake peer nothing is mapped there: it never
-// registers memory, and the agent only needs numbers that validate).
+// Metadata of one rank (of `tp_size`) of a small GQA engine (8 KiB blocks at TP 1) whose
+// `regions` regions of `blocks` blocks start at `base`, back to back (for the fake peer nothing is
+// mapped there: it never registers memory, and the agent only needs numbers that validate).
 inline core::EngineMetadata tiny_metadata(const std::string& engine, uint32_t rank, uint64_t base,
-                                           uint64_t blocks = 32, uint32_t regions = 3) {
+                                           uint64_t blocks = 32, uint32_t regions = 3, uint32_t tp_size = 1) {
   core::ModelDesc m;
   m.name = "tiny-gqa";
   m.attention.num_kv_heads = 8;
@@ -36,7 +36,7 @@ inline core::EngineMetadata tiny_metadata(const std::string& engine, uint32_t ra
   m.attention.head_size_v = 64;
   m.dtype_bytes = 1;
   core::EngineConfig cfg;
-  cfg.tp_size = 1;
+  cfg.tp_size = tp_size;
   cfg.user_block_size = 16;
   const auto geo = core::derive_geometry(m, cfg);
   return core::metadata_from_geometry(m, cfg, geo, {engine, rank, blocks, regions, base});
