@@ -492,6 +492,31 @@ TEST_F(AgentDeviceMemory, AFailedDeviceCopyFailsTheTransferNamingIt) {
       << s.message;
   s = read("after");
   EXPECT_EQ(s.status, Status::Ok) << s.message;
+  // WRITE: P's copy out of its own device memory (the poster), then D's copy in (the receiver,
+  // which refuses the batch instead of acknowledging it).
+  const auto until = std::chrono::steady_clock::now() + 3000ms;
+  while (!p->agent->find_peer("dec", 0) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(2ms);
+  auto write = [&](const std::string& id) {
+    PostParams pp;
+    pp.plan = &plan;
+    pp.peer_engine_id = "dec";
+    pp.request_id = id;
+    pp.op = TransferOp::Write;
+    auto t = p->agent->post(pp);
+    EXPECT_TRUE(t.wait(10000ms));
+    return t.status();
+  };
+  fake->fail_to_host = 1;
+  s = write("w-out-of-device");
+  EXPECT_EQ(s.status, Status::Transport) << s.message;
+  EXPECT_NE(s.message.find("out of CUDA device memory: fake device: injected copy failure"), std::string::npos) << s.message;
+  fake->fail_to_device = 1;
+  s = write("w-into-device");
+  EXPECT_EQ(s.status, Status::Transport) << s.message;
+  EXPECT_NE(s.message.find("copying the bytes out of or into its CUDA device memory failed"), std::string::npos)
+      << s.message;
+  s = write("w-after");
+  EXPECT_EQ(s.status, Status::Ok) << s.message;
 }
 
 TEST_F(AgentDeviceMemory, PermuteOnReceiveIntoDeviceMemoryIsRefused) {
