@@ -373,6 +373,39 @@ void collect_guards(const TransferPlan& plan, const PlanContext& ctx, const Trim
                              " is written by another group");
 }
 
+// Names guard z (a zero range) meeting guard h (held prefix tokens) in `region`. The error path only.
+[[gnu::noinline, gnu::cold]] void fail_zero_over_held(const PlanContext& ctx, const Trimmed& t, uint32_t region,
+                                                      const Guard& z, const Guard& h) {
+  auto tokens = [](const Guard& gd) {
+    return gd.last_block == gd.block ? "tokens " + s(gd.token_begin) + ".." + s(gd.token_end) + " of its D block " + s(gd.block)
+                                     : "from token " + s(gd.token_begin) + " of its D block " + s(gd.block) + " to token " +
+                                           s(gd.token_end) + " of its D block " + s(gd.last_block);
+  };
+  auto name = [&](const Guard& gd) { return "group " + s(gd.group) + " (" + group_kind_name(t.groups[gd.group].g.kind) + ")"; };
+  const uint64_t b = std::max(z.begin, h.begin), e = std::min(z.end, h.end);
+  fail(Status::Coverage, name(z) + " zeroes D block " + s(b / ctx.local.regions[region].region.block_len) + " of region " +
+                             s(region) + " (" + where(region, b, e) + ") after the data arrives (" + tokens(z) + "), which " +
+                             name(h) + " lists as holding D's cached prefix (" + tokens(h) +
+                             ", never written): the zeroing would wipe D's cached prefix" +
+                             (z.group == h.group ? "; a group may not list one D block twice"
+                                                 : "; two groups may not share a D block in one region"));
+}
+
+// Zero ranges against held prefix tokens (no write involved, so the lookups of writes never see
+// them): sorted by where they begin, each guard is compared with the guard of the other use that
+// reaches furthest among those before it, which finds an overlapping (zeroed, held) pair if any.
+void check_guard_pairs(const PlanContext& ctx, const Trimmed& t, uint32_t region, std::vector<Guard>& guards) {
+  std::sort(guards.begin(), guards.end(), [](const Guard& a, const Guard& b) { return a.begin < b.begin; });
+  const Guard* far_held = nullptr;
+  const Guard* far_zero = nullptr;
+  for (const Guard& gd : guards) {
+    if (!gd.held && far_held != nullptr && far_held->end > gd.begin) fail_zero_over_held(ctx, t, region, gd, *far_held);
+    if (gd.held && far_zero != nullptr && far_zero->end > gd.begin) fail_zero_over_held(ctx, t, region, *far_zero, gd);
+    const Guard*& far = gd.held ? far_held : far_zero;
+    if (far == nullptr || gd.end > far->end) far = &gd;
+  }
+}
+
 // Checks the guards of every attention class against its list of expected attention ranges and
 // those of every Mamba class against its list of Mamba pages, each list once (all sorted and
 // merged by check_coverage by now: a list that was not failed there). The guards depend only on
@@ -392,6 +425,7 @@ void collect_guards(const TransferPlan& plan, const PlanContext& ctx, const Trim
     const uint32_t qa = rc[region].att_as < 0 ? region : static_cast<uint32_t>(rc[region].att_as);
     if (guards_of != qa) {
       collect_guards(plan, ctx, t, region, guards);
+      check_guard_pairs(ctx, t, region, guards);
       guards_of = qa;
     }
     for (const Guard& gd : guards) {

@@ -509,6 +509,36 @@ TEST(TransferPlanSharedBlocks, WriteIntoAnotherGroupsCachedPrefixBlockIsRefused)
   EXPECT_NO_THROW(validate_transfer_plan(compile_transfer_plan(n.ctx, distinct), n.ctx, distinct));
 }
 
+// No write involved: one group zeroes a D block (listed past P's tokens) that another group lists
+// as holding D's cached prefix. D's zeroing would wipe those cached tokens; the checks of writes
+// against zeroed or held bytes never see it.
+TEST(TransferPlanSharedBlocks, AZeroRangeOverAnotherGroupsCachedPrefixIsRefused) {
+  const Nano n;
+  // Group 0: 2000 tokens into D block 10; block 12, listed past them, is zeroed whole.
+  // Group 1: D holds tokens 0..2096 in block 12 (its first listed block) and receives the rest
+  // into block 14.
+  PlanGroup held = attention_group({12, 14}, {20, 25, 22}, 3000, /*hit=*/2096);
+  held.trim.local_first_block = 0;
+  const std::vector<PlanGroup> groups = {attention_group({10, 12}, {20, 25, 22}, 2000), held};
+  std::string msg;
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(n.ctx, groups); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "group 0 (attention) zeroes D block 12 of region 0 (D region 0 offset " +
+                           std::to_string(12 * 2096 * 512) + " ")) << msg;
+  EXPECT_TRUE(has(msg, "after the data arrives (tokens 0..2096 of its D block 12), which group 1 (attention) lists "
+                       "as holding D's cached prefix (tokens 0..2096 of its D block 12, never written): the "
+                       "zeroing would wipe D's cached prefix; two groups may not share a D block in one region"))
+      << msg;
+  // The same ids in disjoint regions, or distinct ids: planned.
+  std::vector<PlanGroup> apart = groups;
+  apart[0].regions = {0, 1, 2};
+  apart[1].regions = {3, 4, 5};
+  EXPECT_NO_THROW(validate_transfer_plan(compile_transfer_plan(n.ctx, apart), n.ctx, apart));
+  PlanGroup other = held;
+  other.trim.local_blocks = {13, 14};
+  const std::vector<PlanGroup> distinct = {groups[0], other};
+  EXPECT_NO_THROW(validate_transfer_plan(compile_transfer_plan(n.ctx, distinct), n.ctx, distinct));
+}
+
 TEST(TransferPlanSharedBlocks, OneGroupListingABlockTwiceOverItsOwnZeroRangeIsRefused) {
   const Nano n;
   // 2000 tokens fill block 10 from token 0; its second listing lies past P's tokens and would be
