@@ -148,7 +148,19 @@ func TestAgentReadMovesEveryByte(t *testing.T) {
 	tr, err := d.Agent.Post(bg(), read(pl, "req-1"))
 	ok(t, err)
 	defer tr.Close()
+	// The done fd: readable once the transfer is final, and still readable after.
+	fd, err := tr.DoneFD()
+	ok(t, err)
+	if again, err := tr.DoneFD(); err != nil || again != fd {
+		t.Fatalf("DoneFD again: %d, %v (first %d)", again, err, fd)
+	}
+	if !readable(t, fd, long) {
+		t.Fatalf("done fd %d not readable within %v", fd, long)
+	}
 	ok(t, tr.Wait(timeout(t, long)))
+	if !readable(t, fd, 0) {
+		t.Fatalf("done fd %d no longer readable", fd)
+	}
 	ti, err := tr.Info()
 	ok(t, err)
 	if ti.State != pdkv.TransferDone || ti.Status != pdkv.StatusOK || ti.BytesDone != pinfo.Bytes || ti.BytesTotal != pinfo.Bytes || ti.ReadsFailed != 0 {

@@ -325,6 +325,25 @@ func (t *Transfer) Cancel() error {
 	return check(C.pdkv_transfer_cancel(p, &cerr), cerr)
 }
 
+// DoneFD returns a descriptor that becomes readable once the transfer is final and stays
+// readable (pdkv_transfer_done_fd, since 2.5), for an event loop of the caller's own (poll,
+// epoll). Poll it only: never read or close it; it is valid until the transfer is closed. In
+// ProgressCaller mode someone must still call Agent.Progress for the transfer to move. On error
+// the descriptor is 0 (not valid: check the error).
+func (t *Transfer) DoneFD() (int, error) {
+	p, err := t.ref().acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer t.h.release()
+	var fd C.int
+	var cerr *C.pdkv_error_t
+	if err := check(C.pdkv_transfer_done_fd(p, &fd, &cerr), cerr); err != nil {
+		return 0, err
+	}
+	return int(fd), nil
+}
+
 // FailedReads returns the reads that did not complete, by P rank then index (empty while in
 // flight or when done).
 func (t *Transfer) FailedReads() ([]FailedRead, error) {

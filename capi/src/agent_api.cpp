@@ -459,6 +459,15 @@ PDKV_API pdkv_status_t pdkv_transfer_cancel(pdkv_transfer_t* transfer, pdkv_erro
   });
 }
 
+PDKV_API pdkv_status_t pdkv_transfer_done_fd(const pdkv_transfer_t* transfer, int* fd, pdkv_error_t** err) {
+  if (fd != nullptr) *fd = -1;
+  return guard(err, [&] {
+    require_non_null(transfer, "transfer");
+    require_non_null(fd, "fd");
+    *fd = transfer->handle.done_fd();
+  });
+}
+
 PDKV_API pdkv_status_t pdkv_transfer_failed_reads(const pdkv_transfer_t* transfer, const pdkv_failed_read_t** reads,
                                                   size_t* count, pdkv_error_t** err) {
   return guard(err, [&] {

@@ -169,6 +169,11 @@ class TransferHandle {
   // sleeping until the agent's work epoll says a progress call has work or the transfer is final.
   bool wait(std::chrono::milliseconds timeout) const;
   void cancel();
+  // An eventfd that is readable from the moment the transfer is final (already readable when it
+  // is); created on first call, owned by the job (closed when the last handle is gone). Callers
+  // poll it, never read it (the caller-mode wait polls the same descriptor). Error(Transport,
+  // cause errno) when no descriptor can be had.
+  int done_fd() const;
 
  private:
   std::shared_ptr<TransferJob> job_;

@@ -595,6 +595,25 @@ bool TransferHandle::wait(std::chrono::milliseconds timeout) const {
   }
 }
 
+int TransferHandle::done_fd() const {
+  std::lock_guard<std::mutex> g(job_->m);
+  if (job_->done_fd < 0) {
+    const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) {
+      const int e = errno;
+      throw core::Error(Status::Transport, "eventfd for the transfer's final state: " + cma::errno_text(e),
+                        core::CauseDomain::Errno, e);
+    }
+    job_->done_fd = fd;
+    // Final already: finalize wrote nothing (it had no descriptor), so this does.
+    if (job_->visible.state != TransferState::InFlight) {
+      const uint64_t one = 1;
+      [[maybe_unused]] const ssize_t r = ::write(fd, &one, sizeof one);
+    }
+  }
+  return job_->done_fd;
+}
+
 void TransferHandle::cancel() {
   if (auto c = core_.lock()) c->cancel(job_);
 }

@@ -1813,6 +1813,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_transfer_get_info": (c_int, [POINTER(TransferT), POINTER(TransferInfoC), POINTER(POINTER(ErrorT))]),
     "pdkv_transfer_wait": (c_int, [POINTER(TransferT), c_uint64, POINTER(c_uint8), POINTER(POINTER(ErrorT))]),
     "pdkv_transfer_cancel": (c_int, [POINTER(TransferT), POINTER(POINTER(ErrorT))]),
+    "pdkv_transfer_done_fd": (c_int, [POINTER(TransferT), POINTER(c_int), POINTER(POINTER(ErrorT))]),
     "pdkv_transfer_failed_reads": (c_int, [POINTER(TransferT), POINTER(POINTER(FailedReadC)), POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
     "pdkv_transfer_free": (None, [POINTER(TransferT)]),
     "pdkv_agent_lease": (c_int, [POINTER(AgentT), c_char_p, c_uint32, c_uint64, POINTER(POINTER(ErrorT))]),

@@ -806,6 +806,36 @@ class Transfer(Handle):
         operations in flight complete (a WRITE flushes first); no effect when finished."""
         call("pdkv_transfer_cancel", self._p())
 
+    def done_fd(self) -> int:
+        """A descriptor that becomes readable once the transfer is final and stays readable
+        (``pdkv_transfer_done_fd``, since 2.5), for ``selectors`` or asyncio's ``add_reader``.
+        Poll it only: never read or close it; it is valid until the transfer is closed."""
+        fd = ctypes.c_int(-1)
+        call("pdkv_transfer_done_fd", self._p(), byref(fd))
+        return fd.value
+
+    async def wait_async(self) -> None:
+        """Waits for the final state without blocking the running asyncio loop (the loop watches
+        :meth:`done_fd`); returns when done and raises the failure as :meth:`wait` does. In
+        CALLER progress mode something must still call :meth:`Agent.progress` when the agent's
+        :meth:`Agent.event_fd` is readable, or the transfer never moves."""
+        import asyncio
+
+        fd = self.done_fd()
+        loop = asyncio.get_running_loop()
+        ready: "asyncio.Future[None]" = loop.create_future()
+
+        def on_ready() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(fd, on_ready)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(fd)
+        self._wait_slice(0)  # final now: True, or raises its failure
+
     def failed_reads(self) -> Tuple[FailedRead, ...]:
         """The reads that did not complete, by P rank then index (empty while in flight or
         when done)."""

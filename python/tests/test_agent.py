@@ -171,6 +171,43 @@ def test_write_moves_every_byte(model: pdkv.Model) -> None:
                 assert back.info().bytes_written == plan.info().bytes
 
 
+def test_done_fd_and_wait_async(model: pdkv.Model) -> None:
+    import asyncio
+
+    p, d = pair(model, transport="tcp")
+    with p, d:
+        d.agent.connect(p.agent.address, timeout=LONG).close()
+        with xfer.plan_from_peer(d) as plan:
+            # asyncio: the loop watches the done fd; other tasks run meanwhile.
+            async def read_async() -> int:
+                ticks = 0
+
+                async def ticker() -> None:
+                    nonlocal ticks
+                    while True:
+                        ticks += 1
+                        await asyncio.sleep(0)
+
+                tick = asyncio.ensure_future(ticker())
+                with d.agent.read(plan, xfer.P_ENGINE, "async-1", timeout=LONG) as t:
+                    await t.wait_async()
+                    assert t.info().state == pdkv.TransferState.DONE
+                    # The done fd stays readable once final.
+                    assert select.select([t.done_fd()], [], [], 0)[0] == [t.done_fd()]
+                tick.cancel()
+                return ticks
+
+            assert asyncio.run(read_async()) > 0
+            xfer.verify(plan, d.buffers)
+    # A failure is raised by wait_async as by wait.
+    p, d = stalled_pair(model)
+    with p, d, xfer.plan_from_peer(d) as plan:
+        with d.agent.read(plan, xfer.P_ENGINE, "async-late", timeout=0.3) as t:
+            assert select.select([t.done_fd()], [], [], 0)[0] == []  # in flight: not readable
+            with pytest.raises(pdkv.TimedOutError):
+                asyncio.run(t.wait_async())
+
+
 def test_caller_mode_and_event_fd(model: pdkv.Model) -> None:
     p, d = pair(model, transport="tcp", progress_mode="caller")
     with p, d, Pump(p.agent):

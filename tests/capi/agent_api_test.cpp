@@ -2,6 +2,8 @@
 // offending argument or value; unset fields are ignored whatever their bytes hold; and the
 // executor's handles may be freed in any order, also while a transfer is in flight (run under
 // ASan in CI: a use after free fails there).
+#include <poll.h>
+
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -710,11 +712,23 @@ TEST_CASE("agent handles may be freed in any order, also mid-transfer", "[agent]
   uint8_t finished = 1;
   REQUIRE_OK(pdkv_transfer_wait(transfer.get(), 20, &finished, err));
   REQUIRE(finished == 0);
+  // The done fd (2.5): not readable while the transfer is in flight; the same descriptor each call.
+  int done = -1;
+  REQUIRE_OK(pdkv_transfer_done_fd(transfer.get(), &done, err));
+  REQUIRE(done >= 0);
+  int again = -1;
+  REQUIRE_OK(pdkv_transfer_done_fd(transfer.get(), &again, err));
+  CHECK(again == done);
+  pollfd pf{done, POLLIN, 0};
+  CHECK(::poll(&pf, 1, 50) == 0);
 
   SECTION("the D agent first, then the transfer, peer and memory handles") {
     const auto t0 = std::chrono::steady_clock::now();
     d->agent.reset();
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    // Final: the done fd is readable (and stays so: polling does not consume it).
+    CHECK(::poll(&pf, 1, 5000) == 1);
+    CHECK(::poll(&pf, 1, 0) == 1);
     // The transfer is final: SHUTDOWN, every read listed.
     auto r = capture([&](pdkv_error_t** e) { return pdkv_transfer_wait(transfer.get(), UINT64_MAX, &finished, e); });
     CHECK(finished == 1);
@@ -804,6 +818,17 @@ TEST_CASE("shared host memory: regions inside it are read through the peer's map
       uint8_t finished = 0;
       REQUIRE_OK(pdkv_transfer_wait(transfer.get(), 10000, &finished, err));
       REQUIRE(finished == 1);
+      // Asked for only once the transfer is final: readable at once.
+      int done = -1;
+      REQUIRE_OK(pdkv_transfer_done_fd(transfer.get(), &done, err));
+      pollfd pf{done, POLLIN, 0};
+      CHECK(::poll(&pf, 1, 0) == 1);
+      auto nr = capture([&](pdkv_error_t** e) { return pdkv_transfer_done_fd(transfer.get(), nullptr, e); });
+      CHECK(nr.status == PDKV_ERR_NULL_POINTER);
+      CHECK_THAT(nr.message, Contains("fd"));
+      nr = capture([&](pdkv_error_t** e) { return pdkv_transfer_done_fd(nullptr, &done, e); });
+      CHECK(nr.status == PDKV_ERR_NULL_POINTER);
+      CHECK_THAT(nr.message, Contains("transfer"));
       pdkv_transfer_info_t ti{};
       ti.struct_size = sizeof ti;
       REQUIRE_OK(pdkv_transfer_get_info(transfer.get(), &ti, err));

@@ -481,6 +481,16 @@ PDKV_API pdkv_status_t pdkv_transfer_wait(pdkv_transfer_t *transfer, uint64_t ti
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_transfer_cancel(pdkv_transfer_t *transfer, pdkv_error_t **err);
 
+/* *fd: a descriptor that becomes readable when the transfer reaches its final state (DONE or
+ * FAILED) and stays readable (readable at once when it already is), so an event loop (poll, epoll,
+ * asyncio's add_reader) learns that a transfer ended without a thread blocked in
+ * pdkv_transfer_wait. Poll it only: never read, write or close it. It belongs to the transfer and
+ * is valid until pdkv_transfer_free (the first call takes one descriptor, an eventfd, which
+ * CALLER-mode waits share). In CALLER mode the transfer moves only while someone calls
+ * pdkv_agent_progress (the agent's event fd says when). Since 2.5. Errors: NULL_POINTER, TRANSPORT
+ * (no descriptor could be had; cause errno). Thread-safe. */
+PDKV_API pdkv_status_t pdkv_transfer_done_fd(const pdkv_transfer_t *transfer, int *fd, pdkv_error_t **err);
+
 /* One plan read that did not complete. Element layout fixed for the major version. */
 typedef struct pdkv_failed_read {
   uint32_t p_tp_rank;     /* the P rank whose read list holds it */

@@ -1988,6 +1988,13 @@ extern "C" {
         err: *mut *mut pdkv_error_t,
     ) -> pdkv_status_t;
 }
+extern "C" {
+    pub fn pdkv_transfer_done_fd(
+        transfer: *const pdkv_transfer_t,
+        fd: *mut ::std::os::raw::c_int,
+        err: *mut *mut pdkv_error_t,
+    ) -> pdkv_status_t;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pdkv_failed_read {

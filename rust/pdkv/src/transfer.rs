@@ -229,6 +229,18 @@ impl Transfer {
         check(|e| unsafe { sys::pdkv_transfer_cancel(self.ptr.as_ptr(), e) })
     }
 
+    /// A file descriptor that becomes readable once the transfer is final and stays readable
+    /// (`pdkv_transfer_done_fd`, since 2.5), for an event loop (poll, epoll, mio, tokio's
+    /// `AsyncFd`). Poll it only: never read or close it; it belongs to the transfer and is
+    /// valid while `self` lives. In [`crate::ProgressMode::Caller`] someone must still call
+    /// [`crate::Agent::progress`] for the transfer to move.
+    pub fn done_fd(&self) -> Result<std::os::fd::RawFd> {
+        let mut fd = -1;
+        // SAFETY: live handle, valid out pointer.
+        check(|e| unsafe { sys::pdkv_transfer_done_fd(self.ptr.as_ptr(), &mut fd, e) })?;
+        Ok(fd)
+    }
+
     /// The reads that did not complete, by P rank then index (empty while in flight or when
     /// done) (`pdkv_transfer_failed_reads`).
     pub fn failed_reads(&self) -> Result<Vec<FailedRead>> {

@@ -103,6 +103,23 @@ fn read_moves_every_byte_and_notifies() {
         .agent
         .post(&TransferParams::read(&plan, xfer::P_ENGINE, "req-1").timeout(LONG))
         .unwrap();
+    // The done fd: readable once the transfer is final (and still readable after).
+    let done_fd = t.done_fd().unwrap();
+    assert_eq!(t.done_fd().unwrap(), done_fd, "one descriptor per transfer");
+    let mut pfd = PollFd {
+        fd: done_fd,
+        events: 1, // POLLIN
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; the descriptor lives as long as `t`.
+    assert_eq!(
+        unsafe { poll(&mut pfd, 1, 10_000) },
+        1,
+        "not final within 10 s"
+    );
+    assert!(t.wait(Some(Duration::ZERO)).unwrap());
+    // SAFETY: as above.
+    assert_eq!(unsafe { poll(&mut pfd, 1, 0) }, 1, "no longer readable");
     assert!(t.wait(None).unwrap());
     let ti = t.info().unwrap();
     assert_eq!((ti.state, ti.status), (TransferState::Done, None));

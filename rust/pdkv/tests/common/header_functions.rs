@@ -153,6 +153,7 @@ pub const HEADER_FUNCTIONS: &[&str] = &[
     "pdkv_transfer_get_info",
     "pdkv_transfer_wait",
     "pdkv_transfer_cancel",
+    "pdkv_transfer_done_fd",
     "pdkv_transfer_failed_reads",
     "pdkv_transfer_free",
     "pdkv_agent_lease",
