@@ -359,11 +359,17 @@ func TestTransferDeadlineExpires(t *testing.T) {
 // watcher ends once the transfer is final, instead of keeping the Transfer (and itself) alive
 // until the context ends.
 func TestPostsContextWatcherEndsWithTheTransfer(t *testing.T) {
-	p := newNode(t, true, xfer.Options{})
-	d := newNode(t, false, xfer.Options{})
-	peer, err := d.Agent.Connect(timeout(t, long), address(t, p))
-	ok(t, err)
-	defer peer.Close()
+	t.Run("done fd", testPostsContextWatcherEndsWithTheTransfer)
+	t.Run("looking at intervals (no done fd)", func(t *testing.T) {
+		pdkv.WatchByLooking(true)
+		defer pdkv.WatchByLooking(false)
+		testPostsContextWatcherEndsWithTheTransfer(t)
+	})
+}
+
+func testPostsContextWatcherEndsWithTheTransfer(t *testing.T) {
+	// P drives no progress until the watcher is seen running: the transfer stays in flight.
+	p, d := stalledPair(t)
 	pl := plan(t, d)
 	ctx, cancel := context.WithCancel(bg())
 	defer cancel()
@@ -373,6 +379,8 @@ func TestPostsContextWatcherEndsWithTheTransfer(t *testing.T) {
 	if n := pdkv.TransferWatchers() - before; n != 1 {
 		t.Fatalf("%d watchers after Post", n)
 	}
+	stop := pump(p.Agent)
+	defer stop()
 	waitKind(t, p.Agent, pdkv.NotifyReadDone, "watched") // D's read finished
 	for end := time.Now().Add(long); pdkv.TransferWatchers() > before && time.Now().Before(end); {
 		time.Sleep(time.Millisecond)
@@ -383,6 +391,38 @@ func TestPostsContextWatcherEndsWithTheTransfer(t *testing.T) {
 	runtime.KeepAlive(tr) // unclosed, not collected: only the watcher's own exit counts
 	ok(t, tr.Wait(timeout(t, long)))
 	ok(t, tr.Close())
+}
+
+// The watcher of a transfer that stays in flight sleeps in the runtime's poller on the done fd:
+// it looks at the transfer once when it starts, not at intervals, and still forwards a
+// cancellation at once.
+func TestPostsContextWatcherSleepsOnTheDoneFD(t *testing.T) {
+	p, d := stalledPair(t)
+	pl := plan(t, d)
+	ctx, cancel := context.WithCancel(bg())
+	defer cancel()
+	before, watchers := pdkv.WatchLooks(), pdkv.TransferWatchers()
+	tr, err := d.Agent.Post(ctx, read(pl, "sleeping"))
+	ok(t, err)
+	defer tr.Close()
+	time.Sleep(300 * time.Millisecond) // polling would have looked about 8 times by now
+	if n := pdkv.WatchLooks() - before; n > 1 {
+		t.Fatalf("the watcher looked %d times at a transfer in flight", n)
+	}
+	cancel()
+	stop := pump(p.Agent) // the batches in flight complete, then the cancel takes effect
+	defer stop()
+	// Every read of this small plan is in flight already: they may all land before the cancel
+	// takes effect (DONE), or not (CANCELLED).
+	if err := tr.Wait(timeout(t, long)); err != nil && !errors.Is(err, pdkv.ErrCancelled) {
+		t.Fatalf("Wait after cancel: %v", err)
+	}
+	for end := time.Now().Add(long); pdkv.TransferWatchers() > watchers && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := pdkv.TransferWatchers() - watchers; n != 0 {
+		t.Fatalf("%d watchers left after the cancel", n)
+	}
 }
 
 func TestTransferCancelAndClose(t *testing.T) {

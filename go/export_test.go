@@ -35,3 +35,10 @@ func PinnedBuffers(a *Agent) int {
 	defer a.pins.mu.Unlock()
 	return len(a.pins.bufs)
 }
+
+// WatchLooks is the number of times Post's context watchers looked at a transfer's state.
+func WatchLooks() int64 { return watchLooks.Load() }
+
+// WatchByLooking makes Post's context watchers look at intervals instead of watching the done
+// fd, as they do when no descriptor can be had.
+func WatchByLooking(on bool) { watchByLooking.Store(on) }

@@ -8,9 +8,11 @@ import "C"
 import (
 	"context"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -96,7 +98,8 @@ var transferWatchers atomic.Int64
 
 // Post posts a transfer and returns at once. ctx's deadline becomes the transfer's deadline
 // (with Timeout, the shorter); cancelling ctx cancels the transfer (it then fails with
-// ErrCancelled): a goroutine watches ctx until the transfer is final (seen within 100 ms),
+// ErrCancelled): a goroutine watches ctx until the transfer is final (it learns of that from
+// the transfer's done fd through the runtime's poller, so it costs no thread and no timer),
 // closed, or ctx ends. Errors: ErrInvalidArgument (op, empty or long request id, a plan for another
 // rank: names both), ErrNotFound (a peer rank the plan needs is not connected), ErrOutOfBounds
 // (a range outside the registrations: names the read, side, region and range), ErrShutdown,
@@ -157,48 +160,108 @@ func (a *Agent) Post(ctx context.Context, params TransferParams) (*Transfer, err
 		transferWatchers.Add(1)
 		go func() {
 			defer transferWatchers.Add(-1)
-			// Nothing tells the watcher that the transfer ended, so it looks (after 1 ms, then
-			// at doubling intervals up to watchMaxLook) and returns once it is final: else a
-			// transfer that nobody waits for, asks about or closes kept this goroutine, and
-			// the Transfer it holds, until ctx ended (never, for one that is never cancelled).
+			// The watcher returns once the transfer is final (else a transfer that nobody waits
+			// for, asks about or closes kept this goroutine, and the Transfer it holds, until ctx
+			// ended: never, for one that is never cancelled). It learns of it from the
+			// transfer's done fd through the runtime's poller, without a thread or a timer;
+			// where no descriptor can be had it looks (after 1 ms, then at doubling intervals up
+			// to watchMaxLook).
+			finalCh, stopDone := t.watchDoneFD()
+			defer stopDone()
+			if finalCh != nil {
+				t.watchOnce(ctx, done, ms, finalCh, nil)
+				return
+			}
 			look := time.Millisecond
 			timer := time.NewTimer(look)
 			defer timer.Stop()
-			for {
-				select {
-				case <-done:
-					// The context's deadline is the library's own (ctxTimeout put it into
-					// timeout_ms): the library ends the transfer there as TIMED_OUT.
-					// Cancelling here too would race it and could report a deadline as
-					// CANCELLED; only a cancellation is forwarded.
-					if ms > 0 && ctx.Err() == context.DeadlineExceeded {
-						return
-					}
-					if tp, err := t.h.acquire(); err == nil {
-						C.pdkv_transfer_cancel(tp, nil)
-						t.h.release()
-					}
-					return
-				case <-t.stop:
-					return
-				case <-timer.C:
-					if t.final() {
-						return
-					}
-					if look < watchMaxLook {
-						look *= 2
-					}
-					timer.Reset(look)
+			for !t.watchOnce(ctx, done, ms, nil, timer.C) {
+				if look < watchMaxLook {
+					look *= 2
 				}
+				timer.Reset(look)
 			}
 		}()
 	}
 	return t, nil
 }
 
+// watchOnce waits for one event of Post's watcher: ctx done (a cancellation is forwarded to the
+// transfer), Close, the final state (finalCh closed), or a tick after which the transfer is
+// final. True when the watcher is done.
+func (t *Transfer) watchOnce(ctx context.Context, done <-chan struct{}, ms uint64, finalCh <-chan struct{}, tick <-chan time.Time) bool {
+	select {
+	case <-done:
+		// The context's deadline is the library's own (ctxTimeout put it into timeout_ms): the
+		// library ends the transfer there as TIMED_OUT. Cancelling here too would race it and
+		// could report a deadline as CANCELLED; only a cancellation is forwarded.
+		if ms > 0 && ctx.Err() == context.DeadlineExceeded {
+			return true
+		}
+		if tp, err := t.h.acquire(); err == nil {
+			C.pdkv_transfer_cancel(tp, nil)
+			t.h.release()
+		}
+		return true
+	case <-t.stop:
+		return true
+	case <-finalCh:
+		return true
+	case <-tick:
+		watchLooks.Add(1)
+		return t.final()
+	}
+}
+
+// watchDoneFD returns a channel closed once the transfer is final, fed by a goroutine that waits
+// for the transfer's done fd (pdkv_transfer_done_fd) to become readable in the runtime's poller
+// (a duplicate of it: the library owns the original; nothing reads it, which the library's
+// waits rely on), and a stop function that ends that goroutine and waits for it. nil when no
+// descriptor can be had (the caller then looks at intervals).
+func (t *Transfer) watchDoneFD() (<-chan struct{}, func()) {
+	if watchByLooking.Load() {
+		return nil, func() {}
+	}
+	fd, err := t.DoneFD()
+	if err != nil {
+		return nil, func() {}
+	}
+	dup, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+	if errno != 0 {
+		return nil, func() {}
+	}
+	f := os.NewFile(dup, "pdkv-transfer-done") // non-blocking: the runtime's poller watches it
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, func() {}
+	}
+	finalCh := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		// Called at once, then each time the poller reports the descriptor readable; returns
+		// (ends the wait) once the transfer is final or closed, or with an error once f is closed.
+		if rc.Read(func(uintptr) bool { watchLooks.Add(1); return t.final() }) == nil {
+			close(finalCh)
+		}
+	}()
+	return finalCh, func() {
+		_ = f.Close() // ends a wait still in the poller
+		<-exited
+	}
+}
+
 // watchMaxLook bounds the interval at which Post's context watcher looks whether its
-// transfer is final.
+// transfer is final when it has no done fd to watch.
 const watchMaxLook = 100 * time.Millisecond
+
+// watchByLooking makes Post's watchers look at intervals as they do without a done fd (tests).
+var watchByLooking atomic.Bool
+
+// watchLooks counts the times Post's context watchers looked at a transfer's state (tests read
+// it: with the done fd, a watcher looks once, and once more when the transfer is final).
+var watchLooks atomic.Int64
 
 // final reports whether the transfer is in its final state, or closed (for Post's watcher).
 func (t *Transfer) final() bool {
