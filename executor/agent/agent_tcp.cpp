@@ -87,6 +87,26 @@ void sink_iov(TcpData& d, uint64_t bytes) {
   d.rx_index = 0;
 }
 
+// The CUDA registration each piece of batch b comes from or lands in locally (null: host
+// memory), in *out; false, building nothing, when every piece is host memory.
+bool batch_devices(const TransferJob& job, const TcpBatch& b, std::vector<const Registration*>* out) {
+  bool any = false;
+  for (uint32_t i : b.ops) any |= job.ops[i].local_device != nullptr;
+  if (!any) return false;
+  out->resize(b.ops.size());
+  for (size_t i = 0; i < b.ops.size(); ++i) (*out)[i] = job.ops[b.ops[i]].local_device;
+  return true;
+}
+
+// The same for a peer's pieces, all checked against `regs` already (tcp_check_local).
+std::vector<const Registration*> piece_devices(const std::vector<tcpdp::Piece>& pieces,
+                                               const std::vector<std::shared_ptr<Registration>>& regs) {
+  std::vector<const Registration*> out;
+  out.reserve(pieces.size());
+  for (const auto& p : pieces) out.push_back(regs[p.region]->type == MemoryType::Cuda ? regs[p.region].get() : nullptr);
+  return out;
+}
+
 std::string peer_label(const PeerConn& p) {
   return "peer '" + p.record->engine_id + "' rank " + std::to_string(p.record->tp_rank) + " (" + p.record->address + ")";
 }
@@ -249,10 +269,8 @@ bool AgentCore::tcp_start_batch_locked(const std::shared_ptr<TransferJob>& job_p
   TcpOut o;
   if (write) {
     o.body = b.local;
-    std::vector<const Registration*> devices(b.ops.size(), nullptr);
-    bool any = false;
-    for (size_t i = 0; i < b.ops.size(); ++i) any |= (devices[i] = job.ops[b.ops[i]].local_device) != nullptr;
-    if (any) {
+    std::vector<const Registration*> devices;
+    if (batch_devices(job, b, &devices)) {
       try {
         stage_outgoing(*peer.tcp, o, devices);  // device bytes copied to host now, under the lock (see README)
       } catch (const core::Error& e) {
@@ -529,8 +547,6 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
       a.type = tcpdp::FrameType::ReadData;
       a.batch = h.batch;
       std::vector<std::shared_ptr<Registration>> regs;
-      std::vector<iovec> body;
-      std::vector<const Registration*> devices;
       bool any_device = false;
       uint64_t bytes = 0;
       tcpdp::Refusal refusal = tcpdp::Refusal::None;
@@ -541,32 +557,27 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
           refusal = tcpdp::Refusal::Range;
           break;
         }
-        body.push_back(v);
+        o.body.push_back(v);
         bytes += p.length;
-        devices.push_back(reg->type == MemoryType::Cuda ? reg.get() : nullptr);
-        any_device |= devices.back() != nullptr;
+        any_device |= reg->type == MemoryType::Cuda;
         if (std::find(regs.begin(), regs.end(), reg) == regs.end()) regs.push_back(reg);
       }
       if (refusal == tcpdp::Refusal::None && any_device) {
-        // Device bytes are copied to host now, under the lock: the answer sends the copy.
-        o.body = std::move(body);
         try {
-          stage_outgoing(d, o, devices);
+          stage_outgoing(d, o, piece_devices(pieces, regs_));  // copied to host now, under the lock
         } catch (const core::Error&) {
           refusal = tcpdp::Refusal::Device;
         }
-        body = std::move(o.body);
-        o.body.clear();
       }
       if (refusal != tcpdp::Refusal::None) {
         a.status = static_cast<uint32_t>(refusal);
         o.head = tcpdp::encode(a, {});
+        o.body.clear();
         o.total = o.head.size();
         recycle_staging(d, o);
         peer.record->operations_failed++;
       } else {
         o.head = tcpdp::encode(a, pieces);
-        o.body = std::move(body);
         o.total = o.head.size() + bytes;
         for (auto& r : regs) r->busy++;
         o.busy = std::move(regs);
@@ -605,10 +616,8 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
       } else {
         d.rx = b.local;
         d.rx_index = 0;
-        std::vector<const Registration*> devices(b.ops.size(), nullptr);
-        bool any = false;
-        for (size_t i = 0; i < b.ops.size(); ++i) any |= (devices[i] = job.ops[b.ops[i]].local_device) != nullptr;
-        if (any) stage_incoming(d, d.rx, devices);
+        std::vector<const Registration*> devices;
+        if (batch_devices(job, b, &devices)) stage_incoming(d, d.rx, devices);
         b.holds = true;
         job.inflight++;
         peer.inflight++;
@@ -623,7 +632,6 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
       d.rx_ack_status = 0;
       d.rx_busy.clear();
       std::vector<iovec> to;
-      std::vector<const Registration*> devices;
       bool any_device = false;
       for (const auto& p : pieces) {
         iovec v{};
@@ -633,8 +641,7 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
           break;
         }
         to.push_back(v);
-        devices.push_back(reg->type == MemoryType::Cuda ? reg.get() : nullptr);
-        any_device |= devices.back() != nullptr;
+        any_device |= reg->type == MemoryType::Cuda;
         if (std::find(d.rx_busy.begin(), d.rx_busy.end(), reg) == d.rx_busy.end()) d.rx_busy.push_back(reg);
       }
       if (d.rx_ack_status != 0) {
@@ -642,7 +649,7 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
         sink_iov(d, d.reader.payload_left());
       } else {
         for (auto& r : d.rx_busy) r->busy++;
-        if (any_device) stage_incoming(d, to, devices);  // the regions stay busy until the copy
+        if (any_device) stage_incoming(d, to, piece_devices(pieces, regs_));  // the regions stay busy until the copy
         d.rx = std::move(to);
         d.rx_index = 0;
       }

@@ -16,9 +16,8 @@ namespace pdkv::exec {
 // Where the registered bytes live. Values are stable (they travel in the C API).
 enum class MemoryType : uint8_t {
   Host = 0,
-  // GPU device memory. Refused by this build with Error(InvalidArgument): Debian's UCX 1.13.1 is
-  // built without CUDA, so the value is valid in the API but not in this build's domain (no
-  // Transport error: nothing failed, the capability is absent).
+  // GPU device memory. The agent registers it without UCX (Debian's UCX 1.13.1 has no CUDA
+  // support): device/ checks it and stages its bytes; UcxRegistration refuses it.
   Cuda = 1,
 };
 
