@@ -90,6 +90,13 @@ std::vector<uint8_t> AuthTranscript::encode() const {
   w.u32(client_tp_rank);
   w.string(server_engine_id, kMaxEngineIdBytes, "server engine_id");
   w.u32(server_tp_rank);
+  if (!client_hello.empty() || !server_hello.empty()) {
+    // A Hello is at most 2+2+4+256+4+32+1+4+512+1 bytes; the bound only guards the encoding.
+    constexpr size_t kMaxHelloBytes = 4096;
+    w.u8(1);  // the transcript's form: 1 = with both Hellos (the 3.2 form ends above)
+    w.bytes(client_hello, kMaxHelloBytes, "client Hello");
+    w.bytes(server_hello, kMaxHelloBytes, "server Hello");
+  }
   return w.take();
 }
 

@@ -44,7 +44,13 @@ Nonce random_nonce();
 // Constant-time comparison (CRYPTO_memcmp).
 bool macs_equal(const Mac& a, const Mac& b) noexcept;
 
-// What both MACs authenticate: the nonces and the (engine_id, tp_rank) of each side, by role.
+// What both MACs authenticate: the nonces and the (engine_id, tp_rank) of each side, by role,
+// and, from control protocol 3.3 on (both Hellos saying 3.3 or later), both Hellos' payloads
+// whole, exactly as sent: every field of a Hello (host_id, which decides whether cross-memory
+// attach is tried; the minor version, which decides what admission offers; has_key; purpose) is
+// then bound to the key, not only the identity. A path that rewrites both Hellos' minors to 3.2
+// makes both sides use the shorter transcript; they then still prove the key, the nonces and the
+// identities (what 3.2 proved), and admission still probes every same-host claim itself.
 struct AuthTranscript {
   Nonce client_nonce{};
   Nonce server_nonce{};
@@ -52,6 +58,10 @@ struct AuthTranscript {
   uint32_t client_tp_rank = 0;
   std::string server_engine_id;
   uint32_t server_tp_rank = 0;
+  // Both empty: the 3.2 transcript. Otherwise both Hello payloads (Hello::encode(), as each
+  // side sent it), appended after the fields above with their lengths.
+  std::vector<uint8_t> client_hello;
+  std::vector<uint8_t> server_hello;
 
   // Unambiguous encoding (length-prefixed strings), the HMAC input after the label.
   std::vector<uint8_t> encode() const;

@@ -30,6 +30,7 @@ class Run {
     local_.proto_minor = std::min(params.hello.proto_minor, kControlProtoMinor);
     local_.has_key = params.key.has_value();
     local_.nonce = random_nonce();
+    local_bytes_ = local_.encode();  // what send(local_) puts on the wire, byte for byte
     // A stranger until its proof (or, without a key, until the exchange of proofs) is checked.
     ch_.set_max_payload(kMaxPreAuthPayload);
   }
@@ -37,8 +38,7 @@ class Run {
   HandshakeResult client() {
     return guarded([&] {
       send(local_);
-      peer_ = Hello::decode(expect(FrameType::Hello).payload);
-      check_peer_hello();
+      receive_peer_hello();
       const Challenge challenge = Challenge::decode(expect(FrameType::Challenge).payload);
       if (challenge.server_nonce != peer_.nonce) {
         protocol_failure("its Challenge nonce differs from the nonce of its Hello");
@@ -65,8 +65,7 @@ class Run {
 
   HandshakeResult server() {
     return guarded([&] {
-      peer_ = Hello::decode(expect(FrameType::Hello).payload);
-      check_peer_hello();
+      receive_peer_hello();
       send(local_);
       const AuthTranscript t = transcript(/*local_is_client=*/false);
       Challenge challenge;
@@ -163,6 +162,12 @@ class Run {
     throw Error(Status::Protocol, "handshake with " + peer_name() + " failed: " + what);
   }
 
+  void receive_peer_hello() {
+    peer_bytes_ = expect(FrameType::Hello).payload;
+    peer_ = Hello::decode(peer_bytes_);
+    check_peer_hello();
+  }
+
   void check_peer_hello() {
     have_peer_ = true;
     if (peer_.proto_major != kControlProtoMajor) {
@@ -210,6 +215,12 @@ class Run {
     t.client_tp_rank = c.tp_rank;
     t.server_engine_id = s.engine_id;
     t.server_tp_rank = s.tp_rank;
+    // Both sides decide alike: each knows both Hellos' minors (a path changing one changes the
+    // Hello bytes the other side MACs, so the proofs fail).
+    if (std::min(local_.proto_minor, peer_.proto_minor) >= kHelloBoundMinor) {
+      t.client_hello = local_is_client ? local_bytes_ : peer_bytes_;
+      t.server_hello = local_is_client ? peer_bytes_ : local_bytes_;
+    }
     return t;
   }
 
@@ -234,6 +245,8 @@ class Run {
   Deadline deadline_;
   Hello local_;
   Hello peer_;
+  std::vector<uint8_t> local_bytes_;  // this side's Hello payload as sent
+  std::vector<uint8_t> peer_bytes_;   // the peer's Hello payload as received
   bool have_peer_ = false;
   bool told_ = false;
   Frame last_;

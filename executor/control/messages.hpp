@@ -31,7 +31,13 @@ inline constexpr uint16_t kControlProtoMajor = 3;
 // data_seal (tcpdp/data_seal.hpp), sent only to a peer whose Hello says 3.2 or later; a frame
 // without it reads as "clear" (a 3.1 peer cannot seal), so 3.1 and 3.2 peers still admit each other
 // without a key, and with one a 3.2 peer that seals refuses a 3.1 peer with Auth.
-inline constexpr uint16_t kControlProtoMinor = 2;
+// 3.3: when both Hellos say 3.3 or later, both MACs and every key derived from the handshake cover
+// the two Hellos whole, as sent (auth.hpp), so a host_id, minor version, has_key or purpose changed
+// on the path fails the proof; with a 3.2 or older peer the transcript stays that version's (nonces,
+// engine ids and ranks only), so such peers still admit each other.
+inline constexpr uint16_t kControlProtoMinor = 3;
+// The first minor whose transcript covers the whole Hellos.
+inline constexpr uint16_t kHelloBoundMinor = 3;
 
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;

@@ -107,6 +107,43 @@ TEST(ControlAuth, MacsBindKeyNoncesAndIdentities) {
   EXPECT_NE(a.encode(), b.encode());
 }
 
+// The 3.2 transcript (no Hellos) must stay byte for byte what 3.2 peers compute, or they could no
+// longer admit this version; the 3.3 form appends a form byte and both Hellos. Both values were
+// computed outside pdkv (Python's hmac over the documented encoding).
+TEST(ControlAuth, TranscriptFormsMatchTheirDocumentedEncoding) {
+  AuthTranscript t = sample();
+  EXPECT_EQ(hex(client_mac(kKey, t)), "7249e6a90b84c166c4346da4673e1fb033fd8850420dd7d60166a6bf7275331d");
+  t.client_hello = bytes_of("client-hello-bytes");
+  t.server_hello = bytes_of("server-hello");
+  EXPECT_EQ(hex(client_mac(kKey, t)), "1f7f0f29daffcb69985641945a17c268015b01f7eb376ac67ef19df72e86e103");
+}
+
+TEST(ControlAuth, MacsBindEveryByteOfBothHellos) {
+  AuthTranscript t = sample();
+  t.client_hello = bytes_of("client hello");
+  t.server_hello = bytes_of("server hello");
+  const Mac client = client_mac(kKey, t);
+  const Mac server = server_mac(kKey, t);
+  for (bool of_client : {true, false}) {
+    const size_t n = (of_client ? t.client_hello : t.server_hello).size();
+    for (size_t i = 0; i < n; ++i) {
+      AuthTranscript u = t;
+      (of_client ? u.client_hello : u.server_hello)[i] ^= 0x20;
+      EXPECT_FALSE(macs_equal(client, client_mac(kKey, u))) << of_client << " " << i;
+      EXPECT_FALSE(macs_equal(server, server_mac(kKey, u))) << of_client << " " << i;
+    }
+  }
+  // The boundary between the Hellos is part of what is bound.
+  AuthTranscript moved = t;
+  moved.client_hello = bytes_of("client hellos");
+  moved.server_hello = bytes_of("erver hello");
+  EXPECT_NE(moved.encode(), t.encode());
+  // Swapped roles differ too.
+  AuthTranscript swapped = t;
+  std::swap(swapped.client_hello, swapped.server_hello);
+  EXPECT_FALSE(macs_equal(client, client_mac(kKey, swapped)));
+}
+
 TEST(ControlAuth, NoncesAreFreshAndMacCompareIsExact) {
   const Nonce a = random_nonce();
   const Nonce b = random_nonce();

@@ -3,7 +3,13 @@
 // peers, and the rule that region keys never leave before the peer proved the key.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -119,6 +125,108 @@ Hello raw_hello(bool has_key, uint16_t major = kControlProtoMajor) {
   h.nonce = random_nonce();
   h.has_key = has_key;
   return h;
+}
+
+// A man in the middle: relays the bytes between a client and a server and may rewrite the first
+// frame each way (the Hellos), re-framed with a valid checksum, as someone on the path can.
+class HelloRewritingRelay {
+ public:
+  using Rewrite = std::function<void(Hello&)>;
+  HelloRewritingRelay(uint16_t server_port, Rewrite to_server, Rewrite to_client)
+      : server_port_(server_port), to_server_(std::move(to_server)), to_client_(std::move(to_client)) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~HelloRewritingRelay() { thread_.join(); }
+  uint16_t port() const { return listener_.port(); }
+
+ private:
+  struct Direction {
+    int from = -1;
+    int to = -1;
+    const Rewrite* rewrite = nullptr;
+    bool hello_done = false;
+    std::vector<uint8_t> pending;
+  };
+
+  static void write_all(int fd, const uint8_t* p, size_t n) {
+    while (n > 0) {
+      const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+      if (w <= 0) return;  // the other end is gone; the handshake reports it
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+
+  // Forwards what `d.from` has; false once it closed.
+  static bool pump(Direction& d) {
+    uint8_t buf[65536];
+    const ssize_t r = ::recv(d.from, buf, sizeof buf, 0);
+    if (r <= 0) return false;
+    if (d.hello_done) {
+      write_all(d.to, buf, static_cast<size_t>(r));
+      return true;
+    }
+    d.pending.insert(d.pending.end(), buf, buf + r);
+    if (d.pending.size() < kFrameHeaderBytes) return true;
+    uint32_t len = 0;
+    std::memcpy(&len, d.pending.data() + 8, 4);  // payload_len (frame.hpp), little-endian host
+    if (d.pending.size() < kFrameHeaderBytes + len) return true;
+    const std::span<const uint8_t> payload(d.pending.data() + kFrameHeaderBytes, len);
+    std::vector<uint8_t> frame(d.pending.begin(), d.pending.begin() + kFrameHeaderBytes + len);
+    if (*d.rewrite) {
+      Hello h = Hello::decode(payload);
+      (*d.rewrite)(h);
+      frame = encode_frame(FrameType::Hello, h.encode());
+    }
+    write_all(d.to, frame.data(), frame.size());
+    write_all(d.to, d.pending.data() + kFrameHeaderBytes + len, d.pending.size() - kFrameHeaderBytes - len);
+    d.pending.clear();
+    d.hello_done = true;
+    return true;
+  }
+
+  void run() {
+    Socket client = listener_.accept(deadline_in(10s));
+    ControlChannel server = ControlChannel::connect(HostPort{"127.0.0.1", server_port_}, deadline_in(10s));
+    Direction up{client.fd(), server.fd(), &to_server_};
+    Direction down{server.fd(), client.fd(), &to_client_};
+    const auto end = Clock::now() + 10s;
+    while (Clock::now() < end) {
+      pollfd fds[2] = {{up.from, POLLIN, 0}, {down.from, POLLIN, 0}};
+      if (::poll(fds, 2, 100) < 0) return;
+      if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) && !pump(up)) break;
+      if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) && !pump(down)) break;
+    }
+    // Either side closing ends the relay: both sockets close here, as a cut path would.
+  }
+
+  Listener listener_{HostPort{"127.0.0.1", 0}};
+  uint16_t server_port_;
+  Rewrite to_server_;
+  Rewrite to_client_;
+  std::thread thread_;
+};
+
+Both handshake_through(const HandshakeParams& client, const HandshakeParams& server,
+                       HelloRewritingRelay::Rewrite to_server, HelloRewritingRelay::Rewrite to_client) {
+  Listener l(HostPort{"127.0.0.1", 0});
+  Both b;
+  b.server_port = l.port();
+  std::thread t([&] {
+    b.server = run([&] {
+      ControlChannel ch(l.accept(deadline_in(10s)));
+      return handshake_server(ch, server, deadline_in(10s));
+    });
+  });
+  {
+    HelloRewritingRelay relay(l.port(), std::move(to_server), std::move(to_client));
+    b.client = run([&] {
+      ControlChannel ch = ControlChannel::connect(HostPort{"127.0.0.1", relay.port()}, deadline_in(10s));
+      return handshake_client(ch, client, deadline_in(10s));
+    });
+  }
+  t.join();
+  return b;
 }
 
 const std::string kKeyA = "key-A-0123456789abcdef";
@@ -391,4 +499,67 @@ TEST(ControlHandshake, LargePeerInfoStillPassesAfterTheProof) {
   c.info.metadata.assign(kMaxMetadataBytes, 0x5A);
   s.info.metadata.assign(kMaxMetadataBytes, 0xA5);
   expect_ok(handshake_pair(c, s), c, s);
+}
+
+// With a key, every field of either Hello is bound to it (control protocol 3.3): a path that
+// rewrites the host_id (which decides whether cross-memory attach is tried), the minor version
+// (which decides what admission offers), the purpose or the identity fails the proof on both
+// sides. Before 3.3 only the nonces and identities were bound and the first three passed.
+TEST(ControlHandshake, AHelloRewrittenOnThePathFailsTheProof) {
+  const auto c = params("decode", 0, kKeyA);
+  const auto s = params("prefill", 1, kKeyA);
+  // The relay itself is transparent: without a rewrite the handshake succeeds through it.
+  expect_ok(handshake_through(c, s, {}, {}), c, s);
+  // Rewriting to the same values is transparent too (the Hellos re-encode byte for byte).
+  expect_ok(handshake_through(c, s, [](Hello&) {}, [](Hello&) {}), c, s);
+
+  const std::vector<std::pair<std::string, HelloRewritingRelay::Rewrite>> rewrites = {
+      {"host_id", [](Hello& h) { h.host_id = "some-other-host"; }},
+      {"minor", [](Hello& h) { h.proto_minor = 2; }},
+      {"engine_id", [](Hello& h) { h.engine_id = "someone-else"; }},
+  };
+  for (const auto& [what, rewrite] : rewrites) {
+    for (bool toward_server : {true, false}) {
+      SCOPED_TRACE(what + (toward_server ? " of the client's Hello" : " of the server's Hello"));
+      const Both b = toward_server ? handshake_through(c, s, rewrite, {}) : handshake_through(c, s, {}, rewrite);
+      ASSERT_TRUE(b.client.error);
+      ASSERT_TRUE(b.server.error);
+      // The side that checks a proof first finds the keys "differ"; the other is told so.
+      EXPECT_EQ(b.client.error->status(), Status::Auth) << b.client.error->what();
+      EXPECT_EQ(b.server.error->status(), Status::Auth) << b.server.error->what();
+      EXPECT_TRUE(contains(*b.client.error, "pre-shared key")) << b.client.error->what();
+    }
+  }
+}
+
+// A 3.2 peer (whose transcript has no Hellos) still admits this version and the other way round:
+// both sides fall back to the 3.2 transcript when either Hello says 3.2. A path that rewrites
+// BOTH minors to 3.2 gets that transcript too, so the Hellos' other fields are then unbound as in
+// 3.2, but the identities and nonces stay bound: rewriting an engine id still fails.
+TEST(ControlHandshake, APeerAt32UsesThe32TranscriptAndIdentitiesStayBound) {
+  auto c = params("decode", 0, kKeyA);
+  auto s = params("prefill", 1, kKeyA);
+  c.hello.proto_minor = 2;
+  {
+    const Both b = handshake_pair(c, s);
+    expect_ok(b, c, s);
+    EXPECT_EQ(b.server.result->peer_hello.proto_minor, 2);
+    EXPECT_EQ(b.client.result->peer_hello.proto_minor, kControlProtoMinor);
+  }
+  c.hello.proto_minor = kControlProtoMinor;
+  s.hello.proto_minor = 2;
+  expect_ok(handshake_pair(c, s), c, s);
+
+  s.hello.proto_minor = kControlProtoMinor;
+  const auto downgrade = [](Hello& h) { h.proto_minor = 2; };
+  expect_ok(handshake_through(c, s, downgrade, downgrade), c, s);
+  const auto downgrade_and_rename = [](Hello& h) {
+    h.proto_minor = 2;
+    h.engine_id = "someone-else";
+  };
+  const Both b = handshake_through(c, s, downgrade, downgrade_and_rename);
+  ASSERT_TRUE(b.client.error);
+  ASSERT_TRUE(b.server.error);
+  EXPECT_EQ(b.client.error->status(), Status::Auth) << b.client.error->what();
+  EXPECT_EQ(b.server.error->status(), Status::Auth) << b.server.error->what();
 }

@@ -262,7 +262,8 @@ TEST(SessionCrypto, AKeyedHandshakeSendsRegionKeysSealed) {
   hello.nonce = random_nonce();
   hello.has_key = true;
   raw.send(hello, deadline_in(10s));
-  const Hello server_hello = Hello::decode(raw.recv(deadline_in(10s)).payload);
+  const std::vector<uint8_t> server_hello_bytes = raw.recv(deadline_in(10s)).payload;
+  const Hello server_hello = Hello::decode(server_hello_bytes);
   const Challenge ch = Challenge::decode(raw.recv(deadline_in(10s)).payload);
   AuthTranscript tr;
   tr.client_nonce = hello.nonce;
@@ -271,6 +272,8 @@ TEST(SessionCrypto, AKeyedHandshakeSendsRegionKeysSealed) {
   tr.client_tp_rank = 0;
   tr.server_engine_id = server_hello.engine_id;
   tr.server_tp_rank = server_hello.tp_rank;
+  tr.client_hello = hello.encode();  // both Hellos say 3.3 or later: the transcript binds them
+  tr.server_hello = server_hello_bytes;
   ASSERT_TRUE(macs_equal(ch.server_mac, server_mac(kKey, tr)));
   Proof proof;
   proof.client_mac = client_mac(kKey, tr);
