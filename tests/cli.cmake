@@ -133,6 +133,25 @@ pdkv_cli_expect(cli_trailing_comma_kernel_block_sizes 1 PATTERNS "--kernel-block
 pdkv_cli_expect(cli_zero_kernel_block_size 1 PATTERNS "--kernel-block-sizes entry '0'" ARGS ${N30} --kernel-block-sizes 0)
 pdkv_cli_expect(cli_bad_dtype 1 PATTERNS "--kv-cache-dtype: PDKV_ERR_NOT_FOUND: unknown KV cache dtype 'fp9'"
   ARGS ${N30} --kv-cache-dtype fp9)
+# Element formats (metadata 1.3) from the dtype flags, per engine or for both: formats of equal size
+# that differ are an "element formats" error naming the field, both formats and vLLM's flag; the
+# same named format on both engines plans.
+pdkv_cli_expect(cli_kv_format_mismatch 2
+  PATTERNS "element formats: PDKV_ERR_INCOMPATIBLE: kv_cache_format: decode fp8_e5m2, prefill fp8_e4m3: the two engines' KV cache formats differ"
+           "use the same --kv-cache-dtype on both engines"
+  ARGS ${N30} --prefill-kv-cache-dtype fp8_e4m3 --decode-kv-cache-dtype fp8_e5m2)
+pdkv_cli_expect(cli_fp8_is_e4m3 2 PATTERNS "kv_cache_format: decode fp8_e5m2, prefill fp8_e4m3"
+  ARGS ${N30} --kv-cache-dtype fp8 --decode-kv-cache-dtype fp8_e5m2)
+pdkv_cli_expect(cli_conv_format_mismatch 2
+  PATTERNS "conv_state_format: decode float16, prefill bfloat16: the two engines' Mamba conv state dtypes differ"
+  ARGS ${N30} --mamba-cache-dtype bfloat16 --decode-mamba-cache-dtype float16)
+pdkv_cli_expect(cli_ssm_format_mismatch 2 PATTERNS "ssm_state_format: decode float16, prefill bfloat16"
+  ARGS ${N30} --prefill-mamba-ssm-cache-dtype bfloat16 --decode-mamba-ssm-cache-dtype float16)
+pdkv_cli_expect(cli_same_named_formats 0 PATTERNS "KV bytes / token / head +256 +256" "mamba state from"
+  ARGS ${N30} --kv-cache-dtype fp8_e5m2 --prefill-mamba-cache-dtype float16 --decode-mamba-cache-dtype float16)
+pdkv_cli_expect(cli_bad_side_dtype 1
+  PATTERNS "--decode-kv-cache-dtype: PDKV_ERR_NOT_FOUND: unknown KV cache dtype 'fp9'"
+  ARGS ${N30} --decode-kv-cache-dtype fp9)
 # Quantized KV with per-head scales (issue 12 item 2): Qwen3.5-27B at TP1 with int8 per-token-head
 # KV, bf16 SSM state and 7 speculative tokens logs an 864-token block and 1.09% padding; a KV
 # head is 520 bytes per token (256 + 256 int8 + two fp32 scales) and moves whole.
@@ -278,7 +297,7 @@ pdkv_cli_expect(cli_unknown_flag_suggestion 1
   PATTERNS "unknown flag '--prefil-tp' for 'pdkv plan'; did you mean '--prefill-tp'[?]$"
   ARGS plan --model nemotron-3-nano-30b --prefil-tp 4 --decode-tp 2)
 pdkv_cli_expect(cli_unknown_flag_abbreviation 1
-  PATTERNS "unknown flag '--prefill' for 'pdkv plan'; did you mean '--prefill-tp', '--prefill-pp', '--prefill-kv-layout' or '--prefill-backend'[?]"
+  PATTERNS "unknown flag '--prefill' for 'pdkv plan'; did you mean '--prefill-tp', '--prefill-pp', '--prefill-kv-layout', '--prefill-kv-cache-dtype', '--prefill-mamba-cache-dtype', '--prefill-mamba-ssm-cache-dtype' or '--prefill-backend'[?]"
   ARGS plan --model nemotron-3-nano-30b --prefill 4)
 pdkv_cli_expect(cli_unknown_flag_far 1 PATTERNS "unknown flag '--xyz' for 'pdkv plan'$" ARGS plan --xyz)
 pdkv_cli_expect(cli_unknown_command_suggestion 1 PATTERNS "unknown command 'plann'; did you mean 'plan'[?]" ARGS plann)

@@ -219,8 +219,8 @@ std::vector<Incompatibility> validate_pair(const EngineMetadata& l, const Engine
     if (lf == ElementFormat::Unknown || rf == ElementFormat::Unknown || lf == rf) continue;
     const std::string a = element_format_name(lf), b = element_format_name(rf);
     out.add(Status::Incompatible, f.field, a, b,
-            std::string(f.field) + ": " + a + " vs " + b + ": the engines store the " + f.what +
-                " in different formats; the bytes would move but the receiver would decode them wrongly",
+            std::string(f.field) + ": " + a + " vs " + b + ": the two engines' " + f.what +
+                "s differ; the bytes would move but the receiver would decode them wrongly",
             std::string("use the same ") + f.flag + " on both engines");
   }
 

@@ -13,6 +13,7 @@
 #include "pdkv/core/backends.hpp"
 #include "pdkv/core/error.hpp"
 #include "pdkv/core/geometry.hpp"
+#include "pdkv/core/handshake.hpp"
 #include "pdkv/core/mamba_split.hpp"
 #include "pdkv/core/metadata_from_geometry.hpp"
 #include "pdkv/core/pipeline.hpp"
@@ -445,6 +446,30 @@ json kv_layouts_json(const Deployment& dep, const EngineGeometry& pg, const Engi
   return j;
 }
 
+// Element formats of equal size that differ (fp8_e4m3 vs fp8_e5m2, bfloat16 vs float16) pass every
+// size rule, so nothing else in the report would notice; the handshake refuses them (metadata 1.3).
+// Judged by the core's pair check on prefill rank 0 and decode rank 0 (every rank of a side names
+// the same formats); its other items are reported below in the report's own terms.
+void element_format_errors(const Deployment& dep, const EngineGeometry& pg, const EngineGeometry& dg, json& errors) {
+  try {
+    const EngineMetadata p = metadata_from_geometry(dep.model, dep.prefill, pg, {"prefill", 0, 2, 1, 2ull << 40});
+    const EngineMetadata d = metadata_from_geometry(dep.model, dep.decode, dg, {"decode", 0, 2, 1, 1ull << 40});
+    for (const Incompatibility& i : validate_pair(d, p)) {
+      if (!i.field.ends_with("_format")) continue;
+      // The core says "local vs remote"; here local is decode rank 0 and remote prefill rank 0.
+      std::string msg = i.field + ": decode " + i.local_value + ", prefill " + i.remote_value;
+      if (const size_t at = i.message.find(": ", i.field.size() + 2); at != std::string::npos) {
+        msg += i.message.substr(at);  // what goes wrong, after "FIELD: A vs B"
+      }
+      if (!i.fix.empty()) msg += "; " + i.fix;
+      errors.push_back(
+          CliError(ErrorKind::Configuration, "element formats", in_flag_terms(msg), status_name(i.status)).to_json());
+    }
+  } catch (const Error& e) {
+    errors.push_back(error_json(e, "element formats"));
+  }
+}
+
 }  // namespace
 
 json null_plan_fields() {
@@ -493,6 +518,7 @@ json build_deployment_report(const Deployment& dep) {
   };
   side("prefill", dep.prefill, dep.prefill_backend, pg);
   side("decode", dep.decode, dep.decode_backend, dg);
+  if (have_geometry) element_format_errors(dep, pg, dg, errors);
   if (have_geometry && errors.empty()) {
     const TpMappingInput tp{dep.decode.tp_size, 0, dep.prefill.tp_size, dep.model.attention.num_kv_heads,
                             dep.model.attention.use_mla, dep.model.is_hybrid()};

@@ -68,29 +68,56 @@ std::vector<uint32_t> parse_sizes(const std::string& s) {
 
 // One side's engine settings from the command line. Every value is parsed here, so a value that
 // does not parse is a usage error; whether the settings make sense is the report's business.
-EngineConfig engine_config(const Args& a, uint32_t tp, const char* side_backend_flag, Backend& backend) {
+// The element format a dtype name also names (vLLM's flag values), for the handshake's format
+// check; Unknown for auto and for dtypes that name only a size (int8, float64 as a Mamba dtype).
+ElementFormat format_named(const std::string& v) {
+  try {
+    return element_format_from_name(v);
+  } catch (const Error&) {
+    return ElementFormat::Unknown;
+  }
+}
+
+EngineConfig engine_config(const Args& a, uint32_t tp, const std::string& side, Backend& backend) {
   EngineConfig e;
   e.tp_size = tp;
+  const std::string side_backend_flag = "--" + side + "-backend";
   const std::string flag = a.has(side_backend_flag) ? side_backend_flag : "--attention-backend";
   const std::string name = a.get(flag).value_or("flash_attn");
   backend = as_usage(flag, name, backend_names(), [&] { return backend_from_name(name); });
   apply_backend(e, backend);
-  const auto dtype = [&](const char* f) {
-    const std::string v = *a.get(f);
-    return as_usage(f, v, {"auto", "bfloat16", "float16", "fp8", "float32"}, [&] { return dtype_bytes_from_name(v); });
+  // A dtype flag may name one engine (--prefill-kv-cache-dtype) or both (--kv-cache-dtype): P and
+  // D are separate vLLM command lines, and a pair whose formats differ is what the handshake refuses.
+  const auto dtype_flag = [&](const std::string& base) -> std::optional<std::string> {
+    const std::string one = "--" + side + "-" + base;
+    if (a.has(one)) return one;
+    if (a.has("--" + base)) return "--" + base;
+    return std::nullopt;
   };
-  if (a.has("--kv-cache-dtype")) {
+  const auto dtype = [&](const std::string& f) {
+    const std::string v = *a.get(f);
+    return as_usage(f, v, {"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "float32"},
+                    [&] { return dtype_bytes_from_name(v); });
+  };
+  if (const auto f = dtype_flag("kv-cache-dtype")) {
     // A described layout: bits per element and bytes packed per token per head (scales).
-    const std::string v = *a.get("--kv-cache-dtype");
-    const KvCacheFormat f = as_usage("--kv-cache-dtype", v,
-                                     {"auto", "bfloat16", "float16", "fp8", "float32", "int8_per_token_head",
-                                      "fp8_per_token_head", "int4_per_token_head"},
+    const std::string v = *a.get(*f);
+    const KvCacheFormat k = as_usage(*f, v,
+                                     {"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "float32",
+                                      "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head"},
                                      [&] { return kv_cache_format_from_name(v); });
-    e.kv_cache_element_bits = f.element_bits;
-    e.kv_cache_head_extra_bytes = f.head_extra_bytes;
+    e.kv_cache_element_bits = k.element_bits;
+    e.kv_cache_head_extra_bytes = k.head_extra_bytes;
+    e.kv_cache_format = format_named(v);
   }
-  if (a.has("--mamba-cache-dtype")) e.conv_state_dtype_bytes = dtype("--mamba-cache-dtype");
-  if (a.has("--mamba-ssm-cache-dtype")) e.ssm_state_dtype_bytes = dtype("--mamba-ssm-cache-dtype");
+  if (const auto f = dtype_flag("mamba-cache-dtype")) {
+    e.conv_state_dtype_bytes = dtype(*f);
+    e.conv_state_format = format_named(*a.get(*f));
+  }
+  if (const auto f = dtype_flag("mamba-ssm-cache-dtype")) {
+    e.ssm_state_dtype_bytes = dtype(*f);
+    e.ssm_state_format = format_named(*a.get(*f));
+  }
   if (auto v = a.get_u32("--num-speculative-tokens")) e.num_speculative_tokens = *v;
   // The core reads user_block_size 0 as "unset", so an explicit 0 would be silently ignored.
   if (auto v = a.get_positive_u32("--block-size")) e.user_block_size = *v;
@@ -158,6 +185,12 @@ nlohmann::json run_plan(const std::vector<std::string>& argv, bool& json_output)
                 {"--kv-cache-dtype", true},
                 {"--mamba-cache-dtype", true},
                 {"--mamba-ssm-cache-dtype", true},
+                {"--prefill-kv-cache-dtype", true},
+                {"--decode-kv-cache-dtype", true},
+                {"--prefill-mamba-cache-dtype", true},
+                {"--decode-mamba-cache-dtype", true},
+                {"--prefill-mamba-ssm-cache-dtype", true},
+                {"--decode-mamba-ssm-cache-dtype", true},
                 {"--num-speculative-tokens", true},
                 {"--block-size", true},
                 {"--attention-backend", true},
@@ -174,8 +207,8 @@ nlohmann::json run_plan(const std::vector<std::string>& argv, bool& json_output)
              {"--prefill-tp", "(the prefill engine's tensor parallel size)"},
              {"--decode-tp", "(the decode engine's tensor parallel size)"}});
   Deployment d;
-  d.prefill = engine_config(a, *a.get_positive_u32("--prefill-tp"), "--prefill-backend", d.prefill_backend);
-  d.decode = engine_config(a, *a.get_positive_u32("--decode-tp"), "--decode-backend", d.decode_backend);
+  d.prefill = engine_config(a, *a.get_positive_u32("--prefill-tp"), "prefill", d.prefill_backend);
+  d.decode = engine_config(a, *a.get_positive_u32("--decode-tp"), "decode", d.decode_backend);
   d.prefix_caching = a.has("--enable-prefix-caching");
   if (auto v = a.get_positive_u32("--prefill-pp")) d.prefill_pp = *v;
   if (auto v = a.get_positive_u32("--decode-pp")) d.decode_pp = *v;
