@@ -652,7 +652,8 @@ func (a *Agent) FindStagePeer(engineID string, ppRank, tpRank uint32) (*Peer, er
 }
 
 // Lease leases a request's blocks on this rank: after expected successful READ_DONE /
-// WRITE_DONE notifications for requestID a NotifyRequestComplete follows, or
+// WRITE_DONE notifications for requestID from distinct ranks of one remote engine (ranks of
+// another engine notifying the same id never add up with them) a NotifyRequestComplete follows, or
 // NotifyLeaseExpired once ttl passes first. Errors: ErrInvalidArgument (empty or long id,
 // expected 0, ttl not positive), ErrShutdown, ErrClosed.
 func (a *Agent) Lease(requestID string, expected uint32, ttl time.Duration) error {

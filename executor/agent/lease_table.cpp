@@ -42,9 +42,13 @@ uint32_t LeaseTable::on_success(const std::string& request, const std::string& n
     return e.count;
   }
   e.notifiers.push_back(who);
-  if (e.count < UINT32_MAX) ++e.count;
-  const uint32_t count = e.count;
-  if (e.expected != 0 && e.count >= e.expected) {
+  // One engine's ranks move a request; ranks of another engine that notify the same request id
+  // (the request re-routed to another D engine after a failure, or a stray peer) never make up
+  // this engine's missing ranks. Bounded: one entry per connected peer rank.
+  const auto count = static_cast<uint32_t>(std::count_if(
+      e.notifiers.begin(), e.notifiers.end(), [&](const auto& n) { return std::get<0>(n) == notifier_engine; }));
+  e.count = std::max(e.count, count);
+  if (e.expected != 0 && count >= e.expected) {
     complete = finished(request, e, NotificationKind::RequestComplete);
     entries_.erase(it);
   }

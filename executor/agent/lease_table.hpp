@@ -26,13 +26,14 @@ class LeaseTable {
   // ...and at most this many bytes of their names (request ids run up to 1 KiB).
   static constexpr size_t kMaxUnleasedBytes = 16u << 20;
 
-  // A successful notification for `request` from `notifier` (the sending peer's engine id and
-  // rank): returns its count so far and, when that reaches the lease's expected count, the
-  // RequestComplete notification (the lease ends). The count is of distinct notifiers: the
-  // expected count is the number of peer ranks that move the request, so a second success from
-  // the same rank (a resent or duplicated Notify, a buggy or hostile peer) must not complete
-  // the lease early and let P free blocks another rank still reads; it is not counted and
-  // `duplicate` is set.
+  // A successful notification for `request` from `notifier` (the sending peer's engine id,
+  // stage and rank): returns its count so far and, when that reaches the lease's expected count,
+  // the RequestComplete notification (the lease ends). The count is of distinct ranks (stage,
+  // rank) of the notifier's engine: the expected count is the number of ranks of the ONE engine
+  // that moves the request, so neither a second success from the same rank (a resent or
+  // duplicated Notify, a buggy or hostile peer; not counted, `duplicate` set) nor ranks of another
+  // engine notifying the same request id (a request re-routed to another D engine) may complete
+  // the lease early and let P free blocks a rank of the reading engine still reads.
   uint32_t on_success(const std::string& request, const std::string& notifier_engine, uint32_t notifier_stage,
                       uint32_t notifier_rank, std::optional<Notification>& complete, bool& duplicate);
 
@@ -54,7 +55,7 @@ class LeaseTable {
 
  private:
   struct Entry {
-    uint32_t count = 0;
+    uint32_t count = 0;  // the largest count of one engine so far (reported)
     // Who counted so far; at most one entry per connected peer rank (a peer can only notify as
     // itself: the agent checks the Notify names the connection's own identity).
     std::vector<std::tuple<std::string, uint32_t, uint32_t>> notifiers;  // (engine, stage, rank)

@@ -476,8 +476,10 @@ class Agent(Handle):
 
     def lease(self, request_id: str, expected: int, ttl: float) -> None:
         """Leases a request's blocks on this rank: after ``expected`` successful READ_DONE /
-        WRITE_DONE notifications for ``request_id`` a REQUEST_COMPLETE notification follows,
-        or LEASE_EXPIRED once ``ttl`` seconds pass first."""
+        WRITE_DONE notifications for ``request_id`` from distinct ranks of one remote engine
+        (ranks of another engine notifying the same id never add up with them) a
+        REQUEST_COMPLETE notification follows, or LEASE_EXPIRED once ``ttl`` seconds pass
+        first."""
         call(
             "pdkv_agent_lease",
             self._p(),

@@ -39,8 +39,8 @@ TEST(LeaseTable, ShortIdsStillKeepTheCountBound) {
 
 // A lease expecting two D ranks completes only when two distinct ranks notified: a rank whose
 // Notify arrives twice (resent, duplicated or hostile) is not counted again, so P cannot free the
-// request's blocks while the other rank still reads them. Same engine, other rank; other engine,
-// same rank: both distinct.
+// request's blocks while the other rank still reads them. Same engine, other rank, or other stage:
+// distinct.
 TEST(LeaseTable, ASecondSuccessFromTheSameRankIsNotCounted) {
   LeaseTable t;
   const auto ttl = LeaseTable::Clock::now() + std::chrono::seconds(5);
@@ -66,7 +66,7 @@ TEST(LeaseTable, ASecondSuccessFromTheSameRankIsNotCounted) {
   EXPECT_EQ(t.on_success("early", "dec", 0, 0, done, dup), 1u);
   EXPECT_TRUE(dup);
   EXPECT_FALSE(t.lease("early", 2, ttl).has_value());
-  EXPECT_EQ(t.on_success("early", "other", 0, 0, done, dup), 2u);
+  EXPECT_EQ(t.on_success("early", "dec", 0, 1, done, dup), 2u);
   EXPECT_FALSE(dup);
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->request_id, "early");
@@ -80,3 +80,52 @@ TEST(LeaseTable, ASecondSuccessFromTheSameRankIsNotCounted) {
 }
 
 }  // namespace
+
+// The ranks of one engine move a request; another engine's ranks notifying the same request id
+// (the request re-routed to a second D engine after the first failed, or a stray peer) never make
+// up the first engine's missing ranks, before or after the lease: with two ranks expected, rank 0
+// of "dec-a" and rank 0 of "dec-b" complete nothing; the lease completes when one engine has two.
+// (Before, any two distinct (engine, rank) pairs completed it: P freed blocks "dec-b" rank 1 still
+// read.) A lease that expires reports the furthest engine's count.
+TEST(LeaseTable, RanksOfAnotherEngineDoNotCompleteALease) {
+  LeaseTable t;
+  const auto ttl = LeaseTable::Clock::now() + std::chrono::seconds(5);
+  std::optional<Notification> done;
+  bool dup = true;
+  EXPECT_FALSE(t.lease("req", 2, ttl).has_value());
+  EXPECT_EQ(t.on_success("req", "dec-a", 0, 0, done, dup), 1u);
+  EXPECT_EQ(t.on_success("req", "dec-b", 0, 0, done, dup), 1u);
+  EXPECT_FALSE(dup);
+  EXPECT_FALSE(done.has_value());
+  EXPECT_EQ(t.on_success("req", "dec-b", 0, 1, done, dup), 2u);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->kind, NotificationKind::RequestComplete);
+  EXPECT_EQ(done->count, 2u);
+
+  // Counted before the lease: the same rule.
+  EXPECT_EQ(t.on_success("early", "dec-a", 0, 0, done, dup), 1u);
+  EXPECT_EQ(t.on_success("early", "dec-b", 0, 0, done, dup), 1u);
+  EXPECT_FALSE(t.lease("early", 2, ttl).has_value());
+  EXPECT_EQ(t.on_success("early", "dec-a", 0, 1, done, dup), 2u);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->request_id, "early");
+  // ...and a lease asked after one engine already has enough completes at once.
+  EXPECT_EQ(t.on_success("late", "dec-b", 0, 0, done, dup), 1u);
+  EXPECT_EQ(t.on_success("late", "dec-a", 0, 0, done, dup), 1u);
+  EXPECT_EQ(t.on_success("late", "dec-a", 0, 1, done, dup), 2u);
+  EXPECT_FALSE(done.has_value());  // not leased yet
+  const auto at_once = t.lease("late", 2, ttl);
+  ASSERT_TRUE(at_once.has_value());
+  EXPECT_EQ(at_once->count, 2u);
+
+  // Expiry reports the furthest engine's count.
+  EXPECT_FALSE(t.lease("slow", 3, ttl).has_value());
+  t.on_success("slow", "dec-a", 0, 0, done, dup);
+  t.on_success("slow", "dec-b", 0, 0, done, dup);
+  t.on_success("slow", "dec-b", 0, 1, done, dup);
+  const auto expired = t.expire(ttl);
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].kind, NotificationKind::LeaseExpired);
+  EXPECT_EQ(expired[0].count, 2u);
+  EXPECT_EQ(expired[0].expected, 3u);
+}

@@ -515,7 +515,10 @@ PDKV_API void pdkv_transfer_free(pdkv_transfer_t *transfer);
 /* ---- Notifications and leases ------------------------------------------------------ */
 
 /* Leases a request's blocks on this rank: after `expected` successful READ_DONE / WRITE_DONE
- * notifications for request_id, a REQUEST_COMPLETE notification follows; if ttl_ms passes first,
+ * notifications for request_id from distinct ranks of one remote engine (a rank's second success
+ * is not counted; neither are ranks of another engine towards this one's count, so a request id
+ * re-routed to a second D engine never completes on a mix of both engines' ranks), a
+ * REQUEST_COMPLETE notification follows; if ttl_ms passes first,
  * LEASE_EXPIRED does (free the blocks either way). On a P rank, `expected` is the number of D
  * ranks that read from or notify it per request: the plan's notifications_per_p_rank
  * (pdkv_transfer_plan_info_t), which P can also derive before any plan exists from its own TP
@@ -535,9 +538,10 @@ typedef struct pdkv_notification {
   const char *request_id;  /* "" for peer notifications */
   const char *engine_id;   /* the remote engine ("" for lease notifications) */
   uint32_t tp_rank;        /* the remote rank */
-  uint32_t count;          /* peer ranks whose successful notification for the request
-                              arrived so far (a rank's second success is delivered, not
-                              counted, so a duplicate never completes a lease early) */
+  uint32_t count;          /* ranks of the sender's engine whose successful notification for
+                              the request arrived so far (a rank's second success is delivered,
+                              not counted, so a duplicate never completes a lease early); for
+                              lease notifications the furthest engine's count */
   uint32_t expected;       /* the lease's expected count (0: no lease) */
   uint64_t bytes;          /* bytes the sender moved for this request */
   uint32_t pp_rank;        /* the remote rank's pipeline stage */

@@ -648,7 +648,8 @@ impl Agent {
     }
 
     /// Leases a request's blocks on this rank (`pdkv_agent_lease`): after `expected` successful
-    /// READ_DONE / WRITE_DONE notifications for `request_id` a
+    /// READ_DONE / WRITE_DONE notifications for `request_id` from distinct ranks of one remote
+    /// engine (ranks of another engine notifying the same id never add up with them) a
     /// [`NotificationKind::RequestComplete`] follows, or [`NotificationKind::LeaseExpired`]
     /// once `ttl` passes first.
     pub fn lease(&self, request_id: &str, expected: u32, ttl: Duration) -> Result<()> {
