@@ -128,7 +128,12 @@ struct TcpOut {
   size_t body_offset = 0;
   uint64_t write_batch = 0;                           // a Write frame: its batch (0: none)
   std::vector<std::shared_ptr<Registration>> busy;    // a ReadData: regions busy until sent
-  device::StagingBuffer staged;  // the body's device bytes, copied to host when queued (device_staging.hpp)
+  uint64_t answer_batch = 0;                          // a ReadData: the batch it answers
+  // The body's device bytes: stage_devices[i] set where body[i] lies in device memory, copied to
+  // `staged` (host memory) by the progress call that starts sending the frame, without the lock
+  // (device_staging.hpp); empty once staged or when the body is all host memory.
+  std::vector<const Registration*> stage_devices;
+  device::StagingBuffer staged;
 };
 
 // Payload bytes of a received frame bound for device memory: where they wait in host memory and
@@ -164,6 +169,9 @@ struct TcpData {
   device::StagingBuffer rx_staged;
   std::vector<device::StagingBuffer> staging_spare;  // outgoing frames' staging buffers, for reuse
   std::vector<DeviceLanding> rx_device;
+  // The outcome of copying a complete frame's rx_device to the device (done by tcp_recv without
+  // the lock, read by tcp_frame_done_locked): the failure, if one.
+  std::optional<core::Error> rx_land_error;
   std::vector<uint8_t> sink;                              // bytes nobody may keep
   // The epoll events watched on fd: EPOLLOUT while frames wait to be sent; EPOLLIN unless
   // reading is paused (answers queued up to kTcpMaxQueuedFrames), so progress sleeps meanwhile.
@@ -443,6 +451,13 @@ class AgentCore {
   bool tcp_start_batch_locked(const std::shared_ptr<TransferJob>& job, uint32_t l);
   // Returns "" or why the connection failed (then *status says how).
   std::string tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer);
+  // Device memory (device_staging.hpp), by the progress call owning the connection's I/O, the copy
+  // itself without the lock. stage_frame: copies an unsent frame's device bytes to host memory;
+  // false when the copy failed (a Write's transfer failed, to be dropped by tcp_send; a READ
+  // answer turned into a refusal). tcp_land_frame: copies a complete frame's staged bytes to the
+  // device (the outcome in d.rx_land_error) unless nobody wants them any more.
+  bool stage_frame(std::unique_lock<std::mutex>& g, PeerConn& peer, TcpOut& o);
+  void tcp_land_frame(std::unique_lock<std::mutex>& g, PeerConn& peer);
   std::string tcp_recv(std::unique_lock<std::mutex>& g, PeerConn& peer, core::Status* status, unsigned* frames);
   // Runs one system call `f` with `g` released; *err is its errno.
   template <class F>

@@ -269,16 +269,9 @@ bool AgentCore::tcp_start_batch_locked(const std::shared_ptr<TransferJob>& job_p
   TcpOut o;
   if (write) {
     o.body = b.local;
-    std::vector<const Registration*> devices;
-    if (batch_devices(job, b, &devices)) {
-      try {
-        stage_outgoing(*peer.tcp, o, devices);  // device bytes copied to host now, under the lock (see README)
-      } catch (const core::Error& e) {
-        fail_job_locked(job, e.status(), "copying the bytes of read " + std::to_string(job.ops[b.ops.front()].read_index) +
-                                             " out of CUDA device memory: " + e.what());
-        return false;
-      }
-    }
+    // Device bytes are copied to host memory when the frame starts to be sent (tcp_send), without
+    // the lock; the job (held by the batch) keeps its registrations alive until then.
+    batch_devices(job, b, &o.stage_devices);
   }
   const uint64_t id = peer.tcp->next_batch++;
   tcpdp::Header h;
@@ -344,6 +337,52 @@ void seal_next_segment(TcpData& d, TcpOut& o) {
 
 }  // namespace
 
+bool AgentCore::stage_frame(std::unique_lock<std::mutex>& g, PeerConn& peer, TcpOut& o) {
+  TcpData& d = *peer.tcp;
+  std::optional<core::Error> failed;
+  int err = 0;
+  // This call owns the connection's I/O (d.io): nobody else touches the frame, the connection's
+  // staging buffers or (busy regions, a batch holding its job) the memory the body points into.
+  without_lock(g, &err, [&]() -> ssize_t {
+    try {
+      stage_outgoing(d, o, o.stage_devices);
+    } catch (const core::Error& e) {
+      failed = e;
+    }
+    return 0;
+  });
+  o.stage_devices.clear();
+  if (!failed) return true;
+  if (o.write_batch != 0) {
+    // A WRITE whose device bytes could not be read: its transfer fails; the frame, not started,
+    // is then dropped by tcp_send as any stopped transfer's is.
+    auto it = d.batches.find(o.write_batch);
+    if (it == d.batches.end()) {  // not expected (only this call retires an unsent Write's batch)
+      recycle_staging(d, o);
+      d.out.pop_front();
+      return false;
+    }
+    TransferJob& job = *it->second.job;
+    fail_job_locked(job, failed->status(),
+                    "copying the bytes of read " + std::to_string(job.ops[it->second.ops.front()].read_index) +
+                        " out of CUDA device memory: " + failed->what());
+    return false;
+  }
+  // A READ answer: refused instead (the peer fails its read naming the reason).
+  for (auto& r : o.busy) unbusy_locked(r);
+  o.busy.clear();
+  recycle_staging(d, o);
+  tcpdp::Header a;
+  a.type = tcpdp::FrameType::ReadData;
+  a.batch = o.answer_batch;
+  a.status = static_cast<uint32_t>(tcpdp::Refusal::Device);
+  o.head = tcpdp::encode(a, {});
+  o.body.clear();
+  o.total = o.head.size();
+  peer.record->operations_failed++;
+  return false;
+}
+
 std::string AgentCore::tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer) {
   TcpData& d = *peer.tcp;
   uint64_t budget = kTcpRoundBytes;
@@ -370,6 +409,9 @@ std::string AgentCore::tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer)
         check_final_locked(*keep);
         continue;
       }
+    }
+    if (o.sent == 0 && !o.sealed && !o.stage_devices.empty()) {
+      if (!stage_frame(g, peer, o)) continue;  // failed: the frame was dropped or became a refusal
     }
     iovec iov[cma::kMaxIov];
     int n = 0;
@@ -520,6 +562,7 @@ std::string AgentCore::tcp_recv(std::unique_lock<std::mutex>& g, PeerConn& peer,
       budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
     }
     if (d.reader.complete()) {
+      if (!d.rx_device.empty()) tcp_land_frame(g, peer);
       try {
         tcp_frame_done_locked(peer);
       } catch (const core::Error& e) {
@@ -562,25 +605,21 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
         any_device |= reg->type == MemoryType::Cuda;
         if (std::find(regs.begin(), regs.end(), reg) == regs.end()) regs.push_back(reg);
       }
-      if (refusal == tcpdp::Refusal::None && any_device) {
-        try {
-          stage_outgoing(d, o, piece_devices(pieces, regs_));  // copied to host now, under the lock
-        } catch (const core::Error&) {
-          refusal = tcpdp::Refusal::Device;
-        }
-      }
+      o.answer_batch = h.batch;
       if (refusal != tcpdp::Refusal::None) {
         a.status = static_cast<uint32_t>(refusal);
         o.head = tcpdp::encode(a, {});
         o.body.clear();
         o.total = o.head.size();
-        recycle_staging(d, o);
         peer.record->operations_failed++;
       } else {
         o.head = tcpdp::encode(a, pieces);
         o.total = o.head.size() + bytes;
         for (auto& r : regs) r->busy++;
         o.busy = std::move(regs);
+        // Copied to host memory when the answer starts to be sent (tcp_send), without the lock;
+        // the regions stay busy (alive) until then. A failed copy turns it into a refusal.
+        if (any_device) o.stage_devices = piece_devices(pieces, regs_);
       }
       d.out.push_back(std::move(o));
       return;
@@ -698,6 +737,33 @@ void AgentCore::tcp_batch_landed_locked(PeerConn&, TcpBatch& b) {
   }
 }
 
+void AgentCore::tcp_land_frame(std::unique_lock<std::mutex>& g, PeerConn& peer) {
+  TcpData& d = *peer.tcp;
+  std::vector<DeviceLanding> landing;
+  landing.swap(d.rx_device);
+  d.rx_land_error.reset();
+  const tcpdp::Header& h = d.reader.header();
+  if (h.type == tcpdp::FrameType::ReadData) {
+    // A read nobody wants any more (cancelled, failed) is not copied to the device.
+    auto it = d.batches.find(d.rx_batch);
+    if (it == d.batches.end() || !it->second.holds || it->second.job->stopping()) return;
+  } else if (h.type != tcpdp::FrameType::Write || d.rx_ack_status != 0) {
+    return;
+  }
+  // This call owns the connection's I/O (d.io): the staging buffer is the connection's, and the
+  // target regions stay alive meanwhile (a Write's are busy, a read's job is held by its batch,
+  // which only this call retires). Like readv into host memory, the copy runs without the lock.
+  int err = 0;
+  without_lock(g, &err, [&]() -> ssize_t {
+    try {
+      land_incoming(landing);
+    } catch (const core::Error& e) {
+      d.rx_land_error = e;
+    }
+    return 0;
+  });
+}
+
 void AgentCore::tcp_frame_done_locked(PeerConn& peer) {
   TcpData& d = *peer.tcp;
   const tcpdp::Header& h = d.reader.header();
@@ -718,32 +784,25 @@ void AgentCore::tcp_frame_done_locked(PeerConn& peer) {
       peer.inflight--;
       b.holds = false;
       if (!job.stopping()) {
-        bool landed = true;
-        if (!d.rx_device.empty()) {
-          try {
-            land_incoming(d);  // the staged device bytes, now that the whole frame is here
-          } catch (const core::Error& e) {
-            landed = false;
-            op_failed_locked(job.ops[b.ops.front()], e.status(),
-                             "copying the bytes of read " + std::to_string(job.ops[b.ops.front()].read_index) +
-                                 " into CUDA device memory: " + e.what());
-          }
+        if (d.rx_land_error) {  // the staged device bytes did not reach the device (tcp_land_frame)
+          op_failed_locked(job.ops[b.ops.front()], d.rx_land_error->status(),
+                           "copying the bytes of read " + std::to_string(job.ops[b.ops.front()].read_index) +
+                               " into CUDA device memory: " + d.rx_land_error->what());
+        } else {
+          tcp_batch_landed_locked(peer, b);
         }
-        if (landed) tcp_batch_landed_locked(peer, b);
       }
     }
     d.rx_device.clear();
+    d.rx_land_error.reset();
     d.batches.erase(it);
     check_final_locked(job);
   } else if (h.type == tcpdp::FrameType::Write) {
-    if (d.rx_ack_status == 0 && !d.rx_device.empty()) {
-      try {
-        land_incoming(d);  // before the acknowledgement: an acknowledged byte is in device memory
-      } catch (const core::Error&) {
-        d.rx_ack_status = static_cast<uint32_t>(tcpdp::Refusal::Device);
-      }
-    }
+    // tcp_land_frame copied the staged device bytes before this acknowledgement: an acknowledged
+    // byte is in device memory.
+    if (d.rx_ack_status == 0 && d.rx_land_error) d.rx_ack_status = static_cast<uint32_t>(tcpdp::Refusal::Device);
     d.rx_device.clear();
+    d.rx_land_error.reset();
     for (auto& r : d.rx_busy) {
       unbusy_locked(r);
     }

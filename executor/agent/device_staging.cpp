@@ -85,10 +85,6 @@ void stage_incoming(TcpData& d, std::vector<iovec>& to, std::span<const Registra
   d.rx_device = restage(to, devices, d.rx_staged.data());
 }
 
-void land_incoming(TcpData& d) {
-  std::vector<DeviceLanding> landing;
-  landing.swap(d.rx_device);
-  run_copies(landing, false);
-}
+void land_incoming(std::span<const DeviceLanding> landing) { run_copies(landing, false); }
 
 }  // namespace pdkv::exec

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -101,6 +102,17 @@ class FakeDevice final : public device::Backend {
   std::atomic<uint64_t> bytes_to_host{0}, bytes_to_device{0}, calls{0};
   std::atomic<int> fail_to_host{0}, fail_to_device{0};  // the next N calls fail
   std::atomic<bool> give_pinned{true};
+  std::atomic<bool> stall_to_host{false}, stall_to_device{false};  // the next such call waits for release()
+  std::atomic<bool> stalled{false};
+  bool wait_stalled(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> l(stall_mu_);
+    return stall_cv_.wait_for(l, timeout, [&] { return stalled.load(); });
+  }
+  void release() {
+    std::lock_guard<std::mutex> l(stall_mu_);
+    released_ = true;
+    stall_cv_.notify_all();
+  }
   std::atomic<int64_t> pinned_live{0}, pinned_allocs{0};
 
  private:
@@ -127,6 +139,14 @@ class FakeDevice final : public device::Backend {
   }
   void run(int ordinal, std::span<const device::Copy> copies, bool to_host) {
     calls++;
+    if ((to_host ? stall_to_host : stall_to_device).exchange(false)) {
+      // A slow copy: waits (at most 5 s) until the test releases it.
+      std::unique_lock<std::mutex> l(stall_mu_);
+      stalled = true;
+      stall_cv_.notify_all();
+      stall_cv_.wait_for(l, 5s, [&] { return released_; });
+      stalled = false;
+    }
     std::atomic<int>& fail = to_host ? fail_to_host : fail_to_device;
     if (fail.load() > 0 && fail.fetch_sub(1) > 0) {
       throw core::Error(Status::Transport, "fake device: injected copy failure", core::CauseDomain::Cuda, 700);
@@ -144,6 +164,9 @@ class FakeDevice final : public device::Backend {
 
   std::mutex mu_;
   std::vector<Alloc> allocs_;
+  std::mutex stall_mu_;
+  std::condition_variable stall_cv_;
+  bool released_ = false;
 };
 
 // ---- the real device, through the driver ------------------------------------------------
@@ -481,10 +504,15 @@ TEST_F(AgentDeviceMemory, AFailedDeviceCopyFailsTheTransferNamingIt) {
     EXPECT_TRUE(t.wait(10000ms));
     return t.status();
   };
+  // Each failure is injected once the connection is quiet: the batches of a failed transfer that
+  // were already queued are still served (P copies their bytes when it sends them) and would take
+  // the next injected failure. A transfer that succeeds after the failed one drains them (one
+  // connection, in order).
   fake->fail_to_device = 1;  // D's copy into its device memory
   auto s = read("into-device");
   EXPECT_EQ(s.status, Status::Transport) << s.message;
   EXPECT_NE(s.message.find("into CUDA device memory: fake device: injected copy failure"), std::string::npos) << s.message;
+  EXPECT_EQ(read("settle").status, Status::Ok);
   fake->fail_to_host = 1;  // P's copy out of its device memory, serving the READ
   s = read("out-of-device");
   EXPECT_EQ(s.status, Status::Transport) << s.message;
@@ -510,6 +538,7 @@ TEST_F(AgentDeviceMemory, AFailedDeviceCopyFailsTheTransferNamingIt) {
   s = write("w-out-of-device");
   EXPECT_EQ(s.status, Status::Transport) << s.message;
   EXPECT_NE(s.message.find("out of CUDA device memory: fake device: injected copy failure"), std::string::npos) << s.message;
+  EXPECT_EQ(write("w-settle").status, Status::Ok);
   fake->fail_to_device = 1;
   s = write("w-into-device");
   EXPECT_EQ(s.status, Status::Transport) << s.message;
@@ -517,6 +546,43 @@ TEST_F(AgentDeviceMemory, AFailedDeviceCopyFailsTheTransferNamingIt) {
       << s.message;
   s = write("w-after");
   EXPECT_EQ(s.status, Status::Ok) << s.message;
+}
+
+// A device copy can take milliseconds (a few MiB over PCIe); it runs in the progress call that
+// owns the connection without the agent's lock, like that call's socket I/O, so the agent's other
+// calls are not held up meanwhile: while P's copy out of its device memory (serving a READ) and
+// D's copy into its device memory (receiving it) are stalled, a call that takes that agent's lock
+// (lease) returns at once. (Before, both copies ran under the lock: the call waited for the copy.)
+TEST_F(AgentDeviceMemory, DeviceCopiesDoNotHoldTheAgentsLock) {
+  for (const bool p_side : {true, false}) {
+    SCOPED_TRACE(p_side ? "P copies out of its device memory" : "D copies into its device memory");
+    auto fresh = std::make_shared<FakeDevice>();
+    device::set_backend_for_testing(fresh);
+    auto d = make_rank("dec", 1, 0, p_side ? Where::Host : Where::Fake, fresh, nullptr);
+    auto p = make_rank("pre", 1, 0, p_side ? Where::Fake : Where::Host, fresh, nullptr);
+    p->store(pattern(p->bytes, 5));
+    ASSERT_EQ(d->agent->connect(p->agent->info().listen, 3000ms)->transport, TransportMode::Tcp);
+    const auto plan = make_plan(*d, {p.get()}, 40);
+    (p_side ? fresh->stall_to_host : fresh->stall_to_device) = true;
+    PostParams pp;
+    pp.plan = &plan;
+    pp.peer_engine_id = "pre";
+    pp.request_id = "slow-copy";
+    auto t = d->agent->post(pp);
+    ASSERT_TRUE(fresh->wait_stalled(5000ms)) << "no device copy started";
+    Agent& copying = p_side ? *p->agent : *d->agent;
+    const auto t0 = std::chrono::steady_clock::now();
+    copying.lease("probe", 1, 1000ms);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_TRUE(fresh->stalled.load()) << "the copy ended before the call returned";
+    EXPECT_LT(took, 1000ms) << "a call on the agent waited for its device copy";
+    fresh->release();
+    ASSERT_TRUE(t.wait(10000ms));
+    EXPECT_EQ(t.status().status, Status::Ok) << t.status().message;
+    d.reset();
+    p.reset();
+    device::set_backend_for_testing(fake);
+  }
 }
 
 TEST_F(AgentDeviceMemory, PermuteOnReceiveIntoDeviceMemoryIsRefused) {
