@@ -679,6 +679,39 @@ func (a *Agent) Lease(requestID string, expected uint32, ttl time.Duration) erro
 	return check(C.pdkv_agent_lease(p, s, C.uint32_t(expected), C.uint64_t(ms), &cerr), cerr)
 }
 
+// KeepLeases asks every connected rank of engine peerEngineID (all its pipeline stages) to keep
+// its leases of requestIDs open: each such rank moves the deadline of each of those requests it
+// leases to at least now + that lease's own ttl; ids it does not lease are ignored there. Call it
+// on a reader (D) for requests it will read later, more often than the other side's ttl, as
+// vLLM's "HB:" notifications do. It returns once the frames are queued. Errors: ErrNotFound (no
+// connected rank of that engine), ErrIncompatible (a rank runs control protocol before 3.4; nothing
+// is sent), ErrInvalidArgument (an empty, long or NUL-holding id), ErrShutdown, ErrClosed.
+func (a *Agent) KeepLeases(peerEngineID string, requestIDs []string) error {
+	p, err := a.ref().acquire()
+	if err != nil {
+		return err
+	}
+	defer a.h.release()
+	var arena cArena
+	defer arena.free()
+	engine, err := arena.str("peerEngineID", peerEngineID)
+	if err != nil {
+		return err
+	}
+	var ids **C.char
+	if len(requestIDs) > 0 {
+		ids = (**C.char)(arena.raw(uintptr(len(requestIDs)) * unsafe.Sizeof((*C.char)(nil))))
+		slots := unsafe.Slice(ids, len(requestIDs))
+		for i, id := range requestIDs {
+			if slots[i], err = arena.str(fmt.Sprintf("requestIDs[%d]", i), id); err != nil {
+				return err
+			}
+		}
+	}
+	var cerr *C.pdkv_error_t
+	return check(C.pdkv_agent_keep_leases(p, engine, ids, C.size_t(len(requestIDs)), &cerr), cerr)
+}
+
 // Notification is one notification, copied out of the library.
 type Notification struct {
 	Kind NotificationKind
@@ -1042,6 +1075,10 @@ type PeerInfo struct {
 	// attach. BytesMapped counts the bytes copied through those mappings.
 	MappedRegions uint32
 	BytesMapped   uint64
+	// LeaseKeepsSent and LeaseKeepsReceived count the request ids this side asked the peer to
+	// keep leased (KeepLeases) and those the peer asked this side to.
+	LeaseKeepsSent     uint64
+	LeaseKeepsReceived uint64
 }
 
 // Peer is a connected (or formerly connected) remote engine rank. Close frees the handle and
@@ -1088,6 +1125,7 @@ func (pe *Peer) Info() (PeerInfo, error) {
 		NotificationsSent: uint64(ci.notifications_sent), NotificationsReceived: uint64(ci.notifications_received),
 		HeartbeatRTT:  time.Duration(ci.heartbeat_rtt_us) * time.Microsecond,
 		MappedRegions: uint32(ci.mapped_regions), BytesMapped: uint64(ci.bytes_mapped),
+		LeaseKeepsSent: uint64(ci.lease_keeps_sent), LeaseKeepsReceived: uint64(ci.lease_keeps_received),
 	}, nil
 }
 

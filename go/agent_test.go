@@ -586,6 +586,51 @@ func TestLeaseExpires(t *testing.T) {
 	isErr(t, p.Agent.Lease("a\x00b", 1, long), pdkv.ErrInvalidArgument)
 }
 
+// A reader's keep-alives (KeepLeases, 2.6) hold P's lease open past its ttl; a lease nobody
+// keeps expires beside it; an id with a comma is one id.
+func TestKeepLeasesHoldsTheOtherSidesLeaseOpen(t *testing.T) {
+	p := newNode(t, true, xfer.Options{})
+	d := newNode(t, false, xfer.Options{})
+	isErr(t, d.Agent.KeepLeases(xfer.PEngine, []string{"r"}), pdkv.ErrNotFound)
+	peer, err := d.Agent.Connect(timeout(t, long), address(t, p))
+	ok(t, err)
+	defer peer.Close()
+	ok(t, p.Agent.Lease("req,1", 1, 500*time.Millisecond))
+	ok(t, p.Agent.Lease("plain", 1, 500*time.Millisecond))
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+		ok(t, d.Agent.KeepLeases(xfer.PEngine, []string{"req,1", "unknown"}))
+		time.Sleep(50 * time.Millisecond)
+	}
+	notes, err := p.Agent.PollNotifications()
+	ok(t, err)
+	var expired []string
+	for _, n := range notes {
+		if n.Kind == pdkv.NotifyLeaseExpired {
+			expired = append(expired, n.RequestID)
+		}
+	}
+	if len(expired) != 1 || expired[0] != "plain" {
+		t.Fatalf("expired while kept: %q, want only \"plain\"", expired)
+	}
+	waitKind(t, p.Agent, pdkv.NotifyLeaseExpired, "req,1")
+	pi, err := peer.Info()
+	ok(t, err)
+	if pi.LeaseKeepsSent < 20 {
+		t.Fatalf("lease keeps sent %d", pi.LeaseKeepsSent)
+	}
+	onP, err := p.Agent.FindPeer(xfer.DEngine, 0)
+	ok(t, err)
+	defer onP.Close()
+	pp, err := onP.Info()
+	ok(t, err)
+	if pp.LeaseKeepsReceived != pi.LeaseKeepsSent {
+		t.Fatalf("received %d, sent %d", pp.LeaseKeepsReceived, pi.LeaseKeepsSent)
+	}
+	isErr(t, d.Agent.KeepLeases(xfer.PEngine, []string{"a", ""}), pdkv.ErrInvalidArgument)
+	isErr(t, d.Agent.KeepLeases(xfer.PEngine, []string{"a\x00b"}), pdkv.ErrInvalidArgument)
+	ok(t, d.Agent.KeepLeases(xfer.PEngine, nil))
+}
+
 func TestPresharedKeys(t *testing.T) {
 	key := []byte("0123456789abcdef-secret")
 	p := newNode(t, true, xfer.Options{Key: key})

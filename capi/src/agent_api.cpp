@@ -363,6 +363,8 @@ PDKV_API pdkv_status_t pdkv_peer_get_info(const pdkv_peer_t* peer, pdkv_peer_inf
     c.pp_rank = r.pp_rank;
     c.mapped_regions = r.mapped_regions;
     c.bytes_mapped = r.bytes_mapped;
+    c.lease_keeps_sent = r.lease_keeps_sent;
+    c.lease_keeps_received = r.lease_keeps_received;
     write_struct_prefix(out, c, pdkv::capi::kPeerInfoMinSize, "pdkv_peer_info_t");
   });
 }
@@ -511,6 +513,26 @@ PDKV_API pdkv_status_t pdkv_agent_lease(pdkv_agent_t* agent, const char* request
     require_non_null(agent, "agent");
     require_non_null(request_id, "request_id");
     agent->agent->lease(request_id, expected, ms(ttl_ms, "ttl_ms"));
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_agent_keep_leases(pdkv_agent_t* agent, const char* peer_engine_id,
+                                              const char* const* request_ids, size_t count, pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(agent, "agent");
+    require_non_null(peer_engine_id, "peer_engine_id");
+    if (count > 0) require_non_null(request_ids, "request_ids");
+    std::vector<std::string> ids;
+    ids.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (request_ids[i] == nullptr) {
+        throw core::Error(Status::NullPointer, "request_ids[" + std::to_string(i) + "] is NULL");
+      }
+      // Bounded read: an id longer than any request id is refused without scanning further.
+      const size_t n = ::strnlen(request_ids[i], exec::kMaxRequestIdBytes + 1);
+      ids.emplace_back(request_ids[i], n);
+    }
+    agent->agent->keep_leases(peer_engine_id, ids);
   });
 }
 

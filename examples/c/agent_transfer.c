@@ -233,6 +233,10 @@ static int read_and_verify(const node_t *d, const char *request, uint64_t timeou
     uint8_t finished = 0;
     uint8_t *want[NUM_REGIONS] = {NULL, NULL};
 
+    /* A D rank keeps P's lease of a request open until it reads it (a real engine does this
+     * periodically for requests queued behind others, as vLLM's "HB:" notifications do). */
+    what = "keep lease";
+    if ((st = pdkv_agent_keep_leases(d->agent, P_ENGINE, &request, 1, &err)) != PDKV_OK) goto out;
     what = "find peer";
     if ((st = pdkv_agent_find_peer(d->agent, P_ENGINE, 0, &peer, &err)) != PDKV_OK) goto out;
     what = "peer metadata";

@@ -25,6 +25,9 @@ from xfer_setup import pdkv
 
 def read(d: xfer.Node, request: str, timeout: float) -> int:
     """D: plan from the peer's metadata, read, verify."""
+    # A D rank keeps P's lease of a request open until it reads it (a real engine does this
+    # periodically for requests queued behind others, as vLLM's "HB:" notifications do).
+    d.agent.keep_leases(xfer.P_ENGINE, [request])
     with xfer.plan_from_peer(d) as plan, d.agent.read(plan, xfer.P_ENGINE, request, timeout=timeout) as t:
         t.wait()
         i = t.info()

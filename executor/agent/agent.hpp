@@ -126,7 +126,8 @@ struct PeerRecord {
   std::atomic<bool> connected{true};
   std::atomic<int32_t> lost_status{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0}, transfers_done{0}, transfers_failed{0},
-      operations_failed{0}, notifications_sent{0}, notifications_received{0}, heartbeat_rtt_us{0};
+      operations_failed{0}, notifications_sent{0}, notifications_received{0}, heartbeat_rtt_us{0},
+      lease_keeps_sent{0}, lease_keeps_received{0};  // request ids in KeepLeases frames
   // The most operations in flight on this peer at once, across its transfers (the agent's
   // max_outstanding bounds it); internal, for tests.
   std::atomic<uint64_t> max_ops_in_flight{0};
@@ -227,6 +228,14 @@ class Agent {
   std::shared_ptr<PeerRecord> find_peer(const std::string& engine_id, uint32_t pp_rank, uint32_t tp_rank) const;
   TransferHandle post(const PostParams& params);
   void lease(const std::string& request_id, uint32_t expected, std::chrono::milliseconds ttl);
+  // Asks every connected rank of engine `peer_engine_id` (all its pipeline stages) to keep its
+  // leases of `request_ids` open: each such rank moves the deadline of each of those requests it
+  // leases to at least now + that lease's own ttl; ids it does not lease are ignored there. What a
+  // reader (D) sends while a request waits to be read, as vLLM's "HB:" notifications do. Queued on
+  // the control channels (returns without waiting for the peers). Errors: InvalidArgument (a bad
+  // id), NotFound (no connected rank of that engine), Incompatible (a connected rank runs a control
+  // protocol before 3.4, naming it; nothing is sent then), Shutdown.
+  void keep_leases(const std::string& peer_engine_id, const std::vector<std::string>& request_ids);
   std::vector<Notification> poll_notifications();
 
   std::weak_ptr<AgentCore> core() const { return core_; }

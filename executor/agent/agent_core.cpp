@@ -467,7 +467,7 @@ void AgentCore::lease(const std::string& request_id, uint32_t expected,
   std::lock_guard<std::mutex> g(mu_);
   if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
   const auto deadline = deadline_after(Clock::now(), ttl);
-  auto done = leases_.lease(request_id, expected, deadline);
+  auto done = leases_.lease(request_id, expected, deadline, ttl);
   if (done) {
     push_note_locked(std::move(*done));
   } else {
@@ -511,6 +511,10 @@ TransferHandle Agent::post(const PostParams& params) {
 
 void Agent::lease(const std::string& request_id, uint32_t expected, std::chrono::milliseconds ttl) {
   core_->lease(request_id, expected, ttl);
+}
+
+void Agent::keep_leases(const std::string& peer_engine_id, const std::vector<std::string>& request_ids) {
+  core_->keep_leases(peer_engine_id, request_ids);
 }
 
 std::vector<Notification> Agent::poll_notifications() { return core_->poll_notifications(); }

@@ -209,6 +209,7 @@ struct PeerConn {
   uint64_t id = 0;  // epoll key of its control channel
   std::shared_ptr<PeerRecord> record;
   std::optional<ControlChannel> channel;
+  uint16_t proto_minor = 0;  // the control protocol minor of the peer's Hello (what it can decode)
   // The data path: pdkv's tcp data connection (tcp peers, `tcp`) or cross-memory attach to the
   // peer's process (shm peers, `cma`), never both.
   std::unique_ptr<cma::PeerProcess> cma;
@@ -360,6 +361,7 @@ class AgentCore {
   void cancel(const std::shared_ptr<TransferJob>& job);
 
   void lease(const std::string& request_id, uint32_t expected, std::chrono::milliseconds ttl);
+  void keep_leases(const std::string& peer_engine_id, const std::vector<std::string>& request_ids);
   std::vector<Notification> poll_notifications();
 
  private:
@@ -419,6 +421,7 @@ class AgentCore {
   // (admission's Transport and Ready frames on the connecting caller's thread).
   Frame recv_admission(ControlChannel& channel, Clock::time_point deadline);
   void handle_frames_locked(const std::shared_ptr<PeerConn>& peer);
+  void handle_keep_leases_locked(const std::shared_ptr<PeerConn>& peer, const KeepLeases& m);
   void handle_notify_locked(const std::shared_ptr<PeerConn>& peer, const Notify& n);
   void timers_locked(Clock::time_point now);
   void lose_peer_locked(std::shared_ptr<PeerConn> peer, core::Status status,

@@ -430,6 +430,7 @@ std::shared_ptr<PeerRecord> AgentCore::admit(ControlChannel& channel, const Hand
     rec->transport = choice.mode;
     rec->metadata = std::move(checked.metadata);
     conn->record = rec;
+    conn->proto_minor = result.peer_hello.proto_minor;
     conn->remote_ranges = std::move(checked.ranges);
     if (choice.mode == TransportMode::Shm) {
       conn->cma = std::move(process);
@@ -808,6 +809,9 @@ void AgentCore::handle_frames_locked(const std::shared_ptr<PeerConn>& peer) {
         case FrameType::Notify:
           handle_notify_locked(peer, Notify::decode(f.payload));
           break;
+        case FrameType::KeepLeases:
+          handle_keep_leases_locked(peer, KeepLeases::decode(f.payload));
+          break;
         case FrameType::Bye:
           lose_peer_locked(peer, Status::PeerLost, "the peer closed the connection", false);
           return;
@@ -861,6 +865,51 @@ void AgentCore::handle_notify_locked(const std::shared_ptr<PeerConn>& peer, cons
   }
   push_note_locked(std::move(n));
   if (complete) push_note_locked(std::move(*complete));
+}
+
+// Only the deadlines of leases this agent holds move, each by its own ttl at most, so a peer can
+// keep open what this side leased (as long as it keeps asking), never open or lengthen a lease
+// beyond what this side chose.
+void AgentCore::handle_keep_leases_locked(const std::shared_ptr<PeerConn>& peer, const KeepLeases& m) {
+  const Clock::time_point now = Clock::now();
+  for (const auto& id : m.request_ids) {
+    check_request_id(id, Status::Protocol, "a KeepLeases request id");
+    leases_.keep(id, now);
+  }
+  peer->record->lease_keeps_received += m.request_ids.size();
+}
+
+void AgentCore::keep_leases(const std::string& peer_engine_id, const std::vector<std::string>& request_ids) {
+  for (size_t i = 0; i < request_ids.size(); ++i) {
+    check_request_id(request_ids[i], Status::InvalidArgument, "request_ids[" + std::to_string(i) + "]");
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
+  std::vector<std::shared_ptr<PeerConn>> ranks;
+  for (auto& [key, p] : peers_) {
+    if (p->lost || !p->channel || p->record->engine_id != peer_engine_id) continue;
+    if (p->proto_minor < kKeepLeasesMinor) {
+      core::fail(Status::Incompatible,
+                 peer_name(p->record->engine_id, p->record->tp_rank, p->record->address) + " runs control protocol " +
+                     std::to_string(kControlProtoMajor) + "." + std::to_string(p->proto_minor) +
+                     ", which cannot take lease keep-alives (" + std::to_string(kControlProtoMajor) + "." +
+                     std::to_string(kKeepLeasesMinor) + " and later); nothing was sent");
+    }
+    ranks.push_back(p);
+  }
+  if (ranks.empty()) core::fail(Status::NotFound, "no connected rank of engine '" + peer_engine_id + "'");
+  if (request_ids.empty()) return;
+  for (auto& p : ranks) {
+    for (size_t at = 0; at < request_ids.size(); at += kMaxKeepLeaseIds) {
+      KeepLeases m;
+      const size_t end = std::min(request_ids.size(), at + kMaxKeepLeaseIds);
+      m.request_ids.assign(request_ids.begin() + static_cast<std::ptrdiff_t>(at),
+                           request_ids.begin() + static_cast<std::ptrdiff_t>(end));
+      p->channel->queue(m);
+    }
+    p->record->lease_keeps_sent += request_ids.size();
+    flush_channel_locked(p);
+  }
 }
 
 void AgentCore::flush_channel_locked(const std::shared_ptr<PeerConn>& peer) {

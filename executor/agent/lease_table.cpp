@@ -56,16 +56,28 @@ uint32_t LeaseTable::on_success(const std::string& request, const std::string& n
 }
 
 std::optional<Notification> LeaseTable::lease(const std::string& request, uint32_t expected,
-                                              Clock::time_point deadline) {
+                                              Clock::time_point deadline, Clock::duration ttl) {
   Entry& e = entries_[request];
   e.expected = expected;
   e.deadline = deadline;
+  e.ttl = ttl;
   if (e.count >= e.expected) {
     Notification n = finished(request, e, NotificationKind::RequestComplete);
     entries_.erase(request);
     return n;
   }
   return std::nullopt;
+}
+
+bool LeaseTable::keep(const std::string& request, Clock::time_point now) {
+  auto it = entries_.find(request);
+  if (it == entries_.end() || it->second.expected == 0) return false;
+  Entry& e = it->second;
+  // Saturating: a ttl near the clock's range must not wrap the deadline into the past.
+  const Clock::time_point until =
+      e.ttl >= Clock::time_point::max() - now ? Clock::time_point::max() : now + e.ttl;
+  e.deadline = std::max(e.deadline, until);
+  return true;
 }
 
 std::vector<Notification> LeaseTable::expire(Clock::time_point now) {

@@ -40,7 +40,12 @@ class LeaseTable {
   // Leases `request` (replacing an earlier lease); completes at once when enough notifications
   // already arrived. expected >= 1, ttl > 0 (the caller checks).
   std::optional<Notification> lease(const std::string& request, uint32_t expected,
-                                    Clock::time_point deadline);
+                                    Clock::time_point deadline, Clock::duration ttl = {});
+
+  // A reader asks to keep `request`'s lease open: an open lease's deadline becomes at least
+  // now + its ttl (the time to live it was leased with). True when a lease was open; requests
+  // nobody leases are not remembered.
+  bool keep(const std::string& request, Clock::time_point now);
 
   // The LeaseExpired notifications of leases whose deadline is <= now (those leases end).
   std::vector<Notification> expire(Clock::time_point now);
@@ -61,6 +66,7 @@ class LeaseTable {
     std::vector<std::tuple<std::string, uint32_t, uint32_t>> notifiers;  // (engine, stage, rank)
     uint32_t expected = 0;  // 0: no lease
     Clock::time_point deadline{};
+    Clock::duration ttl{};  // what keep() extends by
   };
   Notification finished(const std::string& request, const Entry& e, NotificationKind kind) const;
   void remember_unleased(const std::string& request);

@@ -32,7 +32,7 @@ std::string hex32(uint32_t v) {
 }  // namespace
 
 bool is_known_frame_type(uint16_t type) noexcept {
-  return type >= static_cast<uint16_t>(FrameType::Hello) && type <= static_cast<uint16_t>(FrameType::Transport);
+  return type >= static_cast<uint16_t>(FrameType::Hello) && type <= static_cast<uint16_t>(FrameType::KeepLeases);
 }
 
 const char* frame_type_name(FrameType type) noexcept {
@@ -49,6 +49,7 @@ const char* frame_type_name(FrameType type) noexcept {
     case FrameType::Error: return "Error";
     case FrameType::Bye: return "Bye";
     case FrameType::Transport: return "Transport";
+    case FrameType::KeepLeases: return "KeepLeases";
   }
   return "unknown";
 }

@@ -41,6 +41,7 @@ enum class FrameType : uint16_t {
   Error = 10,
   Bye = 11,
   Transport = 12,  // protocol 3: admission's transport agreement (messages.hpp)
+  KeepLeases = 13,  // protocol 3.4: a reader asks to keep leases open (messages.hpp)
 };
 
 bool is_known_frame_type(uint16_t type) noexcept;

@@ -270,6 +270,29 @@ Notify Notify::decode(std::span<const uint8_t> payload) {
   return m;
 }
 
+std::vector<uint8_t> KeepLeases::encode() const {
+  if (request_ids.size() > kMaxKeepLeaseIds) {
+    throw core::Error(Status::InvalidArgument, "KeepLeases names " + std::to_string(request_ids.size()) +
+                                             " requests, more than the limit of " + std::to_string(kMaxKeepLeaseIds));
+  }
+  WireWriter w;
+  w.u32(static_cast<uint32_t>(request_ids.size()));
+  for (const auto& id : request_ids) w.string(id, kMaxRequestIdBytes, "KeepLeases.request_id");
+  return w.take();
+}
+
+KeepLeases KeepLeases::decode(std::span<const uint8_t> payload) {
+  WireReader r(payload, "KeepLeases");
+  KeepLeases m;
+  const uint32_t n = r.u32("count");
+  if (n > kMaxKeepLeaseIds) {
+    r.fail("count " + std::to_string(n) + " is more than the limit of " + std::to_string(kMaxKeepLeaseIds));
+  }
+  for (uint32_t i = 0; i < n; ++i) m.request_ids.push_back(r.string("request_id", kMaxRequestIdBytes));
+  r.expect_end();
+  return m;
+}
+
 std::vector<uint8_t> Ping::encode() const {
   WireWriter w;
   w.u64(seq);

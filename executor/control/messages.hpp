@@ -35,9 +35,14 @@ inline constexpr uint16_t kControlProtoMajor = 3;
 // the two Hellos whole, as sent (auth.hpp), so a host_id, minor version, has_key or purpose changed
 // on the path fails the proof; with a 3.2 or older peer the transcript stays that version's (nonces,
 // engine ids and ranks only), so such peers still admit each other.
-inline constexpr uint16_t kControlProtoMinor = 3;
+// 3.4: a KeepLeases frame (a reader asking the peer to keep its leases of named requests open) may
+// follow the handshake; a 3.3 peer refuses an unknown frame type, so it is sent only to a peer
+// whose Hello says 3.4 or later (the agent refuses the call naming the peer's version otherwise).
+inline constexpr uint16_t kControlProtoMinor = 4;
 // The first minor whose transcript covers the whole Hellos.
 inline constexpr uint16_t kHelloBoundMinor = 3;
+// The first minor that takes KeepLeases frames.
+inline constexpr uint16_t kKeepLeasesMinor = 4;
 
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
@@ -226,6 +231,18 @@ struct ErrorMessage {
 
   std::vector<uint8_t> encode() const;
   static ErrorMessage decode(std::span<const uint8_t> payload);
+};
+
+// A reader (D) asks the peer to keep its leases of these requests open (pdkv_agent_keep_leases):
+// each id the peer leases gets a deadline of at least now + that lease's ttl. Ids are
+// length-prefixed, so any bytes (a comma included) name one request.
+inline constexpr size_t kMaxKeepLeaseIds = 2048;  // per frame: at most ~2 MiB of ids
+struct KeepLeases {
+  static constexpr FrameType kType = FrameType::KeepLeases;
+  std::vector<std::string> request_ids;  // <= kMaxKeepLeaseIds, each <= kMaxRequestIdBytes
+
+  std::vector<uint8_t> encode() const;
+  static KeepLeases decode(std::span<const uint8_t> payload);
 };
 
 struct Bye {

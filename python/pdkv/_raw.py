@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Dict, List, Tuple, Type
 
 #: PDKV_VERSION_MAJOR / _MINOR / _PATCH of the header this module was generated from.
 HEADER_VERSION_MAJOR = 2
-HEADER_VERSION_MINOR = 5
+HEADER_VERSION_MINOR = 6
 HEADER_VERSION_PATCH = 0
 
 # ---- #define constants -------------------------------------------------------------------
@@ -1380,6 +1380,8 @@ class PeerInfoC(StructMirror):
         ("heartbeat_rtt_us", c_uint64),
         ("mapped_regions", c_uint32),
         ("bytes_mapped", c_uint64),
+        ("lease_keeps_sent", c_uint64),
+        ("lease_keeps_received", c_uint64),
     ]
 
 
@@ -1634,7 +1636,7 @@ STRUCT_FORMATS: Dict[str, str] = {
     "pdkv_agent_info_t": "NPIIPHiiNNI0N",
     "pdkv_memory_desc_t": "NQIQQii0N",
     "pdkv_connect_options_t": "NQPQ",
-    "pdkv_peer_info_t": "NPIIPBBiiQQQQQQQQIQ",
+    "pdkv_peer_info_t": "NPIIPBBiiQQQQQQQQIQQQ",
     "pdkv_transfer_params_t": "NQiPPPQB0N",
     "pdkv_transfer_info_t": "NiiQQQQQQ",
     "pdkv_failed_read_t": "IIQiI0Q",
@@ -1817,6 +1819,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_transfer_failed_reads": (c_int, [POINTER(TransferT), POINTER(POINTER(FailedReadC)), POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
     "pdkv_transfer_free": (None, [POINTER(TransferT)]),
     "pdkv_agent_lease": (c_int, [POINTER(AgentT), c_char_p, c_uint32, c_uint64, POINTER(POINTER(ErrorT))]),
+    "pdkv_agent_keep_leases": (c_int, [POINTER(AgentT), c_char_p, POINTER(c_char_p), c_size_t, POINTER(POINTER(ErrorT))]),
     "pdkv_agent_poll_notifications": (c_int, [POINTER(AgentT), POINTER(POINTER(NotificationListT)), POINTER(POINTER(ErrorT))]),
     "pdkv_notification_list_items": (c_int, [POINTER(NotificationListT), POINTER(POINTER(NotificationC)), POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
     "pdkv_notification_list_free": (None, [POINTER(NotificationListT)]),

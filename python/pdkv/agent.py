@@ -23,7 +23,7 @@ import threading
 import time
 import weakref
 from ctypes import POINTER, byref
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import _ffi
 from ._base import (
@@ -132,6 +132,8 @@ class PeerInfo:
     #: :class:`SharedMemory`): their bytes move with memcpy, the others' with cross-memory attach.
     mapped_regions: int = 0
     bytes_mapped: int = 0  #: Bytes copied through those mappings.
+    lease_keeps_sent: int = 0  #: Request ids this side asked the peer to keep leased.
+    lease_keeps_received: int = 0  #: Request ids the peer asked this side to keep leased.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -488,6 +490,20 @@ class Agent(Handle):
             _millis("ttl", ttl),
         )
 
+    def keep_leases(self, peer_engine_id: str, request_ids: Iterable[str]) -> None:
+        """Asks every connected rank of ``peer_engine_id`` to keep its leases of ``request_ids``
+        open (``pdkv_agent_keep_leases``): each such rank moves the deadline of each of those
+        requests it leases to at least now + that lease's own ttl. Call it on a reader (D) for
+        requests it will read later, more often than the other side's ttl, as vLLM's ``HB:``
+        notifications do. Returns once the frames are queued. Raises NotFoundError (no connected
+        rank of that engine), IncompatibleError (a rank runs control protocol before 3.4),
+        InvalidArgumentError (an empty, long or NUL-holding id), TypeError (an id not a str)."""
+        if isinstance(request_ids, (str, bytes)):  # a str iterates as its characters
+            raise TypeError("request_ids must be an iterable of str, not a single " + type(request_ids).__name__)
+        ids = [encode(f"request_ids[{i}]", r) for i, r in enumerate(request_ids)]
+        array = (ctypes.c_char_p * max(1, len(ids)))(*ids)
+        call("pdkv_agent_keep_leases", self._p(), encode("peer_engine_id", peer_engine_id), array, len(ids))
+
     def poll_notifications(self) -> List[Notification]:
         """Takes every pending notification, oldest first (including those
         :meth:`wait_notification` took but did not return)."""
@@ -731,6 +747,8 @@ class Peer(Handle):
             pp_rank=c.pp_rank,
             mapped_regions=c.mapped_regions,
             bytes_mapped=c.bytes_mapped,
+            lease_keeps_sent=c.lease_keeps_sent,
+            lease_keeps_received=c.lease_keeps_received,
         )
 
     def metadata(self) -> EngineMetadata:

@@ -391,6 +391,39 @@ def test_leases(model: pdkv.Model) -> None:
         assert p.agent.wait_notification(timeout=0.01) is None
 
 
+def test_keep_leases_holds_the_other_sides_lease_open(model: pdkv.Model) -> None:
+    """A reader's keep-alives (``keep_leases``, 2.6) hold P's lease open past its ttl; a lease
+    nobody keeps expires beside it; an id with a comma is one id."""
+    p = xfer.node(model, True)
+    d = xfer.node(model, False)
+    with p, d:
+        with pytest.raises(pdkv.NotFoundError, match="no connected rank"):
+            d.agent.keep_leases(xfer.P_ENGINE, ["r"])
+        with d.agent.connect(p.agent.address, timeout=LONG) as peer:
+            p.agent.lease("req,1", 1, 0.5)
+            p.agent.lease("plain", 1, 0.5)
+            end = time.monotonic() + 1.5
+            while time.monotonic() < end:
+                d.agent.keep_leases(xfer.P_ENGINE, ["req,1", "unknown"])
+                time.sleep(0.05)
+            expired = [n.request_id for n in p.agent.poll_notifications()
+                       if n.kind == pdkv.NotificationKind.LEASE_EXPIRED]
+            assert expired == ["plain"]
+            wait_kind(p.agent, pdkv.NotificationKind.LEASE_EXPIRED, "req,1")
+            sent = peer.info().lease_keeps_sent
+            assert sent >= 20
+            with p.agent.find_peer(xfer.D_ENGINE, 0) as on_p:
+                assert on_p.info().lease_keeps_received == sent
+            with pytest.raises(TypeError, match="not a single str"):
+                d.agent.keep_leases(xfer.P_ENGINE, "req,1")
+            with pytest.raises(TypeError):
+                d.agent.keep_leases(xfer.P_ENGINE, [1])  # type: ignore[list-item]
+            with pytest.raises(pdkv.InvalidArgumentError, match=r"request_ids\[1\]"):
+                d.agent.keep_leases(xfer.P_ENGINE, ["a", ""])
+            d.agent.keep_leases(xfer.P_ENGINE, [])
+            assert peer.info().lease_keeps_sent == sent
+
+
 def test_preshared_keys(model: pdkv.Model) -> None:
     key = b"0123456789abcdef-secret"
     with xfer.node(model, True, preshared_key=key) as p:

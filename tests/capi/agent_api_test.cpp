@@ -691,6 +691,77 @@ TEST_CASE("the agent's calls refuse NULL, struct_size and enum values naming the
   pdkv_notification_list_free(nullptr);
 }
 
+// pdkv_agent_keep_leases (2.6): a reader keeps P's lease open past its ttl; its arguments are
+// checked naming each; the counters of both peers show what travelled.
+TEST_CASE("pdkv_agent_keep_leases keeps the other side's lease open and refuses bad arguments", "[agent]") {
+  auto p = node("pre", PDKV_TRANSPORT_TCP, PDKV_PROGRESS_THREAD);
+  auto d = node("dec", PDKV_TRANSPORT_TCP, PDKV_PROGRESS_THREAD);
+  const char* ids[] = {"req,1", "unknown"};
+  auto r = capture([&](pdkv_error_t** e) { return pdkv_agent_keep_leases(d->agent.get(), "pre", ids, 2, e); });
+  CHECK(r.status == PDKV_ERR_NOT_FOUND);
+  CHECK_THAT(r.message, Contains("no connected rank of engine 'pre'"));
+  PeerPtr peer = connect(d->agent.get(), p->agent.get());
+  r = capture([&](pdkv_error_t** e) { return pdkv_agent_keep_leases(nullptr, "pre", ids, 2, e); });
+  CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  CHECK_THAT(r.message, Contains("agent"));
+  r = capture([&](pdkv_error_t** e) { return pdkv_agent_keep_leases(d->agent.get(), nullptr, ids, 2, e); });
+  CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  CHECK_THAT(r.message, Contains("peer_engine_id"));
+  r = capture([&](pdkv_error_t** e) { return pdkv_agent_keep_leases(d->agent.get(), "pre", nullptr, 2, e); });
+  CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  CHECK_THAT(r.message, Contains("request_ids"));
+  const char* with_null[] = {"a", nullptr};
+  r = capture([&](pdkv_error_t** e) { return pdkv_agent_keep_leases(d->agent.get(), "pre", with_null, 2, e); });
+  CHECK(r.status == PDKV_ERR_NULL_POINTER);
+  CHECK_THAT(r.message, Contains("request_ids[1]"));
+  const std::string long_id(5000, 'x');
+  const char* too_long[] = {long_id.c_str()};
+  r = capture([&](pdkv_error_t** e) { return pdkv_agent_keep_leases(d->agent.get(), "pre", too_long, 1, e); });
+  CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(r.message, Contains("request_ids[0]"));
+  REQUIRE_OK(pdkv_agent_keep_leases(d->agent.get(), "pre", nullptr, 0, err));  // nothing to send
+
+  // P leases "req,1" for 600 ms; D keeps it every 50 ms for 1.5 s: no LEASE_EXPIRED meanwhile.
+  REQUIRE_OK(pdkv_agent_lease(p->agent.get(), "req,1", 1, 600, err));
+  auto expired_now = [&] {
+    pdkv_notification_list_t* l = nullptr;
+    REQUIRE_OK(pdkv_agent_poll_notifications(p->agent.get(), &l, err));
+    ListPtr list(l);
+    const pdkv_notification_t* items = nullptr;
+    size_t count = 0;
+    REQUIRE_OK(pdkv_notification_list_items(list.get(), &items, &count, err));
+    for (size_t i = 0; i < count; ++i) {
+      if (items[i].kind == PDKV_NOTIFY_LEASE_EXPIRED && std::string(items[i].request_id) == "req,1") return true;
+    }
+    return false;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  bool early = false;
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1500)) {
+    REQUIRE_OK(pdkv_agent_keep_leases(d->agent.get(), "pre", ids, 2, err));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    early |= expired_now();
+  }
+  CHECK_FALSE(early);
+  bool ended = false;
+  for (int i = 0; i < 500 && !ended; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ended = expired_now();
+  }
+  CHECK(ended);
+  pdkv_peer_info_t info{};
+  info.struct_size = sizeof info;
+  REQUIRE_OK(pdkv_peer_get_info(peer.get(), &info, err));
+  CHECK(info.lease_keeps_sent >= 20);
+  pdkv_peer_t* on_p = nullptr;
+  REQUIRE_OK(pdkv_agent_find_peer(p->agent.get(), "dec", 0, &on_p, err));
+  PeerPtr on_p_ptr(on_p);
+  pdkv_peer_info_t pi{};
+  pi.struct_size = sizeof pi;
+  REQUIRE_OK(pdkv_peer_get_info(on_p, &pi, err));
+  CHECK(pi.lease_keeps_received == info.lease_keeps_sent);
+}
+
 // Over tcp a GET needs the target's worker to progress: with P in caller-progress mode and its
 // caller never calling, D's READ stays in flight, which is when freeing in the "wrong" order
 // matters most.

@@ -129,3 +129,26 @@ TEST(LeaseTable, RanksOfAnotherEngineDoNotCompleteALease) {
   EXPECT_EQ(expired[0].count, 2u);
   EXPECT_EQ(expired[0].expected, 3u);
 }
+
+// keep() (a reader's KeepLeases) moves an open lease's deadline to at least now + its own ttl and
+// never shortens it; a request nobody leases is neither opened nor remembered by it.
+TEST(LeaseTable, KeepMovesAnOpenLeasesDeadlineByItsOwnTtlOnly) {
+  LeaseTable t;
+  const auto t0 = LeaseTable::Clock::now();
+  EXPECT_FALSE(t.lease("r", 1, t0 + std::chrono::seconds(1), std::chrono::seconds(1)).has_value());
+  EXPECT_TRUE(t.keep("r", t0));  // now + ttl == the deadline: unchanged
+  EXPECT_EQ(*t.next_deadline(), t0 + std::chrono::seconds(1));
+  EXPECT_TRUE(t.keep("r", t0 + std::chrono::milliseconds(500)));
+  EXPECT_EQ(*t.next_deadline(), t0 + std::chrono::milliseconds(1500));
+  EXPECT_TRUE(t.keep("r", t0 + std::chrono::milliseconds(100)));  // a late, older keep: no shorter
+  EXPECT_EQ(*t.next_deadline(), t0 + std::chrono::milliseconds(1500));
+  EXPECT_TRUE(t.expire(t0 + std::chrono::milliseconds(1499)).empty());
+  EXPECT_EQ(t.expire(t0 + std::chrono::milliseconds(1500)).size(), 1u);
+  // Not leased: nothing opened, nothing remembered for a later lease.
+  EXPECT_FALSE(t.keep("later", t0));
+  EXPECT_EQ(t.size(), 0u);
+  // A ttl reaching past the clock's range saturates instead of wrapping into the past.
+  EXPECT_FALSE(t.lease("long", 1, LeaseTable::Clock::time_point::max(), LeaseTable::Clock::duration::max()).has_value());
+  EXPECT_TRUE(t.keep("long", t0));
+  EXPECT_TRUE(t.expire(t0 + std::chrono::hours(24 * 365)).empty());
+}

@@ -246,6 +246,7 @@ TEST(ControlFrame, FramesBeforeACorruptOneAreStillDelivered) {
 TEST(ControlFrame, TypeNames) {
   EXPECT_STREQ(frame_type_name(FrameType::PeerInfo), "PeerInfo");
   EXPECT_STREQ(frame_type_name(static_cast<FrameType>(77)), "unknown");
-  for (uint16_t t = 1; t <= 12; ++t) EXPECT_TRUE(is_known_frame_type(t));
-  EXPECT_FALSE(is_known_frame_type(13));
+  for (uint16_t t = 1; t <= 13; ++t) EXPECT_TRUE(is_known_frame_type(t));
+  EXPECT_FALSE(is_known_frame_type(14));
+  EXPECT_STREQ(frame_type_name(FrameType::KeepLeases), "KeepLeases");
 }

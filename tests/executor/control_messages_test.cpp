@@ -87,6 +87,7 @@ std::vector<Case> all_cases() {
       {"Error", ErrorMessage{Status::Auth, "bad key"}.encode(), [](auto b) { ErrorMessage::decode(b); }},
       {"Bye", Bye{}.encode(), [](auto b) { Bye::decode(b); }},
       {"Transport", TransportOffer{CmaVerdict::Failed, "EPERM"}.encode(), [](auto b) { TransportOffer::decode(b); }},
+      {"KeepLeases", KeepLeases{{"req-1", "req,2"}}.encode(), [](auto b) { KeepLeases::decode(b); }},
   };
 }
 
@@ -143,6 +144,10 @@ TEST(ControlMessages, RoundTrip) {
   EXPECT_EQ(c2.server_mac, c.server_mac);
   EXPECT_TRUE(Ready{}.encode().empty());
   EXPECT_TRUE(Bye{}.encode().empty());
+  // KeepLeases: ids are length-prefixed, so a comma or any other byte stays inside its id.
+  const std::vector<std::string> ids = {"a,b", "c", std::string(kMaxRequestIdBytes, 'x'), "\xff\x01"};
+  EXPECT_EQ(KeepLeases::decode(KeepLeases{ids}.encode()).request_ids, ids);
+  EXPECT_TRUE(KeepLeases::decode(KeepLeases{}.encode()).request_ids.empty());
 }
 
 TEST(ControlMessages, TruncationAtEveryOffsetIsRefused) {
@@ -188,6 +193,17 @@ TEST(ControlMessages, OverLimitStringsAndCountsAreRefusedNamingTheField) {
   WireWriter r;
   r.string(std::string(kMaxRequestIdBytes + 1, 'r'), SIZE_MAX, "x");
   expect_protocol([&] { Notify::decode(r.data()); }, {"Notify", "request_id", "1025"});
+
+  WireWriter k;
+  k.u32(static_cast<uint32_t>(kMaxKeepLeaseIds + 1));
+  expect_protocol([&] { KeepLeases::decode(k.data()); }, {"KeepLeases", "count", "2049", "2048"});
+  WireWriter k2;
+  k2.u32(1);
+  k2.string(std::string(kMaxRequestIdBytes + 1, 'r'), SIZE_MAX, "x");
+  expect_protocol([&] { KeepLeases::decode(k2.data()); }, {"KeepLeases", "request_id", "1025"});
+  KeepLeases too_many;
+  too_many.request_ids.assign(kMaxKeepLeaseIds + 1, "r");
+  EXPECT_THROW(too_many.encode(), Error);
 
   // The encoder refuses the same values locally.
   Hello big = sample_hello();

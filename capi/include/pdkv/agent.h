@@ -390,6 +390,10 @@ typedef struct pdkv_peer_info {
                                    bytes move with memcpy; the others with cross-memory attach */
   uint64_t bytes_mapped;        /* since 2.2: bytes of READs and WRITEs with this peer that were
                                    copied through those mappings */
+  uint64_t lease_keeps_sent;    /* since 2.6: request ids this side asked the peer to keep
+                                   leased (pdkv_agent_keep_leases) */
+  uint64_t lease_keeps_received; /* since 2.6: request ids the peer asked this side to keep
+                                   leased (each applied to an open lease, if any) */
 } pdkv_peer_info_t;
 
 /* Fills the caller's prefix of *out. Errors: NULL_POINTER, STRUCT_SIZE. Thread-safe. */
@@ -528,6 +532,24 @@ PDKV_API void pdkv_transfer_free(pdkv_transfer_t *transfer);
  * (empty or long request id, expected 0, ttl 0), SHUTDOWN. Thread-safe. */
 PDKV_API pdkv_status_t pdkv_agent_lease(pdkv_agent_t *agent, const char *request_id,
                                         uint32_t expected, uint64_t ttl_ms, pdkv_error_t **err);
+
+/* Keeps leases open on the other side (since 2.6): asks every connected rank of engine
+ * peer_engine_id (all its pipeline stages) to keep its leases of the `count` requests in
+ * request_ids open. Each such rank moves the deadline of each of those requests it leases
+ * (pdkv_agent_lease on its side) to at least now + that lease's own ttl_ms; ids it does not lease
+ * are ignored there, and no lease is opened or lengthened beyond its own ttl per keep. A reader
+ * (D) calls this for requests it will read later (queued behind others), more often than P's ttl,
+ * so P neither frees their blocks early nor has to lease them for long: vLLM's "HB:req1,req2"
+ * notifications, except that an id may hold any bytes but NUL (a comma names one request here).
+ * The frames are queued on the control channels and the call returns without waiting for the
+ * peers; count 0 sends nothing. Errors: NULL_POINTER (agent, peer_engine_id, request_ids with
+ * count > 0, an element), INVALID_ARGUMENT (an empty or long id, naming its index), NOT_FOUND (no
+ * connected rank of that engine), INCOMPATIBLE (a connected rank of it runs control protocol
+ * before 3.4, named; nothing is sent), SHUTDOWN. The strings are read during the call only.
+ * Thread-safe. */
+PDKV_API pdkv_status_t pdkv_agent_keep_leases(pdkv_agent_t *agent, const char *peer_engine_id,
+                                              const char *const *request_ids, size_t count,
+                                              pdkv_error_t **err);
 
 /* One notification, an element of a pdkv_notification_list_t; its strings are owned by the
  * list. Element layout fixed for the major version (arrays of it cannot grow). */

@@ -138,6 +138,11 @@ func run(ctx context.Context, role, connect string, t pdkv.Transport, request st
 
 // read compiles the plan from the peer's metadata, reads and verifies.
 func read(ctx context.Context, d *xfer.Node, request string) (uint64, error) {
+	// A D rank keeps P's lease of a request open until it reads it (a real engine does this
+	// periodically for requests queued behind others, as vLLM's "HB:" notifications do).
+	if err := d.Agent.KeepLeases(xfer.PEngine, []string{request}); err != nil {
+		return 0, err
+	}
 	plan, err := xfer.PlanFromPeer(d)
 	if err != nil {
 		return 0, err

@@ -81,6 +81,9 @@ fn p_wait(p: &Agent, request: &str, timeout: Duration) -> AnyResult<()> {
 
 /// The D rank: plan from the peer's metadata, read, verify.
 fn d_read(d: &xfer::Node, request: &str, timeout: Duration) -> AnyResult<u64> {
+    // A D rank keeps P's lease of a request open until it reads it (a real engine does this
+    // periodically for requests queued behind others, as vLLM's "HB:" notifications do).
+    d.agent.keep_leases(xfer::P_ENGINE, &[request])?;
     let p_meta = d.agent.find_peer(xfer::P_ENGINE, 0)?.metadata()?;
     let plan = xfer::plan(&d.metadata, &p_meta)?;
     let t = d

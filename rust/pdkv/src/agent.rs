@@ -661,6 +661,39 @@ impl Agent {
         })
     }
 
+    /// Asks every connected rank of engine `peer_engine_id` (all its pipeline stages) to keep
+    /// its leases of `request_ids` open (`pdkv_agent_keep_leases`): each such rank moves the
+    /// deadline of each of those requests it leases to at least now + that lease's own ttl; ids
+    /// it does not lease are ignored there. Call it on a reader (D) for requests it will read
+    /// later, more often than the other side's ttl, as vLLM's `HB:` notifications do. Returns
+    /// once the frames are queued. Errors: [`Status::NotFound`] (no connected rank of that
+    /// engine), [`Status::Incompatible`] (a rank runs control protocol before 3.4; nothing is
+    /// sent), [`Status::InvalidArgument`] (an empty, long or NUL-holding id).
+    pub fn keep_leases<S: AsRef<str>>(
+        &self,
+        peer_engine_id: &str,
+        request_ids: &[S],
+    ) -> Result<()> {
+        let engine = cstring(peer_engine_id, "peer engine id")?;
+        let ids = request_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| cstring(id.as_ref(), &format!("request_ids[{i}]")))
+            .collect::<Result<Vec<_>>>()?;
+        let ptrs: Vec<*const std::os::raw::c_char> = ids.iter().map(|s| s.as_ptr()).collect();
+        // SAFETY: live handle; `ptrs` holds ptrs.len() valid strings that outlive the call (the
+        // library reads them during the call only).
+        check(|e| unsafe {
+            sys::pdkv_agent_keep_leases(
+                self.ptr.as_ptr(),
+                engine.as_ptr(),
+                ptrs.as_ptr(),
+                ptrs.len(),
+                e,
+            )
+        })
+    }
+
     /// Takes every pending notification, oldest first (`pdkv_agent_poll_notifications`),
     /// including those [`Agent::wait_notification`] took but did not return.
     pub fn poll_notifications(&self) -> Result<Vec<Notification>> {
@@ -976,6 +1009,10 @@ pub struct PeerInfo {
     pub mapped_regions: u32,
     /// Bytes copied through those mappings.
     pub bytes_mapped: u64,
+    /// Request ids this side asked the peer to keep leased ([`Agent::keep_leases`]).
+    pub lease_keeps_sent: u64,
+    /// Request ids the peer asked this side to keep leased.
+    pub lease_keeps_received: u64,
 }
 
 /// A connected (or formerly connected) remote engine rank (`pdkv_peer_t`). Dropping the handle
@@ -1034,6 +1071,8 @@ impl Peer {
             heartbeat_rtt: Duration::from_micros(r.heartbeat_rtt_us),
             mapped_regions: r.mapped_regions,
             bytes_mapped: r.bytes_mapped,
+            lease_keeps_sent: r.lease_keeps_sent,
+            lease_keeps_received: r.lease_keeps_received,
         })
     }
 

@@ -436,6 +436,59 @@ fn leases_expire() {
     );
 }
 
+/// A reader's keep-alives (`keep_leases`, 2.6) hold P's lease open past its ttl; a lease nobody
+/// keeps expires beside it; an id with a comma is one id.
+#[test]
+fn keep_leases_holds_the_other_sides_lease_open() {
+    let p = node(true, Transport::Auto, ProgressMode::Thread);
+    let d = node(false, Transport::Auto, ProgressMode::Thread);
+    assert_eq!(
+        d.agent
+            .keep_leases(xfer::P_ENGINE, &["r"])
+            .unwrap_err()
+            .status(),
+        Status::NotFound
+    );
+    let peer = d.agent.connect(&addr(&p), Some(LONG)).unwrap();
+    let ttl = Duration::from_millis(500);
+    p.agent.lease("req,1", 1, ttl).unwrap();
+    p.agent.lease("plain", 1, ttl).unwrap();
+    let end = std::time::Instant::now() + Duration::from_millis(1500);
+    while std::time::Instant::now() < end {
+        d.agent
+            .keep_leases(xfer::P_ENGINE, &["req,1", "unknown"])
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let expired: Vec<String> = p
+        .agent
+        .poll_notifications()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.kind == NotificationKind::LeaseExpired)
+        .map(|n| n.request_id)
+        .collect();
+    assert_eq!(expired, vec!["plain".to_string()]);
+    wait_kind(&p.agent, NotificationKind::LeaseExpired, "req,1");
+    let sent = peer.info().unwrap().lease_keeps_sent;
+    assert!(sent >= 20, "{sent}");
+    let on_p = p.agent.find_peer(xfer::D_ENGINE, 0).unwrap();
+    assert_eq!(on_p.info().unwrap().lease_keeps_received, sent);
+    let e = d.agent.keep_leases(xfer::P_ENGINE, &["a", ""]).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("request_ids[1]"), "{e}");
+    assert_eq!(
+        d.agent
+            .keep_leases(xfer::P_ENGINE, &["a\0b"])
+            .unwrap_err()
+            .status(),
+        Status::InvalidArgument
+    );
+    d.agent
+        .keep_leases(xfer::P_ENGINE, &Vec::<String>::new())
+        .unwrap();
+}
+
 #[test]
 fn preshared_keys() {
     let model = xfer::model().unwrap();

@@ -157,6 +157,7 @@ pub const HEADER_FUNCTIONS: &[&str] = &[
     "pdkv_transfer_failed_reads",
     "pdkv_transfer_free",
     "pdkv_agent_lease",
+    "pdkv_agent_keep_leases",
     "pdkv_agent_poll_notifications",
     "pdkv_notification_list_items",
     "pdkv_notification_list_free",
