@@ -3,7 +3,8 @@
 // Input: one mode byte, one seed byte, then the body.
 //   mode bit 0 clear: the body is a byte stream; it is fed to a FrameDecoder in chunks whose
 //     sizes come from the seed, and every frame that comes out goes to its message decoder.
-//   mode bit 0 set: the body is a payload, sealed into a valid frame of type (seed % 12) + 1, so
+//   mode bit 0 set: the body is a payload, sealed into a valid frame of type
+//     (seed % kLastFrameType) + 1, so
 //     mutations reach the message decoder through the frame path instead of dying at the CRC.
 // In both modes the body also goes to every message decoder directly, and through the sealed
 // path a keyed connection uses after the proofs (session_crypto.hpp): presented as a sealed
@@ -72,6 +73,7 @@ void decode_as(FrameType type, std::span<const uint8_t> payload) {
     case FrameType::Error: return decode_message<ErrorMessage>(payload);
     case FrameType::Bye: return decode_message<Bye>(payload);
     case FrameType::Transport: return decode_message<TransportOffer>(payload);
+    case FrameType::KeepLeases: return decode_message<KeepLeases>(payload);
   }
   bug("decoder produced a frame of unknown type");
 }
@@ -155,7 +157,7 @@ void run(const uint8_t* data, size_t size) {
       decode_as(f.type, f.payload);
     }
   } else {
-    const auto type = static_cast<FrameType>(seed % 12 + 1);
+    const auto type = static_cast<FrameType>(seed % kLastFrameType + 1);
     std::vector<uint8_t> sealed;
     try {
       sealed = encode_frame(type, body);
@@ -170,8 +172,8 @@ void run(const uint8_t* data, size_t size) {
     decode_as(type, frames[0].payload);
   }
 
-  for (uint16_t t = 1; t <= 12; ++t) decode_as(static_cast<FrameType>(t), body);
-  sealed_path(static_cast<uint16_t>(seed % 12 + 1), body);
+  for (uint16_t t = 1; t <= kLastFrameType; ++t) decode_as(static_cast<FrameType>(t), body);
+  sealed_path(static_cast<uint16_t>(seed % kLastFrameType + 1), body);
 }
 
 }  // namespace

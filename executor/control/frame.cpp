@@ -32,7 +32,7 @@ std::string hex32(uint32_t v) {
 }  // namespace
 
 bool is_known_frame_type(uint16_t type) noexcept {
-  return type >= static_cast<uint16_t>(FrameType::Hello) && type <= static_cast<uint16_t>(FrameType::KeepLeases);
+  return type >= static_cast<uint16_t>(FrameType::Hello) && type <= kLastFrameType;
 }
 
 const char* frame_type_name(FrameType type) noexcept {

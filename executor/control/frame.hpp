@@ -44,6 +44,8 @@ enum class FrameType : uint16_t {
   KeepLeases = 13,  // protocol 3.4: a reader asks to keep leases open (messages.hpp)
 };
 
+// The highest frame type this build knows (they run from Hello = 1 up to it).
+inline constexpr uint16_t kLastFrameType = static_cast<uint16_t>(FrameType::KeepLeases);
 bool is_known_frame_type(uint16_t type) noexcept;
 // "Hello", "PeerInfo", ...; "unknown" for a value outside the enum.
 const char* frame_type_name(FrameType type) noexcept;
