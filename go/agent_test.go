@@ -595,9 +595,9 @@ func TestKeepLeasesHoldsTheOtherSidesLeaseOpen(t *testing.T) {
 	peer, err := d.Agent.Connect(timeout(t, long), address(t, p))
 	ok(t, err)
 	defer peer.Close()
-	ok(t, p.Agent.Lease("req,1", 1, 500*time.Millisecond))
-	ok(t, p.Agent.Lease("plain", 1, 500*time.Millisecond))
-	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+	ok(t, p.Agent.Lease("req,1", 1, time.Second))
+	ok(t, p.Agent.Lease("plain", 1, time.Second))
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); {
 		ok(t, d.Agent.KeepLeases(xfer.PEngine, []string{"req,1", "unknown"}))
 		time.Sleep(50 * time.Millisecond)
 	}

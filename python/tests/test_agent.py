@@ -400,9 +400,9 @@ def test_keep_leases_holds_the_other_sides_lease_open(model: pdkv.Model) -> None
         with pytest.raises(pdkv.NotFoundError, match="no connected rank"):
             d.agent.keep_leases(xfer.P_ENGINE, ["r"])
         with d.agent.connect(p.agent.address, timeout=LONG) as peer:
-            p.agent.lease("req,1", 1, 0.5)
-            p.agent.lease("plain", 1, 0.5)
-            end = time.monotonic() + 1.5
+            p.agent.lease("req,1", 1, 1.0)
+            p.agent.lease("plain", 1, 1.0)
+            end = time.monotonic() + 2.5
             while time.monotonic() < end:
                 d.agent.keep_leases(xfer.P_ENGINE, ["req,1", "unknown"])
                 time.sleep(0.05)

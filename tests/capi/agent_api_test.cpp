@@ -721,8 +721,8 @@ TEST_CASE("pdkv_agent_keep_leases keeps the other side's lease open and refuses 
   CHECK_THAT(r.message, Contains("request_ids[0]"));
   REQUIRE_OK(pdkv_agent_keep_leases(d->agent.get(), "pre", nullptr, 0, err));  // nothing to send
 
-  // P leases "req,1" for 600 ms; D keeps it every 50 ms for 1.5 s: no LEASE_EXPIRED meanwhile.
-  REQUIRE_OK(pdkv_agent_lease(p->agent.get(), "req,1", 1, 600, err));
+  // P leases "req,1" for 1 s; D keeps it every 50 ms for 2.5 s: no LEASE_EXPIRED meanwhile.
+  REQUIRE_OK(pdkv_agent_lease(p->agent.get(), "req,1", 1, 1000, err));
   auto expired_now = [&] {
     pdkv_notification_list_t* l = nullptr;
     REQUIRE_OK(pdkv_agent_poll_notifications(p->agent.get(), &l, err));
@@ -737,7 +737,7 @@ TEST_CASE("pdkv_agent_keep_leases keeps the other side's lease open and refuses 
   };
   const auto start = std::chrono::steady_clock::now();
   bool early = false;
-  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1500)) {
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2500)) {
     REQUIRE_OK(pdkv_agent_keep_leases(d->agent.get(), "pre", ids, 2, err));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     early |= expired_now();

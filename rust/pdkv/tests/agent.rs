@@ -450,10 +450,10 @@ fn keep_leases_holds_the_other_sides_lease_open() {
         Status::NotFound
     );
     let peer = d.agent.connect(&addr(&p), Some(LONG)).unwrap();
-    let ttl = Duration::from_millis(500);
+    let ttl = Duration::from_millis(1000);
     p.agent.lease("req,1", 1, ttl).unwrap();
     p.agent.lease("plain", 1, ttl).unwrap();
-    let end = std::time::Instant::now() + Duration::from_millis(1500);
+    let end = std::time::Instant::now() + Duration::from_millis(2500);
     while std::time::Instant::now() < end {
         d.agent
             .keep_leases(xfer::P_ENGINE, &["req,1", "unknown"])
