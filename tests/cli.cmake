@@ -148,7 +148,10 @@ pdkv_cli_expect(cli_conv_format_mismatch 2
 pdkv_cli_expect(cli_ssm_format_mismatch 2 PATTERNS "ssm_state_format: decode float16, prefill bfloat16"
   ARGS ${N30} --prefill-mamba-ssm-cache-dtype bfloat16 --decode-mamba-ssm-cache-dtype float16)
 pdkv_cli_expect(cli_same_named_formats 0 PATTERNS "KV bytes / token / head +256 +256" "mamba state from"
+           "KV cache format +fp8_e5m2 +fp8_e5m2" "conv state format +float16 +float16"
   ARGS ${N30} --kv-cache-dtype fp8_e5m2 --prefill-mamba-cache-dtype float16 --decode-mamba-cache-dtype float16)
+pdkv_cli_expect(cli_element_formats_json 0 PATTERNS "\"kv_cache\": \"bfloat16\"" "\"kv_cache\": null"
+  ARGS ${N30} --decode-kv-cache-dtype bfloat16 --json)
 pdkv_cli_expect(cli_bad_side_dtype 1
   PATTERNS "--decode-kv-cache-dtype: PDKV_ERR_NOT_FOUND: unknown KV cache dtype 'fp9'"
   ARGS ${N30} --decode-kv-cache-dtype fp9)

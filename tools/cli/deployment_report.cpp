@@ -49,8 +49,20 @@ json error_json(const Error& e, const std::string& where) {
   return CliError(ErrorKind::Configuration, where, in_flag_terms(e.what()), status_name(e.status())).to_json();
 }
 
-json geometry_json(const EngineGeometry& g, uint64_t head_extra_bytes) {
+// The element formats the engine names (resolved through vLLM's "auto" rules, as its metadata
+// advertises them): null where only a size is known, so the handshake compares by size alone.
+json formats_json(const ModelDesc& m, const EngineConfig& e) {
+  const ResolvedFormats f = resolved_formats(m, e);
+  auto name = [](ElementFormat x) { return x == ElementFormat::Unknown ? json(nullptr) : json(element_format_name(x)); };
+  return json{{"model", name(f.model_format)},
+              {"kv_cache", name(f.kv_cache_format)},
+              {"conv_state", name(f.conv_state_format)},
+              {"ssm_state", name(f.ssm_state_format)}};
+}
+
+json geometry_json(const EngineGeometry& g, uint64_t head_extra_bytes, json formats) {
   json j{{"tp_size", g.tp_size},
+         {"element_formats", std::move(formats)},
          {"kv_heads_per_rank", g.kv_heads_per_rank},
          {"kv_head_bytes_per_token", g.kv_head_bytes_per_token},
          {"kv_head_extra_bytes", head_extra_bytes},
@@ -510,7 +522,7 @@ json build_deployment_report(const Deployment& dep) {
     }
     try {
       g = derive_geometry(dep.model, e);
-      report[name] = geometry_json(g, e.kv_cache_head_extra_bytes);
+      report[name] = geometry_json(g, e.kv_cache_head_extra_bytes, formats_json(dep.model, e));
     } catch (const Error& err) {
       errors.push_back(error_json(err, std::string(name) + " geometry"));
       have_geometry = false;

@@ -75,6 +75,15 @@ void geometry_table(std::ostringstream& out, const json& p, const json& d) {
     return j["kv_head_bytes_per_token"].dump() + (extra ? " (" + std::to_string(extra) + " B scales)" : "");
   };
   rows.push_back({"KV bytes / token / head", head(p), head(d)});
+  // Named element formats (only those the dtype flags or the model name; "-" where only a size).
+  for (const auto& [key, label] : {std::pair{"kv_cache", "KV cache format"}, std::pair{"conv_state", "conv state format"},
+                                   std::pair{"ssm_state", "SSM state format"}}) {
+    auto fmt = [&](const json& j) {
+      if (!j.contains("element_formats") || j["element_formats"][key].is_null()) return std::string("-");
+      return j["element_formats"][key].get<std::string>();
+    };
+    if (fmt(p) != "-" || fmt(d) != "-") rows.push_back({label, fmt(p), fmt(d)});
+  }
   rows.push_back({"attention bytes / token / rank", num(p, "attention_bytes_per_token"),
                   num(d, "attention_bytes_per_token")});
   rows.push_back({"attention block size (tokens)", num(p, "block_size"), num(d, "block_size")});
