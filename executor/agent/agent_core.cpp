@@ -466,8 +466,11 @@ void AgentCore::lease(const std::string& request_id, uint32_t expected,
   if (ttl.count() <= 0) core::fail(Status::InvalidArgument, "ttl_ms must be > 0, got 0");
   std::lock_guard<std::mutex> g(mu_);
   if (stopped_) core::fail(Status::Shutdown, "the agent was shut down");
-  const auto deadline = deadline_after(Clock::now(), ttl);
-  auto done = leases_.lease(request_id, expected, deadline, ttl);
+  const auto now = Clock::now();
+  const auto deadline = deadline_after(now, ttl);
+  // The ttl as the clock counts it, saturated like the deadline (a huge ttl in ms overflows the
+  // clock's nanoseconds): what a reader's keep-alive extends the lease by.
+  auto done = leases_.lease(request_id, expected, deadline, deadline - now);
   if (done) {
     push_note_locked(std::move(*done));
   } else {
