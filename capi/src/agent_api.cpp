@@ -530,6 +530,10 @@ PDKV_API pdkv_status_t pdkv_agent_keep_leases(pdkv_agent_t* agent, const char* p
       }
       // Bounded read: an id longer than any request id is refused without scanning further.
       const size_t n = ::strnlen(request_ids[i], exec::kMaxRequestIdBytes + 1);
+      if (n > exec::kMaxRequestIdBytes) {
+        throw core::Error(Status::InvalidArgument, "request_ids[" + std::to_string(i) + "] is longer than " +
+                                                       std::to_string(exec::kMaxRequestIdBytes) + " bytes");
+      }
       ids.emplace_back(request_ids[i], n);
     }
     agent->agent->keep_leases(peer_engine_id, ids);

@@ -718,7 +718,11 @@ TEST_CASE("pdkv_agent_keep_leases keeps the other side's lease open and refuses 
   const char* too_long[] = {long_id.c_str()};
   r = capture([&](pdkv_error_t** e) { return pdkv_agent_keep_leases(d->agent.get(), "pre", too_long, 1, e); });
   CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
-  CHECK_THAT(r.message, Contains("request_ids[0]"));
+  CHECK_THAT(r.message, Contains("request_ids[0] is longer than 1024 bytes"));
+  const char* empty[] = {"a", ""};
+  r = capture([&](pdkv_error_t** e) { return pdkv_agent_keep_leases(d->agent.get(), "pre", empty, 2, e); });
+  CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(r.message, Contains("request_ids[1] must be 1..1024 bytes, got 0"));
   REQUIRE_OK(pdkv_agent_keep_leases(d->agent.get(), "pre", nullptr, 0, err));  // nothing to send
 
   // P leases "req,1" for 1 s; D keeps it every 50 ms for 2.5 s: no LEASE_EXPIRED meanwhile.
