@@ -169,9 +169,6 @@ struct TcpData {
   device::StagingBuffer rx_staged;
   std::vector<device::StagingBuffer> staging_spare;  // outgoing frames' staging buffers, for reuse
   std::vector<DeviceLanding> rx_device;
-  // The outcome of copying a complete frame's rx_device to the device (done by tcp_recv without
-  // the lock, read by tcp_frame_done_locked): the failure, if one.
-  std::optional<core::Error> rx_land_error;
   std::vector<uint8_t> sink;                              // bytes nobody may keep
   // The epoll events watched on fd: EPOLLOUT while frames wait to be sent; EPOLLIN unless
   // reading is paused (answers queued up to kTcpMaxQueuedFrames), so progress sleeps meanwhile.
@@ -458,9 +455,13 @@ class AgentCore {
   // itself without the lock. stage_frame: copies an unsent frame's device bytes to host memory;
   // false when the copy failed (a Write's transfer failed, to be dropped by tcp_send; a READ
   // answer turned into a refusal). tcp_land_frame: copies a complete frame's staged bytes to the
-  // device (the outcome in d.rx_land_error) unless nobody wants them any more.
+  // device unless nobody wants them any more, returning the copy's failure (none: landed or
+  // skipped), which tcp_frame_done_locked reports.
   bool stage_frame(std::unique_lock<std::mutex>& g, PeerConn& peer, TcpOut& o);
-  void tcp_land_frame(std::unique_lock<std::mutex>& g, PeerConn& peer);
+  std::optional<core::Error> tcp_land_frame(std::unique_lock<std::mutex>& g, PeerConn& peer);
+  // Makes `o` (a ReadData answer not yet sent) a refusal for the reason given, counted as a failed
+  // operation with the peer.
+  void refuse_read_answer(PeerConn& peer, TcpOut& o, tcpdp::Refusal why);
   std::string tcp_recv(std::unique_lock<std::mutex>& g, PeerConn& peer, core::Status* status, unsigned* frames);
   // Runs one system call `f` with `g` released; *err is its errno.
   template <class F>
@@ -472,7 +473,7 @@ class AgentCore {
     return r;
   }
   void tcp_frame_ready_locked(PeerConn& peer);
-  void tcp_frame_done_locked(PeerConn& peer);
+  void tcp_frame_done_locked(PeerConn& peer, const std::optional<core::Error>& landing_failed);
   void tcp_batch_landed_locked(PeerConn& peer, TcpBatch& batch);
   void tcp_drop_locked(PeerConn& peer, core::Status status, const std::string& why);
   // Data-connection liveness, run by the control thread's timers (timers_locked): the peers whose

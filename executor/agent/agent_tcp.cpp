@@ -372,15 +372,19 @@ bool AgentCore::stage_frame(std::unique_lock<std::mutex>& g, PeerConn& peer, Tcp
   for (auto& r : o.busy) unbusy_locked(r);
   o.busy.clear();
   recycle_staging(d, o);
+  refuse_read_answer(peer, o, tcpdp::Refusal::Device);
+  return false;
+}
+
+void AgentCore::refuse_read_answer(PeerConn& peer, TcpOut& o, tcpdp::Refusal why) {
   tcpdp::Header a;
   a.type = tcpdp::FrameType::ReadData;
   a.batch = o.answer_batch;
-  a.status = static_cast<uint32_t>(tcpdp::Refusal::Device);
+  a.status = static_cast<uint32_t>(why);
   o.head = tcpdp::encode(a, {});
   o.body.clear();
   o.total = o.head.size();
   peer.record->operations_failed++;
-  return false;
 }
 
 std::string AgentCore::tcp_send(std::unique_lock<std::mutex>& g, PeerConn& peer) {
@@ -562,9 +566,10 @@ std::string AgentCore::tcp_recv(std::unique_lock<std::mutex>& g, PeerConn& peer,
       budget -= std::min<uint64_t>(budget, static_cast<uint64_t>(k));
     }
     if (d.reader.complete()) {
-      if (!d.rx_device.empty()) tcp_land_frame(g, peer);
+      const std::optional<core::Error> landing_failed =
+          d.rx_device.empty() ? std::nullopt : tcp_land_frame(g, peer);
       try {
-        tcp_frame_done_locked(peer);
+        tcp_frame_done_locked(peer, landing_failed);
       } catch (const core::Error& e) {
         *status = e.status();
         return e.what();
@@ -607,11 +612,7 @@ void AgentCore::tcp_frame_ready_locked(PeerConn& peer) {
       }
       o.answer_batch = h.batch;
       if (refusal != tcpdp::Refusal::None) {
-        a.status = static_cast<uint32_t>(refusal);
-        o.head = tcpdp::encode(a, {});
-        o.body.clear();
-        o.total = o.head.size();
-        peer.record->operations_failed++;
+        refuse_read_answer(peer, o, refusal);
       } else {
         o.head = tcpdp::encode(a, pieces);
         o.total = o.head.size() + bytes;
@@ -737,44 +738,42 @@ void AgentCore::tcp_batch_landed_locked(PeerConn&, TcpBatch& b) {
   }
 }
 
-void AgentCore::tcp_land_frame(std::unique_lock<std::mutex>& g, PeerConn& peer) {
+std::optional<core::Error> AgentCore::tcp_land_frame(std::unique_lock<std::mutex>& g, PeerConn& peer) {
   TcpData& d = *peer.tcp;
   std::vector<DeviceLanding> landing;
   landing.swap(d.rx_device);
-  d.rx_land_error.reset();
   const tcpdp::Header& h = d.reader.header();
   if (h.type == tcpdp::FrameType::ReadData) {
     // A read nobody wants any more (cancelled, failed) is not copied to the device.
     auto it = d.batches.find(d.rx_batch);
-    if (it == d.batches.end() || !it->second.holds || it->second.job->stopping()) return;
+    if (it == d.batches.end() || !it->second.holds || it->second.job->stopping()) return std::nullopt;
   } else if (h.type != tcpdp::FrameType::Write || d.rx_ack_status != 0) {
-    return;
+    return std::nullopt;
   }
   // This call owns the connection's I/O (d.io): the staging buffer is the connection's, and the
   // target regions stay alive meanwhile (a Write's are busy, a read's job is held by its batch,
   // which only this call retires). Like readv into host memory, the copy runs without the lock.
+  std::optional<core::Error> failed;
   int err = 0;
   without_lock(g, &err, [&]() -> ssize_t {
     try {
       land_incoming(landing);
     } catch (const core::Error& e) {
-      d.rx_land_error = e;
+      failed = e;
     }
     return 0;
   });
+  return failed;
 }
 
-void AgentCore::tcp_frame_done_locked(PeerConn& peer) {
+void AgentCore::tcp_frame_done_locked(PeerConn& peer, const std::optional<core::Error>& landing_failed) {
   TcpData& d = *peer.tcp;
   const tcpdp::Header& h = d.reader.header();
   d.rx.clear();
   d.rx_index = 0;
   if (h.type == tcpdp::FrameType::ReadData && h.status == 0) {
     auto it = d.batches.find(d.rx_batch);
-    if (it == d.batches.end()) {
-      d.rx_device.clear();
-      return;
-    }
+    if (it == d.batches.end()) return;
     TcpBatch& b = it->second;
     auto keep = b.job;
     TransferJob& job = *keep;
@@ -784,25 +783,21 @@ void AgentCore::tcp_frame_done_locked(PeerConn& peer) {
       peer.inflight--;
       b.holds = false;
       if (!job.stopping()) {
-        if (d.rx_land_error) {  // the staged device bytes did not reach the device (tcp_land_frame)
-          op_failed_locked(job.ops[b.ops.front()], d.rx_land_error->status(),
+        if (landing_failed) {  // the staged device bytes did not reach the device (tcp_land_frame)
+          op_failed_locked(job.ops[b.ops.front()], landing_failed->status(),
                            "copying the bytes of read " + std::to_string(job.ops[b.ops.front()].read_index) +
-                               " into CUDA device memory: " + d.rx_land_error->what());
+                               " into CUDA device memory: " + landing_failed->what());
         } else {
           tcp_batch_landed_locked(peer, b);
         }
       }
     }
-    d.rx_device.clear();
-    d.rx_land_error.reset();
     d.batches.erase(it);
     check_final_locked(job);
   } else if (h.type == tcpdp::FrameType::Write) {
     // tcp_land_frame copied the staged device bytes before this acknowledgement: an acknowledged
     // byte is in device memory.
-    if (d.rx_ack_status == 0 && d.rx_land_error) d.rx_ack_status = static_cast<uint32_t>(tcpdp::Refusal::Device);
-    d.rx_device.clear();
-    d.rx_land_error.reset();
+    if (d.rx_ack_status == 0 && landing_failed) d.rx_ack_status = static_cast<uint32_t>(tcpdp::Refusal::Device);
     for (auto& r : d.rx_busy) {
       unbusy_locked(r);
     }
