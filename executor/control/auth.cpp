@@ -5,6 +5,8 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
+#include <array>
 #include <climits>
 #include <string>
 
@@ -76,6 +78,17 @@ Nonce random_nonce() {
   Nonce n{};
   if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1) fail_with_openssl_error("RAND_bytes (nonce)");
   return n;
+}
+
+namespace {
+constexpr std::array<uint8_t, 8> kNonceMark = {'p', 'd', 'k', 'v', '>', '3', '.', '4'};
+constexpr size_t kMarkAt = kNonceBytes - kNonceMark.size();
+}  // namespace
+
+void mark_nonce(Nonce& nonce) noexcept { std::copy(kNonceMark.begin(), kNonceMark.end(), nonce.begin() + kMarkAt); }
+
+bool nonce_is_marked(const Nonce& nonce) noexcept {
+  return std::equal(kNonceMark.begin(), kNonceMark.end(), nonce.begin() + kMarkAt);
 }
 
 bool macs_equal(const Mac& a, const Mac& b) noexcept {

@@ -41,6 +41,14 @@ Mac hmac_sha256(std::span<const uint8_t> key, std::span<const uint8_t> data);
 // 32 bytes from RAND_bytes. Failure: Error(Internal, cause OpenSsl with ERR_get_error()).
 Nonce random_nonce();
 
+// The downgrade mark (control protocol 3.5): a side whose Hello says 3.5 or later ends its nonce
+// with a fixed 8-byte mark; the other 24 bytes stay random. Every transcript form covers both
+// nonces, so a path cannot take the mark off without failing the proofs, and a Hello saying a
+// minor older than 3.5 whose nonce is marked was rewritten on the path. A 3.4 or older peer's
+// nonce is 32 random bytes: it ends with the mark with probability 2^-64.
+void mark_nonce(Nonce& nonce) noexcept;
+bool nonce_is_marked(const Nonce& nonce) noexcept;
+
 // Constant-time comparison (CRYPTO_memcmp).
 bool macs_equal(const Mac& a, const Mac& b) noexcept;
 
@@ -48,9 +56,10 @@ bool macs_equal(const Mac& a, const Mac& b) noexcept;
 // and, from control protocol 3.3 on (both Hellos saying 3.3 or later), both Hellos' payloads
 // whole, exactly as sent: every field of a Hello (host_id, which decides whether cross-memory
 // attach is tried; the minor version, which decides what admission offers; has_key; purpose) is
-// then bound to the key, not only the identity. A path that rewrites both Hellos' minors to 3.2
-// makes both sides use the shorter transcript; they then still prove the key, the nonces and the
-// identities (what 3.2 proved), and admission still probes every same-host claim itself.
+// then bound to the key, not only the identity. With a 3.2 or older peer both sides use the
+// shorter transcript; a path that rewrites both Hellos' minors to 3.2 to force it is caught by the
+// nonce mark below when either side is 3.5 or later (between 3.3 and 3.4 peers it is not, and
+// both then still prove the key, the nonces and the identities, what 3.2 proved).
 struct AuthTranscript {
   Nonce client_nonce{};
   Nonce server_nonce{};

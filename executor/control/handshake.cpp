@@ -30,6 +30,8 @@ class Run {
     local_.proto_minor = std::min(params.hello.proto_minor, kControlProtoMinor);
     local_.has_key = params.key.has_value();
     local_.nonce = random_nonce();
+    // Only a side that says 3.5 or later marks it (a test playing an older peer must not).
+    if (local_.proto_minor >= kNonceMarkMinor) mark_nonce(local_.nonce);
     local_bytes_ = local_.encode();  // what send(local_) puts on the wire, byte for byte
     // A stranger until its proof (or, without a key, until the exchange of proofs) is checked.
     ch_.set_max_payload(kMaxPreAuthPayload);
@@ -178,6 +180,17 @@ class Run {
       throw Error(Status::Protocol, peer_name() + " speaks control protocol " + theirs +
                                         " but this side speaks " + ours +
                                         "; run the same pdkv major version on both sides");
+    }
+    if (peer_.proto_minor < kNonceMarkMinor && nonce_is_marked(peer_.nonce)) {
+      // The nonce says its sender speaks 3.5 or later; the minor beside it says older. Proceeding
+      // would let the path pick the transcript (3.2's binds no Hello field) and what is offered.
+      const std::string theirs = version_text(peer_.proto_major, peer_.proto_minor);
+      tell(Status::Auth, who_am_i() + " received this side's Hello saying control protocol " + theirs +
+                             " with a nonce marked by a 3." + std::to_string(kNonceMarkMinor) +
+                             "-or-later sender: the Hello was rewritten on the path (a downgrade)");
+      throw Error(Status::Auth, peer_name() + " sent a Hello saying control protocol " + theirs +
+                                    " with a nonce marked by a 3." + std::to_string(kNonceMarkMinor) +
+                                    "-or-later sender: the Hello was rewritten on the path (a downgrade); refused");
     }
     if (peer_.purpose != static_cast<uint8_t>(HelloPurpose::Peer)) {
       tell(Status::Protocol, who_am_i() + " does not know connection purpose " + std::to_string(peer_.purpose));

@@ -38,11 +38,17 @@ inline constexpr uint16_t kControlProtoMajor = 3;
 // 3.4: a KeepLeases frame (a reader asking the peer to keep its leases of named requests open) may
 // follow the handshake; a 3.3 peer refuses an unknown frame type, so it is sent only to a peer
 // whose Hello says 3.4 or later (the agent refuses the call naming the peer's version otherwise).
-inline constexpr uint16_t kControlProtoMinor = 4;
+// 3.5: a side whose Hello says 3.5 or later marks its nonce (auth.hpp, mark_nonce): the last 8
+// bytes are a fixed mark, the first 24 random. A Hello that says an older minor yet carries a
+// marked nonce was rewritten on the path (a downgrade to the shorter 3.2 transcript, or to a
+// minor that does not offer what 3.5 does), and is refused; older peers see a random nonce.
+inline constexpr uint16_t kControlProtoMinor = 5;
 // The first minor whose transcript covers the whole Hellos.
 inline constexpr uint16_t kHelloBoundMinor = 3;
 // The first minor that takes KeepLeases frames.
 inline constexpr uint16_t kKeepLeasesMinor = 4;
+// The first minor that marks its nonce.
+inline constexpr uint16_t kNonceMarkMinor = 5;
 
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;

@@ -1,5 +1,6 @@
 // Pre-shared-key authentication: HMAC-SHA256 against RFC 4231, and the properties the handshake
 // relies on (domain separation against reflection, binding of nonces and identities).
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -153,6 +154,28 @@ TEST(ControlAuth, NoncesAreFreshAndMacCompareIsExact) {
   EXPECT_TRUE(macs_equal(m, n));
   n[31] = 1;
   EXPECT_FALSE(macs_equal(m, n));
+}
+
+// The 3.5 downgrade mark: 8 fixed bytes at the end, the other 24 still random; an unmarked random
+// nonce (a 3.4 or older peer's) does not read as marked, nor does one differing in any mark byte.
+TEST(ControlAuth, TheNonceMarkKeepsTwentyFourRandomBytes) {
+  Nonce a = random_nonce();
+  Nonce b = random_nonce();
+  EXPECT_FALSE(nonce_is_marked(a));
+  const Nonce a0 = a;
+  mark_nonce(a);
+  mark_nonce(b);
+  EXPECT_TRUE(nonce_is_marked(a));
+  EXPECT_TRUE(std::equal(a.begin(), a.begin() + 24, a0.begin()));
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(std::equal(a.begin() + 24, a.end(), b.begin() + 24));
+  for (size_t i = 24; i < kNonceBytes; ++i) {
+    Nonce c = a;
+    c[i] ^= 0x01;
+    EXPECT_FALSE(nonce_is_marked(c)) << "byte " << i;
+  }
+  Nonce zero{};
+  EXPECT_FALSE(nonce_is_marked(zero));
 }
 
 TEST(ControlAuth, KeyCopiesAndMovesKeepTheBytes) {

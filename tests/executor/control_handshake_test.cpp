@@ -173,7 +173,9 @@ class HelloRewritingRelay {
     if (d.pending.size() < kFrameHeaderBytes + len) return true;
     const std::span<const uint8_t> payload(d.pending.data() + kFrameHeaderBytes, len);
     std::vector<uint8_t> frame(d.pending.begin(), d.pending.begin() + kFrameHeaderBytes + len);
-    if (*d.rewrite) {
+    uint16_t type = 0;
+    std::memcpy(&type, d.pending.data() + 6, 2);  // type (frame.hpp); an Error frame passes as is
+    if (*d.rewrite && type == static_cast<uint16_t>(FrameType::Hello)) {
       Hello h = Hello::decode(payload);
       (*d.rewrite)(h);
       frame = encode_frame(FrameType::Hello, h.encode());
@@ -515,7 +517,8 @@ TEST(ControlHandshake, AHelloRewrittenOnThePathFailsTheProof) {
 
   const std::vector<std::pair<std::string, HelloRewritingRelay::Rewrite>> rewrites = {
       {"host_id", [](Hello& h) { h.host_id = "some-other-host"; }},
-      {"minor", [](Hello& h) { h.proto_minor = 2; }},
+      // Upward: a minor older than 3.5 is refused for the nonce's mark before any proof (below).
+      {"minor", [](Hello& h) { h.proto_minor = kControlProtoMinor + 1; }},
       {"engine_id", [](Hello& h) { h.engine_id = "someone-else"; }},
   };
   for (const auto& [what, rewrite] : rewrites) {
@@ -533,33 +536,76 @@ TEST(ControlHandshake, AHelloRewrittenOnThePathFailsTheProof) {
 }
 
 // A 3.2 peer (whose transcript has no Hellos) still admits this version and the other way round:
-// both sides fall back to the 3.2 transcript when either Hello says 3.2. A path that rewrites
-// BOTH minors to 3.2 gets that transcript too, so the Hellos' other fields are then unbound as in
-// 3.2, but the identities and nonces stay bound: rewriting an engine id still fails.
+// both sides fall back to the 3.2 transcript when either Hello says 3.2, and so does a 3.4 peer
+// (whose nonce carries no mark). The identities and nonces stay bound in the 3.2 transcript:
+// rewriting an engine id on the path still fails.
 TEST(ControlHandshake, APeerAt32UsesThe32TranscriptAndIdentitiesStayBound) {
   auto c = params("decode", 0, kKeyA);
   auto s = params("prefill", 1, kKeyA);
-  c.hello.proto_minor = 2;
-  {
-    const Both b = handshake_pair(c, s);
-    expect_ok(b, c, s);
-    EXPECT_EQ(b.server.result->peer_hello.proto_minor, 2);
-    EXPECT_EQ(b.client.result->peer_hello.proto_minor, kControlProtoMinor);
+  for (uint16_t older : {uint16_t{2}, uint16_t{4}}) {
+    SCOPED_TRACE("a peer at 3." + std::to_string(older));
+    c.hello.proto_minor = older;
+    {
+      const Both b = handshake_pair(c, s);
+      expect_ok(b, c, s);
+      EXPECT_EQ(b.server.result->peer_hello.proto_minor, older);
+      EXPECT_EQ(b.client.result->peer_hello.proto_minor, kControlProtoMinor);
+    }
+    c.hello.proto_minor = kControlProtoMinor;
+    s.hello.proto_minor = older;
+    expect_ok(handshake_pair(c, s), c, s);
+    s.hello.proto_minor = kControlProtoMinor;
   }
-  c.hello.proto_minor = kControlProtoMinor;
-  s.hello.proto_minor = 2;
-  expect_ok(handshake_pair(c, s), c, s);
 
-  s.hello.proto_minor = kControlProtoMinor;
-  const auto downgrade = [](Hello& h) { h.proto_minor = 2; };
-  expect_ok(handshake_through(c, s, downgrade, downgrade), c, s);
-  const auto downgrade_and_rename = [](Hello& h) {
-    h.proto_minor = 2;
-    h.engine_id = "someone-else";
-  };
-  const Both b = handshake_through(c, s, downgrade, downgrade_and_rename);
+  // Two 3.2 peers' path rewriting an identity fails the 3.2 proofs.
+  c.hello.proto_minor = 2;
+  s.hello.proto_minor = 2;
+  const auto rename = [](Hello& h) { h.engine_id = "someone-else"; };
+  const Both b = handshake_through(c, s, {}, rename);
   ASSERT_TRUE(b.client.error);
   ASSERT_TRUE(b.server.error);
   EXPECT_EQ(b.client.error->status(), Status::Auth) << b.client.error->what();
+  EXPECT_EQ(b.server.error->status(), Status::Auth) << b.server.error->what();
+}
+
+// Control protocol 3.5: a path that rewrites the Hellos' minors down (to 3.2, whose transcript
+// binds no Hello field, or to any minor before 3.5) is refused by the nonce's mark, with or
+// without a key, whichever Hellos it rewrites; taking the mark off too changes the nonce, which
+// every transcript binds. Before 3.5, rewriting both minors to 3.2 passed with a key.
+TEST(ControlHandshake, AMinorRewrittenDownOnThePathIsRefusedAsADowngrade) {
+  for (bool keyed : {true, false}) {
+    const auto c = keyed ? params("decode", 0, kKeyA) : params("decode", 0);
+    const auto s = keyed ? params("prefill", 1, kKeyA) : params("prefill", 1);
+    for (uint16_t to : {uint16_t{2}, uint16_t{kNonceMarkMinor - 1}}) {
+      const auto down = [to](Hello& h) { h.proto_minor = to; };
+      const std::vector<std::pair<std::string, std::pair<HelloRewritingRelay::Rewrite, HelloRewritingRelay::Rewrite>>> ways = {
+          {"both Hellos", {down, down}}, {"the client's Hello", {down, {}}}, {"the server's Hello", {{}, down}}};
+      for (const auto& [what, rw] : ways) {
+        SCOPED_TRACE(std::string(keyed ? "with a key: " : "without a key: ") + what + " to 3." + std::to_string(to));
+        const Both b = handshake_through(c, s, rw.first, rw.second);
+        ASSERT_TRUE(b.client.error);
+        ASSERT_TRUE(b.server.error);
+        EXPECT_EQ(b.client.error->status(), Status::Auth) << b.client.error->what();
+        EXPECT_EQ(b.server.error->status(), Status::Auth) << b.server.error->what();
+        for (const Error* e : {&*b.client.error, &*b.server.error}) {
+          EXPECT_TRUE(contains(*e, "rewritten on the path (a downgrade)")) << e->what();
+          EXPECT_TRUE(contains(*e, "control protocol 3." + std::to_string(to))) << e->what();
+        }
+      }
+    }
+  }
+  // Taking the mark off along with the minor: the nonce the server MACs is not the client's.
+  const auto c = params("decode", 0, kKeyA);
+  const auto s = params("prefill", 1, kKeyA);
+  const auto strip = [](Hello& h) {
+    h.proto_minor = 2;
+    h.nonce = random_nonce();
+  };
+  const Both b = handshake_through(c, s, strip, {});
+  ASSERT_TRUE(b.client.error);
+  ASSERT_TRUE(b.server.error);
+  EXPECT_EQ(b.client.error->status(), Status::Auth) << b.client.error->what();
+  EXPECT_EQ(b.server.error->status(), Status::Auth) << b.server.error->what();
+  EXPECT_TRUE(contains(*b.client.error, "pre-shared key")) << b.client.error->what();
   EXPECT_EQ(b.server.error->status(), Status::Auth) << b.server.error->what();
 }
