@@ -654,7 +654,8 @@ func (a *Agent) FindStagePeer(engineID string, ppRank, tpRank uint32) (*Peer, er
 // Lease leases a request's blocks on this rank: after expected successful READ_DONE /
 // WRITE_DONE notifications for requestID from distinct ranks of one remote engine (ranks of
 // another engine notifying the same id never add up with them) a NotifyRequestComplete follows, or
-// NotifyLeaseExpired once ttl passes first. Errors: ErrInvalidArgument (empty or long id,
+// NotifyLeaseExpired once ttl passes first. A reader's READ of the request keeps the lease open
+// while it reads (2.7). Errors: ErrInvalidArgument (empty or long id,
 // expected 0, ttl not positive), ErrShutdown, ErrClosed.
 func (a *Agent) Lease(requestID string, expected uint32, ttl time.Duration) error {
 	p, err := a.ref().acquire()

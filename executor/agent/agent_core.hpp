@@ -419,6 +419,12 @@ class AgentCore {
   Frame recv_admission(ControlChannel& channel, Clock::time_point deadline);
   void handle_frames_locked(const std::shared_ptr<PeerConn>& peer);
   void handle_keep_leases_locked(const std::shared_ptr<PeerConn>& peer, const KeepLeases& m);
+  // A READ in flight keeps the leases it relies on open (control protocol 3.4 peers; agent_peers.cpp):
+  // queues KeepLeases for `ids` to `peer` (not flushed), or nothing when the peer cannot take them.
+  void queue_keeps_locked(PeerConn& peer, const std::vector<std::string>& ids);
+  // For each peer, the request ids of the READs not stopped that still read from it or have
+  // still to notify it.
+  std::unordered_map<const PeerConn*, std::vector<std::string>> reading_ids_locked() const;
   void handle_notify_locked(const std::shared_ptr<PeerConn>& peer, const Notify& n);
   void timers_locked(Clock::time_point now);
   void lose_peer_locked(std::shared_ptr<PeerConn> peer, core::Status status,

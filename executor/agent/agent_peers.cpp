@@ -912,6 +912,42 @@ void AgentCore::keep_leases(const std::string& peer_engine_id, const std::vector
   }
 }
 
+void AgentCore::queue_keeps_locked(PeerConn& peer, const std::vector<std::string>& ids) {
+  if (peer.lost || !peer.channel || peer.proto_minor < kKeepLeasesMinor || ids.empty()) return;
+  for (size_t at = 0; at < ids.size(); at += kMaxKeepLeaseIds) {
+    KeepLeases m;
+    const size_t end = std::min(ids.size(), at + kMaxKeepLeaseIds);
+    m.request_ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(at), ids.begin() + static_cast<std::ptrdiff_t>(end));
+    peer.channel->queue(m);
+  }
+  peer.record->lease_keeps_sent += ids.size();
+}
+
+// A READ moving bytes out of P's blocks must not outlive P's lease of them: P would free the
+// blocks (LEASE_EXPIRED) and give them to another request while this READ still copies them,
+// and D would take another request's bytes as this one's. So while a READ is in flight, every P
+// rank it reads from or will notify is asked with each heartbeat (and once when it is posted) to
+// keep the request's lease open, as pdkv_agent_keep_leases does; the asking stops when the READ
+// has its data from that rank, is stopped (failed, cancelled, timed out) or ends, so a stuck READ
+// holds P's blocks at most until its own deadline.
+std::unordered_map<const PeerConn*, std::vector<std::string>> AgentCore::reading_ids_locked() const {
+  std::unordered_map<const PeerConn*, std::vector<std::string>> out;
+  for (const auto& job : active_) {
+    if (job->op != TransferOp::Read || job->finalized || job->stopping()) continue;
+    auto add = [&](const PeerConn* p) {
+      auto& ids = out[p];
+      if (ids.empty() || ids.back() != job->request_id) ids.push_back(job->request_id);
+    };
+    for (const auto& lane : job->lanes) {
+      if (!lane.complete) add(lane.peer.get());
+    }
+    for (size_t i = 0; i < job->notify_only.size(); ++i) {
+      if (!job->notify_only_done[i]) add(job->notify_only[i].get());
+    }
+  }
+  return out;
+}
+
 void AgentCore::flush_channel_locked(const std::shared_ptr<PeerConn>& peer) {
   if (peer->lost || !peer->channel) return;
   try {
@@ -931,6 +967,7 @@ void AgentCore::flush_channel_locked(const std::shared_ptr<PeerConn>& peer) {
 
 void AgentCore::timers_locked(Clock::time_point now) {
   std::vector<std::shared_ptr<PeerConn>> silent;
+  std::optional<std::unordered_map<const PeerConn*, std::vector<std::string>>> reading;  // when a ping is due
   for (auto& [key, p] : peers_) {
     if (now - p->last_heard > opt_.heartbeat_timeout) {
       silent.push_back(p);
@@ -942,6 +979,8 @@ void AgentCore::timers_locked(Clock::time_point now) {
       ping.time_ns = now_ns();
       p->channel->queue(ping);
       p->next_ping = now + opt_.heartbeat_interval;
+      if (!reading) reading = reading_ids_locked();
+      if (const auto it = reading->find(p.get()); it != reading->end()) queue_keeps_locked(*p, it->second);
     }
   }
   for (auto& p : silent) {

@@ -294,6 +294,19 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
   }
   active_.push_back(job);
   wake_control_at_locked(job->deadline);  // the control thread enforces it even if nobody progresses
+  if (job->op == TransferOp::Read) {
+    // Its first keep-alive goes now (then one with each heartbeat: reading_ids_locked): a READ
+    // posted late in P's lease starts with the whole ttl ahead of it.
+    const std::vector<std::string> id{job->request_id};
+    for (auto& lane : job->lanes) {
+      queue_keeps_locked(*lane.peer, id);
+      flush_channel_locked(lane.peer);
+    }
+    for (auto& p : job->notify_only) {
+      queue_keeps_locked(*p, id);
+      flush_channel_locked(p);
+    }
+  }
   // Lanes with nothing to move (a full prefix hit, a P rank without reads) are complete now.
   for (auto& lane : job->lanes) {
     if (lane.remaining == 0) lane_data_complete_locked(*job, lane);

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Dict, List, Tuple, Type
 
 #: PDKV_VERSION_MAJOR / _MINOR / _PATCH of the header this module was generated from.
 HEADER_VERSION_MAJOR = 2
-HEADER_VERSION_MINOR = 6
+HEADER_VERSION_MINOR = 7
 HEADER_VERSION_PATCH = 0
 
 # ---- #define constants -------------------------------------------------------------------

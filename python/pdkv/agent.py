@@ -481,7 +481,7 @@ class Agent(Handle):
         WRITE_DONE notifications for ``request_id`` from distinct ranks of one remote engine
         (ranks of another engine notifying the same id never add up with them) a
         REQUEST_COMPLETE notification follows, or LEASE_EXPIRED once ``ttl`` seconds pass
-        first."""
+        first. A reader's READ of the request keeps the lease open while it reads (2.7)."""
         call(
             "pdkv_agent_lease",
             self._p(),

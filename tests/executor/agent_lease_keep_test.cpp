@@ -4,10 +4,12 @@
 // outlives its ttl for as long as the reader keeps it and expires once it stops; a lease nobody
 // keeps expires on time beside it; ids are whole strings (a comma is part of an id, where vLLM's
 // comma-joined heartbeat would split it); what the call refuses (no such engine, a bad id, a peer
-// too old to decode the frame); and a peer's malformed KeepLeases drops that peer.
+// too old to decode the frame); a peer's malformed KeepLeases drops that peer; and a READ in
+// flight keeps the lease of its request open by itself, until it has its data or stops.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -15,12 +17,14 @@
 
 #include "agent/agent.hpp"
 #include "agent_fake_peer.hpp"
+#include "agent_tiny_rank.hpp"
 
 using namespace pdkv;
 using namespace pdkv::exec;
 using core::Status;
 using namespace std::chrono_literals;
 using pdkv::exec::testing::FakePeer;
+using pdkv::exec::testing::TinyRank;
 using pdkv::exec::testing::tiny_agent;
 using pdkv::exec::testing::tiny_metadata;
 using Clock = std::chrono::steady_clock;
@@ -137,4 +141,89 @@ TEST(AgentLeaseKeep, AMalformedKeepLeasesDropsThePeer) {
     std::this_thread::sleep_for(5ms);
   }
   EXPECT_TRUE(lost) << "the peer was kept";
+}
+
+// A READ that takes longer than P's lease (P serves nothing for three ttl's: caller progress,
+// nobody calling) must not have its blocks freed under it: D's agent asks P to keep the request's
+// lease when it posts and with each heartbeat while the READ waits for P's data, and P's lease of
+// it does not expire, while a lease nobody reads beside it does. Once the READ has its data the
+// asking stops (D's notification then completes the lease); a READ that is cancelled stops
+// asking at once, and its lease expires on time though its batches are still unanswered.
+// Before, the READ's lease expired after its ttl and P would have freed blocks D still read.
+TEST(AgentLeaseKeep, AReadInFlightKeepsItsLeaseUntilItHasItsDataOrStops) {
+  TinyRank d("dec", 16, ProgressMode::Thread, false, 10000ms);
+  TinyRank p("pre", 16, ProgressMode::Caller, true, 10000ms);
+  d.agent->connect(p.agent->info().listen, 3000ms);
+  const auto plan = pdkv::exec::testing::whole_plan(d, p, 16);
+  constexpr auto kTtl = 300ms;
+  p.agent->lease("read", 1, kTtl);
+  p.agent->lease("idle", 1, kTtl);
+  auto t = d.agent->post(pdkv::exec::testing::read_of(plan, "read", 20000ms));
+  std::vector<std::string> seen;
+  const auto start = Clock::now();
+  while (Clock::now() - start < 3 * kTtl + 100ms) {
+    std::this_thread::sleep_for(20ms);
+    for (auto& id : expired(p.agent->poll_notifications())) seen.push_back(id);
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), "read"), 0) << "P's lease expired under a READ in flight";
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), "idle"), 1) << "a lease nobody reads did not expire";
+  EXPECT_FALSE(t.wait(0ms)) << "the READ ended though P served nothing";
+
+  // P serves: the READ completes, D notifies, P's lease completes (no expiry), the asking stops.
+  std::atomic<bool> run{true};
+  std::thread driver([&] {
+    while (run) {
+      p.agent->progress();
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  ASSERT_TRUE(t.wait(5000ms));
+  ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+  EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
+  bool complete = false;
+  const auto until = Clock::now() + 3000ms;
+  while (!complete && Clock::now() < until) {
+    for (const auto& n : p.agent->poll_notifications()) {
+      EXPECT_NE(n.kind, NotificationKind::LeaseExpired) << n.request_id;
+      complete |= n.kind == NotificationKind::RequestComplete && n.request_id == "read";
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_TRUE(complete);
+  const auto on_d = d.agent->find_peer("pre", 0);
+  const auto on_p = p.agent->find_peer("dec", 0);
+  ASSERT_TRUE(on_d && on_p);
+  const uint64_t sent = on_d->lease_keeps_sent.load();
+  EXPECT_GE(sent, 10u) << "one when posted, then about one per 50 ms heartbeat for 0.9 s";
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(on_d->lease_keeps_sent.load(), sent) << "D still asks P to keep a lease it has read";
+  EXPECT_EQ(on_p->lease_keeps_received.load(), sent);
+  run = false;
+  driver.join();
+
+  // A READ that P does not serve, cancelled: its lease expires within its ttl of the cancel.
+  p.agent->lease("cancelled", 1, kTtl);
+  auto c = d.agent->post(pdkv::exec::testing::read_of(plan, "cancelled", 20000ms));
+  std::this_thread::sleep_for(2 * kTtl);
+  EXPECT_TRUE(expired(p.agent->poll_notifications()).empty()) << "the lease expired under a READ in flight";
+  c.cancel();
+  const auto cancelled = Clock::now();
+  bool ended = false;
+  while (!ended && Clock::now() - cancelled < 3000ms) {
+    for (auto& id : expired(p.agent->poll_notifications())) ended |= id == "cancelled";
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(ended) << "a cancelled READ kept its lease open";
+  EXPECT_LT(Clock::now() - cancelled, kTtl + 400ms);
+  // Let P answer what the cancelled READ left in flight, so both agents close cleanly.
+  run = true;
+  std::thread drain([&] {
+    while (run) {
+      p.agent->progress();
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  EXPECT_TRUE(c.wait(5000ms));
+  run = false;
+  drain.join();
 }

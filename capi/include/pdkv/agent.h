@@ -391,7 +391,8 @@ typedef struct pdkv_peer_info {
   uint64_t bytes_mapped;        /* since 2.2: bytes of READs and WRITEs with this peer that were
                                    copied through those mappings */
   uint64_t lease_keeps_sent;    /* since 2.6: request ids this side asked the peer to keep
-                                   leased (pdkv_agent_keep_leases) */
+                                   leased (pdkv_agent_keep_leases; since 2.7 also those a READ
+                                   in flight asks for by itself, see pdkv_agent_post) */
   uint64_t lease_keeps_received; /* since 2.6: request ids the peer asked this side to keep
                                    leased (each applied to an open lease, if any) */
 } pdkv_peer_info_t;
@@ -440,6 +441,11 @@ typedef struct pdkv_transfer_params {
  * the peer's advertised, registered regions: a violation is OUT_OF_BOUNDS naming the read, side,
  * region and range, and nothing is posted. At most max_outstanding operations are in flight per
  * peer, shared in turns with the other transfers on that peer (pdkv_agent_options_t).
+ * Since 2.7 a READ keeps P's leases of request_id open while it reads: it asks every P rank it
+ * reads from or will notify to keep them (as pdkv_agent_keep_leases does) when posted and then
+ * with each heartbeat, until it has that rank's data or stops (fails, is cancelled, times out),
+ * so P does not free blocks a slow READ still copies; a P rank before control protocol 3.4 is
+ * not asked. A lease shorter than the heartbeat interval can still expire between two asks.
  * Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (unknown bits, op, empty or long request
  * id, a plan for another rank or TP size: names both), NOT_FOUND (a peer rank the plan needs is
  * not connected: names engine and rank), OUT_OF_BOUNDS, SHUTDOWN. *out owned by the caller
@@ -523,7 +529,8 @@ PDKV_API void pdkv_transfer_free(pdkv_transfer_t *transfer);
  * is not counted; neither are ranks of another engine towards this one's count, so a request id
  * re-routed to a second D engine never completes on a mix of both engines' ranks), a
  * REQUEST_COMPLETE notification follows; if ttl_ms passes first,
- * LEASE_EXPIRED does (free the blocks either way). On a P rank, `expected` is the number of D
+ * LEASE_EXPIRED does (free the blocks either way). A D READ of the request in flight keeps the
+ * lease open by itself (pdkv_agent_post, since 2.7). On a P rank, `expected` is the number of D
  * ranks that read from or notify it per request: the plan's notifications_per_p_rank
  * (pdkv_transfer_plan_info_t), which P can also derive before any plan exists from its own TP
  * mapping (pdkv_tp_mapping_info_t.notifications_expected). A D rank that received WRITEs

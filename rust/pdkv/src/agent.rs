@@ -651,7 +651,8 @@ impl Agent {
     /// READ_DONE / WRITE_DONE notifications for `request_id` from distinct ranks of one remote
     /// engine (ranks of another engine notifying the same id never add up with them) a
     /// [`NotificationKind::RequestComplete`] follows, or [`NotificationKind::LeaseExpired`]
-    /// once `ttl` passes first.
+    /// once `ttl` passes first. A reader's READ of the request keeps the lease open while it
+    /// reads (2.7).
     pub fn lease(&self, request_id: &str, expected: u32, ttl: Duration) -> Result<()> {
         let id = cstring(request_id, "request id")?;
         let ttl_ms = millis("lease ttl", ttl, u64::MAX)?;
