@@ -74,6 +74,8 @@ void decode_as(FrameType type, std::span<const uint8_t> payload) {
     case FrameType::Bye: return decode_message<Bye>(payload);
     case FrameType::Transport: return decode_message<TransportOffer>(payload);
     case FrameType::KeepLeases: return decode_message<KeepLeases>(payload);
+    case FrameType::LeaseQuery: return decode_message<LeaseQuery>(payload);
+    case FrameType::LeaseAnswer: return decode_message<LeaseAnswer>(payload);
   }
   bug("decoder produced a frame of unknown type");
 }

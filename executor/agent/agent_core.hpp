@@ -262,6 +262,12 @@ class TransferJob {
     uint64_t bytes = 0;
     bool data_complete = false;
     bool complete = false;    // data complete (READ) / data complete and flushed (WRITE)
+    // READ from a P rank at control protocol 3.5 or later: the LeaseQuery sent at post is
+    // unanswered (the lane is not complete before its answer), and whether the answer said the
+    // lease had ended (the lane's bytes may be another request's: its reads count as failed).
+    bool lease_pending = false;
+    bool lease_ended = false;
+    uint64_t lease_query = 0;
     bool notified = false;
     // Cross-memory attach lanes: the lane's operations (indices into ops, in order), the next one
     // to copy, and whether a batch of them is being copied now (one at a time per lane).
@@ -422,6 +428,13 @@ class AgentCore {
   // A READ in flight keeps the leases it relies on open (control protocol 3.4 peers; agent_peers.cpp):
   // queues KeepLeases for `ids` to `peer` (not flushed), or nothing when the peer cannot take them.
   void queue_keeps_locked(PeerConn& peer, const std::vector<std::string>& ids);
+  // P side: answers a reader's LeaseQuery (keeping the lease when open). D side: a LeaseAnswer
+  // completes the lane that asked, or fails its READ when the lease had ended.
+  void handle_lease_query_locked(const std::shared_ptr<PeerConn>& peer, const LeaseQuery& m);
+  void handle_lease_answer_locked(const std::shared_ptr<PeerConn>& peer, const LeaseAnswer& m);
+  // Sends the READ's LeaseQuery to each lane's P rank that reads something and answers them
+  // (3.5 and later), the KeepLeases of pdkv 2.7 to the other ranks it reads from or notifies.
+  void ask_read_leases_locked(const std::shared_ptr<TransferJob>& job);
   // For each peer, the request ids of the READs not stopped that still read from it or have
   // still to notify it.
   std::unordered_map<const PeerConn*, std::vector<std::string>> reading_ids_locked() const;
@@ -547,6 +560,10 @@ class AgentCore {
   std::vector<std::shared_ptr<TransferJob>> active_;
   std::vector<std::shared_ptr<TransferJob>> zombies_;  // final, a cma batch of them still being copied
   LeaseTable leases_;
+  // READs waiting for a LeaseAnswer, by query number (the lane holds the same number); an entry
+  // goes with its answer or when the READ is final.
+  std::unordered_map<uint64_t, std::weak_ptr<TransferJob>> lease_queries_;
+  uint64_t next_lease_query_ = 0;
   // Notifications waiting for poll_notifications. A peer's Notify is refused (the peer dropped
   // with Protocol) while kMaxPeerNotes or kMaxPeerNoteBytes are waiting, so an authenticated peer
   // cannot pile up memory or push out what is queued; kMaxNotes bounds the agent's own.

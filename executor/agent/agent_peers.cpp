@@ -812,6 +812,12 @@ void AgentCore::handle_frames_locked(const std::shared_ptr<PeerConn>& peer) {
         case FrameType::KeepLeases:
           handle_keep_leases_locked(peer, KeepLeases::decode(f.payload));
           break;
+        case FrameType::LeaseQuery:
+          handle_lease_query_locked(peer, LeaseQuery::decode(f.payload));
+          break;
+        case FrameType::LeaseAnswer:
+          handle_lease_answer_locked(peer, LeaseAnswer::decode(f.payload));
+          break;
         case FrameType::Bye:
           lose_peer_locked(peer, Status::PeerLost, "the peer closed the connection", false);
           return;
@@ -877,6 +883,85 @@ void AgentCore::handle_keep_leases_locked(const std::shared_ptr<PeerConn>& peer,
     leases_.keep(id, now);
   }
   peer->record->lease_keeps_received += m.request_ids.size();
+}
+
+void AgentCore::handle_lease_query_locked(const std::shared_ptr<PeerConn>& peer, const LeaseQuery& m) {
+  check_request_id(m.request_id, Status::Protocol, "a LeaseQuery request id");
+  LeaseAnswer a;
+  a.query = m.query;
+  a.state = leases_.query(m.request_id, Clock::now());
+  peer->record->lease_keeps_received++;
+  peer->channel->queue(a);  // flushed with the frames it came with
+}
+
+void AgentCore::handle_lease_answer_locked(const std::shared_ptr<PeerConn>& peer, const LeaseAnswer& m) {
+  const auto it = lease_queries_.find(m.query);
+  if (it == lease_queries_.end()) return;  // the READ is final already (failed, timed out, cancelled)
+  const std::shared_ptr<TransferJob> job = it->second.lock();
+  TransferJob::Lane* lane = nullptr;
+  if (job) {
+    for (auto& l : job->lanes) {
+      if (l.lease_pending && l.lease_query == m.query) lane = &l;
+    }
+  }
+  if (lane == nullptr) {
+    lease_queries_.erase(it);
+    return;
+  }
+  if (lane->peer != peer) {
+    // Query numbers are this agent's, each sent to one peer: another peer cannot know them
+    // unless it guesses; its answer must not complete someone else's READ.
+    core::fail(Status::Protocol, "a LeaseAnswer for query " + std::to_string(m.query) + ", which was sent to another peer");
+  }
+  lease_queries_.erase(it);
+  lane->lease_pending = false;
+  const auto& rec = *peer->record;
+  const std::string who = "P rank " + std::to_string(rec.tp_rank) + " of engine '" + rec.engine_id + "'";
+  if (m.state == LeaseState::Expired) {
+    lane->lease_ended = true;
+    fail_job_locked(*job, Status::TimedOut,
+                    who + " says its lease of request '" + job->request_id +
+                        "' expired before this READ asked (its ttl ran out): it gave the blocks back, and the bytes "
+                        "read from them may be another request's; keep the lease open until the READ is posted "
+                        "(pdkv_agent_keep_leases) or lease it longer");
+  } else if (m.state == LeaseState::Completed) {
+    lane->lease_ended = true;
+    fail_job_locked(*job, Status::Incompatible,
+                    who + " says its lease of request '" + job->request_id +
+                        "' completed before this READ asked (every reader it expected notified): it gave the "
+                        "blocks back, and the bytes read from them may be another request's; this request was "
+                        "read, or P expects fewer readers than read it");
+  } else if (lane->data_complete) {
+    lane_data_complete_locked(*job, *lane);
+  }
+  check_final_locked(*job);
+  // A CALLER-mode event loop watching only the agent's event fd learns of it in its next
+  // progress call (the transfer may be final now, which no socket of its own announces).
+  signal_work();
+}
+
+void AgentCore::ask_read_leases_locked(const std::shared_ptr<TransferJob>& job) {
+  // Its first keep-alive goes now (then one with each heartbeat: reading_ids_locked): a READ
+  // posted late in P's lease starts with the whole ttl ahead of it.
+  const std::vector<std::string> id{job->request_id};
+  for (auto& lane : job->lanes) {
+    PeerConn& p = *lane.peer;
+    if (lane.remaining > 0 && !p.lost && p.channel && p.proto_minor >= kLeaseQueryMinor) {
+      LeaseQuery q;
+      q.query = ++next_lease_query_;
+      q.request_id = job->request_id;
+      p.channel->queue(q);
+      p.record->lease_keeps_sent++;
+      lane.lease_pending = true;
+      lane.lease_query = q.query;
+      lease_queries_.emplace(q.query, job);
+    } else {
+      queue_keeps_locked(p, id);
+    }
+  }
+  for (auto& p : job->notify_only) queue_keeps_locked(*p, id);
+  for (auto& lane : job->lanes) flush_channel_locked(lane.peer);
+  for (auto& p : job->notify_only) flush_channel_locked(p);
 }
 
 void AgentCore::keep_leases(const std::string& peer_engine_id, const std::vector<std::string>& request_ids) {

@@ -294,19 +294,7 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
   }
   active_.push_back(job);
   wake_control_at_locked(job->deadline);  // the control thread enforces it even if nobody progresses
-  if (job->op == TransferOp::Read) {
-    // Its first keep-alive goes now (then one with each heartbeat: reading_ids_locked): a READ
-    // posted late in P's lease starts with the whole ttl ahead of it.
-    const std::vector<std::string> id{job->request_id};
-    for (auto& lane : job->lanes) {
-      queue_keeps_locked(*lane.peer, id);
-      flush_channel_locked(lane.peer);
-    }
-    for (auto& p : job->notify_only) {
-      queue_keeps_locked(*p, id);
-      flush_channel_locked(p);
-    }
-  }
+  if (job->op == TransferOp::Read) ask_read_leases_locked(job);
   // Lanes with nothing to move (a full prefix hit, a P rank without reads) are complete now.
   for (auto& lane : job->lanes) {
     if (lane.remaining == 0) lane_data_complete_locked(*job, lane);
@@ -355,6 +343,10 @@ void AgentCore::op_failed_locked(TransferJob::Op& op, Status status, const std::
 void AgentCore::lane_data_complete_locked(TransferJob& job, TransferJob::Lane& lane) {
   lane.data_complete = true;
   if (job.op == TransferOp::Read) {
+    // The bytes count only once the P rank said its lease of the request was open when asked
+    // (handle_lease_answer_locked calls this again then): blocks whose lease had ended were
+    // given back and may hold another request's bytes.
+    if (lane.lease_pending) return;
     // GETs completed: the bytes are in this process's memory. Now the P rank may free them.
     lane.complete = true;
     if (job.notify && !job.stopping()) {
@@ -404,6 +396,9 @@ void AgentCore::check_final_locked(TransferJob& job) {
 
 void AgentCore::finalize_locked(TransferJob& job) {
   job.finalized = true;
+  for (auto& lane : job.lanes) {
+    if (lane.lease_pending) lease_queries_.erase(lane.lease_query);  // an answer now finds no READ
+  }
   if (!job.stopping() && !job.permute_blocks.empty()) {
     // Every byte is here: bring the blocks from P's layout into this rank's (checked at post).
     const uint64_t len = job.permute.block_bytes();
@@ -432,9 +427,13 @@ void AgentCore::finalize_locked(TransferJob& job) {
   std::vector<FailedRead> failed;
   if (!ok) {
     // A read is listed unless it landed: a cma copy is remotely complete when it returns, a tcp
-    // WRITE's operation is done only once D acknowledged its bytes.
+    // WRITE's operation is done only once D acknowledged its bytes (and see below for a READ).
     for (const auto& op : job.ops) {
-      if (op.state == TransferJob::Op::State::Done) continue;
+      // A read counts as landed only where its P rank confirmed its lease was open: one whose
+      // lease had ended landed bytes that may be another request's, and one whose answer never
+      // came (the transfer failed first) is not known to be the request's.
+      const TransferJob::Lane& lane = job.lanes[op.lane];
+      if (op.state == TransferJob::Op::State::Done && !lane.lease_ended && !lane.lease_pending) continue;
       failed.push_back({job.lanes[op.lane].p_rank, op.read_index, job.fail_status});
     }
     std::sort(failed.begin(), failed.end(), [](const FailedRead& a, const FailedRead& b) {

@@ -28,6 +28,26 @@ void LeaseTable::remember_unleased(const std::string& request) {
   }
 }
 
+void LeaseTable::remember_ended(const std::string& request, LeaseState how) {
+  const uint64_t seq = ++ended_seq_;
+  ended_[request] = {how, seq};
+  ended_order_.emplace_back(request, seq);
+  ended_bytes_ += request.size();
+  while (ended_order_.size() > kMaxEnded || ended_bytes_ > kMaxUnleasedBytes) {
+    auto& [victim, vseq] = ended_order_.front();
+    ended_bytes_ -= victim.size();
+    auto it = ended_.find(victim);
+    if (it != ended_.end() && it->second.second == vseq) ended_.erase(it);
+    ended_order_.pop_front();
+  }
+}
+
+LeaseState LeaseTable::query(const std::string& request, Clock::time_point now) {
+  if (keep(request, now)) return LeaseState::Open;
+  auto it = ended_.find(request);
+  return it == ended_.end() ? LeaseState::NotLeased : it->second.first;
+}
+
 uint32_t LeaseTable::on_success(const std::string& request, const std::string& notifier_engine,
                                 uint32_t notifier_stage, uint32_t notifier_rank, std::optional<Notification>& complete,
                                 bool& duplicate) {
@@ -51,12 +71,14 @@ uint32_t LeaseTable::on_success(const std::string& request, const std::string& n
   if (e.expected != 0 && count >= e.expected) {
     complete = finished(request, e, NotificationKind::RequestComplete);
     entries_.erase(it);
+    remember_ended(request, LeaseState::Completed);
   }
   return count;
 }
 
 std::optional<Notification> LeaseTable::lease(const std::string& request, uint32_t expected,
                                               Clock::time_point deadline, Clock::duration ttl) {
+  ended_.erase(request);  // leased again: what a reader learns is this lease's state
   Entry& e = entries_[request];
   e.expected = expected;
   e.deadline = deadline;
@@ -64,6 +86,7 @@ std::optional<Notification> LeaseTable::lease(const std::string& request, uint32
   if (e.count >= e.expected) {
     Notification n = finished(request, e, NotificationKind::RequestComplete);
     entries_.erase(request);
+    remember_ended(request, LeaseState::Completed);
     return n;
   }
   return std::nullopt;
@@ -86,6 +109,7 @@ std::vector<Notification> LeaseTable::expire(Clock::time_point now) {
     if (it->second.expected != 0 && it->second.deadline <= now) {
       due.emplace_back(it->second.deadline,
                        finished(it->first, it->second, NotificationKind::LeaseExpired));
+      remember_ended(it->first, LeaseState::Expired);
       it = entries_.erase(it);
     } else {
       ++it;

@@ -3,7 +3,10 @@
 // the count is reached (RequestComplete) or the time runs out first (LeaseExpired), so P frees
 // blocks neither too early nor never. Notifications that arrive before the lease count; counts of
 // requests nobody leases are kept for at most kMaxUnleased requests and kMaxUnleasedBytes of their
-// names (oldest dropped first), so a peer cannot grow the table without bound. Not thread-safe: the agent's mutex guards it.
+// names (oldest dropped first), so a peer cannot grow the table without bound. How a lease ended
+// (expired, completed) is remembered for the last kMaxEnded leases (and kMaxUnleasedBytes of
+// names), so a reader asking about it later (LeaseQuery) learns that its blocks were given back.
+// Not thread-safe: the agent's mutex guards it.
 #pragma once
 
 #include <chrono>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "agent/agent.hpp"
+#include "control/messages.hpp"
 
 namespace pdkv::exec {
 
@@ -25,6 +29,7 @@ class LeaseTable {
   static constexpr size_t kMaxUnleased = 65536;
   // ...and at most this many bytes of their names (request ids run up to 1 KiB).
   static constexpr size_t kMaxUnleasedBytes = 16u << 20;
+  static constexpr size_t kMaxEnded = 65536;
 
   // A successful notification for `request` from `notifier` (the sending peer's engine id,
   // stage and rank): returns its count so far and, when that reaches the lease's expected count,
@@ -46,6 +51,10 @@ class LeaseTable {
   // now + its ttl (the time to live it was leased with). True when a lease was open; requests
   // nobody leases are not remembered.
   bool keep(const std::string& request, Clock::time_point now);
+
+  // What a reader asking about `request` learns (LeaseQuery): Open (and the lease is kept, as by
+  // keep()), Expired or Completed (it ended within the last kMaxEnded leases), else NotLeased.
+  LeaseState query(const std::string& request, Clock::time_point now);
 
   // The LeaseExpired notifications of leases whose deadline is <= now (those leases end).
   std::vector<Notification> expire(Clock::time_point now);
@@ -70,10 +79,17 @@ class LeaseTable {
   };
   Notification finished(const std::string& request, const Entry& e, NotificationKind kind) const;
   void remember_unleased(const std::string& request);
+  void remember_ended(const std::string& request, LeaseState how);
 
   std::unordered_map<std::string, Entry> entries_;
   std::deque<std::string> unleased_order_;  // may hold stale names (already leased or dropped)
   size_t unleased_bytes_ = 0;               // of the names in unleased_order_
+  // How the latest leases ended, oldest first in ended_order_ (which may hold names leased again
+  // since, or ended twice: only the newest entry counts).
+  std::unordered_map<std::string, std::pair<LeaseState, uint64_t>> ended_;  // state, sequence
+  std::deque<std::pair<std::string, uint64_t>> ended_order_;
+  size_t ended_bytes_ = 0;
+  uint64_t ended_seq_ = 0;
 };
 
 }  // namespace pdkv::exec

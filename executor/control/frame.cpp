@@ -50,6 +50,8 @@ const char* frame_type_name(FrameType type) noexcept {
     case FrameType::Bye: return "Bye";
     case FrameType::Transport: return "Transport";
     case FrameType::KeepLeases: return "KeepLeases";
+    case FrameType::LeaseQuery: return "LeaseQuery";
+    case FrameType::LeaseAnswer: return "LeaseAnswer";
   }
   return "unknown";
 }

@@ -42,10 +42,12 @@ enum class FrameType : uint16_t {
   Bye = 11,
   Transport = 12,  // protocol 3: admission's transport agreement (messages.hpp)
   KeepLeases = 13,  // protocol 3.4: a reader asks to keep leases open (messages.hpp)
+  LeaseQuery = 14,   // protocol 3.5: a reader asks whether a lease is open, keeping it (messages.hpp)
+  LeaseAnswer = 15,  // protocol 3.5: the answer to a LeaseQuery
 };
 
 // The highest frame type this build knows (they run from Hello = 1 up to it).
-inline constexpr uint16_t kLastFrameType = static_cast<uint16_t>(FrameType::KeepLeases);
+inline constexpr uint16_t kLastFrameType = static_cast<uint16_t>(FrameType::LeaseAnswer);
 bool is_known_frame_type(uint16_t type) noexcept;
 // "Hello", "PeerInfo", ...; "unknown" for a value outside the enum.
 const char* frame_type_name(FrameType type) noexcept;

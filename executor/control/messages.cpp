@@ -293,6 +293,54 @@ KeepLeases KeepLeases::decode(std::span<const uint8_t> payload) {
   return m;
 }
 
+std::vector<uint8_t> LeaseQuery::encode() const {
+  if (request_id.empty()) throw core::Error(Status::InvalidArgument, "LeaseQuery.request_id is empty");
+  WireWriter w;
+  w.u64(query);
+  w.string(request_id, kMaxRequestIdBytes, "LeaseQuery.request_id");
+  return w.take();
+}
+
+LeaseQuery LeaseQuery::decode(std::span<const uint8_t> payload) {
+  WireReader r(payload, "LeaseQuery");
+  LeaseQuery m;
+  m.query = r.u64("query");
+  m.request_id = r.string("request_id", kMaxRequestIdBytes);
+  if (m.request_id.empty()) r.fail("request_id is empty");
+  r.expect_end();
+  return m;
+}
+
+const char* lease_state_name(LeaseState s) noexcept {
+  switch (s) {
+    case LeaseState::NotLeased: return "not leased";
+    case LeaseState::Open: return "open";
+    case LeaseState::Expired: return "expired";
+    case LeaseState::Completed: return "completed";
+  }
+  return "unknown";
+}
+
+std::vector<uint8_t> LeaseAnswer::encode() const {
+  WireWriter w;
+  w.u64(query);
+  w.u8(static_cast<uint8_t>(state));
+  return w.take();
+}
+
+LeaseAnswer LeaseAnswer::decode(std::span<const uint8_t> payload) {
+  WireReader r(payload, "LeaseAnswer");
+  LeaseAnswer m;
+  m.query = r.u64("query");
+  const uint8_t state = r.u8("state");
+  if (state > static_cast<uint8_t>(LeaseState::Completed)) {
+    r.fail("state " + std::to_string(state) + " is not a lease state (0 not leased, 1 open, 2 expired, 3 completed)");
+  }
+  m.state = static_cast<LeaseState>(state);
+  r.expect_end();
+  return m;
+}
+
 std::vector<uint8_t> Ping::encode() const {
   WireWriter w;
   w.u64(seq);

@@ -42,6 +42,8 @@ inline constexpr uint16_t kControlProtoMajor = 3;
 // bytes are a fixed mark, the first 24 random. A Hello that says an older minor yet carries a
 // marked nonce was rewritten on the path (a downgrade to the shorter 3.2 transcript, or to a
 // minor that does not offer what 3.5 does), and is refused; older peers see a random nonce.
+// A reader may send LeaseQuery (is the lease of this request open? keep it if so) and is answered
+// with LeaseAnswer; both are sent only to a peer whose Hello says 3.5 or later.
 inline constexpr uint16_t kControlProtoMinor = 5;
 // The first minor whose transcript covers the whole Hellos.
 inline constexpr uint16_t kHelloBoundMinor = 3;
@@ -49,6 +51,8 @@ inline constexpr uint16_t kHelloBoundMinor = 3;
 inline constexpr uint16_t kKeepLeasesMinor = 4;
 // The first minor that marks its nonce.
 inline constexpr uint16_t kNonceMarkMinor = 5;
+// The first minor that answers LeaseQuery frames.
+inline constexpr uint16_t kLeaseQueryMinor = 5;
 
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
@@ -249,6 +253,36 @@ struct KeepLeases {
 
   std::vector<uint8_t> encode() const;
   static KeepLeases decode(std::span<const uint8_t> payload);
+};
+
+// A reader (D) about to read a request's blocks asks the rank holding them whether its lease of
+// the request is still open (and to keep it, as KeepLeases does): blocks whose lease ended were
+// freed by P and may hold another request's bytes. `query` is the asker's, echoed in the answer.
+struct LeaseQuery {
+  static constexpr FrameType kType = FrameType::LeaseQuery;
+  uint64_t query = 0;
+  std::string request_id;  // 1..kMaxRequestIdBytes
+
+  std::vector<uint8_t> encode() const;
+  static LeaseQuery decode(std::span<const uint8_t> payload);
+};
+
+// What the asked rank knows of its lease of the request (u8 on the wire).
+enum class LeaseState : uint8_t {
+  NotLeased = 0,  // never leased here, or ended so long ago it is forgotten
+  Open = 1,       // leased and open (now kept)
+  Expired = 2,    // its ttl ran out: the blocks were given back (LEASE_EXPIRED)
+  Completed = 3,  // every expected reader notified: the blocks were given back (REQUEST_COMPLETE)
+};
+const char* lease_state_name(LeaseState s) noexcept;
+
+struct LeaseAnswer {
+  static constexpr FrameType kType = FrameType::LeaseAnswer;
+  uint64_t query = 0;
+  LeaseState state = LeaseState::NotLeased;
+
+  std::vector<uint8_t> encode() const;
+  static LeaseAnswer decode(std::span<const uint8_t> payload);
 };
 
 struct Bye {

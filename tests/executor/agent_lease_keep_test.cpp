@@ -18,6 +18,7 @@
 #include "agent/agent.hpp"
 #include "agent_fake_peer.hpp"
 #include "agent_tiny_rank.hpp"
+#include "control/wire.hpp"
 
 using namespace pdkv;
 using namespace pdkv::exec;
@@ -226,4 +227,115 @@ TEST(AgentLeaseKeep, AReadInFlightKeepsItsLeaseUntilItHasItsDataOrStops) {
   EXPECT_TRUE(c.wait(5000ms));
   run = false;
   drain.join();
+}
+
+// A READ of blocks whose lease on P had already ended fails instead of taking them as the
+// request's (pdkv 2.7): P gave them back (LEASE_EXPIRED, REQUEST_COMPLETE) and may have filled
+// them with another request's bytes. D asks P when it posts (LeaseQuery) and counts a P rank's
+// bytes only once P says the lease is open or was never leased; an ended lease fails the READ
+// naming P, the request and what to do, and every read from that P rank is listed as failed.
+// Before, both READs below completed with whatever the blocks held.
+TEST(AgentLeaseKeep, AReadOfBlocksWhoseLeaseEndedFailsNamingIt) {
+  TinyRank d("dec", 16, ProgressMode::Thread, false, 10000ms);
+  TinyRank p("pre", 16, ProgressMode::Thread, true, 10000ms);
+  d.agent->connect(p.agent->info().listen, 3000ms);
+  const auto plan = pdkv::exec::testing::whole_plan(d, p, 16);
+  auto read = [&](const std::string& id) {
+    std::fill(d.mem.begin(), d.mem.end(), 0xEE);
+    auto t = d.agent->post(pdkv::exec::testing::read_of(plan, id, 5000ms));
+    EXPECT_TRUE(t.wait(5000ms));
+    return t.status();
+  };
+  // Never leased (P does not lease this request): read as before.
+  auto s = read("never-leased");
+  EXPECT_EQ(s.status, Status::Ok) << s.message;
+  EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
+
+  // Expired before the READ was posted.
+  p.agent->lease("late", 1, 30ms);
+  bool gone = false;
+  const auto until = Clock::now() + 3000ms;
+  while (!gone && Clock::now() < until) {
+    for (auto& id : expired(p.agent->poll_notifications())) gone |= id == "late";
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(gone);
+  s = read("late");
+  EXPECT_EQ(s.status, Status::TimedOut) << s.message;
+  EXPECT_NE(s.message.find("P rank 0 of engine 'pre' says its lease of request 'late' expired before this READ asked"),
+            std::string::npos)
+      << s.message;
+  EXPECT_EQ(s.failed.size(), plan.ranks[0].reads.size()) << "the bytes from an ended lease were counted";
+
+  // Open: read; D's notification completes it; a second READ of it then fails.
+  p.agent->lease("once", 1, 10000ms);
+  s = read("once");
+  EXPECT_EQ(s.status, Status::Ok) << s.message;
+  bool complete = false;
+  while (!complete && Clock::now() < until + 3000ms) {
+    for (const auto& n : p.agent->poll_notifications()) complete |= n.kind == NotificationKind::RequestComplete;
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(complete);
+  s = read("once");
+  EXPECT_EQ(s.status, Status::Incompatible) << s.message;
+  EXPECT_NE(s.message.find("lease of request 'once' completed before this READ asked"), std::string::npos) << s.message;
+  EXPECT_EQ(s.failed.size(), plan.ranks[0].reads.size());
+
+  // Leased again after it ended: open again, read.
+  p.agent->lease("late", 1, 10000ms);
+  s = read("late");
+  EXPECT_EQ(s.status, Status::Ok) << s.message;
+  EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
+}
+
+// Query numbers are D's own and go to one P rank each: another peer answering one (guessing the
+// sequence) is a protocol error that drops that peer, and the READ it tried to complete still
+// waits for its own P rank. A malformed LeaseQuery (an empty id) drops its sender too (its READs
+// fail with PEER_LOST naming why).
+TEST(AgentLeaseKeep, AnAnswerFromAnotherPeerOrAMalformedQueryDropsThePeer) {
+  TinyRank d("dec", 16, ProgressMode::Thread, false, 10000ms);
+  // P: a fake at 3.5 that never reads its control channel, so D's query stays unanswered.
+  FakePeer p(TransportMode::Tcp, tiny_metadata("pre", 0, 1ull << 41, 16), std::nullopt, false);
+  const std::vector<uint8_t> rkey = d.regs[0]->ucx->packed_rkey();
+  p.admit(d.agent->info().listen, deadline_in(3s), {p.key_for(0, rkey), p.key_for(1, rkey), p.key_for(2, rkey)});
+  const auto until = Clock::now() + 3000ms;
+  while (!d.agent->find_peer("pre", 0) && Clock::now() < until) std::this_thread::sleep_for(2ms);
+  ASSERT_TRUE(d.agent->find_peer("pre", 0));
+  core::PlanContext ctx = core::make_plan_context(d.md, {p.metadata()});
+  core::PlanGroup g;
+  g.trim.kind = core::GroupKind::Attention;
+  g.trim.local_blocks = {1, 2};
+  g.trim.remote_blocks = {1, 2};
+  g.trim.remote_computed_tokens = 32;
+  const auto plan = core::compile_transfer_plan(ctx, {g});
+  auto t = d.agent->post(pdkv::exec::testing::read_of(plan, "r", 10000ms));
+
+  // Another peer answers the first query number.
+  FakePeer other(TransportMode::Tcp, tiny_metadata("other", 0, 1ull << 42, 16), std::nullopt, false);
+  other.admit(d.agent->info().listen, deadline_in(3s), {other.key_for(0, rkey), other.key_for(1, rkey), other.key_for(2, rkey)});
+  while (!d.agent->find_peer("other", 0) && Clock::now() < until) std::this_thread::sleep_for(2ms);
+  ASSERT_TRUE(d.agent->find_peer("other", 0));
+  other.channel().send(LeaseAnswer{1, LeaseState::Open}, deadline_in(3s));
+  bool dropped = false;
+  while (!dropped && Clock::now() < until + 2000ms) {
+    for (const auto& n : d.agent->poll_notifications()) {
+      if (n.kind == NotificationKind::PeerLost && n.engine_id == "other") {
+        dropped = true;
+        EXPECT_EQ(n.status, Status::Protocol);
+      }
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_TRUE(dropped) << "a peer completed another peer's lease query";
+  EXPECT_FALSE(t.wait(200ms)) << "the READ finished without its own P rank's answer";
+
+  // A malformed query from P (an empty id) drops P; the READ fails with it.
+  WireWriter w;
+  w.u64(5);
+  w.string("", SIZE_MAX, "request_id");
+  p.channel().send(FrameType::LeaseQuery, w.data(), deadline_in(3s));
+  ASSERT_TRUE(t.wait(3000ms));
+  EXPECT_EQ(t.status().status, Status::PeerLost) << t.status().message;
+  EXPECT_NE(t.status().message.find("request_id is empty"), std::string::npos) << t.status().message;
 }

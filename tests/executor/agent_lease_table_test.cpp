@@ -152,3 +152,40 @@ TEST(LeaseTable, KeepMovesAnOpenLeasesDeadlineByItsOwnTtlOnly) {
   EXPECT_TRUE(t.keep("long", t0));
   EXPECT_TRUE(t.expire(t0 + std::chrono::hours(24 * 365)).empty());
 }
+
+// What a reader's LeaseQuery learns (pdkv 2.7): an open lease is Open and kept; one that ended is
+// Expired or Completed, remembered for the last kMaxEnded leases; leasing it again makes it Open;
+// an id never leased (or forgotten) is NotLeased.
+TEST(LeaseTable, AQueryTellsWhetherTheLeaseIsOpenOrHowItEnded) {
+  using Clock = LeaseTable::Clock;
+  LeaseTable t;
+  const auto now = Clock::now();
+  std::optional<Notification> done;
+  bool dup = false;
+  EXPECT_EQ(t.query("never", now), LeaseState::NotLeased);
+  t.lease("open", 1, now + std::chrono::milliseconds(100), std::chrono::milliseconds(100));
+  EXPECT_EQ(t.query("open", now + std::chrono::milliseconds(50)), LeaseState::Open);
+  // The query kept it: open past its first deadline, until 50 + 100 ms.
+  EXPECT_TRUE(t.expire(now + std::chrono::milliseconds(120)).empty());
+  EXPECT_EQ(t.expire(now + std::chrono::milliseconds(150)).size(), 1u);
+  EXPECT_EQ(t.query("open", now + std::chrono::milliseconds(160)), LeaseState::Expired);
+  t.lease("read", 1, now + std::chrono::seconds(5), std::chrono::seconds(5));
+  t.on_success("read", "dec", 0, 0, done, dup);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(t.query("read", now), LeaseState::Completed);
+  // Notifications that came first complete a lease at once: it ended too.
+  t.on_success("early", "dec", 0, 0, done, dup);
+  ASSERT_TRUE(t.lease("early", 1, now + std::chrono::seconds(5)).has_value());
+  EXPECT_EQ(t.query("early", now), LeaseState::Completed);
+  // Leased again: open again.
+  t.lease("open", 1, now + std::chrono::seconds(5), std::chrono::seconds(5));
+  EXPECT_EQ(t.query("open", now), LeaseState::Open);
+  // Only the last kMaxEnded ended leases are remembered: the oldest is forgotten.
+  for (size_t i = 0; i < LeaseTable::kMaxEnded; ++i) {
+    t.lease("e" + std::to_string(i), 1, now);
+  }
+  (void)t.expire(now);
+  EXPECT_EQ(t.query("read", now), LeaseState::NotLeased);
+  EXPECT_EQ(t.query("e0", now), LeaseState::Expired);
+  EXPECT_EQ(t.query("e" + std::to_string(LeaseTable::kMaxEnded - 1), now), LeaseState::Expired);
+}

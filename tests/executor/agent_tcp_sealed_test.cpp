@@ -438,6 +438,7 @@ TEST(AgentTcpSealed, ATamperedReadAnswerFailsTheTransferWithProtocolAndIsNotCoun
     SCOPED_TRACE(tamper ? "tampered" : "honest");
     KeyedRank d("dec", 128, 2, test_key());
     ReadAnswer p(tiny_metadata("pre", 0, 1ull << 41, 128));
+    p.peer.say_minor(4);  // a P before 3.5: D's READ waits for no LeaseAnswer (the fake reads no control frame)
     // The agent (D) accepts the fake P's connection (the fake connects), which advertises keys
     // for its three regions (any packed key of a valid layout: D's own).
     const std::vector<uint8_t> rkey = d.regs[0]->ucx->packed_rkey();

@@ -246,7 +246,9 @@ TEST(ControlFrame, FramesBeforeACorruptOneAreStillDelivered) {
 TEST(ControlFrame, TypeNames) {
   EXPECT_STREQ(frame_type_name(FrameType::PeerInfo), "PeerInfo");
   EXPECT_STREQ(frame_type_name(static_cast<FrameType>(77)), "unknown");
-  for (uint16_t t = 1; t <= 13; ++t) EXPECT_TRUE(is_known_frame_type(t));
-  EXPECT_FALSE(is_known_frame_type(14));
+  for (uint16_t t = 1; t <= 15; ++t) EXPECT_TRUE(is_known_frame_type(t));
+  EXPECT_FALSE(is_known_frame_type(16));
   EXPECT_STREQ(frame_type_name(FrameType::KeepLeases), "KeepLeases");
+  EXPECT_STREQ(frame_type_name(FrameType::LeaseQuery), "LeaseQuery");
+  EXPECT_STREQ(frame_type_name(FrameType::LeaseAnswer), "LeaseAnswer");
 }

@@ -88,6 +88,8 @@ std::vector<Case> all_cases() {
       {"Bye", Bye{}.encode(), [](auto b) { Bye::decode(b); }},
       {"Transport", TransportOffer{CmaVerdict::Failed, "EPERM"}.encode(), [](auto b) { TransportOffer::decode(b); }},
       {"KeepLeases", KeepLeases{{"req-1", "req,2"}}.encode(), [](auto b) { KeepLeases::decode(b); }},
+      {"LeaseQuery", LeaseQuery{9, "req,3"}.encode(), [](auto b) { LeaseQuery::decode(b); }},
+      {"LeaseAnswer", LeaseAnswer{9, LeaseState::Completed}.encode(), [](auto b) { LeaseAnswer::decode(b); }},
   };
 }
 
@@ -148,6 +150,15 @@ TEST(ControlMessages, RoundTrip) {
   const std::vector<std::string> ids = {"a,b", "c", std::string(kMaxRequestIdBytes, 'x'), "\xff\x01"};
   EXPECT_EQ(KeepLeases::decode(KeepLeases{ids}.encode()).request_ids, ids);
   EXPECT_TRUE(KeepLeases::decode(KeepLeases{}.encode()).request_ids.empty());
+  // LeaseQuery / LeaseAnswer (3.5): the asker's query number travels back with the state.
+  const LeaseQuery lq = LeaseQuery::decode(LeaseQuery{UINT64_MAX, "a,b"}.encode());
+  EXPECT_EQ(lq.query, UINT64_MAX);
+  EXPECT_EQ(lq.request_id, "a,b");
+  for (LeaseState st : {LeaseState::NotLeased, LeaseState::Open, LeaseState::Expired, LeaseState::Completed}) {
+    const LeaseAnswer la = LeaseAnswer::decode(LeaseAnswer{42, st}.encode());
+    EXPECT_EQ(la.query, 42u);
+    EXPECT_EQ(la.state, st);
+  }
 }
 
 TEST(ControlMessages, TruncationAtEveryOffsetIsRefused) {
@@ -204,6 +215,15 @@ TEST(ControlMessages, OverLimitStringsAndCountsAreRefusedNamingTheField) {
   KeepLeases too_many;
   too_many.request_ids.assign(kMaxKeepLeaseIds + 1, "r");
   EXPECT_THROW(too_many.encode(), Error);
+  WireWriter lq;
+  lq.u64(1);
+  lq.string("", SIZE_MAX, "x");
+  expect_protocol([&] { LeaseQuery::decode(lq.data()); }, {"LeaseQuery", "request_id is empty"});
+  EXPECT_THROW((LeaseQuery{1, ""}.encode()), Error);
+  WireWriter la;
+  la.u64(1);
+  la.u8(4);
+  expect_protocol([&] { LeaseAnswer::decode(la.data()); }, {"LeaseAnswer", "state 4", "not a lease state"});
 
   // The encoder refuses the same values locally.
   Hello big = sample_hello();

@@ -446,6 +446,14 @@ typedef struct pdkv_transfer_params {
  * with each heartbeat, until it has that rank's data or stops (fails, is cancelled, times out),
  * so P does not free blocks a slow READ still copies; a P rank before control protocol 3.4 is
  * not asked. A lease shorter than the heartbeat interval can still expire between two asks.
+ * Also since 2.7 (P ranks at control protocol 3.5 or later), a READ's bytes from a P rank count
+ * only once that rank answered, when the READ was posted, that its lease of request_id was open
+ * (or that it never leased it): a READ of blocks whose lease had ended, which P gave back and may
+ * have filled with another request's bytes, fails with TIMED_OUT (the lease expired) or
+ * INCOMPATIBLE (it completed: every reader P expected notified), naming the P rank and request,
+ * and lists every read from that rank as failed. The answer travels on the control channel beside
+ * the data, so it costs a READ at most one control round trip, and a READ from a P whose control
+ * thread does not answer (a stopped process) does not complete before its deadline.
  * Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (unknown bits, op, empty or long request
  * id, a plan for another rank or TP size: names both), NOT_FOUND (a peer rank the plan needs is
  * not connected: names engine and rank), OUT_OF_BOUNDS, SHUTDOWN. *out owned by the caller
@@ -511,7 +519,8 @@ typedef struct pdkv_failed_read {
 } pdkv_failed_read_t;
 
 /* The reads that did not complete, by P rank then index (*count 0 while in flight or when
- * DONE). *reads owned by the transfer, valid until pdkv_transfer_free. Errors: NULL_POINTER.
+ * DONE); since 2.7 also the reads of a failed READ from a P rank that did not confirm its lease
+ * of the request (see pdkv_agent_post): their bytes landed but are not known to be the request's. *reads owned by the transfer, valid until pdkv_transfer_free. Errors: NULL_POINTER.
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_transfer_failed_reads(const pdkv_transfer_t *transfer,
                                                   const pdkv_failed_read_t **reads, size_t *count,
@@ -530,7 +539,9 @@ PDKV_API void pdkv_transfer_free(pdkv_transfer_t *transfer);
  * re-routed to a second D engine never completes on a mix of both engines' ranks), a
  * REQUEST_COMPLETE notification follows; if ttl_ms passes first,
  * LEASE_EXPIRED does (free the blocks either way). A D READ of the request in flight keeps the
- * lease open by itself (pdkv_agent_post, since 2.7). On a P rank, `expected` is the number of D
+ * lease open by itself, and one posted after the lease ended fails instead of taking the freed
+ * blocks as the request's (pdkv_agent_post, since 2.7; the last 65536 ended leases are
+ * remembered for that, an older one reads as never leased). On a P rank, `expected` is the number of D
  * ranks that read from or notify it per request: the plan's notifications_per_p_rank
  * (pdkv_transfer_plan_info_t), which P can also derive before any plan exists from its own TP
  * mapping (pdkv_tp_mapping_info_t.notifications_expected). A D rank that received WRITEs
