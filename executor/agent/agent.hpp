@@ -65,6 +65,10 @@ struct AgentOptions {
   // hardware threads, else 1; at most 16 are used. A batch of at least 1 MiB is cut into this
   // many parts (cma::Copier).
   uint32_t cma_copy_threads = 0;
+  // The control protocol minor this agent says in its Hello (at most this build's): tests and
+  // benchmarks play an agent of an older pdkv with it, whose peers then offer it only what that
+  // minor takes. The C API always says this build's.
+  uint16_t control_minor = kControlProtoMinor;
 };
 
 enum class NotificationKind : uint8_t {

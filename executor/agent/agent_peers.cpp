@@ -119,6 +119,7 @@ HandshakeParams AgentCore::handshake_params_locked() const {
   p.hello.engine_id = opt_.metadata.engine_id;
   p.hello.tp_rank = opt_.metadata.tp_rank;
   p.hello.host_id = host_id_;
+  p.hello.proto_minor = opt_.control_minor;  // the handshake says at most this build's
   p.info.metadata = core::encode(opt_.metadata);
   // The PeerInfo frame keeps its worker address field, sent empty: no agent creates a UCX
   // endpoint any more (peers move bytes with cross-memory attach or the tcp data connection).

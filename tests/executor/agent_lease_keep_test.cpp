@@ -339,3 +339,27 @@ TEST(AgentLeaseKeep, AnAnswerFromAnotherPeerOrAMalformedQueryDropsThePeer) {
   EXPECT_EQ(t.status().status, Status::PeerLost) << t.status().message;
   EXPECT_NE(t.status().message.find("request_id is empty"), std::string::npos) << t.status().message;
 }
+
+// A P rank of an older pdkv (its Hello says 3.4) is not asked about its lease (it cannot decode
+// a LeaseQuery): D's READ completes when its data lands, as before 2.7, even of a lease that
+// ended (what the query would catch), and the in-flight keep-alives, which 3.4 takes, still go.
+TEST(AgentLeaseKeep, AnOlderPRankIsNotAskedAndItsReadCompletesAsBefore) {
+  TinyRank d("dec", 16, ProgressMode::Thread, false, 10000ms);
+  TinyRank p("pre", 16, ProgressMode::Thread, true, 10000ms, 4);
+  d.agent->connect(p.agent->info().listen, 3000ms);
+  ASSERT_EQ(d.agent->find_peer("pre", 0)->lease_keeps_sent.load(), 0u);
+  const auto plan = pdkv::exec::testing::whole_plan(d, p, 16);
+  p.agent->lease("late", 1, 30ms);
+  bool gone = false;
+  const auto until = Clock::now() + 3000ms;
+  while (!gone && Clock::now() < until) {
+    for (auto& id : expired(p.agent->poll_notifications())) gone |= id == "late";
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(gone);
+  auto t = d.agent->post(pdkv::exec::testing::read_of(plan, "late", 5000ms));
+  ASSERT_TRUE(t.wait(5000ms));
+  EXPECT_EQ(t.status().status, Status::Ok) << t.status().message;
+  EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
+  EXPECT_GE(d.agent->find_peer("pre", 0)->lease_keeps_sent.load(), 1u) << "no keep-alive went to a 3.4 rank";
+}

@@ -22,8 +22,9 @@ struct TinyRank {
   std::unique_ptr<Agent> agent;
   std::vector<std::shared_ptr<Registration>> regs;
 
+  // `control_minor`: the control protocol minor its Hello says (an older pdkv's agent).
   TinyRank(const std::string& engine, uint64_t blocks, ProgressMode progress, bool pattern,
-           std::chrono::milliseconds heartbeat_timeout) {
+           std::chrono::milliseconds heartbeat_timeout, uint16_t control_minor = kControlProtoMinor) {
     const auto probe = tiny_metadata(engine, 0, 1ull << 40, blocks);
     uint64_t bytes = 0;
     for (const auto& r : probe.regions) bytes += r.region.block_len * r.region.num_blocks;
@@ -38,6 +39,7 @@ struct TinyRank {
     o.heartbeat_interval = 50ms;
     o.heartbeat_timeout = heartbeat_timeout;
     o.max_outstanding = 64;
+    o.control_minor = control_minor;
     agent = std::make_unique<Agent>(o);
     for (uint32_t i = 0; i < md.regions.size(); ++i) {
       const auto& r = md.regions[i].region;
