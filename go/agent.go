@@ -121,6 +121,7 @@ const (
 	fieldConnectTimeout = uint64(C.PDKV_CONNECT_FIELD_TIMEOUT)
 	fieldXferTimeout    = uint64(C.PDKV_TRANSFER_FIELD_TIMEOUT)
 	fieldXferNotify     = uint64(C.PDKV_TRANSFER_FIELD_NOTIFY)
+	fieldXferConfirm    = uint64(C.PDKV_TRANSFER_FIELD_CONFIRM_LEASE)
 )
 
 // millis converts d to whole milliseconds, rounded up so a deadline never expires earlier than

@@ -586,6 +586,48 @@ func TestLeaseExpires(t *testing.T) {
 	isErr(t, p.Agent.Lease("a\x00b", 1, long), pdkv.ErrInvalidArgument)
 }
 
+// A read posted after P's lease of the request expired fails with ErrTimedOut naming the lease,
+// every read listed as failed (2.7: P confirms its lease first); NoLeaseConfirm reads it as before
+// (done when the data lands).
+func TestAReadOfAnEndedLeaseFailsUnlessToldNotToConfirm(t *testing.T) {
+	p := newNode(t, true, xfer.Options{})
+	d := newNode(t, false, xfer.Options{})
+	peer, err := d.Agent.Connect(timeout(t, long), address(t, p))
+	ok(t, err)
+	defer peer.Close()
+	ok(t, p.Agent.Lease("late", 1, 30*time.Millisecond))
+	waitKind(t, p.Agent, pdkv.NotifyLeaseExpired, "late")
+	pl := plan(t, d)
+	reads, _, err := pl.RankReads(0)
+	ok(t, err)
+	tr, err := d.Agent.Post(bg(), read(pl, "late"))
+	ok(t, err)
+	defer tr.Close()
+	err = tr.Wait(timeout(t, long))
+	isErr(t, err, pdkv.ErrTimedOut)
+	if !strings.Contains(err.Error(), "lease of request 'late' expired before this READ asked") {
+		t.Fatalf("error %q does not name the ended lease", err)
+	}
+	fr, err := tr.FailedReads()
+	ok(t, err)
+	if len(fr) != len(reads) {
+		t.Fatalf("%d failed reads, want every one of the %d", len(fr), len(reads))
+	}
+	params := read(pl, "late")
+	params.NoLeaseConfirm = true
+	tr2, err := d.Agent.Post(bg(), params)
+	ok(t, err)
+	defer tr2.Close()
+	ok(t, tr2.Wait(timeout(t, long)))
+	pinfo, err := pl.Info()
+	ok(t, err)
+	n, err := xfer.Verify(pl, d.Buffers)
+	ok(t, err)
+	if n != pinfo.Bytes {
+		t.Fatalf("verified %d bytes, plan moves %d", n, pinfo.Bytes)
+	}
+}
+
 // A reader's keep-alives (KeepLeases, 2.6) hold P's lease open past its ttl; a lease nobody
 // keeps expires beside it; an id with a comma is one id.
 func TestKeepLeasesHoldsTheOtherSidesLeaseOpen(t *testing.T) {

@@ -51,6 +51,10 @@ type TransferParams struct {
 	Timeout time.Duration
 	// NoNotify skips notifying the plan's peers after the data (they are notified by default).
 	NoNotify bool
+	// NoLeaseConfirm (a read, since 2.7): done when the data lands, without waiting for each P
+	// rank to confirm its lease of RequestID was open (one control round trip sooner). By
+	// default a read of an ended lease fails with ErrTimedOut or ErrIncompatible instead.
+	NoLeaseConfirm bool
 }
 
 // TransferInfo is a transfer's progress.
@@ -139,6 +143,10 @@ func (a *Agent) Post(ctx context.Context, params TransferParams) (*Transfer, err
 	if params.NoNotify {
 		mask |= fieldXferNotify
 		cp.notify = 0
+	}
+	if params.NoLeaseConfirm {
+		mask |= fieldXferConfirm
+		cp.confirm_lease = 0
 	}
 	cp.field_mask = C.uint64_t(mask)
 	cp.op = C.int32_t(params.Op)

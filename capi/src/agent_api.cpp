@@ -395,7 +395,8 @@ PDKV_API pdkv_status_t pdkv_agent_post(pdkv_agent_t* agent, const pdkv_transfer_
     require_non_null(out, "out");
     *out = nullptr;
     const auto p = pdkv::capi::read_options(*params, pdkv::capi::kTransferParamsMinSize, "pdkv_transfer_params_t",
-                                            PDKV_TRANSFER_FIELD_TIMEOUT | PDKV_TRANSFER_FIELD_NOTIFY);
+                                            PDKV_TRANSFER_FIELD_TIMEOUT | PDKV_TRANSFER_FIELD_NOTIFY |
+                                                PDKV_TRANSFER_FIELD_CONFIRM_LEASE);
     require_non_null(p.plan, "params->plan");
     exec::PostParams q;
     if (p.op == PDKV_TRANSFER_READ) {
@@ -412,6 +413,12 @@ PDKV_API pdkv_status_t pdkv_agent_post(pdkv_agent_t* agent, const pdkv_transfer_
     if (p.field_mask & PDKV_TRANSFER_FIELD_NOTIFY) {
       if (p.notify > 1) core::fail(Status::InvalidArgument, "notify must be 0 or 1, got " + std::to_string(p.notify));
       q.notify = p.notify == 1;
+    }
+    if (p.field_mask & PDKV_TRANSFER_FIELD_CONFIRM_LEASE) {
+      if (p.confirm_lease > 1) {
+        core::fail(Status::InvalidArgument, "confirm_lease must be 0 or 1, got " + std::to_string(p.confirm_lease));
+      }
+      q.confirm_lease = p.confirm_lease == 1;
     }
     auto h = std::make_unique<pdkv_transfer>(agent->agent->post(q));
     *out = h.release();

@@ -299,6 +299,7 @@ class TransferJob {
   TransferOp op = TransferOp::Read;
   std::string request_id;
   bool notify = true;
+  bool confirm_lease = true;  // READ: wait for each P rank's LeaseAnswer (PostParams)
   Clock::time_point deadline{};
   std::chrono::milliseconds timeout{};
   std::vector<Op> ops;          // interleaved across lanes; never resized after posting starts

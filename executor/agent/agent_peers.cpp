@@ -947,7 +947,7 @@ void AgentCore::ask_read_leases_locked(const std::shared_ptr<TransferJob>& job) 
   const std::vector<std::string> id{job->request_id};
   for (auto& lane : job->lanes) {
     PeerConn& p = *lane.peer;
-    if (lane.remaining > 0 && !p.lost && p.channel && p.proto_minor >= kLeaseQueryMinor) {
+    if (job->confirm_lease && lane.remaining > 0 && !p.lost && p.channel && p.proto_minor >= kLeaseQueryMinor) {
       LeaseQuery q;
       q.query = ++next_lease_query_;
       q.request_id = job->request_id;

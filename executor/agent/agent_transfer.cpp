@@ -51,6 +51,7 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
   job->op = params.op;
   job->request_id = params.request_id;
   job->notify = params.notify;
+  job->confirm_lease = params.confirm_lease;
   job->timeout = timeout;
   const auto mine = local_ranges(regs_);
 

@@ -71,6 +71,7 @@ PDKV_MEMORY_FIELD_DEVICE = 2
 PDKV_CONNECT_FIELD_TIMEOUT = 1
 PDKV_TRANSFER_FIELD_TIMEOUT = 1
 PDKV_TRANSFER_FIELD_NOTIFY = 2
+PDKV_TRANSFER_FIELD_CONFIRM_LEASE = 4
 PDKV_ENGINE_FIELD_PREFIX_CACHING = 1
 
 #: Every integer ``#define`` of the header, name -> value.
@@ -111,6 +112,7 @@ MACROS: Dict[str, int] = {
     "PDKV_CONNECT_FIELD_TIMEOUT": PDKV_CONNECT_FIELD_TIMEOUT,
     "PDKV_TRANSFER_FIELD_TIMEOUT": PDKV_TRANSFER_FIELD_TIMEOUT,
     "PDKV_TRANSFER_FIELD_NOTIFY": PDKV_TRANSFER_FIELD_NOTIFY,
+    "PDKV_TRANSFER_FIELD_CONFIRM_LEASE": PDKV_TRANSFER_FIELD_CONFIRM_LEASE,
     "PDKV_ENGINE_FIELD_PREFIX_CACHING": PDKV_ENGINE_FIELD_PREFIX_CACHING,
 }
 #: The ``PDKV_*_FIELD_*`` bits of the executor's options structs.
@@ -1398,6 +1400,7 @@ class TransferParamsC(StructMirror):
         ("request_id", c_char_p),
         ("timeout_ms", c_uint64),
         ("notify", c_uint8),
+        ("confirm_lease", c_uint8),
     ]
 
 
@@ -1637,7 +1640,7 @@ STRUCT_FORMATS: Dict[str, str] = {
     "pdkv_memory_desc_t": "NQIQQii0N",
     "pdkv_connect_options_t": "NQPQ",
     "pdkv_peer_info_t": "NPIIPBBiiQQQQQQQQIQQQ",
-    "pdkv_transfer_params_t": "NQiPPPQB0N",
+    "pdkv_transfer_params_t": "NQiPPPQBB0N",
     "pdkv_transfer_info_t": "NiiQQQQQQ",
     "pdkv_failed_read_t": "IIQiI0Q",
     "pdkv_notification_t": "iiPPIIIQI0P",
@@ -1875,6 +1878,7 @@ __all__ = [
     "PDKV_CONNECT_FIELD_TIMEOUT",
     "PDKV_TRANSFER_FIELD_TIMEOUT",
     "PDKV_TRANSFER_FIELD_NOTIFY",
+    "PDKV_TRANSFER_FIELD_CONFIRM_LEASE",
     "PDKV_ENGINE_FIELD_PREFIX_CACHING",
     "MACROS",
     "FIELD_BITS",

@@ -443,12 +443,17 @@ class Agent(Handle):
         *,
         timeout: Optional[float] = None,
         notify: Optional[bool] = None,
+        confirm_lease: Optional[bool] = None,
     ) -> "Transfer":
         """Posts a transfer of ``plan`` and returns at once: READ on the D rank the plan was
         compiled for (pulls from the P engine ``peer_engine_id``), WRITE on a P rank (pushes its
         reads into the D engine ``peer_engine_id``). ``timeout`` in seconds (None: the agent's
         default); ``notify`` None: the library's default (notify the plan's peers). Every range
-        is checked before any byte moves (:class:`pdkv.OutOfBoundsError` naming the read)."""
+        is checked before any byte moves (:class:`pdkv.OutOfBoundsError` naming the read). A READ
+        counts a P rank's bytes only once that rank confirmed its lease of ``request_id`` was
+        open (2.7; a READ of an ended lease fails with :class:`pdkv.TimedOutError` or
+        :class:`pdkv.IncompatibleError`); ``confirm_lease=False`` skips that wait (done when the
+        data lands, one control round trip sooner)."""
         bits = _ffi.FIELD_BITS
         p = _ffi.TransferParamsC()
         p.struct_size = ctypes.sizeof(p)
@@ -463,6 +468,9 @@ class Agent(Handle):
         if notify is not None:
             p.notify = 1 if notify else 0
             mask |= bits["PDKV_TRANSFER_FIELD_NOTIFY"]
+        if confirm_lease is not None:
+            p.confirm_lease = 1 if confirm_lease else 0
+            mask |= bits["PDKV_TRANSFER_FIELD_CONFIRM_LEASE"]
         p.field_mask = mask
         out = POINTER(_ffi.TransferT)()
         call("pdkv_agent_post", self._p(), byref(p), byref(out))

@@ -424,6 +424,28 @@ def test_keep_leases_holds_the_other_sides_lease_open(model: pdkv.Model) -> None
             assert peer.info().lease_keeps_sent == sent
 
 
+def test_a_read_of_an_ended_lease_fails_unless_told_not_to_confirm(model: pdkv.Model) -> None:
+    """A READ posted after P's lease of the request expired fails with TimedOutError naming the
+    lease, every read listed as failed (2.7: P confirms its lease first); ``confirm_lease=False``
+    reads it as before (done when the data lands)."""
+    p, d = pair(model)
+    with p, d:
+        with d.agent.connect(p.agent.address, timeout=LONG):
+            p.agent.lease("late", 1, 0.03)
+            wait_kind(p.agent, pdkv.NotificationKind.LEASE_EXPIRED, "late")
+            with xfer.plan_from_peer(d) as plan:
+                reads = len(plan.rank_reads(0))
+                with d.agent.read(plan, xfer.P_ENGINE, "late") as t:
+                    with pytest.raises(pdkv.TimedOutError, match="lease of request 'late' expired before this READ asked"):
+                        t.wait()
+                    assert len(t.failed_reads()) == reads
+                with d.agent.read(plan, xfer.P_ENGINE, "late", confirm_lease=False) as t:
+                    assert t.wait() is True
+                    assert xfer.verify(plan, d.buffers) == plan.info().bytes
+                with d.agent.read(plan, xfer.P_ENGINE, "never-leased", confirm_lease=True) as t:
+                    assert t.wait() is True
+
+
 def test_preshared_keys(model: pdkv.Model) -> None:
     key = b"0123456789abcdef-secret"
     with xfer.node(model, True, preshared_key=key) as p:

@@ -622,6 +622,13 @@ TEST_CASE("the agent's calls refuse NULL, struct_size and enum values naming the
     r = call();
     CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
     CHECK_THAT(r.message, Contains("got 2"));
+    t.notify = 1;
+    t.field_mask = PDKV_TRANSFER_FIELD_CONFIRM_LEASE;
+    t.confirm_lease = 2;
+    r = call();
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("confirm_lease must be 0 or 1, got 2"));
+    t.confirm_lease = 1;
     t.field_mask = PDKV_TRANSFER_FIELD_TIMEOUT;
     r = call();
     CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);

@@ -418,6 +418,7 @@ PDKV_API void pdkv_peer_free(pdkv_peer_t *peer);
 
 #define PDKV_TRANSFER_FIELD_TIMEOUT (1ULL << 0)
 #define PDKV_TRANSFER_FIELD_NOTIFY (1ULL << 1)
+#define PDKV_TRANSFER_FIELD_CONFIRM_LEASE (1ULL << 2)
 
 /* What to execute. */
 typedef struct pdkv_transfer_params {
@@ -430,6 +431,10 @@ typedef struct pdkv_transfer_params {
                                         notifications */
   uint64_t timeout_ms;               /* deadline. Default: the agent's */
   uint8_t notify;                    /* 1: notify the plan's peers after the data (default 1) */
+  uint8_t confirm_lease;             /* since 2.7, READ: 1 (default): a P rank's bytes count once
+                                        it confirmed its lease of request_id (pdkv_agent_post);
+                                        0: done when the data lands, one control round trip
+                                        sooner, for a caller keeping P's blocks by other means */
 } pdkv_transfer_params_t;
 
 /* Posts a transfer and returns at once. READ (on D rank plan.d_tp_rank): pulls every read of the
@@ -454,6 +459,8 @@ typedef struct pdkv_transfer_params {
  * and lists every read from that rank as failed. The answer travels on the control channel beside
  * the data, so it costs a READ at most one control round trip, and a READ from a P whose control
  * thread does not answer (a stopped process) does not complete before its deadline.
+ * params->confirm_lease 0 (PDKV_TRANSFER_FIELD_CONFIRM_LEASE) skips the wait: the READ is done
+ * when its data lands, as before 2.7 (docs/benchmarks.md measures what the wait costs).
  * Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (unknown bits, op, empty or long request
  * id, a plan for another rank or TP size: names both), NOT_FOUND (a peer rank the plan needs is
  * not connected: names engine and rank), OUT_OF_BOUNDS, SHUTDOWN. *out owned by the caller

@@ -39,6 +39,7 @@ pub const PDKV_MEMORY_FIELD_DEVICE: u32 = 2;
 pub const PDKV_CONNECT_FIELD_TIMEOUT: u32 = 1;
 pub const PDKV_TRANSFER_FIELD_TIMEOUT: u32 = 1;
 pub const PDKV_TRANSFER_FIELD_NOTIFY: u32 = 2;
+pub const PDKV_TRANSFER_FIELD_CONFIRM_LEASE: u32 = 4;
 pub const PDKV_ENGINE_FIELD_PREFIX_CACHING: u32 = 1;
 pub type __uint8_t = ::std::os::raw::c_uchar;
 pub type __uint16_t = ::std::os::raw::c_ushort;
@@ -1945,6 +1946,7 @@ pub struct pdkv_transfer_params {
     pub request_id: *const ::std::os::raw::c_char,
     pub timeout_ms: u64,
     pub notify: u8,
+    pub confirm_lease: u8,
 }
 pub type pdkv_transfer_params_t = pdkv_transfer_params;
 extern "C" {

@@ -39,6 +39,7 @@ pub(crate) const FIELD_MEMORY_DEVICE: u64 = sys::PDKV_MEMORY_FIELD_DEVICE as u64
 pub(crate) const FIELD_CONNECT_TIMEOUT: u64 = sys::PDKV_CONNECT_FIELD_TIMEOUT as u64;
 pub(crate) const FIELD_TRANSFER_TIMEOUT: u64 = sys::PDKV_TRANSFER_FIELD_TIMEOUT as u64;
 pub(crate) const FIELD_TRANSFER_NOTIFY: u64 = sys::PDKV_TRANSFER_FIELD_NOTIFY as u64;
+pub(crate) const FIELD_TRANSFER_CONFIRM_LEASE: u64 = sys::PDKV_TRANSFER_FIELD_CONFIRM_LEASE as u64;
 
 /// `d` in whole milliseconds, rounded up; zero and values above `max` are refused naming
 /// `what` and the value.
@@ -631,6 +632,9 @@ impl Agent {
         if params.notify.is_some() {
             mask |= FIELD_TRANSFER_NOTIFY;
         }
+        if params.confirm_lease.is_some() {
+            mask |= FIELD_TRANSFER_CONFIRM_LEASE;
+        }
         let raw = sys::pdkv_transfer_params_t {
             struct_size: size_of::<sys::pdkv_transfer_params_t>(),
             field_mask: mask,
@@ -640,6 +644,7 @@ impl Agent {
             request_id: request.as_ptr(),
             timeout_ms,
             notify: params.notify.unwrap_or(true) as u8,
+            confirm_lease: params.confirm_lease.unwrap_or(true) as u8,
         };
         let mut out = ptr::null_mut();
         // SAFETY: raw, the strings and the plan live for the call; the plan is copied.

@@ -74,6 +74,11 @@ pub struct TransferParams<'a> {
     pub timeout: Option<Duration>,
     /// Notify the plan's peers after the data; None: the library's default (yes).
     pub notify: Option<bool>,
+    /// A read (since 2.7): count a P rank's bytes only once it confirmed its lease of
+    /// `request_id` was open (a read of an ended lease fails with [`Status::TimedOut`] or
+    /// [`Status::Incompatible`]); `Some(false)`: done when the data lands, one control round trip
+    /// sooner. None: the library's default (yes).
+    pub confirm_lease: Option<bool>,
 }
 
 impl<'a> TransferParams<'a> {
@@ -90,6 +95,7 @@ impl<'a> TransferParams<'a> {
             request_id,
             timeout: None,
             notify: None,
+            confirm_lease: None,
         }
     }
 
@@ -116,6 +122,13 @@ impl<'a> TransferParams<'a> {
     #[must_use]
     pub fn notify(mut self, notify: bool) -> Self {
         self.notify = Some(notify);
+        self
+    }
+
+    /// Sets whether a read waits for each P rank to confirm its lease (see
+    /// [`TransferParams::confirm_lease`]).
+    pub fn confirm_lease(mut self, confirm: bool) -> Self {
+        self.confirm_lease = Some(confirm);
         self
     }
 }

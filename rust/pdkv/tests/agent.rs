@@ -436,6 +436,45 @@ fn leases_expire() {
     );
 }
 
+/// A read posted after P's lease of the request expired fails with `TimedOut` naming the lease,
+/// every read listed as failed (2.7: P confirms its lease first); `confirm_lease(false)` reads it
+/// as before (done when the data lands).
+#[test]
+fn a_read_of_an_ended_lease_fails_unless_told_not_to_confirm() {
+    let p = node(true, Transport::Auto, ProgressMode::Thread);
+    let d = node(false, Transport::Auto, ProgressMode::Thread);
+    let _peer = d.agent.connect(&addr(&p), Some(LONG)).unwrap();
+    p.agent.lease("late", 1, Duration::from_millis(30)).unwrap();
+    wait_kind(&p.agent, NotificationKind::LeaseExpired, "late");
+    let plan = plan_for(&d);
+    let reads = plan.rank_reads(0).unwrap().0.len();
+    let t = d
+        .agent
+        .post(&TransferParams::read(&plan, xfer::P_ENGINE, "late").timeout(LONG))
+        .unwrap();
+    let e = t.wait(None).unwrap_err();
+    assert_eq!(e.status(), Status::TimedOut, "{e}");
+    assert!(
+        e.message()
+            .contains("lease of request 'late' expired before this READ asked"),
+        "{e}"
+    );
+    assert_eq!(t.failed_reads().unwrap().len(), reads);
+    let t = d
+        .agent
+        .post(
+            &TransferParams::read(&plan, xfer::P_ENGINE, "late")
+                .timeout(LONG)
+                .confirm_lease(false),
+        )
+        .unwrap();
+    assert!(t.wait(None).unwrap());
+    assert_eq!(
+        xfer::verify(&plan, &d.memory).unwrap(),
+        plan.info().unwrap().bytes
+    );
+}
+
 /// A reader's keep-alives (`keep_leases`, 2.6) hold P's lease open past its ttl; a lease nobody
 /// keeps expires beside it; an id with a comma is one id.
 #[test]
