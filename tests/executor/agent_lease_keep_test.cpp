@@ -50,6 +50,18 @@ std::vector<std::string> expired(const std::vector<Notification>& notes) {
   return out;
 }
 
+// Whether `agent` reports LEASE_EXPIRED for `id` within `within` (other notifications are dropped).
+bool expires_within(Agent& agent, const std::string& id, std::chrono::milliseconds within) {
+  const auto until = Clock::now() + within;
+  while (Clock::now() < until) {
+    for (auto& e : expired(agent.poll_notifications())) {
+      if (e == id) return true;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
 template <typename F>
 void expect_error(F&& f, Status status, const std::string& part) {
   try {
@@ -253,13 +265,8 @@ TEST(AgentLeaseKeep, AReadOfBlocksWhoseLeaseEndedFailsNamingIt) {
 
   // Expired before the READ was posted.
   p.agent->lease("late", 1, 30ms);
-  bool gone = false;
+  ASSERT_TRUE(expires_within(*p.agent, "late", 3000ms));
   const auto until = Clock::now() + 3000ms;
-  while (!gone && Clock::now() < until) {
-    for (auto& id : expired(p.agent->poll_notifications())) gone |= id == "late";
-    std::this_thread::sleep_for(5ms);
-  }
-  ASSERT_TRUE(gone);
   s = read("late");
   EXPECT_EQ(s.status, Status::TimedOut) << s.message;
   EXPECT_NE(s.message.find("P rank 0 of engine 'pre' says its lease of request 'late' expired before this READ asked"),
@@ -350,13 +357,7 @@ TEST(AgentLeaseKeep, AnOlderPRankIsNotAskedAndItsReadCompletesAsBefore) {
   ASSERT_EQ(d.agent->find_peer("pre", 0)->lease_keeps_sent.load(), 0u);
   const auto plan = pdkv::exec::testing::whole_plan(d, p, 16);
   p.agent->lease("late", 1, 30ms);
-  bool gone = false;
-  const auto until = Clock::now() + 3000ms;
-  while (!gone && Clock::now() < until) {
-    for (auto& id : expired(p.agent->poll_notifications())) gone |= id == "late";
-    std::this_thread::sleep_for(5ms);
-  }
-  ASSERT_TRUE(gone);
+  ASSERT_TRUE(expires_within(*p.agent, "late", 3000ms));
   auto t = d.agent->post(pdkv::exec::testing::read_of(plan, "late", 5000ms));
   ASSERT_TRUE(t.wait(5000ms));
   EXPECT_EQ(t.status().status, Status::Ok) << t.status().message;
