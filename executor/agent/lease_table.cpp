@@ -109,7 +109,6 @@ std::vector<Notification> LeaseTable::expire(Clock::time_point now) {
     if (it->second.expected != 0 && it->second.deadline <= now) {
       due.emplace_back(it->second.deadline,
                        finished(it->first, it->second, NotificationKind::LeaseExpired));
-      remember_ended(it->first, LeaseState::Expired);
       it = entries_.erase(it);
     } else {
       ++it;
@@ -121,7 +120,10 @@ std::vector<Notification> LeaseTable::expire(Clock::time_point now) {
   });
   std::vector<Notification> out;
   out.reserve(due.size());
-  for (auto& d : due) out.push_back(std::move(d.second));
+  for (auto& d : due) {
+    remember_ended(d.second.request_id, LeaseState::Expired);  // oldest first: the newest are kept
+    out.push_back(std::move(d.second));
+  }
   return out;
 }
 

@@ -189,3 +189,20 @@ TEST(LeaseTable, AQueryTellsWhetherTheLeaseIsOpenOrHowItEnded) {
   EXPECT_EQ(t.query("e0", now), LeaseState::Expired);
   EXPECT_EQ(t.query("e" + std::to_string(LeaseTable::kMaxEnded - 1), now), LeaseState::Expired);
 }
+
+// The memory of ended leases is bounded by the bytes of their ids too: 20000 leases of ~1 KiB ids
+// expiring in one sweep keep at most kMaxUnleasedBytes of names, those that expired last.
+TEST(LeaseTable, EndedLeasesAreRememberedWithinTheByteBound) {
+  using Clock = LeaseTable::Clock;
+  LeaseTable t;
+  const auto now = Clock::now();
+  const size_t n = 20000;  // 20000 x ~1 KiB: over the byte bound, under the count bound
+  for (size_t i = 0; i < n; ++i) t.lease(id(i), 1, now + std::chrono::microseconds(i));
+  EXPECT_EQ(t.expire(now + std::chrono::microseconds(n)).size(), n);
+  EXPECT_EQ(t.query(id(n - 1), now), LeaseState::Expired);
+  EXPECT_EQ(t.query(id(0), now), LeaseState::NotLeased);
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) kept += t.query(id(i), now) == LeaseState::Expired;
+  EXPECT_LE(kept * 1000, LeaseTable::kMaxUnleasedBytes);
+  EXPECT_GT(kept, LeaseTable::kMaxUnleasedBytes / 2000);
+}
