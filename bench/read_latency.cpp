@@ -1,17 +1,19 @@
-// What the lease query of pdkv 2.7 costs one READ (docs/benchmarks.md, "READ latency and the lease
-// query"): D's READ of a P rank at control protocol 3.5 counts its bytes only once P answered
-// that its lease of the request was open (LeaseQuery / LeaseAnswer on the control channel, sent
-// when the READ is posted, beside the data); a P rank saying 3.4 is not asked, as before 2.7.
+// What the lease query of pdkv 2.7 costs one transfer (docs/benchmarks.md, "Transfer latency and
+// the lease query"): a transfer with a peer rank at control protocol 3.5 asks it first whether its
+// lease of the request is open (LeaseQuery / LeaseAnswer on the control channel, sent when the
+// transfer is posted): a READ counts its bytes only once answered (it reads meanwhile), a WRITE
+// sends nothing before the answer. A peer rank saying 3.4 is not asked, as before 2.7.
 //
-// The same work, in one run: one D agent connected to two P engines in the same process, "p-34"
-// (its Hello says 3.4: the baseline) and "p-35" (this build's), each with its own copy of the same
-// working set. For every size, READs of the same pieces alternate between the two (the order
-// swapped every repetition), timed post -> DONE; P leases each request before it is read, as an
-// engine would. Reported: median, 10th and 90th percentile per engine, and the ratio of medians.
+// The same work, in one run: the posting agent (D for a READ, P for a WRITE) connected to two
+// peer engines in the same process, "t-34" (its Hello says 3.4: the baseline) and "t-35" (this
+// build's), each with its own memory. For every size, transfers of the same pieces alternate
+// between the two (the order swapped every repetition), timed post -> DONE; the peer leases each
+// request first, as an engine would. Reported: median, 10th and 90th percentile per peer, and the
+// ratio of medians.
 //
-// Usage: read_latency [--sizes 4096,262144,4194304] [--reps 2000] [--modes shm,tcp]
-// Output: one JSON object per (mode, size) on stdout. Exit 0, or 2 when a READ failed or moved
-// wrong bytes (named on stderr).
+// Usage: read_latency [--sizes 4096,262144,4194304] [--reps 2000] [--modes shm,tcp] [--ops read,write]
+// Output: one JSON object per (op, mode, size) on stdout. Exit 0, or 2 when a transfer failed or
+// moved wrong bytes (named on stderr).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,13 +39,14 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-struct P {
+struct Node {
   std::unique_ptr<bench::Buffer> mem;
   std::unique_ptr<exec::Agent> agent;
 };
 
-P make_p(const std::string& engine, uint16_t minor, exec::TransportMode mode, uint64_t bytes) {
-  P p;
+// An agent of `engine` over `bytes` of memory holding the pattern, registered as region 0.
+Node make_node(const std::string& engine, uint16_t minor, exec::TransportMode mode, uint64_t bytes) {
+  Node p;
   p.mem = std::make_unique<bench::Buffer>(bench::round_page(bytes));
   bench::fill_pattern(p.mem->data, p.mem->size);
   exec::AgentOptions o;
@@ -55,9 +58,9 @@ P make_p(const std::string& engine, uint16_t minor, exec::TransportMode mode, ui
   return p;
 }
 
-core::TransferPlan plan_of(const std::string& p_engine, uint64_t bytes) {
+core::TransferPlan plan_of(const std::string& d_engine, const std::string& p_engine, uint64_t bytes) {
   core::TransferPlan plan;
-  plan.d_engine_id = "bench-d";
+  plan.d_engine_id = d_engine;
   plan.p_engine_id = p_engine;
   plan.d_rank = 0;
   plan.d_tp = 1;
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
   std::vector<uint64_t> sizes = {4096, 262144, 4194304};
   int reps = 2000;
   std::vector<std::string> modes = {"shm", "tcp"};
+  std::vector<std::string> ops = {"read", "write"};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--sizes") {
@@ -100,67 +104,85 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[i + 1]);
     } else if (a == "--modes") {
       modes = split(argv[i + 1]);
+    } else if (a == "--ops") {
+      ops = split(argv[i + 1]);
     } else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       return 1;
     }
   }
   int rc = 0;
-  for (const auto& mode_name : modes) {
-    const auto mode = mode_name == "shm" ? exec::TransportMode::Shm : exec::TransportMode::Tcp;
-    for (const uint64_t size : sizes) {
-      try {
-        const uint64_t p_bytes = 2 * size;
-        P old_p = make_p("p-34", 4, mode, p_bytes);
-        P new_p = make_p("p-35", exec::kControlProtoMinor, mode, p_bytes);
-        bench::Buffer local(bench::round_page(size));
-        exec::AgentOptions o;
-        o.metadata = bench::bench_metadata("bench-d", reinterpret_cast<uint64_t>(local.data), local.size);
-        o.transport = mode;
-        exec::Agent d(o);
-        d.register_memory(0, reinterpret_cast<uint64_t>(local.data), local.size, exec::MemoryType::Host);
-        d.connect(old_p.agent->info().listen, std::chrono::seconds(10));
-        d.connect(new_p.agent->info().listen, std::chrono::seconds(10));
-        P* ps[2] = {&old_p, &new_p};
-        const core::TransferPlan plans[2] = {plan_of("p-34", size), plan_of("p-35", size)};
-        std::vector<double> us[2];
-        for (int r = -20; r < reps; ++r) {  // 20 warm-up rounds
-          for (int k = 0; k < 2; ++k) {
-            const int which = (r & 1) != 0 ? 1 - k : k;
-            const std::string id = "r" + std::to_string(r);
-            ps[which]->agent->lease(id, 1, std::chrono::seconds(30));
-            std::memset(local.data, 0xEE, size);
-            exec::PostParams pp;
-            pp.plan = &plans[which];
-            pp.peer_engine_id = plans[which].p_engine_id;
-            pp.request_id = id;
-            const auto t0 = Clock::now();
-            auto t = d.post(pp);
-            t.wait(std::chrono::milliseconds::max());
-            const double took = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-            const auto s = t.status();
-            if (s.status != core::Status::Ok) throw std::runtime_error("READ failed: " + s.message);
-            for (uint64_t at = 0; at < size; at += 4096) {
-              const uint64_t n = std::min<uint64_t>(4096, size - at);
-              if (std::memcmp(local.data + at, ps[which]->mem->data + 2 * at, n) != 0) {
-                throw std::runtime_error("READ moved wrong bytes at " + std::to_string(at));
+  for (const auto& op_name : ops) {
+    const bool read = op_name == "read";
+    for (const auto& mode_name : modes) {
+      const auto mode = mode_name == "shm" ? exec::TransportMode::Shm : exec::TransportMode::Tcp;
+      for (const uint64_t size : sizes) {
+        try {
+          // A READ's poster is D (size bytes) reading every other 4 KiB block of P (2 x size); a
+          // WRITE's poster is P writing them into D. The peers are the other side.
+          const uint64_t d_bytes = size, p_bytes = 2 * size;
+          Node targets[2] = {make_node("t-34", 4, mode, read ? p_bytes : d_bytes),
+                             make_node("t-35", exec::kControlProtoMinor, mode, read ? p_bytes : d_bytes)};
+          Node poster = make_node("poster", exec::kControlProtoMinor, mode, read ? d_bytes : p_bytes);
+          for (auto& t : targets) poster.agent->connect(t.agent->info().listen, std::chrono::seconds(10));
+          const core::TransferPlan plans[2] = {read ? plan_of("poster", "t-34", size) : plan_of("t-34", "poster", size),
+                                               read ? plan_of("poster", "t-35", size) : plan_of("t-35", "poster", size)};
+          std::vector<double> us[2];
+          for (int r = -20; r < reps; ++r) {  // 20 warm-up rounds
+            for (int k = 0; k < 2; ++k) {
+              const int which = (r & 1) != 0 ? 1 - k : k;
+              Node& target = targets[which];
+              const std::string id = "r" + std::to_string(r);
+              target.agent->lease(id, 1, std::chrono::seconds(30));
+              uint8_t* d_mem = read ? poster.mem->data : target.mem->data;
+              const uint8_t* p_mem = read ? target.mem->data : poster.mem->data;
+              std::memset(d_mem, 0xEE, size);
+              exec::PostParams pp;
+              pp.op = read ? exec::TransferOp::Read : exec::TransferOp::Write;
+              pp.plan = &plans[which];
+              pp.peer_engine_id = read ? plans[which].p_engine_id : plans[which].d_engine_id;
+              pp.request_id = id;
+              const auto t0 = Clock::now();
+              auto t = poster.agent->post(pp);
+              t.wait(std::chrono::milliseconds::max());
+              const double took = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+              const auto s = t.status();
+              if (s.status != core::Status::Ok) throw std::runtime_error(op_name + " failed: " + s.message);
+              if (!read) {
+                // D's memory is final once D took every byte in (acknowledged them over tcp; P's
+                // cma write returned over shm) and before P's WRITE_DONE; wait for D's lease to
+                // complete so the next round's memset does not race nothing in flight.
+                bool done = false;
+                while (!done) {
+                  for (const auto& n : target.agent->poll_notifications()) {
+                    done |= n.kind == exec::NotificationKind::RequestComplete && n.request_id == id;
+                  }
+                }
               }
+              for (uint64_t at = 0; at < size; at += 4096) {
+                const uint64_t n = std::min<uint64_t>(4096, size - at);
+                if (std::memcmp(d_mem + at, p_mem + 2 * at, n) != 0) {
+                  throw std::runtime_error(op_name + " moved wrong bytes at " + std::to_string(at));
+                }
+              }
+              if (r >= 0) us[which].push_back(took);
+              if (read) (void)target.agent->poll_notifications();  // READ_DONE, REQUEST_COMPLETE
             }
-            if (r >= 0) us[which].push_back(took);
-            (void)ps[which]->agent->poll_notifications();  // REQUEST_COMPLETE and READ_DONE
+            (void)poster.agent->poll_notifications();
           }
-          (void)d.poll_notifications();
+          const Stats a = stats(us[0]), b = stats(us[1]);
+          std::printf(
+              "{\"op\": \"%s\", \"mode\": \"%s\", \"bytes\": %llu, \"reps\": %d, \"peer34_us\": {\"p10\": %.1f, "
+              "\"median\": %.1f, \"p90\": %.1f}, \"peer35_us\": {\"p10\": %.1f, \"median\": %.1f, \"p90\": %.1f}, "
+              "\"median_ratio\": %.3f}\n",
+              op_name.c_str(), mode_name.c_str(), static_cast<unsigned long long>(size), reps, a.p10, a.median, a.p90,
+              b.p10, b.median, b.p90, b.median / a.median);
+          std::fflush(stdout);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "%s %s %llu bytes: %s\n", op_name.c_str(), mode_name.c_str(),
+                       static_cast<unsigned long long>(size), e.what());
+          rc = 2;
         }
-        const Stats a = stats(us[0]), b = stats(us[1]);
-        std::printf(
-            "{\"mode\": \"%s\", \"bytes\": %llu, \"reps\": %d, \"p34_us\": {\"p10\": %.1f, \"median\": %.1f, \"p90\": %.1f}, "
-            "\"p35_us\": {\"p10\": %.1f, \"median\": %.1f, \"p90\": %.1f}, \"median_ratio\": %.3f}\n",
-            mode_name.c_str(), static_cast<unsigned long long>(size), reps, a.p10, a.median, a.p90, b.p10, b.median,
-            b.p90, b.median / a.median);
-        std::fflush(stdout);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "%s %llu bytes: %s\n", mode_name.c_str(), static_cast<unsigned long long>(size), e.what());
-        rc = 2;
       }
     }
   }

@@ -51,9 +51,10 @@ type TransferParams struct {
 	Timeout time.Duration
 	// NoNotify skips notifying the plan's peers after the data (they are notified by default).
 	NoNotify bool
-	// NoLeaseConfirm (a read, since 2.7): done when the data lands, without waiting for each P
-	// rank to confirm its lease of RequestID was open (one control round trip sooner). By
-	// default a read of an ended lease fails with ErrTimedOut or ErrIncompatible instead.
+	// NoLeaseConfirm (since 2.7): a read is done when its data lands and a write starts at once,
+	// without each peer rank first confirming its lease of RequestID is open (one control round
+	// trip sooner). By default a transfer of an ended lease fails with ErrTimedOut or
+	// ErrIncompatible instead (a write then wrote nothing).
 	NoLeaseConfirm bool
 }
 

@@ -192,10 +192,10 @@ struct PostParams {
   std::string request_id;
   std::optional<std::chrono::milliseconds> timeout;
   bool notify = true;
-  // READ: count a P rank's bytes only once it confirmed its lease of request_id was open (or it
-  // never leased it), where it runs control protocol 3.5 or later (AgentCore::post). false:
-  // complete when the data lands, as before 2.7 (a caller that keeps P's blocks by other means
-  // saves the control round trip).
+  // Ask each peer rank (control protocol 3.5 or later) whether its lease of request_id is open
+  // (or was never leased) first: a READ counts its bytes, a WRITE sends them, only once it
+  // answered (pdkv_agent_post). false: as before 2.7 (a caller that keeps the other side's blocks
+  // by other means saves the control round trip).
   bool confirm_lease = true;
 };
 

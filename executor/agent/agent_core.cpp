@@ -360,6 +360,7 @@ void AgentCore::settle_work_fd_locked() {
     if (job->finalized || job->stopping()) continue;
     for (const auto& lane : job->lanes) {
       const PeerConn& peer = *lane.peer;
+      if (lane.hold) continue;  // a WRITE waiting for D's lease answer
       if (lane.cma && lane.cma_next < lane.cma_ops.size() && !lane.cma_busy &&
           peer.cma_segments < opt_.max_outstanding) {
         pending = true;

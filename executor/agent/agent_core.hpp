@@ -262,11 +262,14 @@ class TransferJob {
     uint64_t bytes = 0;
     bool data_complete = false;
     bool complete = false;    // data complete (READ) / data complete and flushed (WRITE)
-    // READ from a P rank at control protocol 3.5 or later: the LeaseQuery sent at post is
-    // unanswered (the lane is not complete before its answer), and whether the answer said the
-    // lease had ended (the lane's bytes may be another request's: its reads count as failed).
+    // A peer rank at control protocol 3.5 or later: the LeaseQuery sent at post is unanswered
+    // (a READ's lane is not complete before its answer, a WRITE's starts no batch), and whether
+    // the answer said the lease had ended (a READ's bytes may be another request's: its reads
+    // count as failed; a WRITE wrote nothing).
     bool lease_pending = false;
     bool lease_ended = false;
+    // A WRITE's lane starts no batch while this is set: until D answered its LeaseQuery.
+    bool hold = false;
     uint64_t lease_query = 0;
     bool notified = false;
     // Cross-memory attach lanes: the lane's operations (indices into ops, in order), the next one
@@ -433,12 +436,13 @@ class AgentCore {
   // completes the lane that asked, or fails its READ when the lease had ended.
   void handle_lease_query_locked(const std::shared_ptr<PeerConn>& peer, const LeaseQuery& m);
   void handle_lease_answer_locked(const std::shared_ptr<PeerConn>& peer, const LeaseAnswer& m);
-  // Sends the READ's LeaseQuery to each lane's P rank that reads something and answers them
-  // (3.5 and later), the KeepLeases of pdkv 2.7 to the other ranks it reads from or notifies.
-  void ask_read_leases_locked(const std::shared_ptr<TransferJob>& job);
-  // For each peer, the request ids of the READs not stopped that still read from it or have
-  // still to notify it.
-  std::unordered_map<const PeerConn*, std::vector<std::string>> reading_ids_locked() const;
+  // Sends the transfer's LeaseQuery to each lane's peer rank that moves something and answers
+  // them (3.5 and later; a WRITE's lane holds its data until answered), the KeepLeases of pdkv
+  // 2.7 to the other ranks it moves bytes with or notifies.
+  void ask_leases_locked(const std::shared_ptr<TransferJob>& job);
+  // For each peer, the request ids of the transfers not stopped that still move bytes with it
+  // or have still to notify it.
+  std::unordered_map<const PeerConn*, std::vector<std::string>> moving_ids_locked() const;
   void handle_notify_locked(const std::shared_ptr<PeerConn>& peer, const Notify& n);
   void timers_locked(Clock::time_point now);
   void lose_peer_locked(std::shared_ptr<PeerConn> peer, core::Status status,

@@ -916,24 +916,34 @@ void AgentCore::handle_lease_answer_locked(const std::shared_ptr<PeerConn>& peer
   }
   lease_queries_.erase(it);
   lane->lease_pending = false;
+  lane->hold = false;
   const auto& rec = *peer->record;
-  const std::string who = "P rank " + std::to_string(rec.tp_rank) + " of engine '" + rec.engine_id + "'";
+  const bool read = job->op == TransferOp::Read;
+  const std::string who = std::string(read ? "P" : "D") + " rank " + std::to_string(rec.tp_rank) + " of engine '" +
+                          rec.engine_id + "'";
+  // READ: the bytes already read from blocks P gave back may be another request's. WRITE:
+  // nothing was written (the lane held its data for this answer), which is the point: D gave the
+  // blocks back and may have handed them to another request, whose bytes the WRITE would overwrite.
+  const std::string harm = read ? "it gave the blocks back, and the bytes read from them may be another request's"
+                                : "it gave the blocks back, so nothing was written into them (they may hold another "
+                                  "request's bytes now)";
   if (m.state == LeaseState::Expired) {
     lane->lease_ended = true;
     fail_job_locked(*job, Status::TimedOut,
-                    who + " says its lease of request '" + job->request_id +
-                        "' expired before this READ asked (its ttl ran out): it gave the blocks back, and the bytes "
-                        "read from them may be another request's; keep the lease open until the READ is posted "
-                        "(pdkv_agent_keep_leases) or lease it longer");
+                    who + " says its lease of request '" + job->request_id + "' expired before this " +
+                        (read ? "READ" : "WRITE") + " asked (its ttl ran out): " + harm + "; keep the lease open until the " +
+                        (read ? "READ" : "WRITE") + " is posted (pdkv_agent_keep_leases) or lease it longer");
   } else if (m.state == LeaseState::Completed) {
     lane->lease_ended = true;
     fail_job_locked(*job, Status::Incompatible,
-                    who + " says its lease of request '" + job->request_id +
-                        "' completed before this READ asked (every reader it expected notified): it gave the "
-                        "blocks back, and the bytes read from them may be another request's; this request was "
-                        "read, or P expects fewer readers than read it");
-  } else if (lane->data_complete) {
+                    who + " says its lease of request '" + job->request_id + "' completed before this " +
+                        (read ? "READ" : "WRITE") + " asked (every " + (read ? "reader" : "writer") +
+                        " it expected notified): " + harm + "; this request was " + (read ? "read" : "written") +
+                        ", or the lease expects fewer " + (read ? "readers" : "writers") + " than moved it");
+  } else if (read && lane->data_complete) {
     lane_data_complete_locked(*job, *lane);
+  } else if (!read) {
+    wake_progress();  // the WRITE's batches may start now
   }
   check_final_locked(*job);
   // A CALLER-mode event loop watching only the agent's event fd learns of it in its next
@@ -941,9 +951,11 @@ void AgentCore::handle_lease_answer_locked(const std::shared_ptr<PeerConn>& peer
   signal_work();
 }
 
-void AgentCore::ask_read_leases_locked(const std::shared_ptr<TransferJob>& job) {
-  // Its first keep-alive goes now (then one with each heartbeat: reading_ids_locked): a READ
-  // posted late in P's lease starts with the whole ttl ahead of it.
+void AgentCore::ask_leases_locked(const std::shared_ptr<TransferJob>& job) {
+  // Its first keep-alive goes now (then one with each heartbeat: moving_ids_locked): a transfer
+  // posted late in the other side's lease starts with the whole ttl ahead of it. A WRITE holds its
+  // data until the answer (its bytes must not land in blocks D gave back); a READ reads meanwhile
+  // and counts the bytes once answered.
   const std::vector<std::string> id{job->request_id};
   for (auto& lane : job->lanes) {
     PeerConn& p = *lane.peer;
@@ -954,6 +966,7 @@ void AgentCore::ask_read_leases_locked(const std::shared_ptr<TransferJob>& job) 
       p.channel->queue(q);
       p.record->lease_keeps_sent++;
       lane.lease_pending = true;
+      lane.hold = job->op == TransferOp::Write;
       lane.lease_query = q.query;
       lease_queries_.emplace(q.query, job);
     } else {
@@ -1009,17 +1022,18 @@ void AgentCore::queue_keeps_locked(PeerConn& peer, const std::vector<std::string
   peer.record->lease_keeps_sent += ids.size();
 }
 
-// A READ moving bytes out of P's blocks must not outlive P's lease of them: P would free the
-// blocks (LEASE_EXPIRED) and give them to another request while this READ still copies them,
-// and D would take another request's bytes as this one's. So while a READ is in flight, every P
-// rank it reads from or will notify is asked with each heartbeat (and once when it is posted) to
-// keep the request's lease open, as pdkv_agent_keep_leases does; the asking stops when the READ
-// has its data from that rank, is stopped (failed, cancelled, timed out) or ends, so a stuck READ
-// holds P's blocks at most until its own deadline.
-std::unordered_map<const PeerConn*, std::vector<std::string>> AgentCore::reading_ids_locked() const {
+// A transfer moving bytes out of or into the other side's blocks must not outlive that side's
+// lease of them: it would free the blocks (LEASE_EXPIRED) and give them to another request while
+// a READ still copies them (D would take another request's bytes as this one's) or a WRITE still
+// fills them (P would overwrite another request's bytes on D). So while a transfer is in flight,
+// every rank it moves bytes with or will notify is asked with each heartbeat (and once when it is
+// posted) to keep the request's lease open, as pdkv_agent_keep_leases does; the asking stops when
+// the transfer's bytes with that rank are done, it is stopped (failed, cancelled, timed out) or
+// ends, so a stuck transfer holds the other side's blocks at most until its own deadline.
+std::unordered_map<const PeerConn*, std::vector<std::string>> AgentCore::moving_ids_locked() const {
   std::unordered_map<const PeerConn*, std::vector<std::string>> out;
   for (const auto& job : active_) {
-    if (job->op != TransferOp::Read || job->finalized || job->stopping()) continue;
+    if (job->finalized || job->stopping()) continue;
     auto add = [&](const PeerConn* p) {
       auto& ids = out[p];
       if (ids.empty() || ids.back() != job->request_id) ids.push_back(job->request_id);
@@ -1065,7 +1079,7 @@ void AgentCore::timers_locked(Clock::time_point now) {
       ping.time_ns = now_ns();
       p->channel->queue(ping);
       p->next_ping = now + opt_.heartbeat_interval;
-      if (!reading) reading = reading_ids_locked();
+      if (!reading) reading = moving_ids_locked();
       if (const auto it = reading->find(p.get()); it != reading->end()) queue_keeps_locked(*p, it->second);
     }
   }

@@ -233,7 +233,7 @@ void AgentCore::tcp_start_batches_locked() {
 bool AgentCore::tcp_start_batch_locked(const std::shared_ptr<TransferJob>& job_ptr, uint32_t l) {
   TransferJob& job = *job_ptr;
   TransferJob::Lane& lane = job.lanes[l];
-  if (lane.tcp_next >= lane.tcp_ops.size() || lane.tcp_outstanding >= kTcpWindow) return false;
+  if (lane.hold || lane.tcp_next >= lane.tcp_ops.size() || lane.tcp_outstanding >= kTcpWindow) return false;
   PeerConn& peer = *lane.peer;
   if (peer.lost || !peer.tcp) {
     fail_job_locked(job, Status::PeerLost, peer_label(peer) + " was lost");

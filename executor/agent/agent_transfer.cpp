@@ -295,7 +295,7 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
   }
   active_.push_back(job);
   wake_control_at_locked(job->deadline);  // the control thread enforces it even if nobody progresses
-  if (job->op == TransferOp::Read) ask_read_leases_locked(job);
+  ask_leases_locked(job);
   // Lanes with nothing to move (a full prefix hit, a P rank without reads) are complete now.
   for (auto& lane : job->lanes) {
     if (lane.remaining == 0) lane_data_complete_locked(*job, lane);
@@ -537,7 +537,7 @@ unsigned AgentCore::run_cma_batches(std::unique_lock<std::mutex>& g) {
       if (job.finalized || job.stopping()) continue;
       for (uint32_t l = 0; l < job.lanes.size() && !job.stopping(); ++l) {
         TransferJob::Lane& lane = job.lanes[l];
-        if (!lane.cma || lane.cma_busy || lane.cma_next >= lane.cma_ops.size()) continue;
+        if (!lane.cma || lane.hold || lane.cma_busy || lane.cma_next >= lane.cma_ops.size()) continue;
         PeerConn& peer = *lane.peer;
         if ((job.seq > peer.rr_mark) != (pass == 0)) continue;
         const auto& rec = *peer.record;

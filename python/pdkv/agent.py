@@ -449,11 +449,11 @@ class Agent(Handle):
         compiled for (pulls from the P engine ``peer_engine_id``), WRITE on a P rank (pushes its
         reads into the D engine ``peer_engine_id``). ``timeout`` in seconds (None: the agent's
         default); ``notify`` None: the library's default (notify the plan's peers). Every range
-        is checked before any byte moves (:class:`pdkv.OutOfBoundsError` naming the read). A READ
-        counts a P rank's bytes only once that rank confirmed its lease of ``request_id`` was
-        open (2.7; a READ of an ended lease fails with :class:`pdkv.TimedOutError` or
-        :class:`pdkv.IncompatibleError`); ``confirm_lease=False`` skips that wait (done when the
-        data lands, one control round trip sooner)."""
+        is checked before any byte moves (:class:`pdkv.OutOfBoundsError` naming the read). The
+        other side first confirms its lease of ``request_id`` is open (2.7): a READ counts its
+        bytes, a WRITE sends them, only then, and one of an ended lease fails with
+        :class:`pdkv.TimedOutError` or :class:`pdkv.IncompatibleError`; ``confirm_lease=False``
+        skips that (one control round trip sooner)."""
         bits = _ffi.FIELD_BITS
         p = _ffi.TransferParamsC()
         p.struct_size = ctypes.sizeof(p)

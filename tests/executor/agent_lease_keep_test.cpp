@@ -364,3 +364,102 @@ TEST(AgentLeaseKeep, AnOlderPRankIsNotAskedAndItsReadCompletesAsBefore) {
   EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
   EXPECT_GE(d.agent->find_peer("pre", 0)->lease_keeps_sent.load(), 1u) << "no keep-alive went to a 3.4 rank";
 }
+
+// The WRITE side (push): P writes into D's blocks, which D leases until P's WRITE_DONE. A WRITE
+// posted after D's lease ended must write nothing: D gave the blocks back and may have handed
+// them to another request, whose bytes the WRITE would overwrite. P asks D first and holds the
+// data until D answers: an ended lease fails the WRITE (TIMED_OUT / INCOMPATIBLE naming D's rank
+// and the request, every read listed) with D's memory untouched; an open one is written and kept
+// open while the data moves. Before, the late WRITE overwrote D's blocks.
+TEST(AgentLeaseKeep, AWriteIntoBlocksWhoseLeaseEndedWritesNothing) {
+  TinyRank d("dec", 16, ProgressMode::Thread, false, 10000ms);
+  TinyRank p("pre", 16, ProgressMode::Thread, true, 10000ms);
+  d.agent->connect(p.agent->info().listen, 3000ms);
+  const auto plan = pdkv::exec::testing::whole_plan(d, p, 16);
+  auto write = [&](const std::string& id) {
+    std::fill(d.mem.begin(), d.mem.end(), 0xEE);
+    PostParams pp = pdkv::exec::testing::read_of(plan, id, 5000ms);
+    pp.op = TransferOp::Write;
+    pp.peer_engine_id = "dec";
+    auto t = p.agent->post(pp);
+    EXPECT_TRUE(t.wait(5000ms));
+    return t.status();
+  };
+  const auto untouched = [&] { return std::all_of(d.mem.begin(), d.mem.end(), [](uint8_t b) { return b == 0xEE; }); };
+
+  d.agent->lease("late", 1, 30ms);
+  ASSERT_TRUE(expires_within(*d.agent, "late", 3000ms));
+  auto s = write("late");
+  EXPECT_EQ(s.status, Status::TimedOut) << s.message;
+  EXPECT_NE(s.message.find("D rank 0 of engine 'dec' says its lease of request 'late' expired before this WRITE asked"),
+            std::string::npos)
+      << s.message;
+  EXPECT_NE(s.message.find("nothing was written"), std::string::npos) << s.message;
+  EXPECT_TRUE(untouched()) << "a WRITE into blocks whose lease ended wrote into them";
+  EXPECT_EQ(s.failed.size(), plan.ranks[0].reads.size());
+
+  d.agent->lease("once", 1, 10000ms);
+  s = write("once");
+  EXPECT_EQ(s.status, Status::Ok) << s.message;
+  EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
+  bool complete = false;
+  const auto until = Clock::now() + 3000ms;
+  while (!complete && Clock::now() < until) {
+    for (const auto& n : d.agent->poll_notifications()) complete |= n.kind == NotificationKind::RequestComplete;
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(complete);
+  s = write("once");
+  EXPECT_EQ(s.status, Status::Incompatible) << s.message;
+  EXPECT_TRUE(untouched()) << "a second WRITE of a completed request wrote into D's blocks";
+
+  // Not leased on D: written as before; so is an ended lease with the confirmation skipped.
+  s = write("never-leased");
+  EXPECT_EQ(s.status, Status::Ok) << s.message;
+  EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
+  std::fill(d.mem.begin(), d.mem.end(), 0xEE);
+  PostParams pp = pdkv::exec::testing::read_of(plan, "late", 5000ms);
+  pp.op = TransferOp::Write;
+  pp.peer_engine_id = "dec";
+  pp.confirm_lease = false;
+  auto t = p.agent->post(pp);
+  ASSERT_TRUE(t.wait(5000ms));
+  EXPECT_EQ(t.status().status, Status::Ok) << t.status().message;
+  EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
+}
+
+// A WRITE that D does not take in (caller progress, nobody calling) for three ttl's keeps D's
+// lease of its request open meanwhile, as a READ keeps P's.
+TEST(AgentLeaseKeep, AWriteInFlightKeepsTheReadersLeaseOpen) {
+  TinyRank d("dec", 16, ProgressMode::Caller, false, 10000ms);
+  TinyRank p("pre", 16, ProgressMode::Thread, true, 10000ms);
+  d.agent->connect(p.agent->info().listen, 3000ms);
+  const auto plan = pdkv::exec::testing::whole_plan(d, p, 16);
+  constexpr auto kTtl = 300ms;
+  d.agent->lease("w", 1, kTtl);
+  d.agent->lease("idle", 1, kTtl);
+  PostParams pp = pdkv::exec::testing::read_of(plan, "w", 20000ms);
+  pp.op = TransferOp::Write;
+  pp.peer_engine_id = "dec";
+  auto t = p.agent->post(pp);
+  std::vector<std::string> seen;
+  const auto start = Clock::now();
+  while (Clock::now() - start < 3 * kTtl + 100ms) {
+    std::this_thread::sleep_for(20ms);
+    for (auto& id : expired(d.agent->poll_notifications())) seen.push_back(id);
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), "w"), 0) << "D's lease expired under a WRITE in flight";
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), "idle"), 1);
+  std::atomic<bool> run{true};
+  std::thread driver([&] {
+    while (run) {
+      d.agent->progress();
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  ASSERT_TRUE(t.wait(5000ms));
+  EXPECT_EQ(t.status().status, Status::Ok) << t.status().message;
+  run = false;
+  driver.join();
+  EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
+}

@@ -419,6 +419,9 @@ TEST_P(AgentLoopback, ASmallTransferPostedBehindALargeOneIsNotStarved) {
   pp.plan = &small_plan;
   pp.request_id = "small";
   auto small = d->agent->post(pp);
+  // P's lease answers (pdkv 2.7) arrive on the control thread first, so that each transfer is done
+  // when its last read lands, not when its answer comes after it (caller mode: no data moves now).
+  std::this_thread::sleep_for(200ms);
   // Caller mode: nothing lands between two progress calls, so D's memory after each call says, per
   // P rank, how many of the large transfer's reads had landed when the small one's last did.
   std::vector<std::optional<size_t>> big_then(2);

@@ -391,8 +391,8 @@ typedef struct pdkv_peer_info {
   uint64_t bytes_mapped;        /* since 2.2: bytes of READs and WRITEs with this peer that were
                                    copied through those mappings */
   uint64_t lease_keeps_sent;    /* since 2.6: request ids this side asked the peer to keep
-                                   leased (pdkv_agent_keep_leases; since 2.7 also those a READ
-                                   in flight asks for by itself, see pdkv_agent_post) */
+                                   leased (pdkv_agent_keep_leases; since 2.7 also those a
+                                   transfer in flight asks for by itself, see pdkv_agent_post) */
   uint64_t lease_keeps_received; /* since 2.6: request ids the peer asked this side to keep
                                    leased (each applied to an open lease, if any) */
 } pdkv_peer_info_t;
@@ -431,10 +431,11 @@ typedef struct pdkv_transfer_params {
                                         notifications */
   uint64_t timeout_ms;               /* deadline. Default: the agent's */
   uint8_t notify;                    /* 1: notify the plan's peers after the data (default 1) */
-  uint8_t confirm_lease;             /* since 2.7, READ: 1 (default): a P rank's bytes count once
-                                        it confirmed its lease of request_id (pdkv_agent_post);
-                                        0: done when the data lands, one control round trip
-                                        sooner, for a caller keeping P's blocks by other means */
+  uint8_t confirm_lease;             /* since 2.7: 1 (default): the other side confirms its
+                                        lease of request_id first (pdkv_agent_post); 0: a READ is
+                                        done when its data lands, a WRITE starts at once, one
+                                        control round trip sooner, for a caller keeping the other
+                                        side's blocks by other means */
 } pdkv_transfer_params_t;
 
 /* Posts a transfer and returns at once. READ (on D rank plan.d_tp_rank): pulls every read of the
@@ -446,21 +447,24 @@ typedef struct pdkv_transfer_params {
  * the peer's advertised, registered regions: a violation is OUT_OF_BOUNDS naming the read, side,
  * region and range, and nothing is posted. At most max_outstanding operations are in flight per
  * peer, shared in turns with the other transfers on that peer (pdkv_agent_options_t).
- * Since 2.7 a READ keeps P's leases of request_id open while it reads: it asks every P rank it
- * reads from or will notify to keep them (as pdkv_agent_keep_leases does) when posted and then
- * with each heartbeat, until it has that rank's data or stops (fails, is cancelled, times out),
- * so P does not free blocks a slow READ still copies; a P rank before control protocol 3.4 is
- * not asked. A lease shorter than the heartbeat interval can still expire between two asks.
- * Also since 2.7 (P ranks at control protocol 3.5 or later), a READ's bytes from a P rank count
- * only once that rank answered, when the READ was posted, that its lease of request_id was open
- * (or that it never leased it): a READ of blocks whose lease had ended, which P gave back and may
- * have filled with another request's bytes, fails with TIMED_OUT (the lease expired) or
- * INCOMPATIBLE (it completed: every reader P expected notified), naming the P rank and request,
- * and lists every read from that rank as failed. The answer travels on the control channel beside
- * the data, so it costs a READ at most one control round trip, and a READ from a P whose control
- * thread does not answer (a stopped process) does not complete before its deadline.
- * params->confirm_lease 0 (PDKV_TRANSFER_FIELD_CONFIRM_LEASE) skips the wait: the READ is done
- * when its data lands, as before 2.7 (docs/benchmarks.md measures what the wait costs).
+ * Since 2.7 a transfer keeps the other side's leases of request_id open while it moves bytes (a
+ * READ P's, a WRITE D's): it asks every rank it moves bytes with or will notify to keep them (as
+ * pdkv_agent_keep_leases does) when posted and then with each heartbeat, until its bytes with that
+ * rank are done or it stops (fails, is cancelled, times out), so the other side does not free
+ * blocks a slow transfer still copies; a rank before control protocol 3.4 is not asked. A lease
+ * shorter than the heartbeat interval can still expire between two asks.
+ * Also since 2.7 (peer ranks at control protocol 3.5 or later), each rank is asked when the
+ * transfer is posted whether its lease of request_id is open (or was never leased): blocks whose
+ * lease had ended were given back and may hold another request's bytes. A READ counts a P rank's
+ * bytes only once it answered (it reads meanwhile: the answer costs at most one control round
+ * trip); a WRITE sends nothing to a D rank before its answer (one control round trip before the
+ * data). An ended lease fails the transfer with TIMED_OUT (it expired) or INCOMPATIBLE (it
+ * completed: every rank it expected notified), naming the rank and request, and lists every read
+ * with that rank as failed (a WRITE wrote none of them). A peer whose control thread does not
+ * answer (a stopped process) holds the transfer until its deadline.
+ * params->confirm_lease 0 (PDKV_TRANSFER_FIELD_CONFIRM_LEASE) skips the question: a READ is done
+ * when its data lands and a WRITE starts at once, as before 2.7 (docs/benchmarks.md measures
+ * what the wait costs).
  * Errors: NULL_POINTER, STRUCT_SIZE, INVALID_ARGUMENT (unknown bits, op, empty or long request
  * id, a plan for another rank or TP size: names both), NOT_FOUND (a peer rank the plan needs is
  * not connected: names engine and rank), OUT_OF_BOUNDS, SHUTDOWN. *out owned by the caller
@@ -545,10 +549,10 @@ PDKV_API void pdkv_transfer_free(pdkv_transfer_t *transfer);
  * is not counted; neither are ranks of another engine towards this one's count, so a request id
  * re-routed to a second D engine never completes on a mix of both engines' ranks), a
  * REQUEST_COMPLETE notification follows; if ttl_ms passes first,
- * LEASE_EXPIRED does (free the blocks either way). A D READ of the request in flight keeps the
- * lease open by itself, and one posted after the lease ended fails instead of taking the freed
- * blocks as the request's (pdkv_agent_post, since 2.7; the last 65536 ended leases are
- * remembered for that, an older one reads as never leased). On a P rank, `expected` is the number of D
+ * LEASE_EXPIRED does (free the blocks either way). A transfer of the request in flight from the
+ * other side (a D READ, a P WRITE) keeps the lease open by itself, and one posted after the lease
+ * ended fails instead of moving the freed blocks' bytes (pdkv_agent_post, since 2.7; the last
+ * 65536 ended leases are remembered for that, an older one reads as never leased). On a P rank, `expected` is the number of D
  * ranks that read from or notify it per request: the plan's notifications_per_p_rank
  * (pdkv_transfer_plan_info_t), which P can also derive before any plan exists from its own TP
  * mapping (pdkv_tp_mapping_info_t.notifications_expected). A D rank that received WRITEs

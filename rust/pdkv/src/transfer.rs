@@ -74,10 +74,10 @@ pub struct TransferParams<'a> {
     pub timeout: Option<Duration>,
     /// Notify the plan's peers after the data; None: the library's default (yes).
     pub notify: Option<bool>,
-    /// A read (since 2.7): count a P rank's bytes only once it confirmed its lease of
-    /// `request_id` was open (a read of an ended lease fails with [`Status::TimedOut`] or
-    /// [`Status::Incompatible`]); `Some(false)`: done when the data lands, one control round trip
-    /// sooner. None: the library's default (yes).
+    /// Since 2.7: each peer rank first confirms its lease of `request_id` is open (a read counts
+    /// its bytes, a write sends them, only then; a transfer of an ended lease fails with
+    /// [`Status::TimedOut`] or [`Status::Incompatible`]); `Some(false)`: as before 2.7, one
+    /// control round trip sooner. None: the library's default (yes).
     pub confirm_lease: Option<bool>,
 }
 
