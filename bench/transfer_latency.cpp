@@ -11,7 +11,7 @@
 // request first, as an engine would. Reported: median, 10th and 90th percentile per peer, and the
 // ratio of medians.
 //
-// Usage: read_latency [--sizes 4096,262144,4194304] [--reps 2000] [--modes shm,tcp] [--ops read,write]
+// Usage: transfer_latency [--sizes 4096,262144,4194304] [--reps 2000] [--modes shm,tcp] [--ops read,write]
 // Output: one JSON object per (op, mode, size) on stdout. Exit 0, or 2 when a transfer failed or
 // moved wrong bytes (named on stderr).
 #include <algorithm>
