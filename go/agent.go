@@ -75,6 +75,13 @@ const (
 	TransportTCP Transport = C.PDKV_TRANSPORT_TCP
 )
 
+// The control protocol this build speaks to its peers (pdkv.h PDKV_CONTROL_PROTOCOL_*): pdkv
+// 2.7 speaks 3.5. AgentOptions.MinPeerProtocolMinor may be at most ControlProtocolMinor.
+const (
+	ControlProtocolMajor uint16 = C.PDKV_CONTROL_PROTOCOL_MAJOR
+	ControlProtocolMinor uint16 = C.PDKV_CONTROL_PROTOCOL_MINOR
+)
+
 // ProgressMode says who drives UCX progress (pdkv_progress_mode_t).
 type ProgressMode int32
 
@@ -116,6 +123,7 @@ const (
 	fieldMaxOutstanding = uint64(C.PDKV_AGENT_FIELD_MAX_OUTSTANDING)
 	fieldCopyThreads    = uint64(C.PDKV_AGENT_FIELD_COPY_THREADS)
 	fieldSealData       = uint64(C.PDKV_AGENT_FIELD_SEAL_DATA)
+	fieldMinPeerMinor   = uint64(C.PDKV_AGENT_FIELD_MIN_PEER_PROTOCOL_MINOR)
 	fieldMemoryType     = uint64(C.PDKV_MEMORY_FIELD_MEMORY_TYPE)
 	fieldMemoryDevice   = uint64(C.PDKV_MEMORY_FIELD_DEVICE)
 	fieldConnectTimeout = uint64(C.PDKV_CONNECT_FIELD_TIMEOUT)
@@ -221,6 +229,10 @@ type AgentOptions struct {
 	// pdkv.Ptr(false) sends them in clear (trusted fabrics only). Both agents of a pair must
 	// agree (a mismatch is ErrAuth at connect); pdkv.Ptr(true) without a key is refused.
 	SealData *bool
+	// MinPeerProtocolMinor (since 2.7) refuses peers running an older control protocol minor
+	// at connect (ErrIncompatible naming both versions); 0: any. 5 guarantees every transfer
+	// asks the other side about its lease; above this build's minor is refused.
+	MinPeerProtocolMinor uint16
 }
 
 // Format prints the options as fmt prints a struct (%v, %+v, %#v, %s), except that the
@@ -238,13 +250,14 @@ func (o AgentOptions) Format(f fmt.State, verb rune) {
 		MaxOutstanding                      uint32
 		CopyThreads                         uint32
 		SealData                            *bool
+		MinPeerProtocolMinor                uint16
 	}
 	key := "<nil>"
 	if o.PresharedKey != nil {
 		key = fmt.Sprintf("<%d bytes, not shown>", len(o.PresharedKey))
 	}
 	shown := AgentOptions{o.Metadata, o.ListenAddress, o.Transport, o.ProgressMode, o.DefaultTimeout, key,
-		o.HeartbeatInterval, o.HeartbeatTimeout, o.MaxOutstanding, o.CopyThreads, o.SealData}
+		o.HeartbeatInterval, o.HeartbeatTimeout, o.MaxOutstanding, o.CopyThreads, o.SealData, o.MinPeerProtocolMinor}
 	format := "%"
 	for _, flag := range "+#" {
 		if f.Flag(int(flag)) {
@@ -421,6 +434,10 @@ func NewAgent(opts AgentOptions) (*Agent, error) {
 			co.seal_data = 1
 		}
 		mask |= fieldSealData
+	}
+	if opts.MinPeerProtocolMinor != 0 {
+		co.min_peer_protocol_minor = C.uint16_t(opts.MinPeerProtocolMinor)
+		mask |= fieldMinPeerMinor
 	}
 	co.field_mask = C.uint64_t(mask)
 	var out *C.pdkv_agent_t

@@ -724,6 +724,24 @@ func TestSealDataIsPassedThrough(t *testing.T) {
 	ok(t, peer.Close())
 }
 
+// MinPeerProtocolMinor (2.7) reaches the agent: a peer of this build passes a strict agent; a
+// minor newer than this build's is refused at creation naming the field.
+func TestMinPeerProtocolMinorIsPassedThrough(t *testing.T) {
+	p := newNode(t, true, xfer.Options{MinPeerProtocolMinor: pdkv.ControlProtocolMinor})
+	d := newNode(t, false, xfer.Options{MinPeerProtocolMinor: pdkv.ControlProtocolMinor})
+	peer, err := d.Agent.Connect(timeout(t, long), address(t, p))
+	ok(t, err)
+	ok(t, peer.Close())
+	m, err := xfer.Model()
+	ok(t, err)
+	defer m.Close()
+	_, err = xfer.NewNode(m, true, xfer.Options{MinPeerProtocolMinor: pdkv.ControlProtocolMinor + 1})
+	isErr(t, err, pdkv.ErrInvalidArgument)
+	if !strings.Contains(err.Error(), fmt.Sprintf("min_peer_protocol_minor %d is newer", pdkv.ControlProtocolMinor+1)) {
+		t.Fatalf("%v does not name the field", err)
+	}
+}
+
 func TestAgentRefusals(t *testing.T) {
 	m, err := xfer.Model()
 	ok(t, err)

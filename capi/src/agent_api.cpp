@@ -117,7 +117,7 @@ PDKV_API pdkv_status_t pdkv_agent_new(const pdkv_agent_options_t* options, pdkv_
                                              PDKV_AGENT_FIELD_PROGRESS_MODE | PDKV_AGENT_FIELD_DEFAULT_TIMEOUT |
                                              PDKV_AGENT_FIELD_PRESHARED_KEY | PDKV_AGENT_FIELD_HEARTBEAT |
                                              PDKV_AGENT_FIELD_MAX_OUTSTANDING | PDKV_AGENT_FIELD_COPY_THREADS |
-                                             PDKV_AGENT_FIELD_SEAL_DATA);
+                                             PDKV_AGENT_FIELD_SEAL_DATA | PDKV_AGENT_FIELD_MIN_PEER_PROTOCOL_MINOR);
     require_non_null(o.metadata, "options->metadata");
     exec::AgentOptions a;
     a.metadata = o.metadata->md;
@@ -174,6 +174,18 @@ PDKV_API pdkv_status_t pdkv_agent_new(const pdkv_agent_options_t* options, pdkv_
                                             "derived from it); set the key, or leave seal_data unset");
       }
       a.seal_data = o.seal_data == 1;
+    }
+    if (o.field_mask & PDKV_AGENT_FIELD_MIN_PEER_PROTOCOL_MINOR) {
+      static_assert(PDKV_CONTROL_PROTOCOL_MAJOR == exec::kControlProtoMajor &&
+                    PDKV_CONTROL_PROTOCOL_MINOR == exec::kControlProtoMinor);
+      PDKV_REQUIRE_APPENDED_FIELD(o, pdkv_agent_options_t, min_peer_protocol_minor);
+      if (o.min_peer_protocol_minor > exec::kControlProtoMinor) {
+        core::fail(Status::InvalidArgument,
+                   "min_peer_protocol_minor " + std::to_string(o.min_peer_protocol_minor) +
+                       " is newer than this build's control protocol " + std::to_string(exec::kControlProtoMajor) +
+                       "." + std::to_string(exec::kControlProtoMinor) + ": no peer it can speak with would pass");
+      }
+      a.min_peer_minor = o.min_peer_protocol_minor;
     }
     auto h = std::make_unique<pdkv_agent>();
     h->agent = std::make_unique<exec::Agent>(std::move(a));

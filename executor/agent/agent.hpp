@@ -69,6 +69,9 @@ struct AgentOptions {
   // benchmarks play an agent of an older pdkv with it, whose peers then offer it only what that
   // minor takes. The C API always says this build's.
   uint16_t control_minor = kControlProtoMinor;
+  // The oldest control protocol minor a peer may say: an older one is refused at connect
+  // (Incompatible, both sides told). 0: any.
+  uint16_t min_peer_minor = 0;
 };
 
 enum class NotificationKind : uint8_t {

@@ -155,6 +155,14 @@ AgentCore::CheckedPeer AgentCore::check_peer(const Hello& hello, const PeerInfo&
     core::fail(Status::Protocol, std::string("peer metadata does not decode: ") + e.what());
   }
   const auto& md = out.metadata;
+  if (hello.proto_minor < opt_.min_peer_minor) {
+    core::fail(Status::Incompatible,
+               "peer '" + hello.engine_id + "' rank " + std::to_string(hello.tp_rank) + " runs control protocol " +
+                   std::to_string(hello.proto_major) + "." + std::to_string(hello.proto_minor) + ", older than the " +
+                   std::to_string(kControlProtoMajor) + "." + std::to_string(opt_.min_peer_minor) +
+                   " this agent ('" + opt_.metadata.engine_id + "' rank " + std::to_string(opt_.metadata.tp_rank) +
+                   ") requires (min_peer_protocol_minor): run a newer pdkv there, or lower the setting");
+  }
   if (md.engine_id != hello.engine_id || md.tp_rank != hello.tp_rank) {
     core::fail(Status::Protocol, "peer's Hello names engine '" + hello.engine_id + "' rank " +
                                      std::to_string(hello.tp_rank) + " but its metadata names '" +

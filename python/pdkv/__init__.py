@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from . import _ffi
 from ._ffi import HEADER_VERSION_MAJOR, HEADER_VERSION_MINOR, LibraryLoadError, library_path
+from ._raw import PDKV_CONTROL_PROTOCOL_MAJOR as CONTROL_PROTOCOL_MAJOR
+from ._raw import PDKV_CONTROL_PROTOCOL_MINOR as CONTROL_PROTOCOL_MINOR
 from .descriptors import (
     Descriptor,
     DescriptorList,
@@ -233,6 +235,8 @@ __all__ = [
     "GroupKind",
     "GroupTrim",
     "GroupTrimInput",
+    "CONTROL_PROTOCOL_MAJOR",
+    "CONTROL_PROTOCOL_MINOR",
     "HEADER_VERSION_MAJOR",
     "HEADER_VERSION_MINOR",
     "HandshakeReport",

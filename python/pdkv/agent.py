@@ -210,6 +210,7 @@ class Agent(Handle):
         max_outstanding: Optional[int] = None,
         copy_threads: Optional[int] = None,
         seal_data: Optional[bool] = None,
+        min_peer_protocol_minor: Optional[int] = None,
     ) -> None:
         """Creates the agent of the rank ``metadata`` describes (copied); its control listener
         is bound before this returns. Options left None take the library's defaults
@@ -221,7 +222,10 @@ class Agent(Handle):
         moves). ``copy_threads`` (1-16) is how many threads copy each shm
         batch (``pdkv_agent_options_t.copy_threads``). With a key the TCP data connection is
         sealed; ``seal_data=False`` sends it in clear (trusted fabrics only), and both agents of
-        a pair must agree (``pdkv_agent_options_t.seal_data``)."""
+        a pair must agree (``pdkv_agent_options_t.seal_data``). ``min_peer_protocol_minor``
+        (2.7) refuses peers running an older control protocol minor at connect
+        (:class:`pdkv.IncompatibleError`); 5 guarantees every transfer asks the other side about
+        its lease."""
         bits = _ffi.FIELD_BITS
         o = _ffi.AgentOptionsC()
         o.struct_size = ctypes.sizeof(o)
@@ -266,6 +270,15 @@ class Agent(Handle):
                 raise TypeError(f"seal_data must be a bool, got {type(seal_data).__name__}")
             o.seal_data = 1 if seal_data else 0
             mask |= bits["PDKV_AGENT_FIELD_SEAL_DATA"]
+        if min_peer_protocol_minor is not None:
+            if isinstance(min_peer_protocol_minor, bool) or not isinstance(min_peer_protocol_minor, int):
+                raise TypeError(f"min_peer_protocol_minor must be an int, got {type(min_peer_protocol_minor).__name__}")
+            if not 0 <= min_peer_protocol_minor <= 0xFFFF:
+                raise InvalidArgumentError(
+                    Status.INVALID_ARGUMENT, f"min_peer_protocol_minor must be 0..65535, got {min_peer_protocol_minor}"
+                )
+            o.min_peer_protocol_minor = min_peer_protocol_minor
+            mask |= bits["PDKV_AGENT_FIELD_MIN_PEER_PROTOCOL_MINOR"]
         o.field_mask = mask
         out = POINTER(_ffi.AgentT)()
         wake = _Wake()

@@ -512,6 +512,22 @@ def test_shared_memory_is_read_through_the_peers_mapping(model: pdkv.Model) -> N
         pdkv.SharedMemory(0)
 
 
+def test_min_peer_protocol_minor_is_passed_through(model: pdkv.Model) -> None:
+    """2.7: an agent may require its peers' control protocol minor: a peer of this build passes;
+    a minor newer than this build's is refused at creation naming the field; a non-int is a
+    TypeError."""
+    current = pdkv.CONTROL_PROTOCOL_MINOR
+    assert (pdkv.CONTROL_PROTOCOL_MAJOR, current) == (3, 5)
+    with xfer.node(model, True, min_peer_protocol_minor=current) as p:
+        with xfer.node(model, False, min_peer_protocol_minor=current) as d:
+            with d.agent.connect(p.agent.address, timeout=LONG) as peer:
+                assert peer.info().connected
+    with pytest.raises(pdkv.InvalidArgumentError, match=f"min_peer_protocol_minor {current + 1} is newer"):
+        xfer.node(model, True, min_peer_protocol_minor=current + 1)
+    with pytest.raises(TypeError, match="min_peer_protocol_minor"):
+        xfer.node(model, True, min_peer_protocol_minor=True)
+
+
 def test_seal_data_is_passed_through(model: pdkv.Model) -> None:
     key = b"0123456789abcdef-secret"
     # Sealed by default with a key; seal_data=False on one side only: refused, naming both.

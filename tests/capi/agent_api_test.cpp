@@ -334,6 +334,22 @@ TEST_CASE("pdkv_agent_new refuses each bad argument naming it", "[agent]") {
       CHECK(new_agent(o) != nullptr);
     }
   }
+  SECTION("min_peer_protocol_minor") {
+    o.field_mask = PDKV_AGENT_FIELD_MIN_PEER_PROTOCOL_MINOR;
+    o.struct_size = 80;  // a 2.0 caller's struct ends before the field: its bit cannot be honoured
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_STRUCT_SIZE);
+    CHECK_THAT(r.message, Contains("min_peer_protocol_minor"));
+    o.struct_size = sizeof o;
+    o.min_peer_protocol_minor = PDKV_CONTROL_PROTOCOL_MINOR + 1;
+    r = new_agent_fails(o);
+    CHECK(r.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(r.message, Contains("min_peer_protocol_minor 6 is newer than this build's control protocol 3.5"));
+    for (uint16_t v : {uint16_t{0}, uint16_t{PDKV_CONTROL_PROTOCOL_MINOR}}) {
+      o.min_peer_protocol_minor = v;
+      CHECK(new_agent(o) != nullptr);
+    }
+  }
   SECTION("listen address") {
     o.field_mask = PDKV_AGENT_FIELD_LISTEN_ADDRESS;
     r = new_agent_fails(o);

@@ -115,6 +115,14 @@ typedef enum pdkv_notification_kind {
 #define PDKV_AGENT_FIELD_COPY_THREADS (1ULL << 7)
 /* Since 2.3. */
 #define PDKV_AGENT_FIELD_SEAL_DATA (1ULL << 8)
+/* Since 2.7. */
+#define PDKV_AGENT_FIELD_MIN_PEER_PROTOCOL_MINOR (1ULL << 9)
+
+/* The control protocol this build speaks to its peers: major 3, this minor (since 2.7; pdkv 2.7
+ * speaks 3.5). Peers of the same major admit each other; what a newer minor adds is used only
+ * with peers that say it in their Hello. */
+#define PDKV_CONTROL_PROTOCOL_MAJOR 3
+#define PDKV_CONTROL_PROTOCOL_MINOR 5
 
 /* Options of pdkv_agent_new. Zero it, set struct_size, set the fields you want with their bits. */
 typedef struct pdkv_agent_options {
@@ -176,13 +184,23 @@ typedef struct pdkv_agent_options {
                                              must agree: a peer with the other setting is refused
                                              at connect (AUTH naming both engines and settings).
                                              SHM peers never use the data connection */
+  uint16_t min_peer_protocol_minor;       /* since 2.7: the oldest control protocol minor (of
+                                             major 3) a peer may run: an older one is refused
+                                             at connect, both sides told (INCOMPATIBLE naming
+                                             both versions). Default 0 (any). 5 (pdkv 2.7)
+                                             guarantees that every transfer asks the other side
+                                             about its lease (pdkv_agent_post) and that no
+                                             Hello rewritten down on the path passes; at most
+                                             this build's minor (PDKV_CONTROL_PROTOCOL_MINOR),
+                                             INVALID_ARGUMENT above it */
 } pdkv_agent_options_t;
 
 /* Creates an agent: a UCX context for memory registration, the control listener (bound
  * before return), and the progress thread in THREAD mode. Errors: NULL_POINTER (options,
  * metadata, out), STRUCT_SIZE, INVALID_ARGUMENT (unknown field_mask bits, enum values, bad
  * address, key shorter than 16 bytes, timeouts 0 or heartbeat timeout <= interval, seal_data
- * other than 0 or 1 or 1 without a key, naming the field and value), IO (the address cannot be bound: names it and errno), TRANSPORT (UCX failed:
+ * other than 0 or 1 or 1 without a key, min_peer_protocol_minor above this build's, naming the
+ * field and value), IO (the address cannot be bound: names it and errno), TRANSPORT (UCX failed:
  * pdkv_error_cause gives the ucs_status_t). *out owned by the caller (pdkv_agent_free).
  * Thread-safe. */
 PDKV_API pdkv_status_t pdkv_agent_new(const pdkv_agent_options_t *options, pdkv_agent_t **out,

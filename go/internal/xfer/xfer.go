@@ -86,6 +86,8 @@ type Options struct {
 	// Shared puts each region in a NewSharedHostBuffer (same-host peers map it).
 	Shared   bool
 	SealData *bool // pdkv.AgentOptions.SealData
+	// MinPeerProtocolMinor is pdkv.AgentOptions.MinPeerProtocolMinor.
+	MinPeerProtocolMinor uint16
 }
 
 // NewNode allocates a rank's regions (P: the pattern, D: 0xFF), builds its metadata at their
@@ -136,7 +138,8 @@ func NewNode(model *pdkv.Model, prefill bool, o Options) (*Node, error) {
 	n.Agent, err = pdkv.NewAgent(pdkv.AgentOptions{
 		Metadata: n.Metadata, ListenAddress: "127.0.0.1:0", Transport: o.Transport,
 		ProgressMode: o.ProgressMode, DefaultTimeout: 10 * time.Second, PresharedKey: o.Key, SealData: o.SealData,
-		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: 1500 * time.Millisecond,
+		MinPeerProtocolMinor: o.MinPeerProtocolMinor,
+		HeartbeatInterval:    100 * time.Millisecond, HeartbeatTimeout: 1500 * time.Millisecond,
 	})
 	if err != nil {
 		n.Close()

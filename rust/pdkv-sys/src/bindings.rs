@@ -34,6 +34,9 @@ pub const PDKV_AGENT_FIELD_HEARTBEAT: u32 = 32;
 pub const PDKV_AGENT_FIELD_MAX_OUTSTANDING: u32 = 64;
 pub const PDKV_AGENT_FIELD_COPY_THREADS: u32 = 128;
 pub const PDKV_AGENT_FIELD_SEAL_DATA: u32 = 256;
+pub const PDKV_AGENT_FIELD_MIN_PEER_PROTOCOL_MINOR: u32 = 512;
+pub const PDKV_CONTROL_PROTOCOL_MAJOR: u32 = 3;
+pub const PDKV_CONTROL_PROTOCOL_MINOR: u32 = 5;
 pub const PDKV_MEMORY_FIELD_MEMORY_TYPE: u32 = 1;
 pub const PDKV_MEMORY_FIELD_DEVICE: u32 = 2;
 pub const PDKV_CONNECT_FIELD_TIMEOUT: u32 = 1;
@@ -1748,6 +1751,7 @@ pub struct pdkv_agent_options {
     pub max_outstanding: u32,
     pub copy_threads: u32,
     pub seal_data: u8,
+    pub min_peer_protocol_minor: u16,
 }
 pub type pdkv_agent_options_t = pdkv_agent_options;
 extern "C" {

@@ -33,7 +33,15 @@ pub(crate) const FIELD_PRESHARED_KEY: u64 = sys::PDKV_AGENT_FIELD_PRESHARED_KEY 
 pub(crate) const FIELD_HEARTBEAT: u64 = sys::PDKV_AGENT_FIELD_HEARTBEAT as u64;
 pub(crate) const FIELD_MAX_OUTSTANDING: u64 = sys::PDKV_AGENT_FIELD_MAX_OUTSTANDING as u64;
 pub(crate) const FIELD_COPY_THREADS: u64 = sys::PDKV_AGENT_FIELD_COPY_THREADS as u64;
+/// The control protocol this build speaks to its peers (`PDKV_CONTROL_PROTOCOL_MAJOR`): pdkv 2.7
+/// speaks 3.5.
+pub const CONTROL_PROTOCOL_MAJOR: u16 = sys::PDKV_CONTROL_PROTOCOL_MAJOR as u16;
+/// Its minor (`PDKV_CONTROL_PROTOCOL_MINOR`): [`AgentOptions::min_peer_protocol_minor`] may be at
+/// most this.
+pub const CONTROL_PROTOCOL_MINOR: u16 = sys::PDKV_CONTROL_PROTOCOL_MINOR as u16;
 pub(crate) const FIELD_SEAL_DATA: u64 = sys::PDKV_AGENT_FIELD_SEAL_DATA as u64;
+pub(crate) const FIELD_MIN_PEER_PROTOCOL_MINOR: u64 =
+    sys::PDKV_AGENT_FIELD_MIN_PEER_PROTOCOL_MINOR as u64;
 pub(crate) const FIELD_MEMORY_TYPE: u64 = sys::PDKV_MEMORY_FIELD_MEMORY_TYPE as u64;
 pub(crate) const FIELD_MEMORY_DEVICE: u64 = sys::PDKV_MEMORY_FIELD_DEVICE as u64;
 pub(crate) const FIELD_CONNECT_TIMEOUT: u64 = sys::PDKV_CONNECT_FIELD_TIMEOUT as u64;
@@ -147,6 +155,7 @@ pub struct AgentOptions<'a> {
     max_outstanding: Option<u32>,
     copy_threads: Option<u32>,
     seal_data: Option<bool>,
+    min_peer_protocol_minor: Option<u16>,
 }
 
 impl fmt::Debug for AgentOptions<'_> {
@@ -168,6 +177,7 @@ impl fmt::Debug for AgentOptions<'_> {
             .field("max_outstanding", &self.max_outstanding)
             .field("copy_threads", &self.copy_threads)
             .field("seal_data", &self.seal_data)
+            .field("min_peer_protocol_minor", &self.min_peer_protocol_minor)
             .finish()
     }
 }
@@ -218,6 +228,7 @@ impl<'a> AgentOptions<'a> {
             max_outstanding: None,
             copy_threads: None,
             seal_data: None,
+            min_peer_protocol_minor: None,
         }
     }
 
@@ -288,6 +299,16 @@ impl<'a> AgentOptions<'a> {
     #[must_use]
     pub fn seal_data(mut self, seal: bool) -> Self {
         self.seal_data = Some(seal);
+        self
+    }
+
+    /// Since 2.7: refuse peers running an older control protocol minor at connect
+    /// ([`Status::Incompatible`] naming both versions;
+    /// `pdkv_agent_options_t.min_peer_protocol_minor`). 5 guarantees every transfer asks the
+    /// other side about its lease; above this build's minor is refused. Default: any.
+    #[must_use]
+    pub fn min_peer_protocol_minor(mut self, minor: u16) -> Self {
+        self.min_peer_protocol_minor = Some(minor);
         self
     }
 }
@@ -447,6 +468,10 @@ impl Agent {
         if let Some(seal) = options.seal_data {
             raw.field_mask |= FIELD_SEAL_DATA;
             raw.seal_data = u8::from(seal);
+        }
+        if let Some(minor) = options.min_peer_protocol_minor {
+            raw.field_mask |= FIELD_MIN_PEER_PROTOCOL_MINOR;
+            raw.min_peer_protocol_minor = minor;
         }
         let mut out = ptr::null_mut();
         // SAFETY: raw and the strings/key it points to live for the call; all copied.

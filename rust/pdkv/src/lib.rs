@@ -68,7 +68,7 @@ mod trim;
 
 pub use agent::{
     Agent, AgentInfo, AgentOptions, Notification, NotificationKind, Peer, PeerInfo, ProgressMode,
-    Transport,
+    Transport, CONTROL_PROTOCOL_MAJOR, CONTROL_PROTOCOL_MINOR,
 };
 pub use blocks::{
     clip_exchange_blocks, descriptor_ids, logical_to_kernel_block_ids, mamba_descriptor_ids,

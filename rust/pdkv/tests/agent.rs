@@ -602,6 +602,28 @@ fn seal_data_is_passed_through() {
     assert!(e.message().contains("seal_data 1"), "{e}");
 }
 
+/// `min_peer_protocol_minor` (2.7) reaches the agent: a peer of this build passes a strict
+/// agent; a minor newer than this build's is refused at creation naming the field.
+#[test]
+fn min_peer_protocol_minor_is_passed_through() {
+    let model = xfer::model().unwrap();
+    let current = CONTROL_PROTOCOL_MINOR;
+    let rp = xfer::rank(&model, true).unwrap();
+    let rd = xfer::rank(&model, false).unwrap();
+    let p = Agent::new(&AgentOptions::new(&rp.metadata).min_peer_protocol_minor(current)).unwrap();
+    let d = Agent::new(&AgentOptions::new(&rd.metadata).min_peer_protocol_minor(current)).unwrap();
+    d.connect(&p.info().unwrap().listen_address, Some(LONG))
+        .unwrap();
+    let e = Agent::new(&AgentOptions::new(&rp.metadata).min_peer_protocol_minor(current + 1))
+        .unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    assert!(
+        e.message()
+            .contains(&format!("min_peer_protocol_minor {} is newer", current + 1)),
+        "{e}"
+    );
+}
+
 #[test]
 fn refusals_name_the_value() {
     let model = xfer::model().unwrap();
