@@ -357,6 +357,11 @@ TEST_P(AgentLoopback, MaxOutstandingBoundsTheOperationsInFlightPerPeer) {
           pp.request_id = "win-w" + std::to_string(i);
           ts.push_back(p0->agent->post(pp));
         }
+        // A WRITE holds its data until D answers its lease question (pdkv 2.7): let every answer
+        // arrive (P's control thread takes them; in caller mode nothing is sent before the waits
+        // below drive progress), so that the transfers fill the window together, as they did
+        // when they started on posting (one answered early could otherwise finish first).
+        if (mode == ProgressMode::Caller) std::this_thread::sleep_for(200ms);
         for (auto& t : ts) {
           ASSERT_TRUE(t.wait(5000ms));
           ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
