@@ -905,7 +905,7 @@ void AgentCore::handle_lease_query_locked(const std::shared_ptr<PeerConn>& peer,
 
 void AgentCore::handle_lease_answer_locked(const std::shared_ptr<PeerConn>& peer, const LeaseAnswer& m) {
   const auto it = lease_queries_.find(m.query);
-  if (it == lease_queries_.end()) return;  // the READ is final already (failed, timed out, cancelled)
+  if (it == lease_queries_.end()) return;  // the transfer is final already (failed, timed out, cancelled)
   const std::shared_ptr<TransferJob> job = it->second.lock();
   TransferJob::Lane* lane = nullptr;
   if (job) {
@@ -1007,14 +1007,7 @@ void AgentCore::keep_leases(const std::string& peer_engine_id, const std::vector
   if (ranks.empty()) core::fail(Status::NotFound, "no connected rank of engine '" + peer_engine_id + "'");
   if (request_ids.empty()) return;
   for (auto& p : ranks) {
-    for (size_t at = 0; at < request_ids.size(); at += kMaxKeepLeaseIds) {
-      KeepLeases m;
-      const size_t end = std::min(request_ids.size(), at + kMaxKeepLeaseIds);
-      m.request_ids.assign(request_ids.begin() + static_cast<std::ptrdiff_t>(at),
-                           request_ids.begin() + static_cast<std::ptrdiff_t>(end));
-      p->channel->queue(m);
-    }
-    p->record->lease_keeps_sent += request_ids.size();
+    queue_keeps_locked(*p, request_ids);
     flush_channel_locked(p);
   }
 }
@@ -1075,7 +1068,7 @@ void AgentCore::flush_channel_locked(const std::shared_ptr<PeerConn>& peer) {
 
 void AgentCore::timers_locked(Clock::time_point now) {
   std::vector<std::shared_ptr<PeerConn>> silent;
-  std::optional<std::unordered_map<const PeerConn*, std::vector<std::string>>> reading;  // when a ping is due
+  std::optional<std::unordered_map<const PeerConn*, std::vector<std::string>>> moving;  // when a ping is due
   for (auto& [key, p] : peers_) {
     if (now - p->last_heard > opt_.heartbeat_timeout) {
       silent.push_back(p);
@@ -1087,8 +1080,8 @@ void AgentCore::timers_locked(Clock::time_point now) {
       ping.time_ns = now_ns();
       p->channel->queue(ping);
       p->next_ping = now + opt_.heartbeat_interval;
-      if (!reading) reading = moving_ids_locked();
-      if (const auto it = reading->find(p.get()); it != reading->end()) queue_keeps_locked(*p, it->second);
+      if (!moving) moving = moving_ids_locked();
+      if (const auto it = moving->find(p.get()); it != moving->end()) queue_keeps_locked(*p, it->second);
     }
   }
   for (auto& p : silent) {
