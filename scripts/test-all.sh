@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds pdkv and runs every test suite: C++ core (GoogleTest), C API (Catch2), header checks,
-# the same suites under AddressSanitizer + UndefinedBehaviorSanitizer, bounded fuzzing, the
+# the same suites under AddressSanitizer + UndefinedBehaviorSanitizer, the executor's suites under
+# ThreadSanitizer, bounded fuzzing, the
 # install/consumer check, the Rust, Go and Python bindings (all on the shared conformance
 # vectors), transfers between P and D ranks driven from different languages, and the README's
 # first command (scripts/run-demo.sh). Used by .ci/run. Exits non-zero on the first failing
@@ -28,6 +29,9 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPDKV_SANITIZE=ON -D
 cmake --build build/asan -j "$JOBS"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure -j "$JOBS"
+
+stage "ThreadSanitizer build + the executor's in-process suites (scripts/tsan.sh)"
+bash scripts/tsan.sh build/tsan
 
 if [ -f fuzz/CMakeLists.txt ]; then
   stage "fuzzing (${FUZZ_SECONDS}s per target)"

@@ -361,6 +361,8 @@ void run_pair(Where d_where, Where p_where, TransferOp op, const RankOptions& op
       ASSERT_TRUE(t.wait(10000ms));
       ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
     }
+    // D's memory is read once D has told of both WRITEs (wait_write_done says why).
+    ASSERT_TRUE(pdkv::exec::testing::wait_write_done(*d->agent, "req", ps.size()));
   }
   size_t first = 0;
   const auto want = expected(*d, d_before, ps, p_bytes, plan);

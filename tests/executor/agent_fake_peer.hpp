@@ -42,6 +42,25 @@ inline core::EngineMetadata tiny_metadata(const std::string& engine, uint32_t ra
   return core::metadata_from_geometry(m, cfg, geo, {engine, rank, blocks, regions, base});
 }
 
+// Waits until D's agent `d` has told of `n` WriteDone notifications for `request_id` (other
+// notifications are dropped). A test reads D's memory after a WRITE only then, as an engine does:
+// P's transfer completing says D acknowledged the bytes, but that news crossed a socket, and the
+// test thread reading D's memory is ordered after D's landing of them only through D's agent
+// (its lock, taken by poll_notifications; ThreadSanitizer sees no ordering through sockets).
+inline bool wait_write_done(Agent& d, const std::string& request_id, size_t n,
+                            std::chrono::milliseconds within = 5000ms) {
+  size_t seen = 0;
+  const auto until = std::chrono::steady_clock::now() + within;
+  while (true) {
+    for (const auto& x : d.poll_notifications()) {
+      seen += x.kind == NotificationKind::WriteDone && x.request_id == request_id;
+    }
+    if (seen >= n) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+}
+
 // An agent for engine "pre" rank 0 (TP 1) with no memory registered.
 inline std::unique_ptr<Agent> tiny_agent(TransportMode mode, std::chrono::milliseconds default_timeout = 5000ms,
                                          ProgressMode progress = ProgressMode::Thread) {

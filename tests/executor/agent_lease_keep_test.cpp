@@ -401,13 +401,14 @@ TEST(AgentLeaseKeep, AWriteIntoBlocksWhoseLeaseEndedWritesNothing) {
   d.agent->lease("once", 1, 10000ms);
   s = write("once");
   EXPECT_EQ(s.status, Status::Ok) << s.message;
-  EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
   bool complete = false;
   const auto until = Clock::now() + 3000ms;
   while (!complete && Clock::now() < until) {
     for (const auto& n : d.agent->poll_notifications()) complete |= n.kind == NotificationKind::RequestComplete;
     std::this_thread::sleep_for(5ms);
   }
+  // D's memory once D told of the WRITE (pdkv::exec::testing::wait_write_done says why).
+  EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
   ASSERT_TRUE(complete);
   s = write("once");
   EXPECT_EQ(s.status, Status::Incompatible) << s.message;
@@ -416,6 +417,7 @@ TEST(AgentLeaseKeep, AWriteIntoBlocksWhoseLeaseEndedWritesNothing) {
   // Not leased on D: written as before; so is an ended lease with the confirmation skipped.
   s = write("never-leased");
   EXPECT_EQ(s.status, Status::Ok) << s.message;
+  ASSERT_TRUE(pdkv::exec::testing::wait_write_done(*d.agent, "never-leased", 1));
   EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
   std::fill(d.mem.begin(), d.mem.end(), 0xEE);
   PostParams pp = pdkv::exec::testing::read_of(plan, "late", 5000ms);
@@ -425,6 +427,7 @@ TEST(AgentLeaseKeep, AWriteIntoBlocksWhoseLeaseEndedWritesNothing) {
   auto t = p.agent->post(pp);
   ASSERT_TRUE(t.wait(5000ms));
   EXPECT_EQ(t.status().status, Status::Ok) << t.status().message;
+  ASSERT_TRUE(pdkv::exec::testing::wait_write_done(*d.agent, "late", 1));
   EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
 }
 

@@ -142,13 +142,15 @@ TEST(AgentTcpLock, OtherCallsAreServedWhileALargeTcpTransferMoves) {
   threads.push_back(measure(stop, p_info, [&] { (void)p.agent->info(); }));
   threads.push_back(measure(stop, p_lease, [&] { p.agent->lease("lease", 1, 60000ms); }));
   uint64_t small_id = 0;
+  // Kept, so that the check below waits for them: they read into the first bytes of D's memory.
+  std::vector<TransferHandle> smalls;
   threads.push_back(measure(stop, d_post, [&] {
     PostParams pp;
     pp.plan = &small;
     pp.peer_engine_id = "pre";
     pp.request_id = "small-" + std::to_string(small_id++);
     pp.notify = false;
-    (void)d.agent->post(pp);
+    smalls.push_back(d.agent->post(pp));
   }, 5ms));
   std::this_thread::sleep_for(20ms);
   PostParams pp;
@@ -162,6 +164,7 @@ TEST(AgentTcpLock, OtherCallsAreServedWhileALargeTcpTransferMoves) {
   stop = true;
   for (auto& th : threads) th.join();
   ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
+  for (auto& st : smalls) ASSERT_TRUE(st.wait(10000ms));
   const uint64_t n = d.bytes >> 20;
   size_t bad = 0;
   for (uint64_t k = 0; k < n; ++k) {

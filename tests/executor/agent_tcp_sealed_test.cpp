@@ -190,6 +190,7 @@ TEST(AgentTcpSealed, ReadAndWriteMoveEveryByteThroughSealedRecords) {
     const auto s = t.status();
     ASSERT_EQ(s.status, Status::Ok) << s.message;
     EXPECT_EQ(s.bytes_done, planned);
+    ASSERT_TRUE(wait_write_done(*d.agent, "sealed-write", 1));  // then D's memory (it says why)
     EXPECT_EQ(first_difference(d.mem, expect), SIZE_MAX) << "WRITE: first wrong byte of D";
   }
 }
@@ -395,6 +396,9 @@ TEST(AgentTcpSealed, ATamperedWriteIsNeverAcknowledgedAndLandsNothingOutsideItsR
   EXPECT_EQ(ack.header.type, tcpdp::FrameType::WriteAck);
   EXPECT_EQ(ack.header.batch, 7u);
   EXPECT_EQ(ack.header.status, 0u);
+  // The ack crossed a socket; D's lock (info() takes it) orders this thread after D's landing of
+  // the bytes, which D's progress call did before it took the lock again to send the ack.
+  (void)d.agent->info();
   std::vector<uint8_t> expect = before;
   std::memcpy(expect.data() + (d.at(0, off) - d.mem.data()), payload.data(), len);
   EXPECT_EQ(first_difference(d.mem, expect), SIZE_MAX);
