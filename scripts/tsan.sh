@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ThreadSanitizer over the executor's in-process suites (every test labelled `executor` except the
-# two below): the agent's calls, its progress and control threads, and the socket copies it runs
-# without its lock (2.6) race on nothing. Any report fails the run (halt_on_error). Usage:
+# two below) and the C API's thread tests (capi_thread_tests: many threads on one transfer): the
+# agent's calls, its progress and control threads, the socket copies it runs without its lock
+# (2.6), and the C handles' state race on nothing. Any report fails the run (halt_on_error). Usage:
 #   bash scripts/tsan.sh [BUILD_DIR]    (default build/tsan; about 9 minutes to build on 2 cores,
 #                                        4 to run)
 #
@@ -22,15 +23,16 @@ JOBS=${JOBS:-$(nproc)}
 
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDKV_SANITIZE_THREAD=ON \
   -DPDKV_BUILD_BENCH=OFF >/dev/null
-# Only the executor's test programs (and the library they link), not the core or C API suites.
+# Only the executor's test programs, the C API's thread tests and the library they link, not the
+# core or other C API suites.
 mapfile -t targets < <(ninja -C "$BUILD" -t targets all | sed -n 's/^\(executor_[a-z0-9_]*\): phony$/\1/p' |
                        grep -v '^executor_e2e' | sort -u)
 [ "${#targets[@]}" -gt 20 ] || { echo "tsan.sh: found only ${#targets[@]} executor test targets"; exit 1; }
-cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"
+cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" capi_thread_tests
 
 # UCX's memory hooks patch mmap/brk and malloc, which ThreadSanitizer intercepts too: with them
 # on, the first UCX context crashes. The agent needs no memory events (it registers explicitly).
 export UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
 export TSAN_OPTIONS="halt_on_error=1 abort_on_error=0 exitcode=66 history_size=4 second_deadlock_stack=1"
-ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" -L executor -LE e2e \
+ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" -L 'executor|capi_threads' -LE e2e \
   -E 'ACancelledWriteLandsNothingAfterItIsFinal'
