@@ -460,7 +460,8 @@ typedef struct pdkv_transfer_params {
  * plan from the connected P ranks of peer_engine_id, then notifies each of the plan's notify
  * ranks (READ_DONE there) once its data is complete. WRITE (on P rank r): pushes the plan's reads
  * for P rank r into the D rank and, once every byte is in D's memory (copied, or acknowledged by D
- * over TCP), notifies D (WRITE_DONE). Before any byte moves,
+ * over TCP), notifies D (WRITE_DONE). D's engine reads the written bytes only after it has polled
+ * that WRITE_DONE: P's transfer completing orders nothing in D's process. Before any byte moves,
  * every local range is checked against this agent's registrations and every remote range against
  * the peer's advertised, registered regions: a violation is OUT_OF_BOUNDS naming the read, side,
  * region and range, and nothing is posted. At most max_outstanding operations are in flight per
