@@ -34,5 +34,16 @@ cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" capi_thread_tests
 # on, the first UCX context crashes. The agent needs no memory events (it registers explicitly).
 export UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
 export TSAN_OPTIONS="halt_on_error=1 abort_on_error=0 exitcode=66 history_size=4 second_deadlock_stack=1"
-ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" -L 'executor|capi_threads' -LE e2e \
-  -E 'ACancelledWriteLandsNothingAfterItIsFinal'
+# A race report fails the stage at once. A failure without one is a test's timing under TSan's
+# 5-15x slowdown (CI once saw an event fd still readable 50 ms after a transfer ended): those
+# tests run once more, and must pass then.
+log="$BUILD/tsan-ctest.log"
+if ! ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" -L 'executor|capi_threads' -LE e2e \
+     -E 'ACancelledWriteLandsNothingAfterItIsFinal' 2>&1 | tee "$log"; then
+  if grep -q "WARNING: ThreadSanitizer" "$log"; then
+    echo "tsan.sh: ThreadSanitizer reported a race (above)"
+    exit 1
+  fi
+  echo "tsan.sh: failures without a ThreadSanitizer report: running them once more"
+  ctest --test-dir "$BUILD" --output-on-failure --rerun-failed
+fi
