@@ -92,6 +92,28 @@ std::string first_wrong_read(const Node& d, const Node& p, const pdkv_transfer_p
   return "";
 }
 
+// D's READ of `plan` for `request` (20 s deadline), posted.
+TransferPtr post_read(Node& d, const pdkv_transfer_plan_t* plan, const char* request) {
+  auto params = transfer_params(plan, request);
+  params.field_mask = PDKV_TRANSFER_FIELD_TIMEOUT;
+  params.timeout_ms = 20000;
+  pdkv_transfer_t* raw = nullptr;
+  REQUIRE_OK(pdkv_agent_post(d.agent.get(), &params, &raw, err));
+  return TransferPtr(raw);
+}
+
+// Starts a thread per `waited` entry waiting for `t` to be final and one per `polled` entry polling
+// it and `agent` (poll_round) until it is; they are the first entries of `threads`.
+void start_waiters_and_pollers(std::vector<std::thread>& threads, pdkv_agent_t* agent, pdkv_transfer_t* t,
+                               std::vector<Seen>& waited, std::vector<Seen>& polled) {
+  for (Seen& s : waited) threads.emplace_back([t, &s] { wait_final(t, s); });
+  for (Seen& s : polled) {
+    threads.emplace_back([agent, t, &s] {
+      while (!poll_round(agent, t, s)) std::this_thread::yield();
+    });
+  }
+}
+
 }  // namespace
 
 TEST_CASE("several threads wait on one CALLER-mode transfer while others poll it and its agent", "[threads]") {
@@ -102,33 +124,21 @@ TEST_CASE("several threads wait on one CALLER-mode transfer while others poll it
   auto plan = read_plan(d->md.get(), p->md.get());
   for (int round = 0; round < 3; ++round) {
     const std::string request = "many-" + std::to_string(round);
-    auto params = transfer_params(plan.get(), request.c_str());
-    params.field_mask = PDKV_TRANSFER_FIELD_TIMEOUT;
-    params.timeout_ms = 20000;
-    pdkv_transfer_t* raw = nullptr;
-    REQUIRE_OK(pdkv_agent_post(d->agent.get(), &params, &raw, err));
-    TransferPtr t(raw);
-    constexpr int kWaiters = 4, kPollers = 2;
-    std::vector<Seen> waited(kWaiters), polled(kPollers);
+    TransferPtr t = post_read(*d, plan.get(), request.c_str());
+    std::vector<Seen> waited(4), polled(2);
     Seen progressed;
     std::atomic<bool> stop{false};
     std::vector<std::thread> threads;
-    for (int i = 0; i < kWaiters; ++i) threads.emplace_back([&, i] { wait_final(t.get(), waited[i]); });
-    for (int i = 0; i < kPollers; ++i) {
-      threads.emplace_back([&, i] {
-        while (!poll_round(d->agent.get(), t.get(), polled[i])) std::this_thread::yield();
-      });
-    }
+    start_waiters_and_pollers(threads, d->agent.get(), t.get(), waited, polled);
     // Progress driven from one more thread too, beside the waits that drive it.
     threads.emplace_back([&] {
       while (!stop.load()) {
         pdkv_error_t* e = nullptr;
-        uint32_t events = 0;
-        keep(pdkv_agent_progress(d->agent.get(), &events, &e), e, progressed);
+        keep(pdkv_agent_progress(d->agent.get(), nullptr, &e), e, progressed);
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
     });
-    for (int i = 0; i < kWaiters + kPollers; ++i) threads[static_cast<size_t>(i)].join();
+    for (size_t i = 0; i + 1 < threads.size(); ++i) threads[i].join();
     stop = true;
     threads.back().join();
     INFO(request);
@@ -147,8 +157,7 @@ TEST_CASE("several threads wait on one CALLER-mode transfer while others poll it
     CHECK(progressed.status == PDKV_OK);
     // The waits returned after the final state: every byte is in D's memory.
     CHECK(first_wrong_read(*d, *p, plan.get()).empty());
-    std::memset(d->view[0].first, 0, d->view[0].second);
-    std::memset(d->view[1].first, 0, d->view[1].second);
+    for (const auto& [at, len] : d->view) std::memset(at, 0, len);  // the next round starts from zeros
   }
 }
 
@@ -158,23 +167,12 @@ TEST_CASE("a cancel racing several waits and polls: every thread sees the one fi
   auto d = node("dec", PDKV_TRANSPORT_TCP, PDKV_PROGRESS_THREAD);
   auto peer = connect(d->agent.get(), p->agent.get());
   auto plan = read_plan(d->md.get(), p->md.get());
-  auto params = transfer_params(plan.get(), "cancelled");
-  params.field_mask = PDKV_TRANSFER_FIELD_TIMEOUT;
-  params.timeout_ms = 20000;
-  pdkv_transfer_t* raw = nullptr;
-  REQUIRE_OK(pdkv_agent_post(d->agent.get(), &params, &raw, err));
-  TransferPtr t(raw);
-  constexpr int kWaiters = 4, kPollers = 2;
-  std::vector<Seen> waited(kWaiters), polled(kPollers);
+  TransferPtr t = post_read(*d, plan.get(), "cancelled");
+  std::vector<Seen> waited(4), polled(2);
   Seen cancelled, driven;
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
-  for (int i = 0; i < kWaiters; ++i) threads.emplace_back([&, i] { wait_final(t.get(), waited[i]); });
-  for (int i = 0; i < kPollers; ++i) {
-    threads.emplace_back([&, i] {
-      while (!poll_round(d->agent.get(), t.get(), polled[i])) std::this_thread::yield();
-    });
-  }
+  start_waiters_and_pollers(threads, d->agent.get(), t.get(), waited, polled);
   threads.emplace_back([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     pdkv_error_t* e = nullptr;
