@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "pdkv/core/transfer_plan.hpp"
+#include "factored_floor.hpp"
 #include "plan_setup.hpp"
 
 using namespace pdkv::core;
@@ -72,7 +73,8 @@ int main(int argc, char** argv) {
           const auto views = rq.views();
           TransferPlan plan;
           compile_transfer_plan_into(ctx, views, plan, verdict);
-          const double compile = time_calls([&] { compile_transfer_plan_into(ctx, views, plan, verdict); }, target_s).first;
+          const auto [compile, compile_min] =
+              time_calls([&] { compile_transfer_plan_into(ctx, views, plan, verdict); }, target_s);
 
           std::vector<PlanRead> reads;  // every read of the plan, rank after rank
           for (const RankReads& rr : plan.ranks) reads.insert(reads.end(), rr.reads.begin(), rr.reads.end());
@@ -104,11 +106,53 @@ int main(int argc, char** argv) {
               },
               target_s)
               .first;
+          // The attention group's extents in factored form (bench/factored_floor.hpp), emitted and
+          // checked on this request's logical ids.
+          const Group& att = rq.groups.back();
+          FactoredFloor ff(kDPool, kPPool);
+          std::vector<TokenExtent> extents;
+          const uint64_t db = setup.dg.block_size, pb = setup.pg.block_size;
+          auto factored = [&] {
+            if (!ff.compile(att.local, att.remote, db, pb, att.hit, att.computed, extents) ||
+                !ff.check(att.local, att.remote, db, pb, att.hit, att.computed, extents)) {
+              std::fprintf(stderr, "factored floor refused its own request\n");
+              std::exit(1);
+            }
+            keep(extents.data());
+          };
+          factored();
+          // The floor is only a floor if its check is a real one: each of these must be refused.
+          {
+            std::vector<uint64_t> dup(att.local);
+            if (dup.size() > 1) dup[1] = dup[0];
+            auto refused = [&](const std::vector<TokenExtent>& e, const std::vector<uint64_t>& d_ids) {
+              return !ff.check(d_ids, att.remote, db, pb, att.hit, att.computed, e);
+            };
+            auto changed = [&](auto&& f) {
+              std::vector<TokenExtent> e(extents);
+              f(e);
+              return e;
+            };
+            const bool strict =
+                refused(changed([](auto& e) { e.front().tokens += 1; }), att.local) &&
+                refused(changed([](auto& e) { e.back().tokens -= 1; }), att.local) &&
+                refused(changed([](auto& e) { e.front().p_token += 1; }), att.local) &&
+                refused(changed([](auto& e) { e.front().d_block = kDPool - 1; }), att.local) &&
+                refused(changed([](auto& e) { e.pop_back(); }), att.local) &&
+                (dup.size() < 2 || refused(extents, dup));
+            if (!strict) {
+              std::fprintf(stderr, "factored floor's check accepted a wrong plan\n");
+              return 1;
+            }
+          }
+          const auto [fact, fact_min] = time_calls(factored, target_s);
           std::printf(
               "{\"case\": \"%s/%llu/hit%llu/%s\", \"reads\": %zu, \"read_bytes\": %zu, \"compile_ns\": %.0f, "
-              "\"write_ns\": %.0f, \"write_read_ns\": %.0f, \"sort_d_ranges_ns\": %.0f}\n",
+              "\"write_ns\": %.0f, \"write_read_ns\": %.0f, \"sort_d_ranges_ns\": %.0f, \"factored_extents\": %zu, "
+              "\"factored_attention_ns\": %.0f, \"compile_min_ns\": %.0f, \"factored_attention_min_ns\": %.0f}\n",
               geo.c_str(), static_cast<unsigned long long>(t), static_cast<unsigned long long>(hit_pct),
-              frag ? "frag" : "contig", reads.size(), reads.size() * sizeof(PlanRead), compile, write, write_read, sort);
+              frag ? "frag" : "contig", reads.size(), reads.size() * sizeof(PlanRead), compile, write, write_read, sort,
+              extents.size(), fact, compile_min, fact_min);
           std::fflush(stdout);
         }
       }
