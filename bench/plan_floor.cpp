@@ -15,7 +15,7 @@
 // whole compile cannot meet the 2x aim with a plan that lists its reads.
 //
 // Usage: plan_floor [--tokens 131072,1048576] [--hits 0,50] [--geometry flashinfer,flash_attn]
-//                   [--target-s 0.3]
+//                   [--alloc contig,frag] [--target-s 0.3] [--profile-compile (only pdkv's compile, nothing printed)]
 // Prints one JSON line per request (times in ns, medians).
 #include <algorithm>
 #include <cstdint>
@@ -41,10 +41,16 @@ inline void keep(const void* p) { asm volatile("" : : "r"(p) : "memory"); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tokens = "131072,1048576", hits = "0,50", geometries = "flashinfer,flash_attn";
+  std::string tokens = "131072,1048576", hits = "0,50", geometries = "flashinfer,flash_attn", allocs = "contig,frag";
   double target_s = 0.3;
+  bool profile = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
+    if (a == "--profile-compile") {  // only pdkv's compile, in a loop, for perf record
+      profile = true;
+      --i;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "%s needs a value\n", a.c_str());
       return 1;
@@ -52,6 +58,7 @@ int main(int argc, char** argv) {
     if (a == "--tokens") tokens = argv[i + 1];
     else if (a == "--hits") hits = argv[i + 1];
     else if (a == "--geometry") geometries = argv[i + 1];
+    else if (a == "--alloc") allocs = argv[i + 1];
     else if (a == "--target-s") target_s = std::atof(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
@@ -67,12 +74,17 @@ int main(int argc, char** argv) {
       const PlanContext& ctx = setup.ctx;
       const PlanContextVerdict& verdict = setup.verdict;
       for (const std::string& tok_s : split_list(tokens)) {
-        for (const bool frag : {false, true}) {
+        for (const std::string& alloc : split_list(allocs)) {
+          const bool frag = alloc == "frag";
           const uint64_t t = std::stoull(tok_s);
           const auto rq = setup_request(setup, t, hit_pct, frag, mode).as_logical();
           const auto views = rq.views();
           TransferPlan plan;
           compile_transfer_plan_into(ctx, views, plan, verdict);
+          if (profile) {
+            time_calls([&] { compile_transfer_plan_into(ctx, views, plan, verdict); }, target_s);
+            continue;
+          }
           const auto [compile, compile_min] =
               time_calls([&] { compile_transfer_plan_into(ctx, views, plan, verdict); }, target_s);
 
