@@ -3,7 +3,7 @@
 // (D position, P position, length: where both sides' ids are consecutive), and the reads are
 // those extents under each (region, P rank) template of the context, a product an executor
 // would walk when it posts them. What it costs to produce and check such a plan on a request's
-// ids bounds from below what pdkv's compile could take if its plan had that form; it is not the
+// ids estimates what pdkv's attention part could take if its plan had that form; it is not the
 // library's planner (no Mamba, no SWA window, no kernel-block expansion, no permutation).
 //
 // The check is a second derivation, independent of the emitter: it maps every listed id back to
@@ -15,7 +15,6 @@
 
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <vector>
 
 namespace pdkv::bench {
@@ -49,7 +48,9 @@ class FactoredFloor {
       for (size_t i = 1; i <= n; ++i) {
         if (i < n && d[i] == d[i - 1] + 1 && p[i] == p[i - 1] + 1) continue;
         extents.push_back({d[first], 0, p[first], 0, (i - first) * d_block});
-        bad |= (d[i - 1] >= d_pool) | (p[i - 1] >= p_pool);  // a run's last id bounds it
+        // A run's last id is its largest (an id that wraps past 2^64 - 1 is left to check(),
+        // which looks every id up in its pool).
+        bad |= (d[i - 1] >= d_pool) | (p[i - 1] >= p_pool);
         first = i;
       }
       extents.back().tokens -= n * d_block - (end - hit_tokens);

@@ -3,8 +3,8 @@
 # two below) and the C API's thread tests (capi_thread_tests: many threads on one transfer): the
 # agent's calls, its progress and control threads, the socket copies it runs without its lock
 # (2.6), and the C handles' state race on nothing. Any report fails the run (halt_on_error). Usage:
-#   bash scripts/tsan.sh [BUILD_DIR]    (default build/tsan; about 9 minutes to build on 2 cores,
-#                                        4 to run)
+#   bash scripts/tsan.sh [BUILD_DIR]    (default build/tsan; about 6 minutes on 2 cores,
+#                                        build and run, in CI's clean-clone runs)
 #
 # Left out, and why:
 #  * the multi-process suites (label e2e): they check orderings that cross processes (D's bytes are
