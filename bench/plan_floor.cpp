@@ -17,7 +17,12 @@
 // timed only after its check has refused six wrong plans.
 //
 // Usage: plan_floor [--tokens 131072,1048576] [--hits 0,50] [--geometry flashinfer,flash_attn]
-//                   [--alloc contig,frag] [--target-s 0.3] [--profile-compile (only pdkv's compile, nothing printed)]
+//                   [--alloc contig,frag] [--target-s 0.3] [--attention-regions N]
+//                   [--profile-compile (only pdkv's compile, nothing printed)]
+// --attention-regions N gives the attention group only regions 0..N-1 (default: all 6): with 1,
+// the plan holds one region's attention reads, which is what a plan that stored one region's
+// reads and a list of the regions alike would emit and check (docs/benchmarks.md: what such a
+// fan-out would and would not save).
 // Prints one JSON line per request (times in ns: medians, and the *_min_ns minima).
 #include <algorithm>
 #include <cstdint>
@@ -46,6 +51,7 @@ int main(int argc, char** argv) {
   std::string tokens = "131072,1048576", hits = "0,50", geometries = "flashinfer,flash_attn", allocs = "contig,frag";
   double target_s = 0.3;
   bool profile = false;
+  uint32_t attention_regions = 0;  // 0: the group's default (every region)
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--profile-compile") {  // only pdkv's compile, in a loop, for perf record
@@ -62,6 +68,13 @@ int main(int argc, char** argv) {
     else if (a == "--geometry") geometries = argv[i + 1];
     else if (a == "--alloc") allocs = argv[i + 1];
     else if (a == "--target-s") target_s = std::atof(argv[i + 1]);
+    else if (a == "--attention-regions") {
+      attention_regions = static_cast<uint32_t>(std::strtoul(argv[i + 1], nullptr, 10));
+      if (attention_regions == 0 || attention_regions > kRegions) {
+        std::fprintf(stderr, "--attention-regions must be 1..%u\n", kRegions);
+        return 1;
+      }
+    }
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 1;
@@ -79,7 +92,13 @@ int main(int argc, char** argv) {
         for (const std::string& alloc : split_list(allocs)) {
           const bool frag = alloc == "frag";
           const uint64_t t = std::stoull(tok_s);
-          const auto rq = setup_request(setup, t, hit_pct, frag, mode).as_logical();
+          auto request = setup_request(setup, t, hit_pct, frag, mode);
+          if (attention_regions != 0) {
+            auto& regions = request.groups.back().regions;  // the attention group (make_request)
+            regions.clear();
+            for (uint32_t r = 0; r < attention_regions; ++r) regions.push_back(r);
+          }
+          const auto rq = request.as_logical();
           const auto views = rq.views();
           TransferPlan plan;
           compile_transfer_plan_into(ctx, views, plan, verdict);

@@ -21,6 +21,13 @@ inline std::string s(uint64_t v) { return std::to_string(v); }
 // in D block local_block + (local_token_begin + k) / local_tokens_per_block (ids are consecutive
 // over the span) at offset (local_token_begin + k) % local_tokens_per_block, likewise on P.
 struct SpanRun {
+  SpanRun() = default;
+  // Every field from a register: the trimmer appends spans with emplace_back(fields...), which
+  // stores each field once (a value-initialised element is zeroed first, then overwritten).
+  SpanRun(uint64_t token, uint64_t tokens, uint64_t lblock, uint64_t ltoken, uint64_t rblock, uint64_t rtoken,
+          uint64_t runs)
+      : token_begin(token), num_tokens(tokens), local_block(lblock), local_token_begin(ltoken),
+        remote_block(rblock), remote_token_begin(rtoken), block_runs(runs) {}
   uint64_t token_begin = 0;
   uint64_t num_tokens = 0;
   uint64_t local_block = 0;

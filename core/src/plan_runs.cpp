@@ -104,7 +104,9 @@ struct SideCursor {
     const uint64_t id = ids[li];
     if (id == kNullBlock) fail_null(t, idx);
     run_begin = i;
-    run_end_li = consecutive_end(ids, li);
+    // Scattered ids (a run of one id) are told apart here, without the scan's call.
+    const size_t next = li + 1;
+    run_end_li = next >= ids.size() || ids[next] - id != 1 || (id >> 63) != 0 ? next : consecutive_end(ids, li);
     run_end = run_end_li * per_id;
     run_first_id = id * per_id + within;  // no overflow: check_kernel_blocks_per_id bounded the ids
     return run_first_id;
@@ -282,16 +284,10 @@ void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
     // Equal block sizes: the span splits at D's block boundaries only (block_runs' first term);
     // its last block is the one before nlidx, or nlidx itself when `end` lies inside it.
     const uint64_t pieces = same_bs ? nlidx - lidx + (nloff != 0 ? 1 : 0) : block_runs(t, end, lbs, rbs);
-    // Written in place field by field (a SpanRun built on the stack and copied is reloaded in
-    // 16-byte halves of 8-byte stores, a store-forwarding stall per span).
-    SpanRun& sr = spans.emplace_back();
-    sr.token_begin = t;
-    sr.num_tokens = end - t;
-    sr.local_block = lk;
-    sr.local_token_begin = loff;
-    sr.remote_block = rk;
-    sr.remote_token_begin = roff;
-    sr.block_runs = pieces;
+    // Constructed in place from the fields (a SpanRun built on the stack and copied is reloaded
+    // in 16-byte halves of 8-byte stores, a store-forwarding stall per span; a value-initialised
+    // one is zeroed before its fields are written).
+    spans.emplace_back(t, end - t, lk, loff, rk, roff, pieces);
     t = end;
     lidx = nlidx;
     loff = nloff;
