@@ -216,10 +216,68 @@ void zero_ranges(const SideCursor& local, uint64_t held, uint64_t need_begin, ui
   }
 }
 
+// The spans of tokens [need_begin, n) (need_begin < n) when both sides have the same tokens per
+// kernel block (lbs) and kernel blocks per listed id (k), and their lists' ids start at kernel
+// block-table positions that agree modulo k (local.first % k == remote.first % k): then both
+// sides' listed ids begin at the same block-table positions, and a span is a maximal range of ids
+// consecutive on BOTH sides, walked id by id without cursors. Returns false, leaving `spans` as it
+// found it, wherever the general walk could report an error or saturate (a list not covering the
+// tokens, a null block, a block-table position or token offset near 2^64): the general walk then
+// runs and reports exactly what it reports. The spans are the general walk's, field for field
+// (PlanRuns.AlignedWalkAppendsTheGeneralWalksSpans).
+bool aligned_spans(const SideCursor& local, const SideCursor& remote, uint64_t need_begin, uint64_t n,
+                   std::vector<SpanRun>& spans) {
+  const uint64_t lbs = local.tokens_per_block, k = local.per_id;
+  const uint64_t lf = local.first, rf = remote.first;
+  const uint64_t idx0 = need_begin / lbs, idx_last = (n - 1) / lbs;
+  uint64_t lend = 0, rend = 0, tokens = 0;
+  if (__builtin_add_overflow(lf, local.size, &lend) || __builtin_add_overflow(rf, remote.size, &rend) ||
+      __builtin_mul_overflow(std::max(lend, rend), lbs, &tokens)) {
+    return false;
+  }
+  if (idx0 < lf || idx0 < rf || idx_last >= lend || idx_last >= rend) return false;  // not covered
+  const uint64_t* d = local.ids.data();
+  const uint64_t* p = remote.ids.data();
+  // Listed ids a (D) and b (P) hold block-table position idx; w: idx's kernel block within them.
+  size_t a = static_cast<size_t>((idx0 - lf) / k), b = static_cast<size_t>((idx0 - rf) / k);
+  uint64_t w = (idx0 - lf) % k;
+  const size_t last_a = static_cast<size_t>((idx_last - lf) / k);  // the id holding token n - 1
+  const size_t at = spans.size();
+  uint64_t t = need_begin, idx = idx0, off = need_begin - idx0 * lbs;
+  while (t < n) {
+    const uint64_t da = d[a], pb = p[b];
+    if (da == kNullBlock || pb == kNullBlock) {
+      spans.resize(at);
+      return false;
+    }
+    // The run of ids consecutive on both sides from (a, b); runs never pass an id with the top
+    // bit set (consecutive_end's rule) nor, here, the id holding token n - 1.
+    size_t e = a;
+    while (e < last_a && d[e + 1] - d[e] == 1 && p[b + (e - a) + 1] - p[b + (e - a)] == 1 && ((d[e] | p[b + (e - a)]) >> 63) == 0) ++e;
+    const uint64_t run_end_idx = lf + (static_cast<uint64_t>(e) + 1) * k;  // == rf + (b + e - a + 1) * k
+    const uint64_t run_end_token = run_end_idx * lbs;                      // < tokens: no overflow
+    uint64_t end = run_end_token, next_idx = run_end_idx, next_off = 0;
+    if (n < run_end_token) {
+      end = n;
+      next_idx = n / lbs;
+      next_off = n - next_idx * lbs;
+    }
+    const uint64_t pieces = next_idx - idx + (next_off != 0 ? 1 : 0);
+    spans.emplace_back(t, end - t, da * k + w, off, pb * k + w, off, pieces);
+    b += e - a + 1;
+    a = e + 1;
+    w = 0;
+    t = end;
+    idx = next_idx;
+    off = next_off;
+  }
+  return true;
+}
+
 }  // namespace
 
 void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
-                         std::vector<ZeroRange>& zero) {
+                         std::vector<ZeroRange>& zero, TrimWalk walk) {
   // In trim_group's order, so that both report the same first error.
   check_kernel_blocks_per_id(g.kind, g.local_blocks, g.local_kernel_blocks_per_id, "local");
   check_kernel_blocks_per_id(g.kind, g.remote_blocks, g.remote_kernel_blocks_per_id, "remote");
@@ -250,6 +308,12 @@ void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
   // (a block boundary of that side, whose index the cursor knows) or at n: the next span's
   // positions follow without a division except after a span ending inside a block (at n, or on
   // one side when block sizes differ).
+  if (walk == TrimWalk::Auto && same_bs && local.per_id == remote.per_id && need_begin < n &&
+      lf % local.per_id == remote.first % remote.per_id && aligned_spans(local, remote, need_begin, n, spans)) {
+    zero.clear();
+    zero_ranges(local, g.local_hit_tokens, need_begin, n, zero);
+    return;
+  }
   uint64_t lidx = div_lbs(need_begin), loff = need_begin - lidx * lbs;
   uint64_t ridx = lidx, roff = loff;
   if (!same_bs) {

@@ -16,10 +16,17 @@
 
 namespace pdkv::core::plan_detail {
 
+// Which walk trim_attention_runs may take: Auto takes the aligned walk where it applies (equal
+// block sizes and kernel blocks per id on both sides, the two lists' logical blocks starting at
+// the same kernel block positions: vLLM's usual request), else the general one; General always
+// takes the general one (for the tests comparing both).
+enum class TrimWalk { Auto, General };
+
 // Trims one attention group (tokens per block already filled) into spans appended to `spans` and
-// its zero ranges into `zero` (cleared first). Errors: those of trim_group, unprefixed.
+// its zero ranges into `zero` (cleared first). Errors: those of trim_group, unprefixed. Both walks
+// append the same spans.
 void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
-                         std::vector<ZeroRange>& zero);
+                         std::vector<ZeroRange>& zero, TrimWalk walk = TrimWalk::Auto);
 
 // Splits a span into the block-bounded runs trim_group would return, calling f(TokenRun) in
 // token order (for byte layouts that are not linear across blocks).

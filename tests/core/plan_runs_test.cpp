@@ -158,6 +158,80 @@ TEST(PlanRuns, SpansExpandToTrimGroupRunsOnRandomInputs) {
   EXPECT_GT(logical, 8000u);
 }
 
+// The aligned walk (equal block sizes and kernel blocks per id, lists starting at positions that
+// agree modulo k) appends exactly the general walk's spans, field for field, and the same zero
+// ranges; where it bails out (a null block, a list too short) the general walk's error comes out.
+// Random requests shaped for it: every block-size pair equal, k equal on both sides, long and
+// short runs, nulls, short lists, SWA-clipped P lists and D lists that start later.
+TEST(PlanRuns, AlignedWalkAppendsTheGeneralWalksSpans) {
+  std::mt19937_64 rng(20261128);
+  auto pick = [&](uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng); };
+  size_t same = 0, errors = 0, multi = 0;
+  for (int it = 0; it < 30000 && !HasFailure(); ++it) {
+    GroupTrimInput in;
+    in.kind = pick(0, 3) == 0 ? GroupKind::SlidingWindow : GroupKind::Attention;
+    const uint64_t bs = pick(1, 20), k = pick(0, 1) == 0 ? 1 : pick(2, 7);
+    in.local_tokens_per_block = in.remote_tokens_per_block = bs;
+    in.local_kernel_blocks_per_id = in.remote_kernel_blocks_per_id = k;
+    const uint64_t n = pick(0, 40 * bs * k);
+    in.remote_computed_tokens = n;
+    in.local_hit_tokens = pick(0, 2) == 0 ? 0 : pick(0, n / (bs * k)) * bs * k;
+    if (pick(0, 4) == 0) in.local_hit_tokens = pick(0, n);  // not a whole logical block
+    if (in.kind == GroupKind::SlidingWindow) in.sliding_window = pick(1, n + 5);
+    const uint64_t max_run = pick(0, 2) == 0 ? 1000 : pick(1, 4);
+    const bool nulls = pick(0, 6) == 0;
+    const uint64_t kblocks = (n + bs - 1) / bs;
+    uint64_t lcount = (kblocks - std::min(kblocks, in.local_hit_tokens / bs) + k - 1) / k + pick(0, 2);
+    uint64_t rcount = (kblocks + k - 1) / k;
+    if (pick(0, 10) == 0) lcount = lcount > 0 ? lcount - 1 : 0;
+    if (pick(0, 10) == 0) rcount = rcount > 0 ? rcount - 1 : 0;
+    in.local_blocks = ids(rng, lcount, max_run, nulls);
+    in.remote_blocks = ids(rng, rcount, max_run, nulls);
+    if (pick(0, 6) == 0 && !in.remote_blocks.empty()) {  // P's list clipped at the front (SWA), by whole ids
+      const uint64_t cut = pick(0, in.remote_blocks.size() - 1);
+      in.remote_blocks.erase(in.remote_blocks.begin(), in.remote_blocks.begin() + static_cast<std::ptrdiff_t>(cut));
+      in.remote_first_block = cut * k + (pick(0, 5) == 0 ? pick(0, k - 1) : 0);  // sometimes misaligned
+    }
+    if (pick(0, 8) == 0) in.local_first_block = pick(0, in.local_hit_tokens / bs + 1);
+    PlanGroup g;
+    g.trim = in;
+    const PlanGroupView v = view_of(g);
+    std::vector<SpanRun> fast{SpanRun(9, 9, 9, 9, 9, 9, 9)}, general{SpanRun(9, 9, 9, 9, 9, 9, 9)};  // appended to
+    std::vector<ZeroRange> fz, gz;
+    std::string fe, ge;
+    try {
+      trim_attention_runs(v, fast, fz, TrimWalk::Auto);
+    } catch (const Error& e) {
+      fe = std::string(status_name(e.status())) + ": " + e.what();
+    }
+    try {
+      trim_attention_runs(v, general, gz, TrimWalk::General);
+    } catch (const Error& e) {
+      ge = std::string(status_name(e.status())) + ": " + e.what();
+    }
+    ASSERT_EQ(fe, ge) << "iteration " << it;
+    if (!ge.empty()) {
+      ++errors;
+      continue;
+    }
+    ASSERT_EQ(fast.size(), general.size()) << "iteration " << it;
+    for (size_t i = 0; i < fast.size(); ++i) {
+      const SpanRun& a = fast[i];
+      const SpanRun& b = general[i];
+      ASSERT_TRUE(a.token_begin == b.token_begin && a.num_tokens == b.num_tokens && a.local_block == b.local_block &&
+                  a.local_token_begin == b.local_token_begin && a.remote_block == b.remote_block &&
+                  a.remote_token_begin == b.remote_token_begin && a.block_runs == b.block_runs)
+          << "iteration " << it << " span " << i;
+    }
+    ASSERT_EQ(fz, gz) << "iteration " << it;
+    ++same;
+    if (fast.size() > 2) ++multi;
+  }
+  EXPECT_GT(same, 15000u);
+  EXPECT_GT(errors, 1500u);
+  EXPECT_GT(multi, 8000u);
+}
+
 // FlashInfer geometry: 2096-token logical blocks of 131 kernel blocks; consecutive logical ids
 // make one span for the whole request, fragmented ones one span per logical block.
 TEST(PlanRuns, FlashInferLogicalBlocksBecomeOneSpanPerIdRun) {
