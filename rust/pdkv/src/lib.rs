@@ -57,6 +57,7 @@ mod memory;
 mod metadata;
 mod model;
 mod pipeline;
+mod shared_bytes;
 #[rustfmt::skip]
 mod plain;
 mod plan;

@@ -3,6 +3,7 @@
 use crate::agent::Shared;
 use crate::error::{Error, Result, Status};
 use crate::ffi_util::check;
+use crate::shared_bytes;
 use pdkv_sys as sys;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::{self, NonNull};
@@ -16,7 +17,9 @@ const PAGE: usize = 4096;
 /// metadata region. Before registration it is an ordinary owned buffer ([`HostBuffer::as_mut_slice`]);
 /// once moved into [`Agent::register_buffer`](crate::Agent::register_buffer), peers may read or
 /// write it at any time, so it is then only reachable through the copying methods of `&self`
-/// (never as a Rust reference that a peer's write could change under it).
+/// (never as a Rust reference that a peer's write could change under it). Those copies are
+/// atomic word by word, so threads may call them on one buffer at the same time, even on
+/// overlapping bytes, without a data race: each byte ends up with one of the values written.
 #[derive(Debug)]
 pub struct HostBuffer {
     ptr: NonNull<u8>,
@@ -40,12 +43,7 @@ impl HostBuffer {
                 "HostBuffer length 0: a region holds at least one block",
             ));
         }
-        let layout = Layout::from_size_align(len, PAGE).map_err(|_| {
-            Error::new(
-                Status::Overflow,
-                format!("HostBuffer length {len} is too large to allocate"),
-            )
-        })?;
+        let layout = Self::layout(len)?;
         // SAFETY: non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(p).ok_or_else(|| {
@@ -59,6 +57,20 @@ impl HostBuffer {
             len,
             shared: None,
         })
+    }
+
+    /// The allocation behind `new(len)`: whole 8-byte words (the copies access the word holding
+    /// each byte, the last one included), page-aligned.
+    fn layout(len: usize) -> Result<Layout> {
+        let words = len.checked_next_multiple_of(8);
+        words
+            .and_then(|n| Layout::from_size_align(n, PAGE).ok())
+            .ok_or_else(|| {
+                Error::new(
+                    Status::Overflow,
+                    format!("HostBuffer length {len} is too large to allocate"),
+                )
+            })
     }
 
     /// Allocates `len` zeroed, page-aligned bytes that same-host peer agents can map
@@ -132,30 +144,31 @@ impl HostBuffer {
     }
 
     /// Copies `dst.len()` bytes starting at `offset` out of the buffer. While transfers that
-    /// write this buffer are in flight the copy may observe partial data.
+    /// write this buffer are in flight the copy may observe partial data. Safe to call from
+    /// several threads, and beside [`HostBuffer::write_at`] (word-atomic copies).
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.range(offset, dst.len())?;
-        // SAFETY: in bounds; the source is only accessed through this raw pointer.
-        unsafe {
-            ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
-        };
+        // SAFETY: in bounds; the memory is page-aligned and holds whole words past len (new:
+        // layout; new_shared: whole pages), and Rust code reaches it only through shared_bytes.
+        unsafe { shared_bytes::load(self.ptr.as_ptr(), offset, dst) };
         Ok(())
     }
 
     /// Copies `src` into the buffer at `offset`. Do not write memory a transfer is reading.
+    /// Safe to call from several threads at once, even on overlapping bytes (each byte keeps
+    /// one of the values written; bytes of a word that are not written keep theirs).
     pub fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.range(offset, src.len())?;
-        // SAFETY: in bounds; the memory is only accessed through raw pointers (never as a
-        // Rust reference once shared), so writing through &self aliases nothing.
-        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) };
+        // SAFETY: as read_at.
+        unsafe { shared_bytes::store(self.ptr.as_ptr(), offset, src) };
         Ok(())
     }
 
     /// A copy of the whole buffer.
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = vec![0u8; self.len];
-        // SAFETY: len bytes, read through the raw pointer.
-        unsafe { ptr::copy_nonoverlapping(self.ptr.as_ptr(), v.as_mut_ptr(), self.len) };
+        // SAFETY: as read_at, for [0, len).
+        unsafe { shared_bytes::load(self.ptr.as_ptr(), 0, &mut v) };
         v
     }
 }
@@ -167,13 +180,9 @@ impl Drop for HostBuffer {
             unsafe { sys::pdkv_shared_memory_free(shared.as_ptr()) };
             return;
         }
-        // SAFETY: allocated in new with this layout (validated there).
-        unsafe {
-            dealloc(
-                self.ptr.as_ptr(),
-                Layout::from_size_align_unchecked(self.len, PAGE),
-            )
-        }
+        let layout = Self::layout(self.len).expect("the layout new allocated with");
+        // SAFETY: allocated in new with this layout.
+        unsafe { dealloc(self.ptr.as_ptr(), layout) }
     }
 }
 
