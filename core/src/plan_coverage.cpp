@@ -210,6 +210,75 @@ bool merge_into(const std::vector<Range>& m, const std::vector<Range>& a, std::v
   return true;
 }
 
+// ---- Disjointness without sorting -------------------------------------------------------------
+// An attention class whose expected ranges come from ONE attention group needs them sorted only
+// to prove that they do not overlap each other or the class's Mamba pages. Both follow from the
+// group's D block ids, in one pass over them: the group's ranges lie in the kernel blocks its
+// listed ids stand for ([b * L, (b + 1) * L) for kernel id b, L the region's block_len), one list
+// position's tokens are split between spans without overlap, and distinct ids are disjoint blocks;
+// so when no non-null id is listed twice, no two of its ranges overlap. A Mamba page overlaps
+// none of them when none of the ids whose blocks its bytes reach is listed. Both are decided with
+// one bit per id (ids up to the region's last block); anything else (an id listed twice, a page
+// reaching a listed block, an id past the region, a list too large for the bits) answers false
+// and the caller sorts as before, which finds and names any real overlap. A fragmented request's
+// ranges follow its random ids, where sorting them cost ~9 ns per range (docs/benchmarks.md).
+bool distinct_blocks(const PlanGroupView& g, uint64_t block_len, uint64_t region_size, const std::vector<Range>& pages,
+                     std::vector<uint64_t>& bits) {
+  const uint64_t k = g.local_kernel_blocks_per_id;
+  uint64_t span = 0;  // bytes of one listed id
+  if (k == 0 || block_len == 0 || __builtin_mul_overflow(k, block_len, &span)) return false;
+  const uint64_t limit = region_size / span + 1;  // ids past this leave the region (bounds-checked elsewhere)
+  constexpr uint64_t kMaxIds = uint64_t{1} << 26;  // 8 MiB of bits at most
+  if (limit > kMaxIds) return false;
+  const size_t words = static_cast<size_t>((limit + 63) / 64);
+  if (bits.size() < words) bits.resize(words, 0);
+  uint64_t* b = bits.data();
+  const std::span<const uint64_t> ids = g.local_blocks;
+  bool ok = true;
+  size_t marked = 0;
+  for (; marked < ids.size(); ++marked) {
+    const uint64_t id = ids[marked];
+    if (id == kNullBlock) continue;
+    if (id >= limit) {
+      ok = false;
+      break;
+    }
+    uint64_t& w = b[id >> 6];
+    const uint64_t m = uint64_t{1} << (id & 63);
+    if ((w & m) != 0) {
+      ok = false;
+      break;
+    }
+    w |= m;
+  }
+  for (size_t i = 0; ok && i < pages.size(); ++i) {
+    const uint64_t first = pages[i].begin / span, last = (pages[i].end - 1) / span;
+    for (uint64_t id = first; id <= last && id < limit; ++id) {
+      if ((b[id >> 6] >> (id & 63)) & 1) {
+        ok = false;
+        break;
+      }
+    }
+  }
+  for (size_t i = 0; i < marked; ++i) {  // back to all clear (only the bits set here)
+    const uint64_t id = ids[i];
+    if (id != kNullBlock) b[id >> 6] = 0;
+  }
+  return ok;
+}
+
+// Whether v is ordered by begin (sort_merge's first look).
+bool in_order(const std::vector<Range>& v) {
+  return std::is_sorted(v.begin(), v.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+}
+
+// Whether [b, e) overlaps a range of v (any order; the few guards of an unsorted list).
+bool overlaps_any(const std::vector<Range>& v, uint64_t b, uint64_t e) {
+  bool hit = false;
+  for (const Range& r : v) hit |= r.begin < e && b < r.end;
+  return hit;
+}
+
 // ---- Blocks two groups share in one region ----------------------------------------------------
 // The overlap check above sees only bytes that are written. Two more uses of a D block must not
 // meet another group's write in the same region: an attention group's zero ranges (D zeroes them
@@ -418,8 +487,9 @@ void check_guard_pairs(const PlanContext& ctx, const Trimmed& t, uint32_t region
   auto& guards = t.guards;
   uint32_t guards_of = UINT32_MAX;  // the attention class `guards` holds
   for (uint32_t region = 0; region < rc.size(); ++region) {
-    // A class this region heads whose list is sorted (any other state was refused already).
-    const bool att_class = rc[region].att_as < 0 && rc[region].att_state == 1;
+    // A class this region heads whose list is sorted, or proven disjoint as derived (any other
+    // state was refused already).
+    const bool att_class = rc[region].att_as < 0 && (rc[region].att_state == 1 || rc[region].att_state == 3);
     const bool mam_class = rc[region].same_as < 0 && rc[region].mam_state == 1;
     if (!att_class && !mam_class) continue;  // an earlier region's classes
     const uint32_t qa = rc[region].att_as < 0 ? region : static_cast<uint32_t>(rc[region].att_as);
@@ -428,10 +498,15 @@ void check_guard_pairs(const PlanContext& ctx, const Trimmed& t, uint32_t region
       check_guard_pairs(ctx, t, region, guards);
       guards_of = qa;
     }
+    if (att_class && rc[qa].att_state == 3 && guards.size() * att[qa].size() > 4096) {
+      // Many guards (a long prefix hit on fragmented ids): sorted after all, then looked up.
+      if (!normalise_ok(t.want[qa])) fail(Status::Internal, "region " + s(qa) + ": disjoint ranges overlap once sorted");
+      rc[qa].att_state = 1;
+    }
+    const bool unsorted = att_class && rc[qa].att_state == 3;
     for (const Guard& gd : guards) {
-      if ((att_class && overlaps(att[qa], gd.begin, gd.end)) || (mam_class && overlaps(mam[region], gd.begin, gd.end))) {
-        fail_shared(ctx, t, region, gd);
-      }
+      const bool att_hit = att_class && (unsorted ? overlaps_any(att[qa], gd.begin, gd.end) : overlaps(att[qa], gd.begin, gd.end));
+      if (att_hit || (mam_class && overlaps(mam[region], gd.begin, gd.end))) fail_shared(ctx, t, region, gd);
     }
   }
 }
@@ -774,6 +849,19 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
   for (uint32_t region = 0; region < nreg; ++region) {
     if (rc[region].verified) continue;
     const uint32_t qa = att_rep(region), qm = mam_rep(region);
+    // A region whose reads list exactly its expected ranges, of one attention group (and Mamba
+    // pages), out of order (fragmented ids; in order, sorting costs one look): disjointness from
+    // the group's ids, without sorting (distinct_blocks).
+    if (rc[region].alike && (rc[qa].att_state == 3 || (rc[qa].att_state == 0 && !in_order(att[qa]))) &&
+        rc[qa].att_groups != 0 && (rc[qa].att_groups & (rc[qa].att_groups - 1)) == 0 &&
+        sorted(mam[qm], rc[qm].mam_state)) {
+      const ResolvedGroup& ag = t.groups[static_cast<size_t>(__builtin_ctzll(rc[qa].att_groups))];
+      if (distinct_blocks(ag.g, d.regions[region].region.block_len, d_size[region], mam[qm], t.id_bits)) {
+        if (rc[qa].att_state == 0) rc[qa].att_state = 3;
+        continue;
+      }
+    }
+    if (rc[qa].att_state == 3) rc[qa].att_state = 0;  // sorted below after all
     if (sorted(att[qa], rc[qa].att_state) && sorted(mam[qm], rc[qm].mam_state)) {
       const auto& a = att[qa];
       const auto& m = mam[qm];

@@ -93,6 +93,9 @@ struct Trimmed {
     uint64_t groups = 0, att_groups = 0;
     int same_as = -1, att_as = -1;
     bool verified = false, alike = false;
+    // Attention list: 0 as derived, 1 sorted and merged, 2 overlaps itself, 3 as derived and
+    // proven disjoint from its group's block ids (check_coverage's distinct_blocks). Mamba
+    // list: 0, 1 or 2.
     uint8_t att_state = 0, mam_state = 0;
   };
   std::vector<RegionClass> region_class;
@@ -112,6 +115,7 @@ struct Trimmed {
     bool held;
   };
   std::vector<Guard> guards;
+  std::vector<uint64_t> id_bits;  // one bit per D block id (distinct_blocks), all clear between uses
   std::vector<std::vector<std::pair<size_t, size_t>>> consumed;  // per plan rank: reads a hint covered
   // accept_hints' per template rank view: the plan rank's reads, the template's reads, the P
   // rank's page strides and region sizes (looked up once per call, not per page).

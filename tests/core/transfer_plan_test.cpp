@@ -550,6 +550,82 @@ TEST(TransferPlanSharedBlocks, OneGroupListingABlockTwiceOverItsOwnZeroRangeIsRe
   EXPECT_TRUE(has(msg, "a group may not list one D block twice")) << msg;
 }
 
+// Fragmented D ids (their ranges out of order) take the check's path without a sort: one
+// attention group's ranges are disjoint when its ids are distinct, and a Mamba page is clear of
+// them when it reaches none of its listed blocks (plan_coverage.cpp, distinct_blocks). Anything
+// that path cannot prove falls back to the sorted check: each refusal below is the same one the
+// sorted check gives, and the plans it lets through are those the byte-level property tests
+// accept.
+TEST(TransferPlanSharedBlocks, FragmentedIdsAreCheckedAsStrictlyWithoutASort) {
+  const ModelDesc m = preset_model("nemotron-3-nano-30b");
+  const PlanContext ctx = context(m, config(2), config(4), 0, 6, 256);
+  const uint64_t Ld = 2096 * 512;
+  std::string msg;
+  // The Mamba group first, as vLLM orders Nemotron's groups: a region's reads then list its
+  // Mamba page and its attention ranges in the order the check derives them.
+  // Planned: ids out of order, the Mamba state in a block of its own; validate agrees.
+  const std::vector<PlanGroup> ok = {mamba_group({30}, {50}, 5000), attention_group({12, 10, 14}, {20, 25, 22, 21, 23}, 5000)};
+  const TransferPlan p = compile_transfer_plan(ctx, ok);
+  EXPECT_EQ(p.stats.attention_bytes, 6u * 5000 * 512);
+  EXPECT_NO_THROW(validate_transfer_plan(p, ctx, ok));
+  // The Mamba state written into block 10, which the attention group writes (out of order).
+  std::vector<PlanGroup> bad = ok;
+  bad[0] = mamba_group({10}, {50}, 5000);
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, bad); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "D region 0 offset " + std::to_string(10 * Ld))) << msg;
+  EXPECT_TRUE(has(msg, "written twice")) << msg;
+  // The same through the context's verdict (the C API's path): the Mamba template's pages are
+  // listed first, so the region's reads are exactly its expected ranges and only the page's check
+  // against the listed blocks stands between them and a plan.
+  const PlanContextVerdict verdict = judge_plan_context(ctx);
+  auto compile_judged = [&](const std::vector<PlanGroup>& groups) {
+    std::vector<PlanGroupView> views;
+    for (const PlanGroup& g : groups) views.push_back(view_of(g));
+    TransferPlan out;
+    compile_transfer_plan_into(ctx, views, out, verdict);
+    return out;
+  };
+  const TransferPlan judged = compile_judged(ok);
+  ASSERT_EQ(judged.ranks.size(), p.ranks.size());
+  for (size_t i = 0; i < p.ranks.size(); ++i) EXPECT_EQ(judged.ranks[i].reads, p.ranks[i].reads);
+  EXPECT_EQ(status_of([&] { compile_judged(bad); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "D region 0 offset " + std::to_string(10 * Ld))) << msg;
+  EXPECT_TRUE(has(msg, "written twice")) << msg;
+  // One block listed twice, both written.
+  bad = {attention_group({12, 10, 12}, {20, 25, 22, 21, 23}, 5000)};
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, bad); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "D region 0 offset " + std::to_string(12 * Ld))) << msg;
+  EXPECT_TRUE(has(msg, "written twice")) << msg;
+  // A block listed past P's tokens (zeroed whole) that the Mamba group writes.
+  bad = {mamba_group({14}, {50}, 3000), attention_group({12, 10, 14}, {20, 25, 22}, 3000)};
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, bad); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "which group 1 (attention) zeroes after the data arrives (tokens 0..2096 of its D block 14)"))
+      << msg;
+  // A plan whose zero ranges were edited to wipe bytes the group itself writes (block 12, out of
+  // order in the list): validate_transfer_plan refuses it, naming the block.
+  const std::vector<PlanGroup> one = {attention_group({12, 10, 14}, {20, 25, 22, 21, 23}, 5000)};
+  TransferPlan edited = compile_transfer_plan(ctx, one);
+  edited.zero[0].zero.push_back({12, 100, 200});
+  EXPECT_EQ(status_of([&] { validate_transfer_plan(edited, ctx, one); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "group 0 (attention) writes D block 12 of region 0")) << msg;
+  // A long prefix hit on fragmented ids: many held blocks (one guard each) against many written
+  // ranges, which the check sorts after all; a Mamba state in a held block is refused.
+  std::vector<uint64_t> d_ids, p_ids;
+  for (uint64_t i = 0; i < 120; ++i) d_ids.push_back(200 - ((i * 37) % 120));  // 81..200, scattered
+  for (uint64_t i = 0; i < 240; ++i) p_ids.push_back(10 + ((i * 53) % 240));
+  const uint64_t tokens = 119 * 2096 + 1000, hit = 60 * 2096;
+  PlanGroup held = attention_group(d_ids, p_ids, tokens, hit);
+  held.trim.local_first_block = 0;
+  const std::vector<PlanGroup> long_hit = {mamba_group({20}, {5}, tokens, hit), held};
+  const TransferPlan q = compile_transfer_plan(ctx, long_hit);
+  EXPECT_NO_THROW(validate_transfer_plan(q, ctx, long_hit));
+  std::vector<PlanGroup> into_held = long_hit;
+  into_held[0] = mamba_group({d_ids[7]}, {5}, tokens, hit);  // the 8th listed block: D's cached prefix
+  EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, into_held); }, &msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "lists as holding D's cached prefix (tokens 0..2096 of its D block " + std::to_string(d_ids[7])))
+      << msg;
+}
+
 // --- MLA -------------------------------------------------------------------------------------
 
 // One 576-byte latent per token, replicated: D TP2 rank 1 reads whole blocks from P TP4 rank 2
