@@ -111,14 +111,18 @@ void expected_ranges(const PlanContext& ctx, const Trimmed& t, std::vector<std::
   }
 }
 
+// Whether v is ordered by begin.
+bool in_order(const std::vector<Range>& v) {
+  return std::is_sorted(v.begin(), v.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+}
+
 // Sorts and merges touching ranges in place and drops empty ones. Overlapping ranges: with
 // kThrow a Coverage error naming the first overlap in address order (`what` says whose),
 // otherwise false (v is then sorted but not merged).
 template <bool kThrow>
 bool sort_merge(std::vector<Range>& v, uint32_t region, const char* what) {
   // Often in order already (one span per region, ascending ids): a linear look saves the sort.
-  const auto by_begin = [](const Range& a, const Range& b) { return a.begin < b.begin; };
-  if (!std::is_sorted(v.begin(), v.end(), by_begin)) std::sort(v.begin(), v.end(), by_begin);
+  if (!in_order(v)) std::sort(v.begin(), v.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
   size_t out = 0;
   for (size_t i = 0; i < v.size(); ++i) {
     const Range r = v[i];
@@ -265,11 +269,6 @@ bool distinct_blocks(const PlanGroupView& g, uint64_t block_len, uint64_t region
     if (id != kNullBlock) b[id >> 6] = 0;
   }
   return ok;
-}
-
-// Whether v is ordered by begin (sort_merge's first look).
-bool in_order(const std::vector<Range>& v) {
-  return std::is_sorted(v.begin(), v.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
 }
 
 // Whether [b, e) overlaps a range of v (any order; the few guards of an unsorted list).
