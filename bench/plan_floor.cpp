@@ -23,7 +23,8 @@
 // the plan holds one region's attention reads, which is what a plan that stored one region's
 // reads and a list of the regions alike would emit and check (docs/benchmarks.md: what such a
 // fan-out would and would not save).
-// Prints one JSON line per request (times in ns: medians, and the *_min_ns minima).
+// Prints one JSON line per request (times in ns: medians, and the *_min_ns minima; moved_bytes:
+// the bytes the plan moves, D rank 0 from its P ranks, to set the planning time against).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -184,10 +185,11 @@ int main(int argc, char** argv) {
           std::printf(
               "{\"case\": \"%s/%llu/hit%llu/%s\", \"reads\": %zu, \"read_bytes\": %zu, \"compile_ns\": %.0f, "
               "\"write_ns\": %.0f, \"write_read_ns\": %.0f, \"sort_d_ranges_ns\": %.0f, \"factored_extents\": %zu, "
-              "\"factored_attention_ns\": %.0f, \"compile_min_ns\": %.0f, \"factored_attention_min_ns\": %.0f}\n",
+              "\"factored_attention_ns\": %.0f, \"compile_min_ns\": %.0f, \"factored_attention_min_ns\": %.0f, "
+              "\"moved_bytes\": %llu}\n",
               geo.c_str(), static_cast<unsigned long long>(t), static_cast<unsigned long long>(hit_pct),
               frag ? "frag" : "contig", reads.size(), reads.size() * sizeof(PlanRead), compile, write, write_read, sort,
-              extents.size(), fact, compile_min, fact_min);
+              extents.size(), fact, compile_min, fact_min, static_cast<unsigned long long>(plan.stats.bytes));
           std::fflush(stdout);
         }
       }
