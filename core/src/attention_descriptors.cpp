@@ -77,11 +77,15 @@ void require_remote_block_len(const TpMapping& m, uint64_t local_len, uint64_t r
 
 }  // namespace
 
-std::vector<AttentionRead> attention_reads(const TpMapping& m, uint64_t local_block_len,
-                                           uint64_t remote_block_len) {
+void attention_reads_into(const TpMapping& m, uint64_t local_block_len, uint64_t remote_block_len,
+                          std::vector<AttentionRead>& out) {
+  out.clear();
   require_remote_block_len(m, local_block_len, remote_block_len, 1, "");
   const uint64_t L = local_block_len;
-  if (m.input.use_mla) return {{m.attention_source_ranks.front(), 0, 0, L}};
+  if (m.input.use_mla) {
+    out.push_back({m.attention_source_ranks.front(), 0, 0, L});
+    return;
+  }
   if (m.tp_ratio > 0) {
     const uint64_t off = mul_checked(m.rank_offset_factor, L, "attention read offset");
     if (add_checked(off, L, "attention read end") > remote_block_len) {
@@ -89,7 +93,8 @@ std::vector<AttentionRead> attention_reads(const TpMapping& m, uint64_t local_bl
                                     ") leaves the remote block of " + s(remote_block_len) +
                                     " bytes");
     }
-    return {{m.attention_source_ranks.front(), off, 0, L}};
+    out.push_back({m.attention_source_ranks.front(), off, 0, L});
+    return;
   }
   // D_TP < P_TP: each source contributes its whole block; the block_len relation above makes
   // n whole remote blocks fill exactly one local block.
@@ -99,11 +104,16 @@ std::vector<AttentionRead> attention_reads(const TpMapping& m, uint64_t local_bl
     fail(Status::Internal, "attention reads: local block_len " + s(L) + " / " + s(n) +
                                " reads != remote block_len " + s(remote_block_len));
   }
-  std::vector<AttentionRead> out;
   out.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
     out.push_back({m.attention_source_ranks[i], 0, i * chunk, chunk});
   }
+}
+
+std::vector<AttentionRead> attention_reads(const TpMapping& m, uint64_t local_block_len,
+                                           uint64_t remote_block_len) {
+  std::vector<AttentionRead> out;
+  attention_reads_into(m, local_block_len, remote_block_len, out);
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "pdkv/core/attention_descriptors.hpp"
 #include "pdkv/core/mamba_split.hpp"
 #include "pdkv/core/transfer_plan.hpp"
 #include "plan_prepared.hpp"
@@ -48,6 +49,19 @@ struct ResolvedGroup {
   std::span<const uint32_t> remote_regions;
 };
 
+// Per-region attention geometry: local / remote kernel page, tokens per block, bytes per token
+// per head, and the head-granular reads of one token (attention_reads on per-token "blocks").
+struct AttentionRegion {
+  uint64_t local_block_len = 0, remote_block_len = 0;
+  bool mla = false;  // an MLA latent: one head, read whole from mla_source_rank()
+  uint64_t head_bytes_per_token = 0;
+  // NHD (tokens x heads x bytes): set only when every read covers all heads of both ranks, so
+  // that a token run is one contiguous range on each side (attention_layout refuses the rest).
+  bool nhd = false;
+  uint64_t local_token_bytes = 0, remote_token_bytes = 0;
+  std::vector<AttentionRead> token_reads;
+};
+
 // Per-call working memory, reused across calls on one thread so that compilation does not grow
 // the heap request after request.
 struct Trimmed {
@@ -71,6 +85,8 @@ struct Trimmed {
   // Scratch of the emitter and the coverage check, kept here so that one thread-local lookup
   // serves a whole compile (each thread_local of a shared library costs a __tls_get_addr call).
   std::vector<std::pair<size_t, size_t>> paired_at;
+  GroupTrimInput mamba_in;    // trim_groups' input for one Mamba group
+  AttentionRegion attention;  // the emitter's attention geometry of the region at hand
   std::vector<size_t> rank_used;  // the emitter's reads per P rank (PlanBuilder)
   std::vector<MambaRead> mreads;
   std::vector<uint64_t> remote_stride;

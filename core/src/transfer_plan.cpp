@@ -401,7 +401,9 @@ void trim_groups(Trimmed& t) {
   t.span_begin.assign(n + 1, 0);
   t.mamba.resize(n);
   t.zero.resize(n);
-  GroupTrimInput mamba_in;  // Mamba lists are short (one slot, or one per logical block)
+  // Mamba lists are short (one slot, or one per logical block); copied into the scratch's input,
+  // whose lists keep their capacity between requests.
+  GroupTrimInput& mamba_in = t.mamba_in;
   for (size_t g = 0; g < n; ++g) {
     const PlanGroupView& v = t.groups[g].g;
     t.span_begin[g] = t.spans.size();
@@ -670,18 +672,6 @@ class PlanBuilder {
   uint64_t mamba_bytes_ = 0;
 };
 
-// Per-region attention geometry: local / remote kernel page, tokens per block, bytes per token
-// per head, and the head-granular reads of one token (attention_reads on per-token "blocks").
-struct AttentionRegion {
-  uint64_t local_block_len = 0, remote_block_len = 0;
-  bool mla = false;  // an MLA latent: one head, read whole from mla_source_rank()
-  uint64_t head_bytes_per_token = 0;
-  // NHD (tokens x heads x bytes): set only when every read covers all heads of both ranks, so
-  // that a token run is one contiguous range on each side (attention_layout refuses the rest).
-  bool nhd = false;
-  uint64_t local_token_bytes = 0, remote_token_bytes = 0;
-  std::vector<AttentionRead> token_reads;
-};
 
 // Every P rank must lay the region out alike, or one rank's offsets would be wrong on another.
 void check_remote_region(const PlanContext& ctx, uint32_t region, uint64_t remote_block_len) {
@@ -703,10 +693,10 @@ void check_remote_region(const PlanContext& ctx, uint32_t region, uint64_t remot
 
 // `region` is D's, `remote_region` the P region holding the same layer (the same index unless
 // the stages hold different layer windows).
-AttentionRegion attention_region(const PlanContext& ctx, uint32_t region, uint32_t remote_region) {
+// Fills `a` (every field: it is the thread's scratch, reused request after request).
+void attention_region(const PlanContext& ctx, uint32_t region, uint32_t remote_region, AttentionRegion& a) {
   const EngineMetadata& d = ctx.local;
   const EngineMetadata& p0 = ctx.remote.front();
-  AttentionRegion a;
   a.local_block_len = d.regions[region].region.block_len;
   a.remote_block_len = p0.regions[remote_region].region.block_len;
   const uint64_t lt = region_bytes_per_token(d, region, "D");
@@ -726,10 +716,10 @@ AttentionRegion attention_region(const PlanContext& ctx, uint32_t region, uint32
     a.local_token_bytes = lt;
     a.remote_token_bytes = rt;
     a.nhd = false;
-    return a;
+    return;
   }
   try {
-    a.token_reads = attention_reads(ctx.mapping, lt, rt);
+    attention_reads_into(ctx.mapping, lt, rt, a.token_reads);
   } catch (const Error& e) {
     fail(e.status(), "region " + s(region) + " (per token): " + e.what());
   }
@@ -747,7 +737,6 @@ AttentionRegion attention_region(const PlanContext& ctx, uint32_t region, uint32
                                  " bytes per token on D / P)");
     }
   }
-  return a;
 }
 
 void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t region, uint32_t rregion,
@@ -824,7 +813,7 @@ void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedG
     if (same) {
       check_remote_region(ctx, rregion, a.remote_block_len);
     } else {
-      a = attention_region(ctx, region, rregion);
+      attention_region(ctx, region, rregion, a);
       have_a = true;
     }
     if (linear_tokens(ctx, a)) {
@@ -1065,7 +1054,7 @@ void compile_body(const PlanContext& ctx, std::span<const PlanGroupView> groups,
   plan.permute = block_permute(ctx, {t.staging, t.permute});
   PlanBuilder b(plan, plan.p_tp, t.rank_used);
   bool have_mreads = false;
-  AttentionRegion a;
+  AttentionRegion& a = t.attention;  // its token reads keep their capacity between requests
   bool have_a = false;
   for (size_t g = 0; g < t.groups.size(); ++g) {
     const ResolvedGroup& rg = t.groups[g];

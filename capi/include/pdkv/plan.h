@@ -119,7 +119,8 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_new(pdkv_transfer_plan_t **out, pdkv_e
  * pdkv_transfer_plan_compile), replacing its content: the same plan and the same errors as
  * pdkv_transfer_plan_compile, without allocating a handle, and reusing the plan's buffers, so a
  * caller that keeps one plan per thread compiles request after request without growing the
- * heap. Every pointer obtained from `plan` before the call (reads, ranks, group arrays) is
+ * heap: once the plan and the thread's working memory have grown to its largest request, a
+ * compile allocates nothing at all. Every pointer obtained from `plan` before the call (reads, ranks, group arrays) is
  * invalid afterwards. On failure `plan` holds an empty plan (no reads, no groups) and may be
  * compiled into again or freed. Errors: those of pdkv_transfer_plan_compile; NULL_POINTER
  * (plan). `plan` stays owned by the caller. Thread-safe for ctx; not for `plan`: no other call

@@ -43,6 +43,10 @@ uint64_t expected_remote_attention_block_len(const TpMapping& m, uint64_t local_
 // remote_block_len must equal expected_remote_attention_block_len (else Incompatible).
 std::vector<AttentionRead> attention_reads(const TpMapping& m, uint64_t local_block_len,
                                            uint64_t remote_block_len);
+// The same reads written into `out` (cleared first; its capacity is kept, so a caller that keeps
+// the vector plans request after request without allocating).
+void attention_reads_into(const TpMapping& m, uint64_t local_block_len, uint64_t remote_block_len,
+                          std::vector<AttentionRead>& out);
 
 // Local attention descriptors, region-major: for region i and b < num_blocks*bsr,
 // (base_i + b * block_len_i/bsr, block_len_i/bsr). With bsr > 1 each local block is cut into

@@ -1,0 +1,222 @@
+// Issue 10, item 3 ("no per-call heap churn on the hot path"), as a property of the product:
+// request after request, `pdkv_transfer_plan_compile_into` into one reused plan handle, through
+// the shared library every binding loads, touches the heap not once once the plan and the
+// thread's scratch have grown to the largest request. The requests are bench/plan_vs_vllm's
+// (Nemotron-3-Nano, P TP4 -> D TP2 rank 0, both kernel geometries, 4k to 1M tokens, consecutive
+// and fragmented ids, no hit and a 50% hit with Mamba's align mode), so the figures in
+// docs/benchmarks.md are of plans compiled without an allocation.
+//
+// A program of its own: it replaces the global operator new (the library's allocations go
+// through it; libpdkv imports operator new rather than carrying its own) to count the
+// allocations the calling thread makes while counting is on.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../capi_helpers.hpp"
+#include "pdkv.h"
+#include "plan_request.hpp"
+
+namespace {
+
+thread_local bool counting = false;
+thread_local uint64_t allocations = 0;
+
+void* counted(std::size_t n) {
+  if (counting) ++allocations;
+  void* p = std::malloc(n == 0 ? 1 : n);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+void* counted_aligned(std::size_t n, std::align_val_t a) {
+  if (counting) ++allocations;
+  const std::size_t al = static_cast<std::size_t>(a);
+  void* p = std::aligned_alloc(al, (n + al - 1) / al * al);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+}  // namespace
+
+void* operator new(std::size_t n) { return counted(n); }
+void* operator new[](std::size_t n) { return counted(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new(std::size_t n, std::align_val_t a) { return counted_aligned(n, a); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted_aligned(n, a); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace {
+
+using pdkv::bench::Request;
+
+// Allocations the calling thread makes in f.
+template <class F>
+uint64_t allocations_in(F&& f) {
+  allocations = 0;
+  counting = true;
+  f();
+  counting = false;
+  return allocations;
+}
+
+struct Context {
+  ModelPtr model;
+  GeometryPtr dg, pg;
+  std::vector<pdkv_engine_metadata_t*> metas;
+  pdkv_plan_context_t* ctx = nullptr;
+  pdkv_geometry_info_t di{}, pi{};
+  ~Context() {
+    pdkv_plan_context_free(ctx);
+    for (auto* m : metas) pdkv_engine_metadata_free(m);
+  }
+};
+
+pdkv_engine_config_t config(uint32_t tp, bool flashinfer, int32_t mode) {
+  pdkv_engine_config_t c;
+  REQUIRE_OK(pdkv_engine_config_init(&c, err));
+  c.tp_size = tp;
+  c.user_block_size = 2096;
+  c.field_mask |= PDKV_CONFIG_FIELD_BLOCK_SIZE;
+  c.attention_backend = flashinfer ? PDKV_BACKEND_FLASHINFER : PDKV_BACKEND_FLASH_ATTN;
+  c.mamba_cache_mode = mode;
+  return c;
+}
+
+// bench/plan_vs_vllm's C context (D rank 0 of TP2 against the four ranks of a TP4 P engine), or
+// the same model with other TP sizes.
+void build(Context& c, bool flashinfer, int32_t mode, uint32_t d_tp, uint32_t p_tp) {
+  pdkv_model_t* m = nullptr;
+  REQUIRE_OK(pdkv_model_from_preset("nemotron-3-nano-30b", &m, err));
+  c.model.reset(m);
+  const pdkv_engine_config_t dc = config(d_tp, flashinfer, mode), pc = config(p_tp, flashinfer, mode);
+  pdkv_geometry_t *dg = nullptr, *pg = nullptr;
+  REQUIRE_OK(pdkv_geometry_new(m, &dc, &dg, err));
+  c.dg.reset(dg);
+  REQUIRE_OK(pdkv_geometry_new(m, &pc, &pg, err));
+  c.pg.reset(pg);
+  c.di.struct_size = c.pi.struct_size = sizeof(pdkv_geometry_info_t);
+  REQUIRE_OK(pdkv_geometry_get_info(dg, &c.di, err));
+  REQUIRE_OK(pdkv_geometry_get_info(pg, &c.pi, err));
+  auto layout = [](const char* id, uint32_t rank, uint64_t pool, uint64_t base) {
+    pdkv_engine_layout_t l{};
+    l.struct_size = sizeof(l);
+    l.engine_id = id;
+    l.tp_rank = rank;
+    l.num_logical_blocks = pool;
+    l.num_regions = 6;
+    l.base = base;
+    return l;
+  };
+  const pdkv_engine_layout_t dl = layout("decode", 0, pdkv::bench::kDPool, 1ull << 40);
+  pdkv_engine_metadata_t* md = nullptr;
+  REQUIRE_OK(pdkv_engine_metadata_from_model(m, &dc, &dl, &md, err));
+  c.metas.push_back(md);
+  for (uint32_t r = 0; r < p_tp; ++r) {
+    const pdkv_engine_layout_t pl = layout("prefill", r, pdkv::bench::kPPool, (2ull + r) << 44);
+    pdkv_engine_metadata_t* mp = nullptr;
+    REQUIRE_OK(pdkv_engine_metadata_from_model(m, &pc, &pl, &mp, err));
+    c.metas.push_back(mp);
+  }
+  pdkv_plan_context_params_t params{};
+  params.struct_size = sizeof(params);
+  params.local = c.metas[0];
+  params.remote = c.metas.data() + 1;
+  params.num_remote = p_tp;
+  params.local_geometry = dg;
+  params.remote_geometry = pg;
+  REQUIRE_OK(pdkv_plan_context_new(&params, &c.ctx, err));
+}
+
+struct PlanDeleter { void operator()(pdkv_transfer_plan_t* p) const { pdkv_transfer_plan_free(p); } };
+
+}  // namespace
+
+TEST_CASE("transfer plan: compile_into into a reused plan allocates nothing once it has grown", "[capi][plan][alloc]") {
+  // The counter sees allocations at all (else the checks below could not fail).
+  REQUIRE(allocations_in([] { delete new std::vector<int>(3); }) >= 1);
+
+  // P TP4 -> D TP2 (the bench's pair: D reads two P ranks' heads), then D TP4 <- P TP2 (a slice
+  // of one P rank's heads) and TP1 on both sides.
+  for (const auto& [d_tp, p_tp] : {std::pair<uint32_t, uint32_t>{2, 4}, {4, 2}, {1, 1}})
+  for (const bool flashinfer : {true, false}) {
+    for (const uint64_t hit_pct : {uint64_t{0}, uint64_t{50}}) {
+      const int32_t mode = hit_pct ? PDKV_MAMBA_CACHE_ALIGN : PDKV_MAMBA_CACHE_NONE;
+      Context c;
+      build(c, flashinfer, mode, d_tp, p_tp);
+      const std::string name = "P TP" + std::to_string(p_tp) + " -> D TP" + std::to_string(d_tp) + " " +
+                               (flashinfer ? "flashinfer" : "flash_attn") + " hit " + std::to_string(hit_pct) + "%";
+      // Every request of the bench for this geometry and hit, as the block tables hold the ids
+      // (logical ids, kernel_blocks_per_id = ppl) and as kernel ids.
+      std::vector<Request> requests;
+      for (const uint64_t tokens : {4096, 32768, 131072, 1048576}) {
+        for (const bool frag : {false, true}) {
+          const Request r = pdkv::bench::make_request(tokens, hit_pct, frag, c.di.block_size, c.pi.block_size,
+                                                      c.di.physical_per_logical, c.pi.physical_per_logical,
+                                                      static_cast<pdkv::core::MambaCacheMode>(mode));
+          requests.push_back(r.as_logical());
+          requests.push_back(r);
+        }
+      }
+      std::vector<pdkv::bench::CGroups> groups;
+      for (const Request& r : requests) groups.push_back(r.c_groups());
+
+      pdkv_transfer_plan_t* raw = nullptr;
+      REQUIRE_OK(pdkv_transfer_plan_new(&raw, err));
+      const std::unique_ptr<pdkv_transfer_plan_t, PlanDeleter> plan(raw);
+      auto compile = [&](size_t i) {
+        pdkv_error_t* e = nullptr;
+        const pdkv_status_t st =
+            pdkv_transfer_plan_compile_into(c.ctx, groups[i].groups.data(), groups[i].groups.size(), plan.get(), &e);
+        if (st != PDKV_OK) {
+          const std::string msg = pdkv_error_message(e);
+          pdkv_error_free(e);
+          FAIL(msg);
+        }
+      };
+      // Grown once to every request's size (the plan's vectors, the thread's scratch).
+      for (size_t i = 0; i < requests.size(); ++i) compile(i);
+
+      // Then, in either order (larger after smaller and the other way round), not one allocation.
+      for (size_t i = 0; i < requests.size(); ++i) {
+        INFO(name << " request " << i);
+        CHECK(allocations_in([&] { compile(i); }) == 0);
+      }
+      for (size_t i = requests.size(); i-- > 0;) {
+        INFO(name << " request " << i << " (reverse)");
+        CHECK(allocations_in([&] { compile(i); }) == 0);
+      }
+      // The handle's reads were refreshed: the last plan is the first request's, not a stale one.
+      pdkv_transfer_plan_info_t info{};
+      info.struct_size = sizeof info;
+      REQUIRE_OK(pdkv_transfer_plan_get_info(plan.get(), &info, err));
+      CHECK(info.num_groups == 5);
+      CHECK(info.bytes > 0);
+    }
+  }
+}
