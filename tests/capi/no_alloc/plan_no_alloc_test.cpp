@@ -202,11 +202,41 @@ TEST_CASE("transfer plan: compile_into into a reused plan allocates nothing once
       // Grown once to every request's size (the plan's vectors, the thread's scratch).
       for (size_t i = 0; i < requests.size(); ++i) compile(i);
 
-      // Then, in either order (larger after smaller and the other way round), not one allocation.
+      // What a caller reads of each plan (the bindings' views go through these), with the
+      // number of reads seen, so that the calls cannot be skipped.
+      uint64_t reads_seen = 0;
+      auto read_back = [&] {
+        pdkv_transfer_plan_info_t info{};
+        info.struct_size = sizeof info;
+        bool ok = pdkv_transfer_plan_get_info(plan.get(), &info, nullptr) == PDKV_OK;
+        for (uint32_t p = 0; p < p_tp; ++p) {
+          const pdkv_plan_read_t* reads = nullptr;
+          size_t n = 0;
+          ok = ok && pdkv_transfer_plan_rank_reads(plan.get(), p, &reads, &n, nullptr, nullptr) == PDKV_OK;
+          reads_seen += n;
+        }
+        const uint32_t* ranks = nullptr;
+        size_t nr = 0;
+        ok = ok && pdkv_transfer_plan_read_ranks(plan.get(), &ranks, &nr, nullptr) == PDKV_OK;
+        ok = ok && pdkv_transfer_plan_notify_ranks(plan.get(), &ranks, &nr, nullptr) == PDKV_OK;
+        for (size_t g = 0; g < info.num_groups; ++g) {
+          pdkv_plan_group_zero_t z{};
+          z.struct_size = sizeof z;
+          ok = ok && pdkv_transfer_plan_group_zero(plan.get(), g, &z, nullptr) == PDKV_OK;
+        }
+        return ok;
+      };
+
+      // Then, in either order (larger after smaller and the other way round), not one allocation,
+      // neither compiling nor reading the plan back.
       for (size_t i = 0; i < requests.size(); ++i) {
         INFO(name << " request " << i);
         CHECK(allocations_in([&] { compile(i); }) == 0);
+        bool ok = false;
+        CHECK(allocations_in([&] { ok = read_back(); }) == 0);
+        CHECK(ok);
       }
+      CHECK(reads_seen > requests.size() * 100);
       for (size_t i = requests.size(); i-- > 0;) {
         INFO(name << " request " << i << " (reverse)");
         CHECK(allocations_in([&] { compile(i); }) == 0);
