@@ -19,6 +19,7 @@ using core::PlanGroupView;
 
 constexpr uint64_t kDPool = 5700;  // logical blocks per region on D (H100-80GB, TP2)
 constexpr uint64_t kPPool = 8200;  // on P (TP4)
+constexpr uint32_t kRegions = 6;     // pooled regions on both sides (vLLM's HMA for this model)
 
 // splitmix64: a small seeded generator both this file and plan_vs_vllm.py implement.
 struct SplitMix {

@@ -20,8 +20,6 @@
 
 namespace pdkv::bench {
 
-constexpr uint32_t kRegions = 6;  // pooled regions on both sides (vLLM's HMA for this model)
-
 // "a,b,,c" -> {"a", "b", "c"}.
 inline std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;

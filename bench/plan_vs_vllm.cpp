@@ -34,6 +34,7 @@
 #include "pdkv/core/metadata_from_geometry.hpp"
 #include "pdkv/core/presets.hpp"
 #include "pdkv/core/transfer_plan.hpp"
+#include "c_plan_context.hpp"
 #include "plan_setup.hpp"
 
 using namespace pdkv::core;
@@ -46,18 +47,6 @@ void check(pdkv_status_t st, pdkv_error_t* err, const char* what) {
   if (st == PDKV_OK) return;
   std::fprintf(stderr, "%s failed: %s\n", what, err ? pdkv_error_message(err) : "?");
   std::exit(2);
-}
-
-pdkv_engine_config_t c_config(uint32_t tp, bool flashinfer, MambaCacheMode mode) {
-  pdkv_engine_config_t c;
-  pdkv_error_t* err = nullptr;
-  check(pdkv_engine_config_init(&c, &err), err, "pdkv_engine_config_init");
-  c.tp_size = tp;
-  c.user_block_size = 2096;
-  c.field_mask |= PDKV_CONFIG_FIELD_BLOCK_SIZE;
-  c.attention_backend = flashinfer ? PDKV_BACKEND_FLASHINFER : PDKV_BACKEND_FLASH_ATTN;
-  c.mamba_cache_mode = static_cast<int32_t>(mode);
-  return c;
 }
 
 }  // namespace
@@ -78,9 +67,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  pdkv_model_t* cm = nullptr;
   pdkv_error_t* err = nullptr;
-  check(pdkv_model_from_preset("nemotron-3-nano-30b", &cm, &err), err, "pdkv_model_from_preset");
   for (const std::string& geo : pdkv::bench::split_list(geometries)) {
     const bool fi = geo == "flashinfer";
     for (const std::string& hit_s : pdkv::bench::split_list(hits)) {
@@ -91,37 +78,11 @@ int main(int argc, char** argv) {
       const PlanContext& ctx = setup.ctx;
       const PlanContextVerdict& verdict = setup.verdict;
       // C context, built the way a binding builds it.
-      pdkv_engine_config_t cdc = c_config(2, fi, mode), cpc = c_config(4, fi, mode);
-      pdkv_geometry_t *cdg = nullptr, *cpg = nullptr;
-      check(pdkv_geometry_new(cm, &cdc, &cdg, &err), err, "pdkv_geometry_new");
-      check(pdkv_geometry_new(cm, &cpc, &cpg, &err), err, "pdkv_geometry_new");
-      auto layout = [](const char* id, uint32_t rank, uint64_t pool, uint64_t base) {
-        pdkv_engine_layout_t l{};
-        l.struct_size = sizeof(l);
-        l.engine_id = id;
-        l.tp_rank = rank;
-        l.num_logical_blocks = pool;
-        l.num_regions = pdkv::bench::kRegions;
-        l.base = base;
-        return l;
-      };
-      pdkv_engine_metadata_t* cd = nullptr;
-      std::vector<pdkv_engine_metadata_t*> cp(4);
-      const pdkv_engine_layout_t dl = layout("decode", 0, pdkv::bench::kDPool, 1ull << 40);
-      check(pdkv_engine_metadata_from_model(cm, &cdc, &dl, &cd, &err), err, "metadata");
-      for (uint32_t r = 0; r < 4; ++r) {
-        const pdkv_engine_layout_t pl = layout("prefill", r, pdkv::bench::kPPool, (2ull + r) << 44);
-        check(pdkv_engine_metadata_from_model(cm, &cpc, &pl, &cp[r], &err), err, "metadata");
-      }
-      pdkv_plan_context_params_t params{};
-      params.struct_size = sizeof(params);
-      params.local = cd;
-      params.remote = cp.data();
-      params.num_remote = 4;
-      params.local_geometry = cdg;
-      params.remote_geometry = cpg;
-      pdkv_plan_context_t* cctx = nullptr;
-      check(pdkv_plan_context_new(&params, &cctx, &err), err, "pdkv_plan_context_new");
+      pdkv::bench::CPlanContext cplan;
+      const char* failed = "";
+      check(pdkv::bench::make_c_plan_context(cplan, fi, static_cast<int32_t>(mode), 2, 4, &err, &failed), err,
+            failed);
+      pdkv_plan_context_t* const cctx = cplan.ctx;
 
       for (const std::string& tok_s : pdkv::bench::split_list(tokens)) {
         for (const std::string& alloc : pdkv::bench::split_list(allocs)) {
@@ -185,13 +146,7 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
         }
       }
-      pdkv_plan_context_free(cctx);
-      for (auto* p : cp) pdkv_engine_metadata_free(p);
-      pdkv_engine_metadata_free(cd);
-      pdkv_geometry_free(cdg);
-      pdkv_geometry_free(cpg);
     }
   }
-  pdkv_model_free(cm);
   return 0;
 }

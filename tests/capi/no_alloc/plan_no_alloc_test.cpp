@@ -20,6 +20,7 @@
 
 #include "../capi_helpers.hpp"
 #include "pdkv.h"
+#include "c_plan_context.hpp"
 #include "plan_request.hpp"
 
 namespace {
@@ -85,74 +86,6 @@ uint64_t allocations_in(F&& f) {
   return allocations;
 }
 
-struct Context {
-  ModelPtr model;
-  GeometryPtr dg, pg;
-  std::vector<pdkv_engine_metadata_t*> metas;
-  pdkv_plan_context_t* ctx = nullptr;
-  pdkv_geometry_info_t di{}, pi{};
-  ~Context() {
-    pdkv_plan_context_free(ctx);
-    for (auto* m : metas) pdkv_engine_metadata_free(m);
-  }
-};
-
-pdkv_engine_config_t config(uint32_t tp, bool flashinfer, int32_t mode) {
-  pdkv_engine_config_t c;
-  REQUIRE_OK(pdkv_engine_config_init(&c, err));
-  c.tp_size = tp;
-  c.user_block_size = 2096;
-  c.field_mask |= PDKV_CONFIG_FIELD_BLOCK_SIZE;
-  c.attention_backend = flashinfer ? PDKV_BACKEND_FLASHINFER : PDKV_BACKEND_FLASH_ATTN;
-  c.mamba_cache_mode = mode;
-  return c;
-}
-
-// bench/plan_vs_vllm's C context (D rank 0 of TP2 against the four ranks of a TP4 P engine), or
-// the same model with other TP sizes.
-void build(Context& c, bool flashinfer, int32_t mode, uint32_t d_tp, uint32_t p_tp) {
-  pdkv_model_t* m = nullptr;
-  REQUIRE_OK(pdkv_model_from_preset("nemotron-3-nano-30b", &m, err));
-  c.model.reset(m);
-  const pdkv_engine_config_t dc = config(d_tp, flashinfer, mode), pc = config(p_tp, flashinfer, mode);
-  pdkv_geometry_t *dg = nullptr, *pg = nullptr;
-  REQUIRE_OK(pdkv_geometry_new(m, &dc, &dg, err));
-  c.dg.reset(dg);
-  REQUIRE_OK(pdkv_geometry_new(m, &pc, &pg, err));
-  c.pg.reset(pg);
-  c.di.struct_size = c.pi.struct_size = sizeof(pdkv_geometry_info_t);
-  REQUIRE_OK(pdkv_geometry_get_info(dg, &c.di, err));
-  REQUIRE_OK(pdkv_geometry_get_info(pg, &c.pi, err));
-  auto layout = [](const char* id, uint32_t rank, uint64_t pool, uint64_t base) {
-    pdkv_engine_layout_t l{};
-    l.struct_size = sizeof(l);
-    l.engine_id = id;
-    l.tp_rank = rank;
-    l.num_logical_blocks = pool;
-    l.num_regions = 6;
-    l.base = base;
-    return l;
-  };
-  const pdkv_engine_layout_t dl = layout("decode", 0, pdkv::bench::kDPool, 1ull << 40);
-  pdkv_engine_metadata_t* md = nullptr;
-  REQUIRE_OK(pdkv_engine_metadata_from_model(m, &dc, &dl, &md, err));
-  c.metas.push_back(md);
-  for (uint32_t r = 0; r < p_tp; ++r) {
-    const pdkv_engine_layout_t pl = layout("prefill", r, pdkv::bench::kPPool, (2ull + r) << 44);
-    pdkv_engine_metadata_t* mp = nullptr;
-    REQUIRE_OK(pdkv_engine_metadata_from_model(m, &pc, &pl, &mp, err));
-    c.metas.push_back(mp);
-  }
-  pdkv_plan_context_params_t params{};
-  params.struct_size = sizeof(params);
-  params.local = c.metas[0];
-  params.remote = c.metas.data() + 1;
-  params.num_remote = p_tp;
-  params.local_geometry = dg;
-  params.remote_geometry = pg;
-  REQUIRE_OK(pdkv_plan_context_new(&params, &c.ctx, err));
-}
-
 struct PlanDeleter { void operator()(pdkv_transfer_plan_t* p) const { pdkv_transfer_plan_free(p); } };
 
 }  // namespace
@@ -167,8 +100,9 @@ TEST_CASE("transfer plan: compile_into into a reused plan allocates nothing once
   for (const bool flashinfer : {true, false}) {
     for (const uint64_t hit_pct : {uint64_t{0}, uint64_t{50}}) {
       const int32_t mode = hit_pct ? PDKV_MAMBA_CACHE_ALIGN : PDKV_MAMBA_CACHE_NONE;
-      Context c;
-      build(c, flashinfer, mode, d_tp, p_tp);
+      pdkv::bench::CPlanContext c;
+      const char* failed = "";
+      REQUIRE_OK(pdkv::bench::make_c_plan_context(c, flashinfer, mode, d_tp, p_tp, err, &failed));
       const std::string name = "P TP" + std::to_string(p_tp) + " -> D TP" + std::to_string(d_tp) + " " +
                                (flashinfer ? "flashinfer" : "flash_attn") + " hit " + std::to_string(hit_pct) + "%";
       // Every request of the bench for this geometry and hit, as the block tables hold the ids
