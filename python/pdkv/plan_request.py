@@ -49,6 +49,10 @@ _GROUP_FIELDS = len(_GROUP_FORMAT)
 # when it passes one each (a Mamba group's usual request), copied there instead of pinning its
 # buffer. The Mamba groups' words come first, in group order, so that the usual request writes
 # them all with one struct pack.
+# A group other than Mamba passing at most this many ids a side in uint64 buffers has them copied
+# into its packing (one memcpy each: cheaper than pinning the buffers, see _usual_block); more
+# are read in place.
+_COPY_IDS = 256
 _GROUP_STRUCT: Dict[int, struct.Struct] = {}  # n -> struct of n pdkv_plan_group_t
 _TRIM_STRUCT = struct.Struct("@" + _TRIM_FORMAT)
 
@@ -58,13 +62,15 @@ class _Packing:
     scratch words per group), its per-engine fields written once, and the made-once arguments
     of its calls. Whoever holds the packing is the only writer of its buffer and of its slot."""
 
-    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "single", "gil_ids", "free")
+    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "copies", "single", "gil_ids", "free")
 
     def __init__(self, layout: "_Layout") -> None:
         n = layout.n
         trims = n * _PLAN_GROUP_SIZE
         words = trims + n * _TRIM_SIZE  # where the scratch words start
-        self.buf = (ctypes.c_char * (words + n * 16))()
+        others = [i for i, t in enumerate(layout.trim_templates) if t[2] != GroupKind.MAMBA]
+        copies = words + n * 16  # where the other groups' copy areas start (see _usual_block)
+        self.buf = (ctypes.c_char * (copies + len(others) * 2 * _COPY_IDS * 8))()
         base = ctypes.addressof(self.buf)
         self.mb = memoryview(self.buf).cast("B")
         self.q = self.mb.cast("Q")  # the scratch words, as uint64 (a store range-checks the id)
@@ -84,6 +90,12 @@ class _Packing:
             _TRIM_STRUCT.pack_into(self.mb, at, *t)
             scratch = words + order.index(i) * 16
             self.groups.append((at + _WINDOW_OFFSET, scratch // 8, base + scratch, base + scratch + 8, t[8], t[9]))
+        # Per group other than Mamba: the word indexes of its local and remote copy areas (room
+        # for _COPY_IDS ids each) and their addresses.
+        self.copies: Dict[int, Tuple[int, int, int, int]] = {}
+        for j, i in enumerate(others):
+            at = copies + j * 2 * _COPY_IDS * 8
+            self.copies[i] = (at // 8, base + at, at // 8 + _COPY_IDS, base + at + _COPY_IDS * 8)
         self.arg = ctypes.c_void_p(base)
         self.typed = ctypes.cast(base, ctypes.POINTER(_ffi.PlanGroupC))
         self.count = ctypes.c_size_t(n)
@@ -256,7 +268,7 @@ def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
             else:
                 lines += [f"        S[{i}] = False"]
         lines += [f"        S[{n}] = True"]
-        if singles:  # their scratch words are contiguous (see _Packing), from the first one's
+        if singles and not arrays:  # their scratch words are contiguous (see _Packing), from the first one's
             ids = ", ".join(f"x{i}[0], y{i}[0]" for i in singles)
             lines += [f"    words(mb, {pk.groups[singles[0]][1] * 8}, {ids})"]
         for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
@@ -264,16 +276,47 @@ def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
             if mamba[i]:
                 lines += [f"    q[{counts}] = c", f"    q[{counts + 1}] = h{i}"]
                 continue
-            if arrays:  # pinned before the address is read: no resize until the call returned
-                lines += [f"    p{i}a = memoryview(x{i})", f"    p{i}b = memoryview(y{i})",
-                          f"    la, ln = x{i}.buffer_info()", f"    ra, rn = y{i}.buffer_info()"]
-            else:  # arrays of this call (OverflowError for an id out of range: the checked path)
-                lines += [f"    p{i}a = A('Q', x{i})", f"    p{i}b = A('Q', y{i})",
-                          f"    la, ln = p{i}a.buffer_info()", f"    ra, rn = p{i}b.buffer_info()"]
-            lines += [f"    window(mb, {at}, la, ln, ra, rn, {lpt}, {rpt}, c, h{i})", "    total += ln + rn"]
+            if arrays:  # (la, ln, ra, rn set by copy_block)
+                lines += [f"    window(mb, {at}, la{i}, ln{i}, ra{i}, rn{i}, {lpt}, {rpt}, c, h{i})",
+                          f"    total += ln{i} + rn{i}"]
+                continue
+            # arrays of this call (OverflowError for an id out of range: the checked path)
+            lines += [f"    p{i}a = A('Q', x{i})", f"    p{i}b = A('Q', y{i})",
+                      f"    la, ln = p{i}a.buffer_info()", f"    ra, rn = p{i}b.buffer_info()",
+                      f"    window(mb, {at}, la, ln, ra, rn, {lpt}, {rpt}, c, h{i})", "    total += ln + rn"]
         return lines
 
-    array_ok = conditions("A", "x{i}.typecode in QC and y{i}.typecode in QC")
+    def copy_block() -> List[str]:
+        """The ids of the array form, each group's in one statement: a Mamba group's one id a
+        side copied into its scratch words by a memoryview slice assignment, which itself checks
+        that the source is a buffer of exactly one native uint64 (TypeError or ValueError
+        otherwise: then group by group); another group's ids copied the same way into its copy
+        area when there are at most _COPY_IDS a side, else pinned and read in place (64-bit
+        ``array`` only; anything else raises Slow: group by group)."""
+        lines: List[str] = []
+        for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
+            if mamba[i]:
+                lines += [f"q[{k}:{k + 1}] = x{i}", f"q[{k + 1}:{k + 2}] = y{i}"]
+                continue
+            ka, aa, kb, ab = pk.copies[i]
+            lines += [
+                f"ln{i} = len(x{i})",
+                f"rn{i} = len(y{i})",
+                f"if ln{i} <= {_COPY_IDS} >= rn{i}:",
+                f"    q[{ka}:{ka} + ln{i}] = x{i}",
+                f"    q[{kb}:{kb} + rn{i}] = y{i}",
+                f"    la{i} = {aa}",
+                f"    ra{i} = {ab}",
+                f"elif type(x{i}) is A is type(y{i}) and x{i}.typecode in QC and y{i}.typecode in QC:",
+                f"    p{i}a = memoryview(x{i})  # pinned before the address is read: no resize until the call returned",
+                f"    p{i}b = memoryview(y{i})",
+                f"    la{i}, ln{i} = x{i}.buffer_info()",
+                f"    ra{i}, rn{i} = y{i}.buffer_info()",
+                "else:",
+                "    raise Slow",
+            ]
+        return ["    " + line for line in lines]
+
     list_ok = conditions("list", "INT.issuperset(map(type, x{i})) and INT.issuperset(map(type, y{i}))")
     out = [
         f"{xs} = L",
@@ -284,8 +327,14 @@ def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
         f"    {hs} = H",
         f"    if not (int is {' is '.join(f'type(h{i})' for i in range(n))}):",
         "        h0 = None  # fails the checks below",
-        "if " + array_ok[0], *array_ok[1:-1], array_ok[-1] + ":",
-        *fill(True),
+        "if type(c) is int is type(h0) and type(x0) is A:  # the array form (see copy_block)",
+        "    try:",
+        *["    " + line for line in copy_block()],
+        "    except copy_errors:  # not the usual form after all: group by group (what was copied is rewritten)",
+        "        pins = []",
+        "        total = by_group(L, R, c, H, pins)",
+        "    else:",
+        *["    " + line for line in fill(True)],
         "elif " + list_ok[0], *list_ok[1:-1], list_ok[-1] + ":",
         *fill(False),
         "else:  # group by group", "    pins = []", "    total = by_group(L, R, c, H, pins)",
@@ -374,7 +423,8 @@ def _compile_function(pk: _Packing, layout: "_Layout", pool: Optional[List[Any]]
     # globals (no reference cycle).
     shared: Dict[str, Any] = {"S": pk.single, "q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into,
                               "words": struct.Struct(f"@{2 * sum(mamba)}Q").pack_into,
-                              "A": array.array, "QC": _Q_CODES, "INT": _INT_ONLY, "Slow": _Slow}
+                              "A": array.array, "QC": _Q_CODES, "INT": _INT_ONLY, "Slow": _Slow,
+                              "copy_errors": (TypeError, ValueError, _Slow)}
     fill_ns = dict(shared, other=_other_ids)
     ns = dict(shared, layout=layout, pool=pool, holder=layout.holder, free=pk.free, busy=_compile_busy,
               checked=_checked, ClosedError=ClosedError, M=sys.modules[__name__], arg=pk.arg, count=pk.count,
@@ -553,7 +603,8 @@ class PlanRequest:
 
         The ids are read by the library during the call: a buffer used in place is pinned (it
         cannot be resized meanwhile: resizing raises BufferError), and a group passing one id
-        per side has them copied. A request of few ids (see ``_GIL_WORK`` in plan.py: up to 256
+        per side, or up to 256 a side in ``array('Q')`` (native uint64 buffers), has them copied
+        (one memcpy: cheaper than pinning so few). A request of few ids (see ``_GIL_WORK`` in plan.py: up to 256
         ids with six regions) is planned with the GIL held, a larger one releases it.
 
         (On an instance this name is the generated function of :func:`_compile_function`; this

@@ -1,9 +1,10 @@
 """The planning hot path (PlanRequest.compile, PlanContext.compile with ``reuse``): untyped ctypes
 calls with made-once arguments, the context kept alive by reference counting instead of an
-in-flight count, one-id groups copied and other id buffers pinned for the call, the GIL held for
-small requests. These tests check what could go wrong there: the plans equal the checked path's,
-bad buffers are refused by name, a buffer resized during the call cannot be, close() racing
-compiles never frees what a call uses, and a context nobody uses is freed by close() at once."""
+in-flight count, one-id groups (and, prepared, other groups' few ids) copied and other id
+buffers pinned for the call, the GIL held for small requests. These tests check what could go
+wrong there: the plans equal the checked path's, bad buffers are refused by name, a buffer
+resized during the call cannot be, close() racing compiles never frees what a call uses, and a
+context nobody uses is freed by close() at once."""
 
 from __future__ import annotations
 
@@ -274,31 +275,39 @@ def test_bools_in_a_region_list_are_refused_after_an_equal_list_of_ints(ctx: pdk
     assert ctx.compile(again).to_json() == ctx.compile(ints).to_json()
 
 
-@pytest.mark.parametrize("prepared", [True, False])
-def test_buffers_cannot_be_resized_during_the_call(ctx: pdkv.PlanContext, monkeypatch: pytest.MonkeyPatch, prepared: bool) -> None:
+@pytest.mark.parametrize("prepared,logical", [(True, True), (True, False), (False, True)])
+def test_buffers_cannot_be_resized_during_the_call(ctx: pdkv.PlanContext, monkeypatch: pytest.MonkeyPatch,
+                                                   prepared: bool, logical: bool) -> None:
     """During the C call every id buffer read in place is pinned (resizing it raises
     BufferError), one-id groups were copied (changing them then does not change the plan), and
-    afterwards the buffers are free again; through PlanRequest.compile and ctx.compile."""
+    so were, through PlanRequest.compile, the attention group's ids when they are few (3 logical
+    ids a side: resizing or rewriting them then changes nothing the call reads; 393 kernel ids a
+    side are more than ``_COPY_IDS`` and read in place); afterwards the buffers are free again;
+    through PlanRequest.compile and ctx.compile."""
+    from pdkv import plan_request as pr
     fns = plan_mod._into_functions()
     seen: List[str] = []
-    local = [array("Q", [60]), array("Q", [61]), array("Q", [3, 4, 10])]
-    remote = [array("Q", [62]), array("Q", [63]), array("Q", [20, 5, 6])]
+    attn_l = [3, 4, 10] if logical else kernel([3, 4, 10])
+    attn_r = [20, 5, 6] if logical else kernel([20, 5, 6])
+    assert (len(attn_l) <= pr._COPY_IDS) == logical
+    local = [array("Q", [60]), array("Q", [61]), array("Q", attn_l)]
+    remote = [array("Q", [62]), array("Q", [63]), array("Q", attn_r)]
 
     def meddle(*args: Any) -> int:
         for side in (local, remote):
             try:
                 side[2].append(7)
                 seen.append("resized")
+                side[2][0] = 1  # a copy is what the library reads
             except BufferError:
                 seen.append("pinned")
             side[0][0] = 1  # a copied one-id group: the library reads the copy
         return int(fns[1](*args))
 
-    from pdkv import plan_request as pr
     monkeypatch.setattr(pr if prepared else plan_mod, "_INTO", [meddle, meddle])
-    req = ctx.prepare(layout(True))
+    req = ctx.prepare(layout(logical))
     computed = 3 * BLOCK - 1
-    want = ctx.compile(checked_groups(True, [[60], [61], [3, 4, 10]], [[62], [63], [20, 5, 6]], computed,
+    want = ctx.compile(checked_groups(logical, [[60], [61], attn_l], [[62], [63], attn_r], computed,
                                       [0, 0, 0])).to_json()
     plan = pdkv.TransferPlan.empty()
     if prepared:
@@ -308,9 +317,9 @@ def test_buffers_cannot_be_resized_during_the_call(ctx: pdkv.PlanContext, monkey
             g.trim.kind, lb, rb, remote_computed_tokens=computed,
             local_kernel_blocks_per_id=g.trim.local_kernel_blocks_per_id,
             remote_kernel_blocks_per_id=g.trim.remote_kernel_blocks_per_id), g.regions)
-            for g, lb, rb in zip(layout(True), local, remote)]
+            for g, lb, rb in zip(layout(logical), local, remote)]
         assert ctx.compile(groups, reuse=plan) is plan
-    assert seen == ["pinned", "pinned"]
+    assert seen == (["resized", "resized"] if prepared and logical else ["pinned", "pinned"])
     assert plan.to_json() == want
     local[2].append(7)  # no pin left once compile returned
     remote[2].pop()
