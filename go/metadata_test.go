@@ -443,9 +443,15 @@ func TestMixedMLAModel(t *testing.T) {
 
 // CompileInto fills one reused plan with what Compile returns, request after request; a failed
 // compile leaves it empty and reusable; a plan another call holds is refused with ErrBusy, and
-// while CompileInto holds it every other call on it is.
+// while CompileInto holds it every other call on it is. CompileIntoArgs (the C entry taking its
+// arguments in one struct) behaves alike.
 func TestCompileIntoReusesOnePlan(t *testing.T) {
 	ctx := nanoContext(t, true)
+	t.Run("CompileInto", func(t *testing.T) { compileIntoReusesOnePlan(t, ctx, ctx.CompileInto) })
+	t.Run("CompileIntoArgs", func(t *testing.T) { compileIntoReusesOnePlan(t, ctx, ctx.CompileIntoArgs) })
+}
+
+func compileIntoReusesOnePlan(t *testing.T, ctx *PlanContext, compileInto func([]PlanGroup, *TransferPlan) error) {
 	plan, err := NewTransferPlan()
 	must(t, err)
 	defer plan.Close()
@@ -458,7 +464,7 @@ func TestCompileIntoReusesOnePlan(t *testing.T) {
 		groups := []PlanGroup{{Trim: GroupTrimInput{Kind: GroupAttention, LocalBlocks: local, RemoteBlocks: []uint64{20, 25, 22}, RemoteComputedTokens: 3000}}}
 		fresh, err := ctx.Compile(groups)
 		must(t, err)
-		must(t, ctx.CompileInto(groups, plan))
+		must(t, compileInto(groups, plan))
 		want, _, err := fresh.RankReads(0)
 		must(t, err)
 		got, _, err := plan.RankReads(0)
@@ -473,7 +479,7 @@ func TestCompileIntoReusesOnePlan(t *testing.T) {
 		must(t, fresh.Close())
 	}
 	bad := []PlanGroup{{Trim: GroupTrimInput{Kind: GroupAttention, LocalBlocks: []uint64{10}, RemoteBlocks: []uint64{20}, RemoteComputedTokens: 3000}}}
-	wantErr(t, ctx.CompileInto(bad, plan), ErrCoverage)
+	wantErr(t, compileInto(bad, plan), ErrCoverage)
 	if info, err := plan.Info(); err != nil || !info.Empty {
 		t.Fatalf("plan after a failed compile %+v %v", info, err)
 	}
@@ -481,7 +487,7 @@ func TestCompileIntoReusesOnePlan(t *testing.T) {
 	if _, err := plan.h.acquire(); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, ctx.CompileInto(bad, plan), ErrBusy)
+	wantErr(t, compileInto(bad, plan), ErrBusy)
 	plan.h.release()
 	if _, err := plan.h.acquireExclusive(); err != nil {
 		t.Fatal(err)
@@ -489,5 +495,5 @@ func TestCompileIntoReusesOnePlan(t *testing.T) {
 	_, err = plan.Info()
 	wantErr(t, err, ErrBusy)
 	plan.h.releaseExclusive()
-	wantErr(t, ctx.CompileInto(bad, nil), ErrNullPointer)
+	wantErr(t, compileInto(bad, nil), ErrNullPointer)
 }

@@ -255,6 +255,7 @@ var nilArgCases = []nilArgCase{
 	{name: "Engine.PlanContext", fn: (*Engine).PlanContext, recv: true, args: map[int]string{1: "remote"}},
 	{name: "Engine.PlanRequest", fn: (*Engine).PlanRequest, recv: true, args: map[int]string{1: "ctx"}},
 	{name: "PlanContext.CompileInto", fn: (*PlanContext).CompileInto, recv: true, args: map[int]string{2: "plan"}},
+	{name: "PlanContext.CompileIntoArgs", fn: (*PlanContext).CompileIntoArgs, recv: true, args: map[int]string{2: "plan"}},
 }
 
 // TestNilHandleArgumentsListed checks that nilArgCases lists exactly the exported functions and

@@ -354,6 +354,41 @@ func (c *PlanContext) CompileInto(groups []PlanGroup, plan *TransferPlan) error 
 	return check(st, cerr)
 }
 
+// CompileIntoArgs is CompileInto through pdkv_transfer_plan_compile_args, the C entry that takes
+// the call's arguments (all but the plan) in one struct, for bindings whose foreign calls cost
+// per argument (Python's ctypes); cgo does not, so Go engines have no reason to prefer it. The
+// same plan, errors and locking as CompileInto.
+func (c *PlanContext) CompileIntoArgs(groups []PlanGroup, plan *TransferPlan) error {
+	p, err := c.ref().acquire()
+	if err != nil {
+		return err
+	}
+	defer c.h.release()
+	if plan == nil {
+		return nilErr("TransferPlan", "plan")
+	}
+	tp, err := plan.ref().acquireExclusive()
+	if err != nil {
+		return err
+	}
+	defer plan.h.releaseExclusive()
+	var a cArena
+	defer a.free()
+	gp := cGroups(&a, groups)
+	// The struct and its error slot in C memory: cgo forbids storing a Go pointer in C memory.
+	args := (*C.pdkv_compile_args_t)(a.alloc(C.sizeof_pdkv_compile_args_t))
+	slot := (**C.pdkv_error_t)(a.alloc(unsafe.Sizeof(uintptr(0))))
+	args.struct_size = C.sizeof_pdkv_compile_args_t
+	args.ctx = p
+	args.groups = gp
+	args.n_groups = C.size_t(len(groups))
+	args.err = slot
+	st := C.pdkv_transfer_plan_compile_args(tp, args)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(plan)
+	return check(st, *slot)
+}
+
 // Close frees the plan. It is idempotent (closing twice does nothing) and waits for calls in
 // flight. Close on a nil *TransferPlan does nothing and returns nil, like a second Close.
 func (t *TransferPlan) Close() error { return closeHandle(t, t.ref()) }

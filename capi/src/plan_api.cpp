@@ -305,6 +305,18 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_compile_into(const pdkv_plan_context_t
   });
 }
 
+PDKV_API pdkv_status_t pdkv_transfer_plan_compile_args(pdkv_transfer_plan_t* plan, const pdkv_compile_args_t* args) {
+  // The error's destination is a field of args: without args, or with a struct_size that may
+  // not hold that field, there is nowhere safe to put one.
+  if (args == nullptr) return PDKV_ERR_NULL_POINTER;
+  if (args->struct_size < pdkv::capi::kCompileArgsMinSize) return PDKV_ERR_STRUCT_SIZE;
+  pdkv_error_t** const err = args->err;
+  if (args->struct_size > sizeof(pdkv_compile_args_t)) {
+    return guard(err, [&] { pdkv::capi::read_struct_prefix(*args, pdkv::capi::kCompileArgsMinSize, "pdkv_compile_args_t"); });
+  }
+  return pdkv_transfer_plan_compile_into(args->ctx, args->groups, args->n_groups, plan, err);
+}
+
 PDKV_API pdkv_status_t pdkv_transfer_plan_validate(const pdkv_transfer_plan_t* plan, const pdkv_plan_context_t* ctx,
                                                    const pdkv_plan_group_t* groups, size_t n_groups,
                                                    pdkv_error_t** err) {

@@ -84,6 +84,8 @@ PDKV_DEFINE_MIN_SIZE(kRemoteDecodePlanMinSize, pdkv_remote_decode_prefill_plan_t
 PDKV_DEFINE_MIN_SIZE(kOffloadGeometryMinSize, pdkv_offload_geometry_t, hash_blocks_per_block, 24);
 PDKV_DEFINE_MIN_SIZE(kDescriptorLayoutMinSize, pdkv_descriptor_layout_t, num_mamba_regions, 56);
 PDKV_DEFINE_MIN_SIZE(kSplitV0604MinSize, pdkv_aligned_split_v0604_input_t, load_kv_async, 80);
+// Since 2.8: its first published size is its 2.8 size.
+PDKV_DEFINE_MIN_SIZE(kCompileArgsMinSize, pdkv_compile_args_t, err, 40);
 
 // Input structs begin with struct_size then field_mask (pdkv.h's growth rule).
 template <typename T>

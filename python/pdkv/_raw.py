@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Dict, List, Tuple, Type
 
 #: PDKV_VERSION_MAJOR / _MINOR / _PATCH of the header this module was generated from.
 HEADER_VERSION_MAJOR = 2
-HEADER_VERSION_MINOR = 7
+HEADER_VERSION_MINOR = 8
 HEADER_VERSION_PATCH = 0
 
 # ---- #define constants -------------------------------------------------------------------
@@ -1197,6 +1197,19 @@ class PlanReadC(StructMirror):
     ]
 
 
+class CompileArgsC(StructMirror):
+    """``pdkv_compile_args_t``."""
+
+    _c_name_ = "pdkv_compile_args_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("ctx", POINTER(PlanContextT)),
+        ("groups", POINTER(PlanGroupC)),
+        ("n_groups", c_size_t),
+        ("err", POINTER(POINTER(ErrorT))),
+    ]
+
+
 class TransferPlanInfoC(StructMirror):
     """``pdkv_transfer_plan_info_t``."""
 
@@ -1583,6 +1596,7 @@ STRUCTS: Tuple[Type[StructMirror], ...] = (
     PlanContextParamsC,
     PlanGroupC,
     PlanReadC,
+    CompileArgsC,
     TransferPlanInfoC,
     PlanGroupZeroC,
     StagePairC,
@@ -1637,6 +1651,7 @@ STRUCT_FORMATS: Dict[str, str] = {
     "pdkv_plan_context_params_t": "NQPPNPPPB0N",
     "pdkv_plan_group_t": "NQPPNPN",
     "pdkv_plan_read_t": "IQIQQ",
+    "pdkv_compile_args_t": "NPPNP",
     "pdkv_transfer_plan_info_t": "NIIINNINQQQQQBQQQQQQQQQQQ",
     "pdkv_plan_group_zero_t": "NiPNPNPNPNPN",
     "pdkv_stage_pair_t": "IIII",
@@ -1782,6 +1797,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_transfer_plan_compile": (c_int, [POINTER(PlanContextT), POINTER(PlanGroupC), c_size_t, POINTER(POINTER(TransferPlanT)), POINTER(POINTER(ErrorT))]),
     "pdkv_transfer_plan_new": (c_int, [POINTER(POINTER(TransferPlanT)), POINTER(POINTER(ErrorT))]),
     "pdkv_transfer_plan_compile_into": (c_int, [POINTER(PlanContextT), POINTER(PlanGroupC), c_size_t, POINTER(TransferPlanT), POINTER(POINTER(ErrorT))]),
+    "pdkv_transfer_plan_compile_args": (c_int, [POINTER(TransferPlanT), POINTER(CompileArgsC)]),
     "pdkv_transfer_plan_validate": (c_int, [POINTER(TransferPlanT), POINTER(PlanContextT), POINTER(PlanGroupC), c_size_t, POINTER(POINTER(ErrorT))]),
     "pdkv_transfer_plan_get_info": (c_int, [POINTER(TransferPlanT), POINTER(TransferPlanInfoC), POINTER(POINTER(ErrorT))]),
     "pdkv_transfer_plan_read_ranks": (c_int, [POINTER(TransferPlanT), POINTER(POINTER(c_uint32)), POINTER(c_size_t), POINTER(POINTER(ErrorT))]),
@@ -2059,6 +2075,7 @@ __all__ = [
     "PlanContextParamsC",
     "PlanGroupC",
     "PlanReadC",
+    "CompileArgsC",
     "TransferPlanInfoC",
     "PlanGroupZeroC",
     "StagePairC",

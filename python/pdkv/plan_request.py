@@ -57,12 +57,39 @@ _GROUP_STRUCT: Dict[int, struct.Struct] = {}  # n -> struct of n pdkv_plan_group
 _TRIM_STRUCT = struct.Struct("@" + _TRIM_FORMAT)
 
 
+_ARGS: List[Any] = []  # pdkv_transfer_plan_compile_args through CDLL (GIL released) and PyDLL (held)
+# The struct of pdkv_compile_args_t: struct_size, ctx, groups, n_groups, err.
+_ARGS_STRUCT = struct.Struct("@NPPNP")
+assert _ARGS_STRUCT.size == ctypes.sizeof(_ffi.CompileArgsC)
+
+
+def _args_functions() -> List[Any]:
+    """The two undeclared ctypes functions of ``pdkv_transfer_plan_compile_args`` (see
+    ``plan._into_functions``), or [] when the loaded library predates it (2.8): the generated
+    compile then calls ``pdkv_transfer_plan_compile_into`` with its five arguments. One
+    argument fewer each costs ~40 ns less in ctypes: the args entry takes two."""
+    if not _ARGS:
+        try:
+            _ffi.function("pdkv_transfer_plan_compile_args")
+        except _ffi.MissingFunctionError:
+            return []
+        lib = _ffi.lib()
+        fns = []
+        for dll in (lib, ctypes.PyDLL(_ffi.library_path(), handle=lib._handle)):
+            fn = dll["pdkv_transfer_plan_compile_args"]  # a new function object, undeclared
+            fn.restype = ctypes.c_int
+            fns.append(fn)
+        _ARGS[:] = fns
+    return _ARGS
+
+
 class _Packing:
     """One packed copy of the groups array (n pdkv_plan_group_t, then their n trims, then two
     scratch words per group), its per-engine fields written once, and the made-once arguments
     of its calls. Whoever holds the packing is the only writer of its buffer and of its slot."""
 
-    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "groups", "copies", "single", "gil_ids", "free")
+    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "call", "groups", "copies", "single", "gil_ids",
+                 "free")
 
     def __init__(self, layout: "_Layout") -> None:
         n = layout.n
@@ -70,7 +97,8 @@ class _Packing:
         words = trims + n * _TRIM_SIZE  # where the scratch words start
         others = [i for i, t in enumerate(layout.trim_templates) if t[2] != GroupKind.MAMBA]
         copies = words + n * 16  # where the other groups' copy areas start (see _usual_block)
-        self.buf = (ctypes.c_char * (copies + len(others) * 2 * _COPY_IDS * 8))()
+        call = copies + len(others) * 2 * _COPY_IDS * 8  # where its pdkv_compile_args_t starts
+        self.buf = (ctypes.c_char * (call + _ARGS_STRUCT.size))()
         base = ctypes.addressof(self.buf)
         self.mb = memoryview(self.buf).cast("B")
         self.q = self.mb.cast("Q")  # the scratch words, as uint64 (a store range-checks the id)
@@ -100,6 +128,11 @@ class _Packing:
         self.typed = ctypes.cast(base, ctypes.POINTER(_ffi.PlanGroupC))
         self.count = ctypes.c_size_t(n)
         self.slot = _CallSlot()
+        # The arguments of pdkv_transfer_plan_compile_args but the plan: the context's pointer is
+        # used only by a compile that holds the context's owner (a closed context is never called).
+        _ARGS_STRUCT.pack_into(self.mb, call, _ARGS_STRUCT.size, layout.ctx_addr, base, n,
+                               ctypes.addressof(self.slot.err))
+        self.call = ctypes.c_void_p(base + call)
         self.single = [False] * (n + 1)  # see _compile_function and _usual_block
         self.gil_ids = layout.gil_ids
         self.free = [True]  # not empty while no compile uses the packing (see _compile_function)
@@ -371,6 +404,10 @@ def _compile_function(pk: _Packing, layout: "_Layout", pool: Optional[List[Any]]
     # Every local that may pin a buffer (see _usual_block and by_group), set to None before an
     # error leaves this function, so that the error's traceback pins nothing.
     pinned = [f"p{i}{side}" for i in range(n) if not mamba[i] for side in "ab"] + ["pins"]
+    if _args_functions():  # the entry of two arguments (``M._ARGS``: tests replace it)
+        call = f"M._ARGS[total <= {pk.gil_ids}](reuse._arg, call)"
+    else:
+        call = f"(M._INTO or M._into_functions())[total <= {pk.gil_ids}](co.arg, arg, count, reuse._arg, ref)"
     unpin = f"{', '.join(pinned)} = {', '.join(['None'] * len(pinned))}"
     body = [
         "def compile(local_blocks, remote_blocks, computed_tokens, hit_tokens=0, reuse=None):",
@@ -401,7 +438,7 @@ def _compile_function(pk: _Packing, layout: "_Layout", pool: Optional[List[Any]]
         "                    if reuse._in_flight or reuse._closing or reuse._viewed:  # (_exclusive implies _in_flight)",
         "                        status = None",
         "                    else:",
-        f"                        status = (M._INTO or M._into_functions())[total <= {pk.gil_ids}](co.arg, arg, count, reuse._arg, ref)",
+        f"                        status = {call}",
         "                finally:",
         "                    lock.release()",
         "                if not status:",
@@ -428,6 +465,7 @@ def _compile_function(pk: _Packing, layout: "_Layout", pool: Optional[List[Any]]
     fill_ns = dict(shared, other=_other_ids)
     ns = dict(shared, layout=layout, pool=pool, holder=layout.holder, free=pk.free, busy=_compile_busy,
               checked=_checked, ClosedError=ClosedError, M=sys.modules[__name__], arg=pk.arg, count=pk.count,
+              call=pk.call,
               slot=pk.slot, ref=pk.slot.ref, fail=_raise_compile_error, errors=_ERRORS + (_Slow,),
               TP=TransferPlan, new_plan=_new_plan, typed=pk.typed, pk=pk)
     # noqa: S102 below - generated from ints of this module, nothing else
@@ -449,11 +487,15 @@ class _Layout:
     structs' per-engine fields) and the packings not in use beyond the first. The generated
     compile functions hold this, not the PlanRequest, so nothing refers back to it."""
 
-    __slots__ = ("ctx", "holder", "gil_ids", "n", "keep", "group_template", "trim_templates")
+    __slots__ = ("ctx", "holder", "ctx_addr", "gil_ids", "n", "keep", "group_template", "trim_templates")
 
     def __init__(self, ctx: PlanContext, items: List[PlanGroup]) -> None:
         self.ctx = ctx  # kept alive while a compile function lives
         self.holder = ctx._owner_holder
+        try:  # the C context's address (it never moves; see _Packing for when it is used)
+            self.ctx_addr: int = self.holder[0].arg.value or 0
+        except IndexError:
+            raise ClosedError("pdkv.PlanContext") from None
         self.gil_ids = ctx._gil_ids
         self.n = len(items)
         self.keep: List[Any] = []

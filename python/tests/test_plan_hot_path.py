@@ -87,6 +87,16 @@ def checked_json(ctx: pdkv.PlanContext, groups: List[pdkv.PlanGroup]) -> str:
     return plan.to_json()
 
 
+def entry(prepared: bool) -> Tuple[Any, str, List[Any]]:
+    """Where the hot path's C entry is looked up and its two real functions (GIL released, held):
+    PlanRequest.compile calls pdkv_transfer_plan_compile_args (plan, args), PlanContext.compile
+    pdkv_transfer_plan_compile_into (five arguments). Tests replace the list to watch the call."""
+    from pdkv import plan_request as pr
+    if prepared:
+        return pr, "_ARGS", list(pr._args_functions())
+    return plan_mod, "_INTO", list(plan_mod._into_functions())
+
+
 def kernel(logical: List[int]) -> List[int]:
     return [b * PPL + j for b in logical for j in range(PPL)]
 
@@ -161,7 +171,8 @@ def test_random_requests_plan_as_the_checked_path(ctx: pdkv.PlanContext, logical
 def test_gil_is_held_only_for_small_requests(ctx: pdkv.PlanContext, monkeypatch: pytest.MonkeyPatch) -> None:
     """The PyDLL entry (GIL held) plans requests up to the context's id budget, the CDLL one
     (GIL released) larger ones; both plan alike."""
-    fns = plan_mod._into_functions()
+    module, name, fns = entry(True)
+    assert len(fns) == 2  # this library has pdkv_transfer_plan_compile_args
     used: List[int] = []
 
     def spy(which: int) -> Callable[..., int]:
@@ -170,9 +181,7 @@ def test_gil_is_held_only_for_small_requests(ctx: pdkv.PlanContext, monkeypatch:
             return int(fns[which](*args))
         return call
 
-    monkeypatch.setattr(plan_mod, "_INTO", [spy(0), spy(1)])
-    from pdkv import plan_request as pr
-    monkeypatch.setattr(pr, "_INTO", plan_mod._INTO)
+    monkeypatch.setattr(module, name, [spy(0), spy(1)])
     req = ctx.prepare(layout(False))
     plan = pdkv.TransferPlan.empty()
     budget = ctx._gil_ids
@@ -185,6 +194,30 @@ def test_gil_is_held_only_for_small_requests(ctx: pdkv.PlanContext, monkeypatch:
     req.compile([array("Q", x) for x in small[0]], [array("Q", x) for x in small[1]], BLOCK - 1, 0, reuse=plan)
     assert used == [1, 0] and 2 * PPL > budget
     assert plan.to_json() == want
+
+
+def test_a_library_without_compile_args_is_called_with_five_arguments(ctx: pdkv.PlanContext,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library older than 2.8 lacks pdkv_transfer_plan_compile_args: a PlanRequest prepared
+    against it calls pdkv_transfer_plan_compile_into instead, and plans alike."""
+    from pdkv import plan_request as pr
+    _, _, fns = entry(False)
+    used: List[int] = []
+
+    def spy(*args: Any) -> int:
+        used.append(len(args))
+        return int(fns[1](*args))
+
+    computed = 3 * BLOCK - 1
+    local, remote = [[60], [61], array("Q", [3, 4, 10])], [[62], [63], array("Q", [20, 5, 6])]
+    want = ctx.prepare(layout(True)).compile(local, remote, computed).to_json()
+    monkeypatch.setattr(pr, "_args_functions", lambda: [])
+    monkeypatch.setattr(pr, "_ARGS", [])  # would raise IndexError if the generated code used it
+    monkeypatch.setattr(pr, "_INTO", [spy, spy])
+    old = ctx.prepare(layout(True))
+    plan = pdkv.TransferPlan.empty()
+    assert old.compile(local, remote, computed, reuse=plan) is plan
+    assert used == [5] and plan.to_json() == want
 
 
 def test_bad_buffers_are_refused_by_name(ctx: pdkv.PlanContext) -> None:
@@ -285,7 +318,7 @@ def test_buffers_cannot_be_resized_during_the_call(ctx: pdkv.PlanContext, monkey
     side are more than ``_COPY_IDS`` and read in place); afterwards the buffers are free again;
     through PlanRequest.compile and ctx.compile."""
     from pdkv import plan_request as pr
-    fns = plan_mod._into_functions()
+    module, name, fns = entry(prepared)
     seen: List[str] = []
     attn_l = [3, 4, 10] if logical else kernel([3, 4, 10])
     attn_r = [20, 5, 6] if logical else kernel([20, 5, 6])
@@ -304,7 +337,7 @@ def test_buffers_cannot_be_resized_during_the_call(ctx: pdkv.PlanContext, monkey
             side[0][0] = 1  # a copied one-id group: the library reads the copy
         return int(fns[1](*args))
 
-    monkeypatch.setattr(pr if prepared else plan_mod, "_INTO", [meddle, meddle])
+    monkeypatch.setattr(module, name, [meddle, meddle])
     req = ctx.prepare(layout(logical))
     computed = 3 * BLOCK - 1
     want = ctx.compile(checked_groups(logical, [[60], [61], attn_l], [[62], [63], attn_r], computed,
@@ -329,7 +362,7 @@ def test_buffers_cannot_be_resized_during_the_call(ctx: pdkv.PlanContext, monkey
 def test_memoryview_bases_cannot_be_resized_during_the_call(ctx: pdkv.PlanContext, monkeypatch: pytest.MonkeyPatch, prepared: bool) -> None:
     """Ids in a memoryview over a bytearray (read in place): during the call the bytearray stays
     exported, even once the caller released its view (resizing it raises BufferError)."""
-    fns = plan_mod._into_functions()
+    module, name, fns = entry(prepared)
     seen: List[str] = []
     raw = bytearray(array("Q", [20, 5, 6]).tobytes())
     view = memoryview(raw).cast("Q")
@@ -345,8 +378,7 @@ def test_memoryview_bases_cannot_be_resized_during_the_call(ctx: pdkv.PlanContex
             seen.append("held")
         return int(fns[1](*args))
 
-    from pdkv import plan_request as pr
-    monkeypatch.setattr(pr if prepared else plan_mod, "_INTO", [meddle, meddle])
+    monkeypatch.setattr(module, name, [meddle, meddle])
     computed = 3 * BLOCK - 1
     want = ctx.compile(checked_groups(True, [[60], [61], [3, 4, 10]], [[62], [63], [20, 5, 6]], computed,
                                       [0, 0, 0])).to_json()
@@ -436,7 +468,7 @@ def test_close_does_not_wait_for_a_compile_and_frees_after_it(own_ctx: pdkv.Plan
 
     gone = weakref.ref(owner)
     del owner
-    fns = plan_mod._into_functions()
+    module, name, fns = entry(True)
     inside, release = threading.Event(), threading.Event()
 
     def held(*args: Any) -> int:
@@ -444,8 +476,7 @@ def test_close_does_not_wait_for_a_compile_and_frees_after_it(own_ctx: pdkv.Plan
         assert release.wait(10)
         return int(fns[1](*args))
 
-    from pdkv import plan_request as pr
-    monkeypatch.setattr(pr, "_INTO", [held, held])
+    monkeypatch.setattr(module, name, [held, held])
     got: List[str] = []
     plan = pdkv.TransferPlan.empty()
     user = threading.Thread(target=lambda: got.append(req.compile(local, remote, computed, reuse=plan).to_json()))
@@ -484,7 +515,7 @@ def test_close_of_an_unused_context_frees_at_once(own_ctx: pdkv.PlanContext) -> 
 def test_plan_close_waits_for_its_rewrite(ctx: pdkv.PlanContext, monkeypatch: pytest.MonkeyPatch) -> None:
     """A plan being recompiled in place is held: close() from another thread waits for the
     rewrite, then frees the plan."""
-    fns = plan_mod._into_functions()
+    module, name, fns = entry(True)
     inside, release = threading.Event(), threading.Event()
 
     def held(*args: Any) -> int:
@@ -492,8 +523,7 @@ def test_plan_close_waits_for_its_rewrite(ctx: pdkv.PlanContext, monkeypatch: py
         assert release.wait(10)
         return int(fns[1](*args))
 
-    from pdkv import plan_request as pr
-    monkeypatch.setattr(pr, "_INTO", [held, held])
+    monkeypatch.setattr(module, name, [held, held])
     req = ctx.prepare(layout(True))
     plan = pdkv.TransferPlan.empty()
     user = threading.Thread(target=req.compile, args=([[60], [61], [3]], [[62], [63], [20]], BLOCK - 1),

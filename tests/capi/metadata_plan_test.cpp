@@ -847,6 +847,67 @@ TEST_CASE("transfer plan: compile_into recompiles one plan handle request after 
   CHECK(capture([&](pdkv_error_t** e) { return pdkv_transfer_plan_new(nullptr, e); }).status == PDKV_ERR_NULL_POINTER);
 }
 
+TEST_CASE("transfer plan: compile_args is compile_into with its arguments in one struct", "[capi][plan]") {
+  const Nano n;
+  auto request = [](uint64_t base, uint64_t tokens, bool short_list = false) {
+    std::vector<Group> groups = {
+        Group(PDKV_GROUP_ATTENTION, short_list ? V{base} : V{base, base + 1}, {20, 21, 22}, tokens)};
+    for (uint64_t g = 0; g < 4; ++g) groups.emplace_back(PDKV_GROUP_MAMBA, V{40 + g}, V{50 + 2 * g}, tokens);
+    return groups;
+  };
+  pdkv_transfer_plan_t* raw = nullptr;
+  REQUIRE_OK(pdkv_transfer_plan_new(&raw, err));
+  const PlanPtr plan(raw);
+  pdkv_error_t* slot = nullptr;
+  pdkv_compile_args_t args{};
+  args.struct_size = sizeof args;
+  args.ctx = n.ctx.get();
+  args.err = &slot;
+  for (const auto& [base, tokens] : {std::pair<uint64_t, uint64_t>{10, 3000}, {14, 700}, {30, 3160}}) {
+    auto groups = request(base, tokens);
+    const PlanPtr fresh = compile(n.ctx.get(), groups);
+    auto fg = flat(groups);
+    args.groups = fg.data();
+    args.n_groups = fg.size();
+    slot = reinterpret_cast<pdkv_error_t*>(&args);  // a stale value: success must clear it
+    REQUIRE(pdkv_transfer_plan_compile_args(plan.get(), &args) == PDKV_OK);
+    CHECK(slot == nullptr);
+    CHECK(json_of(plan.get()) == json_of(fresh.get()));
+  }
+  // An error goes where args.err points, with the status and message compile_into gives.
+  auto bad_groups = request(10, 3000, true);
+  auto bad = flat(bad_groups);
+  const auto want = capture(
+      [&](pdkv_error_t** e) { return pdkv_transfer_plan_compile_into(n.ctx.get(), bad.data(), bad.size(), plan.get(), e); });
+  REQUIRE(want.status == PDKV_ERR_COVERAGE);
+  args.groups = bad.data();
+  args.n_groups = bad.size();
+  REQUIRE(pdkv_transfer_plan_compile_args(plan.get(), &args) == PDKV_ERR_COVERAGE);
+  REQUIRE(slot != nullptr);
+  CHECK(pdkv_error_status(slot) == PDKV_ERR_COVERAGE);
+  CHECK(std::string(pdkv_error_message(slot)) == want.message);
+  pdkv_error_free(slot);
+  slot = nullptr;
+  args.err = nullptr;  // no error object wanted: the status alone
+  CHECK(pdkv_transfer_plan_compile_args(plan.get(), &args) == PDKV_ERR_COVERAGE);
+  args.err = &slot;
+  CHECK(pdkv_transfer_plan_compile_args(nullptr, &args) == PDKV_ERR_NULL_POINTER);
+  REQUIRE(slot != nullptr);
+  CHECK_THAT(pdkv_error_message(slot), Contains("plan"));
+  pdkv_error_free(slot);
+  slot = nullptr;
+  // Without args, or with a struct_size that may not hold `err`, there is nowhere to put an error.
+  CHECK(pdkv_transfer_plan_compile_args(plan.get(), nullptr) == PDKV_ERR_NULL_POINTER);
+  args.struct_size = offsetof(pdkv_compile_args_t, err);
+  CHECK(pdkv_transfer_plan_compile_args(plan.get(), &args) == PDKV_ERR_STRUCT_SIZE);
+  CHECK(slot == nullptr);
+  args.struct_size = sizeof args + 8;  // a newer caller's struct: refused by name
+  CHECK(pdkv_transfer_plan_compile_args(plan.get(), &args) == PDKV_ERR_STRUCT_SIZE);
+  REQUIRE(slot != nullptr);
+  CHECK_THAT(pdkv_error_message(slot), Contains("pdkv_compile_args_t"));
+  pdkv_error_free(slot);
+}
+
 TEST_CASE("transfer plan: context and compile errors", "[capi][plan]") {
   const Nano n;
   pdkv_plan_context_t* ctx = nullptr;

@@ -130,6 +130,26 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_compile_into(const pdkv_plan_context_t
                                                        size_t n_groups, pdkv_transfer_plan_t *plan,
                                                        pdkv_error_t **err);
 
+/* The arguments of pdkv_transfer_plan_compile_into other than the plan, in one struct (since
+ * 2.8): for bindings whose foreign calls cost per argument (Python's ctypes converts each one,
+ * ~40 ns, a sixth of the binding's own cost per 4k-token request), which fill it once per request
+ * layout and pass it with each plan. Its first published size is its 2.8 size. */
+typedef struct pdkv_compile_args {
+  size_t struct_size;              /* sizeof(pdkv_compile_args_t) */
+  const pdkv_plan_context_t *ctx;  /* as ctx of pdkv_transfer_plan_compile_into */
+  const pdkv_plan_group_t *groups; /* as groups (read in place during the call) */
+  size_t n_groups;
+  pdkv_error_t **err;              /* as err: where the error object goes; may be NULL */
+} pdkv_compile_args_t;
+
+/* pdkv_transfer_plan_compile_into(args->ctx, args->groups, args->n_groups, plan, args->err)
+ * (since 2.8): the same plan, errors, ownership and thread safety; `args` is read during the call
+ * only. Also NULL_POINTER (args) and STRUCT_SIZE (args->struct_size below the 2.8 size): both
+ * returned with no error object, since where it goes is a field of `args`; a struct_size above
+ * sizeof(pdkv_compile_args_t) is STRUCT_SIZE with one in *args->err. */
+PDKV_API pdkv_status_t pdkv_transfer_plan_compile_args(pdkv_transfer_plan_t *plan,
+                                                       const pdkv_compile_args_t *args);
+
 /* Re-runs the coverage and bounds check of `plan` against (ctx, groups): the D bytes the groups
  * need are recomputed independently of the reads. Errors: NULL_POINTER, STRUCT_SIZE, COVERAGE
  * (overlap, missing or unexpected bytes), OUT_OF_BOUNDS, the errors of trimming. Thread-safe. */

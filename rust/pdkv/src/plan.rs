@@ -503,6 +503,27 @@ impl TransferPlan {
         })
     }
 
+    /// [`TransferPlan::compile_into`] through `pdkv_transfer_plan_compile_args`, the C entry
+    /// that takes the call's arguments (all but the plan) in one struct, for bindings whose
+    /// foreign calls cost per argument (Python's ctypes); Rust's do not, so Rust engines have no
+    /// reason to prefer it. The same plan and errors as `compile_into`.
+    pub fn compile_into_args(&mut self, ctx: &PlanContext, groups: &[PlanGroup]) -> Result<()> {
+        let trims: Vec<_> = groups.iter().map(|g| g.trim.to_raw()).collect();
+        let raw = raw_groups(groups, &trims);
+        check(|e| {
+            let args = sys::pdkv_compile_args_t {
+                struct_size: std::mem::size_of::<sys::pdkv_compile_args_t>(),
+                ctx: ctx.ptr.as_ptr(),
+                groups: sp(&raw),
+                n_groups: raw.len(),
+                err: e,
+            };
+            // SAFETY: args and what it points to (raw, trims, the error slot) outlive the call;
+            // the plan is exclusively borrowed; nothing retained.
+            unsafe { sys::pdkv_transfer_plan_compile_args(self.ptr.as_ptr(), &args) }
+        })
+    }
+
     /// Re-runs the coverage and bounds check against `(ctx, groups)`
     /// (`pdkv_transfer_plan_validate`).
     pub fn validate(&self, ctx: &PlanContext, groups: &[PlanGroup]) -> Result<()> {

@@ -516,6 +516,17 @@ fn transfer_plan_nano_p4_to_d2() {
     assert!(reused.info().unwrap().empty);
     reused.compile_into(&ctx, &groups).unwrap();
     assert_eq!(reused.to_json().unwrap(), plan.to_json().unwrap());
+    // The same through the entry that takes the arguments in one struct.
+    let mut by_args = TransferPlan::new_empty().unwrap();
+    by_args.compile_into_args(&ctx, &groups).unwrap();
+    assert_eq!(by_args.to_json().unwrap(), plan.to_json().unwrap());
+    let refused = by_args.compile_into_args(&ctx, &no_ids).unwrap_err();
+    let want = TransferPlan::compile(&ctx, &no_ids).unwrap_err();
+    assert_eq!(
+        (refused.status(), refused.message()),
+        (want.status(), want.message())
+    );
+    assert!(by_args.info().unwrap().empty);
     let i = plan.info().unwrap();
     assert_eq!(
         (i.d_tp_rank, i.d_tp_size, i.p_tp_size, i.num_groups),

@@ -112,6 +112,7 @@ pub const HEADER_FUNCTIONS: &[&str] = &[
     "pdkv_transfer_plan_compile",
     "pdkv_transfer_plan_new",
     "pdkv_transfer_plan_compile_into",
+    "pdkv_transfer_plan_compile_args",
     "pdkv_transfer_plan_validate",
     "pdkv_transfer_plan_get_info",
     "pdkv_transfer_plan_read_ranks",
