@@ -646,8 +646,9 @@ class PlanRequest:
         The ids are read by the library during the call: a buffer used in place is pinned (it
         cannot be resized meanwhile: resizing raises BufferError), and a group passing one id
         per side, or up to 256 a side in ``array('Q')`` (native uint64 buffers), has them copied
-        (one memcpy: cheaper than pinning so few). A request of few ids (see ``_GIL_WORK`` in plan.py: up to 256
-        ids with six regions) is planned with the GIL held, a larger one releases it.
+        (one memcpy: cheaper than pinning so few). A request of few ids (see ``_GIL_WORK`` in
+        plan.py: up to 256 ids with six regions) is planned with the GIL held, a larger one
+        releases it.
 
         (On an instance this name is the generated function of :func:`_compile_function`; this
         method, reached only through the class, calls it.)"""
