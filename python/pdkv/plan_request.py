@@ -12,6 +12,7 @@ from __future__ import annotations
 import array
 import ctypes
 import struct
+import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
@@ -83,12 +84,29 @@ def _args_functions() -> List[Any]:
     return _ARGS
 
 
+def _numpy_view(mb: memoryview) -> Optional[memoryview]:
+    """``mb`` cast to the buffer format numpy gives its ``uint64`` arrays ('L' on LP64 Linux,
+    which a memoryview of format 'Q' refuses to be assigned from), when numpy is already
+    imported and that format is a native 8-byte unsigned one; else None (numpy arrays then go
+    group by group). numpy is never imported here: it is optional."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return None
+    try:
+        fmt = memoryview(np.zeros(1, dtype=np.uint64)).format
+    except Exception:  # a numpy without the buffer protocol as expected: group by group
+        return None
+    if fmt not in _Q_CODES:
+        return None
+    return mb.cast(fmt)
+
+
 class _Packing:
     """One packed copy of the groups array (n pdkv_plan_group_t, then their n trims, then two
     scratch words per group), its per-engine fields written once, and the made-once arguments
     of its calls. Whoever holds the packing is the only writer of its buffer and of its slot."""
 
-    __slots__ = ("buf", "mb", "q", "arg", "typed", "count", "slot", "call", "groups", "copies", "single", "gil_ids",
+    __slots__ = ("buf", "mb", "q", "qn", "arg", "typed", "count", "slot", "call", "groups", "copies", "single", "gil_ids",
                  "free")
 
     def __init__(self, layout: "_Layout") -> None:
@@ -102,6 +120,7 @@ class _Packing:
         base = ctypes.addressof(self.buf)
         self.mb = memoryview(self.buf).cast("B")
         self.q = self.mb.cast("Q")  # the scratch words, as uint64 (a store range-checks the id)
+        self.qn = _numpy_view(self.mb)  # the same in numpy uint64's buffer format, if numpy is loaded
         values = list(layout.group_template)
         for i in range(n):  # each group points at its own trim in this buffer
             values[_GROUP_FIELDS * i + 2] = base + trims + i * _TRIM_SIZE
@@ -319,25 +338,26 @@ def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
                       f"    window(mb, {at}, la, ln, ra, rn, {lpt}, {rpt}, c, h{i})", "    total += ln + rn"]
         return lines
 
-    def copy_block() -> List[str]:
+    def copy_block(q: str) -> List[str]:
         """The ids of the array form, each group's in one statement: a Mamba group's one id a
-        side copied into its scratch words by a memoryview slice assignment, which itself checks
-        that the source is a buffer of exactly one native uint64 (TypeError or ValueError
-        otherwise: then group by group); another group's ids copied the same way into its copy
-        area when there are at most _COPY_IDS a side, else pinned and read in place (64-bit
-        ``array`` only; anything else raises Slow: group by group)."""
+        side copied into its scratch words by a slice assignment to ``q`` (the packing as
+        uint64 in the format of the form's buffers: ``q`` for ``array('Q')``, ``qn`` for numpy
+        ``uint64``), which itself checks that the source is a buffer of exactly one such uint64
+        (TypeError or ValueError otherwise: then group by group); another group's ids copied the
+        same way into its copy area when there are at most _COPY_IDS a side, else pinned and
+        read in place (64-bit ``array`` only; anything else raises Slow: group by group)."""
         lines: List[str] = []
         for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
             if mamba[i]:
-                lines += [f"q[{k}:{k + 1}] = x{i}", f"q[{k + 1}:{k + 2}] = y{i}"]
+                lines += [f"{q}[{k}:{k + 1}] = x{i}", f"{q}[{k + 1}:{k + 2}] = y{i}"]
                 continue
             ka, aa, kb, ab = pk.copies[i]
             lines += [
                 f"ln{i} = len(x{i})",
                 f"rn{i} = len(y{i})",
                 f"if ln{i} <= {_COPY_IDS} >= rn{i}:",
-                f"    q[{ka}:{ka} + ln{i}] = x{i}",
-                f"    q[{kb}:{kb} + rn{i}] = y{i}",
+                f"    {q}[{ka}:{ka} + ln{i}] = x{i}",
+                f"    {q}[{kb}:{kb} + rn{i}] = y{i}",
                 f"    la{i} = {aa}",
                 f"    ra{i} = {ab}",
                 f"elif type(x{i}) is A is type(y{i}) and x{i}.typecode in QC and y{i}.typecode in QC:",
@@ -360,14 +380,22 @@ def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
         f"    {hs} = H",
         f"    if not (int is {' is '.join(f'type(h{i})' for i in range(n))}):",
         "        h0 = None  # fails the checks below",
-        "if type(c) is int is type(h0) and type(x0) is A:  # the array form (see copy_block)",
-        "    try:",
-        *["    " + line for line in copy_block()],
-        "    except copy_errors:  # not the usual form after all: group by group (what was copied is rewritten)",
-        "        pins = []",
-        "        total = by_group(L, R, c, H, pins)",
-        "    else:",
-        *["    " + line for line in fill(True)],
+    ]
+    # The array form (see copy_block), and the same for numpy arrays when numpy was imported
+    # before the request was prepared (never imported here: it is optional).
+    forms = [("A", "q", "array('Q')")] + ([("ND", "qn", "numpy")] if pk.qn is not None else [])
+    for j, (container, view, what) in enumerate(forms):
+        out += [
+            f"{'el' if j else ''}if type(c) is int is type(h0) and type(x0) is {container}:  # the {what} form",
+            "    try:",
+            *["    " + line for line in copy_block(view)],
+            "    except copy_errors:  # not the usual form after all: group by group (what was copied is rewritten)",
+            "        pins = []",
+            "        total = by_group(L, R, c, H, pins)",
+            "    else:",
+            *["    " + line for line in fill(True)],
+        ]
+    out += [
         "elif " + list_ok[0], *list_ok[1:-1], list_ok[-1] + ":",
         *fill(False),
         "else:  # group by group", "    pins = []", "    total = by_group(L, R, c, H, pins)",
@@ -453,12 +481,12 @@ def _compile_function(pk: _Packing, layout: "_Layout", pool: Optional[List[Any]]
         "    finally:",
         "        free.append(True)",
     ]
-    import sys
     # Each function gets a globals dict of its own holding its constants: a global is read
     # faster than a closure cell (a closure copies its ~30 cells into every call's frame). Each
     # name is taken out of the dict it was defined in, so no function is reachable from its own
     # globals (no reference cycle).
-    shared: Dict[str, Any] = {"S": pk.single, "q": pk.q, "mb": pk.mb, "window": _WINDOW.pack_into,
+    shared: Dict[str, Any] = {"S": pk.single, "q": pk.q, "qn": pk.qn, "mb": pk.mb, "window": _WINDOW.pack_into,
+                              "ND": sys.modules["numpy"].ndarray if pk.qn is not None else None,
                               "words": struct.Struct(f"@{2 * sum(mamba)}Q").pack_into,
                               "A": array.array, "QC": _Q_CODES, "INT": _INT_ONLY, "Slow": _Slow,
                               "copy_errors": (TypeError, ValueError, _Slow)}
@@ -645,8 +673,9 @@ class PlanRequest:
 
         The ids are read by the library during the call: a buffer used in place is pinned (it
         cannot be resized meanwhile: resizing raises BufferError), and a group passing one id
-        per side, or up to 256 a side in ``array('Q')`` (native uint64 buffers), has them copied
-        (one memcpy: cheaper than pinning so few). A request of few ids (see ``_GIL_WORK`` in
+        per side, or up to 256 a side in ``array('Q')`` (or numpy ``uint64`` arrays, when numpy
+        was imported before the request was prepared), has them copied (one memcpy: cheaper than
+        pinning so few). A request of few ids (see ``_GIL_WORK`` in
         plan.py: up to 256 ids with six regions) is planned with the GIL held, a larger one
         releases it.
 

@@ -748,9 +748,11 @@ def test_a_prepared_request_needs_no_cycle_collector(ctx: pdkv.PlanContext) -> N
 def test_any_input_plans_or_fails_as_the_checked_path(ctx: pdkv.PlanContext) -> None:
     """Random requests of every shape (ids as arrays of any type code, lists, tuples, numpy
     arrays, memoryviews, dicts, bytes, strings, None; ids out of range, bools, floats; wrong group
-    counts; counts of every type; a third of them all arrays, a third all lists, as the fast
-    path's two usual forms) through PlanRequest.compile give what the checked path alone gives: the same plan, or an error of the same type. The generated fast paths may take a
-    request or leave it, never take one the checked path refuses or refuse one it takes."""
+    counts; counts of every type; three quarters of them all arrays, all numpy arrays (when
+    numpy is installed) or all lists, as the fast path's usual forms) through
+    PlanRequest.compile give what the checked path alone gives: the same plan, or an error of
+    the same type. The generated fast paths may take a request or leave it, never take one the
+    checked path refuses or refuse one it takes."""
     from pdkv import plan_request as pr
 
     rng = random.Random(7)
@@ -764,6 +766,12 @@ def test_any_input_plans_or_fails_as_the_checked_path(ctx: pdkv.PlanContext) -> 
         if rng.random() < 0.05:
             v[rng.randrange(n)] = rng.choice([-1, 1 << 64, True, 2.0, "3", None])
         return v
+
+    def numpy_of(v: List[Any]) -> Any:
+        try:
+            return np.array(v, dtype=np.uint64)
+        except (TypeError, ValueError, OverflowError):
+            return list(v)
 
     def array_of(code: str, v: List[Any]) -> Any:
         try:
@@ -800,9 +808,10 @@ def test_any_input_plans_or_fails_as_the_checked_path(ctx: pdkv.PlanContext) -> 
 
     bad_ids: List[Any] = [-1, 1 << 64, True, False, 2.0, "3", None]
 
-    def usual(n: int, arrays: bool) -> Tuple[Any, Any, Any, Any]:
-        """A usual request (every group in array('Q'), or every group in a list: the fast
-        path's first two tests), with at most one thing out of line."""
+    def usual(n: int, container: str) -> Tuple[Any, Any, Any, Any]:
+        """A usual request (every group in array('Q'), every group a numpy uint64 array, or
+        every group in a list: the fast path's forms), with at most one thing out of line."""
+        arrays = container != "lists"
         clean = [[rng.randint(1, POOL - 1) for _ in range(k)] for k in (mamba(), mamba(), n, mamba(), mamba(), n)]
         computed: Any = n * BLOCK - 1
         hits: Any = rng.choice([0, [0, 0, 0], (0, BLOCK, 0)])
@@ -810,7 +819,7 @@ def test_any_input_plans_or_fails_as_the_checked_path(ctx: pdkv.PlanContext) -> 
         if fault == 0:  # one id out of range or of another type
             v = clean[rng.randrange(6)]
             v[rng.randrange(len(v))] = rng.choice(bad_ids)
-        sides = [array_of("Q", v) if arrays else list(v) for v in clean]
+        sides = [numpy_of(v) if container == "numpy" else array_of("Q", v) if arrays else list(v) for v in clean]
         if fault == 1:  # one group in another form
             g = rng.randrange(6)
             sides[g] = form(clean[g])
@@ -829,13 +838,13 @@ def test_any_input_plans_or_fails_as_the_checked_path(ctx: pdkv.PlanContext) -> 
     outcomes: Dict[str, int] = {}
     for step in range(2000):
         n = rng.randint(1, 4)
-        mode = rng.choice(["arrays", "lists", "any"])
+        mode = rng.choice(["arrays", "lists", "any"] + (["numpy"] if np is not None else []))
         if mode == "any":
             local, remote = side(n), side(n)
             computed: Any = rng.choice([n * BLOCK - 1] * 6 + [0, -1, 1 << 64, True, 2.0, None])
             hits: Any = rng.choice([0] * 4 + [[0, 0, 0], (0, BLOCK, 0)] * 2 + [[0, 0], [0, 0, True], 1.5, None, BLOCK])
         else:
-            local, remote, computed, hits = usual(n, mode == "arrays")
+            local, remote, computed, hits = usual(n, mode)
         try:
             want: Any = pr._checked(pk, co, local, remote, computed, hits, None).to_json()
         except (TypeError, ValueError, pdkv.PdkvError) as e:
