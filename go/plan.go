@@ -331,27 +331,11 @@ func NewTransferPlan() (*TransferPlan, error) {
 // on plan fails with ErrBusy, and it fails with ErrBusy itself when another call holds plan; on
 // failure plan is empty. Errors: those of Compile, ErrBusy, ErrClosed.
 func (c *PlanContext) CompileInto(groups []PlanGroup, plan *TransferPlan) error {
-	p, err := c.ref().acquire()
-	if err != nil {
-		return err
-	}
-	defer c.h.release()
-	if plan == nil {
-		return nilErr("TransferPlan", "plan")
-	}
-	tp, err := plan.ref().acquireExclusive()
-	if err != nil {
-		return err
-	}
-	defer plan.h.releaseExclusive()
-	var a cArena
-	defer a.free()
-	gp := cGroups(&a, groups)
-	var cerr *C.pdkv_error_t
-	st := C.pdkv_transfer_plan_compile_into(p, gp, C.size_t(len(groups)), tp, &cerr)
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(plan)
-	return check(st, cerr)
+	return c.compileInto(groups, plan, func(a *cArena, p *C.pdkv_plan_context_t, gp *C.pdkv_plan_group_t, tp *C.pdkv_transfer_plan_t) error {
+		var cerr *C.pdkv_error_t
+		st := C.pdkv_transfer_plan_compile_into(p, gp, C.size_t(len(groups)), tp, &cerr)
+		return check(st, cerr)
+	})
 }
 
 // CompileIntoArgs is CompileInto through pdkv_transfer_plan_compile_args, the C entry that takes
@@ -359,6 +343,23 @@ func (c *PlanContext) CompileInto(groups []PlanGroup, plan *TransferPlan) error 
 // per argument (Python's ctypes); cgo does not, so Go engines have no reason to prefer it. The
 // same plan, errors and locking as CompileInto.
 func (c *PlanContext) CompileIntoArgs(groups []PlanGroup, plan *TransferPlan) error {
+	return c.compileInto(groups, plan, func(a *cArena, p *C.pdkv_plan_context_t, gp *C.pdkv_plan_group_t, tp *C.pdkv_transfer_plan_t) error {
+		// The struct and its error slot in C memory: cgo forbids storing a Go pointer in C memory.
+		args := (*C.pdkv_compile_args_t)(a.alloc(C.sizeof_pdkv_compile_args_t))
+		slot := (**C.pdkv_error_t)(a.alloc(unsafe.Sizeof(uintptr(0))))
+		args.struct_size = C.sizeof_pdkv_compile_args_t
+		args.ctx = p
+		args.groups = gp
+		args.n_groups = C.size_t(len(groups))
+		args.err = slot
+		return check(C.pdkv_transfer_plan_compile_args(tp, args), *slot)
+	})
+}
+
+// compileInto holds the context shared and plan exclusively, packs groups into C memory and runs
+// call (one of the two C entries) on them: what CompileInto and CompileIntoArgs share.
+func (c *PlanContext) compileInto(groups []PlanGroup, plan *TransferPlan,
+	call func(a *cArena, p *C.pdkv_plan_context_t, gp *C.pdkv_plan_group_t, tp *C.pdkv_transfer_plan_t) error) error {
 	p, err := c.ref().acquire()
 	if err != nil {
 		return err
@@ -374,19 +375,10 @@ func (c *PlanContext) CompileIntoArgs(groups []PlanGroup, plan *TransferPlan) er
 	defer plan.h.releaseExclusive()
 	var a cArena
 	defer a.free()
-	gp := cGroups(&a, groups)
-	// The struct and its error slot in C memory: cgo forbids storing a Go pointer in C memory.
-	args := (*C.pdkv_compile_args_t)(a.alloc(C.sizeof_pdkv_compile_args_t))
-	slot := (**C.pdkv_error_t)(a.alloc(unsafe.Sizeof(uintptr(0))))
-	args.struct_size = C.sizeof_pdkv_compile_args_t
-	args.ctx = p
-	args.groups = gp
-	args.n_groups = C.size_t(len(groups))
-	args.err = slot
-	st := C.pdkv_transfer_plan_compile_args(tp, args)
+	err = call(&a, p, cGroups(&a, groups), tp)
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(plan)
-	return check(st, *slot)
+	return err
 }
 
 // Close frees the plan. It is idempotent (closing twice does nothing) and waits for calls in

@@ -431,16 +431,23 @@ _GIL_WORK = 1536
 _INTO: List[Any] = []
 
 
+def _undeclared(name: str) -> List[Any]:
+    """C function ``name`` as two new, undeclared ctypes function objects (no argtypes: every
+    argument is passed as a made-once ctypes object; restype int): [releasing the GIL (CDLL),
+    holding it (PyDLL)]. MissingFunctionError for a library without it."""
+    _ffi.function(name)
+    lib = _ffi.lib()
+    fns = []
+    for dll in (lib, ctypes.PyDLL(_ffi.library_path(), handle=lib._handle)):
+        fn = dll[name]
+        fn.restype = ctypes.c_int
+        fns.append(fn)
+    return fns
+
+
 def _into_functions() -> List[Any]:
     if not _INTO:
-        _ffi.function("pdkv_transfer_plan_compile_into")  # MissingFunctionError for an old library
-        lib = _ffi.lib()
-        fns = []
-        for dll in (lib, ctypes.PyDLL(_ffi.library_path(), handle=lib._handle)):
-            fn = dll["pdkv_transfer_plan_compile_into"]  # a new function object, undeclared
-            fn.restype = ctypes.c_int
-            fns.append(fn)
-        _INTO[:] = fns
+        _INTO[:] = _undeclared("pdkv_transfer_plan_compile_into")
     return _INTO
 
 

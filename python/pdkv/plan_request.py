@@ -34,6 +34,7 @@ from .plan import (
     _INTO,
     _into_functions,
     _new_plan,
+    _undeclared,
     _regions,
 )
 
@@ -71,16 +72,9 @@ def _args_functions() -> List[Any]:
     argument fewer each costs ~40 ns less in ctypes: the args entry takes two."""
     if not _ARGS:
         try:
-            _ffi.function("pdkv_transfer_plan_compile_args")
+            _ARGS[:] = _undeclared("pdkv_transfer_plan_compile_args")
         except _ffi.MissingFunctionError:
             return []
-        lib = _ffi.lib()
-        fns = []
-        for dll in (lib, ctypes.PyDLL(_ffi.library_path(), handle=lib._handle)):
-            fn = dll["pdkv_transfer_plan_compile_args"]  # a new function object, undeclared
-            fn.restype = ctypes.c_int
-            fns.append(fn)
-        _ARGS[:] = fns
     return _ARGS
 
 

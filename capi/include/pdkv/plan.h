@@ -132,8 +132,9 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_compile_into(const pdkv_plan_context_t
 
 /* The arguments of pdkv_transfer_plan_compile_into other than the plan, in one struct (since
  * 2.8): for bindings whose foreign calls cost per argument (Python's ctypes converts each one,
- * ~40 ns, a sixth of the binding's own cost per 4k-token request), which fill it once per request
- * layout and pass it with each plan. Its first published size is its 2.8 size. */
+ * ~40 ns apiece: the five-argument call was a fifth of the binding's own work per 4k-token
+ * request), which fill it once per request layout and pass it with each plan. Its first
+ * published size is its 2.8 size. */
 typedef struct pdkv_compile_args {
   size_t struct_size;              /* sizeof(pdkv_compile_args_t) */
   const pdkv_plan_context_t *ctx;  /* as ctx of pdkv_transfer_plan_compile_into */
