@@ -174,6 +174,7 @@ var headerFunctions = []string{
 	"pdkv_engine_registration_descriptors",
 	"pdkv_engine_plan_context_new",
 	"pdkv_engine_plan_request",
+	"pdkv_engine_plan_request_into",
 }
 
 // headerStatuses pairs each Status constant (its value from cgo) with the name and value the

@@ -105,7 +105,7 @@
  * libpdkv.so.<MAJOR>); MINOR adds functions or grows structs at their end, by the growth rule
  * above. Compare with pdkv_version() at run time. */
 #define PDKV_VERSION_MAJOR 2
-#define PDKV_VERSION_MINOR 8
+#define PDKV_VERSION_MINOR 9
 #define PDKV_VERSION_PATCH 0
 
 #include "pdkv/errors.h"

@@ -45,6 +45,48 @@ void call(F&& f) {
   rethrow(st, e);
 }
 
+// The request's plan compiled into `h` (its buffers reused): the checks of
+// pdkv_engine_plan_request, the groups derived as views into the caller's id arrays, nothing
+// copied, nothing allocated once h has grown (names for errors are built only on failure).
+void plan_request_into(const pdkv_engine_t* engine, const pdkv_plan_context_t* ctx,
+                       const pdkv_engine_request_t* request, pdkv_transfer_plan& h) {
+  require_non_null(engine, "engine");
+  require_non_null(ctx, "ctx");
+  require_non_null(request, "request");
+  const pdkv_engine_request_t r =
+      pdkv::capi::read_options(*request, pdkv::capi::kEngineRequestMinSize, "pdkv_engine_request_t", 0);
+  const core::EngineMetadata& d = engine->metadata->md;
+  if (!(ctx->ctx.local == d)) {
+    core::fail(core::Status::InvalidArgument,
+               "ctx was built for D engine '" + ctx->ctx.local.engine_id + "' rank " +
+                   std::to_string(ctx->ctx.local.tp_rank) + ", not for engine '" + d.engine_id + "' rank " +
+                   std::to_string(d.tp_rank) + " as described: pass a context from pdkv_engine_plan_context_new "
+                   "with this engine");
+  }
+  if (r.num_groups > 0) require_non_null(r.groups, "pdkv_engine_request_t.groups");
+  std::vector<core::EngineRequestGroup>& groups = h.engine_groups;
+  groups.assign(r.num_groups, core::EngineRequestGroup{});
+  for (size_t i = 0; i < r.num_groups; ++i) {
+    const pdkv_engine_request_group_t& g = r.groups[i];
+    if ((g.num_local_block_ids > 0 && g.local_block_ids == nullptr) ||
+        (g.num_remote_block_ids > 0 && g.remote_block_ids == nullptr)) {
+      const char* field = g.num_local_block_ids > 0 && g.local_block_ids == nullptr ? ".local_block_ids"
+                                                                                     : ".remote_block_ids";
+      require_non_null(nullptr, ("pdkv_engine_request_t.groups[" + std::to_string(i) + "]" + field).c_str());
+    }
+    if (g.num_local_block_ids > 0) groups[i].local_block_ids = {g.local_block_ids, g.num_local_block_ids};
+    if (g.num_remote_block_ids > 0) groups[i].remote_block_ids = {g.remote_block_ids, g.num_remote_block_ids};
+  }
+  core::EngineRequest req;
+  req.groups = groups;
+  req.num_prompt_tokens = r.num_prompt_tokens;
+  req.num_local_computed_tokens = r.num_local_computed_tokens;
+  const core::EngineSide local{&d, engine->num_speculative_tokens};
+  const core::EngineSide remote{&ctx->ctx.remote.front(), ctx->remote_num_speculative_tokens};
+  core::engine_request_views(engine->groups, local, remote, req, h.views);
+  core::compile_transfer_plan_into(ctx->ctx, h.views, h.plan, ctx->verdict);
+}
+
 }  // namespace
 
 extern "C" {
@@ -250,44 +292,28 @@ PDKV_API pdkv_status_t pdkv_engine_plan_request(const pdkv_engine_t* engine, con
                                                 const pdkv_engine_request_t* request, pdkv_transfer_plan_t** out,
                                                 pdkv_error_t** err) {
   return guard(err, [&] {
-    require_non_null(engine, "engine");
-    require_non_null(ctx, "ctx");
-    require_non_null(request, "request");
     require_non_null(out, "out");
     *out = nullptr;
-    const pdkv_engine_request_t r =
-        pdkv::capi::read_options(*request, pdkv::capi::kEngineRequestMinSize, "pdkv_engine_request_t", 0);
-    const core::EngineMetadata& d = engine->metadata->md;
-    if (!(ctx->ctx.local == d)) {
-      core::fail(core::Status::InvalidArgument,
-                 "ctx was built for D engine '" + ctx->ctx.local.engine_id + "' rank " +
-                     std::to_string(ctx->ctx.local.tp_rank) + ", not for engine '" + d.engine_id + "' rank " +
-                     std::to_string(d.tp_rank) + " as described: pass a context from pdkv_engine_plan_context_new "
-                     "with this engine");
-    }
-    if (r.num_groups > 0) require_non_null(r.groups, "pdkv_engine_request_t.groups");
-    std::vector<core::EngineRequestGroup> groups(r.num_groups);
-    for (size_t i = 0; i < r.num_groups; ++i) {
-      const pdkv_engine_request_group_t& g = r.groups[i];
-      const std::string name = "pdkv_engine_request_t.groups[" + std::to_string(i) + "]";
-      if (g.num_local_block_ids > 0) require_non_null(g.local_block_ids, (name + ".local_block_ids").c_str());
-      if (g.num_remote_block_ids > 0) require_non_null(g.remote_block_ids, (name + ".remote_block_ids").c_str());
-      if (g.num_local_block_ids > 0) groups[i].local_block_ids = {g.local_block_ids, g.num_local_block_ids};
-      if (g.num_remote_block_ids > 0) groups[i].remote_block_ids = {g.remote_block_ids, g.num_remote_block_ids};
-    }
-    core::EngineRequest req;
-    req.groups = groups;
-    req.num_prompt_tokens = r.num_prompt_tokens;
-    req.num_local_computed_tokens = r.num_local_computed_tokens;
-    const core::EngineSide local{&d, engine->num_speculative_tokens};
-    const core::EngineSide remote{&ctx->ctx.remote.front(), ctx->remote_num_speculative_tokens};
-    const std::vector<core::PlanGroup> plan_groups = core::engine_request_groups(engine->groups, local, remote, req);
-    std::vector<core::PlanGroupView> views;
-    views.reserve(plan_groups.size());
-    for (const core::PlanGroup& g : plan_groups) views.push_back(core::view_of(g));
     auto h = std::make_unique<pdkv_transfer_plan>();
-    core::compile_transfer_plan_into(ctx->ctx, views, h->plan, ctx->verdict);
+    plan_request_into(engine, ctx, request, *h);
     *out = pdkv::capi::finish_plan(std::move(h));
+  });
+}
+
+PDKV_API pdkv_status_t pdkv_engine_plan_request_into(const pdkv_engine_t* engine, const pdkv_plan_context_t* ctx,
+                                                     const pdkv_engine_request_t* request, pdkv_transfer_plan_t* plan,
+                                                     pdkv_error_t** err) {
+  return guard(err, [&] {
+    require_non_null(plan, "plan");
+    try {
+      plan_request_into(engine, ctx, request, *plan);
+    } catch (...) {
+      // Whatever the request got to, the handle must not look like a plan for it.
+      plan->plan = core::TransferPlan{};
+      plan->read_ranks.clear();
+      throw;
+    }
+    pdkv::capi::refresh_plan_views(*plan);
   });
 }
 

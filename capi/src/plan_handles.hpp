@@ -18,6 +18,7 @@
 #include "pdkv/core/handshake.hpp"
 #include "pdkv/core/model.hpp"
 #include "pdkv/core/prefix_trim.hpp"
+#include "pdkv/core/engine_request.hpp"
 #include "pdkv/core/transfer_plan.hpp"
 #include "pdkv/core/zero_ranges.hpp"
 
@@ -84,6 +85,8 @@ struct pdkv_transfer_plan {
   std::vector<uint32_t> read_ranks;                     // plan.ranks[i].p_rank
   // The request's groups as core views, kept for the next compile into this handle.
   std::vector<pdkv::core::PlanGroupView> views;
+  // pdkv_engine_plan_request_into's per-group id spans, kept likewise (its capacity reused).
+  std::vector<pdkv::core::EngineRequestGroup> engine_groups;
 };
 
 namespace pdkv::capi {

@@ -94,8 +94,9 @@ uint64_t engine_remote_computed_tokens(uint64_t num_prompt_tokens, bool hybrid) 
   return d_num_new_matched_tokens(num_prompt_tokens, 0, hybrid);
 }
 
-std::vector<PlanGroup> engine_request_groups(const std::vector<KvCacheGroup>& groups, const EngineSide& local,
-                                             const EngineSide& remote, const EngineRequest& request) {
+void engine_request_views(const std::vector<KvCacheGroup>& groups, const EngineSide& local, const EngineSide& remote,
+                          const EngineRequest& request, std::vector<PlanGroupView>& out) {
+  out.clear();
   if (local.metadata == nullptr || remote.metadata == nullptr) fail(Status::NullPointer, "engine side metadata is NULL");
   const EngineMetadata& d = *local.metadata;
   const uint64_t n = request.num_prompt_tokens;
@@ -127,17 +128,16 @@ std::vector<PlanGroup> engine_request_groups(const std::vector<KvCacheGroup>& gr
   }
   const uint64_t first = hit / lr.block_size;  // block-table position of D's first missing token
 
-  std::vector<PlanGroup> out;
   out.reserve(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     const KvCacheGroup& grp = groups[g];
     const EngineRequestGroup& in = request.groups[g];
     check_range(in.local_block_ids, g, grp, lr);
     check_range(in.remote_block_ids, g, grp, rr);
-    PlanGroup pg;
-    pg.trim.kind = grp.kind;
-    pg.trim.remote_computed_tokens = computed;
-    pg.trim.local_hit_tokens = hit;
+    PlanGroupView pg;
+    pg.kind = grp.kind;
+    pg.remote_computed_tokens = computed;
+    pg.local_hit_tokens = hit;
     pg.regions = grp.regions;
     const bool attention = grp.kind != GroupKind::Mamba;
     // Mamba lists also carry the speculative scratch slots at their end.
@@ -149,16 +149,15 @@ std::vector<PlanGroup> engine_request_groups(const std::vector<KvCacheGroup>& gr
           "hit blocks included");
     }
     const size_t skip = static_cast<size_t>(std::min<uint64_t>(first, in.local_block_ids.size()));
-    const std::vector<uint64_t> unhashed(in.local_block_ids.begin() + static_cast<std::ptrdiff_t>(skip),
-                                         in.local_block_ids.end());
+    const std::span<const uint64_t> unhashed = in.local_block_ids.subspan(skip);
     if (attention) {
       // The block tables' logical ids as they are: the planner walks them as the kernel ids
       // they stand for (kernel_blocks_per_id), never expanded.
-      pg.trim.local_blocks = unhashed;
-      pg.trim.remote_blocks.assign(in.remote_block_ids.begin(), in.remote_block_ids.end());
-      pg.trim.local_kernel_blocks_per_id = lr.ppl;
-      pg.trim.remote_kernel_blocks_per_id = rr.ppl;
-      pg.trim.local_first_block = mul_checked(first, lr.ppl, "first kernel block");
+      pg.local_blocks = unhashed;
+      pg.remote_blocks = in.remote_block_ids;
+      pg.local_kernel_blocks_per_id = lr.ppl;
+      pg.remote_kernel_blocks_per_id = rr.ppl;
+      pg.local_first_block = mul_checked(first, lr.ppl, "first kernel block");
     } else {
       const MambaCacheMode mode = d.cache_mode;
       if (remote.metadata->cache_mode != mode) {
@@ -166,18 +165,18 @@ std::vector<PlanGroup> engine_request_groups(const std::vector<KvCacheGroup>& gr
             remote.metadata->engine_id + "' runs " + mode_name(remote.metadata->cache_mode) +
             ": both engines must use the same --mamba-cache-mode");
       }
-      pg.trim.cache_mode = mode;
+      pg.cache_mode = mode;
       ExchangeClipParams clip;
       clip.kind = GroupKind::Mamba;
       clip.cache_mode = mode;
       clip.num_speculative_blocks = local.num_speculative_tokens;
-      pg.trim.local_blocks = clip_exchange_blocks(unhashed, clip);
-      pg.trim.remote_blocks.assign(in.remote_block_ids.begin(), in.remote_block_ids.end());
+      pg.local_blocks = clip_exchange_span(unhashed, clip);
+      pg.remote_blocks = in.remote_block_ids;
       if (mode == MambaCacheMode::All) {
-        pg.trim.local_first_block = first;
+        pg.local_first_block = first;
       } else {
         size_t real = 0;
-        for (uint64_t b : pg.trim.remote_blocks) real += b != kNullBlock ? 1 : 0;
+        for (uint64_t b : pg.remote_blocks) real += b != kNullBlock ? 1 : 0;
         if (real > 1) {
           bad(where(g, grp, "remote_block_ids") + " holds " + std::to_string(real) +
               " real blocks but Mamba cache mode " + mode_name(mode) +
@@ -186,8 +185,17 @@ std::vector<PlanGroup> engine_request_groups(const std::vector<KvCacheGroup>& gr
         }
       }
     }
-    out.push_back(std::move(pg));
+    out.push_back(pg);
   }
+}
+
+std::vector<PlanGroup> engine_request_groups(const std::vector<KvCacheGroup>& groups, const EngineSide& local,
+                                             const EngineSide& remote, const EngineRequest& request) {
+  std::vector<PlanGroupView> views;
+  engine_request_views(groups, local, remote, request, views);
+  std::vector<PlanGroup> out;
+  out.reserve(views.size());
+  for (const PlanGroupView& v : views) out.push_back(owned_copy(v));
   return out;
 }
 

@@ -16,8 +16,7 @@ uint64_t sliding_window_blocks_to_keep(uint64_t window, uint64_t block_size) {
   return add_checked(ceil_div(window, block_size), 1, "sliding window blocks");
 }
 
-std::vector<uint64_t> clip_exchange_blocks(const std::vector<uint64_t>& ids,
-                                           const ExchangeClipParams& p) {
+std::span<const uint64_t> clip_exchange_span(std::span<const uint64_t> ids, const ExchangeClipParams& p) {
   if (ids.empty() || !p.hma_enabled) return ids;
   switch (p.kind) {
     case GroupKind::Attention:
@@ -29,17 +28,23 @@ std::vector<uint64_t> clip_exchange_blocks(const std::vector<uint64_t>& ids,
       }
       const uint64_t keep = sliding_window_blocks_to_keep(p.sliding_window, p.block_size);
       if (ids.size() <= keep) return ids;
-      return {ids.end() - static_cast<std::ptrdiff_t>(keep), ids.end()};
+      return ids.last(static_cast<size_t>(keep));
     }
     case GroupKind::Mamba: {
       // Speculative-decoding scratch slots sit at the end; they never carry a finished state.
       const uint64_t drop = std::min<uint64_t>(p.num_speculative_blocks, ids.size() - 1);
-      const auto end = ids.end() - static_cast<std::ptrdiff_t>(drop);
-      if (p.cache_mode == MambaCacheMode::All) return {ids.begin(), end};
-      return {*(end - 1)};  // the running state
+      const std::span<const uint64_t> kept = ids.first(ids.size() - static_cast<size_t>(drop));
+      if (p.cache_mode == MambaCacheMode::All) return kept;
+      return kept.last(1);  // the running state
     }
   }
   fail(Status::Internal, "unknown group kind " + std::to_string(static_cast<int>(p.kind)));
+}
+
+std::vector<uint64_t> clip_exchange_blocks(const std::vector<uint64_t>& ids,
+                                           const ExchangeClipParams& p) {
+  const std::span<const uint64_t> kept = clip_exchange_span(ids, p);
+  return {kept.begin(), kept.end()};
 }
 
 }  // namespace pdkv::core

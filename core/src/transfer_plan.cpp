@@ -964,6 +964,26 @@ PlanGroupView view_of(const PlanGroup& g) {
   return v;
 }
 
+PlanGroup owned_copy(const PlanGroupView& v) {
+  PlanGroup g;
+  g.trim.kind = v.kind;
+  g.trim.cache_mode = v.cache_mode;
+  g.trim.local_blocks.assign(v.local_blocks.begin(), v.local_blocks.end());
+  g.trim.remote_blocks.assign(v.remote_blocks.begin(), v.remote_blocks.end());
+  g.trim.local_tokens_per_block = v.local_tokens_per_block;
+  g.trim.remote_tokens_per_block = v.remote_tokens_per_block;
+  g.trim.remote_computed_tokens = v.remote_computed_tokens;
+  g.trim.local_hit_tokens = v.local_hit_tokens;
+  g.trim.sliding_window = v.sliding_window;
+  g.trim.local_first_block = v.local_first_block;
+  g.trim.remote_first_block = v.remote_first_block;
+  g.trim.local_kernel_blocks_per_id = v.local_kernel_blocks_per_id;
+  g.trim.remote_kernel_blocks_per_id = v.remote_kernel_blocks_per_id;
+  g.regions.assign(v.regions.begin(), v.regions.end());
+  g.layers.assign(v.layers.begin(), v.layers.end());
+  return g;
+}
+
 void validate_plan_context(const PlanContext& ctx) {
   plan_detail::check_context(ctx);
   plan_detail::check_peer_agreement(ctx);

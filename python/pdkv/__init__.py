@@ -195,7 +195,7 @@ from .agent import (
 _ffi.lib()
 
 #: Version of this Python package (follows the C library's).
-__version__ = "2.8.0"
+__version__ = "2.9.0"
 
 #: Public names, listed literally so that type checkers see them as exported (PEP 484: a
 #: ``py.typed`` package re-exports only what ``__all__`` names). tests/test_ffi.py checks that it

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Dict, List, Tuple, Type
 
 #: PDKV_VERSION_MAJOR / _MINOR / _PATCH of the header this module was generated from.
 HEADER_VERSION_MAJOR = 2
-HEADER_VERSION_MINOR = 8
+HEADER_VERSION_MINOR = 9
 HEADER_VERSION_PATCH = 0
 
 # ---- #define constants -------------------------------------------------------------------
@@ -1859,6 +1859,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "pdkv_engine_registration_descriptors": (c_int, [POINTER(EngineT), POINTER(POINTER(DescriptorListT)), POINTER(POINTER(ErrorT))]),
     "pdkv_engine_plan_context_new": (c_int, [POINTER(EngineT), POINTER(EnginePeerC), POINTER(POINTER(PlanContextT)), POINTER(POINTER(ErrorT))]),
     "pdkv_engine_plan_request": (c_int, [POINTER(EngineT), POINTER(PlanContextT), POINTER(EngineRequestC), POINTER(POINTER(TransferPlanT)), POINTER(POINTER(ErrorT))]),
+    "pdkv_engine_plan_request_into": (c_int, [POINTER(EngineT), POINTER(PlanContextT), POINTER(EngineRequestC), POINTER(TransferPlanT), POINTER(POINTER(ErrorT))]),
 }
 
 __all__ = [

@@ -184,7 +184,10 @@ Request make_request(const Pair& pr, uint64_t prompt, uint64_t hit) {
   return r;
 }
 
-pdkv_status_t plan_request(const Pair& pr, const Request& r, pdkv_transfer_plan_t** out, pdkv_error_t** err) {
+// Plans r with pdkv_engine_plan_request (into == NULL: a new plan in *out) or with
+// pdkv_engine_plan_request_into (into the given plan, out unused).
+pdkv_status_t plan_request(const Pair& pr, const Request& r, pdkv_transfer_plan_t** out, pdkv_error_t** err,
+                           pdkv_transfer_plan_t* into = nullptr) {
   std::vector<pdkv_engine_request_group_t> gs;
   for (size_t g = 0; g < r.local.size(); ++g) {
     gs.push_back({r.local[g].data(), r.local[g].size(), r.remote[g].data(), r.remote[g].size()});
@@ -195,9 +198,30 @@ pdkv_status_t plan_request(const Pair& pr, const Request& r, pdkv_transfer_plan_
   q.num_groups = gs.size();
   q.num_prompt_tokens = r.prompt;
   q.num_local_computed_tokens = r.hit;
+  if (into != nullptr) return pdkv_engine_plan_request_into(pr.d.get(), pr.ctx.get(), &q, into, err);
   return pdkv_engine_plan_request(pr.d.get(), pr.ctx.get(), &q, out, err);
 }
 
+// One plan handle every test's requests are also planned into, request after request whatever
+// the engine or context (a plan is tied to neither): whatever it held before must not show.
+pdkv_transfer_plan_t* reused_plan() {
+  static const PlanPtr plan = [] {
+    pdkv_transfer_plan_t* p = nullptr;
+    REQUIRE_OK(pdkv_transfer_plan_new(&p, err));
+    return PlanPtr(p);
+  }();
+  return plan.get();
+}
+
+bool is_empty_plan(const pdkv_transfer_plan_t* p) {
+  pdkv_transfer_plan_info_t i{};
+  i.struct_size = sizeof i;
+  REQUIRE_OK(pdkv_transfer_plan_get_info(p, &i, err));
+  return i.num_read_ranks == 0 && i.bytes == 0 && i.num_groups == 0;
+}
+
+// The request's plan as JSON, after checking that pdkv_engine_plan_request_into plans the same
+// (into the reused plan).
 std::string engine_plan(const Pair& pr, const Request& r, bool* empty = nullptr) {
   pdkv_transfer_plan_t* p = nullptr;
   const CallResult res = capture([&](pdkv_error_t** err) { return plan_request(pr, r, &p, err); });
@@ -210,7 +234,13 @@ std::string engine_plan(const Pair& pr, const Request& r, bool* empty = nullptr)
     REQUIRE_OK(pdkv_transfer_plan_get_info(p, &i, err));
     *empty = i.empty == 1;
   }
-  return json_of(p);
+  std::string json = json_of(p);
+  const CallResult into =
+      capture([&](pdkv_error_t** err) { return plan_request(pr, r, nullptr, err, reused_plan()); });
+  INFO(into.message);
+  REQUIRE(into.status == PDKV_OK);
+  CHECK(json_of(reused_plan()) == json);
+  return json;
 }
 
 std::vector<uint64_t> expand(const V& logical, uint64_t ppl) {
@@ -493,10 +523,17 @@ TEST_CASE("engine: a request's plan equals the low-level plan built by hand", "[
 
 namespace {
 
+// The request's status and message, after checking that pdkv_engine_plan_request_into returns
+// the same, and that a refused request leaves the reused plan empty whatever it held.
 CallResult try_request(const Pair& pr, const Request& r) {
   pdkv_transfer_plan_t* p = nullptr;
   const CallResult res = capture([&](pdkv_error_t** err) { return plan_request(pr, r, &p, err); });
   pdkv_transfer_plan_free(p);
+  const CallResult into =
+      capture([&](pdkv_error_t** err) { return plan_request(pr, r, nullptr, err, reused_plan()); });
+  CHECK(into.status == res.status);
+  CHECK(into.message == res.message);
+  if (res.status != PDKV_OK) CHECK(is_empty_plan(reused_plan()));
   return res;
 }
 
@@ -706,6 +743,27 @@ TEST_CASE("engine: requests that do not fit the engine say what to pass instead"
     CHECK(pdkv_engine_plan_request(pr.d.get(), pr.ctx.get(), &q, &p, nullptr) == PDKV_ERR_STRUCT_SIZE);
     CHECK(pdkv_engine_plan_request(pr.d.get(), nullptr, &q, &p, nullptr) == PDKV_ERR_NULL_POINTER);
     CHECK(p == nullptr);
+    // The same refusals into a plan, and a NULL plan named.
+    q.struct_size = sizeof q;
+    q.groups = gs.data();
+    const CallResult into = capture(
+        [&](pdkv_error_t** err) { return pdkv_engine_plan_request_into(pr.d.get(), pr.ctx.get(), &q, reused_plan(), err); });
+    CHECK(into.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(into.message, Contains("groups[0].local_block_ids"));
+    gs[1].num_local_block_ids = 0;
+    gs[1].num_remote_block_ids = 3;
+    gs[0] = gs[1];
+    const CallResult remote = capture(
+        [&](pdkv_error_t** err) { return pdkv_engine_plan_request_into(pr.d.get(), pr.ctx.get(), &q, reused_plan(), err); });
+    CHECK(remote.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(remote.message, Contains("groups[0].remote_block_ids"));
+    const CallResult no_plan = capture(
+        [&](pdkv_error_t** err) { return pdkv_engine_plan_request_into(pr.d.get(), pr.ctx.get(), &q, nullptr, err); });
+    CHECK(no_plan.status == PDKV_ERR_NULL_POINTER);
+    CHECK_THAT(no_plan.message, Contains("plan"));
+    CHECK(pdkv_engine_plan_request_into(nullptr, pr.ctx.get(), &q, reused_plan(), nullptr) == PDKV_ERR_NULL_POINTER);
+    CHECK(pdkv_engine_plan_request_into(pr.d.get(), pr.ctx.get(), nullptr, reused_plan(), nullptr) == PDKV_ERR_NULL_POINTER);
+    CHECK(is_empty_plan(reused_plan()));
   }
   SECTION("a context built for another D rank") {
     Pair other(make_model(nemotron3_nano_desc()), config(2, PDKV_MAMBA_CACHE_ALIGN, 0, PDKV_BACKEND_FLASHINFER),

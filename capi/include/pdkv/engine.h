@@ -197,6 +197,20 @@ PDKV_API pdkv_status_t pdkv_engine_plan_request(const pdkv_engine_t *engine,
                                                 const pdkv_engine_request_t *request,
                                                 pdkv_transfer_plan_t **out, pdkv_error_t **err);
 
+/* pdkv_engine_plan_request into an existing plan (since 2.9), as pdkv_transfer_plan_compile_into is
+ * to pdkv_transfer_plan_compile: the same plan and the same errors, without allocating a handle,
+ * the groups derived as views into the request's own id arrays rather than copies, and the plan's
+ * buffers reused, so a caller keeping one plan per thread plans request after request without
+ * touching the heap once the plan has grown to its largest request. Every pointer obtained from
+ * `plan` before the call is invalid afterwards; on failure `plan` holds an empty plan (no reads,
+ * no groups) and may be planned into again or freed. Errors: those of pdkv_engine_plan_request;
+ * NULL_POINTER (plan). `plan` stays owned by the caller. Thread-safe for engine and ctx; not for
+ * `plan`: no other call may use `plan` while this one runs. */
+PDKV_API pdkv_status_t pdkv_engine_plan_request_into(const pdkv_engine_t *engine,
+                                                     const pdkv_plan_context_t *ctx,
+                                                     const pdkv_engine_request_t *request,
+                                                     pdkv_transfer_plan_t *plan, pdkv_error_t **err);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

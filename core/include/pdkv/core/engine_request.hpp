@@ -56,4 +56,12 @@ uint64_t engine_remote_computed_tokens(uint64_t num_prompt_tokens, bool hybrid);
 std::vector<PlanGroup> engine_request_groups(const std::vector<KvCacheGroup>& groups, const EngineSide& local,
                                              const EngineSide& remote, const EngineRequest& request);
 
+// The same groups without copying anything, for the per-request hot path: `out` is cleared and
+// refilled with views whose ids are parts of the request's own arrays (D's table past its hit, a
+// Mamba list's clipped run) and whose regions are `groups`' own, valid while both live. Given
+// `out` with the capacity of one earlier call, nothing is allocated unless the request is
+// refused. engine_request_groups is this plus owned copies (one derivation, not two).
+void engine_request_views(const std::vector<KvCacheGroup>& groups, const EngineSide& local, const EngineSide& remote,
+                          const EngineRequest& request, std::vector<PlanGroupView>& out);
+
 }  // namespace pdkv::core

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "pdkv/core/block_ids.hpp"
@@ -33,5 +34,9 @@ uint64_t sliding_window_blocks_to_keep(uint64_t window, uint64_t block_size);
 // NOT idempotent for Mamba "all" with speculative blocks: clip exactly once.
 std::vector<uint64_t> clip_exchange_blocks(const std::vector<uint64_t>& ids,
                                            const ExchangeClipParams& p);
+
+// The same clip as a part of `ids` (every clip keeps one contiguous run of the list), for callers
+// that must not allocate per request (the engine-level plan_request_into).
+std::span<const uint64_t> clip_exchange_span(std::span<const uint64_t> ids, const ExchangeClipParams& p);
 
 }  // namespace pdkv::core

@@ -128,6 +128,9 @@ struct PlanGroupView {
 // The view of an owning group (valid while `g` lives and is not modified).
 PlanGroupView view_of(const PlanGroup& g);
 
+// The owning group of a view (its ids, regions and layers copied): view_of's inverse.
+PlanGroup owned_copy(const PlanGroupView& v);
+
 // One read in bytes relative to the region bases: D's [local_offset, +length) of local_region
 // receives P's [remote_offset, +length) of remote_region.
 struct PlanRead {

@@ -171,4 +171,5 @@ pub const HEADER_FUNCTIONS: &[&str] = &[
     "pdkv_engine_registration_descriptors",
     "pdkv_engine_plan_context_new",
     "pdkv_engine_plan_request",
+    "pdkv_engine_plan_request_into",
 ];
