@@ -110,5 +110,17 @@ func opEnginePlan(t *testing.T, i *in) (out, error) {
 	if err != nil {
 		return nil, err
 	}
+	// PlanRequestInto plans the vector's request to the same bytes.
+	into, err := NewTransferPlan()
+	if err != nil {
+		return nil, err
+	}
+	defer into.Close()
+	if err := engine.PlanRequestInto(ctx, req, into); err != nil {
+		t.Fatalf("PlanRequestInto refused what PlanRequest planned: %v", err)
+	}
+	if again, err := into.JSON(); err != nil || again != text {
+		t.Fatalf("PlanRequestInto planned differently (%v):\n%s\nvs\n%s", err, again, text)
+	}
 	return out{"groups": gj, "num_regions": info.NumRegions, "lines": strings.Split(text, "\n")}, nil
 }

@@ -310,14 +310,54 @@ type EngineRequest struct {
 // ErrInvalidArgument (a request that does not fit the engine: the message names the value and
 // what to pass instead), the errors of Compile (ErrCoverage, ...), ErrClosed.
 func (e *Engine) PlanRequest(ctx *PlanContext, req EngineRequest) (*TransferPlan, error) {
-	p, err := e.ref().acquire()
+	var out *C.pdkv_transfer_plan_t
+	err := e.planRequest(ctx, req, func(p *C.pdkv_engine_t, cp *C.pdkv_plan_context_t, r *C.pdkv_engine_request_t) error {
+		var cerr *C.pdkv_error_t
+		return check(C.pdkv_engine_plan_request(p, cp, r, &out, &cerr), cerr)
+	})
 	if err != nil {
 		return nil, err
+	}
+	t := &TransferPlan{h: handle[C.pdkv_transfer_plan_t]{ptr: out, free: func(p *C.pdkv_transfer_plan_t) { C.pdkv_transfer_plan_free(p) }}}
+	runtime.SetFinalizer(t, func(t *TransferPlan) { t.h.close() })
+	return t, nil
+}
+
+// PlanRequestInto plans the request into plan (from NewTransferPlan or an earlier plan), replacing
+// its content, as CompileInto is to Compile: the same plan and errors as PlanRequest without a new
+// handle, the library reusing the plan's buffers (pdkv_engine_plan_request_into allocates nothing
+// once the plan has grown). Slices obtained from plan before the call must not be used after it.
+// On error plan holds an empty plan. plan is held exclusively for the call (other calls on it
+// wait); engine and ctx may be shared. Errors: those of PlanRequest; ErrInvalidArgument (plan nil).
+func (e *Engine) PlanRequestInto(ctx *PlanContext, req EngineRequest, plan *TransferPlan) error {
+	return e.planRequest(ctx, req, func(p *C.pdkv_engine_t, cp *C.pdkv_plan_context_t, r *C.pdkv_engine_request_t) error {
+		if plan == nil {
+			return nilErr("TransferPlan", "plan")
+		}
+		tp, err := plan.ref().acquireExclusive()
+		if err != nil {
+			return err
+		}
+		defer plan.h.releaseExclusive()
+		var cerr *C.pdkv_error_t
+		err = check(C.pdkv_engine_plan_request_into(p, cp, r, tp, &cerr), cerr)
+		runtime.KeepAlive(plan)
+		return err
+	})
+}
+
+// planRequest holds the engine and ctx, packs req into C memory and runs call (one of the two C
+// entries) on it: what PlanRequest and PlanRequestInto share.
+func (e *Engine) planRequest(ctx *PlanContext, req EngineRequest,
+	call func(p *C.pdkv_engine_t, cp *C.pdkv_plan_context_t, r *C.pdkv_engine_request_t) error) error {
+	p, err := e.ref().acquire()
+	if err != nil {
+		return err
 	}
 	defer e.h.release()
 	cp, err := ctx.ref().acquireArg("ctx")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer ctx.h.release()
 	var a cArena
@@ -339,15 +379,8 @@ func (e *Engine) PlanRequest(ctx *PlanContext, req EngineRequest) (*TransferPlan
 	r.num_groups = C.size_t(len(req.Groups))
 	r.num_prompt_tokens = C.uint64_t(req.NumPromptTokens)
 	r.num_local_computed_tokens = C.uint64_t(req.NumLocalComputedTokens)
-	var out *C.pdkv_transfer_plan_t
-	var cerr *C.pdkv_error_t
-	st := C.pdkv_engine_plan_request(p, cp, &r, &out, &cerr)
+	err = call(p, cp, &r)
 	runtime.KeepAlive(e)
 	runtime.KeepAlive(ctx)
-	if err := check(st, cerr); err != nil {
-		return nil, err
-	}
-	t := &TransferPlan{h: handle[C.pdkv_transfer_plan_t]{ptr: out, free: func(p *C.pdkv_transfer_plan_t) { C.pdkv_transfer_plan_free(p) }}}
-	runtime.SetFinalizer(t, func(t *TransferPlan) { t.h.close() })
-	return t, nil
+	return err
 }

@@ -213,13 +213,43 @@ func TestEnginePlanEqualsTheLowLevelPlan(t *testing.T) {
 	if got != want {
 		t.Fatalf("engine-level plan differs from the low-level plan:\n%s\nvs\n%s", got, want)
 	}
+	// PlanRequestInto plans the same into a plan that held another request's plan.
+	into, err := low.Compile(hand[:0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer into.Close()
+	if err := e.d.PlanRequestInto(e.ctx, EngineRequest{Groups: exampleGroups, NumPromptTokens: 5001, NumLocalComputedTokens: 2096}, into); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := into.JSON(); err != nil || j != want {
+		t.Fatalf("PlanRequestInto: %v\n%s\nvs\n%s", err, j, want)
+	}
 }
 
 func TestEngineRefusalsSayWhatToPass(t *testing.T) {
 	e := newEnginePair(t)
+	// Every refusal also through PlanRequestInto, into a plan holding a request's plan: the same
+	// error, and the plan left empty.
+	reused, err := e.d.PlanRequest(e.ctx, EngineRequest{Groups: exampleGroups, NumPromptTokens: 5001, NumLocalComputedTokens: 2096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reused.Close()
 	req := func(groups []RequestGroup, n, hit uint64) error {
-		p, err := e.d.PlanRequest(e.ctx, EngineRequest{Groups: groups, NumPromptTokens: n, NumLocalComputedTokens: hit})
+		r := EngineRequest{Groups: groups, NumPromptTokens: n, NumLocalComputedTokens: hit}
+		p, err := e.d.PlanRequest(e.ctx, r)
 		_ = p.Close()
+		if err := e.d.PlanRequestInto(e.ctx, EngineRequest{Groups: exampleGroups, NumPromptTokens: 5001, NumLocalComputedTokens: 2096}, reused); err != nil {
+			t.Fatal(err)
+		}
+		intoErr := e.d.PlanRequestInto(e.ctx, r, reused)
+		if intoErr == nil || err == nil || intoErr.Error() != err.Error() {
+			t.Fatalf("PlanRequestInto: %v, PlanRequest: %v", intoErr, err)
+		}
+		if info, ierr := reused.Info(); ierr != nil || info.Bytes != 0 || info.NumGroups != 0 {
+			t.Fatalf("a refused PlanRequestInto left %+v (%v)", info, ierr)
+		}
 		return err
 	}
 	cases := []struct {

@@ -254,6 +254,7 @@ var nilArgCases = []nilArgCase{
 	{name: "NewEngine", fn: NewEngine, args: map[int]string{0: "model"}},
 	{name: "Engine.PlanContext", fn: (*Engine).PlanContext, recv: true, args: map[int]string{1: "remote"}},
 	{name: "Engine.PlanRequest", fn: (*Engine).PlanRequest, recv: true, args: map[int]string{1: "ctx"}},
+	{name: "Engine.PlanRequestInto", fn: (*Engine).PlanRequestInto, recv: true, args: map[int]string{1: "ctx", 3: "plan"}},
 	{name: "PlanContext.CompileInto", fn: (*PlanContext).CompileInto, recv: true, args: map[int]string{2: "plan"}},
 	{name: "PlanContext.CompileIntoArgs", fn: (*PlanContext).CompileIntoArgs, recv: true, args: map[int]string{2: "plan"}},
 }

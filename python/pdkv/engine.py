@@ -26,7 +26,7 @@ from .enums import GroupKind, KvLayout, MambaCacheMode
 from .geometry import EngineConfig
 from .metadata import EngineMetadata
 from .model import Model
-from .plan import PlanContext, TransferPlan
+from .plan import PlanContext, TransferPlan, _check_reuse
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,9 +187,18 @@ class Engine(Handle):
         groups: Sequence[Union[RequestGroup, Tuple[Any, Any]]],
         num_prompt_tokens: int,
         num_local_computed_tokens: int = 0,
+        reuse: Optional[TransferPlan] = None,
     ) -> TransferPlan:
         """Compiles one request's plan. ``groups``: one :class:`RequestGroup` (or a
-        ``(local_block_ids, remote_block_ids)`` pair) per engine group, in the engine's order."""
+        ``(local_block_ids, remote_block_ids)`` pair) per engine group, in the engine's order.
+
+        ``reuse``: a plan this thread no longer needs, or one from :meth:`TransferPlan.empty`,
+        as for :meth:`TransferPlan.compile`: it is planned into in place and returned
+        (``pdkv_engine_plan_request_into``: no new handle, its C buffers reused); on error it
+        holds an empty plan. When it cannot be rewritten safely (closed, in use by a call on
+        another thread, zero-copy views ever taken from it) a new plan is returned and
+        ``reuse`` is left untouched; so always use the returned plan."""
+        _check_reuse(reuse)
         c = handle_arg("ctx", ctx, PlanContext)
         if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
             raise TypeError(f"groups must be a sequence of pdkv.RequestGroup, got {type(groups).__name__}")
@@ -218,6 +227,16 @@ class Engine(Handle):
         r.num_groups = len(items)
         r.num_prompt_tokens = u64("num_prompt_tokens", num_prompt_tokens)
         r.num_local_computed_tokens = u64("num_local_computed_tokens", num_local_computed_tokens)
+        if reuse is not None:
+            ptr = reuse._take()
+            if ptr is not None:
+                try:
+                    # _viewed is read once the plan is taken (see plan._compile_checked).
+                    if not reuse._viewed:
+                        call("pdkv_engine_plan_request_into", self._p(), c, byref(r), ptr)
+                        return reuse
+                finally:
+                    reuse._give_back()
         out = POINTER(_ffi.TransferPlanT)()
         call("pdkv_engine_plan_request", self._p(), c, byref(r), byref(out))
         del keep

@@ -979,6 +979,10 @@ def op_engine_plan(i: Input) -> Dict[str, Any]:
                 remote.append(stack.enter_context(p.metadata()))
         ctx = stack.enter_context(d.plan_context(remote, p_cfg))
         plan = stack.enter_context(d.plan_request(ctx, groups, prompt, hit))
+        # Planned into a reused plan (pdkv_engine_plan_request_into), the same bytes.
+        reused = stack.enter_context(pdkv.TransferPlan.empty())
+        assert d.plan_request(ctx, groups, prompt, hit, reuse=reused) is reused
+        assert reused.to_json() == plan.to_json()
         info = d.info()
         out = {
             "groups": [{"kind": pdkv.group_kind_name(g.kind), "layers": list(g.layers)} for g in d.groups()],

@@ -144,3 +144,41 @@ def test_close_is_idempotent_and_closed_handles_raise() -> None:
     with pytest.raises(pdkv.ClosedError):
         e.info()
     model.close()
+
+
+def test_plan_request_into_a_reused_plan(pair: Pair) -> None:
+    """reuse=: the plan is planned into in place (pdkv_engine_plan_request_into) and returned,
+    planning what a new plan holds; a refusal leaves it empty and reusable; a plan it must not
+    rewrite (views taken, closed) is left as it is and a new plan returned."""
+    _, d, _, ctx = pair
+    with d.plan_request(ctx, EXAMPLE, 5001, 2096) as fresh:
+        want = fresh.to_json()
+    small = [(loc[:1], rem[:1]) for loc, rem in EXAMPLE]  # 1 token: a different, smaller plan
+    reuse = pdkv.TransferPlan.empty()
+    try:
+        assert d.plan_request(ctx, small, 1, 0, reuse=reuse) is reuse
+        small_json = reuse.to_json()
+        assert small_json != want
+        assert d.plan_request(ctx, EXAMPLE, 5001, 2096, reuse=reuse) is reuse
+        assert reuse.to_json() == want
+        # A refusal: the same error as without reuse, and the plan holds nothing.
+        with pytest.raises(pdkv.InvalidArgumentError, match="not a multiple"):
+            d.plan_request(ctx, EXAMPLE, 5001, 100, reuse=reuse)
+        info = reuse.info()
+        assert (info.bytes, info.num_groups) == (0, 0)
+        assert d.plan_request(ctx, EXAMPLE, 5001, 2096, reuse=reuse) is reuse
+        assert reuse.to_json() == want
+        # Views were taken: their memory must stay, so a new plan comes back.
+        view = reuse.rank_reads_view(0)
+        other = d.plan_request(ctx, small, 1, 0, reuse=reuse)
+        with other:
+            assert other is not reuse and other.to_json() == small_json
+        assert reuse.to_json() == want and len(view) > 0
+        del view
+    finally:
+        reuse.close()
+    # A closed plan is not written either.
+    with d.plan_request(ctx, small, 1, 0, reuse=reuse) as other:
+        assert other is not reuse and other.to_json() == small_json
+    with pytest.raises(TypeError, match="reuse must be a pdkv.TransferPlan"):
+        d.plan_request(ctx, EXAMPLE, 5001, 2096, reuse="plan")  # type: ignore[arg-type]

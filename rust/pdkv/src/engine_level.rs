@@ -280,23 +280,8 @@ impl Engine {
         num_prompt_tokens: u64,
         num_local_computed_tokens: u64,
     ) -> Result<TransferPlan> {
-        let raw: Vec<sys::pdkv_engine_request_group_t> = groups
-            .iter()
-            .map(|g| sys::pdkv_engine_request_group_t {
-                local_block_ids: sp(g.local_block_ids),
-                num_local_block_ids: g.local_block_ids.len(),
-                remote_block_ids: sp(g.remote_block_ids),
-                num_remote_block_ids: g.remote_block_ids.len(),
-            })
-            .collect();
-        let req = sys::pdkv_engine_request_t {
-            struct_size: size_of::<sys::pdkv_engine_request_t>(),
-            field_mask: 0,
-            groups: sp(&raw),
-            num_groups: raw.len(),
-            num_prompt_tokens,
-            num_local_computed_tokens,
-        };
+        let raw = raw_request_groups(groups);
+        let req = raw_request(&raw, num_prompt_tokens, num_local_computed_tokens);
         let mut out = ptr::null_mut();
         // SAFETY: raw points into the caller's slices, alive for the call; nothing retained.
         check(|e| unsafe {
@@ -307,8 +292,66 @@ impl Engine {
             .ok_or_else(|| Error::new(Status::Internal, "pdkv returned a NULL plan"))
     }
 
+    /// [`Engine::plan_request`] into `plan` (from [`TransferPlan::new_empty`] or an earlier plan),
+    /// replacing its content (`pdkv_engine_plan_request_into`), as
+    /// [`TransferPlan::compile_into`] is to [`TransferPlan::compile`]: the same plan and errors
+    /// without a new handle, the library reusing the plan's buffers (nothing allocated once the
+    /// plan has grown). `&mut TransferPlan`: nothing else reads the plan meanwhile and no view
+    /// of its old content outlives the call. On failure the plan is empty.
+    pub fn plan_request_into(
+        &self,
+        ctx: &PlanContext,
+        groups: &[RequestGroup<'_>],
+        num_prompt_tokens: u64,
+        num_local_computed_tokens: u64,
+        plan: &mut TransferPlan,
+    ) -> Result<()> {
+        let raw = raw_request_groups(groups);
+        let req = raw_request(&raw, num_prompt_tokens, num_local_computed_tokens);
+        // SAFETY: raw points into the caller's slices, alive for the call; the plan is
+        // exclusively borrowed; nothing retained.
+        check(|e| unsafe {
+            sys::pdkv_engine_plan_request_into(
+                self.ptr.as_ptr(),
+                ctx.ptr.as_ptr(),
+                &req,
+                plan.ptr.as_ptr(),
+                e,
+            )
+        })
+    }
+
     /// The C handle, valid while `self` lives.
     pub fn as_ptr(&self) -> *const sys::pdkv_engine_t {
         self.ptr.as_ptr()
+    }
+}
+
+/// The C form of a request's groups (pointers into the caller's slices).
+fn raw_request_groups(groups: &[RequestGroup<'_>]) -> Vec<sys::pdkv_engine_request_group_t> {
+    groups
+        .iter()
+        .map(|g| sys::pdkv_engine_request_group_t {
+            local_block_ids: sp(g.local_block_ids),
+            num_local_block_ids: g.local_block_ids.len(),
+            remote_block_ids: sp(g.remote_block_ids),
+            num_remote_block_ids: g.remote_block_ids.len(),
+        })
+        .collect()
+}
+
+/// The C request over `raw` (which must outlive its use).
+fn raw_request(
+    raw: &[sys::pdkv_engine_request_group_t],
+    num_prompt_tokens: u64,
+    num_local_computed_tokens: u64,
+) -> sys::pdkv_engine_request_t {
+    sys::pdkv_engine_request_t {
+        struct_size: size_of::<sys::pdkv_engine_request_t>(),
+        field_mask: 0,
+        groups: sp(raw),
+        num_groups: raw.len(),
+        num_prompt_tokens,
+        num_local_computed_tokens,
     }
 }

@@ -1295,6 +1295,15 @@ fn engine_plan(input: &BTreeMap<String, Json>) -> CaseResult<Result<Outcome, Err
         .collect();
     let plan = lib_or_return!(d.plan_request(&ctx, &groups, prompt, hit));
     let text = lib_or_return!(plan.to_json_string());
+    // plan_request_into plans the vector's request to the same bytes.
+    let mut into = TransferPlan::new_empty().expect("an empty plan");
+    d.plan_request_into(&ctx, &groups, prompt, hit, &mut into)
+        .expect("plan_request_into refused what plan_request planned");
+    assert_eq!(
+        into.to_json_string().expect("JSON"),
+        text,
+        "plan_request_into"
+    );
     let info = lib_or_return!(d.info());
     let gj = lib_or_return!(d.groups())
         .iter()

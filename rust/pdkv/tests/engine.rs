@@ -148,14 +148,36 @@ fn plan_equals_the_low_level_plan() {
         plan.to_json_string().unwrap(),
         want.to_json_string().unwrap()
     );
+    // plan_request_into plans the same into a plan that held another request's plan.
+    let mut into = TransferPlan::compile(&low, &hand[..0]).unwrap();
+    p.d.plan_request_into(&ctx, &request(&EXAMPLE), 5001, 2096, &mut into)
+        .unwrap();
+    assert_eq!(
+        into.to_json_string().unwrap(),
+        want.to_json_string().unwrap()
+    );
 }
 
 #[test]
 fn refusals_say_what_to_pass() {
     let p = pair();
     let ctx = p.ctx();
-    let fails = |groups: &[RequestGroup<'_>], n: u64, hit: u64, words: &[&str]| {
+    // Every refusal also through plan_request_into, into a plan holding a request's plan: the
+    // same error, and the plan left empty.
+    let mut reused = TransferPlan::new_empty().unwrap();
+    let mut fails = |groups: &[RequestGroup<'_>], n: u64, hit: u64, words: &[&str]| {
         let err = p.d.plan_request(&ctx, groups, n, hit).unwrap_err();
+        p.d.plan_request_into(&ctx, &request(&EXAMPLE), 5001, 2096, &mut reused)
+            .unwrap();
+        let into =
+            p.d.plan_request_into(&ctx, groups, n, hit, &mut reused)
+                .unwrap_err();
+        assert_eq!(
+            (into.status(), into.message()),
+            (err.status(), err.message())
+        );
+        let info = reused.info().unwrap();
+        assert_eq!((info.bytes, info.num_groups), (0, 0));
         assert_eq!(err.status(), Status::InvalidArgument, "{}", err.message());
         for w in words {
             assert!(err.message().contains(w), "{:?} lacks {w:?}", err.message());
