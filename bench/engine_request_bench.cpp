@@ -1,13 +1,15 @@
 // What the engine-level API adds per request (core/engine_request.hpp): deriving the plan groups
-// from the schedulers' block tables (N-1 rule, dropping D's hit blocks, kernel-id expansion with
+// from the schedulers' block tables (N-1 rule, dropping D's hit blocks, logical ids handed on with
 // each side's blocks-per-logical, Mamba clipping), alone and followed by the plan compilation it
-// feeds. Nemotron-3-Nano-30B-A3B, P TP4 -> D TP2 rank 0, Mamba cache mode "align", five KV-cache
-// groups (four Mamba, one attention) as kv_cache_groups forms them.
+// feeds, as owned groups (until 2.8) and as views (2.9); then the whole call through the C API,
+// a new plan handle per request (pdkv_engine_plan_request) against one reused plan
+// (pdkv_engine_plan_request_into). Nemotron-3-Nano-30B-A3B, P TP4 -> D TP2 rank 0, Mamba cache
+// mode "align", five KV-cache groups (four Mamba, one attention) as kv_cache_groups forms them.
 //
 // Rows: backend FlashAttention (kernel block = logical block, ppl 1) or FlashInfer (16-token
-// kernel blocks: ppl in the hundreds, so every logical id expands to that many kernel ids) x
-// request size in D logical blocks (2: ~4k tokens, 62: ~128k) x D's hit (0 or half the blocks).
-// Block ids are consecutive from 1 in each engine's pool (one pool shared by the groups).
+// kernel blocks: ppl in the hundreds) x request size in D logical blocks (2: ~4k tokens, 62:
+// ~128k) x D's hit (0 or half the blocks) [x into, C rows]. Block ids are consecutive from 1 in
+// each engine's pool (one pool shared by the groups).
 #include <benchmark/benchmark.h>
 
 #include <vector>
@@ -19,6 +21,7 @@
 #include "pdkv/core/metadata_from_geometry.hpp"
 #include "pdkv/core/presets.hpp"
 #include "pdkv/core/transfer_plan.hpp"
+#include "pdkv.h"
 
 using namespace pdkv::core;
 
@@ -99,10 +102,23 @@ void BM_EngineRequestGroups(benchmark::State& state) {
   counters(state, s);
 }
 
-/// The derivation and the plan compilation as pdkv_engine_plan_request runs them per request:
-/// the context's checks judged once (as the C API's context handle does), the groups passed as
-/// views into a plan whose buffers are reused.
-void BM_EngineRequestPlan(benchmark::State& state) {
+/// The derivation as pdkv_engine_plan_request(_into) runs it since 2.9: views into the request's
+/// own arrays, written into a reused vector.
+void BM_EngineRequestViews(benchmark::State& state) {
+  const Setup s = make(state.range(0) == 1, static_cast<uint64_t>(state.range(1)), state.range(2) == 1);
+  const EngineSide d{&s.d, 0}, p{&s.p0, 0};
+  std::vector<PlanGroupView> views;
+  for (auto _ : state) {
+    engine_request_views(s.groups, d, p, s.request, views);
+    benchmark::DoNotOptimize(views.data());
+  }
+  counters(state, s);
+}
+
+/// The derivation and the plan compilation as pdkv_engine_plan_request ran them until 2.8: owned
+/// groups (copied ids and regions) per request, viewed, compiled into a plan whose buffers are
+/// reused; the context's checks judged once (as the C API's context handle does).
+void BM_EngineRequestPlanOwned(benchmark::State& state) {
   const Setup s = make(state.range(0) == 1, static_cast<uint64_t>(state.range(1)), state.range(2) == 1);
   const EngineSide d{&s.d, 0}, p{&s.p0, 0};
   const PlanContextVerdict verdict = judge_plan_context(s.ctx);
@@ -118,6 +134,114 @@ void BM_EngineRequestPlan(benchmark::State& state) {
   counters(state, s);
 }
 
+/// The same with the views of 2.9 (what pdkv_engine_plan_request_into runs per request).
+void BM_EngineRequestPlan(benchmark::State& state) {
+  const Setup s = make(state.range(0) == 1, static_cast<uint64_t>(state.range(1)), state.range(2) == 1);
+  const EngineSide d{&s.d, 0}, p{&s.p0, 0};
+  const PlanContextVerdict verdict = judge_plan_context(s.ctx);
+  TransferPlan plan;
+  std::vector<PlanGroupView> views;
+  for (auto _ : state) {
+    engine_request_views(s.groups, d, p, s.request, views);
+    compile_transfer_plan_into(s.ctx, views, plan, verdict);
+    benchmark::DoNotOptimize(plan.stats.bytes);
+  }
+  counters(state, s);
+}
+
+/// The same requests through the C API, engines described once with pdkv_engine_new: the
+/// caller's whole cost per request. into = 0: pdkv_engine_plan_request (a new plan handle per
+/// request, freed after); into = 1: pdkv_engine_plan_request_into one reused plan.
+struct CEngineSetup {
+  pdkv_model_t* model = nullptr;
+  pdkv_engine_t* d = nullptr;
+  std::vector<pdkv_engine_t*> p;
+  std::vector<pdkv_engine_metadata_t*> p_md;
+  pdkv_plan_context_t* ctx = nullptr;
+  std::vector<std::vector<uint64_t>> local, remote;
+  std::vector<pdkv_engine_request_group_t> groups;
+  pdkv_engine_request_t request{};
+  CEngineSetup(const CEngineSetup&) = delete;
+  CEngineSetup& operator=(const CEngineSetup&) = delete;
+  CEngineSetup() = default;
+  ~CEngineSetup() {
+    pdkv_plan_context_free(ctx);
+    for (auto* m : p_md) pdkv_engine_metadata_free(m);
+    for (auto* e : p) pdkv_engine_free(e);
+    pdkv_engine_free(d);
+    pdkv_model_free(model);
+  }
+};
+
+void ok(pdkv_status_t st, pdkv_error_t* e, benchmark::State& state) {
+  if (st != PDKV_OK) {
+    state.SkipWithError(e != nullptr ? pdkv_error_message(e) : pdkv_status_name(st));
+    pdkv_error_free(e);
+  }
+}
+
+void BM_CEnginePlanRequest(benchmark::State& state) {
+  const bool flashinfer = state.range(0) == 1, into = state.range(3) == 1;
+  const Setup s = make(flashinfer, static_cast<uint64_t>(state.range(1)), state.range(2) == 1);
+  CEngineSetup c;
+  pdkv_error_t* e = nullptr;
+  ok(pdkv_model_from_preset("nemotron-3-nano-30b", &c.model, &e), e, state);
+  pdkv_engine_config_t dc, pc;
+  pdkv_engine_config_init(&dc, nullptr);
+  pdkv_engine_config_init(&pc, nullptr);
+  dc.tp_size = 2;
+  pc.tp_size = 4;
+  dc.mamba_cache_mode = pc.mamba_cache_mode = PDKV_MAMBA_CACHE_ALIGN;
+  dc.attention_backend = pc.attention_backend = flashinfer ? PDKV_BACKEND_FLASHINFER : PDKV_BACKEND_FLASH_ATTN;
+  auto engine = [&](const pdkv_engine_config_t& cfg, const char* id, uint32_t rank) {
+    pdkv_engine_options_t o;
+    pdkv_engine_options_init(&o, nullptr);
+    o.model = c.model;
+    o.config = &cfg;
+    o.engine_id = id;
+    o.tp_rank = rank;
+    o.num_logical_blocks = kPool;
+    pdkv_engine_t* out = nullptr;
+    ok(pdkv_engine_new(&o, &out, &e), e, state);
+    return out;
+  };
+  c.d = engine(dc, "d", 0);
+  for (uint32_t r = 0; r < 4; ++r) {
+    c.p.push_back(engine(pc, "p", r));
+    c.p_md.push_back(nullptr);
+    ok(pdkv_engine_get_metadata(c.p.back(), &c.p_md.back(), &e), e, state);
+  }
+  std::vector<const pdkv_engine_metadata_t*> remote(c.p_md.begin(), c.p_md.end());
+  pdkv_engine_peer_t peer{};
+  peer.struct_size = sizeof peer;
+  peer.remote = remote.data();
+  peer.num_remote = remote.size();
+  peer.remote_config = &pc;
+  ok(pdkv_engine_plan_context_new(c.d, &peer, &c.ctx, &e), e, state);
+  // The core setup's block tables (the same request as the rows above).
+  for (size_t g = 0; g < s.local.size(); ++g) {
+    c.groups.push_back({s.local[g].data(), s.local[g].size(), s.remote[g].data(), s.remote[g].size()});
+  }
+  c.request.struct_size = sizeof c.request;
+  c.request.groups = c.groups.data();
+  c.request.num_groups = c.groups.size();
+  c.request.num_prompt_tokens = s.request.num_prompt_tokens;
+  c.request.num_local_computed_tokens = s.request.num_local_computed_tokens;
+  pdkv_transfer_plan_t* reused = nullptr;
+  ok(pdkv_transfer_plan_new(&reused, &e), e, state);
+  for (auto _ : state) {
+    if (into) {
+      ok(pdkv_engine_plan_request_into(c.d, c.ctx, &c.request, reused, &e), e, state);
+    } else {
+      pdkv_transfer_plan_t* plan = nullptr;
+      ok(pdkv_engine_plan_request(c.d, c.ctx, &c.request, &plan, &e), e, state);
+      pdkv_transfer_plan_free(plan);
+    }
+  }
+  pdkv_transfer_plan_free(reused);
+  counters(state, s);
+}
+
 void args(benchmark::internal::Benchmark* b) {
   for (int64_t flashinfer : {0, 1})
     for (int64_t d_blocks : {2, 62})
@@ -127,6 +251,17 @@ void args(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
+void c_args(benchmark::internal::Benchmark* b) {
+  for (int64_t flashinfer : {0, 1})
+    for (int64_t d_blocks : {2, 62})
+      for (int64_t half_hit : {0, 1})
+        for (int64_t into : {0, 1}) b->Args({flashinfer, d_blocks, half_hit, into});
+  b->ArgNames({"flashinfer", "d_blocks", "half_hit", "into"});
+}
+
 BENCHMARK(BM_EngineRequestGroups)->Apply(args);
+BENCHMARK(BM_EngineRequestViews)->Apply(args);
+BENCHMARK(BM_EngineRequestPlanOwned)->Apply(args);
 BENCHMARK(BM_EngineRequestPlan)->Apply(args);
+BENCHMARK(BM_CEnginePlanRequest)->Apply(c_args);
 BENCHMARK_MAIN();
