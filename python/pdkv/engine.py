@@ -14,13 +14,14 @@ instead. Block ids may be any buffer of unsigned 64-bit integers (``array('Q')``
 
 from __future__ import annotations
 
+import array
 import ctypes
 import dataclasses
 from ctypes import POINTER, byref
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
-from ._base import Handle, array_copy, call, encode, enum_value, handle_arg, index_arg, to_enum, u32, u64, u64_array
+from ._base import _UNSIGNED_FORMATS, Handle, array_copy, call, encode, enum_value, handle_arg, index_arg, to_enum, u32, u64, u64_array
 from .descriptors import DescriptorList
 from .enums import GroupKind, KvLayout, MambaCacheMode
 from .geometry import EngineConfig
@@ -64,6 +65,121 @@ class RequestGroup:
 
     local_block_ids: Any  #: D's block table (buffer of uint64 or sequence of ints).
     remote_block_ids: Any  #: P's exported ids (buffer of uint64 or sequence of ints).
+
+
+
+# The request packed into one array('Q') of words: pdkv_engine_request_t (6 words), the groups
+# array (4 words each: ids pointer, count, ids pointer, count), then every id list copied after
+# them. Only where those structs are exactly words (64-bit pointers and size_t).
+_REQUEST_WORDS = 6
+_GROUP_WORDS = 4
+_PACKABLE = (ctypes.sizeof(ctypes.c_void_p) == 8 and array.array("Q").itemsize == 8
+             and ctypes.sizeof(_ffi.EngineRequestC) == 8 * _REQUEST_WORDS
+             and ctypes.sizeof(_ffi.EngineRequestGroupC) == 8 * _GROUP_WORDS)
+_INT_ONLY = {int}
+
+
+def _append_ids(pack: "array.array[int]", ids: Any) -> bool:
+    """Appends ``ids`` to ``pack`` with no per-element work in Python: an array('Q') or another
+    contiguous one-dimensional buffer of unsigned 64-bit integers (numpy uint64) is copied with
+    memcpy, a list or tuple of plain ints converted by array itself (range-checked). False, with
+    ``pack`` possibly extended, for anything else (bools, numpy scalars, signed buffers, ...): the
+    caller then takes the element-by-element path, whose errors name the value."""
+    t = type(ids)
+    if t is array.array and ids.typecode == "Q":
+        pack.extend(ids)
+        return True
+    if t is list or t is tuple:
+        if ids and set(map(type, ids)) != _INT_ONLY:
+            return False
+        try:
+            pack.extend(ids)
+        except (OverflowError, TypeError):
+            return False
+        return True
+    if isinstance(ids, (str, bytes, bytearray)):
+        return False
+    try:
+        mv = memoryview(ids)
+    except TypeError:
+        return False
+    if mv.ndim != 1 or mv.itemsize != 8 or mv.format not in _UNSIGNED_FORMATS[8] or not mv.c_contiguous:
+        return False
+    pack.frombytes(mv.cast("B"))
+    return True
+
+
+def _packed_request(items: List[Any], num_prompt_tokens: Any, num_local_computed_tokens: Any) -> Any:
+    """The request as a pdkv_engine_request_t over one array('Q') holding the structs and a copy
+    of every id (see _append_ids), or None where the element-by-element path must take it. The
+    copy is this call's own, so no caller buffer is pinned or read while the GIL is released."""
+    if not _PACKABLE or type(num_prompt_tokens) is not int or type(num_local_computed_tokens) is not int:
+        return None
+    if not (0 <= num_prompt_tokens < 1 << 64 and 0 <= num_local_computed_tokens < 1 << 64):
+        return None
+    n = len(items)
+    head = _REQUEST_WORDS + _GROUP_WORDS * n
+    pack = array.array("Q", bytes(8 * head))
+    extend = pack.extend
+    counts: List[int] = []  # ids per list, local and remote of each group in turn
+    for g in items:
+        if type(g) is RequestGroup:
+            local, remote = g.local_block_ids, g.remote_block_ids
+        elif type(g) is tuple and len(g) == 2:
+            local, remote = g
+        else:
+            return None
+        # array('Q'), the usual buffer, inline; anything else through _append_ids.
+        if type(local) is array.array and local.typecode == "Q":
+            extend(local)
+        elif not _append_ids(pack, local):
+            return None
+        if type(remote) is array.array and remote.typecode == "Q":
+            extend(remote)
+        elif not _append_ids(pack, remote):
+            return None
+        counts += (len(local), len(remote))
+    base = pack.buffer_info()[0]  # final: nothing is appended from here on
+    words = [8 * _REQUEST_WORDS, 0, base + 8 * _REQUEST_WORDS if n else 0, n,
+             num_prompt_tokens, num_local_computed_tokens]
+    addr = base + 8 * head
+    for c in counts:  # each list: its address in the pack (NULL when empty) and its count
+        words += (addr if c else 0, c)
+        addr += 8 * c
+    pack[0:head] = array.array("Q", words)
+    # A view of the first words as the C struct; it holds the array (and so the ids) alive.
+    return _ffi.EngineRequestC.from_buffer(pack)
+
+
+def _request_struct(items: List[Any], num_prompt_tokens: Any, num_local_computed_tokens: Any) -> Tuple[Any, List[Any]]:
+    """The request as ctypes structs over the caller's buffers (read in place) or converted
+    sequences, element by element with errors naming the value; and what must stay alive."""
+    arr = (_ffi.EngineRequestGroupC * len(items))() if items else None
+    keep: List[Any] = []
+    for i, g in enumerate(items):
+        if isinstance(g, RequestGroup):
+            local, remote = g.local_block_ids, g.remote_block_ids
+        elif isinstance(g, tuple) and len(g) == 2:
+            local, remote = g
+        else:
+            raise TypeError(f"groups[{i}] must be a pdkv.RequestGroup or a (local, remote) pair, "
+                            f"got {type(g).__name__}")
+        la, ln = u64_array(f"groups[{i}].local_block_ids", local)
+        ra, rn = u64_array(f"groups[{i}].remote_block_ids", remote)
+        keep += [la, ra]
+        assert arr is not None
+        arr[i].local_block_ids = ctypes.cast(la, POINTER(ctypes.c_uint64)) if ln else None
+        arr[i].num_local_block_ids = ln
+        arr[i].remote_block_ids = ctypes.cast(ra, POINTER(ctypes.c_uint64)) if rn else None
+        arr[i].num_remote_block_ids = rn
+    r = _ffi.EngineRequestC()
+    r.struct_size = ctypes.sizeof(r)
+    r.groups = ctypes.cast(arr, POINTER(_ffi.EngineRequestGroupC)) if arr is not None else None
+    r.num_groups = len(items)
+    r.num_prompt_tokens = u64("num_prompt_tokens", num_prompt_tokens)
+    r.num_local_computed_tokens = u64("num_local_computed_tokens", num_local_computed_tokens)
+    keep.append(arr)
+    return r, keep
 
 
 class Engine(Handle):
@@ -203,30 +319,12 @@ class Engine(Handle):
         if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
             raise TypeError(f"groups must be a sequence of pdkv.RequestGroup, got {type(groups).__name__}")
         items = list(groups)
-        arr = (_ffi.EngineRequestGroupC * len(items))() if items else None
-        keep: List[Any] = []
-        for i, g in enumerate(items):
-            if isinstance(g, RequestGroup):
-                local, remote = g.local_block_ids, g.remote_block_ids
-            elif isinstance(g, tuple) and len(g) == 2:
-                local, remote = g
-            else:
-                raise TypeError(f"groups[{i}] must be a pdkv.RequestGroup or a (local, remote) pair, "
-                                f"got {type(g).__name__}")
-            la, ln = u64_array(f"groups[{i}].local_block_ids", local)
-            ra, rn = u64_array(f"groups[{i}].remote_block_ids", remote)
-            keep += [la, ra]
-            assert arr is not None
-            arr[i].local_block_ids = ctypes.cast(la, POINTER(ctypes.c_uint64)) if ln else None
-            arr[i].num_local_block_ids = ln
-            arr[i].remote_block_ids = ctypes.cast(ra, POINTER(ctypes.c_uint64)) if rn else None
-            arr[i].num_remote_block_ids = rn
-        r = _ffi.EngineRequestC()
-        r.struct_size = ctypes.sizeof(r)
-        r.groups = ctypes.cast(arr, POINTER(_ffi.EngineRequestGroupC)) if arr is not None else None
-        r.num_groups = len(items)
-        r.num_prompt_tokens = u64("num_prompt_tokens", num_prompt_tokens)
-        r.num_local_computed_tokens = u64("num_local_computed_tokens", num_local_computed_tokens)
+        packed = _packed_request(items, num_prompt_tokens, num_local_computed_tokens)
+        if packed is not None:
+            r: Any = packed
+            keep: List[Any] = []
+        else:
+            r, keep = _request_struct(items, num_prompt_tokens, num_local_computed_tokens)
         if reuse is not None:
             ptr = reuse._take()
             if ptr is not None:

@@ -182,3 +182,87 @@ def test_plan_request_into_a_reused_plan(pair: Pair) -> None:
         assert other is not reuse and other.to_json() == small_json
     with pytest.raises(TypeError, match="reuse must be a pdkv.TransferPlan"):
         d.plan_request(ctx, EXAMPLE, 5001, 2096, reuse="plan")  # type: ignore[arg-type]
+
+
+def _forms() -> List[Tuple[str, object]]:
+    """EXAMPLE's groups in every form a caller may hold block ids in."""
+    forms: List[Tuple[str, object]] = [
+        ("lists", EXAMPLE),
+        ("tuples of tuples", [(tuple(loc), tuple(rem)) for loc, rem in EXAMPLE]),
+        ("array('Q')", [(array.array("Q", loc), array.array("Q", rem)) for loc, rem in EXAMPLE]),
+        ("RequestGroup", [pdkv.RequestGroup(array.array("Q", loc), list(rem)) for loc, rem in EXAMPLE]),
+        ("memoryview", [(memoryview(array.array("Q", loc)), memoryview(array.array("Q", rem)).toreadonly())
+                        for loc, rem in EXAMPLE]),
+        ("bytes-backed", [(memoryview(array.array("Q", loc).tobytes()).cast("Q"), rem) for loc, rem in EXAMPLE]),
+        ("empty remote", [(loc, array.array("Q")) if k < 4 else (loc, rem) for k, (loc, rem) in enumerate(EXAMPLE)]),
+    ]
+    try:
+        import numpy as np
+    except ImportError:
+        return forms
+    forms.append(("numpy uint64", [(np.array(loc, dtype=np.uint64), np.array(rem, dtype=np.uint64))
+                                   for loc, rem in EXAMPLE]))
+    return forms
+
+
+def test_every_form_of_ids_is_packed_without_per_element_work(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lists of ints, tuples, array('Q') and unsigned 64-bit buffers are copied into one packed
+    request (array-level copies, no Python loop over ids) and plan exactly what the
+    element-by-element path plans from them."""
+    import pdkv.engine as engine_module
+
+    _, d, _, ctx = pair
+    expected = {}
+    with monkeypatch.context() as m:
+        m.setattr(engine_module, "_packed_request", lambda *args: None)
+        for name, groups in _forms():
+            try:
+                with d.plan_request(ctx, groups, 5001, 2096) as plan:  # type: ignore[arg-type]
+                    expected[name] = plan.to_json()
+            except pdkv.PdkvError as e:
+                expected[name] = repr(e)
+
+    def unpacked(*args: object) -> None:
+        raise AssertionError("the element-by-element path was taken")
+
+    monkeypatch.setattr(engine_module, "_request_struct", unpacked)
+    reuse = pdkv.TransferPlan.empty()
+    for name, groups in _forms():
+        try:
+            with d.plan_request(ctx, groups, 5001, 2096) as plan:  # type: ignore[arg-type]
+                got = plan.to_json()
+        except pdkv.PdkvError as e:
+            got = repr(e)
+        assert got == expected[name], name
+        reuse = d.plan_request(ctx, groups, 5001, 2096, reuse=reuse) if "empty" not in name else reuse  # type: ignore[arg-type]
+    reuse.close()
+    # An empty list reaches C as NULL with count 0 on both paths (here refused for its content).
+    assert "P's list of 0 blocks" in expected["empty remote"]
+
+
+def test_ids_the_packing_refuses_go_element_by_element(pair: Pair) -> None:
+    """What array('Q') would accept but pdkv refuses (bools), or cannot hold (negative, 2**64),
+    or only the element path names (floats, signed buffers), keeps its named error or result."""
+    _, d, _, ctx = pair
+    bad_bool = [([True, 0, 6], [6])] + EXAMPLE[1:]
+    with pytest.raises(TypeError, match=r"groups\[0\].local_block_ids\[0\] must be an int, got bool"):
+        d.plan_request(ctx, bad_bool, 5001, 2096)
+    negative = EXAMPLE[:4] + [([9, -4, 5], [1, 2, 3, 4, 5])]
+    with pytest.raises(pdkv.InvalidArgumentError, match=r"groups\[4\].local_block_ids\[1\] = -4 is out of range"):
+        d.plan_request(ctx, negative, 5001, 2096)
+    huge = EXAMPLE[:4] + [([9, 4, 5], [1, 2, 3, 4, 1 << 64])]
+    with pytest.raises(pdkv.InvalidArgumentError, match=r"groups\[4\].remote_block_ids\[4\] = 18446744073709551616"):
+        d.plan_request(ctx, huge, 5001, 2096)
+    floats = EXAMPLE[:4] + [([9.0, 4, 5], [1, 2, 3, 4, 5])]
+    with pytest.raises(TypeError, match=r"groups\[4\].local_block_ids\[0\] must be an int, got float"):
+        d.plan_request(ctx, floats, 5001, 2096)
+    with pytest.raises(TypeError, match="must be a pdkv.RequestGroup"):
+        d.plan_request(ctx, EXAMPLE[:4] + [[[9, 4, 5], [1]]], 5001, 2096)  # type: ignore[list-item]
+    # Signed arrays of valid ids plan as the lists do.
+    signed = [(array.array("q", loc), array.array("l", rem)) for loc, rem in EXAMPLE]
+    with d.plan_request(ctx, signed, 5001, 2096) as a, d.plan_request(ctx, EXAMPLE, 5001, 2096) as b:
+        assert a.to_json() == b.to_json()
+    with pytest.raises(pdkv.InvalidArgumentError, match="num_local_computed_tokens = -1"):
+        d.plan_request(ctx, EXAMPLE, 5001, -1)
+    with pytest.raises(TypeError, match="num_prompt_tokens must be an int"):
+        d.plan_request(ctx, EXAMPLE, 5001.0, 2096)  # type: ignore[arg-type]
