@@ -145,15 +145,20 @@ int main(int argc, char **argv) {
   peer.remote_config = &p_config;
   CHECK(pdkv_engine_plan_context_new(d_engine, &peer, &ctx, &err), "pdkv_engine_plan_context_new");
 
-  /* Per request: what the schedulers hold; pdkv applies the N-1 rule, expands logical ids to
-   * kernel ids and picks each Mamba group's slots. */
+  /* Once per thread: the plan every request of this thread is planned into (its buffers reused,
+   * so once grown a request allocates nothing). */
+  CHECK(pdkv_transfer_plan_new(&plan, &err), "pdkv_transfer_plan_new");
+
+  /* Per request: what the schedulers hold; pdkv applies the N-1 rule, walks logical ids as the
+   * kernel blocks they stand for and picks each Mamba group's slots. The plan's reads stay valid
+   * until the next request is planned into it (or it is freed). */
   memset(&request, 0, sizeof request);
   request.struct_size = sizeof request;
   request.groups = groups;
   request.num_groups = sizeof groups / sizeof groups[0];
   request.num_prompt_tokens = 5001;
   request.num_local_computed_tokens = 2096;
-  CHECK(pdkv_engine_plan_request(d_engine, ctx, &request, &plan, &err), "pdkv_engine_plan_request");
+  CHECK(pdkv_engine_plan_request_into(d_engine, ctx, &request, plan, &err), "pdkv_engine_plan_request_into");
 
   CHECK(pdkv_transfer_plan_to_json_string(plan, &json, &err), "pdkv_transfer_plan_to_json_string");
   CHECK(pdkv_string_text(json, &text, NULL, &err), "pdkv_string_text");

@@ -107,12 +107,18 @@ func planJSON(configJSON string) (string, error) {
 	}
 	defer ctx.Close()
 
-	// Per request: what the schedulers hold; pdkv does the rest.
-	plan, err := d.PlanRequest(ctx, pdkv.EngineRequest{Groups: groups, NumPromptTokens: 5001, NumLocalComputedTokens: 2096})
+	// Once per goroutine planning requests: the plan each request is planned into (its buffers
+	// reused).
+	plan, err := pdkv.NewTransferPlan()
 	if err != nil {
 		return "", err
 	}
 	defer plan.Close()
+
+	// Per request: what the schedulers hold; pdkv does the rest.
+	if err := d.PlanRequestInto(ctx, pdkv.EngineRequest{Groups: groups, NumPromptTokens: 5001, NumLocalComputedTokens: 2096}, plan); err != nil {
+		return "", err
+	}
 	return plan.JSON()
 }
 

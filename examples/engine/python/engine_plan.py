@@ -58,7 +58,10 @@ def plan_json(config_json: str) -> str:
                 # Per request: block ids as uint64 buffers reach the library without per-id work.
                 groups = [pdkv.RequestGroup(array.array("Q", local), array.array("Q", remote))
                           for local, remote in GROUPS]
-                with d.plan_request(ctx, groups, num_prompt_tokens=5001, num_local_computed_tokens=2096) as plan:
+                # reuse: the plan this thread plans every request into (its C buffers reused);
+                # the returned plan is that one whenever it can be rewritten.
+                with pdkv.TransferPlan.empty() as reuse, d.plan_request(
+                        ctx, groups, num_prompt_tokens=5001, num_local_computed_tokens=2096, reuse=reuse) as plan:
                     return plan.to_json()
 
 

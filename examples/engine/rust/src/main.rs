@@ -62,6 +62,9 @@ fn plan_json(config_json: &str) -> Result<String> {
     let refs: Vec<&EngineMetadata> = p_md.iter().collect();
     let ctx = d.plan_context(&refs, &p_config, false)?;
 
+    // Once per thread: the plan each request is planned into (its buffers reused).
+    let mut plan = TransferPlan::new_empty()?;
+
     // Per request: what the schedulers hold; pdkv does the rest.
     let groups: Vec<RequestGroup<'_>> = GROUPS
         .iter()
@@ -70,7 +73,8 @@ fn plan_json(config_json: &str) -> Result<String> {
             remote_block_ids: remote,
         })
         .collect();
-    d.plan_request(&ctx, &groups, 5001, 2096)?.to_json_string()
+    d.plan_request_into(&ctx, &groups, 5001, 2096, &mut plan)?;
+    plan.to_json_string()
 }
 
 fn main() {
