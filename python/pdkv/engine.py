@@ -21,13 +21,13 @@ from ctypes import POINTER, byref
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
-from ._base import _UNSIGNED_FORMATS, Handle, array_copy, call, encode, enum_value, handle_arg, index_arg, to_enum, u32, u64, u64_array
+from ._base import _UNSIGNED_FORMATS, Handle, array_copy, call, error_from, encode, enum_value, handle_arg, index_arg, to_enum, u32, u64, u64_array
 from .descriptors import DescriptorList
 from .enums import GroupKind, KvLayout, MambaCacheMode
 from .geometry import EngineConfig
 from .metadata import EngineMetadata
 from .model import Model
-from .plan import PlanContext, TransferPlan, _check_reuse
+from .plan import PlanContext, TransferPlan, _check_reuse, _undeclared
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +77,16 @@ _PACKABLE = (ctypes.sizeof(ctypes.c_void_p) == 8 and array.array("Q").itemsize =
              and ctypes.sizeof(_ffi.EngineRequestC) == 8 * _REQUEST_WORDS
              and ctypes.sizeof(_ffi.EngineRequestGroupC) == 8 * _GROUP_WORDS)
 _INT_ONLY = {int}
+_ErrorPtr = POINTER(_ffi.ErrorT)
+# pdkv_engine_plan_request_into without argtypes: its arguments are ctypes objects already, and
+# ctypes converts each declared argument on every call.
+_REQUEST_INTO: List[Any] = []
+
+
+def _request_into() -> Any:
+    if not _REQUEST_INTO:
+        _REQUEST_INTO.append(_undeclared("pdkv_engine_plan_request_into")[0])
+    return _REQUEST_INTO[0]
 
 
 def _append_ids(pack: "array.array[int]", ids: Any) -> bool:
@@ -109,9 +119,11 @@ def _append_ids(pack: "array.array[int]", ids: Any) -> bool:
     return True
 
 
-def _packed_request(items: List[Any], num_prompt_tokens: Any, num_local_computed_tokens: Any) -> Any:
-    """The request as a pdkv_engine_request_t over one array('Q') holding the structs and a copy
-    of every id (see _append_ids), or None where the element-by-element path must take it. The
+def _packed_request(items: List[Any], num_prompt_tokens: Any,
+                    num_local_computed_tokens: Any) -> "Optional[array.array[int]]":
+    """One array('Q') holding the request's pdkv_engine_request_t at its start, then its groups
+    and a copy of every id (see _append_ids), or None where the element-by-element path must
+    take it. The
     copy is this call's own, so no caller buffer is pinned or read while the GIL is released."""
     if not _PACKABLE or type(num_prompt_tokens) is not int or type(num_local_computed_tokens) is not int:
         return None
@@ -147,8 +159,7 @@ def _packed_request(items: List[Any], num_prompt_tokens: Any, num_local_computed
         words += (addr if c else 0, c)
         addr += 8 * c
     pack[0:head] = array.array("Q", words)
-    # A view of the first words as the C struct; it holds the array (and so the ids) alive.
-    return _ffi.EngineRequestC.from_buffer(pack)
+    return pack
 
 
 def _request_struct(items: List[Any], num_prompt_tokens: Any, num_local_computed_tokens: Any) -> Tuple[Any, List[Any]]:
@@ -321,20 +332,30 @@ class Engine(Handle):
         items = list(groups)
         packed = _packed_request(items, num_prompt_tokens, num_local_computed_tokens)
         if packed is not None:
-            r: Any = packed
+            # The untyped call takes the pack's address (the pack outlives the call: a local);
+            # the typed one a struct view of it (which holds the pack).
+            req: Any = ctypes.c_void_p(packed.buffer_info()[0])
             keep: List[Any] = []
         else:
             r, keep = _request_struct(items, num_prompt_tokens, num_local_computed_tokens)
+            req = byref(r)
         if reuse is not None:
             ptr = reuse._take()
             if ptr is not None:
                 try:
                     # _viewed is read once the plan is taken (see plan._compile_checked).
                     if not reuse._viewed:
-                        call("pdkv_engine_plan_request_into", self._p(), c, byref(r), ptr)
+                        err = _ErrorPtr()
+                        status = (_REQUEST_INTO[0] if _REQUEST_INTO else _request_into())(self._p(), c, req, ptr, byref(err))
+                        if status:
+                            raise error_from("pdkv_engine_plan_request_into", status, err)
+                        if err:
+                            _ffi.lib().pdkv_error_free(err)
                         return reuse
                 finally:
                     reuse._give_back()
+        if packed is not None:
+            r = _ffi.EngineRequestC.from_buffer(packed)
         out = POINTER(_ffi.TransferPlanT)()
         call("pdkv_engine_plan_request", self._p(), c, byref(r), byref(out))
         del keep
