@@ -123,8 +123,8 @@ def _packed_request(items: List[Any], num_prompt_tokens: Any,
                     num_local_computed_tokens: Any) -> "Optional[array.array[int]]":
     """One array('Q') holding the request's pdkv_engine_request_t at its start, then its groups
     and a copy of every id (see _append_ids), or None where the element-by-element path must
-    take it. The
-    copy is this call's own, so no caller buffer is pinned or read while the GIL is released."""
+    take it. The copy is this call's own, so no caller buffer is pinned or read while the GIL is
+    released."""
     if not _PACKABLE or type(num_prompt_tokens) is not int or type(num_local_computed_tokens) is not int:
         return None
     if not (0 <= num_prompt_tokens < 1 << 64 and 0 <= num_local_computed_tokens < 1 << 64):
