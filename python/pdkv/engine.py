@@ -6,10 +6,13 @@ KV-cache groups as vLLM's hybrid KV-cache manager forms them, its handshake meta
 registration descriptors. Per request, :meth:`Engine.plan_request` takes per group the logical
 block ids of D's block table and the ids P exported, the prompt length and D's prefix-cache hit,
 and returns the same :class:`TransferPlan` the low-level :meth:`TransferPlan.compile` does:
-the N-1 rule, kernel-id expansion and the Mamba slots of each cache mode are pdkv's job. A
-request that does not fit the engine raises :class:`InvalidArgumentError` saying what to pass
-instead. Block ids may be any buffer of unsigned 64-bit integers (``array('Q')``, numpy
-``uint64``), passed to C without per-element Python work, or a sequence of ints.
+the N-1 rule, each side's kernel blocks per logical block and the Mamba slots of each cache mode
+are pdkv's job; ``reuse=plan`` plans into a plan the thread keeps (no new handle, its buffers
+reused). A request that does not fit the engine raises :class:`InvalidArgumentError` saying what
+to pass instead. Block ids may be any buffer of unsigned 64-bit integers (``array('Q')``, numpy
+``uint64``) or a list or tuple of ints: the request and a copy of its ids are packed into one
+array with array-level copies, no Python loop over the ids; other sequences are converted id by
+id.
 """
 
 from __future__ import annotations
