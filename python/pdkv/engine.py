@@ -30,7 +30,7 @@ from .enums import GroupKind, KvLayout, MambaCacheMode
 from .geometry import EngineConfig
 from .metadata import EngineMetadata
 from .model import Model
-from .plan import PlanContext, TransferPlan, _check_reuse, _undeclared
+from .plan import PlanContext, TransferPlan, _check_reuse, _ctx_owner, _undeclared
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,7 +329,10 @@ class Engine(Handle):
         another thread, zero-copy views ever taken from it) a new plan is returned and
         ``reuse`` is left untouched; so always use the returned plan."""
         _check_reuse(reuse)
-        c = handle_arg("ctx", ctx, PlanContext)
+        # The context is held through its owner (as its compiles hold it): alive until this call
+        # returns whatever another thread's close() does, without counting a use under its lock.
+        co = _ctx_owner(ctx)
+        c = co.ptr
         if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
             raise TypeError(f"groups must be a sequence of pdkv.RequestGroup, got {type(groups).__name__}")
         items = list(groups)
@@ -349,7 +352,7 @@ class Engine(Handle):
                     # _viewed is read once the plan is taken (see plan._compile_checked).
                     if not reuse._viewed:
                         err = _ErrorPtr()
-                        status = (_REQUEST_INTO[0] if _REQUEST_INTO else _request_into())(self._p(), c, req, ptr, byref(err))
+                        status = (_REQUEST_INTO[0] if _REQUEST_INTO else _request_into())(self._p(), co.arg, req, ptr, byref(err))
                         if status:
                             raise error_from("pdkv_engine_plan_request_into", status, err)
                         if err:

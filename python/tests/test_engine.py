@@ -266,3 +266,20 @@ def test_ids_the_packing_refuses_go_element_by_element(pair: Pair) -> None:
         d.plan_request(ctx, EXAMPLE, 5001, -1)
     with pytest.raises(TypeError, match="num_prompt_tokens must be an int"):
         d.plan_request(ctx, EXAMPLE, 5001.0, 2096)  # type: ignore[arg-type]
+
+
+def test_plan_request_holds_the_context_and_refuses_a_closed_one(pair: Pair) -> None:
+    """The context is held through its owner for the call: a closed one raises ClosedError, a
+    wrong type TypeError, with and without reuse."""
+    _, d, remote, ctx = pair
+    c2 = d.plan_context(remote, _align(4))
+    with d.plan_request(c2, EXAMPLE, 5001, 2096) as plan:
+        want = plan.to_json()
+    c2.close()
+    with pdkv.TransferPlan.empty() as reuse:
+        for kwargs in ({}, {"reuse": reuse}):
+            with pytest.raises(pdkv.ClosedError):
+                d.plan_request(c2, EXAMPLE, 5001, 2096, **kwargs)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="ctx must be a pdkv.PlanContext"):
+                d.plan_request(remote[0], EXAMPLE, 5001, 2096, **kwargs)  # type: ignore[arg-type]
+        assert d.plan_request(ctx, EXAMPLE, 5001, 2096, reuse=reuse).to_json() == want
