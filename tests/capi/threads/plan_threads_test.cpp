@@ -1,0 +1,190 @@
+// The planning calls' thread-safety promises: one engine and one plan context shared by several
+// threads, each planning request after request into its own reused plan
+// (pdkv_engine_plan_request_into), some refused, while another thread plans with new handles
+// (pdkv_engine_plan_request), all at once. In capi_thread_tests so that scripts/tsan.sh runs it under
+// ThreadSanitizer. The threads record each plan's JSON and status; the test thread compares them
+// with the same requests planned one at a time after joining them.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../capi_helpers.hpp"
+
+namespace {
+
+struct EngineDeleter { void operator()(pdkv_engine_t* p) const { pdkv_engine_free(p); } };
+struct MetadataDeleter { void operator()(pdkv_engine_metadata_t* p) const { pdkv_engine_metadata_free(p); } };
+struct ContextDeleter { void operator()(pdkv_plan_context_t* p) const { pdkv_plan_context_free(p); } };
+struct PlanDeleter { void operator()(pdkv_transfer_plan_t* p) const { pdkv_transfer_plan_free(p); } };
+using EnginePtr = std::unique_ptr<pdkv_engine_t, EngineDeleter>;
+using MetadataPtr = std::unique_ptr<pdkv_engine_metadata_t, MetadataDeleter>;
+using ContextPtr = std::unique_ptr<pdkv_plan_context_t, ContextDeleter>;
+using PlanPtr = std::unique_ptr<pdkv_transfer_plan_t, PlanDeleter>;
+
+constexpr uint64_t kPool = 64;
+
+EnginePtr make_engine(const pdkv_model_t* m, const pdkv_engine_config_t& c, const char* id, uint32_t rank) {
+  pdkv_engine_options_t o;
+  REQUIRE_OK(pdkv_engine_options_init(&o, err));
+  o.model = m;
+  o.config = &c;
+  o.engine_id = id;
+  o.tp_rank = rank;
+  o.num_logical_blocks = kPool;
+  pdkv_engine_t* e = nullptr;
+  REQUIRE_OK(pdkv_engine_new(&o, &e, err));
+  return EnginePtr(e);
+}
+
+// One request as D's scheduler holds it, with its C form.
+struct Request {
+  std::vector<std::vector<uint64_t>> local, remote;
+  std::vector<pdkv_engine_request_group_t> groups;
+  pdkv_engine_request_t c{};
+};
+
+// The plan as JSON, or the error's status name and message: what a thread records.
+std::string outcome(pdkv_status_t st, pdkv_error_t* e, const pdkv_transfer_plan_t* plan) {
+  if (st != PDKV_OK) {
+    std::string s = std::string(pdkv_status_name(st)) + ": " + (e != nullptr ? pdkv_error_message(e) : "");
+    pdkv_error_free(e);
+    return s;
+  }
+  pdkv_string_t* json = nullptr;
+  const char* text = nullptr;
+  if (pdkv_transfer_plan_to_json_string(plan, &json, nullptr) != PDKV_OK ||
+      pdkv_string_text(json, &text, nullptr, nullptr) != PDKV_OK) {
+    pdkv_string_free(json);
+    return "to_json failed";
+  }
+  std::string s = text;
+  pdkv_string_free(json);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("planning: one engine and context, many threads each planning into its own plan", "[capi][threads][plan]") {
+  pdkv_model_t* raw_model = nullptr;
+  REQUIRE_OK(pdkv_model_from_preset("nemotron-3-nano-30b", &raw_model, err));
+  const ModelPtr model(raw_model);
+  pdkv_engine_config_t dc = engine(2, PDKV_BACKEND_FLASHINFER), pc = engine(4, PDKV_BACKEND_FLASHINFER);
+  dc.mamba_cache_mode = pc.mamba_cache_mode = PDKV_MAMBA_CACHE_ALIGN;
+  const EnginePtr d = make_engine(model.get(), dc, "decode", 0);
+  std::vector<MetadataPtr> p_md;
+  std::vector<const pdkv_engine_metadata_t*> remote;
+  for (uint32_t r = 0; r < 4; ++r) {
+    const EnginePtr p = make_engine(model.get(), pc, "prefill", r);
+    pdkv_engine_metadata_t* m = nullptr;
+    REQUIRE_OK(pdkv_engine_get_metadata(p.get(), &m, err));
+    p_md.emplace_back(m);
+    remote.push_back(m);
+  }
+  pdkv_engine_peer_t peer{};
+  peer.struct_size = sizeof peer;
+  peer.remote = remote.data();
+  peer.num_remote = remote.size();
+  peer.remote_config = &pc;
+  pdkv_plan_context_t* raw_ctx = nullptr;
+  REQUIRE_OK(pdkv_engine_plan_context_new(d.get(), &peer, &raw_ctx, err));
+  const ContextPtr ctx(raw_ctx);
+  pdkv_engine_info_t di{}, pi{};
+  di.struct_size = pi.struct_size = sizeof di;
+  REQUIRE_OK(pdkv_engine_get_info(d.get(), &di, err));
+  {
+    const EnginePtr p = make_engine(model.get(), pc, "prefill", 0);
+    REQUIRE_OK(pdkv_engine_get_info(p.get(), &pi, err));
+  }
+
+  // Requests of 1 to 6 D blocks, with and without a hit, ids from a rotating window of the pool
+  // (each group its own blocks); one in four is refused (a hit that is not whole blocks), so
+  // that threads also fail into their plans.
+  std::vector<Request> requests;
+  for (uint64_t k = 0; k < 24; ++k) {
+    const uint64_t blocks = 1 + k % 6, bs = di.logical_block_size;
+    const uint64_t tokens = blocks * bs - k % 3, hit = (k % 2 == 0 ? (blocks - 1) / 2 * bs : 0) + (k % 4 == 3 ? 7 : 0);
+    const uint64_t p_blocks = (tokens - 1 + pi.logical_block_size - 1) / pi.logical_block_size;
+    Request q;
+    uint64_t next = 1 + (k * 5) % 7;
+    for (size_t g = 0; g < di.num_groups; ++g) {
+      pdkv_engine_group_t eg{};
+      eg.struct_size = sizeof eg;
+      REQUIRE_OK(pdkv_engine_group(d.get(), g, &eg, err));
+      std::vector<uint64_t> l, r;
+      if (eg.kind == PDKV_GROUP_MAMBA) {
+        for (uint64_t i = 0; i < blocks; ++i) l.push_back(i < hit / bs || i + 1 == blocks ? next++ : 0);
+        r.push_back(40 + g);
+      } else {
+        for (uint64_t i = 0; i < blocks; ++i) l.push_back(next++);
+        for (uint64_t i = 0; i < p_blocks; ++i) r.push_back(1 + i + k % 3);
+      }
+      q.local.push_back(std::move(l));
+      q.remote.push_back(std::move(r));
+    }
+    for (size_t g = 0; g < q.local.size(); ++g) {
+      q.groups.push_back({q.local[g].data(), q.local[g].size(), q.remote[g].data(), q.remote[g].size()});
+    }
+    q.c.struct_size = sizeof q.c;
+    q.c.groups = q.groups.data();
+    q.c.num_groups = q.groups.size();
+    q.c.num_prompt_tokens = tokens;
+    q.c.num_local_computed_tokens = hit;
+    requests.push_back(std::move(q));
+  }
+
+  // One at a time first: what every thread must see.
+  std::vector<std::string> want;
+  for (const Request& q : requests) {
+    pdkv_transfer_plan_t* plan = nullptr;
+    pdkv_error_t* e = nullptr;
+    const pdkv_status_t st = pdkv_engine_plan_request(d.get(), ctx.get(), &q.c, &plan, &e);
+    want.push_back(outcome(st, e, plan));
+    pdkv_transfer_plan_free(plan);
+  }
+  size_t refused = 0;
+  for (const std::string& w : want) refused += w.rfind("PDKV_ERR_", 0) == 0 ? 1 : 0;
+  REQUIRE(refused > 0);
+  REQUIRE(refused < want.size() / 2);
+
+  constexpr int kThreads = 4, kRounds = 3;
+  std::vector<std::vector<std::string>> seen(kThreads + 1);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      pdkv_transfer_plan_t* raw = nullptr;
+      if (pdkv_transfer_plan_new(&raw, nullptr) != PDKV_OK) return;
+      const PlanPtr plan(raw);
+      for (int round = 0; round < kRounds; ++round) {
+        for (size_t i = 0; i < requests.size(); ++i) {
+          const size_t k = (i + static_cast<size_t>(t) * 5) % requests.size();  // each thread its own order
+          pdkv_error_t* e = nullptr;
+          const pdkv_status_t st = pdkv_engine_plan_request_into(d.get(), ctx.get(), &requests[k].c, plan.get(), &e);
+          seen[t].push_back(std::to_string(k) + "\n" + outcome(st, e, plan.get()));
+        }
+      }
+    });
+  }
+  // Meanwhile new plans, one handle per request.
+  threads.emplace_back([&] {
+    for (size_t k = 0; k < requests.size(); ++k) {
+      pdkv_transfer_plan_t* plan = nullptr;
+      pdkv_error_t* e = nullptr;
+      const pdkv_status_t st = pdkv_engine_plan_request(d.get(), ctx.get(), &requests[k].c, &plan, &e);
+      seen[kThreads].push_back(std::to_string(k) + "\n" + outcome(st, e, plan));
+      pdkv_transfer_plan_free(plan);
+    }
+  });
+  for (std::thread& th : threads) th.join();
+
+  for (int t = 0; t <= kThreads; ++t) {
+    INFO("thread " << t);
+    CHECK(seen[t].size() == (t < kThreads ? kRounds * requests.size() : requests.size()));
+    for (const std::string& s : seen[t]) {
+      const size_t nl = s.find('\n');
+      const size_t k = std::stoul(s.substr(0, nl));
+      CHECK(s.substr(nl + 1) == want[k]);
+    }
+  }
+}
