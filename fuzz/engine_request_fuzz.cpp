@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "fuzz_bytes.hpp"
 #include "pdkv/core/backends.hpp"
 #include "pdkv/core/engine_request.hpp"
 #include "pdkv/core/error.hpp"
@@ -31,6 +32,7 @@
 #include "pdkv/core/transfer_plan.hpp"
 
 using namespace pdkv::core;
+using pdkv::fuzzing::Bytes;
 
 namespace {
 
@@ -38,21 +40,6 @@ namespace {
   std::fprintf(stderr, "engine_request_fuzz: %s\n", what);
   std::abort();
 }
-
-// Reads bounded values from the input; past the end everything is 0.
-struct Bytes {
-  const uint8_t* p;
-  size_t n;
-  uint64_t next(uint64_t mod) {
-    uint64_t v = 0;
-    if (n > 0) {
-      v = *p++;
-      --n;
-    }
-    return mod == 0 ? 0 : v % mod;
-  }
-  uint64_t wide(uint64_t mod) { return mod == 0 ? 0 : (next(256) << 8 | next(256)) % mod; }
-};
 
 constexpr uint64_t kPool = 12;  // logical blocks per region: small, so ids past it are common
 

@@ -14,11 +14,13 @@
 #include <utility>
 #include <vector>
 
+#include "fuzz_bytes.hpp"
 #include "pdkv/core/geometry.hpp"
 #include "pdkv/core/metadata_from_geometry.hpp"
 #include "pdkv/core/transfer_plan.hpp"
 
 using namespace pdkv::core;
+using pdkv::fuzzing::Bytes;
 
 namespace {
 
@@ -26,20 +28,6 @@ namespace {
   std::fprintf(stderr, "plan_fuzz: %s\n", what);
   std::abort();
 }
-
-// Reads bounded values from the input; past the end everything is 0.
-struct Bytes {
-  const uint8_t* p;
-  size_t n;
-  uint64_t next(uint64_t mod) {
-    uint64_t v = 0;
-    if (n > 0) {
-      v = *p++;
-      --n;
-    }
-    return mod == 0 ? 0 : v % mod;
-  }
-};
 
 ModelDesc model(Bytes& b) {
   ModelDesc m;

@@ -234,7 +234,9 @@ def test_every_form_of_ids_is_packed_without_per_element_work(pair: Pair, monkey
         except pdkv.PdkvError as e:
             got = repr(e)
         assert got == expected[name], name
-        reuse = d.plan_request(ctx, groups, 5001, 2096, reuse=reuse) if "empty" not in name else reuse  # type: ignore[arg-type]
+        if "empty" not in name:  # and into a reused plan, through the untyped _into call
+            assert d.plan_request(ctx, groups, 5001, 2096, reuse=reuse) is reuse  # type: ignore[arg-type]
+            assert reuse.to_json() == got, name
     reuse.close()
     # An empty list reaches C as NULL with count 0 on both paths (here refused for its content).
     assert "P's list of 0 blocks" in expected["empty remote"]

@@ -23,6 +23,7 @@
 #include "pdkv.h"
 #include "c_plan_context.hpp"
 #include "plan_request.hpp"
+#include "../engine_handles.hpp"
 
 namespace {
 
@@ -87,8 +88,6 @@ uint64_t allocations_in(F&& f) {
   return allocations;
 }
 
-struct PlanDeleter { void operator()(pdkv_transfer_plan_t* p) const { pdkv_transfer_plan_free(p); } };
-
 }  // namespace
 
 TEST_CASE("transfer plan: compile_into into a reused plan allocates nothing once it has grown", "[capi][plan][alloc]") {
@@ -123,7 +122,7 @@ TEST_CASE("transfer plan: compile_into into a reused plan allocates nothing once
 
       pdkv_transfer_plan_t* raw = nullptr;
       REQUIRE_OK(pdkv_transfer_plan_new(&raw, err));
-      const std::unique_ptr<pdkv_transfer_plan_t, PlanDeleter> plan(raw);
+      const TransferPlanPtr plan(raw);
       auto compile = [&](size_t i) {
         pdkv_error_t* e = nullptr;
         const pdkv_status_t st =
@@ -188,75 +187,25 @@ TEST_CASE("transfer plan: compile_into into a reused plan allocates nothing once
 
 namespace {
 
-struct EngineDeleter { void operator()(pdkv_engine_t* p) const { pdkv_engine_free(p); } };
-struct MetadataDeleter { void operator()(pdkv_engine_metadata_t* p) const { pdkv_engine_metadata_free(p); } };
-struct ContextDeleter { void operator()(pdkv_plan_context_t* p) const { pdkv_plan_context_free(p); } };
-using EnginePtr = std::unique_ptr<pdkv_engine_t, EngineDeleter>;
-using MetadataPtr = std::unique_ptr<pdkv_engine_metadata_t, MetadataDeleter>;
-
-EnginePtr make_engine(const pdkv_model_t* m, const pdkv_engine_config_t& c, const char* id, uint32_t rank,
-                      uint64_t blocks) {
-  pdkv_engine_options_t o;
-  REQUIRE_OK(pdkv_engine_options_init(&o, err));
-  o.model = m;
-  o.config = &c;
-  o.engine_id = id;
-  o.tp_rank = rank;
-  o.num_logical_blocks = blocks;
-  pdkv_engine_t* e = nullptr;
-  REQUIRE_OK(pdkv_engine_new(&o, &e, err));
-  return EnginePtr(e);
-}
-
-// One request as D's scheduler holds it (per group D's block table and P's exported ids).
-struct EngineRequest {
-  std::vector<std::vector<uint64_t>> local, remote;
-  std::vector<pdkv_engine_request_group_t> groups;
-  pdkv_engine_request_t c{};
-};
-
 }  // namespace
 
 TEST_CASE("engine: plan_request_into into a reused plan allocates nothing once it has grown", "[capi][engine][alloc]") {
   // Nemotron-3-Nano, P TP4 -> D TP2 rank 0 as engines (pdkv/engine.h), both kernel geometries,
   // Mamba cache mode align, 4k to 1M tokens, no hit and a 50% hit, block tables of consecutive
   // ids and of a shuffled pool: the engine-level form of the requests above.
-  pdkv_model_t* raw_model = nullptr;
-  REQUIRE_OK(pdkv_model_from_preset("nemotron-3-nano-30b", &raw_model, err));
-  const ModelPtr model(raw_model);
+  const ModelPtr model = preset_model("nemotron-3-nano-30b");
   constexpr uint64_t kPool = 4096;  // logical blocks per engine, one pool shared by the groups
   for (const int32_t backend : {PDKV_BACKEND_FLASHINFER, PDKV_BACKEND_FLASH_ATTN}) {
     pdkv_engine_config_t dc = engine(2, backend), pc = engine(4, backend);
     dc.mamba_cache_mode = pc.mamba_cache_mode = PDKV_MAMBA_CACHE_ALIGN;
-    const EnginePtr d = make_engine(model.get(), dc, "decode", 0, kPool);
-    std::vector<EnginePtr> p;
-    std::vector<MetadataPtr> p_md;
-    std::vector<const pdkv_engine_metadata_t*> remote;
-    for (uint32_t r = 0; r < 4; ++r) {
-      p.push_back(make_engine(model.get(), pc, "prefill", r, kPool));
-      pdkv_engine_metadata_t* m = nullptr;
-      REQUIRE_OK(pdkv_engine_get_metadata(p.back().get(), &m, err));
-      p_md.emplace_back(m);
-      remote.push_back(m);
-    }
-    pdkv_engine_peer_t peer{};
-    peer.struct_size = sizeof peer;
-    peer.remote = remote.data();
-    peer.num_remote = remote.size();
-    peer.remote_config = &pc;
-    pdkv_plan_context_t* raw_ctx = nullptr;
-    REQUIRE_OK(pdkv_engine_plan_context_new(d.get(), &peer, &raw_ctx, err));
-    const std::unique_ptr<pdkv_plan_context_t, ContextDeleter> ctx(raw_ctx);
-    pdkv_engine_info_t di{};
-    di.struct_size = sizeof di;
-    REQUIRE_OK(pdkv_engine_get_info(d.get(), &di, err));
+    const EnginePair pair(model.get(), dc, pc, 0, kPool);
+    pdkv_engine_t* const d = pair.d.get();
+    pdkv_plan_context_t* const ctx = pair.ctx.get();
+    const pdkv_engine_info_t di = pair.d_info, pi = pair.p_info;
     REQUIRE(di.num_groups == 5);
     const uint64_t bs = di.logical_block_size;
-    pdkv_engine_info_t pi{};
-    pi.struct_size = sizeof pi;
-    REQUIRE_OK(pdkv_engine_get_info(p[0].get(), &pi, err));
 
-    std::vector<EngineRequest> requests;
+    std::vector<EngineRequestTables> requests;
     for (const uint64_t tokens : {4096, 32768, 131072, 1048576})
       for (const bool frag : {false, true})
         for (const uint64_t hit_pct : {uint64_t{0}, uint64_t{50}}) {
@@ -273,7 +222,7 @@ TEST_CASE("engine: plan_request_into into a reused plan allocates nothing once i
               std::swap(pool[i], pool[(seed >> 33) % (i + 1)]);
             }
           }
-          EngineRequest q;
+          EngineRequestTables q;
           const uint64_t hit = blocks * hit_pct / 100 * bs;
           // Each group's blocks are its own (one pool, as vLLM's hybrid manager hands them out);
           // P's come from the other end of its pool.
@@ -281,7 +230,7 @@ TEST_CASE("engine: plan_request_into into a reused plan allocates nothing once i
           for (size_t g = 0; g < di.num_groups; ++g) {
             pdkv_engine_group_t eg{};
             eg.struct_size = sizeof eg;
-            REQUIRE_OK(pdkv_engine_group(d.get(), g, &eg, err));
+            REQUIRE_OK(pdkv_engine_group(d, g, &eg, err));
             std::vector<uint64_t> l, r;
             if (eg.kind == PDKV_GROUP_MAMBA) {
               // Align: the hit positions' cached states, null placeholders, the running state last.
@@ -295,23 +244,16 @@ TEST_CASE("engine: plan_request_into into a reused plan allocates nothing once i
             q.local.push_back(std::move(l));
             q.remote.push_back(std::move(r));
           }
-          for (size_t g = 0; g < q.local.size(); ++g) {
-            q.groups.push_back({q.local[g].data(), q.local[g].size(), q.remote[g].data(), q.remote[g].size()});
-          }
-          q.c.struct_size = sizeof q.c;
-          q.c.groups = q.groups.data();
-          q.c.num_groups = q.groups.size();
-          q.c.num_prompt_tokens = tokens;
-          q.c.num_local_computed_tokens = hit;
+          q.seal(tokens, hit);
           requests.push_back(std::move(q));
         }
 
     pdkv_transfer_plan_t* raw = nullptr;
     REQUIRE_OK(pdkv_transfer_plan_new(&raw, err));
-    const std::unique_ptr<pdkv_transfer_plan_t, PlanDeleter> plan(raw);
+    const TransferPlanPtr plan(raw);
     auto plan_one = [&](size_t i) {
       pdkv_error_t* e = nullptr;
-      if (pdkv_engine_plan_request_into(d.get(), ctx.get(), &requests[i].c, plan.get(), &e) != PDKV_OK) {
+      if (pdkv_engine_plan_request_into(d, ctx, &requests[i].c, plan.get(), &e) != PDKV_OK) {
         const std::string msg = pdkv_error_message(e);
         pdkv_error_free(e);
         FAIL(msg);
@@ -331,7 +273,7 @@ TEST_CASE("engine: plan_request_into into a reused plan allocates nothing once i
     // The owning call allocates (a handle at least): the counter sees this library's allocations.
     pdkv_transfer_plan_t* owned = nullptr;
     CHECK(allocations_in([&] {
-            REQUIRE(pdkv_engine_plan_request(d.get(), ctx.get(), &requests[0].c, &owned, nullptr) == PDKV_OK);
+            REQUIRE(pdkv_engine_plan_request(d, ctx, &requests[0].c, &owned, nullptr) == PDKV_OK);
           }) > 0);
     pdkv_transfer_plan_free(owned);
   }

@@ -10,40 +10,11 @@
 #include <thread>
 #include <vector>
 
-#include "../capi_helpers.hpp"
+#include "../engine_handles.hpp"
 
 namespace {
 
-struct EngineDeleter { void operator()(pdkv_engine_t* p) const { pdkv_engine_free(p); } };
-struct MetadataDeleter { void operator()(pdkv_engine_metadata_t* p) const { pdkv_engine_metadata_free(p); } };
-struct ContextDeleter { void operator()(pdkv_plan_context_t* p) const { pdkv_plan_context_free(p); } };
-struct PlanDeleter { void operator()(pdkv_transfer_plan_t* p) const { pdkv_transfer_plan_free(p); } };
-using EnginePtr = std::unique_ptr<pdkv_engine_t, EngineDeleter>;
-using MetadataPtr = std::unique_ptr<pdkv_engine_metadata_t, MetadataDeleter>;
-using ContextPtr = std::unique_ptr<pdkv_plan_context_t, ContextDeleter>;
-using PlanPtr = std::unique_ptr<pdkv_transfer_plan_t, PlanDeleter>;
-
 constexpr uint64_t kPool = 64;
-
-EnginePtr make_engine(const pdkv_model_t* m, const pdkv_engine_config_t& c, const char* id, uint32_t rank) {
-  pdkv_engine_options_t o;
-  REQUIRE_OK(pdkv_engine_options_init(&o, err));
-  o.model = m;
-  o.config = &c;
-  o.engine_id = id;
-  o.tp_rank = rank;
-  o.num_logical_blocks = kPool;
-  pdkv_engine_t* e = nullptr;
-  REQUIRE_OK(pdkv_engine_new(&o, &e, err));
-  return EnginePtr(e);
-}
-
-// One request as D's scheduler holds it, with its C form.
-struct Request {
-  std::vector<std::vector<uint64_t>> local, remote;
-  std::vector<pdkv_engine_request_group_t> groups;
-  pdkv_engine_request_t c{};
-};
 
 // The plan as JSON, or the error's status name and message: what a thread records.
 std::string outcome(pdkv_status_t st, pdkv_error_t* e, const pdkv_transfer_plan_t* plan) {
@@ -67,51 +38,28 @@ std::string outcome(pdkv_status_t st, pdkv_error_t* e, const pdkv_transfer_plan_
 }  // namespace
 
 TEST_CASE("planning: one engine and context, many threads each planning into its own plan", "[capi][threads][plan]") {
-  pdkv_model_t* raw_model = nullptr;
-  REQUIRE_OK(pdkv_model_from_preset("nemotron-3-nano-30b", &raw_model, err));
-  const ModelPtr model(raw_model);
+  const ModelPtr model = preset_model("nemotron-3-nano-30b");
   pdkv_engine_config_t dc = engine(2, PDKV_BACKEND_FLASHINFER), pc = engine(4, PDKV_BACKEND_FLASHINFER);
   dc.mamba_cache_mode = pc.mamba_cache_mode = PDKV_MAMBA_CACHE_ALIGN;
-  const EnginePtr d = make_engine(model.get(), dc, "decode", 0);
-  std::vector<MetadataPtr> p_md;
-  std::vector<const pdkv_engine_metadata_t*> remote;
-  for (uint32_t r = 0; r < 4; ++r) {
-    const EnginePtr p = make_engine(model.get(), pc, "prefill", r);
-    pdkv_engine_metadata_t* m = nullptr;
-    REQUIRE_OK(pdkv_engine_get_metadata(p.get(), &m, err));
-    p_md.emplace_back(m);
-    remote.push_back(m);
-  }
-  pdkv_engine_peer_t peer{};
-  peer.struct_size = sizeof peer;
-  peer.remote = remote.data();
-  peer.num_remote = remote.size();
-  peer.remote_config = &pc;
-  pdkv_plan_context_t* raw_ctx = nullptr;
-  REQUIRE_OK(pdkv_engine_plan_context_new(d.get(), &peer, &raw_ctx, err));
-  const ContextPtr ctx(raw_ctx);
-  pdkv_engine_info_t di{}, pi{};
-  di.struct_size = pi.struct_size = sizeof di;
-  REQUIRE_OK(pdkv_engine_get_info(d.get(), &di, err));
-  {
-    const EnginePtr p = make_engine(model.get(), pc, "prefill", 0);
-    REQUIRE_OK(pdkv_engine_get_info(p.get(), &pi, err));
-  }
+  const EnginePair pair(model.get(), dc, pc, 0, kPool);
+  pdkv_engine_t* const d = pair.d.get();
+  pdkv_plan_context_t* const ctx = pair.ctx.get();
+  const pdkv_engine_info_t di = pair.d_info, pi = pair.p_info;
 
   // Requests of 1 to 6 D blocks, with and without a hit, ids from a rotating window of the pool
   // (each group its own blocks); one in four is refused (a hit that is not whole blocks), so
   // that threads also fail into their plans.
-  std::vector<Request> requests;
+  std::vector<EngineRequestTables> requests;
   for (uint64_t k = 0; k < 24; ++k) {
     const uint64_t blocks = 1 + k % 6, bs = di.logical_block_size;
     const uint64_t tokens = blocks * bs - k % 3, hit = (k % 2 == 0 ? (blocks - 1) / 2 * bs : 0) + (k % 4 == 3 ? 7 : 0);
     const uint64_t p_blocks = (tokens - 1 + pi.logical_block_size - 1) / pi.logical_block_size;
-    Request q;
+    EngineRequestTables q;
     uint64_t next = 1 + (k * 5) % 7;
     for (size_t g = 0; g < di.num_groups; ++g) {
       pdkv_engine_group_t eg{};
       eg.struct_size = sizeof eg;
-      REQUIRE_OK(pdkv_engine_group(d.get(), g, &eg, err));
+      REQUIRE_OK(pdkv_engine_group(d, g, &eg, err));
       std::vector<uint64_t> l, r;
       if (eg.kind == PDKV_GROUP_MAMBA) {
         for (uint64_t i = 0; i < blocks; ++i) l.push_back(i < hit / bs || i + 1 == blocks ? next++ : 0);
@@ -123,23 +71,16 @@ TEST_CASE("planning: one engine and context, many threads each planning into its
       q.local.push_back(std::move(l));
       q.remote.push_back(std::move(r));
     }
-    for (size_t g = 0; g < q.local.size(); ++g) {
-      q.groups.push_back({q.local[g].data(), q.local[g].size(), q.remote[g].data(), q.remote[g].size()});
-    }
-    q.c.struct_size = sizeof q.c;
-    q.c.groups = q.groups.data();
-    q.c.num_groups = q.groups.size();
-    q.c.num_prompt_tokens = tokens;
-    q.c.num_local_computed_tokens = hit;
+    q.seal(tokens, hit);
     requests.push_back(std::move(q));
   }
 
   // One at a time first: what every thread must see.
   std::vector<std::string> want;
-  for (const Request& q : requests) {
+  for (const EngineRequestTables& q : requests) {
     pdkv_transfer_plan_t* plan = nullptr;
     pdkv_error_t* e = nullptr;
-    const pdkv_status_t st = pdkv_engine_plan_request(d.get(), ctx.get(), &q.c, &plan, &e);
+    const pdkv_status_t st = pdkv_engine_plan_request(d, ctx, &q.c, &plan, &e);
     want.push_back(outcome(st, e, plan));
     pdkv_transfer_plan_free(plan);
   }
@@ -155,12 +96,12 @@ TEST_CASE("planning: one engine and context, many threads each planning into its
     threads.emplace_back([&, t] {
       pdkv_transfer_plan_t* raw = nullptr;
       if (pdkv_transfer_plan_new(&raw, nullptr) != PDKV_OK) return;
-      const PlanPtr plan(raw);
+      const TransferPlanPtr plan(raw);
       for (int round = 0; round < kRounds; ++round) {
         for (size_t i = 0; i < requests.size(); ++i) {
           const size_t k = (i + static_cast<size_t>(t) * 5) % requests.size();  // each thread its own order
           pdkv_error_t* e = nullptr;
-          const pdkv_status_t st = pdkv_engine_plan_request_into(d.get(), ctx.get(), &requests[k].c, plan.get(), &e);
+          const pdkv_status_t st = pdkv_engine_plan_request_into(d, ctx, &requests[k].c, plan.get(), &e);
           seen[t].push_back(std::to_string(k) + "\n" + outcome(st, e, plan.get()));
         }
       }
@@ -171,7 +112,7 @@ TEST_CASE("planning: one engine and context, many threads each planning into its
     for (size_t k = 0; k < requests.size(); ++k) {
       pdkv_transfer_plan_t* plan = nullptr;
       pdkv_error_t* e = nullptr;
-      const pdkv_status_t st = pdkv_engine_plan_request(d.get(), ctx.get(), &requests[k].c, &plan, &e);
+      const pdkv_status_t st = pdkv_engine_plan_request(d, ctx, &requests[k].c, &plan, &e);
       seen[kThreads].push_back(std::to_string(k) + "\n" + outcome(st, e, plan));
       pdkv_transfer_plan_free(plan);
     }
