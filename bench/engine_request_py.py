@@ -11,7 +11,10 @@ hit or half the blocks hit), built here the same way. Columns:
 * Py, element by element: ``Engine.plan_request(..., reuse=plan)`` with the packing switched off,
   i.e. every id list handed to C as a ctypes array of its own (the 2.8 binding's only path);
 * Py: the same call as shipped (the request and a copy of its ids packed into one array);
-* Py, new plan: without ``reuse`` (a new plan handle per request, closed after).
+* Py, new plan: without ``reuse`` (a new plan handle per request, closed after);
+* Py prepared: ``planner.plan(groups, n, hit, reuse=plan)``, the planner made once per
+  context with ``Engine.prepare(ctx)`` (its request structs packed once, a function generated
+  for the engine's group count).
 
 Block ids are array('Q') buffers (``--ids list`` for Python lists). Each Python cell is the
 median over ``--repeat`` rounds of the mean of a timed loop of about ``--target-s`` seconds;
@@ -129,7 +132,7 @@ def main() -> int:
                 groups, n, hit = request(pdkv, d, p_block, d_blocks, half_hit, args.ids)
                 key = f"flashinfer:{int(flashinfer)}/d_blocks:{d_blocks}/half_hit:{int(half_hit)}"
                 cases.append((key, d, ctx, groups, n, hit))
-    results: Dict[str, Dict[str, List[float]]] = {c[0]: {"c": [], "element": [], "packed": [], "new": []} for c in cases}
+    results: Dict[str, Dict[str, List[float]]] = {c[0]: {"c": [], "element": [], "packed": [], "new": [], "prepared": []} for c in cases}
     for _ in range(args.repeat):
         for key, t in c_times(args.build).items():
             if key in results:
@@ -153,16 +156,25 @@ def main() -> int:
             assert d.plan_request(ctx, groups, n, hit, reuse=plan).to_json() == want
             results[key]["packed"].append(timed(into, args.target_s))
             results[key]["new"].append(timed(new, args.target_s))
+            planner = d.prepare(ctx)
+            assert planner.plan(groups, n, hit, reuse=plan).to_json() == want
+            prepared = planner.plan
+
+            def planned() -> None:
+                prepared(groups, n, hit, reuse=plan)
+
+            results[key]["prepared"].append(timed(planned, args.target_s))
             plan.close()
     print(f"ids as {args.ids}; median of {args.repeat} rounds")
-    print("| backend | D blocks | D hit | C `_into` | Py, element by element | Py | Py, new plan | Py / C |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| backend | D blocks | D hit | C `_into` | Py, element by element | Py | Py, new plan | Py prepared | Py / C "
+          "| Py prepared / C |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for key, *_ in cases:
         r = {k: statistics.median(v) * 1e6 for k, v in results[key].items()}
         fi, db, hh = (part.split(":")[1] for part in key.split("/"))
         print(f"| {'FlashInfer' if fi == '1' else 'FlashAttention'} | {db} | {'50%' if hh == '1' else '0'} | "
               f"{r['c']:.1f} µs | {r['element']:.1f} µs | {r['packed']:.1f} µs | {r['new']:.1f} µs | "
-              f"{r['packed'] / r['c']:.1f}× |")
+              f"{r['prepared']:.1f} µs | {r['packed'] / r['c']:.1f}× | {r['prepared'] / r['c']:.2f}× |")
     return 0
 
 

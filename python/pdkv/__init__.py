@@ -80,6 +80,7 @@ from .errors import (
     UnsupportedMambaTypeError,
 )
 from .engine import Engine, EngineGroup, EngineInfo, RequestGroup
+from .engine_planner import EnginePlanner
 from .geometry import (
     ByteRange,
     ConvProjection,
@@ -225,6 +226,7 @@ __all__ = [
     "EngineConfig",
     "EngineGroup",
     "EngineInfo",
+    "EnginePlanner",
     "EngineLayout",
     "EngineMetadata",
     "EngineMetadataInfo",

@@ -21,7 +21,7 @@ import array
 import ctypes
 import dataclasses
 from ctypes import POINTER, byref
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
 from ._base import _UNSIGNED_FORMATS, Handle, array_copy, call, error_from, encode, enum_value, handle_arg, index_arg, to_enum, u32, u64, u64_array
@@ -31,6 +31,9 @@ from .geometry import EngineConfig
 from .metadata import EngineMetadata
 from .model import Model
 from .plan import PlanContext, TransferPlan, _check_reuse, _ctx_owner, _undeclared
+
+if TYPE_CHECKING:
+    from .engine_planner import EnginePlanner
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +204,7 @@ class Engine(Handle):
     manager with an idempotent ``close()``."""
 
     _free_name = "pdkv_engine_free"
+    _owned = True  # EnginePlanner calls hold its _Owner instead of counting themselves in flight
 
     def __init__(
         self,
@@ -310,6 +314,14 @@ class Engine(Handle):
         ctx = object.__new__(PlanContext)
         ctx._adopt(out)
         return ctx
+
+    def prepare(self, ctx: PlanContext) -> "EnginePlanner":
+        """The planner of this engine's requests against ``ctx`` (see :class:`EnginePlanner`):
+        :meth:`EnginePlanner.plan` is :meth:`plan_request` with the request structs made once,
+        for an engine that plans request after request from Python."""
+        from .engine_planner import EnginePlanner
+
+        return EnginePlanner(self, ctx)
 
     def plan_request(
         self,

@@ -978,7 +978,21 @@ def op_engine_plan(i: Input) -> Dict[str, Any]:
             with pdkv.Engine(model, p_cfg, p_id, r, p_blocks) as p:
                 remote.append(stack.enter_context(p.metadata()))
         ctx = stack.enter_context(d.plan_context(remote, p_cfg))
-        plan = stack.enter_context(d.plan_request(ctx, groups, prompt, hit))
+        planner = d.prepare(ctx)
+        try:
+            plan = stack.enter_context(d.plan_request(ctx, groups, prompt, hit))
+        except pdkv.PdkvError as e:
+            # The prepared planner refuses the request with the same error.
+            with pytest.raises(type(e)) as refused:
+                planner.plan(groups, prompt, hit)
+            assert str(refused.value) == str(e)
+            raise
+        # The prepared planner (Engine.prepare), into a new plan and a reused one: the same bytes.
+        with planner.plan(groups, prompt, hit) as prepared:
+            assert prepared.to_json() == plan.to_json()
+        reused_by_planner = stack.enter_context(pdkv.TransferPlan.empty())
+        assert planner.plan(groups, prompt, hit, reuse=reused_by_planner) is reused_by_planner
+        assert reused_by_planner.to_json() == plan.to_json()
         # Planned into a reused plan (pdkv_engine_plan_request_into), the same bytes.
         reused = stack.enter_context(pdkv.TransferPlan.empty())
         assert d.plan_request(ctx, groups, prompt, hit, reuse=reused) is reused

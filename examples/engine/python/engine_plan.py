@@ -55,13 +55,16 @@ def plan_json(config_json: str) -> str:
                 with pdkv.Engine(model, p_config, "prefill", r, num_logical_blocks=16) as p:
                     p_md.append(p.metadata())
             with d.plan_context(p_md, p_config) as ctx:
+                # Once per context: the planner (the request structs packed once; a request then
+                # costs little more than the C call; d.plan_request(ctx, ...) plans the same).
+                planner = d.prepare(ctx)
                 # Per request: block ids as uint64 buffers reach the library without per-id work.
                 groups = [pdkv.RequestGroup(array.array("Q", local), array.array("Q", remote))
                           for local, remote in GROUPS]
                 # reuse: the plan this thread plans every request into (its C buffers reused);
                 # the returned plan is that one whenever it can be rewritten.
-                with pdkv.TransferPlan.empty() as reuse, d.plan_request(
-                        ctx, groups, num_prompt_tokens=5001, num_local_computed_tokens=2096, reuse=reuse) as plan:
+                with pdkv.TransferPlan.empty() as reuse, planner.plan(
+                        groups, num_prompt_tokens=5001, num_local_computed_tokens=2096, reuse=reuse) as plan:
                     return plan.to_json()
 
 

@@ -1,0 +1,313 @@
+"""A prepared engine-level request path: :meth:`Engine.prepare` packs the request structs of one
+(engine, plan context) pair once, so that planning a request from Python costs little more than
+``pdkv_engine_plan_request_into`` itself (what :class:`~pdkv.PlanRequest` is to
+:meth:`PlanContext.compile`).
+
+Per request, :meth:`EnginePlanner.plan` writes only what changes (each group's id pointers and
+counts, the prompt and hit token counts) into a buffer made once, copying short id lists into it
+and pinning longer ones, and calls the library with arguments made once. Anything its fast path
+does not take (another id container, a value out of range, a group count other than the
+engine's, a plan it may not rewrite now) goes through :meth:`Engine.plan_request`, which plans
+the same request or raises the error naming the value: the two always agree.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import struct
+import threading
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+
+from . import _ffi
+from ._base import error_from
+from .errors import ClosedError
+from .plan import PlanContext, TransferPlan, _CallSlot, _check_reuse, _undeclared
+
+if TYPE_CHECKING:  # engine.py imports this module
+    from .engine import Engine, RequestGroup
+
+_A = array.array
+# The request struct (pdkv_engine_request_t, 6 words) and each group's (4 words) as they are
+# packed here: only where both are made of 8-byte words (64-bit pointers and size_t).
+_REQUEST_WORDS = 6
+_GROUP_WORDS = 4
+_WORDS_OK = (ctypes.sizeof(ctypes.c_void_p) == 8 and _A("Q").itemsize == 8
+             and ctypes.sizeof(_ffi.EngineRequestC) == 8 * _REQUEST_WORDS
+             and ctypes.sizeof(_ffi.EngineRequestGroupC) == 8 * _GROUP_WORDS
+             and _ffi.EngineRequestC.num_prompt_tokens.offset == 32
+             and _ffi.EngineRequestC.num_local_computed_tokens.offset == 40)
+# Ids a side copied into the packing (one memcpy, cheaper than pinning a buffer so short); a
+# longer array('Q') is pinned and read in place.
+_COPY_IDS = 256
+# Requests of at most this many ids are planned with the GIL held (releasing and retaking it
+# costs more than such a call); larger ones release it.
+_GIL_IDS = 512
+_INT_ONLY = frozenset((int,))
+_ERRORS = (TypeError, ValueError, OverflowError, IndexError, struct.error)
+_RG: List[Any] = [None]  # engine.RequestGroup, set by EnginePlanner (engine.py imports this module)
+_INTO: List[Any] = []  # pdkv_engine_plan_request_into, undeclared: [GIL released, GIL held]
+
+
+def _into_functions() -> List[Any]:
+    if not _INTO:
+        _INTO[:] = _undeclared("pdkv_engine_plan_request_into")
+    return _INTO
+
+
+class _Packing:
+    """One request struct, its groups and a copy area per group side, in one C buffer: the
+    request's fixed words written once. Whoever holds the packing is its only writer."""
+
+    __slots__ = ("buf", "q", "arg", "copy_at", "copy_addr", "fill")
+
+    def __init__(self, n: int) -> None:
+        head = _REQUEST_WORDS + _GROUP_WORDS * n
+        self.buf = (ctypes.c_uint64 * (head + 2 * n * _COPY_IDS))()
+        base = ctypes.addressof(self.buf)
+        self.q = memoryview(self.buf).cast("B").cast("Q")
+        self.q[0:4] = _A("Q", [8 * _REQUEST_WORDS, 0, base + 8 * _REQUEST_WORDS if n else 0, n])
+        self.arg = ctypes.c_void_p(base)
+        # Word index and address of each group side's copy area: local of group i at 2i, remote
+        # at 2i + 1.
+        self.copy_at = [head + k * _COPY_IDS for k in range(2 * n)]
+        self.copy_addr = [base + 8 * w for w in self.copy_at]
+        # The prompt and hit counts, then each group's (ids, count, ids, count), at word 4.
+        self.fill = struct.Struct(f"@2Q{n * 'QQQQ'}").pack_into
+
+
+def _plan_function(n: int, pk: _Packing) -> List[str]:
+    """The source of ``plan(groups, N, H, reuse=None)`` for an engine of ``n`` groups: one
+    statement per group and side, the packing's addresses as constants, no loop. Its fast form
+    is ``n`` ``(local, remote)`` tuples (or :class:`RequestGroup`) of ``array('Q')`` ids and int
+    counts: each id list of at most _COPY_IDS ids copied into its copy area by a slice
+    assignment (which itself refuses a buffer of another format or a non-buffer: TypeError /
+    ValueError), a longer ``array('Q')`` pinned and read in place. Anything else goes to
+    ``other`` (:func:`_other`: lists of ints; else :meth:`Engine.plan_request`)."""
+    gs = ", ".join(f"g{i}" for i in range(n)) + ("," if n == 1 else "")
+    lines = [
+        "def plan(groups, num_prompt_tokens, num_local_computed_tokens=0, reuse=None):",
+        "    try:",
+        "        eo = eh[0]  # the owners keep both C objects alive until this returns",
+        "        co = ch[0]",
+        "    except IndexError:",
+        "        raise closed() from None",
+        "    try:",
+        "        free.pop()",
+        "    except IndexError:  # another thread is planning through the packing",
+        "        return slow(groups, num_prompt_tokens, num_local_computed_tokens, reuse)",
+        "    try:",
+        "        N = num_prompt_tokens",
+        "        H = num_local_computed_tokens",
+        "        t = type(groups)",
+        "        try:",
+        "            if (t is not list and t is not tuple) or type(N) is not int or type(H) is not int:",
+        "                raise Slow",
+        f"            {gs} = groups",
+    ]
+    for i in range(n):
+        la, ra = pk.copy_at[2 * i], pk.copy_at[2 * i + 1]
+        aa, ab = pk.copy_addr[2 * i], pk.copy_addr[2 * i + 1]
+        lines += [
+            f"            if type(g{i}) is tuple:",
+            f"                x, y = g{i}",
+            f"            elif type(g{i}) is RG:",
+            f"                x = g{i}.local_block_ids",
+            f"                y = g{i}.remote_block_ids",
+            "            else:",
+            "                raise Slow",
+            f"            c{i} = len(x)",
+            f"            d{i} = len(y)",
+            f"            if c{i} <= {_COPY_IDS} >= d{i}:",
+            f"                q[{la}:{la} + c{i}] = x",
+            f"                q[{ra}:{ra} + d{i}] = y",
+            f"                a{i} = {aa}",
+            f"                b{i} = {ab}",
+            "            elif type(x) is A is type(y) and x.typecode == 'Q' == y.typecode:",
+            "                pins.append(memoryview(x))  # pinned before the address is read: no resize meanwhile",
+            "                pins.append(memoryview(y))",
+            f"                a{i} = x.buffer_info()[0]",
+            f"                b{i} = y.buffer_info()[0]",
+            "            else:",
+            "                raise Slow",
+        ]
+    words = ", ".join(f"a{i}, c{i}, b{i}, d{i}" for i in range(n))
+    total = " + ".join(f"c{i} + d{i}" for i in range(n))
+    lines += [
+        f"            fill(q, 32, N, H, {words})  # struct.error for a count out of range",
+        "        except errors:",
+        "            pins.clear()",
+        "            total = other(groups, N, H)  # lists of ints, or None: the checked path",
+        "            if total is None:",
+        "                return slow(groups, N, H, reuse)",
+        "        else:",
+        f"            total = {total}",
+        f"        fn = (INTO or into())[total <= {_GIL_IDS}]",
+        "        if type(reuse) is TP:",
+        "            with reuse._lock:",
+        "                if reuse._in_flight or reuse._closing or reuse._viewed:",
+        "                    status = None",
+        "                else:",
+        "                    status = fn(eo.arg, co.arg, arg, reuse._arg, slot[0].ref)",
+        "            if status is None:",
+        "                return slow(groups, N, H, reuse)",
+        "            plan = reuse",
+        "        elif reuse is None:",
+        "            plan = new_plan()",
+        "            status = fn(eo.arg, co.arg, arg, plan._arg, slot[0].ref)",
+        "        else:  # a subclass, or another type named by the checked path",
+        "            return slow(groups, N, H, reuse)",
+        "        pins.clear()",
+        "        if status:",
+        "            raise failed(status)",
+        "        return plan",
+        "    finally:",
+        "        pins.clear()",
+        "        free.append(True)",
+    ]
+    return lines
+
+
+class EnginePlanner:
+    """:meth:`Engine.plan_request` for one plan context, prepared once (:meth:`Engine.prepare`):
+    :meth:`plan` takes the same arguments (but the context) and returns the same plan or raises
+    the same error. It keeps the engine's and the context's C objects alive while a call runs;
+    once either is closed, :meth:`plan` raises :class:`ClosedError`.
+
+    Thread-safe: threads planning at once through one planner take turns on its packing, or
+    (one that finds it in use) go through :meth:`Engine.plan_request`."""
+
+    __slots__ = ("_engine", "_ctx", "_eh", "_ch", "_n", "_pk", "_slot", "__dict__")
+
+    def __init__(self, engine: "Engine", ctx: PlanContext) -> None:
+        from .engine import Engine, RequestGroup  # (engine.py imports this module)
+
+        _RG[0] = RequestGroup
+        if not isinstance(engine, Engine):
+            raise TypeError(f"engine must be a pdkv.Engine, got {type(engine).__name__}")
+        if not isinstance(ctx, PlanContext):
+            raise TypeError(f"ctx must be a pdkv.PlanContext, got {type(ctx).__name__}")
+        self._engine = engine
+        self._ctx = ctx
+        self._n = len(engine.groups())  # raises ClosedError for a closed engine
+        # The handles' owner holders: [owner] while open, emptied by close(); a call holding the
+        # owner keeps the C object alive until it returns.
+        self._eh = engine._owner_holder
+        self._ch = ctx._owner_holder
+        if not self._ch:
+            raise ClosedError("pdkv.PlanContext")
+        if not _WORDS_OK:  # structs not made of 8-byte words: every request goes the checked way
+            return
+        pk = _Packing(self._n)
+        self._pk = pk
+        self._slot = [_CallSlot()]  # replaced after an error (whose object error_from frees)
+        slot = self._slot
+        eh, ch, n_groups = self._eh, self._ch, self._n
+        # Nothing the generated function refers to refers back to this object (no reference
+        # cycle: the planner, and the handles it holds, go as soon as the caller drops it).
+
+        def slow(groups: Any, n: Any, hit: Any, reuse: Optional[TransferPlan]) -> TransferPlan:
+            _check_reuse(reuse)
+            return engine.plan_request(ctx, groups, n, hit, reuse)
+
+        def closed() -> ClosedError:
+            return ClosedError("pdkv.Engine" if not eh else "pdkv.PlanContext")
+
+        def failed(status: int) -> Exception:
+            err = slot[0].err
+            slot[0] = _CallSlot()
+            return error_from("pdkv_engine_plan_request_into", status, err)
+
+        pins: List[Any] = []
+        ns = {"eh": eh, "ch": ch, "closed": closed, "free": [True], "slow": slow, "Slow": _Slow, "RG": RequestGroup,
+              "q": pk.q, "A": _A, "pins": pins, "fill": pk.fill, "errors": _ERRORS + (_Slow,),
+              "other": lambda g, n, h: _other(pk, n_groups, g, n, h, pins), "INTO": _INTO, "into": _into_functions,
+              "TP": TransferPlan, "arg": pk.arg, "slot": slot, "new_plan": TransferPlan.empty, "failed": failed}
+        exec("\n".join(_plan_function(self._n, pk)), ns)  # noqa: S102 - generated from ints of this module
+        fn: Any = ns["plan"]
+        fn.__doc__ = EnginePlanner.plan.__doc__
+        fn.__qualname__ = "EnginePlanner.plan"
+        self.__dict__["plan"] = fn
+
+    @property
+    def engine(self) -> "Engine":
+        """The engine whose requests this plans."""
+        return self._engine
+
+    @property
+    def context(self) -> PlanContext:
+        """The plan context every request is planned against."""
+        return self._ctx
+
+    def plan(self, groups: Sequence[Union["RequestGroup", Tuple[Any, Any]]], num_prompt_tokens: int,
+             num_local_computed_tokens: int = 0, reuse: Optional[TransferPlan] = None) -> TransferPlan:
+        """:meth:`Engine.plan_request` (ctx, groups, num_prompt_tokens, num_local_computed_tokens,
+        reuse) with this planner's context: the same plan, the same errors, ``reuse`` planned
+        into in place when it may be rewritten now (else a new plan; always use the returned
+        one). The fast path takes ``groups`` as a list or tuple of one ``(local, remote)`` tuple
+        or :class:`RequestGroup` per engine group, ids in ``array('Q')`` or lists of ints, and
+        int token counts; the ids are read during the call only (copied when at most 256 a
+        side, else an ``array('Q')`` is pinned: it cannot be resized meanwhile). Anything else
+        is planned by :meth:`Engine.plan_request`.
+
+        (On an instance this name is a function generated for the engine's group count; this
+        method, reached only through the class, calls it.)"""
+        fn = self.__dict__.get("plan")
+        if fn is None:
+            return self._slow(groups, num_prompt_tokens, num_local_computed_tokens, reuse)
+        return fn(groups, num_prompt_tokens, num_local_computed_tokens, reuse)  # type: ignore[no-any-return]
+
+    def _slow(self, groups: Any, n: Any, hit: Any, reuse: Optional[TransferPlan]) -> TransferPlan:
+        _check_reuse(reuse)
+        return self._engine.plan_request(self._ctx, groups, n, hit, reuse)
+
+
+def _other(pk: _Packing, n_groups: int, groups: Any, n: int, hit: int, pins: List[Any]) -> Optional[int]:
+    """The request packed into ``pk`` when its ids are lists or tuples of ints (converted at
+    C speed, bools refused) or ``array('Q')``s; how many ids it passes, or None where the
+    fast path does not take it (nothing is wrong then that :meth:`Engine.plan_request` would
+    not name). Buffers read in place are appended to ``pins``."""
+    t = type(groups)
+    if (t is not list and t is not tuple) or type(n) is not int or type(hit) is not int or len(groups) != n_groups or not (0 <= n < 1 << 64 and 0 <= hit < 1 << 64):
+        return None
+    q = pk.q
+    at = pk.copy_at
+    addr = pk.copy_addr
+    words: List[int] = [n, hit]
+    total = 0
+    k = 0
+    try:
+        for g in groups:
+            tg = type(g)
+            if tg is tuple:
+                x, y = g
+            elif tg is _RG[0]:
+                x, y = g.local_block_ids, g.remote_block_ids
+            else:
+                return None
+            for v in (x, y):
+                tv = type(v)
+                if tv is list or tv is tuple:
+                    if not _INT_ONLY.issuperset(map(type, v)):
+                        return None  # a bool or another int type: the checked path names it
+                    v = _A("Q", v)  # OverflowError for a negative or too large id
+                elif tv is not _A or v.typecode != "Q":
+                    return None
+                c = len(v)
+                if c <= _COPY_IDS:
+                    w = at[k]
+                    q[w:w + c] = v
+                    words += (addr[k], c)
+                else:
+                    pins.append(memoryview(v))  # pinned before its address is read
+                    words += v.buffer_info()
+                total += c
+                k += 1
+        pk.fill(q, 32, *words)
+    except _ERRORS:
+        return None
+    return total
+
+
+class _Slow(Exception):
+    """Raised inside a generated plan function when the request is not one its fast path takes."""
