@@ -79,11 +79,13 @@ class _Packing:
 def _plan_function(n: int, pk: _Packing) -> List[str]:
     """The source of ``plan(groups, N, H, reuse=None)`` for an engine of ``n`` groups: one
     statement per group and side, the packing's addresses as constants, no loop. Its fast form
-    is ``n`` ``(local, remote)`` tuples (or :class:`RequestGroup`) of ``array('Q')`` ids and int
+    is ``n`` ``(local, remote)`` tuples (or :class:`RequestGroup`) of ``array('Q')`` ids (or
+    all of lists of ints, converted by array('Q') after a type check of every element) and int
     counts: each id list of at most _COPY_IDS ids copied into its copy area by a slice
     assignment (which itself refuses a buffer of another format or a non-buffer: TypeError /
     ValueError), a longer ``array('Q')`` pinned and read in place. Anything else goes to
-    ``other`` (:func:`_other`: lists of ints; else :meth:`Engine.plan_request`)."""
+    ``other`` (:func:`_other`: a mix of the two, tuples of ints; else
+    :meth:`Engine.plan_request`)."""
     gs = ", ".join(f"g{i}" for i in range(n)) + ("," if n == 1 else "")
     lines = [
         "def plan(groups, num_prompt_tokens, num_local_computed_tokens=0, reuse=None):",
@@ -106,31 +108,54 @@ def _plan_function(n: int, pk: _Packing) -> List[str]:
         f"            {gs} = groups",
     ]
     for i in range(n):
-        la, ra = pk.copy_at[2 * i], pk.copy_at[2 * i + 1]
-        aa, ab = pk.copy_addr[2 * i], pk.copy_addr[2 * i + 1]
         lines += [
             f"            if type(g{i}) is tuple:",
-            f"                x, y = g{i}",
+            f"                x{i}, y{i} = g{i}",
             f"            elif type(g{i}) is RG:",
-            f"                x = g{i}.local_block_ids",
-            f"                y = g{i}.remote_block_ids",
-            "            else:",
-            "                raise Slow",
-            f"            c{i} = len(x)",
-            f"            d{i} = len(y)",
-            f"            if c{i} <= {_COPY_IDS} >= d{i}:",
-            f"                q[{la}:{la} + c{i}] = x",
-            f"                q[{ra}:{ra} + d{i}] = y",
-            f"                a{i} = {aa}",
-            f"                b{i} = {ab}",
-            "            elif type(x) is A is type(y) and x.typecode == 'Q' == y.typecode:",
-            "                pins.append(memoryview(x))  # pinned before the address is read: no resize meanwhile",
-            "                pins.append(memoryview(y))",
-            f"                a{i} = x.buffer_info()[0]",
-            f"                b{i} = y.buffer_info()[0]",
+            f"                x{i} = g{i}.local_block_ids",
+            f"                y{i} = g{i}.remote_block_ids",
             "            else:",
             "                raise Slow",
         ]
+
+    def ids(lists: bool) -> List[str]:
+        """Each group's ids into the packing: ``array('Q')`` as given, or (``lists``) lists of
+        ints, every element's type checked (no bool) and converted at C speed by array('Q')."""
+        out: List[str] = []
+        for i in range(n):
+            la, ra = pk.copy_at[2 * i], pk.copy_at[2 * i + 1]
+            aa, ab = pk.copy_addr[2 * i], pk.copy_addr[2 * i + 1]
+            x, y = f"x{i}", f"y{i}"
+            if lists:
+                out += [
+                    f"if type({x}) is not list or type({y}) is not list or not INT.issuperset(map(type, {x}))"
+                    f" or not INT.issuperset(map(type, {y})):",
+                    "    raise Slow",
+                    f"{x} = A('Q', {x})  # OverflowError for an id out of range",
+                    f"{y} = A('Q', {y})",
+                ]
+            out += [
+                f"c{i} = len({x})",
+                f"d{i} = len({y})",
+                f"if c{i} <= {_COPY_IDS} >= d{i}:",
+                f"    q[{la}:{la} + c{i}] = {x}",
+                f"    q[{ra}:{ra} + d{i}] = {y}",
+                f"    a{i} = {aa}",
+                f"    b{i} = {ab}",
+                f"elif type({x}) is A is type({y}) and {x}.typecode == 'Q' == {y}.typecode:",
+                f"    pins.append(memoryview({x}))  # pinned before the address is read: no resize meanwhile",
+                f"    pins.append(memoryview({y}))",
+                f"    a{i} = {x}.buffer_info()[0]",
+                f"    b{i} = {y}.buffer_info()[0]",
+                "else:",
+                "    raise Slow",
+            ]
+        return ["                " + line for line in out]
+
+    lines += ["            if type(x0) is list:  # block tables as vLLM's scheduler holds them",
+              *ids(True),
+              "            else:",
+              *ids(False)]
     words = ", ".join(f"a{i}, c{i}, b{i}, d{i}" for i in range(n))
     total = " + ".join(f"c{i} + d{i}" for i in range(n))
     lines += [
@@ -220,7 +245,7 @@ class EnginePlanner:
 
         pins: List[Any] = []
         ns = {"eh": eh, "ch": ch, "closed": closed, "free": [True], "slow": slow, "Slow": _Slow, "RG": RequestGroup,
-              "q": pk.q, "A": _A, "pins": pins, "fill": pk.fill, "errors": _ERRORS + (_Slow,),
+              "q": pk.q, "A": _A, "INT": _INT_ONLY, "pins": pins, "fill": pk.fill, "errors": _ERRORS + (_Slow,),
               "other": lambda g, n, h: _other(pk, n_groups, g, n, h, pins), "INTO": _INTO, "into": _into_functions,
               "TP": TransferPlan, "arg": pk.arg, "slot": slot, "new_plan": TransferPlan.empty, "failed": failed}
         exec("\n".join(_plan_function(self._n, pk)), ns)  # noqa: S102 - generated from ints of this module

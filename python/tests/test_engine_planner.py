@@ -134,6 +134,16 @@ def test_the_usual_forms_take_the_fast_path(pair: Pair, monkeypatch: pytest.Monk
             assert planner.plan(groups, n, hit, reuse=reuse) is reuse
             assert reuse.to_json() == want[name], name
 
+    # All arrays or all lists: the generated function's own forms, without its loop (_other,
+    # which takes the mixed forms: a RequestGroup of an array and a list, tuples of ints).
+    def loop(*args: Any) -> None:
+        raise AssertionError("the planner's loop was taken")
+
+    monkeypatch.setattr(planner_module, "_other", loop)
+    for name, groups, n, hit in cases:
+        if name not in ("tuples of tuples", "RequestGroup"):
+            assert _plan_or_error(planner.plan, groups, n, hit) == want[name], name
+
 
 def test_pinned_ids_are_released_after_the_call(pair: Pair) -> None:
     """A long array is pinned only during the call (it can be resized after it, planned or
