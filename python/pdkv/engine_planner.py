@@ -16,13 +16,14 @@ from __future__ import annotations
 import array
 import ctypes
 import struct
-import threading
+import sys
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
 from ._base import error_from
 from .errors import ClosedError
 from .plan import PlanContext, TransferPlan, _CallSlot, _check_reuse, _undeclared
+from .plan_request import _numpy_view
 
 if TYPE_CHECKING:  # engine.py imports this module
     from .engine import Engine, RequestGroup
@@ -59,13 +60,14 @@ class _Packing:
     """One request struct, its groups and a copy area per group side, in one C buffer: the
     request's fixed words written once. Whoever holds the packing is its only writer."""
 
-    __slots__ = ("buf", "q", "arg", "copy_at", "copy_addr", "fill")
+    __slots__ = ("buf", "q", "qn", "arg", "copy_at", "copy_addr", "fill")
 
     def __init__(self, n: int) -> None:
         head = _REQUEST_WORDS + _GROUP_WORDS * n
         self.buf = (ctypes.c_uint64 * (head + 2 * n * _COPY_IDS))()
         base = ctypes.addressof(self.buf)
         self.q = memoryview(self.buf).cast("B").cast("Q")
+        self.qn = _numpy_view(memoryview(self.buf).cast("B"))  # None unless numpy is loaded
         self.q[0:4] = _A("Q", [8 * _REQUEST_WORDS, 0, base + 8 * _REQUEST_WORDS if n else 0, n])
         self.arg = ctypes.c_void_p(base)
         # Word index and address of each group side's copy area: local of group i at 2i, remote
@@ -118,9 +120,11 @@ def _plan_function(n: int, pk: _Packing) -> List[str]:
             "                raise Slow",
         ]
 
-    def ids(lists: bool) -> List[str]:
-        """Each group's ids into the packing: ``array('Q')`` as given, or (``lists``) lists of
-        ints, every element's type checked (no bool) and converted at C speed by array('Q')."""
+    def ids(lists: bool, view: str) -> List[str]:
+        """Each group's ids into the packing: buffers as given (copied through ``view``: ``q``
+        for ``array('Q')``, ``qn`` for numpy ``uint64``, whose buffer format 'L' a 'Q' view
+        refuses), or (``lists``) lists of ints, every element's type checked (no bool) and
+        converted at C speed by array('Q')."""
         out: List[str] = []
         for i in range(n):
             la, ra = pk.copy_at[2 * i], pk.copy_at[2 * i + 1]
@@ -138,8 +142,8 @@ def _plan_function(n: int, pk: _Packing) -> List[str]:
                 f"c{i} = len({x})",
                 f"d{i} = len({y})",
                 f"if c{i} <= {_COPY_IDS} >= d{i}:",
-                f"    q[{la}:{la} + c{i}] = {x}",
-                f"    q[{ra}:{ra} + d{i}] = {y}",
+                f"    {view}[{la}:{la} + c{i}] = {x}",
+                f"    {view}[{ra}:{ra} + d{i}] = {y}",
                 f"    a{i} = {aa}",
                 f"    b{i} = {ab}",
                 f"elif type({x}) is A is type({y}) and {x}.typecode == 'Q' == {y}.typecode:",
@@ -153,9 +157,10 @@ def _plan_function(n: int, pk: _Packing) -> List[str]:
         return ["                " + line for line in out]
 
     lines += ["            if type(x0) is list:  # block tables as vLLM's scheduler holds them",
-              *ids(True),
-              "            else:",
-              *ids(False)]
+              *ids(True, "q")]
+    if pk.qn is not None:  # numpy uint64 arrays, copied through the view in numpy's format
+        lines += ["            elif type(x0) is ND:", *ids(False, "qn")]
+    lines += ["            else:", *ids(False, "q")]
     words = ", ".join(f"a{i}, c{i}, b{i}, d{i}" for i in range(n))
     total = " + ".join(f"c{i} + d{i}" for i in range(n))
     lines += [
@@ -245,7 +250,7 @@ class EnginePlanner:
 
         pins: List[Any] = []
         ns = {"eh": eh, "ch": ch, "closed": closed, "free": [True], "slow": slow, "Slow": _Slow, "RG": RequestGroup,
-              "q": pk.q, "A": _A, "INT": _INT_ONLY, "pins": pins, "fill": pk.fill, "errors": _ERRORS + (_Slow,),
+              "q": pk.q, "qn": pk.qn, "ND": sys.modules["numpy"].ndarray if pk.qn is not None else None, "A": _A, "INT": _INT_ONLY, "pins": pins, "fill": pk.fill, "errors": _ERRORS + (_Slow,),
               "other": lambda g, n, h: _other(pk, n_groups, g, n, h, pins), "INTO": _INTO, "into": _into_functions,
               "TP": TransferPlan, "arg": pk.arg, "slot": slot, "new_plan": TransferPlan.empty, "failed": failed}
         exec("\n".join(_plan_function(self._n, pk)), ns)  # noqa: S102 - generated from ints of this module

@@ -113,13 +113,14 @@ def test_plans_what_plan_request_plans_and_refuses_what_it_refuses(pair: Pair) -
 
 
 def test_the_usual_forms_take_the_fast_path(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
-    """array('Q') (copied or pinned), lists of ints, RequestGroup: no Engine.plan_request call."""
+    """array('Q') (copied or pinned), lists of ints, RequestGroup, numpy uint64 arrays (numpy
+    imported before the planner was made): no Engine.plan_request call."""
     _, d, _, ctx = pair
     want = {}
     fast = ["array('Q')", "lists", "tuples of tuples", "RequestGroup", "long lists", "long arrays", "long and short",
-            "one token", "tuple of groups"]
-    cases = [c for c in _requests() if c[0] in fast]
-    assert len(cases) == len(fast)
+            "one token", "tuple of groups", "numpy uint64"]
+    cases = [c for c in _requests() if c[0] in fast]  # (numpy imported here when present: before prepare)
+    assert {c[0] for c in cases} >= set(fast) - {"numpy uint64"}  # (numpy: optional)
     for name, groups, n, hit in cases:
         want[name] = _plan_or_error(d.plan_request, ctx, groups, n, hit)
     planner = d.prepare(ctx)
