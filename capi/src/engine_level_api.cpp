@@ -2,6 +2,7 @@
 // and the per-request call that turns a block table into the plan groups of
 // pdkv_transfer_plan_compile (core/engine_request.hpp). The derivations reuse the low-level C
 // entry points, so an engine is exactly what a caller of those would build by hand.
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -26,6 +27,9 @@ struct pdkv_engine {
   uint64_t num_speculative_tokens = 0;
   std::unique_ptr<pdkv_geometry_t> geometry;
   std::unique_ptr<pdkv_engine_metadata_t> metadata;
+  // Unique per engine made by this process (from 1): what a plan context remembers of the
+  // engine it was last found to match (pdkv_plan_context::matched_engine).
+  uint64_t serial = 0;
 };
 
 namespace {
@@ -56,7 +60,11 @@ void plan_request_into(const pdkv_engine_t* engine, const pdkv_plan_context_t* c
   const pdkv_engine_request_t r =
       pdkv::capi::read_options(*request, pdkv::capi::kEngineRequestMinSize, "pdkv_engine_request_t", 0);
   const core::EngineMetadata& d = engine->metadata->md;
-  if (!(ctx->ctx.local == d)) {
+  if (ctx->matched_engine.load(std::memory_order_relaxed) == engine->serial) {
+    // This engine was compared with ctx.local before (both immutable): equal.
+  } else if (ctx->ctx.local == d) {
+    ctx->matched_engine.store(engine->serial, std::memory_order_relaxed);
+  } else {
     core::fail(core::Status::InvalidArgument,
                "ctx was built for D engine '" + ctx->ctx.local.engine_id + "' rank " +
                    std::to_string(ctx->ctx.local.tp_rank) + ", not for engine '" + d.engine_id + "' rank " +
@@ -122,6 +130,8 @@ PDKV_API pdkv_status_t pdkv_engine_new(const pdkv_engine_options_t* options, pdk
     require_non_null(o.engine_id, "pdkv_engine_options_t.engine_id");
     if (o.num_region_bases > 0) require_non_null(o.region_bases, "pdkv_engine_options_t.region_bases");
     auto h = std::make_unique<pdkv_engine>();
+    static std::atomic<uint64_t> next_serial{1};
+    h->serial = next_serial.fetch_add(1, std::memory_order_relaxed);
     h->model = o.model->desc;
     h->groups = core::kv_cache_groups(h->model);
     h->num_regions = core::kv_cache_regions(h->groups);

@@ -6,6 +6,7 @@
 // construction, hence thread-safe to read.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -75,6 +76,11 @@ struct pdkv_plan_context {
   // P's speculative tokens when the context was built by pdkv_engine_plan_context_new (the
   // engine-level request checks P's lists against them); 0 for pdkv_plan_context_new.
   uint64_t remote_num_speculative_tokens = 0;
+  // The serial number (pdkv_engine::serial) of the last engine whose metadata was found equal to
+  // ctx.local, so that an engine planning request after request against this context compares
+  // the two metadata once, not on every call (both handles are immutable; serials are never
+  // reused, so a freed engine's serial never matches a new one). 0: none yet.
+  mutable std::atomic<uint64_t> matched_engine{0};
 };
 
 // A compiled plan and the C view of it that the core plan lacks; the reads and zero ranges are

@@ -782,6 +782,25 @@ TEST_CASE("engine: requests that do not fit the engine say what to pass instead"
         capture([&](pdkv_error_t** err) { return pdkv_engine_plan_request(pr.d.get(), other.ctx.get(), &q, &p, err); });
     CHECK(res.status == PDKV_ERR_INVALID_ARGUMENT);
     CHECK_THAT(res.message, Contains("rank 1") && Contains("rank 0") && Contains("pdkv_engine_plan_context_new"));
+    // The context remembers the engine it last matched (its metadata is compared once): after
+    // its own engine planned, another engine is still refused, and an engine described alike
+    // (another handle, equal metadata) is accepted.
+    const auto plan_with = [&](const pdkv_engine_t* e) {
+      pdkv_transfer_plan_t* out = nullptr;
+      const CallResult c = capture([&](pdkv_error_t** err) { return pdkv_engine_plan_request(e, other.ctx.get(), &q, &out, err); });
+      pdkv_transfer_plan_free(out);
+      return c;
+    };
+    REQUIRE(plan_with(other.d.get()).status == PDKV_OK);
+    REQUIRE(plan_with(other.d.get()).status == PDKV_OK);
+    const CallResult again = plan_with(pr.d.get());
+    CHECK(again.status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK(again.message == res.message);
+    Pair alike(make_model(nemotron3_nano_desc()), config(2, PDKV_MAMBA_CACHE_ALIGN, 0, PDKV_BACKEND_FLASHINFER),
+               config(4, PDKV_MAMBA_CACHE_ALIGN, 0, PDKV_BACKEND_FLASHINFER), 1, 64);
+    CHECK(plan_with(alike.d.get()).status == PDKV_OK);
+    CHECK(plan_with(pr.d.get()).status == PDKV_ERR_INVALID_ARGUMENT);
+    CHECK(plan_with(other.d.get()).status == PDKV_OK);
   }
 }
 
