@@ -5,7 +5,7 @@
 
 Per request, :meth:`EnginePlanner.plan` writes only what changes (each group's id pointers and
 counts, the prompt and hit token counts) into a buffer made once, copying short id lists into it
-and pinning longer ones, and calls the library with arguments made once. Anything its fast path
+and longer ones into a spill area it keeps, and calls the library with arguments made once. Anything its fast path
 does not take (another id container, a value out of range, a group count other than the
 engine's, a plan it may not rewrite now) goes through :meth:`Engine.plan_request`, which plans
 the same request or raises the error naming the value: the two always agree.
@@ -38,12 +38,13 @@ _WORDS_OK = (ctypes.sizeof(ctypes.c_void_p) == 8 and _A("Q").itemsize == 8
              and ctypes.sizeof(_ffi.EngineRequestGroupC) == 8 * _GROUP_WORDS
              and _ffi.EngineRequestC.num_prompt_tokens.offset == 32
              and _ffi.EngineRequestC.num_local_computed_tokens.offset == 40)
-# Ids a side copied into the packing (one memcpy, cheaper than pinning a buffer so short); a
-# longer array('Q') is pinned and read in place.
+# Ids a side copied into the group's own area of the packing, at an address fixed when the planner
+# is made; longer lists are copied into the packing's spill area (_Spill).
 _COPY_IDS = 256
 # Requests of at most this many ids are planned with the GIL held (releasing and retaking it
 # costs more than such a call); larger ones release it.
 _GIL_IDS = 512
+_SPILL_MIN = 4096  # ids in a spill area's first chunk
 _INT_ONLY = frozenset((int,))
 _ERRORS = (TypeError, ValueError, OverflowError, IndexError, struct.error)
 _RG: List[Any] = [None]  # engine.RequestGroup, set by EnginePlanner (engine.py imports this module)
@@ -60,7 +61,7 @@ class _Packing:
     """One request struct, its groups and a copy area per group side, in one C buffer: the
     request's fixed words written once. Whoever holds the packing is its only writer."""
 
-    __slots__ = ("buf", "q", "qn", "arg", "copy_at", "copy_addr", "fill")
+    __slots__ = ("buf", "q", "qn", "arg", "copy_at", "copy_addr", "fill", "spill")
 
     def __init__(self, n: int) -> None:
         head = _REQUEST_WORDS + _GROUP_WORDS * n
@@ -76,6 +77,50 @@ class _Packing:
         self.copy_addr = [base + 8 * w for w in self.copy_at]
         # The prompt and hit counts, then each group's (ids, count, ids, count), at word 4.
         self.fill = struct.Struct(f"@2Q{n * 'QQQQ'}").pack_into
+        self.spill = _Spill()
+
+
+class _Spill:
+    """Room for the id lists of one call longer than _COPY_IDS: each copied here (so no caller
+    buffer is read by the library, pinned or not), at an address that holds until reset(). A
+    chunk is never moved while in use: one that runs out is followed by a larger one, and
+    reset() keeps only the last (the largest), so a planner settles at one chunk that fits its
+    largest request."""
+
+    __slots__ = ("chunks", "q", "qn", "base", "used", "size")
+
+    def __init__(self) -> None:
+        self.chunks: List[Any] = []
+        self.q: Any = None
+        self.qn: Any = None
+        self.base = 0
+        self.used = 0
+        self.size = 0
+
+    def take(self, v: Any, numpy: bool) -> int:
+        """Copies the ids of ``v`` (a buffer of uint64: ``array('Q')``, or numpy ``uint64`` when
+        ``numpy``; TypeError / ValueError otherwise, as a slice assignment raises) and returns
+        their address."""
+        c = len(v)
+        if self.used + c > self.size:
+            size = max(2 * self.size, c, _SPILL_MIN)
+            chunk = (ctypes.c_uint64 * size)()
+            b = memoryview(chunk).cast("B")
+            self.chunks.append(chunk)
+            self.q, self.qn = b.cast("Q"), _numpy_view(b)
+            self.base, self.used, self.size = ctypes.addressof(chunk), 0, size
+        at = self.used
+        view = self.qn if numpy else self.q
+        if view is None:
+            raise TypeError("numpy is not loaded")
+        view[at:at + c] = v
+        self.used = at + c
+        return self.base + 8 * at
+
+    def reset(self) -> None:
+        """The call that used the copies returned: their room is free again."""
+        del self.chunks[:-1]
+        self.used = 0
 
 
 def _plan_function(n: int, pk: _Packing) -> List[str]:
@@ -85,7 +130,7 @@ def _plan_function(n: int, pk: _Packing) -> List[str]:
     all of lists of ints, converted by array('Q') after a type check of every element) and int
     counts: each id list of at most _COPY_IDS ids copied into its copy area by a slice
     assignment (which itself refuses a buffer of another format or a non-buffer: TypeError /
-    ValueError), a longer ``array('Q')`` pinned and read in place. Anything else goes to
+    ValueError), a longer one into the spill area (``take``). Anything else goes to
     ``other`` (:func:`_other`: a mix of the two, tuples of ints; else
     :meth:`Engine.plan_request`)."""
     gs = ", ".join(f"g{i}" for i in range(n)) + ("," if n == 1 else "")
@@ -146,13 +191,9 @@ def _plan_function(n: int, pk: _Packing) -> List[str]:
                 f"    {view}[{ra}:{ra} + d{i}] = {y}",
                 f"    a{i} = {aa}",
                 f"    b{i} = {ab}",
-                f"elif type({x}) is A is type({y}) and {x}.typecode == 'Q' == {y}.typecode:",
-                f"    pins.append(memoryview({x}))  # pinned before the address is read: no resize meanwhile",
-                f"    pins.append(memoryview({y}))",
-                f"    a{i} = {x}.buffer_info()[0]",
-                f"    b{i} = {y}.buffer_info()[0]",
-                "else:",
-                "    raise Slow",
+                "else:  # longer lists: copied into the spill area",
+                f"    a{i} = take({x}, {view == 'qn'})",
+                f"    b{i} = take({y}, {view == 'qn'})",
             ]
         return ["                " + line for line in out]
 
@@ -166,7 +207,8 @@ def _plan_function(n: int, pk: _Packing) -> List[str]:
     lines += [
         f"            fill(q, 32, N, H, {words})  # struct.error for a count out of range",
         "        except errors:",
-        "            pins.clear()",
+        "            if sp.used:",
+        "                sp.reset()",
         "            total = other(groups, N, H)  # lists of ints, or None: the checked path",
         "            if total is None:",
         "                return slow(groups, N, H, reuse)",
@@ -187,12 +229,12 @@ def _plan_function(n: int, pk: _Packing) -> List[str]:
         "            status = fn(eo.arg, co.arg, arg, plan._arg, slot[0].ref)",
         "        else:  # a subclass, or another type named by the checked path",
         "            return slow(groups, N, H, reuse)",
-        "        pins.clear()",
         "        if status:",
         "            raise failed(status)",
         "        return plan",
         "    finally:",
-        "        pins.clear()",
+        "        if sp.used:",
+        "            sp.reset()",
         "        free.append(True)",
     ]
     return lines
@@ -248,10 +290,9 @@ class EnginePlanner:
             slot[0] = _CallSlot()
             return error_from("pdkv_engine_plan_request_into", status, err)
 
-        pins: List[Any] = []
         ns = {"eh": eh, "ch": ch, "closed": closed, "free": [True], "slow": slow, "Slow": _Slow, "RG": RequestGroup,
-              "q": pk.q, "qn": pk.qn, "ND": sys.modules["numpy"].ndarray if pk.qn is not None else None, "A": _A, "INT": _INT_ONLY, "pins": pins, "fill": pk.fill, "errors": _ERRORS + (_Slow,),
-              "other": lambda g, n, h: _other(pk, n_groups, g, n, h, pins), "INTO": _INTO, "into": _into_functions,
+              "q": pk.q, "qn": pk.qn, "ND": sys.modules["numpy"].ndarray if pk.qn is not None else None, "A": _A, "INT": _INT_ONLY, "sp": pk.spill, "take": pk.spill.take, "fill": pk.fill, "errors": _ERRORS + (_Slow,),
+              "other": lambda g, n, h: _other(pk, n_groups, g, n, h), "INTO": _INTO, "into": _into_functions,
               "TP": TransferPlan, "arg": pk.arg, "slot": slot, "new_plan": TransferPlan.empty, "failed": failed}
         exec("\n".join(_plan_function(self._n, pk)), ns)  # noqa: S102 - generated from ints of this module
         fn: Any = ns["plan"]
@@ -275,10 +316,11 @@ class EnginePlanner:
         reuse) with this planner's context: the same plan, the same errors, ``reuse`` planned
         into in place when it may be rewritten now (else a new plan; always use the returned
         one). The fast path takes ``groups`` as a list or tuple of one ``(local, remote)`` tuple
-        or :class:`RequestGroup` per engine group, ids in ``array('Q')`` or lists of ints, and
-        int token counts; the ids are read during the call only (copied when at most 256 a
-        side, else an ``array('Q')`` is pinned: it cannot be resized meanwhile). Anything else
-        is planned by :meth:`Engine.plan_request`.
+        or :class:`RequestGroup` per engine group, ids in ``array('Q')``, numpy ``uint64``
+        arrays (numpy loaded before :meth:`Engine.prepare`) or lists of ints, and int token
+        counts. The ids are copied into the planner's own buffers (up to 256 a side into a
+        group's area, longer lists into a spill area it keeps), so the library never reads the
+        caller's buffers. Anything else is planned by :meth:`Engine.plan_request`.
 
         (On an instance this name is a function generated for the engine's group count; this
         method, reached only through the class, calls it.)"""
@@ -292,11 +334,11 @@ class EnginePlanner:
         return self._engine.plan_request(self._ctx, groups, n, hit, reuse)
 
 
-def _other(pk: _Packing, n_groups: int, groups: Any, n: int, hit: int, pins: List[Any]) -> Optional[int]:
+def _other(pk: _Packing, n_groups: int, groups: Any, n: int, hit: int) -> Optional[int]:
     """The request packed into ``pk`` when its ids are lists or tuples of ints (converted at
     C speed, bools refused) or ``array('Q')``s; how many ids it passes, or None where the
     fast path does not take it (nothing is wrong then that :meth:`Engine.plan_request` would
-    not name). Buffers read in place are appended to ``pins``."""
+    not name). Lists longer than _COPY_IDS go to the packing's spill area."""
     t = type(groups)
     if (t is not list and t is not tuple) or type(n) is not int or type(hit) is not int or len(groups) != n_groups or not (0 <= n < 1 << 64 and 0 <= hit < 1 << 64):
         return None
@@ -329,8 +371,7 @@ def _other(pk: _Packing, n_groups: int, groups: Any, n: int, hit: int, pins: Lis
                     q[w:w + c] = v
                     words += (addr[k], c)
                 else:
-                    pins.append(memoryview(v))  # pinned before its address is read
-                    words += v.buffer_info()
+                    words += (pk.spill.take(v, False), c)
                 total += c
                 k += 1
         pk.fill(q, 32, *words)

@@ -86,6 +86,12 @@ def _requests() -> List[Tuple[str, Any, Any, Any]]:
         ("bool hit", EXAMPLE, 5001, True),
         ("no prompt", EXAMPLE, 0, 0),
     ]
+    try:
+        import numpy as np
+    except ImportError:
+        return out
+    out.append(("long numpy", [(np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64)) for a, b in _long(300)],
+                300 * 2096, 0))
     return out
 
 
@@ -113,14 +119,14 @@ def test_plans_what_plan_request_plans_and_refuses_what_it_refuses(pair: Pair) -
 
 
 def test_the_usual_forms_take_the_fast_path(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
-    """array('Q') (copied or pinned), lists of ints, RequestGroup, numpy uint64 arrays (numpy
+    """array('Q') (short or long), lists of ints, RequestGroup, numpy uint64 arrays (numpy
     imported before the planner was made): no Engine.plan_request call."""
     _, d, _, ctx = pair
     want = {}
     fast = ["array('Q')", "lists", "tuples of tuples", "RequestGroup", "long lists", "long arrays", "long and short",
-            "one token", "tuple of groups", "numpy uint64"]
+            "one token", "tuple of groups", "numpy uint64", "long numpy"]
     cases = [c for c in _requests() if c[0] in fast]  # (numpy imported here when present: before prepare)
-    assert {c[0] for c in cases} >= set(fast) - {"numpy uint64"}  # (numpy: optional)
+    assert {c[0] for c in cases} >= set(fast) - {"numpy uint64", "long numpy"}  # (numpy: optional)
     for name, groups, n, hit in cases:
         want[name] = _plan_or_error(d.plan_request, ctx, groups, n, hit)
     planner = d.prepare(ctx)
@@ -146,9 +152,10 @@ def test_the_usual_forms_take_the_fast_path(pair: Pair, monkeypatch: pytest.Monk
             assert _plan_or_error(planner.plan, groups, n, hit) == want[name], name
 
 
-def test_pinned_ids_are_released_after_the_call(pair: Pair) -> None:
-    """A long array is pinned only during the call (it can be resized after it, planned or
-    refused), and a refusal does not keep the error object or the pins of the call."""
+def test_long_ids_are_copied_not_pinned(pair: Pair) -> None:
+    """A long array is copied into the planner's spill area (it can be resized after the call,
+    planned or refused; the spill area keeps one chunk), and a refusal does not keep the error
+    object of the call."""
     _, d, _, ctx = pair
     groups = [(array.array("Q", loc), array.array("Q", rem)) for loc, rem in _long(300)]
     planner = d.prepare(ctx)
@@ -162,8 +169,26 @@ def test_pinned_ids_are_released_after_the_call(pair: Pair) -> None:
     groups[4][0].append(599)  # and after a refusal
     groups[4][0].pop()
     groups[4][0][5] = 15
+    spill = planner._pk.spill
+    assert spill.used == 0 and len(spill.chunks) == 1
     with planner.plan(groups, 300 * 2096, 0) as plan:
         assert plan.info().bytes > 0
+
+
+def test_spill_chunks_never_move_during_a_call(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a first chunk of 64 ids, one long request fills several chunks in one call: every
+    copy keeps its address (a chunk is never reallocated under a copy already made), the plan is
+    plan_request's, and afterwards only the largest chunk is kept."""
+    _, d, _, ctx = pair
+    monkeypatch.setattr(planner_module, "_SPILL_MIN", 64)
+    planner = d.prepare(ctx)
+    for name, groups, n, hit in _requests():
+        if name.startswith("long"):
+            want = _plan_or_error(d.plan_request, ctx, groups, n, hit)
+            assert want.startswith("{")
+            assert _plan_or_error(planner.plan, groups, n, hit) == want, name
+            spill = planner._pk.spill
+            assert spill.used == 0 and len(spill.chunks) == 1 and spill.size >= 596, name
 
 
 def test_reuse_rules_are_those_of_plan_request(pair: Pair) -> None:
