@@ -8,13 +8,16 @@ hit or half the blocks hit), built here the same way. Columns:
 
 * C: ``pdkv_engine_plan_request_into`` one reused plan, timed by engine_request_bench
   (``BM_CEnginePlanRequest/.../into:1``), run by this script between the Python rounds;
-* Py, element by element: ``Engine.plan_request(..., reuse=plan)`` with the packing switched off,
-  i.e. every id list handed to C as a ctypes array of its own (the 2.8 binding's only path);
-* Py: the same call as shipped (the request and a copy of its ids packed into one array);
-* Py, new plan: without ``reuse`` (a new plan handle per request, closed after);
+* Py, element by element: the checked path (``Engine._plan_request_checked``) with the packing
+  switched off, i.e. every id list handed to C as a ctypes array of its own (2.8's only path);
+* Py, packed: the checked path as shipped (the request and a copy of its ids packed into one
+  array per call): what ``Engine.plan_request`` was until 2026-11-29, and what it still does for
+  requests its generated function does not take;
+* Py: ``Engine.plan_request(..., reuse=plan)`` as shipped (its generated function: the request
+  structs in a buffer made on its first call);
+* Py, new plan: the same without ``reuse`` (a new plan handle per request, closed after);
 * Py prepared: ``planner.plan(groups, n, hit, reuse=plan)``, the planner made once per
-  context with ``Engine.prepare(ctx)`` (its request structs packed once, a function generated
-  for the engine's group count).
+  context with ``Engine.prepare(ctx)`` (the same generated function with the context bound).
 
 Block ids are array('Q') buffers (``--ids list`` for Python lists). Each Python cell is the
 median over ``--repeat`` rounds of the mean of a timed loop of about ``--target-s`` seconds;
@@ -132,7 +135,7 @@ def main() -> int:
                 groups, n, hit = request(pdkv, d, p_block, d_blocks, half_hit, args.ids)
                 key = f"flashinfer:{int(flashinfer)}/d_blocks:{d_blocks}/half_hit:{int(half_hit)}"
                 cases.append((key, d, ctx, groups, n, hit))
-    results: Dict[str, Dict[str, List[float]]] = {c[0]: {"c": [], "element": [], "packed": [], "new": [], "prepared": []} for c in cases}
+    results: Dict[str, Dict[str, List[float]]] = {c[0]: {"c": [], "element": [], "packed": [], "fast": [], "new": [], "prepared": []} for c in cases}
     for _ in range(args.repeat):
         for key, t in c_times(args.build).items():
             if key in results:
@@ -142,6 +145,9 @@ def main() -> int:
             want = d.plan_request(ctx, groups, n, hit, reuse=plan).to_json()
 
             def into() -> None:
+                d._plan_request_checked(ctx, groups, n, hit, reuse=plan)
+
+            def fast() -> None:
                 d.plan_request(ctx, groups, n, hit, reuse=plan)
 
             def new() -> None:
@@ -149,12 +155,14 @@ def main() -> int:
 
             engine_module._packed_request = lambda *a: None  # type: ignore[assignment]
             try:
-                assert d.plan_request(ctx, groups, n, hit, reuse=plan).to_json() == want
+                assert d._plan_request_checked(ctx, groups, n, hit, reuse=plan).to_json() == want
                 results[key]["element"].append(timed(into, args.target_s))
             finally:
                 engine_module._packed_request = packed_request
             assert d.plan_request(ctx, groups, n, hit, reuse=plan).to_json() == want
             results[key]["packed"].append(timed(into, args.target_s))
+            assert d.plan_request(ctx, groups, n, hit, reuse=plan).to_json() == want
+            results[key]["fast"].append(timed(fast, args.target_s))
             results[key]["new"].append(timed(new, args.target_s))
             planner = d.prepare(ctx)
             assert planner.plan(groups, n, hit, reuse=plan).to_json() == want
@@ -166,15 +174,16 @@ def main() -> int:
             results[key]["prepared"].append(timed(planned, args.target_s))
             plan.close()
     print(f"ids as {args.ids}; median of {args.repeat} rounds")
-    print("| backend | D blocks | D hit | C `_into` | Py, element by element | Py | Py, new plan | Py prepared | Py / C "
-          "| Py prepared / C |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| backend | D blocks | D hit | C `_into` | Py, element by element | Py, packed | Py | Py, new plan "
+          "| Py prepared | Py packed / C | Py / C | Py prepared / C |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key, *_ in cases:
         r = {k: statistics.median(v) * 1e6 for k, v in results[key].items()}
         fi, db, hh = (part.split(":")[1] for part in key.split("/"))
         print(f"| {'FlashInfer' if fi == '1' else 'FlashAttention'} | {db} | {'50%' if hh == '1' else '0'} | "
-              f"{r['c']:.1f} µs | {r['element']:.1f} µs | {r['packed']:.1f} µs | {r['new']:.1f} µs | "
-              f"{r['prepared']:.1f} µs | {r['packed'] / r['c']:.1f}× | {r['prepared'] / r['c']:.2f}× |")
+              f"{r['c']:.1f} µs | {r['element']:.1f} µs | {r['packed']:.1f} µs | {r['fast']:.1f} µs | "
+              f"{r['new']:.1f} µs | {r['prepared']:.1f} µs | {r['packed'] / r['c']:.1f}× | {r['fast'] / r['c']:.2f}× | "
+              f"{r['prepared'] / r['c']:.2f}× |")
     return 0
 
 

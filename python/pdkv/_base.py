@@ -271,7 +271,7 @@ class Handle:
     calls in flight have returned before it frees the C object. A call therefore either
     completes normally or raises :class:`ClosedError`; it never touches freed memory.
 
-    Handles whose class sets ``_owned`` (the plan context and plans, on the planning hot path)
+    Handles whose class sets ``_owned`` (engines, plan contexts and plans: the planning hot path)
     also give their C object an :class:`_Owner`: the object is freed when the last reference to
     the owner goes, not by close() itself. close() drops the handle's reference (so it frees at
     once when nothing else holds the owner), and a hot-path call that holds the owner in a

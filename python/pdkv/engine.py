@@ -20,13 +20,15 @@ from __future__ import annotations
 import array
 import ctypes
 import dataclasses
+import weakref
 from ctypes import POINTER, byref
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
-from ._base import _UNSIGNED_FORMATS, Handle, array_copy, call, error_from, encode, enum_value, handle_arg, index_arg, to_enum, u32, u64, u64_array
+from ._base import _UNSIGNED_FORMATS, Handle, array_copy, outside_operation, call, error_from, encode, enum_value, handle_arg, index_arg, to_enum, u32, u64, u64_array
 from .descriptors import DescriptorList
 from .enums import GroupKind, KvLayout, MambaCacheMode
+from .errors import ClosedError
 from .geometry import EngineConfig
 from .metadata import EngineMetadata
 from .model import Model
@@ -323,6 +325,9 @@ class Engine(Handle):
 
         return EnginePlanner(self, ctx)
 
+    _fast: Any = None  # plan_request's generated function, made on its first call
+
+    @outside_operation  # holds the engine and the context through their _Owners (the hot path)
     def plan_request(
         self,
         ctx: PlanContext,
@@ -339,7 +344,52 @@ class Engine(Handle):
         (``pdkv_engine_plan_request_into``: no new handle, its C buffers reused); on error it
         holds an empty plan. When it cannot be rewritten safely (closed, in use by a call on
         another thread, zero-copy views ever taken from it) a new plan is returned and
-        ``reuse`` is left untouched; so always use the returned plan."""
+        ``reuse`` is left untouched; so always use the returned plan.
+
+        Block ids in ``array('Q')``, numpy ``uint64`` arrays (numpy loaded before the first
+        call) or lists of ints, all groups alike, take a function generated for the engine's
+        group count on the first call (``engine_planner.py``: the request structs in a buffer
+        made once, the ids copied into it); any other request is packed call by call, with the
+        same results and errors. :meth:`prepare` binds a context too (one argument fewer)."""
+        fast = self._fast
+        if fast is None:
+            fast = self._make_fast()
+        return fast(ctx, groups, num_prompt_tokens, num_local_computed_tokens, reuse)  # type: ignore[no-any-return]
+
+    def _make_fast(self) -> Any:
+        """plan_request's generated function (engine_planner._make_plan), or the checked method
+        where it cannot be made (a closed engine: the checked path raises ClosedError)."""
+        from .engine_planner import _make_plan
+
+        try:
+            n = len(self.groups())
+        except ClosedError:
+            return self._plan_request_checked  # (not kept: it would refer back to this object)
+        # The generated function must not refer back to this object (no reference cycle): its
+        # checked path finds the engine through a weak reference (alive: its caller holds it).
+        eref = weakref.ref(self)
+
+        def slow(ctx: Any, groups: Any, n: Any, hit: Any, reuse: Any) -> TransferPlan:
+            engine = eref()
+            if engine is None:
+                raise ClosedError("pdkv.Engine")
+            return engine._plan_request_checked(ctx, groups, n, hit, reuse)
+
+        made = _make_plan(n, self._owner_holder, None, slow)
+        fast = self._plan_request_checked if made is None else made[0]
+        self._fast = fast
+        return fast
+
+    def _plan_request_checked(
+        self,
+        ctx: PlanContext,
+        groups: Sequence[Union[RequestGroup, Tuple[Any, Any]]],
+        num_prompt_tokens: int,
+        num_local_computed_tokens: int = 0,
+        reuse: Optional[TransferPlan] = None,
+    ) -> TransferPlan:
+        """:meth:`plan_request` for any request: every argument checked and named when wrong,
+        the request packed into one array (or element by element)."""
         _check_reuse(reuse)
         # The context is held through its owner (as its compiles hold it): alive until this call
         # returns whatever another thread's close() does, without counting a use under its lock.

@@ -123,28 +123,43 @@ class _Spill:
         self.used = 0
 
 
-def _plan_function(n: int, pk: _Packing) -> List[str]:
-    """The source of ``plan(groups, N, H, reuse=None)`` for an engine of ``n`` groups: one
+def _plan_function(n: int, pk: _Packing, ctx_arg: bool) -> List[str]:
+    """The source of ``plan(groups, N, H, reuse=None)`` (``ctx_arg``: ``plan(ctx, groups, N, H,
+    reuse=None)``, :meth:`Engine.plan_request` itself) for an engine of ``n`` groups: one
     statement per group and side, the packing's addresses as constants, no loop. Its fast form
     is ``n`` ``(local, remote)`` tuples (or :class:`RequestGroup`) of ``array('Q')`` ids (or
-    all of lists of ints, converted by array('Q') after a type check of every element) and int
-    counts: each id list of at most _COPY_IDS ids copied into its copy area by a slice
-    assignment (which itself refuses a buffer of another format or a non-buffer: TypeError /
-    ValueError), a longer one into the spill area (``take``). Anything else goes to
-    ``other`` (:func:`_other`: a mix of the two, tuples of ints; else
-    :meth:`Engine.plan_request`)."""
+    all of lists of ints, converted by array('Q') after a type check of every element; or all
+    numpy ``uint64``) and int counts: each id list of at most _COPY_IDS ids copied into its copy
+    area by a slice assignment (which itself refuses a buffer of another format or a non-buffer:
+    TypeError / ValueError), a longer one into the spill area (``take``). A mix of those goes to
+    ``other`` (:func:`_other`); anything else, and a closed engine or context, to ``slow``
+    (``Engine._plan_request_checked``), which plans it or raises the error naming it."""
+    c = "ctx, " if ctx_arg else ""
     gs = ", ".join(f"g{i}" for i in range(n)) + ("," if n == 1 else "")
-    lines = [
-        "def plan(groups, num_prompt_tokens, num_local_computed_tokens=0, reuse=None):",
-        "    try:",
-        "        eo = eh[0]  # the owners keep both C objects alive until this returns",
-        "        co = ch[0]",
-        "    except IndexError:",
-        "        raise closed() from None",
+    lines = [f"def plan({c}groups, num_prompt_tokens, num_local_computed_tokens=0, reuse=None):"]
+    if ctx_arg:
+        lines += [
+            "    try:",
+            "        eo = eh[0]  # the owners keep both C objects alive until this returns",
+            "        co = ctx._owner_holder[0] if type(ctx) is PC else None",
+            "    except IndexError:  # closed: the checked path raises what it raises",
+            "        co = None",
+        ]
+    else:
+        lines += [
+            "    try:",
+            "        eo = eh[0]  # the owners keep both C objects alive until this returns",
+            "        co = ch[0]",
+            "    except IndexError:",
+            "        co = None",
+        ]
+    lines += [
+        "    if co is None:",
+        f"        return slow({c}groups, num_prompt_tokens, num_local_computed_tokens, reuse)",
         "    try:",
         "        free.pop()",
         "    except IndexError:  # another thread is planning through the packing",
-        "        return slow(groups, num_prompt_tokens, num_local_computed_tokens, reuse)",
+        f"        return slow({c}groups, num_prompt_tokens, num_local_computed_tokens, reuse)",
         "    try:",
         "        N = num_prompt_tokens",
         "        H = num_local_computed_tokens",
@@ -211,7 +226,7 @@ def _plan_function(n: int, pk: _Packing) -> List[str]:
         "                sp.reset()",
         "            total = other(groups, N, H)  # lists of ints, or None: the checked path",
         "            if total is None:",
-        "                return slow(groups, N, H, reuse)",
+        f"                return slow({c}groups, N, H, reuse)",
         "        else:",
         f"            total = {total}",
         f"        fn = (INTO or into())[total <= {_GIL_IDS}]",
@@ -222,13 +237,13 @@ def _plan_function(n: int, pk: _Packing) -> List[str]:
         "                else:",
         "                    status = fn(eo.arg, co.arg, arg, reuse._arg, slot[0].ref)",
         "            if status is None:",
-        "                return slow(groups, N, H, reuse)",
+        f"                return slow({c}groups, N, H, reuse)",
         "            plan = reuse",
         "        elif reuse is None:",
         "            plan = new_plan()",
         "            status = fn(eo.arg, co.arg, arg, plan._arg, slot[0].ref)",
         "        else:  # a subclass, or another type named by the checked path",
-        "            return slow(groups, N, H, reuse)",
+        f"            return slow({c}groups, N, H, reuse)",
         "        if status:",
         "            raise failed(status)",
         "        return plan",
@@ -240,6 +255,35 @@ def _plan_function(n: int, pk: _Packing) -> List[str]:
     return lines
 
 
+def _make_plan(n: int, eh: List[Any], ch: Optional[List[Any]], slow: Any) -> Optional[Tuple[Any, _Packing]]:
+    """The generated plan function (:func:`_plan_function`) and its packing, for an engine of
+    ``n`` groups whose owner holder is ``eh``: with ``ch`` (a context's owner holder) the
+    planner's ``plan(groups, ...)``, without it ``plan(ctx, groups, ...)``. ``slow`` takes the
+    same arguments. None where the structs are not made of 8-byte words (every request then goes
+    the checked way). Nothing the function refers to refers back to the engine's or planner's
+    Python object (no reference cycle)."""
+    if not _WORDS_OK:
+        return None
+    from .engine import RequestGroup  # (engine.py imports this module)
+
+    _RG[0] = RequestGroup
+    pk = _Packing(n)
+    slot = [_CallSlot()]  # replaced after an error (whose object error_from frees)
+
+    def failed(status: int) -> Exception:
+        err = slot[0].err
+        slot[0] = _CallSlot()
+        return error_from("pdkv_engine_plan_request_into", status, err)
+
+    ns = {"eh": eh, "ch": ch, "PC": PlanContext, "free": [True], "slow": slow, "Slow": _Slow, "RG": RequestGroup,
+          "q": pk.q, "qn": pk.qn, "ND": sys.modules["numpy"].ndarray if pk.qn is not None else None, "A": _A,
+          "INT": _INT_ONLY, "sp": pk.spill, "take": pk.spill.take, "fill": pk.fill, "errors": _ERRORS + (_Slow,),
+          "other": lambda g, N, H: _other(pk, n, g, N, H), "INTO": _INTO, "into": _into_functions,
+          "TP": TransferPlan, "arg": pk.arg, "slot": slot, "new_plan": TransferPlan.empty, "failed": failed}
+    exec("\n".join(_plan_function(n, pk, ch is None)), ns)  # noqa: S102 - generated from ints of this module
+    return ns["plan"], pk
+
+
 class EnginePlanner:
     """:meth:`Engine.plan_request` for one plan context, prepared once (:meth:`Engine.prepare`):
     :meth:`plan` takes the same arguments (but the context) and returns the same plan or raises
@@ -249,7 +293,7 @@ class EnginePlanner:
     Thread-safe: threads planning at once through one planner take turns on its packing, or
     (one that finds it in use) go through :meth:`Engine.plan_request`."""
 
-    __slots__ = ("_engine", "_ctx", "_eh", "_ch", "_n", "_pk", "_slot", "__dict__")
+    __slots__ = ("_engine", "_ctx", "_eh", "_ch", "_n", "_pk", "__dict__")
 
     def __init__(self, engine: "Engine", ctx: PlanContext) -> None:
         from .engine import Engine, RequestGroup  # (engine.py imports this module)
@@ -268,37 +312,17 @@ class EnginePlanner:
         self._ch = ctx._owner_holder
         if not self._ch:
             raise ClosedError("pdkv.PlanContext")
-        if not _WORDS_OK:  # structs not made of 8-byte words: every request goes the checked way
-            return
-        pk = _Packing(self._n)
-        self._pk = pk
-        self._slot = [_CallSlot()]  # replaced after an error (whose object error_from frees)
-        slot = self._slot
-        eh, ch, n_groups = self._eh, self._ch, self._n
-        # Nothing the generated function refers to refers back to this object (no reference
-        # cycle: the planner, and the handles it holds, go as soon as the caller drops it).
+        self._pk: Optional[_Packing] = None
 
         def slow(groups: Any, n: Any, hit: Any, reuse: Optional[TransferPlan]) -> TransferPlan:
-            _check_reuse(reuse)
-            return engine.plan_request(ctx, groups, n, hit, reuse)
+            return engine._plan_request_checked(ctx, groups, n, hit, reuse)
 
-        def closed() -> ClosedError:
-            return ClosedError("pdkv.Engine" if not eh else "pdkv.PlanContext")
-
-        def failed(status: int) -> Exception:
-            err = slot[0].err
-            slot[0] = _CallSlot()
-            return error_from("pdkv_engine_plan_request_into", status, err)
-
-        ns = {"eh": eh, "ch": ch, "closed": closed, "free": [True], "slow": slow, "Slow": _Slow, "RG": RequestGroup,
-              "q": pk.q, "qn": pk.qn, "ND": sys.modules["numpy"].ndarray if pk.qn is not None else None, "A": _A, "INT": _INT_ONLY, "sp": pk.spill, "take": pk.spill.take, "fill": pk.fill, "errors": _ERRORS + (_Slow,),
-              "other": lambda g, n, h: _other(pk, n_groups, g, n, h), "INTO": _INTO, "into": _into_functions,
-              "TP": TransferPlan, "arg": pk.arg, "slot": slot, "new_plan": TransferPlan.empty, "failed": failed}
-        exec("\n".join(_plan_function(self._n, pk)), ns)  # noqa: S102 - generated from ints of this module
-        fn: Any = ns["plan"]
-        fn.__doc__ = EnginePlanner.plan.__doc__
-        fn.__qualname__ = "EnginePlanner.plan"
-        self.__dict__["plan"] = fn
+        made = _make_plan(self._n, self._eh, self._ch, slow)
+        if made is not None:  # (else every request goes the checked way: the method below)
+            fn, self._pk = made
+            fn.__doc__ = EnginePlanner.plan.__doc__
+            fn.__qualname__ = "EnginePlanner.plan"
+            self.__dict__["plan"] = fn
 
     @property
     def engine(self) -> "Engine":
@@ -330,8 +354,7 @@ class EnginePlanner:
         return fn(groups, num_prompt_tokens, num_local_computed_tokens, reuse)  # type: ignore[no-any-return]
 
     def _slow(self, groups: Any, n: Any, hit: Any, reuse: Optional[TransferPlan]) -> TransferPlan:
-        _check_reuse(reuse)
-        return self._engine.plan_request(self._ctx, groups, n, hit, reuse)
+        return self._engine._plan_request_checked(self._ctx, groups, n, hit, reuse)
 
 
 def _other(pk: _Packing, n_groups: int, groups: Any, n: int, hit: int) -> Optional[int]:

@@ -982,12 +982,18 @@ def op_engine_plan(i: Input) -> Dict[str, Any]:
         try:
             plan = stack.enter_context(d.plan_request(ctx, groups, prompt, hit))
         except pdkv.PdkvError as e:
-            # The prepared planner refuses the request with the same error.
+            # The checked path and the prepared planner refuse the request with the same error.
+            with pytest.raises(type(e)) as refused:
+                d._plan_request_checked(ctx, groups, prompt, hit)
+            assert str(refused.value) == str(e)
             with pytest.raises(type(e)) as refused:
                 planner.plan(groups, prompt, hit)
             assert str(refused.value) == str(e)
             raise
-        # The prepared planner (Engine.prepare), into a new plan and a reused one: the same bytes.
+        # The checked path (the request packed call by call) and the prepared planner
+        # (Engine.prepare), into a new plan and a reused one: the same bytes.
+        with d._plan_request_checked(ctx, groups, prompt, hit) as checked:
+            assert checked.to_json() == plan.to_json()
         with planner.plan(groups, prompt, hit) as prepared:
             assert prepared.to_json() == plan.to_json()
         reused_by_planner = stack.enter_context(pdkv.TransferPlan.empty())

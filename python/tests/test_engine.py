@@ -217,7 +217,7 @@ def test_every_form_of_ids_is_packed_without_per_element_work(pair: Pair, monkey
         m.setattr(engine_module, "_packed_request", lambda *args: None)
         for name, groups in _forms():
             try:
-                with d.plan_request(ctx, groups, 5001, 2096) as plan:  # type: ignore[arg-type]
+                with d._plan_request_checked(ctx, groups, 5001, 2096) as plan:  # type: ignore[arg-type]
                     expected[name] = plan.to_json()
             except pdkv.PdkvError as e:
                 expected[name] = repr(e)
@@ -229,13 +229,13 @@ def test_every_form_of_ids_is_packed_without_per_element_work(pair: Pair, monkey
     reuse = pdkv.TransferPlan.empty()
     for name, groups in _forms():
         try:
-            with d.plan_request(ctx, groups, 5001, 2096) as plan:  # type: ignore[arg-type]
+            with d._plan_request_checked(ctx, groups, 5001, 2096) as plan:  # type: ignore[arg-type]
                 got = plan.to_json()
         except pdkv.PdkvError as e:
             got = repr(e)
         assert got == expected[name], name
         if "empty" not in name:  # and into a reused plan, through the untyped _into call
-            assert d.plan_request(ctx, groups, 5001, 2096, reuse=reuse) is reuse  # type: ignore[arg-type]
+            assert d._plan_request_checked(ctx, groups, 5001, 2096, reuse=reuse) is reuse  # type: ignore[arg-type]
             assert reuse.to_json() == got, name
     reuse.close()
     # An empty list reaches C as NULL with count 0 on both paths (here refused for its content).

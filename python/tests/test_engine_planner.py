@@ -1,8 +1,9 @@
-"""Engine.prepare: the prepared engine-level planner plans exactly what Engine.plan_request plans
-(every form of ids, short copied and long pinned id lists, new and reused plans), refuses what it
-refuses with the same error, takes its fast path for the usual forms (no Engine.plan_request
-call), keeps the engine and the context alive for a call and refuses closed ones, and is safe to
-call from several threads at once."""
+"""The engine-level fast path: Engine.prepare's planner and Engine.plan_request's generated
+function plan exactly what the checked path (Engine._plan_request_checked: the request packed
+call by call) plans (every form of ids, short and long id lists, new and reused plans), refuse
+what it refuses with the same error, take their fast path for the usual forms, keep the engine
+and the context alive for a call and refuse closed ones, and are safe to call from several
+threads at once."""
 
 from __future__ import annotations
 
@@ -103,12 +104,13 @@ def test_plans_what_plan_request_plans_and_refuses_what_it_refuses(pair: Pair) -
     reuse_by_method = pdkv.TransferPlan.empty()  # the same requests in the same order
     planned = 0
     for name, groups, n, hit in _requests():
-        want = _plan_or_error(d.plan_request, ctx, groups, n, hit)
+        want = _plan_or_error(d._plan_request_checked, ctx, groups, n, hit)
         assert _plan_or_error(planner.plan, groups, n, hit) == want, name
+        assert _plan_or_error(d.plan_request, ctx, groups, n, hit) == want, name
         assert _plan_or_error(planner.plan, groups, n, hit, reuse=reuse) == want, name
         # What a refusal leaves in the reused plan too: empty after the library refused, as it
         # was after a refusal in Python (a wrong type, a value out of range).
-        _plan_or_error(d.plan_request, ctx, groups, n, hit, reuse=reuse_by_method)
+        _plan_or_error(d._plan_request_checked, ctx, groups, n, hit, reuse=reuse_by_method)
         assert reuse.to_json() == reuse_by_method.to_json(), name
         planned += want.startswith("{")
         # Through the class (the method calls the instance's generated function).
@@ -120,7 +122,8 @@ def test_plans_what_plan_request_plans_and_refuses_what_it_refuses(pair: Pair) -
 
 def test_the_usual_forms_take_the_fast_path(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
     """array('Q') (short or long), lists of ints, RequestGroup, numpy uint64 arrays (numpy
-    imported before the planner was made): no Engine.plan_request call."""
+    imported before the planner was made): neither the planner nor Engine.plan_request calls
+    the checked path."""
     _, d, _, ctx = pair
     want = {}
     fast = ["array('Q')", "lists", "tuples of tuples", "RequestGroup", "long lists", "long arrays", "long and short",
@@ -128,17 +131,21 @@ def test_the_usual_forms_take_the_fast_path(pair: Pair, monkeypatch: pytest.Monk
     cases = [c for c in _requests() if c[0] in fast]  # (numpy imported here when present: before prepare)
     assert {c[0] for c in cases} >= set(fast) - {"numpy uint64", "long numpy"}  # (numpy: optional)
     for name, groups, n, hit in cases:
-        want[name] = _plan_or_error(d.plan_request, ctx, groups, n, hit)
+        want[name] = _plan_or_error(d._plan_request_checked, ctx, groups, n, hit)
     planner = d.prepare(ctx)
 
     def slow(*args: Any) -> None:
-        raise AssertionError("Engine.plan_request was called")
+        raise AssertionError("Engine._plan_request_checked was called")
 
-    monkeypatch.setattr(pdkv.Engine, "plan_request", slow)
+    monkeypatch.setattr(pdkv.Engine, "_plan_request_checked", slow)
     with pdkv.TransferPlan.empty() as reuse:
         for name, groups, n, hit in cases:
             assert _plan_or_error(planner.plan, groups, n, hit) == want[name], name
             assert planner.plan(groups, n, hit, reuse=reuse) is reuse
+            assert reuse.to_json() == want[name], name
+            # Engine.plan_request itself: its own generated function, the same fast forms.
+            assert _plan_or_error(d.plan_request, ctx, groups, n, hit) == want[name], name
+            assert d.plan_request(ctx, groups, n, hit, reuse=reuse) is reuse
             assert reuse.to_json() == want[name], name
 
     # All arrays or all lists: the generated function's own forms, without its loop (_other,
@@ -169,6 +176,7 @@ def test_long_ids_are_copied_not_pinned(pair: Pair) -> None:
     groups[4][0].append(599)  # and after a refusal
     groups[4][0].pop()
     groups[4][0][5] = 15
+    assert planner._pk is not None
     spill = planner._pk.spill
     assert spill.used == 0 and len(spill.chunks) == 1
     with planner.plan(groups, 300 * 2096, 0) as plan:
@@ -184,9 +192,10 @@ def test_spill_chunks_never_move_during_a_call(pair: Pair, monkeypatch: pytest.M
     planner = d.prepare(ctx)
     for name, groups, n, hit in _requests():
         if name.startswith("long"):
-            want = _plan_or_error(d.plan_request, ctx, groups, n, hit)
+            want = _plan_or_error(d._plan_request_checked, ctx, groups, n, hit)
             assert want.startswith("{")
             assert _plan_or_error(planner.plan, groups, n, hit) == want, name
+            assert planner._pk is not None
             spill = planner._pk.spill
             assert spill.used == 0 and len(spill.chunks) == 1 and spill.size >= 596, name
 
@@ -219,8 +228,9 @@ def test_closed_engine_or_context(pair: Pair) -> None:
         pdkv.EnginePlanner(ctx, ctx)  # type: ignore[arg-type]
     e2 = pdkv.Engine(model, _align(2), "decode", 0, 600)
     c2 = e2.plan_context(remote, _align(4))
+    c2b = e2.plan_context(remote, _align(4))
     p_ctx = e2.prepare(c2)
-    p_eng = e2.prepare(c2)
+    p_eng = e2.prepare(c2b)
     with p_ctx.plan(EXAMPLE, 5001, 2096) as plan:
         want = plan.to_json()
     c2.close()
@@ -229,6 +239,9 @@ def test_closed_engine_or_context(pair: Pair) -> None:
     e2.close()
     with pytest.raises(pdkv.ClosedError, match="Engine"):
         p_eng.plan(EXAMPLE, 5001, 2096)
+    with pytest.raises(pdkv.ClosedError, match="Engine"):
+        e2.plan_request(c2b, EXAMPLE, 5001, 2096)
+    c2b.close()
     with pytest.raises(pdkv.ClosedError):
         e2.prepare(ctx)
     c3 = d.plan_context(remote, _align(4))
@@ -267,7 +280,7 @@ def test_threads_plan_through_one_planner(pair: Pair) -> None:
     _, d, _, ctx = pair
     planner = d.prepare(ctx)
     requests = [(name, g, n, h) for name, g, n, h in _requests() if name not in ("not a sequence",)]
-    want = [_plan_or_error(d.plan_request, ctx, g, n, h) for _, g, n, h in requests]
+    want = [_plan_or_error(d._plan_request_checked, ctx, g, n, h) for _, g, n, h in requests]
     failures: List[str] = []
 
     def worker(k: int) -> None:
@@ -275,7 +288,10 @@ def test_threads_plan_through_one_planner(pair: Pair) -> None:
             for round_ in range(6):
                 for j, (name, g, n, h) in enumerate(requests):
                     kwargs = {"reuse": reuse} if (j + k + round_) % 3 else {}
-                    got = _plan_or_error(planner.plan, g, n, h, **kwargs)
+                    if (j + round_) % 2:
+                        got = _plan_or_error(planner.plan, g, n, h, **kwargs)
+                    else:  # Engine.plan_request's own generated function, from every thread too
+                        got = _plan_or_error(d.plan_request, ctx, g, n, h, **kwargs)
                     if got != want[j]:
                         failures.append(f"thread {k} {name}")
 
