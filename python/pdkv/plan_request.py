@@ -203,6 +203,17 @@ def _other_ids(v: Any, pins: List[Any], q: Any, k: int, scratch: int) -> Optiona
     return ctypes.addressof(c), n
 
 
+def _pin_u64(v: Any) -> Any:
+    """A ``c_char`` over the buffer of ``v`` (exported, so ``v`` cannot be resized while it
+    lives), when ``v`` is a writable, contiguous, one-dimensional buffer of native unsigned
+    64-bit ints (a numpy ``uint64`` array); TypeError otherwise (ctypes reads only writable
+    buffers in place: the caller then takes another path)."""
+    m = memoryview(v)
+    if m.ndim != 1 or m.format not in _U64_FORMATS or not m.c_contiguous:
+        raise TypeError("not a contiguous buffer of uint64")
+    return ctypes.c_char.from_buffer(m)
+
+
 def _by_group_body(pk: _Packing, ind: str, per_group: Optional[str]) -> List[str]:
     """The per-group blocks of the generated ``by_group`` (see :func:`_compile_function`),
     indented by ``ind``; ``per_group`` is None when ``h`` is already the one count for every
@@ -339,7 +350,8 @@ def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
         ``uint64``), which itself checks that the source is a buffer of exactly one such uint64
         (TypeError or ValueError otherwise: then group by group); another group's ids copied the
         same way into its copy area when there are at most _COPY_IDS a side, else pinned and
-        read in place (64-bit ``array`` only; anything else raises Slow: group by group)."""
+        read in place (64-bit ``array``, or in the numpy form a writable contiguous numpy
+        ``uint64`` array, :func:`_pin_u64`; anything else raises Slow: group by group)."""
         lines: List[str] = []
         for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
             if mamba[i]:
@@ -359,9 +371,16 @@ def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
                 f"    p{i}b = memoryview(y{i})",
                 f"    la{i}, ln{i} = x{i}.buffer_info()",
                 f"    ra{i}, rn{i} = y{i}.buffer_info()",
-                "else:",
-                "    raise Slow",
             ]
+            if q == "qn":  # longer numpy uint64 arrays: pinned and read in place too
+                lines += [
+                    f"elif type(x{i}) is ND is type(y{i}):",
+                    f"    p{i}a = pin(x{i})  # (TypeError: group by group) pinned before the address is read",
+                    f"    p{i}b = pin(y{i})",
+                    f"    la{i} = AO(p{i}a)",
+                    f"    ra{i} = AO(p{i}b)",
+                ]
+            lines += ["else:", "    raise Slow"]
         return ["    " + line for line in lines]
 
     list_ok = conditions("list", "INT.issuperset(map(type, x{i})) and INT.issuperset(map(type, y{i}))")
@@ -482,7 +501,7 @@ def _compile_function(pk: _Packing, layout: "_Layout", pool: Optional[List[Any]]
     shared: Dict[str, Any] = {"S": pk.single, "q": pk.q, "qn": pk.qn, "mb": pk.mb, "window": _WINDOW.pack_into,
                               "ND": sys.modules["numpy"].ndarray if pk.qn is not None else None,
                               "words": struct.Struct(f"@{2 * sum(mamba)}Q").pack_into,
-                              "A": array.array, "QC": _Q_CODES, "INT": _INT_ONLY, "Slow": _Slow,
+                              "A": array.array, "QC": _Q_CODES, "pin": _pin_u64, "AO": ctypes.addressof, "INT": _INT_ONLY, "Slow": _Slow,
                               "copy_errors": (TypeError, ValueError, _Slow)}
     fill_ns = dict(shared, other=_other_ids)
     ns = dict(shared, layout=layout, pool=pool, holder=layout.holder, free=pk.free, busy=_compile_busy,

@@ -82,6 +82,35 @@ def test_prepared_plans_equal_full_compiles(ctx: pdkv.PlanContext, logical: bool
             assert req.compile(local, remote, computed, hits[0]).to_json() == want
 
 
+@pytest.mark.skipif(np is None, reason="numpy is not installed (optional)")
+def test_long_numpy_ids_are_read_in_place(ctx: pdkv.PlanContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy uint64 id arrays of more than 256 ids (kernel ids: 393 a side here) are pinned and
+    read in place by the usual request's numpy form, not sent group by group; a read-only one
+    still plans (group by group, copied)."""
+    import pdkv.plan_request as plan_request_module
+
+    def group_by_group(*args: Any) -> None:
+        raise AssertionError("the numpy ids went group by group")
+
+    monkeypatch.setattr(plan_request_module, "_other_ids", group_by_group)
+    req = ctx.prepare(layout(False))  # (its group-by-group function takes _other_ids now)
+    d_ids, p_ids, computed, hits = CASES[0]
+    local = [[60], [61], kernel(d_ids)]
+    remote = [[62], [63], kernel(p_ids)]
+    want = ctx.compile(full(False, local, remote, computed, hits)).to_json()
+    npl = [np.asarray(x, dtype=np.uint64) for x in local]
+    npr = [np.asarray(x, dtype=np.uint64) for x in remote]
+    assert len(npl[2]) > 256
+    with pdkv.TransferPlan.empty() as plan:
+        assert req.compile(npl, npr, computed, hits, reuse=plan) is plan
+        assert plan.to_json() == want
+        monkeypatch.undo()
+        readonly = npl[2].copy()
+        readonly.flags.writeable = False
+        req2 = ctx.prepare(layout(False))
+        assert req2.compile(npl[:2] + [readonly], npr, computed, hits).to_json() == want
+
+
 def test_logical_and_kernel_ids_plan_alike(ctx: pdkv.PlanContext) -> None:
     d_ids, p_ids, computed, hits = CASES[0]
     by_logical = ctx.prepare(layout(True)).compile([[60], [61], d_ids], [[62], [63], p_ids], computed, hits)
