@@ -46,6 +46,9 @@ _COPY_IDS = 256
 _GIL_IDS = 512
 _SPILL_MIN = 4096  # ids in a spill area's first chunk
 _INT_ONLY = frozenset((int,))
+# Buffer formats of native unsigned 64-bit ints ('<' only where it is the native order).
+_U64_FORMATS = frozenset(p + c for p in ("", "@", "=") + (("<",) if sys.byteorder == "little" else ())
+                         for c in "QL" if struct.calcsize("@" + c) == 8)
 _ERRORS = (TypeError, ValueError, OverflowError, IndexError, struct.error)
 _RG: List[Any] = [None]  # engine.RequestGroup, set by EnginePlanner (engine.py imports this module)
 _INTO: List[Any] = []  # pdkv_engine_plan_request_into, undeclared: [GIL released, GIL held]
@@ -359,7 +362,9 @@ class EnginePlanner:
 
 def _other(pk: _Packing, n_groups: int, groups: Any, n: int, hit: int) -> Optional[int]:
     """The request packed into ``pk`` when its ids are lists or tuples of ints (converted at
-    C speed, bools refused) or ``array('Q')``s; how many ids it passes, or None where the
+    C speed, bools refused), ``array('Q')``s or other contiguous buffers of native uint64 (numpy
+    arrays whose format the generated function's numpy form does not take, memoryviews), in
+    any mix; how many ids it passes, or None where the
     fast path does not take it (nothing is wrong then that :meth:`Engine.plan_request` would
     not name). Lists longer than _COPY_IDS go to the packing's spill area."""
     t = type(groups)
@@ -387,7 +392,14 @@ def _other(pk: _Packing, n_groups: int, groups: Any, n: int, hit: int) -> Option
                         return None  # a bool or another int type: the checked path names it
                     v = _A("Q", v)  # OverflowError for a negative or too large id
                 elif tv is not _A or v.typecode != "Q":
-                    return None
+                    # Another buffer of native uint64 (numpy uint64 in either of its formats,
+                    # 'L' or 'Q'; a memoryview), viewed as 'Q'; anything else: the checked path.
+                    if tv is _A or tv is str or tv is bytes or tv is bytearray:
+                        return None
+                    m = memoryview(v)  # TypeError: not a buffer
+                    if m.ndim != 1 or m.format not in _U64_FORMATS or not m.c_contiguous:
+                        return None
+                    v = m.cast("B").cast("Q")
                 c = len(v)
                 if c <= _COPY_IDS:
                     w = at[k]

@@ -91,6 +91,9 @@ def _requests() -> List[Tuple[str, Any, Any, Any]]:
         import numpy as np
     except ImportError:
         return out
+    # numpy uint64 in its other buffer format ('Q', np.ulonglong): through the planner's loop.
+    out.append(("numpy ulonglong", [(np.array(a, dtype=np.ulonglong), np.array(b, dtype=np.ulonglong))
+                                    for a, b in EXAMPLE], 5001, 2096))
     out.append(("long numpy", [(np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64)) for a, b in _long(300)],
                 300 * 2096, 0))
     return out
@@ -127,9 +130,9 @@ def test_the_usual_forms_take_the_fast_path(pair: Pair, monkeypatch: pytest.Monk
     _, d, _, ctx = pair
     want = {}
     fast = ["array('Q')", "lists", "tuples of tuples", "RequestGroup", "long lists", "long arrays", "long and short",
-            "one token", "tuple of groups", "numpy uint64", "long numpy"]
+            "one token", "tuple of groups", "numpy uint64", "long numpy", "numpy ulonglong", "memoryview"]
     cases = [c for c in _requests() if c[0] in fast]  # (numpy imported here when present: before prepare)
-    assert {c[0] for c in cases} >= set(fast) - {"numpy uint64", "long numpy"}  # (numpy: optional)
+    assert {c[0] for c in cases} >= set(fast) - {"numpy uint64", "long numpy", "numpy ulonglong"}  # (numpy: optional)
     for name, groups, n, hit in cases:
         want[name] = _plan_or_error(d._plan_request_checked, ctx, groups, n, hit)
     planner = d.prepare(ctx)
@@ -155,7 +158,7 @@ def test_the_usual_forms_take_the_fast_path(pair: Pair, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(planner_module, "_other", loop)
     for name, groups, n, hit in cases:
-        if name not in ("tuples of tuples", "RequestGroup"):
+        if name not in ("tuples of tuples", "RequestGroup", "numpy ulonglong", "memoryview"):
             assert _plan_or_error(planner.plan, groups, n, hit) == want[name], name
 
 
