@@ -1,14 +1,17 @@
-"""A prepared engine-level request path: :meth:`Engine.prepare` packs the request structs of one
-(engine, plan context) pair once, so that planning a request from Python costs little more than
-``pdkv_engine_plan_request_into`` itself (what :class:`~pdkv.PlanRequest` is to
+"""The engine-level request's fast path from Python: a function generated for an engine's group
+count over request structs made once, so that planning a request costs little more than
+``pdkv_engine_plan_request_into`` itself. :meth:`Engine.plan_request` makes one on its first
+call (the context an argument); :meth:`Engine.prepare` returns an :class:`EnginePlanner` whose
+``plan`` is one with the context bound (what :class:`~pdkv.PlanRequest` is to
 :meth:`PlanContext.compile`).
 
-Per request, :meth:`EnginePlanner.plan` writes only what changes (each group's id pointers and
-counts, the prompt and hit token counts) into a buffer made once, copying short id lists into it
-and longer ones into a spill area it keeps, and calls the library with arguments made once. Anything its fast path
-does not take (another id container, a value out of range, a group count other than the
-engine's, a plan it may not rewrite now) goes through :meth:`Engine.plan_request`, which plans
-the same request or raises the error naming the value: the two always agree.
+Per request the function writes only what changes (each group's id pointers and counts, the
+prompt and hit token counts) into a C buffer made once, copying short id lists into it and
+longer ones into a spill area it keeps (the library never reads a caller's buffer), and calls
+the library with arguments made once. Anything it does not take (another id container, a value
+out of range, a group count other than the engine's, a plan it may not rewrite now, a closed
+engine or context) goes through ``Engine._plan_request_checked``, which plans the same request
+or raises the error naming the value: the two always agree.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ _INT_ONLY = frozenset((int,))
 _U64_FORMATS = frozenset(p + c for p in ("", "@", "=") + (("<",) if sys.byteorder == "little" else ())
                          for c in "QL" if struct.calcsize("@" + c) == 8)
 _ERRORS = (TypeError, ValueError, OverflowError, IndexError, struct.error)
-_RG: List[Any] = [None]  # engine.RequestGroup, set by EnginePlanner (engine.py imports this module)
+_RG: List[Any] = [None]  # engine.RequestGroup, set by _make_plan (engine.py imports this module)
 _INTO: List[Any] = []  # pdkv_engine_plan_request_into, undeclared: [GIL released, GIL held]
 
 
@@ -294,14 +297,13 @@ class EnginePlanner:
     once either is closed, :meth:`plan` raises :class:`ClosedError`.
 
     Thread-safe: threads planning at once through one planner take turns on its packing, or
-    (one that finds it in use) go through :meth:`Engine.plan_request`."""
+    (one that finds it in use) go through the checked path, which plans alike."""
 
     __slots__ = ("_engine", "_ctx", "_eh", "_ch", "_n", "_pk", "__dict__")
 
     def __init__(self, engine: "Engine", ctx: PlanContext) -> None:
-        from .engine import Engine, RequestGroup  # (engine.py imports this module)
+        from .engine import Engine  # (engine.py imports this module)
 
-        _RG[0] = RequestGroup
         if not isinstance(engine, Engine):
             raise TypeError(f"engine must be a pdkv.Engine, got {type(engine).__name__}")
         if not isinstance(ctx, PlanContext):
@@ -347,7 +349,8 @@ class EnginePlanner:
         arrays (numpy loaded before :meth:`Engine.prepare`) or lists of ints, and int token
         counts. The ids are copied into the planner's own buffers (up to 256 a side into a
         group's area, longer lists into a spill area it keeps), so the library never reads the
-        caller's buffers. Anything else is planned by :meth:`Engine.plan_request`.
+        caller's buffers. Anything else goes through the checked path (the request packed call
+        by call, every bad value named), which plans and refuses alike.
 
         (On an instance this name is a function generated for the engine's group count; this
         method, reached only through the class, calls it.)"""
