@@ -19,7 +19,8 @@ hit or half the blocks hit), built here the same way. Columns:
 * Py prepared: ``planner.plan(groups, n, hit, reuse=plan)``, the planner made once per
   context with ``Engine.prepare(ctx)`` (the same generated function with the context bound).
 
-Block ids are array('Q') buffers (``--ids list`` for Python lists). Each Python cell is the
+Block ids are array('Q') buffers (``--ids list`` for Python lists, ``--ids numpy`` for numpy
+``uint64`` arrays). Each Python cell is the
 median over ``--repeat`` rounds of the mean of a timed loop of about ``--target-s`` seconds;
 rounds of every column alternate, so a noisy neighbour hits them alike.
 
@@ -66,7 +67,13 @@ def request(pdkv: Any, d: Any, p_block: int, d_blocks: int, half_hit: bool, kind
     n = d_blocks * bs
     hit = d_blocks // 2 * bs if half_hit else 0
     dpos, ppos = -(-n // bs), -(-(n - 1) // p_block)
-    conv: Callable[[List[int]], Any] = (lambda x: array("Q", x)) if kind == "array" else list
+    conv: Callable[[List[int]], Any] = list
+    if kind == "array":
+        conv = lambda x: array("Q", x)  # noqa: E731
+    elif kind == "numpy":  # numpy uint64 arrays (numpy imported before the engines plan)
+        import numpy as np
+
+        conv = lambda x: np.array(x, dtype=np.uint64)  # noqa: E731
     dn = pn = 1
     groups = []
     for g in d.groups():
@@ -119,7 +126,7 @@ def main() -> int:
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "rel"))
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--target-s", type=float, default=0.2)
-    ap.add_argument("--ids", choices=["array", "list"], default="array")
+    ap.add_argument("--ids", choices=["array", "list", "numpy"], default="array")
     args = ap.parse_args()
     os.environ.setdefault("PDKV_LIB_DIR", os.path.join(args.build, "capi"))
     sys.path.insert(0, os.path.join(ROOT, "python"))
