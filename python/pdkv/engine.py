@@ -376,9 +376,10 @@ class Engine(Handle):
             return engine._plan_request_checked(ctx, groups, n, hit, reuse)
 
         made = _make_plan(n, self._owner_holder, None, slow)
-        fast = self._plan_request_checked if made is None else made[0]
-        self._fast = fast
-        return fast
+        if made is None:  # structs not made of 8-byte words: the checked path, every call
+            return self._plan_request_checked  # (not kept, as above)
+        self._fast = made[0]
+        return made[0]
 
     def _plan_request_checked(
         self,

@@ -20,26 +20,19 @@ import array
 import ctypes
 import struct
 import sys
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
-from ._base import error_from
+from ._base import _UNSIGNED_FORMATS, error_from
 from .errors import ClosedError
 from .plan import PlanContext, TransferPlan, _CallSlot, _check_reuse, _undeclared
+from .engine import _GROUP_WORDS, _INT_ONLY, _PACKABLE, _REQUEST_WORDS, Engine, RequestGroup
 from .plan_request import _numpy_view
 
-if TYPE_CHECKING:  # engine.py imports this module
-    from .engine import Engine, RequestGroup
-
 _A = array.array
-# The request struct (pdkv_engine_request_t, 6 words) and each group's (4 words) as they are
-# packed here: only where both are made of 8-byte words (64-bit pointers and size_t).
-_REQUEST_WORDS = 6
-_GROUP_WORDS = 4
-_WORDS_OK = (ctypes.sizeof(ctypes.c_void_p) == 8 and _A("Q").itemsize == 8
-             and ctypes.sizeof(_ffi.EngineRequestC) == 8 * _REQUEST_WORDS
-             and ctypes.sizeof(_ffi.EngineRequestGroupC) == 8 * _GROUP_WORDS
-             and _ffi.EngineRequestC.num_prompt_tokens.offset == 32
+# The request and group structs are packed as 8-byte words (engine._PACKABLE: 64-bit pointers
+# and size_t), the two token counts at words 4 and 5.
+_WORDS_OK = (_PACKABLE and _ffi.EngineRequestC.num_prompt_tokens.offset == 32
              and _ffi.EngineRequestC.num_local_computed_tokens.offset == 40)
 # Ids a side copied into the group's own area of the packing, at an address fixed when the planner
 # is made; longer lists are copied into the packing's spill area (_Spill).
@@ -48,12 +41,7 @@ _COPY_IDS = 256
 # costs more than such a call); larger ones release it.
 _GIL_IDS = 512
 _SPILL_MIN = 4096  # ids in a spill area's first chunk
-_INT_ONLY = frozenset((int,))
-# Buffer formats of native unsigned 64-bit ints ('<' only where it is the native order).
-_U64_FORMATS = frozenset(p + c for p in ("", "@", "=") + (("<",) if sys.byteorder == "little" else ())
-                         for c in "QL" if struct.calcsize("@" + c) == 8)
 _ERRORS = (TypeError, ValueError, OverflowError, IndexError, struct.error)
-_RG: List[Any] = [None]  # engine.RequestGroup, set by _make_plan (engine.py imports this module)
 _INTO: List[Any] = []  # pdkv_engine_plan_request_into, undeclared: [GIL released, GIL held]
 
 
@@ -270,9 +258,6 @@ def _make_plan(n: int, eh: List[Any], ch: Optional[List[Any]], slow: Any) -> Opt
     Python object (no reference cycle)."""
     if not _WORDS_OK:
         return None
-    from .engine import RequestGroup  # (engine.py imports this module)
-
-    _RG[0] = RequestGroup
     pk = _Packing(n)
     slot = [_CallSlot()]  # replaced after an error (whose object error_from frees)
 
@@ -301,9 +286,7 @@ class EnginePlanner:
 
     __slots__ = ("_engine", "_ctx", "_eh", "_ch", "_n", "_pk", "__dict__")
 
-    def __init__(self, engine: "Engine", ctx: PlanContext) -> None:
-        from .engine import Engine  # (engine.py imports this module)
-
+    def __init__(self, engine: Engine, ctx: PlanContext) -> None:
         if not isinstance(engine, Engine):
             raise TypeError(f"engine must be a pdkv.Engine, got {type(engine).__name__}")
         if not isinstance(ctx, PlanContext):
@@ -330,7 +313,7 @@ class EnginePlanner:
             self.__dict__["plan"] = fn
 
     @property
-    def engine(self) -> "Engine":
+    def engine(self) -> Engine:
         """The engine whose requests this plans."""
         return self._engine
 
@@ -339,7 +322,7 @@ class EnginePlanner:
         """The plan context every request is planned against."""
         return self._ctx
 
-    def plan(self, groups: Sequence[Union["RequestGroup", Tuple[Any, Any]]], num_prompt_tokens: int,
+    def plan(self, groups: Sequence[Union[RequestGroup, Tuple[Any, Any]]], num_prompt_tokens: int,
              num_local_computed_tokens: int = 0, reuse: Optional[TransferPlan] = None) -> TransferPlan:
         """:meth:`Engine.plan_request` (ctx, groups, num_prompt_tokens, num_local_computed_tokens,
         reuse) with this planner's context: the same plan, the same errors, ``reuse`` planned
@@ -384,7 +367,7 @@ def _other(pk: _Packing, n_groups: int, groups: Any, n: int, hit: int) -> Option
             tg = type(g)
             if tg is tuple:
                 x, y = g
-            elif tg is _RG[0]:
+            elif tg is RequestGroup:
                 x, y = g.local_block_ids, g.remote_block_ids
             else:
                 return None
@@ -400,7 +383,7 @@ def _other(pk: _Packing, n_groups: int, groups: Any, n: int, hit: int) -> Option
                     if tv is _A or tv is str or tv is bytes or tv is bytearray:
                         return None
                     m = memoryview(v)  # TypeError: not a buffer
-                    if m.ndim != 1 or m.format not in _U64_FORMATS or not m.c_contiguous:
+                    if m.ndim != 1 or m.format not in _UNSIGNED_FORMATS[8] or not m.c_contiguous:
                         return None
                     v = m.cast("B").cast("Q")
                 c = len(v)

@@ -21,19 +21,25 @@ def _align(tp: int) -> pdkv.EngineConfig:
 Pair = Tuple[pdkv.Model, pdkv.Engine, List[pdkv.EngineMetadata], pdkv.PlanContext]
 
 
-@pytest.fixture
-def pair() -> Iterator[Pair]:
-    """Nemotron-3-Nano, P TP4 -> D TP2 rank 0, align mode: D's engine, P's metadata, the context."""
+def pair_of(d_blocks: int, p_blocks: int) -> Iterator[Pair]:
+    """Nemotron-3-Nano, P TP4 -> D TP2 rank 0, align mode, with these pools of logical blocks:
+    D's engine, P's metadata, the context; closed after the yield."""
     model = pdkv.Model.from_preset("nemotron-3-nano-30b")
-    d = pdkv.Engine(model, _align(2), "decode", 0, 16)
+    d = pdkv.Engine(model, _align(2), "decode", 0, d_blocks)
     remote: List[pdkv.EngineMetadata] = []
     for r in range(4):
-        with pdkv.Engine(model, _align(4), "prefill", r, 16) as p:
+        with pdkv.Engine(model, _align(4), "prefill", r, p_blocks) as p:
             remote.append(p.metadata())
     ctx = d.plan_context(remote, _align(4))
     yield model, d, remote, ctx
     for h in [ctx, d, model, *remote]:
         h.close()
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    """pair_of(16, 16)."""
+    yield from pair_of(16, 16)
 
 
 # The request of the engine examples: a 5001-token prompt, D holds the first 2096 tokens.

@@ -15,29 +15,20 @@ import pytest
 
 import pdkv
 import pdkv.engine_planner as planner_module
-from test_engine import EXAMPLE, Pair, _align, _forms
+from test_engine import EXAMPLE, Pair, _align, _forms, pair_of
 
 
 
 @pytest.fixture
 def pair() -> Iterator[Pair]:
-    """As test_engine's: Nemotron-3-Nano, P TP4 -> D TP2 rank 0, align mode, 600 blocks a side
-    (room for a request whose attention lists pass the 256 ids a side that are copied)."""
-    model = pdkv.Model.from_preset("nemotron-3-nano-30b")
-    d = pdkv.Engine(model, _align(2), "decode", 0, 600)
-    remote: List[pdkv.EngineMetadata] = []
-    for r in range(4):
-        with pdkv.Engine(model, _align(4), "prefill", r, 1200) as p:
-            remote.append(p.metadata())
-    ctx = d.plan_context(remote, _align(4))
-    yield model, d, remote, ctx
-    for h in [ctx, d, model, *remote]:
-        h.close()
+    """test_engine's pair with 600 D and 1200 P blocks: room for a request whose attention lists
+    pass the 256 ids a side that are copied into a group's own area."""
+    yield from pair_of(600, 1200)
 
 
 def _long(blocks: int) -> List[Tuple[Any, Any]]:
     """A request of `blocks` D blocks (consecutive ids, no hit; P TP4's blocks are 1056 tokens):
-    its attention lists pass _COPY_IDS ids a side when blocks > 256, and are then pinned."""
+    its attention lists pass _COPY_IDS ids a side when blocks > 256, and go to the spill area."""
     groups: List[Tuple[Any, Any]] = []
     for g in range(4):  # Mamba: D's table (placeholders but the last), P's running state
         groups.append(([0] * (blocks - 1) + [1 + g], [1 + g]))
