@@ -18,11 +18,14 @@
 //
 // Usage: plan_floor [--tokens 131072,1048576] [--hits 0,50] [--geometry flashinfer,flash_attn]
 //                   [--alloc contig,frag] [--target-s 0.3] [--attention-regions N]
-//                   [--profile-compile (only pdkv's compile, nothing printed)]
+//                   [--form listed|factored] [--profile-compile (only pdkv's compile, nothing printed)]
 // --attention-regions N gives the attention group only regions 0..N-1 (default: all 6): with 1,
 // the plan holds one region's attention reads, which is what a plan that stored one region's
 // reads and a list of the regions alike would emit and check (docs/benchmarks.md: what such a
-// fan-out would and would not save).
+// fan-out would and would not save). --form factored compiles with CompileOptions::region_repeats
+// (the factored plan: regions alike recorded as repeats, docs/factored-plan.md stage 1) and also
+// times that compile followed by expanding every rank's reads into reused buffers (what a caller
+// of the listed reads pays: the C API's pdkv_transfer_plan_rank_reads on each rank).
 // Prints one JSON line per request (times in ns: medians, and the *_min_ns minima; moved_bytes:
 // the bytes the plan moves, D rank 0 from its P ranks, to set the planning time against).
 #include <algorithm>
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
   double target_s = 0.3;
   bool profile = false;
   uint32_t attention_regions = 0;  // 0: the group's default (every region)
+  bool factored_form = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--profile-compile") {  // only pdkv's compile, in a loop, for perf record
@@ -69,6 +73,14 @@ int main(int argc, char** argv) {
     else if (a == "--geometry") geometries = argv[i + 1];
     else if (a == "--alloc") allocs = argv[i + 1];
     else if (a == "--target-s") target_s = std::atof(argv[i + 1]);
+    else if (a == "--form") {
+      const std::string f = argv[i + 1];
+      if (f != "listed" && f != "factored") {
+        std::fprintf(stderr, "--form must be listed or factored\n");
+        return 1;
+      }
+      factored_form = f == "factored";
+    }
     else if (a == "--attention-regions") {
       attention_regions = static_cast<uint32_t>(std::strtoul(argv[i + 1], nullptr, 10));
       if (attention_regions == 0 || attention_regions > kRegions) {
@@ -102,16 +114,26 @@ int main(int argc, char** argv) {
           const auto rq = request.as_logical();
           const auto views = rq.views();
           TransferPlan plan;
-          compile_transfer_plan_into(ctx, views, plan, verdict);
+          const CompileOptions options{.region_repeats = factored_form};
+          auto compile_once = [&] { compile_transfer_plan_into(ctx, views, plan, verdict, options); };
+          compile_once();
           if (profile) {
-            time_calls([&] { compile_transfer_plan_into(ctx, views, plan, verdict); }, target_s);
+            time_calls(compile_once, target_s);
             continue;
           }
-          const auto [compile, compile_min] =
-              time_calls([&] { compile_transfer_plan_into(ctx, views, plan, verdict); }, target_s);
+          const auto [compile, compile_min] = time_calls(compile_once, target_s);
+          // The compile and then every rank's reads in issue order, into buffers kept between calls.
+          std::vector<std::vector<PlanRead>> expanded(plan.ranks.size());
+          const auto [compile_expand, compile_expand_min] = time_calls(
+              [&] {
+                compile_once();
+                for (size_t i = 0; i < plan.ranks.size(); ++i) expand_reads(plan.ranks[i], expanded[i]);
+                keep(expanded.data());
+              },
+              target_s);
 
-          std::vector<PlanRead> reads;  // every read of the plan, rank after rank
-          for (const RankReads& rr : plan.ranks) reads.insert(reads.end(), rr.reads.begin(), rr.reads.end());
+          std::vector<PlanRead> reads;  // every read of the plan, rank after rank, in issue order
+          for (const RankReads& rr : plan.ranks) for_each_read(rr, [&](const PlanRead& r) { reads.push_back(r); });
           std::vector<PlanRead> out(reads.size());
           const double write = time_calls(
               [&] {
@@ -186,10 +208,11 @@ int main(int argc, char** argv) {
               "{\"case\": \"%s/%llu/hit%llu/%s\", \"reads\": %zu, \"read_bytes\": %zu, \"compile_ns\": %.0f, "
               "\"write_ns\": %.0f, \"write_read_ns\": %.0f, \"sort_d_ranges_ns\": %.0f, \"factored_extents\": %zu, "
               "\"factored_attention_ns\": %.0f, \"compile_min_ns\": %.0f, \"factored_attention_min_ns\": %.0f, "
-              "\"moved_bytes\": %llu}\n",
+              "\"moved_bytes\": %llu, \"form\": \"%s\", \"compile_expand_min_ns\": %.0f}\n",
               geo.c_str(), static_cast<unsigned long long>(t), static_cast<unsigned long long>(hit_pct),
               frag ? "frag" : "contig", reads.size(), reads.size() * sizeof(PlanRead), compile, write, write_read, sort,
-              extents.size(), fact, compile_min, fact_min, static_cast<unsigned long long>(plan.stats.bytes));
+              extents.size(), fact, compile_min, fact_min, static_cast<unsigned long long>(plan.stats.bytes),
+              factored_form ? "factored" : "listed", compile_expand_min);
           std::fflush(stdout);
         }
       }

@@ -626,6 +626,21 @@ void accept_hints(const TransferPlan& plan, const Prepared& pre, Trimmed& t) {
   }
 }
 
+// Copies region r's alias (a repeat's ranges, logically last in got[r]) into got[r]. The aliased
+// ranges stay where they are (got lists only grow at their ends, and an alias is recorded after
+// the ranges it names) but the last of them may since have been extended by a merge: the alias
+// keeps its own copy of it.
+void materialise(std::vector<std::vector<Range>>& got, std::vector<Trimmed::Alias>& alias, uint32_t r) {
+  Trimmed::Alias& a = alias[r];
+  if (!a.set) return;
+  a.set = false;
+  const std::vector<Range>& from = got[a.src];
+  std::vector<Range>& to = got[r];
+  to.reserve(to.size() + (a.end - a.begin));
+  to.insert(to.end(), from.begin() + static_cast<std::ptrdiff_t>(a.begin), from.begin() + static_cast<std::ptrdiff_t>(a.end - 1));
+  to.push_back(a.tail);
+}
+
 // Bounds-checks one P rank's reads and adds their D ranges to `got`, skipping the reads in
 // `skip` (pages accept_hints verified). The reads are walked in segments, runs of reads of one
 // (D region, P region) pair. A segment whose reads equal the previous segment's read for read
@@ -634,11 +649,22 @@ void accept_hints(const TransferPlan& plan, const Prepared& pre, Trimmed& t) {
 // its region's list as that segment added to its own (when neither one's first range merged
 // into an earlier range): it is compared, not re-checked read by read. Anything else is checked
 // read by read.
-void check_rank_reads(const std::vector<PlanRead>& reads, const std::vector<std::pair<size_t, size_t>>& skip,
+//
+// A factored plan's region repeats are taken at their positions in issue order. A repeat of
+// exactly the previous segment into regions at least as large (vLLM's regions alike) is in bounds
+// for the same reason, and its ranges are recorded as an alias of that segment's in `got` instead
+// of being copied (materialise copies them when something else needs the list); any other repeat
+// is checked copy by copy like listed reads.
+void check_rank_reads(const RankReads& rank, const std::vector<std::pair<size_t, size_t>>& skip,
                       const EngineMetadata& d, const EngineMetadata& p, const std::vector<uint64_t>& d_size,
-                      const std::vector<uint64_t>& p_size, std::vector<std::vector<Range>>& got) {
+                      const std::vector<uint64_t>& p_size, std::vector<std::vector<Range>>& got,
+                      std::vector<Trimmed::Alias>& alias) {
+  const std::vector<PlanRead>& reads = rank.reads;
   const size_t n = reads.size();
   const PlanRead* rd = reads.data();
+  const RegionRepeat* reps = rank.repeats.data();
+  const size_t num_reps = rank.repeats.size();
+  size_t next_rep = 0;
   const uint64_t* dsz = d_size.data();
   const uint64_t* psz = p_size.data();
   const size_t dn = d_size.size(), pn = p_size.size();
@@ -649,18 +675,41 @@ void check_rank_reads(const std::vector<PlanRead>& reads, const std::vector<std:
   uint32_t prev_lr = 0, prev_rr = 0;
   bool prev_fresh = false;
   size_t next_skip = 0;
+  // The repeats issued before listed read i (at i == n: the rest).
+  const auto repeats_before = [&](size_t i) {
+    for (; next_rep < num_reps && reps[next_rep].end <= i; ++next_rep) {
+      const RegionRepeat& x = reps[next_rep];
+      const uint32_t lr = x.local_region, rr = x.remote_region;
+      if (have_prev && prev_fresh && x.begin == prev_begin && x.end == prev_end && lr != prev_lr && lr < dn &&
+          rr < pn && dsz[lr] >= dsz[prev_lr] && psz[rr] >= psz[prev_rr] && !alias[lr].set && !alias[prev_lr].set &&
+          (got[lr].empty() || got[lr].back().end != rd[prev_begin].local_offset)) {
+        alias[lr] = {true, prev_lr, prev_got_begin, prev_got_end, got[prev_lr][prev_got_end - 1]};
+        continue;  // the previous segment stays the one later repeats and segments compare with
+      }
+      if (lr < dn) materialise(got, alias, lr);
+      for (uint64_t j = x.begin; j < x.end; ++j) {  // check_repeats bounded begin < end <= n
+        const PlanRead& r = rd[j];
+        check_bounds(d, "D", lr, r.local_offset, r.length, lr < dn ? dsz[lr] : 0);
+        check_bounds(p, "P", rr, r.remote_offset, r.length, rr < pn ? psz[rr] : 0);
+        push(got[lr], r.local_offset, r.local_offset + r.length);
+      }
+      have_prev = false;
+    }
+  };
   for (size_t i = 0; i < n;) {
+    if (next_rep < num_reps && reps[next_rep].end <= i) repeats_before(i);
     if (next_skip < skip.size() && skip[next_skip].first == i) {  // a page accept_hints verified
       i = skip[next_skip++].second;
       continue;
     }
-    // Reads before the next skipped page: a segment never reaches into one.
-    const size_t limit = next_skip < skip.size() ? std::min(skip[next_skip].first, n) : n;
+    // Reads before the next skipped page and the next repeat: a segment never reaches past one.
+    size_t limit = next_skip < skip.size() ? std::min(skip[next_skip].first, n) : n;
+    if (next_rep < num_reps) limit = std::min<size_t>(limit, reps[next_rep].end);
     const PlanRead& f = rd[i];
     if (have_prev && prev_fresh) {
       const size_t len = prev_end - prev_begin;
       const uint32_t lr = f.local_region, rr = f.remote_region;
-      if (lr != prev_lr && lr < dn && rr < pn && len <= limit - i && dsz[lr] >= dsz[prev_lr] &&
+      if (lr != prev_lr && lr < dn && rr < pn && len <= limit - i && !alias[lr].set && dsz[lr] >= dsz[prev_lr] &&
           psz[rr] >= psz[prev_rr] && (got[lr].empty() || got[lr].back().end != f.local_offset)) {
         const PlanRead* a = rd + i;
         const PlanRead* b = rd + prev_begin;
@@ -670,6 +719,7 @@ void check_rank_reads(const std::vector<PlanRead>& reads, const std::vector<std:
                   (a[k].length ^ b[k].length) | (a[k].local_region ^ lr) | (a[k].remote_region ^ rr);
         }
         if (diff == 0) {
+          materialise(got, alias, lr);
           std::vector<Range>& to = got[lr];
           const std::vector<Range>& from = got[prev_lr];
           const size_t at = to.size();
@@ -691,6 +741,7 @@ void check_rank_reads(const std::vector<PlanRead>& reads, const std::vector<std:
     check_bounds(d, "D", lr, f.local_offset, f.length, lr < dn ? dsz[lr] : 0);
     check_bounds(p, "P", rr, f.remote_offset, f.length, rr < pn ? psz[rr] : 0);
     const uint64_t dmax = dsz[lr], pmax = psz[rr];
+    materialise(got, alias, lr);
     std::vector<Range>& to = got[lr];
     const bool fresh = to.empty() || to.back().end != f.local_offset;
     const size_t at = to.size();
@@ -712,6 +763,7 @@ void check_rank_reads(const std::vector<PlanRead>& reads, const std::vector<std:
     prev_got_end = to.size();
     i = j;
   }
+  repeats_before(n);
 }
 
 }  // namespace
@@ -760,6 +812,9 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
   want.resize(d.regions.size());
   for (auto& v : got) v.clear();
   for (auto& v : want) v.clear();
+  auto& alias = t.alias;
+  alias.assign(d.regions.size(), Trimmed::Alias{});
+  for (const RankReads& rr : plan.ranks) check_repeats(rr);
   t.consumed.resize(plan.ranks.size());
   for (auto& c : t.consumed) c.clear();
   if (pre != nullptr && pre->mamba.valid && !t.hints.empty()) accept_hints(plan, *pre, t);
@@ -785,7 +840,7 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
     } else {
       sizes(p, p_size);
     }
-    check_rank_reads(rr.reads, t.consumed[ri], d, p, d_size, p_size, got);
+    check_rank_reads(rr, t.consumed[ri], d, p, d_size, p_size, got, alias);
   }
   // D's expected bytes in a region depend only on which groups use it and on its block_len
   // (bytes per token and the Mamba page stride follow from it): regions alike in both (under
@@ -829,8 +884,33 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
   // attention ranges: the emitter walks the pages and the spans in the order they are derived)
   // needs only its expected ranges sorted (which finds overlaps among them): both lists
   // normalise alike. Both are decided on the lists as derived and as read, before any sort.
+  // A region whose list ends with an alias (a factored plan's region repeat) is decided on the
+  // list it aliases when that one settles the question: the same list as its same_as region's
+  // (its own ranges equal that region's up to the aliased part, which is the rest of it), or its
+  // Mamba pages followed by the aliased ranges where those were the attention ranges of an alike
+  // region of the same attention class. Otherwise the alias is copied in and compared as listed.
   for (uint32_t region = 0; region < nreg; ++region) {
     RC& c = rc[region];
+    const Trimmed::Alias& al = alias[region];
+    if (al.set) {
+      const auto& g = got[region];
+      const auto& src = got[al.src];
+      const bool whole_tail = !alias[al.src].set && al.end == src.size() && src[al.end - 1] == al.tail;
+      if (whole_tail && c.same_as == static_cast<int>(al.src) && g.size() == al.begin &&
+          (g.empty() || std::memcmp(g.data(), src.data(), g.size() * sizeof(Range)) == 0)) {
+        c.verified = true;
+        continue;
+      }
+      const auto& m = mam[mam_rep(region)];
+      const RC& sc = rc[al.src];
+      if (whole_tail && al.src < region && !sc.verified && sc.alike && att_rep(al.src) == att_rep(region) &&
+          mam[mam_rep(al.src)].size() == al.begin && g.size() == m.size() && prefix_is(g, 0, m)) {
+        c.alike = true;
+        continue;
+      }
+      materialise(got, alias, region);
+    }
+    if (c.same_as >= 0) materialise(got, alias, static_cast<uint32_t>(c.same_as));  // compared whole
     c.verified = c.same_as >= 0 && same_ranges(got[region], got[static_cast<size_t>(c.same_as)]);
     if (c.verified) continue;
     const auto& m = mam[mam_rep(region)];
@@ -867,6 +947,7 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
       if (rc[region].alike) {
         if (disjoint(m, a)) continue;
       } else if (merge_into(m, a, merged)) {
+        materialise(got, alias, region);
         normalise(got[region], region, "plan reads");
         compare(merged, got[region], region);
         continue;
@@ -880,6 +961,7 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
       if (std::find(regs.begin(), regs.end(), region) != regs.end()) group_ranges(ctx, t, g, region, merged);
     }
     normalise(merged, region, "groups' blocks");
+    materialise(got, alias, region);
     normalise(got[region], region, "plan reads");
     compare(merged, got[region], region);
   }

@@ -100,6 +100,16 @@ struct Trimmed {
   };
   static_assert(std::is_trivial_v<Range>);
   std::vector<std::vector<Range>> got, want;
+  // A region repeat's D ranges, not copied: got[r] continues with got[src][begin, end) (the ranges
+  // its source segment added). Always logically last in got[r]: anything else added to got[r]
+  // copies them in first (check_coverage's materialise).
+  struct Alias {
+    bool set = false;
+    uint32_t src = 0;
+    size_t begin = 0, end = 0;  // begin < end
+    Range tail{};               // got[src][end - 1] when recorded (a later merge may extend it there)
+  };
+  std::vector<Alias> alias;
   std::vector<uint64_t> d_size, p_size;
   // check_coverage's view of each D region: which groups use it, the earlier region whose
   // expected ranges it shares (all of them: same_as; the attention ones: att_as; -1: none),

@@ -456,13 +456,44 @@ using namespace plan_detail;
 // (resize), so compiling a request no larger than the plan's last one writes each read once.
 class PlanBuilder {
  public:
-  PlanBuilder(TransferPlan& plan, uint32_t p_tp, std::vector<size_t>& used) : plan_(plan), used_(used) {
+  // factored: regions laid out alike are recorded as RegionRepeats (CompileOptions::region_repeats).
+  PlanBuilder(TransferPlan& plan, uint32_t p_tp, std::vector<size_t>& used, bool factored)
+      : plan_(plan), used_(used), factored_(factored) {
     plan_.ranks.resize(p_tp);
     used_.assign(p_tp, 0);
     for (uint32_t p = 0; p < p_tp; ++p) {
       plan_.ranks[p].p_rank = p;
       plan_.ranks[p].bytes = 0;
+      plan_.ranks[p].repeats.clear();
     }
+  }
+
+  // Whether rank p's last read in issue order is a repeat's copy (not stored: no read may merge
+  // into rank p's last listed read then).
+  bool tail_repeated(uint32_t p) const {
+    const auto& reps = plan_.ranks[p].repeats;
+    return !reps.empty() && reps.back().end == used_[p];
+  }
+
+  // Before a read of regions (region, rregion) is added to rank p: when the rank's last read is a
+  // repeat's copy of the same regions (which the read could extend), the repeats at the tail are
+  // written out as listed reads, so that coalescing stays exactly the listed plan's. A read of
+  // other regions never merges into the copy, and the repeats stay.
+  void settle_tail(uint32_t p, uint32_t region, uint32_t rregion) {
+    if (!tail_repeated(p)) return;
+    auto& reps = plan_.ranks[p].repeats;
+    if (reps.back().local_region != region || reps.back().remote_region != rregion) return;
+    size_t first = reps.size();
+    while (first > 0 && reps[first - 1].end == used_[p]) --first;
+    for (size_t k = first; k < reps.size(); ++k) {
+      const RegionRepeat r = reps[k];
+      const size_t n = static_cast<size_t>(r.end - r.begin);
+      PlanRead* out = room(p, n);
+      const PlanRead* in = plan_.ranks[p].reads.data() + r.begin;
+      used_[p] += n;
+      for (size_t i = 0; i < n; ++i) out[i] = {r.local_region, in[i].local_offset, r.remote_region, in[i].remote_offset, in[i].length};
+    }
+    reps.resize(first);
   }
 
   // The read D's [local_offset, +length) of `region` <- P's [remote_offset, +length) of
@@ -478,9 +509,10 @@ class PlanBuilder {
     if (p >= plan_.ranks.size()) [[unlikely]] fail_rank(p);
     RankReads& rr = plan_.ranks[p];
     rr.bytes += length;  // a part of kind_bytes, which cannot have overflowed
+    if (!rr.repeats.empty()) [[unlikely]] settle_tail(p, region, rregion);
     auto& v = rr.reads;
     size_t& used = used_[p];
-    if (used > 0) {
+    if (used > 0 && !tail_repeated(p)) {
       PlanRead& last = v[used - 1];
       if (last.local_region == region && last.remote_region == rregion &&
           last.local_offset + last.length == local_offset && last.remote_offset + last.length == remote_offset) {
@@ -531,9 +563,20 @@ class PlanBuilder {
   void repeat(uint32_t p, size_t begin, size_t end, uint32_t region, uint32_t rregion, uint64_t pieces,
               uint64_t bytes) {
     if (begin == end) return;
-    if (plan_.ranks[p].reads[used_[p] - 1].local_region == region) [[unlikely]] {
+    const auto& reps = plan_.ranks[p].repeats;
+    const uint32_t last_region = tail_repeated(p) ? reps.back().local_region : plan_.ranks[p].reads[used_[p] - 1].local_region;
+    if (last_region == region) [[unlikely]] {
       fail(Status::Internal, "region " + s(region) + " emitted twice in one group");
     }
+    if (factored_ && end == used_[p]) {
+      // Recorded, not copied: the copies would follow the rank's last read exactly here.
+      plan_.ranks[p].repeats.push_back({begin, end, region, rregion});
+      pieces_ += pieces;
+      attention_bytes_ = add_checked(attention_bytes_, bytes, "plan bytes");
+      plan_.ranks[p].bytes += bytes;  // a part of attention_bytes_
+      return;
+    }
+    settle_tail(p, region, rregion);
     // Room made once, then written through pointers (a push_back per read reloads the vector's
     // bounds after every store).
     const size_t n = end - begin;
@@ -559,9 +602,10 @@ class PlanBuilder {
                  uint64_t rbl, uint64_t lt, uint64_t rt) {
     if (p >= plan_.ranks.size()) [[unlikely]] fail_rank(p);
     RankReads& rr = plan_.ranks[p];
+    if (!rr.repeats.empty()) [[unlikely]] settle_tail(p, region, rregion);
     PlanRead* const start = room(p, spans.size());
     PlanRead* out = start;
-    PlanRead* last = used_[p] > 0 ? out - 1 : nullptr;
+    PlanRead* last = used_[p] > 0 && !tail_repeated(p) ? out - 1 : nullptr;
     uint64_t bytes = attention_bytes_, pieces = pieces_, rank_bytes = rr.bytes;
     for (const SpanRun& run : spans) {
       const uint64_t lbase = mul_checked(run.local_block, lbl, "local block offset");
@@ -603,11 +647,12 @@ class PlanBuilder {
     RankReads& rr = plan_.ranks[rank.p_rank];
     const size_t n = rank.reads.size();
     const TemplateRead* tmpl = rank.reads.data();
+    if (!rr.repeats.empty() && !rg.regions.empty()) [[unlikely]] settle_tail(rank.p_rank, rg.regions[0], rg.remote_regions[0]);
     first = used_[rank.p_rank];
     const size_t pages = rg.regions.size() * states.size();
     PlanRead* const start = room(rank.p_rank, pages * n);  // no overflow: every page's reads fit in memory
     PlanRead* out = start;
-    PlanRead* last = first > 0 ? out - 1 : nullptr;
+    PlanRead* last = first > 0 && !tail_repeated(rank.p_rank) ? out - 1 : nullptr;
     bool clean = true;
     const uint64_t* rstride = m.remote_stride[j].data();
     for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
@@ -658,6 +703,7 @@ class PlanBuilder {
       rr.reads.resize(used_[p]);  // cuts the elements left from an earlier compile
       if (rr.reads.empty()) continue;
       plan_.stats.pieces_after_coalescing += rr.reads.size();
+      for (const RegionRepeat& r : rr.repeats) plan_.stats.pieces_after_coalescing += r.end - r.begin;
       if (kept != p) std::swap(plan_.ranks[kept], rr);  // keeps both vectors' capacity
       ++kept;
     }
@@ -667,6 +713,7 @@ class PlanBuilder {
  private:
   TransferPlan& plan_;
   std::vector<size_t>& used_;  // per P rank: how many of its vector's elements are this plan's reads
+  bool factored_ = false;
   uint64_t pieces_ = 0;
   uint64_t attention_bytes_ = 0;
   uint64_t mamba_bytes_ = 0;
@@ -1035,7 +1082,7 @@ PlanContextVerdict judge_plan_context(const PlanContext& ctx) {
 namespace {
 
 void compile_body(const PlanContext& ctx, std::span<const PlanGroupView> groups, TransferPlan& plan,
-                  const PlanContextVerdict* verdict) {
+                  const PlanContextVerdict* verdict, bool factored) {
   Trimmed& t = scratch();
   plan.stats = PlanStats{};
   t.hints.clear();
@@ -1072,7 +1119,7 @@ void compile_body(const PlanContext& ctx, std::span<const PlanGroupView> groups,
   plan.zero.resize(t.groups.size());
 
   plan.permute = block_permute(ctx, {t.staging, t.permute});
-  PlanBuilder b(plan, plan.p_tp, t.rank_used);
+  PlanBuilder b(plan, plan.p_tp, t.rank_used, factored);
   bool have_mreads = false;
   AttentionRegion& a = t.attention;  // its token reads keep their capacity between requests
   bool have_a = false;
@@ -1123,9 +1170,9 @@ void compile_body(const PlanContext& ctx, std::span<const PlanGroupView> groups,
 // The plan's per-rank read vectors are kept from one compile to the next (PlanBuilder clears
 // them, keeping their capacity); on any error they are emptied, so `plan` is never a half plan.
 void compile_into(const PlanContext& ctx, std::span<const PlanGroupView> groups, TransferPlan& plan,
-                  const PlanContextVerdict* verdict) {
+                  const PlanContextVerdict* verdict, bool factored = false) {
   try {
-    compile_body(ctx, groups, plan, verdict);
+    compile_body(ctx, groups, plan, verdict, factored);
   } catch (...) {
     plan.ranks.clear();
     throw;
@@ -1142,6 +1189,48 @@ void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGrou
 void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
                                 TransferPlan& plan, const PlanContextVerdict& verdict) {
   compile_into(ctx, groups, plan, &verdict);
+}
+
+void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
+                                TransferPlan& plan, const PlanContextVerdict& verdict, const CompileOptions& options) {
+  compile_into(ctx, groups, plan, &verdict, options.region_repeats);
+}
+
+void check_repeats(const RankReads& rr) {
+  uint64_t prev_end = 0;
+  for (size_t k = 0; k < rr.repeats.size(); ++k) {
+    const RegionRepeat& r = rr.repeats[k];
+    if (r.begin >= r.end || r.end > rr.reads.size() || r.end < prev_end) [[unlikely]] {
+      fail(Status::InvalidArgument, "P rank " + s(rr.p_rank) + ": region repeat " + s(k) + " copies reads " + s(r.begin) +
+                                        ".." + s(r.end) + " of " + s(rr.reads.size()) + " listed" +
+                                        (r.end < prev_end ? " before the previous repeat's position " + s(prev_end) : "") +
+                                        " (a repeat needs begin < end <= the listed reads, ends non-decreasing)");
+    }
+    prev_end = r.end;
+  }
+}
+
+size_t read_count(const RankReads& rr) {
+  check_repeats(rr);
+  size_t n = rr.reads.size();
+  for (const RegionRepeat& r : rr.repeats) n += static_cast<size_t>(r.end - r.begin);
+  return n;
+}
+
+void expand_reads(const RankReads& rr, std::vector<PlanRead>& out) {
+  out.resize(read_count(rr));
+  PlanRead* o = out.data();
+  for_each_read(rr, [&](const PlanRead& r) { *o++ = r; });
+}
+
+void expand_plan(TransferPlan& plan) {
+  std::vector<PlanRead> flat;
+  for (RankReads& rr : plan.ranks) {
+    if (rr.repeats.empty()) continue;
+    expand_reads(rr, flat);
+    std::swap(rr.reads, flat);
+    rr.repeats.clear();
+  }
 }
 
 TransferPlan compile_transfer_plan(const PlanContext& ctx, const std::vector<PlanGroup>& groups) {

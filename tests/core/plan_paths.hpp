@@ -46,6 +46,34 @@ inline void expect_same_plan(const TransferPlan& a, const TransferPlan& b) {
   }
 }
 
+// The factored form (CompileOptions::region_repeats) of the same request: expanded, the listed
+// plan read for read (stats included); accepted as it is by the coverage check (which proves
+// region repeats through the region they copy); and, compiled into a plan last used by other
+// requests, the same again.
+inline void expect_factored_same(const PlanContext& ctx, const std::vector<PlanGroupView>& views,
+                                 const PlanContextVerdict& v, const TransferPlan& want) {
+  static TransferPlan shared;
+  TransferPlan fresh;
+  for (int i = 0; i < 3; ++i) {
+    TransferPlan& got = i < 2 ? fresh : shared;
+    try {
+      compile_transfer_plan_into(ctx, views, got, v, CompileOptions{.region_repeats = true});
+    } catch (const Error& e) {
+      ADD_FAILURE() << "the factored form refused what the per-read path planned: " << e.what();
+      return;
+    }
+    try {
+      validate_transfer_plan_views(got, ctx, views);
+    } catch (const Error& e) {
+      ADD_FAILURE() << "the check refused the factored plan it was compiled with: " << e.what();
+    }
+    TransferPlan flat = got;
+    expand_plan(flat);
+    expect_same_plan(flat, want);
+    for (const RankReads& rr : flat.ranks) EXPECT_TRUE(rr.repeats.empty());
+  }
+}
+
 // Compiles `groups` through the verdict path into a reused plan (twice, so that stale buffers
 // would show) and compares with `want` (the per-read path's plan). A third compile goes into
 // one plan shared by every call of the test program, last filled by another request (larger or
@@ -67,6 +95,7 @@ inline void expect_verdict_path_same(const PlanContext& ctx, const std::vector<P
     }
     expect_same_plan(got, want);
   }
+  expect_factored_same(ctx, views, v, want);
 }
 
 // Both paths on one request: equal plans, or the same error.

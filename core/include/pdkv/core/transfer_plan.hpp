@@ -142,12 +142,66 @@ struct PlanRead {
   friend bool operator==(const PlanRead&, const PlanRead&) = default;
 };
 
-// All reads D issues against one P rank, in issue order.
+// Reads [begin, end) of a rank's listed reads issued again into another region pair: the same
+// offsets and lengths with local_region / remote_region replaced (a region laid out like theirs).
+// The copies are issued after listed read end - 1 and before listed read `end`, after any earlier
+// repeat at the same position.
+struct RegionRepeat {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint32_t local_region = 0;
+  uint32_t remote_region = 0;
+  friend bool operator==(const RegionRepeat&, const RegionRepeat&) = default;
+};
+
+// All reads D issues against one P rank. A listed plan (compile_transfer_plan, and
+// compile_transfer_plan_into without CompileOptions::region_repeats) holds them in `reads`, in
+// issue order, and `repeats` is empty. A factored plan (region_repeats) lists only the reads of
+// the first region of each run of regions laid out alike and names the others as repeats (ends
+// non-decreasing): the issue order is `reads` with each repeat's copies inserted at its `end`.
+// Read the issue order through for_each_read / expand_reads, which work on both forms.
 struct RankReads {
   uint32_t p_rank = 0;
   std::vector<PlanRead> reads;
+  std::vector<RegionRepeat> repeats;
   uint64_t bytes = 0;
 };
+
+// Throws InvalidArgument naming the repeat when one is malformed (begin >= end, end past the
+// listed reads, ends decreasing): what for_each_read and expand_reads check before they walk.
+void check_repeats(const RankReads& rr);
+
+// How many reads the rank issues (listed plus repeated), after check_repeats.
+size_t read_count(const RankReads& rr);
+
+// Calls f(const PlanRead&) for every read of the rank in issue order, after check_repeats.
+template <class F>
+void for_each_read(const RankReads& rr, F&& f) {
+  if (rr.repeats.empty()) {
+    for (const PlanRead& r : rr.reads) f(r);
+    return;
+  }
+  check_repeats(rr);
+  const PlanRead* listed = rr.reads.data();
+  size_t i = 0;
+  for (const RegionRepeat& rep : rr.repeats) {
+    for (; i < rep.end; ++i) f(listed[i]);
+    for (uint64_t j = rep.begin; j < rep.end; ++j) {
+      PlanRead c = listed[j];
+      c.local_region = rep.local_region;
+      c.remote_region = rep.remote_region;
+      f(static_cast<const PlanRead&>(c));
+    }
+  }
+  for (; i < rr.reads.size(); ++i) f(listed[i]);
+}
+
+// The rank's reads in issue order (out is overwritten; its capacity is kept).
+void expand_reads(const RankReads& rr, std::vector<PlanRead>& out);
+
+// Turns a factored plan into the listed plan it stands for (no-op on a listed plan).
+struct TransferPlan;
+void expand_plan(TransferPlan& plan);
 
 // Receive-side work for one group: zero these token ranges in every listed region (attention
 // kinds) and never publish these Mamba slots as cache hits.
@@ -300,6 +354,20 @@ struct PlanContextVerdict {
 PlanContextVerdict judge_plan_context(const PlanContext& ctx);
 void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
                                 TransferPlan& out, const PlanContextVerdict& verdict);
+
+// How compile_transfer_plan_into writes the plan.
+struct CompileOptions {
+  // Factored form (RankReads): a region laid out like the one emitted before it (same block
+  // lengths on both sides, same kind, the same P rank, vLLM's usual hybrid-attention regions) is
+  // recorded as a RegionRepeat of that region's reads instead of as copies of them, and the
+  // coverage check proves it through the region it repeats (docs/factored-plan.md, stage 1). The
+  // plan stands for exactly the listed plan (expand_plan gives it, read for read); its stats
+  // count the reads it issues. The C API's plan handles compile this form and expand a rank's
+  // reads on first use.
+  bool region_repeats = false;
+};
+void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
+                                TransferPlan& out, const PlanContextVerdict& verdict, const CompileOptions& options);
 
 // The plan's coverage and bounds check, usable on its own (e.g. on a plan that was edited or
 // deserialised): the D bytes the plan must write are recomputed from the groups (prefix trimming
