@@ -92,7 +92,7 @@ void plan_request_into(const pdkv_engine_t* engine, const pdkv_plan_context_t* c
   const core::EngineSide local{&d, engine->num_speculative_tokens};
   const core::EngineSide remote{&ctx->ctx.remote.front(), ctx->remote_num_speculative_tokens};
   core::engine_request_views(engine->groups, local, remote, req, h.views);
-  core::compile_transfer_plan_into(ctx->ctx, h.views, h.plan, ctx->verdict);
+  core::compile_transfer_plan_into(ctx->ctx, h.views, h.plan, ctx->verdict, pdkv::capi::kCompileOptions);
 }
 
 }  // namespace
@@ -320,7 +320,7 @@ PDKV_API pdkv_status_t pdkv_engine_plan_request_into(const pdkv_engine_t* engine
     } catch (...) {
       // Whatever the request got to, the handle must not look like a plan for it.
       plan->plan = core::TransferPlan{};
-      plan->read_ranks.clear();
+      pdkv::capi::refresh_plan_views(*plan);
       throw;
     }
     pdkv::capi::refresh_plan_views(*plan);

@@ -173,6 +173,9 @@ const pdkv_plan_read_t* c_reads(const std::vector<core::PlanRead>& reads) {
 void pdkv::capi::refresh_plan_views(pdkv_transfer_plan& h) {
   h.read_ranks.clear();
   for (const auto& rr : h.plan.ranks) h.read_ranks.push_back(rr.p_rank);
+  const std::lock_guard<std::mutex> lock(h.expand_mutex);
+  if (h.expanded.size() < h.plan.ranks.size()) h.expanded.resize(h.plan.ranks.size());
+  h.expanded_ready.assign(h.plan.ranks.size(), 0);
 }
 
 pdkv_transfer_plan_t* pdkv::capi::finish_plan(std::unique_ptr<pdkv_transfer_plan> h) {
@@ -273,7 +276,7 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_compile(const pdkv_plan_context_t* ctx
     *out = nullptr;
     const auto g = groups_from_c(groups, n_groups);
     auto h = std::make_unique<pdkv_transfer_plan>();
-    core::compile_transfer_plan_into(ctx->ctx, g, h->plan, ctx->verdict);
+    core::compile_transfer_plan_into(ctx->ctx, g, h->plan, ctx->verdict, pdkv::capi::kCompileOptions);
     *out = finish_plan(std::move(h));
   });
 }
@@ -294,11 +297,11 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_compile_into(const pdkv_plan_context_t
     require_non_null(plan, "plan");
     try {
       const auto g = groups_from_c(groups, n_groups, plan->views);
-      core::compile_transfer_plan_into(ctx->ctx, g, plan->plan, ctx->verdict);
+      core::compile_transfer_plan_into(ctx->ctx, g, plan->plan, ctx->verdict, pdkv::capi::kCompileOptions);
     } catch (...) {
       // Whatever the request got to, the handle must not look like a plan for it.
       plan->plan = core::TransferPlan{};
-      plan->read_ranks.clear();
+      pdkv::capi::refresh_plan_views(*plan);
       throw;
     }
     pdkv::capi::refresh_plan_views(*plan);
@@ -389,10 +392,22 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_rank_reads(const pdkv_transfer_plan_t*
     *count = 0;
     if (bytes != nullptr) *bytes = 0;
     for (size_t i = 0; i < plan->plan.ranks.size(); ++i) {
-      if (plan->plan.ranks[i].p_rank != p_tp_rank) continue;
-      *reads = c_reads(plan->plan.ranks[i].reads);
-      *count = plan->plan.ranks[i].reads.size();
-      if (bytes != nullptr) *bytes = plan->plan.ranks[i].bytes;
+      const core::RankReads& rr = plan->plan.ranks[i];
+      if (rr.p_rank != p_tp_rank) continue;
+      if (bytes != nullptr) *bytes = rr.bytes;
+      if (rr.repeats.empty()) {
+        *reads = c_reads(rr.reads);
+        *count = rr.reads.size();
+        continue;
+      }
+      const std::lock_guard<std::mutex> lock(plan->expand_mutex);
+      std::vector<core::PlanRead>& flat = plan->expanded[i];
+      if (plan->expanded_ready[i] == 0) {
+        core::expand_reads(rr, flat);
+        plan->expanded_ready[i] = 1;
+      }
+      *reads = c_reads(flat);
+      *count = flat.size();
     }
   });
 }

@@ -23,13 +23,13 @@ std::string plan_to_json(const TransferPlan& plan) {
   ordered_json ranks = ordered_json::array();
   for (const RankReads& rr : plan.ranks) {
     ordered_json reads = ordered_json::array();
-    for (const PlanRead& r : rr.reads) {
+    for_each_read(rr, [&](const PlanRead& r) {  // issue order, a factored plan's repeats expanded
       reads.push_back({{"local_region", r.local_region},
                        {"local_offset", r.local_offset},
                        {"remote_region", r.remote_region},
                        {"remote_offset", r.remote_offset},
                        {"length", r.length}});
-    }
+    });
     ranks.push_back({{"p_tp_rank", rr.p_rank}, {"bytes", rr.bytes}, {"reads", std::move(reads)}});
   }
   j["ranks"] = std::move(ranks);

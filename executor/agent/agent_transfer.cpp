@@ -76,7 +76,7 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
   struct LaneOps {
     uint32_t p_rank;
     std::shared_ptr<PeerConn> peer;
-    const std::vector<core::PlanRead>* reads;
+    const core::RankReads* reads;  // listed, or factored (region repeats): walked in issue order
   };
   std::vector<LaneOps> lanes;
 
@@ -126,7 +126,7 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
       }
       check_stage(peer->record->metadata, plan.p_pp_size, plan.p_pp_rank,
                   "peer '" + params.peer_engine_id + "' rank " + std::to_string(rr.p_rank));
-      lanes.push_back({rr.p_rank, peer, &rr.reads});
+      lanes.push_back({rr.p_rank, peer, &rr});
     }
     if (params.notify) {
       for (uint32_t r : plan.notify_ranks) {
@@ -151,10 +151,10 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
                                               params.peer_engine_id + "' runs TP " +
                                               std::to_string(peer->record->metadata.tp_size));
     }
-    static const std::vector<core::PlanRead> kNone;
-    const std::vector<core::PlanRead>* reads = &kNone;
+    static const core::RankReads kNone;
+    const core::RankReads* reads = &kNone;
     for (const auto& rr : plan.ranks) {
-      if (rr.p_rank == me.tp_rank) reads = &rr.reads;
+      if (rr.p_rank == me.tp_rank) reads = &rr;
     }
     lanes.push_back({me.tp_rank, peer, reads});
   }
@@ -164,9 +164,9 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
   std::vector<bool> uses_region(regs_.size(), false);
   for (size_t l = 0; l < lanes.size(); ++l) {
     const auto& L = lanes[l];
-    per_lane[l].reserve(L.reads->size());
-    for (size_t i = 0; i < L.reads->size(); ++i) {
-      const core::PlanRead& r = (*L.reads)[i];
+    per_lane[l].reserve(core::read_count(*L.reads));  // checks a factored plan's repeats first
+    size_t i = 0;  // the read's index in issue order (pdkv_failed_read_t.read_index)
+    core::for_each_read(*L.reads, [&](const core::PlanRead& r) {
       const ReadRef ref{L.p_rank, i};
       TransferJob::Op op;
       op.lane = static_cast<uint32_t>(l);
@@ -206,7 +206,8 @@ std::shared_ptr<TransferJob> AgentCore::post(const PostParams& params) {
         }
       }
       per_lane[l].push_back(op);
-    }
+      ++i;
+    });
   }
 
   // D's receive side of a plan whose blocks arrive in P's KV layout: every listed block of every
