@@ -237,24 +237,23 @@ bool distinct_blocks(const PlanGroupView& g, uint64_t block_len, uint64_t region
   const size_t words = static_cast<size_t>((limit + 63) / 64);
   if (bits.size() < words) bits.resize(words, 0);
   uint64_t* b = bits.data();
-  const std::span<const uint64_t> ids = g.local_blocks;
-  bool ok = true;
-  size_t marked = 0;
-  for (; marked < ids.size(); ++marked) {
-    const uint64_t id = ids[marked];
-    if (id == kNullBlock) continue;
-    if (id >= limit) {
-      ok = false;
-      break;
-    }
-    uint64_t& w = b[id >> 6];
-    const uint64_t m = uint64_t{1} << (id & 63);
-    if ((w & m) != 0) {
-      ok = false;
-      break;
-    }
-    w |= m;
+  const uint64_t* const ids = g.local_blocks.data();
+  const size_t n = g.local_blocks.size();
+  // Branch-free marking: a null id or one past the limit marks nothing (word 0, mask 0) and is
+  // only noted; a duplicate shows as a bit already set. No early exit, so every listed id is
+  // marked and cleared alike.
+  uint64_t dup = 0, over = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t id = ids[i];
+    const bool in = id < limit;
+    over |= static_cast<uint64_t>(!in);
+    const uint64_t m = in && id != kNullBlock ? uint64_t{1} << (id & 63) : 0;
+    uint64_t& w = b[in ? id >> 6 : 0];
+    const uint64_t old = w;
+    dup |= old & m;
+    w = old | m;
   }
+  bool ok = dup == 0 && over == 0;
   for (size_t i = 0; ok && i < pages.size(); ++i) {
     const uint64_t first = pages[i].begin / span, last = (pages[i].end - 1) / span;
     for (uint64_t id = first; id <= last && id < limit; ++id) {
@@ -264,9 +263,15 @@ bool distinct_blocks(const PlanGroupView& g, uint64_t block_len, uint64_t region
       }
     }
   }
-  for (size_t i = 0; i < marked; ++i) {  // back to all clear (only the bits set here)
-    const uint64_t id = ids[i];
-    if (id != kNullBlock) b[id >> 6] = 0;
+  // Back to all clear: the whole array when it is short next to the list, else the words the
+  // ids touched.
+  if (words <= 4 * n) {
+    std::memset(b, 0, words * sizeof(uint64_t));
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t id = ids[i];
+      b[id < limit ? id >> 6 : 0] = 0;
+    }
   }
   return ok;
 }
