@@ -6,7 +6,8 @@
 // (anything else is a bug); on success the plan is re-checked here without pdkv's own validator:
 // every read lies inside its regions on both sides, no two reads write the same D byte, and the
 // bytes moved equal what the trim result says D needs (tokens x heads x head bytes per region,
-// whole Mamba states per region). ASan/UBSan catch the rest.
+// whole Mamba states per region); and the factored form of the request (region repeats) expands to
+// the same plan. ASan/UBSan catch the rest.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -144,6 +145,32 @@ void check(const TransferPlan& plan, const PlanContext& ctx, const std::vector<P
   if (moved != needed_bytes(ctx, groups)) bug("bytes moved differ from the bytes D needs");
 }
 
+// The factored form of the same request (region repeats, the C API's form, compiled with the
+// context's verdict) must be planned too, and expand to the same plan read for read.
+void same_when_factored(const TransferPlan& plan, const PlanContext& ctx, const std::vector<PlanGroup>& groups) {
+  std::vector<PlanGroupView> views;
+  for (const PlanGroup& g : groups) views.push_back(view_of(g));
+  TransferPlan factored;
+  try {
+    compile_transfer_plan_into(ctx, views, factored, judge_plan_context(ctx), CompileOptions{.region_repeats = true});
+  } catch (const Error&) {
+    bug("the factored compile refused a request the listed compile planned");
+  }
+  expand_plan(factored);
+  if (factored.ranks.size() != plan.ranks.size()) bug("the factored plan reads from other P ranks");
+  for (size_t i = 0; i < plan.ranks.size(); ++i) {
+    if (factored.ranks[i].p_rank != plan.ranks[i].p_rank || factored.ranks[i].bytes != plan.ranks[i].bytes ||
+        !(factored.ranks[i].reads == plan.ranks[i].reads)) {
+      bug("the factored plan expands to other reads than the listed plan's");
+    }
+  }
+  if (factored.stats.pieces_after_coalescing != plan.stats.pieces_after_coalescing ||
+      factored.stats.pieces_before_coalescing != plan.stats.pieces_before_coalescing ||
+      factored.stats.bytes != plan.stats.bytes) {
+    bug("the factored plan's stats differ from the listed plan's");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -222,6 +249,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const TransferPlan plan = compile_transfer_plan(ctx, groups);
     check(plan, ctx, groups);
     (void)plan_to_json(plan);
+    same_when_factored(plan, ctx, groups);
   } catch (const Error&) {
     // A refused configuration or request: fine, as long as it is a pdkv Error.
   }
