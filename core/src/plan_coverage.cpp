@@ -646,6 +646,12 @@ void materialise(std::vector<std::vector<Range>>& got, std::vector<Trimmed::Alia
   to.push_back(a.tail);
 }
 
+// Before got[src] is sorted in place: every alias of its ranges is copied out first.
+void release_aliases_of(std::vector<std::vector<Range>>& got, std::vector<Trimmed::Alias>& alias, uint32_t src) {
+  for (uint32_t r = 0; r < alias.size(); ++r)
+    if (alias[r].set && alias[r].src == src) materialise(got, alias, r);
+}
+
 // Bounds-checks one P rank's reads and adds their D ranges to `got`, skipping the reads in
 // `skip` (pages accept_hints verified). The reads are walked in segments, runs of reads of one
 // (D region, P region) pair. A segment whose reads equal the previous segment's read for read
@@ -953,6 +959,7 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
         if (disjoint(m, a)) continue;
       } else if (merge_into(m, a, merged)) {
         materialise(got, alias, region);
+        release_aliases_of(got, alias, region);
         normalise(got[region], region, "plan reads");
         compare(merged, got[region], region);
         continue;
@@ -967,6 +974,7 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
     }
     normalise(merged, region, "groups' blocks");
     materialise(got, alias, region);
+    release_aliases_of(got, alias, region);
     normalise(got[region], region, "plan reads");
     compare(merged, got[region], region);
   }

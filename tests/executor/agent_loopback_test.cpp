@@ -212,6 +212,48 @@ TEST_P(AgentLoopback, ReadMovesEveryPlannedByteAndNotifiesAfterTheData) {
   EXPECT_EQ(peer->transfers_done.load(), 1u);
 }
 
+// A factored plan (CompileOptions::region_repeats, what the C API's plan handles hold): NHD on both
+// sides with equal heads per rank makes every region one piece per token run, so regions 1 and 2
+// are repeats of region 0's reads. The agent walks them in issue order and moves exactly the
+// bytes of the listed plan.
+TEST_P(AgentLoopback, AFactoredPlanMovesTheListedPlansBytes) {
+  auto d = make_rank("dec", 2, 0, 0xEE, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::NHD);
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::NHD);
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::NHD);
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const core::TransferPlan listed = make_plan(*d, ps, 16 * 9 + 5);
+  const core::PlanContext ctx = core::make_plan_context(d->md, {p0->md, p1->md});
+  core::PlanGroup g;
+  for (uint64_t b = 0; b < 10; ++b) {  // make_plan's ids
+    g.trim.local_blocks.push_back(kBlocks - 1 - 2 * b);
+    g.trim.remote_blocks.push_back(3 + b);
+  }
+  g.trim.remote_computed_tokens = 16 * 9 + 5;
+  const std::vector<core::PlanGroupView> views{core::view_of(g)};
+  core::TransferPlan plan;
+  core::compile_transfer_plan_into(ctx, views, plan, core::judge_plan_context(ctx),
+                                   core::CompileOptions{.region_repeats = true});
+  ASSERT_EQ(plan.ranks.size(), 1u);
+  ASSERT_EQ(plan.ranks[0].repeats.size(), kRegions - 1);
+  core::TransferPlan flat = plan;
+  core::expand_plan(flat);
+  ASSERT_TRUE(flat.ranks[0].reads == listed.ranks[0].reads);
+  p0->agent->lease("req-f", plan.notifications_per_p_rank, 5000ms);
+  p1->agent->lease("req-f", plan.notifications_per_p_rank, 5000ms);
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "req-f";
+  auto t = d->agent->post(pp);
+  ASSERT_TRUE(t.wait(5000ms));
+  const auto s = t.status();
+  ASSERT_EQ(s.status, Status::Ok) << s.message;
+  EXPECT_EQ(s.bytes_done, listed.stats.bytes);
+  verify(*d, ps, listed, 0xEE);
+  EXPECT_EQ(reads_landed(*d, ps, listed.ranks[0]), listed.ranks[0].reads.size());
+}
+
 // D NHD (8 heads, TP1) reads from P HND (TP2, 4 heads each): the reads land in P's layout and
 // the agent permutes every listed block into D's NHD layout before the transfer reports Done.
 TEST_P(AgentLoopback, ReadPermutesBlocksFromPsLayoutIntoDs) {
