@@ -370,7 +370,8 @@ void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGrou
                                 TransferPlan& out, const PlanContextVerdict& verdict, const CompileOptions& options);
 
 // The plan's coverage and bounds check, usable on its own (e.g. on a plan that was edited or
-// deserialised): the D bytes the plan must write are recomputed from the groups (prefix trimming
+// deserialised), on listed and factored plans alike (a malformed RegionRepeat is InvalidArgument,
+// see check_repeats): the D bytes the plan must write are recomputed from the groups (prefix trimming
 // and the D rank's own head / state layout, independently of the reads) and compared with the
 // union of the plan's local ranges; attention bytes follow the layout D's blocks are written in
 // (D's own, or P's when D permutes on receive: HND head slices or NHD token ranges), and the
