@@ -476,24 +476,21 @@ class PlanBuilder {
   }
 
   // Before a read of regions (region, rregion) is added to rank p: when the rank's last read is a
-  // repeat's copy of the same regions (which the read could extend), the repeats at the tail are
-  // written out as listed reads, so that coalescing stays exactly the listed plan's. A read of
+  // repeat's copy of the same regions (which the read could extend), that repeat is written out
+  // as listed reads at the tail (where its copies stood in issue order: after the repeats before
+  // it at the same position), so that coalescing stays exactly the listed plan's. A read of
   // other regions never merges into the copy, and the repeats stay.
   void settle_tail(uint32_t p, uint32_t region, uint32_t rregion) {
     if (!tail_repeated(p)) return;
     auto& reps = plan_.ranks[p].repeats;
-    if (reps.back().local_region != region || reps.back().remote_region != rregion) return;
-    size_t first = reps.size();
-    while (first > 0 && reps[first - 1].end == used_[p]) --first;
-    for (size_t k = first; k < reps.size(); ++k) {
-      const RegionRepeat r = reps[k];
-      const size_t n = static_cast<size_t>(r.end - r.begin);
-      PlanRead* out = room(p, n);
-      const PlanRead* in = plan_.ranks[p].reads.data() + r.begin;
-      used_[p] += n;
-      for (size_t i = 0; i < n; ++i) out[i] = {r.local_region, in[i].local_offset, r.remote_region, in[i].remote_offset, in[i].length};
-    }
-    reps.resize(first);
+    const RegionRepeat r = reps.back();
+    if (r.local_region != region || r.remote_region != rregion) return;
+    reps.pop_back();
+    const size_t n = static_cast<size_t>(r.end - r.begin);
+    PlanRead* out = room(p, n);
+    const PlanRead* in = plan_.ranks[p].reads.data() + r.begin;
+    used_[p] += n;
+    for (size_t i = 0; i < n; ++i) out[i] = {r.local_region, in[i].local_offset, r.remote_region, in[i].remote_offset, in[i].length};
   }
 
   // The read D's [local_offset, +length) of `region` <- P's [remote_offset, +length) of

@@ -131,6 +131,34 @@ TEST(PlanFactored, RandomRequestsUseRepeatsAndExpandToTheListedPlan) {
   EXPECT_GT(with_repeats, 30u);
 }
 
+TEST(PlanFactored, AReadThatCouldExtendARepeatsLastCopyWritesThatRepeatOut) {
+  // The attention group first, then the Mamba groups, the first of them on region 5 first: the
+  // attention source rank's next read after the repeats is of regions (5, 5), the pair of the
+  // last repeat, so the emitter writes that repeat out as listed reads (coalescing stays the
+  // listed plan's) and keeps the others.
+  Case c(19);
+  std::vector<PlanGroup> groups;
+  groups.push_back(c.groups.back());
+  for (size_t g = 0; g + 1 < c.groups.size(); ++g) groups.push_back(c.groups[g]);
+  groups[1].regions = {5, 0, 1, 2, 3, 4};
+  const TransferPlan listed = compile_transfer_plan(c.x.ctx, groups);
+  const std::vector<PlanGroupView> views = views_of(groups);
+  TransferPlan factored;
+  compile_transfer_plan_into(c.x.ctx, views, factored, c.verdict, CompileOptions{.region_repeats = true});
+  size_t repeats = 0;
+  for (const RankReads& rr : factored.ranks) repeats += rr.repeats.size();
+  EXPECT_EQ(repeats, 4u);  // regions 1..4; region 5's copies listed
+  try {
+    validate_transfer_plan_views(factored, c.x.ctx, views);
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
+  }
+  TransferPlan flat = factored;
+  expand_plan(flat);
+  expect_same_plan(flat, listed);
+  expect_paths_agree(c.x.ctx, groups);
+}
+
 TEST(PlanFactored, MalformedRepeatsAreRefusedNamingTheRepeat) {
   std::string msg;
   {
