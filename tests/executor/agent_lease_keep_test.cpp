@@ -376,8 +376,15 @@ TEST(AgentLeaseKeep, AWriteIntoBlocksWhoseLeaseEndedWritesNothing) {
   TinyRank p("pre", 16, ProgressMode::Thread, true, 10000ms);
   d.agent->connect(p.agent->info().listen, 3000ms);
   const auto plan = pdkv::exec::testing::whole_plan(d, p, 16);
-  auto write = [&](const std::string& id) {
+  // D's memory refilled before each WRITE, then D's agent mutex taken (find_peer) so that
+  // ThreadSanitizer sees the fill ordered before D's threads receive the WRITE's bytes: they come
+  // through a socket from P, an ordering it cannot see (it reported the fill racing D's readv).
+  const auto refill = [&] {
     std::fill(d.mem.begin(), d.mem.end(), 0xEE);
+    (void)d.agent->find_peer("pre", 0);
+  };
+  auto write = [&](const std::string& id) {
+    refill();
     PostParams pp = pdkv::exec::testing::read_of(plan, id, 5000ms);
     pp.op = TransferOp::Write;
     pp.peer_engine_id = "dec";
@@ -419,7 +426,7 @@ TEST(AgentLeaseKeep, AWriteIntoBlocksWhoseLeaseEndedWritesNothing) {
   EXPECT_EQ(s.status, Status::Ok) << s.message;
   ASSERT_TRUE(pdkv::exec::testing::wait_write_done(*d.agent, "never-leased", 1));
   EXPECT_TRUE(pdkv::exec::testing::read_right(d, p));
-  std::fill(d.mem.begin(), d.mem.end(), 0xEE);
+  refill();
   PostParams pp = pdkv::exec::testing::read_of(plan, "late", 5000ms);
   pp.op = TransferOp::Write;
   pp.peer_engine_id = "dec";
