@@ -786,6 +786,17 @@ def test_wait_notification_is_interruptible_and_notices_close(model: pdkv.Model,
     until something happens: Ctrl-C (SIGINT) and close() from another thread still end the wait
     at once. The 2 s bounds only guard against a hang (the wait would never end otherwise)."""
     polls = _record_polls(monkeypatch)
+    # Python's own SIGINT handler, whatever this process inherited: started as an asynchronous
+    # command of a shell without job control, it ignores SIGINT (and Python then installs no
+    # handler), so the SIGINT below would be lost and the wait sleep out its timeout.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interruptible_and_notices_close(model, polls)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interruptible_and_notices_close(model: pdkv.Model, polls: List[Optional[float]]) -> None:
     with xfer.node(model, True) as p:
         # SIGINT while the main thread sleeps on the event fd, with a timeout and without one:
         # KeyboardInterrupt, and the next wait still works (the interrupted one gave the fd back).
