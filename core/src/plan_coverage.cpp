@@ -907,8 +907,7 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
       const auto& g = got[region];
       const auto& src = got[al.src];
       const bool whole_tail = !alias[al.src].set && al.end == src.size() && src[al.end - 1] == al.tail;
-      if (whole_tail && c.same_as == static_cast<int>(al.src) && g.size() == al.begin &&
-          (g.empty() || std::memcmp(g.data(), src.data(), g.size() * sizeof(Range)) == 0)) {
+      if (whole_tail && c.same_as == static_cast<int>(al.src) && g.size() == al.begin && prefix_is(src, 0, g)) {
         c.verified = true;
         continue;
       }

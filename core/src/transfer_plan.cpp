@@ -486,9 +486,15 @@ class PlanBuilder {
     const RegionRepeat r = reps.back();
     if (r.local_region != region || r.remote_region != rregion) return;
     reps.pop_back();
+    append_copies(p, r);
+  }
+
+  // Appends the copies `r` stands for to rank p's listed reads. Room made once, then written
+  // through pointers (a push_back per read reloads the vector's bounds after every store).
+  void append_copies(uint32_t p, const RegionRepeat& r) {
     const size_t n = static_cast<size_t>(r.end - r.begin);
     PlanRead* out = room(p, n);
-    const PlanRead* in = plan_.ranks[p].reads.data() + r.begin;
+    const PlanRead* in = plan_.ranks[p].reads.data() + r.begin;  // after room(): it may move them
     used_[p] += n;
     for (size_t i = 0; i < n; ++i) out[i] = {r.local_region, in[i].local_offset, r.remote_region, in[i].remote_offset, in[i].length};
   }
@@ -568,24 +574,8 @@ class PlanBuilder {
     if (factored_ && end == used_[p]) {
       // Recorded, not copied: the copies would follow the rank's last read exactly here.
       plan_.ranks[p].repeats.push_back({begin, end, region, rregion});
-      pieces_ += pieces;
-      attention_bytes_ = add_checked(attention_bytes_, bytes, "plan bytes");
-      plan_.ranks[p].bytes += bytes;  // a part of attention_bytes_
-      return;
-    }
-    settle_tail(p, region, rregion);
-    // Room made once, then written through pointers (a push_back per read reloads the vector's
-    // bounds after every store).
-    const size_t n = end - begin;
-    PlanRead* out = room(p, n);
-    const PlanRead* in = plan_.ranks[p].reads.data() + begin;
-    used_[p] += n;
-    for (size_t i = 0; i < n; ++i) {
-      out[i].local_region = region;
-      out[i].local_offset = in[i].local_offset;
-      out[i].remote_region = rregion;
-      out[i].remote_offset = in[i].remote_offset;
-      out[i].length = in[i].length;
+    } else {
+      append_copies(p, {begin, end, region, rregion});
     }
     pieces_ += pieces;
     attention_bytes_ = add_checked(attention_bytes_, bytes, "plan bytes");

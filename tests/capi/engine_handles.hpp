@@ -47,6 +47,14 @@ inline pdkv_engine_info_t engine_info(const pdkv_engine_t* e) {
   return i;
 }
 
+// The kind of group g of engine e (pdkv_engine_group): PDKV_GROUP_MAMBA, attention kinds.
+inline int32_t group_kind(const pdkv_engine_t* e, size_t g) {
+  pdkv_engine_group_t eg{};
+  eg.struct_size = sizeof eg;
+  REQUIRE_OK(pdkv_engine_group(e, g, &eg, err));
+  return eg.kind;
+}
+
 // D rank `d_rank` ("decode") of `m` with settings dc, and the plan context pairing it with every
 // rank of a P engine ("prefill") with settings pc; p_info is P's engine info (its block size).
 struct EnginePair {

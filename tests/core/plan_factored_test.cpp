@@ -21,12 +21,6 @@ using namespace pdkv::core::test;
 
 namespace {
 
-std::vector<PlanGroupView> views_of(const std::vector<PlanGroup>& groups) {
-  std::vector<PlanGroupView> v;
-  for (const PlanGroup& g : groups) v.push_back(view_of(g));
-  return v;
-}
-
 // A fragmented request on Nemotron P TP4 -> D TP2 rank 0 (FlashInfer kernel blocks, no Mamba
 // cache), drawn until it has Mamba ids in range; with its listed and its factored plans.
 struct Case {

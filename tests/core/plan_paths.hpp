@@ -15,6 +15,13 @@
 
 namespace pdkv::core::test {
 
+// The views of owning groups (valid while `groups` lives).
+inline std::vector<PlanGroupView> views_of(const std::vector<PlanGroup>& groups) {
+  std::vector<PlanGroupView> v;
+  for (const PlanGroup& g : groups) v.push_back(view_of(g));
+  return v;
+}
+
 inline void expect_same_plan(const TransferPlan& a, const TransferPlan& b) {
   EXPECT_EQ(a.d_engine_id, b.d_engine_id);
   EXPECT_EQ(a.p_engine_id, b.p_engine_id);
@@ -81,8 +88,7 @@ inline void expect_factored_same(const PlanContext& ctx, const std::vector<PlanG
 inline void expect_verdict_path_same(const PlanContext& ctx, const std::vector<PlanGroup>& groups,
                                      const TransferPlan& want) {
   const PlanContextVerdict v = judge_plan_context(ctx);
-  std::vector<PlanGroupView> views;
-  for (const PlanGroup& g : groups) views.push_back(view_of(g));
+  const std::vector<PlanGroupView> views = views_of(groups);
   static TransferPlan shared;
   TransferPlan fresh;
   for (int i = 0; i < 3; ++i) {
@@ -105,8 +111,7 @@ inline void expect_paths_agree(const PlanContext& ctx, const std::vector<PlanGro
     want = compile_transfer_plan(ctx, groups);
   } catch (const Error& e) {
     const PlanContextVerdict v = judge_plan_context(ctx);
-    std::vector<PlanGroupView> views;
-    for (const PlanGroup& g : groups) views.push_back(view_of(g));
+    const std::vector<PlanGroupView> views = views_of(groups);
     TransferPlan got;
     try {
       compile_transfer_plan_into(ctx, views, got, v);

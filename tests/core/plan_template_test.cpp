@@ -135,8 +135,7 @@ void setup(Checked& c) {
     next += 3;
   }
   c.plan = compile_transfer_plan(c.x.ctx, c.groups);
-  std::vector<PlanGroupView> views;
-  for (const auto& g : c.groups) views.push_back(view_of(g));
+  const std::vector<PlanGroupView> views = views_of(c.groups);
   resolve(c.x.ctx, views, c.t);
   trim_groups(c.t);
   const MambaTemplate& m = c.pre->mamba;
@@ -167,8 +166,7 @@ TEST(PlanTemplate, AnInvalidTemplateIsNotUsed) {
   EXPECT_FALSE(pre->mamba.valid);
   PlanContextVerdict v = judge_plan_context(c.x.ctx);
   v.prepared = pre;
-  std::vector<PlanGroupView> views;
-  for (const auto& g : c.groups) views.push_back(view_of(g));
+  const std::vector<PlanGroupView> views = views_of(c.groups);
   TransferPlan got;
   compile_transfer_plan_into(c.x.ctx, views, got, v);
   pdkv::core::test::expect_same_plan(got, c.plan);

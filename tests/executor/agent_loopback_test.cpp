@@ -96,13 +96,9 @@ std::unique_ptr<Rank> make_rank(const std::string& engine, uint32_t tp, uint32_t
   return r;
 }
 
-// D's blocks are kBlocks - 1 - local_shift, then every second one below (descending).
-core::TransferPlan make_plan(const Rank& d, const std::vector<Rank*>& ps, uint64_t tokens,
-                             bool permute_on_receive = false, uint64_t local_shift = 0) {
-  std::vector<core::EngineMetadata> remote;
-  for (auto* p : ps) remote.push_back(p->md);
-  core::PlanContext ctx = core::make_plan_context(d.md, remote);
-  ctx.permute_on_receive = permute_on_receive;
+// The attention group of `tokens` tokens: D's blocks are kBlocks - 1 - local_shift, then every
+// second one below (descending); P's consecutive from 3.
+core::PlanGroup make_group(uint64_t tokens, uint64_t local_shift = 0) {
   core::PlanGroup g;
   g.trim.kind = core::GroupKind::Attention;
   const uint64_t nblocks = (tokens + 15) / 16;
@@ -111,7 +107,21 @@ core::TransferPlan make_plan(const Rank& d, const std::vector<Rank*>& ps, uint64
     g.trim.remote_blocks.push_back(3 + b);                             // P's consecutive
   }
   g.trim.remote_computed_tokens = tokens;
-  return core::compile_transfer_plan(ctx, {g});
+  return g;
+}
+
+core::PlanContext make_context(const Rank& d, const std::vector<Rank*>& ps) {
+  std::vector<core::EngineMetadata> remote;
+  for (auto* p : ps) remote.push_back(p->md);
+  return core::make_plan_context(d.md, remote);
+}
+
+// make_group's request, listed (compile_transfer_plan).
+core::TransferPlan make_plan(const Rank& d, const std::vector<Rank*>& ps, uint64_t tokens,
+                             bool permute_on_receive = false, uint64_t local_shift = 0) {
+  core::PlanContext ctx = make_context(d, ps);
+  ctx.permute_on_receive = permute_on_receive;
+  return core::compile_transfer_plan(ctx, {make_group(tokens, local_shift)});
 }
 
 // Every byte of D: inside a read equals the P source, outside equals D's fill.
@@ -223,13 +233,8 @@ TEST_P(AgentLoopback, AFactoredPlanMovesTheListedPlansBytes) {
   std::vector<Rank*> ps{p0.get(), p1.get()};
   connect_all(*d, ps);
   const core::TransferPlan listed = make_plan(*d, ps, 16 * 9 + 5);
-  const core::PlanContext ctx = core::make_plan_context(d->md, {p0->md, p1->md});
-  core::PlanGroup g;
-  for (uint64_t b = 0; b < 10; ++b) {  // make_plan's ids
-    g.trim.local_blocks.push_back(kBlocks - 1 - 2 * b);
-    g.trim.remote_blocks.push_back(3 + b);
-  }
-  g.trim.remote_computed_tokens = 16 * 9 + 5;
+  const core::PlanContext ctx = make_context(*d, ps);
+  const core::PlanGroup g = make_group(16 * 9 + 5);
   const std::vector<core::PlanGroupView> views{core::view_of(g)};
   core::TransferPlan plan;
   core::compile_transfer_plan_into(ctx, views, plan, core::judge_plan_context(ctx),

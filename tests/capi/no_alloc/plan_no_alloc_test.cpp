@@ -233,11 +233,8 @@ TEST_CASE("engine: plan_request_into into a reused plan allocates nothing once i
           // P's come from the other end of its pool.
           size_t d_next = 0, p_next = pool.size();
           for (size_t g = 0; g < di.num_groups; ++g) {
-            pdkv_engine_group_t eg{};
-            eg.struct_size = sizeof eg;
-            REQUIRE_OK(pdkv_engine_group(d, g, &eg, err));
             std::vector<uint64_t> l, r;
-            if (eg.kind == PDKV_GROUP_MAMBA) {
+            if (group_kind(d, g) == PDKV_GROUP_MAMBA) {
               // Align: the hit positions' cached states, null placeholders, the running state last.
               for (uint64_t i = 0; i < blocks; ++i) l.push_back(i < hit / bs || i + 1 == blocks ? pool[d_next++] : 0);
               r.push_back(pool[--p_next]);

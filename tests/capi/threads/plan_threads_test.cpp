@@ -58,11 +58,8 @@ TEST_CASE("planning: one engine and context, many threads each planning into its
     EngineRequestTables q;
     uint64_t next = 1 + (k * 5) % 7;
     for (size_t g = 0; g < di.num_groups; ++g) {
-      pdkv_engine_group_t eg{};
-      eg.struct_size = sizeof eg;
-      REQUIRE_OK(pdkv_engine_group(d, g, &eg, err));
       std::vector<uint64_t> l, r;
-      if (eg.kind == PDKV_GROUP_MAMBA) {
+      if (group_kind(d, g) == PDKV_GROUP_MAMBA) {
         for (uint64_t i = 0; i < blocks; ++i) l.push_back(i < hit / bs || i + 1 == blocks ? next++ : 0);
         r.push_back(40 + g);
       } else {
@@ -151,11 +148,8 @@ TEST_CASE("planning: one plan's reads read back by many threads at once", "[capi
     const uint64_t p_blocks = (tokens - 1 + pi.logical_block_size - 1) / pi.logical_block_size;
     EngineRequestTables q;
     for (size_t g = 0; g < di.num_groups; ++g) {
-      pdkv_engine_group_t eg{};
-      eg.struct_size = sizeof eg;
-      REQUIRE_OK(pdkv_engine_group(d, g, &eg, err));
       std::vector<uint64_t> l, r;
-      if (eg.kind == PDKV_GROUP_MAMBA) {
+      if (group_kind(d, g) == PDKV_GROUP_MAMBA) {
         for (uint64_t i = 0; i < blocks; ++i) l.push_back(i + 1 == blocks ? 50 + g : 0);
         r.push_back(40 + g);
       } else {
