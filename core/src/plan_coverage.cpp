@@ -15,6 +15,7 @@ namespace pdkv::core::plan_detail {
 namespace {
 
 using Range = Trimmed::Range;
+using RangeList = Trimmed::RangeList;
 
 std::string where(uint32_t region, uint64_t begin, uint64_t end) {
   return "D region " + s(region) + " offset " + s(begin) + " length " + s(end - begin);
@@ -23,12 +24,48 @@ std::string where(uint32_t region, uint64_t begin, uint64_t end) {
 // Appends [b, e) to v, extending the last range when it ends where this one begins (touching
 // ranges merge in normalise anyway; merging early keeps the lists short). Overlaps are kept apart
 // so that normalise reports them.
-[[gnu::always_inline]] inline void push(std::vector<Range>& v, uint64_t b, uint64_t e) {
+[[gnu::always_inline]] inline void push(RangeList& v, uint64_t b, uint64_t e) {
   if (!v.empty() && v.back().end == b) {
     v.back().end = e;
     return;
   }
   v.push_back({b, e});
+}
+
+// One range per span where D's tokens lie back to back across blocks (group_ranges): token k of
+// the span at local_block * L + (local_token_begin + k) * token. Room made once and written
+// through a pointer, the overflow checks folded into one flag; on overflow the spans are walked
+// again with the checked arithmetic, which names the offending offset (off the hot path).
+[[gnu::noinline, gnu::cold]] void fail_linear_ranges(const SpanRun* spans, size_t n, uint64_t L, uint64_t token) {
+  for (size_t k = 0; k < n; ++k) {
+    const SpanRun& r = spans[k];
+    const uint64_t base = mul_checked(r.local_block, L, "local block offset");
+    const uint64_t b = add_checked(base, mul_checked(r.local_token_begin, token, "offset"), "offset");
+    add_checked(b, mul_checked(r.num_tokens, token, "offset"), "offset");
+  }
+  fail(Status::Internal, "expected ranges overflowed without a failing offset");
+}
+
+void linear_ranges(const SpanRun* spans, size_t n, uint64_t L, uint64_t token, RangeList& v) {
+  size_t used = v.size();
+  v.resize(used + n);
+  Range* const o = v.data();
+  uint64_t bad = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const SpanRun& r = spans[k];
+    uint64_t base = 0, off = 0, b = 0, len = 0, e = 0;
+    bad |= static_cast<uint64_t>(__builtin_mul_overflow(r.local_block, L, &base) |
+                                 __builtin_mul_overflow(r.local_token_begin, token, &off) |
+                                 __builtin_add_overflow(base, off, &b) | __builtin_mul_overflow(r.num_tokens, token, &len) |
+                                 __builtin_add_overflow(b, len, &e));
+    if (used > 0 && o[used - 1].end == b) {
+      o[used - 1].end = e;
+    } else {
+      o[used++] = {b, e};
+    }
+  }
+  v.resize(used);
+  if (bad != 0) [[unlikely]] fail_linear_ranges(spans, n, L, token);
 }
 
 // Expected D byte ranges of group g in one region, appended to v, from D's own layout and
@@ -40,7 +77,7 @@ std::string where(uint32_t region, uint64_t begin, uint64_t end) {
 // b*L + h*tokens*head_bytes) a kernel block the span covers whole is the whole block
 // [b*L, (b+1)*L), and a partly covered one is one range per head.
 // Mamba: the whole unpadded state of every paired local page.
-void group_ranges(const PlanContext& ctx, const Trimmed& t, size_t g, uint32_t region, std::vector<Range>& v) {
+void group_ranges(const PlanContext& ctx, const Trimmed& t, size_t g, uint32_t region, RangeList& v) {
   const EngineMetadata& d = ctx.local;
   // The layout D's blocks are written in: D's own, or P's when D permutes on receive (the
   // permutation then brings them into D's); with one head (MLA, or a single KV head per rank)
@@ -54,14 +91,12 @@ void group_ranges(const PlanContext& ctx, const Trimmed& t, size_t g, uint32_t r
     const uint64_t lbs = rg.g.local_tokens_per_block;
     const uint64_t hb = region_bytes_per_token(d, region, "D") / heads;
     const uint64_t token = heads * hb;  // all of D's heads of one token
+    if (nhd || heads == 1) {
+      linear_ranges(t.spans.data() + t.span_begin[g], t.span_begin[g + 1] - t.span_begin[g], L, token, v);
+      return;
+    }
     for (size_t k = t.span_begin[g]; k < t.span_begin[g + 1]; ++k) {
       const SpanRun& r = t.spans[k];
-      if (nhd || heads == 1) {
-        const uint64_t base = mul_checked(r.local_block, L, "local block offset");
-        const uint64_t b = add_checked(base, mul_checked(r.local_token_begin, token, "offset"), "offset");
-        push(v, b, add_checked(b, mul_checked(r.num_tokens, token, "offset"), "offset"));
-        continue;
-      }
       // Walk D's blocks of the span: [begin, end) tokens of block `block`.
       uint64_t block = r.local_block, begin = r.local_token_begin, left = r.num_tokens;
       while (left > 0) {
@@ -95,8 +130,8 @@ void group_ranges(const PlanContext& ctx, const Trimmed& t, size_t g, uint32_t r
 // attention ranges into att[region] for regions whose att_as class entry is unset (the others
 // share them: same attention groups, block_len and kind), the Mamba pages into mam[region] for
 // regions whose same_as entry is unset (the others share every range).
-void expected_ranges(const PlanContext& ctx, const Trimmed& t, std::vector<std::vector<Range>>& att,
-                     std::vector<std::vector<Range>>& mam) {
+void expected_ranges(const PlanContext& ctx, const Trimmed& t, std::vector<RangeList>& att,
+                     std::vector<RangeList>& mam) {
   const auto& rc = t.region_class;
   for (size_t g = 0; g < t.groups.size(); ++g) {
     const ResolvedGroup& rg = t.groups[g];
@@ -112,7 +147,7 @@ void expected_ranges(const PlanContext& ctx, const Trimmed& t, std::vector<std::
 }
 
 // Whether v is ordered by begin.
-bool in_order(const std::vector<Range>& v) {
+bool in_order(const RangeList& v) {
   return std::is_sorted(v.begin(), v.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
 }
 
@@ -120,7 +155,7 @@ bool in_order(const std::vector<Range>& v) {
 // kThrow a Coverage error naming the first overlap in address order (`what` says whose),
 // otherwise false (v is then sorted but not merged).
 template <bool kThrow>
-bool sort_merge(std::vector<Range>& v, uint32_t region, const char* what) {
+bool sort_merge(RangeList& v, uint32_t region, const char* what) {
   // Often in order already (one span per region, ascending ids): a linear look saves the sort.
   if (!in_order(v)) std::sort(v.begin(), v.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
   size_t out = 0;
@@ -143,12 +178,12 @@ bool sort_merge(std::vector<Range>& v, uint32_t region, const char* what) {
   return true;
 }
 
-void normalise(std::vector<Range>& v, uint32_t region, const char* what) { sort_merge<true>(v, region, what); }
+void normalise(RangeList& v, uint32_t region, const char* what) { sort_merge<true>(v, region, what); }
 
-bool normalise_ok(std::vector<Range>& v) { return sort_merge<false>(v, 0, ""); }
+bool normalise_ok(RangeList& v) { return sort_merge<false>(v, 0, ""); }
 
 // First byte range where the two merged lists differ, reported as missing or unexpected.
-void compare(const std::vector<Range>& want, const std::vector<Range>& got, uint32_t region) {
+void compare(const RangeList& want, const RangeList& got, uint32_t region) {
   size_t i = 0;
   for (; i < want.size() && i < got.size(); ++i) {
     const Range& w = want[i];
@@ -180,20 +215,20 @@ void compare(const std::vector<Range>& want, const std::vector<Range>& got, uint
 }
 
 // Whether two range lists are equal (Range is two words, no padding: compared as bytes).
-bool same_ranges(const std::vector<Range>& a, const std::vector<Range>& b) {
+bool same_ranges(const RangeList& a, const RangeList& b) {
   static_assert(sizeof(Range) == 2 * sizeof(uint64_t));
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Range)) == 0);
 }
 
 // Whether v[at, at + part.size()) equals part (compared as bytes, like same_ranges).
-bool prefix_is(const std::vector<Range>& v, size_t at, const std::vector<Range>& part) {
+bool prefix_is(const RangeList& v, size_t at, const RangeList& part) {
   return part.empty() || std::memcmp(v.data() + at, part.data(), part.size() * sizeof(Range)) == 0;
 }
 
 // Whether no range of m overlaps a range of a (both sorted and merged; touching is fine): for
 // each of m's ranges (a few Mamba pages), the first range of a ending past its begin must begin
 // at or after its end.
-bool disjoint(const std::vector<Range>& m, const std::vector<Range>& a) {
+bool disjoint(const RangeList& m, const RangeList& a) {
   for (const Range& r : m) {
     const auto it = std::upper_bound(a.begin(), a.end(), r.begin, [](uint64_t b, const Range& x) { return b < x.end; });
     if (it != a.end() && it->begin < r.end) return false;
@@ -203,7 +238,7 @@ bool disjoint(const std::vector<Range>& m, const std::vector<Range>& a) {
 
 // out = the union of m and a (both sorted and merged) as one sorted, merged list; false when
 // a range of one overlaps a range of the other.
-bool merge_into(const std::vector<Range>& m, const std::vector<Range>& a, std::vector<Range>& out) {
+bool merge_into(const RangeList& m, const RangeList& a, RangeList& out) {
   out.clear();
   size_t i = 0, j = 0;
   while (i < m.size() || j < a.size()) {
@@ -226,58 +261,95 @@ bool merge_into(const std::vector<Range>& m, const std::vector<Range>& a, std::v
 // reaching a listed block, an id past the region, a list too large for the bits) answers false
 // and the caller sorts as before, which finds and names any real overlap. A fragmented request's
 // ranges follow its random ids, where sorting them cost ~9 ns per range (docs/benchmarks.md).
-bool distinct_blocks(const PlanGroupView& g, uint64_t block_len, uint64_t region_size, const std::vector<Range>& pages,
-                     std::vector<uint64_t>& bits) {
-  const uint64_t k = g.local_kernel_blocks_per_id;
-  uint64_t span = 0;  // bytes of one listed id
-  if (k == 0 || block_len == 0 || __builtin_mul_overflow(k, block_len, &span)) return false;
-  const uint64_t limit = region_size / span + 1;  // ids past this leave the region (bounds-checked elsewhere)
-  constexpr uint64_t kMaxIds = uint64_t{1} << 26;  // 8 MiB of bits at most
-  if (limit > kMaxIds) return false;
-  const size_t words = static_cast<size_t>((limit + 63) / 64);
-  if (bits.size() < words) bits.resize(words, 0);
-  uint64_t* b = bits.data();
-  const uint64_t* const ids = g.local_blocks.data();
-  const size_t n = g.local_blocks.size();
-  // Branch-free marking: a null id or one past the limit marks nothing (word 0, mask 0) and is
-  // only noted; a duplicate shows as a bit already set. No early exit, so every listed id is
-  // marked and cleared alike.
-  uint64_t dup = 0, over = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const uint64_t id = ids[i];
-    const bool in = id < limit;
-    over |= static_cast<uint64_t>(!in);
-    const uint64_t m = in && id != kNullBlock ? uint64_t{1} << (id & 63) : 0;
-    uint64_t& w = b[in ? id >> 6 : 0];
-    const uint64_t old = w;
-    dup |= old & m;
-    w = old | m;
-  }
-  bool ok = dup == 0 && over == 0;
-  for (size_t i = 0; ok && i < pages.size(); ++i) {
-    const uint64_t first = pages[i].begin / span, last = (pages[i].end - 1) / span;
-    for (uint64_t id = first; id <= last && id < limit; ++id) {
-      if ((b[id >> 6] >> (id & 63)) & 1) {
-        ok = false;
-        break;
-      }
+//
+// The ids are marked once per group and geometry and kept marked while the regions of its class
+// are checked (Nemotron: region 0 and the region its 5-layer Mamba group leaves out share one
+// attention class, so the second region only looks up its pages); IdMarks clears them when it
+// goes out of scope, thrown through or not, so the bits are all clear between compiles.
+class IdMarks {
+ public:
+  explicit IdMarks(std::vector<uint64_t>& bits) : bits_(bits) {}
+  IdMarks(const IdMarks&) = delete;
+  IdMarks& operator=(const IdMarks&) = delete;
+  ~IdMarks() { clear(); }
+
+  // Whether group g's listed ids are distinct and none of the blocks `pages` reach is one of them,
+  // in a region of `block_len` bytes per kernel block and `region_size` bytes.
+  bool disjoint(const PlanGroupView& g, uint64_t block_len, uint64_t region_size, const RangeList& pages) {
+    const uint64_t k = g.local_kernel_blocks_per_id;
+    uint64_t span = 0;  // bytes of one listed id
+    if (k == 0 || block_len == 0 || __builtin_mul_overflow(k, block_len, &span)) return false;
+    const uint64_t limit = region_size / span + 1;  // ids past this leave the region (bounds-checked elsewhere)
+    constexpr uint64_t kMaxIds = uint64_t{1} << 26;  // 8 MiB of bits at most
+    if (limit > kMaxIds) return false;
+    if (group_ != &g || span_ != span || limit_ != limit) {
+      clear();
+      mark(g, limit);
+      group_ = &g;
+      span_ = span;
+      limit_ = limit;
     }
+    if (!distinct_) return false;
+    const uint64_t* b = bits_.data();
+    for (const Range& p : pages) {
+      const uint64_t first = p.begin / span, last = (p.end - 1) / span;
+      for (uint64_t id = first; id <= last && id < limit; ++id)
+        if ((b[id >> 6] >> (id & 63)) & 1) return false;
+    }
+    return true;
   }
+
+ private:
+  void mark(const PlanGroupView& g, uint64_t limit) {
+    const size_t words = static_cast<size_t>((limit + 63) / 64);
+    if (bits_.size() < words) bits_.resize(words, 0);
+    words_ = words;
+    ids_ = g.local_blocks.data();
+    n_ = g.local_blocks.size();
+    uint64_t* b = bits_.data();
+    // Branch-free marking: a null id or one past the limit marks nothing (word 0, mask 0) and is
+    // only noted; a duplicate shows as a bit already set. No early exit, so every listed id is
+    // marked and cleared alike.
+    uint64_t dup = 0, over = 0;
+    for (size_t i = 0; i < n_; ++i) {
+      const uint64_t id = ids_[i];
+      const bool in = id < limit;
+      over |= static_cast<uint64_t>(!in);
+      const uint64_t m = in && id != kNullBlock ? uint64_t{1} << (id & 63) : 0;
+      uint64_t& w = b[in ? id >> 6 : 0];
+      const uint64_t old = w;
+      dup |= old & m;
+      w = old | m;
+    }
+    distinct_ = dup == 0 && over == 0;
+  }
+
   // Back to all clear: the whole array when it is short next to the list, else the words the
   // ids touched.
-  if (words <= 4 * n) {
-    std::memset(b, 0, words * sizeof(uint64_t));
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t id = ids[i];
-      b[id < limit ? id >> 6 : 0] = 0;
+  void clear() {
+    if (group_ == nullptr) return;
+    uint64_t* b = bits_.data();
+    if (words_ <= 4 * n_) {
+      std::memset(b, 0, words_ * sizeof(uint64_t));
+    } else {
+      for (size_t i = 0; i < n_; ++i) {
+        const uint64_t id = ids_[i];
+        b[id < limit_ ? id >> 6 : 0] = 0;
+      }
     }
+    group_ = nullptr;
   }
-  return ok;
-}
+
+  std::vector<uint64_t>& bits_;
+  const PlanGroupView* group_ = nullptr;  // whose ids are marked (nullptr: none)
+  const uint64_t* ids_ = nullptr;
+  size_t n_ = 0, words_ = 0;
+  uint64_t span_ = 0, limit_ = 0;
+  bool distinct_ = false;
+};
 
 // Whether [b, e) overlaps a range of v (any order; the few guards of an unsorted list).
-bool overlaps_any(const std::vector<Range>& v, uint64_t b, uint64_t e) {
+bool overlaps_any(const RangeList& v, uint64_t b, uint64_t e) {
   bool hit = false;
   for (const Range& r : v) hit |= r.begin < e && b < r.end;
   return hit;
@@ -404,14 +476,14 @@ void collect_guards(const TransferPlan& plan, const PlanContext& ctx, const Trim
 }
 
 // Whether [b, e) overlaps a range of v (sorted and merged).
-[[gnu::always_inline]] inline bool overlaps(const std::vector<Range>& v, uint64_t b, uint64_t e) {
+[[gnu::always_inline]] inline bool overlaps(const RangeList& v, uint64_t b, uint64_t e) {
   const auto it = std::upper_bound(v.begin(), v.end(), b, [](uint64_t x, const Range& r) { return x < r.end; });
   return it != v.end() && it->begin < e;
 }
 
 // Names the group whose write meets guard gd in `region` (derived again: the error path only).
 [[gnu::noinline, gnu::cold]] void fail_shared(const PlanContext& ctx, const Trimmed& t, uint32_t region, const Guard& gd) {
-  std::vector<Range> v;
+  RangeList v;
   const ResolvedGroup& og = t.groups[gd.group];
   for (size_t g = 0; g < t.groups.size(); ++g) {
     const ResolvedGroup& rg = t.groups[g];
@@ -635,19 +707,19 @@ void accept_hints(const TransferPlan& plan, const Prepared& pre, Trimmed& t) {
 // ranges stay where they are (got lists only grow at their ends, and an alias is recorded after
 // the ranges it names) but the last of them may since have been extended by a merge: the alias
 // keeps its own copy of it.
-void materialise(std::vector<std::vector<Range>>& got, std::vector<Trimmed::Alias>& alias, uint32_t r) {
+void materialise(std::vector<RangeList>& got, std::vector<Trimmed::Alias>& alias, uint32_t r) {
   Trimmed::Alias& a = alias[r];
   if (!a.set) return;
   a.set = false;
-  const std::vector<Range>& from = got[a.src];
-  std::vector<Range>& to = got[r];
+  const RangeList& from = got[a.src];
+  RangeList& to = got[r];
   to.reserve(to.size() + (a.end - a.begin));
   to.insert(to.end(), from.begin() + static_cast<std::ptrdiff_t>(a.begin), from.begin() + static_cast<std::ptrdiff_t>(a.end - 1));
   to.push_back(a.tail);
 }
 
 // Before got[src] is sorted in place: every alias of its ranges is copied out first.
-void release_aliases_of(std::vector<std::vector<Range>>& got, std::vector<Trimmed::Alias>& alias, uint32_t src) {
+void release_aliases_of(std::vector<RangeList>& got, std::vector<Trimmed::Alias>& alias, uint32_t src) {
   for (uint32_t r = 0; r < alias.size(); ++r)
     if (alias[r].set && alias[r].src == src) materialise(got, alias, r);
 }
@@ -668,7 +740,7 @@ void release_aliases_of(std::vector<std::vector<Range>>& got, std::vector<Trimme
 // is checked copy by copy like listed reads.
 void check_rank_reads(const RankReads& rank, const std::vector<std::pair<size_t, size_t>>& skip,
                       const EngineMetadata& d, const EngineMetadata& p, const std::vector<uint64_t>& d_size,
-                      const std::vector<uint64_t>& p_size, std::vector<std::vector<Range>>& got,
+                      const std::vector<uint64_t>& p_size, std::vector<RangeList>& got,
                       std::vector<Trimmed::Alias>& alias) {
   const std::vector<PlanRead>& reads = rank.reads;
   const size_t n = reads.size();
@@ -731,8 +803,8 @@ void check_rank_reads(const RankReads& rank, const std::vector<std::pair<size_t,
         }
         if (diff == 0) {
           materialise(got, alias, lr);
-          std::vector<Range>& to = got[lr];
-          const std::vector<Range>& from = got[prev_lr];
+          RangeList& to = got[lr];
+          const RangeList& from = got[prev_lr];
           const size_t at = to.size();
           to.insert(to.end(), from.begin() + static_cast<std::ptrdiff_t>(prev_got_begin),
                     from.begin() + static_cast<std::ptrdiff_t>(prev_got_end));
@@ -753,16 +825,36 @@ void check_rank_reads(const RankReads& rank, const std::vector<std::pair<size_t,
     check_bounds(p, "P", rr, f.remote_offset, f.length, rr < pn ? psz[rr] : 0);
     const uint64_t dmax = dsz[lr], pmax = psz[rr];
     materialise(got, alias, lr);
-    std::vector<Range>& to = got[lr];
+    RangeList& to = got[lr];
     const bool fresh = to.empty() || to.back().end != f.local_offset;
     const size_t at = to.size();
     push(to, f.local_offset, f.local_offset + f.length);
     size_t j = i + 1;
-    for (; j < limit && rd[j].local_region == lr && rd[j].remote_region == rr; ++j) {
-      const PlanRead& r = rd[j];
-      check_bounds(d, "D", lr, r.local_offset, r.length, dmax);
-      check_bounds(p, "P", rr, r.remote_offset, r.length, pmax);
-      push(to, r.local_offset, r.local_offset + r.length);
+    while (j < limit && rd[j].local_region == lr && rd[j].remote_region == rr) ++j;
+    // The segment's other reads: room made once and written through a pointer (push_back would
+    // store the list's end after every range), their bounds folded into one flag; a read out of
+    // bounds is found and named again read by read, off the hot path.
+    size_t used = to.size();
+    to.resize(used + (j - i - 1));
+    Range* const o = to.data();
+    uint64_t bad = 0;
+    for (size_t k = i + 1; k < j; ++k) {
+      const PlanRead& r = rd[k];
+      uint64_t le = 0, pe = 0;
+      bad |= static_cast<uint64_t>((r.length == 0) | __builtin_add_overflow(r.local_offset, r.length, &le) | (le > dmax) |
+                                   __builtin_add_overflow(r.remote_offset, r.length, &pe) | (pe > pmax));
+      if (o[used - 1].end == r.local_offset) {
+        o[used - 1].end = le;
+      } else {
+        o[used++] = {r.local_offset, le};
+      }
+    }
+    to.resize(used);
+    if (bad != 0) [[unlikely]] {
+      for (size_t k = i + 1; k < j; ++k) {
+        check_bounds(d, "D", lr, rd[k].local_offset, rd[k].length, dmax);
+        check_bounds(p, "P", rr, rd[k].remote_offset, rd[k].length, pmax);
+      }
     }
     have_prev = true;
     prev_begin = i;
@@ -930,22 +1022,23 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
   }
   // Each shared list is sorted once, when a region first needs it (0: as derived, 1: sorted and
   // merged, 2: it overlaps itself).
-  const auto sorted = [](std::vector<Range>& v, uint8_t& state) {
+  const auto sorted = [](RangeList& v, uint8_t& state) {
     if (state == 0) state = normalise_ok(v) ? 1 : 2;
     return state == 1;
   };
   auto& merged = t.merged;
+  IdMarks marks(t.id_bits);
   for (uint32_t region = 0; region < nreg; ++region) {
     if (rc[region].verified) continue;
     const uint32_t qa = att_rep(region), qm = mam_rep(region);
     // A region whose reads list exactly its expected ranges, of one attention group (and Mamba
     // pages), out of order (fragmented ids; in order, sorting costs one look): disjointness from
-    // the group's ids, without sorting (distinct_blocks).
+    // the group's ids, without sorting (IdMarks).
     if (rc[region].alike && (rc[qa].att_state == 3 || (rc[qa].att_state == 0 && !in_order(att[qa]))) &&
         rc[qa].att_groups != 0 && (rc[qa].att_groups & (rc[qa].att_groups - 1)) == 0 &&
         sorted(mam[qm], rc[qm].mam_state)) {
       const ResolvedGroup& ag = t.groups[static_cast<size_t>(__builtin_ctzll(rc[qa].att_groups))];
-      if (distinct_blocks(ag.g, d.regions[region].region.block_len, d_size[region], mam[qm], t.id_bits)) {
+      if (marks.disjoint(ag.g, d.regions[region].region.block_len, d_size[region], mam[qm])) {
         if (rc[qa].att_state == 0) rc[qa].att_state = 3;
         continue;
       }

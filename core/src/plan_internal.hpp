@@ -6,6 +6,8 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <memory>
 #include <vector>
 
 #include "pdkv/core/attention_descriptors.hpp"
@@ -99,7 +101,29 @@ struct Trimmed {
     friend bool operator==(const Range&, const Range&) = default;
   };
   static_assert(std::is_trivial_v<Range>);
-  std::vector<std::vector<Range>> got, want;
+  // Lists that grow by a known count and are then written through a pointer: resize leaves the
+  // new elements uninitialised (a value-initialised resize would zero them first, a second pass
+  // over every range of a fragmented request).
+  template <class T>
+  struct UninitAllocator : std::allocator<T> {
+    template <class U>
+    struct rebind {
+      using other = UninitAllocator<U>;
+    };
+    UninitAllocator() = default;
+    template <class U>
+    UninitAllocator(const UninitAllocator<U>&) noexcept {}
+    template <class U>
+    void construct(U* p) noexcept {
+      ::new (static_cast<void*>(p)) U;
+    }
+    template <class U, class... A>
+    void construct(U* p, A&&... a) {
+      ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+    }
+  };
+  using RangeList = std::vector<Range, UninitAllocator<Range>>;
+  std::vector<RangeList> got, want;
   // A region repeat's D ranges, not copied: got[r] continues with got[src][begin, end) (the ranges
   // its source segment added). Always logically last in got[r]: anything else added to got[r]
   // copies them in first (check_coverage's materialise).
@@ -120,13 +144,13 @@ struct Trimmed {
     int same_as = -1, att_as = -1;
     bool verified = false, alike = false;
     // Attention list: 0 as derived, 1 sorted and merged, 2 overlaps itself, 3 as derived and
-    // proven disjoint from its group's block ids (check_coverage's distinct_blocks). Mamba
+    // proven disjoint from its group's block ids (check_coverage's IdMarks). Mamba
     // list: 0, 1 or 2.
     uint8_t att_state = 0, mam_state = 0;
   };
   std::vector<RegionClass> region_class;
-  std::vector<std::vector<Range>> mam;  // expected Mamba pages (want: attention ranges)
-  std::vector<Range> merged;
+  std::vector<RangeList> mam;  // expected Mamba pages (want: attention ranges)
+  RangeList merged;
   // Bytes of one D region that no group may write (check_coverage's shared-block check): an
   // attention group's zero ranges and its listed blocks' prefix-hit tokens, each with its group,
   // its D kernel block and whether it is a hit (D's cached tokens) or a zero range.
@@ -141,7 +165,7 @@ struct Trimmed {
     bool held;
   };
   std::vector<Guard> guards;
-  std::vector<uint64_t> id_bits;  // one bit per D block id (distinct_blocks), all clear between uses
+  std::vector<uint64_t> id_bits;  // one bit per D block id (IdMarks), all clear between uses
   std::vector<std::vector<std::pair<size_t, size_t>>> consumed;  // per plan rank: reads a hint covered
   // accept_hints' per template rank view: the plan rank's reads, the template's reads, the P
   // rank's page strides and region sizes (looked up once per call, not per page).

@@ -552,7 +552,7 @@ TEST(TransferPlanSharedBlocks, OneGroupListingABlockTwiceOverItsOwnZeroRangeIsRe
 
 // Fragmented D ids (their ranges out of order) take the check's path without a sort: one
 // attention group's ranges are disjoint when its ids are distinct, and a Mamba page is clear of
-// them when it reaches none of its listed blocks (plan_coverage.cpp, distinct_blocks). Anything
+// them when it reaches none of its listed blocks (plan_coverage.cpp, IdMarks). Anything
 // that path cannot prove falls back to the sorted check: each refusal below is the same one the
 // sorted check gives, and the plans it lets through are those the byte-level property tests
 // accept.
@@ -591,6 +591,24 @@ TEST(TransferPlanSharedBlocks, FragmentedIdsAreCheckedAsStrictlyWithoutASort) {
   EXPECT_EQ(status_of([&] { compile_judged(bad); }, &msg), Status::Coverage);
   EXPECT_TRUE(has(msg, "D region 0 offset " + std::to_string(10 * Ld))) << msg;
   EXPECT_TRUE(has(msg, "written twice")) << msg;
+  // Two Mamba groups, the second only on region 5 (Nemotron's 5-layer group leaves it out of the
+  // first): regions 0 and 5 share one attention class, whose ids are marked once while region 0
+  // is checked and kept for region 5. A page clear in region 0 passes there; region 5's page in
+  // block 10, which the attention group writes, must still be refused, in region 5. And the marks
+  // left by a refused compile must not outlive it: the same plan without the conflict is planned,
+  // then the conflict refused again.
+  std::vector<PlanGroup> split = {mamba_group({30}, {50}, 5000), mamba_group({31}, {51}, 5000), ok[1]};
+  split[0].regions = {0, 1, 2, 3, 4};
+  split[1].regions = {5};
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_NO_THROW(compile_judged(split));
+    std::vector<PlanGroup> into5 = split;
+    into5[1] = mamba_group({10}, {51}, 5000);
+    into5[1].regions = {5};
+    EXPECT_EQ(status_of([&] { compile_judged(into5); }, &msg), Status::Coverage);
+    EXPECT_TRUE(has(msg, "D region 5 offset " + std::to_string(10 * Ld))) << msg;
+    EXPECT_TRUE(has(msg, "written twice")) << msg;
+  }
   // One block listed twice, both written.
   bad = {attention_group({12, 10, 12}, {20, 25, 22, 21, 23}, 5000)};
   EXPECT_EQ(status_of([&] { compile_transfer_plan(ctx, bad); }, &msg), Status::Coverage);
