@@ -44,6 +44,17 @@ using core::Status;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
+// A request's plan in the C API's form (factored: regions laid out alike recorded as repeats).
+core::TransferPlan compile(const core::PlanContext& ctx, const core::PlanContextVerdict& verdict,
+                           const std::vector<core::PlanGroup>& groups) {
+  std::vector<core::PlanGroupView> views;
+  views.reserve(groups.size());
+  for (const core::PlanGroup& g : groups) views.push_back(core::view_of(g));
+  core::TransferPlan plan;
+  core::compile_transfer_plan_into(ctx, views, plan, verdict, core::CompileOptions{.region_repeats = true});
+  return plan;
+}
+
 inline constexpr const char* kPrefillEngine = "prefill";
 inline constexpr const char* kDecodeEngine = "decode";
 
@@ -126,6 +137,10 @@ class Rank {
   std::vector<core::EngineMetadata> p_md_, d_md_;
   std::optional<core::PlanContext> ctx_;     // D: its context with the P engine
   std::vector<core::PlanContext> d_ctx_;     // P (WRITE): one context per D rank
+  // Judged once per context: the demo compiles factored plans, as the C API does, so the agents
+  // execute region repeats across processes.
+  std::optional<core::PlanContextVerdict> verdict_;
+  std::vector<core::PlanContextVerdict> d_verdict_;
 
   std::mutex out_mu_;
   std::mutex mu_;  // everything below
@@ -227,6 +242,7 @@ void Rank::on_peers(const json& msg) {
   if (!prefill_) {
     ctx_ = core::make_plan_context(md_, p_md_, mamba(layout_.decode), mamba(layout_.prefill));
     core::validate_plan_context(*ctx_);
+    verdict_ = core::judge_plan_context(*ctx_);
     // D connects to the P ranks it reads from and notifies, as a decode engine's connector does.
     for (uint32_t t : ctx_->mapping.handshake_targets) {
       const auto addr = exec::parse_host_port(msg.at("prefill").at(t).at("address").get<std::string>());
@@ -235,6 +251,7 @@ void Rank::on_peers(const json& msg) {
     }
   } else if (write_) {
     for (const auto& d : d_md_) d_ctx_.push_back(core::make_plan_context(d, p_md_, mamba(layout_.decode), mamba(layout_.prefill)));
+    for (const auto& c : d_ctx_) d_verdict_.push_back(core::judge_plan_context(c));
   }
   for (uint32_t i = 0; i < concurrency_; ++i) workers_.emplace_back([this] { worker_main(); });
   notes_ = std::thread([this] { notes_main(); });
@@ -319,7 +336,7 @@ void Rank::d_request(const RankRequest& rq) {
   };
   core::TransferPlan plan;
   try {
-    plan = core::compile_transfer_plan(*ctx_, rq.groups);
+    plan = compile(*ctx_, *verdict_, rq.groups);
   } catch (const core::Error& e) {
     return fail("compile", e.status(), e.what());
   }
@@ -405,7 +422,9 @@ void Rank::d_request(const RankRequest& rq) {
   // Put back D's own bytes where the reads landed, so the blocks can serve the next request and
   // the final scan finds the whole memory untouched.
   for (const auto& rr : plan.ranks) {
-    for (const auto& r : rr.reads) fill(region(r.local_region) + r.local_offset, own(r.local_region), r.local_offset, r.length);
+    core::for_each_read(rr, [&](const core::PlanRead& r) {
+      fill(region(r.local_region) + r.local_offset, own(r.local_region), r.local_offset, r.length);
+    });
   }
   done["ok"] = true;
   done["status"] = core::status_name(Status::Ok);
@@ -419,7 +438,7 @@ void Rank::inject_fault(const core::TransferPlan& plan) {
   static const char* fault = std::getenv("PDKV_DEMO_FAULT");
   if (fault == nullptr || rank_ != 0 || plan.ranks.empty() || fault_done_.exchange(true)) return;
   if (std::strcmp(fault, "flip-byte") == 0) {
-    const core::PlanRead& r = plan.ranks.front().reads.front();
+    const core::PlanRead& r = plan.ranks.front().reads.front();  // issued first in either form
     region(r.local_region)[r.local_offset + r.length / 2] ^= 0x01;
   } else if (std::strcmp(fault, "stray-write") == 0) {
     region(0)[md_.regions[0].region.block_len / 2] ^= 0x01;
@@ -435,9 +454,9 @@ Check Rank::verify(const core::TransferPlan& plan, const std::vector<uint64_t>& 
   };
   std::vector<Read> reads;
   for (const auto& rr : plan.ranks) {
-    for (const auto& r : rr.reads) {
+    core::for_each_read(rr, [&](const core::PlanRead& r) {
       reads.push_back({r.local_region, r.local_offset, r.length, rr.p_rank, r.remote_region, r.remote_offset});
-    }
+    });
   }
   std::sort(reads.begin(), reads.end(),
             [](const Read& a, const Read& b) { return a.region != b.region ? a.region < b.region : a.offset < b.offset; });
@@ -550,7 +569,7 @@ void Rank::p_write(const RankRequest& rq) {
   std::vector<core::TransferPlan> plans(d_ctx_.size());
   for (size_t d = 0; d < d_ctx_.size(); ++d) {
     try {
-      plans[d] = core::compile_transfer_plan(d_ctx_[d], rq.groups);
+      plans[d] = compile(d_ctx_[d], d_verdict_[d], rq.groups);
     } catch (const core::Error& e) {
       if (worst == Status::Ok) worst = e.status();
       continue;
