@@ -855,6 +855,7 @@ void check_rank_reads(const RankReads& rank, const std::vector<std::pair<size_t,
         check_bounds(d, "D", lr, rd[k].local_offset, rd[k].length, dmax);
         check_bounds(p, "P", rr, rd[k].remote_offset, rd[k].length, pmax);
       }
+      fail(Status::Internal, "D region " + s(lr) + ": a read failed the folded bounds check but none read by read");
     }
     have_prev = true;
     prev_begin = i;
