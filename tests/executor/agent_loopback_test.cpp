@@ -1244,7 +1244,16 @@ TEST_P(AgentLoopback, ACallerModeEventLoopNeedsNothingButTheEventFd) {
     ASSERT_EQ(t.status().status, Status::Ok) << t.status().message;
     verify(*d, ps, plan, 0xEE);
     EXPECT_GT(wakeups, 0);
-    EXPECT_FALSE(readable(fd, 50)) << "readable after the transfer finished: an event loop would spin";
+    // Quiet afterwards: a message arriving after the transfer ended (late on a loaded machine,
+    // under a sanitizer: CI saw it under TSan, and under ASan beside a benchmark) may wake the
+    // loop again, and the progress call it makes takes it; a loop that spins stays readable
+    // however often it progresses.
+    int late = 0;
+    while (late < 10 && readable(fd, 50)) {
+      d->agent->progress();
+      ++late;
+    }
+    EXPECT_LT(late, 10) << "readable after the transfer finished, progress after progress: an event loop would spin";
   }
 }
 
