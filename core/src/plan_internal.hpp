@@ -3,11 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
-#include <memory>
 #include <vector>
 
 #include "pdkv/core/attention_descriptors.hpp"
