@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   double target_s = 0.3;
   bool profile = false;
   uint32_t attention_regions = 0;  // 0: the group's default (every region)
-  bool factored_form = false;
+  bool factored_form = false, indexed_form = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--profile-compile") {  // only pdkv's compile, in a loop, for perf record
@@ -75,11 +75,12 @@ int main(int argc, char** argv) {
     else if (a == "--target-s") target_s = std::atof(argv[i + 1]);
     else if (a == "--form") {
       const std::string f = argv[i + 1];
-      if (f != "listed" && f != "factored") {
-        std::fprintf(stderr, "--form must be listed or factored\n");
+      if (f != "listed" && f != "factored" && f != "indexed") {
+        std::fprintf(stderr, "--form must be listed, factored or indexed\n");
         return 1;
       }
-      factored_form = f == "factored";
+      factored_form = f != "listed";
+      indexed_form = f == "indexed";
     }
     else if (a == "--attention-regions") {
       attention_regions = static_cast<uint32_t>(std::strtoul(argv[i + 1], nullptr, 10));
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
           const auto rq = request.as_logical();
           const auto views = rq.views();
           TransferPlan plan;
-          const CompileOptions options{.region_repeats = factored_form};
+          const CompileOptions options{.region_repeats = factored_form, .indexed_reads = indexed_form};
           auto compile_once = [&] { compile_transfer_plan_into(ctx, views, plan, verdict, options); };
           compile_once();
           if (profile) {
@@ -212,7 +213,7 @@ int main(int argc, char** argv) {
               geo.c_str(), static_cast<unsigned long long>(t), static_cast<unsigned long long>(hit_pct),
               frag ? "frag" : "contig", reads.size(), reads.size() * sizeof(PlanRead), compile, write, write_read, sort,
               extents.size(), fact, compile_min, fact_min, static_cast<unsigned long long>(plan.stats.bytes),
-              factored_form ? "factored" : "listed", compile_expand_min);
+              indexed_form ? "indexed" : factored_form ? "factored" : "listed", compile_expand_min);
           std::fflush(stdout);
         }
       }

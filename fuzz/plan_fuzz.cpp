@@ -6,8 +6,9 @@
 // (anything else is a bug); on success the plan is re-checked here without pdkv's own validator:
 // every read lies inside its regions on both sides, no two reads write the same D byte, and the
 // bytes moved equal what the trim result says D needs (tokens x heads x head bytes per region,
-// whole Mamba states per region); and the factored form of the request (region repeats) expands to
-// the same plan. ASan/UBSan catch the rest.
+// whole Mamba states per region); and the factored forms of the request (region repeats,
+// block-indexed reads) are accepted by the check and expand to the same plan. ASan/UBSan catch
+// the rest.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -145,29 +146,42 @@ void check(const TransferPlan& plan, const PlanContext& ctx, const std::vector<P
   if (moved != needed_bytes(ctx, groups)) bug("bytes moved differ from the bytes D needs");
 }
 
-// The factored form of the same request (region repeats, the C API's form, compiled with the
-// context's verdict) must be planned too, and expand to the same plan read for read.
+// The factored forms of the same request (region repeats, the C API's form with block-indexed
+// reads, and block-indexed reads alone with every group that can be read by position read so),
+// compiled with the context's verdict, must be planned too, accepted by the standalone check, and
+// expand to the same plan read for read.
 void same_when_factored(const TransferPlan& plan, const PlanContext& ctx, const std::vector<PlanGroup>& groups) {
   std::vector<PlanGroupView> views;
   for (const PlanGroup& g : groups) views.push_back(view_of(g));
-  TransferPlan factored;
-  try {
-    compile_transfer_plan_into(ctx, views, factored, judge_plan_context(ctx), CompileOptions{.region_repeats = true});
-  } catch (const Error&) {
-    bug("the factored compile refused a request the listed compile planned");
-  }
-  expand_plan(factored);
-  if (factored.ranks.size() != plan.ranks.size()) bug("the factored plan reads from other P ranks");
-  for (size_t i = 0; i < plan.ranks.size(); ++i) {
-    if (factored.ranks[i].p_rank != plan.ranks[i].p_rank || factored.ranks[i].bytes != plan.ranks[i].bytes ||
-        !(factored.ranks[i].reads == plan.ranks[i].reads)) {
-      bug("the factored plan expands to other reads than the listed plan's");
+  const PlanContextVerdict verdict = judge_plan_context(ctx);
+  const CompileOptions forms[] = {{.region_repeats = true},
+                                  {.region_repeats = true, .indexed_reads = true},
+                                  {.region_repeats = false, .indexed_reads = true, .indexed_min_runs = 1}};
+  for (const CompileOptions& form : forms) {
+    TransferPlan factored;
+    try {
+      compile_transfer_plan_into(ctx, views, factored, verdict, form);
+    } catch (const Error&) {
+      bug("the factored compile refused a request the listed compile planned");
     }
-  }
-  if (factored.stats.pieces_after_coalescing != plan.stats.pieces_after_coalescing ||
-      factored.stats.pieces_before_coalescing != plan.stats.pieces_before_coalescing ||
-      factored.stats.bytes != plan.stats.bytes) {
-    bug("the factored plan's stats differ from the listed plan's");
+    try {
+      validate_transfer_plan_views(factored, ctx, views);
+    } catch (const Error&) {
+      bug("the check refused a factored plan it accepted when it was compiled");
+    }
+    expand_plan(factored);
+    if (factored.ranks.size() != plan.ranks.size()) bug("the factored plan reads from other P ranks");
+    for (size_t i = 0; i < plan.ranks.size(); ++i) {
+      if (factored.ranks[i].p_rank != plan.ranks[i].p_rank || factored.ranks[i].bytes != plan.ranks[i].bytes ||
+          !(factored.ranks[i].reads == plan.ranks[i].reads)) {
+        bug("the factored plan expands to other reads than the listed plan's");
+      }
+    }
+    if (factored.stats.pieces_after_coalescing != plan.stats.pieces_after_coalescing ||
+        factored.stats.pieces_before_coalescing != plan.stats.pieces_before_coalescing ||
+        factored.stats.bytes != plan.stats.bytes) {
+      bug("the factored plan's stats differ from the listed plan's");
+    }
   }
 }
 

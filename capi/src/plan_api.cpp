@@ -395,7 +395,7 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_rank_reads(const pdkv_transfer_plan_t*
       const core::RankReads& rr = plan->plan.ranks[i];
       if (rr.p_rank != p_tp_rank) continue;
       if (bytes != nullptr) *bytes = rr.bytes;
-      if (rr.repeats.empty()) {
+      if (!rr.factored()) {
         *reads = c_reads(rr.reads);
         *count = rr.reads.size();
         continue;

@@ -88,11 +88,12 @@ struct pdkv_plan_context {
 // handed out in place (the core records have the C layout). pdkv_transfer_plan_compile_into
 // recompiles it in place, reusing every buffer.
 struct pdkv_transfer_plan {
-  // Compiled in factored form (region repeats: kCompileOptions); the executor walks it as it is.
+  // Compiled in factored form (region repeats and block-indexed reads: kCompileOptions); the
+  // executor walks it as it is.
   pdkv::core::TransferPlan plan;
   std::vector<uint32_t> read_ranks;                     // plan.ranks[i].p_rank
   // plan.ranks[i]'s reads in issue order, expanded on the first pdkv_transfer_plan_rank_reads of
-  // the rank after each compile (ranks without repeats are handed out as they are). That call is
+  // the rank after each compile (listed ranks are handed out as they are). That call is
   // thread-safe on a const handle, so the expansion happens under `expand_mutex`; the buffers
   // keep their capacity from one compile to the next.
   mutable std::mutex expand_mutex;
@@ -140,8 +141,8 @@ pdkv_transfer_plan_t* finish_plan(std::unique_ptr<pdkv_transfer_plan> h);
 // Refreshes the C views after the plan was (re)compiled in place.
 void refresh_plan_views(pdkv_transfer_plan& h);
 
-// How the C API compiles plans: factored (CompileOptions::region_repeats).
-inline constexpr pdkv::core::CompileOptions kCompileOptions{.region_repeats = true};
+// How the C API compiles plans: factored (CompileOptions::region_repeats and indexed_reads).
+inline constexpr pdkv::core::CompileOptions kCompileOptions{.region_repeats = true, .indexed_reads = true};
 
 // Resolves a C string into (dst, capacity) as a NUL-terminated copy, reporting the length
 // without the NUL in *out_len (BufferTooSmall naming the needed capacity).

@@ -68,6 +68,87 @@ void linear_ranges(const SpanRun* spans, size_t n, uint64_t L, uint64_t token, R
   if (bad != 0) [[unlikely]] fail_linear_ranges(spans, n, L, token);
 }
 
+// ---- Block-indexed groups ---------------------------------------------------------------------
+// The check's own derivation of where an attention group's needed tokens lie in its lists by
+// position (written apart from the emitter's, plan_indexed.cpp): the listed D id holding the
+// first needed token and its P counterpart, how many listed ids the tokens reach, and where in
+// the first id they start. Used for groups whose trimming walk compile skipped (their expected
+// ranges come from here) and to prove an IndexedReads entry.
+struct Positions {
+  uint64_t d_first = 0, p_first = 0, ids = 0;
+  uint64_t first_token = 0, tokens = 0, tokens_per_id = 0;
+};
+
+inline uint64_t first_index(const PlanGroupView& v);
+
+// False, with `why` naming the reason, when the group's tokens cannot be named by position.
+bool group_positions(const PlanGroupView& v, Positions& q, std::string& why) {
+  const uint64_t lbs = v.local_tokens_per_block, k = v.local_kernel_blocks_per_id;
+  if (!is_attention_kind(v.kind)) {
+    why = "is not an attention group";
+    return false;
+  }
+  if (lbs == 0 || lbs != v.remote_tokens_per_block || k == 0 || k != v.remote_kernel_blocks_per_id) {
+    why = "has different tokens per block (" + s(lbs) + " / " + s(v.remote_tokens_per_block) +
+          ") or kernel blocks per id (" + s(k) + " / " + s(v.remote_kernel_blocks_per_id) + ") on D and P";
+    return false;
+  }
+  const uint64_t n = v.remote_computed_tokens;
+  uint64_t need = v.local_hit_tokens;
+  if (v.kind == GroupKind::SlidingWindow && n > v.sliding_window) need = std::max(need, n - v.sliding_window);
+  if (need >= n) {
+    why = "needs no token (tokens " + s(need) + ".." + s(n) + ")";
+    return false;
+  }
+  // Kernel positions in each list of the first and the last needed token.
+  const uint64_t d0 = first_index(v), p0 = v.remote_first_block;
+  const uint64_t first = need / lbs, last = (n - 1) / lbs;
+  if (first < d0 || first < p0) {
+    why = "starts its lists after the first needed token's block " + s(first);
+    return false;
+  }
+  const uint64_t dpos = first - d0, ppos = first - p0;
+  if (dpos % k != ppos % k) {
+    why = "starts its D and P lists at different kernel blocks within an id";
+    return false;
+  }
+  q.d_first = dpos / k;
+  q.p_first = ppos / k;
+  q.ids = (last - d0) / k - q.d_first + 1;
+  q.first_token = dpos % k * lbs + need % lbs;
+  q.tokens = n - need;
+  uint64_t dend = 0, pend = 0;
+  if (__builtin_mul_overflow(k, lbs, &q.tokens_per_id) || __builtin_add_overflow(q.d_first, q.ids, &dend) ||
+      __builtin_add_overflow(q.p_first, q.ids, &pend) || dend > v.local_blocks.size() || pend > v.remote_blocks.size()) {
+    why = "lists " + s(v.local_blocks.size()) + " D and " + s(v.remote_blocks.size()) + " P ids, fewer than its tokens " +
+          s(need) + ".." + s(n) + " need";
+    return false;
+  }
+  return true;
+}
+
+[[gnu::noinline, gnu::cold]] void fail_indexed_ranges(uint64_t id, uint64_t idb) {
+  fail(Status::Overflow, "D block id " + s(id) + " times its " + s(idb) + " bytes leaves 64 bits");
+}
+
+// D's expected ranges of a group laid out linearly in the region (one token of `token` bytes
+// after the other, a listed id's blocks `id_bytes` long): token positions [s, e) of each listed
+// id read, merged where consecutive ids continue each other.
+void indexed_ranges(const PlanGroupView& v, const Positions& q, uint64_t id_bytes, uint64_t token, RangeList& out) {
+  const uint64_t* ids = v.local_blocks.data() + q.d_first;
+  const uint64_t end = q.first_token + q.tokens;
+  for (uint64_t i = 0; i < q.ids; ++i) {
+    const uint64_t sp = i == 0 ? q.first_token : 0;
+    const uint64_t ep = std::min(q.tokens_per_id, end - i * q.tokens_per_id);
+    uint64_t base = 0, b = 0, e = 0;
+    if (__builtin_mul_overflow(ids[i], id_bytes, &base) || __builtin_add_overflow(base, sp * token, &b) ||
+        __builtin_add_overflow(base, ep * token, &e)) [[unlikely]] {
+      fail_indexed_ranges(ids[i], id_bytes);
+    }
+    push(out, b, e);
+  }
+}
+
 // Expected D byte ranges of group g in one region, appended to v, from D's own layout and
 // nothing the emitter computed: for every span of tokens (ids consecutive on D over the span),
 // the bytes those tokens occupy in D's blocks. Tokens of one kernel block lie back to back when
@@ -91,6 +172,17 @@ void group_ranges(const PlanContext& ctx, const Trimmed& t, size_t g, uint32_t r
     const uint64_t lbs = rg.g.local_tokens_per_block;
     const uint64_t hb = region_bytes_per_token(d, region, "D") / heads;
     const uint64_t token = heads * hb;  // all of D's heads of one token
+    if (t.indexed[g].on) {
+      // Compile skipped the group's walk (a block-indexed group: D's layout is linear there).
+      Positions q;
+      std::string why;
+      if (!(nhd || heads == 1) || !group_positions(rg.g, q, why)) [[unlikely]] {
+        fail(Status::Internal, "group " + s(g) + " was read block-indexed but its D region " + s(region) +
+                                   " or its lists do not allow it" + (why.empty() ? "" : ": it " + why));
+      }
+      indexed_ranges(rg.g, q, mul_checked(rg.g.local_kernel_blocks_per_id, L, "D id bytes"), token, v);
+      return;
+    }
     if (nhd || heads == 1) {
       linear_ranges(t.spans.data() + t.span_begin[g], t.span_begin[g + 1] - t.span_begin[g], L, token, v);
       return;
@@ -136,6 +228,7 @@ void expected_ranges(const PlanContext& ctx, const Trimmed& t, std::vector<Range
   for (size_t g = 0; g < t.groups.size(); ++g) {
     const ResolvedGroup& rg = t.groups[g];
     const bool attention = is_attention_kind(rg.g.kind);
+    if (attention && t.proofs[g].on) continue;  // proven by its IndexedReads entry (prove_indexed)
     for (uint32_t region : rg.regions) {
       if (attention) {
         if (rc[region].att_as < 0) group_ranges(ctx, t, g, region, att[region]);
@@ -298,6 +391,9 @@ class IdMarks {
     }
     return true;
   }
+
+  // Whether id is one of the marked group's listed ids (after disjoint() returned true for it).
+  bool marked(uint64_t id) const { return id < limit_ && ((bits_[id >> 6] >> (id & 63)) & 1) != 0; }
 
  private:
   void mark(const PlanGroupView& g, uint64_t limit) {
@@ -870,6 +966,150 @@ void check_rank_reads(const RankReads& rank, const std::vector<std::pair<size_t,
   repeats_before(n);
 }
 
+// ---- Proving IndexedReads entries ------------------------------------------------------------
+// An entry stands for exactly the reads D's layout needs for its group when it is the group's
+// position derivation (group_positions) field for field, its ids are the request's at those
+// positions, its region pairs are the group's, and its byte geometry is D's linear layout of
+// each region; its reads then write exactly the ranges indexed_ranges derives, which are left
+// out of both lists rather than derived twice. Its reads stay inside every region when the
+// largest id's blocks do (P: its last token position), and they write nothing twice when the
+// group's listed ids are distinct; they meet no Mamba page, zero range or held prefix when
+// those reach no written token of a listed id (IdMarks, and a lookup of the few guards' ids).
+// Where that cannot be shown cheaply the entry's ranges are added to both lists (materialised)
+// and the comparison below decides as for listed reads.
+
+[[noreturn, gnu::cold, gnu::noinline]] void fail_entry(Status st, const RankReads& rr, size_t e, const std::string& why) {
+  fail(st, "P rank " + s(rr.p_rank) + " indexed reads " + s(e) + " (group " + s(rr.indexed[e].group) + "): " + why);
+}
+
+// Proves entry e of plan rank ri against its group (see above) and records it in t.proofs; p_size:
+// that P rank's region sizes. Errors: Coverage naming the field that differs, OutOfBounds naming
+// the region and the id.
+void match_entry(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t, size_t ri, size_t e,
+                 const std::vector<uint64_t>& d_size, const std::vector<uint64_t>& p_size, bool permute) {
+  const RankReads& rr = plan.ranks[ri];
+  const IndexedReads& x = rr.indexed[e];
+  if (x.group >= t.groups.size()) fail_entry(Status::Coverage, rr, e, "names no group of the request's " + s(t.groups.size()));
+  if (t.proofs[x.group].on) fail_entry(Status::Coverage, rr, e, "reads a group another indexed entry reads already");
+  const ResolvedGroup& rg = t.groups[x.group];
+  Positions q;
+  std::string why;
+  if (!group_positions(rg.g, q, why)) fail_entry(Status::Coverage, rr, e, "the group cannot be read by position: it " + why);
+  if (permute) fail_entry(Status::Coverage, rr, e, "D permutes the group's blocks on receive: its reads must be listed");
+  if (x.count != q.ids || x.first_token != q.first_token || x.tokens != q.tokens || x.tokens_per_id != q.tokens_per_id) {
+    fail_entry(Status::Coverage, rr, e,
+               "reads " + s(x.count) + " ids per side from token " + s(x.first_token) + " of the first, " + s(x.tokens) +
+                   " tokens of " + s(x.tokens_per_id) + " per id, but the group's needed tokens lie in " + s(q.ids) +
+                   " ids from token " + s(q.first_token) + ", " + s(q.tokens) + " tokens of " + s(q.tokens_per_id) + " per id");
+  }
+  const uint64_t npairs = x.pairs_end - x.pairs_begin;  // check_repeats: pairs_begin < pairs_end <= size
+  bool pairs_ok = npairs == rg.regions.size();
+  for (uint64_t i = 0; i < npairs && pairs_ok; ++i) {
+    const RegionPair rp = rr.region_pairs[x.pairs_begin + i];
+    pairs_ok = rp.local_region == rg.regions[i] && rp.remote_region == rg.remote_regions[i];
+  }
+  if (!pairs_ok) {
+    fail_entry(Status::Coverage, rr, e, "reads " + s(npairs) + " region pairs, not the group's " + s(rg.regions.size()) +
+                                            " (D region, P region) pairs in the group's order");
+  }
+  // Its ids are the request's at the derived positions (check_repeats bounded them in rr.ids).
+  const uint64_t* dids = rr.ids.data() + x.ids_begin;
+  const uint64_t* pids = dids + x.count;
+  const uint64_t* dreq = rg.g.local_blocks.data() + q.d_first;
+  const uint64_t* preq = rg.g.remote_blocks.data() + q.p_first;
+  const size_t c = static_cast<size_t>(x.count);
+  if (std::memcmp(dids, dreq, c * sizeof(uint64_t)) != 0 || std::memcmp(pids, preq, c * sizeof(uint64_t)) != 0) {
+    for (size_t i = 0; i < c; ++i) {
+      if (dids[i] != dreq[i]) {
+        fail_entry(Status::Coverage, rr, e, "D id " + s(i) + " is " + s(dids[i]) + " but the request lists " + s(dreq[i]) +
+                                                " at position " + s(q.d_first + i));
+      }
+      if (pids[i] != preq[i]) {
+        fail_entry(Status::Coverage, rr, e, "P id " + s(i) + " is " + s(pids[i]) + " but the request lists " + s(preq[i]) +
+                                                " at position " + s(q.p_first + i));
+      }
+    }
+  }
+  uint64_t dmin = dids[0], dmax = dids[0], pmax = pids[0], pmin = pids[0];
+  for (size_t i = 1; i < c; ++i) {
+    dmin = std::min(dmin, dids[i]);
+    dmax = std::max(dmax, dids[i]);
+    pmin = std::min(pmin, pids[i]);
+    pmax = std::max(pmax, pids[i]);
+  }
+  if (dmin == kNullBlock || pmin == kNullBlock) {
+    fail_entry(Status::Coverage, rr, e, "reads the null block 0 (a needed token has no storage)");
+  }
+  const EngineMetadata& d = ctx.local;
+  const uint64_t k = rg.g.local_kernel_blocks_per_id;
+  for (uint64_t i = 0; i < npairs; ++i) {
+    const uint32_t region = rg.regions[i], rregion = rg.remote_regions[i];
+    if (region >= d.regions.size()) fail_entry(Status::OutOfBounds, rr, e, "D region " + s(region) + " does not exist");
+    const uint64_t L = d.regions[region].region.block_len;
+    const uint64_t heads = d.region_is_mla(region) ? 1 : ctx.mapping.local_physical_heads;
+    const uint64_t token = region_bytes_per_token(d, region, "D");
+    uint64_t idb = 0;
+    if (__builtin_mul_overflow(k, L, &idb) || x.local_id_bytes != idb || x.token_bytes != token ||
+        !(t.staging == KvLayout::NHD || heads == 1)) {
+      fail_entry(Status::Coverage, rr, e,
+                 "reads D region " + s(region) + " as ids of " + s(x.local_id_bytes) + " bytes, tokens of " +
+                     s(x.token_bytes) + ", but D lays it out " +
+                     (t.staging == KvLayout::NHD || heads == 1 ? "linearly" : "by head (HND, " + s(heads) + " heads)") +
+                     " in " + s(k) + " x " + s(L) + "-byte blocks of " + s(token) + " bytes per token");
+    }
+    uint64_t dend = 0;
+    if (__builtin_mul_overflow(dmax + 1, idb, &dend) || dend > d_size[region]) {
+      fail_entry(Status::OutOfBounds, rr, e, "D id " + s(dmax) + " of " + s(idb) + " bytes leaves D region " + s(region) +
+                                                 " of " + s(d_size[region]) + " bytes");
+    }
+    uint64_t pbase = 0, pend = 0, last = 0;
+    if (rregion >= p_size.size() || __builtin_mul_overflow(pmax, x.remote_id_bytes, &pbase) ||
+        __builtin_mul_overflow(x.tokens_per_id, x.token_bytes, &last) || __builtin_add_overflow(pbase, last, &pend) ||
+        pend > p_size[rregion]) {
+      fail_entry(Status::OutOfBounds, rr, e,
+                 "P id " + s(pmax) + " of " + s(x.remote_id_bytes) + " bytes leaves P region " + s(rregion) +
+                     (rregion < p_size.size() ? " of " + s(p_size[rregion]) + " bytes" : " (no such region)"));
+    }
+  }
+  t.proofs[x.group] = {true, false, ri, e};
+}
+
+// Whether guard gd meets a byte proven group g writes in a region of `id_bytes`-long ids and
+// `token`-byte tokens (marks hold g's listed ids): each listed id the guard reaches is looked
+// up among the ids read. `budget` counts the ids looked at; when it runs out, `over` is set.
+bool guard_meets_entry(const Trimmed::Guard& gd, const PlanGroupView& v, const Positions& q, uint64_t id_bytes,
+                       uint64_t token, const IdMarks& marks, uint64_t& budget, bool& over) {
+  const uint64_t* ids = v.local_blocks.data() + q.d_first;
+  const uint64_t end = q.first_token + q.tokens;
+  for (uint64_t x = gd.begin / id_bytes; x <= (gd.end - 1) / id_bytes; ++x) {
+    if (budget == 0) {
+      over = true;
+      return false;
+    }
+    --budget;
+    if (!marks.marked(x)) continue;
+    if (budget < q.ids) {
+      over = true;
+      return false;
+    }
+    budget -= q.ids;
+    // The ids are distinct (marks): the first one found is the only one. The guards usually sit
+    // on the last id read (a zeroed tail) or the first (a held prefix): looked at first.
+    const uint64_t last = q.ids - 1;
+    for (uint64_t j = 0; j < q.ids; ++j) {
+      const uint64_t i = j == 0 ? last : j == 1 ? 0 : j - 1;
+      if (j == 1 && last == 0) break;
+      if (ids[i] != x) continue;
+      const uint64_t sp = i == 0 ? q.first_token : 0;
+      const uint64_t ep = std::min(q.tokens_per_id, end - i * q.tokens_per_id);
+      const uint64_t b = x * id_bytes + sp * token, e = x * id_bytes + ep * token;  // bounded: match_entry
+      if (b < gd.end && gd.begin < e) return true;
+      break;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t, const Prepared* pre) {
@@ -919,6 +1159,7 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
   auto& alias = t.alias;
   alias.assign(d.regions.size(), Trimmed::Alias{});
   for (const RankReads& rr : plan.ranks) check_repeats(rr);
+  t.proofs.assign(t.groups.size(), Trimmed::IndexedProof{});
   t.consumed.resize(plan.ranks.size());
   for (auto& c : t.consumed) c.clear();
   if (pre != nullptr && pre->mamba.valid && !t.hints.empty()) accept_hints(plan, *pre, t);
@@ -945,6 +1186,7 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
       sizes(p, p_size);
     }
     check_rank_reads(rr, t.consumed[ri], d, p, d_size, p_size, got, alias);
+    for (size_t e = 0; e < rr.indexed.size(); ++e) match_entry(plan, ctx, t, ri, e, d_size, p_size, want_permute.active());
   }
   // D's expected bytes in a region depend only on which groups use it and on its block_len
   // (bytes per token and the Mamba page stride follow from it): regions alike in both (under
@@ -981,6 +1223,47 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
   expected_ranges(ctx, t, att, mam);
   const auto att_rep = [&](uint32_t r) { return rc[r].att_as < 0 ? r : static_cast<uint32_t>(rc[r].att_as); };
   const auto mam_rep = [&](uint32_t r) { return rc[r].same_as < 0 ? r : static_cast<uint32_t>(rc[r].same_as); };
+  // Groups proven by an IndexedReads entry: their writes are left out of both lists when they are
+  // shown to meet nothing else (see match_entry), else added to both (materialised).
+  IdMarks marks(t.id_bits);
+  for (size_t g = 0; g < t.groups.size(); ++g) {
+    Trimmed::IndexedProof& pf = t.proofs[g];
+    if (!pf.on) continue;
+    const ResolvedGroup& rg = t.groups[g];
+    Positions q;
+    std::string why;
+    bool ok = comparable && group_positions(rg.g, q, why);  // true: match_entry derived the same
+    for (uint32_t region : rg.regions) ok = ok && rc[region].att_groups == (uint64_t{1} << g);  // no other attention group
+    const bool guarded = guards_any(plan, t, g);
+    uint64_t budget = 4 * q.ids + 4096;  // ids looked at for the guards, at most
+    int guards_of = -1;                  // the attention class whose guards were looked up
+    for (size_t i = 0; i < rg.regions.size() && ok; ++i) {
+      const uint32_t region = rg.regions[i];
+      const uint64_t L = d.regions[region].region.block_len;
+      if (!marks.disjoint(rg.g, L, d_size[region], mam[mam_rep(region)])) {
+        ok = false;
+        break;
+      }
+      if (!guarded || guards_of == static_cast<int>(att_rep(region))) continue;  // a class shares its guards
+      guards_of = static_cast<int>(att_rep(region));
+      collect_guards(plan, ctx, t, region, t.guards);
+      const uint64_t idb = rg.g.local_kernel_blocks_per_id * L;  // match_entry checked the product
+      const uint64_t token = d.region_bytes_per_token(region);
+      bool over = false;
+      for (const Trimmed::Guard& gd : t.guards) {
+        if (guard_meets_entry(gd, rg.g, q, idb, token, marks, budget, over)) fail_shared(ctx, t, region, gd);
+        if (over) break;
+      }
+      ok = !over;
+    }
+    if (ok) continue;
+    pf.materialised = true;
+    for (uint32_t region : rg.regions) {
+      materialise(got, alias, region);
+      group_ranges(ctx, t, g, region, got[region]);
+      if (rc[region].att_as < 0) group_ranges(ctx, t, g, region, att[region]);
+    }
+  }
   // A region alike an earlier one whose plan ranges, as the reads list them, are exactly that
   // region's needs no sort of its own: the same list normalises to the same ranges, and those
   // were compared with the same expected bytes (its reads were bounds-checked one by one above).
@@ -1028,7 +1311,6 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
     return state == 1;
   };
   auto& merged = t.merged;
-  IdMarks marks(t.id_bits);
   for (uint32_t region = 0; region < nreg; ++region) {
     if (rc[region].verified) continue;
     const uint32_t qa = att_rep(region), qm = mam_rep(region);

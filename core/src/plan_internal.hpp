@@ -64,6 +64,21 @@ struct AttentionRegion {
   std::vector<AttentionRead> token_reads;
 };
 
+// The emitter's block-indexed form of one attention group (CompileOptions::indexed_reads,
+// plan_indexed.hpp): `on` when the trimming walk was skipped for the group and its reads are
+// recorded as one IndexedReads entry per compile. Positions are indexes into the group's D and P
+// lists; the fields are those of IndexedReads.
+struct IndexedGroup {
+  bool on = false;
+  uint64_t a0 = 0, b0 = 0, count = 0;  // D's and P's first listed position read, ids per side
+  uint64_t first_token = 0, tokens = 0, tokens_per_id = 0;
+  uint64_t kernel_blocks = 0;  // kernel blocks the tokens touch: the listed plan's pieces per region
+  uint64_t runs = 0;           // runs of ids consecutive on both sides: reads per region
+  uint64_t max_local = 0, max_remote = 0;  // the largest ids read on each side
+  uint32_t p_rank = 0;
+  uint64_t local_id_bytes = 0, remote_id_bytes = 0, token_bytes = 0;
+};
+
 // Per-call working memory, reused across calls on one thread so that compilation does not grow
 // the heap request after request.
 struct Trimmed {
@@ -74,6 +89,9 @@ struct Trimmed {
   std::vector<size_t> span_begin;        // group g's spans: [span_begin[g], span_begin[g+1])
   std::vector<GroupTrim> mamba;          // Mamba groups' trims (empty for attention groups)
   std::vector<std::vector<ZeroRange>> zero;  // attention groups' zero ranges
+  // Per group: read block-indexed (its walk skipped, no spans) or not. Only compile sets `on`;
+  // validate_transfer_plan walks every group.
+  std::vector<IndexedGroup> indexed;
   // The layout D's attention blocks are written in and whether D permutes them on receive
   // (attention_layouts), known once a group with a head-split region was resolved.
   KvLayout staging = KvLayout::HND;
@@ -90,6 +108,7 @@ struct Trimmed {
   GroupTrimInput mamba_in;    // trim_groups' input for one Mamba group
   AttentionRegion attention;  // the emitter's attention geometry of the region at hand
   std::vector<size_t> rank_used;  // the emitter's reads per P rank (PlanBuilder)
+  std::vector<size_t> rank_ids_used;  // the emitter's ids per P rank (PlanBuilder::add_indexed)
   std::vector<MambaRead> mreads;
   std::vector<uint64_t> remote_stride;
   std::vector<uint64_t> blocks;
@@ -166,6 +185,15 @@ struct Trimmed {
   };
   std::vector<Guard> guards;
   std::vector<uint64_t> id_bits;  // one bit per D block id (IdMarks), all clear between uses
+  // check_coverage's view of the plan's indexed entries, per group: the entry that reads it (its
+  // rank's index in plan.ranks and its index there), and whether its ranges were added to the
+  // lists after all (materialised: its disjointness could not be shown from its ids).
+  struct IndexedProof {
+    bool on = false;
+    bool materialised = false;
+    size_t rank = 0, entry = 0;
+  };
+  std::vector<IndexedProof> proofs;
   std::vector<std::vector<std::pair<size_t, size_t>>> consumed;  // per plan rank: reads a hint covered
   // accept_hints' per template rank view: the plan rank's reads, the template's reads, the P
   // rank's page strides and region sizes (looked up once per call, not per page).

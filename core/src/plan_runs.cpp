@@ -361,10 +361,12 @@ void trim_attention_runs(const PlanGroupView& g, std::vector<SpanRun>& spans,
   const uint64_t lf = g.local_first_block.value_or(g.local_hit_tokens / lbs);
   SideCursor local(g.local_blocks, g.local_kernel_blocks_per_id, lf, lbs, "local");
   SideCursor remote(g.remote_blocks, g.remote_kernel_blocks_per_id, g.remote_first_block, rbs, "remote");
-  const bool aligned = walk == TrimWalk::Auto && lbs == rbs && local.per_id == remote.per_id && need_begin < n &&
-                       lf % local.per_id == remote.first % remote.per_id &&
-                       aligned_spans(local, remote, need_begin, n, spans);
-  if (!aligned) general_spans(local, remote, need_begin, n, spans);
+  if (walk != TrimWalk::None) {
+    const bool aligned = walk == TrimWalk::Auto && lbs == rbs && local.per_id == remote.per_id && need_begin < n &&
+                         lf % local.per_id == remote.first % remote.per_id &&
+                         aligned_spans(local, remote, need_begin, n, spans);
+    if (!aligned) general_spans(local, remote, need_begin, n, spans);
+  }
   zero.clear();
   zero_ranges(local, g.local_hit_tokens, need_begin, n, zero);
 }

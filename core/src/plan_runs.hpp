@@ -19,8 +19,10 @@ namespace pdkv::core::plan_detail {
 // Which walk trim_attention_runs may take: Auto takes the aligned walk where it applies (equal
 // block sizes and kernel blocks per id on both sides, the two lists' logical blocks starting at
 // the same kernel block positions: vLLM's usual request), else the general one; General always
-// takes the general one (for the tests comparing both).
-enum class TrimWalk { Auto, General };
+// takes the general one (for the tests comparing both); None appends no spans: for a group the
+// planner reads block-indexed (plan_indexed.hpp), whose segment was found to cover every token
+// it needs with no null block, only the group's checks run and its zero ranges are derived.
+enum class TrimWalk { Auto, General, None };
 
 // Trims one attention group (tokens per block already filled) into spans appended to `spans` and
 // its zero ranges into `zero` (cleared first). Errors: those of trim_group, unprefixed. Both walks

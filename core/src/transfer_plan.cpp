@@ -3,6 +3,7 @@
 #include "pdkv/core/transfer_plan.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "pdkv/core/attention_descriptors.hpp"
@@ -10,6 +11,7 @@
 #include "pdkv/core/error.hpp"
 #include "pdkv/core/handshake.hpp"
 #include "pdkv/core/mamba_split.hpp"
+#include "plan_indexed.hpp"
 #include "plan_internal.hpp"
 #include "plan_runs.hpp"
 
@@ -393,6 +395,7 @@ void resolve(const PlanContext& ctx, std::span<const PlanGroupView> groups, Trim
     t.groups[g].regions = std::span<const uint32_t>(t.paired_local.data() + b, e - b);
     t.groups[g].remote_regions = std::span<const uint32_t>(t.paired_remote.data() + b, e - b);
   }
+  t.indexed.assign(t.groups.size(), IndexedGroup{});  // every group walked unless compile says otherwise
 }
 
 void trim_groups(Trimmed& t) {
@@ -415,7 +418,7 @@ void trim_groups(Trimmed& t) {
     mt.unfilled_states.clear();
     try {
       if (is_attention_kind(v.kind)) {
-        trim_attention_runs(v, t.spans, t.zero[g]);
+        trim_attention_runs(v, t.spans, t.zero[g], t.indexed[g].on ? TrimWalk::None : TrimWalk::Auto);
       } else {
         t.zero[g].clear();
         mamba_in.kind = v.kind;
@@ -457,14 +460,17 @@ using namespace plan_detail;
 class PlanBuilder {
  public:
   // factored: regions laid out alike are recorded as RegionRepeats (CompileOptions::region_repeats).
-  PlanBuilder(TransferPlan& plan, uint32_t p_tp, std::vector<size_t>& used, bool factored)
-      : plan_(plan), used_(used), factored_(factored) {
+  PlanBuilder(TransferPlan& plan, uint32_t p_tp, std::vector<size_t>& used, std::vector<size_t>& ids_used, bool factored)
+      : plan_(plan), used_(used), ids_used_(ids_used), factored_(factored) {
     plan_.ranks.resize(p_tp);
     used_.assign(p_tp, 0);
+    ids_used_.assign(p_tp, 0);
     for (uint32_t p = 0; p < p_tp; ++p) {
       plan_.ranks[p].p_rank = p;
       plan_.ranks[p].bytes = 0;
       plan_.ranks[p].repeats.clear();
+      plan_.ranks[p].indexed.clear();
+      plan_.ranks[p].region_pairs.clear();
     }
   }
 
@@ -474,19 +480,68 @@ class PlanBuilder {
     const auto& reps = plan_.ranks[p].repeats;
     return !reps.empty() && reps.back().end == used_[p];
   }
+  // Whether it is an indexed entry's read (issued after the repeats at the same position).
+  bool tail_indexed(uint32_t p) const {
+    const auto& xs = plan_.ranks[p].indexed;
+    return !xs.empty() && xs.back().at == used_[p];
+  }
+  // Whether it is the rank's last listed read (which a read may merge into).
+  bool tail_listed(uint32_t p) const { return used_[p] > 0 && !tail_repeated(p) && !tail_indexed(p); }
+
+  // The regions and the ends on both sides of rank p's last issued read; false when it has none.
+  bool tail_end(uint32_t p, RegionPair& pair, uint64_t& lend, uint64_t& rend) const {
+    const RankReads& rr = plan_.ranks[p];
+    if (tail_indexed(p)) {
+      const IndexedReads& x = rr.indexed.back();
+      const uint64_t i = x.count - 1, e = std::min(x.tokens_per_id, x.first_token + x.tokens - i * x.tokens_per_id);
+      const uint64_t* ids = rr.ids.data() + x.ids_begin;
+      pair = rr.region_pairs[x.pairs_end - 1];
+      lend = ids[i] * x.local_id_bytes + e * x.token_bytes;
+      rend = ids[x.count + i] * x.remote_id_bytes + e * x.token_bytes;
+      return true;
+    }
+    if (used_[p] == 0) return false;
+    const PlanRead& l = rr.reads[tail_repeated(p) ? rr.repeats.back().end - 1 : used_[p] - 1];
+    pair = tail_repeated(p) ? RegionPair{rr.repeats.back().local_region, rr.repeats.back().remote_region}
+                            : RegionPair{l.local_region, l.remote_region};
+    lend = l.local_offset + l.length;
+    rend = l.remote_offset + l.length;
+    return true;
+  }
 
   // Before a read of regions (region, rregion) is added to rank p: when the rank's last read is a
-  // repeat's copy of the same regions (which the read could extend), that repeat is written out
-  // as listed reads at the tail (where its copies stood in issue order: after the repeats before
-  // it at the same position), so that coalescing stays exactly the listed plan's. A read of
-  // other regions never merges into the copy, and the repeats stay.
+  // repeat's copy or an indexed entry's read of the same regions (which the read could extend),
+  // that repeat or entry is written out as listed reads at the tail (where its reads stood in
+  // issue order), so that coalescing stays exactly the listed plan's. A read of other regions
+  // never merges into them, and they stay.
   void settle_tail(uint32_t p, uint32_t region, uint32_t rregion) {
+    RankReads& rr = plan_.ranks[p];
+    if (tail_indexed(p)) {
+      const RegionPair last = rr.region_pairs[rr.indexed.back().pairs_end - 1];
+      if (last.local_region == region && last.remote_region == rregion) settle_indexed(p);
+      return;
+    }
     if (!tail_repeated(p)) return;
-    auto& reps = plan_.ranks[p].repeats;
+    auto& reps = rr.repeats;
     const RegionRepeat r = reps.back();
     if (r.local_region != region || r.remote_region != rregion) return;
     reps.pop_back();
     append_copies(p, r);
+  }
+
+  // Writes rank p's tail entry out as listed reads, coalesced as add() coalesces (its bytes and
+  // pieces were counted when it was recorded). Its ids and region pairs are dropped when they are
+  // the last ones stored.
+  void settle_indexed(uint32_t p) {
+    RankReads& rr = plan_.ranks[p];
+    const IndexedReads x = rr.indexed.back();
+    rr.indexed.pop_back();
+    for_each_indexed_read(rr, x, [&](const PlanRead& r) {
+      --indexed_reads_;
+      append_listed(p, r.local_region, r.local_offset, r.remote_region, r.remote_offset, r.length);
+    });
+    if (x.ids_begin + 2 * x.count == ids_used_[p]) ids_used_[p] = static_cast<size_t>(x.ids_begin);
+    if (x.pairs_end == rr.region_pairs.size()) rr.region_pairs.resize(static_cast<size_t>(x.pairs_begin));
   }
 
   // Appends the copies `r` stands for to rank p's listed reads. Room made once, then written
@@ -512,10 +567,18 @@ class PlanBuilder {
     if (p >= plan_.ranks.size()) [[unlikely]] fail_rank(p);
     RankReads& rr = plan_.ranks[p];
     rr.bytes += length;  // a part of kind_bytes, which cannot have overflowed
-    if (!rr.repeats.empty()) [[unlikely]] settle_tail(p, region, rregion);
+    append_listed(p, region, local_offset, rregion, remote_offset, length);
+  }
+
+  // add()'s read appended to rank p's listed reads (nothing counted), merged into the rank's last
+  // read when it continues it on both sides.
+  [[gnu::always_inline]] void append_listed(uint32_t p, uint32_t region, uint64_t local_offset, uint32_t rregion,
+                                            uint64_t remote_offset, uint64_t length) {
+    RankReads& rr = plan_.ranks[p];
+    if (rr.factored()) [[unlikely]] settle_tail(p, region, rregion);
     auto& v = rr.reads;
     size_t& used = used_[p];
-    if (used > 0 && !tail_repeated(p)) {
+    if (tail_listed(p)) {
       PlanRead& last = v[used - 1];
       if (last.local_region == region && last.remote_region == rregion &&
           last.local_offset + last.length == local_offset && last.remote_offset + last.length == remote_offset) {
@@ -566,12 +629,16 @@ class PlanBuilder {
   void repeat(uint32_t p, size_t begin, size_t end, uint32_t region, uint32_t rregion, uint64_t pieces,
               uint64_t bytes) {
     if (begin == end) return;
-    const auto& reps = plan_.ranks[p].repeats;
-    const uint32_t last_region = tail_repeated(p) ? reps.back().local_region : plan_.ranks[p].reads[used_[p] - 1].local_region;
+    const RankReads& rr = plan_.ranks[p];
+    const uint32_t last_region = tail_indexed(p)    ? rr.region_pairs[rr.indexed.back().pairs_end - 1].local_region
+                                 : tail_repeated(p) ? rr.repeats.back().local_region
+                                                    : rr.reads[used_[p] - 1].local_region;
     if (last_region == region) [[unlikely]] {
       fail(Status::Internal, "region " + s(region) + " emitted twice in one group");
     }
-    if (factored_ && end == used_[p]) {
+    // Recorded only at the tail, and not after an indexed entry there (repeats at one position are
+    // issued before the entries).
+    if (factored_ && end == used_[p] && !tail_indexed(p)) {
       // Recorded, not copied: the copies would follow the rank's last read exactly here.
       plan_.ranks[p].repeats.push_back({begin, end, region, rregion});
     } else {
@@ -589,10 +656,10 @@ class PlanBuilder {
                  uint64_t rbl, uint64_t lt, uint64_t rt) {
     if (p >= plan_.ranks.size()) [[unlikely]] fail_rank(p);
     RankReads& rr = plan_.ranks[p];
-    if (!rr.repeats.empty()) [[unlikely]] settle_tail(p, region, rregion);
+    if (rr.factored()) [[unlikely]] settle_tail(p, region, rregion);
     PlanRead* const start = room(p, spans.size());
     PlanRead* out = start;
-    PlanRead* last = used_[p] > 0 && !tail_repeated(p) ? out - 1 : nullptr;
+    PlanRead* last = tail_listed(p) ? out - 1 : nullptr;
     uint64_t bytes = attention_bytes_, pieces = pieces_, rank_bytes = rr.bytes;
     for (const SpanRun& run : spans) {
       const uint64_t lbase = mul_checked(run.local_block, lbl, "local block offset");
@@ -634,12 +701,12 @@ class PlanBuilder {
     RankReads& rr = plan_.ranks[rank.p_rank];
     const size_t n = rank.reads.size();
     const TemplateRead* tmpl = rank.reads.data();
-    if (!rr.repeats.empty() && !rg.regions.empty()) [[unlikely]] settle_tail(rank.p_rank, rg.regions[0], rg.remote_regions[0]);
+    if (rr.factored() && !rg.regions.empty()) [[unlikely]] settle_tail(rank.p_rank, rg.regions[0], rg.remote_regions[0]);
     first = used_[rank.p_rank];
     const size_t pages = rg.regions.size() * states.size();
     PlanRead* const start = room(rank.p_rank, pages * n);  // no overflow: every page's reads fit in memory
     PlanRead* out = start;
-    PlanRead* last = first > 0 && !tail_repeated(rank.p_rank) ? out - 1 : nullptr;
+    PlanRead* last = tail_listed(rank.p_rank) ? out - 1 : nullptr;
     bool clean = true;
     const uint64_t* rstride = m.remote_stride[j].data();
     for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
@@ -684,11 +751,13 @@ class PlanBuilder {
     plan_.stats.attention_bytes = attention_bytes_;
     plan_.stats.mamba_bytes = mamba_bytes_;
     plan_.stats.bytes = add_checked(attention_bytes_, mamba_bytes_, "plan bytes");
+    plan_.stats.pieces_after_coalescing = indexed_reads_;
     size_t kept = 0;
     for (size_t p = 0; p < plan_.ranks.size(); ++p) {
       RankReads& rr = plan_.ranks[p];
       rr.reads.resize(used_[p]);  // cuts the elements left from an earlier compile
-      if (rr.reads.empty()) continue;
+      rr.ids.resize(ids_used_[p]);
+      if (rr.reads.empty() && rr.indexed.empty()) continue;
       plan_.stats.pieces_after_coalescing += rr.reads.size();
       for (const RegionRepeat& r : rr.repeats) plan_.stats.pieces_after_coalescing += r.end - r.begin;
       if (kept != p) std::swap(plan_.ranks[kept], rr);  // keeps both vectors' capacity
@@ -697,9 +766,49 @@ class PlanBuilder {
     plan_.ranks.resize(kept);
   }
 
+  // Attention group g's reads as one IndexedReads entry on its P rank (t.indexed[g], whose
+  // bounds choose_indexed checked): its ids copied into the rank's id list (kept between
+  // compiles like the reads), its region pairs, its bytes and pieces counted as the listed reads
+  // would count them. When the listed plan would merge the entry's first read into the rank's
+  // last read, the entry is written out as listed reads at once.
+  void add_indexed(uint32_t g, const IndexedGroup& x, const ResolvedGroup& rg) {
+    const uint32_t p = x.p_rank;
+    RankReads& rr = plan_.ranks[p];
+    const uint64_t npairs = rg.regions.size();
+    const uint64_t pair_bytes = mul_checked(x.tokens, x.token_bytes, "attention bytes");
+    const uint64_t bytes = mul_checked(pair_bytes, npairs, "attention bytes");
+    attention_bytes_ = add_checked(attention_bytes_, bytes, "plan bytes");
+    rr.bytes += bytes;  // a part of attention_bytes_
+    pieces_ += npairs * x.kernel_blocks;  // kernel blocks of the group's tokens: no overflow
+    const size_t c = static_cast<size_t>(x.count);
+    const size_t at = ids_used_[p];
+    if (at + 2 * c > rr.ids.size()) [[unlikely]] {
+      if (at + 2 * c > rr.ids.capacity()) rr.ids.reserve(std::max(at + 2 * c, 2 * rr.ids.capacity()));
+      rr.ids.resize(at + 2 * c);
+    }
+    std::memcpy(rr.ids.data() + at, rg.g.local_blocks.data() + x.a0, c * sizeof(uint64_t));
+    std::memcpy(rr.ids.data() + at + c, rg.g.remote_blocks.data() + x.b0, c * sizeof(uint64_t));
+    ids_used_[p] = at + 2 * c;
+    const size_t pb = rr.region_pairs.size();
+    for (size_t i = 0; i < rg.regions.size(); ++i) rr.region_pairs.push_back({rg.regions[i], rg.remote_regions[i]});
+    // Whether the entry's first read continues the last read issued before it (same regions).
+    const uint64_t lo = rg.g.local_blocks[x.a0] * x.local_id_bytes + x.first_token * x.token_bytes;
+    const uint64_t ro = rg.g.remote_blocks[x.b0] * x.remote_id_bytes + x.first_token * x.token_bytes;
+    RegionPair last{};
+    uint64_t lend = 0, rend = 0;
+    const bool merges = tail_end(p, last, lend, rend) && last == RegionPair{rg.regions[0], rg.remote_regions[0]} &&
+                        lend == lo && rend == ro;
+    rr.indexed.push_back({g, used_[p], at, x.count, x.first_token, x.tokens, x.tokens_per_id, x.local_id_bytes,
+                          x.remote_id_bytes, x.token_bytes, pb, rr.region_pairs.size()});
+    indexed_reads_ += x.runs * npairs;
+    if (merges) settle_indexed(p);
+  }
+
  private:
   TransferPlan& plan_;
   std::vector<size_t>& used_;  // per P rank: how many of its vector's elements are this plan's reads
+  std::vector<size_t>& ids_used_;  // per P rank: how many of its id list's elements are this plan's
+  uint64_t indexed_reads_ = 0;
   bool factored_ = false;
   uint64_t pieces_ = 0;
   uint64_t attention_bytes_ = 0;
@@ -824,6 +933,71 @@ bool linear_tokens(const PlanContext& ctx, const AttentionRegion& a) {
   if (a.nhd) return true;
   const bool mla = a.mla;
   return mla || (ctx.mapping.local_physical_heads == 1 && ctx.mapping.remote_physical_heads == 1);
+}
+
+// Whether attention group g is read block-indexed (CompileOptions::indexed_reads), filling
+// t.indexed[g] (left off otherwise): its segment (indexed_segment) with at least `min_runs` runs, no receive-side permutation, no other attention group in its regions, every region
+// linear (linear_tokens) with one geometry and one P rank, and the largest ids' blocks inside
+// every region on both sides (the context's region sizes). A region the listed path would
+// refuse leaves the group to it (false), which reports the error where it always did. `a` and
+// `have_a` are compile_body's region geometry cache (add_attention_group's).
+bool choose_indexed(const PlanContext& ctx, const Prepared& pre, Trimmed& t, size_t g, uint64_t min_runs, AttentionRegion& a,
+                    bool& have_a) {
+  const ResolvedGroup& rg = t.groups[g];
+  IndexedGroup x;
+  if (t.permute || rg.regions.empty() || !indexed_segment(rg.g, min_runs, x)) return false;
+  for (size_t h = 0; h < t.groups.size(); ++h) {
+    if (h == g || !is_attention_kind(t.groups[h].g.kind)) continue;
+    for (uint32_t r : t.groups[h].regions)
+      if (std::find(rg.regions.begin(), rg.regions.end(), r) != rg.regions.end()) return false;
+  }
+  const EngineMetadata& d = ctx.local;
+  const EngineMetadata& p0 = ctx.remote.front();
+  const uint64_t k = rg.g.local_kernel_blocks_per_id;
+  try {
+    for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
+      const uint32_t region = rg.regions[ri], rregion = rg.remote_regions[ri];
+      if (region >= d.regions.size() || rregion >= p0.regions.size()) return false;
+      const bool same = have_a && a.local_block_len == d.regions[region].region.block_len &&
+                        a.remote_block_len == p0.regions[rregion].region.block_len &&
+                        a.mla == d.region_is_mla(region) && a.mla == p0.region_is_mla(rregion);
+      if (same) {
+        check_remote_region(ctx, rregion, a.remote_block_len);
+      } else {
+        have_a = false;  // `a` is being rewritten
+        attention_region(ctx, region, rregion, a);
+        have_a = true;
+      }
+      if (!linear_tokens(ctx, a)) return false;
+      const uint32_t p = a.token_reads.front().p_rank;
+      uint64_t lib = 0, rib = 0;
+      if (__builtin_mul_overflow(k, a.local_block_len, &lib) || __builtin_mul_overflow(k, a.remote_block_len, &rib)) return false;
+      if (ri == 0) {
+        x.p_rank = p;
+        x.local_id_bytes = lib;
+        x.remote_id_bytes = rib;
+        x.token_bytes = a.local_token_bytes;
+      } else if (p != x.p_rank || lib != x.local_id_bytes || rib != x.remote_id_bytes || a.local_token_bytes != x.token_bytes) {
+        return false;
+      }
+      // Both sides' ids of tokens_per_id tokens span exactly their id bytes (linear layouts).
+      uint64_t tb = 0;
+      if (__builtin_mul_overflow(x.tokens_per_id, x.token_bytes, &tb) || tb != lib || tb != rib) return false;
+      if (x.p_rank >= ctx.mapping.input.remote_tp) return false;
+      const size_t pos = static_cast<size_t>(&remote_rank(ctx, x.p_rank) - ctx.remote.data());
+      uint64_t lend = 0, rend = 0;
+      if (region >= pre.d_size.size() || pos >= pre.p_size.size() || rregion >= pre.p_size[pos].size() ||
+          __builtin_mul_overflow(x.max_local + 1, lib, &lend) || __builtin_mul_overflow(x.max_remote + 1, rib, &rend) ||
+          lend > pre.d_size[region] || rend > pre.p_size[pos][rregion]) {
+        return false;
+      }
+    }
+  } catch (const Error&) {
+    return false;  // the listed path reports it
+  }
+  x.on = true;
+  t.indexed[g] = x;
+  return true;
 }
 
 void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedGroup& rg,
@@ -1069,13 +1243,22 @@ PlanContextVerdict judge_plan_context(const PlanContext& ctx) {
 namespace {
 
 void compile_body(const PlanContext& ctx, std::span<const PlanGroupView> groups, TransferPlan& plan,
-                  const PlanContextVerdict* verdict, bool factored) {
+                  const PlanContextVerdict* verdict, const CompileOptions& options) {
   Trimmed& t = scratch();
   plan.stats = PlanStats{};
   t.hints.clear();
   t.hint_index.clear();
   const Prepared* pre = verdict != nullptr ? verdict->prepared.get() : nullptr;
   resolve(ctx, groups, t, verdict);
+  AttentionRegion& a = t.attention;  // its token reads keep their capacity between requests
+  bool have_a = false;
+  // Block-indexed groups are chosen before trimming, which then skips their walk. Only with the
+  // context's verdict (the region sizes), and only when the context and the peer passed it (a
+  // refused context reports its error below, with the walk run as always).
+  if (options.indexed_reads && pre != nullptr && verdict->context_status == Status::Ok && verdict->peer_status == Status::Ok) {
+    for (size_t g = 0; g < t.groups.size(); ++g)
+      if (is_attention_kind(t.groups[g].g.kind)) choose_indexed(ctx, *pre, t, g, options.indexed_min_runs, a, have_a);
+  }
   trim_groups(t);
   // resolve() ran check_context; the handshake re-check comes after the request's own errors.
   if (verdict == nullptr) {
@@ -1106,10 +1289,8 @@ void compile_body(const PlanContext& ctx, std::span<const PlanGroupView> groups,
   plan.zero.resize(t.groups.size());
 
   plan.permute = block_permute(ctx, {t.staging, t.permute});
-  PlanBuilder b(plan, plan.p_tp, t.rank_used, factored);
+  PlanBuilder b(plan, plan.p_tp, t.rank_used, t.rank_ids_used, options.region_repeats);
   bool have_mreads = false;
-  AttentionRegion& a = t.attention;  // its token reads keep their capacity between requests
-  bool have_a = false;
   for (size_t g = 0; g < t.groups.size(); ++g) {
     const ResolvedGroup& rg = t.groups[g];
     const GroupTrim& mt = t.mamba[g];
@@ -1135,9 +1316,11 @@ void compile_body(const PlanContext& ctx, std::span<const PlanGroupView> groups,
         }
       }
     }
-    if (spans.empty() && mt.states.empty()) continue;
+    if (spans.empty() && mt.states.empty() && !t.indexed[g].on) continue;
     try {
-      if (is_attention_kind(rg.g.kind)) {
+      if (t.indexed[g].on) {
+        b.add_indexed(static_cast<uint32_t>(g), t.indexed[g], rg);
+      } else if (is_attention_kind(rg.g.kind)) {
         add_attention_group(b, ctx, rg, spans, a, have_a);
       } else {
         if (pre == nullptr ||
@@ -1157,9 +1340,9 @@ void compile_body(const PlanContext& ctx, std::span<const PlanGroupView> groups,
 // The plan's per-rank read vectors are kept from one compile to the next (PlanBuilder clears
 // them, keeping their capacity); on any error they are emptied, so `plan` is never a half plan.
 void compile_into(const PlanContext& ctx, std::span<const PlanGroupView> groups, TransferPlan& plan,
-                  const PlanContextVerdict* verdict, bool factored = false) {
+                  const PlanContextVerdict* verdict, const CompileOptions& options = {}) {
   try {
-    compile_body(ctx, groups, plan, verdict, factored);
+    compile_body(ctx, groups, plan, verdict, options);
   } catch (...) {
     plan.ranks.clear();
     throw;
@@ -1180,8 +1363,19 @@ void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGrou
 
 void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
                                 TransferPlan& plan, const PlanContextVerdict& verdict, const CompileOptions& options) {
-  compile_into(ctx, groups, plan, &verdict, options.region_repeats);
+  compile_into(ctx, groups, plan, &verdict, options);
 }
+
+namespace {
+
+[[noreturn, gnu::cold, gnu::noinline]] void fail_indexed(const RankReads& rr, size_t k, const std::string& why) {
+  const IndexedReads& x = rr.indexed[k];
+  fail(Status::InvalidArgument, "P rank " + s(rr.p_rank) + ": indexed reads " + s(k) + " (group " + s(x.group) + ", " +
+                                    s(x.count) + " ids from " + s(x.ids_begin) + ", region pairs " + s(x.pairs_begin) +
+                                    ".." + s(x.pairs_end) + ", at read " + s(x.at) + ") " + why);
+}
+
+}  // namespace
 
 void check_repeats(const RankReads& rr) {
   uint64_t prev_end = 0;
@@ -1195,12 +1389,62 @@ void check_repeats(const RankReads& rr) {
     }
     prev_end = r.end;
   }
+  uint64_t prev_at = 0;
+  for (size_t k = 0; k < rr.indexed.size(); ++k) {
+    const IndexedReads& x = rr.indexed[k];
+    uint64_t ids_end = 0, span = 0, last = 0;
+    if (x.count == 0 || __builtin_mul_overflow(x.count, 2, &ids_end) || __builtin_add_overflow(x.ids_begin, ids_end, &ids_end) ||
+        ids_end > rr.ids.size()) [[unlikely]] {
+      fail_indexed(rr, k, "names ids past the rank's " + s(rr.ids.size()) + " (an entry needs 2 x count >= 2 of them)");
+    }
+    if (x.pairs_begin >= x.pairs_end || x.pairs_end > rr.region_pairs.size()) [[unlikely]] {
+      fail_indexed(rr, k, "names region pairs past the rank's " + s(rr.region_pairs.size()) + " (an entry needs at least one)");
+    }
+    // Every id reads at least one token and none past its own: first_token < tokens_per_id and
+    // (count - 1) x tokens_per_id < first_token + tokens <= count x tokens_per_id.
+    if (x.tokens_per_id == 0 || x.first_token >= x.tokens_per_id || x.tokens == 0 || x.token_bytes == 0 ||
+        __builtin_add_overflow(x.first_token, x.tokens, &span) || __builtin_mul_overflow(x.count - 1, x.tokens_per_id, &last) ||
+        span <= last || span - last > x.tokens_per_id) [[unlikely]] {
+      fail_indexed(rr, k, "reads tokens " + s(x.first_token) + "..+" + s(x.tokens) + " of ids of " + s(x.tokens_per_id) +
+                              " tokens, " + s(x.token_bytes) +
+                              " bytes each (every id must read at least one of its own tokens, tokens and bytes > 0)");
+    }
+    if (x.at > rr.reads.size() || x.at < prev_at) [[unlikely]] {
+      fail_indexed(rr, k, "is issued at listed read " + s(x.at) + " of " + s(rr.reads.size()) +
+                              (x.at < prev_at ? ", before the previous entry's " + s(prev_at) : "") +
+                              " (positions <= the listed reads, non-decreasing)");
+    }
+    prev_at = x.at;
+  }
 }
+
+namespace {
+
+// How many reads one region pair of entry x issues: one per run of ids whose reads continue each
+// other on both sides (for_each_indexed_read's rule, modulo 2^64 alike).
+size_t indexed_runs(const RankReads& rr, const IndexedReads& x) {
+  const uint64_t* d = rr.ids.data() + x.ids_begin;
+  const uint64_t* p = d + x.count;
+  const uint64_t tb = x.token_bytes, tpi = x.tokens_per_id;
+  // Read i - 1 (i >= 2) ends where its id's blocks end when it reads its id to the last token.
+  uint64_t lend = d[0] * x.local_id_bytes + tpi * tb, rend = p[0] * x.remote_id_bytes + tpi * tb;
+  size_t runs = 1;
+  for (uint64_t i = 1; i < x.count; ++i) {
+    const uint64_t lo = d[i] * x.local_id_bytes, ro = p[i] * x.remote_id_bytes;
+    runs += static_cast<size_t>(lend != lo || rend != ro);
+    lend = lo + tpi * tb;
+    rend = ro + tpi * tb;
+  }
+  return runs;
+}
+
+}  // namespace
 
 size_t read_count(const RankReads& rr) {
   check_repeats(rr);
   size_t n = rr.reads.size();
   for (const RegionRepeat& r : rr.repeats) n += static_cast<size_t>(r.end - r.begin);
+  for (const IndexedReads& x : rr.indexed) n += indexed_runs(rr, x) * static_cast<size_t>(x.pairs_end - x.pairs_begin);
   return n;
 }
 
@@ -1213,10 +1457,13 @@ void expand_reads(const RankReads& rr, std::vector<PlanRead>& out) {
 void expand_plan(TransferPlan& plan) {
   std::vector<PlanRead> flat;
   for (RankReads& rr : plan.ranks) {
-    if (rr.repeats.empty()) continue;
+    if (!rr.factored()) continue;
     expand_reads(rr, flat);
     std::swap(rr.reads, flat);
     rr.repeats.clear();
+    rr.indexed.clear();
+    rr.ids.clear();
+    rr.region_pairs.clear();
   }
 }
 

@@ -53,31 +53,50 @@ inline void expect_same_plan(const TransferPlan& a, const TransferPlan& b) {
   }
 }
 
-// The factored form (CompileOptions::region_repeats) of the same request: expanded, the listed
-// plan read for read (stats included); accepted as it is by the coverage check (which proves
-// region repeats through the region they copy); and, compiled into a plan last used by other
-// requests, the same again.
+// How many plans expect_factored_same compiled that held an IndexedReads entry (a test program
+// driving many requests through it can check that the block-indexed form was exercised).
+inline size_t& indexed_plans_seen() {
+  static size_t n = 0;
+  return n;
+}
+
+// The factored forms of the same request: region repeats (CompileOptions::region_repeats),
+// block-indexed reads (indexed_reads, with indexed_min_runs 1 so that every fragmented or
+// consecutive group that can be is read by position), and both. Each one, expanded, is the
+// listed plan read for read (stats included); is accepted as it is by the coverage check (which
+// proves region repeats through the region they copy and indexed entries against the request);
+// and, compiled into a plan last used by other requests, is the same again.
 inline void expect_factored_same(const PlanContext& ctx, const std::vector<PlanGroupView>& views,
                                  const PlanContextVerdict& v, const TransferPlan& want) {
+  const CompileOptions forms[] = {{.region_repeats = true},
+                                  {.region_repeats = true, .indexed_reads = true, .indexed_min_runs = 1},
+                                  {.region_repeats = false, .indexed_reads = true, .indexed_min_runs = 1}};
   static TransferPlan shared;
-  TransferPlan fresh;
-  for (int i = 0; i < 3; ++i) {
-    TransferPlan& got = i < 2 ? fresh : shared;
-    try {
-      compile_transfer_plan_into(ctx, views, got, v, CompileOptions{.region_repeats = true});
-    } catch (const Error& e) {
-      ADD_FAILURE() << "the factored form refused what the per-read path planned: " << e.what();
-      return;
+  for (const CompileOptions& form : forms) {
+    TransferPlan fresh;
+    for (int i = 0; i < 3; ++i) {
+      TransferPlan& got = i < 2 ? fresh : shared;
+      try {
+        compile_transfer_plan_into(ctx, views, got, v, form);
+      } catch (const Error& e) {
+        ADD_FAILURE() << "the factored form (repeats " << form.region_repeats << ", indexed " << form.indexed_reads
+                      << ") refused what the per-read path planned: " << e.what();
+        return;
+      }
+      bool indexed = false;
+      for (const RankReads& rr : got.ranks) indexed = indexed || !rr.indexed.empty();
+      if (indexed && i == 0) ++indexed_plans_seen();
+      try {
+        validate_transfer_plan_views(got, ctx, views);
+      } catch (const Error& e) {
+        ADD_FAILURE() << "the check refused the factored plan (repeats " << form.region_repeats << ", indexed "
+                      << form.indexed_reads << ") it was compiled with: " << e.what();
+      }
+      TransferPlan flat = got;
+      expand_plan(flat);
+      expect_same_plan(flat, want);
+      for (const RankReads& rr : flat.ranks) EXPECT_FALSE(rr.factored());
     }
-    try {
-      validate_transfer_plan_views(got, ctx, views);
-    } catch (const Error& e) {
-      ADD_FAILURE() << "the check refused the factored plan it was compiled with: " << e.what();
-    }
-    TransferPlan flat = got;
-    expand_plan(flat);
-    expect_same_plan(flat, want);
-    for (const RankReads& rr : flat.ranks) EXPECT_TRUE(rr.repeats.empty());
   }
 }
 
@@ -116,6 +135,16 @@ inline void expect_paths_agree(const PlanContext& ctx, const std::vector<PlanGro
     try {
       compile_transfer_plan_into(ctx, views, got, v);
       ADD_FAILURE() << "the verdict path planned what the per-read path refused: " << e.what();
+    } catch (const Error& f) {
+      EXPECT_EQ(f.status(), e.status());
+      EXPECT_EQ(std::string(f.what()), std::string(e.what()));
+    }
+    // The C API's form refuses it with the same error (a group it would read by position
+    // reports what the listed path reports).
+    try {
+      compile_transfer_plan_into(ctx, views, got, v,
+                                 CompileOptions{.region_repeats = true, .indexed_reads = true, .indexed_min_runs = 1});
+      ADD_FAILURE() << "the indexed form planned what the per-read path refused: " << e.what();
     } catch (const Error& f) {
       EXPECT_EQ(f.status(), e.status());
       EXPECT_EQ(std::string(f.what()), std::string(e.what()));

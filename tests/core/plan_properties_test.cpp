@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -1009,6 +1010,7 @@ TEST(PlanProperties, TinyRandomEnginesMoveExactlyTheMissingBytesOnce) {
   std::mt19937_64 rng(20260901);
   Outcome out;
   size_t skipped = 0;
+  const size_t indexed_before = pdkv::core::test::indexed_plans_seen();
   for (int it = 0; it < 1500 && !HasFatalFailure(); ++it) {
     Engines e;
     if (!make_engines(rng, tiny_model(rng), true, e)) {
@@ -1030,6 +1032,11 @@ TEST(PlanProperties, TinyRandomEnginesMoveExactlyTheMissingBytesOnce) {
   EXPECT_GT(out.kernel_split, 150u);
   EXPECT_GT(out.logical_ids, 80u);
   EXPECT_GT(out.one_kernel_block, 150u);
+  // Plans holding a block-indexed entry (expect_factored_same's indexed forms), each expanded to
+  // the listed plan executed above.
+  const size_t indexed = pdkv::core::test::indexed_plans_seen() - indexed_before;
+  std::printf("block-indexed plans: %zu\n", indexed);
+  EXPECT_GT(indexed, 40u);  // 56 with this seed (most tiny engines split heads: not linear)
 }
 
 TEST(PlanProperties, PresetEnginesMoveExactlyTheMissingBytesOnce) {

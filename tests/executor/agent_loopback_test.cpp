@@ -259,6 +259,45 @@ TEST_P(AgentLoopback, AFactoredPlanMovesTheListedPlansBytes) {
   EXPECT_EQ(reads_landed(*d, ps, listed.ranks[0]), listed.ranks[0].reads.size());
 }
 
+// The same request with its attention group as block-indexed reads (CompileOptions::indexed_reads,
+// the C API's form; every group read by position here: indexed_min_runs 1): the rank lists no read,
+// its one entry names D's scattered ids and P's in three region pairs, and the agent issues the
+// listed plan's reads from it, moving exactly its bytes.
+TEST_P(AgentLoopback, ABlockIndexedPlanMovesTheListedPlansBytes) {
+  auto d = make_rank("dec", 2, 0, 0xEE, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::NHD);
+  auto p0 = make_rank("pre", 2, 0, 0, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::NHD);
+  auto p1 = make_rank("pre", 2, 1, 0, GetParam(), 2000ms, ProgressMode::Thread, core::KvLayout::NHD);
+  std::vector<Rank*> ps{p0.get(), p1.get()};
+  connect_all(*d, ps);
+  const core::TransferPlan listed = make_plan(*d, ps, 16 * 9 + 5);
+  const core::PlanContext ctx = make_context(*d, ps);
+  const core::PlanGroup g = make_group(16 * 9 + 5);
+  const std::vector<core::PlanGroupView> views{core::view_of(g)};
+  core::TransferPlan plan;
+  core::compile_transfer_plan_into(ctx, views, plan, core::judge_plan_context(ctx),
+                                   core::CompileOptions{.region_repeats = true, .indexed_reads = true, .indexed_min_runs = 1});
+  ASSERT_EQ(plan.ranks.size(), 1u);
+  ASSERT_EQ(plan.ranks[0].indexed.size(), 1u);
+  EXPECT_TRUE(plan.ranks[0].reads.empty());
+  EXPECT_EQ(plan.ranks[0].region_pairs.size(), kRegions);
+  core::TransferPlan flat = plan;
+  core::expand_plan(flat);
+  ASSERT_TRUE(flat.ranks[0].reads == listed.ranks[0].reads);
+  p0->agent->lease("req-x", plan.notifications_per_p_rank, 5000ms);
+  p1->agent->lease("req-x", plan.notifications_per_p_rank, 5000ms);
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = "req-x";
+  auto t = d->agent->post(pp);
+  ASSERT_TRUE(t.wait(5000ms));
+  const auto s = t.status();
+  ASSERT_EQ(s.status, Status::Ok) << s.message;
+  EXPECT_EQ(s.bytes_done, listed.stats.bytes);
+  verify(*d, ps, listed, 0xEE);
+  EXPECT_EQ(reads_landed(*d, ps, listed.ranks[0]), listed.ranks[0].reads.size());
+}
+
 // D NHD (8 heads, TP1) reads from P HND (TP2, 4 heads each): the reads land in P's layout and
 // the agent permutes every listed block into D's NHD layout before the transfer reports Done.
 TEST_P(AgentLoopback, ReadPermutesBlocksFromPsLayoutIntoDs) {

@@ -44,14 +44,16 @@ using core::Status;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-// A request's plan in the C API's form (factored: regions laid out alike recorded as repeats).
+// A request's plan in the C API's form (factored: regions laid out alike recorded as repeats, a
+// fragmented attention group as block-indexed reads).
 core::TransferPlan compile(const core::PlanContext& ctx, const core::PlanContextVerdict& verdict,
                            const std::vector<core::PlanGroup>& groups) {
   std::vector<core::PlanGroupView> views;
   views.reserve(groups.size());
   for (const core::PlanGroup& g : groups) views.push_back(core::view_of(g));
   core::TransferPlan plan;
-  core::compile_transfer_plan_into(ctx, views, plan, verdict, core::CompileOptions{.region_repeats = true});
+  core::compile_transfer_plan_into(ctx, views, plan, verdict,
+                                   core::CompileOptions{.region_repeats = true, .indexed_reads = true});
   return plan;
 }
 
@@ -138,7 +140,7 @@ class Rank {
   std::optional<core::PlanContext> ctx_;     // D: its context with the P engine
   std::vector<core::PlanContext> d_ctx_;     // P (WRITE): one context per D rank
   // Judged once per context: the demo compiles factored plans, as the C API does, so the agents
-  // execute region repeats across processes.
+  // execute region repeats and block-indexed reads across processes.
   std::optional<core::PlanContextVerdict> verdict_;
   std::vector<core::PlanContextVerdict> d_verdict_;
 
@@ -438,8 +440,14 @@ void Rank::inject_fault(const core::TransferPlan& plan) {
   static const char* fault = std::getenv("PDKV_DEMO_FAULT");
   if (fault == nullptr || rank_ != 0 || plan.ranks.empty() || fault_done_.exchange(true)) return;
   if (std::strcmp(fault, "flip-byte") == 0) {
-    const core::PlanRead& r = plan.ranks.front().reads.front();  // issued first in either form
-    region(r.local_region)[r.local_offset + r.length / 2] ^= 0x01;
+    // The read issued first (a factored rank may list none: its reads are all indexed).
+    core::PlanRead r{};
+    bool found = false;
+    core::for_each_read(plan.ranks.front(), [&](const core::PlanRead& x) {
+      if (!found) r = x;
+      found = true;
+    });
+    if (found) region(r.local_region)[r.local_offset + r.length / 2] ^= 0x01;
   } else if (std::strcmp(fault, "stray-write") == 0) {
     region(0)[md_.regions[0].region.block_len / 2] ^= 0x01;
   }

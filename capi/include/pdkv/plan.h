@@ -212,7 +212,9 @@ PDKV_API pdkv_status_t pdkv_transfer_plan_read_ranks(const pdkv_transfer_plan_t 
  * rank it does not read from); *bytes (may be NULL) their total length. Owned by the plan, valid
  * until the next compile into it or pdkv_transfer_plan_free. A compiled plan holds the reads of
  * regions laid out alike (vLLM's hybrid attention regions) as repeats of the first such region's
- * reads, which is what the agent executes; the first call for a rank after a compile writes that
+ * reads, and a fragmented attention group laid out linearly as its block ids with one read per
+ * id and region (coalesced where ids are consecutive), which is what the agent executes; the
+ * first call for a rank after a compile writes that
  * rank's list out (time proportional to its reads; no allocation once the plan has held a list as
  * long), later calls return the same list. Errors: NULL_POINTER (plan, reads, count),
  * INVALID_ARGUMENT (p_tp_rank >= P TP, naming both). Thread-safe (a rank's list is written out

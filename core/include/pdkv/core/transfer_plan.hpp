@@ -48,6 +48,7 @@
 // is held by exactly one P stage, so the stage plans together write every D byte once.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -154,46 +155,126 @@ struct RegionRepeat {
   friend bool operator==(const RegionRepeat&, const RegionRepeat&) = default;
 };
 
+// A (D region, P region) pair an IndexedReads entry reads into and from.
+struct RegionPair {
+  uint32_t local_region = 0;
+  uint32_t remote_region = 0;
+  friend bool operator==(const RegionPair&, const RegionPair&) = default;
+};
+
+// One attention group's reads named by the request's block ids instead of listed one by one
+// (CompileOptions::indexed_reads; docs/factored-plan.md, "Block-indexed reads"): for a rank's
+// region pairs [pairs_begin, pairs_end), pair by pair, one read per listed id pair i < count,
+// D's id ids[ids_begin + i] and P's id ids[ids_begin + count + i], each read the token positions
+// [s, e) of its listed id (s = first_token for i = 0, else 0; e = min(tokens_per_id,
+// first_token + tokens - i * tokens_per_id)):
+//   D [id * local_id_bytes + s * token_bytes, +(e - s) * token_bytes) of the pair's D region,
+//   P [id * remote_id_bytes + s * token_bytes, same length) of its P region,
+// a read merged into the one before it (of the same pair) when it continues it on both sides,
+// exactly as the listed plan coalesces. Offsets are computed modulo 2^64: the coverage check
+// refuses an entry whose reads would leave a region (or wrap). The reads are issued after listed
+// read at - 1, after the repeats issued there (RegionRepeat::end == at).
+struct IndexedReads {
+  uint32_t group = 0;           // the request's group these reads serve
+  uint64_t at = 0;
+  uint64_t ids_begin = 0;
+  uint64_t count = 0;
+  uint64_t first_token = 0;
+  uint64_t tokens = 0;
+  uint64_t tokens_per_id = 0;   // tokens one listed id holds (kernel blocks per id x tokens per block)
+  uint64_t local_id_bytes = 0;  // bytes one listed id's kernel blocks span (kernel blocks per id x block_len)
+  uint64_t remote_id_bytes = 0;
+  uint64_t token_bytes = 0;     // bytes of one token on both sides
+  uint64_t pairs_begin = 0;
+  uint64_t pairs_end = 0;
+  friend bool operator==(const IndexedReads&, const IndexedReads&) = default;
+};
+
 // All reads D issues against one P rank. A listed plan (compile_transfer_plan, and
-// compile_transfer_plan_into without CompileOptions::region_repeats) holds them in `reads`, in
-// issue order, and `repeats` is empty. A factored plan (region_repeats) lists only the reads of
-// the first region of each run of regions laid out alike and names the others as repeats (ends
-// non-decreasing): the issue order is `reads` with each repeat's copies inserted at its `end`.
-// Read the issue order through for_each_read / expand_reads, which work on both forms.
+// compile_transfer_plan_into without CompileOptions) holds them in `reads`, in issue order, and
+// the other lists are empty. A factored plan lists only some of them: with region_repeats, the
+// reads of the first region of each run of regions laid out alike, the others named as repeats
+// (ends non-decreasing: the issue order is `reads` with each repeat's copies inserted at its
+// `end`); with indexed_reads, an attention group's reads as an IndexedReads entry over the block
+// ids it copied into `ids` (ats non-decreasing). Read the issue order through for_each_read /
+// expand_reads, which work on every form.
 struct RankReads {
   uint32_t p_rank = 0;
   std::vector<PlanRead> reads;
   std::vector<RegionRepeat> repeats;
+  std::vector<IndexedReads> indexed;
+  std::vector<uint64_t> ids;
+  std::vector<RegionPair> region_pairs;
   uint64_t bytes = 0;
+
+  // Whether some reads are not listed (repeats or indexed reads): read them through for_each_read.
+  bool factored() const { return !repeats.empty() || !indexed.empty(); }
 };
 
-// Throws InvalidArgument naming the repeat when one is malformed (begin >= end, end past the
-// listed reads, ends decreasing): what for_each_read and expand_reads check before they walk.
+// Throws InvalidArgument naming the repeat or indexed entry when one is malformed (a repeat with
+// begin >= end, end past the listed reads, ends decreasing; an entry with no ids, ids or region
+// pairs past the rank's lists, token fields that leave an id reading nothing or past its
+// tokens, a position past the listed reads, positions decreasing): what for_each_read and
+// expand_reads check before they walk.
 void check_repeats(const RankReads& rr);
 
-// How many reads the rank issues (listed plus repeated), after check_repeats.
+// How many reads the rank issues (listed, repeated and indexed), after check_repeats.
 size_t read_count(const RankReads& rr);
 
-// Calls f(const PlanRead&) for every read of the rank in issue order, after check_repeats.
+// Calls f(const PlanRead&) for every read of entry x of rank rr in issue order (no checks: after
+// check_repeats).
+template <class F>
+void for_each_indexed_read(const RankReads& rr, const IndexedReads& x, F&& f) {
+  const uint64_t* d = rr.ids.data() + x.ids_begin;
+  const uint64_t* p = d + x.count;
+  const uint64_t tb = x.token_bytes, tpi = x.tokens_per_id, end = x.first_token + x.tokens;
+  for (uint64_t q = x.pairs_begin; q < x.pairs_end; ++q) {
+    const RegionPair rp = rr.region_pairs[q];
+    PlanRead cur{rp.local_region, d[0] * x.local_id_bytes + x.first_token * tb, rp.remote_region,
+                 p[0] * x.remote_id_bytes + x.first_token * tb, (std::min(tpi, end) - x.first_token) * tb};
+    for (uint64_t i = 1; i < x.count; ++i) {
+      const uint64_t lo = d[i] * x.local_id_bytes, ro = p[i] * x.remote_id_bytes;
+      const uint64_t len = std::min(tpi, end - i * tpi) * tb;
+      if (cur.local_offset + cur.length == lo && cur.remote_offset + cur.length == ro) {
+        cur.length += len;
+        continue;
+      }
+      f(static_cast<const PlanRead&>(cur));
+      cur.local_offset = lo;
+      cur.remote_offset = ro;
+      cur.length = len;
+    }
+    f(static_cast<const PlanRead&>(cur));
+  }
+}
+
+// Calls f(const PlanRead&) for every read of the rank in issue order, after check_repeats: before
+// listed read i (and, with i = reads.size(), after the last), the copies of every repeat ending
+// at i, then the reads of every indexed entry at i.
 template <class F>
 void for_each_read(const RankReads& rr, F&& f) {
-  if (rr.repeats.empty()) {
+  if (!rr.factored()) {
     for (const PlanRead& r : rr.reads) f(r);
     return;
   }
   check_repeats(rr);
   const PlanRead* listed = rr.reads.data();
-  size_t i = 0;
-  for (const RegionRepeat& rep : rr.repeats) {
-    for (; i < rep.end; ++i) f(listed[i]);
-    for (uint64_t j = rep.begin; j < rep.end; ++j) {
-      PlanRead c = listed[j];
-      c.local_region = rep.local_region;
-      c.remote_region = rep.remote_region;
-      f(static_cast<const PlanRead&>(c));
+  const size_t n = rr.reads.size();
+  size_t next_rep = 0, next_x = 0;
+  for (size_t i = 0;; ++i) {
+    for (; next_rep < rr.repeats.size() && rr.repeats[next_rep].end == i; ++next_rep) {
+      const RegionRepeat& rep = rr.repeats[next_rep];
+      for (uint64_t j = rep.begin; j < rep.end; ++j) {
+        PlanRead c = listed[j];
+        c.local_region = rep.local_region;
+        c.remote_region = rep.remote_region;
+        f(static_cast<const PlanRead&>(c));
+      }
     }
+    for (; next_x < rr.indexed.size() && rr.indexed[next_x].at == i; ++next_x) for_each_indexed_read(rr, rr.indexed[next_x], f);
+    if (i == n) break;
+    f(listed[i]);
   }
-  for (; i < rr.reads.size(); ++i) f(listed[i]);
 }
 
 // The rank's reads in issue order (out is overwritten; its capacity is kept).
@@ -365,6 +446,19 @@ struct CompileOptions {
   // count the reads it issues. The C API's plan handles compile this form and expand a rank's
   // reads on first use.
   bool region_repeats = false;
+  // Factored form (RankReads::indexed): an attention group whose block ids are fragmented (many
+  // runs), laid out linearly in every region it uses (NHD, or one head per rank, or MLA) with the
+  // same geometry and the same P rank in each, the only attention group in those regions, and
+  // whose D and P lists start at the same kernel position within an id, is recorded as one
+  // IndexedReads entry over a copy of its block ids instead of as reads: the trimming walk,
+  // emission and the coverage check's per-span ranges are replaced by passes over the ids, and
+  // the check proves the entry by deriving it again from the request (docs/factored-plan.md,
+  // "Block-indexed reads"). Only with a verdict (its region sizes bound the ids). The plan stands
+  // for exactly the listed plan (expand_plan gives it); its stats count the reads it issues.
+  bool indexed_reads = false;
+  // Runs of ids (spans consecutive on both sides) from which a group is read block-indexed: below
+  // it the listed reads cost less than the passes over every id (measured with bench/plan_floor).
+  uint64_t indexed_min_runs = 16;
 };
 void compile_transfer_plan_into(const PlanContext& ctx, std::span<const PlanGroupView> groups,
                                 TransferPlan& out, const PlanContextVerdict& verdict, const CompileOptions& options);
