@@ -1075,37 +1075,53 @@ void match_entry(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t, s
 }
 
 // Whether guard gd meets a byte proven group g writes in a region of `id_bytes`-long ids and
-// `token`-byte tokens (marks hold g's listed ids): each listed id the guard reaches is looked
-// up among the ids read. `budget` counts the ids looked at; when it runs out, `over` is set.
+// `token`-byte tokens (marks hold g's listed ids, distinct): each listed id the guard reaches is
+// found in g's list, and it meets a write only at a position the entry reads. A guard over
+// consecutive blocks (a zeroed tail of several kernel blocks, a held prefix) finds them at
+// consecutive positions: the next id is looked for after the last one found first, then at the
+// first and last positions read, then in the whole list. `budget` counts the ids looked at; when
+// it runs out, `over` is set (the caller then compares lists instead).
 bool guard_meets_entry(const Trimmed::Guard& gd, const PlanGroupView& v, const Positions& q, uint64_t id_bytes,
                        uint64_t token, const IdMarks& marks, uint64_t& budget, bool& over) {
-  const uint64_t* ids = v.local_blocks.data() + q.d_first;
+  const uint64_t* list = v.local_blocks.data();
+  const size_t n = v.local_blocks.size();
+  const size_t first = static_cast<size_t>(q.d_first), last = static_cast<size_t>(q.d_first + q.ids - 1);
   const uint64_t end = q.first_token + q.tokens;
+  size_t hint = SIZE_MAX;
   for (uint64_t x = gd.begin / id_bytes; x <= (gd.end - 1) / id_bytes; ++x) {
     if (budget == 0) {
       over = true;
       return false;
     }
     --budget;
-    if (!marks.marked(x)) continue;
-    if (budget < q.ids) {
-      over = true;
-      return false;
+    if (!marks.marked(x)) {
+      hint = SIZE_MAX;
+      continue;
     }
-    budget -= q.ids;
-    // The ids are distinct (marks): the first one found is the only one. The guards usually sit
-    // on the last id read (a zeroed tail) or the first (a held prefix): looked at first.
-    const uint64_t last = q.ids - 1;
-    for (uint64_t j = 0; j < q.ids; ++j) {
-      const uint64_t i = j == 0 ? last : j == 1 ? 0 : j - 1;
-      if (j == 1 && last == 0) break;
-      if (ids[i] != x) continue;
-      const uint64_t sp = i == 0 ? q.first_token : 0;
-      const uint64_t ep = std::min(q.tokens_per_id, end - i * q.tokens_per_id);
-      const uint64_t b = x * id_bytes + sp * token, e = x * id_bytes + ep * token;  // bounded: match_entry
-      if (b < gd.end && gd.begin < e) return true;
-      break;
+    size_t j = SIZE_MAX;
+    if (hint < n && list[hint] == x) {
+      j = hint;
+    } else if (list[last] == x) {
+      j = last;
+    } else if (list[first] == x) {
+      j = first;
+    } else {
+      if (budget < n) {
+        over = true;
+        return false;
+      }
+      budget -= n;
+      for (size_t i = 0; i < n && j == SIZE_MAX; ++i)
+        if (list[i] == x) j = i;
     }
+    if (j == SIZE_MAX) continue;  // not listed after all (marks hold listed ids only)
+    hint = j + 1;
+    if (j < first || j > last) continue;  // listed, not read: the ids are distinct
+    const uint64_t i = j - first;
+    const uint64_t sp = i == 0 ? q.first_token : 0;
+    const uint64_t ep = std::min(q.tokens_per_id, end - i * q.tokens_per_id);
+    const uint64_t b = x * id_bytes + sp * token, e = x * id_bytes + ep * token;  // bounded: match_entry
+    if (b < gd.end && gd.begin < e) return true;
   }
   return false;
 }
@@ -1235,7 +1251,7 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
     bool ok = comparable && group_positions(rg.g, q, why);  // true: match_entry derived the same
     for (uint32_t region : rg.regions) ok = ok && rc[region].att_groups == (uint64_t{1} << g);  // no other attention group
     const bool guarded = guards_any(plan, t, g);
-    uint64_t budget = 4 * q.ids + 4096;  // ids looked at for the guards, at most
+    uint64_t budget = 4 * rg.g.local_blocks.size() + 4096;  // ids looked at for the guards, at most
     int guards_of = -1;                  // the attention class whose guards were looked up
     for (size_t i = 0; i < rg.regions.size() && ok; ++i) {
       const uint32_t region = rg.regions[i];

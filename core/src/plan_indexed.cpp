@@ -55,12 +55,17 @@ bool indexed_segment(const PlanGroupView& v, uint64_t min_runs, IndexedGroup& x)
     for (size_t i = b; i < e; ++i) n += static_cast<uint64_t>((d[i] - d[i - 1] != 1) | (p[i] - p[i - 1] != 1));
     return n;
   };
-  // Eight ids a step, two per 128-bit vector (plain SSE2: subtract, xor, or), counted id by id
-  // only in a step that holds a break: a consecutive list is scanned at memory speed.
+  // The form pays where most ids start a run (logical ids scattered over the pool); where runs are
+  // long (kernel ids, one run per logical block) the listed reads are far fewer than the ids. So
+  // the first min_runs runs must lie within about the first 4 x min_runs ids (a list fragmented
+  // only further on is planned listed). Eight ids a step, two per 128-bit vector (plain SSE2:
+  // subtract, xor, or), counted id by id only in a step that holds a break.
   using v2 = uint64_t __attribute__((vector_size(16)));
   constexpr size_t kStep = 8;
+  const uint64_t window = 4 * min_runs + kStep;
   size_t i = 1;
   for (; i + kStep <= c && runs < min_runs; i += kStep) {
+    if (i > window) return false;
     v2 bad = {0, 0};
     for (size_t j = 0; j < kStep; j += 2) {
       v2 dc, dp, pc, pp;
@@ -73,7 +78,7 @@ bool indexed_segment(const PlanGroupView& v, uint64_t min_runs, IndexedGroup& x)
     }
     if ((bad[0] | bad[1]) != 0) runs += breaks_in(i, i + kStep);
   }
-  if (runs < min_runs) runs += breaks_in(i, c);
+  if (runs < min_runs && i <= window) runs += breaks_in(i, std::min<size_t>(c, window + 1));
   if (runs < min_runs) return false;
   // Then the null id and the largest ids, and the runs counted to the end.
   uint64_t dmin = d[0], pmin = p[0], dmax = d[0], pmax = p[0], breaks = 0;

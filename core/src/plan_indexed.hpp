@@ -10,7 +10,8 @@ namespace pdkv::core::plan_detail {
 
 // Fills x's positions, token fields, kernel_blocks, runs and largest ids for attention group v
 // (tokens per block filled) and returns true when its reads can be named by block position and
-// its ids form at least min_runs runs (consecutive on both sides):
+// its ids form at least min_runs runs (consecutive on both sides), the first of them within about
+// 4 x min_runs ids (most ids start a run: logical ids scattered over the pool, not kernel ids):
 // equal tokens per kernel block and kernel blocks per id on both sides, both lists starting at
 // the same kernel position within an id (so that a listed D id and its P id hold the same
 // tokens), some token to read, every needed block-table index inside both lists and no null id

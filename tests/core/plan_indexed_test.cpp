@@ -139,6 +139,31 @@ TEST(PlanIndexed, AConsecutiveRequestStaysListed) {
   // And one below the runs threshold too (15 ids, 15 runs, fewer than the default 16).
   Case d(3, true, 15);
   for (const RankReads& rr : d.indexed.ranks) EXPECT_TRUE(rr.indexed.empty());
+  // The fragmented request given as KERNEL ids (each logical id expanded to its ppl kernel ids):
+  // runs of ppl ids, far fewer reads than ids, so it is planned listed; with every run taken
+  // (indexed_min_runs 1) it is one entry over the kernel ids and still the listed plan.
+  Case e(4);
+  PlanGroup& a = e.groups[4];
+  const uint64_t k = a.trim.local_kernel_blocks_per_id;
+  ASSERT_GT(k, 1u);
+  std::vector<uint64_t> dk, pk;
+  for (uint64_t id : a.trim.local_blocks)
+    for (uint64_t j = 0; j < k; ++j) dk.push_back(id * k + j);
+  for (uint64_t id : a.trim.remote_blocks)
+    for (uint64_t j = 0; j < k; ++j) pk.push_back(id * k + j);
+  a.trim.local_blocks = dk;
+  a.trim.remote_blocks = pk;
+  a.trim.local_kernel_blocks_per_id = a.trim.remote_kernel_blocks_per_id = 1;
+  e.compile();
+  for (const RankReads& rr : e.indexed.ranks) EXPECT_TRUE(rr.indexed.empty());
+  TransferPlan every;
+  compile_transfer_plan_into(e.x.ctx, e.views, every, e.verdict,
+                             CompileOptions{.region_repeats = true, .indexed_reads = true, .indexed_min_runs = 1});
+  size_t entries = 0;
+  for (const RankReads& rr : every.ranks) entries += rr.indexed.size();
+  EXPECT_EQ(entries, 1u);
+  expand_plan(every);
+  expect_same_plan(every, e.listed);
 }
 
 TEST(PlanIndexed, MalformedEntriesAreRefusedNamingTheEntry) {
