@@ -285,6 +285,35 @@ TEST(PlanIndexed, SharedBlocksAreRefusedAsTheListedPathRefusesThem) {
   }
 }
 
+// D's list may start before its prefix hit (local_first_block 0: the cached blocks listed too):
+// the entry reads from the first missing token on, and the cached blocks' tokens (guards) are
+// found in the list at positions the entry does not read, so the plan is proven without lists;
+// a zero range moved onto a cached block is refused (zeroing would wipe D's cached prefix).
+TEST(PlanIndexed, AListThatHoldsTheCachedPrefixIsReadFromTheFirstMissingToken) {
+  Case c(31);
+  PlanGroup& a = c.groups[4];
+  const uint64_t tpi = c.x.dg.block_size;  // tokens per listed (logical) id
+  a.trim.local_hit_tokens = 9 * tpi + 100;   // nine ids cached, the tenth partly
+  a.trim.local_first_block = 0;
+  c.compile();
+  const RankReads& rr = c.entry_rank();
+  ASSERT_EQ(rr.indexed.size(), 1u);
+  EXPECT_EQ(rr.indexed[0].count, 40u - 9);
+  EXPECT_EQ(rr.indexed[0].first_token, 100u);
+  TransferPlan flat = c.indexed;
+  expand_plan(flat);
+  expect_same_plan(flat, c.listed);
+  std::string msg;
+  EXPECT_EQ(c.check(msg), Status::Ok) << msg;
+  expect_paths_agree(c.x.ctx, c.groups);
+  auto& zero = c.indexed.zero[4].zero;
+  ASSERT_FALSE(zero.empty());
+  zero[0].block = a.trim.local_blocks[4] * c.x.dg.physical_per_logical;  // a cached block
+  zero[0].token_begin = 0;
+  EXPECT_EQ(c.check(msg), Status::Coverage);
+  EXPECT_TRUE(has(msg, "cached prefix")) << msg;
+}
+
 // The entry's reads are issued at their place among the rank's other reads: an entry that the
 // listed plan would merge into the read before it is written out as listed reads instead.
 TEST(PlanIndexed, ReadsIssueInTheListedOrderAmongOtherGroups) {
