@@ -936,8 +936,9 @@ bool linear_tokens(const PlanContext& ctx, const AttentionRegion& a) {
 }
 
 // Whether attention group g is read block-indexed (CompileOptions::indexed_reads), filling
-// t.indexed[g] (left off otherwise): its segment (indexed_segment) with at least `min_runs` runs, no receive-side permutation, no other attention group in its regions, every region
-// linear (linear_tokens) with one geometry and one P rank, and the largest ids' blocks inside
+// t.indexed[g] (left off otherwise): its segment (indexed_segment) with at least `min_runs` runs,
+// no receive-side permutation, no other attention group in its regions, every region linear
+// (linear_tokens) with one geometry and one P rank, and the largest ids' blocks inside
 // every region on both sides (the context's region sizes). A region the listed path would
 // refuse leaves the group to it (false), which reports the error where it always did. `a` and
 // `have_a` are compile_body's region geometry cache (add_attention_group's).
