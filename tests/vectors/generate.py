@@ -1928,6 +1928,19 @@ def plan_cases():
     p("nano_flashinfer_logical_ids_fragmented_prefix_hit", dict(fi, tp_size=4), dict(fi, tp_size=2), 0,
       logical_groups, {"engine_id": "p", "num_logical_blocks": 16}, {"engine_id": "d", "num_logical_blocks": 16},
       {"read_ranks": [0, 1], "notify_ranks": [0, 1]})
+    # vLLM's pairing of this model (both engines at 2096-token blocks: P started with --block-size
+    # 2096), fragmented ids on both sides, six regions: every id its own run, so the C API plans
+    # the attention group block-indexed (CompileOptions::indexed_reads; one read per id and
+    # region); the reads it writes out must be the oracle's in every language.
+    bs2096 = {"user_block_size": 2096}
+    frag_d = [41, 7, 23, 15, 3, 36, 29, 11, 44, 19, 5, 31, 27, 9, 38, 13, 21, 33]
+    frag_p = [12, 40, 6, 28, 17, 2, 35, 24, 10, 45, 30, 8, 22, 14, 39, 4, 26, 18]
+    n_frag = 18 * 2096 - 100
+    p("nano_same_block_size_fragmented_ids_block_indexed", dict(bs2096, tp_size=4), dict(bs2096, tp_size=2), 0,
+      [{"kind": "attention", "local_blocks": frag_d, "remote_blocks": frag_p, "remote_computed_tokens": n_frag}],
+      {"engine_id": "p", "num_regions": 6, "num_logical_blocks": 48},
+      {"engine_id": "d", "num_regions": 6, "num_logical_blocks": 48},
+      {"read_ranks": [0], "notify_ranks": [0, 1], "pieces_after_coalescing": 6 * 18})
     # A full prefix hit on every group: nothing to read, P ranks are still notified.
     p("full_hit_notify_only", {"tp_size": 4}, {"tp_size": 2}, 1,
       [{"kind": "attention", "local_blocks": [], "remote_blocks": [1, 2], "remote_computed_tokens": 2000,
