@@ -18,14 +18,15 @@
 //
 // Usage: plan_floor [--tokens 131072,1048576] [--hits 0,50] [--geometry flashinfer,flash_attn]
 //                   [--alloc contig,frag] [--target-s 0.3] [--attention-regions N]
-//                   [--form listed|factored] [--profile-compile (only pdkv's compile, nothing printed)]
+//                   [--form listed|factored|indexed] [--profile-compile (only pdkv's compile, nothing printed)]
 // --attention-regions N gives the attention group only regions 0..N-1 (default: all 6): with 1,
 // the plan holds one region's attention reads, which is what a plan that stored one region's
 // reads and a list of the regions alike would emit and check (docs/benchmarks.md: what such a
 // fan-out would and would not save). --form factored compiles with CompileOptions::region_repeats
 // (the factored plan: regions alike recorded as repeats, docs/factored-plan.md stage 1) and also
 // times that compile followed by expanding every rank's reads into reused buffers (what a caller
-// of the listed reads pays: the C API's pdkv_transfer_plan_rank_reads on each rank).
+// of the listed reads pays: the C API's pdkv_transfer_plan_rank_reads on each rank). --form indexed
+// adds CompileOptions::indexed_reads (block-indexed reads, the C API's form).
 // Prints one JSON line per request (times in ns: medians, and the *_min_ns minima; moved_bytes:
 // the bytes the plan moves, D rank 0 from its P ranks, to set the planning time against).
 #include <algorithm>

@@ -1071,7 +1071,7 @@ void match_entry(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t, s
                      (rregion < p_size.size() ? " of " + s(p_size[rregion]) + " bytes" : " (no such region)"));
     }
   }
-  t.proofs[x.group] = {true, false, ri, e};
+  t.proofs[x.group] = {true, ri, e};
 }
 
 // Whether guard gd meets a byte proven group g writes in a region of `id_bytes`-long ids and
@@ -1273,7 +1273,6 @@ void check_coverage(const TransferPlan& plan, const PlanContext& ctx, Trimmed& t
       ok = !over;
     }
     if (ok) continue;
-    pf.materialised = true;
     for (uint32_t region : rg.regions) {
       materialise(got, alias, region);
       group_ranges(ctx, t, g, region, got[region]);

@@ -186,11 +186,9 @@ struct Trimmed {
   std::vector<Guard> guards;
   std::vector<uint64_t> id_bits;  // one bit per D block id (IdMarks), all clear between uses
   // check_coverage's view of the plan's indexed entries, per group: the entry that reads it (its
-  // rank's index in plan.ranks and its index there), and whether its ranges were added to the
-  // lists after all (materialised: its disjointness could not be shown from its ids).
+  // rank's index in plan.ranks and its index there).
   struct IndexedProof {
     bool on = false;
-    bool materialised = false;
     size_t rank = 0, entry = 0;
   };
   std::vector<IndexedProof> proofs;

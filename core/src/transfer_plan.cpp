@@ -920,6 +920,26 @@ void add_attention_pieces(PlanBuilder& b, const AttentionRegion& a, uint32_t reg
 }
 
 
+// The attention geometry of D region `region` and P region `rregion` in `a`. Regions of one model
+// usually share it: kept from the last region when block lengths and kind agree (the P ranks
+// re-checked for this region), else derived, with have_a cleared while `a` is rewritten so that
+// a throw leaves no stale cache. Returns whether it was kept.
+bool region_geometry(const PlanContext& ctx, uint32_t region, uint32_t rregion, AttentionRegion& a, bool& have_a) {
+  const EngineMetadata& d = ctx.local;
+  const EngineMetadata& p0 = ctx.remote.front();
+  const bool same = have_a && a.local_block_len == d.regions[region].region.block_len &&
+                    a.remote_block_len == p0.regions[rregion].region.block_len &&
+                    a.mla == d.region_is_mla(region) && a.mla == p0.region_is_mla(rregion);
+  if (same) {
+    check_remote_region(ctx, rregion, a.remote_block_len);
+    return true;
+  }
+  have_a = false;
+  attention_region(ctx, region, rregion, a);
+  have_a = true;
+  return false;
+}
+
 // Whether one read per token covers a whole token on both sides and tokens lie back to back
 // across blocks (NHD, or HND with one head per rank on both sides, MLA included): then a span of
 // consecutive ids on both sides is one contiguous piece, whatever its block boundaries.
@@ -959,16 +979,7 @@ bool choose_indexed(const PlanContext& ctx, const Prepared& pre, Trimmed& t, siz
     for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
       const uint32_t region = rg.regions[ri], rregion = rg.remote_regions[ri];
       if (region >= d.regions.size() || rregion >= p0.regions.size()) return false;
-      const bool same = have_a && a.local_block_len == d.regions[region].region.block_len &&
-                        a.remote_block_len == p0.regions[rregion].region.block_len &&
-                        a.mla == d.region_is_mla(region) && a.mla == p0.region_is_mla(rregion);
-      if (same) {
-        check_remote_region(ctx, rregion, a.remote_block_len);
-      } else {
-        have_a = false;  // `a` is being rewritten
-        attention_region(ctx, region, rregion, a);
-        have_a = true;
-      }
+      region_geometry(ctx, region, rregion, a, have_a);
       if (!linear_tokens(ctx, a)) return false;
       const uint32_t p = a.token_reads.front().p_rank;
       uint64_t lib = 0, rib = 0;
@@ -1012,19 +1023,7 @@ void add_attention_group(PlanBuilder& b, const PlanContext& ctx, const ResolvedG
   uint64_t prev_pieces = 0, prev_bytes = 0;
   for (size_t ri = 0; ri < rg.regions.size(); ++ri) {
     const uint32_t region = rg.regions[ri], rregion = rg.remote_regions[ri];
-    // Regions of one model usually share their geometry: keep the per-token reads of the last
-    // region when block lengths agree (attention_region re-checks the P ranks per region).
-    const EngineMetadata& d = ctx.local;
-    const EngineMetadata& p0 = ctx.remote.front();
-    const bool same = have_a && a.local_block_len == d.regions[region].region.block_len &&
-                      a.remote_block_len == p0.regions[rregion].region.block_len &&
-                      a.mla == d.region_is_mla(region) && a.mla == p0.region_is_mla(rregion);
-    if (same) {
-      check_remote_region(ctx, rregion, a.remote_block_len);
-    } else {
-      attention_region(ctx, region, rregion, a);
-      have_a = true;
-    }
+    const bool same = region_geometry(ctx, region, rregion, a, have_a);
     if (linear_tokens(ctx, a)) {
       const uint32_t p = a.token_reads.front().p_rank;
       const uint64_t lt = a.local_token_bytes, rt = a.remote_token_bytes;
@@ -1427,7 +1426,7 @@ size_t indexed_runs(const RankReads& rr, const IndexedReads& x) {
   const uint64_t* d = rr.ids.data() + x.ids_begin;
   const uint64_t* p = d + x.count;
   const uint64_t tb = x.token_bytes, tpi = x.tokens_per_id;
-  // Read i - 1 (i >= 2) ends where its id's blocks end when it reads its id to the last token.
+  // Every read but the last reads its id to its last token, so it ends where its id's blocks end.
   uint64_t lend = d[0] * x.local_id_bytes + tpi * tb, rend = p[0] * x.remote_id_bytes + tpi * tb;
   size_t runs = 1;
   for (uint64_t i = 1; i < x.count; ++i) {

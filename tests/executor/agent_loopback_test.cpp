@@ -222,6 +222,24 @@ TEST_P(AgentLoopback, ReadMovesEveryPlannedByteAndNotifiesAfterTheData) {
   EXPECT_EQ(peer->transfers_done.load(), 1u);
 }
 
+// A factored form of `listed` moved by D's agent from both P ranks under request `id`: exactly
+// the listed plan's bytes land, every read of it (D's other bytes keep their 0xEE fill).
+void move_factored(Rank& d, const std::vector<Rank*>& ps, const core::TransferPlan& plan,
+                   const core::TransferPlan& listed, const char* id) {
+  for (Rank* p : ps) p->agent->lease(id, plan.notifications_per_p_rank, 5000ms);
+  PostParams pp;
+  pp.plan = &plan;
+  pp.peer_engine_id = "pre";
+  pp.request_id = id;
+  auto t = d.agent->post(pp);
+  ASSERT_TRUE(t.wait(5000ms));
+  const auto s = t.status();
+  ASSERT_EQ(s.status, Status::Ok) << s.message;
+  EXPECT_EQ(s.bytes_done, listed.stats.bytes);
+  verify(d, ps, listed, 0xEE);
+  EXPECT_EQ(reads_landed(d, ps, listed.ranks[0]), listed.ranks[0].reads.size());
+}
+
 // A factored plan (CompileOptions::region_repeats, what the C API's plan handles hold): NHD on both
 // sides with equal heads per rank makes every region one piece per token run, so regions 1 and 2
 // are repeats of region 0's reads. The agent walks them in issue order and moves exactly the
@@ -244,19 +262,7 @@ TEST_P(AgentLoopback, AFactoredPlanMovesTheListedPlansBytes) {
   core::TransferPlan flat = plan;
   core::expand_plan(flat);
   ASSERT_TRUE(flat.ranks[0].reads == listed.ranks[0].reads);
-  p0->agent->lease("req-f", plan.notifications_per_p_rank, 5000ms);
-  p1->agent->lease("req-f", plan.notifications_per_p_rank, 5000ms);
-  PostParams pp;
-  pp.plan = &plan;
-  pp.peer_engine_id = "pre";
-  pp.request_id = "req-f";
-  auto t = d->agent->post(pp);
-  ASSERT_TRUE(t.wait(5000ms));
-  const auto s = t.status();
-  ASSERT_EQ(s.status, Status::Ok) << s.message;
-  EXPECT_EQ(s.bytes_done, listed.stats.bytes);
-  verify(*d, ps, listed, 0xEE);
-  EXPECT_EQ(reads_landed(*d, ps, listed.ranks[0]), listed.ranks[0].reads.size());
+  move_factored(*d, ps, plan, listed, "req-f");
 }
 
 // The same request with its attention group as block-indexed reads (CompileOptions::indexed_reads,
@@ -283,19 +289,7 @@ TEST_P(AgentLoopback, ABlockIndexedPlanMovesTheListedPlansBytes) {
   core::TransferPlan flat = plan;
   core::expand_plan(flat);
   ASSERT_TRUE(flat.ranks[0].reads == listed.ranks[0].reads);
-  p0->agent->lease("req-x", plan.notifications_per_p_rank, 5000ms);
-  p1->agent->lease("req-x", plan.notifications_per_p_rank, 5000ms);
-  PostParams pp;
-  pp.plan = &plan;
-  pp.peer_engine_id = "pre";
-  pp.request_id = "req-x";
-  auto t = d->agent->post(pp);
-  ASSERT_TRUE(t.wait(5000ms));
-  const auto s = t.status();
-  ASSERT_EQ(s.status, Status::Ok) << s.message;
-  EXPECT_EQ(s.bytes_done, listed.stats.bytes);
-  verify(*d, ps, listed, 0xEE);
-  EXPECT_EQ(reads_landed(*d, ps, listed.ranks[0]), listed.ranks[0].reads.size());
+  move_factored(*d, ps, plan, listed, "req-x");
 }
 
 // D NHD (8 heads, TP1) reads from P HND (TP2, 4 heads each): the reads land in P's layout and
