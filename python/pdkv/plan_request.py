@@ -52,9 +52,9 @@ _GROUP_FIELDS = len(_GROUP_FORMAT)
 # buffer. The Mamba groups' words come first, in group order, so that the usual request writes
 # them all with one struct pack.
 # A group other than Mamba passing at most this many ids a side in uint64 buffers has them copied
-# into its packing (one memcpy each: cheaper than pinning the buffers, see _usual_block); more
-# are read in place.
-_COPY_IDS = 256
+# into its packing (one memcpy each of up to 8 KiB: cheaper than pinning the buffers, ~0.15 us a
+# request at 501 ids a side, bench/py_overhead.py; see _usual_block); more are read in place.
+_COPY_IDS = 1024
 _GROUP_STRUCT: Dict[int, struct.Struct] = {}  # n -> struct of n pdkv_plan_group_t
 _TRIM_STRUCT = struct.Struct("@" + _TRIM_FORMAT)
 
@@ -686,7 +686,7 @@ class PlanRequest:
 
         The ids are read by the library during the call: a buffer used in place is pinned (it
         cannot be resized meanwhile: resizing raises BufferError), and a group passing one id
-        per side, or up to 256 a side in ``array('Q')`` (or numpy ``uint64`` arrays, when numpy
+        per side, or up to 1,024 a side in ``array('Q')`` (or numpy ``uint64`` arrays, when numpy
         was imported before the request was prepared), has them copied (one memcpy: cheaper than
         pinning so few). A request of few ids (see ``_GIL_WORK`` in
         plan.py: up to 256 ids with six regions) is planned with the GIL held, a larger one

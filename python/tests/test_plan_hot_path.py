@@ -313,15 +313,16 @@ def test_buffers_cannot_be_resized_during_the_call(ctx: pdkv.PlanContext, monkey
                                                    prepared: bool, logical: bool) -> None:
     """During the C call every id buffer read in place is pinned (resizing it raises
     BufferError), one-id groups were copied (changing them then does not change the plan), and
-    so were, through PlanRequest.compile, the attention group's ids when they are few (3 logical
-    ids a side: resizing or rewriting them then changes nothing the call reads; 393 kernel ids a
+    so were, through PlanRequest.compile, the attention group's ids when they are few (9 logical
+    ids a side: resizing or rewriting them then changes nothing the call reads; 1,179 kernel ids a
     side are more than ``_COPY_IDS`` and read in place); afterwards the buffers are free again;
     through PlanRequest.compile and ctx.compile."""
     from pdkv import plan_request as pr
     module, name, fns = entry(prepared)
     seen: List[str] = []
-    attn_l = [3, 4, 10] if logical else kernel([3, 4, 10])
-    attn_r = [20, 5, 6] if logical else kernel([20, 5, 6])
+    d_ids, p_ids = [3, 4, 10, 11, 12, 13, 14, 15, 16], [20, 5, 6, 7, 8, 9, 30, 31, 32]
+    attn_l = d_ids if logical else kernel(d_ids)
+    attn_r = p_ids if logical else kernel(p_ids)
     assert (len(attn_l) <= pr._COPY_IDS) == logical
     local = [array("Q", [60]), array("Q", [61]), array("Q", attn_l)]
     remote = [array("Q", [62]), array("Q", [63]), array("Q", attn_r)]
@@ -339,7 +340,7 @@ def test_buffers_cannot_be_resized_during_the_call(ctx: pdkv.PlanContext, monkey
 
     monkeypatch.setattr(module, name, [meddle, meddle])
     req = ctx.prepare(layout(logical))
-    computed = 3 * BLOCK - 1
+    computed = len(d_ids) * BLOCK - 1
     want = ctx.compile(checked_groups(logical, [[60], [61], attn_l], [[62], [63], attn_r], computed,
                                       [0, 0, 0])).to_json()
     plan = pdkv.TransferPlan.empty()

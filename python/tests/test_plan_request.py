@@ -57,6 +57,8 @@ CASES = [  # (D logical ids, P logical ids, computed tokens, hit tokens per grou
     ([11, 12], [30, 31, 32], 3 * 2096 - 1, [2096, 2096, 2096]),
     ([40], [50, 51, 52, 53], 4 * 2096 - 1, [3 * 2096, 0, 3 * 2096]),  # divergent per-group hits
 ]
+# Nine blocks a side: as kernel ids 1,179 a side, more than plan_request._COPY_IDS.
+LONG = ([3, 4, 10, 11, 12, 13, 14, 15, 16], [20, 5, 6, 7, 8, 9, 30, 31, 32], 9 * 2096 - 1, [0, 0, 0])
 
 
 @pytest.mark.parametrize("logical", [True, False])
@@ -84,7 +86,7 @@ def test_prepared_plans_equal_full_compiles(ctx: pdkv.PlanContext, logical: bool
 
 @pytest.mark.skipif(np is None, reason="numpy is not installed (optional)")
 def test_long_numpy_ids_are_read_in_place(ctx: pdkv.PlanContext, monkeypatch: pytest.MonkeyPatch) -> None:
-    """numpy uint64 id arrays of more than 256 ids (kernel ids: 393 a side here) are pinned and
+    """numpy uint64 id arrays of more than _COPY_IDS ids (kernel ids: 1,179 a side here) are pinned and
     read in place by the usual request's numpy form, not sent group by group; a read-only one
     still plans (group by group, copied)."""
     import pdkv.plan_request as plan_request_module
@@ -94,13 +96,13 @@ def test_long_numpy_ids_are_read_in_place(ctx: pdkv.PlanContext, monkeypatch: py
 
     monkeypatch.setattr(plan_request_module, "_other_ids", group_by_group)
     req = ctx.prepare(layout(False))  # (its group-by-group function takes _other_ids now)
-    d_ids, p_ids, computed, hits = CASES[0]
+    d_ids, p_ids, computed, hits = LONG
     local = [[60], [61], kernel(d_ids)]
     remote = [[62], [63], kernel(p_ids)]
     want = ctx.compile(full(False, local, remote, computed, hits)).to_json()
     npl = [np.asarray(x, dtype=np.uint64) for x in local]
     npr = [np.asarray(x, dtype=np.uint64) for x in remote]
-    assert len(npl[2]) > 256
+    assert len(npl[2]) > plan_request_module._COPY_IDS
     with pdkv.TransferPlan.empty() as plan:
         assert req.compile(npl, npr, computed, hits, reuse=plan) is plan
         assert plan.to_json() == want
