@@ -148,7 +148,8 @@ def python_side(args, geometry: str) -> Dict[str, tuple]:
                         ids_l = [g.trim.local_blocks for g in lgroups]
                         ids_r = [g.trim.remote_blocks for g in lgroups]
                         computed = lgroups[0].trim.remote_computed_tokens
-                        hits = [g.trim.local_hit_tokens for g in lgroups]
+                        hits = lgroups[-1].trim.local_hit_tokens  # one count for the request, as an engine passes it
+                        assert all(g.trim.local_hit_tokens == hits for g in lgroups)
 
                         def prepared():
                             req.compile(ids_l, ids_r, computed, hits, reuse=plan)
