@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # ThreadSanitizer over the executor's in-process suites (every test labelled `executor` except the
-# two below) and the C API's thread tests (capi_thread_tests: many threads on one transfer): the
-# agent's calls, its progress and control threads, the socket copies it runs without its lock
+# two below), the C API's thread tests (capi_thread_tests: many threads on one transfer) and the
+# Python bindings' suite loaded against this build of libpdkv (its threads compile through one
+# context, PlanRequest and planner with the GIL released, close handles under calls, run agents):
+# the agent's calls, its progress and control threads, the socket copies it runs without its lock
 # (2.6), and the C handles' state race on nothing. Any report fails the run (halt_on_error). Usage:
-#   bash scripts/tsan.sh [BUILD_DIR]    (default build/tsan; about 6 minutes on 2 cores,
+#   bash scripts/tsan.sh [BUILD_DIR]    (default build/tsan; about 7 minutes on 2 cores,
 #                                        build and run, in CI's clean-clone runs)
 #
 # Left out, and why:
@@ -28,7 +30,7 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDKV_SANITIZ
 mapfile -t targets < <(ninja -C "$BUILD" -t targets all | sed -n 's/^\(executor_[a-z0-9_]*\): phony$/\1/p' |
                        grep -v '^executor_e2e' | sort -u)
 [ "${#targets[@]}" -gt 20 ] || { echo "tsan.sh: found only ${#targets[@]} executor test targets"; exit 1; }
-cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" capi_thread_tests
+cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" capi_thread_tests pdkv
 
 # UCX's memory hooks patch mmap/brk and malloc, which ThreadSanitizer intercepts too: with them
 # on, the first UCX context crashes. The agent needs no memory events (it registers explicitly).
@@ -46,4 +48,30 @@ if ! ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" -L 'executor|capi_
   fi
   echo "tsan.sh: failures without a ThreadSanitizer report: running them once more"
   ctest --test-dir "$BUILD" --output-on-failure --rerun-failed
+fi
+
+# The Python bindings' suite against this libpdkv: Python itself is not instrumented, but its
+# threads are pthreads and its locks pthread mutexes and semaphores, which ThreadSanitizer
+# intercepts, so races inside the library between binding threads are seen (checked: a counter
+# bumped without a lock in pdkv_transfer_plan_compile_into is reported by the PlanRequest thread
+# test). scripts/tsan-python.supp says what it suppresses and why.
+if [ -d python/pdkv ]; then
+  echo "tsan.sh: the Python bindings' suite against the ThreadSanitizer build of libpdkv"
+  lib=$(cd "$BUILD/capi" && pwd)
+  supp=$PWD/scripts/tsan-python.supp
+  tsan_rt=$(gcc -print-file-name=libtsan.so)
+  [ -f "$tsan_rt" ] || { echo "tsan.sh: gcc has no libtsan.so ($tsan_rt)"; exit 1; }
+  pylog="$(cd "$BUILD" && pwd)/tsan-python.log"
+  run_py() {
+    (cd python && LD_PRELOAD="$tsan_rt" PDKV_LIB_DIR="$lib" TSAN_OPTIONS="$TSAN_OPTIONS suppressions=$supp" \
+       /usr/bin/python3 -m pytest -q -o cache_dir="$lib/../pytest-cache" "$@" tests)
+  }
+  if ! run_py 2>&1 | tee "$pylog"; then
+    if grep -q "WARNING: ThreadSanitizer" "$pylog"; then
+      echo "tsan.sh: ThreadSanitizer reported a race in the Python bindings' suite (above)"
+      exit 1
+    fi
+    echo "tsan.sh: Python failures without a ThreadSanitizer report: running them once more"
+    run_py --last-failed
+  fi
 fi
