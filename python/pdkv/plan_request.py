@@ -685,7 +685,9 @@ class PlanRequest:
         request argument of the wrong shape.
 
         The ids are read by the library during the call: a buffer used in place is pinned (it
-        cannot be resized meanwhile: resizing raises BufferError), and a group passing one id
+        cannot be resized meanwhile: resizing raises BufferError; numpy's
+        ``ndarray.resize(..., refcheck=False)`` skips that check and must not be called on a
+        thread while another compiles from the array), and a group passing one id
         per side, or up to 1,024 a side in ``array('Q')`` (or numpy ``uint64`` arrays, when numpy
         was imported before the request was prepared), has them copied (one memcpy: cheaper than
         pinning so few). A request of few ids (see ``_GIL_WORK`` in
