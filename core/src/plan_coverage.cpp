@@ -54,10 +54,14 @@ void linear_ranges(const SpanRun* spans, size_t n, uint64_t L, uint64_t token, R
   for (size_t k = 0; k < n; ++k) {
     const SpanRun& r = spans[k];
     uint64_t base = 0, off = 0, b = 0, len = 0, e = 0;
-    bad |= static_cast<uint64_t>(__builtin_mul_overflow(r.local_block, L, &base) |
-                                 __builtin_mul_overflow(r.local_token_begin, token, &off) |
-                                 __builtin_add_overflow(base, off, &b) | __builtin_mul_overflow(r.num_tokens, token, &len) |
-                                 __builtin_add_overflow(b, len, &e));
+    // One statement each: a later one reads what an earlier one wrote (the operands of one `|`
+    // chain would be unsequenced). Accumulated without branches, tested once after the loop.
+    bool over = __builtin_mul_overflow(r.local_block, L, &base);
+    over |= __builtin_mul_overflow(r.local_token_begin, token, &off);
+    over |= __builtin_add_overflow(base, off, &b);
+    over |= __builtin_mul_overflow(r.num_tokens, token, &len);
+    over |= __builtin_add_overflow(b, len, &e);
+    bad |= static_cast<uint64_t>(over);
     if (used > 0 && o[used - 1].end == b) {
       o[used - 1].end = e;
     } else {
@@ -773,14 +777,18 @@ void accept_hints(const TransferPlan& plan, const Prepared& pre, Trimmed& t) {
       for (size_t si = 0; si < states.size() && ok; ++si) {
         const StatePair& sp = states[si];
         uint64_t lpage = 0, lend = 0;
-        bad |= static_cast<uint64_t>(__builtin_mul_overflow(sp.local_block, ls, &lpage) |
-                                     __builtin_add_overflow(lpage, page, &lend) | (lend > dmax));
+        bool lover = __builtin_mul_overflow(sp.local_block, ls, &lpage);  // (sequenced: see linear_ranges)
+        lover |= __builtin_add_overflow(lpage, page, &lend);
+        lover |= lend > dmax;
+        bad |= static_cast<uint64_t>(lover);
         const size_t pg = ri * states.size() + si;
         for (size_t j = 0; j < nr; ++j) {
           const Trimmed::HintRank& k = ranks[j];
           uint64_t rpage = 0, rend = 0;
-          bad |= static_cast<uint64_t>(__builtin_mul_overflow(sp.remote_block, k.stride[rregion], &rpage) |
-                                       __builtin_add_overflow(rpage, k.extent, &rend) | (rend > k.psize[rregion]));
+          bool rover = __builtin_mul_overflow(sp.remote_block, k.stride[rregion], &rpage);
+          rover |= __builtin_add_overflow(rpage, k.extent, &rend);
+          rover |= rend > k.psize[rregion];
+          bad |= static_cast<uint64_t>(rover);
           const PlanRead* r = k.reads + firsts[j] + pg * k.num_tmpl;
           for (size_t i = 0; i < k.num_tmpl; ++i) {
             const TemplateRead& x = k.tmpl[i];
@@ -937,8 +945,12 @@ void check_rank_reads(const RankReads& rank, const std::vector<std::pair<size_t,
     for (size_t k = i + 1; k < j; ++k) {
       const PlanRead& r = rd[k];
       uint64_t le = 0, pe = 0;
-      bad |= static_cast<uint64_t>((r.length == 0) | __builtin_add_overflow(r.local_offset, r.length, &le) | (le > dmax) |
-                                   __builtin_add_overflow(r.remote_offset, r.length, &pe) | (pe > pmax));
+      bool over = r.length == 0;  // one statement each, in order (see linear_ranges)
+      over |= __builtin_add_overflow(r.local_offset, r.length, &le);
+      over |= le > dmax;
+      over |= __builtin_add_overflow(r.remote_offset, r.length, &pe);
+      over |= pe > pmax;
+      bad |= static_cast<uint64_t>(over);
       if (o[used - 1].end == r.local_offset) {
         o[used - 1].end = le;
       } else {
