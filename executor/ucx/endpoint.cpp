@@ -67,7 +67,7 @@ std::unique_ptr<UcxEndpoint> UcxEndpoint::create(UcxWorker& worker,
   if (peer_address.empty()) {
     core::fail(core::Status::InvalidArgument, "UCX endpoint: the peer's worker address is empty");
   }
-  std::unique_ptr<UcxEndpoint> ep(new UcxEndpoint(worker, mode));
+  std::unique_ptr<UcxEndpoint> ep(new UcxEndpoint(worker));
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());

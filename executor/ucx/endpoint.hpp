@@ -137,12 +137,11 @@ class UcxEndpoint {
 
  private:
   enum class State : uint8_t { Open, Closing, Closed };
-  UcxEndpoint(UcxWorker& worker, ErrorMode mode) : worker_(&worker), mode_(mode) {}
+  explicit UcxEndpoint(UcxWorker& worker) : worker_(&worker) {}
   static void on_peer_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void on_close_done(void* user, ucs_status_t status);
 
   UcxWorker* worker_;
-  ErrorMode mode_;
   ucp_ep_h ep_ = nullptr;
   State state_ = State::Open;
   void* close_request_ = nullptr;

@@ -78,9 +78,10 @@ void geometry_table(std::ostringstream& out, const json& p, const json& d) {
   // Named element formats (only those the dtype flags or the model name; "-" where only a size).
   for (const auto& [key, label] : {std::pair{"kv_cache", "KV cache format"}, std::pair{"conv_state", "conv state format"},
                                    std::pair{"ssm_state", "SSM state format"}}) {
-    auto fmt = [&](const json& j) {
-      if (!j.contains("element_formats") || j["element_formats"][key].is_null()) return std::string("-");
-      return j["element_formats"][key].get<std::string>();
+    // The binding copied into the capture: clang 14 cannot capture a structured binding.
+    auto fmt = [k = key](const json& j) {
+      if (!j.contains("element_formats") || j["element_formats"][k].is_null()) return std::string("-");
+      return j["element_formats"][k].get<std::string>();
     };
     if (fmt(p) != "-" || fmt(d) != "-") rows.push_back({label, fmt(p), fmt(d)});
   }
