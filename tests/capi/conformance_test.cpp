@@ -207,9 +207,9 @@ pdkv_engine_config_t engine_config(Input in) {
   else throw VectorError("unknown conv_layout '" + layout + "'");
   in.check_all_used();
   call([&](pdkv_error_t** e) { return pdkv_backend_from_name(backend.c_str(), &c.attention_backend, e); });
-  for (const auto& [name, target] : named) {
-    call([&](pdkv_error_t** e) { return pdkv_element_format_from_name(name.c_str(), target.second, e); });
-    c.field_mask |= target.first;
+  for (const auto& entry : named) {  // (not a structured binding: clang 14 cannot capture one)
+    call([&entry](pdkv_error_t** e) { return pdkv_element_format_from_name(entry.first.c_str(), entry.second.second, e); });
+    c.field_mask |= entry.second.first;
   }
   return c;
 }

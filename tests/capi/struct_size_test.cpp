@@ -504,9 +504,9 @@ TEST_CASE("struct_size: the 2.0 size of every agent struct is accepted", "[capi]
   });
   std::vector<std::unique_ptr<pdkv_memory_t, void (*)(pdkv_memory_t*)>> regs;
   for (uint32_t r = 0; r < 2; ++r) {
-    for (auto [a, md] : {std::pair{d.get(), d_md.get()}, std::pair{p.get(), p_md.get()}}) {
-      pdkv_memory_t* mem = nullptr;
-      REQUIRE_OK(register_region(a, md, r, sizeof(pdkv_memory_desc_t), &mem, err));
+    for (auto side : {std::pair{d.get(), d_md.get()}, std::pair{p.get(), p_md.get()}}) {
+      pdkv_memory_t* mem = nullptr;  // (side.first/second: clang 14 cannot capture a structured binding)
+      REQUIRE_OK(register_region(side.first, side.second, r, sizeof(pdkv_memory_desc_t), &mem, err));
       regs.emplace_back(mem, pdkv_memory_free);
     }
   }

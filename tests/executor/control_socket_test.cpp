@@ -75,7 +75,9 @@ TEST(ControlSocket, PortZeroPicksAFreePortAndReportsIt) {
   EXPECT_NE(b.port(), 0);
   EXPECT_NE(a.port(), b.port());
   EXPECT_EQ(a.address().host, "127.0.0.1");
-  auto [c, s] = connected_pair(a);
+  auto pair = connected_pair(a);
+  Socket& c = pair.first;  // (named references: clang 14 cannot capture a structured binding)
+  Socket& s = pair.second;
   EXPECT_TRUE(c.valid());
   EXPECT_TRUE(s.valid());
   EXPECT_EQ(c.peer(), "127.0.0.1:" + std::to_string(a.port()));
@@ -128,7 +130,9 @@ TEST(ControlSocket, ConnectRefusedIsPeerLostNamingTheAddress) {
 
 TEST(ControlSocket, SilentPeerTimesOutWithinTheDeadline) {
   Listener l(kLoopback);
-  auto [c, s] = connected_pair(l);  // s accepts and never answers
+  auto pair = connected_pair(l);  // s accepts and never answers
+  Socket& c = pair.first;  // (named references: clang 14 cannot capture a structured binding)
+  Socket& s = pair.second;
   uint8_t buf[16];
   const auto t0 = Clock::now();
   const Error e = catch_error([&] { c.recv_some(buf, deadline_in(200ms), "a Challenge"); });
@@ -143,7 +147,9 @@ TEST(ControlSocket, SilentPeerTimesOutWithinTheDeadline) {
 
 TEST(ControlSocket, EofIsPeerLost) {
   Listener l(kLoopback);
-  auto [c, s] = connected_pair(l);
+  auto pair = connected_pair(l);
+  Socket& c = pair.first;  // (named references: clang 14 cannot capture a structured binding)
+  Socket& s = pair.second;
   s.close();
   uint8_t buf[16];
   const Error e = catch_error([&] { c.recv_some(buf, deadline_in(10s)); });
@@ -154,7 +160,9 @@ TEST(ControlSocket, EofIsPeerLost) {
 
 TEST(ControlSocket, SendingToAClosedPeerIsPeerLostWithoutSigpipe) {
   Listener l(kLoopback);
-  auto [c, s] = connected_pair(l);
+  auto pair = connected_pair(l);
+  Socket& c = pair.first;  // (named references: clang 14 cannot capture a structured binding)
+  Socket& s = pair.second;
   s.close();
   const std::vector<uint8_t> chunk(64 << 10, 1);
   // The first sends may still land in the kernel; the reset arrives soon after. No SIGPIPE:
@@ -172,7 +180,9 @@ TEST(ControlSocket, SendingToAClosedPeerIsPeerLostWithoutSigpipe) {
 
 TEST(ControlSocket, SendToAPeerThatNeverReadsTimesOut) {
   Listener l(kLoopback);
-  auto [c, s] = connected_pair(l);
+  auto pair = connected_pair(l);
+  Socket& c = pair.first;  // (named references: clang 14 cannot capture a structured binding)
+  Socket& s = pair.second;
   const std::vector<uint8_t> big(64u << 20, 7);  // far more than loopback socket buffers hold
   const auto t0 = Clock::now();
   const Error e = catch_error([&] { c.send_all(big, deadline_in(300ms), "sending PeerInfo"); });
@@ -189,7 +199,9 @@ TEST(ControlSocket, SendToAPeerThatNeverReadsTimesOut) {
 
 TEST(ControlSocket, BytesArriveInOrder) {
   Listener l(kLoopback);
-  auto [c, s] = connected_pair(l);
+  auto pair = connected_pair(l);
+  Socket& c = pair.first;  // (named references: clang 14 cannot capture a structured binding)
+  Socket& s = pair.second;
   std::vector<uint8_t> data(1 << 20);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31);
   std::thread writer([&] { c.send_all(data, deadline_in(20s)); });
@@ -205,7 +217,9 @@ TEST(ControlSocket, BytesArriveInOrder) {
 
 TEST(ControlSocket, MovedSocketsOwnTheirDescriptorOnce) {
   Listener l(kLoopback);
-  auto [c, s] = connected_pair(l);
+  auto pair = connected_pair(l);
+  Socket& c = pair.first;  // (named references: clang 14 cannot capture a structured binding)
+  Socket& s = pair.second;
   const int fd = c.fd();
   Socket moved = std::move(c);
   EXPECT_FALSE(c.valid());  // NOLINT(bugprone-use-after-move): the moved-from state is the point

@@ -96,96 +96,98 @@ TEST_CASE("transfer plan: compile_into into a reused plan allocates nothing once
 
   // P TP4 -> D TP2 (the bench's pair: D reads two P ranks' heads), then D TP4 <- P TP2 (a slice
   // of one P rank's heads) and TP1 on both sides.
-  for (const auto& [d_tp, p_tp] : {std::pair<uint32_t, uint32_t>{2, 4}, {4, 2}, {1, 1}})
-  for (const bool flashinfer : {true, false}) {
-    for (const uint64_t hit_pct : {uint64_t{0}, uint64_t{50}}) {
-      const int32_t mode = hit_pct ? PDKV_MAMBA_CACHE_ALIGN : PDKV_MAMBA_CACHE_NONE;
-      pdkv::bench::CPlanContext c;
-      const char* failed = "";
-      REQUIRE_OK(pdkv::bench::make_c_plan_context(c, flashinfer, mode, d_tp, p_tp, err, &failed));
-      const std::string name = "P TP" + std::to_string(p_tp) + " -> D TP" + std::to_string(d_tp) + " " +
-                               (flashinfer ? "flashinfer" : "flash_attn") + " hit " + std::to_string(hit_pct) + "%";
-      // Every request of the bench for this geometry and hit, as the block tables hold the ids
-      // (logical ids, kernel_blocks_per_id = ppl) and as kernel ids.
-      std::vector<Request> requests;
-      for (const uint64_t tokens : {4096, 32768, 131072, 1048576}) {
-        for (const bool frag : {false, true}) {
-          const Request r = pdkv::bench::make_request(tokens, hit_pct, frag, c.di.block_size, c.pi.block_size,
-                                                      c.di.physical_per_logical, c.pi.physical_per_logical,
-                                                      static_cast<pdkv::core::MambaCacheMode>(mode));
-          requests.push_back(r.as_logical());
-          requests.push_back(r);
+  for (const auto& tps : {std::pair<uint32_t, uint32_t>{2, 4}, {4, 2}, {1, 1}}) {
+    const uint32_t d_tp = tps.first, p_tp = tps.second;  // (named: clang 14 cannot capture a structured binding)
+    for (const bool flashinfer : {true, false}) {
+      for (const uint64_t hit_pct : {uint64_t{0}, uint64_t{50}}) {
+        const int32_t mode = hit_pct ? PDKV_MAMBA_CACHE_ALIGN : PDKV_MAMBA_CACHE_NONE;
+        pdkv::bench::CPlanContext c;
+        const char* failed = "";
+        REQUIRE_OK(pdkv::bench::make_c_plan_context(c, flashinfer, mode, d_tp, p_tp, err, &failed));
+        const std::string name = "P TP" + std::to_string(p_tp) + " -> D TP" + std::to_string(d_tp) + " " +
+                                 (flashinfer ? "flashinfer" : "flash_attn") + " hit " + std::to_string(hit_pct) + "%";
+        // Every request of the bench for this geometry and hit, as the block tables hold the ids
+        // (logical ids, kernel_blocks_per_id = ppl) and as kernel ids.
+        std::vector<Request> requests;
+        for (const uint64_t tokens : {4096, 32768, 131072, 1048576}) {
+          for (const bool frag : {false, true}) {
+            const Request r = pdkv::bench::make_request(tokens, hit_pct, frag, c.di.block_size, c.pi.block_size,
+                                                        c.di.physical_per_logical, c.pi.physical_per_logical,
+                                                        static_cast<pdkv::core::MambaCacheMode>(mode));
+            requests.push_back(r.as_logical());
+            requests.push_back(r);
+          }
         }
-      }
-      std::vector<pdkv::bench::CGroups> groups;
-      for (const Request& r : requests) groups.push_back(r.c_groups());
+        std::vector<pdkv::bench::CGroups> groups;
+        for (const Request& r : requests) groups.push_back(r.c_groups());
 
-      pdkv_transfer_plan_t* raw = nullptr;
-      REQUIRE_OK(pdkv_transfer_plan_new(&raw, err));
-      const TransferPlanPtr plan(raw);
-      auto compile = [&](size_t i) {
-        pdkv_error_t* e = nullptr;
-        const pdkv_status_t st =
-            pdkv_transfer_plan_compile_into(c.ctx, groups[i].groups.data(), groups[i].groups.size(), plan.get(), &e);
-        if (st != PDKV_OK) {
-          const std::string msg = pdkv_error_message(e);
-          pdkv_error_free(e);
-          FAIL(msg);
+        pdkv_transfer_plan_t* raw = nullptr;
+        REQUIRE_OK(pdkv_transfer_plan_new(&raw, err));
+        const TransferPlanPtr plan(raw);
+        auto compile = [&](size_t i) {
+          pdkv_error_t* e = nullptr;
+          const pdkv_status_t st =
+              pdkv_transfer_plan_compile_into(c.ctx, groups[i].groups.data(), groups[i].groups.size(), plan.get(), &e);
+          if (st != PDKV_OK) {
+            const std::string msg = pdkv_error_message(e);
+            pdkv_error_free(e);
+            FAIL(msg);
+          }
+        };
+
+        // What a caller reads of each plan (the bindings' views go through these), with the
+        // number of reads seen, so that the calls cannot be skipped.
+        uint64_t reads_seen = 0;
+        auto read_back = [&] {
+          pdkv_transfer_plan_info_t info{};
+          info.struct_size = sizeof info;
+          bool ok = pdkv_transfer_plan_get_info(plan.get(), &info, nullptr) == PDKV_OK;
+          for (uint32_t p = 0; p < p_tp; ++p) {
+            const pdkv_plan_read_t* reads = nullptr;
+            size_t n = 0;
+            ok = ok && pdkv_transfer_plan_rank_reads(plan.get(), p, &reads, &n, nullptr, nullptr) == PDKV_OK;
+            reads_seen += n;
+          }
+          const uint32_t* ranks = nullptr;
+          size_t nr = 0;
+          ok = ok && pdkv_transfer_plan_read_ranks(plan.get(), &ranks, &nr, nullptr) == PDKV_OK;
+          ok = ok && pdkv_transfer_plan_notify_ranks(plan.get(), &ranks, &nr, nullptr) == PDKV_OK;
+          for (size_t g = 0; g < info.num_groups; ++g) {
+            pdkv_plan_group_zero_t z{};
+            z.struct_size = sizeof z;
+            ok = ok && pdkv_transfer_plan_group_zero(plan.get(), g, &z, nullptr) == PDKV_OK;
+          }
+          return ok;
+        };
+
+        // Grown once to every request's size (the plan's vectors, the thread's scratch, and the
+        // buffers the handle expands a factored plan's reads into when they are read back).
+        for (size_t i = 0; i < requests.size(); ++i) {
+          compile(i);
+          REQUIRE(read_back());
         }
-      };
 
-      // What a caller reads of each plan (the bindings' views go through these), with the
-      // number of reads seen, so that the calls cannot be skipped.
-      uint64_t reads_seen = 0;
-      auto read_back = [&] {
+        // Then, in either order (larger after smaller and the other way round), not one allocation,
+        // neither compiling nor reading the plan back.
+        for (size_t i = 0; i < requests.size(); ++i) {
+          INFO(name << " request " << i);
+          CHECK(allocations_in([&] { compile(i); }) == 0);
+          bool ok = false;
+          CHECK(allocations_in([&] { ok = read_back(); }) == 0);
+          CHECK(ok);
+        }
+        CHECK(reads_seen > requests.size() * 100);
+        for (size_t i = requests.size(); i-- > 0;) {
+          INFO(name << " request " << i << " (reverse)");
+          CHECK(allocations_in([&] { compile(i); }) == 0);
+        }
+        // The handle's reads were refreshed: the last plan is the first request's, not a stale one.
         pdkv_transfer_plan_info_t info{};
         info.struct_size = sizeof info;
-        bool ok = pdkv_transfer_plan_get_info(plan.get(), &info, nullptr) == PDKV_OK;
-        for (uint32_t p = 0; p < p_tp; ++p) {
-          const pdkv_plan_read_t* reads = nullptr;
-          size_t n = 0;
-          ok = ok && pdkv_transfer_plan_rank_reads(plan.get(), p, &reads, &n, nullptr, nullptr) == PDKV_OK;
-          reads_seen += n;
-        }
-        const uint32_t* ranks = nullptr;
-        size_t nr = 0;
-        ok = ok && pdkv_transfer_plan_read_ranks(plan.get(), &ranks, &nr, nullptr) == PDKV_OK;
-        ok = ok && pdkv_transfer_plan_notify_ranks(plan.get(), &ranks, &nr, nullptr) == PDKV_OK;
-        for (size_t g = 0; g < info.num_groups; ++g) {
-          pdkv_plan_group_zero_t z{};
-          z.struct_size = sizeof z;
-          ok = ok && pdkv_transfer_plan_group_zero(plan.get(), g, &z, nullptr) == PDKV_OK;
-        }
-        return ok;
-      };
-
-      // Grown once to every request's size (the plan's vectors, the thread's scratch, and the
-      // buffers the handle expands a factored plan's reads into when they are read back).
-      for (size_t i = 0; i < requests.size(); ++i) {
-        compile(i);
-        REQUIRE(read_back());
+        REQUIRE_OK(pdkv_transfer_plan_get_info(plan.get(), &info, err));
+        CHECK(info.num_groups == 5);
+        CHECK(info.bytes > 0);
       }
-
-      // Then, in either order (larger after smaller and the other way round), not one allocation,
-      // neither compiling nor reading the plan back.
-      for (size_t i = 0; i < requests.size(); ++i) {
-        INFO(name << " request " << i);
-        CHECK(allocations_in([&] { compile(i); }) == 0);
-        bool ok = false;
-        CHECK(allocations_in([&] { ok = read_back(); }) == 0);
-        CHECK(ok);
-      }
-      CHECK(reads_seen > requests.size() * 100);
-      for (size_t i = requests.size(); i-- > 0;) {
-        INFO(name << " request " << i << " (reverse)");
-        CHECK(allocations_in([&] { compile(i); }) == 0);
-      }
-      // The handle's reads were refreshed: the last plan is the first request's, not a stale one.
-      pdkv_transfer_plan_info_t info{};
-      info.struct_size = sizeof info;
-      REQUIRE_OK(pdkv_transfer_plan_get_info(plan.get(), &info, err));
-      CHECK(info.num_groups == 5);
-      CHECK(info.bytes > 0);
     }
   }
 }
