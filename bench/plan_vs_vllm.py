@@ -110,23 +110,39 @@ def time_python(fn, target_s: float) -> float:
     return statistics.median(samples)
 
 
+def engines(pdkv, model, geometry: str, hit_pct: int):
+    """The pair of the table through the Python binding: D TP2 rank 0 and the four P TP4 ranks,
+    2096-token blocks, the geometry's backend, Mamba caching in align mode with a hit. Returns
+    (D geometry, P geometry, D metadata, [P metadata]); the caller closes them."""
+    fi = geometry == "flashinfer"
+    backend = pdkv.AttentionBackend.FLASHINFER if fi else pdkv.AttentionBackend.FLASH_ATTN
+    mode = pdkv.MambaCacheMode.ALIGN if hit_pct else pdkv.MambaCacheMode.NONE
+    dc = pdkv.EngineConfig(tp_size=2, user_block_size=2096, backend=backend, mamba_cache_mode=mode)
+    pc = pdkv.EngineConfig(tp_size=4, user_block_size=2096, backend=backend, mamba_cache_mode=mode)
+    d = pdkv.EngineMetadata.from_model(model, dc, pdkv.EngineLayout("decode", 0, D_POOL, REGIONS, 1 << 40))
+    ps = [pdkv.EngineMetadata.from_model(model, pc, pdkv.EngineLayout("prefill", r, P_POOL, REGIONS, (2 + r) << 44))
+          for r in range(4)]
+    return pdkv.Geometry(model, dc), pdkv.Geometry(model, pc), d, ps
+
+
+def prepared_args(groups):
+    """What an engine passes PlanRequest.compile for the request of ``groups``: each group's D and
+    P ids, the computed tokens and one hit count for the request (every group's is the same here)."""
+    hit = groups[-1].trim.local_hit_tokens
+    assert all(g.trim.local_hit_tokens == hit for g in groups)
+    return ([g.trim.local_blocks for g in groups], [g.trim.remote_blocks for g in groups],
+            groups[0].trim.remote_computed_tokens, hit)
+
+
 def python_side(args, geometry: str) -> Dict[str, tuple]:
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import pdkv  # noqa: E402
 
     out = {}
-    fi = geometry == "flashinfer"
-    backend = pdkv.AttentionBackend.FLASHINFER if fi else pdkv.AttentionBackend.FLASH_ATTN
     with pdkv.Model.from_preset("nemotron-3-nano-30b") as m:
         for hit_s in args.hits.split(","):
             hit_pct = int(hit_s)
-            mode = pdkv.MambaCacheMode.ALIGN if hit_pct else pdkv.MambaCacheMode.NONE
-            dc = pdkv.EngineConfig(tp_size=2, user_block_size=2096, backend=backend, mamba_cache_mode=mode)
-            pc = pdkv.EngineConfig(tp_size=4, user_block_size=2096, backend=backend, mamba_cache_mode=mode)
-            dg, pg = pdkv.Geometry(m, dc), pdkv.Geometry(m, pc)
-            d = pdkv.EngineMetadata.from_model(m, dc, pdkv.EngineLayout("decode", 0, D_POOL, REGIONS, 1 << 40))
-            ps = [pdkv.EngineMetadata.from_model(m, pc, pdkv.EngineLayout("prefill", r, P_POOL, REGIONS, (2 + r) << 44))
-                  for r in range(4)]
+            dg, pg, d, ps = engines(pdkv, m, geometry, hit_pct)
             di, pi = dg.info(), pg.info()
             with pdkv.PlanContext(d, ps, local_geometry=dg, remote_geometry=pg) as ctx:
                 for tok_s in args.tokens.split(","):
@@ -145,11 +161,7 @@ def python_side(args, geometry: str) -> Dict[str, tuple]:
 
                         # The engine's layout prepared once; per request its ids and token counts.
                         req = ctx.prepare(lgroups)
-                        ids_l = [g.trim.local_blocks for g in lgroups]
-                        ids_r = [g.trim.remote_blocks for g in lgroups]
-                        computed = lgroups[0].trim.remote_computed_tokens
-                        hits = lgroups[-1].trim.local_hit_tokens  # one count for the request, as an engine passes it
-                        assert all(g.trim.local_hit_tokens == hits for g in lgroups)
+                        ids_l, ids_r, computed, hits = prepared_args(lgroups)
 
                         def prepared():
                             req.compile(ids_l, ids_r, computed, hits, reuse=plan)

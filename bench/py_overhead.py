@@ -70,24 +70,13 @@ def main() -> None:
     for cell in args.cells.split(","):
         geo, tok_s, hit_s, alloc = cell.split("/")
         tok, hit = int(tok_s), int(hit_s)
-        backend = pdkv.AttentionBackend.FLASHINFER if geo == "flashinfer" else pdkv.AttentionBackend.FLASH_ATTN
-        mode = pdkv.MambaCacheMode.ALIGN if hit else pdkv.MambaCacheMode.NONE
-        dc = pdkv.EngineConfig(tp_size=2, user_block_size=2096, backend=backend, mamba_cache_mode=mode)
-        pc = pdkv.EngineConfig(tp_size=4, user_block_size=2096, backend=backend, mamba_cache_mode=mode)
-        dg, pg = pdkv.Geometry(model, dc), pdkv.Geometry(model, pc)
-        d = pdkv.EngineMetadata.from_model(model, dc, pdkv.EngineLayout("decode", 0, pvv.D_POOL, pvv.REGIONS, 1 << 40))
-        ps = [pdkv.EngineMetadata.from_model(model, pc, pdkv.EngineLayout("prefill", r, pvv.P_POOL, pvv.REGIONS,
-                                                                          (2 + r) << 44)) for r in range(4)]
+        dg, pg, d, ps = pvv.engines(pdkv, model, geo, hit)
         di, pi = dg.info(), pg.info()
         ctx = pdkv.PlanContext(d, ps, local_geometry=dg, remote_geometry=pg)
         groups = pvv.make_groups(pdkv, tok, hit, alloc == "frag", di.block_size, pi.block_size,
                                  di.physical_per_logical, pi.physical_per_logical, logical=True)
         req = ctx.prepare(groups)
-        ids_l = [g.trim.local_blocks for g in groups]
-        ids_r = [g.trim.remote_blocks for g in groups]
-        computed = groups[0].trim.remote_computed_tokens
-        hits = groups[-1].trim.local_hit_tokens  # one count for the request, as an engine passes it
-        assert all(g.trim.local_hit_tokens == hits for g in groups)
+        ids_l, ids_r, computed, hits = pvv.prepared_args(groups)
         plan = pdkv.TransferPlan.empty()
         want = ctx.compile(groups).to_json()
 

@@ -57,14 +57,14 @@ fi
 # test). scripts/tsan-python.supp says what it suppresses and why.
 if [ -d python/pdkv ]; then
   echo "tsan.sh: the Python bindings' suite against the ThreadSanitizer build of libpdkv"
-  lib=$(cd "$BUILD/capi" && pwd)
+  build_abs=$(cd "$BUILD" && pwd)  # (the suite runs from python/)
   supp=$PWD/scripts/tsan-python.supp
   tsan_rt=$(gcc -print-file-name=libtsan.so)
   [ -f "$tsan_rt" ] || { echo "tsan.sh: gcc has no libtsan.so ($tsan_rt)"; exit 1; }
-  pylog="$(cd "$BUILD" && pwd)/tsan-python.log"
+  pylog="$build_abs/tsan-python.log"
   run_py() {
-    (cd python && LD_PRELOAD="$tsan_rt" PDKV_LIB_DIR="$lib" TSAN_OPTIONS="$TSAN_OPTIONS suppressions=$supp" \
-       /usr/bin/python3 -m pytest -q -o cache_dir="$lib/../pytest-cache" "$@" tests)
+    (cd python && LD_PRELOAD="$tsan_rt" PDKV_LIB_DIR="$build_abs/capi" TSAN_OPTIONS="$TSAN_OPTIONS suppressions=$supp" \
+       /usr/bin/python3 -m pytest -q -o cache_dir="$build_abs/pytest-cache" "$@" tests)
   }
   if ! run_py 2>&1 | tee "$pylog"; then
     if grep -q "WARNING: ThreadSanitizer" "$pylog"; then
