@@ -110,10 +110,17 @@ class _Packing:
         others = [i for i, t in enumerate(layout.trim_templates) if t[2] != GroupKind.MAMBA]
         copies = words + n * 16  # where the other groups' copy areas start (see _usual_block)
         call = copies + len(others) * 2 * _COPY_IDS * 8  # where its pdkv_compile_args_t starts
-        self.buf = (ctypes.c_char * (call + _ARGS_STRUCT.size))()
-        base = ctypes.addressof(self.buf)
+        # An array('Q'), not a ctypes buffer: a slice of an array is assigned from another
+        # array('Q') by one memmove after a type check (~25 ns), where a memoryview first gets
+        # the source's buffer and compares formats and shapes (~45 ns); a request's 10 id
+        # arrays are 10 such copies. Its memory never moves: ``mb`` exports its buffer for the
+        # packing's life, so a slice assignment of another length (which would resize it)
+        # raises BufferError instead (the fast path then goes group by group, see copy_block).
+        size = call + _ARGS_STRUCT.size
+        self.buf = array.array("Q", bytes(-(-size // 8) * 8))
         self.mb = memoryview(self.buf).cast("B")
-        self.q = self.mb.cast("Q")  # the scratch words, as uint64 (a store range-checks the id)
+        base = self.buf.buffer_info()[0]
+        self.q = self.buf  # the scratch words, as uint64 (a store range-checks the id)
         self.qn = _numpy_view(self.mb)  # the same in numpy uint64's buffer format, if numpy is loaded
         values = list(layout.group_template)
         for i in range(n):  # each group points at its own trim in this buffer
@@ -346,16 +353,17 @@ def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
     def copy_block(q: str) -> List[str]:
         """The ids of the array form, each group's in one statement: a Mamba group's one id a
         side copied into its scratch words by a slice assignment to ``q`` (the packing as
-        uint64 in the format of the form's buffers: ``q`` for ``array('Q')``, ``qn`` for numpy
-        ``uint64``), which itself checks that the source is a buffer of exactly one such uint64
-        (TypeError or ValueError otherwise: then group by group); another group's ids copied the
+        uint64 in the format of the form's buffers: ``q``, the packing's own ``array('Q')``, for
+        ``array('Q')``, ``qn`` for numpy ``uint64``), which itself checks that the source is an
+        ``array('Q')`` (numpy: a buffer of that format) of exactly one id (TypeError, ValueError
+        or, for an array of another length, BufferError otherwise: then group by group); another group's ids copied the
         same way into its copy area when there are at most _COPY_IDS a side, else pinned and
         read in place (64-bit ``array``, or in the numpy form a writable contiguous numpy
         ``uint64`` array, :func:`_pin_u64`; anything else raises Slow: group by group)."""
         lines: List[str] = []
         for i, (at, k, sl, sr, lpt, rpt) in enumerate(pk.groups):
-            if mamba[i]:
-                lines += [f"{q}[{k}:{k + 1}] = x{i}", f"{q}[{k + 1}:{k + 2}] = y{i}"]
+            if mamba[i]:  # (the slices are made once: see the globals of _compile_function)
+                lines += [f"{q}[s{k}] = x{i}", f"{q}[s{k + 1}] = y{i}"]
                 continue
             ka, aa, kb, ab = pk.copies[i]
             lines += [
@@ -502,7 +510,11 @@ def _compile_function(pk: _Packing, layout: "_Layout", pool: Optional[List[Any]]
                               "ND": sys.modules["numpy"].ndarray if pk.qn is not None else None,
                               "words": struct.Struct(f"@{2 * sum(mamba)}Q").pack_into,
                               "A": array.array, "QC": _Q_CODES, "pin": _pin_u64, "AO": ctypes.addressof, "INT": _INT_ONLY, "Slow": _Slow,
-                              "copy_errors": (TypeError, ValueError, _Slow)}
+                              "copy_errors": (TypeError, ValueError, BufferError, _Slow)}
+    # The one-word slices of the Mamba groups' scratch ids (copy_block): a slice made once is
+    # one global load, where q[k:k + 1] builds a new slice object per copy.
+    shared.update({f"s{k + j}": slice(k + j, k + j + 1) for (_at, k, *_rest), m in zip(pk.groups, mamba) if m
+                   for j in (0, 1)})
     fill_ns = dict(shared, other=_other_ids)
     ns = dict(shared, layout=layout, pool=pool, holder=layout.holder, free=pk.free, busy=_compile_busy,
               checked=_checked, ClosedError=ClosedError, M=sys.modules[__name__], arg=pk.arg, count=pk.count,
