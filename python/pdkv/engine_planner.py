@@ -55,14 +55,19 @@ class _Packing:
     """One request struct, its groups and a copy area per group side, in one C buffer: the
     request's fixed words written once. Whoever holds the packing is its only writer."""
 
-    __slots__ = ("buf", "q", "qn", "arg", "copy_at", "copy_addr", "fill", "spill")
+    __slots__ = ("buf", "q", "qv", "qn", "arg", "copy_at", "copy_addr", "fill", "spill")
 
     def __init__(self, n: int) -> None:
         head = _REQUEST_WORDS + _GROUP_WORDS * n
-        self.buf = (ctypes.c_uint64 * (head + 2 * n * _COPY_IDS))()
-        base = ctypes.addressof(self.buf)
-        self.q = memoryview(self.buf).cast("B").cast("Q")
-        self.qn = _numpy_view(memoryview(self.buf).cast("B"))  # None unless numpy is loaded
+        # An array('Q'), not a ctypes buffer: the generated function copies each id list of
+        # array('Q') into it by an array-to-array slice assignment (a type check and a memmove,
+        # where a memoryview's compares buffer formats and shapes first). Its memory never
+        # moves: ``qv`` exports its buffer for the packing's life (a resize raises BufferError).
+        self.buf = _A("Q", bytes(8 * (head + 2 * n * _COPY_IDS)))
+        self.qv = memoryview(self.buf)  # any buffer of native uint64 is assigned through this
+        base = self.buf.buffer_info()[0]
+        self.q = self.buf
+        self.qn = _numpy_view(self.qv.cast("B"))  # None unless numpy is loaded
         self.q[0:4] = _A("Q", [8 * _REQUEST_WORDS, 0, base + 8 * _REQUEST_WORDS if n else 0, n])
         self.arg = ctypes.c_void_p(base)
         # Word index and address of each group side's copy area: local of group i at 2i, remote
@@ -356,7 +361,7 @@ def _other(pk: _Packing, n_groups: int, groups: Any, n: int, hit: int) -> Option
     t = type(groups)
     if (t is not list and t is not tuple) or type(n) is not int or type(hit) is not int or len(groups) != n_groups or not (0 <= n < 1 << 64 and 0 <= hit < 1 << 64):
         return None
-    q = pk.q
+    q = pk.qv  # (not the array: other buffers than array('Q') are assigned here)
     at = pk.copy_at
     addr = pk.copy_addr
     words: List[int] = [n, hit]
