@@ -6,7 +6,8 @@ call (the context an argument); :meth:`Engine.prepare` returns an :class:`Engine
 :meth:`PlanContext.compile`).
 
 Per request the function writes only what changes (each group's id pointers and counts, the
-prompt and hit token counts) into a C buffer made once, copying short id lists into it and
+prompt and hit token counts) into a buffer made once (an ``array('Q')`` the library reads in
+place), copying short id lists into it and
 longer ones into a spill area it keeps (the library never reads a caller's buffer), and calls
 the library with arguments made once. Anything it does not take (another id container, a value
 out of range, a group count other than the engine's, a plan it may not rewrite now, a closed
@@ -52,7 +53,7 @@ def _into_functions() -> List[Any]:
 
 
 class _Packing:
-    """One request struct, its groups and a copy area per group side, in one C buffer: the
+    """One request struct, its groups and a copy area per group side, in one buffer: the
     request's fixed words written once. Whoever holds the packing is its only writer."""
 
     __slots__ = ("buf", "q", "qv", "qn", "arg", "copy_at", "copy_addr", "fill", "spill")
@@ -129,8 +130,8 @@ def _plan_function(n: int, pk: _Packing, ctx_arg: bool) -> List[str]:
     is ``n`` ``(local, remote)`` tuples (or :class:`RequestGroup`) of ``array('Q')`` ids (or
     all of lists of ints, converted by array('Q') after a type check of every element; or all
     numpy ``uint64``) and int counts: each id list of at most _COPY_IDS ids copied into its copy
-    area by a slice assignment (which itself refuses a buffer of another format or a non-buffer:
-    TypeError / ValueError), a longer one into the spill area (``take``). A mix of those goes to
+    area by a slice assignment (which itself refuses anything but an ``array('Q')``, or in the
+    numpy form a buffer of another format: TypeError / ValueError), a longer one into the spill area (``take``). A mix of those goes to
     ``other`` (:func:`_other`); anything else, and a closed engine or context, to ``slow``
     (``Engine._plan_request_checked``), which plans it or raises the error naming it."""
     c = "ctx, " if ctx_arg else ""
@@ -180,9 +181,9 @@ def _plan_function(n: int, pk: _Packing, ctx_arg: bool) -> List[str]:
         ]
 
     def ids(lists: bool, view: str) -> List[str]:
-        """Each group's ids into the packing: buffers as given (copied through ``view``: ``q``
-        for ``array('Q')``, ``qn`` for numpy ``uint64``, whose buffer format 'L' a 'Q' view
-        refuses), or (``lists``) lists of ints, every element's type checked (no bool) and
+        """Each group's ids into the packing: buffers as given (copied through ``view``: ``q``,
+        the packing's own array, for ``array('Q')``, ``qn`` for numpy ``uint64``, whose buffer
+        format 'L' a 'Q' view refuses), or (``lists``) lists of ints, every element's type checked (no bool) and
         converted at C speed by array('Q')."""
         out: List[str] = []
         for i in range(n):
