@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <string>
 #include <utility>
@@ -30,18 +32,26 @@ namespace {
 thread_local bool counting = false;
 thread_local uint64_t allocations = 0;
 
+// Every allocation of this program starts filled with kStale, as a reused heap block holds
+// stale bytes: a byte the library hands out without writing it shows up as kStale (see the
+// padding test below), not as the zero a fresh page would happen to hold.
+constexpr unsigned char kStale = 0xA5;
+
 void* counted(std::size_t n) {
   if (counting) ++allocations;
   void* p = std::malloc(n == 0 ? 1 : n);
   if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, kStale, n);
   return p;
 }
 
 void* counted_aligned(std::size_t n, std::align_val_t a) {
   if (counting) ++allocations;
   const std::size_t al = static_cast<std::size_t>(a);
-  void* p = std::aligned_alloc(al, (n + al - 1) / al * al);
+  const std::size_t size = (n + al - 1) / al * al;
+  void* p = std::aligned_alloc(al, size);
   if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, kStale, size);
   return p;
 }
 
@@ -192,9 +202,55 @@ TEST_CASE("transfer plan: compile_into into a reused plan allocates nothing once
   }
 }
 
-namespace {
-
-}  // namespace
+TEST_CASE("transfer plan: every byte of the reads handed out is defined (their padding is zero)",
+          "[capi][plan][alloc]") {
+  // pdkv_plan_read_t has 4 bytes of padding after each 32-bit region field. The library hands
+  // its reads out in place (and the bindings view them without copying), so padding left as the
+  // allocator gave it would be stale heap bytes (here kStale) in every view: a plan's bytes
+  // would differ run to run. Listed and factored plans (rank lists written out on first read),
+  // fresh and reused, logical and kernel ids, consecutive and fragmented.
+  static_assert(offsetof(pdkv_plan_read_t, local_offset) == 8 && offsetof(pdkv_plan_read_t, remote_offset) == 24);
+  for (const bool flashinfer : {true, false}) {
+    pdkv::bench::CPlanContext c;
+    const char* failed = "";
+    REQUIRE_OK(pdkv::bench::make_c_plan_context(c, flashinfer, PDKV_MAMBA_CACHE_ALIGN, 2, 4, err, &failed));
+    pdkv_transfer_plan_t* raw = nullptr;
+    REQUIRE_OK(pdkv_transfer_plan_new(&raw, err));
+    const TransferPlanPtr reused(raw);
+    uint64_t reads_checked = 0;
+    for (const uint64_t tokens : {4096, 131072}) {
+      for (const bool frag : {false, true}) {
+        const Request r = pdkv::bench::make_request(tokens, 50, frag, c.di.block_size, c.pi.block_size,
+                                                    c.di.physical_per_logical, c.pi.physical_per_logical,
+                                                    pdkv::core::MambaCacheMode::Align);
+        for (const Request& req : {r.as_logical(), r}) {
+          const pdkv::bench::CGroups g = req.c_groups();
+          pdkv_transfer_plan_t* fresh_raw = nullptr;
+          REQUIRE_OK(pdkv_transfer_plan_compile(c.ctx, g.groups.data(), g.groups.size(), &fresh_raw, err));
+          const TransferPlanPtr fresh(fresh_raw);
+          REQUIRE_OK(pdkv_transfer_plan_compile_into(c.ctx, g.groups.data(), g.groups.size(), reused.get(), err));
+          for (const pdkv_transfer_plan_t* plan : {static_cast<const pdkv_transfer_plan_t*>(fresh.get()),
+                                                   static_cast<const pdkv_transfer_plan_t*>(reused.get())}) {
+            for (uint32_t p = 0; p < 4; ++p) {
+              const pdkv_plan_read_t* reads = nullptr;
+              size_t n = 0;
+              REQUIRE_OK(pdkv_transfer_plan_rank_reads(plan, p, &reads, &n, nullptr, err));
+              for (size_t i = 0; i < n; ++i) {
+                unsigned char bytes[sizeof(pdkv_plan_read_t)];
+                std::memcpy(bytes, &reads[i], sizeof bytes);
+                INFO("tokens " << tokens << (frag ? " fragmented" : " consecutive") << ", P rank " << p << ", read "
+                               << i);
+                for (const size_t at : {4u, 5u, 6u, 7u, 20u, 21u, 22u, 23u}) REQUIRE(bytes[at] == 0);
+                ++reads_checked;
+              }
+            }
+          }
+        }
+      }
+    }
+    CHECK(reads_checked > 1000);
+  }
+}
 
 TEST_CASE("engine: plan_request_into into a reused plan allocates nothing once it has grown", "[capi][engine][alloc]") {
   // Nemotron-3-Nano, P TP4 -> D TP2 rank 0 as engines (pdkv/engine.h), both kernel geometries,

@@ -54,6 +54,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "pdkv/core/engine_metadata.hpp"
@@ -132,16 +133,45 @@ PlanGroupView view_of(const PlanGroup& g);
 // The owning group of a view (its ids, regions and layers copied): view_of's inverse.
 PlanGroup owned_copy(const PlanGroupView& v);
 
+// Four bytes that are always zero: the padding after PlanRead's 32-bit fields, made members.
+// The C API and the bindings hand a plan's reads out in place (pdkv_plan_read_t, Python and numpy
+// views, Rust slices), so padding left as the allocator gave it would put stale heap bytes into
+// every view: a plan's bytes would differ run to run and could not be compared or hashed. As
+// members they are written by every construction and copy (and never by anything else: there is
+// no way to give one a value).
+struct ReadPadding {
+  constexpr ReadPadding() noexcept {}
+  friend constexpr bool operator==(ReadPadding, ReadPadding) noexcept { return true; }
+
+ private:
+  uint32_t zero_ = 0;
+};
+
 // One read in bytes relative to the region bases: D's [local_offset, +length) of local_region
 // receives P's [remote_offset, +length) of remote_region.
+// Built from its five fields in order, PlanRead{local_region, local_offset, remote_region,
+// remote_offset, length} (a constructor, not an aggregate: the padding members take no value).
 struct PlanRead {
+  constexpr PlanRead() noexcept = default;
+  constexpr PlanRead(uint32_t local_region_, uint64_t local_offset_, uint32_t remote_region_,
+                     uint64_t remote_offset_, uint64_t length_) noexcept
+      : local_region(local_region_),
+        local_offset(local_offset_),
+        remote_region(remote_region_),
+        remote_offset(remote_offset_),
+        length(length_) {}
+
   uint32_t local_region = 0;
+  ReadPadding padding_after_local_region;
   uint64_t local_offset = 0;
   uint32_t remote_region = 0;
+  ReadPadding padding_after_remote_region;
   uint64_t remote_offset = 0;
   uint64_t length = 0;
   friend bool operator==(const PlanRead&, const PlanRead&) = default;
 };
+// Every byte of a read is a member's: none is left uninitialised.
+static_assert(std::has_unique_object_representations_v<PlanRead> && sizeof(PlanRead) == 40);
 
 // Reads [begin, end) of a rank's listed reads issued again into another region pair: the same
 // offsets and lengths with local_region / remote_region replaced (a region laid out like theirs).
