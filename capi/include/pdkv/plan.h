@@ -78,7 +78,9 @@ typedef struct pdkv_plan_group {
 } pdkv_plan_group_t;
 
 /* One read: D's [local_offset, +length) of local_region receives P's [remote_offset, +length)
- * of remote_region; offsets relative to the region bases. Element layout fixed. */
+ * of remote_region; offsets relative to the region bases. Element layout fixed. The library
+ * writes the 4 padding bytes after each region field as zero, so the reads it hands out
+ * compare and hash byte for byte. */
 typedef struct pdkv_plan_read {
   uint32_t local_region;
   uint64_t local_offset;
