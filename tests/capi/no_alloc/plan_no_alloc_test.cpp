@@ -210,6 +210,7 @@ TEST_CASE("transfer plan: every byte of the reads handed out is defined (their p
   // would differ run to run. Listed and factored plans (rank lists written out on first read),
   // fresh and reused, logical and kernel ids, consecutive and fragmented.
   static_assert(offsetof(pdkv_plan_read_t, local_offset) == 8 && offsetof(pdkv_plan_read_t, remote_offset) == 24);
+  static_assert(offsetof(pdkv_mamba_read_t, part) == 8);
   for (const bool flashinfer : {true, false}) {
     pdkv::bench::CPlanContext c;
     const char* failed = "";
@@ -249,6 +250,27 @@ TEST_CASE("transfer plan: every byte of the reads handed out is defined (their p
       }
     }
     CHECK(reads_checked > 1000);
+
+    // The Mamba read lists too (pdkv_mamba_read_t: 4 bytes of padding after p_tp_rank), by both
+    // rules, for both D ranks.
+    for (const int32_t rule : {PDKV_MAMBA_READS_PDKV, PDKV_MAMBA_READS_VLLM}) {
+      for (uint32_t d_rank = 0; d_rank < 2; ++d_rank) {
+        pdkv_mamba_read_list_t* list = nullptr;
+        REQUIRE_OK(pdkv_mamba_reads_new(c.pg, c.dg, d_rank, rule, &list, err));
+        const pdkv_mamba_read_t* mr = nullptr;
+        size_t n = 0;
+        const pdkv_status_t st = pdkv_mamba_read_list_items(list, &mr, &n, nullptr);
+        std::vector<unsigned char> bytes(n * sizeof(pdkv_mamba_read_t));
+        if (n > 0) std::memcpy(bytes.data(), mr, bytes.size());
+        pdkv_mamba_read_list_free(list);
+        REQUIRE(st == PDKV_OK);
+        REQUIRE(n > 0);
+        for (size_t i = 0; i < n; ++i) {
+          INFO("rule " << rule << ", D rank " << d_rank << ", Mamba read " << i);
+          for (size_t at = 4; at < 8; ++at) REQUIRE(bytes[i * sizeof(pdkv_mamba_read_t) + at] == 0);
+        }
+      }
+    }
   }
 }
 
