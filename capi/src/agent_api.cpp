@@ -569,10 +569,7 @@ PDKV_API pdkv_status_t pdkv_agent_poll_notifications(pdkv_agent_t* agent, pdkv_n
     h->notes = agent->agent->poll_notifications();
     h->items.reserve(h->notes.size());
     for (const auto& n : h->notes) {
-      // Cleared byte by byte in place (the list is handed out in place): its padding is zero,
-      // which neither `{}` nor a copy is sure to write (see mamba_api.cpp).
-      pdkv_notification_t& c = h->items.emplace_back();
-      std::memset(&c, 0, sizeof c);
+      pdkv_notification_t& c = pdkv::capi::append_zeroed(h->items);
       c.kind = static_cast<int32_t>(n.kind);
       c.status = static_cast<int32_t>(n.status);
       c.request_id = n.request_id.c_str();

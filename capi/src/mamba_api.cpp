@@ -1,10 +1,10 @@
 // Mamba state transfer: vLLM's conv split views and pdkv's byte-exact read lists
 // (core/mamba_split.hpp), all derived from a geometry handle's per-rank MambaState.
-#include <cstring>
 #include <memory>
 
 #include "boundary.hpp"
 #include "plan_handles.hpp"
+#include "structs.hpp"
 #include "model_geometry_handles.hpp"
 #include "pdkv/core/mamba_split.hpp"
 
@@ -101,11 +101,7 @@ PDKV_API pdkv_status_t pdkv_mamba_reads_new(const pdkv_geometry_t* p_geometry, c
     list->source_ranks = core::mamba_source_ranks(list->reads);
     list->c_reads.reserve(list->reads.size());
     for (const core::MambaRead& r : list->reads) {
-      // Cleared byte by byte, then filled: its padding (after p_tp_rank) is zero, not whatever
-      // the allocator or a temporary left there (the list is handed out in place; neither an
-      // aggregate nor a value-initialised element is sure to have its padding written).
-      pdkv_mamba_read_t& c = list->c_reads.emplace_back();
-      std::memset(&c, 0, sizeof c);
+      pdkv_mamba_read_t& c = pdkv::capi::append_zeroed(list->c_reads);  // (padding after p_tp_rank)
       c.p_tp_rank = r.p_rank;
       c.part = r.part.c_str();
       c.remote_offset = r.remote_offset;

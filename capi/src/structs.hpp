@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "boundary.hpp"
 
@@ -14,6 +16,17 @@ void write_struct_prefix(T* out, T full, size_t min_size, const char* type_name)
   require_struct_size(out->struct_size, min_size, sizeof(T), type_name);
   full.struct_size = out->struct_size;
   std::memcpy(static_cast<void*>(out), &full, out->struct_size);
+}
+
+// Appends an element with every byte zero, padding included, to a list the library hands out in
+// place, for the caller to fill field by field: neither `T{}` nor copying a value is sure to
+// write the padding (with GCC 12 a value-initialised element kept the allocator's bytes there).
+template <typename T>
+T& append_zeroed(std::vector<T>& list) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  T& item = list.emplace_back();
+  std::memset(static_cast<void*>(&item), 0, sizeof item);
+  return item;
 }
 
 // OutOfBounds naming the index and the count.

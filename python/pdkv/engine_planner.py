@@ -7,8 +7,7 @@ call (the context an argument); :meth:`Engine.prepare` returns an :class:`Engine
 
 Per request the function writes only what changes (each group's id pointers and counts, the
 prompt and hit token counts) into a buffer made once (an ``array('Q')`` the library reads in
-place), copying short id lists into it and
-longer ones into a spill area it keeps (the library never reads a caller's buffer), and calls
+place), copying short id lists into it and longer ones into a spill area it keeps (the library never reads a caller's buffer), and calls
 the library with arguments made once. Anything it does not take (another id container, a value
 out of range, a group count other than the engine's, a plan it may not rewrite now, a closed
 engine or context) goes through ``Engine._plan_request_checked``, which plans the same request
@@ -28,7 +27,7 @@ from ._base import _UNSIGNED_FORMATS, error_from
 from .errors import ClosedError
 from .plan import PlanContext, TransferPlan, _CallSlot, _check_reuse, _undeclared
 from .engine import _GROUP_WORDS, _INT_ONLY, _PACKABLE, _REQUEST_WORDS, Engine, RequestGroup
-from .plan_request import _numpy_view
+from .plan_request import _numpy_view, _pinned_words
 
 _A = array.array
 # The request and group structs are packed as 8-byte words (engine._PACKABLE: 64-bit pointers
@@ -60,15 +59,10 @@ class _Packing:
 
     def __init__(self, n: int) -> None:
         head = _REQUEST_WORDS + _GROUP_WORDS * n
-        # An array('Q'), not a ctypes buffer: the generated function copies each id list of
-        # array('Q') into it by an array-to-array slice assignment (a type check and a memmove,
-        # where a memoryview's compares buffer formats and shapes first). Its memory never
-        # moves: ``qv`` exports its buffer for the packing's life (a resize raises BufferError).
-        self.buf = _A("Q", bytes(8 * (head + 2 * n * _COPY_IDS)))
-        self.qv = memoryview(self.buf)  # any buffer of native uint64 is assigned through this
-        base = self.buf.buffer_info()[0]
-        self.q = self.buf
-        self.qn = _numpy_view(self.qv.cast("B"))  # None unless numpy is loaded
+        self.buf, mb, base = _pinned_words(head + 2 * n * _COPY_IDS)
+        self.q = self.buf  # array('Q') ids are copied into the array itself (see _pinned_words)
+        self.qv = mb.cast("Q")  # any other buffer of native uint64 through this view
+        self.qn = _numpy_view(mb)  # None unless numpy is loaded
         self.q[0:4] = _A("Q", [8 * _REQUEST_WORDS, 0, base + 8 * _REQUEST_WORDS if n else 0, n])
         self.arg = ctypes.c_void_p(base)
         # Word index and address of each group side's copy area: local of group i at 2i, remote
@@ -131,8 +125,8 @@ def _plan_function(n: int, pk: _Packing, ctx_arg: bool) -> List[str]:
     all of lists of ints, converted by array('Q') after a type check of every element; or all
     numpy ``uint64``) and int counts: each id list of at most _COPY_IDS ids copied into its copy
     area by a slice assignment (which itself refuses anything but an ``array('Q')``, or in the
-    numpy form a buffer of another format: TypeError / ValueError), a longer one into the spill area (``take``). A mix of those goes to
-    ``other`` (:func:`_other`); anything else, and a closed engine or context, to ``slow``
+    numpy form a buffer of another format: TypeError / ValueError), a longer one into the spill
+    area (``take``). A mix of those goes to ``other`` (:func:`_other`); anything else, and a closed engine or context, to ``slow``
     (``Engine._plan_request_checked``), which plans it or raises the error naming it."""
     c = "ctx, " if ctx_arg else ""
     gs = ", ".join(f"g{i}" for i in range(n)) + ("," if n == 1 else "")
@@ -183,8 +177,8 @@ def _plan_function(n: int, pk: _Packing, ctx_arg: bool) -> List[str]:
     def ids(lists: bool, view: str) -> List[str]:
         """Each group's ids into the packing: buffers as given (copied through ``view``: ``q``,
         the packing's own array, for ``array('Q')``, ``qn`` for numpy ``uint64``, whose buffer
-        format 'L' a 'Q' view refuses), or (``lists``) lists of ints, every element's type checked (no bool) and
-        converted at C speed by array('Q')."""
+        format 'L' a 'Q' view refuses), or (``lists``) lists of ints, every element's type
+        checked (no bool) and converted at C speed by array('Q')."""
         out: List[str] = []
         for i in range(n):
             la, ra = pk.copy_at[2 * i], pk.copy_at[2 * i + 1]

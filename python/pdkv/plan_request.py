@@ -95,6 +95,19 @@ def _numpy_view(mb: memoryview) -> Optional[memoryview]:
     return mb.cast(fmt)
 
 
+def _pinned_words(words: int) -> Tuple["array.array[int]", memoryview, int]:
+    """A zeroed buffer of ``words`` uint64 the library reads in place, as (the buffer, a byte view
+    of it, its address): an ``array('Q')``, not a ctypes buffer, because a slice of an array is
+    assigned from another ``array('Q')`` by a type check and one memmove (~18 ns), where a
+    memoryview first gets the source's buffer and compares formats and shapes (~44 ns), and a
+    request copies up to ten id arrays so. Its memory never moves: the view exports its buffer
+    for as long as it lives, so a slice assignment of another length (which would resize the
+    array) raises BufferError instead. Keep the view as long as the address is used."""
+    buf = array.array("Q", bytes(8 * words))
+    view = memoryview(buf).cast("B")
+    return buf, view, buf.buffer_info()[0]
+
+
 class _Packing:
     """One packed copy of the groups array (n pdkv_plan_group_t, then their n trims, then two
     scratch words per group), its per-engine fields written once, and the made-once arguments
@@ -110,16 +123,8 @@ class _Packing:
         others = [i for i, t in enumerate(layout.trim_templates) if t[2] != GroupKind.MAMBA]
         copies = words + n * 16  # where the other groups' copy areas start (see _usual_block)
         call = copies + len(others) * 2 * _COPY_IDS * 8  # where its pdkv_compile_args_t starts
-        # An array('Q'), not a ctypes buffer: a slice of an array is assigned from another
-        # array('Q') by one memmove after a type check (~25 ns), where a memoryview first gets
-        # the source's buffer and compares formats and shapes (~45 ns); a request's 10 id
-        # arrays are 10 such copies. Its memory never moves: ``mb`` exports its buffer for the
-        # packing's life, so a slice assignment of another length (which would resize it)
-        # raises BufferError instead (the fast path then goes group by group, see copy_block).
-        size = call + _ARGS_STRUCT.size
-        self.buf = array.array("Q", bytes(-(-size // 8) * 8))
-        self.mb = memoryview(self.buf).cast("B")
-        base = self.buf.buffer_info()[0]
+        # (a slice assignment of another length raises BufferError: group by group, see copy_block)
+        self.buf, self.mb, base = _pinned_words(-(-(call + _ARGS_STRUCT.size) // 8))
         self.q = self.buf  # the scratch words, as uint64 (a store range-checks the id)
         self.qn = _numpy_view(self.mb)  # the same in numpy uint64's buffer format, if numpy is loaded
         values = list(layout.group_template)
@@ -356,8 +361,8 @@ def _usual_block(pk: _Packing, layout: "_Layout", ind: str) -> List[str]:
         uint64 in the format of the form's buffers: ``q``, the packing's own ``array('Q')``, for
         ``array('Q')``, ``qn`` for numpy ``uint64``), which itself checks that the source is an
         ``array('Q')`` (numpy: a buffer of that format) of exactly one id (TypeError, ValueError
-        or, for an array of another length, BufferError otherwise: then group by group); another group's ids copied the
-        same way into its copy area when there are at most _COPY_IDS a side, else pinned and
+        or, for an array of another length, BufferError otherwise: then group by group);
+        another group's ids copied the same way into its copy area when there are at most _COPY_IDS a side, else pinned and
         read in place (64-bit ``array``, or in the numpy form a writable contiguous numpy
         ``uint64`` array, :func:`_pin_u64`; anything else raises Slow: group by group)."""
         lines: List[str] = []

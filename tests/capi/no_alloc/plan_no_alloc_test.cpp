@@ -8,7 +8,8 @@
 //
 // A program of its own: it replaces the global operator new (the library's allocations go
 // through it; libpdkv imports operator new rather than carrying its own) to count the
-// allocations the calling thread makes while counting is on.
+// allocations the calling thread makes while counting is on, and fills every allocation with a
+// pattern, so that the padding test below sees a byte the library hands out unwritten.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
